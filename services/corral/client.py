@@ -1,0 +1,111 @@
+"""Clients for a sandbox's WebSocket protocol (``/v1/ws``), async and sync.
+
+The control plane's SDK builds on these; tests and the benchmark use them directly.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+from types import TracebackType
+from typing import Any, Self
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.sync.client import ClientConnection as SyncConnection
+from websockets.sync.client import connect as sync_connect
+
+from corral.errors import CorralError
+
+MAX_FRAME = 64 << 20
+
+
+class ActionFailed(CorralError):
+    """The sandbox answered ``ok: false``."""
+
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(f"{error.get('code')}: {error.get('message')}" + (
+            f" (field {error['field']})" if error.get("field") else ""))
+        self.code: str = error.get("code", "")
+        self.field: str | None = error.get("field")
+        self.error = error
+
+
+def _check(reply: dict[str, Any]) -> dict[str, Any]:
+    if not reply.get("ok"):
+        raise ActionFailed(reply.get("error") or {})
+    return reply
+
+
+def image_bytes(reply: dict[str, Any]) -> bytes:
+    """The decoded screenshot of a native reply."""
+    return base64.b64decode(reply["screenshot"]["data"])
+
+
+class AsyncSandboxClient:
+    """One WebSocket to a sandbox; requests are answered in order."""
+
+    def __init__(self, ws_url: str) -> None:
+        self._url = ws_url
+        self._ws: ClientConnection | None = None
+        self._ids = itertools.count(1)
+
+    async def __aenter__(self) -> Self:
+        # No per-message compression: it costs ~17 ms per screenshot frame for little gain.
+        self._ws = await connect(self._url, compression=None, max_size=MAX_FRAME, open_timeout=10)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._ws is not None:
+            await self._ws.close()
+
+    async def send_raw(self, message: str | bytes) -> dict[str, Any]:
+        """Send one frame as is and return the reply (for malformed-input tests)."""
+        assert self._ws is not None, "use `async with`"
+        await self._ws.send(message)
+        reply: dict[str, Any] = json.loads(await self._ws.recv())
+        return reply
+
+    async def request(self, payload: dict[str, Any]) -> dict[str, Any]:
+        payload = {"id": next(self._ids), **payload}
+        return await self.send_raw(json.dumps(payload))
+
+    async def act(self, action: dict[str, Any], **envelope: Any) -> dict[str, Any]:
+        """A native action; raises :class:`ActionFailed` on an error reply."""
+        return _check(await self.request({"action": action, **envelope}))
+
+    async def screenshot(self, fmt: str = "png", **options: Any) -> bytes:
+        return image_bytes(await self.act({"type": "screenshot", "format": fmt, **options}))
+
+
+class SandboxClient:
+    """The blocking twin of :class:`AsyncSandboxClient`."""
+
+    def __init__(self, ws_url: str) -> None:
+        self._url = ws_url
+        self._ws: SyncConnection | None = None
+        self._ids = itertools.count(1)
+
+    def __enter__(self) -> Self:
+        self._ws = sync_connect(self._url, compression=None, max_size=MAX_FRAME, open_timeout=10)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._ws is not None:
+            self._ws.close()
+
+    def send_raw(self, message: str | bytes) -> dict[str, Any]:
+        assert self._ws is not None, "use `with`"
+        self._ws.send(message)
+        reply: dict[str, Any] = json.loads(self._ws.recv())
+        return reply
+
+    def request(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return self.send_raw(json.dumps({"id": next(self._ids), **payload}))
+
+    def act(self, action: dict[str, Any], **envelope: Any) -> dict[str, Any]:
+        return _check(self.request({"action": action, **envelope}))
+
+    def screenshot(self, fmt: str = "png", **options: Any) -> bytes:
+        return image_bytes(self.act({"type": "screenshot", "format": fmt, **options}))

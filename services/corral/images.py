@@ -1,0 +1,125 @@
+"""Building Corral's images on any machine with Docker, registry or not.
+
+The desktop Dockerfile is an ordinary one. What this adds for machines without
+a registry or without HTTPS from inside containers: a Debian base made locally
+with debootstrap + ``docker import``, and a wheelhouse downloaded on the host
+so the image installs its Python packages with ``--no-index``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from corral.errors import ImageBuildError
+from corral.runtime.docker import DockerRuntime
+
+DESKTOP_IMAGE = "corral-desktop:latest"
+DEBIAN_SUITE = "bookworm"
+UPSTREAM_BASE = f"debian:{DEBIAN_SUITE}-slim"
+LOCAL_BASE = f"corral-base:{DEBIAN_SUITE}"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+
+Log = Callable[[str], None]
+
+
+def repo_root() -> Path:
+    """The source tree holding images/ (the working copy this package was installed from)."""
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "images" / "desktop" / "Dockerfile").is_file():
+            return parent
+    raise ImageBuildError("images/desktop/Dockerfile not found; run from a Corral source checkout")
+
+
+def _sources_list(mirror: str) -> str:
+    security = mirror.rsplit("/debian", 1)[0] + "/debian-security" if mirror.endswith("/debian") else mirror
+    return (
+        f"deb {mirror} {DEBIAN_SUITE} main\n"
+        f"deb {mirror} {DEBIAN_SUITE}-updates main\n"
+        f"deb {security} {DEBIAN_SUITE}-security main\n"
+    )
+
+
+def debootstrap_base(runtime: DockerRuntime, log: Log, mirror: str | None = None) -> str:
+    """Make ``corral-base:bookworm`` from Debian's mirror (about a minute); needs root and debootstrap."""
+    mirror = mirror or os.environ.get("CORRAL_DEBIAN_MIRROR", DEFAULT_MIRROR)
+    debootstrap = shutil.which("debootstrap")
+    if debootstrap is None:
+        raise ImageBuildError(
+            f"no registry gave {UPSTREAM_BASE} and debootstrap is missing: install it (apt-get install debootstrap) "
+            "or set CORRAL_BASE_IMAGE to a Debian bookworm image you have"
+        )
+    with tempfile.TemporaryDirectory(prefix="corral-rootfs-") as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        log(f"debootstrap {DEBIAN_SUITE} from {mirror} (no registry reachable)")
+        result = subprocess.run(
+            [debootstrap, "--variant=minbase", DEBIAN_SUITE, str(rootfs), mirror],
+            capture_output=True, text=True, check=False,
+        )
+        if result.returncode != 0:
+            raise ImageBuildError(f"debootstrap failed ({result.returncode}):\n{result.stderr[-2000:]}")
+        (rootfs / "etc" / "apt" / "sources.list").write_text(_sources_list(mirror))
+        # Keep images small: no apt cache, no docs.
+        shutil.rmtree(rootfs / "var" / "cache" / "apt" / "archives", ignore_errors=True)
+        tarball = Path(tmp) / "rootfs.tar"
+        subprocess.run(["tar", "-C", str(rootfs), "-cf", str(tarball), "."], check=True)
+        repository, tag = LOCAL_BASE.split(":")
+        runtime.import_rootfs(tarball, repository, tag)
+    log(f"imported {LOCAL_BASE}")
+    return LOCAL_BASE
+
+
+def ensure_base_image(runtime: DockerRuntime, log: Log) -> str:
+    """A Debian bookworm base: CORRAL_BASE_IMAGE, a local one, a pulled one, or one made here."""
+    chosen = os.environ.get("CORRAL_BASE_IMAGE")
+    if chosen:
+        if not runtime.image_exists(chosen) and not runtime.try_pull(chosen):
+            raise ImageBuildError(f"CORRAL_BASE_IMAGE={chosen} is neither present nor pullable")
+        return chosen
+    for candidate in (UPSTREAM_BASE, LOCAL_BASE):
+        if runtime.image_exists(candidate):
+            return candidate
+    if runtime.try_pull(UPSTREAM_BASE):
+        log(f"pulled {UPSTREAM_BASE}")
+        return UPSTREAM_BASE
+    return debootstrap_base(runtime, log)
+
+
+def _platform_tags(arch: str) -> list[str]:
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
+    return [f"manylinux_2_{minor}_{machine}" for minor in (36, 34, 28, 27, 24, 17)] + [
+        f"manylinux2014_{machine}", f"manylinux1_{machine}", f"linux_{machine}",
+    ]
+
+
+def build_wheelhouse(root: Path, arch: str, log: Log) -> None:
+    """Download the image's wheels on the host, for the image's Python (3.11) and architecture."""
+    desktop = root / "images" / "desktop"
+    cmd = [
+        sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+        "-r", str(desktop / "requirements.txt"), "-d", str(desktop / "wheels"),
+        "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
+    ]
+    for tag in _platform_tags(arch):
+        cmd += ["--platform", tag]
+    log("downloading the desktop image's wheels on the host")
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise ImageBuildError(f"pip download failed:\n{result.stderr[-3000:]}")
+
+
+def build_desktop(runtime: DockerRuntime, log: Log, *, tag: str = DESKTOP_IMAGE, wheelhouse: bool = True) -> str:
+    """Build ``corral-desktop`` from images/desktop/Dockerfile; cached layers make a code change a seconds-long rebuild."""
+    root = repo_root()
+    base = ensure_base_image(runtime, log)
+    if wheelhouse and os.environ.get("CORRAL_WHEELHOUSE", "1") != "0":
+        build_wheelhouse(root, runtime.architecture, log)
+    log(f"building {tag} on {base}")
+    runtime.build(root, "images/desktop/Dockerfile", tag, {"BASE_IMAGE": base}, log)
+    return tag

@@ -1,0 +1,407 @@
+"""Corral's native action vocabulary: one pydantic model per action type.
+
+Models validate shape only (types, ranges, key names). Whether a point is on
+the screen depends on the screen, so :mod:`corral.protocol.geometry` checks
+that once the size is known.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, Literal, Protocol, Self
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from corral.protocol import keys as keyparse
+
+MAX_TYPE_CHARS = 20_000
+MAX_CLIPBOARD_CHARS = 1_000_000
+MAX_WAIT_MS = 60_000
+MAX_HOLD_MS = 10_000
+MAX_PATH_POINTS = 1_000
+
+Button = Literal["left", "right", "middle", "back", "forward"]
+ImageFormat = Literal["png", "jpeg", "webp"]
+Coordinate = Annotated[int, Field(ge=-100_000, le=100_000)]
+
+
+class PointMapper(Protocol):
+    """Maps caller coordinates to screen coordinates (see :class:`corral.protocol.geometry.Scale`)."""
+
+    def point(self, x: int, y: int) -> tuple[int, int]: ...
+
+    def vector(self, dx: int, dy: int) -> tuple[int, int]: ...
+
+
+def _check_modifiers(value: list[str]) -> list[str]:
+    for index, name in enumerate(value):
+        try:
+            key = keyparse.parse_key(name)
+        except keyparse.UnknownKeyError as exc:
+            raise PydanticCustomError("unknown_key", "{message}", {"message": str(exc), "index": index}) from None
+        if not key.is_modifier:
+            raise PydanticCustomError(
+                "unknown_key", "{name!r} is not a modifier key (ctrl, shift, alt, super, meta)", {"name": name}
+            )
+    return value
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+class Point(_Model):
+    x: Coordinate
+    y: Coordinate
+
+
+class Region(_Model):
+    """A rectangle on the screen: top-left corner, width and height in pixels."""
+
+    x: Coordinate
+    y: Coordinate
+    width: Annotated[int, Field(ge=1, le=100_000)]
+    height: Annotated[int, Field(ge=1, le=100_000)]
+
+    def mapped(self, fn: PointMapper) -> Region:
+        x, y = fn.point(self.x, self.y)
+        width, height = fn.vector(self.width, self.height)
+        return Region(x=x, y=y, width=max(1, width), height=max(1, height))
+
+
+class ScreenshotOptions(_Model):
+    """How a screenshot is taken and encoded; used by ``screenshot``, ``zoom`` and after-action shots."""
+
+    format: ImageFormat = "png"
+    quality: Annotated[int, Field(ge=1, le=100)] | None = None
+    scale: Annotated[float, Field(gt=0, le=4)] | None = None
+    width: Annotated[int, Field(ge=8, le=16_384)] | None = None
+    region: Region | None = None
+    cursor: bool = False
+
+    @model_validator(mode="after")
+    def _one_size(self) -> Self:
+        if self.scale is not None and self.width is not None:
+            raise PydanticCustomError("invalid_field", "give either scale or width, not both")
+        return self
+
+
+class _Action(_Model):
+    """Base of every native action."""
+
+    def points(self) -> Iterator[tuple[str, int, int]]:
+        """(field, x, y) of every screen point the action names, for bounds checks."""
+        return iter(())
+
+    def regions(self) -> Iterator[tuple[str, Region]]:
+        return iter(())
+
+    def map_points(self, fn: PointMapper) -> Self:
+        """The same action with every screen coordinate passed through ``fn``."""
+        return self
+
+
+class _OptionalPointAction(_Action):
+    x: Coordinate | None = None
+    y: Coordinate | None = None
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> Self:
+        if (self.x is None) != (self.y is None):
+            missing = "y" if self.y is None else "x"
+            raise PydanticCustomError("missing_field", "give both x and y, or neither ({missing} is missing)",
+                                      {"missing": missing})
+        return self
+
+    def points(self) -> Iterator[tuple[str, int, int]]:
+        if self.x is not None and self.y is not None:
+            yield "x", self.x, self.y
+
+    def map_points(self, fn: PointMapper) -> Self:
+        if self.x is None or self.y is None:
+            return self
+        x, y = fn.point(self.x, self.y)
+        return self.model_copy(update={"x": x, "y": y})
+
+
+class Screenshot(ScreenshotOptions):
+    type: Literal["screenshot"]
+
+    def points(self) -> Iterator[tuple[str, int, int]]:
+        return iter(())
+
+    def regions(self) -> Iterator[tuple[str, Region]]:
+        if self.region is not None:
+            yield "region", self.region
+
+    def map_points(self, fn: PointMapper) -> Self:
+        if self.region is None:
+            return self
+        return self.model_copy(update={"region": self.region.mapped(fn)})
+
+    def options(self) -> ScreenshotOptions:
+        return ScreenshotOptions.model_validate(self.model_dump(exclude={"type"}))
+
+
+class Zoom(_Action):
+    """A region of the screen at full resolution (or resized to ``width``)."""
+
+    type: Literal["zoom"]
+    region: Region
+    format: ImageFormat = "png"
+    quality: Annotated[int, Field(ge=1, le=100)] | None = None
+    width: Annotated[int, Field(ge=8, le=16_384)] | None = None
+    cursor: bool = False
+
+    def regions(self) -> Iterator[tuple[str, Region]]:
+        yield "region", self.region
+
+    def map_points(self, fn: PointMapper) -> Self:
+        return self.model_copy(update={"region": self.region.mapped(fn)})
+
+
+class Click(_OptionalPointAction):
+    type: Literal["click"]
+    button: Button = "left"
+    count: Annotated[int, Field(ge=1, le=3)] = 1
+    modifiers: list[str] = Field(default_factory=list, max_length=8)
+
+    _modifiers = field_validator("modifiers")(_check_modifiers)
+
+
+class MouseDown(_OptionalPointAction):
+    type: Literal["mouse_down"]
+    button: Button = "left"
+
+
+class MouseUp(_OptionalPointAction):
+    type: Literal["mouse_up"]
+    button: Button = "left"
+
+
+class Move(_Action):
+    type: Literal["move"]
+    x: Coordinate
+    y: Coordinate
+    modifiers: list[str] = Field(default_factory=list, max_length=8)
+
+    _modifiers = field_validator("modifiers")(_check_modifiers)
+
+    def points(self) -> Iterator[tuple[str, int, int]]:
+        yield "x", self.x, self.y
+
+    def map_points(self, fn: PointMapper) -> Self:
+        x, y = fn.point(self.x, self.y)
+        return self.model_copy(update={"x": x, "y": y})
+
+
+class Drag(_Action):
+    """Press at ``path[0]``, move through every point, release at the last one."""
+
+    type: Literal["drag"]
+    path: Annotated[list[Point], Field(min_length=2, max_length=MAX_PATH_POINTS)]
+    button: Button = "left"
+    modifiers: list[str] = Field(default_factory=list, max_length=8)
+    step_px: Annotated[int, Field(ge=1, le=10_000)] = 24
+
+    _modifiers = field_validator("modifiers")(_check_modifiers)
+
+    def points(self) -> Iterator[tuple[str, int, int]]:
+        for index, point in enumerate(self.path):
+            yield f"path[{index}]", point.x, point.y
+
+    def map_points(self, fn: PointMapper) -> Self:
+        path = [Point(x=x, y=y) for x, y in (fn.point(p.x, p.y) for p in self.path)]
+        return self.model_copy(update={"path": path})
+
+
+class Scroll(_OptionalPointAction):
+    """Scroll by wheel ``clicks`` in a ``direction``, or by ``dx``/``dy`` pixels (positive: right/down)."""
+
+    type: Literal["scroll"]
+    direction: Literal["up", "down", "left", "right"] | None = None
+    clicks: Annotated[int, Field(ge=1, le=200)] | None = None
+    dx: Annotated[int, Field(ge=-100_000, le=100_000)] | None = None
+    dy: Annotated[int, Field(ge=-100_000, le=100_000)] | None = None
+    modifiers: list[str] = Field(default_factory=list, max_length=8)
+
+    _modifiers = field_validator("modifiers")(_check_modifiers)
+
+    @model_validator(mode="after")
+    def _one_unit(self) -> Self:
+        by_clicks = self.direction is not None or self.clicks is not None
+        by_pixels = self.dx is not None or self.dy is not None
+        if by_clicks and by_pixels:
+            raise PydanticCustomError("invalid_field", "scroll by direction/clicks or by dx/dy pixels, not both")
+        if not by_clicks and not by_pixels:
+            raise PydanticCustomError("missing_field", "scroll needs direction (and clicks) or dx/dy pixels")
+        if self.clicks is not None and self.direction is None:
+            raise PydanticCustomError("missing_field", "clicks needs a direction")
+        return self
+
+    def map_points(self, fn: PointMapper) -> Self:
+        moved = super().map_points(fn)
+        if self.dx is None and self.dy is None:
+            return moved
+        dx, dy = fn.vector(self.dx or 0, self.dy or 0)
+        update = {"dx": None if self.dx is None else dx, "dy": None if self.dy is None else dy}
+        return moved.model_copy(update=update)
+
+
+class Type(_Action):
+    """Type any Unicode text as key events; long text goes in chunks."""
+
+    type: Literal["type"]
+    text: str
+    delay_ms: Annotated[int, Field(ge=0, le=1_000)] = 0
+
+    @field_validator("text")
+    @classmethod
+    def _typeable(cls, value: str) -> str:
+        if len(value) > MAX_TYPE_CHARS:
+            raise PydanticCustomError(
+                "text_too_long", "text has {length} characters; at most {limit} per action",
+                {"length": len(value), "limit": MAX_TYPE_CHARS},
+            )
+        for index, char in enumerate(value):
+            try:
+                keyparse.keysym_for_char(char)
+            except ValueError as exc:
+                raise PydanticCustomError("invalid_field", "character {index}: {message}",
+                                          {"index": index, "message": str(exc)}) from None
+        return value
+
+
+class Key(_Action):
+    """Press a key combo (xdotool syntax, space-separated for a sequence), optionally held."""
+
+    type: Literal["key"]
+    keys: Annotated[str, Field(min_length=1, max_length=1_000)]
+    hold_ms: Annotated[int, Field(ge=0, le=MAX_HOLD_MS)] | None = None
+    repeat: Annotated[int, Field(ge=1, le=100)] = 1
+
+    @field_validator("keys")
+    @classmethod
+    def _known_keys(cls, value: str) -> str:
+        try:
+            keyparse.parse_sequence(value)
+        except keyparse.UnknownKeyError as exc:
+            raise PydanticCustomError("unknown_key", "{message}", {"message": str(exc)}) from None
+        return value
+
+    def combos(self) -> tuple[keyparse.KeyCombo, ...]:
+        return keyparse.parse_sequence(self.keys)
+
+
+class Wait(_Action):
+    type: Literal["wait"]
+    ms: Annotated[int, Field(ge=0, le=MAX_WAIT_MS)] = 1_000
+
+
+class CursorPosition(_Action):
+    type: Literal["cursor_position"]
+
+
+class ClipboardGet(_Action):
+    type: Literal["clipboard_get"]
+
+
+class ClipboardSet(_Action):
+    type: Literal["clipboard_set"]
+    text: Annotated[str, Field(max_length=MAX_CLIPBOARD_CHARS)]
+
+
+WaitUntil = Literal["load", "domcontentloaded", "networkidle", "commit"]
+
+
+class Navigate(_Action):
+    type: Literal["navigate"]
+    url: Annotated[str, Field(min_length=1, max_length=65_536)]
+    wait_until: WaitUntil = "load"
+    timeout_ms: Annotated[int, Field(ge=1, le=300_000)] = 30_000
+
+    @field_validator("url")
+    @classmethod
+    def _has_scheme(cls, value: str) -> str:
+        scheme, sep, _ = value.partition(":")
+        if not sep or not scheme.isascii() or not scheme.replace("+", "").replace("-", "").isalnum():
+            raise PydanticCustomError("invalid_field", "url needs a scheme, e.g. https://example.com/")
+        return value
+
+
+class Back(_Action):
+    type: Literal["back"]
+    timeout_ms: Annotated[int, Field(ge=1, le=300_000)] = 30_000
+
+
+class Forward(_Action):
+    type: Literal["forward"]
+    timeout_ms: Annotated[int, Field(ge=1, le=300_000)] = 30_000
+
+
+class Reload(_Action):
+    type: Literal["reload"]
+    timeout_ms: Annotated[int, Field(ge=1, le=300_000)] = 30_000
+
+
+class PageInfo(_Action):
+    """The active tab's URL and title."""
+
+    type: Literal["page_info"]
+
+
+class Tabs(_Action):
+    type: Literal["tabs"]
+
+
+TabRef = Annotated[str, Field(min_length=1, max_length=64)] | Annotated[int, Field(ge=0, le=10_000)]
+
+
+class TabNew(_Action):
+    type: Literal["tab_new"]
+    url: Annotated[str, Field(max_length=65_536)] | None = None
+
+
+class TabSwitch(_Action):
+    type: Literal["tab_switch"]
+    tab: TabRef
+
+
+class TabClose(_Action):
+    type: Literal["tab_close"]
+    tab: TabRef | None = None
+
+
+NativeAction = Annotated[
+    Screenshot
+    | Zoom
+    | Click
+    | MouseDown
+    | MouseUp
+    | Move
+    | Drag
+    | Scroll
+    | Type
+    | Key
+    | Wait
+    | CursorPosition
+    | ClipboardGet
+    | ClipboardSet
+    | Navigate
+    | Back
+    | Forward
+    | Reload
+    | PageInfo
+    | Tabs
+    | TabNew
+    | TabSwitch
+    | TabClose,
+    Field(discriminator="type"),
+]
+
+ACTION_TYPES: tuple[str, ...] = (
+    "screenshot", "zoom", "click", "mouse_down", "mouse_up", "move", "drag", "scroll", "type", "key", "wait",
+    "cursor_position", "clipboard_get", "clipboard_set", "navigate", "back", "forward", "reload", "page_info",
+    "tabs", "tab_new", "tab_switch", "tab_close",
+)

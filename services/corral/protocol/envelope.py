@@ -1,0 +1,147 @@
+"""A client message (JSON text) to a :class:`~corral.protocol.plan.Plan`, or a structured error."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from corral.errors import ActionError, ErrorCode
+from corral.protocol import actions as a
+from corral.protocol import anthropic, openai
+from corral.protocol.geometry import Scale, Size, check_bounds
+from corral.protocol.plan import After, Dialect, Plan, RequestId, Step
+from corral.protocol.validation import validate
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Server-side defaults and caps, from the controller's settings."""
+
+    max_message_bytes: int = 1 << 20
+    timeout_ms: int = 60_000
+    max_timeout_ms: int = 600_000
+    settle_timeout_ms: int = 3_000
+    settle_quiet_ms: int = 120
+
+
+class DisplaySize(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    width: Annotated[int, Field(ge=16, le=16_384)]
+    height: Annotated[int, Field(ge=16, le=16_384)]
+
+
+class Envelope(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: Annotated[str, Field(max_length=256)] | int | None = None
+    action: Any = None
+    anthropic: Any = None
+    openai: Any = None
+    screenshot: bool | a.ScreenshotOptions | None = None
+    wait_for: Literal["stable", "none"] | None = None
+    settle_timeout_ms: Annotated[int, Field(ge=0, le=30_000)] | None = None
+    settle_quiet_ms: Annotated[int, Field(ge=10, le=5_000)] | None = None
+    timeout_ms: Annotated[int, Field(ge=1)] | None = None
+    display: DisplaySize | None = None
+
+
+_ENVELOPE = TypeAdapter(Envelope)
+_ACTION: TypeAdapter[a.NativeAction] = TypeAdapter(a.NativeAction)
+_PAYLOADS = ("action", "anthropic", "openai")
+
+
+def decode(raw: str | bytes, limits: Limits) -> dict[str, Any]:
+    """Parse one message's JSON text; it must be an object within the size limit."""
+    size = len(raw.encode() if isinstance(raw, str) else raw)
+    if size > limits.max_message_bytes:
+        raise ActionError(
+            ErrorCode.MESSAGE_TOO_LARGE, f"message is {size} bytes; at most {limits.max_message_bytes}"
+        )
+    try:
+        obj = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ActionError(ErrorCode.INVALID_JSON, f"message is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ActionError(ErrorCode.INVALID_REQUEST, "message must be a JSON object")
+    return obj
+
+
+def request_id_of(obj: dict[str, Any]) -> RequestId:
+    """The client's id if it is a usable one, so even a rejected message's reply can be matched."""
+    value = obj.get("id")
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) or (isinstance(value, str) and len(value) <= 256):
+        return value
+    return None
+
+
+def _steps(env: Envelope, dialect: Dialect) -> list[Step]:
+    if dialect is Dialect.NATIVE:
+        return [Step(validate(_ACTION, env.action, "action", tagged=True), "action")]
+    if dialect is Dialect.ANTHROPIC:
+        return [Step(action, "anthropic") for action in anthropic.translate(env.anthropic, "anthropic")]
+    return [Step(action, field) for action, field in openai.translate(env.openai, "openai")]
+
+
+def _default_screenshot(env: Envelope, dialect: Dialect) -> bool:
+    if dialect is Dialect.ANTHROPIC:
+        action = env.anthropic.get("action") if isinstance(env.anthropic, dict) else None
+        return anthropic.wants_screenshot(str(action))
+    return dialect is Dialect.OPENAI
+
+
+def plan_request(obj: dict[str, Any], screen: Size, limits: Limits) -> Plan:
+    """Validate a decoded message against the screen and turn it into a :class:`Plan`."""
+    env = validate(_ENVELOPE, obj, "")
+    given = [name for name in _PAYLOADS if getattr(env, name) is not None]
+    if len(given) != 1:
+        raise ActionError(
+            ErrorCode.INVALID_REQUEST,
+            "a message holds exactly one of 'action', 'anthropic' or 'openai'"
+            + (f" (got {', '.join(given)})" if given else ""),
+        )
+    dialect = Dialect(given[0])
+    timeout_ms = env.timeout_ms or limits.timeout_ms
+    if timeout_ms > limits.max_timeout_ms:
+        raise ActionError(ErrorCode.INVALID_FIELD, f"timeout_ms is at most {limits.max_timeout_ms}",
+                          field="timeout_ms")
+
+    display = Size(env.display.width, env.display.height) if env.display else screen
+    scale = None if display == screen else Scale(screen=screen, display=display)
+    steps: list[Step] = []
+    for step in _steps(env, dialect):
+        check_bounds(step.action, display, step.field)
+        action = step.action if scale is None else step.action.map_points(scale)
+        if scale is not None and isinstance(action, a.Screenshot) and action.scale is None and action.width is None:
+            action = action.model_copy(update={"width": display.width})
+        steps.append(Step(action, step.field))
+
+    want = env.screenshot if env.screenshot is not None else _default_screenshot(env, dialect)
+    options: a.ScreenshotOptions | None
+    if want is False or any(isinstance(s.action, a.Screenshot | a.Zoom) for s in steps[-1:]):
+        options = None
+    else:
+        options = want if isinstance(want, a.ScreenshotOptions) else a.ScreenshotOptions()
+        if scale is not None:
+            if options.region is not None:
+                check_bounds(a.Screenshot(type="screenshot", region=options.region), display, "screenshot")
+                options = options.model_copy(update={"region": options.region.mapped(scale)})
+            if options.scale is None and options.width is None:
+                options = options.model_copy(update={"width": display.width})
+        elif options.region is not None:
+            check_bounds(a.Screenshot(type="screenshot", region=options.region), display, "screenshot")
+    # Dialect calls settle by default; a bare screenshot or a cursor query has nothing to wait for.
+    passive = isinstance(steps[-1].action, a.Screenshot | a.Zoom | a.CursorPosition)
+    stable = env.wait_for == "stable" if env.wait_for is not None else dialect is not Dialect.NATIVE and not passive
+    after = After(
+        screenshot=options,
+        wait_for_stable=stable,
+        settle_timeout_ms=limits.settle_timeout_ms if env.settle_timeout_ms is None else env.settle_timeout_ms,
+        settle_quiet_ms=env.settle_quiet_ms or limits.settle_quiet_ms,
+    )
+    return Plan(request_id=env.id, dialect=dialect, steps=tuple(steps), after=after, timeout_ms=timeout_ms,
+                scale=scale)

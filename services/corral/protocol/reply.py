@@ -1,0 +1,41 @@
+"""Server-to-client messages: one success or failure reply per request."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from corral.errors import ActionError
+from corral.protocol import anthropic, openai
+from corral.protocol.plan import Dialect, EncodedImage, Plan, RequestId, StepResult
+
+
+def _image_block(image: EncodedImage, with_data: bool) -> dict[str, Any]:
+    block: dict[str, Any] = {"media_type": image.media_type, "width": image.width, "height": image.height}
+    if with_data:
+        block["data"] = base64.b64encode(image.data).decode()
+    if image.settle_ms is not None:
+        block["settle_ms"] = round(image.settle_ms, 1)
+        block["settled"] = image.settled
+    return block
+
+
+def success(plan: Plan, results: list[StepResult], image: EncodedImage | None, elapsed_ms: float) -> dict[str, Any]:
+    """The ``ok: true`` reply; dialect envelopes carry their payload in ``result`` and the image only there."""
+    last = results[-1]
+    reply: dict[str, Any] = {"id": plan.request_id, "ok": True}
+    if plan.dialect is Dialect.NATIVE:
+        reply["result"] = last.data
+    elif plan.dialect is Dialect.ANTHROPIC:
+        content = anthropic.tool_result_content(plan.steps[-1].action, last, image, plan.scale)
+        reply["result"] = {"tool_result_content": content}
+    else:
+        reply["result"] = {"output": openai.call_output(image)} if image is not None else {}
+    if image is not None:
+        reply["screenshot"] = _image_block(image, with_data=plan.dialect is Dialect.NATIVE)
+    reply["elapsed_ms"] = round(elapsed_ms, 2)
+    return reply
+
+
+def failure(request_id: RequestId, error: ActionError) -> dict[str, Any]:
+    return {"id": request_id, "ok": False, "error": error.to_dict()}

@@ -1,0 +1,70 @@
+"""Pydantic validation errors to Corral's structured :class:`ActionError`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+
+from corral.errors import ActionError, ErrorCode
+
+T = TypeVar("T")
+
+_CODE_BY_PYDANTIC_TYPE: Mapping[str, ErrorCode] = {
+    "missing": ErrorCode.MISSING_FIELD,
+    "missing_field": ErrorCode.MISSING_FIELD,
+    "union_tag_not_found": ErrorCode.MISSING_FIELD,
+    "union_tag_invalid": ErrorCode.UNKNOWN_ACTION,
+    "extra_forbidden": ErrorCode.UNKNOWN_FIELD,
+    "unknown_key": ErrorCode.UNKNOWN_KEY,
+    "text_too_long": ErrorCode.TEXT_TOO_LONG,
+    "invalid_field": ErrorCode.INVALID_FIELD,
+}
+
+
+def _path(prefix: str, loc: tuple[int | str, ...]) -> str:
+    out = prefix
+    for part in loc:
+        out = f"{out}[{part}]" if isinstance(part, int) else (f"{out}.{part}" if out else str(part))
+    return out
+
+
+def error_from_validation(exc: ValidationError, prefix: str, tagged: bool) -> ActionError:
+    """The first error of ``exc`` as an :class:`ActionError` whose field is a path under ``prefix``.
+
+    ``tagged``: the model was a discriminated union, whose error locations start with the tag.
+    """
+    first = exc.errors(include_url=False)[0]
+    kind = first["type"]
+    loc = tuple(first["loc"])
+    if tagged and kind not in ("union_tag_invalid", "union_tag_not_found") and loc:
+        loc = loc[1:]
+    code = _CODE_BY_PYDANTIC_TYPE.get(kind, ErrorCode.INVALID_FIELD)
+    field = _path(prefix, loc)
+    message = first["msg"]
+    if kind == "union_tag_invalid":
+        ctx = first.get("ctx") or {}
+        field = _path(prefix, ("type",))
+        message = f"unknown action type {ctx.get('tag')!r}; expected one of {ctx.get('expected_tags')}"
+    elif kind == "union_tag_not_found":
+        field = _path(prefix, ("type",))
+        message = "the action has no 'type'"
+    elif kind == "missing":
+        message = f"missing required field {field!r}"
+    elif kind == "extra_forbidden":
+        message = f"unknown field {field!r}"
+    elif kind == "model_type" or kind == "dict_type":
+        message = f"{field or 'the message'} must be a JSON object"
+    # A missing x/y pair is reported on the action; name the coordinate itself.
+    if kind == "missing_field" and isinstance(first.get("ctx"), dict) and "missing" in first["ctx"]:
+        field = _path(field, (first["ctx"]["missing"],))
+    return ActionError(code, message, field=field or None)
+
+
+def validate(adapter: TypeAdapter[T], data: Any, prefix: str, *, tagged: bool = False) -> T:
+    """Validate ``data`` with ``adapter``, raising a structured :class:`ActionError`."""
+    try:
+        return adapter.validate_python(data)
+    except ValidationError as exc:
+        raise error_from_validation(exc, prefix, tagged) from None

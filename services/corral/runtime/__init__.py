@@ -1,0 +1,1 @@
+"""Where sandboxes run. Only :mod:`corral.runtime.docker` talks to Docker."""

@@ -1,0 +1,203 @@
+"""The one module that talks to Docker: images, sandbox containers, exec.
+
+Everything here goes through the docker SDK (no ``docker`` CLI strings).
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+from docker.models.containers import Container
+
+from corral.errors import ImageBuildError, SandboxError
+
+SANDBOX_LABEL = "corral.role"
+SANDBOX_ROLE = "sandbox"
+CONTROLLER_PORT = 8765
+
+LineSink = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxContainer:
+    """A running sandbox and where its controller answers on the host (always loopback)."""
+
+    id: str
+    name: str
+    host: str
+    port: int
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://{self.host}:{self.port}/v1/ws"
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxSpec:
+    """How to start one sandbox container."""
+
+    image: str = "corral-desktop:latest"
+    screen: str = "1280x800"
+    name: str | None = None
+    host_port: int | None = None
+    memory: str = "2g"
+    cpus: float = 2.0
+    pids: int = 1024
+    shm_size: str = "256m"
+    tmp_size: str = "1g"
+    labels: Mapping[str, str] | None = None
+    environment: Mapping[str, str] | None = None
+
+
+class DockerRuntime:
+    def __init__(self, client: docker.DockerClient | None = None) -> None:
+        try:
+            self._client = client or docker.from_env()
+            self._client.ping()
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"cannot reach the Docker engine: {exc}") from None
+
+    @property
+    def architecture(self) -> str:
+        arch: str = self._client.info().get("Architecture", "x86_64")
+        return arch
+
+    # -- images ----------------------------------------------------------------------------------------
+
+    def image_exists(self, name: str) -> bool:
+        try:
+            self._client.images.get(name)
+        except docker.errors.ImageNotFound:
+            return False
+        return True
+
+    def try_pull(self, name: str) -> bool:
+        try:
+            self._client.images.pull(name)
+        except docker.errors.APIError:
+            return False
+        return True
+
+    def import_rootfs(self, tarball: Path, repository: str, tag: str) -> None:
+        try:
+            self._client.api.import_image_from_file(str(tarball), repository=repository, tag=tag)
+        except docker.errors.APIError as exc:
+            raise ImageBuildError(f"docker import of {tarball} failed: {exc}") from None
+
+    def build(self, context: Path, dockerfile: str, tag: str, buildargs: Mapping[str, str], sink: LineSink) -> None:
+        """Build with the engine's builder, streaming its output lines to ``sink``."""
+        stream = self._client.api.build(
+            path=str(context), dockerfile=dockerfile, tag=tag, buildargs=dict(buildargs), rm=True, decode=True
+        )
+        for chunk in stream:
+            if "error" in chunk:
+                raise ImageBuildError(f"building {tag} failed: {chunk['error'].strip()}")
+            text = chunk.get("stream") or chunk.get("status")
+            if text and text.strip():
+                sink(text.rstrip())
+
+    # -- sandboxes -------------------------------------------------------------------------------------
+
+    def start_sandbox(self, spec: SandboxSpec) -> SandboxContainer:
+        labels = {SANDBOX_LABEL: SANDBOX_ROLE, **(spec.labels or {})}
+        environment = {"CORRAL_SCREEN": spec.screen, **(spec.environment or {})}
+        try:
+            container: Container = self._client.containers.run(
+                spec.image,
+                detach=True,
+                name=spec.name,
+                labels=labels,
+                environment=environment,
+                ports={f"{CONTROLLER_PORT}/tcp": ("127.0.0.1", spec.host_port)},
+                # Hardened by default: no capabilities, no privilege gain, read-only root, bounded resources.
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                read_only=True,
+                tmpfs={
+                    "/tmp": f"rw,nosuid,nodev,size={spec.tmp_size},mode=1777",
+                    "/home/corral": "rw,nosuid,nodev,size=512m,uid=1000,gid=1000,mode=0700",
+                },
+                shm_size=spec.shm_size,
+                mem_limit=spec.memory,
+                memswap_limit=spec.memory,
+                nano_cpus=int(spec.cpus * 1e9),
+                pids_limit=spec.pids,
+                init=False,  # the image runs tini itself
+            )
+        except docker.errors.ImageNotFound:
+            raise SandboxError(f"image {spec.image} not found; build it with `corral images build`") from None
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"cannot start a sandbox: {exc.explanation or exc}") from None
+        container.reload()
+        binding = container.attrs["NetworkSettings"]["Ports"][f"{CONTROLLER_PORT}/tcp"][0]
+        return SandboxContainer(container.id, container.name, "127.0.0.1", int(binding["HostPort"]))
+
+    def wait_ready(self, sandbox: SandboxContainer, timeout_s: float = 60.0) -> float:
+        """Block until the controller's /healthz answers 200; returns the seconds it took."""
+        start = time.monotonic()
+        url = f"{sandbox.base_url}/healthz"
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - loopback URL we built
+                    if response.status == 200:
+                        return time.monotonic() - start
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            state = self._container(sandbox.id).status
+            if state in ("exited", "dead"):
+                raise SandboxError(f"sandbox {sandbox.name} exited while starting:\n{self.logs(sandbox.id, 40)}")
+            if time.monotonic() - start > timeout_s:
+                raise SandboxError(f"sandbox {sandbox.name} not ready after {timeout_s:.0f}s:\n{self.logs(sandbox.id, 40)}")
+            time.sleep(0.05)
+
+    def _container(self, ident: str) -> Container:
+        try:
+            container: Container = self._client.containers.get(ident)
+        except docker.errors.NotFound:
+            raise SandboxError(f"no sandbox {ident}") from None
+        return container
+
+    def find(self, name: str) -> SandboxContainer | None:
+        try:
+            container: Container = self._client.containers.get(name)
+        except docker.errors.NotFound:
+            return None
+        ports = container.attrs["NetworkSettings"]["Ports"] or {}
+        bindings = ports.get(f"{CONTROLLER_PORT}/tcp") or []
+        if not bindings:
+            return None
+        return SandboxContainer(container.id, container.name, "127.0.0.1", int(bindings[0]["HostPort"]))
+
+    def logs(self, ident: str, tail: int = 100) -> str:
+        raw: bytes = self._container(ident).logs(tail=tail)
+        return raw.decode(errors="replace")
+
+    def remove(self, ident: str) -> None:
+        try:
+            self._client.containers.get(ident).remove(force=True)
+        except docker.errors.NotFound:
+            pass
+
+    def exec(self, ident: str, argv: list[str], user: str = "corral") -> tuple[int, str]:
+        code, output = self._container(ident).exec_run(argv, user=user, environment={"DISPLAY": ":0"})
+        return int(code), output.decode(errors="replace")
+
+    def kill_process(self, ident: str, process_name: str) -> None:
+        """Kill a process inside the sandbox by name (tests use it to crash Chromium)."""
+        self.exec(ident, ["pkill", "-KILL", "-x", process_name])
+
+    def stats(self, ident: str) -> dict[str, Any]:
+        stats: dict[str, Any] = self._container(ident).stats(stream=False)
+        return stats

@@ -1,0 +1,109 @@
+"""The controller's HTTP and WebSocket surface: ``GET /healthz``, ``POST /v1/actions``, ``WS /v1/ws``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Request, WebSocket, WebSocketDisconnect
+from fastapi.responses import JSONResponse
+from starlette.requests import HTTPConnection
+
+from corral.errors import ActionError, ErrorCode
+from corral.sandbox.desktop import Desktop
+from corral.sandbox.dispatch import Dispatcher
+from corral.sandbox.settings import ControllerSettings
+
+log = logging.getLogger(__name__)
+
+_STATUS: dict[str, int] = {
+    ErrorCode.MESSAGE_TOO_LARGE: 413,
+    ErrorCode.TIMEOUT: 504,
+    ErrorCode.BROWSER_UNAVAILABLE: 503,
+    ErrorCode.NAVIGATION_FAILED: 502,
+    ErrorCode.CLIPBOARD_FAILED: 502,
+    ErrorCode.NO_SUCH_TAB: 404,
+    ErrorCode.INTERNAL: 500,
+}
+
+
+def _dispatcher(conn: HTTPConnection) -> Dispatcher:
+    dispatcher: Dispatcher = conn.app.state.dispatcher
+    return dispatcher
+
+
+def _desktop(conn: HTTPConnection) -> Desktop:
+    desktop: Desktop = conn.app.state.desktop
+    return desktop
+
+
+DispatcherDep = Annotated[Dispatcher, Depends(_dispatcher)]
+DesktopDep = Annotated[Desktop, Depends(_desktop)]
+
+
+def create_app(settings: ControllerSettings | None = None) -> FastAPI:
+    settings = settings or ControllerSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        desktop = Desktop(settings)
+        app.state.desktop = desktop
+        app.state.dispatcher = Dispatcher(desktop, settings.limits())
+        # Connect to Chromium early so the first browser action does not pay for it; keep the task.
+        app.state.warmup = asyncio.create_task(_warm(desktop))
+        try:
+            yield
+        finally:
+            app.state.warmup.cancel()
+            await desktop.close()
+
+    app = FastAPI(title="Corral sandbox controller", version="1", lifespan=lifespan)
+
+    @app.get("/healthz")
+    async def healthz(desktop: DesktopDep) -> JSONResponse:
+        checks: dict[str, Any] = {"screen": f"{desktop.size}"}
+        try:
+            await asyncio.wait_for(desktop.screen.grab(), 2)
+            await asyncio.wait_for(desktop.browser.page(), 5)
+        except (ActionError, TimeoutError, OSError) as exc:
+            checks["error"] = str(exc) or type(exc).__name__
+            return JSONResponse({"ok": False, **checks}, status_code=503)
+        return JSONResponse({"ok": True, **checks, "browser": "connected"})
+
+    @app.post("/v1/actions")
+    async def actions(request: Request, dispatcher: DispatcherDep) -> JSONResponse:
+        body = await request.body()
+        out = await dispatcher.handle(body)
+        status = 200 if out["ok"] else _STATUS.get(out["error"]["code"], 400)
+        return JSONResponse(out, status_code=status)
+
+    @app.websocket("/v1/ws")
+    async def ws(websocket: WebSocket, dispatcher: DispatcherDep) -> None:
+        await websocket.accept()
+        try:
+            while True:
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    return
+                raw = message.get("text")
+                if raw is None:
+                    raw = message.get("bytes") or b""
+                out = await dispatcher.handle(raw)
+                await websocket.send_text(json.dumps(out, separators=(",", ":")))
+        except WebSocketDisconnect:
+            return
+
+    return app
+
+
+async def _warm(desktop: Desktop) -> None:
+    for _ in range(100):
+        try:
+            await desktop.browser.page()
+            return
+        except ActionError:
+            await asyncio.sleep(0.2)

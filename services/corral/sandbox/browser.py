@@ -1,0 +1,188 @@
+"""Chromium through Playwright over CDP: navigation, page info and tabs.
+
+The init restarts Chromium when it dies; the connection is then dropped and
+made again on the next call, so a browser crash costs one failed action at most.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import Any
+
+from playwright.async_api import Browser as PWBrowser
+from playwright.async_api import Error as PlaywrightError
+from playwright.async_api import Page, Playwright, async_playwright
+from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+from corral.errors import ActionError, ErrorCode
+
+log = logging.getLogger(__name__)
+
+
+class Browser:
+    """One Playwright connection to the sandbox's Chromium, made lazily and remade after a restart."""
+
+    def __init__(self, cdp_url: str, connect_timeout_s: float = 10.0) -> None:
+        self._cdp_url = cdp_url
+        self._connect_timeout_s = connect_timeout_s
+        self._playwright: Playwright | None = None
+        self._browser: PWBrowser | None = None
+        self._lock = asyncio.Lock()
+        self._active: Page | None = None
+        self._ids: dict[Page, str] = {}
+        self._next_id = itertools.count(1)
+
+    @property
+    def connected(self) -> bool:
+        return self._browser is not None and self._browser.is_connected()
+
+    async def connect(self) -> PWBrowser:
+        async with self._lock:
+            if self._browser is not None and self._browser.is_connected():
+                return self._browser
+            try:
+                if self._playwright is None:
+                    self._playwright = await async_playwright().start()
+                browser = await self._playwright.chromium.connect_over_cdp(
+                    self._cdp_url, timeout=self._connect_timeout_s * 1000
+                )
+            except PlaywrightError as exc:
+                raise ActionError(ErrorCode.BROWSER_UNAVAILABLE, f"Chromium is not reachable: {exc.message}") from None
+            except Exception as exc:  # the Playwright driver itself failed to start
+                log.exception("the Playwright driver failed")
+                raise ActionError(ErrorCode.BROWSER_UNAVAILABLE, f"Playwright driver failed: {exc}") from None
+            browser.on("disconnected", self._forget)
+            self._browser = browser
+            self._active = None
+            self._ids.clear()
+            return browser
+
+    def _forget(self, _browser: PWBrowser) -> None:
+        log.warning("lost the connection to Chromium; reconnecting on the next browser action")
+        self._browser = None
+        self._active = None
+        self._ids.clear()
+
+    async def close(self) -> None:
+        if self._browser is not None:
+            await self._browser.close()
+            self._browser = None
+        if self._playwright is not None:
+            await self._playwright.stop()
+            self._playwright = None
+
+    def _tab_id(self, page: Page) -> str:
+        if page not in self._ids:
+            self._ids[page] = f"tab-{next(self._next_id)}"
+        return self._ids[page]
+
+    async def _pages(self) -> list[Page]:
+        browser = await self.connect()
+        return [page for context in browser.contexts for page in context.pages if not page.is_closed()]
+
+    async def page(self) -> Page:
+        """The active tab: the last one switched to or opened, else the first."""
+        pages = await self._pages()
+        if self._active is not None and self._active in pages:
+            return self._active
+        if pages:
+            self._active = pages[0]
+            return pages[0]
+        browser = await self.connect()
+        context = browser.contexts[0] if browser.contexts else await browser.new_context()
+        self._active = await context.new_page()
+        return self._active
+
+    async def _info(self, page: Page) -> dict[str, Any]:
+        try:
+            title = await page.title()
+        except PlaywrightError:
+            title = ""  # the page is between documents
+        return {"url": page.url, "title": title}
+
+    async def navigate(self, url: str, wait_until: str, timeout_ms: int) -> dict[str, Any]:
+        page = await self.page()
+        try:
+            response = await page.goto(url, wait_until=wait_until, timeout=timeout_ms)  # type: ignore[arg-type]
+        except PlaywrightTimeout:
+            raise ActionError(ErrorCode.TIMEOUT, f"{url} did not reach {wait_until!r} within {timeout_ms} ms",
+                              field="action.url") from None
+        except PlaywrightError as exc:
+            raise ActionError(ErrorCode.NAVIGATION_FAILED, exc.message.splitlines()[0], field="action.url") from None
+        info = await self._info(page)
+        info["status"] = None if response is None else response.status
+        return info
+
+    async def history(self, direction: str, timeout_ms: int) -> dict[str, Any]:
+        page = await self.page()
+        try:
+            if direction == "back":
+                await page.go_back(timeout=timeout_ms)
+            elif direction == "forward":
+                await page.go_forward(timeout=timeout_ms)
+            else:
+                await page.reload(timeout=timeout_ms)
+        except PlaywrightTimeout:
+            raise ActionError(ErrorCode.TIMEOUT, f"{direction} did not finish within {timeout_ms} ms") from None
+        except PlaywrightError as exc:
+            raise ActionError(ErrorCode.NAVIGATION_FAILED, exc.message.splitlines()[0]) from None
+        return await self._info(page)
+
+    async def info(self) -> dict[str, Any]:
+        return await self._info(await self.page())
+
+    async def tabs(self) -> dict[str, Any]:
+        pages = await self._pages()
+        active = await self.page() if pages else None
+        listed = []
+        for index, page in enumerate(pages):
+            entry = {"index": index, "id": self._tab_id(page), "active": page is active, **await self._info(page)}
+            listed.append(entry)
+        return {"tabs": listed}
+
+    async def _find(self, ref: str | int) -> Page:
+        pages = await self._pages()
+        if isinstance(ref, int):
+            if ref < len(pages):
+                return pages[ref]
+        else:
+            for page in pages:
+                if self._tab_id(page) == ref:
+                    return page
+        raise ActionError(ErrorCode.NO_SUCH_TAB, f"no tab {ref!r}; there are {len(pages)} tabs", field="action.tab")
+
+    async def tab_new(self, url: str | None) -> dict[str, Any]:
+        browser = await self.connect()
+        context = browser.contexts[0] if browser.contexts else await browser.new_context()
+        page = await context.new_page()
+        await page.bring_to_front()
+        self._active = page
+        if url:
+            try:
+                await page.goto(url)
+            except PlaywrightError as exc:
+                raise ActionError(ErrorCode.NAVIGATION_FAILED, exc.message.splitlines()[0], field="action.url") from None
+        return {"id": self._tab_id(page), **await self._info(page)}
+
+    async def tab_switch(self, ref: str | int) -> dict[str, Any]:
+        page = await self._find(ref)
+        await page.bring_to_front()
+        self._active = page
+        return {"id": self._tab_id(page), **await self._info(page)}
+
+    async def tab_close(self, ref: str | int | None) -> dict[str, Any]:
+        page = await self.page() if ref is None else await self._find(ref)
+        closed = self._tab_id(page)
+        if len(await self._pages()) == 1:
+            # Chromium exits with its last window; keep one blank tab instead.
+            await page.context.new_page()
+        await page.close()
+        self._ids.pop(page, None)
+        if self._active is page:
+            self._active = None
+        remaining = await self._pages()
+        if remaining:
+            await (await self.page()).bring_to_front()
+        return {"closed": closed, "tabs": len(remaining)}

@@ -1,0 +1,218 @@
+"""Runs native actions against the sandbox: X input, the screen, Chromium and the clipboard."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Iterator
+from typing import Any
+
+from corral.errors import ActionError, ErrorCode
+from corral.protocol import actions as a
+from corral.protocol.geometry import Size
+from corral.protocol.keys import Key, parse_key
+from corral.protocol.plan import After, StepResult
+from corral.sandbox import clipboard
+from corral.sandbox.browser import Browser
+from corral.sandbox.screen import Screen, Settled
+from corral.sandbox.settings import ControllerSettings
+from corral.sandbox.xinput import XInput
+
+# Viewport origin of Chromium's active tab on the screen, for pixel-exact wheel events over CDP.
+_VIEWPORT_JS = """() => {
+  const border = Math.max(0, (window.outerWidth - window.innerWidth) / 2);
+  return [window.screenX + border, window.screenY + window.outerHeight - window.innerHeight - border,
+          window.innerWidth, window.innerHeight];
+}"""
+
+
+class Desktop:
+    """The sandbox's desktop. Callers hold :attr:`lock` so actions never interleave."""
+
+    def __init__(self, settings: ControllerSettings) -> None:
+        self._settings = settings
+        self.input = XInput(settings.display)
+        self.screen = Screen(settings.display)
+        self.browser = Browser(settings.cdp_url)
+        self.size = Size(self.screen.width, self.screen.height)
+        self.lock = asyncio.Lock()
+
+    async def close(self) -> None:
+        await self.browser.close()
+        self.screen.close()
+        self.input.close()
+
+    # -- helpers ---------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _held(self, modifiers: list[str]) -> Iterator[None]:
+        keys: tuple[Key, ...] = tuple(parse_key(name) for name in modifiers)
+        if keys:
+            self.input.key_down(keys)
+        try:
+            yield
+        finally:
+            if keys:
+                self.input.key_up(keys)
+
+    def _move_if(self, x: int | None, y: int | None) -> None:
+        if x is not None and y is not None:
+            self.input.move(x, y)
+
+    def _position(self) -> dict[str, Any]:
+        x, y = self.input.position()
+        return {"x": x, "y": y}
+
+    async def capture(self, options: a.ScreenshotOptions, after: After) -> StepResult:
+        settled: Settled | None = None
+        if after.wait_for_stable:
+            settled = await self.screen.wait_stable(after.settle_quiet_ms, after.settle_timeout_ms,
+                                                    self._settings.settle_poll_ms)
+            frame = settled.frame
+        else:
+            frame = await self.screen.grab()
+        image = await self.screen.encode(
+            frame, options.format, quality=options.quality, region=options.region, width=options.width,
+            scale=options.scale, cursor=options.cursor, settled=settled,
+        )
+        return StepResult({}, image)
+
+    # -- actions ---------------------------------------------------------------------------------------
+
+    async def run(self, action: a.NativeAction, after: After) -> StepResult:
+        """Carry out one action; screen coordinates are already checked and scaled."""
+        match action:
+            case a.Screenshot():
+                return await self.capture(action.options(), after)
+            case a.Zoom():
+                opts = a.ScreenshotOptions(format=action.format, quality=action.quality, region=action.region,
+                                           width=action.width, cursor=action.cursor)
+                return await self.capture(opts, after)
+            case a.Click():
+                self._move_if(action.x, action.y)
+                with self._held(action.modifiers):
+                    self.input.click(action.button, action.count)
+                return StepResult(self._position())
+            case a.MouseDown() | a.MouseUp():
+                self._move_if(action.x, action.y)
+                self.input.button(action.button, down=isinstance(action, a.MouseDown))
+                return StepResult(self._position())
+            case a.Move():
+                with self._held(action.modifiers):
+                    self.input.move(action.x, action.y)
+                return StepResult(self._position())
+            case a.Drag():
+                await self._drag(action)
+                return StepResult(self._position())
+            case a.Scroll():
+                return StepResult(await self._scroll(action))
+            case a.Type():
+                await self._type(action)
+                return StepResult({"typed": len(action.text)})
+            case a.Key():
+                await self._key(action)
+                return StepResult({})
+            case a.Wait():
+                await asyncio.sleep(action.ms / 1000)
+                return StepResult({})
+            case a.CursorPosition():
+                return StepResult(self._position())
+            case a.ClipboardGet():
+                return StepResult({"text": await clipboard.get_text(self._settings.display)})
+            case a.ClipboardSet():
+                await clipboard.set_text(self._settings.display, action.text)
+                return StepResult({})
+            case a.Navigate():
+                return StepResult(await self.browser.navigate(action.url, action.wait_until, action.timeout_ms))
+            case a.Back() | a.Forward() | a.Reload():
+                return StepResult(await self.browser.history(action.type, action.timeout_ms))
+            case a.PageInfo():
+                return StepResult(await self.browser.info())
+            case a.Tabs():
+                return StepResult(await self.browser.tabs())
+            case a.TabNew():
+                return StepResult(await self.browser.tab_new(action.url))
+            case a.TabSwitch():
+                return StepResult(await self.browser.tab_switch(action.tab))
+            case a.TabClose():
+                return StepResult(await self.browser.tab_close(action.tab))
+        raise ActionError(ErrorCode.UNSUPPORTED, f"action {action.type!r} is not supported here")
+
+    async def _drag(self, action: a.Drag) -> None:
+        first = action.path[0]
+        with self._held(action.modifiers):
+            self.input.move(first.x, first.y)
+            self.input.button(action.button, down=True)
+            try:
+                x, y = first.x, first.y
+                for point in action.path[1:]:
+                    # Intermediate motion, so pages that track pointermove see a path and not a jump.
+                    steps = max(1, math.ceil(math.dist((x, y), (point.x, point.y)) / action.step_px))
+                    for i in range(1, steps + 1):
+                        self.input.move(round(x + (point.x - x) * i / steps), round(y + (point.y - y) * i / steps))
+                        await asyncio.sleep(0)
+                    x, y = point.x, point.y
+            finally:
+                self.input.button(action.button, down=False)
+
+    async def _scroll(self, action: a.Scroll) -> dict[str, Any]:
+        self._move_if(action.x, action.y)
+        if action.direction is not None:
+            with self._held(action.modifiers):
+                self.input.scroll(action.direction, action.clicks or 1)
+            return {"clicks": action.clicks or 1, "direction": action.direction}
+        return await self._scroll_pixels(action.dx or 0, action.dy or 0, action.modifiers)
+
+    async def _scroll_pixels(self, dx: int, dy: int, modifiers: list[str]) -> dict[str, Any]:
+        """Pixel-exact wheel events over CDP where the pointer is over the page, wheel clicks elsewhere."""
+        px, py = self.input.position()
+        page = await self.browser.page()
+        ox, oy, vw, vh = await page.evaluate(_VIEWPORT_JS)
+        vx, vy = px - ox, py - oy
+        if 0 <= vx < vw and 0 <= vy < vh:
+            session = await page.context.new_cdp_session(page)
+            try:
+                flags = {"Alt_L": 1, "Alt_R": 1, "Control_L": 2, "Control_R": 2, "Meta_L": 4, "Super_L": 4,
+                         "Shift_L": 8, "Shift_R": 8}
+                mask = 0
+                for name in modifiers:
+                    mask |= flags.get(parse_key(name).name, 0)
+                await session.send("Input.dispatchMouseEvent", {
+                    "type": "mouseWheel", "x": vx, "y": vy, "deltaX": dx, "deltaY": dy, "modifiers": mask,
+                })
+            finally:
+                await session.detach()
+            return {"dx": dx, "dy": dy, "via": "cdp"}
+        # Off the page: X wheel clicks, about 53 px each in Chromium and most toolkits.
+        with self._held(modifiers):
+            if dy:
+                self.input.scroll("down" if dy > 0 else "up", max(1, round(abs(dy) / 53)))
+            if dx:
+                self.input.scroll("right" if dx > 0 else "left", max(1, round(abs(dx) / 53)))
+        return {"dx": dx, "dy": dy, "via": "wheel"}
+
+    async def _type(self, action: a.Type) -> None:
+        text = action.text
+        if action.delay_ms:
+            for char in text:
+                self.input.type_text(char)
+                await asyncio.sleep(action.delay_ms / 1000)
+            return
+        size = self._settings.type_chunk_chars
+        for start in range(0, len(text), size):
+            self.input.type_text(text[start : start + size])
+            await asyncio.sleep(0)  # let a timeout or a disconnect cut in between chunks
+
+    async def _key(self, action: a.Key) -> None:
+        combos = action.combos()
+        for _ in range(action.repeat):
+            for combo in combos:
+                if action.hold_ms:
+                    self.input.key_down(combo.keys)
+                    try:
+                        await asyncio.sleep(action.hold_ms / 1000)
+                    finally:
+                        self.input.key_up(combo.keys)
+                else:
+                    self.input.press_combo(combo)

@@ -1,0 +1,60 @@
+"""The one place where a request becomes a reply: every ActionError turns into a failure reply here."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from corral.errors import ActionError, ErrorCode
+from corral.protocol import reply
+from corral.protocol.envelope import Limits, decode, plan_request, request_id_of
+from corral.protocol.plan import EncodedImage, Plan, RequestId, StepResult
+from corral.sandbox.desktop import Desktop
+
+log = logging.getLogger(__name__)
+
+
+class Dispatcher:
+    def __init__(self, desktop: Desktop, limits: Limits) -> None:
+        self._desktop = desktop
+        self._limits = limits
+
+    async def handle(self, raw: str | bytes) -> dict[str, Any]:
+        """One message in, one reply out; never raises for anything the client sent."""
+        started = time.perf_counter()
+        request_id: RequestId = None
+        try:
+            obj = decode(raw, self._limits)
+            request_id = request_id_of(obj)
+            plan = plan_request(obj, self._desktop.size, self._limits)
+            try:
+                async with asyncio.timeout(plan.timeout_ms / 1000):
+                    async with self._desktop.lock:
+                        results, image = await self._execute(plan)
+            except TimeoutError:
+                raise ActionError(ErrorCode.TIMEOUT, f"the request did not finish within {plan.timeout_ms} ms",
+                                  field="timeout_ms") from None
+            return reply.success(plan, results, image, (time.perf_counter() - started) * 1000)
+        except ActionError as exc:
+            # The client's mistake or a refused action: worth a line, not a traceback.
+            log.info("request %r failed: %s %s (%s)", request_id, exc.code, exc.message, exc.field)
+            return reply.failure(request_id, exc)
+        except Exception:
+            log.exception("internal error handling request %r", request_id)
+            return reply.failure(request_id, ActionError(ErrorCode.INTERNAL, "internal error; see the controller log"))
+
+    async def _execute(self, plan: Plan) -> tuple[list[StepResult], EncodedImage | None]:
+        results: list[StepResult] = []
+        for step in plan.steps:
+            try:
+                results.append(await self._desktop.run(step.action, plan.after))
+            except ActionError as exc:
+                if exc.field is not None and exc.field.startswith("action.") and step.field != "action":
+                    exc.field = step.field + exc.field[len("action"):]
+                raise
+        image = results[-1].image
+        if image is None and plan.after.screenshot is not None:
+            image = (await self._desktop.capture(plan.after.screenshot, plan.after)).image
+        return results, image

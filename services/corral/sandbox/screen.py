@@ -1,0 +1,91 @@
+"""The screen as the controller sees it: grabs and encodes on one capture thread, and settle detection.
+
+``wait_stable`` replaces the fixed sleeps other tools put after an action: it
+polls MIT-SHM frames (about 1 ms each) and returns once nothing has changed
+for ``quiet_ms``, or at ``timeout_ms`` with ``settled=False``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TypeVar
+
+from corral.protocol.actions import ImageFormat, Region
+from corral.protocol.plan import EncodedImage
+from corral.sandbox import encode as enc
+from corral.sandbox.xcapture import CursorImage, Frame, ShmCapture
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    frame: Frame
+    settle_ms: float
+    settled: bool
+
+
+class Screen:
+    """Owns the capture connection; every X call on it runs on a single dedicated thread."""
+
+    def __init__(self, display: str) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-capture")
+        self._capture = self._pool.submit(ShmCapture, display).result()
+        self.width = self._capture.width
+        self.height = self._capture.height
+
+    async def _on_thread(self, fn: object, *args: object) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, fn, *args)  # type: ignore[arg-type]
+
+    async def grab(self) -> Frame:
+        frame: Frame = await self._on_thread(self._capture.grab)
+        return frame
+
+    async def wait_stable(self, quiet_ms: int, timeout_ms: int, poll_ms: int) -> Settled:
+        start = time.monotonic()
+        last = await self.grab()
+        last_change = start
+        while True:
+            now = time.monotonic()
+            if (now - last_change) * 1000 >= quiet_ms:
+                return Settled(last, (now - start) * 1000, True)
+            if (now - start) * 1000 >= timeout_ms:
+                return Settled(last, (now - start) * 1000, False)
+            await asyncio.sleep(poll_ms / 1000)
+            frame = await self.grab()
+            if frame.data != last.data:
+                last, last_change = frame, time.monotonic()
+
+    def _encode(self, frame: Frame, fmt: ImageFormat, quality: int | None, region: Region | None,
+                width: int | None, scale: float | None, cursor: bool) -> EncodedImage:
+        image = enc.frame_to_image(frame)
+        pointer: CursorImage | None = self._capture.cursor() if cursor else None
+        if pointer is not None:
+            image = enc.overlay_cursor(image, pointer)
+        return enc.encode(image, fmt, quality=quality, region=region, width=width, scale=scale)
+
+    async def encode(
+        self,
+        frame: Frame,
+        fmt: ImageFormat = "png",
+        *,
+        quality: int | None = None,
+        region: Region | None = None,
+        width: int | None = None,
+        scale: float | None = None,
+        cursor: bool = False,
+        settled: Settled | None = None,
+    ) -> EncodedImage:
+        image: EncodedImage = await self._on_thread(self._encode, frame, fmt, quality, region, width, scale, cursor)
+        if settled is not None:
+            image = dataclasses.replace(image, settle_ms=settled.settle_ms, settled=settled.settled)
+        return image
+
+    def close(self) -> None:
+        self._pool.submit(self._capture.close).result()
+        self._pool.shutdown()

@@ -1,0 +1,36 @@
+"""The controller's settings, from ``CORRAL_*`` environment variables; injected, never global."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from corral.protocol.envelope import Limits
+
+
+class ControllerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CORRAL_", extra="ignore")
+
+    display: str = Field(default=":0", validation_alias="DISPLAY")
+    cdp_url: str = "http://127.0.0.1:9222"
+    host: str = "0.0.0.0"
+    port: int = 8765
+    max_message_bytes: int = 1 << 20
+    # Frames above this size close the WebSocket (1009); up to it, oversize gets a structured error.
+    ws_max_frame_bytes: int = 16 << 20
+    action_timeout_ms: int = 60_000
+    max_action_timeout_ms: int = 600_000
+    settle_timeout_ms: int = 3_000
+    settle_quiet_ms: int = 120
+    settle_poll_ms: int = 15
+    type_chunk_chars: int = 200
+    log_level: str = "info"
+
+    def limits(self) -> Limits:
+        return Limits(
+            max_message_bytes=self.max_message_bytes,
+            timeout_ms=self.action_timeout_ms,
+            max_timeout_ms=self.max_action_timeout_ms,
+            settle_timeout_ms=self.settle_timeout_ms,
+            settle_quiet_ms=self.settle_quiet_ms,
+        )
