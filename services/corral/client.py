@@ -6,6 +6,7 @@ The control plane's SDK builds on these; tests and the benchmark use them direct
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import json
 from types import TracebackType
@@ -84,16 +85,18 @@ class SandboxClient:
     def __init__(self, ws_url: str) -> None:
         self._url = ws_url
         self._ws: SyncConnection | None = None
+        self._stack = contextlib.ExitStack()
         self._ids = itertools.count(1)
 
     def __enter__(self) -> Self:
-        self._ws = sync_connect(self._url, compression=None, max_size=MAX_FRAME, open_timeout=10)
+        self._ws = self._stack.enter_context(
+            sync_connect(self._url, compression=None, max_size=MAX_FRAME, open_timeout=10)
+        )
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if self._ws is not None:
-            self._ws.close()
+        self._stack.close()
 
     def send_raw(self, message: str | bytes) -> dict[str, Any]:
         assert self._ws is not None, "use `with`"

@@ -42,7 +42,7 @@ def _check_modifiers(value: list[str]) -> list[str]:
             raise PydanticCustomError("unknown_key", "{message}", {"message": str(exc), "index": index}) from None
         if not key.is_modifier:
             raise PydanticCustomError(
-                "unknown_key", "{name!r} is not a modifier key (ctrl, shift, alt, super, meta)", {"name": name}
+                "unknown_key", "{name} is not a modifier key (ctrl, shift, alt, super, meta)", {"name": repr(name)}
             )
     return value
 
@@ -204,6 +204,7 @@ class Drag(_Action):
     button: Button = "left"
     modifiers: list[str] = Field(default_factory=list, max_length=8)
     step_px: Annotated[int, Field(ge=1, le=10_000)] = 24
+    step_ms: Annotated[int, Field(ge=0, le=1_000)] = 8
 
     _modifiers = field_validator("modifiers")(_check_modifiers)
 

@@ -66,14 +66,34 @@ _SOURCE_FIELD = {
 }
 
 
-def _native(data: dict[str, Any], field: str) -> a.NativeAction:
+def blame_source(exc: ActionError, field: str, held: str = "text") -> None:
+    """Point ``exc.field`` (a native path under ``field``) at the computer-tool field it came from.
+
+    ``held`` is the field the modifiers were given in (``text`` or ``key``).
+    """
+    if exc.field is None or not exc.field.startswith(field + "."):
+        return
+    rest = exc.field[len(field) + 1 :]
+    leaf = rest.split("[")[0].split(".")[0]
+    if leaf == "path":
+        source = "start_coordinate" if rest.startswith("path[0]") else "coordinate"
+    elif leaf == "modifiers":
+        source = held
+    else:
+        source = _SOURCE_FIELD.get(leaf, leaf)
+    exc.field = f"{field}.{source}"
+
+
+def _native(data: dict[str, Any], field: str, held: str = "text") -> a.NativeAction:
     try:
         return validate(_ACTION, data, field, tagged=True)
     except ActionError as exc:
-        if exc.field is not None and exc.field.startswith(field + "."):
-            leaf = exc.field[len(field) + 1 :].split("[")[0].split(".")[0]
-            exc.field = f"{field}.{_SOURCE_FIELD.get(leaf, leaf)}"
+        blame_source(exc, field, held)
         raise
+
+
+def _held_field(inp: AnthropicInput) -> str:
+    return "text" if inp.text is not None else "key"
 
 
 def _modifiers(inp: AnthropicInput) -> list[str]:
@@ -92,14 +112,14 @@ def translate(raw: Any, field: str) -> list[a.NativeAction]:
     if name in _CLICKS:
         button, count = _CLICKS[name]
         data = {"type": "click", "button": button, "count": count, "modifiers": _modifiers(inp), **_xy(inp.coordinate)}
-        return [_native(data, field)]
+        return [_native(data, field, _held_field(inp))]
     if name == "mouse_move":
         return [_native({"type": "move", **_xy(_need(inp.coordinate, "coordinate", field, name))}, field)]
     if name == "left_click_drag":
         start = _need(inp.start_coordinate, "start_coordinate", field, name)
         end = _need(inp.coordinate, "coordinate", field, name)
         path = [{"x": start[0], "y": start[1]}, {"x": end[0], "y": end[1]}]
-        return [_native({"type": "drag", "path": path, "modifiers": _modifiers(inp)}, field)]
+        return [_native({"type": "drag", "path": path, "modifiers": _modifiers(inp)}, field, _held_field(inp))]
     if name in ("left_mouse_down", "left_mouse_up"):
         kind = "mouse_down" if name == "left_mouse_down" else "mouse_up"
         return [_native({"type": kind, "button": "left", **_xy(inp.coordinate)}, field)]
@@ -118,7 +138,7 @@ def translate(raw: Any, field: str) -> list[a.NativeAction]:
             return [_native({"type": "wait", "ms": 0}, field)]
         data = {"type": "scroll", "direction": direction, "clicks": amount, "modifiers": _modifiers(inp),
                 **_xy(inp.coordinate)}
-        return [_native(data, field)]
+        return [_native(data, field, _held_field(inp))]
     if name == "wait":
         seconds = _need(inp.duration, "duration", field, name)
         return [_native({"type": "wait", "ms": round(seconds * 1000)}, field)]

@@ -114,10 +114,17 @@ def plan_request(obj: dict[str, Any], screen: Size, limits: Limits) -> Plan:
     scale = None if display == screen else Scale(screen=screen, display=display)
     steps: list[Step] = []
     for step in _steps(env, dialect):
-        check_bounds(step.action, display, step.field)
+        try:
+            check_bounds(step.action, display, step.field)
+        except ActionError as exc:
+            if dialect is Dialect.ANTHROPIC:
+                anthropic.blame_source(exc, step.field)
+            raise
         action = step.action if scale is None else step.action.map_points(scale)
         if scale is not None and isinstance(action, a.Screenshot) and action.scale is None and action.width is None:
-            action = action.model_copy(update={"width": display.width})
+            # The image comes back in display pixels: the whole display, or the region's display width.
+            region = step.action.region if isinstance(step.action, a.Screenshot) else None
+            action = action.model_copy(update={"width": display.width if region is None else region.width})
         steps.append(Step(action, step.field))
 
     want = env.screenshot if env.screenshot is not None else _default_screenshot(env, dialect)
@@ -127,11 +134,12 @@ def plan_request(obj: dict[str, Any], screen: Size, limits: Limits) -> Plan:
     else:
         options = want if isinstance(want, a.ScreenshotOptions) else a.ScreenshotOptions()
         if scale is not None:
-            if options.region is not None:
-                check_bounds(a.Screenshot(type="screenshot", region=options.region), display, "screenshot")
-                options = options.model_copy(update={"region": options.region.mapped(scale)})
+            region = options.region
+            if region is not None:
+                check_bounds(a.Screenshot(type="screenshot", region=region), display, "screenshot")
+                options = options.model_copy(update={"region": region.mapped(scale)})
             if options.scale is None and options.width is None:
-                options = options.model_copy(update={"width": display.width})
+                options = options.model_copy(update={"width": display.width if region is None else region.width})
         elif options.region is not None:
             check_bounds(a.Screenshot(type="screenshot", region=options.region), display, "screenshot")
     # Dialect calls settle by default; a bare screenshot or a cursor query has nothing to wait for.

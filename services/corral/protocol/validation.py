@@ -23,6 +23,35 @@ _CODE_BY_PYDANTIC_TYPE: Mapping[str, ErrorCode] = {
 }
 
 
+def _is_union_member(part: int | str) -> bool:
+    """Whether a location part names a member of a plain union (``bool``, ``constrained-str``, a model), not a field.
+
+    Every field of the protocol's models is a lower-case identifier other than these scalar names.
+    """
+    return isinstance(part, str) and (
+        part in ("bool", "int", "float", "str") or not part.isidentifier() or part[:1].isupper()
+    )
+
+
+def _first_error(errors: list[Any]) -> Any:
+    """The error to report: the first, or for a plain union (``bool | ScreenshotOptions``) the error of the
+    member the input was meant for (``screenshot.width`` is too small, rather than ``screenshot`` is no boolean)."""
+    first = errors[0]
+    loc = tuple(first["loc"])
+    tags = [i for i, part in enumerate(loc) if _is_union_member(part)]
+    if not tags:
+        return first
+    head = loc[: tags[0]]
+    same_union = [e for e in errors if tuple(e["loc"])[: len(head)] == head]
+
+    def relevance(error: Any) -> tuple[bool, int]:
+        where = tuple(error["loc"])
+        wrong_type = str(error["type"]).endswith(("_type", "_parsing")) and _is_union_member(where[-1])
+        return not wrong_type, len(where)
+
+    return max(same_union, key=relevance)
+
+
 def _path(prefix: str, loc: tuple[int | str, ...]) -> str:
     out = prefix
     for part in loc:
@@ -35,11 +64,12 @@ def error_from_validation(exc: ValidationError, prefix: str, tagged: bool) -> Ac
 
     ``tagged``: the model was a discriminated union, whose error locations start with the tag.
     """
-    first = exc.errors(include_url=False)[0]
+    first = _first_error(exc.errors(include_url=False))
     kind = first["type"]
     loc = tuple(first["loc"])
     if tagged and kind not in ("union_tag_invalid", "union_tag_not_found") and loc:
         loc = loc[1:]
+    loc = tuple(part for part in loc if not _is_union_member(part))
     code = _CODE_BY_PYDANTIC_TYPE.get(kind, ErrorCode.INVALID_FIELD)
     field = _path(prefix, loc)
     message = first["msg"]

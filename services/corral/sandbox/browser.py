@@ -133,6 +133,24 @@ class Browser:
     async def info(self) -> dict[str, Any]:
         return await self._info(await self.page())
 
+    async def focused_page(self) -> Page:
+        """The tab that has the focus (the one X keyboard input reaches), else the active one."""
+        for page in await self._pages():
+            try:
+                if await page.evaluate("document.hasFocus()"):
+                    return page
+            except PlaywrightError:
+                continue
+        return await self.page()
+
+    async def type_text(self, text: str, delay_ms: int) -> None:
+        """Key events for ``text`` over CDP, into the focused tab."""
+        page = await self.focused_page()
+        try:
+            await page.keyboard.type(text, delay=delay_ms)
+        except PlaywrightError as exc:
+            raise ActionError(ErrorCode.BROWSER_UNAVAILABLE, exc.message.splitlines()[0]) from None
+
     async def tabs(self) -> dict[str, Any]:
         pages = await self._pages()
         active = await self.page() if pages else None

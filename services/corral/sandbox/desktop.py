@@ -19,6 +19,8 @@ from corral.sandbox.screen import Screen, Settled
 from corral.sandbox.settings import ControllerSettings
 from corral.sandbox.xinput import XInput
 
+MULTI_CLICK_GAP_S = 0.02
+
 # Viewport origin of Chromium's active tab on the screen, for pixel-exact wheel events over CDP.
 _VIEWPORT_JS = """() => {
   const border = Math.max(0, (window.outerWidth - window.innerWidth) / 2);
@@ -92,7 +94,11 @@ class Desktop:
             case a.Click():
                 self._move_if(action.x, action.y)
                 with self._held(action.modifiers):
-                    self.input.click(action.button, action.count)
+                    for index in range(action.count):
+                        if index:
+                            # X timestamps are in ms and Chromium drops a repeat click with the same stamp.
+                            await asyncio.sleep(MULTI_CLICK_GAP_S)
+                        self.input.click(action.button)
                 return StepResult(self._position())
             case a.MouseDown() | a.MouseUp():
                 self._move_if(action.x, action.y)
@@ -108,8 +114,8 @@ class Desktop:
             case a.Scroll():
                 return StepResult(await self._scroll(action))
             case a.Type():
-                await self._type(action)
-                return StepResult({"typed": len(action.text)})
+                via = await self._type(action)
+                return StepResult({"typed": len(action.text), "via": via})
             case a.Key():
                 await self._key(action)
                 return StepResult({})
@@ -151,7 +157,8 @@ class Desktop:
                     steps = max(1, math.ceil(math.dist((x, y), (point.x, point.y)) / action.step_px))
                     for i in range(1, steps + 1):
                         self.input.move(round(x + (point.x - x) * i / steps), round(y + (point.y - y) * i / steps))
-                        await asyncio.sleep(0)
+                        # Paced like a hand, so pages that coalesce pointer events per frame still see a path.
+                        await asyncio.sleep(action.step_ms / 1000)
                     x, y = point.x, point.y
             finally:
                 self.input.button(action.button, down=False)
@@ -192,17 +199,45 @@ class Desktop:
                 self.input.scroll("right" if dx > 0 else "left", max(1, round(abs(dx) / 53)))
         return {"dx": dx, "dy": dy, "via": "wheel"}
 
-    async def _type(self, action: a.Type) -> None:
-        text = action.text
-        if action.delay_ms:
-            for char in text:
-                self.input.type_text(char)
-                await asyncio.sleep(action.delay_ms / 1000)
-            return
+    def _chunks(self, text: str) -> Iterator[str]:
+        """Pieces of at most type_chunk_chars whose unmapped characters fit the spare keycodes."""
+        limit = max(1, self.input.spare_keycodes())
         size = self._settings.type_chunk_chars
-        for start in range(0, len(text), size):
-            self.input.type_text(text[start : start + size])
-            await asyncio.sleep(0)  # let a timeout or a disconnect cut in between chunks
+        chunk: list[str] = []
+        distinct: set[str] = set()
+        for char in text:
+            if len(chunk) >= size or (char not in distinct and len(distinct) >= limit):
+                yield "".join(chunk)
+                chunk, distinct = [], set()
+            chunk.append(char)
+            if not self.input.on_keymap(char):
+                distinct.add(char)
+        if chunk:
+            yield "".join(chunk)
+
+    async def _type(self, action: a.Type) -> str:
+        """Type through X; text off the keymap goes through CDP while Chromium has the focus.
+
+        Chromium reloads a changed X keymap late and meanwhile misreads or drops keys, so
+        rebinding spare keycodes (xdotool's way) is kept for other windows.
+        """
+        if not all(self.input.on_keymap(char) for char in action.text) and (
+            "chromium" in self.input.focused_wm_class()
+        ):
+            await self.browser.type_text(action.text, action.delay_ms)
+            return "cdp"
+        for chunk in self._chunks(action.text):
+            if self.input.bind_for(chunk):
+                # Clients (Chromium) reload the keymap asynchronously after a change.
+                await asyncio.sleep(self._settings.keymap_settle_ms / 1000)
+            if action.delay_ms:
+                for char in chunk:
+                    self.input.type_text(char)
+                    await asyncio.sleep(action.delay_ms / 1000)
+            else:
+                self.input.type_text(chunk)
+                await asyncio.sleep(0)  # let a timeout or a disconnect cut in between chunks
+        return "x"
 
     async def _key(self, action: a.Key) -> None:
         combos = action.combos()

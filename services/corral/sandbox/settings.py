@@ -24,6 +24,8 @@ class ControllerSettings(BaseSettings):
     settle_quiet_ms: int = 120
     settle_poll_ms: int = 15
     type_chunk_chars: int = 200
+    # Pause after binding spare keycodes to new characters, before typing them (see xinput.bind_for).
+    keymap_settle_ms: int = 60
     log_level: str = "info"
 
     def limits(self) -> Limits:

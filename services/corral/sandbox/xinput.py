@@ -87,11 +87,10 @@ class XInput:
         xtest.fake_input(self._display, X.ButtonPress if down else X.ButtonRelease, BUTTONS[button])
         self._display.sync()
 
-    def click(self, button: str, count: int) -> None:
+    def click(self, button: str) -> None:
         code = BUTTONS[button]
-        for _ in range(count):
-            xtest.fake_input(self._display, X.ButtonPress, code)
-            xtest.fake_input(self._display, X.ButtonRelease, code)
+        xtest.fake_input(self._display, X.ButtonPress, code)
+        xtest.fake_input(self._display, X.ButtonRelease, code)
         self._display.sync()
 
     def scroll(self, direction: str, clicks: int) -> None:
@@ -152,6 +151,41 @@ class XInput:
         for code in reversed(codes):
             xtest.fake_input(self._display, X.KeyRelease, code)
         self._display.sync()
+
+    def bind_for(self, text: str) -> bool:
+        """Bind every character of ``text`` missing from the keymap; True when the keymap changed.
+
+        Clients reload a changed keymap asynchronously, so the caller lets them catch up before typing.
+        """
+        wanted = {keysym_for_char(c) for c in text} - self._strokes.keys()
+        if len(wanted) > len(self._spare):
+            raise ValueError(f"{len(wanted)} distinct unmapped characters; at most {len(self._spare)} at once")
+        # Refresh the ones already bound first, so binding the rest never evicts one this text needs.
+        missing = [keysym for keysym in wanted if keysym not in self._bound]
+        for keysym in wanted - set(missing):
+            self._stroke_for(keysym)
+        for keysym in missing:
+            self._stroke_for(keysym)
+        return bool(missing)
+
+    def on_keymap(self, char: str) -> bool:
+        """Whether ``char`` is typed with a keycode of the base keymap (no binding needed)."""
+        return keysym_for_char(char) in self._strokes
+
+    def focused_wm_class(self) -> str:
+        """WM_CLASS (lower case, instance and class) of the window that has the keyboard focus, or ''."""
+        window = self._display.get_input_focus().focus
+        for _ in range(16):
+            if not hasattr(window, "get_wm_class") or window == self._root:
+                return ""
+            wm_class = window.get_wm_class()
+            if wm_class:
+                return " ".join(wm_class).lower()
+            window = window.query_tree().parent
+        return ""
+
+    def spare_keycodes(self) -> int:
+        return len(self._spare)
 
     def type_text(self, text: str) -> None:
         """Type ``text`` as key strokes; characters not on the keymap are bound to spare keycodes."""
