@@ -7,18 +7,21 @@ made again on the next call, so a browser crash costs one failed action at most.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from typing import Any
 
 from playwright.async_api import Browser as PWBrowser
 from playwright.async_api import Error as PlaywrightError
-from playwright.async_api import Page, Playwright, async_playwright
+from playwright.async_api import Page, Playwright, Response, async_playwright
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from corral.errors import ActionError, ErrorCode
 
 log = logging.getLogger(__name__)
+
+_SETTLE_ERROR_PAGE_MS = 3_000
 
 
 class Browser:
@@ -105,15 +108,33 @@ class Browser:
     async def navigate(self, url: str, wait_until: str, timeout_ms: int) -> dict[str, Any]:
         page = await self.page()
         try:
-            response = await page.goto(url, wait_until=wait_until, timeout=timeout_ms)  # type: ignore[arg-type]
+            response = await self._goto(page, url, wait_until, timeout_ms)
         except PlaywrightTimeout:
             raise ActionError(ErrorCode.TIMEOUT, f"{url} did not reach {wait_until!r} within {timeout_ms} ms",
                               field="action.url") from None
         except PlaywrightError as exc:
+            # Let Chromium commit its error page now, so it cannot cut the next navigation short.
+            with contextlib.suppress(PlaywrightError):
+                await page.wait_for_load_state("load", timeout=_SETTLE_ERROR_PAGE_MS)
             raise ActionError(ErrorCode.NAVIGATION_FAILED, exc.message.splitlines()[0], field="action.url") from None
         info = await self._info(page)
         info["status"] = None if response is None else response.status
         return info
+
+    @staticmethod
+    async def _goto(page: Page, url: str, wait_until: str, timeout_ms: int) -> Response | None:
+        for attempt in range(3):
+            try:
+                return await page.goto(url, wait_until=wait_until, timeout=timeout_ms)  # type: ignore[arg-type]
+            except PlaywrightError as exc:
+                # A late navigation (an error page committing, a script redirect) cut this one short:
+                # let it finish and try again, unless it was to where we were going anyway.
+                if "interrupted by another navigation" not in exc.message or attempt == 2:
+                    raise
+                await page.wait_for_load_state("load", timeout=timeout_ms)
+                if page.url == url:
+                    return None
+        return None
 
     async def history(self, direction: str, timeout_ms: int) -> dict[str, Any]:
         page = await self.page()
