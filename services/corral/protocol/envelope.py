@@ -25,6 +25,7 @@ class Limits:
     max_timeout_ms: int = 600_000
     settle_timeout_ms: int = 3_000
     settle_quiet_ms: int = 120
+    settle_min_ms: int = 300
 
 
 class DisplaySize(BaseModel):
@@ -44,6 +45,7 @@ class Envelope(BaseModel):
     wait_for: Literal["stable", "none"] | None = None
     settle_timeout_ms: Annotated[int, Field(ge=0, le=30_000)] | None = None
     settle_quiet_ms: Annotated[int, Field(ge=10, le=5_000)] | None = None
+    settle_min_ms: Annotated[int, Field(ge=0, le=10_000)] | None = None
     timeout_ms: Annotated[int, Field(ge=1)] | None = None
     display: DisplaySize | None = None
 
@@ -150,6 +152,7 @@ def plan_request(obj: dict[str, Any], screen: Size, limits: Limits) -> Plan:
         wait_for_stable=stable,
         settle_timeout_ms=limits.settle_timeout_ms if env.settle_timeout_ms is None else env.settle_timeout_ms,
         settle_quiet_ms=env.settle_quiet_ms or limits.settle_quiet_ms,
+        settle_min_ms=limits.settle_min_ms if env.settle_min_ms is None else env.settle_min_ms,
     )
     return Plan(request_id=env.id, dialect=dialect, steps=tuple(steps), after=after, timeout_ms=timeout_ms,
                 scale=scale)

@@ -34,6 +34,7 @@ class After:
     wait_for_stable: bool = False
     settle_timeout_ms: int = 3_000
     settle_quiet_ms: int = 120
+    settle_min_ms: int = 300
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,9 +10,11 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import time
 from typing import Any
 
 from playwright.async_api import Browser as PWBrowser
+from playwright.async_api import BrowserContext, Request
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page, Playwright, Response, async_playwright
 from playwright.async_api import TimeoutError as PlaywrightTimeout
@@ -22,6 +24,8 @@ from corral.errors import ActionError, ErrorCode
 log = logging.getLogger(__name__)
 
 _SETTLE_ERROR_PAGE_MS = 3_000
+# A request pending longer than this is a long poll or a stream, not page loading.
+_LOADING_REQUEST_S = 1.5
 
 
 class Browser:
@@ -36,6 +40,7 @@ class Browser:
         self._active: Page | None = None
         self._ids: dict[Page, str] = {}
         self._next_id = itertools.count(1)
+        self._pending: dict[Request, float] = {}
 
     @property
     def connected(self) -> bool:
@@ -57,16 +62,31 @@ class Browser:
                 log.exception("the Playwright driver failed")
                 raise ActionError(ErrorCode.BROWSER_UNAVAILABLE, f"Playwright driver failed: {exc}") from None
             browser.on("disconnected", self._forget)
+            for context in browser.contexts:
+                self._track(context)
             self._browser = browser
             self._active = None
             self._ids.clear()
             return browser
+
+    def _track(self, context: BrowserContext) -> None:
+        context.on("request", lambda request: self._pending.__setitem__(request, time.monotonic()))
+        context.on("requestfinished", lambda request: self._pending.pop(request, None))
+        context.on("requestfailed", lambda request: self._pending.pop(request, None))
+
+    def loading(self) -> bool:
+        """Whether a page has a request in flight (long polls and streams aside); settling waits for it."""
+        if not self._pending:
+            return False
+        cutoff = time.monotonic() - _LOADING_REQUEST_S
+        return any(started > cutoff for started in self._pending.values())
 
     def _forget(self, _browser: PWBrowser) -> None:
         log.warning("lost the connection to Chromium; reconnecting on the next browser action")
         self._browser = None
         self._active = None
         self._ids.clear()
+        self._pending.clear()
 
     async def close(self) -> None:
         if self._browser is not None:
@@ -93,10 +113,16 @@ class Browser:
         if pages:
             self._active = pages[0]
             return pages[0]
-        browser = await self.connect()
-        context = browser.contexts[0] if browser.contexts else await browser.new_context()
-        self._active = await context.new_page()
+        self._active = await (await self._context()).new_page()
         return self._active
+
+    async def _context(self) -> BrowserContext:
+        browser = await self.connect()
+        if browser.contexts:
+            return browser.contexts[0]
+        context = await browser.new_context()
+        self._track(context)
+        return context
 
     async def _info(self, page: Page) -> dict[str, Any]:
         try:
@@ -193,9 +219,7 @@ class Browser:
         raise ActionError(ErrorCode.NO_SUCH_TAB, f"no tab {ref!r}; there are {len(pages)} tabs", field="action.tab")
 
     async def tab_new(self, url: str | None) -> dict[str, Any]:
-        browser = await self.connect()
-        context = browser.contexts[0] if browser.contexts else await browser.new_context()
-        page = await context.new_page()
+        page = await (await self._context()).new_page()
         await page.bring_to_front()
         self._active = page
         if url:

@@ -69,8 +69,10 @@ class Desktop:
     async def capture(self, options: a.ScreenshotOptions, after: After) -> StepResult:
         settled: Settled | None = None
         if after.wait_for_stable:
-            settled = await self.screen.wait_stable(after.settle_quiet_ms, after.settle_timeout_ms,
-                                                    self._settings.settle_poll_ms)
+            settled = await self.screen.wait_stable(
+                after.settle_quiet_ms, after.settle_timeout_ms, self._settings.settle_poll_ms,
+                min_ms=after.settle_min_ms, busy=self.browser.loading,
+            )
             frame = settled.frame
         else:
             frame = await self.screen.grab()

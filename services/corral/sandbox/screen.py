@@ -2,7 +2,8 @@
 
 ``wait_stable`` replaces the fixed sleeps other tools put after an action: it
 polls MIT-SHM frames (about 1 ms each) and returns once nothing has changed
-for ``quiet_ms``, or at ``timeout_ms`` with ``settled=False``.
+for ``quiet_ms`` and the page has no request in flight, or at ``timeout_ms``
+with ``settled=False``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
@@ -46,13 +48,30 @@ class Screen:
         frame: Frame = await self._on_thread(self._capture.grab)
         return frame
 
-    async def wait_stable(self, quiet_ms: int, timeout_ms: int, poll_ms: int) -> Settled:
+    async def wait_stable(
+        self,
+        quiet_ms: int,
+        timeout_ms: int,
+        poll_ms: int,
+        *,
+        min_ms: int = 0,
+        busy: Callable[[], bool] = lambda: False,
+    ) -> Settled:
+        """The screen once it has not changed for ``quiet_ms`` and ``min_ms`` passed since the last activity.
+
+        Activity is the action itself and any request the page had in flight (``busy``): pages react
+        to a click or a response a little later (a timer, a render), and that reaction is what the
+        agent must see, so a quiet screen alone is not enough right after it.
+        """
         start = time.monotonic()
         last = await self.grab()
         last_change = start
+        activity = start
         while True:
             now = time.monotonic()
-            if (now - last_change) * 1000 >= quiet_ms:
+            if busy():
+                activity = now
+            if (now - last_change) * 1000 >= quiet_ms and (now - activity) * 1000 >= min_ms:
                 return Settled(last, (now - start) * 1000, True)
             if (now - start) * 1000 >= timeout_ms:
                 return Settled(last, (now - start) * 1000, False)

@@ -23,6 +23,8 @@ class ControllerSettings(BaseSettings):
     settle_timeout_ms: int = 3_000
     settle_quiet_ms: int = 120
     settle_poll_ms: int = 15
+    # The least time after an action (or the page's last request) before the screen counts as settled.
+    settle_min_ms: int = 300
     type_chunk_chars: int = 200
     # Pause after binding spare keycodes to new characters, before typing them (see xinput.bind_for).
     keymap_settle_ms: int = 60
@@ -35,4 +37,5 @@ class ControllerSettings(BaseSettings):
             max_timeout_ms=self.max_action_timeout_ms,
             settle_timeout_ms=self.settle_timeout_ms,
             settle_quiet_ms=self.settle_quiet_ms,
+            settle_min_ms=self.settle_min_ms,
         )
