@@ -130,8 +130,12 @@ def baseline(runtime: DockerRuntime, sandbox: SandboxContainer, samples: int) ->
 
 
 def row(name: str, values: list[float]) -> dict[str, Any]:
-    return {"name": name, "p50_ms": round(statistics.median(values), 2), "p95_ms": round(pct(values, 0.95), 2),
-            "n": len(values)}
+    return {
+        "name": name,
+        "p50_ms": round(statistics.median(values), 2),
+        "p95_ms": round(pct(values, 0.95), 2),
+        "n": len(values),
+    }
 
 
 def main() -> int:
@@ -166,8 +170,10 @@ def main() -> int:
         "after-action shot: fixed 2 s sleep / settled": by_name["click -> sleep(2 s) -> screenshot"]["p50_ms"]
         / by_name["click -> settled screenshot"]["p50_ms"],
     }
-    budgets = {k: {"budget_ms": v, "p50_ms": by_name[k]["p50_ms"], "ok": by_name[k]["p50_ms"] <= v}
-               for k, v in BUDGETS_MS.items()}
+    budgets = {
+        k: {"budget_ms": v, "p50_ms": by_name[k]["p50_ms"], "ok": by_name[k]["p50_ms"] <= v}
+        for k, v in BUDGETS_MS.items()
+    }
 
     print(f"sandbox ready (container start to /healthz 200): {ready_s * 1000:.0f} ms\n")
     print(f"{'Corral over WebSocket (1280x800)':<44}{'p50 ms':>10}{'p95 ms':>10}{'n':>6}")
@@ -179,8 +185,10 @@ def main() -> int:
     print(f"\n{'Action to screenshot on a re-rendering page':<44}{'p50 ms':>10}{'p95 ms':>10}{'n':>6}")
     for r in settle_rows:
         print(f"  {r['name']:<42}{r['p50_ms']:>10.2f}{r['p95_ms']:>10.2f}{r['n']:>6}")
-    print(f"  screenshots showing the final render: settled {correct}/{len(settled)}, "
-          f"fixed sleep {fixed_correct}/{len(fixed)}")
+    print(
+        f"  screenshots showing the final render: settled {correct}/{len(settled)}, "
+        f"fixed sleep {fixed_correct}/{len(fixed)}"
+    )
     print("\nRatios (p50, same run)")
     for k, v in ratios.items():
         print(f"  {k:<50}{v:>8.1f}x")
@@ -189,10 +197,16 @@ def main() -> int:
         print(f"  {k:<30} {b['p50_ms']:>8.2f} ms  <= {b['budget_ms']:>5.1f} ms  {'ok' if b['ok'] else 'OVER'}")
 
     RESULTS.mkdir(exist_ok=True)
-    out = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "ready_ms": round(ready_s * 1000),
-           "corral": rows, "reference": ref_rows, "settle": settle_rows,
-           "final_render_shown": {"settled": f"{correct}/{len(settled)}", "fixed": f"{fixed_correct}/{len(fixed)}"},
-           "ratios": {k: round(v, 1) for k, v in ratios.items()}, "budgets": budgets}
+    out = {
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "ready_ms": round(ready_s * 1000),
+        "corral": rows,
+        "reference": ref_rows,
+        "settle": settle_rows,
+        "final_render_shown": {"settled": f"{correct}/{len(settled)}", "fixed": f"{fixed_correct}/{len(fixed)}"},
+        "ratios": {k: round(v, 1) for k, v in ratios.items()},
+        "budgets": budgets,
+    }
     (RESULTS / "latest.json").write_text(json.dumps(out, indent=2))
     print(f"\nwrote {RESULTS / 'latest.json'}")
     return 0 if all(b["ok"] for b in budgets.values()) else 1

@@ -41,6 +41,7 @@ def _dev(runtime: DockerRuntime) -> SandboxContainer:
 
 def _build(runtime: DockerRuntime) -> None:
     with console.status("building corral-desktop (cached layers make a rebuild take seconds)") as status:
+
         def show(line: str) -> None:
             if line.startswith("Step ") or not line.startswith(" "):
                 status.update(f"[bold]building corral-desktop[/bold]: {line[:100]}")
@@ -79,7 +80,7 @@ def up(
         raise typer.Exit(1) from None
     console.print(f"[green]sandbox ready in {seconds:.1f}s[/green]")
     typer.echo(json.dumps({"name": sandbox.name, "ws_url": sandbox.ws_url, "http": sandbox.base_url}))
-    console.print("try: corral do '{\"type\": \"screenshot\"}' -o shot.png")
+    console.print('try: corral do \'{"type": "screenshot"}\' -o shot.png')
 
 
 @app.command()
@@ -110,8 +111,9 @@ def _strip_images(reply: dict[str, Any], output: Path | None) -> dict[str, Any]:
 
 @app.command("do")
 def do(
-    message: Annotated[str, typer.Argument(help="A native action, or a whole message with 'action', "
-                                                "'anthropic' or 'openai'.")],
+    message: Annotated[
+        str, typer.Argument(help="A native action, or a whole message with 'action', 'anthropic' or 'openai'.")
+    ],
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the screenshot here.")] = None,
 ) -> None:
     """Send one message to the local sandbox and print the reply (the image goes to --output)."""

@@ -25,8 +25,10 @@ class ActionFailed(CorralError):
     """The sandbox answered ``ok: false``."""
 
     def __init__(self, error: dict[str, Any]) -> None:
-        super().__init__(f"{error.get('code')}: {error.get('message')}" + (
-            f" (field {error['field']})" if error.get("field") else ""))
+        super().__init__(
+            f"{error.get('code')}: {error.get('message')}"
+            + (f" (field {error['field']})" if error.get("field") else "")
+        )
         self.code: str = error.get("code", "")
         self.field: str | None = error.get("field")
         self.error = error
@@ -94,8 +96,9 @@ class SandboxClient:
         )
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._stack.close()
 
     def send_raw(self, message: str | bytes) -> dict[str, Any]:

@@ -60,7 +60,9 @@ def debootstrap_base(runtime: DockerRuntime, log: Log, mirror: str | None = None
         log(f"debootstrap {DEBIAN_SUITE} from {mirror} (no registry reachable)")
         result = subprocess.run(
             [debootstrap, "--variant=minbase", DEBIAN_SUITE, str(rootfs), mirror],
-            capture_output=True, text=True, check=False,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if result.returncode != 0:
             raise ImageBuildError(f"debootstrap failed ({result.returncode}):\n{result.stderr[-2000:]}")
@@ -94,7 +96,9 @@ def ensure_base_image(runtime: DockerRuntime, log: Log) -> str:
 def _platform_tags(arch: str) -> list[str]:
     machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
     return [f"manylinux_2_{minor}_{machine}" for minor in (36, 34, 28, 27, 24, 17)] + [
-        f"manylinux2014_{machine}", f"manylinux1_{machine}", f"linux_{machine}",
+        f"manylinux2014_{machine}",
+        f"manylinux1_{machine}",
+        f"linux_{machine}",
     ]
 
 
@@ -102,9 +106,21 @@ def build_wheelhouse(root: Path, arch: str, log: Log) -> None:
     """Download the image's wheels on the host, for the image's Python (3.11) and architecture."""
     desktop = root / "images" / "desktop"
     cmd = [
-        sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-        "-r", str(desktop / "requirements.txt"), "-d", str(desktop / "wheels"),
-        "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--disable-pip-version-check",
+        "-r",
+        str(desktop / "requirements.txt"),
+        "-d",
+        str(desktop / "wheels"),
+        "--only-binary=:all:",
+        "--python-version",
+        "3.11",
+        "--implementation",
+        "cp",
     ]
     for tag in _platform_tags(arch):
         cmd += ["--platform", tag]
@@ -115,7 +131,10 @@ def build_wheelhouse(root: Path, arch: str, log: Log) -> None:
 
 
 def build_desktop(runtime: DockerRuntime, log: Log, *, tag: str = DESKTOP_IMAGE, wheelhouse: bool = True) -> str:
-    """Build ``corral-desktop`` from images/desktop/Dockerfile; cached layers make a code change a seconds-long rebuild."""
+    """Build ``corral-desktop`` from images/desktop/Dockerfile.
+
+    Layers are ordered so that a code change rebuilds only the last one (seconds).
+    """
     root = repo_root()
     base = ensure_base_image(runtime, log)
     if wheelhouse and os.environ.get("CORRAL_WHEELHOUSE", "1") != "0":

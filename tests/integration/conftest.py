@@ -97,10 +97,8 @@ def await_title(
     deadline = time.monotonic() + timeout_s
     while True:
         current = title(client)
-        if expected is not None:
-            done = current == expected
-        else:
-            done = current != "ready" and (until is None or until(current))
+        left_ready = current != "ready" and (until is None or until(current))
+        done = (current == expected) if expected is not None else left_ready
         if done:
             return current
         if time.monotonic() > deadline:

@@ -17,8 +17,12 @@ BAD_FRAMES: list[tuple[str, str | bytes, str, str | None]] = [
     ("json but not an object", "[1, 2, 3]", "invalid_request", None),
     ("binary garbage", b"\xff\xfe\x00garbage", "invalid_json", None),
     ("no payload", '{"id": 1}', "invalid_request", None),
-    ("two payloads", '{"id": 1, "action": {"type": "screenshot"}, "openai": {"type": "screenshot"}}',
-     "invalid_request", None),
+    (
+        "two payloads",
+        '{"id": 1, "action": {"type": "screenshot"}, "openai": {"type": "screenshot"}}',
+        "invalid_request",
+        None,
+    ),
     ("unknown envelope field", '{"id": 1, "action": {"type": "screenshot"}, "colour": 1}', "unknown_field", "colour"),
     ("unknown action", '{"id": 1, "action": {"type": "teleport"}}', "unknown_action", "action.type"),
     ("action without type", '{"id": 1, "action": {"x": 1}}', "missing_field", "action.type"),
@@ -28,31 +32,61 @@ BAD_FRAMES: list[tuple[str, str | bytes, str, str | None]] = [
     ("count out of range", '{"id": 1, "action": {"type": "click", "count": 7}}', "invalid_field", "action.count"),
     ("off the screen", '{"id": 1, "action": {"type": "click", "x": 1280, "y": 10}}', "out_of_bounds", "action.x"),
     ("negative coordinate", '{"id": 1, "action": {"type": "move", "x": -1, "y": 10}}', "out_of_bounds", "action.x"),
-    ("drag point off screen", '{"id": 1, "action": {"type": "drag", "path": [{"x": 1, "y": 1}, {"x": 9, "y": 900}]}}',
-     "out_of_bounds", "action.path[1]"),
-    ("region too big", '{"id": 1, "action": {"type": "screenshot", "region": {"x": 1000, "y": 0, "width": 400, '
-     '"height": 10}}}', "out_of_bounds", "action.region"),
+    (
+        "drag point off screen",
+        '{"id": 1, "action": {"type": "drag", "path": [{"x": 1, "y": 1}, {"x": 9, "y": 900}]}}',
+        "out_of_bounds",
+        "action.path[1]",
+    ),
+    (
+        "region too big",
+        '{"id": 1, "action": {"type": "screenshot", "region": {"x": 1000, "y": 0, "width": 400, "height": 10}}}',
+        "out_of_bounds",
+        "action.region",
+    ),
     ("unknown key", '{"id": 1, "action": {"type": "key", "keys": "ctrl+banana"}}', "unknown_key", "action.keys"),
-    ("modifier that is not one", '{"id": 1, "action": {"type": "click", "modifiers": ["a"]}}', "unknown_key",
-     "action.modifiers"),
-    ("untypeable character", '{"id": 1, "action": {"type": "type", "text": "a\\u0007b"}}', "invalid_field",
-     "action.text"),
-    ("text too long", json.dumps({"id": 1, "action": {"type": "type", "text": "x" * 20_001}}), "text_too_long",
-     "action.text"),
-    ("message too large", json.dumps({"id": 1, "action": {"type": "clipboard_set", "text": "x" * (1 << 20)}}),
-     "message_too_large", None),
+    (
+        "modifier that is not one",
+        '{"id": 1, "action": {"type": "click", "modifiers": ["a"]}}',
+        "unknown_key",
+        "action.modifiers",
+    ),
+    (
+        "untypeable character",
+        '{"id": 1, "action": {"type": "type", "text": "a\\u0007b"}}',
+        "invalid_field",
+        "action.text",
+    ),
+    (
+        "text too long",
+        json.dumps({"id": 1, "action": {"type": "type", "text": "x" * 20_001}}),
+        "text_too_long",
+        "action.text",
+    ),
+    (
+        "message too large",
+        json.dumps({"id": 1, "action": {"type": "clipboard_set", "text": "x" * (1 << 20)}}),
+        "message_too_large",
+        None,
+    ),
     ("bad url", '{"id": 1, "action": {"type": "navigate", "url": "no scheme here"}}', "invalid_field", "action.url"),
-    ("timeout above the cap", '{"id": 1, "action": {"type": "wait"}, "timeout_ms": 99999999}', "invalid_field",
-     "timeout_ms"),
+    (
+        "timeout above the cap",
+        '{"id": 1, "action": {"type": "wait"}, "timeout_ms": 99999999}',
+        "invalid_field",
+        "timeout_ms",
+    ),
     ("anthropic unknown action", '{"id": 1, "anthropic": {"action": "fly"}}', "invalid_field", "anthropic.action"),
     ("openai empty batch", '{"id": 1, "openai": []}', "invalid_request", "openai"),
 ]
 
 
-@pytest.mark.parametrize(("frame", "code", "field"), [case[1:] for case in BAD_FRAMES],
-                         ids=[case[0] for case in BAD_FRAMES])
-def test_bad_input_gets_a_structured_error(client: SandboxClient, frame: str | bytes, code: str,
-                                           field: str | None) -> None:
+@pytest.mark.parametrize(
+    ("frame", "code", "field"), [case[1:] for case in BAD_FRAMES], ids=[case[0] for case in BAD_FRAMES]
+)
+def test_bad_input_gets_a_structured_error(
+    client: SandboxClient, frame: str | bytes, code: str, field: str | None
+) -> None:
     reply = client.send_raw(frame)
     assert reply["ok"] is False
     assert reply["error"]["code"] == code, reply
@@ -78,8 +112,9 @@ def test_timeout_is_enforced_and_the_session_survives(client: SandboxClient) -> 
 
 
 def _post(sandbox: SandboxContainer, body: bytes) -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(f"{sandbox.base_url}/v1/actions", data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{sandbox.base_url}/v1/actions", data=body, method="POST", headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, json.loads(response.read())

@@ -63,8 +63,9 @@ def test_anthropic_type_key_cursor_and_zoom(client: SandboxClient) -> None:
 def test_anthropic_scroll_and_wait(client: SandboxClient) -> None:
     js = "addEventListener('scroll', () => { document.title = String(Math.round(scrollY)); });"
     open_page(client, '<div style="height:5000px">tall</div>', js)
-    reply = client.request({"anthropic": {"action": "scroll", "coordinate": [640, 400], "scroll_direction": "down",
-                                          "scroll_amount": 3}})
+    reply = client.request(
+        {"anthropic": {"action": "scroll", "coordinate": [640, 400], "scroll_direction": "down", "scroll_amount": 3}}
+    )
     assert reply["ok"], reply
     assert int(await_title(client)) > 0
     reply = client.request({"anthropic": {"action": "wait", "duration": 0.1}})

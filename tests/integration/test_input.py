@@ -61,7 +61,9 @@ def test_mouse_down_move_up(client: SandboxClient) -> None:
     assert await_json(client)["n"] == 1
 
 
-INPUT_PAGE = '<input id=i style="position:absolute;left:40px;top:40px;width:600px;height:40px;background:#00f;color:#fff">'
+INPUT_PAGE = (
+    '<input id=i style="position:absolute;left:40px;top:40px;width:600px;height:40px;background:#00f;color:#fff">'
+)
 INPUT_JS = """
 const i = document.getElementById('i');
 i.addEventListener('input', () => { document.title = i.value; });
@@ -142,12 +144,14 @@ SCROLL_JS = "addEventListener('scroll', () => { document.title = String(Math.rou
 
 def test_scroll_by_wheel_clicks(client: SandboxClient) -> None:
     open_page(client, SCROLL_PAGE, SCROLL_JS)
-    client.act({"type": "scroll", "x": 640, "y": 400, "direction": "down", "clicks": 5}, wait_for="stable",
-               screenshot=True)
+    client.act(
+        {"type": "scroll", "x": 640, "y": 400, "direction": "down", "clicks": 5}, wait_for="stable", screenshot=True
+    )
     first = int(await_title(client))
     assert first > 0
-    client.act({"type": "scroll", "x": 640, "y": 400, "direction": "up", "clicks": 2}, wait_for="stable",
-               screenshot=True)
+    client.act(
+        {"type": "scroll", "x": 640, "y": 400, "direction": "up", "clicks": 2}, wait_for="stable", screenshot=True
+    )
     assert 0 <= int(await_title(client, until=lambda t: int(t) < first)) < first
 
 

@@ -24,12 +24,12 @@ def test_processes_run_as_the_unprivileged_user(runtime: DockerRuntime, sandbox:
     assert code == 0
     users = {line.split()[0] for line in out.splitlines() if line.strip()}
     assert users == {"corral"}, out
-    code, out = runtime.exec(sandbox.id, ["sh", "-c", "grep CapEff /proc/self/status"])
+    _, out = runtime.exec(sandbox.id, ["sh", "-c", "grep CapEff /proc/self/status"])
     assert out.split()[-1] == "0000000000000000"
 
 
 def test_devtools_listens_on_loopback_only(runtime: DockerRuntime, sandbox: SandboxContainer) -> None:
-    code, out = runtime.exec(sandbox.id, ["cat", "/proc/net/tcp", "/proc/net/tcp6"])
+    _, out = runtime.exec(sandbox.id, ["cat", "/proc/net/tcp", "/proc/net/tcp6"])
     listening = [line.split() for line in out.splitlines()[1:] if line.split()[3:4] == ["0A"]]
     cdp = [fields[1] for fields in listening if fields[1].endswith(":2406")]  # port 9222
     assert cdp, out
@@ -38,15 +38,17 @@ def test_devtools_listens_on_loopback_only(runtime: DockerRuntime, sandbox: Sand
     assert sandbox.host == "127.0.0.1"
 
 
-def test_chromium_is_restarted_and_browser_actions_recover(runtime: DockerRuntime,
-                                                           spare_sandbox: SandboxContainer) -> None:
+def test_chromium_is_restarted_and_browser_actions_recover(
+    runtime: DockerRuntime, spare_sandbox: SandboxContainer
+) -> None:
     with SandboxClient(spare_sandbox.ws_url) as client:
         assert client.act({"type": "navigate", "url": html_url("<p>x</p>", "document.title='before'")})["ok"]
         runtime.kill_process(spare_sandbox.id, "chromium")
         deadline = time.monotonic() + 60
         while True:
-            reply = client.request({"action": {"type": "navigate", "url": html_url("<p>y</p>",
-                                                                                   "document.title='after'")}})
+            reply = client.request(
+                {"action": {"type": "navigate", "url": html_url("<p>y</p>", "document.title='after'")}}
+            )
             if reply["ok"]:
                 break
             assert reply["error"]["code"] in ("browser_unavailable", "navigation_failed"), reply

@@ -15,11 +15,14 @@ GREEN = (10, 200, 30)
 PAINTED = f'<div id=p style="position:absolute;left:300px;top:200px;width:400px;height:200px;background:rgb{GREEN}">'
 
 
-@pytest.mark.parametrize(("fmt", "media_type", "magic"), [
-    ("png", "image/png", b"\x89PNG"),
-    ("jpeg", "image/jpeg", b"\xff\xd8\xff"),
-    ("webp", "image/webp", b"RIFF"),
-])
+@pytest.mark.parametrize(
+    ("fmt", "media_type", "magic"),
+    [
+        ("png", "image/png", b"\x89PNG"),
+        ("jpeg", "image/jpeg", b"\xff\xd8\xff"),
+        ("webp", "image/webp", b"RIFF"),
+    ],
+)
 def test_screenshot_formats(client: SandboxClient, fmt: str, media_type: str, magic: bytes) -> None:
     reply = client.act({"type": "screenshot", "format": fmt, "quality": 70})
     shot = reply["screenshot"]
@@ -77,8 +80,7 @@ document.addEventListener('click', () => setTimeout(() => {
 def test_wait_for_stable_sees_a_late_change(client: SandboxClient) -> None:
     open_page(client, DELAYED, DELAYED_JS)
     # A quiet window longer than the page's delay: the screenshot must come after the change.
-    reply = client.act({"type": "click", "x": 100, "y": 600}, screenshot=True, wait_for="stable",
-                       settle_quiet_ms=600)
+    reply = client.act({"type": "click", "x": 100, "y": 600}, screenshot=True, wait_for="stable", settle_quiet_ms=600)
     shot = reply["screenshot"]
     assert shot["settled"] is True
     assert shot["settle_ms"] >= 400
@@ -88,10 +90,12 @@ def test_wait_for_stable_sees_a_late_change(client: SandboxClient) -> None:
 
 def test_settle_is_capped_on_a_page_that_never_stops(client: SandboxClient) -> None:
     spinner = "<div id=s style='width:300px;height:300px;background:#000'></div>"
-    js = "let k=0; setInterval(() => { k++; document.getElementById('s').style.background = k%2 ? '#fff' : '#000'; }, 30);"
+    js = (
+        "let k=0; setInterval(() => { k++;"
+        " document.getElementById('s').style.background = k%2 ? '#fff' : '#000'; }, 30);"
+    )
     # open_page would wait for a stable screen, which this page never gives.
     client.act({"type": "navigate", "url": html_url(spinner, js)})
     reply = client.act({"type": "wait", "ms": 0}, screenshot=True, wait_for="stable", settle_timeout_ms=500)
     assert reply["screenshot"]["settled"] is False
     assert 450 <= reply["screenshot"]["settle_ms"] < 1500
-

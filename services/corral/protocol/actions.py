@@ -110,8 +110,9 @@ class _OptionalPointAction(_Action):
     def _both_or_neither(self) -> Self:
         if (self.x is None) != (self.y is None):
             missing = "y" if self.y is None else "x"
-            raise PydanticCustomError("missing_field", "give both x and y, or neither ({missing} is missing)",
-                                      {"missing": missing})
+            raise PydanticCustomError(
+                "missing_field", "give both x and y, or neither ({missing} is missing)", {"missing": missing}
+            )
         return self
 
     def points(self) -> Iterator[tuple[str, int, int]]:
@@ -262,15 +263,17 @@ class Type(_Action):
     def _typeable(cls, value: str) -> str:
         if len(value) > MAX_TYPE_CHARS:
             raise PydanticCustomError(
-                "text_too_long", "text has {length} characters; at most {limit} per action",
+                "text_too_long",
+                "text has {length} characters; at most {limit} per action",
                 {"length": len(value), "limit": MAX_TYPE_CHARS},
             )
         for index, char in enumerate(value):
             try:
                 keyparse.keysym_for_char(char)
             except ValueError as exc:
-                raise PydanticCustomError("invalid_field", "character {index}: {message}",
-                                          {"index": index, "message": str(exc)}) from None
+                raise PydanticCustomError(
+                    "invalid_field", "character {index}: {message}", {"index": index, "message": str(exc)}
+                ) from None
         return value
 
 
@@ -402,7 +405,27 @@ NativeAction = Annotated[
 ]
 
 ACTION_TYPES: tuple[str, ...] = (
-    "screenshot", "zoom", "click", "mouse_down", "mouse_up", "move", "drag", "scroll", "type", "key", "wait",
-    "cursor_position", "clipboard_get", "clipboard_set", "navigate", "back", "forward", "reload", "page_info",
-    "tabs", "tab_new", "tab_switch", "tab_close",
+    "screenshot",
+    "zoom",
+    "click",
+    "mouse_down",
+    "mouse_up",
+    "move",
+    "drag",
+    "scroll",
+    "type",
+    "key",
+    "wait",
+    "cursor_position",
+    "clipboard_get",
+    "clipboard_set",
+    "navigate",
+    "back",
+    "forward",
+    "reload",
+    "page_info",
+    "tabs",
+    "tab_new",
+    "tab_switch",
+    "tab_close",
 )

@@ -18,9 +18,23 @@ from corral.protocol.plan import EncodedImage, StepResult
 from corral.protocol.validation import validate
 
 AnthropicActionName = Literal[
-    "key", "type", "mouse_move", "left_click", "left_click_drag", "right_click", "middle_click",
-    "double_click", "triple_click", "left_mouse_down", "left_mouse_up", "scroll", "hold_key", "wait",
-    "cursor_position", "screenshot", "zoom",
+    "key",
+    "type",
+    "mouse_move",
+    "left_click",
+    "left_click_drag",
+    "right_click",
+    "middle_click",
+    "double_click",
+    "triple_click",
+    "left_mouse_down",
+    "left_mouse_up",
+    "scroll",
+    "hold_key",
+    "wait",
+    "cursor_position",
+    "screenshot",
+    "zoom",
 ]
 _Pair = tuple[int, int]
 
@@ -61,8 +75,15 @@ def _need(value: Any, name: str, field: str, action: str) -> Any:
 
 # Native field -> the computer-tool field it came from, so errors name what the model sent.
 _SOURCE_FIELD = {
-    "modifiers": "text", "x": "coordinate", "y": "coordinate", "path": "coordinate", "keys": "text",
-    "ms": "duration", "hold_ms": "duration", "clicks": "scroll_amount", "direction": "scroll_direction",
+    "modifiers": "text",
+    "x": "coordinate",
+    "y": "coordinate",
+    "path": "coordinate",
+    "keys": "text",
+    "ms": "duration",
+    "hold_ms": "duration",
+    "clicks": "scroll_amount",
+    "direction": "scroll_direction",
 }
 
 
@@ -136,8 +157,13 @@ def translate(raw: Any, field: str) -> list[a.NativeAction]:
         amount = _need(inp.scroll_amount, "scroll_amount", field, name)
         if amount == 0:
             return [_native({"type": "wait", "ms": 0}, field)]
-        data = {"type": "scroll", "direction": direction, "clicks": amount, "modifiers": _modifiers(inp),
-                **_xy(inp.coordinate)}
+        data = {
+            "type": "scroll",
+            "direction": direction,
+            "clicks": amount,
+            "modifiers": _modifiers(inp),
+            **_xy(inp.coordinate),
+        }
         return [_native(data, field, _held_field(inp))]
     if name == "wait":
         seconds = _need(inp.duration, "duration", field, name)
@@ -147,8 +173,9 @@ def translate(raw: Any, field: str) -> list[a.NativeAction]:
     if name == "zoom":
         x1, y1, x2, y2 = _need(inp.region, "region", field, name)
         if x2 <= x1 or y2 <= y1:
-            raise ActionError(ErrorCode.INVALID_FIELD, "region is [x1, y1, x2, y2] with x2 > x1 and y2 > y1",
-                              field=f"{field}.region")
+            raise ActionError(
+                ErrorCode.INVALID_FIELD, "region is [x1, y1, x2, y2] with x2 > x1 and y2 > y1", field=f"{field}.region"
+            )
         region = {"x": x1, "y": y1, "width": x2 - x1, "height": y2 - y1}
         return [_native({"type": "zoom", "region": region}, field)]
     return [_native({"type": "screenshot"}, field)]
@@ -170,8 +197,14 @@ def tool_result_content(
             x, y = scale.to_display(x, y)
         blocks.append({"type": "text", "text": f"X={x},Y={y}"})
     if image is not None:
-        blocks.append({
-            "type": "image",
-            "source": {"type": "base64", "media_type": image.media_type, "data": base64.b64encode(image.data).decode()},
-        })
+        blocks.append(
+            {
+                "type": "image",
+                "source": {
+                    "type": "base64",
+                    "media_type": image.media_type,
+                    "data": base64.b64encode(image.data).decode(),
+                },
+            }
+        )
     return blocks

@@ -59,9 +59,7 @@ def decode(raw: str | bytes, limits: Limits) -> dict[str, Any]:
     """Parse one message's JSON text; it must be an object within the size limit."""
     size = len(raw.encode() if isinstance(raw, str) else raw)
     if size > limits.max_message_bytes:
-        raise ActionError(
-            ErrorCode.MESSAGE_TOO_LARGE, f"message is {size} bytes; at most {limits.max_message_bytes}"
-        )
+        raise ActionError(ErrorCode.MESSAGE_TOO_LARGE, f"message is {size} bytes; at most {limits.max_message_bytes}")
     try:
         obj = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -109,8 +107,7 @@ def plan_request(obj: dict[str, Any], screen: Size, limits: Limits) -> Plan:
     dialect = Dialect(given[0])
     timeout_ms = env.timeout_ms or limits.timeout_ms
     if timeout_ms > limits.max_timeout_ms:
-        raise ActionError(ErrorCode.INVALID_FIELD, f"timeout_ms is at most {limits.max_timeout_ms}",
-                          field="timeout_ms")
+        raise ActionError(ErrorCode.INVALID_FIELD, f"timeout_ms is at most {limits.max_timeout_ms}", field="timeout_ms")
 
     display = Size(env.display.width, env.display.height) if env.display else screen
     scale = None if display == screen else Scale(screen=screen, display=display)
@@ -154,5 +151,4 @@ def plan_request(obj: dict[str, Any], screen: Size, limits: Limits) -> Plan:
         settle_quiet_ms=env.settle_quiet_ms or limits.settle_quiet_ms,
         settle_min_ms=limits.settle_min_ms if env.settle_min_ms is None else env.settle_min_ms,
     )
-    return Plan(request_id=env.id, dialect=dialect, steps=tuple(steps), after=after, timeout_ms=timeout_ms,
-                scale=scale)
+    return Plan(request_id=env.id, dialect=dialect, steps=tuple(steps), after=after, timeout_ms=timeout_ms, scale=scale)

@@ -53,8 +53,11 @@ def _check_point(field: str, x: int, y: int, bounds: Size) -> None:
 
 
 def _check_region(field: str, region: Region, bounds: Size) -> None:
-    if region.x < 0 or region.y < 0 or region.x + region.width > bounds.width or (
-        region.y + region.height > bounds.height
+    if (
+        region.x < 0
+        or region.y < 0
+        or region.x + region.width > bounds.width
+        or (region.y + region.height > bounds.height)
     ):
         raise ActionError(
             ErrorCode.OUT_OF_BOUNDS,

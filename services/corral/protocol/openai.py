@@ -94,8 +94,13 @@ OpenAIAction = Annotated[
 ]
 _INPUT: TypeAdapter[OpenAIAction] = TypeAdapter(OpenAIAction)
 _ACTION: TypeAdapter[a.NativeAction] = TypeAdapter(a.NativeAction)
-_BUTTONS: dict[str, a.Button] = {"left": "left", "right": "right", "wheel": "middle", "back": "back",
-                                 "forward": "forward"}
+_BUTTONS: dict[str, a.Button] = {
+    "left": "left",
+    "right": "right",
+    "wheel": "middle",
+    "back": "back",
+    "forward": "forward",
+}
 
 
 def _key_name(name: str, field: str) -> str:
@@ -123,8 +128,13 @@ def translate_one(raw: Any, field: str) -> a.NativeAction:
     """The native action (in display coordinates) for one OpenAI action."""
     act = validate(_INPUT, raw, field, tagged=True)
     if isinstance(act, OAClick):
-        data = {"type": "click", "button": _BUTTONS[act.button], "x": act.x, "y": act.y,
-                "modifiers": _modifiers(act.keys, field)}
+        data = {
+            "type": "click",
+            "button": _BUTTONS[act.button],
+            "x": act.x,
+            "y": act.y,
+            "modifiers": _modifiers(act.keys, field),
+        }
         return _native(data, field)
     if isinstance(act, OADoubleClick):
         data = {"type": "click", "count": 2, "x": act.x, "y": act.y, "modifiers": _modifiers(act.keys, field)}
@@ -140,8 +150,14 @@ def translate_one(raw: Any, field: str) -> a.NativeAction:
     if isinstance(act, OAScroll):
         if act.scroll_x == 0 and act.scroll_y == 0:
             return _native({"type": "move", "x": act.x, "y": act.y}, field)
-        data = {"type": "scroll", "x": act.x, "y": act.y, "dx": act.scroll_x, "dy": act.scroll_y,
-                "modifiers": _modifiers(act.keys, field)}
+        data = {
+            "type": "scroll",
+            "x": act.x,
+            "y": act.y,
+            "dx": act.scroll_x,
+            "dy": act.scroll_y,
+            "modifiers": _modifiers(act.keys, field),
+        }
         return _native(data, field)
     if isinstance(act, OAType):
         return _native({"type": "type", "text": act.text}, field)

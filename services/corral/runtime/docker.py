@@ -5,6 +5,7 @@ Everything here goes through the docker SDK (no ``docker`` CLI strings).
 
 from __future__ import annotations
 
+import contextlib
 import time
 import urllib.error
 import urllib.request
@@ -150,7 +151,7 @@ class DockerRuntime:
         url = f"{sandbox.base_url}/healthz"
         while True:
             try:
-                with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - loopback URL we built
+                with urllib.request.urlopen(url, timeout=2) as response:
                     if response.status == 200:
                         return time.monotonic() - start
             except (urllib.error.URLError, ConnectionError, TimeoutError):
@@ -159,7 +160,9 @@ class DockerRuntime:
             if state in ("exited", "dead"):
                 raise SandboxError(f"sandbox {sandbox.name} exited while starting:\n{self.logs(sandbox.id, 40)}")
             if time.monotonic() - start > timeout_s:
-                raise SandboxError(f"sandbox {sandbox.name} not ready after {timeout_s:.0f}s:\n{self.logs(sandbox.id, 40)}")
+                raise SandboxError(
+                    f"sandbox {sandbox.name} not ready after {timeout_s:.0f}s:\n{self.logs(sandbox.id, 40)}"
+                )
             time.sleep(0.05)
 
     def _container(self, ident: str) -> Container:
@@ -185,10 +188,8 @@ class DockerRuntime:
         return raw.decode(errors="replace")
 
     def remove(self, ident: str) -> None:
-        try:
+        with contextlib.suppress(docker.errors.NotFound):
             self._client.containers.get(ident).remove(force=True)
-        except docker.errors.NotFound:
-            pass
 
     def exec(self, ident: str, argv: list[str], user: str = "corral") -> tuple[int, str]:
         code, output = self._container(ident).exec_run(argv, user=user, environment={"DISPLAY": ":0"})

@@ -14,9 +14,8 @@ import time
 from typing import Any
 
 from playwright.async_api import Browser as PWBrowser
-from playwright.async_api import BrowserContext, Request
+from playwright.async_api import BrowserContext, Page, Playwright, Request, Response, async_playwright
 from playwright.async_api import Error as PlaywrightError
-from playwright.async_api import Page, Playwright, Response, async_playwright
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from corral.errors import ActionError, ErrorCode
@@ -70,9 +69,15 @@ class Browser:
             return browser
 
     def _track(self, context: BrowserContext) -> None:
-        context.on("request", lambda request: self._pending.__setitem__(request, time.monotonic()))
-        context.on("requestfinished", lambda request: self._pending.pop(request, None))
-        context.on("requestfailed", lambda request: self._pending.pop(request, None))
+        context.on("request", self._request_started)
+        context.on("requestfinished", self._request_ended)
+        context.on("requestfailed", self._request_ended)
+
+    def _request_started(self, request: Request) -> None:
+        self._pending[request] = time.monotonic()
+
+    def _request_ended(self, request: Request) -> None:
+        self._pending.pop(request, None)
 
     def loading(self) -> bool:
         """Whether a page has a request in flight (long polls and streams aside); settling waits for it."""
@@ -136,8 +141,9 @@ class Browser:
         try:
             response = await self._goto(page, url, wait_until, timeout_ms)
         except PlaywrightTimeout:
-            raise ActionError(ErrorCode.TIMEOUT, f"{url} did not reach {wait_until!r} within {timeout_ms} ms",
-                              field="action.url") from None
+            raise ActionError(
+                ErrorCode.TIMEOUT, f"{url} did not reach {wait_until!r} within {timeout_ms} ms", field="action.url"
+            ) from None
         except PlaywrightError as exc:
             # Let Chromium commit its error page now, so it cannot cut the next navigation short.
             with contextlib.suppress(PlaywrightError):
@@ -226,7 +232,9 @@ class Browser:
             try:
                 await page.goto(url)
             except PlaywrightError as exc:
-                raise ActionError(ErrorCode.NAVIGATION_FAILED, exc.message.splitlines()[0], field="action.url") from None
+                raise ActionError(
+                    ErrorCode.NAVIGATION_FAILED, exc.message.splitlines()[0], field="action.url"
+                ) from None
         return {"id": self._tab_id(page), **await self._info(page)}
 
     async def tab_switch(self, ref: str | int) -> dict[str, Any]:

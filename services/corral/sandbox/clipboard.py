@@ -14,7 +14,8 @@ async def _xclip(args: list[str], stdin: bytes | None, display: str) -> tuple[in
     # capture output only when reading.
     capture = asyncio.subprocess.PIPE if stdin is None else asyncio.subprocess.DEVNULL
     proc = await asyncio.create_subprocess_exec(
-        "xclip", *args,
+        "xclip",
+        *args,
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=capture,
         stderr=capture,

@@ -70,15 +70,24 @@ class Desktop:
         settled: Settled | None = None
         if after.wait_for_stable:
             settled = await self.screen.wait_stable(
-                after.settle_quiet_ms, after.settle_timeout_ms, self._settings.settle_poll_ms,
-                min_ms=after.settle_min_ms, busy=self.browser.loading,
+                after.settle_quiet_ms,
+                after.settle_timeout_ms,
+                self._settings.settle_poll_ms,
+                min_ms=after.settle_min_ms,
+                busy=self.browser.loading,
             )
             frame = settled.frame
         else:
             frame = await self.screen.grab()
         image = await self.screen.encode(
-            frame, options.format, quality=options.quality, region=options.region, width=options.width,
-            scale=options.scale, cursor=options.cursor, settled=settled,
+            frame,
+            options.format,
+            quality=options.quality,
+            region=options.region,
+            width=options.width,
+            scale=options.scale,
+            cursor=options.cursor,
+            settled=settled,
         )
         return StepResult({}, image)
 
@@ -90,8 +99,13 @@ class Desktop:
             case a.Screenshot():
                 return await self.capture(action.options(), after)
             case a.Zoom():
-                opts = a.ScreenshotOptions(format=action.format, quality=action.quality, region=action.region,
-                                           width=action.width, cursor=action.cursor)
+                opts = a.ScreenshotOptions(
+                    format=action.format,
+                    quality=action.quality,
+                    region=action.region,
+                    width=action.width,
+                    cursor=action.cursor,
+                )
                 return await self.capture(opts, after)
             case a.Click():
                 self._move_if(action.x, action.y)
@@ -182,14 +196,30 @@ class Desktop:
         if 0 <= vx < vw and 0 <= vy < vh:
             session = await page.context.new_cdp_session(page)
             try:
-                flags = {"Alt_L": 1, "Alt_R": 1, "Control_L": 2, "Control_R": 2, "Meta_L": 4, "Super_L": 4,
-                         "Shift_L": 8, "Shift_R": 8}
+                flags = {
+                    "Alt_L": 1,
+                    "Alt_R": 1,
+                    "Control_L": 2,
+                    "Control_R": 2,
+                    "Meta_L": 4,
+                    "Super_L": 4,
+                    "Shift_L": 8,
+                    "Shift_R": 8,
+                }
                 mask = 0
                 for name in modifiers:
                     mask |= flags.get(parse_key(name).name, 0)
-                await session.send("Input.dispatchMouseEvent", {
-                    "type": "mouseWheel", "x": vx, "y": vy, "deltaX": dx, "deltaY": dy, "modifiers": mask,
-                })
+                await session.send(
+                    "Input.dispatchMouseEvent",
+                    {
+                        "type": "mouseWheel",
+                        "x": vx,
+                        "y": vy,
+                        "deltaX": dx,
+                        "deltaY": dy,
+                        "modifiers": mask,
+                    },
+                )
             finally:
                 await session.detach()
             return {"dx": dx, "dy": dy, "via": "cdp"}

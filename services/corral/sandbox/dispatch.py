@@ -34,8 +34,9 @@ class Dispatcher:
                     async with self._desktop.lock:
                         results, image = await self._execute(plan)
             except TimeoutError:
-                raise ActionError(ErrorCode.TIMEOUT, f"the request did not finish within {plan.timeout_ms} ms",
-                                  field="timeout_ms") from None
+                raise ActionError(
+                    ErrorCode.TIMEOUT, f"the request did not finish within {plan.timeout_ms} ms", field="timeout_ms"
+                ) from None
             return reply.success(plan, results, image, (time.perf_counter() - started) * 1000)
         except ActionError as exc:
             # The client's mistake or a refused action: worth a line, not a traceback.
@@ -52,7 +53,7 @@ class Dispatcher:
                 results.append(await self._desktop.run(step.action, plan.after))
             except ActionError as exc:
                 if exc.field is not None and exc.field.startswith("action.") and step.field != "action":
-                    exc.field = step.field + exc.field[len("action"):]
+                    exc.field = step.field + exc.field[len("action") :]
                 raise
         image = results[-1].image
         if image is None and plan.after.screenshot is not None:

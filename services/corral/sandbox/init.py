@@ -89,8 +89,17 @@ class Supervisor:
         os.chmod("/tmp/.X11-unix", 0o1777)
         read_fd, write_fd = os.pipe()
         argv = [
-            "Xvfb", self.display, "-screen", "0", f"{self.width}x{self.height}x{self.depth}",
-            "-nolisten", "tcp", "-dpi", "96", "-displayfd", str(write_fd),
+            "Xvfb",
+            self.display,
+            "-screen",
+            "0",
+            f"{self.width}x{self.height}x{self.depth}",
+            "-nolisten",
+            "tcp",
+            "-dpi",
+            "96",
+            "-displayfd",
+            str(write_fd),
         ]
         child = Child("xvfb", argv)
         child.proc = subprocess.Popen(argv, pass_fds=(write_fd,), env=self.env)
@@ -150,7 +159,7 @@ class Supervisor:
                 return 1
             lived = time.monotonic() - child.started_at
             child.restarts = 0 if lived > 30 else child.restarts + 1
-            delay = min(_BACKOFF_MAX_S, 0.1 * (2 ** child.restarts)) if child.restarts else 0.0
+            delay = min(_BACKOFF_MAX_S, 0.1 * (2**child.restarts)) if child.restarts else 0.0
             log.warning("%s exited (%s) after %.1fs; restarting in %.1fs", child.name, code, lived, delay)
             if delay:
                 time.sleep(delay)

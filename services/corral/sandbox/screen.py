@@ -80,8 +80,16 @@ class Screen:
             if frame.data != last.data:
                 last, last_change = frame, time.monotonic()
 
-    def _encode(self, frame: Frame, fmt: ImageFormat, quality: int | None, region: Region | None,
-                width: int | None, scale: float | None, cursor: bool) -> EncodedImage:
+    def _encode(
+        self,
+        frame: Frame,
+        fmt: ImageFormat,
+        quality: int | None,
+        region: Region | None,
+        width: int | None,
+        scale: float | None,
+        cursor: bool,
+    ) -> EncodedImage:
         image = enc.frame_to_image(frame)
         pointer: CursorImage | None = self._capture.cursor() if cursor else None
         if pointer is not None:

@@ -160,13 +160,24 @@ class ShmCapture:
         xext.XShmQueryExtension.argtypes = [ctypes.c_void_p]
         xext.XShmCreateImage.restype = ctypes.c_void_p
         xext.XShmCreateImage.argtypes = [
-            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_void_p,
-            ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_uint,
+            ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_uint,
+            ctypes.c_uint,
         ]
         xext.XShmAttach.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         xext.XShmDetach.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         xext.XShmGetImage.argtypes = [
-            ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_ulong,
+            ctypes.c_void_p,
+            ctypes.c_ulong,
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_ulong,
         ]
         libc.shmget.restype = ctypes.c_int
         libc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
@@ -199,8 +210,9 @@ class ShmCapture:
             argb = bytearray(count * 4)
             for i, value in enumerate(longs):
                 argb[i * 4 : i * 4 + 4] = (value & 0xFFFFFFFF).to_bytes(4, "little")
-            return CursorImage(int(img.x) - int(img.xhot), int(img.y) - int(img.yhot), int(img.width),
-                               int(img.height), bytes(argb))
+            return CursorImage(
+                int(img.x) - int(img.xhot), int(img.y) - int(img.yhot), int(img.width), int(img.height), bytes(argb)
+            )
         finally:
             self._x11.XFree(ptr)
 

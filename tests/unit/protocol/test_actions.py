@@ -92,10 +92,14 @@ def test_unknown_fields_are_rejected_on_every_action(kind: str) -> None:
         ({"type": "key", "keys": "a"}, {"repeat": 1, "hold_ms": None}),
         ({"type": "type", "text": "x"}, {"delay_ms": 0}),
         ({"type": "wait"}, {"ms": 1000}),
-        ({"type": "screenshot"}, {"format": "png", "quality": None, "scale": None, "width": None, "region": None,
-                                  "cursor": False}),
-        ({"type": "zoom", "region": {"x": 0, "y": 0, "width": 1, "height": 1}},
-         {"format": "png", "quality": None, "width": None, "cursor": False}),
+        (
+            {"type": "screenshot"},
+            {"format": "png", "quality": None, "scale": None, "width": None, "region": None, "cursor": False},
+        ),
+        (
+            {"type": "zoom", "region": {"x": 0, "y": 0, "width": 1, "height": 1}},
+            {"format": "png", "quality": None, "width": None, "cursor": False},
+        ),
         ({"type": "navigate", "url": "about:blank"}, {"wait_until": "load", "timeout_ms": 30_000}),
         ({"type": "back"}, {"timeout_ms": 30_000}),
         ({"type": "reload"}, {"timeout_ms": 30_000}),
@@ -117,8 +121,16 @@ def test_tab_refs_are_index_or_id(tab: int | str) -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["https://example.com/", "http://localhost:8000", "about:blank", "file:///tmp/x.html", "data:text/html,hi",
-     "chrome-extension://abc/page.html", "git+ssh://host/repo", "view-source:https://a.b/"],
+    [
+        "https://example.com/",
+        "http://localhost:8000",
+        "about:blank",
+        "file:///tmp/x.html",
+        "data:text/html,hi",
+        "chrome-extension://abc/page.html",
+        "git+ssh://host/repo",
+        "view-source:https://a.b/",
+    ],
 )
 def test_navigate_accepts_urls_with_a_scheme(url: str) -> None:
     action = native({"type": "navigate", "url": url})
@@ -163,11 +175,17 @@ def test_navigate_rejects_urls_without_a_scheme(url: str) -> None:
         ({"type": "drag"}, ErrorCode.MISSING_FIELD, "action.path"),
         ({"type": "drag", "path": [{"x": 1, "y": 1}]}, ErrorCode.INVALID_FIELD, "action.path"),
         ({"type": "drag", "path": [{"x": 1, "y": 1}, {"x": 1}]}, ErrorCode.MISSING_FIELD, "action.path[1].y"),
-        ({"type": "drag", "path": [{"x": 1, "y": 1}, {"x": 1, "y": 2, "z": 3}]}, ErrorCode.UNKNOWN_FIELD,
-         "action.path[1].z"),
+        (
+            {"type": "drag", "path": [{"x": 1, "y": 1}, {"x": 1, "y": 2, "z": 3}]},
+            ErrorCode.UNKNOWN_FIELD,
+            "action.path[1].z",
+        ),
         ({"type": "drag", "path": [{"x": 1, "y": 1}] * 1001}, ErrorCode.INVALID_FIELD, "action.path"),
-        ({"type": "drag", "path": [{"x": 0, "y": 0}, {"x": 1, "y": 1}], "step_px": 0}, ErrorCode.INVALID_FIELD,
-         "action.step_px"),
+        (
+            {"type": "drag", "path": [{"x": 0, "y": 0}, {"x": 1, "y": 1}], "step_px": 0},
+            ErrorCode.INVALID_FIELD,
+            "action.step_px",
+        ),
         ({"type": "scroll"}, ErrorCode.MISSING_FIELD, "action"),
         ({"type": "scroll", "clicks": 3}, ErrorCode.MISSING_FIELD, "action"),
         ({"type": "scroll", "direction": "up", "dy": 3}, ErrorCode.INVALID_FIELD, "action"),
@@ -197,19 +215,31 @@ def test_navigate_rejects_urls_without_a_scheme(url: str) -> None:
         ({"type": "screenshot", "scale": 4.5}, ErrorCode.INVALID_FIELD, "action.scale"),
         ({"type": "screenshot", "width": 7}, ErrorCode.INVALID_FIELD, "action.width"),
         ({"type": "screenshot", "scale": 0.5, "width": 640}, ErrorCode.INVALID_FIELD, "action"),
-        ({"type": "screenshot", "region": {"x": 0, "y": 0, "width": 0, "height": 5}}, ErrorCode.INVALID_FIELD,
-         "action.region.width"),
-        ({"type": "screenshot", "region": {"x": 0, "y": 0, "width": 5}}, ErrorCode.MISSING_FIELD,
-         "action.region.height"),
+        (
+            {"type": "screenshot", "region": {"x": 0, "y": 0, "width": 0, "height": 5}},
+            ErrorCode.INVALID_FIELD,
+            "action.region.width",
+        ),
+        (
+            {"type": "screenshot", "region": {"x": 0, "y": 0, "width": 5}},
+            ErrorCode.MISSING_FIELD,
+            "action.region.height",
+        ),
         ({"type": "zoom"}, ErrorCode.MISSING_FIELD, "action.region"),
-        ({"type": "zoom", "region": {"x": 0, "y": 0, "width": 5, "height": 5}, "scale": 2}, ErrorCode.UNKNOWN_FIELD,
-         "action.scale"),
+        (
+            {"type": "zoom", "region": {"x": 0, "y": 0, "width": 5, "height": 5}, "scale": 2},
+            ErrorCode.UNKNOWN_FIELD,
+            "action.scale",
+        ),
         ({"type": "clipboard_set"}, ErrorCode.MISSING_FIELD, "action.text"),
         ({"type": "clipboard_set", "text": "a" * 1_000_001}, ErrorCode.INVALID_FIELD, "action.text"),
         ({"type": "navigate"}, ErrorCode.MISSING_FIELD, "action.url"),
         ({"type": "navigate", "url": ""}, ErrorCode.INVALID_FIELD, "action.url"),
-        ({"type": "navigate", "url": "https://a.b", "wait_until": "idle"}, ErrorCode.INVALID_FIELD,
-         "action.wait_until"),
+        (
+            {"type": "navigate", "url": "https://a.b", "wait_until": "idle"},
+            ErrorCode.INVALID_FIELD,
+            "action.wait_until",
+        ),
         ({"type": "navigate", "url": "https://a.b", "timeout_ms": 0}, ErrorCode.INVALID_FIELD, "action.timeout_ms"),
         ({"type": "tab_switch"}, ErrorCode.MISSING_FIELD, "action.tab"),
         ({"type": "tab_switch", "tab": -1}, ErrorCode.INVALID_FIELD, "action.tab"),
@@ -290,8 +320,10 @@ def test_actions_are_frozen() -> None:
         ({"type": "mouse_up"}, []),
         ({"type": "move", "x": 7, "y": 8}, [("x", 7, 8)]),
         ({"type": "scroll", "x": 1, "y": 2, "dy": 10}, [("x", 1, 2)]),
-        ({"type": "drag", "path": [{"x": 1, "y": 2}, {"x": 3, "y": 4}, {"x": 5, "y": 6}]},
-         [("path[0]", 1, 2), ("path[1]", 3, 4), ("path[2]", 5, 6)]),
+        (
+            {"type": "drag", "path": [{"x": 1, "y": 2}, {"x": 3, "y": 4}, {"x": 5, "y": 6}]},
+            [("path[0]", 1, 2), ("path[1]", 3, 4), ("path[2]", 5, 6)],
+        ),
         ({"type": "screenshot", "region": {"x": 1, "y": 1, "width": 2, "height": 2}}, []),
         ({"type": "wait"}, []),
         ({"type": "type", "text": "x"}, []),
@@ -305,10 +337,14 @@ def test_points(data: dict[str, Any], points: list[tuple[str, int, int]]) -> Non
     ("data", "regions"),
     [
         ({"type": "screenshot"}, []),
-        ({"type": "screenshot", "region": {"x": 1, "y": 2, "width": 3, "height": 4}},
-         [("region", Region(x=1, y=2, width=3, height=4))]),
-        ({"type": "zoom", "region": {"x": 5, "y": 6, "width": 7, "height": 8}},
-         [("region", Region(x=5, y=6, width=7, height=8))]),
+        (
+            {"type": "screenshot", "region": {"x": 1, "y": 2, "width": 3, "height": 4}},
+            [("region", Region(x=1, y=2, width=3, height=4))],
+        ),
+        (
+            {"type": "zoom", "region": {"x": 5, "y": 6, "width": 7, "height": 8}},
+            [("region", Region(x=5, y=6, width=7, height=8))],
+        ),
         ({"type": "click", "x": 1, "y": 1}, []),
     ],
 )
@@ -324,18 +360,26 @@ def test_regions(data: dict[str, Any], regions: list[tuple[str, Region]]) -> Non
         ({"type": "mouse_down", "x": 1, "y": 2}, {"x": 2, "y": 4}),
         ({"type": "mouse_up", "x": 5, "y": 0}, {"x": 10, "y": 0}),
         ({"type": "move", "x": 10, "y": 20}, {"x": 20, "y": 40}),
-        ({"type": "drag", "path": [{"x": 1, "y": 2}, {"x": 3, "y": 4}]},
-         {"path": [{"x": 2, "y": 4}, {"x": 6, "y": 8}]}),
-        ({"type": "scroll", "x": 1, "y": 1, "direction": "down", "clicks": 3},
-         {"x": 2, "y": 2, "direction": "down", "clicks": 3, "dx": None, "dy": None}),
+        (
+            {"type": "drag", "path": [{"x": 1, "y": 2}, {"x": 3, "y": 4}]},
+            {"path": [{"x": 2, "y": 4}, {"x": 6, "y": 8}]},
+        ),
+        (
+            {"type": "scroll", "x": 1, "y": 1, "direction": "down", "clicks": 3},
+            {"x": 2, "y": 2, "direction": "down", "clicks": 3, "dx": None, "dy": None},
+        ),
         ({"type": "scroll", "x": 1, "y": 1, "dx": 5, "dy": -7}, {"x": 2, "y": 2, "dx": 10, "dy": -14}),
         ({"type": "scroll", "dy": 30}, {"x": None, "y": None, "dx": None, "dy": 60}),
         ({"type": "scroll", "dx": -4}, {"dx": -8, "dy": None}),
-        ({"type": "screenshot", "region": {"x": 1, "y": 2, "width": 3, "height": 4}},
-         {"region": {"x": 2, "y": 4, "width": 6, "height": 8}}),
+        (
+            {"type": "screenshot", "region": {"x": 1, "y": 2, "width": 3, "height": 4}},
+            {"region": {"x": 2, "y": 4, "width": 6, "height": 8}},
+        ),
         ({"type": "screenshot"}, {"region": None}),
-        ({"type": "zoom", "region": {"x": 1, "y": 2, "width": 3, "height": 4}},
-         {"region": {"x": 2, "y": 4, "width": 6, "height": 8}}),
+        (
+            {"type": "zoom", "region": {"x": 1, "y": 2, "width": 3, "height": 4}},
+            {"region": {"x": 2, "y": 4, "width": 6, "height": 8}},
+        ),
         ({"type": "type", "text": "abc"}, {"text": "abc"}),
     ],
 )
@@ -362,13 +406,22 @@ def test_region_mapped_keeps_at_least_one_pixel() -> None:
 
 
 def test_screenshot_options_drop_the_type() -> None:
-    action = native({"type": "screenshot", "format": "jpeg", "quality": 50, "width": 640, "cursor": True,
-                     "region": {"x": 0, "y": 0, "width": 100, "height": 100}})
+    action = native(
+        {
+            "type": "screenshot",
+            "format": "jpeg",
+            "quality": 50,
+            "width": 640,
+            "cursor": True,
+            "region": {"x": 0, "y": 0, "width": 100, "height": 100},
+        }
+    )
     assert isinstance(action, a.Screenshot)
     options = action.options()
     assert type(options) is ScreenshotOptions
-    assert options == ScreenshotOptions(format="jpeg", quality=50, width=640, cursor=True,
-                                        region=Region(x=0, y=0, width=100, height=100))
+    assert options == ScreenshotOptions(
+        format="jpeg", quality=50, width=640, cursor=True, region=Region(x=0, y=0, width=100, height=100)
+    )
 
 
 def test_screenshot_options_reject_scale_and_width() -> None:

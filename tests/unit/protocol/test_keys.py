@@ -27,8 +27,23 @@ def keysym(name: str) -> int:
 
 @pytest.mark.parametrize(
     "token",
-    ["Return", "Escape", "BackSpace", "Tab", "F5", "F12", "Page_Down", "Home", "End", "KP_Enter", "Control_L",
-     "Super_R", "Delete", "space", "Left"],
+    [
+        "Return",
+        "Escape",
+        "BackSpace",
+        "Tab",
+        "F5",
+        "F12",
+        "Page_Down",
+        "Home",
+        "End",
+        "KP_Enter",
+        "Control_L",
+        "Super_R",
+        "Delete",
+        "space",
+        "Left",
+    ],
 )
 def test_exact_keysym_names_are_kept(token: str) -> None:
     key = parse_key(token)
@@ -84,8 +99,15 @@ def test_aliases(token: str, name: str) -> None:
 
 @pytest.mark.parametrize(
     ("token", "name"),
-    [("f5", "F5"), ("f12", "F12"), ("HOME", "Home"), ("kp_enter", "KP_Enter"), ("hyper_l", "Hyper_L"),
-     ("TAB", "Tab"), ("RETURN", "Return")],
+    [
+        ("f5", "F5"),
+        ("f12", "F12"),
+        ("HOME", "Home"),
+        ("kp_enter", "KP_Enter"),
+        ("hyper_l", "Hyper_L"),
+        ("TAB", "Tab"),
+        ("RETURN", "Return"),
+    ],
 )
 def test_case_insensitive_keysym_match(token: str, name: str) -> None:
     assert parse_key(token) == Key(name, keysym(name))
@@ -99,8 +121,17 @@ def test_xf86_names_are_spelled_the_python_xlib_way() -> None:
 
 @pytest.mark.parametrize(
     ("token", "value"),
-    [("a", 0x61), ("A", 0x41), ("T", 0x54), ("t", 0x74), ("1", 0x31), ("/", 0x2F), ("+", 0x2B),
-     ("é", 0xE9), ("€", 0x010020AC)],
+    [
+        ("a", 0x61),
+        ("A", 0x41),
+        ("T", 0x54),
+        ("t", 0x74),
+        ("1", 0x31),
+        ("/", 0x2F),
+        ("+", 0x2B),
+        ("é", 0xE9),
+        ("€", 0x010020AC),
+    ],
 )
 def test_single_characters_are_case_sensitive(token: str, value: int) -> None:
     key = parse_key(token)
@@ -136,9 +167,25 @@ def test_unknown_key_message_without_combo_has_no_hint() -> None:
 
 @pytest.mark.parametrize(
     ("token", "modifier"),
-    [("ctrl", True), ("rctrl", True), ("shift", True), ("Shift_R", True), ("alt", True), ("Alt_R", True),
-     ("meta", True), ("Meta_R", True), ("super", True), ("Super_R", True), ("Hyper_L", True),
-     ("altgr", True), ("Return", False), ("a", False), ("Caps_Lock", False), ("F5", False), ("space", False)],
+    [
+        ("ctrl", True),
+        ("rctrl", True),
+        ("shift", True),
+        ("Shift_R", True),
+        ("alt", True),
+        ("Alt_R", True),
+        ("meta", True),
+        ("Meta_R", True),
+        ("super", True),
+        ("Super_R", True),
+        ("Hyper_L", True),
+        ("altgr", True),
+        ("Return", False),
+        ("a", False),
+        ("Caps_Lock", False),
+        ("F5", False),
+        ("space", False),
+    ],
 )
 def test_is_modifier(token: str, modifier: bool) -> None:
     key = parse_key(token)
