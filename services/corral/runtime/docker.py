@@ -60,6 +60,19 @@ class SandboxSpec:
     tmp_size: str = "1g"
     labels: Mapping[str, str] | None = None
     environment: Mapping[str, str] | None = None
+    # On a network: reached at the container's address there and nothing is published on the host.
+    network: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxInfo:
+    """A sandbox container as Docker reports it (for recovery after a gateway restart)."""
+
+    id: str
+    name: str
+    labels: Mapping[str, str]
+    running: bool
+    address: SandboxContainer | None
 
 
 class DockerRuntime:
@@ -114,6 +127,11 @@ class DockerRuntime:
     def start_sandbox(self, spec: SandboxSpec) -> SandboxContainer:
         labels = {SANDBOX_LABEL: SANDBOX_ROLE, **(spec.labels or {})}
         environment = {"CORRAL_SCREEN": spec.screen, **(spec.environment or {})}
+        placement: dict[str, Any] = (
+            {"network": spec.network}
+            if spec.network
+            else {"ports": {f"{CONTROLLER_PORT}/tcp": ("127.0.0.1", spec.host_port)}}
+        )
         try:
             container: Container = self._client.containers.run(
                 spec.image,
@@ -121,7 +139,7 @@ class DockerRuntime:
                 name=spec.name,
                 labels=labels,
                 environment=environment,
-                ports={f"{CONTROLLER_PORT}/tcp": ("127.0.0.1", spec.host_port)},
+                **placement,
                 # Hardened by default: no capabilities, no privilege gain, read-only root, bounded resources.
                 cap_drop=["ALL"],
                 security_opt=["no-new-privileges"],
@@ -142,8 +160,48 @@ class DockerRuntime:
         except docker.errors.APIError as exc:
             raise SandboxError(f"cannot start a sandbox: {exc.explanation or exc}") from None
         container.reload()
-        binding = container.attrs["NetworkSettings"]["Ports"][f"{CONTROLLER_PORT}/tcp"][0]
-        return SandboxContainer(container.id, container.name, "127.0.0.1", int(binding["HostPort"]))
+        address = self._address(container)
+        if address is None:
+            container.remove(force=True)
+            raise SandboxError(f"sandbox {container.name} started without a reachable address")
+        return address
+
+    @staticmethod
+    def _address(container: Container) -> SandboxContainer | None:
+        settings = container.attrs.get("NetworkSettings") or {}
+        bindings = (settings.get("Ports") or {}).get(f"{CONTROLLER_PORT}/tcp") or []
+        if bindings:
+            return SandboxContainer(container.id, container.name, "127.0.0.1", int(bindings[0]["HostPort"]))
+        for network in (settings.get("Networks") or {}).values():
+            if network.get("IPAddress"):
+                return SandboxContainer(container.id, container.name, network["IPAddress"], CONTROLLER_PORT)
+        return None
+
+    def ensure_network(self, name: str) -> None:
+        """A bridge network whose containers cannot talk to each other (inter-container traffic off)."""
+        if self._client.networks.list(names=[name]):
+            return
+        try:
+            self._client.networks.create(
+                name,
+                driver="bridge",
+                options={"com.docker.network.bridge.enable_icc": "false"},
+                labels={SANDBOX_LABEL: "network"},
+            )
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # created meanwhile by someone else
+                raise SandboxError(f"cannot create network {name}: {exc.explanation or exc}") from None
+
+    def list_sandboxes(self, labels: Mapping[str, str] | None = None) -> list[SandboxInfo]:
+        """Every sandbox container (running or not) carrying ``labels``."""
+        wanted = {SANDBOX_LABEL: SANDBOX_ROLE, **(labels or {})}
+        filters = {"label": [f"{k}={v}" for k, v in wanted.items()]}
+        out = []
+        for container in self._client.containers.list(all=True, filters=filters):
+            running = container.status == "running"
+            address = self._address(container) if running else None
+            out.append(SandboxInfo(container.id, container.name, dict(container.labels), running, address))
+        return out
 
     def wait_ready(self, sandbox: SandboxContainer, timeout_s: float = 60.0) -> float:
         """Block until the controller's /healthz answers 200; returns the seconds it took."""
@@ -177,11 +235,7 @@ class DockerRuntime:
             container: Container = self._client.containers.get(name)
         except docker.errors.NotFound:
             return None
-        ports = container.attrs["NetworkSettings"]["Ports"] or {}
-        bindings = ports.get(f"{CONTROLLER_PORT}/tcp") or []
-        if not bindings:
-            return None
-        return SandboxContainer(container.id, container.name, "127.0.0.1", int(bindings[0]["HostPort"]))
+        return self._address(container)
 
     def logs(self, ident: str, tail: int = 100) -> str:
         raw: bytes = self._container(ident).logs(tail=tail)

@@ -1,0 +1,1 @@
+"""The control plane: one FastAPI gateway in front of every sandbox."""

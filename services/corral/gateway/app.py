@@ -1,0 +1,236 @@
+"""The gateway's HTTP and WebSocket API (default http://127.0.0.1:8700). Thin routes over SessionManager."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+import httpx
+from fastapi import Depends, FastAPI, Request, Response, WebSocket
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import HTTPConnection
+
+from corral.errors import CorralError, SandboxError
+from corral.gateway import auth
+from corral.gateway.metrics import Metrics
+from corral.gateway.models import CreatedSession, CreateSession, SessionOut
+from corral.gateway.relay import relay
+from corral.gateway.sessions import CapacityError, Session, SessionManager, SessionNotFound
+from corral.gateway.settings import GatewaySettings
+from corral.gateway.store import SessionStore
+from corral.runtime.docker import DockerRuntime
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.field = status, code, message, field
+
+
+def _body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
+    error = {"code": code, "message": message}
+    if field:
+        error["field"] = field
+    return {"error": error}
+
+
+# -- dependencies --------------------------------------------------------------------------------------
+
+
+def _manager(conn: HTTPConnection) -> SessionManager:
+    manager: SessionManager = conn.app.state.manager
+    return manager
+
+
+def _metrics(conn: HTTPConnection) -> Metrics:
+    metrics: Metrics = conn.app.state.metrics
+    return metrics
+
+
+def _presented(conn: HTTPConnection) -> str | None:
+    header = conn.headers.get("authorization", "")
+    if header.lower().startswith("bearer "):
+        return header[7:].strip()
+    # Browsers cannot set headers on a WebSocket; the token may come as a query parameter there.
+    return conn.query_params.get("token")
+
+
+def api_key(conn: HTTPConnection) -> auth.Principal:
+    presented = _presented(conn)
+    if not presented:
+        raise ApiError(401, "unauthorized", "send an API key as 'Authorization: Bearer <key>'")
+    ident = conn.app.state.keys.check(presented)
+    if ident is None:
+        raise ApiError(401, "unauthorized", "that API key is not valid")
+    return auth.Principal(key_id=ident)
+
+
+def session_access(conn: HTTPConnection) -> Session:
+    """The session in the path, for its owner's API key or its own session token."""
+    manager = _manager(conn)
+    session_id = conn.path_params["session_id"]
+    presented = _presented(conn)
+    if not presented:
+        raise ApiError(401, "unauthorized", "send an API key or the session token as 'Authorization: Bearer ...'")
+    ident = conn.app.state.keys.check(presented)
+    try:
+        session = manager.get(session_id)
+    except SessionNotFound:
+        if ident is None and not any(auth.token_matches(presented, s.token_sha256) for s in manager.list()):
+            raise ApiError(401, "unauthorized", "that API key or token is not valid") from None
+        raise ApiError(404, "not_found", f"no session {session_id}") from None
+    if ident is not None:
+        if ident != session.owner:
+            raise ApiError(403, "forbidden", "this session belongs to another API key")
+        return session
+    if auth.token_matches(presented, session.token_sha256):
+        return session
+    if any(auth.token_matches(presented, s.token_sha256) for s in manager.list()):
+        raise ApiError(403, "forbidden", "a session token only opens its own session")
+    raise ApiError(401, "unauthorized", "that API key or token is not valid")
+
+
+ManagerDep = Annotated[SessionManager, Depends(_manager)]
+MetricsDep = Annotated[Metrics, Depends(_metrics)]
+KeyDep = Annotated[auth.Principal, Depends(api_key)]
+SessionDep = Annotated[Session, Depends(session_access)]
+
+
+def _out(conn: HTTPConnection, session: Session) -> dict[str, Any]:
+    base = str(conn.base_url).rstrip("/")
+    ws_base = base.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
+    return {
+        "id": session.id,
+        "state": session.state,
+        "created_at": session.created_at,
+        "expires_at": session.expires_at,
+        "idle_timeout_s": session.idle_timeout_s,
+        "last_activity_at": session.last_activity_at,
+        "viewport": session.viewport.model_dump(),
+        "allow": session.allow,
+        "labels": session.labels,
+        "from_pool": session.from_pool,
+        "ws_url": f"{ws_base}/v1/sessions/{session.id}/ws",
+        "actions_url": f"{base}/v1/sessions/{session.id}/actions",
+    }
+
+
+def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime | None = None) -> FastAPI:
+    settings = settings or GatewaySettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        keys = settings.api_keys() or [auth.load_or_create_key(settings.data_dir)]
+        app.state.keys = auth.KeyRing(keys)
+        app.state.metrics = Metrics()
+        docker_runtime = runtime if runtime is not None else await asyncio.to_thread(DockerRuntime)
+        app.state.manager = SessionManager(settings, docker_runtime, SessionStore(settings.data_dir))
+        app.state.http = httpx.AsyncClient(timeout=httpx.Timeout(660.0, connect=10.0))
+        await app.state.manager.start()
+        try:
+            yield
+        finally:
+            await app.state.manager.stop()
+            await app.state.http.aclose()
+
+    app = FastAPI(title="Corral gateway", version="1", lifespan=lifespan)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        request.app.state.metrics.errors.labels(code=exc.code).inc()
+        return JSONResponse(_body(exc.code, exc.message, exc.field), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0]
+        loc = [str(part) for part in first.get("loc", ()) if part != "body"]
+        request.app.state.metrics.errors.labels(code="invalid_request").inc()
+        return JSONResponse(_body("invalid_request", str(first.get("msg")), ".".join(loc) or None), status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return JSONResponse(_body(code, str(exc.detail)), status_code=exc.status_code)
+
+    @app.get("/v1/health")
+    async def health(manager: ManagerDep) -> dict[str, Any]:
+        return {"ok": True, "sessions": manager.counts(), "pool_target": settings.pool_size}
+
+    @app.get("/metrics")
+    async def metrics(manager: ManagerDep, m: MetricsDep) -> Response:
+        return Response(m.render(manager.counts(), manager.claims), media_type="text/plain; version=0.0.4")
+
+    @app.post("/v1/sessions", status_code=201, response_model=CreatedSession)
+    async def create_session(body: CreateSession, request: Request, key: KeyDep, manager: ManagerDep) -> Any:
+        assert key.key_id is not None
+        try:
+            session, token = await manager.create(key.key_id, body)
+        except CapacityError as exc:
+            raise ApiError(429, "too_many_sessions", str(exc)) from None
+        except ValueError as exc:
+            raise ApiError(422, "invalid_request", str(exc), "timeout_s") from None
+        except SandboxError as exc:
+            log.error("sandbox start failed: %s", exc)
+            raise ApiError(503, "sandbox_start_failed", "the sandbox did not start; see the gateway log") from None
+        return {**_out(request, session), "token": token}
+
+    @app.get("/v1/sessions", response_model=list[SessionOut])
+    async def list_sessions(request: Request, key: KeyDep, manager: ManagerDep) -> Any:
+        return [_out(request, s) for s in manager.list(key.key_id)]
+
+    @app.get("/v1/sessions/{session_id}", response_model=SessionOut)
+    async def get_session(request: Request, session: SessionDep) -> Any:
+        return _out(request, session)
+
+    @app.delete("/v1/sessions/{session_id}", status_code=204)
+    async def delete_session(session: SessionDep, manager: ManagerDep) -> Response:
+        try:
+            await manager.delete(session.id)
+        except SessionNotFound:
+            raise ApiError(404, "not_found", f"no session {session.id}") from None
+        return Response(status_code=204)
+
+    @app.post("/v1/sessions/{session_id}/actions")
+    async def session_action(request: Request, session: SessionDep, m: MetricsDep) -> Response:
+        session.touch()
+        started = time.perf_counter()
+        try:
+            upstream = await request.app.state.http.post(
+                f"{session.sandbox.base_url}/v1/actions",
+                content=await request.body(),
+                headers={"content-type": "application/json"},
+            )
+        except httpx.HTTPError as exc:
+            raise ApiError(502, "sandbox_unreachable", f"the sandbox did not answer: {exc}") from None
+        m.action.labels(transport="http").observe(time.perf_counter() - started)
+        if upstream.status_code >= 400:
+            try:
+                m.errors.labels(code=upstream.json()["error"]["code"]).inc()
+            except (ValueError, KeyError, TypeError):
+                pass
+        session.touch()
+        return Response(upstream.content, status_code=upstream.status_code, media_type="application/json")
+
+    @app.websocket("/v1/sessions/{session_id}/ws")
+    async def session_ws(websocket: WebSocket, manager: ManagerDep, m: MetricsDep) -> None:
+        try:
+            session = session_access(websocket)
+        except ApiError as exc:
+            # Refuse before accepting, with the reason: 4401/4403/4404 mirror the HTTP codes.
+            await websocket.close(code=4000 + exc.status, reason=exc.message[:120])
+            return
+        await websocket.accept()
+        await relay(websocket, session, m)
+
+    return app
+
+
+__all__ = ["CorralError", "create_app"]

@@ -1,0 +1,60 @@
+"""The gateway's request and response bodies."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+HostPattern = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9*.\-:\[\]]+$")]
+
+
+class Viewport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    width: Annotated[int, Field(ge=320, le=3840)] = 1280
+    height: Annotated[int, Field(ge=240, le=2160)] = 800
+
+
+class Resources(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    cpus: Annotated[float, Field(gt=0, le=64)] | None = None
+    memory_mb: Annotated[int, Field(ge=256, le=65536)] | None = None
+    disk_mb: Annotated[int, Field(ge=64, le=65536)] | None = None
+
+
+class CreateSession(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    allow: Annotated[list[HostPattern], Field(max_length=256)] = Field(default_factory=list)
+    viewport: Viewport = Field(default_factory=Viewport)
+    timeout_s: Annotated[int, Field(ge=1)] | None = None
+    idle_timeout_s: Annotated[int, Field(ge=1)] | None = None
+    labels: Annotated[
+        dict[Annotated[str, Field(max_length=63)], Annotated[str, Field(max_length=256)]], Field(max_length=32)
+    ] = Field(default_factory=dict)
+    resources: Resources = Field(default_factory=Resources)
+
+
+SessionState = Literal["starting", "ready", "stopping"]
+
+
+class SessionOut(BaseModel):
+    id: str
+    state: SessionState
+    created_at: float
+    expires_at: float
+    idle_timeout_s: int
+    last_activity_at: float
+    viewport: Viewport
+    allow: list[str]
+    labels: dict[str, str]
+    from_pool: bool
+    ws_url: str
+    actions_url: str
+
+
+class CreatedSession(SessionOut):
+    token: str
+
+
+class ErrorBody(BaseModel):
+    error: dict[str, str]

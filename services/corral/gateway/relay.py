@@ -1,0 +1,81 @@
+"""The agent WebSocket, relayed unchanged to the session's sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections import deque
+
+from fastapi import WebSocket, WebSocketDisconnect
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from corral.gateway.metrics import Metrics
+from corral.gateway.sessions import Session
+
+MAX_FRAME = 16 << 20
+CLOSE_ENDED = 4000  # the session ended (deleted, timed out); the reason says which
+
+
+def _error_code(frame: str | bytes) -> str | None:
+    head = frame[:200] if isinstance(frame, str) else frame[:200].decode(errors="replace")
+    if '"ok":false' not in head:
+        return None
+    try:
+        return str(json.loads(frame)["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+async def relay(client: WebSocket, session: Session, metrics: Metrics) -> None:
+    upstream: ClientConnection = await connect(
+        session.sandbox.ws_url, compression=None, max_size=MAX_FRAME, open_timeout=10, ping_interval=None
+    )
+    sent: deque[float] = deque()
+
+    async def downstream_to_up() -> None:
+        while True:
+            message = await client.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            session.touch()
+            sent.append(time.perf_counter())
+            text = message.get("text")
+            await upstream.send(text if text is not None else (message.get("bytes") or b""))
+
+    async def up_to_downstream() -> None:
+        async for frame in upstream:
+            if sent:
+                metrics.action.labels(transport="ws").observe(time.perf_counter() - sent.popleft())
+            code = _error_code(frame)
+            if code is not None:
+                metrics.errors.labels(code=code).inc()
+            session.touch()
+            if isinstance(frame, str):
+                await client.send_text(frame)
+            else:
+                await client.send_bytes(frame)
+
+    async def ended() -> None:
+        await session.ended.wait()
+
+    tasks = {asyncio.create_task(c) for c in (downstream_to_up(), up_to_downstream(), ended())}
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                exc = task.exception()
+                if not isinstance(exc, WebSocketDisconnect | ConnectionClosed):
+                    raise exc  # type: ignore[misc]
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await upstream.close()
+        with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+            if session.ended.is_set():
+                await client.close(code=CLOSE_ENDED, reason=f"session ended: {session.end_reason}")
+            else:
+                await client.close()

@@ -1,0 +1,281 @@
+"""Session lifecycle: create (from the warm pool or cold), track, enforce timeouts, recover, reap.
+
+Docker calls block, so they run in threads; every background task is kept and cancelled on stop.
+Stopping the manager leaves sandboxes running: a restarted gateway adopts them again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from corral.errors import CorralError, SandboxError
+from corral.gateway import auth
+from corral.gateway.models import CreateSession, Viewport
+from corral.gateway.settings import GatewaySettings
+from corral.gateway.store import SessionStore
+from corral.runtime.docker import DockerRuntime, SandboxContainer, SandboxSpec
+
+log = logging.getLogger(__name__)
+
+KIND_LABEL = "corral.kind"
+GATEWAY_LABEL = "corral.gateway"
+
+
+class CapacityError(CorralError):
+    """Too many sessions, globally or for one key (HTTP 429)."""
+
+
+class SessionNotFound(CorralError):
+    pass
+
+
+@dataclass
+class Session:
+    id: str
+    sandbox: SandboxContainer
+    owner: str
+    token_sha256: str
+    created_at: float
+    expires_at: float
+    idle_timeout_s: int
+    viewport: Viewport
+    allow: list[str]
+    labels: dict[str, str]
+    from_pool: bool
+    last_activity_at: float = field(default_factory=time.time)
+    state: str = "ready"
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    end_reason: str = ""
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "container": self.sandbox.id,
+            "owner": self.owner,
+            "token_sha256": self.token_sha256,
+            "created_at": self.created_at,
+            "expires_at": self.expires_at,
+            "idle_timeout_s": self.idle_timeout_s,
+            "viewport": self.viewport.model_dump(),
+            "allow": self.allow,
+            "labels": self.labels,
+            "from_pool": self.from_pool,
+        }
+
+    def touch(self) -> None:
+        self.last_activity_at = time.time()
+
+
+class SessionManager:
+    def __init__(self, settings: GatewaySettings, runtime: DockerRuntime, store: SessionStore) -> None:
+        self._settings = settings
+        self._runtime = runtime
+        self._store = store
+        self._sessions: dict[str, Session] = {}
+        self._pool: list[SandboxContainer] = []
+        self._reserved: dict[str, int] = {}  # key id -> sessions being created
+        self._lock = asyncio.Lock()
+        self._refill = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._starting_pool = 0
+        self.claims: list[tuple[str, float]] = []  # (source, seconds), drained by the metrics
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self._runtime.ensure_network, self._settings.network)
+        await self._recover()
+        for coro in (self._reap_loop(), self._pool_loop()):
+            task = asyncio.create_task(coro)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        self._refill.set()
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _labels(self, kind: str) -> dict[str, str]:
+        return {GATEWAY_LABEL: self._settings.instance, KIND_LABEL: kind}
+
+    async def _recover(self) -> None:
+        """Adopt the sessions whose containers still run; remove containers nobody owns."""
+        infos = await asyncio.to_thread(self._runtime.list_sandboxes, {GATEWAY_LABEL: self._settings.instance})
+        alive = {info.id: info for info in infos if info.running and info.address is not None}
+        claimed: set[str] = set()
+        for record in self._store.load_all():
+            info = alive.get(record.get("container", ""))
+            if info is None or info.address is None:
+                self._store.delete(str(record.get("id")))
+                continue
+            session = Session(
+                id=record["id"],
+                sandbox=info.address,
+                owner=record["owner"],
+                token_sha256=record["token_sha256"],
+                created_at=record["created_at"],
+                expires_at=record["expires_at"],
+                idle_timeout_s=record["idle_timeout_s"],
+                viewport=Viewport(**record["viewport"]),
+                allow=record["allow"],
+                labels=record["labels"],
+                from_pool=record["from_pool"],
+            )
+            self._sessions[session.id] = session
+            claimed.add(info.id)
+        for info in infos:
+            if info.id in claimed:
+                continue
+            if info.running and info.address is not None and info.labels.get(KIND_LABEL) == "pool":
+                self._pool.append(info.address)
+                continue
+            log.info("removing orphaned sandbox %s", info.name)
+            await asyncio.to_thread(self._runtime.remove, info.id)
+        log.info("recovered %d sessions and %d pooled sandboxes", len(self._sessions), len(self._pool))
+
+    # -- queries ---------------------------------------------------------------------------------------
+
+    def get(self, session_id: str) -> Session:
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise SessionNotFound(f"no session {session_id}")
+        return session
+
+    def list(self, owner: str | None = None) -> list[Session]:
+        return [s for s in self._sessions.values() if owner is None or s.owner == owner]
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "ready": len(self._sessions),
+            "pool": len(self._pool),
+            "starting": sum(self._reserved.values()) + self._starting_pool,
+        }
+
+    # -- create / delete -------------------------------------------------------------------------------
+
+    def _spec(self, kind: str, viewport: Viewport, req: CreateSession | None) -> SandboxSpec:
+        s = self._settings
+        res = req.resources if req is not None else None
+        cpus = min(res.cpus, s.max_cpus) if res and res.cpus else s.default_cpus
+        memory = min(res.memory_mb, s.max_memory_mb) if res and res.memory_mb else s.default_memory_mb
+        disk = min(res.disk_mb, s.max_disk_mb) if res and res.disk_mb else s.default_disk_mb
+        return SandboxSpec(
+            image=s.image,
+            screen=f"{viewport.width}x{viewport.height}",
+            name=f"corral-{kind}-{secrets.token_hex(4)}",
+            memory=f"{memory}m",
+            cpus=cpus,
+            pids=s.default_pids,
+            shm_size=f"{s.default_shm_mb}m",
+            tmp_size=f"{disk}m",
+            labels=self._labels(kind),
+            network=s.network,
+        )
+
+    async def _cold_start(self, spec: SandboxSpec) -> SandboxContainer:
+        sandbox = await asyncio.to_thread(self._runtime.start_sandbox, spec)
+        try:
+            await asyncio.to_thread(self._runtime.wait_ready, sandbox, self._settings.start_timeout_s)
+        except SandboxError:
+            await asyncio.to_thread(self._runtime.remove, sandbox.id)
+            raise
+        return sandbox
+
+    def _fits_pool(self, req: CreateSession) -> bool:
+        return req.viewport == Viewport() and req.resources.model_dump(exclude_none=True) == {}
+
+    async def create(self, owner: str, req: CreateSession) -> tuple[Session, str]:
+        s = self._settings
+        timeout_s = req.timeout_s or s.default_timeout_s
+        if timeout_s > s.max_timeout_s:
+            raise ValueError(f"timeout_s is at most {s.max_timeout_s}")
+        async with self._lock:
+            total = len(self._sessions) + sum(self._reserved.values())
+            mine = len(self.list(owner)) + self._reserved.get(owner, 0)
+            if total >= s.max_sessions:
+                raise CapacityError(
+                    f"the gateway runs {total} sessions, its limit (CORRAL_MAX_SESSIONS={s.max_sessions})"
+                )
+            if mine >= s.max_sessions_per_key:
+                raise CapacityError(f"this API key has {mine} sessions, its limit ({s.max_sessions_per_key})")
+            self._reserved[owner] = self._reserved.get(owner, 0) + 1
+            pooled = self._pool.pop(0) if self._pool and self._fits_pool(req) else None
+        started = time.monotonic()
+        try:
+            sandbox = pooled or await self._cold_start(self._spec("session", req.viewport, req))
+        finally:
+            async with self._lock:
+                self._reserved[owner] -= 1
+        self.claims.append(("pool" if pooled else "cold", time.monotonic() - started))
+        if pooled:
+            self._refill.set()
+        token = auth.new_token()
+        now = time.time()
+        session = Session(
+            id="ses_" + secrets.token_hex(8),
+            sandbox=sandbox,
+            owner=owner,
+            token_sha256=auth.digest(token),
+            created_at=now,
+            expires_at=now + timeout_s,
+            idle_timeout_s=req.idle_timeout_s or s.default_idle_timeout_s,
+            viewport=req.viewport,
+            allow=list(req.allow),
+            labels=dict(req.labels),
+            from_pool=pooled is not None,
+        )
+        self._store.save(session.id, session.record())
+        self._sessions[session.id] = session
+        return session, token
+
+    async def delete(self, session_id: str, reason: str = "deleted") -> None:
+        session = self._sessions.pop(session_id, None)
+        if session is None:
+            raise SessionNotFound(f"no session {session_id}")
+        session.state = "stopping"
+        session.end_reason = reason
+        session.ended.set()
+        self._store.delete(session_id)
+        await asyncio.to_thread(self._runtime.remove, session.sandbox.id)
+        log.info("session %s ended: %s", session_id, reason)
+
+    # -- background ------------------------------------------------------------------------------------
+
+    async def _reap_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._settings.reap_interval_s)
+            now = time.time()
+            for session in list(self._sessions.values()):
+                reason = None
+                if now >= session.expires_at:
+                    reason = "timeout"
+                elif now - session.last_activity_at >= session.idle_timeout_s:
+                    reason = "idle_timeout"
+                if reason is not None:
+                    try:
+                        await self.delete(session.id, reason)
+                    except SessionNotFound:
+                        pass
+                    except Exception:
+                        log.exception("could not end session %s", session.id)
+
+    async def _pool_loop(self) -> None:
+        while True:
+            await self._refill.wait()
+            self._refill.clear()
+            while len(self._pool) + self._starting_pool < self._settings.pool_size:
+                self._starting_pool += 1
+                try:
+                    sandbox = await self._cold_start(self._spec("pool", Viewport(), None))
+                    self._pool.append(sandbox)
+                except Exception:
+                    log.exception("could not start a pooled sandbox; retrying in 5 s")
+                    await asyncio.sleep(5)
+                finally:
+                    self._starting_pool -= 1

@@ -1,0 +1,43 @@
+"""The gateway's settings (``CORRAL_*``), injected into the app; never a module global."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class GatewaySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CORRAL_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = 8700
+    data_dir: Path = Path.home() / ".local" / "share" / "corral"
+    # Comma-separated; when empty, one key is generated on first start and kept in data_dir.
+    api_key: str = ""
+    image: str = "corral-desktop:latest"
+    network: str = "corral-sandboxes"
+    instance: str = "default"
+
+    max_sessions: int = Field(default=8, ge=1)
+    max_sessions_per_key: int = Field(default=8, ge=1)
+    pool_size: int = Field(default=1, ge=0)
+
+    default_timeout_s: int = 3600
+    max_timeout_s: int = 24 * 3600
+    default_idle_timeout_s: int = 600
+    reap_interval_s: float = 1.0
+    start_timeout_s: float = 60.0
+
+    default_cpus: float = 1.0
+    max_cpus: float = 2.0
+    default_memory_mb: int = 1536
+    max_memory_mb: int = 4096
+    default_pids: int = 512
+    default_shm_mb: int = 256
+    default_disk_mb: int = 1024
+    max_disk_mb: int = 8192
+
+    def api_keys(self) -> list[str]:
+        return [key.strip() for key in self.api_key.split(",") if key.strip()]
