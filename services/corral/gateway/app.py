@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Annotated, Any
 
 import httpx
@@ -118,6 +118,7 @@ def _out(conn: HTTPConnection, session: Session) -> dict[str, Any]:
         "allow": session.allow,
         "labels": session.labels,
         "from_pool": session.from_pool,
+        "container": session.sandbox.name,
         "ws_url": f"{ws_base}/v1/sessions/{session.id}/ws",
         "actions_url": f"{base}/v1/sessions/{session.id}/actions",
     }
@@ -212,10 +213,8 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
             raise ApiError(502, "sandbox_unreachable", f"the sandbox did not answer: {exc}") from None
         m.action.labels(transport="http").observe(time.perf_counter() - started)
         if upstream.status_code >= 400:
-            try:
+            with suppress(ValueError, KeyError, TypeError):
                 m.errors.labels(code=upstream.json()["error"]["code"]).inc()
-            except (ValueError, KeyError, TypeError):
-                pass
         session.touch()
         return Response(upstream.content, status_code=upstream.status_code, media_type="application/json")
 
@@ -224,7 +223,10 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
         try:
             session = session_access(websocket)
         except ApiError as exc:
-            # Refuse before accepting, with the reason: 4401/4403/4404 mirror the HTTP codes.
+            # Accept only to close with the reason: 4401/4403/4404 mirror the HTTP codes
+            # (closing before accepting would surface as a bare HTTP 403).
+            m.errors.labels(code=exc.code).inc()
+            await websocket.accept()
             await websocket.close(code=4000 + exc.status, reason=exc.message[:120])
             return
         await websocket.accept()

@@ -48,6 +48,7 @@ class SessionOut(BaseModel):
     allow: list[str]
     labels: dict[str, str]
     from_pool: bool
+    container: str
     ws_url: str
     actions_url: str
 

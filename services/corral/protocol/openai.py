@@ -107,9 +107,11 @@ def _key_name(name: str, field: str) -> str:
     """An OpenAI key name (``CTRL``, ``ENTER``, ``A``) as a keysym name; letters are not shifted."""
     token = name.lower() if len(name) == 1 and name.isalpha() else name
     try:
-        return keyparse.parse_key(token).name
+        key = keyparse.parse_key(token)
     except keyparse.UnknownKeyError as exc:
         raise ActionError(ErrorCode.UNKNOWN_KEY, str(exc), field=field) from None
+    # The names are joined with '+' into a combo, where a bare '+' would be taken for a separator.
+    return "plus" if key.name == "+" else key.name
 
 
 def _modifiers(keys: list[str] | None, field: str) -> list[str]:

@@ -33,20 +33,26 @@ def _is_union_member(part: int | str) -> bool:
     )
 
 
+def _member_positions(error: Any) -> list[int]:
+    """Where ``error``'s location names union members; an unknown field's own name is the client's, never one."""
+    loc = tuple(error["loc"])
+    ours = loc[:-1] if error["type"] == "extra_forbidden" else loc
+    return [i for i, part in enumerate(ours) if _is_union_member(part)]
+
+
 def _first_error(errors: list[Any]) -> Any:
     """The error to report: the first, or for a plain union (``bool | ScreenshotOptions``) the error of the
     member the input was meant for (``screenshot.width`` is too small, rather than ``screenshot`` is no boolean)."""
     first = errors[0]
-    loc = tuple(first["loc"])
-    tags = [i for i, part in enumerate(loc) if _is_union_member(part)]
-    if not tags:
+    members = _member_positions(first)
+    if not members:
         return first
-    head = loc[: tags[0]]
+    head = tuple(first["loc"])[: members[0]]
     same_union = [e for e in errors if tuple(e["loc"])[: len(head)] == head]
 
     def relevance(error: Any) -> tuple[bool, int]:
         where = tuple(error["loc"])
-        wrong_type = str(error["type"]).endswith(("_type", "_parsing")) and _is_union_member(where[-1])
+        wrong_type = str(error["type"]).endswith(("_type", "_parsing")) and len(where) - 1 in _member_positions(error)
         return not wrong_type, len(where)
 
     return max(same_union, key=relevance)
@@ -66,10 +72,10 @@ def error_from_validation(exc: ValidationError, prefix: str, tagged: bool) -> Ac
     """
     first = _first_error(exc.errors(include_url=False))
     kind = first["type"]
-    loc = tuple(first["loc"])
+    members = _member_positions(first)
+    loc = tuple(part for i, part in enumerate(first["loc"]) if i not in members)
     if tagged and kind not in ("union_tag_invalid", "union_tag_not_found") and loc:
         loc = loc[1:]
-    loc = tuple(part for part in loc if not _is_union_member(part))
     code = _CODE_BY_PYDANTIC_TYPE.get(kind, ErrorCode.INVALID_FIELD)
     field = _path(prefix, loc)
     message = first["msg"]

@@ -23,6 +23,8 @@ from corral.errors import ActionError, ErrorCode
 log = logging.getLogger(__name__)
 
 _SETTLE_ERROR_PAGE_MS = 3_000
+_PAINT_TIMEOUT_S = 2.0
+_TWO_FRAMES_JS = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => done(true))))"
 # A request pending longer than this is a long poll or a stream, not page loading.
 _LOADING_REQUEST_S = 1.5
 
@@ -129,6 +131,11 @@ class Browser:
         self._track(context)
         return context
 
+    async def _painted(self, page: Page) -> None:
+        """Wait until the page has produced a frame: input sent before that can be dropped by Chromium."""
+        with contextlib.suppress(PlaywrightError, TimeoutError):
+            await asyncio.wait_for(page.evaluate(_TWO_FRAMES_JS), _PAINT_TIMEOUT_S)
+
     async def _info(self, page: Page) -> dict[str, Any]:
         try:
             title = await page.title()
@@ -149,6 +156,7 @@ class Browser:
             with contextlib.suppress(PlaywrightError):
                 await page.wait_for_load_state("load", timeout=_SETTLE_ERROR_PAGE_MS)
             raise ActionError(ErrorCode.NAVIGATION_FAILED, exc.message.splitlines()[0], field="action.url") from None
+        await self._painted(page)
         info = await self._info(page)
         info["status"] = None if response is None else response.status
         return info
@@ -181,6 +189,7 @@ class Browser:
             raise ActionError(ErrorCode.TIMEOUT, f"{direction} did not finish within {timeout_ms} ms") from None
         except PlaywrightError as exc:
             raise ActionError(ErrorCode.NAVIGATION_FAILED, exc.message.splitlines()[0]) from None
+        await self._painted(page)
         return await self._info(page)
 
     async def info(self) -> dict[str, Any]:
@@ -241,6 +250,7 @@ class Browser:
         page = await self._find(ref)
         await page.bring_to_front()
         self._active = page
+        await self._painted(page)
         return {"id": self._tab_id(page), **await self._info(page)}
 
     async def tab_close(self, ref: str | int | None) -> dict[str, Any]:

@@ -1,0 +1,83 @@
+"""A real gateway (uvicorn in a thread) over the real Docker engine, for the control-plane tests."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import uvicorn
+
+from corral.gateway.app import create_app
+from corral.gateway.settings import GatewaySettings
+
+KEY_A = "test-key-a"
+KEY_B = "test-key-b"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RunningGateway:
+    def __init__(self, settings: GatewaySettings) -> None:
+        self.settings = settings
+        self.url = f"http://127.0.0.1:{settings.port}"
+        self.ws = self.url.replace("http://", "ws://")
+
+    def client(self, key: str | None = KEY_A) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=120)
+
+    def wait_pool(self, ready: int, timeout_s: float = 90) -> None:
+        deadline = time.monotonic() + timeout_s
+        with self.client(None) as c:
+            while c.get("/v1/health").json()["sessions"]["pool"] < ready:
+                assert time.monotonic() < deadline, "the pool did not fill"
+                time.sleep(0.2)
+
+
+@contextmanager
+def gateway(data_dir: Path, instance: str, **overrides: object) -> Iterator[RunningGateway]:
+    """Serve a gateway until the block ends; its sandboxes stay up (as after a real restart)."""
+    values: dict[str, object] = {
+        "port": free_port(),
+        "data_dir": data_dir,
+        "api_key": f"{KEY_A},{KEY_B}",
+        "instance": instance,
+        "pool_size": 0,
+        "reap_interval_s": 0.25,
+        "max_sessions": 12,
+        "max_sessions_per_key": 10,
+        "network": f"corral-test-{os.getpid()}",
+    }
+    values.update(overrides)
+    settings = GatewaySettings(**values)  # type: ignore[arg-type]
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(settings),
+            host="127.0.0.1",
+            port=settings.port,
+            ws="websockets-sansio",
+            ws_per_message_deflate=False,
+            log_level="warning",
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the gateway did not start"
+        time.sleep(0.05)
+    try:
+        yield RunningGateway(settings)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

@@ -1,0 +1,257 @@
+"""The control plane end to end: the real gateway, real sandboxes, the SDK."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from corral import AsyncSandbox, Sandbox
+from corral.runtime.docker import DockerRuntime
+
+from .conftest import html_url
+from .gateway_fixtures import KEY_A, KEY_B, RunningGateway, gateway
+
+pytestmark = pytest.mark.usefixtures("desktop_image")
+
+INPUT_JS = "const i = document.getElementById('i'); i.addEventListener('input', () => document.title = i.value);"
+# The input fills the page, so a click anywhere below the toolbar focuses it.
+INPUT_PAGE = html_url("<input id=i style='position:fixed;inset:0;width:100vw;height:100vh'>", INPUT_JS)
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory, runtime: DockerRuntime) -> Iterator[RunningGateway]:
+    instance = f"it-{time.time_ns()}"
+    with gateway(tmp_path_factory.mktemp("gw"), instance, pool_size=1) as running:
+        yield running
+    for info in runtime.list_sandboxes({"corral.gateway": instance}):
+        runtime.remove(info.id)
+
+
+def _wait_title(sb: Sandbox, expected: str, timeout_s: float = 5) -> str:
+    deadline = time.monotonic() + timeout_s
+    while (title := sb.page_info()["title"]) != expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return str(title)
+
+
+def test_create_act_screenshot_delete_with_the_sdk(gw: RunningGateway, runtime: DockerRuntime) -> None:
+    with Sandbox.create(allow=["example.test"], url=gw.url, api_key=KEY_A, labels={"suite": "it"}) as sb:
+        assert sb.info["allow"] == ["example.test"] and sb.info["labels"] == {"suite": "it"}
+        sb.navigate(INPUT_PAGE)
+        sb.click(640, 500, screenshot=True, wait_for="stable")
+        sb.type("through the gateway")
+        assert _wait_title(sb, "through the gateway") == "through the gateway"
+        png = sb.screenshot()
+        assert png.startswith(b"\x89PNG")
+        content = sb.run_anthropic({"action": "screenshot"})
+        assert content[0]["type"] == "image"
+        output = sb.run_openai([{"type": "move", "x": 10, "y": 10}, {"type": "screenshot"}])
+        assert output["type"] == "computer_screenshot"
+        session_id = sb.id
+        with gw.client() as c:
+            assert c.get(f"/v1/sessions/{session_id}").json()["id"] == session_id
+    with gw.client() as c:
+        assert c.get(f"/v1/sessions/{session_id}").status_code == 404
+    assert runtime.find(sb.info["container"]) is None
+
+
+def test_async_sdk(gw: RunningGateway) -> None:
+    async def scenario() -> str:
+        async with await AsyncSandbox.create(url=gw.url, api_key=KEY_A) as sb:
+            await sb.navigate(INPUT_PAGE)
+            await sb.click(640, 500, screenshot=True, wait_for="stable")
+            await sb.type("async")
+            for _ in range(100):
+                if (await sb.page_info())["title"] == "async":
+                    break
+                await asyncio.sleep(0.05)
+            return str((await sb.page_info())["title"])
+
+    assert asyncio.run(scenario()) == "async"
+
+
+def test_http_action_and_metrics(gw: RunningGateway) -> None:
+    with gw.client() as c:
+        created = c.post("/v1/sessions", json={}).json()
+        reply = c.post(f"/v1/sessions/{created['id']}/actions", json={"action": {"type": "cursor_position"}})
+        assert reply.status_code == 200 and reply.json()["ok"] is True
+        bad = c.post(f"/v1/sessions/{created['id']}/actions", content=b"{nope")
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_json"
+        text = c.get("/metrics").text
+        assert 'corral_sessions{state="ready"}' in text
+        assert "corral_session_claim_seconds_bucket" in text
+        assert 'corral_action_seconds_count{transport="http"}' in text
+        assert 'corral_errors_total{code="invalid_json"}' in text
+        assert c.delete(f"/v1/sessions/{created['id']}").status_code == 204
+
+
+def test_auth_failures(gw: RunningGateway) -> None:
+    with gw.client(KEY_A) as a, gw.client(KEY_B) as b, gw.client(None) as anon, gw.client("wrong") as wrong:
+        assert anon.post("/v1/sessions", json={}).status_code == 401
+        assert anon.post("/v1/sessions", json={}).json()["error"]["code"] == "unauthorized"
+        assert wrong.get("/v1/sessions").status_code == 401
+        mine = a.post("/v1/sessions", json={}).json()
+        theirs = b.post("/v1/sessions", json={}).json()
+        try:
+            assert b.get(f"/v1/sessions/{mine['id']}").status_code == 403
+            assert b.delete(f"/v1/sessions/{mine['id']}").status_code == 403
+            assert [s["id"] for s in b.get("/v1/sessions").json()] == [theirs["id"]]
+            with gw.client(mine["token"]) as token:
+                assert token.get(f"/v1/sessions/{mine['id']}").status_code == 200
+                assert token.get(f"/v1/sessions/{theirs['id']}").status_code == 403
+                assert token.post("/v1/sessions", json={}).status_code == 401  # a token is no API key
+            for bad_token, status in (("nope", 4401), (theirs["token"], 4403)):
+                with connect(f"{mine['ws_url']}?token={bad_token}", open_timeout=10) as ws:
+                    with pytest.raises(ConnectionClosed) as closed:
+                        ws.recv(timeout=5)
+                assert closed.value.rcvd is not None and closed.value.rcvd.code == status
+            with connect(f"{mine['ws_url']}?token={mine['token']}", compression=None) as ws:
+                ws.send(json.dumps({"id": 1, "action": {"type": "cursor_position"}}))
+                assert json.loads(ws.recv(timeout=10))["ok"] is True
+        finally:
+            a.delete(f"/v1/sessions/{mine['id']}")
+            b.delete(f"/v1/sessions/{theirs['id']}")
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"colour": "red"}, "colour"),
+        ({"viewport": {"width": 10, "height": 800}}, "viewport.width"),
+        ({"timeout_s": "soon"}, "timeout_s"),
+        ({"allow": ["bad host!"]}, "allow.0"),
+        ({"timeout_s": 10**9}, "timeout_s"),
+    ],
+)
+def test_bad_session_bodies(gw: RunningGateway, body: dict[str, object], field: str) -> None:
+    with gw.client() as c:
+        reply = c.post("/v1/sessions", json=body)
+        assert reply.status_code == 422
+        assert reply.json()["error"]["code"] == "invalid_request"
+        assert reply.json()["error"]["field"] == field
+        assert (
+            c.post("/v1/sessions", content=b"not json", headers={"content-type": "application/json"}).status_code == 422
+        )
+
+
+def test_pool_claim_and_refill(gw: RunningGateway) -> None:
+    gw.wait_pool(1)
+    with gw.client() as c:
+        started = time.monotonic()
+        created = c.post("/v1/sessions", json={}).json()
+        claim_s = time.monotonic() - started
+        assert created["from_pool"] is True
+        assert claim_s < 2.0  # a claim is a hand-over, not a start (the budget lives in bench/)
+        gw.wait_pool(1)  # refilled in the background
+        custom = c.post("/v1/sessions", json={"viewport": {"width": 1024, "height": 768}}).json()
+        assert custom["from_pool"] is False
+        with Sandbox.attach(custom["id"], custom["token"], url=gw.url) as sb:
+            assert sb.screenshot("jpeg")[:3] == b"\xff\xd8\xff"
+            shot = sb.act({"type": "screenshot"})["screenshot"]
+            assert (shot["width"], shot["height"]) == (1024, 768)
+        c.delete(f"/v1/sessions/{created['id']}")
+
+
+def test_wall_clock_and_idle_timeouts_are_enforced(gw: RunningGateway, runtime: DockerRuntime) -> None:
+    with gw.client() as c:
+        idle = c.post("/v1/sessions", json={"idle_timeout_s": 3, "timeout_s": 600}).json()
+        busy = c.post("/v1/sessions", json={"idle_timeout_s": 3, "timeout_s": 600}).json()
+        short = c.post("/v1/sessions", json={"timeout_s": 3}).json()
+        ws = connect(f"{short['ws_url']}?token={short['token']}", compression=None)
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline:  # keep one of the idle ones active
+            c.post(f"/v1/sessions/{busy['id']}/actions", json={"action": {"type": "cursor_position"}})
+            time.sleep(0.5)
+        assert c.get(f"/v1/sessions/{short['id']}").status_code == 404
+        assert c.get(f"/v1/sessions/{idle['id']}").status_code == 404
+        assert c.get(f"/v1/sessions/{busy['id']}").status_code == 200
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=5)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 4000
+        assert "timeout" in closed.value.rcvd.reason
+        ws.close()
+        # The expired sessions' containers are gone, not just forgotten.
+        assert runtime.find(short["container"]) is None
+        assert runtime.find(idle["container"]) is None
+        assert runtime.find(busy["container"]) is not None
+        c.delete(f"/v1/sessions/{busy['id']}")
+
+
+def test_capacity_is_answered_with_429(tmp_path: Path, runtime: DockerRuntime) -> None:
+    instance = f"cap-{time.time_ns()}"
+    try:
+        with (
+            gateway(tmp_path, instance, max_sessions=3, max_sessions_per_key=2) as g,
+            g.client(KEY_A) as a,
+            g.client(KEY_B) as b,
+        ):
+            assert a.post("/v1/sessions", json={}).status_code == 201
+            assert a.post("/v1/sessions", json={}).status_code == 201
+            refused = a.post("/v1/sessions", json={})
+            assert refused.status_code == 429 and "this API key" in refused.json()["error"]["message"]
+            assert b.post("/v1/sessions", json={}).status_code == 201
+            full = b.post("/v1/sessions", json={})
+            assert full.status_code == 429 and "CORRAL_MAX_SESSIONS" in full.json()["error"]["message"]
+    finally:
+        for info in runtime.list_sandboxes({"corral.gateway": instance}):
+            runtime.remove(info.id)
+
+
+def test_restart_finds_live_sessions_and_reaps_orphans(tmp_path: Path, runtime: DockerRuntime) -> None:
+    instance = f"restart-{time.time_ns()}"
+    try:
+        with gateway(tmp_path, instance) as first, first.client() as c:
+            kept = c.post("/v1/sessions", json={}).json()
+            sb = Sandbox.attach(kept["id"], kept["token"], url=first.url)
+            sb.navigate(INPUT_PAGE)
+            sb.close()  # the session lives on
+            network = first.settings.network
+        # A sandbox of this gateway with no session record: an orphan from a crash.
+        from corral.runtime.docker import SandboxSpec
+
+        orphan = runtime.start_sandbox(
+            SandboxSpec(
+                name=f"corral-orphan-{instance}",
+                network=network,
+                labels={"corral.gateway": instance, "corral.kind": "session"},
+            )
+        )
+        with gateway(tmp_path, instance, network=network) as second, second.client() as c:
+            listed = [s["id"] for s in c.get("/v1/sessions").json()]
+            assert listed == [kept["id"]]
+            session = c.get(f"/v1/sessions/{kept['id']}").json()
+            with connect(session["ws_url"] + f"?token={kept['token']}", compression=None) as ws:
+                ws.send(json.dumps({"id": 1, "action": {"type": "page_info"}}))
+                reply = json.loads(ws.recv(timeout=10))
+            assert reply["ok"] and reply["result"]["url"] == INPUT_PAGE  # the same browser, not a new one
+            alive = {info.id for info in runtime.list_sandboxes({"corral.gateway": instance})}
+            assert orphan.id not in alive
+            assert c.delete(f"/v1/sessions/{kept['id']}").status_code == 204
+    finally:
+        for info in runtime.list_sandboxes({"corral.gateway": instance}):
+            runtime.remove(info.id)
+
+
+def test_eight_sessions_at_once_are_isolated(gw: RunningGateway) -> None:
+    def one(index: int) -> tuple[int, str, str]:
+        with Sandbox.create(url=gw.url, api_key=KEY_A) as sb:
+            sb.navigate(INPUT_PAGE)
+            sb.click(640, 500, screenshot=True, wait_for="stable")
+            text = f"session-{index}-only"
+            sb.type(text)
+            seen = _wait_title(sb, text)
+            time.sleep(1.0)  # let every other session type too before looking again
+            return index, seen, str(sb.page_info()["title"])
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(one, range(8)))
+    for index, seen, later in results:
+        assert seen == later == f"session-{index}-only"

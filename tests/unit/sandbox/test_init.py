@@ -1,0 +1,112 @@
+"""The sandbox init's pure helpers: the screen spec and Chromium's command line."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.sandbox.init import CDP_PORT, chromium_argv, screen_spec
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("1280x800", (1280, 800, 24)),
+        ("1280x800x24", (1280, 800, 24)),
+        ("1920X1080", (1920, 1080, 24)),
+        ("1024x768X24", (1024, 768, 24)),
+        ("16x16", (16, 16, 24)),
+        ("8192x8192", (8192, 8192, 24)),
+        ("0800x0600", (800, 600, 24)),
+    ],
+)
+def test_screen_spec(value: str, expected: tuple[int, int, int]) -> None:
+    assert screen_spec(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("", "must look like"),
+        ("1280", "must look like"),
+        ("1280x", "must look like"),
+        ("x800", "must look like"),
+        ("1280x800x24x1", "must look like"),
+        ("1280*800", "must look like"),
+        ("1280 x 800", "must look like"),
+        (" 1280x800", "must look like"),
+        ("-1280x800", "must look like"),
+        ("1280.5x800", "must look like"),
+        ("widexhigh", "must look like"),
+        ("15x800", "unsupported screen"),
+        ("1280x15", "unsupported screen"),
+        ("8193x800", "unsupported screen"),
+        ("1280x8193", "unsupported screen"),
+        ("0x0", "unsupported screen"),
+        ("1280x800x16", "unsupported screen"),
+        ("1280x800x32", "unsupported screen"),
+        ("1280x800x8", "unsupported screen"),
+    ],
+)
+def test_screen_spec_rejects(value: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        screen_spec(value)
+
+
+@pytest.fixture
+def argv() -> list[str]:
+    return chromium_argv(1280, 800, "/tmp/profile", [])
+
+
+def test_chromium_argv_shape(argv: list[str]) -> None:
+    assert argv[0] == "chromium"
+    assert argv[-1] == "about:blank"
+    assert len(argv) == len(set(argv))
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [
+        "--remote-debugging-address=127.0.0.1",
+        f"--remote-debugging-port={CDP_PORT}",
+        "--user-data-dir=/tmp/profile",
+        "--disable-quic",
+        "--no-sandbox",
+        "--test-type",
+        "--no-first-run",
+        "--no-default-browser-check",
+        "--disable-background-networking",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--force-device-scale-factor=1",
+        "--window-position=0,0",
+        "--window-size=1280,800",
+        "--start-maximized",
+        "--password-store=basic",
+    ],
+)
+def test_chromium_argv_flags(argv: list[str], flag: str) -> None:
+    assert flag in argv
+
+
+def test_cdp_is_bound_to_loopback_only(argv: list[str]) -> None:
+    addresses = [f for f in argv if f.startswith("--remote-debugging-address=")]
+    assert addresses == ["--remote-debugging-address=127.0.0.1"]
+    assert CDP_PORT == 9222
+
+
+@pytest.mark.parametrize(("width", "height"), [(1024, 768), (1920, 1080), (16, 16)])
+def test_chromium_window_size_follows_the_screen(width: int, height: int) -> None:
+    argv = chromium_argv(width, height, "/p", [])
+    sizes = [f for f in argv if f.startswith("--window-size=")]
+    assert sizes == [f"--window-size={width},{height}"]
+
+
+def test_extra_flags_go_before_the_url() -> None:
+    argv = chromium_argv(800, 600, "/data/profile", ["--lang=de", "--incognito"])
+    assert argv[-3:] == ["--lang=de", "--incognito", "about:blank"]
+    assert "--user-data-dir=/data/profile" in argv
+
+
+def test_disabled_features(argv: list[str]) -> None:
+    [features] = [f for f in argv if f.startswith("--disable-features=")]
+    assert set(features.split("=", 1)[1].split(",")) >= {"Translate", "MediaRouter"}
