@@ -109,9 +109,11 @@ def test_auth_failures(gw: RunningGateway) -> None:
                 assert token.get(f"/v1/sessions/{theirs['id']}").status_code == 403
                 assert token.post("/v1/sessions", json={}).status_code == 401  # a token is no API key
             for bad_token, status in (("nope", 4401), (theirs["token"], 4403)):
-                with connect(f"{mine['ws_url']}?token={bad_token}", open_timeout=10) as ws:
-                    with pytest.raises(ConnectionClosed) as closed:
-                        ws.recv(timeout=5)
+                with (
+                    connect(f"{mine['ws_url']}?token={bad_token}", open_timeout=10) as ws,
+                    pytest.raises(ConnectionClosed) as closed,
+                ):
+                    ws.recv(timeout=5)
                 assert closed.value.rcvd is not None and closed.value.rcvd.code == status
             with connect(f"{mine['ws_url']}?token={mine['token']}", compression=None) as ws:
                 ws.send(json.dumps({"id": 1, "action": {"type": "cursor_position"}}))
