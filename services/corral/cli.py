@@ -1,42 +1,76 @@
-"""The ``corral`` command line: build the images, run a local sandbox, send it actions."""
+"""The ``corral`` command line: run the gateway, manage sessions, send actions, build images."""
 
 from __future__ import annotations
 
 import base64
 import json
+import os
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
+import httpx
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from corral import images
 from corral.client import SandboxClient
 from corral.errors import CorralError
-from corral.runtime.docker import DockerRuntime, SandboxContainer, SandboxSpec
+from corral.runtime.docker import DockerRuntime
 
-DEV_SANDBOX = "corral-dev"
+GATEWAY_CONTAINER = "corral-gateway"
+KEY_PATH = "/var/lib/corral/api_key"
 
 app = typer.Typer(help="Corral: disposable desktops with Chromium for computer-use agents.", no_args_is_help=True)
-images_app = typer.Typer(help="Build Corral's images.", no_args_is_help=True)
+images_app = typer.Typer(help="Build Corral's image.", no_args_is_help=True)
+session_app = typer.Typer(help="Create, list, show and remove sessions.", no_args_is_help=True)
 app.add_typer(images_app, name="images")
+app.add_typer(session_app, name="session")
 console = Console(stderr=True)
+out = Console()
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    console.print(f"[red]{message}[/red]")
+    return typer.Exit(code)
 
 
 def _runtime() -> DockerRuntime:
     try:
         return DockerRuntime()
     except CorralError as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(1) from None
+        raise _fail(str(exc)) from None
 
 
-def _dev(runtime: DockerRuntime) -> SandboxContainer:
-    sandbox = runtime.find(DEV_SANDBOX)
-    if sandbox is None:
-        console.print("[red]no local sandbox is running; start one with `corral up`[/red]")
-        raise typer.Exit(1)
-    return sandbox
+def _url() -> str:
+    return os.environ.get("CORRAL_URL", f"http://127.0.0.1:{os.environ.get('CORRAL_PORT', '8700')}")
+
+
+def _api_key(runtime: DockerRuntime | None = None) -> str:
+    keys = [k.strip() for k in os.environ.get("CORRAL_API_KEY", "").split(",") if k.strip()]
+    if keys:
+        return keys[0]
+    key = (runtime or _runtime()).read_file(GATEWAY_CONTAINER, KEY_PATH)
+    if not key:
+        raise _fail("no API key: set CORRAL_API_KEY, or start the gateway with `corral up`")
+    return key
+
+
+def _gateway() -> httpx.Client:
+    return httpx.Client(base_url=_url(), headers={"Authorization": f"Bearer {_api_key()}"}, timeout=120)
+
+
+def _checked(response: httpx.Response) -> Any:
+    if response.status_code >= 400:
+        try:
+            error = response.json()["error"]
+        except (ValueError, KeyError):
+            error = {"code": str(response.status_code), "message": response.text[:300]}
+        raise _fail(f"{response.status_code} {error.get('code')}: {error.get('message')}")
+    return None if response.status_code == 204 else response.json()
 
 
 def _build(runtime: DockerRuntime) -> None:
@@ -56,46 +90,147 @@ def images_build() -> None:
     try:
         _build(runtime)
     except CorralError as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(1) from None
+        raise _fail(str(exc)) from None
     console.print(f"[green]built {images.DESKTOP_IMAGE}[/green]")
 
 
 @app.command()
-def up(
-    port: Annotated[int, typer.Option(help="Host port on 127.0.0.1 for the controller.")] = 8765,
-    screen: Annotated[str, typer.Option(help="Screen size, WIDTHxHEIGHT.")] = "1280x800",
-    build: Annotated[bool, typer.Option(help="Build the image first (seconds when cached).")] = True,
-) -> None:
-    """Start a local sandbox and print where its WebSocket answers."""
+def up(build: Annotated[bool, typer.Option(help="Build the image first (seconds when cached).")] = True) -> None:
+    """Build the image and start the gateway (docker compose) on 127.0.0.1:8700."""
     runtime = _runtime()
     try:
         if build:
             _build(runtime)
-        runtime.remove(DEV_SANDBOX)
-        sandbox = runtime.start_sandbox(SandboxSpec(name=DEV_SANDBOX, host_port=port, screen=screen))
-        seconds = runtime.wait_ready(sandbox)
+        with console.status("starting the gateway"):
+            runtime.compose(images.repo_root(), ["up", "-d", "--no-build", "gateway"])
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if httpx.get(f"{_url()}/v1/health", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise _fail(f"the gateway did not answer on {_url()}:\n{runtime.logs(GATEWAY_CONTAINER, 30)}")
+                time.sleep(0.2)
     except CorralError as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(1) from None
-    console.print(f"[green]sandbox ready in {seconds:.1f}s[/green]")
-    typer.echo(json.dumps({"name": sandbox.name, "ws_url": sandbox.ws_url, "http": sandbox.base_url}))
-    console.print('try: corral do \'{"type": "screenshot"}\' -o shot.png')
+        raise _fail(str(exc)) from None
+    console.print(f"[green]gateway up on {_url()}[/green]  (API key: `corral status`)")
 
 
 @app.command()
 def down() -> None:
-    """Stop and remove the local sandbox."""
-    _runtime().remove(DEV_SANDBOX)
-    console.print("[green]removed[/green]")
+    """Stop the gateway and remove its sandboxes (the data volume, with the API key, stays)."""
+    runtime = _runtime()
+    try:
+        runtime.compose(images.repo_root(), ["down"])
+    except CorralError as exc:
+        raise _fail(str(exc)) from None
+    for info in runtime.list_sandboxes({"corral.gateway": os.environ.get("CORRAL_INSTANCE", "default")}):
+        runtime.remove(info.id)
+    console.print("[green]gateway stopped[/green]")
 
 
 @app.command()
-def status() -> None:
-    """Whether the local sandbox runs, and where."""
-    runtime = _runtime()
-    sandbox = runtime.find(DEV_SANDBOX)
-    typer.echo(json.dumps(None if sandbox is None else {"name": sandbox.name, "ws_url": sandbox.ws_url}))
+def status(as_json: JsonOpt = False) -> None:
+    """The gateway's health, its sessions and its API key."""
+    try:
+        health = httpx.get(f"{_url()}/v1/health", timeout=5).json()
+    except httpx.HTTPError as exc:
+        raise _fail(f"no gateway on {_url()} ({exc}); start it with `corral up`") from None
+    key = _api_key()
+    if as_json:
+        out.print_json(json.dumps({"url": _url(), "health": health, "api_key": key}))
+        return
+    table = Table(show_header=False)
+    table.add_row("gateway", _url())
+    for state, count in health["sessions"].items():
+        table.add_row(f"sessions {state}", str(count))
+    table.add_row("pool target", str(health["pool_target"]))
+    table.add_row("API key", key)
+    out.print(table)
+
+
+def _session_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table("id", "state", "age", "expires in", "viewport", "allow", "labels")
+    now = time.time()
+    for s in rows:
+        table.add_row(
+            s["id"],
+            s["state"],
+            f"{now - s['created_at']:.0f}s",
+            f"{s['expires_at'] - now:.0f}s",
+            f"{s['viewport']['width']}x{s['viewport']['height']}",
+            ",".join(s["allow"]) or "-",
+            ",".join(f"{k}={v}" for k, v in s["labels"].items()) or "-",
+        )
+    return table
+
+
+@session_app.command("create")
+def session_create(
+    allow: Annotated[list[str] | None, typer.Option("--allow", help="Host the session may reach (repeat).")] = None,
+    viewport: Annotated[str, typer.Option(help="WIDTHxHEIGHT")] = "1280x800",
+    timeout_s: Annotated[int | None, typer.Option("--timeout", help="Wall-clock limit in seconds.")] = None,
+    idle_timeout_s: Annotated[int | None, typer.Option("--idle-timeout", help="Idle limit in seconds.")] = None,
+    label: Annotated[list[str] | None, typer.Option("--label", help="KEY=VALUE (repeat).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start a session; prints its id, token and WebSocket URL."""
+    width, _, height = viewport.partition("x")
+    if not (width.isdigit() and height.isdigit()):
+        raise _fail("viewport must look like 1280x800", 2)
+    labels = dict(item.split("=", 1) for item in (label or []) if "=" in item)
+    body: dict[str, Any] = {
+        "allow": allow or [],
+        "viewport": {"width": int(width), "height": int(height)},
+        "labels": labels,
+    }
+    if timeout_s is not None:
+        body["timeout_s"] = timeout_s
+    if idle_timeout_s is not None:
+        body["idle_timeout_s"] = idle_timeout_s
+    with _gateway() as gw:
+        created = _checked(gw.post("/v1/sessions", json=body))
+    if as_json:
+        out.print_json(json.dumps(created))
+        return
+    out.print(_session_table([created]))
+    out.print(f"token: {created['token']}\nws: {created['ws_url']}")
+
+
+@session_app.command("ls")
+def session_ls(as_json: JsonOpt = False) -> None:
+    """The sessions of this API key."""
+    with _gateway() as gw:
+        rows = _checked(gw.get("/v1/sessions"))
+    if as_json:
+        out.print_json(json.dumps(rows))
+    else:
+        out.print(_session_table(rows))
+
+
+@session_app.command("show")
+def session_show(session_id: str, as_json: JsonOpt = False) -> None:
+    with _gateway() as gw:
+        row = _checked(gw.get(f"/v1/sessions/{session_id}"))
+    if as_json:
+        out.print_json(json.dumps(row))
+    else:
+        out.print(_session_table([row]))
+
+
+@session_app.command("rm")
+def session_rm(session_id: str) -> None:
+    with _gateway() as gw:
+        _checked(gw.delete(f"/v1/sessions/{session_id}"))
+    console.print(f"removed {session_id}")
+
+
+def _session_ws(session_id: str) -> str:
+    with _gateway() as gw:
+        row = _checked(gw.get(f"/v1/sessions/{session_id}"))
+    return f"{row['ws_url']}?token={_api_key()}"
 
 
 def _strip_images(reply: dict[str, Any], output: Path | None) -> dict[str, Any]:
@@ -111,22 +246,22 @@ def _strip_images(reply: dict[str, Any], output: Path | None) -> dict[str, Any]:
 
 @app.command("do")
 def do(
+    session_id: str,
     message: Annotated[
-        str, typer.Argument(help="A native action, or a whole message with 'action', 'anthropic' or 'openai'.")
+        str, typer.Argument(help="A native action, or a whole message ('action'/'anthropic'/'openai').")
     ],
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the screenshot here.")] = None,
 ) -> None:
-    """Send one message to the local sandbox and print the reply (the image goes to --output)."""
+    """Send one message to a session and print the reply (the image goes to --output)."""
     try:
         payload = json.loads(message)
     except json.JSONDecodeError as exc:
-        console.print(f"[red]not JSON: {exc}[/red]")
-        raise typer.Exit(2) from None
+        raise _fail(f"not JSON: {exc}", 2) from None
     if isinstance(payload, dict) and not ({"action", "anthropic", "openai"} & payload.keys()):
         payload = {"action": payload}
     if output is not None and isinstance(payload, dict) and "screenshot" not in payload and "action" in payload:
         payload["screenshot"] = True
-    with SandboxClient(_dev(_runtime()).ws_url) as client:
+    with SandboxClient(_session_ws(session_id)) as client:
         reply = client.request(payload)
     typer.echo(json.dumps(_strip_images(reply, output), ensure_ascii=False))
     if not reply.get("ok"):
@@ -135,11 +270,12 @@ def do(
 
 @app.command()
 def screenshot(
+    session_id: str,
     output: Annotated[Path, typer.Option("-o", "--output")] = Path("shot.png"),
     fmt: Annotated[str, typer.Option("--format")] = "png",
 ) -> None:
-    """Save a screenshot of the local sandbox."""
-    with SandboxClient(_dev(_runtime()).ws_url) as client:
+    """Save a screenshot of a session."""
+    with SandboxClient(_session_ws(session_id)) as client:
         output.write_bytes(client.screenshot(fmt))
     console.print(f"saved {output}")
 

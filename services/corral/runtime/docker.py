@@ -6,6 +6,7 @@ Everything here goes through the docker SDK (no ``docker`` CLI strings).
 from __future__ import annotations
 
 import contextlib
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -252,6 +253,22 @@ class DockerRuntime:
     def kill_process(self, ident: str, process_name: str) -> None:
         """Kill a process inside the sandbox by name (tests use it to crash Chromium)."""
         self.exec(ident, ["pkill", "-KILL", "-x", process_name])
+
+    def compose(self, project_dir: Path, args: list[str]) -> None:
+        """Run ``docker compose`` in ``project_dir`` (the CLI, as Compose has no SDK)."""
+        result = subprocess.run(
+            ["docker", "compose", *args], cwd=project_dir, check=False, capture_output=True, text=True
+        )
+        if result.returncode != 0:
+            raise SandboxError(f"docker compose {' '.join(args)} failed:\n{result.stderr[-2000:]}")
+
+    def read_file(self, ident: str, path: str) -> str | None:
+        """A small text file inside a container, or None when it is not there."""
+        try:
+            code, out = self._container(ident).exec_run(["cat", path], user="root")
+        except (SandboxError, docker.errors.APIError):
+            return None
+        return out.decode(errors="replace").strip() if code == 0 else None
 
     def stats(self, ident: str) -> dict[str, Any]:
         stats: dict[str, Any] = self._container(ident).stats(stream=False)
