@@ -257,3 +257,48 @@ def test_eight_sessions_at_once_are_isolated(gw: RunningGateway) -> None:
         results = list(pool.map(one, range(8)))
     for index, seen, later in results:
         assert seen == later == f"session-{index}-only"
+
+
+PROBE = """
+import socket, sys
+s = socket.socket(); s.settimeout(2)
+try:
+    s.connect((sys.argv[1], int(sys.argv[2]))); print("open")
+except socket.timeout:
+    print("timeout")
+except OSError as e:
+    print("refused" if e.errno == 111 else f"error {e.errno}")
+"""
+
+
+def test_a_sandbox_reaches_neither_the_host_nor_other_sessions(gw: RunningGateway, runtime: DockerRuntime) -> None:
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("0.0.0.0", 0))  # a host service on every address, the case Docker leaves open
+    listener.listen(8)
+    host_port = listener.getsockname()[1]
+    try:
+        with gw.client() as c:
+            assert c.get("/v1/health").json()["host_guard"] is True
+            a = c.post("/v1/sessions", json={}).json()
+            b = c.post("/v1/sessions", json={}).json()
+            b_ip = runtime.find(b["container"])
+            assert b_ip is not None
+            _, gateway_ip = runtime.bridge(gw.settings.network)
+
+            def probe(host: str, port: int) -> str:
+                code, out = runtime.exec(a["container"], ["python", "-c", PROBE, host, str(port)])
+                assert code == 0, out
+                return out.strip()
+
+            assert probe("127.0.0.1", 8765) == "open"  # the probe itself works: its own controller
+            assert probe(b_ip.host, 8765) != "open"  # another session
+            assert probe(gateway_ip, gw.settings.port) != "open"  # the gateway's API
+            assert probe(gateway_ip, host_port) != "open"  # any host service
+            code, _ = runtime.exec(a["container"], ["test", "-e", "/var/run/docker.sock"])
+            assert code != 0  # no Docker socket inside
+            c.delete(f"/v1/sessions/{a['id']}")
+            c.delete(f"/v1/sessions/{b['id']}")
+    finally:
+        listener.close()

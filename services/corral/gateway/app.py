@@ -163,7 +163,12 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
 
     @app.get("/v1/health")
     async def health(manager: ManagerDep) -> dict[str, Any]:
-        return {"ok": True, "sessions": manager.counts(), "pool_target": settings.pool_size}
+        return {
+            "ok": True,
+            "sessions": manager.counts(),
+            "pool_target": settings.pool_size,
+            "host_guard": manager.host_guarded,
+        }
 
     @app.get("/metrics")
     async def metrics(manager: ManagerDep, m: MetricsDep) -> Response:

@@ -18,6 +18,7 @@ from corral.gateway import auth
 from corral.gateway.models import CreateSession, Viewport
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
+from corral.runtime import hostguard
 from corral.runtime.docker import DockerRuntime, SandboxContainer, SandboxSpec
 
 log = logging.getLogger(__name__)
@@ -83,12 +84,15 @@ class SessionManager:
         self._refill = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._starting_pool = 0
-        self.claims: list[tuple[str, float]] = []  # (source, seconds), drained by the metrics
+        self.claims: list[tuple[str, float]] = []
+        self.host_guarded = False  # (source, seconds), drained by the metrics
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
     async def start(self) -> None:
         await asyncio.to_thread(self._runtime.ensure_network, self._settings.network)
+        interface, _ = await asyncio.to_thread(self._runtime.bridge, self._settings.network)
+        self.host_guarded = await asyncio.to_thread(hostguard.install, interface)
         await self._recover()
         for coro in (self._reap_loop(), self._pool_loop()):
             task = asyncio.create_task(coro)

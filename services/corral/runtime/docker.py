@@ -193,6 +193,14 @@ class DockerRuntime:
             if exc.status_code != 409:  # created meanwhile by someone else
                 raise SandboxError(f"cannot create network {name}: {exc.explanation or exc}") from None
 
+    def bridge(self, name: str) -> tuple[str, str]:
+        """The host interface and gateway address of a bridge network."""
+        network = self._client.networks.get(name)
+        options = network.attrs.get("Options") or {}
+        interface = options.get("com.docker.network.bridge.name") or f"br-{network.id[:12]}"
+        configs = (network.attrs.get("IPAM") or {}).get("Config") or [{}]
+        return interface, str(configs[0].get("Gateway", ""))
+
     def list_sandboxes(self, labels: Mapping[str, str] | None = None) -> list[SandboxInfo]:
         """Every sandbox container (running or not) carrying ``labels``."""
         wanted = {SANDBOX_LABEL: SANDBOX_ROLE, **(labels or {})}

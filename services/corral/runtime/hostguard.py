@@ -1,0 +1,61 @@
+"""Host-side firewall for the sandbox bridge: sandboxes get no way into the host's own services.
+
+Docker lets a container reach every host service listening on the bridge's gateway address (or on
+0.0.0.0) through the INPUT chain. Two rules on the bridge interface close that, on any engine
+version: replies to connections the host opened (the gateway talking to a controller) pass, all
+else from the sandboxes to the host is dropped. Needs root (or NET_ADMIN) and iptables.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+
+log = logging.getLogger(__name__)
+
+COMMENT = "corral-hostguard"
+
+
+def _rules(interface: str) -> list[list[str]]:
+    # Order matters: the ACCEPT for replies must come before the DROP.
+    return [
+        [
+            "INPUT",
+            "-i",
+            interface,
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "ESTABLISHED,RELATED",
+            "-m",
+            "comment",
+            "--comment",
+            COMMENT,
+            "-j",
+            "ACCEPT",
+        ],
+        ["INPUT", "-i", interface, "-m", "comment", "--comment", COMMENT, "-j", "DROP"],
+    ]
+
+
+def install(interface: str) -> bool:
+    """Install the rules for ``interface`` once (idempotent); False when the host does not allow it."""
+    iptables = shutil.which("iptables")
+    if iptables is None:
+        log.error("iptables is missing: sandboxes can reach services on the host")
+        return False
+    installed = True
+    # Inserted at the top in reverse, so they end up in the order of _rules.
+    for rule in reversed(_rules(interface)):
+        check = subprocess.run([iptables, "-w", "-C", *rule], capture_output=True, check=False)
+        if check.returncode == 0:
+            continue
+        chain, *spec = rule
+        done = subprocess.run([iptables, "-w", "-I", chain, "1", *spec], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            log.error(
+                "cannot install the host guard (%s): sandboxes can reach services on the host", done.stderr.strip()
+            )
+            installed = False
+    return installed
