@@ -1,14 +1,31 @@
 """Corral: disposable desktops with Chromium for computer-use agents.
 
 The public surface: the SDK (:class:`Sandbox`, :class:`AsyncSandbox`), the low-level protocol
-clients, and the exception hierarchy.
+clients, and the exception hierarchy. Loaded on first use, so the in-sandbox controller does not
+pay for the SDK's imports at start-up.
 """
 
-from corral.client import ActionFailed, AsyncSandboxClient, SandboxClient
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from corral.errors import ActionError, CorralError, ErrorCode, ImageBuildError, SandboxError
-from corral.sdk import AsyncSandbox, GatewayError, Sandbox
+
+if TYPE_CHECKING:
+    from corral.client import ActionFailed, AsyncSandboxClient, SandboxClient
+    from corral.sdk import AsyncSandbox, GatewayError, Sandbox
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "ActionFailed": "corral.client",
+    "AsyncSandboxClient": "corral.client",
+    "SandboxClient": "corral.client",
+    "AsyncSandbox": "corral.sdk",
+    "GatewayError": "corral.sdk",
+    "Sandbox": "corral.sdk",
+}
 
 __all__ = [
     "ActionError",
@@ -24,3 +41,10 @@ __all__ = [
     "SandboxError",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'corral' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

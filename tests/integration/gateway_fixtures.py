@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import uvicorn
 
-from corral.gateway.app import create_app
+from corral.gateway.server import running
 from corral.gateway.settings import GatewaySettings
 
 KEY_A = "test-key-a"
@@ -60,24 +58,5 @@ def gateway(data_dir: Path, instance: str, **overrides: object) -> Iterator[Runn
     }
     values.update(overrides)
     settings = GatewaySettings(**values)  # type: ignore[arg-type]
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(settings),
-            host="127.0.0.1",
-            port=settings.port,
-            ws="websockets-sansio",
-            ws_per_message_deflate=False,
-            log_level="warning",
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the gateway did not start"
-        time.sleep(0.05)
-    try:
+    with running(settings):
         yield RunningGateway(settings)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)

@@ -167,19 +167,18 @@ def test_wall_clock_and_idle_timeouts_are_enforced(gw: RunningGateway, runtime: 
         idle = c.post("/v1/sessions", json={"idle_timeout_s": 3, "timeout_s": 600}).json()
         busy = c.post("/v1/sessions", json={"idle_timeout_s": 3, "timeout_s": 600}).json()
         short = c.post("/v1/sessions", json={"timeout_s": 3}).json()
-        ws = connect(f"{short['ws_url']}?token={short['token']}", compression=None)
-        deadline = time.monotonic() + 6
-        while time.monotonic() < deadline:  # keep one of the idle ones active
-            c.post(f"/v1/sessions/{busy['id']}/actions", json={"action": {"type": "cursor_position"}})
-            time.sleep(0.5)
-        assert c.get(f"/v1/sessions/{short['id']}").status_code == 404
-        assert c.get(f"/v1/sessions/{idle['id']}").status_code == 404
-        assert c.get(f"/v1/sessions/{busy['id']}").status_code == 200
-        with pytest.raises(ConnectionClosed) as closed:
-            ws.recv(timeout=5)
+        with connect(f"{short['ws_url']}?token={short['token']}", compression=None) as ws:
+            deadline = time.monotonic() + 6
+            while time.monotonic() < deadline:  # keep one of the idle ones active
+                c.post(f"/v1/sessions/{busy['id']}/actions", json={"action": {"type": "cursor_position"}})
+                time.sleep(0.5)
+            assert c.get(f"/v1/sessions/{short['id']}").status_code == 404
+            assert c.get(f"/v1/sessions/{idle['id']}").status_code == 404
+            assert c.get(f"/v1/sessions/{busy['id']}").status_code == 200
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=5)
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 4000
         assert "timeout" in closed.value.rcvd.reason
-        ws.close()
         # The expired sessions' containers are gone, not just forgotten.
         assert runtime.find(short["container"]) is None
         assert runtime.find(idle["container"]) is None

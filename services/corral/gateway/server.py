@@ -1,8 +1,12 @@
-"""``python -m corral.gateway.server``: serve the gateway with uvicorn."""
+"""``python -m corral.gateway.server``: serve the gateway with uvicorn (or in a thread, for tests and bench)."""
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import uvicorn
 
@@ -10,18 +14,45 @@ from corral.gateway.app import create_app
 from corral.gateway.settings import GatewaySettings
 
 
-def serve(settings: GatewaySettings | None = None) -> None:
-    settings = settings or GatewaySettings()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(
+def _config(settings: GatewaySettings, log_level: str = "info") -> uvicorn.Config:
+    return uvicorn.Config(
         create_app(settings),
         host=settings.host,
         port=settings.port,
         ws="websockets-sansio",
+        # Screenshots barely compress and deflate costs ~17 ms a frame.
         ws_per_message_deflate=False,
         ws_max_size=16 << 20,
         access_log=False,
+        log_level=log_level,
     )
+
+
+def serve(settings: GatewaySettings | None = None) -> None:
+    settings = settings or GatewaySettings()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    uvicorn.Server(_config(settings)).run()
+
+
+@contextmanager
+def running(settings: GatewaySettings, start_timeout_s: float = 60.0) -> Iterator[str]:
+    """Serve in a background thread until the block ends; yields the base URL.
+
+    Stopping leaves the gateway's sandboxes running, exactly as a restart of the process would.
+    """
+    server = uvicorn.Server(_config(settings, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="corral-gateway", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + start_timeout_s
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the gateway did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://{settings.host}:{settings.port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,9 @@ class GatewaySettings(BaseSettings):
     reap_interval_s: float = 1.0
     start_timeout_s: float = 60.0
 
-    default_cpus: float = 1.0
+    # A quota at the machine's core count leaves start-up unthrottled (Chromium and Python start CPU-bound).
+    default_cpus: float = 2.0
+
     max_cpus: float = 2.0
     default_memory_mb: int = 1536
     max_memory_mb: int = 4096

@@ -68,11 +68,14 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         checks: dict[str, Any] = {"screen": f"{desktop.size}"}
         try:
             await asyncio.wait_for(desktop.screen.grab(), 2)
-            await asyncio.wait_for(desktop.browser.page(), 5)
-        except (ActionError, TimeoutError, OSError) as exc:
-            checks["error"] = str(exc) or type(exc).__name__
+        except (TimeoutError, OSError) as exc:
+            checks["error"] = f"screen: {exc or type(exc).__name__}"
             return JSONResponse({"ok": False, **checks}, status_code=503)
-        return JSONResponse({"ok": True, **checks, "browser": "connected"})
+        # Ready once Chromium's DevTools answer; the Playwright link is made in the background and
+        # the first browser action waits for it if it must.
+        if not (desktop.browser.connected or await desktop.browser.devtools_answer()):
+            return JSONResponse({"ok": False, **checks, "error": "browser: DevTools not answering"}, status_code=503)
+        return JSONResponse({"ok": True, **checks, "browser": "connected" if desktop.browser.connected else "up"})
 
     @app.post("/v1/actions")
     async def actions(request: Request, dispatcher: DispatcherDep) -> JSONResponse:
@@ -101,9 +104,10 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
 
 
 async def _warm(desktop: Desktop) -> None:
-    for _ in range(100):
+    # Chromium starts beside the controller; connect as soon as its DevTools port answers.
+    for _ in range(400):
         try:
             await desktop.browser.page()
             return
         except ActionError:
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.05)

@@ -13,6 +13,7 @@ import logging
 import time
 from typing import Any
 
+import httpx
 from playwright.async_api import Browser as PWBrowser
 from playwright.async_api import BrowserContext, Page, Playwright, Request, Response, async_playwright
 from playwright.async_api import Error as PlaywrightError
@@ -42,6 +43,15 @@ class Browser:
         self._ids: dict[Page, str] = {}
         self._next_id = itertools.count(1)
         self._pending: dict[Request, float] = {}
+
+    async def devtools_answer(self) -> bool:
+        """Whether Chromium's DevTools endpoint answers (readiness; the Playwright link may still be forming)."""
+        try:
+            async with httpx.AsyncClient(timeout=1.0) as http:
+                response = await http.get(f"{self._cdp_url}/json/version")
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
 
     @property
     def connected(self) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,11 +30,27 @@ _VIEWPORT_JS = """() => {
 }"""
 
 
+def wait_for_display(display: str, timeout_s: float = 30.0) -> None:
+    """Block until the X server of ``display`` accepts connections (the init starts both at once)."""
+    number = display.rsplit(":", 1)[-1].split(".")[0]
+    socket_path = f"/tmp/.X11-unix/X{number}"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            XInput(display).close()
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"X display {display} ({socket_path}) did not come up") from None
+            time.sleep(0.02)
+
+
 class Desktop:
     """The sandbox's desktop. Callers hold :attr:`lock` so actions never interleave."""
 
     def __init__(self, settings: ControllerSettings) -> None:
         self._settings = settings
+        wait_for_display(settings.display)
         self.input = XInput(settings.display)
         self.screen = Screen(settings.display)
         self.browser = Browser(settings.cdp_url)

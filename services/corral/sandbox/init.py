@@ -179,10 +179,11 @@ def main() -> int:
     sup = Supervisor(width, height, depth, display)
     signal.signal(signal.SIGTERM, sup.stop)
     signal.signal(signal.SIGINT, sup.stop)
+    # The controller imports for most of a second: start it first, it waits for the display itself.
+    sup.spawn(Child("controller", [sys.executable, "-m", "corral.sandbox.controller"]))
     sup.start_xvfb()
     sup.spawn(Child("openbox", ["openbox", "--sm-disable"]))
     sup.spawn(Child("chromium", chromium_argv(width, height, profile, extra), ready_marker=b"DevTools listening on"))
-    sup.spawn(Child("controller", [sys.executable, "-m", "corral.sandbox.controller"]))
     return sup.watch()
 
 
