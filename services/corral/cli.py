@@ -153,6 +153,7 @@ def status(as_json: JsonOpt = False) -> None:
 
 def _session_table(rows: list[dict[str, Any]]) -> Table:
     table = Table("id", "state", "age", "expires in", "viewport", "allow", "labels")
+    table.columns[0].no_wrap = True  # ids are copied from here
     now = time.time()
     for s in rows:
         table.add_row(
@@ -282,3 +283,7 @@ def screenshot(
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

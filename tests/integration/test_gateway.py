@@ -301,3 +301,52 @@ def test_a_sandbox_reaches_neither_the_host_nor_other_sessions(gw: RunningGatewa
             c.delete(f"/v1/sessions/{b['id']}")
     finally:
         listener.close()
+
+
+def test_scripted_agent_example_runs_without_a_model_key(gw: RunningGateway) -> None:
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "CORRAL_URL": gw.url, "CORRAL_API_KEY": KEY_A}
+    done = subprocess.run(
+        [sys.executable, str(root / "examples" / "scripted_agent.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "page says: items: 3" in done.stdout
+    assert "step 8:" in done.stdout
+
+
+def test_cli_sessions_do_and_screenshot(gw: RunningGateway, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from corral.cli import app
+
+    runner = CliRunner()
+    env = {"CORRAL_URL": gw.url, "CORRAL_API_KEY": KEY_A}
+    created = runner.invoke(
+        app, ["session", "create", "--json", "--label", "via=cli", "--allow", "example.test"], env=env
+    )
+    assert created.exit_code == 0, created.output
+    session = json.loads(created.stdout)
+    assert session["labels"] == {"via": "cli"} and session["allow"] == ["example.test"]
+    listed = runner.invoke(app, ["session", "ls", "--json"], env=env)
+    assert session["id"] in [s["id"] for s in json.loads(listed.stdout)]
+    table = runner.invoke(app, ["session", "ls"], env=env)
+    assert session["id"] in table.stdout
+    done = runner.invoke(app, ["do", session["id"], '{"type": "cursor_position"}'], env=env)
+    assert done.exit_code == 0 and json.loads(done.stdout)["result"] == {"x": 640, "y": 400}
+    bad = runner.invoke(app, ["do", session["id"], '{"type": "teleport"}'], env=env)
+    assert bad.exit_code == 1 and json.loads(bad.stdout)["error"]["code"] == "unknown_action"
+    shot = tmp_path / "shot.png"
+    assert runner.invoke(app, ["screenshot", session["id"], "-o", str(shot)], env=env).exit_code == 0
+    assert shot.read_bytes().startswith(b"\x89PNG")
+    assert runner.invoke(app, ["session", "rm", session["id"]], env=env).exit_code == 0
+    gone = runner.invoke(app, ["session", "show", session["id"]], env=env)
+    assert gone.exit_code == 1 and "not_found" in gone.output
