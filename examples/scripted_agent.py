@@ -19,7 +19,8 @@ from corral import Sandbox
 PAGE = "data:text/html;charset=utf-8," + urllib.parse.quote(
     "<!doctype html><title>todo</title>"
     "<input id=t placeholder='new item' style='position:absolute;left:20px;top:40px;width:600px;height:80px;"
-    "font-size:24px'><ul id=l style='position:absolute;top:140px'></ul><script>t.addEventListener('keydown', e => { if (e.key === 'Enter') {"
+    "font-size:24px'><ul id=l style='position:absolute;top:140px'></ul>"
+    "<script>t.addEventListener('keydown', e => { if (e.key === 'Enter') {"
     " const li = document.createElement('li'); li.textContent = t.value; l.appendChild(li);"
     " document.title = 'items: ' + l.children.length; t.value = ''; } });</script>"
 )
