@@ -350,3 +350,33 @@ def test_cli_sessions_do_and_screenshot(gw: RunningGateway, tmp_path: Path) -> N
     assert runner.invoke(app, ["session", "rm", session["id"]], env=env).exit_code == 0
     gone = runner.invoke(app, ["session", "show", session["id"]], env=env)
     assert gone.exit_code == 1 and "not_found" in gone.output
+
+
+def test_limits_and_hardening_are_applied(gw: RunningGateway, runtime: DockerRuntime) -> None:
+    import docker
+
+    with gw.client() as c:
+        created = c.post("/v1/sessions", json={"resources": {"cpus": 1.5, "memory_mb": 1024, "disk_mb": 512}}).json()
+        try:
+            attrs = docker.from_env().containers.get(created["container"]).attrs
+            host = attrs["HostConfig"]
+            assert host["NanoCpus"] == 1_500_000_000
+            assert host["Memory"] == host["MemorySwap"] == 1024 * 1024 * 1024  # swap equal: none extra
+            assert host["PidsLimit"] == gw.settings.default_pids
+            assert host["ShmSize"] == gw.settings.default_shm_mb * 1024 * 1024
+            assert "size=512m" in host["Tmpfs"]["/tmp"]
+            assert host["ReadonlyRootfs"] is True
+            assert host["CapDrop"] == ["ALL"] and not host.get("CapAdd")
+            assert "no-new-privileges" in host["SecurityOpt"]
+            assert host["Privileged"] is False
+            assert not host.get("PortBindings")  # nothing published on the host
+            assert not any("docker.sock" in (m.get("Source") or "") for m in attrs["Mounts"])
+            assert attrs["Config"]["User"] == "corral"
+            # Capped, not trusted: a request above the gateway's maximum gets the maximum.
+            big = c.post("/v1/sessions", json={"resources": {"cpus": 64, "memory_mb": 65536}}).json()
+            big_host = docker.from_env().containers.get(big["container"]).attrs["HostConfig"]
+            assert big_host["NanoCpus"] == int(gw.settings.max_cpus * 1e9)
+            assert big_host["Memory"] == gw.settings.max_memory_mb * 1024 * 1024
+            c.delete(f"/v1/sessions/{big['id']}")
+        finally:
+            c.delete(f"/v1/sessions/{created['id']}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -12,6 +13,27 @@ import uvicorn
 
 from corral.gateway.app import create_app
 from corral.gateway.settings import GatewaySettings
+
+_SECRET_IN_QUERY = re.compile(r"((?:token|key)=)[^&\s\"']+")
+
+
+class RedactTokens(logging.Filter):
+    """Keeps tokens out of uvicorn's lines (a WebSocket's ``?token=`` would otherwise be logged)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.args:
+            args = record.args if isinstance(record.args, tuple) else (record.args,)
+            record.args = tuple(_SECRET_IN_QUERY.sub(r"\1[redacted]", a) if isinstance(a, str) else a for a in args)
+        if isinstance(record.msg, str):
+            record.msg = _SECRET_IN_QUERY.sub(r"\1[redacted]", record.msg)
+        return True
+
+
+def _install_redaction() -> None:
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactTokens) for f in logger.filters):
+            logger.addFilter(RedactTokens())
 
 
 def _config(settings: GatewaySettings, log_level: str = "info") -> uvicorn.Config:
@@ -31,7 +53,10 @@ def _config(settings: GatewaySettings, log_level: str = "info") -> uvicorn.Confi
 def serve(settings: GatewaySettings | None = None) -> None:
     settings = settings or GatewaySettings()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.Server(_config(settings)).run()
+    config = _config(settings)
+    config.load()  # uvicorn configures its loggers here; the filter goes on after
+    _install_redaction()
+    uvicorn.Server(config).run()
 
 
 @contextmanager
@@ -40,7 +65,10 @@ def running(settings: GatewaySettings, start_timeout_s: float = 60.0) -> Iterato
 
     Stopping leaves the gateway's sandboxes running, exactly as a restart of the process would.
     """
-    server = uvicorn.Server(_config(settings, log_level="warning"))
+    config = _config(settings, log_level="warning")
+    config.load()
+    _install_redaction()
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="corral-gateway", daemon=True)
     thread.start()
     deadline = time.monotonic() + start_timeout_s

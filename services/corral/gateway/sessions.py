@@ -18,8 +18,8 @@ from corral.gateway import auth
 from corral.gateway.models import CreateSession, Viewport
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
-from corral.runtime import hostguard
-from corral.runtime.docker import DockerRuntime, SandboxContainer, SandboxSpec
+from corral.runtime import SandboxRuntime, hostguard
+from corral.runtime.docker import SandboxContainer, SandboxSpec
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class Session:
 
 
 class SessionManager:
-    def __init__(self, settings: GatewaySettings, runtime: DockerRuntime, store: SessionStore) -> None:
+    def __init__(self, settings: GatewaySettings, runtime: SandboxRuntime, store: SessionStore) -> None:
         self._settings = settings
         self._runtime = runtime
         self._store = store
