@@ -77,6 +77,29 @@ def _checked(response: httpx.Response) -> dict[str, Any]:
     return data
 
 
+def _client_options(url: str | None, credential: str) -> dict[str, Any]:
+    """What both HTTP clients are built with."""
+    return {
+        "base_url": url or os.environ.get("CORRAL_URL", DEFAULT_URL),
+        "timeout": 120,
+        "headers": {"Authorization": f"Bearer {credential}"},
+    }
+
+
+def _tool_result(reply: dict[str, Any]) -> list[Any]:
+    if not reply["ok"]:
+        raise ActionFailed(reply["error"])
+    content: list[Any] = reply["result"]["tool_result_content"]
+    return content
+
+
+def _call_output(reply: dict[str, Any]) -> dict[str, Any]:
+    if not reply["ok"]:
+        raise ActionFailed(reply["error"])
+    output: dict[str, Any] = reply["result"]["output"]
+    return output
+
+
 # Native actions as messages, shared by both clients.
 def _click(x: int | None, y: int | None, button: str, count: int, modifiers: Sequence[str]) -> dict[str, Any]:
     action: dict[str, Any] = {"type": "click", "button": button, "count": count, "modifiers": list(modifiers)}
@@ -109,7 +132,6 @@ class Sandbox:
     def __init__(self, info: dict[str, Any], token: str, gateway: httpx.Client) -> None:
         self.info = info
         self.id: str = info["id"]
-        self._token = token
         self._gateway = gateway
         self._ws = SandboxClient(f"{info['ws_url']}?token={token}")
         self._ws.__enter__()
@@ -126,11 +148,7 @@ class Sandbox:
         url: str | None = None,
         api_key: str | None = None,
     ) -> Sandbox:
-        gateway = httpx.Client(
-            base_url=url or os.environ.get("CORRAL_URL", DEFAULT_URL),
-            timeout=120,
-            headers={"Authorization": f"Bearer {api_key or _default_key()}"},
-        )
+        gateway = httpx.Client(**_client_options(url, api_key or _default_key()))
         try:
             info = _checked(
                 gateway.post("/v1/sessions", json=_session_body(allow, viewport, timeout_s, idle_timeout_s, labels))
@@ -143,11 +161,7 @@ class Sandbox:
     @classmethod
     def attach(cls, session_id: str, token: str, *, url: str | None = None) -> Sandbox:
         """Open an existing session with its token; :meth:`close` leaves it running."""
-        gateway = httpx.Client(
-            base_url=url or os.environ.get("CORRAL_URL", DEFAULT_URL),
-            timeout=120,
-            headers={"Authorization": f"Bearer {token}"},
-        )
+        gateway = httpx.Client(**_client_options(url, token))
         try:
             return cls(_checked(gateway.get(f"/v1/sessions/{session_id}")), token, gateway)
         except BaseException:
@@ -188,21 +202,13 @@ class Sandbox:
 
     def run_anthropic(self, tool_input: dict[str, Any], display: tuple[int, int] | None = None) -> list[Any]:
         """The content of the ``tool_result`` for one computer-tool call."""
-        reply = self._ws.request({"anthropic": tool_input, **_display(display)})
-        if not reply["ok"]:
-            raise ActionFailed(reply["error"])
-        content: list[Any] = reply["result"]["tool_result_content"]
-        return content
+        return _tool_result(self._ws.request({"anthropic": tool_input, **_display(display)}))
 
     def run_openai(
         self, action: dict[str, Any] | list[dict[str, Any]], display: tuple[int, int] | None = None
     ) -> dict[str, Any]:
         """The ``computer_call_output.output`` for one computer call (an action or a batch)."""
-        reply = self._ws.request({"openai": action, **_display(display)})
-        if not reply["ok"]:
-            raise ActionFailed(reply["error"])
-        output: dict[str, Any] = reply["result"]["output"]
-        return output
+        return _call_output(self._ws.request({"openai": action, **_display(display)}))
 
     # -- the native vocabulary -------------------------------------------------------------------------
 
@@ -336,11 +342,7 @@ class AsyncSandbox:
         url: str | None = None,
         api_key: str | None = None,
     ) -> AsyncSandbox:
-        gateway = httpx.AsyncClient(
-            base_url=url or os.environ.get("CORRAL_URL", DEFAULT_URL),
-            timeout=120,
-            headers={"Authorization": f"Bearer {api_key or _default_key()}"},
-        )
+        gateway = httpx.AsyncClient(**_client_options(url, api_key or _default_key()))
         try:
             body = _session_body(allow, viewport, timeout_s, idle_timeout_s, labels)
             info = _checked(await gateway.post("/v1/sessions", json=body))
@@ -374,20 +376,12 @@ class AsyncSandbox:
         return await self._ws.act(action, **envelope)
 
     async def run_anthropic(self, tool_input: dict[str, Any], display: tuple[int, int] | None = None) -> list[Any]:
-        reply = await self._ws.request({"anthropic": tool_input, **_display(display)})
-        if not reply["ok"]:
-            raise ActionFailed(reply["error"])
-        content: list[Any] = reply["result"]["tool_result_content"]
-        return content
+        return _tool_result(await self._ws.request({"anthropic": tool_input, **_display(display)}))
 
     async def run_openai(
         self, action: dict[str, Any] | list[dict[str, Any]], display: tuple[int, int] | None = None
     ) -> dict[str, Any]:
-        reply = await self._ws.request({"openai": action, **_display(display)})
-        if not reply["ok"]:
-            raise ActionFailed(reply["error"])
-        output: dict[str, Any] = reply["result"]["output"]
-        return output
+        return _call_output(await self._ws.request({"openai": action, **_display(display)}))
 
     async def screenshot(self, format: str = "png", **options: Any) -> bytes:
         return image_bytes(await self.act({"type": "screenshot", "format": format, **options}))

@@ -10,13 +10,14 @@ from collections import deque
 
 from fastapi import WebSocket, WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from corral.gateway.metrics import Metrics
 from corral.gateway.sessions import Session
 
 MAX_FRAME = 16 << 20
 CLOSE_ENDED = 4000  # the session ended (deleted, timed out); the reason says which
+CLOSE_UNREACHABLE = 1011
 
 
 def _error_code(frame: str | bytes) -> str | None:
@@ -30,9 +31,14 @@ def _error_code(frame: str | bytes) -> str | None:
 
 
 async def relay(client: WebSocket, session: Session, metrics: Metrics) -> None:
-    upstream: ClientConnection = await connect(
-        session.sandbox.ws_url, compression=None, max_size=MAX_FRAME, open_timeout=10, ping_interval=None
-    )
+    try:
+        upstream: ClientConnection = await connect(
+            session.sandbox.ws_url, compression=None, max_size=MAX_FRAME, open_timeout=10, ping_interval=None
+        )
+    except (OSError, TimeoutError, InvalidHandshake) as exc:
+        metrics.errors.labels(code="sandbox_unreachable").inc()
+        await client.close(code=CLOSE_UNREACHABLE, reason=f"the sandbox did not answer: {type(exc).__name__}")
+        return
     sent: deque[float] = deque()
 
     async def downstream_to_up() -> None:
