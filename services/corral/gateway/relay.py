@@ -71,10 +71,9 @@ async def relay(client: WebSocket, session: Session, metrics: Metrics) -> None:
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
-            if not task.cancelled() and task.exception() is not None:
-                exc = task.exception()
-                if not isinstance(exc, WebSocketDisconnect | ConnectionClosed):
-                    raise exc  # type: ignore[misc]
+            failure = None if task.cancelled() else task.exception()
+            if failure is not None and not isinstance(failure, WebSocketDisconnect | ConnectionClosed):
+                raise failure
     finally:
         for task in tasks:
             task.cancel()
