@@ -1,0 +1,179 @@
+"""The per-session egress policy: deny by default, an allowlist, and a global deny on top.
+
+Allowlist entries: ``[METHODS ]host[:port][/path-prefix]``, for example ``example.com``,
+``*.example.com`` (subdomains, not the apex), ``api.example.com:8443``,
+``GET,HEAD docs.example.com/guide/``. The global deny (loopback, private, link-local, metadata,
+multicast and other special addresses, and names such as ``localhost``) wins over the allowlist
+unless the operator allows private addresses.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from corral.proxy.hosts import IPAddress, normalize_host, parse_ip
+
+DENIED_NETWORKS = tuple(
+    ipaddress.ip_network(net)
+    for net in (
+        "0.0.0.0/8",
+        "10.0.0.0/8",
+        "100.64.0.0/10",
+        "127.0.0.0/8",
+        "169.254.0.0/16",
+        "172.16.0.0/12",
+        "192.0.0.0/24",
+        "192.0.2.0/24",
+        "192.88.99.0/24",
+        "192.168.0.0/16",
+        "198.18.0.0/15",
+        "198.51.100.0/24",
+        "203.0.113.0/24",
+        "224.0.0.0/4",
+        "240.0.0.0/4",
+        "::/128",
+        "::1/128",
+        "64:ff9b::/96",
+        "100::/64",
+        "2001:db8::/32",
+        "fc00::/7",
+        "fe80::/10",
+        "ff00::/8",
+    )
+)
+DENIED_NAMES = frozenset(
+    {"localhost", "metadata", "metadata.google.internal", "instance-data", "instance-data.ec2.internal"}
+)
+DENIED_SUFFIXES = (".localhost", ".internal", ".local")
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"})
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    host: str
+    wildcard: bool = False
+    port: int | None = None
+    methods: frozenset[str] | None = None
+    path_prefix: str | None = None
+
+    def __str__(self) -> str:
+        methods = ",".join(sorted(self.methods)) + " " if self.methods else ""
+        host = f"*.{self.host}" if self.wildcard else self.host
+        port = f":{self.port}" if self.port is not None else ""
+        return f"{methods}{host}{port}{self.path_prefix or ''}"
+
+    def matches_host(self, host: str, port: int) -> bool:
+        if self.port is not None and self.port != port:
+            return False
+        return host.endswith("." + self.host) if self.wildcard else host == self.host
+
+    def matches_request(self, method: str, path: str) -> bool:
+        if self.methods is not None and method.upper() not in self.methods:
+            return False
+        return self.path_prefix is None or path.startswith(self.path_prefix)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    allowed: bool
+    reason: str
+    rule: str | None = None
+
+
+def parse_rule(text: str) -> Rule:
+    """One allowlist entry; raises ValueError naming what is wrong."""
+    entry = text.strip()
+    methods: frozenset[str] | None = None
+    if " " in entry:
+        method_text, _, entry = entry.partition(" ")
+        methods = frozenset(m.strip().upper() for m in method_text.split(",") if m.strip())
+        unknown = methods - METHODS
+        if not methods or unknown:
+            raise ValueError(f"unknown method(s) {sorted(unknown)} in {text!r}")
+        entry = entry.strip()
+    path: str | None = None
+    if "/" in entry:
+        entry, slash, rest = entry.partition("/")
+        path = slash + rest
+    port: int | None = None
+    if entry.startswith("["):
+        close = entry.find("]")
+        if close < 0:
+            raise ValueError(f"unclosed IPv6 bracket in {text!r}")
+        host_text, port_text = entry[: close + 1], entry[close + 1 :].removeprefix(":")
+    else:
+        host_text, _, port_text = entry.partition(":")
+    if port_text:
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise ValueError(f"bad port {port_text!r} in {text!r}")
+        port = int(port_text)
+    wildcard = host_text.startswith("*.")
+    if "*" in (host_text[2:] if wildcard else host_text):
+        raise ValueError(f"a wildcard may only lead a host ('*.example.com'): {text!r}")
+    host = normalize_host(host_text[2:] if wildcard else host_text)
+    if wildcard and parse_ip(host) is not None:
+        raise ValueError(f"a wildcard needs a domain, not an address: {text!r}")
+    return Rule(host=host, wildcard=wildcard, port=port, methods=methods, path_prefix=path)
+
+
+def globally_denied(address: IPAddress) -> bool:
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in net for net in DENIED_NETWORKS if net.version == address.version)
+
+
+class Policy:
+    """Decisions for one session. ``allow_private`` is the operator's override of the global deny."""
+
+    def __init__(self, allow: Iterable[str], *, allow_private: bool = False) -> None:
+        self.rules = tuple(parse_rule(entry) for entry in allow)
+        self.allow_private = allow_private
+
+    def _global(self, host: str) -> Decision | None:
+        if self.allow_private:
+            return None
+        address = parse_ip(host)
+        if address is not None and globally_denied(address):
+            return Decision(False, f"{host} is a loopback, private, link-local or reserved address", "global-deny")
+        if host in DENIED_NAMES or host.endswith(DENIED_SUFFIXES):
+            return Decision(False, f"{host} is a local or metadata name", "global-deny")
+        return None
+
+    def connect(self, raw_host: str, port: int) -> Decision:
+        """At CONNECT (or the first request on a connection): before any DNS lookup or upstream dial."""
+        try:
+            host = normalize_host(raw_host)
+        except ValueError as exc:
+            return Decision(False, str(exc), "invalid-host")
+        denied = self._global(host)
+        if denied is not None:
+            return denied
+        for rule in self.rules:
+            if rule.matches_host(host, port):
+                return Decision(True, f"allowed by {rule}", str(rule))
+        return Decision(False, f"{host}:{port} is not on the session's allowlist", "default-deny")
+
+    def request(self, raw_host: str, port: int, method: str, path: str) -> Decision:
+        """For each request: host and port as for CONNECT, then methods and path prefixes."""
+        first = self.connect(raw_host, port)
+        if not first.allowed:
+            return first
+        host = normalize_host(raw_host)
+        for rule in self.rules:
+            if rule.matches_host(host, port) and rule.matches_request(method, path):
+                return Decision(True, f"allowed by {rule}", str(rule))
+        return Decision(False, f"{method} {path} on {host} is not allowed by the session's rules", "default-deny")
+
+    def resolved(self, host: str, address: str) -> Decision:
+        """After the one DNS lookup: a name that resolves into the global deny is refused (and the
+        vetted address is what the proxy then dials, so a rebinding cannot change it)."""
+        parsed = parse_ip(address)
+        if parsed is None:
+            return Decision(False, f"{host} resolved to {address!r}, which is no address", "invalid-host")
+        if not self.allow_private and globally_denied(parsed):
+            return Decision(
+                False, f"{host} resolves to {parsed}, a loopback, private or reserved address", "global-deny"
+            )
+        return Decision(True, f"{host} resolves to {parsed}")

@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from corral.proxy.audit import GENESIS, REDACTED, AuditLog, redact_headers, redact_url, verify
+
+
+def _log(path: Path, n: int = 5) -> list[dict[str, object]]:
+    log = AuditLog(path, "ses_1")
+    records = [log.write("request", url=f"https://example.test/{i}", status=200, action_id=f"a{i}") for i in range(n)]
+    log.close()
+    return records
+
+
+def test_records_chain_and_verify(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    records = _log(path)
+    assert records[0]["prev"] == GENESIS
+    assert all(b["prev"] == a["hash"] for a, b in zip(records, records[1:], strict=False))
+    assert [r["seq"] for r in records] == [1, 2, 3, 4, 5]
+    result = verify(path)
+    assert result.ok and result.records == 5 and result.first_bad is None
+
+
+def test_reopening_continues_the_chain(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    first = _log(path, 2)
+    again = AuditLog(path, "ses_1")
+    record = again.write("block", host="other.invalid")
+    again.close()
+    assert record["seq"] == 3 and record["prev"] == first[-1]["hash"]
+    assert verify(path).ok
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+@pytest.mark.parametrize(
+    ("tamper", "first_bad"),
+    [
+        (lambda lines: [*lines[:2], lines[2].replace('"status":200', '"status":403'), *lines[3:]], 3),  # edited
+        (lambda lines: lines[:1] + lines[2:], 2),  # removed
+        (lambda lines: [lines[0], lines[2], lines[1], *lines[3:]], 2),  # reordered
+        (lambda lines: [*lines[:3], lines[3], *lines[3:]], 5),  # duplicated
+        (lambda lines: [*lines[:4], "{not json"], 5),  # garbage
+    ],
+)
+def test_tampering_is_found_at_the_right_record(tmp_path: Path, tamper: object, first_bad: int) -> None:
+    path = tmp_path / "audit.jsonl"
+    _log(path)
+    path.write_text("\n".join(tamper(_lines(path))) + "\n")  # type: ignore[operator]
+    result = verify(path)
+    assert result.ok is False
+    assert result.first_bad == first_bad
+    assert result.reason
+
+
+def test_rewriting_a_record_with_a_fresh_hash_still_breaks_the_next_link(tmp_path: Path) -> None:
+    import hashlib
+
+    path = tmp_path / "audit.jsonl"
+    _log(path)
+    lines = _lines(path)
+    record = json.loads(lines[1])
+    record["url"] = "https://innocent.test/"
+    body = {k: v for k, v in record.items() if k != "hash"}
+    record["hash"] = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    lines[1] = json.dumps(record, sort_keys=True, separators=(",", ":"))
+    path.write_text("\n".join(lines) + "\n")
+    result = verify(path)
+    assert result.ok is False and result.first_bad == 3
+
+
+def test_secret_headers_are_redacted() -> None:
+    headers = [
+        ("Authorization", "Bearer x"),
+        ("Cookie", "a=b"),
+        ("Set-Cookie", "c=d"),
+        ("X-Api-Key", "k"),
+        ("Proxy-Authorization", "Basic y"),
+        ("Accept", "text/html"),
+    ]
+    assert redact_headers(headers) == [
+        ("Authorization", REDACTED),
+        ("Cookie", REDACTED),
+        ("Set-Cookie", REDACTED),
+        ("X-Api-Key", REDACTED),
+        ("Proxy-Authorization", REDACTED),
+        ("Accept", "text/html"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("url", "kept", "gone"),
+    [
+        ("https://example.test/a?q=cats&api_key=SECRET", "q=cats", "SECRET"),
+        ("https://example.test/a?access_token=SECRET&page=2", "page=2", "SECRET"),
+        ("https://example.test/a?sig=SECRET", "sig=", "SECRET"),
+        ("https://user:SECRET@example.test/", "example.test", "SECRET"),
+        ("https://example.test/plain", "/plain", "SECRET"),
+    ],
+)
+def test_query_secrets_are_redacted(url: str, kept: str, gone: str) -> None:
+    redacted = redact_url(url)
+    assert kept in redacted and gone not in redacted

@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+import pytest
+
+from corral.proxy.policy import Policy, parse_rule
+
+ALLOW = ["example.test", "*.cdn.example.test", "api.example.test:8443", "GET,HEAD docs.example.test/guide/"]
+
+
+@pytest.mark.parametrize(
+    ("text", "canonical"),
+    [
+        ("Example.Test", "example.test"),
+        ("*.CDN.example.test", "*.cdn.example.test"),
+        ("api.example.test:8443", "api.example.test:8443"),
+        ("get,head docs.example.test/guide/", "GET,HEAD docs.example.test/guide/"),
+        ("[2001:db8::5]:443", "2001:db8::5:443"),
+    ],
+)
+def test_rules_parse_to_a_canonical_text(text: str, canonical: str) -> None:
+    assert str(parse_rule(text)) == canonical
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "exa*mple.test",
+        "*.*.test",
+        "FETCH example.test",
+        "example.test:0",
+        "example.test:99999",
+        "example.test:http",
+        "*.10.0.0.1",
+        "[::1",
+    ],
+)
+def test_bad_rules_raise_value_error(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_rule(text)
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "allowed", "rule"),
+    [
+        ("example.test", 443, True, "example.test"),
+        ("EXAMPLE.test.", 80, True, "example.test"),
+        ("www.example.test", 443, False, "default-deny"),  # exact rule: no subdomains
+        ("img.cdn.example.test", 443, True, "*.cdn.example.test"),
+        ("a.b.cdn.example.test", 443, True, "*.cdn.example.test"),
+        ("cdn.example.test", 443, False, "default-deny"),  # a wildcard does not cover the apex
+        ("evilcdn.example.test", 443, False, "default-deny"),
+        ("api.example.test", 8443, True, "api.example.test:8443"),
+        ("api.example.test", 443, False, "default-deny"),
+        ("other.invalid", 443, False, "default-deny"),
+        ("localhost", 443, False, "global-deny"),
+        ("metadata.google.internal", 80, False, "global-deny"),
+        ("127.0.0.1", 80, False, "global-deny"),
+        ("2130706433", 80, False, "global-deny"),
+        ("0x7f.1", 80, False, "global-deny"),
+        ("169.254.169.254", 80, False, "global-deny"),
+        ("10.1.2.3", 80, False, "global-deny"),
+        ("192.168.1.1", 80, False, "global-deny"),
+        ("[::1]", 80, False, "global-deny"),
+        ("::ffff:10.0.0.1", 80, False, "global-deny"),
+        ("[fd00::1]", 80, False, "global-deny"),
+        ("bad host", 80, False, "invalid-host"),
+    ],
+)
+def test_connect_decisions(host: str, port: int, allowed: bool, rule: str) -> None:
+    decision = Policy(ALLOW).connect(host, port)
+    assert decision.allowed is allowed
+    assert decision.rule == rule
+    assert decision.reason
+
+
+def test_global_deny_wins_over_the_allowlist_unless_the_operator_says_so() -> None:
+    assert Policy(["127.0.0.1", "localhost"]).connect("127.0.0.1", 80).rule == "global-deny"
+    assert Policy(["127.0.0.1"], allow_private=True).connect("127.0.0.1", 80).allowed is True
+
+
+def test_methods_and_path_prefixes_apply_per_request() -> None:
+    policy = Policy(ALLOW)
+    assert policy.request("docs.example.test", 443, "GET", "/guide/intro").allowed is True
+    assert policy.request("docs.example.test", 443, "head", "/guide/").allowed is True
+    assert policy.request("docs.example.test", 443, "POST", "/guide/").allowed is False
+    assert policy.request("docs.example.test", 443, "GET", "/admin").allowed is False
+    assert policy.request("example.test", 443, "DELETE", "/anything").allowed is True
+
+
+def test_a_name_resolving_into_the_global_deny_is_refused() -> None:
+    policy = Policy(ALLOW)
+    assert policy.resolved("example.test", "203.0.114.7").allowed is True
+    assert policy.resolved("example.test", "10.0.0.8").rule == "global-deny"
+    assert policy.resolved("example.test", "::1").rule == "global-deny"
+    assert policy.resolved("example.test", "not-an-ip").allowed is False
+    assert Policy(ALLOW, allow_private=True).resolved("example.test", "10.0.0.8").allowed is True
+
+
+def test_deny_by_default() -> None:
+    assert Policy([]).connect("example.test", 443).rule == "default-deny"
