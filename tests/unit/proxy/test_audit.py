@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -19,7 +20,7 @@ def test_records_chain_and_verify(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     records = _log(path)
     assert records[0]["prev"] == GENESIS
-    assert all(b["prev"] == a["hash"] for a, b in zip(records, records[1:], strict=False))
+    assert all(b["prev"] == a["hash"] for a, b in itertools.pairwise(records))
     assert [r["seq"] for r in records] == [1, 2, 3, 4, 5]
     result = verify(path)
     assert result.ok and result.records == 5 and result.first_bad is None
