@@ -133,7 +133,9 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
         app.state.keys = auth.KeyRing(keys)
         app.state.metrics = Metrics()
         docker_runtime = runtime if runtime is not None else await asyncio.to_thread(DockerRuntime)
-        app.state.manager = SessionManager(settings, docker_runtime, SessionStore(settings.data_dir))
+        app.state.manager = SessionManager(
+            settings, docker_runtime, SessionStore(settings.data_dir), on_claim=app.state.metrics.claimed
+        )
         app.state.http = httpx.AsyncClient(timeout=httpx.Timeout(660.0, connect=10.0))
         await app.state.manager.start()
         try:
@@ -172,7 +174,7 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
 
     @app.get("/metrics")
     async def metrics(manager: ManagerDep, m: MetricsDep) -> Response:
-        return Response(m.render(manager.counts(), manager.claims), media_type="text/plain; version=0.0.4")
+        return Response(m.render(manager.counts()), media_type="text/plain; version=0.0.4")
 
     @app.post("/v1/sessions", status_code=201, response_model=CreatedSession)
     async def create_session(body: CreateSession, request: Request, key: KeyDep, manager: ManagerDep) -> Any:

@@ -29,10 +29,10 @@ class Metrics:
             "corral_errors_total", "Error replies and refusals by code", ["code"], registry=self.registry
         )
 
-    def render(self, counts: dict[str, int], claims: list[tuple[str, float]]) -> bytes:
+    def claimed(self, source: str, seconds: float) -> None:
+        self.claim.labels(source=source).observe(seconds)
+
+    def render(self, counts: dict[str, int]) -> bytes:
         for state, value in counts.items():
             self.sessions.labels(state=state).set(value)
-        while claims:
-            source, seconds = claims.pop(0)
-            self.claim.labels(source=source).observe(seconds)
         return generate_latest(self.registry)

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,7 +74,13 @@ class Session:
 
 
 class SessionManager:
-    def __init__(self, settings: GatewaySettings, runtime: SandboxRuntime, store: SessionStore) -> None:
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        runtime: SandboxRuntime,
+        store: SessionStore,
+        on_claim: Callable[[str, float], None] = lambda source, seconds: None,
+    ) -> None:
         self._settings = settings
         self._runtime = runtime
         self._store = store
@@ -84,8 +91,8 @@ class SessionManager:
         self._refill = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._starting_pool = 0
-        self.claims: list[tuple[str, float]] = []
-        self.host_guarded = False  # (source, seconds), drained by the metrics
+        self._on_claim = on_claim  # (source "pool" | "cold", seconds), for the metrics
+        self.host_guarded = False
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -216,7 +223,7 @@ class SessionManager:
         finally:
             async with self._lock:
                 self._reserved[owner] -= 1
-        self.claims.append(("pool" if pooled else "cold", time.monotonic() - started))
+        self._on_claim("pool" if pooled else "cold", time.monotonic() - started)
         if pooled:
             self._refill.set()
         token = auth.new_token()

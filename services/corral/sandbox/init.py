@@ -54,6 +54,9 @@ def chromium_argv(width: int, height: int, profile: str, extra: list[str]) -> li
         "--disable-dev-shm-usage",
         "--disable-gpu",
         "--password-store=basic",
+        # After a crash and restart, no "restore pages?" bubble over the page.
+        "--hide-crash-restore-bubble",
+        "--disable-session-crashed-bubble",
         "--disable-features=Translate,MediaRouter,OptimizationHints,DialMediaRouteProvider",
         "--force-device-scale-factor=1",
         "--window-position=0,0",
