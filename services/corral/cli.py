@@ -258,9 +258,11 @@ def do(
         payload = json.loads(message)
     except json.JSONDecodeError as exc:
         raise _fail(f"not JSON: {exc}", 2) from None
-    if isinstance(payload, dict) and not ({"action", "anthropic", "openai"} & payload.keys()):
+    if not isinstance(payload, dict):
+        raise _fail("the message must be a JSON object (an action, or one with 'action'/'anthropic'/'openai')", 2)
+    if not ({"action", "anthropic", "openai"} & payload.keys()):
         payload = {"action": payload}
-    if output is not None and isinstance(payload, dict) and "screenshot" not in payload and "action" in payload:
+    if output is not None and "screenshot" not in payload and "action" in payload:
         payload["screenshot"] = True
     with SandboxClient(_session_ws(session_id)) as client:
         reply = client.request(payload)

@@ -5,6 +5,7 @@ The control plane's SDK builds on these; tests and the benchmark use them direct
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import itertools
@@ -52,6 +53,8 @@ class AsyncSandboxClient:
         self._url = ws_url
         self._ws: ClientConnection | None = None
         self._ids = itertools.count(1)
+        # One request at a time on the socket; a cancelled one leaves a late reply that request() skips.
+        self._lock = asyncio.Lock()
 
     async def __aenter__(self) -> Self:
         # No per-message compression: it costs ~17 ms per screenshot frame for little gain.
@@ -63,15 +66,23 @@ class AsyncSandboxClient:
             await self._ws.close()
 
     async def send_raw(self, message: str | bytes) -> dict[str, Any]:
-        """Send one frame as is and return the reply (for malformed-input tests)."""
+        """Send one frame as is and return the next reply (for malformed-input tests)."""
         assert self._ws is not None, "use `async with`"
-        await self._ws.send(message)
-        reply: dict[str, Any] = json.loads(await self._ws.recv())
+        async with self._lock:
+            await self._ws.send(message)
+            reply: dict[str, Any] = json.loads(await self._ws.recv())
         return reply
 
     async def request(self, payload: dict[str, Any]) -> dict[str, Any]:
-        payload = {"id": next(self._ids), **payload}
-        return await self.send_raw(json.dumps(payload))
+        """Send one message and return its reply, skipping replies to requests given up on earlier."""
+        assert self._ws is not None, "use `async with`"
+        request_id = next(self._ids)
+        async with self._lock:
+            await self._ws.send(json.dumps({**payload, "id": request_id}))
+            while True:
+                reply: dict[str, Any] = json.loads(await self._ws.recv())
+                if reply.get("id") == request_id:
+                    return reply
 
     async def act(self, action: dict[str, Any], **envelope: Any) -> dict[str, Any]:
         """A native action; raises :class:`ActionFailed` on an error reply."""
@@ -108,7 +119,13 @@ class SandboxClient:
         return reply
 
     def request(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return self.send_raw(json.dumps({"id": next(self._ids), **payload}))
+        assert self._ws is not None, "use `with`"
+        request_id = next(self._ids)
+        self._ws.send(json.dumps({**payload, "id": request_id}))
+        while True:
+            reply: dict[str, Any] = json.loads(self._ws.recv())
+            if reply.get("id") == request_id:
+                return reply
 
     def act(self, action: dict[str, Any], **envelope: Any) -> dict[str, Any]:
         return _check(self.request({"action": action, **envelope}))

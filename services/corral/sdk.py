@@ -12,6 +12,7 @@ return exactly what to send back to each model API.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -149,12 +150,16 @@ class Sandbox:
         api_key: str | None = None,
     ) -> Sandbox:
         gateway = httpx.Client(**_client_options(url, api_key or _default_key()))
+        info: dict[str, Any] | None = None
         try:
             info = _checked(
                 gateway.post("/v1/sessions", json=_session_body(allow, viewport, timeout_s, idle_timeout_s, labels))
             )
             return cls(info, info["token"], gateway)
         except BaseException:
+            if info is not None:  # created, but the WebSocket failed: do not leave it running
+                with contextlib.suppress(httpx.HTTPError):
+                    gateway.delete(f"/v1/sessions/{info['id']}")
             gateway.close()
             raise
 
@@ -343,6 +348,7 @@ class AsyncSandbox:
         api_key: str | None = None,
     ) -> AsyncSandbox:
         gateway = httpx.AsyncClient(**_client_options(url, api_key or _default_key()))
+        info: dict[str, Any] | None = None
         try:
             body = _session_body(allow, viewport, timeout_s, idle_timeout_s, labels)
             info = _checked(await gateway.post("/v1/sessions", json=body))
@@ -350,6 +356,9 @@ class AsyncSandbox:
             await sandbox._ws.__aenter__()
             return sandbox
         except BaseException:
+            if info is not None:  # created, but the WebSocket failed: do not leave it running
+                with contextlib.suppress(httpx.HTTPError):
+                    await gateway.delete(f"/v1/sessions/{info['id']}")
             await gateway.aclose()
             raise
 

@@ -29,6 +29,24 @@ from corral.runtime.docker import DockerRuntime
 log = logging.getLogger(__name__)
 
 
+MAX_ACTION_BODY = 16 << 20  # the sandbox refuses above 1 MiB with a structured error; this bounds buffering
+
+
+async def read_capped(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 past ``limit`` bytes without buffering the rest."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, "message_too_large", f"the body is {declared} bytes; at most {limit}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, "message_too_large", f"the body exceeds {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 class ApiError(Exception):
     def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
         super().__init__(message)
@@ -208,16 +226,18 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
 
     @app.post("/v1/sessions/{session_id}/actions")
     async def session_action(request: Request, session: SessionDep, m: MetricsDep) -> Response:
+        body = await read_capped(request, MAX_ACTION_BODY)
         session.touch()
         started = time.perf_counter()
+        session.in_flight += 1
         try:
             upstream = await request.app.state.http.post(
-                f"{session.sandbox.base_url}/v1/actions",
-                content=await request.body(),
-                headers={"content-type": "application/json"},
+                f"{session.sandbox.base_url}/v1/actions", content=body, headers={"content-type": "application/json"}
             )
         except httpx.HTTPError as exc:
             raise ApiError(502, "sandbox_unreachable", f"the sandbox did not answer: {exc}") from None
+        finally:
+            session.in_flight -= 1
         m.action.labels(transport="http").observe(time.perf_counter() - started)
         if upstream.status_code >= 400:
             with suppress(ValueError, KeyError, TypeError):

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from corral.errors import CorralError, SandboxError
+from corral.errors import CorralError
 from corral.gateway import auth
 from corral.gateway.models import CreateSession, Viewport
 from corral.gateway.settings import GatewaySettings
@@ -51,6 +51,7 @@ class Session:
     from_pool: bool
     last_activity_at: float = field(default_factory=time.time)
     state: str = "ready"
+    in_flight: int = 0  # HTTP actions under way: a long one is activity, not idleness
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     end_reason: str = ""
 
@@ -143,10 +144,9 @@ class SessionManager:
         for info in infos:
             if info.id in claimed:
                 continue
-            if info.running and info.address is not None and info.labels.get(KIND_LABEL) == "pool":
-                self._pool.append(info.address)
-                continue
-            log.info("removing orphaned sandbox %s", info.name)
+            # Pool containers are not adopted either: one may have served a session whose record was
+            # lost, and a used sandbox must never reach another key. The pool refills fresh.
+            log.info("removing unowned sandbox %s", info.name)
             await asyncio.to_thread(self._runtime.remove, info.id)
         log.info("recovered %d sessions and %d pooled sandboxes", len(self._sessions), len(self._pool))
 
@@ -193,8 +193,8 @@ class SessionManager:
         sandbox = await asyncio.to_thread(self._runtime.start_sandbox, spec)
         try:
             await asyncio.to_thread(self._runtime.wait_ready, sandbox, self._settings.start_timeout_s)
-        except SandboxError:
-            await asyncio.to_thread(self._runtime.remove, sandbox.id)
+        except BaseException:
+            await asyncio.shield(asyncio.to_thread(self._runtime.remove, sandbox.id))
             raise
         return sandbox
 
@@ -246,14 +246,20 @@ class SessionManager:
         return session, token
 
     async def delete(self, session_id: str, reason: str = "deleted") -> None:
-        session = self._sessions.pop(session_id, None)
-        if session is None:
+        session = self._sessions.get(session_id)
+        if session is None or session.state == "stopping":
             raise SessionNotFound(f"no session {session_id}")
         session.state = "stopping"
         session.end_reason = reason
         session.ended.set()
+        try:
+            await asyncio.to_thread(self._runtime.remove, session.sandbox.id)
+        except Exception:
+            # Keep the record: the reaper tries again, and a used sandbox never looks unowned.
+            session.state = "ready"
+            raise
+        self._sessions.pop(session_id, None)
         self._store.delete(session_id)
-        await asyncio.to_thread(self._runtime.remove, session.sandbox.id)
         log.info("session %s ended: %s", session_id, reason)
 
     # -- background ------------------------------------------------------------------------------------
@@ -266,7 +272,7 @@ class SessionManager:
                 reason = None
                 if now >= session.expires_at:
                     reason = "timeout"
-                elif now - session.last_activity_at >= session.idle_timeout_s:
+                elif session.in_flight == 0 and now - session.last_activity_at >= session.idle_timeout_s:
                     reason = "idle_timeout"
                 if reason is not None:
                     try:

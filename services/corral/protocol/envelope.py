@@ -74,9 +74,18 @@ def request_id_of(obj: dict[str, Any]) -> RequestId:
     value = obj.get("id")
     if isinstance(value, bool):
         return None
-    if isinstance(value, int) or (isinstance(value, str) and len(value) <= 256):
+    if isinstance(value, int) or (isinstance(value, str) and len(value) <= 256 and _encodable(value)):
         return value
     return None
+
+
+def _encodable(text: str) -> bool:
+    """False for lone surrogates, which JSON parsing lets through but no reply can encode."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _steps(env: Envelope, dialect: Dialect) -> list[Step]:
@@ -92,6 +101,31 @@ def _default_screenshot(env: Envelope, dialect: Dialect) -> bool:
         action = env.anthropic.get("action") if isinstance(env.anthropic, dict) else None
         return anthropic.wants_screenshot(str(action))
     return dialect is Dialect.OPENAI
+
+
+# An encoded image may have at most this many times the screen's pixels (a zoom may enlarge).
+MAX_OUTPUT_SCREENS = 4
+
+
+def _output_size(region: a.Region | None, width: int | None, scale: float | None, screen: Size) -> int:
+    w, h = (region.width, region.height) if region is not None else (screen.width, screen.height)
+    if width is not None:
+        return width * max(1, round(h * width / w))
+    if scale is not None:
+        return round(w * scale) * round(h * scale)
+    return w * h
+
+
+def _check_output_size(action: object, screen: Size, field: str) -> None:
+    if isinstance(action, a.ScreenshotOptions | a.Zoom):
+        scale = action.scale if isinstance(action, a.ScreenshotOptions) else None
+        pixels = _output_size(action.region, action.width, scale, screen)
+        if pixels > MAX_OUTPUT_SCREENS * screen.width * screen.height:
+            raise ActionError(
+                ErrorCode.INVALID_FIELD,
+                f"the image would have {pixels} pixels; at most {MAX_OUTPUT_SCREENS}x the screen's",
+                field=f"{field}.width",
+            )
 
 
 def plan_request(obj: dict[str, Any], screen: Size, limits: Limits) -> Plan:
@@ -126,6 +160,9 @@ def plan_request(obj: dict[str, Any], screen: Size, limits: Limits) -> Plan:
             action = action.model_copy(update={"width": display.width if region is None else region.width})
         steps.append(Step(action, step.field))
 
+    for step in steps:
+        _check_output_size(step.action, screen, step.field)
+
     want = env.screenshot if env.screenshot is not None else _default_screenshot(env, dialect)
     options: a.ScreenshotOptions | None
     if want is False or any(isinstance(s.action, a.Screenshot | a.Zoom) for s in steps[-1:]):
@@ -143,6 +180,8 @@ def plan_request(obj: dict[str, Any], screen: Size, limits: Limits) -> Plan:
             check_bounds(a.Screenshot(type="screenshot", region=options.region), display, "screenshot")
     # Dialect calls settle by default; a bare screenshot or a cursor query has nothing to wait for.
     passive = isinstance(steps[-1].action, a.Screenshot | a.Zoom | a.CursorPosition)
+    if options is not None:
+        _check_output_size(options, screen, "screenshot")
     stable = env.wait_for == "stable" if env.wait_for is not None else dialect is not Dialect.NATIVE and not passive
     after = After(
         screenshot=options,

@@ -10,6 +10,7 @@ unless the operator allows private addresses.
 from __future__ import annotations
 
 import ipaddress
+import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -33,9 +34,11 @@ DENIED_NETWORKS = tuple(
         "203.0.113.0/24",
         "224.0.0.0/4",
         "240.0.0.0/4",
-        "::/128",
+        "::/96",  # the unspecified address and IPv4-compatible addresses
         "::1/128",
         "64:ff9b::/96",
+        "64:ff9b:1::/48",
+        "fec0::/10",
         "100::/64",
         "2001:db8::/32",
         "fc00::/7",
@@ -70,6 +73,7 @@ class Rule:
         return host.endswith("." + self.host) if self.wildcard else host == self.host
 
     def matches_request(self, method: str, path: str) -> bool:
+        """``path`` must already be normalised (see :func:`normalize_path`)."""
         if self.methods is not None and method.upper() not in self.methods:
             return False
         return self.path_prefix is None or path.startswith(self.path_prefix)
@@ -119,9 +123,37 @@ def parse_rule(text: str) -> Rule:
 
 
 def globally_denied(address: IPAddress) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return any(address in net for net in DENIED_NETWORKS if net.version == address.version)
+    if isinstance(address, ipaddress.IPv6Address):
+        embedded = address.ipv4_mapped or address.sixtofour
+        if embedded is not None:
+            return globally_denied(embedded)
+    # Anything not globally routable (site-local, NAT64, documentation, ...) is out, beside the list.
+    return not address.is_global or any(address in net for net in DENIED_NETWORKS if net.version == address.version)
+
+
+def normalize_path(path: str) -> str:
+    """The path a server will act on: percent-decoded unreserved bytes, dot segments resolved.
+
+    Raises ValueError for an encoded slash or backslash, which servers disagree about.
+    """
+    raw = path.split("?", 1)[0].split("#", 1)[0] or "/"
+    lowered = raw.lower()
+    if "%2f" in lowered or "%5c" in lowered or "\\" in raw:
+        raise ValueError(f"encoded or back slashes in the path: {path!r}")
+    decoded = urllib.parse.unquote(raw)
+    segments: list[str] = []
+    for segment in decoded.split("/"):
+        if segment == "..":
+            if segments:
+                segments.pop()
+        elif segment != ".":
+            segments.append(segment)
+    out = "/".join(segments)
+    if not out.startswith("/"):
+        out = "/" + out
+    if decoded.endswith(("/", "/.", "/..")) and not out.endswith("/"):
+        out += "/"
+    return out
 
 
 class Policy:
@@ -161,8 +193,12 @@ class Policy:
         if not first.allowed:
             return first
         host = normalize_host(raw_host)
+        try:
+            clean = normalize_path(path)
+        except ValueError as exc:
+            return Decision(False, str(exc), "invalid-path")
         for rule in self.rules:
-            if rule.matches_host(host, port) and rule.matches_request(method, path):
+            if rule.matches_host(host, port) and rule.matches_request(method, clean):
                 return Decision(True, f"allowed by {rule}", str(rule))
         return Decision(False, f"{method} {path} on {host} is not allowed by the session's rules", "default-deny")
 

@@ -160,7 +160,11 @@ class DockerRuntime:
             raise SandboxError(f"image {spec.image} not found; build it with `corral images build`") from None
         except docker.errors.APIError as exc:
             raise SandboxError(f"cannot start a sandbox: {exc.explanation or exc}") from None
-        container.reload()
+        try:
+            container.reload()
+        except docker.errors.APIError:
+            container.remove(force=True)
+            raise SandboxError(f"sandbox {container.name} vanished while starting") from None
         address = self._address(container)
         if address is None:
             container.remove(force=True)
@@ -223,7 +227,10 @@ class DockerRuntime:
                         return time.monotonic() - start
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
-            state = self._container(sandbox.id).status
+            try:
+                state = self._container(sandbox.id).status
+            except docker.errors.APIError as exc:
+                raise SandboxError(f"cannot inspect sandbox {sandbox.name}: {exc}") from None
             if state in ("exited", "dead"):
                 raise SandboxError(f"sandbox {sandbox.name} exited while starting:\n{self.logs(sandbox.id, 40)}")
             if time.monotonic() - start > timeout_s:

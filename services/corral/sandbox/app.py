@@ -53,6 +53,7 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         desktop = Desktop(settings)
         app.state.desktop = desktop
         app.state.dispatcher = Dispatcher(desktop, settings.limits())
+        app.state.max_body = settings.max_message_bytes
         # Connect to Chromium early so the first browser action does not pay for it; keep the task.
         app.state.warmup = asyncio.create_task(_warm(desktop))
         try:
@@ -79,7 +80,19 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
 
     @app.post("/v1/actions")
     async def actions(request: Request, dispatcher: DispatcherDep) -> JSONResponse:
-        body = await request.body()
+        limit = request.app.state.max_body
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            body: bytes = b" " * (limit + 1)  # let the dispatcher answer message_too_large
+        else:
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    break  # not buffered further: the reply is message_too_large either way
+                chunks.append(chunk)
+            body = b"".join(chunks) if size <= limit else b" " * (limit + 1)
         out = await dispatcher.handle(body)
         status = 200 if out["ok"] else _STATUS.get(out["error"]["code"], 400)
         return JSONResponse(out, status_code=status)

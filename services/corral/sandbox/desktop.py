@@ -9,6 +9,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from playwright.async_api import Error as PlaywrightError
+
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import actions as a
 from corral.protocol.geometry import Size
@@ -112,6 +114,14 @@ class Desktop:
 
     async def run(self, action: a.NativeAction, after: After) -> StepResult:
         """Carry out one action; screen coordinates are already checked and scaled."""
+        try:
+            return await self._run(action, after)
+        except PlaywrightError as exc:
+            # A browser call outside the mapped ones (a page mid-navigation, a tab closing).
+            message = exc.message.splitlines()[0] if exc.message else "the browser refused"
+            raise ActionError(ErrorCode.BROWSER_UNAVAILABLE, message) from None
+
+    async def _run(self, action: a.NativeAction, after: After) -> StepResult:
         match action:
             case a.Screenshot():
                 return await self.capture(action.options(), after)
@@ -300,3 +310,4 @@ class Desktop:
                         self.input.key_up(combo.keys)
                 else:
                     self.input.press_combo(combo)
+                await asyncio.sleep(0)  # a long sequence must not hold the event loop (or the timeout)

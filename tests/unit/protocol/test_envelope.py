@@ -366,3 +366,30 @@ def test_error_dict_shape(fail: FailFn) -> None:
     assert err.to_dict() == {"code": "out_of_bounds", "message": err.message, "field": "action.x"}
     no_field = fail({})
     assert no_field.to_dict() == {"code": "invalid_request", "message": no_field.message}
+
+
+def test_a_lone_surrogate_id_is_not_echoed() -> None:
+    from corral.protocol.envelope import request_id_of
+
+    assert request_id_of({"id": "\ud800"}) is None
+    assert request_id_of({"id": "ok-é"}) == "ok-é"
+
+
+def test_images_larger_than_four_screens_are_refused() -> None:
+    from corral.errors import ActionError
+    from corral.protocol import Limits, Size, plan_request
+
+    screen = Size(1280, 800)
+    zoom = {"action": {"type": "zoom", "region": {"x": 0, "y": 0, "width": 1, "height": 800}, "width": 16384}}
+    with pytest.raises(ActionError) as exc:
+        plan_request(zoom, screen, Limits())
+    assert exc.value.code == "invalid_field" and exc.value.field == "action.width"
+    after = {
+        "action": {"type": "move", "x": 1, "y": 1},
+        "screenshot": {"region": {"x": 0, "y": 0, "width": 2, "height": 800}, "width": 8000},
+    }
+    with pytest.raises(ActionError) as exc:
+        plan_request(after, screen, Limits())
+    assert exc.value.field == "screenshot.width"
+    ok = {"action": {"type": "zoom", "region": {"x": 0, "y": 0, "width": 320, "height": 200}, "width": 2560}}
+    assert plan_request(ok, screen, Limits()).steps

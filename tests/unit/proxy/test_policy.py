@@ -99,3 +99,32 @@ def test_a_name_resolving_into_the_global_deny_is_refused() -> None:
 
 def test_deny_by_default() -> None:
     assert Policy([]).connect("example.test", 443).rule == "default-deny"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/guide/../admin",
+        "/guide/%2e%2e/admin",
+        "/guide/..%2fadmin",
+        "/guide/%2E%2E/admin",
+        "/guide/./../admin",
+        "/guide/..%5cadmin",
+        "/guide\\..\\admin",
+    ],
+)
+def test_path_prefixes_cannot_be_escaped(path: str) -> None:
+    policy = Policy(["GET docs.example.test/guide/"])
+    assert policy.request("docs.example.test", 443, "GET", path).allowed is False
+
+
+@pytest.mark.parametrize("path", ["/guide/intro", "/guide/./intro", "/guide/a/../b", "/guide/%41", "/guide/?q=../x"])
+def test_path_normalisation_keeps_what_is_inside(path: str) -> None:
+    assert Policy(["GET docs.example.test/guide/"]).request("docs.example.test", 443, "GET", path).allowed is True
+
+
+@pytest.mark.parametrize(
+    "address", ["fec0::1", "::ffff:0:1", "64:ff9b:1::1", "2002:7f00:1::", "2002:a00:1::1", "::1.2.3.4", "100.64.0.1"]
+)
+def test_special_ipv6_and_shared_addresses_are_denied(address: str) -> None:
+    assert Policy(["example.test"]).resolved("example.test", address).rule == "global-deny"
