@@ -7,6 +7,7 @@ Stopping the manager leaves sandboxes running: a restarted gateway adopts them a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
@@ -198,6 +199,18 @@ class SessionManager:
             raise
         return sandbox
 
+    async def _still_ready(self, sandbox: SandboxContainer) -> bool:
+        """One health check before a pooled sandbox is handed out (it may have died while waiting)."""
+        try:
+            await asyncio.to_thread(self._runtime.wait_ready, sandbox, 2.0)
+        except Exception:
+            log.warning("pooled sandbox %s is not healthy; removing it and starting one", sandbox.name)
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self._runtime.remove, sandbox.id)
+            self._refill.set()
+            return False
+        return True
+
     def _fits_pool(self, req: CreateSession) -> bool:
         return req.viewport == Viewport() and req.resources.model_dump(exclude_none=True) == {}
 
@@ -218,6 +231,8 @@ class SessionManager:
             self._reserved[owner] = self._reserved.get(owner, 0) + 1
             pooled = self._pool.pop(0) if self._pool and self._fits_pool(req) else None
         started = time.monotonic()
+        if pooled is not None and not await self._still_ready(pooled):
+            pooled = None
         try:
             sandbox = pooled or await self._cold_start(self._spec("session", req.viewport, req))
         finally:
