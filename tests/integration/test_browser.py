@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from corral.client import SandboxClient
 
-from .conftest import await_title, center, find_color, html_url, open_page, screenshot_image
-from .test_input import INPUT_JS, INPUT_PAGE
+from .conftest import await_title, html_url
+from .test_input import focus_input
 
 BLUE = (0, 0, 255)
 
@@ -52,8 +52,6 @@ def test_clipboard_round_trip_and_paste(client: SandboxClient) -> None:
     text = "clipboard ✓ 剪贴板"
     client.act({"type": "clipboard_set", "text": text})
     assert client.act({"type": "clipboard_get"})["result"]["text"] == text
-    open_page(client, INPUT_PAGE, INPUT_JS)
-    x, y = center(find_color(screenshot_image(client), BLUE))
-    client.act({"type": "click", "x": x, "y": y})
+    focus_input(client)
     client.act({"type": "key", "keys": "ctrl+v"})
     assert await_title(client, text) == text

@@ -70,6 +70,13 @@ i.addEventListener('input', () => { document.title = i.value; });
 """
 
 
+def focus_input(client: SandboxClient) -> None:
+    """Open the input page and click into the input, found by its colour on the screen."""
+    open_page(client, INPUT_PAGE, INPUT_JS)
+    x, y = center(find_color(screenshot_image(client), BLUE))
+    client.act({"type": "click", "x": x, "y": y})
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -81,17 +88,13 @@ i.addEventListener('input', () => { document.title = i.value; });
     ],
 )
 def test_type_unicode_into_an_input(client: SandboxClient, text: str) -> None:
-    open_page(client, INPUT_PAGE, INPUT_JS)
-    x, y = center(find_color(screenshot_image(client), BLUE))
-    client.act({"type": "click", "x": x, "y": y})
+    focus_input(client)
     client.act({"type": "type", "text": text})
     assert await_title(client, text) == text
 
 
 def test_type_long_text_in_chunks(client: SandboxClient) -> None:
-    open_page(client, INPUT_PAGE, INPUT_JS)
-    x, y = center(find_color(screenshot_image(client), BLUE))
-    client.act({"type": "click", "x": x, "y": y})
+    focus_input(client)
     text = ("The quick brown fox jumps over the lazy dog. " * 12).strip()  # > one 200-char chunk
     client.act({"type": "type", "text": text})
     assert await_title(client, text) == text
@@ -116,9 +119,7 @@ def test_keyboard_shortcut(client: SandboxClient, keys: str, expected: str) -> N
 
 
 def test_select_all_and_delete_with_a_key_sequence(client: SandboxClient) -> None:
-    open_page(client, INPUT_PAGE, INPUT_JS)
-    x, y = center(find_color(screenshot_image(client), BLUE))
-    client.act({"type": "click", "x": x, "y": y})
+    focus_input(client)
     client.act({"type": "type", "text": "to be deleted"})
     client.act({"type": "key", "keys": "ctrl+a BackSpace"})
     client.act({"type": "type", "text": "kept"})

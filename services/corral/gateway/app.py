@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import HTTPConnection
 
+from corral.bodies import read_capped
 from corral.errors import CorralError, SandboxError
 from corral.gateway import auth
 from corral.gateway.metrics import Metrics
@@ -30,21 +31,6 @@ log = logging.getLogger(__name__)
 
 
 MAX_ACTION_BODY = 16 << 20  # the sandbox refuses above 1 MiB with a structured error; this bounds buffering
-
-
-async def read_capped(request: Request, limit: int) -> bytes:
-    """The request body, refused with 413 past ``limit`` bytes without buffering the rest."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, "message_too_large", f"the body is {declared} bytes; at most {limit}")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, "message_too_large", f"the body exceeds {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 class ApiError(Exception):
@@ -227,6 +213,8 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
     @app.post("/v1/sessions/{session_id}/actions")
     async def session_action(request: Request, session: SessionDep, m: MetricsDep) -> Response:
         body = await read_capped(request, MAX_ACTION_BODY)
+        if body is None:
+            raise ApiError(413, "message_too_large", f"the body exceeds {MAX_ACTION_BODY} bytes")
         session.touch()
         started = time.perf_counter()
         session.in_flight += 1

@@ -13,6 +13,7 @@ from fastapi import Depends, FastAPI, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 from starlette.requests import HTTPConnection
 
+from corral.bodies import read_capped
 from corral.errors import ActionError, ErrorCode
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.dispatch import Dispatcher
@@ -81,19 +82,13 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
     @app.post("/v1/actions")
     async def actions(request: Request, dispatcher: DispatcherDep) -> JSONResponse:
         limit = request.app.state.max_body
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
-            body: bytes = b" " * (limit + 1)  # let the dispatcher answer message_too_large
+        body = await read_capped(request, limit)
+        if body is None:
+            out = dispatcher.refuse(
+                ActionError(ErrorCode.MESSAGE_TOO_LARGE, f"the message is over {limit} bytes; at most {limit}")
+            )
         else:
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    break  # not buffered further: the reply is message_too_large either way
-                chunks.append(chunk)
-            body = b"".join(chunks) if size <= limit else b" " * (limit + 1)
-        out = await dispatcher.handle(body)
+            out = await dispatcher.handle(body)
         status = 200 if out["ok"] else _STATUS.get(out["error"]["code"], 400)
         return JSONResponse(out, status_code=status)
 

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from playwright.async_api import Error as PlaywrightError
+from Xlib.display import Display
+from Xlib.error import DisplayError as XError
 
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import actions as a
@@ -34,16 +36,14 @@ _VIEWPORT_JS = """() => {
 
 def wait_for_display(display: str, timeout_s: float = 30.0) -> None:
     """Block until the X server of ``display`` accepts connections (the init starts both at once)."""
-    number = display.rsplit(":", 1)[-1].split(".")[0]
-    socket_path = f"/tmp/.X11-unix/X{number}"
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            XInput(display).close()
+            Display(display).close()
             return
-        except Exception:
+        except (XError, OSError):
             if time.monotonic() > deadline:
-                raise RuntimeError(f"X display {display} ({socket_path}) did not come up") from None
+                raise RuntimeError(f"X display {display} did not come up within {timeout_s:.0f}s") from None
             time.sleep(0.02)
 
 

@@ -46,6 +46,11 @@ class Dispatcher:
             log.exception("internal error handling request %r", request_id)
             return reply.failure(request_id, ActionError(ErrorCode.INTERNAL, "internal error; see the controller log"))
 
+    def refuse(self, error: ActionError, request_id: RequestId = None) -> dict[str, Any]:
+        """The failure reply for a message refused before it could be read."""
+        log.info("request %r refused: %s %s", request_id, error.code, error.message)
+        return reply.failure(request_id, error)
+
     async def _execute(self, plan: Plan) -> tuple[list[StepResult], EncodedImage | None]:
         results: list[StepResult] = []
         for step in plan.steps:
