@@ -165,11 +165,12 @@ def test_pool_claim_and_refill(gw: RunningGateway) -> None:
 def test_wall_clock_and_idle_timeouts_are_enforced(gw: RunningGateway, runtime: DockerRuntime) -> None:
     with gw.client() as c:
         idle = c.post("/v1/sessions", json={"idle_timeout_s": 3, "timeout_s": 600}).json()
-        busy = c.post("/v1/sessions", json={"idle_timeout_s": 3, "timeout_s": 600}).json()
-        short = c.post("/v1/sessions", json={"timeout_s": 3}).json()
+        short = c.post("/v1/sessions", json={"timeout_s": 4}).json()
+        # Opened at once, before anything slow: the close must come from the timeout, not a refusal.
         with connect(f"{short['ws_url']}?token={short['token']}", compression=None) as ws:
-            deadline = time.monotonic() + 6
-            while time.monotonic() < deadline:  # keep one of the idle ones active
+            busy = c.post("/v1/sessions", json={"idle_timeout_s": 4, "timeout_s": 600}).json()
+            deadline = time.monotonic() + 7
+            while time.monotonic() < deadline:  # keep this one active past everyone's limit
                 c.post(f"/v1/sessions/{busy['id']}/actions", json={"action": {"type": "cursor_position"}})
                 time.sleep(0.5)
             assert c.get(f"/v1/sessions/{short['id']}").status_code == 404
