@@ -25,8 +25,10 @@ KEY_PATH = "/var/lib/corral/api_key"
 app = typer.Typer(help="Corral: disposable desktops with Chromium for computer-use agents.", no_args_is_help=True)
 images_app = typer.Typer(help="Build Corral's image.", no_args_is_help=True)
 session_app = typer.Typer(help="Create, list, show and remove sessions.", no_args_is_help=True)
+audit_app = typer.Typer(help="Check egress audit logs.", no_args_is_help=True)
 app.add_typer(images_app, name="images")
 app.add_typer(session_app, name="session")
+app.add_typer(audit_app, name="audit")
 console = Console(stderr=True)
 out = Console()
 
@@ -281,6 +283,31 @@ def screenshot(
     with SandboxClient(_session_ws(session_id)) as client:
         output.write_bytes(client.screenshot(fmt))
     console.print(f"saved {output}")
+
+
+@audit_app.command("verify")
+def audit_verify(path: Path, as_json: JsonOpt = False) -> None:
+    """Prove an audit log untouched, or name the first record that was changed, removed or moved."""
+    from corral.proxy.audit import verify
+
+    if not path.is_file():
+        raise _fail(f"no audit log at {path}", 2)
+    result = verify(path)
+    if as_json:
+        out.print_json(
+            json.dumps(
+                {"ok": result.ok, "records": result.records, "first_bad": result.first_bad, "reason": result.reason}
+            )
+        )
+    elif result.ok:
+        out.print(f"[green]ok[/green]: {result.records} records, chain intact")
+    else:
+        out.print(
+            f"[red]altered[/red]: record at line {result.first_bad} {result.reason} "
+            f"({result.records} records before it are intact)"
+        )
+    if not result.ok:
+        raise typer.Exit(1)
 
 
 def main() -> None:
