@@ -4,9 +4,22 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic_core import PydanticCustomError
 
-HostPattern = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9*.\-:\[\]]+$")]
+from corral.proxy.policy import parse_rule
+
+
+def _allow_entry(value: str) -> str:
+    """An allowlist entry in the egress policy's grammar, stored in its canonical text."""
+    try:
+        return str(parse_rule(value))
+    except ValueError as exc:
+        raise PydanticCustomError("allow_entry", "{message}", {"message": str(exc)}) from None
+
+
+# `[METHODS ]host[:port][/path-prefix]`, e.g. "example.com", "*.example.com", "GET docs.example.com/guide/".
+HostPattern = Annotated[str, Field(min_length=1, max_length=2048), AfterValidator(_allow_entry)]
 
 
 class Viewport(BaseModel):

@@ -38,3 +38,11 @@ def test_bad_bodies_are_refused(raw: dict[str, Any]) -> None:
 def test_wildcards_and_ports_are_valid_hosts() -> None:
     body = CreateSession.model_validate({"allow": ["example.com", "*.example.org", "api.test:8443"]})
     assert body.allow == ["example.com", "*.example.org", "api.test:8443"]
+
+
+def test_allow_entries_use_the_egress_grammar_and_are_stored_canonically() -> None:
+    body = CreateSession.model_validate({"allow": ["Example.COM.", "get,head Docs.example.test/guide/", "bücher.test"]})
+    assert body.allow == ["example.com", "GET,HEAD docs.example.test/guide/", "xn--bcher-kva.test"]
+    with pytest.raises(ValidationError) as exc:
+        CreateSession.model_validate({"allow": ["ok.test", "FETCH x.test"]})
+    assert exc.value.errors()[0]["loc"] == ("allow", 1)
