@@ -284,7 +284,3 @@ class DockerRuntime:
         except (SandboxError, docker.errors.APIError):
             return None
         return out.decode(errors="replace").strip() if code == 0 else None
-
-    def stats(self, ident: str) -> dict[str, Any]:
-        stats: dict[str, Any] = self._container(ident).stats(stream=False)
-        return stats
