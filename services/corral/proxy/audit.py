@@ -81,6 +81,11 @@ class AuditLog:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
 
+    @property
+    def seq(self) -> int:
+        """The sequence number of the last record written."""
+        return self._seq
+
     def write(self, event: str, **fields: Any) -> dict[str, Any]:
         self._seq += 1
         record: dict[str, Any] = {

@@ -50,6 +50,39 @@ DENIED_NAMES = frozenset(
     {"localhost", "metadata", "metadata.google.internal", "instance-data", "instance-data.ec2.internal"}
 )
 DENIED_SUFFIXES = (".localhost", ".internal", ".local")
+# Public DNS-over-HTTPS resolvers: a DoH lookup would let a page resolve names the proxy never sees.
+DOH_NAMES = frozenset(
+    {
+        "dns.google",
+        "dns.google.com",
+        "dns64.dns.google",
+        "cloudflare-dns.com",
+        "mozilla.cloudflare-dns.com",
+        "chrome.cloudflare-dns.com",
+        "security.cloudflare-dns.com",
+        "family.cloudflare-dns.com",
+        "one.one.one.one",
+        "1dot1dot1dot1.cloudflare-dns.com",
+        "dns.quad9.net",
+        "dns9.quad9.net",
+        "dns10.quad9.net",
+        "dns11.quad9.net",
+        "doh.opendns.com",
+        "doh.familyshield.opendns.com",
+        "dns.nextdns.io",
+        "doh.cleanbrowsing.org",
+        "dns.adguard.com",
+        "dns.adguard-dns.com",
+        "doh.dns.sb",
+        "dns.alidns.com",
+        "doh.pub",
+        "dns.controld.com",
+        "freedns.controld.com",
+        "doh.mullvad.net",
+        "dns.mullvad.net",
+    }
+)
+DOH_MEDIA_TYPES = ("application/dns-message", "application/dns-json")
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"})
 
 
@@ -156,21 +189,65 @@ def normalize_path(path: str) -> str:
     return out
 
 
-class Policy:
-    """Decisions for one session. ``allow_private`` is the operator's override of the global deny."""
+def is_doh_request(path: str, headers: Iterable[tuple[str, str]]) -> bool:
+    """A DNS-over-HTTPS query by its shape (RFC 8484 media types, or GET /dns-query?dns=...)."""
+    for name, value in headers:
+        if name.lower() in ("content-type", "accept") and any(t in value.lower() for t in DOH_MEDIA_TYPES):
+            return True
+    base, _, query = path.partition("?")
+    return base.rstrip("/").endswith(("/dns-query", "/resolve")) and any(
+        part.split("=", 1)[0] in ("dns", "name") for part in query.split("&")
+    )
 
-    def __init__(self, allow: Iterable[str], *, allow_private: bool = False) -> None:
+
+class Policy:
+    """Decisions for one session, applied in this order:
+
+    1. ``own_hosts`` (the proxy's own names and addresses): always refused;
+    2. the global deny (private, loopback, metadata, ... and DoH resolvers), unless ``allow_private``
+       (the operator's override) or the address lies in one of ``trusted_networks`` (upstreams the
+       operator vouches for, such as an internal service);
+    3. the allowlist; anything else is refused.
+    """
+
+    def __init__(
+        self,
+        allow: Iterable[str],
+        *,
+        allow_private: bool = False,
+        trusted_networks: Iterable[str] = (),
+        own_hosts: Iterable[str] = (),
+    ) -> None:
         self.rules = tuple(parse_rule(entry) for entry in allow)
         self.allow_private = allow_private
+        self.trusted_networks = tuple(ipaddress.ip_network(net, strict=False) for net in trusted_networks)
+        self.own_hosts = frozenset(normalize_host(host) for host in own_hosts)
+
+    @property
+    def allow(self) -> list[str]:
+        return [str(rule) for rule in self.rules]
+
+    def with_allow(self, allow: Iterable[str]) -> Policy:
+        """The same operator settings with another allowlist (raises ValueError for a bad entry)."""
+        policy = Policy(allow, allow_private=self.allow_private)
+        policy.trusted_networks, policy.own_hosts = self.trusted_networks, self.own_hosts
+        return policy
+
+    def _trusted(self, address: IPAddress) -> bool:
+        return any(address in net for net in self.trusted_networks if net.version == address.version)
 
     def _global(self, host: str) -> Decision | None:
+        if host in self.own_hosts:
+            return Decision(False, f"{host} is the egress proxy itself", "global-deny")
         if self.allow_private:
             return None
         address = parse_ip(host)
-        if address is not None and globally_denied(address):
+        if address is not None and globally_denied(address) and not self._trusted(address):
             return Decision(False, f"{host} is a loopback, private, link-local or reserved address", "global-deny")
         if host in DENIED_NAMES or host.endswith(DENIED_SUFFIXES):
             return Decision(False, f"{host} is a local or metadata name", "global-deny")
+        if host in DOH_NAMES:
+            return Decision(False, f"{host} is a DNS-over-HTTPS resolver", "global-deny")
         return None
 
     def connect(self, raw_host: str, port: int) -> Decision:
@@ -205,10 +282,14 @@ class Policy:
     def resolved(self, host: str, address: str) -> Decision:
         """After the one DNS lookup: a name that resolves into the global deny is refused (and the
         vetted address is what the proxy then dials, so a rebinding cannot change it)."""
-        parsed = parse_ip(address)
+        parsed = parse_ip(address.split("%", 1)[0])
         if parsed is None:
             return Decision(False, f"{host} resolved to {address!r}, which is no address", "invalid-host")
-        if not self.allow_private and globally_denied(parsed):
+        if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is not None:
+            parsed = parsed.ipv4_mapped
+        if str(parsed) in self.own_hosts:
+            return Decision(False, f"{host} resolves to {parsed}, the egress proxy itself", "global-deny")
+        if not self.allow_private and globally_denied(parsed) and not self._trusted(parsed):
             return Decision(
                 False, f"{host} resolves to {parsed}, a loopback, private or reserved address", "global-deny"
             )

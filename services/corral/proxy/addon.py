@@ -1,0 +1,543 @@
+"""Corral's egress addon for mitmproxy: the session's policy on every CONNECT and request, the vetted
+address pinned for the upstream connection, and every event in the hash-chained audit log.
+
+Order of checks: at CONNECT the target is decided before any DNS lookup or upstream dial; an
+allowed name is resolved once, every address it resolves to is vetted, and the connection goes to
+that address (pinned in ``server_connect``, so a second lookup can never rebind it). Each request
+inside the tunnel must name the CONNECT target in its Host header and SNI (421 otherwise), then
+passes the method and path rules. A refused CONNECT is still accepted and intercepted, without
+ever reaching upstream, so the browser shows the 403 page that names the rule instead of a bare
+tunnel error.
+
+Loaded by ``mitmdump -s`` in the sidecar (mitmproxy 12 on Python 3.13); also runs on mitmproxy 11.0
+(Python 3.11), where the unit tests use it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import html
+import json
+import logging
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mitmproxy import connection, ctx, http, tls
+from mitmproxy.addonmanager import Loader
+from mitmproxy.proxy import server_hooks
+
+from corral.proxy import control
+from corral.proxy.audit import AuditLog, redact_headers, redact_url
+from corral.proxy.hosts import normalize_host, parse_ip
+from corral.proxy.policy import Decision, Policy, is_doh_request
+
+log = logging.getLogger(__name__)
+
+NOTE = "corral"
+POLICY_FILE = "policy.json"
+AUDIT_FILE = "audit.jsonl"
+RESOLVE_TIMEOUT_S = 5.0
+REASONS = {403: "Forbidden", 421: "Misdirected Request", 502: "Bad Gateway"}
+
+
+@dataclass(slots=True)
+class Verdict:
+    """What the proxy does about a decision: allow, deny, or report (allow, log the would-be deny)."""
+
+    decision: Decision
+    outcome: str
+    status: int = 403  # what a refusal answers: 403 by policy, 421 misdirected, 502 unresolvable
+
+    @property
+    def refused(self) -> bool:
+        return self.outcome == "deny"
+
+
+@dataclass(slots=True)
+class Tunnel:
+    host: str
+    port: int
+    verdict: Verdict
+    ip: str | None
+
+
+@dataclass(slots=True)
+class FlowNote:
+    started: float
+    action: str | None
+    verdict: Verdict
+    logged: bool = False
+
+
+Lookup = Callable[[str, int], Awaitable[list[str]]]
+
+
+async def system_lookup(host: str, port: int) -> list[str]:
+    """The addresses of ``host``, from the system resolver without blocking the event loop."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [str(info[4][0]) for info in infos]
+
+
+def parse_authority(value: str, default_port: int) -> tuple[str, int]:
+    """``host[:port]`` (IPv6 in brackets) to its canonical host and port; raises ValueError."""
+    text = value.strip()
+    if text.startswith("["):
+        close = text.find("]")
+        if close < 0:
+            raise ValueError(f"unclosed bracket in {value!r}")
+        host, rest = text[: close + 1], text[close + 1 :]
+        port_text = rest.removeprefix(":") if rest.startswith(":") else ""
+        if rest and not rest.startswith(":"):
+            raise ValueError(f"junk after the address in {value!r}")
+    else:
+        host, _, port_text = text.rpartition(":") if text.count(":") == 1 else (text, "", "")
+    if port_text and (not port_text.isdigit() or not 0 < int(port_text) < 65536):
+        raise ValueError(f"bad port in {value!r}")
+    return normalize_host(host), int(port_text) if port_text else default_port
+
+
+def own_addresses() -> set[str]:
+    """This container's IPv4 addresses, one per interface (the proxy refuses to be its own upstream)."""
+    import fcntl
+    import struct
+
+    found: set[str] = set()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            try:
+                packed = fcntl.ioctl(probe.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+            except OSError:
+                continue
+            found.add(socket.inet_ntoa(packed[20:24]))
+    return found
+
+
+def refusal_response(status: int, host: str, decision: Decision, accept: str) -> http.Response:
+    """The page (or JSON body, for clients that ask for JSON) an agent sees when egress refuses."""
+    headers = {
+        "Cache-Control": "no-store",
+        "X-Corral-Egress": "denied",
+        "X-Corral-Rule": decision.rule or "",
+    }
+    if "application/json" in accept and "text/html" not in accept:
+        body = json.dumps(
+            {"error": {"code": "egress_denied", "host": host, "rule": decision.rule, "reason": decision.reason}}
+        ).encode()
+        headers["Content-Type"] = "application/json"
+    else:
+        body = (
+            "<!doctype html><html><head><meta charset='utf-8'>"
+            f"<title>Blocked by Corral: {html.escape(host)}</title></head><body>"
+            "<h1>Blocked by Corral's egress policy</h1>"
+            f"<p id='reason'>{html.escape(decision.reason)}</p>"
+            f"<p>Host: <code id='host'>{html.escape(host)}</code><br>"
+            f"Rule: <code id='rule'>{html.escape(decision.rule or '')}</code></p>"
+            "<p>Ask the session's owner to add the host to the session's allowlist.</p></body></html>"
+        ).encode()
+        headers["Content-Type"] = "text/html; charset=utf-8"
+    return http.Response.make(status, body, headers)
+
+
+class Egress:
+    def __init__(self) -> None:
+        self.policy = Policy([])
+        self.mode = "enforce"
+        self.audit: AuditLog | None = None
+        self._state_dir: Path | None = None
+        self._tunnels: dict[str, Tunnel] = {}  # client connection id -> its CONNECT
+        self._pins: dict[tuple[str, str, int], str] = {}  # (client id, host, port) -> vetted address
+        self._dialing: dict[str, tuple[str, int]] = {}  # server connection id -> the address it names
+        self._actions: dict[str, float] = {}  # agent actions in flight, in the order they started
+        self._control: asyncio.Server | None = None
+        self.lookup: Lookup = system_lookup  # the one DNS seam (unit tests answer from a table)
+
+    # -- options and lifecycle ------------------------------------------------------------------------
+
+    def load(self, loader: Loader) -> None:
+        loader.add_option("corral_session", str, "", "The session this proxy serves (names the audit records).")
+        loader.add_option("corral_state_dir", str, "", "Directory of the audit log and the persisted policy.")
+        loader.add_option("corral_mode", str, "enforce", "enforce, or report (allow but log would-be denials).")
+        loader.add_option("corral_control_host", str, "", "Address the control channel listens on; empty: none.")
+        loader.add_option("corral_control_port", int, control.CONTROL_PORT, "Port of the control channel.")
+        loader.add_option("corral_gateway_token", str, "", "Token of the gateway on the control channel.")
+        loader.add_option("corral_controller_token", str, "", "Token of the sandbox's controller.")
+        loader.add_option("corral_trusted_networks", str, "", "Comma-separated networks exempt from the global deny.")
+        loader.add_option("corral_allow_private", bool, False, "Operator override: lift the global deny.")
+        loader.add_option("corral_own_hosts", str, "", "Comma-separated extra names of this proxy (refused).")
+
+    def configure(self, updated: set[str]) -> None:
+        if not any(name.startswith("corral_") for name in updated):
+            return
+        opts = ctx.options
+        if opts.corral_mode not in control.MODES:
+            raise ValueError(f"corral_mode must be one of {', '.join(control.MODES)}")
+        self.mode = opts.corral_mode
+        allow: list[str] = []
+        if opts.corral_state_dir:
+            self._state_dir = Path(opts.corral_state_dir)
+            saved = self._state_dir / POLICY_FILE
+            if saved.exists():
+                stored = json.loads(saved.read_text())
+                allow, self.mode = list(stored.get("allow", [])), str(stored.get("mode", self.mode))
+            if self.audit is None:
+                self.audit = AuditLog(self._state_dir / AUDIT_FILE, opts.corral_session)
+        own = {socket.gethostname(), *own_addresses()}
+        own.update(h.strip() for h in opts.corral_own_hosts.split(",") if h.strip())
+        self.policy = Policy(
+            allow,
+            allow_private=opts.corral_allow_private,
+            trusted_networks=[n.strip() for n in opts.corral_trusted_networks.split(",") if n.strip()],
+            own_hosts=own,
+        )
+
+    async def running(self) -> None:
+        opts = ctx.options
+        if opts.corral_control_host and self._control is None:
+            self._control = await asyncio.start_server(
+                self._serve_control, opts.corral_control_host, opts.corral_control_port, limit=control.MAX_LINE_BYTES
+            )
+        self._log("proxy", mode=self.mode, allow=self.policy.allow, version=_mitmproxy_version())
+
+    async def done(self) -> None:
+        if self._control is not None:
+            self._control.close()
+            self._control = None
+        if self.audit is not None:
+            self.audit.close()
+            self.audit = None
+
+    # -- decisions ------------------------------------------------------------------------------------
+
+    def _verdict(self, decision: Decision, status: int = 403) -> Verdict:
+        if decision.allowed:
+            return Verdict(decision, "allow")
+        if decision.rule in ("invalid-host", "invalid-path"):
+            return Verdict(decision, "deny", status)  # unparseable: refused in every mode
+        return Verdict(decision, "report" if self.mode == "report" and status == 403 else "deny", status)
+
+    async def _resolve(self, host: str, port: int) -> tuple[str | None, Verdict]:
+        """One lookup; every address must pass, else a rebinding answer could smuggle one in."""
+        if parse_ip(host) is not None:
+            return host, self._verdict(self.policy.resolved(host, host))
+        try:
+            async with asyncio.timeout(RESOLVE_TIMEOUT_S):
+                addresses = list(dict.fromkeys(await self.lookup(host, port)))
+        except (OSError, TimeoutError) as exc:
+            reason = f"cannot resolve {host}: {exc.strerror if isinstance(exc, OSError) else 'timed out'}"
+            return None, Verdict(Decision(False, reason, "dns-error"), "deny", 502)
+        chosen: str | None = None
+        for address in addresses:
+            verdict = self._verdict(self.policy.resolved(host, address))
+            if not verdict.decision.allowed:
+                return address if verdict.outcome == "report" else None, verdict
+            chosen = chosen or address
+        if chosen is None:
+            return None, Verdict(Decision(False, f"{host} has no address", "dns-error"), "deny", 502)
+        return chosen, Verdict(Decision(True, f"{host} resolves to {chosen}"), "allow")
+
+    @staticmethod
+    def _merge(verdict: Verdict, resolution: tuple[str | None, Verdict]) -> tuple[str | None, Verdict]:
+        """The host's verdict combined with its address's: a refusal or a first denial wins."""
+        ip, resolved = resolution
+        if resolved.refused or (verdict.decision.allowed and not resolved.decision.allowed):
+            return (None if resolved.refused else ip), resolved
+        return ip, verdict
+
+    def _action(self) -> str | None:
+        return next(reversed(self._actions), None)
+
+    # -- hooks ----------------------------------------------------------------------------------------
+
+    async def http_connect(self, flow: http.HTTPFlow) -> None:
+        started, action = time.time(), self._action()
+        raw_host, port = flow.request.host, flow.request.port
+        verdict = self._verdict(self.policy.connect(raw_host, port))
+        host, ip = _canonical_or_raw(raw_host), None
+        if not verdict.refused:
+            ip, verdict = self._merge(verdict, await self._resolve(host, port))
+        self._tunnels[flow.client_conn.id] = Tunnel(host, port, verdict, ip)
+        flow.metadata[NOTE] = FlowNote(started, action, verdict)
+        self._log(
+            "connect",
+            host=host,
+            port=port,
+            ip=ip,
+            client=_peer(flow.client_conn),
+            action=action,
+            decision=verdict.outcome,
+            rule=verdict.decision.rule,
+            reason=verdict.decision.reason,
+        )
+        if verdict.refused:
+            # Accept the tunnel without dialling upstream: each request in it then gets the refusal page.
+            now = time.time()
+            flow.response = http.Response(
+                flow.request.data.http_version, 200, b"Connection established", http.Headers(), b"", None, now, now
+            )
+
+    def tls_clienthello(self, data: tls.ClientHelloData) -> None:
+        tunnel = self._tunnels.get(data.context.client.id)
+        if tunnel is not None and tunnel.verdict.refused:
+            data.establish_server_tls_first = False  # a refused tunnel never meets its server
+
+    async def requestheaders(self, flow: http.HTTPFlow) -> None:
+        started, action = time.time(), self._action()
+        tunnel = self._tunnels.get(flow.client_conn.id)
+        request = flow.request
+        verdict = self._misdirected(flow, tunnel)
+        host = _canonical_or_raw(request.host)
+        if verdict is None and tunnel is not None and tunnel.verdict.refused:
+            verdict = tunnel.verdict
+        if verdict is None:
+            verdict = self._verdict(self.policy.request(request.host, request.port, request.method, request.path))
+            if verdict.decision.allowed and is_doh_request(request.path, _pairs(request.headers)):
+                verdict = self._verdict(Decision(False, "DNS-over-HTTPS queries are refused", "doh"))
+        if not verdict.refused and tunnel is None:
+            # Plain HTTP through the proxy: resolve and vet here; server_connect dials the pinned address.
+            ip, verdict = self._merge(verdict, await self._resolve(host, request.port))
+            if ip is not None:
+                self._pins[(flow.client_conn.id, request.host, request.port)] = ip
+        flow.metadata[NOTE] = note = FlowNote(started, action, verdict)
+        if verdict.refused:
+            flow.response = refusal_response(verdict.status, host, verdict.decision, request.headers.get("accept", ""))
+            note.logged = True
+            self._log("block", **self._request_fields(flow, note))
+
+    def _misdirected(self, flow: http.HTTPFlow, tunnel: Tunnel | None) -> Verdict | None:
+        """421 when the request names another host than its tunnel (Host header or SNI) or its URL."""
+        request = flow.request
+        try:
+            host = normalize_host(request.host)
+            if tunnel is not None:
+                if (host, request.port) != (tunnel.host, tunnel.port):
+                    reason = f"the request is for {host}:{request.port} but the tunnel was opened to {tunnel.host}"
+                    return Verdict(Decision(False, f"{reason}:{tunnel.port}", "host-mismatch"), "deny", 421)
+                sni = flow.client_conn.sni
+                if sni and normalize_host(sni) != tunnel.host:
+                    reason = f"TLS SNI {sni} does not match the tunnel's host {tunnel.host}"
+                    return Verdict(Decision(False, reason, "sni-mismatch"), "deny", 421)
+            elif request.host_header:
+                named = parse_authority(request.host_header, request.port)
+                if named != (host, request.port):
+                    reason = f"the Host header names {named[0]}:{named[1]} but the URL {host}:{request.port}"
+                    return Verdict(Decision(False, reason, "host-mismatch"), "deny", 421)
+        except ValueError as exc:
+            return Verdict(Decision(False, str(exc), "invalid-host"), "deny", 421)
+        return None
+
+    async def server_connect(self, data: server_hooks.ServerConnectionHookData) -> None:
+        if data.server.address is None:
+            return
+        raw_host, port = data.server.address
+        host = _canonical_or_raw(raw_host)
+        tunnel = self._tunnels.get(data.client.id)
+        ip: str | None
+        if tunnel is not None and (tunnel.host, tunnel.port) == (host, port):
+            if tunnel.verdict.refused:
+                data.server.error = f"refused by the egress policy: {tunnel.verdict.decision.reason}"
+                return
+            ip = tunnel.ip
+        else:
+            ip = self._pins.get((data.client.id, raw_host, port))
+            if ip is None:
+                # A connection no hook vetted (should not happen): vet it here rather than dial blind.
+                verdict = self._verdict(self.policy.connect(raw_host, port))
+                if not verdict.refused:
+                    ip, verdict = await self._resolve(host, port)
+                if verdict.refused or ip is None:
+                    data.server.error = f"refused by the egress policy: {verdict.decision.reason}"
+                    self._log("error", host=host, port=port, error=data.server.error, action=self._action())
+                    return
+        if ip is None:
+            data.server.error = "no vetted address"
+            return
+        self._dialing[data.server.id] = data.server.address
+        data.server.address = (ip, port)
+        if data.server.sni is None and parse_ip(raw_host) is None:
+            data.server.sni = host  # the vetted name, never the client's
+
+    def server_connected(self, data: server_hooks.ServerConnectionHookData) -> None:
+        # Dialled at the pinned address; name the connection by host again so requests reuse it.
+        named = self._dialing.pop(data.server.id, None)
+        if named is not None:
+            data.server.address = named
+
+    def server_connect_error(self, data: server_hooks.ServerConnectionHookData) -> None:
+        named = self._dialing.pop(data.server.id, None)
+        if named is not None:
+            data.server.address = named
+
+    def client_disconnected(self, client: connection.Client) -> None:
+        self._tunnels.pop(client.id, None)
+        for key in [key for key in self._pins if key[0] == client.id]:
+            del self._pins[key]
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        note = flow.metadata.get(NOTE)
+        if not isinstance(note, FlowNote) or note.logged or flow.request.method == "CONNECT":
+            return
+        note.logged = True
+        self._log("request", **self._request_fields(flow, note))
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        note = flow.metadata.get(NOTE)
+        if not isinstance(note, FlowNote) or note.logged:
+            return
+        note.logged = True
+        request = flow.request
+        self._log(
+            "error",
+            id=flow.id,
+            method=request.method,
+            url=redact_url(request.url) if request.method != "CONNECT" else None,
+            host=_canonical_or_raw(request.host),
+            port=request.port,
+            ip=_peer(flow.server_conn),
+            error=flow.error.msg if flow.error else "unknown error",
+            action=note.action,
+            decision=note.verdict.outcome,
+            duration_ms=round((time.time() - note.started) * 1000, 3),
+        )
+
+    # -- records --------------------------------------------------------------------------------------
+
+    def _log(self, event: str, **fields: Any) -> None:
+        if self.audit is not None:
+            self.audit.write(event, **fields)
+
+    def _request_fields(self, flow: http.HTTPFlow, note: FlowNote) -> dict[str, Any]:
+        request, response = flow.request, flow.response
+        ended = response.timestamp_end if response is not None and response.timestamp_end else time.time()
+        verdict = note.verdict
+        return {
+            "id": flow.id,
+            "started": note.started,
+            "method": request.method,
+            "url": redact_url(request.url),
+            "scheme": request.scheme,
+            "host": _canonical_or_raw(request.host),
+            "port": request.port,
+            "ip": None if verdict.refused else _peer(flow.server_conn),
+            "sni": flow.client_conn.sni,
+            "http_version": request.http_version,
+            "status": response.status_code if response is not None else 0,
+            "request_headers": redact_headers(_pairs(request.headers)),
+            "response_headers": redact_headers(_pairs(response.headers)) if response is not None else [],
+            "mime": response.headers.get("content-type") if response is not None else None,
+            "bytes_out": len(request.raw_content or b""),
+            "bytes_in": len(response.raw_content or b"") if response is not None else 0,
+            "duration_ms": round(max(0.0, ended - note.started) * 1000, 3),
+            "decision": verdict.outcome,
+            "rule": verdict.decision.rule,
+            "reason": verdict.decision.reason,
+            "action": note.action,
+        }
+
+    # -- control channel ------------------------------------------------------------------------------
+
+    def _role(self, token: str) -> control.Role | None:
+        opts = ctx.options
+        if opts.corral_gateway_token and hmac.compare_digest(token, opts.corral_gateway_token):
+            return "gateway"
+        if opts.corral_controller_token and hmac.compare_digest(token, opts.corral_controller_token):
+            return "controller"
+        return None
+
+    async def _serve_control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            role: control.Role | None = None
+            while line := await reader.readline():
+                try:
+                    message = control.parse_message(line)
+                    if role is None:
+                        if not isinstance(message, control.Hello) or (role := self._role(message.token)) is None:
+                            writer.write(control.encode({"ok": False, "error": "unknown token"}))
+                            break
+                        writer.write(control.encode({"ok": True, "role": role}))
+                        await writer.drain()
+                        continue
+                    reply = self.handle_control(role, message)
+                except ValueError as exc:
+                    reply = {"ok": False, "error": str(exc)}
+                if reply is not None:
+                    writer.write(control.encode(reply))
+                    await writer.drain()
+        except (ConnectionError, asyncio.LimitOverrunError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+    def handle_control(self, role: control.Role, message: control.Message) -> dict[str, Any] | None:
+        """One control message from an authenticated peer; the reply, or None when none is due."""
+        if isinstance(message, control.ActionEvent):
+            if role != "controller":
+                raise ValueError("only the controller reports actions")
+            if message.phase == "start":
+                self._actions[message.id] = time.time()
+            else:
+                self._actions.pop(message.id, None)
+            return {"ok": True} if message.ack else None
+        if role != "gateway":
+            raise ValueError("only the gateway may do that")
+        if isinstance(message, control.SetPolicy):
+            policy = self.policy.with_allow(message.allow)
+            previous_allow, previous_mode = self.policy.allow, self.mode
+            self.policy, self.mode = policy, message.mode
+            self._persist()
+            self._log(
+                "policy",
+                allow=policy.allow,
+                mode=message.mode,
+                previous_allow=previous_allow,
+                previous_mode=previous_mode,
+                actor=message.actor,
+            )
+            return {"ok": True, "allow": policy.allow, "mode": self.mode}
+        if isinstance(message, control.Status):
+            return {
+                "ok": True,
+                "session": ctx.options.corral_session,
+                "allow": self.policy.allow,
+                "mode": self.mode,
+                "records": self.audit.seq if self.audit is not None else 0,
+                "actions": list(self._actions),
+            }
+        raise ValueError("unexpected message")
+
+    def _persist(self) -> None:
+        if self._state_dir is None:
+            return
+        target = self._state_dir / POLICY_FILE
+        temporary = target.with_suffix(".tmp")
+        temporary.write_text(json.dumps({"allow": self.policy.allow, "mode": self.mode}))
+        os.replace(temporary, target)
+
+
+def _pairs(headers: http.Headers) -> list[tuple[str, str]]:
+    return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in headers.fields]
+
+
+def _canonical_or_raw(host: str) -> str:
+    try:
+        return normalize_host(host)
+    except ValueError:
+        return host
+
+
+def _peer(conn: connection.Connection) -> str | None:
+    return str(conn.peername[0]) if conn.peername else None
+
+
+def _mitmproxy_version() -> str:
+    from mitmproxy import version
+
+    return str(version.VERSION)
+
+
+addons = [Egress()]

@@ -1,0 +1,387 @@
+"""Reading a session's audit log as traffic: filter its records, export them as HAR, sum them per host.
+
+Pure functions over the records :class:`~corral.proxy.audit.AuditLog` writes (see that module for
+the chain); nothing here checks the chain, which is :func:`~corral.proxy.audit.verify`'s job.
+The events and the fields this module reads:
+
+- ``request``: a completed request (decision ``allow``, or ``report`` when the policy would have
+  refused it but runs in report mode): ``id``, ``started``, ``method``, ``url``, ``host``, ``port``,
+  ``ip``, ``sni``, ``http_version``, ``status``, ``request_headers``, ``response_headers``, ``mime``,
+  ``bytes_out``, ``bytes_in``, ``duration_ms``, ``decision``, ``rule``, ``reason``, ``action``;
+- ``block``: a request refused by the proxy and never sent upstream, with the same fields (the
+  response is the refusal page the proxy answered with);
+- ``error``: a request or connection that failed: ``url`` and ``method`` may be None, ``error``;
+- ``connect``: a CONNECT tunnel and its ``decision``; ``proxy`` and ``policy``: no traffic.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import http
+import json
+import math
+import urllib.parse
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from corral.proxy.hosts import normalize_host, parse_ip
+
+EVENTS = frozenset({"proxy", "connect", "request", "block", "error", "policy"})
+DECISIONS = frozenset({"allow", "deny", "report"})
+HAR_VERSION = "1.2"
+UNKNOWN_MIME = "x-unknown"
+
+Record = dict[str, Any]
+
+
+def parse_records(lines: Iterable[str | bytes], *, source: str = "") -> Iterator[Record]:
+    """The records of JSON Lines text; blank lines are skipped, anything else that is not a JSON
+    object raises ValueError naming its line (from 1) and ``source``."""
+    where = f"{source}: " if source else ""
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:  # JSONDecodeError, or UnicodeDecodeError for bytes
+            detail = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+            raise ValueError(f"{where}line {number}: not valid JSON ({detail})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{where}line {number}: not an audit record (not a JSON object)")
+        yield record
+
+
+def read_records(path: Path) -> Iterator[Record]:
+    """The records of an audit log file, read lazily; see :func:`parse_records` for the errors."""
+    with path.open("rb") as log:
+        yield from parse_records(log, source=str(path))
+
+
+def parse_time(value: str | float) -> float:
+    """Unix seconds from a number or its text, or from ISO 8601 text (UTC when it names no zone)."""
+    if isinstance(value, int | float):
+        number = float(value)
+    else:
+        try:
+            number = float(value.strip())
+        except ValueError:
+            return _parse_iso(value)
+    if not math.isfinite(number):
+        raise ValueError(f"not a finite number of seconds: {value!r}")
+    return number
+
+
+def _parse_iso(value: str) -> float:
+    text = value.strip()
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"not unix seconds or an ISO 8601 time: {value!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when.timestamp()
+
+
+def _canonical_host(host: str) -> str:
+    try:
+        return normalize_host(host)
+    except ValueError:
+        return host.strip().lower()
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficFilter:
+    """Which records to keep; every field that is set must match (None matches anything).
+
+    ``host`` is one host (any spelling :func:`~corral.proxy.hosts.normalize_host` accepts), or
+    ``*.example.com`` for the subdomains of example.com (not example.com itself), as in the
+    policy. ``since`` and ``until`` bound a record's ``time`` (unix seconds, both inclusive).
+    Invalid values raise ValueError; :meth:`parse` builds one from command-line text.
+    """
+
+    host: str | None = None
+    decision: str | None = None
+    event: str | None = None
+    action: str | None = None
+    since: float | None = None
+    until: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.host is not None:
+            wildcard = self.host.startswith("*.")
+            name = self.host[2:] if wildcard else self.host
+            if "*" in name:
+                raise ValueError(f"host: a wildcard may only lead a host ('*.example.com'): {self.host!r}")
+            try:
+                canonical = normalize_host(name)
+            except ValueError as exc:
+                raise ValueError(f"host: {exc}") from None
+            if wildcard and parse_ip(canonical) is not None:
+                raise ValueError(f"host: a wildcard needs a domain, not an address: {self.host!r}")
+            object.__setattr__(self, "host", f"*.{canonical}" if wildcard else canonical)
+        if self.decision is not None and self.decision not in DECISIONS:
+            raise ValueError(f"decision must be one of {', '.join(sorted(DECISIONS))}, not {self.decision!r}")
+        if self.event is not None and self.event not in EVENTS:
+            raise ValueError(f"event must be one of {', '.join(sorted(EVENTS))}, not {self.event!r}")
+        if self.action is not None and not self.action:
+            raise ValueError("action must not be empty")
+        for name in ("since", "until"):
+            value = getattr(self, name)
+            if value is not None and (
+                not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value)
+            ):
+                raise ValueError(f"{name} must be a finite number of unix seconds, not {value!r}")
+        if self.since is not None and self.until is not None and self.since > self.until:
+            raise ValueError(f"since ({_iso(self.since)}) is after until ({_iso(self.until)})")
+
+    @classmethod
+    def parse(
+        cls,
+        *,
+        host: str | None = None,
+        decision: str | None = None,
+        event: str | None = None,
+        action: str | None = None,
+        since: str | float | None = None,
+        until: str | float | None = None,
+    ) -> TrafficFilter:
+        """A filter from text as typed: decision and event in any case, times as unix seconds or ISO 8601."""
+
+        def when(name: str, value: str | float | None) -> float | None:
+            if value is None:
+                return None
+            try:
+                return parse_time(value)
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None
+
+        return cls(
+            host=host.strip() if host is not None else None,
+            decision=decision.strip().lower() if decision is not None else None,
+            event=event.strip().lower() if event is not None else None,
+            action=action.strip() if action is not None else None,
+            since=when("since", since),
+            until=when("until", until),
+        )
+
+    def matches(self, record: Mapping[str, Any]) -> bool:
+        if self.event is not None and record.get("event") != self.event:
+            return False
+        if self.decision is not None and record.get("decision") != self.decision:
+            return False
+        if self.action is not None and record.get("action") != self.action:
+            return False
+        if self.since is not None or self.until is not None:
+            time = record.get("time")
+            if not isinstance(time, int | float) or isinstance(time, bool):
+                return False
+            if (self.since is not None and time < self.since) or (self.until is not None and time > self.until):
+                return False
+        if self.host is not None:
+            host = record.get("host")
+            if not isinstance(host, str) or not host:
+                return False
+            canonical = _canonical_host(host)
+            if self.host.startswith("*."):
+                return canonical.endswith(self.host[1:])
+            return canonical == self.host
+        return True
+
+    def apply(self, records: Iterable[Record]) -> Iterator[Record]:
+        return (record for record in records if self.matches(record))
+
+
+def _iso(seconds: float) -> str:
+    """ISO 8601 in UTC with milliseconds, as HAR wants; the plain number where no date can hold it."""
+    try:
+        text = dt.datetime.fromtimestamp(seconds, tz=dt.UTC).isoformat(timespec="milliseconds")
+    except (OverflowError, OSError, ValueError):
+        return str(seconds)
+    return text.removesuffix("+00:00") + "Z"
+
+
+def _number(value: Any, default: float = 0.0) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return default
+
+
+def _count(value: Any, default: int = 0) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return default
+
+
+def _headers(value: Any) -> list[dict[str, str]]:
+    if not isinstance(value, list):
+        return []
+    return [{"name": str(pair[0]), "value": str(pair[1])} for pair in value if isinstance(pair, list | tuple)]
+
+
+def _status_text(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
+def _har_entry(record: Mapping[str, Any]) -> dict[str, Any]:
+    event = record.get("event")
+    url = str(record.get("url") or "")
+    duration = max(0.0, _number(record.get("duration_ms")))
+    started = _number(record.get("started"), _number(record.get("time")))
+    query = urllib.parse.urlsplit(url).query
+    http_version = str(record.get("http_version") or "")
+    request_headers = _headers(record.get("request_headers"))
+    request: dict[str, Any] = {
+        "method": str(record.get("method") or ""),
+        "url": url,
+        "httpVersion": http_version,
+        "cookies": [],
+        "headers": request_headers,
+        "queryString": [
+            {"name": name, "value": value} for name, value in urllib.parse.parse_qsl(query, keep_blank_values=True)
+        ],
+        "headersSize": -1,
+        "bodySize": _count(record.get("bytes_out"), -1 if event == "error" else 0),
+    }
+    if event == "error":
+        response: dict[str, Any] = {
+            "status": 0,
+            "statusText": "",
+            "httpVersion": "",
+            "cookies": [],
+            "headers": [],
+            "content": {"size": 0, "mimeType": UNKNOWN_MIME},
+            "redirectURL": "",
+            "headersSize": -1,
+            "bodySize": -1,
+        }
+    else:
+        status = _count(record.get("status"))
+        response_headers = _headers(record.get("response_headers"))
+        bytes_in = _count(record.get("bytes_in"))
+        location = next((h["value"] for h in response_headers if h["name"].lower() == "location"), "")
+        response = {
+            "status": status,
+            "statusText": _status_text(status),
+            "httpVersion": http_version,
+            "cookies": [],
+            "headers": response_headers,
+            "content": {"size": bytes_in, "mimeType": str(record.get("mime") or UNKNOWN_MIME)},
+            "redirectURL": location,
+            "headersSize": -1,
+            "bodySize": bytes_in,
+        }
+    entry: dict[str, Any] = {
+        "startedDateTime": _iso(started),
+        "time": duration,
+        "request": request,
+        "response": response,
+        "cache": {},
+        "timings": {"send": 0, "wait": duration, "receive": 0},
+    }
+    ip = record.get("ip")
+    if isinstance(ip, str) and ip:
+        entry["serverIPAddress"] = ip.removeprefix("[").removesuffix("]")
+    entry.update(
+        {
+            "_id": record.get("id"),
+            "_seq": record.get("seq"),
+            "_event": event,
+            "_decision": record.get("decision"),
+            "_rule": record.get("rule"),
+            "_reason": record.get("reason"),
+            "_action": record.get("action"),
+            "_sni": record.get("sni"),
+        }
+    )
+    if event == "error":
+        entry["_error"] = str(record.get("error") or "")
+    return entry
+
+
+def is_har_entry(record: Mapping[str, Any]) -> bool:
+    """Whether :func:`to_har` makes an entry of this record: requests, blocks, and errors with a URL."""
+    event = record.get("event")
+    return event in ("request", "block") or (event == "error" and bool(record.get("url")))
+
+
+def to_har(records: Iterable[Mapping[str, Any]], *, creator_version: str) -> dict[str, Any]:
+    """A HAR 1.2 document of the requests in ``records``, in the order they started.
+
+    Blocked requests are entries with the proxy's refusal as their response; failed requests are
+    entries with status 0 and the failure in ``_error``. Corral's own fields lead with an
+    underscore, as HAR allows: ``_decision``, ``_rule``, ``_reason``, ``_action``, ``_seq``,
+    ``_sni``, ``_id`` (the flow id) and ``_event``. Headers and URLs are as logged (redacted).
+    """
+    picked = [record for record in records if is_har_entry(record)]
+    picked.sort(key=lambda r: (_number(r.get("started"), _number(r.get("time"))), _number(r.get("seq"))))
+    return {
+        "log": {
+            "version": HAR_VERSION,
+            "creator": {"name": "corral", "version": creator_version},
+            "entries": [_har_entry(record) for record in picked],
+        }
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class HostSummary:
+    """One host's traffic.
+
+    ``requests``: requests that went upstream (decision ``allow`` or ``report``); ``blocked``:
+    requests the proxy refused and CONNECTs it denied; ``reported``: records with decision
+    ``report`` (what the policy would have refused, let through in report mode); ``errors``:
+    failed requests and connections; ``bytes_in``/``bytes_out``: body bytes of the requests that
+    went upstream (a refused request's bytes never left the sandbox, so they do not count).
+    """
+
+    host: str
+    requests: int = 0
+    blocked: int = 0
+    reported: int = 0
+    errors: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+
+
+def summarize(records: Iterable[Mapping[str, Any]]) -> list[HostSummary]:
+    """Per-host totals, sorted by host; records without a host (``proxy``, ``policy``) are left out."""
+    counts: dict[str, dict[str, int]] = {}
+    for record in records:
+        host = record.get("host")
+        if not isinstance(host, str) or not host:
+            continue
+        row = counts.setdefault(
+            _canonical_host(host),
+            {"requests": 0, "blocked": 0, "reported": 0, "errors": 0, "bytes_in": 0, "bytes_out": 0},
+        )
+        event, decision = record.get("event"), record.get("decision")
+        if event == "request":
+            row["requests"] += 1
+            row["bytes_in"] += max(0, _count(record.get("bytes_in")))
+            row["bytes_out"] += max(0, _count(record.get("bytes_out")))
+        elif event == "block" or (event == "connect" and decision == "deny"):
+            row["blocked"] += 1
+        elif event == "error":
+            row["errors"] += 1
+        if decision == "report":
+            row["reported"] += 1
+    return [HostSummary(host, **counts[host]) for host in sorted(counts)]
+
+
+def totals(summaries: Iterable[HostSummary], *, host: str = "total") -> HostSummary:
+    """The sum of per-host summaries, under the name ``host``."""
+    rows = list(summaries)
+    return HostSummary(
+        host,
+        requests=sum(r.requests for r in rows),
+        blocked=sum(r.blocked for r in rows),
+        reported=sum(r.reported for r in rows),
+        errors=sum(r.errors for r in rows),
+        bytes_in=sum(r.bytes_in for r in rows),
+        bytes_out=sum(r.bytes_out for r in rows),
+    )

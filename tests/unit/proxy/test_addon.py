@@ -1,0 +1,391 @@
+"""The egress addon against mitmproxy's own test doubles (taddons, tflow); DNS answers from a table.
+
+Runs where mitmproxy is installed (the proxy's virtualenv, .venv-proxy); skipped elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mitmproxy")
+
+from mitmproxy import http  # noqa: E402
+from mitmproxy.proxy import server_hooks  # noqa: E402
+from mitmproxy.test import taddons, tflow, tutils  # noqa: E402
+
+from corral.proxy import control  # noqa: E402
+from corral.proxy.addon import Egress, parse_authority  # noqa: E402
+from corral.proxy.audit import verify  # noqa: E402
+
+DNS = {
+    "allowed.test": ["203.0.113.10"],
+    "api.allowed.test": ["203.0.113.11"],
+    "other.test": ["203.0.113.12"],
+    "rebind.test": ["203.0.113.13", "10.0.0.5"],
+    "private.test": ["192.168.1.20"],
+    "meta.test": ["169.254.169.254"],
+}
+
+
+class Lookups:
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def __call__(self, host: str, port: int) -> list[str]:
+        self.asked.append(host)
+        if host not in DNS:
+            raise OSError(-2, "Name or service not known")
+        return DNS[host]
+
+
+@pytest.fixture
+def egress(tmp_path: Path) -> Iterator[tuple[Egress, Lookups, Path]]:
+    addon = Egress()
+    lookups = Lookups()
+    addon.lookup = lookups
+    (tmp_path / "policy.json").write_text(
+        json.dumps({"allow": ["allowed.test", "*.allowed.test", "GET,HEAD other.test/docs/"], "mode": "enforce"})
+    )
+    with taddons.context(addon) as tctx:
+        # 203.0.113.0/24 is documentation space, globally denied unless the operator trusts it.
+        tctx.configure(
+            addon,
+            corral_session="ses_test",
+            corral_state_dir=str(tmp_path),
+            corral_trusted_networks="203.0.113.0/24",
+            corral_gateway_token="gw-token",
+            corral_controller_token="ctl-token",
+            corral_own_hosts="corral-proxy",
+        )
+        yield addon, lookups, tmp_path
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (path / "audit.jsonl").read_text().splitlines() if line]
+
+
+def connect_flow(host: str, port: int = 443) -> http.HTTPFlow:
+    return tflow.tflow(req=tutils.treq(method=b"CONNECT", host=host, port=port, path=b"", headers=http.Headers()))
+
+
+def tunnel_request(connect: http.HTTPFlow, host_header: str, path: str = "/", method: str = "GET") -> http.HTTPFlow:
+    host, _, port = host_header.partition(":")
+    req = tutils.treq(
+        method=method.encode(),
+        scheme=b"https",
+        host=host,
+        port=int(port or 443),
+        path=path.encode(),
+        headers=http.Headers(host=host_header, authorization="Bearer s3cret"),
+        content=b"",
+    )
+    connect.client_conn.sni = connect.request.host  # a browser sends the tunnel's host as SNI
+    return tflow.tflow(client_conn=connect.client_conn, req=req)
+
+
+def plain_request(url_host: str, port: int = 80, host_header: str | None = None, path: str = "/") -> http.HTTPFlow:
+    req = tutils.treq(
+        host=url_host,
+        port=port,
+        path=path.encode(),
+        headers=http.Headers(host=host_header or url_host),
+        content=b"",
+    )
+    return tflow.tflow(req=req)
+
+
+async def test_denied_connect_is_decided_before_any_lookup_and_its_requests_get_the_403_page(egress) -> None:
+    addon, lookups, state = egress
+    flow = connect_flow("blocked.test")
+    await addon.http_connect(flow)
+    assert lookups.asked == []
+    assert flow.response is not None and flow.response.status_code == 200  # accepted, never dialled
+    inner = tunnel_request(flow, "blocked.test", "/page")
+    inner.client_conn.sni = "blocked.test"
+    await addon.requestheaders(inner)
+    assert inner.response is not None and inner.response.status_code == 403
+    page = inner.response.get_text() or ""
+    assert "blocked.test" in page and "default-deny" in page
+    assert inner.response.headers["X-Corral-Rule"] == "default-deny"
+    connect, block = records(state)[-2:]
+    assert (connect["event"], connect["decision"], connect["rule"], connect["ip"]) == (
+        "connect",
+        "deny",
+        "default-deny",
+        None,
+    )
+    assert (block["event"], block["status"], block["host"], block["decision"]) == ("block", 403, "blocked.test", "deny")
+    assert dict(block["request_headers"])["authorization"] == "[redacted]"
+
+
+async def test_a_refused_tunnel_never_opens_a_server_connection(egress) -> None:
+    addon, _, _ = egress
+    flow = connect_flow("blocked.test")
+    await addon.http_connect(flow)
+    server = flow.server_conn
+    server.address = ("blocked.test", 443)
+    await addon.server_connect(server_hooks.ServerConnectionHookData(server=server, client=flow.client_conn))
+    assert server.error and "refused" in server.error
+
+
+async def test_json_clients_get_a_json_refusal(egress) -> None:
+    addon, _, _ = egress
+    flow = plain_request("blocked.test")
+    flow.request.headers["accept"] = "application/json"
+    await addon.requestheaders(flow)
+    assert flow.response is not None
+    body = json.loads(flow.response.get_text() or "")
+    assert body["error"] == {
+        "code": "egress_denied",
+        "host": "blocked.test",
+        "rule": "default-deny",
+        "reason": "blocked.test:80 is not on the session's allowlist",
+    }
+
+
+async def test_allowed_connect_resolves_once_and_pins_the_vetted_address(egress) -> None:
+    addon, lookups, state = egress
+    flow = connect_flow("api.allowed.test")
+    await addon.http_connect(flow)
+    assert flow.response is None
+    server = flow.server_conn
+    server.address, server.sni = ("api.allowed.test", 443), None
+    data = server_hooks.ServerConnectionHookData(server=server, client=flow.client_conn)
+    await addon.server_connect(data)
+    assert server.error is None
+    assert server.address == ("203.0.113.11", 443)
+    assert server.sni == "api.allowed.test"
+    addon.server_connected(data)
+    assert server.address == ("api.allowed.test", 443)  # so later requests reuse the connection
+    assert lookups.asked == ["api.allowed.test"]
+    record = records(state)[-1]
+    assert (record["decision"], record["rule"], record["ip"]) == ("allow", "*.allowed.test", "203.0.113.11")
+
+
+@pytest.mark.parametrize(
+    ("host", "rule"),
+    [
+        ("private.test", "global-deny"),
+        ("meta.test", "global-deny"),
+        ("rebind.test", "global-deny"),  # one private answer among public ones refuses the name
+    ],
+)
+async def test_names_resolving_into_the_global_deny_are_refused(egress, host: str, rule: str, tmp_path: Path) -> None:
+    addon, _, state = egress
+    (state / "policy.json").write_text(json.dumps({"allow": ["*.test"]}))
+    addon.configure({"corral_state_dir"})
+    flow = connect_flow(host)
+    await addon.http_connect(flow)
+    record = records(state)[-1]
+    assert (record["decision"], record["rule"]) == ("deny", rule)
+    inner = tunnel_request(flow, host)
+    await addon.requestheaders(inner)
+    assert inner.response is not None and inner.response.status_code == 403
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["127.0.0.1", "2130706433", "0x7f.0.0.1", "0177.0.0.1", "127.1", "[::1]", "[::ffff:127.0.0.1]", "169.254.169.254",
+     "10.1.2.3", "localhost", "metadata.google.internal", "corral-proxy", "dns.google"],
+)
+async def test_global_deny_refuses_every_spelling(egress, host: str) -> None:
+    addon, lookups, state = egress
+    (state / "policy.json").write_text(json.dumps({"allow": [host.strip("[]") if ":" not in host else host]}))
+    addon.configure({"corral_state_dir"})
+    flow = connect_flow(host)
+    await addon.http_connect(flow)
+    record = records(state)[-1]
+    assert record["decision"] == "deny"
+    assert record["rule"] == "global-deny", record
+    assert lookups.asked == []
+
+
+async def test_host_header_must_match_the_tunnel(egress) -> None:
+    addon, _, state = egress
+    flow = connect_flow("allowed.test")
+    await addon.http_connect(flow)
+    spoofed = tunnel_request(flow, "other.test", "/docs/")
+    spoofed.client_conn.sni = "allowed.test"
+    await addon.requestheaders(spoofed)
+    assert spoofed.response is not None and spoofed.response.status_code == 421
+    assert records(state)[-1]["rule"] == "host-mismatch"
+
+
+async def test_sni_must_match_the_tunnel(egress) -> None:
+    addon, _, state = egress
+    flow = connect_flow("allowed.test")
+    await addon.http_connect(flow)
+    inner = tunnel_request(flow, "allowed.test")
+    inner.client_conn.sni = "other.test"
+    await addon.requestheaders(inner)
+    assert inner.response is not None and inner.response.status_code == 421
+    assert records(state)[-1]["rule"] == "sni-mismatch"
+
+
+async def test_plain_http_host_header_must_match_the_url(egress) -> None:
+    addon, _, _ = egress
+    flow = plain_request("allowed.test", host_header="private.test")
+    await addon.requestheaders(flow)
+    assert flow.response is not None and flow.response.status_code == 421
+
+
+async def test_plain_http_is_pinned_too(egress) -> None:
+    addon, lookups, _ = egress
+    flow = plain_request("allowed.test")
+    await addon.requestheaders(flow)
+    assert flow.response is None
+    server = flow.server_conn
+    server.address = ("allowed.test", 80)
+    await addon.server_connect(server_hooks.ServerConnectionHookData(server=server, client=flow.client_conn))
+    assert server.address == ("203.0.113.10", 80)
+    assert lookups.asked == ["allowed.test"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [("GET", "/docs/intro", None), ("HEAD", "/docs/", None), ("POST", "/docs/x", 403), ("GET", "/admin", 403),
+     ("GET", "/docs/../admin", 403), ("GET", "/docs/%2e%2e/admin", 403), ("GET", "/docs%2fx", 403)],
+)
+async def test_methods_and_path_prefixes(egress, method: str, path: str, status: int | None) -> None:
+    addon, _, _ = egress
+    flow = connect_flow("other.test")
+    await addon.http_connect(flow)
+    inner = tunnel_request(flow, "other.test", path, method)
+    await addon.requestheaders(inner)
+    assert (inner.response.status_code if inner.response else None) == status
+
+
+@pytest.mark.parametrize(
+    ("path", "headers"),
+    [("/dns-query", {"content-type": "application/dns-message"}), ("/dns-query?dns=AAABAAAB", {}),
+     ("/resolve?name=x.test", {"accept": "application/dns-json"})],
+)
+async def test_doh_is_refused_even_on_allowed_hosts(egress, path: str, headers: dict[str, str]) -> None:
+    addon, _, state = egress
+    flow = connect_flow("allowed.test")
+    await addon.http_connect(flow)
+    inner = tunnel_request(flow, "allowed.test", path, "POST" if headers.get("content-type") else "GET")
+    inner.request.headers.update(headers)
+    await addon.requestheaders(inner)
+    assert inner.response is not None and inner.response.status_code == 403
+    assert records(state)[-1]["rule"] == "doh"
+
+
+async def test_unresolvable_names_get_a_502_page_and_an_audit_record(egress) -> None:
+    addon, _, state = egress
+    (state / "policy.json").write_text(json.dumps({"allow": ["*.invalid"]}))
+    addon.configure({"corral_state_dir"})
+    flow = connect_flow("nowhere.invalid")
+    await addon.http_connect(flow)
+    assert records(state)[-1]["rule"] == "dns-error"
+    inner = tunnel_request(flow, "nowhere.invalid")
+    await addon.requestheaders(inner)
+    assert inner.response is not None and inner.response.status_code == 502
+
+
+async def test_report_mode_allows_and_logs_what_it_would_have_denied(egress) -> None:
+    addon, lookups, state = egress
+    addon.handle_control("gateway", control.SetPolicy(("allowed.test",), "report", "test"))
+    DNS["unlisted.test"] = ["203.0.113.40"]
+    try:
+        flow = connect_flow("unlisted.test")
+        await addon.http_connect(flow)
+        assert flow.response is None
+        record = records(state)[-1]
+        assert (record["decision"], record["rule"], record["ip"]) == ("report", "default-deny", "203.0.113.40")
+        inner = tunnel_request(flow, "unlisted.test")
+        await addon.requestheaders(inner)
+        assert inner.response is None
+        inner.response = tutils.tresp()
+        addon.response(inner)
+        assert records(state)[-1]["decision"] == "report"
+    finally:
+        del DNS["unlisted.test"]
+
+
+async def test_a_request_record_carries_the_action_in_flight(egress) -> None:
+    addon, _, state = egress
+    addon.handle_control("controller", control.ActionEvent("a7", "start"))
+    flow = connect_flow("allowed.test")
+    await addon.http_connect(flow)
+    inner = tunnel_request(flow, "allowed.test", "/x?token=abc&q=1")
+    inner.client_conn.sni = "allowed.test"
+    await addon.requestheaders(inner)
+    addon.handle_control("controller", control.ActionEvent("a7", "end"))
+    inner.response = tutils.tresp(headers=http.Headers(((b"set-cookie", b"id=1"), (b"content-type", b"text/html"))))
+    addon.response(inner)
+    record = records(state)[-1]
+    assert record["event"] == "request"
+    assert record["action"] == "a7"
+    assert record["url"] == "https://allowed.test/x?token=[redacted]&q=1"
+    assert dict(record["response_headers"])["set-cookie"] == "[redacted]"
+    assert (record["status"], record["bytes_in"], record["mime"], record["sni"]) == (
+        200,
+        len(b"message"),
+        "text/html",
+        "allowed.test",
+    )
+    later = connect_flow("allowed.test")
+    await addon.http_connect(later)
+    assert records(state)[-1]["action"] is None
+
+
+async def test_policy_change_is_logged_persisted_and_gateway_only(egress) -> None:
+    addon, _, state = egress
+    with pytest.raises(ValueError, match="only the gateway"):
+        addon.handle_control("controller", control.SetPolicy(("x.test",), "enforce", "me"))
+    with pytest.raises(ValueError, match="wildcard"):
+        addon.handle_control("gateway", control.SetPolicy(("a*.test",), "enforce", "me"))
+    reply = addon.handle_control("gateway", control.SetPolicy(("NEW.test.",), "enforce", "api-key:k1"))
+    assert reply == {"ok": True, "allow": ["new.test"], "mode": "enforce"}
+    record = records(state)[-1]
+    assert record["event"] == "policy"
+    assert record["allow"] == ["new.test"] and record["actor"] == "api-key:k1"
+    assert record["previous_allow"] == ["allowed.test", "*.allowed.test", "GET,HEAD other.test/docs/"]
+    assert json.loads((state / "policy.json").read_text()) == {"allow": ["new.test"], "mode": "enforce"}
+    with pytest.raises(ValueError, match="only the controller"):
+        addon.handle_control("gateway", control.ActionEvent("a1", "start"))
+    assert verify(state / "audit.jsonl").ok
+
+
+async def test_errors_are_logged(egress) -> None:
+    addon, _, state = egress
+    flow = connect_flow("allowed.test")
+    await addon.http_connect(flow)
+    inner = tunnel_request(flow, "allowed.test")
+    await addon.requestheaders(inner)
+    inner.error = tflow.terr("connection reset")
+    addon.error(inner)
+    record = records(state)[-1]
+    assert (record["event"], record["error"], record["host"]) == ("error", "connection reset", "allowed.test")
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [(b"nope", "not JSON"), (b"[]", "JSON object"), (b'{"op":"x"}', "unknown op"),
+     (b'{"op":"policy","allow":"a"}', "list of strings"), (b'{"op":"policy","allow":[],"mode":"off"}', "mode"),
+     (b'{"op":"action","id":"a","phase":"middle"}', "phase"), (b'{"op":"hello"}', "token")],
+)
+def test_control_messages_are_validated(line: bytes, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        control.parse_message(line)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("a.test", ("a.test", 443)), ("A.Test.:8443", ("a.test", 8443)), ("[::1]:80", ("::1", 80)),
+     ("[2001:db8::1]", ("2001:db8::1", 443))],
+)
+def test_parse_authority(text: str, expected: tuple[str, int]) -> None:
+    assert parse_authority(text, 443) == expected
+
+
+@pytest.mark.parametrize("text", ["a.test:x", "[::1", "a.test:70000", "[::1]x"])
+def test_parse_authority_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_authority(text, 443)
