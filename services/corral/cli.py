@@ -6,13 +6,17 @@ import base64
 import json
 import os
 import time
+import urllib.parse
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import httpx
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from corral import images
 from corral.client import SandboxClient
@@ -25,7 +29,7 @@ KEY_PATH = "/var/lib/corral/api_key"
 app = typer.Typer(help="Corral: disposable desktops with Chromium for computer-use agents.", no_args_is_help=True)
 images_app = typer.Typer(help="Build Corral's image.", no_args_is_help=True)
 session_app = typer.Typer(help="Create, list, show and remove sessions.", no_args_is_help=True)
-audit_app = typer.Typer(help="Check egress audit logs.", no_args_is_help=True)
+audit_app = typer.Typer(help="Check and read egress audit logs.", no_args_is_help=True)
 app.add_typer(images_app, name="images")
 app.add_typer(session_app, name="session")
 app.add_typer(audit_app, name="audit")
@@ -36,7 +40,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
-    console.print(f"[red]{message}[/red]")
+    console.print(f"[red]{escape(message)}[/red]")
     return typer.Exit(code)
 
 
@@ -65,14 +69,31 @@ def _gateway() -> httpx.Client:
     return httpx.Client(base_url=_url(), headers={"Authorization": f"Bearer {_api_key()}"}, timeout=120)
 
 
-def _checked(response: httpx.Response) -> Any:
+def _raise_for_status(response: httpx.Response) -> None:
     if response.status_code >= 400:
         try:
             error = response.json()["error"]
-        except (ValueError, KeyError):
+        except (ValueError, KeyError, TypeError):
+            error = None
+        if not isinstance(error, dict):
             error = {"code": str(response.status_code), "message": response.text[:300]}
         raise _fail(f"{response.status_code} {error.get('code')}: {error.get('message')}")
+
+
+def _checked(response: httpx.Response) -> Any:
+    _raise_for_status(response)
     return None if response.status_code == 204 else response.json()
+
+
+def _gateway_get(path: str) -> httpx.Response:
+    """GET from the gateway; a gateway that does not answer or answers an error is a clean failure."""
+    try:
+        with _gateway() as gw:
+            response = gw.get(path)
+    except httpx.HTTPError as exc:
+        raise _fail(f"no answer from the gateway on {_url()} ({exc}); start it with `corral up`") from None
+    _raise_for_status(response)
+    return response
 
 
 def _build(runtime: DockerRuntime) -> None:
@@ -308,6 +329,176 @@ def audit_verify(path: Path, as_json: JsonOpt = False) -> None:
         )
     if not result.ok:
         raise typer.Exit(1)
+
+
+def _when(seconds: Any) -> str:
+    """A unix time as UTC text, as `audit show --since/--until` accept it back."""
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+        return "-"
+    try:
+        return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return str(seconds)
+
+
+def _cell(value: Any) -> Text:
+    """Log content as plain text: a URL or reason with [brackets] is not rich markup."""
+    return Text("-" if value is None or value == "" else str(value))
+
+
+_DECISION_STYLE = {"allow": "green", "deny": "red", "report": "yellow"}
+
+
+def _audit_records(source: str) -> list[dict[str, Any]]:
+    """The records of an audit log file, or of a session's log fetched from the gateway."""
+    from corral.proxy.traffic import parse_records, read_records
+
+    path = Path(source)
+    try:
+        if source.startswith("ses_") and not path.exists():
+            response = _gateway_get(f"/v1/sessions/{urllib.parse.quote(source, safe='')}/traffic")
+            return list(parse_records(response.text.splitlines(), source=f"session {source}"))
+        if not path.is_file():
+            raise _fail(f"no audit log at {path} (give a .jsonl file or a session id, ses_...)", 2)
+        return list(read_records(path))
+    except ValueError as exc:
+        raise _fail(f"not an audit log: {exc}") from None
+    except OSError as exc:
+        raise _fail(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _detail(record: dict[str, Any]) -> str:
+    event = record.get("event")
+    if event == "error":
+        return str(record.get("error") or "")
+    if event == "proxy":
+        return f"version {record.get('version')}, mode {record.get('mode')}"
+    if event == "policy":
+        allow = record.get("allow")
+        allowed = ", ".join(str(a) for a in allow) if isinstance(allow, list) else ""
+        return f"by {record.get('actor') or '?'}: mode {record.get('mode')}, allow {allowed or 'nothing'}"
+    rule, reason = record.get("rule"), record.get("reason")
+    return " — ".join(str(part) for part in (rule, reason) if part)
+
+
+@audit_app.command("show")
+def audit_show(
+    source: Annotated[str, typer.Argument(help="An audit log (.jsonl file) or a session id (ses_...).")],
+    host: Annotated[str | None, typer.Option(help="Only this host; *.example.com for its subdomains.")] = None,
+    decision: Annotated[str | None, typer.Option(help="Only allow, deny or report.")] = None,
+    event: Annotated[
+        str | None, typer.Option(help="Only proxy, connect, request, block, error or policy records.")
+    ] = None,
+    action: Annotated[str | None, typer.Option(help="Only records of this agent action id.")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="From this time: unix seconds or ISO 8601 (UTC if no zone).")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option(help="Up to this time: unix seconds or ISO 8601 (UTC if no zone).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the records as JSON Lines for scripts.")] = False,
+) -> None:
+    """The records of an audit log, filtered: what the session's browser reached, and what was refused."""
+    from corral.proxy.traffic import TrafficFilter
+
+    try:
+        flt = TrafficFilter.parse(host=host, decision=decision, event=event, action=action, since=since, until=until)
+    except ValueError as exc:
+        raise _fail(f"bad filter: {exc}", 2) from None
+    records = _audit_records(source)
+    shown = [record for record in records if flt.matches(record)]
+    if as_json:
+        for record in shown:
+            # As the log stores them, so a whole unfiltered dump still passes `corral audit verify`.
+            typer.echo(json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
+        return
+    table = Table(
+        "seq",
+        "time",
+        "event",
+        "decision",
+        "method",
+        "host",
+        "status",
+        "action",
+        "rule / reason",
+        caption=f"{len(shown)} of {len(records)} records",
+    )
+    for record in shown:
+        decision_text = record.get("decision")
+        status = record.get("status")
+        table.add_row(
+            _cell(record.get("seq")),
+            _when(record.get("time")),
+            _cell(record.get("event")),
+            Text(str(decision_text or "-"), style=_DECISION_STYLE.get(str(decision_text), "")),
+            _cell(record.get("method")),
+            _cell(record.get("host")),
+            _cell(status if record.get("event") in ("request", "block") else None),
+            _cell(record.get("action")),
+            _cell(_detail(record)),
+        )
+    out.print(table)
+
+
+@audit_app.command("summary")
+def audit_summary(
+    source: Annotated[str, typer.Argument(help="An audit log (.jsonl file) or a session id (ses_...).")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Per host: requests let through, blocked, reported (would be denied), errors and bytes."""
+    from dataclasses import asdict
+
+    from corral.proxy.traffic import summarize, totals
+
+    rows = summarize(_audit_records(source))
+    total = totals(rows)
+    if as_json:
+        out.print_json(json.dumps({"hosts": [asdict(row) for row in rows], "total": asdict(total)}))
+        return
+    table = Table("host", "requests", "blocked", "reported", "errors", "bytes in", "bytes out")
+    for column in table.columns[1:]:
+        column.justify = "right"
+    for row in [*rows, total]:
+        if row is total:
+            table.add_section()
+        table.add_row(
+            Text(row.host, style="bold" if row is total else ""),
+            *(
+                f"{value:,}"
+                for value in (row.requests, row.blocked, row.reported, row.errors, row.bytes_in, row.bytes_out)
+            ),
+            style="bold" if row is total else None,
+        )
+    out.print(table)
+
+
+@audit_app.command("ls")
+def audit_ls(as_json: JsonOpt = False) -> None:
+    """The audit logs the gateway keeps, of live and ended sessions."""
+    try:
+        rows = _gateway_get("/v1/audit").json()
+    except ValueError:
+        raise _fail("the gateway's answer to GET /v1/audit is not JSON") from None
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise _fail("the gateway's answer to GET /v1/audit is not a list of audit logs")
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return
+    table = Table("session", "state", "created", "ended", "records", "bytes")
+    table.columns[0].no_wrap = True  # ids are copied from here
+    for column in table.columns[4:]:
+        column.justify = "right"
+    for row in rows:
+        table.add_row(
+            _cell(row.get("session")),
+            _cell(row.get("state")),
+            _when(row.get("created_at")),
+            _when(row.get("ended_at")),
+            _cell(row.get("records")),
+            _cell(row.get("bytes")),
+        )
+    out.print(table)
 
 
 def main() -> None:

@@ -34,7 +34,7 @@ from mitmproxy.proxy import server_hooks
 
 from corral.proxy import control
 from corral.proxy.audit import AuditLog, redact_headers, redact_url
-from corral.proxy.hosts import normalize_host, parse_ip
+from corral.proxy.hosts import normalize_host, own_addresses, parse_ip
 from corral.proxy.policy import Decision, Policy, is_doh_request
 
 log = logging.getLogger(__name__)
@@ -100,22 +100,6 @@ def parse_authority(value: str, default_port: int) -> tuple[str, int]:
     if port_text and (not port_text.isdigit() or not 0 < int(port_text) < 65536):
         raise ValueError(f"bad port in {value!r}")
     return normalize_host(host), int(port_text) if port_text else default_port
-
-
-def own_addresses() -> set[str]:
-    """This container's IPv4 addresses, one per interface (the proxy refuses to be its own upstream)."""
-    import fcntl
-    import struct
-
-    found: set[str] = set()
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        for _, name in socket.if_nameindex():
-            try:
-                packed = fcntl.ioctl(probe.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
-            except OSError:
-                continue
-            found.add(socket.inet_ntoa(packed[20:24]))
-    return found
 
 
 def refusal_response(status: int, host: str, decision: Decision, accept: str) -> http.Response:

@@ -7,9 +7,11 @@ an address slips past a rule.
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import re
 import socket
+import struct
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -53,3 +55,16 @@ def normalize_host(raw: str) -> str:
     if len(ascii_host) > 253 or not all(_LABEL.match(label) for label in ascii_host.split(".")):
         raise ValueError(f"not a valid host name: {raw!r}")
     return ascii_host
+
+
+def own_addresses() -> set[str]:
+    """This container's IPv4 addresses, one per interface (the proxy refuses to be its own upstream)."""
+    found: set[str] = set()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            try:
+                packed = fcntl.ioctl(probe.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+            except OSError:
+                continue
+            found.add(socket.inet_ntoa(packed[20:24]))
+    return found

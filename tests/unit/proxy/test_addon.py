@@ -14,13 +14,13 @@ import pytest
 
 pytest.importorskip("mitmproxy")
 
-from mitmproxy import http  # noqa: E402
-from mitmproxy.proxy import server_hooks  # noqa: E402
-from mitmproxy.test import taddons, tflow, tutils  # noqa: E402
+from mitmproxy import http
+from mitmproxy.proxy import server_hooks
+from mitmproxy.test import taddons, tflow, tutils
 
-from corral.proxy import control  # noqa: E402
-from corral.proxy.addon import Egress, parse_authority  # noqa: E402
-from corral.proxy.audit import verify  # noqa: E402
+from corral.proxy import control
+from corral.proxy.addon import Egress, parse_authority
+from corral.proxy.audit import verify
 
 DNS = {
     "allowed.test": ["203.0.113.10"],
@@ -289,7 +289,7 @@ async def test_unresolvable_names_get_a_502_page_and_an_audit_record(egress) -> 
 
 
 async def test_report_mode_allows_and_logs_what_it_would_have_denied(egress) -> None:
-    addon, lookups, state = egress
+    addon, _lookups, state = egress
     addon.handle_control("gateway", control.SetPolicy(("allowed.test",), "report", "test"))
     DNS["unlisted.test"] = ["203.0.113.40"]
     try:

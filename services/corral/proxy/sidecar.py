@@ -1,0 +1,87 @@
+"""The sidecar's entry point: find this container's address on the session network, then exec
+``mitmdump`` with Corral's addon, listening (proxy and control channel) on that address only.
+
+Settings come from the environment the gateway sets (``CORRAL_*``); the CA the gateway made for
+the session is read from ``$CORRAL_STATE_DIR/ca`` (mitmproxy's confdir).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import ipaddress
+import logging
+import os
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from corral.proxy.control import CONTROL_PORT
+from corral.proxy.hosts import own_addresses
+
+log = logging.getLogger("corral.proxy.sidecar")
+
+PROXY_PORT = 8080
+PROXY_ALIAS = "corral-proxy"  # the proxy's name on every session network
+
+
+def address_in(network: str, timeout_s: float = 10.0) -> str:
+    """This container's address inside ``network`` (waits briefly: interfaces can come up late)."""
+    net = ipaddress.ip_network(network, strict=False)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for address in own_addresses():
+            if ipaddress.ip_address(address) in net:
+                return address
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no address of this container lies in the session network {network}")
+        time.sleep(0.05)
+
+
+def mitmdump_argv(env: Mapping[str, str], listen: str, addon: str) -> list[str]:
+    state = Path(env.get("CORRAL_STATE_DIR", "/var/lib/corral-egress"))
+    options = {
+        "confdir": str(state / "ca"),
+        "connection_strategy": "eager",
+        "http3": "false",  # no QUIC from the proxy either
+        "termlog_verbosity": "warn",
+        "flow_detail": "0",
+        "corral_session": env.get("CORRAL_SESSION", ""),
+        "corral_state_dir": str(state),
+        "corral_mode": env.get("CORRAL_EGRESS_MODE", "enforce"),
+        "corral_control_host": listen,
+        "corral_control_port": env.get("CORRAL_CONTROL_PORT", str(CONTROL_PORT)),
+        "corral_gateway_token": env.get("CORRAL_GATEWAY_TOKEN", ""),
+        "corral_controller_token": env.get("CORRAL_CONTROLLER_TOKEN", ""),
+        "corral_trusted_networks": env.get("CORRAL_TRUSTED_NETWORKS", ""),
+        "corral_allow_private": "true" if env.get("CORRAL_ALLOW_PRIVATE", "") in ("1", "true") else "false",
+        "corral_own_hosts": PROXY_ALIAS,
+    }
+    upstream_ca = state / "upstream-ca.pem"
+    if upstream_ca.exists():
+        options["ssl_verify_upstream_trusted_ca"] = str(upstream_ca)
+    argv = ["mitmdump", "--listen-host", listen, "--listen-port", env.get("CORRAL_PROXY_PORT", str(PROXY_PORT))]
+    argv += ["-s", addon]
+    for name, value in options.items():
+        argv += ["--set", f"{name}={value}"]
+    return argv
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    network = os.environ.get("CORRAL_SESSION_NET", "")
+    if not network:
+        log.error("CORRAL_SESSION_NET is not set: refusing to listen on every interface")
+        return 2
+    spec = importlib.util.find_spec("corral.proxy.addon")
+    if spec is None or spec.origin is None:
+        log.error("corral.proxy.addon is not installed")
+        return 2
+    listen = address_in(network)
+    argv = mitmdump_argv(os.environ, listen, spec.origin)
+    log.info("egress proxy for %s on %s", os.environ.get("CORRAL_SESSION", "?"), listen)
+    os.execvp(argv[0], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
