@@ -97,18 +97,19 @@ def _gateway_get(path: str) -> httpx.Response:
 
 
 def _build(runtime: DockerRuntime) -> None:
-    with console.status("building corral-desktop (cached layers make a rebuild take seconds)") as status:
+    for name, build in (("corral-desktop", images.build_desktop), ("corral-egress", images.build_egress)):
+        with console.status(f"building {name} (cached layers make a rebuild take seconds)") as status:
 
-        def show(line: str) -> None:
-            if line.startswith("Step ") or not line.startswith(" "):
-                status.update(f"[bold]building corral-desktop[/bold]: {line[:100]}")
+            def show(line: str, name: str = name) -> None:
+                if line.startswith("Step ") or not line.startswith(" "):
+                    status.update(f"[bold]building {name}[/bold]: {escape(line[:100])}")
 
-        images.build_desktop(runtime, show)
+            build(runtime, show)
 
 
 @images_app.command("build")
 def images_build() -> None:
-    """Build corral-desktop:latest (and a local Debian base where no registry answers)."""
+    """Build corral-desktop:latest and corral-egress:latest (and local Debian bases where no registry answers)."""
     runtime = _runtime()
     try:
         _build(runtime)

@@ -20,9 +20,9 @@ from corral.errors import ImageBuildError
 from corral.runtime.docker import DockerRuntime
 
 DESKTOP_IMAGE = "corral-desktop:latest"
-DEBIAN_SUITE = "bookworm"
-UPSTREAM_BASE = f"debian:{DEBIAN_SUITE}-slim"
-LOCAL_BASE = f"corral-base:{DEBIAN_SUITE}"
+EGRESS_IMAGE = "corral-egress:latest"
+DEBIAN_SUITE = "bookworm"  # the desktop's (Python 3.11, Chromium from bookworm-security)
+EGRESS_SUITE = "trixie"  # the egress sidecar's (Python 3.13, for mitmproxy 12)
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
 Log = Callable[[str], None]
@@ -37,60 +37,67 @@ def repo_root() -> Path:
     raise ImageBuildError("images/desktop/Dockerfile not found; run from a Corral source checkout")
 
 
-def _sources_list(mirror: str) -> str:
+def upstream_base(suite: str) -> str:
+    return f"debian:{suite}-slim"
+
+
+def local_base(suite: str) -> str:
+    return f"corral-base:{suite}"
+
+
+def _sources_list(mirror: str, suite: str = DEBIAN_SUITE) -> str:
     security = mirror.rsplit("/debian", 1)[0] + "/debian-security" if mirror.endswith("/debian") else mirror
-    return (
-        f"deb {mirror} {DEBIAN_SUITE} main\n"
-        f"deb {mirror} {DEBIAN_SUITE}-updates main\n"
-        f"deb {security} {DEBIAN_SUITE}-security main\n"
-    )
+    return f"deb {mirror} {suite} main\ndeb {mirror} {suite}-updates main\ndeb {security} {suite}-security main\n"
 
 
-def debootstrap_base(runtime: DockerRuntime, log: Log, mirror: str | None = None) -> str:
-    """Make ``corral-base:bookworm`` from Debian's mirror (about a minute); needs root and debootstrap."""
+def debootstrap_base(runtime: DockerRuntime, log: Log, mirror: str | None = None, suite: str = DEBIAN_SUITE) -> str:
+    """Make ``corral-base:<suite>`` from Debian's mirror (about a minute); needs root and debootstrap."""
     mirror = mirror or os.environ.get("CORRAL_DEBIAN_MIRROR", DEFAULT_MIRROR)
     debootstrap = shutil.which("debootstrap")
     if debootstrap is None:
         raise ImageBuildError(
-            f"no registry gave {UPSTREAM_BASE} and debootstrap is missing: install it (apt-get install debootstrap) "
+            f"no registry gave {upstream_base(suite)} and debootstrap is missing: install it (apt-get install debootstrap) "
             "or set CORRAL_BASE_IMAGE to a Debian bookworm image you have"
         )
     with tempfile.TemporaryDirectory(prefix="corral-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
-        log(f"debootstrap {DEBIAN_SUITE} from {mirror} (no registry reachable)")
+        log(f"debootstrap {suite} from {mirror} (no registry reachable)")
         result = subprocess.run(
-            [debootstrap, "--variant=minbase", DEBIAN_SUITE, str(rootfs), mirror],
+            [debootstrap, "--variant=minbase", suite, str(rootfs), mirror],
             capture_output=True,
             text=True,
             check=False,
         )
         if result.returncode != 0:
             raise ImageBuildError(f"debootstrap failed ({result.returncode}):\n{result.stderr[-2000:]}")
-        (rootfs / "etc" / "apt" / "sources.list").write_text(_sources_list(mirror))
+        (rootfs / "etc" / "apt" / "sources.list").write_text(_sources_list(mirror, suite))
+        # trixie's debootstrap writes deb822 sources too; one list is enough.
+        (rootfs / "etc" / "apt" / "sources.list.d" / "debian.sources").unlink(missing_ok=True)
         # Keep images small: no apt cache, no docs.
         shutil.rmtree(rootfs / "var" / "cache" / "apt" / "archives", ignore_errors=True)
         tarball = Path(tmp) / "rootfs.tar"
         subprocess.run(["tar", "-C", str(rootfs), "-cf", str(tarball), "."], check=True)
-        repository, tag = LOCAL_BASE.split(":")
+        repository, tag = local_base(suite).split(":")
         runtime.import_rootfs(tarball, repository, tag)
-    log(f"imported {LOCAL_BASE}")
-    return LOCAL_BASE
+    log(f"imported {local_base(suite)}")
+    return local_base(suite)
 
 
-def ensure_base_image(runtime: DockerRuntime, log: Log) -> str:
-    """A Debian bookworm base: CORRAL_BASE_IMAGE, a local one, a pulled one, or one made here."""
-    chosen = os.environ.get("CORRAL_BASE_IMAGE")
+def ensure_base_image(runtime: DockerRuntime, log: Log, suite: str = DEBIAN_SUITE) -> str:
+    """A Debian base of ``suite``: $CORRAL_BASE_IMAGE (bookworm) or $CORRAL_EGRESS_BASE_IMAGE
+    (trixie), a local one, a pulled one, or one made here."""
+    chosen = os.environ.get("CORRAL_BASE_IMAGE" if suite == DEBIAN_SUITE else "CORRAL_EGRESS_BASE_IMAGE")
     if chosen:
         if not runtime.image_exists(chosen) and not runtime.try_pull(chosen):
-            raise ImageBuildError(f"CORRAL_BASE_IMAGE={chosen} is neither present nor pullable")
+            raise ImageBuildError(f"base image {chosen} is neither present nor pullable")
         return chosen
-    for candidate in (UPSTREAM_BASE, LOCAL_BASE):
+    for candidate in (upstream_base(suite), local_base(suite)):
         if runtime.image_exists(candidate):
             return candidate
-    if runtime.try_pull(UPSTREAM_BASE):
-        log(f"pulled {UPSTREAM_BASE}")
-        return UPSTREAM_BASE
-    return debootstrap_base(runtime, log)
+    if runtime.try_pull(upstream_base(suite)):
+        log(f"pulled {upstream_base(suite)}")
+        return upstream_base(suite)
+    return debootstrap_base(runtime, log, suite=suite)
 
 
 def _platform_tags(arch: str) -> list[str]:
@@ -102,9 +109,9 @@ def _platform_tags(arch: str) -> list[str]:
     ]
 
 
-def build_wheelhouse(root: Path, arch: str, log: Log) -> None:
-    """Download the image's wheels on the host, for the image's Python (3.11) and architecture."""
-    desktop = root / "images" / "desktop"
+def build_wheelhouse(root: Path, arch: str, log: Log, image_dir: str = "images/desktop", python: str = "3.11") -> None:
+    """Download an image's wheels on the host, for the image's Python and architecture."""
+    desktop = root / image_dir
     cmd = [
         sys.executable,
         "-m",
@@ -118,13 +125,13 @@ def build_wheelhouse(root: Path, arch: str, log: Log) -> None:
         str(desktop / "wheels"),
         "--only-binary=:all:",
         "--python-version",
-        "3.11",
+        python,
         "--implementation",
         "cp",
     ]
     for tag in _platform_tags(arch):
         cmd += ["--platform", tag]
-    log("downloading the desktop image's wheels on the host")
+    log(f"downloading {image_dir}'s wheels on the host (Python {python})")
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise ImageBuildError(f"pip download failed:\n{result.stderr[-3000:]}")
@@ -141,4 +148,15 @@ def build_desktop(runtime: DockerRuntime, log: Log, *, tag: str = DESKTOP_IMAGE,
         build_wheelhouse(root, runtime.architecture, log)
     log(f"building {tag} on {base}")
     runtime.build(root, "images/desktop/Dockerfile", tag, {"BASE_IMAGE": base}, log)
+    return tag
+
+
+def build_egress(runtime: DockerRuntime, log: Log, *, tag: str = EGRESS_IMAGE, wheelhouse: bool = True) -> str:
+    """Build ``corral-egress`` (the per-session mitmproxy sidecar) from proxy/Dockerfile."""
+    root = repo_root()
+    base = ensure_base_image(runtime, log, EGRESS_SUITE)
+    if wheelhouse and os.environ.get("CORRAL_WHEELHOUSE", "1") != "0":
+        build_wheelhouse(root, runtime.architecture, log, "proxy", "3.13")
+    log(f"building {tag} on {base}")
+    runtime.build(root, "proxy/Dockerfile", tag, {"BASE_IMAGE": base}, log)
     return tag

@@ -13,6 +13,7 @@ return exactly what to send back to each model API.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -54,8 +55,11 @@ def _session_body(
     timeout_s: int | None,
     idle_timeout_s: int | None,
     labels: dict[str, str] | None,
+    egress_mode: str | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"allow": list(allow or []), "labels": dict(labels or {})}
+    if egress_mode is not None:
+        body["egress_mode"] = egress_mode
     if viewport is not None:
         body["viewport"] = {"width": viewport[0], "height": viewport[1]}
     if timeout_s is not None:
@@ -146,6 +150,7 @@ class Sandbox:
         timeout_s: int | None = None,
         idle_timeout_s: int | None = None,
         labels: dict[str, str] | None = None,
+        egress_mode: str | None = None,
         url: str | None = None,
         api_key: str | None = None,
     ) -> Sandbox:
@@ -153,7 +158,10 @@ class Sandbox:
         info: dict[str, Any] | None = None
         try:
             info = _checked(
-                gateway.post("/v1/sessions", json=_session_body(allow, viewport, timeout_s, idle_timeout_s, labels))
+                gateway.post(
+                    "/v1/sessions",
+                    json=_session_body(allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode),
+                )
             )
             return cls(info, info["token"], gateway)
         except BaseException:
@@ -196,6 +204,28 @@ class Sandbox:
                 raise
         finally:
             self._gateway.close()
+
+    @property
+    def container(self) -> str:
+        """The sandbox container's name (for ``docker exec`` and logs)."""
+        return str(self.info["container"])
+
+    # -- egress ----------------------------------------------------------------------------------------
+
+    def set_allow(self, allow: Sequence[str], egress_mode: str | None = None) -> list[str]:
+        """Replace the live allowlist (logged in the audit log); returns it in canonical form."""
+        body: dict[str, Any] = {"allow": list(allow)}
+        if egress_mode is not None:
+            body["egress_mode"] = egress_mode
+        self.info = _checked(self._gateway.patch(f"/v1/sessions/{self.id}", json=body))
+        return list(self.info["allow"])
+
+    def traffic(self, **filters: str) -> list[dict[str, Any]]:
+        """The session's audit records (filters: host, decision, event, action, since, until)."""
+        response = self._gateway.get(f"/v1/sessions/{self.id}/traffic", params=filters)
+        if response.status_code >= 400:
+            _checked(response)
+        return [json.loads(line) for line in response.text.splitlines() if line.strip()]
 
     # -- messages --------------------------------------------------------------------------------------
 
@@ -344,13 +374,14 @@ class AsyncSandbox:
         timeout_s: int | None = None,
         idle_timeout_s: int | None = None,
         labels: dict[str, str] | None = None,
+        egress_mode: str | None = None,
         url: str | None = None,
         api_key: str | None = None,
     ) -> AsyncSandbox:
         gateway = httpx.AsyncClient(**_client_options(url, api_key or _default_key()))
         info: dict[str, Any] | None = None
         try:
-            body = _session_body(allow, viewport, timeout_s, idle_timeout_s, labels)
+            body = _session_body(allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode)
             info = _checked(await gateway.post("/v1/sessions", json=body))
             sandbox = cls(info, info["token"], gateway)
             await sandbox._ws.__aenter__()

@@ -35,6 +35,13 @@ def desktop_image(runtime: DockerRuntime) -> str:
     return images.build_desktop(runtime, lambda line: None)
 
 
+@pytest.fixture(scope="session")
+def egress_image(runtime: DockerRuntime) -> str:
+    if os.environ.get("CORRAL_SKIP_BUILD") == "1" and runtime.image_exists(images.EGRESS_IMAGE):
+        return images.EGRESS_IMAGE
+    return images.build_egress(runtime, lambda line: None)
+
+
 def _start(runtime: DockerRuntime, image: str, name: str) -> SandboxContainer:
     runtime.remove(name)
     sandbox = runtime.start_sandbox(SandboxSpec(image=image, name=name, labels={"corral.test": "1"}))

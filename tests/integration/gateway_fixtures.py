@@ -55,6 +55,7 @@ def gateway(data_dir: Path, instance: str, **overrides: object) -> Iterator[Runn
         "max_sessions": 12,
         "max_sessions_per_key": 10,
         "network": f"corral-test-{os.getpid()}",
+        "egress_network": f"corral-egress-test-{os.getpid()}",
     }
     values.update(overrides)
     settings = GatewaySettings(**values)  # type: ignore[arg-type]

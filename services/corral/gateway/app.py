@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
+from pathlib import Path
 from typing import Annotated, Any
 
 import httpx
@@ -20,11 +22,13 @@ from corral.bodies import read_capped
 from corral.errors import CorralError, SandboxError
 from corral.gateway import auth
 from corral.gateway.metrics import Metrics
-from corral.gateway.models import CreatedSession, CreateSession, SessionOut
+from corral.gateway.egress import EgressUnavailable
+from corral.gateway.models import CreatedSession, CreateSession, SessionOut, UpdateSession
 from corral.gateway.relay import relay
 from corral.gateway.sessions import CapacityError, Session, SessionManager, SessionNotFound
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
+from corral.proxy import traffic
 from corral.runtime.docker import DockerRuntime
 
 log = logging.getLogger(__name__)
@@ -102,10 +106,53 @@ def session_access(conn: HTTPConnection) -> Session:
     raise ApiError(401, "unauthorized", "that API key or token is not valid")
 
 
+def audit_log(conn: HTTPConnection) -> Path:
+    """The audit log of the session in the path, live or ended: for its owner's API key, or for the
+    session's own token while it lives."""
+    manager = _manager(conn)
+    session_id = conn.path_params["session_id"]
+    if manager.egress is None:
+        raise ApiError(404, "not_found", "this gateway runs sessions without egress control")
+    presented = _presented(conn)
+    ident = conn.app.state.keys.check(presented) if presented else None
+    if ident is None:
+        session = session_access(conn)  # a session token: only its own, only while it lives
+        if session.egress is None:
+            raise ApiError(404, "not_found", f"session {session_id} has no egress log")
+        return session.egress.audit_path
+    try:
+        meta = manager.egress.meta(session_id)
+    except ValueError:
+        meta = None
+    if meta is None:
+        raise ApiError(404, "not_found", f"no audit log for session {session_id}")
+    if meta.get("owner") != ident:
+        raise ApiError(403, "forbidden", "this session belongs to another API key")
+    return manager.egress.state_dir(session_id) / "audit.jsonl"
+
+
+def traffic_filter(
+    host: str | None = None,
+    decision: str | None = None,
+    event: str | None = None,
+    action: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+) -> traffic.TrafficFilter:
+    try:
+        return traffic.TrafficFilter.parse(
+            host=host, decision=decision, event=event, action=action, since=since, until=until
+        )
+    except ValueError as exc:
+        raise ApiError(422, "invalid_request", str(exc)) from None
+
+
 ManagerDep = Annotated[SessionManager, Depends(_manager)]
 MetricsDep = Annotated[Metrics, Depends(_metrics)]
 KeyDep = Annotated[auth.Principal, Depends(api_key)]
 SessionDep = Annotated[Session, Depends(session_access)]
+AuditLogDep = Annotated[Path, Depends(audit_log)]
+FilterDep = Annotated[traffic.TrafficFilter, Depends(traffic_filter)]
 
 
 def _out(conn: HTTPConnection, session: Session) -> dict[str, Any]:
@@ -123,8 +170,10 @@ def _out(conn: HTTPConnection, session: Session) -> dict[str, Any]:
         "labels": session.labels,
         "from_pool": session.from_pool,
         "container": session.sandbox.name,
+        "egress_mode": session.egress_mode,
         "ws_url": f"{ws_base}/v1/sessions/{session.id}/ws",
         "actions_url": f"{base}/v1/sessions/{session.id}/actions",
+        "traffic_url": f"{base}/v1/sessions/{session.id}/traffic",
     }
 
 
@@ -210,6 +259,37 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
             raise ApiError(404, "not_found", f"no session {session.id}") from None
         return Response(status_code=204)
 
+    @app.patch("/v1/sessions/{session_id}", response_model=SessionOut)
+    async def update_session(
+        body: UpdateSession, request: Request, session: SessionDep, manager: ManagerDep
+    ) -> Any:
+        presented = _presented(request) or ""
+        ident = request.app.state.keys.check(presented)
+        actor = f"api-key:{ident}" if ident is not None else f"session-token:{session.id}"
+        try:
+            await manager.update_egress(session, body.allow, body.egress_mode, actor)
+        except EgressUnavailable as exc:
+            raise ApiError(503, "egress_unavailable", str(exc)) from None
+        return _out(request, session)
+
+    @app.get("/v1/audit")
+    async def list_audit_logs(key: KeyDep, manager: ManagerDep) -> Any:
+        if manager.egress is None:
+            return []
+        return await asyncio.to_thread(manager.egress.logs, key.key_id or "")
+
+    @app.get("/v1/sessions/{session_id}/traffic")
+    async def session_traffic(log_path: AuditLogDep, wanted: FilterDep) -> Response:
+        """The audit records, as JSON Lines exactly as the proxy wrote them (so `verify` still holds
+        for an unfiltered download)."""
+        lines = await asyncio.to_thread(_filtered_lines, log_path, wanted)
+        return Response(b"".join(lines), media_type="application/jsonl")
+
+    @app.get("/v1/sessions/{session_id}/traffic.har")
+    async def session_har(log_path: AuditLogDep, wanted: FilterDep) -> Any:
+        records = await asyncio.to_thread(lambda: list(wanted.apply(_records(log_path))))
+        return traffic.to_har(records, creator_version=_version())
+
     @app.post("/v1/sessions/{session_id}/actions")
     async def session_action(request: Request, session: SessionDep, m: MetricsDep) -> Response:
         body = await read_capped(request, MAX_ACTION_BODY)
@@ -248,6 +328,39 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
         await relay(websocket, session, m)
 
     return app
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    try:
+        return list(traffic.read_records(path)) if path.exists() else []
+    except ValueError as exc:
+        raise ApiError(500, "audit_log_unreadable", str(exc)) from None
+
+
+def _filtered_lines(path: Path, wanted: traffic.TrafficFilter) -> list[bytes]:
+    if not path.exists():
+        return []
+    out = []
+    with path.open("rb") as log_file:
+        for line in log_file:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                raise ApiError(500, "audit_log_unreadable", f"{path.name}: a line is not JSON") from None
+            if wanted.matches(record):
+                out.append(line if line.endswith(b"\n") else line + b"\n")
+    return out
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("corral")
+    except PackageNotFoundError:
+        return "0"
 
 
 __all__ = ["CorralError", "create_app"]

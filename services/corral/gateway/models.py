@@ -22,6 +22,9 @@ def _allow_entry(value: str) -> str:
 HostPattern = Annotated[str, Field(min_length=1, max_length=2048), AfterValidator(_allow_entry)]
 
 
+EgressMode = Literal["enforce", "report"]
+
+
 class Viewport(BaseModel):
     model_config = ConfigDict(extra="forbid")
     width: Annotated[int, Field(ge=320, le=3840)] = 1280
@@ -45,6 +48,16 @@ class CreateSession(BaseModel):
         dict[Annotated[str, Field(max_length=63)], Annotated[str, Field(max_length=256)]], Field(max_length=32)
     ] = Field(default_factory=dict)
     resources: Resources = Field(default_factory=Resources)
+    # enforce: refuse what the allowlist does not allow; report: allow it, and log what would be refused.
+    egress_mode: EgressMode | None = None
+
+
+class UpdateSession(BaseModel):
+    """PATCH /v1/sessions/{id}: change the live allowlist or egress mode (the change is audited)."""
+
+    model_config = ConfigDict(extra="forbid")
+    allow: Annotated[list[HostPattern], Field(max_length=256)] | None = None
+    egress_mode: EgressMode | None = None
 
 
 SessionState = Literal["starting", "ready", "stopping"]
@@ -62,8 +75,10 @@ class SessionOut(BaseModel):
     labels: dict[str, str]
     from_pool: bool
     container: str
+    egress_mode: EgressMode | None
     ws_url: str
     actions_url: str
+    traffic_url: str
 
 
 class CreatedSession(SessionOut):

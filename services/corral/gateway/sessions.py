@@ -11,12 +11,13 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from corral.errors import CorralError
 from corral.gateway import auth
+from corral.gateway.egress import Egress, EgressManager, EgressUnavailable
 from corral.gateway.models import CreateSession, Viewport
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
@@ -37,6 +38,15 @@ class SessionNotFound(CorralError):
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """A started sandbox and its egress (None when egress control is off), before or after a claim."""
+
+    session_id: str
+    sandbox: SandboxContainer
+    egress: Egress | None
+
+
 @dataclass
 class Session:
     id: str
@@ -50,6 +60,8 @@ class Session:
     allow: list[str]
     labels: dict[str, str]
     from_pool: bool
+    egress: Egress | None = None
+    egress_mode: str | None = None
     last_activity_at: float = field(default_factory=time.time)
     state: str = "ready"
     in_flight: int = 0  # HTTP actions under way: a long one is activity, not idleness
@@ -69,6 +81,8 @@ class Session:
             "allow": self.allow,
             "labels": self.labels,
             "from_pool": self.from_pool,
+            "egress": self.egress.record() if self.egress is not None else None,
+            "egress_mode": self.egress_mode,
         }
 
     def touch(self) -> None:
@@ -87,7 +101,8 @@ class SessionManager:
         self._runtime = runtime
         self._store = store
         self._sessions: dict[str, Session] = {}
-        self._pool: list[SandboxContainer] = []
+        self._pool: list[Pair] = []
+        self.egress = EgressManager(settings, runtime) if settings.egress else None  # type: ignore[arg-type]
         self._reserved: dict[str, int] = {}  # key id -> sessions being created
         self._lock = asyncio.Lock()
         self._refill = asyncio.Event()
@@ -102,6 +117,11 @@ class SessionManager:
         await asyncio.to_thread(self._runtime.ensure_network, self._settings.network)
         interface, _ = await asyncio.to_thread(self._runtime.bridge, self._settings.network)
         self.host_guarded = await asyncio.to_thread(hostguard.install, interface)
+        if self.egress is not None:
+            await self.egress.start()
+            egress_interface, _ = await asyncio.to_thread(self._runtime.bridge, self._settings.egress_network)
+            # Proxies reach upstreams through this bridge, never the host's own services.
+            self.host_guarded &= await asyncio.to_thread(hostguard.install, egress_interface)
         await self._recover()
         for coro in (self._reap_loop(), self._pool_loop()):
             task = asyncio.create_task(coro)
@@ -139,9 +159,12 @@ class SessionManager:
                 allow=record["allow"],
                 labels=record["labels"],
                 from_pool=record["from_pool"],
+                egress=Egress.from_record(record["egress"]) if record.get("egress") else None,
+                egress_mode=record.get("egress_mode"),
             )
             self._sessions[session.id] = session
             claimed.add(info.id)
+        await self._remove_unowned_egress()
         for info in infos:
             if info.id in claimed:
                 continue
@@ -150,6 +173,23 @@ class SessionManager:
             log.info("removing unowned sandbox %s", info.name)
             await asyncio.to_thread(self._runtime.remove, info.id)
         log.info("recovered %d sessions and %d pooled sandboxes", len(self._sessions), len(self._pool))
+
+    async def _remove_unowned_egress(self) -> None:
+        if self.egress is None:
+            return
+        owned = {s.egress.proxy_name for s in self._sessions.values() if s.egress is not None}
+        states = await asyncio.to_thread(
+            self._runtime.container_states,  # type: ignore[attr-defined]
+            {GATEWAY_LABEL: self._settings.instance, "corral.role": "egress"},
+        )
+        for name in states:
+            if name not in owned:
+                log.info("removing unowned egress proxy %s", name)
+                await asyncio.to_thread(self._runtime.remove, name)
+                await asyncio.to_thread(
+                    self._runtime.remove_network,  # type: ignore[attr-defined]
+                    name.replace("corral-egress-", "corral-net-", 1),
+                )
 
     # -- queries ---------------------------------------------------------------------------------------
 
@@ -171,7 +211,14 @@ class SessionManager:
 
     # -- create / delete -------------------------------------------------------------------------------
 
-    def _spec(self, kind: str, viewport: Viewport, req: CreateSession | None) -> SandboxSpec:
+    def _spec(
+        self,
+        kind: str,
+        viewport: Viewport,
+        req: CreateSession | None,
+        network: str | None = None,
+        environment: dict[str, str] | None = None,
+    ) -> SandboxSpec:
         s = self._settings
         res = req.resources if req is not None else None
         cpus = min(res.cpus, s.max_cpus) if res and res.cpus else s.default_cpus
@@ -187,26 +234,56 @@ class SessionManager:
             shm_size=f"{s.default_shm_mb}m",
             tmp_size=f"{disk}m",
             labels=self._labels(kind),
-            network=s.network,
+            network=network or s.network,
+            environment=environment,
+            egress_firewall=network is not None,
         )
 
-    async def _cold_start(self, spec: SandboxSpec) -> SandboxContainer:
-        sandbox = await asyncio.to_thread(self._runtime.start_sandbox, spec)
+    async def _cold_start(
+        self, kind: str, viewport: Viewport, req: CreateSession | None, allow: Sequence[str], mode: str
+    ) -> Pair:
+        session_id = "ses_" + secrets.token_hex(8)
+        if self.egress is None:
+            sandbox = await asyncio.to_thread(self._runtime.start_sandbox, self._spec(kind, viewport, req))
+            pair = Pair(session_id, sandbox, None)
+        else:
+            provisioned = await asyncio.to_thread(
+                self.egress.provision_blocking, session_id, [*allow], mode, self._labels(kind)
+            )
+            egress = provisioned.egress
+            spec = self._spec(kind, viewport, req, egress.network, provisioned.sandbox_env)
+            try:
+                sandbox = await asyncio.to_thread(self._runtime.start_sandbox, spec)
+            except BaseException:
+                await asyncio.shield(asyncio.to_thread(self.egress.teardown_blocking, egress))
+                raise
+            pair = Pair(session_id, sandbox, egress)
         try:
-            await asyncio.to_thread(self._runtime.wait_ready, sandbox, self._settings.start_timeout_s)
+            sandbox_ready = asyncio.to_thread(self._runtime.wait_ready, pair.sandbox, self._settings.start_timeout_s)
+            if self.egress is not None and pair.egress is not None:
+                await asyncio.gather(sandbox_ready, self.egress.wait_ready(pair.egress, self._settings.start_timeout_s))
+            else:
+                await sandbox_ready
         except BaseException:
-            await asyncio.shield(asyncio.to_thread(self._runtime.remove, sandbox.id))
+            await asyncio.shield(self._remove_pair(pair))
             raise
-        return sandbox
+        return pair
 
-    async def _still_ready(self, sandbox: SandboxContainer) -> bool:
-        """One health check before a pooled sandbox is handed out (it may have died while waiting)."""
+    async def _remove_pair(self, pair: Pair) -> None:
+        await asyncio.to_thread(self._runtime.remove, pair.sandbox.id)
+        if self.egress is not None and pair.egress is not None:
+            await asyncio.to_thread(self.egress.teardown_blocking, pair.egress)
+
+    async def _still_ready(self, pair: Pair) -> bool:
+        """One health check before a pooled pair is handed out (it may have died while waiting)."""
         try:
-            await asyncio.to_thread(self._runtime.wait_ready, sandbox, 2.0)
+            await asyncio.to_thread(self._runtime.wait_ready, pair.sandbox, 2.0)
+            if self.egress is not None and pair.egress is not None:
+                await self.egress.status(pair.egress, timeout_s=2.0)
         except Exception:
-            log.warning("pooled sandbox %s is not healthy; removing it and starting one", sandbox.name)
+            log.warning("pooled sandbox %s is not healthy; removing it and starting one", pair.sandbox.name)
             with contextlib.suppress(Exception):
-                await asyncio.to_thread(self._runtime.remove, sandbox.id)
+                await self._remove_pair(pair)
             self._refill.set()
             return False
         return True
@@ -231,10 +308,18 @@ class SessionManager:
             self._reserved[owner] = self._reserved.get(owner, 0) + 1
             pooled = self._pool.pop(0) if self._pool and self._fits_pool(req) else None
         started = time.monotonic()
+        mode = req.egress_mode or s.egress_mode
         if pooled is not None and not await self._still_ready(pooled):
             pooled = None
         try:
-            sandbox = pooled or await self._cold_start(self._spec("session", req.viewport, req))
+            pair = pooled or await self._cold_start("session", req.viewport, req, list(req.allow), mode)
+            if pooled is not None and pooled.egress is not None and self.egress is not None:
+                # A pooled proxy starts with nothing allowed; the claim sets this session's policy.
+                try:
+                    await self.egress.set_policy(pooled.egress, list(req.allow), mode, f"api-key:{owner}")
+                except EgressUnavailable:
+                    await asyncio.shield(self._remove_pair(pooled))
+                    raise
         finally:
             async with self._lock:
                 self._reserved[owner] -= 1
@@ -244,8 +329,8 @@ class SessionManager:
         token = auth.new_token()
         now = time.time()
         session = Session(
-            id="ses_" + secrets.token_hex(8),
-            sandbox=sandbox,
+            id=pair.session_id,
+            sandbox=pair.sandbox,
             owner=owner,
             token_sha256=auth.digest(token),
             created_at=now,
@@ -255,10 +340,26 @@ class SessionManager:
             allow=list(req.allow),
             labels=dict(req.labels),
             from_pool=pooled is not None,
+            egress=pair.egress,
+            egress_mode=mode if pair.egress is not None else None,
         )
         self._store.save(session.id, session.record())
         self._sessions[session.id] = session
+        if self.egress is not None and pair.egress is not None:
+            self.egress.write_meta(session.id, owner=owner, created_at=now, ended_at=None)
         return session, token
+
+    async def update_egress(
+        self, session: Session, allow: Sequence[str] | None, mode: str | None, actor: str
+    ) -> None:
+        """Change a live session's allowlist or mode; the proxy logs the change in the audit chain."""
+        if self.egress is None or session.egress is None:
+            raise EgressUnavailable("this gateway runs sessions without egress control")
+        new_allow = session.allow if allow is None else list(allow)
+        new_mode = mode or session.egress_mode or self._settings.egress_mode
+        await self.egress.set_policy(session.egress, new_allow, new_mode, actor)
+        session.allow, session.egress_mode = new_allow, new_mode
+        self._store.save(session.id, session.record())
 
     async def delete(self, session_id: str, reason: str = "deleted") -> None:
         session = self._sessions.get(session_id)
@@ -269,6 +370,9 @@ class SessionManager:
         session.ended.set()
         try:
             await asyncio.to_thread(self._runtime.remove, session.sandbox.id)
+            if self.egress is not None and session.egress is not None:
+                await asyncio.to_thread(self.egress.teardown_blocking, session.egress)
+                self.egress.write_meta(session.id, ended_at=time.time(), end_reason=reason)
         except Exception:
             # Keep the record: the reaper tries again, and a used sandbox never looks unowned.
             session.state = "ready"
@@ -280,9 +384,23 @@ class SessionManager:
     # -- background ------------------------------------------------------------------------------------
 
     async def _reap_loop(self) -> None:
+        last_prune = 0.0
         while True:
             await asyncio.sleep(self._settings.reap_interval_s)
             now = time.time()
+            if self.egress is not None:
+                try:
+                    # Fail closed and come back: a dead proxy means no egress until it is restarted here.
+                    live = [
+                        s.egress for s in self._sessions.values() if s.egress is not None and s.state == "ready"
+                    ]
+                    await self.egress.revive(live + [p.egress for p in self._pool if p.egress is not None])
+                    if now - last_prune > 3600:
+                        last_prune = now
+                        retention = self._settings.egress_retention_days * 86400
+                        await asyncio.to_thread(self.egress.prune, retention, set(self._sessions))
+                except Exception:
+                    log.exception("egress watchdog failed")
             for session in list(self._sessions.values()):
                 reason = None
                 if now >= session.expires_at:
@@ -304,8 +422,8 @@ class SessionManager:
             while len(self._pool) + self._starting_pool < self._settings.pool_size:
                 self._starting_pool += 1
                 try:
-                    sandbox = await self._cold_start(self._spec("pool", Viewport(), None))
-                    self._pool.append(sandbox)
+                    pair = await self._cold_start("pool", Viewport(), None, [], self._settings.egress_mode)
+                    self._pool.append(pair)
                 except Exception:
                     log.exception("could not start a pooled sandbox; retrying in 5 s")
                     await asyncio.sleep(5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -40,6 +41,18 @@ class GatewaySettings(BaseSettings):
     default_shm_mb: int = 256
     default_disk_mb: int = 1024
     max_disk_mb: int = 8192
+
+    # Egress: every session's traffic goes through its own proxy (corral-egress) on a network of its own.
+    egress: bool = True  # off only where sandboxes may reach the network unfiltered (and unlogged)
+    egress_image: str = "corral-egress:latest"
+    egress_network: str = "corral-egress"
+    egress_mode: Literal["enforce", "report"] = "enforce"
+    # Comma-separated networks the operator vouches for: exempt from the global deny (private ranges).
+    egress_trusted_networks: str = ""
+    egress_allow_private: bool = False
+    # A CA bundle the proxies trust for upstreams beside the public ones (an internal PKI, a test CA).
+    egress_upstream_ca: Path | None = None
+    egress_retention_days: float = Field(default=30.0, gt=0)
 
     def api_keys(self) -> list[str]:
         return [key.strip() for key in self.api_key.split(",") if key.strip()]

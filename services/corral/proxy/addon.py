@@ -40,8 +40,8 @@ from corral.proxy.policy import Decision, Policy, is_doh_request
 log = logging.getLogger(__name__)
 
 NOTE = "corral"
-POLICY_FILE = "policy.json"
-AUDIT_FILE = "audit.jsonl"
+POLICY_FILE = control.POLICY_FILE
+AUDIT_FILE = control.AUDIT_FILE
 RESOLVE_TIMEOUT_S = 5.0
 REASONS = {403: "Forbidden", 421: "Misdirected Request", 502: "Bad Gateway"}
 
@@ -72,6 +72,7 @@ class FlowNote:
     started: float
     action: str | None
     verdict: Verdict
+    host: str  # the vetted name (mitmproxy's request.host may be the pinned address)
     logged: bool = False
 
 
@@ -135,8 +136,7 @@ class Egress:
         self.audit: AuditLog | None = None
         self._state_dir: Path | None = None
         self._tunnels: dict[str, Tunnel] = {}  # client connection id -> its CONNECT
-        self._pins: dict[tuple[str, str, int], str] = {}  # (client id, host, port) -> vetted address
-        self._dialing: dict[str, tuple[str, int]] = {}  # server connection id -> the address it names
+        self._pins: dict[tuple[str, str, int], str] = {}  # (client id, vetted address, port) -> its name
         self._actions: dict[str, float] = {}  # agent actions in flight, in the order they started
         self._control: asyncio.Server | None = None
         self.lookup: Lookup = system_lookup  # the one DNS seam (unit tests answer from a table)
@@ -246,7 +246,7 @@ class Egress:
         if not verdict.refused:
             ip, verdict = self._merge(verdict, await self._resolve(host, port))
         self._tunnels[flow.client_conn.id] = Tunnel(host, port, verdict, ip)
-        flow.metadata[NOTE] = FlowNote(started, action, verdict)
+        flow.metadata[NOTE] = FlowNote(started, action, verdict, host)
         self._log(
             "connect",
             host=host,
@@ -275,19 +275,22 @@ class Egress:
         tunnel = self._tunnels.get(flow.client_conn.id)
         request = flow.request
         verdict = self._misdirected(flow, tunnel)
-        host = _canonical_or_raw(request.host)
+        # Inside a tunnel mitmproxy names the request by the pinned address; the vetted name is the tunnel's.
+        host = tunnel.host if tunnel is not None else _canonical_or_raw(request.host)
         if verdict is None and tunnel is not None and tunnel.verdict.refused:
             verdict = tunnel.verdict
         if verdict is None:
-            verdict = self._verdict(self.policy.request(request.host, request.port, request.method, request.path))
+            verdict = self._verdict(self.policy.request(host, request.port, request.method, request.path))
             if verdict.decision.allowed and is_doh_request(request.path, _pairs(request.headers)):
                 verdict = self._verdict(Decision(False, "DNS-over-HTTPS queries are refused", "doh"))
         if not verdict.refused and tunnel is None:
-            # Plain HTTP through the proxy: resolve and vet here; server_connect dials the pinned address.
+            # Plain HTTP through the proxy: resolve and vet here, then name the request by the vetted
+            # address, so mitmproxy dials (and reuses) exactly that connection.
             ip, verdict = self._merge(verdict, await self._resolve(host, request.port))
-            if ip is not None:
-                self._pins[(flow.client_conn.id, request.host, request.port)] = ip
-        flow.metadata[NOTE] = note = FlowNote(started, action, verdict)
+            if ip is not None and not verdict.refused:
+                self._pins[(flow.client_conn.id, ip, request.port)] = host
+                request.data.host = ip
+        flow.metadata[NOTE] = note = FlowNote(started, action, verdict, host)
         if verdict.refused:
             flow.response = refusal_response(verdict.status, host, verdict.decision, request.headers.get("accept", ""))
             note.logged = True
@@ -297,16 +300,19 @@ class Egress:
         """421 when the request names another host than its tunnel (Host header or SNI) or its URL."""
         request = flow.request
         try:
-            host = normalize_host(request.host)
             if tunnel is not None:
-                if (host, request.port) != (tunnel.host, tunnel.port):
-                    reason = f"the request is for {host}:{request.port} but the tunnel was opened to {tunnel.host}"
+                if not request.host_header:
+                    return Verdict(Decision(False, "the request names no host", "host-mismatch"), "deny", 421)
+                named = parse_authority(request.host_header, tunnel.port)
+                if named != (tunnel.host, tunnel.port):
+                    reason = f"the request is for {named[0]}:{named[1]} but the tunnel was opened to {tunnel.host}"
                     return Verdict(Decision(False, f"{reason}:{tunnel.port}", "host-mismatch"), "deny", 421)
                 sni = flow.client_conn.sni
                 if sni and normalize_host(sni) != tunnel.host:
                     reason = f"TLS SNI {sni} does not match the tunnel's host {tunnel.host}"
                     return Verdict(Decision(False, reason, "sni-mismatch"), "deny", 421)
             elif request.host_header:
+                host = normalize_host(request.host)
                 named = parse_authority(request.host_header, request.port)
                 if named != (host, request.port):
                     reason = f"the Host header names {named[0]}:{named[1]} but the URL {host}:{request.port}"
@@ -319,43 +325,35 @@ class Egress:
         if data.server.address is None:
             return
         raw_host, port = data.server.address
-        host = _canonical_or_raw(raw_host)
         tunnel = self._tunnels.get(data.client.id)
         ip: str | None
-        if tunnel is not None and (tunnel.host, tunnel.port) == (host, port):
+        name: str | None
+        if tunnel is not None and port == tunnel.port and _canonical_or_raw(raw_host) in (tunnel.host, tunnel.ip):
             if tunnel.verdict.refused:
                 data.server.error = f"refused by the egress policy: {tunnel.verdict.decision.reason}"
                 return
-            ip = tunnel.ip
+            ip, name = tunnel.ip, tunnel.host
         else:
-            ip = self._pins.get((data.client.id, raw_host, port))
+            name = self._pins.get((data.client.id, raw_host, port))
+            ip = raw_host if name is not None else None
             if ip is None:
                 # A connection no hook vetted (should not happen): vet it here rather than dial blind.
+                host = _canonical_or_raw(raw_host)
                 verdict = self._verdict(self.policy.connect(raw_host, port))
                 if not verdict.refused:
-                    ip, verdict = await self._resolve(host, port)
+                    ip, verdict = self._merge(verdict, await self._resolve(host, port))
                 if verdict.refused or ip is None:
                     data.server.error = f"refused by the egress policy: {verdict.decision.reason}"
                     self._log("error", host=host, port=port, error=data.server.error, action=self._action())
                     return
+                name = host
         if ip is None:
             data.server.error = "no vetted address"
             return
-        self._dialing[data.server.id] = data.server.address
+        # Dial the vetted address (no second lookup can rebind it); present the vetted name as SNI.
         data.server.address = (ip, port)
-        if data.server.sni is None and parse_ip(raw_host) is None:
-            data.server.sni = host  # the vetted name, never the client's
-
-    def server_connected(self, data: server_hooks.ServerConnectionHookData) -> None:
-        # Dialled at the pinned address; name the connection by host again so requests reuse it.
-        named = self._dialing.pop(data.server.id, None)
-        if named is not None:
-            data.server.address = named
-
-    def server_connect_error(self, data: server_hooks.ServerConnectionHookData) -> None:
-        named = self._dialing.pop(data.server.id, None)
-        if named is not None:
-            data.server.address = named
+        if data.server.sni is None and name is not None and parse_ip(name) is None:
+            data.server.sni = name
 
     def client_disconnected(self, client: connection.Client) -> None:
         self._tunnels.pop(client.id, None)
@@ -379,8 +377,8 @@ class Egress:
             "error",
             id=flow.id,
             method=request.method,
-            url=redact_url(request.url) if request.method != "CONNECT" else None,
-            host=_canonical_or_raw(request.host),
+            url=redact_url(_url(request, note.host)) if request.method != "CONNECT" else None,
+            host=note.host,
             port=request.port,
             ip=_peer(flow.server_conn),
             error=flow.error.msg if flow.error else "unknown error",
@@ -403,9 +401,9 @@ class Egress:
             "id": flow.id,
             "started": note.started,
             "method": request.method,
-            "url": redact_url(request.url),
+            "url": redact_url(_url(request, note.host)),
             "scheme": request.scheme,
-            "host": _canonical_or_raw(request.host),
+            "host": note.host,
             "port": request.port,
             "ip": None if verdict.refused else _peer(flow.server_conn),
             "sni": flow.client_conn.sni,
@@ -501,6 +499,15 @@ class Egress:
         temporary = target.with_suffix(".tmp")
         temporary.write_text(json.dumps({"allow": self.policy.allow, "mode": self.mode}))
         os.replace(temporary, target)
+
+
+def _url(request: http.Request, host: str) -> str:
+    """The URL as the client asked for it: by name, not by the address it was pinned to."""
+    default = {"http": 80, "https": 443}.get(request.scheme)
+    authority = f"[{host}]" if ":" in host else host
+    if request.port != default:
+        authority += f":{request.port}"
+    return f"{request.scheme}://{authority}{request.path}"
 
 
 def _pairs(headers: http.Headers) -> list[tuple[str, str]]:

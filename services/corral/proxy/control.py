@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 CONTROL_PORT = 8081
+# The proxy's state directory (bind-mounted from the gateway's data dir): these files, and ca/.
+AUDIT_FILE = "audit.jsonl"
+POLICY_FILE = "policy.json"
 MAX_LINE_BYTES = 256 * 1024
 MODES = ("enforce", "report")
 Role = Literal["gateway", "controller"]

@@ -73,9 +73,9 @@ def main() -> int:
     if not network:
         log.error("CORRAL_SESSION_NET is not set: refusing to listen on every interface")
         return 2
-    spec = importlib.util.find_spec("corral.proxy.addon")
+    spec = importlib.util.find_spec("corral.proxy.load")
     if spec is None or spec.origin is None:
-        log.error("corral.proxy.addon is not installed")
+        log.error("corral.proxy.load is not installed")
         return 2
     listen = address_in(network)
     argv = mitmdump_argv(os.environ, listen, spec.origin)

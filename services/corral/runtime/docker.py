@@ -23,7 +23,12 @@ from corral.errors import ImageBuildError, SandboxError
 
 SANDBOX_LABEL = "corral.role"
 SANDBOX_ROLE = "sandbox"
+EGRESS_ROLE = "egress"
+NETWORK_ROLE = "network"
 CONTROLLER_PORT = 8765
+EGRESS_ALIAS = "corral-proxy"  # the proxy's name on its session network
+EGRESS_STATE = "/var/lib/corral-egress"  # where the proxy keeps its CA, policy and audit log
+EGRESS_UID = 1001
 
 LineSink = Callable[[str], None]
 
@@ -63,6 +68,41 @@ class SandboxSpec:
     environment: Mapping[str, str] | None = None
     # On a network: reached at the container's address there and nothing is published on the host.
     network: str | None = None
+    # Egress through a proxy: the sandbox starts as root only to set its firewall, then drops everything.
+    egress_firewall: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SessionNetwork:
+    """A session's own internal network: its sandbox and its egress proxy, nothing else."""
+
+    name: str
+    subnet: str
+    gateway: str
+    interface: str
+
+
+@dataclass(frozen=True, slots=True)
+class EgressSpec:
+    """How to start one session's egress proxy (corral-egress)."""
+
+    name: str
+    state_dir: Path  # on the host: CA, policy, audit log; bind-mounted, so it outlives the container
+    session_network: SessionNetwork
+    egress_network: str
+    image: str = "corral-egress:latest"
+    environment: Mapping[str, str] | None = None
+    labels: Mapping[str, str] | None = None
+    memory: str = "512m"
+    cpus: float = 1.0
+    pids: int = 256
+
+
+@dataclass(frozen=True, slots=True)
+class EgressContainer:
+    id: str
+    name: str
+    address: str  # on the session network
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +167,9 @@ class DockerRuntime:
 
     def start_sandbox(self, spec: SandboxSpec) -> SandboxContainer:
         labels = {SANDBOX_LABEL: SANDBOX_ROLE, **(spec.labels or {})}
+        # Boot runs as root to set the firewall and trust, then drops to corral with no capabilities
+        # left in any set; these are only what that needs.
+        caps = ["SETUID", "SETGID", "SETPCAP"] + (["NET_ADMIN", "NET_RAW"] if spec.egress_firewall else [])
         environment = {"CORRAL_SCREEN": spec.screen, **(spec.environment or {})}
         placement: dict[str, Any] = (
             {"network": spec.network}
@@ -141,13 +184,18 @@ class DockerRuntime:
                 labels=labels,
                 environment=environment,
                 **placement,
-                # Hardened by default: no capabilities, no privilege gain, read-only root, bounded resources.
+                # Hardened by default: no capabilities once booted, no privilege gain, read-only root,
+                # bounded resources.
+                user="root",
                 cap_drop=["ALL"],
+                cap_add=caps,
                 security_opt=["no-new-privileges"],
                 read_only=True,
                 tmpfs={
                     "/tmp": f"rw,nosuid,nodev,size={spec.tmp_size},mode=1777",
                     "/home/corral": "rw,nosuid,nodev,size=512m,uid=1000,gid=1000,mode=0700",
+                    "/run": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
+                    "/etc/ssl/certs": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
                 },
                 shm_size=spec.shm_size,
                 mem_limit=spec.memory,
@@ -196,6 +244,143 @@ class DockerRuntime:
         except docker.errors.APIError as exc:
             if exc.status_code != 409:  # created meanwhile by someone else
                 raise SandboxError(f"cannot create network {name}: {exc.explanation or exc}") from None
+
+    # -- egress ----------------------------------------------------------------------------------------
+
+    def ensure_egress_network(self, name: str) -> None:
+        """The network proxies reach upstreams through (a plain bridge with NAT to the outside)."""
+        if self._client.networks.list(names=[name]):
+            return
+        try:
+            self._client.networks.create(name, driver="bridge", labels={SANDBOX_LABEL: NETWORK_ROLE})
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:
+                raise SandboxError(f"cannot create network {name}: {exc.explanation or exc}") from None
+
+    def create_session_network(self, name: str, labels: Mapping[str, str] | None = None) -> SessionNetwork:
+        """An ``--internal`` network (no route out) for one sandbox and its proxy."""
+        try:
+            network = self._client.networks.create(
+                name, driver="bridge", internal=True, labels={SANDBOX_LABEL: NETWORK_ROLE, **(labels or {})}
+            )
+            network.reload()
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"cannot create network {name}: {exc.explanation or exc}") from None
+        return self._session_network(network.attrs)
+
+    def session_network(self, name: str) -> SessionNetwork | None:
+        try:
+            return self._session_network(self._client.networks.get(name).attrs)
+        except docker.errors.NotFound:
+            return None
+
+    @staticmethod
+    def _session_network(attrs: Mapping[str, Any]) -> SessionNetwork:
+        config = ((attrs.get("IPAM") or {}).get("Config") or [{}])[0]
+        options = attrs.get("Options") or {}
+        interface = options.get("com.docker.network.bridge.name") or f"br-{str(attrs['Id'])[:12]}"
+        return SessionNetwork(str(attrs["Name"]), str(config.get("Subnet", "")), str(config.get("Gateway", "")), interface)
+
+    def remove_network(self, name: str) -> None:
+        with contextlib.suppress(docker.errors.NotFound):
+            network = self._client.networks.get(name)
+            for container_id in (network.attrs.get("Containers") or {}):
+                with contextlib.suppress(docker.errors.APIError):
+                    network.disconnect(container_id, force=True)
+            network.remove()
+
+    def start_egress(self, spec: EgressSpec) -> EgressContainer:
+        """Start a session's proxy on the egress network and its session network (alias corral-proxy)."""
+        spec.state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            container: Container = self._client.containers.create(
+                spec.image,
+                name=spec.name,
+                labels={SANDBOX_LABEL: EGRESS_ROLE, **(spec.labels or {})},
+                environment={
+                    "CORRAL_SESSION_NET": spec.session_network.subnet,
+                    **(spec.environment or {}),
+                },
+                network=spec.egress_network,
+                volumes={str(spec.state_dir): {"bind": EGRESS_STATE, "mode": "rw"}},
+                user=str(EGRESS_UID),
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                read_only=True,
+                tmpfs={"/tmp": "rw,nosuid,nodev,size=64m,mode=1777"},
+                mem_limit=spec.memory,
+                memswap_limit=spec.memory,
+                nano_cpus=int(spec.cpus * 1e9),
+                pids_limit=spec.pids,
+                # A crashed proxy comes straight back (the gateway's watchdog covers the rest).
+                restart_policy={"Name": "on-failure"},
+                init=False,
+            )
+            self._client.networks.get(spec.session_network.name).connect(container, aliases=[EGRESS_ALIAS])
+            container.start()
+            container.reload()
+        except docker.errors.ImageNotFound:
+            raise SandboxError(f"image {spec.image} not found; build it with `corral images build`") from None
+        except docker.errors.APIError as exc:
+            self.remove(spec.name)
+            raise SandboxError(f"cannot start the egress proxy: {exc.explanation or exc}") from None
+        networks = (container.attrs.get("NetworkSettings") or {}).get("Networks") or {}
+        address = (networks.get(spec.session_network.name) or {}).get("IPAddress")
+        if not address:
+            container.remove(force=True)
+            raise SandboxError(f"egress proxy {spec.name} has no address on {spec.session_network.name}")
+        return EgressContainer(container.id, container.name, str(address))
+
+    def start_service(
+        self,
+        name: str,
+        image: str,
+        argv: list[str],
+        network: str,
+        aliases: list[str],
+        volumes: Mapping[str, str],
+        labels: Mapping[str, str] | None = None,
+    ) -> str:
+        """A helper container (tests' fake upstreams, the bench's); returns its address on ``network``."""
+        self.remove(name)
+        try:
+            container: Container = self._client.containers.create(
+                image,
+                argv,
+                entrypoint=[],
+                name=name,
+                user="root",
+                labels=dict(labels or {}),
+                network=network,
+                volumes={host: {"bind": inside, "mode": "ro"} for host, inside in volumes.items()},
+                init=True,
+            )
+            net = self._client.networks.get(network)
+            net.disconnect(container)
+            net.connect(container, aliases=aliases)
+            container.start()
+            container.reload()
+        except docker.errors.APIError as exc:
+            self.remove(name)
+            raise SandboxError(f"cannot start {name}: {exc.explanation or exc}") from None
+        networks = (container.attrs.get("NetworkSettings") or {}).get("Networks") or {}
+        return str((networks.get(network) or {}).get("IPAddress", ""))
+
+    def container_states(self, labels: Mapping[str, str]) -> dict[str, str]:
+        """Name -> state ("running", "exited", "restarting", ...) of every container with ``labels``."""
+        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+        return {c.name: c.status for c in self._client.containers.list(all=True, filters=filters)}
+
+    def restart(self, ident: str) -> None:
+        try:
+            self._container(ident).restart(timeout=2)
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"cannot restart {ident}: {exc.explanation or exc}") from None
+
+    def kill(self, ident: str, signal: str = "KILL") -> None:
+        """Kill a container's main process (tests use it to kill a proxy mid-session)."""
+        with contextlib.suppress(docker.errors.APIError):
+            self._container(ident).kill(signal=signal)
 
     def bridge(self, name: str) -> tuple[str, str]:
         """The host interface and gateway address of a bridge network."""
@@ -262,7 +447,23 @@ class DockerRuntime:
             self._client.containers.get(ident).remove(force=True)
 
     def exec(self, ident: str, argv: list[str], user: str = "corral") -> tuple[int, str]:
-        code, output = self._container(ident).exec_run(argv, user=user, environment={"DISPLAY": ":0"})
+        environment = {"DISPLAY": ":0"}
+        if user != "root":
+            # docker exec leaves the container's capability bounding set even to a non-root user; start
+            # as root and drop to the user with nothing left, as the sandbox's own processes run.
+            argv = [
+                "setpriv",
+                f"--reuid={user}",
+                f"--regid={user}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--ambient-caps=-all",
+                "--bounding-set=-all",
+                "--",
+                *argv,
+            ]
+            environment["HOME"] = f"/home/{user}"
+        code, output = self._container(ident).exec_run(argv, user="root", environment=environment)
         return int(code), output.decode(errors="replace")
 
     def kill_process(self, ident: str, process_name: str) -> None:

@@ -53,7 +53,8 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         desktop = Desktop(settings)
         app.state.desktop = desktop
-        app.state.dispatcher = Dispatcher(desktop, settings.limits())
+        reporter = settings.action_reporter()
+        app.state.dispatcher = Dispatcher(desktop, settings.limits(), reporter)
         app.state.max_body = settings.max_message_bytes
         # Connect to Chromium early so the first browser action does not pay for it; keep the task.
         app.state.warmup = asyncio.create_task(_warm(desktop))
@@ -61,6 +62,8 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
             yield
         finally:
             app.state.warmup.cancel()
+            if reporter is not None:
+                await reporter.close()
             await desktop.close()
 
     app = FastAPI(title="Corral sandbox controller", version="1", lifespan=lifespan)

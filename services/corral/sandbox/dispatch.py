@@ -12,14 +12,17 @@ from corral.protocol import reply
 from corral.protocol.envelope import Limits, decode, plan_request, request_id_of
 from corral.protocol.plan import EncodedImage, Plan, RequestId, StepResult
 from corral.sandbox.desktop import Desktop
+from corral.sandbox.egress import ActionReporter
 
 log = logging.getLogger(__name__)
 
 
 class Dispatcher:
-    def __init__(self, desktop: Desktop, limits: Limits) -> None:
+    def __init__(self, desktop: Desktop, limits: Limits, reporter: ActionReporter | None = None) -> None:
         self._desktop = desktop
         self._limits = limits
+        self._reporter = reporter  # tells the egress proxy which action is in flight
+        self._seq = 0
 
     async def handle(self, raw: str | bytes) -> dict[str, Any]:
         """One message in, one reply out; never raises for anything the client sent."""
@@ -29,15 +32,25 @@ class Dispatcher:
             obj = decode(raw, self._limits)
             request_id = request_id_of(obj)
             plan = plan_request(obj, self._desktop.size, self._limits)
+            self._seq += 1
+            action_id = f"a{self._seq}"
             try:
                 async with asyncio.timeout(plan.timeout_ms / 1000):
                     async with self._desktop.lock:
-                        results, image = await self._execute(plan)
+                        if self._reporter is not None:
+                            await self._reporter.started(action_id)
+                        try:
+                            results, image = await self._execute(plan)
+                        finally:
+                            if self._reporter is not None:
+                                await self._reporter.ended(action_id)
             except TimeoutError:
                 raise ActionError(
                     ErrorCode.TIMEOUT, f"the request did not finish within {plan.timeout_ms} ms", field="timeout_ms"
                 ) from None
-            return reply.success(plan, results, image, (time.perf_counter() - started) * 1000)
+            out = reply.success(plan, results, image, (time.perf_counter() - started) * 1000)
+            out["action_id"] = action_id  # what the egress audit log calls this action
+            return out
         except ActionError as exc:
             # The client's mistake or a refused action: worth a line, not a traceback.
             log.info("request %r failed: %s %s (%s)", request_id, exc.code, exc.message, exc.field)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 log = logging.getLogger("corral.init")
 
 CDP_PORT = 9222
+SESSION_CA = "/run/corral/session-ca.pem"  # written by corral.sandbox.boot when the session has a proxy
 _BACKOFF_MAX_S = 5.0
 
 
@@ -33,6 +34,31 @@ def screen_spec(value: str) -> tuple[int, int, int]:
     if not (16 <= width <= 8192 and 16 <= height <= 8192) or depth != 24:
         raise ValueError(f"unsupported screen {value!r}: 16..8192 pixels a side, depth 24")
     return width, height, depth
+
+
+def egress_flags(proxy: str | None) -> list[str]:
+    """Chromium's side of egress control (the managed policy written at boot says the same)."""
+    if not proxy:
+        return []
+    return [
+        f"--proxy-server=http://{proxy}",
+        "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+        "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+    ]
+
+
+def trust_session_ca(home: str, cert: str) -> None:
+    """Put the session's CA certificate into the user's NSS store, where Chromium looks."""
+    nssdb = os.path.join(home, ".pki", "nssdb")
+    os.makedirs(nssdb, mode=0o700, exist_ok=True)
+    database = f"sql:{nssdb}"
+    if not os.path.exists(os.path.join(nssdb, "cert9.db")):
+        subprocess.run(["certutil", "-N", "-d", database, "--empty-password"], check=True, capture_output=True)
+    subprocess.run(
+        ["certutil", "-A", "-d", database, "-n", "Corral session CA", "-t", "C,,", "-i", cert],
+        check=True,
+        capture_output=True,
+    )
 
 
 def chromium_argv(width: int, height: int, profile: str, extra: list[str]) -> list[str]:
@@ -57,7 +83,8 @@ def chromium_argv(width: int, height: int, profile: str, extra: list[str]) -> li
         # After a crash and restart, no "restore pages?" bubble over the page.
         "--hide-crash-restore-bubble",
         "--disable-session-crashed-bubble",
-        "--disable-features=Translate,MediaRouter,OptimizationHints,DialMediaRouteProvider",
+        # One --disable-features only: Chromium honours the last. DnsOverHttps: names resolve at the proxy.
+        "--disable-features=Translate,MediaRouter,OptimizationHints,DialMediaRouteProvider,DnsOverHttps",
         "--force-device-scale-factor=1",
         "--window-position=0,0",
         f"--window-size={width},{height}",
@@ -178,7 +205,14 @@ def main() -> int:
         return 2
     display = os.environ.get("DISPLAY", ":0")
     profile = os.environ.get("CORRAL_CHROMIUM_PROFILE", "/tmp/chromium-profile")
-    extra = shlex.split(os.environ.get("CORRAL_CHROMIUM_FLAGS", ""))
+    extra = egress_flags(os.environ.get("CORRAL_PROXY")) + shlex.split(os.environ.get("CORRAL_CHROMIUM_FLAGS", ""))
+    trusting: threading.Thread | None = None
+    if os.path.exists(SESSION_CA):
+        # certutil takes a few tens of ms: alongside Xvfb, joined before Chromium starts.
+        trusting = threading.Thread(
+            target=trust_session_ca, args=(os.environ.get("HOME", "/home/corral"), SESSION_CA), daemon=True
+        )
+        trusting.start()
     sup = Supervisor(width, height, depth, display)
     signal.signal(signal.SIGTERM, sup.stop)
     signal.signal(signal.SIGINT, sup.stop)
@@ -186,6 +220,8 @@ def main() -> int:
     sup.spawn(Child("controller", [sys.executable, "-m", "corral.sandbox.controller"]))
     sup.start_xvfb()
     sup.spawn(Child("openbox", ["openbox", "--sm-disable"]))
+    if trusting is not None:
+        trusting.join()
     sup.spawn(Child("chromium", chromium_argv(width, height, profile, extra), ready_marker=b"DevTools listening on"))
     return sup.watch()
 

@@ -6,6 +6,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from corral.protocol.envelope import Limits
+from corral.sandbox.egress import ActionReporter
 
 
 class ControllerSettings(BaseSettings):
@@ -29,6 +30,15 @@ class ControllerSettings(BaseSettings):
     # Pause after binding spare keycodes to new characters, before typing them (see xinput.bind_for).
     keymap_settle_ms: int = 60
     log_level: str = "info"
+    # The session's egress proxy (host:port) and its control channel; empty without egress control.
+    proxy: str = ""
+    proxy_control_port: int = 8081
+    controller_token: str = ""
+
+    def action_reporter(self) -> ActionReporter | None:
+        if not self.proxy or not self.controller_token:
+            return None
+        return ActionReporter(self.proxy.rpartition(":")[0], self.proxy_control_port, self.controller_token)
 
     def limits(self) -> Limits:
         return Limits(

@@ -51,7 +51,13 @@ class FakeRuntime:
 
 
 def _manager(tmp_path: Path, runtime: FakeRuntime, **settings: object) -> SessionManager:
-    values: dict[str, object] = {"data_dir": tmp_path, "instance": "t", "pool_size": 0, "reap_interval_s": 0.05}
+    values: dict[str, object] = {
+        "data_dir": tmp_path,
+        "instance": "t",
+        "pool_size": 0,
+        "reap_interval_s": 0.05,
+        "egress": False,
+    }
     values.update(settings)
     return SessionManager(GatewaySettings(**values), runtime, SessionStore(tmp_path))  # type: ignore[arg-type]
 

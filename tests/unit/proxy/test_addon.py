@@ -160,8 +160,12 @@ async def test_allowed_connect_resolves_once_and_pins_the_vetted_address(egress)
     assert server.error is None
     assert server.address == ("203.0.113.11", 443)
     assert server.sni == "api.allowed.test"
-    addon.server_connected(data)
-    assert server.address == ("api.allowed.test", 443)  # so later requests reuse the connection
+    assert lookups.asked == ["api.allowed.test"]
+    # mitmproxy names the tunnel's requests (and any reconnect) by the pinned address: still vetted.
+    again = tflow.tserver_conn()
+    again.address, again.sni = ("203.0.113.11", 443), None
+    await addon.server_connect(server_hooks.ServerConnectionHookData(server=again, client=flow.client_conn))
+    assert (again.error, again.address, again.sni) == (None, ("203.0.113.11", 443), "api.allowed.test")
     assert lookups.asked == ["api.allowed.test"]
     record = records(state)[-1]
     assert (record["decision"], record["rule"], record["ip"]) == ("allow", "*.allowed.test", "203.0.113.11")
@@ -239,11 +243,17 @@ async def test_plain_http_is_pinned_too(egress) -> None:
     flow = plain_request("allowed.test")
     await addon.requestheaders(flow)
     assert flow.response is None
+    assert flow.request.host == "203.0.113.10"  # mitmproxy dials, and reuses, the vetted address
+    assert flow.request.host_header == "allowed.test"
     server = flow.server_conn
-    server.address = ("allowed.test", 80)
+    server.address = (flow.request.host, 80)
     await addon.server_connect(server_hooks.ServerConnectionHookData(server=server, client=flow.client_conn))
-    assert server.address == ("203.0.113.10", 80)
+    assert server.address == ("203.0.113.10", 80) and server.error is None
     assert lookups.asked == ["allowed.test"]
+    stranger = tflow.tserver_conn()
+    stranger.address = ("203.0.113.99", 80)  # an address no hook vetted for this client
+    await addon.server_connect(server_hooks.ServerConnectionHookData(server=stranger, client=flow.client_conn))
+    assert stranger.error and "refused" in stranger.error
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,281 @@
+"""Each session's egress: its own internal network, its mitmproxy sidecar, its CA, its audit log.
+
+The proxy is the single writer of the session's audit log (policy changes included, so the chain
+stays one line); the gateway only reads it. State lives on the host under
+``<data_dir>/egress/<session>/`` (bind-mounted into the proxy), so logs outlive sessions and a
+restarted proxy continues the same chain with the same CA and policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import secrets
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from corral.errors import SandboxError
+from corral.gateway.settings import GatewaySettings
+from corral.proxy import ca, control
+from corral.proxy.control import AUDIT_FILE, POLICY_FILE
+from corral.proxy.sidecar import PROXY_ALIAS, PROXY_PORT
+from corral.runtime import hostguard
+from corral.runtime.docker import EGRESS_UID, DockerRuntime, EgressSpec
+
+log = logging.getLogger(__name__)
+
+META_FILE = "session.json"
+SESSION_LABEL = "corral.session"
+
+
+class EgressUnavailable(SandboxError):
+    """The session's proxy does not answer (HTTP 503); its sandbox has no egress meanwhile."""
+
+
+@dataclass(frozen=True, slots=True)
+class Egress:
+    """One session's egress pair, as kept in the session record."""
+
+    session_id: str
+    network: str
+    subnet: str
+    gateway: str
+    interface: str
+    proxy_id: str
+    proxy_name: str
+    proxy_address: str
+    state_dir: str
+    gateway_token: str
+
+    def record(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Egress:
+        return cls(**{name: str(record[name]) for name in cls.__dataclass_fields__})
+
+    @property
+    def audit_path(self) -> Path:
+        return Path(self.state_dir) / AUDIT_FILE
+
+
+@dataclass(frozen=True, slots=True)
+class Provisioned:
+    egress: Egress
+    sandbox_env: dict[str, str]  # what the sandbox needs: the proxy, the network, the CA certificate
+
+
+class EgressManager:
+    """Makes, watches and tears down egress pairs; the only place that talks to proxies."""
+
+    def __init__(self, settings: GatewaySettings, runtime: DockerRuntime) -> None:
+        self._settings = settings
+        self._runtime = runtime
+        self.root = settings.data_dir / "egress"
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self._runtime.ensure_egress_network, self._settings.egress_network)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def state_dir(self, session_id: str) -> Path:
+        if not session_id.startswith("ses_") or not session_id[4:].isalnum():
+            raise ValueError(f"not a session id: {session_id!r}")
+        return self.root / session_id
+
+    def _prepare_state(self, session_id: str, allow: list[str], mode: str) -> tuple[Path, ca.SessionCA]:
+        state = self.state_dir(session_id)
+        state.mkdir(parents=True, exist_ok=True)
+        owner = (EGRESS_UID, EGRESS_UID) if os.geteuid() == 0 else None
+        (state / POLICY_FILE).write_text(json.dumps({"allow": allow, "mode": mode}))
+        authority = ca.create(state / "ca", session_id, owner=owner)
+        upstream = self._settings.egress_upstream_ca
+        if upstream is not None:
+            shutil.copyfile(upstream, state / "upstream-ca.pem")
+        if owner is not None:
+            for path in (state, state / POLICY_FILE):
+                os.chown(path, *owner)
+        return state, authority
+
+    def provision_blocking(self, session_id: str, allow: list[str], mode: str, labels: dict[str, str]) -> Provisioned:
+        """Network, host guard, state, CA and a started proxy (blocking: run it in a thread)."""
+        s = self._settings
+        labels = {**labels, SESSION_LABEL: session_id}
+        network = self._runtime.create_session_network(f"corral-net-{session_id}", labels)
+        try:
+            # The internal network still reaches the host through its bridge address: close that here too.
+            hostguard.install(network.interface)
+            state, authority = self._prepare_state(session_id, allow, mode)
+            gateway_token, controller_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+            proxy = self._runtime.start_egress(
+                EgressSpec(
+                    name=f"corral-egress-{session_id}",
+                    state_dir=state,
+                    session_network=network,
+                    egress_network=s.egress_network,
+                    image=s.egress_image,
+                    labels=labels,
+                    environment={
+                        "CORRAL_SESSION": session_id,
+                        "CORRAL_GATEWAY_TOKEN": gateway_token,
+                        "CORRAL_CONTROLLER_TOKEN": controller_token,
+                        "CORRAL_EGRESS_MODE": mode,
+                        "CORRAL_TRUSTED_NETWORKS": s.egress_trusted_networks,
+                        "CORRAL_ALLOW_PRIVATE": "1" if s.egress_allow_private else "0",
+                    },
+                )
+            )
+        except BaseException:
+            self._runtime.remove_network(network.name)
+            raise
+        egress = Egress(
+            session_id=session_id,
+            network=network.name,
+            subnet=network.subnet,
+            gateway=network.gateway,
+            interface=network.interface,
+            proxy_id=proxy.id,
+            proxy_name=proxy.name,
+            proxy_address=proxy.address,
+            state_dir=str(state),
+            gateway_token=gateway_token,
+        )
+        sandbox_env = {
+            "CORRAL_PROXY": f"{PROXY_ALIAS}:{PROXY_PORT}",
+            "CORRAL_PROXY_CONTROL_PORT": str(control.CONTROL_PORT),
+            "CORRAL_SESSION_NET": network.subnet,
+            "CORRAL_SESSION_GATEWAY": network.gateway,
+            "CORRAL_CA_CERT": authority.cert_pem,
+            "CORRAL_CONTROLLER_TOKEN": controller_token,
+        }
+        return Provisioned(egress, sandbox_env)
+
+    def teardown_blocking(self, egress: Egress) -> None:
+        """Remove the proxy and the network; the state (audit log) stays."""
+        self._runtime.remove(egress.proxy_id)
+        self._runtime.remove_network(egress.network)
+
+    async def wait_ready(self, egress: Egress, timeout_s: float) -> None:
+        started = time.monotonic()
+        checked = started
+        while True:
+            try:
+                await self.status(egress, timeout_s=1.0)
+                return
+            except EgressUnavailable:
+                now = time.monotonic()
+                failed = now - started > timeout_s
+                if not failed and now - checked > 1.0:
+                    checked = now
+                    states = await asyncio.to_thread(
+                        self._runtime.container_states, {SESSION_LABEL: egress.session_id, "corral.role": "egress"}
+                    )
+                    failed = states.get(egress.proxy_name) in ("exited", "dead", "restarting", None)
+                if failed:
+                    logs = await asyncio.to_thread(self._runtime.logs, egress.proxy_id, 20)
+                    raise EgressUnavailable(f"egress proxy {egress.proxy_name} did not come up:\n{logs}") from None
+                await asyncio.sleep(0.05)
+
+    # -- control --------------------------------------------------------------------------------------
+
+    async def _call(self, egress: Egress, message: dict[str, Any], timeout_s: float = 5.0) -> dict[str, Any]:
+        try:
+            return await control.call(
+                egress.proxy_address, control.CONTROL_PORT, egress.gateway_token, message, timeout_s
+            )
+        except control.ControlError as exc:
+            raise EgressUnavailable(str(exc)) from None
+
+    async def status(self, egress: Egress, timeout_s: float = 5.0) -> dict[str, Any]:
+        return await self._call(egress, {"op": "status"}, timeout_s)
+
+    async def set_policy(self, egress: Egress, allow: list[str], mode: str, actor: str) -> dict[str, Any]:
+        """Swap the live policy; the proxy logs the change in the session's chain."""
+        return await self._call(egress, {"op": "policy", "allow": allow, "mode": mode, "actor": actor})
+
+    # -- watchdog -------------------------------------------------------------------------------------
+
+    async def revive(self, egresses: list[Egress]) -> list[str]:
+        """Restart every proxy that is not running (fail closed meanwhile); the names restarted."""
+        if not egresses:
+            return []
+        states = await asyncio.to_thread(
+            self._runtime.container_states, {"corral.role": "egress", "corral.gateway": self._settings.instance}
+        )
+        revived = []
+        for egress in egresses:
+            state = states.get(egress.proxy_name)
+            if state in ("running", "restarting", "created", "removing"):
+                continue
+            log.warning("egress proxy %s is %s; restarting it", egress.proxy_name, state or "gone")
+            try:
+                await asyncio.to_thread(self._runtime.restart, egress.proxy_id)
+                revived.append(egress.proxy_name)
+            except SandboxError as exc:
+                log.error("cannot restart egress proxy %s: %s", egress.proxy_name, exc)
+        return revived
+
+    # -- archive --------------------------------------------------------------------------------------
+
+    def write_meta(self, session_id: str, **fields: Any) -> None:
+        path = self.state_dir(session_id) / META_FILE
+        meta = json.loads(path.read_text()) if path.exists() else {"session": session_id}
+        meta.update(fields)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(meta))
+        os.replace(tmp, path)
+
+    def meta(self, session_id: str) -> dict[str, Any] | None:
+        try:
+            path = self.state_dir(session_id) / META_FILE
+            loaded: dict[str, Any] = json.loads(path.read_text())
+        except (ValueError, OSError):
+            return None
+        return loaded
+
+    def logs(self, owner: str) -> list[dict[str, Any]]:
+        """The audit logs this API key may read, live or ended, newest first."""
+        out = []
+        for meta_path in self.root.glob(f"ses_*/{META_FILE}"):
+            try:
+                meta = json.loads(meta_path.read_text())
+            except (OSError, ValueError):
+                continue
+            if meta.get("owner") != owner:
+                continue
+            audit = meta_path.parent / AUDIT_FILE
+            size = audit.stat().st_size if audit.exists() else 0
+            with audit.open("rb") if audit.exists() else open(os.devnull, "rb") as lines:
+                count = sum(1 for line in lines if line.strip())
+            out.append(
+                {
+                    "session": meta["session"],
+                    "state": "ended" if meta.get("ended_at") else "live",
+                    "created_at": meta.get("created_at"),
+                    "ended_at": meta.get("ended_at"),
+                    "records": count,
+                    "bytes": size,
+                }
+            )
+        return sorted(out, key=lambda item: item.get("created_at") or 0, reverse=True)
+
+    def prune(self, retention_s: float, live: set[str]) -> int:
+        """Remove ended sessions' egress state older than the retention; returns how many."""
+        removed = 0
+        cutoff = time.time() - retention_s
+        for meta_path in self.root.glob(f"ses_*/{META_FILE}"):
+            try:
+                meta = json.loads(meta_path.read_text())
+            except (OSError, ValueError):
+                continue
+            ended = meta.get("ended_at")
+            if ended and ended < cutoff and meta.get("session") not in live:
+                shutil.rmtree(meta_path.parent, ignore_errors=True)
+                removed += 1
+        return removed

@@ -1,0 +1,88 @@
+"""The controller's side of the egress audit: it tells the session's proxy when each action starts
+and ends, so every request the proxy logs names the action that caused it.
+
+One connection, kept open. ``started`` waits for the proxy's acknowledgement (well under a
+millisecond on the session network) so the proxy knows the action before its input can cause any
+request; ``ended`` does not wait. When the proxy is down the action goes ahead at once (the
+sandbox has no egress then anyway) and the reporter reconnects at most once a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from typing import Any
+
+from corral.proxy import control
+
+log = logging.getLogger(__name__)
+
+ACK_TIMEOUT_S = 0.25
+RETRY_AFTER_S = 1.0
+
+
+class ActionReporter:
+    def __init__(self, host: str, port: int, token: str) -> None:
+        self._host, self._port, self._token = host, port, token
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._lock = asyncio.Lock()
+        self._next_try = 0.0
+
+    async def _connect(self) -> bool:
+        if self._writer is not None:
+            return True
+        if time.monotonic() < self._next_try:
+            return False
+        self._next_try = time.monotonic() + RETRY_AFTER_S
+        try:
+            async with asyncio.timeout(ACK_TIMEOUT_S):
+                reader, writer = await asyncio.open_connection(self._host, self._port)
+                writer.write(control.encode({"op": "hello", "token": self._token}))
+                hello = json.loads(await reader.readline() or b"{}")
+        except (OSError, TimeoutError, ValueError) as exc:
+            log.warning("egress proxy control channel not reachable: %s", exc or type(exc).__name__)
+            return False
+        if not hello.get("ok"):
+            log.error("egress proxy refused the controller: %s", hello.get("error"))
+            writer.close()
+            return False
+        self._reader, self._writer = reader, writer
+        return True
+
+    def _drop(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+
+    async def _send(self, message: dict[str, Any], ack: bool) -> None:
+        async with self._lock:
+            if not await self._connect():
+                return
+            assert self._writer is not None and self._reader is not None
+            try:
+                self._writer.write(control.encode({**message, "ack": ack}))
+                if ack:
+                    async with asyncio.timeout(ACK_TIMEOUT_S):
+                        await self._writer.drain()
+                        await self._reader.readline()
+            except (OSError, TimeoutError) as exc:
+                log.warning("egress proxy control channel lost: %s", exc or type(exc).__name__)
+                self._drop()
+
+    async def started(self, action_id: str) -> None:
+        await self._send({"op": "action", "id": action_id, "phase": "start"}, ack=True)
+
+    async def ended(self, action_id: str) -> None:
+        await self._send({"op": "action", "id": action_id, "phase": "end"}, ack=False)
+
+    async def close(self) -> None:
+        async with self._lock:
+            if self._writer is not None:
+                self._writer.close()
+                with contextlib.suppress(OSError):
+                    await self._writer.wait_closed()
+            self._reader = self._writer = None

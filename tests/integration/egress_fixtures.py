@@ -1,0 +1,105 @@
+"""The egress tests' world: an egress network of the test's own, a fake upstream on it answering for
+names under .test (HTTP, HTTPS with a test CA, UDP echo), and a gateway whose proxies trust that CA
+and that upstream's address (which, being private, the global deny would refuse otherwise)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from corral import images
+from corral.runtime.docker import DockerRuntime
+
+UPSTREAM_NAMES = ["allowed.test", "other.test", "api.allowed.test", "doh.test", "slow.test"]
+
+
+@dataclass
+class Upstream:
+    name: str
+    address: str
+    network: str
+    ca_path: Path
+
+    def hits(self, runtime: DockerRuntime) -> list[dict[str, object]]:
+        lines = runtime.logs(self.name, 2000).splitlines()
+        return [json.loads(line[4:]) for line in lines if line.startswith("HIT ")]
+
+    def udp_hits(self, runtime: DockerRuntime) -> list[str]:
+        return [line for line in runtime.logs(self.name, 2000).splitlines() if line.startswith("UDP ")]
+
+
+def _name(common: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
+
+
+def write_test_pki(directory: Path) -> tuple[Path, Path, Path]:
+    """A CA and a leaf for the upstream's names; returns (ca.pem, leaf.pem, leaf.key)."""
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name("Corral test upstream CA"))
+        .issuer_name(_name("Corral test upstream CA"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=7))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    leaf = (
+        x509.CertificateBuilder()
+        .subject_name(_name("allowed.test"))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=7))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in [*UPSTREAM_NAMES, "*.test"]]), False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_path, leaf_path, key_path = directory / "ca.pem", directory / "leaf.pem", directory / "leaf.key"
+    ca_path.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    leaf_path.write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    for path in (directory, ca_path, leaf_path, key_path):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return ca_path, leaf_path, key_path
+
+
+def start_upstream(runtime: DockerRuntime, directory: Path, network: str) -> Iterator[Upstream]:
+    runtime.ensure_egress_network(network)
+    ca_path, leaf, key = write_test_pki(directory / "pki")
+    script = Path(__file__).parent / "upstream" / "server.py"
+    name = f"corral-upstream-{os.getpid()}"
+    address = runtime.start_service(
+        name,
+        images.DESKTOP_IMAGE,
+        ["/opt/corral/bin/python", "/srv/server.py", "/pki/leaf.pem", "/pki/leaf.key"],
+        network,
+        UPSTREAM_NAMES,
+        {str(script): "/srv/server.py", str(leaf.parent): "/pki"},
+        labels={"corral.test": "1"},
+    )
+    deadline = time.monotonic() + 30
+    while "READY" not in runtime.logs(name, 50):
+        assert time.monotonic() < deadline, runtime.logs(name, 50)
+        time.sleep(0.1)
+    try:
+        yield Upstream(name, address, network, ca_path)
+    finally:
+        runtime.remove(name)

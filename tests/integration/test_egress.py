@@ -1,0 +1,366 @@
+"""Egress end to end: real gateway, real sandbox and Chromium, real mitmproxy sidecar, a fake upstream
+container. All traffic stays on this machine (the test's own Docker networks, names under .test)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from corral.proxy.audit import verify
+from corral.runtime.docker import DockerRuntime
+from corral.sdk import Sandbox
+
+from .egress_fixtures import Upstream, start_upstream
+from .gateway_fixtures import KEY_A, KEY_B, RunningGateway, gateway
+
+pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
+
+# Run inside the sandbox as its user: what any process there (not only Chromium) can and cannot do.
+PROBE = r"""
+import json, socket, ssl, sys, http.client
+kind, args = sys.argv[1], json.loads(sys.argv[2])
+def out(value): print(json.dumps(value)); sys.exit(0)
+if kind == "tcp":
+    try:
+        socket.create_connection((args["host"], args["port"]), timeout=2).close(); out("open")
+    except OSError as exc: out(type(exc).__name__)
+if kind == "udp":
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(1.5)
+    try:
+        s.sendto(b"ping", (args["host"], args["port"])); s.recvfrom(100); out("answered")
+    except OSError as exc: out(type(exc).__name__)
+if kind == "resolve":
+    try: out(socket.gethostbyname(args["host"]))
+    except OSError as exc: out(type(exc).__name__)
+if kind == "proxied":
+    # A request through the session's proxy, trusting only the system store (which holds the session CA).
+    conn = http.client.HTTPConnection("corral-proxy", 8080, timeout=10)
+    if args.get("tls"):
+        conn = http.client.HTTPSConnection("corral-proxy", 8080, timeout=10, context=ssl.create_default_context())
+        conn.set_tunnel(args["connect"], 443)
+    target = args["path"] if args.get("tls") else "http://" + args["connect"] + args["path"]
+    headers = args.get("headers", {})
+    try:
+        conn.request(args.get("method", "GET"), target, body=args.get("body"), headers=headers)
+        r = conn.getresponse(); body = r.read().decode(errors="replace")
+        out({"status": r.status, "rule": r.getheader("x-corral-rule"), "body": body[:2000]})
+    except (OSError, http.client.HTTPException) as exc:
+        out({"status": 0, "error": type(exc).__name__ + ": " + str(exc)})
+"""
+
+
+# Every process of the sandbox: name, uid and its effective, permitted and bounding capability sets.
+CAPS = r"""
+import json, os
+out = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try: lines = open(f"/proc/{pid}/status").read().splitlines()
+    except OSError: continue
+    fields = dict(line.split(":", 1) for line in lines if ":" in line)
+    caps = [fields[k].strip() for k in ("CapEff", "CapPrm", "CapBnd")]
+    out.append({"pid": int(pid), "name": fields["Name"].strip(), "uid": fields["Uid"].split()[0], "caps": caps})
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory, runtime: DockerRuntime) -> Iterator[Upstream]:
+    network = f"corral-egress-it-{os.getpid()}"
+    yield from start_upstream(runtime, tmp_path_factory.mktemp("upstream"), network)
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator[RunningGateway]:
+    with gateway(
+        tmp_path_factory.mktemp("egress-gw"),
+        f"egress-{os.getpid()}",
+        egress_network=upstream.network,
+        # The fake upstream's (private) address is the one the operator vouches for; nothing else.
+        egress_trusted_networks=f"{upstream.address}/32",
+        egress_upstream_ca=upstream.ca_path,
+    ) as running:
+        yield running
+
+
+def probe(runtime: DockerRuntime, container: str, kind: str, **args: Any) -> Any:
+    code, out = runtime.exec(container, ["python", "-c", PROBE, kind, json.dumps(args)])
+    assert code == 0, out
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def traffic(gw: RunningGateway, session_id: str, key: str = KEY_A, **params: str) -> list[dict[str, Any]]:
+    with gw.client(key) as c:
+        response = c.get(f"/v1/sessions/{session_id}/traffic", params=params)
+    assert response.status_code == 200, response.text
+    return [json.loads(line) for line in response.text.splitlines() if line]
+
+
+def wait_for(predicate: Any, timeout_s: float = 10.0, interval_s: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval_s)
+
+
+@pytest.fixture(scope="module")
+def sb(gw: RunningGateway) -> Iterator[Sandbox]:
+    with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test", "GET,HEAD api.allowed.test/v1/"]) as box:
+        yield box
+
+
+def _title(sb: Sandbox, until: Any, timeout_s: float = 15.0) -> str:
+    def current() -> str:
+        title = str(sb.page_info()["title"])
+        return title if until(title) else ""
+
+    return str(wait_for(current, timeout_s) or sb.page_info()["title"])
+
+
+def test_the_browser_reaches_an_allowed_host_over_intercepted_tls_and_it_is_logged(
+    gw: RunningGateway, sb: Sandbox, upstream: Upstream, runtime: DockerRuntime
+) -> None:
+    reply = sb.act({"type": "navigate", "url": "https://allowed.test/hello?token=abc123"})
+    assert _title(sb, lambda t: t.startswith("upstream")) == "upstream allowed.test"
+    records = traffic(gw, sb.id, host="allowed.test", event="request")
+    page = next(r for r in records if r["url"].startswith("https://allowed.test/hello"))
+    assert page["status"] == 200 and page["decision"] == "allow" and page["rule"] == "allowed.test"
+    assert page["ip"] == upstream.address and page["sni"] == "allowed.test"
+    assert "abc123" not in page["url"]  # query secrets redacted
+    assert dict(page["response_headers"])["set-cookie"] == "[redacted]"
+    assert page["action"] == reply["action_id"]  # tied to the navigate that caused it
+
+
+def test_a_disallowed_host_is_refused_before_any_lookup_with_a_page_that_says_why(
+    gw: RunningGateway, sb: Sandbox, upstream: Upstream, runtime: DockerRuntime
+) -> None:
+    before = len(upstream.hits(runtime))
+    sb.navigate("https://other.test/secret")
+    assert _title(sb, lambda t: t.startswith("Blocked")) == "Blocked by Corral: other.test"
+    connect = [r for r in traffic(gw, sb.id, host="other.test") if r["event"] == "connect"][-1]
+    assert (connect["decision"], connect["rule"], connect["ip"]) == ("deny", "default-deny", None)
+    blocks = traffic(gw, sb.id, host="other.test", event="block")
+    assert blocks and blocks[-1]["status"] == 403
+    assert not [h for h in upstream.hits(runtime)[before:] if h["host"] == "other.test"]
+
+
+def test_nothing_gets_out_around_the_proxy(gw: RunningGateway, sb: Sandbox, upstream: Upstream,
+                                           runtime: DockerRuntime) -> None:
+    box = sb.container
+    listener = socket.socket()
+    listener.bind(("0.0.0.0", 0))  # a host service on every address: the hole --internal leaves open
+    listener.listen(4)
+    try:
+        with gw.client() as c:
+            info = c.get(f"/v1/sessions/{sb.id}").json()
+        assert info["egress_mode"] == "enforce"
+        session_gateway = probe(runtime, box, "resolve", host="corral-proxy")  # the proxy resolves...
+        assert session_gateway.count(".") == 3
+        assert probe(runtime, box, "resolve", host="allowed.test") != upstream.address  # ...upstreams do not
+        assert probe(runtime, box, "tcp", host=upstream.address, port=80) != "open"  # no direct route
+        assert probe(runtime, box, "tcp", host=upstream.address, port=443) != "open"
+        before = len(upstream.udp_hits(runtime))
+        assert probe(runtime, box, "udp", host=upstream.address, port=5353) != "answered"
+        assert len(upstream.udp_hits(runtime)) == before
+        network = runtime.session_network(f"corral-net-{sb.id}")
+        assert network is not None
+        assert probe(runtime, box, "tcp", host=network.gateway, port=listener.getsockname()[1]) != "open"
+        assert probe(runtime, box, "tcp", host=network.gateway, port=gw.settings.port) != "open"
+        # The firewall holds against the sandbox's own user: no capability is left to change it.
+        code, out = runtime.exec(box, ["python", "-c", CAPS])
+        assert code == 0, out
+        caps = json.loads(out)
+        assert {"tini", "chromium", "Xvfb", "openbox", "python"} <= {c["name"] for c in caps}
+        assert [c for c in caps if c["caps"] != ["0000000000000000"] * 3] == [], caps
+        code, out = runtime.exec(box, ["iptables", "-F"])
+        assert code != 0
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize(
+    ("connect", "rule"),
+    [
+        ("169.254.169.254", "global-deny"),  # cloud metadata, even though the allowlist names it
+        ("10.0.0.1", "global-deny"),  # private
+        ("127.0.0.1:8081", "global-deny"),  # the proxy's own loopback
+        ("corral-proxy:8081", "global-deny"),  # the proxy itself by name
+        ("2130706433", "global-deny"),  # 127.0.0.1 as one number
+        ("0x7f.1", "global-deny"),  # ... in hex, short form
+        ("0177.0.0.1", "global-deny"),  # ... in octal
+        ("localhost", "global-deny"),
+        ("metadata.google.internal", "global-deny"),
+    ],
+)
+def test_special_addresses_are_refused_in_every_spelling(
+    gw: RunningGateway, runtime: DockerRuntime, special: Sandbox, connect: str, rule: str
+) -> None:
+    result = probe(runtime, special.container, "proxied", connect=connect, path="/latest/meta-data")
+    assert (result["status"], result["rule"]) == (403, rule), result
+    host = connect.rsplit(":", 1)[0] if connect.count(":") == 1 else connect
+    assert any(r["event"] == "block" and r["rule"] == rule for r in traffic(gw, special.id)), host
+
+
+@pytest.fixture(scope="module")
+def special(gw: RunningGateway) -> Iterator[Sandbox]:
+    allow = ["169.254.169.254", "10.0.0.1", "127.0.0.1", "corral-proxy", "2130706433", "localhost",
+             "metadata.google.internal", "allowed.test"]
+    with Sandbox.create(url=gw.url, api_key=KEY_A, allow=allow) as box:
+        yield box
+
+
+def test_host_header_spoofing_and_doh_are_refused(gw: RunningGateway, sb: Sandbox, runtime: DockerRuntime) -> None:
+    spoof = probe(runtime, sb.container, "proxied", tls=True, connect="allowed.test", path="/x",
+                  headers={"Host": "other.test"})
+    assert (spoof["status"], spoof["rule"]) == (421, "host-mismatch"), spoof
+    doh = probe(runtime, sb.container, "proxied", tls=True, connect="allowed.test", path="/dns-query",
+                method="POST", body="AAABAAABAAAAAAAAA2Zvbwl0ZXN0AAABAAE=",
+                headers={"content-type": "application/dns-message"})
+    assert (doh["status"], doh["rule"]) == (403, "doh"), doh
+    plain = probe(runtime, sb.container, "proxied", connect="allowed.test", path="/x", headers={"Host": "other.test"})
+    assert (plain["status"], plain["rule"]) == (421, "host-mismatch"), plain
+    rules = {r["rule"] for r in traffic(gw, sb.id, event="block")}
+    assert {"host-mismatch", "doh"} <= rules
+
+
+def test_methods_and_path_prefixes_hold_and_the_system_store_trusts_the_session_ca(
+    gw: RunningGateway, sb: Sandbox, runtime: DockerRuntime
+) -> None:
+    ok = probe(runtime, sb.container, "proxied", tls=True, connect="api.allowed.test", path="/v1/items")
+    assert ok["status"] == 200, ok  # verified against the system store, which holds the session CA
+    post = probe(runtime, sb.container, "proxied", tls=True, connect="api.allowed.test", path="/v1/items",
+                 method="POST", body="{}")
+    assert (post["status"], post["rule"]) == (403, "default-deny"), post
+    outside = probe(runtime, sb.container, "proxied", tls=True, connect="api.allowed.test", path="/v2/")
+    assert outside["status"] == 403
+
+
+def test_the_session_ca_is_trusted_and_its_key_never_enters_the_sandbox(
+    gw: RunningGateway, sb: Sandbox, runtime: DockerRuntime
+) -> None:
+    code, out = runtime.exec(sb.container, ["certutil", "-L", "-d", "sql:/home/corral/.pki/nssdb"])
+    assert code == 0 and "Corral session CA" in out, out
+    code, out = runtime.exec(
+        sb.container, ["sh", "-c", "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'; cat /run/corral/*"]
+    )
+    assert "BEGIN CERTIFICATE" in out and "PRIVATE KEY" not in out
+    code, out = runtime.exec(sb.container, ["cat", "/etc/chromium/policies/managed/corral.json"])
+    policy = json.loads(out)
+    assert policy["ProxySettings"] == {"ProxyMode": "fixed_servers", "ProxyServer": "http://corral-proxy:8080"}
+    assert (policy["QuicAllowed"], policy["DnsOverHttpsMode"], policy["WebRtcIPHandling"]) == (
+        False,
+        "off",
+        "disable_non_proxied_udp",
+    )
+    code, out = runtime.exec(sb.container, ["sh", "-c", "tr '\\0' ' ' < /proc/$(pgrep -o -x chromium)/cmdline"])
+    for flag in ("--proxy-server=http://corral-proxy:8080", "--disable-quic",
+                 "--force-webrtc-ip-handling-policy=disable_non_proxied_udp", "DnsOverHttps"):
+        assert flag in out
+
+
+def test_the_allowlist_changes_live_and_the_change_is_logged(gw: RunningGateway, runtime: DockerRuntime) -> None:
+    with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as box, gw.client() as c:
+        def fetch() -> int:
+            return int(probe(runtime, box.container, "proxied", tls=True, connect="other.test", path="/")["status"])
+
+        assert fetch() == 403
+        patched = c.patch(f"/v1/sessions/{box.id}", json={"allow": ["allowed.test", "other.test"]})
+        assert patched.status_code == 200, patched.text
+        assert patched.json()["allow"] == ["allowed.test", "other.test"]
+        assert fetch() == 200
+        bad = c.patch(f"/v1/sessions/{box.id}", json={"allow": ["*.*.test"]})
+        assert bad.status_code == 422 and bad.json()["error"]["field"] == "allow.0"
+        assert c.patch(f"/v1/sessions/{box.id}", json={"allow": ["allowed.test"]}).status_code == 200
+        assert fetch() == 403
+        changes = traffic(gw, box.id, event="policy")
+        assert [r["allow"] for r in changes[-2:]] == [["allowed.test", "other.test"], ["allowed.test"]]
+        assert changes[-1]["actor"] == "api-key:" + changes[-1]["actor"].split(":", 1)[1]
+        # Another key may neither change nor read it.
+        with gw.client(KEY_B) as other:
+            assert other.patch(f"/v1/sessions/{box.id}", json={"allow": []}).status_code == 403
+            assert other.get(f"/v1/sessions/{box.id}/traffic").status_code == 403
+
+
+def test_report_mode_allows_and_logs_what_it_would_refuse(gw: RunningGateway, runtime: DockerRuntime) -> None:
+    with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"], egress_mode="report") as box:
+        result = probe(runtime, box.container, "proxied", tls=True, connect="other.test", path="/json")
+        assert result["status"] == 200, result
+        reported = [r for r in traffic(gw, box.id, host="other.test") if r["event"] in ("connect", "request")]
+        assert reported and all(r["decision"] == "report" for r in reported)
+        assert all(r["rule"] == "default-deny" for r in reported)
+
+
+def test_logs_verify_har_validates_and_tampering_is_caught(
+    gw: RunningGateway, sb: Sandbox, tmp_path: Path
+) -> None:
+    from jsonschema import Draft6Validator
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT6
+
+    schemas = Path(__file__).parents[1] / "unit" / "proxy" / "har_schema"  # HAR 1.2, vendored
+    resources = []
+    for path in sorted(schemas.glob("*.json")):
+        contents = json.loads(path.read_text())
+        resources.append((contents["$id"].removesuffix("#"), Resource.from_contents(contents, DRAFT6)))
+    registry: Registry[Any] = Registry().with_resources(resources)
+    validator = Draft6Validator(
+        json.loads((schemas / "har.json").read_text()), registry=registry, format_checker=Draft6Validator.FORMAT_CHECKER
+    )
+
+    with gw.client() as c:
+        raw = c.get(f"/v1/sessions/{sb.id}/traffic").content
+        har = c.get(f"/v1/sessions/{sb.id}/traffic.har").json()
+        listed = c.get("/v1/audit").json()
+    log = tmp_path / "audit.jsonl"
+    log.write_bytes(raw)
+    assert verify(log).ok and verify(log).records == len(raw.splitlines())
+    assert list(validator.iter_errors(har)) == []
+    assert any(e["request"]["url"].startswith("https://allowed.test/") for e in har["log"]["entries"])
+    assert any(item["session"] == sb.id and item["state"] == "live" for item in listed)
+    lines = raw.splitlines()
+    record = json.loads(lines[2])
+    record["status"] = 299
+    lines[2] = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+    log.write_bytes(b"\n".join(lines) + b"\n")
+    result = verify(log)
+    assert not result.ok and result.first_bad == 3
+
+
+def test_a_killed_proxy_fails_closed_loses_nothing_and_comes_back(gw: RunningGateway, runtime: DockerRuntime) -> None:
+    with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as box:
+        def fetch() -> int:
+            return int(probe(runtime, box.container, "proxied", tls=True, connect="allowed.test", path="/json")["status"])
+
+        assert fetch() == 200
+        before = traffic(gw, box.id)
+        proxy = f"corral-egress-{box.id}"
+        runtime.kill(proxy)  # SIGKILL: nothing flushed at exit, no goodbye
+        assert fetch() == 0  # no egress at all while it is down
+        assert wait_for(lambda: fetch() == 200, timeout_s=30), "the gateway did not bring the proxy back"
+        after = traffic(gw, box.id)
+        assert after[: len(before)] == before  # nothing already answered was lost
+        assert [r["event"] for r in after].count("proxy") >= 2  # a second start, same chain
+        log = gw.settings.data_dir / "egress" / box.id / "audit.jsonl"
+        assert verify(log).ok
+
+
+def test_audit_logs_outlive_their_sessions(gw: RunningGateway, runtime: DockerRuntime) -> None:
+    with gw.client() as c:
+        box = c.post("/v1/sessions", json={"allow": ["allowed.test"]}).json()
+        assert c.delete(f"/v1/sessions/{box['id']}").status_code == 204
+        assert runtime.session_network(f"corral-net-{box['id']}") is None
+        response = c.get(f"/v1/sessions/{box['id']}/traffic")
+        assert response.status_code == 200 and b'"event":"proxy"' in response.content
+        listed = {item["session"]: item for item in c.get("/v1/audit").json()}
+        assert listed[box["id"]]["state"] == "ended"
+    with httpx.Client(base_url=gw.url, headers={"Authorization": f"Bearer {KEY_B}"}) as other:
+        assert other.get(f"/v1/sessions/{box['id']}/traffic").status_code == 403
