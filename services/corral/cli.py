@@ -144,14 +144,14 @@ def up(build: Annotated[bool, typer.Option(help="Build the image first (seconds 
 
 @app.command()
 def down() -> None:
-    """Stop the gateway and remove its sandboxes (the data volume, with the API key, stays)."""
+    """Stop the gateway and remove its sandboxes (the data dir, with the API key and audit logs, stays)."""
     runtime = _runtime()
     try:
         runtime.compose(images.repo_root(), ["down"])
     except CorralError as exc:
         raise _fail(str(exc)) from None
-    for info in runtime.list_sandboxes({"corral.gateway": os.environ.get("CORRAL_INSTANCE", "default")}):
-        runtime.remove(info.id)
+    # Sandboxes, their egress proxies and their session networks (audit logs stay in the data dir).
+    runtime.remove_all({"corral.gateway": os.environ.get("CORRAL_INSTANCE", "default")})
     console.print("[green]gateway stopped[/green]")
 
 
@@ -199,6 +199,9 @@ def session_create(
     timeout_s: Annotated[int | None, typer.Option("--timeout", help="Wall-clock limit in seconds.")] = None,
     idle_timeout_s: Annotated[int | None, typer.Option("--idle-timeout", help="Idle limit in seconds.")] = None,
     label: Annotated[list[str] | None, typer.Option("--label", help="KEY=VALUE (repeat).")] = None,
+    egress_mode: Annotated[
+        str | None, typer.Option("--egress-mode", help="enforce (default) or report (allow, log what is not allowed).")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a session; prints its id, token and WebSocket URL."""
@@ -215,6 +218,8 @@ def session_create(
         body["timeout_s"] = timeout_s
     if idle_timeout_s is not None:
         body["idle_timeout_s"] = idle_timeout_s
+    if egress_mode is not None:
+        body["egress_mode"] = egress_mode
     with _gateway() as gw:
         created = _checked(gw.post("/v1/sessions", json=body))
     if as_json:
@@ -222,6 +227,25 @@ def session_create(
         return
     out.print(_session_table([created]))
     out.print(f"token: {created['token']}\nws: {created['ws_url']}")
+
+
+@session_app.command("allow")
+def session_allow(
+    session_id: str,
+    entries: Annotated[list[str] | None, typer.Argument(help="The new allowlist (replaces the old one).")] = None,
+    egress_mode: Annotated[str | None, typer.Option("--egress-mode", help="enforce or report.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Replace a live session's allowlist (and mode); the change is written to its audit log."""
+    body: dict[str, Any] = {"allow": entries or []}
+    if egress_mode is not None:
+        body["egress_mode"] = egress_mode
+    with _gateway() as gw:
+        updated = _checked(gw.patch(f"/v1/sessions/{session_id}", json=body))
+    if as_json:
+        out.print_json(json.dumps(updated))
+        return
+    out.print(_session_table([updated]))
 
 
 @session_app.command("ls")

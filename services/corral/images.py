@@ -56,8 +56,9 @@ def debootstrap_base(runtime: DockerRuntime, log: Log, mirror: str | None = None
     debootstrap = shutil.which("debootstrap")
     if debootstrap is None:
         raise ImageBuildError(
-            f"no registry gave {upstream_base(suite)} and debootstrap is missing: install it (apt-get install debootstrap) "
-            "or set CORRAL_BASE_IMAGE to a Debian bookworm image you have"
+            f"no registry gave {upstream_base(suite)} and debootstrap is missing: install it "
+            "(apt-get install debootstrap) or set CORRAL_BASE_IMAGE (CORRAL_EGRESS_BASE_IMAGE for trixie) "
+            f"to a Debian {suite} image you have"
         )
     with tempfile.TemporaryDirectory(prefix="corral-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"

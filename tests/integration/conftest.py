@@ -7,6 +7,7 @@ changed); set CORRAL_SKIP_BUILD=1 to use the image as it is.
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import os
@@ -33,6 +34,17 @@ def desktop_image(runtime: DockerRuntime) -> str:
     if os.environ.get("CORRAL_SKIP_BUILD") == "1" and runtime.image_exists(images.DESKTOP_IMAGE):
         return images.DESKTOP_IMAGE
     return images.build_desktop(runtime, lambda line: None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_test_networks() -> Iterator[None]:
+    """The networks this run made (their names end in its pid) go when it ends."""
+    yield
+    with contextlib.suppress(Exception):  # no engine, nothing to clean
+        runtime = DockerRuntime()
+        for name in runtime.network_names():
+            if name.startswith("corral-") and name.endswith(f"-{os.getpid()}"):
+                runtime.remove_network(name)
 
 
 @pytest.fixture(scope="session")

@@ -83,7 +83,7 @@ def write_test_pki(directory: Path) -> tuple[Path, Path, Path]:
 
 def start_upstream(runtime: DockerRuntime, directory: Path, network: str) -> Iterator[Upstream]:
     runtime.ensure_egress_network(network)
-    ca_path, leaf, key = write_test_pki(directory / "pki")
+    ca_path, leaf, _ = write_test_pki(directory / "pki")
     script = Path(__file__).parent / "upstream" / "server.py"
     name = f"corral-upstream-{os.getpid()}"
     address = runtime.start_service(

@@ -17,7 +17,7 @@ from corral.runtime.docker import DockerRuntime
 from .gateway_fixtures import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.usefixtures("desktop_image")
+pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
 
 
 def _corral(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -53,7 +53,6 @@ def test_corral_up_status_session_down(runtime: DockerRuntime) -> None:
             assert sb.screenshot("jpeg")[:3] == b"\xff\xd8\xff"
     finally:
         down = _corral(["down"], env)
-        for sandbox in runtime.list_sandboxes({"corral.gateway": instance}):
-            runtime.remove(sandbox.id)
+        runtime.remove_all({"corral.gateway": instance})
     assert down.returncode == 0, down.stderr
     assert runtime.find("corral-gateway") is None

@@ -338,7 +338,8 @@ def test_logs_verify_har_validates_and_tampering_is_caught(
 def test_a_killed_proxy_fails_closed_loses_nothing_and_comes_back(gw: RunningGateway, runtime: DockerRuntime) -> None:
     with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as box:
         def fetch() -> int:
-            return int(probe(runtime, box.container, "proxied", tls=True, connect="allowed.test", path="/json")["status"])
+            result = probe(runtime, box.container, "proxied", tls=True, connect="allowed.test", path="/json")
+            return int(result["status"])
 
         assert fetch() == 200
         before = traffic(gw, box.id)

@@ -367,12 +367,17 @@ def test_limits_and_hardening_are_applied(gw: RunningGateway, runtime: DockerRun
             assert host["ShmSize"] == gw.settings.default_shm_mb * 1024 * 1024
             assert "size=512m" in host["Tmpfs"]["/tmp"]
             assert host["ReadonlyRootfs"] is True
-            assert host["CapDrop"] == ["ALL"] and not host.get("CapAdd")
+            # Only what the boot stage needs to set the firewall and drop to nothing; every process of the
+            # sandbox then runs with all-zero capability sets (test_egress checks each one).
+            assert host["CapDrop"] == ["ALL"]
+            assert sorted(host["CapAdd"]) == ["NET_ADMIN", "NET_RAW", "SETGID", "SETPCAP", "SETUID"]
             assert "no-new-privileges" in host["SecurityOpt"]
             assert host["Privileged"] is False
             assert not host.get("PortBindings")  # nothing published on the host
             assert not any("docker.sock" in (m.get("Source") or "") for m in attrs["Mounts"])
-            assert attrs["Config"]["User"] == "corral"
+            assert attrs["Config"]["User"] == "root"  # the boot stage; it becomes corral before anything else runs
+            code, out = runtime.exec(created["container"], ["ps", "-o", "user=", "-p", "1"])
+            assert out.strip() == "corral"
             # Capped, not trusted: a request above the gateway's maximum gets the maximum.
             big = c.post("/v1/sessions", json={"resources": {"cpus": 64, "memory_mb": 65536}}).json()
             big_host = docker.from_env().containers.get(big["container"]).attrs["HostConfig"]

@@ -21,8 +21,8 @@ from starlette.requests import HTTPConnection
 from corral.bodies import read_capped
 from corral.errors import CorralError, SandboxError
 from corral.gateway import auth
-from corral.gateway.metrics import Metrics
 from corral.gateway.egress import EgressUnavailable
+from corral.gateway.metrics import Metrics
 from corral.gateway.models import CreatedSession, CreateSession, SessionOut, UpdateSession
 from corral.gateway.relay import relay
 from corral.gateway.sessions import CapacityError, Session, SessionManager, SessionNotFound

@@ -230,9 +230,13 @@ class DockerRuntime:
                 return SandboxContainer(container.id, container.name, network["IPAddress"], CONTROLLER_PORT)
         return None
 
+    def _network_exists(self, name: str) -> bool:
+        # Docker's name filter matches substrings ("corral-egress" finds "corral-egress-test-1").
+        return any(network.name == name for network in self._client.networks.list(names=[name]))
+
     def ensure_network(self, name: str) -> None:
         """A bridge network whose containers cannot talk to each other (inter-container traffic off)."""
-        if self._client.networks.list(names=[name]):
+        if self._network_exists(name):
             return
         try:
             self._client.networks.create(
@@ -249,7 +253,7 @@ class DockerRuntime:
 
     def ensure_egress_network(self, name: str) -> None:
         """The network proxies reach upstreams through (a plain bridge with NAT to the outside)."""
-        if self._client.networks.list(names=[name]):
+        if self._network_exists(name):
             return
         try:
             self._client.networks.create(name, driver="bridge", labels={SANDBOX_LABEL: NETWORK_ROLE})
@@ -279,7 +283,11 @@ class DockerRuntime:
         config = ((attrs.get("IPAM") or {}).get("Config") or [{}])[0]
         options = attrs.get("Options") or {}
         interface = options.get("com.docker.network.bridge.name") or f"br-{str(attrs['Id'])[:12]}"
-        return SessionNetwork(str(attrs["Name"]), str(config.get("Subnet", "")), str(config.get("Gateway", "")), interface)
+        subnet, gateway = str(config.get("Subnet", "")), str(config.get("Gateway", ""))
+        return SessionNetwork(str(attrs["Name"]), subnet, gateway, interface)
+
+    def network_names(self) -> list[str]:
+        return [str(network.name) for network in self._client.networks.list()]
 
     def remove_network(self, name: str) -> None:
         with contextlib.suppress(docker.errors.NotFound):
@@ -340,9 +348,23 @@ class DockerRuntime:
         aliases: list[str],
         volumes: Mapping[str, str],
         labels: Mapping[str, str] | None = None,
+        *,
+        writable: Mapping[str, str] | None = None,
+        cpus: float | None = None,
+        memory: str | None = None,
     ) -> str:
-        """A helper container (tests' fake upstreams, the bench's); returns its address on ``network``."""
+        """A helper container (tests' fake upstreams, the bench's); returns its address on ``network``.
+
+        ``volumes`` are mounted read-only, ``writable`` read-write; ``cpus`` and ``memory`` limit it
+        (the bench gives its bare proxy the same limits as a session's proxy)."""
         self.remove(name)
+        binds = {host: {"bind": inside, "mode": "ro"} for host, inside in volumes.items()}
+        binds.update({host: {"bind": inside, "mode": "rw"} for host, inside in (writable or {}).items()})
+        limits: dict[str, Any] = {}
+        if cpus is not None:
+            limits["nano_cpus"] = int(cpus * 1e9)
+        if memory is not None:
+            limits.update(mem_limit=memory, memswap_limit=memory)
         try:
             container: Container = self._client.containers.create(
                 image,
@@ -352,8 +374,9 @@ class DockerRuntime:
                 user="root",
                 labels=dict(labels or {}),
                 network=network,
-                volumes={host: {"bind": inside, "mode": "ro"} for host, inside in volumes.items()},
+                volumes=binds,
                 init=True,
+                **limits,
             )
             net = self._client.networks.get(network)
             net.disconnect(container)
@@ -365,6 +388,16 @@ class DockerRuntime:
             raise SandboxError(f"cannot start {name}: {exc.explanation or exc}") from None
         networks = (container.attrs.get("NetworkSettings") or {}).get("Networks") or {}
         return str((networks.get(network) or {}).get("IPAddress", ""))
+
+    def remove_all(self, labels: Mapping[str, str]) -> None:
+        """Every container, then every network, carrying ``labels``."""
+        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+        for container in self._client.containers.list(all=True, filters=filters):
+            with contextlib.suppress(docker.errors.APIError):
+                container.remove(force=True)
+        for network in self._client.networks.list(filters=filters):
+            with contextlib.suppress(docker.errors.APIError):
+                self.remove_network(network.name)
 
     def container_states(self, labels: Mapping[str, str]) -> dict[str, str]:
         """Name -> state ("running", "exited", "restarting", ...) of every container with ``labels``."""

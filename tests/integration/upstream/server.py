@@ -23,8 +23,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length") or 0)
         body = self.rfile.read(length) if length else b""
         host = (self.headers.get("host") or "").split(":")[0]
-        hit = {"host": host, "method": self.command, "path": self.path, "tls": isinstance(self.connection, ssl.SSLSocket),
-               "bytes": len(body)}
+        tls = isinstance(self.connection, ssl.SSLSocket)
+        hit = {"host": host, "method": self.command, "path": self.path, "tls": tls, "bytes": len(body)}
         print("HIT " + json.dumps(hit), flush=True)
         if self.path.startswith("/json"):
             payload = json.dumps(hit).encode()

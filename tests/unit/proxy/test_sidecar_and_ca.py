@@ -1,0 +1,44 @@
+"""The sidecar's mitmdump command line and the per-session CA."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from cryptography import x509
+
+from corral.proxy import ca
+from corral.proxy.sidecar import mitmdump_argv
+
+
+def _options(argv: list[str]) -> dict[str, str]:
+    return dict(argv[i + 1].split("=", 1) for i, arg in enumerate(argv) if arg == "--set")
+
+
+def test_mitmdump_listens_on_the_session_address_only_with_the_addon(tmp_path: Path) -> None:
+    env = {"CORRAL_SESSION": "ses_1", "CORRAL_STATE_DIR": str(tmp_path), "CORRAL_GATEWAY_TOKEN": "g",
+           "CORRAL_CONTROLLER_TOKEN": "c", "CORRAL_TRUSTED_NETWORKS": "10.9.0.0/16"}
+    argv = mitmdump_argv(env, "172.30.0.2", "/lib/corral/proxy/load.py")
+    assert argv[:5] == ["mitmdump", "--listen-host", "172.30.0.2", "--listen-port", "8080"]
+    assert argv[argv.index("-s") + 1] == "/lib/corral/proxy/load.py"
+    options = _options(argv)
+    assert options["corral_control_host"] == "172.30.0.2"
+    assert options["confdir"] == str(tmp_path / "ca")
+    assert options["http3"] == "false" and options["connection_strategy"] == "eager"
+    assert options["corral_mode"] == "enforce" and options["corral_allow_private"] == "false"
+    assert options["corral_trusted_networks"] == "10.9.0.0/16"
+    assert "ssl_verify_upstream_trusted_ca" not in options
+    (tmp_path / "upstream-ca.pem").write_text("x")
+    assert _options(mitmdump_argv(env, "172.30.0.2", "x"))["ssl_verify_upstream_trusted_ca"].endswith("upstream-ca.pem")
+
+
+def test_a_session_ca_is_a_ca_with_its_key_kept_private(tmp_path: Path) -> None:
+    made = ca.create(tmp_path / "ca", "ses_abc")
+    cert = x509.load_pem_x509_certificate(made.cert_pem.encode())
+    assert cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is True
+    assert "ses_abc" in cert.subject.rfc4514_string()
+    secret = tmp_path / "ca" / ca.KEY_AND_CERT
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    assert "PRIVATE KEY" in secret.read_text() and "PRIVATE KEY" not in made.cert_pem
+    assert (tmp_path / "ca" / ca.CERT_ONLY).read_text() == made.cert_pem
+    assert ca.create(tmp_path / "other", "ses_abc").fingerprint_sha256 != made.fingerprint_sha256  # fresh each time
