@@ -223,6 +223,8 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
             "sessions": manager.counts(),
             "pool_target": settings.pool_size,
             "host_guard": manager.host_guarded,
+            "egress": {"enabled": manager.egress is not None, "mode": settings.egress_mode,
+                       "network": settings.egress_network} if manager.egress is not None else {"enabled": False},
         }
 
     @app.get("/metrics")
