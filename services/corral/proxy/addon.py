@@ -137,6 +137,7 @@ class Egress:
         self._state_dir: Path | None = None
         self._tunnels: dict[str, Tunnel] = {}  # client connection id -> its CONNECT
         self._pins: dict[tuple[str, str, int], str] = {}  # (client id, vetted address, port) -> its name
+        self._resolved: dict[tuple[str, str, int], tuple[str | None, Verdict]] = {}  # plain HTTP lookups
         self._actions: dict[str, float] = {}  # agent actions in flight, in the order they started
         self._control: asyncio.Server | None = None
         self.lookup: Lookup = system_lookup  # the one DNS seam (unit tests answer from a table)
@@ -286,7 +287,12 @@ class Egress:
         if not verdict.refused and tunnel is None:
             # Plain HTTP through the proxy: resolve and vet here, then name the request by the vetted
             # address, so mitmproxy dials (and reuses) exactly that connection.
-            ip, verdict = self._merge(verdict, await self._resolve(host, request.port))
+            key = (flow.client_conn.id, host, request.port)
+            resolution = self._resolved.get(key)
+            if resolution is None:
+                # Once per client connection and host, like a tunnel: later requests reuse the vetted address.
+                resolution = self._resolved[key] = await self._resolve(host, request.port)
+            ip, verdict = self._merge(verdict, resolution)
             if ip is not None and not verdict.refused:
                 self._pins[(flow.client_conn.id, ip, request.port)] = host
                 request.data.host = ip
@@ -359,6 +365,8 @@ class Egress:
         self._tunnels.pop(client.id, None)
         for key in [key for key in self._pins if key[0] == client.id]:
             del self._pins[key]
+        for resolved in [key for key in self._resolved if key[0] == client.id]:
+            del self._resolved[resolved]
 
     def response(self, flow: http.HTTPFlow) -> None:
         note = flow.metadata.get(NOTE)

@@ -96,10 +96,13 @@ class AuditLog:
             **fields,
             "prev": self._prev,
         }
-        record["hash"] = _digest(record)
+        # The canonical text is made once: hashed, then written with the hash appended (readers
+        # re-canonicalise to verify, so where "hash" sits in the line does not matter).
+        text = json.dumps(record, sort_keys=True, separators=(",", ":"))
+        record["hash"] = digest = hashlib.sha256(text.encode()).hexdigest()
         # One write of a whole line: a reader never sees half a record, a kill loses none already written.
-        os.write(self._fd, (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode())
-        self._prev = record["hash"]
+        os.write(self._fd, f'{text[:-1]},"hash":"{digest}"}}\n'.encode())
+        self._prev = digest
         return record
 
     def close(self) -> None:

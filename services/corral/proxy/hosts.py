@@ -8,6 +8,7 @@ an address slips past a rule.
 from __future__ import annotations
 
 import fcntl
+import functools
 import ipaddress
 import re
 import socket
@@ -39,6 +40,7 @@ def parse_ip(host: str) -> IPAddress | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
 def normalize_host(raw: str) -> str:
     """The canonical form of a host: an address's standard text, or a lower-case ASCII name."""
     host = raw.strip()
