@@ -42,9 +42,11 @@ if kind == "resolve":
     except OSError as exc: out(type(exc).__name__)
 if kind == "proxied":
     # A request through the session's proxy, trusting only the system store (which holds the session CA).
-    conn = http.client.HTTPConnection("corral-proxy", 8080, timeout=10)
+    timeout = args.get("timeout", 10)
+    proxy = args.get("proxy", "corral-proxy")
+    conn = http.client.HTTPConnection(proxy, 8080, timeout=timeout)
     if args.get("tls"):
-        conn = http.client.HTTPSConnection("corral-proxy", 8080, timeout=10, context=ssl.create_default_context())
+        conn = http.client.HTTPSConnection(proxy, 8080, timeout=timeout, context=ssl.create_default_context())
         conn.set_tunnel(args["connect"], 443)
     target = args["path"] if args.get("tls") else "http://" + args["connect"] + args["path"]
     headers = args.get("headers", {})
@@ -335,22 +337,42 @@ def test_logs_verify_har_validates_and_tampering_is_caught(
     assert not result.ok and result.first_bad == 3
 
 
-def test_a_killed_proxy_fails_closed_loses_nothing_and_comes_back(gw: RunningGateway, runtime: DockerRuntime) -> None:
-    with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as box:
+def test_a_killed_proxy_fails_closed_loses_nothing_and_comes_back(
+    tmp_path: Path, upstream: Upstream, runtime: DockerRuntime
+) -> None:
+    # A gateway of its own whose watchdog looks every 8 s: long enough to see the sandbox cut off.
+    with gateway(
+        tmp_path,
+        f"egress-kill-{os.getpid()}",
+        reap_interval_s=8.0,
+        egress_network=upstream.network,
+        egress_trusted_networks=f"{upstream.address}/32",
+        egress_upstream_ca=upstream.ca_path,
+    ) as own, Sandbox.create(url=own.url, api_key=KEY_A, allow=["allowed.test"]) as box:
+
         def fetch() -> int:
             result = probe(runtime, box.container, "proxied", tls=True, connect="allowed.test", path="/json")
             return int(result["status"])
 
         assert fetch() == 200
-        before = traffic(gw, box.id)
+        before = traffic(own, box.id)
         proxy = f"corral-egress-{box.id}"
-        runtime.kill(proxy)  # SIGKILL: nothing flushed at exit, no goodbye
-        assert fetch() == 0  # no egress at all while it is down
-        assert wait_for(lambda: fetch() == 200, timeout_s=30), "the gateway did not bring the proxy back"
-        after = traffic(gw, box.id)
+        address = probe(runtime, box.container, "resolve", host="corral-proxy")
+        runtime.kill(proxy)  # SIGKILL mid-session: nothing flushed at exit, no goodbye
+        assert wait_for(lambda: fetch() == 200, timeout_s=30), "the proxy did not come back"
+        after = traffic(own, box.id)
         assert after[: len(before)] == before  # nothing already answered was lost
         assert [r["event"] for r in after].count("proxy") >= 2  # a second start, same chain
-        log = gw.settings.data_dir / "egress" / box.id / "audit.jsonl"
+        runtime.stop(proxy)  # dead for good as far as Docker is concerned: only the gateway revives it
+        # By address and with a short timeout: the address is simply gone, so a connect would otherwise
+        # wait for it to come back (and Docker's resolver takes its time over a stopped container).
+        down = probe(runtime, box.container, "proxied", tls=True, connect="allowed.test", path="/json",
+                     timeout=1.5, proxy=address)
+        assert down["status"] == 0, down
+        assert runtime.container_states({"corral.session": box.id})[proxy] == "exited"  # down throughout: fail closed
+        assert wait_for(lambda: fetch() == 200, timeout_s=30), "the gateway did not bring the proxy back"
+        assert [r["event"] for r in traffic(own, box.id)].count("proxy") >= 3
+        log = own.settings.data_dir / "egress" / box.id / "audit.jsonl"
         assert verify(log).ok
 
 

@@ -31,8 +31,7 @@ def gw(tmp_path_factory: pytest.TempPathFactory, runtime: DockerRuntime) -> Iter
     instance = f"it-{time.time_ns()}"
     with gateway(tmp_path_factory.mktemp("gw"), instance, pool_size=1) as running:
         yield running
-    for info in runtime.list_sandboxes({"corral.gateway": instance}):
-        runtime.remove(info.id)
+    runtime.remove_all({"corral.gateway": instance})  # sandboxes, proxies, session networks
 
 
 def _wait_title(sb: Sandbox, expected: str, timeout_s: float = 5) -> str:
@@ -203,8 +202,7 @@ def test_capacity_is_answered_with_429(tmp_path: Path, runtime: DockerRuntime) -
             full = b.post("/v1/sessions", json={})
             assert full.status_code == 429 and "CORRAL_MAX_SESSIONS" in full.json()["error"]["message"]
     finally:
-        for info in runtime.list_sandboxes({"corral.gateway": instance}):
-            runtime.remove(info.id)
+        runtime.remove_all({"corral.gateway": instance})
 
 
 def test_restart_finds_live_sessions_and_reaps_orphans(tmp_path: Path, runtime: DockerRuntime) -> None:
@@ -238,8 +236,7 @@ def test_restart_finds_live_sessions_and_reaps_orphans(tmp_path: Path, runtime: 
             assert orphan.id not in alive
             assert c.delete(f"/v1/sessions/{kept['id']}").status_code == 204
     finally:
-        for info in runtime.list_sandboxes({"corral.gateway": instance}):
-            runtime.remove(info.id)
+        runtime.remove_all({"corral.gateway": instance})
 
 
 def test_eight_sessions_at_once_are_isolated(gw: RunningGateway) -> None:
@@ -376,7 +373,7 @@ def test_limits_and_hardening_are_applied(gw: RunningGateway, runtime: DockerRun
             assert not host.get("PortBindings")  # nothing published on the host
             assert not any("docker.sock" in (m.get("Source") or "") for m in attrs["Mounts"])
             assert attrs["Config"]["User"] == "root"  # the boot stage; it becomes corral before anything else runs
-            code, out = runtime.exec(created["container"], ["ps", "-o", "user=", "-p", "1"])
+            _, out = runtime.exec(created["container"], ["ps", "-o", "user=", "-p", "1"])
             assert out.strip() == "corral"
             # Capped, not trusted: a request above the gateway's maximum gets the maximum.
             big = c.post("/v1/sessions", json={"resources": {"cpus": 64, "memory_mb": 65536}}).json()

@@ -265,9 +265,11 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
     async def update_session(
         body: UpdateSession, request: Request, session: SessionDep, manager: ManagerDep
     ) -> Any:
-        presented = _presented(request) or ""
-        ident = request.app.state.keys.check(presented)
-        actor = f"api-key:{ident}" if ident is not None else f"session-token:{session.id}"
+        # The owner's API key only: a session token is what the agent holds, and it must not widen its own egress.
+        ident = request.app.state.keys.check(_presented(request) or "")
+        if ident is None:
+            raise ApiError(403, "forbidden", "changing a session's egress needs its owner's API key")
+        actor = f"api-key:{ident}"
         try:
             await manager.update_egress(session, body.allow, body.egress_mode, actor)
         except EgressUnavailable as exc:

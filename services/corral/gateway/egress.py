@@ -9,6 +9,7 @@ restarted proxy continues the same chain with the same CA and policy.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -107,10 +108,11 @@ class EgressManager:
         """Network, host guard, state, CA and a started proxy (blocking: run it in a thread)."""
         s = self._settings
         labels = {**labels, SESSION_LABEL: session_id}
-        network = self._runtime.create_session_network(f"corral-net-{session_id}", labels)
+        network = self._runtime.create_session_network(f"corral-net-{session_id}", labels, s.session_subnets)
         try:
             # The internal network still reaches the host through its bridge address: close that here too.
-            hostguard.install(network.interface)
+            if not hostguard.install(network.interface):
+                log.error("no host guard on %s: the sandbox's own firewall is the only barrier", network.name)
             state, authority = self._prepare_state(session_id, allow, mode)
             gateway_token, controller_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
             proxy = self._runtime.start_egress(
@@ -133,6 +135,7 @@ class EgressManager:
             )
         except BaseException:
             self._runtime.remove_network(network.name)
+            hostguard.remove(network.interface)
             raise
         egress = Egress(
             session_id=session_id,
@@ -160,6 +163,7 @@ class EgressManager:
         """Remove the proxy and the network; the state (audit log) stays."""
         self._runtime.remove(egress.proxy_id)
         self._runtime.remove_network(egress.network)
+        hostguard.remove(egress.interface)
 
     async def wait_ready(self, egress: Egress, timeout_s: float) -> None:
         started = time.monotonic()
@@ -201,25 +205,35 @@ class EgressManager:
 
     # -- watchdog -------------------------------------------------------------------------------------
 
-    async def revive(self, egresses: list[Egress]) -> list[str]:
-        """Restart every proxy that is not running (fail closed meanwhile); the names restarted."""
+    async def revive(self, egresses: list[Egress]) -> tuple[dict[str, Egress], list[str]]:
+        """Restart every proxy that is not running (its sandbox has no egress meanwhile).
+
+        Returns the restarted ones (by session, with their address as it is now) and the sessions
+        whose proxy is gone altogether, which the caller ends: no proxy, no session.
+        """
         if not egresses:
-            return []
+            return {}, []
         states = await asyncio.to_thread(
             self._runtime.container_states, {"corral.role": "egress", "corral.gateway": self._settings.instance}
         )
-        revived = []
+        revived: dict[str, Egress] = {}
+        gone: list[str] = []
         for egress in egresses:
             state = states.get(egress.proxy_name)
             if state in ("running", "restarting", "created", "removing"):
                 continue
-            log.warning("egress proxy %s is %s; restarting it", egress.proxy_name, state or "gone")
+            if state is None:
+                log.error("egress proxy %s is gone; ending session %s", egress.proxy_name, egress.session_id)
+                gone.append(egress.session_id)
+                continue
+            log.warning("egress proxy %s is %s; restarting it", egress.proxy_name, state)
             try:
                 await asyncio.to_thread(self._runtime.restart, egress.proxy_id)
-                revived.append(egress.proxy_name)
+                address = await asyncio.to_thread(self._runtime.address_on, egress.proxy_id, egress.network)
+                revived[egress.session_id] = dataclasses.replace(egress, proxy_address=address or egress.proxy_address)
             except SandboxError as exc:
                 log.error("cannot restart egress proxy %s: %s", egress.proxy_name, exc)
-        return revived
+        return revived, gone
 
     # -- archive --------------------------------------------------------------------------------------
 
@@ -269,6 +283,11 @@ class EgressManager:
         """Remove ended sessions' egress state older than the retention; returns how many."""
         removed = 0
         cutoff = time.time() - retention_s
+        for state in self.root.glob("ses_*"):
+            # Pool pairs that never served a session have no metadata: nobody's log, gone after retention.
+            if not (state / META_FILE).exists() and state.name not in live and state.stat().st_mtime < cutoff:
+                shutil.rmtree(state, ignore_errors=True)
+                removed += 1
         for meta_path in self.root.glob(f"ses_*/{META_FILE}"):
             try:
                 meta = json.loads(meta_path.read_text())

@@ -145,6 +145,13 @@ class SessionManager:
         for record in self._store.load_all():
             info = alive.get(record.get("container", ""))
             if info is None or info.address is None:
+                if self.egress is not None and record.get("egress"):
+                    # Its sandbox died while the gateway was down: the log is kept, as ended.
+                    egress = Egress.from_record(record["egress"])
+                    with contextlib.suppress(Exception):
+                        await asyncio.to_thread(self.egress.teardown_blocking, egress)
+                    with contextlib.suppress(OSError, ValueError):
+                        self.egress.write_meta(str(record["id"]), ended_at=time.time(), end_reason="lost")
                 self._store.delete(str(record.get("id")))
                 continue
             session = Session(
@@ -394,7 +401,15 @@ class SessionManager:
                     live = [
                         s.egress for s in self._sessions.values() if s.egress is not None and s.state == "ready"
                     ]
-                    await self.egress.revive(live + [p.egress for p in self._pool if p.egress is not None])
+                    revived, gone = await self.egress.revive(live)
+                    for session_id, egress in revived.items():
+                        if session_id in self._sessions:
+                            self._sessions[session_id].egress = egress
+                            self._store.save(session_id, self._sessions[session_id].record())
+                    for session_id in gone:
+                        with contextlib.suppress(SessionNotFound):
+                            await self.delete(session_id, "egress_proxy_gone")
+                    # A pooled pair with a broken proxy is caught by the health check before hand-out.
                     if now - last_prune > 3600:
                         last_prune = now
                         retention = self._settings.egress_retention_days * 86400

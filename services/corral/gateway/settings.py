@@ -46,6 +46,8 @@ class GatewaySettings(BaseSettings):
     egress: bool = True  # off only where sandboxes may reach the network unfiltered (and unlogged)
     egress_image: str = "corral-egress:latest"
     egress_network: str = "corral-egress"
+    # Each session's own network gets a /28 from here (pick a range your hosts do not use).
+    session_subnets: str = "10.213.0.0/16"
     egress_mode: Literal["enforce", "report"] = "enforce"
     # Comma-separated networks the operator vouches for: exempt from the global deny (private ranges).
     egress_trusted_networks: str = ""

@@ -43,6 +43,7 @@ NOTE = "corral"
 POLICY_FILE = control.POLICY_FILE
 AUDIT_FILE = control.AUDIT_FILE
 RESOLVE_TIMEOUT_S = 5.0
+MAX_ACTIONS = 64
 REASONS = {403: "Forbidden", 421: "Misdirected Request", 502: "Bad Gateway"}
 
 
@@ -65,6 +66,7 @@ class Tunnel:
     port: int
     verdict: Verdict
     ip: str | None
+    generation: int  # of the policy that decided it; a policy change re-decides the tunnel
 
 
 @dataclass(slots=True)
@@ -139,6 +141,7 @@ class Egress:
         self._pins: dict[tuple[str, str, int], str] = {}  # (client id, vetted address, port) -> its name
         self._resolved: dict[tuple[str, str, int], tuple[str | None, Verdict]] = {}  # plain HTTP lookups
         self._actions: dict[str, float] = {}  # agent actions in flight, in the order they started
+        self._generation = 0  # bumped by each policy change
         self._control: asyncio.Server | None = None
         self.lookup: Lookup = system_lookup  # the one DNS seam (unit tests answer from a table)
 
@@ -246,7 +249,7 @@ class Egress:
         host, ip = _canonical_or_raw(raw_host), None
         if not verdict.refused:
             ip, verdict = self._merge(verdict, await self._resolve(host, port))
-        self._tunnels[flow.client_conn.id] = Tunnel(host, port, verdict, ip)
+        self._tunnels[flow.client_conn.id] = Tunnel(host, port, verdict, ip, self._generation)
         flow.metadata[NOTE] = FlowNote(started, action, verdict, host)
         self._log(
             "connect",
@@ -266,6 +269,30 @@ class Egress:
                 flow.request.data.http_version, 200, b"Connection established", http.Headers(), b"", None, now, now
             )
 
+    async def _redecide(self, tunnel: Tunnel) -> None:
+        """A kept-alive tunnel after a policy change: decided again, as a new CONNECT would be."""
+        verdict = self._verdict(self.policy.connect(tunnel.host, tunnel.port))
+        ip = tunnel.ip
+        if not verdict.refused and ip is None:
+            # Refused (or unresolvable) before: resolved and vetted now, as at a CONNECT.
+            ip, verdict = self._merge(verdict, await self._resolve(tunnel.host, tunnel.port))
+        tunnel.verdict, tunnel.ip, tunnel.generation = verdict, ip, self._generation
+
+    def next_layer(self, data: Any) -> None:
+        """Raw TCP would carry bytes past every request check: inside a tunnel, everything is HTTP."""
+        from mitmproxy.proxy import layers
+
+        if isinstance(data.layer, layers.TCPLayer) and data.context.client.id in self._tunnels:
+            data.layer = layers.HttpLayer(data.context, layers.http.HTTPMode.transparent)
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        # A WebSocket opened before a narrowing policy change does not outlive it.
+        tunnel = self._tunnels.get(flow.client_conn.id)
+        if tunnel is not None and tunnel.generation != self._generation:
+            verdict = self._verdict(self.policy.connect(tunnel.host, tunnel.port))
+            if verdict.refused:
+                flow.kill()  # type: ignore[no-untyped-call,unused-ignore]
+
     def tls_clienthello(self, data: tls.ClientHelloData) -> None:
         tunnel = self._tunnels.get(data.context.client.id)
         if tunnel is not None and tunnel.verdict.refused:
@@ -274,6 +301,8 @@ class Egress:
     async def requestheaders(self, flow: http.HTTPFlow) -> None:
         started, action = time.time(), self._action()
         tunnel = self._tunnels.get(flow.client_conn.id)
+        if tunnel is not None and tunnel.generation != self._generation:
+            await self._redecide(tunnel)
         request = flow.request
         verdict = self._misdirected(flow, tunnel)
         # Inside a tunnel mitmproxy names the request by the pinned address; the vetted name is the tunnel's.
@@ -307,6 +336,13 @@ class Egress:
         request = flow.request
         try:
             if tunnel is not None:
+                if request.authority:
+                    # Absolute-form inside a tunnel: servers act on its host, so it must be the tunnel's.
+                    if parse_authority(request.authority, tunnel.port) != (tunnel.host, tunnel.port):
+                        reason = f"the request names {request.authority} but the tunnel was opened to {tunnel.host}"
+                        return Verdict(Decision(False, reason, "host-mismatch"), "deny", 421)
+                    if request.http_version.startswith("HTTP/1"):
+                        request.authority = ""  # sent on in origin form
                 if not request.host_header:
                     return Verdict(Decision(False, "the request names no host", "host-mismatch"), "deny", 421)
                 named = parse_authority(request.host_header, tunnel.port)
@@ -440,6 +476,7 @@ class Egress:
         return None
 
     async def _serve_control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        opened: set[str] = set()  # actions this connection started: dropped with it (a dead controller)
         try:
             role: control.Role | None = None
             while line := await reader.readline():
@@ -452,8 +489,10 @@ class Egress:
                         writer.write(control.encode({"ok": True, "role": role}))
                         await writer.drain()
                         continue
+                    if isinstance(message, control.ActionEvent):
+                        (opened.add if message.phase == "start" else opened.discard)(message.id)
                     reply = self.handle_control(role, message)
-                except ValueError as exc:
+                except (ValueError, OSError) as exc:
                     reply = {"ok": False, "error": str(exc)}
                 if reply is not None:
                     writer.write(control.encode(reply))
@@ -461,6 +500,8 @@ class Egress:
         except (ConnectionError, asyncio.LimitOverrunError, ValueError):
             pass
         finally:
+            for action in opened:
+                self._actions.pop(action, None)
             writer.close()
 
     def handle_control(self, role: control.Role, message: control.Message) -> dict[str, Any] | None:
@@ -469,6 +510,8 @@ class Egress:
             if role != "controller":
                 raise ValueError("only the controller reports actions")
             if message.phase == "start":
+                if len(self._actions) >= MAX_ACTIONS:
+                    self._actions.pop(next(iter(self._actions)))  # the oldest: a start whose end was lost
                 self._actions[message.id] = time.time()
             else:
                 self._actions.pop(message.id, None)
@@ -478,8 +521,10 @@ class Egress:
         if isinstance(message, control.SetPolicy):
             policy = self.policy.with_allow(message.allow)
             previous_allow, previous_mode = self.policy.allow, self.mode
+            # Persisted and logged before it takes effect: no policy is ever live without its record.
+            self._persist(policy.allow, message.mode)
             self.policy, self.mode = policy, message.mode
-            self._persist()
+            self._generation += 1
             self._log(
                 "policy",
                 allow=policy.allow,
@@ -500,12 +545,12 @@ class Egress:
             }
         raise ValueError("unexpected message")
 
-    def _persist(self) -> None:
+    def _persist(self, allow: list[str], mode: str) -> None:
         if self._state_dir is None:
             return
         target = self._state_dir / POLICY_FILE
         temporary = target.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"allow": self.policy.allow, "mode": self.mode}))
+        temporary.write_text(json.dumps({"allow": allow, "mode": mode}))
         os.replace(temporary, target)
 
 

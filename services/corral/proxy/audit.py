@@ -21,6 +21,7 @@ from typing import Any
 
 GENESIS = "0" * 64
 REDACTED = "[redacted]"
+_SECRET_HEADER = re.compile(r"token|secret|passw|api-?key|auth|cookie|session|csrf|xsrf|signature|credential", re.I)
 SECRET_HEADERS = frozenset(
     {
         "authorization",
@@ -34,13 +35,19 @@ SECRET_HEADERS = frozenset(
         "x-goog-api-key",
     }
 )
+# Long words anywhere in a name (accessToken, apikey, sessionid); short ones only as a whole part.
 _SECRET_QUERY = re.compile(
-    r"(^|_|-)(token|key|secret|password|passwd|pwd|sig|signature|auth|credential|session|code)s?($|_|-)", re.I
+    r"token|secret|passw|apikey|api_key|api-key|auth|credential|session|signature"
+    r"|(^|_|-|\.)(key|pwd|sig|code|jwt|sid)s?($|_|-|\.)",
+    re.I,
 )
 
 
 def redact_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    return [(name, REDACTED if name.lower() in SECRET_HEADERS else value) for name, value in headers]
+    return [
+        (name, REDACTED if name.lower() in SECRET_HEADERS or _SECRET_HEADER.search(name) else value)
+        for name, value in headers
+    ]
 
 
 def redact_url(url: str) -> str:
@@ -69,17 +76,26 @@ class AuditLog:
         self.session = session
         self._seq = 0
         self._prev = GENESIS
+        damaged = 0
+        ends_cleanly = True
         if path.exists():
-            last = None
             with path.open("rb") as existing:
                 for line in existing:
-                    if line.strip():
-                        last = line
-            if last is not None:
-                record = json.loads(last)
-                self._seq, self._prev = int(record["seq"]), str(record["hash"])
+                    ends_cleanly = line.endswith(b"\n")
+                    if not line.strip():
+                        continue
+                    try:
+                        record = json.loads(line)
+                        self._seq, self._prev = int(record["seq"]), str(record["hash"])
+                    except (ValueError, KeyError, TypeError):
+                        damaged += 1  # kept in place: verify will name it
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        if not ends_cleanly:
+            os.write(self._fd, b"\n")  # a torn last line must not swallow the next record
+        if damaged:
+            # Continue the chain from the last good record, and say so in it.
+            self.write("recovered", damaged_lines=damaged)
 
     @property
     def seq(self) -> int:

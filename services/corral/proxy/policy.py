@@ -83,6 +83,7 @@ DOH_NAMES = frozenset(
     }
 )
 DOH_MEDIA_TYPES = ("application/dns-message", "application/dns-json")
+WEB_PORTS = (80, 443)  # what a rule without a port allows
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"})
 
 
@@ -101,7 +102,7 @@ class Rule:
         return f"{methods}{host}{port}{self.path_prefix or ''}"
 
     def matches_host(self, host: str, port: int) -> bool:
-        if self.port is not None and self.port != port:
+        if port != self.port if self.port is not None else port not in WEB_PORTS:
             return False
         return host.endswith("." + self.host) if self.wildcard else host == self.host
 
@@ -172,7 +173,7 @@ def normalize_path(path: str) -> str:
     raw = path.split("?", 1)[0].split("#", 1)[0] or "/"
     lowered = raw.lower()
     if "%2f" in lowered or "%5c" in lowered or "\\" in raw:
-        raise ValueError(f"encoded or back slashes in the path: {path!r}")
+        raise ValueError(f"encoded or back slashes in the path: {raw!r}")
     decoded = urllib.parse.unquote(raw)
     segments: list[str] = []
     for segment in decoded.split("/"):
@@ -239,11 +240,12 @@ class Policy:
     def _global(self, host: str) -> Decision | None:
         if host in self.own_hosts:
             return Decision(False, f"{host} is the egress proxy itself", "global-deny")
-        if self.allow_private:
-            return None
         address = parse_ip(host)
-        if address is not None and globally_denied(address) and not self._trusted(address):
-            return Decision(False, f"{host} is a loopback, private, link-local or reserved address", "global-deny")
+        if address is not None:
+            # The operator's override lifts the address part only; local names and DoH stay refused.
+            if globally_denied(address) and not self.allow_private and not self._trusted(address):
+                return Decision(False, f"{host} is a loopback, private, link-local or reserved address", "global-deny")
+            return None
         if host in DENIED_NAMES or host.endswith(DENIED_SUFFIXES):
             return Decision(False, f"{host} is a local or metadata name", "global-deny")
         if host in DOH_NAMES:
@@ -277,7 +279,8 @@ class Policy:
         for rule in self.rules:
             if rule.matches_host(host, port) and rule.matches_request(method, clean):
                 return Decision(True, f"allowed by {rule}", str(rule))
-        return Decision(False, f"{method} {path} on {host} is not allowed by the session's rules", "default-deny")
+        # The normalised path, never the query: reasons reach the log and the refusal page unredacted.
+        return Decision(False, f"{method} {clean} on {host} is not allowed by the session's rules", "default-deny")
 
     def resolved(self, host: str, address: str) -> Decision:
         """After the one DNS lookup: a name that resolves into the global deny is refused (and the

@@ -44,6 +44,7 @@ def mitmdump_argv(env: Mapping[str, str], listen: str, addon: str) -> list[str]:
         "confdir": str(state / "ca"),
         "connection_strategy": "eager",
         "http3": "false",  # no QUIC from the proxy either
+        "rawtcp": "false",  # inside a tunnel everything is parsed as HTTP, so every request meets the checks
         "termlog_verbosity": "warn",
         "flow_detail": "0",
         "corral_session": env.get("CORRAL_SESSION", ""),

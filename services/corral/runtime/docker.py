@@ -6,6 +6,7 @@ Everything here goes through the docker SDK (no ``docker`` CLI strings).
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import subprocess
 import time
 import urllib.error
@@ -17,6 +18,7 @@ from typing import Any
 
 import docker
 import docker.errors
+import docker.types
 from docker.models.containers import Container
 
 from corral.errors import ImageBuildError, SandboxError
@@ -203,6 +205,9 @@ class DockerRuntime:
                 nano_cpus=int(spec.cpus * 1e9),
                 pids_limit=spec.pids,
                 init=False,  # the image runs tini itself
+                # Docker runs a healthcheck as the container's user (root, for the boot stage) with the
+                # sandbox user's home as its working directory: never. The gateway polls /healthz itself.
+                healthcheck={"test": ["NONE"]},
             )
         except docker.errors.ImageNotFound:
             raise SandboxError(f"image {spec.image} not found; build it with `corral images build`") from None
@@ -261,16 +266,45 @@ class DockerRuntime:
             if exc.status_code != 409:
                 raise SandboxError(f"cannot create network {name}: {exc.explanation or exc}") from None
 
-    def create_session_network(self, name: str, labels: Mapping[str, str] | None = None) -> SessionNetwork:
-        """An ``--internal`` network (no route out) for one sandbox and its proxy."""
-        try:
-            network = self._client.networks.create(
-                name, driver="bridge", internal=True, labels={SANDBOX_LABEL: NETWORK_ROLE, **(labels or {})}
+    def _used_subnets(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+        used = []
+        for network in self._client.networks.list():
+            for config in (network.attrs.get("IPAM") or {}).get("Config") or []:
+                with contextlib.suppress(ValueError, TypeError):
+                    used.append(ipaddress.ip_network(config.get("Subnet", ""), strict=False))
+        return used
+
+    def create_session_network(
+        self, name: str, labels: Mapping[str, str] | None = None, pool: str = "10.213.0.0/16", prefix: int = 28
+    ) -> SessionNetwork:
+        """An ``--internal`` network (no route out) for one sandbox and its proxy.
+
+        Its subnet is a small one (/28) taken from ``pool``: Docker's own default pools hold only
+        about 30 networks, far fewer than the sessions a gateway may run.
+        """
+        used = self._used_subnets()
+        for candidate in ipaddress.ip_network(pool).subnets(new_prefix=prefix):
+            if any(candidate.overlaps(other) for other in used):
+                continue
+            ipam = docker.types.IPAMConfig(
+                pool_configs=[docker.types.IPAMPool(subnet=str(candidate), gateway=str(candidate[1]))]
             )
-            network.reload()
-        except docker.errors.APIError as exc:
-            raise SandboxError(f"cannot create network {name}: {exc.explanation or exc}") from None
-        return self._session_network(network.attrs)
+            try:
+                network = self._client.networks.create(
+                    name,
+                    driver="bridge",
+                    internal=True,
+                    ipam=ipam,
+                    labels={SANDBOX_LABEL: NETWORK_ROLE, **(labels or {})},
+                )
+                network.reload()
+            except docker.errors.APIError as exc:
+                if "overlap" in str(exc.explanation or exc).lower():
+                    used.append(candidate)  # taken meanwhile by another gateway or session: the next one
+                    continue
+                raise SandboxError(f"cannot create network {name}: {exc.explanation or exc}") from None
+            return self._session_network(network.attrs)
+        raise SandboxError(f"no free /{prefix} left in the session network pool {pool} (CORRAL_SESSION_SUBNETS)")
 
     def session_network(self, name: str) -> SessionNetwork | None:
         try:
@@ -389,6 +423,12 @@ class DockerRuntime:
         networks = (container.attrs.get("NetworkSettings") or {}).get("Networks") or {}
         return str((networks.get(network) or {}).get("IPAddress", ""))
 
+    def address_on(self, ident: str, network: str) -> str | None:
+        """A container's address on one network (None when it has none there)."""
+        networks = (self._container(ident).attrs.get("NetworkSettings") or {}).get("Networks") or {}
+        address = (networks.get(network) or {}).get("IPAddress")
+        return str(address) if address else None
+
     def remove_all(self, labels: Mapping[str, str]) -> None:
         """Every container, then every network, carrying ``labels``."""
         filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
@@ -409,6 +449,11 @@ class DockerRuntime:
             self._container(ident).restart(timeout=2)
         except docker.errors.APIError as exc:
             raise SandboxError(f"cannot restart {ident}: {exc.explanation or exc}") from None
+
+    def stop(self, ident: str) -> None:
+        """Stop a container for good (Docker does not restart a container stopped by hand)."""
+        with contextlib.suppress(docker.errors.APIError):
+            self._container(ident).stop(timeout=1)
 
     def kill(self, ident: str, signal: str = "KILL") -> None:
         """Kill a container's main process (tests use it to kill a proxy mid-session)."""

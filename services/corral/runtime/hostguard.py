@@ -39,6 +39,16 @@ def _rules(interface: str) -> list[list[str]]:
     ]
 
 
+def remove(interface: str) -> None:
+    """Take ``interface``'s rules out again (its network is gone); quietly does nothing without them."""
+    iptables = shutil.which("iptables")
+    if iptables is None:
+        return
+    for rule in _rules(interface):
+        while subprocess.run([iptables, "-w", "-D", *rule], capture_output=True, check=False).returncode == 0:
+            pass
+
+
 def install(interface: str) -> bool:
     """Install the rules for ``interface`` once (idempotent); False when the host does not allow it."""
     iptables = shutil.which("iptables")

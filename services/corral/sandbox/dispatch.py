@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from typing import Any
 
@@ -23,6 +24,8 @@ class Dispatcher:
         self._limits = limits
         self._reporter = reporter  # tells the egress proxy which action is in flight
         self._seq = 0
+        # Ids stay unique in the session's audit log across controller restarts.
+        self._boot = secrets.token_hex(2)
 
     async def handle(self, raw: str | bytes) -> dict[str, Any]:
         """One message in, one reply out; never raises for anything the client sent."""
@@ -33,7 +36,7 @@ class Dispatcher:
             request_id = request_id_of(obj)
             plan = plan_request(obj, self._desktop.size, self._limits)
             self._seq += 1
-            action_id = f"a{self._seq}"
+            action_id = f"a{self._seq}.{self._boot}"
             try:
                 async with asyncio.timeout(plan.timeout_ms / 1000):
                     async with self._desktop.lock:

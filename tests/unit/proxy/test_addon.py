@@ -399,3 +399,70 @@ def test_parse_authority(text: str, expected: tuple[str, int]) -> None:
 def test_parse_authority_rejects(text: str) -> None:
     with pytest.raises(ValueError):
         parse_authority(text, 443)
+
+
+async def test_absolute_form_inside_a_tunnel_must_name_the_tunnel(egress) -> None:
+    addon, _, _ = egress
+    flow = connect_flow("allowed.test")
+    await addon.http_connect(flow)
+    smuggled = tunnel_request(flow, "allowed.test", "/guide/x")
+    smuggled.request.authority = "evil.example:443"
+    await addon.requestheaders(smuggled)
+    assert smuggled.response is not None and smuggled.response.status_code == 421
+    same = tunnel_request(flow, "allowed.test", "/x")
+    same.request.authority = "allowed.test"
+    await addon.requestheaders(same)
+    assert same.response is None and same.request.authority == ""  # forwarded in origin form
+
+
+async def test_raw_tcp_is_never_chosen_inside_a_tunnel(egress) -> None:
+    from mitmproxy.proxy import layers
+    from mitmproxy.proxy.context import Context
+
+    addon, _, _ = egress
+    flow = connect_flow("allowed.test")
+    await addon.http_connect(flow)
+
+    class Data:
+        def __init__(self) -> None:
+            self.context = Context(flow.client_conn, tctx_options())
+            self.layer: object = layers.TCPLayer(self.context)
+
+    data = Data()
+    addon.next_layer(data)
+    assert isinstance(data.layer, layers.HttpLayer)
+
+
+def tctx_options() -> Any:
+    from mitmproxy import options
+
+    return options.Options()
+
+
+async def test_a_policy_change_redecides_kept_alive_tunnels(egress) -> None:
+    addon, lookups, _ = egress
+    flow = connect_flow("other.test", 8443)
+    await addon.http_connect(flow)
+    first = tunnel_request(flow, "other.test:8443")
+    await addon.requestheaders(first)
+    assert first.response is not None and first.response.status_code == 403
+    addon.handle_control("gateway", control.SetPolicy(("other.test:8443",), "enforce", "test"))
+    again = tunnel_request(flow, "other.test:8443")
+    await addon.requestheaders(again)
+    assert again.response is None  # allowed now, on the same kept-alive tunnel
+    assert lookups.asked == ["other.test"]
+    addon.handle_control("gateway", control.SetPolicy(("allowed.test",), "enforce", "test"))
+    later = tunnel_request(flow, "other.test:8443")
+    await addon.requestheaders(later)
+    assert later.response is not None and later.response.status_code == 403
+
+
+async def test_refusal_reasons_carry_no_query(egress) -> None:
+    addon, _, state = egress
+    flow = connect_flow("other.test")
+    await addon.http_connect(flow)
+    inner = tunnel_request(flow, "other.test", "/private?access_token=SECRET123")
+    await addon.requestheaders(inner)
+    assert inner.response is not None and inner.response.status_code == 403
+    assert "SECRET123" not in (inner.response.get_text() or "")
+    assert "SECRET123" not in (state / "audit.jsonl").read_text()

@@ -108,3 +108,35 @@ def test_secret_headers_are_redacted() -> None:
 def test_query_secrets_are_redacted(url: str, kept: str, gone: str) -> None:
     redacted = redact_url(url)
     assert kept in redacted and gone not in redacted
+
+
+def test_redaction_catches_camel_case_and_token_headers() -> None:
+    from corral.proxy.audit import redact_headers, redact_url
+
+    url = redact_url("https://x.test/p?accessToken=a&apikey=b&sessionid=c&q=1&zipcode=9&api_key=d")
+    assert "=a" not in url and "=b" not in url and "=c" not in url and "=d" not in url
+    assert "q=1" in url and "zipcode=9" in url
+    headers = dict(redact_headers([("PRIVATE-TOKEN", "t"), ("X-CSRF-Token", "c"), ("X-Api-Token", "a"),
+                                   ("Accept", "text/html")]))
+    assert headers == {"PRIVATE-TOKEN": "[redacted]", "X-CSRF-Token": "[redacted]", "X-Api-Token": "[redacted]",
+                       "Accept": "text/html"}
+
+
+def test_a_torn_last_line_is_kept_for_verify_and_the_chain_goes_on(tmp_path) -> None:
+    from corral.proxy.audit import AuditLog, verify
+
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path, "ses_1")
+    log.write("proxy")
+    log.write("request", status=200)
+    log.close()
+    with path.open("ab") as raw:
+        raw.write(b'{"seq":3,"half')  # a write cut short
+    again = AuditLog(path, "ses_1")
+    record = again.write("request", status=204)
+    again.close()
+    lines = path.read_bytes().splitlines()
+    assert lines[2] == b'{"seq":3,"half'
+    assert b'"event":"recovered"' in lines[3] and record["seq"] == 4
+    result = verify(path)
+    assert not result.ok and result.first_bad == 3  # the damage stays visible

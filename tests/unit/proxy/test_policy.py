@@ -128,3 +128,22 @@ def test_path_normalisation_keeps_what_is_inside(path: str) -> None:
 )
 def test_special_ipv6_and_shared_addresses_are_denied(address: str) -> None:
     assert Policy(["example.test"]).resolved("example.test", address).rule == "global-deny"
+
+
+def test_a_rule_without_a_port_allows_the_web_ports_only() -> None:
+    policy = Policy(["example.test"])
+    assert policy.connect("example.test", 443).allowed and policy.connect("example.test", 80).allowed
+    assert not policy.connect("example.test", 22).allowed
+    assert Policy(["example.test:22"]).connect("example.test", 22).allowed
+
+
+def test_allow_private_lifts_addresses_but_not_local_names_or_doh() -> None:
+    policy = Policy(["10.1.2.3", "metadata.google.internal", "dns.google"], allow_private=True)
+    assert policy.connect("10.1.2.3", 443).allowed
+    assert policy.connect("metadata.google.internal", 80).rule == "global-deny"
+    assert policy.connect("dns.google", 443).rule == "global-deny"
+
+
+def test_refusal_reasons_hold_the_normalised_path_only() -> None:
+    decision = Policy(["GET example.test/docs/"]).request("example.test", 443, "GET", "/a/../b?token=s3cret")
+    assert not decision.allowed and "s3cret" not in decision.reason and "/b" in decision.reason
