@@ -33,6 +33,8 @@ audit_app = typer.Typer(help="Check and read egress audit logs.", no_args_is_hel
 app.add_typer(images_app, name="images")
 app.add_typer(session_app, name="session")
 app.add_typer(audit_app, name="audit")
+recording_app = typer.Typer(help="List and download session recordings.", no_args_is_help=True)
+app.add_typer(recording_app, name="recording")
 console = Console(stderr=True)
 out = Console()
 
@@ -532,3 +534,50 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+@recording_app.command("ls")
+def recording_ls(as_json: JsonOpt = False) -> None:
+    """The recordings the gateway keeps, of live and ended sessions."""
+    try:
+        rows = _gateway_get("/v1/recordings").json()
+    except ValueError:
+        raise _fail("the gateway's answer to GET /v1/recordings is not JSON") from None
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise _fail("the gateway's answer to GET /v1/recordings is not a list of recordings")
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return
+    table = Table("session", "state", "created", "ended", "events")
+    table.columns[0].no_wrap = True
+    table.columns[4].justify = "right"
+    for row in rows:
+        table.add_row(
+            _cell(row.get("session")),
+            _cell(row.get("state")),
+            _when(row.get("created_at")),
+            _when(row.get("ended_at")),
+            _cell(row.get("events")),
+        )
+    out.print(table)
+
+
+@recording_app.command("get")
+def recording_get(
+    session_id: str,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Where to write the .zip.")] = None,
+) -> None:
+    """Download a session's recording bundle (a .zip; format in docs/recording.md) and check it reads."""
+    from corral.recording.bundle import BundleError, read_bundle
+
+    target = output or Path(f"{session_id}.zip")
+    response = _gateway_get(f"/v1/sessions/{session_id}/recording")
+    target.write_bytes(response.content)
+    try:
+        bundle = read_bundle(target)
+    except BundleError as exc:
+        raise _fail(f"downloaded, but it does not read: {exc}") from None
+    console.print(
+        f"[green]{target}[/green]: {len(bundle.actions)} actions, {len(bundle.frames)} frames"
+        + (" (cut short: last line dropped)" if bundle.truncated else "")
+    )

@@ -282,6 +282,37 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
             return []
         return await asyncio.to_thread(manager.egress.logs, key.key_id or "")
 
+    @app.get("/v1/recordings")
+    async def list_recordings(key: KeyDep, manager: ManagerDep) -> Any:
+        if manager.recordings is None:
+            return []
+        return await asyncio.to_thread(manager.recordings.listing, key.key_id or "")
+
+    @app.get("/v1/sessions/{session_id}/recording")
+    async def session_recording(request: Request, session_id: str, manager: ManagerDep) -> Response:
+        """The session's recording bundle as a .zip (live or ended; docs/recording.md)."""
+        recordings = manager.recordings
+        if recordings is None:
+            raise ApiError(404, "not_found", "this gateway does not record sessions")
+        ident = request.app.state.keys.check(_presented(request) or "")
+        if ident is None:
+            session_access(request)  # a live session's own token
+        else:
+            try:
+                owner = recordings.owner(session_id)
+            except ValueError:
+                owner = None
+            if owner is None:
+                raise ApiError(404, "not_found", f"no recording of session {session_id}")
+            if owner != ident:
+                raise ApiError(403, "forbidden", "this session belongs to another API key")
+        try:
+            body = await asyncio.to_thread(recordings.zip, session_id)
+        except (OSError, ValueError):
+            raise ApiError(404, "not_found", f"no recording of session {session_id}") from None
+        headers = {"content-disposition": f'attachment; filename="{session_id}.zip"'}
+        return Response(body, media_type="application/zip", headers=headers)
+
     @app.get("/v1/sessions/{session_id}/traffic")
     async def session_traffic(log_path: AuditLogDep, wanted: FilterDep) -> Response:
         """The audit records, as JSON Lines exactly as the proxy wrote them (so `verify` still holds

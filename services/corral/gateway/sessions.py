@@ -15,10 +15,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+
 from corral.errors import CorralError
 from corral.gateway import auth
 from corral.gateway.egress import Egress, EgressManager, EgressUnavailable
 from corral.gateway.models import CreateSession, Viewport
+from corral.gateway.recording import RecordingManager
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
 from corral.runtime import SandboxRuntime, hostguard
@@ -103,6 +106,8 @@ class SessionManager:
         self._sessions: dict[str, Session] = {}
         self._pool: list[Pair] = []
         self.egress = EgressManager(settings, runtime) if settings.egress else None  # type: ignore[arg-type]
+        self.recordings = RecordingManager(settings.data_dir / "recordings") if settings.record else None
+        self._http: httpx.AsyncClient | None = None
         self._reserved: dict[str, int] = {}  # key id -> sessions being created
         self._lock = asyncio.Lock()
         self._refill = asyncio.Event()
@@ -122,7 +127,10 @@ class SessionManager:
             egress_interface, _ = await asyncio.to_thread(self._runtime.bridge, self._settings.egress_network)
             # Proxies reach upstreams through this bridge, never the host's own services.
             self.host_guarded &= await asyncio.to_thread(hostguard.install, egress_interface)
+        self._http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0))
         await self._recover()
+        for session in self._sessions.values():
+            self._record(session)  # adopted sessions: their bundles carry on
         for coro in (self._reap_loop(), self._pool_loop()):
             task = asyncio.create_task(coro)
             self._tasks.add(task)
@@ -133,6 +141,26 @@ class SessionManager:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.recordings is not None:
+            await self.recordings.stop_all()
+        if self._http is not None:
+            await self._http.aclose()
+
+    def _record(self, session: Session) -> None:
+        if self.recordings is None or self._http is None:
+            return
+        manifest = {
+            "created_at": session.created_at,
+            "viewport": session.viewport.model_dump(),
+            "allow": session.allow,
+            "egress_mode": session.egress_mode,
+            "labels": session.labels,
+        }
+        audit = session.egress.audit_path if session.egress is not None else None
+        try:
+            self.recordings.start(session.id, session.sandbox.base_url, audit, self._http, manifest, session.owner)
+        except OSError as exc:
+            log.error("cannot record session %s: %s", session.id, exc)
 
     def _labels(self, kind: str) -> dict[str, str]:
         return {GATEWAY_LABEL: self._settings.instance, KIND_LABEL: kind}
@@ -354,6 +382,7 @@ class SessionManager:
         self._sessions[session.id] = session
         if self.egress is not None and pair.egress is not None:
             self.egress.write_meta(session.id, owner=owner, created_at=now, ended_at=None)
+        self._record(session)
         return session, token
 
     async def update_egress(
@@ -375,6 +404,10 @@ class SessionManager:
         session.state = "stopping"
         session.end_reason = reason
         session.ended.set()
+        if self.recordings is not None:
+            # Before the sandbox goes: the recorder takes the events its controller still holds.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.recordings.stop(session_id, reason), 5)
         try:
             await asyncio.to_thread(self._runtime.remove, session.sandbox.id)
             if self.egress is not None and session.egress is not None:
@@ -414,6 +447,9 @@ class SessionManager:
                         last_prune = now
                         retention = self._settings.egress_retention_days * 86400
                         await asyncio.to_thread(self.egress.prune, retention, set(self._sessions))
+                        if self.recordings is not None:
+                            keep = self._settings.recording_retention_days * 86400
+                            await asyncio.to_thread(self.recordings.prune, keep)
                 except Exception:
                     log.exception("egress watchdog failed")
             for session in list(self._sessions.values()):

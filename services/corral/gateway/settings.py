@@ -56,5 +56,9 @@ class GatewaySettings(BaseSettings):
     egress_upstream_ca: Path | None = None
     egress_retention_days: float = Field(default=30.0, gt=0)
 
+    # Every session is recorded (docs/recording.md); bundles outlive their sessions this long.
+    record: bool = True
+    recording_retention_days: float = Field(default=30.0, gt=0)
+
     def api_keys(self) -> list[str]:
         return [key.strip() for key in self.api_key.split(",") if key.strip()]

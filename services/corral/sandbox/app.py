@@ -17,6 +17,7 @@ from corral.bodies import read_capped
 from corral.errors import ActionError, ErrorCode
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.dispatch import Dispatcher
+from corral.sandbox.recorder import Recorder
 from corral.sandbox.settings import ControllerSettings
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,9 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         desktop = Desktop(settings)
         app.state.desktop = desktop
         reporter = settings.action_reporter()
-        app.state.dispatcher = Dispatcher(desktop, settings.limits(), reporter)
+        recorder = Recorder(desktop) if settings.record else None
+        app.state.recorder = recorder
+        app.state.dispatcher = Dispatcher(desktop, settings.limits(), reporter, recorder)
         app.state.max_body = settings.max_message_bytes
         # Connect to Chromium early so the first browser action does not pay for it; keep the task.
         app.state.warmup = asyncio.create_task(_warm(desktop))
@@ -64,9 +67,19 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
             app.state.warmup.cancel()
             if reporter is not None:
                 await reporter.close()
+            if recorder is not None:
+                await recorder.close()
             await desktop.close()
 
     app = FastAPI(title="Corral sandbox controller", version="1", lifespan=lifespan)
+
+    @app.get("/v1/recording")
+    async def recording(request: Request, after: int = 0, wait_ms: int = 0) -> JSONResponse:
+        """Recorded events after ``after`` (long-polled up to ``wait_ms``), for the gateway's recorder."""
+        recorder: Recorder | None = request.app.state.recorder
+        if recorder is None:
+            return JSONResponse({"error": {"code": "not_recording", "message": "recording is off"}}, status_code=404)
+        return JSONResponse(await recorder.after(after, max(0, min(wait_ms, 30_000))))
 
     @app.get("/healthz")
     async def healthz(desktop: DesktopDep) -> JSONResponse:

@@ -146,6 +146,10 @@ class Browser:
         with contextlib.suppress(PlaywrightError, TimeoutError):
             await asyncio.wait_for(page.evaluate(_TWO_FRAMES_JS), _PAINT_TIMEOUT_S)
 
+    def current_url(self) -> str | None:
+        """The active tab's URL as Playwright last saw it (no round trip; None before any browser use)."""
+        return self._active.url if self._active is not None else None
+
     async def _info(self, page: Page) -> dict[str, Any]:
         try:
             title = await page.title()

@@ -14,29 +14,64 @@ from corral.protocol.envelope import Limits, decode, plan_request, request_id_of
 from corral.protocol.plan import EncodedImage, Plan, RequestId, StepResult
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.egress import ActionReporter
+from corral.sandbox.recorder import Recorder
 
 log = logging.getLogger(__name__)
 
 
 class Dispatcher:
-    def __init__(self, desktop: Desktop, limits: Limits, reporter: ActionReporter | None = None) -> None:
+    def __init__(
+        self,
+        desktop: Desktop,
+        limits: Limits,
+        reporter: ActionReporter | None = None,
+        recorder: Recorder | None = None,
+    ) -> None:
         self._desktop = desktop
         self._limits = limits
         self._reporter = reporter  # tells the egress proxy which action is in flight
+        self._recorder = recorder  # keeps each request, its reply and a frame for the session recording
         self._seq = 0
         # Ids stay unique in the session's audit log across controller restarts.
         self._boot = secrets.token_hex(2)
 
     async def handle(self, raw: str | bytes) -> dict[str, Any]:
         """One message in, one reply out; never raises for anything the client sent."""
-        started = time.perf_counter()
+        started, wall = time.perf_counter(), time.time()
+        note: dict[str, Any] = {}
+        out = await self._handle(raw, started, note)
+        if self._recorder is not None:
+            self._recorder.record(
+                {
+                    "action_id": note.get("action_id"),
+                    "started": wall,
+                    "elapsed_ms": round((time.perf_counter() - started) * 1000, 3),
+                    "dialect": note.get("dialect"),
+                    "request": note.get("request", _text(raw)),
+                    "native": note.get("native"),
+                    "ok": out.get("ok"),
+                    "url": note.get("url"),
+                    "title": note.get("title"),
+                    "error": out.get("error"),
+                    "reply": out,
+                }
+            )
+        return out
+
+    async def _handle(self, raw: str | bytes, started: float, note: dict[str, Any]) -> dict[str, Any]:
         request_id: RequestId = None
         try:
             obj = decode(raw, self._limits)
+            note["request"] = obj
             request_id = request_id_of(obj)
             plan = plan_request(obj, self._desktop.size, self._limits)
             self._seq += 1
             action_id = f"a{self._seq}.{self._boot}"
+            note.update(
+                action_id=action_id,
+                dialect=plan.dialect.value,
+                native=[step.action.model_dump(mode="json", exclude_none=True) for step in plan.steps],
+            )
             try:
                 async with asyncio.timeout(plan.timeout_ms / 1000):
                     async with self._desktop.lock:
@@ -44,6 +79,10 @@ class Dispatcher:
                             await self._reporter.started(action_id)
                         try:
                             results, image = await self._execute(plan)
+                            note["url"] = self._desktop.browser.current_url()
+                            last = results[-1].data if results else None
+                            if isinstance(last, dict) and isinstance(last.get("title"), str):
+                                note["title"] = last["title"]  # a navigate or page_info said it exactly
                         finally:
                             if self._reporter is not None:
                                 await self._reporter.ended(action_id)
@@ -80,3 +119,9 @@ class Dispatcher:
         if image is None and plan.after.screenshot is not None:
             image = (await self._desktop.capture(plan.after.screenshot, plan.after)).image
         return results, image
+
+
+def _text(raw: str | bytes, limit: int = 4096) -> str:
+    """A message that could not be read, as text for the recording (cut short)."""
+    text = raw if isinstance(raw, str) else raw.decode(errors="replace")
+    return text[:limit]

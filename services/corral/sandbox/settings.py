@@ -34,6 +34,8 @@ class ControllerSettings(BaseSettings):
     proxy: str = ""
     proxy_control_port: int = 8081
     controller_token: str = ""
+    # Keep each request, its reply and a frame after it for the gateway's session recording.
+    record: bool = True
 
     def action_reporter(self) -> ActionReporter | None:
         if not self.proxy or not self.controller_token:

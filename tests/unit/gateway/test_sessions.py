@@ -57,6 +57,7 @@ def _manager(tmp_path: Path, runtime: FakeRuntime, **settings: object) -> Sessio
         "pool_size": 0,
         "reap_interval_s": 0.05,
         "egress": False,
+        "record": False,
     }
     values.update(settings)
     return SessionManager(GatewaySettings(**values), runtime, SessionStore(tmp_path))  # type: ignore[arg-type]

@@ -1,0 +1,1 @@
+"""Session recordings: the bundle format (docs/recording.md) and reading it back."""

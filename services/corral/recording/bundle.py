@@ -1,0 +1,114 @@
+"""The recording bundle, version 1: a directory (or a .zip of one) holding
+
+- ``manifest.json``: ``{"format": "corral-recording", "version": 1, "session", "created_at",
+  "ended_at", "viewport": {"width", "height"}, "allow", "egress_mode", ...}``;
+- ``events.jsonl``: one JSON object per line, in order (``seq`` from 1); ``event`` is ``action``
+  (a request: ``request`` as received, ``dialect``, ``native``, ``ok``, ``error``, ``reply``,
+  ``started``, ``elapsed_ms``, ``url``, ``title``, ``frame``, ``audit``), ``gap`` or
+  ``controller_restarted``;
+- ``frames/<seq>.webp``: the screen after each action.
+
+Reading is strict about what it needs and says exactly what is wrong (:class:`BundleError`); a
+torn last line (a session killed mid-write) is dropped, so a cut-short bundle reads up to its end.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from corral.errors import CorralError
+
+FORMAT = "corral-recording"
+VERSION = 1
+MANIFEST_FILE = "manifest.json"
+EVENTS_FILE = "events.jsonl"
+FRAMES_DIR = "frames"
+
+
+class BundleError(CorralError):
+    """Not a readable Corral recording: the message says why and where."""
+
+
+@dataclass(frozen=True, slots=True)
+class Bundle:
+    source: str
+    manifest: dict[str, Any]
+    events: list[dict[str, Any]]
+    frames: dict[str, bytes] = field(repr=False)
+    truncated: bool = False  # the last line was cut short (dropped)
+
+    @property
+    def actions(self) -> list[dict[str, Any]]:
+        return [e for e in self.events if e.get("event") == "action"]
+
+    def frame(self, event: dict[str, Any]) -> bytes | None:
+        name = event.get("frame")
+        return self.frames.get(name) if isinstance(name, str) else None
+
+
+def _files(path: Path) -> Iterator[tuple[str, bytes]]:
+    if path.is_dir():
+        for item in sorted(path.rglob("*")):
+            if item.is_file():
+                yield item.relative_to(path).as_posix(), item.read_bytes()
+        return
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = [n for n in archive.namelist() if not n.endswith("/")]
+            # A zip of the bundle's directory (what the gateway serves) or of its contents.
+            prefix = ""
+            if MANIFEST_FILE not in names:
+                roots = {n.split("/", 1)[0] for n in names if "/" in n}
+                prefix = f"{next(iter(roots))}/" if len(roots) == 1 else ""
+            for name in names:
+                if name.startswith(prefix):
+                    yield name[len(prefix) :], archive.read(name)
+    except zipfile.BadZipFile:
+        raise BundleError(f"{path}: neither a directory nor a .zip file") from None
+
+
+def read_bundle(path: Path) -> Bundle:
+    if not path.exists():
+        raise BundleError(f"{path}: no such file or directory")
+    files = dict(_files(path))
+    if MANIFEST_FILE not in files:
+        raise BundleError(f"{path}: no {MANIFEST_FILE}; this is not a Corral recording")
+    try:
+        manifest = json.loads(files[MANIFEST_FILE])
+    except ValueError as exc:
+        raise BundleError(f"{path}: {MANIFEST_FILE} is not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise BundleError(f"{path}: {MANIFEST_FILE} does not say format {FORMAT!r}; this is not a Corral recording")
+    version = manifest.get("version")
+    if version != VERSION:
+        raise BundleError(f"{path}: recording format version {version!r}; this Corral reads version {VERSION}")
+    viewport = manifest.get("viewport")
+    if not (isinstance(viewport, dict) and isinstance(viewport.get("width"), int)
+            and isinstance(viewport.get("height"), int)):
+        raise BundleError(f"{path}: {MANIFEST_FILE} has no viewport {{width, height}}")
+    raw_lines = files.get(EVENTS_FILE, b"").split(b"\n")
+    truncated = bool(raw_lines and raw_lines[-1].strip())  # no newline after the last line: cut short
+    events: list[dict[str, Any]] = []
+    for number, line in enumerate(raw_lines[:-1] if truncated else raw_lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            raise BundleError(f"{path}: {EVENTS_FILE} line {number} is not valid JSON") from None
+        if not isinstance(event, dict) or not isinstance(event.get("seq"), int) or "event" not in event:
+            raise BundleError(f"{path}: {EVENTS_FILE} line {number} is not a recording event")
+        if events and event["seq"] <= events[-1]["seq"]:
+            raise BundleError(f"{path}: {EVENTS_FILE} line {number} is out of order (seq {event['seq']})")
+        if event["event"] == "action":
+            frame = event.get("frame")
+            if frame is not None and frame not in files:
+                raise BundleError(f"{path}: event {event['seq']} names frame {frame}, which is missing")
+        events.append(event)
+    frames = {name: data for name, data in files.items() if name.startswith(f"{FRAMES_DIR}/")}
+    return Bundle(str(path), manifest, events, frames, truncated)

@@ -1,0 +1,109 @@
+"""The controller's side of session recording: one event per request, with a small frame after it.
+
+Each event holds the request as received, its native form, the reply (images left out), timings,
+the browser's URL and title, and a WebP frame of the screen right after the action. Events wait
+in a bounded buffer until the gateway fetches them (``GET /v1/recording``, long-polled), and the
+gateway writes the bundle as the session goes. The frame is grabbed once the reply has been built;
+it is encoded on a thread of its own, off the capture thread and off the reply's path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from corral.sandbox import encode as enc
+from corral.sandbox.desktop import Desktop
+from corral.sandbox.xcapture import Frame
+
+log = logging.getLogger(__name__)
+
+FRAME_WIDTH = 640
+FRAME_QUALITY = 60
+BUFFER = 512  # events kept for the gateway; older ones are dropped (the gateway notes the gap)
+
+
+def _strip_images(value: Any) -> Any:
+    """A reply without its image payloads (the frame stands in for them)."""
+    if isinstance(value, dict):
+        return {k: ("<image>" if k == "data" and isinstance(v, str) and len(v) > 256 else _strip_images(v))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strip_images(item) for item in value]
+    return value
+
+
+class Recorder:
+    def __init__(self, desktop: Desktop) -> None:
+        self._desktop = desktop
+        self._events: deque[dict[str, Any]] = deque(maxlen=BUFFER)
+        self._seq = 0
+        self._changed = asyncio.Condition()
+        self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-record")
+        self._pending: asyncio.Queue[asyncio.Task[dict[str, Any]]] = asyncio.Queue()
+        self._publisher: asyncio.Task[None] | None = None
+
+    def record(self, event: dict[str, Any]) -> None:
+        """Queue one event; its frame (grabbed now) and page state are added in the background."""
+        self._seq += 1
+        event = {"seq": self._seq, **event, "reply": _strip_images(event.get("reply"))}
+        self._pending.put_nowait(asyncio.create_task(self._complete(event)))
+        if self._publisher is None:
+            self._publisher = asyncio.create_task(self._publish())
+
+    async def _publish(self) -> None:
+        # Completed in parallel, published in order: the gateway reads events by increasing seq.
+        while True:
+            event = await (await self._pending.get())
+            async with self._changed:
+                self._events.append(event)
+                self._changed.notify_all()
+
+    async def _complete(self, event: dict[str, Any]) -> dict[str, Any]:
+        try:
+            frame = await self._desktop.screen.grab()
+            event["frame_at"] = time.time()
+            loop = asyncio.get_running_loop()
+            event["frame_webp"] = await loop.run_in_executor(self._encoder, self._encode, frame)
+        except Exception as exc:  # a frame is a nice-to-have; the event itself must not be lost
+            log.warning("no frame for recorded event %s: %s", event["seq"], exc)
+        if event.get("title") is None:
+            # Read once the action is done; on a page that changes its title late, it may be that later one.
+            try:
+                info = await asyncio.wait_for(self._desktop.browser.info(), 1.0)
+                event["title"] = info.get("title")
+                event["url"] = event.get("url") or info.get("url")
+            except Exception:
+                event["title"] = None
+        return event
+
+    @staticmethod
+    def _encode(frame: Frame) -> str:
+        image = enc.frame_to_image(frame)
+        width = min(FRAME_WIDTH, image.width)
+        encoded = enc.encode(image, "webp", quality=FRAME_QUALITY, width=width)
+        return base64.b64encode(encoded.data).decode()
+
+    async def after(self, seq: int, wait_ms: int) -> dict[str, Any]:
+        """Events after ``seq`` (waiting up to ``wait_ms`` for one), and the oldest still kept."""
+        async with self._changed:
+            if not any(e["seq"] > seq for e in self._events) and wait_ms > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._changed.wait_for(lambda: any(e["seq"] > seq for e in self._events)), wait_ms / 1000
+                    )
+            events = sorted((e for e in self._events if e["seq"] > seq), key=lambda e: e["seq"])
+            oldest = self._events[0]["seq"] if self._events else self._seq + 1
+        return {"events": events, "oldest": oldest, "last": self._seq}
+
+    async def close(self) -> None:
+        if self._publisher is not None:
+            self._publisher.cancel()
+            await asyncio.gather(self._publisher, return_exceptions=True)
+        self._encoder.shutdown(wait=False)
