@@ -532,8 +532,6 @@ def main() -> None:
     app()
 
 
-if __name__ == "__main__":
-    main()
 
 
 @recording_app.command("ls")
@@ -581,3 +579,65 @@ def recording_get(
         f"[green]{target}[/green]: {len(bundle.actions)} actions, {len(bundle.frames)} frames"
         + (" (cut short: last line dropped)" if bundle.truncated else "")
     )
+
+
+@app.command()
+def replay(
+    bundle_path: Annotated[Path, typer.Argument(metavar="BUNDLE", help="A recording: a .zip or its directory.")],
+    against: Annotated[str | None, typer.Option("--against", help="Gateway URL (default $CORRAL_URL).")] = None,
+    threshold: Annotated[float, typer.Option(help="Share of pixels allowed to differ per step.")] = 0.01,
+    mask: Annotated[list[str] | None, typer.Option("--mask", help="x,y,width,height to ignore (repeat).")] = None,
+    overrides: Annotated[Path | None, typer.Option(help="JSON: per-step threshold, masks, skip.")] = None,
+    junit: Annotated[Path | None, typer.Option(help="Write JUnit XML here.")] = None,
+    report: Annotated[Path | None, typer.Option(help="Write the HTML report here.")] = None,
+    timing: Annotated[str, typer.Option(help="settle (as fast as the sandbox settles) or recorded.")] = "settle",
+    hermetic: Annotated[bool, typer.Option(help="Answer from the recorded responses (not built yet).")] = False,
+) -> None:
+    """Re-run a recorded session in a fresh sandbox and compare each step's screen; exit 1 on a divergence."""
+    from corral.recording.bundle import BundleError, read_bundle
+    from corral.recording.replay import Mask, ReplayOptions, html_report, junit_xml, parse_overrides
+    from corral.recording.replay import replay as run_replay
+    from corral.sdk import GatewayError, Sandbox
+
+    if hermetic:
+        raise _fail("--hermetic is not built yet: replays reach the recorded allowlist's live hosts", 2)
+    if timing not in ("settle", "recorded"):
+        raise _fail("--timing is settle or recorded", 2)
+    if not 0 <= threshold <= 1:
+        raise _fail("--threshold is a share between 0 and 1", 2)
+    try:
+        bundle = read_bundle(bundle_path)
+        options = ReplayOptions(
+            threshold=threshold,
+            masks=tuple(Mask.parse(m) for m in mask or []),
+            overrides=parse_overrides(overrides.read_text()) if overrides is not None else {},
+            recorded_timing=timing == "recorded",
+        )
+    except (BundleError, ValueError, OSError) as exc:
+        raise _fail(str(exc), 2) from None
+    manifest = bundle.manifest
+    viewport = (int(manifest["viewport"]["width"]), int(manifest["viewport"]["height"]))
+    try:
+        with Sandbox.create(
+            allow=list(manifest.get("allow") or []),
+            viewport=viewport,
+            egress_mode=manifest.get("egress_mode"),
+            url=against or _url(),
+            api_key=_api_key(),
+        ) as sandbox:
+            result = run_replay(bundle, sandbox.request, options, console.print)
+    except (GatewayError, httpx.HTTPError) as exc:
+        raise _fail(f"cannot replay: {exc}") from None
+    if junit is not None:
+        junit.write_bytes(junit_xml(result))
+    if report is not None:
+        report.write_text(html_report(result))
+    failed = result.divergences
+    if failed:
+        console.print(f"[red]{len(failed)} of {len(result.steps)} steps diverged:[/red] "
+                      + ", ".join(str(step.number) for step in failed))
+        raise typer.Exit(1)
+    console.print(f"[green]all {len(result.steps)} steps matched[/green]")
+
+if __name__ == "__main__":
+    main()

@@ -105,3 +105,123 @@ def test_a_killed_session_leaves_a_bundle_readable_to_its_end(
     assert bundle.truncated and [a["native"][0]["type"] for a in bundle.actions] == ["navigate", "click"]
     with gw.client() as c:
         c.delete(f"/v1/sessions/{created['id']}")
+
+
+# A page whose reaction to Enter the second version changes: only the step that presses it differs.
+PAGE = (
+    "<input id=box style='font-size:24px;margin:40px'><div id=out style='font-size:48px'></div>",
+    "document.getElementById('box').addEventListener('keydown', e => { if (e.key === 'Enter') {"
+    " document.getElementById('out').textContent = '{text}';"
+    " document.body.style.background = '{color}'; } });",
+)
+
+
+def _page(text: str, color: str) -> str:
+    body, script = PAGE
+    return html_url(body, script.replace("{text}", text).replace("{color}", color))
+
+
+def _replay(gw: RunningGateway, bundle: Path, tmp_path: Path, *extra: str) -> tuple[int, str, str]:
+    import subprocess
+    import sys
+
+    junit, report = tmp_path / "junit.xml", tmp_path / "report.html"
+    done = subprocess.run(
+        [sys.executable, "-m", "corral.cli", "replay", str(bundle), "--against", gw.url,
+         "--junit", str(junit), "--report", str(report), *extra],
+        env={**os.environ, "CORRAL_API_KEY": KEY_A},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    return done.returncode, junit.read_text() if junit.exists() else done.stderr, (
+        report.read_text() if report.exists() else done.stdout + done.stderr
+    )
+
+
+def _edit_events(directory: Path, edit: object) -> None:
+    events = directory / "events.jsonl"
+    lines = [json.loads(line) for line in events.read_text().splitlines() if line]
+    events.write_text("".join(json.dumps(e) + "\n" for e in edit(lines)))  # type: ignore[operator]
+
+
+@pytest.fixture(scope="module")
+def recorded(gw: RunningGateway, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A scripted session, recorded and downloaded: navigate, click, type, Enter."""
+    import zipfile
+
+    with Sandbox.create(url=gw.url, api_key=KEY_A) as sb:
+        sb.navigate(_page("done", "#cfc"))
+        # As an agent acts: each step waits for the screen it then looks at (the dialects do so by default).
+        sb.act({"type": "click", "x": 150, "y": 145}, wait_for="stable", screenshot=True)  # the input
+        sb.act({"type": "type", "text": "hello"}, wait_for="stable", screenshot=True)
+        sb.act({"type": "key", "keys": "Return"}, wait_for="stable", screenshot=True)
+        session_id = sb.id
+    target = tmp_path_factory.mktemp("recorded")
+    zipped = _download(gw, session_id, target / "bundle.zip")
+    with zipfile.ZipFile(zipped) as archive:
+        archive.extractall(target)
+    directory = target / session_id
+    assert len(read_bundle(directory).actions) == 4
+    return directory
+
+
+def test_a_recording_replays_cleanly(gw: RunningGateway, recorded: Path, tmp_path: Path) -> None:
+    code, junit, report = _replay(gw, recorded, tmp_path)
+    assert code == 0, report
+    assert 'tests="4"' in junit and 'failures="0"' in junit
+
+
+def test_an_altered_frame_fails_exactly_that_step(gw: RunningGateway, recorded: Path, tmp_path: Path) -> None:
+    import shutil
+
+    altered = tmp_path / "altered"
+    shutil.copytree(recorded, altered)
+    frame = altered / read_bundle(altered).actions[1]["frame"]
+    image = Image.open(frame).convert("RGB")
+    image.paste((0, 0, 0), (0, 0, image.width // 2, image.height // 2))
+    image.save(frame, "WEBP")
+    code, junit, report = _replay(gw, altered, tmp_path)
+    assert code == 1
+    assert 'failures="1"' in junit and "step 2:" in junit.split("<failure")[0].rsplit("<testcase", 1)[1]
+    assert "Step 2: click" in report and report.count("DIVERGED") == 1 and "1 step(s) diverged" in report
+
+
+def test_a_changed_page_fails_exactly_the_step_that_shows_it(
+    gw: RunningGateway, recorded: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    changed = tmp_path / "changed"
+    shutil.copytree(recorded, changed)
+
+    def point_at_the_new_page(events: list[dict[str, object]]) -> list[dict[str, object]]:
+        request = events[0]["request"]
+        assert isinstance(request, dict)
+        request["action"]["url"] = _page("SOMETHING ELSE ENTIRELY", "#222")
+        return events
+
+    _edit_events(changed, point_at_the_new_page)
+    code, junit, _ = _replay(gw, changed, tmp_path)
+    assert code == 1 and 'failures="1"' in junit
+    failing = junit.split("<failure")[0].rsplit("<testcase", 1)[1]
+    assert "step 4: key" in failing
+
+
+def test_a_bundle_cut_short_replays_to_its_end_and_foreign_ones_get_a_clear_error(
+    gw: RunningGateway, recorded: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    cut = tmp_path / "cut"
+    shutil.copytree(recorded, cut)
+    _edit_events(cut, lambda events: events[:2])
+    with (cut / "events.jsonl").open("a") as events:
+        events.write('{"seq": 3, "event": "acti')
+    code, junit, report = _replay(gw, cut, tmp_path)
+    assert code == 0 and 'tests="2"' in junit, report
+    foreign = tmp_path / "foreign.zip"
+    foreign.write_bytes(b"PK\x05\x06" + b"\0" * 18)  # an empty zip
+    code, _, output = _replay(gw, foreign, tmp_path / "x")
+    assert code == 2 and "not a Corral recording" in output and "Traceback" not in output

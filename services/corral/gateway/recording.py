@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 OWNER_FILE = ".owner"  # the gateway's own note of who may read it; never part of a download
 POLL_WAIT_MS = 10_000
+DRAIN_S = 3.0  # at the end, how long to wait for frames the controller is still settling
 
 
 def _atomic_json(path: Path, value: dict[str, Any]) -> None:
@@ -69,6 +70,7 @@ class SessionRecorder:
         self._http = http
         self._after = 0
         self._written = 0
+        self._controller_last = 0
         self._task: asyncio.Task[None] | None = None
 
     def start(self, manifest: dict[str, Any], owner: str) -> None:
@@ -106,6 +108,7 @@ class SessionRecorder:
             return
         response.raise_for_status()
         body = response.json()
+        self._controller_last = int(body.get("last", 0))
         if int(body.get("last", 0)) < self._after:
             self._write({"event": "controller_restarted"})  # its numbering starts again
             self._after = 0
@@ -148,8 +151,12 @@ class SessionRecorder:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        # The last frames may still be settling in the controller: wait for them, briefly.
+        deadline = time.monotonic() + DRAIN_S
         with contextlib.suppress(httpx.HTTPError, ValueError, OSError):
             await self._fetch(0)
+            while self._after < self._controller_last and time.monotonic() < deadline:
+                await self._fetch(int(max(0.0, deadline - time.monotonic()) * 1000))
         manifest_path = self.directory / MANIFEST_FILE
         with contextlib.suppress(OSError, ValueError):
             manifest = json.loads(manifest_path.read_text())

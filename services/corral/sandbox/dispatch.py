@@ -37,6 +37,8 @@ class Dispatcher:
 
     async def handle(self, raw: str | bytes) -> dict[str, Any]:
         """One message in, one reply out; never raises for anything the client sent."""
+        if self._recorder is not None:
+            await self._recorder.before_action()
         started, wall = time.perf_counter(), time.time()
         note: dict[str, Any] = {}
         out = await self._handle(raw, started, note)
