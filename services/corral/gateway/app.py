@@ -24,10 +24,12 @@ from corral.gateway import auth
 from corral.gateway.egress import EgressUnavailable
 from corral.gateway.metrics import Metrics
 from corral.gateway.models import CreatedSession, CreateSession, SessionOut, UpdateSession
+from corral.gateway.recording import RecordingManager
 from corral.gateway.relay import relay
 from corral.gateway.sessions import CapacityError, Session, SessionManager, SessionNotFound
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
+from corral.gateway.viewer import viewer_page
 from corral.proxy import traffic
 from corral.runtime.docker import DockerRuntime
 
@@ -291,27 +293,33 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
     @app.get("/v1/sessions/{session_id}/recording")
     async def session_recording(request: Request, session_id: str, manager: ManagerDep) -> Response:
         """The session's recording bundle as a .zip (live or ended; docs/recording.md)."""
-        recordings = manager.recordings
-        if recordings is None:
-            raise ApiError(404, "not_found", "this gateway does not record sessions")
-        ident = request.app.state.keys.check(_presented(request) or "")
-        if ident is None:
-            session_access(request)  # a live session's own token
-        else:
-            try:
-                owner = recordings.owner(session_id)
-            except ValueError:
-                owner = None
-            if owner is None:
-                raise ApiError(404, "not_found", f"no recording of session {session_id}")
-            if owner != ident:
-                raise ApiError(403, "forbidden", "this session belongs to another API key")
+        recordings = _recording_access(request, session_id, manager)
         try:
             body = await asyncio.to_thread(recordings.zip, session_id)
         except (OSError, ValueError):
             raise ApiError(404, "not_found", f"no recording of session {session_id}") from None
         headers = {"content-disposition": f'attachment; filename="{session_id}.zip"'}
         return Response(body, media_type="application/zip", headers=headers)
+
+    @app.get("/v1/sessions/{session_id}/recording/events")
+    async def recording_events(request: Request, session_id: str, manager: ManagerDep) -> Any:
+        recordings = _recording_access(request, session_id, manager)
+        return await asyncio.to_thread(recordings.events, session_id)
+
+    @app.get("/v1/sessions/{session_id}/recording/frames/{name}")
+    async def recording_frame(request: Request, session_id: str, name: str, manager: ManagerDep) -> Response:
+        recordings = _recording_access(request, session_id, manager)
+        try:
+            data = await asyncio.to_thread(recordings.frame, session_id, name)
+        except (OSError, ValueError):
+            raise ApiError(404, "not_found", f"no frame {name}") from None
+        return Response(data, media_type="image/webp", headers={"cache-control": "private, max-age=3600"})
+
+    @app.get("/v1/sessions/{session_id}/viewer")
+    async def recording_viewer(request: Request, session_id: str, manager: ManagerDep) -> Response:
+        """A page to watch a session, live or recorded: timeline, actions, their network requests."""
+        _recording_access(request, session_id, manager)
+        return Response(viewer_page(session_id), media_type="text/html; charset=utf-8")
 
     @app.get("/v1/sessions/{session_id}/traffic")
     async def session_traffic(log_path: AuditLogDep, wanted: FilterDep) -> Response:
@@ -363,6 +371,26 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
         await relay(websocket, session, m)
 
     return app
+
+
+def _recording_access(request: Request, session_id: str, manager: SessionManager) -> RecordingManager:
+    """The recordings, if this caller may read this session's: its owner's key, or its live token."""
+    recordings = manager.recordings
+    if recordings is None:
+        raise ApiError(404, "not_found", "this gateway does not record sessions")
+    ident = request.app.state.keys.check(_presented(request) or "")
+    if ident is None:
+        session_access(request)  # a live session's own token
+        return recordings
+    try:
+        owner = recordings.owner(session_id)
+    except ValueError:
+        owner = None
+    if owner is None:
+        raise ApiError(404, "not_found", f"no recording of session {session_id}")
+    if owner != ident:
+        raise ApiError(403, "forbidden", "this session belongs to another API key")
+    return recordings
 
 
 def _records(path: Path) -> list[dict[str, Any]]:

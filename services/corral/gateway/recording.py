@@ -226,6 +226,22 @@ class RecordingManager:
                 )
         return sorted(out, key=lambda item: item.get("created_at") or 0, reverse=True)
 
+    def events(self, session_id: str) -> list[dict[str, Any]]:
+        """The bundle's events so far (for the viewer); a torn last line is left out."""
+        path = self.directory(session_id) / EVENTS_FILE
+        out = []
+        for line in path.read_bytes().split(b"\n") if path.exists() else []:
+            with contextlib.suppress(ValueError):
+                if line.strip():
+                    out.append(json.loads(line))
+        return out
+
+    def frame(self, session_id: str, name: str) -> bytes:
+        """One frame by its file name (``000001.webp``); raises ValueError for anything else."""
+        if not (name.endswith(".webp") and name[:-5].isdigit()):
+            raise ValueError(f"not a frame name: {name!r}")
+        return (self.directory(session_id) / FRAMES_DIR / name).read_bytes()
+
     def zip(self, session_id: str) -> bytes:
         """The bundle as a .zip (the owner note left out), readable even mid-session."""
         directory = self.directory(session_id)
