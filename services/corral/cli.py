@@ -639,5 +639,29 @@ def replay(
         raise typer.Exit(1)
     console.print(f"[green]all {len(result.steps)} steps matched[/green]")
 
+
+export_app = typer.Typer(help="Export recordings.", no_args_is_help=True)
+app.add_typer(export_app, name="export")
+
+
+@export_app.command("video")
+def export_video(
+    bundle_path: Annotated[Path, typer.Argument(metavar="BUNDLE", help="A recording: a .zip or its directory.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="session.mp4 or session.webm")] = Path(
+        "session.mp4"
+    ),
+) -> None:
+    """The recording's frames as a video at the recorded timing (MP4 or WebM)."""
+    from corral.recording.bundle import BundleError, read_bundle
+    from corral.recording.video import export
+
+    try:
+        seconds = export(read_bundle(bundle_path), output)
+    except (BundleError, ValueError) as exc:
+        raise _fail(str(exc), 2) from None
+    except RuntimeError as exc:
+        raise _fail(str(exc)) from None
+    console.print(f"[green]{output}[/green]: {seconds:.1f} s")
+
 if __name__ == "__main__":
     main()

@@ -225,3 +225,25 @@ def test_a_bundle_cut_short_replays_to_its_end_and_foreign_ones_get_a_clear_erro
     foreign.write_bytes(b"PK\x05\x06" + b"\0" * 18)  # an empty zip
     code, _, output = _replay(gw, foreign, tmp_path / "x")
     assert code == 2 and "not a Corral recording" in output and "Traceback" not in output
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".webm"])
+def test_a_recording_exports_as_a_video_at_its_timing(recorded: Path, tmp_path: Path, suffix: str) -> None:
+    import subprocess
+    import sys
+
+    import imageio_ffmpeg
+
+    target = tmp_path / f"session{suffix}"
+    done = subprocess.run(
+        [sys.executable, "-m", "corral.cli", "export", "video", str(recorded), "-o", str(target)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    frames, seconds = imageio_ffmpeg.count_frames_and_secs(str(target))
+    bundle = read_bundle(recorded)
+    recorded_span = bundle.actions[-1]["frame_at"] - bundle.actions[0]["frame_at"] + 1.0
+    assert frames >= 4 and abs(seconds - recorded_span) < 0.5, (frames, seconds, recorded_span)
