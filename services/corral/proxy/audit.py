@@ -8,6 +8,7 @@ breaks the chain at that record, and :func:`verify` names it. Each record is wri
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -43,11 +44,14 @@ _SECRET_QUERY = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=1024)
+def _secret_header(name: str) -> bool:
+    # Cached: a proxy sees the same few dozen header names over and over.
+    return name.lower() in SECRET_HEADERS or _SECRET_HEADER.search(name) is not None
+
+
 def redact_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    return [
-        (name, REDACTED if name.lower() in SECRET_HEADERS or _SECRET_HEADER.search(name) else value)
-        for name, value in headers
-    ]
+    return [(name, REDACTED if _secret_header(name) else value) for name, value in headers]
 
 
 def redact_url(url: str) -> str:

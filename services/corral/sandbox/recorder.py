@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 FRAME_WIDTH = 640
 FRAME_QUALITY = 60
-SETTLE_QUIET_MS, SETTLE_TIMEOUT_MS, SETTLE_POLL_MS, SETTLE_MIN_MS = 120, 1500, 15, 0
+SETTLE_QUIET_MS, SETTLE_TIMEOUT_MS, SETTLE_POLL_MS = 120, 1500, 15
 BUFFER = 512  # events kept for the gateway; older ones are dropped (the gateway notes the gap)
 
 
@@ -49,18 +49,36 @@ class Recorder:
         self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-record")
         self._pending: asyncio.Queue[asyncio.Task[dict[str, Any]]] = asyncio.Queue()
         self._publisher: asyncio.Task[None] | None = None
-        self._waiting: asyncio.Future[Frame] | None = None  # the frame of the newest event, until taken
+        self._next_request = asyncio.Event()  # set when a request starts: the newest frame stops settling
 
     async def before_action(self) -> None:
-        """A request is about to run: the previous event's frame, if still settling, is taken now."""
-        waiting = self._waiting
-        if waiting is not None and not waiting.done():
-            frame = await self._desktop.screen.grab()
-            if not waiting.done():
-                waiting.set_result(frame)
+        """A request is about to run: a frame still settling stops at the screen as it is now."""
+        self._next_request.set()
+
+    async def _settled_frame(self) -> tuple[Frame, bool]:
+        """The screen once quiet for a moment, as a replay will settle it, so the two compare. In the
+        background, so the agent never waits for it; if its next request comes first, the frame is
+        the last one grabbed (at most one poll old): the screen that request started from."""
+        screen = self._desktop.screen
+        self._next_request = interrupt = asyncio.Event()
+        start = last_change = time.monotonic()
+        last = await screen.grab()
+        while True:
+            now = time.monotonic()
+            if (now - last_change) * 1000 >= SETTLE_QUIET_MS:
+                return last, True
+            if (now - start) * 1000 >= SETTLE_TIMEOUT_MS or interrupt.is_set():
+                return last, False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(interrupt.wait(), SETTLE_POLL_MS / 1000)
+            if interrupt.is_set():
+                return last, False
+            frame = await screen.grab()
+            if frame.data != last.data:
+                last, last_change = frame, time.monotonic()
 
     def record(self, event: dict[str, Any]) -> None:
-        """Queue one event; its frame (grabbed now) and page state are added in the background."""
+        """Queue one event; its frame and page state are added in the background."""
         self._seq += 1
         event = {"seq": self._seq, **event, "reply": _strip_images(event.get("reply"))}
         self._pending.put_nowait(asyncio.create_task(self._complete(event)))
@@ -77,24 +95,7 @@ class Recorder:
 
     async def _complete(self, event: dict[str, Any]) -> dict[str, Any]:
         try:
-            # Settled as a replay will settle it, so the two frames are comparable; in the background,
-            # so the agent never waits for it. If the next request comes first, the frame is the screen
-            # that request started from (grabbed just before it runs).
-            waiting: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
-            self._waiting = waiting
-            screen = self._desktop.screen
-            settle = asyncio.ensure_future(
-                screen.wait_stable(SETTLE_QUIET_MS, SETTLE_TIMEOUT_MS, SETTLE_POLL_MS, min_ms=SETTLE_MIN_MS)
-            )
-            first: set[asyncio.Future[Any]] = {settle, waiting}
-            await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
-            if waiting.done():
-                settle.cancel()
-                frame, event["frame_settled"] = waiting.result(), False
-            else:
-                frame, event["frame_settled"] = settle.result().frame, True
-            if self._waiting is waiting:
-                self._waiting = None
+            frame, event["frame_settled"] = await self._settled_frame()
             event["frame_at"] = time.time()
             loop = asyncio.get_running_loop()
             event["frame_webp"] = await loop.run_in_executor(self._encoder, self._encode, frame)
