@@ -46,7 +46,7 @@ def _wait_actions(gw: RunningGateway, session_id: str, tmp_path: Path, count: in
 def test_a_session_is_recorded_as_it_goes(gw: RunningGateway, tmp_path: Path) -> None:
     page = html_url("<h1>one</h1><input id=box>", "document.title='one'")
     with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as sb:
-        sb.navigate(page)
+        sb.act({"type": "navigate", "url": page}, wait_for="stable", screenshot=True)
         sb.click(200, 150)
         sb.act({"type": "type", "text": "hi"})
         sb.run_anthropic({"action": "screenshot"})
@@ -152,7 +152,7 @@ def recorded(gw: RunningGateway, tmp_path_factory: pytest.TempPathFactory) -> Pa
     import zipfile
 
     with Sandbox.create(url=gw.url, api_key=KEY_A) as sb:
-        sb.navigate(_page("done", "#cfc"))
+        sb.act({"type": "navigate", "url": _page("done", "#cfc")}, wait_for="stable", screenshot=True)
         # As an agent acts: each step waits for the screen it then looks at (the dialects do so by default).
         sb.act({"type": "click", "x": 150, "y": 145}, wait_for="stable", screenshot=True)  # the input
         sb.act({"type": "type", "text": "hello"}, wait_for="stable", screenshot=True)

@@ -53,14 +53,18 @@ def export(bundle: Bundle, target: Path) -> float:
             name = f"{index:06d}.png"
             Image.open(io.BytesIO(data)).convert("RGB").save(Path(tmp) / name)
             lines += [f"file {name}", f"duration {duration:.3f}"]
+        # The concat demuxer drops the last entry's duration unless the file is listed once more; then
+        # the repeat adds a duration of its own, so the output is cut at the total.
+        lines.append(f"file {len(frames) - 1:06d}.png")
+        total = sum(duration for _, duration in frames)
         listing = Path(tmp) / "frames.ffconcat"
         listing.write_text("\n".join(lines) + "\n")
         argv = [
             imageio_ffmpeg.get_ffmpeg_exe(), "-hide_banner", "-loglevel", "error", "-y",
             "-f", "concat", "-safe", "0", "-i", str(listing),
-            "-vf", "fps=10,scale=trunc(iw/2)*2:trunc(ih/2)*2", *codec, str(target),
+            "-vf", "fps=10,scale=trunc(iw/2)*2:trunc(ih/2)*2", "-t", f"{total:.3f}", *codec, str(target),
         ]
         done = subprocess.run(argv, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"ffmpeg failed: {done.stderr.strip()[-500:]}")
-    return sum(duration for _, duration in frames)
+    return total

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 FRAME_WIDTH = 640
 FRAME_QUALITY = 60
 SETTLE_QUIET_MS, SETTLE_TIMEOUT_MS, SETTLE_POLL_MS = 120, 1500, 15
+SKIP_WITHIN_MS = 100
 BUFFER = 512  # events kept for the gateway; older ones are dropped (the gateway notes the gap)
 
 
@@ -55,12 +56,20 @@ class Recorder:
         """A request is about to run: a frame still settling stops at the screen as it is now."""
         self._next_request.set()
 
-    async def _settled_frame(self) -> tuple[Frame, bool]:
+    async def _settled_frame(self, already: bool = False) -> tuple[Frame | None, bool]:
         """The screen once quiet for a moment, as a replay will settle it, so the two compare. In the
         background, so the agent never waits for it; if its next request comes first, the frame is
         the last one grabbed (at most one poll old): the screen that request started from."""
         screen = self._desktop.screen
         self._next_request = interrupt = asyncio.Event()
+        if already:
+            # The reply's own screenshot waited for a settled screen: this is it, taken once.
+            return await screen.grab(), True
+        with contextlib.suppress(TimeoutError):
+            # Nothing is grabbed (no CPU, no GIL) until the session has paused for a moment.
+            await asyncio.wait_for(interrupt.wait(), SKIP_WITHIN_MS / 1000)
+        if interrupt.is_set():
+            return None, False
         start = last_change = time.monotonic()
         last = await screen.grab()
         while True:
@@ -95,8 +104,14 @@ class Recorder:
 
     async def _complete(self, event: dict[str, Any]) -> dict[str, Any]:
         try:
-            frame, event["frame_settled"] = await self._settled_frame()
+            shot = (event.get("reply") or {}).get("screenshot") or {}
+            frame, event["frame_settled"] = await self._settled_frame(already=shot.get("settled") is True)
             event["frame_at"] = time.time()
+            if frame is None:
+                # Requests in quick succession (a script, not an agent looking): a frame each would cost
+                # more CPU than the requests themselves. The next one's frame shows the outcome.
+                event["frame_skipped"] = f"the next request came within {SKIP_WITHIN_MS} ms"
+                return event
             loop = asyncio.get_running_loop()
             event["frame_webp"] = await loop.run_in_executor(self._encoder, self._encode, frame)
         except Exception as exc:  # a frame is a nice-to-have; the event itself must not be lost
