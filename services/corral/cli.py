@@ -628,6 +628,8 @@ def replay(
             result = run_replay(bundle, sandbox.request, options, console.print)
     except (GatewayError, httpx.HTTPError) as exc:
         raise _fail(f"cannot replay: {exc}") from None
+    except Exception as exc:  # a frame that is no image, a session reaped mid-replay: one line, no traceback
+        raise _fail(f"replay stopped: {type(exc).__name__}: {exc}") from None
     if junit is not None:
         junit.write_bytes(junit_xml(result))
     if report is not None:
@@ -659,8 +661,8 @@ def export_video(
         seconds = export(read_bundle(bundle_path), output)
     except (BundleError, ValueError) as exc:
         raise _fail(str(exc), 2) from None
-    except RuntimeError as exc:
-        raise _fail(str(exc)) from None
+    except Exception as exc:  # ffmpeg failing, a frame that is no image, an unwritable target
+        raise _fail(f"no video: {type(exc).__name__}: {exc}") from None
     console.print(f"[green]{output}[/green]: {seconds:.1f} s")
 
 if __name__ == "__main__":

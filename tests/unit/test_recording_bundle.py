@@ -76,3 +76,30 @@ def test_foreign_files_are_refused(tmp_path: Path) -> None:
         archive.writestr("readme.txt", "hello")
     with pytest.raises(BundleError, match=r"no manifest\.json"):
         read_bundle(other)
+
+
+def test_junit_survives_control_characters_in_typed_text() -> None:
+    import xml.etree.ElementTree as ET
+
+    from corral.recording.replay import ReplayReport, StepResult, junit_xml
+
+    step = StepResult(1, "type text=a\x08\x00b", True, True, 0.01, 0.5, False, "differs \x1b")
+    ET.fromstring(junit_xml(ReplayReport("bundle", [step])))  # parses
+
+
+@pytest.mark.parametrize(
+    ("event", "message"),
+    [({"frame": ["x"]}, "outside frames/"), ({"frame": "manifest.json"}, "outside frames/"),
+     ({"native": "x"}, "not a list"), ({"started": "abc"}, "not a time")],
+)
+def test_malformed_action_fields_are_named(tmp_path: Path, event: dict[str, object], message: str) -> None:
+    line = json.dumps({"seq": 1, "event": "action", **event}).encode() + b"\n"
+    with pytest.raises(BundleError, match=message):
+        read_bundle(_bundle(tmp_path, events=line))
+
+
+def test_openai_images_are_not_kept_in_recorded_replies() -> None:
+    from corral.sandbox.recorder import _strip_images
+
+    reply = {"result": {"output": {"type": "input_image", "image_url": "data:image/png;base64," + "A" * 1000}}}
+    assert _strip_images(reply)["result"]["output"]["image_url"] == "<image>"

@@ -96,6 +96,9 @@ class SessionRecorder:
             except (httpx.HTTPError, ValueError) as exc:
                 log.debug("recording fetch for %s failed: %s", self.directory.name, exc)
                 await asyncio.sleep(0.5)
+            except Exception:  # disk full, a pruned directory, a malformed event: say so, keep going
+                log.exception("recording %s: could not write an event", self.directory.name)
+                await asyncio.sleep(1)
 
     async def _fetch(self, wait_ms: int) -> None:
         response = await self._http.get(
@@ -116,8 +119,9 @@ class SessionRecorder:
         if body.get("events") and int(body.get("oldest", 1)) > self._after + 1:
             self._write({"event": "gap", "lost": int(body["oldest"]) - self._after - 1})
         for event in body.get("events", []):
-            self._after = int(event["seq"])
+            seq = int(event["seq"])
             self._write_action(event)
+            self._after = seq  # only once written: a failed write is fetched again
 
     def _write_action(self, event: dict[str, Any]) -> None:
         frame_b64 = event.pop("frame_webp", None)

@@ -107,6 +107,12 @@ def read_bundle(path: Path) -> Bundle:
             raise BundleError(f"{path}: {EVENTS_FILE} line {number} is out of order (seq {event['seq']})")
         if event["event"] == "action":
             frame = event.get("frame")
+            if frame is not None and not (isinstance(frame, str) and frame.startswith(f"{FRAMES_DIR}/")):
+                raise BundleError(f"{path}: event {event['seq']} names a frame outside {FRAMES_DIR}/: {frame!r}")
+            if not isinstance(event.get("native") or [], list):
+                raise BundleError(f"{path}: event {event['seq']} has a 'native' that is not a list")
+            if not isinstance(event.get("started") or 0, int | float):
+                raise BundleError(f"{path}: event {event['seq']} has a 'started' that is not a time")
             if frame is not None and frame not in files:
                 raise BundleError(f"{path}: event {event['seq']} names frame {frame}, which is missing")
         events.append(event)

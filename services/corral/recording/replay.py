@@ -217,6 +217,15 @@ def replay(
     return ReplayReport(bundle.source, steps)
 
 
+def _xml_text(text: str) -> str:
+    """Text XML 1.0 can hold (typed text may carry control characters)."""
+    return "".join(c if _xml_char(c) else "?" for c in text)
+
+
+def _xml_char(c: str) -> bool:
+    return c in "\t\n\r" or " " <= c <= "\ud7ff" or "\ue000" <= c <= "\ufffd"
+
+
 def junit_xml(report: ReplayReport, name: str = "corral replay") -> bytes:
     suite = ET.Element(
         "testsuite",
@@ -227,13 +236,16 @@ def junit_xml(report: ReplayReport, name: str = "corral replay") -> bytes:
     )
     for step in report.steps:
         case = ET.SubElement(
-            suite, "testcase", classname=report.source, name=f"step {step.number}: {step.summary}",
+            suite,
+            "testcase",
+            classname=_xml_text(report.source),
+            name=_xml_text(f"step {step.number}: {step.summary}"),
             time=f"{step.elapsed_ms / 1000:.3f}",
         )
         if step.reason == "skipped":
             ET.SubElement(case, "skipped")
         elif not step.passed:
-            ET.SubElement(case, "failure", message=step.reason).text = step.reason
+            ET.SubElement(case, "failure", message=_xml_text(step.reason)).text = _xml_text(step.reason)
     return bytes(ET.tostring(suite, encoding="utf-8", xml_declaration=True))
 
 

@@ -31,11 +31,15 @@ SKIP_WITHIN_MS = 100
 BUFFER = 512  # events kept for the gateway; older ones are dropped (the gateway notes the gap)
 
 
+def _is_image(key: str, value: Any) -> bool:
+    # Native and Anthropic replies carry base64 under "data"; OpenAI's a data: URL under "image_url".
+    return isinstance(value, str) and len(value) > 256 and (key == "data" or value.startswith("data:"))
+
+
 def _strip_images(value: Any) -> Any:
     """A reply without its image payloads (the frame stands in for them)."""
     if isinstance(value, dict):
-        return {k: ("<image>" if k == "data" and isinstance(v, str) and len(v) > 256 else _strip_images(v))
-                for k, v in value.items()}
+        return {k: ("<image>" if _is_image(k, v) else _strip_images(v)) for k, v in value.items()}
     if isinstance(value, list):
         return [_strip_images(item) for item in value]
     return value
