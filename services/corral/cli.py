@@ -98,6 +98,17 @@ def _gateway_get(path: str) -> httpx.Response:
     return response
 
 
+def _gateway_rows(path: str, what: str) -> list[dict[str, Any]]:
+    """A gateway listing (a JSON list of objects), or a clean failure naming what was wrong."""
+    try:
+        rows = _gateway_get(path).json()
+    except ValueError:
+        raise _fail(f"the gateway's answer to GET {path} is not JSON") from None
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise _fail(f"the gateway's answer to GET {path} is not a list of {what}")
+    return rows
+
+
 def _build(runtime: DockerRuntime) -> None:
     for name, build in (("corral-desktop", images.build_desktop), ("corral-egress", images.build_egress)):
         with console.status(f"building {name} (cached layers make a rebuild take seconds)") as status:
@@ -503,12 +514,7 @@ def audit_summary(
 @audit_app.command("ls")
 def audit_ls(as_json: JsonOpt = False) -> None:
     """The audit logs the gateway keeps, of live and ended sessions."""
-    try:
-        rows = _gateway_get("/v1/audit").json()
-    except ValueError:
-        raise _fail("the gateway's answer to GET /v1/audit is not JSON") from None
-    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
-        raise _fail("the gateway's answer to GET /v1/audit is not a list of audit logs")
+    rows = _gateway_rows("/v1/audit", "audit logs")
     if as_json:
         out.print_json(json.dumps(rows))
         return
@@ -537,12 +543,7 @@ def main() -> None:
 @recording_app.command("ls")
 def recording_ls(as_json: JsonOpt = False) -> None:
     """The recordings the gateway keeps, of live and ended sessions."""
-    try:
-        rows = _gateway_get("/v1/recordings").json()
-    except ValueError:
-        raise _fail("the gateway's answer to GET /v1/recordings is not JSON") from None
-    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
-        raise _fail("the gateway's answer to GET /v1/recordings is not a list of recordings")
+    rows = _gateway_rows("/v1/recordings", "recordings")
     if as_json:
         out.print_json(json.dumps(rows))
         return

@@ -22,6 +22,7 @@ from typing import Any
 
 from corral.errors import SandboxError
 from corral.gateway.settings import GatewaySettings
+from corral.gateway.store import session_dir
 from corral.proxy import ca, control
 from corral.proxy.control import AUDIT_FILE, POLICY_FILE
 from corral.proxy.sidecar import PROXY_ALIAS, PROXY_PORT
@@ -86,9 +87,7 @@ class EgressManager:
     # -- lifecycle ------------------------------------------------------------------------------------
 
     def state_dir(self, session_id: str) -> Path:
-        if not session_id.startswith("ses_") or not session_id[4:].isalnum():
-            raise ValueError(f"not a session id: {session_id!r}")
-        return self.root / session_id
+        return session_dir(self.root, session_id)
 
     def _prepare_state(self, session_id: str, allow: list[str], mode: str) -> tuple[Path, ca.SessionCA]:
         state = self.state_dir(session_id)

@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from corral.gateway.store import session_dir
 from corral.recording.bundle import EVENTS_FILE, FORMAT, FRAMES_DIR, MANIFEST_FILE, VERSION
 
 log = logging.getLogger(__name__)
@@ -174,9 +175,7 @@ class RecordingManager:
         self._live: dict[str, SessionRecorder] = {}
 
     def directory(self, session_id: str) -> Path:
-        if not session_id.startswith("ses_") or not session_id[4:].isalnum():
-            raise ValueError(f"not a session id: {session_id!r}")
-        return self.root / session_id
+        return session_dir(self.root, session_id)
 
     def start(
         self,

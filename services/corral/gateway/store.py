@@ -15,6 +15,13 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
+def session_dir(root: Path, session_id: str) -> Path:
+    """``root/<session_id>`` for a well-formed session id only (no path tricks); else ValueError."""
+    if not session_id.startswith("ses_") or not session_id[4:].isascii() or not session_id[4:].isalnum():
+        raise ValueError(f"not a session id: {session_id!r}")
+    return root / session_id
+
+
 class SessionStore:
     def __init__(self, data_dir: Path) -> None:
         self._dir = data_dir / "sessions"
