@@ -9,6 +9,11 @@ passes the method and path rules. A refused CONNECT is still accepted and interc
 ever reaching upstream, so the browser shows the 403 page that names the rule instead of a bare
 tunnel error.
 
+Every upstream answer let through is also kept (:mod:`corral.proxy.responses`) for hermetic
+replays. In a hermetic session (``corral_hermetic``) nothing is resolved or dialled at all: after
+the same policy checks, each request is answered from the recorded responses, or refused with a
+"not in the recording" page; the sidecar then has no route out either.
+
 Loaded by ``mitmdump -s`` in the sidecar (mitmproxy 12 on Python 3.13); also runs on mitmproxy 11.0
 (Python 3.11), where the unit tests use it.
 """
@@ -28,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mitmproxy import connection, ctx, http, tls
+from mitmproxy import connection, ctx, exceptions, http, tls
+from mitmproxy import io as flow_io
 from mitmproxy.addonmanager import Loader
 from mitmproxy.proxy import server_hooks
 
@@ -36,6 +42,7 @@ from corral.proxy import control
 from corral.proxy.audit import AuditLog, redact_headers, redact_url
 from corral.proxy.hosts import normalize_host, own_addresses, parse_ip
 from corral.proxy.policy import Decision, Policy, is_doh_request
+from corral.proxy.responses import REPLAY_FILE, RESPONSES_FILE, Playback, ResponseStore
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +52,7 @@ AUDIT_FILE = control.AUDIT_FILE
 RESOLVE_TIMEOUT_S = 5.0
 MAX_ACTIONS = 64
 REASONS = {403: "Forbidden", 421: "Misdirected Request", 502: "Bad Gateway"}
+NOT_RECORDED = "not-recorded"
 
 
 @dataclass(slots=True)
@@ -107,25 +115,32 @@ def parse_authority(value: str, default_port: int) -> tuple[str, int]:
 
 def refusal_response(status: int, host: str, decision: Decision, accept: str) -> http.Response:
     """The page (or JSON body, for clients that ask for JSON) an agent sees when egress refuses."""
+    unrecorded = decision.rule == NOT_RECORDED
     headers = {
         "Cache-Control": "no-store",
-        "X-Corral-Egress": "denied",
+        "X-Corral-Egress": "not-recorded" if unrecorded else "denied",
         "X-Corral-Rule": decision.rule or "",
     }
+    code = "not_recorded" if unrecorded else "egress_denied"
     if "application/json" in accept and "text/html" not in accept:
         body = json.dumps(
-            {"error": {"code": "egress_denied", "host": host, "rule": decision.rule, "reason": decision.reason}}
+            {"error": {"code": code, "host": host, "rule": decision.rule, "reason": decision.reason}}
         ).encode()
         headers["Content-Type"] = "application/json"
     else:
         body = (
             "<!doctype html><html><head><meta charset='utf-8'>"
-            f"<title>Blocked by Corral: {html.escape(host)}</title></head><body>"
-            "<h1>Blocked by Corral's egress policy</h1>"
+            f"<title>{'Not recorded' if unrecorded else 'Blocked by Corral'}: {html.escape(host)}</title></head><body>"
+            f"<h1>{'Not in the recording' if unrecorded else 'Blocked by Corral&#39;s egress policy'}</h1>"
             f"<p id='reason'>{html.escape(decision.reason)}</p>"
             f"<p>Host: <code id='host'>{html.escape(host)}</code><br>"
             f"Rule: <code id='rule'>{html.escape(decision.rule or '')}</code></p>"
-            "<p>Ask the session's owner to add the host to the session's allowlist.</p></body></html>"
+            + (
+                "<p>This hermetic replay answers only what the recorded session fetched.</p>"
+                if unrecorded
+                else "<p>Ask the session's owner to add the host to the session's allowlist.</p>"
+            )
+            + "</body></html>"
         ).encode()
         headers["Content-Type"] = "text/html; charset=utf-8"
     return http.Response.make(status, body, headers)
@@ -143,6 +158,9 @@ class Egress:
         self._actions: dict[str, float] = {}  # agent actions in flight, in the order they started
         self._generation = 0  # bumped by each policy change
         self._control: asyncio.Server | None = None
+        self.hermetic = False
+        self.responses: ResponseStore | None = None  # upstream answers kept for hermetic replays
+        self.playback = Playback()  # the recorded answers a hermetic session gives
         self.lookup: Lookup = system_lookup  # the one DNS seam (unit tests answer from a table)
 
     # -- options and lifecycle ------------------------------------------------------------------------
@@ -158,6 +176,12 @@ class Egress:
         loader.add_option("corral_trusted_networks", str, "", "Comma-separated networks exempt from the global deny.")
         loader.add_option("corral_allow_private", bool, False, "Operator override: lift the global deny.")
         loader.add_option("corral_own_hosts", str, "", "Comma-separated extra names of this proxy (refused).")
+        loader.add_option("corral_keep_responses", bool, False, "Keep upstream answers for hermetic replays.")
+        loader.add_option("corral_responses_max_body", int, 16 << 20, "Largest request+response kept, in bytes.")
+        loader.add_option("corral_responses_max_total", int, 256 << 20, "Bytes of responses kept per session.")
+        loader.add_option(
+            "corral_hermetic", bool, False, f"Answer only from $corral_state_dir/{REPLAY_FILE}; never dial out."
+        )
 
     def configure(self, updated: set[str]) -> None:
         if not any(name.startswith("corral_") for name in updated):
@@ -175,6 +199,10 @@ class Egress:
                 allow, self.mode = list(stored.get("allow", [])), str(stored.get("mode", self.mode))
             if self.audit is None:
                 self.audit = AuditLog(self._state_dir / AUDIT_FILE, opts.corral_session)
+            if opts.corral_keep_responses and not opts.corral_hermetic and self.responses is None:
+                self.responses = ResponseStore(
+                    self._state_dir / RESPONSES_FILE, opts.corral_responses_max_body, opts.corral_responses_max_total
+                )
         own = {socket.gethostname(), *own_addresses()}
         own.update(h.strip() for h in opts.corral_own_hosts.split(",") if h.strip())
         self.policy = Policy(
@@ -183,6 +211,25 @@ class Egress:
             trusted_networks=[n.strip() for n in opts.corral_trusted_networks.split(",") if n.strip()],
             own_hosts=own,
         )
+        if opts.corral_hermetic and not self.hermetic:
+            self._start_hermetic()
+
+    def _start_hermetic(self) -> None:
+        # Hermetic from here on, even if what follows fails: then every request is refused as not
+        # recorded (fail closed), never sent upstream.
+        self.hermetic = True
+        opts = ctx.options
+        if opts.connection_strategy != "lazy":
+            # Eager would dial the upstream at each CONNECT, which a hermetic session never does.
+            raise ValueError("corral_hermetic needs connection_strategy=lazy")
+        if self._state_dir is None:
+            raise ValueError("corral_hermetic needs corral_state_dir")
+        try:
+            flows = flow_io.read_flows_from_paths([str(self._state_dir / REPLAY_FILE)])
+        except exceptions.FlowReadException as exc:
+            raise ValueError(f"cannot read the recorded responses: {exc}") from None
+        count = self.playback.add_recorded([f for f in flows if isinstance(f, http.HTTPFlow)])
+        log.info("hermetic replay from %d recorded responses", count)
 
     async def running(self) -> None:
         opts = ctx.options
@@ -190,12 +237,22 @@ class Egress:
             self._control = await asyncio.start_server(
                 self._serve_control, opts.corral_control_host, opts.corral_control_port, limit=control.MAX_LINE_BYTES
             )
-        self._log("proxy", mode=self.mode, allow=self.policy.allow, version=_mitmproxy_version())
+        self._log(
+            "proxy",
+            mode=self.mode,
+            allow=self.policy.allow,
+            version=_mitmproxy_version(),
+            hermetic=self.hermetic or None,
+            recorded_responses=self.playback.count() if self.hermetic else None,
+        )
 
     async def done(self) -> None:
         if self._control is not None:
             self._control.close()
             self._control = None
+        if self.responses is not None:
+            self.responses.close()
+            self.responses = None
         if self.audit is not None:
             self.audit.close()
             self.audit = None
@@ -211,6 +268,9 @@ class Egress:
 
     async def _resolve(self, host: str, port: int) -> tuple[str | None, Verdict]:
         """One lookup; every address must pass, else a rebinding answer could smuggle one in."""
+        if self.hermetic:
+            # Nothing is dialled, so nothing is looked up: the name's own verdict stands.
+            return None, Verdict(Decision(True, "hermetic replay: not resolved"), "allow")
         if parse_ip(host) is not None:
             return host, self._verdict(self.policy.resolved(host, host))
         try:
@@ -295,8 +355,8 @@ class Egress:
 
     def tls_clienthello(self, data: tls.ClientHelloData) -> None:
         tunnel = self._tunnels.get(data.context.client.id)
-        if tunnel is not None and tunnel.verdict.refused:
-            data.establish_server_tls_first = False  # a refused tunnel never meets its server
+        if self.hermetic or (tunnel is not None and tunnel.verdict.refused):
+            data.establish_server_tls_first = False  # a refused (or hermetic) tunnel never meets its server
 
     async def requestheaders(self, flow: http.HTTPFlow) -> None:
         started, action = time.time(), self._action()
@@ -366,6 +426,16 @@ class Egress:
     async def server_connect(self, data: server_hooks.ServerConnectionHookData) -> None:
         if data.server.address is None:
             return
+        if self.hermetic:
+            data.server.error = "a hermetic replay never connects upstream"
+            self._log(
+                "error",
+                host=str(data.server.address[0]),
+                port=data.server.address[1],
+                error=data.server.error,
+                action=self._action(),
+            )
+            return
         raw_host, port = data.server.address
         tunnel = self._tunnels.get(data.client.id)
         ip: str | None
@@ -404,12 +474,34 @@ class Egress:
         for resolved in [key for key in self._resolved if key[0] == client.id]:
             del self._resolved[resolved]
 
+    def request(self, flow: http.HTTPFlow) -> None:
+        """In a hermetic session, every request the policy let through is answered from the recording."""
+        note = flow.metadata.get(NOTE)
+        if not self.hermetic or not isinstance(note, FlowNote) or flow.response is not None:
+            return
+        recorded = self.playback.next_flow(flow)
+        # A recorded WebSocket upgrade cannot be replayed: there is no server to carry it on.
+        if recorded is not None and recorded.response is not None and recorded.response.status_code != 101:
+            response = recorded.response.copy()
+            if ctx.options.server_replay_refresh:
+                response.refresh()  # type: ignore[no-untyped-call,unused-ignore]
+            flow.response = response
+            flow.is_replay = "response"
+            return
+        reason = f"{flow.request.method} {redact_url(_url(flow.request, note.host))} is not in the recording"
+        note.verdict = Verdict(Decision(False, reason, NOT_RECORDED), "deny", 502)
+        flow.response = refusal_response(502, note.host, note.verdict.decision, flow.request.headers.get("accept", ""))
+        note.logged = True
+        self._log("block", **self._request_fields(flow, note))
+
     def response(self, flow: http.HTTPFlow) -> None:
         note = flow.metadata.get(NOTE)
         if not isinstance(note, FlowNote) or note.logged or flow.request.method == "CONNECT":
             return
         note.logged = True
         self._log("request", **self._request_fields(flow, note))
+        if self.responses is not None and not note.verdict.refused and not flow.is_replay:
+            self.responses.offer(flow, note.host)
 
     def error(self, flow: http.HTTPFlow) -> None:
         note = flow.metadata.get(NOTE)
@@ -449,7 +541,7 @@ class Egress:
             "scheme": request.scheme,
             "host": note.host,
             "port": request.port,
-            "ip": None if verdict.refused else _peer(flow.server_conn),
+            "ip": None if verdict.refused or flow.is_replay else _peer(flow.server_conn),
             "sni": flow.client_conn.sni,
             "http_version": request.http_version,
             "status": response.status_code if response is not None else 0,
@@ -463,6 +555,7 @@ class Egress:
             "rule": verdict.decision.rule,
             "reason": verdict.decision.reason,
             "action": note.action,
+            **({"replayed": True} if flow.is_replay == "response" else {}),
         }
 
     # -- control channel ------------------------------------------------------------------------------
@@ -542,6 +635,8 @@ class Egress:
                 "mode": self.mode,
                 "records": self.audit.seq if self.audit is not None else 0,
                 "actions": list(self._actions),
+                "hermetic": self.hermetic,
+                "responses": self.responses.counts() if self.responses is not None else None,
             }
         raise ValueError("unexpected message")
 

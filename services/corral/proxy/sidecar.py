@@ -55,9 +55,20 @@ def mitmdump_argv(env: Mapping[str, str], listen: str, addon: str) -> list[str]:
         "corral_gateway_token": env.get("CORRAL_GATEWAY_TOKEN", ""),
         "corral_controller_token": env.get("CORRAL_CONTROLLER_TOKEN", ""),
         "corral_trusted_networks": env.get("CORRAL_TRUSTED_NETWORKS", ""),
-        "corral_allow_private": "true" if env.get("CORRAL_ALLOW_PRIVATE", "") in ("1", "true") else "false",
+        "corral_allow_private": "true" if _flag(env, "CORRAL_ALLOW_PRIVATE") else "false",
         "corral_own_hosts": PROXY_ALIAS,
     }
+    if _flag(env, "CORRAL_HERMETIC"):
+        # Answers come from the recording: no upstream is dialled, so none is waited for at a CONNECT.
+        options.update(connection_strategy="lazy", corral_hermetic="true", corral_keep_responses="false")
+    else:
+        options["corral_keep_responses"] = "true" if _flag(env, "CORRAL_RECORD_RESPONSES", True) else "false"
+    for name, variable in (
+        ("corral_responses_max_body", "CORRAL_RESPONSES_MAX_BODY"),
+        ("corral_responses_max_total", "CORRAL_RESPONSES_MAX_TOTAL"),
+    ):
+        if env.get(variable, "").isdigit():
+            options[name] = env[variable]
     upstream_ca = state / "upstream-ca.pem"
     if upstream_ca.exists():
         options["ssl_verify_upstream_trusted_ca"] = str(upstream_ca)
@@ -66,6 +77,11 @@ def mitmdump_argv(env: Mapping[str, str], listen: str, addon: str) -> list[str]:
     for name, value in options.items():
         argv += ["--set", f"{name}={value}"]
     return argv
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:
+    value = env.get(name, "").strip().lower()
+    return default if not value else value in ("1", "true", "yes", "on")
 
 
 def main() -> int:

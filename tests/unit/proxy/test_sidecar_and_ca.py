@@ -32,6 +32,23 @@ def test_mitmdump_listens_on_the_session_address_only_with_the_addon(tmp_path: P
     assert _options(mitmdump_argv(env, "172.30.0.2", "x"))["ssl_verify_upstream_trusted_ca"].endswith("upstream-ca.pem")
 
 
+
+def test_responses_are_kept_unless_turned_off_and_a_hermetic_proxy_never_dials(tmp_path: Path) -> None:
+    env = {"CORRAL_STATE_DIR": str(tmp_path), "CORRAL_RESPONSES_MAX_BODY": "1000"}
+    options = _options(mitmdump_argv(env, "172.30.0.2", "x"))
+    assert (options["corral_keep_responses"], options["corral_hermetic"] if "corral_hermetic" in options else None) == (
+        "true",
+        None,
+    )
+    assert options["corral_responses_max_body"] == "1000"
+    assert _options(mitmdump_argv({**env, "CORRAL_RECORD_RESPONSES": "0"}, "h", "x"))["corral_keep_responses"] == "false"
+    hermetic = _options(mitmdump_argv({**env, "CORRAL_HERMETIC": "1"}, "h", "x"))
+    assert (hermetic["corral_hermetic"], hermetic["connection_strategy"], hermetic["corral_keep_responses"]) == (
+        "true",
+        "lazy",
+        "false",
+    )
+
 def test_a_session_ca_is_a_ca_with_its_key_kept_private(tmp_path: Path) -> None:
     made = ca.create(tmp_path / "ca", "ses_abc")
     cert = x509.load_pem_x509_certificate(made.cert_pem.encode())
