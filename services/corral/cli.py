@@ -592,7 +592,9 @@ def replay(
     junit: Annotated[Path | None, typer.Option(help="Write JUnit XML here.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write the HTML report here.")] = None,
     timing: Annotated[str, typer.Option(help="settle (as fast as the sandbox settles) or recorded.")] = "settle",
-    hermetic: Annotated[bool, typer.Option(help="Answer from the recorded responses (not built yet).")] = False,
+    hermetic: Annotated[
+        bool, typer.Option(help="The proxy answers only from the recorded responses; no live site is reached.")
+    ] = False,
 ) -> None:
     """Re-run a recorded session in a fresh sandbox and compare each step's screen; exit 1 on a divergence."""
     from corral.recording.bundle import BundleError, read_bundle
@@ -600,8 +602,6 @@ def replay(
     from corral.recording.replay import replay as run_replay
     from corral.sdk import GatewayError, Sandbox
 
-    if hermetic:
-        raise _fail("--hermetic is not built yet: replays reach the recorded allowlist's live hosts", 2)
     if timing not in ("settle", "recorded"):
         raise _fail("--timing is settle or recorded", 2)
     if not 0 <= threshold <= 1:
@@ -616,6 +616,12 @@ def replay(
         )
     except (BundleError, ValueError, OSError) as exc:
         raise _fail(str(exc), 2) from None
+    if hermetic and bundle.responses is None:
+        raise _fail(
+            f"{bundle_path} holds no recorded responses (responses.mitm): it was recorded without egress "
+            "control or with CORRAL_RECORD_RESPONSES off; replay it without --hermetic",
+            2,
+        )
     manifest = bundle.manifest
     viewport = (int(manifest["viewport"]["width"]), int(manifest["viewport"]["height"]))
     try:
@@ -625,6 +631,7 @@ def replay(
             egress_mode=manifest.get("egress_mode"),
             url=against or _url(),
             api_key=_api_key(),
+            hermetic_responses=bundle.responses if hermetic else None,
         ) as sandbox:
             result = run_replay(bundle, sandbox.request, options, console.print)
     except (GatewayError, httpx.HTTPError) as exc:

@@ -56,10 +56,13 @@ def _session_body(
     idle_timeout_s: int | None,
     labels: dict[str, str] | None,
     egress_mode: str | None = None,
+    hermetic: str | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"allow": list(allow or []), "labels": dict(labels or {})}
     if egress_mode is not None:
         body["egress_mode"] = egress_mode
+    if hermetic is not None:
+        body["hermetic"] = hermetic
     if viewport is not None:
         body["viewport"] = {"width": viewport[0], "height": viewport[1]}
     if timeout_s is not None:
@@ -153,16 +156,23 @@ class Sandbox:
         egress_mode: str | None = None,
         url: str | None = None,
         api_key: str | None = None,
+        hermetic_responses: bytes | None = None,
     ) -> Sandbox:
+        """A new session. With ``hermetic_responses`` (a recording's ``responses.mitm``) its proxy
+        answers only from those and has no route out: a hermetic replay."""
         gateway = httpx.Client(**_client_options(url, api_key or _default_key()))
         info: dict[str, Any] | None = None
         try:
-            info = _checked(
-                gateway.post(
-                    "/v1/sessions",
-                    json=_session_body(allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode),
-                )
-            )
+            upload = None
+            if hermetic_responses is not None:
+                upload = _checked(gateway.post("/v1/replay-responses", content=hermetic_responses))["id"]
+            try:
+                body = _session_body(allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload)
+                info = _checked(gateway.post("/v1/sessions", json=body))
+            finally:
+                if upload is not None:  # the session keeps its own copy
+                    with contextlib.suppress(httpx.HTTPError):
+                        gateway.delete(f"/v1/replay-responses/{upload}")
             return cls(info, info["token"], gateway)
         except BaseException:
             if info is not None:  # created, but the WebSocket failed: do not leave it running

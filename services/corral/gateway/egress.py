@@ -24,10 +24,10 @@ from corral.errors import SandboxError
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import session_dir
 from corral.proxy import ca, control
-from corral.proxy.control import AUDIT_FILE, POLICY_FILE
+from corral.proxy.control import AUDIT_FILE, POLICY_FILE, REPLAY_FILE, RESPONSES_FILE
 from corral.proxy.sidecar import PROXY_ALIAS, PROXY_PORT
 from corral.runtime import hostguard
-from corral.runtime.docker import EGRESS_UID, DockerRuntime, EgressSpec
+from corral.runtime.docker import EGRESS_UID, DockerRuntime, EgressSpec, SessionNetwork
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +67,17 @@ class Egress:
 
 
 @dataclass(frozen=True, slots=True)
-class Provisioned:
-    egress: Egress
+class Prepared:
+    """A session's network, state and CA, before its proxy starts (the sandbox can start meanwhile)."""
+
+    session_id: str
+    network: SessionNetwork
+    state_dir: Path
+    labels: dict[str, str]
+    environment: dict[str, str]  # the proxy's
+    gateway_token: str
     sandbox_env: dict[str, str]  # what the sandbox needs: the proxy, the network, the CA certificate
+    hermetic: bool
 
 
 class EgressManager:
@@ -89,7 +97,12 @@ class EgressManager:
     def state_dir(self, session_id: str) -> Path:
         return session_dir(self.root, session_id)
 
-    def _prepare_state(self, session_id: str, allow: list[str], mode: str) -> tuple[Path, ca.SessionCA]:
+    def responses_path(self, session_id: str) -> Path:
+        return self.state_dir(session_id) / RESPONSES_FILE
+
+    def _prepare_state(
+        self, session_id: str, allow: list[str], mode: str, replay: Path | None
+    ) -> tuple[Path, ca.SessionCA]:
         state = self.state_dir(session_id)
         state.mkdir(parents=True, exist_ok=True)
         owner = (EGRESS_UID, EGRESS_UID) if os.geteuid() == 0 else None
@@ -98,13 +111,17 @@ class EgressManager:
         upstream = self._settings.egress_upstream_ca
         if upstream is not None:
             shutil.copyfile(upstream, state / "upstream-ca.pem")
+        if replay is not None:
+            shutil.copyfile(replay, state / REPLAY_FILE)  # a copy: the upload may be deleted or reused
         if owner is not None:
             for path in (state, state / POLICY_FILE):
                 os.chown(path, *owner)
         return state, authority
 
-    def provision_blocking(self, session_id: str, allow: list[str], mode: str, labels: dict[str, str]) -> Provisioned:
-        """Network, host guard, state, CA and a started proxy (blocking: run it in a thread)."""
+    def prepare_blocking(
+        self, session_id: str, allow: list[str], mode: str, labels: dict[str, str], replay: Path | None = None
+    ) -> Prepared:
+        """Network, host guard, state and CA (blocking: run it in a thread); ``replay`` makes it hermetic."""
         s = self._settings
         labels = {**labels, SESSION_LABEL: session_id}
         network = self._runtime.create_session_network(f"corral-net-{session_id}", labels, s.session_subnets)
@@ -112,42 +129,23 @@ class EgressManager:
             # The internal network still reaches the host through its bridge address: close that here too.
             if not hostguard.install(network.interface):
                 log.error("no host guard on %s: the sandbox's own firewall is the only barrier", network.name)
-            state, authority = self._prepare_state(session_id, allow, mode)
-            gateway_token, controller_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
-            proxy = self._runtime.start_egress(
-                EgressSpec(
-                    name=f"corral-egress-{session_id}",
-                    state_dir=state,
-                    session_network=network,
-                    egress_network=s.egress_network,
-                    image=s.egress_image,
-                    labels=labels,
-                    environment={
-                        "CORRAL_SESSION": session_id,
-                        "CORRAL_GATEWAY_TOKEN": gateway_token,
-                        "CORRAL_CONTROLLER_TOKEN": controller_token,
-                        "CORRAL_EGRESS_MODE": mode,
-                        "CORRAL_TRUSTED_NETWORKS": s.egress_trusted_networks,
-                        "CORRAL_ALLOW_PRIVATE": "1" if s.egress_allow_private else "0",
-                    },
-                )
-            )
+            state, authority = self._prepare_state(session_id, allow, mode, replay)
         except BaseException:
-            self._runtime.remove_network(network.name)
-            hostguard.remove(network.interface)
+            self._drop_network(network)
             raise
-        egress = Egress(
-            session_id=session_id,
-            network=network.name,
-            subnet=network.subnet,
-            gateway=network.gateway,
-            interface=network.interface,
-            proxy_id=proxy.id,
-            proxy_name=proxy.name,
-            proxy_address=proxy.address,
-            state_dir=str(state),
-            gateway_token=gateway_token,
-        )
+        gateway_token, controller_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+        environment = {
+            "CORRAL_SESSION": session_id,
+            "CORRAL_GATEWAY_TOKEN": gateway_token,
+            "CORRAL_CONTROLLER_TOKEN": controller_token,
+            "CORRAL_EGRESS_MODE": mode,
+            "CORRAL_TRUSTED_NETWORKS": s.egress_trusted_networks,
+            "CORRAL_ALLOW_PRIVATE": "1" if s.egress_allow_private else "0",
+            "CORRAL_RECORD_RESPONSES": "1" if s.record_responses else "0",
+            "CORRAL_RESPONSES_MAX_BODY": str(s.responses_max_body_mb << 20),
+            "CORRAL_RESPONSES_MAX_TOTAL": str(s.responses_max_total_mb << 20),
+            "CORRAL_HERMETIC": "1" if replay is not None else "0",
+        }
         sandbox_env = {
             "CORRAL_PROXY": f"{PROXY_ALIAS}:{PROXY_PORT}",
             "CORRAL_PROXY_CONTROL_PORT": str(control.CONTROL_PORT),
@@ -156,7 +154,44 @@ class EgressManager:
             "CORRAL_CA_CERT": authority.cert_pem,
             "CORRAL_CONTROLLER_TOKEN": controller_token,
         }
-        return Provisioned(egress, sandbox_env)
+        return Prepared(session_id, network, state, labels, environment, gateway_token, sandbox_env, replay is not None)
+
+    def start_proxy_blocking(self, prepared: Prepared) -> Egress:
+        """The session's proxy (blocking); a hermetic one joins no egress network: it has no way out."""
+        s = self._settings
+        network = prepared.network
+        proxy = self._runtime.start_egress(
+            EgressSpec(
+                name=f"corral-egress-{prepared.session_id}",
+                state_dir=prepared.state_dir,
+                session_network=network,
+                egress_network=None if prepared.hermetic else s.egress_network,
+                image=s.egress_image,
+                labels=prepared.labels,
+                environment=prepared.environment,
+            )
+        )
+        return Egress(
+            session_id=prepared.session_id,
+            network=network.name,
+            subnet=network.subnet,
+            gateway=network.gateway,
+            interface=network.interface,
+            proxy_id=proxy.id,
+            proxy_name=proxy.name,
+            proxy_address=proxy.address,
+            state_dir=str(prepared.state_dir),
+            gateway_token=prepared.gateway_token,
+        )
+
+    def discard_blocking(self, prepared: Prepared) -> None:
+        """Undo :meth:`prepare_blocking` (and a proxy it may have started); the state stays."""
+        self._runtime.remove(f"corral-egress-{prepared.session_id}")
+        self._drop_network(prepared.network)
+
+    def _drop_network(self, network: SessionNetwork) -> None:
+        self._runtime.remove_network(network.name)
+        hostguard.remove(network.interface)
 
     def teardown_blocking(self, egress: Egress) -> None:
         """Remove the proxy and the network; the state (audit log) stays."""

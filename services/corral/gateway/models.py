@@ -50,6 +50,9 @@ class CreateSession(BaseModel):
     resources: Resources = Field(default_factory=Resources)
     # enforce: refuse what the allowlist does not allow; report: allow it, and log what would be refused.
     egress_mode: EgressMode | None = None
+    # A hermetic replay: the proxy answers only from these recorded responses (POST /v1/replay-responses)
+    # and has no route out.
+    hermetic: Annotated[str, Field(pattern=r"^rsp_[0-9a-f]{16}$")] | None = None
 
 
 class UpdateSession(BaseModel):
@@ -76,6 +79,7 @@ class SessionOut(BaseModel):
     from_pool: bool
     container: str
     egress_mode: EgressMode | None
+    hermetic: bool
     ws_url: str
     actions_url: str
     traffic_url: str
@@ -83,6 +87,13 @@ class SessionOut(BaseModel):
 
 class CreatedSession(SessionOut):
     token: str
+
+
+class ReplayResponsesOut(BaseModel):
+    id: str
+    flows: int
+    bytes: int
+    torn: bool  # the last flow was cut short (a killed proxy) and left out
 
 
 class ErrorBody(BaseModel):

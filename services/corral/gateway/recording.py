@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import io
 import json
 import logging
 import os
@@ -20,12 +19,13 @@ import shutil
 import time
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 
 from corral.gateway.store import session_dir
-from corral.recording.bundle import EVENTS_FILE, FORMAT, FRAMES_DIR, MANIFEST_FILE, VERSION
+from corral.recording.bundle import EVENTS_FILE, FORMAT, FRAMES_DIR, MANIFEST_FILE, RESPONSES_FILE, VERSION
+from corral.recording.flowfile import check
 
 log = logging.getLogger(__name__)
 
@@ -64,14 +64,23 @@ class AuditIndex:
 
 
 class SessionRecorder:
-    def __init__(self, directory: Path, base_url: str, audit: Path | None, http: httpx.AsyncClient) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        base_url: str,
+        audit: Path | None,
+        http: httpx.AsyncClient,
+        responses: Path | None = None,
+    ) -> None:
         self.directory = directory
+        self.responses = responses  # the proxy's live responses file, until the session ends
         self._base_url = base_url
         self._audit = AuditIndex(audit)
         self._http = http
         self._after = 0
         self._written = 0
         self._controller_last = 0
+        self._boot: str | None = None  # the controller run whose numbering ``_after`` follows
         self._task: asyncio.Task[None] | None = None
 
     def start(self, manifest: dict[str, Any], owner: str) -> None:
@@ -84,8 +93,14 @@ class SessionRecorder:
             for line in events.read_bytes().splitlines():
                 with contextlib.suppress(ValueError, KeyError, TypeError):
                     event = json.loads(line)
-                    self._after = max(self._after, int(event.get("controller_seq", 0)))
                     self._written = max(self._written, int(event["seq"]))
+                    if event.get("event") == "controller_restarted":
+                        self._after, self._boot = 0, event.get("controller_boot")
+                    elif event.get("event") == "action":
+                        if event.get("controller_boot") != self._boot:
+                            self._after = 0  # a new controller run: its numbering starts again
+                        self._boot = event.get("controller_boot")
+                        self._after = max(self._after, int(event.get("controller_seq", 0)))
         self._task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
@@ -113,10 +128,15 @@ class SessionRecorder:
         response.raise_for_status()
         body = response.json()
         self._controller_last = int(body.get("last", 0))
-        if int(body.get("last", 0)) < self._after:
-            self._write({"event": "controller_restarted"})  # its numbering starts again
-            self._after = 0
+        boot = body.get("boot")
+        restarted = (self._boot is not None and boot != self._boot) or int(body.get("last", 0)) < self._after
+        if restarted:
+            # Another run of the controller (its numbering starts again), even if it has caught up
+            # with the old count: without the boot id, a restart would look like old events.
+            self._write({"event": "controller_restarted", "controller_boot": boot})
+            self._after, self._boot = 0, boot
             return
+        self._boot = boot
         if body.get("events") and int(body.get("oldest", 1)) > self._after + 1:
             self._write({"event": "gap", "lost": int(body["oldest"]) - self._after - 1})
         for event in body.get("events", []):
@@ -136,6 +156,7 @@ class SessionRecorder:
             {
                 "event": "action",
                 "controller_seq": controller_seq,
+                "controller_boot": self._boot,
                 **event,
                 "frame": frame,
                 "audit": self._audit.seqs(event.get("action_id")),
@@ -151,22 +172,49 @@ class SessionRecorder:
         finally:
             os.close(fd)
 
-    async def stop(self, reason: str) -> None:
-        """Take what the controller still holds, then close the bundle."""
+    async def stop(self, reason: str, drain_s: float = DRAIN_S) -> None:
+        """Take what the controller still holds (for up to ``drain_s``), then close the bundle."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        # The last frames may still be settling in the controller: wait for them, briefly.
-        deadline = time.monotonic() + DRAIN_S
-        with contextlib.suppress(httpx.HTTPError, ValueError, OSError):
-            await self._fetch(0)
-            while self._after < self._controller_last and time.monotonic() < deadline:
-                await self._fetch(int(max(0.0, deadline - time.monotonic()) * 1000))
-        manifest_path = self.directory / MANIFEST_FILE
-        with contextlib.suppress(OSError, ValueError):
-            manifest = json.loads(manifest_path.read_text())
-            manifest.update(ended_at=time.time(), end_reason=reason, events=self._written)
-            _atomic_json(manifest_path, manifest)
+        try:
+            # The last frames may still be settling in the controller: wait for them, briefly.
+            async with asyncio.timeout(drain_s):
+                deadline = time.monotonic() + drain_s
+                await self._fetch(0)
+                while self._after < self._controller_last:
+                    await self._fetch(int(max(0.0, deadline - time.monotonic()) * 1000))
+        except (TimeoutError, httpx.HTTPError, ValueError, OSError) as exc:
+            log.info("recording %s: stopped draining (%s)", self.directory.name, type(exc).__name__)
+        finally:
+            # Closed whatever happened above, even when cancelled: an ended session's bundle says so.
+            close_manifest(self.directory, reason, self._written)
+
+
+def close_manifest(directory: Path, reason: str, events: int | None = None) -> None:
+    manifest_path = directory / MANIFEST_FILE
+    with contextlib.suppress(OSError, ValueError):
+        manifest = json.loads(manifest_path.read_text())
+        if manifest.get("ended_at"):
+            return
+        if events is None:
+            events_path = directory / EVENTS_FILE
+            events = len(events_path.read_bytes().splitlines()) if events_path.exists() else 0
+        manifest.update(ended_at=time.time(), end_reason=reason, events=events)
+        _atomic_json(manifest_path, manifest)
+
+
+def _complete_flows(path: Path) -> bytes | None:
+    """A responses file up to its last complete flow (the proxy may be writing the next one)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    try:
+        return data[: check(data).complete]
+    except ValueError:
+        log.error("%s is not a mitmproxy flow file; left out of the bundle", path)
+        return None
 
 
 class RecordingManager:
@@ -185,15 +233,35 @@ class RecordingManager:
         http: httpx.AsyncClient,
         manifest: dict[str, Any],
         owner: str,
+        responses: Path | None = None,
     ) -> None:
-        recorder = SessionRecorder(self.directory(session_id), base_url, audit, http)
+        recorder = SessionRecorder(self.directory(session_id), base_url, audit, http, responses)
         recorder.start({"session": session_id, **manifest}, owner)
         self._live[session_id] = recorder
 
-    async def stop(self, session_id: str, reason: str) -> None:
+    async def stop(self, session_id: str, reason: str, drain_s: float = DRAIN_S) -> None:
         recorder = self._live.pop(session_id, None)
         if recorder is not None:
-            await recorder.stop(reason)
+            await recorder.stop(reason, drain_s)
+
+    def close_ended(self, session_id: str, reason: str, responses: Path | None) -> None:
+        """A session that ended unseen (lost while the gateway was down): close its bundle."""
+        directory = self.directory(session_id)
+        if not (directory / MANIFEST_FILE).exists():
+            return
+        close_manifest(directory, reason)
+        if responses is not None:
+            self.attach_responses(session_id, responses)
+
+    def attach_responses(self, session_id: str, responses: Path) -> None:
+        """The ended session's recorded responses join its bundle (its proxy is gone: complete)."""
+        directory = self.directory(session_id)
+        data = _complete_flows(responses) if responses.exists() else None
+        if data is None or not directory.exists():
+            return
+        tmp = directory / f"{RESPONSES_FILE}.tmp"
+        tmp.write_bytes(data)
+        os.replace(tmp, directory / RESPONSES_FILE)
 
     async def stop_all(self) -> None:
         """Gateway shutdown: the sessions go on, so the bundles stay open (a restart continues them)."""
@@ -229,15 +297,33 @@ class RecordingManager:
                 )
         return sorted(out, key=lambda item: item.get("created_at") or 0, reverse=True)
 
-    def events(self, session_id: str) -> list[dict[str, Any]]:
-        """The bundle's events so far (for the viewer); a torn last line is left out."""
-        path = self.directory(session_id) / EVENTS_FILE
+    def events(self, session_id: str, after: int = 0) -> dict[str, Any]:
+        """The bundle's events with ``seq > after`` (for the viewer) and whether the recording has ended.
+
+        ``{"events": [...], "ended": bool}``; a torn last line is left out. Once ``ended`` is true no
+        event will follow, so a reader can stop asking.
+        """
+        directory = self.directory(session_id)
+        # The manifest first: the recorder writes ``ended_at`` only after the last event, so an
+        # ended manifest read before the events means the events read are complete.
+        try:
+            ended = json.loads((directory / MANIFEST_FILE).read_text()).get("ended_at") is not None
+        except (OSError, ValueError, AttributeError):
+            ended = False
+        path = directory / EVENTS_FILE
         out = []
         for line in path.read_bytes().split(b"\n") if path.exists() else []:
+            if not line.strip():
+                continue
+            # Every line starts with its seq (the recorder writes it first): skip old ones unparsed.
+            head = line[7 : line.find(b",", 7)] if line.startswith(b'{"seq":') else b""
+            if head.isdigit() and int(head) <= after:
+                continue
             with contextlib.suppress(ValueError):
-                if line.strip():
-                    out.append(json.loads(line))
-        return out
+                event = json.loads(line)
+                if isinstance(event, dict) and isinstance(event.get("seq"), int) and event["seq"] > after:
+                    out.append(event)
+        return {"events": out, "ended": ended}
 
     def frame(self, session_id: str, name: str) -> bytes:
         """One frame by its file name (``000001.webp``); raises ValueError for anything else."""
@@ -245,15 +331,27 @@ class RecordingManager:
             raise ValueError(f"not a frame name: {name!r}")
         return (self.directory(session_id) / FRAMES_DIR / name).read_bytes()
 
-    def zip(self, session_id: str) -> bytes:
-        """The bundle as a .zip (the owner note left out), readable even mid-session."""
+    def zip(self, session_id: str, out: IO[bytes]) -> None:
+        """The bundle as a .zip written to ``out`` (the owner note left out), readable even
+        mid-session, when the live responses file is taken up to its last complete flow. Frames are
+        stored as they are (WebP does not compress further); the rest is deflated."""
         directory = self.directory(session_id)
-        buffer = io.BytesIO()
-        with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as bundle:
+        if not (directory / MANIFEST_FILE).exists():
+            raise FileNotFoundError(f"no recording of {session_id}")
+        live = self._live.get(session_id)
+        with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as bundle:
             for path in sorted(directory.rglob("*")):
                 if path.is_file() and path.name != OWNER_FILE and path.suffix != ".tmp":
-                    bundle.write(path, f"{session_id}/{path.relative_to(directory)}")
-        return buffer.getvalue()
+                    stored = path.suffix == ".webp"
+                    bundle.write(
+                        path,
+                        f"{session_id}/{path.relative_to(directory).as_posix()}",
+                        compress_type=zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED,
+                    )
+            if live is not None and live.responses is not None and not (directory / RESPONSES_FILE).exists():
+                data = _complete_flows(live.responses)
+                if data is not None:
+                    bundle.writestr(f"{session_id}/{RESPONSES_FILE}", data)
 
     def prune(self, retention_s: float) -> int:
         removed, cutoff = 0, time.time() - retention_s

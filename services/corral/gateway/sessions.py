@@ -13,6 +13,7 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,6 +23,7 @@ from corral.gateway import auth
 from corral.gateway.egress import Egress, EgressManager, EgressUnavailable
 from corral.gateway.models import CreateSession, Viewport
 from corral.gateway.recording import RecordingManager
+from corral.gateway.replays import ReplayUploads
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
 from corral.runtime import SandboxRuntime, hostguard
@@ -39,6 +41,10 @@ class CapacityError(CorralError):
 
 class SessionNotFound(CorralError):
     pass
+
+
+class HermeticUnavailable(CorralError):
+    """A hermetic replay was asked of a gateway without egress control (HTTP 409)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +71,7 @@ class Session:
     from_pool: bool
     egress: Egress | None = None
     egress_mode: str | None = None
+    hermetic: bool = False  # its proxy answers only from recorded responses
     last_activity_at: float = field(default_factory=time.time)
     state: str = "ready"
     in_flight: int = 0  # HTTP actions under way: a long one is activity, not idleness
@@ -86,6 +93,7 @@ class Session:
             "from_pool": self.from_pool,
             "egress": self.egress.record() if self.egress is not None else None,
             "egress_mode": self.egress_mode,
+            "hermetic": self.hermetic,
         }
 
     def touch(self) -> None:
@@ -107,6 +115,7 @@ class SessionManager:
         self._pool: list[Pair] = []
         self.egress = EgressManager(settings, runtime) if settings.egress else None  # type: ignore[arg-type]
         self.recordings = RecordingManager(settings.data_dir / "recordings") if settings.record else None
+        self.replays = ReplayUploads(settings.data_dir / "replay-responses", settings.replay_upload_max_mb << 20)
         self._http: httpx.AsyncClient | None = None
         self._reserved: dict[str, int] = {}  # key id -> sessions being created
         self._lock = asyncio.Lock()
@@ -154,11 +163,19 @@ class SessionManager:
             "viewport": session.viewport.model_dump(),
             "allow": session.allow,
             "egress_mode": session.egress_mode,
+            "hermetic": session.hermetic,
             "labels": session.labels,
         }
         audit = session.egress.audit_path if session.egress is not None else None
+        responses = (
+            self.egress.responses_path(session.id)
+            if self.egress is not None and session.egress is not None and not session.hermetic
+            else None
+        )
         try:
-            self.recordings.start(session.id, session.sandbox.base_url, audit, self._http, manifest, session.owner)
+            self.recordings.start(
+                session.id, session.sandbox.base_url, audit, self._http, manifest, session.owner, responses
+            )
         except OSError as exc:
             log.error("cannot record session %s: %s", session.id, exc)
 
@@ -180,6 +197,7 @@ class SessionManager:
                         await asyncio.to_thread(self.egress.teardown_blocking, egress)
                     with contextlib.suppress(OSError, ValueError):
                         self.egress.write_meta(str(record["id"]), ended_at=time.time(), end_reason="lost")
+                self._close_lost_recording(str(record.get("id")), bool(record.get("egress")))
                 self._store.delete(str(record.get("id")))
                 continue
             session = Session(
@@ -196,6 +214,7 @@ class SessionManager:
                 from_pool=record["from_pool"],
                 egress=Egress.from_record(record["egress"]) if record.get("egress") else None,
                 egress_mode=record.get("egress_mode"),
+                hermetic=bool(record.get("hermetic", False)),
             )
             self._sessions[session.id] = session
             claimed.add(info.id)
@@ -208,6 +227,14 @@ class SessionManager:
             log.info("removing unowned sandbox %s", info.name)
             await asyncio.to_thread(self._runtime.remove, info.id)
         log.info("recovered %d sessions and %d pooled sandboxes", len(self._sessions), len(self._pool))
+
+    def _close_lost_recording(self, session_id: str, had_egress: bool) -> None:
+        """A session that died while the gateway was down: its bundle ends where it stopped."""
+        if self.recordings is None:
+            return
+        responses = self.egress.responses_path(session_id) if self.egress is not None and had_egress else None
+        with contextlib.suppress(OSError, ValueError):
+            self.recordings.close_ended(session_id, "lost", responses)
 
     async def _remove_unowned_egress(self) -> None:
         if self.egress is None:
@@ -275,24 +302,20 @@ class SessionManager:
         )
 
     async def _cold_start(
-        self, kind: str, viewport: Viewport, req: CreateSession | None, allow: Sequence[str], mode: str
+        self,
+        kind: str,
+        viewport: Viewport,
+        req: CreateSession | None,
+        allow: Sequence[str],
+        mode: str,
+        replay: Path | None = None,
     ) -> Pair:
         session_id = "ses_" + secrets.token_hex(8)
         if self.egress is None:
             sandbox = await asyncio.to_thread(self._runtime.start_sandbox, self._spec(kind, viewport, req))
             pair = Pair(session_id, sandbox, None)
         else:
-            provisioned = await asyncio.to_thread(
-                self.egress.provision_blocking, session_id, [*allow], mode, self._labels(kind)
-            )
-            egress = provisioned.egress
-            spec = self._spec(kind, viewport, req, egress.network, provisioned.sandbox_env)
-            try:
-                sandbox = await asyncio.to_thread(self._runtime.start_sandbox, spec)
-            except BaseException:
-                await asyncio.shield(asyncio.to_thread(self.egress.teardown_blocking, egress))
-                raise
-            pair = Pair(session_id, sandbox, egress)
+            pair = await self._start_pair(session_id, kind, viewport, req, allow, mode, replay)
         try:
             sandbox_ready = asyncio.to_thread(self._runtime.wait_ready, pair.sandbox, self._settings.start_timeout_s)
             if self.egress is not None and pair.egress is not None:
@@ -303,6 +326,34 @@ class SessionManager:
             await asyncio.shield(self._remove_pair(pair))
             raise
         return pair
+
+    async def _start_pair(
+        self,
+        session_id: str,
+        kind: str,
+        viewport: Viewport,
+        req: CreateSession | None,
+        allow: Sequence[str],
+        mode: str,
+        replay: Path | None,
+    ) -> Pair:
+        """Network and CA first; then the proxy and the sandbox start side by side (the sandbox's
+        firewall refuses everything but the proxy until the proxy answers)."""
+        assert self.egress is not None
+        egress_manager = self.egress
+        prepared = await asyncio.to_thread(
+            egress_manager.prepare_blocking, session_id, [*allow], mode, self._labels(kind), replay
+        )
+        spec = self._spec(kind, viewport, req, prepared.network.name, prepared.sandbox_env)
+        proxy = asyncio.ensure_future(asyncio.to_thread(egress_manager.start_proxy_blocking, prepared))
+        sandbox = asyncio.ensure_future(asyncio.to_thread(self._runtime.start_sandbox, spec))
+        egress, started = await asyncio.gather(proxy, sandbox, return_exceptions=True)
+        if isinstance(egress, Egress) and isinstance(started, SandboxContainer):
+            return Pair(session_id, started, egress)
+        if isinstance(started, SandboxContainer):
+            await asyncio.shield(asyncio.to_thread(self._runtime.remove, started.id))
+        await asyncio.shield(asyncio.to_thread(egress_manager.discard_blocking, prepared))
+        raise egress if isinstance(egress, BaseException) else started  # type: ignore[misc]
 
     async def _remove_pair(self, pair: Pair) -> None:
         await asyncio.to_thread(self._runtime.remove, pair.sandbox.id)
@@ -324,13 +375,18 @@ class SessionManager:
         return True
 
     def _fits_pool(self, req: CreateSession) -> bool:
-        return req.viewport == Viewport() and req.resources.model_dump(exclude_none=True) == {}
+        return req.viewport == Viewport() and req.resources.model_dump(exclude_none=True) == {} and req.hermetic is None
 
     async def create(self, owner: str, req: CreateSession) -> tuple[Session, str]:
         s = self._settings
         timeout_s = req.timeout_s or s.default_timeout_s
         if timeout_s > s.max_timeout_s:
             raise ValueError(f"timeout_s is at most {s.max_timeout_s}")
+        replay: Path | None = None
+        if req.hermetic is not None:
+            if self.egress is None:
+                raise HermeticUnavailable("hermetic replays need egress control, which this gateway runs without")
+            replay = self.replays.path_for(req.hermetic, owner)  # LookupError: not this key's upload
         async with self._lock:
             total = len(self._sessions) + sum(self._reserved.values())
             mine = len(self.list(owner)) + self._reserved.get(owner, 0)
@@ -347,7 +403,7 @@ class SessionManager:
         if pooled is not None and not await self._still_ready(pooled):
             pooled = None
         try:
-            pair = pooled or await self._cold_start("session", req.viewport, req, list(req.allow), mode)
+            pair = pooled or await self._cold_start("session", req.viewport, req, list(req.allow), mode, replay)
             if pooled is not None and pooled.egress is not None and self.egress is not None:
                 # A pooled proxy starts with nothing allowed; the claim sets this session's policy.
                 try:
@@ -377,6 +433,7 @@ class SessionManager:
             from_pool=pooled is not None,
             egress=pair.egress,
             egress_mode=mode if pair.egress is not None else None,
+            hermetic=replay is not None,
         )
         self._store.save(session.id, session.record())
         self._sessions[session.id] = session
@@ -385,9 +442,7 @@ class SessionManager:
         self._record(session)
         return session, token
 
-    async def update_egress(
-        self, session: Session, allow: Sequence[str] | None, mode: str | None, actor: str
-    ) -> None:
+    async def update_egress(self, session: Session, allow: Sequence[str] | None, mode: str | None, actor: str) -> None:
         """Change a live session's allowlist or mode; the proxy logs the change in the audit chain."""
         if self.egress is None or session.egress is None:
             raise EgressUnavailable("this gateway runs sessions without egress control")
@@ -405,14 +460,20 @@ class SessionManager:
         session.end_reason = reason
         session.ended.set()
         if self.recordings is not None:
-            # Before the sandbox goes: the recorder takes the events its controller still holds.
+            # Before the sandbox goes: the recorder takes the events its controller still holds (and
+            # closes the bundle even when that takes too long).
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.recordings.stop(session_id, reason), 5)
+                await self.recordings.stop(session_id, reason, drain_s=5.0)
         try:
             await asyncio.to_thread(self._runtime.remove, session.sandbox.id)
             if self.egress is not None and session.egress is not None:
                 await asyncio.to_thread(self.egress.teardown_blocking, session.egress)
                 self.egress.write_meta(session.id, ended_at=time.time(), end_reason=reason)
+                if self.recordings is not None and not session.hermetic:
+                    # The proxy is gone, so its responses file is complete: it joins the bundle.
+                    responses = self.egress.responses_path(session.id)
+                    with contextlib.suppress(OSError):
+                        await asyncio.to_thread(self.recordings.attach_responses, session.id, responses)
         except Exception:
             # Keep the record: the reaper tries again, and a used sandbox never looks unowned.
             session.state = "ready"
@@ -431,9 +492,7 @@ class SessionManager:
             if self.egress is not None:
                 try:
                     # Fail closed and come back: a dead proxy means no egress until it is restarted here.
-                    live = [
-                        s.egress for s in self._sessions.values() if s.egress is not None and s.state == "ready"
-                    ]
+                    live = [s.egress for s in self._sessions.values() if s.egress is not None and s.state == "ready"]
                     revived, gone = await self.egress.revive(live)
                     for session_id, egress in revived.items():
                         if session_id in self._sessions:
@@ -442,16 +501,12 @@ class SessionManager:
                     for session_id in gone:
                         with contextlib.suppress(SessionNotFound):
                             await self.delete(session_id, "egress_proxy_gone")
-                    # A pooled pair with a broken proxy is caught by the health check before hand-out.
-                    if now - last_prune > 3600:
-                        last_prune = now
-                        retention = self._settings.egress_retention_days * 86400
-                        await asyncio.to_thread(self.egress.prune, retention, set(self._sessions))
-                        if self.recordings is not None:
-                            keep = self._settings.recording_retention_days * 86400
-                            await asyncio.to_thread(self.recordings.prune, keep)
                 except Exception:
                     log.exception("egress watchdog failed")
+            # A pooled pair with a broken proxy is caught by the health check before hand-out.
+            if now - last_prune > 3600:
+                last_prune = now
+                await self._prune()
             for session in list(self._sessions.values()):
                 reason = None
                 if now >= session.expires_at:
@@ -465,6 +520,18 @@ class SessionManager:
                         pass
                     except Exception:
                         log.exception("could not end session %s", session.id)
+
+    async def _prune(self) -> None:
+        """Archives past their retention: egress logs, recordings, uploaded replay responses."""
+        s = self._settings
+        try:
+            if self.egress is not None:
+                await asyncio.to_thread(self.egress.prune, s.egress_retention_days * 86400, set(self._sessions))
+            if self.recordings is not None:
+                await asyncio.to_thread(self.recordings.prune, s.recording_retention_days * 86400)
+            await asyncio.to_thread(self.replays.prune, s.replay_upload_retention_hours * 3600)
+        except Exception:
+            log.exception("pruning the archives failed")
 
     async def _pool_loop(self) -> None:
         while True:

@@ -59,6 +59,13 @@ class GatewaySettings(BaseSettings):
     # Every session is recorded (docs/recording.md); bundles outlive their sessions this long.
     record: bool = True
     recording_retention_days: float = Field(default=30.0, gt=0)
+    # Each session's upstream answers go into its recording (responses.mitm) for hermetic replays.
+    record_responses: bool = True
+    responses_max_body_mb: int = Field(default=16, ge=1)
+    responses_max_total_mb: int = Field(default=256, ge=1)
+    # Recorded responses uploaded for hermetic replays (POST /v1/replay-responses), kept this long.
+    replay_upload_max_mb: int = Field(default=512, ge=1)
+    replay_upload_retention_hours: float = Field(default=24.0, gt=0)
 
     def api_keys(self) -> list[str]:
         return [key.strip() for key in self.api_key.split(",") if key.strip()]

@@ -21,6 +21,8 @@ from typing import Any, Literal
 CONTROL_PORT = 8081
 # The proxy's state directory (bind-mounted from the gateway's data dir): these files, and ca/.
 AUDIT_FILE = "audit.jsonl"
+RESPONSES_FILE = "responses.mitm"  # upstream answers, as a mitmproxy flow file (corral.proxy.responses)
+REPLAY_FILE = "replay.mitm"  # the recorded answers a hermetic session gives
 POLICY_FILE = "policy.json"
 MAX_LINE_BYTES = 256 * 1024
 MODES = ("enforce", "report")

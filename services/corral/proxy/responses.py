@@ -23,10 +23,12 @@ from mitmproxy import http
 from mitmproxy.addons.serverplayback import ServerPlayback
 from mitmproxy.io import tnetstring
 
+from corral.proxy.control import REPLAY_FILE, RESPONSES_FILE
+
 log = logging.getLogger(__name__)
 
-RESPONSES_FILE = "responses.mitm"
-REPLAY_FILE = "replay.mitm"  # the responses a hermetic session answers from
+__all__ = ["REPLAY_FILE", "RESPONSES_FILE", "Playback", "ResponseStore", "flow_state"]
+
 BLANKED = b"[removed by corral]"
 SECRET_REQUEST_HEADERS = frozenset({b"authorization", b"proxy-authorization", b"cookie", b"x-api-key"})
 
@@ -83,7 +85,7 @@ class ResponseStore:
         return {"kept": self.kept, "skipped": self.skipped, "bytes": self.bytes}
 
 
-class Playback(ServerPlayback):
+class Playback(ServerPlayback):  # type: ignore[misc,unused-ignore]  # Any where mitmproxy is absent
     """Server replay that keeps each request's last recorded answer instead of running out of it.
 
     Used as a component of the egress addon (not registered as an addon itself), so policy is

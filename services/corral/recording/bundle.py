@@ -6,7 +6,10 @@
   (a request: ``request`` as received, ``dialect``, ``native``, ``ok``, ``error``, ``reply``,
   ``started``, ``elapsed_ms``, ``url``, ``title``, ``frame``, ``audit``), ``gap`` or
   ``controller_restarted``;
-- ``frames/<seq>.webp``: the screen after each action.
+- ``frames/<seq>.webp``: the screen after each action;
+- ``responses.mitm`` (when the session had egress control): every upstream answer its proxy let
+  through, as a mitmproxy flow file, for hermetic replays (request credentials blanked; bodies and
+  the sites' cookies kept).
 
 Reading is strict about what it needs and says exactly what is wrong (:class:`BundleError`); a
 torn last line (a session killed mid-write) is dropped, so a cut-short bundle reads up to its end.
@@ -22,12 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from corral.errors import CorralError
+from corral.recording.flowfile import check
 
 FORMAT = "corral-recording"
 VERSION = 1
 MANIFEST_FILE = "manifest.json"
 EVENTS_FILE = "events.jsonl"
 FRAMES_DIR = "frames"
+RESPONSES_FILE = "responses.mitm"
 
 
 class BundleError(CorralError):
@@ -41,6 +46,7 @@ class Bundle:
     events: list[dict[str, Any]]
     frames: dict[str, bytes] = field(repr=False)
     truncated: bool = False  # the last line was cut short (dropped)
+    responses: bytes | None = field(repr=False, default=None)  # the recorded answers, whole flows only
 
     @property
     def actions(self) -> list[dict[str, Any]]:
@@ -88,8 +94,11 @@ def read_bundle(path: Path) -> Bundle:
     if version != VERSION:
         raise BundleError(f"{path}: recording format version {version!r}; this Corral reads version {VERSION}")
     viewport = manifest.get("viewport")
-    if not (isinstance(viewport, dict) and isinstance(viewport.get("width"), int)
-            and isinstance(viewport.get("height"), int)):
+    if not (
+        isinstance(viewport, dict)
+        and isinstance(viewport.get("width"), int)
+        and isinstance(viewport.get("height"), int)
+    ):
         raise BundleError(f"{path}: {MANIFEST_FILE} has no viewport {{width, height}}")
     raw_lines = files.get(EVENTS_FILE, b"").split(b"\n")
     truncated = bool(raw_lines and raw_lines[-1].strip())  # no newline after the last line: cut short
@@ -117,4 +126,10 @@ def read_bundle(path: Path) -> Bundle:
                 raise BundleError(f"{path}: event {event['seq']} names frame {frame}, which is missing")
         events.append(event)
     frames = {name: data for name, data in files.items() if name.startswith(f"{FRAMES_DIR}/")}
-    return Bundle(str(path), manifest, events, frames, truncated)
+    responses = files.get(RESPONSES_FILE)
+    if responses is not None:
+        try:
+            responses = responses[: check(responses).complete]  # a torn last flow is left out
+        except ValueError as exc:
+            raise BundleError(f"{path}: {RESPONSES_FILE} is {exc}") from None
+    return Bundle(str(path), manifest, events, frames, truncated, responses)

@@ -91,7 +91,7 @@ class EgressSpec:
     name: str
     state_dir: Path  # on the host: CA, policy, audit log; bind-mounted, so it outlives the container
     session_network: SessionNetwork
-    egress_network: str
+    egress_network: str | None  # None: a hermetic proxy, on the session network only (no route out)
     image: str = "corral-egress:latest"
     environment: Mapping[str, str] | None = None
     labels: Mapping[str, str] | None = None
@@ -326,14 +326,23 @@ class DockerRuntime:
     def remove_network(self, name: str) -> None:
         with contextlib.suppress(docker.errors.NotFound):
             network = self._client.networks.get(name)
-            for container_id in (network.attrs.get("Containers") or {}):
+            for container_id in network.attrs.get("Containers") or {}:
                 with contextlib.suppress(docker.errors.APIError):
                     network.disconnect(container_id, force=True)
             network.remove()
 
     def start_egress(self, spec: EgressSpec) -> EgressContainer:
-        """Start a session's proxy on the egress network and its session network (alias corral-proxy)."""
+        """Start a session's proxy on the egress network and its session network (alias corral-proxy);
+        without an egress network, on the session network alone."""
         spec.state_dir.mkdir(parents=True, exist_ok=True)
+        session_net = spec.session_network.name
+        # Never Docker's default bridge: the first network is named, with the alias if it is the session's.
+        first = spec.egress_network or session_net
+        endpoint = (
+            None
+            if spec.egress_network
+            else {session_net: self._client.api.create_endpoint_config(aliases=[EGRESS_ALIAS])}
+        )
         try:
             container: Container = self._client.containers.create(
                 spec.image,
@@ -343,7 +352,8 @@ class DockerRuntime:
                     "CORRAL_SESSION_NET": spec.session_network.subnet,
                     **(spec.environment or {}),
                 },
-                network=spec.egress_network,
+                network=first,
+                networking_config=endpoint,
                 volumes={str(spec.state_dir): {"bind": EGRESS_STATE, "mode": "rw"}},
                 user=str(EGRESS_UID),
                 cap_drop=["ALL"],
@@ -358,7 +368,8 @@ class DockerRuntime:
                 restart_policy={"Name": "on-failure"},
                 init=False,
             )
-            self._client.networks.get(spec.session_network.name).connect(container, aliases=[EGRESS_ALIAS])
+            if spec.egress_network:
+                self._client.networks.get(session_net).connect(container, aliases=[EGRESS_ALIAS])
             container.start()
             container.reload()
         except docker.errors.ImageNotFound:

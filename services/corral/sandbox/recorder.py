@@ -13,6 +13,7 @@ import asyncio
 import base64
 import contextlib
 import logging
+import secrets
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,7 @@ FRAME_QUALITY = 60
 SETTLE_QUIET_MS, SETTLE_TIMEOUT_MS, SETTLE_POLL_MS = 120, 1500, 15
 SKIP_WITHIN_MS = 100
 BUFFER = 512  # events kept for the gateway; older ones are dropped (the gateway notes the gap)
+BUFFER_BYTES = 32 << 20  # and at most this much of their frames, whichever is reached first
 
 
 def _is_image(key: str, value: Any) -> bool:
@@ -48,8 +50,11 @@ def _strip_images(value: Any) -> Any:
 class Recorder:
     def __init__(self, desktop: Desktop) -> None:
         self._desktop = desktop
-        self._events: deque[dict[str, Any]] = deque(maxlen=BUFFER)
+        self._events: deque[dict[str, Any]] = deque()
         self._seq = 0
+        self._bytes = 0  # of the kept events' frames
+        # Which run of this controller numbered the events: a restarted one starts again from 1.
+        self.boot = secrets.token_hex(8)
         self._changed = asyncio.Condition()
         self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-record")
         self._pending: asyncio.Queue[asyncio.Task[dict[str, Any]]] = asyncio.Queue()
@@ -103,8 +108,17 @@ class Recorder:
         while True:
             event = await (await self._pending.get())
             async with self._changed:
+                if len(self._events) == BUFFER:
+                    self._forget()
                 self._events.append(event)
+                self._bytes += len(event.get("frame_webp") or "")
+                while self._bytes > BUFFER_BYTES and len(self._events) > 1:
+                    self._forget()
                 self._changed.notify_all()
+
+    def _forget(self) -> None:
+        dropped = self._events.popleft()
+        self._bytes -= len(dropped.get("frame_webp") or "")
 
     async def _complete(self, event: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -147,7 +161,7 @@ class Recorder:
                     )
             events = sorted((e for e in self._events if e["seq"] > seq), key=lambda e: e["seq"])
             oldest = self._events[0]["seq"] if self._events else self._seq + 1
-        return {"events": events, "oldest": oldest, "last": self._seq}
+        return {"events": events, "oldest": oldest, "last": self._seq, "boot": self.boot}
 
     async def close(self) -> None:
         if self._publisher is not None:

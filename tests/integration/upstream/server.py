@@ -16,6 +16,9 @@ import sys
 import threading
 
 
+HITS = iter(range(1, 1 << 30))  # /counter pages show how often the upstream was asked
+
+
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -26,7 +29,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         tls = isinstance(self.connection, ssl.SSLSocket)
         hit = {"host": host, "method": self.command, "path": self.path, "tls": tls, "bytes": len(body)}
         print("HIT " + json.dumps(hit), flush=True)
-        if self.path.startswith("/json"):
+        if self.path.startswith("/counter"):
+            count = next(HITS)  # shown as a number on a background of its own colour: any change is plain
+            payload = (f"<!doctype html><html><head><title>counter</title></head>"
+                       f"<body style='background:hsl({count * 67 % 360},70%,50%)'>"
+                       f"<h1 id=count style='font-size:160px'>{count}</h1></body></html>").encode()
+            kind = "text/html; charset=utf-8"
+        elif self.path.startswith("/json"):
             payload = json.dumps(hit).encode()
             kind = "application/json"
         else:

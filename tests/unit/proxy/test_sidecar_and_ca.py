@@ -16,8 +16,13 @@ def _options(argv: list[str]) -> dict[str, str]:
 
 
 def test_mitmdump_listens_on_the_session_address_only_with_the_addon(tmp_path: Path) -> None:
-    env = {"CORRAL_SESSION": "ses_1", "CORRAL_STATE_DIR": str(tmp_path), "CORRAL_GATEWAY_TOKEN": "g",
-           "CORRAL_CONTROLLER_TOKEN": "c", "CORRAL_TRUSTED_NETWORKS": "10.9.0.0/16"}
+    env = {
+        "CORRAL_SESSION": "ses_1",
+        "CORRAL_STATE_DIR": str(tmp_path),
+        "CORRAL_GATEWAY_TOKEN": "g",
+        "CORRAL_CONTROLLER_TOKEN": "c",
+        "CORRAL_TRUSTED_NETWORKS": "10.9.0.0/16",
+    }
     argv = mitmdump_argv(env, "172.30.0.2", "/lib/corral/proxy/load.py")
     assert argv[:5] == ["mitmdump", "--listen-host", "172.30.0.2", "--listen-port", "8080"]
     assert argv[argv.index("-s") + 1] == "/lib/corral/proxy/load.py"
@@ -32,22 +37,20 @@ def test_mitmdump_listens_on_the_session_address_only_with_the_addon(tmp_path: P
     assert _options(mitmdump_argv(env, "172.30.0.2", "x"))["ssl_verify_upstream_trusted_ca"].endswith("upstream-ca.pem")
 
 
-
 def test_responses_are_kept_unless_turned_off_and_a_hermetic_proxy_never_dials(tmp_path: Path) -> None:
     env = {"CORRAL_STATE_DIR": str(tmp_path), "CORRAL_RESPONSES_MAX_BODY": "1000"}
     options = _options(mitmdump_argv(env, "172.30.0.2", "x"))
-    assert (options["corral_keep_responses"], options["corral_hermetic"] if "corral_hermetic" in options else None) == (
-        "true",
-        None,
-    )
+    assert (options["corral_keep_responses"], options.get("corral_hermetic")) == ("true", None)
     assert options["corral_responses_max_body"] == "1000"
-    assert _options(mitmdump_argv({**env, "CORRAL_RECORD_RESPONSES": "0"}, "h", "x"))["corral_keep_responses"] == "false"
+    off = _options(mitmdump_argv({**env, "CORRAL_RECORD_RESPONSES": "0"}, "h", "x"))
+    assert off["corral_keep_responses"] == "false"
     hermetic = _options(mitmdump_argv({**env, "CORRAL_HERMETIC": "1"}, "h", "x"))
     assert (hermetic["corral_hermetic"], hermetic["connection_strategy"], hermetic["corral_keep_responses"]) == (
         "true",
         "lazy",
         "false",
     )
+
 
 def test_a_session_ca_is_a_ca_with_its_key_kept_private(tmp_path: Path) -> None:
     made = ca.create(tmp_path / "ca", "ses_abc")

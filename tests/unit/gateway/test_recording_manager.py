@@ -1,0 +1,129 @@
+"""The gateway's recorder against a controller answering through httpx's MockTransport (the seam):
+boot ids keep events unduplicated across controller and gateway restarts; bundles close on every
+path; the zip holds the recorded responses up to the last whole flow."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from corral.gateway.recording import RecordingManager, SessionRecorder
+
+FLOW = b"25:2:id;3:abc;4:type;4:http;}"
+
+
+class Controller:
+    """Serves /v1/recording like a sandbox's controller: events numbered per boot."""
+
+    def __init__(self, boot: str) -> None:
+        self.boot = boot
+        self.events: list[dict[str, Any]] = []
+
+    def act(self, count: int) -> None:
+        for _ in range(count):
+            self.events.append({"seq": len(self.events) + 1, "request": {"id": "x"}, "ok": True})
+
+    def restart(self, boot: str) -> None:
+        self.boot, self.events = boot, []
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        after = int(request.url.params.get("after", 0))
+        events = [e for e in self.events if e["seq"] > after]
+        return httpx.Response(200, json={"events": events, "oldest": 1, "last": len(self.events), "boot": self.boot})
+
+
+def _events(directory: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (directory / "events.jsonl").read_text().splitlines()]
+
+
+async def _recorder(directory: Path, controller: Controller, responses: Path | None = None) -> SessionRecorder:
+    client = httpx.AsyncClient(transport=httpx.MockTransport(controller.handler))
+    recorder = SessionRecorder(directory, "http://sandbox", None, client, responses)
+    recorder.start({"session": directory.name, "viewport": {"width": 1, "height": 1}}, "key-a")
+    recorder._task.cancel()  # type: ignore[union-attr]  # the test drives the fetches itself
+    return recorder
+
+
+async def test_a_controller_restart_then_a_gateway_restart_duplicates_nothing(tmp_path: Path) -> None:
+    directory = tmp_path / "ses_0123456789abcdef"
+    controller = Controller("boot-1")
+    controller.act(3)
+    first = await _recorder(directory, controller)
+    await first._fetch(0)
+    controller.restart("boot-2")  # the controller restarts and catches up with the old count
+    controller.act(4)
+    await first._fetch(0)
+    await first._fetch(0)
+    # The gateway restarts: a new recorder carries on from the bundle on disk.
+    second = await _recorder(directory, controller)
+    await second._fetch(0)
+    controller.act(1)
+    await second._fetch(0)
+    kinds = [(e["event"], e.get("controller_boot"), e.get("controller_seq")) for e in _events(directory)]
+    assert kinds == [
+        ("action", "boot-1", 1),
+        ("action", "boot-1", 2),
+        ("action", "boot-1", 3),
+        ("controller_restarted", "boot-2", None),
+        ("action", "boot-2", 1),
+        ("action", "boot-2", 2),
+        ("action", "boot-2", 3),
+        ("action", "boot-2", 4),
+        ("action", "boot-2", 5),
+    ]
+    assert [e["seq"] for e in _events(directory)] == list(range(1, 10))
+
+
+async def test_stopping_closes_the_manifest_even_when_the_controller_is_gone(tmp_path: Path) -> None:
+    directory = tmp_path / "ses_0123456789abcdef"
+
+    def gone(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("no route")
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(gone))
+    recorder = SessionRecorder(directory, "http://sandbox", None, client)
+    recorder.start({"session": directory.name}, "key-a")
+    await recorder.stop("deleted", drain_s=0.5)
+    manifest = json.loads((directory / "manifest.json").read_text())
+    assert manifest["end_reason"] == "deleted" and manifest["ended_at"]
+
+
+async def test_the_zip_stores_frames_and_holds_whole_flows_of_the_live_responses(tmp_path: Path) -> None:
+    manager = RecordingManager(tmp_path / "recordings")
+    responses = tmp_path / "responses.mitm"
+    responses.write_bytes(FLOW + FLOW[:10])  # the proxy is writing the second flow
+    client = httpx.AsyncClient(transport=httpx.MockTransport(Controller("b").handler))
+    manager.start("ses_0123456789abcdef", "http://sandbox", None, client, {"viewport": {}}, "key-a", responses)
+    frames = manager.directory("ses_0123456789abcdef") / "frames"
+    (frames / "000001.webp").write_bytes(b"RIFF....WEBP" + b"\0" * 100)
+    out = io.BytesIO()
+    manager.zip("ses_0123456789abcdef", out)
+    with zipfile.ZipFile(out) as archive:
+        info = {i.filename: i for i in archive.infolist()}
+        assert archive.read("ses_0123456789abcdef/responses.mitm") == FLOW
+    assert info["ses_0123456789abcdef/frames/000001.webp"].compress_type == zipfile.ZIP_STORED
+    assert info["ses_0123456789abcdef/manifest.json"].compress_type == zipfile.ZIP_DEFLATED
+    assert "ses_0123456789abcdef/.owner" not in info
+    await manager.stop("ses_0123456789abcdef", "deleted", drain_s=0.1)
+    responses.write_bytes(FLOW * 2)
+    manager.attach_responses("ses_0123456789abcdef", responses)
+    assert (manager.directory("ses_0123456789abcdef") / "responses.mitm").read_bytes() == FLOW * 2
+
+
+def test_a_session_lost_while_the_gateway_was_down_gets_its_bundle_closed(tmp_path: Path) -> None:
+    manager = RecordingManager(tmp_path / "recordings")
+    directory = manager.directory("ses_0123456789abcdef")
+    directory.mkdir(parents=True)
+    (directory / "manifest.json").write_text(json.dumps({"format": "corral-recording", "version": 1}))
+    (directory / "events.jsonl").write_text('{"seq": 1, "event": "action"}\n')
+    manager.close_ended("ses_0123456789abcdef", "lost", None)
+    manifest = json.loads((directory / "manifest.json").read_text())
+    assert (manifest["end_reason"], manifest["events"]) == ("lost", 1) and manifest["ended_at"]
+    with pytest.raises(FileNotFoundError):
+        manager.zip("ses_fedcba9876543210", io.BytesIO())
