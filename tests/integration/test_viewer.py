@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import urllib.parse
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from corral.gateway.viewer import POLL_MS
 from corral.recording.bundle import read_bundle
 from corral.sdk import Sandbox
 
@@ -26,63 +30,214 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
         yield running
 
 
-def test_the_viewer_steps_through_a_recorded_session(gw: RunningGateway) -> None:
-    from playwright.sync_api import sync_playwright
+@dataclass(frozen=True)
+class Recorded:
+    session_id: str
+    blocked_action: str
 
+
+@pytest.fixture(scope="module")
+def recorded(gw: RunningGateway) -> Recorded:
+    """An ended session of three actions; the last one is a refused navigation."""
     with Sandbox.create(url=gw.url, api_key=KEY_A) as sb:
-        sb.act({"type": "navigate", "url": html_url("<h1>first</h1>", "document.title='first'")}, screenshot=True,
-               wait_for="stable")
+        sb.act(
+            {"type": "navigate", "url": html_url("<h1>first</h1>", "document.title='first'")},
+            screenshot=True,
+            wait_for="stable",
+        )
         sb.act({"type": "click", "x": 300, "y": 300}, screenshot=True, wait_for="stable")
-        blocked = sb.act({"type": "navigate", "url": "https://blocked.test/page"}, screenshot=True,
-                         wait_for="stable")
+        blocked = sb.act({"type": "navigate", "url": "https://blocked.test/page"}, screenshot=True, wait_for="stable")
         session_id = sb.id
-    directory = gw.settings.data_dir / "recordings" / session_id
-    assert len(read_bundle(Path(directory)).actions) == 3
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        try:
-            page = browser.new_page()
-            page.goto(f"{gw.url}/v1/sessions/{session_id}/viewer?token={KEY_A}")
-            page.wait_for_function("document.querySelectorAll('#actions li').length === 3")
-            items = page.locator("#actions li").all_inner_texts()
-            assert items[0].startswith("1. navigate") and items[1].startswith("2. click x=300 y=300")
-            page.wait_for_function("document.getElementById('frame').naturalWidth === 640")
-            assert page.inner_text("#position") == "step 1 of 3"
-            assert '"title": "first"' in page.inner_text("#details")
-            # Scrub to the last step with the timeline; it shows the refused request it caused.
-            page.locator("#timeline").fill("3")
-            page.wait_for_function("document.getElementById('position').textContent === 'step 3 of 3'")
-            assert blocked["action_id"] in page.inner_text("#details")
-            page.wait_for_selector("#network tr.deny")
-            network = page.inner_text("#network")
-            assert "blocked.test" in network and "default-deny" in network
-            page.keyboard.press("ArrowLeft")
-            page.wait_for_function("document.getElementById('position').textContent === 'step 2 of 3'")
-            assert page.locator("#actions li.current").inner_text().startswith("2. click")
-            page.wait_for_function(
-                "document.getElementById('frame').src.endsWith('/recording/frames/000002.webp?token=' + "
-                f"'{KEY_A}')"
-            )
-            # Another key gets nothing.
-            other = browser.new_page()
-            other.goto(f"{gw.url}/v1/sessions/{session_id}/viewer?token={KEY_B}")
-            assert "forbidden" in other.content()
-        finally:
-            browser.close()
+    assert len(read_bundle(Path(gw.settings.data_dir / "recordings" / session_id)).actions) == 3
+    return Recorded(session_id, str(blocked["action_id"]))
 
 
-def test_the_viewer_follows_a_live_session(gw: RunningGateway) -> None:
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
-    with Sandbox.create(url=gw.url, api_key=KEY_A) as sb, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         try:
-            page = browser.new_page()
-            page.goto(f"{gw.url}/v1/sessions/{sb.id}/viewer?token={KEY_A}")
-            sb.act({"type": "navigate", "url": html_url("<p>live</p>")}, screenshot=True, wait_for="stable")
-            page.wait_for_function("document.querySelectorAll('#actions li').length === 1", timeout=15_000)
-            time.sleep(0.1)
-            sb.act({"type": "click", "x": 10, "y": 300}, screenshot=True, wait_for="stable")
-            page.wait_for_function("document.querySelectorAll('#actions li').length === 2", timeout=15_000)
+            yield chromium
         finally:
-            browser.close()
+            chromium.close()
+
+
+class Watched:
+    """A page with everything it requests and logs recorded."""
+
+    def __init__(self, browser: Any) -> None:
+        self.page = browser.new_page()
+        self.requests: list[Any] = []
+        self.events_log: list[tuple[str, str]] = []  # ("start" | "end", url) of events requests, in order
+        self.console: list[str] = []
+        self.failed: list[str] = []  # "status url" of every answer >= 400
+        self.page.on("request", self._request)
+        self.page.on("requestfinished", lambda r: self._ended(r))
+        self.page.on("requestfailed", lambda r: self._ended(r))
+        self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text} @ {m.location.get('url')}"))
+        self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
+        self.page.on("response", lambda r: r.status >= 400 and self.failed.append(f"{r.status} {r.url}"))
+
+    def _request(self, request: Any) -> None:
+        self.requests.append(request)
+        if "/recording/events" in request.url:
+            self.events_log.append(("start", request.url))
+
+    def _ended(self, request: Any) -> None:
+        if "/recording/events" in request.url:
+            self.events_log.append(("end", request.url))
+
+    def events_requests(self) -> list[str]:
+        return [url for kind, url in self.events_log if kind == "start"]
+
+
+def _sent_url(request: Any) -> str:
+    """What goes over the wire: the fragment never does."""
+    return str(request.url).split("#", 1)[0]
+
+
+def _viewer(gw: RunningGateway, session_id: str, key: str) -> str:
+    return f"{gw.url}/v1/sessions/{session_id}/viewer#token={key}"
+
+
+def test_the_viewer_steps_through_a_recorded_session(gw: RunningGateway, recorded: Recorded, browser: Any) -> None:
+    watched = Watched(browser)
+    page = watched.page
+    response = page.goto(_viewer(gw, recorded.session_id, KEY_A))
+    assert response is not None and response.ok
+    csp = response.headers["content-security-policy"]
+    assert "default-src 'none'" in csp and "script-src 'nonce-" in csp and "unsafe-inline" not in csp
+    assert "img-src 'self' blob:" in csp and "frame-ancestors 'none'" in csp
+    assert response.headers["referrer-policy"] == "no-referrer"
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert response.headers["cache-control"] == "no-store"
+
+    page.wait_for_function("() => document.querySelectorAll('#actions li').length === 3")
+    items = page.locator("#actions li").all_inner_texts()
+    assert items[0].startswith("1. navigate") and items[1].startswith("2. click x=300 y=300")
+    page.wait_for_function("() => document.getElementById('frame').naturalWidth === 640")
+    assert page.get_attribute("#frame", "src", timeout=1000).startswith("blob:")  # type: ignore[union-attr]
+    assert page.inner_text("#position") == "step 1 of 3"
+    assert '"title": "first"' in page.inner_text("#details")
+    # Scrub to the last step with the timeline; it shows the refused request it caused.
+    page.locator("#timeline").fill("3")
+    page.wait_for_function("() => document.getElementById('position').textContent === 'step 3 of 3'")
+    assert recorded.blocked_action in page.inner_text("#details")
+    page.wait_for_selector("#network tr.deny")
+    network = page.inner_text("#network")
+    assert "blocked.test" in network and "default-deny" in network
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_function("() => document.getElementById('position').textContent === 'step 2 of 3'")
+    assert page.locator("#actions li.current").inner_text().startswith("2. click")
+    page.wait_for_function(
+        "() => document.getElementById('frame').dataset.frame === '000002.webp'"
+        " && document.getElementById('frame').naturalWidth === 640"
+    )
+    page.wait_for_function("() => document.getElementById('status').textContent === 'ended'")
+
+    # The credential is in no URL the page asked for, and went as a header on every API request.
+    asked = [r for r in watched.requests if "/v1/sessions/" in r.url]
+    assert any("/recording/frames/" in r.url for r in asked) and any("/traffic?" in r.url for r in asked)
+    for request in watched.requests:
+        assert KEY_A not in _sent_url(request), request.url
+        assert not request.all_headers().get("referer"), request.url  # no-referrer
+    for request in asked:
+        if "/viewer" not in request.url:
+            assert request.all_headers().get("authorization") == f"Bearer {KEY_A}", request.url
+    # The page works under its CSP: nothing refused, nothing thrown.
+    assert not [line for line in watched.console if "Content Security Policy" in line or "pageerror" in line]
+    # (The browser's own /favicon.ico is a 404 the page did not ask for.)
+    errors = [line for line in watched.console if line.startswith("error") and not line.endswith("/favicon.ico")]
+    assert not errors, (watched.console, watched.failed)
+    assert not watched.failed
+    page.close()
+
+
+def test_the_csp_refuses_what_the_page_does_not_bring(gw: RunningGateway, recorded: Recorded, browser: Any) -> None:
+    """The console listener above would see a violation: an injected inline script is refused."""
+    watched = Watched(browser)
+    watched.page.goto(_viewer(gw, recorded.session_id, KEY_A))
+    watched.page.wait_for_function("() => document.querySelectorAll('#actions li').length === 3")
+    watched.page.evaluate(
+        "() => { const s = document.createElement('script'); s.textContent = 'document.title = \"injected\"';"
+        " document.body.appendChild(s); }"
+    )
+    deadline = time.monotonic() + 5
+    while not any("Content Security Policy" in line for line in watched.console) and time.monotonic() < deadline:
+        watched.page.wait_for_timeout(50)
+    assert any("Content Security Policy" in line for line in watched.console), watched.console
+    assert watched.page.title() != "injected"
+    watched.page.close()
+
+
+def test_another_key_is_refused_and_old_links_still_open(gw: RunningGateway, recorded: Recorded, browser: Any) -> None:
+    other = browser.new_page()
+    other.goto(_viewer(gw, recorded.session_id, KEY_B))
+    other.wait_for_function("() => document.getElementById('heading').textContent.includes('forbidden')")
+    other.close()
+    # An old ?token= link is checked, then sent on to the fragment form: the key leaves the address bar.
+    old = Watched(browser)
+    response = old.page.goto(f"{gw.url}/v1/sessions/{recorded.session_id}/viewer?token={KEY_A}")
+    assert response is not None and response.ok
+    assert urllib.parse.urlsplit(old.page.url).query == ""
+    assert old.page.url.endswith(f"/viewer#token={KEY_A}")
+    old.page.wait_for_function("() => document.querySelectorAll('#actions li').length === 3")
+    assert all(KEY_A not in _sent_url(r) for r in old.requests[1:])  # after the old link itself
+    old.page.close()
+    with gw.client(None) as c:
+        refused = c.get(f"/v1/sessions/{recorded.session_id}/viewer", params={"token": KEY_B})
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "forbidden"
+
+
+def test_events_after_a_seq(gw: RunningGateway, recorded: Recorded) -> None:
+    path = f"/v1/sessions/{recorded.session_id}/recording/events"
+    with gw.client() as c:
+        everything = c.get(path).json()
+        assert everything["ended"] is True
+        seqs = [e["seq"] for e in everything["events"]]
+        assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) >= 3
+        newer = c.get(path, params={"after": seqs[-2]}).json()
+        assert [e["seq"] for e in newer["events"]] == [seqs[-1]] and newer["ended"] is True
+        assert c.get(path, params={"after": seqs[-1]}).json() == {"events": [], "ended": True}
+        assert c.get(path, params={"after": 0}).json() == everything
+        for bad in ["-1", "abc", "1.5", "+1", " 1", "1_0", "", "9" * 40]:
+            response = c.get(path, params={"after": bad})
+            assert response.status_code == 400, bad
+            assert response.json() == {
+                "error": {
+                    "code": "invalid_request",
+                    "message": "after must be a non-negative integer (an event's seq)",
+                    "field": "after",
+                }
+            }
+        # The credential is checked before the query: another key learns nothing from a bad one.
+        assert c.get(path, params={"after": "x"}, headers={"Authorization": f"Bearer {KEY_B}"}).status_code == 403
+
+
+def test_the_viewer_follows_a_live_session_and_stops_when_it_ends(gw: RunningGateway, browser: Any) -> None:
+    watched = Watched(browser)
+    page = watched.page
+    with Sandbox.create(url=gw.url, api_key=KEY_A) as sb:
+        page.goto(_viewer(gw, sb.id, KEY_A))
+        page.wait_for_function("() => document.getElementById('status').textContent === 'live'")
+        sb.act({"type": "navigate", "url": html_url("<p>live</p>")}, screenshot=True, wait_for="stable")
+        page.wait_for_function("() => document.querySelectorAll('#actions li').length === 1", timeout=15_000)
+        time.sleep(0.1)
+        sb.act({"type": "click", "x": 10, "y": 300}, screenshot=True, wait_for="stable")
+        page.wait_for_function("() => document.querySelectorAll('#actions li').length === 2", timeout=15_000)
+    # The session is deleted: its recording closes and the page says so, then asks no more.
+    page.wait_for_function("() => document.getElementById('status').textContent === 'ended'", timeout=20_000)
+    page.wait_for_timeout(200)  # the last response's "requestfinished"
+    asked = len(watched.events_requests())
+    page.wait_for_timeout(2 * POLL_MS + 1000)
+    assert len(watched.events_requests()) == asked
+    assert page.inner_text("#position") == "step 1 of 2"
+    # Each request asked only for what came after the last event it had, and waited for the one before.
+    afters = [int(urllib.parse.parse_qs(urllib.parse.urlsplit(u).query)["after"][0]) for u in watched.events_requests()]
+    assert afters == sorted(afters) and afters[0] == 0 and afters[-1] >= 1
+    kinds = [kind for kind, _ in watched.events_log]
+    assert kinds == ["start", "end"] * (len(kinds) // 2), kinds
+    assert not [line for line in watched.console if "Content Security Policy" in line or "pageerror" in line]
+    page.close()

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import httpx
 from fastapi import Depends, FastAPI, Request, Response, WebSocket
@@ -29,7 +30,7 @@ from corral.gateway.relay import relay
 from corral.gateway.sessions import CapacityError, Session, SessionManager, SessionNotFound
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
-from corral.gateway.viewer import viewer_page
+from corral.gateway.viewer import VIEWER_HEADERS, viewer_page
 from corral.proxy import traffic
 from corral.runtime.docker import DockerRuntime
 
@@ -302,9 +303,10 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
         return Response(body, media_type="application/zip", headers=headers)
 
     @app.get("/v1/sessions/{session_id}/recording/events")
-    async def recording_events(request: Request, session_id: str, manager: ManagerDep) -> Any:
+    async def recording_events(request: Request, session_id: str, manager: ManagerDep, after: str = "0") -> Any:
+        """``{"events": [...], "ended": bool}``: the events with ``seq > after``, and whether more can come."""
         recordings = _recording_access(request, session_id, manager)
-        return await asyncio.to_thread(recordings.events, session_id)
+        return await asyncio.to_thread(recordings.events, session_id, _after_seq(after))
 
     @app.get("/v1/sessions/{session_id}/recording/frames/{name}")
     async def recording_frame(request: Request, session_id: str, name: str, manager: ManagerDep) -> Response:
@@ -313,13 +315,34 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
             data = await asyncio.to_thread(recordings.frame, session_id, name)
         except (OSError, ValueError):
             raise ApiError(404, "not_found", f"no frame {name}") from None
-        return Response(data, media_type="image/webp", headers={"cache-control": "private, max-age=3600"})
+        # The viewer sends its credential as a header, so the browser's cache must key on it too.
+        headers = {"cache-control": "private, max-age=3600", "vary": "authorization"}
+        return Response(data, media_type="image/webp", headers=headers)
 
     @app.get("/v1/sessions/{session_id}/viewer")
     async def recording_viewer(request: Request, session_id: str, manager: ManagerDep) -> Response:
-        """A page to watch a session, live or recorded: timeline, actions, their network requests."""
-        _recording_access(request, session_id, manager)
-        return Response(viewer_page(session_id), media_type="text/html; charset=utf-8")
+        """A page to watch a session, live or recorded: timeline, actions, their network requests.
+
+        Opened as ``viewer#token=<key or token>``: a browser sends no credential when it navigates,
+        so the page is served to anyone (it holds nothing but the session id) and reads the
+        recording with the fragment's credential as a header. A credential that does come (an old
+        ``?token=`` link, a header) is checked here, and an old link is sent on to the fragment form.
+        """
+        if manager.recordings is None:
+            raise ApiError(404, "not_found", "this gateway does not record sessions")
+        try:
+            manager.recordings.directory(session_id)  # a well-formed id: nothing else reaches the page
+        except ValueError:
+            raise ApiError(404, "not_found", f"no session {session_id}") from None
+        if _presented(request):
+            _recording_access(request, session_id, manager)
+        token = request.query_params.get("token")
+        if token:
+            # Out of the address bar, the history and every later Referer (the fragment is never sent).
+            location = f"/v1/sessions/{session_id}/viewer#token={quote(token, safe='')}"
+            return Response(status_code=303, headers={"location": location, **VIEWER_HEADERS})
+        page = viewer_page(session_id)
+        return Response(page.body, media_type="text/html; charset=utf-8", headers=page.headers)
 
     @app.get("/v1/sessions/{session_id}/traffic")
     async def session_traffic(log_path: AuditLogDep, wanted: FilterDep) -> Response:
@@ -391,6 +414,13 @@ def _recording_access(request: Request, session_id: str, manager: SessionManager
     if owner != ident:
         raise ApiError(403, "forbidden", "this session belongs to another API key")
     return recordings
+
+
+def _after_seq(value: str) -> int:
+    """``?after=``: a non-negative integer in plain digits (``int`` alone would take "+1", " 1", "1_0")."""
+    if not (value.isascii() and value.isdigit() and len(value) <= 18):
+        raise ApiError(400, "invalid_request", "after must be a non-negative integer (an event's seq)", "after")
+    return int(value)
 
 
 def _records(path: Path) -> list[dict[str, Any]]:

@@ -1,30 +1,51 @@
 """The session viewer: one self-contained page, served by the gateway, for a live or recorded session.
 
 A timeline to scrub through the frames, the list of actions, and for the chosen action what it
-was, how it went and the network requests it caused (from the egress audit log). It reads the
-recording's events, frames and the session's traffic with the credentials it was opened with
-(``?token=`` in its own URL, passed on), and polls while the session lives.
+was, how it went and the network requests it caused (from the egress audit log). It is opened as
+``viewer#token=<API key or session token>``: the fragment never leaves the browser, and the page
+sends the credential only as an ``Authorization`` header on its own fetches, so it appears in no
+URL, server log or Referer. Frames come through ``fetch`` too (an ``<img>`` cannot send a header)
+and are shown from ``blob:`` URLs. While the session lives the page asks for the events after the
+last one it has, one request at a time, and stops once the recording says it has ended.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import secrets
+from typing import NamedTuple
+
+POLL_MS = 2000  # between the end of one events request and the start of the next
+
+# Sent with the page and with the redirect from an old ``?token=`` link.
+VIEWER_HEADERS: dict[str, str] = {
+    "referrer-policy": "no-referrer",
+    "x-content-type-options": "nosniff",
+    "cache-control": "no-store",
+}
+
+_CSP = (
+    "default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; img-src 'self' blob:; "
+    "connect-src 'self'; base-uri 'none'; frame-ancestors 'none'; form-action 'none'"
+)
 
 _PAGE = """<!doctype html>
-<html><head><meta charset="utf-8"><title>Corral session __TITLE__</title>
-<style>
+<html><head><meta charset="utf-8"><meta name="referrer" content="no-referrer">
+<title>Corral session __TITLE__</title>
+<style nonce="__NONCE__">
 body{margin:0;font:13px sans-serif;display:grid;grid-template-columns:300px 1fr;height:100vh}
 #actions{overflow:auto;border-right:1px solid #ccc;margin:0;padding:0;list-style:none}
 #actions li{padding:4px 8px;cursor:pointer;border-bottom:1px solid #eee}
 #actions li.failed{color:#b00}#actions li.current{background:#def}
 main{padding:8px;overflow:auto}#frame{max-width:100%;border:1px solid #ccc}
 #timeline{width:100%}table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 6px;text-align:left}
-.deny{color:#b00}.report{color:#a60}
+.deny{color:#b00}.report{color:#a60}#status{color:#666}
 </style></head><body>
 <ul id="actions"></ul>
 <main>
 <h1 id="heading">Session __TITLE__</h1>
+<p id="status" role="status"></p>
 <input id="timeline" type="range" min="1" max="1" value="1" aria-label="timeline">
 <p id="position"></p>
 <img id="frame" alt="frame after the action">
@@ -33,12 +54,29 @@ main{padding:8px;overflow:auto}#frame{max-width:100%;border:1px solid #ccc}
 <table><thead><tr><th>seq</th><th>event</th><th>decision</th><th>method</th><th>url / host</th><th>status</th>
 <th>rule</th></tr></thead><tbody id="network"></tbody></table>
 </main>
-<script>
+<script nonce="__NONCE__">
+"use strict";
 const session = __SESSION__;
-const token = new URLSearchParams(location.search).get("token");
-const auth = token ? "?token=" + encodeURIComponent(token) : "";
-const base = "/v1/sessions/" + session;
-let actions = [], current = 0, ended = false;
+const POLL_MS = __POLL_MS__;
+// The credential is in the fragment, which the browser never sends; it goes out only as a header.
+const token = new URLSearchParams(location.hash.slice(1)).get("token");
+const base = "/v1/sessions/" + encodeURIComponent(session);
+let actions = [], current = 0, after = 0, shown = 0, frameUrl = null;
+
+function get(path, cache) {
+  return fetch(base + path, {headers: {Authorization: "Bearer " + token}, cache: cache || "default"});
+}
+
+function setStatus(text) { document.getElementById("status").textContent = text; }
+
+async function reason(response) {
+  try {
+    const error = (await response.json()).error;
+    return error.code + " (" + error.message + ")";
+  } catch (_) {
+    return String(response.status);
+  }
+}
 
 function summary(a) {
   const n = (a.native || [])[0] || {};
@@ -46,32 +84,55 @@ function summary(a) {
   return (n.type || a.dialect || "request") + " " + parts.map(([k, v]) => k + "=" + v).join(" ");
 }
 
+// One events request: true when the page should ask again later.
 async function load() {
-  const response = await fetch(base + "/recording/events" + auth);
-  if (!response.ok) {
-    document.getElementById("heading").textContent = "Cannot read this session: " + response.status;
-    return;
+  let response;
+  try {
+    response = await get("/recording/events?after=" + after, "no-store");
+  } catch (_) {
+    setStatus("the gateway does not answer; trying again");
+    return true;
   }
-  const events = await response.json();
-  const fresh = events.filter(e => e.event === "action");
-  const grew = fresh.length !== actions.length;
-  actions = fresh;
-  if (grew) { render(); if (current === 0 && actions.length) show(1); }
+  if (!response.ok) {
+    const why = await reason(response);
+    if (response.status >= 500) { setStatus("the gateway failed (" + why + "); trying again"); return true; }
+    // A refused or unknown credential (or a session token whose session has gone) stays refused.
+    if (actions.length) setStatus("stopped: " + why);
+    else document.getElementById("heading").textContent = "Cannot read this session: " + why;
+    return false;
+  }
+  const body = await response.json();
+  const fresh = [];
+  for (const e of body.events) {
+    after = Math.max(after, e.seq);
+    if (e.event === "action") fresh.push(e);
+  }
+  if (fresh.length) {
+    add(fresh);
+    if (current === 0) show(1); else position();
+  }
+  setStatus(body.ended ? "ended" : "live");
+  return !body.ended;
 }
 
-function render() {
+async function poll() {
+  // The next request is planned only once this one is over: never two at a time.
+  if (await load()) setTimeout(poll, POLL_MS);
+}
+
+function add(fresh) {
   const list = document.getElementById("actions");
-  list.innerHTML = "";
-  actions.forEach((a, i) => {
+  for (const a of fresh) {
+    actions.push(a);
+    const step = actions.length;
     const item = document.createElement("li");
-    item.textContent = (i + 1) + ". " + summary(a);
-    item.dataset.step = i + 1;
+    item.textContent = step + ". " + summary(a);
+    item.dataset.step = step;
     if (!a.ok) item.className = "failed";
-    item.onclick = () => show(i + 1);
+    item.addEventListener("click", () => show(step));
     list.appendChild(item);
-  });
-  const timeline = document.getElementById("timeline");
-  timeline.max = Math.max(1, actions.length);
+  }
+  document.getElementById("timeline").max = Math.max(1, actions.length);
   if (current) mark();
 }
 
@@ -79,26 +140,49 @@ function mark() {
   document.querySelectorAll("#actions li").forEach(li => li.classList.toggle("current", +li.dataset.step === current));
 }
 
-async function show(step) {
-  if (!actions.length) return;
-  current = Math.min(Math.max(1, step), actions.length);
-  const a = actions[current - 1];
-  document.getElementById("timeline").value = current;
+function position() {
   document.getElementById("position").textContent = "step " + current + " of " + actions.length;
+}
+
+function setFrame(blob, name) {
   const frame = document.getElementById("frame");
-  if (a.frame) frame.src = base + "/recording/" + a.frame + auth; else frame.removeAttribute("src");
-  document.getElementById("details").textContent = JSON.stringify({
-    step: current, action: summary(a), ok: a.ok, error: a.error || null, url: a.url, title: a.title,
-    elapsed_ms: a.elapsed_ms, action_id: a.action_id, dialect: a.dialect, request: a.request
-  }, null, 2);
-  mark();
+  if (frameUrl) URL.revokeObjectURL(frameUrl);
+  frameUrl = blob ? URL.createObjectURL(blob) : null;
+  if (frameUrl) {
+    frame.src = frameUrl;
+    frame.dataset.frame = name;
+  } else {
+    frame.removeAttribute("src");
+    delete frame.dataset.frame;
+  }
+}
+
+async function showFrame(a, mine) {
+  if (!a.frame) { setFrame(null); return; }
+  const name = a.frame.split("/").pop();
+  try {
+    const response = await get("/recording/frames/" + encodeURIComponent(name));
+    const blob = response.ok ? await response.blob() : null;
+    if (mine === shown) setFrame(blob, name);  // a later step's frame may have come first
+  } catch (_) {
+    if (mine === shown) setFrame(null);
+  }
+}
+
+async function showTraffic(a, mine) {
   const rows = document.getElementById("network");
-  rows.innerHTML = "";
+  rows.replaceChildren();
   if (!a.action_id) return;
-  const query = (auth ? auth + "&" : "?") + "action=" + encodeURIComponent(a.action_id);
-  const traffic = await fetch(base + "/traffic" + query);
-  if (!traffic.ok) return;
-  for (const line of (await traffic.text()).split("\\n")) {
+  let text;
+  try {
+    const traffic = await get("/traffic?action=" + encodeURIComponent(a.action_id));
+    if (!traffic.ok) return;
+    text = await traffic.text();
+  } catch (_) {
+    return;
+  }
+  if (mine !== shown) return;
+  for (const line of text.split("\\n")) {
     if (!line.trim()) continue;
     const r = JSON.parse(line);
     const row = document.createElement("tr");
@@ -113,18 +197,48 @@ async function show(step) {
   }
 }
 
+function show(step) {
+  if (!actions.length) return;
+  current = Math.min(Math.max(1, step), actions.length);
+  const mine = ++shown;
+  const a = actions[current - 1];
+  document.getElementById("timeline").value = current;
+  position();
+  document.getElementById("details").textContent = JSON.stringify({
+    step: current, action: summary(a), ok: a.ok, error: a.error || null, url: a.url, title: a.title,
+    elapsed_ms: a.elapsed_ms, action_id: a.action_id, dialect: a.dialect, request: a.request
+  }, null, 2);
+  mark();
+  showFrame(a, mine);
+  showTraffic(a, mine);
+}
+
 document.getElementById("timeline").addEventListener("input", e => show(+e.target.value));
 document.addEventListener("keydown", e => {
   if (e.target.id === "timeline") return;  // the slider moves itself (and says so through "input")
   if (e.key === "ArrowRight") show(current + 1);
   if (e.key === "ArrowLeft") show(current - 1);
 });
-load();
-setInterval(() => { if (!ended) load(); }, 2000);
+if (token) poll();
+else document.getElementById("heading").textContent =
+  "Open this page as .../viewer#token=<API key or session token>";
 </script></body></html>
 """
 
 
-def viewer_page(session_id: str) -> str:
+class ViewerPage(NamedTuple):
+    body: str
+    headers: dict[str, str]
+
+
+def viewer_page(session_id: str) -> ViewerPage:
+    """The page for ``session_id`` (a well-formed id) with its headers: a fresh CSP nonce each time."""
+    nonce = secrets.token_urlsafe(18)
     # Plain substitution: the page is full of braces (CSS, JavaScript).
-    return _PAGE.replace("__TITLE__", html.escape(session_id)).replace("__SESSION__", json.dumps(session_id))
+    body = (
+        _PAGE.replace("__TITLE__", html.escape(session_id))
+        .replace("__SESSION__", json.dumps(session_id))
+        .replace("__POLL_MS__", str(POLL_MS))
+        .replace("__NONCE__", nonce)
+    )
+    return ViewerPage(body, {**VIEWER_HEADERS, "content-security-policy": _CSP.format(nonce=nonce)})

@@ -1,0 +1,101 @@
+"""The viewer's page and headers, and the incremental events read it polls (no Docker needed)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from corral.gateway.app import ApiError, _after_seq
+from corral.gateway.recording import RecordingManager
+from corral.gateway.viewer import viewer_page
+from corral.recording.bundle import EVENTS_FILE, MANIFEST_FILE
+
+SESSION = "ses_abc123"
+
+
+def _bundle(root: Path, lines: list[bytes], manifest: dict[str, object] | None = None) -> RecordingManager:
+    directory = root / SESSION
+    directory.mkdir(parents=True)
+    (directory / MANIFEST_FILE).write_text(json.dumps(manifest if manifest is not None else {"format": "x"}))
+    (directory / EVENTS_FILE).write_bytes(b"".join(lines))
+    return RecordingManager(root)
+
+
+def _line(seq: int, **fields: object) -> bytes:
+    # As the recorder writes them: seq first, compact.
+    return json.dumps({"seq": seq, "time": 1.0, "event": "action", **fields}, separators=(",", ":")).encode() + b"\n"
+
+
+def test_events_after_a_seq(tmp_path: Path) -> None:
+    recordings = _bundle(tmp_path, [_line(1), _line(2), _line(3)])
+    assert [e["seq"] for e in recordings.events(SESSION)["events"]] == [1, 2, 3]
+    assert [e["seq"] for e in recordings.events(SESSION, after=1)["events"]] == [2, 3]
+    assert recordings.events(SESSION, after=3) == {"events": [], "ended": False}
+    assert recordings.events(SESSION, after=99) == {"events": [], "ended": False}
+
+
+def test_lines_in_another_layout_and_torn_lines(tmp_path: Path) -> None:
+    other_layout = json.dumps({"time": 1.0, "seq": 2, "event": "gap", "lost": 1}).encode() + b"\n"
+    recordings = _bundle(tmp_path, [_line(1), other_layout, b"\n", _line(3), b'{"seq":4,"time":1.0,"ev'])
+    assert [e["seq"] for e in recordings.events(SESSION, after=1)["events"]] == [2, 3]  # the torn last one left out
+    assert [e["seq"] for e in recordings.events(SESSION, after=2)["events"]] == [3]
+
+
+def test_ended_once_the_manifest_says_so(tmp_path: Path) -> None:
+    recordings = _bundle(tmp_path, [_line(1)], {"format": "x", "ended_at": 1700000000.0, "end_reason": "deleted"})
+    assert recordings.events(SESSION, after=1) == {"events": [], "ended": True}
+
+
+@pytest.mark.parametrize("manifest", [b"", b"not json", b"[1, 2]"])
+def test_an_unreadable_manifest_is_not_ended(tmp_path: Path, manifest: bytes) -> None:
+    recordings = _bundle(tmp_path, [_line(1)])
+    (tmp_path / SESSION / MANIFEST_FILE).write_bytes(manifest)
+    assert recordings.events(SESSION)["ended"] is False
+
+
+def test_no_bundle_yet(tmp_path: Path) -> None:
+    assert RecordingManager(tmp_path).events(SESSION) == {"events": [], "ended": False}
+
+
+@pytest.mark.parametrize(("value", "expected"), [("0", 0), ("7", 7), ("000123", 123)])
+def test_after_takes_plain_digits(value: str, expected: int) -> None:
+    assert _after_seq(value) == expected
+
+
+@pytest.mark.parametrize("value", ["", "-1", "+1", " 1", "1 ", "1_0", "1.5", "abc", "١", "9" * 19])
+def test_after_refuses_anything_else(value: str) -> None:
+    with pytest.raises(ApiError) as caught:
+        _after_seq(value)
+    assert (caught.value.status, caught.value.code, caught.value.field) == (400, "invalid_request", "after")
+
+
+def test_the_page_and_its_policy_share_a_fresh_nonce() -> None:
+    first, second = viewer_page(SESSION), viewer_page(SESSION)
+    csp = first.headers["content-security-policy"]
+    nonce = re.search(r"script-src 'nonce-([^']+)'", csp)
+    assert nonce is not None and f"style-src 'nonce-{nonce[1]}'" in csp
+    assert first.body.count(f'nonce="{nonce[1]}"') == 2  # the one <style> and the one <script>
+    assert first.body.count("<script") == 1 and first.body.count("<style") == 1
+    assert nonce[1] not in second.headers["content-security-policy"]
+    assert "unsafe" not in csp and "default-src 'none'" in csp
+    for directive in (
+        "img-src 'self' blob:",
+        "connect-src 'self'",
+        "base-uri 'none'",
+        "frame-ancestors 'none'",
+        "form-action 'none'",
+    ):
+        assert directive in csp
+    assert first.headers["referrer-policy"] == "no-referrer"
+    assert first.headers["cache-control"] == "no-store"
+    assert first.headers["x-content-type-options"] == "nosniff"
+
+
+def test_the_page_puts_no_credential_in_a_url() -> None:
+    body = viewer_page(SESSION).body
+    assert "location.search" not in body and "?token=" not in body.replace("#token=", "")
+    assert "location.hash" in body and '"Bearer " + token' in body
+    assert "setInterval" not in body  # polled by a timeout after each answer, never stacked
