@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
@@ -15,7 +16,8 @@ from urllib.parse import quote
 import httpx
 from fastapi import Depends, FastAPI, Request, Response, WebSocket
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, JSONResponse
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import HTTPConnection
 
@@ -24,10 +26,10 @@ from corral.errors import CorralError, SandboxError
 from corral.gateway import auth
 from corral.gateway.egress import EgressUnavailable
 from corral.gateway.metrics import Metrics
-from corral.gateway.models import CreatedSession, CreateSession, SessionOut, UpdateSession
+from corral.gateway.models import CreatedSession, CreateSession, ReplayResponsesOut, SessionOut, UpdateSession
 from corral.gateway.recording import RecordingManager
 from corral.gateway.relay import relay
-from corral.gateway.sessions import CapacityError, Session, SessionManager, SessionNotFound
+from corral.gateway.sessions import CapacityError, HermeticUnavailable, Session, SessionManager, SessionNotFound
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
 from corral.gateway.viewer import VIEWER_HEADERS, viewer_page
@@ -174,6 +176,7 @@ def _out(conn: HTTPConnection, session: Session) -> dict[str, Any]:
         "from_pool": session.from_pool,
         "container": session.sandbox.name,
         "egress_mode": session.egress_mode,
+        "hermetic": session.hermetic,
         "ws_url": f"{ws_base}/v1/sessions/{session.id}/ws",
         "actions_url": f"{base}/v1/sessions/{session.id}/actions",
         "traffic_url": f"{base}/v1/sessions/{session.id}/traffic",
@@ -226,8 +229,13 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
             "sessions": manager.counts(),
             "pool_target": settings.pool_size,
             "host_guard": manager.host_guarded,
-            "egress": {"enabled": manager.egress is not None, "mode": settings.egress_mode,
-                       "network": settings.egress_network} if manager.egress is not None else {"enabled": False},
+            "egress": {
+                "enabled": manager.egress is not None,
+                "mode": settings.egress_mode,
+                "network": settings.egress_network,
+            }
+            if manager.egress is not None
+            else {"enabled": False},
         }
 
     @app.get("/metrics")
@@ -241,6 +249,10 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
             session, token = await manager.create(key.key_id, body)
         except CapacityError as exc:
             raise ApiError(429, "too_many_sessions", str(exc)) from None
+        except HermeticUnavailable as exc:
+            raise ApiError(409, "egress_off", str(exc), "hermetic") from None
+        except LookupError as exc:
+            raise ApiError(404, "not_found", str(exc), "hermetic") from None
         except ValueError as exc:
             raise ApiError(422, "invalid_request", str(exc), "timeout_s") from None
         except SandboxError as exc:
@@ -265,9 +277,7 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
         return Response(status_code=204)
 
     @app.patch("/v1/sessions/{session_id}", response_model=SessionOut)
-    async def update_session(
-        body: UpdateSession, request: Request, session: SessionDep, manager: ManagerDep
-    ) -> Any:
+    async def update_session(body: UpdateSession, request: Request, session: SessionDep, manager: ManagerDep) -> Any:
         # The owner's API key only: a session token is what the agent holds, and it must not widen its own egress.
         ident = request.app.state.keys.check(_presented(request) or "")
         if ident is None:
@@ -295,12 +305,51 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
     async def session_recording(request: Request, session_id: str, manager: ManagerDep) -> Response:
         """The session's recording bundle as a .zip (live or ended; docs/recording.md)."""
         recordings = _recording_access(request, session_id, manager)
+        # Built in a temporary file, not in memory: a long session's bundle can be large.
+        spool = tempfile.NamedTemporaryFile(prefix="corral-bundle-", suffix=".zip", delete=False)  # noqa: SIM115
         try:
-            body = await asyncio.to_thread(recordings.zip, session_id)
+            with spool:
+                await asyncio.to_thread(recordings.zip, session_id, spool)
         except (OSError, ValueError):
+            await asyncio.to_thread(Path(spool.name).unlink, missing_ok=True)
             raise ApiError(404, "not_found", f"no recording of session {session_id}") from None
-        headers = {"content-disposition": f'attachment; filename="{session_id}.zip"'}
-        return Response(body, media_type="application/zip", headers=headers)
+        return FileResponse(
+            spool.name,
+            media_type="application/zip",
+            filename=f"{session_id}.zip",
+            background=BackgroundTask(Path(spool.name).unlink, missing_ok=True),
+        )
+
+    @app.post("/v1/replay-responses", status_code=201, response_model=ReplayResponsesOut)
+    async def upload_replay_responses(request: Request, key: KeyDep, manager: ManagerDep) -> Any:
+        """A recording's responses.mitm, for hermetic sessions (``"hermetic": "<id>"`` at create)."""
+        assert key.key_id is not None
+        uploads = manager.replays
+        upload_id, part = uploads.begin()
+        size = 0
+        try:
+            with part.open("wb") as out:
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > uploads.max_bytes:
+                        raise ApiError(
+                            413, "too_large", f"recorded responses are limited to {uploads.max_bytes >> 20} MiB"
+                        )
+                    await asyncio.to_thread(out.write, chunk)
+            checked = await asyncio.to_thread(uploads.finish, upload_id, part, key.key_id)
+        except ValueError as exc:
+            raise ApiError(422, "invalid_request", f"this is {exc}; send a recording's responses.mitm") from None
+        finally:
+            part.unlink(missing_ok=True)
+        return {"id": upload_id, "flows": checked.flows, "bytes": checked.complete, "torn": checked.torn}
+
+    @app.delete("/v1/replay-responses/{upload_id}", status_code=204)
+    async def delete_replay_responses(upload_id: str, key: KeyDep, manager: ManagerDep) -> Response:
+        try:
+            await asyncio.to_thread(manager.replays.delete, upload_id, key.key_id or "")
+        except (LookupError, ValueError):
+            raise ApiError(404, "not_found", f"no replay responses {upload_id}") from None
+        return Response(status_code=204)
 
     @app.get("/v1/sessions/{session_id}/recording/events")
     async def recording_events(request: Request, session_id: str, manager: ManagerDep, after: str = "0") -> Any:

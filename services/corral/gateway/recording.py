@@ -80,6 +80,7 @@ class SessionRecorder:
         self._after = 0
         self._written = 0
         self._controller_last = 0
+        self._writing: asyncio.Future[None] | None = None
         self._boot: str | None = None  # the controller run whose numbering ``_after`` follows
         self._task: asyncio.Task[None] | None = None
 
@@ -140,13 +141,14 @@ class SessionRecorder:
         if body.get("events") and int(body.get("oldest", 1)) > self._after + 1:
             self._write({"event": "gap", "lost": int(body["oldest"]) - self._after - 1})
         for event in body.get("events", []):
-            seq = int(event["seq"])
-            self._write_action(event)
-            self._after = seq  # only once written: a failed write is fetched again
+            # File writes off the event loop; shielded, so a cancelled task never leaves an event
+            # written but not counted (it would be fetched and written again).
+            self._writing = asyncio.ensure_future(asyncio.to_thread(self._write_action, event))
+            await asyncio.shield(self._writing)
 
     def _write_action(self, event: dict[str, Any]) -> None:
         frame_b64 = event.pop("frame_webp", None)
-        controller_seq = event.pop("seq")
+        controller_seq = int(event.pop("seq"))
         seq = self._written + 1
         frame = None
         if frame_b64:
@@ -162,6 +164,7 @@ class SessionRecorder:
                 "audit": self._audit.seqs(event.get("action_id")),
             }
         )
+        self._after = controller_seq  # only once written: a failed write is fetched again
 
     def _write(self, event: dict[str, Any]) -> None:
         self._written += 1
@@ -177,6 +180,8 @@ class SessionRecorder:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        if self._writing is not None:
+            await asyncio.gather(self._writing, return_exceptions=True)  # an event being written
         try:
             # The last frames may still be settling in the controller: wait for them, briefly.
             async with asyncio.timeout(drain_s):

@@ -15,7 +15,6 @@ import ssl
 import sys
 import threading
 
-
 HITS = iter(range(1, 1 << 30))  # /counter pages show how often the upstream was asked
 
 
