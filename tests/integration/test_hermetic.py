@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from corral.proxy.flowfile import check
 from corral.recording.bundle import read_bundle
-from corral.recording.flowfile import check
 from corral.runtime.docker import DockerRuntime
 from corral.sdk import Sandbox
 
@@ -162,6 +162,16 @@ def test_bad_uploads_and_foreign_ids_get_clear_errors(gw: RunningGateway, record
         assert unknown.status_code == 404 and unknown.json()["error"]["field"] == "hermetic"
         malformed = c.post("/v1/sessions", json={"hermetic": "../../etc/passwd"})
         assert malformed.status_code == 422
+        # Framed like a flow file, but no flow mitmproxy can read: the create fails, nothing is left.
+        hollow = c.post("/v1/replay-responses", content=b"14:4:type;4:http;}")
+        assert hollow.status_code == 201, hollow.text
+        unreadable = c.post("/v1/sessions", json={"hermetic": hollow.json()["id"]})
+        assert unreadable.status_code == 422, unreadable.text
+        assert (unreadable.json()["error"]["code"], unreadable.json()["error"]["field"]) == (
+            "replay_unreadable",
+            "hermetic",
+        )
+        assert c.get("/v1/sessions").json() == []
     with gw.client(KEY_B) as other:
         stolen = other.post("/v1/sessions", json={"hermetic": upload})
         assert stolen.status_code == 404  # another key's upload does not exist for this one

@@ -24,11 +24,12 @@ from starlette.requests import HTTPConnection
 from corral.bodies import read_capped
 from corral.errors import CorralError, SandboxError
 from corral.gateway import auth
-from corral.gateway.egress import EgressUnavailable
+from corral.gateway.egress import EgressUnavailable, ReplayUnreadable
 from corral.gateway.metrics import Metrics
 from corral.gateway.models import CreatedSession, CreateSession, ReplayResponsesOut, SessionOut, UpdateSession
 from corral.gateway.recording import RecordingManager
 from corral.gateway.relay import relay
+from corral.gateway.replays import ReplayNotFound
 from corral.gateway.sessions import CapacityError, HermeticUnavailable, Session, SessionManager, SessionNotFound
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
@@ -251,8 +252,10 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
             raise ApiError(429, "too_many_sessions", str(exc)) from None
         except HermeticUnavailable as exc:
             raise ApiError(409, "egress_off", str(exc), "hermetic") from None
-        except LookupError as exc:
+        except ReplayNotFound as exc:
             raise ApiError(404, "not_found", str(exc), "hermetic") from None
+        except ReplayUnreadable as exc:
+            raise ApiError(422, "replay_unreadable", str(exc), "hermetic") from None
         except ValueError as exc:
             raise ApiError(422, "invalid_request", str(exc), "timeout_s") from None
         except SandboxError as exc:
@@ -310,9 +313,11 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
         try:
             with spool:
                 await asyncio.to_thread(recordings.zip, session_id, spool)
-        except (OSError, ValueError):
-            await asyncio.to_thread(Path(spool.name).unlink, missing_ok=True)
-            raise ApiError(404, "not_found", f"no recording of session {session_id}") from None
+        except BaseException as exc:
+            await asyncio.shield(asyncio.to_thread(Path(spool.name).unlink, missing_ok=True))
+            if isinstance(exc, OSError | ValueError):
+                raise ApiError(404, "not_found", f"no recording of session {session_id}") from None
+            raise
         return FileResponse(
             spool.name,
             media_type="application/zip",
@@ -347,7 +352,7 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
     async def delete_replay_responses(upload_id: str, key: KeyDep, manager: ManagerDep) -> Response:
         try:
             await asyncio.to_thread(manager.replays.delete, upload_id, key.key_id or "")
-        except (LookupError, ValueError):
+        except (ReplayNotFound, ValueError):
             raise ApiError(404, "not_found", f"no replay responses {upload_id}") from None
         return Response(status_code=204)
 

@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from corral.errors import SandboxError
+from corral.errors import CorralError, SandboxError
+from corral.gateway.replays import ReplayNotFound
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import session_dir
 from corral.proxy import ca, control
@@ -32,7 +33,12 @@ from corral.runtime.docker import EGRESS_UID, DockerRuntime, EgressSpec, Session
 log = logging.getLogger(__name__)
 
 META_FILE = "session.json"
+PROXY_MEMORY_MB = 512
 SESSION_LABEL = "corral.session"
+
+
+class ReplayUnreadable(CorralError):
+    """The hermetic session's proxy cannot answer from the uploaded responses (HTTP 422)."""
 
 
 class EgressUnavailable(SandboxError):
@@ -112,7 +118,10 @@ class EgressManager:
         if upstream is not None:
             shutil.copyfile(upstream, state / "upstream-ca.pem")
         if replay is not None:
-            shutil.copyfile(replay, state / REPLAY_FILE)  # a copy: the upload may be deleted or reused
+            try:
+                shutil.copyfile(replay, state / REPLAY_FILE)  # a copy: the upload may be deleted or reused
+            except FileNotFoundError:
+                raise ReplayNotFound("the recorded responses were deleted meanwhile") from None
         if owner is not None:
             for path in (state, state / POLICY_FILE):
                 os.chown(path, *owner)
@@ -169,6 +178,7 @@ class EgressManager:
                 image=s.egress_image,
                 labels=prepared.labels,
                 environment=prepared.environment,
+                memory=f"{self._proxy_memory_mb(prepared)}m",
             )
         )
         return Egress(
@@ -184,6 +194,22 @@ class EgressManager:
             gateway_token=prepared.gateway_token,
         )
 
+    @staticmethod
+    def _proxy_memory_mb(prepared: Prepared) -> int:
+        """A hermetic proxy holds every recorded flow in memory: room for them, beside the usual."""
+        if not prepared.hermetic:
+            return PROXY_MEMORY_MB
+        replay = prepared.state_dir / REPLAY_FILE
+        size_mb = replay.stat().st_size >> 20 if replay.exists() else 0
+        return PROXY_MEMORY_MB + 3 * size_mb
+
+    async def check_replay(self, egress: Egress) -> int:
+        """A hermetic proxy's recorded responses are loaded; returns how many (ReplayUnreadable if not)."""
+        replay = (await self.status(egress)).get("replay") or {}
+        if replay.get("error"):
+            raise ReplayUnreadable(str(replay["error"]))
+        return int(replay.get("flows", 0))
+
     def discard_blocking(self, prepared: Prepared) -> None:
         """Undo :meth:`prepare_blocking` (and a proxy it may have started); the state stays."""
         self._runtime.remove(f"corral-egress-{prepared.session_id}")
@@ -195,7 +221,11 @@ class EgressManager:
 
     def teardown_blocking(self, egress: Egress) -> None:
         """Remove the proxy and the network; the state (audit log) stays."""
+        # SIGTERM first: mitmdump's shutdown writes out the responses still queued for the file.
+        self._runtime.stop(egress.proxy_id)
         self._runtime.remove(egress.proxy_id)
+        # A hermetic session's copy of the recording it answered from: the bundle and the upload hold it.
+        (self.state_dir(egress.session_id) / REPLAY_FILE).unlink(missing_ok=True)
         self._runtime.remove_network(egress.network)
         hostguard.remove(egress.interface)
 

@@ -14,6 +14,7 @@ import base64
 import contextlib
 import json
 import logging
+import mmap
 import os
 import shutil
 import time
@@ -24,8 +25,8 @@ from typing import IO, Any
 import httpx
 
 from corral.gateway.store import session_dir
+from corral.proxy.flowfile import check
 from corral.recording.bundle import EVENTS_FILE, FORMAT, FRAMES_DIR, MANIFEST_FILE, RESPONSES_FILE, VERSION
-from corral.recording.flowfile import check
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +193,10 @@ class SessionRecorder:
         except (TimeoutError, httpx.HTTPError, ValueError, OSError) as exc:
             log.info("recording %s: stopped draining (%s)", self.directory.name, type(exc).__name__)
         finally:
+            if self._writing is not None:
+                # The event being written lands before the manifest says ended (ended means complete).
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(asyncio.shield(self._writing), 5.0)
             # Closed whatever happened above, even when cancelled: an ended session's bundle says so.
             close_manifest(self.directory, reason, self._written)
 
@@ -209,16 +214,28 @@ def close_manifest(directory: Path, reason: str, events: int | None = None) -> N
         _atomic_json(manifest_path, manifest)
 
 
-def _complete_flows(path: Path) -> bytes | None:
-    """A responses file up to its last complete flow (the proxy may be writing the next one)."""
+def _copy(source: IO[bytes], out: IO[bytes], length: int) -> None:
+    while length > 0:
+        chunk = source.read(min(length, 1 << 20))
+        if not chunk:
+            break
+        out.write(chunk)
+        length -= len(chunk)
+
+
+def _complete_length(path: Path) -> int | None:
+    """How much of a responses file is whole flows (the proxy may be writing the next one); None
+    when it is missing or no flow file."""
     try:
-        data = path.read_bytes()
+        with path.open("rb") as source:
+            if os.fstat(source.fileno()).st_size == 0:
+                return 0
+            with mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ) as data, memoryview(data) as view:
+                return check(view).complete
     except OSError:
         return None
-    try:
-        return data[: check(data).complete]
-    except ValueError:
-        log.error("%s is not a mitmproxy flow file; left out of the bundle", path)
+    except ValueError as exc:
+        log.error("%s is not a mitmproxy flow file (%s); left out of the bundle", path, exc)
         return None
 
 
@@ -259,14 +276,16 @@ class RecordingManager:
             self.attach_responses(session_id, responses)
 
     def attach_responses(self, session_id: str, responses: Path) -> None:
-        """The ended session's recorded responses join its bundle (its proxy is gone: complete)."""
+        """The ended session's recorded responses move into its bundle (its proxy is gone: complete)."""
         directory = self.directory(session_id)
-        data = _complete_flows(responses) if responses.exists() else None
-        if data is None or not directory.exists():
+        complete = _complete_length(responses)
+        if complete is None or not directory.exists():
             return
         tmp = directory / f"{RESPONSES_FILE}.tmp"
-        tmp.write_bytes(data)
+        with responses.open("rb") as source, tmp.open("wb") as out:
+            _copy(source, out, complete)  # streamed: the file can be hundreds of MB
         os.replace(tmp, directory / RESPONSES_FILE)
+        responses.unlink(missing_ok=True)  # one copy, in the bundle
 
     async def stop_all(self) -> None:
         """Gateway shutdown: the sessions go on, so the bundles stay open (a restart continues them)."""
@@ -354,9 +373,13 @@ class RecordingManager:
                         compress_type=zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED,
                     )
             if live is not None and live.responses is not None and not (directory / RESPONSES_FILE).exists():
-                data = _complete_flows(live.responses)
-                if data is not None:
-                    bundle.writestr(f"{session_id}/{RESPONSES_FILE}", data)
+                complete = _complete_length(live.responses)
+                if complete is not None:
+                    with (
+                        live.responses.open("rb") as source,
+                        bundle.open(f"{session_id}/{RESPONSES_FILE}", "w", force_zip64=True) as member,
+                    ):
+                        _copy(source, member, complete)
 
     def prune(self, retention_s: float) -> int:
         removed, cutoff = 0, time.time() - retention_s

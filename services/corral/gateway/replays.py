@@ -15,15 +15,15 @@ import time
 from pathlib import Path
 
 from corral.errors import CorralError
-from corral.recording.flowfile import FlowFile, check
+from corral.proxy.flowfile import FlowFile, check
 
 ID_PREFIX = "rsp_"
 SUFFIX = ".mitm"
 OWNER_SUFFIX = ".owner"
 
 
-class UploadTooLarge(CorralError):
-    """More bytes than ``CORRAL_REPLAY_UPLOAD_MAX_MB`` allows (HTTP 413)."""
+class ReplayNotFound(CorralError):
+    """No such upload of recorded responses for this API key (HTTP 404)."""
 
 
 class ReplayUploads:
@@ -58,21 +58,21 @@ class ReplayUploads:
                 checked = check(b"")
             if checked.torn:
                 os.truncate(part, checked.complete)
-            (self.root / f"{upload_id}{OWNER_SUFFIX}").write_text(owner)
             os.replace(part, self._path(upload_id))
+            (self.root / f"{upload_id}{OWNER_SUFFIX}").write_text(owner)  # after: never an owner of nothing
         finally:
             part.unlink(missing_ok=True)
         return checked
 
     def path_for(self, upload_id: str, owner: str) -> Path:
-        """The upload's file, if this owner made it; raises LookupError otherwise (no existence leak)."""
+        """The upload's file, if this owner made it; raises ReplayNotFound otherwise (no existence leak)."""
         path = self._path(upload_id)
         try:
             made_by = (self.root / f"{upload_id}{OWNER_SUFFIX}").read_text().strip()
         except OSError:
             made_by = None
         if made_by != owner or not path.exists():
-            raise LookupError(f"no replay responses {upload_id}")
+            raise ReplayNotFound(f"no replay responses {upload_id}")
         return path
 
     def delete(self, upload_id: str, owner: str) -> None:

@@ -320,6 +320,8 @@ class SessionManager:
             sandbox_ready = asyncio.to_thread(self._runtime.wait_ready, pair.sandbox, self._settings.start_timeout_s)
             if self.egress is not None and pair.egress is not None:
                 await asyncio.gather(sandbox_ready, self.egress.wait_ready(pair.egress, self._settings.start_timeout_s))
+                if replay is not None:
+                    await self.egress.check_replay(pair.egress)  # a hermetic session that cannot answer fails here
             else:
                 await sandbox_ready
         except BaseException:
@@ -347,7 +349,15 @@ class SessionManager:
         spec = self._spec(kind, viewport, req, prepared.network.name, prepared.sandbox_env)
         proxy = asyncio.ensure_future(asyncio.to_thread(egress_manager.start_proxy_blocking, prepared))
         sandbox = asyncio.ensure_future(asyncio.to_thread(self._runtime.start_sandbox, spec))
-        egress, started = await asyncio.gather(proxy, sandbox, return_exceptions=True)
+        try:
+            egress, started = await asyncio.gather(proxy, sandbox, return_exceptions=True)
+        except BaseException:
+            # Cancelled (a gateway shutting down): the threads go on, so wait for them and undo both.
+            egress, started = await asyncio.shield(asyncio.gather(proxy, sandbox, return_exceptions=True))
+            if isinstance(started, SandboxContainer):
+                await asyncio.shield(asyncio.to_thread(self._runtime.remove, started.id))
+            await asyncio.shield(asyncio.to_thread(egress_manager.discard_blocking, prepared))
+            raise
         if isinstance(egress, Egress) and isinstance(started, SandboxContainer):
             return Pair(session_id, started, egress)
         if isinstance(started, SandboxContainer):
@@ -386,7 +396,7 @@ class SessionManager:
         if req.hermetic is not None:
             if self.egress is None:
                 raise HermeticUnavailable("hermetic replays need egress control, which this gateway runs without")
-            replay = self.replays.path_for(req.hermetic, owner)  # LookupError: not this key's upload
+            replay = self.replays.path_for(req.hermetic, owner)  # ReplayNotFound: not this key's upload
         async with self._lock:
             total = len(self._sessions) + sum(self._reserved.values())
             mine = len(self.list(owner)) + self._reserved.get(owner, 0)

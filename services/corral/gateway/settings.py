@@ -64,7 +64,7 @@ class GatewaySettings(BaseSettings):
     responses_max_body_mb: int = Field(default=16, ge=1)
     responses_max_total_mb: int = Field(default=256, ge=1)
     # Recorded responses uploaded for hermetic replays (POST /v1/replay-responses), kept this long.
-    replay_upload_max_mb: int = Field(default=512, ge=1)
+    replay_upload_max_mb: int = Field(default=256, ge=1)
     replay_upload_retention_hours: float = Field(default=24.0, gt=0)
 
     def api_keys(self) -> list[str]:

@@ -159,6 +159,7 @@ class Egress:
         self._generation = 0  # bumped by each policy change
         self._control: asyncio.Server | None = None
         self.hermetic = False
+        self.replay_error: str | None = "the recorded responses are not loaded"  # None once they are
         self.responses: ResponseStore | None = None  # upstream answers kept for hermetic replays
         self.playback = Playback()  # the recorded answers a hermetic session gives
         self.lookup: Lookup = system_lookup  # the one DNS seam (unit tests answer from a table)
@@ -187,6 +188,8 @@ class Egress:
         if not any(name.startswith("corral_") for name in updated):
             return
         opts = ctx.options
+        # First: if anything below fails (mitmproxy only logs it), a hermetic proxy still never dials.
+        self.hermetic = self.hermetic or opts.corral_hermetic
         if opts.corral_mode not in control.MODES:
             raise ValueError(f"corral_mode must be one of {', '.join(control.MODES)}")
         self.mode = opts.corral_mode
@@ -211,25 +214,32 @@ class Egress:
             trusted_networks=[n.strip() for n in opts.corral_trusted_networks.split(",") if n.strip()],
             own_hosts=own,
         )
-        if opts.corral_hermetic and not self.hermetic:
-            self._start_hermetic()
+        if self.hermetic and self.replay_error is not None:
+            self._load_replay()
 
-    def _start_hermetic(self) -> None:
-        # Hermetic from here on, even if what follows fails: then every request is refused as not
-        # recorded (fail closed), never sent upstream.
-        self.hermetic = True
+    def _load_replay(self) -> None:
+        """The recorded responses a hermetic session answers from; what went wrong is kept for the
+        gateway's status check (every request is refused as not recorded)."""
         opts = ctx.options
         if opts.connection_strategy != "lazy":
             # Eager would dial the upstream at each CONNECT, which a hermetic session never does.
-            raise ValueError("corral_hermetic needs connection_strategy=lazy")
-        if self._state_dir is None:
-            raise ValueError("corral_hermetic needs corral_state_dir")
-        try:
-            flows = flow_io.read_flows_from_paths([str(self._state_dir / REPLAY_FILE)])
-        except exceptions.FlowReadException as exc:
-            raise ValueError(f"cannot read the recorded responses: {exc}") from None
-        count = self.playback.add_recorded([f for f in flows if isinstance(f, http.HTTPFlow)])
-        log.info("hermetic replay from %d recorded responses", count)
+            self.replay_error = "corral_hermetic needs connection_strategy=lazy"
+        elif self._state_dir is None:
+            self.replay_error = "corral_hermetic needs corral_state_dir"
+        else:
+            try:
+                flows = flow_io.read_flows_from_paths([str(self._state_dir / REPLAY_FILE)])
+            except exceptions.FlowReadException as exc:
+                self.replay_error = f"cannot read the recorded responses: {exc}"
+            else:
+                count = self.playback.add_recorded([f for f in flows if isinstance(f, http.HTTPFlow)])
+                self.replay_error = None
+                log.info("hermetic replay from %d recorded responses", count)
+                return
+        # A warning, not an error or an exception: mitmdump exits on either at startup, and the
+        # gateway could not say why. The proxy stays up refusing everything as not recorded, and
+        # its status carries the reason.
+        log.warning("hermetic replay unavailable: %s", self.replay_error)
 
     async def running(self) -> None:
         opts = ctx.options
@@ -636,6 +646,7 @@ class Egress:
                 "records": self.audit.seq if self.audit is not None else 0,
                 "actions": list(self._actions),
                 "hermetic": self.hermetic,
+                "replay": {"flows": self.playback.count(), "error": self.replay_error} if self.hermetic else None,
                 "responses": self.responses.counts() if self.responses is not None else None,
             }
         raise ValueError("unexpected message")

@@ -50,6 +50,11 @@ def _secret_header(name: str) -> bool:
     return name.lower() in SECRET_HEADERS or _SECRET_HEADER.search(name) is not None
 
 
+def is_secret_header(name: str) -> bool:
+    """Whether a header carries a credential (the audit log redacts it; recorded responses blank it)."""
+    return _secret_header(name)
+
+
 def redact_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     return [(name, REDACTED if _secret_header(name) else value) for name, value in headers]
 

@@ -14,8 +14,11 @@ recording did (a reload, a second favicon fetch) still gets the recorded answer,
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
+import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +26,15 @@ from mitmproxy import http
 from mitmproxy.addons.serverplayback import ServerPlayback
 from mitmproxy.io import tnetstring
 
+from corral.proxy.audit import is_secret_header
 from corral.proxy.control import REPLAY_FILE, RESPONSES_FILE
+from corral.proxy.flowfile import check
 
 log = logging.getLogger(__name__)
 
 __all__ = ["REPLAY_FILE", "RESPONSES_FILE", "Playback", "ResponseStore", "flow_state"]
 
 BLANKED = b"[removed by corral]"
-SECRET_REQUEST_HEADERS = frozenset({b"authorization", b"proxy-authorization", b"cookie", b"x-api-key"})
 
 
 def flow_state(flow: http.HTTPFlow, host: str) -> dict[str, Any]:
@@ -40,7 +44,7 @@ def flow_state(flow: http.HTTPFlow, host: str) -> dict[str, Any]:
     request = state["request"]
     request["host"] = host
     request["headers"] = tuple(
-        (name, BLANKED if name.lower() in SECRET_REQUEST_HEADERS else value) for name, value in request["headers"]
+        (name, BLANKED if is_secret_header(name.decode("latin-1")) else value) for name, value in request["headers"]
     )
     return state
 
@@ -51,7 +55,8 @@ class ResponseStore:
     def __init__(self, path: Path, max_body: int, max_total: int) -> None:
         self.path = path
         self._max_body, self._max_total = max_body, max_total
-        self.kept = self.skipped = self.bytes = 0
+        self.kept = self.skipped = self.bytes = 0  # touched on the event loop only
+        self.bytes = self._resume()
         self._lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-responses")
 
@@ -70,13 +75,35 @@ class ResponseStore:
         self._pool.submit(self._append, flow_state(flow, host))
         return True
 
+    def _resume(self) -> int:
+        """A restarted proxy carries on after the last whole flow (a killed one may have torn it)."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return 0
+        try:
+            complete = check(data).complete
+        except ValueError as exc:
+            kept = self.path.with_suffix(f".unreadable-{int(time.time())}")
+            log.error("%s is unreadable (%s); kept as %s, starting afresh", self.path, exc, kept.name)
+            os.replace(self.path, kept)
+            return 0
+        if complete < len(data):
+            os.truncate(self.path, complete)
+        return complete
+
     def _append(self, state: dict[str, Any]) -> None:
         data = tnetstring.dumps(state)
-        try:
-            with self._lock, self.path.open("ab", buffering=0) as out:
-                out.write(data)  # one write per flow: a kill tears at most the last one
-        except OSError as exc:
-            log.error("cannot keep a response in %s: %s", self.path, exc)
+        with self._lock:
+            before = self.path.stat().st_size if self.path.exists() else 0
+            try:
+                # Buffered: the whole flow is written or an error raised (a raw write may be partial).
+                with self.path.open("ab") as out:
+                    out.write(data)
+            except OSError as exc:
+                log.error("cannot keep a response in %s: %s", self.path, exc)
+                with contextlib.suppress(OSError):
+                    os.truncate(self.path, before)  # no torn flow for the next one to follow
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

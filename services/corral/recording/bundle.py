@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.errors import CorralError
-from corral.recording.flowfile import check
+from corral.proxy.flowfile import check
 
 FORMAT = "corral-recording"
 VERSION = 1

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.gateway.replays import ReplayUploads
+from corral.gateway.replays import ReplayNotFound, ReplayUploads
 
 FLOW = b"25:2:id;3:abc;4:type;4:http;}"
 
@@ -25,12 +25,12 @@ def test_an_upload_is_kept_whole_flows_only_and_for_its_owner_alone(tmp_path: Pa
     assert (checked.flows, checked.torn) == (2, True)  # type: ignore[attr-defined]
     path = uploads.path_for(upload_id, "key-a")
     assert path.read_bytes() == FLOW * 2
-    with pytest.raises(LookupError):
+    with pytest.raises(ReplayNotFound):
         uploads.path_for(upload_id, "key-b")
-    with pytest.raises(LookupError):
+    with pytest.raises(ReplayNotFound):
         uploads.delete(upload_id, "key-b")
     uploads.delete(upload_id, "key-a")
-    with pytest.raises(LookupError):
+    with pytest.raises(ReplayNotFound):
         uploads.path_for(upload_id, "key-a")
 
 
@@ -55,5 +55,5 @@ def test_old_uploads_are_pruned(tmp_path: Path) -> None:
     os.utime(uploads.path_for(old_id, "key-a"), (stale, stale))
     assert uploads.prune(3600) == 1
     assert uploads.path_for(new_id, "key-a").exists()
-    with pytest.raises(LookupError):
+    with pytest.raises(ReplayNotFound):
         uploads.path_for(old_id, "key-a")

@@ -22,7 +22,9 @@ from mitmproxy.addons.serverplayback import ServerPlayback
 from mitmproxy.proxy import server_hooks
 from mitmproxy.test import taddons, tflow, tutils
 
+from corral.proxy import control
 from corral.proxy.addon import Egress
+from corral.proxy.flowfile import FlowFile, check
 from corral.proxy.responses import BLANKED, REPLAY_FILE, RESPONSES_FILE, ResponseStore
 
 from .test_addon import Lookups, connect_flow, plain_request, records, tunnel_request
@@ -61,6 +63,7 @@ async def record_visit(addon: Egress, path: str, body: bytes) -> http.HTTPFlow:
     await addon.http_connect(connect)
     flow = tunnel_request(connect, "api.allowed.test", path)
     flow.request.headers["cookie"] = "session=abc"
+    flow.request.headers["x-goog-api-key"] = "AIza-secret"
     await addon.requestheaders(flow)
     flow.request.data.host = "203.0.113.11"  # mitmproxy names a tunnel's request by the pinned address
     addon.response(answered(flow, body, **{"content-type": "text/html", "set-cookie": "id=1"}))
@@ -83,8 +86,27 @@ async def test_allowed_answers_are_kept_by_name_with_request_credentials_blanked
     assert (flow.request.host, flow.request.path, flow.response.content) == ("api.allowed.test", "/page", b"<p>one</p>")
     assert flow.request.headers["authorization"] == BLANKED.decode()
     assert flow.request.headers["cookie"] == BLANKED.decode()
+    assert flow.request.headers["x-goog-api-key"] == BLANKED.decode()  # every header the audit log redacts
+    assert check((state / RESPONSES_FILE).read_bytes()) == FlowFile(1, (state / RESPONSES_FILE).stat().st_size, False)
     assert flow.response.headers["set-cookie"] == "id=1"  # the site's answer is kept as it was
     assert addon.responses.counts() == {"kept": 1, "skipped": 0, "bytes": len(b"<p>one</p>")}
+
+
+def test_a_restarted_proxy_carries_on_after_a_torn_flow(tmp_path: Path) -> None:
+    path = tmp_path / RESPONSES_FILE
+    first = ResponseStore(path, max_body=100, max_total=1000)
+    first.offer(answered(tflow.tflow(req=tutils.treq(content=b"")), b"one"), "allowed.test")
+    first.close()
+    whole = path.read_bytes()
+    path.write_bytes(whole + whole[:20])  # killed mid-write
+    again = ResponseStore(path, max_body=100, max_total=100_000)  # resumed bytes count against the total
+    again.offer(answered(tflow.tflow(req=tutils.treq(content=b"")), b"two"), "allowed.test")
+    again.close()
+    assert [f.response.content for f in read_flows(path)] == [b"one", b"two"]
+    assert again.counts()["bytes"] == len(whole) + 3
+    path.write_bytes(b"garbage")
+    ResponseStore(path, max_body=100, max_total=1000).close()  # unreadable: kept aside, a fresh start
+    assert not path.exists() and len(list(tmp_path.glob("responses.unreadable-*"))) == 1
 
 
 def test_the_byte_budgets_skip_and_count(tmp_path: Path) -> None:
@@ -198,5 +220,8 @@ async def test_a_hermetic_session_that_cannot_start_fails_closed(
             addon, corral_state_dir=str(tmp_path), corral_hermetic=True, connection_strategy=strategy, **OPTIONS
         )
         assert problem in caplog.text
+        assert addon.hermetic and problem in (addon.replay_error or "")
+        status = addon.handle_control("gateway", control.Status())
+        assert status["hermetic"] is True and problem in status["replay"]["error"]
         flow = await replay_visit(addon, "/page")
         assert flow.response.status_code == 502 and flow.response.headers["X-Corral-Egress"] == "not-recorded"

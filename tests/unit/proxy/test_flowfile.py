@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from corral.recording.flowfile import FlowFile, check
+from corral.proxy.flowfile import FlowFile, check
 
 # Two flows as mitmproxy's tnetstring writer lays them out (a dictionary each), cut nowhere.
 FLOW = b"25:2:id;3:abc;4:type;4:http;}"
@@ -23,7 +23,17 @@ def test_a_torn_last_flow_is_found_and_left_out(cut: int) -> None:
 
 @pytest.mark.parametrize(
     "data",
-    [b"PK\x03\x04 a zip", b'{"json": true}', b"5:hello,", FLOW + b"junk", b"x" * 40, b":1"],
+    [
+        b"PK\x03\x04 a zip",
+        b'{"json": true}',
+        b"5:hello,",
+        FLOW + b"junk",
+        b"x" * 40,
+        b":1",
+        b"0:}",  # a dictionary, but no flow
+        b"24:2:id;3:abc;4:type;3:tcp;}",  # a flow, but not HTTP
+        b"12:4:type;99:h;}",  # a length running past its dictionary
+    ],
 )
 def test_foreign_data_is_refused(data: bytes) -> None:
     with pytest.raises(ValueError, match="not a mitmproxy flow file"):
