@@ -4,7 +4,7 @@ Recording: every upstream answer the proxy let through is appended to ``response
 mitmproxy flow file, so a later replay can answer from it with mitmproxy's server replay. The
 request is named by its vetted host (not the address it was pinned to), and its credentials
 (Authorization, Cookie, ...) are blanked: replay matching never reads request headers. Bodies are
-serialised on one background thread, off the proxy's event loop, in arrival order.
+encoded without re-serialising their connections, into one buffered file flushed every second.
 
 Replaying: :class:`Playback` is mitmproxy's ``ServerPlayback`` (its matching, its options) with one
 change: the last recorded answer to a request is kept, so a replay that asks once more than the
@@ -13,18 +13,18 @@ recording did (a reload, a second favicon fetch) still gets the recorded answer,
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import logging
 import os
-import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from mitmproxy import http
+from mitmproxy import connection, http
 from mitmproxy.addons.serverplayback import ServerPlayback
 from mitmproxy.io import tnetstring
+from mitmproxy.version import FLOW_FORMAT_VERSION
 
 from corral.proxy.audit import is_secret_header
 from corral.proxy.control import REPLAY_FILE, RESPONSES_FILE
@@ -32,21 +32,65 @@ from corral.proxy.flowfile import check
 
 log = logging.getLogger(__name__)
 
-__all__ = ["REPLAY_FILE", "RESPONSES_FILE", "Playback", "ResponseStore", "flow_state"]
+__all__ = ["REPLAY_FILE", "RESPONSES_FILE", "Playback", "ResponseStore", "encode_flow", "flow_fields"]
 
 BLANKED = b"[removed by corral]"
 
 
-def flow_state(flow: http.HTTPFlow, host: str) -> dict[str, Any]:
-    """What is stored of one flow: mitmproxy's own state, named by ``host``, credentials blanked."""
-    state: dict[str, Any] = flow.get_state()
-    state["metadata"] = {}  # the addon's notes are no flow data (and not serialisable)
-    request = state["request"]
+MAX_CONNECTIONS = 256  # connections whose serialised state is kept for their next flows
+BUFFER_BYTES = 256 << 10
+FLUSH_EVERY_S = 1.0
+
+
+# The fields every kept flow has alike, encoded once.
+_CONSTANT_FIELDS = b"".join(
+    tnetstring.dumps(key) + tnetstring.dumps(value)
+    for key, value in dict[str, Any](
+        {
+            "version": FLOW_FORMAT_VERSION,
+            "type": "http",
+            "error": None,
+            "intercepted": False,
+            "is_replay": None,
+            "marked": "",
+            "metadata": {},  # the addon's notes are no flow data
+            "comment": "",
+            "backup": None,
+            "websocket": None,
+        }
+    ).items()
+)
+
+
+def flow_fields(flow: http.HTTPFlow, host: str) -> dict[str, Any]:
+    """The parts of mitmproxy's state that differ from flow to flow (its connections aside), the
+    request named by ``host`` and its credentials blanked.
+
+    Field by field: ``flow.get_state()`` would serialise both connections (certificates and all)
+    anew for every request, most of the cost of keeping a response."""
+    request: dict[str, Any] = flow.request.get_state()  # type: ignore[no-untyped-call,unused-ignore]
     request["host"] = host
     request["headers"] = tuple(
         (name, BLANKED if is_secret_header(name.decode("latin-1")) else value) for name, value in request["headers"]
     )
-    return state
+    response = flow.response.get_state() if flow.response is not None else None  # type: ignore[no-untyped-call,unused-ignore]
+    return {"id": flow.id, "timestamp_created": flow.timestamp_created, "request": request, "response": response}
+
+
+def connection_state(conn: connection.Connection) -> bytes:
+    """A connection's state as a tnetstring, without its certificates (a replay needs none)."""
+    state: dict[str, Any] = conn.get_state()
+    state["certificate_list"] = []
+    return bytes(tnetstring.dumps(state))
+
+
+def encode_flow(fields: dict[str, Any], client: bytes, server: bytes) -> bytes:
+    """One flow as mitmproxy's flow files hold it: a tnetstring dictionary of its whole state."""
+    items = [_CONSTANT_FIELDS]
+    items += [tnetstring.dumps(key) + tnetstring.dumps(value) for key, value in fields.items()]
+    items += [tnetstring.dumps("client_conn") + client, tnetstring.dumps("server_conn") + server]
+    body = b"".join(items)
+    return b"%d:%s}" % (len(body), body)
 
 
 class ResponseStore:
@@ -55,10 +99,13 @@ class ResponseStore:
     def __init__(self, path: Path, max_body: int, max_total: int) -> None:
         self.path = path
         self._max_body, self._max_total = max_body, max_total
-        self.kept = self.skipped = self.bytes = 0  # touched on the event loop only
+        self.kept = self.skipped = 0
         self.bytes = self._resume()
-        self._lock = threading.Lock()
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-responses")
+        self._connections: OrderedDict[tuple[str, str], tuple[bytes, bytes]] = OrderedDict()
+        # One open, buffered file: a flow costs an encode and a memory copy on the event loop (a
+        # thread, or a file opened per flow, cost a third of the proxy's requests/s when measured).
+        self._out: BinaryIO | None = self.path.open("ab", buffering=BUFFER_BYTES)
+        self._flushed = time.monotonic()
 
     def offer(self, flow: http.HTTPFlow, host: str) -> bool:
         """Keep this flow if it fits; False (and counted) when it does not."""
@@ -72,7 +119,14 @@ class ResponseStore:
             return False
         self.kept += 1
         self.bytes += size
-        self._pool.submit(self._append, flow_state(flow, host))
+        key = (flow.client_conn.id, flow.server_conn.id)
+        connections = self._connections.get(key)
+        if connections is None:
+            connections = connection_state(flow.client_conn), connection_state(flow.server_conn)
+            self._connections[key] = connections
+            if len(self._connections) > MAX_CONNECTIONS:
+                self._connections.popitem(last=False)
+        self._append(encode_flow(flow_fields(flow, host), *connections))
         return True
 
     def _resume(self) -> int:
@@ -85,28 +139,35 @@ class ResponseStore:
             complete = check(data).complete
         except ValueError as exc:
             kept = self.path.with_suffix(f".unreadable-{int(time.time())}")
-            log.error("%s is unreadable (%s); kept as %s, starting afresh", self.path, exc, kept.name)
+            # A warning: an error logged at startup makes mitmdump exit.
+            log.warning("%s is unreadable (%s); kept as %s, starting afresh", self.path, exc, kept.name)
             os.replace(self.path, kept)
             return 0
         if complete < len(data):
             os.truncate(self.path, complete)
         return complete
 
-    def _append(self, state: dict[str, Any]) -> None:
-        data = tnetstring.dumps(state)
-        with self._lock:
-            before = self.path.stat().st_size if self.path.exists() else 0
-            try:
-                # Buffered: the whole flow is written or an error raised (a raw write may be partial).
-                with self.path.open("ab") as out:
-                    out.write(data)
-            except OSError as exc:
-                log.error("cannot keep a response in %s: %s", self.path, exc)
-                with contextlib.suppress(OSError):
-                    os.truncate(self.path, before)  # no torn flow for the next one to follow
+    def _append(self, data: bytes) -> None:
+        if self._out is None:
+            return
+        try:
+            self._out.write(data)
+            now = time.monotonic()
+            if now - self._flushed >= FLUSH_EVERY_S:
+                self._out.flush()  # what a killed proxy loses: at most this long's flows
+                self._flushed = now
+        except OSError as exc:
+            # Kept no further: a torn flow stays the last one, which every reader leaves out.
+            log.error("cannot keep responses in %s: %s; keeping no more", self.path, exc)
+            with contextlib.suppress(OSError):
+                self._out.close()
+            self._out = None
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
+        if self._out is not None:
+            with contextlib.suppress(OSError):
+                self._out.close()
+            self._out = None
 
     def counts(self) -> dict[str, int]:
         return {"kept": self.kept, "skipped": self.skipped, "bytes": self.bytes}
