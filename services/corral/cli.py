@@ -647,7 +647,8 @@ def replay(
         console.print(f"[red]{len(failed)} of {len(result.steps)} steps diverged:[/red] "
                       + ", ".join(str(step.number) for step in failed))
         raise typer.Exit(1)
-    console.print(f"[green]all {len(result.steps)} steps matched[/green]")
+    skipped = f" ({len(result.skipped)} skipped: no frame to compare)" if result.skipped else ""
+    console.print(f"[green]all {len(result.steps) - len(result.skipped)} compared steps matched[/green]{skipped}")
 
 
 export_app = typer.Typer(help="Export recordings.", no_args_is_help=True)

@@ -4,7 +4,9 @@ Each recorded request is sent again verbatim (its dialect and all), the screen i
 the frame is compared with the recorded one: both are masked, blurred a little and compared pixel
 by pixel; the step diverges when more than ``threshold`` of the pixels differ visibly (or when the
 request fails where it succeeded, or the other way round). Per-step overrides can change the
-threshold, add masks or skip a step.
+threshold, add masks or skip a step. A step with no frame to compare is skipped (and says why),
+never counted as a pass; a recording that lost events (``gap``, ``controller_restarted``) replays
+with a warning in every report.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from PIL import Image, ImageChops, ImageFilter
 
@@ -72,6 +74,9 @@ class Comparison:
     diff_png: bytes
 
 
+StepStatus = Literal["passed", "diverged", "skipped"]
+
+
 @dataclass(frozen=True, slots=True)
 class StepResult:
     number: int
@@ -80,22 +85,32 @@ class StepResult:
     replayed_ok: bool
     threshold: float
     score: float | None
-    passed: bool
+    status: StepStatus
     reason: str
     recorded_frame: bytes | None = field(repr=False, default=None)
     replayed_frame: bytes | None = field(repr=False, default=None)
     diff_png: bytes | None = field(repr=False, default=None)
     elapsed_ms: float = 0.0
 
+    @property
+    def passed(self) -> bool:
+        """Not a divergence (a skipped step is not one)."""
+        return self.status != "diverged"
+
 
 @dataclass(frozen=True, slots=True)
 class ReplayReport:
     source: str
     steps: list[StepResult]
+    warnings: list[str] = field(default_factory=list)  # what the recording lost
 
     @property
     def passed(self) -> bool:
         return all(step.passed for step in self.steps)
+
+    @property
+    def skipped(self) -> list[StepResult]:
+        return [step for step in self.steps if step.status == "skipped"]
 
     @property
     def divergences(self) -> list[StepResult]:
@@ -167,6 +182,24 @@ def summarize(event: Mapping[str, Any]) -> str:
 
 
 Send = Callable[[dict[str, Any]], dict[str, Any]]
+_LOG_WORD = {"passed": "ok ", "diverged": "DIVERGED", "skipped": "skipped"}
+
+
+def recording_warnings(bundle: Bundle) -> list[str]:
+    """What the recording lost: events the controller dropped, or a controller that restarted."""
+    warnings = []
+    for event in bundle.events:
+        if event.get("event") == "gap":
+            warnings.append(f"the recording lost {event.get('lost', '?')} event(s) before event {event['seq']}")
+        elif event.get("event") == "controller_restarted":
+            warnings.append(f"the sandbox's controller restarted before event {event['seq']}: state may differ")
+    if bundle.truncated:
+        warnings.append("the recording was cut short: its last, torn event is left out")
+    return warnings
+
+
+def _error_code(value: Any) -> str | None:
+    return str(value.get("code")) if isinstance(value, dict) and value.get("code") is not None else None
 
 
 def replay(
@@ -174,6 +207,9 @@ def replay(
 ) -> ReplayReport:
     """Send each recorded request through ``send`` (one sandbox's protocol), judge each step."""
     steps: list[StepResult] = []
+    warnings = recording_warnings(bundle)
+    for warning in warnings:
+        log(f"warning: {warning}")
     actions = bundle.actions
     start_wall, first_recorded = time.monotonic(), (actions[0].get("started") if actions else None)
     for number, event in enumerate(actions, start=1):
@@ -182,7 +218,9 @@ def replay(
         summary = summarize(event)
         recorded_ok = bool(event.get("ok"))
         if override.skip:
-            steps.append(StepResult(number, summary, recorded_ok, recorded_ok, threshold, None, True, "skipped"))
+            steps.append(
+                StepResult(number, summary, recorded_ok, recorded_ok, threshold, None, "skipped", "skipped by override")
+            )
             continue
         if options.recorded_timing and first_recorded is not None and event.get("started"):
             wait = (float(event["started"]) - float(first_recorded)) - (time.monotonic() - start_wall)
@@ -200,21 +238,46 @@ def replay(
         masks = options.masks + override.masks
         score: float | None = None
         diff = None
+        status: StepStatus
+        recorded_code, replayed_code = _error_code(event.get("error")), _error_code(reply.get("error"))
+        unsettled = event.get("frame_settled") is False
         if replayed_ok != recorded_ok:
-            passed, reason = False, f"the request {'failed' if recorded_ok else 'succeeded'} this time"
+            status, reason = "diverged", f"the request {'failed' if recorded_ok else 'succeeded'} this time"
+            if replayed_code:
+                reason += f" ({replayed_code})"
+        elif not recorded_ok and recorded_code != replayed_code:
+            status, reason = "diverged", f"the request failed with {replayed_code}, recorded {recorded_code}"
         elif recorded is None or replayed is None:
-            passed, reason = True, "no frame to compare"
+            why = "the recording has no frame for it" if recorded is None else "the replay's screenshot failed"
+            status, reason = "skipped", f"no frame to compare: {why}"
         else:
             comparison = compare(recorded, replayed, masks)
             score, diff = comparison.score, comparison.diff_png
-            passed = score <= threshold
+            status = "passed" if score <= threshold else "diverged"
             reason = f"{score:.2%} of the screen differs (threshold {threshold:.2%})"
-        log(f"step {number} {'ok ' if passed else 'DIVERGED'} {summary}: {reason}")
+            if unsettled:
+                # Recorded before the screen had settled (the next request came first): say so.
+                reason += "; the recorded frame was taken before the screen settled"
+                if status == "diverged":
+                    reason += " (mask the moving part, raise this step's threshold, or re-record)"
+        log(f"step {number} {_LOG_WORD[status]} {summary}: {reason}")
         steps.append(
-            StepResult(number, summary, recorded_ok, replayed_ok, threshold, score, passed, reason,
-                       recorded, replayed, diff, elapsed)
+            StepResult(
+                number,
+                summary,
+                recorded_ok,
+                replayed_ok,
+                threshold,
+                score,
+                status,
+                reason,
+                recorded,
+                replayed,
+                diff,
+                elapsed,
+            )
         )
-    return ReplayReport(bundle.source, steps)
+    return ReplayReport(bundle.source, steps, warnings)
 
 
 def _xml_text(text: str) -> str:
@@ -232,8 +295,12 @@ def junit_xml(report: ReplayReport, name: str = "corral replay") -> bytes:
         name=name,
         tests=str(len(report.steps)),
         failures=str(len(report.divergences)),
-        skipped=str(sum(1 for s in report.steps if s.reason == "skipped")),
+        skipped=str(len(report.skipped)),
     )
+    if report.warnings:
+        properties = ET.SubElement(suite, "properties")
+        for warning in report.warnings:
+            ET.SubElement(properties, "property", name="warning", value=_xml_text(warning))
     for step in report.steps:
         case = ET.SubElement(
             suite,
@@ -242,10 +309,12 @@ def junit_xml(report: ReplayReport, name: str = "corral replay") -> bytes:
             name=_xml_text(f"step {step.number}: {step.summary}"),
             time=f"{step.elapsed_ms / 1000:.3f}",
         )
-        if step.reason == "skipped":
-            ET.SubElement(case, "skipped")
+        if step.status == "skipped":
+            ET.SubElement(case, "skipped", message=_xml_text(step.reason))
         elif not step.passed:
             ET.SubElement(case, "failure", message=_xml_text(step.reason)).text = _xml_text(step.reason)
+    if report.warnings:
+        ET.SubElement(suite, "system-out").text = _xml_text("\n".join(f"warning: {w}" for w in report.warnings))
     return bytes(ET.tostring(suite, encoding="utf-8", xml_declaration=True))
 
 
@@ -255,15 +324,18 @@ def _img(data: bytes | None, mime: str, alt: str) -> str:
     return f"<img alt='{html.escape(alt)}' src='data:{mime};base64,{base64.b64encode(data).decode()}'>"
 
 
+_VERDICT = {"passed": "passed", "diverged": "DIVERGED", "skipped": "skipped"}
+
+
 def html_report(report: ReplayReport) -> str:
     """One self-contained page: each step with the recorded, replayed and difference images."""
     rows = []
     for step in report.steps:
-        state = "pass" if step.passed else "fail"
+        state = {"passed": "pass", "diverged": "fail", "skipped": "skip"}[step.status]
         rows.append(
             f"<section class='step {state}' id='step-{step.number}'>"
             f"<h2>Step {step.number}: {html.escape(step.summary)} "
-            f"<span class=verdict>{'passed' if step.passed else 'DIVERGED'}</span></h2>"
+            f"<span class=verdict>{_VERDICT[step.status]}</span></h2>"
             f"<p class=reason>{html.escape(step.reason)}</p><div class=frames>"
             f"<figure>{_img(step.recorded_frame, 'image/webp', 'recorded')}<figcaption>recorded</figcaption></figure>"
             f"<figure>{_img(step.replayed_frame, 'image/webp', 'replayed')}<figcaption>replayed</figcaption></figure>"
@@ -271,13 +343,18 @@ def html_report(report: ReplayReport) -> str:
             "</div></section>"
         )
     verdict = "passed" if report.passed else f"{len(report.divergences)} step(s) diverged"
+    if report.skipped:
+        verdict += f", {len(report.skipped)} skipped"
+    warnings = "".join(f"<li>{html.escape(w)}</li>" for w in report.warnings)
     return (
         "<!doctype html><html><head><meta charset=utf-8>"
         f"<title>Corral replay: {html.escape(verdict)}</title><style>"
         "body{font:14px sans-serif;margin:1em}.frames{display:flex;gap:8px}figure{margin:0}"
-        "img{width:400px;border:1px solid #ccc}.fail h2{color:#b00}.pass h2{color:#070}"
+        "img{width:400px;border:1px solid #ccc}.fail h2{color:#b00}.pass h2{color:#070}.skip h2{color:#666}"
+        ".warnings{color:#a60}"
         "</style></head><body>"
         f"<h1 id=summary>Replay of {html.escape(report.source)}: {html.escape(verdict)}</h1>"
+        + (f"<ul class=warnings id=warnings>{warnings}</ul>" if warnings else "")
         + "".join(rows)
         + "</body></html>"
     )
