@@ -71,10 +71,8 @@ class SessionRecorder:
         base_url: str,
         audit: Path | None,
         http: httpx.AsyncClient,
-        responses: Path | None = None,
     ) -> None:
         self.directory = directory
-        self.responses = responses  # the proxy's live responses file, until the session ends
         self._base_url = base_url
         self._audit = AuditIndex(audit)
         self._http = http
@@ -243,6 +241,9 @@ class RecordingManager:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._live: dict[str, SessionRecorder] = {}
+        # The proxy's responses file of each session whose file has not moved into its bundle yet
+        # (from the start until just after the proxy is gone), so a download always includes it.
+        self._pending_responses: dict[str, Path] = {}
 
     def directory(self, session_id: str) -> Path:
         return session_dir(self.root, session_id)
@@ -257,9 +258,11 @@ class RecordingManager:
         owner: str,
         responses: Path | None = None,
     ) -> None:
-        recorder = SessionRecorder(self.directory(session_id), base_url, audit, http, responses)
+        recorder = SessionRecorder(self.directory(session_id), base_url, audit, http)
         recorder.start({"session": session_id, **manifest}, owner)
         self._live[session_id] = recorder
+        if responses is not None:
+            self._pending_responses[session_id] = responses
 
     async def stop(self, session_id: str, reason: str, drain_s: float = DRAIN_S) -> None:
         recorder = self._live.pop(session_id, None)
@@ -278,6 +281,7 @@ class RecordingManager:
     def attach_responses(self, session_id: str, responses: Path) -> None:
         """The ended session's recorded responses move into its bundle (its proxy is gone: complete)."""
         directory = self.directory(session_id)
+        self._pending_responses.pop(session_id, None)
         complete = _complete_length(responses)
         if complete is None or not directory.exists():
             return
@@ -362,7 +366,7 @@ class RecordingManager:
         directory = self.directory(session_id)
         if not (directory / MANIFEST_FILE).exists():
             raise FileNotFoundError(f"no recording of {session_id}")
-        live = self._live.get(session_id)
+        pending = self._pending_responses.get(session_id)
         with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as bundle:
             for path in sorted(directory.rglob("*")):
                 if path.is_file() and path.name != OWNER_FILE and path.suffix != ".tmp":
@@ -372,11 +376,11 @@ class RecordingManager:
                         f"{session_id}/{path.relative_to(directory).as_posix()}",
                         compress_type=zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED,
                     )
-            if live is not None and live.responses is not None and not (directory / RESPONSES_FILE).exists():
-                complete = _complete_length(live.responses)
+            if pending is not None and not (directory / RESPONSES_FILE).exists():
+                complete = _complete_length(pending)
                 if complete is not None:
                     with (
-                        live.responses.open("rb") as source,
+                        pending.open("rb") as source,
                         bundle.open(f"{session_id}/{RESPONSES_FILE}", "w", force_zip64=True) as member,
                     ):
                         _copy(source, member, complete)

@@ -42,9 +42,9 @@ def _events(directory: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (directory / "events.jsonl").read_text().splitlines()]
 
 
-async def _recorder(directory: Path, controller: Controller, responses: Path | None = None) -> SessionRecorder:
+async def _recorder(directory: Path, controller: Controller) -> SessionRecorder:
     client = httpx.AsyncClient(transport=httpx.MockTransport(controller.handler))
-    recorder = SessionRecorder(directory, "http://sandbox", None, client, responses)
+    recorder = SessionRecorder(directory, "http://sandbox", None, client)
     recorder.start({"session": directory.name, "viewport": {"width": 1, "height": 1}}, "key-a")
     recorder._task.cancel()  # type: ignore[union-attr]  # the test drives the fetches itself
     return recorder
@@ -112,8 +112,13 @@ async def test_the_zip_stores_frames_and_holds_whole_flows_of_the_live_responses
     assert "ses_0123456789abcdef/.owner" not in info
     await manager.stop("ses_0123456789abcdef", "deleted", drain_s=0.1)
     responses.write_bytes(FLOW * 2)
+    ended = io.BytesIO()
+    manager.zip("ses_0123456789abcdef", ended)  # ended, its proxy not yet gone: the file is still in
+    with zipfile.ZipFile(ended) as archive:
+        assert archive.read("ses_0123456789abcdef/responses.mitm") == FLOW * 2
     manager.attach_responses("ses_0123456789abcdef", responses)
     assert (manager.directory("ses_0123456789abcdef") / "responses.mitm").read_bytes() == FLOW * 2
+    assert not responses.exists()  # moved: one copy, in the bundle
 
 
 def test_a_session_lost_while_the_gateway_was_down_gets_its_bundle_closed(tmp_path: Path) -> None:
