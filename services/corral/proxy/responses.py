@@ -13,6 +13,7 @@ recording did (a reload, a second favicon fetch) still gets the recorded answer,
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -106,6 +107,7 @@ class ResponseStore:
         # thread, or a file opened per flow, cost a third of the proxy's requests/s when measured).
         self._out: BinaryIO | None = self.path.open("ab", buffering=BUFFER_BYTES)
         self._flushed = time.monotonic()
+        self._flush_later: asyncio.TimerHandle | None = None
 
     def offer(self, flow: http.HTTPFlow, host: str) -> bool:
         """Keep this flow if it fits; False (and counted) when it does not."""
@@ -152,10 +154,10 @@ class ResponseStore:
             return
         try:
             self._out.write(data)
-            now = time.monotonic()
-            if now - self._flushed >= FLUSH_EVERY_S:
-                self._out.flush()  # what a killed proxy loses: at most this long's flows
-                self._flushed = now
+            if time.monotonic() - self._flushed >= FLUSH_EVERY_S:
+                self._flush()
+            else:
+                self._schedule_flush()  # a quiet session's last flows are not left in the buffer
         except OSError as exc:
             # Kept no further: a torn flow stays the last one, which every reader leaves out.
             log.error("cannot keep responses in %s: %s; keeping no more", self.path, exc)
@@ -163,7 +165,34 @@ class ResponseStore:
                 self._out.close()
             self._out = None
 
+    def _schedule_flush(self) -> None:
+        if self._flush_later is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # not on an event loop (tests): flushed at the next write or at close
+        self._flush_later = loop.call_later(FLUSH_EVERY_S, self._flush)
+
+    def _flush(self) -> None:
+        """What a killed proxy loses: at most the last second's flows."""
+        if self._flush_later is not None:
+            self._flush_later.cancel()
+            self._flush_later = None
+        self._flushed = time.monotonic()
+        if self._out is not None:
+            try:
+                self._out.flush()
+            except OSError as exc:
+                log.error("cannot keep responses in %s: %s; keeping no more", self.path, exc)
+                with contextlib.suppress(OSError):
+                    self._out.close()
+                self._out = None
+
     def close(self) -> None:
+        if self._flush_later is not None:
+            self._flush_later.cancel()
+            self._flush_later = None
         if self._out is not None:
             with contextlib.suppress(OSError):
                 self._out.close()

@@ -7,6 +7,7 @@ the recording does not hold.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import Iterator
@@ -107,6 +108,17 @@ def test_a_restarted_proxy_carries_on_after_a_torn_flow(tmp_path: Path) -> None:
     path.write_bytes(b"garbage")
     ResponseStore(path, max_body=100, max_total=1000).close()  # unreadable: kept aside, a fresh start
     assert path.read_bytes() == b"" and len(list(tmp_path.glob("responses.unreadable-*"))) == 1
+
+
+async def test_a_quiet_session_s_last_flows_reach_the_file_within_a_second(tmp_path: Path) -> None:
+    path = tmp_path / RESPONSES_FILE
+    store = ResponseStore(path, max_body=100, max_total=1000)
+    store.offer(answered(tflow.tflow(req=tutils.treq(content=b"")), b"one"), "allowed.test")
+    await asyncio.sleep(0.05)
+    store.offer(answered(tflow.tflow(req=tutils.treq(content=b"")), b"two"), "allowed.test")
+    await asyncio.sleep(1.2)  # nothing else comes: the buffer is flushed by the timer
+    assert check(path.read_bytes()).flows == 2
+    store.close()
 
 
 def test_the_byte_budgets_skip_and_count(tmp_path: Path) -> None:
