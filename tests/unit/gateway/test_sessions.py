@@ -121,3 +121,52 @@ def test_idle_reaping_waits_for_an_action_in_flight(tmp_path: Path, monkeypatch:
         await manager.stop()
 
     asyncio.run(scenario())
+
+
+class FakeEgress:
+    """The egress manager's side of a start: records what was made and undone."""
+
+    def __init__(self, proxy_delay_s: float = 0.0, proxy_fails: bool = False) -> None:
+        self.proxy_delay_s, self.proxy_fails = proxy_delay_s, proxy_fails
+        self.discarded: list[str] = []
+
+    def prepare_blocking(self, session_id: str, *args: object) -> object:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(session_id=session_id, network=SimpleNamespace(name=f"net-{session_id}"), sandbox_env={})
+
+    def start_proxy_blocking(self, prepared: object) -> object:
+        import time
+
+        time.sleep(self.proxy_delay_s)
+        if self.proxy_fails:
+            raise RuntimeError("the proxy did not start")
+        from corral.gateway.egress import Egress
+
+        return Egress(*(["x"] * len(Egress.__dataclass_fields__)))
+
+    def discard_blocking(self, prepared: object) -> None:
+        self.discarded.append(prepared.session_id)  # type: ignore[attr-defined]
+
+
+async def test_a_failed_proxy_start_undoes_the_sandbox_and_the_network(tmp_path: Path) -> None:
+    runtime = FakeRuntime()
+    manager = _manager(tmp_path, runtime)
+    manager.egress = FakeEgress(proxy_fails=True)  # type: ignore[assignment]
+    with pytest.raises(RuntimeError, match="proxy did not start"):
+        await manager._start_pair("ses_1", "session", CreateSession().viewport, None, [], "enforce", None)
+    assert runtime.running == {} and manager.egress.discarded == ["ses_1"]  # type: ignore[union-attr]
+
+
+async def test_a_start_cancelled_midway_leaves_nothing_running(tmp_path: Path) -> None:
+    runtime = FakeRuntime()
+    manager = _manager(tmp_path, runtime)
+    manager.egress = FakeEgress(proxy_delay_s=0.3)  # type: ignore[assignment]
+    start = asyncio.ensure_future(
+        manager._start_pair("ses_2", "session", CreateSession().viewport, None, [], "enforce", None)
+    )
+    await asyncio.sleep(0.1)  # the sandbox is up, the proxy still starting
+    start.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await start
+    assert runtime.running == {} and manager.egress.discarded == ["ses_2"]  # type: ignore[union-attr]
