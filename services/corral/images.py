@@ -19,8 +19,9 @@ from pathlib import Path
 from corral.errors import ImageBuildError
 from corral.runtime.docker import DockerRuntime
 
-DESKTOP_IMAGE = "corral-desktop:latest"
-EGRESS_IMAGE = "corral-egress:latest"
+# The same variables as the gateway's settings, so a build, the tests and a gateway agree on the tags.
+DESKTOP_IMAGE = os.environ.get("CORRAL_IMAGE") or "corral-desktop:latest"
+EGRESS_IMAGE = os.environ.get("CORRAL_EGRESS_IMAGE") or "corral-egress:latest"
 DEBIAN_SUITE = "bookworm"  # the desktop's (Python 3.11, Chromium from bookworm-security)
 EGRESS_SUITE = "trixie"  # the egress sidecar's (Python 3.13, for mitmproxy 12)
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
