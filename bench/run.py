@@ -150,7 +150,7 @@ def main() -> int:
     sandbox = runtime.start_sandbox(SandboxSpec(name=name))
     try:
         ready_s = runtime.wait_ready(sandbox)
-        with SandboxClient(sandbox.ws_url) as client:
+        with SandboxClient(sandbox.ws_url, controller_secret=sandbox.secret) as client:
             ours = measure_corral(client, args.samples)
             settled, fixed, correct, fixed_correct = measure_settle(client, args.settle_samples)
         theirs = baseline(runtime, sandbox, args.baseline_samples)

@@ -17,7 +17,8 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.sync.client import ClientConnection as SyncConnection
 from websockets.sync.client import connect as sync_connect
 
-from corral.errors import CorralError
+from corral.errors import CorralError, UnprovenController
+from corral.sandbox import auth
 
 MAX_FRAME = 64 << 20
 
@@ -41,16 +42,31 @@ def _check(reply: dict[str, Any]) -> dict[str, Any]:
     return reply
 
 
+def _signed(secret: str | None) -> auth.SignedRequest | None:
+    return auth.sign(secret) if secret else None
+
+
+def _check_proof(secret: str | None, signed: auth.SignedRequest | None, headers: Any) -> None:
+    """A direct connection to a controller: believe nothing until it proved the per-boot secret."""
+    if secret and signed is not None and not auth.proven(secret, signed.nonce, headers):
+        raise UnprovenController("the sandbox's controller port answered without the controller's proof")
+
+
 def image_bytes(reply: dict[str, Any]) -> bytes:
     """The decoded screenshot of a native reply."""
     return base64.b64decode(reply["screenshot"]["data"])
 
 
 class AsyncSandboxClient:
-    """One WebSocket to a sandbox; requests are answered in order."""
+    """One WebSocket to a sandbox; requests are answered in order.
 
-    def __init__(self, ws_url: str) -> None:
+    ``controller_secret``: for a connection straight to a sandbox's controller (tests, the bench); a
+    session through the gateway carries its token in ``ws_url`` instead.
+    """
+
+    def __init__(self, ws_url: str, *, controller_secret: str | None = None) -> None:
         self._url = ws_url
+        self._secret = controller_secret
         self._ws: ClientConnection | None = None
         self._ids = itertools.count(1)
         # One request at a time on the socket; a cancelled one leaves a late reply that request() skips.
@@ -58,7 +74,19 @@ class AsyncSandboxClient:
 
     async def __aenter__(self) -> Self:
         # No per-message compression: it costs ~17 ms per screenshot frame for little gain.
-        self._ws = await connect(self._url, compression=None, max_size=MAX_FRAME, open_timeout=10)
+        signed = _signed(self._secret)
+        self._ws = await connect(
+            self._url,
+            compression=None,
+            max_size=MAX_FRAME,
+            open_timeout=10,
+            additional_headers=signed.headers if signed else None,
+        )
+        try:
+            _check_proof(self._secret, signed, self._ws.response.headers if self._ws.response else {})
+        except UnprovenController:
+            await self._ws.close()
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -95,16 +123,29 @@ class AsyncSandboxClient:
 class SandboxClient:
     """The blocking twin of :class:`AsyncSandboxClient`."""
 
-    def __init__(self, ws_url: str) -> None:
+    def __init__(self, ws_url: str, *, controller_secret: str | None = None) -> None:
         self._url = ws_url
+        self._secret = controller_secret
         self._ws: SyncConnection | None = None
         self._stack = contextlib.ExitStack()
         self._ids = itertools.count(1)
 
     def __enter__(self) -> Self:
+        signed = _signed(self._secret)
         self._ws = self._stack.enter_context(
-            sync_connect(self._url, compression=None, max_size=MAX_FRAME, open_timeout=10)
+            sync_connect(
+                self._url,
+                compression=None,
+                max_size=MAX_FRAME,
+                open_timeout=10,
+                additional_headers=signed.headers if signed else None,
+            )
         )
+        try:
+            _check_proof(self._secret, signed, self._ws.response.headers if self._ws.response else {})
+        except UnprovenController:
+            self._stack.close()
+            raise
         return self
 
     def __exit__(

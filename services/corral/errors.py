@@ -30,6 +30,10 @@ class ErrorCode(StrEnum):
     NO_SUCH_TAB = "no_such_tab"
     CLIPBOARD_FAILED = "clipboard_failed"
     INTERNAL = "internal"
+    # The controller's door (corral.sandbox.guard): browsers, callers without its secret, wrong media types.
+    FORBIDDEN = "forbidden"
+    UNAUTHORIZED = "unauthorized"
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
 
 
 class CorralError(Exception):
@@ -61,6 +65,11 @@ class ActionError(CorralError):
 
 class SandboxError(CorralError):
     """The host side could not build, start or reach a sandbox."""
+
+
+class UnprovenController(SandboxError):
+    """What answered on a sandbox's controller port could not prove the controller's per-boot secret:
+    not one byte of its answer is believed (an impostor bound to the port, or a controller of another boot)."""
 
 
 class ImageBuildError(SandboxError):

@@ -78,7 +78,7 @@ def spare_sandbox(runtime: DockerRuntime, desktop_image: str) -> Iterator[Sandbo
 
 @pytest.fixture()
 def client(sandbox: SandboxContainer) -> Iterator[SandboxClient]:
-    with SandboxClient(sandbox.ws_url) as c:
+    with SandboxClient(sandbox.ws_url, controller_secret=sandbox.secret) as c:
         yield c
 
 

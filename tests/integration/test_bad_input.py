@@ -11,6 +11,7 @@ import pytest
 
 from corral.client import SandboxClient
 from corral.runtime.docker import SandboxContainer
+from corral.sandbox import auth
 
 BAD_FRAMES: list[tuple[str, str | bytes, str, str | None]] = [
     ("not json", "{oops", "invalid_json", None),
@@ -112,9 +113,9 @@ def test_timeout_is_enforced_and_the_session_survives(client: SandboxClient) -> 
 
 
 def _post(sandbox: SandboxContainer, body: bytes) -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(
-        f"{sandbox.base_url}/v1/actions", data=body, method="POST", headers={"Content-Type": "application/json"}
-    )
+    signed = auth.sign(sandbox.secret)
+    headers = {"Content-Type": "application/json", **signed.headers}
+    request = urllib.request.Request(f"{sandbox.base_url}/v1/actions", data=body, method="POST", headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, json.loads(response.read())

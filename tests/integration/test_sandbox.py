@@ -20,13 +20,39 @@ def test_healthz_reports_screen_and_browser(sandbox: SandboxContainer) -> None:
     assert body["browser"] in ("connected", "up")  # "up": DevTools answer, the Playwright link is still forming
 
 
-def test_processes_run_as_the_unprivileged_user(runtime: DockerRuntime, sandbox: SandboxContainer) -> None:
-    code, out = runtime.exec(sandbox.id, ["ps", "-eo", "user:20,comm", "--no-headers"])
+SUPERVISOR_CAPS = f"{(1 << 6) | (1 << 7) | (1 << 8):016x}"  # CAP_SETGID, CAP_SETUID, CAP_SETPCAP
+
+
+def test_processes_run_as_two_unprivileged_users(runtime: DockerRuntime, sandbox: SandboxContainer) -> None:
+    code, out = runtime.exec(sandbox.id, ["ps", "-eo", "pid,user:20,comm", "--no-headers"], user="root")
     assert code == 0
-    users = {line.split()[0] for line in out.splitlines() if line.strip()}
-    assert users == {"corral"}, out
-    _, out = runtime.exec(sandbox.id, ["sh", "-c", "grep CapEff /proc/self/status"])
+    rows = [line.split(None, 2) for line in out.splitlines() if line.strip() and not line.split()[2].startswith("ps")]
+    users = {comm: user for _, user, comm in rows}
+    # The controller, Xvfb and the supervisor as corral; the browser and the window manager as agent.
+    assert users["Xvfb"] == "corral" and users["tini"] == "corral", out
+    assert users["chromium"] == "agent" and users["openbox"] == "agent", out
+    assert {user for _, user, _ in rows} == {"corral", "agent"}, out
+    for pid, _, comm in rows:
+        _, status = runtime.exec(sandbox.id, ["grep", "CapEff", f"/proc/{pid}/status"], user="root")
+        if not status.strip():
+            continue  # gone meanwhile
+        caps = status.split()[-1]
+        if comm in ("tini", "python") and caps != "0000000000000000":
+            # Only pid 1 and the supervisor keep what starting children as another uid needs.
+            assert caps == SUPERVISOR_CAPS and pid in (_pid(rows, "tini"), _supervisor(runtime, sandbox)), (pid, comm)
+        else:
+            assert caps == "0000000000000000", (pid, comm, caps)
+    _, out = runtime.exec(sandbox.id, ["sh", "-c", "grep CapEff /proc/self/status"], user="agent")
     assert out.split()[-1] == "0000000000000000"
+
+
+def _pid(rows: list[list[str]], comm: str) -> str:
+    return next(pid for pid, _, name in rows if name == comm)
+
+
+def _supervisor(runtime: DockerRuntime, sandbox: SandboxContainer) -> str:
+    _, out = runtime.exec(sandbox.id, ["pgrep", "-f", "corral.sandbox.init"], user="root")
+    return next(pid for pid in out.split() if pid != "1")
 
 
 def test_devtools_listens_on_loopback_only(runtime: DockerRuntime, sandbox: SandboxContainer) -> None:
@@ -42,7 +68,7 @@ def test_devtools_listens_on_loopback_only(runtime: DockerRuntime, sandbox: Sand
 def test_chromium_is_restarted_and_browser_actions_recover(
     runtime: DockerRuntime, spare_sandbox: SandboxContainer
 ) -> None:
-    with SandboxClient(spare_sandbox.ws_url) as client:
+    with SandboxClient(spare_sandbox.ws_url, controller_secret=spare_sandbox.secret) as client:
         assert client.act({"type": "navigate", "url": html_url("<p>x</p>", "document.title='before'")})["ok"]
         runtime.kill_process(spare_sandbox.id, "chromium")
         deadline = time.monotonic() + 60

@@ -22,8 +22,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import HTTPConnection
 
 from corral.bodies import read_capped
-from corral.errors import CorralError, SandboxError
-from corral.gateway import auth
+from corral.errors import CorralError, SandboxError, UnprovenController
+from corral.gateway import auth, controller
 from corral.gateway.egress import EgressUnavailable, ReplayUnreadable
 from corral.gateway.metrics import Metrics
 from corral.gateway.models import CreatedSession, CreateSession, ReplayResponsesOut, SessionOut, UpdateSession
@@ -419,11 +419,19 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
         started = time.perf_counter()
         session.in_flight += 1
         try:
-            upstream = await request.app.state.http.post(
-                f"{session.sandbox.base_url}/v1/actions", content=body, headers={"content-type": "application/json"}
+            upstream = await controller.request(
+                request.app.state.http,
+                session.sandbox.base_url,
+                session.sandbox.secret,
+                "POST",
+                "/v1/actions",
+                content=body,
+                headers={"content-type": "application/json"},
             )
         except httpx.HTTPError as exc:
             raise ApiError(502, "sandbox_unreachable", f"the sandbox did not answer: {exc}") from None
+        except UnprovenController as exc:
+            raise ApiError(502, "controller_unproven", str(exc)) from None
         finally:
             session.in_flight -= 1
         m.action.labels(transport="http").observe(time.perf_counter() - started)

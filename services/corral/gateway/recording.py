@@ -24,6 +24,8 @@ from typing import IO, Any
 
 import httpx
 
+from corral.errors import UnprovenController
+from corral.gateway import controller
 from corral.gateway.store import session_dir
 from corral.proxy.flowfile import check
 from corral.recording.bundle import EVENTS_FILE, FORMAT, FRAMES_DIR, MANIFEST_FILE, RESPONSES_FILE, VERSION
@@ -71,9 +73,11 @@ class SessionRecorder:
         base_url: str,
         audit: Path | None,
         http: httpx.AsyncClient,
+        secret: str = "",
     ) -> None:
         self.directory = directory
         self._base_url = base_url
+        self._secret = secret  # the controller's per-boot secret: requests are signed, answers proven
         self._audit = AuditIndex(audit)
         self._http = http
         self._after = 0
@@ -109,7 +113,7 @@ class SessionRecorder:
                 await self._fetch(POLL_WAIT_MS)
             except asyncio.CancelledError:
                 raise
-            except (httpx.HTTPError, ValueError) as exc:
+            except (httpx.HTTPError, ValueError, UnprovenController) as exc:
                 log.debug("recording fetch for %s failed: %s", self.directory.name, exc)
                 await asyncio.sleep(0.5)
             except Exception:  # disk full, a pruned directory, a malformed event: say so, keep going
@@ -117,8 +121,12 @@ class SessionRecorder:
                 await asyncio.sleep(1)
 
     async def _fetch(self, wait_ms: int) -> None:
-        response = await self._http.get(
-            f"{self._base_url}/v1/recording",
+        response = await controller.request(
+            self._http,
+            self._base_url,
+            self._secret,
+            "GET",
+            "/v1/recording",
             params={"after": self._after, "wait_ms": wait_ms},
             timeout=wait_ms / 1000 + 2,
         )
@@ -188,7 +196,7 @@ class SessionRecorder:
                 await self._fetch(0)
                 while self._after < self._controller_last:
                     await self._fetch(int(max(0.0, deadline - time.monotonic()) * 1000))
-        except (TimeoutError, httpx.HTTPError, ValueError, OSError) as exc:
+        except (TimeoutError, httpx.HTTPError, ValueError, OSError, UnprovenController) as exc:
             log.info("recording %s: stopped draining (%s)", self.directory.name, type(exc).__name__)
         finally:
             if self._writing is not None:
@@ -257,8 +265,9 @@ class RecordingManager:
         manifest: dict[str, Any],
         owner: str,
         responses: Path | None = None,
+        secret: str = "",
     ) -> None:
-        recorder = SessionRecorder(self.directory(session_id), base_url, audit, http)
+        recorder = SessionRecorder(self.directory(session_id), base_url, audit, http, secret)
         recorder.start({"session": session_id, **manifest}, owner)
         self._live[session_id] = recorder
         if responses is not None:

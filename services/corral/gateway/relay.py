@@ -9,13 +9,14 @@ import time
 from collections import deque
 
 from fastapi import WebSocket, WebSocketDisconnect
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
+from corral.errors import UnprovenController
+from corral.gateway.controller import connect_ws
 from corral.gateway.metrics import Metrics
 from corral.gateway.sessions import Session
 
-MAX_FRAME = 16 << 20
 CLOSE_ENDED = 4000  # the session ended (deleted, timed out); the reason says which
 CLOSE_UNREACHABLE = 1011
 
@@ -32,12 +33,14 @@ def _error_code(frame: str | bytes) -> str | None:
 
 async def relay(client: WebSocket, session: Session, metrics: Metrics) -> None:
     try:
-        upstream: ClientConnection = await connect(
-            session.sandbox.ws_url, compression=None, max_size=MAX_FRAME, open_timeout=10, ping_interval=None
-        )
+        upstream: ClientConnection = await connect_ws(session.sandbox.ws_url, session.sandbox.secret)
     except (OSError, TimeoutError, InvalidHandshake) as exc:
         metrics.errors.labels(code="sandbox_unreachable").inc()
         await client.close(code=CLOSE_UNREACHABLE, reason=f"the sandbox did not answer: {type(exc).__name__}")
+        return
+    except UnprovenController:
+        metrics.errors.labels(code="controller_unproven").inc()
+        await client.close(code=CLOSE_UNREACHABLE, reason="the sandbox's controller could not prove itself")
         return
     sent: deque[float] = deque()
 

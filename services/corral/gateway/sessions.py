@@ -174,7 +174,14 @@ class SessionManager:
         )
         try:
             self.recordings.start(
-                session.id, session.sandbox.base_url, audit, self._http, manifest, session.owner, responses
+                session.id,
+                session.sandbox.base_url,
+                audit,
+                self._http,
+                manifest,
+                session.owner,
+                responses,
+                secret=session.sandbox.secret,
             )
         except OSError as exc:
             log.error("cannot record session %s: %s", session.id, exc)

@@ -12,7 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import docker.types
 from docker.models.containers import Container
 
 from corral.errors import ImageBuildError, SandboxError
+from corral.sandbox import auth
 
 SANDBOX_LABEL = "corral.role"
 SANDBOX_ROLE = "sandbox"
@@ -31,18 +32,22 @@ CONTROLLER_PORT = 8765
 EGRESS_ALIAS = "corral-proxy"  # the proxy's name on its session network
 EGRESS_STATE = "/var/lib/corral-egress"  # where the proxy keeps its CA, policy and audit log
 EGRESS_UID = 1001
+CONTROLLER_USER = "corral"  # the sandbox's controller uid (1000); the only one that reads its secret
+AGENT_UID = 1100  # the sandbox's agent uid: Chromium, and what the agent runs
+SECRET_WAIT_S = 10.0  # boot writes the secret within its first tenth of a second
 
 LineSink = Callable[[str], None]
 
 
 @dataclass(frozen=True, slots=True)
 class SandboxContainer:
-    """A running sandbox and where its controller answers on the host (always loopback)."""
+    """A running sandbox, where its controller answers, and the per-boot secret that drives it."""
 
     id: str
     name: str
     host: str
     port: int
+    secret: str = field(default="", repr=False)
 
     @property
     def base_url(self) -> str:
@@ -169,9 +174,10 @@ class DockerRuntime:
 
     def start_sandbox(self, spec: SandboxSpec) -> SandboxContainer:
         labels = {SANDBOX_LABEL: SANDBOX_ROLE, **(spec.labels or {})}
-        # Boot runs as root to set the firewall and trust, then drops to corral with no capabilities
-        # left in any set; these are only what that needs.
-        caps = ["SETUID", "SETGID", "SETPCAP"] + (["NET_ADMIN", "NET_RAW"] if spec.egress_firewall else [])
+        # Boot runs as root to set the firewall (the agent uid's rules always, egress with a proxy), write
+        # the controller's secret (CHOWN) and trust, then drops to corral keeping only SETUID, SETGID
+        # and SETPCAP for the supervisor, which starts every child with none (corral.sandbox.boot).
+        caps = ["SETUID", "SETGID", "SETPCAP", "CHOWN", "NET_ADMIN", "NET_RAW"]
         environment = {"CORRAL_SCREEN": spec.screen, **(spec.environment or {})}
         placement: dict[str, Any] = (
             {"network": spec.network}
@@ -195,7 +201,8 @@ class DockerRuntime:
                 read_only=True,
                 tmpfs={
                     "/tmp": f"rw,nosuid,nodev,size={spec.tmp_size},mode=1777",
-                    "/home/corral": "rw,nosuid,nodev,size=512m,uid=1000,gid=1000,mode=0700",
+                    "/home/corral": "rw,nosuid,nodev,size=64m,uid=1000,gid=1000,mode=0700",
+                    "/home/agent": f"rw,nosuid,nodev,size=512m,uid={AGENT_UID},gid={AGENT_UID},mode=0700",
                     "/run": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
                     "/etc/ssl/certs": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
                 },
@@ -222,7 +229,31 @@ class DockerRuntime:
         if address is None:
             container.remove(force=True)
             raise SandboxError(f"sandbox {container.name} started without a reachable address")
-        return address
+        try:
+            return self._with_secret(address, SECRET_WAIT_S)
+        except SandboxError:
+            container.remove(force=True)
+            raise
+
+    def _with_secret(self, address: SandboxContainer, wait_s: float) -> SandboxContainer:
+        """The address with its controller's per-boot secret, read inside the container as the
+        controller's uid (the only one that may read it), the moment boot has written it."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                code, out = self._container(address.id).exec_run(
+                    ["cat", str(auth.SECRET_FILE)], user=CONTROLLER_USER, stderr=False
+                )
+            except docker.errors.APIError as exc:
+                raise SandboxError(f"cannot read the controller's secret in {address.name}: {exc}") from None
+            if code == 0:
+                secret = out.decode(errors="replace").strip()
+                return SandboxContainer(address.id, address.name, address.host, address.port, secret)
+            if time.monotonic() > deadline or self._container(address.id).status in ("exited", "dead"):
+                raise SandboxError(
+                    f"sandbox {address.name} wrote no controller secret in {wait_s:.0f}s:\n{self.logs(address.id, 40)}"
+                )
+            time.sleep(0.02)
 
     @staticmethod
     def _address(container: Container) -> SandboxContainer | None:
@@ -487,6 +518,11 @@ class DockerRuntime:
         for container in self._client.containers.list(all=True, filters=filters):
             running = container.status == "running"
             address = self._address(container) if running else None
+            if address is not None:
+                try:
+                    address = self._with_secret(address, 0)
+                except SandboxError:
+                    address = None  # not a sandbox this gateway can drive: treated as dead
             out.append(SandboxInfo(container.id, container.name, dict(container.labels), running, address))
         return out
 
@@ -495,9 +531,13 @@ class DockerRuntime:
         start = time.monotonic()
         url = f"{sandbox.base_url}/healthz"
         while True:
+            signed = auth.sign(sandbox.secret) if sandbox.secret else None
+            request = urllib.request.Request(url, headers=signed.headers if signed else {})
             try:
-                with urllib.request.urlopen(url, timeout=2) as response:
+                with urllib.request.urlopen(request, timeout=2) as response:
                     if response.status == 200:
+                        if signed is not None and not auth.proven(sandbox.secret, signed.nonce, response.headers):
+                            raise SandboxError(f"sandbox {sandbox.name}: whatever answers on its port is no controller")
                         return time.monotonic() - start
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
@@ -525,7 +565,8 @@ class DockerRuntime:
             container: Container = self._client.containers.get(name)
         except docker.errors.NotFound:
             return None
-        return self._address(container)
+        address = self._address(container)
+        return self._with_secret(address, SECRET_WAIT_S) if address is not None else None
 
     def logs(self, ident: str, tail: int = 100) -> str:
         raw: bytes = self._container(ident).logs(tail=tail)

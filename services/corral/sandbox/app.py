@@ -15,8 +15,10 @@ from starlette.requests import HTTPConnection
 
 from corral.bodies import read_capped
 from corral.errors import ActionError, ErrorCode
+from corral.sandbox.auth import RequestVerifier, read_secret
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.dispatch import Dispatcher
+from corral.sandbox.guard import ControllerGuard
 from corral.sandbox.recorder import Recorder
 from corral.sandbox.settings import ControllerSettings
 
@@ -47,11 +49,13 @@ DispatcherDep = Annotated[Dispatcher, Depends(_dispatcher)]
 DesktopDep = Annotated[Desktop, Depends(_desktop)]
 
 
-def create_app(settings: ControllerSettings | None = None) -> FastAPI:
+def create_app(settings: ControllerSettings | None = None, *, secret: str | None = None) -> FastAPI:
+    """The controller; ``secret`` stands in for the secret file (unit tests)."""
     settings = settings or ControllerSettings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.verifier = RequestVerifier(secret) if secret else _verifier(settings)
         desktop = Desktop(settings)
         app.state.desktop = desktop
         reporter = settings.action_reporter()
@@ -72,6 +76,8 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
             await desktop.close()
 
     app = FastAPI(title="Corral sandbox controller", version="1", lifespan=lifespan)
+    app.state.verifier = None
+    app.add_middleware(ControllerGuard, verifier=lambda: app.state.verifier)
 
     @app.get("/v1/recording")
     async def recording(request: Request, after: int = 0, wait_ms: int = 0) -> JSONResponse:
@@ -125,6 +131,15 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
             return
 
     return app
+
+
+def _verifier(settings: ControllerSettings) -> RequestVerifier | None:
+    """The secret boot wrote for this boot; without it nothing but /healthz answers (fail closed)."""
+    try:
+        return RequestVerifier(read_secret(settings.secret_file))
+    except (OSError, ValueError) as exc:
+        log.error("no controller secret (%s): every route but /healthz refuses", exc)
+        return None
 
 
 async def _warm(desktop: Desktop) -> None:

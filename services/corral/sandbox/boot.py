@@ -10,6 +10,19 @@ afterwards: NET_ADMIN is gone from every process, bounding set included.
 Root also writes what the sandbox must trust and may not change: Chromium's managed policy (the
 proxy, QUIC off, WebRTC only through the proxy, DNS-over-HTTPS off) and the system CA bundle with
 the session's CA certificate (the key never comes here).
+
+Two uids share the sandbox (who runs as which, docs/egress.md "The inner boundary"):
+
+- ``corral`` runs the supervisor, Xvfb, openbox and the controller. Boot writes the controller's
+  per-boot secret (and the egress control channel's token, moved out of the environment) into
+  ``/run/corral/controller``, 0700 for ``corral``;
+- ``agent`` runs Chromium (and whatever the agent runs). It cannot signal, trace or read the
+  ``corral`` processes, and an owner match in the firewall keeps it from the controller's and
+  DevTools' ports and the proxy's control port, and from answering on the controller's port.
+
+The supervisor keeps CAP_SETUID, CAP_SETGID and CAP_SETPCAP (uid ``corral``, ambient) only to start
+each child with nothing: ``agent`` children through setpriv with every set empty, ``corral`` ones
+likewise. A capability-holding process cannot be traced by one of its own uid without them.
 """
 
 from __future__ import annotations
@@ -23,17 +36,25 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+
+from corral.sandbox import auth
 
 log = logging.getLogger("corral.boot")
 
-USER = "corral"
+USER = "corral"  # the supervisor, Xvfb, openbox, the controller
+AGENT_USER = "agent"  # Chromium and everything the agent runs
+SUPERVISOR_CAPS = ("setuid", "setgid", "setpcap")
+X11_DIR = Path("/tmp/.X11-unix")
+SECRET_DIR = auth.SECRET_DIR
 RUN_DIR = Path("/run/corral")
 CHROMIUM_POLICY = RUN_DIR / "chromium-policy.json"
 CA_CERT = RUN_DIR / "session-ca.pem"
 SYSTEM_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 PRISTINE_BUNDLE = Path("/usr/share/corral/ca-certificates.crt")  # Debian's, copied at image build
 CONTROLLER_PORT = 8765
+DEVTOOLS_PORT = 9222
 
 
 def proxy_address(value: str) -> tuple[str, int]:
@@ -43,8 +64,28 @@ def proxy_address(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def firewall_rules(network: str, gateway: str, proxy_ports: list[int]) -> str:
-    """An ``iptables-restore`` ruleset for the filter table (IPv4)."""
+def agent_rules(agent_uid: int, control_port: int | None) -> list[str]:
+    """OUTPUT rules, first in the chain: the agent's uid reaches neither the controller, nor DevTools,
+    nor the proxy's control channel, and cannot answer on the controller's port (so a process of its
+    own bound there after a crash never completes a handshake with the gateway). DevTools is
+    Chromium's, which runs as the agent: it answers the controller there."""
+    guarded = [CONTROLLER_PORT, DEVTOOLS_PORT] + ([control_port] if control_port else [])
+    dports = ",".join(str(port) for port in guarded)
+    owner = f"-m owner --uid-owner {agent_uid}"
+    return [
+        f"-A OUTPUT -p tcp -m multiport --dports {dports} {owner} -j REJECT --reject-with tcp-reset",
+        f"-A OUTPUT -p tcp --sport {CONTROLLER_PORT} {owner} -j DROP",
+    ]
+
+
+def open_rules(agent_uid: int) -> str:
+    """Without a proxy (no egress control): everything open but what :func:`agent_rules` closes."""
+    head = ["*filter", ":INPUT ACCEPT [0:0]", ":FORWARD DROP [0:0]", ":OUTPUT ACCEPT [0:0]"]
+    return "\n".join([*head, *agent_rules(agent_uid, None), "COMMIT", ""])
+
+
+def firewall_rules(network: str, gateway: str, proxy_ports: list[int], agent_uid: int) -> str:
+    """An ``iptables-restore`` ruleset for the filter table (IPv4); ``proxy_ports[1]`` is the control port."""
     net = ipaddress.ip_network(network, strict=False)
     host = ipaddress.ip_address(gateway)
     if host not in net:
@@ -59,6 +100,7 @@ def firewall_rules(network: str, gateway: str, proxy_ports: list[int]) -> str:
             "-A INPUT -i lo -j ACCEPT",
             "-A INPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT",
             f"-A INPUT -p tcp -s {host}/32 --dport {CONTROLLER_PORT} -j ACCEPT",
+            *agent_rules(agent_uid, proxy_ports[1] if len(proxy_ports) > 1 else None),
             "-A OUTPUT -o lo -j ACCEPT",
             "-A OUTPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT",
             f"-A OUTPUT -d {host}/32 -j REJECT --reject-with icmp-admin-prohibited",
@@ -72,10 +114,13 @@ def firewall_rules(network: str, gateway: str, proxy_ports: list[int]) -> str:
     )
 
 
-IPV6_RULES = (
-    "*filter\n:INPUT DROP [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT DROP [0:0]\n"
-    "-A INPUT -i lo -j ACCEPT\n-A OUTPUT -o lo -j ACCEPT\nCOMMIT\n"
-)
+def ipv6_rules(agent_uid: int, proxied: bool) -> str:
+    """IPv6: loopback only with a proxy (the proxy is reached over IPv4); the agent's rules always."""
+    policy = "DROP" if proxied else "ACCEPT"
+    lines = ["*filter", f":INPUT {policy} [0:0]", ":FORWARD DROP [0:0]", f":OUTPUT {policy} [0:0]"]
+    lines += agent_rules(agent_uid, None)
+    lines += ["-A INPUT -i lo -j ACCEPT", "-A OUTPUT -o lo -j ACCEPT", "COMMIT", ""]
+    return "\n".join(lines)
 
 
 def chromium_policy(proxy: str | None) -> dict[str, object]:
@@ -100,25 +145,45 @@ def _apply(command: str, rules: str) -> None:
         raise RuntimeError(f"{command} failed: {done.stderr.decode(errors='replace').strip()}")
 
 
-def lock_down(env: Mapping[str, str]) -> None:
-    """Firewall and trust, as root; raises (and the sandbox does not start) if any of it fails."""
+@dataclass(frozen=True, slots=True)
+class Users:
+    """The sandbox's two users, as the image defines them."""
+
+    controller_uid: int
+    controller_gid: int
+    controller_home: str
+    agent_uid: int
+
+    @classmethod
+    def of_image(cls) -> Users:
+        controller, agent = pwd.getpwnam(USER), pwd.getpwnam(AGENT_USER)
+        return cls(controller.pw_uid, controller.pw_gid, controller.pw_dir, agent.pw_uid)
+
+
+def lock_down(env: Mapping[str, str], users: Users) -> None:
+    """Firewall, secrets and trust, as root; raises (and the sandbox does not start) if any of it fails."""
     proxy = env.get("CORRAL_PROXY", "")
     RUN_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+    agent_uid = users.agent_uid
+    write_secrets(env.get("CORRAL_CONTROLLER_TOKEN", ""), users, SECRET_DIR)
     if proxy:
         _, port = proxy_address(proxy)
         control_port = int(env.get("CORRAL_PROXY_CONTROL_PORT", "8081"))
         network, gateway = env.get("CORRAL_SESSION_NET", ""), env.get("CORRAL_SESSION_GATEWAY", "")
         if not network or not gateway:
             raise RuntimeError("CORRAL_PROXY needs CORRAL_SESSION_NET and CORRAL_SESSION_GATEWAY")
-        _apply("iptables-restore", firewall_rules(network, gateway, [port, control_port]))
-        try:
-            _apply("ip6tables-restore", IPV6_RULES)
-        except RuntimeError as exc:
-            # No IPv6 in this network namespace means no IPv6 route either.
-            if Path("/proc/net/if_inet6").exists() and Path("/proc/net/if_inet6").read_text().strip():
-                raise
-            log.info("no IPv6 here (%s)", exc)
+        _apply("iptables-restore", firewall_rules(network, gateway, [port, control_port], agent_uid))
+        _apply_ipv6(ipv6_rules(agent_uid, proxied=True))
         log.info("egress locked to the proxy at %s (session network %s)", proxy, network)
+    else:
+        try:
+            _apply("iptables-restore", open_rules(agent_uid))
+            _apply_ipv6(ipv6_rules(agent_uid, proxied=False))
+        except RuntimeError as exc:
+            # Run by hand without NET_ADMIN (plain `docker run`): the per-boot secret still guards the
+            # controller, but the agent's uid is not kept off its port. Corral's runtime always grants it.
+            log.warning("no firewall for the agent's uid (%s); the controller's secret still guards it", exc)
+    _x11_dir()
     CHROMIUM_POLICY.write_text(json.dumps(chromium_policy(proxy or None)))
     ca = env.get("CORRAL_CA_CERT", "")
     if ca:
@@ -131,16 +196,66 @@ def lock_down(env: Mapping[str, str]) -> None:
         shutil.copyfile(PRISTINE_BUNDLE, SYSTEM_BUNDLE)
 
 
+def _apply_ipv6(rules: str) -> None:
+    try:
+        _apply("ip6tables-restore", rules)
+    except RuntimeError as exc:
+        # No IPv6 in this network namespace means no IPv6 route either.
+        if Path("/proc/net/if_inet6").exists() and Path("/proc/net/if_inet6").read_text().strip():
+            raise
+        log.info("no IPv6 here (%s)", exc)
+
+
+def write_secrets(proxy_token: str, users: Users, directory: Path) -> None:
+    """A fresh controller secret, and the proxy's control token, readable by ``corral`` alone."""
+    # Root holds no CAP_DAC_OVERRIDE or CAP_FOWNER here: it writes while it owns the directory (a
+    # restarted container's may be corral's), then hands both over with CAP_CHOWN.
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chown(directory, os.getuid(), os.getgid())
+    directory.chmod(0o700)
+    files = {directory / auth.SECRET_FILE.name: auth.new_secret()}
+    if proxy_token:
+        files[directory / auth.PROXY_TOKEN_FILE.name] = proxy_token
+    else:
+        (directory / auth.PROXY_TOKEN_FILE.name).unlink(missing_ok=True)
+    for path, value in files.items():
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+        try:
+            os.write(fd, value.encode() + b"\n")
+            os.fchown(fd, users.controller_uid, users.controller_gid)
+        finally:
+            os.close(fd)
+    os.chown(directory, users.controller_uid, users.controller_gid)
+
+
+def _x11_dir() -> None:
+    # Xvfb, started later as corral, needs the sticky socket directory and may not make it itself.
+    X11_DIR.mkdir(mode=0o1777, exist_ok=True)
+    X11_DIR.chmod(0o1777)
+
+
+def scrubbed(env: Mapping[str, str], home: str) -> dict[str, str]:
+    """The environment the supervisor starts with: no secret rides along (they are in files now)."""
+    kept = {k: v for k, v in env.items() if k not in SECRET_VARIABLES}
+    return {**kept, "HOME": home, "USER": USER, "LOGNAME": USER}
+
+
+SECRET_VARIABLES = frozenset({"CORRAL_CONTROLLER_TOKEN"})
+
+
 def drop_argv(target: list[str]) -> list[str]:
-    """setpriv: become corral, no supplementary groups, empty bounding/inheritable/ambient sets."""
+    """setpriv: become corral with no supplementary groups and, in every set, only the three
+    capabilities the supervisor needs to start its children with none (see the module's text)."""
+    keep = ",".join(f"+{cap}" for cap in SUPERVISOR_CAPS)
     return [
         "setpriv",
         f"--reuid={USER}",
         f"--regid={USER}",
         "--clear-groups",
-        "--inh-caps=-all",
-        "--ambient-caps=-all",
-        "--bounding-set=-all",
+        f"--inh-caps=-all,{keep}",
+        f"--ambient-caps=-all,{keep}",
+        f"--bounding-set=-all,{keep}",
         "--no-new-privs",
         "--",
         *target,
@@ -151,19 +266,16 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     target = ["/usr/bin/tini", "--", sys.executable, "-m", "corral.sandbox.init"]
     if os.getuid() != 0:
-        if os.environ.get("CORRAL_PROXY"):
-            log.error("CORRAL_PROXY is set but the sandbox did not start as root: cannot lock egress down")
-            return 3
-        os.execv(target[0], target)
+        log.error("the sandbox must start as root (it drops to its users itself): run it with --user root")
+        return 3
     try:
-        lock_down(os.environ)
-    except (RuntimeError, ValueError, OSError) as exc:
+        users = Users.of_image()
+        lock_down(os.environ, users)
+    except (RuntimeError, ValueError, OSError, KeyError) as exc:
         log.error("cannot lock the sandbox down, refusing to start: %s", exc)
         return 3
-    home = pwd.getpwnam(USER).pw_dir
-    os.environ.update({"HOME": home, "USER": USER, "LOGNAME": USER})
     argv = drop_argv(target)
-    os.execvp(argv[0], argv)
+    os.execvpe(argv[0], argv, scrubbed(os.environ, users.controller_home))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,9 @@
 """The sandbox's init: Xvfb, then openbox, then Chromium, then the controller; restarts what dies.
 
+It runs as ``corral`` holding only CAP_SETUID/SETGID/SETPCAP (see :mod:`corral.sandbox.boot`) and
+starts every child with no capability at all: Xvfb and the controller as ``corral``, openbox and
+Chromium as ``agent`` (openbox's menu starts programs: they must not get the controller's uid).
+
 Runs under tini (PID 1 reaps orphans). Readiness is signalled, not slept on:
 Xvfb writes its display number to ``-displayfd`` once it accepts clients and
 Chromium prints its DevTools URL once CDP listens.
@@ -15,11 +19,16 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 log = logging.getLogger("corral.init")
 
 CDP_PORT = 9222
+AGENT_USER = "agent"
+AGENT_HOME = "/home/agent"
+_CAP_SETUID, _CAP_SETGID, _CAP_SETPCAP = 7, 6, 8
+_NO_CAPS = ["--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all"]
 SESSION_CA = "/run/corral/session-ca.pem"  # written by corral.sandbox.boot when the session has a proxy
 _BACKOFF_MAX_S = 5.0
 
@@ -47,18 +56,49 @@ def egress_flags(proxy: str | None) -> list[str]:
     ]
 
 
-def trust_session_ca(home: str, cert: str) -> None:
-    """Put the session's CA certificate into the user's NSS store, where Chromium looks."""
+def effective_caps(status: str) -> int:
+    """The CapEff mask from the text of /proc/<pid>/status."""
+    for line in status.splitlines():
+        if line.startswith("CapEff:"):
+            return int(line.split()[1], 16)
+    return 0
+
+
+def can_switch_users(caps: int) -> bool:
+    return all(caps & (1 << cap) for cap in (_CAP_SETUID, _CAP_SETGID, _CAP_SETPCAP))
+
+
+def as_controller(argv: list[str]) -> list[str]:
+    """Run as the supervisor's own uid with every capability set emptied."""
+    return ["setpriv", *_NO_CAPS, "--", *argv]
+
+
+def as_agent(argv: list[str]) -> list[str]:
+    """Run as ``agent``: another uid, no supplementary groups, no capabilities, no privilege gain."""
+    return [
+        "setpriv",
+        f"--reuid={AGENT_USER}",
+        f"--regid={AGENT_USER}",
+        "--clear-groups",
+        *_NO_CAPS,
+        "--no-new-privs",
+        "--",
+        *argv,
+    ]
+
+
+def trust_session_ca(home: str, cert: str, wrap: Callable[[list[str]], list[str]], env: dict[str, str]) -> None:
+    """Put the session's CA certificate into the browser user's NSS store, where Chromium looks."""
     nssdb = os.path.join(home, ".pki", "nssdb")
-    os.makedirs(nssdb, mode=0o700, exist_ok=True)
     database = f"sql:{nssdb}"
+
+    def run(argv: list[str]) -> None:
+        subprocess.run(wrap(argv), check=True, capture_output=True, env=env)
+
+    run(["mkdir", "-p", "-m", "0700", nssdb])
     if not os.path.exists(os.path.join(nssdb, "cert9.db")):
-        subprocess.run(["certutil", "-N", "-d", database, "--empty-password"], check=True, capture_output=True)
-    subprocess.run(
-        ["certutil", "-A", "-d", database, "-n", "Corral session CA", "-t", "C,,", "-i", cert],
-        check=True,
-        capture_output=True,
-    )
+        run(["certutil", "-N", "-d", database, "--empty-password"])
+    run(["certutil", "-A", "-d", database, "-n", "Corral session CA", "-t", "C,,", "-i", cert])
 
 
 def chromium_argv(width: int, height: int, profile: str, extra: list[str]) -> list[str]:
@@ -99,6 +139,7 @@ class Child:
     name: str
     argv: list[str]
     ready_marker: bytes | None = None
+    env: dict[str, str] | None = None  # the supervisor's own when None
     restarts: int = 0
     proc: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
@@ -113,10 +154,11 @@ class Supervisor:
         self.stopping = False
         self.children: list[Child] = []
 
-    def start_xvfb(self) -> None:
-        # /tmp is a fresh tmpfs in a hardened container; Xvfb as non-root will not make its socket dir.
-        os.makedirs("/tmp/.X11-unix", exist_ok=True)
-        os.chmod("/tmp/.X11-unix", 0o1777)
+    def start_xvfb(self, wrap: Callable[[list[str]], list[str]]) -> None:
+        # Boot (root) made the socket directory; Xvfb as non-root will not make it itself.
+        if not os.path.isdir("/tmp/.X11-unix"):
+            os.makedirs("/tmp/.X11-unix", exist_ok=True)
+            os.chmod("/tmp/.X11-unix", 0o1777)
         read_fd, write_fd = os.pipe()
         argv = [
             "Xvfb",
@@ -131,8 +173,8 @@ class Supervisor:
             "-displayfd",
             str(write_fd),
         ]
-        child = Child("xvfb", argv)
-        child.proc = subprocess.Popen(argv, pass_fds=(write_fd,), env=self.env)
+        child = Child("xvfb", wrap(argv))
+        child.proc = subprocess.Popen(child.argv, pass_fds=(write_fd,), env=self.env)
         child.started_at = time.monotonic()
         os.close(write_fd)
         with os.fdopen(read_fd, "rb") as ready:
@@ -144,7 +186,8 @@ class Supervisor:
     def spawn(self, child: Child) -> None:
         child.ready.clear()
         stderr = subprocess.PIPE if child.ready_marker else None
-        child.proc = subprocess.Popen(child.argv, env=self.env, stderr=stderr, stdin=subprocess.DEVNULL)
+        env = self.env if child.env is None else child.env
+        child.proc = subprocess.Popen(child.argv, env=env, stderr=stderr, stdin=subprocess.DEVNULL)
         child.started_at = time.monotonic()
         if child.ready_marker and child.proc.stderr is not None:
             threading.Thread(target=self._pump, args=(child, child.proc.stderr), daemon=True).start()
@@ -206,23 +249,29 @@ def main() -> int:
     display = os.environ.get("DISPLAY", ":0")
     profile = os.environ.get("CORRAL_CHROMIUM_PROFILE", "/tmp/chromium-profile")
     extra = egress_flags(os.environ.get("CORRAL_PROXY")) + shlex.split(os.environ.get("CORRAL_CHROMIUM_FLAGS", ""))
+    with open("/proc/self/status", encoding="ascii") as status:
+        split = can_switch_users(effective_caps(status.read()))
+    own, agent = (as_controller, as_agent) if split else (list, list)
+    if not split:
+        log.warning("started without CAP_SETUID: Chromium runs as the controller's uid (no inner boundary)")
+    sup = Supervisor(width, height, depth, display)
+    agent_env = {**sup.env, "HOME": AGENT_HOME, "USER": AGENT_USER, "LOGNAME": AGENT_USER} if split else sup.env
     trusting: threading.Thread | None = None
     if os.path.exists(SESSION_CA):
         # certutil takes a few tens of ms: alongside Xvfb, joined before Chromium starts.
-        trusting = threading.Thread(
-            target=trust_session_ca, args=(os.environ.get("HOME", "/home/corral"), SESSION_CA), daemon=True
-        )
+        home = AGENT_HOME if split else os.environ.get("HOME", "/home/corral")
+        trusting = threading.Thread(target=trust_session_ca, args=(home, SESSION_CA, agent, agent_env), daemon=True)
         trusting.start()
-    sup = Supervisor(width, height, depth, display)
     signal.signal(signal.SIGTERM, sup.stop)
     signal.signal(signal.SIGINT, sup.stop)
     # The controller imports for most of a second: start it first, it waits for the display itself.
-    sup.spawn(Child("controller", [sys.executable, "-m", "corral.sandbox.controller"]))
-    sup.start_xvfb()
-    sup.spawn(Child("openbox", ["openbox", "--sm-disable"]))
+    sup.spawn(Child("controller", own([sys.executable, "-m", "corral.sandbox.controller"])))
+    sup.start_xvfb(own)
+    sup.spawn(Child("openbox", agent(["openbox", "--sm-disable"]), env=agent_env))
     if trusting is not None:
         trusting.join()
-    sup.spawn(Child("chromium", chromium_argv(width, height, profile, extra), ready_marker=b"DevTools listening on"))
+    browser = agent(chromium_argv(width, height, profile, extra))
+    sup.spawn(Child("chromium", browser, ready_marker=b"DevTools listening on", env=agent_env))
     return sup.watch()
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from corral.protocol.envelope import Limits
+from corral.sandbox import auth
 from corral.sandbox.egress import ActionReporter
 
 
@@ -33,14 +36,18 @@ class ControllerSettings(BaseSettings):
     # The session's egress proxy (host:port) and its control channel; empty without egress control.
     proxy: str = ""
     proxy_control_port: int = 8081
-    controller_token: str = ""
+    # Secrets live in files only the controller's uid reads, never in its environment: boot moves the
+    # egress control channel's token there and writes the per-boot secret (corral.sandbox.auth).
+    controller_token_file: Path = auth.PROXY_TOKEN_FILE
+    secret_file: Path = auth.SECRET_FILE
     # Keep each request, its reply and a frame after it for the gateway's session recording.
     record: bool = True
 
     def action_reporter(self) -> ActionReporter | None:
-        if not self.proxy or not self.controller_token:
+        token = _read(self.controller_token_file)
+        if not self.proxy or not token:
             return None
-        return ActionReporter(self.proxy.rpartition(":")[0], self.proxy_control_port, self.controller_token)
+        return ActionReporter(self.proxy.rpartition(":")[0], self.proxy_control_port, token)
 
     def limits(self) -> Limits:
         return Limits(
@@ -51,3 +58,10 @@ class ControllerSettings(BaseSettings):
             settle_quiet_ms=self.settle_quiet_ms,
             settle_min_ms=self.settle_min_ms,
         )
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""

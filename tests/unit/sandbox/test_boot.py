@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
 
-from corral.sandbox import boot
+from corral.sandbox import auth, boot
 from corral.sandbox.init import chromium_argv, egress_flags
 
 
 def test_firewall_allows_only_loopback_the_proxy_and_the_gateway_to_the_controller() -> None:
-    rules = boot.firewall_rules("172.30.5.0/24", "172.30.5.1", [8080, 8081]).splitlines()
+    rules = boot.firewall_rules("172.30.5.0/24", "172.30.5.1", [8080, 8081], 1100).splitlines()
     assert rules[0] == "*filter" and rules[-1] == "COMMIT"
     assert ":OUTPUT DROP [0:0]" in rules and ":INPUT DROP [0:0]" in rules and ":FORWARD DROP [0:0]" in rules
     accepts = [r for r in rules if r.startswith("-A OUTPUT") and r.endswith("ACCEPT")]
@@ -32,7 +34,7 @@ def test_firewall_allows_only_loopback_the_proxy_and_the_gateway_to_the_controll
 )
 def test_firewall_refuses_nonsense(network: str, gateway: str) -> None:
     with pytest.raises(ValueError):
-        boot.firewall_rules(network, gateway, [8080])
+        boot.firewall_rules(network, gateway, [8080], 1100)
 
 
 def test_chromium_policy_names_the_proxy_and_turns_the_side_doors_off() -> None:
@@ -52,12 +54,42 @@ def test_chromium_flags_say_the_same() -> None:
     assert egress_flags(None) == []
 
 
-def test_privileges_go_entirely() -> None:
+def test_the_agent_uid_is_kept_off_the_controller_devtools_and_the_control_channel_first() -> None:
+    rules = boot.firewall_rules("172.30.5.0/24", "172.30.5.1", [8080, 8081], 1100).splitlines()
+    reject = (
+        "-A OUTPUT -p tcp -m multiport --dports 8765,9222,8081 -m owner --uid-owner 1100"
+        " -j REJECT --reject-with tcp-reset"
+    )
+    no_answer = "-A OUTPUT -p tcp --sport 8765 -m owner --uid-owner 1100 -j DROP"
+    outputs = [r for r in rules if r.startswith("-A OUTPUT")]
+    # Before any ACCEPT, loopback's and established connections' included.
+    assert outputs[:2] == [reject, no_answer]
+    open_rules = boot.open_rules(1100).splitlines()
+    assert ":OUTPUT ACCEPT [0:0]" in open_rules and ":INPUT ACCEPT [0:0]" in open_rules
+    assert [r for r in open_rules if r.startswith("-A")] == [
+        "-A OUTPUT -p tcp -m multiport --dports 8765,9222 -m owner --uid-owner 1100 -j REJECT --reject-with tcp-reset",
+        no_answer,
+    ]
+    for proxied in (True, False):
+        v6 = boot.ipv6_rules(1100, proxied).splitlines()
+        assert v6.index(no_answer) < v6.index("-A OUTPUT -o lo -j ACCEPT")
+
+
+def test_the_supervisor_keeps_only_what_starting_children_as_another_uid_takes() -> None:
     argv = boot.drop_argv(["/usr/bin/tini", "--", "python"])
     assert argv[0] == "setpriv" and argv[-3:] == ["/usr/bin/tini", "--", "python"]
-    for flag in ("--reuid=corral", "--regid=corral", "--clear-groups", "--bounding-set=-all", "--inh-caps=-all",
-                 "--ambient-caps=-all", "--no-new-privs"):
+    for flag in ("--reuid=corral", "--regid=corral", "--clear-groups", "--no-new-privs"):
         assert flag in argv
+    for kind in ("--bounding-set", "--inh-caps", "--ambient-caps"):
+        assert f"{kind}=-all,+setuid,+setgid,+setpcap" in argv
+
+
+def test_no_secret_rides_in_the_supervisors_environment() -> None:
+    env = boot.scrubbed(
+        {"CORRAL_CONTROLLER_TOKEN": "tok", "CORRAL_PROXY": "corral-proxy:8080", "HOME": "/root"}, "/home/corral"
+    )
+    assert "CORRAL_CONTROLLER_TOKEN" not in env and env["CORRAL_PROXY"] == "corral-proxy:8080"
+    assert env["HOME"] == "/home/corral" and env["USER"] == "corral"
 
 
 def test_lock_down_writes_policy_and_bundle_and_refuses_a_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -70,14 +102,37 @@ def test_lock_down_writes_policy_and_bundle_and_refuses_a_key(tmp_path: Path, mo
     pristine = tmp_path / "pristine.crt"
     pristine.write_text("-----BEGIN CERTIFICATE-----\nDEBIAN\n-----END CERTIFICATE-----\n")
     monkeypatch.setattr(boot, "PRISTINE_BUNDLE", pristine)
+    monkeypatch.setattr(boot, "SECRET_DIR", tmp_path / "run" / "controller")
+    monkeypatch.setattr(boot, "X11_DIR", tmp_path / "x11")
+    # No firewall here (iptables-restore refuses, or is missing): a warning, not a failure.
+    monkeypatch.setattr(boot, "_apply", _no_firewall)
     cert = "-----BEGIN CERTIFICATE-----\nSESSION\n-----END CERTIFICATE-----"
-    boot.lock_down({"CORRAL_CA_CERT": cert})
+    boot.lock_down({"CORRAL_CA_CERT": cert, "CORRAL_CONTROLLER_TOKEN": "proxy-token"}, USERS)
+    secret_dir = tmp_path / "run" / "controller"
+    assert stat.S_IMODE(secret_dir.stat().st_mode) == 0o700
+    for name in ("secret", "proxy-token"):
+        assert stat.S_IMODE((secret_dir / name).stat().st_mode) == 0o400
+    first = auth.read_secret(secret_dir / "secret")
+    assert (secret_dir / "proxy-token").read_text().strip() == "proxy-token"
+    assert stat.S_IMODE((tmp_path / "x11").stat().st_mode) == 0o1777
     assert json.loads((tmp_path / "run" / "policy.json").read_text())["QuicAllowed"] is False
     bundle = (certs / "ca-certificates.crt").read_text()
     assert "DEBIAN" in bundle and "SESSION" in bundle
+    # Another boot, another secret (a restarted container's directory is written over).
+    secret_dir.chmod(0o700)
+    boot.lock_down({}, USERS)
+    assert auth.read_secret(secret_dir / "secret") != first and not (secret_dir / "proxy-token").exists()
     with pytest.raises(RuntimeError, match="nothing else"):
-        boot.lock_down({"CORRAL_CA_CERT": cert + "\n-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----"})
+        key = "\n-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----"
+        boot.lock_down({"CORRAL_CA_CERT": cert + key}, USERS)
     with pytest.raises(RuntimeError, match="CORRAL_SESSION_NET"):
-        boot.lock_down({"CORRAL_PROXY": "corral-proxy:8080"})
+        boot.lock_down({"CORRAL_PROXY": "corral-proxy:8080"}, USERS)
     with pytest.raises(ValueError, match="host:port"):
-        boot.lock_down({"CORRAL_PROXY": "corral-proxy"})
+        boot.lock_down({"CORRAL_PROXY": "corral-proxy"}, USERS)
+
+
+USERS = boot.Users(os.getuid(), os.getgid(), "/home/corral", 1100)
+
+
+def _no_firewall(command: str, rules: str) -> None:
+    raise RuntimeError(f"{command} failed: no NET_ADMIN here")

@@ -110,3 +110,18 @@ def test_extra_flags_go_before_the_url() -> None:
 def test_disabled_features(argv: list[str]) -> None:
     [features] = [f for f in argv if f.startswith("--disable-features=")]
     assert set(features.split("=", 1)[1].split(",")) >= {"Translate", "MediaRouter"}
+
+
+def test_children_start_with_no_capability_and_the_browser_as_the_agent() -> None:
+    from corral.sandbox.init import as_agent, as_controller, can_switch_users, effective_caps
+
+    assert as_controller(["Xvfb"]) == [
+        "setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--", "Xvfb"
+    ]  # fmt: skip
+    agent = as_agent(["chromium"])
+    assert agent[:4] == ["setpriv", "--reuid=agent", "--regid=agent", "--clear-groups"]
+    assert "--no-new-privs" in agent and "--bounding-set=-all" in agent and agent[-2:] == ["--", "chromium"]
+    status = "Name:\tpython\nCapInh:\t00000000000001c0\nCapEff:\t00000000000001c0\n"
+    assert effective_caps(status) == 0x1C0 and can_switch_users(0x1C0)
+    assert not can_switch_users(effective_caps("CapEff:\t00000000000000c0\n"))  # no SETPCAP: bounding set stays
+    assert not can_switch_users(effective_caps("Name:\tx\n"))

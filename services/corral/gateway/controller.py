@@ -1,0 +1,44 @@
+"""The gateway's calls to a sandbox's controller: signed with its per-boot secret, believed only once
+the controller proved that secret back (corral.sandbox.auth)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from websockets.asyncio.client import ClientConnection, connect
+
+from corral.errors import UnprovenController
+from corral.sandbox import auth
+
+MAX_FRAME = 16 << 20
+
+
+async def request(
+    http: httpx.AsyncClient, base_url: str, secret: str, method: str, path: str, **kw: Any
+) -> httpx.Response:
+    """One HTTP request to the controller; raises :class:`UnprovenController` when the answer lacks
+    the proof (whatever holds the port is not the controller this gateway started)."""
+    signed = auth.sign(secret)
+    headers = {**kw.pop("headers", {}), **signed.headers}
+    response = await http.request(method, f"{base_url}{path}", headers=headers, **kw)
+    if not auth.proven(secret, signed.nonce, response.headers):
+        raise UnprovenController(f"{base_url} answered {path} without the controller's proof")
+    return response
+
+
+async def connect_ws(ws_url: str, secret: str) -> ClientConnection:
+    """The controller's WebSocket, once its handshake carried the proof."""
+    signed = auth.sign(secret)
+    upstream = await connect(
+        ws_url,
+        compression=None,
+        max_size=MAX_FRAME,
+        open_timeout=10,
+        ping_interval=None,
+        additional_headers=signed.headers,
+    )
+    if upstream.response is None or not auth.proven(secret, signed.nonce, upstream.response.headers):
+        await upstream.close()
+        raise UnprovenController(f"{ws_url} accepted the WebSocket without the controller's proof")
+    return upstream

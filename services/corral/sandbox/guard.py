@@ -1,0 +1,101 @@
+"""The controller's door: an ASGI middleware in front of every route.
+
+A web page the agent opens can reach the sandbox's loopback (Chromium counts a page served through
+the proxy as a private-network origin), and ``fetch(..., {mode: "no-cors"})`` needs no CORS consent
+to *send*. So, in this order:
+
+1. anything a browser sends (an ``Origin`` or any ``Sec-Fetch-*`` header) is refused, 403;
+2. a request without a valid ``x-corral-auth`` (see :mod:`corral.sandbox.auth`) is refused, 401,
+   except ``GET /healthz``, which reveals nothing and serves Docker's health check;
+3. a POST whose body is not declared ``application/json`` is refused, 415 (no "simple" request of a
+   form or a no-cors fetch can declare it);
+4. every answer to an authenticated request carries the controller's proof for its nonce.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from corral.errors import ErrorCode
+from corral.sandbox.auth import AUTH_HEADER, PROOF_HEADER, RequestVerifier, prove
+
+log = logging.getLogger(__name__)
+
+OPEN_PATHS = frozenset({"/healthz"})
+
+
+def browser_marks(headers: dict[str, str]) -> list[str]:
+    """The headers that say a browser sent this request (empty for the gateway's own clients)."""
+    return sorted(name for name in headers if name == "origin" or name.startswith("sec-fetch-"))
+
+
+def _json_media(value: str) -> bool:
+    return value.split(";", 1)[0].strip().lower() == "application/json"
+
+
+class ControllerGuard:
+    def __init__(self, app: ASGIApp, verifier: Callable[[], RequestVerifier | None]) -> None:
+        self._app = app
+        # A callable: the secret is read when the app starts, after the middleware is built.
+        self._verifier = verifier
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self._app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        marks = browser_marks(headers)
+        if marks:
+            log.warning("refused a browser's request to %s (%s)", scope.get("path"), ", ".join(marks))
+            await _refuse(scope, send, 403, ErrorCode.FORBIDDEN, "the controller does not answer browsers")
+            return
+        verifier = self._verifier()
+        nonce: str | None = None
+        value = headers.get(AUTH_HEADER)
+        if value is not None and verifier is not None:
+            try:
+                nonce = verifier.verify(value)
+            except ValueError as exc:
+                await _refuse(scope, send, 401, ErrorCode.UNAUTHORIZED, str(exc))
+                return
+        if nonce is None and scope.get("path") not in OPEN_PATHS:
+            reason = "no controller secret was loaded" if verifier is None else f"{AUTH_HEADER} is required"
+            await _refuse(scope, send, 401, ErrorCode.UNAUTHORIZED, reason)
+            return
+        posted = scope["type"] == "http" and scope.get("method") == "POST"
+        if posted and not _json_media(headers.get("content-type", "")):
+            await _refuse(scope, send, 415, ErrorCode.UNSUPPORTED_MEDIA_TYPE, "the body must be application/json")
+            return
+        if nonce is None or verifier is None:
+            await self._app(scope, receive, send)
+            return
+        proof = (PROOF_HEADER.encode(), prove(verifier.secret, nonce).encode())
+
+        async def send_with_proof(message: Message) -> None:
+            if message["type"] in ("http.response.start", "websocket.accept"):
+                message = {**message, "headers": [*message.get("headers", []), proof]}
+            await send(message)
+
+        await self._app(scope, receive, send_with_proof)
+
+
+async def _refuse(scope: Scope, send: Send, status: int, code: ErrorCode, message: str) -> None:
+    body = json.dumps({"ok": False, "error": {"code": str(code), "message": message}}).encode()
+    if scope["type"] == "websocket":
+        if "websocket.http.response" not in scope.get("extensions", {}):
+            await send({"type": "websocket.close", "code": 1008, "reason": message[:120]})  # the server says 403
+            return
+        # Before the handshake is accepted: the server answers the upgrade with an HTTP error.
+        await send({"type": "websocket.http.response.start", "status": status, "headers": _json_headers(body)})
+        await send({"type": "websocket.http.response.body", "body": body})
+        return
+    await send({"type": "http.response.start", "status": status, "headers": _json_headers(body)})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _json_headers(body: bytes) -> list[tuple[bytes, bytes]]:
+    return [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
