@@ -92,7 +92,7 @@ def start_upstream(runtime: DockerRuntime, directory: Path, network: str) -> Ite
         ["/opt/corral/bin/python", "/srv/server.py", "/pki/leaf.pem", "/pki/leaf.key"],
         network,
         UPSTREAM_NAMES,
-        {str(script): "/srv/server.py", str(leaf.parent): "/pki"},
+        {str(script): "/srv/server.py", str(leaf.parent): "/pki", str(script.parent / "pages"): "/srv/pages"},
         labels={"corral.test": "1"},
     )
     deadline = time.monotonic() + 30

@@ -364,10 +364,12 @@ def test_limits_and_hardening_are_applied(gw: RunningGateway, runtime: DockerRun
             assert host["ShmSize"] == gw.settings.default_shm_mb * 1024 * 1024
             assert "size=512m" in host["Tmpfs"]["/tmp"]
             assert host["ReadonlyRootfs"] is True
-            # Only what the boot stage needs to set the firewall and drop to nothing; every process of the
-            # sandbox then runs with all-zero capability sets (test_egress checks each one).
+            # Only what the boot stage needs to set the firewall, hand the secret to corral and drop; every
+            # process then runs with all-zero capability sets but the supervisor's (test_egress checks each).
             assert host["CapDrop"] == ["ALL"]
-            assert sorted(host["CapAdd"]) == ["NET_ADMIN", "NET_RAW", "SETGID", "SETPCAP", "SETUID"]
+            assert sorted(host["CapAdd"]) == ["CHOWN", "NET_ADMIN", "NET_RAW", "SETGID", "SETPCAP", "SETUID"]
+            # No secret in the container's environment, which every `docker exec` inherits.
+            assert not [e for e in attrs["Config"]["Env"] if "TOKEN" in e or "SECRET" in e], attrs["Config"]["Env"]
             assert "no-new-privileges" in host["SecurityOpt"]
             assert host["Privileged"] is False
             assert not host.get("PortBindings")  # nothing published on the host

@@ -16,7 +16,7 @@ import os
 import secrets
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,8 @@ from corral.proxy import ca, control
 from corral.proxy.control import AUDIT_FILE, POLICY_FILE, REPLAY_FILE, RESPONSES_FILE
 from corral.proxy.sidecar import PROXY_ALIAS, PROXY_PORT
 from corral.runtime import hostguard
-from corral.runtime.docker import EGRESS_UID, DockerRuntime, EgressSpec, SessionNetwork
+from corral.runtime.docker import CONTROLLER_UID, EGRESS_UID, DockerRuntime, EgressSpec, SessionNetwork
+from corral.sandbox import auth as sandbox_auth
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,9 @@ class Prepared:
     gateway_token: str
     sandbox_env: dict[str, str]  # what the sandbox needs: the proxy, the network, the CA certificate
     hermetic: bool
+    # host path -> path in the sandbox, mounted read-only: the control channel's token, a file only the
+    # sandbox's controller uid reads (an environment variable would reach every `docker exec`).
+    sandbox_files: dict[str, str] = field(default_factory=dict)
 
 
 class EgressManager:
@@ -161,9 +165,39 @@ class EgressManager:
             "CORRAL_SESSION_NET": network.subnet,
             "CORRAL_SESSION_GATEWAY": network.gateway,
             "CORRAL_CA_CERT": authority.cert_pem,
-            "CORRAL_CONTROLLER_TOKEN": controller_token,
         }
-        return Prepared(session_id, network, state, labels, environment, gateway_token, sandbox_env, replay is not None)
+        try:
+            token_file = self._write_sandbox_token(session_id, controller_token)
+        except BaseException:
+            self._drop_network(network)
+            raise
+        files = {str(token_file): str(sandbox_auth.PROXY_TOKEN_FILE)}
+        return Prepared(
+            session_id, network, state, labels, environment, gateway_token, sandbox_env, replay is not None, files
+        )
+
+    def sandbox_secrets_dir(self, session_id: str) -> Path:
+        """Beside the proxy's state directory, never inside it: the proxy must not write what the
+        sandbox reads."""
+        state = self.state_dir(session_id)
+        return state.with_name(state.name + ".sandbox")
+
+    def _write_sandbox_token(self, session_id: str, token: str) -> Path:
+        directory = self.sandbox_secrets_dir(session_id)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = directory / "proxy-token"
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+        try:
+            os.write(fd, token.encode())
+            if os.geteuid() == 0:
+                # The sandbox's controller uid reads it through the bind mount; the agent's uid cannot.
+                os.fchown(fd, CONTROLLER_UID, CONTROLLER_UID)
+            else:
+                log.warning("not root: the sandbox cannot read its control-channel token (actions go unlabelled)")
+        finally:
+            os.close(fd)
+        return path
 
     def start_proxy_blocking(self, prepared: Prepared) -> Egress:
         """The session's proxy (blocking); a hermetic one joins no egress network: it has no way out."""
@@ -214,6 +248,7 @@ class EgressManager:
         """Undo :meth:`prepare_blocking` (and a proxy it may have started); the state stays."""
         self._runtime.remove(f"corral-egress-{prepared.session_id}")
         self._drop_network(prepared.network)
+        shutil.rmtree(self.sandbox_secrets_dir(prepared.session_id), ignore_errors=True)
 
     def _drop_network(self, network: SessionNetwork) -> None:
         self._runtime.remove_network(network.name)
@@ -228,6 +263,7 @@ class EgressManager:
         (self.state_dir(egress.session_id) / REPLAY_FILE).unlink(missing_ok=True)
         self._runtime.remove_network(egress.network)
         hostguard.remove(egress.interface)
+        shutil.rmtree(self.sandbox_secrets_dir(egress.session_id), ignore_errors=True)
 
     async def wait_ready(self, egress: Egress, timeout_s: float) -> None:
         started = time.monotonic()

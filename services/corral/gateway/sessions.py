@@ -287,6 +287,7 @@ class SessionManager:
         req: CreateSession | None,
         network: str | None = None,
         environment: dict[str, str] | None = None,
+        files: dict[str, str] | None = None,
     ) -> SandboxSpec:
         s = self._settings
         res = req.resources if req is not None else None
@@ -306,6 +307,7 @@ class SessionManager:
             network=network or s.network,
             environment=environment,
             egress_firewall=network is not None,
+            files=files,
         )
 
     async def _cold_start(
@@ -353,7 +355,7 @@ class SessionManager:
         prepared = await asyncio.to_thread(
             egress_manager.prepare_blocking, session_id, [*allow], mode, self._labels(kind), replay
         )
-        spec = self._spec(kind, viewport, req, prepared.network.name, prepared.sandbox_env)
+        spec = self._spec(kind, viewport, req, prepared.network.name, prepared.sandbox_env, prepared.sandbox_files)
         proxy = asyncio.ensure_future(asyncio.to_thread(egress_manager.start_proxy_blocking, prepared))
         sandbox = asyncio.ensure_future(asyncio.to_thread(self._runtime.start_sandbox, spec))
         try:

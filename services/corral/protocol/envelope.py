@@ -64,9 +64,32 @@ def decode(raw: str | bytes, limits: Limits) -> dict[str, Any]:
         obj = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ActionError(ErrorCode.INVALID_JSON, f"message is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ActionError(ErrorCode.INVALID_JSON, f"message nests deeper than {MAX_DEPTH} levels") from None
+    if nesting(obj) > MAX_DEPTH:
+        # What parses may still be too deep for what comes after (validation, the recorder's dump).
+        raise ActionError(ErrorCode.INVALID_JSON, f"message nests deeper than {MAX_DEPTH} levels")
     if not isinstance(obj, dict):
         raise ActionError(ErrorCode.INVALID_REQUEST, "message must be a JSON object")
     return obj
+
+
+MAX_DEPTH = 32  # no action nests deeper than 5; room for clients' own ids and labels
+
+
+def nesting(value: Any) -> int:
+    """How deep arrays and objects nest in a parsed JSON value (iterative: no recursion to exhaust)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            depth += 1
+            if depth > MAX_DEPTH:
+                return depth
+            deepest = max(deepest, depth)
+            stack.extend((child, depth) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def request_id_of(obj: dict[str, Any]) -> RequestId:

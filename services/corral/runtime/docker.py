@@ -32,7 +32,8 @@ CONTROLLER_PORT = 8765
 EGRESS_ALIAS = "corral-proxy"  # the proxy's name on its session network
 EGRESS_STATE = "/var/lib/corral-egress"  # where the proxy keeps its CA, policy and audit log
 EGRESS_UID = 1001
-CONTROLLER_USER = "corral"  # the sandbox's controller uid (1000); the only one that reads its secret
+CONTROLLER_USER = "corral"  # the sandbox's controller uid; the only one that reads its secrets
+CONTROLLER_UID = 1000
 AGENT_UID = 1100  # the sandbox's agent uid: Chromium, and what the agent runs
 SECRET_WAIT_S = 10.0  # boot writes the secret within its first tenth of a second
 
@@ -77,6 +78,8 @@ class SandboxSpec:
     network: str | None = None
     # Egress through a proxy: the sandbox starts as root only to set its firewall, then drops everything.
     egress_firewall: bool = False
+    # Host file -> path inside, mounted read-only (secrets owned by the controller's uid, mode 0400).
+    files: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +209,7 @@ class DockerRuntime:
                     "/run": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
                     "/etc/ssl/certs": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
                 },
+                volumes={host: {"bind": inside, "mode": "ro"} for host, inside in (spec.files or {}).items()},
                 shm_size=spec.shm_size,
                 mem_limit=spec.memory,
                 memswap_limit=spec.memory,

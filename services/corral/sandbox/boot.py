@@ -13,9 +13,10 @@ the session's CA certificate (the key never comes here).
 
 Two uids share the sandbox (who runs as which, docs/egress.md "The inner boundary"):
 
-- ``corral`` runs the supervisor, Xvfb, openbox and the controller. Boot writes the controller's
-  per-boot secret (and the egress control channel's token, moved out of the environment) into
-  ``/run/corral/controller``, 0700 for ``corral``;
+- ``corral`` runs the supervisor, Xvfb and the controller. Boot writes the controller's per-boot
+  secret into ``/run/corral/controller``, 0700 for ``corral`` (the egress control channel's token
+  comes as a read-only file of ``corral``'s, mounted by the runtime: never an environment variable,
+  which every ``docker exec`` would inherit);
 - ``agent`` runs Chromium (and whatever the agent runs). It cannot signal, trace or read the
   ``corral`` processes, and an owner match in the firewall keeps it from the controller's and
   DevTools' ports and the proxy's control port, and from answering on the controller's port.
@@ -165,7 +166,7 @@ def lock_down(env: Mapping[str, str], users: Users) -> None:
     proxy = env.get("CORRAL_PROXY", "")
     RUN_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
     agent_uid = users.agent_uid
-    write_secrets(env.get("CORRAL_CONTROLLER_TOKEN", ""), users, SECRET_DIR)
+    write_secret(users, SECRET_DIR)
     if proxy:
         _, port = proxy_address(proxy)
         control_port = int(env.get("CORRAL_PROXY_CONTROL_PORT", "8081"))
@@ -206,26 +207,21 @@ def _apply_ipv6(rules: str) -> None:
         log.info("no IPv6 here (%s)", exc)
 
 
-def write_secrets(proxy_token: str, users: Users, directory: Path) -> None:
-    """A fresh controller secret, and the proxy's control token, readable by ``corral`` alone."""
+def write_secret(users: Users, directory: Path) -> None:
+    """A fresh controller secret, readable by ``corral`` alone."""
     # Root holds no CAP_DAC_OVERRIDE or CAP_FOWNER here: it writes while it owns the directory (a
     # restarted container's may be corral's), then hands both over with CAP_CHOWN.
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chown(directory, os.getuid(), os.getgid())
     directory.chmod(0o700)
-    files = {directory / auth.SECRET_FILE.name: auth.new_secret()}
-    if proxy_token:
-        files[directory / auth.PROXY_TOKEN_FILE.name] = proxy_token
-    else:
-        (directory / auth.PROXY_TOKEN_FILE.name).unlink(missing_ok=True)
-    for path, value in files.items():
-        path.unlink(missing_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-        try:
-            os.write(fd, value.encode() + b"\n")
-            os.fchown(fd, users.controller_uid, users.controller_gid)
-        finally:
-            os.close(fd)
+    path = directory / auth.SECRET_FILE.name
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+    try:
+        os.write(fd, auth.new_secret().encode() + b"\n")
+        os.fchown(fd, users.controller_uid, users.controller_gid)
+    finally:
+        os.close(fd)
     os.chown(directory, users.controller_uid, users.controller_gid)
 
 
@@ -235,13 +231,8 @@ def _x11_dir() -> None:
     X11_DIR.chmod(0o1777)
 
 
-def scrubbed(env: Mapping[str, str], home: str) -> dict[str, str]:
-    """The environment the supervisor starts with: no secret rides along (they are in files now)."""
-    kept = {k: v for k, v in env.items() if k not in SECRET_VARIABLES}
-    return {**kept, "HOME": home, "USER": USER, "LOGNAME": USER}
-
-
-SECRET_VARIABLES = frozenset({"CORRAL_CONTROLLER_TOKEN"})
+def supervisor_env(env: Mapping[str, str], home: str) -> dict[str, str]:
+    return {**env, "HOME": home, "USER": USER, "LOGNAME": USER}
 
 
 def drop_argv(target: list[str]) -> list[str]:
@@ -275,7 +266,7 @@ def main() -> int:
         log.error("cannot lock the sandbox down, refusing to start: %s", exc)
         return 3
     argv = drop_argv(target)
-    os.execvpe(argv[0], argv, scrubbed(os.environ, users.controller_home))
+    os.execvpe(argv[0], argv, supervisor_env(os.environ, users.controller_home))
 
 
 if __name__ == "__main__":

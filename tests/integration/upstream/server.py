@@ -9,13 +9,22 @@ from __future__ import annotations
 
 import http.server
 import json
+import pathlib
 import socket
 import socketserver
 import ssl
 import sys
 import threading
 
-HITS = iter(range(1, 1 << 30))  # /counter pages show how often the upstream was asked
+HITS = iter(range(1, 1 << 30))
+PAGES = pathlib.Path("/srv/pages")  # /counter pages show how often the upstream was asked
+
+
+def _page(path: str) -> bytes | None:
+    name = path[len("/page/") :].split("?")[0]
+    if "/" in name or name.startswith(".") or not PAGES.joinpath(name).is_file():
+        return None
+    return PAGES.joinpath(name).read_bytes()
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -30,16 +39,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
         print("HIT " + json.dumps(hit), flush=True)
         if self.path.startswith("/counter"):
             count = next(HITS)  # shown as a number on a background of its own colour: any change is plain
-            payload = (f"<!doctype html><html><head><title>counter</title></head>"
-                       f"<body style='background:hsl({count * 67 % 360},70%,50%)'>"
-                       f"<h1 id=count style='font-size:160px'>{count}</h1></body></html>").encode()
+            payload = (
+                f"<!doctype html><html><head><title>counter</title></head>"
+                f"<body style='background:hsl({count * 67 % 360},70%,50%)'>"
+                f"<h1 id=count style='font-size:160px'>{count}</h1></body></html>"
+            ).encode()
+            kind = "text/html; charset=utf-8"
+        elif self.path.startswith("/page/") and _page(self.path) is not None:
+            # Test pages (an attacker's, for the inner-boundary tests), mounted from tests/integration/upstream/pages.
+            payload = _page(self.path) or b""
             kind = "text/html; charset=utf-8"
         elif self.path.startswith("/json"):
             payload = json.dumps(hit).encode()
             kind = "application/json"
         else:
-            payload = (f"<!doctype html><html><head><title>upstream {host}</title></head>"
-                       f"<body><h1 id=host>{host}</h1><p id=path>{self.path}</p></body></html>").encode()
+            payload = (
+                f"<!doctype html><html><head><title>upstream {host}</title></head>"
+                f"<body><h1 id=host>{host}</h1><p id=path>{self.path}</p></body></html>"
+            ).encode()
             kind = "text/html; charset=utf-8"
         self.send_response(200)
         self.send_header("content-type", kind)

@@ -133,7 +133,9 @@ class FakeEgress:
     def prepare_blocking(self, session_id: str, *args: object) -> object:
         from types import SimpleNamespace
 
-        return SimpleNamespace(session_id=session_id, network=SimpleNamespace(name=f"net-{session_id}"), sandbox_env={})
+        return SimpleNamespace(
+            session_id=session_id, network=SimpleNamespace(name=f"net-{session_id}"), sandbox_env={}, sandbox_files={}
+        )
 
     def start_proxy_blocking(self, prepared: object) -> object:
         import time

@@ -393,3 +393,22 @@ def test_images_larger_than_four_screens_are_refused() -> None:
     assert exc.value.field == "screenshot.width"
     ok = {"action": {"type": "zoom", "region": {"x": 0, "y": 0, "width": 320, "height": 200}, "width": 2560}}
     assert plan_request(ok, screen, Limits()).steps
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "[" * 100_000 + "]" * 100_000,  # deeper than the parser's recursion
+        '{"a": ' * 3000 + "1" + "}" * 3000,
+        '{"id": 1, "action": {"type": "screenshot"}, "x": ' + "[" * 33 + "]" * 33 + "}",
+    ],
+)
+def test_deep_nesting_is_invalid_json_not_a_crash(raw: str) -> None:
+    with pytest.raises(ActionError) as caught:
+        decode(raw, Limits())
+    assert caught.value.code == ErrorCode.INVALID_JSON and "nests deeper than 32" in caught.value.message
+
+
+def test_nesting_up_to_the_limit_parses() -> None:
+    raw = '{"id": 1, "x": ' + "[" * 31 + "]" * 31 + "}"
+    assert decode(raw, Limits())["id"] == 1

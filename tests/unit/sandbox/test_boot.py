@@ -84,11 +84,9 @@ def test_the_supervisor_keeps_only_what_starting_children_as_another_uid_takes()
         assert f"{kind}=-all,+setuid,+setgid,+setpcap" in argv
 
 
-def test_no_secret_rides_in_the_supervisors_environment() -> None:
-    env = boot.scrubbed(
-        {"CORRAL_CONTROLLER_TOKEN": "tok", "CORRAL_PROXY": "corral-proxy:8080", "HOME": "/root"}, "/home/corral"
-    )
-    assert "CORRAL_CONTROLLER_TOKEN" not in env and env["CORRAL_PROXY"] == "corral-proxy:8080"
+def test_the_supervisor_is_at_home_as_corral() -> None:
+    env = boot.supervisor_env({"CORRAL_PROXY": "corral-proxy:8080", "HOME": "/root"}, "/home/corral")
+    assert env["CORRAL_PROXY"] == "corral-proxy:8080"
     assert env["HOME"] == "/home/corral" and env["USER"] == "corral"
 
 
@@ -107,13 +105,11 @@ def test_lock_down_writes_policy_and_bundle_and_refuses_a_key(tmp_path: Path, mo
     # No firewall here (iptables-restore refuses, or is missing): a warning, not a failure.
     monkeypatch.setattr(boot, "_apply", _no_firewall)
     cert = "-----BEGIN CERTIFICATE-----\nSESSION\n-----END CERTIFICATE-----"
-    boot.lock_down({"CORRAL_CA_CERT": cert, "CORRAL_CONTROLLER_TOKEN": "proxy-token"}, USERS)
+    boot.lock_down({"CORRAL_CA_CERT": cert}, USERS)
     secret_dir = tmp_path / "run" / "controller"
     assert stat.S_IMODE(secret_dir.stat().st_mode) == 0o700
-    for name in ("secret", "proxy-token"):
-        assert stat.S_IMODE((secret_dir / name).stat().st_mode) == 0o400
+    assert stat.S_IMODE((secret_dir / "secret").stat().st_mode) == 0o400
     first = auth.read_secret(secret_dir / "secret")
-    assert (secret_dir / "proxy-token").read_text().strip() == "proxy-token"
     assert stat.S_IMODE((tmp_path / "x11").stat().st_mode) == 0o1777
     assert json.loads((tmp_path / "run" / "policy.json").read_text())["QuicAllowed"] is False
     bundle = (certs / "ca-certificates.crt").read_text()
@@ -121,7 +117,7 @@ def test_lock_down_writes_policy_and_bundle_and_refuses_a_key(tmp_path: Path, mo
     # Another boot, another secret (a restarted container's directory is written over).
     secret_dir.chmod(0o700)
     boot.lock_down({}, USERS)
-    assert auth.read_secret(secret_dir / "secret") != first and not (secret_dir / "proxy-token").exists()
+    assert auth.read_secret(secret_dir / "secret") != first
     with pytest.raises(RuntimeError, match="nothing else"):
         key = "\n-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----"
         boot.lock_down({"CORRAL_CA_CERT": cert + key}, USERS)
