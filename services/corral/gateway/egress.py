@@ -157,6 +157,7 @@ class EgressManager:
         # Only the proxy's uid (and root) may enter its state: the files the proxy reads are its own, 0600.
         owner = (uid, uid) if uid != os.geteuid() else None
         write_json(state / POLICY_FILE, {"allow": allow, "mode": mode}, owner)
+        private_dir(state / "ca")  # made here, so 0700 too (ca.create gives it to the proxy)
         authority = ca.create(state / "ca", session_id, owner=owner)
         upstream = self._settings.egress_upstream_ca
         if upstream is not None:

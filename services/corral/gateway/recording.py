@@ -88,7 +88,7 @@ def _prefix(text: str, limit: int) -> str:
 
 def _clip_strings(value: Any, limit: int) -> Any:
     if isinstance(value, str):
-        return _prefix(value, limit) if len(value) > limit // 4 else value
+        return _prefix(value, limit) if len(value) > limit // 4 else value  # (a char is 1-4 bytes)
     if isinstance(value, dict):
         return {k: _clip_strings(v, limit) for k, v in value.items()}
     if isinstance(value, list):

@@ -10,6 +10,7 @@ session's record, frames or uploads, whatever the process umask.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -30,7 +31,14 @@ def private_dir(path: Path) -> Path:
 
     Made 0700 at creation; one that exists with a wider mode (an older gateway's) is narrowed.
     """
-    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    missing = []
+    parent = path
+    while not parent.exists():
+        missing.append(parent)
+        parent = parent.parent
+    for directory in reversed(missing):  # mkdir(parents=True) would make the parents with the umask's mode
+        with contextlib.suppress(FileExistsError):
+            directory.mkdir(mode=DIR_MODE)
     mode = stat.S_IMODE(path.stat().st_mode)
     if mode & 0o077:
         os.chmod(path, mode & DIR_MODE)
