@@ -492,3 +492,19 @@ def test_another_host_user_cannot_read_a_proxy_token_from_its_command_line(
             assert done.stdout.strip() == "", "an unprivileged host user read the proxy's token"
         finally:
             c.delete(f"/v1/sessions/{created['id']}")
+
+
+def test_a_restarted_gateway_derives_its_proxy_tokens_again(tmp_path: Path) -> None:
+    """Nothing on disk holds a proxy's token, yet a restarted gateway still drives the proxies."""
+    data, instance = tmp_path / "data", f"rect-{os.getpid()}"
+    with gateway(data, instance) as first, first.client() as c:
+        created = c.post("/v1/sessions", json={"allow": ["allowed.test"]}).json()
+    with gateway(data, instance) as second, second.client() as c:
+        try:
+            changed = c.patch(f"/v1/sessions/{created['id']}", json={"egress_mode": "enforce", "allow": ["b.test"]})
+            assert changed.status_code == 200, changed.text
+            assert changed.json()["allow"] == ["b.test"]
+            traffic = c.get(f"/v1/sessions/{created['id']}/traffic").text
+            assert '"b.test"' in traffic  # the proxy took the change and logged it
+        finally:
+            c.delete(f"/v1/sessions/{created['id']}")
