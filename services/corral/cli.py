@@ -538,8 +538,6 @@ def main() -> None:
     app()
 
 
-
-
 @recording_app.command("ls")
 def recording_ls(as_json: JsonOpt = False) -> None:
     """The recordings the gateway keeps, of live and ended sessions."""
@@ -547,9 +545,10 @@ def recording_ls(as_json: JsonOpt = False) -> None:
     if as_json:
         out.print_json(json.dumps(rows))
         return
-    table = Table("session", "state", "created", "ended", "events")
+    table = Table("session", "state", "created", "ended", "events", "bytes", "cut")
     table.columns[0].no_wrap = True
-    table.columns[4].justify = "right"
+    for column in table.columns[4:6]:
+        column.justify = "right"
     for row in rows:
         table.add_row(
             _cell(row.get("session")),
@@ -557,6 +556,8 @@ def recording_ls(as_json: JsonOpt = False) -> None:
             _when(row.get("created_at")),
             _when(row.get("ended_at")),
             _cell(row.get("events")),
+            _cell(row.get("bytes")),
+            _cell(row.get("cut")),  # why it stopped storing (its byte budget), if it did
         )
     out.print(table)
 
@@ -644,8 +645,10 @@ def replay(
         report.write_text(html_report(result))
     failed = result.divergences
     if failed:
-        console.print(f"[red]{len(failed)} of {len(result.steps)} steps diverged:[/red] "
-                      + ", ".join(str(step.number) for step in failed))
+        console.print(
+            f"[red]{len(failed)} of {len(result.steps)} steps diverged:[/red] "
+            + ", ".join(str(step.number) for step in failed)
+        )
         raise typer.Exit(1)
     skipped = f" ({len(result.skipped)} skipped: no frame to compare)" if result.skipped else ""
     console.print(f"[green]all {len(result.steps) - len(result.skipped)} compared steps matched[/green]{skipped}")
@@ -658,9 +661,7 @@ app.add_typer(export_app, name="export")
 @export_app.command("video")
 def export_video(
     bundle_path: Annotated[Path, typer.Argument(metavar="BUNDLE", help="A recording: a .zip or its directory.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="session.mp4 or session.webm")] = Path(
-        "session.mp4"
-    ),
+    output: Annotated[Path, typer.Option("-o", "--output", help="session.mp4 or session.webm")] = Path("session.mp4"),
 ) -> None:
     """The recording's frames as a video at the recorded timing (MP4 or WebM)."""
     from corral.recording.bundle import BundleError, read_bundle
@@ -673,6 +674,7 @@ def export_video(
     except Exception as exc:  # ffmpeg failing, a frame that is no image, an unwritable target
         raise _fail(f"no video: {type(exc).__name__}: {exc}") from None
     console.print(f"[green]{output}[/green]: {seconds:.1f} s")
+
 
 if __name__ == "__main__":
     main()

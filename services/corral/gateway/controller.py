@@ -3,6 +3,8 @@ the controller proved that secret back (corral.sandbox.auth)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -25,6 +27,19 @@ async def request(
     if not auth.proven(secret, signed.nonce, response.headers):
         raise UnprovenController(f"{base_url} answered {path} without the controller's proof")
     return response
+
+
+@asynccontextmanager
+async def stream(
+    http: httpx.AsyncClient, base_url: str, secret: str, method: str, path: str, **kw: Any
+) -> AsyncIterator[httpx.Response]:
+    """:func:`request`, streamed: the proof is checked on the headers, before the body is read."""
+    signed = auth.sign(secret)
+    headers = {**kw.pop("headers", {}), **signed.headers}
+    async with http.stream(method, f"{base_url}{path}", headers=headers, **kw) as response:
+        if not auth.proven(secret, signed.nonce, response.headers):
+            raise UnprovenController(f"{base_url} answered {path} without the controller's proof")
+        yield response
 
 
 async def connect_ws(ws_url: str, secret: str) -> ClientConnection:

@@ -9,7 +9,10 @@ restarted proxy continues the same chain with the same CA and policy.
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
+import hashlib
+import hmac
 import json
 import logging
 import os
@@ -23,7 +26,7 @@ from typing import Any
 from corral.errors import CorralError, SandboxError
 from corral.gateway.replays import ReplayNotFound
 from corral.gateway.settings import GatewaySettings
-from corral.gateway.store import session_dir
+from corral.gateway.store import copy_private, private_dir, session_dir, write_json
 from corral.proxy import ca, control
 from corral.proxy.control import AUDIT_FILE, POLICY_FILE, REPLAY_FILE, RESPONSES_FILE
 from corral.proxy.sidecar import PROXY_ALIAS, PROXY_PORT
@@ -34,6 +37,9 @@ from corral.sandbox import auth as sandbox_auth
 log = logging.getLogger(__name__)
 
 META_FILE = "session.json"
+# The key each session's proxy token is derived from (HMAC of the session id), so no record on disk
+# holds a token: <data_dir>/egress-token.key, 0600 in the 0700 data dir.
+TOKEN_KEY_FILE = "egress-token.key"
 PROXY_MEMORY_MB = 512
 SESSION_LABEL = "corral.session"
 
@@ -59,9 +65,9 @@ class Egress:
     proxy_name: str
     proxy_address: str
     state_dir: str
-    gateway_token: str
 
     def record(self) -> dict[str, Any]:
+        """What the session record keeps: nothing secret (the proxy's token is derived, never stored)."""
         return asdict(self)
 
     @classmethod
@@ -81,8 +87,7 @@ class Prepared:
     network: SessionNetwork
     state_dir: Path
     labels: dict[str, str]
-    environment: dict[str, str]  # the proxy's
-    gateway_token: str
+    environment: dict[str, str]  # the proxy's (its token included: in the container, not on disk here)
     sandbox_env: dict[str, str]  # what the sandbox needs: the proxy, the network, the CA certificate
     hermetic: bool
     # host path -> path in the sandbox, mounted read-only: the control channel's token, a file only the
@@ -97,10 +102,47 @@ class EgressManager:
         self._settings = settings
         self._runtime = runtime
         self.root = settings.data_dir / "egress"
+        self._token_key: bytes | None = None
 
     async def start(self) -> None:
         await asyncio.to_thread(self._runtime.ensure_egress_network, self._settings.egress_network)
-        self.root.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() != 0 and self.proxy_uid != os.geteuid():
+            raise SandboxError(
+                f"CORRAL_EGRESS_UID={self.proxy_uid} needs a gateway running as root (to give the proxies their state)"
+            )
+        private_dir(self.root)
+        self._key()
+
+    @property
+    def proxy_uid(self) -> int:
+        """The host uid the proxies run as (CORRAL_EGRESS_UID); unset: EGRESS_UID under a root
+        gateway, else the gateway's own uid (only root can give a state dir to another user)."""
+        if self._settings.egress_uid is not None:
+            return self._settings.egress_uid
+        return EGRESS_UID if os.geteuid() == 0 else os.geteuid()
+
+    def _key(self) -> bytes:
+        """The token key, made once (0600 from its creation) and kept in the data dir."""
+        if self._token_key is None:
+            path = private_dir(self._settings.data_dir) / TOKEN_KEY_FILE
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            except FileExistsError:
+                key = path.read_bytes()
+            else:
+                key = secrets.token_bytes(32)
+                with os.fdopen(fd, "wb") as out:
+                    out.write(key)
+            if len(key) < 32:
+                raise SandboxError(f"{path} is not a token key (delete it to make a new one)")
+            self._token_key = key
+        return self._token_key
+
+    def token(self, session_id: str) -> str:
+        """The token the gateway shows the session's proxy: HMAC(key, session id), so nothing on disk
+        but the key (0600) gives it, and a restarted gateway derives it again."""
+        digest = hmac.new(self._key(), f"corral-proxy-gateway-token:{session_id}".encode(), hashlib.sha256)
+        return base64.urlsafe_b64encode(digest.digest()).decode().rstrip("=")
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -114,21 +156,23 @@ class EgressManager:
         self, session_id: str, allow: list[str], mode: str, replay: Path | None
     ) -> tuple[Path, ca.SessionCA]:
         state = self.state_dir(session_id)
-        state.mkdir(parents=True, exist_ok=True)
-        owner = (EGRESS_UID, EGRESS_UID) if os.geteuid() == 0 else None
-        (state / POLICY_FILE).write_text(json.dumps({"allow": allow, "mode": mode}))
+        private_dir(state)
+        uid = self.proxy_uid
+        # Only the proxy's uid (and root) may enter its state: the files the proxy reads are its own, 0600.
+        owner = (uid, uid) if uid != os.geteuid() else None
+        write_json(state / POLICY_FILE, {"allow": allow, "mode": mode}, owner)
+        private_dir(state / "ca")  # made here, so 0700 too (ca.create gives it to the proxy)
         authority = ca.create(state / "ca", session_id, owner=owner)
         upstream = self._settings.egress_upstream_ca
         if upstream is not None:
-            shutil.copyfile(upstream, state / "upstream-ca.pem")
+            copy_private(upstream, state / "upstream-ca.pem", owner)
         if replay is not None:
             try:
-                shutil.copyfile(replay, state / REPLAY_FILE)  # a copy: the upload may be deleted or reused
+                copy_private(replay, state / REPLAY_FILE, owner)  # a copy: the upload may be deleted or reused
             except FileNotFoundError:
                 raise ReplayNotFound("the recorded responses were deleted meanwhile") from None
         if owner is not None:
-            for path in (state, state / POLICY_FILE):
-                os.chown(path, *owner)
+            os.chown(state, *owner)
         return state, authority
 
     def prepare_blocking(
@@ -146,10 +190,10 @@ class EgressManager:
         except BaseException:
             self._drop_network(network)
             raise
-        gateway_token, controller_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+        controller_token = secrets.token_urlsafe(24)
         environment = {
             "CORRAL_SESSION": session_id,
-            "CORRAL_GATEWAY_TOKEN": gateway_token,
+            "CORRAL_GATEWAY_TOKEN": self.token(session_id),
             "CORRAL_CONTROLLER_TOKEN": controller_token,
             "CORRAL_EGRESS_MODE": mode,
             "CORRAL_TRUSTED_NETWORKS": s.egress_trusted_networks,
@@ -173,7 +217,7 @@ class EgressManager:
             raise
         files = {str(token_file): str(sandbox_auth.PROXY_TOKEN_FILE)}
         return Prepared(
-            session_id, network, state, labels, environment, gateway_token, sandbox_env, replay is not None, files
+            session_id, network, state, labels, environment, sandbox_env, replay is not None, files
         )
 
     def sandbox_secrets_dir(self, session_id: str) -> Path:
@@ -213,6 +257,7 @@ class EgressManager:
                 labels=prepared.labels,
                 environment=prepared.environment,
                 memory=f"{self._proxy_memory_mb(prepared)}m",
+                uid=self.proxy_uid,
             )
         )
         return Egress(
@@ -225,7 +270,6 @@ class EgressManager:
             proxy_name=proxy.name,
             proxy_address=proxy.address,
             state_dir=str(prepared.state_dir),
-            gateway_token=prepared.gateway_token,
         )
 
     @staticmethod
@@ -291,7 +335,7 @@ class EgressManager:
     async def _call(self, egress: Egress, message: dict[str, Any], timeout_s: float = 5.0) -> dict[str, Any]:
         try:
             return await control.call(
-                egress.proxy_address, control.CONTROL_PORT, egress.gateway_token, message, timeout_s
+                egress.proxy_address, control.CONTROL_PORT, self.token(egress.session_id), message, timeout_s
             )
         except control.ControlError as exc:
             raise EgressUnavailable(str(exc)) from None
@@ -341,9 +385,7 @@ class EgressManager:
         path = self.state_dir(session_id) / META_FILE
         meta = json.loads(path.read_text()) if path.exists() else {"session": session_id}
         meta.update(fields)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(meta))
-        os.replace(tmp, path)
+        write_json(path, meta)
 
     def meta(self, session_id: str) -> dict[str, Any] | None:
         try:

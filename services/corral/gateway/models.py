@@ -53,6 +53,9 @@ class CreateSession(BaseModel):
     # A hermetic replay: the proxy answers only from these recorded responses (POST /v1/replay-responses)
     # and has no route out.
     hermetic: Annotated[str, Field(pattern=r"^rsp_[0-9a-f]{16}$")] | None = None
+    # The recording's byte budget for events and frames (CORRAL_RECORDING_BUDGET_MB when unset),
+    # held to CORRAL_RECORDING_MAX_BUDGET_MB.
+    recording_mb: Annotated[int, Field(ge=1)] | None = None
 
 
 class UpdateSession(BaseModel):

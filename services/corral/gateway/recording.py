@@ -5,6 +5,13 @@ One task per live session long-polls its controller for recorded events and appe
 flushed as written) and ``frames/<seq>.webp``. A session killed mid-way leaves a bundle that is
 readable up to its last written event. Each event also lists the audit-log records its action
 caused (by ``action_id``) as far as the proxy had written them.
+
+Everything here is bounded, since a session's content (and its controller) is untrusted: each
+field of recorded text is cut to a size (noted in the event), each session has a byte budget for
+events and frames (past it a ``budget`` event and the manifest note the cut, and nothing more is
+stored), a fetch from the controller is read up to a size, listings read manifests and counts kept
+in memory (never an events file), and all recordings together are held under a cap by removing
+ended ones, oldest first.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import os
 import shutil
 import time
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -26,7 +34,8 @@ import httpx
 
 from corral.errors import UnprovenController
 from corral.gateway import controller
-from corral.gateway.store import session_dir
+from corral.gateway.settings import GatewaySettings
+from corral.gateway.store import open_private, private_dir, session_dir, write_json, write_private
 from corral.proxy.flowfile import check
 from corral.recording.bundle import EVENTS_FILE, FORMAT, FRAMES_DIR, MANIFEST_FILE, RESPONSES_FILE, VERSION
 
@@ -35,12 +44,99 @@ log = logging.getLogger(__name__)
 OWNER_FILE = ".owner"  # the gateway's own note of who may read it; never part of a download
 POLL_WAIT_MS = 10_000
 DRAIN_S = 3.0  # at the end, how long to wait for frames the controller is still settling
+MiB = 1 << 20
+DEFAULT_BUDGET = 256 * MiB
+DEFAULT_MAX_TEXT = 64 << 10
+# One answer of the controller: its buffer holds at most 32 MiB (frames and text) plus one event, so
+# anything past this is a controller that misbehaves; the recording is cut rather than the gateway fed.
+FETCH_MAX_BYTES = 64 * MiB
+
+
+@dataclass(frozen=True, slots=True)
+class RecordingLimits:
+    """What recordings may take (the gateway's settings, docs/recording.md)."""
+
+    budget_bytes: int = DEFAULT_BUDGET  # events and frames of one session, unless it asks for another
+    max_budget_bytes: int = 2048 * MiB  # the most a session may ask for
+    max_text_bytes: int = DEFAULT_MAX_TEXT  # each field of recorded text in one event
+    max_total_bytes: int = 10240 * MiB  # every recording in the data dir together
+    fetch_max_bytes: int = FETCH_MAX_BYTES
+
+    @classmethod
+    def from_settings(cls, settings: GatewaySettings) -> RecordingLimits:
+        return cls(
+            budget_bytes=settings.recording_budget_mb * MiB,
+            max_budget_bytes=settings.recording_max_budget_mb * MiB,
+            max_text_bytes=settings.recording_max_text_kb << 10,
+            max_total_bytes=settings.recordings_max_total_mb * MiB,
+        )
+
+    def budget_for(self, asked_mb: int | None) -> int:
+        asked = self.budget_bytes if asked_mb is None else asked_mb * MiB
+        return min(asked, self.max_budget_bytes)
+
+
+class ReplyTooLarge(ValueError):
+    """The controller answered more than a fetch may hold."""
 
 
 def _atomic_json(path: Path, value: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(value, indent=2))
-    os.replace(tmp, path)
+    write_json(path, value, indent=2)
+
+
+def _prefix(text: str, limit: int) -> str:
+    return text.encode()[:limit].decode("utf-8", "ignore")
+
+
+def _clip_strings(value: Any, limit: int) -> Any:
+    if isinstance(value, str):
+        return _prefix(value, limit) if len(value) > limit // 4 else value  # (a char is 1-4 bytes)
+    if isinstance(value, dict):
+        return {k: _clip_strings(v, limit) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clip_strings(v, limit) for v in value]
+    return value
+
+
+def clip(value: Any, limit: int) -> tuple[Any, int | None]:
+    """``value`` cut to about ``limit`` bytes of JSON, and its size when it had to be cut (else None).
+
+    A string keeps its first ``limit`` bytes; a structure keeps its shape with its long strings cut
+    (so a ``native`` list stays a list), or, when that is still too much, becomes its JSON text cut
+    to ``limit`` (None for a list, whose readers expect one).
+    """
+    if value is None or isinstance(value, bool | int | float):
+        return value, None
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), default=str)
+    size = len(text.encode())
+    if size <= limit:
+        return value, None
+    if isinstance(value, str):
+        return _prefix(value, limit), size
+    clipped = _clip_strings(value, max(limit // 8, 64))
+    if len(json.dumps(clipped, separators=(",", ":"), default=str).encode()) <= limit:
+        return clipped, size
+    return (None if isinstance(value, list) else _prefix(text, limit)), size
+
+
+def _stored_bytes(directory: Path) -> int:
+    """Bytes of events and frames on disk (a restarted gateway's start, or a bundle closed unseen)."""
+    total = 0
+    with contextlib.suppress(OSError):
+        total += (directory / EVENTS_FILE).stat().st_size
+    with contextlib.suppress(OSError), os.scandir(directory / FRAMES_DIR) as frames:
+        for entry in frames:
+            with contextlib.suppress(OSError):
+                total += entry.stat(follow_symlinks=False).st_size
+    return total
+
+
+def _count_lines(path: Path) -> int:
+    """Events in a file, streamed (never read whole)."""
+    count = 0
+    with contextlib.suppress(OSError), path.open("rb") as lines:
+        count = sum(1 for line in lines if line.strip())
+    return count
 
 
 class AuditIndex:
@@ -74,27 +170,46 @@ class SessionRecorder:
         audit: Path | None,
         http: httpx.AsyncClient,
         secret: str = "",
+        budget_bytes: int = DEFAULT_BUDGET,
+        max_text_bytes: int = DEFAULT_MAX_TEXT,
+        fetch_max_bytes: int = FETCH_MAX_BYTES,
     ) -> None:
         self.directory = directory
         self._base_url = base_url
         self._secret = secret  # the controller's per-boot secret: requests are signed, answers proven
         self._audit = AuditIndex(audit)
         self._http = http
+        self.budget = budget_bytes
+        self._max_text = max_text_bytes
+        self._fetch_max = fetch_max_bytes
         self._after = 0
         self._written = 0
+        self.used = 0  # bytes of events and frames stored
+        self.cut: str | None = None  # why the recording stopped storing (budget, reply_too_large)
         self._controller_last = 0
         self._writing: asyncio.Future[None] | None = None
         self._boot: str | None = None  # the controller run whose numbering ``_after`` follows
         self._task: asyncio.Task[None] | None = None
 
+    @property
+    def written(self) -> int:
+        """Events in the bundle (the listing's count: no events file is read for it)."""
+        return self._written
+
     def start(self, manifest: dict[str, Any], owner: str) -> None:
-        (self.directory / FRAMES_DIR).mkdir(parents=True, exist_ok=True)
-        if not (self.directory / MANIFEST_FILE).exists():
-            _atomic_json(self.directory / MANIFEST_FILE, {"format": FORMAT, "version": VERSION, **manifest})
-            (self.directory / OWNER_FILE).write_text(owner)
+        private_dir(self.directory / FRAMES_DIR)
+        manifest_path = self.directory / MANIFEST_FILE
+        if not manifest_path.exists():
+            _atomic_json(manifest_path, {"format": FORMAT, "version": VERSION, **manifest, "budget_bytes": self.budget})
+            write_private(self.directory / OWNER_FILE, owner)
+        else:  # a restarted gateway carries on where it stopped, with the budget the session had
+            with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+                stored = json.loads(manifest_path.read_text())
+                self.budget = int(stored.get("budget_bytes", self.budget))
+                self.cut = (stored.get("cut") or {}).get("reason")
         events = self.directory / EVENTS_FILE
-        if events.exists():  # a restarted gateway carries on where it stopped
-            for line in events.read_bytes().splitlines():
+        with contextlib.suppress(FileNotFoundError), events.open("rb") as lines:
+            for line in lines:  # streamed: bounded by the budget, and never held whole
                 with contextlib.suppress(ValueError, KeyError, TypeError):
                     event = json.loads(line)
                     self._written = max(self._written, int(event["seq"]))
@@ -105,10 +220,12 @@ class SessionRecorder:
                             self._after = 0  # a new controller run: its numbering starts again
                         self._boot = event.get("controller_boot")
                         self._after = max(self._after, int(event.get("controller_seq", 0)))
-        self._task = asyncio.create_task(self._run())
+        self.used = _stored_bytes(self.directory)
+        if self.cut is None:
+            self._task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
-        while True:
+        while self.cut is None:
             try:
                 await self._fetch(POLL_WAIT_MS)
             except asyncio.CancelledError:
@@ -120,8 +237,9 @@ class SessionRecorder:
                 log.exception("recording %s: could not write an event", self.directory.name)
                 await asyncio.sleep(1)
 
-    async def _fetch(self, wait_ms: int) -> None:
-        response = await controller.request(
+    async def _get(self, wait_ms: int) -> dict[str, Any] | None:
+        """One answer of the controller, read up to ``fetch_max`` bytes (None: it does not record)."""
+        async with controller.stream(
             self._http,
             self._base_url,
             self._secret,
@@ -129,12 +247,36 @@ class SessionRecorder:
             "/v1/recording",
             params={"after": self._after, "wait_ms": wait_ms},
             timeout=wait_ms / 1000 + 2,
-        )
-        if response.status_code == 404:
+        ) as response:
+            if response.status_code == 404:
+                return None
+            response.raise_for_status()
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > self._fetch_max:
+                raise ReplyTooLarge(f"the controller's answer declares {declared} bytes")
+            chunks, size = [], 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > self._fetch_max:
+                    raise ReplyTooLarge(f"the controller's answer is over {self._fetch_max} bytes")
+                chunks.append(chunk)
+        body = json.loads(b"".join(chunks))
+        if not isinstance(body, dict):
+            raise ValueError("the controller's answer is not an object")
+        return body
+
+    async def _fetch(self, wait_ms: int) -> None:
+        if self.cut is not None:
+            return
+        try:
+            body = await self._get(wait_ms)
+        except ReplyTooLarge as exc:
+            log.warning("recording %s cut: %s", self.directory.name, exc)
+            await asyncio.to_thread(self._cut, "reply_too_large")
+            return
+        if body is None:
             await asyncio.sleep(5)  # this controller does not record
             return
-        response.raise_for_status()
-        body = response.json()
         self._controller_last = int(body.get("last", 0))
         boot = body.get("boot")
         restarted = (self._boot is not None and boot != self._boot) or int(body.get("last", 0)) < self._after
@@ -148,6 +290,8 @@ class SessionRecorder:
         if body.get("events") and int(body.get("oldest", 1)) > self._after + 1:
             self._write({"event": "gap", "lost": int(body["oldest"]) - self._after - 1})
         for event in body.get("events", []):
+            if self.cut is not None:
+                break
             # File writes off the event loop; shielded, so a cancelled task never leaves an event
             # written but not counted (it would be fetched and written again).
             self._writing = asyncio.ensure_future(asyncio.to_thread(self._write_action, event))
@@ -157,30 +301,65 @@ class SessionRecorder:
         frame_b64 = event.pop("frame_webp", None)
         controller_seq = int(event.pop("seq"))
         seq = self._written + 1
-        frame = None
-        if frame_b64:
-            frame = f"{FRAMES_DIR}/{seq:06d}.webp"
-            (self.directory / frame).write_bytes(base64.b64decode(frame_b64))
-        self._write(
-            {
-                "event": "action",
-                "controller_seq": controller_seq,
-                "controller_boot": self._boot,
-                **event,
-                "frame": frame,
-                "audit": self._audit.seqs(event.get("action_id")),
-            }
-        )
+        cut: dict[str, int] = {}
+        for name in list(event):
+            value, size = clip(event[name], self._max_text)
+            if size is not None:
+                event[name], cut[name] = value, size
+        frame_bytes = base64.b64decode(frame_b64) if isinstance(frame_b64, str) and frame_b64 else b""
+        frame = f"{FRAMES_DIR}/{seq:06d}.webp" if frame_bytes else None
+        record = {
+            "event": "action",
+            "controller_seq": controller_seq,
+            "controller_boot": self._boot,
+            **event,
+            "frame": frame,
+            "audit": self._audit.seqs(event.get("action_id")),
+        }
+        if cut:
+            record["truncated"] = cut  # field -> its size as received, in bytes
+        line = self._line(seq, record)
+        if self.used + len(line) + len(frame_bytes) > self.budget:
+            self._cut("budget")
+            return
+        if frame is not None:
+            fd = open_private(self.directory / frame)
+            with os.fdopen(fd, "wb") as out:
+                out.write(frame_bytes)
+        self._append(seq, line)
+        self.used += len(frame_bytes)
         self._after = controller_seq  # only once written: a failed write is fetched again
 
-    def _write(self, event: dict[str, Any]) -> None:
-        self._written += 1
-        line = json.dumps({"seq": self._written, "time": time.time(), **event}, separators=(",", ":")) + "\n"
-        fd = os.open(self.directory / EVENTS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+    @staticmethod
+    def _line(seq: int, event: dict[str, Any]) -> bytes:
+        return (json.dumps({"seq": seq, "time": time.time(), **event}, separators=(",", ":")) + "\n").encode()
+
+    def _append(self, seq: int, line: bytes) -> None:
+        fd = open_private(self.directory / EVENTS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
-            os.write(fd, line.encode())  # one write per event: a kill never leaves half of one
+            os.write(fd, line)  # one write per event: a kill never leaves half of one
         finally:
             os.close(fd)
+        self._written = seq
+        self.used += len(line)
+
+    def _write(self, event: dict[str, Any]) -> None:
+        seq = self._written + 1
+        self._append(seq, self._line(seq, event))
+
+    def _cut(self, reason: str) -> None:
+        """Stop storing: one ``budget`` event (the only write past the budget) and the manifest say
+        where and why; the session goes on unrecorded."""
+        if self.cut is not None:
+            return
+        self.cut = reason
+        after = self._written
+        self._write({"event": "budget", "reason": reason, "budget_bytes": self.budget, "used_bytes": self.used})
+        manifest_path = self.directory / MANIFEST_FILE
+        with contextlib.suppress(OSError, ValueError):
+            manifest = json.loads(manifest_path.read_text())
+            manifest["cut"] = {"reason": reason, "at": time.time(), "after_seq": after, "budget_bytes": self.budget}
+            _atomic_json(manifest_path, manifest)
 
     async def stop(self, reason: str, drain_s: float = DRAIN_S) -> None:
         """Take what the controller still holds (for up to ``drain_s``), then close the bundle."""
@@ -194,7 +373,7 @@ class SessionRecorder:
             async with asyncio.timeout(drain_s):
                 deadline = time.monotonic() + drain_s
                 await self._fetch(0)
-                while self._after < self._controller_last:
+                while self.cut is None and self._after < self._controller_last:
                     await self._fetch(int(max(0.0, deadline - time.monotonic()) * 1000))
         except (TimeoutError, httpx.HTTPError, ValueError, OSError, UnprovenController) as exc:
             log.info("recording %s: stopped draining (%s)", self.directory.name, type(exc).__name__)
@@ -204,19 +383,20 @@ class SessionRecorder:
                 with contextlib.suppress(BaseException):
                     await asyncio.wait_for(asyncio.shield(self._writing), 5.0)
             # Closed whatever happened above, even when cancelled: an ended session's bundle says so.
-            close_manifest(self.directory, reason, self._written)
+            close_manifest(self.directory, reason, self._written, self.used)
 
 
-def close_manifest(directory: Path, reason: str, events: int | None = None) -> None:
+def close_manifest(directory: Path, reason: str, events: int | None = None, size: int | None = None) -> None:
     manifest_path = directory / MANIFEST_FILE
     with contextlib.suppress(OSError, ValueError):
         manifest = json.loads(manifest_path.read_text())
         if manifest.get("ended_at"):
             return
         if events is None:
-            events_path = directory / EVENTS_FILE
-            events = len(events_path.read_bytes().splitlines()) if events_path.exists() else 0
-        manifest.update(ended_at=time.time(), end_reason=reason, events=events)
+            events = _count_lines(directory / EVENTS_FILE)
+        if size is None:
+            size = _stored_bytes(directory)
+        manifest.update(ended_at=time.time(), end_reason=reason, events=events, bytes=size)
         _atomic_json(manifest_path, manifest)
 
 
@@ -246,8 +426,9 @@ def _complete_length(path: Path) -> int | None:
 
 
 class RecordingManager:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, limits: RecordingLimits | None = None) -> None:
         self.root = root
+        self.limits = limits or RecordingLimits()
         self._live: dict[str, SessionRecorder] = {}
         # The proxy's responses file of each session whose file has not moved into its bundle yet
         # (from the start until just after the proxy is gone), so a download always includes it.
@@ -265,9 +446,22 @@ class RecordingManager:
         manifest: dict[str, Any],
         owner: str,
         responses: Path | None = None,
+        budget_mb: int | None = None,
         secret: str = "",
     ) -> None:
-        recorder = SessionRecorder(self.directory(session_id), base_url, audit, http, secret)
+        """Record a session (or carry on with its bundle); ``budget_mb`` is what the session asked
+        for, held to the cap (a carried-on bundle keeps the budget it was given)."""
+        private_dir(self.root)
+        recorder = SessionRecorder(
+            self.directory(session_id),
+            base_url,
+            audit,
+            http,
+            secret,
+            budget_bytes=self.limits.budget_for(budget_mb),
+            max_text_bytes=self.limits.max_text_bytes,
+            fetch_max_bytes=self.limits.fetch_max_bytes,
+        )
         recorder.start({"session": session_id, **manifest}, owner)
         self._live[session_id] = recorder
         if responses is not None:
@@ -277,6 +471,7 @@ class RecordingManager:
         recorder = self._live.pop(session_id, None)
         if recorder is not None:
             await recorder.stop(reason, drain_s)
+            await asyncio.to_thread(self.enforce_total)  # an ended bundle may now be pruned to fit
 
     def close_ended(self, session_id: str, reason: str, responses: Path | None) -> None:
         """A session that ended unseen (lost while the gateway was down): close its bundle."""
@@ -286,6 +481,7 @@ class RecordingManager:
         close_manifest(directory, reason)
         if responses is not None:
             self.attach_responses(session_id, responses)
+        self.enforce_total()
 
     def attach_responses(self, session_id: str, responses: Path) -> None:
         """The ended session's recorded responses move into its bundle (its proxy is gone: complete)."""
@@ -295,7 +491,7 @@ class RecordingManager:
         if complete is None or not directory.exists():
             return
         tmp = directory / f"{RESPONSES_FILE}.tmp"
-        with responses.open("rb") as source, tmp.open("wb") as out:
+        with responses.open("rb") as source, os.fdopen(open_private(tmp), "wb") as out:
             _copy(source, out, complete)  # streamed: the file can be hundreds of MB
         os.replace(tmp, directory / RESPONSES_FILE)
         responses.unlink(missing_ok=True)  # one copy, in the bundle
@@ -315,21 +511,26 @@ class RecordingManager:
             return None
 
     def listing(self, owner: str) -> list[dict[str, Any]]:
+        """The owner's recordings, from their manifests and the live recorders' counts: the cost is
+        one small file each, whatever the recordings hold (no events file is opened)."""
         out = []
         for path in self.root.glob(f"ses_*/{MANIFEST_FILE}"):
-            if self.owner(path.parent.name) != owner:
+            session_id = path.parent.name
+            if self.owner(session_id) != owner:
                 continue
-            with contextlib.suppress(OSError, ValueError):
+            with contextlib.suppress(OSError, ValueError, AttributeError):
                 manifest = json.loads(path.read_text())
-                events = path.parent / EVENTS_FILE
-                count = sum(1 for line in events.read_bytes().splitlines() if line.strip()) if events.exists() else 0
+                live = self._live.get(session_id)
                 out.append(
                     {
-                        "session": path.parent.name,
-                        "state": "live" if path.parent.name in self._live else "ended",
+                        "session": session_id,
+                        "state": "live" if live is not None else "ended",
                         "created_at": manifest.get("created_at"),
                         "ended_at": manifest.get("ended_at"),
-                        "events": count,
+                        "events": live.written if live is not None else manifest.get("events"),
+                        "bytes": live.used if live is not None else manifest.get("bytes"),
+                        "budget_bytes": manifest.get("budget_bytes"),
+                        "cut": (manifest.get("cut") or {}).get("reason"),
                     }
                 )
         return sorted(out, key=lambda item: item.get("created_at") or 0, reverse=True)
@@ -395,11 +596,48 @@ class RecordingManager:
                         _copy(source, member, complete)
 
     def prune(self, retention_s: float) -> int:
+        """Ended recordings past the retention go, then the oldest ended ones past the total cap."""
         removed, cutoff = 0, time.time() - retention_s
         for path in self.root.glob(f"ses_*/{MANIFEST_FILE}"):
-            with contextlib.suppress(OSError, ValueError):
+            with contextlib.suppress(OSError, ValueError, AttributeError):
                 ended = json.loads(path.read_text()).get("ended_at")
                 if ended and ended < cutoff and path.parent.name not in self._live:
                     shutil.rmtree(path.parent, ignore_errors=True)
                     removed += 1
+        return removed + self.enforce_total()
+
+    def _size(self, directory: Path, manifest: dict[str, Any]) -> int:
+        live = self._live.get(directory.name)
+        if live is not None:
+            size = live.used
+        elif isinstance(manifest.get("bytes"), int):
+            size = int(manifest["bytes"])
+        else:
+            size = _stored_bytes(directory)  # an older bundle, or one never closed: counted once
+        with contextlib.suppress(OSError):
+            size += (directory / RESPONSES_FILE).stat().st_size
+        return size
+
+    def enforce_total(self) -> int:
+        """Remove ended recordings, oldest first, until all of them fit ``max_total_bytes``; live
+        ones are never removed (their budgets bound them). Reads manifests only (and one stat each)."""
+        total, ended = 0, []
+        for directory in self.root.glob("ses_*"):
+            manifest: dict[str, Any] = {}
+            with contextlib.suppress(OSError, ValueError):
+                loaded = json.loads((directory / MANIFEST_FILE).read_text())
+                manifest = loaded if isinstance(loaded, dict) else {}
+            size = self._size(directory, manifest)
+            total += size
+            ended_at = manifest.get("ended_at")
+            if directory.name not in self._live and isinstance(ended_at, int | float) and ended_at:
+                ended.append((float(ended_at), directory.name, size, directory))
+        removed = 0
+        for _, _, size, directory in sorted(ended):
+            if total <= self.limits.max_total_bytes:
+                break
+            log.info("recording %s removed: all recordings exceed their cap", directory.name)
+            shutil.rmtree(directory, ignore_errors=True)
+            total -= size
+            removed += 1
         return removed

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from corral.errors import CorralError
+from corral.gateway.store import open_private, private_dir, write_private
 from corral.proxy.flowfile import FlowFile, check
 
 ID_PREFIX = "rsp_"
@@ -37,10 +38,13 @@ class ReplayUploads:
         return self.root / f"{upload_id}{SUFFIX}"
 
     def begin(self) -> tuple[str, Path]:
-        """A new id and the temporary file its bytes go to."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        """A new id and the temporary file its bytes go to (made here, 0600: whoever opens it to
+        write keeps that mode)."""
+        private_dir(self.root)
         upload_id = ID_PREFIX + secrets.token_hex(8)
-        return upload_id, self.root / f".{upload_id}.part"
+        part = self.root / f".{upload_id}.part"
+        os.close(open_private(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+        return upload_id, part
 
     def finish(self, upload_id: str, part: Path, owner: str) -> FlowFile:
         """Check the uploaded bytes, cut a torn last flow, and keep it; raises ValueError (and removes
@@ -59,7 +63,7 @@ class ReplayUploads:
             if checked.torn:
                 os.truncate(part, checked.complete)
             os.replace(part, self._path(upload_id))
-            (self.root / f"{upload_id}{OWNER_SUFFIX}").write_text(owner)  # after: never an owner of nothing
+            write_private(self.root / f"{upload_id}{OWNER_SUFFIX}", owner)  # after: never an owner of nothing
         finally:
             part.unlink(missing_ok=True)
         return checked

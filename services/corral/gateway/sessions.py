@@ -22,7 +22,7 @@ from corral.errors import CorralError
 from corral.gateway import auth
 from corral.gateway.egress import Egress, EgressManager, EgressUnavailable
 from corral.gateway.models import CreateSession, Viewport
-from corral.gateway.recording import RecordingManager
+from corral.gateway.recording import RecordingLimits, RecordingManager
 from corral.gateway.replays import ReplayUploads
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
@@ -114,7 +114,11 @@ class SessionManager:
         self._sessions: dict[str, Session] = {}
         self._pool: list[Pair] = []
         self.egress = EgressManager(settings, runtime) if settings.egress else None  # type: ignore[arg-type]
-        self.recordings = RecordingManager(settings.data_dir / "recordings") if settings.record else None
+        self.recordings = (
+            RecordingManager(settings.data_dir / "recordings", RecordingLimits.from_settings(settings))
+            if settings.record
+            else None
+        )
         self.replays = ReplayUploads(settings.data_dir / "replay-responses", settings.replay_upload_max_mb << 20)
         self._http: httpx.AsyncClient | None = None
         self._reserved: dict[str, int] = {}  # key id -> sessions being created
@@ -155,7 +159,7 @@ class SessionManager:
         if self._http is not None:
             await self._http.aclose()
 
-    def _record(self, session: Session) -> None:
+    def _record(self, session: Session, budget_mb: int | None = None) -> None:
         if self.recordings is None or self._http is None:
             return
         manifest = {
@@ -181,6 +185,7 @@ class SessionManager:
                 manifest,
                 session.owner,
                 responses,
+                budget_mb,
                 secret=session.sandbox.secret,
             )
         except OSError as exc:
@@ -458,7 +463,7 @@ class SessionManager:
         self._sessions[session.id] = session
         if self.egress is not None and pair.egress is not None:
             self.egress.write_meta(session.id, owner=owner, created_at=now, ended_at=None)
-        self._record(session)
+        self._record(session, req.recording_mb)
         return session, token
 
     async def update_egress(self, session: Session, allow: Sequence[str] | None, mode: str | None, actor: str) -> None:

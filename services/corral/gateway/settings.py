@@ -55,10 +55,21 @@ class GatewaySettings(BaseSettings):
     # A CA bundle the proxies trust for upstreams beside the public ones (an internal PKI, a test CA).
     egress_upstream_ca: Path | None = None
     egress_retention_days: float = Field(default=30.0, gt=0)
+    # The host uid the proxies run as (they own their state dirs). Unset: 1001 when the gateway runs
+    # as root, else the gateway's own uid (only root can give files to another user).
+    egress_uid: int | None = Field(default=None, ge=1)
 
     # Every session is recorded (docs/recording.md); bundles outlive their sessions this long.
     record: bool = True
     recording_retention_days: float = Field(default=30.0, gt=0)
+    # Each session's bytes of events and frames; past it the recording notes the cut and stores no
+    # more (the session goes on). A session may ask for another budget (recording_mb), up to the cap.
+    recording_budget_mb: int = Field(default=256, ge=1)
+    recording_max_budget_mb: int = Field(default=2048, ge=1)
+    # Per event, each field of recorded text (request, native, reply...) is kept up to this much.
+    recording_max_text_kb: int = Field(default=64, ge=1)
+    # All recordings in the data dir together; past it, ended ones go, oldest first.
+    recordings_max_total_mb: int = Field(default=10240, ge=1)
     # Each session's upstream answers go into its recording (responses.mitm) for hermetic replays.
     record_responses: bool = True
     responses_max_body_mb: int = Field(default=16, ge=1)

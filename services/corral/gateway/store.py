@@ -2,17 +2,87 @@
 
 Docker says which sandboxes live; these files say which session each one serves (a claimed
 pool container cannot be relabelled), so a restarted gateway finds its sessions again.
+
+Everything the gateway keeps is its own business: the data directory is 0700 and every file in it
+is created 0600 (:func:`private_dir`, :func:`write_private`), so no other host user reads a
+session's record, frames or uploads, whatever the process umask.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import secrets
+import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` (and missing parents) as a directory only its owner can enter.
+
+    Made 0700 at creation; one that exists with a wider mode (an older gateway's) is narrowed.
+    """
+    missing = []
+    parent = path
+    while not parent.exists():
+        missing.append(parent)
+        parent = parent.parent
+    for directory in reversed(missing):  # mkdir(parents=True) would make the parents with the umask's mode
+        with contextlib.suppress(FileExistsError):
+            directory.mkdir(mode=DIR_MODE)
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        os.chmod(path, mode & DIR_MODE)
+    return path
+
+
+def open_private(path: Path, flags: int = os.O_WRONLY | os.O_CREAT | os.O_TRUNC) -> int:
+    """A file descriptor for ``path``, created 0600 (an existing file keeps its mode)."""
+    return os.open(path, flags | os.O_CLOEXEC, FILE_MODE)
+
+
+def write_private(path: Path, data: bytes | str, owner: tuple[int, int] | None = None) -> None:
+    """Write ``path`` atomically, 0600 from its creation (a fresh temporary file, then a rename);
+    ``owner`` (uid, gid) hands it to another user before it appears under its name."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data.encode() if isinstance(data, str) else data)
+            if owner is not None:
+                os.fchown(out.fileno(), *owner)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, value: Any, owner: tuple[int, int] | None = None, indent: int | None = None) -> None:
+    write_private(path, json.dumps(value, indent=indent), owner)
+
+
+def copy_private(source: Path, target: Path, owner: tuple[int, int] | None = None) -> None:
+    """Copy ``source`` to ``target`` (streamed), 0600 from its creation."""
+    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+    try:
+        with os.fdopen(fd, "wb") as out, source.open("rb") as src:
+            shutil.copyfileobj(src, out, 1 << 20)
+            if owner is not None:
+                os.fchown(out.fileno(), *owner)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def session_dir(root: Path, session_id: str) -> Path:
@@ -24,14 +94,11 @@ def session_dir(root: Path, session_id: str) -> Path:
 
 class SessionStore:
     def __init__(self, data_dir: Path) -> None:
-        self._dir = data_dir / "sessions"
-        self._dir.mkdir(parents=True, exist_ok=True)
+        private_dir(data_dir)  # the whole data directory: nobody else's to enter
+        self._dir = private_dir(data_dir / "sessions")
 
     def save(self, session_id: str, record: dict[str, Any]) -> None:
-        path = self._dir / f"{session_id}.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, path)
+        write_json(self._dir / f"{session_id}.json", record)
 
     def delete(self, session_id: str) -> None:
         (self._dir / f"{session_id}.json").unlink(missing_ok=True)

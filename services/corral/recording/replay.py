@@ -193,6 +193,13 @@ def recording_warnings(bundle: Bundle) -> list[str]:
             warnings.append(f"the recording lost {event.get('lost', '?')} event(s) before event {event['seq']}")
         elif event.get("event") == "controller_restarted":
             warnings.append(f"the sandbox's controller restarted before event {event['seq']}: state may differ")
+        elif event.get("event") == "budget":
+            warnings.append(
+                f"the recording stopped at event {event['seq']} ({event.get('reason', 'budget')}): "
+                "the session's later actions were not recorded"
+            )
+        elif event.get("event") == "action" and "request" in (event.get("truncated") or {}):
+            warnings.append(f"event {event['seq']}'s request was cut when recorded: that step is skipped")
     if bundle.truncated:
         warnings.append("the recording was cut short: its last, torn event is left out")
     return warnings
@@ -221,6 +228,12 @@ def replay(
             steps.append(
                 StepResult(number, summary, recorded_ok, recorded_ok, threshold, None, "skipped", "skipped by override")
             )
+            continue
+        if "request" in (event.get("truncated") or {}):
+            # Only part of it was kept (CORRAL_RECORDING_MAX_TEXT_KB): sending that would be another request.
+            reason = "the recorded request was cut (too long to keep whole); it cannot be sent again"
+            log(f"step {number} {_LOG_WORD['skipped']} {summary}: {reason}")
+            steps.append(StepResult(number, summary, recorded_ok, recorded_ok, threshold, None, "skipped", reason))
             continue
         if options.recorded_timing and first_recorded is not None and event.get("started"):
             wait = (float(event["started"]) - float(first_recorded)) - (time.monotonic() - start_wall)

@@ -31,7 +31,10 @@ NETWORK_ROLE = "network"
 CONTROLLER_PORT = 8765
 EGRESS_ALIAS = "corral-proxy"  # the proxy's name on its session network
 EGRESS_STATE = "/var/lib/corral-egress"  # where the proxy keeps its CA, policy and audit log
-EGRESS_UID = 1001
+EGRESS_UID = 1001  # the proxies' uid unless the gateway's settings say otherwise (EgressSpec.uid)
+# Containers log to Docker's json-file driver: at most this much each, so a chatty or hostile
+# sandbox cannot fill the host's disk through its logs.
+LOG_CONFIG = {"type": "json-file", "config": {"max-size": "10m", "max-file": "3"}}
 CONTROLLER_USER = "corral"  # the sandbox's controller uid; the only one that reads its secrets
 CONTROLLER_UID = 1000
 AGENT_UID = 1100  # the sandbox's agent uid: Chromium, and what the agent runs
@@ -106,6 +109,7 @@ class EgressSpec:
     memory: str = "512m"
     cpus: float = 1.0
     pids: int = 256
+    uid: int = EGRESS_UID  # the host uid (and gid) it runs as; it owns state_dir
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +223,7 @@ class DockerRuntime:
                 # Docker runs a healthcheck as the container's user (root, for the boot stage) with the
                 # sandbox user's home as its working directory: never. The gateway polls /healthz itself.
                 healthcheck={"test": ["NONE"]},
+                log_config=LOG_CONFIG,
             )
         except docker.errors.ImageNotFound:
             raise SandboxError(f"image {spec.image} not found; build it with `corral images build`") from None
@@ -390,7 +395,8 @@ class DockerRuntime:
                 network=first,
                 networking_config=endpoint,
                 volumes={str(spec.state_dir): {"bind": EGRESS_STATE, "mode": "rw"}},
-                user=str(EGRESS_UID),
+                user=f"{spec.uid}:{spec.uid}",
+                log_config=LOG_CONFIG,
                 cap_drop=["ALL"],
                 security_opt=["no-new-privileges"],
                 read_only=True,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import logging
 import secrets
 import time
@@ -30,7 +31,7 @@ FRAME_QUALITY = 60
 SETTLE_QUIET_MS, SETTLE_TIMEOUT_MS, SETTLE_POLL_MS = 120, 1500, 15
 SKIP_WITHIN_MS = 100
 BUFFER = 512  # events kept for the gateway; older ones are dropped (the gateway notes the gap)
-BUFFER_BYTES = 32 << 20  # and at most this much of their frames, whichever is reached first
+BUFFER_BYTES = 32 << 20  # and at most this much of their frames and text, whichever is reached first
 
 
 def _is_image(key: str, value: Any) -> bool:
@@ -45,6 +46,12 @@ def _strip_images(value: Any) -> Any:
     if isinstance(value, list):
         return [_strip_images(item) for item in value]
     return value
+
+
+def _size(event: dict[str, Any]) -> int:
+    # Frames and text alike: requests of up to a MiB each would otherwise make one answer to the
+    # gateway hundreds of MiB (it reads at most 64 MiB of one). ASCII JSON is at least the UTF-8 size.
+    return len(json.dumps(event, default=str))
 
 
 class Recorder:
@@ -111,14 +118,14 @@ class Recorder:
                 if len(self._events) == BUFFER:
                     self._forget()
                 self._events.append(event)
-                self._bytes += len(event.get("frame_webp") or "")
+                self._bytes += _size(event)
                 while self._bytes > BUFFER_BYTES and len(self._events) > 1:
                     self._forget()
                 self._changed.notify_all()
 
     def _forget(self) -> None:
         dropped = self._events.popleft()
-        self._bytes -= len(dropped.get("frame_webp") or "")
+        self._bytes -= _size(dropped)
 
     async def _complete(self, event: dict[str, Any]) -> dict[str, Any]:
         try:

@@ -17,17 +17,17 @@ from corral.errors import UnprovenController
 from corral.gateway.recording import RecordingManager, SessionRecorder
 from corral.sandbox import auth
 
+from .controller_fake import SECRET, proving
+
 FLOW = b"25:2:id;3:abc;4:type;4:http;}"
-SECRET = auth.new_secret()
 
 
 class Controller:
     """Serves /v1/recording like a sandbox's controller: events numbered per boot."""
 
-    def __init__(self, boot: str, secret: str = SECRET) -> None:
+    def __init__(self, boot: str) -> None:
         self.boot = boot
         self.events: list[dict[str, Any]] = []
-        self._verifier = auth.RequestVerifier(secret)
 
     def act(self, count: int) -> None:
         for _ in range(count):
@@ -37,14 +37,10 @@ class Controller:
         self.boot, self.events = boot, []
 
     def handler(self, request: httpx.Request) -> httpx.Response:
-        try:
-            nonce = self._verifier.verify(request.headers.get(auth.AUTH_HEADER, ""))
-        except ValueError:
-            return httpx.Response(401, json={"ok": False})
         after = int(request.url.params.get("after", 0))
         events = [e for e in self.events if e["seq"] > after]
         body = {"events": events, "oldest": 1, "last": len(self.events), "boot": self.boot}
-        return httpx.Response(200, json=body, headers={auth.PROOF_HEADER: auth.prove(self._verifier.secret, nonce)})
+        return httpx.Response(200, json=body)
 
 
 def _events(directory: Path) -> list[dict[str, Any]]:
@@ -52,7 +48,7 @@ def _events(directory: Path) -> list[dict[str, Any]]:
 
 
 async def _recorder(directory: Path, controller: Controller) -> SessionRecorder:
-    client = httpx.AsyncClient(transport=httpx.MockTransport(controller.handler))
+    client = httpx.AsyncClient(transport=httpx.MockTransport(proving(controller.handler)))
     recorder = SessionRecorder(directory, "http://sandbox", None, client, SECRET)
     recorder.start({"session": directory.name, "viewport": {"width": 1, "height": 1}}, "key-a")
     recorder._task.cancel()  # type: ignore[union-attr]  # the test drives the fetches itself
@@ -107,7 +103,7 @@ async def test_the_zip_stores_frames_and_holds_whole_flows_of_the_live_responses
     manager = RecordingManager(tmp_path / "recordings")
     responses = tmp_path / "responses.mitm"
     responses.write_bytes(FLOW + FLOW[:10])  # the proxy is writing the second flow
-    client = httpx.AsyncClient(transport=httpx.MockTransport(Controller("b").handler))
+    client = httpx.AsyncClient(transport=httpx.MockTransport(proving(Controller("b").handler)))
     manager.start(
         "ses_0123456789abcdef", "http://sandbox", None, client, {"viewport": {}}, "key-a", responses, secret=SECRET
     )
@@ -149,14 +145,10 @@ async def test_an_impostor_on_the_controllers_port_records_nothing(tmp_path: Pat
     """Whatever holds the port without the per-boot secret (a process of the agent's uid after a
     crash) cannot prove it: its events are never written."""
     directory = tmp_path / "ses_0123456789abcdef"
-    impostor = Controller("forged", secret=auth.new_secret())
+    impostor = Controller("forged")
     impostor.act(3)
-
-    def answers_anything(request: httpx.Request) -> httpx.Response:
-        body = {"events": impostor.events, "oldest": 1, "last": 3, "boot": "forged"}
-        return httpx.Response(200, json=body, headers={auth.PROOF_HEADER: "0" * 64})
-
-    client = httpx.AsyncClient(transport=httpx.MockTransport(answers_anything))
+    # It answers with a proof, but of a secret of its own.
+    client = httpx.AsyncClient(transport=httpx.MockTransport(proving(impostor.handler, auth.new_secret())))
     recorder = SessionRecorder(directory, "http://sandbox", None, client, SECRET)
     recorder.start({"session": directory.name}, "key-a")
     recorder._task.cancel()  # type: ignore[union-attr]
