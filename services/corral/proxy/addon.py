@@ -41,7 +41,7 @@ from mitmproxy.proxy import server_hooks
 from corral.proxy import control
 from corral.proxy.audit import AuditLog, redact_headers, redact_url
 from corral.proxy.hosts import normalize_host, own_addresses, parse_ip
-from corral.proxy.policy import Decision, Policy, is_doh_request
+from corral.proxy.policy import REPORTABLE_RULES, Decision, Policy, is_doh_request
 from corral.proxy.responses import REPLAY_FILE, RESPONSES_FILE, Playback, ResponseStore
 
 log = logging.getLogger(__name__)
@@ -272,9 +272,11 @@ class Egress:
     def _verdict(self, decision: Decision, status: int = 403) -> Verdict:
         if decision.allowed:
             return Verdict(decision, "allow")
-        if decision.rule in ("invalid-host", "invalid-path"):
-            return Verdict(decision, "deny", status)  # unparseable: refused in every mode
-        return Verdict(decision, "report" if self.mode == "report" and status == 403 else "deny", status)
+        if self.mode == "report" and status == 403 and decision.rule in REPORTABLE_RULES:
+            return Verdict(decision, "report", status)  # the allowlist's refusal, let through and logged
+        # The global deny (the proxy itself, private and metadata addresses, DoH), unparseable hosts
+        # and paths: refused in every mode, before any lookup or dial.
+        return Verdict(decision, "deny", status)
 
     async def _resolve(self, host: str, port: int) -> tuple[str | None, Verdict]:
         """One lookup; every address must pass, else a rebinding answer could smuggle one in."""
@@ -381,7 +383,8 @@ class Egress:
             verdict = tunnel.verdict
         if verdict is None:
             verdict = self._verdict(self.policy.request(host, request.port, request.method, request.path))
-            if verdict.decision.allowed and is_doh_request(request.path, _pairs(request.headers)):
+            # DoH is refused in every mode: on a host the allowlist refused but report mode lets through too.
+            if not verdict.refused and is_doh_request(request.path, _pairs(request.headers)):
                 verdict = self._verdict(Decision(False, "DNS-over-HTTPS queries are refused", "doh"))
         if not verdict.refused and tunnel is None:
             # Plain HTTP through the proxy: resolve and vet here, then name the request by the vetted

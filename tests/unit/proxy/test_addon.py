@@ -74,7 +74,11 @@ def connect_flow(host: str, port: int = 443) -> http.HTTPFlow:
 
 
 def tunnel_request(connect: http.HTTPFlow, host_header: str, path: str = "/", method: str = "GET") -> http.HTTPFlow:
-    host, _, port = host_header.partition(":")
+    if host_header.startswith("["):
+        host, _, port = host_header[1:].partition("]")
+        port = port.removeprefix(":")
+    else:
+        host, _, port = host_header.partition(":")
     req = tutils.treq(
         method=method.encode(),
         scheme=b"https",
@@ -194,8 +198,21 @@ async def test_names_resolving_into_the_global_deny_are_refused(egress, host: st
 
 @pytest.mark.parametrize(
     "host",
-    ["127.0.0.1", "2130706433", "0x7f.0.0.1", "0177.0.0.1", "127.1", "[::1]", "[::ffff:127.0.0.1]", "169.254.169.254",
-     "10.1.2.3", "localhost", "metadata.google.internal", "corral-proxy", "dns.google"],
+    [
+        "127.0.0.1",
+        "2130706433",
+        "0x7f.0.0.1",
+        "0177.0.0.1",
+        "127.1",
+        "[::1]",
+        "[::ffff:127.0.0.1]",
+        "169.254.169.254",
+        "10.1.2.3",
+        "localhost",
+        "metadata.google.internal",
+        "corral-proxy",
+        "dns.google",
+    ],
 )
 async def test_global_deny_refuses_every_spelling(egress, host: str) -> None:
     addon, lookups, state = egress
@@ -258,8 +275,15 @@ async def test_plain_http_is_pinned_too(egress) -> None:
 
 @pytest.mark.parametrize(
     ("method", "path", "status"),
-    [("GET", "/docs/intro", None), ("HEAD", "/docs/", None), ("POST", "/docs/x", 403), ("GET", "/admin", 403),
-     ("GET", "/docs/../admin", 403), ("GET", "/docs/%2e%2e/admin", 403), ("GET", "/docs%2fx", 403)],
+    [
+        ("GET", "/docs/intro", None),
+        ("HEAD", "/docs/", None),
+        ("POST", "/docs/x", 403),
+        ("GET", "/admin", 403),
+        ("GET", "/docs/../admin", 403),
+        ("GET", "/docs/%2e%2e/admin", 403),
+        ("GET", "/docs%2fx", 403),
+    ],
 )
 async def test_methods_and_path_prefixes(egress, method: str, path: str, status: int | None) -> None:
     addon, _, _ = egress
@@ -272,8 +296,11 @@ async def test_methods_and_path_prefixes(egress, method: str, path: str, status:
 
 @pytest.mark.parametrize(
     ("path", "headers"),
-    [("/dns-query", {"content-type": "application/dns-message"}), ("/dns-query?dns=AAABAAAB", {}),
-     ("/resolve?name=x.test", {"accept": "application/dns-json"})],
+    [
+        ("/dns-query", {"content-type": "application/dns-message"}),
+        ("/dns-query?dns=AAABAAAB", {}),
+        ("/resolve?name=x.test", {"accept": "application/dns-json"}),
+    ],
 )
 async def test_doh_is_refused_even_on_allowed_hosts(egress, path: str, headers: dict[str, str]) -> None:
     addon, _, state = egress
@@ -314,6 +341,104 @@ async def test_report_mode_allows_and_logs_what_it_would_have_denied(egress) -> 
         inner.response = tutils.tresp()
         addon.response(inner)
         assert records(state)[-1]["decision"] == "report"
+    finally:
+        del DNS["unlisted.test"]
+
+
+# Report mode relaxes the allowlist only: each of these is refused before any dial, as in enforce mode.
+REPORT_MODE_REFUSALS = [
+    ("169.254.169.254", 80, "global-deny"),  # cloud metadata
+    ("[fd00:ec2::254]", 80, "global-deny"),  # metadata over IPv6 (ULA)
+    ("2852039166", 80, "global-deny"),  # 169.254.169.254 as one number
+    ("10.1.2.3", 443, "global-deny"),  # private
+    ("0x7f.1", 443, "global-deny"),  # loopback in hex
+    ("[::ffff:127.0.0.1]", 443, "global-deny"),
+    ("localhost", 443, "global-deny"),
+    ("metadata.google.internal", 80, "global-deny"),
+    ("corral-proxy", 8081, "global-deny"),  # the proxy's own control port, by its name
+    ("203.0.113.77", 8081, "global-deny"),  # ... and by its address, even inside a trusted network
+    ("proxyself.test", 8081, "global-deny"),  # ... and by a name that resolves to it
+    ("private.test", 443, "global-deny"),  # a name resolving to a private address
+    ("meta.test", 80, "global-deny"),  # ... to the metadata address
+    ("rebind.test", 443, "global-deny"),  # ... one private answer among public ones
+    ("dns.google", 443, "global-deny"),  # a DoH resolver
+]
+
+
+@pytest.fixture
+def report_mode(egress):
+    from mitmproxy import ctx
+
+    addon, lookups, state = egress
+    DNS["proxyself.test"] = ["203.0.113.77"]
+    ctx.options.update(corral_own_hosts="corral-proxy,203.0.113.77")
+    # Nothing on the allowlist that matters: a report-mode session lets the allowlist's refusals through.
+    addon.handle_control("gateway", control.SetPolicy(("allowed.test",), "report", "test"))
+    try:
+        yield addon, lookups, state
+    finally:
+        del DNS["proxyself.test"]
+
+
+@pytest.mark.parametrize(("host", "port", "rule"), REPORT_MODE_REFUSALS)
+async def test_report_mode_never_lifts_the_global_deny_at_connect(report_mode, host: str, port: int, rule: str) -> None:
+    addon, _lookups, state = report_mode
+    assert addon.mode == "report"
+    flow = connect_flow(host, port)
+    await addon.http_connect(flow)
+    record = records(state)[-1]
+    assert (record["event"], record["decision"], record["rule"], record["ip"]) == ("connect", "deny", rule, None)
+    assert flow.response is not None and flow.response.status_code == 200  # accepted, intercepted, never dialled
+    server = flow.server_conn
+    server.address = (host.strip("[]"), port)
+    await addon.server_connect(server_hooks.ServerConnectionHookData(server=server, client=flow.client_conn))
+    assert server.error and "refused" in server.error
+    inner = tunnel_request(flow, host if port == 443 else f"{host}:{port}")
+    await addon.requestheaders(inner)
+    assert inner.response is not None and inner.response.status_code == 403
+    assert inner.response.headers["X-Corral-Rule"] == rule
+    assert records(state)[-1]["decision"] == "deny"
+
+
+@pytest.mark.parametrize(("host", "port", "rule"), REPORT_MODE_REFUSALS)
+async def test_report_mode_never_lifts_the_global_deny_for_plain_http(
+    report_mode, host: str, port: int, rule: str
+) -> None:
+    addon, _lookups, state = report_mode
+    flow = plain_request(host, port, host_header=host if port == 80 else f"{host}:{port}")
+    await addon.requestheaders(flow)
+    assert flow.response is not None and flow.response.status_code == 403, records(state)[-1]
+    assert flow.request.host == host.strip("[]") or flow.request.host == host  # never re-pinned to an address
+    record = records(state)[-1]
+    assert (record["event"], record["decision"], record["rule"]) == ("block", "deny", rule)
+    server = flow.server_conn
+    server.address = (flow.request.host, port)
+    await addon.server_connect(server_hooks.ServerConnectionHookData(server=server, client=flow.client_conn))
+    assert server.error and "refused" in server.error
+
+
+async def test_report_mode_still_refuses_doh_and_protocol_violations(report_mode) -> None:
+    addon, _lookups, state = report_mode
+    DNS["unlisted.test"] = ["203.0.113.40"]
+    try:
+        flow = connect_flow("unlisted.test")
+        await addon.http_connect(flow)
+        assert records(state)[-1]["decision"] == "report"  # the allowlist's refusal: let through
+        doh = tunnel_request(flow, "unlisted.test", "/dns-query?dns=AAABAAAB")
+        await addon.requestheaders(doh)
+        assert doh.response is not None and doh.response.status_code == 403
+        assert (records(state)[-1]["decision"], records(state)[-1]["rule"]) == ("deny", "doh")
+        spoof = tunnel_request(flow, "private.test")
+        spoof.client_conn.sni = "unlisted.test"
+        await addon.requestheaders(spoof)
+        assert spoof.response is not None and spoof.response.status_code == 421
+        # A path the allowlist refuses is an allowlist decision: reported, let through.
+        path = tunnel_request(flow, "unlisted.test", "/admin")
+        await addon.requestheaders(path)
+        assert path.response is None
+        path.response = tutils.tresp()
+        addon.response(path)
+        assert (records(state)[-1]["decision"], records(state)[-1]["rule"]) == ("report", "default-deny")
     finally:
         del DNS["unlisted.test"]
 
@@ -377,9 +502,15 @@ async def test_errors_are_logged(egress) -> None:
 
 @pytest.mark.parametrize(
     ("line", "message"),
-    [(b"nope", "not JSON"), (b"[]", "JSON object"), (b'{"op":"x"}', "unknown op"),
-     (b'{"op":"policy","allow":"a"}', "list of strings"), (b'{"op":"policy","allow":[],"mode":"off"}', "mode"),
-     (b'{"op":"action","id":"a","phase":"middle"}', "phase"), (b'{"op":"hello"}', "token")],
+    [
+        (b"nope", "not JSON"),
+        (b"[]", "JSON object"),
+        (b'{"op":"x"}', "unknown op"),
+        (b'{"op":"policy","allow":"a"}', "list of strings"),
+        (b'{"op":"policy","allow":[],"mode":"off"}', "mode"),
+        (b'{"op":"action","id":"a","phase":"middle"}', "phase"),
+        (b'{"op":"hello"}', "token"),
+    ],
 )
 def test_control_messages_are_validated(line: bytes, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -388,8 +519,12 @@ def test_control_messages_are_validated(line: bytes, message: str) -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("a.test", ("a.test", 443)), ("A.Test.:8443", ("a.test", 8443)), ("[::1]:80", ("::1", 80)),
-     ("[2001:db8::1]", ("2001:db8::1", 443))],
+    [
+        ("a.test", ("a.test", 443)),
+        ("A.Test.:8443", ("a.test", 8443)),
+        ("[::1]:80", ("::1", 80)),
+        ("[2001:db8::1]", ("2001:db8::1", 443)),
+    ],
 )
 def test_parse_authority(text: str, expected: tuple[str, int]) -> None:
     assert parse_authority(text, 443) == expected
