@@ -39,7 +39,7 @@ from mitmproxy.addonmanager import Loader
 from mitmproxy.proxy import server_hooks
 
 from corral.proxy import control
-from corral.proxy.audit import AuditLog, redact_headers, redact_url
+from corral.proxy.audit import GENESIS, AuditLog, redact_headers, redact_url
 from corral.proxy.hosts import normalize_host, own_addresses, parse_ip
 from corral.proxy.policy import REPORTABLE_RULES, Decision, Policy, is_doh_request
 from corral.proxy.responses import REPLAY_FILE, RESPONSES_FILE, Playback, ResponseStore
@@ -200,6 +200,8 @@ class Egress:
             if saved.exists():
                 stored = json.loads(saved.read_text())
                 allow, self.mode = list(stored.get("allow", [])), str(stored.get("mode", self.mode))
+                # Continued across restarts: the gateway compares it with the generation it last set.
+                self._generation = int(stored.get("generation", 0))
             if self.audit is None:
                 self.audit = AuditLog(self._state_dir / AUDIT_FILE, opts.corral_session)
             if opts.corral_keep_responses and not opts.corral_hermetic and self.responses is None:
@@ -598,8 +600,10 @@ class Egress:
                     if isinstance(message, control.ActionEvent):
                         (opened.add if message.phase == "start" else opened.discard)(message.id)
                     reply = self.handle_control(role, message)
+                except control.InvalidMessage as exc:
+                    reply = exc.reply()
                 except (ValueError, OSError) as exc:
-                    reply = {"ok": False, "error": str(exc)}
+                    reply = {"ok": False, "code": control.INVALID_REQUEST, "error": str(exc)}
                 if reply is not None:
                     writer.write(control.encode(reply))
                     await writer.drain()
@@ -627,10 +631,9 @@ class Egress:
         if isinstance(message, control.SetPolicy):
             policy = self.policy.with_allow(message.allow)
             previous_allow, previous_mode = self.policy.allow, self.mode
+            generation = self._generation + 1
             # Persisted and logged before it takes effect: no policy is ever live without its record.
-            self._persist(policy.allow, message.mode)
-            self.policy, self.mode = policy, message.mode
-            self._generation += 1
+            self._persist(policy.allow, message.mode, generation)
             self._log(
                 "policy",
                 allow=policy.allow,
@@ -638,14 +641,15 @@ class Egress:
                 previous_allow=previous_allow,
                 previous_mode=previous_mode,
                 actor=message.actor,
+                generation=generation,
             )
-            return {"ok": True, "allow": policy.allow, "mode": self.mode}
+            self.policy, self.mode, self._generation = policy, message.mode, generation
+            return {"ok": True, **self._policy_state()}
         if isinstance(message, control.Status):
             return {
                 "ok": True,
                 "session": ctx.options.corral_session,
-                "allow": self.policy.allow,
-                "mode": self.mode,
+                **self._policy_state(),
                 "records": self.audit.seq if self.audit is not None else 0,
                 "actions": list(self._actions),
                 "hermetic": self.hermetic,
@@ -654,12 +658,17 @@ class Egress:
             }
         raise ValueError("unexpected message")
 
-    def _persist(self, allow: list[str], mode: str) -> None:
+    def _policy_state(self) -> dict[str, Any]:
+        """What the gateway checks on each answer: the live policy, its generation, the chain's head."""
+        head = self.audit.head if self.audit is not None else {"seq": 0, "hash": GENESIS}
+        return {"allow": self.policy.allow, "mode": self.mode, "generation": self._generation, "head": head}
+
+    def _persist(self, allow: list[str], mode: str, generation: int) -> None:
         if self._state_dir is None:
             return
         target = self._state_dir / POLICY_FILE
         temporary = target.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"allow": allow, "mode": mode}))
+        temporary.write_text(json.dumps({"allow": allow, "mode": mode, "generation": generation}))
         os.replace(temporary, target)
 
 

@@ -111,6 +111,11 @@ class AuditLog:
         """The sequence number of the last record written."""
         return self._seq
 
+    @property
+    def head(self) -> dict[str, Any]:
+        """The chain's head: ``seq`` and ``hash`` of the last record written (what the gateway anchors)."""
+        return {"seq": self._seq, "hash": self._prev}
+
     def write(self, event: str, **fields: Any) -> dict[str, Any]:
         self._seq += 1
         record: dict[str, Any] = {

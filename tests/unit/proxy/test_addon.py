@@ -477,12 +477,22 @@ async def test_policy_change_is_logged_persisted_and_gateway_only(egress) -> Non
     with pytest.raises(ValueError, match="wildcard"):
         addon.handle_control("gateway", control.SetPolicy(("a*.test",), "enforce", "me"))
     reply = addon.handle_control("gateway", control.SetPolicy(("NEW.test.",), "enforce", "api-key:k1"))
-    assert reply == {"ok": True, "allow": ["new.test"], "mode": "enforce"}
     record = records(state)[-1]
+    assert reply == {
+        "ok": True,
+        "allow": ["new.test"],
+        "mode": "enforce",
+        "generation": 1,
+        "head": {"seq": record["seq"], "hash": record["hash"]},  # the chain's head includes the change
+    }
     assert record["event"] == "policy"
-    assert record["allow"] == ["new.test"] and record["actor"] == "api-key:k1"
+    assert record["allow"] == ["new.test"] and record["actor"] == "api-key:k1" and record["generation"] == 1
     assert record["previous_allow"] == ["allowed.test", "*.allowed.test", "GET,HEAD other.test/docs/"]
-    assert json.loads((state / "policy.json").read_text()) == {"allow": ["new.test"], "mode": "enforce"}
+    assert json.loads((state / "policy.json").read_text()) == {
+        "allow": ["new.test"],
+        "mode": "enforce",
+        "generation": 1,
+    }
     with pytest.raises(ValueError, match="only the controller"):
         addon.handle_control("gateway", control.ActionEvent("a1", "start"))
     assert verify(state / "audit.jsonl").ok
@@ -515,6 +525,105 @@ async def test_errors_are_logged(egress) -> None:
 def test_control_messages_are_validated(line: bytes, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         control.parse_message(line)
+
+
+@pytest.mark.parametrize(
+    "action_id",
+    ["", "a" * 65, "a1\nforged", "a1\r", "a 1", "a1\u2028", "é1", "a1/../x", "<script>", 7, None, ["a1"]],
+)
+def test_action_ids_are_short_tokens_without_newlines(action_id: object) -> None:
+    line = json.dumps({"op": "action", "id": action_id, "phase": "start"}).encode()
+    with pytest.raises(control.InvalidMessage) as refused:
+        control.parse_message(line)
+    assert refused.value.reply() == {
+        "ok": False,
+        "code": "invalid_field",
+        "field": "id",
+        "error": "'id' must be 1 to 64 characters from A-Z a-z 0-9 _ . : -",
+    }
+
+
+@pytest.mark.parametrize("action_id", ["a1.ab3f", "a" * 64, "act_1", "a:1-2.x"])
+def test_good_action_ids_pass(action_id: str) -> None:
+    line = json.dumps({"op": "action", "id": action_id, "phase": "end"}).encode()
+    assert control.parse_message(line) == control.ActionEvent(action_id, "end")
+
+
+async def _serve(addon: Egress) -> int:
+    """The addon's control channel on a free loopback port (what the sidecar binds to its session address)."""
+    from mitmproxy import ctx
+
+    ctx.options.update(corral_control_host="127.0.0.1", corral_control_port=0)
+    await addon.running()
+    assert addon._control is not None
+    return int(addon._control.sockets[0].getsockname()[1])
+
+
+async def _exchange(port: int, *messages: dict[str, Any]) -> list[dict[str, Any]]:
+    import asyncio
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    replies = []
+    try:
+        for message in messages:
+            writer.write(control.encode(message))
+            await writer.drain()
+            replies.append(json.loads(await reader.readline()))
+    finally:
+        writer.close()
+    return replies
+
+
+async def test_a_forged_action_id_gets_a_structured_refusal_and_never_reaches_the_log(egress) -> None:
+    addon, _, state = egress
+    port = await _serve(addon)
+    try:
+        hello, refused, accepted = await _exchange(
+            port,
+            {"op": "hello", "token": "ctl-token"},
+            {"op": "action", "id": 'a1\n{"event":"forged"}', "phase": "start", "ack": True},
+            {"op": "action", "id": "a2.beef", "phase": "start", "ack": True},
+        )
+        flow = connect_flow("allowed.test")
+        await addon.http_connect(flow)
+    finally:
+        await addon.done()
+    assert hello == {"ok": True, "role": "controller"}
+    assert refused == {
+        "ok": False,
+        "code": "invalid_field",
+        "field": "id",
+        "error": "'id' must be 1 to 64 characters from A-Z a-z 0-9 _ . : -",
+    }
+    assert accepted == {"ok": True}  # the connection carries on
+    assert list(addon._actions) == ["a2.beef"]
+    assert records(state)[-1]["action"] == "a2.beef"
+    assert "forged" not in (state / "audit.jsonl").read_text()
+
+
+async def test_the_policy_generation_counts_changes_and_survives_a_restart(egress, tmp_path: Path) -> None:
+    addon, _, state = egress
+    port = await _serve(addon)
+    token = {"op": "hello", "token": "gw-token"}
+    try:
+        _, first = await _exchange(port, token, {"op": "status"})
+        _, changed = await _exchange(port, token, {"op": "policy", "allow": ["a.test"], "mode": "report", "actor": "t"})
+        _, now = await _exchange(port, token, {"op": "status"})
+    finally:
+        await addon.done()
+    assert first["generation"] == 0 and changed["generation"] == 1 and now["generation"] == 1
+    assert (now["allow"], now["mode"]) == (["a.test"], "report")
+    last = records(state)[-1]
+    assert now["head"] == {"seq": last["seq"], "hash": last["hash"]}
+    # A restarted proxy (same state dir) continues the generation and the chain.
+    again = Egress()
+    with taddons.context(again) as tctx:
+        tctx.configure(again, corral_session="ses_test", corral_state_dir=str(state), corral_gateway_token="gw-token")
+        status = again.handle_control("gateway", control.Status())
+        assert status is not None
+        assert (status["generation"], status["allow"], status["mode"]) == (1, ["a.test"], "report")
+        assert status["head"] == now["head"]
+        await again.done()
 
 
 @pytest.mark.parametrize(

@@ -116,10 +116,15 @@ def test_redaction_catches_camel_case_and_token_headers() -> None:
     url = redact_url("https://x.test/p?accessToken=a&apikey=b&sessionid=c&q=1&zipcode=9&api_key=d")
     assert "=a" not in url and "=b" not in url and "=c" not in url and "=d" not in url
     assert "q=1" in url and "zipcode=9" in url
-    headers = dict(redact_headers([("PRIVATE-TOKEN", "t"), ("X-CSRF-Token", "c"), ("X-Api-Token", "a"),
-                                   ("Accept", "text/html")]))
-    assert headers == {"PRIVATE-TOKEN": "[redacted]", "X-CSRF-Token": "[redacted]", "X-Api-Token": "[redacted]",
-                       "Accept": "text/html"}
+    headers = dict(
+        redact_headers([("PRIVATE-TOKEN", "t"), ("X-CSRF-Token", "c"), ("X-Api-Token", "a"), ("Accept", "text/html")])
+    )
+    assert headers == {
+        "PRIVATE-TOKEN": "[redacted]",
+        "X-CSRF-Token": "[redacted]",
+        "X-Api-Token": "[redacted]",
+        "Accept": "text/html",
+    }
 
 
 def test_a_torn_last_line_is_kept_for_verify_and_the_chain_goes_on(tmp_path) -> None:
