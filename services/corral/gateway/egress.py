@@ -345,8 +345,11 @@ class EgressManager:
                 now.generation,
                 before.generation,
             )
-        head = reply["head"]
-        self._expect(egress.session_id, now, reason, int(head["seq"]), str(head["hash"]))
+        head = _head(reply)
+        if head is None:
+            self._expected[egress.session_id] = now  # a proxy from before generations: nothing to anchor
+        else:
+            self._expect(egress.session_id, now, reason, *head)
         return reply
 
     def record_start(self, session_id: str, allow: list[str], mode: str) -> None:
@@ -368,8 +371,11 @@ class EgressManager:
 
     def _observe(self, session_id: str, reply: dict[str, Any], reason: str) -> None:
         """Anchor the proxy's chain head when it moved; say so loudly when it went back or changed."""
-        head = reply["head"]
-        seq, chain_hash = int(head["seq"]), str(head["hash"])
+        head = _head(reply)
+        if head is None:
+            log.debug("egress proxy of %s reports no chain head (an older image): nothing anchored", session_id)
+            return
+        seq, chain_hash = head
         last = self.anchors.last_head(session_id)
         if last is not None and (seq < last[0] or (seq == last[0] and chain_hash != last[1])):
             log.error(
@@ -393,6 +399,9 @@ class EgressManager:
         async with self._lock(egress.session_id):
             reply = await self._call(egress, {"op": "status"}, POLL_TIMEOUT_S)
             self._observe(egress.session_id, reply, "poll")
+            head = _head(reply)
+            if head is None or "generation" not in reply:
+                return True  # a proxy from an image before policy generations: nothing to compare
             live = PolicyView.from_reply(reply)
             expected = self.expected(egress.session_id)
             if expected is None:
@@ -400,8 +409,7 @@ class EgressManager:
                 log.warning(
                     "no policy on record for %s; taking the proxy's (generation %d)", egress.session_id, live.generation
                 )
-                head = reply["head"]
-                self._expect(egress.session_id, live, "adopted", int(head["seq"]), str(head["hash"]))
+                self._expect(egress.session_id, live, "adopted", *head)
                 return True
             if live == expected:
                 return True
@@ -532,3 +540,14 @@ class EgressManager:
             self.anchors.remove(session_id)
         except (ValueError, OSError) as exc:
             log.warning("cannot remove the audit anchors of %s: %s", session_id, exc)
+
+
+def _head(reply: dict[str, Any]) -> tuple[int, str] | None:
+    """The chain head ``(seq, hash)`` of a control answer; None from a proxy too old to report it."""
+    head = reply.get("head")
+    if not isinstance(head, dict):
+        return None
+    seq, chain_hash = head.get("seq"), head.get("hash")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0 or not isinstance(chain_hash, str):
+        return None
+    return seq, chain_hash

@@ -38,7 +38,11 @@ class FakeProxy:
         assert self.server is not None
         return int(self.server.sockets[0].getsockname()[1])
 
+    legacy = False  # answers as an image from before policy generations and chain heads
+
     def state(self) -> dict[str, Any]:
+        if self.legacy:
+            return {"allow": self.allow, "mode": self.mode}
         return {"allow": self.allow, "mode": self.mode, "generation": self.generation, "head": self.audit.head}
 
     def set(self, allow: list[str], mode: str, actor: str) -> None:
@@ -195,3 +199,13 @@ async def test_the_key_and_anchors_are_private_and_tampering_is_refused(world) -
     book.path(SESSION).write_text("\n".join([*lines[:-1], json.dumps(moved)]) + "\n")
     with pytest.raises(ValueError, match="MAC does not match"):
         book.text(SESSION)
+
+
+async def test_a_proxy_from_an_older_image_is_still_served(world) -> None:
+    manager, proxy, egress = world
+    proxy.legacy = True  # a live session's proxy when the gateway was upgraded under it
+    assert (await manager.status(egress))["allow"] == ["a.test"]
+    assert await manager.check(egress) is True
+    await manager.set_policy(egress, ["b.test"], "enforce", "api-key:k1")
+    await asyncio.to_thread(manager._anchor_end, egress)
+    assert [a["reason"] for a in anchors(manager)] == ["start"]  # nothing to anchor, nothing broken
