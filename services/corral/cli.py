@@ -345,26 +345,64 @@ def screenshot(
 
 
 @audit_app.command("verify")
-def audit_verify(path: Path, as_json: JsonOpt = False) -> None:
-    """Prove an audit log untouched, or name the first record that was changed, removed or moved."""
-    from corral.proxy.audit import verify
+def audit_verify(
+    source: Annotated[str, typer.Argument(help="An audit log (.jsonl file) or a session id (ses_...).")],
+    anchors: Annotated[
+        Path | None,
+        typer.Option(
+            help="The gateway's anchors of this log (from GET /v1/sessions/ID/traffic.anchors, or "
+            "<data_dir>/audit-anchors/ID.jsonl); fetched from the gateway when SOURCE is a session id."
+        ),
+    ] = None,
+    key: Annotated[
+        Path | None,
+        typer.Option(help="The gateway's anchor key (<data_dir>/audit-anchors/key): check each anchor's MAC."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Prove an audit log untouched, or name the first record that was changed, removed or moved.
 
-    if not path.is_file():
-        raise _fail(f"no audit log at {path}", 2)
-    result = verify(path)
+    With the gateway's anchors it also catches a log cut short or rewritten as a whole; without
+    them it proves internal consistency only.
+    """
+    import tempfile
+
+    from corral.proxy.audit import parse_anchors, verify_anchored
+
+    path = Path(source)
+    with tempfile.TemporaryDirectory() as scratch:
+        anchor_lines: list[bytes] | None = None
+        if source.startswith("ses_") and not path.exists():
+            quoted = urllib.parse.quote(source, safe="")
+            path = Path(scratch) / "audit.jsonl"
+            path.write_bytes(_gateway_get(f"/v1/sessions/{quoted}/traffic").content)
+            if anchors is None:
+                # Served only after the gateway checked every anchor's MAC with its key.
+                anchor_lines = _gateway_get(f"/v1/sessions/{quoted}/traffic.anchors").content.splitlines()
+        if not path.is_file():
+            raise _fail(f"no audit log at {path}", 2)
+        try:
+            if anchors is not None:
+                anchor_lines = anchors.read_bytes().splitlines()
+            secret = key.read_bytes() if key is not None else None
+        except OSError as exc:
+            raise _fail(f"cannot read {exc.filename}: {exc.strerror or exc}", 2) from None
+        try:
+            found = parse_anchors(anchor_lines or [], secret)
+        except ValueError as exc:
+            raise _fail(f"the anchors are not the gateway's: {exc}") from None
+        try:
+            result = verify_anchored(path, found)
+        except ValueError as exc:
+            raise _fail(str(exc), 2) from None
     if as_json:
-        out.print_json(
-            json.dumps(
-                {"ok": result.ok, "records": result.records, "first_bad": result.first_bad, "reason": result.reason}
-            )
-        )
-    elif result.ok:
-        out.print(f"[green]ok[/green]: {result.records} records, chain intact")
+        out.print_json(json.dumps({**result.to_dict(), "mac_checked": secret is not None}))
     else:
-        out.print(
-            f"[red]altered[/red]: record at line {result.first_bad} {result.reason} "
-            f"({result.records} records before it are intact)"
-        )
+        style = {"intact": "green", "unanchored": "yellow"}.get(result.status, "red")
+        label = "ok" if result.status == "intact" else result.status
+        out.print(Text.assemble((label, style), ": ", result.message))
+        if found and secret is None and anchors is not None:
+            out.print(Text("the anchors' MACs were not checked: give --key to prove they are the gateway's"))
     if not result.ok:
         raise typer.Exit(1)
 

@@ -47,7 +47,7 @@ if kind == "proxied":
     conn = http.client.HTTPConnection(proxy, 8080, timeout=timeout)
     if args.get("tls"):
         conn = http.client.HTTPSConnection(proxy, 8080, timeout=timeout, context=ssl.create_default_context())
-        conn.set_tunnel(args["connect"], 443)
+        conn.set_tunnel(args["connect"], args.get("port", 443))
     target = args["path"] if args.get("tls") else "http://" + args["connect"] + args["path"]
     headers = args.get("headers", {})
     try:
@@ -155,8 +155,9 @@ def test_a_disallowed_host_is_refused_before_any_lookup_with_a_page_that_says_wh
     assert not [h for h in upstream.hits(runtime)[before:] if h["host"] == "other.test"]
 
 
-def test_nothing_gets_out_around_the_proxy(gw: RunningGateway, sb: Sandbox, upstream: Upstream,
-                                           runtime: DockerRuntime) -> None:
+def test_nothing_gets_out_around_the_proxy(
+    gw: RunningGateway, sb: Sandbox, upstream: Upstream, runtime: DockerRuntime
+) -> None:
     box = sb.container
     listener = socket.socket()
     listener.bind(("0.0.0.0", 0))  # a host service on every address: the hole --internal leaves open
@@ -219,19 +220,36 @@ def test_special_addresses_are_refused_in_every_spelling(
 
 @pytest.fixture(scope="module")
 def special(gw: RunningGateway) -> Iterator[Sandbox]:
-    allow = ["169.254.169.254", "10.0.0.1", "127.0.0.1", "corral-proxy", "2130706433", "localhost",
-             "metadata.google.internal", "allowed.test"]
+    allow = [
+        "169.254.169.254",
+        "10.0.0.1",
+        "127.0.0.1",
+        "corral-proxy",
+        "2130706433",
+        "localhost",
+        "metadata.google.internal",
+        "allowed.test",
+    ]
     with Sandbox.create(url=gw.url, api_key=KEY_A, allow=allow) as box:
         yield box
 
 
 def test_host_header_spoofing_and_doh_are_refused(gw: RunningGateway, sb: Sandbox, runtime: DockerRuntime) -> None:
-    spoof = probe(runtime, sb.container, "proxied", tls=True, connect="allowed.test", path="/x",
-                  headers={"Host": "other.test"})
+    spoof = probe(
+        runtime, sb.container, "proxied", tls=True, connect="allowed.test", path="/x", headers={"Host": "other.test"}
+    )
     assert (spoof["status"], spoof["rule"]) == (421, "host-mismatch"), spoof
-    doh = probe(runtime, sb.container, "proxied", tls=True, connect="allowed.test", path="/dns-query",
-                method="POST", body="AAABAAABAAAAAAAAA2Zvbwl0ZXN0AAABAAE=",
-                headers={"content-type": "application/dns-message"})
+    doh = probe(
+        runtime,
+        sb.container,
+        "proxied",
+        tls=True,
+        connect="allowed.test",
+        path="/dns-query",
+        method="POST",
+        body="AAABAAABAAAAAAAAA2Zvbwl0ZXN0AAABAAE=",
+        headers={"content-type": "application/dns-message"},
+    )
     assert (doh["status"], doh["rule"]) == (403, "doh"), doh
     plain = probe(runtime, sb.container, "proxied", connect="allowed.test", path="/x", headers={"Host": "other.test"})
     assert (plain["status"], plain["rule"]) == (421, "host-mismatch"), plain
@@ -244,8 +262,16 @@ def test_methods_and_path_prefixes_hold_and_the_system_store_trusts_the_session_
 ) -> None:
     ok = probe(runtime, sb.container, "proxied", tls=True, connect="api.allowed.test", path="/v1/items")
     assert ok["status"] == 200, ok  # verified against the system store, which holds the session CA
-    post = probe(runtime, sb.container, "proxied", tls=True, connect="api.allowed.test", path="/v1/items",
-                 method="POST", body="{}")
+    post = probe(
+        runtime,
+        sb.container,
+        "proxied",
+        tls=True,
+        connect="api.allowed.test",
+        path="/v1/items",
+        method="POST",
+        body="{}",
+    )
     assert (post["status"], post["rule"]) == (403, "default-deny"), post
     outside = probe(runtime, sb.container, "proxied", tls=True, connect="api.allowed.test", path="/v2/")
     assert outside["status"] == 403
@@ -269,13 +295,18 @@ def test_the_session_ca_is_trusted_and_its_key_never_enters_the_sandbox(
         "disable_non_proxied_udp",
     )
     code, out = runtime.exec(sb.container, ["sh", "-c", "tr '\\0' ' ' < /proc/$(pgrep -o -x chromium)/cmdline"])
-    for flag in ("--proxy-server=http://corral-proxy:8080", "--disable-quic",
-                 "--force-webrtc-ip-handling-policy=disable_non_proxied_udp", "DnsOverHttps"):
+    for flag in (
+        "--proxy-server=http://corral-proxy:8080",
+        "--disable-quic",
+        "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+        "DnsOverHttps",
+    ):
         assert flag in out
 
 
 def test_the_allowlist_changes_live_and_the_change_is_logged(gw: RunningGateway, runtime: DockerRuntime) -> None:
     with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as box, gw.client() as c:
+
         def fetch() -> int:
             return int(probe(runtime, box.container, "proxied", tls=True, connect="other.test", path="/")["status"])
 
@@ -306,9 +337,102 @@ def test_report_mode_allows_and_logs_what_it_would_refuse(gw: RunningGateway, ru
         assert all(r["rule"] == "default-deny" for r in reported)
 
 
-def test_logs_verify_har_validates_and_tampering_is_caught(
-    gw: RunningGateway, sb: Sandbox, tmp_path: Path
+@pytest.fixture(scope="module")
+def report_box(gw: RunningGateway) -> Iterator[Sandbox]:
+    with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"], egress_mode="report") as box:
+        yield box
+
+
+# Targets only the proxy refuses before dialling, in report mode as in enforce. The metadata address
+# is never dialled by a proxy that holds the global deny; the others are the project's own containers.
+REPORT_MODE_TARGETS = ["metadata", "sandbox_address", "proxy_control_port_by_name", "proxy_control_port_by_address"]
+
+
+@pytest.mark.parametrize("target", REPORT_MODE_TARGETS)
+def test_report_mode_never_lifts_the_global_deny(
+    gw: RunningGateway, runtime: DockerRuntime, report_box: Sandbox, target: str
 ) -> None:
+    box = report_box
+    host, port = {
+        "metadata": ("169.254.169.254", 80),
+        "sandbox_address": (runtime.address_on(box.container, f"corral-net-{box.id}"), 80),
+        "proxy_control_port_by_name": ("corral-proxy", 8081),
+        "proxy_control_port_by_address": (probe(runtime, box.container, "resolve", host="corral-proxy"), 8081),
+    }[target]
+    assert host
+    plain = probe(runtime, box.container, "proxied", connect=f"{host}:{port}", path="/latest/meta-data/", timeout=5)
+    assert (plain["status"], plain.get("rule")) == (403, "global-deny"), plain
+    tunnel = probe(runtime, box.container, "proxied", tls=True, connect=host, port=port, path="/", timeout=5)
+    # Refused at CONNECT: the tunnel is accepted without dialling, and the request in it gets the page.
+    assert (tunnel["status"], tunnel.get("rule")) == (403, "global-deny"), tunnel
+    seen = [r for r in traffic(gw, box.id) if r.get("host") == host and r["event"] in ("connect", "block", "request")]
+    assert {r["event"] for r in seen} >= {"connect", "block"}, seen
+    for record in seen:
+        assert (record["decision"], record["rule"], record.get("ip")) == ("deny", "global-deny", None), record
+    # Report mode still does what it is for: an unlisted upstream is let through and logged.
+    reported = probe(runtime, box.container, "proxied", tls=True, connect="other.test", path="/json")
+    assert reported["status"] == 200, reported
+
+
+def test_a_policy_changed_behind_the_gateways_back_is_set_back(gw: RunningGateway, runtime: DockerRuntime) -> None:
+    with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as box:
+
+        def fetch() -> int:
+            return int(probe(runtime, box.container, "proxied", tls=True, connect="other.test", path="/")["status"])
+
+        assert fetch() == 403
+        # Someone with the proxy's uid on the host widens the policy file and restarts the proxy.
+        state = gw.settings.data_dir / "egress" / box.id
+        (state / "policy.json").write_text(json.dumps({"allow": ["allowed.test", "other.test"], "mode": "report"}))
+        runtime.restart(f"corral-egress-{box.id}")
+
+        def reasserted() -> list[dict[str, Any]]:
+            return [r for r in traffic(gw, box.id, event="policy") if r["actor"] == "gateway:reassert"]
+
+        records = wait_for(reasserted, timeout_s=30)
+        assert records, "the gateway never noticed the foreign policy"
+        assert (records[-1]["allow"], records[-1]["mode"]) == (["allowed.test"], "enforce")
+        assert (records[-1]["previous_allow"], records[-1]["previous_mode"]) == (
+            ["allowed.test", "other.test"],
+            "report",
+        )
+        assert fetch() == 403
+        with gw.client() as c:
+            assert c.get(f"/v1/sessions/{box.id}").json()["allow"] == ["allowed.test"]
+
+
+def test_the_gateway_anchors_the_chain_so_a_cut_or_rewritten_log_is_caught(
+    gw: RunningGateway, runtime: DockerRuntime, tmp_path: Path
+) -> None:
+    from corral.proxy.audit import AuditLog, parse_anchors, verify_anchored
+
+    with gw.client() as c:
+        box = c.post("/v1/sessions", json={"allow": ["allowed.test"]}).json()
+        result = probe(runtime, box["container"], "proxied", tls=True, connect="allowed.test", path="/json")
+        assert result["status"] == 200, result
+        assert c.delete(f"/v1/sessions/{box['id']}").status_code == 204
+        raw = c.get(f"/v1/sessions/{box['id']}/traffic").content
+        served = c.get(f"/v1/sessions/{box['id']}/traffic.anchors")
+    assert served.status_code == 200, served.text
+    key = (gw.settings.data_dir / "audit-anchors" / "key").read_bytes()
+    anchors = parse_anchors(served.content.splitlines(), key)
+    assert anchors[0]["reason"] == "start" and anchors[-1]["reason"] == "end"
+    log = tmp_path / "audit.jsonl"
+    log.write_bytes(raw)
+    whole = verify_anchored(log, anchors)
+    assert whole.status == "intact", whole.message
+    assert whole.proven == anchors[-1]["seq"] >= 3  # proxy start, connect, request: the end anchor covers them
+    log.write_bytes(b"".join(raw.splitlines(keepends=True)[:-1]))  # the last record cut off
+    assert verify(log).ok and verify_anchored(log, anchors).status == "truncated"
+    log.unlink()
+    forged = AuditLog(log, box["id"])
+    for _ in raw.splitlines():
+        forged.write("proxy", mode="enforce", allow=["allowed.test"])  # a whole, consistent, other chain
+    forged.close()
+    assert verify(log).ok and verify_anchored(log, anchors).status == "rewritten"
+
+
+def test_logs_verify_har_validates_and_tampering_is_caught(gw: RunningGateway, sb: Sandbox, tmp_path: Path) -> None:
     from jsonschema import Draft6Validator
     from referencing import Registry, Resource
     from referencing.jsonschema import DRAFT6
@@ -346,14 +470,17 @@ def test_a_killed_proxy_fails_closed_loses_nothing_and_comes_back(
     tmp_path: Path, upstream: Upstream, runtime: DockerRuntime
 ) -> None:
     # A gateway of its own whose watchdog looks every 8 s: long enough to see the sandbox cut off.
-    with gateway(
-        tmp_path,
-        f"egress-kill-{os.getpid()}",
-        reap_interval_s=8.0,
-        egress_network=upstream.network,
-        egress_trusted_networks=f"{upstream.address}/32",
-        egress_upstream_ca=upstream.ca_path,
-    ) as own, Sandbox.create(url=own.url, api_key=KEY_A, allow=["allowed.test"]) as box:
+    with (
+        gateway(
+            tmp_path,
+            f"egress-kill-{os.getpid()}",
+            reap_interval_s=8.0,
+            egress_network=upstream.network,
+            egress_trusted_networks=f"{upstream.address}/32",
+            egress_upstream_ca=upstream.ca_path,
+        ) as own,
+        Sandbox.create(url=own.url, api_key=KEY_A, allow=["allowed.test"]) as box,
+    ):
 
         def fetch() -> int:
             result = probe(runtime, box.container, "proxied", tls=True, connect="allowed.test", path="/json")
@@ -371,8 +498,16 @@ def test_a_killed_proxy_fails_closed_loses_nothing_and_comes_back(
         runtime.stop(proxy)  # dead for good as far as Docker is concerned: only the gateway revives it
         # By address and with a short timeout: the address is simply gone, so a connect would otherwise
         # wait for it to come back (and Docker's resolver takes its time over a stopped container).
-        down = probe(runtime, box.container, "proxied", tls=True, connect="allowed.test", path="/json",
-                     timeout=1.5, proxy=address)
+        down = probe(
+            runtime,
+            box.container,
+            "proxied",
+            tls=True,
+            connect="allowed.test",
+            path="/json",
+            timeout=1.5,
+            proxy=address,
+        )
         assert down["status"] == 0, down
         assert runtime.container_states({"corral.session": box.id})[proxy] == "exited"  # down throughout: fail closed
         assert wait_for(lambda: fetch() == 200, timeout_s=30), "the gateway did not bring the proxy back"

@@ -405,6 +405,17 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
         lines = await asyncio.to_thread(_filtered_lines, log_path, wanted)
         return Response(b"".join(lines), media_type="application/jsonl")
 
+    @app.get("/v1/sessions/{session_id}/traffic.anchors")
+    async def session_anchors(session_id: str, log_path: AuditLogDep, manager: ManagerDep) -> Response:
+        """The gateway's keyed anchors of the audit chain, as stored (each one's MAC checked first), for
+        `corral audit verify`: they show a log cut short or rewritten, which the chain alone cannot."""
+        assert manager.egress is not None  # audit_log answered 404 otherwise
+        try:
+            body = await asyncio.to_thread(manager.egress.anchors.text, session_id)
+        except ValueError as exc:
+            raise ApiError(500, "audit_anchors_invalid", str(exc)) from None
+        return Response(body, media_type="application/jsonl")
+
     @app.get("/v1/sessions/{session_id}/traffic.har")
     async def session_har(log_path: AuditLogDep, wanted: FilterDep) -> Any:
         records = await asyncio.to_thread(lambda: list(wanted.apply(_records(log_path))))

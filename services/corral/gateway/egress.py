@@ -4,6 +4,13 @@ The proxy is the single writer of the session's audit log (policy changes includ
 stays one line); the gateway only reads it. State lives on the host under
 ``<data_dir>/egress/<session>/`` (bind-mounted into the proxy), so logs outlive sessions and a
 restarted proxy continues the same chain with the same CA and policy.
+
+The gateway never takes the proxy's word for its own state: every answer carries the policy's
+generation and the chain's head. The watchdog compares the policy with the one the gateway last
+set (a generation or policy it did not set means someone else changed it: logged as an error, and
+the gateway's policy is set again), and each new head is anchored in the gateway's
+:class:`~corral.gateway.anchors.AnchorBook`, outside the proxy's reach, during the session and at
+its end.
 """
 
 from __future__ import annotations
@@ -24,11 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from corral.errors import CorralError, SandboxError
+from corral.gateway.anchors import AnchorBook
 from corral.gateway.replays import ReplayNotFound
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import copy_private, private_dir, session_dir, write_json
-from corral.proxy import ca, control
+from corral.proxy import audit, ca, control
 from corral.proxy.control import AUDIT_FILE, POLICY_FILE, REPLAY_FILE, RESPONSES_FILE
+from corral.proxy.policy import parse_rule
 from corral.proxy.sidecar import PROXY_ALIAS, PROXY_PORT
 from corral.runtime import hostguard
 from corral.runtime.docker import CONTROLLER_UID, EGRESS_UID, DockerRuntime, EgressSpec, SessionNetwork
@@ -42,6 +51,8 @@ META_FILE = "session.json"
 TOKEN_KEY_FILE = "egress-token.key"
 PROXY_MEMORY_MB = 512
 SESSION_LABEL = "corral.session"
+REASSERT_ACTOR = "gateway:reassert"  # the actor of a policy the gateway sets again after a foreign change
+POLL_TIMEOUT_S = 2.0
 
 
 class ReplayUnreadable(CorralError):
@@ -80,6 +91,30 @@ class Egress:
 
 
 @dataclass(frozen=True, slots=True)
+class PolicyView:
+    """A proxy's policy as the control channel reports it (or as the gateway last set it)."""
+
+    generation: int
+    allow: tuple[str, ...]
+    mode: str
+
+    @classmethod
+    def from_reply(cls, reply: dict[str, Any]) -> PolicyView:
+        return cls(int(reply.get("generation", 0)), tuple(reply.get("allow") or ()), str(reply.get("mode")))
+
+    def record(self) -> dict[str, Any]:
+        return {"generation": self.generation, "allow": list(self.allow), "mode": self.mode}
+
+
+def canonical_allow(allow: list[str]) -> tuple[str, ...]:
+    """The allowlist as the proxy reports it back (each entry in its canonical text)."""
+    try:
+        return tuple(str(parse_rule(entry)) for entry in allow)
+    except ValueError:
+        return tuple(allow)  # the proxy refuses it anyway; nothing to compare against
+
+
+@dataclass(frozen=True, slots=True)
 class Prepared:
     """A session's network, state and CA, before its proxy starts (the sandbox can start meanwhile)."""
 
@@ -103,6 +138,10 @@ class EgressManager:
         self._runtime = runtime
         self.root = settings.data_dir / "egress"
         self._token_key: bytes | None = None
+        self.anchors = AnchorBook(settings.data_dir)  # outside self.root: no proxy ever mounts it
+        self.control_port = control.CONTROL_PORT
+        self._expected: dict[str, PolicyView] = {}  # the policy the gateway last set, per session
+        self._locks: dict[str, asyncio.Lock] = {}  # one policy conversation per proxy at a time
 
     async def start(self) -> None:
         await asyncio.to_thread(self._runtime.ensure_egress_network, self._settings.egress_network)
@@ -160,7 +199,7 @@ class EgressManager:
         uid = self.proxy_uid
         # Only the proxy's uid (and root) may enter its state: the files the proxy reads are its own, 0600.
         owner = (uid, uid) if uid != os.geteuid() else None
-        write_json(state / POLICY_FILE, {"allow": allow, "mode": mode}, owner)
+        write_json(state / POLICY_FILE, {"allow": allow, "mode": mode, "generation": 0}, owner)
         private_dir(state / "ca")  # made here, so 0700 too (ca.create gives it to the proxy)
         authority = ca.create(state / "ca", session_id, owner=owner)
         upstream = self._settings.egress_upstream_ca
@@ -187,6 +226,7 @@ class EgressManager:
             if not hostguard.install(network.interface):
                 log.error("no host guard on %s: the sandbox's own firewall is the only barrier", network.name)
             state, authority = self._prepare_state(session_id, allow, mode, replay)
+            self.record_start(session_id, allow, mode)
         except BaseException:
             self._drop_network(network)
             raise
@@ -300,6 +340,7 @@ class EgressManager:
 
     def teardown_blocking(self, egress: Egress) -> None:
         """Remove the proxy and the network; the state (audit log) stays."""
+        self._anchor_end(egress)
         # SIGTERM first: mitmdump's shutdown writes out the responses still queued for the file.
         self._runtime.stop(egress.proxy_id)
         self._runtime.remove(egress.proxy_id)
@@ -308,6 +349,25 @@ class EgressManager:
         self._runtime.remove_network(egress.network)
         hostguard.remove(egress.interface)
         shutil.rmtree(self.sandbox_secrets_dir(egress.session_id), ignore_errors=True)
+        self._expected.pop(egress.session_id, None)
+        self._locks.pop(egress.session_id, None)
+        self.anchors.forget(egress.session_id)
+
+    def _anchor_end(self, egress: Egress) -> None:
+        """The chain's head at the session's end, from the proxy's memory (not its file, which a
+        process with the proxy's uid could have changed), before the proxy goes."""
+        try:
+            reply = control.call_blocking(
+                egress.proxy_address,
+                self.control_port,
+                self.token(egress.session_id),
+                {"op": "status"},
+                POLL_TIMEOUT_S,
+            )
+            self._observe(egress.session_id, reply, "end")
+        except (control.ControlError, ValueError, KeyError, TypeError) as exc:
+            # A dead proxy: its last anchor stands; verify says how many records come after it.
+            log.warning("no final audit anchor for %s: %s", egress.session_id, exc)
 
     async def wait_ready(self, egress: Egress, timeout_s: float) -> None:
         started = time.monotonic()
@@ -335,17 +395,119 @@ class EgressManager:
     async def _call(self, egress: Egress, message: dict[str, Any], timeout_s: float = 5.0) -> dict[str, Any]:
         try:
             return await control.call(
-                egress.proxy_address, control.CONTROL_PORT, self.token(egress.session_id), message, timeout_s
+                egress.proxy_address, self.control_port, self.token(egress.session_id), message, timeout_s
             )
         except control.ControlError as exc:
             raise EgressUnavailable(str(exc)) from None
 
+    def _lock(self, session_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(session_id, asyncio.Lock())
+
     async def status(self, egress: Egress, timeout_s: float = 5.0) -> dict[str, Any]:
-        return await self._call(egress, {"op": "status"}, timeout_s)
+        """The proxy's status; its chain head is anchored when it moved."""
+        reply = await self._call(egress, {"op": "status"}, timeout_s)
+        self._observe(egress.session_id, reply, "poll")
+        return reply
 
     async def set_policy(self, egress: Egress, allow: list[str], mode: str, actor: str) -> dict[str, Any]:
         """Swap the live policy; the proxy logs the change in the session's chain."""
-        return await self._call(egress, {"op": "policy", "allow": allow, "mode": mode, "actor": actor})
+        async with self._lock(egress.session_id):
+            return await self._set_policy(egress, allow, mode, actor, "policy")
+
+    async def _set_policy(self, egress: Egress, allow: list[str], mode: str, actor: str, reason: str) -> dict[str, Any]:
+        before = self.expected(egress.session_id)
+        reply = await self._call(egress, {"op": "policy", "allow": allow, "mode": mode, "actor": actor})
+        now = PolicyView.from_reply(reply)
+        if before is not None and now.generation != before.generation + 1 and reason != "reassert":
+            # The proxy counted a change the gateway did not make (since its last check).
+            log.error(
+                "egress policy of %s: the proxy's generation is %d after this change, the gateway's last was %d: "
+                "someone else changed the proxy's policy",
+                egress.session_id,
+                now.generation,
+                before.generation,
+            )
+        head = _head(reply)
+        if head is None:
+            self._expected[egress.session_id] = now  # a proxy from before generations: nothing to anchor
+        else:
+            self._expect(egress.session_id, now, reason, *head)
+        return reply
+
+    def record_start(self, session_id: str, allow: list[str], mode: str) -> None:
+        """The policy a new proxy starts with (generation 0), kept where the proxy cannot write."""
+        self._expect(session_id, PolicyView(0, canonical_allow(allow), mode), "start", 0, audit.GENESIS)
+
+    def expected(self, session_id: str) -> PolicyView | None:
+        """The policy the gateway last set on the session's proxy (read back after a gateway restart)."""
+        view = self._expected.get(session_id)
+        if view is None:
+            stored = self.anchors.expected_policy(session_id)
+            if stored is not None:
+                view = self._expected[session_id] = PolicyView.from_reply(stored)
+        return view
+
+    def _expect(self, session_id: str, view: PolicyView, reason: str, seq: int, chain_hash: str) -> None:
+        self.anchors.append(session_id, seq, chain_hash, reason, generation=view.generation, set=view.record())
+        self._expected[session_id] = view
+
+    def _observe(self, session_id: str, reply: dict[str, Any], reason: str) -> None:
+        """Anchor the proxy's chain head when it moved; say so loudly when it went back or changed."""
+        head = _head(reply)
+        if head is None:
+            log.debug("egress proxy of %s reports no chain head (an older image): nothing anchored", session_id)
+            return
+        seq, chain_hash = head
+        last = self.anchors.last_head(session_id)
+        if last is not None and (seq < last[0] or (seq == last[0] and chain_hash != last[1])):
+            log.error(
+                "the audit chain of %s is not the one anchored: head (%d, %s) after (%d, %s); truncated or rewritten",
+                session_id,
+                seq,
+                chain_hash[:12],
+                *last,
+            )
+        if last != (seq, chain_hash) or reason == "end":
+            self.anchors.append(session_id, seq, chain_hash, reason, generation=reply.get("generation"))
+
+    async def check(self, egress: Egress) -> bool:
+        """The watchdog's look at a running proxy: its head anchored, its policy the gateway's.
+
+        A generation or policy the gateway did not set means someone else holds the gateway's token
+        (or wrote the proxy's policy file and restarted it): logged as an error, and the gateway's
+        policy is set again at once (in the chain as a ``policy`` record by ``gateway:reassert``).
+        Returns False when it had to do that.
+        """
+        async with self._lock(egress.session_id):
+            reply = await self._call(egress, {"op": "status"}, POLL_TIMEOUT_S)
+            self._observe(egress.session_id, reply, "poll")
+            head = _head(reply)
+            if head is None or "generation" not in reply:
+                return True  # a proxy from an image before policy generations: nothing to compare
+            live = PolicyView.from_reply(reply)
+            expected = self.expected(egress.session_id)
+            if expected is None:
+                # A session from before anchors existed: nothing to hold the proxy to but itself.
+                log.warning(
+                    "no policy on record for %s; taking the proxy's (generation %d)", egress.session_id, live.generation
+                )
+                self._expect(egress.session_id, live, "adopted", *head)
+                return True
+            if live == expected:
+                return True
+            log.error(
+                "egress policy of %s changed behind the gateway's back: the proxy runs generation %d (%s, %s), "
+                "the gateway set generation %d (%s, %s); setting the gateway's policy again",
+                egress.session_id,
+                live.generation,
+                live.mode,
+                list(live.allow),
+                expected.generation,
+                expected.mode,
+                list(expected.allow),
+            )
+            await self._set_policy(egress, list(expected.allow), expected.mode, REASSERT_ACTOR, "reassert")
+            return False
 
     # -- watchdog -------------------------------------------------------------------------------------
 
@@ -360,6 +522,8 @@ class EgressManager:
         states = await asyncio.to_thread(
             self._runtime.container_states, {"corral.role": "egress", "corral.gateway": self._settings.instance}
         )
+        # The running ones: policy checked, chain head anchored (all at once, each with a short timeout).
+        await asyncio.gather(*(self._check_quietly(e) for e in egresses if states.get(e.proxy_name) == "running"))
         revived: dict[str, Egress] = {}
         gone: list[str] = []
         for egress in egresses:
@@ -378,6 +542,14 @@ class EgressManager:
             except SandboxError as exc:
                 log.error("cannot restart egress proxy %s: %s", egress.proxy_name, exc)
         return revived, gone
+
+    async def _check_quietly(self, egress: Egress) -> None:
+        try:
+            await self.check(egress)
+        except EgressUnavailable as exc:
+            log.debug("egress proxy %s not checked: %s", egress.proxy_name, exc)  # restarting; next round
+        except (KeyError, ValueError, TypeError) as exc:
+            log.error("egress proxy %s gave an answer without its policy or chain head: %r", egress.proxy_name, exc)
 
     # -- archive --------------------------------------------------------------------------------------
 
@@ -429,6 +601,7 @@ class EgressManager:
             # Pool pairs that never served a session have no metadata: nobody's log, gone after retention.
             if not (state / META_FILE).exists() and state.name not in live and state.stat().st_mtime < cutoff:
                 shutil.rmtree(state, ignore_errors=True)
+                self._remove_anchors(state.name)
                 removed += 1
         for meta_path in self.root.glob(f"ses_*/{META_FILE}"):
             try:
@@ -438,5 +611,23 @@ class EgressManager:
             ended = meta.get("ended_at")
             if ended and ended < cutoff and meta.get("session") not in live:
                 shutil.rmtree(meta_path.parent, ignore_errors=True)
+                self._remove_anchors(meta_path.parent.name)
                 removed += 1
         return removed
+
+    def _remove_anchors(self, session_id: str) -> None:
+        try:
+            self.anchors.remove(session_id)
+        except (ValueError, OSError) as exc:
+            log.warning("cannot remove the audit anchors of %s: %s", session_id, exc)
+
+
+def _head(reply: dict[str, Any]) -> tuple[int, str] | None:
+    """The chain head ``(seq, hash)`` of a control answer; None from a proxy too old to report it."""
+    head = reply.get("head")
+    if not isinstance(head, dict):
+        return None
+    seq, chain_hash = head.get("seq"), head.get("hash")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0 or not isinstance(chain_hash, str):
+        return None
+    return seq, chain_hash

@@ -39,9 +39,9 @@ from mitmproxy.addonmanager import Loader
 from mitmproxy.proxy import server_hooks
 
 from corral.proxy import control
-from corral.proxy.audit import AuditLog, redact_headers, redact_url
+from corral.proxy.audit import GENESIS, AuditLog, redact_headers, redact_url
 from corral.proxy.hosts import normalize_host, own_addresses, parse_ip
-from corral.proxy.policy import Decision, Policy, is_doh_request
+from corral.proxy.policy import REPORTABLE_RULES, Decision, Policy, is_doh_request
 from corral.proxy.responses import REPLAY_FILE, RESPONSES_FILE, Playback, ResponseStore
 
 log = logging.getLogger(__name__)
@@ -200,6 +200,8 @@ class Egress:
             if saved.exists():
                 stored = json.loads(saved.read_text())
                 allow, self.mode = list(stored.get("allow", [])), str(stored.get("mode", self.mode))
+                # Continued across restarts: the gateway compares it with the generation it last set.
+                self._generation = int(stored.get("generation", 0))
             if self.audit is None:
                 self.audit = AuditLog(self._state_dir / AUDIT_FILE, opts.corral_session)
             if opts.corral_keep_responses and not opts.corral_hermetic and self.responses is None:
@@ -272,9 +274,11 @@ class Egress:
     def _verdict(self, decision: Decision, status: int = 403) -> Verdict:
         if decision.allowed:
             return Verdict(decision, "allow")
-        if decision.rule in ("invalid-host", "invalid-path"):
-            return Verdict(decision, "deny", status)  # unparseable: refused in every mode
-        return Verdict(decision, "report" if self.mode == "report" and status == 403 else "deny", status)
+        if self.mode == "report" and status == 403 and decision.rule in REPORTABLE_RULES:
+            return Verdict(decision, "report", status)  # the allowlist's refusal, let through and logged
+        # The global deny (the proxy itself, private and metadata addresses, DoH), unparseable hosts
+        # and paths: refused in every mode, before any lookup or dial.
+        return Verdict(decision, "deny", status)
 
     async def _resolve(self, host: str, port: int) -> tuple[str | None, Verdict]:
         """One lookup; every address must pass, else a rebinding answer could smuggle one in."""
@@ -381,7 +385,8 @@ class Egress:
             verdict = tunnel.verdict
         if verdict is None:
             verdict = self._verdict(self.policy.request(host, request.port, request.method, request.path))
-            if verdict.decision.allowed and is_doh_request(request.path, _pairs(request.headers)):
+            # DoH is refused in every mode: on a host the allowlist refused but report mode lets through too.
+            if not verdict.refused and is_doh_request(request.path, _pairs(request.headers)):
                 verdict = self._verdict(Decision(False, "DNS-over-HTTPS queries are refused", "doh"))
         if not verdict.refused and tunnel is None:
             # Plain HTTP through the proxy: resolve and vet here, then name the request by the vetted
@@ -595,8 +600,10 @@ class Egress:
                     if isinstance(message, control.ActionEvent):
                         (opened.add if message.phase == "start" else opened.discard)(message.id)
                     reply = self.handle_control(role, message)
+                except control.InvalidMessage as exc:
+                    reply = exc.reply()
                 except (ValueError, OSError) as exc:
-                    reply = {"ok": False, "error": str(exc)}
+                    reply = {"ok": False, "code": control.INVALID_REQUEST, "error": str(exc)}
                 if reply is not None:
                     writer.write(control.encode(reply))
                     await writer.drain()
@@ -624,10 +631,9 @@ class Egress:
         if isinstance(message, control.SetPolicy):
             policy = self.policy.with_allow(message.allow)
             previous_allow, previous_mode = self.policy.allow, self.mode
+            generation = self._generation + 1
             # Persisted and logged before it takes effect: no policy is ever live without its record.
-            self._persist(policy.allow, message.mode)
-            self.policy, self.mode = policy, message.mode
-            self._generation += 1
+            self._persist(policy.allow, message.mode, generation)
             self._log(
                 "policy",
                 allow=policy.allow,
@@ -635,14 +641,15 @@ class Egress:
                 previous_allow=previous_allow,
                 previous_mode=previous_mode,
                 actor=message.actor,
+                generation=generation,
             )
-            return {"ok": True, "allow": policy.allow, "mode": self.mode}
+            self.policy, self.mode, self._generation = policy, message.mode, generation
+            return {"ok": True, **self._policy_state()}
         if isinstance(message, control.Status):
             return {
                 "ok": True,
                 "session": ctx.options.corral_session,
-                "allow": self.policy.allow,
-                "mode": self.mode,
+                **self._policy_state(),
                 "records": self.audit.seq if self.audit is not None else 0,
                 "actions": list(self._actions),
                 "hermetic": self.hermetic,
@@ -651,12 +658,17 @@ class Egress:
             }
         raise ValueError("unexpected message")
 
-    def _persist(self, allow: list[str], mode: str) -> None:
+    def _policy_state(self) -> dict[str, Any]:
+        """What the gateway checks on each answer: the live policy, its generation, the chain's head."""
+        head = self.audit.head if self.audit is not None else {"seq": 0, "hash": GENESIS}
+        return {"allow": self.policy.allow, "mode": self.mode, "generation": self._generation, "head": head}
+
+    def _persist(self, allow: list[str], mode: str, generation: int) -> None:
         if self._state_dir is None:
             return
         target = self._state_dir / POLICY_FILE
         temporary = target.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"allow": allow, "mode": mode}))
+        temporary.write_text(json.dumps({"allow": allow, "mode": mode, "generation": generation}))
         os.replace(temporary, target)
 
 

@@ -4,21 +4,30 @@
 (sorted keys, no spaces) without ``hash``. Changing, removing, inserting or reordering a record
 breaks the chain at that record, and :func:`verify` names it. Each record is written with one
 ``write`` and flushed, so a proxy killed mid-session loses nothing it already logged.
+
+The chain alone proves internal consistency only: a log cut short, or rewritten as a whole with
+fresh hashes, verifies too. Anchors close that: the gateway asks the proxy for its chain head
+(``seq``, ``hash``) during the session and at its end, and keeps each answer as one keyed line
+(HMAC-SHA256 with a secret only the gateway reads) where the proxy cannot write.
+:func:`verify_anchored` checks a log against them: every anchored record must still be there with
+the anchored hash.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import hmac
 import json
 import os
 import re
 import time
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 GENESIS = "0" * 64
 REDACTED = "[redacted]"
@@ -111,6 +120,11 @@ class AuditLog:
         """The sequence number of the last record written."""
         return self._seq
 
+    @property
+    def head(self) -> dict[str, Any]:
+        """The chain's head: ``seq`` and ``hash`` of the last record written (what the gateway anchors)."""
+        return {"seq": self._seq, "hash": self._prev}
+
     def write(self, event: str, **fields: Any) -> dict[str, Any]:
         self._seq += 1
         record: dict[str, Any] = {
@@ -144,26 +158,202 @@ class Verification:
 
 def verify(path: Path) -> Verification:
     """Check the whole chain; names the first record that was changed, removed, inserted or moved."""
+    return _walk(path)[0]
+
+
+def _walk(path: Path) -> tuple[Verification, list[str], str | None]:
+    """The chain check, with the hash of each good record (by seq) and the log's session."""
     prev = GENESIS
-    count = 0
+    hashes: list[str] = []
+    session: str | None = None
     with path.open("rb") as log:
         for number, line in enumerate(log, start=1):
             if not line.strip():
                 continue
+            count = len(hashes)
             try:
                 record = json.loads(line)
             except ValueError:
-                return Verification(False, count, number, "not valid JSON")
+                return Verification(False, count, number, "not valid JSON"), hashes, session
             if not isinstance(record, dict) or "hash" not in record or "prev" not in record:
-                return Verification(False, count, number, "not an audit record")
+                return Verification(False, count, number, "not an audit record"), hashes, session
             if record["prev"] != prev:
-                return Verification(False, count, number, "does not follow the record before it")
+                return Verification(False, count, number, "does not follow the record before it"), hashes, session
             if record["hash"] != _digest(record):
-                return Verification(False, count, number, "its content was changed")
+                return Verification(False, count, number, "its content was changed"), hashes, session
             if record.get("seq") != count + 1:
-                return Verification(
-                    False, count, number, f"sequence number {record.get('seq')} where {count + 1} was due"
-                )
+                reason = f"sequence number {record.get('seq')} where {count + 1} was due"
+                return Verification(False, count, number, reason), hashes, session
+            if session is None and isinstance(record.get("session"), str):
+                session = record["session"]
             prev = record["hash"]
-            count += 1
-    return Verification(True, count)
+            hashes.append(prev)
+    return Verification(True, len(hashes)), hashes, session
+
+
+# -- anchors --------------------------------------------------------------------------------------
+
+ANCHOR_VERSION = 1
+_HEX64 = frozenset("0123456789abcdef")
+
+
+def _anchor_body(anchor: dict[str, Any]) -> bytes:
+    return json.dumps({k: v for k, v in anchor.items() if k != "mac"}, sort_keys=True, separators=(",", ":")).encode()
+
+
+def anchor_mac(key: bytes, anchor: dict[str, Any]) -> str:
+    """HMAC-SHA256 of the anchor's canonical JSON (without ``mac``)."""
+    return hmac.new(key, _anchor_body(anchor), hashlib.sha256).hexdigest()
+
+
+def make_anchor(
+    key: bytes, session: str, seq: int, chain_hash: str, reason: str, at: float | None = None, **fields: Any
+) -> dict[str, Any]:
+    """One anchor: the chain's head ``(seq, hash)`` as the proxy reported it, keyed with ``key``."""
+    anchor: dict[str, Any] = {
+        "v": ANCHOR_VERSION,
+        "session": session,
+        "time": time.time() if at is None else at,
+        "reason": reason,
+        "seq": seq,
+        "hash": chain_hash,
+        **fields,
+    }
+    anchor["mac"] = anchor_mac(key, anchor)
+    return anchor
+
+
+def parse_anchors(lines: Sequence[bytes | str], key: bytes | None = None) -> list[dict[str, Any]]:
+    """Anchors from JSON Lines; with ``key``, each one's MAC is checked. Raises ValueError naming the line."""
+    anchors = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            anchor = json.loads(line)
+        except ValueError:
+            raise ValueError(f"anchor line {number}: not valid JSON") from None
+        if not _is_anchor(anchor):
+            raise ValueError(f"anchor line {number}: not an audit anchor")
+        if key is not None and not hmac.compare_digest(anchor["mac"], anchor_mac(key, anchor)):
+            raise ValueError(f"anchor line {number}: its MAC does not match the key (not the gateway's anchor)")
+        anchors.append(anchor)
+    return anchors
+
+
+def _is_anchor(anchor: Any) -> bool:
+    if not isinstance(anchor, dict) or anchor.get("v") != ANCHOR_VERSION:
+        return False
+    seq, chain_hash = anchor.get("seq"), anchor.get("hash")
+    return (
+        isinstance(anchor.get("session"), str)
+        and isinstance(anchor.get("mac"), str)
+        and isinstance(seq, int)
+        and not isinstance(seq, bool)
+        and seq >= 0
+        and isinstance(chain_hash, str)
+        and len(chain_hash) == 64
+        and set(chain_hash) <= _HEX64
+        and (seq > 0 or chain_hash == GENESIS)  # an anchor before the first record holds the genesis
+    )
+
+
+AnchoredStatus = Literal["intact", "unanchored", "truncated", "rewritten", "altered"]
+
+
+@dataclass(frozen=True, slots=True)
+class AnchoredVerification:
+    """A log checked against its chain and its anchors.
+
+    ``status``: ``intact`` (chain whole, every anchor matches), ``unanchored`` (chain whole, no
+    anchors: internal consistency only), ``truncated`` (an anchored record is missing), ``rewritten``
+    (an anchored record has another hash), ``altered`` (the chain itself is broken).
+    """
+
+    status: AnchoredStatus
+    chain: Verification
+    anchors: int
+    proven: int = 0  # records 1..proven are the ones the proxy had written when last anchored
+    anchor: dict[str, Any] | None = None  # the failing anchor, or the last matching one
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("intact", "unanchored")
+
+    @property
+    def unproven(self) -> int:
+        """Records after the last anchor: the chain vouches for them, no anchor does."""
+        return max(0, self.chain.records - self.proven)
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.chain
+        return {
+            "ok": self.ok,
+            "status": self.status,
+            "records": c.records,
+            "first_bad": c.first_bad,
+            "reason": c.reason,
+            "anchors": self.anchors,
+            "proven": self.proven,
+            "unproven": self.unproven if c.ok else None,
+            "anchor": {k: self.anchor[k] for k in ("seq", "time", "reason")} if self.anchor else None,
+            "message": self.message,
+        }
+
+
+def _when(anchor: dict[str, Any]) -> str:
+    at = anchor.get("time")
+    if not isinstance(at, int | float) or isinstance(at, bool):
+        return "at an unknown time"
+    return datetime.fromtimestamp(at, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def verify_anchored(path: Path, anchors: Sequence[dict[str, Any]]) -> AnchoredVerification:
+    """Check the chain, then every anchor against it (see :class:`AnchoredVerification`).
+
+    Raises ValueError when the anchors belong to another session than the log.
+    """
+    chain, hashes, session = _walk(path)
+    for anchor in anchors:
+        if session is not None and anchor["session"] != session:
+            raise ValueError(f"the anchors are of session {anchor['session']}, the log of session {session}")
+    if not chain.ok:
+        message = f"record at line {chain.first_bad} {chain.reason} ({chain.records} records before it are intact)"
+        return AnchoredVerification("altered", chain, len(anchors), message=message)
+    unanchored = (
+        f"{chain.records} records, chain intact; no anchor covers a record: this proves only that the log is "
+        "internally consistent (a log cut short, or rewritten as a whole, would verify too)"
+    )
+    if not anchors:
+        return AnchoredVerification("unanchored", chain, 0, message=unanchored)
+    last: dict[str, Any] | None = None
+    for anchor in sorted(anchors, key=lambda a: (int(a["seq"]), float(a.get("time") or 0))):
+        seq = int(anchor["seq"])
+        if seq > chain.records:
+            message = (
+                f"truncated: the gateway anchored record {seq} ({_when(anchor)}, {anchor.get('reason')}), "
+                f"the log ends at record {chain.records}"
+            )
+            return AnchoredVerification("truncated", chain, len(anchors), _seq_of(last), anchor, message)
+        if seq > 0 and hashes[seq - 1] != anchor["hash"]:
+            message = (
+                f"rewritten: record {seq} is not the one the gateway anchored ({_when(anchor)}, {anchor.get('reason')})"
+            )
+            return AnchoredVerification("rewritten", chain, len(anchors), _seq_of(last), anchor, message)
+        last = anchor
+    assert last is not None
+    proven = int(last["seq"])
+    if proven == 0:  # only anchors from before the proxy's first record
+        return AnchoredVerification("unanchored", chain, len(anchors), 0, last, unanchored)
+    later = chain.records - proven
+    message = (
+        f"{chain.records} records, chain intact, {len(anchors)} anchors match: records 1-{proven} are the ones "
+        f"the proxy had written at the last anchor ({_when(last)}, {last.get('reason')})"
+        + (f"; the {later} after it are vouched for by the chain only" if later else "")
+    )
+    return AnchoredVerification("intact", chain, len(anchors), proven, last, message)
+
+
+def _seq_of(anchor: dict[str, Any] | None) -> int:
+    return int(anchor["seq"]) if anchor is not None else 0

@@ -7,7 +7,12 @@ Each connection opens with ``{"op": "hello", "token": ...}``; the token says who
   audit record can name the agent action that caused it.
 
 Every message with ``"ack": true`` (and every gateway message) gets one reply line,
-``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``. Parsing is pure and raises ValueError.
+``{"ok": true, ...}`` or ``{"ok": false, "code": "...", "error": "...", "field": ...}`` (``code``
+is one of :class:`corral.errors.ErrorCode`'s values). Parsing is pure and raises :class:`InvalidMessage` (a ValueError).
+
+The gateway's answers (``policy`` and ``status``) carry the policy's ``generation`` (one more for
+each change, kept across proxy restarts in ``policy.json``) and the audit chain's ``head``
+(``seq`` and ``hash`` of the last record), which the gateway checks and anchors.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
+import socket
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -27,6 +34,33 @@ POLICY_FILE = "policy.json"
 MAX_LINE_BYTES = 256 * 1024
 MODES = ("enforce", "report")
 Role = Literal["gateway", "controller"]
+# Action ids land in every audit record, the HAR and the CLI's tables: a short token, no spaces, no
+# newlines or other control characters (the controller's are ``a<n>.<boot>``).
+ACTION_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+
+
+# Values of corral.errors.ErrorCode (a unit test holds them to it), spelled out because the addon's
+# type check runs without the rest of the package's dependencies.
+INVALID_JSON = "invalid_json"
+INVALID_REQUEST = "invalid_request"
+INVALID_FIELD = "invalid_field"
+MESSAGE_TOO_LARGE = "message_too_large"
+CODES = (INVALID_JSON, INVALID_REQUEST, INVALID_FIELD, MESSAGE_TOO_LARGE)
+
+
+class InvalidMessage(ValueError):
+    """A control message the proxy refuses; :meth:`reply` is the structured refusal."""
+
+    def __init__(self, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.field = field
+
+    def reply(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ok": False, "code": self.code, "error": str(self)}
+        if self.field is not None:
+            out["field"] = self.field
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,20 +93,20 @@ Message = Hello | SetPolicy | Status | ActionEvent
 def _text(obj: dict[str, Any], key: str, max_len: int = 256) -> str:
     value = obj.get(key)
     if not isinstance(value, str) or not value or len(value) > max_len:
-        raise ValueError(f"{key!r} must be a non-empty string of at most {max_len} characters")
+        raise InvalidMessage(INVALID_FIELD, f"{key!r} must be a non-empty string of at most {max_len} characters", key)
     return value
 
 
 def parse_message(line: bytes) -> Message:
-    """One line of the channel; raises ValueError naming what is wrong."""
+    """One line of the channel; raises InvalidMessage (a ValueError) naming what is wrong."""
     if len(line) > MAX_LINE_BYTES:
-        raise ValueError(f"message longer than {MAX_LINE_BYTES} bytes")
+        raise InvalidMessage(MESSAGE_TOO_LARGE, f"message longer than {MAX_LINE_BYTES} bytes")
     try:
         obj = json.loads(line)
     except ValueError:
-        raise ValueError("message is not JSON") from None
+        raise InvalidMessage(INVALID_JSON, "message is not JSON") from None
     if not isinstance(obj, dict):
-        raise ValueError("message must be a JSON object")
+        raise InvalidMessage(INVALID_JSON, "message must be a JSON object")
     op = obj.get("op")
     if op == "hello":
         return Hello(_text(obj, "token"))
@@ -81,17 +115,21 @@ def parse_message(line: bytes) -> Message:
     if op == "policy":
         allow = obj.get("allow")
         if not isinstance(allow, list) or not all(isinstance(entry, str) for entry in allow):
-            raise ValueError("'allow' must be a list of strings")
+            raise InvalidMessage(INVALID_FIELD, "'allow' must be a list of strings", "allow")
         mode = obj.get("mode", "enforce")
         if mode not in MODES:
-            raise ValueError(f"'mode' must be one of {', '.join(MODES)}")
+            raise InvalidMessage(INVALID_FIELD, f"'mode' must be one of {', '.join(MODES)}", "mode")
         return SetPolicy(tuple(allow), str(mode), _text(obj, "actor") if "actor" in obj else "gateway")
     if op == "action":
         phase = obj.get("phase")
         if phase not in ("start", "end"):
-            raise ValueError("'phase' must be 'start' or 'end'")
-        return ActionEvent(_text(obj, "id", 128), phase, bool(obj.get("ack", False)))
-    raise ValueError(f"unknown op {op!r}")
+            raise InvalidMessage(INVALID_FIELD, "'phase' must be 'start' or 'end'", "phase")
+        action_id = obj.get("id")
+        # fullmatch, not match: "$" would let a trailing newline through.
+        if not isinstance(action_id, str) or ACTION_ID.fullmatch(action_id) is None:
+            raise InvalidMessage(INVALID_FIELD, "'id' must be 1 to 64 characters from A-Z a-z 0-9 _ . : -", "id")
+        return ActionEvent(action_id, phase, bool(obj.get("ack", False)))
+    raise InvalidMessage(INVALID_REQUEST, f"unknown op {op!r}", "op")
 
 
 def encode(obj: dict[str, Any]) -> bytes:
@@ -102,6 +140,18 @@ class ControlError(Exception):
     """The proxy refused a control message or could not be reached."""
 
 
+def _answer(hello_line: bytes, reply_line: bytes) -> dict[str, Any]:
+    hello = json.loads(hello_line or b"{}")
+    if not isinstance(hello, dict) or not hello.get("ok"):
+        error = hello.get("error") if isinstance(hello, dict) else None
+        raise ControlError(str(error or "the proxy closed the connection"))
+    reply = json.loads(reply_line or b"{}")
+    if not isinstance(reply, dict) or not reply.get("ok"):
+        error = reply.get("error") if isinstance(reply, dict) else None
+        raise ControlError(str(error or "the proxy refused the message"))
+    return reply
+
+
 async def call(host: str, port: int, token: str, message: dict[str, Any], timeout_s: float = 5.0) -> dict[str, Any]:
     """One request on a fresh connection (the gateway's way: rare, and never in the hot path)."""
     try:
@@ -110,16 +160,23 @@ async def call(host: str, port: int, token: str, message: dict[str, Any], timeou
             try:
                 writer.write(encode({"op": "hello", "token": token}) + encode(message))
                 await writer.drain()
-                hello = json.loads(await reader.readline() or b"{}")
-                if not hello.get("ok"):
-                    raise ControlError(str(hello.get("error", "the proxy closed the connection")))
-                reply: dict[str, Any] = json.loads(await reader.readline() or b"{}")
+                hello = await reader.readline()
+                return _answer(hello, await reader.readline() if hello else b"")
             finally:
                 writer.close()
                 with contextlib.suppress(OSError):
                     await writer.wait_closed()
     except (OSError, TimeoutError, ValueError) as exc:
         raise ControlError(f"egress proxy at {host}:{port} not reachable: {exc or type(exc).__name__}") from None
-    if not reply.get("ok"):
-        raise ControlError(str(reply.get("error", "the proxy refused the message")))
-    return reply
+
+
+def call_blocking(host: str, port: int, token: str, message: dict[str, Any], timeout_s: float = 5.0) -> dict[str, Any]:
+    """:func:`call` for code that runs in a worker thread (the gateway's teardown)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.sendall(encode({"op": "hello", "token": token}) + encode(message))
+            with sock.makefile("rb") as lines:
+                hello = lines.readline(MAX_LINE_BYTES)
+                return _answer(hello, lines.readline(MAX_LINE_BYTES) if hello else b"")
+    except (OSError, ValueError) as exc:
+        raise ControlError(f"egress proxy at {host}:{port} not reachable: {exc or type(exc).__name__}") from None

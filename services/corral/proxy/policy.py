@@ -4,7 +4,8 @@ Allowlist entries: ``[METHODS ]host[:port][/path-prefix]``, for example ``exampl
 ``*.example.com`` (subdomains, not the apex), ``api.example.com:8443``,
 ``GET,HEAD docs.example.com/guide/``. The global deny (loopback, private, link-local, metadata,
 multicast and other special addresses, and names such as ``localhost``) wins over the allowlist
-unless the operator allows private addresses.
+unless the operator allows private addresses. It holds in every mode: report mode relaxes only the
+allowlist (:data:`REPORTABLE_RULES`), never the global deny.
 """
 
 from __future__ import annotations
@@ -84,6 +85,12 @@ DOH_NAMES = frozenset(
 )
 DOH_MEDIA_TYPES = ("application/dns-message", "application/dns-json")
 WEB_PORTS = (80, 443)  # what a rule without a port allows
+ALLOWLIST_RULE = "default-deny"  # the rule of a refusal by the allowlist (nothing on it matched)
+# What report mode may let through (and log as "report"): only the allowlist's own refusals. The
+# global deny (the proxy itself, loopback, private, link-local, metadata, DoH), unparseable hosts and
+# paths, and protocol violations are refused in every mode: a report-mode session is a way to learn
+# which hosts an agent needs, never a way into the host's or the cloud's private networks.
+REPORTABLE_RULES = frozenset({ALLOWLIST_RULE})
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"})
 
 
@@ -264,7 +271,7 @@ class Policy:
         for rule in self.rules:
             if rule.matches_host(host, port):
                 return Decision(True, f"allowed by {rule}", str(rule))
-        return Decision(False, f"{host}:{port} is not on the session's allowlist", "default-deny")
+        return Decision(False, f"{host}:{port} is not on the session's allowlist", ALLOWLIST_RULE)
 
     def request(self, raw_host: str, port: int, method: str, path: str) -> Decision:
         """For each request: host and port as for CONNECT, then methods and path prefixes."""
@@ -280,7 +287,7 @@ class Policy:
             if rule.matches_host(host, port) and rule.matches_request(method, clean):
                 return Decision(True, f"allowed by {rule}", str(rule))
         # The normalised path, never the query: reasons reach the log and the refusal page unredacted.
-        return Decision(False, f"{method} {clean} on {host} is not allowed by the session's rules", "default-deny")
+        return Decision(False, f"{method} {clean} on {host} is not allowed by the session's rules", ALLOWLIST_RULE)
 
     def resolved(self, host: str, address: str) -> Decision:
         """After the one DNS lookup: a name that resolves into the global deny is refused (and the

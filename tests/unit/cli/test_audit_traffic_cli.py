@@ -360,3 +360,78 @@ def test_a_file_named_like_a_session_is_read_as_a_file(
     assert result.exit_code == 0, result.output
     assert len(_json_lines(result.stdout)) == 9
     assert seen == []
+
+
+# --- verify against the gateway's anchors ----------------------------------------------------------------------
+
+ANCHOR_KEY = b"a" * 32
+
+
+def _anchored(tmp_path: Path, log_path: Path, *seqs: int) -> tuple[Path, Path]:
+    """Anchors of the log's records ``seqs`` and the key file, as the gateway keeps them."""
+    from corral.proxy.audit import make_anchor
+
+    records = [json.loads(line) for line in log_path.read_text().splitlines()]
+    anchors = tmp_path / "anchors.jsonl"
+    anchors.write_text(
+        "".join(json.dumps(make_anchor(ANCHOR_KEY, "ses_abc", s, records[s - 1]["hash"], "poll")) + "\n" for s in seqs)
+    )
+    key = tmp_path / "key"
+    key.write_bytes(ANCHOR_KEY)
+    return anchors, key
+
+
+def test_verify_with_anchors_proves_the_anchored_part(log_path: Path, tmp_path: Path) -> None:
+    anchors, key = _anchored(tmp_path, log_path, 3, 7)
+    result = _run("verify", str(log_path), "--anchors", str(anchors), "--key", str(key))
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("ok: 9 records, chain intact, 2 anchors match: records 1-7")
+    assert "the 2 after it are vouched for by the chain only" in result.stdout
+    answer = json.loads(_run("verify", str(log_path), "--anchors", str(anchors), "--key", str(key), "--json").stdout)
+    assert (answer["status"], answer["proven"], answer["unproven"], answer["mac_checked"]) == ("intact", 7, 2, True)
+
+
+def test_verify_catches_a_cut_log_that_the_chain_alone_accepts(log_path: Path, tmp_path: Path) -> None:
+    anchors, key = _anchored(tmp_path, log_path, 3, 9)
+    log_path.write_text("".join(log_path.read_text().splitlines(keepends=True)[:6]))
+    assert _run("verify", str(log_path)).exit_code == 0  # without anchors: consistent, and says only that
+    assert "proves only that the log is internally consistent" in _run("verify", str(log_path)).stdout
+    result = _run("verify", str(log_path), "--anchors", str(anchors), "--key", str(key))
+    assert result.exit_code == 1
+    assert "truncated: the gateway anchored record 9" in result.stdout and "ends at record 6" in result.stdout
+
+
+def test_verify_catches_a_log_rewritten_whole(log_path: Path, tmp_path: Path) -> None:
+    anchors, key = _anchored(tmp_path, log_path, 4, 9)
+    log_path.unlink()
+    log = AuditLog(log_path, "ses_abc")
+    for i in range(9):
+        log.write("request", **_request(f"innocent{i}.test"))
+    log.close()
+    assert verify(log_path).ok
+    result = _run("verify", str(log_path), "--anchors", str(anchors), "--key", str(key))
+    assert result.exit_code == 1
+    assert "rewritten: record 4 is not the one the gateway anchored" in result.stdout
+
+
+def test_verify_refuses_anchors_under_another_key(log_path: Path, tmp_path: Path) -> None:
+    anchors, key = _anchored(tmp_path, log_path, 3)
+    key.write_bytes(b"b" * 32)
+    result = _run("verify", str(log_path), "--anchors", str(anchors), "--key", str(key))
+    assert result.exit_code == 1
+    assert "the anchors are not the gateway's" in result.stderr and "MAC does not match" in result.stderr
+    unchecked = _run("verify", str(log_path), "--anchors", str(anchors))
+    assert unchecked.exit_code == 0 and "MACs were not checked" in unchecked.stdout
+
+
+def test_verify_a_session_fetches_its_log_and_anchors_from_the_gateway(
+    gateway: Callable[[Handler], list[httpx.Request]], log_path: Path, tmp_path: Path
+) -> None:
+    anchors, _ = _anchored(tmp_path, log_path, 5)
+    cut = "".join(log_path.read_text().splitlines(keepends=True)[:4])
+    bodies = {"/v1/sessions/ses_abc/traffic": cut, "/v1/sessions/ses_abc/traffic.anchors": anchors.read_text()}
+    seen = gateway(lambda request: httpx.Response(200, text=bodies[request.url.path]))
+    result = _run("verify", "ses_abc")
+    assert [r.url.path for r in seen] == list(bodies)
+    assert result.exit_code == 1
+    assert "truncated: the gateway anchored record 5" in result.stdout

@@ -134,7 +134,7 @@ def test_the_proxy_state_is_its_uids_alone(tmp_path: Path) -> None:
     assert (state.stat().st_uid, _mode(state)) == (4321, 0o700)
     policy = state / "policy.json"
     assert (policy.stat().st_uid, policy.stat().st_gid, _mode(policy)) == (4321, 4321, 0o600)
-    assert json.loads(policy.read_text()) == {"allow": ["example.test"], "mode": "enforce"}
+    assert json.loads(policy.read_text()) == {"allow": ["example.test"], "mode": "enforce", "generation": 0}
     manager.write_meta(SID, owner="key-a")
     assert _mode(state / "session.json") == 0o600
     assert _mode(tmp_path / "egress") == 0o700 or not (tmp_path / "egress").exists()

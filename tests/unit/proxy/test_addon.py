@@ -74,7 +74,11 @@ def connect_flow(host: str, port: int = 443) -> http.HTTPFlow:
 
 
 def tunnel_request(connect: http.HTTPFlow, host_header: str, path: str = "/", method: str = "GET") -> http.HTTPFlow:
-    host, _, port = host_header.partition(":")
+    if host_header.startswith("["):
+        host, _, port = host_header[1:].partition("]")
+        port = port.removeprefix(":")
+    else:
+        host, _, port = host_header.partition(":")
     req = tutils.treq(
         method=method.encode(),
         scheme=b"https",
@@ -194,8 +198,21 @@ async def test_names_resolving_into_the_global_deny_are_refused(egress, host: st
 
 @pytest.mark.parametrize(
     "host",
-    ["127.0.0.1", "2130706433", "0x7f.0.0.1", "0177.0.0.1", "127.1", "[::1]", "[::ffff:127.0.0.1]", "169.254.169.254",
-     "10.1.2.3", "localhost", "metadata.google.internal", "corral-proxy", "dns.google"],
+    [
+        "127.0.0.1",
+        "2130706433",
+        "0x7f.0.0.1",
+        "0177.0.0.1",
+        "127.1",
+        "[::1]",
+        "[::ffff:127.0.0.1]",
+        "169.254.169.254",
+        "10.1.2.3",
+        "localhost",
+        "metadata.google.internal",
+        "corral-proxy",
+        "dns.google",
+    ],
 )
 async def test_global_deny_refuses_every_spelling(egress, host: str) -> None:
     addon, lookups, state = egress
@@ -258,8 +275,15 @@ async def test_plain_http_is_pinned_too(egress) -> None:
 
 @pytest.mark.parametrize(
     ("method", "path", "status"),
-    [("GET", "/docs/intro", None), ("HEAD", "/docs/", None), ("POST", "/docs/x", 403), ("GET", "/admin", 403),
-     ("GET", "/docs/../admin", 403), ("GET", "/docs/%2e%2e/admin", 403), ("GET", "/docs%2fx", 403)],
+    [
+        ("GET", "/docs/intro", None),
+        ("HEAD", "/docs/", None),
+        ("POST", "/docs/x", 403),
+        ("GET", "/admin", 403),
+        ("GET", "/docs/../admin", 403),
+        ("GET", "/docs/%2e%2e/admin", 403),
+        ("GET", "/docs%2fx", 403),
+    ],
 )
 async def test_methods_and_path_prefixes(egress, method: str, path: str, status: int | None) -> None:
     addon, _, _ = egress
@@ -272,8 +296,11 @@ async def test_methods_and_path_prefixes(egress, method: str, path: str, status:
 
 @pytest.mark.parametrize(
     ("path", "headers"),
-    [("/dns-query", {"content-type": "application/dns-message"}), ("/dns-query?dns=AAABAAAB", {}),
-     ("/resolve?name=x.test", {"accept": "application/dns-json"})],
+    [
+        ("/dns-query", {"content-type": "application/dns-message"}),
+        ("/dns-query?dns=AAABAAAB", {}),
+        ("/resolve?name=x.test", {"accept": "application/dns-json"}),
+    ],
 )
 async def test_doh_is_refused_even_on_allowed_hosts(egress, path: str, headers: dict[str, str]) -> None:
     addon, _, state = egress
@@ -318,6 +345,104 @@ async def test_report_mode_allows_and_logs_what_it_would_have_denied(egress) -> 
         del DNS["unlisted.test"]
 
 
+# Report mode relaxes the allowlist only: each of these is refused before any dial, as in enforce mode.
+REPORT_MODE_REFUSALS = [
+    ("169.254.169.254", 80, "global-deny"),  # cloud metadata
+    ("[fd00:ec2::254]", 80, "global-deny"),  # metadata over IPv6 (ULA)
+    ("2852039166", 80, "global-deny"),  # 169.254.169.254 as one number
+    ("10.1.2.3", 443, "global-deny"),  # private
+    ("0x7f.1", 443, "global-deny"),  # loopback in hex
+    ("[::ffff:127.0.0.1]", 443, "global-deny"),
+    ("localhost", 443, "global-deny"),
+    ("metadata.google.internal", 80, "global-deny"),
+    ("corral-proxy", 8081, "global-deny"),  # the proxy's own control port, by its name
+    ("203.0.113.77", 8081, "global-deny"),  # ... and by its address, even inside a trusted network
+    ("proxyself.test", 8081, "global-deny"),  # ... and by a name that resolves to it
+    ("private.test", 443, "global-deny"),  # a name resolving to a private address
+    ("meta.test", 80, "global-deny"),  # ... to the metadata address
+    ("rebind.test", 443, "global-deny"),  # ... one private answer among public ones
+    ("dns.google", 443, "global-deny"),  # a DoH resolver
+]
+
+
+@pytest.fixture
+def report_mode(egress):
+    from mitmproxy import ctx
+
+    addon, lookups, state = egress
+    DNS["proxyself.test"] = ["203.0.113.77"]
+    ctx.options.update(corral_own_hosts="corral-proxy,203.0.113.77")
+    # Nothing on the allowlist that matters: a report-mode session lets the allowlist's refusals through.
+    addon.handle_control("gateway", control.SetPolicy(("allowed.test",), "report", "test"))
+    try:
+        yield addon, lookups, state
+    finally:
+        del DNS["proxyself.test"]
+
+
+@pytest.mark.parametrize(("host", "port", "rule"), REPORT_MODE_REFUSALS)
+async def test_report_mode_never_lifts_the_global_deny_at_connect(report_mode, host: str, port: int, rule: str) -> None:
+    addon, _lookups, state = report_mode
+    assert addon.mode == "report"
+    flow = connect_flow(host, port)
+    await addon.http_connect(flow)
+    record = records(state)[-1]
+    assert (record["event"], record["decision"], record["rule"], record["ip"]) == ("connect", "deny", rule, None)
+    assert flow.response is not None and flow.response.status_code == 200  # accepted, intercepted, never dialled
+    server = flow.server_conn
+    server.address = (host.strip("[]"), port)
+    await addon.server_connect(server_hooks.ServerConnectionHookData(server=server, client=flow.client_conn))
+    assert server.error and "refused" in server.error
+    inner = tunnel_request(flow, host if port == 443 else f"{host}:{port}")
+    await addon.requestheaders(inner)
+    assert inner.response is not None and inner.response.status_code == 403
+    assert inner.response.headers["X-Corral-Rule"] == rule
+    assert records(state)[-1]["decision"] == "deny"
+
+
+@pytest.mark.parametrize(("host", "port", "rule"), REPORT_MODE_REFUSALS)
+async def test_report_mode_never_lifts_the_global_deny_for_plain_http(
+    report_mode, host: str, port: int, rule: str
+) -> None:
+    addon, _lookups, state = report_mode
+    flow = plain_request(host, port, host_header=host if port == 80 else f"{host}:{port}")
+    await addon.requestheaders(flow)
+    assert flow.response is not None and flow.response.status_code == 403, records(state)[-1]
+    assert flow.request.host == host.strip("[]") or flow.request.host == host  # never re-pinned to an address
+    record = records(state)[-1]
+    assert (record["event"], record["decision"], record["rule"]) == ("block", "deny", rule)
+    server = flow.server_conn
+    server.address = (flow.request.host, port)
+    await addon.server_connect(server_hooks.ServerConnectionHookData(server=server, client=flow.client_conn))
+    assert server.error and "refused" in server.error
+
+
+async def test_report_mode_still_refuses_doh_and_protocol_violations(report_mode) -> None:
+    addon, _lookups, state = report_mode
+    DNS["unlisted.test"] = ["203.0.113.40"]
+    try:
+        flow = connect_flow("unlisted.test")
+        await addon.http_connect(flow)
+        assert records(state)[-1]["decision"] == "report"  # the allowlist's refusal: let through
+        doh = tunnel_request(flow, "unlisted.test", "/dns-query?dns=AAABAAAB")
+        await addon.requestheaders(doh)
+        assert doh.response is not None and doh.response.status_code == 403
+        assert (records(state)[-1]["decision"], records(state)[-1]["rule"]) == ("deny", "doh")
+        spoof = tunnel_request(flow, "private.test")
+        spoof.client_conn.sni = "unlisted.test"
+        await addon.requestheaders(spoof)
+        assert spoof.response is not None and spoof.response.status_code == 421
+        # A path the allowlist refuses is an allowlist decision: reported, let through.
+        path = tunnel_request(flow, "unlisted.test", "/admin")
+        await addon.requestheaders(path)
+        assert path.response is None
+        path.response = tutils.tresp()
+        addon.response(path)
+        assert (records(state)[-1]["decision"], records(state)[-1]["rule"]) == ("report", "default-deny")
+    finally:
+        del DNS["unlisted.test"]
+
+
 async def test_a_request_record_carries_the_action_in_flight(egress) -> None:
     addon, _, state = egress
     addon.handle_control("controller", control.ActionEvent("a7", "start"))
@@ -352,12 +477,22 @@ async def test_policy_change_is_logged_persisted_and_gateway_only(egress) -> Non
     with pytest.raises(ValueError, match="wildcard"):
         addon.handle_control("gateway", control.SetPolicy(("a*.test",), "enforce", "me"))
     reply = addon.handle_control("gateway", control.SetPolicy(("NEW.test.",), "enforce", "api-key:k1"))
-    assert reply == {"ok": True, "allow": ["new.test"], "mode": "enforce"}
     record = records(state)[-1]
+    assert reply == {
+        "ok": True,
+        "allow": ["new.test"],
+        "mode": "enforce",
+        "generation": 1,
+        "head": {"seq": record["seq"], "hash": record["hash"]},  # the chain's head includes the change
+    }
     assert record["event"] == "policy"
-    assert record["allow"] == ["new.test"] and record["actor"] == "api-key:k1"
+    assert record["allow"] == ["new.test"] and record["actor"] == "api-key:k1" and record["generation"] == 1
     assert record["previous_allow"] == ["allowed.test", "*.allowed.test", "GET,HEAD other.test/docs/"]
-    assert json.loads((state / "policy.json").read_text()) == {"allow": ["new.test"], "mode": "enforce"}
+    assert json.loads((state / "policy.json").read_text()) == {
+        "allow": ["new.test"],
+        "mode": "enforce",
+        "generation": 1,
+    }
     with pytest.raises(ValueError, match="only the controller"):
         addon.handle_control("gateway", control.ActionEvent("a1", "start"))
     assert verify(state / "audit.jsonl").ok
@@ -377,9 +512,15 @@ async def test_errors_are_logged(egress) -> None:
 
 @pytest.mark.parametrize(
     ("line", "message"),
-    [(b"nope", "not JSON"), (b"[]", "JSON object"), (b'{"op":"x"}', "unknown op"),
-     (b'{"op":"policy","allow":"a"}', "list of strings"), (b'{"op":"policy","allow":[],"mode":"off"}', "mode"),
-     (b'{"op":"action","id":"a","phase":"middle"}', "phase"), (b'{"op":"hello"}', "token")],
+    [
+        (b"nope", "not JSON"),
+        (b"[]", "JSON object"),
+        (b'{"op":"x"}', "unknown op"),
+        (b'{"op":"policy","allow":"a"}', "list of strings"),
+        (b'{"op":"policy","allow":[],"mode":"off"}', "mode"),
+        (b'{"op":"action","id":"a","phase":"middle"}', "phase"),
+        (b'{"op":"hello"}', "token"),
+    ],
 )
 def test_control_messages_are_validated(line: bytes, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -387,9 +528,112 @@ def test_control_messages_are_validated(line: bytes, message: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "action_id",
+    ["", "a" * 65, "a1\nforged", "a1\r", "a 1", "a1\u2028", "é1", "a1/../x", "<script>", 7, None, ["a1"]],
+)
+def test_action_ids_are_short_tokens_without_newlines(action_id: object) -> None:
+    line = json.dumps({"op": "action", "id": action_id, "phase": "start"}).encode()
+    with pytest.raises(control.InvalidMessage) as refused:
+        control.parse_message(line)
+    assert refused.value.reply() == {
+        "ok": False,
+        "code": "invalid_field",
+        "field": "id",
+        "error": "'id' must be 1 to 64 characters from A-Z a-z 0-9 _ . : -",
+    }
+
+
+@pytest.mark.parametrize("action_id", ["a1.ab3f", "a" * 64, "act_1", "a:1-2.x"])
+def test_good_action_ids_pass(action_id: str) -> None:
+    line = json.dumps({"op": "action", "id": action_id, "phase": "end"}).encode()
+    assert control.parse_message(line) == control.ActionEvent(action_id, "end")
+
+
+async def _serve(addon: Egress) -> int:
+    """The addon's control channel on a free loopback port (what the sidecar binds to its session address)."""
+    from mitmproxy import ctx
+
+    ctx.options.update(corral_control_host="127.0.0.1", corral_control_port=0)
+    await addon.running()
+    assert addon._control is not None
+    return int(addon._control.sockets[0].getsockname()[1])
+
+
+async def _exchange(port: int, *messages: dict[str, Any]) -> list[dict[str, Any]]:
+    import asyncio
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    replies = []
+    try:
+        for message in messages:
+            writer.write(control.encode(message))
+            await writer.drain()
+            replies.append(json.loads(await reader.readline()))
+    finally:
+        writer.close()
+    return replies
+
+
+async def test_a_forged_action_id_gets_a_structured_refusal_and_never_reaches_the_log(egress) -> None:
+    addon, _, state = egress
+    port = await _serve(addon)
+    try:
+        hello, refused, accepted = await _exchange(
+            port,
+            {"op": "hello", "token": "ctl-token"},
+            {"op": "action", "id": 'a1\n{"event":"forged"}', "phase": "start", "ack": True},
+            {"op": "action", "id": "a2.beef", "phase": "start", "ack": True},
+        )
+        flow = connect_flow("allowed.test")
+        await addon.http_connect(flow)
+    finally:
+        await addon.done()
+    assert hello == {"ok": True, "role": "controller"}
+    assert refused == {
+        "ok": False,
+        "code": "invalid_field",
+        "field": "id",
+        "error": "'id' must be 1 to 64 characters from A-Z a-z 0-9 _ . : -",
+    }
+    assert accepted == {"ok": True}  # the connection carries on
+    assert list(addon._actions) == ["a2.beef"]
+    assert records(state)[-1]["action"] == "a2.beef"
+    assert "forged" not in (state / "audit.jsonl").read_text()
+
+
+async def test_the_policy_generation_counts_changes_and_survives_a_restart(egress, tmp_path: Path) -> None:
+    addon, _, state = egress
+    port = await _serve(addon)
+    token = {"op": "hello", "token": "gw-token"}
+    try:
+        _, first = await _exchange(port, token, {"op": "status"})
+        _, changed = await _exchange(port, token, {"op": "policy", "allow": ["a.test"], "mode": "report", "actor": "t"})
+        _, now = await _exchange(port, token, {"op": "status"})
+    finally:
+        await addon.done()
+    assert first["generation"] == 0 and changed["generation"] == 1 and now["generation"] == 1
+    assert (now["allow"], now["mode"]) == (["a.test"], "report")
+    last = records(state)[-1]
+    assert now["head"] == {"seq": last["seq"], "hash": last["hash"]}
+    # A restarted proxy (same state dir) continues the generation and the chain.
+    again = Egress()
+    with taddons.context(again) as tctx:
+        tctx.configure(again, corral_session="ses_test", corral_state_dir=str(state), corral_gateway_token="gw-token")
+        status = again.handle_control("gateway", control.Status())
+        assert status is not None
+        assert (status["generation"], status["allow"], status["mode"]) == (1, ["a.test"], "report")
+        assert status["head"] == now["head"]
+        await again.done()
+
+
+@pytest.mark.parametrize(
     ("text", "expected"),
-    [("a.test", ("a.test", 443)), ("A.Test.:8443", ("a.test", 8443)), ("[::1]:80", ("::1", 80)),
-     ("[2001:db8::1]", ("2001:db8::1", 443))],
+    [
+        ("a.test", ("a.test", 443)),
+        ("A.Test.:8443", ("a.test", 8443)),
+        ("[::1]:80", ("::1", 80)),
+        ("[2001:db8::1]", ("2001:db8::1", 443)),
+    ],
 )
 def test_parse_authority(text: str, expected: tuple[str, int]) -> None:
     assert parse_authority(text, 443) == expected

@@ -116,10 +116,15 @@ def test_redaction_catches_camel_case_and_token_headers() -> None:
     url = redact_url("https://x.test/p?accessToken=a&apikey=b&sessionid=c&q=1&zipcode=9&api_key=d")
     assert "=a" not in url and "=b" not in url and "=c" not in url and "=d" not in url
     assert "q=1" in url and "zipcode=9" in url
-    headers = dict(redact_headers([("PRIVATE-TOKEN", "t"), ("X-CSRF-Token", "c"), ("X-Api-Token", "a"),
-                                   ("Accept", "text/html")]))
-    assert headers == {"PRIVATE-TOKEN": "[redacted]", "X-CSRF-Token": "[redacted]", "X-Api-Token": "[redacted]",
-                       "Accept": "text/html"}
+    headers = dict(
+        redact_headers([("PRIVATE-TOKEN", "t"), ("X-CSRF-Token", "c"), ("X-Api-Token", "a"), ("Accept", "text/html")])
+    )
+    assert headers == {
+        "PRIVATE-TOKEN": "[redacted]",
+        "X-CSRF-Token": "[redacted]",
+        "X-Api-Token": "[redacted]",
+        "Accept": "text/html",
+    }
 
 
 def test_a_torn_last_line_is_kept_for_verify_and_the_chain_goes_on(tmp_path) -> None:
@@ -140,3 +145,115 @@ def test_a_torn_last_line_is_kept_for_verify_and_the_chain_goes_on(tmp_path) -> 
     assert b'"event":"recovered"' in lines[3] and record["seq"] == 4
     result = verify(path)
     assert not result.ok and result.first_bad == 3  # the damage stays visible
+
+
+# -- anchors ----------------------------------------------------------------------------------------
+
+KEY = b"k" * 32
+
+
+def _chain(path, session: str = "ses_1", count: int = 6, tag: str = "") -> list[dict]:
+    from corral.proxy.audit import AuditLog
+
+    log = AuditLog(path, session)
+    written = [log.write("request", url=f"https://example.test/{tag}{i}", status=200) for i in range(count)]
+    log.close()
+    return written
+
+
+def _anchors(written: list[dict], *seqs: int, session: str = "ses_1") -> list[dict]:
+    from corral.proxy.audit import make_anchor, parse_anchors
+
+    made = [make_anchor(KEY, session, seq, written[seq - 1]["hash"], "poll") for seq in seqs]
+    lines = [json.dumps(anchor).encode() for anchor in made]
+    return parse_anchors(lines, KEY)  # as `corral audit verify --key` reads them
+
+
+def test_anchors_prove_the_anchored_records_and_say_what_comes_after(tmp_path) -> None:
+    from corral.proxy.audit import verify_anchored
+
+    path = tmp_path / "audit.jsonl"
+    written = _chain(path)
+    result = verify_anchored(path, _anchors(written, 2, 4))
+    assert (result.status, result.ok, result.proven, result.unproven) == ("intact", True, 4, 2)
+    assert "records 1-4" in result.message and "the 2 after it are vouched for by the chain only" in result.message
+
+
+def test_a_truncated_log_verifies_alone_but_not_against_its_anchors(tmp_path) -> None:
+    from corral.proxy.audit import verify, verify_anchored
+
+    path = tmp_path / "audit.jsonl"
+    written = _chain(path)
+    anchors = _anchors(written, 3, 6)
+    path.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:4]))  # the last two records cut off
+    assert verify(path).ok  # the chain alone cannot tell
+    result = verify_anchored(path, anchors)
+    assert (result.status, result.ok, result.proven) == ("truncated", False, 3)
+    assert "anchored record 6" in result.message and "ends at record 4" in result.message
+
+
+def test_a_log_rewritten_whole_verifies_alone_but_not_against_its_anchors(tmp_path) -> None:
+    from corral.proxy.audit import verify, verify_anchored
+
+    path = tmp_path / "audit.jsonl"
+    written = _chain(path)
+    anchors = _anchors(written, 2, 5)
+    path.unlink()
+    _chain(path, tag="forged-", count=7)  # a fresh, internally consistent chain with other content
+    assert verify(path).ok
+    result = verify_anchored(path, anchors)
+    assert (result.status, result.ok, result.anchor["seq"]) == ("rewritten", False, 2)
+    assert "record 2 is not the one the gateway anchored" in result.message
+
+
+def test_a_rewrite_after_the_anchors_is_only_vouched_for_by_the_chain(tmp_path) -> None:
+    from corral.proxy.audit import verify_anchored
+
+    path = tmp_path / "audit.jsonl"
+    written = _chain(path)
+    result = verify_anchored(path, _anchors(written, 3))
+    assert result.ok and result.unproven == 3  # said plainly: 4-6 are not anchored
+
+
+def test_without_anchors_verify_says_it_proves_consistency_only(tmp_path) -> None:
+    from corral.proxy.audit import GENESIS, make_anchor, verify_anchored
+
+    path = tmp_path / "audit.jsonl"
+    _chain(path)
+    result = verify_anchored(path, [])
+    assert (result.status, result.ok) == ("unanchored", True)
+    assert "proves only that the log is internally consistent" in result.message
+    start = make_anchor(KEY, "ses_1", 0, GENESIS, "start")  # the session's start: no record yet
+    assert verify_anchored(path, [start]).status == "unanchored"
+
+
+def test_a_broken_chain_is_altered_whatever_the_anchors(tmp_path) -> None:
+    from corral.proxy.audit import verify_anchored
+
+    path = tmp_path / "audit.jsonl"
+    written = _chain(path)
+    lines = path.read_text().splitlines()
+    lines[1] = lines[1].replace('"status":200', '"status":500')
+    path.write_text("\n".join(lines) + "\n")
+    result = verify_anchored(path, _anchors(written, 5))
+    assert (result.status, result.chain.first_bad) == ("altered", 2)
+
+
+def test_anchors_with_a_wrong_mac_another_session_or_a_bad_shape_are_refused(tmp_path) -> None:
+    from corral.proxy.audit import make_anchor, parse_anchors, verify_anchored
+
+    path = tmp_path / "audit.jsonl"
+    written = _chain(path)
+    forged = make_anchor(b"x" * 32, "ses_1", 6, written[5]["hash"], "poll")
+    with pytest.raises(ValueError, match="MAC does not match"):
+        parse_anchors([json.dumps(forged)], KEY)
+    tampered = make_anchor(KEY, "ses_1", 6, written[5]["hash"], "poll")
+    tampered["seq"] = 2  # moved to fit a cut log
+    with pytest.raises(ValueError, match="line 1: its MAC"):
+        parse_anchors([json.dumps(tampered)], KEY)
+    for bad in ('{"v":1}', "[]", "nope", json.dumps({**tampered, "hash": "zz"})):
+        with pytest.raises(ValueError, match="anchor line 1"):
+            parse_anchors([bad], KEY)
+    other = _anchors(written, 1, session="ses_2")
+    with pytest.raises(ValueError, match="of session ses_2, the log of session ses_1"):
+        verify_anchored(path, other)
