@@ -448,11 +448,6 @@ def test_another_host_user_reads_nothing_of_the_data_dir_and_no_file_holds_a_pro
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to another host user needs root")
-@pytest.mark.xfail(
-    strict=True,
-    reason="the proxy's sidecar passes its tokens to mitmdump on the command line (proxy/sidecar.py), "
-    "which every host user reads in /proc/<pid>/cmdline: for the proxy's owner to fix",
-)
 def test_another_host_user_cannot_read_a_proxy_token_from_its_command_line(
     guarded: RunningGateway, runtime: DockerRuntime
 ) -> None:

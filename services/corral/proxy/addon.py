@@ -163,6 +163,7 @@ class Egress:
         self.responses: ResponseStore | None = None  # upstream answers kept for hermetic replays
         self.playback = Playback()  # the recorded answers a hermetic session gives
         self.lookup: Lookup = system_lookup  # the one DNS seam (unit tests answer from a table)
+        self._tokens: dict[str, str] = {}  # from corral_tokens_file, beside the options of the same name
 
     # -- options and lifecycle ------------------------------------------------------------------------
 
@@ -174,6 +175,9 @@ class Egress:
         loader.add_option("corral_control_port", int, control.CONTROL_PORT, "Port of the control channel.")
         loader.add_option("corral_gateway_token", str, "", "Token of the gateway on the control channel.")
         loader.add_option("corral_controller_token", str, "", "Token of the sandbox's controller.")
+        loader.add_option(
+            "corral_tokens_file", str, "", 'JSON {"gateway": ..., "controller": ...}: the tokens, off the command line.'
+        )
         loader.add_option("corral_trusted_networks", str, "", "Comma-separated networks exempt from the global deny.")
         loader.add_option("corral_allow_private", bool, False, "Operator override: lift the global deny.")
         loader.add_option("corral_own_hosts", str, "", "Comma-separated extra names of this proxy (refused).")
@@ -218,6 +222,10 @@ class Egress:
         )
         if self.hermetic and self.replay_error is not None:
             self._load_replay()
+        if "corral_tokens_file" in updated and opts.corral_tokens_file:
+            # A file in the proxy's own tmpfs: a command line is readable by every user of the host.
+            tokens = json.loads(Path(opts.corral_tokens_file).read_text())
+            self._tokens = {"gateway": str(tokens.get("gateway", "")), "controller": str(tokens.get("controller", ""))}
 
     def _load_replay(self) -> None:
         """The recorded responses a hermetic session answers from; what went wrong is kept for the
@@ -577,9 +585,11 @@ class Egress:
 
     def _role(self, token: str) -> control.Role | None:
         opts = ctx.options
-        if opts.corral_gateway_token and hmac.compare_digest(token, opts.corral_gateway_token):
+        gateway = self._tokens.get("gateway") or opts.corral_gateway_token
+        controller = self._tokens.get("controller") or opts.corral_controller_token
+        if gateway and hmac.compare_digest(token, gateway):
             return "gateway"
-        if opts.corral_controller_token and hmac.compare_digest(token, opts.corral_controller_token):
+        if controller and hmac.compare_digest(token, controller):
             return "controller"
         return None
 

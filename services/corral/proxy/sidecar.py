@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
+import json
 import logging
 import os
 import sys
@@ -23,6 +24,18 @@ log = logging.getLogger("corral.proxy.sidecar")
 
 PROXY_PORT = 8080
 PROXY_ALIAS = "corral-proxy"  # the proxy's name on every session network
+TOKENS_FILE = Path("/tmp/corral-tokens.json")  # the proxy container's own tmpfs, 0600
+TOKEN_VARIABLES = ("CORRAL_GATEWAY_TOKEN", "CORRAL_CONTROLLER_TOKEN")
+
+
+def write_tokens(env: Mapping[str, str], path: Path = TOKENS_FILE) -> dict[str, str]:
+    """The control channel's tokens into a 0600 file for the addon; returns the environment left for
+    mitmdump, without them (a command line, and another uid's view of it, would show them)."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump({"gateway": env.get(TOKEN_VARIABLES[0], ""), "controller": env.get(TOKEN_VARIABLES[1], "")}, out)
+    return {k: v for k, v in env.items() if k not in TOKEN_VARIABLES}
 
 
 def address_in(network: str, timeout_s: float = 10.0) -> str:
@@ -52,8 +65,7 @@ def mitmdump_argv(env: Mapping[str, str], listen: str, addon: str) -> list[str]:
         "corral_mode": env.get("CORRAL_EGRESS_MODE", "enforce"),
         "corral_control_host": listen,
         "corral_control_port": env.get("CORRAL_CONTROL_PORT", str(CONTROL_PORT)),
-        "corral_gateway_token": env.get("CORRAL_GATEWAY_TOKEN", ""),
-        "corral_controller_token": env.get("CORRAL_CONTROLLER_TOKEN", ""),
+        "corral_tokens_file": str(TOKENS_FILE),
         "corral_trusted_networks": env.get("CORRAL_TRUSTED_NETWORKS", ""),
         "corral_allow_private": "true" if _flag(env, "CORRAL_ALLOW_PRIVATE") else "false",
         "corral_own_hosts": PROXY_ALIAS,
@@ -96,8 +108,9 @@ def main() -> int:
         return 2
     listen = address_in(network)
     argv = mitmdump_argv(os.environ, listen, spec.origin)
+    env = write_tokens(os.environ)
     log.info("egress proxy for %s on %s", os.environ.get("CORRAL_SESSION", "?"), listen)
-    os.execvp(argv[0], argv)
+    os.execvpe(argv[0], argv, env)
 
 
 if __name__ == "__main__":

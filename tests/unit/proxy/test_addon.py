@@ -710,3 +710,13 @@ async def test_refusal_reasons_carry_no_query(egress) -> None:
     assert inner.response is not None and inner.response.status_code == 403
     assert "SECRET123" not in (inner.response.get_text() or "")
     assert "SECRET123" not in (state / "audit.jsonl").read_text()
+
+
+def test_tokens_come_from_a_file_off_the_command_line(tmp_path: Path) -> None:
+    addon = Egress()
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps({"gateway": "gw-file", "controller": "ctl-file"}))
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, corral_state_dir=str(tmp_path), corral_tokens_file=str(tokens))
+        assert addon._role("gw-file") == "gateway" and addon._role("ctl-file") == "controller"
+        assert addon._role("") is None and addon._role("gw-token") is None

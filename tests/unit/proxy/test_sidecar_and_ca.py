@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import stat
 from pathlib import Path
 
 from cryptography import x509
 
 from corral.proxy import ca
-from corral.proxy.sidecar import mitmdump_argv
+from corral.proxy.sidecar import mitmdump_argv, write_tokens
 
 
 def _options(argv: list[str]) -> dict[str, str]:
@@ -33,6 +34,15 @@ def test_mitmdump_listens_on_the_session_address_only_with_the_addon(tmp_path: P
     assert options["corral_mode"] == "enforce" and options["corral_allow_private"] == "false"
     assert options["corral_trusted_networks"] == "10.9.0.0/16"
     assert "ssl_verify_upstream_trusted_ca" not in options
+    # No token on the command line (every host user reads /proc/<pid>/cmdline): a 0600 file instead.
+    assert "g" not in options.values() and "c" not in options.values()
+    assert not any("token=" in arg for arg in argv)
+    tokens = tmp_path / "tokens.json"
+    left = write_tokens(env, tokens)
+    assert json.loads(tokens.read_text()) == {"gateway": "g", "controller": "c"}
+    assert stat.S_IMODE(tokens.stat().st_mode) == 0o600
+    assert "CORRAL_GATEWAY_TOKEN" not in left and "CORRAL_CONTROLLER_TOKEN" not in left
+    assert left["CORRAL_SESSION"] == "ses_1"
     (tmp_path / "upstream-ca.pem").write_text("x")
     assert _options(mitmdump_argv(env, "172.30.0.2", "x"))["ssl_verify_upstream_trusted_ca"].endswith("upstream-ca.pem")
 
