@@ -24,6 +24,7 @@ from typing import Any
 
 from PIL import Image
 
+from corral import images
 from corral.client import SandboxClient
 from corral.runtime.docker import DockerRuntime, SandboxContainer, SandboxSpec
 
@@ -147,7 +148,7 @@ def main() -> int:
 
     runtime = DockerRuntime()
     name = f"corral-bench-{os.getpid()}"
-    sandbox = runtime.start_sandbox(SandboxSpec(name=name))
+    sandbox = runtime.start_sandbox(SandboxSpec(image=images.DESKTOP_IMAGE, name=name))
     try:
         ready_s = runtime.wait_ready(sandbox)
         with SandboxClient(sandbox.ws_url, controller_secret=sandbox.secret) as client:

@@ -458,27 +458,21 @@ def test_another_host_user_cannot_read_a_proxy_token_from_its_command_line(
         try:
             proxy = runtime._client.containers.get(f"corral-egress-{created['id']}")
             env = dict(e.split("=", 1) for e in proxy.attrs["Config"]["Env"])
+            # The token comes in on stdin: on the command line the scanner would find itself.
             scan = (
                 "import os, sys\n"
+                "token = sys.stdin.read().encode()\n"
                 "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
                 "    try:\n"
                 "        line = open(f'/proc/{pid}/cmdline', 'rb').read()\n"
                 "    except OSError:\n"
                 "        continue\n"
-                "    if b'mitmdump' in line and sys.argv[1].encode() in line:\n"
-                "        print(pid)\n"
+                "    if int(pid) != os.getpid() and token in line:\n"
+                "        print(pid, line[:200])\n"
             )
             done = subprocess.run(
-                [
-                    "setpriv",
-                    "--reuid=65534",
-                    "--regid=65534",
-                    "--clear-groups",
-                    "/usr/bin/python3",
-                    "-c",
-                    scan,
-                    env["CORRAL_GATEWAY_TOKEN"],
-                ],
+                ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", scan],
+                input=env["CORRAL_GATEWAY_TOKEN"],
                 capture_output=True,
                 text=True,
                 timeout=30,

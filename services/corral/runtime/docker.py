@@ -606,9 +606,10 @@ class DockerRuntime:
         code, output = self._container(ident).exec_run(argv, user="root", environment=environment)
         return int(code), output.decode(errors="replace")
 
-    def kill_process(self, ident: str, process_name: str) -> None:
-        """Kill a process inside the sandbox by name (tests use it to crash Chromium)."""
-        self.exec(ident, ["pkill", "-KILL", "-x", process_name])
+    def kill_process(self, ident: str, process_name: str, user: str = "agent") -> None:
+        """Kill a process inside the sandbox by name, as its own uid (root there holds no CAP_KILL);
+        tests use it to crash Chromium, which runs as the agent."""
+        self.exec(ident, ["pkill", "-KILL", "-x", process_name], user=user)
 
     def compose(self, project_dir: Path, args: list[str]) -> None:
         """Run ``docker compose`` in ``project_dir`` (the CLI, as Compose has no SDK)."""
