@@ -116,9 +116,7 @@ def test_an_oom_killed_sandbox_is_reported_as_such(gw: RunningGateway, runtime: 
         assert c.delete(f"/v1/sessions/{replacement['id']}").status_code == 204
 
 
-def test_a_dead_sandbox_without_a_websocket_is_found_by_the_reaper(
-    gw: RunningGateway, runtime: DockerRuntime
-) -> None:
+def test_a_dead_sandbox_without_a_websocket_is_found_by_the_reaper(gw: RunningGateway, runtime: DockerRuntime) -> None:
     session = _create(gw)
     killed = time.monotonic()
     runtime.kill(session["container"])

@@ -246,7 +246,11 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
         request.app.state.metrics.errors.labels(code=exc.code).inc()
-        return JSONResponse(_body(exc.code, exc.message, exc.field), status_code=exc.status)
+        # A refused request's body stays unread: closing the connection after the answer stops the
+        # server from taking in (and the client from sending) the rest of it.
+        unread = exc.status in (401, 403, 413) and _declares_body(request)
+        headers = {"connection": "close"} if unread else None
+        return JSONResponse(_body(exc.code, exc.message, exc.field), status_code=exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -521,6 +525,11 @@ def _recording_access(
     if owner != ident:
         raise ApiError(403, "forbidden", "this session belongs to another API key")
     return recordings
+
+
+def _declares_body(request: Request) -> bool:
+    length = request.headers.get("content-length", "")
+    return (length.isdigit() and int(length) > 0) or "transfer-encoding" in request.headers
 
 
 def _document_bodies(app: FastAPI, bodies: dict[str, type[BaseModel]]) -> None:

@@ -27,7 +27,7 @@ from corral.runtime.docker import SandboxContainer, SandboxSpec
 from .test_sessions import FakeRuntime
 
 with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)  # starlette's note about httpx, on import
+    warnings.simplefilter("ignore")  # starlette's note about httpx, on import
     from starlette.testclient import TestClient
 
 KEY = "unit-key"
@@ -84,6 +84,7 @@ async def test_an_unauthenticated_body_is_refused_unread(app: FastAPI) -> None:
         reply = await anon.post("/v1/sessions", content=body, headers={"content-length": str(200 << 20)})
     assert reply.status_code == 401 and reply.json()["error"]["code"] == "unauthorized"
     assert body.pulled == 0
+    assert reply.headers["connection"] == "close"  # and the server takes in none of the rest
 
 
 async def test_an_authenticated_body_over_the_cap_is_refused_before_parsing(app: FastAPI) -> None:

@@ -301,9 +301,7 @@ async def test_the_relay_hook_ends_a_dead_session_before_the_reaper(tmp_path: Pa
         await manager.stop()
 
 
-async def test_start_removes_this_instances_orphan_session_networks(
-    tmp_path: Path, _no_iptables: list[str]
-) -> None:
+async def test_start_removes_this_instances_orphan_session_networks(tmp_path: Path, _no_iptables: list[str]) -> None:
     runtime = FakeRuntime()
     for name, instance in (("corral-net-ses_orphan", "t"), ("corral-net-ses_other", "another-gateway")):
         runtime.networks[name] = SessionNetwork(name, "10.213.0.0/28", "10.213.0.1", f"br-{name[-6:]}")
