@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from corral import images
-from corral.client import SandboxClient
+from corral.client import image_bytes
 from corral.errors import CorralError
 from corral.runtime.docker import DockerRuntime
 
@@ -289,10 +289,22 @@ def session_rm(session_id: str) -> None:
     console.print(f"removed {session_id}")
 
 
-def _session_ws(session_id: str) -> str:
-    with _gateway() as gw:
-        row = _checked(gw.get(f"/v1/sessions/{session_id}"))
-    return f"{row['ws_url']}?token={_api_key()}"
+def _session_action(session_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """One message through the gateway's HTTP route, the API key in its header (never in an address:
+    the gateway takes ``?token=`` on a WebSocket only, and only a session token there)."""
+    try:
+        with _gateway() as gw:
+            response = gw.post(f"/v1/sessions/{session_id}/actions", json=payload)
+    except httpx.HTTPError as exc:
+        raise _fail(f"no answer from the gateway on {_url()} ({exc}); start it with `corral up`") from None
+    try:
+        reply = response.json()
+    except ValueError:
+        reply = None
+    if not isinstance(reply, dict) or "ok" not in reply:
+        _raise_for_status(response)  # the gateway's own refusal (401, 404, 502, ...)
+        raise _fail(f"the gateway's answer is no reply: {response.text[:300]}")
+    return reply
 
 
 def _strip_images(reply: dict[str, Any], output: Path | None) -> dict[str, Any]:
@@ -325,8 +337,7 @@ def do(
         payload = {"action": payload}
     if output is not None and "screenshot" not in payload and "action" in payload:
         payload["screenshot"] = True
-    with SandboxClient(_session_ws(session_id)) as client:
-        reply = client.request(payload)
+    reply = _session_action(session_id, payload)
     typer.echo(json.dumps(_strip_images(reply, output), ensure_ascii=False))
     if not reply.get("ok"):
         raise typer.Exit(1)
@@ -339,8 +350,11 @@ def screenshot(
     fmt: Annotated[str, typer.Option("--format")] = "png",
 ) -> None:
     """Save a screenshot of a session."""
-    with SandboxClient(_session_ws(session_id)) as client:
-        output.write_bytes(client.screenshot(fmt))
+    reply = _session_action(session_id, {"action": {"type": "screenshot", "format": fmt}})
+    if not reply.get("ok"):
+        error = reply.get("error") or {}
+        raise _fail(f"{error.get('code')}: {error.get('message')}")
+    output.write_bytes(image_bytes(reply))
     console.print(f"saved {output}")
 
 

@@ -10,19 +10,21 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 from urllib.parse import quote
 
 import httpx
 from fastapi import Depends, FastAPI, Request, Response, WebSocket
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import FileResponse, JSONResponse
+from pydantic import BaseModel, ValidationError
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import HTTPConnection
 
 from corral.bodies import read_capped
-from corral.errors import CorralError, SandboxError, UnprovenController
+from corral.errors import CorralError, ErrorCode, SandboxError, UnprovenController
 from corral.gateway import auth, controller
 from corral.gateway.egress import EgressUnavailable, ReplayUnreadable
 from corral.gateway.metrics import Metrics
@@ -38,6 +40,7 @@ from corral.proxy import traffic
 from corral.runtime.docker import DockerRuntime
 
 log = logging.getLogger(__name__)
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 MAX_ACTION_BODY = 16 << 20  # the sandbox refuses above 1 MiB with a structured error; this bounds buffering
@@ -70,11 +73,26 @@ def _metrics(conn: HTTPConnection) -> Metrics:
 
 
 def _presented(conn: HTTPConnection) -> str | None:
+    """The credential of the ``Authorization`` header: the only place one is read from, but for
+    the session token of a WebSocket upgrade (:func:`_ws_query_token`)."""
     header = conn.headers.get("authorization", "")
     if header.lower().startswith("bearer "):
         return header[7:].strip()
-    # Browsers cannot set headers on a WebSocket; the token may come as a query parameter there.
-    return conn.query_params.get("token")
+    return None
+
+
+def _ws_query_token(conn: HTTPConnection) -> str | None:
+    """``?token=`` on a WebSocket upgrade, the one request a browser cannot put a header on.
+
+    A session token only: an address ends up in logs, histories and proxies, and a session token
+    opens one session for its lifetime, where an API key opens every session of its owner for good.
+    """
+    if conn.scope["type"] != "websocket":
+        return None
+    token = conn.query_params.get("token")
+    if token and conn.app.state.keys.check(token) is not None:
+        raise ApiError(401, "unauthorized", "?token= takes a session token; send an API key as a header")
+    return token
 
 
 def api_key(conn: HTTPConnection) -> auth.Principal:
@@ -89,9 +107,12 @@ def api_key(conn: HTTPConnection) -> auth.Principal:
 
 def session_access(conn: HTTPConnection) -> Session:
     """The session in the path, for its owner's API key or its own session token."""
+    return _session_for(conn, _presented(conn) or _ws_query_token(conn))
+
+
+def _session_for(conn: HTTPConnection, presented: str | None) -> Session:
     manager = _manager(conn)
     session_id = conn.path_params["session_id"]
-    presented = _presented(conn)
     if not presented:
         raise ApiError(401, "unauthorized", "send an API key or the session token as 'Authorization: Bearer ...'")
     ident = conn.app.state.keys.check(presented)
@@ -135,6 +156,20 @@ def audit_log(conn: HTTPConnection) -> Path:
     if meta.get("owner") != ident:
         raise ApiError(403, "forbidden", "this session belongs to another API key")
     return manager.egress.state_dir(session_id) / "audit.jsonl"
+
+
+async def json_body(request: Request, model: type[ModelT]) -> ModelT:
+    """The request's JSON body as ``model``: read only after the route's credential was checked
+    (its dependencies run first), and never more than ``CORRAL_MAX_BODY_KB`` of it (Content-Length
+    first, then as it streams), so an unauthenticated or oversized body costs no parsing at all."""
+    limit = request.app.state.max_body
+    body = await read_capped(request, limit)
+    if body is None:
+        raise ApiError(413, ErrorCode.MESSAGE_TOO_LARGE, f"the body exceeds {limit} bytes (CORRAL_MAX_BODY_KB)")
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors(include_url=False)) from None
 
 
 def traffic_filter(
@@ -191,6 +226,7 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         keys = settings.api_keys() or [auth.load_or_create_key(settings.data_dir)]
         app.state.keys = auth.KeyRing(keys)
+        app.state.max_body = settings.max_body_kb << 10
         app.state.metrics = Metrics()
         docker_runtime = runtime if runtime is not None else await asyncio.to_thread(DockerRuntime)
         app.state.manager = SessionManager(
@@ -205,11 +241,16 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
             await app.state.http.aclose()
 
     app = FastAPI(title="Corral gateway", version="1", lifespan=lifespan)
+    _document_bodies(app, {"create_session": CreateSession, "update_session": UpdateSession})
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
         request.app.state.metrics.errors.labels(code=exc.code).inc()
-        return JSONResponse(_body(exc.code, exc.message, exc.field), status_code=exc.status)
+        # A refused request's body stays unread: closing the connection after the answer stops the
+        # server from taking in (and the client from sending) the rest of it.
+        unread = exc.status in (401, 403, 413) and _declares_body(request)
+        headers = {"connection": "close"} if unread else None
+        return JSONResponse(_body(exc.code, exc.message, exc.field), status_code=exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -230,6 +271,7 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
             "sessions": manager.counts(),
             "pool_target": settings.pool_size,
             "host_guard": manager.host_guarded,
+            "limits": manager.limits.health(),
             "egress": {
                 "enabled": manager.egress is not None,
                 "mode": settings.egress_mode,
@@ -244,8 +286,9 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
         return Response(m.render(manager.counts()), media_type="text/plain; version=0.0.4")
 
     @app.post("/v1/sessions", status_code=201, response_model=CreatedSession)
-    async def create_session(body: CreateSession, request: Request, key: KeyDep, manager: ManagerDep) -> Any:
+    async def create_session(request: Request, key: KeyDep, manager: ManagerDep) -> Any:
         assert key.key_id is not None
+        body = await json_body(request, CreateSession)
         try:
             session, token = await manager.create(key.key_id, body)
         except CapacityError as exc:
@@ -280,11 +323,12 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
         return Response(status_code=204)
 
     @app.patch("/v1/sessions/{session_id}", response_model=SessionOut)
-    async def update_session(body: UpdateSession, request: Request, session: SessionDep, manager: ManagerDep) -> Any:
+    async def update_session(request: Request, session: SessionDep, manager: ManagerDep) -> Any:
         # The owner's API key only: a session token is what the agent holds, and it must not widen its own egress.
         ident = request.app.state.keys.check(_presented(request) or "")
         if ident is None:
             raise ApiError(403, "forbidden", "changing a session's egress needs its owner's API key")
+        body = await json_body(request, UpdateSession)
         actor = f"api-key:{ident}"
         try:
             await manager.update_egress(session, body.allow, body.egress_mode, actor)
@@ -388,9 +432,11 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
             manager.recordings.directory(session_id)  # a well-formed id: nothing else reaches the page
         except ValueError:
             raise ApiError(404, "not_found", f"no session {session_id}") from None
-        if _presented(request):
-            _recording_access(request, session_id, manager)
         token = request.query_params.get("token")
+        if _presented(request) or token:
+            # An old link's credential is checked (a refusal says so), but opens nothing here: the
+            # page holds no data, and the redirect moves the credential where no server sees it.
+            _recording_access(request, session_id, manager, presented=_presented(request) or token)
         if token:
             # Out of the address bar, the history and every later Referer (the fragment is never sent).
             location = f"/v1/sessions/{session_id}/viewer#token={quote(token, safe='')}"
@@ -464,19 +510,22 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
             await websocket.close(code=4000 + exc.status, reason=exc.message[:120])
             return
         await websocket.accept()
-        await relay(websocket, session, m)
+        await relay(websocket, session, m, upstream_lost=lambda: manager.check_sandbox(session))
 
     return app
 
 
-def _recording_access(request: Request, session_id: str, manager: SessionManager) -> RecordingManager:
+def _recording_access(
+    request: Request, session_id: str, manager: SessionManager, presented: str | None = None
+) -> RecordingManager:
     """The recordings, if this caller may read this session's: its owner's key, or its live token."""
     recordings = manager.recordings
     if recordings is None:
         raise ApiError(404, "not_found", "this gateway does not record sessions")
-    ident = request.app.state.keys.check(_presented(request) or "")
+    presented = presented or _presented(request)
+    ident = request.app.state.keys.check(presented or "")
     if ident is None:
-        session_access(request)  # a live session's own token
+        _session_for(request, presented)  # a live session's own token
         return recordings
     try:
         owner = recordings.owner(session_id)
@@ -487,6 +536,37 @@ def _recording_access(request: Request, session_id: str, manager: SessionManager
     if owner != ident:
         raise ApiError(403, "forbidden", "this session belongs to another API key")
     return recordings
+
+
+def _declares_body(request: Request) -> bool:
+    length = request.headers.get("content-length", "")
+    return (length.isdigit() and int(length) > 0) or "transfer-encoding" in request.headers
+
+
+def _document_bodies(app: FastAPI, bodies: dict[str, type[BaseModel]]) -> None:
+    """The OpenAPI description of the bodies routes read themselves (after auth, capped)."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for path_item in schema.get("paths", {}).values():
+            for operation in path_item.values():
+                model = bodies.get(str(operation.get("operationId", "")).split("_v1_")[0])
+                if model is None:
+                    continue
+                model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                components.update(model_schema.pop("$defs", {}))
+                components[model.__name__] = model_schema
+                operation["requestBody"] = {
+                    "required": True,
+                    "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}},
+                }
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _after_seq(value: str) -> int:

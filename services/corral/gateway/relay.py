@@ -7,6 +7,7 @@ import contextlib
 import json
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 
 from fastapi import WebSocket, WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection
@@ -31,7 +32,14 @@ def _error_code(frame: str | bytes) -> str | None:
         return None
 
 
-async def relay(client: WebSocket, session: Session, metrics: Metrics) -> None:
+async def relay(
+    client: WebSocket,
+    session: Session,
+    metrics: Metrics,
+    upstream_lost: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """``upstream_lost`` is awaited when the sandbox's side closes first: it ends the session if
+    the sandbox died, so the client learns why (4000 and the reason) rather than a bare close."""
     try:
         upstream: ClientConnection = await connect_ws(session.sandbox.ws_url, session.sandbox.secret)
     except (OSError, TimeoutError, InvalidHandshake) as exc:
@@ -70,9 +78,12 @@ async def relay(client: WebSocket, session: Session, metrics: Metrics) -> None:
     async def ended() -> None:
         await session.ended.wait()
 
-    tasks = {asyncio.create_task(c) for c in (downstream_to_up(), up_to_downstream(), ended())}
+    from_sandbox = asyncio.create_task(up_to_downstream())
+    tasks = {asyncio.create_task(downstream_to_up()), from_sandbox, asyncio.create_task(ended())}
+    sandbox_closed = False
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        sandbox_closed = from_sandbox in done
         for task in done:
             failure = None if task.cancelled() else task.exception()
             if failure is not None and not isinstance(failure, WebSocketDisconnect | ConnectionClosed):
@@ -82,8 +93,10 @@ async def relay(client: WebSocket, session: Session, metrics: Metrics) -> None:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await upstream.close()
+        if sandbox_closed and upstream_lost is not None and not session.ended.is_set():
+            await upstream_lost()
         with contextlib.suppress(RuntimeError, WebSocketDisconnect):
             if session.ended.is_set():
-                await client.close(code=CLOSE_ENDED, reason=f"session ended: {session.end_reason}")
+                await client.close(code=CLOSE_ENDED, reason=session.close_reason())
             else:
                 await client.close()

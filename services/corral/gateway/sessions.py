@@ -1,7 +1,8 @@
 """Session lifecycle: create (from the warm pool or cold), track, enforce timeouts, recover, reap.
 
 Docker calls block, so they run in threads; every background task is kept and cancelled on stop.
-Stopping the manager leaves sandboxes running: a restarted gateway adopts them again.
+Stopping the manager leaves sessions' sandboxes running (a restarted gateway adopts them again) and
+removes everything else it started: pooled pairs, and a pair half-started by a refill.
 """
 
 from __future__ import annotations
@@ -11,28 +12,60 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from corral.errors import CorralError
 from corral.gateway import auth
 from corral.gateway.egress import Egress, EgressManager, EgressUnavailable
+from corral.gateway.limits import HostFacts, Limits, resolve
 from corral.gateway.models import CreateSession, Viewport
 from corral.gateway.recording import RecordingLimits, RecordingManager
 from corral.gateway.replays import ReplayUploads
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
 from corral.runtime import SandboxRuntime, hostguard
-from corral.runtime.docker import SandboxContainer, SandboxSpec
+from corral.runtime.docker import ExitInfo, SandboxContainer, SandboxSpec
 
 log = logging.getLogger(__name__)
 
 KIND_LABEL = "corral.kind"
 GATEWAY_LABEL = "corral.gateway"
+SANDBOX_EXITED = "sandbox_exited"  # the end reason of a session whose sandbox died under it
+ALIVE_STATES = ("running", "paused", "restarting", "created")
+T = TypeVar("T")
+
+
+async def _settle(*futures: Awaitable[T]) -> tuple[list[T | BaseException], bool]:
+    """Every result (or exception) of ``futures``, awaited to the end even when this task is
+    cancelled meanwhile, and whether it was. A thread cannot be stopped: whatever it goes on to
+    start must be known before it can be undone (a refill cancelled by a stopping gateway once
+    left its proxy behind this way)."""
+    gathered = asyncio.gather(*futures, return_exceptions=True)
+    cancelled = False
+    while True:
+        try:
+            results = await asyncio.shield(gathered)
+        except asyncio.CancelledError:
+            cancelled = True
+            continue
+        return list(results), cancelled
+
+
+def _in_thread(func: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    return asyncio.ensure_future(asyncio.to_thread(func, *args))
+
+
+def describe_exit(info: ExitInfo) -> str:
+    """What ended a sandbox, in words (the WebSocket close reason and the log carry it)."""
+    if info.state == "gone":
+        return "its container was removed"
+    code = f"exit code {info.exit_code}" if info.exit_code is not None else f"state {info.state}"
+    return f"out of memory (OOM-killed), {code}" if info.oom_killed else code
 
 
 class CapacityError(CorralError):
@@ -76,7 +109,8 @@ class Session:
     state: str = "ready"
     in_flight: int = 0  # HTTP actions under way: a long one is activity, not idleness
     ended: asyncio.Event = field(default_factory=asyncio.Event)
-    end_reason: str = ""
+    end_reason: str = ""  # a stable code: deleted, timeout, idle_timeout, sandbox_exited, egress_proxy_gone
+    end_detail: str = ""  # what the code alone does not say (a dead sandbox: OOM-killed, its exit code)
 
     def record(self) -> dict[str, Any]:
         return {
@@ -99,6 +133,11 @@ class Session:
     def touch(self) -> None:
         self.last_activity_at = time.time()
 
+    def close_reason(self) -> str:
+        """The reason its WebSockets are closed with (code 4000); at most 123 bytes, as RFC 6455 allows."""
+        text = f"session ended: {self.end_reason}" + (f" ({self.end_detail})" if self.end_detail else "")
+        return text.encode()[:123].decode(errors="ignore")
+
 
 class SessionManager:
     def __init__(
@@ -107,8 +146,10 @@ class SessionManager:
         runtime: SandboxRuntime,
         store: SessionStore,
         on_claim: Callable[[str, float], None] = lambda source, seconds: None,
+        host: HostFacts | None = None,
     ) -> None:
         self._settings = settings
+        self.limits: Limits = resolve(settings, host or HostFacts.detect())
         self._runtime = runtime
         self._store = store
         self._sessions: dict[str, Session] = {}
@@ -125,6 +166,7 @@ class SessionManager:
         self._lock = asyncio.Lock()
         self._refill = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._ends: set[asyncio.Task[None]] = set()  # sessions being ended in the background
         self._starting_pool = 0
         self._on_claim = on_claim  # (source "pool" | "cold", seconds), for the metrics
         self.host_guarded = False
@@ -132,6 +174,8 @@ class SessionManager:
     # -- lifecycle -------------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        for warning in self.limits.warnings:
+            log.warning("limits: %s", warning)
         await asyncio.to_thread(self._runtime.ensure_network, self._settings.network)
         interface, _ = await asyncio.to_thread(self._runtime.bridge, self._settings.network)
         self.host_guarded = await asyncio.to_thread(hostguard.install, interface)
@@ -142,6 +186,12 @@ class SessionManager:
             self.host_guarded &= await asyncio.to_thread(hostguard.install, egress_interface)
         self._http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0))
         await self._recover()
+        await self._remove_orphan_networks()
+        # Rules of bridges that went while no gateway watched (a crash, a kill): any gateway's, as
+        # the bridge names are unique and a rule on a missing interface guards nothing.
+        stale = await asyncio.to_thread(hostguard.remove_stale)
+        if stale:
+            log.info("removed the host guard of %d interfaces that are gone", len(stale))
         for session in self._sessions.values():
             self._record(session)  # adopted sessions: their bundles carry on
         for coro in (self._reap_loop(), self._pool_loop()):
@@ -151,9 +201,17 @@ class SessionManager:
         self._refill.set()
 
     async def stop(self) -> None:
+        # A refill under way is cancelled; _start_pair and _cold_start wait for their threads and
+        # remove what they started before the cancellation ends them.
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        # Sessions being ended finish ending: their sandboxes are gone or going, their records must go too.
+        await asyncio.gather(*self._ends, return_exceptions=True)
+        # Pooled pairs are never adopted by the next start (a used sandbox must never reach another
+        # key), so they go now rather than run on unowned.
+        pool, self._pool = self._pool, []
+        await _settle(*(asyncio.ensure_future(self._remove_pair(pair)) for pair in pool))
         if self.recordings is not None:
             await self.recordings.stop_all()
         if self._http is not None:
@@ -240,6 +298,22 @@ class SessionManager:
             await asyncio.to_thread(self._runtime.remove, info.id)
         log.info("recovered %d sessions and %d pooled sandboxes", len(self._sessions), len(self._pool))
 
+    async def _remove_orphan_networks(self) -> None:
+        """Session networks of this instance that no live session uses (a gateway killed between
+        making one and recording its session, a teardown that failed), with their host-guard rules."""
+        owned = {s.egress.network for s in self._sessions.values() if s.egress is not None}
+        networks = await asyncio.to_thread(self._runtime.session_networks, {GATEWAY_LABEL: self._settings.instance})
+        for network in networks:
+            if network.name in owned:
+                continue
+            log.info("removing orphan session network %s", network.name)
+            try:
+                await asyncio.to_thread(self._runtime.remove_network, network.name)
+            except Exception:
+                log.exception("cannot remove orphan network %s", network.name)
+                continue
+            await asyncio.to_thread(hostguard.remove, network.interface)
+
     def _close_lost_recording(self, session_id: str, had_egress: bool) -> None:
         """A session that died while the gateway was down: its bundle ends where it stopped."""
         if self.recordings is None:
@@ -253,17 +327,13 @@ class SessionManager:
             return
         owned = {s.egress.proxy_name for s in self._sessions.values() if s.egress is not None}
         states = await asyncio.to_thread(
-            self._runtime.container_states,  # type: ignore[attr-defined]
-            {GATEWAY_LABEL: self._settings.instance, "corral.role": "egress"},
+            self._runtime.container_states, {GATEWAY_LABEL: self._settings.instance, "corral.role": "egress"}
         )
         for name in states:
             if name not in owned:
                 log.info("removing unowned egress proxy %s", name)
                 await asyncio.to_thread(self._runtime.remove, name)
-                await asyncio.to_thread(
-                    self._runtime.remove_network,  # type: ignore[attr-defined]
-                    name.replace("corral-egress-", "corral-net-", 1),
-                )
+                await asyncio.to_thread(self._runtime.remove_network, name.replace("corral-egress-", "corral-net-", 1))
 
     # -- queries ---------------------------------------------------------------------------------------
 
@@ -296,8 +366,8 @@ class SessionManager:
     ) -> SandboxSpec:
         s = self._settings
         res = req.resources if req is not None else None
-        cpus = min(res.cpus, s.max_cpus) if res and res.cpus else s.default_cpus
-        memory = min(res.memory_mb, s.max_memory_mb) if res and res.memory_mb else s.default_memory_mb
+        cpus = min(res.cpus, s.max_cpus) if res and res.cpus else self.limits.cpus
+        memory = min(res.memory_mb, s.max_memory_mb) if res and res.memory_mb else self.limits.memory_mb
         disk = min(res.disk_mb, s.max_disk_mb) if res and res.disk_mb else s.default_disk_mb
         return SandboxSpec(
             image=s.image,
@@ -326,8 +396,15 @@ class SessionManager:
     ) -> Pair:
         session_id = "ses_" + secrets.token_hex(8)
         if self.egress is None:
-            sandbox = await asyncio.to_thread(self._runtime.start_sandbox, self._spec(kind, viewport, req))
-            pair = Pair(session_id, sandbox, None)
+            (started,), cancelled = await _settle(
+                _in_thread(self._runtime.start_sandbox, self._spec(kind, viewport, req))
+            )
+            if isinstance(started, BaseException):
+                raise started
+            if cancelled:
+                await _settle(_in_thread(self._runtime.remove, started.id))
+                raise asyncio.CancelledError
+            pair = Pair(session_id, started, None)
         else:
             pair = await self._start_pair(session_id, kind, viewport, req, allow, mode, replay)
         try:
@@ -339,7 +416,7 @@ class SessionManager:
             else:
                 await sandbox_ready
         except BaseException:
-            await asyncio.shield(self._remove_pair(pair))
+            await _settle(asyncio.ensure_future(self._remove_pair(pair)))
             raise
         return pair
 
@@ -357,26 +434,28 @@ class SessionManager:
         firewall refuses everything but the proxy until the proxy answers)."""
         assert self.egress is not None
         egress_manager = self.egress
-        prepared = await asyncio.to_thread(
-            egress_manager.prepare_blocking, session_id, [*allow], mode, self._labels(kind), replay
+        # Cancelled anywhere here (a gateway stopping mid-refill), the threads go on: each step waits
+        # for them to finish and undoes what they made before the cancellation goes on.
+        (prepared,), cancelled = await _settle(
+            _in_thread(egress_manager.prepare_blocking, session_id, [*allow], mode, self._labels(kind), replay)
         )
+        if isinstance(prepared, BaseException):
+            raise prepared
+        if cancelled:
+            await _settle(_in_thread(egress_manager.discard_blocking, prepared))
+            raise asyncio.CancelledError
         spec = self._spec(kind, viewport, req, prepared.network.name, prepared.sandbox_env, prepared.sandbox_files)
-        proxy = asyncio.ensure_future(asyncio.to_thread(egress_manager.start_proxy_blocking, prepared))
-        sandbox = asyncio.ensure_future(asyncio.to_thread(self._runtime.start_sandbox, spec))
-        try:
-            egress, started = await asyncio.gather(proxy, sandbox, return_exceptions=True)
-        except BaseException:
-            # Cancelled (a gateway shutting down): the threads go on, so wait for them and undo both.
-            egress, started = await asyncio.shield(asyncio.gather(proxy, sandbox, return_exceptions=True))
-            if isinstance(started, SandboxContainer):
-                await asyncio.shield(asyncio.to_thread(self._runtime.remove, started.id))
-            await asyncio.shield(asyncio.to_thread(egress_manager.discard_blocking, prepared))
-            raise
-        if isinstance(egress, Egress) and isinstance(started, SandboxContainer):
+        (egress, started), cancelled = await _settle(
+            _in_thread(egress_manager.start_proxy_blocking, prepared), _in_thread(self._runtime.start_sandbox, spec)
+        )
+        if isinstance(egress, Egress) and isinstance(started, SandboxContainer) and not cancelled:
             return Pair(session_id, started, egress)
+        undo = [_in_thread(egress_manager.discard_blocking, prepared)]  # the proxy (by name) and the network
         if isinstance(started, SandboxContainer):
-            await asyncio.shield(asyncio.to_thread(self._runtime.remove, started.id))
-        await asyncio.shield(asyncio.to_thread(egress_manager.discard_blocking, prepared))
+            undo.append(_in_thread(self._runtime.remove, started.id))
+        await _settle(*undo)
+        if cancelled:
+            raise asyncio.CancelledError
         raise egress if isinstance(egress, BaseException) else started  # type: ignore[misc]
 
     async def _remove_pair(self, pair: Pair) -> None:
@@ -480,19 +559,47 @@ class SessionManager:
         session = self._sessions.get(session_id)
         if session is None or session.state == "stopping":
             raise SessionNotFound(f"no session {session_id}")
+        self._mark_ended(session, reason)
+        await self._end(session)
+
+    def _mark_ended(self, session: Session, reason: str, detail: str = "") -> None:
+        """From here the session is over for its clients: its WebSockets close (4000) at once."""
         session.state = "stopping"
-        session.end_reason = reason
+        session.end_reason, session.end_detail = reason, detail
         session.ended.set()
+
+    def _end_soon(self, session: Session, reason: str, detail: str = "", drain_s: float = 5.0) -> None:
+        """End a session from the background (the reaper, a relay that lost its sandbox): marked
+        ended now, removed by a kept task, so one slow removal never holds up the reaper."""
+        if session.state == "stopping":
+            return
+        self._mark_ended(session, reason, detail)
+
+        async def end() -> None:
+            try:
+                await self._end(session, drain_s)
+            except Exception:
+                log.exception("could not end session %s", session.id)
+
+        task = asyncio.create_task(end())
+        self._ends.add(task)
+        task.add_done_callback(self._ends.discard)
+
+    async def _end(self, session: Session, drain_s: float = 5.0) -> None:
+        session_id, reason = session.id, session.end_reason
         if self.recordings is not None:
             # Before the sandbox goes: the recorder takes the events its controller still holds (and
             # closes the bundle even when that takes too long).
             with contextlib.suppress(Exception):
-                await self.recordings.stop(session_id, reason, drain_s=5.0)
+                await self.recordings.stop(session_id, reason, drain_s=drain_s)
         try:
             await asyncio.to_thread(self._runtime.remove, session.sandbox.id)
             if self.egress is not None and session.egress is not None:
                 await asyncio.to_thread(self.egress.teardown_blocking, session.egress)
-                self.egress.write_meta(session.id, ended_at=time.time(), end_reason=reason)
+                ended: dict[str, Any] = {"ended_at": time.time(), "end_reason": reason}
+                if session.end_detail:
+                    ended["end_detail"] = session.end_detail
+                self.egress.write_meta(session.id, **ended)
                 if self.recordings is not None and not session.hermetic:
                     # The proxy is gone, so its responses file is complete: it joins the bundle.
                     responses = self.egress.responses_path(session.id)
@@ -506,6 +613,46 @@ class SessionManager:
         self._store.delete(session_id)
         log.info("session %s ended: %s", session_id, reason)
 
+    # -- liveness --------------------------------------------------------------------------------------
+
+    async def _check_sandboxes(self) -> None:
+        """End every session whose sandbox no longer runs (killed, OOM-killed, removed by hand): one
+        listing a tick, an inspect only for the dead."""
+        live = [s for s in self._sessions.values() if s.state == "ready"]
+        if not live:
+            return
+        states = await asyncio.to_thread(self._runtime.sandbox_states, {GATEWAY_LABEL: self._settings.instance})
+        for session in live:
+            if states.get(session.sandbox.id) not in ALIVE_STATES:
+                await self._end_if_dead(session)
+
+    async def _end_if_dead(self, session: Session) -> bool:
+        info = await asyncio.to_thread(self._runtime.exit_info, session.sandbox.id)
+        if info is None or session.state != "ready":
+            return False
+        detail = describe_exit(info)
+        log.warning("session %s: its sandbox %s died (%s); ending it", session.id, session.sandbox.name, detail)
+        # Nothing left to drain from a dead controller: the bundle closes at once.
+        self._end_soon(session, SANDBOX_EXITED, detail, drain_s=0.0)
+        return True
+
+    async def check_sandbox(self, session: Session, within_s: float = 1.0) -> None:
+        """The relay lost its sandbox connection: if the container died, the session ends now (the
+        relay then closes with 4000 and the reason). Docker marks a container exited a moment after
+        its processes die, so this looks a few times; a controller restarted inside a running
+        container is no death, and the session lives on."""
+        deadline = time.monotonic() + within_s
+        while session.state == "ready":
+            try:
+                if await self._end_if_dead(session):
+                    return
+            except Exception:
+                log.exception("cannot inspect the sandbox of session %s", session.id)
+                return
+            if time.monotonic() >= deadline:
+                return
+            await asyncio.sleep(0.1)
+
     # -- background ------------------------------------------------------------------------------------
 
     async def _reap_loop(self) -> None:
@@ -513,6 +660,10 @@ class SessionManager:
         while True:
             await asyncio.sleep(self._settings.reap_interval_s)
             now = time.time()
+            try:
+                await self._check_sandboxes()
+            except Exception:
+                log.exception("sandbox liveness check failed")
             if self.egress is not None:
                 try:
                     # Fail closed and come back: a dead proxy means no egress until it is restarted here.
@@ -523,8 +674,8 @@ class SessionManager:
                             self._sessions[session_id].egress = egress
                             self._store.save(session_id, self._sessions[session_id].record())
                     for session_id in gone:
-                        with contextlib.suppress(SessionNotFound):
-                            await self.delete(session_id, "egress_proxy_gone")
+                        if session_id in self._sessions:
+                            self._end_soon(self._sessions[session_id], "egress_proxy_gone")
                 except Exception:
                     log.exception("egress watchdog failed")
             # A pooled pair with a broken proxy is caught by the health check before hand-out.
@@ -538,12 +689,7 @@ class SessionManager:
                 elif session.in_flight == 0 and now - session.last_activity_at >= session.idle_timeout_s:
                     reason = "idle_timeout"
                 if reason is not None:
-                    try:
-                        await self.delete(session.id, reason)
-                    except SessionNotFound:
-                        pass
-                    except Exception:
-                        log.exception("could not end session %s", session.id)
+                    self._end_soon(session, reason)
 
     async def _prune(self) -> None:
         """Archives past their retention: egress logs, recordings, uploaded replay responses."""

@@ -31,16 +31,19 @@ class GatewaySettings(BaseSettings):
     reap_interval_s: float = 1.0
     start_timeout_s: float = 60.0
 
-    # A quota at the machine's core count leaves start-up unthrottled (Chromium and Python start CPU-bound).
-    default_cpus: float = 2.0
+    # Unset: sized to the host at start (corral.gateway.limits): every core but one, at most two; memory
+    # so that every session and pooled pair at the cap fits the host's memory, 768-1536 MiB.
+    default_cpus: float | None = Field(default=None, gt=0)
 
     max_cpus: float = 2.0
-    default_memory_mb: int = 1536
+    default_memory_mb: int | None = Field(default=None, ge=256)
     max_memory_mb: int = 4096
     default_pids: int = 512
     default_shm_mb: int = 256
     default_disk_mb: int = 1024
     max_disk_mb: int = 8192
+    # JSON bodies of the API (create, change a session) above this are refused (413) unread.
+    max_body_kb: int = Field(default=1024, ge=1)
 
     # Egress: every session's traffic goes through its own proxy (corral-egress) on a network of its own.
     egress: bool = True  # off only where sandboxes may reach the network unfiltered (and unlogged)

@@ -120,6 +120,15 @@ class EgressContainer:
 
 
 @dataclass(frozen=True, slots=True)
+class ExitInfo:
+    """How a container that no longer runs ended: what a session whose sandbox died reports."""
+
+    state: str  # "exited", "dead", or "gone" (the container no longer exists)
+    exit_code: int | None
+    oom_killed: bool  # the kernel's OOM killer struck inside it (Docker's State.OOMKilled)
+
+
+@dataclass(frozen=True, slots=True)
 class SandboxInfo:
     """A sandbox container as Docker reports it (for recovery after a gateway restart)."""
 
@@ -495,6 +504,36 @@ class DockerRuntime:
         """Name -> state ("running", "exited", "restarting", ...) of every container with ``labels``."""
         filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
         return {c.name: c.status for c in self._client.containers.list(all=True, filters=filters)}
+
+    def sandbox_states(self, labels: Mapping[str, str]) -> dict[str, str]:
+        """Container id -> state of every sandbox with ``labels``, from one listing (no inspect each:
+        the reaper asks every second)."""
+        wanted = {SANDBOX_LABEL: SANDBOX_ROLE, **labels}
+        filters = {"label": [f"{k}={v}" for k, v in wanted.items()]}
+        return {str(c.id): str(c.status) for c in self._client.containers.list(all=True, filters=filters, sparse=True)}
+
+    def exit_info(self, ident: str) -> ExitInfo | None:
+        """None while the container runs (or is paused or restarting); else how it ended."""
+        try:
+            attrs = self._client.api.inspect_container(ident)
+        except docker.errors.NotFound:
+            return ExitInfo("gone", None, False)
+        state = attrs.get("State") or {}
+        status = str(state.get("Status", ""))
+        if state.get("Running") or status in ("running", "paused", "restarting", "created"):
+            return None
+        code = state.get("ExitCode")
+        return ExitInfo(status or "exited", int(code) if isinstance(code, int) else None, bool(state.get("OOMKilled")))
+
+    def session_networks(self, labels: Mapping[str, str]) -> list[SessionNetwork]:
+        """Every session network carrying ``labels`` (for the gateway's reconcile on start)."""
+        wanted = {SANDBOX_LABEL: NETWORK_ROLE, **labels}
+        filters = {"label": [f"{k}={v}" for k, v in wanted.items()]}
+        out = []
+        for network in self._client.networks.list(filters=filters):
+            with contextlib.suppress(KeyError, IndexError, TypeError):
+                out.append(self._session_network(network.attrs))
+        return out
 
     def restart(self, ident: str) -> None:
         try:

@@ -9,8 +9,11 @@ else from the sandboxes to the host is dropped. Needs root (or NET_ADMIN) and ip
 from __future__ import annotations
 
 import logging
+import shlex
 import shutil
 import subprocess
+from collections.abc import Callable
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -69,3 +72,41 @@ def install(interface: str) -> bool:
             )
             installed = False
     return installed
+
+
+def guarded_interfaces() -> set[str]:
+    """The interfaces that have host-guard rules now (any gateway's), read from the INPUT chain."""
+    iptables = shutil.which("iptables")
+    if iptables is None:
+        return set()
+    listed = subprocess.run([iptables, "-w", "-S", "INPUT"], capture_output=True, text=True, check=False)
+    if listed.returncode != 0:
+        return set()
+    return _interfaces(listed.stdout)
+
+
+def _interfaces(rules: str) -> set[str]:
+    found = set()
+    for line in rules.splitlines():
+        try:
+            words = shlex.split(line)
+        except ValueError:
+            continue
+        options = dict(zip(words, [*words[1:], ""], strict=True))
+        if options.get("--comment") == COMMENT and options.get("-i"):
+            found.add(options["-i"])
+    return found
+
+
+def _interface_exists(name: str) -> bool:
+    return (Path("/sys/class/net") / name).exists()
+
+
+def remove_stale(exists: Callable[[str], bool] = _interface_exists) -> list[str]:
+    """Remove the rules of interfaces that no longer exist (their network went while no gateway
+    watched: a crash, a kill); returns those interfaces. Rules of live bridges stay, whoever made them."""
+    stale = sorted(name for name in guarded_interfaces() if not exists(name))
+    for name in stale:
+        log.info("removing the host guard of %s: that interface is gone", name)
+        remove(name)
+    return stale

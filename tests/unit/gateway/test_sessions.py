@@ -3,22 +3,37 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 
 from corral.gateway.models import CreateSession
-from corral.gateway.sessions import GATEWAY_LABEL, KIND_LABEL, SessionManager, SessionNotFound
+from corral.gateway.sessions import GATEWAY_LABEL, KIND_LABEL, SANDBOX_EXITED, SessionManager, SessionNotFound
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
-from corral.runtime.docker import SandboxContainer, SandboxInfo, SandboxSpec
+from corral.runtime.docker import ExitInfo, SandboxContainer, SandboxInfo, SandboxSpec, SessionNetwork
+
+
+@pytest.fixture(autouse=True)
+def _no_iptables(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The host guard is iptables on the real host: never touched by unit tests."""
+    removed: list[str] = []
+    monkeypatch.setattr("corral.runtime.hostguard.install", lambda interface: True)
+    monkeypatch.setattr("corral.runtime.hostguard.remove", removed.append)
+    monkeypatch.setattr("corral.runtime.hostguard.remove_stale", lambda: [])
+    yield removed
 
 
 class FakeRuntime:
-    def __init__(self) -> None:
+    def __init__(self, start_delay_s: float = 0.0) -> None:
         self.running: dict[str, tuple[SandboxContainer, dict[str, str]]] = {}
+        self.exited: dict[str, ExitInfo] = {}  # container id -> how it died (still listed, not running)
+        self.networks: dict[str, SessionNetwork] = {}
+        self.network_labels: dict[str, dict[str, str]] = {}
         self.fail_remove = False
+        self.start_delay_s = start_delay_s
         self._n = 0
 
     def ensure_network(self, name: str) -> None:
@@ -28,6 +43,7 @@ class FakeRuntime:
         return "br-fake", "10.99.0.1"
 
     def start_sandbox(self, spec: SandboxSpec) -> SandboxContainer:
+        time.sleep(self.start_delay_s)
         self._n += 1
         box = SandboxContainer(f"c{self._n}", spec.name or f"c{self._n}", f"10.99.0.{self._n + 1}", 8765)
         self.running[box.id] = (box, dict(spec.labels or {}))
@@ -48,6 +64,35 @@ class FakeRuntime:
         if self.fail_remove:
             raise RuntimeError("docker said no")
         self.running.pop(ident, None)
+        self.exited.pop(ident, None)
+
+    def die(self, ident: str, info: ExitInfo) -> None:
+        self.exited[ident] = info
+
+    def sandbox_states(self, labels: Mapping[str, str]) -> dict[str, str]:
+        return {
+            box.id: ("exited" if box.id in self.exited else "running")
+            for box, lab in self.running.values()
+            if all(lab.get(k) == v for k, v in labels.items())
+        }
+
+    def exit_info(self, ident: str) -> ExitInfo | None:
+        if ident not in self.running:
+            return ExitInfo("gone", None, False)
+        return self.exited.get(ident)
+
+    def container_states(self, labels: Mapping[str, str]) -> dict[str, str]:
+        return {}
+
+    def session_networks(self, labels: Mapping[str, str]) -> list[SessionNetwork]:
+        return [
+            net
+            for name, net in self.networks.items()
+            if all(self.network_labels[name].get(k) == v for k, v in labels.items())
+        ]
+
+    def remove_network(self, name: str) -> None:
+        self.networks.pop(name, None)
 
 
 def _manager(tmp_path: Path, runtime: FakeRuntime, **settings: object) -> SessionManager:
@@ -172,3 +217,97 @@ async def test_a_start_cancelled_midway_leaves_nothing_running(tmp_path: Path) -
     with pytest.raises(asyncio.CancelledError):
         await start
     assert runtime.running == {} and manager.egress.discarded == ["ses_2"]  # type: ignore[union-attr]
+
+
+class TrackingEgress(FakeEgress):
+    """Also knows which proxies exist: one started after its pair was discarded is a leak."""
+
+    def __init__(self, proxy_delay_s: float = 0.0) -> None:
+        super().__init__(proxy_delay_s)
+        self.proxies: set[str] = set()
+
+    def start_proxy_blocking(self, prepared: object) -> object:
+        egress = super().start_proxy_blocking(prepared)
+        self.proxies.add(prepared.session_id)  # type: ignore[attr-defined]
+        return egress
+
+    def discard_blocking(self, prepared: object) -> None:
+        super().discard_blocking(prepared)
+        self.proxies.discard(prepared.session_id)  # type: ignore[attr-defined]
+
+
+async def test_a_start_cancelled_while_its_proxy_starts_leaves_no_proxy(tmp_path: Path) -> None:
+    runtime = FakeRuntime()
+    manager = _manager(tmp_path, runtime)
+    manager.egress = egress = TrackingEgress(proxy_delay_s=0.3)  # type: ignore[assignment]
+    start = asyncio.ensure_future(
+        manager._start_pair("ses_3", "pool", CreateSession().viewport, None, [], "enforce", None)
+    )
+    await asyncio.sleep(0.1)  # the proxy's thread is still starting it
+    start.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await start
+    # The cancellation waited for the thread, then removed what it made: nothing runs afterwards.
+    await asyncio.sleep(0.4)
+    assert egress.proxies == set() and runtime.running == {}
+
+
+async def test_stopping_mid_refill_leaves_nothing_of_the_pool(tmp_path: Path) -> None:
+    runtime = FakeRuntime(start_delay_s=0.3)
+    manager = _manager(tmp_path, runtime, pool_size=2)
+    await manager.start()
+    await asyncio.sleep(0.4)  # one pooled sandbox is ready, the second one is starting
+    assert manager.counts()["pool"] == 1 and manager.counts()["starting"] == 1
+    await manager.stop()
+    await asyncio.sleep(0.4)  # a thread that outlived the stop would add its sandbox by now
+    assert runtime.running == {}
+
+
+async def test_a_dead_sandbox_ends_its_session_and_frees_its_slot(tmp_path: Path) -> None:
+    runtime = FakeRuntime()
+    manager = _manager(tmp_path, runtime, max_sessions=1)
+    await manager.start()
+    try:
+        session, _ = await manager.create("key-a", CreateSession())
+        runtime.die(session.sandbox.id, ExitInfo("exited", 137, True))
+        await asyncio.wait_for(session.ended.wait(), timeout=2)
+        assert session.end_reason == SANDBOX_EXITED
+        assert "out of memory" in session.end_detail and "137" in session.end_detail
+        assert session.close_reason().startswith("session ended: sandbox_exited (out of memory")
+        for _ in range(100):
+            if not manager.list():
+                break
+            await asyncio.sleep(0.02)
+        assert manager.list() == [] and SessionStore(tmp_path).load_all() == []
+        assert session.sandbox.id not in runtime.running  # the exited container is removed too
+        again, _ = await manager.create("key-a", CreateSession())  # the slot is free at the cap
+        assert manager.get(again.id) is again
+    finally:
+        await manager.stop()
+
+
+async def test_the_relay_hook_ends_a_dead_session_before_the_reaper(tmp_path: Path) -> None:
+    runtime = FakeRuntime()
+    manager = _manager(tmp_path, runtime, reap_interval_s=3600)
+    await manager.start()
+    try:
+        alive, _ = await manager.create("key-a", CreateSession())
+        await manager.check_sandbox(alive, within_s=0.2)  # a controller restarted inside: no death
+        assert not alive.ended.is_set() and alive.state == "ready"
+        runtime.die(alive.sandbox.id, ExitInfo("exited", 0, False))
+        await manager.check_sandbox(alive)
+        assert alive.ended.is_set() and (alive.end_reason, alive.end_detail) == (SANDBOX_EXITED, "exit code 0")
+    finally:
+        await manager.stop()
+
+
+async def test_start_removes_this_instances_orphan_session_networks(tmp_path: Path, _no_iptables: list[str]) -> None:
+    runtime = FakeRuntime()
+    for name, instance in (("corral-net-ses_orphan", "t"), ("corral-net-ses_other", "another-gateway")):
+        runtime.networks[name] = SessionNetwork(name, "10.213.0.0/28", "10.213.0.1", f"br-{name[-6:]}")
+        runtime.network_labels[name] = {GATEWAY_LABEL: instance}
+    manager = _manager(tmp_path, runtime)
+    await manager.start()
+    await manager.stop()
+    assert list(runtime.networks) == ["corral-net-ses_other"]  # another gateway's stays
+    assert _no_iptables == ["br-orphan"]  # and the orphan's host-guard rules went with it

@@ -1,0 +1,197 @@
+"""Gateway lifecycle against real sandboxes: a dead sandbox ends its session at once, the gateway
+reconciles networks and host-guard rules on start and leaves nothing of its pool on stop, and
+credentials are checked before any body is read."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
+
+from corral.gateway.sessions import GATEWAY_LABEL
+from corral.gateway.store import session_dir
+from corral.runtime import hostguard
+from corral.runtime.docker import DockerRuntime
+
+from .gateway_fixtures import KEY_A, RunningGateway, gateway
+
+pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory, runtime: DockerRuntime) -> Iterator[RunningGateway]:
+    """One session at a time: a new one at the cap shows the dead one's slot was freed."""
+    instance = f"life-{time.time_ns()}"
+    with gateway(tmp_path_factory.mktemp("gw"), instance, max_sessions=1, max_sessions_per_key=1) as running:
+        yield running
+    runtime.remove_all({GATEWAY_LABEL: instance})
+
+
+@contextmanager
+def _open_ws(session: dict[str, Any]) -> Iterator[ClientConnection]:
+    with connect(f"{session['ws_url']}?token={session['token']}", compression=None, open_timeout=10) as ws:
+        ws.send(json.dumps({"id": 1, "action": {"type": "cursor_position"}}))
+        assert json.loads(ws.recv(timeout=10))["ok"] is True
+        yield ws
+
+
+def _closed(ws: ClientConnection, timeout_s: float) -> tuple[int, str, float]:
+    started = time.monotonic()
+    with pytest.raises(ConnectionClosed) as closed:
+        ws.recv(timeout=timeout_s)
+    assert closed.value.rcvd is not None, "closed without a close frame"
+    return closed.value.rcvd.code, closed.value.rcvd.reason, time.monotonic() - started
+
+
+def _gone_within(gw: RunningGateway, session_id: str, timeout_s: float) -> float:
+    started = time.monotonic()
+    with gw.client() as c:
+        while c.get(f"/v1/sessions/{session_id}").status_code != 404:
+            assert time.monotonic() - started < timeout_s, "the session outlived its sandbox"
+            time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def _manifest(gw: RunningGateway, session_id: str) -> dict[str, Any]:
+    path = session_dir(gw.settings.data_dir / "recordings", session_id) / "manifest.json"
+    deadline = time.monotonic() + 5
+    while not json.loads(path.read_text()).get("ended_at"):
+        assert time.monotonic() < deadline, "the recording was not closed"
+        time.sleep(0.05)
+    manifest: dict[str, Any] = json.loads(path.read_text())
+    return manifest
+
+
+def _create(gw: RunningGateway, **body: Any) -> dict[str, Any]:
+    with gw.client() as c:
+        reply = c.post("/v1/sessions", json=body)
+    assert reply.status_code == 201, reply.text  # at the cap of one: the previous slot is free
+    created: dict[str, Any] = reply.json()
+    return created
+
+
+def test_a_killed_sandbox_ends_its_session_at_once(gw: RunningGateway, runtime: DockerRuntime) -> None:
+    session = _create(gw)
+    with _open_ws(session) as ws:
+        killed = time.monotonic()
+        runtime.kill(session["container"])
+        code, reason, _ = _closed(ws, timeout_s=5)
+        closed_s = time.monotonic() - killed
+    assert code == 4000 and reason.startswith("session ended: sandbox_exited (exit code 137"), reason
+    assert closed_s < 2.0, closed_s
+    _gone_within(gw, session["id"], timeout_s=2.0)
+    assert _manifest(gw, session["id"])["end_reason"] == "sandbox_exited"
+    # The exited container and the session's proxy are removed, not just forgotten.
+    assert runtime.find(session["container"]) is None
+    assert runtime.container_states({"corral.session": session["id"]}) == {}
+    print(f"killed sandbox: WebSocket closed {closed_s * 1000:.0f} ms after the kill")
+    replacement = _create(gw)
+    with gw.client() as c:
+        assert c.delete(f"/v1/sessions/{replacement['id']}").status_code == 204
+
+
+def test_an_oom_killed_sandbox_is_reported_as_such(gw: RunningGateway, runtime: DockerRuntime) -> None:
+    # The attack of the report: fill the sandbox's tmpfs, as the sandbox's own user, past its memory.
+    session = _create(gw, resources={"memory_mb": 512, "disk_mb": 1024})
+    with _open_ws(session) as ws:
+        fill = ["dd", "if=/dev/zero", "of=/tmp/fill", "bs=1M", "count=1000"]
+        code, out = runtime.exec(session["container"], fill)
+        assert code != 0, out  # the writer was killed before it could finish
+        close_code, reason, after_fill_s = _closed(ws, timeout_s=10)
+    assert close_code == 4000 and "sandbox_exited (out of memory (OOM-killed)" in reason, reason
+    _gone_within(gw, session["id"], timeout_s=2.0)
+    print(f"OOM-killed sandbox: WebSocket closed {after_fill_s * 1000:.0f} ms after the writer died")
+    replacement = _create(gw)
+    with gw.client() as c:
+        assert c.delete(f"/v1/sessions/{replacement['id']}").status_code == 204
+
+
+def test_a_dead_sandbox_without_a_websocket_is_found_by_the_reaper(gw: RunningGateway, runtime: DockerRuntime) -> None:
+    session = _create(gw)
+    killed = time.monotonic()
+    runtime.kill(session["container"])
+    gone_s = _gone_within(gw, session["id"], timeout_s=2.0)
+    with gw.client() as c:
+        # Before: 502 until the session timed out. Now the session is over, and says so.
+        reply = c.post(f"/v1/sessions/{session['id']}/actions", json={"action": {"type": "cursor_position"}})
+    assert reply.status_code == 404
+    print(f"reaper: session gone {(time.monotonic() - killed) * 1000:.0f} ms after the kill ({gone_s:.2f} s polled)")
+    _create(gw)  # the slot is free
+    with gw.client() as c:
+        for s in c.get("/v1/sessions").json():
+            c.delete(f"/v1/sessions/{s['id']}")
+
+
+def test_start_removes_orphan_networks_and_stale_host_guard_rules(tmp_path: Path, runtime: DockerRuntime) -> None:
+    instance = f"reconcile-{time.time_ns()}"
+    labels = {GATEWAY_LABEL: instance, "corral.session": "ses_orphan"}
+    orphan = runtime.create_session_network(f"corral-net-orphan-{os.getpid()}", labels)
+    assert hostguard.install(orphan.interface)
+    others = runtime.create_session_network(
+        f"corral-net-others-{os.getpid()}", {GATEWAY_LABEL: f"another-{instance}", "corral.session": "ses_x"}
+    )
+    stale = f"br-{secrets.token_hex(6)}"  # a bridge that is gone (no such interface), its rules left
+    assert not Path("/sys/class/net", stale).exists()
+    assert hostguard.install(stale)
+    try:
+        assert {orphan.interface, stale} <= hostguard.guarded_interfaces()
+        with gateway(tmp_path, instance):
+            assert runtime.session_network(orphan.name) is None
+            guarded = hostguard.guarded_interfaces()
+            assert orphan.interface not in guarded and stale not in guarded
+            assert runtime.session_network(others.name) is not None  # another gateway's stays
+    finally:
+        runtime.remove_all({GATEWAY_LABEL: instance})
+        runtime.remove_network(others.name)
+        for interface in (orphan.interface, stale):
+            hostguard.remove(interface)
+
+
+def test_stopping_while_the_pool_refills_leaves_nothing(tmp_path: Path, runtime: DockerRuntime) -> None:
+    instance = f"refill-{time.time_ns()}"
+    try:
+        # Stopped at different points of the refill: network and CA, proxy and sandbox starting, ready.
+        for delay_s in (0.0, 0.4, 0.8, 1.5, 3.0):
+            with gateway(tmp_path, instance, pool_size=1) as g, g.client(None) as c:
+                deadline = time.monotonic() + delay_s
+                while time.monotonic() < deadline:
+                    c.get("/v1/health")
+                    time.sleep(0.05)
+                counts = c.get("/v1/health").json()["sessions"]
+            left = runtime.container_states({GATEWAY_LABEL: instance})
+            networks = [n.name for n in runtime.session_networks({GATEWAY_LABEL: instance})]
+            assert (left, networks) == ({}, []), f"stopped after {delay_s} s ({counts}): left {left}, {networks}"
+    finally:
+        runtime.remove_all({GATEWAY_LABEL: instance})
+
+
+def _raw_post(port: int, path: str, headers: dict[str, str], body: bytes = b"") -> tuple[int, float]:
+    """Send a request's head (and ``body``, maybe just its start) and time the status line."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        started = time.monotonic()
+        sock.sendall(f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\n{head}\r\n".encode() + body)
+        status = sock.recv(64).split(b" ")[1]
+        return int(status), time.monotonic() - started
+
+
+def test_credentials_are_checked_before_a_body_is_read(gw: RunningGateway) -> None:
+    announced = {"content-type": "application/json", "content-length": str(200 << 20)}
+    # 200 MiB announced, 1 MiB sent: the refusal comes without waiting for (or parsing) the rest.
+    status, took_s = _raw_post(gw.settings.port, "/v1/sessions", announced, b"[" * (1 << 20))
+    assert status == 401 and took_s < 1.0, took_s
+    status, took_s = _raw_post(gw.settings.port, "/v1/sessions", {**announced, "authorization": f"Bearer {KEY_A}"})
+    assert status == 413 and took_s < 1.0, took_s
+    with gw.client() as c:
+        over = c.post("/v1/sessions", content=b" " * ((gw.settings.max_body_kb << 10) + 1))
+    assert over.status_code == 413 and over.json()["error"]["code"] == "message_too_large"
