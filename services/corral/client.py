@@ -42,12 +42,17 @@ def _check(reply: dict[str, Any]) -> dict[str, Any]:
     return reply
 
 
-def _signed(secret: str | None) -> auth.SignedRequest | None:
-    return auth.sign(secret) if secret else None
+def _dial(secret: str | None) -> tuple[dict[str, Any], auth.SignedRequest | None]:
+    """The options of one connection (signed when straight to a controller) and what it must prove.
+    No per-message compression: it costs ~17 ms per screenshot frame for little gain."""
+    signed = auth.sign(secret) if secret else None
+    options = {"compression": None, "max_size": MAX_FRAME, "open_timeout": 10}
+    return {**options, "additional_headers": signed.headers if signed else None}, signed
 
 
-def _check_proof(secret: str | None, signed: auth.SignedRequest | None, headers: Any) -> None:
+def _check_proof(secret: str | None, signed: auth.SignedRequest | None, response: Any) -> None:
     """A direct connection to a controller: believe nothing until it proved the per-boot secret."""
+    headers = response.headers if response is not None else {}
     if secret and signed is not None and not auth.proven(secret, signed.nonce, headers):
         raise UnprovenController("the sandbox's controller port answered without the controller's proof")
 
@@ -73,17 +78,10 @@ class AsyncSandboxClient:
         self._lock = asyncio.Lock()
 
     async def __aenter__(self) -> Self:
-        # No per-message compression: it costs ~17 ms per screenshot frame for little gain.
-        signed = _signed(self._secret)
-        self._ws = await connect(
-            self._url,
-            compression=None,
-            max_size=MAX_FRAME,
-            open_timeout=10,
-            additional_headers=signed.headers if signed else None,
-        )
+        options, signed = _dial(self._secret)
+        self._ws = await connect(self._url, **options)
         try:
-            _check_proof(self._secret, signed, self._ws.response.headers if self._ws.response else {})
+            _check_proof(self._secret, signed, self._ws.response)
         except UnprovenController:
             await self._ws.close()
             raise
@@ -131,18 +129,10 @@ class SandboxClient:
         self._ids = itertools.count(1)
 
     def __enter__(self) -> Self:
-        signed = _signed(self._secret)
-        self._ws = self._stack.enter_context(
-            sync_connect(
-                self._url,
-                compression=None,
-                max_size=MAX_FRAME,
-                open_timeout=10,
-                additional_headers=signed.headers if signed else None,
-            )
-        )
+        options, signed = _dial(self._secret)
+        self._ws = self._stack.enter_context(sync_connect(self._url, **options))
         try:
-            _check_proof(self._secret, signed, self._ws.response.headers if self._ws.response else {})
+            _check_proof(self._secret, signed, self._ws.response)
         except UnprovenController:
             self._stack.close()
             raise

@@ -9,6 +9,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from cryptography.x509.oid import NameOID
 
 from corral import images
 from corral.runtime.docker import DockerRuntime
+
+from .gateway_fixtures import RunningGateway, gateway
 
 UPSTREAM_NAMES = ["allowed.test", "other.test", "api.allowed.test", "doh.test", "slow.test"]
 
@@ -103,3 +106,18 @@ def start_upstream(runtime: DockerRuntime, directory: Path, network: str) -> Ite
         yield Upstream(name, address, network, ca_path)
     finally:
         runtime.remove(name)
+
+
+@contextmanager
+def gateway_to(upstream: Upstream, data_dir: Path, instance: str, **overrides: object) -> Iterator[RunningGateway]:
+    """A gateway whose proxies reach the fake upstream: its network, its CA, and its (private) address
+    as the one network the operator vouches for, nothing else."""
+    with gateway(
+        data_dir,
+        instance,
+        egress_network=upstream.network,
+        egress_trusted_networks=f"{upstream.address}/32",
+        egress_upstream_ca=upstream.ca_path,
+        **overrides,
+    ) as running:
+        yield running

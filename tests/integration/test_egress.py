@@ -18,7 +18,7 @@ from corral.proxy.audit import verify
 from corral.runtime.docker import DockerRuntime
 from corral.sdk import Sandbox
 
-from .egress_fixtures import Upstream, start_upstream
+from .egress_fixtures import Upstream, gateway_to, start_upstream
 from .gateway_fixtures import KEY_A, KEY_B, RunningGateway, gateway
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
@@ -81,14 +81,7 @@ def upstream(tmp_path_factory: pytest.TempPathFactory, runtime: DockerRuntime) -
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator[RunningGateway]:
-    with gateway(
-        tmp_path_factory.mktemp("egress-gw"),
-        f"egress-{os.getpid()}",
-        egress_network=upstream.network,
-        # The fake upstream's (private) address is the one the operator vouches for; nothing else.
-        egress_trusted_networks=f"{upstream.address}/32",
-        egress_upstream_ca=upstream.ca_path,
-    ) as running:
+    with gateway_to(upstream, tmp_path_factory.mktemp("egress-gw"), f"egress-{os.getpid()}") as running:
         yield running
 
 

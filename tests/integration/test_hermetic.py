@@ -26,8 +26,8 @@ from corral.recording.bundle import read_bundle
 from corral.runtime.docker import DockerRuntime
 from corral.sdk import Sandbox
 
-from .egress_fixtures import Upstream, start_upstream
-from .gateway_fixtures import KEY_A, KEY_B, RunningGateway, gateway
+from .egress_fixtures import Upstream, gateway_to, start_upstream
+from .gateway_fixtures import KEY_A, KEY_B, RunningGateway
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
 
@@ -41,13 +41,7 @@ def upstream(tmp_path_factory: pytest.TempPathFactory, runtime: DockerRuntime) -
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator[RunningGateway]:
-    with gateway(
-        tmp_path_factory.mktemp("hermetic-gw"),
-        f"hermetic-{os.getpid()}",
-        egress_network=upstream.network,
-        egress_trusted_networks=f"{upstream.address}/32",
-        egress_upstream_ca=upstream.ca_path,
-    ) as running:
+    with gateway_to(upstream, tmp_path_factory.mktemp("hermetic-gw"), f"hermetic-{os.getpid()}") as running:
         yield running
 
 

@@ -21,8 +21,8 @@ from corral.runtime.docker import DockerRuntime, SandboxContainer, SandboxSpec
 from corral.sandbox import auth
 from corral.sdk import Sandbox
 
-from .egress_fixtures import Upstream, start_upstream
-from .gateway_fixtures import KEY_A, RunningGateway, gateway
+from .egress_fixtures import Upstream, gateway_to, start_upstream
+from .gateway_fixtures import KEY_A, RunningGateway
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
 
@@ -100,13 +100,7 @@ def upstream(tmp_path_factory: pytest.TempPathFactory, runtime: DockerRuntime) -
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator[RunningGateway]:
-    with gateway(
-        tmp_path_factory.mktemp("inner-gw"),
-        f"inner-{os.getpid()}",
-        egress_network=upstream.network,
-        egress_trusted_networks=f"{upstream.address}/32",
-        egress_upstream_ca=upstream.ca_path,
-    ) as running:
+    with gateway_to(upstream, tmp_path_factory.mktemp("inner-gw"), f"inner-{os.getpid()}") as running:
         yield running
 
 
