@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection as SyncConnection
 from websockets.sync.client import connect as sync_connect
 
@@ -83,7 +84,8 @@ class AsyncSandboxClient:
         try:
             _check_proof(self._secret, signed, self._ws.response)
         except UnprovenController:
-            await self._ws.close()
+            with contextlib.suppress(ConnectionClosed, OSError):  # what answered need not close cleanly
+                await self._ws.close()
             raise
         return self
 
@@ -134,7 +136,8 @@ class SandboxClient:
         try:
             _check_proof(self._secret, signed, self._ws.response)
         except UnprovenController:
-            self._stack.close()
+            with contextlib.suppress(ConnectionClosed, OSError):  # what answered need not close cleanly
+                self._stack.close()
             raise
         return self
 

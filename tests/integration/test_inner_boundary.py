@@ -13,7 +13,7 @@ from typing import Any
 
 import docker
 import pytest
-from websockets.exceptions import InvalidHandshake
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from corral.client import SandboxClient
 from corral.errors import SandboxError, UnprovenController
@@ -234,7 +234,7 @@ def _connects(sandbox: SandboxContainer) -> bool:
     try:
         with SandboxClient(sandbox.ws_url, controller_secret=sandbox.secret):
             return True
-    except (OSError, InvalidHandshake):  # nobody on the port yet
+    except (OSError, InvalidHandshake, ConnectionClosed):  # nobody on the port yet (Docker's proxy hangs up)
         return False
 
 

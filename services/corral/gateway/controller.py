@@ -3,12 +3,14 @@ the controller proved that secret back (corral.sandbox.auth)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
 
 from corral.errors import UnprovenController
 from corral.sandbox import auth
@@ -54,6 +56,7 @@ async def connect_ws(ws_url: str, secret: str) -> ClientConnection:
         additional_headers=signed.headers,
     )
     if upstream.response is None or not auth.proven(secret, signed.nonce, upstream.response.headers):
-        await upstream.close()
+        with contextlib.suppress(ConnectionClosed, OSError):  # what answered need not close cleanly
+            await upstream.close()
         raise UnprovenController(f"{ws_url} accepted the WebSocket without the controller's proof")
     return upstream
