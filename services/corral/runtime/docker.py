@@ -83,6 +83,9 @@ class SandboxSpec:
     egress_firewall: bool = False
     # Host file -> path inside, mounted read-only (secrets owned by the controller's uid, mode 0400).
     files: Mapping[str, str] | None = None
+    # An OCI runtime registered with dockerd; None: the daemon's default (runc). Only bench/gvisor.py and
+    # its tests set it: the gateway does not offer runsc, which loses the inner boundary (docs/gvisor.md).
+    runtime: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +236,7 @@ class DockerRuntime:
                 # sandbox user's home as its working directory: never. The gateway polls /healthz itself.
                 healthcheck={"test": ["NONE"]},
                 log_config=LOG_CONFIG,
+                runtime=spec.runtime,
             )
         except docker.errors.ImageNotFound:
             raise SandboxError(f"image {spec.image} not found; build it with `corral images build`") from None
@@ -263,6 +267,12 @@ class DockerRuntime:
                     ["cat", str(auth.SECRET_FILE)], user=CONTROLLER_USER, stderr=False
                 )
             except docker.errors.APIError as exc:
+                # Boot refusing to start (a firewall it cannot set) ends the container before the first
+                # exec: say why, from its log, rather than "409 container is not running".
+                if self._container(address.id).status in ("exited", "dead"):
+                    raise SandboxError(
+                        f"sandbox {address.name} exited while starting:\n{self.logs(address.id, 40)}"
+                    ) from None
                 raise SandboxError(f"cannot read the controller's secret in {address.name}: {exc}") from None
             if code == 0:
                 secret = out.decode(errors="replace").strip()
