@@ -197,7 +197,8 @@ class DockerRuntime:
         # the controller's secret (CHOWN) and trust, then drops to corral keeping only SETUID, SETGID
         # and SETPCAP for the supervisor, which starts every child with none (corral.sandbox.boot).
         caps = ["SETUID", "SETGID", "SETPCAP", "CHOWN", "NET_ADMIN", "NET_RAW"]
-        environment = {"CORRAL_SCREEN": spec.screen, **(spec.environment or {})}
+        # A sandbox Corral starts never runs without its inner boundary (corral.sandbox.boot).
+        environment = {"CORRAL_SCREEN": spec.screen, "CORRAL_INNER_BOUNDARY": "required", **(spec.environment or {})}
         placement: dict[str, Any] = (
             {"network": spec.network}
             if spec.network

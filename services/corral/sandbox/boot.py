@@ -44,7 +44,7 @@ from corral.sandbox import auth
 
 log = logging.getLogger("corral.boot")
 
-USER = "corral"  # the supervisor, Xvfb, openbox, the controller
+USER = "corral"  # the supervisor, Xvfb, the controller
 AGENT_USER = "agent"  # Chromium and everything the agent runs
 SUPERVISOR_CAPS = ("setuid", "setgid", "setpcap")
 X11_DIR = Path("/tmp/.X11-unix")
@@ -181,6 +181,8 @@ def lock_down(env: Mapping[str, str], users: Users) -> None:
             _apply("iptables-restore", open_rules(agent_uid))
             _apply_ipv6(ipv6_rules(agent_uid, proxied=False))
         except RuntimeError as exc:
+            if boundary_required(env):
+                raise RuntimeError(f"the agent's uid cannot be kept off the controller: {exc}") from None
             # Run by hand without NET_ADMIN (plain `docker run`): the per-boot secret still guards the
             # controller, but the agent's uid is not kept off its port. Corral's runtime always grants it.
             log.warning("no firewall for the agent's uid (%s); the controller's secret still guards it", exc)
@@ -195,6 +197,12 @@ def lock_down(env: Mapping[str, str], users: Users) -> None:
             SYSTEM_BUNDLE.write_text(PRISTINE_BUNDLE.read_text() + "\n" + ca.strip() + "\n")
     elif PRISTINE_BUNDLE.exists() and os.access(SYSTEM_BUNDLE.parent, os.W_OK) and not SYSTEM_BUNDLE.exists():
         shutil.copyfile(PRISTINE_BUNDLE, SYSTEM_BUNDLE)
+
+
+def boundary_required(env: Mapping[str, str]) -> bool:
+    """Corral's runtime asks for the whole inner boundary (``CORRAL_INNER_BOUNDARY=required``): a
+    sandbox it starts never runs without it. By hand, a missing half is a warning."""
+    return env.get("CORRAL_INNER_BOUNDARY", "") == "required"
 
 
 def _apply_ipv6(rules: str) -> None:

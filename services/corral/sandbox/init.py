@@ -253,6 +253,9 @@ def main() -> int:
         split = can_switch_users(effective_caps(status.read()))
     own, agent = (as_controller, as_agent) if split else (list, list)
     if not split:
+        if os.environ.get("CORRAL_INNER_BOUNDARY", "") == "required":
+            log.error("started without CAP_SETUID/SETGID/SETPCAP: cannot run Chromium as another uid; refusing")
+            return 3
         log.warning("started without CAP_SETUID: Chromium runs as the controller's uid (no inner boundary)")
     sup = Supervisor(width, height, depth, display)
     agent_env = {**sup.env, "HOME": AGENT_HOME, "USER": AGENT_USER, "LOGNAME": AGENT_USER} if split else sup.env

@@ -114,6 +114,9 @@ def test_lock_down_writes_policy_and_bundle_and_refuses_a_key(tmp_path: Path, mo
     assert json.loads((tmp_path / "run" / "policy.json").read_text())["QuicAllowed"] is False
     bundle = (certs / "ca-certificates.crt").read_text()
     assert "DEBIAN" in bundle and "SESSION" in bundle
+    # Started by Corral's runtime, a sandbox whose agent uid cannot be fenced off does not start.
+    with pytest.raises(RuntimeError, match="cannot be kept off the controller"):
+        boot.lock_down({"CORRAL_INNER_BOUNDARY": "required"}, USERS)
     # Another boot, another secret (a restarted container's directory is written over).
     secret_dir.chmod(0o700)
     boot.lock_down({}, USERS)
