@@ -32,20 +32,22 @@ ANCHORS = [
     ("E2B, create to first command (public benchmark)", 440),
     ("Browserbase, create + connect (209 + 114 ms)", 323),
 ]
-# Sum of PSS over a container's processes, by process name (run inside the sandbox).
+# Each process's PSS (or, where this uid may not read its smaps, its RSS), by pid (run inside the sandbox).
 PSS = r"""
 import json, os
-by = {}
-for pid in os.listdir('/proc'):
-    if not pid.isdigit():
-        continue
+out = {}
+for pid in filter(str.isdigit, os.listdir('/proc')):
     try:
         name = open(f'/proc/{pid}/comm').read().strip()
-        pss = sum(int(l.split()[1]) for l in open(f'/proc/{pid}/smaps_rollup') if l.startswith('Pss:'))
+        try:
+            kib = sum(int(l.split()[1]) for l in open(f'/proc/{pid}/smaps_rollup') if l.startswith('Pss:'))
+            out[pid] = [name, kib, "pss"]
+        except OSError:
+            rss = [int(l.split()[1]) for l in open(f'/proc/{pid}/status') if l.startswith('VmRSS:')]
+            out[pid] = [name, rss[0] if rss else 0, "rss"]
     except OSError:
         continue
-    by[name] = by.get(name, 0) + pss
-print(json.dumps(by))
+print(json.dumps(out))
 """
 
 
@@ -93,9 +95,18 @@ def idle_pss(http: httpx.Client, runtime: DockerRuntime) -> dict[str, float]:
     with SandboxClient(f"{created['ws_url']}?token={created['token']}") as sb:
         sb.act({"type": "navigate", "url": "data:text/html,<h1>one idle page</h1>"})
     time.sleep(2)  # idle
-    _, out = runtime.exec(created["container"], ["python", "-c", PSS])
+    # The sandbox's processes belong to two uids: each reads its own smaps; the supervisor and tini,
+    # which hold capabilities, no one may read there, so they count by RSS.
+    per_pid: dict[str, list[Any]] = {}
+    for user in ("corral", "agent"):
+        _, out = runtime.exec(created["container"], ["python", "-c", PSS], user=user)
+        for pid, (name, kib, kind) in json.loads(out.strip().splitlines()[-1]).items():
+            if kind == "pss" or pid not in per_pid:
+                per_pid[pid] = [name, kib, kind]
     http.delete(f"/v1/sessions/{created['id']}")
-    by_name: dict[str, int] = json.loads(out.strip().splitlines()[-1])
+    by_name: dict[str, int] = {}
+    for name, kib, _ in per_pid.values():
+        by_name[name] = by_name.get(name, 0) + kib
     groups = {"Xvfb": 0.0, "chromium": 0.0, "controller (python + playwright driver)": 0.0, "other": 0.0}
     for name, kib in by_name.items():
         key = (
@@ -182,8 +193,10 @@ def main() -> int:
             pss = idle_pss(http, runtime)
             held, steps = concurrency(http, args.max_concurrent)
     finally:
-        for info in runtime.list_sandboxes({"corral.gateway": instance}):
-            runtime.remove(info.id)
+        # Sandboxes, their proxies and session networks, then the bench's own network: a machine that
+        # runs the bench often would run out of Docker's address pools otherwise.
+        runtime.remove_all({"corral.gateway": instance})
+        runtime.remove_network(settings.network)
 
     claim_p50, cold_p50 = statistics.median(claims), statistics.median(colds)
     print(f"{'Control plane':<56}{'p50 ms':>10}{'max ms':>10}{'n':>5}")
