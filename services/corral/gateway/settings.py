@@ -31,7 +31,7 @@ class GatewaySettings(BaseSettings):
     reap_interval_s: float = 1.0
     start_timeout_s: float = 60.0
 
-    # Unset: sized to the host at start (corral.gateway.limits): every core but one, at most two; memory
+    # Unset: sized to the host at start (corral.gateway.limits): every core but half of one, at most two; memory
     # so that every session and pooled pair at the cap fits the host's memory, 768-1536 MiB.
     default_cpus: float | None = Field(default=None, gt=0)
 

@@ -13,7 +13,7 @@ def _settings(**values: object) -> GatewaySettings:
 
 
 def test_one_session_never_takes_every_core_by_default() -> None:
-    for cores, expected in ((1, 0.5), (2, 1.0), (3, 2.0), (64, 2.0)):
+    for cores, expected in ((1, 0.5), (2, 1.5), (3, 2.0), (64, 2.0)):
         limits = resolve(_settings(), HostFacts(cores, 64 << 10))
         assert limits.cpus == expected and limits.cpus < cores
         assert limits.fits_host
