@@ -49,13 +49,12 @@ DispatcherDep = Annotated[Dispatcher, Depends(_dispatcher)]
 DesktopDep = Annotated[Desktop, Depends(_desktop)]
 
 
-def create_app(settings: ControllerSettings | None = None, *, secret: str | None = None) -> FastAPI:
-    """The controller; ``secret`` stands in for the secret file (unit tests)."""
+def create_app(settings: ControllerSettings | None = None) -> FastAPI:
     settings = settings or ControllerSettings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.verifier = RequestVerifier(secret) if secret else _verifier(settings)
+        app.state.verifier = _verifier(settings)
         desktop = Desktop(settings)
         app.state.desktop = desktop
         reporter = settings.action_reporter()
