@@ -38,7 +38,6 @@ def test_egress_sandbox_under_runsc_refuses_to_start_without_its_firewall(
         name=name,
         runtime=runsc,
         labels={"corral.test": "1"},
-        egress_firewall=True,
         environment={
             "CORRAL_PROXY": "10.213.255.2:8080",
             "CORRAL_SESSION_NET": "10.213.255.0/28",

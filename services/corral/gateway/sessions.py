@@ -381,7 +381,6 @@ class SessionManager:
             labels=self._labels(kind),
             network=network or s.network,
             environment=environment,
-            egress_firewall=network is not None,
             files=files,
         )
 

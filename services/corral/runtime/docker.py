@@ -79,8 +79,6 @@ class SandboxSpec:
     environment: Mapping[str, str] | None = None
     # On a network: reached at the container's address there and nothing is published on the host.
     network: str | None = None
-    # Egress through a proxy: the sandbox starts as root only to set its firewall, then drops everything.
-    egress_firewall: bool = False
     # Host file -> path inside, mounted read-only (secrets owned by the controller's uid, mode 0400).
     files: Mapping[str, str] | None = None
     # An OCI runtime registered with dockerd; None: the daemon's default (runc). Only bench/gvisor.py and
