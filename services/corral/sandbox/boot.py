@@ -166,7 +166,6 @@ def lock_down(env: Mapping[str, str], users: Users) -> None:
     proxy = env.get("CORRAL_PROXY", "")
     RUN_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
     agent_uid = users.agent_uid
-    write_secret(users, SECRET_DIR)
     if proxy:
         _, port = proxy_address(proxy)
         control_port = int(env.get("CORRAL_PROXY_CONTROL_PORT", "8081"))
@@ -186,6 +185,8 @@ def lock_down(env: Mapping[str, str], users: Users) -> None:
             # Run by hand without NET_ADMIN (plain `docker run`): the per-boot secret still guards the
             # controller, but the agent's uid is not kept off its port. Corral's runtime always grants it.
             log.warning("no firewall for the agent's uid (%s); the controller's secret still guards it", exc)
+    # Only once the firewall holds: a sandbox that cannot be locked down never has a usable secret.
+    write_secret(users, SECRET_DIR)
     _x11_dir()
     CHROMIUM_POLICY.write_text(json.dumps(chromium_policy(proxy or None)))
     ca = env.get("CORRAL_CA_CERT", "")
