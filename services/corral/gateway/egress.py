@@ -34,7 +34,7 @@ from corral.errors import CorralError, SandboxError
 from corral.gateway.anchors import AnchorBook
 from corral.gateway.replays import ReplayNotFound
 from corral.gateway.settings import GatewaySettings
-from corral.gateway.store import copy_private, private_dir, session_dir, write_json
+from corral.gateway.store import copy_private, private_dir, session_dir, write_json, write_private
 from corral.proxy import audit, ca, control
 from corral.proxy.control import AUDIT_FILE, POLICY_FILE, REPLAY_FILE, RESPONSES_FILE
 from corral.proxy.policy import parse_rule
@@ -256,9 +256,7 @@ class EgressManager:
             self._drop_network(network)
             raise
         files = {str(token_file): str(sandbox_auth.PROXY_TOKEN_FILE)}
-        return Prepared(
-            session_id, network, state, labels, environment, sandbox_env, replay is not None, files
-        )
+        return Prepared(session_id, network, state, labels, environment, sandbox_env, replay is not None, files)
 
     def sandbox_secrets_dir(self, session_id: str) -> Path:
         """Beside the proxy's state directory, never inside it: the proxy must not write what the
@@ -267,20 +265,13 @@ class EgressManager:
         return state.with_name(state.name + ".sandbox")
 
     def _write_sandbox_token(self, session_id: str, token: str) -> Path:
-        directory = self.sandbox_secrets_dir(session_id)
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path = directory / "proxy-token"
-        path.unlink(missing_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-        try:
-            os.write(fd, token.encode())
-            if os.geteuid() == 0:
-                # The sandbox's controller uid reads it through the bind mount; the agent's uid cannot.
-                os.fchown(fd, CONTROLLER_UID, CONTROLLER_UID)
-            else:
-                log.warning("not root: the sandbox cannot read its control-channel token (actions go unlabelled)")
-        finally:
-            os.close(fd)
+        path = private_dir(self.sandbox_secrets_dir(session_id)) / "proxy-token"
+        if os.geteuid() == 0:
+            # The sandbox's controller uid reads it through the read-only bind mount; the agent's cannot.
+            write_private(path, token, owner=(CONTROLLER_UID, CONTROLLER_UID))
+        else:
+            write_private(path, token)
+            log.warning("not root: the sandbox cannot read its control-channel token (actions go unlabelled)")
         return path
 
     def start_proxy_blocking(self, prepared: Prepared) -> Egress:

@@ -17,8 +17,10 @@ import os
 import secrets
 import shutil
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 log = logging.getLogger(__name__)
 
@@ -53,17 +55,8 @@ def open_private(path: Path, flags: int = os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
 def write_private(path: Path, data: bytes | str, owner: tuple[int, int] | None = None) -> None:
     """Write ``path`` atomically, 0600 from its creation (a fresh temporary file, then a rename);
     ``owner`` (uid, gid) hands it to another user before it appears under its name."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data.encode() if isinstance(data, str) else data)
-            if owner is not None:
-                os.fchown(out.fileno(), *owner)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with _private_file(path, owner) as out:
+        out.write(data.encode() if isinstance(data, str) else data)
 
 
 def write_json(path: Path, value: Any, owner: tuple[int, int] | None = None, indent: int | None = None) -> None:
@@ -72,11 +65,18 @@ def write_json(path: Path, value: Any, owner: tuple[int, int] | None = None, ind
 
 def copy_private(source: Path, target: Path, owner: tuple[int, int] | None = None) -> None:
     """Copy ``source`` to ``target`` (streamed), 0600 from its creation."""
+    with _private_file(target, owner) as out, source.open("rb") as src:
+        shutil.copyfileobj(src, out, 1 << 20)
+
+
+@contextmanager
+def _private_file(target: Path, owner: tuple[int, int] | None) -> Iterator[BinaryIO]:
+    """A temporary file beside ``target``, 0600 from its creation, renamed over it once written."""
     tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
     try:
-        with os.fdopen(fd, "wb") as out, source.open("rb") as src:
-            shutil.copyfileobj(src, out, 1 << 20)
+        with os.fdopen(fd, "wb") as out:
+            yield out
             if owner is not None:
                 os.fchown(out.fileno(), *owner)
         os.replace(tmp, target)
