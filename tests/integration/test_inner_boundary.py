@@ -44,6 +44,7 @@ attempt("environ", lambda: open(f"/proc/{controller}/environ", "rb").read())
 attempt("mem", lambda: open(f"/proc/{controller}/mem", "rb").read(1))
 attempt("secret", lambda: open("/run/corral/controller/secret").read())
 attempt("secret_dir", lambda: os.listdir("/run/corral/controller"))
+attempt("proxy_token", lambda: open("/run/corral-secrets/proxy-token").read())
 libc = ctypes.CDLL(None, use_errno=True)
 PTRACE_ATTACH = 16
 seen["ptrace"] = "done" if libc.ptrace(PTRACE_ATTACH, controller, 0, 0) == 0 else os.strerror(ctypes.get_errno())
@@ -159,7 +160,7 @@ def test_the_agent_uid_cannot_touch_the_controllers_processes_or_secrets(
         assert code == 0, out
         seen = json.loads(out.strip().splitlines()[-1])
         assert seen["uid"] == 1100
-        for attempt in ("kill", "stop", "environ", "mem", "secret", "secret_dir"):
+        for attempt in ("kill", "stop", "environ", "mem", "secret", "secret_dir", "proxy_token"):
             assert seen[attempt] == "PermissionError", seen
         assert seen["ptrace"] == os.strerror(1), seen  # EPERM
         for port in ("connect 8765", "connect 9222", "connect control"):

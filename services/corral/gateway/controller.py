@@ -21,13 +21,9 @@ MAX_FRAME = 16 << 20
 async def request(
     http: httpx.AsyncClient, base_url: str, secret: str, method: str, path: str, **kw: Any
 ) -> httpx.Response:
-    """One HTTP request to the controller; raises :class:`UnprovenController` when the answer lacks
-    the proof (whatever holds the port is not the controller this gateway started)."""
-    signed = auth.sign(secret)
-    headers = {**kw.pop("headers", {}), **signed.headers}
-    response = await http.request(method, f"{base_url}{path}", headers=headers, **kw)
-    if not auth.proven(secret, signed.nonce, response.headers):
-        raise UnprovenController(f"{base_url} answered {path} without the controller's proof")
+    """One HTTP request to the controller, read whole; see :func:`stream`."""
+    async with stream(http, base_url, secret, method, path, **kw) as response:
+        await response.aread()
     return response
 
 
@@ -35,7 +31,9 @@ async def request(
 async def stream(
     http: httpx.AsyncClient, base_url: str, secret: str, method: str, path: str, **kw: Any
 ) -> AsyncIterator[httpx.Response]:
-    """:func:`request`, streamed: the proof is checked on the headers, before the body is read."""
+    """One HTTP request to the controller, signed; raises :class:`UnprovenController` when the answer
+    lacks the proof (whatever holds the port is not the controller this gateway started), checked on
+    the headers before a byte of the body is read."""
     signed = auth.sign(secret)
     headers = {**kw.pop("headers", {}), **signed.headers}
     async with http.stream(method, f"{base_url}{path}", headers=headers, **kw) as response:

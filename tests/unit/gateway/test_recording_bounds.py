@@ -212,14 +212,7 @@ async def test_the_listing_reads_manifests_never_events_files(tmp_path: Path) ->
     with (ended / "events.jsonl").open("wb") as planted:
         planted.truncate(1 << 30)
     # And a live one, whose count comes from its recorder.
-    controller = Controller()
-    controller.act(3)
-    client = httpx.AsyncClient(transport=httpx.MockTransport(proving(controller.handler)))
-    manager.start("ses_0000000000000002", "http://sandbox", None, client, {"created_at": 3.0}, "key-a", secret=SECRET)
-    live = manager._live["ses_0000000000000002"]
-    assert live._task is not None
-    live._task.cancel()
-    await live._fetch(0)
+    live = await _live(manager, "ses_0000000000000002", 3, created_at=3.0)
     _Opens.seen.clear()
     _Opens.armed = True
     tracemalloc.start()
@@ -241,6 +234,19 @@ async def test_the_listing_reads_manifests_never_events_files(tmp_path: Path) ->
     await manager.stop("ses_0000000000000002", "deleted", drain_s=0.1)
 
 
+async def _live(manager: RecordingManager, session_id: str, events: int, created_at: float) -> SessionRecorder:
+    """A live recording whose controller has served ``events`` events, fetched once (its task stopped)."""
+    controller = Controller()
+    controller.act(events)
+    client = httpx.AsyncClient(transport=httpx.MockTransport(proving(controller.handler)))
+    manager.start(session_id, "http://sandbox", None, client, {"created_at": created_at}, "key-a", secret=SECRET)
+    live = manager._live[session_id]
+    assert live._task is not None
+    live._task.cancel()
+    await live._fetch(0)
+    return live
+
+
 def _ended(manager: RecordingManager, number: int, ended_at: float, size: int, in_manifest: bool = True) -> Path:
     directory = manager.directory(f"ses_{number:016d}")
     (directory / "frames").mkdir(parents=True)
@@ -258,14 +264,7 @@ async def test_all_recordings_are_held_under_the_cap_oldest_ended_first(tmp_path
     middle = _ended(manager, 2, ended_at=200.0, size=4000, in_manifest=False)  # an older bundle: sized on disk
     newest = _ended(manager, 3, ended_at=300.0, size=4000)
     (newest / "responses.mitm").write_bytes(b"\0" * 1000)  # its recorded responses count too
-    controller = Controller()
-    controller.act(1)
-    client = httpx.AsyncClient(transport=httpx.MockTransport(proving(controller.handler)))
-    manager.start("ses_0000000000000009", "http://sandbox", None, client, {"created_at": 400.0}, "key-a", secret=SECRET)
-    live = manager._live["ses_0000000000000009"]
-    assert live._task is not None
-    live._task.cancel()
-    await live._fetch(0)
+    live = await _live(manager, "ses_0000000000000009", 1, created_at=400.0)
     assert live.used > 4000
     # 4000 + 4000 + 5000 + the live one's > 10 000: the oldest ended go until it fits; the live one stays.
     assert manager.enforce_total() == 2
