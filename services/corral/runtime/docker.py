@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import queue
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -262,9 +264,13 @@ class DockerRuntime:
         deadline = time.monotonic() + wait_s
         while True:
             try:
-                code, out = self._container(address.id).exec_run(
-                    ["cat", str(auth.SECRET_FILE)], user=CONTROLLER_USER, stderr=False
+                code, out = self._exec_within(
+                    address.id, ["cat", str(auth.SECRET_FILE)], CONTROLLER_USER, max(deadline - time.monotonic(), 1.0)
                 )
+            except TimeoutError:
+                raise SandboxError(
+                    f"sandbox {address.name} did not answer an exec in {wait_s:.0f}s:\n{self.logs(address.id, 40)}"
+                ) from None
             except docker.errors.APIError as exc:
                 # Boot refusing to start (a firewall it cannot set) ends the container before the first
                 # exec: say why, from its log, rather than "409 container is not running".
@@ -281,6 +287,28 @@ class DockerRuntime:
                     f"sandbox {address.name} wrote no controller secret in {wait_s:.0f}s:\n{self.logs(address.id, 40)}"
                 )
             time.sleep(0.02)
+
+    def _exec_within(self, ident: str, argv: list[str], user: str, timeout_s: float) -> tuple[int, bytes]:
+        """``docker exec`` that gives up after ``timeout_s``: docker-py reads an exec's output with no
+        timeout, and an exec into a container that is exiting can hang for good (seen under runsc). The
+        reader thread is a daemon and ends when the caller removes the container."""
+        answer: queue.SimpleQueue[tuple[int, bytes] | BaseException] = queue.SimpleQueue()
+
+        def run() -> None:
+            try:
+                code, out = self._container(ident).exec_run(argv, user=user, stderr=False)
+                answer.put((int(code), out))
+            except BaseException as exc:  # handed to the caller, who re-raises it
+                answer.put(exc)
+
+        threading.Thread(target=run, name=f"corral-exec-{ident[:12]}", daemon=True).start()
+        try:
+            result = answer.get(timeout=timeout_s)
+        except queue.Empty:
+            raise TimeoutError(f"exec {argv[0]} in {ident[:12]} gave no answer in {timeout_s:.1f}s") from None
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
     @staticmethod
     def _address(container: Container) -> SandboxContainer | None:
