@@ -20,8 +20,10 @@ def _bundle(tmp_path: Path, manifest: object = MANIFEST, events: bytes | None = 
     (root / "frames" / "000001.webp").write_bytes(b"RIFF....WEBP")
     if events is None:
         events = (
-            json.dumps({"seq": 1, "event": "action", "frame": "frames/000001.webp"}) + "\n"
-            + json.dumps({"seq": 2, "event": "gap", "lost": 3}) + "\n"
+            json.dumps({"seq": 1, "event": "action", "frame": "frames/000001.webp"})
+            + "\n"
+            + json.dumps({"seq": 2, "event": "gap", "lost": 3})
+            + "\n"
         ).encode()
     (root / "events.jsonl").write_bytes(events)
     return root
@@ -89,8 +91,12 @@ def test_junit_survives_control_characters_in_typed_text() -> None:
 
 @pytest.mark.parametrize(
     ("event", "message"),
-    [({"frame": ["x"]}, "outside frames/"), ({"frame": "manifest.json"}, "outside frames/"),
-     ({"native": "x"}, "not a list"), ({"started": "abc"}, "not a time")],
+    [
+        ({"frame": ["x"]}, "outside frames/"),
+        ({"frame": "manifest.json"}, "outside frames/"),
+        ({"native": "x"}, "not a list"),
+        ({"started": "abc"}, "not a time"),
+    ],
 )
 def test_malformed_action_fields_are_named(tmp_path: Path, event: dict[str, object], message: str) -> None:
     line = json.dumps({"seq": 1, "event": "action", **event}).encode() + b"\n"

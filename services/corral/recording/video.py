@@ -60,9 +60,23 @@ def export(bundle: Bundle, target: Path) -> float:
         listing = Path(tmp) / "frames.ffconcat"
         listing.write_text("\n".join(lines) + "\n")
         argv = [
-            imageio_ffmpeg.get_ffmpeg_exe(), "-hide_banner", "-loglevel", "error", "-y",
-            "-f", "concat", "-safe", "0", "-i", str(listing),
-            "-vf", "fps=10,scale=trunc(iw/2)*2:trunc(ih/2)*2", "-t", f"{total:.3f}", *codec, str(target),
+            imageio_ffmpeg.get_ffmpeg_exe(),
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-y",
+            "-f",
+            "concat",
+            "-safe",
+            "0",
+            "-i",
+            str(listing),
+            "-vf",
+            "fps=10,scale=trunc(iw/2)*2:trunc(ih/2)*2",
+            "-t",
+            f"{total:.3f}",
+            *codec,
+            str(target),
         ]
         done = subprocess.run(argv, capture_output=True, text=True, check=False)
         if done.returncode != 0:

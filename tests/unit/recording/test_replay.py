@@ -38,8 +38,12 @@ def action(seq: int, frame: bytes | None, ok: bool = True, code: str | None = No
 
 
 def bundle(events: list[dict[str, Any]], frames: dict[int, bytes]) -> Bundle:
-    return Bundle("test", {"viewport": {"width": 64, "height": 40}}, events,
-                  {f"frames/{seq:06d}.webp": data for seq, data in frames.items()})
+    return Bundle(
+        "test",
+        {"viewport": {"width": 64, "height": 40}},
+        events,
+        {f"frames/{seq:06d}.webp": data for seq, data in frames.items()},
+    )
 
 
 class Sandbox:
@@ -82,8 +86,10 @@ def test_a_step_without_a_frame_is_skipped_with_its_reason_not_passed() -> None:
 
 
 def test_failing_requests_are_compared_by_their_error_code() -> None:
-    recorded = bundle([action(1, WHITE, ok=False, code="out_of_bounds"), action(2, WHITE, ok=False, code="timeout")],
-                      {1: WHITE, 2: WHITE})
+    recorded = bundle(
+        [action(1, WHITE, ok=False, code="out_of_bounds"), action(2, WHITE, ok=False, code="timeout")],
+        {1: WHITE, 2: WHITE},
+    )
     replies = [{"ok": False, "error": {"code": "out_of_bounds"}}, {"ok": False, "error": {"code": "invalid_field"}}]
     report = replay(recorded, Sandbox(replies, [WHITE, WHITE]), ReplayOptions())
     assert [s.status for s in report.steps] == ["passed", "diverged"]
@@ -98,11 +104,16 @@ def test_an_unsettled_recorded_frame_is_named_in_the_verdict() -> None:
 
 
 def test_lost_events_are_warned_about_in_every_report() -> None:
-    events = [action(1, WHITE), {"seq": 2, "event": "gap", "lost": 3}, {"seq": 3, "event": "controller_restarted"},
-              action(4, WHITE)]
+    events = [
+        action(1, WHITE),
+        {"seq": 2, "event": "gap", "lost": 3},
+        {"seq": 3, "event": "controller_restarted"},
+        action(4, WHITE),
+    ]
     logged: list[str] = []
-    report = replay(bundle(events, {1: WHITE, 4: WHITE}), Sandbox([OK, OK], [WHITE, WHITE]), ReplayOptions(),
-                    logged.append)
+    report = replay(
+        bundle(events, {1: WHITE, 4: WHITE}), Sandbox([OK, OK], [WHITE, WHITE]), ReplayOptions(), logged.append
+    )
     assert report.passed and len(report.warnings) == 2
     assert "lost 3 event(s)" in report.warnings[0] and "restarted" in report.warnings[1]
     assert logged[:2] == [f"warning: {w}" for w in report.warnings]
