@@ -11,6 +11,10 @@ fresh hashes, verifies too. Anchors close that: the gateway asks the proxy for i
 (HMAC-SHA256 with a secret only the gateway reads) where the proxy cannot write.
 :func:`verify_anchored` checks a log against them: every anchored record must still be there with
 the anchored hash.
+
+:class:`AuditRecord` is the record's type: the writer (:meth:`AuditLog.write`, fed by the egress
+addons) and every reader (:mod:`corral.proxy.traffic`, the CLI's ``audit`` commands, the session
+viewer) use it, and docs/egress.md's field table is checked against it and :data:`EVENT_FIELDS`.
 """
 
 from __future__ import annotations
@@ -23,11 +27,11 @@ import os
 import re
 import time
 import urllib.parse
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Required, TypedDict, Unpack
 
 GENESIS = "0" * 64
 REDACTED = "[redacted]"
@@ -81,7 +85,95 @@ def redact_url(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
-def _digest(record: dict[str, Any]) -> str:
+# -- the record ------------------------------------------------------------------------------------
+
+Event = Literal["proxy", "connect", "request", "block", "error", "policy", "recovered"]
+Outcome = Literal["allow", "deny", "report"]  # what the proxy did: report lets through and logs a would-be deny
+HeaderPairs = Sequence[Sequence[str]]  # [name, value] pairs, as written (tuples) and as read back (lists)
+
+
+class EventFields(TypedDict, total=False):
+    """What one event says, besides its name; :data:`EVENT_FIELDS` names the fields each event carries."""
+
+    # proxy, policy
+    mode: str
+    allow: list[str]
+    version: str
+    hermetic: bool | None
+    recorded_responses: int | None
+    previous_allow: list[str]
+    previous_mode: str
+    actor: str
+    generation: int
+    # traffic: connect, request, block, error
+    id: str
+    started: float
+    method: str
+    url: str | None
+    scheme: str
+    host: str
+    port: int
+    ip: str | None
+    client: str | None
+    sni: str | None
+    http_version: str
+    status: int
+    request_headers: HeaderPairs
+    response_headers: HeaderPairs
+    mime: str | None
+    bytes_out: int
+    bytes_in: int
+    duration_ms: float
+    decision: Outcome
+    rule: str | None
+    reason: str
+    action: str | None
+    replayed: bool
+    error: str
+    # recovered
+    damaged_lines: int
+
+
+class _Unhashed(EventFields, total=False):
+    seq: Required[int]
+    time: Required[float]
+    session: Required[str]
+    event: Required[Event]
+    prev: Required[str]  # the hash of the record before (GENESIS for the first)
+
+
+class AuditRecord(_Unhashed, total=False):
+    """One line of the audit log: an event, its fields and its place in the chain.
+
+    The type of what the proxy writes. A log read back is input all the same: readers still check
+    each value they use (a file can hold anything)."""
+
+    hash: Required[str]  # SHA-256 of the record's canonical JSON without this field
+
+
+CHAIN_FIELDS = frozenset({"seq", "time", "session", "event", "prev", "hash"})
+_TRAFFIC = ("host", "port", "ip", "action", "decision", "rule", "reason")
+_EXCHANGE = (
+    *("id", "started", "method", "url", "scheme", "sni", "http_version", "status"),
+    *("request_headers", "response_headers", "mime", "bytes_out", "bytes_in", "duration_ms", *_TRAFFIC),
+)
+EVENT_FIELDS: Mapping[Event, frozenset[str]] = {
+    "proxy": frozenset({"mode", "allow", "version", "hermetic", "recorded_responses"}),
+    "connect": frozenset({*_TRAFFIC, "client"}),
+    "request": frozenset({*_EXCHANGE, "replayed"}),  # replayed: only when true (a hermetic session's answer)
+    "block": frozenset(_EXCHANGE),
+    # A failed request: these; a connection refused before any request: host, port, error, action.
+    "error": frozenset({"id", "method", "url", "host", "port", "ip", "error", "action", "decision", "duration_ms"}),
+    "policy": frozenset({"allow", "mode", "previous_allow", "previous_mode", "actor", "generation"}),
+    "recovered": frozenset({"damaged_lines"}),
+}
+
+
+# Every field a record can have: the chain's and each event's.
+RECORD_FIELDS = AuditRecord.__required_keys__ | AuditRecord.__optional_keys__
+
+
+def _digest(record: Mapping[str, Any]) -> str:
     body = {k: v for k, v in record.items() if k != "hash"}
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
@@ -125,9 +217,9 @@ class AuditLog:
         """The chain's head: ``seq`` and ``hash`` of the last record written (what the gateway anchors)."""
         return {"seq": self._seq, "hash": self._prev}
 
-    def write(self, event: str, **fields: Any) -> dict[str, Any]:
+    def write(self, event: Event, **fields: Unpack[EventFields]) -> AuditRecord:
         self._seq += 1
-        record: dict[str, Any] = {
+        body: _Unhashed = {
             "seq": self._seq,
             "time": time.time(),
             "session": self.session,
@@ -137,12 +229,12 @@ class AuditLog:
         }
         # The canonical text is made once: hashed, then written with the hash appended (readers
         # re-canonicalise to verify, so where "hash" sits in the line does not matter).
-        text = json.dumps(record, sort_keys=True, separators=(",", ":"))
-        record["hash"] = digest = hashlib.sha256(text.encode()).hexdigest()
+        text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        digest = hashlib.sha256(text.encode()).hexdigest()
         # One write of a whole line: a reader never sees half a record, a kill loses none already written.
         os.write(self._fd, f'{text[:-1]},"hash":"{digest}"}}\n'.encode())
         self._prev = digest
-        return record
+        return {**body, "hash": digest}
 
     def close(self) -> None:
         os.close(self._fd)

@@ -59,6 +59,32 @@ def normalize_host(raw: str) -> str:
     return ascii_host
 
 
+def canonical_or_raw(host: str) -> str:
+    """The canonical form of ``host``, or ``host`` itself when it has none (a name the policy will refuse)."""
+    try:
+        return normalize_host(host)
+    except ValueError:
+        return host
+
+
+def parse_authority(value: str, default_port: int) -> tuple[str, int]:
+    """``host[:port]`` (IPv6 in brackets) to its canonical host and port; raises ValueError."""
+    text = value.strip()
+    if text.startswith("["):
+        close = text.find("]")
+        if close < 0:
+            raise ValueError(f"unclosed bracket in {value!r}")
+        host, rest = text[: close + 1], text[close + 1 :]
+        port_text = rest.removeprefix(":") if rest.startswith(":") else ""
+        if rest and not rest.startswith(":"):
+            raise ValueError(f"junk after the address in {value!r}")
+    else:
+        host, _, port_text = text.rpartition(":") if text.count(":") == 1 else (text, "", "")
+    if port_text and (not port_text.isdigit() or not 0 < int(port_text) < 65536):
+        raise ValueError(f"bad port in {value!r}")
+    return normalize_host(host), int(port_text) if port_text else default_port
+
+
 def own_addresses() -> set[str]:
     """This container's IPv4 addresses, one per interface (the proxy refuses to be its own upstream)."""
     found: set[str] = set()

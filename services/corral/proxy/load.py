@@ -1,7 +1,34 @@
-"""What ``mitmdump -s`` loads. mitmproxy runs a script as an anonymous module (not in
-``sys.modules``), which breaks dataclasses under postponed annotations; so the addon lives in the
-importable :mod:`corral.proxy.addon` and this file only hands it over."""
+"""What ``mitmdump -s`` loads: Corral's egress addons, composed.
 
-from corral.proxy.addon import addons
+The order is the order mitmproxy calls each hook in: playback's configure first (a hermetic
+session is marked before anything else can fail), the policy's decision before pinning and
+playback act on it, the control channel's server up before the proxy's first record, and the
+audit record after everything it records. mitmproxy runs this file as an anonymous module (not in
+``sys.modules``), which breaks dataclasses under postponed annotations; so the addons live in the
+importable :mod:`corral.proxy.addons` and this file only composes them.
+"""
 
-__all__ = ["addons"]
+from corral.proxy.addons import (
+    AuditTrail,
+    ControlChannel,
+    HermeticPlayback,
+    Pinning,
+    PolicyGate,
+    ResponseRecorder,
+    Shared,
+)
+
+
+def compose(shared: Shared) -> list[object]:
+    """The egress addons over one shared state, in the order mitmproxy calls them."""
+    return [
+        HermeticPlayback(shared),
+        PolicyGate(shared),
+        Pinning(shared),
+        ControlChannel(shared),
+        AuditTrail(shared),
+        ResponseRecorder(shared),
+    ]
+
+
+addons = compose(Shared())

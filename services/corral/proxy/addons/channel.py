@@ -1,0 +1,170 @@
+"""The control channel: the gateway sets the policy and reads the status, the controller reports
+agent actions (the wire format and its parsing: :mod:`corral.proxy.control`).
+
+A TCP server of its own on the session address, started when mitmproxy runs. Each connection
+authenticates with its first line; the actions a controller connection started end with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from pathlib import Path
+from typing import Any
+
+from mitmproxy import ctx
+from mitmproxy.addonmanager import Loader
+
+from corral.proxy import control
+from corral.proxy.addons.state import Shared
+from corral.proxy.control import POLICY_FILE
+
+
+class ControlChannel:
+    def __init__(self, shared: Shared) -> None:
+        self.shared = shared
+        self.server: asyncio.Server | None = None
+        self._tokens: dict[str, str] = {}  # from corral_tokens_file, beside the options of the same name
+
+    def load(self, loader: Loader) -> None:
+        loader.add_option("corral_control_host", str, "", "Address the control channel listens on; empty: none.")
+        loader.add_option("corral_control_port", int, control.CONTROL_PORT, "Port of the control channel.")
+        loader.add_option("corral_gateway_token", str, "", "Token of the gateway on the control channel.")
+        loader.add_option("corral_controller_token", str, "", "Token of the sandbox's controller.")
+        loader.add_option(
+            "corral_tokens_file", str, "", 'JSON {"gateway": ..., "controller": ...}: the tokens, off the command line.'
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        opts = ctx.options
+        if "corral_tokens_file" in updated and opts.corral_tokens_file:
+            # A file in the proxy's own tmpfs: a command line is readable by every user of the host.
+            tokens = json.loads(Path(opts.corral_tokens_file).read_text())
+            self._tokens = {"gateway": str(tokens.get("gateway", "")), "controller": str(tokens.get("controller", ""))}
+
+    async def running(self) -> None:
+        opts = ctx.options
+        if opts.corral_control_host and self.server is None:
+            self.server = await asyncio.start_server(
+                self._serve, opts.corral_control_host, opts.corral_control_port, limit=control.MAX_LINE_BYTES
+            )
+
+    def done(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+
+    def role(self, token: str) -> control.Role | None:
+        """Who a hello's token names: the gateway, the controller, or nobody."""
+        opts = ctx.options
+        gateway = self._tokens.get("gateway") or opts.corral_gateway_token
+        controller = self._tokens.get("controller") or opts.corral_controller_token
+        if gateway and hmac.compare_digest(token, gateway):
+            return "gateway"
+        if controller and hmac.compare_digest(token, controller):
+            return "controller"
+        return None
+
+    def handle(self, role: control.Role, message: control.Message) -> dict[str, Any] | None:
+        """One control message from an authenticated peer; the reply, or None when none is due.
+        Raises ValueError for a message this role may not send."""
+        if isinstance(message, control.ActionEvent):
+            if role != "controller":
+                raise ValueError("only the controller reports actions")
+            (self.shared.actions.start if message.phase == "start" else self.shared.actions.end)(message.id)
+            return {"ok": True} if message.ack else None
+        if role != "gateway":
+            raise ValueError("only the gateway may do that")
+        if isinstance(message, control.SetPolicy):
+            return self._set_policy(message)
+        if isinstance(message, control.Status):
+            return self._status()
+        raise ValueError("unexpected message")
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        opened: set[str] = set()  # actions this connection started: dropped with it (a dead controller)
+        try:
+            role = await self._hello(reader, writer)
+            while role is not None and (line := await reader.readline()):
+                reply = self._answer(role, line, opened)
+                if reply is not None:
+                    writer.write(control.encode(reply))
+                    await writer.drain()
+        except (ConnectionError, asyncio.LimitOverrunError, ValueError):
+            pass
+        finally:
+            for action in opened:
+                self.shared.actions.end(action)
+            writer.close()
+
+    async def _hello(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> control.Role | None:
+        """The connection's role from its first well-formed line, answered; None (refused) for anyone else."""
+        while line := await reader.readline():
+            try:
+                message = control.parse_message(line)
+            except control.InvalidMessage as exc:
+                writer.write(control.encode(exc.reply()))
+                await writer.drain()
+                continue
+            role = self.role(message.token) if isinstance(message, control.Hello) else None
+            writer.write(
+                control.encode({"ok": True, "role": role} if role else {"ok": False, "error": "unknown token"})
+            )
+            await writer.drain()
+            return role
+        return None
+
+    def _answer(self, role: control.Role, line: bytes, opened: set[str]) -> dict[str, Any] | None:
+        try:
+            message = control.parse_message(line)
+            if isinstance(message, control.ActionEvent):
+                (opened.add if message.phase == "start" else opened.discard)(message.id)
+            return self.handle(role, message)
+        except control.InvalidMessage as exc:
+            return exc.reply()
+        except (ValueError, OSError) as exc:
+            return {"ok": False, "code": control.INVALID_REQUEST, "error": str(exc)}
+
+    def _set_policy(self, message: control.SetPolicy) -> dict[str, Any]:
+        live = self.shared.policy
+        policy = live.policy.with_allow(message.allow)
+        generation = live.generation + 1
+        # Persisted and logged before it takes effect: no policy is ever live without its record.
+        if ctx.options.corral_state_dir:
+            live.persist(Path(ctx.options.corral_state_dir) / POLICY_FILE, policy.allow, message.mode, generation)
+        self.shared.journal.write(
+            "policy",
+            allow=policy.allow,
+            mode=message.mode,
+            previous_allow=live.policy.allow,
+            previous_mode=live.mode,
+            actor=message.actor,
+            generation=generation,
+        )
+        live.policy, live.mode, live.generation = policy, message.mode, generation
+        return {"ok": True, **self._policy_state()}
+
+    def _status(self) -> dict[str, Any]:
+        shared = self.shared
+        hermetic = shared.policy.hermetic
+        return {
+            "ok": True,
+            "session": ctx.options.corral_session,
+            **self._policy_state(),
+            "records": shared.journal.records,
+            "actions": shared.actions.ids(),
+            "hermetic": hermetic,
+            "replay": {"flows": shared.replay.flows, "error": shared.replay.error} if hermetic else None,
+            "responses": shared.responses.counts() if shared.responses is not None else None,
+        }
+
+    def _policy_state(self) -> dict[str, Any]:
+        """What the gateway checks on each answer: the live policy, its generation, the chain's head."""
+        live = self.shared.policy
+        return {
+            "allow": live.policy.allow,
+            "mode": live.mode,
+            "generation": live.generation,
+            "head": self.shared.journal.head,
+        }

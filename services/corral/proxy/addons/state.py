@@ -1,0 +1,131 @@
+"""What the egress addons share, made once in :mod:`corral.proxy.load` and handed to each addon.
+
+mitmproxy calls each hook on every addon in the order of load.py's list, one after the other, so
+the addon that decides runs before the ones that act on its decision. What was decided about a
+flow travels with it (:class:`FlowNote` in ``flow.metadata``); what outlives a flow is here.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Unpack
+
+from mitmproxy import http
+
+from corral.proxy.audit import GENESIS, AuditLog, Event, EventFields
+from corral.proxy.policy import Decision
+from corral.proxy.responses import ResponseStore
+from corral.proxy.vetting import LivePolicy, Verdict
+
+__all__ = ["Actions", "Connections", "FlowNote", "Journal", "Replay", "Shared", "Tunnel", "Verdict", "note_of"]
+
+NOTE = "corral"  # the key of a flow's FlowNote in flow.metadata
+MAX_ACTIONS = 64
+
+
+@dataclass(slots=True)
+class Tunnel:
+    """A client connection's CONNECT: where it goes, and what was decided about it."""
+
+    host: str
+    port: int
+    verdict: Verdict
+    ip: str | None
+    generation: int  # of the policy that decided it; a policy change re-decides the tunnel
+
+
+@dataclass(slots=True)
+class FlowNote:
+    """What the policy decided about a flow, for the addons after it (and its audit record)."""
+
+    started: float
+    action: str | None
+    verdict: Verdict
+    host: str  # the vetted name (mitmproxy's request.host may be the pinned address)
+    ip: str | None = None  # the vetted address chosen for this flow (a CONNECT, or plain HTTP)
+    logged: bool = False  # its audit record is written: a later hook writes none
+
+    def refuse(self, decision: Decision, status: int) -> None:
+        self.verdict = Verdict(decision, "deny", status)
+
+
+def note_of(flow: http.HTTPFlow) -> FlowNote | None:
+    note = flow.metadata.get(NOTE)
+    return note if isinstance(note, FlowNote) else None
+
+
+class Actions:
+    """The agent actions in flight, in the order they started (the controller reports them)."""
+
+    def __init__(self) -> None:
+        self._started: dict[str, float] = {}
+
+    def start(self, action: str) -> None:
+        if len(self._started) >= MAX_ACTIONS:
+            self._started.pop(next(iter(self._started)))  # the oldest: a start whose end was lost
+        self._started[action] = time.time()
+
+    def end(self, action: str) -> None:
+        self._started.pop(action, None)
+
+    def current(self) -> str | None:
+        """The latest action in flight: the one a record names."""
+        return next(reversed(self._started), None)
+
+    def ids(self) -> list[str]:
+        return list(self._started)
+
+
+@dataclass(slots=True)
+class Connections:
+    """Per client connection: its tunnel, and the addresses vetted for it."""
+
+    tunnels: dict[str, Tunnel] = field(default_factory=dict)  # client id -> its CONNECT
+    pins: dict[tuple[str, str, int], str] = field(default_factory=dict)  # (client id, address, port) -> name
+    # Plain HTTP: (client id, name, port) -> the vetted address and its verdict, looked up once.
+    resolved: dict[tuple[str, str, int], tuple[str | None, Verdict]] = field(default_factory=dict)
+
+    def forget(self, client_id: str) -> None:
+        self.tunnels.pop(client_id, None)
+        for pin in [key for key in self.pins if key[0] == client_id]:
+            del self.pins[pin]
+        for lookup in [key for key in self.resolved if key[0] == client_id]:
+            del self.resolved[lookup]
+
+
+class Journal:
+    """The session's audit log, once the audit addon opened it; records before that go nowhere."""
+
+    def __init__(self) -> None:
+        self.log: AuditLog | None = None
+
+    def write(self, event: Event, **fields: Unpack[EventFields]) -> None:
+        if self.log is not None:
+            self.log.write(event, **fields)
+
+    @property
+    def head(self) -> dict[str, Any]:
+        return self.log.head if self.log is not None else {"seq": 0, "hash": GENESIS}
+
+    @property
+    def records(self) -> int:
+        return self.log.seq if self.log is not None else 0
+
+
+@dataclass(slots=True)
+class Replay:
+    """A hermetic session's recorded responses: how many, or why there are none."""
+
+    flows: int = 0
+    error: str | None = "the recorded responses are not loaded"  # None once they are
+
+
+@dataclass(slots=True, eq=False)
+class Shared:
+    policy: LivePolicy = field(default_factory=LivePolicy)
+    actions: Actions = field(default_factory=Actions)
+    connections: Connections = field(default_factory=Connections)
+    journal: Journal = field(default_factory=Journal)
+    replay: Replay = field(default_factory=Replay)
+    responses: ResponseStore | None = None  # upstream answers kept for hermetic replays
