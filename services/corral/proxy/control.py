@@ -9,6 +9,7 @@ Each connection opens with ``{"op": "hello", "token": ...}``; the token says who
 Every message with ``"ack": true`` (and every gateway message) gets one reply line,
 ``{"ok": true, ...}`` or ``{"ok": false, "code": "...", "error": "...", "field": ...}`` (``code``
 is one of :class:`corral.errors.ErrorCode`'s values). Parsing is pure and raises :class:`InvalidMessage` (a ValueError).
+A caller whose message is refused, or who cannot reach the proxy, gets a :class:`ControlError`.
 
 The gateway's answers (``policy`` and ``status``) carry the policy's ``generation`` (one more for
 each change, kept across proxy restarts in ``policy.json``) and the audit chain's ``head``
@@ -25,6 +26,8 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from corral.errors import CorralError, ErrorCode
+
 CONTROL_PORT = 8081
 # The proxy's state directory (bind-mounted from the gateway's data dir): these files, and ca/.
 AUDIT_FILE = "audit.jsonl"
@@ -39,16 +42,19 @@ Role = Literal["gateway", "controller"]
 ACTION_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 
 
-# Values of corral.errors.ErrorCode (a unit test holds them to it), spelled out because the addon's
-# type check runs without the rest of the package's dependencies.
-INVALID_JSON = "invalid_json"
-INVALID_REQUEST = "invalid_request"
-INVALID_FIELD = "invalid_field"
-MESSAGE_TOO_LARGE = "message_too_large"
+# The codes of refused messages (corral.errors ships in the sidecar: it needs nothing but the stdlib).
+INVALID_JSON = ErrorCode.INVALID_JSON
+INVALID_REQUEST = ErrorCode.INVALID_REQUEST
+INVALID_FIELD = ErrorCode.INVALID_FIELD
+MESSAGE_TOO_LARGE = ErrorCode.MESSAGE_TOO_LARGE
 CODES = (INVALID_JSON, INVALID_REQUEST, INVALID_FIELD, MESSAGE_TOO_LARGE)
+# What the gateway answers (HTTP 503) when the proxy does not: ControlError's code when the proxy
+# could not be reached or gave no code of its own. Not an ErrorCode member yet (errors.py is not
+# this module's to change): the value is the stable part.
+EGRESS_UNAVAILABLE = "egress_unavailable"
 
 
-class InvalidMessage(ValueError):
+class InvalidMessage(CorralError, ValueError):
     """A control message the proxy refuses; :meth:`reply` is the structured refusal."""
 
     def __init__(self, code: str, message: str, field: str | None = None) -> None:
@@ -136,20 +142,28 @@ def encode(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
 
 
-class ControlError(Exception):
-    """The proxy refused a control message or could not be reached."""
+class ControlError(CorralError):
+    """The proxy refused a control message or could not be reached.
+
+    ``code``: the refusal's code when the proxy gave one (an ErrorCode value), else
+    :data:`EGRESS_UNAVAILABLE`."""
+
+    def __init__(self, message: str, code: str = EGRESS_UNAVAILABLE) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def _answer(hello_line: bytes, reply_line: bytes) -> dict[str, Any]:
-    hello = json.loads(hello_line or b"{}")
-    if not isinstance(hello, dict) or not hello.get("ok"):
-        error = hello.get("error") if isinstance(hello, dict) else None
-        raise ControlError(str(error or "the proxy closed the connection"))
-    reply = json.loads(reply_line or b"{}")
-    if not isinstance(reply, dict) or not reply.get("ok"):
-        error = reply.get("error") if isinstance(reply, dict) else None
-        raise ControlError(str(error or "the proxy refused the message"))
-    return reply
+    _accepted(json.loads(hello_line or b"{}"), "the proxy closed the connection")
+    return _accepted(json.loads(reply_line or b"{}"), "the proxy refused the message")
+
+
+def _accepted(reply: Any, otherwise: str) -> dict[str, Any]:
+    """``reply`` when it says ok; else a ControlError with its error and code."""
+    if isinstance(reply, dict) and reply.get("ok"):
+        return reply
+    error, code = (reply.get("error"), reply.get("code")) if isinstance(reply, dict) else (None, None)
+    raise ControlError(str(error or otherwise), str(code or EGRESS_UNAVAILABLE))
 
 
 async def call(host: str, port: int, token: str, message: dict[str, Any], timeout_s: float = 5.0) -> dict[str, Any]:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from corral.proxy.hosts import normalize_host, parse_ip
+from corral.proxy.hosts import canonical_or_raw, normalize_host, parse_authority, parse_ip
 
 
 @pytest.mark.parametrize(
@@ -57,3 +57,27 @@ def test_parse_ip_tells_names_from_addresses() -> None:
     assert parse_ip("example.com") is None
     assert str(parse_ip("10.1")) == "10.0.0.1"
     assert str(parse_ip("[2001:db8::1]")) == "2001:db8::1"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("a.test", ("a.test", 443)),
+        ("A.Test.:8443", ("a.test", 8443)),
+        ("[::1]:80", ("::1", 80)),
+        ("[2001:db8::1]", ("2001:db8::1", 443)),
+    ],
+)
+def test_parse_authority(text: str, expected: tuple[str, int]) -> None:
+    assert parse_authority(text, 443) == expected
+
+
+@pytest.mark.parametrize("text", ["a.test:x", "[::1", "a.test:70000", "[::1]x"])
+def test_parse_authority_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_authority(text, 443)
+
+
+def test_canonical_or_raw_keeps_what_has_no_canonical_form() -> None:
+    assert canonical_or_raw("Allowed.Test.") == "allowed.test"
+    assert canonical_or_raw("bad host!") == "bad host!"  # the policy refuses it as invalid-host

@@ -147,10 +147,3 @@ def test_allow_private_lifts_addresses_but_not_local_names_or_doh() -> None:
 def test_refusal_reasons_hold_the_normalised_path_only() -> None:
     decision = Policy(["GET example.test/docs/"]).request("example.test", 443, "GET", "/a/../b?token=s3cret")
     assert not decision.allowed and "s3cret" not in decision.reason and "/b" in decision.reason
-
-
-def test_control_refusal_codes_are_error_codes() -> None:
-    from corral.errors import ErrorCode
-    from corral.proxy import control
-
-    assert set(control.CODES) <= {str(code) for code in ErrorCode}

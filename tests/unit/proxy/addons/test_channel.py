@@ -1,0 +1,144 @@
+"""The control channel (corral.proxy.addons.channel): the gateway sets the policy (persisted and
+recorded before it takes effect) and reads the status; the controller reports agent actions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mitmproxy")
+
+from corral.proxy import control
+from corral.proxy.audit import verify
+
+from .harness import Proxy, connect_flow, records, session_proxy
+
+
+async def test_policy_change_is_logged_persisted_and_gateway_only(egress) -> None:
+    proxy, _, state = egress
+    with pytest.raises(ValueError, match="only the gateway"):
+        proxy.control("controller", control.SetPolicy(("x.test",), "enforce", "me"))
+    with pytest.raises(ValueError, match="wildcard"):
+        proxy.control("gateway", control.SetPolicy(("a*.test",), "enforce", "me"))
+    reply = proxy.control("gateway", control.SetPolicy(("NEW.test.",), "enforce", "api-key:k1"))
+    record = records(state)[-1]
+    assert reply == {
+        "ok": True,
+        "allow": ["new.test"],
+        "mode": "enforce",
+        "generation": 1,
+        "head": {"seq": record["seq"], "hash": record["hash"]},  # the chain's head includes the change
+    }
+    assert record["event"] == "policy"
+    assert record["allow"] == ["new.test"] and record["actor"] == "api-key:k1" and record["generation"] == 1
+    assert record["previous_allow"] == ["allowed.test", "*.allowed.test", "GET,HEAD other.test/docs/"]
+    assert json.loads((state / "policy.json").read_text()) == {
+        "allow": ["new.test"],
+        "mode": "enforce",
+        "generation": 1,
+    }
+    with pytest.raises(ValueError, match="only the controller"):
+        proxy.control("gateway", control.ActionEvent("a1", "start"))
+    assert verify(state / "audit.jsonl").ok
+
+
+async def _serve(proxy: Proxy) -> int:
+    """The control channel on a free loopback port (what the sidecar binds to its session address)."""
+    from mitmproxy import ctx
+
+    ctx.options.update(corral_control_host="127.0.0.1", corral_control_port=0)
+    await proxy.running()
+    assert proxy.channel.server is not None
+    return int(proxy.channel.server.sockets[0].getsockname()[1])
+
+
+async def _exchange(port: int, *messages: dict[str, Any]) -> list[dict[str, Any]]:
+    import asyncio
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    replies = []
+    try:
+        for message in messages:
+            writer.write(control.encode(message))
+            await writer.drain()
+            replies.append(json.loads(await reader.readline()))
+    finally:
+        writer.close()
+    return replies
+
+
+async def test_a_forged_action_id_gets_a_structured_refusal_and_never_reaches_the_log(egress) -> None:
+    proxy, _, state = egress
+    port = await _serve(proxy)
+    try:
+        hello, refused, accepted = await _exchange(
+            port,
+            {"op": "hello", "token": "ctl-token"},
+            {"op": "action", "id": 'a1\n{"event":"forged"}', "phase": "start", "ack": True},
+            {"op": "action", "id": "a2.beef", "phase": "start", "ack": True},
+        )
+        flow = connect_flow("allowed.test")
+        await proxy.http_connect(flow)
+    finally:
+        await proxy.done()
+    assert hello == {"ok": True, "role": "controller"}
+    assert refused == {
+        "ok": False,
+        "code": "invalid_field",
+        "field": "id",
+        "error": "'id' must be 1 to 64 characters from A-Z a-z 0-9 _ . : -",
+    }
+    assert accepted == {"ok": True}  # the connection carries on
+    assert proxy.shared.actions.ids() == ["a2.beef"]
+    assert records(state)[-1]["action"] == "a2.beef"
+    assert "forged" not in (state / "audit.jsonl").read_text()
+
+
+async def test_the_policy_generation_counts_changes_and_survives_a_restart(egress, tmp_path: Path) -> None:
+    proxy, _, state = egress
+    port = await _serve(proxy)
+    token = {"op": "hello", "token": "gw-token"}
+    try:
+        _, first = await _exchange(port, token, {"op": "status"})
+        _, changed = await _exchange(port, token, {"op": "policy", "allow": ["a.test"], "mode": "report", "actor": "t"})
+        _, now = await _exchange(port, token, {"op": "status"})
+    finally:
+        await proxy.done()
+    assert first["generation"] == 0 and changed["generation"] == 1 and now["generation"] == 1
+    assert (now["allow"], now["mode"]) == (["a.test"], "report")
+    last = records(state)[-1]
+    assert now["head"] == {"seq": last["seq"], "hash": last["hash"]}
+    # A restarted proxy (same state dir) continues the generation and the chain.
+    with session_proxy(
+        corral_session="ses_test", corral_state_dir=str(state), corral_gateway_token="gw-token"
+    ) as again:
+        status = again.control("gateway", control.Status())
+        assert status is not None
+        assert (status["generation"], status["allow"], status["mode"]) == (1, ["a.test"], "report")
+        assert status["head"] == now["head"]
+        await again.done()
+
+
+def test_tokens_come_from_a_file_off_the_command_line(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps({"gateway": "gw-file", "controller": "ctl-file"}))
+    with session_proxy(corral_state_dir=str(tmp_path), corral_tokens_file=str(tokens)) as proxy:
+        channel = proxy.channel
+        assert channel.role("gw-file") == "gateway" and channel.role("ctl-file") == "controller"
+        assert channel.role("") is None and channel.role("gw-token") is None
+
+
+async def test_a_hello_is_answered_once_and_a_stranger_is_refused(egress) -> None:
+    proxy, _, _ = egress
+    port = await _serve(proxy)
+    try:
+        malformed, stranger = await _exchange(port, {"op": "nope"}, {"op": "hello", "token": "guess"})
+        (refused,) = await _exchange(port, {"op": "status"})
+    finally:
+        await proxy.done()
+    assert malformed["ok"] is False and malformed["code"] == "invalid_request"  # still no role: try again
+    assert stranger == {"ok": False, "error": "unknown token"}
+    assert refused == {"ok": False, "error": "unknown token"}  # a message before any hello

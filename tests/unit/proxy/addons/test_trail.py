@@ -1,0 +1,88 @@
+"""Audit records (corral.proxy.addons.trail): one record per CONNECT, request, refusal and failure,
+naming the agent action in flight, with secrets redacted; each of the record type's shape."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mitmproxy")
+
+from mitmproxy import http
+from mitmproxy.test import tflow, tutils
+
+from corral.proxy import control
+from corral.proxy.audit import verify
+
+from .harness import connect_flow, records, session_proxy, tunnel_request, write_policy
+
+
+async def test_a_request_record_carries_the_action_in_flight(egress) -> None:
+    proxy, _, state = egress
+    proxy.control("controller", control.ActionEvent("a7", "start"))
+    flow = connect_flow("allowed.test")
+    await proxy.http_connect(flow)
+    inner = tunnel_request(flow, "allowed.test", "/x?token=abc&q=1")
+    inner.client_conn.sni = "allowed.test"
+    await proxy.requestheaders(inner)
+    proxy.control("controller", control.ActionEvent("a7", "end"))
+    inner.response = tutils.tresp(headers=http.Headers(((b"set-cookie", b"id=1"), (b"content-type", b"text/html"))))
+    await proxy.response(inner)
+    record = records(state)[-1]
+    assert record["event"] == "request"
+    assert record["action"] == "a7"
+    assert record["url"] == "https://allowed.test/x?token=[redacted]&q=1"
+    assert dict(record["response_headers"])["set-cookie"] == "[redacted]"
+    assert (record["status"], record["bytes_in"], record["mime"], record["sni"]) == (
+        200,
+        len(b"message"),
+        "text/html",
+        "allowed.test",
+    )
+    later = connect_flow("allowed.test")
+    await proxy.http_connect(later)
+    assert records(state)[-1]["action"] is None
+
+
+async def test_errors_are_logged(egress) -> None:
+    proxy, _, state = egress
+    flow = connect_flow("allowed.test")
+    await proxy.http_connect(flow)
+    inner = tunnel_request(flow, "allowed.test")
+    await proxy.requestheaders(inner)
+    inner.error = tflow.terr("connection reset")
+    await proxy.error(inner)
+    record = records(state)[-1]
+    assert (record["event"], record["error"], record["host"]) == ("error", "connection reset", "allowed.test")
+
+
+async def test_the_proxy_s_start_is_its_first_record_and_its_end_closes_the_log(tmp_path: Path) -> None:
+    write_policy(tmp_path, ["allowed.test"], mode="report")
+    with session_proxy(corral_session="ses_test", corral_state_dir=str(tmp_path)) as proxy:
+        await proxy.running()
+        await proxy.done()
+        assert proxy.shared.journal.log is None
+    (started,) = records(tmp_path)
+    assert (started["event"], started["session"], started["mode"], started["allow"]) == (
+        "proxy",
+        "ses_test",
+        "report",
+        ["allowed.test"],
+    )
+    assert started["hermetic"] is None and started["recorded_responses"] is None and started["version"]
+    assert verify(tmp_path / "audit.jsonl").ok
+
+
+async def test_a_refused_request_is_recorded_once(egress) -> None:
+    proxy, _, state = egress
+    flow = connect_flow("blocked.test")
+    await proxy.http_connect(flow)
+    inner = tunnel_request(flow, "blocked.test")
+    await proxy.requestheaders(inner)
+    await proxy.request(inner)
+    await proxy.response(inner)  # mitmproxy calls it for an answer an addon gave, too
+    assert [r["event"] for r in records(state)][-2:] == ["connect", "block"]
+    failed = tflow.tflow(req=tutils.treq(), err=True)
+    await proxy.error(failed)  # a flow no decision was made for: nothing to record
+    assert [r["event"] for r in records(state)][-1] == "block"
