@@ -9,7 +9,7 @@ import time
 import urllib.parse
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import httpx
 import typer
@@ -22,6 +22,9 @@ from corral import images
 from corral.client import image_bytes
 from corral.errors import CorralError
 from corral.runtime.docker import DockerRuntime
+
+if TYPE_CHECKING:
+    from corral.proxy.audit import AuditRecord
 
 GATEWAY_CONTAINER = "corral-gateway"
 KEY_PATH = "/var/lib/corral/api_key"
@@ -439,7 +442,7 @@ def _cell(value: Any) -> Text:
 _DECISION_STYLE = {"allow": "green", "deny": "red", "report": "yellow"}
 
 
-def _audit_records(source: str) -> list[dict[str, Any]]:
+def _audit_records(source: str) -> list[AuditRecord]:
     """The records of an audit log file, or of a session's log fetched from the gateway."""
     from corral.proxy.traffic import parse_records, read_records
 
@@ -457,7 +460,7 @@ def _audit_records(source: str) -> list[dict[str, Any]]:
         raise _fail(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
-def _detail(record: dict[str, Any]) -> str:
+def _detail(record: AuditRecord) -> str:
     event = record.get("event")
     if event == "error":
         return str(record.get("error") or "")

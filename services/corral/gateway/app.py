@@ -576,7 +576,7 @@ def _after_seq(value: str) -> int:
     return int(value)
 
 
-def _records(path: Path) -> list[dict[str, Any]]:
+def _records(path: Path) -> list[traffic.AuditRecord]:
     try:
         return list(traffic.read_records(path)) if path.exists() else []
     except ValueError as exc:

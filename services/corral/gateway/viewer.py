@@ -184,7 +184,7 @@ async function showTraffic(a, mine) {
   if (mine !== shown) return;
   for (const line of text.split("\\n")) {
     if (!line.trim()) continue;
-    const r = JSON.parse(line);
+    const r = JSON.parse(line);  // an AuditRecord (corral.proxy.audit): a unit test holds the fields read here to it
     const row = document.createElement("tr");
     row.className = r.decision || "";
     const values = [r.seq, r.event, r.decision, r.method || "", r.url || r.host, r.status ?? "", r.rule || ""];

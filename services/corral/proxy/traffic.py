@@ -1,16 +1,15 @@
 """Reading a session's audit log as traffic: filter its records, export them as HAR, sum them per host.
 
-Pure functions over the records :class:`~corral.proxy.audit.AuditLog` writes (see that module for
-the chain); nothing here checks the chain, which is :func:`~corral.proxy.audit.verify`'s job.
-The events and the fields this module reads:
+Pure functions over :class:`~corral.proxy.audit.AuditRecord` (the fields each event carries:
+:data:`~corral.proxy.audit.EVENT_FIELDS`); nothing here checks the chain, which is
+:func:`~corral.proxy.audit.verify`'s job. A log read back is input: every value used is checked.
+The events as traffic:
 
 - ``request``: a completed request (decision ``allow``, or ``report`` when the policy would have
-  refused it but runs in report mode): ``id``, ``started``, ``method``, ``url``, ``host``, ``port``,
-  ``ip``, ``sni``, ``http_version``, ``status``, ``request_headers``, ``response_headers``, ``mime``,
-  ``bytes_out``, ``bytes_in``, ``duration_ms``, ``decision``, ``rule``, ``reason``, ``action``;
+  refused it but runs in report mode);
 - ``block``: a request refused by the proxy and never sent upstream, with the same fields (the
   response is the refusal page the proxy answered with);
-- ``error``: a request or connection that failed: ``url`` and ``method`` may be None, ``error``;
+- ``error``: a request or connection that failed (``url`` and ``method`` may be None or absent);
 - ``connect``: a CONNECT tunnel and its ``decision``; ``proxy`` and ``policy``: no traffic.
 """
 
@@ -21,22 +20,36 @@ import http
 import json
 import math
 import urllib.parse
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast, get_args
 
+from corral.proxy.audit import AuditRecord, Event, Outcome
 from corral.proxy.hosts import normalize_host, parse_ip
 
-EVENTS = frozenset({"proxy", "connect", "request", "block", "error", "policy"})
-DECISIONS = frozenset({"allow", "deny", "report"})
+EVENTS = frozenset(get_args(Event)) - {"recovered"}  # the events a filter can ask for
+DECISIONS = frozenset(get_args(Outcome))
 HAR_VERSION = "1.2"
 UNKNOWN_MIME = "x-unknown"
 
-Record = dict[str, Any]
+__all__ = [
+    "DECISIONS",
+    "EVENTS",
+    "AuditRecord",
+    "HostSummary",
+    "TrafficFilter",
+    "is_har_entry",
+    "parse_records",
+    "parse_time",
+    "read_records",
+    "summarize",
+    "to_har",
+    "totals",
+]
 
 
-def parse_records(lines: Iterable[str | bytes], *, source: str = "") -> Iterator[Record]:
+def parse_records(lines: Iterable[str | bytes], *, source: str = "") -> Iterator[AuditRecord]:
     """The records of JSON Lines text; blank lines are skipped, anything else that is not a JSON
     object raises ValueError naming its line (from 1) and ``source``."""
     where = f"{source}: " if source else ""
@@ -50,10 +63,10 @@ def parse_records(lines: Iterable[str | bytes], *, source: str = "") -> Iterator
             raise ValueError(f"{where}line {number}: not valid JSON ({detail})") from None
         if not isinstance(record, dict):
             raise ValueError(f"{where}line {number}: not an audit record (not a JSON object)")
-        yield record
+        yield cast(AuditRecord, record)  # in shape only: readers check each value they use
 
 
-def read_records(path: Path) -> Iterator[Record]:
+def read_records(path: Path) -> Iterator[AuditRecord]:
     """The records of an audit log file, read lazily; see :func:`parse_records` for the errors."""
     with path.open("rb") as log:
         yield from parse_records(log, source=str(path))
@@ -166,7 +179,7 @@ class TrafficFilter:
             until=when("until", until),
         )
 
-    def matches(self, record: Mapping[str, Any]) -> bool:
+    def matches(self, record: AuditRecord) -> bool:
         if self.event is not None and record.get("event") != self.event:
             return False
         if self.decision is not None and record.get("decision") != self.decision:
@@ -189,7 +202,7 @@ class TrafficFilter:
             return canonical == self.host
         return True
 
-    def apply(self, records: Iterable[Record]) -> Iterator[Record]:
+    def apply(self, records: Iterable[AuditRecord]) -> Iterator[AuditRecord]:
         return (record for record in records if self.matches(record))
 
 
@@ -227,7 +240,7 @@ def _status_text(status: int) -> str:
         return ""
 
 
-def _har_entry(record: Mapping[str, Any]) -> dict[str, Any]:
+def _har_entry(record: AuditRecord) -> dict[str, Any]:
     event = record.get("event")
     url = str(record.get("url") or "")
     duration = max(0.0, _number(record.get("duration_ms")))
@@ -303,13 +316,13 @@ def _har_entry(record: Mapping[str, Any]) -> dict[str, Any]:
     return entry
 
 
-def is_har_entry(record: Mapping[str, Any]) -> bool:
+def is_har_entry(record: AuditRecord) -> bool:
     """Whether :func:`to_har` makes an entry of this record: requests, blocks, and errors with a URL."""
     event = record.get("event")
     return event in ("request", "block") or (event == "error" and bool(record.get("url")))
 
 
-def to_har(records: Iterable[Mapping[str, Any]], *, creator_version: str) -> dict[str, Any]:
+def to_har(records: Iterable[AuditRecord], *, creator_version: str) -> dict[str, Any]:
     """A HAR 1.2 document of the requests in ``records``, in the order they started.
 
     Blocked requests are entries with the proxy's refusal as their response; failed requests are
@@ -348,7 +361,7 @@ class HostSummary:
     bytes_out: int = 0
 
 
-def summarize(records: Iterable[Mapping[str, Any]]) -> list[HostSummary]:
+def summarize(records: Iterable[AuditRecord]) -> list[HostSummary]:
     """Per-host totals, sorted by host; records without a host (``proxy``, ``policy``) are left out."""
     counts: dict[str, dict[str, int]] = {}
     for record in records:

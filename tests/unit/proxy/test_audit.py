@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import ast
 import itertools
 import json
+import re
+import typing
 from pathlib import Path
 
 import pytest
@@ -257,3 +260,89 @@ def test_anchors_with_a_wrong_mac_another_session_or_a_bad_shape_are_refused(tmp
     other = _anchors(written, 1, session="ses_2")
     with pytest.raises(ValueError, match="of session ses_2, the log of session ses_1"):
         verify_anchored(path, other)
+
+
+# -- the record type, its writers and its readers --------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[3]
+BEFORE_SPLIT = Path(__file__).parent / "fixtures" / "audit-before-split.jsonl"
+
+
+def test_every_event_s_fields_are_record_fields() -> None:
+    from corral.proxy.audit import CHAIN_FIELDS, EVENT_FIELDS, RECORD_FIELDS, Event
+
+    assert set(EVENT_FIELDS) == set(typing.get_args(Event))
+    assert CHAIN_FIELDS | set().union(*EVENT_FIELDS.values()) == RECORD_FIELDS
+
+
+def test_a_log_written_before_the_addon_split_still_verifies_and_reads() -> None:
+    """The fixture was written by the single ``Egress`` addon (main at b97b1bd): one record of each
+    event, a connection refused before any request among them."""
+    from corral.proxy.audit import CHAIN_FIELDS, EVENT_FIELDS, verify_anchored
+    from corral.proxy.traffic import read_records, summarize, to_har
+
+    result = verify(BEFORE_SPLIT)
+    assert result.ok and result.records == 8
+    assert verify_anchored(BEFORE_SPLIT, []).status == "unanchored"
+    records = list(read_records(BEFORE_SPLIT))
+    assert [r["event"] for r in records] == [
+        *("recovered", "proxy", "connect", "request", "block", "error", "error", "policy"),
+    ]
+    for record in records:
+        assert set(record) <= CHAIN_FIELDS | EVENT_FIELDS[record["event"]], record
+    assert [(s.host, s.requests, s.blocked, s.errors) for s in summarize(records)] == [
+        ("198.51.100.7", 0, 0, 1),
+        ("allowed.test", 1, 0, 1),
+        ("blocked.test", 0, 1, 0),
+    ]
+    assert len(to_har(records, creator_version="0")["log"]["entries"]) == 3
+
+
+def _table_rows(text: str) -> dict[str, set[str]]:
+    """docs/egress.md's record field table: field -> the events listed for it."""
+    start = text.index("| Field | Events | Meaning |")
+    rows: dict[str, set[str]] = {}
+    for line in text[start:].splitlines()[2:]:
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) < 3:
+            break
+        rows[cells[0].strip("`")] = {event.strip() for event in cells[1].split(",")}
+    return rows
+
+
+def test_the_docs_field_table_lists_exactly_the_record_s_fields() -> None:
+    from corral.proxy.audit import CHAIN_FIELDS, EVENT_FIELDS, RECORD_FIELDS
+
+    rows = _table_rows((ROOT / "docs" / "egress.md").read_text())
+    assert set(rows) == RECORD_FIELDS
+    for field, events in rows.items():
+        expected = {"all"} if field in CHAIN_FIELDS else {e for e, fields in EVENT_FIELDS.items() if field in fields}
+        assert events == expected, field
+
+
+def test_the_viewer_reads_only_record_fields() -> None:
+    from corral.gateway.viewer import viewer_page
+    from corral.proxy.audit import RECORD_FIELDS
+
+    page = viewer_page("ses_x").body
+    traffic = page[page.index("async function showTraffic") : page.index("function show(step)")]
+    read = set(re.findall(r"\br\.(\w+)", traffic))
+    assert read and read <= RECORD_FIELDS, read - RECORD_FIELDS
+
+
+@pytest.mark.parametrize("module", ["corral/proxy/traffic.py", "corral/cli.py"])
+def test_python_readers_read_only_record_fields(module: str) -> None:
+    """Every ``record.get("...")``, ``r.get("...")`` or ``record["..."]`` in a reader names a field."""
+    from corral.proxy.audit import RECORD_FIELDS
+
+    tree = ast.parse((ROOT / "services" / module).read_text())
+    read: set[str] = set()
+    for node in ast.walk(tree):
+        target, key = None, None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            target, key = node.func.value, node.args[0] if node.args else None
+        elif isinstance(node, ast.Subscript):
+            target, key = node.value, node.slice
+        if isinstance(target, ast.Name) and target.id in ("record", "r") and isinstance(key, ast.Constant):
+            read.add(str(key.value))
+    assert read and read <= RECORD_FIELDS, read - RECORD_FIELDS

@@ -43,3 +43,10 @@ def recording(tmp_path: Path) -> Iterator[tuple[Any, Any, Path]]:
     with session_proxy(lookups=lookups, corral_state_dir=str(state), corral_keep_responses=True, **OPTIONS) as session:
         yield session, lookups, state
         session.shared.responses.close()  # type: ignore[union-attr]
+
+
+@pytest.fixture(autouse=True)
+def no_addon_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """mitmproxy logs an exception in an addon's hook and carries on: here it fails the test."""
+    yield
+    assert "Addon error" not in caplog.text

@@ -102,13 +102,21 @@ class Proxy:
         return self.channel.handle(role, message)  # type: ignore[arg-type]
 
 
+class LoadedScript:
+    """What mitmdump's script loader registers for ``-s load.py``: one addon whose children are
+    load.py's list, so every option is declared before any addon is configured."""
+
+    def __init__(self, addons: list[object]) -> None:
+        self.addons = addons
+
+
 @contextmanager
 def session_proxy(*before: object, lookups: Lookups | None = None, **options: Any) -> Iterator[Proxy]:
     """load.py's addons (after ``before``, e.g. mitmdump's own), configured with ``options``."""
     shared = Shared()
     shared.policy.lookup = lookups or Lookups()
     addons = compose(shared)
-    with taddons.context(*before, *addons) as tctx:
+    with taddons.context(*before, LoadedScript(addons)) as tctx:
         if options:
             tctx.configure(addons[0], **options)
         yield Proxy(tctx, shared, addons)

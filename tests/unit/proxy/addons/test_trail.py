@@ -3,6 +3,7 @@ naming the agent action in flight, with secrets redacted; each of the record typ
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from mitmproxy.test import tflow, tutils
 from corral.proxy import control
 from corral.proxy.audit import verify
 
-from .harness import connect_flow, records, session_proxy, tunnel_request, write_policy
+from .harness import OPTIONS, connect_flow, plain_request, records, session_proxy, tunnel_request, write_policy
 
 
 async def test_a_request_record_carries_the_action_in_flight(egress) -> None:
@@ -86,3 +87,42 @@ async def test_a_refused_request_is_recorded_once(egress) -> None:
     failed = tflow.tflow(req=tutils.treq(), err=True)
     await proxy.error(failed)  # a flow no decision was made for: nothing to record
     assert [r["event"] for r in records(state)][-1] == "block"
+
+
+async def test_the_records_keep_the_format_written_before_the_addon_split(tmp_path: Path) -> None:
+    """The scenario that wrote tests/unit/proxy/fixtures/audit-before-split.jsonl (with the single
+    ``Egress`` addon), run again: each record has the same fields as then."""
+    from mitmproxy.proxy import server_hooks
+
+    before = Path(__file__).parents[1] / "fixtures" / "audit-before-split.jsonl"
+    (tmp_path / "audit.jsonl").write_text('{"torn":\n')  # the reopened log says "recovered"
+    write_policy(tmp_path, ["allowed.test"], mode="enforce")
+    with session_proxy(**{**OPTIONS, "corral_session": "ses_old", "corral_state_dir": str(tmp_path)}) as proxy:
+        await proxy.running()
+        proxy.control("controller", control.ActionEvent("a1.boot", "start"))
+        connect = connect_flow("allowed.test")
+        await proxy.http_connect(connect)
+        inner = tunnel_request(connect, "allowed.test", "/page?token=abc")
+        await proxy.requestheaders(inner)
+        inner.response = tutils.tresp(headers=http.Headers(((b"content-type", b"text/html"),)))
+        await proxy.response(inner)
+        await proxy.requestheaders(plain_request("blocked.test"))
+        failed = tunnel_request(connect, "allowed.test", "/x")
+        await proxy.requestheaders(failed)
+        failed.error = tflow.terr("connection reset")
+        await proxy.error(failed)
+        stray = tflow.tserver_conn()
+        stray.address = ("198.51.100.7", 443)
+        await proxy.hook(
+            "server_connect", server_hooks.ServerConnectionHookData(server=stray, client=tflow.tclient_conn())
+        )
+        proxy.control("controller", control.ActionEvent("a1.boot", "end"))
+        proxy.control("gateway", control.SetPolicy(("allowed.test", "other.test"), "report", "api-key:k1"))
+        await proxy.done()
+    log = tmp_path / "audit.jsonl"
+    torn, *written = log.read_text().splitlines(keepends=True)
+    assert torn == '{"torn":\n'  # kept in place, as before (verify names it)
+    log.write_text("".join(written))  # as the fixture keeps it
+    old = [json.loads(line) for line in before.read_text().splitlines()]
+    assert [(r["event"], sorted(r)) for r in records(tmp_path)] == [(r["event"], sorted(r)) for r in old]
+    assert verify(log).ok
