@@ -5,6 +5,7 @@ addons: tests/unit/proxy/addons/test_recorder.py and test_playback.py."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,13 +37,26 @@ def test_a_restarted_proxy_carries_on_after_a_torn_flow(tmp_path: Path) -> None:
     assert path.read_bytes() == b"" and len(list(tmp_path.glob("responses.unreadable-*"))) == 1
 
 
-async def test_a_quiet_session_s_last_flows_reach_the_file_within_a_second(tmp_path: Path) -> None:
+async def test_a_quiet_session_s_last_flows_reach_the_file_within_a_second(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loop = asyncio.get_running_loop()
+    timers: list[tuple[float, Callable[[], object]]] = []
+    schedule = loop.call_later
+
+    def later(delay: float, callback: Callable[[], object]) -> asyncio.TimerHandle:
+        timers.append((delay, callback))  # fired below, by hand: the test's clock
+        return schedule(3600, callback)
+
+    monkeypatch.setattr(loop, "call_later", later)
     path = tmp_path / RESPONSES_FILE
     store = ResponseStore(path, max_body=100, max_total=1000)
     store.offer(answered(tflow.tflow(req=tutils.treq(content=b"")), b"one"), "allowed.test")
-    await asyncio.sleep(0.05)
     store.offer(answered(tflow.tflow(req=tutils.treq(content=b"")), b"two"), "allowed.test")
-    await asyncio.sleep(1.2)  # nothing else comes: the buffer is flushed by the timer
+    assert path.read_bytes() == b""  # buffered: a flow costs no write of its own
+    ((delay, flush),) = timers  # one timer for the buffer, however many flows wait in it
+    assert delay <= 1.0
+    flush()  # nothing else comes: the buffer is flushed by the timer
     assert check(path.read_bytes()).flows == 2
     store.close()
 
