@@ -1,5 +1,6 @@
 """Egress control for sessions: the allowlist policy and the tamper-evident audit log.
 
-These are the pure parts of the per-session mitmproxy sidecar (its container lives in proxy/);
-the mitmproxy addon that applies them to live traffic builds on this package.
+The per-session mitmproxy sidecar (its container lives in proxy/): the pure parts here (policy,
+hosts, vetting, audit and its record type, control), the mitmproxy addons that apply them to live
+traffic in :mod:`corral.proxy.addons`, composed in :mod:`corral.proxy.load`.
 """

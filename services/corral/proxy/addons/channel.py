@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mitmproxy import ctx
+from mitmproxy import ctx, exceptions
 from mitmproxy.addonmanager import Loader
 
 from corral.proxy import control
@@ -40,8 +40,15 @@ class ControlChannel:
         opts = ctx.options
         if "corral_tokens_file" in updated and opts.corral_tokens_file:
             # A file in the proxy's own tmpfs: a command line is readable by every user of the host.
-            tokens = json.loads(Path(opts.corral_tokens_file).read_text())
-            self._tokens = {"gateway": str(tokens.get("gateway", "")), "controller": str(tokens.get("controller", ""))}
+            try:
+                tokens = json.loads(Path(opts.corral_tokens_file).read_text())
+                self._tokens = {
+                    "gateway": str(tokens.get("gateway", "")),
+                    "controller": str(tokens.get("controller", "")),
+                }
+            except (OSError, ValueError, AttributeError) as exc:
+                message = f"corral_tokens_file: cannot read the tokens in {opts.corral_tokens_file}: {exc}"
+                raise exceptions.OptionsError(message) from None  # type: ignore[no-untyped-call,unused-ignore]
 
     async def running(self) -> None:
         opts = ctx.options

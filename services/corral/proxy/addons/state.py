@@ -123,6 +123,8 @@ class Replay:
 
 @dataclass(slots=True, eq=False)
 class Shared:
+    """One per proxy: the policy, the actions, the connections, the journal, the recorded answers."""
+
     policy: LivePolicy = field(default_factory=LivePolicy)
     actions: Actions = field(default_factory=Actions)
     connections: Connections = field(default_factory=Connections)

@@ -142,3 +142,13 @@ async def test_a_hello_is_answered_once_and_a_stranger_is_refused(egress) -> Non
     assert malformed["ok"] is False and malformed["code"] == "invalid_request"  # still no role: try again
     assert stranger == {"ok": False, "error": "unknown token"}
     assert refused == {"ok": False, "error": "unknown token"}  # a message before any hello
+
+
+@pytest.mark.parametrize("content", ["{not json", "[]"])
+def test_an_unreadable_tokens_file_is_an_options_error(tmp_path: Path, content: str) -> None:
+    from mitmproxy import exceptions
+
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(content)
+    with session_proxy() as proxy, pytest.raises(exceptions.OptionsError, match="corral_tokens_file"):
+        proxy.tctx.configure(proxy.addons[0], corral_tokens_file=str(tokens))
