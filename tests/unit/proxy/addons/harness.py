@@ -16,16 +16,14 @@ from typing import Any
 from mitmproxy import hooks, http, io
 from mitmproxy.addons.proxyserver import Proxyserver
 from mitmproxy.addons.serverplayback import ServerPlayback
-from mitmproxy.proxy import layer, server_hooks
-from mitmproxy.proxy.layers import http as http_layer
+from mitmproxy.proxy import layer, server_hooks  # noqa: F401  (layer: registers the hook names it defines)
+from mitmproxy.proxy.layers import http as http_layer  # noqa: F401
 from mitmproxy.test import taddons, tflow, tutils
 
 from corral.proxy.addons import ControlChannel, Shared
 from corral.proxy.audit import CHAIN_FIELDS, EVENT_FIELDS, AuditRecord
 from corral.proxy.load import compose
 from corral.proxy.responses import REPLAY_FILE, RESPONSES_FILE
-
-__all__ = ["http_layer", "layer", "server_hooks"]  # imported so mitmproxy's hook names are registered
 
 DNS = {
     "allowed.test": ["203.0.113.10"],
