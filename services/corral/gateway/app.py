@@ -24,15 +24,25 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import HTTPConnection
 
 from corral.bodies import read_capped
-from corral.errors import CorralError, ErrorCode, SandboxError, UnprovenController
+from corral.errors import (
+    CapacityError,
+    CorralError,
+    EgressUnavailable,
+    ErrorCode,
+    HermeticUnavailable,
+    NotFound,
+    ReplayNotFound,
+    ReplayUnreadable,
+    SandboxError,
+    SessionNotFound,
+    UnprovenController,
+)
 from corral.gateway import auth, controller
-from corral.gateway.egress import EgressUnavailable, ReplayUnreadable
 from corral.gateway.metrics import Metrics
 from corral.gateway.models import CreatedSession, CreateSession, ReplayResponsesOut, SessionOut, UpdateSession
 from corral.gateway.recording import RecordingManager
 from corral.gateway.relay import relay
-from corral.gateway.replays import ReplayNotFound
-from corral.gateway.sessions import CapacityError, HermeticUnavailable, Session, SessionManager, SessionNotFound
+from corral.gateway.sessions import Session, SessionManager
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
 from corral.gateway.viewer import VIEWER_HEADERS, viewer_page
@@ -396,7 +406,7 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
     async def delete_replay_responses(upload_id: str, key: KeyDep, manager: ManagerDep) -> Response:
         try:
             await asyncio.to_thread(manager.replays.delete, upload_id, key.key_id or "")
-        except (ReplayNotFound, ValueError):
+        except NotFound:
             raise ApiError(404, "not_found", f"no replay responses {upload_id}") from None
         return Response(status_code=204)
 

@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 
 import httpx
 
-from corral.errors import CorralError
+from corral.errors import CapacityError, EgressUnavailable, HermeticUnavailable, InvalidRequest, SessionNotFound
 from corral.gateway import auth
-from corral.gateway.egress import Egress, EgressManager, EgressUnavailable
+from corral.gateway.egress import Egress, EgressManager
 from corral.gateway.limits import HostFacts, Limits, resolve
 from corral.gateway.models import CreateSession, Viewport
 from corral.gateway.recording import RecordingLimits, RecordingManager
@@ -66,18 +66,6 @@ def describe_exit(info: ExitInfo) -> str:
         return "its container was removed"
     code = f"exit code {info.exit_code}" if info.exit_code is not None else f"state {info.state}"
     return f"out of memory (OOM-killed), {code}" if info.oom_killed else code
-
-
-class CapacityError(CorralError):
-    """Too many sessions, globally or for one key (HTTP 429)."""
-
-
-class SessionNotFound(CorralError):
-    pass
-
-
-class HermeticUnavailable(CorralError):
-    """A hermetic replay was asked of a gateway without egress control (HTTP 409)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -483,7 +471,7 @@ class SessionManager:
         s = self._settings
         timeout_s = req.timeout_s or s.default_timeout_s
         if timeout_s > s.max_timeout_s:
-            raise ValueError(f"timeout_s is at most {s.max_timeout_s}")
+            raise InvalidRequest(f"timeout_s is at most {s.max_timeout_s}", field="timeout_s")
         replay: Path | None = None
         if req.hermetic is not None:
             if self.egress is None:
