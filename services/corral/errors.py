@@ -17,7 +17,7 @@ each :class:`CodedError` with the HTTP status its table gives the class (corral.
     │   ├─ AuditLogUnreadable, AuditAnchorsInvalid
     │   ├─ BundleError                      not a readable recording
     │   └─ SandboxError                     the host side could not build, start or reach a sandbox
-    │       ├─ UnprovenController, EgressUnavailable
+    │       ├─ SandboxStartFailed, UnprovenController, SandboxUnreachable, EgressUnavailable
     │       └─ ImageBuildError
     ├─ RemoteError (code as received)       a peer answered with a structured error (SDK, CLI, proxy)
 """
@@ -236,6 +236,10 @@ class AuditAnchorsInvalid(CodedError):
 class SandboxError(CodedError):
     """The host side could not build, start or reach a sandbox."""
 
+
+class SandboxStartFailed(SandboxError):
+    """A session's sandbox (or its proxy) did not start or become ready, whatever the host side said."""
+
     code = ErrorCode.SANDBOX_START_FAILED
 
 
@@ -244,6 +248,12 @@ class UnprovenController(SandboxError):
     not one byte of its answer is believed (an impostor bound to the port, or a controller of another boot)."""
 
     code = ErrorCode.CONTROLLER_UNPROVEN
+
+
+class SandboxUnreachable(SandboxError):
+    """A sandbox's controller did not answer (refused, reset, timed out)."""
+
+    code = ErrorCode.SANDBOX_UNREACHABLE
 
 
 class EgressUnavailable(SandboxError):
