@@ -103,6 +103,7 @@ class Session:
     state: str = "ready"
     in_flight: int = 0  # HTTP actions under way: a long one is activity, not idleness
     ended: asyncio.Event = field(default_factory=asyncio.Event)
+    removed: asyncio.Event = field(default_factory=asyncio.Event)  # its sandbox and record are gone: its slot is free
     end_reason: str = ""  # a stable code: deleted, timeout, idle_timeout, sandbox_exited, egress_proxy_gone
     end_detail: str = ""  # what the code alone does not say (a dead sandbox: OOM-killed, its exit code)
 
@@ -592,6 +593,7 @@ class SessionManager:
             raise
         self._sessions.pop(session_id, None)
         self._store.delete(session_id)
+        session.removed.set()
         log.info("session %s ended: %s", session_id, reason)
 
     # -- liveness --------------------------------------------------------------------------------------
