@@ -461,16 +461,22 @@ class SessionManager:
     def _fits_pool(self, req: CreateSession) -> bool:
         return req.viewport == Viewport() and req.resources.model_dump(exclude_none=True) == {} and req.hermetic is None
 
-    async def create(self, owner: str, req: CreateSession) -> tuple[Session, str]:
+    def _admit(self, owner: str, req: CreateSession) -> tuple[int, Path | None]:
+        """The session's wall-clock timeout and its hermetic replay's responses; or the refusal, naming
+        the field to blame."""
         s = self._settings
         timeout_s = req.timeout_s or s.default_timeout_s
         if timeout_s > s.max_timeout_s:
             raise InvalidRequest(f"timeout_s is at most {s.max_timeout_s}", field="timeout_s")
-        replay: Path | None = None
-        if req.hermetic is not None:
-            if self.egress is None:
-                raise HermeticUnavailable("hermetic replays need egress control, which this gateway runs without")
-            replay = self.replays.path_for(req.hermetic, owner)  # ReplayNotFound: not this key's upload
+        if req.hermetic is None:
+            return timeout_s, None
+        if self.egress is None:
+            raise HermeticUnavailable("hermetic replays need egress control, which this gateway runs without")
+        return timeout_s, self.replays.path_for(req.hermetic, owner)  # ReplayNotFound: not this key's upload
+
+    async def _reserve(self, owner: str, req: CreateSession) -> Pair | None:
+        """A slot within the caps (429 past them), held until the create ends; and a pooled pair, if one fits."""
+        s = self._settings
         async with self._lock:
             total = len(self._sessions) + sum(self._reserved.values())
             mine = len(self.list(owner)) + self._reserved.get(owner, 0)
@@ -481,7 +487,12 @@ class SessionManager:
             if mine >= s.max_sessions_per_key:
                 raise CapacityError(f"this API key has {mine} sessions, its limit ({s.max_sessions_per_key})")
             self._reserved[owner] = self._reserved.get(owner, 0) + 1
-            pooled = self._pool.pop(0) if self._pool and self._fits_pool(req) else None
+            return self._pool.pop(0) if self._pool and self._fits_pool(req) else None
+
+    async def create(self, owner: str, req: CreateSession) -> tuple[Session, str]:
+        s = self._settings
+        timeout_s, replay = self._admit(owner, req)
+        pooled = await self._reserve(owner, req)
         started = time.monotonic()
         mode = req.egress_mode or s.egress_mode
         if pooled is not None and not await self._still_ready(pooled):
