@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import re
+from pathlib import Path
 
 import pytest
 from fastapi import APIRouter, FastAPI
@@ -92,3 +94,10 @@ async def test_handlers_answer_from_the_table() -> None:
     assert blamed_reply.json() == error_body("replay_unreadable", "no flows", "hermetic")
     assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "not_found")
     assert (wrong_method.status_code, wrong_method.json()["error"]["code"]) == (405, "method_not_allowed")
+
+
+def test_the_documented_table_is_the_table() -> None:
+    doc = (Path(__file__).parents[4] / "docs" / "gateway.md").read_text()
+    documented = {(int(status), code) for status, code in re.findall(r"^\| (\d{3}) \| `([a-z_]+)` \|", doc, re.M)}
+    table = {(answer.status, str(cls.code)) for cls, answer in STATUS.items()}
+    assert documented == table
