@@ -14,7 +14,7 @@ import pytest
 from corral.errors import SessionNotFound
 from corral.gateway.egress import Egress
 from corral.gateway.models import CreateSession
-from corral.gateway.sessions import GATEWAY_LABEL, KIND_LABEL, SANDBOX_EXITED, SessionManager
+from corral.gateway.sessions import GATEWAY_LABEL, KIND_LABEL, SANDBOX_EXITED, SessionManager, SessionRecord
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
 from corral.runtime.docker import ExitInfo, SandboxContainer, SandboxInfo, SandboxSpec, SessionNetwork
@@ -408,8 +408,6 @@ async def test_recovery_adopts_a_session_the_old_code_recorded(tmp_path: Path) -
 
 
 def test_the_manifest_holds_the_setup_only() -> None:
-    from corral.gateway.sessions import SessionRecord
-
     record = SessionRecord.model_validate(OLD_RECORD)
     assert record.manifest() == {
         "created_at": 1700000000.5,
@@ -419,3 +417,8 @@ def test_the_manifest_holds_the_setup_only() -> None:
         "hermetic": False,
         "labels": {"run": "7"},
     }
+
+
+def test_a_record_from_before_derived_proxy_tokens_is_read_and_written_without_its_token() -> None:
+    egress = {**OLD_RECORD["egress"], "gateway_token": "old"}  # type: ignore[dict-item]
+    assert SessionRecord.model_validate({**OLD_RECORD, "egress": egress}).to_json() == OLD_RECORD
