@@ -86,11 +86,17 @@ class CorralError(Exception):
 
 
 class CodedError(CorralError):
-    """A failure with a stable ``code`` (the class's, unless an instance says otherwise), a message
-    for people and, when one field of a request is to blame, its dotted path."""
+    """A failure with a stable ``code`` (the class's, given as ``class X(CodedError, code=...)``,
+    unless an instance says otherwise), a message for people and, when one field of a request is to
+    blame, its dotted path."""
 
     code: ErrorCode = ErrorCode.INTERNAL
     field: str | None = None
+
+    def __init_subclass__(cls, code: ErrorCode | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if code is not None:
+            cls.code = code
 
     def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
@@ -139,50 +145,38 @@ class RemoteError(CorralError):
 # -- requests the gateway refuses as written --------------------------------------------------------------
 
 
-class InvalidRequest(CodedError):
+class InvalidRequest(CodedError, code=ErrorCode.INVALID_REQUEST):
     """A request that does not hold: a field out of range, a filter that does not parse."""
-
-    code = ErrorCode.INVALID_REQUEST
 
 
 class InvalidCursor(InvalidRequest):
     """A position in a stream (``?after=``) that is no position."""
 
 
-class MessageTooLarge(CodedError):
+class MessageTooLarge(CodedError, code=ErrorCode.MESSAGE_TOO_LARGE):
     """A request body over its cap; refused unread."""
 
-    code = ErrorCode.MESSAGE_TOO_LARGE
 
-
-class UploadTooLarge(CodedError):
+class UploadTooLarge(CodedError, code=ErrorCode.TOO_LARGE):
     """An upload over its cap (recorded responses)."""
-
-    code = ErrorCode.TOO_LARGE
 
 
 # -- who may do what --------------------------------------------------------------------------------------
 
 
-class Unauthorized(CodedError):
+class Unauthorized(CodedError, code=ErrorCode.UNAUTHORIZED):
     """No credential, or one that is no API key or session token."""
 
-    code = ErrorCode.UNAUTHORIZED
 
-
-class Forbidden(CodedError):
+class Forbidden(CodedError, code=ErrorCode.FORBIDDEN):
     """A valid credential that does not open this: another key's session, another session's token."""
-
-    code = ErrorCode.FORBIDDEN
 
 
 # -- what is not there ------------------------------------------------------------------------------------
 
 
-class NotFound(CodedError):
+class NotFound(CodedError, code=ErrorCode.NOT_FOUND):
     """No such thing for this caller (existence is never leaked to another key)."""
-
-    code = ErrorCode.NOT_FOUND
 
 
 class SessionNotFound(NotFound):
@@ -198,36 +192,28 @@ class ReplayNotFound(NotFound):
 # -- the gateway's sessions -------------------------------------------------------------------------------
 
 
-class CapacityError(CodedError):
+class CapacityError(CodedError, code=ErrorCode.TOO_MANY_SESSIONS):
     """Too many sessions, globally or for one key."""
 
-    code = ErrorCode.TOO_MANY_SESSIONS
 
-
-class HermeticUnavailable(CodedError):
+class HermeticUnavailable(CodedError, code=ErrorCode.EGRESS_OFF):
     """A hermetic replay was asked of a gateway without egress control."""
 
-    code = ErrorCode.EGRESS_OFF
     field: str | None = "hermetic"
 
 
-class ReplayUnreadable(CodedError):
+class ReplayUnreadable(CodedError, code=ErrorCode.REPLAY_UNREADABLE):
     """The hermetic session's proxy cannot answer from the uploaded responses."""
 
-    code = ErrorCode.REPLAY_UNREADABLE
     field: str | None = "hermetic"
 
 
-class AuditLogUnreadable(CodedError):
+class AuditLogUnreadable(CodedError, code=ErrorCode.AUDIT_LOG_UNREADABLE):
     """A session's audit log holds a line that is not a record."""
 
-    code = ErrorCode.AUDIT_LOG_UNREADABLE
 
-
-class AuditAnchorsInvalid(CodedError):
+class AuditAnchorsInvalid(CodedError, code=ErrorCode.AUDIT_ANCHORS_INVALID):
     """The gateway's anchors of an audit chain fail their MAC."""
-
-    code = ErrorCode.AUDIT_ANCHORS_INVALID
 
 
 # -- the host side ----------------------------------------------------------------------------------------
@@ -237,38 +223,26 @@ class SandboxError(CodedError):
     """The host side could not build, start or reach a sandbox."""
 
 
-class SandboxStartFailed(SandboxError):
+class SandboxStartFailed(SandboxError, code=ErrorCode.SANDBOX_START_FAILED):
     """A session's sandbox (or its proxy) did not start or become ready, whatever the host side said."""
 
-    code = ErrorCode.SANDBOX_START_FAILED
 
-
-class UnprovenController(SandboxError):
+class UnprovenController(SandboxError, code=ErrorCode.CONTROLLER_UNPROVEN):
     """What answered on a sandbox's controller port could not prove the controller's per-boot secret:
     not one byte of its answer is believed (an impostor bound to the port, or a controller of another boot)."""
 
-    code = ErrorCode.CONTROLLER_UNPROVEN
 
-
-class SandboxUnreachable(SandboxError):
+class SandboxUnreachable(SandboxError, code=ErrorCode.SANDBOX_UNREACHABLE):
     """A sandbox's controller did not answer (refused, reset, timed out)."""
 
-    code = ErrorCode.SANDBOX_UNREACHABLE
 
-
-class EgressUnavailable(SandboxError):
+class EgressUnavailable(SandboxError, code=ErrorCode.EGRESS_UNAVAILABLE):
     """The session's proxy does not answer; its sandbox has no egress meanwhile."""
 
-    code = ErrorCode.EGRESS_UNAVAILABLE
 
-
-class ImageBuildError(SandboxError):
+class ImageBuildError(SandboxError, code=ErrorCode.IMAGE_BUILD_FAILED):
     """Building an image (or its Debian base) failed."""
 
-    code = ErrorCode.IMAGE_BUILD_FAILED
 
-
-class BundleError(CodedError):
+class BundleError(CodedError, code=ErrorCode.BUNDLE_UNREADABLE):
     """Not a readable Corral recording: the message says why and where."""
-
-    code = ErrorCode.BUNDLE_UNREADABLE

@@ -3,7 +3,8 @@ the session in the path, and a request's JSON body read only after its credentia
 
 from __future__ import annotations
 
-from typing import Annotated, TypeVar
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 import httpx
 from fastapi import Depends, Request
@@ -22,36 +23,21 @@ from corral.gateway.settings import GatewaySettings
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
-def _settings(conn: HTTPConnection) -> GatewaySettings:
-    settings: GatewaySettings = conn.app.state.settings
-    return settings
+def _state(name: str) -> Callable[[HTTPConnection], Any]:
+    """A dependency that gives the app's ``state.<name>``, as ``create_app`` and its lifespan set it."""
+
+    def given(conn: HTTPConnection) -> Any:
+        return getattr(conn.app.state, name)
+
+    given.__name__ = f"state_{name}"
+    return given
 
 
-def _manager(conn: HTTPConnection) -> SessionManager:
-    manager: SessionManager = conn.app.state.manager
-    return manager
-
-
-def _metrics(conn: HTTPConnection) -> Metrics:
-    metrics: Metrics = conn.app.state.metrics
-    return metrics
-
-
-def _keys(conn: HTTPConnection) -> KeyRing:
-    keys: KeyRing = conn.app.state.keys
-    return keys
-
-
-def _http(conn: HTTPConnection) -> httpx.AsyncClient:
-    http: httpx.AsyncClient = conn.app.state.http
-    return http
-
-
-SettingsDep = Annotated[GatewaySettings, Depends(_settings)]
-ManagerDep = Annotated[SessionManager, Depends(_manager)]
-MetricsDep = Annotated[Metrics, Depends(_metrics)]
-KeysDep = Annotated[KeyRing, Depends(_keys)]
-HttpDep = Annotated[httpx.AsyncClient, Depends(_http)]
+SettingsDep = Annotated[GatewaySettings, Depends(_state("settings"))]
+ManagerDep = Annotated[SessionManager, Depends(_state("manager"))]
+MetricsDep = Annotated[Metrics, Depends(_state("metrics"))]
+KeysDep = Annotated[KeyRing, Depends(_state("keys"))]
+HttpDep = Annotated[httpx.AsyncClient, Depends(_state("http"))]
 
 
 def bearer(conn: HTTPConnection) -> str | None:
@@ -119,7 +105,8 @@ async def json_body(request: Request, model: type[ModelT]) -> ModelT:
     """The request's JSON body as ``model``: read only after the route's credential was checked
     (its dependencies run first), and never more than ``CORRAL_MAX_BODY_KB`` of it (Content-Length
     first, then as it streams), so an unauthenticated or oversized body costs no parsing at all."""
-    limit = _settings(request).max_body_kb << 10
+    settings: GatewaySettings = request.app.state.settings
+    limit = settings.max_body_kb << 10
     body = await read_capped(request, limit)
     if body is None:
         raise MessageTooLarge(f"the body exceeds {limit} bytes (CORRAL_MAX_BODY_KB)")

@@ -51,9 +51,9 @@ RecordingsDep = Annotated[RecordingManager, Depends(session_recordings)]
 
 @router.get("/v1/recordings")
 async def list_recordings(key_id: KeyIdDep, manager: ManagerDep) -> Any:
-    if manager.recordings is None:
-        return []
-    return await asyncio.to_thread(manager.recordings.listing, key_id)
+    """The key's recordings, live and ended (read from their manifests, not their events)."""
+    recordings = manager.recordings
+    return [] if recordings is None else await asyncio.to_thread(recordings.listing, key_id)
 
 
 @router.get("/v1/sessions/{session_id}/recording")

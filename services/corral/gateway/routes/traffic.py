@@ -58,6 +58,7 @@ FilterDep = Annotated[traffic.TrafficFilter, Depends(traffic_filter)]
 
 @router.get("/v1/audit")
 async def list_audit_logs(key_id: KeyIdDep, manager: ManagerDep) -> Any:
+    """The key's audit logs, live and ended (empty on a gateway without egress control)."""
     if manager.egress is None:
         return []
     return await asyncio.to_thread(manager.egress.logs, key_id)
