@@ -1,17 +1,35 @@
 """Corral's exception hierarchy, drawn in one place.
 
-Every failure an agent can cause or meet maps to one stable ``code``; the
-dispatcher turns an :class:`ActionError` into an ``{"ok": false, ...}`` reply
-and the connection carries on.
+Every failure an agent or a client can cause or meet maps to one stable ``code``
+(:class:`ErrorCode`) and travels as one JSON body, from the controller and the gateway alike
+(:func:`error_body`): ``{"ok": false, "error": {"code", "message", "field"?}}``. The dispatcher
+turns an :class:`ActionError` into such a reply and the connection carries on; the gateway answers
+each :class:`CodedError` with the HTTP status its table gives the class (corral.gateway.routes.errors).
+
+    CorralError
+    ├─ CodedError (code, message, field)
+    │   ├─ ActionError                      an action could not be carried out (the code per instance)
+    │   ├─ InvalidRequest → InvalidCursor    a request the gateway refuses as written
+    │   ├─ Unauthorized, Forbidden          credentials
+    │   ├─ NotFound → SessionNotFound, ReplayNotFound
+    │   ├─ MessageTooLarge, UploadTooLarge
+    │   ├─ CapacityError, HermeticUnavailable, ReplayUnreadable
+    │   ├─ AuditLogUnreadable, AuditAnchorsInvalid
+    │   ├─ BundleError                      not a readable recording
+    │   └─ SandboxError                     the host side could not build, start or reach a sandbox
+    │       ├─ SandboxStartFailed, UnprovenController, SandboxUnreachable, EgressUnavailable
+    │       └─ ImageBuildError
+    ├─ RemoteError (code as received)       a peer answered with a structured error (SDK, CLI, proxy)
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 
 class ErrorCode(StrEnum):
-    """Stable error codes of the wire protocol (documented in docs/protocol.md)."""
+    """Stable error codes of the wire protocol and the gateway's API (docs/protocol.md, docs/gateway.md)."""
 
     INVALID_JSON = "invalid_json"
     INVALID_REQUEST = "invalid_request"
@@ -34,13 +52,67 @@ class ErrorCode(StrEnum):
     FORBIDDEN = "forbidden"
     UNAUTHORIZED = "unauthorized"
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+    NOT_RECORDING = "not_recording"
+    # The gateway's API (docs/gateway.md).
+    NOT_FOUND = "not_found"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    HTTP_ERROR = "http_error"
+    TOO_LARGE = "too_large"
+    TOO_MANY_SESSIONS = "too_many_sessions"
+    EGRESS_OFF = "egress_off"
+    REPLAY_UNREADABLE = "replay_unreadable"
+    SANDBOX_START_FAILED = "sandbox_start_failed"
+    SANDBOX_UNREACHABLE = "sandbox_unreachable"
+    CONTROLLER_UNPROVEN = "controller_unproven"
+    EGRESS_UNAVAILABLE = "egress_unavailable"
+    AUDIT_LOG_UNREADABLE = "audit_log_unreadable"
+    AUDIT_ANCHORS_INVALID = "audit_anchors_invalid"
+    IMAGE_BUILD_FAILED = "image_build_failed"
+    # Reading a recording bundle (corral replay, corral export).
+    BUNDLE_UNREADABLE = "bundle_unreadable"
+
+
+def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
+    """The one JSON error body, from the gateway and the controller alike (a controller's action
+    reply adds the request's ``id``)."""
+    error = {"code": str(code), "message": message}
+    if field:
+        error["field"] = field
+    return {"ok": False, "error": error}
 
 
 class CorralError(Exception):
     """Base of every error Corral raises on purpose."""
 
 
-class ActionError(CorralError):
+class CodedError(CorralError):
+    """A failure with a stable ``code`` (the class's, given as ``class X(CodedError, code=...)``,
+    unless an instance says otherwise), a message for people and, when one field of a request is to
+    blame, its dotted path."""
+
+    code: ErrorCode = ErrorCode.INTERNAL
+    field: str | None = None
+
+    def __init_subclass__(cls, code: ErrorCode | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if code is not None:
+            cls.code = code
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if field is not None:
+            self.field = field
+
+    def to_dict(self) -> dict[str, str]:
+        """The ``error`` member of :func:`error_body`."""
+        out = {"code": str(self.code), "message": self.message}
+        if self.field is not None:
+            out["field"] = self.field
+        return out
+
+
+class ActionError(CodedError):
     """An action could not be carried out; becomes a structured failure reply.
 
     ``field`` is a dotted path into the request (``action.x``, ``anthropic.coordinate``,
@@ -48,29 +120,129 @@ class ActionError(CorralError):
     """
 
     def __init__(self, code: ErrorCode, message: str, field: str | None = None) -> None:
-        super().__init__(message)
+        super().__init__(message, field)
         self.code = code
-        self.message = message
         self.field = field
-
-    def to_dict(self) -> dict[str, str]:
-        out = {"code": str(self.code), "message": self.message}
-        if self.field is not None:
-            out["field"] = self.field
-        return out
 
     def __repr__(self) -> str:
         return f"ActionError({self.code!s}, {self.message!r}, field={self.field!r})"
 
 
-class SandboxError(CorralError):
+class RemoteError(CorralError):
+    """Another party of Corral (the gateway, a controller, a proxy) answered with a structured error.
+
+    Kept as received: ``code`` stays a string, since a newer peer may send a code this side does not
+    know. The base of the SDK's and the client's errors and of the proxy control channel's.
+    """
+
+    def __init__(self, message: str, code: str = "", field: str | None = None, status: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.field = field
+        self.status = status
+
+
+# -- requests the gateway refuses as written --------------------------------------------------------------
+
+
+class InvalidRequest(CodedError, code=ErrorCode.INVALID_REQUEST):
+    """A request that does not hold: a field out of range, a filter that does not parse."""
+
+
+class InvalidCursor(InvalidRequest):
+    """A position in a stream (``?after=``) that is no position."""
+
+
+class MessageTooLarge(CodedError, code=ErrorCode.MESSAGE_TOO_LARGE):
+    """A request body over its cap; refused unread."""
+
+
+class UploadTooLarge(CodedError, code=ErrorCode.TOO_LARGE):
+    """An upload over its cap (recorded responses)."""
+
+
+# -- who may do what --------------------------------------------------------------------------------------
+
+
+class Unauthorized(CodedError, code=ErrorCode.UNAUTHORIZED):
+    """No credential, or one that is no API key or session token."""
+
+
+class Forbidden(CodedError, code=ErrorCode.FORBIDDEN):
+    """A valid credential that does not open this: another key's session, another session's token."""
+
+
+# -- what is not there ------------------------------------------------------------------------------------
+
+
+class NotFound(CodedError, code=ErrorCode.NOT_FOUND):
+    """No such thing for this caller (existence is never leaked to another key)."""
+
+
+class SessionNotFound(NotFound):
+    """No live session by that id (ended, timed out, deleted, or never made)."""
+
+
+class ReplayNotFound(NotFound):
+    """No such upload of recorded responses for this API key: the ``hermetic`` a session names."""
+
+    field: str | None = "hermetic"
+
+
+# -- the gateway's sessions -------------------------------------------------------------------------------
+
+
+class CapacityError(CodedError, code=ErrorCode.TOO_MANY_SESSIONS):
+    """Too many sessions, globally or for one key."""
+
+
+class HermeticUnavailable(CodedError, code=ErrorCode.EGRESS_OFF):
+    """A hermetic replay was asked of a gateway without egress control."""
+
+    field: str | None = "hermetic"
+
+
+class ReplayUnreadable(CodedError, code=ErrorCode.REPLAY_UNREADABLE):
+    """The hermetic session's proxy cannot answer from the uploaded responses."""
+
+    field: str | None = "hermetic"
+
+
+class AuditLogUnreadable(CodedError, code=ErrorCode.AUDIT_LOG_UNREADABLE):
+    """A session's audit log holds a line that is not a record."""
+
+
+class AuditAnchorsInvalid(CodedError, code=ErrorCode.AUDIT_ANCHORS_INVALID):
+    """The gateway's anchors of an audit chain fail their MAC."""
+
+
+# -- the host side ----------------------------------------------------------------------------------------
+
+
+class SandboxError(CodedError):
     """The host side could not build, start or reach a sandbox."""
 
 
-class UnprovenController(SandboxError):
+class SandboxStartFailed(SandboxError, code=ErrorCode.SANDBOX_START_FAILED):
+    """A session's sandbox (or its proxy) did not start or become ready, whatever the host side said."""
+
+
+class UnprovenController(SandboxError, code=ErrorCode.CONTROLLER_UNPROVEN):
     """What answered on a sandbox's controller port could not prove the controller's per-boot secret:
     not one byte of its answer is believed (an impostor bound to the port, or a controller of another boot)."""
 
 
-class ImageBuildError(SandboxError):
+class SandboxUnreachable(SandboxError, code=ErrorCode.SANDBOX_UNREACHABLE):
+    """A sandbox's controller did not answer (refused, reset, timed out)."""
+
+
+class EgressUnavailable(SandboxError, code=ErrorCode.EGRESS_UNAVAILABLE):
+    """The session's proxy does not answer; its sandbox has no egress meanwhile."""
+
+
+class ImageBuildError(SandboxError, code=ErrorCode.IMAGE_BUILD_FAILED):
     """Building an image (or its Debian base) failed."""
+
+
+class BundleError(CodedError, code=ErrorCode.BUNDLE_UNREADABLE):
+    """Not a readable Corral recording: the message says why and where."""

@@ -206,11 +206,12 @@ def test_events_after_a_seq(gw: RunningGateway, recorded: Recorded) -> None:
             response = c.get(path, params={"after": bad})
             assert response.status_code == 400, bad
             assert response.json() == {
+                "ok": False,  # the one error body, the controller's shape (corral.errors.error_body)
                 "error": {
                     "code": "invalid_request",
                     "message": "after must be a non-negative integer (an event's seq)",
                     "field": "after",
-                }
+                },
             }
         # The credential is checked before the query: another key learns nothing from a bad one.
         assert c.get(path, params={"after": "x"}, headers={"Authorization": f"Bearer {KEY_B}"}).status_code == 403

@@ -13,9 +13,8 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from corral.errors import UnprovenController
+from corral.protocol.envelope import MAX_FRAME_BYTES
 from corral.sandbox import auth
-
-MAX_FRAME = 16 << 20
 
 
 async def request(
@@ -48,7 +47,7 @@ async def connect_ws(ws_url: str, secret: str) -> ClientConnection:
     upstream = await connect(
         ws_url,
         compression=None,
-        max_size=MAX_FRAME,
+        max_size=MAX_FRAME_BYTES,
         open_timeout=10,
         ping_interval=None,
         additional_headers=signed.headers,

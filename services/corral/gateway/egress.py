@@ -30,9 +30,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corral.errors import CorralError, SandboxError
+from corral.errors import EgressUnavailable, ReplayNotFound, ReplayUnreadable, SandboxError
 from corral.gateway.anchors import AnchorBook
-from corral.gateway.replays import ReplayNotFound
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import copy_private, private_dir, session_dir, write_json, write_private
 from corral.proxy import audit, ca, control
@@ -53,14 +52,6 @@ PROXY_MEMORY_MB = 512
 SESSION_LABEL = "corral.session"
 REASSERT_ACTOR = "gateway:reassert"  # the actor of a policy the gateway sets again after a foreign change
 POLL_TIMEOUT_S = 2.0
-
-
-class ReplayUnreadable(CorralError):
-    """The hermetic session's proxy cannot answer from the uploaded responses (HTTP 422)."""
-
-
-class EgressUnavailable(SandboxError):
-    """The session's proxy does not answer (HTTP 503); its sandbox has no egress meanwhile."""
 
 
 @dataclass(frozen=True, slots=True)

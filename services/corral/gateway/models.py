@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic_core import PydanticCustomError
@@ -69,20 +69,42 @@ class UpdateSession(BaseModel):
 SessionState = Literal["starting", "ready", "stopping"]
 
 
-class SessionOut(BaseModel):
-    id: str
-    state: SessionState
+# A session's fields, each declared once, in three layers: what its recording's manifest keeps, what
+# its owner sees, and (corral.gateway.sessions.SessionRecord) what the gateway keeps about it.
+
+
+class SessionSetup(BaseModel):
+    """What a session was made with: written in its recording's manifest (enough to replay it)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
     created_at: float
-    expires_at: float
-    idle_timeout_s: int
-    last_activity_at: float
     viewport: Viewport
     allow: list[str]
+    egress_mode: EgressMode | None = None
+    hermetic: bool = False  # its proxy answers only from recorded responses
     labels: dict[str, str]
+
+    def manifest(self) -> dict[str, Any]:
+        """The setup as a recording's manifest holds it (only these fields, whatever the subclass)."""
+        return self.model_dump(mode="json", include=set(SessionSetup.model_fields))
+
+
+class SessionTerms(SessionSetup):
+    """What its owner sees of a session besides its live state: its limits and where it came from."""
+
+    id: str
+    expires_at: float
+    idle_timeout_s: int
     from_pool: bool
-    container: str
-    egress_mode: EgressMode | None
-    hermetic: bool
+
+
+class SessionOut(SessionTerms):
+    """A session as the API answers it: its terms, its state and its addresses."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    state: SessionState
+    last_activity_at: float
+    container: str  # the sandbox's name
     ws_url: str
     actions_url: str
     traffic_url: str
@@ -97,7 +119,3 @@ class ReplayResponsesOut(BaseModel):
     flows: int
     bytes: int
     torn: bool  # the last flow was cut short (a killed proxy) and left out
-
-
-class ErrorBody(BaseModel):
-    error: dict[str, str]

@@ -35,7 +35,7 @@ import httpx
 from corral.errors import UnprovenController
 from corral.gateway import controller
 from corral.gateway.settings import GatewaySettings
-from corral.gateway.store import open_private, private_dir, session_dir, write_json, write_private
+from corral.gateway.store import open_private, private_dir, private_file, session_dir, write_json, write_private
 from corral.proxy.flowfile import check
 from corral.recording.bundle import EVENTS_FILE, FORMAT, FRAMES_DIR, MANIFEST_FILE, RESPONSES_FILE, VERSION
 
@@ -78,10 +78,6 @@ class RecordingLimits:
 
 class ReplyTooLarge(ValueError):
     """The controller answered more than a fetch may hold."""
-
-
-def _atomic_json(path: Path, value: dict[str, Any]) -> None:
-    write_json(path, value, indent=2)
 
 
 def _prefix(text: str, limit: int) -> str:
@@ -200,7 +196,9 @@ class SessionRecorder:
         private_dir(self.directory / FRAMES_DIR)
         manifest_path = self.directory / MANIFEST_FILE
         if not manifest_path.exists():
-            _atomic_json(manifest_path, {"format": FORMAT, "version": VERSION, **manifest, "budget_bytes": self.budget})
+            write_json(
+                manifest_path, {"format": FORMAT, "version": VERSION, **manifest, "budget_bytes": self.budget}, indent=2
+            )
             write_private(self.directory / OWNER_FILE, owner)
         else:  # a restarted gateway carries on where it stopped, with the budget the session had
             with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
@@ -359,7 +357,7 @@ class SessionRecorder:
         with contextlib.suppress(OSError, ValueError):
             manifest = json.loads(manifest_path.read_text())
             manifest["cut"] = {"reason": reason, "at": time.time(), "after_seq": after, "budget_bytes": self.budget}
-            _atomic_json(manifest_path, manifest)
+            write_json(manifest_path, manifest, indent=2)
 
     async def stop(self, reason: str, drain_s: float = DRAIN_S) -> None:
         """Take what the controller still holds (for up to ``drain_s``), then close the bundle."""
@@ -397,7 +395,7 @@ def close_manifest(directory: Path, reason: str, events: int | None = None, size
         if size is None:
             size = _stored_bytes(directory)
         manifest.update(ended_at=time.time(), end_reason=reason, events=events, bytes=size)
-        _atomic_json(manifest_path, manifest)
+        write_json(manifest_path, manifest, indent=2)
 
 
 def _copy(source: IO[bytes], out: IO[bytes], length: int) -> None:
@@ -490,10 +488,8 @@ class RecordingManager:
         complete = _complete_length(responses)
         if complete is None or not directory.exists():
             return
-        tmp = directory / f"{RESPONSES_FILE}.tmp"
-        with responses.open("rb") as source, os.fdopen(open_private(tmp), "wb") as out:
+        with responses.open("rb") as source, private_file(directory / RESPONSES_FILE, None) as out:
             _copy(source, out, complete)  # streamed: the file can be hundreds of MB
-        os.replace(tmp, directory / RESPONSES_FILE)
         responses.unlink(missing_ok=True)  # one copy, in the bundle
 
     async def stop_all(self) -> None:

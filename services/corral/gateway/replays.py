@@ -14,17 +14,13 @@ import secrets
 import time
 from pathlib import Path
 
-from corral.errors import CorralError
+from corral.errors import ReplayNotFound
 from corral.gateway.store import open_private, private_dir, write_private
 from corral.proxy.flowfile import FlowFile, check
 
 ID_PREFIX = "rsp_"
 SUFFIX = ".mitm"
 OWNER_SUFFIX = ".owner"
-
-
-class ReplayNotFound(CorralError):
-    """No such upload of recorded responses for this API key (HTTP 404)."""
 
 
 class ReplayUploads:
@@ -80,7 +76,13 @@ class ReplayUploads:
         return path
 
     def delete(self, upload_id: str, owner: str) -> None:
-        path = self.path_for(upload_id, owner)
+        """Remove this owner's upload; ReplayNotFound for any other id (malformed, another key's, gone)."""
+        try:
+            path = self.path_for(upload_id, owner)
+        except (ReplayNotFound, ValueError):
+            missing = ReplayNotFound(f"no replay responses {upload_id}")
+            missing.field = None  # the id is in the path here, not a session's ``hermetic``
+            raise missing from None
         path.unlink(missing_ok=True)
         (self.root / f"{upload_id}{OWNER_SUFFIX}").unlink(missing_ok=True)
 

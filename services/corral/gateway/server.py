@@ -13,6 +13,7 @@ import uvicorn
 
 from corral.gateway.app import create_app
 from corral.gateway.settings import GatewaySettings
+from corral.protocol.envelope import MAX_FRAME_BYTES
 
 _SECRET_IN_QUERY = re.compile(r"((?:token|key)=)[^&\s\"']+")
 
@@ -44,7 +45,7 @@ def _config(settings: GatewaySettings, log_level: str = "info") -> uvicorn.Confi
         ws="websockets-sansio",
         # Screenshots barely compress and deflate costs ~17 ms a frame.
         ws_per_message_deflate=False,
-        ws_max_size=16 << 20,
+        ws_max_size=MAX_FRAME_BYTES,
         access_log=False,
         log_level=log_level,
     )

@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+from pydantic import ConfigDict, ValidationError
 
-from corral.errors import CorralError
+from corral.errors import CapacityError, EgressUnavailable, HermeticUnavailable, InvalidRequest, SessionNotFound
 from corral.gateway import auth
-from corral.gateway.egress import Egress, EgressManager, EgressUnavailable
+from corral.gateway.egress import Egress, EgressManager
 from corral.gateway.limits import HostFacts, Limits, resolve
-from corral.gateway.models import CreateSession, Viewport
+from corral.gateway.models import CreateSession, SessionTerms, Viewport
 from corral.gateway.recording import RecordingLimits, RecordingManager
 from corral.gateway.replays import ReplayUploads
 from corral.gateway.settings import GatewaySettings
@@ -68,18 +69,6 @@ def describe_exit(info: ExitInfo) -> str:
     return f"out of memory (OOM-killed), {code}" if info.oom_killed else code
 
 
-class CapacityError(CorralError):
-    """Too many sessions, globally or for one key (HTTP 429)."""
-
-
-class SessionNotFound(CorralError):
-    pass
-
-
-class HermeticUnavailable(CorralError):
-    """A hermetic replay was asked of a gateway without egress control (HTTP 409)."""
-
-
 @dataclass(frozen=True, slots=True)
 class Pair:
     """A started sandbox and its egress (None when egress control is off), before or after a claim."""
@@ -89,46 +78,50 @@ class Pair:
     egress: Egress | None
 
 
-@dataclass
-class Session:
-    id: str
-    sandbox: SandboxContainer
+class SessionRecord(SessionTerms):
+    """What the gateway keeps about a session, one JSON file each in its data dir (corral.gateway.store):
+    with Docker's list of live sandboxes, what a restarted gateway adopts sessions from. Frozen: a
+    change (a new policy, a revived proxy) replaces it whole, and the file with it."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    container: str  # the sandbox's id
     owner: str
     token_sha256: str
-    created_at: float
-    expires_at: float
-    idle_timeout_s: int
-    viewport: Viewport
-    allow: list[str]
-    labels: dict[str, str]
-    from_pool: bool
     egress: Egress | None = None
-    egress_mode: str | None = None
-    hermetic: bool = False  # its proxy answers only from recorded responses
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+@dataclass
+class Session:
+    """A live session: its record and what only a live session has (its sandbox's address, activity, state)."""
+
+    record: SessionRecord
+    sandbox: SandboxContainer
     last_activity_at: float = field(default_factory=time.time)
     state: str = "ready"
     in_flight: int = 0  # HTTP actions under way: a long one is activity, not idleness
     ended: asyncio.Event = field(default_factory=asyncio.Event)
+    removed: asyncio.Event = field(default_factory=asyncio.Event)  # its sandbox and record are gone: its slot is free
     end_reason: str = ""  # a stable code: deleted, timeout, idle_timeout, sandbox_exited, egress_proxy_gone
     end_detail: str = ""  # what the code alone does not say (a dead sandbox: OOM-killed, its exit code)
 
-    def record(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "container": self.sandbox.id,
-            "owner": self.owner,
-            "token_sha256": self.token_sha256,
-            "created_at": self.created_at,
-            "expires_at": self.expires_at,
-            "idle_timeout_s": self.idle_timeout_s,
-            "viewport": self.viewport.model_dump(),
-            "allow": self.allow,
-            "labels": self.labels,
-            "from_pool": self.from_pool,
-            "egress": self.egress.record() if self.egress is not None else None,
-            "egress_mode": self.egress_mode,
-            "hermetic": self.hermetic,
-        }
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def owner(self) -> str:
+        return self.record.owner
+
+    @property
+    def egress(self) -> Egress | None:
+        return self.record.egress
+
+    @egress.setter
+    def egress(self, egress: Egress | None) -> None:
+        self.record = self.record.model_copy(update={"egress": egress})
 
     def touch(self) -> None:
         self.last_activity_at = time.time()
@@ -193,7 +186,7 @@ class SessionManager:
         if stale:
             log.info("removed the host guard of %d interfaces that are gone", len(stale))
         for session in self._sessions.values():
-            self._record(session)  # adopted sessions: their bundles carry on
+            self._start_recording(session)  # adopted sessions: their bundles carry on
         for coro in (self._reap_loop(), self._pool_loop()):
             task = asyncio.create_task(coro)
             self._tasks.add(task)
@@ -217,21 +210,14 @@ class SessionManager:
         if self._http is not None:
             await self._http.aclose()
 
-    def _record(self, session: Session, budget_mb: int | None = None) -> None:
+    def _start_recording(self, session: Session, budget_mb: int | None = None) -> None:
+        """Record the session's screen and actions (a new one, or an adopted one's bundle carried on)."""
         if self.recordings is None or self._http is None:
             return
-        manifest = {
-            "created_at": session.created_at,
-            "viewport": session.viewport.model_dump(),
-            "allow": session.allow,
-            "egress_mode": session.egress_mode,
-            "hermetic": session.hermetic,
-            "labels": session.labels,
-        }
         audit = session.egress.audit_path if session.egress is not None else None
         responses = (
             self.egress.responses_path(session.id)
-            if self.egress is not None and session.egress is not None and not session.hermetic
+            if self.egress is not None and session.egress is not None and not session.record.hermetic
             else None
         )
         try:
@@ -240,7 +226,7 @@ class SessionManager:
                 session.sandbox.base_url,
                 audit,
                 self._http,
-                manifest,
+                session.record.manifest(),
                 session.owner,
                 responses,
                 budget_mb,
@@ -252,40 +238,36 @@ class SessionManager:
     def _labels(self, kind: str) -> dict[str, str]:
         return {GATEWAY_LABEL: self._settings.instance, KIND_LABEL: kind}
 
+    def _stored_records(self) -> list[SessionRecord]:
+        records = []
+        for raw in self._store.load_all():
+            try:
+                records.append(SessionRecord.model_validate(raw))
+            except ValidationError as exc:
+                log.warning("session record %s does not hold a session; ignoring it: %s", raw.get("id"), exc)
+        return records
+
+    def _save(self, session: Session) -> None:
+        self._store.save(session.id, session.record.to_json())
+
     async def _recover(self) -> None:
         """Adopt the sessions whose containers still run; remove containers nobody owns."""
         infos = await asyncio.to_thread(self._runtime.list_sandboxes, {GATEWAY_LABEL: self._settings.instance})
         alive = {info.id: info for info in infos if info.running and info.address is not None}
         claimed: set[str] = set()
-        for record in self._store.load_all():
-            info = alive.get(record.get("container", ""))
+        for record in self._stored_records():
+            info = alive.get(record.container)
             if info is None or info.address is None:
-                if self.egress is not None and record.get("egress"):
+                if self.egress is not None and record.egress is not None:
                     # Its sandbox died while the gateway was down: the log is kept, as ended.
-                    egress = Egress.from_record(record["egress"])
                     with contextlib.suppress(Exception):
-                        await asyncio.to_thread(self.egress.teardown_blocking, egress)
+                        await asyncio.to_thread(self.egress.teardown_blocking, record.egress)
                     with contextlib.suppress(OSError, ValueError):
-                        self.egress.write_meta(str(record["id"]), ended_at=time.time(), end_reason="lost")
-                self._close_lost_recording(str(record.get("id")), bool(record.get("egress")))
-                self._store.delete(str(record.get("id")))
+                        self.egress.write_meta(record.id, ended_at=time.time(), end_reason="lost")
+                self._close_lost_recording(record.id, record.egress is not None)
+                self._store.delete(record.id)
                 continue
-            session = Session(
-                id=record["id"],
-                sandbox=info.address,
-                owner=record["owner"],
-                token_sha256=record["token_sha256"],
-                created_at=record["created_at"],
-                expires_at=record["expires_at"],
-                idle_timeout_s=record["idle_timeout_s"],
-                viewport=Viewport(**record["viewport"]),
-                allow=record["allow"],
-                labels=record["labels"],
-                from_pool=record["from_pool"],
-                egress=Egress.from_record(record["egress"]) if record.get("egress") else None,
-                egress_mode=record.get("egress_mode"),
-                hermetic=bool(record.get("hermetic", False)),
-            )
+            session = Session(record, info.address)
             self._sessions[session.id] = session
             claimed.add(info.id)
         await self._remove_unowned_egress()
@@ -479,16 +461,22 @@ class SessionManager:
     def _fits_pool(self, req: CreateSession) -> bool:
         return req.viewport == Viewport() and req.resources.model_dump(exclude_none=True) == {} and req.hermetic is None
 
-    async def create(self, owner: str, req: CreateSession) -> tuple[Session, str]:
+    def _admit(self, owner: str, req: CreateSession) -> tuple[int, Path | None]:
+        """The session's wall-clock timeout and its hermetic replay's responses; or the refusal, naming
+        the field to blame."""
         s = self._settings
         timeout_s = req.timeout_s or s.default_timeout_s
         if timeout_s > s.max_timeout_s:
-            raise ValueError(f"timeout_s is at most {s.max_timeout_s}")
-        replay: Path | None = None
-        if req.hermetic is not None:
-            if self.egress is None:
-                raise HermeticUnavailable("hermetic replays need egress control, which this gateway runs without")
-            replay = self.replays.path_for(req.hermetic, owner)  # ReplayNotFound: not this key's upload
+            raise InvalidRequest(f"timeout_s is at most {s.max_timeout_s}", field="timeout_s")
+        if req.hermetic is None:
+            return timeout_s, None
+        if self.egress is None:
+            raise HermeticUnavailable("hermetic replays need egress control, which this gateway runs without")
+        return timeout_s, self.replays.path_for(req.hermetic, owner)  # ReplayNotFound: not this key's upload
+
+    async def _reserve(self, owner: str, req: CreateSession) -> Pair | None:
+        """A slot within the caps (429 past them), held until the create ends; and a pooled pair, if one fits."""
+        s = self._settings
         async with self._lock:
             total = len(self._sessions) + sum(self._reserved.values())
             mine = len(self.list(owner)) + self._reserved.get(owner, 0)
@@ -499,7 +487,12 @@ class SessionManager:
             if mine >= s.max_sessions_per_key:
                 raise CapacityError(f"this API key has {mine} sessions, its limit ({s.max_sessions_per_key})")
             self._reserved[owner] = self._reserved.get(owner, 0) + 1
-            pooled = self._pool.pop(0) if self._pool and self._fits_pool(req) else None
+            return self._pool.pop(0) if self._pool and self._fits_pool(req) else None
+
+    async def create(self, owner: str, req: CreateSession) -> tuple[Session, str]:
+        s = self._settings
+        timeout_s, replay = self._admit(owner, req)
+        pooled = await self._reserve(owner, req)
         started = time.monotonic()
         mode = req.egress_mode or s.egress_mode
         if pooled is not None and not await self._still_ready(pooled):
@@ -521,9 +514,9 @@ class SessionManager:
             self._refill.set()
         token = auth.new_token()
         now = time.time()
-        session = Session(
+        record = SessionRecord(
             id=pair.session_id,
-            sandbox=pair.sandbox,
+            container=pair.sandbox.id,
             owner=owner,
             token_sha256=auth.digest(token),
             created_at=now,
@@ -537,22 +530,23 @@ class SessionManager:
             egress_mode=mode if pair.egress is not None else None,
             hermetic=replay is not None,
         )
-        self._store.save(session.id, session.record())
+        session = Session(record, pair.sandbox)
+        self._save(session)
         self._sessions[session.id] = session
         if self.egress is not None and pair.egress is not None:
             self.egress.write_meta(session.id, owner=owner, created_at=now, ended_at=None)
-        self._record(session, req.recording_mb)
+        self._start_recording(session, req.recording_mb)
         return session, token
 
     async def update_egress(self, session: Session, allow: Sequence[str] | None, mode: str | None, actor: str) -> None:
         """Change a live session's allowlist or mode; the proxy logs the change in the audit chain."""
         if self.egress is None or session.egress is None:
             raise EgressUnavailable("this gateway runs sessions without egress control")
-        new_allow = session.allow if allow is None else list(allow)
-        new_mode = mode or session.egress_mode or self._settings.egress_mode
+        new_allow = session.record.allow if allow is None else list(allow)
+        new_mode = mode or session.record.egress_mode or self._settings.egress_mode
         await self.egress.set_policy(session.egress, new_allow, new_mode, actor)
-        session.allow, session.egress_mode = new_allow, new_mode
-        self._store.save(session.id, session.record())
+        session.record = session.record.model_copy(update={"allow": new_allow, "egress_mode": new_mode})
+        self._save(session)
 
     async def delete(self, session_id: str, reason: str = "deleted") -> None:
         session = self._sessions.get(session_id)
@@ -599,7 +593,7 @@ class SessionManager:
                 if session.end_detail:
                     ended["end_detail"] = session.end_detail
                 self.egress.write_meta(session.id, **ended)
-                if self.recordings is not None and not session.hermetic:
+                if self.recordings is not None and not session.record.hermetic:
                     # The proxy is gone, so its responses file is complete: it joins the bundle.
                     responses = self.egress.responses_path(session.id)
                     with contextlib.suppress(OSError):
@@ -610,6 +604,7 @@ class SessionManager:
             raise
         self._sessions.pop(session_id, None)
         self._store.delete(session_id)
+        session.removed.set()
         log.info("session %s ended: %s", session_id, reason)
 
     # -- liveness --------------------------------------------------------------------------------------
@@ -671,7 +666,7 @@ class SessionManager:
                     for session_id, egress in revived.items():
                         if session_id in self._sessions:
                             self._sessions[session_id].egress = egress
-                            self._store.save(session_id, self._sessions[session_id].record())
+                            self._save(self._sessions[session_id])
                     for session_id in gone:
                         if session_id in self._sessions:
                             self._end_soon(self._sessions[session_id], "egress_proxy_gone")
@@ -683,9 +678,9 @@ class SessionManager:
                 await self._prune()
             for session in list(self._sessions.values()):
                 reason = None
-                if now >= session.expires_at:
+                if now >= session.record.expires_at:
                     reason = "timeout"
-                elif session.in_flight == 0 and now - session.last_activity_at >= session.idle_timeout_s:
+                elif session.in_flight == 0 and now - session.last_activity_at >= session.record.idle_timeout_s:
                     reason = "idle_timeout"
                 if reason is not None:
                     self._end_soon(session, reason)

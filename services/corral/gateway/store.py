@@ -55,7 +55,7 @@ def open_private(path: Path, flags: int = os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
 def write_private(path: Path, data: bytes | str, owner: tuple[int, int] | None = None) -> None:
     """Write ``path`` atomically, 0600 from its creation (a fresh temporary file, then a rename);
     ``owner`` (uid, gid) hands it to another user before it appears under its name."""
-    with _private_file(path, owner) as out:
+    with private_file(path, owner) as out:
         out.write(data.encode() if isinstance(data, str) else data)
 
 
@@ -65,13 +65,14 @@ def write_json(path: Path, value: Any, owner: tuple[int, int] | None = None, ind
 
 def copy_private(source: Path, target: Path, owner: tuple[int, int] | None = None) -> None:
     """Copy ``source`` to ``target`` (streamed), 0600 from its creation."""
-    with _private_file(target, owner) as out, source.open("rb") as src:
+    with private_file(target, owner) as out, source.open("rb") as src:
         shutil.copyfileobj(src, out, 1 << 20)
 
 
 @contextmanager
-def _private_file(target: Path, owner: tuple[int, int] | None) -> Iterator[BinaryIO]:
-    """A temporary file beside ``target``, 0600 from its creation, renamed over it once written."""
+def private_file(target: Path, owner: tuple[int, int] | None) -> Iterator[BinaryIO]:
+    """The one atomic write: a temporary file beside ``target``, 0600 from its creation, renamed over
+    it once written (and removed if the writing fails)."""
     tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
     try:

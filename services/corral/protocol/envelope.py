@@ -15,10 +15,15 @@ from corral.protocol.geometry import Scale, Size, check_bounds
 from corral.protocol.plan import After, Dialect, Plan, RequestId, Step
 from corral.protocol.validation import validate
 
+# The largest message any hop carries whole: a WebSocket frame (client, gateway, controller) or an
+# action body the gateway passes on. Up to it, a message over ``Limits.max_message_bytes`` is still
+# read, to be answered with a structured error; past it the connection closes (1009) or 413.
+MAX_FRAME_BYTES = 16 << 20
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """Server-side defaults and caps, from the controller's settings."""
+    """Server-side defaults and caps; these defaults are the controller's settings' (corral.sandbox.settings)."""
 
     max_message_bytes: int = 1 << 20
     timeout_ms: int = 60_000

@@ -26,7 +26,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from corral.errors import CorralError, ErrorCode
+from corral.errors import CorralError, ErrorCode, RemoteError
 
 CONTROL_PORT = 8081
 # The proxy's state directory (bind-mounted from the gateway's data dir): these files, and ca/.
@@ -49,9 +49,8 @@ INVALID_FIELD = ErrorCode.INVALID_FIELD
 MESSAGE_TOO_LARGE = ErrorCode.MESSAGE_TOO_LARGE
 CODES = (INVALID_JSON, INVALID_REQUEST, INVALID_FIELD, MESSAGE_TOO_LARGE)
 # What the gateway answers (HTTP 503) when the proxy does not: ControlError's code when the proxy
-# could not be reached or gave no code of its own. Not an ErrorCode member yet (errors.py is not
-# this module's to change): the value is the stable part.
-EGRESS_UNAVAILABLE = "egress_unavailable"
+# could not be reached or gave no code of its own.
+EGRESS_UNAVAILABLE = ErrorCode.EGRESS_UNAVAILABLE
 
 
 class InvalidMessage(CorralError, ValueError):
@@ -142,15 +141,14 @@ def encode(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
 
 
-class ControlError(CorralError):
+class ControlError(RemoteError):
     """The proxy refused a control message or could not be reached.
 
     ``code``: the refusal's code when the proxy gave one (an ErrorCode value), else
     :data:`EGRESS_UNAVAILABLE`."""
 
-    def __init__(self, message: str, code: str = EGRESS_UNAVAILABLE) -> None:
-        super().__init__(message)
-        self.code = code
+    def __init__(self, message: str, code: str = EGRESS_UNAVAILABLE, field: str | None = None) -> None:
+        super().__init__(message, code, field)
 
 
 def _answer(hello_line: bytes, reply_line: bytes) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corral.errors import CorralError
+from corral.errors import BundleError as BundleError  # the format's error, kept importable from here
 from corral.proxy.flowfile import check
 
 FORMAT = "corral-recording"
@@ -34,10 +34,6 @@ MANIFEST_FILE = "manifest.json"
 EVENTS_FILE = "events.jsonl"
 FRAMES_DIR = "frames"
 RESPONSES_FILE = "responses.mitm"
-
-
-class BundleError(CorralError):
-    """Not a readable Corral recording: the message says why and where."""
 
 
 @dataclass(frozen=True, slots=True)

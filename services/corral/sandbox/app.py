@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from starlette.requests import HTTPConnection
 
 from corral.bodies import read_capped
-from corral.errors import ActionError, ErrorCode
+from corral.errors import ActionError, ErrorCode, error_body
 from corral.sandbox.auth import RequestVerifier, read_secret
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.dispatch import Dispatcher
@@ -83,7 +83,7 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         """Recorded events after ``after`` (long-polled up to ``wait_ms``), for the gateway's recorder."""
         recorder: Recorder | None = request.app.state.recorder
         if recorder is None:
-            return JSONResponse({"error": {"code": "not_recording", "message": "recording is off"}}, status_code=404)
+            return JSONResponse(error_body(ErrorCode.NOT_RECORDING, "recording is off"), status_code=404)
         return JSONResponse(await recorder.after(after, max(0, min(wait_ms, 30_000))))
 
     @app.get("/healthz")

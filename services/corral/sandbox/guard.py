@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from corral.errors import ErrorCode
+from corral.errors import ErrorCode, error_body
 from corral.sandbox.auth import AUTH_HEADER, PROOF_HEADER, RequestVerifier, prove
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ class ControllerGuard:
 
 
 async def _refuse(scope: Scope, send: Send, status: int, code: ErrorCode, message: str) -> None:
-    body = json.dumps({"ok": False, "error": {"code": str(code), "message": message}}).encode()
+    body = json.dumps(error_body(code, message)).encode()
     if scope["type"] == "websocket":
         if "websocket.http.response" not in scope.get("extensions", {}):
             await send({"type": "websocket.close", "code": 1008, "reason": message[:120]})  # the server says 403

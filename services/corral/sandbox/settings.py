@@ -7,9 +7,11 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from corral.protocol.envelope import Limits
+from corral.protocol.envelope import MAX_FRAME_BYTES, Limits
 from corral.sandbox import auth
 from corral.sandbox.egress import ActionReporter
+
+DEFAULT_LIMITS = Limits()
 
 
 class ControllerSettings(BaseSettings):
@@ -19,16 +21,16 @@ class ControllerSettings(BaseSettings):
     cdp_url: str = "http://127.0.0.1:9222"
     host: str = "0.0.0.0"
     port: int = 8765
-    max_message_bytes: int = 1 << 20
+    max_message_bytes: int = DEFAULT_LIMITS.max_message_bytes
     # Frames above this size close the WebSocket (1009); up to it, oversize gets a structured error.
-    ws_max_frame_bytes: int = 16 << 20
-    action_timeout_ms: int = 60_000
-    max_action_timeout_ms: int = 600_000
-    settle_timeout_ms: int = 3_000
-    settle_quiet_ms: int = 120
+    ws_max_frame_bytes: int = MAX_FRAME_BYTES
+    action_timeout_ms: int = DEFAULT_LIMITS.timeout_ms
+    max_action_timeout_ms: int = DEFAULT_LIMITS.max_timeout_ms
+    settle_timeout_ms: int = DEFAULT_LIMITS.settle_timeout_ms
+    settle_quiet_ms: int = DEFAULT_LIMITS.settle_quiet_ms
     settle_poll_ms: int = 15
     # The least time after an action (or the page's last request) before the screen counts as settled.
-    settle_min_ms: int = 300
+    settle_min_ms: int = DEFAULT_LIMITS.settle_min_ms
     type_chunk_chars: int = 200
     # Pause after binding spare keycodes to new characters, before typing them (see xinput.bind_for).
     keymap_settle_ms: int = 60

@@ -1,9 +1,14 @@
 from __future__ import annotations
 
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from corral.errors import CodedError, Forbidden, NotFound, SessionNotFound, Unauthorized
 from corral.gateway import auth
+from corral.gateway.settings import GatewaySettings
 
 
 def test_keyring_accepts_only_its_keys() -> None:
@@ -30,3 +35,61 @@ def test_generated_key_is_kept_and_private(tmp_path: Path) -> None:
     path = tmp_path / "data" / auth.KEY_FILE
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert auth.load_or_create_key(tmp_path / "data") == key  # the same key on the next start
+
+
+KEY_ID = "key-aaaaaaaaaaaa"
+
+
+def _refused(check: Callable[[], None]) -> tuple[type[Exception], str]:
+    with pytest.raises(CodedError) as caught:
+        check()
+    return type(caught.value), caught.value.message
+
+
+def test_a_key_opens_its_own_sessions_live_or_kept() -> None:
+    owner = auth.Caller(key_id=KEY_ID, presented=True)
+    assert owner.api_key() == KEY_ID
+    owner.open_live("ses_1", KEY_ID)
+    owner.open_kept(KEY_ID, "no recording")
+    owner.change_egress()
+    assert _refused(lambda: owner.open_live("ses_1", "key-other")) == (
+        Forbidden,
+        "this session belongs to another API key",
+    )
+    assert _refused(lambda: owner.open_kept("key-other", "no recording")) == (
+        Forbidden,
+        "this session belongs to another API key",
+    )
+    assert _refused(lambda: owner.open_live("ses_1", None)) == (SessionNotFound, "no session ses_1")
+    assert _refused(lambda: owner.open_kept(None, "no recording of session ses_1")) == (
+        NotFound,
+        "no recording of session ses_1",
+    )
+
+
+def test_a_session_token_opens_its_own_live_session_and_nothing_else() -> None:
+    holder = auth.Caller(session_id="ses_1", presented=True)
+    holder.open_live("ses_1", KEY_ID)
+    assert _refused(lambda: holder.open_live("ses_2", KEY_ID)) == (
+        Forbidden,
+        "a session token only opens its own session",
+    )
+    assert _refused(holder.api_key) == (Unauthorized, "that API key is not valid")
+    assert _refused(holder.change_egress) == (Forbidden, "changing a session's egress needs its owner's API key")
+
+
+def test_nobody_is_told_what_to_send() -> None:
+    nobody, stranger = auth.Caller(), auth.Caller(presented=True)
+    assert _refused(nobody.api_key) == (Unauthorized, "send an API key as 'Authorization: Bearer <key>'")
+    assert _refused(lambda: nobody.open_live("ses_1", None))[0] is Unauthorized
+    # An unknown credential learns nothing of which sessions exist: 401 before 404.
+    assert _refused(lambda: stranger.open_live("ses_1", None)) == (Unauthorized, "that API key or token is not valid")
+    assert _refused(lambda: stranger.open_live("ses_1", KEY_ID))[0] is Unauthorized
+
+
+def test_the_keyring_of_a_gateway(tmp_path: Path) -> None:
+    given = auth.KeyRing.for_gateway(GatewaySettings(data_dir=tmp_path, api_key=" a , b ,"))
+    assert given.check("a") == auth.key_id("a") and given.check("b") == auth.key_id("b")
+    assert not (tmp_path / auth.KEY_FILE).exists()
+    generated = auth.KeyRing.for_gateway(GatewaySettings(data_dir=tmp_path, api_key=""))
+    assert generated.check(auth.load_or_create_key(tmp_path)) is not None

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from corral.gateway.replays import ReplayNotFound, ReplayUploads
+from corral.errors import ReplayNotFound
+from corral.gateway.replays import ReplayUploads
 
 FLOW = b"25:2:id;3:abc;4:type;4:http;}"
 

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Iterator, Mapping
+import json
+import threading
+from collections.abc import Awaitable, Iterator, Mapping
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from corral.errors import SessionNotFound
+from corral.gateway.egress import Egress
 from corral.gateway.models import CreateSession
-from corral.gateway.sessions import GATEWAY_LABEL, KIND_LABEL, SANDBOX_EXITED, SessionManager, SessionNotFound
+from corral.gateway.sessions import GATEWAY_LABEL, KIND_LABEL, SANDBOX_EXITED, SessionManager, SessionRecord
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
 from corral.runtime.docker import ExitInfo, SandboxContainer, SandboxInfo, SandboxSpec, SessionNetwork
@@ -27,13 +31,12 @@ def _no_iptables(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
 
 class FakeRuntime:
-    def __init__(self, start_delay_s: float = 0.0) -> None:
+    def __init__(self) -> None:
         self.running: dict[str, tuple[SandboxContainer, dict[str, str]]] = {}
         self.exited: dict[str, ExitInfo] = {}  # container id -> how it died (still listed, not running)
         self.networks: dict[str, SessionNetwork] = {}
         self.network_labels: dict[str, dict[str, str]] = {}
         self.fail_remove = False
-        self.start_delay_s = start_delay_s
         self._n = 0
 
     def ensure_network(self, name: str) -> None:
@@ -43,7 +46,6 @@ class FakeRuntime:
         return "br-fake", "10.99.0.1"
 
     def start_sandbox(self, spec: SandboxSpec) -> SandboxContainer:
-        time.sleep(self.start_delay_s)
         self._n += 1
         box = SandboxContainer(f"c{self._n}", spec.name or f"c{self._n}", f"10.99.0.{self._n + 1}", 8765)
         self.running[box.id] = (box, dict(spec.labels or {}))
@@ -147,120 +149,159 @@ def test_recovery_never_hands_out_an_unowned_container(tmp_path: Path, monkeypat
     asyncio.run(scenario())
 
 
-def test_idle_reaping_waits_for_an_action_in_flight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("corral.runtime.hostguard.install", lambda interface: True)
-    runtime = FakeRuntime()
+class TickingRuntime(FakeRuntime):
+    """Counts the reaper's ticks: each one lists the sandboxes' states once while a session lives."""
 
-    async def scenario() -> None:
-        manager = _manager(tmp_path, runtime)
-        await manager.start()
+    def __init__(self) -> None:
+        super().__init__()
+        self._ticks = 0
+        self._ticked = threading.Condition()
+
+    def sandbox_states(self, labels: Mapping[str, str]) -> dict[str, str]:
+        with self._ticked:
+            self._ticks += 1
+            self._ticked.notify_all()
+        return super().sandbox_states(labels)
+
+    async def ticks(self, count: int) -> None:
+        """Until ``count`` more ticks began: the ``count - 1`` between ran whole."""
+        with self._ticked:
+            target = self._ticks + count
+
+        def wait() -> bool:
+            with self._ticked:
+                return self._ticked.wait_for(lambda: self._ticks >= target, timeout=10)
+
+        assert await asyncio.to_thread(wait), "the reaper stopped ticking"
+
+
+async def test_idle_reaping_waits_for_an_action_in_flight(tmp_path: Path) -> None:
+    runtime = TickingRuntime()
+    manager = _manager(tmp_path, runtime)
+    await manager.start()
+    try:
         session, _ = await manager.create("key-a", CreateSession(idle_timeout_s=1))
         session.in_flight = 1
         session.last_activity_at -= 10
-        await asyncio.sleep(0.2)
-        assert manager.get(session.id) is session
+        await runtime.ticks(2)  # a whole tick saw it idle for 10 s, with an action in flight
+        assert manager.get(session.id) is session and not session.ended.is_set()
         session.in_flight = 0
-        await asyncio.sleep(0.2)
+        await asyncio.wait_for(session.removed.wait(), timeout=10)
+        assert session.end_reason == "idle_timeout"
         with pytest.raises(SessionNotFound):
             manager.get(session.id)
+    finally:
         await manager.stop()
-
-    asyncio.run(scenario())
 
 
 class FakeEgress:
-    """The egress manager's side of a start: records what was made and undone."""
+    """The egress manager's side of a start: records what was made and undone. A gated proxy start
+    waits for ``release`` (a slow proxy), saying when it began (``entered``) and ended (``returned``)."""
 
-    def __init__(self, proxy_delay_s: float = 0.0, proxy_fails: bool = False) -> None:
-        self.proxy_delay_s, self.proxy_fails = proxy_delay_s, proxy_fails
+    def __init__(self, proxy_fails: bool = False, gated: bool = False) -> None:
+        self.proxy_fails, self.gated = proxy_fails, gated
+        self.prepared: list[str] = []
         self.discarded: list[str] = []
+        self.proxies: set[str] = set()  # started and not discarded: one left here is a leak
+        self.entered, self.release, self.returned = threading.Event(), threading.Event(), threading.Event()
 
     def prepare_blocking(self, session_id: str, *args: object) -> object:
-        from types import SimpleNamespace
-
+        self.prepared.append(session_id)
         return SimpleNamespace(
             session_id=session_id, network=SimpleNamespace(name=f"net-{session_id}"), sandbox_env={}, sandbox_files={}
         )
 
     def start_proxy_blocking(self, prepared: object) -> object:
-        import time
-
-        time.sleep(self.proxy_delay_s)
-        if self.proxy_fails:
-            raise RuntimeError("the proxy did not start")
-        from corral.gateway.egress import Egress
-
-        return Egress(*(["x"] * len(Egress.__dataclass_fields__)))
+        self.entered.set()
+        try:
+            if self.gated:
+                assert self.release.wait(10), "never released"
+            if self.proxy_fails:
+                raise RuntimeError("the proxy did not start")
+            self.proxies.add(prepared.session_id)  # type: ignore[attr-defined]
+            return Egress(*(["x"] * len(Egress.__dataclass_fields__)))
+        finally:
+            self.returned.set()
 
     def discard_blocking(self, prepared: object) -> None:
         self.discarded.append(prepared.session_id)  # type: ignore[attr-defined]
+        self.proxies.discard(prepared.session_id)  # type: ignore[attr-defined]
+
+
+class GatedRuntime(FakeRuntime):
+    """Sandboxes start at once, or from the ``gate_from``-th start on only once released (a slow Docker)."""
+
+    def __init__(self, gate_from: int | None = None) -> None:
+        super().__init__()
+        self.gate_from = gate_from
+        self.started, self.entered, self.release, self.returned = (threading.Event() for _ in range(4))
+
+    def start_sandbox(self, spec: SandboxSpec) -> SandboxContainer:
+        if self.gate_from is not None and self._n + 1 >= self.gate_from:
+            self.entered.set()
+            assert self.release.wait(10), "never released"
+        box = super().start_sandbox(spec)
+        self.started.set()
+        if self.gate_from is not None and self._n >= self.gate_from:
+            self.returned.set()
+        return box
+
+
+def _until(event: threading.Event) -> Awaitable[bool]:
+    return asyncio.to_thread(event.wait, 10)
 
 
 async def test_a_failed_proxy_start_undoes_the_sandbox_and_the_network(tmp_path: Path) -> None:
     runtime = FakeRuntime()
     manager = _manager(tmp_path, runtime)
-    manager.egress = FakeEgress(proxy_fails=True)  # type: ignore[assignment]
+    manager.egress = egress = FakeEgress(proxy_fails=True)  # type: ignore[assignment]
     with pytest.raises(RuntimeError, match="proxy did not start"):
-        await manager._start_pair("ses_1", "session", CreateSession().viewport, None, [], "enforce", None)
-    assert runtime.running == {} and manager.egress.discarded == ["ses_1"]  # type: ignore[union-attr]
+        await manager.create("key-a", CreateSession())
+    assert runtime.running == {} and egress.discarded == egress.prepared and len(egress.prepared) == 1
+    assert manager.list() == [] and manager.counts()["starting"] == 0
 
 
 async def test_a_start_cancelled_midway_leaves_nothing_running(tmp_path: Path) -> None:
-    runtime = FakeRuntime()
+    runtime = GatedRuntime()
     manager = _manager(tmp_path, runtime)
-    manager.egress = FakeEgress(proxy_delay_s=0.3)  # type: ignore[assignment]
-    start = asyncio.ensure_future(
-        manager._start_pair("ses_2", "session", CreateSession().viewport, None, [], "enforce", None)
-    )
-    await asyncio.sleep(0.1)  # the sandbox is up, the proxy still starting
+    manager.egress = egress = FakeEgress(gated=True)  # type: ignore[assignment]
+    start = asyncio.ensure_future(manager.create("key-a", CreateSession()))
+    assert await _until(runtime.started) and await _until(egress.entered)  # the sandbox is up, the proxy starting
     start.cancel()
+    asyncio.get_running_loop().call_soon(egress.release.set)  # once the cancellation is under way
     with pytest.raises(asyncio.CancelledError):
         await start
-    assert runtime.running == {} and manager.egress.discarded == ["ses_2"]  # type: ignore[union-attr]
-
-
-class TrackingEgress(FakeEgress):
-    """Also knows which proxies exist: one started after its pair was discarded is a leak."""
-
-    def __init__(self, proxy_delay_s: float = 0.0) -> None:
-        super().__init__(proxy_delay_s)
-        self.proxies: set[str] = set()
-
-    def start_proxy_blocking(self, prepared: object) -> object:
-        egress = super().start_proxy_blocking(prepared)
-        self.proxies.add(prepared.session_id)  # type: ignore[attr-defined]
-        return egress
-
-    def discard_blocking(self, prepared: object) -> None:
-        super().discard_blocking(prepared)
-        self.proxies.discard(prepared.session_id)  # type: ignore[attr-defined]
+    assert runtime.running == {} and egress.discarded == egress.prepared and len(egress.prepared) == 1
 
 
 async def test_a_start_cancelled_while_its_proxy_starts_leaves_no_proxy(tmp_path: Path) -> None:
     runtime = FakeRuntime()
     manager = _manager(tmp_path, runtime)
-    manager.egress = egress = TrackingEgress(proxy_delay_s=0.3)  # type: ignore[assignment]
-    start = asyncio.ensure_future(
-        manager._start_pair("ses_3", "pool", CreateSession().viewport, None, [], "enforce", None)
-    )
-    await asyncio.sleep(0.1)  # the proxy's thread is still starting it
+    manager.egress = egress = FakeEgress(gated=True)  # type: ignore[assignment]
+    start = asyncio.ensure_future(manager.create("key-a", CreateSession()))
+    assert await _until(egress.entered)  # the proxy's thread is still starting it
     start.cancel()
+    asyncio.get_running_loop().call_soon(egress.release.set)
     with pytest.raises(asyncio.CancelledError):
         await start
-    # The cancellation waited for the thread, then removed what it made: nothing runs afterwards.
-    await asyncio.sleep(0.4)
+    # The cancellation waited for the thread (it has returned: it can start nothing more), then
+    # removed what it made: the proxy's pair is discarded and no sandbox runs.
+    assert egress.returned.is_set()
     assert egress.proxies == set() and runtime.running == {}
+    assert egress.discarded == egress.prepared and len(egress.prepared) == 1
 
 
 async def test_stopping_mid_refill_leaves_nothing_of_the_pool(tmp_path: Path) -> None:
-    runtime = FakeRuntime(start_delay_s=0.3)
+    runtime = GatedRuntime(gate_from=2)
     manager = _manager(tmp_path, runtime, pool_size=2)
     await manager.start()
-    await asyncio.sleep(0.4)  # one pooled sandbox is ready, the second one is starting
+    assert await _until(runtime.entered)  # one pooled sandbox is ready, the second one is starting
     assert manager.counts()["pool"] == 1 and manager.counts()["starting"] == 1
-    await manager.stop()
-    await asyncio.sleep(0.4)  # a thread that outlived the stop would add its sandbox by now
-    assert runtime.running == {}
+    stopping = asyncio.ensure_future(manager.stop())
+    asyncio.get_running_loop().call_soon(runtime.release.set)  # after the stop cancelled the refill
+    await stopping
+    # The refill's thread returned before the stop did: no sandbox of it can appear later.
+    assert runtime.returned.is_set() and runtime.running == {}
 
 
 async def test_a_dead_sandbox_ends_its_session_and_frees_its_slot(tmp_path: Path) -> None:
@@ -274,10 +315,7 @@ async def test_a_dead_sandbox_ends_its_session_and_frees_its_slot(tmp_path: Path
         assert session.end_reason == SANDBOX_EXITED
         assert "out of memory" in session.end_detail and "137" in session.end_detail
         assert session.close_reason().startswith("session ended: sandbox_exited (out of memory")
-        for _ in range(100):
-            if not manager.list():
-                break
-            await asyncio.sleep(0.02)
+        await asyncio.wait_for(session.removed.wait(), timeout=10)
         assert manager.list() == [] and SessionStore(tmp_path).load_all() == []
         assert session.sandbox.id not in runtime.running  # the exited container is removed too
         again, _ = await manager.create("key-a", CreateSession())  # the slot is free at the cap
@@ -311,3 +349,76 @@ async def test_start_removes_this_instances_orphan_session_networks(tmp_path: Pa
     await manager.stop()
     assert list(runtime.networks) == ["corral-net-ses_other"]  # another gateway's stays
     assert _no_iptables == ["br-orphan"]  # and the orphan's host-guard rules went with it
+
+
+# What Session.record() wrote before the session model was one type: the file format is unchanged.
+OLD_RECORD = {
+    "id": "ses_00000000000000aa",
+    "container": "c1",
+    "owner": "key-a",
+    "token_sha256": "0" * 64,
+    "created_at": 1700000000.5,
+    "expires_at": 1700003600.5,
+    "idle_timeout_s": 600,
+    "viewport": {"width": 1024, "height": 768},
+    "allow": ["example.com", "GET docs.example.com/guide/"],
+    "labels": {"run": "7"},
+    "from_pool": True,
+    "egress": {
+        "session_id": "ses_00000000000000aa",
+        "network": "corral-net-ses_00000000000000aa",
+        "subnet": "10.213.0.16/28",
+        "gateway": "10.213.0.17",
+        "interface": "br-0123456789ab",
+        "proxy_id": "p1",
+        "proxy_name": "corral-egress-ses_00000000000000aa",
+        "proxy_address": "10.213.0.18",
+        "state_dir": "/data/egress/ses_00000000000000aa",
+    },
+    "egress_mode": "report",
+    "hermetic": False,
+}
+
+
+async def test_recovery_adopts_a_session_the_old_code_recorded(tmp_path: Path) -> None:
+    runtime = FakeRuntime()
+    runtime.start_sandbox(SandboxSpec(name="old", labels={GATEWAY_LABEL: "t", KIND_LABEL: "session"}))
+    older = {k: v for k, v in OLD_RECORD.items() if k not in ("egress_mode", "hermetic", "egress")}
+    older.update(id="ses_00000000000000bb", container="c2")  # from before egress modes and hermetic replays
+    runtime.start_sandbox(SandboxSpec(name="older", labels={GATEWAY_LABEL: "t", KIND_LABEL: "session"}))
+    SessionStore(tmp_path).save(str(OLD_RECORD["id"]), OLD_RECORD)
+    SessionStore(tmp_path).save(str(older["id"]), older)
+    manager = _manager(tmp_path, runtime)
+    await manager.start()
+    try:
+        session = manager.get("ses_00000000000000aa")
+        assert session.record.to_json() == OLD_RECORD  # every field read back, and written back the same
+        assert session.sandbox.id == "c1" and session.owner == "key-a"
+        assert session.egress is not None and session.egress.audit_path == Path(
+            "/data/egress/ses_00000000000000aa/audit.jsonl"
+        )
+        assert (session.record.viewport.width, session.record.allow[1]) == (1024, "GET docs.example.com/guide/")
+        adopted = manager.get("ses_00000000000000bb").record
+        assert (adopted.egress, adopted.egress_mode, adopted.hermetic) == (None, None, False)
+        made, _ = await manager.create("key-a", CreateSession())
+        written = json.loads((tmp_path / "sessions" / f"{made.id}.json").read_text())
+        assert written.keys() == OLD_RECORD.keys()  # a new record has the old format's fields, no others
+    finally:
+        await manager.stop()
+
+
+def test_the_manifest_holds_the_setup_only() -> None:
+    record = SessionRecord.model_validate(OLD_RECORD)
+    assert record.manifest() == {
+        "created_at": 1700000000.5,
+        "viewport": {"width": 1024, "height": 768},
+        "allow": ["example.com", "GET docs.example.com/guide/"],
+        "egress_mode": "report",
+        "hermetic": False,
+        "labels": {"run": "7"},
+    }
+
+
+def test_a_record_from_before_derived_proxy_tokens_is_read_and_written_without_its_token() -> None:
+    egress = {**OLD_RECORD["egress"], "gateway_token": "old"}  # type: ignore[dict-item]
+    assert SessionRecord.model_validate({**OLD_RECORD, "egress": egress}).to_json() == OLD_RECORD

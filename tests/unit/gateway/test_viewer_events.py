@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from corral.gateway.app import ApiError, _after_seq
 from corral.gateway.recording import RecordingManager
 from corral.gateway.viewer import viewer_page
 from corral.recording.bundle import EVENTS_FILE, MANIFEST_FILE
@@ -58,18 +57,6 @@ def test_an_unreadable_manifest_is_not_ended(tmp_path: Path, manifest: bytes) ->
 
 def test_no_bundle_yet(tmp_path: Path) -> None:
     assert RecordingManager(tmp_path).events(SESSION) == {"events": [], "ended": False}
-
-
-@pytest.mark.parametrize(("value", "expected"), [("0", 0), ("7", 7), ("000123", 123)])
-def test_after_takes_plain_digits(value: str, expected: int) -> None:
-    assert _after_seq(value) == expected
-
-
-@pytest.mark.parametrize("value", ["", "-1", "+1", " 1", "1 ", "1_0", "1.5", "abc", "١", "9" * 19])
-def test_after_refuses_anything_else(value: str) -> None:
-    with pytest.raises(ApiError) as caught:
-        _after_seq(value)
-    assert (caught.value.status, caught.value.code, caught.value.field) == (400, "invalid_request", "after")
 
 
 def test_the_page_and_its_policy_share_a_fresh_nonce() -> None:

@@ -1,0 +1,18 @@
+"""The gateway's routes, one router per resource; :data:`ROUTERS` is what ``create_app`` includes."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from corral.gateway.routes import actions, health, recordings, replays, sessions, traffic
+
+ROUTERS: tuple[APIRouter, ...] = (
+    health.router,
+    sessions.router,
+    actions.router,
+    traffic.router,
+    recordings.router,
+    replays.router,
+)
+
+__all__ = ["ROUTERS"]

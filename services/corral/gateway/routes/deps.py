@@ -1,0 +1,116 @@
+"""What routes are given (FastAPI dependencies): the app's state, the settings, the :class:`Caller`,
+the session in the path, and a request's JSON body read only after its credential passed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import httpx
+from fastapi import Depends, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
+from starlette.requests import HTTPConnection
+
+from corral.bodies import read_capped
+from corral.errors import MessageTooLarge, SessionNotFound, Unauthorized
+from corral.gateway import auth
+from corral.gateway.auth import Caller, KeyRing
+from corral.gateway.metrics import Metrics
+from corral.gateway.sessions import Session, SessionManager
+from corral.gateway.settings import GatewaySettings
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def _state(name: str) -> Callable[[HTTPConnection], Any]:
+    """A dependency that gives the app's ``state.<name>``, as ``create_app`` and its lifespan set it."""
+
+    def given(conn: HTTPConnection) -> Any:
+        return getattr(conn.app.state, name)
+
+    given.__name__ = f"state_{name}"
+    return given
+
+
+SettingsDep = Annotated[GatewaySettings, Depends(_state("settings"))]
+ManagerDep = Annotated[SessionManager, Depends(_state("manager"))]
+MetricsDep = Annotated[Metrics, Depends(_state("metrics"))]
+KeysDep = Annotated[KeyRing, Depends(_state("keys"))]
+HttpDep = Annotated[httpx.AsyncClient, Depends(_state("http"))]
+
+
+def bearer(conn: HTTPConnection) -> str | None:
+    """The credential of the ``Authorization`` header: the only place one is read from, but for the
+    session token of a WebSocket upgrade (:func:`_ws_query_token`) and an old viewer link."""
+    header = conn.headers.get("authorization", "")
+    if header.lower().startswith("bearer "):
+        return header[7:].strip()
+    return None
+
+
+def _ws_query_token(conn: HTTPConnection, keys: KeyRing) -> str | None:
+    """``?token=`` on a WebSocket upgrade, the one request a browser cannot put a header on.
+
+    A session token only: an address ends up in logs, histories and proxies, and a session token
+    opens one session for its lifetime, where an API key opens every session of its owner for good.
+    """
+    if conn.scope["type"] != "websocket":
+        return None
+    token = conn.query_params.get("token")
+    if token and keys.check(token) is not None:
+        raise Unauthorized("?token= takes a session token; send an API key as a header")
+    return token
+
+
+def identify(presented: str | None, keys: KeyRing, manager: SessionManager) -> Caller:
+    """Who ``presented`` is: an API key, a live session's token, or nobody (every token compared)."""
+    if not presented:
+        return Caller()
+    key_id = keys.check(presented)
+    if key_id is not None:
+        return Caller(key_id=key_id, presented=True)
+    holders = [s.id for s in manager.list() if auth.token_matches(presented, s.record.token_sha256)]
+    return Caller(session_id=holders[0] if holders else None, presented=True)
+
+
+def caller(conn: HTTPConnection, keys: KeysDep, manager: ManagerDep) -> Caller:
+    """The request's caller; refused only by what it then asks for (see :class:`Caller`)."""
+    return identify(bearer(conn) or _ws_query_token(conn, keys), keys, manager)
+
+
+CallerDep = Annotated[Caller, Depends(caller)]
+
+
+def api_key_id(who: CallerDep) -> str:
+    return who.api_key()
+
+
+def live_session(session_id: str, who: CallerDep, manager: ManagerDep) -> Session:
+    """The live session in the path, for its owner's API key or its own session token."""
+    try:
+        session: Session | None = manager.get(session_id)
+    except SessionNotFound:
+        session = None
+    who.open_live(session_id, session.owner if session is not None else None)
+    assert session is not None  # open_live refused otherwise
+    return session
+
+
+KeyIdDep = Annotated[str, Depends(api_key_id)]
+LiveSessionDep = Annotated[Session, Depends(live_session)]
+
+
+async def json_body(request: Request, model: type[ModelT]) -> ModelT:
+    """The request's JSON body as ``model``: read only after the route's credential was checked
+    (its dependencies run first), and never more than ``CORRAL_MAX_BODY_KB`` of it (Content-Length
+    first, then as it streams), so an unauthenticated or oversized body costs no parsing at all."""
+    settings: GatewaySettings = request.app.state.settings
+    limit = settings.max_body_kb << 10
+    body = await read_capped(request, limit)
+    if body is None:
+        raise MessageTooLarge(f"the body exceeds {limit} bytes (CORRAL_MAX_BODY_KB)")
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors(include_url=False)) from None

@@ -1,0 +1,62 @@
+"""``/v1/sessions``: make, list, show, change (egress) and end sessions."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from starlette.requests import HTTPConnection
+
+from corral.errors import SandboxError, SandboxStartFailed
+from corral.gateway.models import CreatedSession, CreateSession, SessionOut, SessionTerms, UpdateSession
+from corral.gateway.routes.deps import CallerDep, KeyIdDep, LiveSessionDep, ManagerDep, json_body
+from corral.gateway.sessions import Session
+
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+
+
+def session_out(conn: HTTPConnection, session: Session) -> SessionOut:
+    """The session as the API shows it: its terms, its live state and where to reach it."""
+    base = str(conn.base_url).rstrip("/")
+    ws_base = base.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
+    return SessionOut(
+        **session.record.model_dump(include=set(SessionTerms.model_fields)),
+        state=session.state,
+        last_activity_at=session.last_activity_at,
+        container=session.sandbox.name,
+        ws_url=f"{ws_base}/v1/sessions/{session.id}/ws",
+        actions_url=f"{base}/v1/sessions/{session.id}/actions",
+        traffic_url=f"{base}/v1/sessions/{session.id}/traffic",
+    )
+
+
+@router.post("", status_code=201, response_model=CreatedSession)
+async def create_session(request: Request, key_id: KeyIdDep, manager: ManagerDep) -> CreatedSession:
+    body = await json_body(request, CreateSession)
+    try:
+        session, token = await manager.create(key_id, body)
+    except SandboxError as exc:  # whatever the host side said, for the caller the start failed (the log says why)
+        raise SandboxStartFailed(str(exc)) from exc
+    return CreatedSession(**session_out(request, session).model_dump(), token=token)
+
+
+@router.get("", response_model=list[SessionOut])
+async def list_sessions(request: Request, key_id: KeyIdDep, manager: ManagerDep) -> list[SessionOut]:
+    return [session_out(request, s) for s in manager.list(key_id)]
+
+
+@router.get("/{session_id}", response_model=SessionOut)
+async def get_session(request: Request, session: LiveSessionDep) -> SessionOut:
+    return session_out(request, session)
+
+
+@router.delete("/{session_id}", status_code=204)
+async def delete_session(session: LiveSessionDep, manager: ManagerDep) -> Response:
+    await manager.delete(session.id)
+    return Response(status_code=204)
+
+
+@router.patch("/{session_id}", response_model=SessionOut)
+async def update_session(request: Request, session: LiveSessionDep, who: CallerDep, manager: ManagerDep) -> SessionOut:
+    who.change_egress()
+    body = await json_body(request, UpdateSession)
+    await manager.update_egress(session, body.allow, body.egress_mode, f"api-key:{who.key_id}")
+    return session_out(request, session)

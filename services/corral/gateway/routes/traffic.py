@@ -1,0 +1,121 @@
+"""Egress audit logs: ``/v1/audit`` and a session's ``traffic`` (JSON Lines, HAR, the gateway's anchors)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Response
+
+from corral.errors import AuditAnchorsInvalid, AuditLogUnreadable, InvalidRequest, NotFound
+from corral.gateway.routes.deps import CallerDep, KeyIdDep, ManagerDep, live_session
+from corral.proxy import traffic
+
+router = APIRouter(tags=["traffic"])
+
+
+def audit_log(session_id: str, who: CallerDep, manager: ManagerDep) -> Path:
+    """The audit log of the session in the path, live or ended: for its owner's API key, or for the
+    session's own token while it lives."""
+    if manager.egress is None:
+        raise NotFound("this gateway runs sessions without egress control")
+    if who.key_id is None:
+        session = live_session(session_id, who, manager)  # a session token: only its own, only while it lives
+        if session.egress is None:
+            raise NotFound(f"session {session_id} has no egress log")
+        return session.egress.audit_path
+    try:
+        meta = manager.egress.meta(session_id)
+    except ValueError:
+        meta = None
+    owner = str(meta.get("owner", "")) if meta is not None else None
+    who.open_kept(owner, f"no audit log for session {session_id}")
+    return manager.egress.state_dir(session_id) / "audit.jsonl"
+
+
+def traffic_filter(
+    host: str | None = None,
+    decision: str | None = None,
+    event: str | None = None,
+    action: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+) -> traffic.TrafficFilter:
+    try:
+        return traffic.TrafficFilter.parse(
+            host=host, decision=decision, event=event, action=action, since=since, until=until
+        )
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from None
+
+
+AuditLogDep = Annotated[Path, Depends(audit_log)]
+FilterDep = Annotated[traffic.TrafficFilter, Depends(traffic_filter)]
+
+
+@router.get("/v1/audit")
+async def list_audit_logs(key_id: KeyIdDep, manager: ManagerDep) -> Any:
+    """The key's audit logs, live and ended (empty on a gateway without egress control)."""
+    if manager.egress is None:
+        return []
+    return await asyncio.to_thread(manager.egress.logs, key_id)
+
+
+@router.get("/v1/sessions/{session_id}/traffic")
+async def session_traffic(log_path: AuditLogDep, wanted: FilterDep) -> Response:
+    """The audit records, as JSON Lines exactly as the proxy wrote them (so `verify` still holds
+    for an unfiltered download)."""
+    lines = await asyncio.to_thread(_filtered_lines, log_path, wanted)
+    return Response(b"".join(lines), media_type="application/jsonl")
+
+
+@router.get("/v1/sessions/{session_id}/traffic.anchors")
+async def session_anchors(session_id: str, log_path: AuditLogDep, manager: ManagerDep) -> Response:
+    """The gateway's keyed anchors of the audit chain, as stored (each one's MAC checked first), for
+    `corral audit verify`: they show a log cut short or rewritten, which the chain alone cannot."""
+    assert manager.egress is not None  # audit_log answered 404 otherwise
+    try:
+        body = await asyncio.to_thread(manager.egress.anchors.text, session_id)
+    except ValueError as exc:
+        raise AuditAnchorsInvalid(str(exc)) from None
+    return Response(body, media_type="application/jsonl")
+
+
+@router.get("/v1/sessions/{session_id}/traffic.har")
+async def session_har(log_path: AuditLogDep, wanted: FilterDep) -> Any:
+    records = await asyncio.to_thread(lambda: list(wanted.apply(_records(log_path))))
+    return traffic.to_har(records, creator_version=_version())
+
+
+def _records(path: Path) -> list[traffic.AuditRecord]:
+    try:
+        return list(traffic.read_records(path)) if path.exists() else []
+    except ValueError as exc:
+        raise AuditLogUnreadable(str(exc)) from None
+
+
+def _filtered_lines(path: Path, wanted: traffic.TrafficFilter) -> list[bytes]:
+    if not path.exists():
+        return []
+    out = []
+    with path.open("rb") as log_file:
+        for line in log_file:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                raise AuditLogUnreadable(f"{path.name}: a line is not JSON") from None
+            if wanted.matches(record):
+                out.append(line if line.endswith(b"\n") else line + b"\n")
+    return out
+
+
+def _version() -> str:
+    try:
+        return version("corral")
+    except PackageNotFoundError:
+        return "0"

@@ -1,0 +1,83 @@
+"""A session's actions and WebSocket: ``?token=`` only on the WebSocket and never an API key, capped
+bodies, and a sandbox that does not answer."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from fastapi import FastAPI
+from starlette.websockets import WebSocketDisconnect
+
+from corral.gateway import auth
+from corral.gateway.models import CreateSession
+from corral.gateway.routes.actions import MAX_ACTION_BODY
+from corral.gateway.sessions import SessionManager
+
+from .conftest import KEY, Client
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # starlette's note about httpx, on import
+    from starlette.testclient import TestClient
+
+
+async def test_query_tokens_open_nothing_over_http(app: FastAPI, client: Client) -> None:
+    manager: SessionManager = app.state.manager
+    session, token = await manager.create(auth.key_id(KEY), CreateSession())
+    async with client() as anon:
+        assert (await anon.get("/v1/sessions", params={"token": KEY})).status_code == 401
+        assert (await anon.get(f"/v1/sessions/{session.id}", params={"token": token})).status_code == 401
+        reply = await anon.post(f"/v1/sessions/{session.id}/actions", params={"token": KEY}, json={"action": {}})
+        assert reply.status_code == 401
+    async with client(token) as holder:
+        assert (await holder.get(f"/v1/sessions/{session.id}")).status_code == 200  # as a header, it opens
+
+
+async def test_an_action_body_over_the_cap_is_refused(app: FastAPI, client: Client) -> None:
+    manager: SessionManager = app.state.manager
+    session, token = await manager.create(auth.key_id(KEY), CreateSession())
+    async with client(token) as holder:
+        reply = await holder.post(
+            f"/v1/sessions/{session.id}/actions",
+            content=b"x",
+            headers={"content-length": str(MAX_ACTION_BODY + 1), "content-type": "application/json"},
+        )
+    assert reply.status_code == 413 and reply.json()["error"]["code"] == "message_too_large"
+    assert reply.headers["connection"] == "close"
+
+
+async def test_a_sandbox_that_does_not_answer_is_502(app: FastAPI, client: Client) -> None:
+    manager: SessionManager = app.state.manager
+    session, token = await manager.create(auth.key_id(KEY), CreateSession())
+    async with client(token) as holder:
+        reply = await holder.post(f"/v1/sessions/{session.id}/actions", json={"action": {"type": "wait"}})
+    assert reply.status_code == 502
+    assert reply.json()["ok"] is False and reply.json()["error"]["code"] == "sandbox_unreachable"
+    assert session.in_flight == 0  # the failed action no longer counts as activity
+
+
+def _ws_close(client: TestClient, path: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    with client.websocket_connect(path, headers=headers or {}) as ws, pytest.raises(WebSocketDisconnect) as closed:
+        ws.receive_text()
+    return closed.value.code, closed.value.reason
+
+
+def test_the_websocket_takes_a_session_token_in_the_query_never_an_api_key(
+    live: tuple[TestClient, str, str],
+) -> None:
+    client, session_id, token = live
+    path = f"/v1/sessions/{session_id}/ws"
+    code, reason = _ws_close(client, f"{path}?token={KEY}")
+    assert code == 4401 and "session token" in reason
+    # Past auth, the relay meets the (closed) sandbox port: 1011, not a refusal.
+    assert _ws_close(client, f"{path}?token={token}")[0] == 1011
+    assert _ws_close(client, path, headers={"authorization": f"Bearer {KEY}"})[0] == 1011
+    assert _ws_close(client, f"{path}?token=nope")[0] == 4401
+
+
+def test_the_websocket_refusals_mirror_the_http_statuses(live: tuple[TestClient, str, str]) -> None:
+    client, _, token = live
+    missing = _ws_close(client, "/v1/sessions/ses_0000000000000000/ws", {"authorization": f"Bearer {KEY}"})
+    assert missing == (4404, "no session ses_0000000000000000")
+    other = client.post("/v1/sessions", json={}, headers={"authorization": f"Bearer {KEY}"}).json()
+    assert _ws_close(client, f"/v1/sessions/{other['id']}/ws?token={token}")[0] == 4403
