@@ -83,9 +83,9 @@ def test_foreign_files_are_refused(tmp_path: Path) -> None:
 def test_junit_survives_control_characters_in_typed_text() -> None:
     import xml.etree.ElementTree as ET
 
-    from corral.recording.replay import ReplayReport, StepResult, junit_xml
+    from corral.recording.replay import ReplayReport, StepVerdict, junit_xml
 
-    step = StepResult(1, "type text=a\x08\x00b", True, True, 0.01, 0.5, False, "differs \x1b")
+    step = StepVerdict(1, "type text=a\x08\x00b", True, True, 0.01, 0.5, False, "differs \x1b")
     ET.fromstring(junit_xml(ReplayReport("bundle", [step])))  # parses
 
 

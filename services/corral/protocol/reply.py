@@ -7,7 +7,7 @@ from typing import Any
 
 from corral.errors import ActionError
 from corral.protocol import anthropic, openai
-from corral.protocol.plan import Dialect, EncodedImage, Plan, RequestId, StepResult
+from corral.protocol.plan import ActionResult, Dialect, EncodedImage, Plan, RequestId
 
 
 def _image_block(image: EncodedImage, with_data: bool) -> dict[str, Any]:
@@ -20,7 +20,7 @@ def _image_block(image: EncodedImage, with_data: bool) -> dict[str, Any]:
     return block
 
 
-def success(plan: Plan, results: list[StepResult], image: EncodedImage | None, elapsed_ms: float) -> dict[str, Any]:
+def success(plan: Plan, results: list[ActionResult], image: EncodedImage | None, elapsed_ms: float) -> dict[str, Any]:
     """The ``ok: true`` reply; dialect envelopes carry their payload in ``result`` and the image only there."""
     last = results[-1]
     reply: dict[str, Any] = {"id": plan.request_id, "ok": True}

@@ -55,7 +55,7 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.verifier = _verifier(settings)
-        desktop = Desktop(settings)
+        desktop = Desktop.open(settings)
         app.state.desktop = desktop
         reporter = settings.action_reporter()
         recorder = Recorder(desktop) if settings.record else None
