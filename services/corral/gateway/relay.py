@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -17,19 +16,10 @@ from corral.errors import UnprovenController
 from corral.gateway.controller import connect_ws
 from corral.gateway.metrics import Metrics
 from corral.gateway.sessions import Session
+from corral.protocol import reply
 
 CLOSE_ENDED = 4000  # the session ended (deleted, timed out); the reason says which
 CLOSE_UNREACHABLE = 1011
-
-
-def _error_code(frame: str | bytes) -> str | None:
-    head = frame[:200] if isinstance(frame, str) else frame[:200].decode(errors="replace")
-    if '"ok":false' not in head:
-        return None
-    try:
-        return str(json.loads(frame)["error"]["code"])
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 async def relay(
@@ -66,7 +56,7 @@ async def relay(
         async for frame in upstream:
             if sent:
                 metrics.action.labels(transport="ws").observe(time.perf_counter() - sent.popleft())
-            code = _error_code(frame)
+            code = reply.error_code(frame)  # a check of the first bytes; only a failure is parsed
             if code is not None:
                 metrics.errors.labels(code=code).inc()
             session.touch()

@@ -117,7 +117,7 @@ async def run(monkeypatch: pytest.MonkeyPatch, messages: list[str], answer: Any)
 def failing(message: str | bytes) -> str:
     request_id = json.loads(message)["id"]
     error = ActionError(ErrorCode.OUT_OF_BOUNDS, "x is off the screen", field="action.x")
-    return json.dumps(reply.failure(request_id, error), separators=(",", ":"))
+    return reply.encode(reply.failure(request_id, error))  # as the controller sends it
 
 
 @pytest.mark.parametrize("request_id", [7, "short", "r-" + "x" * 300])

@@ -9,6 +9,7 @@ import pytest
 
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import ActionResult, EncodedImage, reply
+from corral.protocol.plan import RequestId
 
 from .conftest import PlanFn
 
@@ -169,3 +170,14 @@ def test_error_codes_are_stable_strings() -> None:
         "internal",
     }
     assert all(str(c) == c.value for c in ErrorCode)
+
+
+@pytest.mark.parametrize("request_id", [None, 7, "r-" + "x" * 500])
+def test_encoded_replies_start_with_ok_whatever_the_id(request_id: RequestId) -> None:
+    error = ActionError(ErrorCode.OUT_OF_BOUNDS, "x is off the screen", field="action.x")
+    bad = reply.encode(reply.failure(request_id, error))
+    good = reply.encode({"id": request_id, "result": {"text": '"ok":false'}, "ok": True})  # any key order
+    assert bad.startswith('{"ok":false,') and good.startswith('{"ok":true,')
+    assert json.loads(bad) == reply.failure(request_id, error)
+    assert reply.failed(bad) and reply.failed(bad.encode()) and not reply.failed(good)
+    assert reply.error_code(bad) == "out_of_bounds" and reply.error_code(good.encode()) is None
