@@ -14,7 +14,7 @@ from corral.errors import ActionError, CorralError, ErrorCode, ImageBuildError, 
 
 if TYPE_CHECKING:
     from corral.client import ActionFailed, AsyncSandboxClient, SandboxClient
-    from corral.sdk import AsyncSandbox, GatewayError, Sandbox
+    from corral.sdk import AsyncGateway, AsyncSandbox, Gateway, GatewayError, Sandbox
 
 __version__ = "0.1.0"
 
@@ -22,7 +22,9 @@ _LAZY = {
     "ActionFailed": "corral.client",
     "AsyncSandboxClient": "corral.client",
     "SandboxClient": "corral.client",
+    "AsyncGateway": "corral.sdk",
     "AsyncSandbox": "corral.sdk",
+    "Gateway": "corral.sdk",
     "GatewayError": "corral.sdk",
     "Sandbox": "corral.sdk",
 }
@@ -30,10 +32,12 @@ _LAZY = {
 __all__ = [
     "ActionError",
     "ActionFailed",
+    "AsyncGateway",
     "AsyncSandbox",
     "AsyncSandboxClient",
     "CorralError",
     "ErrorCode",
+    "Gateway",
     "GatewayError",
     "ImageBuildError",
     "Sandbox",
