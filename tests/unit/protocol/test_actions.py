@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from pydantic import TypeAdapter, ValidationError
@@ -10,6 +10,7 @@ from pydantic import TypeAdapter, ValidationError
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import ACTION_TYPES, NativeAction, Region, ScreenshotOptions
 from corral.protocol import actions as a
+from corral.protocol.actions import ACTIONS
 from corral.protocol.validation import validate
 
 ADAPTER: TypeAdapter[NativeAction] = TypeAdapter(NativeAction)
@@ -64,8 +65,17 @@ MINIMAL: dict[str, dict[str, Any]] = {
 
 
 def test_every_action_type_has_a_minimal_example() -> None:
+    # MINIMAL is written by hand; ACTION_TYPES is derived from the union the validator uses.
     assert set(MINIMAL) == set(ACTION_TYPES)
     assert len(ACTION_TYPES) == len(set(ACTION_TYPES))
+
+
+def test_the_registry_is_the_union() -> None:
+    members = get_args(get_args(NativeAction)[0])  # Annotated[AnyAction, discriminator] -> the union's members
+    assert tuple(ACTIONS.values()) == members == get_args(a.AnyAction)
+    assert tuple(ACTIONS) == ACTION_TYPES
+    for kind, model in ACTIONS.items():
+        assert type(native({"type": kind, **MINIMAL[kind]})) is model  # the validator picks the registered model
 
 
 @pytest.mark.parametrize("kind", ACTION_TYPES)
