@@ -161,6 +161,11 @@ class Zoom(_Action):
     def map_points(self, fn: PointMapper) -> Self:
         return self.model_copy(update={"region": self.region.mapped(fn)})
 
+    def options(self) -> ScreenshotOptions:
+        return ScreenshotOptions(
+            format=self.format, quality=self.quality, region=self.region, width=self.width, cursor=self.cursor
+        )
+
 
 class Click(_OptionalPointAction):
     type: Literal["click"]

@@ -128,17 +128,8 @@ class Desktop:
 
     async def _run(self, action: a.NativeAction, after: After) -> ActionResult:
         match action:
-            case a.Screenshot():
+            case a.Screenshot() | a.Zoom():
                 return await self.capture(action.options(), after)
-            case a.Zoom():
-                opts = a.ScreenshotOptions(
-                    format=action.format,
-                    quality=action.quality,
-                    region=action.region,
-                    width=action.width,
-                    cursor=action.cursor,
-                )
-                return await self.capture(opts, after)
             case a.Click():
                 self._move_if(action.x, action.y)
                 with self._held(action.modifiers):

@@ -137,3 +137,42 @@ async def test_a_success_counts_no_error(monkeypatch: pytest.MonkeyPatch) -> Non
     agent, metrics = await run(monkeypatch, [message], lambda _: answer)
     assert agent.received == [answer]
     assert errors(metrics) == {}
+
+
+async def test_an_ended_session_closes_the_agent_with_4000_and_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    session, agent, controller = Session(), Agent([]), Controller(failing)
+
+    async def connect_ws(ws_url: str, secret: str) -> Controller:
+        session.ended.set()  # deleted while the agent was connecting
+        return controller
+
+    monkeypatch.setattr(relay_module, "connect_ws", connect_ws)
+    await relay(agent, session, Metrics())  # type: ignore[arg-type]
+    assert agent.closed == (4000, "deleted")
+
+
+async def test_a_sandbox_that_closes_first_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    controller, lost = Controller(failing), []
+    controller._frames.put_nowait(None)  # the controller's side closes at once
+
+    async def connect_ws(ws_url: str, secret: str) -> Controller:
+        return controller
+
+    async def upstream_lost() -> None:
+        lost.append(True)
+
+    monkeypatch.setattr(relay_module, "connect_ws", connect_ws)
+    agent = Agent([])
+    await relay(agent, Session(), Metrics(), upstream_lost)  # type: ignore[arg-type]
+    assert lost == [True] and agent.closed == (1000, "")
+
+
+async def test_an_unreachable_sandbox_is_a_1011_close(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def connect_ws(ws_url: str, secret: str) -> Controller:
+        raise OSError("connection refused")
+
+    monkeypatch.setattr(relay_module, "connect_ws", connect_ws)
+    agent, metrics = Agent([]), Metrics()
+    await relay(agent, Session(), metrics)  # type: ignore[arg-type]
+    assert agent.closed == (1011, "the sandbox did not answer: OSError")
+    assert errors(metrics) == {"sandbox_unreachable": 1}

@@ -437,3 +437,13 @@ def test_screenshot_options_drop_the_type() -> None:
 def test_screenshot_options_reject_scale_and_width() -> None:
     with pytest.raises(ValidationError, match="either scale or width"):
         ScreenshotOptions(scale=0.5, width=100)
+
+
+def test_zoom_takes_a_screenshot_of_its_region() -> None:
+    zoom = native(
+        {"type": "zoom", "region": {"x": 1, "y": 2, "width": 30, "height": 40}, "format": "jpeg", "quality": 50}
+        | {"width": 100, "cursor": True}
+    )
+    assert isinstance(zoom, a.Zoom)
+    region = Region(x=1, y=2, width=30, height=40)
+    assert zoom.options() == ScreenshotOptions(format="jpeg", quality=50, region=region, width=100, cursor=True)
