@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any, get_args
 
 import pytest
@@ -447,3 +449,11 @@ def test_zoom_takes_a_screenshot_of_its_region() -> None:
     assert isinstance(zoom, a.Zoom)
     region = Region(x=1, y=2, width=30, height=40)
     assert zoom.options() == ScreenshotOptions(format="jpeg", quality=50, region=region, width=100, cursor=True)
+
+
+def test_every_action_is_in_the_protocols_table() -> None:
+    docs = Path(__file__).resolve().parents[3] / "docs" / "protocol.md"
+    table = docs.read_text().split("## Native actions", 1)[1].split("\n### ", 1)[0]
+    first_cells = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
+    documented = {name for cell in first_cells for name in re.findall(r"`([a-z_]+)`", cell)}
+    assert documented == set(ACTION_TYPES)
