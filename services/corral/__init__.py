@@ -14,7 +14,8 @@ from corral.errors import ActionError, CorralError, ErrorCode, ImageBuildError, 
 
 if TYPE_CHECKING:
     from corral.client import ActionFailed, AsyncSandboxClient, SandboxClient
-    from corral.sdk import AsyncGateway, AsyncSandbox, Gateway, GatewayError, Sandbox
+    from corral.gateway_client import AsyncGateway, Gateway, GatewayError
+    from corral.sdk import AsyncSandbox, Sandbox
 
 __version__ = "0.1.0"
 
@@ -22,10 +23,10 @@ _LAZY = {
     "ActionFailed": "corral.client",
     "AsyncSandboxClient": "corral.client",
     "SandboxClient": "corral.client",
-    "AsyncGateway": "corral.sdk",
+    "AsyncGateway": "corral.gateway_client",
     "AsyncSandbox": "corral.sdk",
-    "Gateway": "corral.sdk",
-    "GatewayError": "corral.sdk",
+    "Gateway": "corral.gateway_client",
+    "GatewayError": "corral.gateway_client",
     "Sandbox": "corral.sdk",
 }
 

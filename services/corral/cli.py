@@ -20,11 +20,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from corral import images, sdk
+from corral import gateway_client, images
 from corral.client import image_bytes
 from corral.errors import CorralError
+from corral.gateway_client import Gateway, GatewayError
 from corral.runtime.docker import DockerRuntime
-from corral.sdk import Gateway, GatewayError
 
 GATEWAY_CONTAINER = "corral-gateway"
 KEY_PATH = "/var/lib/corral/api_key"
@@ -57,13 +57,13 @@ def _runtime() -> DockerRuntime:
 
 
 def _url() -> str:
-    return sdk.gateway_url()
+    return gateway_client.gateway_url()
 
 
 def _api_key() -> str:
     """The SDK's key (``CORRAL_API_KEY``), else the one the compose gateway keeps in its container."""
     try:
-        return sdk.api_key(stored=lambda: _runtime().read_file(GATEWAY_CONTAINER, KEY_PATH))
+        return gateway_client.api_key(stored=lambda: _runtime().read_file(GATEWAY_CONTAINER, KEY_PATH))
     except CorralError:
         raise _fail("no API key: set CORRAL_API_KEY, or start the gateway with `corral up`") from None
 
@@ -215,7 +215,7 @@ def session_create(
     if not (width.isdigit() and height.isdigit()):
         raise _fail("viewport must look like 1280x800", 2)
     labels = dict(item.split("=", 1) for item in (label or []) if "=" in item)
-    body = sdk.session_body(allow, (int(width), int(height)), timeout_s, idle_timeout_s, labels, egress_mode)
+    body = gateway_client.session_body(allow, (int(width), int(height)), timeout_s, idle_timeout_s, labels, egress_mode)
     with _gateway_call() as gateway:
         created = gateway.create_session(body)
     if as_json:
@@ -651,7 +651,7 @@ def replay(
             allow=list(manifest.get("allow") or []),
             viewport=viewport,
             egress_mode=manifest.get("egress_mode"),
-            url=sdk.gateway_url(against),
+            url=gateway_client.gateway_url(against),
             api_key=_api_key(),
             hermetic_responses=bundle.responses if hermetic else None,
         ) as sandbox:

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from corral import cli
 from corral.cli import app
+from corral.gateway_client import Gateway
 from corral.proxy.audit import AuditLog, verify
-from corral.sdk import Gateway
 
 T0 = 1_714_564_800.0  # 2024-05-01T12:00:00Z
 

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from corral import cli
 from corral.cli import app
-from corral.sdk import Gateway
+from corral.gateway_client import Gateway
 
 ROWS = [
     {

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from corral import cli
 from corral.cli import app
-from corral.sdk import Gateway
+from corral.gateway_client import Gateway
 
 Handler = Callable[[httpx.Request], httpx.Response]
 SESSION = {
