@@ -14,7 +14,8 @@ from corral.errors import ActionError, CorralError, ErrorCode, ImageBuildError, 
 
 if TYPE_CHECKING:
     from corral.client import ActionFailed, AsyncSandboxClient, SandboxClient
-    from corral.sdk import AsyncSandbox, GatewayError, Sandbox
+    from corral.gateway_client import AsyncGateway, Gateway, GatewayError
+    from corral.sdk import AsyncSandbox, Sandbox
 
 __version__ = "0.1.0"
 
@@ -22,18 +23,22 @@ _LAZY = {
     "ActionFailed": "corral.client",
     "AsyncSandboxClient": "corral.client",
     "SandboxClient": "corral.client",
+    "AsyncGateway": "corral.gateway_client",
     "AsyncSandbox": "corral.sdk",
-    "GatewayError": "corral.sdk",
+    "Gateway": "corral.gateway_client",
+    "GatewayError": "corral.gateway_client",
     "Sandbox": "corral.sdk",
 }
 
 __all__ = [
     "ActionError",
     "ActionFailed",
+    "AsyncGateway",
     "AsyncSandbox",
     "AsyncSandboxClient",
     "CorralError",
     "ErrorCode",
+    "Gateway",
     "GatewayError",
     "ImageBuildError",
     "Sandbox",

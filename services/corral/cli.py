@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import time
 import urllib.parse
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -18,9 +20,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from corral import images
+from corral import gateway_client, images
 from corral.client import image_bytes
 from corral.errors import CorralError
+from corral.gateway_client import Gateway, GatewayError
 from corral.runtime.docker import DockerRuntime
 
 if TYPE_CHECKING:
@@ -57,48 +60,38 @@ def _runtime() -> DockerRuntime:
 
 
 def _url() -> str:
-    return os.environ.get("CORRAL_URL", f"http://127.0.0.1:{os.environ.get('CORRAL_PORT', '8700')}")
+    return gateway_client.gateway_url()
 
 
-def _api_key(runtime: DockerRuntime | None = None) -> str:
-    keys = [k.strip() for k in os.environ.get("CORRAL_API_KEY", "").split(",") if k.strip()]
-    if keys:
-        return keys[0]
-    key = (runtime or _runtime()).read_file(GATEWAY_CONTAINER, KEY_PATH)
-    if not key:
-        raise _fail("no API key: set CORRAL_API_KEY, or start the gateway with `corral up`")
-    return key
+def _api_key() -> str:
+    """The SDK's key (``CORRAL_API_KEY``), else the one the compose gateway keeps in its container."""
+    try:
+        return gateway_client.api_key(stored=lambda: _runtime().read_file(GATEWAY_CONTAINER, KEY_PATH))
+    except CorralError:
+        raise _fail("no API key: set CORRAL_API_KEY, or start the gateway with `corral up`") from None
 
 
-def _gateway() -> httpx.Client:
-    return httpx.Client(base_url=_url(), headers={"Authorization": f"Bearer {_api_key()}"}, timeout=120)
+def _gateway() -> Gateway:
+    """The SDK's client of the gateway's HTTP API (tests swap this for one over a fake transport)."""
+    return Gateway(_url(), _api_key())
 
 
-def _raise_for_status(response: httpx.Response) -> None:
-    if response.status_code >= 400:
-        try:
-            error = response.json()["error"]
-        except (ValueError, KeyError, TypeError):
-            error = None
-        if not isinstance(error, dict):
-            error = {"code": str(response.status_code), "message": response.text[:300]}
-        raise _fail(f"{response.status_code} {error.get('code')}: {error.get('message')}")
-
-
-def _checked(response: httpx.Response) -> Any:
-    _raise_for_status(response)
-    return None if response.status_code == 204 else response.json()
+@contextlib.contextmanager
+def _gateway_call() -> Iterator[Gateway]:
+    """The gateway for one command: a refusal or no answer is a clean failure, never a traceback."""
+    try:
+        with _gateway() as gateway:
+            yield gateway
+    except GatewayError as exc:
+        raise _fail(str(exc)) from None
+    except httpx.HTTPError as exc:
+        raise _fail(f"no answer from the gateway on {_url()} ({exc}); start it with `corral up`") from None
 
 
 def _gateway_get(path: str) -> httpx.Response:
     """GET from the gateway; a gateway that does not answer or answers an error is a clean failure."""
-    try:
-        with _gateway() as gw:
-            response = gw.get(path)
-    except httpx.HTTPError as exc:
-        raise _fail(f"no answer from the gateway on {_url()} ({exc}); start it with `corral up`") from None
-    _raise_for_status(response)
-    return response
+    with _gateway_call() as gateway:
+        return gateway.get(path)
 
 
 def _gateway_rows(path: str, what: str) -> list[dict[str, Any]]:
@@ -225,19 +218,9 @@ def session_create(
     if not (width.isdigit() and height.isdigit()):
         raise _fail("viewport must look like 1280x800", 2)
     labels = dict(item.split("=", 1) for item in (label or []) if "=" in item)
-    body: dict[str, Any] = {
-        "allow": allow or [],
-        "viewport": {"width": int(width), "height": int(height)},
-        "labels": labels,
-    }
-    if timeout_s is not None:
-        body["timeout_s"] = timeout_s
-    if idle_timeout_s is not None:
-        body["idle_timeout_s"] = idle_timeout_s
-    if egress_mode is not None:
-        body["egress_mode"] = egress_mode
-    with _gateway() as gw:
-        created = _checked(gw.post("/v1/sessions", json=body))
+    body = gateway_client.session_body(allow, (int(width), int(height)), timeout_s, idle_timeout_s, labels, egress_mode)
+    with _gateway_call() as gateway:
+        created = gateway.create_session(body)
     if as_json:
         out.print_json(json.dumps(created))
         return
@@ -253,11 +236,8 @@ def session_allow(
     as_json: JsonOpt = False,
 ) -> None:
     """Replace a live session's allowlist (and mode); the change is written to its audit log."""
-    body: dict[str, Any] = {"allow": entries or []}
-    if egress_mode is not None:
-        body["egress_mode"] = egress_mode
-    with _gateway() as gw:
-        updated = _checked(gw.patch(f"/v1/sessions/{session_id}", json=body))
+    with _gateway_call() as gateway:
+        updated = gateway.update_session(session_id, entries or [], egress_mode)
     if as_json:
         out.print_json(json.dumps(updated))
         return
@@ -267,8 +247,8 @@ def session_allow(
 @session_app.command("ls")
 def session_ls(as_json: JsonOpt = False) -> None:
     """The sessions of this API key."""
-    with _gateway() as gw:
-        rows = _checked(gw.get("/v1/sessions"))
+    with _gateway_call() as gateway:
+        rows = gateway.sessions()
     if as_json:
         out.print_json(json.dumps(rows))
     else:
@@ -277,8 +257,8 @@ def session_ls(as_json: JsonOpt = False) -> None:
 
 @session_app.command("show")
 def session_show(session_id: str, as_json: JsonOpt = False) -> None:
-    with _gateway() as gw:
-        row = _checked(gw.get(f"/v1/sessions/{session_id}"))
+    with _gateway_call() as gateway:
+        row = gateway.session(session_id)
     if as_json:
         out.print_json(json.dumps(row))
     else:
@@ -287,27 +267,16 @@ def session_show(session_id: str, as_json: JsonOpt = False) -> None:
 
 @session_app.command("rm")
 def session_rm(session_id: str) -> None:
-    with _gateway() as gw:
-        _checked(gw.delete(f"/v1/sessions/{session_id}"))
+    with _gateway_call() as gateway:
+        gateway.delete_session(session_id)
     console.print(f"removed {session_id}")
 
 
 def _session_action(session_id: str, payload: dict[str, Any]) -> dict[str, Any]:
     """One message through the gateway's HTTP route, the API key in its header (never in an address:
     the gateway takes ``?token=`` on a WebSocket only, and only a session token there)."""
-    try:
-        with _gateway() as gw:
-            response = gw.post(f"/v1/sessions/{session_id}/actions", json=payload)
-    except httpx.HTTPError as exc:
-        raise _fail(f"no answer from the gateway on {_url()} ({exc}); start it with `corral up`") from None
-    try:
-        reply = response.json()
-    except ValueError:
-        reply = None
-    if not isinstance(reply, dict) or "ok" not in reply:
-        _raise_for_status(response)  # the gateway's own refusal (401, 404, 502, ...)
-        raise _fail(f"the gateway's answer is no reply: {response.text[:300]}")
-    return reply
+    with _gateway_call() as gateway:
+        return gateway.act(session_id, payload)
 
 
 def _strip_images(reply: dict[str, Any], output: Path | None) -> dict[str, Any]:
@@ -656,7 +625,7 @@ def replay(
     from corral.recording.bundle import BundleError, read_bundle
     from corral.recording.replay import Mask, ReplayOptions, html_report, junit_xml, parse_overrides
     from corral.recording.replay import replay as run_replay
-    from corral.sdk import GatewayError, Sandbox
+    from corral.sdk import Sandbox
 
     if timing not in ("settle", "recorded"):
         raise _fail("--timing is settle or recorded", 2)
@@ -685,7 +654,7 @@ def replay(
             allow=list(manifest.get("allow") or []),
             viewport=viewport,
             egress_mode=manifest.get("egress_mode"),
-            url=against or _url(),
+            url=gateway_client.gateway_url(against),
             api_key=_api_key(),
             hermetic_responses=bundle.responses if hermetic else None,
         ) as sandbox:

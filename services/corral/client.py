@@ -37,7 +37,8 @@ class ActionFailed(CorralError):
         self.error = error
 
 
-def _check(reply: dict[str, Any]) -> dict[str, Any]:
+def check_reply(reply: dict[str, Any]) -> dict[str, Any]:
+    """The reply itself if it is ``ok``; raises :class:`ActionFailed` with its error if not."""
     if not reply.get("ok"):
         raise ActionFailed(reply.get("error") or {})
     return reply
@@ -114,7 +115,7 @@ class AsyncSandboxClient:
 
     async def act(self, action: dict[str, Any], **envelope: Any) -> dict[str, Any]:
         """A native action; raises :class:`ActionFailed` on an error reply."""
-        return _check(await self.request({"action": action, **envelope}))
+        return check_reply(await self.request({"action": action, **envelope}))
 
     async def screenshot(self, fmt: str = "png", **options: Any) -> bytes:
         return image_bytes(await self.act({"type": "screenshot", "format": fmt, **options}))
@@ -162,7 +163,7 @@ class SandboxClient:
                 return reply
 
     def act(self, action: dict[str, Any], **envelope: Any) -> dict[str, Any]:
-        return _check(self.request({"action": action, **envelope}))
+        return check_reply(self.request({"action": action, **envelope}))
 
     def screenshot(self, fmt: str = "png", **options: Any) -> bytes:
         return image_bytes(self.act({"type": "screenshot", "format": fmt, **options}))

@@ -6,138 +6,179 @@
         sb.click(100, 200)
         png = sb.screenshot()
 
-``AsyncSandbox`` is the same with ``async``/``await``. ``run_anthropic`` and ``run_openai``
-return exactly what to send back to each model API.
+``AsyncSandbox`` is the same with ``async``/``await``: the same methods with the same parameters
+(a unit test holds them to it). ``run_anthropic`` and ``run_openai`` return exactly what to send back
+to each model API.
+
+Every method is one line in each twin: a pure function of :class:`messages` builds the
+:class:`Message` to the sandbox and says how its reply is read; the twins only send it, blocking or
+awaited. The gateway's HTTP API is :mod:`corral.gateway_client`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Generic, Self, TypeVar
 
 import httpx
 
-from corral.client import ActionFailed, AsyncSandboxClient, SandboxClient, image_bytes
-from corral.errors import CorralError
+from corral.client import ActionFailed, AsyncSandboxClient, SandboxClient, check_reply, image_bytes
+from corral.gateway_client import AsyncGateway, Gateway, GatewayError, api_key, gateway_url, session_body
 
-DEFAULT_URL = "http://127.0.0.1:8700"
-
-
-class GatewayError(CorralError):
-    """The gateway refused a request; ``status`` and ``code`` say why."""
-
-    def __init__(self, status: int, body: dict[str, Any]) -> None:
-        error = body.get("error") or {}
-        super().__init__(f"{status} {error.get('code')}: {error.get('message')}")
-        self.status = status
-        self.code: str = error.get("code", "")
+T = TypeVar("T")
 
 
-def _default_key() -> str:
-    keys = [k.strip() for k in os.environ.get("CORRAL_API_KEY", "").split(",") if k.strip()]
-    if keys:
-        return keys[0]
-    data_dir = Path(os.environ.get("CORRAL_DATA_DIR", Path.home() / ".local" / "share" / "corral"))
-    path = data_dir / "api_key"
-    if path.is_file():
-        return path.read_text().strip()
-    raise CorralError("no API key: set CORRAL_API_KEY (see `corral status`)")
+# -- the sandbox's messages and how their replies are read (pure) ---------------------------------------
 
 
-def _session_body(
-    allow: Sequence[str] | None,
-    viewport: tuple[int, int] | None,
-    timeout_s: int | None,
-    idle_timeout_s: int | None,
-    labels: dict[str, str] | None,
-    egress_mode: str | None = None,
-    hermetic: str | None = None,
-) -> dict[str, Any]:
-    body: dict[str, Any] = {"allow": list(allow or []), "labels": dict(labels or {})}
-    if egress_mode is not None:
-        body["egress_mode"] = egress_mode
-    if hermetic is not None:
-        body["hermetic"] = hermetic
-    if viewport is not None:
-        body["viewport"] = {"width": viewport[0], "height": viewport[1]}
-    if timeout_s is not None:
-        body["timeout_s"] = timeout_s
-    if idle_timeout_s is not None:
-        body["idle_timeout_s"] = idle_timeout_s
-    return body
+@dataclass(frozen=True, slots=True)
+class Message(Generic[T]):
+    """One message to the sandbox and how its reply is read."""
+
+    body: dict[str, Any]
+    read: Callable[[dict[str, Any]], T]
 
 
-def _checked(response: httpx.Response) -> dict[str, Any]:
-    if response.status_code >= 400:
-        try:
-            body = response.json()
-        except ValueError:
-            body = {"error": {"code": "http_error", "message": response.text[:200]}}
-        raise GatewayError(response.status_code, body)
-    if response.status_code == 204:
-        return {}
-    data: dict[str, Any] = response.json()
-    return data
+def _same(reply: dict[str, Any]) -> dict[str, Any]:
+    return reply
 
 
-def _client_options(url: str | None, credential: str) -> dict[str, Any]:
-    """What both HTTP clients are built with."""
-    return {
-        "base_url": url or os.environ.get("CORRAL_URL", DEFAULT_URL),
-        "timeout": 120,
-        "headers": {"Authorization": f"Bearer {credential}"},
-    }
+def _result(reply: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = check_reply(reply)["result"]
+    return result
+
+
+def _image(reply: dict[str, Any]) -> bytes:
+    return image_bytes(check_reply(reply))
+
+
+def _position(reply: dict[str, Any]) -> tuple[int, int]:
+    result = _result(reply)
+    return int(result["x"]), int(result["y"])
+
+
+def _tabs(reply: dict[str, Any]) -> list[dict[str, Any]]:
+    tabs: list[dict[str, Any]] = _result(reply)["tabs"]
+    return tabs
+
+
+def _text(reply: dict[str, Any]) -> str:
+    return str(_result(reply)["text"])
+
+
+def _done(reply: dict[str, Any]) -> None:
+    check_reply(reply)
 
 
 def _tool_result(reply: dict[str, Any]) -> list[Any]:
-    if not reply["ok"]:
-        raise ActionFailed(reply["error"])
-    content: list[Any] = reply["result"]["tool_result_content"]
+    content: list[Any] = _result(reply)["tool_result_content"]
     return content
 
 
 def _call_output(reply: dict[str, Any]) -> dict[str, Any]:
-    if not reply["ok"]:
-        raise ActionFailed(reply["error"])
-    output: dict[str, Any] = reply["result"]["output"]
+    output: dict[str, Any] = _result(reply)["output"]
     return output
-
-
-# Native actions as messages, shared by both clients.
-def _click(x: int | None, y: int | None, button: str, count: int, modifiers: Sequence[str]) -> dict[str, Any]:
-    action: dict[str, Any] = {"type": "click", "button": button, "count": count, "modifiers": list(modifiers)}
-    if x is not None and y is not None:
-        action.update(x=x, y=y)
-    return action
-
-
-def _scroll(
-    x: int | None, y: int | None, direction: str | None, clicks: int | None, dx: int | None, dy: int | None
-) -> dict[str, Any]:
-    action: dict[str, Any] = {"type": "scroll"}
-    for name, value in (("x", x), ("y", y), ("direction", direction), ("clicks", clicks), ("dx", dx), ("dy", dy)):
-        if value is not None:
-            action[name] = value
-    return action
-
-
-def _path(points: Sequence[tuple[int, int]]) -> list[dict[str, int]]:
-    return [{"x": x, "y": y} for x, y in points]
 
 
 def _display(display: tuple[int, int] | None) -> dict[str, Any]:
     return {} if display is None else {"display": {"width": display[0], "height": display[1]}}
 
 
+def _given(**fields: Any) -> dict[str, Any]:
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+class messages:  # a namespace of pure builders, read as messages.click(...)
+    """Every message of the SDK's vocabulary, built without sending it."""
+
+    @staticmethod
+    def request(message: dict[str, Any]) -> Message[dict[str, Any]]:
+        return Message(message, _same)
+
+    @staticmethod
+    def act(action: dict[str, Any], envelope: dict[str, Any]) -> Message[dict[str, Any]]:
+        return Message({"action": action, **envelope}, check_reply)
+
+    @staticmethod
+    def result(action: dict[str, Any]) -> Message[dict[str, Any]]:
+        return Message({"action": action}, _result)
+
+    @staticmethod
+    def anthropic(tool_input: dict[str, Any], display: tuple[int, int] | None) -> Message[list[Any]]:
+        return Message({"anthropic": tool_input, **_display(display)}, _tool_result)
+
+    @staticmethod
+    def openai(
+        action: dict[str, Any] | list[dict[str, Any]], display: tuple[int, int] | None
+    ) -> Message[dict[str, Any]]:
+        return Message({"openai": action, **_display(display)}, _call_output)
+
+    @staticmethod
+    def screenshot(format: str, options: dict[str, Any]) -> Message[bytes]:
+        return Message({"action": {"type": "screenshot", "format": format, **options}}, _image)
+
+    @staticmethod
+    def zoom(x: int, y: int, width: int, height: int, options: dict[str, Any]) -> Message[bytes]:
+        region = {"x": x, "y": y, "width": width, "height": height}
+        return Message({"action": {"type": "zoom", "region": region, **options}}, _image)
+
+    @staticmethod
+    def click(
+        x: int | None, y: int | None, button: str, count: int, modifiers: Sequence[str], envelope: dict[str, Any]
+    ) -> Message[dict[str, Any]]:
+        action: dict[str, Any] = {"type": "click", "button": button, "count": count, "modifiers": list(modifiers)}
+        if x is not None and y is not None:
+            action.update(x=x, y=y)
+        return messages.act(action, envelope)
+
+    @staticmethod
+    def scroll(
+        x: int | None,
+        y: int | None,
+        direction: str | None,
+        clicks: int | None,
+        dx: int | None,
+        dy: int | None,
+        envelope: dict[str, Any],
+    ) -> Message[dict[str, Any]]:
+        action = {"type": "scroll", **_given(x=x, y=y, direction=direction, clicks=clicks, dx=dx, dy=dy)}
+        return messages.act(action, envelope)
+
+    @staticmethod
+    def drag(path: Sequence[tuple[int, int]], envelope: dict[str, Any]) -> Message[dict[str, Any]]:
+        return messages.act({"type": "drag", "path": [{"x": x, "y": y} for x, y in path]}, envelope)
+
+    @staticmethod
+    def key(keys: str, hold_ms: int | None, envelope: dict[str, Any]) -> Message[dict[str, Any]]:
+        return messages.act({"type": "key", "keys": keys, **_given(hold_ms=hold_ms)}, envelope)
+
+    @staticmethod
+    def cursor_position() -> Message[tuple[int, int]]:
+        return Message({"action": {"type": "cursor_position"}}, _position)
+
+    @staticmethod
+    def tabs() -> Message[list[dict[str, Any]]]:
+        return Message({"action": {"type": "tabs"}}, _tabs)
+
+    @staticmethod
+    def clipboard_get() -> Message[str]:
+        return Message({"action": {"type": "clipboard_get"}}, _text)
+
+    @staticmethod
+    def clipboard_set(text: str) -> Message[None]:
+        return Message({"action": {"type": "clipboard_set", "text": text}}, _done)
+
+
+# -- the twins ----------------------------------------------------------------------------------------
+
+
 class Sandbox:
     """A session with its own WebSocket; deleted when the ``with`` block ends."""
 
-    def __init__(self, info: dict[str, Any], token: str, gateway: httpx.Client) -> None:
+    def __init__(self, info: dict[str, Any], token: str, gateway: Gateway) -> None:
         self.info = info
         self.id: str = info["id"]
         self._gateway = gateway
@@ -160,33 +201,31 @@ class Sandbox:
     ) -> Sandbox:
         """A new session. With ``hermetic_responses`` (a recording's ``responses.mitm``) its proxy
         answers only from those and has no route out: a hermetic replay."""
-        gateway = httpx.Client(**_client_options(url, api_key or _default_key()))
+        gateway = Gateway(url, api_key)
         info: dict[str, Any] | None = None
         try:
-            upload = None
-            if hermetic_responses is not None:
-                upload = _checked(gateway.post("/v1/replay-responses", content=hermetic_responses))["id"]
+            upload = None if hermetic_responses is None else gateway.upload_responses(hermetic_responses)
             try:
-                body = _session_body(allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload)
-                info = _checked(gateway.post("/v1/sessions", json=body))
+                body = session_body(allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload)
+                info = gateway.create_session(body)
             finally:
                 if upload is not None:  # the session keeps its own copy
                     with contextlib.suppress(httpx.HTTPError):
-                        gateway.delete(f"/v1/replay-responses/{upload}")
+                        gateway.delete_upload(upload)
             return cls(info, info["token"], gateway)
         except BaseException:
             if info is not None:  # created, but the WebSocket failed: do not leave it running
-                with contextlib.suppress(httpx.HTTPError):
-                    gateway.delete(f"/v1/sessions/{info['id']}")
+                with contextlib.suppress(httpx.HTTPError, GatewayError):
+                    gateway.delete_session(info["id"])
             gateway.close()
             raise
 
     @classmethod
     def attach(cls, session_id: str, token: str, *, url: str | None = None) -> Sandbox:
         """Open an existing session with its token; :meth:`close` leaves it running."""
-        gateway = httpx.Client(**_client_options(url, token))
+        gateway = Gateway(url, token)
         try:
-            return cls(_checked(gateway.get(f"/v1/sessions/{session_id}")), token, gateway)
+            return cls(gateway.session(session_id), token, gateway)
         except BaseException:
             gateway.close()
             raise
@@ -208,10 +247,7 @@ class Sandbox:
         """End the session (its sandbox is removed) and drop the connection."""
         self._ws.__exit__(None, None, None)
         try:
-            _checked(self._gateway.delete(f"/v1/sessions/{self.id}"))
-        except GatewayError as exc:
-            if exc.status != 404:
-                raise
+            self._gateway.delete_session(self.id, missing_ok=True)
         finally:
             self._gateway.close()
 
@@ -220,49 +256,47 @@ class Sandbox:
         """The sandbox container's name (for ``docker exec`` and logs)."""
         return str(self.info["container"])
 
+    def _send(self, message: Message[T]) -> T:
+        return message.read(self._ws.request(message.body))
+
     # -- egress ----------------------------------------------------------------------------------------
 
     def set_allow(self, allow: Sequence[str], egress_mode: str | None = None) -> list[str]:
         """Replace the live allowlist (logged in the audit log); returns it in canonical form."""
-        body: dict[str, Any] = {"allow": list(allow)}
-        if egress_mode is not None:
-            body["egress_mode"] = egress_mode
-        self.info = _checked(self._gateway.patch(f"/v1/sessions/{self.id}", json=body))
+        self.info = self._gateway.update_session(self.id, allow, egress_mode)
         return list(self.info["allow"])
 
     def traffic(self, **filters: str) -> list[dict[str, Any]]:
         """The session's audit records (filters: host, decision, event, action, since, until)."""
-        response = self._gateway.get(f"/v1/sessions/{self.id}/traffic", params=filters)
-        if response.status_code >= 400:
-            _checked(response)
-        return [json.loads(line) for line in response.text.splitlines() if line.strip()]
+        return self._gateway.traffic(self.id, **filters)
 
     # -- messages --------------------------------------------------------------------------------------
 
     def request(self, message: dict[str, Any]) -> dict[str, Any]:
-        return self._ws.request(message)
+        """Any message; its reply as it came (``ok`` true or false)."""
+        return self._send(messages.request(message))
 
     def act(self, action: dict[str, Any], **envelope: Any) -> dict[str, Any]:
-        return self._ws.act(action, **envelope)
+        """A native action; raises :class:`ActionFailed` on an error reply."""
+        return self._send(messages.act(action, envelope))
 
     def run_anthropic(self, tool_input: dict[str, Any], display: tuple[int, int] | None = None) -> list[Any]:
         """The content of the ``tool_result`` for one computer-tool call."""
-        return _tool_result(self._ws.request({"anthropic": tool_input, **_display(display)}))
+        return self._send(messages.anthropic(tool_input, display))
 
     def run_openai(
         self, action: dict[str, Any] | list[dict[str, Any]], display: tuple[int, int] | None = None
     ) -> dict[str, Any]:
         """The ``computer_call_output.output`` for one computer call (an action or a batch)."""
-        return _call_output(self._ws.request({"openai": action, **_display(display)}))
+        return self._send(messages.openai(action, display))
 
     # -- the native vocabulary -------------------------------------------------------------------------
 
     def screenshot(self, format: str = "png", **options: Any) -> bytes:
-        return image_bytes(self.act({"type": "screenshot", "format": format, **options}))
+        return self._send(messages.screenshot(format, options))
 
     def zoom(self, x: int, y: int, width: int, height: int, **options: Any) -> bytes:
-        region = {"x": x, "y": y, "width": width, "height": height}
-        return image_bytes(self.act({"type": "zoom", "region": region, **options}))
+        return self._send(messages.zoom(x, y, width, height, options))
 
     def click(
         self,
@@ -274,25 +308,25 @@ class Sandbox:
         modifiers: Sequence[str] = (),
         **envelope: Any,
     ) -> dict[str, Any]:
-        return self.act(_click(x, y, button, count, modifiers), **envelope)
+        return self._send(messages.click(x, y, button, count, modifiers, envelope))
 
     def double_click(self, x: int | None = None, y: int | None = None, **envelope: Any) -> dict[str, Any]:
-        return self.act(_click(x, y, "left", 2, ()), **envelope)
+        return self._send(messages.click(x, y, "left", 2, (), envelope))
 
     def right_click(self, x: int | None = None, y: int | None = None, **envelope: Any) -> dict[str, Any]:
-        return self.act(_click(x, y, "right", 1, ()), **envelope)
+        return self._send(messages.click(x, y, "right", 1, (), envelope))
 
     def mouse_down(self, button: str = "left") -> dict[str, Any]:
-        return self.act({"type": "mouse_down", "button": button})
+        return self._send(messages.act({"type": "mouse_down", "button": button}, {}))
 
     def mouse_up(self, button: str = "left") -> dict[str, Any]:
-        return self.act({"type": "mouse_up", "button": button})
+        return self._send(messages.act({"type": "mouse_up", "button": button}, {}))
 
     def move(self, x: int, y: int) -> dict[str, Any]:
-        return self.act({"type": "move", "x": x, "y": y})
+        return self._send(messages.act({"type": "move", "x": x, "y": y}, {}))
 
     def drag(self, path: Sequence[tuple[int, int]], **envelope: Any) -> dict[str, Any]:
-        return self.act({"type": "drag", "path": _path(path)}, **envelope)
+        return self._send(messages.drag(path, envelope))
 
     def scroll(
         self,
@@ -305,75 +339,62 @@ class Sandbox:
         dy: int | None = None,
         **envelope: Any,
     ) -> dict[str, Any]:
-        return self.act(_scroll(x, y, direction, clicks, dx, dy), **envelope)
+        return self._send(messages.scroll(x, y, direction, clicks, dx, dy, envelope))
 
     def type(self, text: str, **envelope: Any) -> dict[str, Any]:
-        return self.act({"type": "type", "text": text}, **envelope)
+        return self._send(messages.act({"type": "type", "text": text}, envelope))
 
     def key(self, keys: str, *, hold_ms: int | None = None, **envelope: Any) -> dict[str, Any]:
-        action: dict[str, Any] = {"type": "key", "keys": keys}
-        if hold_ms is not None:
-            action["hold_ms"] = hold_ms
-        return self.act(action, **envelope)
+        return self._send(messages.key(keys, hold_ms, envelope))
 
     def wait(self, ms: int) -> dict[str, Any]:
-        return self.act({"type": "wait", "ms": ms})
+        return self._send(messages.act({"type": "wait", "ms": ms}, {}))
 
     def cursor_position(self) -> tuple[int, int]:
-        result = self.act({"type": "cursor_position"})["result"]
-        return int(result["x"]), int(result["y"])
+        return self._send(messages.cursor_position())
 
     def navigate(self, url: str, **options: Any) -> dict[str, Any]:
-        result: dict[str, Any] = self.act({"type": "navigate", "url": url, **options})["result"]
-        return result
+        return self._send(messages.result({"type": "navigate", "url": url, **options}))
 
     def back(self) -> dict[str, Any]:
-        result: dict[str, Any] = self.act({"type": "back"})["result"]
-        return result
+        return self._send(messages.result({"type": "back"}))
 
     def forward(self) -> dict[str, Any]:
-        result: dict[str, Any] = self.act({"type": "forward"})["result"]
-        return result
+        return self._send(messages.result({"type": "forward"}))
 
     def reload(self) -> dict[str, Any]:
-        result: dict[str, Any] = self.act({"type": "reload"})["result"]
-        return result
+        return self._send(messages.result({"type": "reload"}))
 
     def page_info(self) -> dict[str, Any]:
-        result: dict[str, Any] = self.act({"type": "page_info"})["result"]
-        return result
+        return self._send(messages.result({"type": "page_info"}))
 
     def tabs(self) -> list[dict[str, Any]]:
-        tabs: list[dict[str, Any]] = self.act({"type": "tabs"})["result"]["tabs"]
-        return tabs
+        return self._send(messages.tabs())
 
     def tab_new(self, url: str | None = None) -> dict[str, Any]:
-        result: dict[str, Any] = self.act({"type": "tab_new", "url": url})["result"]
-        return result
+        return self._send(messages.result({"type": "tab_new", "url": url}))
 
     def tab_switch(self, tab: str | int) -> dict[str, Any]:
-        result: dict[str, Any] = self.act({"type": "tab_switch", "tab": tab})["result"]
-        return result
+        return self._send(messages.result({"type": "tab_switch", "tab": tab}))
 
     def tab_close(self, tab: str | int | None = None) -> dict[str, Any]:
-        result: dict[str, Any] = self.act({"type": "tab_close", "tab": tab})["result"]
-        return result
+        return self._send(messages.result({"type": "tab_close", "tab": tab}))
 
     def clipboard_get(self) -> str:
-        return str(self.act({"type": "clipboard_get"})["result"]["text"])
+        return self._send(messages.clipboard_get())
 
     def clipboard_set(self, text: str) -> None:
-        self.act({"type": "clipboard_set", "text": text})
+        self._send(messages.clipboard_set(text))
 
 
 class AsyncSandbox:
     """The async twin of :class:`Sandbox`: ``async with await AsyncSandbox.create(...) as sb``."""
 
-    def __init__(self, info: dict[str, Any], token: str, gateway: httpx.AsyncClient) -> None:
+    def __init__(self, info: dict[str, Any], token: str, gateway: AsyncGateway) -> None:
         self.info = info
         self.id: str = info["id"]
         self._gateway = gateway
-        self._ws = AsyncSandboxClient(f"{info['ws_url']}?token={token}")
+        self._ws = AsyncSandboxClient(f"{info['ws_url']}?token={token}")  # opened by create/attach
 
     @classmethod
     async def create(
@@ -387,54 +408,110 @@ class AsyncSandbox:
         egress_mode: str | None = None,
         url: str | None = None,
         api_key: str | None = None,
+        hermetic_responses: bytes | None = None,
     ) -> AsyncSandbox:
-        gateway = httpx.AsyncClient(**_client_options(url, api_key or _default_key()))
+        """A new session. With ``hermetic_responses`` (a recording's ``responses.mitm``) its proxy
+        answers only from those and has no route out: a hermetic replay."""
+        gateway = AsyncGateway(url, api_key)
         info: dict[str, Any] | None = None
         try:
-            body = _session_body(allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode)
-            info = _checked(await gateway.post("/v1/sessions", json=body))
+            upload = None if hermetic_responses is None else await gateway.upload_responses(hermetic_responses)
+            try:
+                body = session_body(allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload)
+                info = await gateway.create_session(body)
+            finally:
+                if upload is not None:  # the session keeps its own copy
+                    with contextlib.suppress(httpx.HTTPError):
+                        await gateway.delete_upload(upload)
             sandbox = cls(info, info["token"], gateway)
             await sandbox._ws.__aenter__()
             return sandbox
         except BaseException:
             if info is not None:  # created, but the WebSocket failed: do not leave it running
-                with contextlib.suppress(httpx.HTTPError):
-                    await gateway.delete(f"/v1/sessions/{info['id']}")
-            await gateway.aclose()
+                with contextlib.suppress(httpx.HTTPError, GatewayError):
+                    await gateway.delete_session(info["id"])
+            await gateway.close()
+            raise
+
+    @classmethod
+    async def attach(cls, session_id: str, token: str, *, url: str | None = None) -> AsyncSandbox:
+        """Open an existing session with its token; :meth:`close` leaves it running."""
+        gateway = AsyncGateway(url, token)
+        try:
+            sandbox = cls(await gateway.session(session_id), token, gateway)
+            await sandbox._ws.__aenter__()
+            return sandbox
+        except BaseException:
+            await gateway.close()
             raise
 
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self.delete()
 
+    async def close(self) -> None:
+        """Drop the connection and keep the session running."""
+        await self._ws.__aexit__(None, None, None)
+        await self._gateway.close()
+
     async def delete(self) -> None:
+        """End the session (its sandbox is removed) and drop the connection."""
         await self._ws.__aexit__(None, None, None)
         try:
-            _checked(await self._gateway.delete(f"/v1/sessions/{self.id}"))
-        except GatewayError as exc:
-            if exc.status != 404:
-                raise
+            await self._gateway.delete_session(self.id, missing_ok=True)
         finally:
-            await self._gateway.aclose()
+            await self._gateway.close()
+
+    @property
+    def container(self) -> str:
+        """The sandbox container's name (for ``docker exec`` and logs)."""
+        return str(self.info["container"])
+
+    async def _send(self, message: Message[T]) -> T:
+        return message.read(await self._ws.request(message.body))
+
+    # -- egress ----------------------------------------------------------------------------------------
+
+    async def set_allow(self, allow: Sequence[str], egress_mode: str | None = None) -> list[str]:
+        """Replace the live allowlist (logged in the audit log); returns it in canonical form."""
+        self.info = await self._gateway.update_session(self.id, allow, egress_mode)
+        return list(self.info["allow"])
+
+    async def traffic(self, **filters: str) -> list[dict[str, Any]]:
+        """The session's audit records (filters: host, decision, event, action, since, until)."""
+        return await self._gateway.traffic(self.id, **filters)
+
+    # -- messages --------------------------------------------------------------------------------------
 
     async def request(self, message: dict[str, Any]) -> dict[str, Any]:
-        return await self._ws.request(message)
+        """Any message; its reply as it came (``ok`` true or false)."""
+        return await self._send(messages.request(message))
 
     async def act(self, action: dict[str, Any], **envelope: Any) -> dict[str, Any]:
-        return await self._ws.act(action, **envelope)
+        """A native action; raises :class:`ActionFailed` on an error reply."""
+        return await self._send(messages.act(action, envelope))
 
     async def run_anthropic(self, tool_input: dict[str, Any], display: tuple[int, int] | None = None) -> list[Any]:
-        return _tool_result(await self._ws.request({"anthropic": tool_input, **_display(display)}))
+        """The content of the ``tool_result`` for one computer-tool call."""
+        return await self._send(messages.anthropic(tool_input, display))
 
     async def run_openai(
         self, action: dict[str, Any] | list[dict[str, Any]], display: tuple[int, int] | None = None
     ) -> dict[str, Any]:
-        return _call_output(await self._ws.request({"openai": action, **_display(display)}))
+        """The ``computer_call_output.output`` for one computer call (an action or a batch)."""
+        return await self._send(messages.openai(action, display))
+
+    # -- the native vocabulary -------------------------------------------------------------------------
 
     async def screenshot(self, format: str = "png", **options: Any) -> bytes:
-        return image_bytes(await self.act({"type": "screenshot", "format": format, **options}))
+        return await self._send(messages.screenshot(format, options))
+
+    async def zoom(self, x: int, y: int, width: int, height: int, **options: Any) -> bytes:
+        return await self._send(messages.zoom(x, y, width, height, options))
 
     async def click(
         self,
@@ -446,13 +523,25 @@ class AsyncSandbox:
         modifiers: Sequence[str] = (),
         **envelope: Any,
     ) -> dict[str, Any]:
-        return await self.act(_click(x, y, button, count, modifiers), **envelope)
+        return await self._send(messages.click(x, y, button, count, modifiers, envelope))
+
+    async def double_click(self, x: int | None = None, y: int | None = None, **envelope: Any) -> dict[str, Any]:
+        return await self._send(messages.click(x, y, "left", 2, (), envelope))
+
+    async def right_click(self, x: int | None = None, y: int | None = None, **envelope: Any) -> dict[str, Any]:
+        return await self._send(messages.click(x, y, "right", 1, (), envelope))
+
+    async def mouse_down(self, button: str = "left") -> dict[str, Any]:
+        return await self._send(messages.act({"type": "mouse_down", "button": button}, {}))
+
+    async def mouse_up(self, button: str = "left") -> dict[str, Any]:
+        return await self._send(messages.act({"type": "mouse_up", "button": button}, {}))
 
     async def move(self, x: int, y: int) -> dict[str, Any]:
-        return await self.act({"type": "move", "x": x, "y": y})
+        return await self._send(messages.act({"type": "move", "x": x, "y": y}, {}))
 
     async def drag(self, path: Sequence[tuple[int, int]], **envelope: Any) -> dict[str, Any]:
-        return await self.act({"type": "drag", "path": _path(path)}, **envelope)
+        return await self._send(messages.drag(path, envelope))
 
     async def scroll(
         self,
@@ -465,18 +554,63 @@ class AsyncSandbox:
         dy: int | None = None,
         **envelope: Any,
     ) -> dict[str, Any]:
-        return await self.act(_scroll(x, y, direction, clicks, dx, dy), **envelope)
+        return await self._send(messages.scroll(x, y, direction, clicks, dx, dy, envelope))
 
     async def type(self, text: str, **envelope: Any) -> dict[str, Any]:
-        return await self.act({"type": "type", "text": text}, **envelope)
+        return await self._send(messages.act({"type": "type", "text": text}, envelope))
 
-    async def key(self, keys: str, **envelope: Any) -> dict[str, Any]:
-        return await self.act({"type": "key", "keys": keys}, **envelope)
+    async def key(self, keys: str, *, hold_ms: int | None = None, **envelope: Any) -> dict[str, Any]:
+        return await self._send(messages.key(keys, hold_ms, envelope))
+
+    async def wait(self, ms: int) -> dict[str, Any]:
+        return await self._send(messages.act({"type": "wait", "ms": ms}, {}))
+
+    async def cursor_position(self) -> tuple[int, int]:
+        return await self._send(messages.cursor_position())
 
     async def navigate(self, url: str, **options: Any) -> dict[str, Any]:
-        result: dict[str, Any] = (await self.act({"type": "navigate", "url": url, **options}))["result"]
-        return result
+        return await self._send(messages.result({"type": "navigate", "url": url, **options}))
+
+    async def back(self) -> dict[str, Any]:
+        return await self._send(messages.result({"type": "back"}))
+
+    async def forward(self) -> dict[str, Any]:
+        return await self._send(messages.result({"type": "forward"}))
+
+    async def reload(self) -> dict[str, Any]:
+        return await self._send(messages.result({"type": "reload"}))
 
     async def page_info(self) -> dict[str, Any]:
-        result: dict[str, Any] = (await self.act({"type": "page_info"}))["result"]
-        return result
+        return await self._send(messages.result({"type": "page_info"}))
+
+    async def tabs(self) -> list[dict[str, Any]]:
+        return await self._send(messages.tabs())
+
+    async def tab_new(self, url: str | None = None) -> dict[str, Any]:
+        return await self._send(messages.result({"type": "tab_new", "url": url}))
+
+    async def tab_switch(self, tab: str | int) -> dict[str, Any]:
+        return await self._send(messages.result({"type": "tab_switch", "tab": tab}))
+
+    async def tab_close(self, tab: str | int | None = None) -> dict[str, Any]:
+        return await self._send(messages.result({"type": "tab_close", "tab": tab}))
+
+    async def clipboard_get(self) -> str:
+        return await self._send(messages.clipboard_get())
+
+    async def clipboard_set(self, text: str) -> None:
+        await self._send(messages.clipboard_set(text))
+
+
+__all__ = [
+    "ActionFailed",
+    "AsyncGateway",
+    "AsyncSandbox",
+    "Gateway",
+    "GatewayError",
+    "Message",
+    "Sandbox",
+    "api_key",
+    "gateway_url",
+    "messages",
+]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import bisect
 import contextlib
 import json
 import logging
@@ -186,6 +187,11 @@ class SessionRecorder:
         self._writing: asyncio.Future[None] | None = None
         self._boot: str | None = None  # the controller run whose numbering ``_after`` follows
         self._task: asyncio.Task[None] | None = None
+        # (seq, byte offset) of each line of the events file, in order: a reader skips to the events it
+        # lacks without reading the lines before them. One list of pairs: an append is atomic for a
+        # reader on another thread.
+        self._lines: list[tuple[int, int]] = []
+        self._end = 0  # the events file's size as written
 
     @property
     def written(self) -> int:
@@ -208,8 +214,10 @@ class SessionRecorder:
         events = self.directory / EVENTS_FILE
         with contextlib.suppress(FileNotFoundError), events.open("rb") as lines:
             for line in lines:  # streamed: bounded by the budget, and never held whole
+                offset, self._end = self._end, self._end + len(line)
                 with contextlib.suppress(ValueError, KeyError, TypeError):
                     event = json.loads(line)
+                    self._lines.append((int(event["seq"]), offset))
                     self._written = max(self._written, int(event["seq"]))
                     if event.get("event") == "controller_restarted":
                         self._after, self._boot = 0, event.get("controller_boot")
@@ -338,8 +346,16 @@ class SessionRecorder:
             os.write(fd, line)  # one write per event: a kill never leaves half of one
         finally:
             os.close(fd)
+        self._lines.append((seq, self._end))
+        self._end += len(line)
         self._written = seq
         self.used += len(line)
+
+    def offset_after(self, seq: int) -> int:
+        """Where the events file's first line with a seq above ``seq`` starts (its end if none)."""
+        lines = self._lines
+        index = bisect.bisect_right(lines, seq, key=lambda line: line[0])
+        return lines[index][1] if index < len(lines) else self._end
 
     def _write(self, event: dict[str, Any]) -> None:
         seq = self._written + 1
@@ -544,14 +560,19 @@ class RecordingManager:
             ended = json.loads((directory / MANIFEST_FILE).read_text()).get("ended_at") is not None
         except (OSError, ValueError, AttributeError):
             ended = False
-        path = directory / EVENTS_FILE
+        # A live recording knows where each line starts: the ones already read are not read again. An
+        # ended one is read whole, once (the viewer stops asking once it has ended).
+        live = self._live.get(session_id)
+        start = live.offset_after(after) if live is not None else 0
         out = []
-        for line in path.read_bytes().split(b"\n") if path.exists() else []:
+        try:
+            with (directory / EVENTS_FILE).open("rb") as events:
+                events.seek(start)
+                lines = events.read().split(b"\n")
+        except FileNotFoundError:
+            lines = []
+        for line in lines:
             if not line.strip():
-                continue
-            # Every line starts with its seq (the recorder writes it first): skip old ones unparsed.
-            head = line[7 : line.find(b",", 7)] if line.startswith(b'{"seq":') else b""
-            if head.isdigit() and int(head) <= after:
                 continue
             with contextlib.suppress(ValueError):
                 event = json.loads(line)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -17,19 +16,52 @@ from corral.errors import UnprovenController
 from corral.gateway.controller import connect_ws
 from corral.gateway.metrics import Metrics
 from corral.gateway.sessions import Session
+from corral.protocol import reply
 
 CLOSE_ENDED = 4000  # the session ended (deleted, timed out); the reason says which
 CLOSE_UNREACHABLE = 1011
 
 
-def _error_code(frame: str | bytes) -> str | None:
-    head = frame[:200] if isinstance(frame, str) else frame[:200].decode(errors="replace")
-    if '"ok":false' not in head:
-        return None
+async def _open_upstream(client: WebSocket, session: Session, metrics: Metrics) -> ClientConnection | None:
+    """The sandbox's WebSocket, or None once the client was told why there is none."""
     try:
-        return str(json.loads(frame)["error"]["code"])
-    except (ValueError, KeyError, TypeError):
-        return None
+        return await connect_ws(session.sandbox.ws_url, session.sandbox.secret)
+    except (OSError, TimeoutError, InvalidHandshake) as exc:
+        code, reason = "sandbox_unreachable", f"the sandbox did not answer: {type(exc).__name__}"
+    except UnprovenController:
+        code, reason = "controller_unproven", "the sandbox's controller could not prove itself"
+    metrics.errors.labels(code=code).inc()
+    await client.close(code=CLOSE_UNREACHABLE, reason=reason)
+    return None
+
+
+async def _agent_to_sandbox(
+    client: WebSocket, upstream: ClientConnection, session: Session, sent: deque[float]
+) -> None:
+    while True:
+        message = await client.receive()
+        if message["type"] == "websocket.disconnect":
+            return
+        session.touch()
+        sent.append(time.perf_counter())
+        text = message.get("text")
+        await upstream.send(text if text is not None else (message.get("bytes") or b""))
+
+
+async def _sandbox_to_agent(
+    upstream: ClientConnection, client: WebSocket, session: Session, metrics: Metrics, sent: deque[float]
+) -> None:
+    async for frame in upstream:
+        if sent:
+            metrics.action.labels(transport="ws").observe(time.perf_counter() - sent.popleft())
+        code = reply.error_code(frame)  # a check of the first bytes; only a failure is parsed
+        if code is not None:
+            metrics.errors.labels(code=code).inc()
+        session.touch()
+        if isinstance(frame, str):
+            await client.send_text(frame)
+        else:
+            await client.send_bytes(frame)
 
 
 async def relay(
@@ -40,46 +72,16 @@ async def relay(
 ) -> None:
     """``upstream_lost`` is awaited when the sandbox's side closes first: it ends the session if
     the sandbox died, so the client learns why (4000 and the reason) rather than a bare close."""
-    try:
-        upstream: ClientConnection = await connect_ws(session.sandbox.ws_url, session.sandbox.secret)
-    except (OSError, TimeoutError, InvalidHandshake) as exc:
-        metrics.errors.labels(code="sandbox_unreachable").inc()
-        await client.close(code=CLOSE_UNREACHABLE, reason=f"the sandbox did not answer: {type(exc).__name__}")
+    upstream = await _open_upstream(client, session, metrics)
+    if upstream is None:
         return
-    except UnprovenController:
-        metrics.errors.labels(code="controller_unproven").inc()
-        await client.close(code=CLOSE_UNREACHABLE, reason="the sandbox's controller could not prove itself")
-        return
-    sent: deque[float] = deque()
-
-    async def downstream_to_up() -> None:
-        while True:
-            message = await client.receive()
-            if message["type"] == "websocket.disconnect":
-                return
-            session.touch()
-            sent.append(time.perf_counter())
-            text = message.get("text")
-            await upstream.send(text if text is not None else (message.get("bytes") or b""))
-
-    async def up_to_downstream() -> None:
-        async for frame in upstream:
-            if sent:
-                metrics.action.labels(transport="ws").observe(time.perf_counter() - sent.popleft())
-            code = _error_code(frame)
-            if code is not None:
-                metrics.errors.labels(code=code).inc()
-            session.touch()
-            if isinstance(frame, str):
-                await client.send_text(frame)
-            else:
-                await client.send_bytes(frame)
-
-    async def ended() -> None:
-        await session.ended.wait()
-
-    from_sandbox = asyncio.create_task(up_to_downstream())
-    tasks = {asyncio.create_task(downstream_to_up()), from_sandbox, asyncio.create_task(ended())}
+    sent: deque[float] = deque()  # when each request in flight was sent, for the round-trip metric
+    from_sandbox = asyncio.create_task(_sandbox_to_agent(upstream, client, session, metrics, sent))
+    tasks = {
+        asyncio.create_task(_agent_to_sandbox(client, upstream, session, sent)),
+        from_sandbox,
+        asyncio.create_task(session.ended.wait()),
+    }
     sandbox_closed = False
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)

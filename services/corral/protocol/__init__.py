@@ -3,10 +3,11 @@
 from corral.protocol.actions import ACTION_TYPES, NativeAction, Region, ScreenshotOptions
 from corral.protocol.envelope import Limits, decode, plan_request, request_id_of
 from corral.protocol.geometry import Scale, Size
-from corral.protocol.plan import After, Dialect, EncodedImage, Plan, Step, StepResult
+from corral.protocol.plan import ActionResult, After, Dialect, EncodedImage, Plan, Step
 
 __all__ = [
     "ACTION_TYPES",
+    "ActionResult",
     "After",
     "Dialect",
     "EncodedImage",
@@ -18,7 +19,6 @@ __all__ = [
     "ScreenshotOptions",
     "Size",
     "Step",
-    "StepResult",
     "decode",
     "plan_request",
     "request_id_of",

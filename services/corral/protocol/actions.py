@@ -8,7 +8,7 @@ that once the size is known.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated, Literal, Protocol, Self
+from typing import Annotated, Literal, Protocol, Self, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -160,6 +160,11 @@ class Zoom(_Action):
 
     def map_points(self, fn: PointMapper) -> Self:
         return self.model_copy(update={"region": self.region.mapped(fn)})
+
+    def options(self) -> ScreenshotOptions:
+        return ScreenshotOptions(
+            format=self.format, quality=self.quality, region=self.region, width=self.width, cursor=self.cursor
+        )
 
 
 class Click(_OptionalPointAction):
@@ -377,7 +382,7 @@ class TabClose(_Action):
     tab: TabRef | None = None
 
 
-NativeAction = Annotated[
+AnyAction = (
     Screenshot
     | Zoom
     | Click
@@ -400,32 +405,21 @@ NativeAction = Annotated[
     | Tabs
     | TabNew
     | TabSwitch
-    | TabClose,
-    Field(discriminator="type"),
-]
-
-ACTION_TYPES: tuple[str, ...] = (
-    "screenshot",
-    "zoom",
-    "click",
-    "mouse_down",
-    "mouse_up",
-    "move",
-    "drag",
-    "scroll",
-    "type",
-    "key",
-    "wait",
-    "cursor_position",
-    "clipboard_get",
-    "clipboard_set",
-    "navigate",
-    "back",
-    "forward",
-    "reload",
-    "page_info",
-    "tabs",
-    "tab_new",
-    "tab_switch",
-    "tab_close",
+    | TabClose
 )
+"""Every native action: the one list. A new action is added here, and everything else follows from it:
+validation (:data:`NativeAction`), the registry (:data:`ACTIONS`) and, through ``assert_never``, mypy's
+demand for its case in :meth:`corral.sandbox.desktop.Desktop.run`."""
+
+NativeAction = Annotated[AnyAction, Field(discriminator="type")]
+
+
+def _type_of(model: type[BaseModel]) -> str:
+    (name,) = get_args(model.model_fields["type"].annotation)
+    return str(name)
+
+
+ACTIONS: dict[str, type[BaseModel]] = {_type_of(model): model for model in get_args(AnyAction)}
+"""The action registry, derived from :data:`AnyAction`: each ``type`` and its model."""
+
+ACTION_TYPES: tuple[str, ...] = tuple(ACTIONS)

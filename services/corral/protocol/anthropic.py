@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import actions as a
 from corral.protocol.geometry import Scale
-from corral.protocol.plan import EncodedImage, StepResult
+from corral.protocol.plan import ActionResult, EncodedImage
 from corral.protocol.validation import validate
 
 AnthropicActionName = Literal[
@@ -187,7 +187,7 @@ def wants_screenshot(raw_action: str) -> bool:
 
 
 def tool_result_content(
-    last_action: a.NativeAction, last: StepResult, image: EncodedImage | None, scale: Scale | None
+    last_action: a.NativeAction, last: ActionResult, image: EncodedImage | None, scale: Scale | None
 ) -> list[dict[str, Any]]:
     """The content blocks of the tool_result for one computer-tool call."""
     blocks: list[dict[str, Any]] = []

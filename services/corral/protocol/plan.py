@@ -60,6 +60,9 @@ class EncodedImage:
 
 
 @dataclass(frozen=True, slots=True)
-class StepResult:
+class ActionResult:
+    """What one native action produced: its data (a native reply's ``result``) and, for a screenshot or
+    a zoom, its image."""
+
     data: dict[str, Any]
     image: EncodedImage | None = None

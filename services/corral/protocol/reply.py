@@ -1,13 +1,18 @@
-"""Server-to-client messages: one success or failure reply per request."""
+"""Server-to-client messages: one success or failure reply per request.
+
+A reply's first key is always ``ok``: :func:`encode` guarantees it, so the gateway tells a failure
+from a frame's first bytes (:func:`failed`) without parsing a screenshot's megabytes.
+"""
 
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 from corral.errors import ActionError
 from corral.protocol import anthropic, openai
-from corral.protocol.plan import Dialect, EncodedImage, Plan, RequestId, StepResult
+from corral.protocol.plan import ActionResult, Dialect, EncodedImage, Plan, RequestId
 
 
 def _image_block(image: EncodedImage, with_data: bool) -> dict[str, Any]:
@@ -20,10 +25,10 @@ def _image_block(image: EncodedImage, with_data: bool) -> dict[str, Any]:
     return block
 
 
-def success(plan: Plan, results: list[StepResult], image: EncodedImage | None, elapsed_ms: float) -> dict[str, Any]:
+def success(plan: Plan, results: list[ActionResult], image: EncodedImage | None, elapsed_ms: float) -> dict[str, Any]:
     """The ``ok: true`` reply; dialect envelopes carry their payload in ``result`` and the image only there."""
     last = results[-1]
-    reply: dict[str, Any] = {"id": plan.request_id, "ok": True}
+    reply: dict[str, Any] = {"ok": True, "id": plan.request_id}
     if plan.dialect is Dialect.NATIVE:
         reply["result"] = last.data
     elif plan.dialect is Dialect.ANTHROPIC:
@@ -38,4 +43,28 @@ def success(plan: Plan, results: list[StepResult], image: EncodedImage | None, e
 
 
 def failure(request_id: RequestId, error: ActionError) -> dict[str, Any]:
-    return {"id": request_id, "ok": False, "error": error.to_dict()}
+    return {"ok": False, "id": request_id, "error": error.to_dict()}
+
+
+_FAILED = '{"ok":false,'
+_FAILED_BYTES = _FAILED.encode()
+
+
+def encode(reply: dict[str, Any]) -> str:
+    """A reply as one compact JSON text that starts with its ``ok`` (whatever order ``reply`` has)."""
+    return json.dumps({"ok": bool(reply["ok"]), **reply}, separators=(",", ":"))
+
+
+def failed(frame: str | bytes) -> bool:
+    """Whether an :func:`encode`-d reply is a failure, from its first bytes alone."""
+    return frame.startswith(_FAILED) if isinstance(frame, str) else frame.startswith(_FAILED_BYTES)
+
+
+def error_code(frame: str | bytes) -> str | None:
+    """The error code of an :func:`encode`-d failure (small: parsed whole); None for a success."""
+    if not failed(frame):
+        return None
+    try:
+        return str(json.loads(frame)["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return None

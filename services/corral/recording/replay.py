@@ -78,7 +78,9 @@ StepStatus = Literal["passed", "diverged", "skipped"]
 
 
 @dataclass(frozen=True, slots=True)
-class StepResult:
+class StepVerdict:
+    """One recorded step replayed and judged: passed, diverged or skipped, and why."""
+
     number: int
     summary: str
     recorded_ok: bool
@@ -101,7 +103,7 @@ class StepResult:
 @dataclass(frozen=True, slots=True)
 class ReplayReport:
     source: str
-    steps: list[StepResult]
+    steps: list[StepVerdict]
     warnings: list[str] = field(default_factory=list)  # what the recording lost
 
     @property
@@ -109,11 +111,11 @@ class ReplayReport:
         return all(step.passed for step in self.steps)
 
     @property
-    def skipped(self) -> list[StepResult]:
+    def skipped(self) -> list[StepVerdict]:
         return [step for step in self.steps if step.status == "skipped"]
 
     @property
-    def divergences(self) -> list[StepResult]:
+    def divergences(self) -> list[StepVerdict]:
         return [step for step in self.steps if not step.passed]
 
 
@@ -213,7 +215,7 @@ def replay(
     bundle: Bundle, send: Send, options: ReplayOptions, log: Callable[[str], None] = lambda _: None
 ) -> ReplayReport:
     """Send each recorded request through ``send`` (one sandbox's protocol), judge each step."""
-    steps: list[StepResult] = []
+    steps: list[StepVerdict] = []
     warnings = recording_warnings(bundle)
     for warning in warnings:
         log(f"warning: {warning}")
@@ -226,14 +228,16 @@ def replay(
         recorded_ok = bool(event.get("ok"))
         if override.skip:
             steps.append(
-                StepResult(number, summary, recorded_ok, recorded_ok, threshold, None, "skipped", "skipped by override")
+                StepVerdict(
+                    number, summary, recorded_ok, recorded_ok, threshold, None, "skipped", "skipped by override"
+                )
             )
             continue
         if "request" in (event.get("truncated") or {}):
             # Only part of it was kept (CORRAL_RECORDING_MAX_TEXT_KB): sending that would be another request.
             reason = "the recorded request was cut (too long to keep whole); it cannot be sent again"
             log(f"step {number} {_LOG_WORD['skipped']} {summary}: {reason}")
-            steps.append(StepResult(number, summary, recorded_ok, recorded_ok, threshold, None, "skipped", reason))
+            steps.append(StepVerdict(number, summary, recorded_ok, recorded_ok, threshold, None, "skipped", reason))
             continue
         if options.recorded_timing and first_recorded is not None and event.get("started"):
             wait = (float(event["started"]) - float(first_recorded)) - (time.monotonic() - start_wall)
@@ -275,7 +279,7 @@ def replay(
                     reason += " (mask the moving part, raise this step's threshold, or re-record)"
         log(f"step {number} {_LOG_WORD[status]} {summary}: {reason}")
         steps.append(
-            StepResult(
+            StepVerdict(
                 number,
                 summary,
                 recorded_ok,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,6 +14,7 @@ from starlette.requests import HTTPConnection
 
 from corral.bodies import read_capped
 from corral.errors import ActionError, ErrorCode, error_body
+from corral.protocol import reply
 from corral.sandbox.auth import RequestVerifier, read_secret
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.dispatch import Dispatcher
@@ -55,7 +55,7 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.verifier = _verifier(settings)
-        desktop = Desktop(settings)
+        desktop = Desktop.open(settings)
         app.state.desktop = desktop
         reporter = settings.action_reporter()
         recorder = Recorder(desktop) if settings.record else None
@@ -125,7 +125,7 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
                 if raw is None:
                     raw = message.get("bytes") or b""
                 out = await dispatcher.handle(raw)
-                await websocket.send_text(json.dumps(out, separators=(",", ":")))
+                await websocket.send_text(reply.encode(out))  # "ok" first: the gateway's relay reads only that
         except WebSocketDisconnect:
             return
 

@@ -7,7 +7,7 @@ import contextlib
 import math
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, assert_never
 
 from playwright.async_api import Error as PlaywrightError
 from Xlib.display import Display
@@ -17,7 +17,7 @@ from corral.errors import ActionError, ErrorCode
 from corral.protocol import actions as a
 from corral.protocol.geometry import Size
 from corral.protocol.keys import Key, parse_key
-from corral.protocol.plan import After, StepResult
+from corral.protocol.plan import ActionResult, After
 from corral.sandbox import clipboard
 from corral.sandbox.browser import Browser
 from corral.sandbox.screen import Screen, Settled
@@ -50,14 +50,19 @@ def wait_for_display(display: str, timeout_s: float = 30.0) -> None:
 class Desktop:
     """The sandbox's desktop. Callers hold :attr:`lock` so actions never interleave."""
 
-    def __init__(self, settings: ControllerSettings) -> None:
+    def __init__(self, settings: ControllerSettings, input: XInput, screen: Screen, browser: Browser) -> None:
         self._settings = settings
-        wait_for_display(settings.display)
-        self.input = XInput(settings.display)
-        self.screen = Screen(settings.display)
-        self.browser = Browser(settings.cdp_url)
+        self.input = input
+        self.screen = screen
+        self.browser = browser
         self.size = Size(self.screen.width, self.screen.height)
         self.lock = asyncio.Lock()
+
+    @classmethod
+    def open(cls, settings: ControllerSettings) -> Desktop:
+        """The desktop of ``settings.display`` once its X server answers, and its Chromium."""
+        wait_for_display(settings.display)
+        return cls(settings, XInput(settings.display), Screen(settings.display), Browser(settings.cdp_url))
 
     async def close(self) -> None:
         await self.browser.close()
@@ -85,7 +90,7 @@ class Desktop:
         x, y = self.input.position()
         return {"x": x, "y": y}
 
-    async def capture(self, options: a.ScreenshotOptions, after: After) -> StepResult:
+    async def capture(self, options: a.ScreenshotOptions, after: After) -> ActionResult:
         settled: Settled | None = None
         if after.wait_for_stable:
             settled = await self.screen.wait_stable(
@@ -108,11 +113,11 @@ class Desktop:
             cursor=options.cursor,
             settled=settled,
         )
-        return StepResult({}, image)
+        return ActionResult({}, image)
 
     # -- actions ---------------------------------------------------------------------------------------
 
-    async def run(self, action: a.NativeAction, after: After) -> StepResult:
+    async def run(self, action: a.NativeAction, after: After) -> ActionResult:
         """Carry out one action; screen coordinates are already checked and scaled."""
         try:
             return await self._run(action, after)
@@ -121,19 +126,10 @@ class Desktop:
             message = exc.message.splitlines()[0] if exc.message else "the browser refused"
             raise ActionError(ErrorCode.BROWSER_UNAVAILABLE, message) from None
 
-    async def _run(self, action: a.NativeAction, after: After) -> StepResult:
+    async def _run(self, action: a.NativeAction, after: After) -> ActionResult:
         match action:
-            case a.Screenshot():
+            case a.Screenshot() | a.Zoom():
                 return await self.capture(action.options(), after)
-            case a.Zoom():
-                opts = a.ScreenshotOptions(
-                    format=action.format,
-                    quality=action.quality,
-                    region=action.region,
-                    width=action.width,
-                    cursor=action.cursor,
-                )
-                return await self.capture(opts, after)
             case a.Click():
                 self._move_if(action.x, action.y)
                 with self._held(action.modifiers):
@@ -142,51 +138,53 @@ class Desktop:
                             # X timestamps are in ms and Chromium drops a repeat click with the same stamp.
                             await asyncio.sleep(MULTI_CLICK_GAP_S)
                         self.input.click(action.button)
-                return StepResult(self._position())
+                return ActionResult(self._position())
             case a.MouseDown() | a.MouseUp():
                 self._move_if(action.x, action.y)
                 self.input.button(action.button, down=isinstance(action, a.MouseDown))
-                return StepResult(self._position())
+                return ActionResult(self._position())
             case a.Move():
                 with self._held(action.modifiers):
                     self.input.move(action.x, action.y)
-                return StepResult(self._position())
+                return ActionResult(self._position())
             case a.Drag():
                 await self._drag(action)
-                return StepResult(self._position())
+                return ActionResult(self._position())
             case a.Scroll():
-                return StepResult(await self._scroll(action))
+                return ActionResult(await self._scroll(action))
             case a.Type():
                 via = await self._type(action)
-                return StepResult({"typed": len(action.text), "via": via})
+                return ActionResult({"typed": len(action.text), "via": via})
             case a.Key():
                 await self._key(action)
-                return StepResult({})
+                return ActionResult({})
             case a.Wait():
                 await asyncio.sleep(action.ms / 1000)
-                return StepResult({})
+                return ActionResult({})
             case a.CursorPosition():
-                return StepResult(self._position())
+                return ActionResult(self._position())
             case a.ClipboardGet():
-                return StepResult({"text": await clipboard.get_text(self._settings.display)})
+                return ActionResult({"text": await clipboard.get_text(self._settings.display)})
             case a.ClipboardSet():
                 await clipboard.set_text(self._settings.display, action.text)
-                return StepResult({})
+                return ActionResult({})
             case a.Navigate():
-                return StepResult(await self.browser.navigate(action.url, action.wait_until, action.timeout_ms))
+                return ActionResult(await self.browser.navigate(action.url, action.wait_until, action.timeout_ms))
             case a.Back() | a.Forward() | a.Reload():
-                return StepResult(await self.browser.history(action.type, action.timeout_ms))
+                return ActionResult(await self.browser.history(action.type, action.timeout_ms))
             case a.PageInfo():
-                return StepResult(await self.browser.info())
+                return ActionResult(await self.browser.info())
             case a.Tabs():
-                return StepResult(await self.browser.tabs())
+                return ActionResult(await self.browser.tabs())
             case a.TabNew():
-                return StepResult(await self.browser.tab_new(action.url))
+                return ActionResult(await self.browser.tab_new(action.url))
             case a.TabSwitch():
-                return StepResult(await self.browser.tab_switch(action.tab))
+                return ActionResult(await self.browser.tab_switch(action.tab))
             case a.TabClose():
-                return StepResult(await self.browser.tab_close(action.tab))
-        raise ActionError(ErrorCode.UNSUPPORTED, f"action {action.type!r} is not supported here")
+                return ActionResult(await self.browser.tab_close(action.tab))
+            case _:
+                # mypy proves this unreachable: a member of AnyAction without its case above fails the type check.
+                assert_never(action)
 
     async def _drag(self, action: a.Drag) -> None:
         first = action.path[0]

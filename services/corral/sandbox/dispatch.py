@@ -6,17 +6,63 @@ import asyncio
 import logging
 import secrets
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import reply
 from corral.protocol.envelope import Limits, decode, plan_request, request_id_of
-from corral.protocol.plan import EncodedImage, Plan, RequestId, StepResult
+from corral.protocol.plan import ActionResult, EncodedImage, Plan, RequestId
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.egress import ActionReporter
 from corral.sandbox.recorder import Recorder
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """A request that was read and planned: the id the audit log knows it by and its native steps."""
+
+    action_id: str
+    dialect: str
+    native: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Ran:
+    """What running a plan gave: each step's result, the reply's image, and the page it ended on."""
+
+    results: list[ActionResult]
+    image: EncodedImage | None
+    url: str | None
+    title: str | None  # when a navigate or page_info said it exactly
+
+
+@dataclass(frozen=True, slots=True)
+class Handled:
+    """One request's reply and what the recording keeps of how it came about."""
+
+    reply: dict[str, Any]
+    request: Any  # as read, or its text when it could not be read
+    planned: Planned | None = None
+    ran: Ran | None = None
+
+    def event(self, started: float, elapsed_ms: float) -> dict[str, Any]:
+        """The recorder's event for this request."""
+        return {
+            "action_id": self.planned.action_id if self.planned else None,
+            "started": started,
+            "elapsed_ms": round(elapsed_ms, 3),
+            "dialect": self.planned.dialect if self.planned else None,
+            "request": self.request,
+            "native": self.planned.native if self.planned else None,
+            "ok": self.reply.get("ok"),
+            "url": self.ran.url if self.ran else None,
+            "title": self.ran.title if self.ran else None,
+            "error": self.reply.get("error"),
+            "reply": self.reply,
+        }
 
 
 class Dispatcher:
@@ -40,76 +86,64 @@ class Dispatcher:
         if self._recorder is not None:
             await self._recorder.before_action()
         started, wall = time.perf_counter(), time.time()
-        note: dict[str, Any] = {}
-        out = await self._handle(raw, started, note)
+        handled = await self._handle(raw, started)
         if self._recorder is not None:
-            self._recorder.record(
-                {
-                    "action_id": note.get("action_id"),
-                    "started": wall,
-                    "elapsed_ms": round((time.perf_counter() - started) * 1000, 3),
-                    "dialect": note.get("dialect"),
-                    "request": note.get("request", _text(raw)),
-                    "native": note.get("native"),
-                    "ok": out.get("ok"),
-                    "url": note.get("url"),
-                    "title": note.get("title"),
-                    "error": out.get("error"),
-                    "reply": out,
-                }
-            )
-        return out
+            self._recorder.record(handled.event(wall, (time.perf_counter() - started) * 1000))
+        return handled.reply
 
-    async def _handle(self, raw: str | bytes, started: float, note: dict[str, Any]) -> dict[str, Any]:
+    async def _handle(self, raw: str | bytes, started: float) -> Handled:
+        request: Any = _text(raw)
         request_id: RequestId = None
+        planned: Planned | None = None
+        ran: Ran | None = None
         try:
-            obj = decode(raw, self._limits)
-            note["request"] = obj
-            request_id = request_id_of(obj)
-            plan = plan_request(obj, self._desktop.size, self._limits)
-            self._seq += 1
-            action_id = f"a{self._seq}.{self._boot}"
-            note.update(
-                action_id=action_id,
-                dialect=plan.dialect.value,
-                native=[step.action.model_dump(mode="json", exclude_none=True) for step in plan.steps],
-            )
-            try:
-                async with asyncio.timeout(plan.timeout_ms / 1000):
-                    async with self._desktop.lock:
+            request = decode(raw, self._limits)
+            request_id = request_id_of(request)
+            plan = plan_request(request, self._desktop.size, self._limits)
+            planned = self._planned(plan)
+            ran = await self._run(plan, planned.action_id)
+            out = reply.success(plan, ran.results, ran.image, (time.perf_counter() - started) * 1000)
+        except Exception as exc:
+            return Handled(_failure(request_id, exc), request, planned, ran)
+        out["action_id"] = planned.action_id  # what the egress audit log calls this action
+        return Handled(out, request, planned, ran)
+
+    def _planned(self, plan: Plan) -> Planned:
+        self._seq += 1
+        return Planned(
+            action_id=f"a{self._seq}.{self._boot}",
+            dialect=plan.dialect.value,
+            native=[step.action.model_dump(mode="json", exclude_none=True) for step in plan.steps],
+        )
+
+    async def _run(self, plan: Plan, action_id: str) -> Ran:
+        """The plan's steps under the desktop's lock and the request's timeout, the proxy told of both ends."""
+        try:
+            async with asyncio.timeout(plan.timeout_ms / 1000):
+                async with self._desktop.lock:
+                    if self._reporter is not None:
+                        await self._reporter.started(action_id)
+                    try:
+                        results, image = await self._execute(plan)
+                        url = self._desktop.browser.current_url()
+                    finally:
                         if self._reporter is not None:
-                            await self._reporter.started(action_id)
-                        try:
-                            results, image = await self._execute(plan)
-                            note["url"] = self._desktop.browser.current_url()
-                            last = results[-1].data if results else None
-                            if isinstance(last, dict) and isinstance(last.get("title"), str):
-                                note["title"] = last["title"]  # a navigate or page_info said it exactly
-                        finally:
-                            if self._reporter is not None:
-                                await self._reporter.ended(action_id)
-            except TimeoutError:
-                raise ActionError(
-                    ErrorCode.TIMEOUT, f"the request did not finish within {plan.timeout_ms} ms", field="timeout_ms"
-                ) from None
-            out = reply.success(plan, results, image, (time.perf_counter() - started) * 1000)
-            out["action_id"] = action_id  # what the egress audit log calls this action
-            return out
-        except ActionError as exc:
-            # The client's mistake or a refused action: worth a line, not a traceback.
-            log.info("request %r failed: %s %s (%s)", request_id, exc.code, exc.message, exc.field)
-            return reply.failure(request_id, exc)
-        except Exception:
-            log.exception("internal error handling request %r", request_id)
-            return reply.failure(request_id, ActionError(ErrorCode.INTERNAL, "internal error; see the controller log"))
+                            await self._reporter.ended(action_id)
+        except TimeoutError:
+            raise ActionError(
+                ErrorCode.TIMEOUT, f"the request did not finish within {plan.timeout_ms} ms", field="timeout_ms"
+            ) from None
+        last = results[-1].data if results else None
+        title = last.get("title") if isinstance(last, dict) else None
+        return Ran(results, image, url, title if isinstance(title, str) else None)
 
     def refuse(self, error: ActionError, request_id: RequestId = None) -> dict[str, Any]:
         """The failure reply for a message refused before it could be read."""
         log.info("request %r refused: %s %s", request_id, error.code, error.message)
         return reply.failure(request_id, error)
 
-    async def _execute(self, plan: Plan) -> tuple[list[StepResult], EncodedImage | None]:
-        results: list[StepResult] = []
+    async def _execute(self, plan: Plan) -> tuple[list[ActionResult], EncodedImage | None]:
+        results: list[ActionResult] = []
         for step in plan.steps:
             try:
                 results.append(await self._desktop.run(step.action, plan.after))
@@ -121,6 +155,15 @@ class Dispatcher:
         if image is None and plan.after.screenshot is not None:
             image = (await self._desktop.capture(plan.after.screenshot, plan.after)).image
         return results, image
+
+
+def _failure(request_id: RequestId, exc: Exception) -> dict[str, Any]:
+    if isinstance(exc, ActionError):
+        # The client's mistake or a refused action: worth a line, not a traceback.
+        log.info("request %r failed: %s %s (%s)", request_id, exc.code, exc.message, exc.field)
+        return reply.failure(request_id, exc)
+    log.error("internal error handling request %r", request_id, exc_info=exc)
+    return reply.failure(request_id, ActionError(ErrorCode.INTERNAL, "internal error; see the controller log"))
 
 
 def _text(raw: str | bytes, limit: int = 4096) -> str:

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from corral import cli
 from corral.cli import app
+from corral.gateway_client import Gateway
 from corral.proxy.audit import AuditLog, verify
 
 T0 = 1_714_564_800.0  # 2024-05-01T12:00:00Z
@@ -245,11 +246,9 @@ def gateway(monkeypatch: pytest.MonkeyPatch) -> Callable[[Handler], list[httpx.R
             seen.append(request)
             return handler(request)
 
-        real = cli._gateway
-
-        def fake() -> httpx.Client:
-            client = real()  # the real base URL and Authorization header, over the fake transport
-            return httpx.Client(base_url=client.base_url, headers=client.headers, transport=httpx.MockTransport(record))
+        def fake() -> Gateway:
+            # The SDK's client as the CLI makes it (its URL and key from the environment), over a fake transport.
+            return Gateway(cli._url(), cli._api_key(), transport=httpx.MockTransport(record))
 
         monkeypatch.setattr(cli, "_gateway", fake)
         return seen
@@ -296,7 +295,7 @@ def test_ls_json(gateway: Callable[[Handler], list[httpx.Request]]) -> None:
             httpx.Response(401, json={"error": {"code": "unauthorized", "message": "bad key"}}),
             "401 unauthorized: bad key",
         ),
-        (httpx.Response(500, text="boom"), "500 500: boom"),
+        (httpx.Response(500, text="boom"), "500 http_error: boom"),  # the SDK's code for a body that is not JSON
         (httpx.Response(200, text="<html>"), "not JSON"),
         (httpx.Response(200, json={"logs": []}), "not a list of audit logs"),
     ],

@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from corral import cli
 from corral.cli import app
+from corral.gateway_client import Gateway
 
 ROWS = [
     {
@@ -44,11 +45,8 @@ def test_ls_shows_events_bytes_and_the_cut(monkeypatch: pytest.MonkeyPatch) -> N
         seen.append(request.url.path)
         return httpx.Response(200, json=ROWS)
 
-    real = cli._gateway
-
-    def fake() -> httpx.Client:
-        client = real()
-        return httpx.Client(base_url=client.base_url, headers=client.headers, transport=httpx.MockTransport(handler))
+    def fake() -> Gateway:
+        return Gateway(cli._url(), cli._api_key(), transport=httpx.MockTransport(handler))
 
     monkeypatch.setattr(cli, "_gateway", fake)
     result = CliRunner().invoke(app, ["recording", "ls"])

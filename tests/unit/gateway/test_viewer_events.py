@@ -6,11 +6,14 @@ import json
 import re
 from pathlib import Path
 
+import httpx
 import pytest
 
 from corral.gateway.recording import RecordingManager
 from corral.gateway.viewer import viewer_page
 from corral.recording.bundle import EVENTS_FILE, MANIFEST_FILE
+
+from .controller_fake import SECRET, proving
 
 SESSION = "ses_abc123"
 
@@ -86,3 +89,21 @@ def test_the_page_puts_no_credential_in_a_url() -> None:
     assert "location.search" not in body and "?token=" not in body.replace("#token=", "")
     assert "location.hash" in body and '"Bearer " + token' in body
     assert "setInterval" not in body  # polled by a timeout after each answer, never stacked
+
+
+async def test_a_live_recording_skips_the_lines_already_read(tmp_path: Path) -> None:
+    recordings = _bundle(tmp_path, [_line(1), _line(2), _line(3)])
+    # A controller that does not record: the recorder carries on with the bundle and only waits.
+    client = httpx.AsyncClient(transport=httpx.MockTransport(proving(lambda _: httpx.Response(404))))
+    recordings.start(SESSION, "http://sandbox.invalid", None, client, {}, "key", secret=SECRET)
+    try:
+        # The first line rewritten in place, as another event: the recorder knows where line 2 starts,
+        # so a reader after seq 1 never reads it.
+        events = tmp_path / SESSION / EVENTS_FILE
+        events.write_bytes(_line(9) + events.read_bytes()[len(_line(1)) :])
+        assert [e["seq"] for e in recordings.events(SESSION, after=1)["events"]] == [2, 3]
+        assert [e["seq"] for e in recordings.events(SESSION, after=0)["events"]] == [9, 2, 3]
+        assert recordings.events(SESSION, after=3)["events"] == []
+    finally:
+        await recordings.stop_all()
+        await client.aclose()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from pathlib import Path
+from typing import Any, get_args
 
 import pytest
 from pydantic import TypeAdapter, ValidationError
@@ -10,6 +12,7 @@ from pydantic import TypeAdapter, ValidationError
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import ACTION_TYPES, NativeAction, Region, ScreenshotOptions
 from corral.protocol import actions as a
+from corral.protocol.actions import ACTIONS
 from corral.protocol.validation import validate
 
 ADAPTER: TypeAdapter[NativeAction] = TypeAdapter(NativeAction)
@@ -64,8 +67,17 @@ MINIMAL: dict[str, dict[str, Any]] = {
 
 
 def test_every_action_type_has_a_minimal_example() -> None:
+    # MINIMAL is written by hand; ACTION_TYPES is derived from the union the validator uses.
     assert set(MINIMAL) == set(ACTION_TYPES)
     assert len(ACTION_TYPES) == len(set(ACTION_TYPES))
+
+
+def test_the_registry_is_the_union() -> None:
+    members = get_args(get_args(NativeAction)[0])  # Annotated[AnyAction, discriminator] -> the union's members
+    assert tuple(ACTIONS.values()) == members == get_args(a.AnyAction)
+    assert tuple(ACTIONS) == ACTION_TYPES
+    for kind, model in ACTIONS.items():
+        assert type(native({"type": kind, **MINIMAL[kind]})) is model  # the validator picks the registered model
 
 
 @pytest.mark.parametrize("kind", ACTION_TYPES)
@@ -427,3 +439,21 @@ def test_screenshot_options_drop_the_type() -> None:
 def test_screenshot_options_reject_scale_and_width() -> None:
     with pytest.raises(ValidationError, match="either scale or width"):
         ScreenshotOptions(scale=0.5, width=100)
+
+
+def test_zoom_takes_a_screenshot_of_its_region() -> None:
+    zoom = native(
+        {"type": "zoom", "region": {"x": 1, "y": 2, "width": 30, "height": 40}, "format": "jpeg", "quality": 50}
+        | {"width": 100, "cursor": True}
+    )
+    assert isinstance(zoom, a.Zoom)
+    region = Region(x=1, y=2, width=30, height=40)
+    assert zoom.options() == ScreenshotOptions(format="jpeg", quality=50, region=region, width=100, cursor=True)
+
+
+def test_every_action_is_in_the_protocols_table() -> None:
+    docs = Path(__file__).resolve().parents[3] / "docs" / "protocol.md"
+    table = docs.read_text().split("## Native actions", 1)[1].split("\n### ", 1)[0]
+    first_cells = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
+    documented = {name for cell in first_cells for name in re.findall(r"`([a-z_]+)`", cell)}
+    assert documented == set(ACTION_TYPES)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from pydantic import TypeAdapter
 
 from corral.errors import ActionError, ErrorCode
-from corral.protocol import EncodedImage, NativeAction, Scale, Size, StepResult, anthropic
+from corral.protocol import ActionResult, EncodedImage, NativeAction, Scale, Size, anthropic
 from corral.protocol import actions as a
 
 from .conftest import FailFn, PlanFn
@@ -110,26 +110,10 @@ def test_translate(tool_input: dict[str, Any], expected: dict[str, Any]) -> None
 
 
 def test_every_tool_action_is_covered() -> None:
-    names = set(anthropic.AnthropicActionName.__args__)  # type: ignore[attr-defined]
-    assert names == {
-        "key",
-        "type",
-        "mouse_move",
-        "left_click",
-        "left_click_drag",
-        "right_click",
-        "middle_click",
-        "double_click",
-        "triple_click",
-        "left_mouse_down",
-        "left_mouse_up",
-        "scroll",
-        "hold_key",
-        "wait",
-        "cursor_position",
-        "screenshot",
-        "zoom",
-    }
+    # Against the Anthropic SDK's own list of the computer tool's actions, not a copy of it.
+    from anthropic.types import ComputerMemberName
+
+    assert set(get_args(anthropic.AnthropicActionName)) == set(get_args(ComputerMemberName))
 
 
 @pytest.mark.parametrize("action", ["key", "type", "mouse_move", "left_click", "zoom", "screenshot", "cursor_position"])
@@ -353,7 +337,7 @@ PNG = EncodedImage("image/png", b"\x89PNG fake bytes", 1024, 640)
 
 
 def test_result_with_an_image() -> None:
-    blocks = anthropic.tool_result_content(native({"type": "click"}), StepResult({}), PNG, None)
+    blocks = anthropic.tool_result_content(native({"type": "click"}), ActionResult({}), PNG, None)
     assert blocks == [
         {
             "type": "image",
@@ -365,12 +349,12 @@ def test_result_with_an_image() -> None:
 
 def test_result_image_keeps_its_media_type() -> None:
     jpeg = EncodedImage("image/jpeg", b"\xff\xd8\xff", 8, 8)
-    [block] = anthropic.tool_result_content(native({"type": "screenshot"}), StepResult({}), jpeg, None)
+    [block] = anthropic.tool_result_content(native({"type": "screenshot"}), ActionResult({}), jpeg, None)
     assert block["source"]["media_type"] == "image/jpeg"
 
 
 def test_result_without_an_image_is_empty() -> None:
-    assert anthropic.tool_result_content(native({"type": "wait"}), StepResult({}), None, None) == []
+    assert anthropic.tool_result_content(native({"type": "wait"}), ActionResult({}), None, None) == []
 
 
 @pytest.mark.parametrize(
@@ -385,13 +369,13 @@ def test_result_without_an_image_is_empty() -> None:
     ],
 )
 def test_cursor_position_text(screen_xy: tuple[int, int], scale: Scale | None, text: str) -> None:
-    result = StepResult({"x": screen_xy[0], "y": screen_xy[1]})
+    result = ActionResult({"x": screen_xy[0], "y": screen_xy[1]})
     blocks = anthropic.tool_result_content(native({"type": "cursor_position"}), result, None, scale)
     assert blocks == [{"type": "text", "text": text}]
 
 
 def test_cursor_position_text_comes_before_an_image() -> None:
-    result = StepResult({"x": 3, "y": 4})
+    result = ActionResult({"x": 3, "y": 4})
     blocks = anthropic.tool_result_content(native({"type": "cursor_position"}), result, PNG, None)
     assert [b["type"] for b in blocks] == ["text", "image"]
     assert blocks[0]["text"] == "X=3,Y=4"

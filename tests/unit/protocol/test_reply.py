@@ -8,7 +8,8 @@ import json
 import pytest
 
 from corral.errors import ActionError, ErrorCode
-from corral.protocol import EncodedImage, StepResult, reply
+from corral.protocol import ActionResult, EncodedImage, reply
+from corral.protocol.plan import RequestId
 
 from .conftest import PlanFn
 
@@ -23,13 +24,13 @@ def b64(data: bytes) -> str:
 
 def test_native_success_without_image(plan: PlanFn) -> None:
     p = plan({"id": "n1", "action": {"type": "page_info"}})
-    out = reply.success(p, [StepResult({"url": "about:blank", "title": ""})], None, 12.3456)
+    out = reply.success(p, [ActionResult({"url": "about:blank", "title": ""})], None, 12.3456)
     assert out == {"id": "n1", "ok": True, "result": {"url": "about:blank", "title": ""}, "elapsed_ms": 12.35}
 
 
 def test_native_success_with_image_carries_the_data(plan: PlanFn) -> None:
     p = plan({"id": 7, "action": {"type": "click", "x": 1, "y": 1}, "screenshot": True})
-    out = reply.success(p, [StepResult({})], PNG, 1.0)
+    out = reply.success(p, [ActionResult({})], PNG, 1.0)
     assert out["id"] == 7
     assert out["ok"] is True
     assert out["result"] == {}
@@ -40,8 +41,8 @@ def test_native_success_with_image_carries_the_data(plan: PlanFn) -> None:
 def test_the_last_step_result_is_reported(plan: PlanFn) -> None:
     p = plan({"openai": [{"type": "wait", "ms": 0}, {"type": "wait", "ms": 0}]})
     q = plan({"action": {"type": "wait"}})
-    assert reply.success(q, [StepResult({"first": 1}), StepResult({"last": 2})], None, 0)["result"] == {"last": 2}
-    assert reply.success(p, [StepResult({}), StepResult({})], None, 0)["result"] == {}
+    assert reply.success(q, [ActionResult({"first": 1}), ActionResult({"last": 2})], None, 0)["result"] == {"last": 2}
+    assert reply.success(p, [ActionResult({}), ActionResult({})], None, 0)["result"] == {}
 
 
 @pytest.mark.parametrize(
@@ -50,7 +51,7 @@ def test_the_last_step_result_is_reported(plan: PlanFn) -> None:
 )
 def test_image_block_settle_fields(plan: PlanFn, image: EncodedImage, settle: dict[str, object]) -> None:
     p = plan({"action": {"type": "wait"}, "screenshot": True, "wait_for": "stable"})
-    block = reply.success(p, [StepResult({})], image, 0)["screenshot"]
+    block = reply.success(p, [ActionResult({})], image, 0)["screenshot"]
     assert block == {
         "media_type": image.media_type,
         "width": image.width,
@@ -62,7 +63,7 @@ def test_image_block_settle_fields(plan: PlanFn, image: EncodedImage, settle: di
 
 def test_anthropic_success_puts_the_image_in_the_tool_result_only(plan: PlanFn) -> None:
     p = plan({"id": "a1", "anthropic": {"action": "left_click", "coordinate": [5, 5]}})
-    out = reply.success(p, [StepResult({})], SETTLED, 250.0)
+    out = reply.success(p, [ActionResult({})], SETTLED, 250.0)
     assert out["result"] == {
         "tool_result_content": [
             {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": b64(SETTLED.data)}},
@@ -81,27 +82,27 @@ def test_anthropic_success_puts_the_image_in_the_tool_result_only(plan: PlanFn) 
 
 def test_anthropic_cursor_position(plan: PlanFn) -> None:
     p = plan({"anthropic": {"action": "cursor_position"}})
-    out = reply.success(p, [StepResult({"x": 100, "y": 200})], None, 0.5)
+    out = reply.success(p, [ActionResult({"x": 100, "y": 200})], None, 0.5)
     assert out["result"] == {"tool_result_content": [{"type": "text", "text": "X=100,Y=200"}]}
     assert "screenshot" not in out
 
 
 def test_anthropic_cursor_position_is_scaled_back_to_the_display(plan: PlanFn) -> None:
     p = plan({"anthropic": {"action": "cursor_position"}, "display": {"width": 1024, "height": 640}})
-    out = reply.success(p, [StepResult({"x": 1280 // 2, "y": 800 // 2})], None, 0)
+    out = reply.success(p, [ActionResult({"x": 1280 // 2, "y": 800 // 2})], None, 0)
     assert out["result"]["tool_result_content"] == [{"type": "text", "text": "X=512,Y=320"}]
 
 
 def test_anthropic_without_image_has_empty_content(plan: PlanFn) -> None:
     p = plan({"anthropic": {"action": "key", "text": "Return"}, "screenshot": False})
-    out = reply.success(p, [StepResult({})], None, 0)
+    out = reply.success(p, [ActionResult({})], None, 0)
     assert out["result"] == {"tool_result_content": []}
     assert "screenshot" not in out
 
 
 def test_openai_success(plan: PlanFn) -> None:
     p = plan({"id": "o1", "openai": {"type": "click", "x": 1, "y": 1}})
-    out = reply.success(p, [StepResult({})], PNG, 3.14159)
+    out = reply.success(p, [ActionResult({})], PNG, 3.14159)
     assert out["result"] == {
         "output": {"type": "computer_screenshot", "image_url": f"data:image/png;base64,{b64(PNG.data)}"}
     }
@@ -111,14 +112,14 @@ def test_openai_success(plan: PlanFn) -> None:
 
 def test_openai_without_image(plan: PlanFn) -> None:
     p = plan({"openai": {"type": "wait"}, "screenshot": False})
-    out = reply.success(p, [StepResult({})], None, 0)
+    out = reply.success(p, [ActionResult({})], None, 0)
     assert out["result"] == {}
     assert "screenshot" not in out
 
 
 def test_replies_are_json_serialisable(plan: PlanFn) -> None:
     p = plan({"anthropic": {"action": "screenshot"}})
-    out = reply.success(p, [StepResult({})], SETTLED, 0)
+    out = reply.success(p, [ActionResult({})], SETTLED, 0)
     assert json.loads(json.dumps(out)) == out
 
 
@@ -169,3 +170,14 @@ def test_error_codes_are_stable_strings() -> None:
         "internal",
     }
     assert all(str(c) == c.value for c in ErrorCode)
+
+
+@pytest.mark.parametrize("request_id", [None, 7, "r-" + "x" * 500])
+def test_encoded_replies_start_with_ok_whatever_the_id(request_id: RequestId) -> None:
+    error = ActionError(ErrorCode.OUT_OF_BOUNDS, "x is off the screen", field="action.x")
+    bad = reply.encode(reply.failure(request_id, error))
+    good = reply.encode({"id": request_id, "result": {"text": '"ok":false'}, "ok": True})  # any key order
+    assert bad.startswith('{"ok":false,') and good.startswith('{"ok":true,')
+    assert json.loads(bad) == reply.failure(request_id, error)
+    assert reply.failed(bad) and reply.failed(bad.encode()) and not reply.failed(good)
+    assert reply.error_code(bad) == "out_of_bounds" and reply.error_code(good.encode()) is None

@@ -10,7 +10,15 @@ from typing import Any
 from PIL import Image
 
 from corral.recording.bundle import Bundle
-from corral.recording.replay import FRAME_REQUEST, ReplayOptions, html_report, junit_xml, replay
+from corral.recording.replay import (
+    FRAME_REQUEST,
+    ReplayOptions,
+    ReplayReport,
+    StepVerdict,
+    html_report,
+    junit_xml,
+    replay,
+)
 
 
 def webp(color: tuple[int, int, int]) -> bytes:
@@ -122,3 +130,14 @@ def test_lost_events_are_warned_about_in_every_report() -> None:
     assert "lost 3 event(s)" in (suite.findtext("system-out") or "")
     page = html_report(report)
     assert "id=warnings" in page and "lost 3 event(s)" in page
+
+
+def test_junit_survives_control_characters_in_typed_text() -> None:
+    step = StepVerdict(1, "type text=a\x08\x00b", True, True, 0.01, 0.5, "diverged", "differs \x1b")
+    suite = ET.fromstring(junit_xml(ReplayReport("bundle\x07", [step])))
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("1", "1", "0")
+    [case] = suite.findall("testcase")
+    # Each character XML 1.0 cannot hold is a "?", the rest kept as typed.
+    assert (case.get("classname"), case.get("name")) == ("bundle?", "step 1: type text=a??b")
+    failure = case.find("failure")
+    assert failure is not None and failure.get("message") == failure.text == "differs ?"

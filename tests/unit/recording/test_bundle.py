@@ -80,15 +80,6 @@ def test_foreign_files_are_refused(tmp_path: Path) -> None:
         read_bundle(other)
 
 
-def test_junit_survives_control_characters_in_typed_text() -> None:
-    import xml.etree.ElementTree as ET
-
-    from corral.recording.replay import ReplayReport, StepResult, junit_xml
-
-    step = StepResult(1, "type text=a\x08\x00b", True, True, 0.01, 0.5, False, "differs \x1b")
-    ET.fromstring(junit_xml(ReplayReport("bundle", [step])))  # parses
-
-
 @pytest.mark.parametrize(
     ("event", "message"),
     [
@@ -102,10 +93,3 @@ def test_malformed_action_fields_are_named(tmp_path: Path, event: dict[str, obje
     line = json.dumps({"seq": 1, "event": "action", **event}).encode() + b"\n"
     with pytest.raises(BundleError, match=message):
         read_bundle(_bundle(tmp_path, events=line))
-
-
-def test_openai_images_are_not_kept_in_recorded_replies() -> None:
-    from corral.sandbox.recorder import _strip_images
-
-    reply = {"result": {"output": {"type": "input_image", "image_url": "data:image/png;base64," + "A" * 1000}}}
-    assert _strip_images(reply)["result"]["output"]["image_url"] == "<image>"

@@ -1,0 +1,322 @@
+"""The gateway's HTTP API from the client side: where the gateway is, the API key, and
+:class:`Gateway` / :class:`AsyncGateway` (sessions, their egress, their actions over HTTP).
+
+Every request is a :class:`Call` built by a pure function of :class:`calls`, which also says how its
+answer is read; the two clients only send it, blocking or awaited. This is where the client side
+(the SDK and the CLI) reads ``CORRAL_URL``, ``CORRAL_PORT`` and ``CORRAL_API_KEY``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Generic, Self, TypeVar
+
+import httpx
+
+from corral.errors import CorralError
+
+T = TypeVar("T")
+
+DEFAULT_PORT = 8700
+DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
+TIMEOUT_S = 120
+
+
+class GatewayError(CorralError):
+    """The gateway refused a request; ``status`` and ``code`` say why."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        error = body.get("error") or {}
+        super().__init__(f"{status} {error.get('code')}: {error.get('message')}")
+        self.status = status
+        self.code: str = error.get("code", "")
+
+
+# -- where the gateway is, and the key ------------------------------------------------------------------
+
+
+def gateway_url(url: str | None = None) -> str:
+    """``url``, else ``$CORRAL_URL``, else 127.0.0.1 on ``$CORRAL_PORT`` (8700)."""
+    return url or os.environ.get("CORRAL_URL") or f"http://127.0.0.1:{os.environ.get('CORRAL_PORT') or DEFAULT_PORT}"
+
+
+def _data_dir_key() -> str | None:
+    """The key a gateway on this host generated and kept (``$CORRAL_DATA_DIR/api_key``)."""
+    data_dir = Path(os.environ.get("CORRAL_DATA_DIR") or Path.home() / ".local" / "share" / "corral")
+    path = data_dir / "api_key"
+    return path.read_text().strip() if path.is_file() else None
+
+
+def api_key(stored: Callable[[], str | None] = _data_dir_key) -> str:
+    """The first key of ``$CORRAL_API_KEY`` (comma-separated, as the gateway reads it), else the one
+    ``stored`` finds (by default the data dir's; the CLI reads the compose gateway's)."""
+    keys = [key.strip() for key in os.environ.get("CORRAL_API_KEY", "").split(",") if key.strip()]
+    key = keys[0] if keys else stored()
+    if not key:
+        raise CorralError("no API key: set CORRAL_API_KEY (see `corral status`)")
+    return key
+
+
+# -- the gateway's HTTP API: requests and how their answers are read (pure) -----------------------------
+
+
+def _checked(response: httpx.Response) -> httpx.Response:
+    if response.status_code >= 400:
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            body = {"error": {"code": "http_error", "message": response.text[:200]}}
+        raise GatewayError(response.status_code, body)
+    return response
+
+
+def _json(response: httpx.Response) -> Any:
+    return None if _checked(response).status_code == 204 else response.json()
+
+
+def _nothing(response: httpx.Response) -> None:
+    _checked(response)
+
+
+def _ignored(response: httpx.Response) -> None:
+    """A clean-up whose failure changes nothing for the caller."""
+
+
+def _records(response: httpx.Response) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in _checked(response).text.splitlines() if line.strip()]
+
+
+def _reply(response: httpx.Response) -> dict[str, Any]:
+    """A sandbox's reply relayed over HTTP (``ok`` true or false), or the gateway's own refusal."""
+    try:
+        reply = response.json()
+    except ValueError:
+        reply = None
+    if isinstance(reply, dict) and "ok" in reply:
+        return reply
+    _checked(response)  # the gateway's refusal (401, 404, 502, ...)
+    message = f"the gateway's answer is no reply: {response.text[:200]}"
+    raise GatewayError(response.status_code, {"error": {"code": "no_reply", "message": message}})
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One request to the gateway's HTTP API and how its answer is read."""
+
+    method: str
+    path: str
+    read: Callable[[httpx.Response], T]
+    json: Any = None
+    content: bytes | None = None
+    params: dict[str, str] | None = None
+
+    def options(self) -> dict[str, Any]:
+        return {"json": self.json, "content": self.content, "params": self.params}
+
+
+def session_body(
+    allow: Sequence[str] | None = None,
+    viewport: tuple[int, int] | None = None,
+    timeout_s: int | None = None,
+    idle_timeout_s: int | None = None,
+    labels: dict[str, str] | None = None,
+    egress_mode: str | None = None,
+    hermetic: str | None = None,
+) -> dict[str, Any]:
+    """The body of ``POST /v1/sessions``: what was given, nothing else (the gateway has the defaults)."""
+    body: dict[str, Any] = {"allow": list(allow or []), "labels": dict(labels or {})}
+    if egress_mode is not None:
+        body["egress_mode"] = egress_mode
+    if hermetic is not None:
+        body["hermetic"] = hermetic
+    if viewport is not None:
+        body["viewport"] = {"width": viewport[0], "height": viewport[1]}
+    if timeout_s is not None:
+        body["timeout_s"] = timeout_s
+    if idle_timeout_s is not None:
+        body["idle_timeout_s"] = idle_timeout_s
+    return body
+
+
+def _missing_ok(response: httpx.Response) -> None:
+    if response.status_code != 404:
+        _checked(response)
+
+
+class calls:  # a namespace of pure builders, read as calls.create_session(...)
+    """Every request of the gateway's API, built without sending it."""
+
+    @staticmethod
+    def create_session(body: dict[str, Any]) -> Call[dict[str, Any]]:
+        return Call("POST", "/v1/sessions", _json, json=body)
+
+    @staticmethod
+    def session(session_id: str) -> Call[dict[str, Any]]:
+        return Call("GET", f"/v1/sessions/{session_id}", _json)
+
+    @staticmethod
+    def sessions() -> Call[list[dict[str, Any]]]:
+        return Call("GET", "/v1/sessions", _json)
+
+    @staticmethod
+    def update_session(session_id: str, allow: Sequence[str], egress_mode: str | None = None) -> Call[dict[str, Any]]:
+        body: dict[str, Any] = {"allow": list(allow)}
+        if egress_mode is not None:
+            body["egress_mode"] = egress_mode
+        return Call("PATCH", f"/v1/sessions/{session_id}", _json, json=body)
+
+    @staticmethod
+    def delete_session(session_id: str, missing_ok: bool = False) -> Call[None]:
+        return Call("DELETE", f"/v1/sessions/{session_id}", _missing_ok if missing_ok else _nothing)
+
+    @staticmethod
+    def act(session_id: str, message: dict[str, Any]) -> Call[dict[str, Any]]:
+        return Call("POST", f"/v1/sessions/{session_id}/actions", _reply, json=message)
+
+    @staticmethod
+    def traffic(session_id: str, filters: dict[str, str]) -> Call[list[dict[str, Any]]]:
+        return Call("GET", f"/v1/sessions/{session_id}/traffic", _records, params=filters)
+
+    @staticmethod
+    def upload_responses(data: bytes) -> Call[str]:
+        return Call("POST", "/v1/replay-responses", lambda response: str(_json(response)["id"]), content=data)
+
+    @staticmethod
+    def delete_upload(upload_id: str) -> Call[None]:
+        return Call("DELETE", f"/v1/replay-responses/{upload_id}", _ignored)
+
+    @staticmethod
+    def get(path: str) -> Call[httpx.Response]:
+        return Call("GET", path, _checked)
+
+
+def _http_options(url: str | None, credential: str | None) -> dict[str, Any]:
+    return {
+        "base_url": gateway_url(url),
+        "timeout": TIMEOUT_S,
+        "headers": {"Authorization": f"Bearer {credential or api_key()}"},
+    }
+
+
+class Gateway:
+    """The gateway's HTTP API, blocking. ``credential``: an API key (default :func:`api_key`) or a
+    session's token (that session only); ``transport``: httpx's, for tests. Raises
+    :class:`GatewayError` for a refusal."""
+
+    def __init__(
+        self, url: str | None = None, credential: str | None = None, *, transport: httpx.BaseTransport | None = None
+    ) -> None:
+        self._http = httpx.Client(**_http_options(url, credential), transport=transport)
+        self.url = str(self._http.base_url).rstrip("/")
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def send(self, call: Call[T]) -> T:
+        return call.read(self._http.request(call.method, call.path, **call.options()))
+
+    def create_session(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.send(calls.create_session(body))
+
+    def session(self, session_id: str) -> dict[str, Any]:
+        return self.send(calls.session(session_id))
+
+    def sessions(self) -> list[dict[str, Any]]:
+        return self.send(calls.sessions())
+
+    def update_session(self, session_id: str, allow: Sequence[str], egress_mode: str | None = None) -> dict[str, Any]:
+        return self.send(calls.update_session(session_id, allow, egress_mode))
+
+    def delete_session(self, session_id: str, missing_ok: bool = False) -> None:
+        self.send(calls.delete_session(session_id, missing_ok))
+
+    def act(self, session_id: str, message: dict[str, Any]) -> dict[str, Any]:
+        """One message through ``POST /v1/sessions/{id}/actions``: the sandbox's reply, ``ok`` or not."""
+        return self.send(calls.act(session_id, message))
+
+    def traffic(self, session_id: str, **filters: str) -> list[dict[str, Any]]:
+        return self.send(calls.traffic(session_id, filters))
+
+    def upload_responses(self, data: bytes) -> str:
+        return self.send(calls.upload_responses(data))
+
+    def delete_upload(self, upload_id: str) -> None:
+        self.send(calls.delete_upload(upload_id))
+
+    def get(self, path: str) -> httpx.Response:
+        return self.send(calls.get(path))
+
+
+class AsyncGateway:
+    """The async twin of :class:`Gateway`."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        credential: str | None = None,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.AsyncClient(**_http_options(url, credential), transport=transport)
+        self.url = str(self._http.base_url).rstrip("/")
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def send(self, call: Call[T]) -> T:
+        return call.read(await self._http.request(call.method, call.path, **call.options()))
+
+    async def create_session(self, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.send(calls.create_session(body))
+
+    async def session(self, session_id: str) -> dict[str, Any]:
+        return await self.send(calls.session(session_id))
+
+    async def sessions(self) -> list[dict[str, Any]]:
+        return await self.send(calls.sessions())
+
+    async def update_session(
+        self, session_id: str, allow: Sequence[str], egress_mode: str | None = None
+    ) -> dict[str, Any]:
+        return await self.send(calls.update_session(session_id, allow, egress_mode))
+
+    async def delete_session(self, session_id: str, missing_ok: bool = False) -> None:
+        await self.send(calls.delete_session(session_id, missing_ok))
+
+    async def act(self, session_id: str, message: dict[str, Any]) -> dict[str, Any]:
+        return await self.send(calls.act(session_id, message))
+
+    async def traffic(self, session_id: str, **filters: str) -> list[dict[str, Any]]:
+        return await self.send(calls.traffic(session_id, filters))
+
+    async def upload_responses(self, data: bytes) -> str:
+        return await self.send(calls.upload_responses(data))
+
+    async def delete_upload(self, upload_id: str) -> None:
+        await self.send(calls.delete_upload(upload_id))
+
+    async def get(self, path: str) -> httpx.Response:
+        return await self.send(calls.get(path))

@@ -1,0 +1,127 @@
+"""``corral session``, ``do`` and ``screenshot`` through the SDK's gateway client, over a fake transport."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from corral import cli
+from corral.cli import app
+from corral.gateway_client import Gateway
+
+Handler = Callable[[httpx.Request], httpx.Response]
+SESSION = {
+    "id": "ses_1",
+    "token": "tok",
+    "ws_url": "ws://gateway.test/v1/sessions/ses_1/ws",
+    "state": "ready",
+    "created_at": 1.0,
+    "expires_at": 2.0,
+    "viewport": {"width": 800, "height": 600},
+    "allow": ["example.test"],
+    "labels": {"via": "cli"},
+}
+
+
+@pytest.fixture
+def gateway(monkeypatch: pytest.MonkeyPatch) -> Callable[[Handler], list[httpx.Request]]:
+    monkeypatch.setenv("CORRAL_API_KEY", "key-1")
+    monkeypatch.setenv("CORRAL_URL", "http://gateway.test")
+    seen: list[httpx.Request] = []
+
+    def install(handler: Handler) -> list[httpx.Request]:
+        def record(request: httpx.Request) -> httpx.Response:
+            seen.append(request)
+            return handler(request)
+
+        monkeypatch.setattr(
+            cli, "_gateway", lambda: Gateway(cli._url(), cli._api_key(), transport=httpx.MockTransport(record))
+        )
+        return seen
+
+    return install
+
+
+def test_create_sends_only_what_was_given(gateway: Callable[[Handler], list[httpx.Request]]) -> None:
+    seen = gateway(lambda request: httpx.Response(201, json=SESSION))
+    args = ["session", "create", "--json", "--viewport", "800x600", "--allow", "example.test", "--label", "via=cli"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == SESSION
+    [request] = seen
+    assert (request.method, request.url.path, request.headers["authorization"]) == (
+        "POST",
+        "/v1/sessions",
+        "Bearer key-1",
+    )
+    assert json.loads(request.content) == {
+        "allow": ["example.test"],
+        "labels": {"via": "cli"},
+        "viewport": {"width": 800, "height": 600},
+    }
+
+
+def test_allow_ls_show_and_rm(gateway: Callable[[Handler], list[httpx.Request]]) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "DELETE":
+            return httpx.Response(204)
+        return httpx.Response(200, json=[SESSION] if request.url.path == "/v1/sessions" else SESSION)
+
+    seen = gateway(handler)
+    runner = CliRunner()
+    allowed = runner.invoke(app, ["session", "allow", "ses_1", "a.test", "--egress-mode", "report", "--json"])
+    assert allowed.exit_code == 0, allowed.output
+    assert json.loads(seen[-1].content) == {"allow": ["a.test"], "egress_mode": "report"}
+    assert json.loads(runner.invoke(app, ["session", "ls", "--json"]).stdout) == [SESSION]
+    assert "ses_1" in runner.invoke(app, ["session", "show", "ses_1"]).stdout
+    removed = runner.invoke(app, ["session", "rm", "ses_1"])
+    assert removed.exit_code == 0 and "removed ses_1" in removed.output
+    assert [(r.method, r.url.path) for r in seen] == [
+        ("PATCH", "/v1/sessions/ses_1"),
+        ("GET", "/v1/sessions"),
+        ("GET", "/v1/sessions/ses_1"),
+        ("DELETE", "/v1/sessions/ses_1"),
+    ]
+
+
+def test_a_refusal_is_one_clean_line(gateway: Callable[[Handler], list[httpx.Request]]) -> None:
+    gateway(lambda request: httpx.Response(404, json={"error": {"code": "not_found", "message": "no session ses_9"}}))
+    result = CliRunner().invoke(app, ["session", "show", "ses_9"])
+    assert result.exit_code == 1 and "404 not_found: no session ses_9" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_no_gateway_is_one_clean_line(gateway: Callable[[Handler], list[httpx.Request]]) -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    gateway(refuse)
+    result = CliRunner().invoke(app, ["session", "ls"])
+    assert result.exit_code == 1 and "no answer from the gateway on http://gateway.test" in result.output
+
+
+def test_do_wraps_a_bare_action_and_exits_1_on_a_failure(gateway: Callable[[Handler], list[httpx.Request]]) -> None:
+    failure = {"ok": False, "id": None, "error": {"code": "unknown_action", "message": "no action 'teleport'"}}
+    seen = gateway(lambda request: httpx.Response(400, json=failure))
+    result = CliRunner().invoke(app, ["do", "ses_1", '{"type": "teleport"}'])
+    assert result.exit_code == 1
+    assert json.loads(result.stdout) == failure  # the sandbox's reply, printed as it came
+    assert seen[0].url.path == "/v1/sessions/ses_1/actions"
+    assert json.loads(seen[0].content) == {"action": {"type": "teleport"}}
+
+
+def test_screenshot_writes_the_image(gateway: Callable[[Handler], list[httpx.Request]], tmp_path: Path) -> None:
+    png = b"\x89PNG\r\n\x1a\nfake"
+    reply = {"ok": True, "id": None, "result": {}, "screenshot": {"data": base64.b64encode(png).decode()}}
+    seen = gateway(lambda request: httpx.Response(200, json=reply))
+    target = tmp_path / "shot.png"
+    result = CliRunner().invoke(app, ["screenshot", "ses_1", "-o", str(target), "--format", "png"])
+    assert result.exit_code == 0, result.output
+    assert target.read_bytes() == png
+    assert json.loads(seen[0].content) == {"action": {"type": "screenshot", "format": "png"}}

@@ -1,0 +1,178 @@
+"""The WebSocket relay with a fake agent and a fake controller: frames pass unchanged, failures are
+counted by their code whatever the length of the request's id."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from corral.errors import ActionError, ErrorCode
+from corral.gateway import relay as relay_module
+from corral.gateway.metrics import Metrics
+from corral.gateway.relay import relay
+from corral.protocol import reply
+
+
+class Agent:
+    """The agent's side (a starlette WebSocket): sends ``messages``, then leaves once it has read as
+    many frames as it sent."""
+
+    def __init__(self, messages: list[str]) -> None:
+        self._messages = list(messages)
+        self.received: list[str | bytes] = []
+        self._answered = asyncio.Event()
+        self.closed: tuple[int, str] | None = None
+
+    async def receive(self) -> dict[str, Any]:
+        if self._messages:
+            return {"type": "websocket.receive", "text": self._messages.pop(0)}
+        await self._answered.wait()
+        return {"type": "websocket.disconnect", "code": 1000}
+
+    async def _got(self, frame: str | bytes) -> None:
+        self.received.append(frame)
+        if not self._messages:
+            self._answered.set()
+
+    async def send_text(self, frame: str) -> None:
+        await self._got(frame)
+
+    async def send_bytes(self, frame: bytes) -> None:
+        await self._got(frame)
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        self.closed = (code, reason)
+
+
+class Controller:
+    """The controller's WebSocket: answers each message with ``answer(message)``."""
+
+    def __init__(self, answer: Any) -> None:
+        self._answer = answer
+        self._frames: asyncio.Queue[str | None] = asyncio.Queue()
+        self.sent: list[str | bytes] = []
+
+    async def send(self, message: str | bytes) -> None:
+        self.sent.append(message)
+        self._frames.put_nowait(self._answer(message))
+
+    async def close(self) -> None:
+        self._frames.put_nowait(None)
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[str]:
+        while (frame := await self._frames.get()) is not None:
+            yield frame
+
+
+class Sandbox:
+    ws_url = "ws://sandbox.invalid/v1/ws"
+    secret = "s" * 64
+
+
+class Session:
+    sandbox = Sandbox()
+
+    def __init__(self) -> None:
+        self.ended = asyncio.Event()
+        self.touched = 0
+
+    def touch(self) -> None:
+        self.touched += 1
+
+    def close_reason(self) -> str:
+        return "deleted"
+
+
+def errors(metrics: Metrics) -> dict[str, float]:
+    """Error replies counted, by code."""
+    return {
+        sample.labels["code"]: sample.value
+        for family in metrics.registry.collect()
+        for sample in family.samples
+        if sample.name == "corral_errors_total"
+    }
+
+
+async def run(monkeypatch: pytest.MonkeyPatch, messages: list[str], answer: Any) -> tuple[Agent, Metrics]:
+    controller = Controller(answer)
+
+    async def connect_ws(ws_url: str, secret: str) -> Controller:
+        assert (ws_url, secret) == (Sandbox.ws_url, Sandbox.secret)
+        return controller
+
+    monkeypatch.setattr(relay_module, "connect_ws", connect_ws)
+    agent, metrics = Agent(messages), Metrics()
+    await relay(agent, Session(), metrics)  # type: ignore[arg-type]
+    assert controller.sent == messages  # the agent's frames reach the controller unchanged
+    return agent, metrics
+
+
+def failing(message: str | bytes) -> str:
+    request_id = json.loads(message)["id"]
+    error = ActionError(ErrorCode.OUT_OF_BOUNDS, "x is off the screen", field="action.x")
+    return reply.encode(reply.failure(request_id, error))  # as the controller sends it
+
+
+@pytest.mark.parametrize("request_id", [7, "short", "r-" + "x" * 300])
+async def test_a_failure_is_counted_by_its_code_whatever_the_id(
+    monkeypatch: pytest.MonkeyPatch, request_id: object
+) -> None:
+    message = json.dumps({"id": request_id, "action": {"type": "click", "x": 99999, "y": 1}})
+    agent, metrics = await run(monkeypatch, [message], failing)
+    assert agent.received == [failing(message)]  # relayed unchanged
+    assert errors(metrics) == {"out_of_bounds": 1}
+
+
+async def test_a_success_counts_no_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    message = json.dumps({"id": 1, "action": {"type": "wait", "ms": 0}})
+    # A success whose result happens to carry the failure's text (typed by the agent) is no failure.
+    answer = '{"ok":true,"id":1,"result":{"text":"\\"ok\\":false"}}'
+    agent, metrics = await run(monkeypatch, [message], lambda _: answer)
+    assert agent.received == [answer]
+    assert errors(metrics) == {}
+
+
+async def test_an_ended_session_closes_the_agent_with_4000_and_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    session, agent, controller = Session(), Agent([]), Controller(failing)
+
+    async def connect_ws(ws_url: str, secret: str) -> Controller:
+        session.ended.set()  # deleted while the agent was connecting
+        return controller
+
+    monkeypatch.setattr(relay_module, "connect_ws", connect_ws)
+    await relay(agent, session, Metrics())  # type: ignore[arg-type]
+    assert agent.closed == (4000, "deleted")
+
+
+async def test_a_sandbox_that_closes_first_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    controller, lost = Controller(failing), []
+    controller._frames.put_nowait(None)  # the controller's side closes at once
+
+    async def connect_ws(ws_url: str, secret: str) -> Controller:
+        return controller
+
+    async def upstream_lost() -> None:
+        lost.append(True)
+
+    monkeypatch.setattr(relay_module, "connect_ws", connect_ws)
+    agent = Agent([])
+    await relay(agent, Session(), Metrics(), upstream_lost)  # type: ignore[arg-type]
+    assert lost == [True] and agent.closed == (1000, "")
+
+
+async def test_an_unreachable_sandbox_is_a_1011_close(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def connect_ws(ws_url: str, secret: str) -> Controller:
+        raise OSError("connection refused")
+
+    monkeypatch.setattr(relay_module, "connect_ws", connect_ws)
+    agent, metrics = Agent([]), Metrics()
+    await relay(agent, Session(), metrics)  # type: ignore[arg-type]
+    assert agent.closed == (1011, "the sandbox did not answer: OSError")
+    assert errors(metrics) == {"sandbox_unreachable": 1}

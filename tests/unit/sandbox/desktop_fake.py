@@ -1,0 +1,81 @@
+"""A Desktop over stand-in parts (no X, no Chromium): each part logs what it was asked to do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.protocol.plan import EncodedImage
+from corral.sandbox.desktop import Desktop
+from corral.sandbox.settings import ControllerSettings
+
+IMAGE = EncodedImage("image/png", b"\x89PNG-fake", 1280, 800)
+
+
+class Parts:
+    """What every part was asked, in order: ``(part, method, args)``."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, tuple[Any, ...]]] = []
+
+    def log(self, part: str, method: str, *args: Any) -> None:
+        self.calls.append((part, method, args))
+
+    def methods(self, part: str) -> list[str]:
+        return [method for name, method, _ in self.calls if name == part]
+
+
+class FakeInput:
+    def __init__(self, parts: Parts) -> None:
+        self._parts = parts
+        self._position = (640, 400)
+
+    def __getattr__(self, method: str) -> Any:
+        def call(*args: Any, **options: Any) -> Any:
+            self._parts.log("input", method, *args, *options.values())
+            if method == "move":
+                self._position = (args[0], args[1])
+            return {"spare_keycodes": 8, "on_keymap": True, "bind_for": False, "focused_wm_class": "xterm"}.get(method)
+
+        return call
+
+    def position(self) -> tuple[int, int]:
+        return self._position
+
+
+class FakeScreen:
+    width, height = 1280, 800
+
+    def __init__(self, parts: Parts) -> None:
+        self._parts = parts
+
+    async def grab(self) -> object:
+        self._parts.log("screen", "grab")
+        return object()
+
+    async def encode(self, frame: object, fmt: str, **options: Any) -> EncodedImage:
+        self._parts.log("screen", "encode", fmt)
+        return IMAGE
+
+    def close(self) -> None:
+        self._parts.log("screen", "close")
+
+
+class FakeBrowser:
+    loading = False
+
+    def __init__(self, parts: Parts) -> None:
+        self._parts = parts
+
+    def current_url(self) -> str:
+        return "https://page.test/"
+
+    def __getattr__(self, method: str) -> Any:
+        async def call(*args: Any) -> dict[str, Any]:
+            self._parts.log("browser", method, *args)
+            return {"url": "https://page.test/", "title": f"after {method}"}
+
+        return call
+
+
+def fake_desktop(parts: Parts, browser: type[FakeBrowser] = FakeBrowser) -> Desktop:
+    return Desktop(ControllerSettings(), FakeInput(parts), FakeScreen(parts), browser(parts))  # type: ignore[arg-type]

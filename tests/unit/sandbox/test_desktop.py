@@ -1,0 +1,71 @@
+"""Every action in the union has its case in Desktop.run (mypy proves it through ``assert_never``; this
+runs each one through stand-in parts) and reaches the part that carries it out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from corral.protocol import ACTION_TYPES
+from corral.protocol.actions import ACTIONS
+from corral.protocol.plan import ActionResult, After
+from corral.sandbox import clipboard
+
+from ..protocol.test_actions import MINIMAL
+from .desktop_fake import IMAGE, Parts, fake_desktop
+
+# The minimal examples, without the waits (a wait's default is a second; a drag is paced).
+EXAMPLES = {**MINIMAL, "wait": {"ms": 0}, "drag": {**MINIMAL["drag"], "step_ms": 0}}
+
+# Which part carries out each action (the clipboard is xclip, stood in for below).
+PART = {
+    "screenshot": "screen",
+    "zoom": "screen",
+    "click": "input",
+    "mouse_down": "input",
+    "mouse_up": "input",
+    "move": "input",
+    "drag": "input",
+    "scroll": "input",
+    "type": "input",
+    "key": "input",
+    "wait": None,
+    "cursor_position": None,
+    "clipboard_get": "clipboard",
+    "clipboard_set": "clipboard",
+    "navigate": "browser",
+    "back": "browser",
+    "forward": "browser",
+    "reload": "browser",
+    "page_info": "browser",
+    "tabs": "browser",
+    "tab_new": "browser",
+    "tab_switch": "browser",
+    "tab_close": "browser",
+}
+
+
+def test_every_registered_action_has_an_example_and_a_part() -> None:
+    assert set(EXAMPLES) == set(PART) == set(ACTION_TYPES) == set(ACTIONS)
+
+
+@pytest.mark.parametrize("kind", ACTION_TYPES)
+async def test_every_action_in_the_union_has_a_handler(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    parts = Parts()
+
+    async def get_text(display: str) -> str:
+        parts.log("clipboard", "get_text", display)
+        return "copied"
+
+    async def set_text(display: str, text: str) -> None:
+        parts.log("clipboard", "set_text", display, text)
+
+    monkeypatch.setattr(clipboard, "get_text", get_text)
+    monkeypatch.setattr(clipboard, "set_text", set_text)
+    action: Any = ACTIONS[kind].model_validate({"type": kind, **EXAMPLES[kind]})
+    result = await fake_desktop(parts).run(action, After())
+    assert isinstance(result, ActionResult)
+    assert (result.image is IMAGE) == (kind in ("screenshot", "zoom"))
+    touched = {part for part, _, _ in parts.calls}
+    assert touched == ({PART[kind]} if PART[kind] else set()), parts.calls

@@ -1,0 +1,132 @@
+"""The dispatcher over a stand-in desktop: one reply per message whatever was sent, the proxy told
+when each action starts and ends, and what the recording keeps of each request."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from corral.protocol import Limits
+from corral.sandbox.dispatch import Dispatcher
+
+from .desktop_fake import FakeBrowser, Parts, fake_desktop
+
+
+class Reporter:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    async def started(self, action_id: str) -> None:
+        self.seen.append(("started", action_id))
+
+    async def ended(self, action_id: str) -> None:
+        self.seen.append(("ended", action_id))
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.before = 0
+
+    async def before_action(self) -> None:
+        self.before += 1
+
+    def record(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+
+
+def _dispatcher(browser: type[FakeBrowser] = FakeBrowser) -> tuple[Dispatcher, Reporter, Recorder]:
+    reporter, recorder = Reporter(), Recorder()
+    desktop = fake_desktop(Parts(), browser)
+    return Dispatcher(desktop, Limits(), reporter, recorder), reporter, recorder  # type: ignore[arg-type]
+
+
+async def test_a_native_action_is_answered_reported_and_recorded() -> None:
+    dispatcher, reporter, recorder = _dispatcher()
+    message = {"id": "r1", "action": {"type": "navigate", "url": "https://page.test/"}}
+    reply = await dispatcher.handle(json.dumps(message))
+    assert reply["ok"] is True and reply["id"] == "r1"
+    assert reply["result"] == {"url": "https://page.test/", "title": "after navigate"}
+    action_id = reply["action_id"]
+    assert reporter.seen == [("started", action_id), ("ended", action_id)]
+    [event] = recorder.events
+    assert recorder.before == 1
+    assert {k: event[k] for k in ("action_id", "dialect", "request", "ok", "url", "title", "error", "reply")} == {
+        "action_id": action_id,
+        "dialect": "action",
+        "request": message,
+        "ok": True,
+        "url": "https://page.test/",
+        "title": "after navigate",
+        "error": None,
+        "reply": reply,
+    }
+    assert event["native"] == [
+        {"type": "navigate", "url": "https://page.test/", "wait_until": "load", "timeout_ms": 30000}
+    ]
+    assert event["elapsed_ms"] >= 0 and event["started"] > 0
+
+
+async def test_action_ids_are_unique_and_the_title_is_kept_only_when_an_action_said_it() -> None:
+    dispatcher, _, recorder = _dispatcher()
+    first = await dispatcher.handle('{"id": 1, "action": {"type": "move", "x": 1, "y": 2}}')
+    second = await dispatcher.handle('{"id": 2, "anthropic": {"action": "cursor_position"}}')
+    assert first["action_id"] != second["action_id"]
+    assert [e["title"] for e in recorder.events] == [None, None]
+    assert [e["dialect"] for e in recorder.events] == ["action", "anthropic"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "code", "as_read"),
+    [
+        ("{nope", "invalid_json", "{nope"),
+        (b'{"id": 3, "action": {"type": "teleport"}}', "unknown_action", {"id": 3, "action": {"type": "teleport"}}),
+        ('{"id": 4, "action": {"type": "click", "x": 5000, "y": 1}}', "out_of_bounds", None),
+    ],
+)
+async def test_a_refused_message_is_a_failure_reply_and_recorded_as_sent(
+    raw: str | bytes, code: str, as_read: Any
+) -> None:
+    dispatcher, reporter, recorder = _dispatcher()
+    reply = await dispatcher.handle(raw)
+    assert reply["ok"] is False and reply["error"]["code"] == code
+    assert reporter.seen == []  # nothing ran, so the proxy heard of nothing
+    [event] = recorder.events
+    assert event["action_id"] is None and event["native"] is None and event["ok"] is False
+    assert event["error"] == reply["error"]
+    assert event["request"] == (as_read if as_read is not None else json.loads(raw))
+
+
+async def test_an_unexpected_error_is_an_internal_failure_and_the_proxy_hears_the_end() -> None:
+    class Broken(FakeBrowser):
+        async def info(self) -> dict[str, Any]:
+            raise RuntimeError("the fake browser broke")
+
+    dispatcher, reporter, recorder = _dispatcher(Broken)
+    reply = await dispatcher.handle('{"id": 5, "action": {"type": "page_info"}}')
+    assert reply == {
+        "ok": False,
+        "id": 5,
+        "error": {"code": "internal", "message": "internal error; see the controller log"},
+    }
+    assert [kind for kind, _ in reporter.seen] == ["started", "ended"]
+    [event] = recorder.events
+    assert event["action_id"] == reporter.seen[0][1] and event["native"] == [{"type": "page_info"}]
+
+
+async def test_a_request_over_its_timeout_fails_with_timeout() -> None:
+    never = asyncio.Event()
+
+    class Stuck(FakeBrowser):
+        async def navigate(self, url: str, wait_until: str, timeout_ms: int) -> dict[str, Any]:
+            await never.wait()
+            raise AssertionError("unreachable")
+
+    dispatcher, reporter, _ = _dispatcher(Stuck)
+    message = {"id": 6, "timeout_ms": 10, "action": {"type": "navigate", "url": "https://page.test/"}}
+    reply = await dispatcher.handle(json.dumps(message))
+    assert (reply["ok"], reply["error"]["code"], reply["error"]["field"]) == (False, "timeout", "timeout_ms")
+    assert [kind for kind, _ in reporter.seen] == ["started", "ended"]

@@ -1,0 +1,158 @@
+"""The protocol clients against a WebSocket server on loopback: replies matched to requests by id,
+failures raised as ActionFailed, and a controller believed only once it proved the per-boot secret."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.http11 import Request, Response
+from websockets.sync.server import ServerConnection as SyncServerConnection
+from websockets.sync.server import serve as sync_serve
+
+from corral.client import ActionFailed, AsyncSandboxClient, SandboxClient, check_reply, image_bytes
+from corral.errors import CorralError, UnprovenController
+from corral.sandbox import auth
+
+SECRET = auth.new_secret()
+FAILED = {"ok": False, "id": 1, "error": {"code": "unknown_key", "message": "no key 'bogus'", "field": "action.keys"}}
+
+
+def test_check_reply_passes_a_success_and_raises_a_failure() -> None:
+    ok = {"ok": True, "id": 1, "result": {}}
+    assert check_reply(ok) is ok
+    with pytest.raises(ActionFailed) as failure:
+        check_reply(FAILED)
+    assert (failure.value.code, failure.value.field, failure.value.error) == (
+        "unknown_key",
+        "action.keys",
+        FAILED["error"],
+    )
+    assert str(failure.value) == "unknown_key: no key 'bogus' (field action.keys)"
+    assert isinstance(failure.value, CorralError)
+    with pytest.raises(ActionFailed) as bare:
+        check_reply({"ok": False})
+    assert (bare.value.code, bare.value.field) == ("", None)
+
+
+def test_image_bytes_decodes_the_screenshot() -> None:
+    assert image_bytes({"screenshot": {"data": base64.b64encode(b"\x89PNG").decode()}}) == b"\x89PNG"
+
+
+def _answers(message: str | bytes) -> list[str]:
+    """A stale reply (to a request given up on earlier) first, then the real one."""
+    request = json.loads(message)
+    action = request.get("action") or {}
+    stale = json.dumps({"ok": True, "id": -1, "result": {"stale": True}})
+    if action.get("type") == "bogus":
+        return [stale, json.dumps({**FAILED, "id": request["id"]})]
+    return [stale, json.dumps({"ok": True, "id": request["id"], "result": {"echo": action}})]
+
+
+def _proving(proof: bool) -> Any:
+    def process_response(connection: Any, request: Request, response: Response) -> Response:
+        if proof:
+            nonce = auth.RequestVerifier(SECRET).verify(request.headers.get(auth.AUTH_HEADER, ""))
+            response.headers[auth.PROOF_HEADER] = auth.prove(SECRET, nonce)
+        return response
+
+    return process_response
+
+
+@pytest.fixture
+async def async_server(request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    proof = getattr(request, "param", True)
+
+    async def handler(connection: ServerConnection) -> None:
+        async for message in connection:
+            for answer in _answers(message):
+                await connection.send(answer)
+
+    async with serve(handler, "127.0.0.1", 0, process_response=_proving(proof)) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        yield f"ws://127.0.0.1:{port}/v1/ws"
+
+
+@pytest.fixture
+def sync_server(request: pytest.FixtureRequest) -> Iterator[str]:
+    proof = getattr(request, "param", True)
+
+    def handler(connection: SyncServerConnection) -> None:
+        for message in connection:
+            for answer in _answers(message):
+                connection.send(answer)
+
+    with sync_serve(handler, "127.0.0.1", 0, process_response=_proving(proof)) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        yield f"ws://127.0.0.1:{server.socket.getsockname()[1]}/v1/ws"
+        server.shutdown()
+        thread.join()
+
+
+async def test_the_async_client_matches_replies_to_requests(async_server: str) -> None:
+    async with AsyncSandboxClient(async_server, controller_secret=SECRET) as client:
+        assert await client.request({"action": {"type": "wait"}}) == {
+            "ok": True,
+            "id": 1,
+            "result": {"echo": {"type": "wait"}},
+        }
+        reply = await client.act({"type": "move", "x": 1, "y": 2}, screenshot=True)
+        assert reply == {"ok": True, "id": 2, "result": {"echo": {"type": "move", "x": 1, "y": 2}}}
+        with pytest.raises(ActionFailed, match="unknown_key"):
+            await client.act({"type": "bogus"})
+        # send_raw takes the next frame as it comes: here the stale one the server sends first.
+        assert (await client.send_raw(json.dumps({"id": 9, "action": {}})))["id"] == -1
+
+
+def test_the_sync_client_matches_replies_to_requests(sync_server: str) -> None:
+    with SandboxClient(sync_server, controller_secret=SECRET) as client:
+        assert client.request({"action": {"type": "wait"}}) == {
+            "ok": True,
+            "id": 1,
+            "result": {"echo": {"type": "wait"}},
+        }
+        assert client.act({"type": "key", "keys": "a"})["id"] == 2
+        with pytest.raises(ActionFailed, match="unknown_key"):
+            client.act({"type": "bogus"})
+        assert client.send_raw(json.dumps({"id": 9, "action": {}}))["id"] == -1
+
+
+@pytest.mark.parametrize("async_server", [False], indirect=True)
+async def test_the_async_client_believes_no_controller_without_its_proof(async_server: str) -> None:
+    with pytest.raises(UnprovenController):
+        async with AsyncSandboxClient(async_server, controller_secret=SECRET):
+            raise AssertionError("connected to an unproven controller")
+    async with AsyncSandboxClient(async_server) as client:  # through a gateway: the token is in the URL
+        assert (await client.act({"type": "wait"}))["ok"] is True
+
+
+@pytest.mark.parametrize("sync_server", [False], indirect=True)
+def test_the_sync_client_believes_no_controller_without_its_proof(sync_server: str) -> None:
+    with pytest.raises(UnprovenController), SandboxClient(sync_server, controller_secret=SECRET):
+        raise AssertionError("connected to an unproven controller")
+    with SandboxClient(sync_server) as client:
+        assert client.act({"type": "wait"})["ok"] is True
+
+
+def test_a_signed_connection_carries_the_signature() -> None:
+    seen: list[Headers] = []
+
+    def handler(connection: SyncServerConnection) -> None:
+        assert connection.request is not None
+        seen.append(connection.request.headers)
+
+    with sync_serve(handler, "127.0.0.1", 0, process_response=_proving(True)) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        with SandboxClient(f"ws://127.0.0.1:{server.socket.getsockname()[1]}/", controller_secret=SECRET):
+            pass
+        server.shutdown()
+        thread.join()
+    assert auth.RequestVerifier(SECRET).verify(seen[0][auth.AUTH_HEADER])

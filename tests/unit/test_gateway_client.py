@@ -1,0 +1,165 @@
+"""The gateway's HTTP API from the client side, over httpx's MockTransport: both clients send the
+same requests and read answers and refusals alike; where the URL and the key come from."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from corral import gateway_client
+from corral.errors import CorralError
+from corral.gateway_client import AsyncGateway, Gateway, GatewayError, calls
+
+INFO = {"id": "ses_1", "ws_url": "ws://gateway.invalid/v1/sessions/ses_1/ws", "container": "corral-ses-1"}
+FAILED = {"ok": False, "id": 1, "error": {"code": "out_of_bounds", "message": "off the screen", "field": "action.x"}}
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def _gateways(handler: Handler) -> tuple[Gateway, AsyncGateway]:
+    return (
+        Gateway("http://gateway.test", "key-1", transport=httpx.MockTransport(handler)),
+        AsyncGateway("http://gateway.test", "key-1", transport=httpx.MockTransport(handler)),
+    )
+
+
+SESSION = {"id": "ses_1", "token": "tok", "allow": ["example.test"], **INFO}
+
+
+@pytest.mark.parametrize(
+    ("use", "method", "path", "body"),
+    [
+        (lambda g: g.create_session({"allow": []}), "POST", "/v1/sessions", {"allow": []}),
+        (lambda g: g.session("ses_1"), "GET", "/v1/sessions/ses_1", None),
+        (lambda g: g.sessions(), "GET", "/v1/sessions", None),
+        (
+            lambda g: g.update_session("ses_1", ["a.test"], "report"),
+            "PATCH",
+            "/v1/sessions/ses_1",
+            {"allow": ["a.test"], "egress_mode": "report"},
+        ),
+        (lambda g: g.update_session("ses_1", []), "PATCH", "/v1/sessions/ses_1", {"allow": []}),
+        (
+            lambda g: g.act("ses_1", {"action": {"type": "wait"}}),
+            "POST",
+            "/v1/sessions/ses_1/actions",
+            {"action": {"type": "wait"}},
+        ),
+    ],
+)
+async def test_both_gateways_send_the_same_request(
+    use: Callable[[Any], Any], method: str, path: str, body: dict[str, Any] | None
+) -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"ok": True, **SESSION})
+
+    sync, twin = _gateways(handler)
+    assert use(sync) == await use(twin)
+    assert len(seen) == 2
+    for request in seen:
+        assert (request.method, request.url.path) == (method, path)
+        assert request.headers["authorization"] == "Bearer key-1"
+        assert (json.loads(request.content) if request.content else None) == body
+
+
+async def test_traffic_reads_json_lines_with_its_filters() -> None:
+    seen: list[httpx.Request] = []
+    lines = '{"seq":1,"event":"proxy"}\n\n{"seq":2,"event":"request"}\n'
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, text=lines)
+
+    sync, twin = _gateways(handler)
+    expected = [{"seq": 1, "event": "proxy"}, {"seq": 2, "event": "request"}]
+    assert sync.traffic("ses_1", host="a.test") == await twin.traffic("ses_1", host="a.test") == expected
+    assert [(r.url.path, dict(r.url.params)) for r in seen] == [("/v1/sessions/ses_1/traffic", {"host": "a.test"})] * 2
+
+
+@pytest.mark.parametrize(
+    ("answer", "status", "code", "text"),
+    [
+        (
+            {"json": {"error": {"code": "not_found", "message": "no session"}}},
+            404,
+            "not_found",
+            "404 not_found: no session",
+        ),
+        ({"text": "boom"}, 500, "http_error", "500 http_error: boom"),
+        ({"json": ["not", "an", "error"]}, 502, "http_error", '502 http_error: ["not","an","error"]'),
+    ],
+)
+async def test_a_refusal_is_a_gateway_error(answer: dict[str, Any], status: int, code: str, text: str) -> None:
+    sync, twin = _gateways(lambda request: httpx.Response(status, **answer))
+    with pytest.raises(GatewayError) as sync_error:
+        sync.session("ses_1")
+    with pytest.raises(GatewayError) as async_error:
+        await twin.session("ses_1")
+    for error in (sync_error.value, async_error.value):
+        assert (error.status, error.code, str(error)) == (status, code, text)
+        assert isinstance(error, CorralError)
+
+
+async def test_an_action_reply_is_returned_whatever_its_status_and_anything_else_is_refused() -> None:
+    failure = httpx.Response(400, json=FAILED)
+    assert calls.act("ses_1", {}).read(failure) == FAILED  # the sandbox's failure is a reply, not a refusal
+    with pytest.raises(GatewayError, match="401 unauthorized"):
+        calls.act("ses_1", {}).read(httpx.Response(401, json={"error": {"code": "unauthorized", "message": "no"}}))
+    with pytest.raises(GatewayError, match="the gateway's answer is no reply: <html>"):
+        calls.act("ses_1", {}).read(httpx.Response(200, text="<html>"))
+
+
+def test_deleting_a_session_that_is_gone_can_be_fine() -> None:
+    gone = httpx.Response(404, json={"error": {"code": "not_found", "message": "no session ses_1"}})
+    assert calls.delete_session("ses_1", missing_ok=True).read(gone) is None
+    with pytest.raises(GatewayError):
+        calls.delete_session("ses_1").read(gone)
+    assert calls.delete_upload("up_1").read(httpx.Response(500)) is None  # a clean-up never fails the caller
+
+
+def test_session_body_has_only_what_was_given() -> None:
+    assert gateway_client.session_body() == {"allow": [], "labels": {}}
+    assert gateway_client.session_body(["a.test"], (800, 600), 60, 30, {"k": "v"}, "report", "up_1") == {
+        "allow": ["a.test"],
+        "labels": {"k": "v"},
+        "viewport": {"width": 800, "height": 600},
+        "timeout_s": 60,
+        "idle_timeout_s": 30,
+        "egress_mode": "report",
+        "hermetic": "up_1",
+    }
+
+
+# -- where the gateway is, and the key ----------------------------------------------------------------------
+
+
+def test_the_url_comes_from_the_argument_then_corral_url_then_corral_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CORRAL_URL", raising=False)
+    monkeypatch.delenv("CORRAL_PORT", raising=False)
+    assert gateway_client.gateway_url() == "http://127.0.0.1:8700"
+    monkeypatch.setenv("CORRAL_PORT", "9000")
+    assert gateway_client.gateway_url() == "http://127.0.0.1:9000"
+    monkeypatch.setenv("CORRAL_URL", "http://gateway.test:1")
+    assert gateway_client.gateway_url() == "http://gateway.test:1"
+    assert gateway_client.gateway_url("http://other.test") == "http://other.test"
+
+
+def test_the_key_comes_from_corral_api_key_then_what_is_stored(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("CORRAL_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("CORRAL_API_KEY", " , first ,second")
+    assert gateway_client.api_key() == "first"  # the first of the list, as the gateway reads it
+    monkeypatch.delenv("CORRAL_API_KEY")
+    with pytest.raises(CorralError, match="no API key"):
+        gateway_client.api_key()
+    (tmp_path / "api_key").write_text("stored-key\n")
+    assert gateway_client.api_key() == "stored-key"
+    assert gateway_client.api_key(stored=lambda: "the compose gateway's") == "the compose gateway's"
+    assert Gateway("http://gateway.test")._http.headers["authorization"] == "Bearer stored-key"
