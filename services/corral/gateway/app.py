@@ -37,7 +37,7 @@ from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
 from corral.gateway.viewer import VIEWER_HEADERS, viewer_page
 from corral.proxy import traffic
-from corral.runtime.docker import DockerRuntime
+from corral.runtime import SandboxRuntime, open_runtime
 
 log = logging.getLogger(__name__)
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -219,7 +219,7 @@ def _out(conn: HTTPConnection, session: Session) -> dict[str, Any]:
     }
 
 
-def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime | None = None) -> FastAPI:
+def create_app(settings: GatewaySettings | None = None, runtime: SandboxRuntime | None = None) -> FastAPI:
     settings = settings or GatewaySettings()
 
     @asynccontextmanager
@@ -228,9 +228,11 @@ def create_app(settings: GatewaySettings | None = None, runtime: DockerRuntime |
         app.state.keys = auth.KeyRing(keys)
         app.state.max_body = settings.max_body_kb << 10
         app.state.metrics = Metrics()
-        docker_runtime = runtime if runtime is not None else await asyncio.to_thread(DockerRuntime)
+        chosen = runtime
+        if chosen is None:  # the driver CORRAL_RUNTIME names; an unknown one stops the start here
+            chosen = await asyncio.to_thread(open_runtime, settings.runtime, proxy_uid=settings.egress_uid)
         app.state.manager = SessionManager(
-            settings, docker_runtime, SessionStore(settings.data_dir), on_claim=app.state.metrics.claimed
+            settings, chosen, SessionStore(settings.data_dir), on_claim=app.state.metrics.claimed
         )
         app.state.http = httpx.AsyncClient(timeout=httpx.Timeout(660.0, connect=10.0))
         await app.state.manager.start()

@@ -22,9 +22,9 @@ from corral.gateway.models import CreateSession
 from corral.gateway.sessions import SessionManager
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
-from corral.runtime.docker import SandboxContainer, SandboxSpec
+from corral.runtime import SandboxAddress, SandboxSpec
 
-from .test_sessions import FakeRuntime
+from ..runtime.fake import FakeRuntime
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # starlette's note about httpx, on import
@@ -42,9 +42,9 @@ def _closed_port() -> int:
 class LoopbackRuntime(FakeRuntime):
     """Sandboxes "at" a closed loopback port: a relay that gets past auth fails to connect, harmlessly."""
 
-    def start_sandbox(self, spec: SandboxSpec) -> SandboxContainer:
+    def start_sandbox(self, spec: SandboxSpec) -> SandboxAddress:
         box = super().start_sandbox(spec)
-        moved = SandboxContainer(box.id, box.name, "127.0.0.1", _closed_port())
+        moved = SandboxAddress(box.id, box.name, "127.0.0.1", _closed_port())
         self.running[box.id] = (moved, self.running[box.id][1])
         return moved
 
@@ -53,11 +53,11 @@ class LoopbackRuntime(FakeRuntime):
 def app(tmp_path: Path) -> FastAPI:
     """The app with its state set by hand (no lifespan, no Docker)."""
     settings = GatewaySettings(data_dir=tmp_path, api_key=KEY, egress=False, record=False, max_body_kb=64)
-    app = create_app(settings, runtime=LoopbackRuntime())  # type: ignore[arg-type]
+    app = create_app(settings, runtime=LoopbackRuntime())
     app.state.keys = auth.KeyRing([KEY])
     app.state.metrics = Metrics()
     app.state.max_body = settings.max_body_kb << 10
-    app.state.manager = SessionManager(settings, LoopbackRuntime(), SessionStore(tmp_path))  # type: ignore[arg-type]
+    app.state.manager = SessionManager(settings, LoopbackRuntime(), SessionStore(tmp_path))
     return app
 
 
@@ -137,10 +137,8 @@ def _ws_close(client: TestClient, path: str, headers: dict[str, str] | None = No
 
 
 @pytest.fixture()
-def live(app: FastAPI, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[TestClient, str, str]]:
+def live(app: FastAPI) -> Iterator[tuple[TestClient, str, str]]:
     """A session made through the API (TestClient runs the app's lifespan with the fake runtime)."""
-    monkeypatch.setattr("corral.runtime.hostguard.install", lambda interface: True)
-    monkeypatch.setattr("corral.runtime.hostguard.remove_stale", lambda: [])
     with TestClient(app) as client:
         created = client.post("/v1/sessions", json={}, headers={"authorization": f"Bearer {KEY}"}).json()
         yield client, created["id"], created["token"]

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -13,86 +11,9 @@ from corral.gateway.models import CreateSession
 from corral.gateway.sessions import GATEWAY_LABEL, KIND_LABEL, SANDBOX_EXITED, SessionManager, SessionNotFound
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
-from corral.runtime.docker import ExitInfo, SandboxContainer, SandboxInfo, SandboxSpec, SessionNetwork
+from corral.runtime import ExitInfo, SandboxSpec, SessionNetwork
 
-
-@pytest.fixture(autouse=True)
-def _no_iptables(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The host guard is iptables on the real host: never touched by unit tests."""
-    removed: list[str] = []
-    monkeypatch.setattr("corral.runtime.hostguard.install", lambda interface: True)
-    monkeypatch.setattr("corral.runtime.hostguard.remove", removed.append)
-    monkeypatch.setattr("corral.runtime.hostguard.remove_stale", lambda: [])
-    yield removed
-
-
-class FakeRuntime:
-    def __init__(self, start_delay_s: float = 0.0) -> None:
-        self.running: dict[str, tuple[SandboxContainer, dict[str, str]]] = {}
-        self.exited: dict[str, ExitInfo] = {}  # container id -> how it died (still listed, not running)
-        self.networks: dict[str, SessionNetwork] = {}
-        self.network_labels: dict[str, dict[str, str]] = {}
-        self.fail_remove = False
-        self.start_delay_s = start_delay_s
-        self._n = 0
-
-    def ensure_network(self, name: str) -> None:
-        pass
-
-    def bridge(self, name: str) -> tuple[str, str]:
-        return "br-fake", "10.99.0.1"
-
-    def start_sandbox(self, spec: SandboxSpec) -> SandboxContainer:
-        time.sleep(self.start_delay_s)
-        self._n += 1
-        box = SandboxContainer(f"c{self._n}", spec.name or f"c{self._n}", f"10.99.0.{self._n + 1}", 8765)
-        self.running[box.id] = (box, dict(spec.labels or {}))
-        return box
-
-    def wait_ready(self, sandbox: SandboxContainer, timeout_s: float = 60.0) -> float:
-        return 0.0
-
-    def list_sandboxes(self, labels: Mapping[str, str] | None = None) -> list[SandboxInfo]:
-        wanted = dict(labels or {})
-        return [
-            SandboxInfo(box.id, box.name, lab, True, box)
-            for box, lab in self.running.values()
-            if all(lab.get(k) == v for k, v in wanted.items())
-        ]
-
-    def remove(self, ident: str) -> None:
-        if self.fail_remove:
-            raise RuntimeError("docker said no")
-        self.running.pop(ident, None)
-        self.exited.pop(ident, None)
-
-    def die(self, ident: str, info: ExitInfo) -> None:
-        self.exited[ident] = info
-
-    def sandbox_states(self, labels: Mapping[str, str]) -> dict[str, str]:
-        return {
-            box.id: ("exited" if box.id in self.exited else "running")
-            for box, lab in self.running.values()
-            if all(lab.get(k) == v for k, v in labels.items())
-        }
-
-    def exit_info(self, ident: str) -> ExitInfo | None:
-        if ident not in self.running:
-            return ExitInfo("gone", None, False)
-        return self.exited.get(ident)
-
-    def container_states(self, labels: Mapping[str, str]) -> dict[str, str]:
-        return {}
-
-    def session_networks(self, labels: Mapping[str, str]) -> list[SessionNetwork]:
-        return [
-            net
-            for name, net in self.networks.items()
-            if all(self.network_labels[name].get(k) == v for k, v in labels.items())
-        ]
-
-    def remove_network(self, name: str) -> None:
-        self.networks.pop(name, None)
+from ..runtime.fake import FakeRuntime
 
 
 def _manager(tmp_path: Path, runtime: FakeRuntime, **settings: object) -> SessionManager:
@@ -105,11 +26,10 @@ def _manager(tmp_path: Path, runtime: FakeRuntime, **settings: object) -> Sessio
         "record": False,
     }
     values.update(settings)
-    return SessionManager(GatewaySettings(**values), runtime, SessionStore(tmp_path))  # type: ignore[arg-type]
+    return SessionManager(GatewaySettings(**values), runtime, SessionStore(tmp_path))
 
 
-def test_a_failed_removal_keeps_the_session_and_its_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("corral.runtime.hostguard.install", lambda interface: True)
+def test_a_failed_removal_keeps_the_session_and_its_record(tmp_path: Path) -> None:
     runtime = FakeRuntime()
 
     async def scenario() -> None:
@@ -131,8 +51,7 @@ def test_a_failed_removal_keeps_the_session_and_its_record(tmp_path: Path, monke
     asyncio.run(scenario())
 
 
-def test_recovery_never_hands_out_an_unowned_container(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("corral.runtime.hostguard.install", lambda interface: True)
+def test_recovery_never_hands_out_an_unowned_container(tmp_path: Path) -> None:
     runtime = FakeRuntime()
     # A pool container whose session record was lost: it may hold another key's cookies.
     used = runtime.start_sandbox(SandboxSpec(name="used", labels={GATEWAY_LABEL: "t", KIND_LABEL: "pool"}))
@@ -147,8 +66,7 @@ def test_recovery_never_hands_out_an_unowned_container(tmp_path: Path, monkeypat
     asyncio.run(scenario())
 
 
-def test_idle_reaping_waits_for_an_action_in_flight(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("corral.runtime.hostguard.install", lambda interface: True)
+def test_idle_reaping_waits_for_an_action_in_flight(tmp_path: Path) -> None:
     runtime = FakeRuntime()
 
     async def scenario() -> None:
@@ -301,13 +219,15 @@ async def test_the_relay_hook_ends_a_dead_session_before_the_reaper(tmp_path: Pa
         await manager.stop()
 
 
-async def test_start_removes_this_instances_orphan_session_networks(tmp_path: Path, _no_iptables: list[str]) -> None:
+async def test_start_removes_this_instances_orphan_session_networks(tmp_path: Path) -> None:
     runtime = FakeRuntime()
     for name, instance in (("corral-net-ses_orphan", "t"), ("corral-net-ses_other", "another-gateway")):
-        runtime.networks[name] = SessionNetwork(name, "10.213.0.0/28", "10.213.0.1", f"br-{name[-6:]}")
+        runtime.networks[name] = SessionNetwork(name, "10.213.0.0/28", "10.213.0.1")
         runtime.network_labels[name] = {GATEWAY_LABEL: instance}
+        runtime.guarded.add(name)
     manager = _manager(tmp_path, runtime)
     await manager.start()
     await manager.stop()
     assert list(runtime.networks) == ["corral-net-ses_other"]  # another gateway's stays
-    assert _no_iptables == ["br-orphan"]  # and the orphan's host-guard rules went with it
+    # and the orphan's host guard went with it (removing a session network removes its guard)
+    assert "corral-net-ses_orphan" not in runtime.guarded and "corral-net-ses_other" in runtime.guarded
