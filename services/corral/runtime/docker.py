@@ -160,58 +160,9 @@ class DockerRuntime:
     # -- sandboxes -------------------------------------------------------------------------------------
 
     def start_sandbox(self, spec: SandboxSpec) -> SandboxAddress:
-        labels = {SANDBOX_LABEL: SANDBOX_ROLE, **(spec.labels or {})}
-        # Boot runs as root to set the firewall (the agent uid's rules always, egress with a proxy), write
-        # the controller's secret (CHOWN) and trust, then drops to corral keeping only SETUID, SETGID
-        # and SETPCAP for the supervisor, which starts every child with none (corral.sandbox.boot).
-        caps = ["SETUID", "SETGID", "SETPCAP", "CHOWN", "NET_ADMIN", "NET_RAW"]
-        # A sandbox Corral starts never runs without its inner boundary (corral.sandbox.boot).
-        environment = {
-            "CORRAL_SCREEN": spec.screen,
-            "CORRAL_INNER_BOUNDARY": "required",
-            **self._session_environment(spec.session_network),
-            **(spec.environment or {}),
-        }
-        network = spec.session_network.name if spec.session_network is not None else spec.network
-        placement: dict[str, Any] = (
-            {"network": network} if network else {"ports": {f"{CONTROLLER_PORT}/tcp": ("127.0.0.1", spec.host_port)}}
-        )
         self._hand_to_controller(spec.files or {})
         try:
-            container: Container = self._client.containers.run(
-                spec.image,
-                detach=True,
-                name=spec.name,
-                labels=labels,
-                environment=environment,
-                **placement,
-                # Hardened by default: no capabilities once booted, no privilege gain, read-only root,
-                # bounded resources.
-                user="root",
-                cap_drop=["ALL"],
-                cap_add=caps,
-                security_opt=["no-new-privileges"],
-                read_only=True,
-                tmpfs={
-                    "/tmp": f"rw,nosuid,nodev,size={spec.tmp_size},mode=1777",
-                    "/home/corral": "rw,nosuid,nodev,size=64m,uid=1000,gid=1000,mode=0700",
-                    "/home/agent": f"rw,nosuid,nodev,size=512m,uid={AGENT_UID},gid={AGENT_UID},mode=0700",
-                    "/run": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
-                    "/etc/ssl/certs": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
-                },
-                volumes={host: {"bind": inside, "mode": "ro"} for host, inside in (spec.files or {}).items()},
-                shm_size=spec.shm_size,
-                mem_limit=spec.memory,
-                memswap_limit=spec.memory,
-                nano_cpus=int(spec.cpus * 1e9),
-                pids_limit=spec.pids,
-                init=False,  # the image runs tini itself
-                # Docker runs a healthcheck as the container's user (root, for the boot stage) with the
-                # sandbox user's home as its working directory: never. The gateway polls /healthz itself.
-                healthcheck={"test": ["NONE"]},
-                log_config=LOG_CONFIG,
-                runtime=spec.runtime,
-            )
+            container: Container = self._client.containers.run(spec.image, detach=True, **self._sandbox_options(spec))
         except docker.errors.ImageNotFound:
             raise SandboxError(f"image {spec.image} not found; build it with `corral images build`") from None
         except docker.errors.APIError as exc:
@@ -230,6 +181,54 @@ class DockerRuntime:
         except SandboxError:
             container.remove(force=True)
             raise
+
+    def _sandbox_options(self, spec: SandboxSpec) -> dict[str, Any]:
+        """``containers.run``'s options for a sandbox: hardened by default (no capabilities once
+        booted, no privilege gain, read-only root, bounded resources)."""
+        # Boot runs as root to set the firewall (the agent uid's rules always, egress with a proxy), write
+        # the controller's secret (CHOWN) and trust, then drops to corral keeping only SETUID, SETGID
+        # and SETPCAP for the supervisor, which starts every child with none (corral.sandbox.boot).
+        caps = ["SETUID", "SETGID", "SETPCAP", "CHOWN", "NET_ADMIN", "NET_RAW"]
+        network = spec.session_network.name if spec.session_network is not None else spec.network
+        placement: dict[str, Any] = (
+            {"network": network} if network else {"ports": {f"{CONTROLLER_PORT}/tcp": ("127.0.0.1", spec.host_port)}}
+        )
+        return {
+            "name": spec.name,
+            "labels": {SANDBOX_LABEL: SANDBOX_ROLE, **(spec.labels or {})},
+            # A sandbox Corral starts never runs without its inner boundary (corral.sandbox.boot).
+            "environment": {
+                "CORRAL_SCREEN": spec.screen,
+                "CORRAL_INNER_BOUNDARY": "required",
+                **self._session_environment(spec.session_network),
+                **(spec.environment or {}),
+            },
+            **placement,
+            "user": "root",
+            "cap_drop": ["ALL"],
+            "cap_add": caps,
+            "security_opt": ["no-new-privileges"],
+            "read_only": True,
+            "tmpfs": {
+                "/tmp": f"rw,nosuid,nodev,size={spec.tmp_size},mode=1777",
+                "/home/corral": "rw,nosuid,nodev,size=64m,uid=1000,gid=1000,mode=0700",
+                "/home/agent": f"rw,nosuid,nodev,size=512m,uid={AGENT_UID},gid={AGENT_UID},mode=0700",
+                "/run": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
+                "/etc/ssl/certs": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
+            },
+            "volumes": {host: {"bind": inside, "mode": "ro"} for host, inside in (spec.files or {}).items()},
+            "shm_size": spec.shm_size,
+            "mem_limit": spec.memory,
+            "memswap_limit": spec.memory,
+            "nano_cpus": int(spec.cpus * 1e9),
+            "pids_limit": spec.pids,
+            "init": False,  # the image runs tini itself
+            # Docker runs a healthcheck as the container's user (root, for the boot stage) with the
+            # sandbox user's home as its working directory: never. The gateway polls /healthz itself.
+            "healthcheck": {"test": ["NONE"]},
+            "log_config": LOG_CONFIG,
+            "runtime": spec.runtime,
+        }
 
     @staticmethod
     def _session_environment(network: SessionNetwork | None) -> dict[str, str]:
@@ -448,38 +447,9 @@ class DockerRuntime:
         spec.state_dir.mkdir(parents=True, exist_ok=True)
         if self.proxy_uid != os.geteuid():
             hand_over(spec.state_dir, self.proxy_uid)
-        name = proxy_name(spec.session_id)
-        session_net = spec.network.name
-        # Never Docker's default bridge: the first network is named, with the alias if it is the session's.
-        first = spec.egress_network or session_net
-        endpoint = (
-            None
-            if spec.egress_network
-            else {session_net: self._client.api.create_endpoint_config(aliases=[PROXY_ALIAS])}
-        )
+        name, session_net = proxy_name(spec.session_id), spec.network.name
         try:
-            container: Container = self._client.containers.create(
-                spec.image,
-                name=name,
-                labels={SANDBOX_LABEL: EGRESS_ROLE, **(spec.labels or {}), SESSION_LABEL: spec.session_id},
-                environment={"CORRAL_SESSION_NET": spec.network.subnet, **(spec.environment or {})},
-                network=first,
-                networking_config=endpoint,
-                volumes={str(spec.state_dir): {"bind": EGRESS_STATE, "mode": "rw"}},
-                user=f"{self.proxy_uid}:{self.proxy_uid}",
-                log_config=LOG_CONFIG,
-                cap_drop=["ALL"],
-                security_opt=["no-new-privileges"],
-                read_only=True,
-                tmpfs={"/tmp": "rw,nosuid,nodev,size=64m,mode=1777"},
-                mem_limit=spec.memory,
-                memswap_limit=spec.memory,
-                nano_cpus=int(spec.cpus * 1e9),
-                pids_limit=spec.pids,
-                # A crashed proxy comes straight back (the gateway's watchdog covers the rest).
-                restart_policy={"Name": "on-failure"},
-                init=False,
-            )
+            container: Container = self._client.containers.create(spec.image, **self._proxy_options(spec, name))
             if spec.egress_network:
                 self._client.networks.get(session_net).connect(container, aliases=[PROXY_ALIAS])
             container.start()
@@ -494,6 +464,37 @@ class DockerRuntime:
             container.remove(force=True)
             raise SandboxError(f"egress proxy {name} has no address on {session_net}")
         return ProxyAddress(container.id, container.name, address)
+
+    def _proxy_options(self, spec: ProxySpec, name: str) -> dict[str, Any]:
+        """``containers.create``'s options for a proxy: its own uid, no capabilities, read-only root."""
+        session_net = spec.network.name
+        # Never Docker's default bridge: the first network is named, with the alias if it is the session's.
+        endpoint = (
+            None
+            if spec.egress_network
+            else {session_net: self._client.api.create_endpoint_config(aliases=[PROXY_ALIAS])}
+        )
+        return {
+            "name": name,
+            "labels": {SANDBOX_LABEL: EGRESS_ROLE, **(spec.labels or {}), SESSION_LABEL: spec.session_id},
+            "environment": {"CORRAL_SESSION_NET": spec.network.subnet, **(spec.environment or {})},
+            "network": spec.egress_network or session_net,
+            "networking_config": endpoint,
+            "volumes": {str(spec.state_dir): {"bind": EGRESS_STATE, "mode": "rw"}},
+            "user": f"{self.proxy_uid}:{self.proxy_uid}",
+            "log_config": LOG_CONFIG,
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "read_only": True,
+            "tmpfs": {"/tmp": "rw,nosuid,nodev,size=64m,mode=1777"},
+            "mem_limit": spec.memory,
+            "memswap_limit": spec.memory,
+            "nano_cpus": int(spec.cpus * 1e9),
+            "pids_limit": spec.pids,
+            # A crashed proxy comes straight back (the gateway's watchdog covers the rest).
+            "restart_policy": {"Name": "on-failure"},
+            "init": False,
+        }
 
     def proxy_states(self, labels: Mapping[str, str]) -> dict[str, State]:
         """Session id -> state of every proxy with ``labels``, from one listing."""
