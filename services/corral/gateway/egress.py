@@ -38,7 +38,7 @@ from corral.gateway.store import copy_private, private_dir, session_dir, write_j
 from corral.proxy import audit, ca, control
 from corral.proxy.control import AUDIT_FILE, POLICY_FILE, REPLAY_FILE, RESPONSES_FILE
 from corral.proxy.policy import parse_rule
-from corral.runtime import PROXY_BUSY_STATES, SESSION_LABEL, ProxySpec, SandboxRuntime, SessionNetwork, State
+from corral.runtime import SESSION_LABEL, ProxySpec, SandboxRuntime, SessionNetwork, State
 from corral.sandbox import auth as sandbox_auth
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,8 @@ REASSERT_ACTOR = "gateway:reassert"  # the actor of a policy the gateway sets ag
 POLL_TIMEOUT_S = 2.0
 # A proxy in one of these (or gone) while the gateway waits for it to come up never will.
 PROXY_FAILED_STATES: frozenset[State | None] = frozenset({"exited", "dead", "restarting", None})
+# A proxy in one of these is left alone by the watchdog (up, or on its way up or out).
+PROXY_BUSY_STATES: frozenset[State] = frozenset({"running", "restarting", "created", "removing"})
 
 
 class ReplayUnreadable(CorralError):
@@ -86,10 +88,6 @@ class Egress:
     @property
     def audit_path(self) -> Path:
         return Path(self.state_dir) / AUDIT_FILE
-
-    @property
-    def session_network(self) -> SessionNetwork:
-        return SessionNetwork(self.network, self.subnet, self.gateway)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,6 @@ from typing import Protocol
 from corral.errors import SandboxError
 from corral.runtime.types import (
     ALIVE_STATES,
-    PROXY_BUSY_STATES,
     SESSION_LABEL,
     ExitInfo,
     ProxyAddress,
@@ -27,7 +26,6 @@ from corral.runtime.types import (
 __all__ = [
     "ALIVE_STATES",
     "DRIVERS",
-    "PROXY_BUSY_STATES",
     "SESSION_LABEL",
     "ExitInfo",
     "ProxyAddress",

@@ -18,8 +18,6 @@ SESSION_LABEL = "corral.session"
 State = Literal["created", "running", "paused", "restarting", "removing", "exited", "dead"]
 # A sandbox in one of these still counts as alive: its session goes on.
 ALIVE_STATES: frozenset[State] = frozenset({"running", "paused", "restarting", "created"})
-# A proxy in one of these is left alone by the watchdog (up, or on its way up or out).
-PROXY_BUSY_STATES: frozenset[State] = frozenset({"running", "restarting", "created", "removing"})
 
 
 @dataclass(frozen=True, slots=True)
