@@ -46,6 +46,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the tests' PKI for the upstream
 
+from tests.integration.dockerutil import DockerHarness  # noqa: E402
 from tests.integration.egress_fixtures import UPSTREAM_NAMES, write_test_pki  # noqa: E402
 
 from corral import images  # noqa: E402
@@ -54,7 +55,7 @@ from corral.gateway.settings import GatewaySettings  # noqa: E402
 from corral.proxy import audit, ca  # noqa: E402
 from corral.proxy.flowfile import FlowFile, check  # noqa: E402
 from corral.proxy.sidecar import PROXY_PORT, mitmdump_argv  # noqa: E402
-from corral.runtime.docker import DockerRuntime, EgressSpec, SessionNetwork  # noqa: E402
+from corral.runtime import ProxySpec, SessionNetwork  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 HOST = "allowed.test"
@@ -379,7 +380,7 @@ def wait_for(what: str, probe: Callable[[], object], timeout_s: float = 60.0) ->
             time.sleep(0.2)
 
 
-def start_upstream(runtime: DockerRuntime, tag: str, network: str, directory: Path, labels: dict[str, str]) -> str:
+def start_upstream(runtime: DockerHarness, tag: str, network: str, directory: Path, labels: dict[str, str]) -> str:
     """The bench's upstream (HTTP :80, HTTPS :443 for any .test name, leaf from the tests' PKI)."""
     name = f"corral-bench-upstream-{tag}"
     (directory / "server.py").write_text(UPSTREAM)
@@ -413,9 +414,9 @@ def bare_argv(state: Path) -> list[str]:
     return out
 
 
-def start_bare(runtime: DockerRuntime, tag: str, network: str, state: Path, labels: dict[str, str]) -> str:
+def start_bare(runtime: DockerHarness, tag: str, network: str, state: Path, labels: dict[str, str]) -> str:
     """Bare mitmdump from the sidecar's image, with the sidecar's CPU and memory limits."""
-    spec = EgressSpec("", state, SessionNetwork("", "", "", ""), network)  # only for its defaults
+    spec = ProxySpec("", SessionNetwork("", "", ""), state, network)  # only for its defaults
     return runtime.start_service(
         f"corral-bench-mitmdump-{tag}",
         spec.image,
@@ -461,7 +462,7 @@ def main() -> int:
     load_before = os.getloadavg()[0]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still clean up when killed
 
-    runtime = DockerRuntime()
+    runtime = DockerHarness()
     tag = f"{os.getpid()}-{secrets.token_hex(3)}"
     labels = {"corral.bench": tag}
     tmp = Path(tempfile.mkdtemp(prefix="corral-bench-egress-"))
@@ -554,7 +555,7 @@ def main() -> int:
         chain = audit.verify(egress.audit_path)
         version = next((str(r.get("version")) for r in records if r["event"] == "proxy"), "?")
         # And kept every answer for hermetic replays (the proxy flushes its queue when it stops).
-        runtime.stop(egress.proxy_id)
+        runtime.stop(egress.proxy_id)  # behind the manager's back: its teardown comes at the end
         responses = manager.responses_path(session)
         kept = check(responses.read_bytes()) if responses.exists() else FlowFile(0, 0, False)
         audit_ok = (

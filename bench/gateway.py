@@ -23,7 +23,9 @@ import httpx
 from corral.client import SandboxClient
 from corral.gateway.server import running
 from corral.gateway.settings import GatewaySettings
-from corral.runtime.docker import DockerRuntime
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for what the bench does to Docker beside the runtime
+from tests.integration.dockerutil import DockerHarness
 
 RESULTS = Path(__file__).resolve().parent / "results"
 KEY = "bench-key"
@@ -90,7 +92,7 @@ def cold_start_times(http: httpx.Client, samples: int) -> list[float]:
     return out
 
 
-def idle_pss(http: httpx.Client, runtime: DockerRuntime) -> dict[str, float]:
+def idle_pss(http: httpx.Client, runtime: DockerHarness) -> dict[str, float]:
     created = http.post("/v1/sessions", json={}).json()
     with SandboxClient(f"{created['ws_url']}?token={created['token']}") as sb:
         sb.act({"type": "navigate", "url": "data:text/html,<h1>one idle page</h1>"})
@@ -171,7 +173,7 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--max-concurrent", type=int, default=16)
     args = parser.parse_args()
-    runtime = DockerRuntime()
+    runtime = DockerHarness()
     instance = f"bench-{os.getpid()}"
     settings = GatewaySettings(
         port=free_port(),

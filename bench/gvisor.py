@@ -24,7 +24,10 @@ from pathlib import Path
 import docker
 
 from corral.client import SandboxClient
-from corral.runtime.docker import DockerRuntime, SandboxContainer, SandboxSpec
+from corral.runtime import SandboxAddress, SandboxSpec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for what the bench does to Docker beside the runtime
+from tests.integration.dockerutil import DockerHarness
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RUNTIMES: dict[str, str | None] = {"runc": None, "runsc": "runsc"}
@@ -34,7 +37,7 @@ PAGE = "data:text/html;charset=utf-8," + urllib.parse.quote(
 )
 
 
-def first_screenshot(sandbox: SandboxContainer, deadline_s: float) -> None:
+def first_screenshot(sandbox: SandboxAddress, deadline_s: float) -> None:
     deadline = time.monotonic() + deadline_s
     while True:
         try:
@@ -48,8 +51,8 @@ def first_screenshot(sandbox: SandboxContainer, deadline_s: float) -> None:
 
 
 def cold_start(
-    runtime: DockerRuntime, image: str, name: str, oci: str | None
-) -> tuple[SandboxContainer, dict[str, float]]:
+    runtime: DockerHarness, image: str, name: str, oci: str | None
+) -> tuple[SandboxAddress, dict[str, float]]:
     start = time.monotonic()
     sandbox = runtime.start_sandbox(SandboxSpec(image=image, name=name, runtime=oci, labels={"corral.test": "1"}))
     started = time.monotonic() - start
@@ -89,7 +92,7 @@ def memory(client: docker.DockerClient, container_id: str) -> dict[str, float]:
     return {"docker_stats_mib": usage / 2**20, "pss_mib": pss / 2**20}
 
 
-def inspect(runtime: DockerRuntime, sandbox: SandboxContainer) -> dict[str, object]:
+def inspect(runtime: DockerHarness, sandbox: SandboxAddress) -> dict[str, object]:
     logs = runtime.logs(sandbox.id, 400)
     _, users = runtime.exec(sandbox.id, ["ps", "-eo", "user=,comm="], user="root")
     chromium_users = sorted({line.split()[0] for line in users.splitlines() if "chromium" in line})
@@ -107,7 +110,7 @@ def main() -> int:
     parser.add_argument("--image", default=os.environ.get("CORRAL_IMAGE", "corral-desktop:latest"))
     args = parser.parse_args()
 
-    runtime = DockerRuntime()
+    runtime = DockerHarness()
     api = docker.from_env()
     if "runsc" not in (api.info().get("Runtimes") or {}):
         print("runsc is not registered with dockerd (docs/gvisor.md)", file=sys.stderr)
@@ -118,7 +121,7 @@ def main() -> int:
     checks: dict[str, dict[str, object]] = {}
     for round_no in range(args.rounds):
         order = list(RUNTIMES) if round_no % 2 == 0 else list(reversed(RUNTIMES))
-        sandboxes: dict[str, SandboxContainer] = {}
+        sandboxes: dict[str, SandboxAddress] = {}
         try:
             for kind in order:
                 name = f"corral-gvisor-bench-{kind}-{os.getpid()}-{round_no}"

@@ -26,7 +26,10 @@ from PIL import Image
 
 from corral import images
 from corral.client import SandboxClient
-from corral.runtime.docker import DockerRuntime, SandboxContainer, SandboxSpec
+from corral.runtime import SandboxAddress, SandboxSpec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for what the bench does to Docker beside the runtime
+from tests.integration.dockerutil import DockerHarness
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -122,7 +125,7 @@ def measure_settle(client: SandboxClient, samples: int) -> tuple[list[float], li
     return settled, fixed, correct, fixed_correct
 
 
-def baseline(runtime: DockerRuntime, sandbox: SandboxContainer, samples: int) -> dict[str, list[float]]:
+def baseline(runtime: DockerHarness, sandbox: SandboxAddress, samples: int) -> dict[str, list[float]]:
     code, out = runtime.exec(sandbox.id, ["python", "-c", BASELINE, str(samples)])
     if code != 0:
         raise RuntimeError(f"baseline failed: {out}")
@@ -146,7 +149,7 @@ def main() -> int:
     parser.add_argument("--baseline-samples", type=int, default=20)
     args = parser.parse_args()
 
-    runtime = DockerRuntime()
+    runtime = DockerHarness()
     name = f"corral-bench-{os.getpid()}"
     sandbox = runtime.start_sandbox(SandboxSpec(image=images.DESKTOP_IMAGE, name=name))
     try:

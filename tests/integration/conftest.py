@@ -21,16 +21,19 @@ from PIL import Image, ImageChops
 
 from corral import images
 from corral.client import SandboxClient
-from corral.runtime.docker import DockerRuntime, SandboxContainer, SandboxSpec
+from corral.runtime import SandboxAddress, SandboxSpec
+
+from .dockerutil import DockerHarness
 
 
 @pytest.fixture(scope="session")
-def runtime() -> DockerRuntime:
-    return DockerRuntime()
+def runtime() -> DockerHarness:
+    """The Docker driver, with what only tests do to Docker beside it (dockerutil.py)."""
+    return DockerHarness()
 
 
 @pytest.fixture(scope="session")
-def desktop_image(runtime: DockerRuntime) -> str:
+def desktop_image(runtime: DockerHarness) -> str:
     if os.environ.get("CORRAL_SKIP_BUILD") == "1" and runtime.image_exists(images.DESKTOP_IMAGE):
         return images.DESKTOP_IMAGE
     return images.build_desktop(runtime, lambda line: None)
@@ -41,20 +44,20 @@ def _remove_test_networks() -> Iterator[None]:
     """The networks this run made (their names end in its pid) go when it ends."""
     yield
     with contextlib.suppress(Exception):  # no engine, nothing to clean
-        runtime = DockerRuntime()
+        runtime = DockerHarness()
         for name in runtime.network_names():
             if name.startswith("corral-") and name.endswith(f"-{os.getpid()}"):
                 runtime.remove_network(name)
 
 
 @pytest.fixture(scope="session")
-def egress_image(runtime: DockerRuntime) -> str:
+def egress_image(runtime: DockerHarness) -> str:
     if os.environ.get("CORRAL_SKIP_BUILD") == "1" and runtime.image_exists(images.EGRESS_IMAGE):
         return images.EGRESS_IMAGE
     return images.build_egress(runtime, lambda line: None)
 
 
-def _start(runtime: DockerRuntime, image: str, name: str) -> SandboxContainer:
+def _start(runtime: DockerHarness, image: str, name: str) -> SandboxAddress:
     runtime.remove(name)
     sandbox = runtime.start_sandbox(SandboxSpec(image=image, name=name, labels={"corral.test": "1"}))
     runtime.wait_ready(sandbox, timeout_s=90)
@@ -62,14 +65,14 @@ def _start(runtime: DockerRuntime, image: str, name: str) -> SandboxContainer:
 
 
 @pytest.fixture(scope="session")
-def sandbox(runtime: DockerRuntime, desktop_image: str) -> Iterator[SandboxContainer]:
+def sandbox(runtime: DockerHarness, desktop_image: str) -> Iterator[SandboxAddress]:
     box = _start(runtime, desktop_image, f"corral-it-{os.getpid()}")
     yield box
     runtime.remove(box.id)
 
 
 @pytest.fixture()
-def spare_sandbox(runtime: DockerRuntime, desktop_image: str) -> Iterator[SandboxContainer]:
+def spare_sandbox(runtime: DockerHarness, desktop_image: str) -> Iterator[SandboxAddress]:
     """A sandbox of its own, for tests that break things."""
     box = _start(runtime, desktop_image, f"corral-it-spare-{os.getpid()}")
     yield box
@@ -77,7 +80,7 @@ def spare_sandbox(runtime: DockerRuntime, desktop_image: str) -> Iterator[Sandbo
 
 
 @pytest.fixture()
-def client(sandbox: SandboxContainer) -> Iterator[SandboxClient]:
+def client(sandbox: SandboxAddress) -> Iterator[SandboxClient]:
     with SandboxClient(sandbox.ws_url, controller_secret=sandbox.secret) as c:
         yield c
 

@@ -19,8 +19,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from corral import images
-from corral.runtime.docker import DockerRuntime
 
+from .dockerutil import DockerHarness
 from .gateway_fixtures import RunningGateway, gateway
 
 UPSTREAM_NAMES = ["allowed.test", "other.test", "api.allowed.test", "doh.test", "slow.test"]
@@ -33,11 +33,11 @@ class Upstream:
     network: str
     ca_path: Path
 
-    def hits(self, runtime: DockerRuntime) -> list[dict[str, object]]:
+    def hits(self, runtime: DockerHarness) -> list[dict[str, object]]:
         lines = runtime.logs(self.name, 2000).splitlines()
         return [json.loads(line[4:]) for line in lines if line.startswith("HIT ")]
 
-    def udp_hits(self, runtime: DockerRuntime) -> list[str]:
+    def udp_hits(self, runtime: DockerHarness) -> list[str]:
         return [line for line in runtime.logs(self.name, 2000).splitlines() if line.startswith("UDP ")]
 
 
@@ -84,7 +84,7 @@ def write_test_pki(directory: Path) -> tuple[Path, Path, Path]:
     return ca_path, leaf_path, key_path
 
 
-def start_upstream(runtime: DockerRuntime, directory: Path, network: str) -> Iterator[Upstream]:
+def start_upstream(runtime: DockerHarness, directory: Path, network: str) -> Iterator[Upstream]:
     runtime.ensure_egress_network(network)
     ca_path, leaf, _ = write_test_pki(directory / "pki")
     script = Path(__file__).parent / "upstream" / "server.py"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from corral.client import SandboxClient
-from corral.runtime.docker import SandboxContainer
+from corral.runtime import SandboxAddress
 from corral.sandbox import auth
 
 BAD_FRAMES: list[tuple[str, str | bytes, str, str | None]] = [
@@ -115,7 +115,7 @@ def test_timeout_is_enforced_and_the_session_survives(client: SandboxClient) -> 
     assert client.act({"type": "cursor_position"})["ok"] is True
 
 
-def _post(sandbox: SandboxContainer, body: bytes) -> tuple[int, dict[str, Any]]:
+def _post(sandbox: SandboxAddress, body: bytes) -> tuple[int, dict[str, Any]]:
     signed = auth.sign(sandbox.secret)
     headers = {"Content-Type": "application/json", **signed.headers}
     request = urllib.request.Request(f"{sandbox.base_url}/v1/actions", data=body, method="POST", headers=headers)
@@ -126,7 +126,7 @@ def _post(sandbox: SandboxContainer, body: bytes) -> tuple[int, dict[str, Any]]:
         return err.code, json.loads(err.read())
 
 
-def test_http_actions_endpoint(sandbox: SandboxContainer) -> None:
+def test_http_actions_endpoint(sandbox: SandboxAddress) -> None:
     status, reply = _post(sandbox, b'{"id": "h1", "action": {"type": "cursor_position"}}')
     assert status == 200 and reply["ok"] is True and reply["id"] == "h1"
     status, reply = _post(sandbox, b"{broken")

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from corral import Sandbox
-from corral.runtime.docker import DockerRuntime
 
+from .dockerutil import DockerHarness
 from .gateway_fixtures import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ def _corral(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess
     )
 
 
-def test_corral_up_status_session_down(runtime: DockerRuntime) -> None:
+def test_corral_up_status_session_down(runtime: DockerHarness) -> None:
     if runtime.find("corral-gateway") is not None or any(
         c for c in runtime.list_sandboxes({"corral.gateway": "default"})
     ):

@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from corral.proxy.audit import verify
-from corral.runtime.docker import DockerRuntime
 from corral.sdk import Sandbox
 
+from .dockerutil import DockerHarness
 from .egress_fixtures import Upstream, gateway_to, start_upstream
 from .gateway_fixtures import KEY_A, KEY_B, RunningGateway, gateway
 
@@ -74,7 +74,7 @@ print(json.dumps(out))
 
 
 @pytest.fixture(scope="module")
-def upstream(tmp_path_factory: pytest.TempPathFactory, runtime: DockerRuntime) -> Iterator[Upstream]:
+def upstream(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[Upstream]:
     network = f"corral-egress-it-{os.getpid()}"
     yield from start_upstream(runtime, tmp_path_factory.mktemp("upstream"), network)
 
@@ -85,7 +85,7 @@ def gw(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator
         yield running
 
 
-def probe(runtime: DockerRuntime, container: str, kind: str, **args: Any) -> Any:
+def probe(runtime: DockerHarness, container: str, kind: str, **args: Any) -> Any:
     code, out = runtime.exec(container, ["python", "-c", PROBE, kind, json.dumps(args)])
     assert code == 0, out
     return json.loads(out.strip().splitlines()[-1])
@@ -122,7 +122,7 @@ def _title(sb: Sandbox, until: Any, timeout_s: float = 15.0) -> str:
 
 
 def test_the_browser_reaches_an_allowed_host_over_intercepted_tls_and_it_is_logged(
-    gw: RunningGateway, sb: Sandbox, upstream: Upstream, runtime: DockerRuntime
+    gw: RunningGateway, sb: Sandbox, upstream: Upstream, runtime: DockerHarness
 ) -> None:
     reply = sb.act({"type": "navigate", "url": "https://allowed.test/hello?token=abc123"})
     assert _title(sb, lambda t: t.startswith("upstream")) == "upstream allowed.test"
@@ -136,7 +136,7 @@ def test_the_browser_reaches_an_allowed_host_over_intercepted_tls_and_it_is_logg
 
 
 def test_a_disallowed_host_is_refused_before_any_lookup_with_a_page_that_says_why(
-    gw: RunningGateway, sb: Sandbox, upstream: Upstream, runtime: DockerRuntime
+    gw: RunningGateway, sb: Sandbox, upstream: Upstream, runtime: DockerHarness
 ) -> None:
     before = len(upstream.hits(runtime))
     sb.navigate("https://other.test/secret")
@@ -149,7 +149,7 @@ def test_a_disallowed_host_is_refused_before_any_lookup_with_a_page_that_says_wh
 
 
 def test_nothing_gets_out_around_the_proxy(
-    gw: RunningGateway, sb: Sandbox, upstream: Upstream, runtime: DockerRuntime
+    gw: RunningGateway, sb: Sandbox, upstream: Upstream, runtime: DockerHarness
 ) -> None:
     box = sb.container
     listener = socket.socket()
@@ -203,7 +203,7 @@ def test_nothing_gets_out_around_the_proxy(
     ],
 )
 def test_special_addresses_are_refused_in_every_spelling(
-    gw: RunningGateway, runtime: DockerRuntime, special: Sandbox, connect: str, rule: str
+    gw: RunningGateway, runtime: DockerHarness, special: Sandbox, connect: str, rule: str
 ) -> None:
     result = probe(runtime, special.container, "proxied", connect=connect, path="/latest/meta-data")
     assert (result["status"], result["rule"]) == (403, rule), result
@@ -227,7 +227,7 @@ def special(gw: RunningGateway) -> Iterator[Sandbox]:
         yield box
 
 
-def test_host_header_spoofing_and_doh_are_refused(gw: RunningGateway, sb: Sandbox, runtime: DockerRuntime) -> None:
+def test_host_header_spoofing_and_doh_are_refused(gw: RunningGateway, sb: Sandbox, runtime: DockerHarness) -> None:
     spoof = probe(
         runtime, sb.container, "proxied", tls=True, connect="allowed.test", path="/x", headers={"Host": "other.test"}
     )
@@ -251,7 +251,7 @@ def test_host_header_spoofing_and_doh_are_refused(gw: RunningGateway, sb: Sandbo
 
 
 def test_methods_and_path_prefixes_hold_and_the_system_store_trusts_the_session_ca(
-    gw: RunningGateway, sb: Sandbox, runtime: DockerRuntime
+    gw: RunningGateway, sb: Sandbox, runtime: DockerHarness
 ) -> None:
     ok = probe(runtime, sb.container, "proxied", tls=True, connect="api.allowed.test", path="/v1/items")
     assert ok["status"] == 200, ok  # verified against the system store, which holds the session CA
@@ -271,7 +271,7 @@ def test_methods_and_path_prefixes_hold_and_the_system_store_trusts_the_session_
 
 
 def test_the_session_ca_is_trusted_and_its_key_never_enters_the_sandbox(
-    gw: RunningGateway, sb: Sandbox, runtime: DockerRuntime
+    gw: RunningGateway, sb: Sandbox, runtime: DockerHarness
 ) -> None:
     code, out = runtime.exec(sb.container, ["certutil", "-L", "-d", "sql:/home/agent/.pki/nssdb"], user="agent")
     assert code == 0 and "Corral session CA" in out, out
@@ -297,7 +297,7 @@ def test_the_session_ca_is_trusted_and_its_key_never_enters_the_sandbox(
         assert flag in out
 
 
-def test_the_allowlist_changes_live_and_the_change_is_logged(gw: RunningGateway, runtime: DockerRuntime) -> None:
+def test_the_allowlist_changes_live_and_the_change_is_logged(gw: RunningGateway, runtime: DockerHarness) -> None:
     with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as box, gw.client() as c:
 
         def fetch() -> int:
@@ -321,7 +321,7 @@ def test_the_allowlist_changes_live_and_the_change_is_logged(gw: RunningGateway,
             assert other.get(f"/v1/sessions/{box.id}/traffic").status_code == 403
 
 
-def test_report_mode_allows_and_logs_what_it_would_refuse(gw: RunningGateway, runtime: DockerRuntime) -> None:
+def test_report_mode_allows_and_logs_what_it_would_refuse(gw: RunningGateway, runtime: DockerHarness) -> None:
     with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"], egress_mode="report") as box:
         result = probe(runtime, box.container, "proxied", tls=True, connect="other.test", path="/json")
         assert result["status"] == 200, result
@@ -343,7 +343,7 @@ REPORT_MODE_TARGETS = ["metadata", "sandbox_address", "proxy_control_port_by_nam
 
 @pytest.mark.parametrize("target", REPORT_MODE_TARGETS)
 def test_report_mode_never_lifts_the_global_deny(
-    gw: RunningGateway, runtime: DockerRuntime, report_box: Sandbox, target: str
+    gw: RunningGateway, runtime: DockerHarness, report_box: Sandbox, target: str
 ) -> None:
     box = report_box
     host, port = {
@@ -367,7 +367,7 @@ def test_report_mode_never_lifts_the_global_deny(
     assert reported["status"] == 200, reported
 
 
-def test_a_policy_changed_behind_the_gateways_back_is_set_back(gw: RunningGateway, runtime: DockerRuntime) -> None:
+def test_a_policy_changed_behind_the_gateways_back_is_set_back(gw: RunningGateway, runtime: DockerHarness) -> None:
     with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as box:
 
         def fetch() -> int:
@@ -395,7 +395,7 @@ def test_a_policy_changed_behind_the_gateways_back_is_set_back(gw: RunningGatewa
 
 
 def test_the_gateway_anchors_the_chain_so_a_cut_or_rewritten_log_is_caught(
-    gw: RunningGateway, runtime: DockerRuntime, tmp_path: Path
+    gw: RunningGateway, runtime: DockerHarness, tmp_path: Path
 ) -> None:
     from corral.proxy.audit import AuditLog, parse_anchors, verify_anchored
 
@@ -460,7 +460,7 @@ def test_logs_verify_har_validates_and_tampering_is_caught(gw: RunningGateway, s
 
 
 def test_a_killed_proxy_fails_closed_loses_nothing_and_comes_back(
-    tmp_path: Path, upstream: Upstream, runtime: DockerRuntime
+    tmp_path: Path, upstream: Upstream, runtime: DockerHarness
 ) -> None:
     # A gateway of its own whose watchdog looks every 8 s: long enough to see the sandbox cut off.
     with (
@@ -509,7 +509,7 @@ def test_a_killed_proxy_fails_closed_loses_nothing_and_comes_back(
         assert verify(log).ok
 
 
-def test_audit_logs_outlive_their_sessions(gw: RunningGateway, runtime: DockerRuntime) -> None:
+def test_audit_logs_outlive_their_sessions(gw: RunningGateway, runtime: DockerHarness) -> None:
     with gw.client() as c:
         box = c.post("/v1/sessions", json={"allow": ["allowed.test"]}).json()
         assert c.delete(f"/v1/sessions/{box['id']}").status_code == 204

@@ -14,9 +14,9 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from corral import AsyncSandbox, Sandbox
-from corral.runtime.docker import DockerRuntime
 
 from .conftest import html_url
+from .dockerutil import DockerHarness
 from .gateway_fixtures import KEY_A, KEY_B, RunningGateway, gateway
 
 pytestmark = pytest.mark.usefixtures("desktop_image")
@@ -27,7 +27,7 @@ INPUT_PAGE = html_url("<input id=i style='position:fixed;inset:0;width:100vw;hei
 
 
 @pytest.fixture(scope="module")
-def gw(tmp_path_factory: pytest.TempPathFactory, runtime: DockerRuntime) -> Iterator[RunningGateway]:
+def gw(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[RunningGateway]:
     instance = f"it-{time.time_ns()}"
     with gateway(tmp_path_factory.mktemp("gw"), instance, pool_size=1) as running:
         yield running
@@ -41,7 +41,7 @@ def _wait_title(sb: Sandbox, expected: str, timeout_s: float = 5) -> str:
     return str(title)
 
 
-def test_create_act_screenshot_delete_with_the_sdk(gw: RunningGateway, runtime: DockerRuntime) -> None:
+def test_create_act_screenshot_delete_with_the_sdk(gw: RunningGateway, runtime: DockerHarness) -> None:
     with Sandbox.create(allow=["example.test"], url=gw.url, api_key=KEY_A, labels={"suite": "it"}) as sb:
         assert sb.info["allow"] == ["example.test"] and sb.info["labels"] == {"suite": "it"}
         sb.navigate(INPUT_PAGE)
@@ -161,7 +161,7 @@ def test_pool_claim_and_refill(gw: RunningGateway) -> None:
         c.delete(f"/v1/sessions/{created['id']}")
 
 
-def test_wall_clock_and_idle_timeouts_are_enforced(gw: RunningGateway, runtime: DockerRuntime) -> None:
+def test_wall_clock_and_idle_timeouts_are_enforced(gw: RunningGateway, runtime: DockerHarness) -> None:
     with gw.client() as c:
         idle = c.post("/v1/sessions", json={"idle_timeout_s": 3, "timeout_s": 600}).json()
         short = c.post("/v1/sessions", json={"timeout_s": 4}).json()
@@ -186,7 +186,7 @@ def test_wall_clock_and_idle_timeouts_are_enforced(gw: RunningGateway, runtime: 
         c.delete(f"/v1/sessions/{busy['id']}")
 
 
-def test_capacity_is_answered_with_429(tmp_path: Path, runtime: DockerRuntime) -> None:
+def test_capacity_is_answered_with_429(tmp_path: Path, runtime: DockerHarness) -> None:
     instance = f"cap-{time.time_ns()}"
     try:
         with (
@@ -205,7 +205,7 @@ def test_capacity_is_answered_with_429(tmp_path: Path, runtime: DockerRuntime) -
         runtime.remove_all({"corral.gateway": instance})
 
 
-def test_restart_finds_live_sessions_and_reaps_orphans(tmp_path: Path, runtime: DockerRuntime) -> None:
+def test_restart_finds_live_sessions_and_reaps_orphans(tmp_path: Path, runtime: DockerHarness) -> None:
     instance = f"restart-{time.time_ns()}"
     try:
         with gateway(tmp_path, instance) as first, first.client() as c:
@@ -215,7 +215,7 @@ def test_restart_finds_live_sessions_and_reaps_orphans(tmp_path: Path, runtime: 
             sb.close()  # the session lives on
             network = first.settings.network
         # A sandbox of this gateway with no session record: an orphan from a crash.
-        from corral.runtime.docker import SandboxSpec
+        from corral.runtime import SandboxSpec
 
         orphan = runtime.start_sandbox(
             SandboxSpec(
@@ -268,7 +268,7 @@ except OSError as e:
 """
 
 
-def test_a_sandbox_reaches_neither_the_host_nor_other_sessions(gw: RunningGateway, runtime: DockerRuntime) -> None:
+def test_a_sandbox_reaches_neither_the_host_nor_other_sessions(gw: RunningGateway, runtime: DockerHarness) -> None:
     import socket
 
     listener = socket.socket()
@@ -350,7 +350,7 @@ def test_cli_sessions_do_and_screenshot(gw: RunningGateway, tmp_path: Path) -> N
     assert gone.exit_code == 1 and "not_found" in gone.output
 
 
-def test_limits_and_hardening_are_applied(gw: RunningGateway, runtime: DockerRuntime) -> None:
+def test_limits_and_hardening_are_applied(gw: RunningGateway, runtime: DockerHarness) -> None:
     import docker
 
     with gw.client() as c:

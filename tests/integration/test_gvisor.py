@@ -14,11 +14,13 @@ import docker
 import pytest
 
 from corral.errors import SandboxError
-from corral.runtime.docker import DockerRuntime, SandboxSpec
+from corral.runtime import SandboxSpec
+
+from .dockerutil import DockerHarness
 
 
 @pytest.fixture(scope="module")
-def runsc(runtime: DockerRuntime) -> str:
+def runsc(runtime: DockerHarness) -> str:
     registered = docker.from_env().info().get("Runtimes") or {}
     if "runsc" not in registered:
         pytest.skip("runsc (gVisor) is not registered with dockerd: see docs/gvisor.md for daemon.json")
@@ -26,7 +28,7 @@ def runsc(runtime: DockerRuntime) -> str:
 
 
 def test_egress_sandbox_under_runsc_refuses_to_start_without_its_firewall(
-    runtime: DockerRuntime, desktop_image: str, runsc: str
+    runtime: DockerHarness, desktop_image: str, runsc: str
 ) -> None:
     """With a proxy, boot must set the firewall or not start: under runsc iptables-restore fails, so
     the sandbox exits before its controller or Chromium run, and start_sandbox reports boot's reason.
@@ -55,7 +57,7 @@ def test_egress_sandbox_under_runsc_refuses_to_start_without_its_firewall(
 
 
 def test_plain_sandbox_under_runsc_refuses_to_run_without_the_inner_boundary(
-    runtime: DockerRuntime, desktop_image: str, runsc: str
+    runtime: DockerHarness, desktop_image: str, runsc: str
 ) -> None:
     """Without a proxy either, the agent's uid cannot be fenced off the controller under runsc (no
     owner-match firewall; no ambient capabilities for the uid split): a sandbox Corral starts refuses

@@ -23,9 +23,9 @@ import pytest
 
 from corral.proxy.flowfile import check
 from corral.recording.bundle import read_bundle
-from corral.runtime.docker import DockerRuntime
 from corral.sdk import Sandbox
 
+from .dockerutil import DockerHarness
 from .egress_fixtures import Upstream, gateway_to, start_upstream
 from .gateway_fixtures import KEY_A, KEY_B, RunningGateway
 
@@ -35,7 +35,7 @@ COUNTER = "https://allowed.test/counter"
 
 
 @pytest.fixture(scope="module")
-def upstream(tmp_path_factory: pytest.TempPathFactory, runtime: DockerRuntime) -> Iterator[Upstream]:
+def upstream(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[Upstream]:
     yield from start_upstream(runtime, tmp_path_factory.mktemp("upstream"), f"corral-egress-hm-{os.getpid()}")
 
 
@@ -45,7 +45,7 @@ def gw(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator
         yield running
 
 
-def _counter_hits(upstream: Upstream, runtime: DockerRuntime) -> int:
+def _counter_hits(upstream: Upstream, runtime: DockerHarness) -> int:
     return sum(1 for hit in upstream.hits(runtime) if str(hit["path"]).startswith("/counter"))
 
 
@@ -97,7 +97,7 @@ def test_the_bundle_carries_the_recorded_responses(recorded: Path) -> None:
 
 
 def test_a_hermetic_replay_matches_and_never_reaches_the_upstream(
-    gw: RunningGateway, recorded: Path, upstream: Upstream, runtime: DockerRuntime, tmp_path: Path
+    gw: RunningGateway, recorded: Path, upstream: Upstream, runtime: DockerHarness, tmp_path: Path
 ) -> None:
     before = _counter_hits(upstream, runtime)
     code, junit, output = _replay(gw, recorded, tmp_path, "--hermetic")
@@ -108,7 +108,7 @@ def test_a_hermetic_replay_matches_and_never_reaches_the_upstream(
 
 
 def test_a_live_replay_of_the_same_bundle_sees_the_site_changed(
-    gw: RunningGateway, recorded: Path, upstream: Upstream, runtime: DockerRuntime, tmp_path: Path
+    gw: RunningGateway, recorded: Path, upstream: Upstream, runtime: DockerHarness, tmp_path: Path
 ) -> None:
     before = _counter_hits(upstream, runtime)
     code, junit, output = _replay(gw, recorded, tmp_path)
@@ -119,7 +119,7 @@ def test_a_live_replay_of_the_same_bundle_sees_the_site_changed(
 
 
 def test_a_hermetic_session_has_no_way_out_and_says_what_was_not_recorded(
-    gw: RunningGateway, recorded: Path, runtime: DockerRuntime
+    gw: RunningGateway, recorded: Path, runtime: DockerHarness
 ) -> None:
     responses = read_bundle(recorded).responses
     assert responses is not None

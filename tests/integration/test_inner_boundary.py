@@ -17,10 +17,11 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from corral.client import SandboxClient
 from corral.errors import SandboxError, UnprovenController
-from corral.runtime.docker import DockerRuntime, SandboxContainer, SandboxSpec
+from corral.runtime import SandboxAddress, SandboxSpec
 from corral.sandbox import auth
 from corral.sdk import Sandbox
 
+from .dockerutil import DockerHarness
 from .egress_fixtures import Upstream, gateway_to, start_upstream
 from .gateway_fixtures import KEY_A, RunningGateway
 
@@ -94,7 +95,7 @@ while time.monotonic() < end:
 
 
 @pytest.fixture(scope="module")
-def upstream(tmp_path_factory: pytest.TempPathFactory, runtime: DockerRuntime) -> Iterator[Upstream]:
+def upstream(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[Upstream]:
     network = f"corral-egress-ib-{os.getpid()}"
     yield from start_upstream(runtime, tmp_path_factory.mktemp("upstream"), network)
 
@@ -114,7 +115,7 @@ def _wait(predicate: Any, timeout_s: float = 20.0) -> Any:
         time.sleep(0.1)
 
 
-def _pid(runtime: DockerRuntime, container: str, pattern: str) -> int:
+def _pid(runtime: DockerHarness, container: str, pattern: str) -> int:
     code, out = runtime.exec(container, ["pgrep", "-f", pattern], user="root")
     assert code == 0, out
     return int(out.split()[0])
@@ -151,7 +152,7 @@ def test_a_hostile_page_can_neither_drive_nor_read_the_controller(gw: RunningGat
 
 
 def test_the_agent_uid_cannot_touch_the_controllers_processes_or_secrets(
-    gw: RunningGateway, runtime: DockerRuntime
+    gw: RunningGateway, runtime: DockerHarness
 ) -> None:
     with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as sb:
         box = sb.container
@@ -176,7 +177,7 @@ def test_the_agent_uid_cannot_touch_the_controllers_processes_or_secrets(
 
 
 def test_an_impostor_on_the_controllers_port_never_answers_the_agent(
-    gw: RunningGateway, runtime: DockerRuntime
+    gw: RunningGateway, runtime: DockerHarness
 ) -> None:
     with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as sb:
         box = sb.container
@@ -205,7 +206,7 @@ def _http_ok(gw: RunningGateway, session_id: str) -> bool:
     return response.status_code == 200
 
 
-def test_what_cannot_prove_the_secret_is_not_believed(runtime: DockerRuntime, desktop_image: str) -> None:
+def test_what_cannot_prove_the_secret_is_not_believed(runtime: DockerHarness, desktop_image: str) -> None:
     """Even past the firewall (here root, which the agent never is, answers on the port), the caller
     believes nothing without the controller's proof."""
     sandbox = runtime.start_sandbox(
@@ -231,7 +232,7 @@ def test_what_cannot_prove_the_secret_is_not_believed(runtime: DockerRuntime, de
         runtime.remove(sandbox.id)
 
 
-def _connects(sandbox: SandboxContainer) -> bool:
+def _connects(sandbox: SandboxAddress) -> bool:
     try:
         with SandboxClient(sandbox.ws_url, controller_secret=sandbox.secret):
             return True
@@ -239,7 +240,7 @@ def _connects(sandbox: SandboxContainer) -> bool:
         return False
 
 
-def test_the_image_runs_on_its_own(runtime: DockerRuntime, desktop_image: str) -> None:
+def test_the_image_runs_on_its_own(runtime: DockerHarness, desktop_image: str) -> None:
     """`docker run --rm corral-desktop:latest`: Docker's defaults, no Corral runtime around it."""
     client = docker.from_env()
     container = client.containers.run(desktop_image, detach=True, auto_remove=True, labels={"corral.test": "1"})

@@ -21,15 +21,15 @@ from websockets.sync.client import ClientConnection, connect
 from corral.gateway.sessions import GATEWAY_LABEL
 from corral.gateway.store import session_dir
 from corral.runtime import hostguard
-from corral.runtime.docker import DockerRuntime
 
+from .dockerutil import DockerHarness
 from .gateway_fixtures import KEY_A, RunningGateway, gateway
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
 
 
 @pytest.fixture(scope="module")
-def gw(tmp_path_factory: pytest.TempPathFactory, runtime: DockerRuntime) -> Iterator[RunningGateway]:
+def gw(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[RunningGateway]:
     """One session at a time: a new one at the cap shows the dead one's slot was freed."""
     instance = f"life-{time.time_ns()}"
     with gateway(tmp_path_factory.mktemp("gw"), instance, max_sessions=1, max_sessions_per_key=1) as running:
@@ -80,7 +80,7 @@ def _create(gw: RunningGateway, **body: Any) -> dict[str, Any]:
     return created
 
 
-def test_a_killed_sandbox_ends_its_session_at_once(gw: RunningGateway, runtime: DockerRuntime) -> None:
+def test_a_killed_sandbox_ends_its_session_at_once(gw: RunningGateway, runtime: DockerHarness) -> None:
     session = _create(gw)
     with _open_ws(session) as ws:
         killed = time.monotonic()
@@ -100,7 +100,7 @@ def test_a_killed_sandbox_ends_its_session_at_once(gw: RunningGateway, runtime: 
         assert c.delete(f"/v1/sessions/{replacement['id']}").status_code == 204
 
 
-def test_an_oom_killed_sandbox_is_reported_as_such(gw: RunningGateway, runtime: DockerRuntime) -> None:
+def test_an_oom_killed_sandbox_is_reported_as_such(gw: RunningGateway, runtime: DockerHarness) -> None:
     # The attack of the report: fill the sandbox's tmpfs, as the sandbox's own user, past its memory.
     session = _create(gw, resources={"memory_mb": 512, "disk_mb": 1024})
     with _open_ws(session) as ws:
@@ -116,7 +116,7 @@ def test_an_oom_killed_sandbox_is_reported_as_such(gw: RunningGateway, runtime: 
         assert c.delete(f"/v1/sessions/{replacement['id']}").status_code == 204
 
 
-def test_a_dead_sandbox_without_a_websocket_is_found_by_the_reaper(gw: RunningGateway, runtime: DockerRuntime) -> None:
+def test_a_dead_sandbox_without_a_websocket_is_found_by_the_reaper(gw: RunningGateway, runtime: DockerHarness) -> None:
     session = _create(gw)
     killed = time.monotonic()
     runtime.kill(session["container"])
@@ -132,32 +132,33 @@ def test_a_dead_sandbox_without_a_websocket_is_found_by_the_reaper(gw: RunningGa
             c.delete(f"/v1/sessions/{s['id']}")
 
 
-def test_start_removes_orphan_networks_and_stale_host_guard_rules(tmp_path: Path, runtime: DockerRuntime) -> None:
+def test_start_removes_orphan_networks_and_stale_host_guard_rules(tmp_path: Path, runtime: DockerHarness) -> None:
     instance = f"reconcile-{time.time_ns()}"
     labels = {GATEWAY_LABEL: instance, "corral.session": "ses_orphan"}
-    orphan = runtime.create_session_network(f"corral-net-orphan-{os.getpid()}", labels)
-    assert hostguard.install(orphan.interface)
+    orphan = runtime.create_session_network(f"orphan-{os.getpid()}", labels)  # corral-net-orphan-<pid>
+    orphan_interface = runtime.interface(orphan.name)
+    assert hostguard.install(orphan_interface)  # guarded already by the runtime: the rules are there once
     others = runtime.create_session_network(
-        f"corral-net-others-{os.getpid()}", {GATEWAY_LABEL: f"another-{instance}", "corral.session": "ses_x"}
+        f"others-{os.getpid()}", {GATEWAY_LABEL: f"another-{instance}", "corral.session": "ses_x"}
     )
     stale = f"br-{secrets.token_hex(6)}"  # a bridge that is gone (no such interface), its rules left
     assert not Path("/sys/class/net", stale).exists()
     assert hostguard.install(stale)
     try:
-        assert {orphan.interface, stale} <= hostguard.guarded_interfaces()
+        assert {orphan_interface, stale} <= hostguard.guarded_interfaces()
         with gateway(tmp_path, instance):
             assert runtime.session_network(orphan.name) is None
             guarded = hostguard.guarded_interfaces()
-            assert orphan.interface not in guarded and stale not in guarded
+            assert orphan_interface not in guarded and stale not in guarded
             assert runtime.session_network(others.name) is not None  # another gateway's stays
     finally:
         runtime.remove_all({GATEWAY_LABEL: instance})
         runtime.remove_network(others.name)
-        for interface in (orphan.interface, stale):
+        for interface in (orphan_interface, stale):
             hostguard.remove(interface)
 
 
-def test_stopping_while_the_pool_refills_leaves_nothing(tmp_path: Path, runtime: DockerRuntime) -> None:
+def test_stopping_while_the_pool_refills_leaves_nothing(tmp_path: Path, runtime: DockerHarness) -> None:
     instance = f"refill-{time.time_ns()}"
     try:
         # Stopped at different points of the refill: network and CA, proxy and sandbox starting, ready.

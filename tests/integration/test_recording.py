@@ -13,10 +13,10 @@ import pytest
 from PIL import Image
 
 from corral.recording.bundle import read_bundle
-from corral.runtime.docker import DockerRuntime
 from corral.sdk import Sandbox
 
 from .conftest import html_url
+from .dockerutil import DockerHarness
 from .gateway_fixtures import KEY_A, KEY_B, RunningGateway, gateway
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
@@ -86,7 +86,7 @@ def test_a_session_is_recorded_as_it_goes(gw: RunningGateway, tmp_path: Path) ->
 
 
 def test_a_killed_session_leaves_a_bundle_readable_to_its_end(
-    gw: RunningGateway, runtime: DockerRuntime, tmp_path: Path
+    gw: RunningGateway, runtime: DockerHarness, tmp_path: Path
 ) -> None:
     with gw.client() as c:
         created = c.post("/v1/sessions", json={}).json()
@@ -396,7 +396,7 @@ def _as_nobody(*paths: Path) -> dict[str, str]:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to another host user needs root")
 def test_another_host_user_reads_nothing_of_the_data_dir_and_no_file_holds_a_proxy_token(
-    guarded: RunningGateway, runtime: DockerRuntime
+    guarded: RunningGateway, runtime: DockerHarness
 ) -> None:
     gw = guarded
     data = gw.settings.data_dir
@@ -449,7 +449,7 @@ def test_another_host_user_reads_nothing_of_the_data_dir_and_no_file_holds_a_pro
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to another host user needs root")
 def test_another_host_user_cannot_read_a_proxy_token_from_its_command_line(
-    guarded: RunningGateway, runtime: DockerRuntime
+    guarded: RunningGateway, runtime: DockerHarness
 ) -> None:
     import subprocess
 

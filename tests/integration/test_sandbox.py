@@ -7,12 +7,13 @@ import time
 import urllib.request
 
 from corral.client import SandboxClient
-from corral.runtime.docker import DockerRuntime, SandboxContainer
+from corral.runtime import SandboxAddress
 
 from .conftest import html_url
+from .dockerutil import DockerHarness
 
 
-def test_healthz_reports_screen_and_browser(sandbox: SandboxContainer) -> None:
+def test_healthz_reports_screen_and_browser(sandbox: SandboxAddress) -> None:
     with urllib.request.urlopen(f"{sandbox.base_url}/healthz", timeout=10) as response:
         body = json.loads(response.read())
     assert response.status == 200
@@ -23,7 +24,7 @@ def test_healthz_reports_screen_and_browser(sandbox: SandboxContainer) -> None:
 SUPERVISOR_CAPS = f"{(1 << 6) | (1 << 7) | (1 << 8):016x}"  # CAP_SETGID, CAP_SETUID, CAP_SETPCAP
 
 
-def test_processes_run_as_two_unprivileged_users(runtime: DockerRuntime, sandbox: SandboxContainer) -> None:
+def test_processes_run_as_two_unprivileged_users(runtime: DockerHarness, sandbox: SandboxAddress) -> None:
     code, out = runtime.exec(sandbox.id, ["ps", "-eo", "pid,user:20,comm", "--no-headers"], user="root")
     assert code == 0
     rows = [line.split(None, 2) for line in out.splitlines() if line.strip() and not line.split()[2].startswith("ps")]
@@ -50,12 +51,12 @@ def _pid(rows: list[list[str]], comm: str) -> str:
     return next(pid for pid, _, name in rows if name == comm)
 
 
-def _supervisor(runtime: DockerRuntime, sandbox: SandboxContainer) -> str:
+def _supervisor(runtime: DockerHarness, sandbox: SandboxAddress) -> str:
     _, out = runtime.exec(sandbox.id, ["pgrep", "-f", "corral.sandbox.init"], user="root")
     return next(pid for pid in out.split() if pid != "1")
 
 
-def test_devtools_listens_on_loopback_only(runtime: DockerRuntime, sandbox: SandboxContainer) -> None:
+def test_devtools_listens_on_loopback_only(runtime: DockerHarness, sandbox: SandboxAddress) -> None:
     _, out = runtime.exec(sandbox.id, ["cat", "/proc/net/tcp", "/proc/net/tcp6"])
     listening = [line.split() for line in out.splitlines()[1:] if line.split()[3:4] == ["0A"]]
     cdp = [fields[1] for fields in listening if fields[1].endswith(":2406")]  # port 9222
@@ -66,7 +67,7 @@ def test_devtools_listens_on_loopback_only(runtime: DockerRuntime, sandbox: Sand
 
 
 def test_chromium_is_restarted_and_browser_actions_recover(
-    runtime: DockerRuntime, spare_sandbox: SandboxContainer
+    runtime: DockerHarness, spare_sandbox: SandboxAddress
 ) -> None:
     with SandboxClient(spare_sandbox.ws_url, controller_secret=spare_sandbox.secret) as client:
         assert client.act({"type": "navigate", "url": html_url("<p>x</p>", "document.title='before'")})["ok"]

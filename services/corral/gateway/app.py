@@ -20,16 +20,15 @@ from corral.gateway.routes import ROUTERS, errors
 from corral.gateway.sessions import SessionManager
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
-from corral.runtime import SandboxRuntime
-from corral.runtime.docker import DockerRuntime
+from corral.runtime import SandboxRuntime, open_runtime
 
 # The bodies routes read themselves (after auth, capped), for the OpenAPI description.
 _READ_BODIES: dict[str, type[BaseModel]] = {"create_session": CreateSession, "update_session": UpdateSession}
 
 
 def default_runtime(settings: GatewaySettings) -> SandboxRuntime:
-    """The runtime a gateway uses when it is given none."""
-    return DockerRuntime()
+    """The runtime a gateway uses when it is given none: the driver ``CORRAL_RUNTIME`` names."""
+    return open_runtime(settings.runtime, proxy_uid=settings.egress_uid)
 
 
 def create_app(settings: GatewaySettings | None = None, runtime: SandboxRuntime | None = None) -> FastAPI:

@@ -37,9 +37,7 @@ from corral.gateway.store import copy_private, private_dir, session_dir, write_j
 from corral.proxy import audit, ca, control
 from corral.proxy.control import AUDIT_FILE, POLICY_FILE, REPLAY_FILE, RESPONSES_FILE
 from corral.proxy.policy import parse_rule
-from corral.proxy.sidecar import PROXY_ALIAS, PROXY_PORT
-from corral.runtime import hostguard
-from corral.runtime.docker import CONTROLLER_UID, EGRESS_UID, DockerRuntime, EgressSpec, SessionNetwork
+from corral.runtime import SESSION_LABEL, ProxySpec, SandboxRuntime, SessionNetwork, State
 from corral.sandbox import auth as sandbox_auth
 
 log = logging.getLogger(__name__)
@@ -49,9 +47,12 @@ META_FILE = "session.json"
 # holds a token: <data_dir>/egress-token.key, 0600 in the 0700 data dir.
 TOKEN_KEY_FILE = "egress-token.key"
 PROXY_MEMORY_MB = 512
-SESSION_LABEL = "corral.session"
 REASSERT_ACTOR = "gateway:reassert"  # the actor of a policy the gateway sets again after a foreign change
 POLL_TIMEOUT_S = 2.0
+# A proxy in one of these (or gone) while the gateway waits for it to come up never will.
+PROXY_FAILED_STATES: frozenset[State | None] = frozenset({"exited", "dead", "restarting", None})
+# A proxy in one of these is left alone by the watchdog (up, or on its way up or out).
+PROXY_BUSY_STATES: frozenset[State] = frozenset({"running", "restarting", "created", "removing"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +63,6 @@ class Egress:
     network: str
     subnet: str
     gateway: str
-    interface: str
     proxy_id: str
     proxy_name: str
     proxy_address: str
@@ -114,17 +114,17 @@ class Prepared:
     state_dir: Path
     labels: dict[str, str]
     environment: dict[str, str]  # the proxy's (its token included: in the container, not on disk here)
-    sandbox_env: dict[str, str]  # what the sandbox needs: the proxy, the network, the CA certificate
+    sandbox_env: dict[str, str]  # what the sandbox needs beside the proxy's place: its control port, the CA
     hermetic: bool
     # host path -> path in the sandbox, mounted read-only: the control channel's token, a file only the
-    # sandbox's controller uid reads (an environment variable would reach every `docker exec`).
+    # sandbox's controller uid reads (an environment variable would reach every process's exec).
     sandbox_files: dict[str, str] = field(default_factory=dict)
 
 
 class EgressManager:
     """Makes, watches and tears down egress pairs; the only place that talks to proxies."""
 
-    def __init__(self, settings: GatewaySettings, runtime: DockerRuntime) -> None:
+    def __init__(self, settings: GatewaySettings, runtime: SandboxRuntime) -> None:
         self._settings = settings
         self._runtime = runtime
         self.root = settings.data_dir / "egress"
@@ -134,22 +134,13 @@ class EgressManager:
         self._expected: dict[str, PolicyView] = {}  # the policy the gateway last set, per session
         self._locks: dict[str, asyncio.Lock] = {}  # one policy conversation per proxy at a time
 
-    async def start(self) -> None:
-        await asyncio.to_thread(self._runtime.ensure_egress_network, self._settings.egress_network)
-        if os.geteuid() != 0 and self.proxy_uid != os.geteuid():
-            raise SandboxError(
-                f"CORRAL_EGRESS_UID={self.proxy_uid} needs a gateway running as root (to give the proxies their state)"
-            )
+    async def start(self) -> bool:
+        """The egress network, the archive and the token key; returns whether the host guard holds
+        on the egress network."""
+        guarded = await asyncio.to_thread(self._runtime.ensure_egress_network, self._settings.egress_network)
         private_dir(self.root)
         self._key()
-
-    @property
-    def proxy_uid(self) -> int:
-        """The host uid the proxies run as (CORRAL_EGRESS_UID); unset: EGRESS_UID under a root
-        gateway, else the gateway's own uid (only root can give a state dir to another user)."""
-        if self._settings.egress_uid is not None:
-            return self._settings.egress_uid
-        return EGRESS_UID if os.geteuid() == 0 else os.geteuid()
+        return guarded
 
     def _key(self) -> bytes:
         """The token key, made once (0600 from its creation) and kept in the data dir."""
@@ -187,35 +178,28 @@ class EgressManager:
     ) -> tuple[Path, ca.SessionCA]:
         state = self.state_dir(session_id)
         private_dir(state)
-        uid = self.proxy_uid
-        # Only the proxy's uid (and root) may enter its state: the files the proxy reads are its own, 0600.
-        owner = (uid, uid) if uid != os.geteuid() else None
-        write_json(state / POLICY_FILE, {"allow": allow, "mode": mode, "generation": 0}, owner)
-        private_dir(state / "ca")  # made here, so 0700 too (ca.create gives it to the proxy)
-        authority = ca.create(state / "ca", session_id, owner=owner)
+        # 0700 and 0600 throughout: the runtime hands the directory to the proxy's uid as it mounts it.
+        write_json(state / POLICY_FILE, {"allow": allow, "mode": mode, "generation": 0})
+        private_dir(state / "ca")
+        authority = ca.create(state / "ca", session_id)
         upstream = self._settings.egress_upstream_ca
         if upstream is not None:
-            copy_private(upstream, state / "upstream-ca.pem", owner)
+            copy_private(upstream, state / "upstream-ca.pem")
         if replay is not None:
             try:
-                copy_private(replay, state / REPLAY_FILE, owner)  # a copy: the upload may be deleted or reused
+                copy_private(replay, state / REPLAY_FILE)  # a copy: the upload may be deleted or reused
             except FileNotFoundError:
                 raise ReplayNotFound("the recorded responses were deleted meanwhile") from None
-        if owner is not None:
-            os.chown(state, *owner)
         return state, authority
 
     def prepare_blocking(
         self, session_id: str, allow: list[str], mode: str, labels: dict[str, str], replay: Path | None = None
     ) -> Prepared:
-        """Network, host guard, state and CA (blocking: run it in a thread); ``replay`` makes it hermetic."""
+        """Network (guarded by the runtime), state and CA (blocking: run it in a thread); ``replay``
+        makes it hermetic."""
         s = self._settings
-        labels = {**labels, SESSION_LABEL: session_id}
-        network = self._runtime.create_session_network(f"corral-net-{session_id}", labels, s.session_subnets)
+        network = self._runtime.create_session_network(session_id, labels, s.session_subnets)
         try:
-            # The internal network still reaches the host through its bridge address: close that here too.
-            if not hostguard.install(network.interface):
-                log.error("no host guard on %s: the sandbox's own firewall is the only barrier", network.name)
             state, authority = self._prepare_state(session_id, allow, mode, replay)
             self.record_start(session_id, allow, mode)
         except BaseException:
@@ -235,10 +219,7 @@ class EgressManager:
             "CORRAL_HERMETIC": "1" if replay is not None else "0",
         }
         sandbox_env = {
-            "CORRAL_PROXY": f"{PROXY_ALIAS}:{PROXY_PORT}",
             "CORRAL_PROXY_CONTROL_PORT": str(control.CONTROL_PORT),
-            "CORRAL_SESSION_NET": network.subnet,
-            "CORRAL_SESSION_GATEWAY": network.gateway,
             "CORRAL_CA_CERT": authority.cert_pem,
         }
         try:
@@ -256,30 +237,25 @@ class EgressManager:
         return state.with_name(state.name + ".sandbox")
 
     def _write_sandbox_token(self, session_id: str, token: str) -> Path:
+        # 0600: the runtime hands it to the sandbox's controller uid as it mounts it; the agent's cannot read it.
         path = private_dir(self.sandbox_secrets_dir(session_id)) / "proxy-token"
-        if os.geteuid() == 0:
-            # The sandbox's controller uid reads it through the read-only bind mount; the agent's cannot.
-            write_private(path, token, owner=(CONTROLLER_UID, CONTROLLER_UID))
-        else:
-            write_private(path, token)
-            log.warning("not root: the sandbox cannot read its control-channel token (actions go unlabelled)")
+        write_private(path, token)
         return path
 
     def start_proxy_blocking(self, prepared: Prepared) -> Egress:
         """The session's proxy (blocking); a hermetic one joins no egress network: it has no way out."""
         s = self._settings
         network = prepared.network
-        proxy = self._runtime.start_egress(
-            EgressSpec(
-                name=f"corral-egress-{prepared.session_id}",
+        proxy = self._runtime.start_proxy(
+            ProxySpec(
+                session_id=prepared.session_id,
+                network=network,
                 state_dir=prepared.state_dir,
-                session_network=network,
                 egress_network=None if prepared.hermetic else s.egress_network,
                 image=s.egress_image,
                 labels=prepared.labels,
                 environment=prepared.environment,
                 memory=f"{self._proxy_memory_mb(prepared)}m",
-                uid=self.proxy_uid,
             )
         )
         return Egress(
@@ -287,7 +263,6 @@ class EgressManager:
             network=network.name,
             subnet=network.subnet,
             gateway=network.gateway,
-            interface=network.interface,
             proxy_id=proxy.id,
             proxy_name=proxy.name,
             proxy_address=proxy.address,
@@ -312,24 +287,19 @@ class EgressManager:
 
     def discard_blocking(self, prepared: Prepared) -> None:
         """Undo :meth:`prepare_blocking` (and a proxy it may have started); the state stays."""
-        self._runtime.remove(f"corral-egress-{prepared.session_id}")
-        self._drop_network(prepared.network)
+        self._runtime.remove_egress(prepared.session_id)
         shutil.rmtree(self.sandbox_secrets_dir(prepared.session_id), ignore_errors=True)
 
     def _drop_network(self, network: SessionNetwork) -> None:
-        self._runtime.remove_network(network.name)
-        hostguard.remove(network.interface)
+        self._runtime.remove_session_network(network)
 
     def teardown_blocking(self, egress: Egress) -> None:
         """Remove the proxy and the network; the state (audit log) stays."""
         self._anchor_end(egress)
-        # SIGTERM first: mitmdump's shutdown writes out the responses still queued for the file.
-        self._runtime.stop(egress.proxy_id)
-        self._runtime.remove(egress.proxy_id)
+        # Drained: the proxy's shutdown writes out the responses still queued for the file.
+        self._runtime.remove_egress(egress.session_id, drain=True)
         # A hermetic session's copy of the recording it answered from: the bundle and the upload hold it.
         (self.state_dir(egress.session_id) / REPLAY_FILE).unlink(missing_ok=True)
-        self._runtime.remove_network(egress.network)
-        hostguard.remove(egress.interface)
         shutil.rmtree(self.sandbox_secrets_dir(egress.session_id), ignore_errors=True)
         self._expected.pop(egress.session_id, None)
         self._locks.pop(egress.session_id, None)
@@ -363,12 +333,10 @@ class EgressManager:
                 failed = now - started > timeout_s
                 if not failed and now - checked > 1.0:
                     checked = now
-                    states = await asyncio.to_thread(
-                        self._runtime.container_states, {SESSION_LABEL: egress.session_id, "corral.role": "egress"}
-                    )
-                    failed = states.get(egress.proxy_name) in ("exited", "dead", "restarting", None)
+                    states = await asyncio.to_thread(self._runtime.proxy_states, {SESSION_LABEL: egress.session_id})
+                    failed = states.get(egress.session_id) in PROXY_FAILED_STATES
                 if failed:
-                    logs = await asyncio.to_thread(self._runtime.logs, egress.proxy_id, 20)
+                    logs = await asyncio.to_thread(self._runtime.proxy_logs, egress.session_id, 20)
                     raise EgressUnavailable(f"egress proxy {egress.proxy_name} did not come up:\n{logs}") from None
                 await asyncio.sleep(0.05)
 
@@ -501,16 +469,14 @@ class EgressManager:
         """
         if not egresses:
             return {}, []
-        states = await asyncio.to_thread(
-            self._runtime.container_states, {"corral.role": "egress", "corral.gateway": self._settings.instance}
-        )
+        states = await asyncio.to_thread(self._runtime.proxy_states, {"corral.gateway": self._settings.instance})
         # The running ones: policy checked, chain head anchored (all at once, each with a short timeout).
-        await asyncio.gather(*(self._check_quietly(e) for e in egresses if states.get(e.proxy_name) == "running"))
+        await asyncio.gather(*(self._check_quietly(e) for e in egresses if states.get(e.session_id) == "running"))
         revived: dict[str, Egress] = {}
         gone: list[str] = []
         for egress in egresses:
-            state = states.get(egress.proxy_name)
-            if state in ("running", "restarting", "created", "removing"):
+            state = states.get(egress.session_id)
+            if state in PROXY_BUSY_STATES:
                 continue
             if state is None:
                 log.error("egress proxy %s is gone; ending session %s", egress.proxy_name, egress.session_id)
@@ -518,9 +484,9 @@ class EgressManager:
                 continue
             log.warning("egress proxy %s is %s; restarting it", egress.proxy_name, state)
             try:
-                await asyncio.to_thread(self._runtime.restart, egress.proxy_id)
-                address = await asyncio.to_thread(self._runtime.address_on, egress.proxy_id, egress.network)
-                revived[egress.session_id] = dataclasses.replace(egress, proxy_address=address or egress.proxy_address)
+                proxy = await asyncio.to_thread(self._runtime.restart_proxy, egress.session_id)
+                address = proxy.address or egress.proxy_address
+                revived[egress.session_id] = dataclasses.replace(egress, proxy_address=address)
             except SandboxError as exc:
                 log.error("cannot restart egress proxy %s: %s", egress.proxy_name, exc)
         return revived, gone

@@ -1,6 +1,6 @@
 """Session lifecycle: create (from the warm pool or cold), track, enforce timeouts, recover, reap.
 
-Docker calls block, so they run in threads; every background task is kept and cancelled on stop.
+Runtime calls block, so they run in threads; every background task is kept and cancelled on stop.
 Stopping the manager leaves sessions' sandboxes running (a restarted gateway adopts them again) and
 removes everything else it started: pooled pairs, and a pair half-started by a refill.
 """
@@ -29,15 +29,13 @@ from corral.gateway.recording import RecordingLimits, RecordingManager
 from corral.gateway.replays import ReplayUploads
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
-from corral.runtime import SandboxRuntime, hostguard
-from corral.runtime.docker import ExitInfo, SandboxContainer, SandboxSpec
+from corral.runtime import ALIVE_STATES, ExitInfo, SandboxAddress, SandboxRuntime, SandboxSpec, SessionNetwork
 
 log = logging.getLogger(__name__)
 
 KIND_LABEL = "corral.kind"
 GATEWAY_LABEL = "corral.gateway"
 SANDBOX_EXITED = "sandbox_exited"  # the end reason of a session whose sandbox died under it
-ALIVE_STATES = ("running", "paused", "restarting", "created")
 T = TypeVar("T")
 
 
@@ -74,7 +72,7 @@ class Pair:
     """A started sandbox and its egress (None when egress control is off), before or after a claim."""
 
     session_id: str
-    sandbox: SandboxContainer
+    sandbox: SandboxAddress
     egress: Egress | None
 
 
@@ -98,7 +96,7 @@ class Session:
     """A live session: its record and what only a live session has (its sandbox's address, activity, state)."""
 
     record: SessionRecord
-    sandbox: SandboxContainer
+    sandbox: SandboxAddress
     last_activity_at: float = field(default_factory=time.time)
     state: str = "ready"
     in_flight: int = 0  # HTTP actions under way: a long one is activity, not idleness
@@ -147,7 +145,7 @@ class SessionManager:
         self._store = store
         self._sessions: dict[str, Session] = {}
         self._pool: list[Pair] = []
-        self.egress = EgressManager(settings, runtime) if settings.egress else None  # type: ignore[arg-type]
+        self.egress = EgressManager(settings, runtime) if settings.egress else None
         self.recordings = (
             RecordingManager(settings.data_dir / "recordings", RecordingLimits.from_settings(settings))
             if settings.record
@@ -169,22 +167,16 @@ class SessionManager:
     async def start(self) -> None:
         for warning in self.limits.warnings:
             log.warning("limits: %s", warning)
-        await asyncio.to_thread(self._runtime.ensure_network, self._settings.network)
-        interface, _ = await asyncio.to_thread(self._runtime.bridge, self._settings.network)
-        self.host_guarded = await asyncio.to_thread(hostguard.install, interface)
+        self.host_guarded = await asyncio.to_thread(self._runtime.ensure_sandbox_network, self._settings.network)
         if self.egress is not None:
-            await self.egress.start()
-            egress_interface, _ = await asyncio.to_thread(self._runtime.bridge, self._settings.egress_network)
-            # Proxies reach upstreams through this bridge, never the host's own services.
-            self.host_guarded &= await asyncio.to_thread(hostguard.install, egress_interface)
+            self.host_guarded &= await self.egress.start()
         self._http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0))
         await self._recover()
         await self._remove_orphan_networks()
-        # Rules of bridges that went while no gateway watched (a crash, a kill): any gateway's, as
-        # the bridge names are unique and a rule on a missing interface guards nothing.
-        stale = await asyncio.to_thread(hostguard.remove_stale)
+        # Host guards of networks that went while no gateway watched (a crash, a kill).
+        stale = await asyncio.to_thread(self._runtime.remove_stale_guards)
         if stale:
-            log.info("removed the host guard of %d interfaces that are gone", len(stale))
+            log.info("removed the host guard of %d networks that are gone", len(stale))
         for session in self._sessions.values():
             self._start_recording(session)  # adopted sessions: their bundles carry on
         for coro in (self._reap_loop(), self._pool_loop()):
@@ -290,11 +282,9 @@ class SessionManager:
                 continue
             log.info("removing orphan session network %s", network.name)
             try:
-                await asyncio.to_thread(self._runtime.remove_network, network.name)
+                await asyncio.to_thread(self._runtime.remove_session_network, network)
             except Exception:
                 log.exception("cannot remove orphan network %s", network.name)
-                continue
-            await asyncio.to_thread(hostguard.remove, network.interface)
 
     def _close_lost_recording(self, session_id: str, had_egress: bool) -> None:
         """A session that died while the gateway was down: its bundle ends where it stopped."""
@@ -307,15 +297,12 @@ class SessionManager:
     async def _remove_unowned_egress(self) -> None:
         if self.egress is None:
             return
-        owned = {s.egress.proxy_name for s in self._sessions.values() if s.egress is not None}
-        states = await asyncio.to_thread(
-            self._runtime.container_states, {GATEWAY_LABEL: self._settings.instance, "corral.role": "egress"}
-        )
-        for name in states:
-            if name not in owned:
-                log.info("removing unowned egress proxy %s", name)
-                await asyncio.to_thread(self._runtime.remove, name)
-                await asyncio.to_thread(self._runtime.remove_network, name.replace("corral-egress-", "corral-net-", 1))
+        owned = {s.egress.session_id for s in self._sessions.values() if s.egress is not None}
+        states = await asyncio.to_thread(self._runtime.proxy_states, {GATEWAY_LABEL: self._settings.instance})
+        for session_id in states:
+            if session_id not in owned:
+                log.info("removing the unowned egress pair of %s", session_id)
+                await asyncio.to_thread(self._runtime.remove_egress, session_id)
 
     # -- queries ---------------------------------------------------------------------------------------
 
@@ -342,7 +329,7 @@ class SessionManager:
         kind: str,
         viewport: Viewport,
         req: CreateSession | None,
-        network: str | None = None,
+        network: SessionNetwork | None = None,
         environment: dict[str, str] | None = None,
         files: dict[str, str] | None = None,
     ) -> SandboxSpec:
@@ -361,7 +348,8 @@ class SessionManager:
             shm_size=f"{s.default_shm_mb}m",
             tmp_size=f"{disk}m",
             labels=self._labels(kind),
-            network=network or s.network,
+            network=s.network,
+            session_network=network,
             environment=environment,
             files=files,
         )
@@ -425,19 +413,21 @@ class SessionManager:
         if cancelled:
             await _settle(_in_thread(egress_manager.discard_blocking, prepared))
             raise asyncio.CancelledError
-        spec = self._spec(kind, viewport, req, prepared.network.name, prepared.sandbox_env, prepared.sandbox_files)
+        spec = self._spec(kind, viewport, req, prepared.network, prepared.sandbox_env, prepared.sandbox_files)
         (egress, started), cancelled = await _settle(
             _in_thread(egress_manager.start_proxy_blocking, prepared), _in_thread(self._runtime.start_sandbox, spec)
         )
-        if isinstance(egress, Egress) and isinstance(started, SandboxContainer) and not cancelled:
+        if isinstance(egress, Egress) and isinstance(started, SandboxAddress) and not cancelled:
             return Pair(session_id, started, egress)
         undo = [_in_thread(egress_manager.discard_blocking, prepared)]  # the proxy (by name) and the network
-        if isinstance(started, SandboxContainer):
+        if isinstance(started, SandboxAddress):
             undo.append(_in_thread(self._runtime.remove, started.id))
         await _settle(*undo)
         if cancelled:
             raise asyncio.CancelledError
-        raise egress if isinstance(egress, BaseException) else started  # type: ignore[misc]
+        failure = egress if isinstance(egress, BaseException) else started
+        assert isinstance(failure, BaseException)  # not both started, not cancelled: one of them failed
+        raise failure
 
     async def _remove_pair(self, pair: Pair) -> None:
         await asyncio.to_thread(self._runtime.remove, pair.sandbox.id)

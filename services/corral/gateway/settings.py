@@ -17,6 +17,8 @@ class GatewaySettings(BaseSettings):
     data_dir: Path = Path.home() / ".local" / "share" / "corral"
     # Comma-separated; when empty, one key is generated on first start and kept in data_dir.
     api_key: str = ""
+    # Where sandboxes run: the runtime driver (corral.runtime.open_runtime; "docker" is the one there is).
+    runtime: str = "docker"
     image: str = "corral-desktop:latest"
     network: str = "corral-sandboxes"
     instance: str = "default"

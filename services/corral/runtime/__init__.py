@@ -1,36 +1,140 @@
-"""Where sandboxes run. :class:`SandboxRuntime` is what the control plane needs of a runtime;
-:mod:`corral.runtime.docker` implements it and is the only module that talks to Docker."""
+"""Where and how sandboxes run. :class:`SandboxRuntime` is everything the control plane asks of a
+runtime: networks and their naming, sandboxes, each session's egress pair (sandbox and proxy), the
+host guard, the ownership of what it mounts, liveness. :func:`open_runtime` picks the driver named
+by ``CORRAL_RUNTIME``; :mod:`corral.runtime.docker` is the one there is, and the only module that
+talks to Docker. docs/kubernetes.md maps every operation onto Kubernetes objects."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from corral.runtime.docker import ExitInfo, SandboxContainer, SandboxInfo, SandboxSpec, SessionNetwork
+from corral.errors import SandboxError
+from corral.runtime.types import (
+    ALIVE_STATES,
+    SESSION_LABEL,
+    ExitInfo,
+    ProxyAddress,
+    ProxySpec,
+    SandboxAddress,
+    SandboxInfo,
+    SandboxSpec,
+    SessionNetwork,
+    State,
+)
+
+__all__ = [
+    "ALIVE_STATES",
+    "DRIVERS",
+    "SESSION_LABEL",
+    "ExitInfo",
+    "ProxyAddress",
+    "ProxySpec",
+    "SandboxAddress",
+    "SandboxInfo",
+    "SandboxRuntime",
+    "SandboxSpec",
+    "SessionNetwork",
+    "State",
+    "open_runtime",
+]
+
+DRIVERS = ("docker",)  # the values CORRAL_RUNTIME takes
 
 
 class SandboxRuntime(Protocol):
-    """Start, find and remove sandboxes (a Kubernetes driver would implement the same)."""
+    """What the control plane calls, and all of it (tests/unit/runtime/fake.py implements exactly
+    this). Every method blocks: the gateway runs them in threads."""
 
-    def ensure_network(self, name: str) -> None: ...
+    # -- shared networks -------------------------------------------------------------------------------
 
-    def bridge(self, name: str) -> tuple[str, str]: ...
+    def ensure_sandbox_network(self, name: str) -> bool:
+        """The network sandboxes share without egress control; made if missing. Returns whether the
+        host guard holds on it (no way from it into the host's own services)."""
+        ...
 
-    def start_sandbox(self, spec: SandboxSpec) -> SandboxContainer: ...
+    def ensure_egress_network(self, name: str) -> bool:
+        """The network proxies reach upstreams through; made if missing. Returns whether the host
+        guard holds on it. Raises SandboxError when proxies could not be given their state."""
+        ...
 
-    def wait_ready(self, sandbox: SandboxContainer, timeout_s: float = 60.0) -> float: ...
+    def remove_stale_guards(self) -> list[str]:
+        """Host-guard rules of networks that went while no gateway watched; returns what went."""
+        ...
 
-    def list_sandboxes(self, labels: Mapping[str, str] | None = None) -> list[SandboxInfo]: ...
+    # -- session networks ------------------------------------------------------------------------------
 
-    def remove(self, ident: str) -> None: ...
+    def create_session_network(self, session_id: str, labels: Mapping[str, str], subnets: str) -> SessionNetwork:
+        """A session's own network (no route out), named by the runtime, with a subnet from
+        ``subnets`` and its host guard."""
+        ...
 
-    def sandbox_states(self, labels: Mapping[str, str]) -> dict[str, str]: ...
+    def session_networks(self, labels: Mapping[str, str]) -> list[SessionNetwork]:
+        """Every session network carrying ``labels`` (the gateway's reconcile on start)."""
+        ...
 
-    def exit_info(self, ident: str) -> ExitInfo | None: ...
+    def remove_session_network(self, network: SessionNetwork) -> None:
+        """The network and its host guard; nothing when it is gone already."""
+        ...
 
-    def container_states(self, labels: Mapping[str, str]) -> dict[str, str]: ...
+    # -- sandboxes -------------------------------------------------------------------------------------
 
-    def session_networks(self, labels: Mapping[str, str]) -> list[SessionNetwork]: ...
+    def start_sandbox(self, spec: SandboxSpec) -> SandboxAddress:
+        """Started, with its controller's per-boot secret read; not yet ready (see wait_ready)."""
+        ...
 
-    def remove_network(self, name: str) -> None: ...
+    def wait_ready(self, sandbox: SandboxAddress, timeout_s: float = 60.0) -> float:
+        """Block until the controller answers its health check with its proof; returns the seconds."""
+        ...
+
+    def list_sandboxes(self, labels: Mapping[str, str] | None = None) -> list[SandboxInfo]:
+        """Every sandbox (running or not) carrying ``labels``, with its address when it runs."""
+        ...
+
+    def remove(self, ident: str) -> None:
+        """Remove a sandbox for good; nothing when it is gone already."""
+        ...
+
+    # -- liveness --------------------------------------------------------------------------------------
+
+    def sandbox_states(self, labels: Mapping[str, str]) -> dict[str, State]:
+        """Sandbox id -> state of every sandbox with ``labels``, from one listing (asked every second)."""
+        ...
+
+    def exit_info(self, ident: str) -> ExitInfo | None:
+        """None while the sandbox lives; else how it ended."""
+        ...
+
+    # -- egress pairs ----------------------------------------------------------------------------------
+
+    def start_proxy(self, spec: ProxySpec) -> ProxyAddress:
+        """A session's proxy on its session network (where its sandbox finds it) and the egress network."""
+        ...
+
+    def proxy_states(self, labels: Mapping[str, str]) -> dict[str, State]:
+        """Session id -> state of the proxy of every session whose proxy carries ``labels``."""
+        ...
+
+    def restart_proxy(self, session_id: str) -> ProxyAddress:
+        """Start a session's stopped or dead proxy again; its address may have changed."""
+        ...
+
+    def proxy_logs(self, session_id: str, tail: int = 100) -> str:
+        """The last lines a session's proxy wrote (to say why it did not come up)."""
+        ...
+
+    def remove_egress(self, session_id: str, *, drain: bool = False) -> None:
+        """A session's proxy (given a moment to write out what it holds when ``drain``), then its
+        network and host guard; whatever of them exists. The proxy's state directory stays."""
+        ...
+
+
+def open_runtime(driver: str, *, proxy_uid: int | None = None) -> SandboxRuntime:
+    """The runtime ``driver`` names (``CORRAL_RUNTIME``); ``proxy_uid`` is CORRAL_EGRESS_UID.
+
+    Raises SandboxError for a driver there is none of, or when its engine cannot be reached."""
+    if driver == "docker":
+        from corral.runtime.docker import DockerRuntime  # imported here: the docker SDK only when chosen
+
+        return DockerRuntime(proxy_uid=proxy_uid)
+    raise SandboxError(f"CORRAL_RUNTIME={driver!r}: no such runtime driver (there is {', '.join(DRIVERS)})")

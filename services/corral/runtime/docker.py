@@ -1,12 +1,15 @@
-"""The one module that talks to Docker: images, sandbox containers, exec.
+"""The one module that talks to Docker: images, sandbox containers, their networks, their egress
+proxies and the host guard on their bridges; the Docker driver of :class:`~corral.runtime.SandboxRuntime`.
 
-Everything here goes through the docker SDK (no ``docker`` CLI strings).
+Everything here goes through the docker SDK (no ``docker`` CLI strings), but for ``docker compose``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ipaddress
+import logging
+import os
 import queue
 import subprocess
 import threading
@@ -14,9 +17,8 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import docker
 import docker.errors
@@ -24,16 +26,30 @@ import docker.types
 from docker.models.containers import Container
 
 from corral.errors import ImageBuildError, SandboxError
+from corral.proxy.sidecar import PROXY_ALIAS, PROXY_PORT
+from corral.runtime import hostguard
+from corral.runtime.types import (
+    SESSION_LABEL,
+    ExitInfo,
+    ProxyAddress,
+    ProxySpec,
+    SandboxAddress,
+    SandboxInfo,
+    SandboxSpec,
+    SessionNetwork,
+    State,
+)
 from corral.sandbox import auth
+
+log = logging.getLogger(__name__)
 
 SANDBOX_LABEL = "corral.role"
 SANDBOX_ROLE = "sandbox"
 EGRESS_ROLE = "egress"
 NETWORK_ROLE = "network"
 CONTROLLER_PORT = 8765
-EGRESS_ALIAS = "corral-proxy"  # the proxy's name on its session network
 EGRESS_STATE = "/var/lib/corral-egress"  # where the proxy keeps its CA, policy and audit log
-EGRESS_UID = 1001  # the proxies' uid unless the gateway's settings say otherwise (EgressSpec.uid)
+EGRESS_UID = 1001  # the proxies' uid under a root gateway unless CORRAL_EGRESS_UID says otherwise
 # Containers log to Docker's json-file driver: at most this much each, so a chatty or hostile
 # sandbox cannot fill the host's disk through its logs.
 LOG_CONFIG = {"type": "json-file", "config": {"max-size": "10m", "max-file": "3"}}
@@ -45,105 +61,57 @@ SECRET_WAIT_S = 10.0  # boot writes the secret within its first tenth of a secon
 LineSink = Callable[[str], None]
 
 
-@dataclass(frozen=True, slots=True)
-class SandboxContainer:
-    """A running sandbox, where its controller answers, and the per-boot secret that drives it."""
-
-    id: str
-    name: str
-    host: str
-    port: int
-    secret: str = field(default="", repr=False)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def ws_url(self) -> str:
-        return f"ws://{self.host}:{self.port}/v1/ws"
+def session_network_name(session_id: str) -> str:
+    return f"corral-net-{session_id}"
 
 
-@dataclass(frozen=True, slots=True)
-class SandboxSpec:
-    """How to start one sandbox container."""
-
-    image: str = "corral-desktop:latest"
-    screen: str = "1280x800"
-    name: str | None = None
-    host_port: int | None = None
-    memory: str = "2g"
-    cpus: float = 2.0
-    pids: int = 1024
-    shm_size: str = "256m"
-    tmp_size: str = "1g"
-    labels: Mapping[str, str] | None = None
-    environment: Mapping[str, str] | None = None
-    # On a network: reached at the container's address there and nothing is published on the host.
-    network: str | None = None
-    # Host file -> path inside, mounted read-only (secrets owned by the controller's uid, mode 0400).
-    files: Mapping[str, str] | None = None
-    # An OCI runtime registered with dockerd; None: the daemon's default (runc). Only bench/gvisor.py and
-    # its tests set it: the gateway does not offer runsc, which loses the inner boundary (docs/gvisor.md).
-    runtime: str | None = None
+def proxy_name(session_id: str) -> str:
+    return f"corral-egress-{session_id}"
 
 
-@dataclass(frozen=True, slots=True)
-class SessionNetwork:
-    """A session's own internal network: its sandbox and its egress proxy, nothing else."""
-
-    name: str
-    subnet: str
-    gateway: str
-    interface: str
+def default_proxy_uid(setting: int | None, euid: int) -> int:
+    """The host uid proxies run as: CORRAL_EGRESS_UID; unset, EGRESS_UID under a root gateway, else
+    the gateway's own uid (only root can give a state directory to another user)."""
+    if setting is not None:
+        return setting
+    return EGRESS_UID if euid == 0 else euid
 
 
-@dataclass(frozen=True, slots=True)
-class EgressSpec:
-    """How to start one session's egress proxy (corral-egress)."""
-
-    name: str
-    state_dir: Path  # on the host: CA, policy, audit log; bind-mounted, so it outlives the container
-    session_network: SessionNetwork
-    egress_network: str | None  # None: a hermetic proxy, on the session network only (no route out)
-    image: str = "corral-egress:latest"
-    environment: Mapping[str, str] | None = None
-    labels: Mapping[str, str] | None = None
-    memory: str = "512m"
-    cpus: float = 1.0
-    pids: int = 256
-    uid: int = EGRESS_UID  # the host uid (and gid) it runs as; it owns state_dir
+def hand_over(root: Path, uid: int) -> None:
+    """``root`` and everything in it to ``uid`` (and its group), links themselves rather than what
+    they point at: what a container runs as must own what is mounted for it."""
+    os.chown(root, uid, uid, follow_symlinks=False)
+    for directory, subdirs, files in os.walk(root):
+        for name in [*subdirs, *files]:
+            os.chown(Path(directory) / name, uid, uid, follow_symlinks=False)
 
 
-@dataclass(frozen=True, slots=True)
-class EgressContainer:
-    id: str
-    name: str
-    address: str  # on the session network
+def _state(status: str) -> State:
+    known: tuple[State, ...] = get_args(State)
+    for state in known:
+        if state == status:
+            return state
+    return "dead"  # a state Docker does not have today: nothing that runs
 
 
-@dataclass(frozen=True, slots=True)
-class ExitInfo:
-    """How a container that no longer runs ended: what a session whose sandbox died reports."""
-
-    state: str  # "exited", "dead", or "gone" (the container no longer exists)
-    exit_code: int | None
-    oom_killed: bool  # the kernel's OOM killer struck inside it (Docker's State.OOMKilled)
+def _address_on(container: Container, network: str) -> str:
+    """A container's address on one network ("" when it has none there)."""
+    networks = (container.attrs.get("NetworkSettings") or {}).get("Networks") or {}
+    return str((networks.get(network) or {}).get("IPAddress") or "")
 
 
-@dataclass(frozen=True, slots=True)
-class SandboxInfo:
-    """A sandbox container as Docker reports it (for recovery after a gateway restart)."""
-
-    id: str
-    name: str
-    labels: Mapping[str, str]
-    running: bool
-    address: SandboxContainer | None
+def _interface(attrs: Mapping[str, Any]) -> str:
+    """The host interface of a bridge network (what the host guard's rules name)."""
+    options = attrs.get("Options") or {}
+    return str(options.get("com.docker.network.bridge.name") or f"br-{str(attrs['Id'])[:12]}")
 
 
 class DockerRuntime:
-    def __init__(self, client: docker.DockerClient | None = None) -> None:
+    """The Docker driver: a container per sandbox and per proxy, a bridge network per session, the
+    host guard as iptables rules on the bridges."""
+
+    def __init__(self, client: docker.DockerClient | None = None, *, proxy_uid: int | None = None) -> None:
+        self.proxy_uid = default_proxy_uid(proxy_uid, os.geteuid())
         try:
             self._client = client or docker.from_env()
             self._client.ping()
@@ -191,54 +159,10 @@ class DockerRuntime:
 
     # -- sandboxes -------------------------------------------------------------------------------------
 
-    def start_sandbox(self, spec: SandboxSpec) -> SandboxContainer:
-        labels = {SANDBOX_LABEL: SANDBOX_ROLE, **(spec.labels or {})}
-        # Boot runs as root to set the firewall (the agent uid's rules always, egress with a proxy), write
-        # the controller's secret (CHOWN) and trust, then drops to corral keeping only SETUID, SETGID
-        # and SETPCAP for the supervisor, which starts every child with none (corral.sandbox.boot).
-        caps = ["SETUID", "SETGID", "SETPCAP", "CHOWN", "NET_ADMIN", "NET_RAW"]
-        # A sandbox Corral starts never runs without its inner boundary (corral.sandbox.boot).
-        environment = {"CORRAL_SCREEN": spec.screen, "CORRAL_INNER_BOUNDARY": "required", **(spec.environment or {})}
-        placement: dict[str, Any] = (
-            {"network": spec.network}
-            if spec.network
-            else {"ports": {f"{CONTROLLER_PORT}/tcp": ("127.0.0.1", spec.host_port)}}
-        )
+    def start_sandbox(self, spec: SandboxSpec) -> SandboxAddress:
+        self._hand_to_controller(spec.files or {})
         try:
-            container: Container = self._client.containers.run(
-                spec.image,
-                detach=True,
-                name=spec.name,
-                labels=labels,
-                environment=environment,
-                **placement,
-                # Hardened by default: no capabilities once booted, no privilege gain, read-only root,
-                # bounded resources.
-                user="root",
-                cap_drop=["ALL"],
-                cap_add=caps,
-                security_opt=["no-new-privileges"],
-                read_only=True,
-                tmpfs={
-                    "/tmp": f"rw,nosuid,nodev,size={spec.tmp_size},mode=1777",
-                    "/home/corral": "rw,nosuid,nodev,size=64m,uid=1000,gid=1000,mode=0700",
-                    "/home/agent": f"rw,nosuid,nodev,size=512m,uid={AGENT_UID},gid={AGENT_UID},mode=0700",
-                    "/run": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
-                    "/etc/ssl/certs": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
-                },
-                volumes={host: {"bind": inside, "mode": "ro"} for host, inside in (spec.files or {}).items()},
-                shm_size=spec.shm_size,
-                mem_limit=spec.memory,
-                memswap_limit=spec.memory,
-                nano_cpus=int(spec.cpus * 1e9),
-                pids_limit=spec.pids,
-                init=False,  # the image runs tini itself
-                # Docker runs a healthcheck as the container's user (root, for the boot stage) with the
-                # sandbox user's home as its working directory: never. The gateway polls /healthz itself.
-                healthcheck={"test": ["NONE"]},
-                log_config=LOG_CONFIG,
-                runtime=spec.runtime,
-            )
+            container: Container = self._client.containers.run(spec.image, detach=True, **self._sandbox_options(spec))
         except docker.errors.ImageNotFound:
             raise SandboxError(f"image {spec.image} not found; build it with `corral images build`") from None
         except docker.errors.APIError as exc:
@@ -258,7 +182,79 @@ class DockerRuntime:
             container.remove(force=True)
             raise
 
-    def _with_secret(self, address: SandboxContainer, wait_s: float) -> SandboxContainer:
+    def _sandbox_options(self, spec: SandboxSpec) -> dict[str, Any]:
+        """``containers.run``'s options for a sandbox: hardened by default (no capabilities once
+        booted, no privilege gain, read-only root, bounded resources)."""
+        # Boot runs as root to set the firewall (the agent uid's rules always, egress with a proxy), write
+        # the controller's secret (CHOWN) and trust, then drops to corral keeping only SETUID, SETGID
+        # and SETPCAP for the supervisor, which starts every child with none (corral.sandbox.boot).
+        caps = ["SETUID", "SETGID", "SETPCAP", "CHOWN", "NET_ADMIN", "NET_RAW"]
+        network = spec.session_network.name if spec.session_network is not None else spec.network
+        placement: dict[str, Any] = (
+            {"network": network} if network else {"ports": {f"{CONTROLLER_PORT}/tcp": ("127.0.0.1", spec.host_port)}}
+        )
+        return {
+            "name": spec.name,
+            "labels": {SANDBOX_LABEL: SANDBOX_ROLE, **(spec.labels or {})},
+            # A sandbox Corral starts never runs without its inner boundary (corral.sandbox.boot).
+            "environment": {
+                "CORRAL_SCREEN": spec.screen,
+                "CORRAL_INNER_BOUNDARY": "required",
+                **self._session_environment(spec.session_network),
+                **(spec.environment or {}),
+            },
+            **placement,
+            "user": "root",
+            "cap_drop": ["ALL"],
+            "cap_add": caps,
+            "security_opt": ["no-new-privileges"],
+            "read_only": True,
+            "tmpfs": {
+                "/tmp": f"rw,nosuid,nodev,size={spec.tmp_size},mode=1777",
+                "/home/corral": "rw,nosuid,nodev,size=64m,uid=1000,gid=1000,mode=0700",
+                "/home/agent": f"rw,nosuid,nodev,size=512m,uid={AGENT_UID},gid={AGENT_UID},mode=0700",
+                "/run": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
+                "/etc/ssl/certs": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
+            },
+            "volumes": {host: {"bind": inside, "mode": "ro"} for host, inside in (spec.files or {}).items()},
+            "shm_size": spec.shm_size,
+            "mem_limit": spec.memory,
+            "memswap_limit": spec.memory,
+            "nano_cpus": int(spec.cpus * 1e9),
+            "pids_limit": spec.pids,
+            "init": False,  # the image runs tini itself
+            # Docker runs a healthcheck as the container's user (root, for the boot stage) with the
+            # sandbox user's home as its working directory: never. The gateway polls /healthz itself.
+            "healthcheck": {"test": ["NONE"]},
+            "log_config": LOG_CONFIG,
+            "runtime": spec.runtime,
+        }
+
+    @staticmethod
+    def _session_environment(network: SessionNetwork | None) -> dict[str, str]:
+        """What a sandbox behind a proxy is told: where the proxy answers, and its network (its
+        firewall lets nothing else out)."""
+        if network is None:
+            return {}
+        return {
+            "CORRAL_PROXY": f"{PROXY_ALIAS}:{PROXY_PORT}",
+            "CORRAL_SESSION_NET": network.subnet,
+            "CORRAL_SESSION_GATEWAY": network.gateway,
+        }
+
+    @staticmethod
+    def _hand_to_controller(files: Mapping[str, str]) -> None:
+        """Files mounted into a sandbox are its controller's uid's to read (0600, read-only mount):
+        the agent's uid cannot."""
+        if not files:
+            return
+        if os.geteuid() != 0:
+            log.warning("not root: the sandbox's controller cannot read what is mounted for it (%s)", ", ".join(files))
+            return
+        for host in files:
+            os.chown(host, CONTROLLER_UID, CONTROLLER_UID, follow_symlinks=False)
+
+    def _with_secret(self, address: SandboxAddress, wait_s: float) -> SandboxAddress:
         """The address with its controller's per-boot secret, read inside the container as the
         controller's uid (the only one that may read it), the moment boot has written it."""
         deadline = time.monotonic() + wait_s
@@ -281,7 +277,7 @@ class DockerRuntime:
                 raise SandboxError(f"cannot read the controller's secret in {address.name}: {exc}") from None
             if code == 0:
                 secret = out.decode(errors="replace").strip()
-                return SandboxContainer(address.id, address.name, address.host, address.port, secret)
+                return SandboxAddress(address.id, address.name, address.host, address.port, secret)
             if time.monotonic() > deadline or self._container(address.id).status in ("exited", "dead"):
                 raise SandboxError(
                     f"sandbox {address.name} wrote no controller secret in {wait_s:.0f}s:\n{self.logs(address.id, 40)}"
@@ -311,46 +307,75 @@ class DockerRuntime:
         return result
 
     @staticmethod
-    def _address(container: Container) -> SandboxContainer | None:
+    def _address(container: Container) -> SandboxAddress | None:
         settings = container.attrs.get("NetworkSettings") or {}
         bindings = (settings.get("Ports") or {}).get(f"{CONTROLLER_PORT}/tcp") or []
         if bindings:
-            return SandboxContainer(container.id, container.name, "127.0.0.1", int(bindings[0]["HostPort"]))
+            return SandboxAddress(container.id, container.name, "127.0.0.1", int(bindings[0]["HostPort"]))
         for network in (settings.get("Networks") or {}).values():
             if network.get("IPAddress"):
-                return SandboxContainer(container.id, container.name, network["IPAddress"], CONTROLLER_PORT)
+                return SandboxAddress(container.id, container.name, network["IPAddress"], CONTROLLER_PORT)
         return None
+
+    # -- shared networks -------------------------------------------------------------------------------
 
     def _network_exists(self, name: str) -> bool:
         # Docker's name filter matches substrings ("corral-egress" finds "corral-egress-test-1").
         return any(network.name == name for network in self._client.networks.list(names=[name]))
 
-    def ensure_network(self, name: str) -> None:
-        """A bridge network whose containers cannot talk to each other (inter-container traffic off)."""
-        if self._network_exists(name):
-            return
-        try:
-            self._client.networks.create(
-                name,
-                driver="bridge",
-                options={"com.docker.network.bridge.enable_icc": "false"},
-                labels={SANDBOX_LABEL: "network"},
+    def _guard(self, name: str) -> bool:
+        """The host guard on a network's bridge (idempotent); False when the host does not allow it."""
+        return hostguard.install(_interface(self._client.networks.get(name).attrs))
+
+    def ensure_sandbox_network(self, name: str) -> bool:
+        """A bridge network whose containers cannot talk to each other (inter-container traffic off),
+        guarded: nothing on it reaches the host's own services."""
+        if not self._network_exists(name):
+            try:
+                self._client.networks.create(
+                    name,
+                    driver="bridge",
+                    options={"com.docker.network.bridge.enable_icc": "false"},
+                    labels={SANDBOX_LABEL: "network"},
+                )
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:  # created meanwhile by someone else
+                    raise SandboxError(f"cannot create network {name}: {exc.explanation or exc}") from None
+        return self._guard(name)
+
+    def ensure_egress_network(self, name: str) -> bool:
+        """The network proxies reach upstreams through (a plain bridge with NAT to the outside),
+        guarded: proxies reach upstreams through it, never the host's own services."""
+        if os.geteuid() != 0 and self.proxy_uid != os.geteuid():
+            raise SandboxError(
+                f"CORRAL_EGRESS_UID={self.proxy_uid} needs a gateway running as root (to give the proxies their state)"
             )
-        except docker.errors.APIError as exc:
-            if exc.status_code != 409:  # created meanwhile by someone else
-                raise SandboxError(f"cannot create network {name}: {exc.explanation or exc}") from None
+        if not self._network_exists(name):
+            try:
+                self._client.networks.create(name, driver="bridge", labels={SANDBOX_LABEL: NETWORK_ROLE})
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:
+                    raise SandboxError(f"cannot create network {name}: {exc.explanation or exc}") from None
+        return self._guard(name)
 
-    # -- egress ----------------------------------------------------------------------------------------
+    def remove_stale_guards(self) -> list[str]:
+        # Any gateway's: the bridge names are unique and a rule on a missing interface guards nothing.
+        return hostguard.remove_stale()
 
-    def ensure_egress_network(self, name: str) -> None:
-        """The network proxies reach upstreams through (a plain bridge with NAT to the outside)."""
-        if self._network_exists(name):
-            return
+    def remove_network(self, name: str) -> None:
+        """A network (its containers disconnected first) and its host guard; nothing when it is gone."""
         try:
-            self._client.networks.create(name, driver="bridge", labels={SANDBOX_LABEL: NETWORK_ROLE})
-        except docker.errors.APIError as exc:
-            if exc.status_code != 409:
-                raise SandboxError(f"cannot create network {name}: {exc.explanation or exc}") from None
+            network = self._client.networks.get(name)
+        except docker.errors.NotFound:
+            return
+        for container_id in network.attrs.get("Containers") or {}:
+            with contextlib.suppress(docker.errors.APIError):
+                network.disconnect(container_id, force=True)
+        with contextlib.suppress(docker.errors.NotFound):
+            network.remove()
+        hostguard.remove(_interface(network.attrs))
+
+    # -- session networks ------------------------------------------------------------------------------
 
     def _used_subnets(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
         used = []
@@ -361,15 +386,16 @@ class DockerRuntime:
         return used
 
     def create_session_network(
-        self, name: str, labels: Mapping[str, str] | None = None, pool: str = "10.213.0.0/16", prefix: int = 28
+        self, session_id: str, labels: Mapping[str, str], subnets: str = "10.213.0.0/16", prefix: int = 28
     ) -> SessionNetwork:
-        """An ``--internal`` network (no route out) for one sandbox and its proxy.
+        """An ``--internal`` network (no route out) for one sandbox and its proxy, guarded.
 
-        Its subnet is a small one (/28) taken from ``pool``: Docker's own default pools hold only
+        Its subnet is a small one (/28) taken from ``subnets``: Docker's own default pools hold only
         about 30 networks, far fewer than the sessions a gateway may run.
         """
+        name = session_network_name(session_id)
         used = self._used_subnets()
-        for candidate in ipaddress.ip_network(pool).subnets(new_prefix=prefix):
+        for candidate in ipaddress.ip_network(subnets).subnets(new_prefix=prefix):
             if any(candidate.overlaps(other) for other in used):
                 continue
             ipam = docker.types.IPAMConfig(
@@ -381,7 +407,7 @@ class DockerRuntime:
                     driver="bridge",
                     internal=True,
                     ipam=ipam,
-                    labels={SANDBOX_LABEL: NETWORK_ROLE, **(labels or {})},
+                    labels={SANDBOX_LABEL: NETWORK_ROLE, **labels, SESSION_LABEL: session_id},
                 )
                 network.reload()
             except docker.errors.APIError as exc:
@@ -389,143 +415,119 @@ class DockerRuntime:
                     used.append(candidate)  # taken meanwhile by another gateway or session: the next one
                     continue
                 raise SandboxError(f"cannot create network {name}: {exc.explanation or exc}") from None
+            # The internal network still reaches the host through its bridge address: closed here too.
+            if not hostguard.install(_interface(network.attrs)):
+                log.error("no host guard on %s: the sandbox's own firewall is the only barrier", name)
             return self._session_network(network.attrs)
-        raise SandboxError(f"no free /{prefix} left in the session network pool {pool} (CORRAL_SESSION_SUBNETS)")
-
-    def session_network(self, name: str) -> SessionNetwork | None:
-        try:
-            return self._session_network(self._client.networks.get(name).attrs)
-        except docker.errors.NotFound:
-            return None
+        raise SandboxError(f"no free /{prefix} left in the session network pool {subnets} (CORRAL_SESSION_SUBNETS)")
 
     @staticmethod
     def _session_network(attrs: Mapping[str, Any]) -> SessionNetwork:
         config = ((attrs.get("IPAM") or {}).get("Config") or [{}])[0]
-        options = attrs.get("Options") or {}
-        interface = options.get("com.docker.network.bridge.name") or f"br-{str(attrs['Id'])[:12]}"
-        subnet, gateway = str(config.get("Subnet", "")), str(config.get("Gateway", ""))
-        return SessionNetwork(str(attrs["Name"]), subnet, gateway, interface)
+        return SessionNetwork(str(attrs["Name"]), str(config.get("Subnet", "")), str(config.get("Gateway", "")))
 
-    def network_names(self) -> list[str]:
-        return [str(network.name) for network in self._client.networks.list()]
+    def session_networks(self, labels: Mapping[str, str]) -> list[SessionNetwork]:
+        """Every session network carrying ``labels`` (for the gateway's reconcile on start)."""
+        wanted = {SANDBOX_LABEL: NETWORK_ROLE, **labels}
+        filters = {"label": [f"{k}={v}" for k, v in wanted.items()]}
+        out = []
+        for network in self._client.networks.list(filters=filters):
+            with contextlib.suppress(KeyError, IndexError, TypeError):
+                out.append(self._session_network(network.attrs))
+        return out
 
-    def remove_network(self, name: str) -> None:
-        with contextlib.suppress(docker.errors.NotFound):
-            network = self._client.networks.get(name)
-            for container_id in network.attrs.get("Containers") or {}:
-                with contextlib.suppress(docker.errors.APIError):
-                    network.disconnect(container_id, force=True)
-            network.remove()
+    def remove_session_network(self, network: SessionNetwork) -> None:
+        self.remove_network(network.name)
 
-    def start_egress(self, spec: EgressSpec) -> EgressContainer:
+    # -- egress pairs ----------------------------------------------------------------------------------
+
+    def start_proxy(self, spec: ProxySpec) -> ProxyAddress:
         """Start a session's proxy on the egress network and its session network (alias corral-proxy);
-        without an egress network, on the session network alone."""
+        without an egress network, on the session network alone. Its state directory becomes its uid's."""
         spec.state_dir.mkdir(parents=True, exist_ok=True)
-        session_net = spec.session_network.name
-        # Never Docker's default bridge: the first network is named, with the alias if it is the session's.
-        first = spec.egress_network or session_net
-        endpoint = (
-            None
-            if spec.egress_network
-            else {session_net: self._client.api.create_endpoint_config(aliases=[EGRESS_ALIAS])}
-        )
+        if self.proxy_uid != os.geteuid():
+            hand_over(spec.state_dir, self.proxy_uid)
+        name, session_net = proxy_name(spec.session_id), spec.network.name
         try:
-            container: Container = self._client.containers.create(
-                spec.image,
-                name=spec.name,
-                labels={SANDBOX_LABEL: EGRESS_ROLE, **(spec.labels or {})},
-                environment={
-                    "CORRAL_SESSION_NET": spec.session_network.subnet,
-                    **(spec.environment or {}),
-                },
-                network=first,
-                networking_config=endpoint,
-                volumes={str(spec.state_dir): {"bind": EGRESS_STATE, "mode": "rw"}},
-                user=f"{spec.uid}:{spec.uid}",
-                log_config=LOG_CONFIG,
-                cap_drop=["ALL"],
-                security_opt=["no-new-privileges"],
-                read_only=True,
-                tmpfs={"/tmp": "rw,nosuid,nodev,size=64m,mode=1777"},
-                mem_limit=spec.memory,
-                memswap_limit=spec.memory,
-                nano_cpus=int(spec.cpus * 1e9),
-                pids_limit=spec.pids,
-                # A crashed proxy comes straight back (the gateway's watchdog covers the rest).
-                restart_policy={"Name": "on-failure"},
-                init=False,
-            )
+            container: Container = self._client.containers.create(spec.image, **self._proxy_options(spec, name))
             if spec.egress_network:
-                self._client.networks.get(session_net).connect(container, aliases=[EGRESS_ALIAS])
+                self._client.networks.get(session_net).connect(container, aliases=[PROXY_ALIAS])
             container.start()
             container.reload()
         except docker.errors.ImageNotFound:
             raise SandboxError(f"image {spec.image} not found; build it with `corral images build`") from None
         except docker.errors.APIError as exc:
-            self.remove(spec.name)
+            self.remove(name)
             raise SandboxError(f"cannot start the egress proxy: {exc.explanation or exc}") from None
-        networks = (container.attrs.get("NetworkSettings") or {}).get("Networks") or {}
-        address = (networks.get(spec.session_network.name) or {}).get("IPAddress")
+        address = _address_on(container, session_net)
         if not address:
             container.remove(force=True)
-            raise SandboxError(f"egress proxy {spec.name} has no address on {spec.session_network.name}")
-        return EgressContainer(container.id, container.name, str(address))
+            raise SandboxError(f"egress proxy {name} has no address on {session_net}")
+        return ProxyAddress(container.id, container.name, address)
 
-    def start_service(
-        self,
-        name: str,
-        image: str,
-        argv: list[str],
-        network: str,
-        aliases: list[str],
-        volumes: Mapping[str, str],
-        labels: Mapping[str, str] | None = None,
-        *,
-        writable: Mapping[str, str] | None = None,
-        cpus: float | None = None,
-        memory: str | None = None,
-    ) -> str:
-        """A helper container (tests' fake upstreams, the bench's); returns its address on ``network``.
+    def _proxy_options(self, spec: ProxySpec, name: str) -> dict[str, Any]:
+        """``containers.create``'s options for a proxy: its own uid, no capabilities, read-only root."""
+        session_net = spec.network.name
+        # Never Docker's default bridge: the first network is named, with the alias if it is the session's.
+        endpoint = (
+            None
+            if spec.egress_network
+            else {session_net: self._client.api.create_endpoint_config(aliases=[PROXY_ALIAS])}
+        )
+        return {
+            "name": name,
+            "labels": {SANDBOX_LABEL: EGRESS_ROLE, **(spec.labels or {}), SESSION_LABEL: spec.session_id},
+            "environment": {"CORRAL_SESSION_NET": spec.network.subnet, **(spec.environment or {})},
+            "network": spec.egress_network or session_net,
+            "networking_config": endpoint,
+            "volumes": {str(spec.state_dir): {"bind": EGRESS_STATE, "mode": "rw"}},
+            "user": f"{self.proxy_uid}:{self.proxy_uid}",
+            "log_config": LOG_CONFIG,
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "read_only": True,
+            "tmpfs": {"/tmp": "rw,nosuid,nodev,size=64m,mode=1777"},
+            "mem_limit": spec.memory,
+            "memswap_limit": spec.memory,
+            "nano_cpus": int(spec.cpus * 1e9),
+            "pids_limit": spec.pids,
+            # A crashed proxy comes straight back (the gateway's watchdog covers the rest).
+            "restart_policy": {"Name": "on-failure"},
+            "init": False,
+        }
 
-        ``volumes`` are mounted read-only, ``writable`` read-write; ``cpus`` and ``memory`` limit it
-        (the bench gives its bare proxy the same limits as a session's proxy)."""
-        self.remove(name)
-        binds = {host: {"bind": inside, "mode": "ro"} for host, inside in volumes.items()}
-        binds.update({host: {"bind": inside, "mode": "rw"} for host, inside in (writable or {}).items()})
-        limits: dict[str, Any] = {}
-        if cpus is not None:
-            limits["nano_cpus"] = int(cpus * 1e9)
-        if memory is not None:
-            limits.update(mem_limit=memory, memswap_limit=memory)
+    def proxy_states(self, labels: Mapping[str, str]) -> dict[str, State]:
+        """Session id -> state of every proxy with ``labels``, from one listing."""
+        wanted = {SANDBOX_LABEL: EGRESS_ROLE, **labels}
+        filters = {"label": [f"{k}={v}" for k, v in wanted.items()]}
+        states: dict[str, State] = {}
+        for container in self._client.containers.list(all=True, filters=filters, sparse=True):
+            session_id = (container.attrs.get("Labels") or {}).get(SESSION_LABEL)
+            if session_id:
+                states[str(session_id)] = _state(str(container.status))
+        return states
+
+    def restart_proxy(self, session_id: str) -> ProxyAddress:
+        name = proxy_name(session_id)
         try:
-            container: Container = self._client.containers.create(
-                image,
-                argv,
-                entrypoint=[],
-                name=name,
-                user="root",
-                labels=dict(labels or {}),
-                network=network,
-                volumes=binds,
-                init=True,
-                **limits,
-            )
-            net = self._client.networks.get(network)
-            net.disconnect(container)
-            net.connect(container, aliases=aliases)
-            container.start()
+            container = self._container(name)
+            container.restart(timeout=2)
             container.reload()
         except docker.errors.APIError as exc:
-            self.remove(name)
-            raise SandboxError(f"cannot start {name}: {exc.explanation or exc}") from None
-        networks = (container.attrs.get("NetworkSettings") or {}).get("Networks") or {}
-        return str((networks.get(network) or {}).get("IPAddress", ""))
+            raise SandboxError(f"cannot restart {name}: {exc.explanation or exc}") from None
+        return ProxyAddress(container.id, container.name, _address_on(container, session_network_name(session_id)))
 
-    def address_on(self, ident: str, network: str) -> str | None:
-        """A container's address on one network (None when it has none there)."""
-        networks = (self._container(ident).attrs.get("NetworkSettings") or {}).get("Networks") or {}
-        address = (networks.get(network) or {}).get("IPAddress")
-        return str(address) if address else None
+    def proxy_logs(self, session_id: str, tail: int = 100) -> str:
+        return self.logs(proxy_name(session_id), tail)
+
+    def remove_egress(self, session_id: str, *, drain: bool = False) -> None:
+        name = proxy_name(session_id)
+        if drain:
+            # SIGTERM first: mitmdump's shutdown writes out the responses still queued for the file.
+            with contextlib.suppress(SandboxError, docker.errors.APIError):
+                self._container(name).stop(timeout=1)
+        self.remove(name)
+        self.remove_network(session_network_name(session_id))
 
     def remove_all(self, labels: Mapping[str, str]) -> None:
         """Every container, then every network, carrying ``labels``."""
@@ -537,17 +539,13 @@ class DockerRuntime:
             with contextlib.suppress(docker.errors.APIError):
                 self.remove_network(network.name)
 
-    def container_states(self, labels: Mapping[str, str]) -> dict[str, str]:
-        """Name -> state ("running", "exited", "restarting", ...) of every container with ``labels``."""
-        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
-        return {c.name: c.status for c in self._client.containers.list(all=True, filters=filters)}
-
-    def sandbox_states(self, labels: Mapping[str, str]) -> dict[str, str]:
+    def sandbox_states(self, labels: Mapping[str, str]) -> dict[str, State]:
         """Container id -> state of every sandbox with ``labels``, from one listing (no inspect each:
         the reaper asks every second)."""
         wanted = {SANDBOX_LABEL: SANDBOX_ROLE, **labels}
         filters = {"label": [f"{k}={v}" for k, v in wanted.items()]}
-        return {str(c.id): str(c.status) for c in self._client.containers.list(all=True, filters=filters, sparse=True)}
+        listed = self._client.containers.list(all=True, filters=filters, sparse=True)
+        return {str(c.id): _state(str(c.status)) for c in listed}
 
     def exit_info(self, ident: str) -> ExitInfo | None:
         """None while the container runs (or is paused or restarting); else how it ended."""
@@ -561,40 +559,6 @@ class DockerRuntime:
             return None
         code = state.get("ExitCode")
         return ExitInfo(status or "exited", int(code) if isinstance(code, int) else None, bool(state.get("OOMKilled")))
-
-    def session_networks(self, labels: Mapping[str, str]) -> list[SessionNetwork]:
-        """Every session network carrying ``labels`` (for the gateway's reconcile on start)."""
-        wanted = {SANDBOX_LABEL: NETWORK_ROLE, **labels}
-        filters = {"label": [f"{k}={v}" for k, v in wanted.items()]}
-        out = []
-        for network in self._client.networks.list(filters=filters):
-            with contextlib.suppress(KeyError, IndexError, TypeError):
-                out.append(self._session_network(network.attrs))
-        return out
-
-    def restart(self, ident: str) -> None:
-        try:
-            self._container(ident).restart(timeout=2)
-        except docker.errors.APIError as exc:
-            raise SandboxError(f"cannot restart {ident}: {exc.explanation or exc}") from None
-
-    def stop(self, ident: str) -> None:
-        """Stop a container for good (Docker does not restart a container stopped by hand)."""
-        with contextlib.suppress(docker.errors.APIError):
-            self._container(ident).stop(timeout=1)
-
-    def kill(self, ident: str, signal: str = "KILL") -> None:
-        """Kill a container's main process (tests use it to kill a proxy mid-session)."""
-        with contextlib.suppress(docker.errors.APIError):
-            self._container(ident).kill(signal=signal)
-
-    def bridge(self, name: str) -> tuple[str, str]:
-        """The host interface and gateway address of a bridge network."""
-        network = self._client.networks.get(name)
-        options = network.attrs.get("Options") or {}
-        interface = options.get("com.docker.network.bridge.name") or f"br-{network.id[:12]}"
-        configs = (network.attrs.get("IPAM") or {}).get("Config") or [{}]
-        return interface, str(configs[0].get("Gateway", ""))
 
     def list_sandboxes(self, labels: Mapping[str, str] | None = None) -> list[SandboxInfo]:
         """Every sandbox container (running or not) carrying ``labels``."""
@@ -612,7 +576,7 @@ class DockerRuntime:
             out.append(SandboxInfo(container.id, container.name, dict(container.labels), running, address))
         return out
 
-    def wait_ready(self, sandbox: SandboxContainer, timeout_s: float = 60.0) -> float:
+    def wait_ready(self, sandbox: SandboxAddress, timeout_s: float = 60.0) -> float:
         """Block until the controller's /healthz answers 200; returns the seconds it took."""
         start = time.monotonic()
         url = f"{sandbox.base_url}/healthz"
@@ -646,14 +610,6 @@ class DockerRuntime:
             raise SandboxError(f"no sandbox {ident}") from None
         return container
 
-    def find(self, name: str) -> SandboxContainer | None:
-        try:
-            container: Container = self._client.containers.get(name)
-        except docker.errors.NotFound:
-            return None
-        address = self._address(container)
-        return self._with_secret(address, SECRET_WAIT_S) if address is not None else None
-
     def logs(self, ident: str, tail: int = 100) -> str:
         raw: bytes = self._container(ident).logs(tail=tail)
         return raw.decode(errors="replace")
@@ -661,31 +617,6 @@ class DockerRuntime:
     def remove(self, ident: str) -> None:
         with contextlib.suppress(docker.errors.NotFound):
             self._client.containers.get(ident).remove(force=True)
-
-    def exec(self, ident: str, argv: list[str], user: str = "corral") -> tuple[int, str]:
-        environment = {"DISPLAY": ":0"}
-        if user != "root":
-            # docker exec leaves the container's capability bounding set even to a non-root user; start
-            # as root and drop to the user with nothing left, as the sandbox's own processes run.
-            argv = [
-                "setpriv",
-                f"--reuid={user}",
-                f"--regid={user}",
-                "--clear-groups",
-                "--inh-caps=-all",
-                "--ambient-caps=-all",
-                "--bounding-set=-all",
-                "--",
-                *argv,
-            ]
-            environment["HOME"] = f"/home/{user}"
-        code, output = self._container(ident).exec_run(argv, user="root", environment=environment)
-        return int(code), output.decode(errors="replace")
-
-    def kill_process(self, ident: str, process_name: str, user: str = "agent") -> None:
-        """Kill a process inside the sandbox by name, as its own uid (root there holds no CAP_KILL);
-        tests use it to crash Chromium, which runs as the agent."""
-        self.exec(ident, ["pkill", "-KILL", "-x", process_name], user=user)
 
     def compose(self, project_dir: Path, args: list[str]) -> None:
         """Run ``docker compose`` in ``project_dir`` (the CLI, as Compose has no SDK)."""

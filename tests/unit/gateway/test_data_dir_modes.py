@@ -118,28 +118,9 @@ def test_proxy_tokens_are_derived_never_stored(tmp_path: Path) -> None:
     # A restarted gateway derives the same token from the kept key; another data dir, another token.
     assert _egress(tmp_path).token(SID) == token
     assert _egress(tmp_path / "other").token(SID) != token
-    egress = Egress(SID, "net", "10.0.0.0/28", "10.0.0.1", "br", "id", "name", "10.0.0.2", str(tmp_path))
+    egress = Egress(SID, "net", "10.0.0.0/28", "10.0.0.1", "id", "name", "10.0.0.2", str(tmp_path))
     record = egress.record()
     assert token not in json.dumps(record) and "gateway_token" not in record
     # A record written by an older gateway (with a token in it) still loads; the token is not kept.
     assert "gateway_token" not in Egress.from_record({**record, "gateway_token": "old"}).record()
-
-
-def test_the_proxy_state_is_its_uids_alone(tmp_path: Path) -> None:
-    manager = _egress(tmp_path, egress_uid=4321, egress_upstream_ca=None)
-    if os.geteuid() != 0:
-        pytest.skip("handing files to another uid needs root")
-    state, _ = manager._prepare_state(SID, ["example.test"], "enforce", None)
-    assert manager.proxy_uid == 4321
-    assert (state.stat().st_uid, _mode(state)) == (4321, 0o700)
-    policy = state / "policy.json"
-    assert (policy.stat().st_uid, policy.stat().st_gid, _mode(policy)) == (4321, 4321, 0o600)
-    assert json.loads(policy.read_text()) == {"allow": ["example.test"], "mode": "enforce", "generation": 0}
-    manager.write_meta(SID, owner="key-a")
-    assert _mode(state / "session.json") == 0o600
-    assert _mode(tmp_path / "egress") == 0o700 or not (tmp_path / "egress").exists()
-
-
-def test_the_proxy_uid_defaults_to_1001_under_root_and_to_the_gateways_own_otherwise(tmp_path: Path) -> None:
-    expected = 1001 if os.geteuid() == 0 else os.geteuid()
-    assert _egress(tmp_path).proxy_uid == expected
+    assert Egress.from_record({**record, "interface": "br-old"}) == egress  # one from before the runtime seam

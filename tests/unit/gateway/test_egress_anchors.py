@@ -80,7 +80,7 @@ async def world(tmp_path: Path) -> AsyncIterator[tuple[EgressManager, FakeProxy,
     proxy.server = await asyncio.start_server(proxy.serve, "127.0.0.1", 0)
     manager.control_port = proxy.port
     proxy.token = manager.token(SESSION)  # derived by the gateway, as the real proxy is given it
-    egress = Egress(SESSION, "net", "10.9.0.0/24", "10.9.0.1", "br-x", "id", "proxy", "127.0.0.1", str(state))
+    egress = Egress(SESSION, "net", "10.9.0.0/24", "10.9.0.1", "id", "proxy", "127.0.0.1", str(state))
     try:
         yield manager, proxy, egress
     finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Awaitable, Iterator, Mapping
+from collections.abc import Awaitable, Mapping
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,84 +17,9 @@ from corral.gateway.models import CreateSession
 from corral.gateway.sessions import GATEWAY_LABEL, KIND_LABEL, SANDBOX_EXITED, SessionManager, SessionRecord
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
-from corral.runtime.docker import ExitInfo, SandboxContainer, SandboxInfo, SandboxSpec, SessionNetwork
+from corral.runtime import ExitInfo, SandboxAddress, SandboxSpec, SessionNetwork
 
-
-@pytest.fixture(autouse=True)
-def _no_iptables(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The host guard is iptables on the real host: never touched by unit tests."""
-    removed: list[str] = []
-    monkeypatch.setattr("corral.runtime.hostguard.install", lambda interface: True)
-    monkeypatch.setattr("corral.runtime.hostguard.remove", removed.append)
-    monkeypatch.setattr("corral.runtime.hostguard.remove_stale", lambda: [])
-    yield removed
-
-
-class FakeRuntime:
-    def __init__(self) -> None:
-        self.running: dict[str, tuple[SandboxContainer, dict[str, str]]] = {}
-        self.exited: dict[str, ExitInfo] = {}  # container id -> how it died (still listed, not running)
-        self.networks: dict[str, SessionNetwork] = {}
-        self.network_labels: dict[str, dict[str, str]] = {}
-        self.fail_remove = False
-        self._n = 0
-
-    def ensure_network(self, name: str) -> None:
-        pass
-
-    def bridge(self, name: str) -> tuple[str, str]:
-        return "br-fake", "10.99.0.1"
-
-    def start_sandbox(self, spec: SandboxSpec) -> SandboxContainer:
-        self._n += 1
-        box = SandboxContainer(f"c{self._n}", spec.name or f"c{self._n}", f"10.99.0.{self._n + 1}", 8765)
-        self.running[box.id] = (box, dict(spec.labels or {}))
-        return box
-
-    def wait_ready(self, sandbox: SandboxContainer, timeout_s: float = 60.0) -> float:
-        return 0.0
-
-    def list_sandboxes(self, labels: Mapping[str, str] | None = None) -> list[SandboxInfo]:
-        wanted = dict(labels or {})
-        return [
-            SandboxInfo(box.id, box.name, lab, True, box)
-            for box, lab in self.running.values()
-            if all(lab.get(k) == v for k, v in wanted.items())
-        ]
-
-    def remove(self, ident: str) -> None:
-        if self.fail_remove:
-            raise RuntimeError("docker said no")
-        self.running.pop(ident, None)
-        self.exited.pop(ident, None)
-
-    def die(self, ident: str, info: ExitInfo) -> None:
-        self.exited[ident] = info
-
-    def sandbox_states(self, labels: Mapping[str, str]) -> dict[str, str]:
-        return {
-            box.id: ("exited" if box.id in self.exited else "running")
-            for box, lab in self.running.values()
-            if all(lab.get(k) == v for k, v in labels.items())
-        }
-
-    def exit_info(self, ident: str) -> ExitInfo | None:
-        if ident not in self.running:
-            return ExitInfo("gone", None, False)
-        return self.exited.get(ident)
-
-    def container_states(self, labels: Mapping[str, str]) -> dict[str, str]:
-        return {}
-
-    def session_networks(self, labels: Mapping[str, str]) -> list[SessionNetwork]:
-        return [
-            net
-            for name, net in self.networks.items()
-            if all(self.network_labels[name].get(k) == v for k, v in labels.items())
-        ]
-
-    def remove_network(self, name: str) -> None:
-        self.networks.pop(name, None)
+from ..runtime.fake import FakeRuntime
 
 
 def _manager(tmp_path: Path, runtime: FakeRuntime, **settings: object) -> SessionManager:
@@ -107,11 +32,10 @@ def _manager(tmp_path: Path, runtime: FakeRuntime, **settings: object) -> Sessio
         "record": False,
     }
     values.update(settings)
-    return SessionManager(GatewaySettings(**values), runtime, SessionStore(tmp_path))  # type: ignore[arg-type]
+    return SessionManager(GatewaySettings(**values), runtime, SessionStore(tmp_path))
 
 
-def test_a_failed_removal_keeps_the_session_and_its_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("corral.runtime.hostguard.install", lambda interface: True)
+def test_a_failed_removal_keeps_the_session_and_its_record(tmp_path: Path) -> None:
     runtime = FakeRuntime()
 
     async def scenario() -> None:
@@ -133,8 +57,7 @@ def test_a_failed_removal_keeps_the_session_and_its_record(tmp_path: Path, monke
     asyncio.run(scenario())
 
 
-def test_recovery_never_hands_out_an_unowned_container(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("corral.runtime.hostguard.install", lambda interface: True)
+def test_recovery_never_hands_out_an_unowned_container(tmp_path: Path) -> None:
     runtime = FakeRuntime()
     # A pool container whose session record was lost: it may hold another key's cookies.
     used = runtime.start_sandbox(SandboxSpec(name="used", labels={GATEWAY_LABEL: "t", KIND_LABEL: "pool"}))
@@ -236,7 +159,7 @@ class GatedRuntime(FakeRuntime):
         self.gate_from = gate_from
         self.started, self.entered, self.release, self.returned = (threading.Event() for _ in range(4))
 
-    def start_sandbox(self, spec: SandboxSpec) -> SandboxContainer:
+    def start_sandbox(self, spec: SandboxSpec) -> SandboxAddress:
         if self.gate_from is not None and self._n + 1 >= self.gate_from:
             self.entered.set()
             assert self.release.wait(10), "never released"
@@ -339,16 +262,18 @@ async def test_the_relay_hook_ends_a_dead_session_before_the_reaper(tmp_path: Pa
         await manager.stop()
 
 
-async def test_start_removes_this_instances_orphan_session_networks(tmp_path: Path, _no_iptables: list[str]) -> None:
+async def test_start_removes_this_instances_orphan_session_networks(tmp_path: Path) -> None:
     runtime = FakeRuntime()
     for name, instance in (("corral-net-ses_orphan", "t"), ("corral-net-ses_other", "another-gateway")):
-        runtime.networks[name] = SessionNetwork(name, "10.213.0.0/28", "10.213.0.1", f"br-{name[-6:]}")
+        runtime.networks[name] = SessionNetwork(name, "10.213.0.0/28", "10.213.0.1")
         runtime.network_labels[name] = {GATEWAY_LABEL: instance}
+        runtime.guarded.add(name)
     manager = _manager(tmp_path, runtime)
     await manager.start()
     await manager.stop()
     assert list(runtime.networks) == ["corral-net-ses_other"]  # another gateway's stays
-    assert _no_iptables == ["br-orphan"]  # and the orphan's host-guard rules went with it
+    # and the orphan's host guard went with it (removing a session network removes its guard)
+    assert "corral-net-ses_orphan" not in runtime.guarded and "corral-net-ses_other" in runtime.guarded
 
 
 # What Session.record() wrote before the session model was one type: the file format is unchanged.
@@ -378,6 +303,9 @@ OLD_RECORD = {
     "egress_mode": "report",
     "hermetic": False,
 }
+# What this code writes back: the same, less the bridge's name (the runtime owns the host guard now and
+# finds it from the network, so the record no longer carries ``interface``).
+WRITTEN_BACK = {**OLD_RECORD, "egress": {k: v for k, v in OLD_RECORD["egress"].items() if k != "interface"}}  # type: ignore[attr-defined]
 
 
 async def test_recovery_adopts_a_session_the_old_code_recorded(tmp_path: Path) -> None:
@@ -392,7 +320,7 @@ async def test_recovery_adopts_a_session_the_old_code_recorded(tmp_path: Path) -
     await manager.start()
     try:
         session = manager.get("ses_00000000000000aa")
-        assert session.record.to_json() == OLD_RECORD  # every field read back, and written back the same
+        assert session.record.to_json() == WRITTEN_BACK  # every field read back, and written back the same
         assert session.sandbox.id == "c1" and session.owner == "key-a"
         assert session.egress is not None and session.egress.audit_path == Path(
             "/data/egress/ses_00000000000000aa/audit.jsonl"
@@ -421,4 +349,4 @@ def test_the_manifest_holds_the_setup_only() -> None:
 
 def test_a_record_from_before_derived_proxy_tokens_is_read_and_written_without_its_token() -> None:
     egress = {**OLD_RECORD["egress"], "gateway_token": "old"}  # type: ignore[dict-item]
-    assert SessionRecord.model_validate({**OLD_RECORD, "egress": egress}).to_json() == OLD_RECORD
+    assert SessionRecord.model_validate({**OLD_RECORD, "egress": egress}).to_json() == WRITTEN_BACK

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from corral.errors import SandboxError
-from corral.runtime.docker import DockerRuntime, SandboxContainer
+from corral.runtime import SandboxAddress
+from corral.runtime.docker import DockerRuntime
 
 
 class HangingContainer:
@@ -53,7 +54,7 @@ def runtime_with(container: HangingContainer) -> DockerRuntime:
     return DockerRuntime(FakeClient(container))  # the seam under test: docker-py is untyped
 
 
-ADDRESS = SandboxContainer("c0ffee", "corral-test", "127.0.0.1", 8765)
+ADDRESS = SandboxAddress("c0ffee", "corral-test", "127.0.0.1", 8765)
 
 
 def test_an_exec_that_never_answers_is_a_sandbox_error_within_the_wait() -> None:

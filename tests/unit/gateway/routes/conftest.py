@@ -18,9 +18,9 @@ from corral.gateway.metrics import Metrics
 from corral.gateway.sessions import SessionManager
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
-from corral.runtime.docker import SandboxContainer, SandboxSpec
+from corral.runtime import SandboxAddress, SandboxSpec
 
-from ..test_sessions import FakeRuntime
+from ...runtime.fake import FakeRuntime
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # starlette's note about httpx, on import
@@ -40,9 +40,9 @@ def closed_port() -> int:
 class LoopbackRuntime(FakeRuntime):
     """Sandboxes "at" a closed loopback port: a relay or action that gets past auth fails to connect, harmlessly."""
 
-    def start_sandbox(self, spec: SandboxSpec) -> SandboxContainer:
+    def start_sandbox(self, spec: SandboxSpec) -> SandboxAddress:
         box = super().start_sandbox(spec)
-        moved = SandboxContainer(box.id, box.name, "127.0.0.1", closed_port())
+        moved = SandboxAddress(box.id, box.name, "127.0.0.1", closed_port())
         self.running[box.id] = (moved, self.running[box.id][1])
         return moved
 
@@ -57,15 +57,15 @@ def settings_for(tmp_path: Path, **overrides: object) -> GatewaySettings:
         "instance": "unit",
     }
     values.update(overrides)
-    return GatewaySettings(**values)  # type: ignore[arg-type]
+    return GatewaySettings(**values)
 
 
 def wired(settings: GatewaySettings) -> FastAPI:
     """The app with the state its lifespan would give it, over a loopback fake runtime."""
-    app = create_app(settings, runtime=LoopbackRuntime())  # type: ignore[arg-type]
+    app = create_app(settings, runtime=LoopbackRuntime())
     app.state.keys = auth.KeyRing.for_gateway(settings)
     app.state.metrics = Metrics()
-    app.state.manager = SessionManager(settings, LoopbackRuntime(), SessionStore(settings.data_dir))  # type: ignore[arg-type]
+    app.state.manager = SessionManager(settings, LoopbackRuntime(), SessionStore(settings.data_dir))
     app.state.http = httpx.AsyncClient(timeout=5)
     return app
 
@@ -90,11 +90,9 @@ def client(app: FastAPI) -> Client:
 
 
 @pytest.fixture()
-def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[TestClient, str, str]]:
+def live(tmp_path: Path) -> Iterator[tuple[TestClient, str, str]]:
     """A session made through the API, with the app's own lifespan over the fake runtime."""
-    monkeypatch.setattr("corral.runtime.hostguard.install", lambda interface: True)
-    monkeypatch.setattr("corral.runtime.hostguard.remove_stale", lambda: [])
-    app = create_app(settings_for(tmp_path), runtime=LoopbackRuntime())  # type: ignore[arg-type]
+    app = create_app(settings_for(tmp_path), runtime=LoopbackRuntime())
     with TestClient(app) as test_client:
         created = test_client.post("/v1/sessions", json={}, headers={"authorization": f"Bearer {KEY}"}).json()
         yield test_client, created["id"], created["token"]

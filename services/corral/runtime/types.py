@@ -1,0 +1,124 @@
+"""The values that cross the runtime seam: what the control plane asks a runtime for and what it
+gets back. Nothing here names a driver; :mod:`corral.runtime.docker` fills them from Docker, a
+Kubernetes driver would fill them from pods (docs/kubernetes.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+# Every object a runtime makes for a session carries this label with the session's id: how a
+# restarted gateway finds a session's proxy and network again, and how the runtime names them.
+SESSION_LABEL = "corral.session"
+
+# A sandbox's or a proxy's state as a runtime reports it (Docker's words, which Kubernetes' pod
+# phases and container states map onto: docs/kubernetes.md).
+State = Literal["created", "running", "paused", "restarting", "removing", "exited", "dead"]
+# A sandbox in one of these still counts as alive: its session goes on.
+ALIVE_STATES: frozenset[State] = frozenset({"running", "paused", "restarting", "created"})
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxAddress:
+    """Where a running sandbox's controller answers, and the per-boot secret that drives it."""
+
+    id: str
+    name: str
+    host: str
+    port: int
+    secret: str = field(default="", repr=False)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://{self.host}:{self.port}/v1/ws"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionNetwork:
+    """A session's own internal network: its sandbox and its egress proxy, nothing else.
+
+    ``subnet`` and ``gateway`` are what the sandbox's own firewall is set from."""
+
+    name: str
+    subnet: str
+    gateway: str
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxSpec:
+    """How to start one sandbox."""
+
+    image: str = "corral-desktop:latest"
+    screen: str = "1280x800"
+    name: str | None = None
+    host_port: int | None = None
+    memory: str = "2g"
+    cpus: float = 2.0
+    pids: int = 1024
+    shm_size: str = "256m"
+    tmp_size: str = "1g"
+    labels: Mapping[str, str] | None = None
+    environment: Mapping[str, str] | None = None
+    # On a shared network: reached at the sandbox's address there and nothing is published on the host.
+    network: str | None = None
+    # On its session's own network instead, behind its egress proxy: the runtime tells the sandbox
+    # where the proxy is and what its network is (its firewall is set from them).
+    session_network: SessionNetwork | None = None
+    # Host file -> path inside, mounted read-only and readable by the sandbox's controller alone.
+    files: Mapping[str, str] | None = None
+    # An OCI runtime registered with dockerd; None: the daemon's default (runc). Only bench/gvisor.py and
+    # its tests set it: the gateway does not offer runsc, which loses the inner boundary (docs/gvisor.md).
+    runtime: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProxySpec:
+    """How to start one session's egress proxy (corral-egress), the other half of its pair."""
+
+    session_id: str
+    network: SessionNetwork
+    # On the host: CA, policy, audit log. Mounted read-write and handed to the proxy's uid; it
+    # outlives the proxy, so a restarted proxy continues the same chain with the same CA.
+    state_dir: Path
+    egress_network: str | None  # None: a hermetic proxy, on the session network only (no route out)
+    image: str = "corral-egress:latest"
+    environment: Mapping[str, str] | None = None
+    labels: Mapping[str, str] | None = None
+    memory: str = "512m"
+    cpus: float = 1.0
+    pids: int = 256
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyAddress:
+    """A running proxy and its address on its session network (where the gateway's control calls go)."""
+
+    id: str
+    name: str
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExitInfo:
+    """How a sandbox that no longer runs ended: what a session whose sandbox died reports."""
+
+    state: str  # "exited", "dead", or "gone" (it no longer exists)
+    exit_code: int | None
+    oom_killed: bool  # the kernel's OOM killer struck inside it
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxInfo:
+    """A sandbox as the runtime finds it (for recovery after a gateway restart)."""
+
+    id: str
+    name: str
+    labels: Mapping[str, str]
+    running: bool
+    address: SandboxAddress | None

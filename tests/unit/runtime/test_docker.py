@@ -1,0 +1,144 @@
+"""The Docker driver's own decisions, with the docker client faked at its narrowest seam: what it
+mounts into a container belongs to the uid that runs there (the proxy's state, the sandbox's
+token), a sandbox behind a proxy is told where the proxy is, and the names it gives. The real
+engine runs in the integration tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.gateway.egress import EgressManager
+from corral.gateway.settings import GatewaySettings
+from corral.runtime import ProxySpec, SandboxSpec, SessionNetwork
+from corral.runtime.docker import (
+    CONTROLLER_UID,
+    DockerRuntime,
+    default_proxy_uid,
+    proxy_name,
+    session_network_name,
+)
+
+SID = "ses_0123456789abcdef"
+NETWORK = SessionNetwork(session_network_name(SID), "10.213.0.0/28", "10.213.0.1")
+
+
+class FakeContainer:
+    id = "c0ffee"
+    status = "running"
+
+    def __init__(self, name: str, network: str) -> None:
+        self.name = name
+        self.attrs = {"NetworkSettings": {"Networks": {network: {"IPAddress": "10.213.0.2"}}}}
+
+    def start(self) -> None:
+        pass
+
+    def reload(self) -> None:
+        pass
+
+    def exec_run(self, argv: list[str], **_: Any) -> tuple[int, bytes]:
+        return 0, b"s3cret\n"  # the controller's per-boot secret, read as its uid
+
+
+class FakeNetwork:
+    def connect(self, container: FakeContainer, aliases: list[str]) -> None:
+        pass
+
+
+class FakeClient:
+    """containers.create/run and get, networks.get, the endpoint config: what a start touches."""
+
+    def __init__(self) -> None:
+        self.created: dict[str, Any] = {}
+        self.containers = self
+        self.networks = self
+        self.api = self
+        self._container: FakeContainer | None = None
+
+    def ping(self) -> bool:
+        return True
+
+    def create(self, image: str, **kwargs: Any) -> FakeContainer:
+        self.created = kwargs
+        self._container = FakeContainer(kwargs["name"], NETWORK.name)
+        return self._container
+
+    def run(self, image: str, **kwargs: Any) -> FakeContainer:
+        return self.create(image, **kwargs)
+
+    def get(self, name: str) -> Any:
+        box = self._container
+        return box if box is not None and name in (box.id, box.name) else FakeNetwork()
+
+    def create_endpoint_config(self, aliases: list[str]) -> dict[str, Any]:
+        return {"Aliases": aliases}
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_the_proxy_state_is_its_uids_alone(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("handing files to another uid needs root")
+    manager = EgressManager(GatewaySettings(data_dir=tmp_path, egress_upstream_ca=None), runtime=None)  # type: ignore[arg-type]
+    state, _ = manager._prepare_state(SID, ["example.test"], "enforce", None)
+    client = FakeClient()
+    runtime = DockerRuntime(client, proxy_uid=4321)  # type: ignore[arg-type]  # docker-py is untyped
+    proxy = runtime.start_proxy(ProxySpec(SID, NETWORK, state, "corral-egress"))
+    assert (runtime.proxy_uid, client.created["user"]) == (4321, "4321:4321")
+    assert (proxy.name, proxy.address) == (proxy_name(SID), "10.213.0.2")
+    assert client.created["volumes"] == {str(state): {"bind": "/var/lib/corral-egress", "mode": "rw"}}
+    assert (state.stat().st_uid, _mode(state)) == (4321, 0o700)
+    policy = state / "policy.json"
+    assert (policy.stat().st_uid, policy.stat().st_gid, _mode(policy)) == (4321, 4321, 0o600)
+    assert json.loads(policy.read_text()) == {"allow": ["example.test"], "mode": "enforce", "generation": 0}
+    assert {p.stat().st_uid for p in state.rglob("*")} == {4321}  # the CA too
+    manager.write_meta(SID, owner="key-a")
+    assert _mode(state / "session.json") == 0o600
+    assert _mode(tmp_path / "egress") == 0o700 or not (tmp_path / "egress").exists()
+
+
+def test_the_proxy_uid_defaults_to_1001_under_root_and_to_the_gateways_own_otherwise() -> None:
+    assert default_proxy_uid(None, 0) == 1001
+    assert default_proxy_uid(None, 1234) == 1234
+    assert default_proxy_uid(4321, 0) == 4321
+    expected = 1001 if os.geteuid() == 0 else os.geteuid()
+    assert DockerRuntime(FakeClient()).proxy_uid == expected  # type: ignore[arg-type]
+
+
+def test_a_proxy_uid_not_the_gateways_needs_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    from corral.errors import SandboxError
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1234)
+    runtime = DockerRuntime(FakeClient(), proxy_uid=4321)  # type: ignore[arg-type]
+    with pytest.raises(SandboxError, match="CORRAL_EGRESS_UID=4321 needs a gateway running as root"):
+        runtime.ensure_egress_network("corral-egress")
+
+
+def test_a_sandbox_behind_a_proxy_is_told_where_it_is_and_its_token_is_the_controllers(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("handing files to another uid needs root")
+    token = tmp_path / "proxy-token"
+    token.write_text("t")
+    token.chmod(0o600)
+    client = FakeClient()
+    spec = SandboxSpec(name="corral-session-1", session_network=NETWORK, files={str(token): "/run/corral/proxy-token"})
+    sandbox = DockerRuntime(client).start_sandbox(spec)  # type: ignore[arg-type]
+    assert (sandbox.host, sandbox.secret) == ("10.213.0.2", "s3cret")
+    assert client.created["network"] == NETWORK.name and "ports" not in client.created
+    environment = client.created["environment"]
+    assert environment["CORRAL_PROXY"] == "corral-proxy:8080"
+    assert (environment["CORRAL_SESSION_NET"], environment["CORRAL_SESSION_GATEWAY"]) == ("10.213.0.0/28", "10.213.0.1")
+    assert client.created["volumes"] == {str(token): {"bind": "/run/corral/proxy-token", "mode": "ro"}}
+    assert (token.stat().st_uid, _mode(token)) == (CONTROLLER_UID, 0o600)
+
+
+def test_a_sessions_objects_are_named_from_its_id() -> None:
+    assert (session_network_name(SID), proxy_name(SID)) == (f"corral-net-{SID}", f"corral-egress-{SID}")
