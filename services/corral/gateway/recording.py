@@ -233,7 +233,7 @@ class SessionRecorder:
     async def _run(self) -> None:
         while self.cut is None:
             try:
-                await self._fetch(POLL_WAIT_MS)
+                await self.fetch(POLL_WAIT_MS)
             except asyncio.CancelledError:
                 raise
             except (httpx.HTTPError, ValueError, UnprovenController) as exc:
@@ -271,7 +271,9 @@ class SessionRecorder:
             raise ValueError("the controller's answer is not an object")
         return body
 
-    async def _fetch(self, wait_ms: int) -> None:
+    async def fetch(self, wait_ms: int) -> None:
+        """One poll of the controller: what it recorded since the last, written to the bundle (its loop
+        and the final drain call this; tests call it to step the recorder without its loop)."""
         if self.cut is not None:
             return
         try:
@@ -386,9 +388,9 @@ class SessionRecorder:
             # The last frames may still be settling in the controller: wait for them, briefly.
             async with asyncio.timeout(drain_s):
                 deadline = time.monotonic() + drain_s
-                await self._fetch(0)
+                await self.fetch(0)
                 while self.cut is None and self._after < self._controller_last:
-                    await self._fetch(int(max(0.0, deadline - time.monotonic()) * 1000))
+                    await self.fetch(int(max(0.0, deadline - time.monotonic()) * 1000))
         except (TimeoutError, httpx.HTTPError, ValueError, OSError, UnprovenController) as exc:
             log.info("recording %s: stopped draining (%s)", self.directory.name, type(exc).__name__)
         finally:

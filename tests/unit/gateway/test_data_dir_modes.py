@@ -77,7 +77,7 @@ async def test_recordings_are_private(tmp_path: Path) -> None:
     recorder = manager._live[SID]
     assert recorder._task is not None
     recorder._task.cancel()
-    await recorder._fetch(0)
+    await recorder.fetch(0)
     responses = tmp_path / "responses.mitm"
     responses.write_bytes(FLOW)
     await manager.stop(SID, "deleted", drain_s=0.1)

@@ -76,7 +76,7 @@ async def test_the_budget_cuts_the_recording_notes_it_and_stores_nothing_more(tm
     controller = Controller()
     controller.act(100)  # 100 events of 4 KB frames against a 40 KB budget
     recorder = _recorder(directory, controller, budget_bytes=40_000)
-    await recorder._fetch(0)
+    await recorder.fetch(0)
     events = _events(directory)
     assert events[-1]["event"] == "budget" and events[-1]["reason"] == "budget"
     assert events[-1]["budget_bytes"] == 40_000
@@ -92,7 +92,7 @@ async def test_the_budget_cuts_the_recording_notes_it_and_stores_nothing_more(tm
     # The session goes on, its recording does not: more actions, no more fetches or writes.
     size, fetches = _on_disk(directory), controller.fetches
     controller.act(50)
-    await recorder._fetch(0)
+    await recorder.fetch(0)
     assert (_on_disk(directory), controller.fetches) == (size, fetches)
     await recorder.stop("deleted", drain_s=0.5)
     manifest = json.loads((directory / "manifest.json").read_text())
@@ -106,14 +106,14 @@ async def test_a_restarted_gateway_keeps_the_budget_and_the_cut(tmp_path: Path) 
     controller = Controller()
     controller.act(3)
     first = _recorder(directory, controller, budget_bytes=20_000)
-    await first._fetch(0)
+    await first.fetch(0)
     used = first.used
     assert used == _on_disk(directory) and first.cut is None
     # A restarted gateway with a larger default: the session keeps the budget it was given.
     second = _recorder(directory, controller, budget_bytes=10 << 20)
     assert (second.budget, second.used, second.written) == (20_000, used, 3)
     controller.act(20)
-    await second._fetch(0)
+    await second.fetch(0)
     assert second.cut == "budget"
     third = _recorder(directory, controller, budget_bytes=10 << 20)
     assert third.cut == "budget" and third._task is None  # nothing more is fetched after a restart either
@@ -128,7 +128,7 @@ async def test_recorded_text_is_cut_per_field_and_noted(tmp_path: Path) -> None:
     controller.events[0]["reply"] = {"ok": True, "text": "x" * (1 << 20)}
     controller.events[0]["title"] = "t" * 100_000
     recorder = _recorder(directory, controller, max_text_bytes=4096)
-    await recorder._fetch(0)
+    await recorder.fetch(0)
     line = (directory / "events.jsonl").read_bytes()
     assert len(line) < 6 * 4096  # each cut field at most the cap (JSON escaping aside)
     (event,) = _events(directory)
@@ -177,7 +177,7 @@ async def test_an_oversized_answer_is_not_read_whole_and_cuts_the_recording(tmp_
     recorder._task.cancel()
     tracemalloc.start()
     try:
-        await recorder._fetch(0)
+        await recorder.fetch(0)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -243,7 +243,7 @@ async def _live(manager: RecordingManager, session_id: str, events: int, created
     live = manager._live[session_id]
     assert live._task is not None
     live._task.cancel()
-    await live._fetch(0)
+    await live.fetch(0)
     return live
 
 

@@ -60,16 +60,16 @@ async def test_a_controller_restart_then_a_gateway_restart_duplicates_nothing(tm
     controller = Controller("boot-1")
     controller.act(3)
     first = await _recorder(directory, controller)
-    await first._fetch(0)
+    await first.fetch(0)
     controller.restart("boot-2")  # the controller restarts and catches up with the old count
     controller.act(4)
-    await first._fetch(0)
-    await first._fetch(0)
+    await first.fetch(0)
+    await first.fetch(0)
     # The gateway restarts: a new recorder carries on from the bundle on disk.
     second = await _recorder(directory, controller)
-    await second._fetch(0)
+    await second.fetch(0)
     controller.act(1)
-    await second._fetch(0)
+    await second.fetch(0)
     kinds = [(e["event"], e.get("controller_boot"), e.get("controller_seq")) for e in _events(directory)]
     assert kinds == [
         ("action", "boot-1", 1),
@@ -153,6 +153,6 @@ async def test_an_impostor_on_the_controllers_port_records_nothing(tmp_path: Pat
     recorder.start({"session": directory.name}, "key-a")
     recorder._task.cancel()  # type: ignore[union-attr]
     with pytest.raises(UnprovenController):
-        await recorder._fetch(0)
+        await recorder.fetch(0)
     assert not (directory / "events.jsonl").exists() or _events(directory) == []
     await recorder.stop("deleted", drain_s=0.1)
