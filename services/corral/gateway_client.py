@@ -99,7 +99,9 @@ def _reply(response: httpx.Response) -> dict[str, Any]:
         reply = response.json()
     except ValueError:
         reply = None
-    if isinstance(reply, dict) and "ok" in reply:
+    # A sandbox's reply always carries its request's ``id`` (null when the request had none); the
+    # gateway's own error body has ``ok`` too but no ``id``.
+    if isinstance(reply, dict) and "ok" in reply and "id" in reply:
         return reply
     _checked(response)  # the gateway's refusal (401, 404, 502, ...)
     message = f"the gateway's answer is no reply: {response.text[:200]}"

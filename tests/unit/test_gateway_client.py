@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from corral import gateway_client
-from corral.errors import CorralError
+from corral.errors import CorralError, error_body
 from corral.gateway_client import AsyncGateway, Gateway, GatewayError, calls
 
 INFO = {"id": "ses_1", "ws_url": "ws://gateway.invalid/v1/sessions/ses_1/ws", "container": "corral-ses-1"}
@@ -88,7 +88,7 @@ async def test_traffic_reads_json_lines_with_its_filters() -> None:
     ("answer", "status", "code", "text"),
     [
         (
-            {"json": {"error": {"code": "not_found", "message": "no session"}}},
+            {"json": error_body("not_found", "no session")},
             404,
             "not_found",
             "404 not_found: no session",
@@ -112,13 +112,16 @@ async def test_an_action_reply_is_returned_whatever_its_status_and_anything_else
     failure = httpx.Response(400, json=FAILED)
     assert calls.act("ses_1", {}).read(failure) == FAILED  # the sandbox's failure is a reply, not a refusal
     with pytest.raises(GatewayError, match="401 unauthorized"):
-        calls.act("ses_1", {}).read(httpx.Response(401, json={"error": {"code": "unauthorized", "message": "no"}}))
+        calls.act("ses_1", {}).read(httpx.Response(401, json=error_body("unauthorized", "no")))
+    for status in (404, 413, 502):  # the gateway's own refusals on /actions: its error body has ok, no id
+        with pytest.raises(GatewayError, match=f"{status} sandbox_unreachable: gone"):
+            calls.act("ses_1", {}).read(httpx.Response(status, json=error_body("sandbox_unreachable", "gone")))
     with pytest.raises(GatewayError, match="the gateway's answer is no reply: <html>"):
         calls.act("ses_1", {}).read(httpx.Response(200, text="<html>"))
 
 
 def test_deleting_a_session_that_is_gone_can_be_fine() -> None:
-    gone = httpx.Response(404, json={"error": {"code": "not_found", "message": "no session ses_1"}})
+    gone = httpx.Response(404, json=error_body("not_found", "no session ses_1"))
     assert calls.delete_session("ses_1", missing_ok=True).read(gone) is None
     with pytest.raises(GatewayError):
         calls.delete_session("ses_1").read(gone)

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from corral import cli
 from corral.cli import app
+from corral.errors import error_body
 from corral.gateway_client import Gateway
 from corral.proxy.audit import AuditLog, verify
 
@@ -292,7 +293,7 @@ def test_ls_json(gateway: Callable[[Handler], list[httpx.Request]]) -> None:
     ("response", "message"),
     [
         (
-            httpx.Response(401, json={"error": {"code": "unauthorized", "message": "bad key"}}),
+            httpx.Response(401, json=error_body("unauthorized", "bad key")),
             "401 unauthorized: bad key",
         ),
         (httpx.Response(500, text="boom"), "500 http_error: boom"),  # the SDK's code for a body that is not JSON
@@ -336,7 +337,7 @@ def test_show_and_summary_of_a_session_fetch_its_traffic(
 
 
 def test_a_session_the_gateway_does_not_know(gateway: Callable[[Handler], list[httpx.Request]]) -> None:
-    gateway(lambda request: httpx.Response(404, json={"error": {"code": "not_found", "message": "no such session"}}))
+    gateway(lambda request: httpx.Response(404, json=error_body("not_found", "no such session")))
     result = _run("show", "ses_nope")
     assert result.exit_code == 1
     assert "404 not_found: no such session" in result.stderr

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from corral import cli
 from corral.cli import app
+from corral.errors import error_body
 from corral.gateway_client import Gateway
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -91,7 +92,7 @@ def test_allow_ls_show_and_rm(gateway: Callable[[Handler], list[httpx.Request]])
 
 
 def test_a_refusal_is_one_clean_line(gateway: Callable[[Handler], list[httpx.Request]]) -> None:
-    gateway(lambda request: httpx.Response(404, json={"error": {"code": "not_found", "message": "no session ses_9"}}))
+    gateway(lambda request: httpx.Response(404, json=error_body("not_found", "no session ses_9")))
     result = CliRunner().invoke(app, ["session", "show", "ses_9"])
     assert result.exit_code == 1 and "404 not_found: no session ses_9" in result.output
     assert "Traceback" not in result.output
