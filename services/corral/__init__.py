@@ -10,23 +10,21 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from corral.errors import ActionError, CorralError, ErrorCode, ImageBuildError, SandboxError
+from corral.errors import ActionError, ActionFailed, CorralError, ErrorCode, GatewayError, ImageBuildError, SandboxError
 
 if TYPE_CHECKING:
-    from corral.client import ActionFailed, AsyncSandboxClient, SandboxClient
-    from corral.gateway_client import AsyncGateway, Gateway, GatewayError
+    from corral.client import AsyncSandboxClient, SandboxClient
+    from corral.gateway_client import AsyncGateway, Gateway
     from corral.sdk import AsyncSandbox, Sandbox
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "ActionFailed": "corral.client",
     "AsyncSandboxClient": "corral.client",
     "SandboxClient": "corral.client",
     "AsyncGateway": "corral.gateway_client",
     "AsyncSandbox": "corral.sdk",
     "Gateway": "corral.gateway_client",
-    "GatewayError": "corral.gateway_client",
     "Sandbox": "corral.sdk",
 }
 

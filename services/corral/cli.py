@@ -22,8 +22,8 @@ from rich.text import Text
 
 from corral import gateway_client, images
 from corral.client import image_bytes
-from corral.errors import CorralError
-from corral.gateway_client import Gateway, GatewayError
+from corral.errors import CorralError, GatewayError
+from corral.gateway_client import Gateway
 from corral.runtime.docker import DockerRuntime
 
 if TYPE_CHECKING:

@@ -18,23 +18,10 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection as SyncConnection
 from websockets.sync.client import connect as sync_connect
 
-from corral.errors import CorralError, UnprovenController
+from corral.errors import ActionFailed, UnprovenController
 from corral.sandbox import auth
 
 MAX_FRAME = 64 << 20
-
-
-class ActionFailed(CorralError):
-    """The sandbox answered ``ok: false``."""
-
-    def __init__(self, error: dict[str, Any]) -> None:
-        super().__init__(
-            f"{error.get('code')}: {error.get('message')}"
-            + (f" (field {error['field']})" if error.get("field") else "")
-        )
-        self.code: str = error.get("code", "")
-        self.field: str | None = error.get("field")
-        self.error = error
 
 
 def check_reply(reply: dict[str, Any]) -> dict[str, Any]:

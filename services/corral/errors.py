@@ -19,7 +19,11 @@ each :class:`CodedError` with the HTTP status its table gives the class (corral.
     │   └─ SandboxError                     the host side could not build, start or reach a sandbox
     │       ├─ SandboxStartFailed, UnprovenController, SandboxUnreachable, EgressUnavailable
     │       └─ ImageBuildError
-    ├─ RemoteError (code as received)       a peer answered with a structured error (SDK, CLI, proxy)
+    ├─ RemoteError (code as received)       a peer answered with a structured error
+    │   ├─ ActionFailed                     a sandbox's ok: false (the protocol clients)
+    │   ├─ GatewayError                     the gateway's refusal (its client: the SDK and the CLI)
+    │   └─ ControlError                     an egress proxy's refusal, or no proxy (its control channel)
+    └─ UnknownKeyError, InvalidMessage, ReplyTooLarge   refusals of pure parsers, also ValueErrors
 """
 
 from __future__ import annotations
@@ -140,6 +144,79 @@ class RemoteError(CorralError):
         self.code = code
         self.field = field
         self.status = status
+
+
+class ActionFailed(RemoteError):
+    """A sandbox answered ``ok: false`` (raised by the protocol clients); ``error`` is its error member."""
+
+    def __init__(self, error: dict[str, Any]) -> None:
+        field = error.get("field")
+        super().__init__(
+            f"{error.get('code')}: {error.get('message')}" + (f" (field {field})" if field else ""),
+            str(error.get("code", "")),
+            str(field) if field else None,
+        )
+        self.error = error
+
+
+class GatewayError(RemoteError):
+    """The gateway refused a request (raised by its client, corral.gateway_client); ``status`` and
+    ``code`` say why."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        error = body.get("error") or {}
+        field = error.get("field")
+        super().__init__(
+            f"{status} {error.get('code')}: {error.get('message')}",
+            str(error.get("code", "")),
+            str(field) if field else None,
+            status,
+        )
+
+
+class ControlError(RemoteError):
+    """An egress proxy refused a control message or could not be reached (corral.proxy.control).
+
+    ``code``: the refusal's code when the proxy gave one (an ErrorCode value), else
+    ``egress_unavailable``."""
+
+    def __init__(self, message: str, code: str = ErrorCode.EGRESS_UNAVAILABLE, field: str | None = None) -> None:
+        super().__init__(message, code, field)
+
+
+# -- what a pure parser refuses (a ValueError too, for callers that only know that) ------------------------
+
+
+class UnknownKeyError(CorralError, ValueError):
+    """A key name that is no keysym, alias or single character (corral.protocol.keys)."""
+
+    def __init__(self, token: str, combo: str) -> None:
+        hint = f" in {combo!r}" if combo != token else ""
+        super().__init__(
+            f"unknown key {token!r}{hint}; use X keysym names (Return, Page_Down, F5, ctrl, shift, alt, super) "
+            "joined with '+', e.g. 'ctrl+shift+t'"
+        )
+        self.token = token
+
+
+class InvalidMessage(CorralError, ValueError):
+    """A control message an egress proxy refuses (corral.proxy.control); :meth:`reply` is the
+    structured refusal it answers with."""
+
+    def __init__(self, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.field = field
+
+    def reply(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ok": False, "code": self.code, "error": str(self)}
+        if self.field is not None:
+            out["field"] = self.field
+        return out
+
+
+class ReplyTooLarge(CorralError, ValueError):
+    """A controller answered more than the gateway's recorder may hold in one fetch."""
 
 
 # -- requests the gateway refuses as written --------------------------------------------------------------

@@ -18,23 +18,13 @@ from typing import Any, Generic, Self, TypeVar
 
 import httpx
 
-from corral.errors import CorralError
+from corral.errors import CorralError, GatewayError
 
 T = TypeVar("T")
 
 DEFAULT_PORT = 8700
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 TIMEOUT_S = 120
-
-
-class GatewayError(CorralError):
-    """The gateway refused a request; ``status`` and ``code`` say why."""
-
-    def __init__(self, status: int, body: dict[str, Any]) -> None:
-        error = body.get("error") or {}
-        super().__init__(f"{status} {error.get('code')}: {error.get('message')}")
-        self.status = status
-        self.code: str = error.get("code", "")
 
 
 # -- where the gateway is, and the key ------------------------------------------------------------------

@@ -25,8 +25,9 @@ from typing import Any, Generic, Self, TypeVar
 
 import httpx
 
-from corral.client import ActionFailed, AsyncSandboxClient, SandboxClient, check_reply, image_bytes
-from corral.gateway_client import AsyncGateway, Gateway, GatewayError, api_key, gateway_url, session_body
+from corral.client import AsyncSandboxClient, SandboxClient, check_reply, image_bytes
+from corral.errors import ActionFailed, GatewayError
+from corral.gateway_client import AsyncGateway, Gateway, api_key, gateway_url, session_body
 
 T = TypeVar("T")
 

@@ -16,8 +16,8 @@ from websockets.http11 import Request, Response
 from websockets.sync.server import ServerConnection as SyncServerConnection
 from websockets.sync.server import serve as sync_serve
 
-from corral.client import ActionFailed, AsyncSandboxClient, SandboxClient, check_reply, image_bytes
-from corral.errors import CorralError, UnprovenController
+from corral.client import AsyncSandboxClient, SandboxClient, check_reply, image_bytes
+from corral.errors import ActionFailed, CorralError, UnprovenController
 from corral.sandbox import auth
 
 SECRET = auth.new_secret()

@@ -44,3 +44,30 @@ def test_an_action_error_keeps_its_own_code() -> None:
 def test_a_remote_error_keeps_the_code_as_received() -> None:
     exc = RemoteError("503 from_the_future: later", code="from_the_future", status=503)
     assert (exc.code, exc.field, exc.status, str(exc)) == ("from_the_future", None, 503, "503 from_the_future: later")
+
+
+def test_no_exception_class_is_defined_outside_errors_py() -> None:
+    """One tree, drawn in one place: a class anywhere else in the package that derives from an
+    exception (by name: the addons need mitmproxy, so they are read, not imported) is a second tree."""
+    import ast
+    import builtins
+    from pathlib import Path
+
+    package = Path(errors.__file__).parent
+    exception_names = {
+        name for name, cls in inspect.getmembers(errors, inspect.isclass) if issubclass(cls, BaseException)
+    }
+    exception_names |= {name for name in dir(builtins) if name.endswith(("Error", "Exception"))} | {"Exception"}
+    strays = [
+        f"{path.relative_to(package)}:{node.lineno} {node.name}"
+        for path in sorted(package.rglob("*.py"))
+        if path.name != "errors.py"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+        and any(
+            (base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else "")
+            in exception_names
+            for base in node.bases
+        )
+    ]
+    assert strays == []

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from corral import gateway_client
-from corral.errors import CorralError, error_body
-from corral.gateway_client import AsyncGateway, Gateway, GatewayError, calls
+from corral.errors import CorralError, GatewayError, error_body
+from corral.gateway_client import AsyncGateway, Gateway, calls
 
 INFO = {"id": "ses_1", "ws_url": "ws://gateway.invalid/v1/sessions/ses_1/ws", "container": "corral-ses-1"}
 FAILED = {"ok": False, "id": 1, "error": {"code": "out_of_bounds", "message": "off the screen", "field": "action.x"}}

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from corral.client import ActionFailed
+from corral.errors import ActionFailed
 from corral.gateway_client import AsyncGateway, Gateway
 from corral.sdk import AsyncSandbox, Sandbox, messages
 

@@ -26,11 +26,11 @@ import os
 import secrets
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from corral.errors import EgressUnavailable, ReplayNotFound, ReplayUnreadable, SandboxError
+from corral.errors import ControlError, EgressUnavailable, ReplayNotFound, ReplayUnreadable, SandboxError
 from corral.gateway.anchors import AnchorBook
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import copy_private, private_dir, session_dir, write_json, write_private
@@ -57,7 +57,8 @@ PROXY_BUSY_STATES: frozenset[State] = frozenset({"running", "restarting", "creat
 
 @dataclass(frozen=True, slots=True)
 class Egress:
-    """One session's egress pair, as kept in the session record."""
+    """One session's egress pair, as kept in the session record (corral.gateway.sessions.SessionRecord
+    serialises it): nothing secret in it, as the proxy's token is derived, never stored."""
 
     session_id: str
     network: str
@@ -67,14 +68,6 @@ class Egress:
     proxy_name: str
     proxy_address: str
     state_dir: str
-
-    def record(self) -> dict[str, Any]:
-        """What the session record keeps: nothing secret (the proxy's token is derived, never stored)."""
-        return asdict(self)
-
-    @classmethod
-    def from_record(cls, record: dict[str, Any]) -> Egress:
-        return cls(**{name: str(record[name]) for name in cls.__dataclass_fields__})
 
     @property
     def audit_path(self) -> Path:
@@ -317,7 +310,7 @@ class EgressManager:
                 POLL_TIMEOUT_S,
             )
             self._observe(egress.session_id, reply, "end")
-        except (control.ControlError, ValueError, KeyError, TypeError) as exc:
+        except (ControlError, ValueError, KeyError, TypeError) as exc:
             # A dead proxy: its last anchor stands; verify says how many records come after it.
             log.warning("no final audit anchor for %s: %s", egress.session_id, exc)
 
@@ -347,7 +340,7 @@ class EgressManager:
             return await control.call(
                 egress.proxy_address, self.control_port, self.token(egress.session_id), message, timeout_s
             )
-        except control.ControlError as exc:
+        except ControlError as exc:
             raise EgressUnavailable(str(exc)) from None
 
     def _lock(self, session_id: str) -> asyncio.Lock:

@@ -33,7 +33,7 @@ from typing import IO, Any
 
 import httpx
 
-from corral.errors import UnprovenController
+from corral.errors import ReplyTooLarge, UnprovenController
 from corral.gateway import controller
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import open_private, private_dir, private_file, session_dir, write_json, write_private
@@ -75,10 +75,6 @@ class RecordingLimits:
     def budget_for(self, asked_mb: int | None) -> int:
         asked = self.budget_bytes if asked_mb is None else asked_mb * MiB
         return min(asked, self.max_budget_bytes)
-
-
-class ReplyTooLarge(ValueError):
-    """The controller answered more than a fetch may hold."""
 
 
 def _prefix(text: str, limit: int) -> str:

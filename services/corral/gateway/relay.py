@@ -12,7 +12,7 @@ from fastapi import WebSocket, WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from corral.errors import UnprovenController
+from corral.errors import ErrorCode, UnprovenController
 from corral.gateway.controller import connect_ws
 from corral.gateway.metrics import Metrics
 from corral.gateway.sessions import Session
@@ -27,9 +27,9 @@ async def _open_upstream(client: WebSocket, session: Session, metrics: Metrics) 
     try:
         return await connect_ws(session.sandbox.ws_url, session.sandbox.secret)
     except (OSError, TimeoutError, InvalidHandshake) as exc:
-        code, reason = "sandbox_unreachable", f"the sandbox did not answer: {type(exc).__name__}"
+        code, reason = ErrorCode.SANDBOX_UNREACHABLE, f"the sandbox did not answer: {type(exc).__name__}"
     except UnprovenController:
-        code, reason = "controller_unproven", "the sandbox's controller could not prove itself"
+        code, reason = ErrorCode.CONTROLLER_UNPROVEN, "the sandbox's controller could not prove itself"
     metrics.errors.labels(code=code).inc()
     await client.close(code=CLOSE_UNREACHABLE, reason=reason)
     return None

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-from pydantic import ConfigDict, ValidationError
+from pydantic import ConfigDict
 
 from corral.errors import CapacityError, EgressUnavailable, HermeticUnavailable, InvalidRequest, SessionNotFound
 from corral.gateway import auth
@@ -231,13 +231,7 @@ class SessionManager:
         return {GATEWAY_LABEL: self._settings.instance, KIND_LABEL: kind}
 
     def _stored_records(self) -> list[SessionRecord]:
-        records = []
-        for raw in self._store.load_all():
-            try:
-                records.append(SessionRecord.model_validate(raw))
-            except ValidationError as exc:
-                log.warning("session record %s does not hold a session; ignoring it: %s", raw.get("id"), exc)
-        return records
+        return self._store.load_all(SessionRecord.model_validate)
 
     def _save(self, session: Session) -> None:
         self._store.save(session.id, session.record.to_json())

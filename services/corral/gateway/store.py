@@ -17,12 +17,13 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -104,11 +105,21 @@ class SessionStore:
     def delete(self, session_id: str) -> None:
         (self._dir / f"{session_id}.json").unlink(missing_ok=True)
 
-    def load_all(self) -> list[dict[str, Any]]:
+    def load_all(self, parse: Callable[[dict[str, Any]], T]) -> list[T]:
+        """Every record ``parse`` accepts. One that is no JSON object or that ``parse`` refuses (a
+        ValueError, as pydantic's are) is set aside as ``<name>.unreadable``: kept for an operator to
+        look at, never adopted, and not read again at every start."""
         records = []
         for path in sorted(self._dir.glob("*.json")):
             try:
-                records.append(json.loads(path.read_text()))
-            except (OSError, ValueError):
-                log.warning("unreadable session record %s; ignoring it", path.name)
+                raw = json.loads(path.read_text())
+                if not isinstance(raw, dict):
+                    raise ValueError("not a JSON object")
+                records.append(parse(raw))
+            except (OSError, ValueError) as exc:
+                log.error(
+                    "session record %s holds no session; set aside as %s.unreadable: %s", path.name, path.name, exc
+                )
+                with contextlib.suppress(OSError):
+                    path.rename(path.with_name(path.name + ".unreadable"))
         return records

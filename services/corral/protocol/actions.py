@@ -13,6 +13,7 @@ from typing import Annotated, Literal, Protocol, Self, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from corral.errors import UnknownKeyError
 from corral.protocol import keys as keyparse
 
 MAX_TYPE_CHARS = 20_000
@@ -38,7 +39,7 @@ def _check_modifiers(value: list[str]) -> list[str]:
     for index, name in enumerate(value):
         try:
             key = keyparse.parse_key(name)
-        except keyparse.UnknownKeyError as exc:
+        except UnknownKeyError as exc:
             raise PydanticCustomError("unknown_key", "{message}", {"message": str(exc), "index": index}) from None
         if not key.is_modifier:
             raise PydanticCustomError(
@@ -295,7 +296,7 @@ class Key(_Action):
     def _known_keys(cls, value: str) -> str:
         try:
             keyparse.parse_sequence(value)
-        except keyparse.UnknownKeyError as exc:
+        except UnknownKeyError as exc:
             raise PydanticCustomError("unknown_key", "{message}", {"message": str(exc)}) from None
         return value
 

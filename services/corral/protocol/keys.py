@@ -14,6 +14,8 @@ from functools import cache
 
 from Xlib import XK
 
+from corral.errors import UnknownKeyError
+
 for _group in ("xkb", "xf86", "latin2", "latin3", "latin4", "greek", "cyrillic", "publishing", "technical"):
     XK.load_keysym_group(_group)
 
@@ -93,18 +95,6 @@ MODIFIER_KEYSYM_NAMES = frozenset(
 
 # Characters that stand for a key of their own when typed.
 _CONTROL_CHARS: dict[str, str] = {"\n": "Return", "\r": "Return", "\t": "Tab", "\b": "BackSpace", "\x1b": "Escape"}
-
-
-class UnknownKeyError(ValueError):
-    """A key name that is no keysym, alias or single character."""
-
-    def __init__(self, token: str, combo: str) -> None:
-        hint = f" in {combo!r}" if combo != token else ""
-        super().__init__(
-            f"unknown key {token!r}{hint}; use X keysym names (Return, Page_Down, F5, ctrl, shift, alt, super) "
-            "joined with '+', e.g. 'ctrl+shift+t'"
-        )
-        self.token = token
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from corral.errors import ActionError, ErrorCode
+from corral.errors import ActionError, ErrorCode, UnknownKeyError
 from corral.protocol import actions as a
 from corral.protocol import keys as keyparse
 from corral.protocol.plan import EncodedImage
@@ -108,7 +108,7 @@ def _key_name(name: str, field: str) -> str:
     token = name.lower() if len(name) == 1 and name.isalpha() else name
     try:
         key = keyparse.parse_key(token)
-    except keyparse.UnknownKeyError as exc:
+    except UnknownKeyError as exc:
         raise ActionError(ErrorCode.UNKNOWN_KEY, str(exc), field=field) from None
     # The names are joined with '+' into a combo, where a bare '+' would be taken for a separator.
     return "plus" if key.name == "+" else key.name

@@ -26,7 +26,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from corral.errors import CorralError, ErrorCode, RemoteError
+from corral.errors import ControlError, ErrorCode, InvalidMessage
 
 CONTROL_PORT = 8081
 # The proxy's state directory (bind-mounted from the gateway's data dir): these files, and ca/.
@@ -51,21 +51,6 @@ CODES = (INVALID_JSON, INVALID_REQUEST, INVALID_FIELD, MESSAGE_TOO_LARGE)
 # What the gateway answers (HTTP 503) when the proxy does not: ControlError's code when the proxy
 # could not be reached or gave no code of its own.
 EGRESS_UNAVAILABLE = ErrorCode.EGRESS_UNAVAILABLE
-
-
-class InvalidMessage(CorralError, ValueError):
-    """A control message the proxy refuses; :meth:`reply` is the structured refusal."""
-
-    def __init__(self, code: str, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.field = field
-
-    def reply(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"ok": False, "code": self.code, "error": str(self)}
-        if self.field is not None:
-            out["field"] = self.field
-        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,16 +124,6 @@ def parse_message(line: bytes) -> Message:
 
 def encode(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
-
-
-class ControlError(RemoteError):
-    """The proxy refused a control message or could not be reached.
-
-    ``code``: the refusal's code when the proxy gave one (an ErrorCode value), else
-    :data:`EGRESS_UNAVAILABLE`."""
-
-    def __init__(self, message: str, code: str = EGRESS_UNAVAILABLE, field: str | None = None) -> None:
-        super().__init__(message, code, field)
 
 
 def _answer(hello_line: bytes, reply_line: bytes) -> dict[str, Any]:

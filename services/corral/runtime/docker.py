@@ -363,10 +363,12 @@ class DockerRuntime:
         return hostguard.remove_stale()
 
     def remove_network(self, name: str) -> None:
-        """A network (its containers disconnected first) and its host guard; nothing when it is gone."""
+        """A network (its containers disconnected first) and its host guard. A network already gone
+        leaves no name for its bridge: then every guard whose interface is gone goes (its own among them)."""
         try:
             network = self._client.networks.get(name)
         except docker.errors.NotFound:
+            hostguard.remove_stale()
             return
         for container_id in network.attrs.get("Containers") or {}:
             with contextlib.suppress(docker.errors.APIError):

@@ -46,12 +46,12 @@ def test_a_failed_removal_keeps_the_session_and_its_record(tmp_path: Path) -> No
         with pytest.raises(RuntimeError):
             await manager.delete(session.id)
         assert manager.get(session.id) is session  # still owned, still counted
-        assert SessionStore(tmp_path).load_all()[0]["id"] == session.id
+        assert SessionStore(tmp_path).load_all(dict)[0]["id"] == session.id
         runtime.fail_remove = False
         await manager.delete(session.id)
         with pytest.raises(SessionNotFound):
             manager.get(session.id)
-        assert SessionStore(tmp_path).load_all() == []
+        assert SessionStore(tmp_path).load_all(dict) == []
         await manager.stop()
 
     asyncio.run(scenario())
@@ -239,7 +239,7 @@ async def test_a_dead_sandbox_ends_its_session_and_frees_its_slot(tmp_path: Path
         assert "out of memory" in session.end_detail and "137" in session.end_detail
         assert session.close_reason().startswith("session ended: sandbox_exited (out of memory")
         await asyncio.wait_for(session.removed.wait(), timeout=10)
-        assert manager.list() == [] and SessionStore(tmp_path).load_all() == []
+        assert manager.list() == [] and SessionStore(tmp_path).load_all(dict) == []
         assert session.sandbox.id not in runtime.running  # the exited container is removed too
         again, _ = await manager.create("key-a", CreateSession())  # the slot is free at the cap
         assert manager.get(again.id) is again
@@ -350,3 +350,19 @@ def test_the_manifest_holds_the_setup_only() -> None:
 def test_a_record_from_before_derived_proxy_tokens_is_read_and_written_without_its_token() -> None:
     egress = {**OLD_RECORD["egress"], "gateway_token": "old"}  # type: ignore[dict-item]
     assert SessionRecord.model_validate({**OLD_RECORD, "egress": egress}).to_json() == WRITTEN_BACK
+
+
+async def test_a_record_that_holds_no_session_is_set_aside_not_adopted(tmp_path: Path) -> None:
+    runtime = FakeRuntime()
+    box = runtime.start_sandbox(SandboxSpec(name="nobody", labels={GATEWAY_LABEL: "t", KIND_LABEL: "session"}))
+    broken = {**OLD_RECORD, "container": box.id, "viewport": "wide"}  # no viewport a session can have
+    SessionStore(tmp_path).save(str(OLD_RECORD["id"]), broken)
+    manager = _manager(tmp_path, runtime)
+    await manager.start()
+    try:
+        assert manager.list() == [] and box.id not in runtime.running  # its sandbox is nobody's: removed
+        kept = tmp_path / "sessions" / f"{OLD_RECORD['id']}.json.unreadable"
+        assert json.loads(kept.read_text()) == broken  # kept for a look, not read at the next start
+        assert not (tmp_path / "sessions" / f"{OLD_RECORD['id']}.json").exists()
+    finally:
+        await manager.stop()

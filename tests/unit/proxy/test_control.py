@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from corral.errors import CorralError, ErrorCode
+from corral.errors import ControlError, CorralError, ErrorCode, InvalidMessage
 from corral.proxy import control
 
 
@@ -35,7 +35,7 @@ def test_control_messages_are_validated(line: bytes, message: str) -> None:
 )
 def test_action_ids_are_short_tokens_without_newlines(action_id: object) -> None:
     line = json.dumps({"op": "action", "id": action_id, "phase": "start"}).encode()
-    with pytest.raises(control.InvalidMessage) as refused:
+    with pytest.raises(InvalidMessage) as refused:
         control.parse_message(line)
     assert refused.value.reply() == {
         "ok": False,
@@ -74,12 +74,12 @@ async def test_a_refusal_is_a_control_error_with_the_proxy_s_code() -> None:
     refusal = {"ok": False, "code": "invalid_field", "error": "'mode' must be one of enforce, report"}
     async with await _proxy_answering(hello, refusal) as server:
         port = server.sockets[0].getsockname()[1]
-        with pytest.raises(control.ControlError, match="'mode' must be") as refused:
+        with pytest.raises(ControlError, match="'mode' must be") as refused:
             await control.call("127.0.0.1", port, "token", {"op": "policy", "allow": [], "mode": "off"})
     assert isinstance(refused.value, CorralError) and refused.value.code == "invalid_field"
     async with await _proxy_answering({"ok": False, "error": "unknown token"}) as server:
         port = server.sockets[0].getsockname()[1]
-        with pytest.raises(control.ControlError, match="unknown token") as stranger:
+        with pytest.raises(ControlError, match="unknown token") as stranger:
             await control.call("127.0.0.1", port, "guess", {"op": "status"})
     assert stranger.value.code == control.EGRESS_UNAVAILABLE
     async with await _proxy_answering(hello, {"ok": True, "generation": 2}) as server:
@@ -91,9 +91,9 @@ async def test_an_unreachable_proxy_is_a_control_error_with_a_stable_code() -> N
     async with await _proxy_answering() as server:
         port = server.sockets[0].getsockname()[1]
     # The port is closed now: nobody answers there.
-    with pytest.raises(control.ControlError, match="not reachable") as gone:
+    with pytest.raises(ControlError, match="not reachable") as gone:
         await control.call("127.0.0.1", port, "token", {"op": "status"})
     assert isinstance(gone.value, CorralError) and gone.value.code == "egress_unavailable"
-    with pytest.raises(control.ControlError, match="not reachable") as gone_too:
+    with pytest.raises(ControlError, match="not reachable") as gone_too:
         control.call_blocking("127.0.0.1", port, "token", {"op": "status"})
     assert gone_too.value.code == "egress_unavailable"

@@ -142,3 +142,21 @@ def test_a_sandbox_behind_a_proxy_is_told_where_it_is_and_its_token_is_the_contr
 
 def test_a_sessions_objects_are_named_from_its_id() -> None:
     assert (session_network_name(SID), proxy_name(SID)) == (f"corral-net-{SID}", f"corral-egress-{SID}")
+
+
+class GoneNetworks(FakeClient):
+    def get(self, name: str) -> Any:
+        import docker.errors
+
+        raise docker.errors.NotFound(f"network {name} not found")
+
+
+def test_removing_a_network_already_gone_still_drops_the_guards_left_on_no_interface(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A network gone (removed by hand, or by a crashed gateway's half teardown) leaves no bridge name
+    to remove the guard of: the guards of every interface that is gone go instead, so none is left."""
+    swept: list[bool] = []
+    monkeypatch.setattr("corral.runtime.hostguard.remove_stale", lambda: swept.append(True) or ["br-gone"])
+    DockerRuntime(GoneNetworks()).remove_network(NETWORK.name)  # type: ignore[arg-type]
+    assert swept == [True]

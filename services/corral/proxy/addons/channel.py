@@ -16,6 +16,7 @@ from typing import Any
 from mitmproxy import ctx, exceptions
 from mitmproxy.addonmanager import Loader
 
+from corral.errors import InvalidMessage
 from corral.proxy import control
 from corral.proxy.addons.state import Shared
 from corral.proxy.control import POLICY_FILE
@@ -110,7 +111,7 @@ class ControlChannel:
         while line := await reader.readline():
             try:
                 message = control.parse_message(line)
-            except control.InvalidMessage as exc:
+            except InvalidMessage as exc:
                 writer.write(control.encode(exc.reply()))
                 await writer.drain()
                 continue
@@ -128,7 +129,7 @@ class ControlChannel:
             if isinstance(message, control.ActionEvent):
                 (opened.add if message.phase == "start" else opened.discard)(message.id)
             return self.handle(role, message)
-        except control.InvalidMessage as exc:
+        except InvalidMessage as exc:
             return exc.reply()
         except (ValueError, OSError) as exc:
             return {"ok": False, "code": control.INVALID_REQUEST, "error": str(exc)}
