@@ -15,8 +15,9 @@ from typer.testing import CliRunner
 from corral import cli
 from corral.cli import app
 from corral.errors import error_body
-from corral.gateway_client import Gateway
 from corral.proxy.audit import AuditLog, verify
+
+from .conftest import Handler
 
 T0 = 1_714_564_800.0  # 2024-05-01T12:00:00Z
 
@@ -230,31 +231,6 @@ def test_summary_of_an_empty_log(tmp_path: Path) -> None:
 
 
 # --- the gateway -----------------------------------------------------------------------------------------------
-
-
-Handler = Callable[[httpx.Request], httpx.Response]
-
-
-@pytest.fixture
-def gateway(monkeypatch: pytest.MonkeyPatch) -> Callable[[Handler], list[httpx.Request]]:
-    """Route the CLI's gateway client to a handler; returns the requests it saw."""
-    monkeypatch.setenv("CORRAL_API_KEY", "key-1")
-    monkeypatch.setenv("CORRAL_URL", "http://gateway.test")
-    seen: list[httpx.Request] = []
-
-    def install(handler: Handler) -> list[httpx.Request]:
-        def record(request: httpx.Request) -> httpx.Response:
-            seen.append(request)
-            return handler(request)
-
-        def fake() -> Gateway:
-            # The SDK's client as the CLI makes it (its URL and key from the environment), over a fake transport.
-            return Gateway(cli._url(), cli._api_key(), transport=httpx.MockTransport(record))
-
-        monkeypatch.setattr(cli, "_gateway", fake)
-        return seen
-
-    return install
 
 
 LOGS = [

@@ -8,15 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-import pytest
 from typer.testing import CliRunner
 
-from corral import cli
 from corral.cli import app
 from corral.errors import error_body
-from corral.gateway_client import Gateway
 
-Handler = Callable[[httpx.Request], httpx.Response]
+from .conftest import Handler
+
 SESSION = {
     "id": "ses_1",
     "token": "tok",
@@ -28,25 +26,6 @@ SESSION = {
     "allow": ["example.test"],
     "labels": {"via": "cli"},
 }
-
-
-@pytest.fixture
-def gateway(monkeypatch: pytest.MonkeyPatch) -> Callable[[Handler], list[httpx.Request]]:
-    monkeypatch.setenv("CORRAL_API_KEY", "key-1")
-    monkeypatch.setenv("CORRAL_URL", "http://gateway.test")
-    seen: list[httpx.Request] = []
-
-    def install(handler: Handler) -> list[httpx.Request]:
-        def record(request: httpx.Request) -> httpx.Response:
-            seen.append(request)
-            return handler(request)
-
-        monkeypatch.setattr(
-            cli, "_gateway", lambda: Gateway(cli._url(), cli._api_key(), transport=httpx.MockTransport(record))
-        )
-        return seen
-
-    return install
 
 
 def test_create_sends_only_what_was_given(gateway: Callable[[Handler], list[httpx.Request]]) -> None:
