@@ -28,6 +28,7 @@ each :class:`CodedError` with the HTTP status its table gives the class (corral.
 
 from __future__ import annotations
 
+import errno
 from enum import StrEnum
 from typing import Any
 
@@ -52,6 +53,19 @@ class ErrorCode(StrEnum):
     NO_SUCH_TAB = "no_such_tab"
     CLIPBOARD_FAILED = "clipboard_failed"
     INTERNAL = "internal"
+    # Commands, processes and files inside the sandbox (run as the agent's uid).
+    PROGRAM_NOT_FOUND = "program_not_found"
+    NO_SUCH_PROCESS = "no_such_process"
+    PROCESS_LIMIT = "process_limit"
+    EXEC_FAILED = "exec_failed"
+    NO_SUCH_FILE = "no_such_file"
+    PERMISSION_DENIED = "permission_denied"
+    NOT_A_DIRECTORY = "not_a_directory"
+    IS_A_DIRECTORY = "is_a_directory"
+    FILE_EXISTS = "file_exists"
+    DIRECTORY_NOT_EMPTY = "directory_not_empty"
+    NO_SPACE = "no_space"
+    FILE_FAILED = "file_failed"
     # The controller's door (corral.sandbox.guard): browsers, callers without its secret, wrong media types.
     FORBIDDEN = "forbidden"
     UNAUTHORIZED = "unauthorized"
@@ -130,6 +144,32 @@ class ActionError(CodedError):
 
     def __repr__(self) -> str:
         return f"ActionError({self.code!s}, {self.message!r}, field={self.field!r})"
+
+
+_ERRNO_CODES: dict[int, ErrorCode] = {
+    errno.ENOENT: ErrorCode.NO_SUCH_FILE,
+    errno.EACCES: ErrorCode.PERMISSION_DENIED,
+    errno.EPERM: ErrorCode.PERMISSION_DENIED,
+    errno.EROFS: ErrorCode.PERMISSION_DENIED,
+    errno.ENOTDIR: ErrorCode.NOT_A_DIRECTORY,
+    errno.EISDIR: ErrorCode.IS_A_DIRECTORY,
+    errno.EEXIST: ErrorCode.FILE_EXISTS,
+    errno.ENOTEMPTY: ErrorCode.DIRECTORY_NOT_EMPTY,
+    errno.ENOSPC: ErrorCode.NO_SPACE,
+    errno.EDQUOT: ErrorCode.NO_SPACE,
+    errno.EFBIG: ErrorCode.NO_SPACE,
+    errno.EAGAIN: ErrorCode.PROCESS_LIMIT,
+    errno.ESRCH: ErrorCode.NO_SUCH_PROCESS,
+}
+
+
+def os_error(exc: OSError, field: str | None = None, what: str | None = None) -> ActionError:
+    """An OSError from a file or process operation done as the agent, as the action's failure:
+    the errno's stable code (``file_failed`` for the rest), its reason, and the path it named."""
+    code = _ERRNO_CODES.get(exc.errno or 0, ErrorCode.FILE_FAILED)
+    reason = exc.strerror or type(exc).__name__
+    subject = what if what is not None else (repr(exc.filename) if exc.filename is not None else "")
+    return ActionError(code, f"{subject}: {reason}" if subject else reason, field)
 
 
 class RemoteError(CorralError):
