@@ -31,6 +31,13 @@ _STATUS: dict[str, int] = {
     ErrorCode.NAVIGATION_FAILED: 502,
     ErrorCode.CLIPBOARD_FAILED: 502,
     ErrorCode.NO_SUCH_TAB: 404,
+    ErrorCode.NO_SUCH_FILE: 404,
+    ErrorCode.PERMISSION_DENIED: 403,
+    ErrorCode.FILE_EXISTS: 409,
+    ErrorCode.DIRECTORY_NOT_EMPTY: 409,
+    ErrorCode.TOO_LARGE: 413,
+    ErrorCode.NO_SPACE: 507,
+    ErrorCode.FILE_FAILED: 500,
     ErrorCode.INTERNAL: 500,
 }
 
