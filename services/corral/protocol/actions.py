@@ -418,7 +418,7 @@ def _agent_path_base64(value: str) -> str:
     return value
 
 
-def _file_mode(value: int | str) -> int:
+def parse_file_mode(value: int | str) -> int:
     """A permission mode: an int (``420``) or an octal string (``"0644"``, ``"644"``, ``"0o644"``)."""
     if isinstance(value, str):
         digits = value.removeprefix("0o")
@@ -432,11 +432,11 @@ def _file_mode(value: int | str) -> int:
 
 AgentPath = Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS), AfterValidator(_agent_path)]
 AgentPathBase64 = Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS * 2), AfterValidator(_agent_path_base64)]
-FileMode = Annotated[int | str, AfterValidator(_file_mode)]
+FileMode = Annotated[int | str, AfterValidator(parse_file_mode)]
 FileEncoding = Literal["utf-8", "base64"]
 
 
-def _one_of(text: str | None, encoded: str | None, name: str) -> str:
+def one_path(text: str | None, encoded: str | None, name: str) -> str:
     """The path given as ``name`` or ``name_base64`` (exactly one), as a str: bytes that are not UTF-8
     ride as surrogate escapes, the way ``os.fsdecode`` gives them."""
     if (text is None) == (encoded is None):
@@ -457,11 +457,11 @@ class _PathAction(_Action):
 
     @model_validator(mode="after")
     def _one_path(self) -> Self:
-        _one_of(self.path, self.path_base64, "path")
+        one_path(self.path, self.path_base64, "path")
         return self
 
     def target(self) -> str:
-        return _one_of(self.path, self.path_base64, "path")
+        return one_path(self.path, self.path_base64, "path")
 
 
 class FileRead(_PathAction):
@@ -514,7 +514,7 @@ class FileWrite(_PathAction):
         return (self.content or "").encode()
 
     def file_mode(self) -> int | None:
-        return None if self.mode is None else _file_mode(self.mode)
+        return None if self.mode is None else parse_file_mode(self.mode)
 
 
 class FileList(_PathAction):
@@ -543,14 +543,14 @@ class FileMove(_Action):
 
     @model_validator(mode="after")
     def _one_each(self) -> Self:
-        _one_of(self.source, self.source_base64, "source")
-        _one_of(self.destination, self.destination_base64, "destination")
+        one_path(self.source, self.source_base64, "source")
+        one_path(self.destination, self.destination_base64, "destination")
         return self
 
     def paths(self) -> tuple[str, str]:
         return (
-            _one_of(self.source, self.source_base64, "source"),
-            _one_of(self.destination, self.destination_base64, "destination"),
+            one_path(self.source, self.source_base64, "source"),
+            one_path(self.destination, self.destination_base64, "destination"),
         )
 
 

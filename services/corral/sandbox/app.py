@@ -1,4 +1,5 @@
-"""The controller's HTTP and WebSocket surface: ``GET /healthz``, ``POST /v1/actions``, ``WS /v1/ws``."""
+"""The controller's HTTP and WebSocket surface: ``GET /healthz``, ``POST /v1/actions``, ``WS /v1/ws``,
+``PUT``/``GET /v1/files``."""
 
 from __future__ import annotations
 
@@ -9,15 +10,17 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request, WebSocket, WebSocketDisconnect
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import HTTPConnection
 
 from corral.bodies import read_capped
 from corral.errors import ActionError, ErrorCode, error_body
 from corral.protocol import reply
+from corral.sandbox import transfer
 from corral.sandbox.auth import RequestVerifier, read_secret
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.dispatch import Dispatcher
+from corral.sandbox.files import AgentFiles
 from corral.sandbox.guard import ControllerGuard
 from corral.sandbox.recorder import Recorder
 from corral.sandbox.settings import ControllerSettings
@@ -52,6 +55,17 @@ def _desktop(conn: HTTPConnection) -> Desktop:
     return desktop
 
 
+def _files(conn: HTTPConnection) -> AgentFiles:
+    files: AgentFiles | None = conn.app.state.files
+    if files is None:
+        raise ActionError(ErrorCode.UNSUPPORTED, "file transfers need the sandbox's launcher, which is not running")
+    return files
+
+
+def _error(exc: ActionError) -> JSONResponse:
+    return JSONResponse(error_body(exc.code, exc.message, exc.field), status_code=_STATUS.get(exc.code, 400))
+
+
 DispatcherDep = Annotated[Dispatcher, Depends(_dispatcher)]
 DesktopDep = Annotated[Desktop, Depends(_desktop)]
 
@@ -83,6 +97,9 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
 
     app = FastAPI(title="Corral sandbox controller", version="1", lifespan=lifespan)
     app.state.verifier = None
+    app.state.files = None  # AgentFiles once the launcher answers (file actions and transfers)
+    app.state.agent_command = None  # transfer.AgentCommand: tar as the agent, for directories
+    app.state.max_upload = settings.max_upload_bytes
     app.add_middleware(ControllerGuard, verifier=lambda: app.state.verifier)
 
     @app.get("/v1/recording")
@@ -119,6 +136,30 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
             out = await dispatcher.handle(body)
         status = 200 if out["ok"] else _STATUS.get(out["error"]["code"], 400)
         return JSONResponse(out, status_code=status)
+
+    @app.put("/v1/files")
+    async def put_file(request: Request) -> JSONResponse:
+        """A raw body (application/octet-stream, streamed) put in place as the agent, all or nothing."""
+        try:
+            query = transfer.file_query(request.query_params)
+            declared = request.headers.get("content-length")
+            written = await transfer.receive(
+                _files(request), query, request.stream(), declared, request.app.state.max_upload
+            )
+        except ActionError as exc:
+            return _error(exc)
+        return JSONResponse({"ok": True, **written.as_dict()})
+
+    @app.get("/v1/files")
+    async def get_file(request: Request) -> Response:
+        """A file's bytes, or a directory as a tar stream, read as the agent."""
+        try:
+            query = transfer.file_query(request.query_params)
+            download = await transfer.send(_files(request), request.app.state.agent_command, query)
+        except ActionError as exc:
+            return _error(exc)
+        headers = {} if download.length is None else {"content-length": str(download.length)}
+        return StreamingResponse(download.body, media_type=download.media_type, headers=headers)
 
     @app.websocket("/v1/ws")
     async def ws(websocket: WebSocket, dispatcher: DispatcherDep) -> None:

@@ -164,6 +164,10 @@ class AgentFiles:
         self._fs = fs
         self._workspace = workspace
 
+    async def stat(self, path: str) -> FileStat:
+        """What ``path`` is, symlinks followed, as the agent sees it."""
+        return await self._fs.stat(path)
+
     def resolve(self, path: str) -> str:
         """Absolute as given, else under the workspace. ``..`` stays: the agent's uid is the boundary."""
         return path if os.path.isabs(path) else os.path.join(self._workspace, path)
