@@ -1,9 +1,9 @@
-"""File operations done with the agent's uid: the seam between the controller and the launcher.
+"""File operations done with the agent's uid: the seam between the file actions and the launcher.
 
-The controller runs as ``corral`` with no capability; the agent's files belong to ``agent``. Every
-file action therefore asks something that can act as the agent (the launcher,
-``corral.sandbox.launcher.client.LauncherClient``) to do the syscall, and gets back what ``os``
-would have: an fd it then owns, a stat, a listing, or an ``OSError(errno, strerror, filename)``.
+The controller holds no capability and cannot act as the agent; :class:`AgentFs` is what it asks
+of whoever can (the launcher's client, :class:`corral.sandbox.launcher.client.LauncherClient`;
+a same-uid fake in unit tests). Every method raises ``OSError(errno, strerror, filename)`` exactly
+as :mod:`os` would, so callers map failures with :func:`corral.errors.os_error`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ FileType = Literal["file", "directory", "symlink", "other"]
 
 @dataclass(frozen=True, slots=True)
 class FileStat:
-    """What ``stat``/``lstat`` says of one path."""
+    """What ``stat``/``lstat`` said of one path."""
 
     name: str
     path: str
@@ -24,12 +24,12 @@ class FileStat:
     size: int
     mode: int
     mtime: float
-    target: str | None = None
+    target: str | None = None  # a symlink's target
 
 
 @dataclass(frozen=True, slots=True)
 class DirEntry:
-    """One entry of a directory listing (``scandir``, with its lstat)."""
+    """One entry of a directory listing (``lstat`` of it: a symlink is a symlink)."""
 
     name: str
     path: str
