@@ -22,6 +22,7 @@ from corral.sandbox.desktop import Desktop
 from corral.sandbox.dispatch import Dispatcher
 from corral.sandbox.files import AgentFiles
 from corral.sandbox.guard import ControllerGuard
+from corral.sandbox.launcher.client import LauncherClient
 from corral.sandbox.recorder import Recorder
 from corral.sandbox.settings import ControllerSettings
 
@@ -81,7 +82,12 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         reporter = settings.action_reporter()
         recorder = Recorder(desktop) if settings.record else None
         app.state.recorder = recorder
-        app.state.dispatcher = Dispatcher(desktop, settings.limits(), reporter, recorder)
+        # The agent's files and programs, through the launcher (connected on first use).
+        launcher = LauncherClient()
+        files = AgentFiles(launcher)
+        app.state.files = files
+        app.state.agent_command = transfer.LauncherCommand(launcher)
+        app.state.dispatcher = Dispatcher(desktop, settings.limits(), reporter, recorder, files)
         app.state.max_body = settings.max_message_bytes
         # Connect to Chromium early so the first browser action does not pay for it; keep the task.
         app.state.warmup = asyncio.create_task(_warm(desktop))
@@ -93,6 +99,7 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
                 await reporter.close()
             if recorder is not None:
                 await recorder.close()
+            await launcher.close()
             await desktop.close()
 
     app = FastAPI(title="Corral sandbox controller", version="1", lifespan=lifespan)

@@ -16,6 +16,7 @@ from corral.errors import ActionError, ErrorCode, os_error
 from corral.protocol.actions import AgentPath, AgentPathBase64, FileMode, one_path, parse_file_mode
 from corral.protocol.validation import validate
 from corral.sandbox.files import CHUNK_BYTES, AgentFiles, Written
+from corral.sandbox.launcher.client import Control, LauncherClient, SpawnRefused
 
 DEFAULT_MAX_UPLOAD_BYTES = 1 << 30
 TAR_MEDIA = "application/x-tar"
@@ -25,7 +26,60 @@ RAW_MEDIA = "application/octet-stream"
 class AgentCommand(Protocol):
     """Runs a program as the agent (the launcher's spawn) and streams what it writes to stdout."""
 
-    def stdout(self, argv: list[str], cwd: str) -> AsyncIterator[bytes]: ...
+    async def stdout(self, argv: list[str], cwd: str) -> AsyncIterator[bytes]:
+        """Started (a failure to start raises OSError here, before anything is sent): its output."""
+        ...
+
+
+# What tar runs with: no proxy, no secrets, nothing of the controller's environment.
+TAR_ENV = [b"PATH=/usr/local/bin:/usr/bin:/bin", b"LANG=C.UTF-8", b"HOME=/home/agent"]
+
+
+class LauncherCommand:
+    """:class:`AgentCommand` through the launcher's spawn: stdin and stderr are /dev/null, stdout a
+    pipe read here. When the reader stops early (the client went away), the program's whole tree
+    is killed."""
+
+    def __init__(self, launcher: LauncherClient) -> None:
+        self._launcher = launcher
+
+    async def stdout(self, argv: list[str], cwd: str) -> AsyncIterator[bytes]:
+        read_end, write_end = os.pipe2(os.O_CLOEXEC)
+        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            spawned = await self._launcher.spawn(
+                [os.fsencode(arg) for arg in argv], TAR_ENV, os.fsencode(cwd), (null, write_end, null)
+            )
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)
+            os.close(null)
+        if isinstance(spawned, SpawnRefused):
+            os.close(read_end)
+            raise spawned.error()
+        return _drain(read_end, spawned.control)
+
+
+async def _drain(fd: int, control: Control) -> AsyncIterator[bytes]:
+    """What the pipe ``fd`` brings until its end; read by the event loop (paused while the client lags)."""
+    reader = asyncio.StreamReader(limit=CHUNK_BYTES)
+    pipe = os.fdopen(fd, "rb", buffering=0)
+    try:
+        transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), pipe
+        )
+    except BaseException:
+        pipe.close()
+        control.close()
+        raise
+    try:
+        while chunk := await reader.read(CHUNK_BYTES):
+            yield chunk
+    finally:
+        control.close()  # a shepherd whose channel closes kills what is left of its tree
+        transport.close()
 
 
 class FileQuery(BaseModel):
@@ -103,7 +157,11 @@ async def send(files: AgentFiles, command: AgentCommand | None, query: FileQuery
             raise ActionError(ErrorCode.UNSUPPORTED, "a directory is sent as a tar made by the launcher's spawn")
         # --ignore-failed-read: what the agent may not read is left out, the archive stays whole.
         argv = ["tar", "-C", path, "--ignore-failed-read", "-cf", "-", "."]
-        return Download(TAR_MEDIA, None, command.stdout(argv, path))
+        try:
+            body = await command.stdout(argv, path)
+        except OSError as exc:
+            raise os_error(exc, query.field()) from None
+        return Download(TAR_MEDIA, None, body)
     return Download(RAW_MEDIA, os.fstat(fd).st_size, _stream_fd(fd, os.fstat(fd).st_size))
 
 

@@ -39,6 +39,10 @@ class Tar:
     async def stdout(self, argv: list[str], cwd: str) -> AsyncIterator[bytes]:
         self.argv = argv
         process = await asyncio.create_subprocess_exec(*argv, cwd=cwd, stdout=asyncio.subprocess.PIPE)
+        return self._read(process)
+
+    @staticmethod
+    async def _read(process: asyncio.subprocess.Process) -> AsyncIterator[bytes]:
         assert process.stdout is not None
         while chunk := await process.stdout.read(1 << 16):
             yield chunk
