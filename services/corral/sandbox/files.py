@@ -201,7 +201,7 @@ class AgentFiles:
         except OSError as exc:
             if isinstance(action, a.FileMove):
                 field = _move_field(action, self.resolve(action.paths()[1]), exc)
-            raise os_error(exc, field) from None
+            raise file_error(exc, field) from None
         except ActionError as exc:
             if exc.field is None:
                 exc.field = field
@@ -402,6 +402,14 @@ class AgentFiles:
         except FileNotFoundError:
             return False
         return True
+
+
+def file_error(exc: OSError, field: str) -> ActionError:
+    """An OSError of a file operation as the action's failure; a launcher that does not answer
+    (a ConnectionError with no errno) says so rather than naming an errno it never had."""
+    if isinstance(exc, ConnectionError) and exc.errno is None:
+        return ActionError(ErrorCode.FILE_FAILED, f"the agent's files cannot be reached: {exc}", field)
+    return os_error(exc, field)
 
 
 def _fill_with(data: bytes) -> Fill:

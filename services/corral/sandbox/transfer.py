@@ -12,10 +12,10 @@ from typing import Protocol, Self
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, model_validator
 
-from corral.errors import ActionError, ErrorCode, os_error
+from corral.errors import ActionError, ErrorCode
 from corral.protocol.actions import AgentPath, AgentPathBase64, FileMode, one_path, parse_file_mode
 from corral.protocol.validation import validate
-from corral.sandbox.files import CHUNK_BYTES, AgentFiles, Written
+from corral.sandbox.files import CHUNK_BYTES, AgentFiles, Written, file_error
 from corral.sandbox.launcher.client import Control, LauncherClient, SpawnRefused
 
 DEFAULT_MAX_UPLOAD_BYTES = 1 << 30
@@ -135,7 +135,7 @@ async def receive(
     try:
         return await files.upload(target, body, limit=limit, mode=query.file_mode(), make_dirs=query.make_dirs)
     except OSError as exc:
-        raise os_error(exc, query.field()) from None
+        raise file_error(exc, query.field()) from None
 
 
 async def send(files: AgentFiles, command: AgentCommand | None, query: FileQuery) -> Download:
@@ -148,7 +148,7 @@ async def send(files: AgentFiles, command: AgentCommand | None, query: FileQuery
         else:
             fd = await files.open_regular(path)
     except OSError as exc:
-        raise os_error(exc, query.field()) from None
+        raise file_error(exc, query.field()) from None
     except ActionError as exc:
         exc.field = exc.field or query.field()
         raise
@@ -160,7 +160,7 @@ async def send(files: AgentFiles, command: AgentCommand | None, query: FileQuery
         try:
             body = await command.stdout(argv, path)
         except OSError as exc:
-            raise os_error(exc, query.field()) from None
+            raise file_error(exc, query.field()) from None
         return Download(TAR_MEDIA, None, body)
     return Download(RAW_MEDIA, os.fstat(fd).st_size, _stream_fd(fd, os.fstat(fd).st_size))
 

@@ -350,3 +350,13 @@ async def test_an_upload_over_the_cap_leaves_nothing(box: Box) -> None:
         )
     assert info.value.code is ErrorCode.TOO_LARGE
     assert (box.root / "kept").read_bytes() == b"old" and box.leftovers() == []
+
+
+async def test_a_launcher_that_does_not_answer_is_a_file_failure_that_says_so(box: Box) -> None:
+    async def gone(path: str, *, follow_symlinks: bool = True) -> None:
+        raise ConnectionError("the launcher does not answer at /run/corral/launcher/sock")
+
+    box.fs.stat = gone  # type: ignore[method-assign,assignment]
+    error = await box.fails({"type": "file_stat", "path": "x"})
+    assert (error.code, error.field) == (ErrorCode.FILE_FAILED, "action.path")
+    assert "launcher does not answer" in error.message
