@@ -22,7 +22,7 @@ import os
 import stat
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, assert_never
+from typing import Any, TypeVar, assert_never
 
 from corral.errors import ActionError, ErrorCode, os_error
 from corral.protocol import actions as a
@@ -105,6 +105,20 @@ def _fit_text(data: bytes, complete: bool) -> tuple[str, int]:
 
 # -- plain fd work, done in a thread ---------------------------------------------------------------------
 
+T = TypeVar("T")
+
+
+async def in_thread(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a worker thread. Cancelled meanwhile, it still waits for the thread to end
+    before passing the cancellation on, so the caller's ``finally`` never closes an fd the thread is
+    using (its number could be reused by then). Each call here is bounded (a chunk, a window)."""
+    job = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(job)
+    except asyncio.CancelledError:
+        await asyncio.wait([job])
+        raise
+
 
 def _read_window(fd: int, offset: int, length: int) -> bytes:
     parts: list[bytes] = []
@@ -124,16 +138,6 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _copy(source: int, target: int, digest: Any) -> int:
-    """The whole of ``source`` appended to ``target``; its size."""
-    size = 0
-    while part := os.read(source, CHUNK_BYTES):
-        digest.update(part)
-        _write_all(target, part)
-        size += len(part)
-    return size
-
-
 class TempFile:
     """What is being written into the temporary file: its size and sha256 so far."""
 
@@ -144,11 +148,13 @@ class TempFile:
 
     async def write(self, data: bytes) -> None:
         self._digest.update(data)
-        await asyncio.to_thread(_write_all, self.fd, data)
+        await in_thread(_write_all, self.fd, data)
         self.size += len(data)
 
     async def append_file(self, source: int) -> None:
-        self.size += await asyncio.to_thread(_copy, source, self.fd, self._digest)
+        """The whole of ``source`` (an fd), chunk by chunk."""
+        while part := await in_thread(os.read, source, CHUNK_BYTES):
+            await self.write(part)
 
     def sha256(self) -> str:
         return self._digest.hexdigest()
@@ -214,7 +220,7 @@ class AgentFiles:
         fd = await self.open_regular(path)
         try:
             size = os.fstat(fd).st_size
-            data = await asyncio.to_thread(_read_window, fd, action.offset, action.length)
+            data = await in_thread(_read_window, fd, action.offset, action.length)
         finally:
             os.close(fd)
         complete = len(data) < action.length or action.offset + len(data) >= size
@@ -270,7 +276,7 @@ class AgentFiles:
                 finally:
                     os.close(source)
             await fill(out)
-            await asyncio.to_thread(os.fsync, fd)
+            await in_thread(os.fsync, fd)
             os.close(fd)
             fd = -1
             await self._fs.chmod(temp, mode if mode is not None else _mode_of(existing))

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, model_validator
 from corral.errors import ActionError, ErrorCode
 from corral.protocol.actions import AgentPath, AgentPathBase64, FileMode, one_path, parse_file_mode
 from corral.protocol.validation import validate
-from corral.sandbox.files import CHUNK_BYTES, AgentFiles, Written, file_error
+from corral.sandbox.files import CHUNK_BYTES, AgentFiles, Written, file_error, in_thread
 from corral.sandbox.launcher.client import Control, LauncherClient, SpawnRefused
 
 DEFAULT_MAX_UPLOAD_BYTES = 1 << 30
@@ -170,7 +170,7 @@ async def _stream_fd(fd: int, size: int) -> AsyncIterator[bytes]:
     try:
         sent = 0
         while sent < size:
-            chunk = await asyncio.to_thread(os.read, fd, min(CHUNK_BYTES, size - sent))
+            chunk = await in_thread(os.read, fd, min(CHUNK_BYTES, size - sent))
             if not chunk:
                 break  # it shrank meanwhile: the length sent was a promise the file broke
             sent += len(chunk)

@@ -3,10 +3,12 @@ write, bounded reads and listings, names that are not UTF-8, and each failure as
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import os
 import stat
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -360,3 +362,25 @@ async def test_a_launcher_that_does_not_answer_is_a_file_failure_that_says_so(bo
     error = await box.fails({"type": "file_stat", "path": "x"})
     assert (error.code, error.field) == (ErrorCode.FILE_FAILED, "action.path")
     assert "launcher does not answer" in error.message
+
+
+async def test_a_cancelled_thread_job_is_waited_for_before_the_cancellation_passes() -> None:
+    started, release = threading.Event(), threading.Event()
+    finished: list[bool] = []
+
+    def job() -> int:
+        started.set()
+        release.wait(10)
+        finished.append(True)
+        return 1
+
+    task = asyncio.create_task(files.in_thread(job))
+    await asyncio.to_thread(started.wait, 10)
+    task.cancel()
+    for _ in range(5):
+        await asyncio.sleep(0)  # yields only: the task has seen its cancellation
+    assert not task.done()  # still waiting for the thread, which still holds the fd
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert finished == [True]
