@@ -18,7 +18,6 @@ from corral.protocol.validation import validate
 from corral.sandbox.files import CHUNK_BYTES, AgentFiles, Written, file_error, in_thread
 from corral.sandbox.launcher.client import Control, LauncherClient, SpawnRefused
 
-DEFAULT_MAX_UPLOAD_BYTES = 1 << 30
 TAR_MEDIA = "application/x-tar"
 RAW_MEDIA = "application/octet-stream"
 
