@@ -194,7 +194,7 @@ class ProcessTable:
             case a.ProcessWait():
                 return await self._wait(self._find(action.pid), action.timeout_ms)
             case a.ProcessKill():
-                return self._kill(self._find(action.pid), action.signal)
+                return self._kill(action.pid, _signal(action.signal))
             case a.ProcessWrite():
                 return await self._write(self._find(action.pid), action.payload(), action.eof)
             case a.ProcessOutput():
@@ -509,11 +509,8 @@ class ProcessTable:
             timed_out = True
         return {**process.status(), "timed_out": timed_out, "running": process.running}
 
-    def _kill(self, process: Process, value: str | int) -> dict[str, Any]:
-        try:
-            number = signal_number(value)
-        except (KeyError, ValueError):
-            raise ActionError(ErrorCode.INVALID_FIELD, f"no signal {value!r}", "action.signal") from None
+    def _kill(self, pid: int, number: int) -> dict[str, Any]:
+        process = self._find(pid)
         if process.running:
             if number == signal.SIGKILL:
                 process.killed = True
@@ -563,6 +560,13 @@ class ProcessTable:
             raise ActionError(ErrorCode.INVALID_REQUEST, f"process {process.pid} has no terminal", "action.pid")
         _set_size(process.stdin, rows, cols)  # the kernel tells the foreground group (SIGWINCH)
         return {"pid": process.pid, "rows": rows, "cols": cols}
+
+
+def _signal(value: str | int) -> int:
+    try:
+        return signal_number(value)
+    except (KeyError, ValueError):
+        raise ActionError(ErrorCode.INVALID_FIELD, f"no signal {value!r}", "action.signal") from None
 
 
 def _refusal(refused: SpawnRefused, action: a.Exec) -> ActionError:
