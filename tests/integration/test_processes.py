@@ -51,6 +51,9 @@ async def test_exit_codes_and_separate_streams(sandbox: SandboxAddress) -> None:
         # Run as the agent, in /workspace, with the command environment.
         done = await w.result({"type": "exec", "command": 'id -u; pwd; echo "$HOME $USER $TERM $X"', "env": {"X": "y"}})
         assert done["stdout"] == "1100\n/workspace\n/home/agent agent dumb y\n"
+        # The login shell keeps the PATH it was given (Debian's /etc/profile would reset it).
+        path = await w.result({"type": "exec", "command": "echo $PATH"})
+        assert path["stdout"].startswith("/home/agent/.local/bin:"), path
         # bash's own exit codes are results, not errors.
         missing = await w.result({"type": "exec", "command": "no-such-program-here"})
         assert missing["exit_code"] == 127 and "not found" in missing["stderr"]
