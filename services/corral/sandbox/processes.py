@@ -32,7 +32,7 @@ from typing import Any, assert_never
 from corral.errors import ActionError, ErrorCode, os_error
 from corral.protocol import actions as a
 from corral.sandbox import agentenv
-from corral.sandbox.launcher import LauncherClient, Spawned, SpawnRefused
+from corral.sandbox.launcher import Control, LauncherClient, Spawned, SpawnRefused
 from corral.sandbox.output import Capture, Encoding, Ring, StreamDecoder, render
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ class Process:
     pty: bool
     background: bool
     action_id: str
-    control: Any  # corral.sandbox.launcher.Control
+    control: Control
     outputs: dict[str, Output]
     stdin: int | None  # the write end (or the PTY's master); None once closed
     started: float = field(default_factory=time.time)
@@ -431,7 +431,7 @@ class ProcessTable:
         process = await self._start(action, context.action_id, None if action.background else output_bytes)
         stdin = action.stdin_bytes()
         if stdin is not None:
-            self._keep(process, self._write(process, stdin, eof=not action.background))
+            self._keep(process, self._feed(process, stdin, eof=not action.background))
         if action.background:
             return {"pid": process.pid, "background": True}
         pump = None
@@ -518,6 +518,11 @@ class ProcessTable:
             else:
                 process.control.signal(number)
         return {"pid": process.pid, "signal": signal_name(number)}
+
+    async def _feed(self, process: Process, data: bytes, eof: bool) -> None:
+        """An exec's ``stdin``, written beside its run (the program may print before it reads it all)."""
+        with contextlib.suppress(ActionError, OSError):  # it exited without reading everything
+            await self._write(process, data, eof)
 
     async def _write(self, process: Process, data: bytes, eof: bool) -> dict[str, Any]:
         fd = process.stdin
