@@ -24,7 +24,6 @@ from corral.sandbox.desktop import Desktop
 from corral.sandbox.dispatch import Dispatcher, Incoming
 from corral.sandbox.files import AgentFiles
 from corral.sandbox.guard import ControllerGuard
-from corral.sandbox.launcher.client import LauncherClient
 from corral.sandbox.recorder import Recorder
 from corral.sandbox.settings import ControllerSettings
 
@@ -84,11 +83,10 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         reporter = settings.action_reporter()
         recorder = Recorder(desktop) if settings.record else None
         app.state.recorder = recorder
-        # PUT/GET /v1/files: the desktop's AgentFiles, and tar run as the agent through a launcher
-        # connection of their own (connected on first use).
-        launcher = LauncherClient(settings.launcher_socket)
+        # PUT/GET /v1/files: the desktop's AgentFiles, and tar run as the agent through the launcher.
         app.state.files = desktop.files
-        app.state.agent_command = transfer.LauncherCommand(launcher)
+        if desktop.processes is not None:
+            app.state.agent_command = transfer.LauncherCommand(desktop.processes.launcher)
         app.state.dispatcher = Dispatcher(desktop, settings.limits(), reporter, recorder)
         app.state.max_body = settings.max_message_bytes
         # Connect to Chromium early so the first browser action does not pay for it; keep the task.
@@ -101,7 +99,6 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
                 await reporter.close()
             if recorder is not None:
                 await recorder.close()
-            await launcher.close()
             await desktop.close()
 
     app = FastAPI(title="Corral sandbox controller", version="1", lifespan=lifespan)
