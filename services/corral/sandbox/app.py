@@ -143,29 +143,8 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         status = 200 if out["ok"] else _STATUS.get(out["error"]["code"], 400)
         return JSONResponse(out, status_code=status)
 
-    @app.put("/v1/files")
-    async def put_file(request: Request) -> JSONResponse:
-        """A raw body (application/octet-stream, streamed) put in place as the agent, all or nothing."""
-        try:
-            query = transfer.file_query(request.query_params)
-            declared = request.headers.get("content-length")
-            written = await transfer.receive(
-                _files(request), query, request.stream(), declared, request.app.state.max_upload
-            )
-        except ActionError as exc:
-            return _error(exc)
-        return JSONResponse({"ok": True, **written.as_dict()})
-
-    @app.get("/v1/files")
-    async def get_file(request: Request) -> Response:
-        """A file's bytes, or a directory as a tar stream, read as the agent."""
-        try:
-            query = transfer.file_query(request.query_params)
-            download = await transfer.send(_files(request), request.app.state.agent_command, query)
-        except ActionError as exc:
-            return _error(exc)
-        headers = {} if download.length is None else {"content-length": str(download.length)}
-        return StreamingResponse(download.body, media_type=download.media_type, headers=headers)
+    app.add_api_route("/v1/files", put_file, methods=["PUT"])
+    app.add_api_route("/v1/files", get_file, methods=["GET"])
 
     @app.websocket("/v1/ws")
     async def ws(websocket: WebSocket, dispatcher: DispatcherDep) -> None:
@@ -173,6 +152,28 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         await Connection(websocket, dispatcher).serve()
 
     return app
+
+
+async def put_file(request: Request) -> JSONResponse:
+    """A raw body (application/octet-stream, streamed) put in place as the agent, all or nothing."""
+    try:
+        query = transfer.file_query(request.query_params)
+        declared, limit = request.headers.get("content-length"), request.app.state.max_upload
+        written = await transfer.receive(_files(request), query, request.stream(), declared, limit)
+    except ActionError as exc:
+        return _error(exc)
+    return JSONResponse({"ok": True, **written.as_dict()})
+
+
+async def get_file(request: Request) -> Response:
+    """A file's bytes, or a directory as a tar stream, read as the agent."""
+    try:
+        query = transfer.file_query(request.query_params)
+        download = await transfer.send(_files(request), request.app.state.agent_command, query)
+    except ActionError as exc:
+        return _error(exc)
+    headers = {} if download.length is None else {"content-length": str(download.length)}
+    return StreamingResponse(download.body, media_type=download.media_type, headers=headers)
 
 
 class Connection:
