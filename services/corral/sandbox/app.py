@@ -1,23 +1,28 @@
-"""The controller's HTTP and WebSocket surface: ``GET /healthz``, ``POST /v1/actions``, ``WS /v1/ws``."""
+"""The controller's HTTP and WebSocket surface: ``GET /healthz``, ``POST /v1/actions``, ``WS /v1/ws``,
+``PUT``/``GET /v1/files``."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request, WebSocket, WebSocketDisconnect
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import HTTPConnection
 
 from corral.bodies import read_capped
 from corral.errors import ActionError, ErrorCode, error_body
 from corral.protocol import reply
+from corral.sandbox import transfer
 from corral.sandbox.auth import RequestVerifier, read_secret
 from corral.sandbox.desktop import Desktop
-from corral.sandbox.dispatch import Dispatcher
+from corral.sandbox.dispatch import Dispatcher, Incoming
+from corral.sandbox.files import AgentFiles
 from corral.sandbox.guard import ControllerGuard
 from corral.sandbox.recorder import Recorder
 from corral.sandbox.settings import ControllerSettings
@@ -31,6 +36,13 @@ _STATUS: dict[str, int] = {
     ErrorCode.NAVIGATION_FAILED: 502,
     ErrorCode.CLIPBOARD_FAILED: 502,
     ErrorCode.NO_SUCH_TAB: 404,
+    ErrorCode.NO_SUCH_FILE: 404,
+    ErrorCode.PERMISSION_DENIED: 403,
+    ErrorCode.FILE_EXISTS: 409,
+    ErrorCode.DIRECTORY_NOT_EMPTY: 409,
+    ErrorCode.TOO_LARGE: 413,
+    ErrorCode.NO_SPACE: 507,
+    ErrorCode.FILE_FAILED: 500,
     ErrorCode.INTERNAL: 500,
 }
 
@@ -43,6 +55,17 @@ def _dispatcher(conn: HTTPConnection) -> Dispatcher:
 def _desktop(conn: HTTPConnection) -> Desktop:
     desktop: Desktop = conn.app.state.desktop
     return desktop
+
+
+def _files(conn: HTTPConnection) -> AgentFiles:
+    files: AgentFiles | None = conn.app.state.files
+    if files is None:
+        raise ActionError(ErrorCode.UNSUPPORTED, "file transfers need the sandbox's launcher, which is not running")
+    return files
+
+
+def _error(exc: ActionError) -> JSONResponse:
+    return JSONResponse(error_body(exc.code, exc.message, exc.field), status_code=_STATUS.get(exc.code, 400))
 
 
 DispatcherDep = Annotated[Dispatcher, Depends(_dispatcher)]
@@ -60,6 +83,10 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         reporter = settings.action_reporter()
         recorder = Recorder(desktop) if settings.record else None
         app.state.recorder = recorder
+        # PUT/GET /v1/files: the desktop's AgentFiles, and tar run as the agent through the launcher.
+        app.state.files = desktop.files
+        if desktop.processes is not None:
+            app.state.agent_command = transfer.LauncherCommand(desktop.processes.launcher)
         app.state.dispatcher = Dispatcher(desktop, settings.limits(), reporter, recorder)
         app.state.max_body = settings.max_message_bytes
         # Connect to Chromium early so the first browser action does not pay for it; keep the task.
@@ -76,6 +103,9 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
 
     app = FastAPI(title="Corral sandbox controller", version="1", lifespan=lifespan)
     app.state.verifier = None
+    app.state.files = None  # AgentFiles (the desktop's), for PUT/GET /v1/files
+    app.state.agent_command = None  # transfer.AgentCommand: tar as the agent, for directories
+    app.state.max_upload = settings.max_upload_bytes
     app.add_middleware(ControllerGuard, verifier=lambda: app.state.verifier)
 
     @app.get("/v1/recording")
@@ -113,23 +143,99 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         status = 200 if out["ok"] else _STATUS.get(out["error"]["code"], 400)
         return JSONResponse(out, status_code=status)
 
+    app.add_api_route("/v1/files", put_file, methods=["PUT"])
+    app.add_api_route("/v1/files", get_file, methods=["GET"])
+
     @app.websocket("/v1/ws")
     async def ws(websocket: WebSocket, dispatcher: DispatcherDep) -> None:
         await websocket.accept()
+        await Connection(websocket, dispatcher).serve()
+
+    return app
+
+
+async def put_file(request: Request) -> JSONResponse:
+    """A raw body (application/octet-stream, streamed) put in place as the agent, all or nothing."""
+    try:
+        query = transfer.file_query(request.query_params)
+        declared, limit = request.headers.get("content-length"), request.app.state.max_upload
+        written = await transfer.receive(_files(request), query, request.stream(), declared, limit)
+    except ActionError as exc:
+        return _error(exc)
+    return JSONResponse({"ok": True, **written.as_dict()})
+
+
+async def get_file(request: Request) -> Response:
+    """A file's bytes, or a directory as a tar stream, read as the agent."""
+    try:
+        query = transfer.file_query(request.query_params)
+        download = await transfer.send(_files(request), request.app.state.agent_command, query)
+    except ActionError as exc:
+        return _error(exc)
+    headers = {} if download.length is None else {"content-length": str(download.length)}
+    return StreamingResponse(download.body, media_type=download.media_type, headers=headers)
+
+
+class Connection:
+    """One WebSocket: desktop requests run one after another in the order they came (their replies
+    too); command, process and file requests run beside them as they come, so a ``process_kill`` reaches
+    an ``exec`` still running on the same connection. Every frame is sent whole, replies with the
+    request's id, events (an exec's output) before their request's reply."""
+
+    def __init__(self, websocket: WebSocket, dispatcher: Dispatcher) -> None:
+        self._websocket = websocket
+        self._dispatcher = dispatcher
+        self._sending = asyncio.Lock()
+        self._desktop: asyncio.Queue[Incoming] = asyncio.Queue()
+        self._apart: set[asyncio.Task[None]] = set()
+        self._current: asyncio.Task[None] | None = None
+
+    async def serve(self) -> None:
+        worker = asyncio.create_task(self._desktop_requests())
         try:
             while True:
-                message = await websocket.receive()
+                message = await self._websocket.receive()
                 if message["type"] == "websocket.disconnect":
                     return
                 raw = message.get("text")
                 if raw is None:
                     raw = message.get("bytes") or b""
-                out = await dispatcher.handle(raw)
-                await websocket.send_text(reply.encode(out))  # "ok" first: the gateway's relay reads only that
+                incoming = self._dispatcher.read(raw)
+                if incoming.apart:
+                    task = asyncio.create_task(self._answer(incoming))
+                    self._apart.add(task)
+                    task.add_done_callback(self._apart.discard)
+                else:
+                    self._desktop.put_nowait(incoming)
         except WebSocketDisconnect:
             return
+        finally:
+            # The desktop request running finishes, as it always did (its reply goes nowhere); queued
+            # ones never run. Commands still running are cancelled: their trees are killed.
+            worker.cancel()
+            for task in list(self._apart):
+                task.cancel()
+            if self._current is not None:
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await self._current
 
-    return app
+    async def _desktop_requests(self) -> None:
+        while True:
+            incoming = await self._desktop.get()
+            self._current = asyncio.create_task(self._answer(incoming))
+            await asyncio.shield(self._current)
+
+    async def _answer(self, incoming: Incoming) -> None:
+        out = await self._dispatcher.run(incoming, self._event)
+        await self._send(reply.encode(out))  # "ok" first: the gateway's relay reads only that
+
+    async def _event(self, event: dict[str, Any]) -> None:
+        await self._send(json.dumps(event, separators=(",", ":")))
+
+    async def _send(self, frame: str) -> None:
+        async with self._sending:
+            with contextlib.suppress(WebSocketDisconnect, RuntimeError):
+                await self._websocket.send_text(frame)
 
 
 def _verifier(settings: ControllerSettings) -> RequestVerifier | None:

@@ -43,6 +43,19 @@ PART = {
     "tab_new": "browser",
     "tab_switch": "browser",
     "tab_close": "browser",
+    "file_read": "files",
+    "file_write": "files",
+    "file_list": "files",
+    "file_stat": "files",
+    "file_remove": "files",
+    "file_move": "files",
+    "exec": "processes",
+    "process_list": "processes",
+    "process_wait": "processes",
+    "process_kill": "processes",
+    "process_write": "processes",
+    "process_output": "processes",
+    "process_resize": "processes",
 }
 
 

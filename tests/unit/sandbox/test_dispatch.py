@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from corral.protocol import Limits
 from corral.sandbox.dispatch import Dispatcher
+from corral.sandbox.files import AgentFiles
 
 from .desktop_fake import FakeBrowser, Parts, fake_desktop
+from .fakefs import FakeAgentFs
 
 
 class Reporter:
@@ -130,3 +133,42 @@ async def test_a_request_over_its_timeout_fails_with_timeout() -> None:
     reply = await dispatcher.handle(json.dumps(message))
     assert (reply["ok"], reply["error"]["code"], reply["error"]["field"]) == (False, "timeout", "timeout_ms")
     assert [kind for kind, _ in reporter.seen] == ["started", "ended"]
+
+
+async def test_file_actions_run_as_the_agent_outside_the_desktops_lock(tmp_path: Path) -> None:
+    reporter, recorder = Reporter(), Recorder()
+    desktop = fake_desktop(Parts())
+    desktop.files = AgentFiles(FakeAgentFs(), workspace=str(tmp_path))
+    dispatcher = Dispatcher(desktop, Limits(), reporter, recorder)  # type: ignore[arg-type]
+    message = json.dumps({"id": 7, "action": {"type": "file_write", "path": "a.txt", "content": "hi"}})
+    assert dispatcher.read(message).apart is True  # served beside the desktop's requests
+    async with desktop.lock:  # a long desktop action in flight
+        reply = await asyncio.wait_for(dispatcher.handle(message), 5)
+    assert reply["ok"] is True and reply["result"]["path"] == str(tmp_path / "a.txt")
+    assert (tmp_path / "a.txt").read_text() == "hi"
+    assert reporter.seen == []  # nothing for the proxy to attribute
+    assert recorder.events[0]["native"][0]["type"] == "file_write"
+    failed = await dispatcher.handle('{"id": 8, "action": {"type": "file_read", "path": "missing"}}')
+    assert failed["ok"] is False and failed["error"]["code"] == "no_such_file"
+    assert failed["error"]["field"] == "action.path"
+
+
+async def test_file_actions_without_a_launcher_are_unsupported() -> None:
+    dispatcher, _, _ = _dispatcher()
+    dispatcher._desktop.files = None
+    reply = await dispatcher.handle('{"action": {"type": "file_stat", "path": "/"}}')
+    assert reply["ok"] is False and reply["error"]["code"] == "unsupported"
+
+
+async def test_a_process_action_runs_apart_from_the_desktops_turn() -> None:
+    dispatcher, reporter, recorder = _dispatcher()
+    exec_message = json.dumps({"id": 1, "action": {"type": "exec", "argv": ["true"]}})
+    assert dispatcher.read(exec_message).apart is True
+    assert dispatcher.read(json.dumps({"id": 2, "action": {"type": "screenshot"}})).apart is False
+    assert dispatcher.read("not json").apart is False
+    # While a desktop action holds the lock, a process action is still answered.
+    async with dispatcher._desktop.lock:
+        reply = await asyncio.wait_for(dispatcher.handle(exec_message), 5)
+    assert reply["ok"] is True and reply["id"] == 1 and reply["result"] == {"pid": 7}
+    assert reporter.seen == []  # its commands' traffic carries their action id as the proxy username
+    assert [event["action_id"] for event in recorder.events] == [reply["action_id"]]
