@@ -15,6 +15,7 @@ each :class:`CodedError` with the HTTP status its table gives the class (corral.
     │   ├─ MessageTooLarge, UploadTooLarge
     │   ├─ CapacityError, HermeticUnavailable, ReplayUnreadable
     │   ├─ AuditLogUnreadable, AuditAnchorsInvalid
+    │   ├─ FileRefused → NoSuchFile, FileAccessDenied, NotADirectory, IsADirectory, InvalidPath, NoSpace
     │   ├─ BundleError                      not a readable recording
     │   └─ SandboxError                     the host side could not build, start or reach a sandbox
     │       ├─ SandboxStartFailed, UnprovenController, SandboxUnreachable, EgressUnavailable
@@ -359,6 +360,37 @@ class EgressUnavailable(SandboxError, code=ErrorCode.EGRESS_UNAVAILABLE):
 
 class ImageBuildError(SandboxError, code=ErrorCode.IMAGE_BUILD_FAILED):
     """Building an image (or its Debian base) failed."""
+
+
+# -- a session's files through the gateway (the controller's refusal, by its code) -----------------------
+
+
+class FileRefused(CodedError, code=ErrorCode.FILE_FAILED):
+    """A file upload or download the sandbox refused or failed (its code said nothing more precise)."""
+
+
+class NoSuchFile(FileRefused, code=ErrorCode.NO_SUCH_FILE):
+    """The path (or a directory on it) does not exist in the sandbox."""
+
+
+class FileAccessDenied(FileRefused, code=ErrorCode.PERMISSION_DENIED):
+    """The agent's uid may not read or write the path."""
+
+
+class NotADirectory(FileRefused, code=ErrorCode.NOT_A_DIRECTORY):
+    """A part of the path that must be a directory is a file."""
+
+
+class IsADirectory(FileRefused, code=ErrorCode.IS_A_DIRECTORY):
+    """An upload to a path that is a directory."""
+
+
+class InvalidPath(FileRefused, code=ErrorCode.INVALID_FIELD):
+    """A path the sandbox refuses as written (a NUL byte, not absolute, a bad mode)."""
+
+
+class NoSpace(FileRefused, code=ErrorCode.NO_SPACE):
+    """The sandbox's disk (the workspace, /tmp) is full: nothing was kept."""
 
 
 class BundleError(CodedError, code=ErrorCode.BUNDLE_UNREADABLE):

@@ -1,0 +1,185 @@
+"""A session's files over HTTP: ``PUT`` and ``GET /v1/sessions/{id}/files?path=...``, streamed through
+to its controller's ``/v1/files`` (written and read there as the agent).
+
+Neither way is buffered whole: the upload is passed on chunk by chunk as it arrives (the server stops
+reading from the client while the controller is slow), the download likewise, so the gateway's memory
+stays flat whatever the size. An upload over ``CORRAL_MAX_UPLOAD_BYTES`` is refused with 413: at once
+when its Content-Length says so (the controller is never called), else the moment the stream passes
+the cap, by cutting the body to the controller short; the controller keeps a file only once a whole
+body came (it writes a temporary file and renames it at the end), so nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Final
+
+import httpx
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from corral.errors import (
+    CodedError,
+    ErrorCode,
+    FileAccessDenied,
+    FileRefused,
+    InvalidPath,
+    IsADirectory,
+    NoSpace,
+    NoSuchFile,
+    NotADirectory,
+    SandboxUnreachable,
+    UploadTooLarge,
+)
+from corral.gateway import controller
+from corral.gateway.routes.deps import HttpDep, LiveSessionDep, SettingsDep
+from corral.gateway.sessions import Session
+
+router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["files"])
+
+CONTROLLER_FILES = "/v1/files"
+# What of the controller's answer to a download is passed on (the rest is hop-by-hop or its own proof).
+_PASSED_HEADERS: Final = ("content-type", "content-length", "content-disposition", "last-modified")
+# The controller's refusal, by its code, as the gateway's own (its status from the one table).
+_REFUSALS: Final[dict[str, type[CodedError]]] = {
+    ErrorCode.NO_SUCH_FILE: NoSuchFile,
+    ErrorCode.PERMISSION_DENIED: FileAccessDenied,
+    ErrorCode.NOT_A_DIRECTORY: NotADirectory,
+    ErrorCode.IS_A_DIRECTORY: IsADirectory,
+    ErrorCode.INVALID_FIELD: InvalidPath,
+    ErrorCode.NO_SPACE: NoSpace,
+    ErrorCode.TOO_LARGE: UploadTooLarge,
+    ErrorCode.FILE_FAILED: FileRefused,
+}
+
+
+class _OverCap(Exception):
+    """Raised inside the body passed to the controller: the upload just passed the cap."""
+
+
+def refusal(status: int, body: bytes) -> CodedError:
+    """The controller's error answer (the one error body) as the gateway's exception, by its code."""
+    try:
+        error = httpx.Response(status, content=body).json()["error"]
+        code, message, field = str(error["code"]), str(error["message"]), error.get("field")
+    except (ValueError, KeyError, TypeError):
+        return FileRefused(f"the sandbox answered {status} without an error body")
+    cls = _REFUSALS.get(code)
+    if cls is None:
+        return FileRefused(f"{code}: {message}", field)
+    return cls(message, field)
+
+
+def controller_params(query: Mapping[str, str]) -> dict[str, str]:
+    """The query the controller is given: ``path``, and ``make_dirs`` and ``mode`` where present."""
+    return {name: query[name] for name in ("path", "make_dirs", "mode") if name in query}
+
+
+def declared_length(request: Request) -> int | None:
+    value = request.headers.get("content-length", "")
+    return int(value) if value.isascii() and value.isdigit() else None
+
+
+async def _capped(request: Request, limit: int) -> AsyncIterator[bytes]:
+    """The request's body as it arrives, raising :class:`_OverCap` once it passes ``limit``."""
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _OverCap
+        if chunk:
+            yield chunk
+
+
+@contextlib.asynccontextmanager
+async def _in_flight(session: Session) -> AsyncIterator[None]:
+    """A transfer is activity, however long it takes (the idle reaper skips sessions in flight)."""
+    session.touch()
+    session.in_flight += 1
+    try:
+        yield
+    finally:
+        session.in_flight -= 1
+        session.touch()
+
+
+@router.put("/files")
+async def upload_file(
+    request: Request, session: LiveSessionDep, settings: SettingsDep, http: HttpDep, path: str
+) -> Response:
+    """The raw body written to ``path`` in the sandbox (``make_dirs=1``, ``mode=0644`` optional)."""
+    limit = settings.max_upload_bytes
+    too_large = UploadTooLarge(f"an upload is limited to {limit} bytes (CORRAL_MAX_UPLOAD_BYTES)")
+    length = declared_length(request)
+    if length is not None and length > limit:
+        raise too_large
+    headers = {"content-type": "application/octet-stream"}
+    if length is not None:  # the controller then knows a body cut short for what it is
+        headers["content-length"] = str(length)
+    async with _in_flight(session):
+        try:
+            upstream = await controller.request(
+                http,
+                session.sandbox.base_url,
+                session.sandbox.secret,
+                "PUT",
+                CONTROLLER_FILES,
+                params=controller_params(request.query_params),
+                content=_capped(request, limit),
+                headers=headers,
+            )
+        except _OverCap:
+            raise too_large from None
+        except httpx.HTTPError as exc:
+            raise SandboxUnreachable(f"the sandbox did not answer: {exc}") from None
+    if upstream.status_code >= 400:
+        raise refusal(upstream.status_code, upstream.content)
+    return Response(upstream.content, status_code=upstream.status_code, media_type="application/json")
+
+
+@router.get("/files")
+async def download_file(request: Request, session: LiveSessionDep, http: HttpDep, path: str) -> Response:
+    """The file's bytes, or a directory as a tar stream, as the controller sends them."""
+    stack = contextlib.AsyncExitStack()
+    await stack.enter_async_context(_in_flight(session))
+    try:
+        upstream = await stack.enter_async_context(
+            controller.stream(
+                http,
+                session.sandbox.base_url,
+                session.sandbox.secret,
+                "GET",
+                CONTROLLER_FILES,
+                params=controller_params(request.query_params),
+            )
+        )
+        if upstream.status_code >= 400:
+            raise refusal(upstream.status_code, await upstream.aread())
+    except httpx.HTTPError as exc:
+        await stack.aclose()
+        raise SandboxUnreachable(f"the sandbox did not answer: {exc}") from None
+    except BaseException:
+        await stack.aclose()
+        raise
+    headers = {name: upstream.headers[name] for name in _PASSED_HEADERS if name in upstream.headers}
+    return _Relayed(upstream.aiter_raw(), stack, status_code=upstream.status_code, headers=headers)
+
+
+class _Relayed(StreamingResponse):
+    """A streamed answer that closes the controller's response once it is over, however it ends: sent
+    whole, the client gone mid-way, or before the first byte (a background task runs in none but the first)."""
+
+    def __init__(self, content: AsyncIterator[bytes], upstream: contextlib.AsyncExitStack, **options: Any) -> None:
+        super().__init__(content, **options)
+        self._upstream = upstream
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._upstream.aclose()
+
+
+__all__ = ["refusal", "router"]
