@@ -55,10 +55,6 @@ _REFUSALS: Final[dict[str, type[CodedError]]] = {
 }
 
 
-class _OverCap(Exception):
-    """Raised inside the body passed to the controller: the upload just passed the cap."""
-
-
 def refusal(status: int, body: bytes) -> CodedError:
     """The controller's error answer (the one error body) as the gateway's exception, by its code."""
     try:
@@ -82,13 +78,14 @@ def declared_length(request: Request) -> int | None:
     return int(value) if value.isascii() and value.isdigit() else None
 
 
-async def _capped(request: Request, limit: int) -> AsyncIterator[bytes]:
-    """The request's body as it arrives, raising :class:`_OverCap` once it passes ``limit``."""
+async def _capped(request: Request, limit: int, too_large: UploadTooLarge) -> AsyncIterator[bytes]:
+    """The request's body as it arrives; raises ``too_large`` once it passes ``limit`` (out of the
+    controller's request, which is then cut short)."""
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise _OverCap
+            raise too_large
         if chunk:
             yield chunk
 
@@ -127,11 +124,9 @@ async def upload_file(
                 "PUT",
                 CONTROLLER_FILES,
                 params=controller_params(request.query_params),
-                content=_capped(request, limit),
+                content=_capped(request, limit, too_large),
                 headers=headers,
             )
-        except _OverCap:
-            raise too_large from None
         except httpx.HTTPError as exc:
             raise SandboxUnreachable(f"the sandbox did not answer: {exc}") from None
     if upstream.status_code >= 400:
