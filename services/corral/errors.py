@@ -20,6 +20,7 @@ each :class:`CodedError` with the HTTP status its table gives the class (corral.
     │   └─ SandboxError                     the host side could not build, start or reach a sandbox
     │       ├─ SandboxStartFailed, UnprovenController, SandboxUnreachable, EgressUnavailable
     │       └─ ImageBuildError
+    ├─ CommandFailed                        a command's ExecResult.check(): non-zero, killed, or out of time
     ├─ RemoteError (code as received)       a peer answered with a structured error
     │   ├─ ActionFailed                     a sandbox's ok: false (the protocol clients)
     │   ├─ GatewayError                     the gateway's refusal (its client: the SDK and the CLI)
@@ -171,6 +172,17 @@ def os_error(exc: OSError, field: str | None = None, what: str | None = None) ->
     reason = exc.strerror or type(exc).__name__
     subject = what if what is not None else (repr(exc.filename) if exc.filename is not None else "")
     return ActionError(code, f"{subject}: {reason}" if subject else reason, field)
+
+
+class CommandFailed(CorralError):
+    """A command run in a sandbox did not succeed (raised by ``ExecResult.check()``): ``status`` is what a
+    shell would say (the exit code, 128 + a signal, 124 for a timeout), ``result`` the whole ExecResult."""
+
+    def __init__(self, status: int, stderr: str, result: object) -> None:
+        tail = stderr.strip()[-500:]
+        super().__init__(f"the command exited {status}" + (f": {tail}" if tail else ""))
+        self.status = status
+        self.result = result
 
 
 class RemoteError(CorralError):
