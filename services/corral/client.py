@@ -40,12 +40,16 @@ def check_reply(reply: dict[str, Any]) -> dict[str, Any]:
     return reply
 
 
-def _dial(secret: str | None) -> tuple[dict[str, Any], auth.SignedRequest | None]:
-    """The options of one connection (signed when straight to a controller) and what it must prove.
-    No per-message compression: it costs ~17 ms per screenshot frame for little gain."""
+def _dial(
+    secret: str | None, headers: dict[str, str] | None = None
+) -> tuple[dict[str, Any], auth.SignedRequest | None]:
+    """The options of one connection (signed when straight to a controller; ``headers`` such as a
+    gateway's ``Authorization``) and what it must prove. No per-message compression: it costs
+    ~17 ms per screenshot frame for little gain."""
     signed = auth.sign(secret) if secret else None
     options = {"compression": None, "max_size": MAX_FRAME, "open_timeout": 10}
-    return {**options, "additional_headers": signed.headers if signed else None}, signed
+    sent = {**(headers or {}), **(signed.headers if signed else {})}
+    return {**options, "additional_headers": sent or None}, signed
 
 
 def _check_proof(secret: str | None, signed: auth.SignedRequest | None, response: Any) -> None:
@@ -174,11 +178,15 @@ class AsyncSandboxClient:
 
 class SandboxClient:
     """The blocking twin of :class:`AsyncSandboxClient`, safe to share between threads: whichever
-    caller waits reads the next frame for all of them, and sorts it to its box."""
+    caller waits reads the next frame for all of them, and sorts it to its box. ``headers``: sent with
+    the handshake (the CLI's API key, which never goes in an address)."""
 
-    def __init__(self, ws_url: str, *, controller_secret: str | None = None) -> None:
+    def __init__(
+        self, ws_url: str, *, controller_secret: str | None = None, headers: dict[str, str] | None = None
+    ) -> None:
         self._url = ws_url
         self._secret = controller_secret
+        self._headers = headers
         self._ws: SyncConnection | None = None
         self._stack = contextlib.ExitStack()
         self._ids = itertools.count(1)
@@ -187,7 +195,7 @@ class SandboxClient:
         self._reading = False
 
     def __enter__(self) -> Self:
-        options, signed = _dial(self._secret)
+        options, signed = _dial(self._secret, self._headers)
         self._ws = self._stack.enter_context(sync_connect(self._url, **options))
         try:
             _check_proof(self._secret, signed, self._ws.response)

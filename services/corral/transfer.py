@@ -6,11 +6,42 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 import tarfile
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from corral.errors import CorralError
 from corral.gateway_client import Download
+
+_REMOTE = re.compile(r"^(ses_[A-Za-z0-9]+):(.*)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Remote:
+    """``ID:/path``: a path in a session's sandbox, as ``corral cp`` takes it."""
+
+    session_id: str
+    path: str
+
+    @classmethod
+    def parse(cls, text: str) -> Remote | None:
+        """The remote ``text`` names, or None for a local path."""
+        found = _REMOTE.match(text)
+        if found is None:
+            return None
+        return cls(found.group(1), found.group(2) or "/workspace")
+
+
+def remote_target(local: Path, remote: str) -> str:
+    """Where a local file goes: into ``remote`` when that names a directory (ends with ``/``)."""
+    return posixpath.join(remote, local.name) if remote.endswith("/") else remote
+
+
+def local_target(remote: str, local: Path) -> Path:
+    """Where a download lands: inside ``local`` when that is an existing directory, as cp does."""
+    name = posixpath.basename(remote.rstrip("/")) or "root"
+    return local / name if local.is_dir() else local
 
 
 def upload_plan(local: Path, remote: str) -> list[tuple[Path, str]]:
@@ -65,4 +96,4 @@ def settle(download: Download, local: Path) -> Path:
     return local
 
 
-__all__ = ["settle", "unpack", "upload_plan"]
+__all__ = ["Remote", "local_target", "remote_target", "settle", "unpack", "upload_plan"]
