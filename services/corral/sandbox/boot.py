@@ -8,8 +8,9 @@ It is set before anything the agent can touch starts, and nothing in the sandbox
 afterwards: NET_ADMIN is gone from every process, bounding set included.
 
 Root also writes what the sandbox must trust and may not change: Chromium's managed policy (the
-proxy, QUIC off, WebRTC only through the proxy, DNS-over-HTTPS off) and the system CA bundle with
-the session's CA certificate (the key never comes here).
+proxy, QUIC off, WebRTC only through the proxy, DNS-over-HTTPS off, downloads into the agent's
+Downloads folder without a prompt) and the system CA bundle with the session's CA certificate (the
+key never comes here).
 
 Two uids share the sandbox (who runs as which, docs/egress.md "The inner boundary"):
 
@@ -52,10 +53,12 @@ SECRET_DIR = auth.SECRET_DIR
 RUN_DIR = Path("/run/corral")
 CHROMIUM_POLICY = RUN_DIR / "chromium-policy.json"
 CA_CERT = RUN_DIR / "session-ca.pem"
+LAUNCHER_DIR = RUN_DIR / "launcher"  # the launcher's socket: corral's alone (corral.sandbox.launcher)
 SYSTEM_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 PRISTINE_BUNDLE = Path("/usr/share/corral/ca-certificates.crt")  # Debian's, copied at image build
 CONTROLLER_PORT = 8765
 DEVTOOLS_PORT = 9222
+DOWNLOADS = "/home/agent/Downloads"  # where the browser saves, and where file_list finds it
 
 
 def proxy_address(value: str) -> tuple[str, int]:
@@ -131,6 +134,9 @@ def chromium_policy(proxy: str | None) -> dict[str, object]:
         "BuiltInDnsClientEnabled": False,
         "WebRtcIPHandling": "disable_non_proxied_udp",
         "BackgroundModeEnabled": False,
+        # Chromium makes the folder (as the agent) on the first download.
+        "DownloadDirectory": DOWNLOADS,
+        "PromptForDownloadLocation": False,
     }
     if proxy:
         policy["ProxySettings"] = {"ProxyMode": "fixed_servers", "ProxyServer": f"http://{proxy}"}
@@ -187,6 +193,7 @@ def lock_down(env: Mapping[str, str], users: Users) -> None:
             log.warning("no firewall for the agent's uid (%s); the controller's secret still guards it", exc)
     # Only once the firewall holds: a sandbox that cannot be locked down never has a usable secret.
     write_secret(users, SECRET_DIR)
+    private_dir(LAUNCHER_DIR, users)
     _x11_dir()
     CHROMIUM_POLICY.write_text(json.dumps(chromium_policy(proxy or None)))
     ca = env.get("CORRAL_CA_CERT", "")
@@ -231,6 +238,15 @@ def write_secret(users: Users, directory: Path) -> None:
         os.fchown(fd, users.controller_uid, users.controller_gid)
     finally:
         os.close(fd)
+    os.chown(directory, users.controller_uid, users.controller_gid)
+
+
+def private_dir(directory: Path, users: Users) -> None:
+    """A directory only ``corral`` may enter (the launcher's socket lives in one)."""
+    # Owned first (no CAP_FOWNER here: root may chmod only what it owns), then handed over.
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chown(directory, os.getuid(), os.getgid())
+    directory.chmod(0o700)
     os.chown(directory, users.controller_uid, users.controller_gid)
 
 

@@ -182,6 +182,9 @@ class Desktop:
                 return ActionResult(await self.browser.tab_switch(action.tab))
             case a.TabClose():
                 return ActionResult(await self.browser.tab_close(action.tab))
+            case a.FileRead() | a.FileWrite() | a.FileList() | a.FileStat() | a.FileRemove() | a.FileMove():
+                # Done as the agent by corral.sandbox.files; the dispatcher never brings them here.
+                raise ActionError(ErrorCode.UNSUPPORTED, f"{action.type} is not a desktop action")
             case _:
                 # mypy proves this unreachable: a member of AnyAction without its case above fails the type check.
                 assert_never(action)

@@ -44,6 +44,8 @@ class ControllerSettings(BaseSettings):
     secret_file: Path = auth.SECRET_FILE
     # Keep each request, its reply and a frame after it for the gateway's session recording.
     record: bool = True
+    # PUT /v1/files: the largest body taken (413 too_large above it, nothing kept).
+    max_upload_bytes: int = 1 << 30
 
     def action_reporter(self) -> ActionReporter | None:
         token = _read(self.controller_token_file)

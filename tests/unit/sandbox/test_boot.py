@@ -45,6 +45,13 @@ def test_chromium_policy_names_the_proxy_and_turns_the_side_doors_off() -> None:
     assert "ProxySettings" not in boot.chromium_policy(None)
 
 
+def test_chromium_policy_saves_downloads_in_the_agents_folder_without_asking() -> None:
+    for proxy in ("corral-proxy:8080", None):
+        policy = boot.chromium_policy(proxy)
+        assert policy["DownloadDirectory"] == "/home/agent/Downloads"
+        assert policy["PromptForDownloadLocation"] is False
+
+
 def test_chromium_flags_say_the_same() -> None:
     argv = chromium_argv(1280, 800, "/tmp/p", egress_flags("corral-proxy:8080"))
     assert "--proxy-server=http://corral-proxy:8080" in argv and "--disable-quic" in argv
@@ -102,6 +109,7 @@ def test_lock_down_writes_policy_and_bundle_and_refuses_a_key(tmp_path: Path, mo
     monkeypatch.setattr(boot, "PRISTINE_BUNDLE", pristine)
     monkeypatch.setattr(boot, "SECRET_DIR", tmp_path / "run" / "controller")
     monkeypatch.setattr(boot, "X11_DIR", tmp_path / "x11")
+    monkeypatch.setattr(boot, "LAUNCHER_DIR", tmp_path / "run" / "launcher")
     # No firewall here (iptables-restore refuses, or is missing): a warning, not a failure.
     monkeypatch.setattr(boot, "_apply", _no_firewall)
     cert = "-----BEGIN CERTIFICATE-----\nSESSION\n-----END CERTIFICATE-----"
@@ -111,6 +119,7 @@ def test_lock_down_writes_policy_and_bundle_and_refuses_a_key(tmp_path: Path, mo
     assert stat.S_IMODE((secret_dir / "secret").stat().st_mode) == 0o400
     first = auth.read_secret(secret_dir / "secret")
     assert stat.S_IMODE((tmp_path / "x11").stat().st_mode) == 0o1777
+    assert stat.S_IMODE((tmp_path / "run" / "launcher").stat().st_mode) == 0o700  # the launcher's socket
     assert json.loads((tmp_path / "run" / "policy.json").read_text())["QuicAllowed"] is False
     bundle = (certs / "ca-certificates.crt").read_text()
     assert "DEBIAN" in bundle and "SESSION" in bundle
