@@ -69,6 +69,13 @@ MINIMAL: dict[str, dict[str, Any]] = {
     "file_stat": {"path": "/workspace"},
     "file_remove": {"path": "notes.txt"},
     "file_move": {"source": "a", "destination": "b"},
+    "exec": {"argv": ["true"]},
+    "process_list": {},
+    "process_wait": {"pid": 7},
+    "process_kill": {"pid": 7},
+    "process_write": {"pid": 7, "data": "y\n"},
+    "process_output": {"pid": 7},
+    "process_resize": {"pid": 7, "rows": 24, "cols": 80},
 }
 
 

@@ -51,6 +51,13 @@ PART = {
     "file_stat": "files",
     "file_remove": "files",
     "file_move": "files",
+    "exec": "processes",
+    "process_list": "processes",
+    "process_wait": "processes",
+    "process_kill": "processes",
+    "process_write": "processes",
+    "process_output": "processes",
+    "process_resize": "processes",
 }
 DESKTOP_ACTIONS = [kind for kind in ACTION_TYPES if PART[kind] != "files"]
 

@@ -9,7 +9,6 @@
 """
 
 from corral.sandbox.launcher.client import Control, LauncherClient, Spawned, SpawnRefused
-from corral.sandbox.launcher.messages import ShepherdEvent
-from corral.sandbox.launcher.server import SOCKET_PATH
+from corral.sandbox.launcher.messages import SOCKET_PATH, ShepherdEvent
 
 __all__ = ["SOCKET_PATH", "Control", "LauncherClient", "ShepherdEvent", "SpawnRefused", "Spawned"]

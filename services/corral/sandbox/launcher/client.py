@@ -20,7 +20,7 @@ from typing import Any
 
 from corral.sandbox.agentfs import DirEntry, FileStat
 from corral.sandbox.launcher import messages as m
-from corral.sandbox.launcher.server import SOCKET_PATH
+from corral.sandbox.launcher.messages import SOCKET_PATH
 
 
 @dataclass(frozen=True, slots=True)

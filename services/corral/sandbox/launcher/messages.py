@@ -11,7 +11,7 @@ operations done as the agent (``open``, ``stat``, ``scandir``, ``mkdir``, ``mkst
 ``{"id", "ok": false, "errno", "path"}``.
 
 The control channel (controller ⇄ one shepherd) carries events the other way: ``started {pid}``,
-``failed {stage, errno, path}``, ``exited {exit_code, signal}``, ``empty`` (no process of the tree
+``failed {stage, errno, path}``, ``exited {exit_code, signal, running}``, ``empty`` (no process of the tree
 is left); and the controller's orders ``signal {signal}`` and ``kill_tree``.
 """
 
@@ -22,7 +22,11 @@ import binascii
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+SOCKET_DIR = Path("/run/corral/launcher")  # 0700, the controller's uid (made by boot)
+SOCKET_PATH = SOCKET_DIR / "sock"
 
 MAX_MESSAGE = 160 * 1024  # below the default socket send buffer (about 208 KiB): one datagram, whole
 MAX_FDS = 4
@@ -183,6 +187,7 @@ class ShepherdEvent:
     stage: str | None = None
     errno: int | None = None
     path: bytes | None = None
+    running: bool = True  # exited: whether anything of the tree still runs
 
 
 def parse_event(data: bytes) -> ShepherdEvent:
@@ -198,6 +203,9 @@ def parse_event(data: bytes) -> ShepherdEvent:
     if stage is not None and not isinstance(stage, str):
         raise ValueError("stage must be text")
     path = obj.get("path")
+    running = obj.get("running", True)
+    if not isinstance(running, bool):
+        raise ValueError("running must be true or false")
     return ShepherdEvent(
         str(kind),
         pid=ints["pid"],
@@ -206,6 +214,7 @@ def parse_event(data: bytes) -> ShepherdEvent:
         stage=stage,
         errno=ints["errno"],
         path=None if path is None else unb64(path, "path"),
+        running=running,
     )
 
 

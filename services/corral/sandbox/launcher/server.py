@@ -29,13 +29,12 @@ from pathlib import Path
 
 from corral.sandbox.launcher import fsops
 from corral.sandbox.launcher import messages as m
+from corral.sandbox.launcher.messages import SOCKET_PATH
 from corral.sandbox.launcher.privileges import Ids, become
 from corral.sandbox.launcher.shepherd import Shepherd, Spawn
 
 log = logging.getLogger("corral.launcher")
 
-SOCKET_DIR = Path("/run/corral/launcher")  # 0700, the controller's uid (made by boot)
-SOCKET_PATH = SOCKET_DIR / "sock"
 AGENT_USER = "agent"
 RMTREE_TIMEOUT_S = 120.0
 

@@ -90,6 +90,7 @@ class Shepherd:
         self.agent, self.own = agent, own
         self.main_pid = 0
         self.main_done = False
+        self.main_status: int | None = None
         self.controller_gone = False
         self.shepherd_pid = 0
 
@@ -194,24 +195,32 @@ class Shepherd:
                 os.killpg(self.main_pid, number)
 
     def _reap(self) -> bool:
-        """Collect exited children; True once the tree is empty and the main process was reported."""
+        """Collect exited children and report the main process's end (saying whether anything of
+        its tree still runs); True once the tree is empty and that was reported."""
+        empty = False
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                return self.main_done
+                empty = True
+                break
             if pid == 0:
-                return False
-            self._collected(pid, status)
-
-    def _collected(self, pid: int, status: int) -> None:
-        if pid != self.main_pid or self.main_done:
-            return
-        self.main_done = True
-        if os.WIFSIGNALED(status):
-            self._send(m.event("exited", exit_code=None, signal=os.WTERMSIG(status)))
-        else:
-            self._send(m.event("exited", exit_code=os.waitstatus_to_exitcode(status), signal=None))
+                break
+            if pid == self.main_pid:
+                self.main_status = status
+        if self.main_status is not None and not self.main_done:
+            self.main_done = True
+            status = self.main_status
+            signalled = os.WIFSIGNALED(status)
+            self._send(
+                m.event(
+                    "exited",
+                    exit_code=None if signalled else os.waitstatus_to_exitcode(status),
+                    signal=os.WTERMSIG(status) if signalled else None,
+                    running=not empty,
+                )
+            )
+        return empty and self.main_done
 
     def kill_tree(self) -> None:
         """SIGKILL every descendant, again and again until none is left alive (a fork bomb's children
