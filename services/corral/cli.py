@@ -9,7 +9,7 @@ import os
 import sys
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
+from websockets.exceptions import ConnectionClosed, WebSocketException
 
 from corral import commands, gateway_client, images, transfer
 from corral.client import SandboxClient, check_reply, image_bytes, is_reply
@@ -356,7 +357,7 @@ def _stdin_bytes(source: Path | None) -> bytes | None:
     return sys.stdin.buffer.read() if str(source) == "-" else source.read_bytes()
 
 
-def _print_output(frames: Any) -> ExecResult:
+def _print_output(frames: Iterable[dict[str, Any]]) -> ExecResult:
     """Each chunk to this process's stdout or stderr as it comes; the command's result. Output that
     came only in the reply (none streamed on that stream) is printed from it."""
     streamed: set[str] = set()
@@ -417,7 +418,10 @@ def exec_command(
             result = _print_output(client.stream({"action": action}))
     except ActionFailed as exc:
         raise _fail(str(exc), _START_FAILURES.get(exc.code, 1)) from None
-    except (OSError, CorralError) as exc:
+    except ConnectionClosed as exc:  # the gateway refused the session (4401/4403/4404), or it ended
+        reason = exc.rcvd.reason if exc.rcvd is not None else ""
+        raise _fail(f"the session's connection closed: {reason or exc}") from None
+    except (OSError, CorralError, WebSocketException) as exc:
         raise _fail(f"cannot run the command: {exc}") from None
     if result.timed_out:
         console.print(f"[red]timed out after {timeout} s; the command and its children were killed[/red]")

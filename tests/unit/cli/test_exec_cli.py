@@ -11,6 +11,8 @@ from typing import Any, Self
 
 import pytest
 from typer.testing import CliRunner
+from websockets.exceptions import ConnectionClosed
+from websockets.frames import Close
 
 from corral import cli
 from corral.cli import app
@@ -134,3 +136,16 @@ def test_the_websocket_goes_to_the_gateway_with_the_key_in_a_header(monkeypatch:
     assert client._url == "wss://gateway.test:8700/v1/sessions/ses_1/ws"
     assert client._headers == {"Authorization": "Bearer key-1"}
     assert json.dumps(client._headers).count("key-1") == 1 and "key-1" not in client._url
+
+
+def test_a_session_the_gateway_refuses_is_a_clean_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Refused(FakeSession):
+        def stream(self, payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
+            raise ConnectionClosed(Close(4404, "no session ses_9"), None)
+            yield {}
+
+    monkeypatch.setenv("CORRAL_API_KEY", "key-1")
+    monkeypatch.setattr(cli, "_sandbox_client", Refused([]))
+    result = CliRunner().invoke(app, ["exec", "ses_9", "--", "true"])
+    assert result.exit_code == 1
+    assert "no session ses_9" in result.stderr and "Traceback" not in result.output

@@ -26,6 +26,7 @@ from corral.errors import (
     FileAccessDenied,
     FileRefused,
     InvalidPath,
+    InvalidRequest,
     IsADirectory,
     NoSpace,
     NoSuchFile,
@@ -69,8 +70,12 @@ def refusal(status: int, body: bytes) -> CodedError:
 
 
 def controller_params(query: Mapping[str, str]) -> dict[str, str]:
-    """The query the controller is given: ``path``, and ``make_dirs`` and ``mode`` where present."""
-    return {name: query[name] for name in ("path", "make_dirs", "mode") if name in query}
+    """The query the controller is given (it checks each): ``path`` or ``path_base64`` (a name that is
+    not UTF-8), and ``make_dirs`` and ``mode`` where present."""
+    params = {name: query[name] for name in ("path", "path_base64", "make_dirs", "mode") if name in query}
+    if "path" not in params and "path_base64" not in params:
+        raise InvalidRequest("give ?path= (or ?path_base64=)", field="path")
+    return params
 
 
 def declared_length(request: Request) -> int | None:
@@ -104,9 +109,11 @@ async def _in_flight(session: Session) -> AsyncIterator[None]:
 
 @router.put("/files")
 async def upload_file(
-    request: Request, session: LiveSessionDep, settings: SettingsDep, http: HttpDep, path: str
+    request: Request, session: LiveSessionDep, settings: SettingsDep, http: HttpDep, path: str | None = None
 ) -> Response:
-    """The raw body written to ``path`` in the sandbox (``make_dirs=1``, ``mode=0644`` optional)."""
+    """The raw body written to ``path`` in the sandbox (``make_dirs=1``, ``mode=0644`` optional).
+    (``path`` is named here for the API's description; the query goes to the controller, which checks it.)"""
+    params = controller_params(request.query_params)
     limit = settings.max_upload_bytes
     too_large = UploadTooLarge(f"an upload is limited to {limit} bytes (CORRAL_MAX_UPLOAD_BYTES)")
     length = declared_length(request)
@@ -123,7 +130,7 @@ async def upload_file(
                 session.sandbox.secret,
                 "PUT",
                 CONTROLLER_FILES,
-                params=controller_params(request.query_params),
+                params=params,
                 content=_capped(request, limit, too_large),
                 headers=headers,
             )
@@ -135,8 +142,9 @@ async def upload_file(
 
 
 @router.get("/files")
-async def download_file(request: Request, session: LiveSessionDep, http: HttpDep, path: str) -> Response:
+async def download_file(request: Request, session: LiveSessionDep, http: HttpDep, path: str | None = None) -> Response:
     """The file's bytes, or a directory as a tar stream, as the controller sends them."""
+    params = controller_params(request.query_params)
     stack = contextlib.AsyncExitStack()
     await stack.enter_async_context(_in_flight(session))
     try:
@@ -147,7 +155,7 @@ async def download_file(request: Request, session: LiveSessionDep, http: HttpDep
                 session.sandbox.secret,
                 "GET",
                 CONTROLLER_FILES,
-                params=controller_params(request.query_params),
+                params=params,
             )
         )
         if upstream.status_code >= 400:

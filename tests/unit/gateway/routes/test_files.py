@@ -14,7 +14,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from corral.errors import ErrorCode, error_body
+from corral.errors import ErrorCode, InvalidRequest, error_body
 from corral.gateway import auth as gateway_auth
 from corral.gateway.models import CreateSession
 from corral.gateway.routes.files import controller_params, refusal
@@ -255,6 +255,9 @@ def test_a_refusal_is_read_by_its_code_and_an_unknown_one_is_file_failed() -> No
 
 def test_the_controller_is_given_the_path_and_its_options_only() -> None:
     assert controller_params({"path": "/a", "make_dirs": "1", "token": "t"}) == {"path": "/a", "make_dirs": "1"}
+    assert controller_params({"path_base64": "/w==", "mode": "0600"}) == {"path_base64": "/w==", "mode": "0600"}
+    with pytest.raises(InvalidRequest):
+        controller_params({"make_dirs": "1"})
 
 
 async def test_files_open_for_the_session_token_and_the_owners_key_only(
@@ -271,7 +274,11 @@ async def test_files_open_for_the_session_token_and_the_owners_key_only(
             assert put.status_code == status, credential
     async with _client(app, token) as holder:
         missing = await holder.get(where)
-    assert missing.status_code == 422 and missing.json()["error"]["field"] == "query.path"
+    assert missing.status_code == 422 and missing.json()["error"] == {
+        "code": "invalid_request",
+        "message": "give ?path= (or ?path_base64=)",
+        "field": "path",
+    }
 
 
 async def test_a_sandbox_that_does_not_answer_is_502(app: FastAPI, client: Client) -> None:
