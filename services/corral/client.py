@@ -24,6 +24,7 @@ from typing import Any, Self
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
+from websockets.protocol import State
 from websockets.sync.client import ClientConnection as SyncConnection
 from websockets.sync.client import connect as sync_connect
 
@@ -113,7 +114,9 @@ class AsyncSandboxClient:
         dropped (a late reply to a request given up on)."""
         try:
             async for message in ws:
-                frame: dict[str, Any] = json.loads(message)
+                frame = json.loads(message)
+                if not isinstance(frame, dict):
+                    continue  # no reply nor event: nobody's
                 box = self._boxes.get(frame.get("id"), self._boxes.get(RAW))
                 if box is not None:
                     box.put_nowait(frame)
@@ -121,7 +124,8 @@ class AsyncSandboxClient:
             self._lost = exc
         finally:
             if self._lost is None:  # closed cleanly, or this client is closing
-                self._lost = ws.protocol.close_exc
+                closed = ws.protocol.state is State.CLOSED
+                self._lost = ws.protocol.close_exc if closed else ConnectionClosed(None, None)
             for box in self._boxes.values():
                 box.put_nowait({})  # wakes its waiter, which then raises what ended the connection
 
@@ -222,11 +226,13 @@ class SandboxClient:
                 self._reading = True
                 self._turn.release()
                 try:
-                    frame: dict[str, Any] = json.loads(self._ws.recv())
+                    frame = json.loads(self._ws.recv())
                 finally:
                     self._turn.acquire()
                     self._reading = False
                     self._turn.notify_all()
+                if not isinstance(frame, dict):
+                    continue  # no reply nor event: nobody's
                 target = self._boxes.get(frame.get("id"), self._boxes.get(RAW))
                 if target is not None:
                     target.append(frame)
