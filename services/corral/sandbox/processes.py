@@ -32,7 +32,7 @@ from typing import Any, assert_never
 from corral.errors import ActionError, ErrorCode, os_error
 from corral.protocol import actions as a
 from corral.sandbox import agentenv
-from corral.sandbox.launcher import LauncherClient, Spawned, SpawnRefused
+from corral.sandbox.launcher import Control, LauncherClient, Spawned, SpawnRefused
 from corral.sandbox.output import Capture, Encoding, Ring, StreamDecoder, render
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ class Process:
     pty: bool
     background: bool
     action_id: str
-    control: Any  # corral.sandbox.launcher.Control
+    control: Control
     outputs: dict[str, Output]
     stdin: int | None  # the write end (or the PTY's master); None once closed
     started: float = field(default_factory=time.time)
@@ -194,7 +194,7 @@ class ProcessTable:
             case a.ProcessWait():
                 return await self._wait(self._find(action.pid), action.timeout_ms)
             case a.ProcessKill():
-                return self._kill(self._find(action.pid), action.signal)
+                return self._kill(action.pid, _signal(action.signal))
             case a.ProcessWrite():
                 return await self._write(self._find(action.pid), action.payload(), action.eof)
             case a.ProcessOutput():
@@ -431,7 +431,7 @@ class ProcessTable:
         process = await self._start(action, context.action_id, None if action.background else output_bytes)
         stdin = action.stdin_bytes()
         if stdin is not None:
-            self._keep(process, self._write(process, stdin, eof=not action.background))
+            self._keep(process, self._feed(process, stdin, eof=not action.background))
         if action.background:
             return {"pid": process.pid, "background": True}
         pump = None
@@ -509,11 +509,8 @@ class ProcessTable:
             timed_out = True
         return {**process.status(), "timed_out": timed_out, "running": process.running}
 
-    def _kill(self, process: Process, value: str | int) -> dict[str, Any]:
-        try:
-            number = signal_number(value)
-        except (KeyError, ValueError):
-            raise ActionError(ErrorCode.INVALID_FIELD, f"no signal {value!r}", "action.signal") from None
+    def _kill(self, pid: int, number: int) -> dict[str, Any]:
+        process = self._find(pid)
         if process.running:
             if number == signal.SIGKILL:
                 process.killed = True
@@ -521,6 +518,11 @@ class ProcessTable:
             else:
                 process.control.signal(number)
         return {"pid": process.pid, "signal": signal_name(number)}
+
+    async def _feed(self, process: Process, data: bytes, eof: bool) -> None:
+        """An exec's ``stdin``, written beside its run (the program may print before it reads it all)."""
+        with contextlib.suppress(ActionError, OSError):  # it exited without reading everything
+            await self._write(process, data, eof)
 
     async def _write(self, process: Process, data: bytes, eof: bool) -> dict[str, Any]:
         fd = process.stdin
@@ -563,6 +565,13 @@ class ProcessTable:
             raise ActionError(ErrorCode.INVALID_REQUEST, f"process {process.pid} has no terminal", "action.pid")
         _set_size(process.stdin, rows, cols)  # the kernel tells the foreground group (SIGWINCH)
         return {"pid": process.pid, "rows": rows, "cols": cols}
+
+
+def _signal(value: str | int) -> int:
+    try:
+        return signal_number(value)
+    except (KeyError, ValueError):
+        raise ActionError(ErrorCode.INVALID_FIELD, f"no signal {value!r}", "action.signal") from None
 
 
 def _refusal(refused: SpawnRefused, action: a.Exec) -> ActionError:

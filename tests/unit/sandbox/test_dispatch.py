@@ -156,3 +156,17 @@ async def test_file_actions_without_a_launcher_are_unsupported() -> None:
     dispatcher, _, _ = _dispatcher()
     reply = await dispatcher.handle('{"action": {"type": "file_stat", "path": "/"}}')
     assert reply["ok"] is False and reply["error"]["code"] == "unsupported"
+
+
+async def test_a_process_action_runs_apart_from_the_desktops_turn() -> None:
+    dispatcher, reporter, recorder = _dispatcher()
+    exec_message = json.dumps({"id": 1, "action": {"type": "exec", "argv": ["true"]}})
+    assert dispatcher.read(exec_message).apart is True
+    assert dispatcher.read(json.dumps({"id": 2, "action": {"type": "screenshot"}})).apart is False
+    assert dispatcher.read("not json").apart is False
+    # While a desktop action holds the lock, a process action is still answered.
+    async with dispatcher._desktop.lock:
+        reply = await asyncio.wait_for(dispatcher.handle(exec_message), 5)
+    assert reply["ok"] is True and reply["id"] == 1 and reply["result"] == {"pid": 7}
+    assert reporter.seen == []  # its commands' traffic carries their action id as the proxy username
+    assert [event["action_id"] for event in recorder.events] == [reply["action_id"]]
