@@ -12,6 +12,7 @@ body came (it writes a temporary file and renames it at the end), so nothing is 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Final
 
@@ -59,7 +60,7 @@ _REFUSALS: Final[dict[str, type[CodedError]]] = {
 def refusal(status: int, body: bytes) -> CodedError:
     """The controller's error answer (the one error body) as the gateway's exception, by its code."""
     try:
-        error = httpx.Response(status, content=body).json()["error"]
+        error = json.loads(body)["error"]
         code, message, field = str(error["code"]), str(error["message"]), error.get("field")
     except (ValueError, KeyError, TypeError):
         return FileRefused(f"the sandbox answered {status} without an error body")
