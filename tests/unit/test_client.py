@@ -8,6 +8,7 @@ import base64
 import json
 import threading
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -255,6 +256,16 @@ def test_the_sync_client_sorts_events_to_their_stream_while_other_requests_go_on
             assert client.act({"type": "screenshot"})["result"] == {"kind": "screenshot"}
             assert client.act({"type": "go"})["result"] == {"kind": "go"}
             assert list(stream) == [json.loads(_event(1, "b")), json.loads(_exec_reply(1))]
+            # From threads: one waits on a command whose output has not come while another is
+            # answered, whichever of them happens to be reading the socket.
+            go.clear()
+            with ThreadPoolExecutor(2) as pool:
+                waiting = pool.submit(client.request, {"action": {"type": "exec", "argv": ["y"]}})
+                other = pool.submit(client.act, {"type": "screenshot"})
+                assert other.result(10)["result"] == {"kind": "screenshot"}
+                assert not waiting.done()
+                assert client.act({"type": "go"})["ok"] is True
+                assert waiting.result(10)["result"]["exit_code"] == 0
         server.shutdown()
         thread.join()
 
