@@ -129,6 +129,16 @@ def exec_round_trips(sb: Sandbox, samples: int) -> list[float]:
     return times
 
 
+def cursor_round_trips(sb: Sandbox, samples: int) -> list[float]:
+    """The same path (client, gateway relay, controller) with no command: what ``exec`` adds is the rest."""
+    times = []
+    for _ in range(samples):
+        started = time.perf_counter()
+        sb.cursor_position()
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
 def docker_exec_round_trips(container: str, samples: int) -> list[float]:
     times = []
     for _ in range(samples):
@@ -171,6 +181,7 @@ def main() -> int:
         with gateway_process(instance, scratch / "data") as (url, pid), Sandbox.create(url=url, api_key=KEY) as sb:
             sb.exec(argv=["true"])  # warm: the first exec connects the launcher
             exec_ms = exec_round_trips(sb, args.samples)
+            cursor_ms = cursor_round_trips(sb, args.samples)
             docker_ms = docker_exec_round_trips(sb.container, args.docker_samples)
             mbps, streamed = stream_throughput(sb)
             # Warm both routes with a small file, so the growth measured is the transfer's own.
@@ -185,6 +196,11 @@ def main() -> int:
             back.unlink()
             results = {
                 "exec_true_ms": {"p50": statistics.median(exec_ms), "p95": _p95(exec_ms), "n": len(exec_ms)},
+                "cursor_position_ms": {
+                    "p50": statistics.median(cursor_ms),
+                    "p95": _p95(cursor_ms),
+                    "n": len(cursor_ms),
+                },
                 "docker_exec_true_ms": {
                     "p50": statistics.median(docker_ms),
                     "p95": _p95(docker_ms),
@@ -218,6 +234,8 @@ def main() -> int:
     }
     print(f"{'Commands and files through the gateway':<44}{'p50':>10}{'p95':>10}")
     print(f"  {'exec true over the WebSocket (ms)':<42}{exec_p50:>10.2f}{results['exec_true_ms']['p95']:>10.2f}")
+    cursor = results["cursor_position_ms"]
+    print(f"  {'cursor_position, same path, no command (ms)':<42}{cursor['p50']:>10.2f}{cursor['p95']:>10.2f}")
     print(f"  {'docker exec SANDBOX true (ms)':<42}{docker_p50:>10.2f}{results['docker_exec_true_ms']['p95']:>10.2f}")
     print(f"\n  stdout streaming: {results['stdout_stream']['mb_per_s']:.1f} MB/s ({streamed} bytes)")
     for way in ("upload", "download"):
