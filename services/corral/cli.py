@@ -410,6 +410,7 @@ def exec_command(
         env=_env_pairs(env),
         stdin=_stdin_bytes(stdin),
         timeout_ms=None if timeout is None else max(1, int(timeout * 1000)),
+        max_output_bytes=0,  # the events carry every byte; the reply need not repeat them
         output_encoding="base64",  # the bytes as printed, whatever they are
         stream=True,
     )

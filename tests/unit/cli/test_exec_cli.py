@@ -83,6 +83,7 @@ def test_argv_after_the_dashes_runs_and_its_streams_and_exit_code_come_back(sess
                 "argv": ["ls", "-la", "--sh"],
                 "cwd": "/w",
                 "env": {"A": "1"},
+                "max_output_bytes": 0,
                 "output_encoding": "base64",
                 "stream": True,
             }
