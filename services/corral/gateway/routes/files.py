@@ -19,6 +19,7 @@ from typing import Any, Final
 import httpx
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
+from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from corral.errors import (
@@ -137,6 +138,10 @@ async def upload_file(
             )
         except httpx.HTTPError as exc:
             raise SandboxUnreachable(f"the sandbox did not answer: {exc}") from None
+        except ClientDisconnect:
+            # The client left mid-upload: the controller's body was cut short with it (so nothing is
+            # kept there), and no one is left to read an answer.
+            return Response(status_code=400)
     if upstream.status_code >= 400:
         raise refusal(upstream.status_code, upstream.content)
     return Response(upstream.content, status_code=upstream.status_code, media_type="application/json")

@@ -9,6 +9,7 @@ import hashlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -195,6 +196,43 @@ async def test_an_upload_that_streams_past_the_cap_is_cut_off_and_leaves_no_file
     # The controller had begun (it got no byte past the cap), and saw its body end short.
     assert len(fake.requests) == 1 and 0 < sum(fake.chunks) <= 1 << 20
     assert list(fake.root.iterdir()) == []  # neither the file nor its temporary one
+    assert session.in_flight == 0
+
+
+async def test_a_client_that_leaves_mid_upload_leaves_no_file_and_no_error(
+    files_app: tuple[FastAPI, FakeController],
+) -> None:
+    app, fake = files_app
+    session, token = await _session(app)
+    messages = [
+        {"type": "http.request", "body": b"x" * CHUNK, "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.4"},
+        "http_version": "1.1",
+        "method": "PUT",
+        "scheme": "http",
+        "path": f"/v1/sessions/{session.id}/files",
+        "raw_path": f"/v1/sessions/{session.id}/files".encode(),
+        "query_string": b"path=/left.bin",
+        "headers": [(b"host", b"gw"), (b"authorization", f"Bearer {token}".encode()), (b"content-length", b"999999")],
+        "client": ("127.0.0.1", 1),
+        "server": ("gw", 80),
+    }
+    await app(scope, receive, send)  # no exception: the route answers, though no one reads it
+    assert sent[0]["status"] == 400
+    assert len(fake.requests) == 1 and fake.chunks == [CHUNK]
+    assert list(fake.root.iterdir()) == []
     assert session.in_flight == 0
 
 
