@@ -139,10 +139,10 @@ def test_large_files_through_put_and_get(sandbox: SandboxAddress, client: Sandbo
 
 @pytest.fixture
 def small_disk(runtime: DockerHarness, desktop_image: str) -> Iterator[SandboxAddress]:
-    """A sandbox whose /tmp is a 24 MiB tmpfs: easy to fill."""
+    """A sandbox whose /workspace is a 24 MiB tmpfs: easy to fill."""
     name = f"corral-it-files-full-{os.getpid()}"
     runtime.remove(name)
-    spec = SandboxSpec(image=desktop_image, name=name, tmp_size="24m", labels={"corral.test": "1"})
+    spec = SandboxSpec(image=desktop_image, name=name, workspace_size="24m", labels={"corral.test": "1"})
     box = runtime.start_sandbox(spec)
     runtime.wait_ready(box, timeout_s=90)
     yield box
@@ -152,24 +152,39 @@ def small_disk(runtime: DockerHarness, desktop_image: str) -> Iterator[SandboxAd
 def test_a_full_disk_leaves_nothing_half_written(small_disk: SandboxAddress, runtime: DockerHarness) -> None:
     box = small_disk
     with SandboxClient(box.ws_url, controller_secret=box.secret) as client:
-        client.act({"type": "file_write", "path": "/tmp/keep.txt", "content": "the old content"})
+        client.act({"type": "file_write", "path": "keep.txt", "content": "the old content"})  # in /workspace
         # More than the whole disk, streamed: the temporary file fills it and is removed.
-        put = _put(box, {"path": "/tmp/keep.txt"}, (b"x" * (1 << 20) for _ in range(40)))
+        put = _put(box, {"path": "keep.txt"}, (b"x" * (1 << 20) for _ in range(40)))
         assert put.status_code == 507, put.text
         assert put.json()["error"]["code"] == "no_space" and put.json()["error"]["field"] == "path"
-        assert client.act({"type": "file_read", "path": "/tmp/keep.txt"})["result"]["content"] == "the old content"
-        assert _temp_files(runtime, box, "/tmp") == []
+        assert client.act({"type": "file_read", "path": "keep.txt"})["result"]["content"] == "the old content"
+        assert _temp_files(runtime, box, "/workspace") == []
         # The disk filled by the agent itself, then a write: the same, over the WebSocket.
-        code, out = runtime.exec(box.id, ["sh", "-c", "head -c 100M /dev/zero > /tmp/filler; true"], user="agent")
+        fill = ["sh", "-c", "head -c 100M /dev/zero > /workspace/filler; true"]
+        code, out = runtime.exec(box.id, fill, user="agent")
         assert code == 0, out
-        error = _failed(client, {"type": "file_write", "path": "/tmp/keep.txt", "content": "y" * 500_000})
+        error = _failed(client, {"type": "file_write", "path": "keep.txt", "content": "y" * 500_000})
         assert (error["code"], error["field"]) == ("no_space", "action.path")
-        assert client.act({"type": "file_read", "path": "/tmp/keep.txt"})["result"]["content"] == "the old content"
-        assert _temp_files(runtime, box, "/tmp") == []
-        client.act({"type": "file_remove", "path": "/tmp/filler"})
-        client.act({"type": "file_write", "path": "/tmp/keep.txt", "content": "new"})
-        assert client.act({"type": "file_read", "path": "/tmp/keep.txt"})["result"]["content"] == "new"
+        assert client.act({"type": "file_read", "path": "keep.txt"})["result"]["content"] == "the old content"
+        assert _temp_files(runtime, box, "/workspace") == []
+        client.act({"type": "file_remove", "path": "filler"})
+        client.act({"type": "file_write", "path": "keep.txt", "content": "new"})
+        assert client.act({"type": "file_read", "path": "/workspace/keep.txt"})["result"]["content"] == "new"
         _still_working(client)
+
+
+def test_relative_paths_are_in_the_workspace(client: SandboxClient, runtime: DockerHarness) -> None:
+    written = client.act({"type": "file_write", "path": "rel/dir/f.txt", "content": "w", "make_dirs": True})
+    assert written["result"]["path"] == "/workspace/rel/dir/f.txt"
+    listed = client.act({"type": "file_list", "path": "rel", "recursive": True})["result"]
+    assert listed["path"] == "/workspace/rel"
+    assert [entry["path"] for entry in listed["entries"]] == ["/workspace/rel/dir", "/workspace/rel/dir/f.txt"]
+    # /workspace and the home are two filesystems: a move between them copies, then removes.
+    moved = client.act({"type": "file_move", "source": "rel/dir/f.txt", "destination": f"{HOME}/f.txt"})
+    assert moved["result"] == {"source": "/workspace/rel/dir/f.txt", "destination": f"{HOME}/f.txt"}
+    assert client.act({"type": "file_read", "path": f"{HOME}/f.txt"})["result"]["content"] == "w"
+    assert client.act({"type": "file_remove", "path": "rel", "recursive": True})["result"]["type"] == "directory"
+    _still_working(client)
 
 
 @pytest.mark.parametrize(

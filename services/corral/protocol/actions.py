@@ -556,6 +556,9 @@ class FileMove(_Action):
 
 FileAction = FileRead | FileWrite | FileList | FileStat | FileRemove | FileMove
 """The file actions: carried out as the agent (corral.sandbox.files), never under the desktop's lock."""
+FILE_ACTIONS: tuple[type[_Action], ...] = get_args(FileAction)
+
+
 # -- commands and processes (run as the agent's uid; corral.sandbox.processes) -------------------------------
 
 MAX_COMMAND_BYTES = 96 * 1024  # argv (or command), env and cwd together, as UTF-8: what one launcher message holds

@@ -24,7 +24,6 @@ from corral.sandbox.desktop import Desktop
 from corral.sandbox.dispatch import Dispatcher, Incoming
 from corral.sandbox.files import AgentFiles
 from corral.sandbox.guard import ControllerGuard
-from corral.sandbox.launcher.client import LauncherClient
 from corral.sandbox.recorder import Recorder
 from corral.sandbox.settings import ControllerSettings
 
@@ -84,12 +83,11 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         reporter = settings.action_reporter()
         recorder = Recorder(desktop) if settings.record else None
         app.state.recorder = recorder
-        # The agent's files and programs, through the launcher (connected on first use).
-        launcher = LauncherClient()
-        files = AgentFiles(launcher)
-        app.state.files = files
-        app.state.agent_command = transfer.LauncherCommand(launcher)
-        app.state.dispatcher = Dispatcher(desktop, settings.limits(), reporter, recorder, files)
+        # PUT/GET /v1/files: the desktop's AgentFiles, and tar run as the agent through the launcher.
+        app.state.files = desktop.files
+        if desktop.processes is not None:
+            app.state.agent_command = transfer.LauncherCommand(desktop.processes.launcher)
+        app.state.dispatcher = Dispatcher(desktop, settings.limits(), reporter, recorder)
         app.state.max_body = settings.max_message_bytes
         # Connect to Chromium early so the first browser action does not pay for it; keep the task.
         app.state.warmup = asyncio.create_task(_warm(desktop))
@@ -101,12 +99,11 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
                 await reporter.close()
             if recorder is not None:
                 await recorder.close()
-            await launcher.close()
             await desktop.close()
 
     app = FastAPI(title="Corral sandbox controller", version="1", lifespan=lifespan)
     app.state.verifier = None
-    app.state.files = None  # AgentFiles once the launcher answers (file actions and transfers)
+    app.state.files = None  # AgentFiles (the desktop's), for PUT/GET /v1/files
     app.state.agent_command = None  # transfer.AgentCommand: tar as the agent, for directories
     app.state.max_upload = settings.max_upload_bytes
     app.add_middleware(ControllerGuard, verifier=lambda: app.state.verifier)
@@ -146,29 +143,8 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         status = 200 if out["ok"] else _STATUS.get(out["error"]["code"], 400)
         return JSONResponse(out, status_code=status)
 
-    @app.put("/v1/files")
-    async def put_file(request: Request) -> JSONResponse:
-        """A raw body (application/octet-stream, streamed) put in place as the agent, all or nothing."""
-        try:
-            query = transfer.file_query(request.query_params)
-            declared = request.headers.get("content-length")
-            written = await transfer.receive(
-                _files(request), query, request.stream(), declared, request.app.state.max_upload
-            )
-        except ActionError as exc:
-            return _error(exc)
-        return JSONResponse({"ok": True, **written.as_dict()})
-
-    @app.get("/v1/files")
-    async def get_file(request: Request) -> Response:
-        """A file's bytes, or a directory as a tar stream, read as the agent."""
-        try:
-            query = transfer.file_query(request.query_params)
-            download = await transfer.send(_files(request), request.app.state.agent_command, query)
-        except ActionError as exc:
-            return _error(exc)
-        headers = {} if download.length is None else {"content-length": str(download.length)}
-        return StreamingResponse(download.body, media_type=download.media_type, headers=headers)
+    app.add_api_route("/v1/files", put_file, methods=["PUT"])
+    app.add_api_route("/v1/files", get_file, methods=["GET"])
 
     @app.websocket("/v1/ws")
     async def ws(websocket: WebSocket, dispatcher: DispatcherDep) -> None:
@@ -178,9 +154,31 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
     return app
 
 
+async def put_file(request: Request) -> JSONResponse:
+    """A raw body (application/octet-stream, streamed) put in place as the agent, all or nothing."""
+    try:
+        query = transfer.file_query(request.query_params)
+        declared, limit = request.headers.get("content-length"), request.app.state.max_upload
+        written = await transfer.receive(_files(request), query, request.stream(), declared, limit)
+    except ActionError as exc:
+        return _error(exc)
+    return JSONResponse({"ok": True, **written.as_dict()})
+
+
+async def get_file(request: Request) -> Response:
+    """A file's bytes, or a directory as a tar stream, read as the agent."""
+    try:
+        query = transfer.file_query(request.query_params)
+        download = await transfer.send(_files(request), request.app.state.agent_command, query)
+    except ActionError as exc:
+        return _error(exc)
+    headers = {} if download.length is None else {"content-length": str(download.length)}
+    return StreamingResponse(download.body, media_type=download.media_type, headers=headers)
+
+
 class Connection:
     """One WebSocket: desktop requests run one after another in the order they came (their replies
-    too); command and process requests run beside them as they come, so a ``process_kill`` reaches
+    too); command, process and file requests run beside them as they come, so a ``process_kill`` reaches
     an ``exec`` still running on the same connection. Every frame is sent whole, replies with the
     request's id, events (an exec's output) before their request's reply."""
 

@@ -20,6 +20,7 @@ from corral.protocol.keys import Key, parse_key
 from corral.protocol.plan import ActionResult, After
 from corral.sandbox import clipboard
 from corral.sandbox.browser import Browser
+from corral.sandbox.files import AgentFiles
 from corral.sandbox.launcher import LauncherClient
 from corral.sandbox.processes import ProcessTable, RunContext
 from corral.sandbox.screen import Screen, Settled
@@ -51,8 +52,9 @@ def wait_for_display(display: str, timeout_s: float = 30.0) -> None:
 
 class Desktop:
     """The sandbox's desktop. Callers hold :attr:`lock` so actions never interleave, except the
-    process actions (:data:`corral.protocol.actions.ProcessAction`), which never touch the screen
-    and run beside the others (a long build must not hold up a screenshot)."""
+    process and file actions (:data:`corral.protocol.actions.ProcessAction`, ``FileAction``), which
+    never touch the screen and run beside the others (a long build or a big write must not hold up
+    a screenshot)."""
 
     def __init__(
         self,
@@ -61,23 +63,28 @@ class Desktop:
         screen: Screen,
         browser: Browser,
         processes: ProcessTable | None = None,
+        files: AgentFiles | None = None,
     ) -> None:
         self._settings = settings
         self.input = input
         self.screen = screen
         self.browser = browser
         self.processes = processes
+        self.files = files
         self.size = Size(self.screen.width, self.screen.height)
         self.lock = asyncio.Lock()
 
     @classmethod
     def open(cls, settings: ControllerSettings) -> Desktop:
         """The desktop of ``settings.display`` once its X server answers, its Chromium, and the
-        agent's processes (through the launcher)."""
+        agent's processes and files (through the launcher)."""
         wait_for_display(settings.display)
-        processes = ProcessTable(LauncherClient(settings.launcher_socket), settings.process_settings())
+        launcher = LauncherClient(settings.launcher_socket)
+        processes = ProcessTable(launcher, settings.process_settings())
         browser = Browser(settings.cdp_url)
-        return cls(settings, XInput(settings.display), Screen(settings.display), browser, processes)
+        return cls(
+            settings, XInput(settings.display), Screen(settings.display), browser, processes, AgentFiles(launcher)
+        )
 
     async def close(self) -> None:
         if self.processes is not None:
@@ -200,9 +207,6 @@ class Desktop:
                 return ActionResult(await self.browser.tab_switch(action.tab))
             case a.TabClose():
                 return ActionResult(await self.browser.tab_close(action.tab))
-            case a.FileRead() | a.FileWrite() | a.FileList() | a.FileStat() | a.FileRemove() | a.FileMove():
-                # Done as the agent by corral.sandbox.files; the dispatcher never brings them here.
-                raise ActionError(ErrorCode.UNSUPPORTED, f"{action.type} is not a desktop action")
             case (
                 a.Exec()
                 | a.ProcessList()
@@ -215,6 +219,10 @@ class Desktop:
                 if self.processes is None:
                     raise ActionError(ErrorCode.UNSUPPORTED, "this controller runs no commands")
                 return ActionResult(await self.processes.run(action, context))
+            case a.FileRead() | a.FileWrite() | a.FileList() | a.FileStat() | a.FileRemove() | a.FileMove():
+                if self.files is None:
+                    raise ActionError(ErrorCode.UNSUPPORTED, "this controller cannot reach the agent's files")
+                return ActionResult(await self.files.run(action))
             case _:
                 # mypy proves this unreachable: a member of AnyAction without its case above fails the type check.
                 assert_never(action)

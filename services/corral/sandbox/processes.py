@@ -177,6 +177,11 @@ class ProcessTable:
         self._processes: dict[int, Process] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 
+    @property
+    def launcher(self) -> LauncherClient:
+        """The launcher's client, which is also the controller's :class:`corral.sandbox.agentfs.AgentFs`."""
+        return self._launcher
+
     async def close(self) -> None:
         """The controller's end: every tree is killed (each shepherd does it when its channel closes)."""
         for process in list(self._processes.values()):
@@ -250,7 +255,7 @@ class ProcessTable:
             if isinstance(exc, ConnectionError):
                 raise ActionError(ErrorCode.EXEC_FAILED, f"commands cannot run: {exc}") from None
             if isinstance(exc, OSError):
-                raise os_error(exc, what="starting the command") from None
+                raise _start_error(exc) from None
             raise
         finally:
             _close_all(set(theirs))
@@ -565,6 +570,13 @@ class ProcessTable:
             raise ActionError(ErrorCode.INVALID_REQUEST, f"process {process.pid} has no terminal", "action.pid")
         _set_size(process.stdin, rows, cols)  # the kernel tells the foreground group (SIGWINCH)
         return {"pid": process.pid, "rows": rows, "cols": cols}
+
+
+def _start_error(exc: OSError) -> ActionError:
+    """No shepherd or no process: the sandbox's process limit, or another failure to start."""
+    if exc.errno in (errno.EAGAIN, errno.ENOMEM):
+        return ActionError(ErrorCode.PROCESS_LIMIT, f"no room for another process: {exc.strerror}")
+    return ActionError(ErrorCode.EXEC_FAILED, f"the command could not be started: {exc.strerror or exc}")
 
 
 def _signal(value: str | int) -> int:

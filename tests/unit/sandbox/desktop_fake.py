@@ -88,6 +88,17 @@ class FakeProcesses:
         return {"pid": 7}
 
 
+class FakeFiles:
+    """Stands in for AgentFiles: logs each file action it is given."""
+
+    def __init__(self, parts: Parts) -> None:
+        self._parts = parts
+
+    async def run(self, action: Any) -> dict[str, Any]:
+        self._parts.log("files", action.type)
+        return {"path": "/workspace/x"}
+
+
 def fake_desktop(parts: Parts, browser: type[FakeBrowser] = FakeBrowser) -> Desktop:
     return Desktop(
         ControllerSettings(),
@@ -95,4 +106,5 @@ def fake_desktop(parts: Parts, browser: type[FakeBrowser] = FakeBrowser) -> Desk
         FakeScreen(parts),  # type: ignore[arg-type]
         browser(parts),  # type: ignore[arg-type]
         FakeProcesses(parts),  # type: ignore[arg-type]
+        FakeFiles(parts),  # type: ignore[arg-type]
     )

@@ -138,11 +138,12 @@ async def test_a_request_over_its_timeout_fails_with_timeout() -> None:
 async def test_file_actions_run_as_the_agent_outside_the_desktops_lock(tmp_path: Path) -> None:
     reporter, recorder = Reporter(), Recorder()
     desktop = fake_desktop(Parts())
-    files = AgentFiles(FakeAgentFs(), workspace=str(tmp_path))
-    dispatcher = Dispatcher(desktop, Limits(), reporter, recorder, files)  # type: ignore[arg-type]
+    desktop.files = AgentFiles(FakeAgentFs(), workspace=str(tmp_path))
+    dispatcher = Dispatcher(desktop, Limits(), reporter, recorder)  # type: ignore[arg-type]
+    message = json.dumps({"id": 7, "action": {"type": "file_write", "path": "a.txt", "content": "hi"}})
+    assert dispatcher.read(message).apart is True  # served beside the desktop's requests
     async with desktop.lock:  # a long desktop action in flight
-        message = {"id": 7, "action": {"type": "file_write", "path": "a.txt", "content": "hi"}}
-        reply = await asyncio.wait_for(dispatcher.handle(json.dumps(message)), 5)
+        reply = await asyncio.wait_for(dispatcher.handle(message), 5)
     assert reply["ok"] is True and reply["result"]["path"] == str(tmp_path / "a.txt")
     assert (tmp_path / "a.txt").read_text() == "hi"
     assert reporter.seen == []  # nothing for the proxy to attribute
@@ -154,6 +155,7 @@ async def test_file_actions_run_as_the_agent_outside_the_desktops_lock(tmp_path:
 
 async def test_file_actions_without_a_launcher_are_unsupported() -> None:
     dispatcher, _, _ = _dispatcher()
+    dispatcher._desktop.files = None
     reply = await dispatcher.handle('{"action": {"type": "file_stat", "path": "/"}}')
     assert reply["ok"] is False and reply["error"]["code"] == "unsupported"
 

@@ -162,6 +162,7 @@ async def test_the_command_environment_and_the_callers_env() -> None:
         (SpawnRefused("exec", errno.EACCES, "prog"), {}, ErrorCode.PERMISSION_DENIED, "action.argv"),
         (SpawnRefused("exec", errno.ENOEXEC, "prog"), {}, ErrorCode.EXEC_FAILED, "action.argv"),
         (SpawnRefused("setup", errno.EAGAIN, None), {}, ErrorCode.PROCESS_LIMIT, None),
+        (SpawnRefused("fork", errno.EAGAIN, None), {}, ErrorCode.PROCESS_LIMIT, None),
     ],
 )
 async def test_a_program_that_never_ran_is_blamed_on_its_field(

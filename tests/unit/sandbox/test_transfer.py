@@ -18,7 +18,9 @@ import pytest
 from corral.sandbox import auth
 from corral.sandbox.app import create_app
 from corral.sandbox.files import TEMP_PREFIX, AgentFiles
+from corral.sandbox.launcher.client import Spawned, SpawnRefused
 from corral.sandbox.settings import ControllerSettings
+from corral.sandbox.transfer import LauncherCommand
 
 from .fakefs import FakeAgentFs
 
@@ -197,3 +199,49 @@ def test_without_a_launcher_transfers_are_unsupported(tmp_path: Path) -> None:
     client = TestClient(app)
     reply = client.put("/v1/files", params={"path": "x"}, content=b"x", headers=auth.sign(SECRET).headers | RAW)
     assert reply.status_code == 400 and reply.json()["error"]["code"] == "unsupported"
+
+
+class StubControl:
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class StubLauncher:
+    """The launcher's spawn: refuses, or 'starts' by writing into the stdout it was handed."""
+
+    def __init__(self, refuse: SpawnRefused | None = None, output: bytes = b"") -> None:
+        self.refuse, self.output = refuse, output
+        self.control = StubControl()
+        self.seen: list[tuple[list[bytes], list[bytes], bytes]] = []
+
+    async def spawn(
+        self, argv: list[bytes], env: list[bytes], cwd: bytes, stdio: tuple[int, int, int], *, pty: bool = False
+    ) -> Spawned | SpawnRefused:
+        self.seen.append((argv, env, cwd))
+        if self.refuse is not None:
+            return self.refuse
+        os.write(stdio[1], self.output)
+        return Spawned(4242, self.control)  # type: ignore[arg-type]
+
+
+async def test_tar_that_cannot_start_fails_before_anything_is_sent() -> None:
+    launcher = StubLauncher(refuse=SpawnRefused("cwd", 13, "/home/x"))
+    command = LauncherCommand(launcher)  # type: ignore[arg-type]
+    with pytest.raises(PermissionError):
+        await command.stdout(["tar", "-cf", "-", "."], "/home/x")
+    argv, env, cwd = launcher.seen[0]
+    assert argv == [b"tar", b"-cf", b"-", b"."] and cwd == b"/home/x"
+    assert not any(item.startswith((b"HTTP_PROXY", b"CORRAL_")) for item in env)  # nothing of the controller's
+
+
+async def test_tar_output_is_streamed_and_its_tree_killed_when_the_reader_stops() -> None:
+    launcher = StubLauncher(output=b"x" * 5000)
+    body = await LauncherCommand(launcher).stdout(["tar"], "/")  # type: ignore[arg-type]
+    first = await anext(body)
+    assert first and set(first) == {ord("x")}
+    assert launcher.control.closed is False
+    await body.aclose()  # the client went away mid-stream
+    assert launcher.control.closed is True  # the shepherd kills what is left of tar's tree
