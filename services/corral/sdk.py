@@ -448,9 +448,9 @@ class Files:
     def upload(
         self, local: str | Path, remote: str, *, make_dirs: bool = False, mode: str | None = None
     ) -> builtins.list[dict[str, Any]]:
-        """A local file, or a directory file by file (its directories made), to ``remote``: one
-        ``{"path", "size", "sha256"}`` per file written."""
-        plan = transfer.upload_plan(Path(local), remote)
+        """A local file, or a directory file by file (its directories made), to ``remote`` (into it when
+        it ends with ``/``): one ``{"path", "size", "sha256"}`` per file written."""
+        plan = transfer.upload_plan(Path(local), transfer.remote_target(Path(local), remote))
         tree = _is_tree(plan, Path(local))
         gateway, session = self._sandbox._gateway, self._sandbox.id
         return [
@@ -507,7 +507,8 @@ class AsyncFiles:
     async def upload(
         self, local: str | Path, remote: str, *, make_dirs: bool = False, mode: str | None = None
     ) -> builtins.list[dict[str, Any]]:
-        plan = await asyncio.to_thread(transfer.upload_plan, Path(local), remote)
+        target = transfer.remote_target(Path(local), remote)
+        plan = await asyncio.to_thread(transfer.upload_plan, Path(local), target)
         tree = _is_tree(plan, Path(local))
         gateway, session = self._sandbox._gateway, self._sandbox.id
         return [

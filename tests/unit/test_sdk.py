@@ -4,14 +4,18 @@ method sends and how its reply is read, alike in both twins."""
 from __future__ import annotations
 
 import inspect
+import io
+import os
+import tarfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from corral.commands import ExecResult, OutputChunk
 from corral.errors import ActionFailed, CommandFailed, CorralError
-from corral.gateway_client import AsyncGateway, Gateway
+from corral.gateway_client import AsyncGateway, Download, Gateway
 from corral.sdk import AsyncFiles, AsyncProcesses, AsyncSandbox, Files, Processes, Sandbox, messages
 
 # -- the twins ------------------------------------------------------------------------------------------
@@ -474,3 +478,65 @@ async def test_exec_stream_gives_the_chunks_then_the_result_in_both_twins() -> N
     assert items[1].bytes == b"\xff"  # type: ignore[union-attr]
     sent = {"action": {"type": "exec", "argv": ["make"], "timeout_ms": 9, "stream": True}}
     assert sandbox._ws.sent == twin._ws.sent == [sent]  # type: ignore[attr-defined]
+
+
+class FilesGateway:
+    """Stands in for the gateway's file transfers: keeps each upload, serves one download."""
+
+    def __init__(self, download: bytes, media_type: str) -> None:
+        self.uploads: list[tuple[str, str, Path, bool]] = []
+        self._download = (download, media_type)
+
+    def upload_file(
+        self, session_id: str, remote: str, local: str | Path, *, make_dirs: bool = False, mode: str | None = None
+    ) -> dict[str, Any]:
+        self.uploads.append((session_id, remote, Path(local), make_dirs))
+        return {"path": remote, "size": Path(local).stat().st_size}
+
+    def download_file(self, session_id: str, remote: str, local: str | Path) -> Download:
+        Path(local).write_bytes(self._download[0])
+        return Download(Path(local), len(self._download[0]), self._download[1])
+
+
+class AsyncFilesGateway(FilesGateway):
+    async def upload_file(  # type: ignore[override]
+        self, session_id: str, remote: str, local: str | Path, *, make_dirs: bool = False, mode: str | None = None
+    ) -> dict[str, Any]:
+        return super().upload_file(session_id, remote, local, make_dirs=make_dirs, mode=mode)
+
+    async def download_file(self, session_id: str, remote: str, local: str | Path) -> Download:  # type: ignore[override]
+        return super().download_file(session_id, remote, local)
+
+
+def _tar_of(name: str, data: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+async def test_upload_and_download_go_through_the_gateway_alike_in_both_twins(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "a.txt").write_text("a")
+    (tree / "sub" / "b.txt").write_text("b")
+    archive = _tar_of("./x.txt", b"X")
+    sandbox, twin = Sandbox.__new__(Sandbox), AsyncSandbox.__new__(AsyncSandbox)
+    sandbox.id = twin.id = "ses_1"
+    sandbox._gateway, twin._gateway = (
+        FilesGateway(archive, "application/x-tar"),
+        AsyncFilesGateway(archive, "application/x-tar"),
+    )  # type: ignore[assignment]
+    written = sandbox.files.upload(tree, "/workspace/")
+    assert written == await twin.files.upload(tree, "/workspace/")
+    for gateway in (sandbox._gateway, twin._gateway):
+        assert [(remote, make_dirs) for _, remote, _, make_dirs in gateway.uploads] == [  # type: ignore[attr-defined]
+            ("/workspace/tree/a.txt", True),
+            ("/workspace/tree/sub/b.txt", True),
+        ]
+    assert sandbox.files.download("/workspace/d", tmp_path / "one") == tmp_path / "one"
+    assert await twin.files.download("/workspace/d", tmp_path / "two") == tmp_path / "two"
+    assert (tmp_path / "one" / "x.txt").read_bytes() == (tmp_path / "two" / "x.txt").read_bytes() == b"X"
+    assert sorted(os.listdir(tmp_path)) == ["one", "tree", "two"]  # no download part left
