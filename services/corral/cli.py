@@ -6,9 +6,10 @@ import base64
 import contextlib
 import json
 import os
+import sys
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -19,10 +20,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
+from websockets.exceptions import ConnectionClosed, WebSocketException
 
-from corral import gateway_client, images
-from corral.client import image_bytes
-from corral.errors import CorralError, GatewayError
+from corral import commands, gateway_client, images, transfer
+from corral.client import SandboxClient, check_reply, image_bytes, is_reply
+from corral.commands import ExecResult, OutputChunk
+from corral.errors import ActionFailed, CorralError, ErrorCode, GatewayError
 from corral.gateway_client import Gateway
 from corral.runtime.docker import DockerRuntime
 
@@ -328,6 +331,150 @@ def screenshot(
         raise _fail(f"{error.get('code')}: {error.get('message')}")
     output.write_bytes(image_bytes(reply))
     console.print(f"saved {output}")
+
+
+def _sandbox_client(session_id: str) -> SandboxClient:
+    """The session's WebSocket through the gateway, the API key in its handshake's header (tests swap this)."""
+    base = _url().rstrip("/")
+    ws_base = "ws" + base[4:] if base.startswith("http") else base
+    quoted = urllib.parse.quote(session_id, safe="")
+    return SandboxClient(f"{ws_base}/v1/sessions/{quoted}/ws", headers={"Authorization": f"Bearer {_api_key()}"})
+
+
+def _env_pairs(items: list[str] | None) -> dict[str, str]:
+    pairs = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise _fail(f"--env takes NAME=VALUE, not {item!r}", 2)
+        pairs[name] = value
+    return pairs
+
+
+def _stdin_bytes(source: Path | None) -> bytes | None:
+    if source is None:
+        return None
+    return sys.stdin.buffer.read() if str(source) == "-" else source.read_bytes()
+
+
+def _print_output(frames: Iterable[dict[str, Any]]) -> ExecResult:
+    """Each chunk to this process's stdout or stderr as it comes; the command's result. Output that
+    came only in the reply (none streamed on that stream) is printed from it."""
+    streamed: set[str] = set()
+    for frame in frames:
+        if is_reply(frame):
+            result = ExecResult.from_result(check_reply(frame)["result"])
+            for name, data in (("stdout", result.stdout_bytes), ("stderr", result.stderr_bytes)):
+                if name not in streamed and data:
+                    _write_stream(name, data)
+            return result
+        chunk = OutputChunk.from_event(frame)
+        streamed.add(chunk.stream)
+        _write_stream(chunk.stream, chunk.bytes)
+    raise _fail("the connection ended before the command's result")
+
+
+def _write_stream(name: str, data: bytes) -> None:
+    target = sys.stderr if name == "stderr" else sys.stdout
+    target.flush()
+    target.buffer.write(data)
+    target.buffer.flush()
+
+
+# Exit codes for commands that could not start, as a shell gives them.
+_START_FAILURES: dict[str, int] = {ErrorCode.PROGRAM_NOT_FOUND: 127, ErrorCode.PERMISSION_DENIED: 126}
+
+
+@app.command("exec")
+def exec_command(
+    session_id: str,
+    argv: Annotated[list[str] | None, typer.Argument(help="The program and its arguments (after --).")] = None,
+    sh: Annotated[str | None, typer.Option("--sh", help="A shell command string, run by bash -lc.")] = None,
+    cwd: Annotated[str | None, typer.Option(help="Working directory (default /workspace).")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (repeat).")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Seconds; then the whole tree is killed (exit 124).")] = None,
+    stdin: Annotated[
+        Path | None, typer.Option("--stdin", help="A file for the command's stdin ('-': this one's).")
+    ] = None,
+) -> None:
+    """Run a command in a session as the agent: `corral exec ID -- ls -la` or `corral exec ID --sh 'make | tail'`.
+
+    Its output is streamed as it comes (stdout and stderr apart); its exit code becomes this one's
+    (124 when it ran out of time, 128+N when a signal N ended it)."""
+    if (sh is None) == (not argv):
+        raise _fail("give a command after -- (argv), or --sh 'a shell string', not both", 2)
+    action = commands.exec_action(
+        sh,
+        argv if sh is None else None,
+        cwd=cwd,
+        env=_env_pairs(env),
+        stdin=_stdin_bytes(stdin),
+        timeout_ms=None if timeout is None else max(1, int(timeout * 1000)),
+        max_output_bytes=0,  # the events carry every byte; the reply need not repeat them
+        output_encoding="base64",  # the bytes as printed, whatever they are
+        stream=True,
+    )
+    try:
+        with _sandbox_client(session_id) as client:
+            result = _print_output(client.stream({"action": action}))
+    except ActionFailed as exc:
+        raise _fail(str(exc), _START_FAILURES.get(exc.code, 1)) from None
+    except ConnectionClosed as exc:  # the gateway refused the session (4401/4403/4404), or it ended
+        reason = exc.rcvd.reason if exc.rcvd is not None else ""
+        raise _fail(f"the session's connection closed: {reason or exc}") from None
+    except (OSError, CorralError, WebSocketException) as exc:
+        raise _fail(f"cannot run the command: {exc}") from None
+    if result.timed_out:
+        console.print(f"[red]timed out after {timeout} s; the command and its children were killed[/red]")
+    raise typer.Exit(result.exit_status())
+
+
+@app.command("cp")
+def cp(
+    source: Annotated[str, typer.Argument(help="A local path, or ID:/path in a session.")],
+    destination: Annotated[str, typer.Argument(help="ID:/path in a session, or a local path.")],
+    parents: Annotated[bool, typer.Option("--parents", "-p", help="Make missing directories in the session.")] = False,
+) -> None:
+    """Copy a file or a directory into a session or out of it (streamed through the gateway).
+
+    `corral cp ./src ID:/workspace/src` uploads file by file; `corral cp ID:/workspace/out ./out`
+    downloads a directory as a tar and unpacks it, letting nothing out of ./out."""
+    remote_from, remote_to = transfer.Remote.parse(source), transfer.Remote.parse(destination)
+    if (remote_from is None) == (remote_to is None):
+        raise _fail("one side is ID:/path in a session, the other a local path", 2)
+    with _gateway_call() as gateway:
+        try:
+            if remote_to is not None:
+                _upload(gateway, Path(source), remote_to, parents)
+            else:
+                assert remote_from is not None
+                _download(gateway, remote_from, Path(destination))
+        except (OSError, CorralError) as exc:
+            if isinstance(exc, GatewayError):
+                raise
+            raise _fail(f"cannot copy: {exc}") from None
+
+
+def _upload(gateway: Gateway, local: Path, remote: transfer.Remote, parents: bool) -> None:
+    if not local.exists():
+        raise _fail(f"no such file: {local}", 2)
+    target = transfer.remote_target(local, remote.path)
+    plan = transfer.upload_plan(local, target)
+    size = 0
+    for path, into in plan:
+        written = gateway.upload_file(remote.session_id, into, path, make_dirs=parents or local.is_dir())
+        size += int(written.get("size", 0))
+    console.print(f"uploaded {len(plan)} file{'s' * (len(plan) != 1)} ({size} bytes) to {remote.session_id}:{target}")
+
+
+def _download(gateway: Gateway, remote: transfer.Remote, local: Path) -> None:
+    target = transfer.local_target(remote.path, local)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(f".{target.name}.corral-cp")
+    got = gateway.download_file(remote.session_id, remote.path, part)
+    transfer.settle(got, target)
+    what = "directory" if got.is_tar else "file"
+    console.print(f"downloaded {what} {remote.session_id}:{remote.path} to {target} ({got.size} bytes)")
 
 
 @audit_app.command("verify")

@@ -1,6 +1,12 @@
 """Clients for a sandbox's WebSocket protocol (``/v1/ws``), async and sync.
 
 The control plane's SDK builds on these; tests and the benchmark use them directly.
+
+Several requests may be in flight on one connection (a command streaming its output while a
+screenshot is taken, or a ``process_kill`` of that command): every frame from the sandbox is sorted
+by its ``id`` to the request that sent it. A reply has ``ok``; an event (``{"id", "event": "output",
+...}``, sent before its request's reply) has none and is never taken for the reply. :meth:`stream`
+gives a request's events, then its reply; :meth:`request` gives the reply alone.
 """
 
 from __future__ import annotations
@@ -10,11 +16,15 @@ import base64
 import contextlib
 import itertools
 import json
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
 from typing import Any, Self
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
+from websockets.protocol import State
 from websockets.sync.client import ClientConnection as SyncConnection
 from websockets.sync.client import connect as sync_connect
 
@@ -31,12 +41,16 @@ def check_reply(reply: dict[str, Any]) -> dict[str, Any]:
     return reply
 
 
-def _dial(secret: str | None) -> tuple[dict[str, Any], auth.SignedRequest | None]:
-    """The options of one connection (signed when straight to a controller) and what it must prove.
-    No per-message compression: it costs ~17 ms per screenshot frame for little gain."""
+def _dial(
+    secret: str | None, headers: dict[str, str] | None = None
+) -> tuple[dict[str, Any], auth.SignedRequest | None]:
+    """The options of one connection (signed when straight to a controller; ``headers`` such as a
+    gateway's ``Authorization``) and what it must prove. No per-message compression: it costs
+    ~17 ms per screenshot frame for little gain."""
     signed = auth.sign(secret) if secret else None
     options = {"compression": None, "max_size": MAX_FRAME, "open_timeout": 10}
-    return {**options, "additional_headers": signed.headers if signed else None}, signed
+    sent = {**(headers or {}), **(signed.headers if signed else {})}
+    return {**options, "additional_headers": sent or None}, signed
 
 
 def _check_proof(secret: str | None, signed: auth.SignedRequest | None, response: Any) -> None:
@@ -46,13 +60,22 @@ def _check_proof(secret: str | None, signed: auth.SignedRequest | None, response
         raise UnprovenController("the sandbox's controller port answered without the controller's proof")
 
 
+def is_reply(frame: dict[str, Any]) -> bool:
+    """A request's final reply (it has ``ok``), not an event before it."""
+    return "ok" in frame
+
+
 def image_bytes(reply: dict[str, Any]) -> bytes:
     """The decoded screenshot of a native reply."""
     return base64.b64decode(reply["screenshot"]["data"])
 
 
+RAW = object()  # the box of frames no request in flight claims, while a raw read waits for one
+Box = int | object
+
+
 class AsyncSandboxClient:
-    """One WebSocket to a sandbox; requests are answered in order.
+    """One WebSocket to a sandbox, its frames read by one task and sorted to the requests in flight.
 
     ``controller_secret``: for a connection straight to a sandbox's controller (tests, the bench); a
     session through the gateway carries its token in ``ws_url`` instead.
@@ -63,8 +86,9 @@ class AsyncSandboxClient:
         self._secret = controller_secret
         self._ws: ClientConnection | None = None
         self._ids = itertools.count(1)
-        # One request at a time on the socket; a cancelled one leaves a late reply that request() skips.
-        self._lock = asyncio.Lock()
+        self._boxes: dict[Box, asyncio.Queue[dict[str, Any]]] = {}
+        self._reader: asyncio.Task[None] | None = None
+        self._lost: BaseException | None = None  # why the connection ended, once it did
 
     async def __aenter__(self) -> Self:
         options, signed = _dial(self._secret)
@@ -75,30 +99,78 @@ class AsyncSandboxClient:
             with contextlib.suppress(ConnectionClosed, OSError):  # what answered need not close cleanly
                 await self._ws.close()
             raise
+        self._reader = asyncio.create_task(self._read(self._ws))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         if self._ws is not None:
             await self._ws.close()
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+
+    async def _read(self, ws: ClientConnection) -> None:
+        """Every frame to its request's box; one no request claims to a raw read, if one waits, else
+        dropped (a late reply to a request given up on)."""
+        try:
+            async for message in ws:
+                frame = json.loads(message)
+                if not isinstance(frame, dict):
+                    continue  # no reply nor event: nobody's
+                box = self._boxes.get(frame.get("id"), self._boxes.get(RAW))
+                if box is not None:
+                    box.put_nowait(frame)
+        except (ConnectionClosed, OSError, ValueError) as exc:  # handed to every waiter
+            self._lost = exc
+        finally:
+            if self._lost is None:  # closed cleanly, or this client is closing
+                closed = ws.protocol.state is State.CLOSED
+                self._lost = ws.protocol.close_exc if closed else ConnectionClosed(None, None)
+            for box in self._boxes.values():
+                box.put_nowait({})  # wakes its waiter, which then raises what ended the connection
+
+    async def _next(self, box: Box) -> dict[str, Any]:
+        frame = await self._boxes[box].get()
+        if not frame and self._lost is not None:
+            raise self._lost
+        return frame
+
+    @contextlib.asynccontextmanager
+    async def _opened(self, box: Box, message: str | bytes) -> AsyncIterator[None]:
+        """``box`` registered (before ``message`` goes, so no frame can come too soon), then dropped."""
+        assert self._ws is not None, "use `async with`"
+        if self._lost is not None:
+            raise self._lost
+        self._boxes[box] = asyncio.Queue()
+        try:
+            await self._ws.send(message)
+            yield
+        finally:
+            del self._boxes[box]
 
     async def send_raw(self, message: str | bytes) -> dict[str, Any]:
-        """Send one frame as is and return the next reply (for malformed-input tests)."""
-        assert self._ws is not None, "use `async with`"
-        async with self._lock:
-            await self._ws.send(message)
-            reply: dict[str, Any] = json.loads(await self._ws.recv())
-        return reply
+        """Send one frame as is and return the next frame no request in flight claims (for
+        malformed-input tests)."""
+        async with self._opened(RAW, message):
+            return await self._next(RAW)
+
+    async def stream(self, payload: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """Send one message; yield its events as they come, then its reply (last)."""
+        request_id = next(self._ids)
+        async with self._opened(request_id, json.dumps({**payload, "id": request_id})):
+            while True:
+                frame = await self._next(request_id)
+                yield frame
+                if is_reply(frame):
+                    return
 
     async def request(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """Send one message and return its reply, skipping replies to requests given up on earlier."""
-        assert self._ws is not None, "use `async with`"
+        """Send one message and return its reply (events before it are passed over)."""
         request_id = next(self._ids)
-        async with self._lock:
-            await self._ws.send(json.dumps({**payload, "id": request_id}))
-            while True:
-                reply: dict[str, Any] = json.loads(await self._ws.recv())
-                if reply.get("id") == request_id:
-                    return reply
+        async with self._opened(request_id, json.dumps({**payload, "id": request_id})):
+            while not is_reply(frame := await self._next(request_id)):
+                pass
+            return frame
 
     async def act(self, action: dict[str, Any], **envelope: Any) -> dict[str, Any]:
         """A native action; raises :class:`ActionFailed` on an error reply."""
@@ -109,17 +181,25 @@ class AsyncSandboxClient:
 
 
 class SandboxClient:
-    """The blocking twin of :class:`AsyncSandboxClient`."""
+    """The blocking twin of :class:`AsyncSandboxClient`, safe to share between threads: whichever
+    caller waits reads the next frame for all of them, and sorts it to its box. ``headers``: sent with
+    the handshake (the CLI's API key, which never goes in an address)."""
 
-    def __init__(self, ws_url: str, *, controller_secret: str | None = None) -> None:
+    def __init__(
+        self, ws_url: str, *, controller_secret: str | None = None, headers: dict[str, str] | None = None
+    ) -> None:
         self._url = ws_url
         self._secret = controller_secret
+        self._headers = headers
         self._ws: SyncConnection | None = None
         self._stack = contextlib.ExitStack()
         self._ids = itertools.count(1)
+        self._boxes: dict[Box, deque[dict[str, Any]]] = {}
+        self._turn = threading.Condition()  # guards the boxes; one caller reads the socket at a time
+        self._reading = False
 
     def __enter__(self) -> Self:
-        options, signed = _dial(self._secret)
+        options, signed = _dial(self._secret, self._headers)
         self._ws = self._stack.enter_context(sync_connect(self._url, **options))
         try:
             _check_proof(self._secret, signed, self._ws.response)
@@ -134,20 +214,62 @@ class SandboxClient:
     ) -> None:
         self._stack.close()
 
-    def send_raw(self, message: str | bytes) -> dict[str, Any]:
+    def _next(self, box: Box) -> dict[str, Any]:
+        """The next frame of ``box``: taken if another caller read it already, else read here (frames
+        for other boxes are filed on the way; one no box claims goes to a raw read, or is dropped)."""
         assert self._ws is not None, "use `with`"
-        self._ws.send(message)
-        reply: dict[str, Any] = json.loads(self._ws.recv())
-        return reply
+        with self._turn:
+            while not self._boxes[box]:
+                if self._reading:
+                    self._turn.wait()
+                    continue
+                self._reading = True
+                self._turn.release()
+                try:
+                    frame = json.loads(self._ws.recv())
+                finally:
+                    self._turn.acquire()
+                    self._reading = False
+                    self._turn.notify_all()
+                if not isinstance(frame, dict):
+                    continue  # no reply nor event: nobody's
+                target = self._boxes.get(frame.get("id"), self._boxes.get(RAW))
+                if target is not None:
+                    target.append(frame)
+            return self._boxes[box].popleft()
+
+    @contextlib.contextmanager
+    def _opened(self, box: Box, message: str | bytes) -> Iterator[None]:
+        assert self._ws is not None, "use `with`"
+        with self._turn:
+            self._boxes[box] = deque()
+        try:
+            self._ws.send(message)
+            yield
+        finally:
+            with self._turn:
+                del self._boxes[box]
+
+    def send_raw(self, message: str | bytes) -> dict[str, Any]:
+        with self._opened(RAW, message):
+            return self._next(RAW)
+
+    def stream(self, payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """Send one message; yield its events as they come, then its reply (last)."""
+        request_id = next(self._ids)
+        with self._opened(request_id, json.dumps({**payload, "id": request_id})):
+            while True:
+                frame = self._next(request_id)
+                yield frame
+                if is_reply(frame):
+                    return
 
     def request(self, payload: dict[str, Any]) -> dict[str, Any]:
-        assert self._ws is not None, "use `with`"
         request_id = next(self._ids)
-        self._ws.send(json.dumps({**payload, "id": request_id}))
-        while True:
-            reply: dict[str, Any] = json.loads(self._ws.recv())
-            if reply.get("id") == request_id:
-                return reply
+        with self._opened(request_id, json.dumps({**payload, "id": request_id})):
+            while not is_reply(frame := self._next(request_id)):
+                pass
+            return frame
 
     def act(self, action: dict[str, Any], **envelope: Any) -> dict[str, Any]:
         return check_reply(self.request({"action": action, **envelope}))

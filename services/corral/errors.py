@@ -15,10 +15,12 @@ each :class:`CodedError` with the HTTP status its table gives the class (corral.
     │   ├─ MessageTooLarge, UploadTooLarge
     │   ├─ CapacityError, HermeticUnavailable, ReplayUnreadable
     │   ├─ AuditLogUnreadable, AuditAnchorsInvalid
+    │   ├─ FileRefused → NoSuchFile, FileAccessDenied, NotADirectory, IsADirectory, InvalidPath, NoSpace
     │   ├─ BundleError                      not a readable recording
     │   └─ SandboxError                     the host side could not build, start or reach a sandbox
     │       ├─ SandboxStartFailed, UnprovenController, SandboxUnreachable, EgressUnavailable
     │       └─ ImageBuildError
+    ├─ CommandFailed                        a command's ExecResult.check(): non-zero, killed, or out of time
     ├─ RemoteError (code as received)       a peer answered with a structured error
     │   ├─ ActionFailed                     a sandbox's ok: false (the protocol clients)
     │   ├─ GatewayError                     the gateway's refusal (its client: the SDK and the CLI)
@@ -170,6 +172,17 @@ def os_error(exc: OSError, field: str | None = None, what: str | None = None) ->
     reason = exc.strerror or type(exc).__name__
     subject = what if what is not None else (repr(exc.filename) if exc.filename is not None else "")
     return ActionError(code, f"{subject}: {reason}" if subject else reason, field)
+
+
+class CommandFailed(CorralError):
+    """A command run in a sandbox did not succeed (raised by ``ExecResult.check()``): ``status`` is what a
+    shell would say (the exit code, 128 + a signal, 124 for a timeout), ``result`` the whole ExecResult."""
+
+    def __init__(self, status: int, stderr: str, result: object) -> None:
+        tail = stderr.strip()[-500:]
+        super().__init__(f"the command exited {status}" + (f": {tail}" if tail else ""))
+        self.status = status
+        self.result = result
 
 
 class RemoteError(CorralError):
@@ -359,6 +372,37 @@ class EgressUnavailable(SandboxError, code=ErrorCode.EGRESS_UNAVAILABLE):
 
 class ImageBuildError(SandboxError, code=ErrorCode.IMAGE_BUILD_FAILED):
     """Building an image (or its Debian base) failed."""
+
+
+# -- a session's files through the gateway (the controller's refusal, by its code) -----------------------
+
+
+class FileRefused(CodedError, code=ErrorCode.FILE_FAILED):
+    """A file upload or download the sandbox refused or failed (its code said nothing more precise)."""
+
+
+class NoSuchFile(FileRefused, code=ErrorCode.NO_SUCH_FILE):
+    """The path (or a directory on it) does not exist in the sandbox."""
+
+
+class FileAccessDenied(FileRefused, code=ErrorCode.PERMISSION_DENIED):
+    """The agent's uid may not read or write the path."""
+
+
+class NotADirectory(FileRefused, code=ErrorCode.NOT_A_DIRECTORY):
+    """A part of the path that must be a directory is a file."""
+
+
+class IsADirectory(FileRefused, code=ErrorCode.IS_A_DIRECTORY):
+    """An upload to a path that is a directory."""
+
+
+class InvalidPath(FileRefused, code=ErrorCode.INVALID_FIELD):
+    """A path the sandbox refuses as written (a NUL byte, not absolute, a bad mode)."""
+
+
+class NoSpace(FileRefused, code=ErrorCode.NO_SPACE):
+    """The sandbox's disk (the workspace, /tmp) is full: nothing was kept."""
 
 
 class BundleError(CodedError, code=ErrorCode.BUNDLE_UNREADABLE):

@@ -8,13 +8,15 @@ answer is read; the two clients only send it, blocking or awaited. This is where
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-from collections.abc import Callable, Sequence
+import urllib.parse
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar
+from typing import IO, Any, Generic, Self, TypeVar
 
 import httpx
 
@@ -25,6 +27,7 @@ T = TypeVar("T")
 DEFAULT_PORT = 8700
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 TIMEOUT_S = 120
+CHUNK = 1 << 20  # what a file upload or download moves at a time
 
 
 # -- where the gateway is, and the key ------------------------------------------------------------------
@@ -189,6 +192,62 @@ class calls:  # a namespace of pure builders, read as calls.create_session(...)
         return Call("GET", path, _checked)
 
 
+# -- a session's files: streamed from and to local files, never held whole -------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Download:
+    """A downloaded file: where it was written, its size, and what it is (``application/x-tar`` for
+    a directory, packed by the sandbox)."""
+
+    path: Path
+    size: int
+    media_type: str
+
+    @property
+    def is_tar(self) -> bool:
+        return self.media_type.split(";")[0].strip() == "application/x-tar"
+
+
+def files_path(session_id: str) -> str:
+    return f"/v1/sessions/{urllib.parse.quote(session_id, safe='')}/files"
+
+
+def upload_params(remote: str, make_dirs: bool, mode: str | None) -> dict[str, str]:
+    params = {"path": remote}
+    if make_dirs:
+        params["make_dirs"] = "1"
+    if mode is not None:
+        params["mode"] = mode
+    return params
+
+
+def _chunks(source: IO[bytes]) -> Iterator[bytes]:
+    while chunk := source.read(CHUNK):
+        yield chunk
+
+
+async def _async_chunks(source: IO[bytes]) -> AsyncIterator[bytes]:
+    while chunk := await asyncio.to_thread(source.read, CHUNK):
+        yield chunk
+
+
+def _upload_headers(source: IO[bytes]) -> dict[str, str]:
+    """Sized up front, so the gateway refuses a file over its cap before a byte is sent."""
+    size = os.fstat(source.fileno()).st_size
+    return {"content-type": "application/octet-stream", "content-length": str(size)}
+
+
+def _part(local: Path) -> Path:
+    """Where a download goes until it is complete (then renamed to ``local``): nothing half-written."""
+    return local.with_name(f".{local.name}.part")
+
+
+def _download_failed(response: httpx.Response, body: bytes) -> None:
+    if response.status_code >= 400:
+        _checked(httpx.Response(response.status_code, headers=response.headers, content=body))
+
+
 def _http_options(url: str | None, credential: str | None) -> dict[str, Any]:
     return {
         "base_url": gateway_url(url),
@@ -253,6 +312,37 @@ class Gateway:
     def get(self, path: str) -> httpx.Response:
         return self.send(calls.get(path))
 
+    def upload_file(
+        self, session_id: str, remote: str, local: str | Path, *, make_dirs: bool = False, mode: str | None = None
+    ) -> dict[str, Any]:
+        """``local`` written to ``remote`` in the session, streamed: ``{"ok", "path", "size", "sha256"}``."""
+        with Path(local).open("rb") as source:
+            response = self._http.put(
+                files_path(session_id),
+                params=upload_params(remote, make_dirs, mode),
+                content=_chunks(source),
+                headers=_upload_headers(source),
+            )
+        answer: dict[str, Any] = _json(response)
+        return answer
+
+    def download_file(self, session_id: str, remote: str, local: str | Path) -> Download:
+        """``remote`` (a file's bytes, or a directory as a tar) streamed to ``local``, which appears
+        only once it is complete."""
+        target = Path(local)
+        part = _part(target)
+        try:
+            with self._http.stream("GET", files_path(session_id), params={"path": remote}) as response:
+                _download_failed(response, response.read() if response.status_code >= 400 else b"")
+                size = 0
+                with part.open("wb") as out:
+                    for chunk in response.iter_bytes(CHUNK):
+                        size += out.write(chunk)
+            part.replace(target)
+        finally:
+            part.unlink(missing_ok=True)
+        return Download(target, size, response.headers.get("content-type", "application/octet-stream"))
+
 
 class AsyncGateway:
     """The async twin of :class:`Gateway`."""
@@ -312,3 +402,31 @@ class AsyncGateway:
 
     async def get(self, path: str) -> httpx.Response:
         return await self.send(calls.get(path))
+
+    async def upload_file(
+        self, session_id: str, remote: str, local: str | Path, *, make_dirs: bool = False, mode: str | None = None
+    ) -> dict[str, Any]:
+        with await asyncio.to_thread(Path(local).open, "rb") as source:
+            response = await self._http.put(
+                files_path(session_id),
+                params=upload_params(remote, make_dirs, mode),
+                content=_async_chunks(source),
+                headers=_upload_headers(source),
+            )
+        answer: dict[str, Any] = _json(response)
+        return answer
+
+    async def download_file(self, session_id: str, remote: str, local: str | Path) -> Download:
+        target = Path(local)
+        part = _part(target)
+        try:
+            async with self._http.stream("GET", files_path(session_id), params={"path": remote}) as response:
+                _download_failed(response, await response.aread() if response.status_code >= 400 else b"")
+                size = 0
+                with await asyncio.to_thread(part.open, "wb") as out:
+                    async for chunk in response.aiter_bytes(CHUNK):
+                        size += await asyncio.to_thread(out.write, chunk)
+            await asyncio.to_thread(part.replace, target)
+        finally:
+            part.unlink(missing_ok=True)
+        return Download(target, size, response.headers.get("content-type", "application/octet-stream"))

@@ -6,6 +6,14 @@
         sb.click(100, 200)
         png = sb.screenshot()
 
+Commands and files too (docs/protocol.md):
+
+        result = sb.exec("pytest -q", cwd="/workspace/app").check()
+        for item in sb.exec_stream(argv=["make"]):  # OutputChunk as it comes, then the ExecResult
+            ...
+        pid = sb.processes.start("python -m http.server")
+        sb.files.write("/workspace/a.txt", "hi"); sb.files.upload("data.bin", "/workspace/data.bin")
+
 ``AsyncSandbox`` is the same with ``async``/``await``: the same methods with the same parameters
 (a unit test holds them to it). ``run_anthropic`` and ``run_openai`` return exactly what to send back
 to each model API.
@@ -17,17 +25,23 @@ awaited. The gateway's HTTP API is :mod:`corral.gateway_client`.
 
 from __future__ import annotations
 
+import asyncio
+import builtins
 import contextlib
-from collections.abc import Callable, Sequence
+import secrets
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
 import httpx
 
-from corral.client import AsyncSandboxClient, SandboxClient, check_reply, image_bytes
-from corral.errors import ActionFailed, GatewayError
-from corral.gateway_client import AsyncGateway, Gateway, api_key, gateway_url, session_body
+from corral import commands, transfer
+from corral.client import AsyncSandboxClient, SandboxClient, check_reply, image_bytes, is_reply
+from corral.commands import ExecResult, OutputChunk
+from corral.errors import ActionFailed, CommandFailed, GatewayError
+from corral.gateway_client import AsyncGateway, Download, Gateway, api_key, gateway_url, session_body
 
 T = TypeVar("T")
 
@@ -82,6 +96,27 @@ def _tool_result(reply: dict[str, Any]) -> list[Any]:
 def _call_output(reply: dict[str, Any]) -> dict[str, Any]:
     output: dict[str, Any] = _result(reply)["output"]
     return output
+
+
+def _exec_result(reply: dict[str, Any]) -> ExecResult:
+    return ExecResult.from_result(_result(reply))
+
+
+def _pid(reply: dict[str, Any]) -> int:
+    return int(_result(reply)["pid"])
+
+
+def _processes(reply: dict[str, Any]) -> list[dict[str, Any]]:
+    processes: list[dict[str, Any]] = _result(reply)["processes"]
+    return processes
+
+
+def _written(reply: dict[str, Any]) -> int:
+    return int(_result(reply)["written"])
+
+
+def _file_bytes(reply: dict[str, Any]) -> bytes:
+    return commands.file_bytes(_result(reply))
 
 
 def _display(display: tuple[int, int] | None) -> dict[str, Any]:
@@ -171,6 +206,321 @@ class messages:  # a namespace of pure builders, read as messages.click(...)
     @staticmethod
     def clipboard_set(text: str) -> Message[None]:
         return Message({"action": {"type": "clipboard_set", "text": text}}, _done)
+
+    # -- commands, processes, files --------------------------------------------------------------------
+
+    @staticmethod
+    def exec(action: dict[str, Any]) -> Message[ExecResult]:
+        return Message({"action": action}, _exec_result)
+
+    @staticmethod
+    def start(action: dict[str, Any]) -> Message[int]:
+        return Message({"action": {**action, "background": True}}, _pid)
+
+    @staticmethod
+    def process_list() -> Message[list[dict[str, Any]]]:
+        return Message({"action": {"type": "process_list"}}, _processes)
+
+    @staticmethod
+    def process_wait(pid: int, timeout_ms: int | None) -> Message[ExecResult]:
+        return Message({"action": {"type": "process_wait", "pid": pid, **_given(timeout_ms=timeout_ms)}}, _exec_result)
+
+    @staticmethod
+    def process_write(pid: int, data: str | bytes, eof: bool) -> Message[int]:
+        return Message({"action": commands.process_write_action(pid, data, eof)}, _written)
+
+    @staticmethod
+    def process_output(
+        pid: int, stream: str, offset: int, max_bytes: int | None, output_encoding: str | None
+    ) -> Message[dict[str, Any]]:
+        options = _given(max_bytes=max_bytes, output_encoding=output_encoding)
+        action = {"type": "process_output", "pid": pid, "stream": stream, "offset": offset, **options}
+        return messages.result(action)
+
+    @staticmethod
+    def file_read(path: str, offset: int, length: int | None) -> Message[bytes]:
+        action = {"type": "file_read", "path": path, "offset": offset, "encoding": "base64", **_given(length=length)}
+        return Message({"action": action}, _file_bytes)
+
+    @staticmethod
+    def done(action: dict[str, Any]) -> Message[None]:
+        return Message({"action": action}, _done)
+
+
+# -- commands, processes and files: the helpers behind sb.exec_stream, sb.processes, sb.files -----------
+
+
+class ExecStream:
+    """``for item in sb.exec_stream(...)``: :class:`OutputChunk` as the command prints, then its
+    :class:`ExecResult` (last; also kept as :attr:`result`). The command starts when iteration does."""
+
+    def __init__(self, frames: Iterator[dict[str, Any]]) -> None:
+        self._frames = frames
+        self.result: ExecResult | None = None
+
+    def __iter__(self) -> Iterator[OutputChunk | ExecResult]:
+        for frame in self._frames:
+            if is_reply(frame):
+                self.result = _exec_result(frame)
+                yield self.result
+            else:
+                yield OutputChunk.from_event(frame)
+
+    def close(self) -> None:
+        """Stop reading (the command goes on; its later output is dropped)."""
+        close = getattr(self._frames, "close", None)
+        if close is not None:
+            close()
+
+
+class AsyncExecStream:
+    """The async twin of :class:`ExecStream`: ``async for item in await sb.exec_stream(...)``."""
+
+    def __init__(self, frames: AsyncIterator[dict[str, Any]]) -> None:
+        self._frames = frames
+        self.result: ExecResult | None = None
+
+    async def __aiter__(self) -> AsyncIterator[OutputChunk | ExecResult]:
+        async for frame in self._frames:
+            if is_reply(frame):
+                self.result = _exec_result(frame)
+                yield self.result
+            else:
+                yield OutputChunk.from_event(frame)
+
+    async def aclose(self) -> None:
+        close = getattr(self._frames, "aclose", None)
+        if close is not None:
+            await close()
+
+
+def _download_part(local: Path) -> Path:
+    """A fresh name beside ``local`` for the download to land on before it is settled there."""
+    local.parent.mkdir(parents=True, exist_ok=True)
+    return local.with_name(f".{local.name}.{secrets.token_hex(6)}.download")
+
+
+def _is_tree(plan: Sequence[tuple[Path, str]], local: Path) -> bool:
+    """Whether an upload plan is a directory's (then every file goes with its directories made)."""
+    return not (len(plan) == 1 and plan[0][0] == local)
+
+
+class Processes:
+    """``sb.processes``: commands that run in the background, their input, output and end."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sandbox = sandbox
+
+    def start(
+        self,
+        command: str | None = None,
+        *,
+        argv: Sequence[str] | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | bytes | None = None,
+        pty: tuple[int, int] | None = None,
+    ) -> int:
+        """Start a command in the background; its pid (``pty``: rows and columns of a terminal)."""
+        action = commands.exec_action(command, argv, cwd=cwd, env=env, stdin=stdin, pty=pty)
+        return self._sandbox._send(messages.start(action))
+
+    def list(self) -> builtins.list[dict[str, Any]]:
+        return self._sandbox._send(messages.process_list())
+
+    def wait(self, pid: int, *, timeout_ms: int | None = None) -> ExecResult:
+        """How it ended; ``running`` (and ``timed_out``) when the wait ran out first (it is not killed)."""
+        return self._sandbox._send(messages.process_wait(pid, timeout_ms))
+
+    def kill(self, pid: int, signal: str | int = "SIGKILL") -> dict[str, Any]:
+        """SIGKILL ends its whole tree; another signal goes to its process group."""
+        return self._sandbox._send(messages.result({"type": "process_kill", "pid": pid, "signal": signal}))
+
+    def write(self, pid: int, data: str | bytes, *, eof: bool = False) -> int:
+        """Write to its stdin (``eof``: then close it); how many bytes were written."""
+        return self._sandbox._send(messages.process_write(pid, data, eof))
+
+    def output(
+        self,
+        pid: int,
+        *,
+        stream: str = "stdout",
+        offset: int = 0,
+        max_bytes: int | None = None,
+        output_encoding: str | None = None,
+    ) -> dict[str, Any]:
+        """What it printed from ``offset`` on (``next_offset`` to go on from, ``dropped`` if the buffer lost some)."""
+        return self._sandbox._send(messages.process_output(pid, stream, offset, max_bytes, output_encoding))
+
+    def resize(self, pid: int, rows: int, cols: int) -> None:
+        self._sandbox._send(messages.done({"type": "process_resize", "pid": pid, "rows": rows, "cols": cols}))
+
+
+class AsyncProcesses:
+    """The async twin of :class:`Processes`."""
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sandbox = sandbox
+
+    async def start(
+        self,
+        command: str | None = None,
+        *,
+        argv: Sequence[str] | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | bytes | None = None,
+        pty: tuple[int, int] | None = None,
+    ) -> int:
+        action = commands.exec_action(command, argv, cwd=cwd, env=env, stdin=stdin, pty=pty)
+        return await self._sandbox._send(messages.start(action))
+
+    async def list(self) -> builtins.list[dict[str, Any]]:
+        return await self._sandbox._send(messages.process_list())
+
+    async def wait(self, pid: int, *, timeout_ms: int | None = None) -> ExecResult:
+        return await self._sandbox._send(messages.process_wait(pid, timeout_ms))
+
+    async def kill(self, pid: int, signal: str | int = "SIGKILL") -> dict[str, Any]:
+        return await self._sandbox._send(messages.result({"type": "process_kill", "pid": pid, "signal": signal}))
+
+    async def write(self, pid: int, data: str | bytes, *, eof: bool = False) -> int:
+        return await self._sandbox._send(messages.process_write(pid, data, eof))
+
+    async def output(
+        self,
+        pid: int,
+        *,
+        stream: str = "stdout",
+        offset: int = 0,
+        max_bytes: int | None = None,
+        output_encoding: str | None = None,
+    ) -> dict[str, Any]:
+        return await self._sandbox._send(messages.process_output(pid, stream, offset, max_bytes, output_encoding))
+
+    async def resize(self, pid: int, rows: int, cols: int) -> None:
+        await self._sandbox._send(messages.done({"type": "process_resize", "pid": pid, "rows": rows, "cols": cols}))
+
+
+class Files:
+    """``sb.files``: files in the sandbox, read and written as the agent. ``read``/``write``/``list``/
+    ``stat``/``remove``/``move`` are actions (a reply holds at most 8 MiB of content); ``upload`` and
+    ``download`` stream through the gateway's HTTP routes, any size, from and to local files."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sandbox = sandbox
+
+    def read(self, path: str, *, offset: int = 0, length: int | None = None) -> bytes:
+        return self._sandbox._send(messages.file_read(path, offset, length))
+
+    def write(
+        self,
+        path: str,
+        content: str | bytes,
+        *,
+        append: bool = False,
+        mode: int | str | None = None,
+        make_dirs: bool = False,
+    ) -> dict[str, Any]:
+        """Written whole or not at all; ``{"path", "size", "sha256"}``."""
+        action = commands.file_write_action(path, content, append, mode, make_dirs)
+        return self._sandbox._send(messages.result(action))
+
+    def list(
+        self, path: str = ".", *, recursive: bool = False, pattern: str | None = None, limit: int | None = None
+    ) -> dict[str, Any]:
+        """``{"path", "entries": [{"path", "name", "type", "size", "mode", "mtime"}...], "truncated"}``."""
+        options = _given(pattern=pattern, limit=limit)
+        return self._sandbox._send(
+            messages.result({"type": "file_list", "path": path, "recursive": recursive, **options})
+        )
+
+    def stat(self, path: str) -> dict[str, Any]:
+        return self._sandbox._send(messages.result({"type": "file_stat", "path": path}))
+
+    def remove(self, path: str, *, recursive: bool = False) -> None:
+        self._sandbox._send(messages.done({"type": "file_remove", "path": path, "recursive": recursive}))
+
+    def move(self, source: str, destination: str, *, overwrite: bool = False) -> None:
+        action = {"type": "file_move", "source": source, "destination": destination, "overwrite": overwrite}
+        self._sandbox._send(messages.done(action))
+
+    def upload(
+        self, local: str | Path, remote: str, *, make_dirs: bool = False, mode: str | None = None
+    ) -> builtins.list[dict[str, Any]]:
+        """A local file, or a directory file by file (its directories made), to ``remote`` (into it when
+        it ends with ``/``): one ``{"path", "size", "sha256"}`` per file written."""
+        plan = transfer.upload_plan(Path(local), transfer.remote_target(Path(local), remote))
+        tree = _is_tree(plan, Path(local))
+        gateway, session = self._sandbox._gateway, self._sandbox.id
+        return [
+            gateway.upload_file(session, target, source, make_dirs=make_dirs or tree, mode=mode)
+            for source, target in plan
+        ]
+
+    def download(self, remote: str, local: str | Path) -> Path:
+        """A file to ``local``, or a directory (a tar the sandbox packs) unpacked into ``local``."""
+        target = Path(local)
+        got = self._sandbox._gateway.download_file(self._sandbox.id, remote, _download_part(target))
+        return transfer.settle(got, target)
+
+
+class AsyncFiles:
+    """The async twin of :class:`Files`."""
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sandbox = sandbox
+
+    async def read(self, path: str, *, offset: int = 0, length: int | None = None) -> bytes:
+        return await self._sandbox._send(messages.file_read(path, offset, length))
+
+    async def write(
+        self,
+        path: str,
+        content: str | bytes,
+        *,
+        append: bool = False,
+        mode: int | str | None = None,
+        make_dirs: bool = False,
+    ) -> dict[str, Any]:
+        action = commands.file_write_action(path, content, append, mode, make_dirs)
+        return await self._sandbox._send(messages.result(action))
+
+    async def list(
+        self, path: str = ".", *, recursive: bool = False, pattern: str | None = None, limit: int | None = None
+    ) -> dict[str, Any]:
+        options = _given(pattern=pattern, limit=limit)
+        return await self._sandbox._send(
+            messages.result({"type": "file_list", "path": path, "recursive": recursive, **options})
+        )
+
+    async def stat(self, path: str) -> dict[str, Any]:
+        return await self._sandbox._send(messages.result({"type": "file_stat", "path": path}))
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        await self._sandbox._send(messages.done({"type": "file_remove", "path": path, "recursive": recursive}))
+
+    async def move(self, source: str, destination: str, *, overwrite: bool = False) -> None:
+        action = {"type": "file_move", "source": source, "destination": destination, "overwrite": overwrite}
+        await self._sandbox._send(messages.done(action))
+
+    async def upload(
+        self, local: str | Path, remote: str, *, make_dirs: bool = False, mode: str | None = None
+    ) -> builtins.list[dict[str, Any]]:
+        target = transfer.remote_target(Path(local), remote)
+        plan = await asyncio.to_thread(transfer.upload_plan, Path(local), target)
+        tree = _is_tree(plan, Path(local))
+        gateway, session = self._sandbox._gateway, self._sandbox.id
+        return [
+            await gateway.upload_file(session, target, source, make_dirs=make_dirs or tree, mode=mode)
+            for source, target in plan
+        ]
+
+    async def download(self, remote: str, local: str | Path) -> Path:
+        target = Path(local)
+        part = await asyncio.to_thread(_download_part, target)
+        got: Download = await self._sandbox._gateway.download_file(self._sandbox.id, remote, part)
+        return await asyncio.to_thread(transfer.settle, got, target)
 
 
 # -- the twins ----------------------------------------------------------------------------------------
@@ -387,6 +737,68 @@ class Sandbox:
     def clipboard_set(self, text: str) -> None:
         self._send(messages.clipboard_set(text))
 
+    # -- commands, processes, files --------------------------------------------------------------------
+
+    def exec(
+        self,
+        command: str | None = None,
+        *,
+        argv: Sequence[str] | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | bytes | None = None,
+        timeout_ms: int | None = None,
+        max_output_bytes: int | None = None,
+        output_encoding: str | None = None,
+    ) -> ExecResult:
+        """Run ``command`` (by ``bash -lc``) or ``argv`` as the agent and wait for it to end; a non-zero
+        exit is a result (``.check()`` raises on it), a timeout kills its whole tree (``timed_out``)."""
+        action = commands.exec_action(
+            command,
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=stdin,
+            timeout_ms=timeout_ms,
+            max_output_bytes=max_output_bytes,
+            output_encoding=output_encoding,
+        )
+        return self._send(messages.exec(action))
+
+    def exec_stream(
+        self,
+        command: str | None = None,
+        *,
+        argv: Sequence[str] | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | bytes | None = None,
+        timeout_ms: int | None = None,
+        max_output_bytes: int | None = None,
+        output_encoding: str | None = None,
+    ) -> ExecStream:
+        """:meth:`exec`, its output given as it comes: iterate for :class:`OutputChunk`, then the result."""
+        action = commands.exec_action(
+            command,
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=stdin,
+            timeout_ms=timeout_ms,
+            max_output_bytes=max_output_bytes,
+            output_encoding=output_encoding,
+            stream=True,
+        )
+        return ExecStream(self._ws.stream({"action": action}))
+
+    @property
+    def processes(self) -> Processes:
+        return Processes(self)
+
+    @property
+    def files(self) -> Files:
+        return Files(self)
+
 
 class AsyncSandbox:
     """The async twin of :class:`Sandbox`: ``async with await AsyncSandbox.create(...) as sb``."""
@@ -602,14 +1014,82 @@ class AsyncSandbox:
     async def clipboard_set(self, text: str) -> None:
         await self._send(messages.clipboard_set(text))
 
+    # -- commands, processes, files --------------------------------------------------------------------
+
+    async def exec(
+        self,
+        command: str | None = None,
+        *,
+        argv: Sequence[str] | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | bytes | None = None,
+        timeout_ms: int | None = None,
+        max_output_bytes: int | None = None,
+        output_encoding: str | None = None,
+    ) -> ExecResult:
+        action = commands.exec_action(
+            command,
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=stdin,
+            timeout_ms=timeout_ms,
+            max_output_bytes=max_output_bytes,
+            output_encoding=output_encoding,
+        )
+        return await self._send(messages.exec(action))
+
+    async def exec_stream(
+        self,
+        command: str | None = None,
+        *,
+        argv: Sequence[str] | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | bytes | None = None,
+        timeout_ms: int | None = None,
+        max_output_bytes: int | None = None,
+        output_encoding: str | None = None,
+    ) -> AsyncExecStream:
+        action = commands.exec_action(
+            command,
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=stdin,
+            timeout_ms=timeout_ms,
+            max_output_bytes=max_output_bytes,
+            output_encoding=output_encoding,
+            stream=True,
+        )
+        return AsyncExecStream(self._ws.stream({"action": action}))
+
+    @property
+    def processes(self) -> AsyncProcesses:
+        return AsyncProcesses(self)
+
+    @property
+    def files(self) -> AsyncFiles:
+        return AsyncFiles(self)
+
 
 __all__ = [
     "ActionFailed",
+    "AsyncExecStream",
+    "AsyncFiles",
     "AsyncGateway",
+    "AsyncProcesses",
     "AsyncSandbox",
+    "CommandFailed",
+    "ExecResult",
+    "ExecStream",
+    "Files",
     "Gateway",
     "GatewayError",
     "Message",
+    "OutputChunk",
+    "Processes",
     "Sandbox",
     "api_key",
     "gateway_url",

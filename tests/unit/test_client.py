@@ -3,15 +3,18 @@ failures raised as ActionFailed, and a controller believed only once it proved t
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import threading
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 from websockets.sync.server import ServerConnection as SyncServerConnection
 from websockets.sync.server import serve as sync_serve
@@ -156,3 +159,130 @@ def test_a_signed_connection_carries_the_signature() -> None:
         server.shutdown()
         thread.join()
     assert auth.RequestVerifier(SECRET).verify(seen[0][auth.AUTH_HEADER])
+
+
+# -- several requests on one connection: events sorted to their request, never taken for a reply ----------
+
+
+def _event(request_id: object, data: str) -> str:
+    return json.dumps({"id": request_id, "event": "output", "stream": "stdout", "data": data, "encoding": "utf-8"})
+
+
+def _exec_reply(request_id: object) -> str:
+    return json.dumps({"ok": True, "id": request_id, "result": {"exit_code": 0, "stdout": "ab"}})
+
+
+@pytest.fixture
+async def streaming_server() -> AsyncIterator[str]:
+    """An ``exec`` prints "a" at once, and "b" and its reply only once a ``go`` came on the same
+    connection; every other request is answered at once, meanwhile."""
+
+    async def handler(connection: ServerConnection) -> None:
+        go = asyncio.Event()
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def finish(request_id: object) -> None:
+            await go.wait()
+            await connection.send(_event(request_id, "b"))
+            await connection.send(_exec_reply(request_id))
+
+        async for message in connection:
+            request = json.loads(message)
+            kind = request["action"]["type"]
+            if kind == "exec":
+                await connection.send(_event(request["id"], "a"))
+                tasks.add(asyncio.create_task(finish(request["id"])))
+                continue
+            if kind == "go":
+                go.set()
+            await connection.send(json.dumps({"ok": True, "id": request["id"], "result": {"kind": kind}}))
+        await asyncio.gather(*tasks)
+
+    async with serve(handler, "127.0.0.1", 0) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        yield f"ws://127.0.0.1:{port}/v1/ws"
+
+
+async def test_the_async_client_sorts_events_to_their_stream_while_other_requests_go_on(
+    streaming_server: str,
+) -> None:
+    async with AsyncSandboxClient(streaming_server) as client:
+        stream = client.stream({"action": {"type": "exec", "argv": ["x"], "stream": True}})
+        first = await anext(stream)
+        assert first == json.loads(_event(1, "a"))
+        # The command is still running: other requests on the connection are answered meanwhile.
+        assert (await client.act({"type": "screenshot"}))["result"] == {"kind": "screenshot"}
+        assert (await client.act({"type": "go"}))["result"] == {"kind": "go"}
+        rest = [frame async for frame in stream]
+        assert rest == [json.loads(_event(1, "b")), json.loads(_exec_reply(1))]
+        # request() passes events over: the reply is the reply, never the first event.
+        waiting = asyncio.create_task(client.request({"action": {"type": "exec", "argv": ["y"]}}))
+        assert (await client.act({"type": "go"}))["ok"] is True
+        reply = await waiting
+        assert reply == json.loads(_exec_reply(reply["id"])) and reply["id"] in (4, 5)
+
+
+def test_the_sync_client_sorts_events_to_their_stream_while_other_requests_go_on() -> None:
+    go = threading.Event()
+
+    def handler(connection: SyncServerConnection) -> None:
+        workers: list[threading.Thread] = []
+
+        def finish(request_id: object) -> None:
+            go.wait(10)
+            connection.send(_event(request_id, "b"))
+            connection.send(_exec_reply(request_id))
+
+        for message in connection:
+            request = json.loads(message)
+            kind = request["action"]["type"]
+            if kind == "exec":
+                connection.send(_event(request["id"], "a"))
+                workers.append(threading.Thread(target=finish, args=(request["id"],)))
+                workers[-1].start()
+                continue
+            if kind == "go":
+                go.set()
+            connection.send(json.dumps({"ok": True, "id": request["id"], "result": {"kind": kind}}))
+        for worker in workers:
+            worker.join()
+
+    with sync_serve(handler, "127.0.0.1", 0) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        with SandboxClient(f"ws://127.0.0.1:{server.socket.getsockname()[1]}/") as client:
+            stream = client.stream({"action": {"type": "exec", "argv": ["x"], "stream": True}})
+            assert next(stream) == json.loads(_event(1, "a"))
+            assert client.act({"type": "screenshot"})["result"] == {"kind": "screenshot"}
+            assert client.act({"type": "go"})["result"] == {"kind": "go"}
+            assert list(stream) == [json.loads(_event(1, "b")), json.loads(_exec_reply(1))]
+            # From threads: one waits on a command whose output has not come while another is
+            # answered, whichever of them happens to be reading the socket.
+            go.clear()
+            with ThreadPoolExecutor(2) as pool:
+                waiting = pool.submit(client.request, {"action": {"type": "exec", "argv": ["y"]}})
+                other = pool.submit(client.act, {"type": "screenshot"})
+                assert other.result(10)["result"] == {"kind": "screenshot"}
+                assert not waiting.done()
+                assert client.act({"type": "go"})["ok"] is True
+                assert waiting.result(10)["result"]["exit_code"] == 0
+        server.shutdown()
+        thread.join()
+
+
+async def test_a_connection_lost_mid_stream_is_raised_to_its_waiter() -> None:
+    async def handler(connection: ServerConnection) -> None:
+        request = json.loads(await connection.recv())
+        await connection.send(_event(request["id"], "a"))
+        await connection.close()
+
+    async with serve(handler, "127.0.0.1", 0) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        async with AsyncSandboxClient(f"ws://127.0.0.1:{port}/") as client:
+            frames: list[dict[str, Any]] = []
+            with pytest.raises(ConnectionClosed):
+                async for frame in client.stream({"action": {"type": "exec", "argv": ["x"]}}):
+                    frames.append(frame)
+            assert frames == [json.loads(_event(1, "a"))]
+            with pytest.raises(ConnectionClosed):
+                await client.request({"action": {"type": "wait"}})

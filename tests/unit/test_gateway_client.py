@@ -4,6 +4,7 @@ same requests and read answers and refusals alike; where the URL and the key com
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -166,3 +167,56 @@ def test_the_key_comes_from_corral_api_key_then_what_is_stored(monkeypatch: pyte
     assert gateway_client.api_key() == "stored-key"
     assert gateway_client.api_key(stored=lambda: "the compose gateway's") == "the compose gateway's"
     assert Gateway("http://gateway.test")._http.headers["authorization"] == "Bearer stored-key"
+
+
+# -- a session's files, streamed from and to local files ----------------------------------------------------
+
+
+async def test_both_gateways_upload_a_local_file_sized_up_front(tmp_path: Path) -> None:
+    local = tmp_path / "data.bin"
+    local.write_bytes(b"\x00\x01" * (gateway_client.CHUNK + 5))  # more than one chunk
+    seen: list[tuple[httpx.Request, bytes]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request, request.read()))
+        return httpx.Response(200, json={"ok": True, "path": "/w/d.bin", "size": 5, "sha256": "ab"})
+
+    sync, twin = _gateways(handler)
+    first = sync.upload_file("ses_1", "/w/d.bin", local, make_dirs=True, mode="0600")
+    second = await twin.upload_file("ses_1", "/w/d.bin", str(local), make_dirs=True, mode="0600")
+    assert first == second == {"ok": True, "path": "/w/d.bin", "size": 5, "sha256": "ab"}
+    for request, body in seen:
+        assert (request.method, request.url.path) == ("PUT", "/v1/sessions/ses_1/files")
+        assert dict(request.url.params) == {"path": "/w/d.bin", "make_dirs": "1", "mode": "0600"}
+        assert request.headers["content-length"] == str(local.stat().st_size)
+        assert request.headers["content-type"] == "application/octet-stream"
+        assert body == local.read_bytes()
+
+
+async def test_both_gateways_download_to_a_local_file_that_appears_only_whole(tmp_path: Path) -> None:
+    data = b"\xff" * 1000
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert dict(request.url.params) == {"path": "/w/out.tar"}
+        return httpx.Response(200, content=data, headers={"content-type": "application/x-tar"})
+
+    sync, twin = _gateways(handler)
+    first = sync.download_file("ses_1", "/w/out.tar", tmp_path / "a")
+    second = await twin.download_file("ses_1", "/w/out.tar", tmp_path / "b")
+    assert (first.size, first.is_tar, second.size, second.is_tar) == (1000, True, 1000, True)
+    assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes() == data
+    assert sorted(os.listdir(tmp_path)) == ["a", "b"]  # no .part left
+
+
+async def test_a_refused_download_raises_and_leaves_no_file(tmp_path: Path) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, json=error_body("no_such_file", "no such file: '/nope'", "path"))
+
+    sync, twin = _gateways(handler)
+    with pytest.raises(GatewayError) as refused:
+        sync.download_file("ses_1", "/nope", tmp_path / "x")
+    with pytest.raises(GatewayError) as async_refused:
+        await twin.download_file("ses_1", "/nope", tmp_path / "x")
+    for failure in (refused.value, async_refused.value):
+        assert (failure.status, failure.code, failure.field) == (404, "no_such_file", "path")
+    assert os.listdir(tmp_path) == []

@@ -4,14 +4,19 @@ method sends and how its reply is read, alike in both twins."""
 from __future__ import annotations
 
 import inspect
+import io
+import os
+import tarfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from corral.errors import ActionFailed
-from corral.gateway_client import AsyncGateway, Gateway
-from corral.sdk import AsyncSandbox, Sandbox, messages
+from corral.commands import ExecResult, OutputChunk
+from corral.errors import ActionFailed, CommandFailed, CorralError
+from corral.gateway_client import AsyncGateway, Download, Gateway
+from corral.sdk import AsyncFiles, AsyncProcesses, AsyncSandbox, Files, Processes, Sandbox, messages
 
 # -- the twins ------------------------------------------------------------------------------------------
 
@@ -27,7 +32,7 @@ def _surface(cls: type) -> dict[str, Any]:
 def _plain(annotation: Any) -> str:
     """An annotation (a string: the module has postponed annotations) with the twins' names made one."""
     text = str(annotation)
-    for name in ("Sandbox", "Gateway", "BaseTransport"):
+    for name in ("Sandbox", "Gateway", "BaseTransport", "ExecStream", "Processes", "Files"):
         text = text.replace(f"Async{name}", name)
     return text
 
@@ -39,7 +44,10 @@ def _signature(member: Any) -> tuple[Any, ...]:
     return type(member).__name__, parameters, _plain(signature.return_annotation)
 
 
-@pytest.mark.parametrize(("sync", "twin"), [(Sandbox, AsyncSandbox), (Gateway, AsyncGateway)])
+@pytest.mark.parametrize(
+    ("sync", "twin"),
+    [(Sandbox, AsyncSandbox), (Gateway, AsyncGateway), (Processes, AsyncProcesses), (Files, AsyncFiles)],
+)
 def test_the_async_twin_has_the_same_public_surface(sync: type, twin: type) -> None:
     mine, theirs = _surface(sync), _surface(twin)
     assert {_ASYNC_NAME.get(name, name) for name in mine} == set(theirs)
@@ -266,3 +274,269 @@ def test_messages_are_values() -> None:
     assert message.read({"ok": True, "result": {}}) == {"ok": True, "result": {}}
     with pytest.raises(ActionFailed):
         message.read(FAILED)
+
+
+# -- commands, processes, files ---------------------------------------------------------------------------
+
+EXEC_RESULT = {
+    "pid": 7,
+    "exit_code": 3,
+    "signal": None,
+    "stdout": "out",
+    "stderr": "err",
+    "stdout_truncated": False,
+    "stderr_truncated": True,
+    "timed_out": False,
+    "oom_killed": None,
+    "duration_ms": 12.5,
+    "encoding": "utf-8",
+    "added_later": 1,  # a field this client does not know yet is passed over
+}
+ENDED = ExecResult(
+    exit_code=3, stdout="out", stderr="err", pid=7, stderr_truncated=True, duration_ms=12.5, oom_killed=None
+)
+
+
+@pytest.mark.parametrize(
+    ("call", "result", "action", "value"),
+    [
+        (
+            lambda s: s.exec("echo hi", cwd="/w", env={"A": "1"}, stdin=b"\x00", timeout_ms=5),
+            EXEC_RESULT,
+            {
+                "type": "exec",
+                "command": "echo hi",
+                "cwd": "/w",
+                "env": {"A": "1"},
+                "timeout_ms": 5,
+                "stdin_base64": "AA==",
+            },
+            ENDED,
+        ),
+        (
+            lambda s: s.exec(argv=["ls", "-l"], stdin="in", max_output_bytes=10, output_encoding="base64"),
+            EXEC_RESULT,
+            {"type": "exec", "argv": ["ls", "-l"], "max_output_bytes": 10, "output_encoding": "base64", "stdin": "in"},
+            ENDED,
+        ),
+        (
+            lambda s: s.processes.start(argv=["top"], pty=(24, 80)),
+            {"pid": 9, "background": True},
+            {"type": "exec", "argv": ["top"], "pty": {"rows": 24, "cols": 80}, "background": True},
+            9,
+        ),
+        (lambda s: s.processes.list(), {"processes": [{"pid": 9}]}, {"type": "process_list"}, [{"pid": 9}]),
+        (
+            lambda s: s.processes.wait(9, timeout_ms=10),
+            {"pid": 9, "exit_code": None, "running": True, "timed_out": True},
+            {"type": "process_wait", "pid": 9, "timeout_ms": 10},
+            ExecResult(exit_code=None, pid=9, running=True, timed_out=True),
+        ),
+        (
+            lambda s: s.processes.kill(9, "SIGTERM"),
+            {"pid": 9, "signal": "SIGTERM"},
+            {"type": "process_kill", "pid": 9, "signal": "SIGTERM"},
+            {"pid": 9, "signal": "SIGTERM"},
+        ),
+        (
+            lambda s: s.processes.write(9, b"\x01", eof=True),
+            {"pid": 9, "written": 1},
+            {"type": "process_write", "pid": 9, "eof": True, "data_base64": "AQ=="},
+            1,
+        ),
+        (
+            lambda s: s.processes.output(9, offset=4, max_bytes=2),
+            {"pid": 9, "data": "ab", "next_offset": 6},
+            {"type": "process_output", "pid": 9, "stream": "stdout", "offset": 4, "max_bytes": 2},
+            {"pid": 9, "data": "ab", "next_offset": 6},
+        ),
+        (
+            lambda s: s.processes.resize(9, 30, 100),
+            {},
+            {"type": "process_resize", "pid": 9, "rows": 30, "cols": 100},
+            None,
+        ),
+        (
+            lambda s: s.files.read("/a", offset=1, length=2),
+            {"content": "/wA=", "encoding": "base64"},
+            {"type": "file_read", "path": "/a", "offset": 1, "encoding": "base64", "length": 2},
+            b"\xff\x00",
+        ),
+        (
+            lambda s: s.files.write("/a", b"\x01", make_dirs=True, mode="0600"),
+            {"path": "/a", "size": 1, "sha256": "4b"},
+            {
+                "type": "file_write",
+                "path": "/a",
+                "append": False,
+                "make_dirs": True,
+                "content_base64": "AQ==",
+                "mode": "0600",
+            },
+            {"path": "/a", "size": 1, "sha256": "4b"},
+        ),
+        (
+            lambda s: s.files.write("/a", "text", append=True),
+            {"path": "/a", "size": 8, "sha256": "4c"},
+            {"type": "file_write", "path": "/a", "append": True, "make_dirs": False, "content": "text"},
+            {"path": "/a", "size": 8, "sha256": "4c"},
+        ),
+        (
+            lambda s: s.files.list("/w", recursive=True, pattern="*.py"),
+            {"path": "/w", "entries": [], "truncated": False},
+            {"type": "file_list", "path": "/w", "recursive": True, "pattern": "*.py"},
+            {"path": "/w", "entries": [], "truncated": False},
+        ),
+        (
+            lambda s: s.files.stat("/a"),
+            {"path": "/a", "type": "file"},
+            {"type": "file_stat", "path": "/a"},
+            {"path": "/a", "type": "file"},
+        ),
+        (
+            lambda s: s.files.remove("/d", recursive=True),
+            {},
+            {"type": "file_remove", "path": "/d", "recursive": True},
+            None,
+        ),
+        (
+            lambda s: s.files.move("/a", "/b"),
+            {},
+            {"type": "file_move", "source": "/a", "destination": "/b", "overwrite": False},
+            None,
+        ),
+    ],
+)
+async def test_commands_and_files_are_the_same_actions_in_both_twins(
+    call: Callable[[Any], Any], result: dict[str, Any], action: dict[str, Any], value: Any
+) -> None:
+    reply = {"ok": True, "id": 1, "result": result}
+    sandbox, ws = _sandbox(reply)
+    twin, twin_ws = _async_sandbox(reply)
+    assert call(sandbox) == await call(twin) == value
+    assert ws.sent == twin_ws.sent == [{"action": action}]
+
+
+def test_exec_takes_a_command_or_argv_never_both() -> None:
+    sandbox, ws = _sandbox({"ok": True, "id": 1, "result": EXEC_RESULT})
+    with pytest.raises(CorralError, match="not both or neither"):
+        sandbox.exec("ls", argv=["ls"])
+    with pytest.raises(CorralError, match="not both or neither"):
+        sandbox.exec()
+    assert ws.sent == []
+
+
+def test_a_failed_command_is_a_result_and_check_raises_it() -> None:
+    sandbox, _ = _sandbox({"ok": True, "id": 1, "result": EXEC_RESULT})
+    result = sandbox.exec("false")
+    assert (result.ok, result.exit_status()) == (False, 3)
+    with pytest.raises(CommandFailed, match="exited 3: err") as failed:
+        result.check()
+    assert failed.value.result is result and failed.value.status == 3
+    assert ExecResult(exit_code=0).check().ok
+
+
+class StreamRecorder(Recorder):
+    """Answers a streamed request with ``frames`` (events, then the reply)."""
+
+    def __init__(self, frames: list[dict[str, Any]]) -> None:
+        super().__init__(frames[-1])
+        self.frames = frames
+
+    def stream(self, message: dict[str, Any]) -> Any:
+        self.sent.append(message)
+        return iter(self.frames)
+
+
+class AsyncStreamRecorder(StreamRecorder):
+    def stream(self, message: dict[str, Any]) -> Any:
+        self.sent.append(message)
+
+        async def frames() -> Any:
+            for frame in self.frames:
+                yield frame
+
+        return frames()
+
+
+STREAMED = [
+    {"id": 1, "event": "output", "stream": "stdout", "data": "a", "encoding": "utf-8"},
+    {"id": 1, "event": "output", "stream": "stderr", "data": "/w==", "encoding": "base64"},
+    {"ok": True, "id": 1, "result": EXEC_RESULT},
+]
+
+
+async def test_exec_stream_gives_the_chunks_then_the_result_in_both_twins() -> None:
+    sandbox, twin = Sandbox.__new__(Sandbox), AsyncSandbox.__new__(AsyncSandbox)
+    sandbox._ws, twin._ws = StreamRecorder(STREAMED), AsyncStreamRecorder(STREAMED)  # type: ignore[assignment]
+    stream = sandbox.exec_stream(argv=["make"], timeout_ms=9)
+    items = list(stream)
+    async_stream = await twin.exec_stream(argv=["make"], timeout_ms=9)
+    async_items = [item async for item in async_stream]
+    assert items == async_items == [OutputChunk("stdout", "a"), OutputChunk("stderr", "/w==", "base64"), ENDED]
+    assert stream.result == async_stream.result == ENDED
+    assert items[1].bytes == b"\xff"  # type: ignore[union-attr]
+    sent = {"action": {"type": "exec", "argv": ["make"], "timeout_ms": 9, "stream": True}}
+    assert sandbox._ws.sent == twin._ws.sent == [sent]  # type: ignore[attr-defined]
+
+
+class FilesGateway:
+    """Stands in for the gateway's file transfers: keeps each upload, serves one download."""
+
+    def __init__(self, download: bytes, media_type: str) -> None:
+        self.uploads: list[tuple[str, str, Path, bool]] = []
+        self._download = (download, media_type)
+
+    def upload_file(
+        self, session_id: str, remote: str, local: str | Path, *, make_dirs: bool = False, mode: str | None = None
+    ) -> dict[str, Any]:
+        self.uploads.append((session_id, remote, Path(local), make_dirs))
+        return {"path": remote, "size": Path(local).stat().st_size}
+
+    def download_file(self, session_id: str, remote: str, local: str | Path) -> Download:
+        Path(local).write_bytes(self._download[0])
+        return Download(Path(local), len(self._download[0]), self._download[1])
+
+
+class AsyncFilesGateway(FilesGateway):
+    async def upload_file(  # type: ignore[override]
+        self, session_id: str, remote: str, local: str | Path, *, make_dirs: bool = False, mode: str | None = None
+    ) -> dict[str, Any]:
+        return super().upload_file(session_id, remote, local, make_dirs=make_dirs, mode=mode)
+
+    async def download_file(self, session_id: str, remote: str, local: str | Path) -> Download:  # type: ignore[override]
+        return super().download_file(session_id, remote, local)
+
+
+def _tar_of(name: str, data: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+async def test_upload_and_download_go_through_the_gateway_alike_in_both_twins(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "a.txt").write_text("a")
+    (tree / "sub" / "b.txt").write_text("b")
+    archive = _tar_of("./x.txt", b"X")
+    sandbox, twin = Sandbox.__new__(Sandbox), AsyncSandbox.__new__(AsyncSandbox)
+    sandbox.id = twin.id = "ses_1"
+    sandbox._gateway, twin._gateway = (
+        FilesGateway(archive, "application/x-tar"),
+        AsyncFilesGateway(archive, "application/x-tar"),
+    )  # type: ignore[assignment]
+    written = sandbox.files.upload(tree, "/workspace/")
+    assert written == await twin.files.upload(tree, "/workspace/")
+    for gateway in (sandbox._gateway, twin._gateway):
+        assert [(remote, make_dirs) for _, remote, _, make_dirs in gateway.uploads] == [  # type: ignore[attr-defined]
+            ("/workspace/tree/a.txt", True),
+            ("/workspace/tree/sub/b.txt", True),
+        ]
+    assert sandbox.files.download("/workspace/d", tmp_path / "one") == tmp_path / "one"
+    assert await twin.files.download("/workspace/d", tmp_path / "two") == tmp_path / "two"
+    assert (tmp_path / "one" / "x.txt").read_bytes() == (tmp_path / "two" / "x.txt").read_bytes() == b"X"
+    assert sorted(os.listdir(tmp_path)) == ["one", "tree", "two"]  # no download part left

@@ -20,6 +20,15 @@ from corral.protocol import reply
 
 CLOSE_ENDED = 4000  # the session ended (deleted, timed out); the reason says which
 CLOSE_UNREACHABLE = 1011
+# A reply's first key is always ``ok`` (corral.protocol.reply.encode); an event (``{"id", "event":
+# "output", ...}``, sent before its request's reply) never has one.
+_REPLY_START = '{"ok":'
+_REPLY_START_BYTES = _REPLY_START.encode()
+
+
+def is_reply(frame: str | bytes) -> bool:
+    """Whether a frame from the sandbox is a request's final reply, not an event before it."""
+    return frame.startswith(_REPLY_START) if isinstance(frame, str) else frame.startswith(_REPLY_START_BYTES)
 
 
 async def _open_upstream(client: WebSocket, session: Session, metrics: Metrics) -> ClientConnection | None:
@@ -52,7 +61,7 @@ async def _sandbox_to_agent(
     upstream: ClientConnection, client: WebSocket, session: Session, metrics: Metrics, sent: deque[float]
 ) -> None:
     async for frame in upstream:
-        if sent:
+        if sent and is_reply(frame):  # events pass unchanged and end no round trip
             metrics.action.labels(transport="ws").observe(time.perf_counter() - sent.popleft())
         code = reply.error_code(frame)  # a check of the first bytes; only a failure is parsed
         if code is not None:

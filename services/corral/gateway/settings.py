@@ -48,6 +48,8 @@ class GatewaySettings(BaseSettings):
     workspace_size: str = Field(default="1g", pattern=r"^[0-9]+[kmg]?$")
     # JSON bodies of the API (create, change a session) above this are refused (413) unread.
     max_body_kb: int = Field(default=1024, ge=1)
+    # A file uploaded into a session (PUT /v1/sessions/{id}/files) above this is refused (413), nothing kept.
+    max_upload_bytes: int = Field(default=1 << 30, ge=1)
 
     # Egress: every session's traffic goes through its own proxy (corral-egress) on a network of its own.
     egress: bool = True  # off only where sandboxes may reach the network unfiltered (and unlogged)

@@ -18,11 +18,12 @@ from corral.protocol import reply
 
 
 class Agent:
-    """The agent's side (a starlette WebSocket): sends ``messages``, then leaves once it has read as
-    many frames as it sent."""
+    """The agent's side (a starlette WebSocket): sends ``messages``, then leaves once it has read
+    ``expect`` frames (by default as many as it sent)."""
 
-    def __init__(self, messages: list[str]) -> None:
+    def __init__(self, messages: list[str], expect: int | None = None) -> None:
         self._messages = list(messages)
+        self._expect = len(messages) if expect is None else expect
         self.received: list[str | bytes] = []
         self._answered = asyncio.Event()
         self.closed: tuple[int, str] | None = None
@@ -35,7 +36,7 @@ class Agent:
 
     async def _got(self, frame: str | bytes) -> None:
         self.received.append(frame)
-        if not self._messages:
+        if not self._messages and len(self.received) >= self._expect:
             self._answered.set()
 
     async def send_text(self, frame: str) -> None:
@@ -49,7 +50,8 @@ class Agent:
 
 
 class Controller:
-    """The controller's WebSocket: answers each message with ``answer(message)``."""
+    """The controller's WebSocket: answers each message with ``answer(message)`` (a frame, or a list
+    of frames: a streamed exec's events, then its reply)."""
 
     def __init__(self, answer: Any) -> None:
         self._answer = answer
@@ -58,7 +60,9 @@ class Controller:
 
     async def send(self, message: str | bytes) -> None:
         self.sent.append(message)
-        self._frames.put_nowait(self._answer(message))
+        answer = self._answer(message)
+        for frame in answer if isinstance(answer, list) else [answer]:
+            self._frames.put_nowait(frame)
 
     async def close(self) -> None:
         self._frames.put_nowait(None)
@@ -100,7 +104,20 @@ def errors(metrics: Metrics) -> dict[str, float]:
     }
 
 
-async def run(monkeypatch: pytest.MonkeyPatch, messages: list[str], answer: Any) -> tuple[Agent, Metrics]:
+def round_trips(metrics: Metrics) -> tuple[float, float]:
+    """How many round trips ``corral_action_seconds{transport="ws"}`` observed, and their sum."""
+    found = {
+        sample.name: sample.value
+        for family in metrics.registry.collect()
+        for sample in family.samples
+        if sample.name.startswith("corral_action_seconds") and sample.labels.get("transport") == "ws"
+    }
+    return found["corral_action_seconds_count"], found["corral_action_seconds_sum"]
+
+
+async def run(
+    monkeypatch: pytest.MonkeyPatch, messages: list[str], answer: Any, expect: int | None = None
+) -> tuple[Agent, Metrics]:
     controller = Controller(answer)
 
     async def connect_ws(ws_url: str, secret: str) -> Controller:
@@ -108,7 +125,7 @@ async def run(monkeypatch: pytest.MonkeyPatch, messages: list[str], answer: Any)
         return controller
 
     monkeypatch.setattr(relay_module, "connect_ws", connect_ws)
-    agent, metrics = Agent(messages), Metrics()
+    agent, metrics = Agent(messages, expect), Metrics()
     await relay(agent, Session(), metrics)  # type: ignore[arg-type]
     assert controller.sent == messages  # the agent's frames reach the controller unchanged
     return agent, metrics
@@ -137,6 +154,37 @@ async def test_a_success_counts_no_error(monkeypatch: pytest.MonkeyPatch) -> Non
     agent, metrics = await run(monkeypatch, [message], lambda _: answer)
     assert agent.received == [answer]
     assert errors(metrics) == {}
+
+
+async def test_output_events_pass_unchanged_and_only_the_reply_ends_the_round_trip(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    message = json.dumps({"id": 3, "action": {"type": "exec", "argv": ["echo", "hi"], "stream": True}})
+    events = [
+        '{"id":3,"event":"output","stream":"stdout","data":"hi\\n","encoding":"utf-8"}',
+        '{"id":3,"event":"output","stream":"stderr","data":"\\"ok\\":false","encoding":"utf-8"}',
+    ]
+    final = '{"ok":true,"id":3,"result":{"exit_code":0,"stdout":"hi\\n"}}'
+    # A fake clock: the request goes at 0, and each frame passed to the agent takes one second.
+    clock = [0.0]
+
+    def ticking(frame: str | bytes) -> str | bytes:
+        clock[0] += 1
+        return frame
+
+    monkeypatch.setattr(relay_module.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(Agent, "send_text", lambda self, frame: self._got(ticking(frame)))
+    agent, metrics = await run(monkeypatch, [message], lambda _: [*events, final], expect=3)
+    assert agent.received == [*events, final]
+    # One round trip, measured when the reply came (after two events: 2 s), not at the first event (0 s).
+    assert round_trips(metrics) == (1, 2.0)
+    assert errors(metrics) == {}
+
+
+def test_a_reply_is_told_from_an_event_by_its_first_key() -> None:
+    assert relay_module.is_reply('{"ok":true,"id":1}') and relay_module.is_reply(b'{"ok":false,"id":1}')
+    assert not relay_module.is_reply('{"id":1,"event":"output","stream":"stdout","data":""}')
+    assert not relay_module.is_reply(b'{"id":1,"event":"output"}')
 
 
 async def test_an_ended_session_closes_the_agent_with_4000_and_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from corral.gateway.routes import actions, health, recordings, replays, sessions, traffic
+from corral.gateway.routes import actions, files, health, recordings, replays, sessions, traffic
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
     sessions.router,
     actions.router,
+    files.router,
     traffic.router,
     recordings.router,
     replays.router,

@@ -38,6 +38,13 @@ EXPECTED = {
     errors.SandboxStartFailed: (503, "sandbox_start_failed"),
     errors.SandboxError: (500, "internal"),
     errors.BundleError: (500, "bundle_unreadable"),
+    errors.InvalidPath: (400, "invalid_field"),
+    errors.FileAccessDenied: (403, "permission_denied"),
+    errors.NoSuchFile: (404, "no_such_file"),
+    errors.NotADirectory: (409, "not_a_directory"),
+    errors.IsADirectory: (409, "is_a_directory"),
+    errors.FileRefused: (500, "file_failed"),
+    errors.NoSpace: (507, "no_space"),
 }
 
 

@@ -1,0 +1,190 @@
+"""Commands, processes and files in a sandbox, from the client side: the native actions they are
+(pure builders) and what their replies are read as (:class:`ExecResult`, :class:`OutputChunk`).
+
+The SDK's ``sb.exec``, ``sb.exec_stream``, ``sb.processes`` and ``sb.files`` send these; the CLI's
+``corral exec`` reads the same results. docs/protocol.md has the actions' fields.
+"""
+
+from __future__ import annotations
+
+import base64
+import signal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Self
+
+from corral.errors import CommandFailed, CorralError
+
+TIMEOUT_EXIT = 124  # what timeout(1) exits with; `corral exec` too, for a command that ran out of time
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def decode(data: str, encoding: str) -> bytes:
+    """Output or file content as sent (``utf-8`` text or ``base64``), as bytes."""
+    return base64.b64decode(data) if encoding == "base64" else data.encode()
+
+
+# -- what replies are read as ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OutputChunk:
+    """What a streamed command printed, as it came: ``stream`` is ``stdout`` or ``stderr``."""
+
+    stream: str
+    data: str
+    encoding: str = "utf-8"
+
+    @classmethod
+    def from_event(cls, event: Mapping[str, Any]) -> OutputChunk:
+        return cls(str(event.get("stream", "stdout")), str(event.get("data", "")), str(event.get("encoding", "utf-8")))
+
+    @property
+    def bytes(self) -> bytes:
+        return decode(self.data, self.encoding)
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult:
+    """How a command ended (``exec``, or ``process_wait`` without the output)."""
+
+    exit_code: int | None
+    stdout: str = ""
+    stderr: str = ""
+    pid: int | None = None
+    signal: str | None = None  # the signal that ended it ("SIGKILL"), if one did
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    timed_out: bool = False
+    oom_killed: bool | None = None  # None: not known
+    duration_ms: float | None = None
+    encoding: str = "utf-8"
+    running: bool = False  # process_wait only: the wait ran out and the process goes on
+
+    @classmethod
+    def from_result(cls, result: Mapping[str, Any]) -> ExecResult:
+        """The reply's ``result``; fields this client does not know are left out."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{name: value for name, value in result.items() if name in known})
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    @property
+    def stdout_bytes(self) -> bytes:
+        return decode(self.stdout, self.encoding)
+
+    @property
+    def stderr_bytes(self) -> bytes:
+        return decode(self.stderr, self.encoding)
+
+    def exit_status(self) -> int:
+        """The status a shell would give: the exit code, 128 + the signal's number, or 124 (timeout)."""
+        if self.timed_out:
+            return TIMEOUT_EXIT
+        if self.exit_code is not None:
+            return self.exit_code
+        return 128 + _signal_number(self.signal)
+
+    def check(self) -> Self:
+        """This result, if the command exited 0 in time; raises :class:`CommandFailed` if not."""
+        if not self.ok:
+            raise CommandFailed(self.exit_status(), self.stderr, self)
+        return self
+
+
+def _signal_number(name: str | None) -> int:
+    try:
+        return int(signal.Signals[name or ""])
+    except KeyError:
+        return 0
+
+
+# -- the actions (pure) -----------------------------------------------------------------------------------
+
+
+def exec_action(
+    command: str | None,
+    argv: Sequence[str] | None,
+    *,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin: str | bytes | None = None,
+    timeout_ms: int | None = None,
+    max_output_bytes: int | None = None,
+    output_encoding: str | None = None,
+    stream: bool = False,
+    background: bool = False,
+    pty: tuple[int, int] | None = None,
+) -> dict[str, Any]:
+    """The ``exec`` action: ``command`` (run by ``bash -lc``) or ``argv``, exactly one."""
+    if (command is None) == (argv is None):
+        raise CorralError("give a command (a shell string) or argv (a list), not both or neither")
+    action: dict[str, Any] = {"type": "exec"}
+    if command is not None:
+        action["command"] = command
+    else:
+        action["argv"] = list(argv or [])
+    action.update(
+        _given(
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            timeout_ms=timeout_ms,
+            max_output_bytes=max_output_bytes,
+            output_encoding=output_encoding,
+        )
+    )
+    if isinstance(stdin, bytes):
+        action["stdin_base64"] = base64.b64encode(stdin).decode()
+    elif stdin is not None:
+        action["stdin"] = stdin
+    if stream:
+        action["stream"] = True
+    if background:
+        action["background"] = True
+    if pty is not None:
+        action["pty"] = {"rows": pty[0], "cols": pty[1]}
+    return action
+
+
+def process_write_action(pid: int, data: str | bytes, eof: bool) -> dict[str, Any]:
+    action: dict[str, Any] = {"type": "process_write", "pid": pid, "eof": eof}
+    if isinstance(data, bytes):
+        action["data_base64"] = base64.b64encode(data).decode()
+    else:
+        action["data"] = data
+    return action
+
+
+def file_write_action(
+    path: str, content: str | bytes, append: bool, mode: int | str | None, make_dirs: bool
+) -> dict[str, Any]:
+    action: dict[str, Any] = {"type": "file_write", "path": path, "append": append, "make_dirs": make_dirs}
+    if isinstance(content, bytes):
+        action["content_base64"] = base64.b64encode(content).decode()
+    else:
+        action["content"] = content
+    if mode is not None:
+        action["mode"] = mode
+    return action
+
+
+def file_bytes(result: Mapping[str, Any]) -> bytes:
+    """A ``file_read`` result's content as bytes."""
+    return decode(str(result["content"]), str(result.get("encoding", "utf-8")))
+
+
+__all__ = [
+    "TIMEOUT_EXIT",
+    "ExecResult",
+    "OutputChunk",
+    "decode",
+    "exec_action",
+    "file_bytes",
+    "file_write_action",
+    "process_write_action",
+]

@@ -1,0 +1,127 @@
+"""``corral cp``: files and directories into a session (file by file) and out of it (a directory as a
+tar, unpacked with nothing let out), through the CLI's gateway client over a fake transport."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from corral.cli import app
+from corral.errors import error_body
+
+from .conftest import Handler
+
+Gateway = Callable[[Handler], list[httpx.Request]]
+
+
+def _written(request: httpx.Request) -> httpx.Response:
+    body = request.read()
+    return httpx.Response(200, json={"ok": True, "path": request.url.params["path"], "size": len(body), "sha256": "x"})
+
+
+def test_a_file_goes_up_to_its_path(gateway: Gateway, tmp_path: Path) -> None:
+    seen = gateway(_written)
+    (tmp_path / "a.txt").write_bytes(b"hello")
+    result = CliRunner().invoke(app, ["cp", str(tmp_path / "a.txt"), "ses_1:/workspace/b.txt"])
+    assert result.exit_code == 0, result.output
+    [request] = seen
+    assert (request.method, request.url.path) == ("PUT", "/v1/sessions/ses_1/files")
+    assert dict(request.url.params) == {"path": "/workspace/b.txt"}
+    assert request.content == b"hello" and request.headers["authorization"] == "Bearer key-1"
+    assert "uploaded 1 file (5 bytes)" in result.stderr
+
+
+def test_a_file_goes_into_a_remote_directory_with_parents_made(gateway: Gateway, tmp_path: Path) -> None:
+    seen = gateway(_written)
+    (tmp_path / "a.txt").write_bytes(b"hello")
+    result = CliRunner().invoke(app, ["cp", "-p", str(tmp_path / "a.txt"), "ses_1:/workspace/new/"])
+    assert result.exit_code == 0, result.output
+    assert dict(seen[0].url.params) == {"path": "/workspace/new/a.txt", "make_dirs": "1"}
+
+
+def test_a_directory_goes_up_file_by_file(gateway: Gateway, tmp_path: Path) -> None:
+    seen = gateway(_written)
+    tree = tmp_path / "src"
+    (tree / "pkg").mkdir(parents=True)
+    (tree / "main.py").write_text("print(1)")
+    (tree / "pkg" / "mod.py").write_text("x = 1")
+    (tree / "secret").symlink_to("/etc/hostname")
+    result = CliRunner().invoke(app, ["cp", str(tree), "ses_1:/workspace/app"])
+    assert result.exit_code == 0, result.output
+    assert [dict(request.url.params) for request in seen] == [
+        {"path": "/workspace/app/main.py", "make_dirs": "1"},
+        {"path": "/workspace/app/pkg/mod.py", "make_dirs": "1"},
+    ]
+    assert [request.content for request in seen] == [b"print(1)", b"x = 1"]
+
+
+def test_a_file_comes_down_to_a_new_path_or_into_a_directory(gateway: Gateway, tmp_path: Path) -> None:
+    seen = gateway(
+        lambda request: httpx.Response(200, content=b"\x00data", headers={"content-type": "application/octet-stream"})
+    )
+    runner = CliRunner()
+    assert runner.invoke(app, ["cp", "ses_1:/workspace/r.bin", str(tmp_path / "copy.bin")]).exit_code == 0
+    assert (tmp_path / "copy.bin").read_bytes() == b"\x00data"
+    (tmp_path / "dir").mkdir()
+    assert runner.invoke(app, ["cp", "ses_1:/workspace/r.bin", str(tmp_path / "dir")]).exit_code == 0
+    assert (tmp_path / "dir" / "r.bin").read_bytes() == b"\x00data"
+    assert [dict(request.url.params) for request in seen] == [{"path": "/workspace/r.bin"}] * 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.bin", "dir"]  # no partial file left
+
+
+def _tar(names: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in names.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def test_a_directory_comes_down_as_a_tar_and_is_unpacked(gateway: Gateway, tmp_path: Path) -> None:
+    archive = _tar({"./a.txt": b"A", "./sub/b.txt": b"B"})
+    gateway(lambda request: httpx.Response(200, content=archive, headers={"content-type": "application/x-tar"}))
+    result = CliRunner().invoke(app, ["cp", "ses_1:/workspace/out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "a.txt").read_bytes() == b"A"
+    assert (tmp_path / "out" / "sub" / "b.txt").read_bytes() == b"B"
+    assert "downloaded directory" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_tar_with_a_member_out_of_the_target_is_refused(gateway: Gateway, tmp_path: Path) -> None:
+    archive = _tar({"./fine.txt": b"ok", "../escaped.txt": b"gotcha"})
+    gateway(lambda request: httpx.Response(200, content=archive, headers={"content-type": "application/x-tar"}))
+    result = CliRunner().invoke(app, ["cp", "ses_1:/workspace/out", str(tmp_path / "out")])
+    assert result.exit_code == 1
+    assert "refused to unpack" in result.stderr
+    assert not (tmp_path / "escaped.txt").exists()
+    assert not any(p.name.endswith(".corral-cp") for p in tmp_path.iterdir())  # the tar is gone too
+
+
+def test_a_refusal_is_a_clean_failure(gateway: Gateway, tmp_path: Path) -> None:
+    gateway(lambda request: httpx.Response(404, json=error_body("no_such_file", "'/nope': No such file", "path")))
+    result = CliRunner().invoke(app, ["cp", "ses_1:/nope", str(tmp_path / "x")])
+    assert result.exit_code == 1
+    assert "404 no_such_file" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args", [["cp", "a", "b"], ["cp", "ses_1:/a", "ses_1:/b"]])
+def test_one_side_is_remote_the_other_local(gateway: Gateway, args: list[str]) -> None:
+    seen = gateway(_written)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and seen == []
+
+
+def test_a_missing_local_source_is_said_so(gateway: Gateway, tmp_path: Path) -> None:
+    seen = gateway(_written)
+    result = CliRunner().invoke(app, ["cp", str(tmp_path / "nope"), "ses_1:/w/x"])
+    assert result.exit_code == 2 and "no such file" in result.stderr and seen == []
