@@ -1,0 +1,104 @@
+"""The environment a command runs in, as the agent: who it is, where its programs are, and how it
+reaches the network.
+
+With egress control every command is told the session's proxy (``HTTP_PROXY`` and its spellings)
+with the ``exec``'s action id as the proxy credentials (user ``corral-action``, the id as password),
+so the proxy names the action that caused each request even while other actions run, and a
+background process's requests keep naming the action that started it. And it is told the bundle
+that trusts the session's CA (the system CAs plus the session's, written by
+:mod:`corral.sandbox.boot`) under each name a common tool reads: OpenSSL and Python
+(``SSL_CERT_FILE``), requests (``REQUESTS_CA_BUNDLE``), Node.js and npm (``NODE_EXTRA_CA_CERTS``),
+pip (``PIP_CERT``), git (``GIT_SSL_CAINFO``), curl (``CURL_CA_BUNDLE``). docs/image.md has the
+whole list and why each is there.
+
+Pure: the controller reads the session's egress once (:func:`session_egress`) and asks for an
+environment per ``exec`` (:func:`command_environment`); the caller adds ``TERM`` and the
+request's own ``env``.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from corral.sandbox import boot
+
+AGENT_USER = boot.AGENT_USER
+AGENT_HOME = "/home/agent"
+# ~/.local/bin first: `pip install` (a user install, as the agent) and `npm install -g`
+# (NPM_CONFIG_PREFIX below) put programs there. The login shell's profile says the same
+# (images/desktop/profile.sh); this is what an `argv` exec, which no shell starts, gets.
+PATH = f"{AGENT_HOME}/.local/bin:/usr/local/bin:/usr/bin:/bin"
+DISPLAY = ":0"  # the session's screen: X clients the agent runs show up in its screenshots
+PROXY_USER = "corral-action"  # the proxy reads the password of this user as the action id
+CA_BUNDLE = str(boot.SYSTEM_BUNDLE)  # the system CAs and the session's, readable by every uid
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+NO_PROXY = "localhost,127.0.0.1,::1"
+CA_VARIABLES = (
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "PIP_CERT",
+    "GIT_SSL_CAINFO",
+    "CURL_CA_BUNDLE",
+)
+BASE = {
+    "HOME": AGENT_HOME,
+    "USER": AGENT_USER,
+    "LOGNAME": AGENT_USER,
+    "SHELL": "/bin/bash",
+    "PATH": PATH,
+    "LANG": "C.UTF-8",
+    "DISPLAY": DISPLAY,
+    # No pager (none is installed, and a command's output is read, not paged).
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    # A command's output streams as it is printed, not when Python's pipe buffer fills.
+    "PYTHONUNBUFFERED": "1",
+    # `npm install -g` as the agent: into ~/.local (the root is read-only and not the agent's).
+    "NPM_CONFIG_PREFIX": f"{AGENT_HOME}/.local",
+    # Neither asks a registry about its own new versions: requests nobody asked for, refused by
+    # most allowlists, each an audit record.
+    "NPM_CONFIG_UPDATE_NOTIFIER": "false",
+    "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEgress:
+    """The session's egress as the controller found it at start: the proxy (``host:port``) and the
+    CA bundle, each None without egress control."""
+
+    proxy: str | None
+    ca_bundle: str | None
+
+
+def session_egress(environ: Mapping[str, str]) -> SessionEgress:
+    """What the controller's environment says about egress (the runtime set it, boot acted on it):
+    ``CORRAL_PROXY``, and ``CORRAL_CA_CERT``, from which boot wrote :data:`CA_BUNDLE`."""
+    proxy = environ.get("CORRAL_PROXY") or None
+    return SessionEgress(proxy, CA_BUNDLE if environ.get("CORRAL_CA_CERT") else None)
+
+
+def proxy_url(proxy: str, action_id: str) -> str:
+    """The proxy's URL with the action id as its password, percent-encoded: every client decodes
+    user info before it sends ``Proxy-Authorization: Basic base64("corral-action:<id>")``."""
+    boot.proxy_address(proxy)  # host:port, or ValueError
+    return f"http://{PROXY_USER}:{urllib.parse.quote(action_id, safe='')}@{proxy}"
+
+
+def command_environment(proxy: str | None, ca_bundle: str | None, action_id: str) -> dict[str, str]:
+    """The environment of a command the ``exec`` action ``action_id`` starts.
+
+    ``proxy`` is the session proxy's ``host:port`` (None or empty: no egress control, no proxy
+    variables); ``ca_bundle`` the file that trusts the session's CA (None: the tools' defaults).
+    Raises ValueError for a proxy that is not ``host:port``."""
+    env = dict(BASE)
+    if proxy:
+        url = proxy_url(proxy, action_id)
+        env.update(dict.fromkeys(PROXY_VARIABLES, url))
+        env["NO_PROXY"] = env["no_proxy"] = NO_PROXY
+    if ca_bundle:
+        env.update(dict.fromkeys(CA_VARIABLES, ca_bundle))
+    return env
