@@ -22,6 +22,7 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from corral.proxy.attribution import PROXY_USER
 from corral.sandbox import boot
 
 AGENT_USER = boot.AGENT_USER
@@ -31,7 +32,6 @@ AGENT_HOME = "/home/agent"
 # (images/desktop/profile.sh); this is what an `argv` exec, which no shell starts, gets.
 PATH = f"{AGENT_HOME}/.local/bin:/usr/local/bin:/usr/bin:/bin"
 DISPLAY = ":0"  # the session's screen: X clients the agent runs show up in its screenshots
-PROXY_USER = "corral-action"  # the proxy reads the password of this user as the action id
 CA_BUNDLE = str(boot.SYSTEM_BUNDLE)  # the system CAs and the session's, readable by every uid
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 NO_PROXY = "localhost,127.0.0.1,::1"
