@@ -21,7 +21,11 @@ from corral.runtime.docker import SECRET_WAIT_S, DockerRuntime
 class DockerHarness(DockerRuntime):
     # -- inside a container ----------------------------------------------------------------------------
 
-    def exec(self, ident: str, argv: list[str], user: str = "corral") -> tuple[int, str]:
+    def exec(
+        self, ident: str, argv: list[str], user: str = "corral", env: Mapping[str, str] | None = None
+    ) -> tuple[int, str]:
+        """``argv`` as ``user`` with no capability, its stdout and stderr together; ``env`` over a
+        minimal environment (a command's, from corral.sandbox.agentenv)."""
         environment = {"DISPLAY": ":0"}
         if user != "root":
             # docker exec leaves the container's capability bounding set even to a non-root user; start
@@ -38,6 +42,7 @@ class DockerHarness(DockerRuntime):
                 *argv,
             ]
             environment["HOME"] = f"/home/{user}"
+        environment.update(env or {})
         code, output = self._container(ident).exec_run(argv, user="root", environment=environment)
         return int(code), output.decode(errors="replace")
 

@@ -99,6 +99,9 @@ def command_environment(proxy: str | None, ca_bundle: str | None, action_id: str
         url = proxy_url(proxy, action_id)
         env.update(dict.fromkeys(PROXY_VARIABLES, url))
         env["NO_PROXY"] = env["no_proxy"] = NO_PROXY
+        # git's default ("anyauth") sends credentials only when a proxy asks for them (407), which
+        # this one never does: with "basic" it names the action on every CONNECT, as curl does.
+        env["GIT_HTTP_PROXY_AUTHMETHOD"] = "basic"
     if ca_bundle:
         env.update(dict.fromkeys(CA_VARIABLES, ca_bundle))
     return env

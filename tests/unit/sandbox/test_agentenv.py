@@ -31,6 +31,7 @@ def test_the_agent_is_who_the_command_runs_as_with_its_own_programs_first() -> N
 def test_without_egress_control_no_proxy_and_no_ca_variables() -> None:
     env = command_environment("", None, "a1.x")
     assert not set(PROXY_VARIABLES) & set(env) and "NO_PROXY" not in env and "no_proxy" not in env
+    assert "GIT_HTTP_PROXY_AUTHMETHOD" not in env
     assert not set(CA_VARIABLES) & set(env)
 
 
@@ -40,6 +41,8 @@ def test_every_proxy_variable_names_the_proxy_with_the_action_as_its_credentials
     assert {name: env[name] for name in PROXY_VARIABLES} == dict.fromkeys(PROXY_VARIABLES, url)
     assert {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY"} <= set(PROXY_VARIABLES)
     assert env["NO_PROXY"] == env["no_proxy"] == "localhost,127.0.0.1,::1"
+    # git sends proxy credentials only when asked (a 407) unless told to send them up front.
+    assert env["GIT_HTTP_PROXY_AUTHMETHOD"] == "basic"
 
 
 def test_every_ca_variable_names_the_bundle() -> None:
