@@ -80,11 +80,18 @@ def of_action(gw: RunningGateway, sb: Sandbox, action_id: str) -> list[dict[str,
 
 
 def test_a_login_shell_finds_the_agent_s_programs_and_the_bundle(runtime: DockerHarness, sb: Sandbox) -> None:
-    ran = run(runtime, sb, 'echo "$PATH"; id -un; test -r "$SSL_CERT_FILE" && grep -c "BEGIN CERT" "$SSL_CERT_FILE"')
-    path, user, certificates = ran.output.split()
+    ran = run(
+        runtime, sb, 'echo "$PATH"; id -un; stat -c "%U:%a" "$SSL_CERT_FILE"; grep -c "BEGIN CERT" "$SSL_CERT_FILE"'
+    )
+    path, user, mode, certificates = ran.output.split()
     assert ran.code == 0 and user == "agent"
     assert path.split(":")[0] == "/home/agent/.local/bin" and "/opt/corral" not in path
-    assert int(certificates) > 100  # Debian's roots and the session's CA, readable by the agent
+    assert mode == "root:644"  # root's: the agent reads it, and cannot add a CA of its own
+    assert int(certificates) > 100  # Debian's roots and the session's CA
+    # The session's CA is in it: every line of its certificate.
+    ca = run(runtime, sb, 'grep -c -x -F -f <(grep -v -- ----- /run/corral/session-ca.pem) "$SSL_CERT_FILE"')
+    lines = run(runtime, sb, "grep -c -v -- ----- /run/corral/session-ca.pem")
+    assert ca.code == 0 and ca.output.strip() == lines.output.strip(), (ca.output, lines.output)
 
 
 @pytest.mark.parametrize(
