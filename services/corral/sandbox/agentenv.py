@@ -11,16 +11,14 @@ that trusts the session's CA (the system CAs plus the session's, written by
 pip (``PIP_CERT``), git (``GIT_SSL_CAINFO``), curl (``CURL_CA_BUNDLE``). docs/image.md has the
 whole list and why each is there.
 
-Pure: the controller reads the session's egress once (:func:`session_egress`) and asks for an
-environment per ``exec`` (:func:`command_environment`); the caller adds ``TERM`` and the
-request's own ``env``.
+Pure: the controller's settings say where the proxy and the bundle are (``CORRAL_PROXY``, and
+the bundle boot writes when the session has one); the process table asks for an environment per
+``exec`` (:func:`command_environment`), then adds ``TERM`` and the request's own ``env``.
 """
 
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Mapping
-from dataclasses import dataclass
 
 from corral.proxy.attribution import PROXY_USER
 from corral.sandbox import boot
@@ -63,22 +61,6 @@ BASE = {
     "NPM_CONFIG_UPDATE_NOTIFIER": "false",
     "PIP_DISABLE_PIP_VERSION_CHECK": "1",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class SessionEgress:
-    """The session's egress as the controller found it at start: the proxy (``host:port``) and the
-    CA bundle, each None without egress control."""
-
-    proxy: str | None
-    ca_bundle: str | None
-
-
-def session_egress(environ: Mapping[str, str]) -> SessionEgress:
-    """What the controller's environment says about egress (the runtime set it, boot acted on it):
-    ``CORRAL_PROXY``, and ``CORRAL_CA_CERT``, from which boot wrote :data:`CA_BUNDLE`."""
-    proxy = environ.get("CORRAL_PROXY") or None
-    return SessionEgress(proxy, CA_BUNDLE if environ.get("CORRAL_CA_CERT") else None)
 
 
 def proxy_url(proxy: str, action_id: str) -> str:

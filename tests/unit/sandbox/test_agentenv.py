@@ -11,7 +11,7 @@ import pytest
 
 from corral.proxy.control import ACTION_ID
 from corral.sandbox import agentenv
-from corral.sandbox.agentenv import CA_VARIABLES, PROXY_VARIABLES, SessionEgress, command_environment, session_egress
+from corral.sandbox.agentenv import CA_VARIABLES, PROXY_VARIABLES, command_environment
 
 BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
@@ -85,10 +85,3 @@ def test_each_call_is_a_new_dict() -> None:
     first["PATH"] = "/tmp"
     assert command_environment("corral-proxy:8080", BUNDLE, "a1.x")["PATH"] != "/tmp"
     assert command_environment("corral-proxy:8080", BUNDLE, "a2.x")["HTTP_PROXY"].endswith(":a2.x@corral-proxy:8080")
-
-
-def test_the_session_egress_is_what_the_runtime_told_the_controller() -> None:
-    egress = session_egress({"CORRAL_PROXY": "corral-proxy:8080", "CORRAL_CA_CERT": "-----BEGIN CERTIFICATE-----"})
-    assert egress == SessionEgress("corral-proxy:8080", BUNDLE)
-    assert session_egress({}) == SessionEgress(None, None)
-    assert session_egress({"CORRAL_PROXY": "", "CORRAL_CA_CERT": ""}) == SessionEgress(None, None)
