@@ -21,11 +21,7 @@ from corral.runtime.docker import SECRET_WAIT_S, DockerRuntime
 class DockerHarness(DockerRuntime):
     # -- inside a container ----------------------------------------------------------------------------
 
-    def exec(
-        self, ident: str, argv: list[str], user: str = "corral", env: Mapping[str, str] | None = None
-    ) -> tuple[int, str]:
-        """``argv`` as ``user`` with no capability, its stdout and stderr together; ``env`` over a
-        minimal environment (a command's, from corral.sandbox.agentenv)."""
+    def exec(self, ident: str, argv: list[str], user: str = "corral") -> tuple[int, str]:
         environment = {"DISPLAY": ":0"}
         if user != "root":
             # docker exec leaves the container's capability bounding set even to a non-root user; start
@@ -42,7 +38,6 @@ class DockerHarness(DockerRuntime):
                 *argv,
             ]
             environment["HOME"] = f"/home/{user}"
-        environment.update(env or {})
         code, output = self._container(ident).exec_run(argv, user="root", environment=environment)
         return int(code), output.decode(errors="replace")
 

@@ -1,5 +1,6 @@
-"""Commands' egress end to end: curl, Python, pip, npm and git, run as the agent with the command
-environment (corral.sandbox.agentenv), through the session's real proxy to the fake upstream.
+"""Commands' egress end to end: curl, Python, pip, npm and git, run by ``exec`` through the gateway
+(as the agent, in the command environment of corral.sandbox.agentenv), through the session's real
+proxy to the fake upstream.
 
 An allowed host answers over HTTPS trusted through the session's CA, a refused one gets the
 refusal page, and every request is in the audit log under the action id of the command that made
@@ -8,7 +9,6 @@ stays on this machine (the test's own Docker networks, names under .test)."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import time
@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from corral.sandbox.agentenv import CA_BUNDLE, command_environment
 from corral.sdk import Sandbox
 
 from .dockerutil import DockerHarness
@@ -27,24 +26,25 @@ from .gateway_fixtures import KEY_A, RunningGateway
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
 
-PROXY = "corral-proxy:8080"  # what the runtime tells every sandbox (CORRAL_PROXY)
-ACTION_IDS = (f"a{n}.commands" for n in itertools.count(1))
-
 
 @dataclass(frozen=True)
 class Ran:
-    code: int
-    output: str
-    action_id: str
+    pid: int
+    code: int | None  # None: started in the background
+    output: str  # stdout
+    errors: str  # stderr
+    action_id: str  # the exec's, from its reply
+
+    def __str__(self) -> str:
+        return f"exit {self.code} ({self.action_id})\n{self.output}\n{self.errors}"
 
 
-def run(runtime: DockerHarness, sb: Sandbox, command: str) -> Ran:
-    """``command`` as ``exec`` runs it: ``bash -lc`` as the agent, in the command environment of a
-    new action id."""
-    action_id = next(ACTION_IDS)
-    env = command_environment(PROXY, CA_BUNDLE, action_id)
-    code, output = runtime.exec(sb.container, ["bash", "-lc", command], user="agent", env=env)
-    return Ran(code, output, action_id)
+def run(sb: Sandbox, command: str, **options: Any) -> Ran:
+    """``command`` by ``exec`` (``bash -lc``, as the agent) through the gateway's WebSocket."""
+    reply = sb.act({"type": "exec", "command": command, "timeout_ms": 120_000, **options})
+    result = reply["result"]
+    output, errors = result.get("stdout", ""), result.get("stderr", "")
+    return Ran(result["pid"], result.get("exit_code"), output, errors, reply["action_id"])
 
 
 @pytest.fixture(scope="module")
@@ -79,18 +79,16 @@ def of_action(gw: RunningGateway, sb: Sandbox, action_id: str) -> list[dict[str,
     return records
 
 
-def test_a_login_shell_finds_the_agent_s_programs_and_the_bundle(runtime: DockerHarness, sb: Sandbox) -> None:
-    ran = run(
-        runtime, sb, 'echo "$PATH"; id -un; stat -c "%U:%a" "$SSL_CERT_FILE"; grep -c "BEGIN CERT" "$SSL_CERT_FILE"'
-    )
+def test_a_login_shell_finds_the_agent_s_programs_and_the_bundle(sb: Sandbox) -> None:
+    ran = run(sb, 'echo "$PATH"; id -un; stat -c "%U:%a" "$SSL_CERT_FILE"; grep -c "BEGIN CERT" "$SSL_CERT_FILE"')
     path, user, mode, certificates = ran.output.split()
     assert ran.code == 0 and user == "agent"
     assert path.split(":")[0] == "/home/agent/.local/bin" and "/opt/corral" not in path
     assert mode == "root:644"  # root's: the agent reads it, and cannot add a CA of its own
     assert int(certificates) > 100  # Debian's roots and the session's CA
     # The session's CA is in it: every line of its certificate.
-    ca = run(runtime, sb, 'grep -c -x -F -f <(grep -v -- ----- /run/corral/session-ca.pem) "$SSL_CERT_FILE"')
-    lines = run(runtime, sb, "grep -c -v -- ----- /run/corral/session-ca.pem")
+    ca = run(sb, 'grep -c -x -F -f <(grep -v -- ----- /run/corral/session-ca.pem) "$SSL_CERT_FILE"')
+    lines = run(sb, "grep -c -v -- ----- /run/corral/session-ca.pem")
     assert ca.code == 0 and ca.output.strip() == lines.output.strip(), (ca.output, lines.output)
 
 
@@ -105,38 +103,36 @@ def test_a_login_shell_finds_the_agent_s_programs_and_the_bundle(runtime: Docker
     ],
 )
 def test_an_allowed_host_answers_over_https_through_the_session_ca(
-    gw: RunningGateway, sb: Sandbox, runtime: DockerHarness, client: str, command: str
+    gw: RunningGateway, sb: Sandbox, client: str, command: str
 ) -> None:
-    ran = run(runtime, sb, command)
-    assert ran.code == 0, ran.output
+    ran = run(sb, command)
+    assert ran.code == 0, str(ran)
     answer = json.loads(ran.output.strip().splitlines()[-1])
     assert (answer["host"], answer["tls"], answer["path"]) == ("allowed.test", True, f"/json?via={client}")
     events = [(record["event"], record["host"], record["decision"]) for record in of_action(gw, sb, ran.action_id)]
     assert events == [("connect", "allowed.test", "allow"), ("request", "allowed.test", "allow")]
 
 
-def test_a_refused_host_gets_the_refusal_page_and_a_block_record(
-    gw: RunningGateway, sb: Sandbox, runtime: DockerHarness
-) -> None:
-    ran = run(runtime, sb, "curl -sS -w '\\nstatus=%{http_code}' https://other.test/private")
-    assert ran.code == 0, ran.output  # the refusal is an answer, over TLS the session's CA vouches for
+def test_a_refused_host_gets_the_refusal_page_and_a_block_record(gw: RunningGateway, sb: Sandbox) -> None:
+    ran = run(sb, "curl -sS -w '\\nstatus=%{http_code}' https://other.test/private")
+    assert ran.code == 0, str(ran)  # the refusal is an answer, over TLS the session's CA vouches for
     assert ran.output.rstrip().endswith("status=403") and "other.test" in ran.output
     (connect, block) = of_action(gw, sb, ran.action_id)
     assert (connect["event"], connect["decision"], connect["rule"]) == ("connect", "deny", "default-deny")
     assert (block["event"], block["status"], block["url"]) == ("block", 403, "https://other.test/private")
 
 
-def test_without_the_proxy_nothing_gets_out(runtime: DockerHarness, sb: Sandbox) -> None:
-    ran = run(runtime, sb, "curl -sS --max-time 5 --noproxy '*' https://allowed.test/ ; echo exit=$?")
+def test_without_the_proxy_nothing_gets_out(sb: Sandbox) -> None:
+    ran = run(sb, "curl -sS --max-time 5 --noproxy '*' https://allowed.test/ ; echo exit=$?")
     assert "exit=0" not in ran.output and "exit=" in ran.output
 
 
 @pytest.mark.parametrize("scheme", ["http", "https"])
 def test_the_proxy_credentials_never_reach_the_upstream_or_the_log(
-    gw: RunningGateway, sb: Sandbox, runtime: DockerHarness, scheme: str
+    gw: RunningGateway, sb: Sandbox, scheme: str
 ) -> None:
-    ran = run(runtime, sb, f"curl -sS --fail {scheme}://allowed.test/headers")
-    assert ran.code == 0, ran.output
+    ran = run(sb, f"curl -sS --fail {scheme}://allowed.test/headers")
+    assert ran.code == 0, str(ran)
     seen = json.loads(ran.output.strip().splitlines()[-1])
     assert seen["host"] == "allowed.test" and "proxy-authorization" not in seen
     (request,) = [r for r in of_action(gw, sb, ran.action_id) if r["event"] == "request"]
@@ -145,16 +141,13 @@ def test_the_proxy_credentials_never_reach_the_upstream_or_the_log(
     assert ran.action_id not in json.dumps(request["request_headers"])
 
 
-def test_pip_installs_from_an_allowed_index_as_the_agent(
-    gw: RunningGateway, sb: Sandbox, runtime: DockerHarness
-) -> None:
+def test_pip_installs_from_an_allowed_index_as_the_agent(gw: RunningGateway, sb: Sandbox) -> None:
     ran = run(
-        runtime,
         sb,
         "pip install --no-cache-dir --index-url https://allowed.test/simple/ corral-probe"
         " && python3 -c 'import corral_probe; print(corral_probe.VALUE)'",
     )
-    assert ran.code == 0, ran.output
+    assert ran.code == 0, str(ran)
     assert ran.output.rstrip().endswith("served by the fake upstream")
     urls = {record["url"] for record in of_action(gw, sb, ran.action_id) if record["event"] == "request"}
     assert {
@@ -162,20 +155,34 @@ def test_pip_installs_from_an_allowed_index_as_the_agent(
         "https://allowed.test/files/corral_probe-1.0-py3-none-any.whl",
     } <= urls
     # Into the agent's ~/.local: a user install, the system's site-packages untouched.
-    where = run(runtime, sb, "python3 -c 'import corral_probe; print(corral_probe.__file__)'")
-    assert where.output.strip().startswith("/home/agent/.local/lib/python3")
+    where = run(sb, "python3 -c 'import corral_probe; print(corral_probe.__file__)'; command -v corral-probe")
+    module, program = where.output.split()
+    assert module.startswith("/home/agent/.local/lib/python3") and program == "/home/agent/.local/bin/corral-probe"
 
 
-def test_npm_installs_from_an_allowed_registry(gw: RunningGateway, sb: Sandbox, runtime: DockerHarness) -> None:
+def test_programs_installed_by_a_command_run_in_that_same_command(sb: Sandbox) -> None:
+    # ~/.local/bin is on the login shell's PATH before it exists, and the home lets programs run.
     ran = run(
-        runtime,
         sb,
-        "mkdir -p ~/npm-probe && cd ~/npm-probe"
-        " && npm install --no-audit --no-fund --registry https://allowed.test/npm/ corral-probe >&2"
+        "rm -rf ~/.local; pip install -q --index-url https://allowed.test/simple/ corral-probe && corral-probe &&"
+        " npm install -g -s --no-audit --no-fund --registry https://allowed.test/npm/ corral-probe && corral-probe-js",
+    )
+    assert ran.code == 0, str(ran)
+    assert ran.output.splitlines()[-2:] == ["served by the fake upstream"] * 2
+    # And an argv exec, which no shell starts, finds them on the command environment's PATH.
+    direct = sb.act({"type": "exec", "argv": ["corral-probe-js"]})["result"]
+    assert (direct["exit_code"], direct["stdout"]) == (0, "served by the fake upstream\n")
+
+
+def test_npm_installs_from_an_allowed_registry(gw: RunningGateway, sb: Sandbox) -> None:
+    ran = run(
+        sb,
+        "mkdir -p npm-probe && cd npm-probe"
+        " && npm install --cache ./cache --no-audit --no-fund --registry https://allowed.test/npm/ corral-probe >&2"
         " && node -e 'console.log(require(\"corral-probe\"))'",
     )
-    assert ran.code == 0, ran.output
-    assert ran.output.rstrip().endswith("served by the fake upstream")
+    assert ran.code == 0, str(ran)
+    assert ran.output.rstrip() == "served by the fake upstream"
     urls = {record["url"] for record in of_action(gw, sb, ran.action_id) if record["event"] == "request"}
     assert {
         "https://allowed.test/npm/corral-probe",
@@ -183,26 +190,25 @@ def test_npm_installs_from_an_allowed_registry(gw: RunningGateway, sb: Sandbox, 
     } <= urls
 
 
-def test_git_clones_over_https(gw: RunningGateway, sb: Sandbox, runtime: DockerHarness) -> None:
-    ran = run(runtime, sb, "git clone -q https://allowed.test/git/repo.git ~/repo && cat ~/repo/README")
-    assert ran.code == 0, ran.output
-    assert ran.output.rstrip().endswith("served by the fake upstream")
+def test_git_clones_over_https(gw: RunningGateway, sb: Sandbox) -> None:
+    ran = run(sb, "git clone -q https://allowed.test/git/repo.git && cat repo/README")
+    assert ran.code == 0, str(ran)
+    assert ran.output.rstrip() == "served by the fake upstream"
     urls = [record["url"] for record in of_action(gw, sb, ran.action_id) if record["event"] == "request"]
     assert "https://allowed.test/git/repo.git/info/refs?service=git-upload-pack" in urls
 
 
-def test_a_background_process_is_charged_to_the_action_that_started_it(
-    gw: RunningGateway, sb: Sandbox, runtime: DockerHarness
-) -> None:
+def test_a_background_process_is_charged_to_the_action_that_started_it(gw: RunningGateway, sb: Sandbox) -> None:
     started = run(
-        runtime,
         sb,
-        "(while [ ! -e /tmp/go ]; do sleep 0.05; done; curl -sS https://allowed.test/json?by=background)"
-        " >/dev/null 2>&1 </dev/null &",
+        "while [ ! -e go ]; do sleep 0.05; done; curl -sS --fail https://allowed.test/json?by=background",
+        background=True,
     )
-    assert started.code == 0, started.output
-    later = run(runtime, sb, "touch /tmp/go; curl -sS https://allowed.test/json?by=foreground")
-    assert later.code == 0, later.output
+    assert started.code is None
+    later = run(sb, "touch go; curl -sS --fail https://allowed.test/json?by=foreground")
+    assert later.code == 0, str(later)
+    waited = sb.act({"type": "process_wait", "pid": started.pid, "timeout_ms": 10_000})["result"]
+    assert (waited["running"], waited["exit_code"]) == (False, 0), waited
 
     def urls(action_id: str) -> list[str]:
         return [r["url"] for r in of_action(gw, sb, action_id) if r["event"] == "request"]

@@ -41,8 +41,9 @@ def _wheel() -> tuple[str, bytes]:
     """A pure-Python wheel of corral-probe 1.0."""
     dist = "corral_probe-1.0.dist-info"
     files = {
-        "corral_probe/__init__.py": f"VALUE = {PROBE_VALUE!r}\n".encode(),
+        "corral_probe/__init__.py": f"VALUE = {PROBE_VALUE!r}\n\n\ndef main() -> None:\n    print(VALUE)\n".encode(),
         f"{dist}/METADATA": b"Metadata-Version: 2.1\nName: corral-probe\nVersion: 1.0\n",
+        f"{dist}/entry_points.txt": b"[console_scripts]\ncorral-probe = corral_probe:main\n",
         f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: corral-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = "".join(
@@ -57,15 +58,17 @@ def _wheel() -> tuple[str, bytes]:
 
 
 def _npm_tarball() -> bytes:
+    manifest = {"name": PROBE, "version": "1.0.0", "main": "index.js", "bin": {"corral-probe-js": "cli.js"}}
     files = {
-        "package/package.json": json.dumps({"name": PROBE, "version": "1.0.0", "main": "index.js"}).encode(),
+        "package/package.json": json.dumps(manifest).encode(),
         "package/index.js": f"module.exports = {json.dumps(PROBE_VALUE)};\n".encode(),
+        "package/cli.js": b"#!/usr/bin/env node\nconsole.log(require('./index.js'));\n",
     }
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         for name, data in files.items():
             info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
+            info.size, info.mode = len(data), 0o755 if name.endswith("cli.js") else 0o644
             tar.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
 
@@ -106,7 +109,13 @@ def _package(path: str, host: str) -> tuple[bytes, str] | None:
         tarball = f"https://{host}/npm/{PROBE}/-/{PROBE}-1.0.0.tgz"
         integrity = "sha512-" + base64.b64encode(hashlib.sha512(NPM_TARBALL).digest()).decode()
         dist = {"tarball": tarball, "shasum": hashlib.sha1(NPM_TARBALL).hexdigest(), "integrity": integrity}
-        version = {"name": PROBE, "version": "1.0.0", "main": "index.js", "dist": dist}
+        version = {
+            "name": PROBE,
+            "version": "1.0.0",
+            "main": "index.js",
+            "bin": {"corral-probe-js": "cli.js"},
+            "dist": dist,
+        }
         packument = {"name": PROBE, "dist-tags": {"latest": "1.0.0"}, "versions": {"1.0.0": version}}
         return json.dumps(packument).encode(), "application/json"
     if path == f"/npm/{PROBE}/-/{PROBE}-1.0.0.tgz":
