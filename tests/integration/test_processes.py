@@ -51,6 +51,9 @@ async def test_exit_codes_and_separate_streams(sandbox: SandboxAddress) -> None:
         # Run as the agent, in /workspace, with the command environment.
         done = await w.result({"type": "exec", "command": 'id -u; pwd; echo "$HOME $USER $TERM $X"', "env": {"X": "y"}})
         assert done["stdout"] == "1100\n/workspace\n/home/agent agent dumb y\n"
+        # The login shell keeps the PATH it was given (Debian's /etc/profile would reset it).
+        path = await w.result({"type": "exec", "command": "echo $PATH"})
+        assert path["stdout"].startswith("/home/agent/.local/bin:"), path
         # bash's own exit codes are results, not errors.
         missing = await w.result({"type": "exec", "command": "no-such-program-here"})
         assert missing["exit_code"] == 127 and "not found" in missing["stderr"]
@@ -398,3 +401,69 @@ async def test_trees_die_with_the_controllers_end(runtime: DockerHarness, spare_
     code, _ = runtime.exec(spare_sandbox.id, ["pkill", "-KILL", "-f", "corral.sandbox.controller"], user="corral")
     assert code == 0
     assert await gone(runtime, spare_sandbox, f"sleep {marker}") == []
+
+
+# Run as the controller's uid (corral) inside the sandbox: the AgentFs primitives through the real
+# launcher. Prints one JSON object.
+AGENT_FS = r"""
+import asyncio, json, os
+from corral.sandbox.launcher import LauncherClient
+
+async def main():
+    fs, seen = LauncherClient(), {}
+    async def attempt(name, call):
+        try:
+            seen[name] = await call
+        except OSError as exc:
+            seen[name] = [exc.errno, exc.filename]
+    await fs.mkdir("/workspace/fs/a/b", parents=True)
+    fd, temp = await fs.mkstemp("/workspace/fs", ".tmp-")
+    os.write(fd, b"hello")
+    os.close(fd)
+    seen["temp_mode"] = oct((await fs.stat(temp)).mode)
+    await fs.chmod(temp, 0o640)
+    await fs.rename(temp, "/workspace/fs/file")
+    fd, _ = await fs.mkstemp("/workspace/fs", ".tmp-")
+    os.close(fd)
+    await attempt("noreplace", fs.rename(_, "/workspace/fs/file", replace=False))
+    await fs.unlink(_)
+    stat = await fs.stat("/workspace/fs/file")
+    seen["file"] = [stat.name, stat.type, stat.size, oct(stat.mode)]
+    fd = await fs.open("/workspace/fs/file", os.O_RDONLY)
+    seen["read"] = os.read(fd, 100).decode()
+    seen["owner"] = os.fstat(fd).st_uid
+    os.close(fd)
+    fd = await fs.open("/workspace/fs/new", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    seen["new_owner"] = os.fstat(fd).st_uid
+    os.close(fd)
+    await fs.mkdir(os.fsdecode(b"/workspace/fs/\xff"))
+    entries, truncated = await fs.scandir("/workspace/fs", 10)
+    seen["names"] = sorted(os.fsencode(e.name).hex() for e in entries)
+    seen["truncated"] = truncated
+    seen["limited"] = (await fs.scandir("/workspace/fs", 1))[1]
+    await attempt("secret", fs.open("/run/corral/controller/secret", os.O_RDONLY))
+    await attempt("launcher_dir", fs.scandir("/run/corral/launcher", 10))
+    await attempt("missing", fs.stat("/workspace/none"))
+    await attempt("rmdir_full", fs.rmdir("/workspace/fs/a"))
+    await fs.rmtree("/workspace/fs/a")
+    await attempt("gone", fs.stat("/workspace/fs/a"))
+    await fs.rmtree("/workspace/fs")
+    seen["left"] = os.path.exists("/workspace/fs")
+    print(json.dumps(seen))
+
+asyncio.run(main())
+"""
+
+
+def test_file_operations_run_as_the_agent_through_the_launcher(runtime: DockerHarness, sandbox: SandboxAddress) -> None:
+    code, out = runtime.exec(sandbox.id, ["python", "-c", AGENT_FS], user="corral")
+    assert code == 0, out
+    seen = json.loads(out.splitlines()[-1])
+    assert seen["temp_mode"] == "0o600" and seen["noreplace"][0] == 17  # EEXIST: nothing replaced
+    assert seen["file"] == ["file", "file", 5, "0o640"]
+    assert seen["read"] == "hello" and seen["owner"] == seen["new_owner"] == 1100
+    assert seen["names"] == sorted(["61", "66696c65", "6e6577", "ff"])  # a, file, new, and b"\xff"
+    assert seen["truncated"] is False and seen["limited"] is True
+    assert seen["secret"] == [13, "/run/corral/controller/secret"]
+    assert seen["launcher_dir"][0] == 13 and seen["missing"] == [2, "/workspace/none"]
+    assert seen["rmdir_full"][0] == 39 and seen["gone"][0] == 2 and seen["left"] is False

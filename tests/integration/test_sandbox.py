@@ -22,6 +22,7 @@ def test_healthz_reports_screen_and_browser(sandbox: SandboxAddress) -> None:
 
 
 SUPERVISOR_CAPS = f"{(1 << 6) | (1 << 7) | (1 << 8):016x}"  # CAP_SETGID, CAP_SETUID, CAP_SETPCAP
+LAUNCHER_CAPS = f"{(1 << 6) | (1 << 7):016x}"  # CAP_SETGID, CAP_SETUID: acting as the agent, nothing more
 
 
 def test_processes_run_as_two_unprivileged_users(runtime: DockerHarness, sandbox: SandboxAddress) -> None:
@@ -38,7 +39,10 @@ def test_processes_run_as_two_unprivileged_users(runtime: DockerHarness, sandbox
         if not status.strip():
             continue  # gone meanwhile
         caps = status.split()[-1]
-        if comm in ("tini", "python") and caps != "0000000000000000":
+        if comm == "python" and caps == LAUNCHER_CAPS:
+            # The launcher (and its shepherds, forks of it) act as the agent for the controller.
+            assert pid in _launchers(runtime, sandbox), (pid, comm)
+        elif comm in ("tini", "python") and caps != "0000000000000000":
             # Only pid 1 and the supervisor keep what starting children as another uid needs.
             assert caps == SUPERVISOR_CAPS and pid in (_pid(rows, "tini"), _supervisor(runtime, sandbox)), (pid, comm)
         else:
@@ -54,6 +58,13 @@ def _pid(rows: list[list[str]], comm: str) -> str:
 def _supervisor(runtime: DockerHarness, sandbox: SandboxAddress) -> str:
     _, out = runtime.exec(sandbox.id, ["pgrep", "-f", "corral.sandbox.init"], user="root")
     return next(pid for pid in out.split() if pid != "1")
+
+
+def _launchers(runtime: DockerHarness, sandbox: SandboxAddress) -> list[str]:
+    _, out = runtime.exec(
+        sandbox.id, ["pgrep", "-f", "-x", "/opt/corral/bin/python -m corral.sandbox.launcher"], "root"
+    )
+    return out.split()
 
 
 def test_devtools_listens_on_loopback_only(runtime: DockerHarness, sandbox: SandboxAddress) -> None:

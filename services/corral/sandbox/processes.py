@@ -32,7 +32,7 @@ from typing import Any, assert_never
 from corral.errors import ActionError, ErrorCode, os_error
 from corral.protocol import actions as a
 from corral.sandbox import agentenv
-from corral.sandbox.launcher import LauncherClient, Spawned, SpawnRefused
+from corral.sandbox.launcher import Control, LauncherClient, Spawned, SpawnRefused
 from corral.sandbox.output import Capture, Encoding, Ring, StreamDecoder, render
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ class Process:
     pty: bool
     background: bool
     action_id: str
-    control: Any  # corral.sandbox.launcher.Control
+    control: Control
     outputs: dict[str, Output]
     stdin: int | None  # the write end (or the PTY's master); None once closed
     started: float = field(default_factory=time.time)
@@ -176,6 +176,11 @@ class ProcessTable:
         self._settings = settings
         self._processes: dict[int, Process] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def launcher(self) -> LauncherClient:
+        """The launcher's client, which is also the controller's :class:`corral.sandbox.agentfs.AgentFs`."""
+        return self._launcher
 
     async def close(self) -> None:
         """The controller's end: every tree is killed (each shepherd does it when its channel closes)."""
@@ -250,7 +255,7 @@ class ProcessTable:
             if isinstance(exc, ConnectionError):
                 raise ActionError(ErrorCode.EXEC_FAILED, f"commands cannot run: {exc}") from None
             if isinstance(exc, OSError):
-                raise os_error(exc, what="starting the command") from None
+                raise _start_error(exc) from None
             raise
         finally:
             _close_all(set(theirs))
@@ -431,7 +436,7 @@ class ProcessTable:
         process = await self._start(action, context.action_id, None if action.background else output_bytes)
         stdin = action.stdin_bytes()
         if stdin is not None:
-            self._keep(process, self._write(process, stdin, eof=not action.background))
+            self._keep(process, self._feed(process, stdin, eof=not action.background))
         if action.background:
             return {"pid": process.pid, "background": True}
         pump = None
@@ -519,6 +524,11 @@ class ProcessTable:
                 process.control.signal(number)
         return {"pid": process.pid, "signal": signal_name(number)}
 
+    async def _feed(self, process: Process, data: bytes, eof: bool) -> None:
+        """An exec's ``stdin``, written beside its run (the program may print before it reads it all)."""
+        with contextlib.suppress(ActionError, OSError):  # it exited without reading everything
+            await self._write(process, data, eof)
+
     async def _write(self, process: Process, data: bytes, eof: bool) -> dict[str, Any]:
         fd = process.stdin
         if fd is None:
@@ -560,6 +570,13 @@ class ProcessTable:
             raise ActionError(ErrorCode.INVALID_REQUEST, f"process {process.pid} has no terminal", "action.pid")
         _set_size(process.stdin, rows, cols)  # the kernel tells the foreground group (SIGWINCH)
         return {"pid": process.pid, "rows": rows, "cols": cols}
+
+
+def _start_error(exc: OSError) -> ActionError:
+    """No shepherd or no process: the sandbox's process limit, or another failure to start."""
+    if exc.errno in (errno.EAGAIN, errno.ENOMEM):
+        return ActionError(ErrorCode.PROCESS_LIMIT, f"no room for another process: {exc.strerror}")
+    return ActionError(ErrorCode.EXEC_FAILED, f"the command could not be started: {exc.strerror or exc}")
 
 
 def _signal(value: str | int) -> int:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import warnings
+from typing import Any
+
+import pytest
 
 from corral.errors import error_body
 from corral.sandbox import auth
-from corral.sandbox.app import create_app
+from corral.sandbox.app import Connection, create_app
+from corral.sandbox.dispatch import Incoming
 from corral.sandbox.settings import ControllerSettings
 
 with warnings.catch_warnings():
@@ -27,3 +33,65 @@ def test_a_controller_that_does_not_record_says_so_in_the_one_error_body() -> No
     assert reply.json() == error_body("not_recording", "recording is off")
     assert reply.json() == {"ok": False, "error": {"code": "not_recording", "message": "recording is off"}}
     assert auth.proven(SECRET, signed.nonce, reply.headers)
+
+
+class _Socket:
+    """A WebSocket's two ends for :class:`Connection`: messages the test puts in, frames it sent."""
+
+    def __init__(self) -> None:
+        self.incoming: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.sent: list[dict[str, Any]] = []
+        self.changed = asyncio.Event()
+
+    async def receive(self) -> dict[str, Any]:
+        return await self.incoming.get()
+
+    async def send_text(self, frame: str) -> None:
+        self.sent.append(json.loads(frame))
+        self.changed.set()
+
+    async def frames(self, count: int) -> list[dict[str, Any]]:
+        while len(self.sent) < count:
+            self.changed.clear()
+            await asyncio.wait_for(self.changed.wait(), 5)
+        return self.sent
+
+
+class _Dispatcher:
+    """Reads ``{"id", "apart"}``; a request with ``"hold"`` runs until a later one says ``release``."""
+
+    def __init__(self) -> None:
+        self.released = asyncio.Event()
+
+    def read(self, raw: str) -> Incoming:
+        request = json.loads(raw)
+        return Incoming(request, request["id"], None, None, 0.0, 0.0)
+
+    async def run(self, incoming: Incoming, emit: Any) -> dict[str, Any]:
+        request = incoming.request
+        if request.get("release"):
+            self.released.set()
+        if request.get("hold"):
+            await emit({"event": "output", "data": "running"})
+            await self.released.wait()
+        return {"ok": True, "id": request["id"]}
+
+
+async def test_a_command_running_on_a_connection_does_not_hold_up_the_next_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Incoming, "apart", property(lambda self: self.request.get("apart", False)))
+    socket, dispatcher = _Socket(), _Dispatcher()
+    serving = asyncio.create_task(Connection(socket, dispatcher).serve())  # type: ignore[arg-type]
+    socket.incoming.put_nowait({"type": "websocket.receive", "text": '{"id": 1, "apart": true, "hold": true}'})
+    socket.incoming.put_nowait({"type": "websocket.receive", "text": '{"id": 2}'})
+    socket.incoming.put_nowait({"type": "websocket.receive", "text": '{"id": 3, "apart": true, "release": true}'})
+    frames = await socket.frames(4)
+    # The desktop request and the release are answered while the command runs; its event came before
+    # its reply, which is last.
+    assert frames[3] == {"ok": True, "id": 1}
+    assert sorted(frames[:3], key=str) == sorted(
+        [{"event": "output", "data": "running"}, {"ok": True, "id": 2}, {"ok": True, "id": 3}], key=str
+    )
+    socket.incoming.put_nowait({"type": "websocket.disconnect"})
+    await asyncio.wait_for(serving, 5)

@@ -130,3 +130,17 @@ async def test_a_request_over_its_timeout_fails_with_timeout() -> None:
     reply = await dispatcher.handle(json.dumps(message))
     assert (reply["ok"], reply["error"]["code"], reply["error"]["field"]) == (False, "timeout", "timeout_ms")
     assert [kind for kind, _ in reporter.seen] == ["started", "ended"]
+
+
+async def test_a_process_action_runs_apart_from_the_desktops_turn() -> None:
+    dispatcher, reporter, recorder = _dispatcher()
+    exec_message = json.dumps({"id": 1, "action": {"type": "exec", "argv": ["true"]}})
+    assert dispatcher.read(exec_message).apart is True
+    assert dispatcher.read(json.dumps({"id": 2, "action": {"type": "screenshot"}})).apart is False
+    assert dispatcher.read("not json").apart is False
+    # While a desktop action holds the lock, a process action is still answered.
+    async with dispatcher._desktop.lock:
+        reply = await asyncio.wait_for(dispatcher.handle(exec_message), 5)
+    assert reply["ok"] is True and reply["id"] == 1 and reply["result"] == {"pid": 7}
+    assert reporter.seen == []  # its commands' traffic carries their action id as the proxy username
+    assert [event["action_id"] for event in recorder.events] == [reply["action_id"]]

@@ -125,3 +125,13 @@ def test_children_start_with_no_capability_and_the_browser_as_the_agent() -> Non
     assert effective_caps(status) == 0x1C0 and can_switch_users(0x1C0)
     assert not can_switch_users(effective_caps("CapEff:\t00000000000000c0\n"))  # no SETPCAP: bounding set stays
     assert not can_switch_users(effective_caps("Name:\tx\n"))
+
+
+def test_the_launcher_keeps_setuid_and_setgid_and_nothing_else() -> None:
+    from corral.sandbox.init import as_launcher
+
+    keep = "-all,+setuid,+setgid"
+    assert as_launcher(["python", "-m", "corral.sandbox.launcher"]) == [
+        "setpriv", f"--inh-caps={keep}", f"--ambient-caps={keep}", f"--bounding-set={keep}",
+        "--", "python", "-m", "corral.sandbox.launcher",
+    ]  # fmt: skip

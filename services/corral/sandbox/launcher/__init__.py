@@ -6,9 +6,27 @@
 - :mod:`~corral.sandbox.launcher.fsops`: file operations with the agent's ids;
 - :mod:`~corral.sandbox.launcher.messages`: the wire, pure;
 - :mod:`~corral.sandbox.launcher.client`: :class:`LauncherClient`, the controller's async side.
+
+The client's names load on first use: the launcher itself never imports asyncio, so it stays small
+and every fork of it (one shepherd per command) copies less.
 """
 
-from corral.sandbox.launcher.client import Control, LauncherClient, Spawned, SpawnRefused
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from corral.sandbox.launcher.messages import SOCKET_PATH, ShepherdEvent
 
+if TYPE_CHECKING:
+    from corral.sandbox.launcher.client import Control, LauncherClient, Spawned, SpawnRefused
+
 __all__ = ["SOCKET_PATH", "Control", "LauncherClient", "ShepherdEvent", "SpawnRefused", "Spawned"]
+
+_CLIENT = ("Control", "LauncherClient", "SpawnRefused", "Spawned")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CLIENT:
+        return getattr(importlib.import_module("corral.sandbox.launcher.client"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

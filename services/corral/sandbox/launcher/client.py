@@ -25,7 +25,8 @@ from corral.sandbox.launcher.messages import SOCKET_PATH
 
 @dataclass(frozen=True, slots=True)
 class SpawnRefused:
-    """The program never ran: ``stage`` ("cwd", "exec" or "setup") failed with ``errno`` on ``path``."""
+    """The program never ran: ``stage`` ("fork", "setup", "cwd" or "exec") failed with ``errno`` on
+    ``path``."""
 
     stage: str
     errno: int

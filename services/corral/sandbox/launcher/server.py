@@ -5,8 +5,9 @@ CAP_SETGID only (bounding set the same two). Single-threaded: a ``selectors`` lo
 listening socket, the controller's connections and its children's ends. It answers only peers whose
 SO_PEERCRED uid is its own (the controller's), on a socket in a directory only that uid can enter.
 
-``spawn`` forks a shepherd (:mod:`corral.sandbox.launcher.shepherd`) and answers at once; the
-shepherd reports on the control channel the controller gave it. File operations run here with the
+``spawn`` hands the request to a shepherd (:mod:`corral.sandbox.launcher.shepherd`) forked ahead
+of need (a fresh one is forked after each answer) and answers at once; the shepherd reports on the
+control channel the controller gave it. File operations run here with the
 agent's effective ids, one request at a time; ``rmtree`` in a forked child that is the agent for
 good, answered when it ends (or killed after :data:`RMTREE_TIMEOUT_S`).
 """
@@ -26,6 +27,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from corral.sandbox.launcher import fsops
 from corral.sandbox.launcher import messages as m
@@ -49,6 +51,46 @@ class _Removal:
     deadline: float
 
 
+@dataclass
+class _Spare:
+    """A shepherd forked ahead, and our end of the socket its request will come on."""
+
+    pid: int
+    requests: socket.socket
+
+
+def _hand_over(spare: _Spare, data: bytes, fds: tuple[int, ...]) -> bool:
+    """The spawn request and its descriptors to the spare; False if it is gone (then we fork)."""
+    try:
+        socket.send_fds(spare.requests, [data], list(fds))
+    except OSError as exc:
+        log.warning("the spare shepherd %d is gone (%s)", spare.pid, exc)
+        return False
+    finally:
+        spare.requests.close()
+    return True
+
+
+def _wait_for_request(requests: socket.socket, agent: Ids, own: Ids) -> NoReturn:
+    """In a spare shepherd: one spawn request from the launcher, then the shepherd's life."""
+    try:
+        data, fds, _, _ = socket.recv_fds(requests, m.MAX_MESSAGE + 1, m.MAX_FDS)
+        requests.close()
+        request = m.parse_request(data, fds) if data else None
+    except (OSError, ValueError):
+        request = None
+    if request is None:
+        os._exit(0)  # the launcher ended (or restarts): nothing to shepherd
+    _shepherd(request, agent, own)
+
+
+def _shepherd(request: m.Request, agent: Ids, own: Ids) -> NoReturn:
+    stdin, stdout, stderr, control = request.fds
+    fields = request.fields
+    spawn = Spawn(fields["argv"], fields["env"], fields["cwd"], (stdin, stdout, stderr), fields["pty"])
+    Shepherd(spawn, socket.socket(fileno=control), agent, own).run()
+
+
 def peer_uid(conn: socket.socket) -> int:
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     _pid, uid, _gid = struct.unpack("3i", creds)
@@ -62,6 +104,7 @@ class Launcher:
         self.selector = selectors.DefaultSelector()
         self.removals: dict[int, _Removal] = {}  # by the read end of the child's result pipe
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.spare: _Spare | None = None
 
     def listen(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -81,6 +124,7 @@ class Launcher:
         signal.set_wakeup_fd(wake_w)
         self.selector.register(wake_r, selectors.EVENT_READ)
         log.info("launcher listening on %s (agent uid %d)", self.path, self.agent.uid)
+        self._fork_spare()
         while True:
             for key, _ in self.selector.select(self._timeout()):
                 if key.fileobj is self.listener:
@@ -132,7 +176,7 @@ class Launcher:
             self._reply(conn, m.refusal(_id_of(data), str(exc)), [])
             return
         if request.op == "spawn":
-            self._spawn(conn, request)
+            self._spawn(conn, request, data)
         elif request.op == "rmtree":
             self._rmtree(conn, request)
         else:
@@ -147,26 +191,40 @@ class Launcher:
         finally:
             _close(fds)
 
-    def _spawn(self, conn: socket.socket, request: m.Request) -> None:
-        stdin, stdout, stderr, control = request.fds
-        spawn = Spawn(
-            request.fields["argv"],
-            request.fields["env"],
-            request.fields["cwd"],
-            (stdin, stdout, stderr),
-            request.fields["pty"],
-        )
+    def _spawn(self, conn: socket.socket, request: m.Request, data: bytes) -> None:
+        """Hand the request to the spare shepherd (forked ahead: no fork on the way), or fork one."""
+        spare, self.spare = self.spare, None
+        if spare is not None and _hand_over(spare, data, request.fds):
+            pid = spare.pid
+        else:
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                _close(request.fds)
+                self._reply(conn, m.failure(request.id, exc.errno or errno.EAGAIN), [])
+                return
+            if pid == 0:
+                self._in_child(keep=set(request.fds))
+                _shepherd(request, self.agent, self.own)
+        _close(request.fds)
+        self._reply(conn, m.ok(request.id, shepherd=pid), [])
+        self._fork_spare()  # after the reply: off the next command's way too
+
+    def _fork_spare(self) -> None:
+        """A shepherd forked ahead of need, waiting for its request on a socket only we hold."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             pid = os.fork()
         except OSError as exc:
-            _close(request.fds)
-            self._reply(conn, m.failure(request.id, exc.errno or errno.EAGAIN), [])
+            log.warning("no spare shepherd (%s): the next command forks its own", exc)
+            ours.close()
+            theirs.close()
             return
         if pid == 0:
-            self._in_child(keep=set(request.fds))
-            Shepherd(spawn, socket.socket(fileno=control), self.agent, self.own).run()
-        _close(request.fds)
-        self._reply(conn, m.ok(request.id, shepherd=pid), [])
+            self._in_child(keep={theirs.fileno()})
+            _wait_for_request(theirs, self.agent, self.own)
+        theirs.close()
+        self.spare = _Spare(pid, ours)
 
     def _in_child(self, keep: set[int]) -> None:
         """A forked child drops the launcher's sockets and its SIGCHLD wake-up."""

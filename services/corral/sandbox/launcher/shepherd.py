@@ -136,12 +136,17 @@ class Shepherd:
 
     def run(self) -> NoReturn:
         self.shepherd_pid = os.getpid()
-        prctl(PR_SET_CHILD_SUBREAPER, 1)
-        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
-        signal.set_wakeup_fd(wake_w)
-        report_r, report_w = os.pipe2(os.O_CLOEXEC)
-        pid = os.fork()
+        try:
+            prctl(PR_SET_CHILD_SUBREAPER, 1)
+            wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            signal.signal(signal.SIGCHLD, lambda *_: None)
+            signal.set_wakeup_fd(wake_w)
+            report_r, report_w = os.pipe2(os.O_CLOEXEC)
+            pid = os.fork()
+        except OSError as exc:
+            # No room for one more process (the sandbox's pid limit, a fork bomb's aftermath).
+            self._send(m.event("failed", stage="fork", errno=exc.errno or 11, path=None))
+            os._exit(0)
         if pid == 0:
             os.close(report_r)
             self._exec_child(report_w)

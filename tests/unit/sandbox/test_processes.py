@@ -1,0 +1,213 @@
+"""ProcessTable over a stand-in launcher: real pipes, scripted shepherd events, no Docker."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from corral.errors import ActionError, ErrorCode
+from corral.protocol import actions as a
+from corral.sandbox.launcher import ShepherdEvent, Spawned, SpawnRefused
+from corral.sandbox.processes import ProcessSettings, ProcessTable, RunContext, signal_name, signal_number
+
+EXITED = ShepherdEvent("exited", exit_code=0, running=False)
+
+
+class FakeControl:
+    """A shepherd's channel: events the test queues, orders it records."""
+
+    def __init__(self) -> None:
+        self.events: asyncio.Queue[ShepherdEvent | None] = asyncio.Queue()
+        self.orders: list[tuple[str, int]] = []
+        self.closed = False
+
+    async def next_event(self) -> ShepherdEvent | None:
+        event = await self.events.get()
+        if event is None:
+            self.events.put_nowait(None)
+        return event
+
+    def signal(self, number: int) -> None:
+        self.orders.append(("signal", number))
+
+    def kill_tree(self) -> None:
+        self.orders.append(("kill_tree", 9))
+        self.events.put_nowait(ShepherdEvent("exited", signal=9, running=False))
+        self.events.put_nowait(None)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+Behaviour = Callable[[int, int, FakeControl], None]
+
+
+def prints(out: bytes, err: bytes = b"", *events: ShepherdEvent | None) -> Behaviour:
+    """A program that writes ``out`` and ``err``, then exits (or whatever ``events`` say)."""
+
+    def run(stdout: int, stderr: int, control: FakeControl) -> None:
+        os.write(stdout, out)
+        os.write(stderr, err)
+        os.close(stdout)
+        os.close(stderr)
+        for event in events or (EXITED, None):
+            control.events.put_nowait(event)
+
+    return run
+
+
+class FakeLauncher:
+    def __init__(self, behaviour: Behaviour | SpawnRefused) -> None:
+        self.behaviour = behaviour
+        self.spawned: list[dict[str, Any]] = []
+        self.controls: list[FakeControl] = []
+
+    async def spawn(
+        self, argv: list[bytes], env: list[bytes], cwd: bytes, stdio: tuple[int, int, int], *, pty: bool = False
+    ) -> Spawned | SpawnRefused:
+        self.spawned.append({"argv": argv, "env": dict(e.decode().split("=", 1) for e in env), "cwd": cwd})
+        if isinstance(self.behaviour, SpawnRefused):
+            return self.behaviour
+        control = FakeControl()
+        self.controls.append(control)
+        self.behaviour(os.dup(stdio[1]), os.dup(stdio[2]), control)
+        return Spawned(4242, control)  # type: ignore[arg-type]
+
+    async def close(self) -> None:
+        pass
+
+
+def table(behaviour: Behaviour | SpawnRefused, **settings: Any) -> tuple[ProcessTable, FakeLauncher]:
+    launcher = FakeLauncher(behaviour)
+    return ProcessTable(launcher, ProcessSettings(**settings)), launcher  # type: ignore[arg-type]
+
+
+def exec_action(**fields: Any) -> a.Exec:
+    return a.Exec.model_validate({"type": "exec", "argv": ["prog"], **fields})
+
+
+async def test_a_foreground_exec_returns_both_streams_and_the_exit() -> None:
+    processes, launcher = table(prints(b"out\n", b"err\n"))
+    done = await processes.run(exec_action(), RunContext("a1.x"))
+    assert done["stdout"] == "out\n" and done["stderr"] == "err\n"
+    assert (done["exit_code"], done["signal"], done["timed_out"]) == (0, None, False)
+    assert (done["stdout_truncated"], done["stderr_truncated"]) == (False, False)
+    assert launcher.spawned[0]["cwd"] == b"/workspace" and launcher.spawned[0]["argv"] == [b"prog"]
+    listed = await processes.run(a.ProcessList(type="process_list"), RunContext("a2.x"))
+    assert listed["processes"][0]["pid"] == 4242 and listed["processes"][0]["running"] is False
+    await processes.close()
+    assert launcher.controls[0].closed
+
+
+async def test_output_beyond_the_limit_is_cut_and_flagged() -> None:
+    processes, _ = table(prints(b"abcdef", b"xy"))
+    done = await processes.run(exec_action(max_output_bytes=2), RunContext("a1.x"))
+    assert (done["stdout"], done["stdout_truncated"], done["stderr"], done["stderr_truncated"]) == (
+        "ab",
+        True,
+        "xy",
+        False,
+    )
+    with pytest.raises(ActionError) as caught:
+        await processes.run(exec_action(max_output_bytes=9 << 20), RunContext("a2.x"))
+    assert caught.value.field == "action.max_output_bytes"
+    with pytest.raises(ActionError) as caught:
+        await processes.run(exec_action(timeout_ms=600_001), RunContext("a3.x"))
+    assert caught.value.field == "action.timeout_ms"
+
+
+async def test_a_timeout_kills_the_tree_and_keeps_what_was_printed() -> None:
+    processes, launcher = table(prints(b"so far", b"", ShepherdEvent("started")))
+    done = await processes.run(exec_action(timeout_ms=1), RunContext("a1.x"))
+    assert launcher.controls[0].orders == [("kill_tree", 9)]
+    assert (done["timed_out"], done["signal"], done["exit_code"], done["stdout"]) == (True, "SIGKILL", None, "so far")
+    assert done["oom_killed"] is None  # killed by us: not the OOM killer's doing, and not known either
+
+
+async def test_streamed_output_goes_out_as_events_before_the_result() -> None:
+    processes, _ = table(prints(b"one", b"two"))
+    events: list[dict[str, Any]] = []
+
+    async def emit(event: dict[str, Any]) -> None:
+        events.append(event)
+
+    done = await processes.run(exec_action(stream=True), RunContext("a1.x", emit))
+    assert sorted((e["stream"], e["data"]) for e in events) == [("stderr", "two"), ("stdout", "one")]
+    assert all(e["event"] == "output" and e["encoding"] == "utf-8" and "ok" not in e for e in events)
+    assert done["stdout"] == "one"
+
+
+async def test_the_command_environment_and_the_callers_env() -> None:
+    processes, launcher = table(prints(b""), proxy="corral-proxy:8080", ca_bundle="/etc/ssl/certs/ca-certificates.crt")
+    await processes.run(a.Exec(type="exec", command="true", env={"TERM": "vt100", "X": "1"}), RunContext("a9.b"))
+    env = launcher.spawned[0]["env"]
+    assert launcher.spawned[0]["argv"] == [b"bash", b"-lc", b"true"]
+    assert env["HOME"] == "/home/agent" and env["X"] == "1" and env["TERM"] == "vt100"
+    assert env["HTTPS_PROXY"] == "http://corral-action:a9.b@corral-proxy:8080"
+    assert env["SSL_CERT_FILE"] == "/etc/ssl/certs/ca-certificates.crt"
+
+
+@pytest.mark.parametrize(
+    ("refused", "fields", "code", "field"),
+    [
+        (SpawnRefused("cwd", errno.ENOENT, "/no"), {}, ErrorCode.NO_SUCH_FILE, "action.cwd"),
+        (SpawnRefused("cwd", errno.ENOTDIR, "/f"), {}, ErrorCode.NOT_A_DIRECTORY, "action.cwd"),
+        (SpawnRefused("cwd", errno.EACCES, "/r"), {}, ErrorCode.PERMISSION_DENIED, "action.cwd"),
+        (SpawnRefused("exec", errno.ENOENT, "prog"), {}, ErrorCode.PROGRAM_NOT_FOUND, "action.argv"),
+        (SpawnRefused("exec", errno.EACCES, "prog"), {}, ErrorCode.PERMISSION_DENIED, "action.argv"),
+        (SpawnRefused("exec", errno.ENOEXEC, "prog"), {}, ErrorCode.EXEC_FAILED, "action.argv"),
+        (SpawnRefused("setup", errno.EAGAIN, None), {}, ErrorCode.PROCESS_LIMIT, None),
+        (SpawnRefused("fork", errno.EAGAIN, None), {}, ErrorCode.PROCESS_LIMIT, None),
+    ],
+)
+async def test_a_program_that_never_ran_is_blamed_on_its_field(
+    refused: SpawnRefused, fields: dict[str, Any], code: ErrorCode, field: str | None
+) -> None:
+    processes, _ = table(refused)
+    with pytest.raises(ActionError) as caught:
+        await processes.run(exec_action(**fields), RunContext("a1.x"))
+    assert (caught.value.code, caught.value.field) == (code, field)
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        a.ProcessWait(type="process_wait", pid=5),
+        a.ProcessKill(type="process_kill", pid=5),
+        a.ProcessWrite(type="process_write", pid=5, data="x"),
+        a.ProcessOutput(type="process_output", pid=5),
+        a.ProcessResize(type="process_resize", pid=5, rows=1, cols=1),
+    ],
+)
+async def test_an_unknown_pid_is_no_such_process(action: a.ProcessAction) -> None:
+    processes, _ = table(prints(b""))
+    with pytest.raises(ActionError) as caught:
+        await processes.run(action, RunContext("a1.x"))
+    assert (caught.value.code, caught.value.field) == (ErrorCode.NO_SUCH_PROCESS, "action.pid")
+
+
+async def test_kill_signals_the_group_or_kills_the_tree() -> None:
+    processes, launcher = table(prints(b"", b"", ShepherdEvent("started")))
+    started = await processes.run(exec_action(background=True), RunContext("a1.x"))
+    assert started == {"pid": 4242, "background": True}
+    term = await processes.run(a.ProcessKill(type="process_kill", pid=4242, signal="TERM"), RunContext("a2.x"))
+    assert term == {"pid": 4242, "signal": "SIGTERM"}
+    await processes.run(a.ProcessKill(type="process_kill", pid=4242), RunContext("a3.x"))
+    assert launcher.controls[0].orders == [("signal", 15), ("kill_tree", 9)]
+    waited = await processes.run(a.ProcessWait(type="process_wait", pid=4242, timeout_ms=1000), RunContext("a4.x"))
+    assert waited["signal"] == "SIGKILL" and waited["timed_out"] is False
+    with pytest.raises(ActionError) as caught:
+        await processes.run(a.ProcessResize(type="process_resize", pid=4242, rows=2, cols=2), RunContext("a5.x"))
+    assert caught.value.code == ErrorCode.INVALID_REQUEST
+
+
+def test_signals_by_name_or_number() -> None:
+    assert signal_number("SIGTERM") == signal_number("term") == signal_number(15) == 15
+    assert signal_name(9) == "SIGKILL" and signal_name(None) is None
+    with pytest.raises((KeyError, ValueError)):
+        signal_number("SIGNOPE")
