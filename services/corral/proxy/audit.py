@@ -128,6 +128,7 @@ class EventFields(TypedDict, total=False):
     rule: str | None
     reason: str
     action: str | None
+    action_source: Literal["command"]  # only when a command named the action (corral.proxy.attribution)
     replayed: bool
     error: str
     # recovered
@@ -152,7 +153,7 @@ class AuditRecord(_Unhashed, total=False):
 
 
 CHAIN_FIELDS = frozenset({"seq", "time", "session", "event", "prev", "hash"})
-_TRAFFIC = ("host", "port", "ip", "action", "decision", "rule", "reason")
+_TRAFFIC = ("host", "port", "ip", "action", "action_source", "decision", "rule", "reason")
 _EXCHANGE = (
     *("id", "started", "method", "url", "scheme", "sni", "http_version", "status"),
     *("request_headers", "response_headers", "mime", "bytes_out", "bytes_in", "duration_ms", *_TRAFFIC),
@@ -162,8 +163,10 @@ EVENT_FIELDS: Mapping[Event, frozenset[str]] = {
     "connect": frozenset({*_TRAFFIC, "client"}),
     "request": frozenset({*_EXCHANGE, "replayed"}),  # replayed: only when true (a hermetic session's answer)
     "block": frozenset(_EXCHANGE),
-    # A failed request: these; a connection refused before any request: host, port, error, action.
-    "error": frozenset({"id", "method", "url", "host", "port", "ip", "error", "action", "decision", "duration_ms"}),
+    # A failed request: these; a connection refused before any request: host, port, error, action(_source).
+    "error": frozenset(
+        {"id", "method", "url", "host", "port", "ip", "error", "action", "action_source", "decision", "duration_ms"}
+    ),
     "policy": frozenset({"allow", "mode", "previous_allow", "previous_mode", "actor", "generation"}),
     "recovered": frozenset({"damaged_lines"}),
 }

@@ -311,6 +311,8 @@ def _har_entry(record: AuditRecord) -> dict[str, Any]:
             "_sni": record.get("sni"),
         }
     )
+    if record.get("action_source") is not None:
+        entry["_action_source"] = record.get("action_source")  # a command named its action
     if event == "error":
         entry["_error"] = str(record.get("error") or "")
     return entry
@@ -327,8 +329,9 @@ def to_har(records: Iterable[AuditRecord], *, creator_version: str) -> dict[str,
 
     Blocked requests are entries with the proxy's refusal as their response; failed requests are
     entries with status 0 and the failure in ``_error``. Corral's own fields lead with an
-    underscore, as HAR allows: ``_decision``, ``_rule``, ``_reason``, ``_action``, ``_seq``,
-    ``_sni``, ``_id`` (the flow id) and ``_event``. Headers and URLs are as logged (redacted).
+    underscore, as HAR allows: ``_decision``, ``_rule``, ``_reason``, ``_action`` (and
+    ``_action_source`` when a command named it), ``_seq``, ``_sni``, ``_id`` (the flow id) and
+    ``_event``. Headers and URLs are as logged (redacted).
     """
     picked = [record for record in records if is_har_entry(record)]
     picked.sort(key=lambda r: (_number(r.get("started"), _number(r.get("time"))), _number(r.get("seq"))))

@@ -1,9 +1,38 @@
-"""The environment of the agent's commands (a minimal version: the egress helper's replaces it)."""
+"""The environment a command runs in, as the agent: who it is, where its programs are, and how it
+reaches the network.
+
+With egress control every command is told the session's proxy (``HTTP_PROXY`` and its spellings)
+with the ``exec``'s action id as the proxy credentials (user ``corral-action``, the id as password),
+so the proxy names the action that caused each request even while other actions run, and a
+background process's requests keep naming the action that started it. And it is told the bundle
+that trusts the session's CA (the system CAs plus the session's, written by
+:mod:`corral.sandbox.boot`) under each name a common tool reads: OpenSSL and Python
+(``SSL_CERT_FILE``), requests (``REQUESTS_CA_BUNDLE``), Node.js and npm (``NODE_EXTRA_CA_CERTS``),
+pip (``PIP_CERT``), git (``GIT_SSL_CAINFO``), curl (``CURL_CA_BUNDLE``). docs/image.md has the
+whole list and why each is there.
+
+Pure: the controller's settings say where the proxy and the bundle are (``CORRAL_PROXY``, and
+the bundle boot writes when the session has one); the process table asks for an environment per
+``exec`` (:func:`command_environment`), then adds ``TERM`` and the request's own ``env``.
+"""
 
 from __future__ import annotations
 
+import urllib.parse
+
+from corral.proxy.attribution import PROXY_USER
+from corral.sandbox import boot
+
+AGENT_USER = boot.AGENT_USER
 AGENT_HOME = "/home/agent"
-PATH = f"{AGENT_HOME}/.local/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# ~/.local/bin first: `pip install` (a user install, as the agent) and `npm install -g`
+# (NPM_CONFIG_PREFIX below) put programs there. The login shell's profile says the same
+# (images/desktop/profile.sh); this is what an `argv` exec, which no shell starts, gets.
+PATH = f"{AGENT_HOME}/.local/bin:/usr/local/bin:/usr/bin:/bin"
+DISPLAY = ":0"  # the session's screen: X clients the agent runs show up in its screenshots
+CA_BUNDLE = str(boot.SYSTEM_BUNDLE)  # the system CAs and the session's, readable by every uid
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+NO_PROXY = "localhost,127.0.0.1,::1"
 CA_VARIABLES = (
     "SSL_CERT_FILE",
     "REQUESTS_CA_BUNDLE",
@@ -12,24 +41,49 @@ CA_VARIABLES = (
     "GIT_SSL_CAINFO",
     "CURL_CA_BUNDLE",
 )
+BASE = {
+    "HOME": AGENT_HOME,
+    "USER": AGENT_USER,
+    "LOGNAME": AGENT_USER,
+    "SHELL": "/bin/bash",
+    "PATH": PATH,
+    "LANG": "C.UTF-8",
+    "DISPLAY": DISPLAY,
+    # No pager (none is installed, and a command's output is read, not paged).
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    # A command's output streams as it is printed, not when Python's pipe buffer fills.
+    "PYTHONUNBUFFERED": "1",
+    # `npm install -g` as the agent: into ~/.local (the root is read-only and not the agent's).
+    "NPM_CONFIG_PREFIX": f"{AGENT_HOME}/.local",
+    # Neither asks a registry about its own new versions: requests nobody asked for, refused by
+    # most allowlists, each an audit record.
+    "NPM_CONFIG_UPDATE_NOTIFIER": "false",
+    "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+}
 
 
-def command_environment(proxy: str, ca_bundle: str | None, action_id: str) -> dict[str, str]:
-    """What every command the agent runs starts with; ``proxy`` is the session's (host:port) or empty."""
-    env = {
-        "HOME": AGENT_HOME,
-        "USER": "agent",
-        "LOGNAME": "agent",
-        "SHELL": "/bin/bash",
-        "PATH": PATH,
-        "LANG": "C.UTF-8",
-        "DISPLAY": ":0",
-    }
+def proxy_url(proxy: str, action_id: str) -> str:
+    """The proxy's URL with the action id as its password, percent-encoded: every client decodes
+    user info before it sends ``Proxy-Authorization: Basic base64("corral-action:<id>")``."""
+    boot.proxy_address(proxy)  # host:port, or ValueError
+    return f"http://{PROXY_USER}:{urllib.parse.quote(action_id, safe='')}@{proxy}"
+
+
+def command_environment(proxy: str | None, ca_bundle: str | None, action_id: str) -> dict[str, str]:
+    """The environment of a command the ``exec`` action ``action_id`` starts.
+
+    ``proxy`` is the session proxy's ``host:port`` (None or empty: no egress control, no proxy
+    variables); ``ca_bundle`` the file that trusts the session's CA (None: the tools' defaults).
+    Raises ValueError for a proxy that is not ``host:port``."""
+    env = dict(BASE)
     if proxy:
-        url = f"http://corral-action:{action_id}@{proxy}"
-        for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY"):
-            env[name] = url
-        env["NO_PROXY"] = env["no_proxy"] = "localhost,127.0.0.1,::1"
+        url = proxy_url(proxy, action_id)
+        env.update(dict.fromkeys(PROXY_VARIABLES, url))
+        env["NO_PROXY"] = env["no_proxy"] = NO_PROXY
+        # git's default ("anyauth") sends credentials only when a proxy asks for them (407), which
+        # this one never does: with "basic" it names the action on every CONNECT, as curl does.
+        env["GIT_HTTP_PROXY_AUTHMETHOD"] = "basic"
     if ca_bundle:
         env.update(dict.fromkeys(CA_VARIABLES, ca_bundle))
     return env

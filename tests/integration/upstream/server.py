@@ -1,23 +1,130 @@
 """A fake upstream for the egress tests: answers for any name over HTTP (80) and HTTPS (443), and
 echoes UDP on 5353, so a test can tell whether anything got through. Each hit is one stdout line.
 
+For the commands' tests it also serves, made at start: a package index for pip (``/simple/``),
+a registry for npm (``/npm/``), a git repository over git's dumb HTTP protocol (``/git/``), and
+``/headers``, the request's headers as JSON (what reached the upstream).
+
 Runs inside a container on the test's egress network; the test gives it network aliases under
 .test, so no real host is ever involved.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import http.server
+import io
 import json
+import os
 import pathlib
+import shutil
 import socket
 import socketserver
 import ssl
+import subprocess
 import sys
+import tarfile
+import tempfile
 import threading
+import zipfile
 
 HITS = iter(range(1, 1 << 30))
 PAGES = pathlib.Path("/srv/pages")  # /counter pages show how often the upstream was asked
+
+
+PROBE = "corral-probe"  # the package every index here serves, version 1.0(.0)
+PROBE_VALUE = "served by the fake upstream"
+
+
+def _wheel() -> tuple[str, bytes]:
+    """A pure-Python wheel of corral-probe 1.0."""
+    dist = "corral_probe-1.0.dist-info"
+    files = {
+        "corral_probe/__init__.py": f"VALUE = {PROBE_VALUE!r}\n\n\ndef main() -> None:\n    print(VALUE)\n".encode(),
+        f"{dist}/METADATA": b"Metadata-Version: 2.1\nName: corral-probe\nVersion: 1.0\n",
+        f"{dist}/entry_points.txt": b"[console_scripts]\ncorral-probe = corral_probe:main\n",
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: corral-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(
+        f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}\n"
+        for name, data in files.items()
+    )
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as wheel:
+        for name, data in {**files, f"{dist}/RECORD": (record + f"{dist}/RECORD,,\n").encode()}.items():
+            wheel.writestr(name, data)
+    return "corral_probe-1.0-py3-none-any.whl", buffer.getvalue()
+
+
+def _npm_tarball() -> bytes:
+    manifest = {"name": PROBE, "version": "1.0.0", "main": "index.js", "bin": {"corral-probe-js": "cli.js"}}
+    files = {
+        "package/package.json": json.dumps(manifest).encode(),
+        "package/index.js": f"module.exports = {json.dumps(PROBE_VALUE)};\n".encode(),
+        "package/cli.js": b"#!/usr/bin/env node\nconsole.log(require('./index.js'));\n",
+    }
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o755 if name.endswith("cli.js") else 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _git_repository() -> pathlib.Path | None:
+    """A bare repository with one commit, ready for git's dumb HTTP protocol (None without git)."""
+    git = shutil.which("git")
+    if git is None:
+        return None
+    root = pathlib.Path(tempfile.mkdtemp(prefix="upstream-git-"))
+    env = {**os.environ, "HOME": str(root), "GIT_CONFIG_NOSYSTEM": "1"}
+    work, bare = root / "work", root / "repo.git"
+    ident = ["-c", "user.name=upstream", "-c", "user.email=upstream@upstream.test"]
+    subprocess.run([git, "init", "-q", "-b", "main", str(work)], check=True, env=env)
+    (work / "README").write_text(PROBE_VALUE + "\n")
+    subprocess.run([git, "-C", str(work), "add", "README"], check=True, env=env)
+    subprocess.run([git, "-C", str(work), *ident, "commit", "-qm", "one"], check=True, env=env)
+    subprocess.run([git, "clone", "-q", "--bare", str(work), str(bare)], check=True, env=env)
+    subprocess.run([git, "-C", str(bare), "update-server-info"], check=True, env=env)
+    return bare
+
+
+WHEEL_NAME, WHEEL = _wheel()
+NPM_TARBALL = _npm_tarball()
+GIT_REPOSITORY = _git_repository()
+
+
+def _package(path: str, host: str) -> tuple[bytes, str] | None:
+    """What the package indexes answer for ``path`` (None: not theirs)."""
+    path = path.split("?")[0]
+    if path in ("/simple/", f"/simple/{PROBE}/"):
+        digest = hashlib.sha256(WHEEL).hexdigest()
+        link = f'<a href="/files/{WHEEL_NAME}#sha256={digest}">{WHEEL_NAME}</a>'
+        return f"<!doctype html><html><body>{link}</body></html>".encode(), "text/html"
+    if path == f"/files/{WHEEL_NAME}":
+        return WHEEL, "application/octet-stream"
+    if path == f"/npm/{PROBE}":
+        tarball = f"https://{host}/npm/{PROBE}/-/{PROBE}-1.0.0.tgz"
+        integrity = "sha512-" + base64.b64encode(hashlib.sha512(NPM_TARBALL).digest()).decode()
+        dist = {"tarball": tarball, "shasum": hashlib.sha1(NPM_TARBALL).hexdigest(), "integrity": integrity}
+        version = {
+            "name": PROBE,
+            "version": "1.0.0",
+            "main": "index.js",
+            "bin": {"corral-probe-js": "cli.js"},
+            "dist": dist,
+        }
+        packument = {"name": PROBE, "dist-tags": {"latest": "1.0.0"}, "versions": {"1.0.0": version}}
+        return json.dumps(packument).encode(), "application/json"
+    if path == f"/npm/{PROBE}/-/{PROBE}-1.0.0.tgz":
+        return NPM_TARBALL, "application/octet-stream"
+    if path.startswith("/git/repo.git/") and GIT_REPOSITORY is not None:
+        file = GIT_REPOSITORY.joinpath(path[len("/git/repo.git/") :]).resolve()
+        if file.is_relative_to(GIT_REPOSITORY) and file.is_file():
+            return file.read_bytes(), "application/octet-stream" if "/objects/" in path else "text/plain"
+    return None
 
 
 def _page(path: str) -> bytes | None:
@@ -37,7 +144,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         tls = isinstance(self.connection, ssl.SSLSocket)
         hit = {"host": host, "method": self.command, "path": self.path, "tls": tls, "bytes": len(body)}
         print("HIT " + json.dumps(hit), flush=True)
-        if self.path.startswith("/counter"):
+        package, status = _package(self.path, host), 200
+        if package is not None:
+            payload, kind = package
+        elif self.path.startswith("/git/"):
+            payload, kind, status = b"", "text/plain", 404  # git asks for files a repository may lack
+        elif self.path.startswith("/headers"):
+            payload = json.dumps({name.lower(): value for name, value in self.headers.items()}).encode()
+            kind = "application/json"
+        elif self.path.startswith("/counter"):
             count = next(HITS)  # shown as a number on a background of its own colour: any change is plain
             payload = (
                 f"<!doctype html><html><head><title>counter</title></head>"
@@ -70,7 +185,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 f"<body><h1 id=host>{host}</h1><p id=path>{self.path}</p></body></html>"
             ).encode()
             kind = "text/html; charset=utf-8"
-        self.send_response(200)
+        self.send_response(status)
         self.send_header("content-type", kind)
         self.send_header("content-length", str(len(payload)))
         self.send_header("set-cookie", "upstream=secret-cookie")

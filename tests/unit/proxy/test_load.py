@@ -14,7 +14,15 @@ from mitmproxy.proxy import layer, server_hooks  # noqa: F401  (registers their 
 from mitmproxy.proxy.layers import http, tls  # noqa: F401
 
 from corral.proxy import load
-from corral.proxy.addons import AuditTrail, ControlChannel, HermeticPlayback, Pinning, PolicyGate, ResponseRecorder
+from corral.proxy.addons import (
+    ActionAttribution,
+    AuditTrail,
+    ControlChannel,
+    HermeticPlayback,
+    Pinning,
+    PolicyGate,
+    ResponseRecorder,
+)
 from corral.proxy.addons.state import Shared
 
 LIFECYCLE = {"load", "configure", "running", "done"}
@@ -22,7 +30,15 @@ LIFECYCLE = {"load", "configure", "running", "done"}
 
 def test_the_addons_are_composed_in_the_order_their_hooks_must_run() -> None:
     kinds = [type(addon) for addon in load.compose(Shared())]
-    assert kinds == [HermeticPlayback, PolicyGate, Pinning, ControlChannel, AuditTrail, ResponseRecorder]
+    assert kinds == [
+        HermeticPlayback,
+        ActionAttribution,
+        PolicyGate,
+        Pinning,
+        ControlChannel,
+        AuditTrail,
+        ResponseRecorder,
+    ]
     assert [type(addon) for addon in load.addons] == kinds
 
 

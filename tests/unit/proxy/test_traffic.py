@@ -481,6 +481,16 @@ def test_har_error_entry_has_status_zero_and_the_error() -> None:
     assert entry["_action"] == "act_2"
 
 
+def test_har_entries_say_when_a_command_named_the_action() -> None:
+    named = {"seq": 1, "time": T0, "session": "s", "event": "request", **_request(action_source="command")}
+    theirs = {"seq": 2, "time": T0 + 1, "session": "s", "event": "request", **_request()}
+    har = to_har([named, theirs], creator_version="1")
+    _assert_valid_har(har)
+    first, second = har["log"]["entries"]
+    assert (first["_action"], first["_action_source"]) == (named["action"], "command")
+    assert "_action_source" not in second  # the controller's action in flight, as before
+
+
 @pytest.mark.parametrize(
     ("record", "entry"),
     [

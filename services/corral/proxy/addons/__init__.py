@@ -1,6 +1,8 @@
 """Corral's egress addons for mitmproxy, one concern each, as mitmproxy's own addons are.
 
 - :class:`HermeticPlayback`: a hermetic session's answers, from a recording;
+- :class:`ActionAttribution`: the action each flow is charged to (a command's own, or the
+  controller's in flight), proxy credentials taken off;
 - :class:`PolicyGate`: the policy's decision on every CONNECT and request;
 - :class:`Pinning`: upstream connections dialled to the vetted address only;
 - :class:`ControlChannel`: the gateway's policy and status, the controller's actions;
@@ -12,6 +14,7 @@ Loaded by ``mitmdump -s`` in the sidecar (mitmproxy 12 on Python 3.13); they als
 mitmproxy 11.0 (Python 3.11), where the unit tests use them.
 """
 
+from corral.proxy.addons.attribution import ActionAttribution
 from corral.proxy.addons.channel import ControlChannel
 from corral.proxy.addons.gate import PolicyGate
 from corral.proxy.addons.pinning import Pinning
@@ -20,4 +23,13 @@ from corral.proxy.addons.recorder import ResponseRecorder
 from corral.proxy.addons.state import Shared
 from corral.proxy.addons.trail import AuditTrail
 
-__all__ = ["AuditTrail", "ControlChannel", "HermeticPlayback", "Pinning", "PolicyGate", "ResponseRecorder", "Shared"]
+__all__ = [
+    "ActionAttribution",
+    "AuditTrail",
+    "ControlChannel",
+    "HermeticPlayback",
+    "Pinning",
+    "PolicyGate",
+    "ResponseRecorder",
+    "Shared",
+]

@@ -20,7 +20,7 @@ from mitmproxy import ctx, exceptions, http
 from mitmproxy.addonmanager import Loader
 
 from corral.proxy.addons.flows import header_pairs
-from corral.proxy.addons.state import NOTE, FlowNote, Shared, Tunnel
+from corral.proxy.addons.state import NOTE, FlowNote, Shared, Tunnel, attribution_of
 from corral.proxy.control import MODES, POLICY_FILE
 from corral.proxy.hosts import canonical_or_raw, normalize_host, own_addresses, parse_authority
 from corral.proxy.policy import Decision, Policy, is_doh_request
@@ -30,8 +30,8 @@ from corral.proxy.vetting import Verdict, merge
 
 class PolicyGate:
     def __init__(self, shared: Shared) -> None:
+        self.shared = shared
         self.live = shared.policy
-        self.actions = shared.actions
         self.connections = shared.connections
 
     def load(self, loader: Loader) -> None:
@@ -65,11 +65,11 @@ class PolicyGate:
             raise _bad_option(f"bad egress policy: {exc}") from None
 
     async def http_connect(self, flow: http.HTTPFlow) -> None:
-        started, action = time.time(), self.actions.current()
+        started, attribution = time.time(), attribution_of(flow, self.shared)
         host, port = canonical_or_raw(flow.request.host), flow.request.port
         ip, verdict = await self.live.vet(host, port)
         self.connections.tunnels[flow.client_conn.id] = Tunnel(host, port, verdict, ip, self.live.generation)
-        flow.metadata[NOTE] = FlowNote(started, action, verdict, host, ip)
+        flow.metadata[NOTE] = FlowNote(started, attribution, verdict, host, ip)
         if verdict.refused:
             # Accept the tunnel without dialling upstream: each request in it then gets the refusal page.
             now = time.time()
@@ -78,7 +78,7 @@ class PolicyGate:
             )
 
     async def requestheaders(self, flow: http.HTTPFlow) -> None:
-        started, action = time.time(), self.actions.current()
+        started, attribution = time.time(), attribution_of(flow, self.shared)
         tunnel = self.connections.tunnels.get(flow.client_conn.id)
         if tunnel is not None and tunnel.generation != self.live.generation:
             await self._redecide(tunnel)
@@ -88,7 +88,7 @@ class PolicyGate:
         ip = None
         if not verdict.refused and tunnel is None:
             ip, verdict = await self._vet_plain(flow, host, verdict)
-        flow.metadata[NOTE] = FlowNote(started, action, verdict, host, ip)
+        flow.metadata[NOTE] = FlowNote(started, attribution, verdict, host, ip)
         if verdict.refused:
             accept = flow.request.headers.get("accept", "")
             flow.response = refusal_response(verdict.status, host, verdict.decision, accept)

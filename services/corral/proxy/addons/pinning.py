@@ -12,13 +12,14 @@ from mitmproxy import connection, http, tls
 from mitmproxy.proxy import server_hooks
 
 from corral.proxy.addons.state import Shared, note_of
+from corral.proxy.audit import EventFields
 from corral.proxy.hosts import canonical_or_raw, parse_ip
 
 
 class Pinning:
     def __init__(self, shared: Shared) -> None:
+        self.shared = shared
         self.live = shared.policy
-        self.actions = shared.actions
         self.connections = shared.connections
         self.journal = shared.journal
 
@@ -42,7 +43,7 @@ class Pinning:
             return
         if self.live.hermetic:
             server.error = "a hermetic replay never connects upstream"
-            self._refused(str(server.address[0]), server.address[1], server.error)
+            self._refused(data.client, str(server.address[0]), server.address[1], server.error)
             return
         target = await self._vetted(data.client, *server.address)
         if isinstance(target, str):
@@ -72,9 +73,11 @@ class Pinning:
         ip, verdict = await self.live.vet(host, port)
         if verdict.refused or ip is None:
             error = f"refused by the egress policy: {verdict.decision.reason}"
-            self._refused(host, port, error)
+            self._refused(client, host, port, error)
             return error
         return ip, host
 
-    def _refused(self, host: str, port: int, error: str) -> None:
-        self.journal.write("error", host=host, port=port, error=error, action=self.actions.current())
+    def _refused(self, client: connection.Client, host: str, port: int, error: str) -> None:
+        fields: EventFields = {"host": host, "port": port, "error": error}
+        fields.update(self.shared.charged_to(client.id).record())
+        self.journal.write("error", **fields)

@@ -13,14 +13,28 @@ from typing import Any, Unpack
 
 from mitmproxy import http
 
+from corral.proxy.attribution import Attribution
 from corral.proxy.audit import GENESIS, AuditLog, Event, EventFields
 from corral.proxy.policy import Decision
 from corral.proxy.responses import ResponseStore
 from corral.proxy.vetting import LivePolicy, Verdict
 
-__all__ = ["Actions", "Connections", "FlowNote", "Journal", "Replay", "Shared", "Tunnel", "Verdict", "note_of"]
+__all__ = [
+    "Actions",
+    "Attribution",
+    "Connections",
+    "FlowNote",
+    "Journal",
+    "Replay",
+    "Shared",
+    "Tunnel",
+    "Verdict",
+    "attribution_of",
+    "note_of",
+]
 
 NOTE = "corral"  # the key of a flow's FlowNote in flow.metadata
+ATTRIBUTION = "corral.attribution"  # the key of the flow's Attribution, decided before its note
 MAX_ACTIONS = 64
 
 
@@ -40,7 +54,7 @@ class FlowNote:
     """What the policy decided about a flow, for the addons after it (and its audit record)."""
 
     started: float
-    action: str | None
+    attribution: Attribution  # the action that caused it, and who said so
     verdict: Verdict
     host: str  # the vetted name (mitmproxy's request.host may be the pinned address)
     ip: str | None = None  # the vetted address chosen for this flow (a CONNECT, or plain HTTP)
@@ -53,6 +67,13 @@ class FlowNote:
 def note_of(flow: http.HTTPFlow) -> FlowNote | None:
     note = flow.metadata.get(NOTE)
     return note if isinstance(note, FlowNote) else None
+
+
+def attribution_of(flow: http.HTTPFlow, shared: Shared) -> Attribution:
+    """What :class:`~corral.proxy.addons.ActionAttribution` charged the flow to (what its client
+    connection is charged to, had it not run)."""
+    found = flow.metadata.get(ATTRIBUTION)
+    return found if isinstance(found, Attribution) else shared.charged_to(flow.client_conn.id)
 
 
 class Actions:
@@ -82,12 +103,14 @@ class Connections:
     """Per client connection: its tunnel, and the addresses vetted for it."""
 
     tunnels: dict[str, Tunnel] = field(default_factory=dict)  # client id -> its CONNECT
+    commands: dict[str, Attribution] = field(default_factory=dict)  # client id -> the action its CONNECT named
     pins: dict[tuple[str, str, int], str] = field(default_factory=dict)  # (client id, address, port) -> name
     # Plain HTTP: (client id, name, port) -> the vetted address and its verdict, looked up once.
     resolved: dict[tuple[str, str, int], tuple[str | None, Verdict]] = field(default_factory=dict)
 
     def forget(self, client_id: str) -> None:
         self.tunnels.pop(client_id, None)
+        self.commands.pop(client_id, None)
         for pin in [key for key in self.pins if key[0] == client_id]:
             del self.pins[pin]
         for lookup in [key for key in self.resolved if key[0] == client_id]:
@@ -131,3 +154,8 @@ class Shared:
     journal: Journal = field(default_factory=Journal)
     replay: Replay = field(default_factory=Replay)
     responses: ResponseStore | None = None  # upstream answers kept for hermetic replays
+
+    def charged_to(self, client_id: str) -> Attribution:
+        """What a flow that names no action itself is charged to: the action its tunnel's CONNECT
+        named, else the controller's action in flight."""
+        return self.connections.commands.get(client_id) or Attribution.controller(self.actions.current())

@@ -56,17 +56,17 @@ class AuditTrail:
         if note is None:
             return
         verdict = note.verdict
-        self.journal.write(
-            "connect",
-            host=note.host,
-            port=flow.request.port,
-            ip=note.ip,
-            client=peer(flow.client_conn),
-            action=note.action,
-            decision=verdict.outcome,
-            rule=verdict.decision.rule,
-            reason=verdict.decision.reason,
-        )
+        fields: EventFields = {
+            "host": note.host,
+            "port": flow.request.port,
+            "ip": note.ip,
+            "client": peer(flow.client_conn),
+            "decision": verdict.outcome,
+            "rule": verdict.decision.rule,
+            "reason": verdict.decision.reason,
+        }
+        fields.update(note.attribution.record())
+        self.journal.write("connect", **fields)
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         self._refused(flow)
@@ -87,19 +87,19 @@ class AuditTrail:
             return
         note.logged = True
         request = flow.request
-        self.journal.write(
-            "error",
-            id=flow.id,
-            method=request.method,
-            url=redact_url(url_of(request, note.host)) if request.method != "CONNECT" else None,
-            host=note.host,
-            port=request.port,
-            ip=peer(flow.server_conn),
-            error=flow.error.msg if flow.error else "unknown error",
-            action=note.action,
-            decision=note.verdict.outcome,
-            duration_ms=round((time.time() - note.started) * 1000, 3),
-        )
+        fields: EventFields = {
+            "id": flow.id,
+            "method": request.method,
+            "url": redact_url(url_of(request, note.host)) if request.method != "CONNECT" else None,
+            "host": note.host,
+            "port": request.port,
+            "ip": peer(flow.server_conn),
+            "error": flow.error.msg if flow.error else "unknown error",
+            "decision": note.verdict.outcome,
+            "duration_ms": round((time.time() - note.started) * 1000, 3),
+        }
+        fields.update(note.attribution.record())
+        self.journal.write("error", **fields)
 
     def _refused(self, flow: http.HTTPFlow) -> None:
         """A request the proxy answered itself with a refusal: its record, at the hook that refused it."""
@@ -136,8 +136,8 @@ def exchange(flow: http.HTTPFlow, note: FlowNote) -> EventFields:
         "decision": verdict.outcome,
         "rule": verdict.decision.rule,
         "reason": verdict.decision.reason,
-        "action": note.action,
     }
+    fields.update(note.attribution.record())
     if flow.is_replay == "response":
         fields["replayed"] = True
     return fields

@@ -1,0 +1,70 @@
+"""Which agent action a flow is charged to, and on whose word.
+
+The controller reports the actions it runs (the control channel); a record names the latest one
+in flight. That is wrong for commands: a build started by one ``exec`` keeps fetching while the
+agent clicks, and two commands can run at once. So each command is given the proxy with its
+``exec``'s action id as credentials (:mod:`corral.sandbox.agentenv`): ``Proxy-Authorization:
+Basic base64("corral-action:<id>")``, on the CONNECT of each tunnel and on each plain HTTP request.
+
+A command can put any id there, so a record says whose word it took (``action_source``): the
+command's own, or the controller's. A forged id only mislabels the agent's own traffic (the agent
+could as well have made the request during another action); it changes no decision.
+
+Pure: parsing only (the addon, :class:`corral.proxy.addons.ActionAttribution`, reads the flows).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import urllib.parse
+from dataclasses import dataclass
+from typing import Literal
+
+from corral.proxy.audit import EventFields
+from corral.proxy.control import ACTION_ID
+
+PROXY_USER = "corral-action"  # corral.sandbox.agentenv puts it in each command's proxy URL
+ActionSource = Literal["command", "controller"]
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """The action a flow is charged to (None: no action in flight), and who named it."""
+
+    action: str | None
+    source: ActionSource | None
+
+    @classmethod
+    def controller(cls, action: str | None) -> Attribution:
+        """The controller's action in flight (no source when there is none)."""
+        return cls(action, "controller" if action is not None else None)
+
+    @classmethod
+    def command(cls, action: str) -> Attribution:
+        return cls(action, "command")
+
+    def record(self) -> EventFields:
+        """What an audit record says of it: ``action``, and ``action_source: "command"`` when a
+        command named it. Without that field the action is the controller's, as in every record
+        written before commands could name one."""
+        if self.source == "command":
+            return {"action": self.action, "action_source": "command"}
+        return {"action": self.action}
+
+
+def command_action(authorization: str) -> str | None:
+    """The action id in a ``Proxy-Authorization`` value, or None when it names none: another
+    scheme, another user, or an id that is not an action id (``[A-Za-z0-9_.:-]{1,64}``). An id
+    sent still percent-encoded is decoded once (no action id holds ``%``)."""
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        user, colon, password = base64.b64decode(token.strip(), validate=True).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    if not colon or user != PROXY_USER:
+        return None
+    action = urllib.parse.unquote(password) if "%" in password else password
+    return action if ACTION_ID.fullmatch(action) else None

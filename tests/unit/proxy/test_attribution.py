@@ -1,0 +1,60 @@
+"""Reading the action a command names in Proxy-Authorization (corral.proxy.attribution), and what
+a record says of an attribution."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from corral.proxy.attribution import PROXY_USER, Attribution, command_action
+from corral.sandbox.agentenv import command_environment
+
+
+def basic(credentials: str) -> str:
+    return "Basic " + base64.b64encode(credentials.encode()).decode()
+
+
+@pytest.mark.parametrize("action", ["a1.x", "a12.0f9e", "act:with:colons", "x" * 64])
+def test_the_action_named_by_corral_action(action: str) -> None:
+    assert command_action(basic(f"corral-action:{action}")) == action
+    assert command_action("  basic  " + basic(f"corral-action:{action}").split()[1] + " ") == action
+
+
+def test_the_proxy_user_is_the_one_commands_are_given() -> None:
+    url = command_environment("corral-proxy:8080", None, "a1.x")["HTTP_PROXY"]
+    assert url.startswith(f"http://{PROXY_USER}:")
+
+
+def test_an_id_still_percent_encoded_is_decoded_once() -> None:
+    assert command_action(basic("corral-action:a1%2Eboot%3A2")) == "a1.boot:2"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        basic("someone:a1.x"),  # another user: somebody else's proxy credentials
+        basic("corral-action"),  # no password
+        basic("corral-action:"),  # an empty id
+        basic("corral-action:" + "x" * 65),
+        basic("corral-action:a1 x"),
+        basic("corral-action:a1\nx"),
+        basic("corral-action:a1%0Ax"),  # a newline, encoded
+        basic("corral-action:a%2"),  # not an escape
+        "Bearer " + base64.b64encode(b"corral-action:a1.x").decode(),
+        "Basic not*base64",
+        "Basic " + base64.b64encode(b"corral-action:\xff").decode(),
+        "Basic",
+        "",
+    ],
+)
+def test_anything_else_names_no_action(value: str) -> None:
+    assert command_action(value) is None
+
+
+def test_a_record_says_command_only_when_a_command_named_the_action() -> None:
+    assert Attribution.command("a1.x").record() == {"action": "a1.x", "action_source": "command"}
+    # The controller's: as every record said before commands could name an action.
+    assert Attribution.controller("a2.x").record() == {"action": "a2.x"}
+    assert Attribution.controller(None) == Attribution(None, None)
+    assert Attribution.controller(None).record() == {"action": None}
