@@ -6,7 +6,8 @@ by pixel; the step diverges when more than ``threshold`` of the pixels differ vi
 request fails where it succeeded, or the other way round). Per-step overrides can change the
 threshold, add masks or skip a step. A step with no frame to compare is skipped (and says why),
 never counted as a pass; a recording that lost events (``gap``, ``controller_restarted``) replays
-with a warning in every report.
+with a warning in every report. Commands and file operations are judged by their result instead
+(exit codes, sha256, pids mapped: corral.recording.judge).
 """
 
 from __future__ import annotations
