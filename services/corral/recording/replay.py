@@ -16,6 +16,7 @@ import base64
 import html
 import io
 import json
+import shlex
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
@@ -193,10 +194,14 @@ def summarize(event: Mapping[str, Any]) -> str:
     native = event.get("native") or []
     if native:
         first = native[0]
+        more = f" (+{len(native) - 1})" if len(native) > 1 else ""
+        if first.get("type") == "exec":  # what was run, whichever form it came in
+            argv = first.get("argv")
+            shown = first.get("command") if argv is None else shlex.join(str(arg) for arg in argv)
+            return f"exec {shown}"[:120] + more
         left_out = {"type", *_summary_fields(first.get("type"))}
         details = {k: v for k, v in first.items() if k not in left_out and not isinstance(v, dict | list)}
         text = " ".join(f"{k}={v}" for k, v in list(details.items())[:3])
-        more = f" (+{len(native) - 1})" if len(native) > 1 else ""
         return f"{first.get('type')} {text}".strip()[:120] + more
     return f"{event.get('dialect') or 'request'} (not read)"
 

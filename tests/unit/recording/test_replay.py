@@ -313,3 +313,10 @@ def test_expect_in_overrides_is_checked() -> None:
             assert "expect maps stdout/stderr" in str(exc)
         else:
             raise AssertionError(f"{bad} was accepted")
+
+
+def test_an_exec_step_is_summarised_by_what_it_ran() -> None:
+    from corral.recording.replay import summarize
+
+    assert summarize({"native": [{"type": "exec", "command": "make -j2", "cwd": "/workspace"}]}) == "exec make -j2"
+    assert summarize({"native": [{"type": "exec", "argv": ["ls", "-l", "my dir"]}]}) == "exec ls -l 'my dir'"
