@@ -320,3 +320,13 @@ def test_an_exec_step_is_summarised_by_what_it_ran() -> None:
 
     assert summarize({"native": [{"type": "exec", "command": "make -j2", "cwd": "/workspace"}]}) == "exec make -j2"
     assert summarize({"native": [{"type": "exec", "argv": ["ls", "-l", "my dir"]}]}) == "exec ls -l 'my dir'"
+
+
+def test_what_the_sandbox_said_is_escaped_in_the_report() -> None:
+    run = {"type": "exec", "command": "<b>x</b>"}
+    recorded = bundle([command(1, run, exec_result(None, signal="<script>alert(1)</script>"))], {})
+    report = replay(recorded, Commands([exec_result(0)]), ReplayOptions())
+    page = html_report(report)
+    assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<b>x</b>" not in page and "exec &lt;b&gt;x&lt;/b&gt;" in page
+    ET.fromstring(junit_xml(report))  # and the XML stays well-formed
