@@ -341,6 +341,7 @@ class SessionManager:
             pids=s.default_pids,
             shm_size=f"{s.default_shm_mb}m",
             tmp_size=f"{disk}m",
+            workspace_size=s.workspace_size,
             labels=self._labels(kind),
             network=s.network,
             session_network=network,

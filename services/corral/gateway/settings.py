@@ -44,6 +44,8 @@ class GatewaySettings(BaseSettings):
     default_shm_mb: int = 256
     default_disk_mb: int = 1024
     max_disk_mb: int = 8192
+    # Each sandbox's /workspace (a tmpfs the agent's commands start in; Docker's size syntax: 512m, 1g).
+    workspace_size: str = Field(default="1g", pattern=r"^[0-9]+[kmg]?$")
     # JSON bodies of the API (create, change a session) above this are refused (413) unread.
     max_body_kb: int = Field(default=1024, ge=1)
 

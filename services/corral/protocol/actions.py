@@ -7,10 +7,12 @@ that once the size is known.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Iterator
 from typing import Annotated, Literal, Protocol, Self, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from corral.errors import UnknownKeyError
@@ -383,6 +385,163 @@ class TabClose(_Action):
     tab: TabRef | None = None
 
 
+# -- commands and processes (run as the agent's uid; corral.sandbox.processes) -------------------------------
+
+MAX_COMMAND_BYTES = 96 * 1024  # argv (or command), env and cwd together, as UTF-8: what one launcher message holds
+MAX_STDIN_BYTES = 8 << 20
+MAX_PROCESS_TIMEOUT_MS = 24 * 3_600_000
+DEFAULT_WORKDIR = "/workspace"
+OutputEncoding = Literal["utf-8", "base64"]
+Stream = Literal["stdout", "stderr"]
+
+
+def _clean_text(value: str) -> str:
+    """Text that can become a C string: no NUL byte, nothing that is not UTF-8 (a lone surrogate)."""
+    if "\0" in value:
+        raise PydanticCustomError("invalid_field", "a NUL byte cannot be passed to a program")
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise PydanticCustomError("invalid_field", "not valid UTF-8 (a lone surrogate)") from None
+    return value
+
+
+def _utf8(value: str) -> str:
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise PydanticCustomError("invalid_field", "not valid UTF-8 (a lone surrogate); use the _base64 form") from None
+    return value
+
+
+def _base64(value: str) -> str:
+    try:
+        base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise PydanticCustomError("invalid_field", "not valid base64") from None
+    return value
+
+
+CleanText = Annotated[str, AfterValidator(_clean_text)]
+Utf8Text = Annotated[str, AfterValidator(_utf8)]
+Base64Text = Annotated[str, AfterValidator(_base64)]
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=256)]
+Pid = Annotated[int, Field(ge=1, le=1 << 22)]
+
+
+class PtySize(_Model):
+    rows: Annotated[int, Field(ge=1, le=1_000)] = 24
+    cols: Annotated[int, Field(ge=1, le=1_000)] = 80
+
+
+class Exec(_Action):
+    """Run ``command`` (through ``bash -lc``) or ``argv`` as the agent; see docs/protocol.md, "Commands"."""
+
+    type: Literal["exec"]
+    command: Annotated[CleanText, Field(min_length=1)] | None = None
+    argv: Annotated[list[CleanText], Field(min_length=1, max_length=10_000)] | None = None
+    cwd: Annotated[CleanText, Field(min_length=1, max_length=4_096)] = DEFAULT_WORKDIR
+    env: dict[EnvName, CleanText] = Field(default_factory=dict, max_length=1_000)
+    stdin: Utf8Text | None = None
+    stdin_base64: Base64Text | None = None
+    timeout_ms: Annotated[int, Field(ge=1, le=MAX_PROCESS_TIMEOUT_MS)] | None = None
+    max_output_bytes: Annotated[int, Field(ge=0)] | None = None
+    output_encoding: OutputEncoding = "utf-8"
+    stream: bool = False
+    background: bool = False
+    pty: PtySize | None = None
+
+    @model_validator(mode="after")
+    def _one_program(self) -> Self:
+        if (self.command is None) == (self.argv is None):
+            raise PydanticCustomError("invalid_field", "give either command (run by bash -lc) or argv, not both")
+        if self.stdin is not None and self.stdin_base64 is not None:
+            raise PydanticCustomError("invalid_field", "give either stdin or stdin_base64, not both")
+        if len(self.stdin_bytes() or b"") > MAX_STDIN_BYTES:
+            raise PydanticCustomError("invalid_field", "stdin is at most {limit} bytes", {"limit": MAX_STDIN_BYTES})
+        size = sum(len(part.encode()) + 1 for part in [*self.program(), self.cwd])
+        size += sum(len(name) + len(value.encode()) + 2 for name, value in self.env.items())
+        if size > MAX_COMMAND_BYTES:
+            raise PydanticCustomError(
+                "invalid_field",
+                "the command, its env and cwd are {size} bytes; at most {limit} (pass data through stdin or a file)",
+                {"size": size, "limit": MAX_COMMAND_BYTES},
+            )
+        return self
+
+    def program(self) -> list[str]:
+        """What is executed: ``argv``, or bash running ``command`` as a login shell."""
+        return list(self.argv) if self.argv is not None else ["bash", "-lc", self.command or ""]
+
+    def stdin_bytes(self) -> bytes | None:
+        if self.stdin_base64 is not None:
+            return base64.b64decode(self.stdin_base64)
+        return None if self.stdin is None else self.stdin.encode()
+
+
+class ProcessList(_Action):
+    type: Literal["process_list"]
+
+
+class ProcessWait(_Action):
+    type: Literal["process_wait"]
+    pid: Pid
+    timeout_ms: Annotated[int, Field(ge=0, le=MAX_PROCESS_TIMEOUT_MS)] = 30_000
+
+
+SignalName = Annotated[str, Field(pattern=r"^(SIG)?[A-Z0-9+-]{2,12}$")] | Annotated[int, Field(ge=1, le=64)]
+
+
+class ProcessKill(_Action):
+    """SIGKILL (the default) ends the whole tree; other signals go to the process's group."""
+
+    type: Literal["process_kill"]
+    pid: Pid
+    signal: SignalName = "SIGKILL"
+
+
+class ProcessWrite(_Action):
+    type: Literal["process_write"]
+    pid: Pid
+    data: Utf8Text | None = None
+    data_base64: Base64Text | None = None
+    eof: bool = False
+
+    @model_validator(mode="after")
+    def _one_payload(self) -> Self:
+        if self.data is not None and self.data_base64 is not None:
+            raise PydanticCustomError("invalid_field", "give either data or data_base64, not both")
+        if len(self.payload()) > MAX_STDIN_BYTES:
+            raise PydanticCustomError("invalid_field", "data is at most {limit} bytes", {"limit": MAX_STDIN_BYTES})
+        return self
+
+    def payload(self) -> bytes:
+        if self.data_base64 is not None:
+            return base64.b64decode(self.data_base64)
+        return (self.data or "").encode()
+
+
+class ProcessOutput(_Action):
+    type: Literal["process_output"]
+    pid: Pid
+    stream: Stream = "stdout"
+    offset: Annotated[int, Field(ge=0)] = 0
+    max_bytes: Annotated[int, Field(ge=1, le=8 << 20)] = 1 << 20
+    output_encoding: OutputEncoding = "utf-8"
+
+
+class ProcessResize(_Action):
+    type: Literal["process_resize"]
+    pid: Pid
+    rows: Annotated[int, Field(ge=1, le=1_000)]
+    cols: Annotated[int, Field(ge=1, le=1_000)]
+
+
+ProcessAction = Exec | ProcessList | ProcessWait | ProcessKill | ProcessWrite | ProcessOutput | ProcessResize
+"""The actions carried out by :class:`corral.sandbox.processes.ProcessTable`, outside the desktop's lock."""
+PROCESS_ACTIONS: tuple[type[_Action], ...] = get_args(ProcessAction)
+
+
 AnyAction = (
     Screenshot
     | Zoom
@@ -407,6 +566,13 @@ AnyAction = (
     | TabNew
     | TabSwitch
     | TabClose
+    | Exec
+    | ProcessList
+    | ProcessWait
+    | ProcessKill
+    | ProcessWrite
+    | ProcessOutput
+    | ProcessResize
 )
 """Every native action: the one list. A new action is added here, and everything else follows from it:
 validation (:data:`NativeAction`), the registry (:data:`ACTIONS`) and, through ``assert_never``, mypy's

@@ -190,6 +190,7 @@ class DockerRuntime:
         # and SETPCAP for the supervisor, which starts every child with none (corral.sandbox.boot).
         caps = ["SETUID", "SETGID", "SETPCAP", "CHOWN", "NET_ADMIN", "NET_RAW"]
         network = spec.session_network.name if spec.session_network is not None else spec.network
+        agent_owned = f"uid={AGENT_UID},gid={AGENT_UID}"
         placement: dict[str, Any] = (
             {"network": network} if network else {"ports": {f"{CONTROLLER_PORT}/tcp": ("127.0.0.1", spec.host_port)}}
         )
@@ -213,6 +214,7 @@ class DockerRuntime:
                 "/tmp": f"rw,nosuid,nodev,size={spec.tmp_size},mode=1777",
                 "/home/corral": "rw,nosuid,nodev,size=64m,uid=1000,gid=1000,mode=0700",
                 "/home/agent": f"rw,nosuid,nodev,size=512m,uid={AGENT_UID},gid={AGENT_UID},mode=0700",
+                "/workspace": f"rw,nosuid,nodev,exec,size={spec.workspace_size},{agent_owned},mode=0755",
                 "/run": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
                 "/etc/ssl/certs": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
             },

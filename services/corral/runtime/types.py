@@ -63,6 +63,8 @@ class SandboxSpec:
     pids: int = 1024
     shm_size: str = "256m"
     tmp_size: str = "1g"
+    # /workspace, the agent's commands' default directory: a tmpfs (programs may run from it), gone with it.
+    workspace_size: str = "1g"
     labels: Mapping[str, str] | None = None
     environment: Mapping[str, str] | None = None
     # On a shared network: reached at the sandbox's address there and nothing is published on the host.

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,7 +19,7 @@ from corral.errors import ActionError, ErrorCode, error_body
 from corral.protocol import reply
 from corral.sandbox.auth import RequestVerifier, read_secret
 from corral.sandbox.desktop import Desktop
-from corral.sandbox.dispatch import Dispatcher
+from corral.sandbox.dispatch import Dispatcher, Incoming
 from corral.sandbox.guard import ControllerGuard
 from corral.sandbox.recorder import Recorder
 from corral.sandbox.settings import ControllerSettings
@@ -116,20 +118,71 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
     @app.websocket("/v1/ws")
     async def ws(websocket: WebSocket, dispatcher: DispatcherDep) -> None:
         await websocket.accept()
+        await Connection(websocket, dispatcher).serve()
+
+    return app
+
+
+class Connection:
+    """One WebSocket: desktop requests run one after another in the order they came (their replies
+    too); command and process requests run beside them as they come, so a ``process_kill`` reaches
+    an ``exec`` still running on the same connection. Every frame is sent whole, replies with the
+    request's id, events (an exec's output) before their request's reply."""
+
+    def __init__(self, websocket: WebSocket, dispatcher: Dispatcher) -> None:
+        self._websocket = websocket
+        self._dispatcher = dispatcher
+        self._sending = asyncio.Lock()
+        self._desktop: asyncio.Queue[Incoming] = asyncio.Queue()
+        self._apart: set[asyncio.Task[None]] = set()
+        self._current: asyncio.Task[None] | None = None
+
+    async def serve(self) -> None:
+        worker = asyncio.create_task(self._desktop_requests())
         try:
             while True:
-                message = await websocket.receive()
+                message = await self._websocket.receive()
                 if message["type"] == "websocket.disconnect":
                     return
                 raw = message.get("text")
                 if raw is None:
                     raw = message.get("bytes") or b""
-                out = await dispatcher.handle(raw)
-                await websocket.send_text(reply.encode(out))  # "ok" first: the gateway's relay reads only that
+                incoming = self._dispatcher.read(raw)
+                if incoming.apart:
+                    task = asyncio.create_task(self._answer(incoming))
+                    self._apart.add(task)
+                    task.add_done_callback(self._apart.discard)
+                else:
+                    self._desktop.put_nowait(incoming)
         except WebSocketDisconnect:
             return
+        finally:
+            # The desktop request running finishes, as it always did (its reply goes nowhere); queued
+            # ones never run. Commands still running are cancelled: their trees are killed.
+            worker.cancel()
+            for task in list(self._apart):
+                task.cancel()
+            if self._current is not None:
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await self._current
 
-    return app
+    async def _desktop_requests(self) -> None:
+        while True:
+            incoming = await self._desktop.get()
+            self._current = asyncio.create_task(self._answer(incoming))
+            await asyncio.shield(self._current)
+
+    async def _answer(self, incoming: Incoming) -> None:
+        out = await self._dispatcher.run(incoming, self._event)
+        await self._send(reply.encode(out))  # "ok" first: the gateway's relay reads only that
+
+    async def _event(self, event: dict[str, Any]) -> None:
+        await self._send(json.dumps(event, separators=(",", ":")))
+
+    async def _send(self, frame: str) -> None:
+        async with self._sending:
+            with contextlib.suppress(WebSocketDisconnect, RuntimeError):
+                await self._websocket.send_text(frame)
 
 
 def _verifier(settings: ControllerSettings) -> RequestVerifier | None:

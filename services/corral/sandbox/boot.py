@@ -52,6 +52,7 @@ SECRET_DIR = auth.SECRET_DIR
 RUN_DIR = Path("/run/corral")
 CHROMIUM_POLICY = RUN_DIR / "chromium-policy.json"
 CA_CERT = RUN_DIR / "session-ca.pem"
+LAUNCHER_DIR = RUN_DIR / "launcher"  # the launcher's socket: corral's alone (corral.sandbox.launcher)
 SYSTEM_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 PRISTINE_BUNDLE = Path("/usr/share/corral/ca-certificates.crt")  # Debian's, copied at image build
 CONTROLLER_PORT = 8765
@@ -187,6 +188,7 @@ def lock_down(env: Mapping[str, str], users: Users) -> None:
             log.warning("no firewall for the agent's uid (%s); the controller's secret still guards it", exc)
     # Only once the firewall holds: a sandbox that cannot be locked down never has a usable secret.
     write_secret(users, SECRET_DIR)
+    private_dir(LAUNCHER_DIR, users)
     _x11_dir()
     CHROMIUM_POLICY.write_text(json.dumps(chromium_policy(proxy or None)))
     ca = env.get("CORRAL_CA_CERT", "")
@@ -231,6 +233,15 @@ def write_secret(users: Users, directory: Path) -> None:
         os.fchown(fd, users.controller_uid, users.controller_gid)
     finally:
         os.close(fd)
+    os.chown(directory, users.controller_uid, users.controller_gid)
+
+
+def private_dir(directory: Path, users: Users) -> None:
+    """A directory only ``corral`` may enter (the launcher's socket lives in one)."""
+    # Owned first (no CAP_FOWNER here: root may chmod only what it owns), then handed over.
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chown(directory, os.getuid(), os.getgid())
+    directory.chmod(0o700)
     os.chown(directory, users.controller_uid, users.controller_gid)
 
 

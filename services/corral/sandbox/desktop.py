@@ -20,6 +20,8 @@ from corral.protocol.keys import Key, parse_key
 from corral.protocol.plan import ActionResult, After
 from corral.sandbox import clipboard
 from corral.sandbox.browser import Browser
+from corral.sandbox.launcher import LauncherClient
+from corral.sandbox.processes import ProcessTable, RunContext
 from corral.sandbox.screen import Screen, Settled
 from corral.sandbox.settings import ControllerSettings
 from corral.sandbox.xinput import XInput
@@ -48,23 +50,38 @@ def wait_for_display(display: str, timeout_s: float = 30.0) -> None:
 
 
 class Desktop:
-    """The sandbox's desktop. Callers hold :attr:`lock` so actions never interleave."""
+    """The sandbox's desktop. Callers hold :attr:`lock` so actions never interleave, except the
+    process actions (:data:`corral.protocol.actions.ProcessAction`), which never touch the screen
+    and run beside the others (a long build must not hold up a screenshot)."""
 
-    def __init__(self, settings: ControllerSettings, input: XInput, screen: Screen, browser: Browser) -> None:
+    def __init__(
+        self,
+        settings: ControllerSettings,
+        input: XInput,
+        screen: Screen,
+        browser: Browser,
+        processes: ProcessTable | None = None,
+    ) -> None:
         self._settings = settings
         self.input = input
         self.screen = screen
         self.browser = browser
+        self.processes = processes
         self.size = Size(self.screen.width, self.screen.height)
         self.lock = asyncio.Lock()
 
     @classmethod
     def open(cls, settings: ControllerSettings) -> Desktop:
-        """The desktop of ``settings.display`` once its X server answers, and its Chromium."""
+        """The desktop of ``settings.display`` once its X server answers, its Chromium, and the
+        agent's processes (through the launcher)."""
         wait_for_display(settings.display)
-        return cls(settings, XInput(settings.display), Screen(settings.display), Browser(settings.cdp_url))
+        processes = ProcessTable(LauncherClient(settings.launcher_socket), settings.process_settings())
+        browser = Browser(settings.cdp_url)
+        return cls(settings, XInput(settings.display), Screen(settings.display), browser, processes)
 
     async def close(self) -> None:
+        if self.processes is not None:
+            await self.processes.close()
         await self.browser.close()
         self.screen.close()
         self.input.close()
@@ -117,16 +134,17 @@ class Desktop:
 
     # -- actions ---------------------------------------------------------------------------------------
 
-    async def run(self, action: a.NativeAction, after: After) -> ActionResult:
-        """Carry out one action; screen coordinates are already checked and scaled."""
+    async def run(self, action: a.NativeAction, after: After, context: RunContext | None = None) -> ActionResult:
+        """Carry out one action; screen coordinates are already checked and scaled. ``context``: the
+        request's action id and event channel (process actions use them)."""
         try:
-            return await self._run(action, after)
+            return await self._run(action, after, context or RunContext(action_id=""))
         except PlaywrightError as exc:
             # A browser call outside the mapped ones (a page mid-navigation, a tab closing).
             message = exc.message.splitlines()[0] if exc.message else "the browser refused"
             raise ActionError(ErrorCode.BROWSER_UNAVAILABLE, message) from None
 
-    async def _run(self, action: a.NativeAction, after: After) -> ActionResult:
+    async def _run(self, action: a.NativeAction, after: After, context: RunContext) -> ActionResult:
         match action:
             case a.Screenshot() | a.Zoom():
                 return await self.capture(action.options(), after)
@@ -182,6 +200,18 @@ class Desktop:
                 return ActionResult(await self.browser.tab_switch(action.tab))
             case a.TabClose():
                 return ActionResult(await self.browser.tab_close(action.tab))
+            case (
+                a.Exec()
+                | a.ProcessList()
+                | a.ProcessWait()
+                | a.ProcessKill()
+                | a.ProcessWrite()
+                | a.ProcessOutput()
+                | a.ProcessResize()
+            ):
+                if self.processes is None:
+                    raise ActionError(ErrorCode.UNSUPPORTED, "this controller runs no commands")
+                return ActionResult(await self.processes.run(action, context))
             case _:
                 # mypy proves this unreachable: a member of AnyAction without its case above fails the type check.
                 assert_never(action)

@@ -11,10 +11,12 @@ from typing import Any
 
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import reply
+from corral.protocol.actions import PROCESS_ACTIONS
 from corral.protocol.envelope import Limits, decode, plan_request, request_id_of
 from corral.protocol.plan import ActionResult, EncodedImage, Plan, RequestId
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.egress import ActionReporter
+from corral.sandbox.processes import Emit, RunContext
 from corral.sandbox.recorder import Recorder
 
 log = logging.getLogger(__name__)
@@ -65,6 +67,24 @@ class Handled:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """A message as read: the request (or its text), its id, its plan or why it has none, and when
+    it came in. Reading is cheap and never raises; running it is :meth:`Dispatcher.run`."""
+
+    request: Any
+    request_id: RequestId
+    plan: Plan | None
+    error: Exception | None
+    started: float
+    wall: float
+
+    @property
+    def apart(self) -> bool:
+        """Runs beside other requests, outside the desktop's lock: a command or process action."""
+        return self.plan is not None and all(isinstance(step.action, PROCESS_ACTIONS) for step in self.plan.steps)
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -81,32 +101,63 @@ class Dispatcher:
         # Ids stay unique in the session's audit log across controller restarts.
         self._boot = secrets.token_hex(2)
 
-    async def handle(self, raw: str | bytes) -> dict[str, Any]:
+    async def handle(self, raw: str | bytes, emit: Emit | None = None) -> dict[str, Any]:
         """One message in, one reply out; never raises for anything the client sent."""
-        if self._recorder is not None:
-            await self._recorder.before_action()
-        started, wall = time.perf_counter(), time.time()
-        handled = await self._handle(raw, started)
-        if self._recorder is not None:
-            self._recorder.record(handled.event(wall, (time.perf_counter() - started) * 1000))
-        return handled.reply
+        return await self.run(self.read(raw), emit)
 
-    async def _handle(self, raw: str | bytes, started: float) -> Handled:
+    def read(self, raw: str | bytes) -> Incoming:
+        """Decode and plan one message (the caller decides from :attr:`Incoming.apart` how to run it)."""
+        started, wall = time.perf_counter(), time.time()
         request: Any = _text(raw)
         request_id: RequestId = None
-        planned: Planned | None = None
-        ran: Ran | None = None
         try:
             request = decode(raw, self._limits)
             request_id = request_id_of(request)
             plan = plan_request(request, self._desktop.size, self._limits)
-            planned = self._planned(plan)
-            ran = await self._run(plan, planned.action_id)
-            out = reply.success(plan, ran.results, ran.image, (time.perf_counter() - started) * 1000)
         except Exception as exc:
-            return Handled(_failure(request_id, exc), request, planned, ran)
+            return Incoming(request, request_id, None, exc, started, wall)
+        return Incoming(request, request_id, plan, None, started, wall)
+
+    async def run(self, incoming: Incoming, emit: Emit | None = None) -> dict[str, Any]:
+        """Run a read message; ``emit`` sends its events (an exec's streamed output), if the
+        transport can."""
+        if self._recorder is not None:
+            await self._recorder.before_action()
+        handled = await self._handle(incoming, emit)
+        if self._recorder is not None:
+            elapsed_ms = (time.perf_counter() - incoming.started) * 1000
+            self._recorder.record(handled.event(incoming.wall, elapsed_ms))
+        return handled.reply
+
+    async def _handle(self, incoming: Incoming, emit: Emit | None) -> Handled:
+        request, plan = incoming.request, incoming.plan
+        if plan is None:
+            assert incoming.error is not None
+            return Handled(_failure(incoming.request_id, incoming.error), request)
+        planned: Planned | None = None
+        ran: Ran | None = None
+        try:
+            planned = self._planned(plan)
+            if incoming.apart:
+                ran = await self._run_apart(plan, RunContext(planned.action_id, _with_id(emit, plan.request_id)))
+            else:
+                ran = await self._run(plan, planned.action_id)
+            elapsed_ms = (time.perf_counter() - incoming.started) * 1000
+            out = reply.success(plan, ran.results, ran.image, elapsed_ms)
+        except Exception as exc:
+            return Handled(_failure(incoming.request_id, exc), request, planned, ran)
         out["action_id"] = planned.action_id  # what the egress audit log calls this action
         return Handled(out, request, planned, ran)
+
+    async def _run_apart(self, plan: Plan, context: RunContext) -> Ran:
+        """A process action: no desktop lock and no request timeout (each has its own ``timeout_ms``);
+        the proxy learns a command's action from the proxy username its environment carries."""
+        results = [await self._desktop.run(step.action, plan.after, context) for step in plan.steps]
+        image = None
+        if plan.after.screenshot is not None:
+            async with self._desktop.lock:
+                image = (await self._desktop.capture(plan.after.screenshot, plan.after)).image
+        return Ran(results, image, None, None)
 
     def _planned(self, plan: Plan) -> Planned:
         self._seq += 1
@@ -164,6 +215,18 @@ def _failure(request_id: RequestId, exc: Exception) -> dict[str, Any]:
         return reply.failure(request_id, exc)
     log.error("internal error handling request %r", request_id, exc_info=exc)
     return reply.failure(request_id, ActionError(ErrorCode.INTERNAL, "internal error; see the controller log"))
+
+
+def _with_id(emit: Emit | None, request_id: RequestId) -> Emit | None:
+    """Events carry their request's id first (and never ``ok``: that is a reply's first key)."""
+    if emit is None:
+        return None
+    send = emit
+
+    async def emit_for_request(event: dict[str, Any]) -> None:
+        await send({"id": request_id, **event})
+
+    return emit_for_request
 
 
 def _text(raw: str | bytes, limit: int = 4096) -> str:

@@ -73,6 +73,13 @@ def as_controller(argv: list[str]) -> list[str]:
     return ["setpriv", *_NO_CAPS, "--", *argv]
 
 
+def as_launcher(argv: list[str]) -> list[str]:
+    """The launcher (corral.sandbox.launcher) keeps CAP_SETUID and CAP_SETGID, and nothing else in
+    any set: enough to act as the agent, not to gain anything back (no SETPCAP)."""
+    keep = "-all,+setuid,+setgid"
+    return ["setpriv", f"--inh-caps={keep}", f"--ambient-caps={keep}", f"--bounding-set={keep}", "--", *argv]
+
+
 def as_agent(argv: list[str]) -> list[str]:
     """Run as ``agent``: another uid, no supplementary groups, no capabilities, no privilege gain."""
     return [
@@ -267,6 +274,9 @@ def main() -> int:
         trusting.start()
     signal.signal(signal.SIGTERM, sup.stop)
     signal.signal(signal.SIGINT, sup.stop)
+    if split:
+        # Commands and file operations as the agent, for the controller, which holds no capability.
+        sup.spawn(Child("launcher", as_launcher([sys.executable, "-m", "corral.sandbox.launcher"])))
     # The controller imports for most of a second: start it first, it waits for the display itself.
     sup.spawn(Child("controller", own([sys.executable, "-m", "corral.sandbox.controller"])))
     sup.start_xvfb(own)

@@ -10,6 +10,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from corral.protocol.envelope import MAX_FRAME_BYTES, Limits
 from corral.sandbox import auth
 from corral.sandbox.egress import ActionReporter
+from corral.sandbox.launcher.messages import SOCKET_PATH
+from corral.sandbox.processes import ProcessSettings
 
 DEFAULT_LIMITS = Limits()
 
@@ -44,6 +46,26 @@ class ControllerSettings(BaseSettings):
     secret_file: Path = auth.SECRET_FILE
     # Keep each request, its reply and a frame after it for the gateway's session recording.
     record: bool = True
+    # Commands and processes (corral.sandbox.processes), run as the agent through the launcher.
+    launcher_socket: Path = SOCKET_PATH
+    exec_timeout_ms: int = 60_000
+    max_output_bytes: int = 8 << 20  # per stream of one exec's reply; the default is 1 MiB
+    process_buffer_bytes: int = 4 << 20  # per stream of each process, for process_output
+    max_processes: int = 256
+    # What boot writes when the session has a proxy: the system CAs and the session's.
+    ca_bundle: Path = Path("/etc/ssl/certs/ca-certificates.crt")
+
+    def process_settings(self) -> ProcessSettings:
+        return ProcessSettings(
+            exec_timeout_ms=self.exec_timeout_ms,
+            max_timeout_ms=self.max_action_timeout_ms,
+            output_bytes=min(1 << 20, self.max_output_bytes),
+            max_output_bytes=self.max_output_bytes,
+            buffer_bytes=self.process_buffer_bytes,
+            max_processes=self.max_processes,
+            proxy=self.proxy,
+            ca_bundle=str(self.ca_bundle) if self.proxy else None,
+        )
 
     def action_reporter(self) -> ActionReporter | None:
         token = _read(self.controller_token_file)

@@ -63,6 +63,13 @@ MINIMAL: dict[str, dict[str, Any]] = {
     "tab_new": {},
     "tab_switch": {"tab": 0},
     "tab_close": {},
+    "exec": {"argv": ["true"]},
+    "process_list": {},
+    "process_wait": {"pid": 7},
+    "process_kill": {"pid": 7},
+    "process_write": {"pid": 7, "data": "y\n"},
+    "process_output": {"pid": 7},
+    "process_resize": {"pid": 7, "rows": 24, "cols": 80},
 }
 
 

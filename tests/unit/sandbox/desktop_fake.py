@@ -77,5 +77,22 @@ class FakeBrowser:
         return call
 
 
+class FakeProcesses:
+    """Stands in for the ProcessTable: logs each process action it is given."""
+
+    def __init__(self, parts: Parts) -> None:
+        self._parts = parts
+
+    async def run(self, action: Any, context: Any) -> dict[str, Any]:
+        self._parts.log("processes", action.type, context.action_id)
+        return {"pid": 7}
+
+
 def fake_desktop(parts: Parts, browser: type[FakeBrowser] = FakeBrowser) -> Desktop:
-    return Desktop(ControllerSettings(), FakeInput(parts), FakeScreen(parts), browser(parts))  # type: ignore[arg-type]
+    return Desktop(
+        ControllerSettings(),
+        FakeInput(parts),  # type: ignore[arg-type]
+        FakeScreen(parts),  # type: ignore[arg-type]
+        browser(parts),  # type: ignore[arg-type]
+        FakeProcesses(parts),  # type: ignore[arg-type]
+    )

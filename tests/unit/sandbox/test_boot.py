@@ -102,6 +102,7 @@ def test_lock_down_writes_policy_and_bundle_and_refuses_a_key(tmp_path: Path, mo
     monkeypatch.setattr(boot, "PRISTINE_BUNDLE", pristine)
     monkeypatch.setattr(boot, "SECRET_DIR", tmp_path / "run" / "controller")
     monkeypatch.setattr(boot, "X11_DIR", tmp_path / "x11")
+    monkeypatch.setattr(boot, "LAUNCHER_DIR", tmp_path / "run" / "launcher")
     # No firewall here (iptables-restore refuses, or is missing): a warning, not a failure.
     monkeypatch.setattr(boot, "_apply", _no_firewall)
     cert = "-----BEGIN CERTIFICATE-----\nSESSION\n-----END CERTIFICATE-----"
@@ -111,6 +112,7 @@ def test_lock_down_writes_policy_and_bundle_and_refuses_a_key(tmp_path: Path, mo
     assert stat.S_IMODE((secret_dir / "secret").stat().st_mode) == 0o400
     first = auth.read_secret(secret_dir / "secret")
     assert stat.S_IMODE((tmp_path / "x11").stat().st_mode) == 0o1777
+    assert stat.S_IMODE((tmp_path / "run" / "launcher").stat().st_mode) == 0o700  # the launcher's socket
     assert json.loads((tmp_path / "run" / "policy.json").read_text())["QuicAllowed"] is False
     bundle = (certs / "ca-certificates.crt").read_text()
     assert "DEBIAN" in bundle and "SESSION" in bundle

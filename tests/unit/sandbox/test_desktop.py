@@ -43,6 +43,13 @@ PART = {
     "tab_new": "browser",
     "tab_switch": "browser",
     "tab_close": "browser",
+    "exec": "processes",
+    "process_list": "processes",
+    "process_wait": "processes",
+    "process_kill": "processes",
+    "process_write": "processes",
+    "process_output": "processes",
+    "process_resize": "processes",
 }
 
 

@@ -1,0 +1,300 @@
+"""The controller's side of the launcher: :class:`LauncherClient` (async), which implements
+:class:`corral.sandbox.agentfs.AgentFs` and spawns the agent's processes, and :class:`Control`,
+the channel to one shepherd.
+
+One connection, opened on first use and again after the launcher restarted; requests carry ids and
+may overlap (the launcher answers them in turn). A failed operation raises
+``OSError(errno, strerror, filename)`` as :mod:`os` would; a launcher that cannot be reached raises
+``ConnectionError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from corral.sandbox.agentfs import DirEntry, FileStat
+from corral.sandbox.launcher import messages as m
+from corral.sandbox.launcher.messages import SOCKET_PATH
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnRefused:
+    """The program never ran: ``stage`` ("cwd", "exec" or "setup") failed with ``errno`` on ``path``."""
+
+    stage: str
+    errno: int
+    path: str | None
+
+    def error(self) -> OSError:
+        return OSError(self.errno, os.strerror(self.errno), self.path)
+
+
+class Control:
+    """The controller's end of one shepherd's control channel: its events in order, and orders."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        sock.setblocking(False)
+        self._events: asyncio.Queue[m.ShepherdEvent | None] = asyncio.Queue()
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(sock.fileno(), self._readable)
+        self.closed = False
+
+    def _readable(self) -> None:
+        try:
+            data = self._sock.recv(m.MAX_MESSAGE)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._loop.remove_reader(self._sock.fileno())
+            self._events.put_nowait(None)
+            return
+        with contextlib.suppress(ValueError):  # a shepherd is the launcher's code: nothing else writes here
+            self._events.put_nowait(m.parse_event(data))
+
+    async def next_event(self) -> m.ShepherdEvent | None:
+        """The shepherd's next event; None once it is gone (after ``empty``, or if it died)."""
+        event = await self._events.get()
+        if event is None:
+            self._events.put_nowait(None)  # every later call sees the end too
+        return event
+
+    def signal(self, number: int) -> None:
+        self._send(m.order("signal", number))
+
+    def kill_tree(self) -> None:
+        self._send(m.order("kill_tree"))
+
+    def _send(self, data: bytes) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.send(data)
+
+    def close(self) -> None:
+        """Closing makes the shepherd kill whatever is left of the tree."""
+        if self.closed:
+            return
+        self.closed = True
+        with contextlib.suppress(ValueError, OSError):
+            self._loop.remove_reader(self._sock.fileno())
+        self._sock.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Spawned:
+    """A running program: its pid and its shepherd's channel (which now owns the events)."""
+
+    pid: int
+    control: Control
+
+
+def _path(value: bytes | None) -> str | None:
+    return None if value is None else os.fsdecode(value)
+
+
+def _entry(obj: dict[str, Any]) -> DirEntry:
+    path = os.fsdecode(m.unb64(obj["path"], "path"))
+    target = obj.get("target")
+    return DirEntry(
+        name=os.path.basename(path),
+        path=path,
+        type=obj["type"],
+        size=obj["size"],
+        mode=obj["mode"],
+        mtime=obj["mtime"],
+        target=None if target is None else os.fsdecode(m.unb64(target, "target")),
+    )
+
+
+def _stat(obj: dict[str, Any]) -> FileStat:
+    entry = _entry(obj)
+    return FileStat(entry.name, entry.path, entry.type, entry.size, entry.mode, entry.mtime, entry.target)
+
+
+class LauncherClient:
+    """Asks the launcher, as the controller's uid, to act as the agent. Implements AgentFs."""
+
+    def __init__(self, path: Path = SOCKET_PATH) -> None:
+        self._path = path
+        self._sock: socket.socket | None = None
+        self._pending: dict[int, asyncio.Future[tuple[dict[str, Any], list[int]]]] = {}
+        self._next_id = 0
+        self._connecting = asyncio.Lock()
+
+    async def close(self) -> None:
+        self._drop(ConnectionError("the launcher client closed"))
+
+    # -- the connection ---------------------------------------------------------------------------------
+
+    async def _connected(self) -> socket.socket:
+        async with self._connecting:
+            if self._sock is not None:
+                return self._sock
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+            try:
+                sock.connect(str(self._path))
+            except OSError as exc:
+                sock.close()
+                raise ConnectionError(f"the launcher does not answer at {self._path}: {exc}") from None
+            sock.setblocking(False)
+            asyncio.get_running_loop().add_reader(sock.fileno(), self._readable)
+            self._sock = sock
+            return sock
+
+    def _readable(self) -> None:
+        sock = self._sock
+        if sock is None:
+            return
+        while True:
+            try:
+                data, fds, _, _ = socket.recv_fds(sock, m.MAX_MESSAGE + 1, m.MAX_FDS)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                self._drop(ConnectionError(f"the launcher connection failed: {exc}"))
+                return
+            if not data:
+                self._drop(ConnectionError("the launcher closed the connection"))
+                return
+            self._answer(data, fds)
+
+    def _answer(self, data: bytes, fds: list[int]) -> None:
+        try:
+            reply = m.decode(data)
+        except ValueError:
+            reply = {}
+        future = self._pending.pop(reply.get("id", -1), None)
+        if future is None or future.done():
+            for fd in fds:
+                os.close(fd)
+            return
+        future.set_result((reply, fds))
+
+    def _drop(self, error: Exception) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(ValueError, OSError, RuntimeError):
+                asyncio.get_running_loop().remove_reader(sock.fileno())
+            sock.close()
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(error)
+
+    async def _call(self, op: str, fds: list[int] | None = None, **fields: Any) -> tuple[dict[str, Any], list[int]]:
+        sock = await self._connected()
+        self._next_id += 1
+        request_id = self._next_id
+        data = m.encode(m.request(op, request_id, **fields))
+        future: asyncio.Future[tuple[dict[str, Any], list[int]]] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        try:
+            await self._send(sock, data, fds or [])
+        except OSError as exc:
+            self._pending.pop(request_id, None)
+            self._drop(ConnectionError(f"the launcher connection failed: {exc}"))
+            raise ConnectionError(f"could not reach the launcher: {exc}") from None
+        try:
+            reply, got = await future
+        except asyncio.CancelledError:
+            self._pending.pop(request_id, None)
+            raise
+        if not reply.get("ok"):
+            for fd in got:
+                os.close(fd)
+            code = int(reply.get("errno") or 5)
+            path = reply.get("path")
+            message = reply.get("message") or os.strerror(code)
+            raise OSError(code, message, None if path is None else os.fsdecode(m.unb64(path, "path")))
+        return reply, got
+
+    @staticmethod
+    async def _send(sock: socket.socket, data: bytes, fds: list[int]) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                socket.send_fds(sock, [data], fds) if fds else sock.send(data)
+                return
+            except BlockingIOError:
+                writable: asyncio.Future[None] = loop.create_future()
+                loop.add_writer(sock.fileno(), writable.set_result, None)
+                try:
+                    await writable
+                finally:
+                    loop.remove_writer(sock.fileno())
+
+    # -- processes --------------------------------------------------------------------------------------
+
+    async def openpty(self) -> tuple[int, int]:
+        """A new terminal (master, slave), opened as the agent so its /dev/pts node is the agent's."""
+        _, fds = await self._call("openpty")
+        return fds[0], fds[1]
+
+    async def spawn(
+        self, argv: list[bytes], env: list[bytes], cwd: bytes, stdio: tuple[int, int, int], *, pty: bool = False
+    ) -> Spawned | SpawnRefused:
+        """Start ``argv`` as the agent with ``stdio`` (the caller keeps and closes its copies);
+        returns once it runs (exec done) or could not. Raises OSError if no shepherd could start."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        try:
+            await self._call("spawn", [*stdio, theirs.fileno()], argv=argv, env=env, cwd=cwd, pty=pty)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        control = Control(ours)
+        try:
+            first = await control.next_event()
+        except BaseException:
+            control.close()
+            raise
+        if first is not None and first.kind == "started" and first.pid is not None:
+            return Spawned(first.pid, control)
+        control.close()
+        if first is None or first.kind != "failed":
+            raise OSError(5, "the shepherd ended before it said how the start went")
+        return SpawnRefused(first.stage or "setup", first.errno or 5, _path(first.path))
+
+    # -- AgentFs ----------------------------------------------------------------------------------------
+
+    async def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        _, fds = await self._call("open", path=os.fsencode(path), flags=flags, mode=mode)
+        return fds[0]
+
+    async def stat(self, path: str, *, follow_symlinks: bool = True) -> FileStat:
+        reply, _ = await self._call("stat", path=os.fsencode(path), follow_symlinks=follow_symlinks)
+        return _stat(reply["stat"])
+
+    async def scandir(self, path: str, limit: int) -> tuple[list[DirEntry], bool]:
+        reply, _ = await self._call("scandir", path=os.fsencode(path), limit=limit)
+        return [_entry(entry) for entry in reply["entries"]], bool(reply["truncated"])
+
+    async def mkdir(self, path: str, mode: int = 0o755, *, parents: bool = False) -> None:
+        await self._call("mkdir", path=os.fsencode(path), mode=mode, parents=parents)
+
+    async def mkstemp(self, directory: str, prefix: str) -> tuple[int, str]:
+        reply, fds = await self._call("mkstemp", directory=os.fsencode(directory), prefix=os.fsencode(prefix))
+        return fds[0], os.fsdecode(m.unb64(reply["path"], "path"))
+
+    async def rename(self, source: str, destination: str, *, replace: bool = True) -> None:
+        await self._call("rename", source=os.fsencode(source), destination=os.fsencode(destination), replace=replace)
+
+    async def chmod(self, path: str, mode: int) -> None:
+        await self._call("chmod", path=os.fsencode(path), mode=mode)
+
+    async def unlink(self, path: str) -> None:
+        await self._call("unlink", path=os.fsencode(path))
+
+    async def rmdir(self, path: str) -> None:
+        await self._call("rmdir", path=os.fsencode(path))
+
+    async def rmtree(self, path: str) -> None:
+        await self._call("rmtree", path=os.fsencode(path))

@@ -1,0 +1,264 @@
+"""The launcher: the one process that can act as the agent, for the controller alone.
+
+Started (and restarted) by :mod:`corral.sandbox.init` as ``corral`` with ambient CAP_SETUID and
+CAP_SETGID only (bounding set the same two). Single-threaded: a ``selectors`` loop over its
+listening socket, the controller's connections and its children's ends. It answers only peers whose
+SO_PEERCRED uid is its own (the controller's), on a socket in a directory only that uid can enter.
+
+``spawn`` forks a shepherd (:mod:`corral.sandbox.launcher.shepherd`) and answers at once; the
+shepherd reports on the control channel the controller gave it. File operations run here with the
+agent's effective ids, one request at a time; ``rmtree`` in a forked child that is the agent for
+good, answered when it ends (or killed after :data:`RMTREE_TIMEOUT_S`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import pwd
+import selectors
+import signal
+import socket
+import struct
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from corral.sandbox.launcher import fsops
+from corral.sandbox.launcher import messages as m
+from corral.sandbox.launcher.messages import SOCKET_PATH
+from corral.sandbox.launcher.privileges import Ids, become
+from corral.sandbox.launcher.shepherd import Shepherd, Spawn
+
+log = logging.getLogger("corral.launcher")
+
+AGENT_USER = "agent"
+RMTREE_TIMEOUT_S = 120.0
+
+
+@dataclass
+class _Removal:
+    """An ``rmtree`` running in a child: whom to answer, and by when it must be done."""
+
+    conn: socket.socket
+    request_id: int
+    pid: int
+    deadline: float
+
+
+def peer_uid(conn: socket.socket) -> int:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return int(uid)
+
+
+class Launcher:
+    def __init__(self, path: Path, agent: Ids, own: Ids) -> None:
+        self.path = path
+        self.agent, self.own = agent, own
+        self.selector = selectors.DefaultSelector()
+        self.removals: dict[int, _Removal] = {}  # by the read end of the child's result pipe
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+    def listen(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        old = os.umask(0o177)
+        try:
+            self.listener.bind(str(self.path))
+        finally:
+            os.umask(old)
+        self.listener.listen(16)
+        self.listener.setblocking(False)
+        self.selector.register(self.listener, selectors.EVENT_READ)
+
+    def serve(self) -> None:
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(wake_w)
+        self.selector.register(wake_r, selectors.EVENT_READ)
+        log.info("launcher listening on %s (agent uid %d)", self.path, self.agent.uid)
+        while True:
+            for key, _ in self.selector.select(self._timeout()):
+                if key.fileobj is self.listener:
+                    self._accept()
+                elif key.fileobj == wake_r:
+                    with contextlib.suppress(BlockingIOError):
+                        while os.read(wake_r, 512):
+                            pass
+                elif isinstance(key.fileobj, socket.socket):
+                    self._serve_one(key.fileobj)
+                elif isinstance(key.fileobj, int):
+                    self._removed(key.fileobj)
+            self._reap()
+            self._expire()
+
+    def _timeout(self) -> float | None:
+        if not self.removals:
+            return None
+        return max(0.0, min(r.deadline for r in self.removals.values()) - time.monotonic())
+
+    def _accept(self) -> None:
+        try:
+            conn, _ = self.listener.accept()
+        except BlockingIOError:
+            return
+        if peer_uid(conn) != self.own.uid:
+            log.warning("refused a connection from uid %d", peer_uid(conn))
+            conn.close()
+            return
+        conn.setblocking(True)
+        self.selector.register(conn, selectors.EVENT_READ)
+
+    def _serve_one(self, conn: socket.socket) -> None:
+        try:
+            data, fds, flags, _ = socket.recv_fds(conn, m.MAX_MESSAGE + 1, m.MAX_FDS)
+        except OSError:
+            data, fds, flags = b"", [], 0
+        if not data:
+            self.selector.unregister(conn)
+            conn.close()
+            _close(fds)
+            return
+        try:
+            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+                raise ValueError("message or descriptors cut short")
+            request = m.parse_request(data, fds)
+        except ValueError as exc:
+            _close(fds)
+            self._reply(conn, m.refusal(_id_of(data), str(exc)), [])
+            return
+        if request.op == "spawn":
+            self._spawn(conn, request)
+        elif request.op == "rmtree":
+            self._rmtree(conn, request)
+        else:
+            reply, out = fsops.run(request, self.agent, self.own)
+            self._reply(conn, reply, out)
+
+    def _reply(self, conn: socket.socket, reply: dict[str, object], fds: list[int]) -> None:
+        try:
+            socket.send_fds(conn, [m.encode(reply)], fds) if fds else conn.send(m.encode(reply))
+        except OSError as exc:
+            log.info("could not answer the controller: %s", exc)
+        finally:
+            _close(fds)
+
+    def _spawn(self, conn: socket.socket, request: m.Request) -> None:
+        stdin, stdout, stderr, control = request.fds
+        spawn = Spawn(
+            request.fields["argv"],
+            request.fields["env"],
+            request.fields["cwd"],
+            (stdin, stdout, stderr),
+            request.fields["pty"],
+        )
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            _close(request.fds)
+            self._reply(conn, m.failure(request.id, exc.errno or errno.EAGAIN), [])
+            return
+        if pid == 0:
+            self._in_child(keep=set(request.fds))
+            Shepherd(spawn, socket.socket(fileno=control), self.agent, self.own).run()
+        _close(request.fds)
+        self._reply(conn, m.ok(request.id, shepherd=pid), [])
+
+    def _in_child(self, keep: set[int]) -> None:
+        """A forked child drops the launcher's sockets and its SIGCHLD wake-up."""
+        signal.set_wakeup_fd(-1)
+        self.selector.close()
+        for fd in _open_fds():
+            if fd > 2 and fd not in keep:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    def _rmtree(self, conn: socket.socket, request: m.Request) -> None:
+        result_r, result_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            _close([result_r, result_w])
+            self._reply(conn, m.failure(request.id, exc.errno or errno.EAGAIN), [])
+            return
+        if pid == 0:
+            code = 5
+            try:
+                self._in_child(keep={result_w})
+                become(self.agent)
+                code = fsops.remove_tree(request.fields["path"])
+                os.write(result_w, str(code).encode())
+            finally:
+                os._exit(0)
+        os.close(result_w)
+        self.removals[result_r] = _Removal(conn, request.id, pid, time.monotonic() + RMTREE_TIMEOUT_S)
+        self.selector.register(result_r, selectors.EVENT_READ)
+
+    def _removed(self, fd: int, timed_out: bool = False) -> None:
+        removal = self.removals.pop(fd)
+        self.selector.unregister(fd)
+        result = b"" if timed_out else os.read(fd, 32)
+        os.close(fd)
+        code = int(result) if result.isdigit() else (errno.ETIMEDOUT if timed_out else errno.EIO)
+        reply = m.ok(removal.request_id) if code == 0 else m.failure(removal.request_id, code)
+        if removal.conn.fileno() != -1:
+            self._reply(removal.conn, reply, [])
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for fd, removal in list(self.removals.items()):
+            if removal.deadline <= now:
+                with contextlib.suppress(OSError):
+                    os.kill(removal.pid, signal.SIGKILL)
+                self._removed(fd, timed_out=True)
+
+    @staticmethod
+    def _reap() -> None:
+        # Shepherds and rmtree children: the launcher forgets them, but must not keep their zombies.
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+
+
+def _id_of(data: bytes) -> int | None:
+    try:
+        value = m.decode(data).get("id")
+    except ValueError:
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _close(fds: list[int] | tuple[int, ...]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _open_fds() -> list[int]:
+    return [int(name) for name in os.listdir("/proc/self/fd")]
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    agent_entry = pwd.getpwnam(AGENT_USER)
+    agent = Ids(agent_entry.pw_uid, agent_entry.pw_gid)
+    own = Ids(os.getuid(), os.getgid())
+    if own.uid == agent.uid or own.uid == 0:
+        log.error("the launcher runs as the controller's uid, not %d", own.uid)
+        return 3
+    launcher = Launcher(SOCKET_PATH, agent, own)
+    try:
+        launcher.listen()
+    except OSError as exc:
+        log.error("cannot listen on %s: %s", SOCKET_PATH, exc)
+        return 3
+    launcher.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
