@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
 from collections.abc import Iterator
 from typing import Annotated, Literal, Protocol, Self, get_args
 
@@ -23,6 +24,9 @@ MAX_CLIPBOARD_CHARS = 1_000_000
 MAX_WAIT_MS = 60_000
 MAX_HOLD_MS = 10_000
 MAX_PATH_POINTS = 1_000
+MAX_PATH_CHARS = 4_096
+MAX_FILE_READ_BYTES = 8 << 20  # base64 of it (11 MiB) fits a 16 MiB frame with room for the rest
+MAX_LIST_ENTRIES = 10_000
 
 Button = Literal["left", "right", "middle", "back", "forward"]
 ImageFormat = Literal["png", "jpeg", "webp"]
@@ -540,6 +544,173 @@ class ProcessResize(_Action):
 ProcessAction = Exec | ProcessList | ProcessWait | ProcessKill | ProcessWrite | ProcessOutput | ProcessResize
 """The actions carried out by :class:`corral.sandbox.processes.ProcessTable`, outside the desktop's lock."""
 PROCESS_ACTIONS: tuple[type[_Action], ...] = get_args(ProcessAction)
+# -- files inside the sandbox, done as the agent's uid (corral.sandbox.files) -------------------------------
+
+
+def _agent_path(value: str) -> str:
+    """A path the agent's files can have: no NUL byte (no syscall takes one) and valid Unicode."""
+    if "\x00" in value:
+        raise PydanticCustomError("invalid_field", "a path cannot hold a NUL byte")
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise PydanticCustomError(
+            "invalid_field", "the path holds a lone surrogate; give a name that is not UTF-8 as *_base64"
+        ) from None
+    return value
+
+
+def _agent_path_base64(value: str) -> str:
+    """Base64 of a path's bytes (a name that is not UTF-8, as ``file_list`` gives it); no NUL byte in them."""
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise PydanticCustomError("invalid_field", "not valid base64") from None
+    if not raw:
+        raise PydanticCustomError("invalid_field", "an empty path")
+    if b"\x00" in raw:
+        raise PydanticCustomError("invalid_field", "a path cannot hold a NUL byte")
+    return value
+
+
+def parse_file_mode(value: int | str) -> int:
+    """A permission mode: an int (``420``) or an octal string (``"0644"``, ``"644"``, ``"0o644"``)."""
+    if isinstance(value, str):
+        digits = value.removeprefix("0o")
+        if not digits or len(digits) > 5 or any(c not in "01234567" for c in digits):
+            raise PydanticCustomError("invalid_field", "mode is an octal string such as '0644', or an int")
+        value = int(digits, 8)
+    if not 0 <= value <= 0o7777:
+        raise PydanticCustomError("invalid_field", "mode is at most 0o7777")
+    return value
+
+
+AgentPath = Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS), AfterValidator(_agent_path)]
+AgentPathBase64 = Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS * 2), AfterValidator(_agent_path_base64)]
+FileMode = Annotated[int | str, AfterValidator(parse_file_mode)]
+FileEncoding = Literal["utf-8", "base64"]
+
+
+def one_path(text: str | None, encoded: str | None, name: str) -> str:
+    """The path given as ``name`` or ``name_base64`` (exactly one), as a str: bytes that are not UTF-8
+    ride as surrogate escapes, the way ``os.fsdecode`` gives them."""
+    if (text is None) == (encoded is None):
+        kind = "missing_field" if text is None else "invalid_field"
+        # ``missing``: the field the error names (corral.protocol.validation appends it to the path).
+        raise PydanticCustomError(kind, "give {missing} or {missing}_base64 (exactly one)", {"missing": name})
+    if text is not None:
+        return text
+    assert encoded is not None
+    return os.fsdecode(base64.b64decode(encoded))
+
+
+class _PathAction(_Action):
+    """An action on one path: ``path`` (absolute, or relative to /workspace) or ``path_base64``."""
+
+    path: AgentPath | None = None
+    path_base64: AgentPathBase64 | None = None
+
+    @model_validator(mode="after")
+    def _one_path(self) -> Self:
+        one_path(self.path, self.path_base64, "path")
+        return self
+
+    def target(self) -> str:
+        return one_path(self.path, self.path_base64, "path")
+
+
+class FileRead(_PathAction):
+    type: Literal["file_read"]
+    offset: Annotated[int, Field(ge=0)] = 0
+    length: Annotated[int, Field(ge=0, le=MAX_FILE_READ_BYTES)] = MAX_FILE_READ_BYTES
+    encoding: FileEncoding = "utf-8"
+
+
+class FileWrite(_PathAction):
+    type: Literal["file_write"]
+    content: str | None = None
+    content_base64: str | None = None
+    append: bool = False
+    mode: FileMode | None = None  # default: an existing file's, else 0644
+    make_dirs: bool = False
+
+    @field_validator("content")
+    @classmethod
+    def _encodable(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                value.encode()
+            except UnicodeEncodeError:
+                raise PydanticCustomError(
+                    "invalid_field", "content holds a lone surrogate; send bytes as content_base64"
+                ) from None
+        return value
+
+    @field_validator("content_base64")
+    @classmethod
+    def _base64(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                raise PydanticCustomError("invalid_field", "not valid base64") from None
+        return value
+
+    @model_validator(mode="after")
+    def _one_content(self) -> Self:
+        if (self.content is None) == (self.content_base64 is None):
+            kind = "missing_field" if self.content is None else "invalid_field"
+            raise PydanticCustomError(kind, "give {missing} or {missing}_base64 (exactly one)", {"missing": "content"})
+        return self
+
+    def data(self) -> bytes:
+        if self.content_base64 is not None:
+            return base64.b64decode(self.content_base64)
+        return (self.content or "").encode()
+
+    def file_mode(self) -> int | None:
+        return None if self.mode is None else parse_file_mode(self.mode)
+
+
+class FileList(_PathAction):
+    type: Literal["file_list"]
+    recursive: bool = False
+    pattern: Annotated[str, Field(min_length=1, max_length=1_000)] | None = None  # fnmatch on the name
+    limit: Annotated[int, Field(ge=1, le=MAX_LIST_ENTRIES)] = 1_000
+
+
+class FileStat(_PathAction):
+    type: Literal["file_stat"]
+
+
+class FileRemove(_PathAction):
+    type: Literal["file_remove"]
+    recursive: bool = False
+
+
+class FileMove(_Action):
+    type: Literal["file_move"]
+    source: AgentPath | None = None
+    source_base64: AgentPathBase64 | None = None
+    destination: AgentPath | None = None
+    destination_base64: AgentPathBase64 | None = None
+    overwrite: bool = False
+
+    @model_validator(mode="after")
+    def _one_each(self) -> Self:
+        one_path(self.source, self.source_base64, "source")
+        one_path(self.destination, self.destination_base64, "destination")
+        return self
+
+    def paths(self) -> tuple[str, str]:
+        return (
+            one_path(self.source, self.source_base64, "source"),
+            one_path(self.destination, self.destination_base64, "destination"),
+        )
+
+
+FileAction = FileRead | FileWrite | FileList | FileStat | FileRemove | FileMove
+"""The file actions: carried out as the agent (corral.sandbox.files), never under the desktop's lock."""
 
 
 AnyAction = (
@@ -573,6 +744,12 @@ AnyAction = (
     | ProcessWrite
     | ProcessOutput
     | ProcessResize
+    | FileRead
+    | FileWrite
+    | FileList
+    | FileStat
+    | FileRemove
+    | FileMove
 )
 """Every native action: the one list. A new action is added here, and everything else follows from it:
 validation (:data:`NativeAction`), the registry (:data:`ACTIONS`) and, through ``assert_never``, mypy's

@@ -1,4 +1,5 @@
-"""The controller's HTTP and WebSocket surface: ``GET /healthz``, ``POST /v1/actions``, ``WS /v1/ws``."""
+"""The controller's HTTP and WebSocket surface: ``GET /healthz``, ``POST /v1/actions``, ``WS /v1/ws``,
+``PUT``/``GET /v1/files``."""
 
 from __future__ import annotations
 
@@ -11,16 +12,19 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request, WebSocket, WebSocketDisconnect
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import HTTPConnection
 
 from corral.bodies import read_capped
 from corral.errors import ActionError, ErrorCode, error_body
 from corral.protocol import reply
+from corral.sandbox import transfer
 from corral.sandbox.auth import RequestVerifier, read_secret
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.dispatch import Dispatcher, Incoming
+from corral.sandbox.files import AgentFiles
 from corral.sandbox.guard import ControllerGuard
+from corral.sandbox.launcher.client import LauncherClient
 from corral.sandbox.recorder import Recorder
 from corral.sandbox.settings import ControllerSettings
 
@@ -33,6 +37,13 @@ _STATUS: dict[str, int] = {
     ErrorCode.NAVIGATION_FAILED: 502,
     ErrorCode.CLIPBOARD_FAILED: 502,
     ErrorCode.NO_SUCH_TAB: 404,
+    ErrorCode.NO_SUCH_FILE: 404,
+    ErrorCode.PERMISSION_DENIED: 403,
+    ErrorCode.FILE_EXISTS: 409,
+    ErrorCode.DIRECTORY_NOT_EMPTY: 409,
+    ErrorCode.TOO_LARGE: 413,
+    ErrorCode.NO_SPACE: 507,
+    ErrorCode.FILE_FAILED: 500,
     ErrorCode.INTERNAL: 500,
 }
 
@@ -45,6 +56,17 @@ def _dispatcher(conn: HTTPConnection) -> Dispatcher:
 def _desktop(conn: HTTPConnection) -> Desktop:
     desktop: Desktop = conn.app.state.desktop
     return desktop
+
+
+def _files(conn: HTTPConnection) -> AgentFiles:
+    files: AgentFiles | None = conn.app.state.files
+    if files is None:
+        raise ActionError(ErrorCode.UNSUPPORTED, "file transfers need the sandbox's launcher, which is not running")
+    return files
+
+
+def _error(exc: ActionError) -> JSONResponse:
+    return JSONResponse(error_body(exc.code, exc.message, exc.field), status_code=_STATUS.get(exc.code, 400))
 
 
 DispatcherDep = Annotated[Dispatcher, Depends(_dispatcher)]
@@ -62,7 +84,12 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         reporter = settings.action_reporter()
         recorder = Recorder(desktop) if settings.record else None
         app.state.recorder = recorder
-        app.state.dispatcher = Dispatcher(desktop, settings.limits(), reporter, recorder)
+        # The agent's files and programs, through the launcher (connected on first use).
+        launcher = LauncherClient(settings.launcher_socket)
+        files = AgentFiles(launcher)
+        app.state.files = files
+        app.state.agent_command = transfer.LauncherCommand(launcher)
+        app.state.dispatcher = Dispatcher(desktop, settings.limits(), reporter, recorder, files)
         app.state.max_body = settings.max_message_bytes
         # Connect to Chromium early so the first browser action does not pay for it; keep the task.
         app.state.warmup = asyncio.create_task(_warm(desktop))
@@ -74,10 +101,14 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
                 await reporter.close()
             if recorder is not None:
                 await recorder.close()
+            await launcher.close()
             await desktop.close()
 
     app = FastAPI(title="Corral sandbox controller", version="1", lifespan=lifespan)
     app.state.verifier = None
+    app.state.files = None  # AgentFiles once the launcher answers (file actions and transfers)
+    app.state.agent_command = None  # transfer.AgentCommand: tar as the agent, for directories
+    app.state.max_upload = settings.max_upload_bytes
     app.add_middleware(ControllerGuard, verifier=lambda: app.state.verifier)
 
     @app.get("/v1/recording")
@@ -114,6 +145,30 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
             out = await dispatcher.handle(body)
         status = 200 if out["ok"] else _STATUS.get(out["error"]["code"], 400)
         return JSONResponse(out, status_code=status)
+
+    @app.put("/v1/files")
+    async def put_file(request: Request) -> JSONResponse:
+        """A raw body (application/octet-stream, streamed) put in place as the agent, all or nothing."""
+        try:
+            query = transfer.file_query(request.query_params)
+            declared = request.headers.get("content-length")
+            written = await transfer.receive(
+                _files(request), query, request.stream(), declared, request.app.state.max_upload
+            )
+        except ActionError as exc:
+            return _error(exc)
+        return JSONResponse({"ok": True, **written.as_dict()})
+
+    @app.get("/v1/files")
+    async def get_file(request: Request) -> Response:
+        """A file's bytes, or a directory as a tar stream, read as the agent."""
+        try:
+            query = transfer.file_query(request.query_params)
+            download = await transfer.send(_files(request), request.app.state.agent_command, query)
+        except ActionError as exc:
+            return _error(exc)
+        headers = {} if download.length is None else {"content-length": str(download.length)}
+        return StreamingResponse(download.body, media_type=download.media_type, headers=headers)
 
     @app.websocket("/v1/ws")
     async def ws(websocket: WebSocket, dispatcher: DispatcherDep) -> None:

@@ -8,8 +8,9 @@ It is set before anything the agent can touch starts, and nothing in the sandbox
 afterwards: NET_ADMIN is gone from every process, bounding set included.
 
 Root also writes what the sandbox must trust and may not change: Chromium's managed policy (the
-proxy, QUIC off, WebRTC only through the proxy, DNS-over-HTTPS off) and the system CA bundle with
-the session's CA certificate (the key never comes here).
+proxy, QUIC off, WebRTC only through the proxy, DNS-over-HTTPS off, downloads into the agent's
+Downloads folder without a prompt) and the system CA bundle with the session's CA certificate (the
+key never comes here).
 
 Two uids share the sandbox (who runs as which, docs/egress.md "The inner boundary"):
 
@@ -57,6 +58,7 @@ SYSTEM_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 PRISTINE_BUNDLE = Path("/usr/share/corral/ca-certificates.crt")  # Debian's, copied at image build
 CONTROLLER_PORT = 8765
 DEVTOOLS_PORT = 9222
+DOWNLOADS = "/home/agent/Downloads"  # where the browser saves, and where file_list finds it
 
 
 def proxy_address(value: str) -> tuple[str, int]:
@@ -132,6 +134,9 @@ def chromium_policy(proxy: str | None) -> dict[str, object]:
         "BuiltInDnsClientEnabled": False,
         "WebRtcIPHandling": "disable_non_proxied_udp",
         "BackgroundModeEnabled": False,
+        # Chromium makes the folder (as the agent) on the first download.
+        "DownloadDirectory": DOWNLOADS,
+        "PromptForDownloadLocation": False,
     }
     if proxy:
         policy["ProxySettings"] = {"ProxyMode": "fixed_servers", "ProxyServer": f"http://{proxy}"}

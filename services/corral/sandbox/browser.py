@@ -73,6 +73,7 @@ class Browser:
                 log.exception("the Playwright driver failed")
                 raise ActionError(ErrorCode.BROWSER_UNAVAILABLE, f"Playwright driver failed: {exc}") from None
             browser.on("disconnected", self._forget)
+            await _downloads_as_the_policy_says(browser)
             for context in browser.contexts:
                 self._track(context)
             self._browser = browser
@@ -281,3 +282,18 @@ class Browser:
         if remaining:
             await (await self.page()).bring_to_front()
         return {"closed": closed, "tabs": len(remaining)}
+
+
+async def _downloads_as_the_policy_says(browser: PWBrowser) -> None:
+    """Give downloads back to Chromium's own handling, where the managed policy saves them in the
+    agent's Downloads folder under their own names: connecting over CDP, Playwright points the
+    default context's downloads at a temporary folder of the controller's (which Chromium, running
+    as the agent, cannot write) and names them by GUID."""
+    try:
+        session = await browser.new_browser_cdp_session()
+        try:
+            await session.send("Browser.setDownloadBehavior", {"behavior": "default"})
+        finally:
+            await session.detach()
+    except PlaywrightError as exc:
+        log.warning("downloads stay as Playwright set them: %s", exc.message)

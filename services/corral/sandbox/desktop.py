@@ -212,6 +212,9 @@ class Desktop:
                 if self.processes is None:
                     raise ActionError(ErrorCode.UNSUPPORTED, "this controller runs no commands")
                 return ActionResult(await self.processes.run(action, context))
+            case a.FileRead() | a.FileWrite() | a.FileList() | a.FileStat() | a.FileRemove() | a.FileMove():
+                # Done as the agent by corral.sandbox.files; the dispatcher never brings them here.
+                raise ActionError(ErrorCode.UNSUPPORTED, f"{action.type} is not a desktop action")
             case _:
                 # mypy proves this unreachable: a member of AnyAction without its case above fails the type check.
                 assert_never(action)

@@ -10,12 +10,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.errors import ActionError, ErrorCode
+from corral.protocol import actions as a
 from corral.protocol import reply
 from corral.protocol.actions import PROCESS_ACTIONS
 from corral.protocol.envelope import Limits, decode, plan_request, request_id_of
 from corral.protocol.plan import ActionResult, EncodedImage, Plan, RequestId
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.egress import ActionReporter
+from corral.sandbox.files import AgentFiles
 from corral.sandbox.processes import Emit, RunContext
 from corral.sandbox.recorder import Recorder
 
@@ -92,8 +94,10 @@ class Dispatcher:
         limits: Limits,
         reporter: ActionReporter | None = None,
         recorder: Recorder | None = None,
+        files: AgentFiles | None = None,
     ) -> None:
         self._desktop = desktop
+        self._files = files  # file actions, done as the agent; None without a launcher
         self._limits = limits
         self._reporter = reporter  # tells the egress proxy which action is in flight
         self._recorder = recorder  # keeps each request, its reply and a frame for the session recording
@@ -169,6 +173,8 @@ class Dispatcher:
 
     async def _run(self, plan: Plan, action_id: str) -> Ran:
         """The plan's steps under the desktop's lock and the request's timeout, the proxy told of both ends."""
+        if all(isinstance(step.action, a.FileAction) for step in plan.steps):
+            return await self._run_files(plan)
         try:
             async with asyncio.timeout(plan.timeout_ms / 1000):
                 async with self._desktop.lock:
@@ -187,6 +193,27 @@ class Dispatcher:
         last = results[-1].data if results else None
         title = last.get("title") if isinstance(last, dict) else None
         return Ran(results, image, url, title if isinstance(title, str) else None)
+
+    async def _run_files(self, plan: Plan) -> Ran:
+        """File actions: not under the desktop's lock (a big write must not hold up a screenshot),
+        and not told to the proxy (they make no request); the lock only for a screenshot asked after."""
+        if self._files is None:
+            raise ActionError(ErrorCode.UNSUPPORTED, "file actions need the sandbox's launcher, which is not running")
+        results: list[ActionResult] = []
+        image: EncodedImage | None = None
+        try:
+            async with asyncio.timeout(plan.timeout_ms / 1000):
+                for step in plan.steps:
+                    assert isinstance(step.action, a.FileAction)
+                    results.append(ActionResult(await self._files.run(step.action)))
+                if plan.after.screenshot is not None:
+                    async with self._desktop.lock:
+                        image = (await self._desktop.capture(plan.after.screenshot, plan.after)).image
+        except TimeoutError:
+            raise ActionError(
+                ErrorCode.TIMEOUT, f"the request did not finish within {plan.timeout_ms} ms", field="timeout_ms"
+            ) from None
+        return Ran(results, image, self._desktop.browser.current_url(), None)
 
     def refuse(self, error: ActionError, request_id: RequestId = None) -> dict[str, Any]:
         """The failure reply for a message refused before it could be read."""

@@ -7,8 +7,10 @@ to *send*. So, in this order:
 1. anything a browser sends (an ``Origin`` or any ``Sec-Fetch-*`` header) is refused, 403;
 2. a request without a valid ``x-corral-auth`` (see :mod:`corral.sandbox.auth`) is refused, 401,
    except ``GET /healthz``, which reveals nothing and serves Docker's health check;
-3. a POST whose body is not declared ``application/json`` is refused, 415 (no "simple" request of a
-   form or a no-cors fetch can declare it);
+3. a request with a body (POST, PUT, PATCH) not declared ``application/json`` is refused, 415 (no
+   "simple" request of a form or a no-cors fetch can declare it); the one route that takes raw bytes,
+   ``PUT /v1/files``, must declare ``application/octet-stream`` instead (not a type a form or a
+   no-cors fetch sends either, and PUT needs a CORS preflight that nothing here answers);
 4. every answer to an authenticated request carries the controller's proof for its nonce.
 """
 
@@ -26,6 +28,9 @@ from corral.sandbox.auth import AUTH_HEADER, PROOF_HEADER, RequestVerifier, prov
 log = logging.getLogger(__name__)
 
 OPEN_PATHS = frozenset({"/healthz"})
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+# (method, path) → the media type its body must have, where it is not JSON.
+RAW_BODY_ROUTES = {("PUT", "/v1/files"): "application/octet-stream"}
 
 
 def browser_marks(headers: dict[str, str]) -> list[str]:
@@ -33,8 +38,15 @@ def browser_marks(headers: dict[str, str]) -> list[str]:
     return sorted(name for name in headers if name == "origin" or name.startswith("sec-fetch-"))
 
 
-def _json_media(value: str) -> bool:
-    return value.split(";", 1)[0].strip().lower() == "application/json"
+def required_media(method: str, path: str) -> str | None:
+    """The media type a request's body must declare (None: a request without a body)."""
+    if method not in BODY_METHODS:
+        return None
+    return RAW_BODY_ROUTES.get((method, path), "application/json")
+
+
+def _media(value: str) -> str:
+    return value.split(";", 1)[0].strip().lower()
 
 
 class ControllerGuard:
@@ -66,9 +78,9 @@ class ControllerGuard:
             reason = "no controller secret was loaded" if verifier is None else f"{AUTH_HEADER} is required"
             await _refuse(scope, send, 401, ErrorCode.UNAUTHORIZED, reason)
             return
-        posted = scope["type"] == "http" and scope.get("method") == "POST"
-        if posted and not _json_media(headers.get("content-type", "")):
-            await _refuse(scope, send, 415, ErrorCode.UNSUPPORTED_MEDIA_TYPE, "the body must be application/json")
+        media = required_media(scope.get("method", ""), scope.get("path", "")) if scope["type"] == "http" else None
+        if media is not None and _media(headers.get("content-type", "")) != media:
+            await _refuse(scope, send, 415, ErrorCode.UNSUPPORTED_MEDIA_TYPE, f"the body must be {media}")
             return
         if nonce is None or verifier is None:
             await self._app(scope, receive, send)

@@ -55,6 +55,9 @@ class ControllerSettings(BaseSettings):
     # What boot writes when the session has a proxy: the system CAs and the session's.
     ca_bundle: Path = Path("/etc/ssl/certs/ca-certificates.crt")
 
+    # PUT /v1/files: the largest body taken (413 too_large above it, nothing kept).
+    max_upload_bytes: int = 1 << 30
+
     def process_settings(self) -> ProcessSettings:
         return ProcessSettings(
             exec_timeout_ms=self.exec_timeout_ms,

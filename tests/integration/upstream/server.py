@@ -49,6 +49,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
             # Test pages (an attacker's, for the inner-boundary tests), mounted from tests/integration/upstream/pages.
             payload = _page(self.path) or b""
             kind = "text/html; charset=utf-8"
+        elif self.path.startswith("/download/"):
+            # A file the browser saves rather than shows (the files tests find it in ~/Downloads).
+            name = self.path[len("/download/") :].split("?")[0]
+            payload = ("corral download " + name + "\n").encode() * 64
+            kind = "application/octet-stream"
+            self.send_response(200)
+            self.send_header("content-disposition", f'attachment; filename="{name}"')
+            self.send_header("content-type", kind)
+            self.send_header("content-length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            return
         elif self.path.startswith("/json"):
             payload = json.dumps(hit).encode()
             kind = "application/json"

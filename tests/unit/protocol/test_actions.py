@@ -70,6 +70,12 @@ MINIMAL: dict[str, dict[str, Any]] = {
     "process_write": {"pid": 7, "data": "y\n"},
     "process_output": {"pid": 7},
     "process_resize": {"pid": 7, "rows": 24, "cols": 80},
+    "file_read": {"path": "notes.txt"},
+    "file_write": {"path": "notes.txt", "content": ""},
+    "file_list": {"path": "."},
+    "file_stat": {"path": "/workspace"},
+    "file_remove": {"path": "notes.txt"},
+    "file_move": {"source": "a", "destination": "b"},
 }
 
 
@@ -464,3 +470,66 @@ def test_every_action_is_in_the_protocols_table() -> None:
     first_cells = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
     documented = {name for cell in first_cells for name in re.findall(r"`([a-z_]+)`", cell)}
     assert documented == set(ACTION_TYPES)
+
+
+# -- file actions -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"type": "file_read", "path": "a\x00b"}, "action.path"),
+        ({"type": "file_read", "path": "bad\udcff"}, "action.path"),  # a lone surrogate, as JSON can carry it
+        ({"type": "file_write", "path": "\x00", "content": ""}, "action.path"),
+        ({"type": "file_read", "path_base64": "YQBi"}, "action.path_base64"),  # "a\x00b"
+        ({"type": "file_read", "path_base64": "not base64!"}, "action.path_base64"),
+        ({"type": "file_move", "source": "a", "destination": "b\x00"}, "action.destination"),
+        ({"type": "file_read", "path": ""}, "action.path"),
+        ({"type": "file_write", "path": "a", "content": "\ud800"}, "action.content"),
+        ({"type": "file_write", "path": "a", "content_base64": "%%%"}, "action.content_base64"),
+        ({"type": "file_write", "path": "a", "content": "", "mode": "0999"}, "action.mode"),
+        ({"type": "file_write", "path": "a", "content": "", "mode": 0o17777}, "action.mode"),
+        ({"type": "file_read", "path": "a", "length": (8 << 20) + 1}, "action.length"),
+        ({"type": "file_read", "path": "a", "offset": -1}, "action.offset"),
+        ({"type": "file_list", "path": "a", "limit": 10_001}, "action.limit"),
+        ({"type": "file_read", "path": "a", "encoding": "latin-1"}, "action.encoding"),
+    ],
+)
+def test_file_actions_refuse_what_no_path_or_content_can_be(data: dict[str, Any], field: str) -> None:
+    err = rejected(data)
+    assert (err.code, err.field) == (ErrorCode.INVALID_FIELD, field)
+    assert "\x00" not in err.message and "\udcff" not in err.message  # a reply can always carry it
+
+
+@pytest.mark.parametrize(
+    ("data", "code", "field"),
+    [
+        ({"type": "file_read"}, ErrorCode.MISSING_FIELD, "action.path"),
+        ({"type": "file_read", "path": "a", "path_base64": "YQ=="}, ErrorCode.INVALID_FIELD, "action"),
+        ({"type": "file_write", "path": "a"}, ErrorCode.MISSING_FIELD, "action.content"),
+        ({"type": "file_write", "path": "a", "content": "", "content_base64": ""}, ErrorCode.INVALID_FIELD, "action"),
+        ({"type": "file_move", "destination": "b"}, ErrorCode.MISSING_FIELD, "action.source"),
+        ({"type": "file_move", "source": "a"}, ErrorCode.MISSING_FIELD, "action.destination"),
+    ],
+)
+def test_file_actions_take_each_path_one_way(data: dict[str, Any], code: ErrorCode, field: str) -> None:
+    err = rejected(data)
+    assert (err.code, err.field) == (code, field)
+
+
+def test_file_action_values() -> None:
+    write = native({"type": "file_write", "path": "a", "content_base64": "AP8=", "mode": "0o755"})
+    assert isinstance(write, a.FileWrite)
+    assert (write.data(), write.file_mode(), write.append, write.make_dirs) == (b"\x00\xff", 0o755, False, False)
+    text = native({"type": "file_write", "path": "a", "content": "é", "mode": 420})
+    assert isinstance(text, a.FileWrite) and text.data() == "é".encode() and text.file_mode() == 0o644
+    short = native({"type": "file_write", "path": "a", "content": "", "mode": "644"})
+    assert isinstance(short, a.FileWrite) and short.file_mode() == 0o644
+    read = native({"type": "file_read", "path_base64": "Y2Fm6Q=="})  # caf\xe9: not UTF-8
+    assert isinstance(read, a.FileRead) and read.target() == "caf\udce9"  # os.fsdecode's spelling
+    assert (read.offset, read.length, read.encoding) == (0, 8 << 20, "utf-8")
+    move = native({"type": "file_move", "source": "a", "destination_base64": "Yg=="})
+    assert isinstance(move, a.FileMove) and move.paths() == ("a", "b") and move.overwrite is False
+    listing = native({"type": "file_list", "path": "."})
+    assert isinstance(listing, a.FileList)
+    assert (listing.recursive, listing.pattern, listing.limit) == (False, None, 1000)

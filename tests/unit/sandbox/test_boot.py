@@ -45,6 +45,13 @@ def test_chromium_policy_names_the_proxy_and_turns_the_side_doors_off() -> None:
     assert "ProxySettings" not in boot.chromium_policy(None)
 
 
+def test_chromium_policy_saves_downloads_in_the_agents_folder_without_asking() -> None:
+    for proxy in ("corral-proxy:8080", None):
+        policy = boot.chromium_policy(proxy)
+        assert policy["DownloadDirectory"] == "/home/agent/Downloads"
+        assert policy["PromptForDownloadLocation"] is False
+
+
 def test_chromium_flags_say_the_same() -> None:
     argv = chromium_argv(1280, 800, "/tmp/p", egress_flags("corral-proxy:8080"))
     assert "--proxy-server=http://corral-proxy:8080" in argv and "--disable-quic" in argv

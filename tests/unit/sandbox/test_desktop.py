@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from corral.errors import ActionError, ErrorCode
 from corral.protocol import ACTION_TYPES
 from corral.protocol.actions import ACTIONS
 from corral.protocol.plan import ActionResult, After
@@ -50,14 +51,31 @@ PART = {
     "process_write": "processes",
     "process_output": "processes",
     "process_resize": "processes",
+    # Not the desktop's: the dispatcher hands them to corral.sandbox.files (test_dispatch, test_files).
+    "file_read": "files",
+    "file_write": "files",
+    "file_list": "files",
+    "file_stat": "files",
+    "file_remove": "files",
+    "file_move": "files",
 }
+DESKTOP_ACTIONS = [kind for kind in ACTION_TYPES if PART[kind] != "files"]
 
 
 def test_every_registered_action_has_an_example_and_a_part() -> None:
     assert set(EXAMPLES) == set(PART) == set(ACTION_TYPES) == set(ACTIONS)
 
 
-@pytest.mark.parametrize("kind", ACTION_TYPES)
+@pytest.mark.parametrize("kind", [kind for kind in ACTION_TYPES if PART[kind] == "files"])
+async def test_the_desktop_refuses_file_actions_and_touches_nothing(kind: str) -> None:
+    parts = Parts()
+    action: Any = ACTIONS[kind].model_validate({"type": kind, **EXAMPLES[kind]})
+    with pytest.raises(ActionError) as info:
+        await fake_desktop(parts).run(action, After())
+    assert info.value.code is ErrorCode.UNSUPPORTED and parts.calls == []
+
+
+@pytest.mark.parametrize("kind", DESKTOP_ACTIONS)
 async def test_every_action_in_the_union_has_a_handler(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     parts = Parts()
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from corral.protocol import Limits
 from corral.sandbox.dispatch import Dispatcher
+from corral.sandbox.files import AgentFiles
 
 from .desktop_fake import FakeBrowser, Parts, fake_desktop
+from .fakefs import FakeAgentFs
 
 
 class Reporter:
@@ -130,3 +133,26 @@ async def test_a_request_over_its_timeout_fails_with_timeout() -> None:
     reply = await dispatcher.handle(json.dumps(message))
     assert (reply["ok"], reply["error"]["code"], reply["error"]["field"]) == (False, "timeout", "timeout_ms")
     assert [kind for kind, _ in reporter.seen] == ["started", "ended"]
+
+
+async def test_file_actions_run_as_the_agent_outside_the_desktops_lock(tmp_path: Path) -> None:
+    reporter, recorder = Reporter(), Recorder()
+    desktop = fake_desktop(Parts())
+    files = AgentFiles(FakeAgentFs(), workspace=str(tmp_path))
+    dispatcher = Dispatcher(desktop, Limits(), reporter, recorder, files)  # type: ignore[arg-type]
+    async with desktop.lock:  # a long desktop action in flight
+        message = {"id": 7, "action": {"type": "file_write", "path": "a.txt", "content": "hi"}}
+        reply = await asyncio.wait_for(dispatcher.handle(json.dumps(message)), 5)
+    assert reply["ok"] is True and reply["result"]["path"] == str(tmp_path / "a.txt")
+    assert (tmp_path / "a.txt").read_text() == "hi"
+    assert reporter.seen == []  # nothing for the proxy to attribute
+    assert recorder.events[0]["native"][0]["type"] == "file_write"
+    failed = await dispatcher.handle('{"id": 8, "action": {"type": "file_read", "path": "missing"}}')
+    assert failed["ok"] is False and failed["error"]["code"] == "no_such_file"
+    assert failed["error"]["field"] == "action.path"
+
+
+async def test_file_actions_without_a_launcher_are_unsupported() -> None:
+    dispatcher, _, _ = _dispatcher()
+    reply = await dispatcher.handle('{"action": {"type": "file_stat", "path": "/"}}')
+    assert reply["ok"] is False and reply["error"]["code"] == "unsupported"

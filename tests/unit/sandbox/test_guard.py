@@ -22,6 +22,10 @@ def _app(calls: list[str]) -> TestClient:
         calls.append("actions")
         return JSONResponse({"ok": True})
 
+    async def files(request: Request) -> JSONResponse:
+        calls.append("files")
+        return JSONResponse({"ok": True, "size": len(await request.body())})
+
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"ok": True})
 
@@ -33,7 +37,8 @@ def _app(calls: list[str]) -> TestClient:
 
     app = Starlette(
         routes=[
-            Route("/v1/actions", actions, methods=["POST", "GET"]),
+            Route("/v1/actions", actions, methods=["POST", "GET", "PUT"]),
+            Route("/v1/files", files, methods=["PUT", "GET", "POST"]),
             Route("/healthz", healthz),
             WebSocketRoute("/v1/ws", ws),
         ]
@@ -120,3 +125,27 @@ def test_websocket_needs_the_secret_and_no_browser() -> None:
         ws.send_text("ping")
         assert ws.receive_text() == "ping"
     assert calls == ["ws"]
+
+
+def test_raw_bytes_pass_only_as_a_put_to_v1_files_and_every_other_check_still_holds() -> None:
+    calls: list[str] = []
+    client = _app(calls)
+    raw = {"content-type": "application/octet-stream"}
+    ok = client.put("/v1/files?path=/workspace/a", content=b"\x00\xff", headers=auth.sign(SECRET).headers | raw)
+    assert ok.status_code == 200 and ok.json()["size"] == 2
+    # The same bytes elsewhere, by another method, or declared as anything else: refused unread.
+    refused = [
+        client.post("/v1/files", content=b"x", headers=auth.sign(SECRET).headers | raw),
+        client.put("/v1/actions", content=b"x", headers=auth.sign(SECRET).headers | raw),
+        client.put("/v1/files", content=b"x", headers=_json(auth.sign(SECRET).headers)),
+        client.put("/v1/files", content=b"x", headers=auth.sign(SECRET).headers | {"content-type": "text/plain"}),
+        client.put("/v1/files", content=b"x", headers=auth.sign(SECRET).headers),
+    ]
+    assert [r.status_code for r in refused] == [415] * 5
+    assert refused[0].json()["error"]["message"] == "the body must be application/json"
+    assert refused[3].json()["error"]["message"] == "the body must be application/octet-stream"
+    # No secret, or a browser's marks: refused as before, whatever the type.
+    assert client.put("/v1/files", content=b"x", headers=raw).status_code == 401
+    browser = auth.sign(SECRET).headers | raw | {"origin": "http://page.test"}
+    assert client.put("/v1/files", content=b"x", headers=browser).status_code == 403
+    assert calls == ["files"]

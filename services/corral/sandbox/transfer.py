@@ -1,0 +1,178 @@
+"""Whole files in and out of the sandbox over HTTP, as the agent: ``PUT /v1/files`` streams a raw
+body into place (all or nothing, like ``file_write``), ``GET /v1/files`` streams a file's bytes, or
+a directory as a tar stream made by ``tar`` run as the agent. Memory stays flat whatever the size."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Protocol, Self
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter, model_validator
+
+from corral.errors import ActionError, ErrorCode
+from corral.protocol.actions import AgentPath, AgentPathBase64, FileMode, one_path, parse_file_mode
+from corral.protocol.validation import validate
+from corral.sandbox.files import CHUNK_BYTES, AgentFiles, Written, file_error, in_thread
+from corral.sandbox.launcher.client import Control, LauncherClient, SpawnRefused
+
+TAR_MEDIA = "application/x-tar"
+RAW_MEDIA = "application/octet-stream"
+
+
+class AgentCommand(Protocol):
+    """Runs a program as the agent (the launcher's spawn) and streams what it writes to stdout."""
+
+    async def stdout(self, argv: list[str], cwd: str) -> AsyncIterator[bytes]:
+        """Started (a failure to start raises OSError here, before anything is sent): its output."""
+        ...
+
+
+# What tar runs with: no proxy, no secrets, nothing of the controller's environment.
+TAR_ENV = [b"PATH=/usr/local/bin:/usr/bin:/bin", b"LANG=C.UTF-8", b"HOME=/home/agent"]
+
+
+class LauncherCommand:
+    """:class:`AgentCommand` through the launcher's spawn: stdin and stderr are /dev/null, stdout a
+    pipe read here. When the reader stops early (the client went away), the program's whole tree
+    is killed."""
+
+    def __init__(self, launcher: LauncherClient) -> None:
+        self._launcher = launcher
+
+    async def stdout(self, argv: list[str], cwd: str) -> AsyncIterator[bytes]:
+        read_end, write_end = os.pipe2(os.O_CLOEXEC)
+        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            spawned = await self._launcher.spawn(
+                [os.fsencode(arg) for arg in argv], TAR_ENV, os.fsencode(cwd), (null, write_end, null)
+            )
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)
+            os.close(null)
+        if isinstance(spawned, SpawnRefused):
+            os.close(read_end)
+            raise spawned.error()
+        return _drain(read_end, spawned.control)
+
+
+async def _drain(fd: int, control: Control) -> AsyncIterator[bytes]:
+    """What the pipe ``fd`` brings until its end; read by the event loop (paused while the client lags)."""
+    reader = asyncio.StreamReader(limit=CHUNK_BYTES)
+    pipe = os.fdopen(fd, "rb", buffering=0)
+    try:
+        transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), pipe
+        )
+    except BaseException:
+        pipe.close()
+        control.close()
+        raise
+    try:
+        while chunk := await reader.read(CHUNK_BYTES):
+            yield chunk
+    finally:
+        control.close()  # a shepherd whose channel closes kills what is left of its tree
+        transport.close()
+
+
+class FileQuery(BaseModel):
+    """The query of ``/v1/files``: ``path`` (or ``path_base64``), and for a PUT ``make_dirs`` and ``mode``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: AgentPath | None = None
+    path_base64: AgentPathBase64 | None = None
+    make_dirs: bool = False
+    mode: FileMode | None = None
+
+    @model_validator(mode="after")
+    def _one_path(self) -> Self:
+        one_path(self.path, self.path_base64, "path")
+        return self
+
+    def target(self) -> str:
+        return one_path(self.path, self.path_base64, "path")
+
+    def field(self) -> str:
+        return "path" if self.path is not None else "path_base64"
+
+    def file_mode(self) -> int | None:
+        return None if self.mode is None else parse_file_mode(self.mode)
+
+
+_QUERY = TypeAdapter(FileQuery)
+
+
+def file_query(params: Mapping[str, str]) -> FileQuery:
+    """The query, checked like an action's fields (``invalid_field`` on ``path`` and the like)."""
+    return validate(_QUERY, dict(params), "")
+
+
+@dataclass(frozen=True, slots=True)
+class Download:
+    """What ``GET /v1/files`` sends: a media type, a length when known, and the bytes as they come."""
+
+    media_type: str
+    length: int | None
+    body: AsyncIterator[bytes]
+
+
+async def receive(
+    files: AgentFiles, query: FileQuery, body: AsyncIterator[bytes], declared: str | None, limit: int
+) -> Written:
+    """A raw body written to ``query``'s path; over ``limit`` → ``too_large`` (before anything is
+    written when the length is declared)."""
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ActionError(ErrorCode.TOO_LARGE, f"the upload is {declared} bytes; at most {limit}", "body")
+    target = files.resolve(query.target())
+    try:
+        return await files.upload(target, body, limit=limit, mode=query.file_mode(), make_dirs=query.make_dirs)
+    except OSError as exc:
+        raise file_error(exc, query.field()) from None
+
+
+async def send(files: AgentFiles, command: AgentCommand | None, query: FileQuery) -> Download:
+    """A file's bytes, or a directory as a tar stream; errors come before the first byte."""
+    path = files.resolve(query.target())
+    try:
+        found = await files.stat(path)
+        if found.type == "directory":
+            await files.listing(path, recursive=False, pattern=None, limit=1)  # readable by the agent?
+        else:
+            fd = await files.open_regular(path)
+    except OSError as exc:
+        raise file_error(exc, query.field()) from None
+    except ActionError as exc:
+        exc.field = exc.field or query.field()
+        raise
+    if found.type == "directory":
+        if command is None:
+            raise ActionError(ErrorCode.UNSUPPORTED, "a directory is sent as a tar made by the launcher's spawn")
+        # --ignore-failed-read: what the agent may not read is left out, the archive stays whole.
+        argv = ["tar", "-C", path, "--ignore-failed-read", "-cf", "-", "."]
+        try:
+            body = await command.stdout(argv, path)
+        except OSError as exc:
+            raise file_error(exc, query.field()) from None
+        return Download(TAR_MEDIA, None, body)
+    return Download(RAW_MEDIA, os.fstat(fd).st_size, _stream_fd(fd, os.fstat(fd).st_size))
+
+
+async def _stream_fd(fd: int, size: int) -> AsyncIterator[bytes]:
+    """``size`` bytes of ``fd`` (what the file held when asked; a file that grows is cut there), then closes it."""
+    try:
+        sent = 0
+        while sent < size:
+            chunk = await in_thread(os.read, fd, min(CHUNK_BYTES, size - sent))
+            if not chunk:
+                break  # it shrank meanwhile: the length sent was a promise the file broke
+            sent += len(chunk)
+            yield chunk
+    finally:
+        os.close(fd)

@@ -1,0 +1,199 @@
+"""PUT and GET /v1/files through the controller's app and its door, over the plain-os AgentFs fake:
+streamed in and out, capped, all or nothing, directories as tar, errors in the one error body."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import io
+import os
+import tarfile
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from corral.sandbox import auth
+from corral.sandbox.app import create_app
+from corral.sandbox.files import TEMP_PREFIX, AgentFiles
+from corral.sandbox.settings import ControllerSettings
+
+from .fakefs import FakeAgentFs
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # starlette's note about httpx, on import
+    from starlette.testclient import TestClient
+
+SECRET = auth.new_secret()
+RAW = {"content-type": "application/octet-stream"}
+
+
+class Tar:
+    """The launcher's spawn, stood in for by a subprocess of the test's own uid."""
+
+    def __init__(self) -> None:
+        self.argv: list[str] = []
+
+    async def stdout(self, argv: list[str], cwd: str) -> AsyncIterator[bytes]:
+        self.argv = argv
+        process = await asyncio.create_subprocess_exec(*argv, cwd=cwd, stdout=asyncio.subprocess.PIPE)
+        return self._read(process)
+
+    @staticmethod
+    async def _read(process: asyncio.subprocess.Process) -> AsyncIterator[bytes]:
+        assert process.stdout is not None
+        while chunk := await process.stdout.read(1 << 16):
+            yield chunk
+        await process.wait()
+
+
+class Controller:
+    def __init__(self, root: Path, client: TestClient, fs: FakeAgentFs, tar: Tar) -> None:
+        self.root, self.client, self.fs, self.tar = root, client, fs, tar
+
+    def put(self, params: dict[str, str], body: bytes | Iterator[bytes], **headers: str) -> dict[str, object]:
+        reply = self.client.put(
+            "/v1/files", params=params, content=body, headers=auth.sign(SECRET).headers | RAW | headers
+        )
+        return {"status": reply.status_code, **reply.json()}
+
+    def get(self, params: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+        reply = self.client.get("/v1/files", params=params, headers=auth.sign(SECRET).headers)
+        return reply.status_code, dict(reply.headers), reply.content
+
+    def leftovers(self) -> list[str]:
+        return [name for _, _, names in os.walk(self.root) for name in names if name.startswith(TEMP_PREFIX)]
+
+
+@pytest.fixture
+def controller(tmp_path: Path) -> Iterator[Controller]:
+    app = create_app(ControllerSettings(record=False, max_upload_bytes=1000))
+    # Wired by hand as the lifespan would (it starts the desktop, which needs X).
+    app.state.verifier = auth.RequestVerifier(SECRET)
+    fs, tar = FakeAgentFs(), Tar()
+    app.state.files = AgentFiles(fs, workspace=str(tmp_path))
+    app.state.agent_command = tar
+    yield Controller(tmp_path, TestClient(app), fs, tar)  # no `with`: that would run the lifespan
+
+
+def test_put_streams_a_body_into_place_and_get_gives_it_back(controller: Controller) -> None:
+    data = bytes(range(256)) * 3
+
+    def chunks() -> Iterator[bytes]:
+        yield data[:100]
+        yield data[100:]
+
+    reply = controller.put({"path": "in/blob.bin", "make_dirs": "1", "mode": "0600"}, chunks())
+    target = controller.root / "in" / "blob.bin"
+    assert reply == {
+        "status": 200,
+        "ok": True,
+        "path": str(target),
+        "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    assert target.read_bytes() == data and (target.stat().st_mode & 0o777) == 0o600
+    status, headers, body = controller.get({"path": "in/blob.bin"})
+    assert (status, body) == (200, data)
+    assert headers["content-type"] == "application/octet-stream" and headers["content-length"] == str(len(data))
+    assert controller.leftovers() == []
+
+
+def test_an_upload_over_the_cap_is_413_and_leaves_nothing(controller: Controller) -> None:
+    (controller.root / "kept").write_bytes(b"old")
+    declared = controller.put({"path": "kept"}, b"x" * 1001)
+    assert declared["status"] == 413 and declared["error"] == {
+        "code": "too_large",
+        "message": "the upload is 1001 bytes; at most 1000",
+        "field": "body",
+    }
+    assert controller.fs.calls == []  # refused on its declared length, before anything was touched
+
+    def undeclared() -> Iterator[bytes]:  # chunked: no content-length, counted as it comes
+        yield b"x" * 600
+        yield b"y" * 600
+
+    streamed = controller.put({"path": "kept"}, undeclared())
+    assert streamed["status"] == 413
+    assert (controller.root / "kept").read_bytes() == b"old" and controller.leftovers() == []
+
+
+def test_a_full_disk_is_507_and_the_old_file_stays(controller: Controller) -> None:
+    (controller.root / "kept").write_bytes(b"old")
+    controller.fs.full = True
+    reply = controller.put({"path": "kept"}, b"new")
+    assert reply["status"] == 507 and reply["error"]["code"] == "no_space"  # type: ignore[index]
+    assert (controller.root / "kept").read_bytes() == b"old" and controller.leftovers() == []
+
+
+@pytest.mark.parametrize(
+    ("params", "status", "code", "field"),
+    [
+        ({"path": "missing/dir/file"}, 404, "no_such_file", "path"),
+        ({"path": "a\x00b"}, 400, "invalid_field", "path"),
+        ({"path": "x", "mode": "9"}, 400, "invalid_field", "mode"),
+        ({"path": "x", "bogus": "1"}, 400, "unknown_field", "bogus"),
+        ({}, 400, "missing_field", "path"),
+    ],
+)
+def test_bad_puts_get_the_one_error_body(
+    controller: Controller, params: dict[str, str], status: int, code: str, field: str
+) -> None:
+    reply = controller.put(params, b"data")
+    assert (reply["status"], reply["ok"]) == (status, False)
+    error = reply["error"]
+    assert isinstance(error, dict) and (error["code"], error["field"]) == (code, field)
+
+
+def test_a_path_the_agent_may_not_read_is_403(controller: Controller) -> None:
+    secret = controller.root / "secret"
+    secret.write_text("x")
+    controller.fs.denied.add(str(secret))
+    status, _, body = controller.get({"path": str(secret)})
+    assert status == 403 and b'"permission_denied"' in body
+    assert controller.put({"path": str(secret)}, b"y")["status"] == 403
+    assert secret.read_text() == "x" and controller.leftovers() == []
+
+
+def test_get_of_what_is_not_there_or_not_a_file(controller: Controller) -> None:
+    status, headers, body = controller.get({"path": "nothing"})
+    assert status == 404 and headers["content-type"] == "application/json" and b'"no_such_file"' in body
+    os.mkfifo(controller.root / "pipe")
+    status, _, body = controller.get({"path": "pipe"})
+    assert status == 400 and b'"invalid_request"' in body
+
+
+def test_a_directory_comes_as_a_tar_made_by_the_agent(controller: Controller) -> None:
+    (controller.root / "proj" / "src").mkdir(parents=True)
+    (controller.root / "proj" / "src" / "main.py").write_text("print(1)\n")
+    (controller.root / "proj" / "README").write_text("hi")
+    status, headers, body = controller.get({"path": "proj"})
+    assert status == 200 and headers["content-type"] == "application/x-tar" and "content-length" not in headers
+    assert controller.tar.argv[:3] == ["tar", "-C", str(controller.root / "proj")]
+    with tarfile.open(fileobj=io.BytesIO(body)) as archive:
+        names = sorted(name for name in archive.getnames() if name != ".")
+        main = archive.extractfile("./src/main.py")
+        assert main is not None and main.read() == b"print(1)\n"
+    assert names == ["./README", "./src", "./src/main.py"]
+    controller.fs.denied.add(str(controller.root / "proj"))
+    status, _, body = controller.get({"path": "proj"})
+    assert status == 403 and b'"permission_denied"' in body
+
+
+def test_a_name_that_is_not_utf8_travels_as_path_base64(controller: Controller) -> None:
+    raw = os.fsencode(str(controller.root)) + b"/caf\xe9"
+    encoded = base64.b64encode(raw).decode()
+    reply = controller.put({"path_base64": encoded}, b"latin")
+    assert reply["status"] == 200 and reply["path_base64"] == encoded
+    status, _, body = controller.get({"path_base64": encoded})
+    assert (status, body) == (200, b"latin")
+
+
+def test_without_a_launcher_transfers_are_unsupported(tmp_path: Path) -> None:
+    app = create_app(ControllerSettings(record=False))
+    app.state.verifier = auth.RequestVerifier(SECRET)
+    client = TestClient(app)
+    reply = client.put("/v1/files", params={"path": "x"}, content=b"x", headers=auth.sign(SECRET).headers | RAW)
+    assert reply.status_code == 400 and reply.json()["error"]["code"] == "unsupported"
