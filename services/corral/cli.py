@@ -760,7 +760,11 @@ def replay(
     against: Annotated[str | None, typer.Option("--against", help="Gateway URL (default $CORRAL_URL).")] = None,
     threshold: Annotated[float, typer.Option(help="Share of pixels allowed to differ per step.")] = 0.01,
     mask: Annotated[list[str] | None, typer.Option("--mask", help="x,y,width,height to ignore (repeat).")] = None,
-    overrides: Annotated[Path | None, typer.Option(help="JSON: per-step threshold, masks, skip.")] = None,
+    overrides: Annotated[Path | None, typer.Option(help="JSON: per-step threshold, masks, skip, expect.")] = None,
+    expect: Annotated[
+        list[str] | None,
+        typer.Option("--expect", help="stdout=exact or stderr=exact: compare that output of every exec step."),
+    ] = None,
     junit: Annotated[Path | None, typer.Option(help="Write JUnit XML here.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write the HTML report here.")] = None,
     timing: Annotated[str, typer.Option(help="settle (as fast as the sandbox settles) or recorded.")] = "settle",
@@ -770,7 +774,7 @@ def replay(
 ) -> None:
     """Re-run a recorded session in a fresh sandbox and compare each step's screen; exit 1 on a divergence."""
     from corral.recording.bundle import BundleError, read_bundle
-    from corral.recording.replay import Mask, ReplayOptions, html_report, junit_xml, parse_overrides
+    from corral.recording.replay import Mask, ReplayOptions, html_report, junit_xml, parse_expect, parse_overrides
     from corral.recording.replay import replay as run_replay
     from corral.sdk import Sandbox
 
@@ -785,6 +789,7 @@ def replay(
             masks=tuple(Mask.parse(m) for m in mask or []),
             overrides=parse_overrides(overrides.read_text()) if overrides is not None else {},
             recorded_timing=timing == "recorded",
+            expect=parse_expect(dict(item.partition("=")[::2] for item in expect or []), "--expect"),
         )
     except (BundleError, ValueError, OSError) as exc:
         raise _fail(str(exc), 2) from None

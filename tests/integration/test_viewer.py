@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -241,4 +242,101 @@ def test_the_viewer_follows_a_live_session_and_stops_when_it_ends(gw: RunningGat
     kinds = [kind for kind, _ in watched.events_log]
     assert kinds == ["start", "end"] * (len(kinds) // 2), kinds
     assert not [line for line in watched.console if "Content Security Policy" in line or "pageerror" in line]
+    page.close()
+
+
+HOSTILE = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">&amp;'
+
+
+def _plant_command_recording(gw: RunningGateway) -> str:
+    """An ended recording of an exec whose output is hostile markup, and a file_write, as the
+    recorder writes them (redacted); the viewer reads it like any other."""
+    from corral.gateway.auth import key_id
+    from corral.recording.redact import redact
+
+    session_id = f"ses_cmdview{os.getpid()}"
+    directory = Path(gw.settings.data_dir) / "recordings" / session_id
+    (directory / "frames").mkdir(parents=True)
+    run = {"type": "exec", "command": "cat evil.html; exit 3", "cwd": "/workspace/site"}
+    result = {
+        "pid": 321,
+        "exit_code": 3,
+        "signal": None,
+        "stdout": HOSTILE + "x" * 70_000,
+        "stderr": HOSTILE,
+        "stdout_truncated": True,
+        "stderr_truncated": False,
+        "timed_out": False,
+        "duration_ms": 41.5,
+        "encoding": "utf-8",
+    }
+    write = {"type": "file_write", "path": "/workspace/notes.txt", "content": "hello\n"}
+    sha = "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"
+    events = [
+        {"request": {"id": 1, "action": run}, "native": [run], "ok": True, "reply": {"ok": True, "result": result}},
+        {
+            "request": {"id": 2, "action": write},
+            "native": [write],
+            "ok": True,
+            "reply": {"ok": True, "result": {"path": "/workspace/notes.txt", "size": 6, "sha256": sha}},
+        },
+    ]
+    lines = [
+        {
+            "seq": n,
+            "time": 1.0,
+            "event": "action",
+            "action_id": f"a{n}.test",
+            "started": 1.0,
+            "frame": None,
+            **redact(e),
+        }
+        for n, e in enumerate(events, start=1)
+    ]
+    (directory / "events.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    manifest = {
+        "format": "corral-recording",
+        "version": 1,
+        "session": session_id,
+        "created_at": 1.0,
+        "ended_at": 2.0,
+        "viewport": {"width": 1280, "height": 800},
+    }
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    (directory / ".owner").write_text(key_id(KEY_A))
+    assert len(read_bundle(directory).actions) == 2  # the strict reader takes it
+    return session_id
+
+
+def test_commands_show_their_output_as_text_and_files_their_digest(gw: RunningGateway, browser: Any) -> None:
+    session_id = _plant_command_recording(gw)
+    watched = Watched(browser)
+    page = watched.page
+    page.goto(_viewer(gw, session_id, KEY_A))
+    page.wait_for_function("() => document.getElementById('status').textContent === 'ended'")
+    items = page.locator("#actions li").all_inner_texts()
+    assert items == ["1. exec cat evil.html; exit 3 \u2192 exit 3", "2. file_write /workspace/notes.txt (6 bytes)"]
+    page.wait_for_selector("#result pre.stdout")
+    facts = page.inner_text("#result table")
+    for shown in ("cat evil.html; exit 3", "/workspace/site", "321", "41.5 ms"):
+        assert shown in facts
+    assert "exit code\t3" in facts
+    # The output is there as the text it was, cut as recorded, and nothing in it ran or became markup.
+    assert page.inner_text("#result pre.stdout").startswith(HOSTILE)
+    assert page.inner_text("#result pre.stderr") == HOSTILE
+    notes = page.locator("#result p.note").all_inner_texts()
+    assert notes[0].startswith("recorded: the first ") and f"of {len(HOSTILE) + 70_000} bytes" in notes[0]
+    assert "cut at max_output_bytes" in notes[0] and "sha256 " in notes[0]
+    assert page.evaluate("() => window.pwned === undefined")
+    assert (
+        page.evaluate("() => document.querySelectorAll('#result script, #result img, main img:not(#frame)').length")
+        == 0
+    )
+    page.locator("#actions li").nth(1).click()
+    page.wait_for_function("() => document.querySelector('#result h2')?.textContent === 'File'")
+    facts = page.inner_text("#result table")
+    assert "/workspace/notes.txt" in facts and "6 bytes" in facts
+    assert "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03" in facts
+    assert not [line for line in watched.console if "Content Security Policy" in line or "pageerror" in line]
+    assert page.evaluate("() => window.pwned === undefined")
     page.close()

@@ -39,6 +39,7 @@ from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import open_private, private_dir, private_file, session_dir, write_json, write_private
 from corral.proxy.flowfile import check
 from corral.recording.bundle import EVENTS_FILE, FORMAT, FRAMES_DIR, MANIFEST_FILE, RESPONSES_FILE, VERSION
+from corral.recording.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -302,6 +303,9 @@ class SessionRecorder:
             await asyncio.shield(self._writing)
 
     def _write_action(self, event: dict[str, Any]) -> None:
+        # Again here, with this gateway's cap: the controller is not trusted to have done it (or may be
+        # older), and a second pass keeps the first digests.
+        event = redact(event, output_budget=self._max_text * 3 // 4)
         frame_b64 = event.pop("frame_webp", None)
         controller_seq = int(event.pop("seq"))
         seq = self._written + 1

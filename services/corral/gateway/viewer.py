@@ -1,7 +1,9 @@
 """The session viewer: one self-contained page, served by the gateway, for a live or recorded session.
 
 A timeline to scrub through the frames, the list of actions, and for the chosen action what it
-was, how it went and the network requests it caused (from the egress audit log). It is opened as
+was, how it went and the network requests it caused (from the egress audit log); a command shows
+its command, cwd, exit code, duration and recorded output, a file operation its path, size and
+sha256 (all of it the sandbox's text, so only ever set as text, never parsed as HTML). It is opened as
 ``viewer#token=<API key or session token>``: the fragment never leaves the browser, and the page
 sends the credential only as an ``Authorization`` header on its own fetches, so it appears in no
 URL, server log or Referer. Frames come through ``fetch`` too (an ``<img>`` cannot send a header)
@@ -41,6 +43,8 @@ body{margin:0;font:13px sans-serif;display:grid;grid-template-columns:300px 1fr;
 main{padding:8px;overflow:auto}#frame{max-width:100%;border:1px solid #ccc}
 #timeline{width:100%}table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 6px;text-align:left}
 .deny{color:#b00}.report{color:#a60}#status{color:#666}
+#result th{width:8em}#result pre{background:#f6f6f6;border:1px solid #ddd;padding:4px;max-height:20em;overflow:auto;
+white-space:pre-wrap;word-break:break-all}#result .note{color:#666;font-style:italic}#result .bad{color:#b00}
 </style></head><body>
 <ul id="actions"></ul>
 <main>
@@ -49,6 +53,7 @@ main{padding:8px;overflow:auto}#frame{max-width:100%;border:1px solid #ccc}
 <input id="timeline" type="range" min="1" max="1" value="1" aria-label="timeline">
 <p id="position"></p>
 <img id="frame" alt="frame after the action">
+<div id="result"></div>
 <h2>Action</h2><pre id="details"></pre>
 <h2>Network requests</h2>
 <table><thead><tr><th>seq</th><th>event</th><th>decision</th><th>method</th><th>url / host</th><th>status</th>
@@ -78,10 +83,113 @@ async function reason(response) {
   }
 }
 
+// Commands and file operations (docs/recording.md): what the agent ran or touched, read from the
+// recorded request and reply. All of it is the sandbox's text: it only ever goes in as textContent.
+const UPLOADS = ["content", "content_base64", "data", "data_base64", "stdin", "stdin_base64"];
+
+function actionOf(a) {
+  const n = a.native || [];
+  if (n.length) return n[n.length - 1] || {};
+  return (a.request && typeof a.request === "object" && a.request.action) || {};
+}
+
+function resultOf(a) { return (a.reply && a.reply.result) || {}; }
+
+function commandText(act) {
+  if (typeof act.command === "string") return act.command;
+  return JSON.stringify(act.argv || []);
+}
+
+function ended(r) {
+  if (r.background) return "pid " + r.pid + ", in the background";
+  if (r.timed_out) return "timed out" + (r.signal ? " (" + r.signal + ")" : "");
+  if (r.exit_code !== null && r.exit_code !== undefined) return "exit " + r.exit_code;
+  return r.signal ? "killed by " + r.signal : "";
+}
+
 function summary(a) {
+  const act = actionOf(a), r = resultOf(a);
+  if (act.type === "exec") return "exec " + commandText(act).slice(0, 80) + (a.ok ? " \\u2192 " + ended(r) : "");
+  if (typeof act.type === "string" && act.type.startsWith("file_") && (act.path || act.source)) {
+    const size = typeof r.size === "number" ? " (" + r.size + " bytes)" : "";
+    return act.type + " " + (act.path || act.source + " \\u2192 " + act.destination) + size;
+  }
   const n = (a.native || [])[0] || {};
-  const parts = Object.entries(n).filter(([k, v]) => k !== "type" && typeof v !== "object").slice(0, 3);
-  return (n.type || a.dialect || "request") + " " + parts.map(([k, v]) => k + "=" + v).join(" ");
+  const parts = Object.entries(n).filter(([k, v]) => k !== "type" && !UPLOADS.includes(k) && typeof v !== "object");
+  return (n.type || a.dialect || "request") + " " + parts.slice(0, 3).map(([k, v]) => k + "=" + v).join(" ");
+}
+
+function el(tag, text, cls) {
+  const node = document.createElement(tag);
+  if (text !== undefined) node.textContent = text;
+  if (cls) node.className = cls;
+  return node;
+}
+
+function facts(rows) {
+  const table = el("table");
+  for (const [name, value] of rows) {
+    if (value === undefined || value === null || value === "") continue;
+    const tr = el("tr");
+    tr.append(el("th", name), el("td", String(value)));
+    table.appendChild(tr);
+  }
+  return table;
+}
+
+// What the recording kept of a payload: all of it, or its first bytes, with its size and sha256.
+function kept(a, path, text, ownCut) {
+  const p = (a.payloads || {})[path] || null;
+  const notes = [];
+  if (p && p.truncated) notes.push("recorded: the first " + text.length + " characters of " + p.size + " bytes");
+  else if (p) notes.push(p.size + " bytes");
+  if (p) notes.push("sha256 " + p.sha256);
+  if (ownCut) notes.push("the command's output was cut at max_output_bytes");
+  return notes.join("; ");
+}
+
+function output(box, a, name, path, text, ownCut) {
+  if (typeof text !== "string") return;
+  box.append(el("h3", name), el("p", kept(a, path, text, ownCut), "note"), el("pre", text, "output " + name));
+}
+
+function showCommand(box, a, act, r) {
+  box.appendChild(el("h2", act.type === "exec" ? "Command" : "Process"));
+  box.appendChild(facts([
+    [typeof act.command === "string" ? "command" : "argv", act.type === "exec" ? commandText(act) : ""],
+    ["cwd", act.type === "exec" ? (act.cwd || "/workspace") : ""],
+    ["pid", r.pid ?? act.pid], ["exit code", r.exit_code], ["signal", r.signal],
+    ["timed out", r.timed_out ? "yes" : ""], ["running", r.running === undefined ? "" : String(r.running)],
+    ["duration", typeof r.duration_ms === "number" ? r.duration_ms + " ms" : ""],
+  ]));
+  output(box, a, "stdout", "reply.result.stdout", r.stdout, r.stdout_truncated);
+  output(box, a, "stderr", "reply.result.stderr", r.stderr, r.stderr_truncated);
+  output(box, a, "output", "reply.result.data", r.data, false);
+  for (const field of ["stdin", "stdin_base64", "data", "data_base64"]) {
+    const p = (a.payloads || {})["request.action." + field];
+    if (p) box.appendChild(el("p", field + " sent: " + p.size + " bytes, sha256 " + p.sha256, "note"));
+  }
+}
+
+function showFile(box, a, act, r) {
+  const uploaded = (a.payloads || {})["request.action.content"] || (a.payloads || {})["request.action.content_base64"];
+  box.appendChild(el("h2", "File"));
+  box.appendChild(facts([
+    ["path", r.path || act.path], ["source", act.source], ["destination", act.destination],
+    ["size", typeof r.size === "number" ? r.size + " bytes" : (uploaded ? uploaded.size + " bytes" : "")],
+    ["sha256", r.sha256 || (uploaded && uploaded.sha256)],
+    ["entries", Array.isArray(r.entries) ? r.entries.length + (r.truncated ? " (more not listed)" : "") : ""],
+  ]));
+  output(box, a, "content", "reply.result.content", r.content, false);
+}
+
+function showResult(a) {
+  const box = document.getElementById("result");
+  box.replaceChildren();
+  const act = actionOf(a), r = resultOf(a), type = String(act.type || "");
+  if (type === "exec" || type.startsWith("process_")) showCommand(box, a, act, r);
+  else if (type.startsWith("file_")) showFile(box, a, act, r);
+  if (box.childElementCount && !a.ok && a.error) box.appendChild(el("p", "failed: " + a.error.code, "bad"));
 }
 
 // One events request: true when the page should ask again later.
@@ -208,6 +316,7 @@ function show(step) {
     step: current, action: summary(a), ok: a.ok, error: a.error || null, url: a.url, title: a.title,
     elapsed_ms: a.elapsed_ms, action_id: a.action_id, dialect: a.dialect, request: a.request
   }, null, 2);
+  showResult(a);
   mark();
   showFrame(a, mine);
   showTraffic(a, mine);

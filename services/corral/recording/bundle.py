@@ -5,7 +5,9 @@
 - ``events.jsonl``: one JSON object per line, in order (``seq`` from 1); ``event`` is ``action``
   (a request: ``request`` as received, ``dialect``, ``native``, ``ok``, ``error``, ``reply``,
   ``started``, ``elapsed_ms``, ``url``, ``title``, ``frame``, ``audit``; ``truncated`` names the
-  fields cut to the gateway's text cap, with their sizes), ``gap``, ``controller_restarted`` or
+  fields cut to the gateway's text cap, with their sizes; ``payloads``, for commands and file
+  operations, the size and sha256 of each upload and output and whether only its start was kept:
+  corral.recording.redact), ``gap``, ``controller_restarted`` or
   ``budget`` (the last event: the recording stopped there, the manifest's ``cut`` says why);
 - ``frames/<seq>.webp``: the screen after each action;
 - ``responses.mitm`` (when the session had egress control): every upstream answer its proxy let

@@ -6,7 +6,8 @@ by pixel; the step diverges when more than ``threshold`` of the pixels differ vi
 request fails where it succeeded, or the other way round). Per-step overrides can change the
 threshold, add masks or skip a step. A step with no frame to compare is skipped (and says why),
 never counted as a pass; a recording that lost events (``gap``, ``controller_restarted``) replays
-with a warning in every report.
+with a warning in every report. Commands and file operations are judged by their result instead
+(exit codes, sha256, pids mapped: corral.recording.judge).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import base64
 import html
 import io
 import json
+import shlex
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
@@ -24,6 +26,8 @@ from typing import Any, Literal
 from PIL import Image, ImageChops, ImageFilter
 
 from corral.recording.bundle import Bundle
+from corral.recording.judge import EXPECTATIONS, STREAMS, Check, PidMap, cut_upload, judge, judged_by_result
+from corral.recording.judge import summary_fields as _summary_fields
 
 PIXEL_DELTA = 40  # a grey-level difference (0-255) a person would notice after the blur
 FRAME_REQUEST = {
@@ -58,6 +62,7 @@ class StepOverride:
     threshold: float | None = None
     masks: tuple[Mask, ...] = ()
     skip: bool = False
+    expect: Mapping[str, str] = field(default_factory=dict)  # "stdout"/"stderr" -> "exact" | "ignore"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +71,7 @@ class ReplayOptions:
     masks: tuple[Mask, ...] = ()
     overrides: Mapping[int, StepOverride] = field(default_factory=dict)  # by step number, from 1
     recorded_timing: bool = False
+    expect: Mapping[str, str] = field(default_factory=dict)  # for every exec step; a step's own wins
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +81,7 @@ class Comparison:
 
 
 StepStatus = Literal["passed", "diverged", "skipped"]
+JudgedOn = Literal["screen", "result"]  # a frame against the recorded one, or a command or file step's result
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +100,8 @@ class StepVerdict:
     replayed_frame: bytes | None = field(repr=False, default=None)
     diff_png: bytes | None = field(repr=False, default=None)
     elapsed_ms: float = 0.0
+    checks: tuple[Check, ...] = ()  # a command or file step: what its result was compared on
+    judged_on: JudgedOn = "screen"
 
     @property
     def passed(self) -> bool:
@@ -119,8 +128,16 @@ class ReplayReport:
         return [step for step in self.steps if not step.passed]
 
 
+def parse_expect(value: Any, where: str) -> dict[str, str]:
+    """``{"stdout": "exact", "stderr": "ignore"}``: which outputs of an exec must match; raises ValueError."""
+    if not isinstance(value, dict) or not all(k in STREAMS and v in EXPECTATIONS for k, v in value.items()):
+        raise ValueError(f"{where}: expect maps stdout/stderr to one of {', '.join(EXPECTATIONS)}")
+    return {str(k): str(v) for k, v in value.items()}
+
+
 def parse_overrides(text: str) -> dict[int, StepOverride]:
-    """``{"3": {"threshold": 0.05, "masks": ["0,0,100,20"], "skip": false}, ...}``; raises ValueError."""
+    """``{"3": {"threshold": 0.05, "masks": ["0,0,100,20"], "skip": false, "expect": {"stdout": "exact"}}}``;
+    raises ValueError."""
     try:
         raw = json.loads(text)
     except ValueError as exc:
@@ -131,7 +148,7 @@ def parse_overrides(text: str) -> dict[int, StepOverride]:
     for key, value in raw.items():
         if not str(key).isdigit() or int(key) < 1 or not isinstance(value, dict):
             raise ValueError(f"override {key!r}: keys are step numbers from 1, values objects")
-        unknown = set(value) - {"threshold", "masks", "skip"}
+        unknown = set(value) - {"threshold", "masks", "skip", "expect"}
         if unknown:
             raise ValueError(f"override {key}: unknown field(s) {sorted(unknown)}")
         threshold = value.get("threshold")
@@ -144,6 +161,7 @@ def parse_overrides(text: str) -> dict[int, StepOverride]:
             float(threshold) if threshold is not None else None,
             tuple(Mask.parse(str(m)) for m in masks),
             bool(value.get("skip", False)),
+            parse_expect(value.get("expect", {}), f"override {key}"),
         )
     return out
 
@@ -176,9 +194,14 @@ def summarize(event: Mapping[str, Any]) -> str:
     native = event.get("native") or []
     if native:
         first = native[0]
-        details = {k: v for k, v in first.items() if k != "type" and not isinstance(v, dict | list)}
-        text = " ".join(f"{k}={v}" for k, v in list(details.items())[:3])
         more = f" (+{len(native) - 1})" if len(native) > 1 else ""
+        if first.get("type") == "exec":  # what was run, whichever form it came in
+            argv = first.get("argv")
+            shown = first.get("command") if argv is None else shlex.join(str(arg) for arg in argv)
+            return f"exec {shown}"[:120] + more
+        left_out = {"type", *_summary_fields(first.get("type"))}
+        details = {k: v for k, v in first.items() if k not in left_out and not isinstance(v, dict | list)}
+        text = " ".join(f"{k}={v}" for k, v in list(details.items())[:3])
         return f"{first.get('type')} {text}".strip()[:120] + more
     return f"{event.get('dialect') or 'request'} (not read)"
 
@@ -211,90 +234,163 @@ def _error_code(value: Any) -> str | None:
     return str(value.get("code")) if isinstance(value, dict) and value.get("code") is not None else None
 
 
+def _outcome(event: Mapping[str, Any], reply: Mapping[str, Any]) -> str | None:
+    """Why a step diverged by success or failure alone; None when both succeeded or both failed alike."""
+    recorded_ok, replayed_ok = bool(event.get("ok")), bool(reply.get("ok"))
+    recorded_code, replayed_code = _error_code(event.get("error")), _error_code(reply.get("error"))
+    if replayed_ok != recorded_ok:
+        reason = f"the request {'failed' if recorded_ok else 'succeeded'} this time"
+        return reason + (f" ({replayed_code})" if replayed_code else "")
+    if not recorded_ok and recorded_code != replayed_code:
+        return f"the request failed with {replayed_code}, recorded {recorded_code}"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """One recorded action on its way through the replay."""
+
+    number: int
+    event: dict[str, Any]
+    summary: str
+    threshold: float
+    override: StepOverride
+
+    @property
+    def recorded_ok(self) -> bool:
+        return bool(self.event.get("ok"))
+
+    def skipped(self, reason: str) -> StepVerdict:
+        ok = self.recorded_ok
+        on: JudgedOn = "result" if judged_by_result(self.event) else "screen"
+        return StepVerdict(self.number, self.summary, ok, ok, self.threshold, None, "skipped", reason, judged_on=on)
+
+
+@dataclass
+class _Pace:
+    """With ``recorded`` timing, each request waits until as long after the first as when recorded."""
+
+    recorded: bool
+    first: float | None
+    start: float = field(default_factory=time.monotonic)
+
+    def wait(self, event: Mapping[str, Any]) -> None:
+        if self.recorded and self.first is not None and event.get("started"):
+            wait = (float(event["started"]) - float(self.first)) - (time.monotonic() - self.start)
+            if wait > 0:
+                time.sleep(wait)
+
+
 def replay(
     bundle: Bundle, send: Send, options: ReplayOptions, log: Callable[[str], None] = lambda _: None
 ) -> ReplayReport:
     """Send each recorded request through ``send`` (one sandbox's protocol), judge each step."""
-    steps: list[StepVerdict] = []
     warnings = recording_warnings(bundle)
     for warning in warnings:
         log(f"warning: {warning}")
     actions = bundle.actions
-    start_wall, first_recorded = time.monotonic(), (actions[0].get("started") if actions else None)
+    pace = _Pace(options.recorded_timing, actions[0].get("started") if actions else None)
+    pids = PidMap()  # a process's pid on replay differs from the recorded one
+    steps: list[StepVerdict] = []
     for number, event in enumerate(actions, start=1):
         override = options.overrides.get(number, StepOverride())
         threshold = override.threshold if override.threshold is not None else options.threshold
-        summary = summarize(event)
-        recorded_ok = bool(event.get("ok"))
-        if override.skip:
-            steps.append(
-                StepVerdict(
-                    number, summary, recorded_ok, recorded_ok, threshold, None, "skipped", "skipped by override"
-                )
-            )
-            continue
-        if "request" in (event.get("truncated") or {}):
-            # Only part of it was kept (CORRAL_RECORDING_MAX_TEXT_KB): sending that would be another request.
-            reason = "the recorded request was cut (too long to keep whole); it cannot be sent again"
-            log(f"step {number} {_LOG_WORD['skipped']} {summary}: {reason}")
-            steps.append(StepVerdict(number, summary, recorded_ok, recorded_ok, threshold, None, "skipped", reason))
-            continue
-        if options.recorded_timing and first_recorded is not None and event.get("started"):
-            wait = (float(event["started"]) - float(first_recorded)) - (time.monotonic() - start_wall)
-            if wait > 0:
-                time.sleep(wait)
-        request = event.get("request")
-        began = time.perf_counter()
-        # An unreadable message is sent again to be refused again.
-        reply = send(request) if isinstance(request, dict) else send({"raw": request})
-        elapsed = (time.perf_counter() - began) * 1000
-        replayed_ok = bool(reply.get("ok"))
-        shot = send(FRAME_REQUEST)
-        replayed = base64.b64decode(shot["screenshot"]["data"]) if shot.get("ok") and shot.get("screenshot") else None
-        recorded = bundle.frame(event)
-        masks = options.masks + override.masks
-        score: float | None = None
-        diff = None
-        status: StepStatus
-        recorded_code, replayed_code = _error_code(event.get("error")), _error_code(reply.get("error"))
-        unsettled = event.get("frame_settled") is False
-        if replayed_ok != recorded_ok:
-            status, reason = "diverged", f"the request {'failed' if recorded_ok else 'succeeded'} this time"
-            if replayed_code:
-                reason += f" ({replayed_code})"
-        elif not recorded_ok and recorded_code != replayed_code:
-            status, reason = "diverged", f"the request failed with {replayed_code}, recorded {recorded_code}"
-        elif recorded is None or replayed is None:
-            why = "the recording has no frame for it" if recorded is None else "the replay's screenshot failed"
-            status, reason = "skipped", f"no frame to compare: {why}"
-        else:
-            comparison = compare(recorded, replayed, masks)
-            score, diff = comparison.score, comparison.diff_png
-            status = "passed" if score <= threshold else "diverged"
-            reason = f"{score:.2%} of the screen differs (threshold {threshold:.2%})"
-            if unsettled:
-                # Recorded before the screen had settled (the next request came first): say so.
-                reason += "; the recorded frame was taken before the screen settled"
-                if status == "diverged":
-                    reason += " (mask the moving part, raise this step's threshold, or re-record)"
-        log(f"step {number} {_LOG_WORD[status]} {summary}: {reason}")
-        steps.append(
-            StepVerdict(
-                number,
-                summary,
-                recorded_ok,
-                replayed_ok,
-                threshold,
-                score,
-                status,
-                reason,
-                recorded,
-                replayed,
-                diff,
-                elapsed,
-            )
-        )
+        step = _Step(number, event, summarize(event), threshold, override)
+        verdict = _replay_step(step, bundle, send, options, pids, pace)
+        log(f"step {number} {_LOG_WORD[verdict.status]} {verdict.summary}: {verdict.reason}")
+        steps.append(verdict)
     return ReplayReport(bundle.source, steps, warnings)
+
+
+def _replay_step(
+    step: _Step, bundle: Bundle, send: Send, options: ReplayOptions, pids: PidMap, pace: _Pace
+) -> StepVerdict:
+    if step.override.skip:
+        return step.skipped("skipped by override")
+    if "request" in (step.event.get("truncated") or {}):
+        # Only part of it was kept (CORRAL_RECORDING_MAX_TEXT_KB): sending that would be another request.
+        return step.skipped("the recorded request was cut (too long to keep whole); it cannot be sent again")
+    cut = cut_upload(step.event)
+    if cut is not None:
+        return step.skipped(cut)  # a file_write's content, kept only in part: the rest was never stored
+    pace.wait(step.event)
+    request = step.event.get("request")
+    began = time.perf_counter()
+    # An unreadable message is sent again to be refused again.
+    reply = send(pids.request(request)) if isinstance(request, dict) else send({"raw": request})
+    elapsed = (time.perf_counter() - began) * 1000
+    if judged_by_result(step.event):
+        pids.learn(step.event, reply)
+        return _judged_by_result(step, reply, {**options.expect, **step.override.expect}, elapsed)
+    return _judged_by_frame(step, bundle, send, reply, options.masks + step.override.masks, elapsed)
+
+
+def _judged_by_result(step: _Step, reply: Mapping[str, Any], expect: Mapping[str, str], elapsed: float) -> StepVerdict:
+    """A command or file step: its exit code, digests and pids, never its screen."""
+    checks: tuple[Check, ...] = ()
+    outcome = _outcome(step.event, reply)
+    if outcome is not None:
+        passed, reason = False, outcome
+    elif not step.recorded_ok:
+        passed, reason = True, f"failed again with {_error_code(reply.get('error'))}, as recorded"
+    else:
+        judgement = judge(step.event, reply, expect)
+        passed, reason, checks = judgement.passed, judgement.reason, judgement.checks
+    return StepVerdict(
+        step.number,
+        step.summary,
+        step.recorded_ok,
+        bool(reply.get("ok")),
+        step.threshold,
+        None,
+        "passed" if passed else "diverged",
+        reason,
+        elapsed_ms=elapsed,
+        checks=checks,
+        judged_on="result",
+    )
+
+
+def _judged_by_frame(
+    step: _Step, bundle: Bundle, send: Send, reply: Mapping[str, Any], masks: tuple[Mask, ...], elapsed: float
+) -> StepVerdict:
+    """Any other step: its screen, once settled, against the recorded frame."""
+    shot = send(FRAME_REQUEST)
+    replayed = base64.b64decode(shot["screenshot"]["data"]) if shot.get("ok") and shot.get("screenshot") else None
+    recorded = bundle.frame(step.event)
+    score: float | None = None
+    diff = None
+    status: StepStatus
+    outcome = _outcome(step.event, reply)
+    if outcome is not None:
+        status, reason = "diverged", outcome
+    elif recorded is None or replayed is None:
+        why = "the recording has no frame for it" if recorded is None else "the replay's screenshot failed"
+        status, reason = "skipped", f"no frame to compare: {why}"
+    else:
+        comparison = compare(recorded, replayed, masks)
+        score, diff = comparison.score, comparison.diff_png
+        status = "passed" if score <= step.threshold else "diverged"
+        reason = f"{score:.2%} of the screen differs (threshold {step.threshold:.2%})"
+        if step.event.get("frame_settled") is False:
+            # Recorded before the screen had settled (the next request came first): say so.
+            reason += "; the recorded frame was taken before the screen settled"
+            if status == "diverged":
+                reason += " (mask the moving part, raise this step's threshold, or re-record)"
+    return StepVerdict(
+        step.number,
+        step.summary,
+        step.recorded_ok,
+        bool(reply.get("ok")),
+        step.threshold,
+        score,
+        status,
+        reason,
+        recorded,
+        replayed,
+        diff,
+        elapsed,
+    )
 
 
 def _xml_text(text: str) -> str:
@@ -330,6 +426,8 @@ def junit_xml(report: ReplayReport, name: str = "corral replay") -> bytes:
             ET.SubElement(case, "skipped", message=_xml_text(step.reason))
         elif not step.passed:
             ET.SubElement(case, "failure", message=_xml_text(step.reason)).text = _xml_text(step.reason)
+        if step.checks:
+            ET.SubElement(case, "system-out").text = _xml_text("\n".join(str(check) for check in step.checks))
     if report.warnings:
         ET.SubElement(suite, "system-out").text = _xml_text("\n".join(f"warning: {w}" for w in report.warnings))
     return bytes(ET.tostring(suite, encoding="utf-8", xml_declaration=True))
@@ -344,6 +442,27 @@ def _img(data: bytes | None, mime: str, alt: str) -> str:
 _VERDICT = {"passed": "passed", "diverged": "DIVERGED", "skipped": "skipped"}
 
 
+def _compared(step: StepVerdict) -> str:
+    """What the step was judged on: its result's checks (a command or file step), else the frames."""
+    if step.checks:
+        rows = "".join(
+            f"<tr class={'pass' if c.passed else 'fail'}><td>{html.escape(c.name)}</td>"
+            f"<td>{html.escape(c.recorded)}</td><td>{html.escape(c.replayed)}</td>"
+            f"<td>{'matches' if c.passed else 'DIFFERS'}</td></tr>"
+            for c in step.checks
+        )
+        return f"<table class=checks><tr><th>checked</th><th>recorded</th><th>replayed</th><th></th></tr>{rows}</table>"
+    if step.judged_on == "result":
+        return ""  # a command or file step judged by its success alone: no frames to show
+    return (
+        "<div class=frames>"
+        f"<figure>{_img(step.recorded_frame, 'image/webp', 'recorded')}<figcaption>recorded</figcaption></figure>"
+        f"<figure>{_img(step.replayed_frame, 'image/webp', 'replayed')}<figcaption>replayed</figcaption></figure>"
+        f"<figure>{_img(step.diff_png, 'image/png', 'difference')}<figcaption>difference</figcaption></figure>"
+        "</div>"
+    )
+
+
 def html_report(report: ReplayReport) -> str:
     """One self-contained page: each step with the recorded, replayed and difference images."""
     rows = []
@@ -353,11 +472,7 @@ def html_report(report: ReplayReport) -> str:
             f"<section class='step {state}' id='step-{step.number}'>"
             f"<h2>Step {step.number}: {html.escape(step.summary)} "
             f"<span class=verdict>{_VERDICT[step.status]}</span></h2>"
-            f"<p class=reason>{html.escape(step.reason)}</p><div class=frames>"
-            f"<figure>{_img(step.recorded_frame, 'image/webp', 'recorded')}<figcaption>recorded</figcaption></figure>"
-            f"<figure>{_img(step.replayed_frame, 'image/webp', 'replayed')}<figcaption>replayed</figcaption></figure>"
-            f"<figure>{_img(step.diff_png, 'image/png', 'difference')}<figcaption>difference</figcaption></figure>"
-            "</div></section>"
+            f"<p class=reason>{html.escape(step.reason)}</p>{_compared(step)}</section>"
         )
     verdict = "passed" if report.passed else f"{len(report.divergences)} step(s) diverged"
     if report.skipped:
@@ -368,7 +483,8 @@ def html_report(report: ReplayReport) -> str:
         f"<title>Corral replay: {html.escape(verdict)}</title><style>"
         "body{font:14px sans-serif;margin:1em}.frames{display:flex;gap:8px}figure{margin:0}"
         "img{width:400px;border:1px solid #ccc}.fail h2{color:#b00}.pass h2{color:#070}.skip h2{color:#666}"
-        ".warnings{color:#a60}"
+        ".warnings{color:#a60}.checks{border-collapse:collapse}.checks td,.checks th{border:1px solid #ccc;"
+        "padding:2px 6px;font-family:monospace}.checks tr.fail{color:#b00}"
         "</style></head><body>"
         f"<h1 id=summary>Replay of {html.escape(report.source)}: {html.escape(verdict)}</h1>"
         + (f"<ul class=warnings id=warnings>{warnings}</ul>" if warnings else "")

@@ -1,6 +1,7 @@
 """The controller's side of session recording: one event per request, with a small frame after it.
 
-Each event holds the request as received, its native form, the reply (images left out), timings,
+Each event holds the request as received, its native form, the reply (images left out; the bytes
+of commands and file operations cut by :func:`corral.recording.redact.redact`), timings,
 the browser's URL and title, and a WebP frame of the screen right after the action. Events wait
 in a bounded buffer until the gateway fetches them (``GET /v1/recording``, long-polled), and the
 gateway writes the bundle as the session goes. The frame is grabbed once the reply has been built;
@@ -20,6 +21,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from corral.recording.redact import redact
 from corral.sandbox import encode as enc
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.xcapture import Frame
@@ -105,6 +107,8 @@ class Recorder:
     def record(self, event: dict[str, Any]) -> None:
         """Queue one event; its frame and page state are added in the background."""
         self._seq += 1
+        # Uploaded bytes and long outputs never enter the buffer whole: a prefix, a size and a sha256.
+        event = redact(event)
         event = {"seq": self._seq, **event, "reply": _strip_images(event.get("reply"))}
         self._pending.put_nowait(asyncio.create_task(self._complete(event)))
         if self._publisher is None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 from rich.console import Console
@@ -56,3 +58,17 @@ def test_ls_shows_events_bytes_and_the_cut(monkeypatch: pytest.MonkeyPatch) -> N
     assert [cell.strip() for cell in cut.split("│")[1:-1]][4:] == ["31", "2097100", "budget"]
     live = next(line for line in result.stdout.splitlines() if "ses_live2" in line)
     assert [cell.strip() for cell in live.split("│")[1:-1]][4:] == ["4", "9000", "-"]
+
+
+def test_replay_refuses_an_expect_it_does_not_know_before_reaching_a_gateway(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    monkeypatch.setenv("CORRAL_URL", "http://gateway.invalid")
+    manifest = {"format": "corral-recording", "version": 1, "viewport": {"width": 8, "height": 8}}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    (tmp_path / "events.jsonl").write_text("")
+    result = CliRunner().invoke(app, ["replay", str(tmp_path), "--expect", "stdout=fuzzy"])
+    assert result.exit_code == 2
+    assert "--expect: expect maps stdout/stderr to one of exact, ignore" in result.output

@@ -156,3 +156,45 @@ async def test_an_impostor_on_the_controllers_port_records_nothing(tmp_path: Pat
         await recorder.fetch(0)
     assert not (directory / "events.jsonl").exists() or _events(directory) == []
     await recorder.stop("deleted", drain_s=0.1)
+
+
+async def test_a_controller_that_kept_uploaded_bytes_and_whole_outputs_is_redacted_here(tmp_path: Path) -> None:
+    # An older (or hostile) controller sends the bytes whole: the gateway cuts them before writing.
+    from corral.recording.bundle import read_bundle
+    from corral.recording.redact import INPUT_PREFIX_BYTES
+
+    directory = tmp_path / "ses_0123456789abcdee"
+    controller = Controller("boot-1")
+    upload, output = "U" * 200_000, "O" * 300_000
+    write = {"type": "file_write", "path": "/workspace/big", "content": upload}
+    run = {"type": "exec", "command": "cat /workspace/big", "cwd": "/workspace"}
+    controller.events += [
+        {
+            "seq": 1,
+            "request": {"id": 1, "action": write},
+            "native": [write],
+            "ok": True,
+            "reply": {"ok": True, "id": 1, "result": {"path": "/workspace/big", "size": 200_000, "sha256": "ab"}},
+        },
+        {
+            "seq": 2,
+            "request": {"id": 2, "action": run},
+            "native": [run],
+            "ok": True,
+            "reply": {
+                "ok": True,
+                "id": 2,
+                "result": {"exit_code": 0, "stdout": output, "stderr": "", "duration_ms": 3},
+            },
+        },
+    ]
+    recorder = await _recorder(directory, controller)
+    await recorder.fetch(0)
+    text = (directory / "events.jsonl").read_text()
+    assert upload[: INPUT_PREFIX_BYTES + 1] not in text and output[:100_000] not in text
+    written, ran = read_bundle(directory).actions
+    assert written["payloads"]["request.action.content"]["size"] == 200_000
+    assert written["reply"]["result"]["sha256"] == "ab"
+    assert ran["payloads"]["reply.result.stdout"]["truncated"] is True
+    assert ran["reply"]["result"]["exit_code"] == 0 and ran["request"]["action"]["command"] == "cat /workspace/big"
+    assert "truncated" not in ran  # cut by the redaction, so no field had to be cut whole

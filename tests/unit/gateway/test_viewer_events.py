@@ -107,3 +107,25 @@ async def test_a_live_recording_skips_the_lines_already_read(tmp_path: Path) -> 
     finally:
         await recordings.stop_all()
         await client.aclose()
+
+
+def test_the_page_never_makes_markup_of_what_it_shows_and_reads_the_payloads_recorded() -> None:
+    from corral.recording.redact import redact
+
+    page = viewer_page(SESSION).body
+    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
+        assert sink not in page  # a command's output is the sandbox's text: textContent only
+    recorded = [
+        ({"type": "exec", "command": "x", "stdin": "in"}, {"stdout": "o", "stderr": "e"}),
+        ({"type": "file_write", "path": "p", "content": "c"}, {}),
+        ({"type": "file_write", "path": "p", "content_base64": "YQ=="}, {}),
+        ({"type": "file_read", "path": "p"}, {"content": "c"}),
+        ({"type": "process_output", "pid": 1}, {"data": "d"}),
+    ]
+    paths: set[str] = set()
+    for act, result in recorded:
+        paths |= set(redact({"request": {"action": act}, "native": [act], "reply": {"result": result}})["payloads"])
+    # Every payload path the page looks up is one the recorder writes.
+    read = set(re.findall(r'"((?:reply\.result|request\.action)\.\w+)"', page))
+    assert {"reply.result.stdout", "reply.result.stderr", "reply.result.content", "request.action.content"} <= read
+    assert read <= paths

@@ -17,6 +17,7 @@ from corral.recording.replay import (
     StepVerdict,
     html_report,
     junit_xml,
+    parse_overrides,
     replay,
 )
 
@@ -141,3 +142,191 @@ def test_junit_survives_control_characters_in_typed_text() -> None:
     assert (case.get("classname"), case.get("name")) == ("bundle?", "step 1: type text=a??b")
     failure = case.find("failure")
     assert failure is not None and failure.get("message") == failure.text == "differs ?"
+
+
+def command(seq: int, act: dict[str, Any], result: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A recorded command or file step, redacted as the recorder keeps it (no frame compared)."""
+    from corral.recording.redact import redact
+
+    event = {
+        "seq": seq,
+        "event": "action",
+        "request": {"id": str(seq), "action": act},
+        "native": [act],
+        "ok": True,
+        "reply": {"ok": True, "id": str(seq), "result": result},
+        "frame": None,
+        **extra,
+    }
+    return redact(event, output_budget=16)
+
+
+def exec_result(exit_code: int | None, stdout: str = "", **extra: Any) -> dict[str, Any]:
+    return {
+        "pid": 40,
+        "exit_code": exit_code,
+        "signal": None,
+        "stdout": stdout,
+        "stderr": "",
+        "timed_out": False,
+        "duration_ms": 5.0,
+        "encoding": "utf-8",
+        **extra,
+    }
+
+
+class Commands:
+    """A sandbox that answers each request as told, keeping what it was sent (never a screenshot)."""
+
+    def __init__(self, results: list[dict[str, Any]]) -> None:
+        self.results, self.sent = list(results), []  # type: list[dict[str, Any]], list[dict[str, Any]]
+
+    def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert request is not FRAME_REQUEST, "a command step's screen is not compared"
+        self.sent.append(request)
+        return {"ok": True, "id": request.get("id"), "result": self.results.pop(0)}
+
+
+def test_an_exec_step_passes_on_its_exit_code_and_says_why_when_it_differs() -> None:
+    run = {"type": "exec", "command": "make test", "cwd": "/workspace"}
+    recorded = bundle([command(1, run, exec_result(0, "all good " * 100)), command(2, run, exec_result(0))], {})
+    report = replay(recorded, Commands([exec_result(0, "other output"), exec_result(2)]), ReplayOptions())
+    assert [s.status for s in report.steps] == ["passed", "diverged"]
+    assert report.steps[0].reason == "exit code matches: 0, recorded 0"  # stdout not compared unless asked
+    assert report.steps[1].reason == "exit code differs: 2, recorded 0"
+    assert report.steps[1].judged_on == "result" and report.steps[1].score is None
+    suite = ET.fromstring(junit_xml(report))
+    failure = suite.findall("testcase")[1].find("failure")
+    assert failure is not None and failure.get("message") == "exit code differs: 2, recorded 0"
+    page = html_report(report)
+    assert "<td>exit code</td><td>0</td><td>2</td><td>DIFFERS</td>" in page and "<img" not in page
+
+
+def test_stdout_is_compared_by_sha256_when_the_step_asks_even_when_the_recording_cut_it() -> None:
+    run = {"type": "exec", "argv": ["seq", "1000"]}
+    full = "".join(f"{n}\n" for n in range(1, 1001))
+    recorded = bundle([command(1, run, exec_result(0, full)), command(2, run, exec_result(0, full))], {})
+    assert recorded.events[0]["payloads"]["reply.result.stdout"]["truncated"] is True
+    options = ReplayOptions(overrides=parse_overrides('{"2": {"expect": {"stdout": "exact"}}}'))
+    report = replay(recorded, Commands([exec_result(0, full), exec_result(0, full[:-2])]), options)
+    assert report.steps[0].status == "passed"
+    assert report.steps[1].status == "diverged" and report.steps[1].reason.startswith("stdout differs: ")
+    assert [c.name for c in report.steps[1].checks] == ["exit code", "stdout"]
+    everywhere = ReplayOptions(expect={"stdout": "exact"})
+    assert replay(recorded, Commands([exec_result(0, full)] * 2), everywhere).passed
+
+
+def test_a_killed_command_is_compared_by_its_signal_and_timeout() -> None:
+    run = {"type": "exec", "command": "sleep 600", "timeout_ms": 100}
+    killed = exec_result(None, signal="SIGKILL", timed_out=True)
+    recorded = bundle([command(1, run, killed)], {})
+    assert replay(recorded, Commands([killed]), ReplayOptions()).passed
+    report = replay(recorded, Commands([exec_result(0)]), ReplayOptions())
+    assert (
+        report.steps[0].reason
+        == "exit code differs: 0, recorded killed by SIGKILL; timed out differs: False, recorded True"
+    )
+
+
+def test_file_steps_compare_sha256_and_a_cut_upload_is_skipped_with_its_reason() -> None:
+    import hashlib
+
+    small, big = "hello\n", "B" * 5000
+    sha = hashlib.sha256(small.encode()).hexdigest()
+    write = {"type": "file_write", "path": "/workspace/s.txt", "content": small}
+    read = {"type": "file_read", "path": "/workspace/s.txt"}
+    events = [
+        command(1, write, {"path": "/workspace/s.txt", "size": 6, "sha256": sha}),
+        command(2, read, {"path": "/workspace/s.txt", "content": small, "encoding": "utf-8", "size": 6}),
+        command(3, {"type": "file_write", "path": "/workspace/b", "content": big}, {"path": "/workspace/b"}),
+        command(4, {"type": "file_stat", "path": "/workspace/s.txt"}, {"path": "/workspace/s.txt", "size": 6}),
+    ]
+    sandbox = Commands(
+        [
+            {"path": "/workspace/s.txt", "size": 6, "sha256": sha},
+            {"path": "/workspace/s.txt", "content": "hellO\n", "encoding": "utf-8", "size": 6},
+            {"path": "/workspace/s.txt", "size": 6},
+        ]
+    )
+    report = replay(bundle(events, {}), sandbox, ReplayOptions())
+    assert [s.status for s in report.steps] == ["passed", "diverged", "skipped", "passed"]
+    assert report.steps[0].reason.startswith("sha256 matches: 6 bytes")
+    assert report.steps[1].reason.startswith("content sha256 differs")
+    assert "kept only the start of its content (5000 bytes" in report.steps[2].reason
+    assert report.steps[3].reason == "file_stat succeeded again (judged by its result, not the screen)"
+    assert sandbox.sent[0]["action"]["content"] == small  # a small upload is sent again whole
+    assert "content" not in report.steps[0].summary  # uploaded bytes stay out of the summary
+
+
+def test_process_steps_follow_the_pid_the_replay_gave_the_same_exec() -> None:
+    start = {"type": "exec", "command": "python3 -i", "background": True}
+    write = {"type": "process_write", "pid": 4242, "data": "print(6*7)\n", "eof": True}
+    wait = {"type": "process_wait", "pid": 4242, "timeout_ms": 5000}
+    unknown = {"type": "process_kill", "pid": 9}
+    events = [
+        command(1, start, {"pid": 4242, "background": True}),
+        command(2, write, {"pid": 4242, "written": 11}),
+        command(3, wait, {"pid": 4242, "exit_code": 0, "signal": None, "running": False, "timed_out": False}),
+        command(4, unknown, {"pid": 9, "signal": "SIGKILL"}),
+    ]
+    sandbox = Commands(
+        [
+            {"pid": 77, "background": True},
+            {"pid": 77, "written": 11},
+            {"pid": 77, "exit_code": 1, "signal": None, "running": False, "timed_out": False},
+            {"pid": 9, "signal": "SIGKILL"},
+        ]
+    )
+    report = replay(bundle(events, {}), sandbox, ReplayOptions())
+    assert [r["action"]["pid"] for r in sandbox.sent[1:]] == [77, 77, 9]  # 9 was never started: sent as it was
+    assert [s.status for s in report.steps] == ["passed", "passed", "diverged", "passed"]
+    assert report.steps[0].checks[0].recorded == "pid 4242 is pid 77 now"
+    assert report.steps[2].reason == "exit code differs: 1, recorded 0"
+    still = Commands([{"pid": 5, "background": True}, {"pid": 5, "written": 11}, {"pid": 5, "running": True}, {}])
+    assert "still running" in replay(bundle(events, {}), still, ReplayOptions()).steps[2].reason
+
+
+def test_a_command_that_fails_again_alike_passes_and_otherwise_diverges() -> None:
+    run = {"type": "exec", "argv": ["nope"]}
+    event = {**command(1, run, {}), "ok": False, "error": {"code": "program_not_found"}, "reply": {"ok": False}}
+    refused = bundle([event], {})
+
+    def answer(code: str) -> Any:
+        return lambda request: {"ok": False, "error": {"code": code}}
+
+    assert replay(refused, answer("program_not_found"), ReplayOptions()).steps[0].reason == (
+        "failed again with program_not_found, as recorded"
+    )
+    assert replay(refused, answer("no_such_file"), ReplayOptions()).steps[0].status == "diverged"
+
+
+def test_expect_in_overrides_is_checked() -> None:
+    assert parse_overrides('{"1": {"expect": {"stderr": "exact"}}}')[1].expect == {"stderr": "exact"}
+    for bad in (
+        '{"1": {"expect": {"stdout": "fuzzy"}}}',
+        '{"1": {"expect": {"exit": "exact"}}}',
+        '{"1": {"expect": 1}}',
+    ):
+        try:
+            parse_overrides(bad)
+        except ValueError as exc:
+            assert "expect maps stdout/stderr" in str(exc)
+        else:
+            raise AssertionError(f"{bad} was accepted")
+
+
+def test_an_exec_step_is_summarised_by_what_it_ran() -> None:
+    from corral.recording.replay import summarize
+
+    assert summarize({"native": [{"type": "exec", "command": "make -j2", "cwd": "/workspace"}]}) == "exec make -j2"
+    assert summarize({"native": [{"type": "exec", "argv": ["ls", "-l", "my dir"]}]}) == "exec ls -l 'my dir'"
+
+
+def test_what_the_sandbox_said_is_escaped_in_the_report() -> None:
+    run = {"type": "exec", "command": "<b>x</b>"}
+    recorded = bundle([command(1, run, exec_result(None, signal="<script>alert(1)</script>"))], {})
+    report = replay(recorded, Commands([exec_result(0)]), ReplayOptions())
+    page = html_report(report)
+    assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<b>x</b>" not in page and "exec &lt;b&gt;x&lt;/b&gt;" in page
+    ET.fromstring(junit_xml(report))  # and the XML stays well-formed

@@ -1,10 +1,37 @@
-"""The controller's recorder: what it keeps of a reply."""
+"""The controller's recorder: what enters its buffer of a command or file operation."""
 
 from __future__ import annotations
 
-from corral.sandbox.recorder import _strip_images
+import hashlib
+import json
+
+from corral.recording.redact import INPUT_PREFIX_BYTES
+from corral.sandbox.recorder import Recorder
+
+from .desktop_fake import Parts, fake_desktop
 
 
-def test_openai_images_are_not_kept_in_recorded_replies() -> None:
-    reply = {"result": {"output": {"type": "input_image", "image_url": "data:image/png;base64," + "A" * 1000}}}
-    assert _strip_images(reply)["result"]["output"]["image_url"] == "<image>"
+async def test_uploaded_bytes_and_long_outputs_never_enter_the_buffer_whole() -> None:
+    recorder = Recorder(fake_desktop(Parts()))
+    upload, printed = "u" * 100_000, "p" * 500_000
+    write = {"type": "file_write", "path": "/workspace/f", "content": upload}
+    run = {"type": "exec", "command": "cat /workspace/f", "cwd": "/workspace"}
+    try:
+        recorder.record({"request": {"id": 1, "action": write}, "native": [write], "ok": True, "reply": {"ok": True}})
+        recorder.record(
+            {
+                "request": {"id": 2, "action": run},
+                "native": [run],
+                "ok": True,
+                "reply": {"ok": True, "result": {"exit_code": 0, "stdout": printed, "stderr": "", "duration_ms": 9}},
+            }
+        )
+        answer = await recorder.after(1, 10_000)  # waits for the second (events publish in order)
+        first = (await recorder.after(0, 0))["events"][0]
+    finally:
+        await recorder.close()
+    [ran] = answer["events"]
+    assert first["request"]["action"]["content"] == "u" * INPUT_PREFIX_BYTES
+    assert first["payloads"]["native.0.content"]["sha256"] == hashlib.sha256(upload.encode()).hexdigest()
+    assert ran["reply"]["result"]["exit_code"] == 0 and ran["payloads"]["reply.result.stdout"]["size"] == 500_000
+    assert len(json.dumps(ran)) < 64 << 10

@@ -1,0 +1,201 @@
+"""Judging a replayed command or file step by its result, not by the screen.
+
+An ``exec`` passes when its exit code (or, killed, its signal) matches the recording's; its stdout and
+stderr are compared only when the step asks (``expect: {"stdout": "exact"}``), by sha256, so an
+output the recording kept only the start of still compares whole. ``file_write`` and ``file_read``
+compare the sha256 of the file written or the bytes read where the recording has one;
+``process_wait`` the exit code of a process that had ended. Process steps name a pid: the replay's
+processes have other pids, so each recorded pid is mapped to the one the replay got for the same
+``exec`` (:class:`PidMap`). Every other command or file step passes when it succeeds again (or fails
+again with the same code), which replay.py checks before it gets here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from corral.recording.redact import INPUT_FIELDS, PAYLOADS, digest
+
+COMMAND_TYPES = frozenset(
+    {"exec", "process_list", "process_wait", "process_kill", "process_write", "process_output", "process_resize"}
+)
+FILE_TYPES = frozenset({"file_read", "file_write", "file_list", "file_stat", "file_remove", "file_move"})
+STREAMS = ("stdout", "stderr")
+Expectation = Literal["exact", "ignore"]
+EXPECTATIONS: tuple[Expectation, ...] = ("exact", "ignore")
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One thing compared: what the recording says, what the replay gave, and whether they match."""
+
+    name: str
+    recorded: str
+    replayed: str
+    passed: bool
+
+    def __str__(self) -> str:
+        word = "matches" if self.passed else "differs"
+        return f"{self.name} {word}: {self.replayed}, recorded {self.recorded}"
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    passed: bool
+    reason: str
+    checks: tuple[Check, ...] = ()
+
+
+def action_type(event: Mapping[str, Any]) -> str | None:
+    """The type of the (last) native action the event's request became, else the request's own."""
+    native = event.get("native")
+    request = event.get("request")
+    action = native[-1] if isinstance(native, list) and native else None
+    if action is None and isinstance(request, dict):
+        action = request.get("action")
+    kind = action.get("type") if isinstance(action, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def judged_by_result(event: Mapping[str, Any]) -> bool:
+    """A command or file step: its result is compared, never its screen."""
+    return action_type(event) in COMMAND_TYPES | FILE_TYPES
+
+
+def cut_upload(event: Mapping[str, Any]) -> str | None:
+    """Why the recorded request cannot be sent again: an upload kept only in part (else None)."""
+    payloads = event.get(PAYLOADS)
+    if not isinstance(payloads, dict):
+        return None
+    for path, entry in payloads.items():
+        if str(path).startswith("request.") and isinstance(entry, dict) and entry.get("truncated"):
+            name = str(path).rsplit(".", 1)[-1]
+            return (
+                f"the recording kept only the start of its {name} ({entry.get('size')} bytes, sha256 "
+                f"{str(entry.get('sha256'))[:12]}…); it cannot be sent again"
+            )
+    return None
+
+
+@dataclass
+class PidMap:
+    """Recorded pid -> the replay's pid of the same process, learnt from each ``exec``'s result."""
+
+    pids: dict[int, int] = field(default_factory=dict)
+
+    def request(self, request: Any) -> Any:
+        """The request with its action's recorded pid replaced by the replay's (a copy; else as it is)."""
+        action = request.get("action") if isinstance(request, dict) else None
+        if not isinstance(action, dict) or action.get("type") not in COMMAND_TYPES:
+            return request
+        pid = action.get("pid")
+        if isinstance(pid, int) and not isinstance(pid, bool) and pid in self.pids:
+            return {**request, "action": {**action, "pid": self.pids[pid]}}
+        return request
+
+    def learn(self, event: Mapping[str, Any], reply: Mapping[str, Any]) -> None:
+        if action_type(event) != "exec":
+            return
+        recorded, replayed = _result(event.get("reply")).get("pid"), _result(reply).get("pid")
+        if isinstance(recorded, int) and isinstance(replayed, int):
+            self.pids[recorded] = replayed
+
+
+def _result(reply: Any) -> dict[str, Any]:
+    result = reply.get("result") if isinstance(reply, Mapping) else None
+    return result if isinstance(result, dict) else {}
+
+
+def _recorded_digest(event: Mapping[str, Any], key: str) -> tuple[int, str] | None:
+    """Size and sha256 of a recorded result field: from ``payloads``, else from the text itself."""
+    payloads = event.get(PAYLOADS)
+    entry = payloads.get(f"reply.result.{key}") if isinstance(payloads, dict) else None
+    if isinstance(entry, dict) and isinstance(entry.get("sha256"), str) and isinstance(entry.get("size"), int):
+        return int(entry["size"]), str(entry["sha256"])
+    result = _result(event.get("reply"))
+    text = result.get(key)
+    cut = event.get("truncated")
+    if not isinstance(text, str) or (isinstance(cut, dict) and "reply" in cut):
+        return None  # no digest, and the text itself was cut: nothing whole to compare
+    return digest(text, result.get("encoding") == "base64")
+
+
+def _described(size: int, sha256: str) -> str:
+    return f"{size} bytes, sha256 {sha256[:12]}…"
+
+
+def _digest_check(name: str, recorded: tuple[int, str] | None, replayed: tuple[int, str] | None) -> list[Check]:
+    if recorded is None or replayed is None:
+        return []
+    return [Check(name, _described(*recorded), _described(*replayed), recorded[1] == replayed[1])]
+
+
+def _ended(result: Mapping[str, Any]) -> str:
+    """How a process ended, as the exit code or the signal that killed it."""
+    if result.get("exit_code") is not None:
+        return str(result["exit_code"])
+    return f"killed by {result['signal']}" if result.get("signal") else "none"
+
+
+def _exec_checks(event: Mapping[str, Any], reply: Mapping[str, Any], expect: Mapping[str, str]) -> list[Check]:
+    recorded, replayed = _result(event.get("reply")), _result(reply)
+    if recorded.get("background"):
+        pid = f"pid {recorded.get('pid')} is pid {replayed.get('pid')} now"
+        return [Check("background start", pid, pid, bool(replayed.get("background")))]
+    checks = [Check("exit code", _ended(recorded), _ended(replayed), _ended(recorded) == _ended(replayed))]
+    if recorded.get("timed_out") or replayed.get("timed_out"):
+        timed = str(bool(recorded.get("timed_out"))), str(bool(replayed.get("timed_out")))
+        checks.append(Check("timed out", timed[0], timed[1], timed[0] == timed[1]))
+    for stream in STREAMS:
+        if expect.get(stream) == "exact":
+            text = replayed.get(stream)
+            mine = digest(text, replayed.get("encoding") == "base64") if isinstance(text, str) else (0, "none")
+            checks += _digest_check(stream, _recorded_digest(event, stream), mine)
+    return checks
+
+
+def _file_checks(kind: str, event: Mapping[str, Any], reply: Mapping[str, Any]) -> list[Check]:
+    recorded, replayed = _result(event.get("reply")), _result(reply)
+    if kind == "file_write":
+        theirs, mine = recorded.get("sha256"), replayed.get("sha256")
+        if isinstance(theirs, str):
+            size, new_size = int(recorded.get("size") or 0), int(replayed.get("size") or 0)
+            return _digest_check("sha256", (size, theirs), (new_size, str(mine)))
+    if kind == "file_read":
+        content = replayed.get("content")
+        mine_digest = digest(content, replayed.get("encoding") == "base64") if isinstance(content, str) else None
+        return _digest_check("content sha256", _recorded_digest(event, "content"), mine_digest)
+    return []
+
+
+def _wait_checks(event: Mapping[str, Any], reply: Mapping[str, Any]) -> list[Check]:
+    recorded, replayed = _result(event.get("reply")), _result(reply)
+    if recorded.get("running") is not False:
+        return []  # the recorded wait ran out: how far a process got is timing, not a result
+    if replayed.get("running"):
+        return [Check("exit code", _ended(recorded), "still running when the wait ran out", False)]
+    return [Check("exit code", _ended(recorded), _ended(replayed), _ended(recorded) == _ended(replayed))]
+
+
+def judge(event: Mapping[str, Any], reply: Mapping[str, Any], expect: Mapping[str, str]) -> Judgement:
+    """A command or file step that succeeded both times, judged by its result."""
+    kind = action_type(event) or ""
+    if kind == "exec":
+        checks = _exec_checks(event, reply, expect)
+    elif kind == "process_wait":
+        checks = _wait_checks(event, reply)
+    else:
+        checks = _file_checks(kind, event, reply)
+    failed = [check for check in checks if not check.passed]
+    if failed:
+        return Judgement(False, "; ".join(str(check) for check in failed), tuple(checks))
+    if checks:
+        return Judgement(True, "; ".join(str(check) for check in checks), tuple(checks))
+    return Judgement(True, f"{kind} succeeded again (judged by its result, not the screen)")
+
+
+def summary_fields(kind: str | None) -> frozenset[str]:
+    """Fields of an action left out of a one-line summary: uploaded bytes say nothing there."""
+    return frozenset(INPUT_FIELDS.get(kind or "", ()))

@@ -1,0 +1,149 @@
+"""What a recording keeps of the bytes commands and file operations carry: a pure function of an event.
+
+Uploaded bytes (``file_write``'s ``content``/``content_base64``, ``process_write``'s
+``data``/``data_base64``, ``exec``'s ``stdin``/``stdin_base64``) are kept only up to a short prefix
+(:data:`INPUT_PREFIX_BYTES`); outputs (``exec``'s ``stdout``/``stderr``, ``file_read``'s
+``content``, ``process_output``'s ``data``) share the event's output budget. Each such value, cut
+or not, gets an entry in the event's ``payloads``, keyed by its dotted path
+(``request.action.content``, ``native.0.content``, ``reply.result.stdout``): ``size`` and
+``sha256`` of the bytes it stands for (base64 decoded; text as UTF-8) and ``truncated`` when only a
+prefix was kept. So a replay can compare a step's output or file by its digest even when the
+recording kept only the start of it, and a viewer can say how much there was.
+
+Both the controller (before an event enters its buffer) and the gateway (before it is written, with
+its own text cap) run it: running it again keeps the first digests and only cuts further.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from collections.abc import Iterator
+from typing import Any
+
+INPUT_PREFIX_BYTES = 1024  # of each uploaded value (a small file_write stays whole, so it replays)
+OUTPUT_BUDGET_BYTES = 48 << 10  # all outputs of one event together (the gateway's text cap is 64 KiB)
+PAYLOADS = "payloads"
+
+# Request fields that carry what the agent uploaded, by action type.
+INPUT_FIELDS: dict[str, tuple[str, ...]] = {
+    "file_write": ("content", "content_base64"),
+    "process_write": ("data", "data_base64"),
+    "exec": ("stdin", "stdin_base64"),
+}
+# Result fields that carry what a command printed or a file held, by action type.
+OUTPUT_FIELDS: dict[str, tuple[str, ...]] = {
+    "exec": ("stdout", "stderr"),
+    "file_read": ("content",),
+    "process_output": ("data",),
+}
+
+Slot = tuple[dict[str, Any], str, str, bool]  # (holder, key, dotted path, base64)
+
+
+def digest(text: str, is_base64: bool) -> tuple[int, str]:
+    """The size and sha256 of the bytes ``text`` stands for (base64 decoded; else UTF-8)."""
+    data = _bytes(text, is_base64)
+    return len(data), hashlib.sha256(data).hexdigest()
+
+
+def _bytes(text: str, is_base64: bool) -> bytes:
+    if is_base64:
+        try:
+            return base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            pass  # not base64 after all (a refused request): digest the text as sent
+    return text.encode("utf-8", "surrogatepass")
+
+
+def prefix(text: str, limit: int, is_base64: bool) -> str:
+    """At most ``limit`` bytes of ``text``: whole characters, and whole base64 quads."""
+    if is_base64:
+        return text[: max(0, limit) // 4 * 4]
+    return text.encode("utf-8", "surrogatepass")[: max(0, limit)].decode("utf-8", "ignore")
+
+
+def _action_type(value: Any) -> str | None:
+    return value.get("type") if isinstance(value, dict) and isinstance(value.get("type"), str) else None
+
+
+def _inputs(action: Any, path: str) -> Iterator[Slot]:
+    for key in INPUT_FIELDS.get(_action_type(action) or "", ()):
+        if isinstance(action.get(key), str):
+            yield action, key, f"{path}.{key}", key.endswith("_base64")
+
+
+def _outputs(result: Any, kind: str | None, path: str) -> Iterator[Slot]:
+    if not isinstance(result, dict):
+        return
+    is_base64 = result.get("encoding") == "base64"
+    for key in OUTPUT_FIELDS.get(kind or "", ()):
+        if isinstance(result.get(key), str):
+            yield result, key, f"{path}.{key}", is_base64
+
+
+def _shares(sizes: list[int], budget: int) -> list[int]:
+    """The budget split so short values stay whole and long ones share the rest evenly."""
+    shares = [0] * len(sizes)
+    left = budget
+    for rank, index in enumerate(sorted(range(len(sizes)), key=lambda i: sizes[i])):
+        shares[index] = min(sizes[index], left // (len(sizes) - rank))
+        left -= shares[index]
+    return shares
+
+
+def _keep(slot: Slot, limit: int, payloads: dict[str, Any]) -> None:
+    holder, key, path, is_base64 = slot
+    text: str = holder[key]
+    entry = payloads.get(path)
+    if not (isinstance(entry, dict) and isinstance(entry.get("sha256"), str)):
+        size, sha256 = digest(text, is_base64)
+        entry = {"size": size, "sha256": sha256, "truncated": False}
+    kept = prefix(text, limit, is_base64)
+    if kept != text:
+        holder[key], entry = kept, {**entry, "truncated": True}
+    payloads[path] = entry
+
+
+def _slots(event: dict[str, Any]) -> tuple[list[Slot], list[Slot]]:
+    """Where the event holds uploaded bytes (request and native actions) and outputs (the result)."""
+    request, native, reply = event.get("request"), event.get("native"), event.get("reply")
+    action = request.get("action") if isinstance(request, dict) else None
+    actions = native if isinstance(native, list) else []
+    inputs = list(_inputs(action, "request.action"))
+    for index, step in enumerate(actions):
+        inputs += _inputs(step, f"native.{index}")
+    # A native reply's result is its last step's (a request that was not planned has no result).
+    kind = _action_type(actions[-1] if actions else action)
+    result = reply.get("result") if isinstance(reply, dict) else None
+    return inputs, list(_outputs(result, kind, "reply.result"))
+
+
+def redact(event: dict[str, Any], output_budget: int = OUTPUT_BUDGET_BYTES) -> dict[str, Any]:
+    """``event`` (a recorded action: ``request``, ``native``, ``reply``) with uploaded bytes cut to
+    a prefix, outputs cut to ``output_budget`` bytes in all, and ``payloads`` saying what they were.
+    The event given is left as it was; one with nothing of the kind comes back as it is."""
+    inputs, outputs = _slots(event)
+    if not inputs and not outputs:
+        return event
+    out: dict[str, Any] = _copy(event)
+    inputs, outputs = _slots(out)
+    known = out.get(PAYLOADS)
+    payloads: dict[str, Any] = dict(known) if isinstance(known, dict) else {}
+    for slot in inputs:
+        _keep(slot, INPUT_PREFIX_BYTES, payloads)
+    sizes = [len(holder[key].encode("utf-8", "surrogatepass")) for holder, key, _, _ in outputs]
+    for slot, share in zip(outputs, _shares(sizes, output_budget), strict=True):
+        _keep(slot, share, payloads)
+    out[PAYLOADS] = payloads
+    return out
+
+
+def _copy(value: Any) -> Any:
+    """A copy of the JSON structure (the strings shared: they are immutable)."""
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
