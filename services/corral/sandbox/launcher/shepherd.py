@@ -171,15 +171,14 @@ class Shepherd:
 
     def run(self, ready: Ready | None = None) -> NoReturn:
         """Start the program (in the child forked ahead, or one forked now), report, then watch."""
+        fields = {"argv": self.spawn.argv, "env": self.spawn.env, "cwd": self.spawn.cwd, "pty": self.spawn.pty}
         try:
-            ready = ready or prepare(self.agent)
-            self.main_pid = ready.child
-            fields = {"argv": self.spawn.argv, "env": self.spawn.env, "cwd": self.spawn.cwd, "pty": self.spawn.pty}
-            socket.send_fds(ready.job, [m.job(fields)], list(self.spawn.stdio))
+            ready = self._hand_over(ready, m.job(fields))
         except OSError as exc:
             # No room for one more process (the sandbox's pid limit, a fork bomb's aftermath).
             self._send(m.event("failed", stage="fork", errno=exc.errno or 11, path=None))
             os._exit(0)
+        self.main_pid = ready.child
         ready.job.close()
         for fd in set(self.spawn.stdio):
             os.close(fd)
@@ -191,6 +190,23 @@ class Shepherd:
             os._exit(0)
         self._send(m.event("started", pid=ready.child))
         self._watch(ready.wake)
+
+    def _hand_over(self, ready: Ready | None, job: bytes) -> Ready:
+        """The program and its stdio to the child forked ahead; a fresh child if that one died while
+        it waited (its OOM score makes it the OOM killer's first pick). Raises OSError."""
+        if ready is not None:
+            try:
+                socket.send_fds(ready.job, [job], list(self.spawn.stdio))
+                return ready
+            except OSError:
+                ready.job.close()
+                os.close(ready.report)
+                os.close(ready.wake)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(ready.child, 0)
+        ready = prepare(self.agent)
+        socket.send_fds(ready.job, [job], list(self.spawn.stdio))
+        return ready
 
     def _watch(self, wake: int) -> NoReturn:
         selector = selectors.DefaultSelector()
