@@ -376,6 +376,8 @@ class ProcessTable:
         except OSError:  # EIO: a PTY whose last slave closed
             chunk = b""
         if not chunk:
+            if process.pty and process.stdin == output.fd:
+                process.stdin = None  # one descriptor, the terminal's master: closed below for both
             self._close_output(output)
             return
         output.ring.append(chunk)
