@@ -43,7 +43,8 @@ Emit = Callable[[dict[str, Any]], Awaitable[None]]
 READ_CHUNK = 64 * 1024
 STREAM_HIGH_WATER = 1 << 20  # bytes queued for a slow streaming client before the pipes stop being read
 KILL_WAIT_S = 10.0  # a tree's kill takes milliseconds; past this the shepherd is stuck
-OOM_EVENTS = "/sys/fs/cgroup/memory.events"
+# The sandbox's memory cgroup counts its OOM kills: cgroup v2's memory.events, v1's memory.oom_control.
+OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,14 +89,16 @@ def signal_name(number: int | None) -> str | None:
 
 
 def _oom_kills() -> int | None:
-    try:
-        with open(OOM_EVENTS, encoding="ascii") as events:
-            for line in events:
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    return int(value)
-    except (OSError, ValueError):
-        return None
+    """How many processes the OOM killer ended in this sandbox so far; None where no counter is kept."""
+    for path in OOM_COUNTERS:
+        try:
+            with open(path, encoding="ascii") as counters:
+                for line in counters:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError):
+            continue
     return None
 
 
@@ -373,6 +376,8 @@ class ProcessTable:
         except OSError:  # EIO: a PTY whose last slave closed
             chunk = b""
         if not chunk:
+            if process.pty and process.stdin == output.fd:
+                process.stdin = None  # one descriptor, the terminal's master: closed below for both
             self._close_output(output)
             return
         output.ring.append(chunk)

@@ -78,6 +78,9 @@ class FakeLauncher:
         self.behaviour(os.dup(stdio[1]), os.dup(stdio[2]), control)
         return Spawned(4242, control)  # type: ignore[arg-type]
 
+    async def openpty(self) -> tuple[int, int]:
+        return os.openpty()
+
     async def close(self) -> None:
         pass
 
@@ -211,3 +214,27 @@ def test_signals_by_name_or_number() -> None:
     assert signal_name(9) == "SIGKILL" and signal_name(None) is None
     with pytest.raises((KeyError, ValueError)):
         signal_number("SIGNOPE")
+
+
+async def test_a_terminal_that_closed_is_no_stdin_and_its_descriptor_is_closed_once() -> None:
+    def terminal(stdout: int, stderr: int, control: FakeControl) -> None:
+        os.write(stdout, b"bye\n")
+        os.close(stdout)
+        os.close(stderr)
+        control.events.put_nowait(EXITED)
+        control.events.put_nowait(None)
+
+    processes, _ = table(terminal)
+    done = await processes.run(exec_action(pty={"rows": 5, "cols": 20}), RunContext("a1.x"))
+    assert done["stdout"] == "bye\r\n" and done["stderr"] == ""
+    # The master reads EIO once the slave is gone.
+    await asyncio.wait_for(processes._processes[4242].outputs["stdout"].closed.wait(), 5)
+    reader, writer = os.pipe()  # may take the master's old number: it must survive the table's end
+    with pytest.raises(ActionError) as caught:
+        await processes.run(a.ProcessWrite(type="process_write", pid=4242, data="x"), RunContext("a2.x"))
+    assert caught.value.code == ErrorCode.INVALID_REQUEST
+    await processes.close()
+    os.write(writer, b"still mine")
+    assert os.read(reader, 20) == b"still mine"
+    os.close(reader)
+    os.close(writer)

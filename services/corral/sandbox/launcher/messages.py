@@ -152,6 +152,20 @@ def parse_request(data: bytes, fds: list[int]) -> Request:
     return Request(request_id, op, fields, tuple(fds))
 
 
+def job(fields: Mapping[str, Any]) -> bytes:
+    """A spawn's fields (argv, env, cwd, pty), as a shepherd hands them to the child it forked ahead."""
+    obj = request("spawn", 0, **{name: fields[name] for name in OPERATIONS["spawn"]})
+    return encode(obj)
+
+
+def parse_job(data: bytes) -> dict[str, Any]:
+    """The child's side of :func:`job` (the launcher checked the request already)."""
+    obj = decode(data)
+    fields = {name: _field(kind, name, obj.get(name)) for name, kind in OPERATIONS["spawn"].items()}
+    _check_spawn(fields)
+    return fields
+
+
 def _check_spawn(fields: Mapping[str, Any]) -> None:
     if not fields["argv"]:
         raise ValueError("argv is empty")

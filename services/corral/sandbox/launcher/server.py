@@ -33,7 +33,7 @@ from corral.sandbox.launcher import fsops
 from corral.sandbox.launcher import messages as m
 from corral.sandbox.launcher.messages import SOCKET_PATH
 from corral.sandbox.launcher.privileges import Ids, become
-from corral.sandbox.launcher.shepherd import Shepherd, Spawn
+from corral.sandbox.launcher.shepherd import Ready, Shepherd, Spawn, prepare
 
 log = logging.getLogger("corral.launcher")
 
@@ -72,7 +72,12 @@ def _hand_over(spare: _Spare, data: bytes, fds: tuple[int, ...]) -> bool:
 
 
 def _wait_for_request(requests: socket.socket, agent: Ids, own: Ids) -> NoReturn:
-    """In a spare shepherd: one spawn request from the launcher, then the shepherd's life."""
+    """In a spare shepherd: its child forked ahead, one spawn request from the launcher, then the
+    shepherd's life."""
+    try:
+        ready: Ready | None = prepare(agent)
+    except OSError:
+        ready = None  # no room now: tried again when the command comes, and reported if it fails
     try:
         data, fds, _, _ = socket.recv_fds(requests, m.MAX_MESSAGE + 1, m.MAX_FDS)
         requests.close()
@@ -81,14 +86,14 @@ def _wait_for_request(requests: socket.socket, agent: Ids, own: Ids) -> NoReturn
         request = None
     if request is None:
         os._exit(0)  # the launcher ended (or restarts): nothing to shepherd
-    _shepherd(request, agent, own)
+    _shepherd(request, agent, own, ready)
 
 
-def _shepherd(request: m.Request, agent: Ids, own: Ids) -> NoReturn:
+def _shepherd(request: m.Request, agent: Ids, own: Ids, ready: Ready | None = None) -> NoReturn:
     stdin, stdout, stderr, control = request.fds
     fields = request.fields
     spawn = Spawn(fields["argv"], fields["env"], fields["cwd"], (stdin, stdout, stderr), fields["pty"])
-    Shepherd(spawn, socket.socket(fileno=control), agent, own).run()
+    Shepherd(spawn, socket.socket(fileno=control), agent, own).run(ready)
 
 
 def peer_uid(conn: socket.socket) -> int:

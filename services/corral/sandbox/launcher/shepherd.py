@@ -4,7 +4,8 @@ It stays ``corral`` (real, effective and saved uid), so the agent can neither si
 and is the child subreaper of everything it starts: every orphan of the tree, ``setsid`` daemons
 included, is re-parented to it, so "no child left" means "nothing of the tree is left". Its child
 becomes the agent for good (no groups, no capabilities, its own session, nice +10, oom_score_adj
-1000, killed if the shepherd dies), checks the working directory as the agent and execs.
+1000, killed if the shepherd dies), checks the working directory as the agent and execs. A spare
+shepherd forks that child before its command comes (:func:`prepare`): a command waits for no fork.
 
 Over its control channel it reports ``started``/``failed``, ``exited`` (the main process) and
 ``empty`` (the whole tree), and takes ``signal`` (to the main process's group) and ``kill_tree``.
@@ -83,6 +84,81 @@ def descendants(root: int) -> list[int]:
     return found
 
 
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """A shepherd's child, forked ahead of its program (a spare shepherd forks it while it waits, so
+    no fork is on a command's way): it takes its program and stdio on ``job``, then reports an exec
+    failure on ``report`` (EOF once it exec'd)."""
+
+    child: int
+    job: socket.socket
+    report: int
+    wake: int  # the shepherd's SIGCHLD wake-up
+
+
+def prepare(agent: Ids) -> Ready:
+    """Become a shepherd (child subreaper, SIGCHLD wake-up) and fork the child; raises OSError."""
+    shepherd = os.getpid()
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w)
+    report_r, report_w = os.pipe2(os.O_CLOEXEC)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:
+        ours.close()
+        os.close(report_r)
+        _child(theirs, report_w, shepherd, agent)
+    theirs.close()
+    os.close(report_w)
+    return Ready(pid, ours, report_r, wake_r)
+
+
+def _child(job: socket.socket, report: int, shepherd: int, agent: Ids) -> NoReturn:
+    """The agent's side of the fork: what does not depend on the program first (while a spare
+    waits), then the program's stdio, the agent's ids, its cwd, and exec."""
+    stage, path = "setup", None
+    try:
+        _close_all_but(job.fileno(), report)  # the shepherd's own ends (the launcher's socket among them)
+        signal.set_wakeup_fd(-1)
+        for number in _RESET_SIGNALS:
+            signal.signal(number, signal.SIG_DFL)
+        os.setsid()
+        os.nice(NICE)
+        # The launcher turned undumpable when it last acted as the agent, which makes /proc/self
+        # root's; as its own uid again, this child may own it back to set its OOM score.
+        prctl(PR_SET_DUMPABLE, 1)
+        with open("/proc/self/oom_score_adj", "w", encoding="ascii") as adj:
+            adj.write(str(OOM_SCORE_ADJ))
+        data, stdio, _, _ = socket.recv_fds(job, m.MAX_MESSAGE + 1, 3)
+        if not data or len(stdio) != 3:
+            os._exit(0)  # the shepherd is gone: nothing to run
+        spawn = m.parse_job(data)
+        high = [os.dup(fd) for fd in stdio]  # above 2, so the dup2s below cannot clobber
+        for target, fd in enumerate(high):
+            os.dup2(fd, target)
+        if spawn["pty"]:
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        become(agent)
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != shepherd:
+            os._exit(137)
+        _close_all_but(report)
+        stage, path = "cwd", spawn["cwd"]
+        os.chdir(spawn["cwd"])
+        stage, path = "exec", spawn["argv"][0]
+        env = dict(entry.split(b"=", 1) for entry in spawn["env"])
+        os.execvpe(spawn["argv"][0], spawn["argv"], env)
+    except (OSError, ValueError) as exc:
+        code = exc.errno if isinstance(exc, OSError) and exc.errno else 5
+        failure = {"stage": stage, "errno": code, "path": None if path is None else m.b64(path)}
+        with contextlib.suppress(OSError):
+            os.write(report, json.dumps(failure).encode())
+    finally:
+        os._exit(127)
+
+
 class Shepherd:
     def __init__(self, spawn: Spawn, control: socket.socket, agent: Ids, own: Ids) -> None:
         self.spawn = spawn
@@ -92,76 +168,45 @@ class Shepherd:
         self.main_done = False
         self.main_status: int | None = None
         self.controller_gone = False
-        self.shepherd_pid = 0
 
-    # -- the agent's side of the fork -------------------------------------------------------------------
-
-    def _exec_child(self, report: int) -> NoReturn:
-        stage, path = "setup", None
+    def run(self, ready: Ready | None = None) -> NoReturn:
+        """Start the program (in the child forked ahead, or one forked now), report, then watch."""
+        fields = {"argv": self.spawn.argv, "env": self.spawn.env, "cwd": self.spawn.cwd, "pty": self.spawn.pty}
         try:
-            signal.set_wakeup_fd(-1)
-            for number in _RESET_SIGNALS:
-                signal.signal(number, signal.SIG_DFL)
-            os.setsid()
-            high = [os.dup(fd) for fd in self.spawn.stdio]  # above 2, so the dup2s below cannot clobber
-            for target, fd in enumerate(high):
-                os.dup2(fd, target)
-            if self.spawn.pty:
-                fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-            os.nice(NICE)
-            # The launcher turned undumpable when it last acted as the agent, which makes /proc/self
-            # root's; as its own uid again, this child may own it back to set its OOM score.
-            prctl(PR_SET_DUMPABLE, 1)
-            with open("/proc/self/oom_score_adj", "w", encoding="ascii") as adj:
-                adj.write(str(OOM_SCORE_ADJ))
-            become(self.agent)
-            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            if os.getppid() != self.shepherd_pid:
-                os._exit(137)
-            os.closerange(3, report)
-            os.closerange(report + 1, 65536)
-            stage, path = "cwd", self.spawn.cwd
-            os.chdir(self.spawn.cwd)
-            stage, path = "exec", self.spawn.argv[0]
-            env = dict(entry.split(b"=", 1) for entry in self.spawn.env)
-            os.execvpe(self.spawn.argv[0], self.spawn.argv, env)
-        except OSError as exc:
-            failure = {"stage": stage, "errno": exc.errno or 5, "path": None if path is None else m.b64(path)}
-            with contextlib.suppress(OSError):
-                os.write(report, json.dumps(failure).encode())
-        finally:
-            os._exit(127)
-
-    # -- the shepherd's ----------------------------------------------------------------------------------
-
-    def run(self) -> NoReturn:
-        self.shepherd_pid = os.getpid()
-        try:
-            prctl(PR_SET_CHILD_SUBREAPER, 1)
-            wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-            signal.signal(signal.SIGCHLD, lambda *_: None)
-            signal.set_wakeup_fd(wake_w)
-            report_r, report_w = os.pipe2(os.O_CLOEXEC)
-            pid = os.fork()
+            ready = self._hand_over(ready, m.job(fields))
         except OSError as exc:
             # No room for one more process (the sandbox's pid limit, a fork bomb's aftermath).
             self._send(m.event("failed", stage="fork", errno=exc.errno or 11, path=None))
             os._exit(0)
-        if pid == 0:
-            os.close(report_r)
-            self._exec_child(report_w)
-        os.close(report_w)
+        self.main_pid = ready.child
+        ready.job.close()
         for fd in set(self.spawn.stdio):
             os.close(fd)
-        self.main_pid = pid
-        failure = _read_all(report_r)
+        failure = _read_all(ready.report)
         if failure:
-            os.waitpid(pid, 0)
+            os.waitpid(ready.child, 0)
             # The child wrote the event's fields (stage, errno, path) before it gave up.
             self._send(m.encode({"event": "failed", **json.loads(failure)}))
             os._exit(0)
-        self._send(m.event("started", pid=pid))
-        self._watch(wake_r)
+        self._send(m.event("started", pid=ready.child))
+        self._watch(ready.wake)
+
+    def _hand_over(self, ready: Ready | None, job: bytes) -> Ready:
+        """The program and its stdio to the child forked ahead; a fresh child if that one died while
+        it waited (its OOM score makes it the OOM killer's first pick). Raises OSError."""
+        if ready is not None:
+            try:
+                socket.send_fds(ready.job, [job], list(self.spawn.stdio))
+                return ready
+            except OSError:
+                ready.job.close()
+                os.close(ready.report)
+                os.close(ready.wake)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(ready.child, 0)
+        ready = prepare(self.agent)
+        socket.send_fds(ready.job, [job], list(self.spawn.stdio))
+        return ready
 
     def _watch(self, wake: int) -> NoReturn:
         selector = selectors.DefaultSelector()
@@ -245,6 +290,15 @@ class Shepherd:
             self.control.send(data)
         except OSError:
             self.controller_gone = True
+
+
+def _close_all_but(*keep: int) -> None:
+    """Close every descriptor above 2 but ``keep``."""
+    low = 3
+    for fd in sorted(keep):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 65536)
 
 
 def _kill_all(pids: Iterable[int], agent: Ids, own: Ids) -> None:

@@ -98,3 +98,10 @@ def test_shepherd_events_and_orders() -> None:
     for bad in (b'{"op": "signal", "signal": 0}', b'{"op": "signal", "signal": true}', b'{"op": "exec"}'):
         with pytest.raises(ValueError):
             m.parse_order(bad)
+
+
+def test_a_shepherd_hands_its_child_the_spawn_it_was_given() -> None:
+    fields = {"argv": [b"ls", b"\xff"], "env": [b"A=1"], "cwd": b"/w", "pty": True}
+    assert m.parse_job(m.job(fields)) == fields
+    with pytest.raises(ValueError, match="NUL"):
+        m.parse_job(m.job({**fields, "cwd": b"/\0"}))
