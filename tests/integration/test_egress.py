@@ -176,12 +176,17 @@ def test_nothing_gets_out_around_the_proxy(
         assert code == 0, out
         caps = json.loads(out)
         assert {"tini", "chromium", "Xvfb", "openbox", "python"} <= {c["name"] for c in caps}
-        # Only pid 1 and the supervisor keep SETUID/SETGID/SETPCAP (to start children with nothing);
-        # NET_ADMIN is gone from every set of every process.
-        supervisor = {"00000000000001c0"}
+        # Only pid 1 and the supervisor keep SETUID/SETGID/SETPCAP (to start children with nothing), and
+        # the launcher and its shepherds (forks of it) SETUID/SETGID (to act as the agent); NET_ADMIN is
+        # gone from every set of every process.
+        supervisor, launcher = {"00000000000001c0"}, {"00000000000000c0"}
         kept = [c for c in caps if c["caps"] != ["0000000000000000"] * 3]
-        assert [c for c in kept if set(c["caps"]) != supervisor or c["name"] not in ("tini", "python")] == [], caps
-        assert len(kept) <= 2, kept
+        launchers = [c for c in kept if set(c["caps"]) == launcher and c["name"] == "python"]
+        _, forks = runtime.exec(box, ["pgrep", "-f", "-x", "/opt/corral/bin/python -m corral.sandbox.launcher"], "root")
+        assert {str(c["pid"]) for c in launchers} <= set(forks.split()), (launchers, forks)
+        others = [c for c in kept if c not in launchers]
+        assert [c for c in others if set(c["caps"]) != supervisor or c["name"] not in ("tini", "python")] == [], caps
+        assert len(others) <= 2, others
         code, out = runtime.exec(box, ["iptables", "-F"])
         assert code != 0
     finally:

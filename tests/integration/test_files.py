@@ -33,13 +33,14 @@ RAW = {"content-type": "application/octet-stream"}
 
 
 def _owner(runtime: DockerHarness, box: SandboxAddress, path: str) -> str:
-    code, out = runtime.exec(box.id, ["stat", "-c", "%U %a", path], user="root")
+    # As the agent: each home is 0700 and root here holds no DAC capability.
+    code, out = runtime.exec(box.id, ["stat", "-c", "%U %a", path], user="agent")
     assert code == 0, out
     return out.strip()
 
 
 def _temp_files(runtime: DockerHarness, box: SandboxAddress, directory: str) -> list[str]:
-    code, out = runtime.exec(box.id, ["ls", "-A", directory], user="root")
+    code, out = runtime.exec(box.id, ["ls", "-A", directory], user="agent")
     assert code == 0, out
     return [name for name in out.split() if name.startswith(".corral-write-")]
 

@@ -42,7 +42,7 @@ def sb(gw: RunningGateway) -> Iterator[Sandbox]:
 
 def _leftovers(runtime: DockerHarness, sb: Sandbox, directory: str) -> list[str]:
     """Temporary files the controller's writes leave in ``directory`` (none, when all went well)."""
-    code, out = runtime.exec(sb.container, ["ls", "-A", directory], user="root")
+    code, out = runtime.exec(sb.container, ["ls", "-A", directory], user="agent")
     assert code == 0, out
     return [name for name in out.split() if name.startswith(".corral-write-")]
 
