@@ -10,7 +10,9 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import re
 import time
+import urllib.parse
 from typing import Any
 
 import httpx
@@ -28,6 +30,26 @@ _PAINT_TIMEOUT_S = 2.0
 _TWO_FRAMES_JS = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => done(true))))"
 # A request pending longer than this is a long poll or a stream, not page loading.
 _LOADING_REQUEST_S = 1.5
+
+
+_BROWSER_PATH = re.compile(r"/devtools/browser/[A-Za-z0-9-]{1,64}")
+
+
+def pinned_endpoint(cdp_url: str, named: object) -> str | None:
+    """The browser WebSocket that ``/json/version`` named, if it is on the DevTools address itself.
+
+    Chromium runs as the agent's uid, so a command can kill it and answer on its port before it
+    comes back: what that answer names must never send the controller's Playwright (uid corral)
+    anywhere else, such as the controller's own port or the proxy's control port.
+    """
+    if not isinstance(named, str):
+        return None
+    expected, given = urllib.parse.urlsplit(cdp_url), urllib.parse.urlsplit(named)
+    if given.scheme != "ws" or given.hostname != expected.hostname or given.port != expected.port:
+        return None
+    if given.query or given.fragment or given.username or not _BROWSER_PATH.fullmatch(given.path):
+        return None
+    return f"ws://{expected.hostname}:{expected.port}{given.path}"
 
 
 class Browser:
@@ -53,6 +75,20 @@ class Browser:
             return False
         return response.status_code == 200
 
+    async def _browser_endpoint(self) -> str:
+        """The browser's DevTools WebSocket, pinned to the DevTools address (see :func:`pinned_endpoint`)."""
+        try:
+            async with httpx.AsyncClient(timeout=self._connect_timeout_s) as http:
+                response = await http.get(f"{self._cdp_url}/json/version")
+            named = response.json().get("webSocketDebuggerUrl")
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            raise ActionError(ErrorCode.BROWSER_UNAVAILABLE, f"Chromium's DevTools did not answer: {exc!r}") from None
+        endpoint = pinned_endpoint(self._cdp_url, named)
+        if endpoint is None:
+            log.warning("DevTools named a browser endpoint off its own address: %r", named)
+            raise ActionError(ErrorCode.BROWSER_UNAVAILABLE, "Chromium's DevTools named an unexpected endpoint")
+        return endpoint
+
     @property
     def connected(self) -> bool:
         return self._browser is not None and self._browser.is_connected()
@@ -65,7 +101,7 @@ class Browser:
                 if self._playwright is None:
                     self._playwright = await async_playwright().start()
                 browser = await self._playwright.chromium.connect_over_cdp(
-                    self._cdp_url, timeout=self._connect_timeout_s * 1000
+                    await self._browser_endpoint(), timeout=self._connect_timeout_s * 1000
                 )
             except PlaywrightError as exc:
                 raise ActionError(ErrorCode.BROWSER_UNAVAILABLE, f"Chromium is not reachable: {exc.message}") from None
