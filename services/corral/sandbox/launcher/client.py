@@ -3,15 +3,22 @@
 the channel to one shepherd.
 
 One connection, opened on first use and again after the launcher restarted; requests carry ids and
-may overlap (the launcher answers them in turn). A failed operation raises
-``OSError(errno, strerror, filename)`` as :mod:`os` would; a launcher that cannot be reached raises
-``ConnectionError``.
+may overlap (the launcher answers them in turn).
+
+A command's way holds no launcher: after each spawn the client reserves the next shepherd in the
+background (the launcher's ``reserve``), and the next spawn sends its job and stdio straight to that
+shepherd's child, forked and waiting. With no spare held (the first command, or two at once) or a
+spare whose child died while it waited (the OOM killer's first pick), the launcher's ``spawn`` does it.
+
+A failed operation raises ``OSError(errno, strerror, filename)`` as :mod:`os` would; a launcher that
+cannot be reached raises ``ConnectionError``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 from dataclasses import dataclass
@@ -21,6 +28,8 @@ from typing import Any
 from corral.sandbox.agentfs import DirEntry, FileStat
 from corral.sandbox.launcher import messages as m
 from corral.sandbox.launcher.messages import SOCKET_PATH
+
+log = logging.getLogger("corral.launcher.client")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,11 +98,39 @@ class Control:
 
 
 @dataclass(frozen=True, slots=True)
+class Reserved:
+    """A shepherd forked ahead for this controller: our end of its control channel, and of the job
+    socket its child waits on. Dropping it (closing both) ends the shepherd and its child."""
+
+    control: socket.socket
+    job: socket.socket
+
+    def close(self) -> None:
+        self.job.close()
+        self.control.close()
+
+
+@dataclass(frozen=True, slots=True)
 class Spawned:
     """A running program: its pid and its shepherd's channel (which now owns the events)."""
 
     pid: int
     control: Control
+
+
+def _start_on(spare: Reserved, job: bytes, stdio: tuple[int, int, int]) -> Control | None:
+    """The job and its stdio straight to a reserved shepherd's child; None if that child died while it
+    waited (then the caller goes to the launcher, the spare dropped)."""
+    try:
+        spare.job.setblocking(False)  # a fresh socket's buffer holds a whole job: never waits
+        socket.send_fds(spare.job, [job], list(stdio))
+    except OSError as exc:
+        log.info("the spare shepherd's child is gone (%s): the launcher starts this one", exc)
+        spare.control.close()
+        return None
+    finally:
+        spare.job.close()
+    return Control(spare.control)
 
 
 def _path(value: bytes | None) -> str | None:
@@ -128,8 +165,20 @@ class LauncherClient:
         self._pending: dict[int, asyncio.Future[tuple[dict[str, Any], list[int]]]] = {}
         self._next_id = 0
         self._connecting = asyncio.Lock()
+        self._spare: Reserved | None = None
+        self._reserving: asyncio.Task[None] | None = None
+        self._closed = False
 
     async def close(self) -> None:
+        self._closed = True
+        reserving, self._reserving = self._reserving, None
+        if reserving is not None:
+            reserving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reserving
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.close()
         self._drop(ConnectionError("the launcher client closed"))
 
     # -- the connection ---------------------------------------------------------------------------------
@@ -155,7 +204,8 @@ class LauncherClient:
             return
         while True:
             try:
-                data, fds, _, _ = socket.recv_fds(sock, m.MAX_MESSAGE + 1, m.MAX_FDS)
+                # Close-on-exec: nothing the controller ever runs inherits a shepherd's socket.
+                data, fds, _, _ = socket.recv_fds(sock, m.MAX_MESSAGE + 1, m.MAX_FDS, socket.MSG_CMSG_CLOEXEC)
             except BlockingIOError:
                 return
             except OSError as exc:
@@ -243,6 +293,28 @@ class LauncherClient:
     ) -> Spawned | SpawnRefused:
         """Start ``argv`` as the agent with ``stdio`` (the caller keeps and closes its copies);
         returns once it runs (exec done) or could not. Raises OSError if no shepherd could start."""
+        job = m.job({"argv": argv, "env": env, "cwd": cwd, "pty": pty})
+        spare = await self._take_spare()
+        control = _start_on(spare, job, stdio) if spare is not None else None
+        if control is None:
+            control = await self._spawn_by_launcher(argv, env, cwd, stdio, pty)
+        try:
+            first = await control.next_event()
+        except BaseException:
+            control.close()
+            raise
+        finally:
+            self._reserve_next()  # the program runs (or never will): its spare's successor now
+        if first is not None and first.kind == "started" and first.pid is not None:
+            return Spawned(first.pid, control)
+        control.close()
+        if first is None or first.kind != "failed":
+            raise OSError(5, "the shepherd ended before it said how the start went")
+        return SpawnRefused(first.stage or "setup", first.errno or 5, _path(first.path))
+
+    async def _spawn_by_launcher(
+        self, argv: list[bytes], env: list[bytes], cwd: bytes, stdio: tuple[int, int, int], pty: bool
+    ) -> Control:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
         try:
             await self._call("spawn", [*stdio, theirs.fileno()], argv=argv, env=env, cwd=cwd, pty=pty)
@@ -251,18 +323,42 @@ class LauncherClient:
             raise
         finally:
             theirs.close()
-        control = Control(ours)
+        return Control(ours)
+
+    async def reserve(self) -> Reserved:
+        """A shepherd forked ahead for this controller (see :class:`Reserved`). Raises OSError."""
+        _, fds = await self._call("reserve")
+        if len(fds) != m.RESERVE_FDS:
+            for fd in fds:
+                os.close(fd)
+            raise OSError(5, f"a reserve brings {m.RESERVE_FDS} descriptors, not {len(fds)}")
+        return Reserved(socket.socket(fileno=fds[0]), socket.socket(fileno=fds[1]))
+
+    async def _take_spare(self) -> Reserved | None:
+        """The spare held (waiting for one on its way rather than going to the launcher)."""
+        reserving = self._reserving
+        if self._spare is None and reserving is not None:
+            await asyncio.wait([reserving])  # never cancels it: the next command wants it too
+        spare, self._spare = self._spare, None
+        return spare
+
+    def _reserve_next(self) -> None:
+        if self._closed or self._spare is not None or self._reserving is not None:
+            return
+        self._reserving = asyncio.get_running_loop().create_task(self._reserve_spare())
+
+    async def _reserve_spare(self) -> None:
         try:
-            first = await control.next_event()
-        except BaseException:
-            control.close()
-            raise
-        if first is not None and first.kind == "started" and first.pid is not None:
-            return Spawned(first.pid, control)
-        control.close()
-        if first is None or first.kind != "failed":
-            raise OSError(5, "the shepherd ended before it said how the start went")
-        return SpawnRefused(first.stage or "setup", first.errno or 5, _path(first.path))
+            spare = await self.reserve()
+        except OSError as exc:
+            log.info("no spare shepherd (%s): the next command goes through the launcher", exc)
+            return
+        finally:
+            self._reserving = None
+        if self._closed or self._spare is not None:
+            spare.close()
+        else:
+            self._spare = spare
 
     # -- AgentFs ----------------------------------------------------------------------------------------
 
