@@ -104,6 +104,7 @@ class Reserved:
 
     control: socket.socket
     job: socket.socket
+    shepherd: int
 
     def close(self) -> None:
         self.job.close()
@@ -327,12 +328,12 @@ class LauncherClient:
 
     async def reserve(self) -> Reserved:
         """A shepherd forked ahead for this controller (see :class:`Reserved`). Raises OSError."""
-        _, fds = await self._call("reserve")
+        reply, fds = await self._call("reserve")
         if len(fds) != m.RESERVE_FDS:
             for fd in fds:
                 os.close(fd)
             raise OSError(5, f"a reserve brings {m.RESERVE_FDS} descriptors, not {len(fds)}")
-        return Reserved(socket.socket(fileno=fds[0]), socket.socket(fileno=fds[1]))
+        return Reserved(socket.socket(fileno=fds[0]), socket.socket(fileno=fds[1]), int(reply["shepherd"]))
 
     async def _take_spare(self) -> Reserved | None:
         """The spare held (waiting for one on its way rather than going to the launcher)."""
