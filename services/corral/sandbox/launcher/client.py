@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,10 @@ from corral.sandbox.launcher import messages as m
 from corral.sandbox.launcher.messages import SOCKET_PATH
 
 log = logging.getLogger("corral.launcher.client")
+
+# The next spare is reserved once the program exited, or this long after it started: not at once,
+# when two more forks would take the CPU from the program that just began (two cores, it niced).
+RESERVE_DELAY_S = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +51,12 @@ class SpawnRefused:
 
 
 class Control:
-    """The controller's end of one shepherd's control channel: its events in order, and orders."""
+    """The controller's end of one shepherd's control channel: its events in order, and orders.
+    ``on_exit`` is called once the main process exited (or the channel ended)."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, on_exit: Callable[[], None] | None = None) -> None:
         self._sock = sock
+        self._on_exit = on_exit
         sock.setblocking(False)
         self._events: asyncio.Queue[m.ShepherdEvent | None] = asyncio.Queue()
         self._loop = asyncio.get_running_loop()
@@ -66,9 +73,18 @@ class Control:
         if not data:
             self._loop.remove_reader(self._sock.fileno())
             self._events.put_nowait(None)
+            self._exited()
             return
         with contextlib.suppress(ValueError):  # a shepherd is the launcher's code: nothing else writes here
-            self._events.put_nowait(m.parse_event(data))
+            event = m.parse_event(data)
+            self._events.put_nowait(event)
+            if event.kind in ("exited", "failed"):
+                self._exited()
+
+    def _exited(self) -> None:
+        on_exit, self._on_exit = self._on_exit, None
+        if on_exit is not None:
+            on_exit()
 
     async def next_event(self) -> m.ShepherdEvent | None:
         """The shepherd's next event; None once it is gone (after ``empty``, or if it died)."""
@@ -119,7 +135,7 @@ class Spawned:
     control: Control
 
 
-def _start_on(spare: Reserved, job: bytes, stdio: tuple[int, int, int]) -> Control | None:
+def _start_on(spare: Reserved, job: bytes, stdio: tuple[int, int, int], on_exit: Callable[[], None]) -> Control | None:
     """The job and its stdio straight to a reserved shepherd's child; None if that child died while it
     waited (then the caller goes to the launcher, the spare dropped)."""
     try:
@@ -131,7 +147,7 @@ def _start_on(spare: Reserved, job: bytes, stdio: tuple[int, int, int]) -> Contr
         return None
     finally:
         spare.job.close()
-    return Control(spare.control)
+    return Control(spare.control, on_exit)
 
 
 def _path(value: bytes | None) -> str | None:
@@ -296,18 +312,19 @@ class LauncherClient:
         returns once it runs (exec done) or could not. Raises OSError if no shepherd could start."""
         job = m.job({"argv": argv, "env": env, "cwd": cwd, "pty": pty})
         spare = await self._take_spare()
-        control = _start_on(spare, job, stdio) if spare is not None else None
+        control = _start_on(spare, job, stdio, self._reserve_next) if spare is not None else None
         if control is None:
             control = await self._spawn_by_launcher(argv, env, cwd, stdio, pty)
         try:
             first = await control.next_event()
         except BaseException:
             control.close()
+            self._reserve_next()
             raise
-        finally:
-            self._reserve_next()  # the program runs (or never will): its spare's successor now
         if first is not None and first.kind == "started" and first.pid is not None:
+            asyncio.get_running_loop().call_later(RESERVE_DELAY_S, self._reserve_next)
             return Spawned(first.pid, control)
+        self._reserve_next()
         control.close()
         if first is None or first.kind != "failed":
             raise OSError(5, "the shepherd ended before it said how the start went")
@@ -324,7 +341,7 @@ class LauncherClient:
             raise
         finally:
             theirs.close()
-        return Control(ours)
+        return Control(ours, self._reserve_next)
 
     async def reserve(self) -> Reserved:
         """A shepherd forked ahead for this controller (see :class:`Reserved`). Raises OSError."""
