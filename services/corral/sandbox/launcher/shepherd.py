@@ -133,6 +133,7 @@ def _child(job: socket.socket, report: int, shepherd: int, agent: Ids) -> NoRetu
         for number in _RESET_SIGNALS:
             signal.signal(number, signal.SIG_DFL)
         os.setsid()
+        os.nice(NICE)
         # The launcher turned undumpable when it last acted as the agent, which makes /proc/self
         # root's; as its own uid again, this child may own it back to set its OOM score.
         prctl(PR_SET_DUMPABLE, 1)
@@ -152,9 +153,6 @@ def _child(job: socket.socket, report: int, shepherd: int, agent: Ids) -> NoRetu
         if spawn["pty"]:
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
         become(agent)
-        # Niced only now: the job's unpacking above wins the CPU like the shepherd, the program does
-        # not (raising one's own niceness needs no privilege; lowering it back would, which it lacks).
-        os.nice(NICE)
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != shepherd:
             os._exit(137)
