@@ -35,6 +35,9 @@ log = logging.getLogger("corral.launcher.client")
 # The next spare is reserved once the program exited, or this long after it started: not at once,
 # when two more forks would take the CPU from the program that just began (two cores, it niced).
 RESERVE_DELAY_S = 0.02
+# Spares held: two, so that a command that follows another at once still finds one ready while the
+# first one's successor is being forked (each is a shepherd and its child, copies of the launcher).
+SPARES = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +185,7 @@ class LauncherClient:
         self._pending: dict[int, asyncio.Future[tuple[dict[str, Any], list[int]]]] = {}
         self._next_id = 0
         self._connecting = asyncio.Lock()
-        self._spare: Reserved | None = None
+        self._spares: list[Reserved] = []
         self._reserving: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -193,8 +196,8 @@ class LauncherClient:
             reserving.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reserving
-        spare, self._spare = self._spare, None
-        if spare is not None:
+        spares, self._spares = self._spares, []
+        for spare in spares:
             spare.close()
         self._drop(ConnectionError("the launcher client closed"))
 
@@ -355,13 +358,12 @@ class LauncherClient:
     async def _take_spare(self) -> Reserved | None:
         """The spare held (waiting for one on its way rather than going to the launcher)."""
         reserving = self._reserving
-        if self._spare is None and reserving is not None:
+        if not self._spares and reserving is not None:
             await asyncio.wait([reserving])  # never cancels it: the next command wants it too
-        spare, self._spare = self._spare, None
-        return spare
+        return self._spares.pop(0) if self._spares else None
 
     def _reserve_next(self) -> None:
-        if self._closed or self._spare is not None or self._reserving is not None:
+        if self._closed or len(self._spares) >= SPARES or self._reserving is not None:
             return
         self._reserving = asyncio.get_running_loop().create_task(self._reserve_spare())
 
@@ -373,10 +375,11 @@ class LauncherClient:
             return
         finally:
             self._reserving = None
-        if self._closed or self._spare is not None:
+        if self._closed or len(self._spares) >= SPARES:
             spare.close()
-        else:
-            self._spare = spare
+            return
+        self._spares.append(spare)
+        self._reserve_next()  # until SPARES are held
 
     # -- AgentFs ----------------------------------------------------------------------------------------
 

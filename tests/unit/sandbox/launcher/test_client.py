@@ -67,6 +67,8 @@ class FakeLauncher:
             return
         data, stdio, _, _ = socket.recv_fds(job_theirs, m.MAX_MESSAGE + 1, m.JOB_FDS)
         job_theirs.close()
+        if not data:
+            return  # the client dropped this spare
         self.jobs.append((m.parse_job(data), len(stdio)))
         for fd in stdio:
             os.close(fd)
@@ -103,7 +105,7 @@ async def test_the_next_spawn_goes_straight_to_the_reserved_child(tmp_path: Path
         second = await client.spawn(ARGV, ENV, CWD, stdio)
         assert isinstance(second, Spawned)
         assert (first.pid, second.pid) == (1, 2)
-        assert fake.ops == ["spawn", "reserve"]  # the second spawn asked the launcher nothing
+        assert fake.ops.count("spawn") == 1  # the second spawn asked the launcher nothing
         assert fake.jobs == [({"argv": ARGV, "env": ENV, "cwd": CWD, "pty": False}, 3)]
         first.control.close()
         second.control.close()
@@ -119,7 +121,7 @@ async def test_a_spare_whose_child_died_falls_back_to_the_launcher(tmp_path: Pat
         first = await spawn_and_finish(client, stdio)
         second = await client.spawn(ARGV, ENV, CWD, stdio)
         assert isinstance(second, Spawned) and second.pid == 1
-        assert fake.ops[:3] == ["spawn", "reserve", "spawn"]
+        assert fake.ops.count("spawn") == 2 and "reserve" in fake.ops
         assert fake.jobs == []
         first.control.close()
         second.control.close()
@@ -133,7 +135,7 @@ async def test_closing_the_client_drops_its_spare(tmp_path: Path, stdio: tuple[i
     client = LauncherClient(tmp_path / "sock")
     spare = await client.reserve()
     assert spare.shepherd == 20
-    client._spare = spare
+    client._spares.append(spare)
     await client.close()
     assert spare.control.fileno() == spare.job.fileno() == -1
     assert fake.held[0].recv(16) == b""  # the shepherd's end sees the controller gone
