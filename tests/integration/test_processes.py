@@ -517,3 +517,71 @@ def test_file_operations_run_as_the_agent_through_the_launcher(runtime: DockerHa
     assert seen["secret"] == [13, "/run/corral/controller/secret"]
     assert seen["launcher_dir"][0] == 13 and seen["missing"] == [2, "/workspace/none"]
     assert seen["rmdir_full"][0] == 39 and seen["gone"][0] == 2 and seen["left"] is False
+
+
+# Run as the controller's uid inside the sandbox: a reserved shepherd through the real launcher. One
+# is dropped unused (its shepherd and child must end); another starts a program, which holds nothing
+# but its stdio (the sockets that carried its job stay behind).
+RESERVED = r"""
+import asyncio, json, os, time
+from corral.sandbox.launcher import LauncherClient
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+def children(pid):
+    with open(f"/proc/{pid}/task/{pid}/children") as listed:
+        return [int(p) for p in listed.read().split()]
+
+async def fds_of_a_program(launcher):
+    out_r, out_w = os.pipe()
+    null = os.open("/dev/null", os.O_RDWR)
+    spawned = await launcher.spawn([b"ls", b"/proc/self/fd"], [b"PATH=/usr/bin:/bin"], b"/", (null, out_w, null))
+    os.close(out_w)
+    os.close(null)
+    out = b""
+    while chunk := os.read(out_r, 4096):
+        out += chunk
+    spawned.control.close()
+    return sorted(int(name) for name in out.split())
+
+async def main():
+    launcher, seen = LauncherClient(), {}
+    spare = await launcher.reserve()
+    for _ in range(100):  # its child is forked just after the reply
+        if children(spare.shepherd):
+            break
+        await asyncio.sleep(0.02)
+    tree = [spare.shepherd, *children(spare.shepherd)]
+    seen["alive_while_held"] = [alive(pid) for pid in tree]
+    spare.close()
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in tree) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    seen["alive_after_drop"] = [alive(pid) for pid in tree]
+    seen["fds_by_launcher"] = await fds_of_a_program(launcher)  # the first: no spare held yet
+    await asyncio.sleep(0.5)  # the spare reserved after it is held by now
+    seen["held"] = len(launcher._spares)
+    seen["fds_by_spare"] = await fds_of_a_program(launcher)
+    await launcher.close()
+    print(json.dumps(seen))
+
+asyncio.run(main())
+"""
+
+
+def test_a_reserved_spare_starts_programs_and_leaves_nothing_when_dropped(
+    runtime: DockerHarness, sandbox: SandboxAddress
+) -> None:
+    code, out = runtime.exec(sandbox.id, ["python", "-c", RESERVED], user="corral")
+    assert code == 0, out
+    seen = json.loads(out.splitlines()[-1])
+    assert seen["alive_while_held"] == [True, True]  # the shepherd and its child, forked ahead
+    assert seen["alive_after_drop"] == [False, False]
+    assert seen["held"] == 2  # two spares held: one for a command that comes at once after another
+    # 0-2 the stdio, 3 the directory ls reads: no control or job socket, no launcher socket.
+    assert seen["fds_by_launcher"] == seen["fds_by_spare"] == [0, 1, 2, 3]

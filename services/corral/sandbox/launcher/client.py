@@ -3,17 +3,25 @@
 the channel to one shepherd.
 
 One connection, opened on first use and again after the launcher restarted; requests carry ids and
-may overlap (the launcher answers them in turn). A failed operation raises
-``OSError(errno, strerror, filename)`` as :mod:`os` would; a launcher that cannot be reached raises
-``ConnectionError``.
+may overlap (the launcher answers them in turn).
+
+A command's way holds no launcher: after each spawn the client reserves the next shepherd in the
+background (the launcher's ``reserve``), and the next spawn sends its job and stdio straight to that
+shepherd's child, forked and waiting. With no spare held (the first command, or two at once) or a
+spare whose child died while it waited (the OOM killer's first pick), the launcher's ``spawn`` does it.
+
+A failed operation raises ``OSError(errno, strerror, filename)`` as :mod:`os` would; a launcher that
+cannot be reached raises ``ConnectionError``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +29,15 @@ from typing import Any
 from corral.sandbox.agentfs import DirEntry, FileStat
 from corral.sandbox.launcher import messages as m
 from corral.sandbox.launcher.messages import SOCKET_PATH
+
+log = logging.getLogger("corral.launcher.client")
+
+# The next spare is reserved once the program exited, or this long after it started: not at once,
+# when two more forks would take the CPU from the program that just began (two cores, it niced).
+RESERVE_DELAY_S = 0.02
+# Spares held: two, so that a command that follows another at once still finds one ready while the
+# first one's successor is being forked (each is a shepherd and its child, copies of the launcher).
+SPARES = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,10 +54,12 @@ class SpawnRefused:
 
 
 class Control:
-    """The controller's end of one shepherd's control channel: its events in order, and orders."""
+    """The controller's end of one shepherd's control channel: its events in order, and orders.
+    ``on_exit`` is called once the main process exited (or the channel ended)."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, on_exit: Callable[[], None] | None = None) -> None:
         self._sock = sock
+        self._on_exit = on_exit
         sock.setblocking(False)
         self._events: asyncio.Queue[m.ShepherdEvent | None] = asyncio.Queue()
         self._loop = asyncio.get_running_loop()
@@ -57,9 +76,18 @@ class Control:
         if not data:
             self._loop.remove_reader(self._sock.fileno())
             self._events.put_nowait(None)
+            self._exited()
             return
         with contextlib.suppress(ValueError):  # a shepherd is the launcher's code: nothing else writes here
-            self._events.put_nowait(m.parse_event(data))
+            event = m.parse_event(data)
+            self._events.put_nowait(event)
+            if event.kind in ("exited", "failed"):
+                self._exited()
+
+    def _exited(self) -> None:
+        on_exit, self._on_exit = self._on_exit, None
+        if on_exit is not None:
+            on_exit()
 
     async def next_event(self) -> m.ShepherdEvent | None:
         """The shepherd's next event; None once it is gone (after ``empty``, or if it died)."""
@@ -89,11 +117,40 @@ class Control:
 
 
 @dataclass(frozen=True, slots=True)
+class Reserved:
+    """A shepherd forked ahead for this controller: our end of its control channel, and of the job
+    socket its child waits on. Dropping it (closing both) ends the shepherd and its child."""
+
+    control: socket.socket
+    job: socket.socket
+    shepherd: int
+
+    def close(self) -> None:
+        self.job.close()
+        self.control.close()
+
+
+@dataclass(frozen=True, slots=True)
 class Spawned:
     """A running program: its pid and its shepherd's channel (which now owns the events)."""
 
     pid: int
     control: Control
+
+
+def _start_on(spare: Reserved, job: bytes, stdio: tuple[int, int, int], on_exit: Callable[[], None]) -> Control | None:
+    """The job and its stdio straight to a reserved shepherd's child; None if that child died while it
+    waited (then the caller goes to the launcher, the spare dropped)."""
+    try:
+        spare.job.setblocking(False)  # a fresh socket's buffer holds a whole job: never waits
+        socket.send_fds(spare.job, [job], list(stdio))
+    except OSError as exc:
+        log.info("the spare shepherd's child is gone (%s): the launcher starts this one", exc)
+        spare.control.close()
+        return None
+    finally:
+        spare.job.close()
+    return Control(spare.control, on_exit)
 
 
 def _path(value: bytes | None) -> str | None:
@@ -128,8 +185,20 @@ class LauncherClient:
         self._pending: dict[int, asyncio.Future[tuple[dict[str, Any], list[int]]]] = {}
         self._next_id = 0
         self._connecting = asyncio.Lock()
+        self._spares: list[Reserved] = []
+        self._reserving: asyncio.Task[None] | None = None
+        self._closed = False
 
     async def close(self) -> None:
+        self._closed = True
+        reserving, self._reserving = self._reserving, None
+        if reserving is not None:
+            reserving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reserving
+        spares, self._spares = self._spares, []
+        for spare in spares:
+            spare.close()
         self._drop(ConnectionError("the launcher client closed"))
 
     # -- the connection ---------------------------------------------------------------------------------
@@ -155,7 +224,8 @@ class LauncherClient:
             return
         while True:
             try:
-                data, fds, _, _ = socket.recv_fds(sock, m.MAX_MESSAGE + 1, m.MAX_FDS)
+                # Close-on-exec: nothing the controller ever runs inherits a shepherd's socket.
+                data, fds, _, _ = socket.recv_fds(sock, m.MAX_MESSAGE + 1, m.MAX_FDS, socket.MSG_CMSG_CLOEXEC)
             except BlockingIOError:
                 return
             except OSError as exc:
@@ -243,6 +313,29 @@ class LauncherClient:
     ) -> Spawned | SpawnRefused:
         """Start ``argv`` as the agent with ``stdio`` (the caller keeps and closes its copies);
         returns once it runs (exec done) or could not. Raises OSError if no shepherd could start."""
+        job = m.job({"argv": argv, "env": env, "cwd": cwd, "pty": pty})
+        spare = await self._take_spare()
+        control = _start_on(spare, job, stdio, self._reserve_next) if spare is not None else None
+        if control is None:
+            control = await self._spawn_by_launcher(argv, env, cwd, stdio, pty)
+        try:
+            first = await control.next_event()
+        except BaseException:
+            control.close()
+            self._reserve_next()
+            raise
+        if first is not None and first.kind == "started" and first.pid is not None:
+            asyncio.get_running_loop().call_later(RESERVE_DELAY_S, self._reserve_next)
+            return Spawned(first.pid, control)
+        self._reserve_next()
+        control.close()
+        if first is None or first.kind != "failed":
+            raise OSError(5, "the shepherd ended before it said how the start went")
+        return SpawnRefused(first.stage or "setup", first.errno or 5, _path(first.path))
+
+    async def _spawn_by_launcher(
+        self, argv: list[bytes], env: list[bytes], cwd: bytes, stdio: tuple[int, int, int], pty: bool
+    ) -> Control:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
         try:
             await self._call("spawn", [*stdio, theirs.fileno()], argv=argv, env=env, cwd=cwd, pty=pty)
@@ -251,18 +344,42 @@ class LauncherClient:
             raise
         finally:
             theirs.close()
-        control = Control(ours)
+        return Control(ours, self._reserve_next)
+
+    async def reserve(self) -> Reserved:
+        """A shepherd forked ahead for this controller (see :class:`Reserved`). Raises OSError."""
+        reply, fds = await self._call("reserve")
+        if len(fds) != m.RESERVE_FDS:
+            for fd in fds:
+                os.close(fd)
+            raise OSError(5, f"a reserve brings {m.RESERVE_FDS} descriptors, not {len(fds)}")
+        return Reserved(socket.socket(fileno=fds[0]), socket.socket(fileno=fds[1]), int(reply["shepherd"]))
+
+    async def _take_spare(self) -> Reserved | None:
+        """The spare held (waiting for one on its way rather than going to the launcher)."""
+        reserving = self._reserving
+        if not self._spares and reserving is not None:
+            await asyncio.wait([reserving])  # never cancels it: the next command wants it too
+        return self._spares.pop(0) if self._spares else None
+
+    def _reserve_next(self) -> None:
+        if self._closed or len(self._spares) >= SPARES or self._reserving is not None:
+            return
+        self._reserving = asyncio.get_running_loop().create_task(self._reserve_spare())
+
+    async def _reserve_spare(self) -> None:
         try:
-            first = await control.next_event()
-        except BaseException:
-            control.close()
-            raise
-        if first is not None and first.kind == "started" and first.pid is not None:
-            return Spawned(first.pid, control)
-        control.close()
-        if first is None or first.kind != "failed":
-            raise OSError(5, "the shepherd ended before it said how the start went")
-        return SpawnRefused(first.stage or "setup", first.errno or 5, _path(first.path))
+            spare = await self.reserve()
+        except OSError as exc:
+            log.info("no spare shepherd (%s): the next command goes through the launcher", exc)
+            return
+        finally:
+            self._reserving = None
+        if self._closed or len(self._spares) >= SPARES:
+            spare.close()
+            return
+        self._spares.append(spare)
+        self._reserve_next()  # until SPARES are held
 
     # -- AgentFs ----------------------------------------------------------------------------------------
 

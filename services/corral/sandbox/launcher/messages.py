@@ -5,7 +5,10 @@ Paths, argv and environment entries are bytes on the wire (base64 in the JSON), 
 not UTF-8 go through unchanged. Every request carries an ``id`` its reply repeats.
 
 Requests (controller → launcher): ``spawn`` (argv, env, cwd; fds: stdin, stdout, stderr and the
-shepherd's end of the control channel), ``openpty`` (fds back: master, slave), and the file
+shepherd's end of the control channel), ``reserve`` (a shepherd forked ahead for the controller
+alone; fds back: the controller's end of its control channel, then of its child's job socket, on
+which the controller later sends :func:`job` and the stdio itself), ``openpty`` (fds back: master,
+slave), and the file
 operations done as the agent (``open``, ``stat``, ``scandir``, ``mkdir``, ``mkstemp``, ``rename``,
 ``chmod``, ``unlink``, ``rmdir``, ``rmtree``). Replies: ``{"id", "ok": true, ...}`` or
 ``{"id", "ok": false, "errno", "path"}``.
@@ -33,10 +36,13 @@ MAX_FDS = 4
 MAX_SCANDIR = 100_000
 
 SPAWN_FDS = 4  # stdin, stdout, stderr, control
+JOB_FDS = 3  # stdin, stdout, stderr: beside a job on a reserved shepherd's job socket
+RESERVE_FDS = 2  # back with a reserve's reply: the control channel's end, the job socket's end
 
 # Each operation's fields and their kinds: "bytes" (base64 on the wire), "bytes_list", "int", "bool".
 OPERATIONS: dict[str, dict[str, str]] = {
     "spawn": {"argv": "bytes_list", "env": "bytes_list", "cwd": "bytes", "pty": "bool"},
+    "reserve": {},
     "openpty": {},
     "open": {"path": "bytes", "flags": "int", "mode": "int"},
     "stat": {"path": "bytes", "follow_symlinks": "bool"},
@@ -153,13 +159,15 @@ def parse_request(data: bytes, fds: list[int]) -> Request:
 
 
 def job(fields: Mapping[str, Any]) -> bytes:
-    """A spawn's fields (argv, env, cwd, pty), as a shepherd hands them to the child it forked ahead."""
+    """A spawn's fields (argv, env, cwd, pty), as a shepherd hands them to the child it forked ahead,
+    or the controller to a reserved shepherd's child."""
     obj = request("spawn", 0, **{name: fields[name] for name in OPERATIONS["spawn"]})
     return encode(obj)
 
 
 def parse_job(data: bytes) -> dict[str, Any]:
-    """The child's side of :func:`job` (the launcher checked the request already)."""
+    """The child's side of :func:`job`: checked here too, since a reserved shepherd's child takes it
+    from the controller directly. Raises ValueError."""
     obj = decode(data)
     fields = {name: _field(kind, name, obj.get(name)) for name, kind in OPERATIONS["spawn"].items()}
     _check_spawn(fields)

@@ -7,7 +7,10 @@ SO_PEERCRED uid is its own (the controller's), on a socket in a directory only t
 
 ``spawn`` hands the request to a shepherd (:mod:`corral.sandbox.launcher.shepherd`) forked ahead
 of need (a fresh one is forked after each answer) and answers at once; the shepherd reports on the
-control channel the controller gave it. File operations run here with the
+control channel the controller gave it. ``reserve`` forks a shepherd for the controller ahead of
+need and hands back the controller's ends of its control channel and of its child's job socket: the
+controller then starts a program with no launcher on the way (:func:`corral.sandbox.launcher.shepherd.reserved`).
+File operations run here with the
 agent's effective ids, one request at a time; ``rmtree`` in a forked child that is the agent for
 good, answered when it ends (or killed after :data:`RMTREE_TIMEOUT_S`).
 """
@@ -33,7 +36,7 @@ from corral.sandbox.launcher import fsops
 from corral.sandbox.launcher import messages as m
 from corral.sandbox.launcher.messages import SOCKET_PATH
 from corral.sandbox.launcher.privileges import Ids, become
-from corral.sandbox.launcher.shepherd import Ready, Shepherd, Spawn, prepare
+from corral.sandbox.launcher.shepherd import Ready, Shepherd, Spawn, prepare, reserved
 
 log = logging.getLogger("corral.launcher")
 
@@ -93,7 +96,7 @@ def _shepherd(request: m.Request, agent: Ids, own: Ids, ready: Ready | None = No
     stdin, stdout, stderr, control = request.fds
     fields = request.fields
     spawn = Spawn(fields["argv"], fields["env"], fields["cwd"], (stdin, stdout, stderr), fields["pty"])
-    Shepherd(spawn, socket.socket(fileno=control), agent, own).run(ready)
+    Shepherd(socket.socket(fileno=control), agent, own).run(spawn, ready)
 
 
 def peer_uid(conn: socket.socket) -> int:
@@ -182,6 +185,8 @@ class Launcher:
             return
         if request.op == "spawn":
             self._spawn(conn, request, data)
+        elif request.op == "reserve":
+            self._reserve(conn, request)
         elif request.op == "rmtree":
             self._rmtree(conn, request)
         else:
@@ -214,6 +219,26 @@ class Launcher:
         _close(request.fds)
         self._reply(conn, m.ok(request.id, shepherd=pid), [])
         self._fork_spare()  # after the reply: off the next command's way too
+
+    def _reserve(self, conn: socket.socket, request: m.Request) -> None:
+        """A shepherd forked for the controller alone: the controller gets our ends of its control
+        channel and of its child's job socket (made here, before the fork, so that nothing but the
+        shepherd, its child and the controller ever holds them)."""
+        control, control_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        job, job_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            for sock in (control, control_theirs, job, job_theirs):
+                sock.close()
+            self._reply(conn, m.failure(request.id, exc.errno or errno.EAGAIN), [])
+            return
+        if pid == 0:
+            self._in_child(keep={control_theirs.fileno(), job_theirs.fileno()})
+            reserved(control_theirs, job_theirs, self.agent, self.own)
+        control_theirs.close()
+        job_theirs.close()
+        self._reply(conn, m.ok(request.id, shepherd=pid), [control.detach(), job.detach()])
 
     def _fork_spare(self) -> None:
         """A shepherd forked ahead of need, waiting for its request on a socket only we hold."""

@@ -6,6 +6,10 @@ included, is re-parented to it, so "no child left" means "nothing of the tree is
 becomes the agent for good (no groups, no capabilities, its own session, nice +10, oom_score_adj
 1000, killed if the shepherd dies), checks the working directory as the agent and execs. A spare
 shepherd forks that child before its command comes (:func:`prepare`): a command waits for no fork.
+A reserved shepherd (:func:`reserved`, the launcher's ``reserve``) goes one step further: its child
+takes the job straight from the controller on a socket the launcher handed the controller, so
+neither the launcher nor the shepherd is on a command's way; the shepherd only watches the child's
+report pipe (EOF at exec) and reports as ever.
 
 Over its control channel it reports ``started``/``failed``, ``exited`` (the main process) and
 ``empty`` (the whole tree), and takes ``signal`` (to the main process's group) and ``kill_tree``.
@@ -15,6 +19,7 @@ When the controller's end closes, it kills the tree and exits.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -91,23 +96,26 @@ class Ready:
     failure on ``report`` (EOF once it exec'd)."""
 
     child: int
-    job: socket.socket
+    job: socket.socket | None  # None in a reserved shepherd: the controller holds the other end
     report: int
     wake: int  # the shepherd's SIGCHLD wake-up
 
 
-def prepare(agent: Ids) -> Ready:
-    """Become a shepherd (child subreaper, SIGCHLD wake-up) and fork the child; raises OSError."""
+def prepare(agent: Ids, job: socket.socket | None = None) -> Ready:
+    """Become a shepherd (child subreaper, SIGCHLD wake-up) and fork the child, which takes its job
+    on ``job`` if given (closed here after the fork: the child holds the only end), else on a
+    socket to this shepherd; raises OSError."""
     shepherd = os.getpid()
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)
     report_r, report_w = os.pipe2(os.O_CLOEXEC)
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) if job is None else (None, job)
     pid = os.fork()
     if pid == 0:
-        ours.close()
+        if ours is not None:
+            ours.close()
         os.close(report_r)
         _child(theirs, report_w, shepherd, agent)
     theirs.close()
@@ -131,9 +139,13 @@ def _child(job: socket.socket, report: int, shepherd: int, agent: Ids) -> NoRetu
         prctl(PR_SET_DUMPABLE, 1)
         with open("/proc/self/oom_score_adj", "w", encoding="ascii") as adj:
             adj.write(str(OOM_SCORE_ADJ))
-        data, stdio, _, _ = socket.recv_fds(job, m.MAX_MESSAGE + 1, 3)
-        if not data or len(stdio) != 3:
-            os._exit(0)  # the shepherd is gone: nothing to run
+        data, stdio, flags, _ = socket.recv_fds(job, m.MAX_MESSAGE + 1, m.JOB_FDS)
+        if not data:
+            # Nobody will send a job (the shepherd is gone, or the controller dropped this spare):
+            # say so, so that the shepherd never takes this end for an exec.
+            raise OSError(errno.EPIPE, "no job came")
+        if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(stdio) != m.JOB_FDS:
+            raise ValueError("a job is one whole message with stdin, stdout and stderr")
         spawn = m.parse_job(data)
         high = [os.dup(fd) for fd in stdio]  # above 2, so the dup2s below cannot clobber
         for target, fd in enumerate(high):
@@ -159,9 +171,22 @@ def _child(job: socket.socket, report: int, shepherd: int, agent: Ids) -> NoRetu
         os._exit(127)
 
 
+def reserved(control: socket.socket, job: socket.socket, agent: Ids, own: Ids) -> NoReturn:
+    """A reserved shepherd's life: its child forked at once, on ``job`` (whose other end the controller
+    holds), then the child's start reported on ``control``. A spare the controller drops (both ends
+    closed) ends: the child sees no job and gives up, the shepherd sees the controller gone."""
+    shepherd = Shepherd(control, agent, own)
+    try:
+        ready = prepare(agent, job)
+    except OSError as exc:
+        job.close()
+        shepherd.send(m.event("failed", stage="fork", errno=exc.errno or errno.EAGAIN, path=None))
+        os._exit(0)
+    shepherd.run_reserved(ready)
+
+
 class Shepherd:
-    def __init__(self, spawn: Spawn, control: socket.socket, agent: Ids, own: Ids) -> None:
-        self.spawn = spawn
+    def __init__(self, control: socket.socket, agent: Ids, own: Ids) -> None:
         self.control = control
         self.agent, self.own = agent, own
         self.main_pid = 0
@@ -169,43 +194,64 @@ class Shepherd:
         self.main_status: int | None = None
         self.controller_gone = False
 
-    def run(self, ready: Ready | None = None) -> NoReturn:
+    def run(self, spawn: Spawn, ready: Ready | None = None) -> NoReturn:
         """Start the program (in the child forked ahead, or one forked now), report, then watch."""
-        fields = {"argv": self.spawn.argv, "env": self.spawn.env, "cwd": self.spawn.cwd, "pty": self.spawn.pty}
+        fields = {"argv": spawn.argv, "env": spawn.env, "cwd": spawn.cwd, "pty": spawn.pty}
         try:
-            ready = self._hand_over(ready, m.job(fields))
+            ready = self._hand_over(ready, m.job(fields), spawn.stdio)
         except OSError as exc:
             # No room for one more process (the sandbox's pid limit, a fork bomb's aftermath).
-            self._send(m.event("failed", stage="fork", errno=exc.errno or 11, path=None))
+            self.send(m.event("failed", stage="fork", errno=exc.errno or errno.EAGAIN, path=None))
             os._exit(0)
         self.main_pid = ready.child
-        ready.job.close()
-        for fd in set(self.spawn.stdio):
+        for fd in set(spawn.stdio):
             os.close(fd)
+        self._report_start(ready)
+
+    def run_reserved(self, ready: Ready) -> NoReturn:
+        """The controller sends the job to the child itself: wait for the child's report (or for the
+        controller to drop this spare), report, then watch."""
+        self.main_pid = ready.child
+        selector = selectors.DefaultSelector()
+        selector.register(ready.report, selectors.EVENT_READ)
+        selector.register(self.control, selectors.EVENT_READ)
+        while not any(key.fileobj == ready.report for key, _ in selector.select()):
+            self._order()
+            if self.controller_gone:
+                os._exit(0)  # _order killed the child (still ours: never given a job) on the way
+        selector.close()
+        self._report_start(ready)
+
+    def _report_start(self, ready: Ready) -> NoReturn:
         failure = _read_all(ready.report)
         if failure:
             os.waitpid(ready.child, 0)
             # The child wrote the event's fields (stage, errno, path) before it gave up.
-            self._send(m.encode({"event": "failed", **json.loads(failure)}))
+            self.send(m.encode({"event": "failed", **json.loads(failure)}))
             os._exit(0)
-        self._send(m.event("started", pid=ready.child))
+        self.send(m.event("started", pid=ready.child))
         self._watch(ready.wake)
 
-    def _hand_over(self, ready: Ready | None, job: bytes) -> Ready:
+    def _hand_over(self, ready: Ready | None, job: bytes, stdio: tuple[int, int, int]) -> Ready:
         """The program and its stdio to the child forked ahead; a fresh child if that one died while
         it waited (its OOM score makes it the OOM killer's first pick). Raises OSError."""
-        if ready is not None:
+        if ready is not None and ready.job is not None:
             try:
-                socket.send_fds(ready.job, [job], list(self.spawn.stdio))
+                socket.send_fds(ready.job, [job], list(stdio))
                 return ready
             except OSError:
-                ready.job.close()
                 os.close(ready.report)
                 os.close(ready.wake)
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(ready.child, 0)
+            finally:
+                ready.job.close()
         ready = prepare(self.agent)
-        socket.send_fds(ready.job, [job], list(self.spawn.stdio))
+        assert ready.job is not None  # prepare made the socket: no job end was given
+        try:
+            socket.send_fds(ready.job, [job], list(stdio))
+        finally:
+            ready.job.close()
         return ready
 
     def _watch(self, wake: int) -> NoReturn:
@@ -221,7 +267,7 @@ class Shepherd:
                     if self.controller_gone:
                         selector.unregister(self.control)
             if self._reap():
-                self._send(m.event("empty"))
+                self.send(m.event("empty"))
                 os._exit(0)
 
     def _order(self) -> None:
@@ -262,7 +308,7 @@ class Shepherd:
             self.main_done = True
             status = self.main_status
             signalled = os.WIFSIGNALED(status)
-            self._send(
+            self.send(
                 m.event(
                     "exited",
                     exit_code=None if signalled else os.waitstatus_to_exitcode(status),
@@ -283,7 +329,7 @@ class Shepherd:
             _kill_all(alive, self.agent, self.own)
             self._reap()
 
-    def _send(self, data: bytes) -> None:
+    def send(self, data: bytes) -> None:
         if self.controller_gone:
             return
         try:

@@ -105,3 +105,27 @@ def test_a_shepherd_hands_its_child_the_spawn_it_was_given() -> None:
     assert m.parse_job(m.job(fields)) == fields
     with pytest.raises(ValueError, match="NUL"):
         m.parse_job(m.job({**fields, "cwd": b"/\0"}))
+
+
+def test_a_reserve_brings_no_fields_and_no_descriptors() -> None:
+    request = m.parse_request(wire("reserve"), [])
+    assert (request.id, request.op, request.fields, request.fds) == (7, "reserve", {}, ())
+    with pytest.raises(ValueError, match="reserve brings 0 descriptors"):
+        m.parse_request(wire("reserve"), [3])
+    with pytest.raises(ValueError, match="unknown fields"):
+        m.parse_request(json.dumps({"id": 1, "op": "reserve", "argv": []}).encode(), [])
+    assert (m.RESERVE_FDS, m.JOB_FDS) == (2, 3)  # back: control, job; with a job: stdin, stdout, stderr
+
+
+@pytest.mark.parametrize(
+    ("obj", "reason"),
+    [
+        ({"argv": [], "env": [], "cwd": "Lw==", "pty": False}, "argv is empty"),
+        ({"argv": ["bHM="], "env": ["QQ=="], "cwd": "Lw==", "pty": False}, "NAME=value"),
+        ({"argv": ["bHM="], "env": [], "pty": False}, "cwd must be base64"),
+        ({"argv": ["bHM="], "env": [], "cwd": "Lw==", "pty": 1}, "pty must be true or false"),
+    ],
+)
+def test_a_reserved_child_checks_the_job_the_controller_sends_it(obj: dict[str, Any], reason: str) -> None:
+    with pytest.raises(ValueError, match=reason):
+        m.parse_job(json.dumps(obj).encode())
