@@ -59,9 +59,9 @@ class Spawn:
     pty: bool
 
 
-def _parent_map() -> dict[int, list[int]]:
-    """Live (not zombie) processes by parent pid, from /proc."""
-    children: dict[int, list[int]] = {}
+def _process_table() -> dict[int, tuple[int, int]]:
+    """Live (not zombie) processes: pid to (parent pid, process group), from /proc."""
+    table: dict[int, tuple[int, int]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -71,20 +71,25 @@ def _parent_map() -> dict[int, list[int]]:
         except OSError:
             continue
         fields = text.rpartition(b")")[2].split()
-        if len(fields) < 2 or fields[0] in (b"Z", b"X"):
+        if len(fields) < 3 or fields[0] in (b"Z", b"X"):
             continue
-        children.setdefault(int(fields[1]), []).append(int(name))
-    return children
+        table[int(name)] = (int(fields[1]), int(fields[2]))
+    return table
 
 
-def descendants(root: int) -> list[int]:
-    """Every live process below ``root``, found by walking /proc's parent links."""
-    children = _parent_map()
+def descendants(root: int, group: int | None = None) -> list[int]:
+    """Every live process below ``root`` (those of process group ``group`` only, if given), found
+    by walking /proc's parent links."""
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
     found: list[int] = []
     todo = list(children.get(root, ()))
     while todo:
         pid = todo.pop()
-        found.append(pid)
+        if group is None or table[pid][1] == group:
+            found.append(pid)
         todo.extend(children.get(pid, ()))
     return found
 
@@ -287,8 +292,10 @@ class Shepherd:
         if kind == "kill_tree":
             self.kill_tree()
         else:
-            with acting_as(self.agent, self.own), contextlib.suppress(OSError):
-                os.killpg(self.main_pid, number)
+            # To the main process's group, as found below us: not killpg, which would reach whatever
+            # group took that number once the group was gone (the kill is as the agent by the effective
+            # uid only; our real uid, corral, lets a signal reach corral's processes too).
+            _kill_all(descendants(os.getpid(), group=self.main_pid), self.agent, self.own, number)
 
     def _reap(self) -> bool:
         """Collect exited children and report the main process's end (saying whether anything of
@@ -347,11 +354,11 @@ def _close_all_but(*keep: int) -> None:
     os.closerange(low, 65536)
 
 
-def _kill_all(pids: Iterable[int], agent: Ids, own: Ids) -> None:
+def _kill_all(pids: Iterable[int], agent: Ids, own: Ids, number: int = signal.SIGKILL) -> None:
     with acting_as(agent, own):
         for pid in pids:
             with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, number)
 
 
 def _read_all(fd: int) -> bytes:

@@ -59,10 +59,10 @@ class FakeLauncher:
         job, job_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         if self.child_dies:
             job_theirs.close()
+        self.held.append(control_theirs)  # before the answer: the test looks at it once answered
         socket.send_fds(conn, [m.encode(m.ok(request_id, shepherd=20))], [control.fileno(), job.fileno()])
         control.close()
         job.close()
-        self.held.append(control_theirs)
         if self.child_dies:
             return
         data, stdio, _, _ = socket.recv_fds(job_theirs, m.MAX_MESSAGE + 1, m.JOB_FDS)
