@@ -201,6 +201,10 @@ def test_relative_paths_are_in_the_workspace(client: SandboxClient, runtime: Doc
         ({"type": "file_list", "path": "/etc/hostname"}, "not_a_directory"),
         ({"type": "file_read", "path": HOME}, "is_a_directory"),
         ({"type": "file_read", "path": "/dev/zero"}, "invalid_request"),
+        # /proc/self there is the launcher, which holds privilege: its memory map, its descriptors.
+        ({"type": "file_read", "path": "/proc/self/maps"}, "permission_denied"),
+        ({"type": "file_list", "path": "/proc/self/fd"}, "permission_denied"),
+        ({"type": "file_read", "path": "/workspace/../proc/self/cmdline"}, "permission_denied"),
     ],
 )
 def test_what_the_agent_may_not_do_is_refused_and_the_session_carries_on(
@@ -208,6 +212,14 @@ def test_what_the_agent_may_not_do_is_refused_and_the_session_carries_on(
 ) -> None:
     error = _failed(client, action)
     assert (error["code"], error["field"]) == (code, "action.path"), error
+    _still_working(client)
+
+
+def test_a_link_into_proc_is_refused(client: SandboxClient) -> None:
+    reply = client.act({"type": "exec", "argv": ["ln", "-sfn", "/proc/self", "/workspace/me"]})
+    assert reply["result"]["exit_code"] == 0, reply
+    error = _failed(client, {"type": "file_read", "path": "/workspace/me/status"})
+    assert (error["code"], error["field"]) == ("permission_denied", "action.path"), error
     _still_working(client)
 
 

@@ -9,6 +9,7 @@ for good (it may take long; the launcher stays free), see :mod:`corral.sandbox.l
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import stat as st
@@ -126,10 +127,25 @@ OPERATIONS: dict[str, Callable[[Mapping[str, Any]], Outcome]] = {
 }
 
 
+_PATH_FIELDS = ("path", "directory", "source", "destination")
+
+
+def _outside_proc(fields: Mapping[str, Any]) -> None:
+    """Refuse a path that leads into /proc. There ``self`` is this launcher, which holds privilege
+    (its maps, its descriptors): the agent reads its own processes with its commands instead.
+    Checked on the path as resolved now; a link swapped in afterwards reaches only what the
+    agent's effective ids may open."""
+    for name in _PATH_FIELDS:
+        path = fields.get(name)
+        if isinstance(path, bytes) and os.path.realpath(path).split(b"/")[1:2] == [b"proc"]:
+            raise PermissionError(errno.EACCES, "file actions do not reach /proc", path)
+
+
 def run(request: m.Request, agent: Ids, own: Ids) -> Outcome:
     """One file operation as the agent; an OSError becomes the failure reply (errno and path)."""
     try:
         with acting_as(agent, own):
+            _outside_proc(request.fields)
             fields, fds = OPERATIONS[request.op](request.fields)
     except OSError as exc:
         path = exc.filename if isinstance(exc.filename, bytes) else None
