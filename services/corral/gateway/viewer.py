@@ -158,6 +158,8 @@ function showCommand(box, a, act, r) {
   box.appendChild(facts([
     [typeof act.command === "string" ? "command" : "argv", act.type === "exec" ? commandText(act) : ""],
     ["cwd", act.type === "exec" ? (act.cwd || "/workspace") : ""],
+    // Names only: the recording keeps no env value (each is its size and sha256).
+    ["env", act.env && typeof act.env === "object" ? Object.keys(act.env).join(" ") : ""],
     ["pid", r.pid ?? act.pid], ["exit code", r.exit_code], ["signal", r.signal],
     ["timed out", r.timed_out ? "yes" : ""], ["running", r.running === undefined ? "" : String(r.running)],
     ["duration", typeof r.duration_ms === "number" ? r.duration_ms + " ms" : ""],

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from corral.recording.redact import INPUT_FIELDS, PAYLOADS, digest
+from corral.recording.redact import HIDDEN_FIELDS, INPUT_FIELDS, PAYLOADS, digest, is_hidden
 
 COMMAND_TYPES = frozenset(
     {"exec", "process_list", "process_wait", "process_kill", "process_write", "process_output", "process_resize"}
@@ -77,6 +77,24 @@ def cut_upload(event: Mapping[str, Any]) -> str | None:
                 f"{str(entry.get('sha256'))[:12]}…); it cannot be sent again"
             )
     return None
+
+
+def without_hidden(request: Any) -> tuple[Any, tuple[str, ...]]:
+    """The request with the values the recording hid (``exec``'s ``env``: only their size and sha256
+    were kept) left out, and the names of those left out (``env`` itself when it was hidden whole)."""
+    action = request.get("action") if isinstance(request, dict) else None
+    if not isinstance(action, dict):
+        return request, ()
+    kept, left_out = dict(action), []
+    for key in HIDDEN_FIELDS.get(str(action.get("type")), ()):
+        value = action.get(key)
+        if is_hidden(value):
+            del kept[key]
+            left_out.append(key)
+        elif isinstance(value, dict):
+            kept[key] = {name: item for name, item in value.items() if not is_hidden(item)}
+            left_out += [f"{key}.{name}" for name, item in value.items() if is_hidden(item)]
+    return ({**request, "action": kept}, tuple(left_out)) if left_out else (request, ())
 
 
 @dataclass

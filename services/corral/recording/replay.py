@@ -13,6 +13,7 @@ with a warning in every report. Commands and file operations are judged by their
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import io
 import json
@@ -26,7 +27,16 @@ from typing import Any, Literal
 from PIL import Image, ImageChops, ImageFilter
 
 from corral.recording.bundle import Bundle
-from corral.recording.judge import EXPECTATIONS, STREAMS, Check, PidMap, cut_upload, judge, judged_by_result
+from corral.recording.judge import (
+    EXPECTATIONS,
+    STREAMS,
+    Check,
+    PidMap,
+    cut_upload,
+    judge,
+    judged_by_result,
+    without_hidden,
+)
 from corral.recording.judge import summary_fields as _summary_fields
 
 PIXEL_DELTA = 40  # a grey-level difference (0-255) a person would notice after the blur
@@ -315,13 +325,19 @@ def _replay_step(
         return step.skipped(cut)  # a file_write's content, kept only in part: the rest was never stored
     pace.wait(step.event)
     request = step.event.get("request")
+    # Values the recording never kept (an exec's env) cannot be sent: the step goes without them.
+    request, hidden = without_hidden(request)
     began = time.perf_counter()
     # An unreadable message is sent again to be refused again.
     reply = send(pids.request(request)) if isinstance(request, dict) else send({"raw": request})
     elapsed = (time.perf_counter() - began) * 1000
     if judged_by_result(step.event):
         pids.learn(step.event, reply)
-        return _judged_by_result(step, reply, {**options.expect, **step.override.expect}, elapsed)
+        verdict = _judged_by_result(step, reply, {**options.expect, **step.override.expect}, elapsed)
+        if hidden:
+            note = f"; sent without {', '.join(hidden)} (a recording keeps only the size and sha256 of env values)"
+            verdict = dataclasses.replace(verdict, reason=verdict.reason + note)
+        return verdict
     return _judged_by_frame(step, bundle, send, reply, options.masks + step.override.masks, elapsed)
 
 

@@ -330,3 +330,19 @@ def test_what_the_sandbox_said_is_escaped_in_the_report() -> None:
     assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "<b>x</b>" not in page and "exec &lt;b&gt;x&lt;/b&gt;" in page
     ET.fromstring(junit_xml(report))  # and the XML stays well-formed
+
+
+def test_an_exec_whose_env_values_were_hidden_is_sent_without_them_and_says_so() -> None:
+    run = {"type": "exec", "command": "deploy", "env": {"API_TOKEN": "s3cr3t", "MODE": "fast"}}
+    recorded = bundle([command(1, run, exec_result(0))], {})
+    assert "s3cr3t" not in str(recorded.events)
+    sandbox = Commands([exec_result(0)])
+    report = replay(recorded, sandbox, ReplayOptions())
+    assert sandbox.sent[0]["action"] == {"type": "exec", "command": "deploy", "env": {}}
+    assert report.steps[0].status == "passed"
+    assert report.steps[0].reason == (
+        "exit code matches: 0, recorded 0; sent without env.API_TOKEN, env.MODE "
+        "(a recording keeps only the size and sha256 of env values)"
+    )
+    diverged = replay(recorded, Commands([exec_result(1)]), ReplayOptions()).steps[0]
+    assert diverged.status == "diverged" and "sent without env.API_TOKEN" in diverged.reason
