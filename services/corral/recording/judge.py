@@ -22,6 +22,9 @@ COMMAND_TYPES = frozenset(
     {"exec", "process_list", "process_wait", "process_kill", "process_write", "process_output", "process_resize"}
 )
 FILE_TYPES = frozenset({"file_read", "file_write", "file_list", "file_stat", "file_remove", "file_move"})
+# Files moved over HTTP (PUT/GET /v1/files), recorded as steps of these types (corral.recording.transfers).
+UPLOAD, DOWNLOAD = "file_upload", "file_download"
+TRANSFER_TYPES = frozenset({UPLOAD, DOWNLOAD})
 STREAMS = ("stdout", "stderr")
 Expectation = Literal["exact", "ignore"]
 EXPECTATIONS: tuple[Expectation, ...] = ("exact", "ignore")
@@ -61,7 +64,7 @@ def action_type(event: Mapping[str, Any]) -> str | None:
 
 def judged_by_result(event: Mapping[str, Any]) -> bool:
     """A command or file step: its result is compared, never its screen."""
-    return action_type(event) in COMMAND_TYPES | FILE_TYPES
+    return action_type(event) in COMMAND_TYPES | FILE_TYPES | TRANSFER_TYPES
 
 
 def cut_upload(event: Mapping[str, Any]) -> str | None:

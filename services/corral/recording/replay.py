@@ -38,6 +38,7 @@ from corral.recording.judge import (
     without_hidden,
 )
 from corral.recording.judge import summary_fields as _summary_fields
+from corral.recording.transfers import is_transfer, replay_transfer
 
 PIXEL_DELTA = 40  # a grey-level difference (0-255) a person would notice after the blur
 FRAME_REQUEST = {
@@ -324,6 +325,8 @@ def _replay_step(
     if cut is not None:
         return step.skipped(cut)  # a file_write's content, kept only in part: the rest was never stored
     pace.wait(step.event)
+    if is_transfer(step.event):
+        return _transferred(step, send)
     request = step.event.get("request")
     # Values the recording never kept (an exec's env) cannot be sent: the step goes without them.
     request, hidden = without_hidden(request)
@@ -363,6 +366,25 @@ def _judged_by_result(step: _Step, reply: Mapping[str, Any], expect: Mapping[str
         reason,
         elapsed_ms=elapsed,
         checks=checks,
+        judged_on="result",
+    )
+
+
+def _transferred(step: _Step, send: Send) -> StepVerdict:
+    """A file moved over HTTP: an upload skipped, a download re-checked (corral.recording.transfers)."""
+    began = time.perf_counter()
+    verdict = replay_transfer(step.event, send)
+    return StepVerdict(
+        step.number,
+        step.summary,
+        step.recorded_ok,
+        verdict.replayed_ok,
+        step.threshold,
+        None,
+        verdict.status,
+        verdict.reason,
+        elapsed_ms=(time.perf_counter() - began) * 1000,
+        checks=verdict.checks,
         judged_on="result",
     )
 

@@ -56,6 +56,11 @@ def _size(event: dict[str, Any]) -> int:
     return len(json.dumps(event, default=str))
 
 
+async def _without_frame(event: dict[str, Any]) -> dict[str, Any]:
+    event["frame_skipped"] = "a file transfer over HTTP does not touch the screen"
+    return event
+
+
 class Recorder:
     def __init__(self, desktop: Desktop) -> None:
         self._desktop = desktop
@@ -104,13 +109,15 @@ class Recorder:
             if frame.data != last.data:
                 last, last_change = frame, time.monotonic()
 
-    def record(self, event: dict[str, Any]) -> None:
-        """Queue one event; its frame and page state are added in the background."""
+    def record(self, event: dict[str, Any], *, frame: bool = True) -> None:
+        """Queue one event; its frame and page state are added in the background (``frame``: an
+        event that does not touch the screen, a file transfer over HTTP, gets neither)."""
         self._seq += 1
         # Uploaded bytes and long outputs never enter the buffer whole: a prefix, a size and a sha256.
         event = redact(event)
         event = {"seq": self._seq, **event, "reply": _strip_images(event.get("reply"))}
-        self._pending.put_nowait(asyncio.create_task(self._complete(event)))
+        completing = self._complete(event) if frame else _without_frame(event)
+        self._pending.put_nowait(asyncio.create_task(completing))
         if self._publisher is None:
             self._publisher = asyncio.create_task(self._publish())
 

@@ -346,3 +346,71 @@ def test_an_exec_whose_env_values_were_hidden_is_sent_without_them_and_says_so()
     )
     diverged = replay(recorded, Commands([exec_result(1)]), ReplayOptions()).steps[0]
     assert diverged.status == "diverged" and "sent without env.API_TOKEN" in diverged.reason
+
+
+def transfer(seq: int, step: dict[str, Any], result: dict[str, Any], ok: bool = True) -> dict[str, Any]:
+    """A file moved over HTTP as the controller records it (corral.sandbox.transfer_record)."""
+    event = {
+        "seq": seq,
+        "event": "action",
+        "dialect": "http",
+        "request": {"http": "GET /v1/files", "query": {"path": step["path"]}},
+        "native": [step],
+        "ok": ok,
+        "reply": {"ok": ok, "result": result},
+        "frame": None,
+    }
+    if not ok:
+        event["error"] = event["reply"]["error"] = {"code": "no_such_file", "message": "no"}  # type: ignore[index]
+    return event
+
+
+class Files:
+    """Answers file_stat and sha256sum as a sandbox holding ``files`` (path -> (type, sha256)) would."""
+
+    def __init__(self, files: dict[str, tuple[str, str]]) -> None:
+        self.files, self.sent = files, []  # type: dict[str, tuple[str, str]], list[dict[str, Any]]
+
+    def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert request is not FRAME_REQUEST
+        self.sent.append(request["action"])
+        action = request["action"]
+        path = action["path"] if action["type"] == "file_stat" else action["argv"][-1]
+        if path not in self.files:
+            return {"ok": False, "error": {"code": "no_such_file"}}
+        kind, sha = self.files[path]
+        if action["type"] == "file_stat":
+            return {"ok": True, "result": {"path": path, "type": kind}}
+        return {"ok": True, "result": {"exit_code": 0, "stdout": f"{sha} *{path}\n"}}
+
+
+def test_http_transfers_replay_uploads_skipped_and_downloads_rechecked_by_sha256() -> None:
+    sha, other = "a" * 64, "b" * 64
+    upload = {"direction": "upload", "path": "/workspace/in.bin", "size": 9, "sha256": sha}
+    got = {"direction": "download", "type": "file", "size": 9, "sha256": sha, "complete": True}
+    events = [
+        transfer(1, {"type": "file_upload", "path": "in.bin"}, upload),
+        transfer(2, {"type": "file_download", "path": "in.bin"}, {**got, "path": "/workspace/in.bin"}),
+        transfer(3, {"type": "file_download", "path": "out"}, {**got, "type": "directory", "sha256": other}),
+        transfer(4, {"type": "file_download", "path": "gone"}, {}, ok=False),
+    ]
+    sandbox = Files({"in.bin": ("file", sha), "out": ("directory", "")})
+    report = replay(bundle(events, {}), sandbox, ReplayOptions())
+    assert [s.status for s in report.steps] == ["skipped", "passed", "passed", "passed"]
+    assert report.steps[0].reason == (
+        f"an upload over HTTP (9 bytes, sha256 {sha[:12]}…): a recording keeps no uploaded bytes, "
+        "so it cannot be sent again"
+    )
+    assert report.steps[1].reason.startswith("sha256 matches")
+    assert "re-checked with file_stat and sha256sum" in report.steps[1].reason
+    assert "a directory's tar is not compared byte for byte" in report.steps[2].reason
+    assert report.steps[3].reason.startswith("outcome matches: failed with no_such_file")
+    assert all(s.judged_on == "result" for s in report.steps)
+    assert sandbox.sent[:2] == [
+        {"type": "file_stat", "path": "in.bin"},
+        {"type": "exec", "argv": ["sha256sum", "-b", "--", "in.bin"]},
+    ]
+    changed = replay(bundle(events[1:2], {}), Files({"in.bin": ("file", other)}), ReplayOptions())
+    assert changed.steps[0].status == "diverged" and changed.steps[0].reason.startswith("sha256 differs")
+    missing = replay(bundle(events[1:2], {}), Files({}), ReplayOptions())
+    assert missing.steps[0].status == "diverged" and "failed with no_such_file" in missing.steps[0].reason
