@@ -102,9 +102,37 @@ def without_hidden(request: Any) -> tuple[Any, tuple[str, ...]]:
 
 @dataclass
 class PidMap:
-    """Recorded pid -> the replay's pid of the same process, learnt from each ``exec``'s result."""
+    """Recorded pid -> the replay's pid of the same process, learnt from each ``exec``'s result, or,
+    for an ``exec`` the replay sent without waiting for its reply (it was still running when a later
+    request came in), found among the replay's running processes (:meth:`find`)."""
 
     pids: dict[int, int] = field(default_factory=dict)
+    pending: dict[int, dict[str, Any]] = field(default_factory=dict)  # recorded pid -> its exec, running
+
+    def expect(self, event: Mapping[str, Any]) -> None:
+        """An ``exec`` sent without waiting: its recorded pid is to be found among the replay's processes."""
+        native = event.get("native")
+        pid = _result(event.get("reply")).get("pid")
+        if action_type(event) == "exec" and isinstance(native, list) and isinstance(pid, int):
+            self.pending[pid] = native[-1]
+
+    def unknown(self, request: Any) -> int | None:
+        """The recorded pid ``request`` names that an ``exec`` still running on replay will have, if any."""
+        action = request.get("action") if isinstance(request, dict) else None
+        pid = action.get("pid") if isinstance(action, dict) and action.get("type") in COMMAND_TYPES else None
+        return pid if isinstance(pid, int) and pid in self.pending and pid not in self.pids else None
+
+    def find(self, pid: int, processes: Any) -> bool:
+        """Map ``pid`` to the running process of ``process_list``'s answer that its exec started."""
+        action, taken = self.pending[pid], set(self.pids.values())
+        for process in processes if isinstance(processes, list) else []:
+            if not isinstance(process, dict) or process.get("pid") in taken or not process.get("running"):
+                continue
+            key = "command" if action.get("command") is not None else "argv"
+            if process.get(key) == action.get(key) and isinstance(process.get("pid"), int):
+                self.pids[pid] = int(process["pid"])
+                return True
+        return False
 
     def request(self, request: Any) -> Any:
         """The request with its action's recorded pid replaced by the replay's (a copy; else as it is)."""

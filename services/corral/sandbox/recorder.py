@@ -65,7 +65,8 @@ class Recorder:
     def __init__(self, desktop: Desktop) -> None:
         self._desktop = desktop
         self._events: deque[dict[str, Any]] = deque()
-        self._seq = 0
+        self._seq = 0  # events, numbered as they end (the order the gateway reads them in)
+        self._arrived = 0  # requests, numbered as they come in (the order a replay sends them in)
         self._bytes = 0  # of the kept events' frames
         # Which run of this controller numbered the events: a restarted one starts again from 1.
         self.boot = secrets.token_hex(8)
@@ -74,6 +75,13 @@ class Recorder:
         self._pending: asyncio.Queue[asyncio.Task[dict[str, Any]]] = asyncio.Queue()
         self._publisher: asyncio.Task[None] | None = None
         self._next_request = asyncio.Event()  # set when a request starts: the newest frame stops settling
+
+    def arrived(self) -> int:
+        """The next request's number in the order requests came in (an event's ``request_seq``):
+        events are numbered when they end, so a ``process_kill`` sent while its ``exec`` ran ends, and
+        is numbered, first; a replay sends them in this order instead."""
+        self._arrived += 1
+        return self._arrived
 
     async def before_action(self) -> None:
         """A request is about to run: a frame still settling stops at the screen as it is now."""

@@ -34,6 +34,7 @@ class Transfer:
         self._direction = direction
         self._query = dict(query)
         self._started, self._clock = time.time(), time.perf_counter()
+        self._number = recorder.arrived() if recorder is not None else None
         self._recorded = False
 
     @classmethod
@@ -60,6 +61,7 @@ class Transfer:
         method = "PUT" if self._direction == "upload" else "GET"
         event = {
             "action_id": None,  # a transfer makes no request through the proxy: nothing in the audit log
+            "request_seq": self._number,
             "started": self._started,
             "elapsed_ms": round((time.perf_counter() - self._clock) * 1000, 3),
             "dialect": "http",

@@ -414,3 +414,43 @@ def test_http_transfers_replay_uploads_skipped_and_downloads_rechecked_by_sha256
     assert changed.steps[0].status == "diverged" and changed.steps[0].reason.startswith("sha256 differs")
     missing = replay(bundle(events[1:2], {}), Files({}), ReplayOptions())
     assert missing.steps[0].status == "diverged" and "failed with no_such_file" in missing.steps[0].reason
+
+
+class Concurrent:
+    """A sandbox where a foreground exec runs until a process_kill for its pid (77) comes."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.killed = threading.Event()
+        self.sent: list[dict[str, Any]] = []
+
+    def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
+        action = request["action"]
+        self.sent.append(action)
+        if action["type"] == "exec":
+            assert self.killed.wait(10), "the kill never came while the exec ran"
+            return {"ok": True, "result": {**exec_result(None, signal="SIGKILL"), "pid": 77}}
+        if action["type"] == "process_list":
+            running = {"pid": 77, "command": "sleep 600", "argv": ["bash", "-lc", "sleep 600"], "running": True}
+            return {"ok": True, "result": {"processes": [{"pid": 12, "command": "other", "running": True}, running]}}
+        assert action == {"type": "process_kill", "pid": 77}, action
+        self.killed.set()
+        return {"ok": True, "result": {"pid": 77, "signal": "SIGKILL"}}
+
+
+def test_a_kill_sent_while_its_exec_ran_is_replayed_in_that_order_with_the_replays_pid() -> None:
+    run = {"type": "exec", "command": "sleep 600"}
+    kill = {"type": "process_kill", "pid": 40}
+    # Recorded as they ended: the kill first (seq 1), then the exec it killed (seq 2).
+    events = [
+        command(1, kill, {"pid": 40, "signal": "SIGKILL"}, request_seq=2, started=101.0, elapsed_ms=1.0),
+        command(2, run, exec_result(None, signal="SIGKILL"), request_seq=1, started=100.0, elapsed_ms=1500.0),
+    ]
+    sandbox = Concurrent()
+    report = replay(bundle(events, {}), sandbox, ReplayOptions())
+    assert [s.summary for s in report.steps] == ["exec sleep 600", "process_kill pid=40"]
+    assert [s.status for s in report.steps] == ["passed", "passed"]
+    assert report.steps[0].reason.startswith("exit code matches: killed by SIGKILL, recorded killed by SIGKILL")
+    assert "sent without waiting for its reply" in report.steps[0].reason
+    assert [a["type"] for a in sandbox.sent if a["type"] != "exec"] == ["process_list", "process_kill"]

@@ -298,4 +298,5 @@ def test_uploads_and_downloads_are_recorded_one_event_each_never_their_bytes(con
     assert refused["ok"] is False and refused["error"]["code"] == "too_large"
     assert refused["native"] == [{"type": "file_upload", "path": "big"}]
     assert "secret bytes" not in json.dumps(events.events)
+    assert [event["request_seq"] for event in events.events] == [1, 2, 3, 4, 5]  # numbered as they came in
     assert all(event["started"] > 0 and event["elapsed_ms"] >= 0 for event in events.events)
