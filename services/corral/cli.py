@@ -826,7 +826,7 @@ def replay(
             + ", ".join(str(step.number) for step in failed)
         )
         raise typer.Exit(1)
-    skipped = f" ({len(result.skipped)} skipped: no frame to compare)" if result.skipped else ""
+    skipped = f" ({len(result.skipped)} skipped, each saying why)" if result.skipped else ""
     console.print(f"[green]all {len(result.steps) - len(result.skipped)} compared steps matched[/green]{skipped}")
 
 

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from collections.abc import Iterator
@@ -152,3 +153,112 @@ def test_a_different_exit_code_fails_that_step_with_a_clear_verdict(
     assert "step 2: exec" in failing
     assert 'message="exit code differs: 0, recorded 1"' in junit
     assert "Step 2: exec" in report and report.count("DIVERGED") == 1
+
+
+TOKEN = "tok-9f2c1e-never-in-a-recording"
+NOTE = "written by file_write, downloaded over HTTP\n"
+
+
+def _kill_while_it_runs(sb: Sandbox) -> None:
+    """A foreground exec killed by a process_kill sent on the same connection while it runs."""
+    done: list[dict[str, Any]] = []
+    runner = threading.Thread(
+        target=lambda: done.append(sb.request({"action": {"type": "exec", "command": "sleep 600"}})), daemon=True
+    )
+    runner.start()
+    deadline = time.monotonic() + 10
+    while True:
+        listed = sb.act({"type": "process_list"})["result"]["processes"]
+        found = [p["pid"] for p in listed if p["command"] == "sleep 600" and p["running"]]
+        if found:
+            break
+        assert time.monotonic() < deadline, "the exec never showed in process_list"
+        time.sleep(0.05)
+    sb.act({"type": "process_kill", "pid": found[0]})
+    runner.join(10)
+    assert done and done[0]["result"]["signal"] == "SIGKILL"
+
+
+@pytest.fixture(scope="module")
+def recorded_more(gw: RunningGateway, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A session with an env secret, files moved over HTTP both ways (a file and a directory), and an
+    exec killed while it ran: recorded, downloaded and unpacked."""
+    local = tmp_path_factory.mktemp("transfers")
+    (local / "up.bin").write_bytes(BIG)
+    with Sandbox.create(url=gw.url, api_key=KEY_A) as sb:
+        sb.act({"type": "exec", "command": 'test -n "$API_TOKEN"; echo set', "env": {"API_TOKEN": TOKEN}})
+        sb.files.upload(local / "up.bin", "/workspace/uploaded/up.bin", make_dirs=True)
+        sb.act({"type": "file_write", "path": "/workspace/out/note.txt", "content": NOTE, "make_dirs": True})
+        sb.files.download("/workspace/out/note.txt", local / "note.txt")
+        sb.files.download("/workspace/out", local / "out")
+        _kill_while_it_runs(sb)
+        session_id = sb.id
+    target = tmp_path_factory.mktemp("recorded-more")
+    deadline = time.monotonic() + 15
+    while True:
+        with gw.client(KEY_A) as c:
+            response = c.get(f"/v1/sessions/{session_id}/recording")
+        assert response.status_code == 200, response.text
+        (target / "bundle.zip").write_bytes(response.content)
+        with zipfile.ZipFile(target / "bundle.zip") as archive:
+            archive.extractall(target)
+        # The killed exec ends last (its event after the kill's); process_list ran as often as it took.
+        if any(_ran(e, "sleep 600") for e in read_bundle(target / session_id).actions):
+            return target / session_id
+        assert time.monotonic() < deadline, "the recording did not catch up"
+        time.sleep(0.2)
+
+
+def _ran(event: dict[str, Any], command: str) -> bool:
+    return bool(event.get("native")) and event["native"][0].get("command") == command
+
+
+def test_env_values_and_moved_bytes_never_reach_the_bundle(recorded_more: Path) -> None:
+    text = (recorded_more / "events.jsonl").read_text()
+    assert TOKEN not in text and base64.b64encode(BIG).decode()[:200] not in text
+    actions = read_bundle(recorded_more).actions
+    env = actions[0]["request"]["action"]["env"]
+    assert env == {"API_TOKEN": {"size": len(TOKEN), "sha256": hashlib.sha256(TOKEN.encode()).hexdigest()}}
+    assert actions[0]["reply"]["result"]["exit_code"] == 0  # the command had its value
+
+
+def test_uploads_and_downloads_over_http_are_recorded_with_size_and_sha256(recorded_more: Path) -> None:
+    moved = [e for e in read_bundle(recorded_more).actions if e.get("dialect") == "http"]
+    upload, download, directory = moved
+    assert upload["native"][0] == {"type": "file_upload", "path": "/workspace/uploaded/up.bin", "make_dirs": "1"}
+    assert upload["reply"]["result"] == {
+        "direction": "upload",
+        "path": "/workspace/uploaded/up.bin",
+        "size": len(BIG),
+        "sha256": hashlib.sha256(BIG).hexdigest(),
+    }
+    got = download["reply"]["result"]
+    assert (got["direction"], got["type"], got["complete"]) == ("download", "file", True)
+    assert (got["size"], got["sha256"]) == (len(NOTE), hashlib.sha256(NOTE.encode()).hexdigest())
+    tar = directory["reply"]["result"]
+    assert (tar["type"], tar["complete"]) == ("directory", True) and tar["size"] > len(NOTE)
+    assert all(e["frame"] is None and e["ok"] for e in moved)
+
+
+def test_a_kill_sent_while_its_exec_ran_came_in_after_it_though_it_ended_first(recorded_more: Path) -> None:
+    actions = read_bundle(recorded_more).actions
+    [run] = [e for e in actions if _ran(e, "sleep 600")]
+    [kill] = [e for e in actions if (e.get("native") or [{}])[0].get("type") == "process_kill"]
+    assert kill["seq"] < run["seq"]  # written as they ended
+    assert run["request_seq"] < kill["request_seq"]  # but the exec came in first
+
+
+def test_the_second_recording_replays_in_the_order_requests_came_in(
+    gw: RunningGateway, recorded_more: Path, tmp_path: Path
+) -> None:
+    code, junit, report = _replay(gw, recorded_more, tmp_path)
+    assert code == 0, report
+    assert 'failures="0"' in junit and 'skipped="1"' in junit, junit
+    # Each step's reason is in the report (JUnit lists a passed step's checks only).
+    assert "sent without env.API_TOKEN" in report
+    assert "an upload over HTTP (4096 bytes" in junit  # skipped, saying why
+    assert "sha256 matches" in report and "re-checked with file_stat and sha256sum" in report
+    assert "tar is not compared byte for byte" in report
+    assert "sent without waiting for its reply" in report
+    kill = junit.split("process_kill")[1].split("</testcase>")[0]
+    assert "<failure" not in kill and "<skipped" not in kill

@@ -340,3 +340,76 @@ def test_commands_show_their_output_as_text_and_files_their_digest(gw: RunningGa
     assert not [line for line in watched.console if "Content Security Policy" in line or "pageerror" in line]
     assert page.evaluate("() => window.pwned === undefined")
     page.close()
+
+
+def _plant_transfer_recording(gw: RunningGateway) -> str:
+    """An ended recording of an exec with an env secret and files moved over HTTP, as the controller
+    records them (corral.sandbox.transfer_record) and redacts them."""
+    from corral.gateway.auth import key_id
+    from corral.recording.redact import redact
+
+    session_id = f"ses_xferview{os.getpid()}"
+    directory = Path(gw.settings.data_dir) / "recordings" / session_id
+    (directory / "frames").mkdir(parents=True)
+    run = {"type": "exec", "command": "deploy", "env": {"API_TOKEN": "tok-never-shown", "MODE": "fast"}}
+    done = {"exit_code": 0, "signal": None, "stdout": "", "stderr": "", "duration_ms": 3.0, "encoding": "utf-8"}
+    up = {"direction": "upload", "path": "/workspace/in.bin", "size": 4096, "sha256": "a" * 64}
+    down = {"direction": "download", "path": "/workspace/out", "type": "directory", "size": 10240}
+    events = [
+        {"request": {"id": 1, "action": run}, "native": [run], "ok": True, "reply": {"ok": True, "result": done}},
+        {
+            "dialect": "http",
+            "request": {"http": "PUT /v1/files", "query": {"path": "in.bin"}},
+            "native": [{"type": "file_upload", "path": "in.bin"}],
+            "ok": True,
+            "reply": {"ok": True, "result": up},
+        },
+        {
+            "dialect": "http",
+            "request": {"http": "GET /v1/files", "query": {"path": "out"}},
+            "native": [{"type": "file_download", "path": "out"}],
+            "ok": True,
+            "reply": {"ok": True, "result": {**down, "sha256": "b" * 64, "complete": False, "cut": "the client left"}},
+        },
+    ]
+    lines = [
+        {"seq": n, "time": 1.0, "event": "action", "action_id": None, "started": 1.0, "frame": None, **redact(e)}
+        for n, e in enumerate(events, start=1)
+    ]
+    (directory / "events.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    manifest = {
+        "format": "corral-recording",
+        "version": 1,
+        "session": session_id,
+        "created_at": 1.0,
+        "ended_at": 2.0,
+        "viewport": {"width": 1280, "height": 800},
+    }
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    (directory / ".owner").write_text(key_id(KEY_A))
+    assert len(read_bundle(directory).actions) == 3
+    return session_id
+
+
+def test_files_moved_over_http_show_as_file_steps_and_env_by_name_only(gw: RunningGateway, browser: Any) -> None:
+    session_id = _plant_transfer_recording(gw)
+    watched = Watched(browser)
+    page = watched.page
+    page.goto(_viewer(gw, session_id, KEY_A))
+    page.wait_for_function("() => document.getElementById('status').textContent === 'ended'")
+    items = page.locator("#actions li").all_inner_texts()
+    assert items[1:] == ["2. file_upload in.bin (4096 bytes)", "3. file_download out (10240 bytes)"]
+    page.wait_for_selector("#result table")
+    facts = page.inner_text("#result table")
+    assert "API_TOKEN MODE" in facts and "tok-never-shown" not in page.content()
+    page.locator("#actions li").nth(1).click()
+    page.wait_for_function("() => document.querySelector('#result h2')?.textContent === 'File'")
+    facts = page.inner_text("#result table")
+    assert "upload over HTTP" in facts and "/workspace/in.bin" in facts and "a" * 64 in facts
+    page.locator("#actions li").nth(2).click()
+    page.wait_for_function("() => document.querySelector('#result td')?.textContent === '/workspace/out'")
+    facts = page.inner_text("#result table")
+    assert "download over HTTP" in facts and "a tar of the directory" in facts and "b" * 64 in facts
+    assert "no: the client left" in facts
+    assert not [line for line in watched.console if "Content Security Policy" in line or "pageerror" in line]
+    page.close()

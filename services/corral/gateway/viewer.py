@@ -158,6 +158,8 @@ function showCommand(box, a, act, r) {
   box.appendChild(facts([
     [typeof act.command === "string" ? "command" : "argv", act.type === "exec" ? commandText(act) : ""],
     ["cwd", act.type === "exec" ? (act.cwd || "/workspace") : ""],
+    // Names only: the recording keeps no env value (each is its size and sha256).
+    ["env", act.env && typeof act.env === "object" ? Object.keys(act.env).join(" ") : ""],
     ["pid", r.pid ?? act.pid], ["exit code", r.exit_code], ["signal", r.signal],
     ["timed out", r.timed_out ? "yes" : ""], ["running", r.running === undefined ? "" : String(r.running)],
     ["duration", typeof r.duration_ms === "number" ? r.duration_ms + " ms" : ""],
@@ -171,11 +173,15 @@ function showCommand(box, a, act, r) {
   }
 }
 
-function showFile(box, a, act, r) {
+function showFile(box, a, act, r) {  // file_* actions, and file_upload/file_download over HTTP
   const uploaded = (a.payloads || {})["request.action.content"] || (a.payloads || {})["request.action.content_base64"];
   box.appendChild(el("h2", "File"));
   box.appendChild(facts([
     ["path", r.path || act.path], ["source", act.source], ["destination", act.destination],
+    // A file moved over HTTP (PUT/GET /v1/files): which way, and whether the whole of it went.
+    ["direction", r.direction ? r.direction + " over HTTP" : ""],
+    ["sent as", r.direction && r.type === "directory" ? "a tar of the directory (size and sha256 are the tar's)" : ""],
+    ["complete", r.complete === false ? "no: " + (r.cut || "cut short") : ""],
     ["size", typeof r.size === "number" ? r.size + " bytes" : (uploaded ? uploaded.size + " bytes" : "")],
     ["sha256", r.sha256 || (uploaded && uploaded.sha256)],
     ["entries", Array.isArray(r.entries) ? r.entries.length + (r.truncated ? " (more not listed)" : "") : ""],

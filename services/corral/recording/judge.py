@@ -16,12 +16,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from corral.recording.redact import INPUT_FIELDS, PAYLOADS, digest
+from corral.recording.redact import HIDDEN_FIELDS, INPUT_FIELDS, PAYLOADS, digest, is_hidden
 
 COMMAND_TYPES = frozenset(
     {"exec", "process_list", "process_wait", "process_kill", "process_write", "process_output", "process_resize"}
 )
 FILE_TYPES = frozenset({"file_read", "file_write", "file_list", "file_stat", "file_remove", "file_move"})
+# Files moved over HTTP (PUT/GET /v1/files), recorded as steps of these types (corral.recording.transfers).
+UPLOAD, DOWNLOAD = "file_upload", "file_download"
+TRANSFER_TYPES = frozenset({UPLOAD, DOWNLOAD})
 STREAMS = ("stdout", "stderr")
 Expectation = Literal["exact", "ignore"]
 EXPECTATIONS: tuple[Expectation, ...] = ("exact", "ignore")
@@ -61,7 +64,7 @@ def action_type(event: Mapping[str, Any]) -> str | None:
 
 def judged_by_result(event: Mapping[str, Any]) -> bool:
     """A command or file step: its result is compared, never its screen."""
-    return action_type(event) in COMMAND_TYPES | FILE_TYPES
+    return action_type(event) in COMMAND_TYPES | FILE_TYPES | TRANSFER_TYPES
 
 
 def cut_upload(event: Mapping[str, Any]) -> str | None:
@@ -79,11 +82,57 @@ def cut_upload(event: Mapping[str, Any]) -> str | None:
     return None
 
 
+def without_hidden(request: Any) -> tuple[Any, tuple[str, ...]]:
+    """The request with the values the recording hid (``exec``'s ``env``: only their size and sha256
+    were kept) left out, and the names of those left out (``env`` itself when it was hidden whole)."""
+    action = request.get("action") if isinstance(request, dict) else None
+    if not isinstance(action, dict):
+        return request, ()
+    kept, left_out = dict(action), []
+    for key in HIDDEN_FIELDS.get(str(action.get("type")), ()):
+        value = action.get(key)
+        if is_hidden(value):
+            del kept[key]
+            left_out.append(key)
+        elif isinstance(value, dict):
+            kept[key] = {name: item for name, item in value.items() if not is_hidden(item)}
+            left_out += [f"{key}.{name}" for name, item in value.items() if is_hidden(item)]
+    return ({**request, "action": kept}, tuple(left_out)) if left_out else (request, ())
+
+
 @dataclass
 class PidMap:
-    """Recorded pid -> the replay's pid of the same process, learnt from each ``exec``'s result."""
+    """Recorded pid -> the replay's pid of the same process, learnt from each ``exec``'s result, or,
+    for an ``exec`` the replay sent without waiting for its reply (it was still running when a later
+    request came in), found among the replay's running processes (:meth:`find`)."""
 
     pids: dict[int, int] = field(default_factory=dict)
+    pending: dict[int, dict[str, Any]] = field(default_factory=dict)  # recorded pid -> its exec, running
+
+    def expect(self, event: Mapping[str, Any]) -> None:
+        """An ``exec`` sent without waiting: its recorded pid is to be found among the replay's processes."""
+        native = event.get("native")
+        pid = _result(event.get("reply")).get("pid")
+        if action_type(event) == "exec" and isinstance(native, list) and isinstance(pid, int):
+            self.pending[pid] = native[-1]
+
+    def unknown(self, request: Any) -> int | None:
+        """The recorded pid ``request`` names that an ``exec`` still running on replay will have, if any."""
+        action = request.get("action") if isinstance(request, dict) else None
+        pid = action.get("pid") if isinstance(action, dict) and action.get("type") in COMMAND_TYPES else None
+        return pid if isinstance(pid, int) and pid in self.pending and pid not in self.pids else None
+
+    def find(self, pid: int, processes: Any) -> bool:
+        """Map ``pid`` to the running process of ``process_list``'s answer that its exec started."""
+        action, taken = self.pending[pid], set(self.pids.values())
+        for process in processes if isinstance(processes, list) else []:
+            if not isinstance(process, dict) or process.get("pid") in taken or not process.get("running"):
+                continue
+            key = "command" if action.get("command") is not None else "argv"
+            if process.get(key) == action.get(key) and isinstance(process.get("pid"), int):
+                self.pids[pid] = int(process["pid"])
+                return True
+        return False
 
     def request(self, request: Any) -> Any:
         """The request with its action's recorded pid replaced by the replay's (a copy; else as it is)."""

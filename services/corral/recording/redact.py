@@ -10,6 +10,10 @@ or not, gets an entry in the event's ``payloads``, keyed by its dotted path
 prefix was kept. So a replay can compare a step's output or file by its digest even when the
 recording kept only the start of it, and a viewer can say how much there was.
 
+``exec``'s ``env`` is never kept verbatim (it is where secrets go): its names stay, each value
+becomes ``{"size", "sha256"}`` of its UTF-8 (:func:`hide`), so a reader sees which variables were
+set and can tell whether two runs set the same value, never what it was.
+
 Both the controller (before an event enters its buffer) and the gateway (before it is written, with
 its own text cap) run it: running it again keeps the first digests and only cuts further.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,6 +37,8 @@ INPUT_FIELDS: dict[str, tuple[str, ...]] = {
     "process_write": ("data", "data_base64"),
     "exec": ("stdin", "stdin_base64"),
 }
+# Request fields whose values are never kept (names stay; values become their size and sha256).
+HIDDEN_FIELDS: dict[str, tuple[str, ...]] = {"exec": ("env",)}
 # Result fields that carry what a command printed or a file held, by action type.
 OUTPUT_FIELDS: dict[str, tuple[str, ...]] = {
     "exec": ("stdout", "stderr"),
@@ -64,6 +71,32 @@ def prefix(text: str, limit: int, is_base64: bool) -> str:
     return text.encode("utf-8", "surrogatepass")[: max(0, limit)].decode("utf-8", "ignore")
 
 
+def is_hidden(value: Any) -> bool:
+    """A value :func:`hide` replaced: ``{"size": int, "sha256": str}`` and nothing else."""
+    return (
+        isinstance(value, dict)
+        and set(value) == {"size", "sha256"}
+        and isinstance(value["size"], int)
+        and isinstance(value["sha256"], str)
+    )
+
+
+def hide(value: Any) -> dict[str, Any]:
+    """``{"size", "sha256"}`` of a value (text as UTF-8, anything else as its JSON); a hidden one as it is."""
+    if is_hidden(value):
+        return dict(value)
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    size, sha256 = digest(text, False)
+    return {"size": size, "sha256": sha256}
+
+
+def hide_values(value: Any) -> Any:
+    """An ``env``: each name kept with its value hidden; one that is no mapping (refused) hidden whole."""
+    if isinstance(value, dict) and not is_hidden(value):
+        return {name: hide(item) for name, item in value.items()}
+    return hide(value)
+
+
 def _action_type(value: Any) -> str | None:
     return value.get("type") if isinstance(value, dict) and isinstance(value.get("type"), str) else None
 
@@ -72,6 +105,13 @@ def _inputs(action: Any, path: str) -> Iterator[Slot]:
     for key in INPUT_FIELDS.get(_action_type(action) or "", ()):
         if isinstance(action.get(key), str):
             yield action, key, f"{path}.{key}", key.endswith("_base64")
+
+
+def _secrets(action: Any) -> Iterator[tuple[dict[str, Any], str]]:
+    """Where ``action`` holds values never kept verbatim (``exec``'s ``env``) not hidden yet."""
+    for key in HIDDEN_FIELDS.get(_action_type(action) or "", ()):
+        if key in action and action[key] is not None and hide_values(action[key]) != action[key]:
+            yield action, key
 
 
 def _outputs(result: Any, kind: str | None, path: str) -> Iterator[Slot]:
@@ -106,6 +146,13 @@ def _keep(slot: Slot, limit: int, payloads: dict[str, Any]) -> None:
     payloads[path] = entry
 
 
+def _actions(event: dict[str, Any]) -> list[Any]:
+    """The request's action and each native one."""
+    request, native = event.get("request"), event.get("native")
+    action = request.get("action") if isinstance(request, dict) else None
+    return [action, *(native if isinstance(native, list) else [])]
+
+
 def _slots(event: dict[str, Any]) -> tuple[list[Slot], list[Slot]]:
     """Where the event holds uploaded bytes (request and native actions) and outputs (the result)."""
     request, native, reply = event.get("request"), event.get("native"), event.get("reply")
@@ -122,12 +169,16 @@ def _slots(event: dict[str, Any]) -> tuple[list[Slot], list[Slot]]:
 
 def redact(event: dict[str, Any], output_budget: int = OUTPUT_BUDGET_BYTES) -> dict[str, Any]:
     """``event`` (a recorded action: ``request``, ``native``, ``reply``) with uploaded bytes cut to
-    a prefix, outputs cut to ``output_budget`` bytes in all, and ``payloads`` saying what they were.
+    a prefix, outputs cut to ``output_budget`` bytes in all, and ``payloads`` saying what they were;
+    ``env`` values hidden (names kept).
     The event given is left as it was; one with nothing of the kind comes back as it is."""
     inputs, outputs = _slots(event)
-    if not inputs and not outputs:
+    if not inputs and not outputs and not any(True for action in _actions(event) for _ in _secrets(action)):
         return event
     out: dict[str, Any] = _copy(event)
+    for action in _actions(out):
+        for holder, key in list(_secrets(action)):
+            holder[key] = hide_values(holder[key])
     inputs, outputs = _slots(out)
     known = out.get(PAYLOADS)
     payloads: dict[str, Any] = dict(known) if isinstance(known, dict) else {}
@@ -136,7 +187,8 @@ def redact(event: dict[str, Any], output_budget: int = OUTPUT_BUDGET_BYTES) -> d
     sizes = [len(holder[key].encode("utf-8", "surrogatepass")) for holder, key, _, _ in outputs]
     for slot, share in zip(outputs, _shares(sizes, output_budget), strict=True):
         _keep(slot, share, payloads)
-    out[PAYLOADS] = payloads
+    if payloads or PAYLOADS in out:
+        out[PAYLOADS] = payloads
     return out
 
 

@@ -13,6 +13,7 @@ with a warning in every report. Commands and file operations are judged by their
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import io
 import json
@@ -20,15 +21,28 @@ import shlex
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from PIL import Image, ImageChops, ImageFilter
 
 from corral.recording.bundle import Bundle
-from corral.recording.judge import EXPECTATIONS, STREAMS, Check, PidMap, cut_upload, judge, judged_by_result
+from corral.recording.judge import (
+    EXPECTATIONS,
+    STREAMS,
+    Check,
+    PidMap,
+    cut_upload,
+    judge,
+    judged_by_result,
+    without_hidden,
+)
 from corral.recording.judge import summary_fields as _summary_fields
+from corral.recording.order import in_start_order, overlaps
+from corral.recording.transfers import is_transfer, replay_transfer
 
+FIND_PID_S, FIND_PID_POLL_S = 10.0, 0.05  # how long to look for the pid of an exec sent without waiting
 PIXEL_DELTA = 40  # a grey-level difference (0-255) a person would notice after the blur
 FRAME_REQUEST = {
     "action": {"type": "wait", "ms": 0},
@@ -288,18 +302,66 @@ def replay(
     warnings = recording_warnings(bundle)
     for warning in warnings:
         log(f"warning: {warning}")
-    actions = bundle.actions
+    actions = in_start_order(bundle.actions)  # as the requests came in, not as they ended
     pace = _Pace(options.recorded_timing, actions[0].get("started") if actions else None)
     pids = PidMap()  # a process's pid on replay differs from the recorded one
-    steps: list[StepVerdict] = []
-    for number, event in enumerate(actions, start=1):
-        override = options.overrides.get(number, StepOverride())
-        threshold = override.threshold if override.threshold is not None else options.threshold
-        step = _Step(number, event, summarize(event), threshold, override)
-        verdict = _replay_step(step, bundle, send, options, pids, pace)
-        log(f"step {number} {_LOG_WORD[verdict.status]} {verdict.summary}: {verdict.reason}")
-        steps.append(verdict)
-    return ReplayReport(bundle.source, steps, warnings)
+    steps: dict[int, StepVerdict] = {}
+    running: dict[int, Future[StepVerdict]] = {}  # steps sent without waiting for their replies
+    with ThreadPoolExecutor(thread_name_prefix="corral-replay") as pool:
+        for number, event in enumerate(actions, start=1):
+            # What had ended when this request came in (as recorded) has ended on replay too.
+            for earlier in [n for n in running if not overlaps(actions[n - 1], event)]:
+                steps[earlier] = _logged(running.pop(earlier).result(), log)
+            override = options.overrides.get(number, StepOverride())
+            threshold = override.threshold if override.threshold is not None else options.threshold
+            step = _Step(number, event, summarize(event), threshold, override)
+            later = actions[number] if number < len(actions) else None
+            if later is not None and _beside(event, later):
+                pids.expect(event)
+                running[number] = pool.submit(_without_waiting, step, bundle, send, options, pids, pace)
+                continue
+            steps[number] = _logged(_replay_step(step, bundle, send, options, pids, pace), log)
+        for number, future in running.items():
+            steps[number] = _logged(future.result(), log)
+    return ReplayReport(bundle.source, [steps[n] for n in sorted(steps)], warnings)
+
+
+def _beside(event: Mapping[str, Any], later: Mapping[str, Any]) -> bool:
+    """A command or file step that was still running when the next request came in: the replay sends
+    it without waiting for its reply (a desktop step always waits: its frame is judged after it)."""
+    return judged_by_result(event) and not is_transfer(event) and overlaps(event, later)
+
+
+def _without_waiting(
+    step: _Step, bundle: Bundle, send: Send, options: ReplayOptions, pids: PidMap, pace: _Pace
+) -> StepVerdict:
+    verdict = _replay_step(step, bundle, send, options, pids, pace)
+    if verdict.status == "skipped":
+        return verdict
+    note = "; sent without waiting for its reply (as recorded, it still ran when the next request came in)"
+    return dataclasses.replace(verdict, reason=verdict.reason + note)
+
+
+def _logged(verdict: StepVerdict, log: Callable[[str], None]) -> StepVerdict:
+    log(f"step {verdict.number} {_LOG_WORD[verdict.status]} {verdict.summary}: {verdict.reason}")
+    return verdict
+
+
+def _find_pid(pids: PidMap, request: Any, send: Send) -> None:
+    """The replay's pid of an exec sent without waiting, which ``request`` names by its recorded pid:
+    looked for among the running processes (``process_list``) until it shows or its exec ends."""
+    pid = pids.unknown(request)
+    if pid is None:
+        return
+    deadline = time.monotonic() + FIND_PID_S
+    while pid not in pids.pids:
+        listing = send({"action": {"type": "process_list"}})
+        result = listing.get("result") if listing.get("ok") else None
+        if pids.find(pid, result.get("processes") if isinstance(result, dict) else None):
+            return
+        if time.monotonic() >= deadline:
+            return  # sent with the recorded pid: the step then says what the sandbox answered
+        time.sleep(FIND_PID_POLL_S)
 
 
 def _replay_step(
@@ -314,14 +376,23 @@ def _replay_step(
     if cut is not None:
         return step.skipped(cut)  # a file_write's content, kept only in part: the rest was never stored
     pace.wait(step.event)
+    if is_transfer(step.event):
+        return _transferred(step, send)
     request = step.event.get("request")
+    # Values the recording never kept (an exec's env) cannot be sent: the step goes without them.
+    request, hidden = without_hidden(request)
     began = time.perf_counter()
+    _find_pid(pids, request, send)
     # An unreadable message is sent again to be refused again.
     reply = send(pids.request(request)) if isinstance(request, dict) else send({"raw": request})
     elapsed = (time.perf_counter() - began) * 1000
     if judged_by_result(step.event):
         pids.learn(step.event, reply)
-        return _judged_by_result(step, reply, {**options.expect, **step.override.expect}, elapsed)
+        verdict = _judged_by_result(step, reply, {**options.expect, **step.override.expect}, elapsed)
+        if hidden:
+            note = f"; sent without {', '.join(hidden)} (a recording keeps only the size and sha256 of env values)"
+            verdict = dataclasses.replace(verdict, reason=verdict.reason + note)
+        return verdict
     return _judged_by_frame(step, bundle, send, reply, options.masks + step.override.masks, elapsed)
 
 
@@ -347,6 +418,25 @@ def _judged_by_result(step: _Step, reply: Mapping[str, Any], expect: Mapping[str
         reason,
         elapsed_ms=elapsed,
         checks=checks,
+        judged_on="result",
+    )
+
+
+def _transferred(step: _Step, send: Send) -> StepVerdict:
+    """A file moved over HTTP: an upload skipped, a download re-checked (corral.recording.transfers)."""
+    began = time.perf_counter()
+    verdict = replay_transfer(step.event, send)
+    return StepVerdict(
+        step.number,
+        step.summary,
+        step.recorded_ok,
+        verdict.replayed_ok,
+        step.threshold,
+        None,
+        verdict.status,
+        verdict.reason,
+        elapsed_ms=(time.perf_counter() - began) * 1000,
+        checks=verdict.checks,
         judged_on="result",
     )
 

@@ -22,10 +22,11 @@ from corral.sandbox import transfer
 from corral.sandbox.auth import RequestVerifier, read_secret
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.dispatch import Dispatcher, Incoming
-from corral.sandbox.files import AgentFiles
+from corral.sandbox.files import AgentFiles, named
 from corral.sandbox.guard import ControllerGuard
 from corral.sandbox.recorder import Recorder
 from corral.sandbox.settings import ControllerSettings
+from corral.sandbox.transfer_record import Tallied, Transfer
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,7 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
 
     app = FastAPI(title="Corral sandbox controller", version="1", lifespan=lifespan)
     app.state.verifier = None
+    app.state.recorder = None  # the lifespan's Recorder when recording is on
     app.state.files = None  # AgentFiles (the desktop's), for PUT/GET /v1/files
     app.state.agent_command = None  # transfer.AgentCommand: tar as the agent, for directories
     app.state.max_upload = settings.max_upload_bytes
@@ -155,25 +157,41 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
 
 
 async def put_file(request: Request) -> JSONResponse:
-    """A raw body (application/octet-stream, streamed) put in place as the agent, all or nothing."""
+    """A raw body (application/octet-stream, streamed) put in place as the agent, all or nothing;
+    recorded (path, size, sha256; never the bytes) when it ends."""
+    recorded = Transfer.upload(request.app.state.recorder, request.query_params)
     try:
         query = transfer.file_query(request.query_params)
         declared, limit = request.headers.get("content-length"), request.app.state.max_upload
         written = await transfer.receive(_files(request), query, request.stream(), declared, limit)
     except ActionError as exc:
+        recorded.failed(exc)
         return _error(exc)
+    recorded.done(written.as_dict())
     return JSONResponse({"ok": True, **written.as_dict()})
 
 
 async def get_file(request: Request) -> Response:
-    """A file's bytes, or a directory as a tar stream, read as the agent."""
+    """A file's bytes, or a directory as a tar stream, read as the agent; recorded (path, and the
+    size and sha256 of what was sent) when the stream ends."""
+    recorded = Transfer.download(request.app.state.recorder, request.query_params)
     try:
         query = transfer.file_query(request.query_params)
-        download = await transfer.send(_files(request), request.app.state.agent_command, query)
+        files = _files(request)
+        download = await transfer.send(files, request.app.state.agent_command, query)
     except ActionError as exc:
+        recorded.failed(exc)
         return _error(exc)
+    kind = "directory" if download.media_type == transfer.TAR_MEDIA else "file"
+    path = files.resolve(query.target())
+
+    def ended(size: int, sha256: str, why_cut: str | None) -> None:
+        sent = {**named("path", path), "type": kind, "size": size, "sha256": sha256, "complete": why_cut is None}
+        recorded.done(sent if why_cut is None else {**sent, "cut": why_cut})
+
     headers = {} if download.length is None else {"content-length": str(download.length)}
-    return StreamingResponse(download.body, media_type=download.media_type, headers=headers)
+    body = Tallied(download.body, ended)
+    return StreamingResponse(body, media_type=download.media_type, headers=headers)
 
 
 class Connection:

@@ -53,10 +53,11 @@ class Handled:
     planned: Planned | None = None
     ran: Ran | None = None
 
-    def event(self, started: float, elapsed_ms: float) -> dict[str, Any]:
-        """The recorder's event for this request."""
+    def event(self, started: float, elapsed_ms: float, number: int | None = None) -> dict[str, Any]:
+        """The recorder's event for this request (``number``: its place in the order requests came in)."""
         return {
             "action_id": self.planned.action_id if self.planned else None,
+            "request_seq": number,
             "started": started,
             "elapsed_ms": round(elapsed_ms, 3),
             "dialect": self.planned.dialect if self.planned else None,
@@ -81,6 +82,7 @@ class Incoming:
     error: Exception | None
     started: float
     wall: float
+    number: int | None = None  # the recorder's count of requests as they came in (None: not recording)
 
     @property
     def apart(self) -> bool:
@@ -111,6 +113,7 @@ class Dispatcher:
     def read(self, raw: str | bytes) -> Incoming:
         """Decode and plan one message (the caller decides from :attr:`Incoming.apart` how to run it)."""
         started, wall = time.perf_counter(), time.time()
+        number = self._recorder.arrived() if self._recorder is not None else None
         request: Any = _text(raw)
         request_id: RequestId = None
         try:
@@ -118,8 +121,8 @@ class Dispatcher:
             request_id = request_id_of(request)
             plan = plan_request(request, self._desktop.size, self._limits)
         except Exception as exc:
-            return Incoming(request, request_id, None, exc, started, wall)
-        return Incoming(request, request_id, plan, None, started, wall)
+            return Incoming(request, request_id, None, exc, started, wall, number)
+        return Incoming(request, request_id, plan, None, started, wall, number)
 
     async def run(self, incoming: Incoming, emit: Emit | None = None) -> dict[str, Any]:
         """Run a read message; ``emit`` sends its events (an exec's streamed output), if the
@@ -129,7 +132,7 @@ class Dispatcher:
         handled = await self._handle(incoming, emit)
         if self._recorder is not None:
             elapsed_ms = (time.perf_counter() - incoming.started) * 1000
-            self._recorder.record(handled.event(incoming.wall, elapsed_ms))
+            self._recorder.record(handled.event(incoming.wall, elapsed_ms, incoming.number))
         return handled.reply
 
     async def _handle(self, incoming: Incoming, emit: Emit | None) -> Handled:

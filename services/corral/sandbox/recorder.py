@@ -56,11 +56,17 @@ def _size(event: dict[str, Any]) -> int:
     return len(json.dumps(event, default=str))
 
 
+async def _without_frame(event: dict[str, Any]) -> dict[str, Any]:
+    event["frame_skipped"] = "a file transfer over HTTP does not touch the screen"
+    return event
+
+
 class Recorder:
     def __init__(self, desktop: Desktop) -> None:
         self._desktop = desktop
         self._events: deque[dict[str, Any]] = deque()
-        self._seq = 0
+        self._seq = 0  # events, numbered as they end (the order the gateway reads them in)
+        self._arrived = 0  # requests, numbered as they come in (the order a replay sends them in)
         self._bytes = 0  # of the kept events' frames
         # Which run of this controller numbered the events: a restarted one starts again from 1.
         self.boot = secrets.token_hex(8)
@@ -69,6 +75,13 @@ class Recorder:
         self._pending: asyncio.Queue[asyncio.Task[dict[str, Any]]] = asyncio.Queue()
         self._publisher: asyncio.Task[None] | None = None
         self._next_request = asyncio.Event()  # set when a request starts: the newest frame stops settling
+
+    def arrived(self) -> int:
+        """The next request's number in the order requests came in (an event's ``request_seq``):
+        events are numbered when they end, so a ``process_kill`` sent while its ``exec`` ran ends, and
+        is numbered, first; a replay sends them in this order instead."""
+        self._arrived += 1
+        return self._arrived
 
     async def before_action(self) -> None:
         """A request is about to run: a frame still settling stops at the screen as it is now."""
@@ -104,13 +117,15 @@ class Recorder:
             if frame.data != last.data:
                 last, last_change = frame, time.monotonic()
 
-    def record(self, event: dict[str, Any]) -> None:
-        """Queue one event; its frame and page state are added in the background."""
+    def record(self, event: dict[str, Any], *, frame: bool = True) -> None:
+        """Queue one event; its frame and page state are added in the background (``frame``: an
+        event that does not touch the screen, a file transfer over HTTP, gets neither)."""
         self._seq += 1
         # Uploaded bytes and long outputs never enter the buffer whole: a prefix, a size and a sha256.
         event = redact(event)
         event = {"seq": self._seq, **event, "reply": _strip_images(event.get("reply"))}
-        self._pending.put_nowait(asyncio.create_task(self._complete(event)))
+        completing = self._complete(event) if frame else _without_frame(event)
+        self._pending.put_nowait(asyncio.create_task(completing))
         if self._publisher is None:
             self._publisher = asyncio.create_task(self._publish())
 

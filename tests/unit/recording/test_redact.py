@@ -155,3 +155,31 @@ def test_digest_and_prefix() -> None:
     assert digest("not base64!", True) == (11, _sha(b"not base64!"))  # digested as sent
     assert prefix("aGVsbG8gd29ybGQ=", 7, True) == "aGVs"
     assert prefix("日本語", 5, False) == "日"
+
+
+def test_exec_env_keeps_its_names_and_never_its_values() -> None:
+    action = {"type": "exec", "command": "deploy", "env": {"API_TOKEN": "s3cr3t-value", "DEBUG": "1"}}
+    event = _event(action, {"exit_code": 0, "stdout": "", "stderr": ""})
+    out = redact(event)
+    for env in (out["request"]["action"]["env"], out["native"][0]["env"]):
+        assert env == {
+            "API_TOKEN": {"size": 12, "sha256": _sha(b"s3cr3t-value")},
+            "DEBUG": {"size": 1, "sha256": _sha(b"1")},
+        }
+    assert "s3cr3t-value" not in json.dumps(out)
+    assert out["request"]["action"]["command"] == "deploy"
+    assert event["request"]["action"]["env"]["API_TOKEN"] == "s3cr3t-value"  # the event given is left as it was
+    assert redact(out) == out  # a second pass (the gateway's) keeps the digests
+
+
+def test_a_refused_exec_has_its_env_hidden_too_whatever_its_shape() -> None:
+    odd = {"type": "exec", "command": "x", "env": {"TOKEN": 12345, "BAD NAME": "hunter2"}}
+    refused = {"request": {"id": 3, "action": odd}, "native": None, "ok": False, "reply": {"ok": False}}
+    out = redact(refused)
+    assert out["request"]["action"]["env"] == {
+        "TOKEN": {"size": 5, "sha256": _sha(b"12345")},
+        "BAD NAME": {"size": 7, "sha256": _sha(b"hunter2")},
+    }
+    whole = redact({**refused, "request": {"action": {"type": "exec", "command": "x", "env": "TOKEN=hunter2"}}})
+    assert whole["request"]["action"]["env"] == {"size": 13, "sha256": _sha(b"TOKEN=hunter2")}
+    assert "hunter2" not in json.dumps([out, whole])

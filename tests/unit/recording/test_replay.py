@@ -330,3 +330,127 @@ def test_what_the_sandbox_said_is_escaped_in_the_report() -> None:
     assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "<b>x</b>" not in page and "exec &lt;b&gt;x&lt;/b&gt;" in page
     ET.fromstring(junit_xml(report))  # and the XML stays well-formed
+
+
+def test_an_exec_whose_env_values_were_hidden_is_sent_without_them_and_says_so() -> None:
+    run = {"type": "exec", "command": "deploy", "env": {"API_TOKEN": "s3cr3t", "MODE": "fast"}}
+    recorded = bundle([command(1, run, exec_result(0))], {})
+    assert "s3cr3t" not in str(recorded.events)
+    sandbox = Commands([exec_result(0)])
+    report = replay(recorded, sandbox, ReplayOptions())
+    assert sandbox.sent[0]["action"] == {"type": "exec", "command": "deploy", "env": {}}
+    assert report.steps[0].status == "passed"
+    assert report.steps[0].reason == (
+        "exit code matches: 0, recorded 0; sent without env.API_TOKEN, env.MODE "
+        "(a recording keeps only the size and sha256 of env values)"
+    )
+    diverged = replay(recorded, Commands([exec_result(1)]), ReplayOptions()).steps[0]
+    assert diverged.status == "diverged" and "sent without env.API_TOKEN" in diverged.reason
+
+
+def transfer(seq: int, step: dict[str, Any], result: dict[str, Any], ok: bool = True) -> dict[str, Any]:
+    """A file moved over HTTP as the controller records it (corral.sandbox.transfer_record)."""
+    event = {
+        "seq": seq,
+        "event": "action",
+        "dialect": "http",
+        "request": {"http": "GET /v1/files", "query": {"path": step["path"]}},
+        "native": [step],
+        "ok": ok,
+        "reply": {"ok": ok, "result": result},
+        "frame": None,
+    }
+    if not ok:
+        event["error"] = event["reply"]["error"] = {"code": "no_such_file", "message": "no"}  # type: ignore[index]
+    return event
+
+
+class Files:
+    """Answers file_stat and sha256sum as a sandbox holding ``files`` (path -> (type, sha256)) would."""
+
+    def __init__(self, files: dict[str, tuple[str, str]]) -> None:
+        self.files, self.sent = files, []  # type: dict[str, tuple[str, str]], list[dict[str, Any]]
+
+    def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert request is not FRAME_REQUEST
+        self.sent.append(request["action"])
+        action = request["action"]
+        path = action["path"] if action["type"] == "file_stat" else action["argv"][-1]
+        if path not in self.files:
+            return {"ok": False, "error": {"code": "no_such_file"}}
+        kind, sha = self.files[path]
+        if action["type"] == "file_stat":
+            return {"ok": True, "result": {"path": path, "type": kind}}
+        return {"ok": True, "result": {"exit_code": 0, "stdout": f"{sha} *{path}\n"}}
+
+
+def test_http_transfers_replay_uploads_skipped_and_downloads_rechecked_by_sha256() -> None:
+    sha, other = "a" * 64, "b" * 64
+    upload = {"direction": "upload", "path": "/workspace/in.bin", "size": 9, "sha256": sha}
+    got = {"direction": "download", "type": "file", "size": 9, "sha256": sha, "complete": True}
+    events = [
+        transfer(1, {"type": "file_upload", "path": "in.bin"}, upload),
+        transfer(2, {"type": "file_download", "path": "in.bin"}, {**got, "path": "/workspace/in.bin"}),
+        transfer(3, {"type": "file_download", "path": "out"}, {**got, "type": "directory", "sha256": other}),
+        transfer(4, {"type": "file_download", "path": "gone"}, {}, ok=False),
+    ]
+    sandbox = Files({"in.bin": ("file", sha), "out": ("directory", "")})
+    report = replay(bundle(events, {}), sandbox, ReplayOptions())
+    assert [s.status for s in report.steps] == ["skipped", "passed", "passed", "passed"]
+    assert report.steps[0].reason == (
+        f"an upload over HTTP (9 bytes, sha256 {sha[:12]}…): a recording keeps no uploaded bytes, "
+        "so it cannot be sent again"
+    )
+    assert report.steps[1].reason.startswith("sha256 matches")
+    assert "re-checked with file_stat and sha256sum" in report.steps[1].reason
+    assert "a directory's tar is not compared byte for byte" in report.steps[2].reason
+    assert report.steps[3].reason.startswith("outcome matches: failed with no_such_file")
+    assert all(s.judged_on == "result" for s in report.steps)
+    assert sandbox.sent[:2] == [
+        {"type": "file_stat", "path": "in.bin"},
+        {"type": "exec", "argv": ["sha256sum", "-b", "--", "in.bin"]},
+    ]
+    changed = replay(bundle(events[1:2], {}), Files({"in.bin": ("file", other)}), ReplayOptions())
+    assert changed.steps[0].status == "diverged" and changed.steps[0].reason.startswith("sha256 differs")
+    missing = replay(bundle(events[1:2], {}), Files({}), ReplayOptions())
+    assert missing.steps[0].status == "diverged" and "failed with no_such_file" in missing.steps[0].reason
+
+
+class Concurrent:
+    """A sandbox where a foreground exec runs until a process_kill for its pid (77) comes."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.killed = threading.Event()
+        self.sent: list[dict[str, Any]] = []
+
+    def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
+        action = request["action"]
+        self.sent.append(action)
+        if action["type"] == "exec":
+            assert self.killed.wait(10), "the kill never came while the exec ran"
+            return {"ok": True, "result": {**exec_result(None, signal="SIGKILL"), "pid": 77}}
+        if action["type"] == "process_list":
+            running = {"pid": 77, "command": "sleep 600", "argv": ["bash", "-lc", "sleep 600"], "running": True}
+            return {"ok": True, "result": {"processes": [{"pid": 12, "command": "other", "running": True}, running]}}
+        assert action == {"type": "process_kill", "pid": 77}, action
+        self.killed.set()
+        return {"ok": True, "result": {"pid": 77, "signal": "SIGKILL"}}
+
+
+def test_a_kill_sent_while_its_exec_ran_is_replayed_in_that_order_with_the_replays_pid() -> None:
+    run = {"type": "exec", "command": "sleep 600"}
+    kill = {"type": "process_kill", "pid": 40}
+    # Recorded as they ended: the kill first (seq 1), then the exec it killed (seq 2).
+    events = [
+        command(1, kill, {"pid": 40, "signal": "SIGKILL"}, request_seq=2, started=101.0, elapsed_ms=1.0),
+        command(2, run, exec_result(None, signal="SIGKILL"), request_seq=1, started=100.0, elapsed_ms=1500.0),
+    ]
+    sandbox = Concurrent()
+    report = replay(bundle(events, {}), sandbox, ReplayOptions())
+    assert [s.summary for s in report.steps] == ["exec sleep 600", "process_kill pid=40"]
+    assert [s.status for s in report.steps] == ["passed", "passed"]
+    assert report.steps[0].reason.startswith("exit code matches: killed by SIGKILL, recorded killed by SIGKILL")
+    assert "sent without waiting for its reply" in report.steps[0].reason
+    assert [a["type"] for a in sandbox.sent if a["type"] != "exec"] == ["process_list", "process_kill"]

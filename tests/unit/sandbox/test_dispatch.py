@@ -33,6 +33,11 @@ class Recorder:
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
         self.before = 0
+        self.count = 0
+
+    def arrived(self) -> int:
+        self.count += 1
+        return self.count
 
     async def before_action(self) -> None:
         self.before += 1
@@ -172,3 +177,15 @@ async def test_a_process_action_runs_apart_from_the_desktops_turn() -> None:
     assert reply["ok"] is True and reply["id"] == 1 and reply["result"] == {"pid": 7}
     assert reporter.seen == []  # its commands' traffic carries their action id as the proxy username
     assert [event["action_id"] for event in recorder.events] == [reply["action_id"]]
+
+
+async def test_events_carry_the_order_their_requests_came_in_whatever_order_they_end_in() -> None:
+    dispatcher, _, recorder = _dispatcher()
+    # A long request read first, one read while it runs (a process_kill beside its exec) ending first.
+    first = dispatcher.read('{"id": 1, "action": {"type": "move", "x": 1, "y": 2}}')
+    second = dispatcher.read('{"id": 2, "action": {"type": "move", "x": 3, "y": 4}}')
+    await dispatcher.run(second)
+    await dispatcher.run(first)
+    assert [(e["request"]["id"], e["request_seq"]) for e in recorder.events] == [(2, 2), (1, 1)]
+    refused = await dispatcher.handle("{not json")
+    assert refused["ok"] is False and recorder.events[-1]["request_seq"] == 3  # refused requests count too

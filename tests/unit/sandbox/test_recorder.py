@@ -35,3 +35,25 @@ async def test_uploaded_bytes_and_long_outputs_never_enter_the_buffer_whole() ->
     assert first["payloads"]["native.0.content"]["sha256"] == hashlib.sha256(upload.encode()).hexdigest()
     assert ran["reply"]["result"]["exit_code"] == 0 and ran["payloads"]["reply.result.stdout"]["size"] == 500_000
     assert len(json.dumps(ran)) < 64 << 10
+
+
+async def test_a_file_transfer_is_recorded_without_a_frame_or_page_state() -> None:
+    parts = Parts()
+    recorder = Recorder(fake_desktop(parts))
+    step = {"type": "file_upload", "path": "in.bin"}
+    result = {"direction": "upload", "path": "/workspace/in.bin", "size": 3, "sha256": "ab" * 32}
+    try:
+        recorder.record(
+            {
+                "request": {"http": "PUT /v1/files"},
+                "native": [step],
+                "ok": True,
+                "reply": {"ok": True, "result": result},
+            },
+            frame=False,
+        )
+        [event] = (await recorder.after(0, 10_000))["events"]
+    finally:
+        await recorder.close()
+    assert "frame_webp" not in event and event["frame_skipped"] == "a file transfer over HTTP does not touch the screen"
+    assert event["reply"]["result"] == result and event["seq"] == 1

@@ -7,11 +7,13 @@ import asyncio
 import base64
 import hashlib
 import io
+import json
 import os
 import tarfile
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -245,3 +247,56 @@ async def test_tar_output_is_streamed_and_its_tree_killed_when_the_reader_stops(
     assert launcher.control.closed is False
     await body.aclose()  # the client went away mid-stream
     assert launcher.control.closed is True  # the shepherd kills what is left of tar's tree
+
+
+class Events:
+    """The recorder's seam for the routes: what they recorded, and whether with a frame."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.count = 0
+
+    def arrived(self) -> int:
+        self.count += 1
+        return self.count
+
+    def record(self, event: dict[str, Any], *, frame: bool = True) -> None:
+        assert frame is False  # a transfer does not touch the screen
+        self.events.append(event)
+
+
+def test_uploads_and_downloads_are_recorded_one_event_each_never_their_bytes(controller: Controller) -> None:
+    events = Events()
+    controller.client.app.state.recorder = events  # type: ignore[attr-defined]
+    data = b"secret bytes " * 50
+    sha = hashlib.sha256(data).hexdigest()
+    assert controller.put({"path": "up/f.bin", "make_dirs": "1"}, data)["status"] == 200
+    assert controller.get({"path": "up/f.bin"})[2] == data
+    (controller.root / "up" / "more.txt").write_text("more")
+    _, _, tar = controller.get({"path": "up"})
+    assert controller.get({"path": "nothing"})[0] == 404
+    assert controller.put({"path": "big"}, b"x" * 1001)["status"] == 413
+    upload, download, directory, missing, refused = events.events
+    path = str(controller.root / "up" / "f.bin")
+    assert upload["native"] == [{"type": "file_upload", "path": "up/f.bin", "make_dirs": "1"}]
+    assert upload["request"] == {"http": "PUT /v1/files", "query": {"path": "up/f.bin", "make_dirs": "1"}}
+    assert upload["ok"] is True and upload["dialect"] == "http" and upload["action_id"] is None
+    assert upload["reply"]["result"] == {"direction": "upload", "path": path, "size": len(data), "sha256": sha}
+    assert download["native"] == [{"type": "file_download", "path": "up/f.bin"}]
+    assert download["reply"]["result"] == {
+        "direction": "download",
+        "path": path,
+        "type": "file",
+        "size": len(data),
+        "sha256": sha,
+        "complete": True,
+    }
+    dir_result = directory["reply"]["result"]
+    assert (dir_result["type"], dir_result["size"]) == ("directory", len(tar))
+    assert dir_result["sha256"] == hashlib.sha256(tar).hexdigest()  # the tar's, as sent
+    assert missing["ok"] is False and missing["error"]["code"] == "no_such_file"
+    assert refused["ok"] is False and refused["error"]["code"] == "too_large"
+    assert refused["native"] == [{"type": "file_upload", "path": "big"}]
+    assert "secret bytes" not in json.dumps(events.events)
+    assert [event["request_seq"] for event in events.events] == [1, 2, 3, 4, 5]  # numbered as they came in
+    assert all(event["started"] > 0 and event["elapsed_ms"] >= 0 for event in events.events)
