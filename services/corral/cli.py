@@ -467,12 +467,17 @@ def _upload(gateway: Gateway, local: Path, remote: transfer.Remote, parents: boo
     console.print(f"uploaded {len(plan)} file{'s' * (len(plan) != 1)} ({size} bytes) to {remote.session_id}:{target}")
 
 
+def _left_out(names: list[str]) -> None:
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    console.print(f"left out {len(names)} symbolic link(s), device(s) or fifo(s): {shown}")
+
+
 def _download(gateway: Gateway, remote: transfer.Remote, local: Path) -> None:
     target = transfer.local_target(remote.path, local)
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(f".{target.name}.corral-cp")
     got = gateway.download_file(remote.session_id, remote.path, part)
-    transfer.settle(got, target)
+    transfer.settle(got, target, _left_out)
     what = "directory" if got.is_tar else "file"
     console.print(f"downloaded {what} {remote.session_id}:{remote.path} to {target} ({got.size} bytes)")
 
