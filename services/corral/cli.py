@@ -476,7 +476,10 @@ def _download(gateway: Gateway, remote: transfer.Remote, local: Path) -> None:
     target = transfer.local_target(remote.path, local)
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(f".{target.name}.corral-cp")
-    got = gateway.download_file(remote.session_id, remote.path, part)
+    try:
+        got = gateway.download_file(remote.session_id, remote.path, part)
+    except (httpx.RemoteProtocolError, httpx.ReadError) as exc:  # the gateway answered, then stopped
+        raise CorralError(f"the download was cut short ({exc}); nothing was written") from None
     transfer.settle(got, target, _left_out)
     what = "directory" if got.is_tar else "file"
     console.print(f"downloaded {what} {remote.session_id}:{remote.path} to {target} ({got.size} bytes)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -125,3 +125,50 @@ def test_a_missing_local_source_is_said_so(gateway: Gateway, tmp_path: Path) -> 
     seen = gateway(_written)
     result = CliRunner().invoke(app, ["cp", str(tmp_path / "nope"), "ses_1:/w/x"])
     assert result.exit_code == 2 and "no such file" in result.stderr and seen == []
+
+
+class _CutShort(httpx.SyncByteStream):
+    """A body whose connection drops after its first chunk (no clean end of the chunked stream)."""
+
+    def __init__(self, first: bytes) -> None:
+        self._first = first
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield self._first
+        raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
+
+
+@pytest.mark.parametrize("media", ["application/x-tar", "application/octet-stream"])
+def test_a_download_cut_short_by_the_connection_fails_and_leaves_nothing(
+    gateway: Gateway, tmp_path: Path, media: str
+) -> None:
+    archive = _tar({"./a.txt": b"A" * 3000})
+    gateway(lambda request: httpx.Response(200, stream=_CutShort(archive[:1536]), headers={"content-type": media}))
+    result = CliRunner().invoke(app, ["cp", "ses_1:/workspace/out", str(tmp_path / "out")])
+    assert result.exit_code == 1
+    assert "cannot copy: the download was cut short" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_tar_that_ends_cleanly_but_early_fails_and_leaves_nothing(gateway: Gateway, tmp_path: Path) -> None:
+    archive = _tar({"./a.txt": b"A", "./b.txt": b"B"})
+    cut = archive[: 2 * tarfile.BLOCKSIZE]  # a.txt whole, then nothing: no end-of-archive blocks
+    gateway(lambda request: httpx.Response(200, content=cut, headers={"content-type": "application/x-tar"}))
+    result = CliRunner().invoke(app, ["cp", "ses_1:/workspace/out", str(tmp_path / "out")])
+    assert result.exit_code == 1
+    assert "cut short" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_links_left_out_of_a_directory_are_named(gateway: Gateway, tmp_path: Path) -> None:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        link = tarfile.TarInfo("./ln")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(link)
+    archive = buffer.getvalue()
+    gateway(lambda request: httpx.Response(200, content=archive, headers={"content-type": "application/x-tar"}))
+    result = CliRunner().invoke(app, ["cp", "ses_1:/workspace/out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "left out 1" in result.stderr and "./ln" in result.stderr
+    assert list((tmp_path / "out").iterdir()) == []
