@@ -32,12 +32,15 @@ class AgentCommand(Protocol):
 
 # What tar runs with: no proxy, no secrets, nothing of the controller's environment.
 TAR_ENV = [b"PATH=/usr/local/bin:/usr/bin:/bin", b"LANG=C.UTF-8", b"HOME=/home/agent"]
+# How long a program whose stdout closed may take to be reported exited.
+EXIT_WAIT_S = 30.0
 
 
 class LauncherCommand:
     """:class:`AgentCommand` through the launcher's spawn: stdin and stderr are /dev/null, stdout a
-    pipe read here. When the reader stops early (the client went away), the program's whole tree
-    is killed."""
+    pipe read here, and at its end the exit status from the shepherd (a failure ends the stream with
+    :class:`CommandFailed`). When the reader stops early (the client went away), the program's whole
+    tree is killed."""
 
     def __init__(self, launcher: LauncherClient) -> None:
         self._launcher = launcher
@@ -61,8 +64,28 @@ class LauncherCommand:
         return _drain(read_end, spawned.control)
 
 
+class CommandFailed(Exception):
+    """The program behind a stream failed after its first byte was sent: the stream is aborted
+    (no clean end), so the client sees a download cut short, never a short success."""
+
+
+async def _exited_well(control: Control) -> None:
+    """Returns once the program exited 0, or 1 (GNU tar's "a file changed as it was read": the archive
+    is still whole); raises :class:`CommandFailed` for any other exit, a signal, or a shepherd gone."""
+    async with asyncio.timeout(EXIT_WAIT_S):  # its stdout is closed: it is exiting, or has
+        while (event := await control.next_event()) is not None:
+            if event.kind != "exited":
+                continue
+            if event.signal is None and event.exit_code in (0, 1):
+                return
+            how = f"signal {event.signal}" if event.signal is not None else f"exit status {event.exit_code}"
+            raise CommandFailed(f"the program ended with {how}; what was sent is incomplete")
+    raise CommandFailed("the program's shepherd went away before it exited")
+
+
 async def _drain(fd: int, control: Control) -> AsyncIterator[bytes]:
-    """What the pipe ``fd`` brings until its end; read by the event loop (paused while the client lags)."""
+    """What the pipe ``fd`` brings until its end, then the program's exit checked (a failure raises, so
+    the stream is aborted); read by the event loop (paused while the client lags)."""
     reader = asyncio.StreamReader(limit=CHUNK_BYTES)
     pipe = os.fdopen(fd, "rb", buffering=0)
     try:
@@ -76,6 +99,7 @@ async def _drain(fd: int, control: Control) -> AsyncIterator[bytes]:
     try:
         while chunk := await reader.read(CHUNK_BYTES):
             yield chunk
+        await _exited_well(control)
     finally:
         control.close()  # a shepherd whose channel closes kills what is left of its tree
         transport.close()
@@ -138,7 +162,11 @@ async def receive(
 
 
 async def send(files: AgentFiles, command: AgentCommand | None, query: FileQuery) -> Download:
-    """A file's bytes, or a directory as a tar stream; errors come before the first byte."""
+    """A file's bytes, or a directory as a tar stream. What can be known before the first byte (no such
+    path, not readable by the agent, tar cannot start) raises here, to be answered as an error body;
+    a tar that fails later aborts the stream without its clean end (:class:`CommandFailed`), and a file
+    that shrinks meanwhile sends fewer bytes than its content-length: either way the client sees the
+    download cut short, never a short success."""
     path = files.resolve(query.target())
     try:
         found = await files.stat(path)

@@ -19,8 +19,9 @@ from corral.sandbox import auth
 from corral.sandbox.app import create_app
 from corral.sandbox.files import TEMP_PREFIX, AgentFiles
 from corral.sandbox.launcher.client import Spawned, SpawnRefused
+from corral.sandbox.launcher.messages import ShepherdEvent
 from corral.sandbox.settings import ControllerSettings
-from corral.sandbox.transfer import LauncherCommand
+from corral.sandbox.transfer import CommandFailed, LauncherCommand
 
 from .fakefs import FakeAgentFs
 
@@ -202,8 +203,14 @@ def test_without_a_launcher_transfers_are_unsupported(tmp_path: Path) -> None:
 
 
 class StubControl:
-    def __init__(self) -> None:
+    """A shepherd's channel: the events it will report (then its end), and whether it was closed."""
+
+    def __init__(self, events: list[ShepherdEvent] | None = None) -> None:
         self.closed = False
+        self.events: list[ShepherdEvent | None] = [*(events or []), None]
+
+    async def next_event(self) -> ShepherdEvent | None:
+        return self.events.pop(0) if len(self.events) > 1 else None
 
     def close(self) -> None:
         self.closed = True
@@ -212,9 +219,11 @@ class StubControl:
 class StubLauncher:
     """The launcher's spawn: refuses, or 'starts' by writing into the stdout it was handed."""
 
-    def __init__(self, refuse: SpawnRefused | None = None, output: bytes = b"") -> None:
+    def __init__(
+        self, refuse: SpawnRefused | None = None, output: bytes = b"", events: list[ShepherdEvent] | None = None
+    ) -> None:
         self.refuse, self.output = refuse, output
-        self.control = StubControl()
+        self.control = StubControl(events)
         self.seen: list[tuple[list[bytes], list[bytes], bytes]] = []
 
     async def spawn(
@@ -245,3 +254,36 @@ async def test_tar_output_is_streamed_and_its_tree_killed_when_the_reader_stops(
     assert launcher.control.closed is False
     await body.aclose()  # the client went away mid-stream
     assert launcher.control.closed is True  # the shepherd kills what is left of tar's tree
+
+
+async def _all(body: AsyncIterator[bytes]) -> bytes:
+    return b"".join([chunk async for chunk in body])
+
+
+@pytest.mark.parametrize("code", [0, 1], ids=["clean", "a-file-changed-while-read"])
+async def test_a_tar_that_exits_well_ends_the_stream_cleanly(code: int) -> None:
+    events = [ShepherdEvent("exited", pid=4242, exit_code=code), ShepherdEvent("empty")]
+    launcher = StubLauncher(output=b"t" * 3000, events=events)
+    body = await LauncherCommand(launcher).stdout(["tar"], "/")  # type: ignore[arg-type]
+    assert await _all(body) == b"t" * 3000
+    assert launcher.control.closed is True
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        [ShepherdEvent("exited", pid=4242, exit_code=2), ShepherdEvent("empty")],
+        [ShepherdEvent("exited", pid=4242, signal=9), ShepherdEvent("empty")],
+        [],  # the shepherd went away without a word
+    ],
+    ids=["exit-2", "killed", "shepherd-gone"],
+)
+async def test_a_tar_that_fails_after_its_first_byte_aborts_the_stream(events: list[ShepherdEvent]) -> None:
+    launcher = StubLauncher(output=b"t" * 3000, events=events)
+    body = await LauncherCommand(launcher).stdout(["tar"], "/")  # type: ignore[arg-type]
+    received = bytearray()
+    with pytest.raises(CommandFailed):
+        async for chunk in body:
+            received += chunk
+    assert received == b"t" * 3000  # all it wrote went out, then no clean end
+    assert launcher.control.closed is True
