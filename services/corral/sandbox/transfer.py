@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol, Self
+from typing import BinaryIO, Protocol, Self
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, model_validator
 
@@ -22,10 +22,18 @@ TAR_MEDIA = "application/x-tar"
 RAW_MEDIA = "application/octet-stream"
 
 
+class Stream(Protocol):
+    """Bytes as they come, and a way to stop and free what they come from."""
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+
 class AgentCommand(Protocol):
     """Runs a program as the agent (the launcher's spawn) and streams what it writes to stdout."""
 
-    async def stdout(self, argv: list[str], cwd: str) -> AsyncIterator[bytes]:
+    async def stdout(self, argv: list[str], cwd: str) -> Stream:
         """Started (a failure to start raises OSError here, before anything is sent): its output."""
         ...
 
@@ -45,7 +53,7 @@ class LauncherCommand:
     def __init__(self, launcher: LauncherClient) -> None:
         self._launcher = launcher
 
-    async def stdout(self, argv: list[str], cwd: str) -> AsyncIterator[bytes]:
+    async def stdout(self, argv: list[str], cwd: str) -> Body:
         read_end, write_end = os.pipe2(os.O_CLOEXEC)
         null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         try:
@@ -61,7 +69,34 @@ class LauncherCommand:
         if isinstance(spawned, SpawnRefused):
             os.close(read_end)
             raise spawned.error()
-        return _drain(read_end, spawned.control)
+        pipe, control = os.fdopen(read_end, "rb", buffering=0), spawned.control
+
+        def release() -> None:
+            control.close()  # a shepherd whose channel closes kills what is left of its tree
+            pipe.close()
+
+        return Body(_drain(pipe, control), release)
+
+
+class Body:
+    """A response body and what it reads from: :meth:`aclose` frees that whether iteration began or not
+    (closing an async generator that never started runs none of its ``finally``, and Starlette does not
+    even close the body of a response whose client left before its first byte)."""
+
+    def __init__(self, chunks: AsyncGenerator[bytes, None], release: Callable[[], None]) -> None:
+        self._chunks, self._release = chunks, release
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> bytes:
+        return await anext(self._chunks)
+
+    async def aclose(self) -> None:
+        try:
+            await self._chunks.aclose()
+        finally:
+            self._release()
 
 
 class CommandFailed(Exception):
@@ -83,25 +118,19 @@ async def _exited_well(control: Control) -> None:
     raise CommandFailed("the program's shepherd went away before it exited")
 
 
-async def _drain(fd: int, control: Control) -> AsyncIterator[bytes]:
-    """What the pipe ``fd`` brings until its end, then the program's exit checked (a failure raises, so
-    the stream is aborted); read by the event loop (paused while the client lags)."""
+async def _drain(pipe: BinaryIO, control: Control) -> AsyncGenerator[bytes, None]:
+    """What ``pipe`` brings until its end, then the program's exit checked (a failure raises, so the
+    stream is aborted); read by the event loop (paused while the client lags)."""
     reader = asyncio.StreamReader(limit=CHUNK_BYTES)
-    pipe = os.fdopen(fd, "rb", buffering=0)
-    try:
-        transport, _ = await asyncio.get_running_loop().connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), pipe
-        )
-    except BaseException:
-        pipe.close()
-        control.close()
-        raise
+    transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), pipe
+    )
     try:
         while chunk := await reader.read(CHUNK_BYTES):
             yield chunk
         await _exited_well(control)
     finally:
-        control.close()  # a shepherd whose channel closes kills what is left of its tree
+        control.close()
         transport.close()
 
 
@@ -144,7 +173,7 @@ class Download:
 
     media_type: str
     length: int | None
-    body: AsyncIterator[bytes]
+    body: Stream
 
 
 async def receive(
@@ -189,18 +218,19 @@ async def send(files: AgentFiles, command: AgentCommand | None, query: FileQuery
         except OSError as exc:
             raise file_error(exc, query.field()) from None
         return Download(TAR_MEDIA, None, body)
-    return Download(RAW_MEDIA, os.fstat(fd).st_size, _stream_fd(fd, os.fstat(fd).st_size))
+    opened, size = os.fdopen(fd, "rb", buffering=0), os.fstat(fd).st_size
+    return Download(RAW_MEDIA, size, Body(_read_file(opened, size), opened.close))
 
 
-async def _stream_fd(fd: int, size: int) -> AsyncIterator[bytes]:
-    """``size`` bytes of ``fd`` (what the file held when asked; a file that grows is cut there), then closes it."""
+async def _read_file(opened: BinaryIO, size: int) -> AsyncGenerator[bytes, None]:
+    """``size`` bytes of ``opened`` (what the file held when asked; a file that grows is cut there), then closes it."""
     try:
         sent = 0
         while sent < size:
-            chunk = await in_thread(os.read, fd, min(CHUNK_BYTES, size - sent))
+            chunk = await in_thread(opened.read, min(CHUNK_BYTES, size - sent))
             if not chunk:
                 break  # it shrank meanwhile: the length sent was a promise the file broke
             sent += len(chunk)
             yield chunk
     finally:
-        os.close(fd)
+        opened.close()

@@ -9,6 +9,7 @@ import hashlib
 import io
 import os
 import tarfile
+import urllib.parse
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -287,3 +288,59 @@ async def test_a_tar_that_fails_after_its_first_byte_aborts_the_stream(events: l
             received += chunk
     assert received == b"t" * 3000  # all it wrote went out, then no clean end
     assert launcher.control.closed is True
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+async def _get_with_the_client_gone(controller: Controller, params: dict[str, str]) -> list[str]:
+    """GET /v1/files through the ASGI app, the client gone before the first byte: its disconnect is the
+    first thing the app hears, and the response's start never gets out. The message types sent."""
+    app = controller.client.app
+    headers = [(name.lower().encode(), value.encode()) for name, value in auth.sign(SECRET).headers.items()]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/v1/files",
+        "raw_path": b"/v1/files",
+        "root_path": "",
+        "query_string": urllib.parse.urlencode(params).encode(),
+        "headers": headers,
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 80),
+    }
+    sent: list[str] = []
+    stuck = asyncio.Event()
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(str(message["type"]))
+        await stuck.wait()  # the socket is gone: nothing goes out
+
+    await app(scope, receive, send)  # type: ignore[arg-type]
+    return sent
+
+
+async def test_a_directory_download_left_before_its_first_byte_leaves_no_tar_nor_fd(controller: Controller) -> None:
+    (controller.root / "proj").mkdir()
+    launcher = StubLauncher(output=b"t" * 3000)
+    controller.client.app.state.agent_command = LauncherCommand(launcher)  # type: ignore[attr-defined]
+    before = _open_fds()
+    sent = await _get_with_the_client_gone(controller, {"path": "proj"})
+    assert "http.response.body" not in sent
+    assert launcher.control.closed is True  # the shepherd kills tar's tree
+    assert _open_fds() == before  # the pipe's read end closed too
+
+
+async def test_a_file_download_left_before_its_first_byte_leaves_no_fd(controller: Controller) -> None:
+    (controller.root / "big.bin").write_bytes(b"b" * 100_000)
+    before = _open_fds()
+    sent = await _get_with_the_client_gone(controller, {"path": "big.bin"})
+    assert "http.response.body" not in sent
+    assert _open_fds() == before
