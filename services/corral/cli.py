@@ -458,7 +458,10 @@ def cp(
 def _upload(gateway: Gateway, local: Path, remote: transfer.Remote, parents: bool) -> None:
     if not local.exists():
         raise _fail(f"no such file: {local}", 2)
-    target = transfer.remote_target(local, remote.path)
+    into = remote.path
+    if not local.is_dir() and not into.endswith("/") and _remote_is_directory(remote.session_id, into):
+        into += "/"  # `cp f ID:/workspace` puts f inside the directory, as cp does
+    target = transfer.remote_target(local, into)
     plan = transfer.upload_plan(local, target)
     size = 0
     for path, into in plan:
@@ -470,6 +473,19 @@ def _upload(gateway: Gateway, local: Path, remote: transfer.Remote, parents: boo
 def _left_out(names: list[str]) -> None:
     shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     console.print(f"left out {len(names)} symbolic link(s), device(s) or fifo(s): {shown}")
+
+
+def _remote_is_directory(session_id: str, path: str) -> bool:
+    """Whether ``path`` in the session is a directory (``file_stat`` over its WebSocket); False when
+    nothing is there yet."""
+    with _sandbox_client(session_id) as client:
+        try:
+            found = client.act({"type": "file_stat", "path": path})
+        except ActionFailed as exc:
+            if exc.code == "no_such_file":
+                return False
+            raise
+    return bool(found["result"].get("type") == "directory")
 
 
 def _download(gateway: Gateway, remote: transfer.Remote, local: Path) -> None:
