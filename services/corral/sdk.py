@@ -29,7 +29,7 @@ import asyncio
 import builtins
 import contextlib
 import secrets
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -274,11 +274,19 @@ class ExecStream:
 
 
 class AsyncExecStream:
-    """The async twin of :class:`ExecStream`: ``async for item in await sb.exec_stream(...)``."""
+    """The async twin of :class:`ExecStream`: ``async for item in sb.exec_stream(...)`` (the command
+    starts at the first item). ``await sb.exec_stream(...)`` gives the same stream, for code written
+    when the method was a coroutine."""
 
     def __init__(self, frames: AsyncIterator[dict[str, Any]]) -> None:
         self._frames = frames
         self.result: ExecResult | None = None
+
+    def __await__(self) -> Generator[Any, None, Self]:
+        return self._itself().__await__()
+
+    async def _itself(self) -> Self:
+        return self
 
     async def __aiter__(self) -> AsyncIterator[OutputChunk | ExecResult]:
         async for frame in self._frames:
@@ -774,10 +782,12 @@ class Sandbox:
         env: Mapping[str, str] | None = None,
         stdin: str | bytes | None = None,
         timeout_ms: int | None = None,
-        max_output_bytes: int | None = None,
+        max_output_bytes: int | None = 0,
         output_encoding: str | None = None,
     ) -> ExecStream:
-        """:meth:`exec`, its output given as it comes: iterate for :class:`OutputChunk`, then the result."""
+        """:meth:`exec`, its output given as it comes: iterate for :class:`OutputChunk`, then the result.
+        ``max_output_bytes`` defaults to 0, as ``corral exec`` does: the chunks carry every byte, so the
+        final result does not repeat them (give a size to have the result hold the output too)."""
         action = commands.exec_action(
             command,
             argv,
@@ -1040,7 +1050,7 @@ class AsyncSandbox:
         )
         return await self._send(messages.exec(action))
 
-    async def exec_stream(
+    def exec_stream(
         self,
         command: str | None = None,
         *,
@@ -1049,7 +1059,7 @@ class AsyncSandbox:
         env: Mapping[str, str] | None = None,
         stdin: str | bytes | None = None,
         timeout_ms: int | None = None,
-        max_output_bytes: int | None = None,
+        max_output_bytes: int | None = 0,
         output_encoding: str | None = None,
     ) -> AsyncExecStream:
         action = commands.exec_action(

@@ -16,7 +16,7 @@ import pytest
 from corral.commands import ExecResult, OutputChunk
 from corral.errors import ActionFailed, CommandFailed, CorralError
 from corral.gateway_client import AsyncGateway, Download, Gateway
-from corral.sdk import AsyncFiles, AsyncProcesses, AsyncSandbox, Files, Processes, Sandbox, messages
+from corral.sdk import AsyncExecStream, AsyncFiles, AsyncProcesses, AsyncSandbox, Files, Processes, Sandbox, messages
 
 # -- the twins ------------------------------------------------------------------------------------------
 
@@ -27,6 +27,10 @@ _ASYNC_NAME = {"__enter__": "__aenter__", "__exit__": "__aexit__"}
 def _surface(cls: type) -> dict[str, Any]:
     names = {n for n in vars(cls) if not n.startswith("_")} | {"__init__", *_ASYNC_NAME, *_ASYNC_NAME.values()}
     return {name: inspect.getattr_static(cls, name) for name in names if name in vars(cls)}
+
+
+# What the async twin gives to iterate with `async for` at once (no await), and the type it returns.
+_ITERATED: dict[str, type] = {"exec_stream": AsyncExecStream}
 
 
 def _plain(annotation: Any) -> str:
@@ -55,9 +59,14 @@ def test_the_async_twin_has_the_same_public_surface(sync: type, twin: type) -> N
         other = theirs[_ASYNC_NAME.get(name, name)]
         assert _signature(member) == _signature(other), name
         if callable(getattr(member, "__func__", member)) and name != "__init__":
-            # Every call that does I/O is awaited in the twin (a property reads what is already there).
+            # Every call that does I/O is awaited in the twin (a property reads what is already there),
+            # but a stream, iterated with `async for` as its sync twin is with `for`.
             function = getattr(other, "__func__", other)
-            assert inspect.iscoroutinefunction(function), f"{twin.__name__}.{name} is not async"
+            if name in _ITERATED:
+                assert not inspect.iscoroutinefunction(function), f"{twin.__name__}.{name} is awaited"
+                assert "__aiter__" in vars(_ITERATED[name]), name
+            else:
+                assert inspect.iscoroutinefunction(function), f"{twin.__name__}.{name} is not async"
 
 
 def test_the_surface_comparison_sees_a_missing_method_and_a_changed_default() -> None:
@@ -471,13 +480,23 @@ async def test_exec_stream_gives_the_chunks_then_the_result_in_both_twins() -> N
     sandbox._ws, twin._ws = StreamRecorder(STREAMED), AsyncStreamRecorder(STREAMED)  # type: ignore[assignment]
     stream = sandbox.exec_stream(argv=["make"], timeout_ms=9)
     items = list(stream)
-    async_stream = await twin.exec_stream(argv=["make"], timeout_ms=9)
-    async_items = [item async for item in async_stream]
+    async_stream = twin.exec_stream(argv=["make"], timeout_ms=9)
+    async_items = [item async for item in async_stream]  # as the sync one: no await first
     assert items == async_items == [OutputChunk("stdout", "a"), OutputChunk("stderr", "/w==", "base64"), ENDED]
     assert stream.result == async_stream.result == ENDED
     assert items[1].bytes == b"\xff"  # type: ignore[union-attr]
-    sent = {"action": {"type": "exec", "argv": ["make"], "timeout_ms": 9, "stream": True}}
+    # The chunks carry every byte: by default the result does not repeat them (as `corral exec`).
+    sent = {"action": {"type": "exec", "argv": ["make"], "timeout_ms": 9, "max_output_bytes": 0, "stream": True}}
     assert sandbox._ws.sent == twin._ws.sent == [sent]  # type: ignore[attr-defined]
+
+
+async def test_an_awaited_async_exec_stream_is_the_same_stream() -> None:
+    twin = AsyncSandbox.__new__(AsyncSandbox)
+    twin._ws = AsyncStreamRecorder(STREAMED)  # type: ignore[assignment]
+    stream = twin.exec_stream(argv=["make"], max_output_bytes=100)
+    assert await stream is stream  # code written when exec_stream was a coroutine still runs
+    assert [item async for item in await twin.exec_stream(argv=["make"])][-1] == ENDED
+    assert twin._ws.sent[0]["action"]["max_output_bytes"] == 100  # type: ignore[attr-defined]
 
 
 class FilesGateway:
