@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from corral.errors import CorralError
+from corral.errors import ArchiveRefused, CorralError
 from corral.gateway_client import Download
 
 _CHUNK = 1 << 20
@@ -76,15 +76,11 @@ _OLD_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _END_BLOCK = bytes(tarfile.BLOCKSIZE)
 
 
-class _Refused(Exception):
-    """A member no honest ``tar -cf - .`` makes: the whole archive is refused."""
-
-
 def _parts(name: str) -> tuple[str, ...]:
     """A member's name as path components under the target; refused when absolute or with ``..``."""
     path = PurePosixPath(name)
     if path.is_absolute() or ".." in path.parts:
-        raise _Refused(f"{name!r} would land outside the target")
+        raise ArchiveRefused(f"{name!r} would land outside the target")
     return tuple(part for part in path.parts if part != ".")
 
 
@@ -124,7 +120,7 @@ class _Tree:
         """``member`` unpacked; False when it was skipped (a link or a device: never made here)."""
         parts = _parts(member.name)
         if parts in self._seen:
-            raise _Refused(f"{member.name!r} appears twice")
+            raise ArchiveRefused(f"{member.name!r} appears twice")
         self._seen.add(parts)
         if member.isdir():
             fd = _open_dir(self._root, parts, make=True)
@@ -147,7 +143,7 @@ class _Tree:
         try:
             fd = os.open(parts[-1], _NEW_FILE, 0o600, dir_fd=parent)
         except FileExistsError:
-            raise _Refused(f"{member.name!r} names something already unpacked") from None
+            raise ArchiveRefused(f"{member.name!r} names something already unpacked") from None
         finally:
             os.close(parent)
         with os.fdopen(fd, "wb") as out:
@@ -155,7 +151,7 @@ class _Tree:
             while chunk := source.read(_CHUNK):
                 copied += out.write(chunk)
             if copied != member.size:
-                raise _Refused(f"{member.name!r} is cut short ({copied} of {member.size} bytes)")
+                raise ArchiveRefused(f"{member.name!r} is cut short ({copied} of {member.size} bytes)")
             os.fchmod(fd, _safe_mode(member.mode, 0o600))
             os.utime(fd, (member.mtime, member.mtime))
         self._files.add(parts)
@@ -164,7 +160,7 @@ class _Tree:
         """A hard link made a copy of the file it names, when that is a file unpacked before; never a link."""
         linked = _parts(member.linkname)
         if linked not in self._files:
-            raise _Refused(f"{member.name!r} links to {member.linkname!r}, no file unpacked before it")
+            raise ArchiveRefused(f"{member.name!r} links to {member.linkname!r}, no file unpacked before it")
         parent = _open_dir(self._root, linked[:-1], make=False)
         try:
             fd = os.open(linked[-1], _OLD_FILE, dir_fd=parent)
@@ -193,7 +189,7 @@ def _unpack_into(archive: Path, root: int) -> list[str]:
                 skipped.append(member.name)
         raw.seek(tar.offset)
         if raw.read(tarfile.BLOCKSIZE) != _END_BLOCK:
-            raise _Refused("the archive is cut short (no end-of-archive block)")
+            raise ArchiveRefused("the archive is cut short (no end-of-archive block)")
     return skipped
 
 
@@ -214,8 +210,8 @@ def unpack(archive: Path, target: Path) -> list[str]:
         finally:
             os.close(root)
         os.rename(scratch, target)
-    except _Refused as exc:
-        raise CorralError(f"refused to unpack {archive.name}: {exc}") from None
+    except ArchiveRefused as exc:
+        raise ArchiveRefused(f"refused to unpack {archive.name}: {exc}") from None
     except tarfile.TarError as exc:
         raise CorralError(f"{archive.name} is no tar archive: {exc}") from None
     except OSError as exc:

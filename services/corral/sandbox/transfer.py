@@ -12,7 +12,7 @@ from typing import BinaryIO, Protocol, Self
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, model_validator
 
-from corral.errors import ActionError, ErrorCode
+from corral.errors import ActionError, ErrorCode, StreamAborted
 from corral.protocol.actions import AgentPath, AgentPathBase64, FileMode, one_path, parse_file_mode
 from corral.protocol.validation import validate
 from corral.sandbox.files import CHUNK_BYTES, AgentFiles, Written, file_error, in_thread
@@ -47,7 +47,7 @@ EXIT_WAIT_S = 30.0
 class LauncherCommand:
     """:class:`AgentCommand` through the launcher's spawn: stdin and stderr are /dev/null, stdout a
     pipe read here, and at its end the exit status from the shepherd (a failure ends the stream with
-    :class:`CommandFailed`). When the reader stops early (the client went away), the program's whole
+    :class:`StreamAborted`). When the reader stops early (the client went away), the program's whole
     tree is killed."""
 
     def __init__(self, launcher: LauncherClient) -> None:
@@ -99,14 +99,9 @@ class Body:
             self._release()
 
 
-class CommandFailed(Exception):
-    """The program behind a stream failed after its first byte was sent: the stream is aborted
-    (no clean end), so the client sees a download cut short, never a short success."""
-
-
 async def _exited_well(control: Control) -> None:
     """Returns once the program exited 0, or 1 (GNU tar's "a file changed as it was read": the archive
-    is still whole); raises :class:`CommandFailed` for any other exit, a signal, or a shepherd gone."""
+    is still whole); raises :class:`StreamAborted` for any other exit, a signal, or a shepherd gone."""
     async with asyncio.timeout(EXIT_WAIT_S):  # its stdout is closed: it is exiting, or has
         while (event := await control.next_event()) is not None:
             if event.kind != "exited":
@@ -114,8 +109,8 @@ async def _exited_well(control: Control) -> None:
             if event.signal is None and event.exit_code in (0, 1):
                 return
             how = f"signal {event.signal}" if event.signal is not None else f"exit status {event.exit_code}"
-            raise CommandFailed(f"the program ended with {how}; what was sent is incomplete")
-    raise CommandFailed("the program's shepherd went away before it exited")
+            raise StreamAborted(f"the program ended with {how}; what was sent is incomplete")
+    raise StreamAborted("the program's shepherd went away before it exited")
 
 
 async def _drain(pipe: BinaryIO, control: Control) -> AsyncGenerator[bytes, None]:
@@ -193,7 +188,7 @@ async def receive(
 async def send(files: AgentFiles, command: AgentCommand | None, query: FileQuery) -> Download:
     """A file's bytes, or a directory as a tar stream. What can be known before the first byte (no such
     path, not readable by the agent, tar cannot start) raises here, to be answered as an error body;
-    a tar that fails later aborts the stream without its clean end (:class:`CommandFailed`), and a file
+    a tar that fails later aborts the stream without its clean end (:class:`StreamAborted`), and a file
     that shrinks meanwhile sends fewer bytes than its content-length: either way the client sees the
     download cut short, never a short success."""
     path = files.resolve(query.target())

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from corral.errors import StreamAborted
 from corral.sandbox import auth
 from corral.sandbox.app import create_app
 from corral.sandbox.files import TEMP_PREFIX, AgentFiles
 from corral.sandbox.launcher.client import Spawned, SpawnRefused
 from corral.sandbox.launcher.messages import ShepherdEvent
 from corral.sandbox.settings import ControllerSettings
-from corral.sandbox.transfer import CommandFailed, LauncherCommand
+from corral.sandbox.transfer import LauncherCommand
 
 from .fakefs import FakeAgentFs
 
@@ -283,7 +284,7 @@ async def test_a_tar_that_fails_after_its_first_byte_aborts_the_stream(events: l
     launcher = StubLauncher(output=b"t" * 3000, events=events)
     body = await LauncherCommand(launcher).stdout(["tar"], "/")  # type: ignore[arg-type]
     received = bytearray()
-    with pytest.raises(CommandFailed):
+    with pytest.raises(StreamAborted):
         async for chunk in body:
             received += chunk
     assert received == b"t" * 3000  # all it wrote went out, then no clean end
