@@ -459,7 +459,7 @@ def _upload(gateway: Gateway, local: Path, remote: transfer.Remote, parents: boo
     if not local.exists():
         raise _fail(f"no such file: {local}", 2)
     into = remote.path
-    if not local.is_dir() and not into.endswith("/") and _remote_is_directory(remote.session_id, into):
+    if transfer.may_be_directory(local, into) and _remote_is_directory(remote.session_id, into):
         into += "/"  # `cp f ID:/workspace` puts f inside the directory, as cp does
     target = transfer.remote_target(local, into)
     plan = transfer.upload_plan(local, target)

@@ -40,7 +40,7 @@ import httpx
 from corral import commands, transfer
 from corral.client import AsyncSandboxClient, SandboxClient, check_reply, image_bytes, is_reply
 from corral.commands import ExecResult, OutputChunk
-from corral.errors import ActionFailed, CommandFailed, GatewayError
+from corral.errors import ActionFailed, CommandFailed, ErrorCode, GatewayError
 from corral.gateway_client import AsyncGateway, Download, Gateway, api_key, gateway_url, session_body
 
 T = TypeVar("T")
@@ -457,7 +457,10 @@ class Files:
         self, local: str | Path, remote: str, *, make_dirs: bool = False, mode: str | None = None
     ) -> builtins.list[dict[str, Any]]:
         """A local file, or a directory file by file (its directories made), to ``remote`` (into it when
-        it ends with ``/``): one ``{"path", "size", "sha256"}`` per file written."""
+        it ends with ``/`` or, for a file, is an existing directory, as cp does): one ``{"path", "size",
+        "sha256"}`` per file written."""
+        if transfer.may_be_directory(Path(local), remote) and self._is_directory(remote):
+            remote += "/"
         plan = transfer.upload_plan(Path(local), transfer.remote_target(Path(local), remote))
         tree = _is_tree(plan, Path(local))
         gateway, session = self._sandbox._gateway, self._sandbox.id
@@ -465,6 +468,14 @@ class Files:
             gateway.upload_file(session, target, source, make_dirs=make_dirs or tree, mode=mode)
             for source, target in plan
         ]
+
+    def _is_directory(self, path: str) -> bool:
+        try:
+            return bool(self.stat(path).get("type") == "directory")
+        except ActionFailed as exc:
+            if exc.code == ErrorCode.NO_SUCH_FILE:
+                return False
+            raise
 
     def download(self, remote: str, local: str | Path) -> Path:
         """A file to ``local``, or a directory (a tar the sandbox packs) unpacked into ``local``."""
@@ -515,6 +526,8 @@ class AsyncFiles:
     async def upload(
         self, local: str | Path, remote: str, *, make_dirs: bool = False, mode: str | None = None
     ) -> builtins.list[dict[str, Any]]:
+        if transfer.may_be_directory(Path(local), remote) and await self._is_directory(remote):
+            remote += "/"
         target = transfer.remote_target(Path(local), remote)
         plan = await asyncio.to_thread(transfer.upload_plan, Path(local), target)
         tree = _is_tree(plan, Path(local))
@@ -523,6 +536,14 @@ class AsyncFiles:
             await gateway.upload_file(session, target, source, make_dirs=make_dirs or tree, mode=mode)
             for source, target in plan
         ]
+
+    async def _is_directory(self, path: str) -> bool:
+        try:
+            return bool((await self.stat(path)).get("type") == "directory")
+        except ActionFailed as exc:
+            if exc.code == ErrorCode.NO_SUCH_FILE:
+                return False
+            raise
 
     async def download(self, remote: str, local: str | Path) -> Path:
         target = Path(local)

@@ -46,6 +46,12 @@ def remote_target(local: Path, remote: str) -> str:
     return posixpath.join(remote, local.name) if remote.endswith("/") else remote
 
 
+def may_be_directory(local: Path, remote: str) -> bool:
+    """Whether where a local file goes depends on what ``remote`` is (a file sent to a path without a
+    trailing ``/``, which may be an existing directory: then it goes inside, as cp does)."""
+    return not local.is_dir() and not remote.endswith("/")
+
+
 def local_target(remote: str, local: Path) -> Path:
     """Where a download lands: inside ``local`` when that is an existing directory, as cp does."""
     name = posixpath.basename(remote.rstrip("/")) or "root"
@@ -236,4 +242,4 @@ def settle(download: Download, local: Path, skipped: Callable[[list[str]], None]
     return local
 
 
-__all__ = ["Remote", "local_target", "remote_target", "settle", "unpack", "upload_plan"]
+__all__ = ["Remote", "local_target", "may_be_directory", "remote_target", "settle", "unpack", "upload_plan"]

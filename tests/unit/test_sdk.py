@@ -559,3 +559,37 @@ async def test_upload_and_download_go_through_the_gateway_alike_in_both_twins(tm
     assert await twin.files.download("/workspace/d", tmp_path / "two") == tmp_path / "two"
     assert (tmp_path / "one" / "x.txt").read_bytes() == (tmp_path / "two" / "x.txt").read_bytes() == b"X"
     assert sorted(os.listdir(tmp_path)) == ["one", "tree", "two"]  # no download part left
+
+
+class StatRecorder(AsyncRecorder):
+    """The session's WebSocket answering ``file_stat``: ``/workspace`` is a directory, nothing else is there."""
+
+    def request(self, message: dict[str, Any]) -> Any:  # type: ignore[override]
+        self.sent.append(message)
+        if message["action"]["path"] == "/workspace":
+            return {"ok": True, "id": 1, "result": {"path": "/workspace", "type": "directory"}}
+        return {"ok": False, "id": 1, "error": {"code": "no_such_file", "message": "no such file"}}
+
+
+class AsyncStatRecorder(StatRecorder):
+    async def request(self, message: dict[str, Any]) -> Any:  # type: ignore[override]
+        return StatRecorder.request(self, message)
+
+
+async def test_a_file_uploaded_to_an_existing_directory_goes_inside_it_in_both_twins(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("a")
+    sandbox, twin = Sandbox.__new__(Sandbox), AsyncSandbox.__new__(AsyncSandbox)
+    sandbox.id = twin.id = "ses_1"
+    sandbox._ws, twin._ws = StatRecorder({}), AsyncStatRecorder({})  # type: ignore[assignment]
+    sandbox._gateway, twin._gateway = FilesGateway(b"", ""), AsyncFilesGateway(b"", "")  # type: ignore[assignment]
+    for remote in ("/workspace", "/workspace/new.txt", "/workspace/"):
+        sandbox.files.upload(tmp_path / "a.txt", remote)
+        await twin.files.upload(tmp_path / "a.txt", remote)
+    for gateway in (sandbox._gateway, twin._gateway):
+        assert [remote for _, remote, _, _ in gateway.uploads] == [  # type: ignore[attr-defined]
+            "/workspace/a.txt",
+            "/workspace/new.txt",
+            "/workspace/a.txt",
+        ]
+    asked = [m["action"]["path"] for m in sandbox._ws.sent]  # type: ignore[attr-defined]
+    assert asked == ["/workspace", "/workspace/new.txt"]  # a trailing slash needs no question
