@@ -458,7 +458,10 @@ def cp(
 def _upload(gateway: Gateway, local: Path, remote: transfer.Remote, parents: bool) -> None:
     if not local.exists():
         raise _fail(f"no such file: {local}", 2)
-    target = transfer.remote_target(local, remote.path)
+    into = remote.path
+    if transfer.may_be_directory(local, into) and _remote_is_directory(remote.session_id, into):
+        into += "/"  # `cp f ID:/workspace` puts f inside the directory, as cp does
+    target = transfer.remote_target(local, into)
     plan = transfer.upload_plan(local, target)
     size = 0
     for path, into in plan:
@@ -467,12 +470,33 @@ def _upload(gateway: Gateway, local: Path, remote: transfer.Remote, parents: boo
     console.print(f"uploaded {len(plan)} file{'s' * (len(plan) != 1)} ({size} bytes) to {remote.session_id}:{target}")
 
 
+def _left_out(names: list[str]) -> None:
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    console.print(f"left out {len(names)} symbolic link(s), device(s) or fifo(s): {shown}")
+
+
+def _remote_is_directory(session_id: str, path: str) -> bool:
+    """Whether ``path`` in the session is a directory (``file_stat`` over its WebSocket); False when
+    nothing is there yet."""
+    with _sandbox_client(session_id) as client:
+        try:
+            found = client.act({"type": "file_stat", "path": path})
+        except ActionFailed as exc:
+            if exc.code == "no_such_file":
+                return False
+            raise
+    return bool(found["result"].get("type") == "directory")
+
+
 def _download(gateway: Gateway, remote: transfer.Remote, local: Path) -> None:
     target = transfer.local_target(remote.path, local)
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(f".{target.name}.corral-cp")
-    got = gateway.download_file(remote.session_id, remote.path, part)
-    transfer.settle(got, target)
+    try:
+        got = gateway.download_file(remote.session_id, remote.path, part)
+    except (httpx.RemoteProtocolError, httpx.ReadError) as exc:  # the gateway answered, then stopped
+        raise CorralError(f"the download was cut short ({exc}); nothing was written") from None
+    transfer.settle(got, target, _left_out)
     what = "directory" if got.is_tar else "file"
     console.print(f"downloaded {what} {remote.session_id}:{remote.path} to {target} ({got.size} bytes)")
 

@@ -74,6 +74,11 @@ RAW = object()  # the box of frames no request in flight claims, while a raw rea
 Box = int | object
 
 
+# Frames a request's box holds before the reader waits for its consumer (an exec's output events are
+# at most a chunk each): memory stays bounded however slowly a stream is read.
+BOX_FRAMES = 64
+
+
 class AsyncSandboxClient:
     """One WebSocket to a sandbox, its frames read by one task and sorted to the requests in flight.
 
@@ -119,7 +124,7 @@ class AsyncSandboxClient:
                     continue  # no reply nor event: nobody's
                 box = self._boxes.get(frame.get("id"), self._boxes.get(RAW))
                 if box is not None:
-                    box.put_nowait(frame)
+                    await box.put(frame)  # a full box waits: a slow consumer slows the socket, not memory
         except (ConnectionClosed, OSError, ValueError) as exc:  # handed to every waiter
             self._lost = exc
         finally:
@@ -127,10 +132,14 @@ class AsyncSandboxClient:
                 closed = ws.protocol.state is State.CLOSED
                 self._lost = ws.protocol.close_exc if closed else ConnectionClosed(None, None)
             for box in self._boxes.values():
-                box.put_nowait({})  # wakes its waiter, which then raises what ended the connection
+                if not box.full():  # a full box's waiter reads on, and meets the end when it is empty
+                    box.put_nowait({})  # wakes its waiter, which then raises what ended the connection
 
     async def _next(self, box: Box) -> dict[str, Any]:
-        frame = await self._boxes[box].get()
+        queue = self._boxes[box]
+        if queue.empty() and self._lost is not None:
+            raise self._lost
+        frame = await queue.get()
         if not frame and self._lost is not None:
             raise self._lost
         return frame
@@ -141,12 +150,14 @@ class AsyncSandboxClient:
         assert self._ws is not None, "use `async with`"
         if self._lost is not None:
             raise self._lost
-        self._boxes[box] = asyncio.Queue()
+        self._boxes[box] = queue = asyncio.Queue[dict[str, Any]](maxsize=BOX_FRAMES)
         try:
             await self._ws.send(message)
             yield
         finally:
             del self._boxes[box]
+            while not queue.empty():  # frees the reader, if it waits to put a frame nobody will read
+                queue.get_nowait()
 
     async def send_raw(self, message: str | bytes) -> dict[str, Any]:
         """Send one frame as is and return the next frame no request in flight claims (for

@@ -185,6 +185,16 @@ class CommandFailed(CorralError):
         self.result = result
 
 
+class ArchiveRefused(CorralError):
+    """A downloaded directory's tar holds a member no honest ``tar -cf - .`` makes (an absolute or ``..``
+    name, one twice, a hard link to no file before it), or ends early: nothing of it is unpacked."""
+
+
+class StreamAborted(CorralError):
+    """What fed a streamed HTTP body failed after its first byte went (the program behind it exited
+    badly): the body is aborted without its clean end, so the client sees it cut short."""
+
+
 class RemoteError(CorralError):
     """Another party of Corral (the gateway, a controller, a proxy) answered with a structured error.
 

@@ -29,7 +29,7 @@ import asyncio
 import builtins
 import contextlib
 import secrets
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -40,7 +40,7 @@ import httpx
 from corral import commands, transfer
 from corral.client import AsyncSandboxClient, SandboxClient, check_reply, image_bytes, is_reply
 from corral.commands import ExecResult, OutputChunk
-from corral.errors import ActionFailed, CommandFailed, GatewayError
+from corral.errors import ActionFailed, CommandFailed, ErrorCode, GatewayError
 from corral.gateway_client import AsyncGateway, Download, Gateway, api_key, gateway_url, session_body
 
 T = TypeVar("T")
@@ -274,11 +274,19 @@ class ExecStream:
 
 
 class AsyncExecStream:
-    """The async twin of :class:`ExecStream`: ``async for item in await sb.exec_stream(...)``."""
+    """The async twin of :class:`ExecStream`: ``async for item in sb.exec_stream(...)`` (the command
+    starts at the first item). ``await sb.exec_stream(...)`` gives the same stream, for code written
+    when the method was a coroutine."""
 
     def __init__(self, frames: AsyncIterator[dict[str, Any]]) -> None:
         self._frames = frames
         self.result: ExecResult | None = None
+
+    def __await__(self) -> Generator[Any, None, Self]:
+        return self._itself().__await__()
+
+    async def _itself(self) -> Self:
+        return self
 
     async def __aiter__(self) -> AsyncIterator[OutputChunk | ExecResult]:
         async for frame in self._frames:
@@ -449,7 +457,10 @@ class Files:
         self, local: str | Path, remote: str, *, make_dirs: bool = False, mode: str | None = None
     ) -> builtins.list[dict[str, Any]]:
         """A local file, or a directory file by file (its directories made), to ``remote`` (into it when
-        it ends with ``/``): one ``{"path", "size", "sha256"}`` per file written."""
+        it ends with ``/`` or, for a file, is an existing directory, as cp does): one ``{"path", "size",
+        "sha256"}`` per file written."""
+        if transfer.may_be_directory(Path(local), remote) and self._is_directory(remote):
+            remote += "/"
         plan = transfer.upload_plan(Path(local), transfer.remote_target(Path(local), remote))
         tree = _is_tree(plan, Path(local))
         gateway, session = self._sandbox._gateway, self._sandbox.id
@@ -457,6 +468,14 @@ class Files:
             gateway.upload_file(session, target, source, make_dirs=make_dirs or tree, mode=mode)
             for source, target in plan
         ]
+
+    def _is_directory(self, path: str) -> bool:
+        try:
+            return bool(self.stat(path).get("type") == "directory")
+        except ActionFailed as exc:
+            if exc.code == ErrorCode.NO_SUCH_FILE:
+                return False
+            raise
 
     def download(self, remote: str, local: str | Path) -> Path:
         """A file to ``local``, or a directory (a tar the sandbox packs) unpacked into ``local``."""
@@ -507,6 +526,8 @@ class AsyncFiles:
     async def upload(
         self, local: str | Path, remote: str, *, make_dirs: bool = False, mode: str | None = None
     ) -> builtins.list[dict[str, Any]]:
+        if transfer.may_be_directory(Path(local), remote) and await self._is_directory(remote):
+            remote += "/"
         target = transfer.remote_target(Path(local), remote)
         plan = await asyncio.to_thread(transfer.upload_plan, Path(local), target)
         tree = _is_tree(plan, Path(local))
@@ -515,6 +536,14 @@ class AsyncFiles:
             await gateway.upload_file(session, target, source, make_dirs=make_dirs or tree, mode=mode)
             for source, target in plan
         ]
+
+    async def _is_directory(self, path: str) -> bool:
+        try:
+            return bool((await self.stat(path)).get("type") == "directory")
+        except ActionFailed as exc:
+            if exc.code == ErrorCode.NO_SUCH_FILE:
+                return False
+            raise
 
     async def download(self, remote: str, local: str | Path) -> Path:
         target = Path(local)
@@ -774,10 +803,12 @@ class Sandbox:
         env: Mapping[str, str] | None = None,
         stdin: str | bytes | None = None,
         timeout_ms: int | None = None,
-        max_output_bytes: int | None = None,
+        max_output_bytes: int | None = 0,
         output_encoding: str | None = None,
     ) -> ExecStream:
-        """:meth:`exec`, its output given as it comes: iterate for :class:`OutputChunk`, then the result."""
+        """:meth:`exec`, its output given as it comes: iterate for :class:`OutputChunk`, then the result.
+        ``max_output_bytes`` defaults to 0, as ``corral exec`` does: the chunks carry every byte, so the
+        final result does not repeat them (give a size to have the result hold the output too)."""
         action = commands.exec_action(
             command,
             argv,
@@ -1040,7 +1071,7 @@ class AsyncSandbox:
         )
         return await self._send(messages.exec(action))
 
-    async def exec_stream(
+    def exec_stream(
         self,
         command: str | None = None,
         *,
@@ -1049,7 +1080,7 @@ class AsyncSandbox:
         env: Mapping[str, str] | None = None,
         stdin: str | bytes | None = None,
         timeout_ms: int | None = None,
-        max_output_bytes: int | None = None,
+        max_output_bytes: int | None = 0,
         output_encoding: str | None = None,
     ) -> AsyncExecStream:
         action = commands.exec_action(

@@ -232,3 +232,38 @@ async def test_the_async_sdk_streams_and_transfers(gw: RunningGateway, tmp_path:
         await sb.files.upload(tmp_path / "a.txt", "/workspace/a.txt")
         assert (await sb.files.download("/workspace/a.txt", tmp_path / "b.txt")).read_text() == "async"
         assert (await sb.exec("cat /workspace/a.txt")).stdout == "async"
+
+
+def test_a_downloaded_directory_keeps_files_and_directories_only(sb: Sandbox, tmp_path: Path) -> None:
+    made = "mkdir -p /workspace/odd/sub && cd /workspace/odd && echo data > f && ln f sub/hard"
+    sb.exec(f"{made} && ln -s /etc/passwd abs && ln -s f rel && ln -s .. up && mkfifo pipe").check()
+    out = sb.files.download("/workspace/odd", tmp_path / "out")
+    assert (out / "f").read_text() == (out / "sub" / "hard").read_text() == "data\n"
+    assert (out / "sub" / "hard").stat().st_nlink == 1  # a copy, never a link on this host
+    assert sorted(p.name for p in out.iterdir()) == ["f", "sub"]  # links and the fifo left out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no tar, no scratch directory
+
+
+def test_cp_of_a_file_to_a_remote_directory_puts_it_inside(gw: RunningGateway, sb: Sandbox, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from corral.cli import app
+
+    env = {"CORRAL_URL": gw.url, "CORRAL_API_KEY": KEY_A}
+    (tmp_path / "first.txt").write_text("1")
+    (tmp_path / "second.txt").write_text("2")
+    sb.exec("mkdir -p /workspace/into").check()
+    for source, destination in (("first.txt", f"{sb.id}:"), ("second.txt", f"{sb.id}:/workspace/into")):
+        ran = CliRunner().invoke(app, ["cp", str(tmp_path / source), destination], env=env)
+        assert ran.exit_code == 0, ran.output
+    assert sb.files.read("/workspace/first.txt") == b"1"
+    assert sb.files.read("/workspace/into/second.txt") == b"2"
+
+
+async def test_the_async_exec_stream_is_iterated_at_once(gw: RunningGateway) -> None:
+    sandbox = await AsyncSandbox.create(url=gw.url, api_key=KEY_A)
+    async with sandbox as sb:
+        items = [item async for item in sb.exec_stream("printf out")]
+        assert [c.data for c in items if isinstance(c, OutputChunk)] == ["out"]
+        result = items[-1]
+        assert isinstance(result, ExecResult) and result.exit_code == 0 and result.stdout == ""  # all in the chunks

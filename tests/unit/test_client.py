@@ -19,7 +19,7 @@ from websockets.http11 import Request, Response
 from websockets.sync.server import ServerConnection as SyncServerConnection
 from websockets.sync.server import serve as sync_serve
 
-from corral.client import AsyncSandboxClient, SandboxClient, check_reply, image_bytes
+from corral.client import BOX_FRAMES, AsyncSandboxClient, SandboxClient, check_reply, image_bytes
 from corral.errors import ActionFailed, CorralError, UnprovenController
 from corral.sandbox import auth
 
@@ -286,3 +286,62 @@ async def test_a_connection_lost_mid_stream_is_raised_to_its_waiter() -> None:
             assert frames == [json.loads(_event(1, "a"))]
             with pytest.raises(ConnectionClosed):
                 await client.request({"action": {"type": "wait"}})
+
+
+class _FloodingSocket:
+    """A connection whose peer sends ``count`` output events for request 1, then its reply, as fast as
+    they are read; it counts how many frames the client took off it."""
+
+    def __init__(self, count: int) -> None:
+        self.frames = [_event(1, str(n)) for n in range(count)] + [_exec_reply(1)]
+        self.taken = 0
+        self.sent: list[str | bytes] = []
+
+    async def send(self, message: str | bytes) -> None:
+        self.sent.append(message)
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        for frame in self.frames:
+            self.taken += 1
+            yield frame
+        await asyncio.Event().wait()  # the connection stays open
+
+
+async def _let_the_reader_run(turns: int = 50) -> None:
+    for _ in range(turns):
+        await asyncio.sleep(0)  # a turn of the event loop, not a wait for time
+
+
+async def test_a_slow_stream_consumer_holds_the_reader_back_instead_of_buffering_everything() -> None:
+    socket = _FloodingSocket(10 * BOX_FRAMES)
+    client = AsyncSandboxClient("ws://sandbox.invalid/")
+    client._ws = socket  # type: ignore[assignment]
+    stream = client.stream({"action": {"type": "exec", "argv": ["yes"], "stream": True}})
+    reader = asyncio.create_task(client._read(socket))  # type: ignore[arg-type]
+    try:
+        first = await anext(stream)  # the request is sent and its box open
+        await _let_the_reader_run()
+        assert socket.taken <= BOX_FRAMES + 2  # the box is full: the reader waits for the consumer
+        rest = [frame async for frame in stream]
+        assert [first, *rest] == [json.loads(frame) for frame in socket.frames]
+    finally:
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
+
+
+async def test_a_stream_given_up_on_frees_the_reader_for_the_others() -> None:
+    socket = _FloodingSocket(10 * BOX_FRAMES)
+    client = AsyncSandboxClient("ws://sandbox.invalid/")
+    client._ws = socket  # type: ignore[assignment]
+    stream = client.stream({"action": {"type": "exec", "argv": ["yes"], "stream": True}})
+    reader = asyncio.create_task(client._read(socket))  # type: ignore[arg-type]
+    try:
+        await anext(stream)
+        await _let_the_reader_run()
+        await stream.aclose()  # its box goes, and with it what the reader waited to put there
+        await _let_the_reader_run()
+        assert socket.taken == len(socket.frames)  # read on to the end, dropping what nobody claims
+        assert client._boxes == {}
+    finally:
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)

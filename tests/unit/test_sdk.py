@@ -16,7 +16,7 @@ import pytest
 from corral.commands import ExecResult, OutputChunk
 from corral.errors import ActionFailed, CommandFailed, CorralError
 from corral.gateway_client import AsyncGateway, Download, Gateway
-from corral.sdk import AsyncFiles, AsyncProcesses, AsyncSandbox, Files, Processes, Sandbox, messages
+from corral.sdk import AsyncExecStream, AsyncFiles, AsyncProcesses, AsyncSandbox, Files, Processes, Sandbox, messages
 
 # -- the twins ------------------------------------------------------------------------------------------
 
@@ -27,6 +27,10 @@ _ASYNC_NAME = {"__enter__": "__aenter__", "__exit__": "__aexit__"}
 def _surface(cls: type) -> dict[str, Any]:
     names = {n for n in vars(cls) if not n.startswith("_")} | {"__init__", *_ASYNC_NAME, *_ASYNC_NAME.values()}
     return {name: inspect.getattr_static(cls, name) for name in names if name in vars(cls)}
+
+
+# What the async twin gives to iterate with `async for` at once (no await), and the type it returns.
+_ITERATED: dict[str, type] = {"exec_stream": AsyncExecStream}
 
 
 def _plain(annotation: Any) -> str:
@@ -55,9 +59,14 @@ def test_the_async_twin_has_the_same_public_surface(sync: type, twin: type) -> N
         other = theirs[_ASYNC_NAME.get(name, name)]
         assert _signature(member) == _signature(other), name
         if callable(getattr(member, "__func__", member)) and name != "__init__":
-            # Every call that does I/O is awaited in the twin (a property reads what is already there).
+            # Every call that does I/O is awaited in the twin (a property reads what is already there),
+            # but a stream, iterated with `async for` as its sync twin is with `for`.
             function = getattr(other, "__func__", other)
-            assert inspect.iscoroutinefunction(function), f"{twin.__name__}.{name} is not async"
+            if name in _ITERATED:
+                assert not inspect.iscoroutinefunction(function), f"{twin.__name__}.{name} is awaited"
+                assert "__aiter__" in vars(_ITERATED[name]), name
+            else:
+                assert inspect.iscoroutinefunction(function), f"{twin.__name__}.{name} is not async"
 
 
 def test_the_surface_comparison_sees_a_missing_method_and_a_changed_default() -> None:
@@ -471,13 +480,23 @@ async def test_exec_stream_gives_the_chunks_then_the_result_in_both_twins() -> N
     sandbox._ws, twin._ws = StreamRecorder(STREAMED), AsyncStreamRecorder(STREAMED)  # type: ignore[assignment]
     stream = sandbox.exec_stream(argv=["make"], timeout_ms=9)
     items = list(stream)
-    async_stream = await twin.exec_stream(argv=["make"], timeout_ms=9)
-    async_items = [item async for item in async_stream]
+    async_stream = twin.exec_stream(argv=["make"], timeout_ms=9)
+    async_items = [item async for item in async_stream]  # as the sync one: no await first
     assert items == async_items == [OutputChunk("stdout", "a"), OutputChunk("stderr", "/w==", "base64"), ENDED]
     assert stream.result == async_stream.result == ENDED
     assert items[1].bytes == b"\xff"  # type: ignore[union-attr]
-    sent = {"action": {"type": "exec", "argv": ["make"], "timeout_ms": 9, "stream": True}}
+    # The chunks carry every byte: by default the result does not repeat them (as `corral exec`).
+    sent = {"action": {"type": "exec", "argv": ["make"], "timeout_ms": 9, "max_output_bytes": 0, "stream": True}}
     assert sandbox._ws.sent == twin._ws.sent == [sent]  # type: ignore[attr-defined]
+
+
+async def test_an_awaited_async_exec_stream_is_the_same_stream() -> None:
+    twin = AsyncSandbox.__new__(AsyncSandbox)
+    twin._ws = AsyncStreamRecorder(STREAMED)  # type: ignore[assignment]
+    stream = twin.exec_stream(argv=["make"], max_output_bytes=100)
+    assert await stream is stream  # code written when exec_stream was a coroutine still runs
+    assert [item async for item in await twin.exec_stream(argv=["make"])][-1] == ENDED
+    assert twin._ws.sent[0]["action"]["max_output_bytes"] == 100  # type: ignore[attr-defined]
 
 
 class FilesGateway:
@@ -540,3 +559,37 @@ async def test_upload_and_download_go_through_the_gateway_alike_in_both_twins(tm
     assert await twin.files.download("/workspace/d", tmp_path / "two") == tmp_path / "two"
     assert (tmp_path / "one" / "x.txt").read_bytes() == (tmp_path / "two" / "x.txt").read_bytes() == b"X"
     assert sorted(os.listdir(tmp_path)) == ["one", "tree", "two"]  # no download part left
+
+
+class StatRecorder(AsyncRecorder):
+    """The session's WebSocket answering ``file_stat``: ``/workspace`` is a directory, nothing else is there."""
+
+    def request(self, message: dict[str, Any]) -> Any:  # type: ignore[override]
+        self.sent.append(message)
+        if message["action"]["path"] == "/workspace":
+            return {"ok": True, "id": 1, "result": {"path": "/workspace", "type": "directory"}}
+        return {"ok": False, "id": 1, "error": {"code": "no_such_file", "message": "no such file"}}
+
+
+class AsyncStatRecorder(StatRecorder):
+    async def request(self, message: dict[str, Any]) -> Any:  # type: ignore[override]
+        return StatRecorder.request(self, message)
+
+
+async def test_a_file_uploaded_to_an_existing_directory_goes_inside_it_in_both_twins(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("a")
+    sandbox, twin = Sandbox.__new__(Sandbox), AsyncSandbox.__new__(AsyncSandbox)
+    sandbox.id = twin.id = "ses_1"
+    sandbox._ws, twin._ws = StatRecorder({}), AsyncStatRecorder({})  # type: ignore[assignment]
+    sandbox._gateway, twin._gateway = FilesGateway(b"", ""), AsyncFilesGateway(b"", "")  # type: ignore[assignment]
+    for remote in ("/workspace", "/workspace/new.txt", "/workspace/"):
+        sandbox.files.upload(tmp_path / "a.txt", remote)
+        await twin.files.upload(tmp_path / "a.txt", remote)
+    for gateway in (sandbox._gateway, twin._gateway):
+        assert [remote for _, remote, _, _ in gateway.uploads] == [  # type: ignore[attr-defined]
+            "/workspace/a.txt",
+            "/workspace/new.txt",
+            "/workspace/a.txt",
+        ]
+    asked = [m["action"]["path"] for m in sandbox._ws.sent]  # type: ignore[attr-defined]
+    assert asked == ["/workspace", "/workspace/new.txt"]  # a trailing slash needs no question

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import re
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -18,6 +20,9 @@ from corral.gateway.metrics import Metrics
 from corral.gateway.sessions import Session
 from corral.protocol import reply
 
+# When each request in flight was sent, by its id's key (an agent may reuse an id: oldest first).
+InFlight = dict[str, deque[float]]
+
 CLOSE_ENDED = 4000  # the session ended (deleted, timed out); the reason says which
 CLOSE_UNREACHABLE = 1011
 # A reply's first key is always ``ok`` (corral.protocol.reply.encode); an event (``{"id", "event":
@@ -29,6 +34,35 @@ _REPLY_START_BYTES = _REPLY_START.encode()
 def is_reply(frame: str | bytes) -> bool:
     """Whether a frame from the sandbox is a request's final reply, not an event before it."""
     return frame.startswith(_REPLY_START) if isinstance(frame, str) else frame.startswith(_REPLY_START_BYTES)
+
+
+# A reply starts ``{"ok":true,"id":`` or ``{"ok":false,"id":`` (corral.protocol.reply builds it so).
+_REPLY_ID = re.compile(r'\{"ok":(?:true|false),"id":')
+_ID_PREFIX = 4096  # enough of a reply to hold its id; a reply can be megabytes of screenshot
+_DECODER = json.JSONDecoder()
+
+
+def request_key(message: str | bytes) -> str:
+    """The id an agent's request carries, as a key (its JSON text: ``1`` and ``"1"`` differ); ``null``
+    for a frame without one or that is no JSON (the sandbox answers those with ``"id": null``)."""
+    try:
+        request = json.loads(message)
+    except ValueError:
+        return "null"
+    return json.dumps(request.get("id") if isinstance(request, dict) else None, sort_keys=True)
+
+
+def reply_key(frame: str | bytes) -> str:
+    """The id a reply answers, as :func:`request_key` writes it, read from the reply's first bytes."""
+    head = frame[:_ID_PREFIX] if isinstance(frame, str) else frame[:_ID_PREFIX].decode("utf-8", "replace")
+    found = _REPLY_ID.match(head)
+    try:
+        if found is not None:
+            return json.dumps(_DECODER.raw_decode(head, found.end())[0], sort_keys=True)
+        whole = json.loads(frame)  # not as the sandbox writes replies: read it whole
+        return json.dumps(whole.get("id") if isinstance(whole, dict) else None, sort_keys=True)
+    except ValueError:
+        return "null"
 
 
 async def _open_upstream(client: WebSocket, session: Session, metrics: Metrics) -> ClientConnection | None:
@@ -44,25 +78,35 @@ async def _open_upstream(client: WebSocket, session: Session, metrics: Metrics) 
     return None
 
 
-async def _agent_to_sandbox(
-    client: WebSocket, upstream: ClientConnection, session: Session, sent: deque[float]
-) -> None:
+async def _agent_to_sandbox(client: WebSocket, upstream: ClientConnection, session: Session, sent: InFlight) -> None:
     while True:
         message = await client.receive()
         if message["type"] == "websocket.disconnect":
             return
         session.touch()
-        sent.append(time.perf_counter())
         text = message.get("text")
-        await upstream.send(text if text is not None else (message.get("bytes") or b""))
+        frame = text if text is not None else (message.get("bytes") or b"")
+        sent.setdefault(request_key(frame), deque()).append(time.perf_counter())
+        await upstream.send(frame)
+
+
+def _round_trip_ended(sent: InFlight, key: str, metrics: Metrics) -> None:
+    """The round trip of the request ``key`` answered now (replies come in any order: a ``process_kill``
+    is answered while the ``exec`` it ends still runs); a reply to nothing in flight is not measured."""
+    times = sent.get(key)
+    if not times:
+        return
+    metrics.action.labels(transport="ws").observe(time.perf_counter() - times.popleft())
+    if not times:
+        del sent[key]
 
 
 async def _sandbox_to_agent(
-    upstream: ClientConnection, client: WebSocket, session: Session, metrics: Metrics, sent: deque[float]
+    upstream: ClientConnection, client: WebSocket, session: Session, metrics: Metrics, sent: InFlight
 ) -> None:
     async for frame in upstream:
         if sent and is_reply(frame):  # events pass unchanged and end no round trip
-            metrics.action.labels(transport="ws").observe(time.perf_counter() - sent.popleft())
+            _round_trip_ended(sent, reply_key(frame), metrics)
         code = reply.error_code(frame)  # a check of the first bytes; only a failure is parsed
         if code is not None:
             metrics.errors.labels(code=code).inc()
@@ -84,7 +128,7 @@ async def relay(
     upstream = await _open_upstream(client, session, metrics)
     if upstream is None:
         return
-    sent: deque[float] = deque()  # when each request in flight was sent, for the round-trip metric
+    sent: InFlight = {}  # when each request in flight was sent, by its id, for the round-trip metric
     from_sandbox = asyncio.create_task(_sandbox_to_agent(upstream, client, session, metrics, sent))
     tasks = {
         asyncio.create_task(_agent_to_sandbox(client, upstream, session, sent)),

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol, Self
+from typing import BinaryIO, Protocol, Self
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, model_validator
 
-from corral.errors import ActionError, ErrorCode
+from corral.errors import ActionError, ErrorCode, StreamAborted
 from corral.protocol.actions import AgentPath, AgentPathBase64, FileMode, one_path, parse_file_mode
 from corral.protocol.validation import validate
 from corral.sandbox.files import CHUNK_BYTES, AgentFiles, Written, file_error, in_thread
@@ -22,27 +22,38 @@ TAR_MEDIA = "application/x-tar"
 RAW_MEDIA = "application/octet-stream"
 
 
+class Stream(Protocol):
+    """Bytes as they come, and a way to stop and free what they come from."""
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+
 class AgentCommand(Protocol):
     """Runs a program as the agent (the launcher's spawn) and streams what it writes to stdout."""
 
-    async def stdout(self, argv: list[str], cwd: str) -> AsyncIterator[bytes]:
+    async def stdout(self, argv: list[str], cwd: str) -> Stream:
         """Started (a failure to start raises OSError here, before anything is sent): its output."""
         ...
 
 
 # What tar runs with: no proxy, no secrets, nothing of the controller's environment.
 TAR_ENV = [b"PATH=/usr/local/bin:/usr/bin:/bin", b"LANG=C.UTF-8", b"HOME=/home/agent"]
+# How long a program whose stdout closed may take to be reported exited.
+EXIT_WAIT_S = 30.0
 
 
 class LauncherCommand:
     """:class:`AgentCommand` through the launcher's spawn: stdin and stderr are /dev/null, stdout a
-    pipe read here. When the reader stops early (the client went away), the program's whole tree
-    is killed."""
+    pipe read here, and at its end the exit status from the shepherd (a failure ends the stream with
+    :class:`StreamAborted`). When the reader stops early (the client went away), the program's whole
+    tree is killed."""
 
     def __init__(self, launcher: LauncherClient) -> None:
         self._launcher = launcher
 
-    async def stdout(self, argv: list[str], cwd: str) -> AsyncIterator[bytes]:
+    async def stdout(self, argv: list[str], cwd: str) -> Body:
         read_end, write_end = os.pipe2(os.O_CLOEXEC)
         null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         try:
@@ -58,26 +69,63 @@ class LauncherCommand:
         if isinstance(spawned, SpawnRefused):
             os.close(read_end)
             raise spawned.error()
-        return _drain(read_end, spawned.control)
+        pipe, control = os.fdopen(read_end, "rb", buffering=0), spawned.control
+
+        def release() -> None:
+            control.close()  # a shepherd whose channel closes kills what is left of its tree
+            pipe.close()
+
+        return Body(_drain(pipe, control), release)
 
 
-async def _drain(fd: int, control: Control) -> AsyncIterator[bytes]:
-    """What the pipe ``fd`` brings until its end; read by the event loop (paused while the client lags)."""
+class Body:
+    """A response body and what it reads from: :meth:`aclose` frees that whether iteration began or not
+    (closing an async generator that never started runs none of its ``finally``, and Starlette does not
+    even close the body of a response whose client left before its first byte)."""
+
+    def __init__(self, chunks: AsyncGenerator[bytes, None], release: Callable[[], None]) -> None:
+        self._chunks, self._release = chunks, release
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> bytes:
+        return await anext(self._chunks)
+
+    async def aclose(self) -> None:
+        try:
+            await self._chunks.aclose()
+        finally:
+            self._release()
+
+
+async def _exited_well(control: Control) -> None:
+    """Returns once the program exited 0, or 1 (GNU tar's "a file changed as it was read": the archive
+    is still whole); raises :class:`StreamAborted` for any other exit, a signal, or a shepherd gone."""
+    async with asyncio.timeout(EXIT_WAIT_S):  # its stdout is closed: it is exiting, or has
+        while (event := await control.next_event()) is not None:
+            if event.kind != "exited":
+                continue
+            if event.signal is None and event.exit_code in (0, 1):
+                return
+            how = f"signal {event.signal}" if event.signal is not None else f"exit status {event.exit_code}"
+            raise StreamAborted(f"the program ended with {how}; what was sent is incomplete")
+    raise StreamAborted("the program's shepherd went away before it exited")
+
+
+async def _drain(pipe: BinaryIO, control: Control) -> AsyncGenerator[bytes, None]:
+    """What ``pipe`` brings until its end, then the program's exit checked (a failure raises, so the
+    stream is aborted); read by the event loop (paused while the client lags)."""
     reader = asyncio.StreamReader(limit=CHUNK_BYTES)
-    pipe = os.fdopen(fd, "rb", buffering=0)
-    try:
-        transport, _ = await asyncio.get_running_loop().connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), pipe
-        )
-    except BaseException:
-        pipe.close()
-        control.close()
-        raise
+    transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), pipe
+    )
     try:
         while chunk := await reader.read(CHUNK_BYTES):
             yield chunk
+        await _exited_well(control)
     finally:
-        control.close()  # a shepherd whose channel closes kills what is left of its tree
+        control.close()
         transport.close()
 
 
@@ -120,7 +168,7 @@ class Download:
 
     media_type: str
     length: int | None
-    body: AsyncIterator[bytes]
+    body: Stream
 
 
 async def receive(
@@ -138,7 +186,11 @@ async def receive(
 
 
 async def send(files: AgentFiles, command: AgentCommand | None, query: FileQuery) -> Download:
-    """A file's bytes, or a directory as a tar stream; errors come before the first byte."""
+    """A file's bytes, or a directory as a tar stream. What can be known before the first byte (no such
+    path, not readable by the agent, tar cannot start) raises here, to be answered as an error body;
+    a tar that fails later aborts the stream without its clean end (:class:`StreamAborted`), and a file
+    that shrinks meanwhile sends fewer bytes than its content-length: either way the client sees the
+    download cut short, never a short success."""
     path = files.resolve(query.target())
     try:
         found = await files.stat(path)
@@ -161,18 +213,19 @@ async def send(files: AgentFiles, command: AgentCommand | None, query: FileQuery
         except OSError as exc:
             raise file_error(exc, query.field()) from None
         return Download(TAR_MEDIA, None, body)
-    return Download(RAW_MEDIA, os.fstat(fd).st_size, _stream_fd(fd, os.fstat(fd).st_size))
+    opened, size = os.fdopen(fd, "rb", buffering=0), os.fstat(fd).st_size
+    return Download(RAW_MEDIA, size, Body(_read_file(opened, size), opened.close))
 
 
-async def _stream_fd(fd: int, size: int) -> AsyncIterator[bytes]:
-    """``size`` bytes of ``fd`` (what the file held when asked; a file that grows is cut there), then closes it."""
+async def _read_file(opened: BinaryIO, size: int) -> AsyncGenerator[bytes, None]:
+    """``size`` bytes of ``opened`` (what the file held when asked; a file that grows is cut there), then closes it."""
     try:
         sent = 0
         while sent < size:
-            chunk = await in_thread(os.read, fd, min(CHUNK_BYTES, size - sent))
+            chunk = await in_thread(opened.read, min(CHUNK_BYTES, size - sent))
             if not chunk:
                 break  # it shrank meanwhile: the length sent was a promise the file broke
             sent += len(chunk)
             yield chunk
     finally:
-        os.close(fd)
+        opened.close()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterable, Callable, Mapping
 from typing import Any, Literal, Self
 
 from corral.errors import ActionError, error_body
@@ -81,8 +81,9 @@ class Tallied:
     called once, when it ends (``why_cut`` None), fails or is cancelled (the client left), or is closed
     before its end."""
 
-    def __init__(self, body: AsyncIterator[bytes], ended: Callable[[int, str, str | None], None]) -> None:
+    def __init__(self, body: AsyncIterable[bytes], ended: Callable[[int, str, str | None], None]) -> None:
         self._body = body
+        self._chunks = aiter(body)
         self._ended = ended
         self._sha256 = hashlib.sha256()
         self._size = 0
@@ -93,7 +94,7 @@ class Tallied:
 
     async def __anext__(self) -> bytes:
         try:
-            chunk = await anext(self._body)
+            chunk = await anext(self._chunks)
         except StopAsyncIteration:
             self._end(None)
             raise

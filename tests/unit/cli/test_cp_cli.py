@@ -5,19 +5,53 @@ from __future__ import annotations
 
 import io
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, Self
 
 import httpx
 import pytest
 from typer.testing import CliRunner
 
+from corral import cli
 from corral.cli import app
-from corral.errors import error_body
+from corral.errors import ActionFailed, error_body
 
 from .conftest import Handler
 
 Gateway = Callable[[Handler], list[httpx.Request]]
+
+
+class RemoteStat:
+    """The session's WebSocket, as ``cp`` uses it: ``file_stat`` answered from ``types`` (a path's
+    type), ``no_such_file`` for any other path; keeps the paths asked about."""
+
+    def __init__(self) -> None:
+        self.types: dict[str, str] = {}
+        self.asked: list[str] = []
+
+    def __call__(self, session_id: str) -> Self:
+        return self
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def act(self, action: dict[str, Any]) -> dict[str, Any]:
+        assert action["type"] == "file_stat"
+        self.asked.append(action["path"])
+        if action["path"] not in self.types:
+            raise ActionFailed({"code": "no_such_file", "message": "no such file", "field": "action.path"})
+        return {"ok": True, "id": 1, "result": {"path": action["path"], "type": self.types[action["path"]]}}
+
+
+@pytest.fixture(autouse=True)
+def remote(monkeypatch: pytest.MonkeyPatch) -> RemoteStat:
+    stat = RemoteStat()
+    monkeypatch.setattr(cli, "_sandbox_client", stat)
+    return stat
 
 
 def _written(request: httpx.Request) -> httpx.Response:
@@ -125,3 +159,76 @@ def test_a_missing_local_source_is_said_so(gateway: Gateway, tmp_path: Path) -> 
     seen = gateway(_written)
     result = CliRunner().invoke(app, ["cp", str(tmp_path / "nope"), "ses_1:/w/x"])
     assert result.exit_code == 2 and "no such file" in result.stderr and seen == []
+
+
+class _CutShort(httpx.SyncByteStream):
+    """A body whose connection drops after its first chunk (no clean end of the chunked stream)."""
+
+    def __init__(self, first: bytes) -> None:
+        self._first = first
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield self._first
+        raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
+
+
+@pytest.mark.parametrize("media", ["application/x-tar", "application/octet-stream"])
+def test_a_download_cut_short_by_the_connection_fails_and_leaves_nothing(
+    gateway: Gateway, tmp_path: Path, media: str
+) -> None:
+    archive = _tar({"./a.txt": b"A" * 3000})
+    gateway(lambda request: httpx.Response(200, stream=_CutShort(archive[:1536]), headers={"content-type": media}))
+    result = CliRunner().invoke(app, ["cp", "ses_1:/workspace/out", str(tmp_path / "out")])
+    assert result.exit_code == 1
+    assert "cannot copy: the download was cut short" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_tar_that_ends_cleanly_but_early_fails_and_leaves_nothing(gateway: Gateway, tmp_path: Path) -> None:
+    archive = _tar({"./a.txt": b"A", "./b.txt": b"B"})
+    cut = archive[: 2 * tarfile.BLOCKSIZE]  # a.txt whole, then nothing: no end-of-archive blocks
+    gateway(lambda request: httpx.Response(200, content=cut, headers={"content-type": "application/x-tar"}))
+    result = CliRunner().invoke(app, ["cp", "ses_1:/workspace/out", str(tmp_path / "out")])
+    assert result.exit_code == 1
+    assert "cut short" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_links_left_out_of_a_directory_are_named(gateway: Gateway, tmp_path: Path) -> None:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        link = tarfile.TarInfo("./ln")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(link)
+    archive = buffer.getvalue()
+    gateway(lambda request: httpx.Response(200, content=archive, headers={"content-type": "application/x-tar"}))
+    result = CliRunner().invoke(app, ["cp", "ses_1:/workspace/out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "left out 1" in result.stderr and "./ln" in result.stderr
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+@pytest.mark.parametrize("destination", ["ses_1:", "ses_1:/workspace", "ses_1:/workspace/"])
+def test_a_file_copied_to_an_existing_remote_directory_goes_inside_it(
+    gateway: Gateway, remote: RemoteStat, tmp_path: Path, destination: str
+) -> None:
+    seen = gateway(_written)
+    remote.types["/workspace"] = "directory"
+    (tmp_path / "a.txt").write_bytes(b"hello")
+    result = CliRunner().invoke(app, ["cp", str(tmp_path / "a.txt"), destination])
+    assert result.exit_code == 0, result.output
+    assert dict(seen[0].url.params) == {"path": "/workspace/a.txt"}
+    assert "to ses_1:/workspace/a.txt" in result.stderr
+
+
+@pytest.mark.parametrize("existing", [None, "file"], ids=["new", "replaced"])
+def test_a_file_copied_to_a_remote_path_that_is_no_directory_goes_there(
+    gateway: Gateway, remote: RemoteStat, tmp_path: Path, existing: str | None
+) -> None:
+    seen = gateway(_written)
+    if existing is not None:
+        remote.types["/workspace/b.txt"] = existing
+    (tmp_path / "a.txt").write_bytes(b"hello")
+    result = CliRunner().invoke(app, ["cp", str(tmp_path / "a.txt"), "ses_1:/workspace/b.txt"])
+    assert result.exit_code == 0, result.output
+    assert dict(seen[0].url.params) == {"path": "/workspace/b.txt"} and remote.asked == ["/workspace/b.txt"]

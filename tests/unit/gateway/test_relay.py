@@ -224,3 +224,25 @@ async def test_an_unreachable_sandbox_is_a_1011_close(monkeypatch: pytest.Monkey
     await relay(agent, Session(), metrics)  # type: ignore[arg-type]
     assert agent.closed == (1011, "the sandbox did not answer: OSError")
     assert errors(metrics) == {"sandbox_unreachable": 1}
+
+
+async def test_a_round_trip_is_matched_to_its_request_by_id_not_by_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    running = json.dumps({"id": "exec-1", "action": {"type": "exec", "argv": ["sleep", "60"]}})
+    kill = json.dumps({"action": {"type": "process_kill", "pid": 7}, "id": 2})
+    answered = '{"ok":true,"id":2,"result":{"pid":7,"signal":"SIGKILL"}}'
+    # The exec goes at 0 s, the kill at 10 s, and the kill's reply (the exec's has not come) at 11 s.
+    clock = iter([0.0, 10.0, 11.0])
+    monkeypatch.setattr(relay_module.time, "perf_counter", lambda: next(clock))
+    agent, metrics = await run(monkeypatch, [running, kill], lambda m: answered if '"id": 2' in m else [], expect=1)
+    assert agent.received == [answered]
+    assert round_trips(metrics) == (1, 1.0)  # the kill's own second, not 11 s since the exec went
+
+
+def test_ids_are_keys_read_alike_from_a_request_and_from_the_first_bytes_of_its_reply() -> None:
+    big = '{"ok":true,"id":"a\\"b","result":{"image":"' + "A" * 100_000 + '"}}'
+    assert relay_module.reply_key(big) == relay_module.request_key('{"action":{},"id":"a\\"b"}') == '"a\\"b"'
+    assert relay_module.reply_key(b'{"ok":false,"id":5,"error":{}}') == relay_module.request_key(b'{"id":5}') == "5"
+    assert relay_module.request_key('{"id":"5"}') != relay_module.request_key('{"id":5}')
+    assert relay_module.request_key("not json") == relay_module.request_key("[1]") == "null"
+    assert relay_module.reply_key('{"ok":false,"id":null,"error":{}}') == "null"
+    assert relay_module.reply_key('{"ok":true,"result":{},"id":9}') == "9"  # not as written: read whole

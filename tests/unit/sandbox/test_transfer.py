@@ -10,6 +10,7 @@ import io
 import json
 import os
 import tarfile
+import urllib.parse
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -17,10 +18,12 @@ from typing import Any
 
 import pytest
 
+from corral.errors import StreamAborted
 from corral.sandbox import auth
 from corral.sandbox.app import create_app
 from corral.sandbox.files import TEMP_PREFIX, AgentFiles
 from corral.sandbox.launcher.client import Spawned, SpawnRefused
+from corral.sandbox.launcher.messages import ShepherdEvent
 from corral.sandbox.settings import ControllerSettings
 from corral.sandbox.transfer import LauncherCommand
 
@@ -204,8 +207,14 @@ def test_without_a_launcher_transfers_are_unsupported(tmp_path: Path) -> None:
 
 
 class StubControl:
-    def __init__(self) -> None:
+    """A shepherd's channel: the events it will report (then its end), and whether it was closed."""
+
+    def __init__(self, events: list[ShepherdEvent] | None = None) -> None:
         self.closed = False
+        self.events: list[ShepherdEvent | None] = [*(events or []), None]
+
+    async def next_event(self) -> ShepherdEvent | None:
+        return self.events.pop(0) if len(self.events) > 1 else None
 
     def close(self) -> None:
         self.closed = True
@@ -214,9 +223,11 @@ class StubControl:
 class StubLauncher:
     """The launcher's spawn: refuses, or 'starts' by writing into the stdout it was handed."""
 
-    def __init__(self, refuse: SpawnRefused | None = None, output: bytes = b"") -> None:
+    def __init__(
+        self, refuse: SpawnRefused | None = None, output: bytes = b"", events: list[ShepherdEvent] | None = None
+    ) -> None:
         self.refuse, self.output = refuse, output
-        self.control = StubControl()
+        self.control = StubControl(events)
         self.seen: list[tuple[list[bytes], list[bytes], bytes]] = []
 
     async def spawn(
@@ -300,3 +311,92 @@ def test_uploads_and_downloads_are_recorded_one_event_each_never_their_bytes(con
     assert "secret bytes" not in json.dumps(events.events)
     assert [event["request_seq"] for event in events.events] == [1, 2, 3, 4, 5]  # numbered as they came in
     assert all(event["started"] > 0 and event["elapsed_ms"] >= 0 for event in events.events)
+
+
+async def _all(body: AsyncIterator[bytes]) -> bytes:
+    return b"".join([chunk async for chunk in body])
+
+
+@pytest.mark.parametrize("code", [0, 1], ids=["clean", "a-file-changed-while-read"])
+async def test_a_tar_that_exits_well_ends_the_stream_cleanly(code: int) -> None:
+    events = [ShepherdEvent("exited", pid=4242, exit_code=code), ShepherdEvent("empty")]
+    launcher = StubLauncher(output=b"t" * 3000, events=events)
+    body = await LauncherCommand(launcher).stdout(["tar"], "/")  # type: ignore[arg-type]
+    assert await _all(body) == b"t" * 3000
+    assert launcher.control.closed is True
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        [ShepherdEvent("exited", pid=4242, exit_code=2), ShepherdEvent("empty")],
+        [ShepherdEvent("exited", pid=4242, signal=9), ShepherdEvent("empty")],
+        [],  # the shepherd went away without a word
+    ],
+    ids=["exit-2", "killed", "shepherd-gone"],
+)
+async def test_a_tar_that_fails_after_its_first_byte_aborts_the_stream(events: list[ShepherdEvent]) -> None:
+    launcher = StubLauncher(output=b"t" * 3000, events=events)
+    body = await LauncherCommand(launcher).stdout(["tar"], "/")  # type: ignore[arg-type]
+    received = bytearray()
+    with pytest.raises(StreamAborted):
+        async for chunk in body:
+            received += chunk
+    assert received == b"t" * 3000  # all it wrote went out, then no clean end
+    assert launcher.control.closed is True
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+async def _get_with_the_client_gone(controller: Controller, params: dict[str, str]) -> list[str]:
+    """GET /v1/files through the ASGI app, the client gone before the first byte: its disconnect is the
+    first thing the app hears, and the response's start never gets out. The message types sent."""
+    app = controller.client.app
+    headers = [(name.lower().encode(), value.encode()) for name, value in auth.sign(SECRET).headers.items()]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/v1/files",
+        "raw_path": b"/v1/files",
+        "root_path": "",
+        "query_string": urllib.parse.urlencode(params).encode(),
+        "headers": headers,
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 80),
+    }
+    sent: list[str] = []
+    stuck = asyncio.Event()
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(str(message["type"]))
+        await stuck.wait()  # the socket is gone: nothing goes out
+
+    await app(scope, receive, send)  # type: ignore[arg-type]
+    return sent
+
+
+async def test_a_directory_download_left_before_its_first_byte_leaves_no_tar_nor_fd(controller: Controller) -> None:
+    (controller.root / "proj").mkdir()
+    launcher = StubLauncher(output=b"t" * 3000)
+    controller.client.app.state.agent_command = LauncherCommand(launcher)  # type: ignore[attr-defined]
+    before = _open_fds()
+    sent = await _get_with_the_client_gone(controller, {"path": "proj"})
+    assert "http.response.body" not in sent
+    assert launcher.control.closed is True  # the shepherd kills tar's tree
+    assert _open_fds() == before  # the pipe's read end closed too
+
+
+async def test_a_file_download_left_before_its_first_byte_leaves_no_fd(controller: Controller) -> None:
+    (controller.root / "big.bin").write_bytes(b"b" * 100_000)
+    before = _open_fds()
+    sent = await _get_with_the_client_gone(controller, {"path": "big.bin"})
+    assert "http.response.body" not in sent
+    assert _open_fds() == before
