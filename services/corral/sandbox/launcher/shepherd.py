@@ -15,6 +15,7 @@ When the controller's end closes, it kills the tree and exits.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -151,7 +152,7 @@ def _child(job: socket.socket, report: int, shepherd: int, agent: Ids) -> NoRetu
         env = dict(entry.split(b"=", 1) for entry in spawn["env"])
         os.execvpe(spawn["argv"][0], spawn["argv"], env)
     except (OSError, ValueError) as exc:
-        code = exc.errno if isinstance(exc, OSError) and exc.errno else 5
+        code = exc.errno if isinstance(exc, OSError) and exc.errno else errno.EIO
         failure = {"stage": stage, "errno": code, "path": None if path is None else m.b64(path)}
         with contextlib.suppress(OSError):
             os.write(report, json.dumps(failure).encode())
@@ -176,7 +177,7 @@ class Shepherd:
             ready = self._hand_over(ready, m.job(fields))
         except OSError as exc:
             # No room for one more process (the sandbox's pid limit, a fork bomb's aftermath).
-            self._send(m.event("failed", stage="fork", errno=exc.errno or 11, path=None))
+            self._send(m.event("failed", stage="fork", errno=exc.errno or errno.EAGAIN, path=None))
             os._exit(0)
         self.main_pid = ready.child
         ready.job.close()
