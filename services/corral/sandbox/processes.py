@@ -125,6 +125,8 @@ class Process:
     control: Control
     outputs: dict[str, Output]
     stdin: int | None  # the write end (or the PTY's master); None once closed
+    # One write at a time: two waiting on one descriptor would replace each other's wake-up.
+    writing: asyncio.Lock = field(default_factory=asyncio.Lock)
     started: float = field(default_factory=time.time)
     began: float = field(default_factory=time.monotonic)
     ended: float | None = None
@@ -535,6 +537,10 @@ class ProcessTable:
             await self._write(process, data, eof)
 
     async def _write(self, process: Process, data: bytes, eof: bool) -> dict[str, Any]:
+        async with process.writing:  # in turn, the end of file after what was asked before it
+            return await self._write_now(process, data, eof)
+
+    async def _write_now(self, process: Process, data: bytes, eof: bool) -> dict[str, Any]:
         fd = process.stdin
         if fd is None:
             message = "the process has no stdin open (a foreground exec without stdin, or after eof)"

@@ -238,3 +238,56 @@ async def test_a_terminal_that_closed_is_no_stdin_and_its_descriptor_is_closed_o
     assert os.read(reader, 20) == b"still mine"
     os.close(reader)
     os.close(writer)
+
+
+class KeepsStdin(FakeLauncher):
+    """A launcher whose program's stdin the test reads (the others' is closed at once)."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda out, err, control: (os.close(out), os.close(err)))
+        self.stdin: list[int] = []
+
+    async def spawn(
+        self, argv: list[bytes], env: list[bytes], cwd: bytes, stdio: tuple[int, int, int], *, pty: bool = False
+    ) -> Spawned | SpawnRefused:
+        self.stdin.append(os.dup(stdio[0]))
+        return await super().spawn(argv, env, cwd, stdio, pty=pty)
+
+
+async def _read_exactly(fd: int, size: int) -> bytes:
+    loop = asyncio.get_running_loop()
+    got = bytearray()
+    while len(got) < size:
+        readable: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(fd, lambda: readable.done() or readable.set_result(None))
+        try:
+            await readable
+        finally:
+            loop.remove_reader(fd)
+        got += os.read(fd, size - len(got))
+    return bytes(got)
+
+
+async def test_two_writes_to_one_stdin_both_finish_in_turn() -> None:
+    launcher = KeepsStdin()
+    processes = ProcessTable(launcher, ProcessSettings())  # type: ignore[arg-type]
+    started = await processes.run(exec_action(background=True), RunContext("a1.x"))
+    big = 300_000  # several pipe-fulls: each write has to wait for the reader
+    writes = [
+        asyncio.ensure_future(
+            processes.run(a.ProcessWrite(type="process_write", pid=started["pid"], data=c * big), RunContext("a2.x"))
+        )
+        for c in "xy"
+    ]
+    writes.append(
+        asyncio.ensure_future(
+            processes.run(a.ProcessWrite(type="process_write", pid=started["pid"], eof=True), RunContext("a3.x"))
+        )
+    )
+    read = await asyncio.wait_for(_read_exactly(launcher.stdin[0], 2 * big), 10)
+    done = await asyncio.wait_for(asyncio.gather(*writes), 10)
+    assert [d["written"] for d in done] == [big, big, 0]
+    assert read in (b"x" * big + b"y" * big, b"y" * big + b"x" * big)
+    assert os.read(launcher.stdin[0], 1) == b""  # the end of file came after both
+    os.close(launcher.stdin[0])
+    await processes.close()
