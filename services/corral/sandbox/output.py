@@ -5,6 +5,7 @@
 - :class:`Ring`: the last ``capacity`` bytes, addressed by offsets since the start, so a reader
   can resume where it stopped and learns how much was dropped before it (``process_output``);
 - :func:`render`: bytes as the reply's text, UTF-8 (invalid bytes replaced) or base64;
+  :func:`fit` the longest prefix whose JSON text stays within a budget (a reply must fit its frame);
   :class:`StreamDecoder` the same for a stream cut into chunks (a character split across two
   chunks is not replaced).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import codecs
+import json
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -23,6 +25,27 @@ def render(data: bytes, encoding: Encoding) -> str:
     if encoding == "base64":
         return base64.b64encode(data).decode("ascii")
     return data.decode("utf-8", errors="replace")
+
+
+def json_size(text: str) -> int:
+    """The bytes ``text`` takes in a reply, as :func:`corral.protocol.reply.encode` writes it
+    (ASCII JSON: a control byte is six, a replaced byte ``\\ufffd`` six, base64 one each)."""
+    return len(json.dumps(text))
+
+
+def fit(data: bytes, encoding: Encoding, budget: int) -> tuple[str, int]:
+    """The text of the longest prefix of ``data`` whose JSON takes at most ``budget`` bytes, and how
+    many bytes of ``data`` it holds (a UTF-8 character is never split at the cut)."""
+    if encoding == "base64":
+        used = min(len(data), max(0, budget - 2) // 4 * 3)
+        return render(data[:used], "base64"), used
+    text, used = render(data, encoding), len(data)
+    while json_size(text) > budget and used > 0:
+        used = max(0, min(used - 1, used * budget // json_size(text) - 4))
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        text = decoder.decode(data[:used], False)
+        used -= len(decoder.getstate()[0])  # an unfinished character at the cut stays out
+    return text, used
 
 
 class StreamDecoder:

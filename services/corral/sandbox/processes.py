@@ -33,7 +33,7 @@ from corral.errors import ActionError, ErrorCode, os_error
 from corral.protocol import actions as a
 from corral.sandbox import agentenv
 from corral.sandbox.launcher import Control, LauncherClient, Spawned, SpawnRefused
-from corral.sandbox.output import Capture, Encoding, Ring, StreamDecoder, render
+from corral.sandbox.output import Capture, Encoding, Ring, StreamDecoder, fit, json_size, render
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,9 @@ Emit = Callable[[dict[str, Any]], Awaitable[None]]
 
 READ_CHUNK = 64 * 1024
 STREAM_HIGH_WATER = 1 << 20  # bytes queued for a slow streaming client before the pipes stop being read
+# What a reply's output text may take as JSON, all streams together: a frame is at most 16 MiB
+# (the gateway's limit) and escapes make a byte up to six (a control byte, a replaced one).
+REPLY_TEXT_BYTES = 12 << 20
 KILL_WAIT_S = 10.0  # a tree's kill takes milliseconds; past this the shepherd is stuck
 # The sandbox's memory cgroup counts its OOM kills: cgroup v2's memory.events, v1's memory.oom_control.
 OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
@@ -480,13 +483,12 @@ class ProcessTable:
 
     def _result(self, process: Process, timed_out: bool, encoding: Encoding) -> dict[str, Any]:
         out: dict[str, Any] = process.status()
+        captured: dict[str, Capture] = {}
         for name in ("stdout", "stderr"):
             output = process.outputs.get(name)
-            capture = output.capture if output is not None else None
-            out[name] = render(bytes(capture.data), encoding) if capture is not None else ""
-            out[f"{name}_truncated"] = capture.truncated if capture is not None else False
-            if output is not None:
-                output.capture = None
+            if output is not None and output.capture is not None:
+                captured[name], output.capture = output.capture, None
+        out |= _fit_streams(captured, encoding)
         out["timed_out"] = timed_out
         out["encoding"] = encoding
         return out
@@ -564,13 +566,14 @@ class ProcessTable:
                 ErrorCode.INVALID_FIELD, "a PTY process has only stdout (the terminal)", field="action.stream"
             )
         found = output.ring.read(action.offset, action.max_bytes)
+        data, used = fit(found.data, action.output_encoding, REPLY_TEXT_BYTES)  # the rest: from next_offset
         return {
             "pid": process.pid,
             "stream": action.stream,
-            "data": render(found.data, action.output_encoding),
+            "data": data,
             "encoding": action.output_encoding,
             "offset": found.offset,
-            "next_offset": found.next_offset,
+            "next_offset": found.offset + used,
             "dropped": found.dropped,
             "running": process.running,
             "exit_code": process.exit_code,
@@ -581,6 +584,22 @@ class ProcessTable:
             raise ActionError(ErrorCode.INVALID_REQUEST, f"process {process.pid} has no terminal", "action.pid")
         _set_size(process.stdin, rows, cols)  # the kernel tells the foreground group (SIGWINCH)
         return {"pid": process.pid, "rows": rows, "cols": cols}
+
+
+def _fit_streams(captured: dict[str, Capture], encoding: Encoding) -> dict[str, Any]:
+    """``stdout``/``stderr`` and their ``*_truncated`` flags, the two texts cut to fit one reply
+    together: each gets half of :data:`REPLY_TEXT_BYTES`, and what the other leaves unused."""
+    out: dict[str, Any] = {}
+    sizes = {name: json_size(render(bytes(c.data), encoding)) for name, c in captured.items()}
+    for name in ("stdout", "stderr"):
+        capture = captured.get(name)
+        if capture is None:
+            out[name], out[f"{name}_truncated"] = "", False
+            continue
+        others = sum(size for other, size in sizes.items() if other != name)
+        text, used = fit(bytes(capture.data), encoding, REPLY_TEXT_BYTES - min(others, REPLY_TEXT_BYTES // 2))
+        out[name], out[f"{name}_truncated"] = text, capture.truncated or used < len(capture.data)
+    return out
 
 
 def _start_error(exc: OSError) -> ActionError:

@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from corral.sandbox.output import Capture, Ring, StreamDecoder, render
+from corral.sandbox.output import Capture, Encoding, Ring, StreamDecoder, fit, json_size, render
 
 
 def test_a_capture_keeps_the_first_bytes_and_says_when_more_came() -> None:
@@ -57,3 +57,20 @@ def test_a_character_split_across_chunks_survives_streaming() -> None:
     assert decoder.feed(euro[1:] + b"y") == "€y"
     assert decoder.feed(b"\xe2", final=True) == "\ufffd"
     assert StreamDecoder("base64").feed(b"\xff") == "/w=="
+
+
+@pytest.mark.parametrize("data", [b"\x00" * 5000, "é".encode() * 2000, b"plain" * 1000, bytes(range(256)) * 20])
+@pytest.mark.parametrize("encoding", ["utf-8", "base64"])
+def test_fit_keeps_the_longest_prefix_whose_json_is_within_the_budget(data: bytes, encoding: Encoding) -> None:
+    text, used = fit(data, encoding, 1000)
+    assert json_size(text) <= 1000
+    assert 0 < used < len(data)
+    assert text == render(data[:used], encoding)  # no character split at the cut
+    whole, all_of_it = fit(data, encoding, 10 * json_size(render(data, encoding)))
+    assert (whole, all_of_it) == (render(data, encoding), len(data))
+
+
+def test_json_size_counts_escapes_as_the_reply_writes_them() -> None:
+    assert json_size("a") == 3
+    assert json_size("\x00") == 8  # "\u0000"
+    assert json_size("\ufffd") == 8

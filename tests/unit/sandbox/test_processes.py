@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +14,7 @@ import pytest
 
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import actions as a
+from corral.protocol import reply
 from corral.sandbox.launcher import ShepherdEvent, Spawned, SpawnRefused
 from corral.sandbox.processes import ProcessSettings, ProcessTable, RunContext, signal_name, signal_number
 
@@ -290,4 +293,40 @@ async def test_two_writes_to_one_stdin_both_finish_in_turn() -> None:
     assert read in (b"x" * big + b"y" * big, b"y" * big + b"x" * big)
     assert os.read(launcher.stdin[0], 1) == b""  # the end of file came after both
     os.close(launcher.stdin[0])
+    await processes.close()
+
+
+def floods(size: int) -> Behaviour:
+    """A program that writes ``size`` NUL bytes to each stream (from a thread: more than a pipe holds)."""
+
+    def run(stdout: int, stderr: int, control: FakeControl) -> None:
+        loop = asyncio.get_running_loop()
+
+        def write() -> None:
+            for fd in (stdout, stderr):
+                os.set_blocking(fd, True)
+                with contextlib.suppress(BrokenPipeError):
+                    os.write(fd, b"\x00" * size)
+                os.close(fd)
+            for event in (ShepherdEvent("exited", exit_code=0, running=True), None):
+                loop.call_soon_threadsafe(control.events.put_nowait, event)
+
+        threading.Thread(target=write, daemon=True).start()
+
+    return run
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "base64"])
+async def test_an_exec_reply_and_process_output_fit_one_frame(encoding: str) -> None:
+    processes, _ = table(floods(8 << 20))
+    done = await processes.run(
+        exec_action(max_output_bytes=8 << 20, output_encoding=encoding, timeout_ms=30_000), RunContext("a1.x")
+    )
+    assert len(reply.encode({"ok": True, "id": "r", "result": done})) < 16 << 20
+    assert done["stdout_truncated"] and done["stderr_truncated"]
+    assert done["stdout"] and done["stderr"]
+    asked = a.ProcessOutput(type="process_output", pid=4242, max_bytes=8 << 20, output_encoding=encoding)  # type: ignore[arg-type]
+    found = await processes.run(asked, RunContext("a2.x"))
+    assert len(reply.encode({"ok": True, "id": "r", "result": found})) < 16 << 20
+    assert 0 < found["next_offset"] - found["offset"] < 8 << 20
     await processes.close()
