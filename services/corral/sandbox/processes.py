@@ -33,7 +33,7 @@ from corral.errors import ActionError, ErrorCode, os_error
 from corral.protocol import actions as a
 from corral.sandbox import agentenv
 from corral.sandbox.launcher import Control, LauncherClient, Spawned, SpawnRefused
-from corral.sandbox.output import Capture, Encoding, Ring, StreamDecoder, fit, json_size, render
+from corral.sandbox.output import Budget, Capture, Encoding, Ring, RingPool, StreamDecoder, fit, json_size, render
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,10 @@ class ProcessSettings:
     output_bytes: int = 1 << 20
     max_output_bytes: int = 8 << 20
     buffer_bytes: int = 4 << 20
+    # All the rings together, and all foreground execs' captures together: the agent's processes,
+    # however many, cost the controller at most these (the sandbox's memory is the agent's too).
+    buffers_total_bytes: int = 64 << 20
+    captures_total_bytes: int = 64 << 20
     max_processes: int = 256
     keep_finished: int = 64
     proxy: str = ""  # the session's egress proxy (host:port), or empty
@@ -113,7 +117,7 @@ class Output:
     fd: int | None
     ring: Ring
     capture: Capture | None = None
-    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    closed: asyncio.Event = field(default_factory=asyncio.Event)  # its descriptor is closed (tests wait on it)
 
 
 @dataclass
@@ -183,7 +187,8 @@ class ProcessTable:
         self._launcher = launcher
         self._settings = settings
         self._processes: dict[int, Process] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._rings = RingPool(settings.buffers_total_bytes)
+        self._captures = Budget(settings.captures_total_bytes)
 
     @property
     def launcher(self) -> LauncherClient:
@@ -194,8 +199,6 @@ class ProcessTable:
         """The controller's end: every tree is killed (each shepherd does it when its channel closes)."""
         for process in list(self._processes.values()):
             self._release(process, kill=True)
-        for task in list(self._tasks):
-            task.cancel()
         await self._launcher.close()
 
     async def run(self, action: a.ProcessAction, context: RunContext) -> dict[str, Any]:
@@ -297,18 +300,21 @@ class ProcessTable:
         return ours, (in_r, out_w, err_w)
 
     def _track(self, spawned: Spawned, action: a.Exec, action_id: str, ours: list[int], capture: int | None) -> Process:
-        ring = self._settings.buffer_bytes
+        size = self._settings.buffer_bytes
         if action.pty is not None:
             (master,) = ours
             stdin: int | None = master
-            outputs = {"stdout": Output("stdout", master, Ring(ring))}
+            outputs = {"stdout": Output("stdout", master, self._rings.ring(size))}
         else:
             stdin = ours[0] if len(ours) == 3 else None
             out_r, err_r = ours[-2:]
-            outputs = {"stdout": Output("stdout", out_r, Ring(ring)), "stderr": Output("stderr", err_r, Ring(ring))}
+            outputs = {
+                "stdout": Output("stdout", out_r, self._rings.ring(size)),
+                "stderr": Output("stderr", err_r, self._rings.ring(size)),
+            }
         if capture is not None:
             for output in outputs.values():
-                output.capture = Capture(capture)
+                output.capture = Capture(capture, self._captures)
         process = Process(
             pid=spawned.pid,
             argv=action.program(),
@@ -341,6 +347,8 @@ class ProcessTable:
         finished = [p for p in self._processes.values() if not p.running]
         for process in finished[: max(0, len(finished) - self._settings.keep_finished + 1)]:
             self._release(process, kill=False)
+            for output in process.outputs.values():
+                self._rings.release(output.ring)
             del self._processes[process.pid]
 
     # -- what the shepherd and the pipes say ------------------------------------------------------------
@@ -359,6 +367,8 @@ class ProcessTable:
             self._main_exited(process, None, None)
         process.tree_done.set()
         process.control.close()
+        for output in process.outputs.values():
+            output.ring.finished = True  # what the pool gives up first when the budget is spent
 
     def _main_exited(self, process: Process, exit_code: int | None, number: int | None) -> None:
         process.ended = time.monotonic()
@@ -432,6 +442,9 @@ class ProcessTable:
         shared = {o.fd for o in process.outputs.values()}
         for output in process.outputs.values():
             self._close_output(output)
+            if output.capture is not None:  # a foreground exec whose caller went away
+                output.capture.release()
+                output.capture = None
         if process.stdin is not None and process.stdin not in shared:
             with contextlib.suppress(OSError):
                 os.close(process.stdin)
@@ -489,6 +502,8 @@ class ProcessTable:
             if output is not None and output.capture is not None:
                 captured[name], output.capture = output.capture, None
         out |= _fit_streams(captured, encoding)
+        for capture in captured.values():
+            capture.release()
         out["timed_out"] = timed_out
         out["encoding"] = encoding
         return out

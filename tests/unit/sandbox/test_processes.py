@@ -330,3 +330,39 @@ async def test_an_exec_reply_and_process_output_fit_one_frame(encoding: str) -> 
     assert len(reply.encode({"ok": True, "id": "r", "result": found})) < 16 << 20
     assert 0 < found["next_offset"] - found["offset"] < 8 << 20
     await processes.close()
+
+
+class NumberedLauncher(FakeLauncher):
+    """Each program its own pid."""
+
+    async def spawn(
+        self, argv: list[bytes], env: list[bytes], cwd: bytes, stdio: tuple[int, int, int], *, pty: bool = False
+    ) -> Spawned | SpawnRefused:
+        spawned = await super().spawn(argv, env, cwd, stdio, pty=pty)
+        assert isinstance(spawned, Spawned)
+        return Spawned(1000 + len(self.controls), spawned.control)
+
+
+async def test_many_processes_hold_no_more_than_the_tables_budget() -> None:
+    chunk = b"y" * 60_000
+
+    def chatty(stdout: int, stderr: int, control: FakeControl) -> None:
+        os.write(stdout, chunk)
+        os.write(stderr, chunk)
+        os.close(stdout)
+        os.close(stderr)
+        control.events.put_nowait(ShepherdEvent("exited", exit_code=0, running=True))
+
+    launcher = NumberedLauncher(chatty)
+    settings = ProcessSettings(buffer_bytes=1 << 20, buffers_total_bytes=500_000, captures_total_bytes=300_000)
+    processes = ProcessTable(launcher, settings)  # type: ignore[arg-type]
+    for n in range(20):
+        await processes.run(exec_action(background=True), RunContext(f"a{n}.x"))
+    execs = await asyncio.gather(*(processes.run(exec_action(), RunContext(f"f{n}.x")) for n in range(5)))
+    assert processes._rings.held <= 500_000
+    held = sum(len(output.ring) for p in processes._processes.values() for output in p.outputs.values())
+    assert held == processes._rings.held
+    kept = sum(len(done["stdout"]) + len(done["stderr"]) for done in execs)
+    assert kept <= 300_000 and any(done["stdout_truncated"] or done["stderr_truncated"] for done in execs)
+    assert processes._captures.held == 0  # each reply gave its bytes back
+    await processes.close()
