@@ -186,7 +186,7 @@ def test_many_background_yes_leave_the_controller_within_its_budget(gw: RunningG
                 time.sleep(2)  # the pipes are read meanwhile: each ring alone could take 4 MiB
                 samples.append(_controller_rss_kib(box))
             output = box.act({"type": "process_output", "pid": pids[-1], "max_bytes": 100})["result"]
-            assert output["running"] is True and output["data"].startswith("a line") or output["dropped"] > 0
+            assert output["running"] is True and output["next_offset"] > 0, output
             assert box.act({"type": "exec", "command": "echo still here"})["result"]["stdout"] == "still here\n"
         growth = max(samples) - before
         print(f"\n{YES_PROCESSES} background yes: controller RSS {before} KiB, then at most {max(samples)} KiB")

@@ -19,13 +19,14 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import json
 import logging
 import os
 import signal
 import struct
 import termios
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
@@ -33,6 +34,7 @@ from corral.errors import ActionError, ErrorCode, os_error
 from corral.protocol import actions as a
 from corral.sandbox import agentenv
 from corral.sandbox.launcher import Control, LauncherClient, Spawned, SpawnRefused
+from corral.sandbox.launcher import messages as lm
 from corral.sandbox.output import Budget, Capture, Encoding, Ring, RingPool, StreamDecoder, fit, json_size, render
 
 log = logging.getLogger(__name__)
@@ -189,6 +191,7 @@ class ProcessTable:
         self._processes: dict[int, Process] = {}
         self._rings = RingPool(settings.buffers_total_bytes)
         self._captures = Budget(settings.captures_total_bytes)
+        self._starting = 0  # starts under way: they count against max_processes already
 
     @property
     def launcher(self) -> LauncherClient:
@@ -246,12 +249,35 @@ class ProcessTable:
         env.update(action.env)
         return [f"{name}={value}".encode() for name, value in env.items()]
 
-    async def _start(self, action: a.Exec, action_id: str, capture: int | None) -> Process:
-        running = sum(1 for p in self._processes.values() if p.running)
+    @contextlib.contextmanager
+    def _slot(self) -> Iterator[None]:
+        """A place among ``max_processes``, held from before the (awaited) start until the process
+        is in the table: starts running side by side cannot pass the limit together."""
+        running = sum(1 for p in self._processes.values() if p.running) + self._starting
         if running >= self._settings.max_processes:
             raise ActionError(
                 ErrorCode.PROCESS_LIMIT, f"{running} processes are running; at most {self._settings.max_processes}"
             )
+        self._starting += 1
+        try:
+            yield
+        finally:
+            self._starting -= 1
+
+    def _check_size(self, action: a.Exec, action_id: str) -> None:
+        """What the launcher's one message must hold (base64 and JSON grow it, the session's
+        environment adds to it), checked here so the agent hears which field is too big."""
+        argv = [os.fsencode(arg) for arg in action.program()]
+        env = self._environment(action, action_id)
+        size = len(json.dumps(lm.request("spawn", 0, argv=argv, env=env, cwd=os.fsencode(action.cwd), pty=False)))
+        if size <= lm.MAX_MESSAGE:
+            return
+        env_size = sum(len(f"{name}={value}".encode()) for name, value in action.env.items())
+        field_name = "action.env" if env_size > sum(map(len, argv)) else _program_field(action)
+        message = f"the command, its env and cwd take {size} bytes in the launcher's message; at most {lm.MAX_MESSAGE}"
+        raise ActionError(ErrorCode.INVALID_FIELD, f"{message} (pass data through stdin or a file)", field_name)
+
+    async def _start(self, action: a.Exec, action_id: str, capture: int | None) -> Process:
         ours, theirs = await self._stdio(action)
         try:
             spawned = await self._launcher.spawn(
@@ -456,7 +482,9 @@ class ProcessTable:
 
     async def _exec(self, action: a.Exec, context: RunContext) -> dict[str, Any]:
         timeout_ms, output_bytes = self._limits(action)
-        process = await self._start(action, context.action_id, None if action.background else output_bytes)
+        self._check_size(action, context.action_id)
+        with self._slot():
+            process = await self._start(action, context.action_id, None if action.background else output_bytes)
         stdin = action.stdin_bytes()
         if stdin is not None:
             self._keep(process, self._feed(process, stdin, eof=not action.background))
@@ -490,8 +518,12 @@ class ProcessTable:
             pass
         process.killed = True
         process.control.kill_tree()
-        async with asyncio.timeout(KILL_WAIT_S):
-            await process.tree_done.wait()
+        try:
+            async with asyncio.timeout(KILL_WAIT_S):
+                await process.tree_done.wait()
+        except TimeoutError:
+            # Still the timeout's answer (with what was printed); the tree stays listed as running.
+            log.warning("the tree of %d was not gone %.0f s after its kill", process.pid, KILL_WAIT_S)
         return True
 
     def _result(self, process: Process, timed_out: bool, encoding: Encoding) -> dict[str, Any]:
@@ -636,7 +668,7 @@ def _refusal(refused: SpawnRefused, action: a.Exec) -> ActionError:
     if refused.stage == "cwd":
         return os_error(refused.error(), field="action.cwd", what=f"cwd {action.cwd!r}")
     program = action.program()[0]
-    field_name = "action.argv" if action.argv is not None else "action.command"
+    field_name = _program_field(action)
     if refused.stage == "exec" and refused.errno == errno.ENOENT:
         return ActionError(ErrorCode.PROGRAM_NOT_FOUND, f"{program!r}: no such program on PATH", field_name)
     if refused.stage == "exec" and refused.errno == errno.EACCES:
@@ -645,6 +677,10 @@ def _refusal(refused: SpawnRefused, action: a.Exec) -> ActionError:
     if refused.errno == errno.EAGAIN:
         return ActionError(ErrorCode.PROCESS_LIMIT, f"could not start {program!r}: {reason}")
     return ActionError(ErrorCode.EXEC_FAILED, f"could not start {program!r} ({refused.stage}): {reason}", field_name)
+
+
+def _program_field(action: a.Exec) -> str:
+    return "action.argv" if action.argv is not None else "action.command"
 
 
 def _settle(future: asyncio.Future[None]) -> None:

@@ -16,6 +16,7 @@ from corral.errors import ActionError, ErrorCode
 from corral.protocol import actions as a
 from corral.protocol import reply
 from corral.sandbox.launcher import ShepherdEvent, Spawned, SpawnRefused
+from corral.sandbox import processes as processes_module
 from corral.sandbox.processes import ProcessSettings, ProcessTable, RunContext, signal_name, signal_number
 
 EXITED = ShepherdEvent("exited", exit_code=0, running=False)
@@ -366,3 +367,63 @@ async def test_many_processes_hold_no_more_than_the_tables_budget() -> None:
     assert kept <= 300_000 and any(done["stdout_truncated"] or done["stderr_truncated"] for done in execs)
     assert processes._captures.held == 0  # each reply gave its bytes back
     await processes.close()
+
+
+async def test_a_tree_that_outlives_its_kill_still_answers_timed_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Stuck(FakeControl):
+        def kill_tree(self) -> None:
+            self.orders.append(("kill_tree", 9))  # the shepherd never says the tree is gone
+
+    class StuckLauncher(FakeLauncher):
+        async def spawn(
+            self, argv: list[bytes], env: list[bytes], cwd: bytes, stdio: tuple[int, int, int], *, pty: bool = False
+        ) -> Spawned | SpawnRefused:
+            spawned = await super().spawn(argv, env, cwd, stdio, pty=pty)
+            assert isinstance(spawned, Spawned)
+            return Spawned(spawned.pid, Stuck())  # type: ignore[arg-type]
+
+    monkeypatch.setattr(processes_module, "KILL_WAIT_S", 0.01)
+    launcher = StuckLauncher(prints(b"so far", b"", ShepherdEvent("started")))
+    processes = ProcessTable(launcher, ProcessSettings())  # type: ignore[arg-type]
+    done = await processes.run(exec_action(timeout_ms=1), RunContext("a1.x"))
+    assert (done["timed_out"], done["stdout"]) == (True, "so far")
+    listed = await processes.run(a.ProcessList(type="process_list"), RunContext("a2.x"))
+    assert listed["processes"][0]["running"] is True
+    await processes.close()
+
+
+async def test_starts_side_by_side_cannot_pass_the_process_limit() -> None:
+    gate = asyncio.Event()
+
+    class Slow(NumberedLauncher):
+        async def spawn(
+            self, argv: list[bytes], env: list[bytes], cwd: bytes, stdio: tuple[int, int, int], *, pty: bool = False
+        ) -> Spawned | SpawnRefused:
+            await gate.wait()
+            return await super().spawn(argv, env, cwd, stdio, pty=pty)
+
+    idle: Behaviour = lambda out, err, control: (os.close(out), os.close(err))  # noqa: E731
+    processes = ProcessTable(Slow(idle), ProcessSettings(max_processes=2))  # type: ignore[arg-type]
+    starts = [
+        asyncio.ensure_future(processes.run(exec_action(background=True), RunContext(f"a{n}.x"))) for n in range(3)
+    ]
+    await asyncio.sleep(0)  # all three reach the launcher (or the limit) before any start is done
+    gate.set()
+    outcomes = await asyncio.gather(*starts, return_exceptions=True)
+    refused = [o for o in outcomes if isinstance(o, ActionError)]
+    assert len(refused) == 1 and refused[0].code == ErrorCode.PROCESS_LIMIT
+    await processes.close()
+
+
+async def test_a_command_too_big_for_the_launchers_message_is_an_invalid_field() -> None:
+    processes, launcher = table(prints(b""))
+    # Within the action's 96 KiB as UTF-8, not once base64 and JSON (short items grow the most).
+    many = exec_action(argv=["true", *["abcdefg"] * 9_999], env={f"V{n:03}": "x" * 10 for n in range(1_000)})
+    with pytest.raises(ActionError) as caught:
+        await processes.run(many, RunContext("a1.x"))
+    assert (caught.value.code, caught.value.field) == (ErrorCode.INVALID_FIELD, "action.argv")
+    big_env = exec_action(argv=["true", *["abcd"] * 9_999], env={f"V{n:04}": "x" * 41 for n in range(1_000)})
+    with pytest.raises(ActionError) as caught:
+        await processes.run(big_env, RunContext("a2.x"))
+    assert caught.value.field == "action.env"
+    assert launcher.spawned == []
