@@ -15,8 +15,8 @@ import pytest
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import actions as a
 from corral.protocol import reply
-from corral.sandbox.launcher import ShepherdEvent, Spawned, SpawnRefused
 from corral.sandbox import processes as processes_module
+from corral.sandbox.launcher import ShepherdEvent, Spawned, SpawnRefused
 from corral.sandbox.processes import ProcessSettings, ProcessTable, RunContext, signal_name, signal_number
 
 EXITED = ShepherdEvent("exited", exit_code=0, running=False)
@@ -258,12 +258,17 @@ class KeepsStdin(FakeLauncher):
         return await super().spawn(argv, env, cwd, stdio, pty=pty)
 
 
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 async def _read_exactly(fd: int, size: int) -> bytes:
     loop = asyncio.get_running_loop()
     got = bytearray()
     while len(got) < size:
         readable: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(fd, lambda: readable.done() or readable.set_result(None))
+        loop.add_reader(fd, _settle, readable)
         try:
             await readable
         finally:
