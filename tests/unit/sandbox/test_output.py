@@ -108,3 +108,15 @@ def test_captures_share_a_budget_and_say_when_it_cut_them() -> None:
     assert (bytes(first.data), first.truncated, bytes(second.data), second.truncated) == (b"abc", False, b"de", True)
     first.release()
     assert budget.held == 2
+
+
+def test_an_emptied_finished_ring_is_not_taken_from_again() -> None:
+    pool = RingPool(10)
+    done, busy = pool.ring(8), pool.ring(20)
+    done.append(b"01")
+    done.finished = True
+    busy.append(b"abcdefgh")
+    busy.append(b"ijklmn")  # 16 held: done gives its 2, then busy its oldest
+    assert (pool.held, len(done), len(busy)) == (10, 0, 10)
+    busy.append(b"o")
+    assert (pool.held, len(busy)) == (10, 10)
