@@ -198,14 +198,13 @@ class Launcher:
             _close(fds)
             self._reply(conn, m.refusal(_id_of(data), str(exc)), [])
             return
-        answered = False
         try:
-            answered = self._dispatch(conn, request, data)
-        finally:
-            if not answered:  # a bug on the way: the request still gets its answer (EIO)
-                self._reply(conn, m.failure(request.id, errno.EIO), [])
+            self._dispatch(conn, request, data)
+        except Exception:
+            self._reply(conn, m.failure(request.id, errno.EIO), [])  # a bug on the way: still an answer
+            raise
 
-    def _dispatch(self, conn: socket.socket, request: m.Request, data: bytes) -> bool:
+    def _dispatch(self, conn: socket.socket, request: m.Request, data: bytes) -> None:
         if request.op == "spawn":
             self._spawn(conn, request, data)
         elif request.op == "rmtree":
@@ -213,7 +212,6 @@ class Launcher:
         else:
             reply, out = fsops.run(request, self.agent, self.own)
             self._reply(conn, reply, out)
-        return True
 
     def _reply(self, conn: socket.socket, reply: dict[str, Any], fds: list[int]) -> None:
         try:
