@@ -158,7 +158,7 @@ def test_an_attack_through_exec_is_contained(
         assert result.ok, result
 
 
-YES_PROCESSES = 200  # below the table's cap (256): each one's output is read and kept by the controller
+YES_PROCESSES = 150  # as many as the sandbox's pid limit lets start (each has its shepherd), at least 100
 CONTROLLER_GROWTH_KIB = 200 * 1024  # the rings' budget (64 MiB) and the captures' (64 MiB), with room
 
 
@@ -169,18 +169,25 @@ def _controller_rss_kib(box: Sandbox) -> int:
     return int(found[0][0])
 
 
+def _start_yes(box: Sandbox, most: int) -> list[int]:
+    pids: list[int] = []
+    for _ in range(most):
+        try:
+            started = box.act({"type": "exec", "argv": ["yes", "a line the agent prints for ever"], "background": True})
+        except ActionFailed as exc:
+            assert exc.error["code"] == "process_limit", exc.error
+            break
+        pids.append(started["result"]["pid"])
+    return pids
+
+
 def test_many_background_yes_leave_the_controller_within_its_budget(gw: RunningGateway, bystander: Sandbox) -> None:
     # Every background process's output is kept for process_output: together, not each, within a budget.
     with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as box:
         box.screenshot("jpeg")
         before = _controller_rss_kib(box)
         with Watch(gw, bystander) as watch:
-            pids = [
-                box.act({"type": "exec", "argv": ["yes", "a line the agent prints for ever"], "background": True})[
-                    "result"
-                ]["pid"]
-                for _ in range(YES_PROCESSES)
-            ]
+            pids = _start_yes(box, YES_PROCESSES)
             samples = []
             for _ in range(4):
                 time.sleep(2)  # the pipes are read meanwhile: each ring alone could take 4 MiB
@@ -189,9 +196,9 @@ def test_many_background_yes_leave_the_controller_within_its_budget(gw: RunningG
             assert output["running"] is True and output["next_offset"] > 0, output
             assert box.act({"type": "exec", "command": "echo still here"})["result"]["stdout"] == "still here\n"
         growth = max(samples) - before
-        print(f"\n{YES_PROCESSES} background yes: controller RSS {before} KiB, then at most {max(samples)} KiB")
+        print(f"\n{len(pids)} background yes: controller RSS {before} KiB, then at most {max(samples)} KiB")
         assert not watch.failures, watch.failures
         assert growth < CONTROLLER_GROWTH_KIB, f"the controller grew by {growth} KiB"
         assert box.screenshot("jpeg")[:3] == b"\xff\xd8\xff"
         listed = box.act({"type": "process_list"})["result"]["processes"]
-        assert sum(1 for p in listed if p["running"]) >= YES_PROCESSES
+        assert sum(1 for p in listed if p["running"]) >= len(pids) >= 100
