@@ -156,3 +156,49 @@ def test_an_attack_through_exec_is_contained(
         log = Path(gw.settings.data_dir) / "egress" / box.id / "audit.jsonl"
         result = verify(log)
         assert result.ok, result
+
+
+YES_PROCESSES = 150  # as many as the sandbox's pid limit lets start (each has its shepherd), at least 100
+CONTROLLER_GROWTH_KIB = 200 * 1024  # the rings' budget (64 MiB) and the captures' (64 MiB), with room
+
+
+def _controller_rss_kib(box: Sandbox) -> int:
+    listed = box.act({"type": "exec", "argv": ["ps", "-u", "corral", "-o", "rss=,args="]})["result"]["stdout"]
+    found = [line.split(None, 1) for line in listed.splitlines() if "corral.sandbox.controller" in line]
+    assert len(found) == 1, listed
+    return int(found[0][0])
+
+
+def _start_yes(box: Sandbox, most: int) -> list[int]:
+    pids: list[int] = []
+    for _ in range(most):
+        try:
+            started = box.act({"type": "exec", "argv": ["yes", "a line the agent prints for ever"], "background": True})
+        except ActionFailed as exc:
+            assert exc.error["code"] == "process_limit", exc.error
+            break
+        pids.append(started["result"]["pid"])
+    return pids
+
+
+def test_many_background_yes_leave_the_controller_within_its_budget(gw: RunningGateway, bystander: Sandbox) -> None:
+    # Every background process's output is kept for process_output: together, not each, within a budget.
+    with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as box:
+        box.screenshot("jpeg")
+        before = _controller_rss_kib(box)
+        with Watch(gw, bystander) as watch:
+            pids = _start_yes(box, YES_PROCESSES)
+            samples = []
+            for _ in range(4):
+                time.sleep(2)  # the pipes are read meanwhile: each ring alone could take 4 MiB
+                samples.append(_controller_rss_kib(box))
+            output = box.act({"type": "process_output", "pid": pids[-1], "max_bytes": 100})["result"]
+            assert output["running"] is True and output["next_offset"] > 0, output
+            assert box.act({"type": "exec", "command": "echo still here"})["result"]["stdout"] == "still here\n"
+        growth = max(samples) - before
+        print(f"\n{len(pids)} background yes: controller RSS {before} KiB, then at most {max(samples)} KiB")
+        assert not watch.failures, watch.failures
+        assert growth < CONTROLLER_GROWTH_KIB, f"the controller grew by {growth} KiB"
+        assert box.screenshot("jpeg")[:3] == b"\xff\xd8\xff"
+        listed = box.act({"type": "process_list"})["result"]["processes"]
+        assert sum(1 for p in listed if p["running"]) >= len(pids) >= 100

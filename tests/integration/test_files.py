@@ -188,6 +188,31 @@ def test_relative_paths_are_in_the_workspace(client: SandboxClient, runtime: Doc
     _still_working(client)
 
 
+def _launcher_pid(runtime: DockerHarness, box: SandboxAddress) -> str:
+    code, out = runtime.exec(box.id, ["pgrep", "-o", "-f", "corral.sandbox.launcher"])
+    assert code == 0, out
+    return out.strip()
+
+
+def test_a_directory_of_5000_entries_is_listed_whole_and_the_launcher_lives_on(
+    client: SandboxClient, sandbox: SandboxAddress, runtime: DockerHarness
+) -> None:
+    # One launcher reply holds about a thousand entries: the rest come in further replies.
+    before = _launcher_pid(runtime, sandbox)
+    made = client.act(
+        {"type": "exec", "command": "mkdir -p many && cd many && touch entry-{00001..05000}-with-a-longer-name.txt"}
+    )
+    assert made["result"]["exit_code"] == 0, made
+    listed = client.act({"type": "file_list", "path": "many", "limit": 10000})["result"]
+    names = [entry["name"] for entry in listed["entries"]]
+    assert (len(set(names)), listed["truncated"]) == (5000, False)
+    cut = client.act({"type": "file_list", "path": "many", "limit": 4000})["result"]
+    assert (len(cut["entries"]), cut["truncated"]) == (4000, True)
+    assert _launcher_pid(runtime, sandbox) == before
+    assert client.act({"type": "file_remove", "path": "many", "recursive": True})["result"]["type"] == "directory"
+    _still_working(client)
+
+
 @pytest.mark.parametrize(
     ("action", "code"),
     [

@@ -247,8 +247,11 @@ class Connection:
             # The desktop request running finishes, as it always did (its reply goes nowhere); queued
             # ones never run. Commands still running are cancelled: their trees are killed.
             worker.cancel()
-            for task in list(self._apart):
+            apart = list(self._apart)
+            for task in apart:
                 task.cancel()
+            # Awaited, not only cancelled: a command's cancel kills its tree before serve returns.
+            await asyncio.gather(worker, *apart, return_exceptions=True)
             if self._current is not None:
                 with contextlib.suppress(Exception, asyncio.CancelledError):
                     await self._current

@@ -19,13 +19,14 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import json
 import logging
 import os
 import signal
 import struct
 import termios
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
@@ -33,7 +34,8 @@ from corral.errors import ActionError, ErrorCode, os_error
 from corral.protocol import actions as a
 from corral.sandbox import agentenv
 from corral.sandbox.launcher import Control, LauncherClient, Spawned, SpawnRefused
-from corral.sandbox.output import Capture, Encoding, Ring, StreamDecoder, render
+from corral.sandbox.launcher import messages as lm
+from corral.sandbox.output import Budget, Capture, Encoding, Ring, RingPool, StreamDecoder, fit, json_size, render
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,9 @@ Emit = Callable[[dict[str, Any]], Awaitable[None]]
 
 READ_CHUNK = 64 * 1024
 STREAM_HIGH_WATER = 1 << 20  # bytes queued for a slow streaming client before the pipes stop being read
+# What a reply's output text may take as JSON, all streams together: a frame is at most 16 MiB
+# (the gateway's limit) and escapes make a byte up to six (a control byte, a replaced one).
+REPLY_TEXT_BYTES = 12 << 20
 KILL_WAIT_S = 10.0  # a tree's kill takes milliseconds; past this the shepherd is stuck
 # The sandbox's memory cgroup counts its OOM kills: cgroup v2's memory.events, v1's memory.oom_control.
 OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
@@ -56,6 +61,10 @@ class ProcessSettings:
     output_bytes: int = 1 << 20
     max_output_bytes: int = 8 << 20
     buffer_bytes: int = 4 << 20
+    # All the rings together, and all foreground execs' captures together: the agent's processes,
+    # however many, cost the controller at most these (the sandbox's memory is the agent's too).
+    buffers_total_bytes: int = 64 << 20
+    captures_total_bytes: int = 64 << 20
     max_processes: int = 256
     keep_finished: int = 64
     proxy: str = ""  # the session's egress proxy (host:port), or empty
@@ -110,7 +119,7 @@ class Output:
     fd: int | None
     ring: Ring
     capture: Capture | None = None
-    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    closed: asyncio.Event = field(default_factory=asyncio.Event)  # its descriptor is closed (tests wait on it)
 
 
 @dataclass
@@ -125,6 +134,8 @@ class Process:
     control: Control
     outputs: dict[str, Output]
     stdin: int | None  # the write end (or the PTY's master); None once closed
+    # One write at a time: two waiting on one descriptor would replace each other's wake-up.
+    writing: asyncio.Lock = field(default_factory=asyncio.Lock)
     started: float = field(default_factory=time.time)
     began: float = field(default_factory=time.monotonic)
     ended: float | None = None
@@ -178,7 +189,9 @@ class ProcessTable:
         self._launcher = launcher
         self._settings = settings
         self._processes: dict[int, Process] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._rings = RingPool(settings.buffers_total_bytes)
+        self._captures = Budget(settings.captures_total_bytes)
+        self._starting = 0  # starts under way: they count against max_processes already
 
     @property
     def launcher(self) -> LauncherClient:
@@ -189,8 +202,6 @@ class ProcessTable:
         """The controller's end: every tree is killed (each shepherd does it when its channel closes)."""
         for process in list(self._processes.values()):
             self._release(process, kill=True)
-        for task in list(self._tasks):
-            task.cancel()
         await self._launcher.close()
 
     async def run(self, action: a.ProcessAction, context: RunContext) -> dict[str, Any]:
@@ -238,12 +249,35 @@ class ProcessTable:
         env.update(action.env)
         return [f"{name}={value}".encode() for name, value in env.items()]
 
-    async def _start(self, action: a.Exec, action_id: str, capture: int | None) -> Process:
-        running = sum(1 for p in self._processes.values() if p.running)
+    @contextlib.contextmanager
+    def _slot(self) -> Iterator[None]:
+        """A place among ``max_processes``, held from before the (awaited) start until the process
+        is in the table: starts running side by side cannot pass the limit together."""
+        running = sum(1 for p in self._processes.values() if p.running) + self._starting
         if running >= self._settings.max_processes:
             raise ActionError(
                 ErrorCode.PROCESS_LIMIT, f"{running} processes are running; at most {self._settings.max_processes}"
             )
+        self._starting += 1
+        try:
+            yield
+        finally:
+            self._starting -= 1
+
+    def _check_size(self, action: a.Exec, action_id: str) -> None:
+        """What the launcher's one message must hold (base64 and JSON grow it, the session's
+        environment adds to it), checked here so the agent hears which field is too big."""
+        argv = [os.fsencode(arg) for arg in action.program()]
+        env = self._environment(action, action_id)
+        size = len(json.dumps(lm.request("spawn", 0, argv=argv, env=env, cwd=os.fsencode(action.cwd), pty=False)))
+        if size <= lm.MAX_MESSAGE:
+            return
+        env_size = sum(len(f"{name}={value}".encode()) for name, value in action.env.items())
+        field_name = "action.env" if env_size > sum(map(len, argv)) else _program_field(action)
+        message = f"the command, its env and cwd take {size} bytes in the launcher's message; at most {lm.MAX_MESSAGE}"
+        raise ActionError(ErrorCode.INVALID_FIELD, f"{message} (pass data through stdin or a file)", field_name)
+
+    async def _start(self, action: a.Exec, action_id: str, capture: int | None) -> Process:
         ours, theirs = await self._stdio(action)
         try:
             spawned = await self._launcher.spawn(
@@ -292,18 +326,21 @@ class ProcessTable:
         return ours, (in_r, out_w, err_w)
 
     def _track(self, spawned: Spawned, action: a.Exec, action_id: str, ours: list[int], capture: int | None) -> Process:
-        ring = self._settings.buffer_bytes
+        size = self._settings.buffer_bytes
         if action.pty is not None:
             (master,) = ours
             stdin: int | None = master
-            outputs = {"stdout": Output("stdout", master, Ring(ring))}
+            outputs = {"stdout": Output("stdout", master, self._rings.ring(size))}
         else:
             stdin = ours[0] if len(ours) == 3 else None
             out_r, err_r = ours[-2:]
-            outputs = {"stdout": Output("stdout", out_r, Ring(ring)), "stderr": Output("stderr", err_r, Ring(ring))}
+            outputs = {
+                "stdout": Output("stdout", out_r, self._rings.ring(size)),
+                "stderr": Output("stderr", err_r, self._rings.ring(size)),
+            }
         if capture is not None:
             for output in outputs.values():
-                output.capture = Capture(capture)
+                output.capture = Capture(capture, self._captures)
         process = Process(
             pid=spawned.pid,
             argv=action.program(),
@@ -336,6 +373,8 @@ class ProcessTable:
         finished = [p for p in self._processes.values() if not p.running]
         for process in finished[: max(0, len(finished) - self._settings.keep_finished + 1)]:
             self._release(process, kill=False)
+            for output in process.outputs.values():
+                self._rings.release(output.ring)
             del self._processes[process.pid]
 
     # -- what the shepherd and the pipes say ------------------------------------------------------------
@@ -354,6 +393,8 @@ class ProcessTable:
             self._main_exited(process, None, None)
         process.tree_done.set()
         process.control.close()
+        for output in process.outputs.values():
+            output.ring.finished = True  # what the pool gives up first when the budget is spent
 
     def _main_exited(self, process: Process, exit_code: int | None, number: int | None) -> None:
         process.ended = time.monotonic()
@@ -427,6 +468,9 @@ class ProcessTable:
         shared = {o.fd for o in process.outputs.values()}
         for output in process.outputs.values():
             self._close_output(output)
+            if output.capture is not None:  # a foreground exec whose caller went away
+                output.capture.release()
+                output.capture = None
         if process.stdin is not None and process.stdin not in shared:
             with contextlib.suppress(OSError):
                 os.close(process.stdin)
@@ -438,7 +482,9 @@ class ProcessTable:
 
     async def _exec(self, action: a.Exec, context: RunContext) -> dict[str, Any]:
         timeout_ms, output_bytes = self._limits(action)
-        process = await self._start(action, context.action_id, None if action.background else output_bytes)
+        self._check_size(action, context.action_id)
+        with self._slot():
+            process = await self._start(action, context.action_id, None if action.background else output_bytes)
         stdin = action.stdin_bytes()
         if stdin is not None:
             self._keep(process, self._feed(process, stdin, eof=not action.background))
@@ -472,19 +518,24 @@ class ProcessTable:
             pass
         process.killed = True
         process.control.kill_tree()
-        async with asyncio.timeout(KILL_WAIT_S):
-            await process.tree_done.wait()
+        try:
+            async with asyncio.timeout(KILL_WAIT_S):
+                await process.tree_done.wait()
+        except TimeoutError:
+            # Still the timeout's answer (with what was printed); the tree stays listed as running.
+            log.warning("the tree of %d was not gone %.0f s after its kill", process.pid, KILL_WAIT_S)
         return True
 
     def _result(self, process: Process, timed_out: bool, encoding: Encoding) -> dict[str, Any]:
         out: dict[str, Any] = process.status()
+        captured: dict[str, Capture] = {}
         for name in ("stdout", "stderr"):
             output = process.outputs.get(name)
-            capture = output.capture if output is not None else None
-            out[name] = render(bytes(capture.data), encoding) if capture is not None else ""
-            out[f"{name}_truncated"] = capture.truncated if capture is not None else False
-            if output is not None:
-                output.capture = None
+            if output is not None and output.capture is not None:
+                captured[name], output.capture = output.capture, None
+        out |= _fit_streams(captured, encoding)
+        for capture in captured.values():
+            capture.release()
         out["timed_out"] = timed_out
         out["encoding"] = encoding
         return out
@@ -535,6 +586,10 @@ class ProcessTable:
             await self._write(process, data, eof)
 
     async def _write(self, process: Process, data: bytes, eof: bool) -> dict[str, Any]:
+        async with process.writing:  # in turn, the end of file after what was asked before it
+            return await self._write_now(process, data, eof)
+
+    async def _write_now(self, process: Process, data: bytes, eof: bool) -> dict[str, Any]:
         fd = process.stdin
         if fd is None:
             message = "the process has no stdin open (a foreground exec without stdin, or after eof)"
@@ -558,13 +613,14 @@ class ProcessTable:
                 ErrorCode.INVALID_FIELD, "a PTY process has only stdout (the terminal)", field="action.stream"
             )
         found = output.ring.read(action.offset, action.max_bytes)
+        data, used = fit(found.data, action.output_encoding, REPLY_TEXT_BYTES)  # the rest: from next_offset
         return {
             "pid": process.pid,
             "stream": action.stream,
-            "data": render(found.data, action.output_encoding),
+            "data": data,
             "encoding": action.output_encoding,
             "offset": found.offset,
-            "next_offset": found.next_offset,
+            "next_offset": found.offset + used,
             "dropped": found.dropped,
             "running": process.running,
             "exit_code": process.exit_code,
@@ -575,6 +631,22 @@ class ProcessTable:
             raise ActionError(ErrorCode.INVALID_REQUEST, f"process {process.pid} has no terminal", "action.pid")
         _set_size(process.stdin, rows, cols)  # the kernel tells the foreground group (SIGWINCH)
         return {"pid": process.pid, "rows": rows, "cols": cols}
+
+
+def _fit_streams(captured: dict[str, Capture], encoding: Encoding) -> dict[str, Any]:
+    """``stdout``/``stderr`` and their ``*_truncated`` flags, the two texts cut to fit one reply
+    together: each gets half of :data:`REPLY_TEXT_BYTES`, and what the other leaves unused."""
+    out: dict[str, Any] = {}
+    sizes = {name: json_size(render(bytes(c.data), encoding)) for name, c in captured.items()}
+    for name in ("stdout", "stderr"):
+        capture = captured.get(name)
+        if capture is None:
+            out[name], out[f"{name}_truncated"] = "", False
+            continue
+        others = sum(size for other, size in sizes.items() if other != name)
+        text, used = fit(bytes(capture.data), encoding, REPLY_TEXT_BYTES - min(others, REPLY_TEXT_BYTES // 2))
+        out[name], out[f"{name}_truncated"] = text, capture.truncated or used < len(capture.data)
+    return out
 
 
 def _start_error(exc: OSError) -> ActionError:
@@ -596,7 +668,7 @@ def _refusal(refused: SpawnRefused, action: a.Exec) -> ActionError:
     if refused.stage == "cwd":
         return os_error(refused.error(), field="action.cwd", what=f"cwd {action.cwd!r}")
     program = action.program()[0]
-    field_name = "action.argv" if action.argv is not None else "action.command"
+    field_name = _program_field(action)
     if refused.stage == "exec" and refused.errno == errno.ENOENT:
         return ActionError(ErrorCode.PROGRAM_NOT_FOUND, f"{program!r}: no such program on PATH", field_name)
     if refused.stage == "exec" and refused.errno == errno.EACCES:
@@ -605,6 +677,10 @@ def _refusal(refused: SpawnRefused, action: a.Exec) -> ActionError:
     if refused.errno == errno.EAGAIN:
         return ActionError(ErrorCode.PROCESS_LIMIT, f"could not start {program!r}: {reason}")
     return ActionError(ErrorCode.EXEC_FAILED, f"could not start {program!r} ({refused.stage}): {reason}", field_name)
+
+
+def _program_field(action: a.Exec) -> str:
+    return "action.argv" if action.argv is not None else "action.command"
 
 
 def _settle(future: asyncio.Future[None]) -> None:

@@ -53,6 +53,8 @@ class ControllerSettings(BaseSettings):
     exec_timeout_ms: int = 60_000
     max_output_bytes: int = 8 << 20  # per stream of one exec's reply; the default is 1 MiB
     process_buffer_bytes: int = 4 << 20  # per stream of each process, for process_output
+    process_buffers_total_bytes: int = 64 << 20  # all those rings together (the oldest bytes go first)
+    process_captures_total_bytes: int = 64 << 20  # all running execs' stdout/stderr kept for their replies
     max_processes: int = 256
     # What boot writes when the session has a proxy: the system CAs and the session's.
     ca_bundle: Path = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -64,6 +66,8 @@ class ControllerSettings(BaseSettings):
             output_bytes=min(1 << 20, self.max_output_bytes),
             max_output_bytes=self.max_output_bytes,
             buffer_bytes=self.process_buffer_bytes,
+            buffers_total_bytes=self.process_buffers_total_bytes,
+            captures_total_bytes=self.process_captures_total_bytes,
             max_processes=self.max_processes,
             proxy=self.proxy,
             ca_bundle=str(self.ca_bundle) if self.proxy else None,

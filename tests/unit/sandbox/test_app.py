@@ -95,3 +95,29 @@ async def test_a_command_running_on_a_connection_does_not_hold_up_the_next_reque
     )
     socket.incoming.put_nowait({"type": "websocket.disconnect"})
     await asyncio.wait_for(serving, 5)
+
+
+async def test_commands_cancelled_at_the_end_of_a_connection_have_finished_when_serve_returns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Incoming, "apart", property(lambda self: self.request.get("apart", False)))
+    cleaning, cleaned = asyncio.Event(), asyncio.Event()
+
+    class Cleaning(_Dispatcher):
+        async def run(self, incoming: Incoming, emit: Any) -> dict[str, Any]:
+            try:
+                return await super().run(incoming, emit)
+            except asyncio.CancelledError:
+                cleaning.set()  # a cancelled command's clean-up (its tree's kill) takes its time
+                await cleaned.wait()
+                raise
+
+    socket = _Socket()
+    serving = asyncio.create_task(Connection(socket, Cleaning()).serve())  # type: ignore[arg-type]
+    socket.incoming.put_nowait({"type": "websocket.receive", "text": '{"id": 1, "apart": true, "hold": true}'})
+    await socket.frames(1)  # the command runs
+    socket.incoming.put_nowait({"type": "websocket.disconnect"})
+    await asyncio.wait_for(cleaning.wait(), 5)
+    assert not serving.done()  # serve waits for the clean-up
+    cleaned.set()
+    await asyncio.wait_for(serving, 5)

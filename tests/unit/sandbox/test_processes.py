@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +14,8 @@ import pytest
 
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import actions as a
+from corral.protocol import reply
+from corral.sandbox import processes as processes_module
 from corral.sandbox.launcher import ShepherdEvent, Spawned, SpawnRefused
 from corral.sandbox.processes import ProcessSettings, ProcessTable, RunContext, signal_name, signal_number
 
@@ -238,3 +242,193 @@ async def test_a_terminal_that_closed_is_no_stdin_and_its_descriptor_is_closed_o
     assert os.read(reader, 20) == b"still mine"
     os.close(reader)
     os.close(writer)
+
+
+class KeepsStdin(FakeLauncher):
+    """A launcher whose program's stdin the test reads (the others' is closed at once)."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda out, err, control: (os.close(out), os.close(err)))
+        self.stdin: list[int] = []
+
+    async def spawn(
+        self, argv: list[bytes], env: list[bytes], cwd: bytes, stdio: tuple[int, int, int], *, pty: bool = False
+    ) -> Spawned | SpawnRefused:
+        self.stdin.append(os.dup(stdio[0]))
+        return await super().spawn(argv, env, cwd, stdio, pty=pty)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+async def _read_exactly(fd: int, size: int) -> bytes:
+    loop = asyncio.get_running_loop()
+    got = bytearray()
+    while len(got) < size:
+        readable: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(fd, _settle, readable)
+        try:
+            await readable
+        finally:
+            loop.remove_reader(fd)
+        got += os.read(fd, size - len(got))
+    return bytes(got)
+
+
+async def test_two_writes_to_one_stdin_both_finish_in_turn() -> None:
+    launcher = KeepsStdin()
+    processes = ProcessTable(launcher, ProcessSettings())  # type: ignore[arg-type]
+    started = await processes.run(exec_action(background=True), RunContext("a1.x"))
+    big = 300_000  # several pipe-fulls: each write has to wait for the reader
+    writes = [
+        asyncio.ensure_future(
+            processes.run(a.ProcessWrite(type="process_write", pid=started["pid"], data=c * big), RunContext("a2.x"))
+        )
+        for c in "xy"
+    ]
+    writes.append(
+        asyncio.ensure_future(
+            processes.run(a.ProcessWrite(type="process_write", pid=started["pid"], eof=True), RunContext("a3.x"))
+        )
+    )
+    read = await asyncio.wait_for(_read_exactly(launcher.stdin[0], 2 * big), 10)
+    done = await asyncio.wait_for(asyncio.gather(*writes), 10)
+    assert [d["written"] for d in done] == [big, big, 0]
+    assert read in (b"x" * big + b"y" * big, b"y" * big + b"x" * big)
+    assert os.read(launcher.stdin[0], 1) == b""  # the end of file came after both
+    os.close(launcher.stdin[0])
+    await processes.close()
+
+
+def floods(size: int) -> Behaviour:
+    """A program that writes ``size`` NUL bytes to each stream (from a thread: more than a pipe holds)."""
+
+    def run(stdout: int, stderr: int, control: FakeControl) -> None:
+        loop = asyncio.get_running_loop()
+
+        def write() -> None:
+            for fd in (stdout, stderr):
+                os.set_blocking(fd, True)
+                with contextlib.suppress(BrokenPipeError):
+                    os.write(fd, b"\x00" * size)
+                os.close(fd)
+            for event in (ShepherdEvent("exited", exit_code=0, running=True), None):
+                loop.call_soon_threadsafe(control.events.put_nowait, event)
+
+        threading.Thread(target=write, daemon=True).start()
+
+    return run
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "base64"])
+async def test_an_exec_reply_and_process_output_fit_one_frame(encoding: str) -> None:
+    processes, _ = table(floods(8 << 20))
+    done = await processes.run(
+        exec_action(max_output_bytes=8 << 20, output_encoding=encoding, timeout_ms=30_000), RunContext("a1.x")
+    )
+    assert len(reply.encode({"ok": True, "id": "r", "result": done})) < 16 << 20
+    assert done["stdout_truncated"] and done["stderr_truncated"]
+    assert done["stdout"] and done["stderr"]
+    asked = a.ProcessOutput(type="process_output", pid=4242, max_bytes=8 << 20, output_encoding=encoding)  # type: ignore[arg-type]
+    found = await processes.run(asked, RunContext("a2.x"))
+    assert len(reply.encode({"ok": True, "id": "r", "result": found})) < 16 << 20
+    assert 0 < found["next_offset"] - found["offset"] < 8 << 20
+    await processes.close()
+
+
+class NumberedLauncher(FakeLauncher):
+    """Each program its own pid."""
+
+    async def spawn(
+        self, argv: list[bytes], env: list[bytes], cwd: bytes, stdio: tuple[int, int, int], *, pty: bool = False
+    ) -> Spawned | SpawnRefused:
+        spawned = await super().spawn(argv, env, cwd, stdio, pty=pty)
+        assert isinstance(spawned, Spawned)
+        return Spawned(1000 + len(self.controls), spawned.control)
+
+
+async def test_many_processes_hold_no_more_than_the_tables_budget() -> None:
+    chunk = b"y" * 60_000
+
+    def chatty(stdout: int, stderr: int, control: FakeControl) -> None:
+        os.write(stdout, chunk)
+        os.write(stderr, chunk)
+        os.close(stdout)
+        os.close(stderr)
+        control.events.put_nowait(ShepherdEvent("exited", exit_code=0, running=True))
+
+    launcher = NumberedLauncher(chatty)
+    settings = ProcessSettings(buffer_bytes=1 << 20, buffers_total_bytes=500_000, captures_total_bytes=300_000)
+    processes = ProcessTable(launcher, settings)  # type: ignore[arg-type]
+    for n in range(20):
+        await processes.run(exec_action(background=True), RunContext(f"a{n}.x"))
+    execs = await asyncio.gather(*(processes.run(exec_action(), RunContext(f"f{n}.x")) for n in range(5)))
+    assert processes._rings.held <= 500_000
+    held = sum(len(output.ring) for p in processes._processes.values() for output in p.outputs.values())
+    assert held == processes._rings.held
+    kept = sum(len(done["stdout"]) + len(done["stderr"]) for done in execs)
+    assert kept <= 300_000 and any(done["stdout_truncated"] or done["stderr_truncated"] for done in execs)
+    assert processes._captures.held == 0  # each reply gave its bytes back
+    await processes.close()
+
+
+async def test_a_tree_that_outlives_its_kill_still_answers_timed_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Stuck(FakeControl):
+        def kill_tree(self) -> None:
+            self.orders.append(("kill_tree", 9))  # the shepherd never says the tree is gone
+
+    class StuckLauncher(FakeLauncher):
+        async def spawn(
+            self, argv: list[bytes], env: list[bytes], cwd: bytes, stdio: tuple[int, int, int], *, pty: bool = False
+        ) -> Spawned | SpawnRefused:
+            spawned = await super().spawn(argv, env, cwd, stdio, pty=pty)
+            assert isinstance(spawned, Spawned)
+            return Spawned(spawned.pid, Stuck())  # type: ignore[arg-type]
+
+    monkeypatch.setattr(processes_module, "KILL_WAIT_S", 0.01)
+    launcher = StuckLauncher(prints(b"so far", b"", ShepherdEvent("started")))
+    processes = ProcessTable(launcher, ProcessSettings())  # type: ignore[arg-type]
+    done = await processes.run(exec_action(timeout_ms=1), RunContext("a1.x"))
+    assert (done["timed_out"], done["stdout"]) == (True, "so far")
+    listed = await processes.run(a.ProcessList(type="process_list"), RunContext("a2.x"))
+    assert listed["processes"][0]["running"] is True
+    await processes.close()
+
+
+async def test_starts_side_by_side_cannot_pass_the_process_limit() -> None:
+    gate = asyncio.Event()
+
+    class Slow(NumberedLauncher):
+        async def spawn(
+            self, argv: list[bytes], env: list[bytes], cwd: bytes, stdio: tuple[int, int, int], *, pty: bool = False
+        ) -> Spawned | SpawnRefused:
+            await gate.wait()
+            return await super().spawn(argv, env, cwd, stdio, pty=pty)
+
+    idle: Behaviour = lambda out, err, control: (os.close(out), os.close(err))  # noqa: E731
+    processes = ProcessTable(Slow(idle), ProcessSettings(max_processes=2))  # type: ignore[arg-type]
+    starts = [
+        asyncio.ensure_future(processes.run(exec_action(background=True), RunContext(f"a{n}.x"))) for n in range(3)
+    ]
+    await asyncio.sleep(0)  # all three reach the launcher (or the limit) before any start is done
+    gate.set()
+    outcomes = await asyncio.gather(*starts, return_exceptions=True)
+    refused = [o for o in outcomes if isinstance(o, ActionError)]
+    assert len(refused) == 1 and refused[0].code == ErrorCode.PROCESS_LIMIT
+    await processes.close()
+
+
+async def test_a_command_too_big_for_the_launchers_message_is_an_invalid_field() -> None:
+    processes, launcher = table(prints(b""))
+    # Within the action's 96 KiB as UTF-8, not once base64 and JSON (short items grow the most).
+    many = exec_action(argv=["true", *["abcdefg"] * 9_999], env={f"V{n:03}": "x" * 10 for n in range(1_000)})
+    with pytest.raises(ActionError) as caught:
+        await processes.run(many, RunContext("a1.x"))
+    assert (caught.value.code, caught.value.field) == (ErrorCode.INVALID_FIELD, "action.argv")
+    big_env = exec_action(argv=["true", *["abcd"] * 9_999], env={f"V{n:04}": "x" * 41 for n in range(1_000)})
+    with pytest.raises(ActionError) as caught:
+        await processes.run(big_env, RunContext("a2.x"))
+    assert caught.value.field == "action.env"
+    assert launcher.spawned == []

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import socket
@@ -280,7 +281,7 @@ class LauncherClient:
         if not reply.get("ok"):
             for fd in got:
                 os.close(fd)
-            code = int(reply.get("errno") or 5)
+            code = int(reply.get("errno") or errno.EIO)
             path = reply.get("path")
             message = reply.get("message") or os.strerror(code)
             raise OSError(code, message, None if path is None else os.fsdecode(m.unb64(path, "path")))
@@ -330,8 +331,8 @@ class LauncherClient:
         self._reserve_next()
         control.close()
         if first is None or first.kind != "failed":
-            raise OSError(5, "the shepherd ended before it said how the start went")
-        return SpawnRefused(first.stage or "setup", first.errno or 5, _path(first.path))
+            raise OSError(errno.EIO, "the shepherd ended before it said how the start went")
+        return SpawnRefused(first.stage or "setup", first.errno or errno.EIO, _path(first.path))
 
     async def _spawn_by_launcher(
         self, argv: list[bytes], env: list[bytes], cwd: bytes, stdio: tuple[int, int, int], pty: bool
@@ -352,7 +353,7 @@ class LauncherClient:
         if len(fds) != m.RESERVE_FDS:
             for fd in fds:
                 os.close(fd)
-            raise OSError(5, f"a reserve brings {m.RESERVE_FDS} descriptors, not {len(fds)}")
+            raise OSError(errno.EIO, f"a reserve brings {m.RESERVE_FDS} descriptors, not {len(fds)}")
         return Reserved(socket.socket(fileno=fds[0]), socket.socket(fileno=fds[1]), int(reply["shepherd"]))
 
     async def _take_spare(self) -> Reserved | None:
@@ -392,8 +393,17 @@ class LauncherClient:
         return _stat(reply["stat"])
 
     async def scandir(self, path: str, limit: int) -> tuple[list[DirEntry], bool]:
-        reply, _ = await self._call("scandir", path=os.fsencode(path), limit=limit)
-        return [_entry(entry) for entry in reply["entries"]], bool(reply["truncated"])
+        # One reply holds what fits a message; a big directory comes in several, each from where
+        # the last one stopped (readdir's order holds while the directory does not change).
+        entries: list[DirEntry] = []
+        skip = 0
+        while True:
+            reply, _ = await self._call("scandir", path=os.fsencode(path), limit=limit - len(entries), skip=skip)
+            entries += [_entry(entry) for entry in reply["entries"]]
+            following = reply.get("next")
+            if not isinstance(following, int) or len(entries) >= limit:
+                return entries, bool(reply["truncated"]) or isinstance(following, int)
+            skip = following
 
     async def mkdir(self, path: str, mode: int = 0o755, *, parents: bool = False) -> None:
         await self._call("mkdir", path=os.fsencode(path), mode=mode, parents=parents)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import shutil
 import stat as st
@@ -60,18 +61,31 @@ def _stat(f: Mapping[str, Any]) -> Outcome:
 
 
 def _scandir(f: Mapping[str, Any]) -> Outcome:
+    """Up to ``limit`` entries from position ``skip`` on, whose JSON stays under
+    :data:`messages.SCANDIR_REPLY_BYTES`; ``next`` is where to go on when the budget cut it short,
+    ``truncated`` that ``limit`` did."""
     entries: list[dict[str, Any]] = []
+    held = 0
     truncated = False
+    following: int | None = None
     with os.scandir(f["path"]) as found:
-        for entry in found:
+        for position, entry in enumerate(found):
+            if position < f["skip"]:
+                continue
             if len(entries) >= f["limit"]:
                 truncated = True
                 break
             try:
-                entries.append(describe(entry.path, entry.stat(follow_symlinks=False)))
+                described = describe(entry.path, entry.stat(follow_symlinks=False))
             except FileNotFoundError:
                 continue  # removed while listed
-    return {"entries": entries, "truncated": truncated}, []
+            size = len(json.dumps(described, separators=(",", ":"))) + 1
+            if entries and held + size > m.SCANDIR_REPLY_BYTES:
+                following = position
+                break
+            entries.append(described)
+            held += size
+    return {"entries": entries, "truncated": truncated, "next": following}, []
 
 
 def _mkdir(f: Mapping[str, Any]) -> Outcome:
@@ -149,7 +163,7 @@ def run(request: m.Request, agent: Ids, own: Ids) -> Outcome:
             fields, fds = OPERATIONS[request.op](request.fields)
     except OSError as exc:
         path = exc.filename if isinstance(exc.filename, bytes) else None
-        return m.failure(request.id, exc.errno or 5, path), []
+        return m.failure(request.id, exc.errno or errno.EIO, path), []
     return m.ok(request.id, **fields), fds
 
 
@@ -162,5 +176,5 @@ def remove_tree(path: bytes) -> int:
         else:
             shutil.rmtree(path)
     except OSError as exc:
-        return exc.errno or 5
+        return exc.errno or errno.EIO
     return 0

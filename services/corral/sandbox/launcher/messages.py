@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,6 +35,9 @@ SOCKET_PATH = SOCKET_DIR / "sock"
 MAX_MESSAGE = 160 * 1024  # below the default socket send buffer (about 208 KiB): one datagram, whole
 MAX_FDS = 4
 MAX_SCANDIR = 100_000
+# The JSON of one scandir reply's entries stops short of this; the rest is asked for again from
+# ``next`` (a directory of any size, one message at a time, each well below MAX_MESSAGE).
+SCANDIR_REPLY_BYTES = 96 * 1024
 
 SPAWN_FDS = 4  # stdin, stdout, stderr, control
 JOB_FDS = 3  # stdin, stdout, stderr: beside a job on a reserved shepherd's job socket
@@ -46,7 +50,7 @@ OPERATIONS: dict[str, dict[str, str]] = {
     "openpty": {},
     "open": {"path": "bytes", "flags": "int", "mode": "int"},
     "stat": {"path": "bytes", "follow_symlinks": "bool"},
-    "scandir": {"path": "bytes", "limit": "int"},
+    "scandir": {"path": "bytes", "limit": "int", "skip": "int"},
     "mkdir": {"path": "bytes", "mode": "int", "parents": "bool"},
     "mkstemp": {"directory": "bytes", "prefix": "bytes"},
     "rename": {"source": "bytes", "destination": "bytes", "replace": "bool"},
@@ -55,6 +59,7 @@ OPERATIONS: dict[str, dict[str, str]] = {
     "rmdir": {"path": "bytes"},
     "rmtree": {"path": "bytes"},
 }
+DEFAULTS: dict[str, dict[str, Any]] = {"scandir": {"skip": 0}}  # fields a request may leave out
 FDS_IN: dict[str, int] = {"spawn": SPAWN_FDS}  # how many descriptors a request brings; none for the rest
 
 SHEPHERD_ORDERS = ("signal", "kill_tree")
@@ -145,16 +150,19 @@ def parse_request(data: bytes, fds: list[int]) -> Request:
     unknown = set(obj) - set(kinds) - {"id", "op"}
     if unknown:
         raise ValueError(f"{op}: unknown fields {sorted(unknown)}")
-    missing = set(kinds) - set(obj)
+    defaults = DEFAULTS.get(op, {})
+    missing = set(kinds) - set(obj) - set(defaults)
     if missing:
         raise ValueError(f"{op}: missing fields {sorted(missing)}")
     if len(fds) != FDS_IN.get(op, 0):
         raise ValueError(f"{op} brings {FDS_IN.get(op, 0)} descriptors, not {len(fds)}")
-    fields = {name: _field(kind, name, obj[name]) for name, kind in kinds.items()}
+    fields = {name: _field(kind, name, obj[name] if name in obj else defaults[name]) for name, kind in kinds.items()}
     if op == "spawn":
         _check_spawn(fields)
     if op == "scandir" and not 0 < fields["limit"] <= MAX_SCANDIR:
         raise ValueError(f"limit must be 1..{MAX_SCANDIR}")
+    if op == "scandir" and fields["skip"] < 0:
+        raise ValueError("skip is not negative")
     return Request(request_id, op, fields, tuple(fds))
 
 
@@ -195,7 +203,7 @@ def failure(request_id: int, errno: int, path: bytes | None = None) -> dict[str,
 
 def refusal(request_id: int | None, message: str) -> dict[str, Any]:
     """A request that did not parse: a bug on the controller's side, not the agent's doing."""
-    return {"id": request_id, "ok": False, "errno": 22, "path": None, "message": message}
+    return {"id": request_id, "ok": False, "errno": errno.EINVAL, "path": None, "message": message}
 
 
 @dataclass(frozen=True, slots=True)

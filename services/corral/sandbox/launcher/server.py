@@ -28,9 +28,10 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from corral.sandbox.launcher import fsops
 from corral.sandbox.launcher import messages as m
@@ -113,6 +114,7 @@ class Launcher:
         self.removals: dict[int, _Removal] = {}  # by the read end of the child's result pipe
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.spare: _Spare | None = None
+        self.pid = os.getpid()  # a forked child that comes back up here must never serve as the launcher
 
     def listen(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -135,18 +137,34 @@ class Launcher:
         self._fork_spare()
         while True:
             for key, _ in self.selector.select(self._timeout()):
-                if key.fileobj is self.listener:
-                    self._accept()
-                elif key.fileobj == wake_r:
-                    with contextlib.suppress(BlockingIOError):
-                        while os.read(wake_r, 512):
-                            pass
-                elif isinstance(key.fileobj, socket.socket):
-                    self._serve_one(key.fileobj)
-                elif isinstance(key.fileobj, int):
-                    self._removed(key.fileobj)
-            self._reap()
-            self._expire()
+                with self._surviving("serving the controller"):
+                    self._ready(key, wake_r)
+            with self._surviving("reaping children"):
+                self._reap()
+                self._expire()
+
+    def _ready(self, key: selectors.SelectorKey, wake_r: int) -> None:
+        if key.fileobj is self.listener:
+            self._accept()
+        elif key.fileobj == wake_r:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(wake_r, 512):
+                    pass
+        elif isinstance(key.fileobj, socket.socket):
+            self._serve_one(key.fileobj)
+        elif isinstance(key.fileobj, int):
+            self._removed(key.fileobj)
+
+    @contextlib.contextmanager
+    def _surviving(self, what: str) -> Iterator[None]:
+        """No one request (nor a bug it hits) ends the launcher: every command and file operation
+        of the sandbox goes through it. A forked child that raised its way back here just ends."""
+        try:
+            yield
+        except Exception:
+            if os.getpid() != self.pid:
+                os._exit(1)
+            log.exception("the launcher goes on after a failure while %s", what)
 
     def _timeout(self) -> float | None:
         if not self.removals:
@@ -183,6 +201,13 @@ class Launcher:
             _close(fds)
             self._reply(conn, m.refusal(_id_of(data), str(exc)), [])
             return
+        try:
+            self._dispatch(conn, request, data)
+        except Exception:
+            self._reply(conn, m.failure(request.id, errno.EIO), [])  # a bug on the way: still an answer
+            raise
+
+    def _dispatch(self, conn: socket.socket, request: m.Request, data: bytes) -> None:
         if request.op == "spawn":
             self._spawn(conn, request, data)
         elif request.op == "reserve":
@@ -193,9 +218,17 @@ class Launcher:
             reply, out = fsops.run(request, self.agent, self.own)
             self._reply(conn, reply, out)
 
-    def _reply(self, conn: socket.socket, reply: dict[str, object], fds: list[int]) -> None:
+    def _reply(self, conn: socket.socket, reply: dict[str, Any], fds: list[int]) -> None:
         try:
-            socket.send_fds(conn, [m.encode(reply)], fds) if fds else conn.send(m.encode(reply))
+            data = m.encode(reply)
+        except ValueError as exc:  # too big for one message: the request fails, the launcher goes on
+            log.error("a reply too big to send: %s", exc)
+            _close(fds)
+            fds = []
+            request_id = reply.get("id")
+            data = m.encode(m.failure(request_id if isinstance(request_id, int) else -1, errno.EMSGSIZE))
+        try:
+            socket.send_fds(conn, [data], fds) if fds else conn.send(data)
         except OSError as exc:
             log.info("could not answer the controller: %s", exc)
         finally:
@@ -274,12 +307,10 @@ class Launcher:
             self._reply(conn, m.failure(request.id, exc.errno or errno.EAGAIN), [])
             return
         if pid == 0:
-            code = 5
             try:
                 self._in_child(keep={result_w})
                 become(self.agent)
-                code = fsops.remove_tree(request.fields["path"])
-                os.write(result_w, str(code).encode())
+                os.write(result_w, str(fsops.remove_tree(request.fields["path"])).encode())
             finally:
                 os._exit(0)
         os.close(result_w)
@@ -337,6 +368,10 @@ def main() -> int:
     own = Ids(os.getuid(), os.getgid())
     if own.uid == agent.uid or own.uid == 0:
         log.error("the launcher runs as the controller's uid, not %d", own.uid)
+        return 3
+    if os.getgroups():
+        # What it opens as the agent must be the agent's doing alone: no group of anyone else's.
+        log.error("the launcher holds supplementary groups %s; init starts it with none", os.getgroups())
         return 3
     launcher = Launcher(SOCKET_PATH, agent, own)
     try:

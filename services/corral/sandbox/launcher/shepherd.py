@@ -168,7 +168,7 @@ def _child(job: socket.socket, report: int, shepherd: int, agent: Ids) -> NoRetu
         env = dict(entry.split(b"=", 1) for entry in spawn["env"])
         os.execvpe(spawn["argv"][0], spawn["argv"], env)
     except (OSError, ValueError) as exc:
-        code = exc.errno if isinstance(exc, OSError) and exc.errno else 5
+        code = exc.errno if isinstance(exc, OSError) and exc.errno else errno.EIO
         failure = {"stage": stage, "errno": code, "path": None if path is None else m.b64(path)}
         with contextlib.suppress(OSError):
             os.write(report, json.dumps(failure).encode())

@@ -1,0 +1,116 @@
+"""The launcher's serving loop over a real socket, as the current user (agent and own ids the same):
+no request, however big its answer or whatever bug it hits, ends the launcher."""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.sandbox.launcher import LauncherClient, fsops
+from corral.sandbox.launcher import messages as m
+from corral.sandbox.launcher.privileges import Ids
+from corral.sandbox.launcher.server import Launcher
+
+ME = Ids(os.getuid(), os.getgid())
+
+
+@pytest.fixture
+def launcher(tmp_path: Path) -> Launcher:
+    return Launcher(tmp_path / "sock", ME, ME)
+
+
+def ask(launcher: Launcher, op: str, **fields: Any) -> dict[str, Any]:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with ours, theirs:
+        ours.send(m.encode(m.request(op, 7, **fields)))
+        launcher._serve_one(theirs)
+        return m.decode(ours.recv(m.MAX_MESSAGE + 1))
+
+
+def many_files(directory: Path, count: int) -> None:
+    for n in range(count):
+        (directory / f"a-file-with-a-longish-name-{n:05}.txt").touch()
+
+
+def test_a_directory_too_big_for_one_reply_answers_in_parts(launcher: Launcher, tmp_path: Path) -> None:
+    many_files(tmp_path, 5000)
+    reply = ask(launcher, "scandir", path=os.fsencode(tmp_path), limit=10_000, skip=0)
+    assert reply["ok"] is True
+    assert 0 < len(reply["entries"]) < 5000
+    assert reply["next"] == len(reply["entries"])
+    assert reply["truncated"] is False
+    rest = ask(launcher, "scandir", path=os.fsencode(tmp_path), limit=10_000, skip=reply["next"])
+    names = {e["path"] for e in reply["entries"]} | {e["path"] for e in rest["entries"]}
+    assert len(names) == len(reply["entries"]) + len(rest["entries"])
+
+
+def test_a_reply_too_big_for_the_wire_is_an_error_not_the_launchers_end(
+    launcher: Launcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(fsops.OPERATIONS, "stat", lambda f: ({"stat": "x" * (m.MAX_MESSAGE + 1)}, []))
+    reply = ask(launcher, "stat", path=b"/", follow_symlinks=True)
+    assert (reply["ok"], reply["errno"], reply["id"]) == (False, errno.EMSGSIZE, 7)
+
+
+def test_a_request_that_hits_a_bug_is_answered_and_the_launcher_goes_on(
+    launcher: Launcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(f: Any) -> fsops.Outcome:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setitem(fsops.OPERATIONS, "stat", broken)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with ours, theirs:
+        ours.send(m.encode(m.request("stat", 8, path=b"/", follow_symlinks=True)))
+        with pytest.raises(RuntimeError):
+            launcher._serve_one(theirs)
+        reply = m.decode(ours.recv(m.MAX_MESSAGE + 1))
+    assert (reply["ok"], reply["errno"], reply["id"]) == (False, errno.EIO, 8)
+    with launcher._surviving("a test"):  # the loop's guard: logged, and the loop goes on
+        raise RuntimeError("a bug")
+    reply = ask(launcher, "unlink", path=b"/nonexistent-corral-test")
+    assert (reply["ok"], reply["errno"]) == (False, errno.ENOENT)
+
+
+@pytest.fixture
+def serving(launcher: Launcher) -> Iterator[Launcher]:
+    """The launcher's socket answered one connection at a time by a thread (serve() wants the main
+    thread for its signal handling; _serve_one is the part under test)."""
+    launcher.listen()
+    launcher.listener.setblocking(True)
+    stop = threading.Event()
+
+    def run() -> None:
+        conn, _ = launcher.listener.accept()
+        with conn:
+            while not stop.is_set():
+                if not conn.recv(1, socket.MSG_PEEK):
+                    return
+                launcher._serve_one(conn)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    yield launcher
+    stop.set()
+    thread.join(timeout=5)
+
+
+async def test_the_client_lists_a_big_directory_whole(serving: Launcher, tmp_path: Path) -> None:
+    listed = tmp_path / "big"
+    listed.mkdir()
+    many_files(listed, 5000)
+    client = LauncherClient(serving.path)
+    try:
+        entries, truncated = await client.scandir(str(listed), 10_000)
+        assert (len({e.name for e in entries}), truncated) == (5000, False)
+        entries, truncated = await client.scandir(str(listed), 3000)
+        assert (len(entries), truncated) == (3000, True)
+    finally:
+        await client.close()
