@@ -417,6 +417,13 @@ class ProcessTable:
         except OSError:  # EIO: a PTY whose last slave closed
             chunk = b""
         if not chunk:
+            if process.pty and not process.main_done.is_set():
+                # Every slave closed, but the program may still run: a program closes its stdio before it
+                # exits (cat does), and closing the master now hangs the terminal up, so it would die of
+                # SIGHUP. Stop reading; close once it exited, as a terminal emulator does.
+                asyncio.get_running_loop().remove_reader(output.fd)
+                self._keep(process, self._close_after_exit(process, output))
+                return
             if process.pty and process.stdin == output.fd:
                 process.stdin = None  # one descriptor, the terminal's master: closed below for both
             self._close_output(output)
@@ -430,6 +437,12 @@ class ProcessTable:
             if process.queued > STREAM_HIGH_WATER and not process.paused:
                 process.paused = True
                 self._pause(process, True)
+
+    async def _close_after_exit(self, process: Process, output: Output) -> None:
+        await process.main_done.wait()
+        if process.stdin == output.fd:
+            process.stdin = None  # one descriptor, the terminal's master: closed for both
+        self._close_output(output)
 
     def _pause(self, process: Process, paused: bool) -> None:
         loop = asyncio.get_running_loop()
