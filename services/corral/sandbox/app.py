@@ -12,11 +12,10 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request, WebSocket, WebSocketDisconnect
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.requests import HTTPConnection
-from starlette.types import Receive, Scope, Send
 
-from corral.bodies import read_capped
+from corral.bodies import ClosingStream, read_capped
 from corral.errors import ActionError, ErrorCode, error_body
 from corral.protocol import reply
 from corral.sandbox import transfer
@@ -191,23 +190,8 @@ async def get_file(request: Request) -> Response:
         recorded.done(sent if why_cut is None else {**sent, "cut": why_cut})
 
     headers = {} if download.length is None else {"content-length": str(download.length)}
-    return _Closing(Tallied(download.body, ended), media_type=download.media_type, headers=headers)
-
-
-class _Closing(StreamingResponse):
-    """A streamed answer whose body is closed however it ends: sent whole, the client gone mid-way, or
-    gone before the first byte (then Starlette never iterates the body, so never closes it: the file's
-    fd, or tar and its pipe, would be left behind)."""
-
-    def __init__(self, body: Tallied, **options: Any) -> None:
-        super().__init__(body, **options)
-        self._body = body
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._body.aclose()
+    body = Tallied(download.body, ended)
+    return ClosingStream(body, body.aclose, media_type=download.media_type, headers=headers)
 
 
 class Connection:

@@ -14,14 +14,13 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Final
+from typing import Final
 
 import httpx
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import StreamingResponse
 from starlette.requests import ClientDisconnect
-from starlette.types import Receive, Scope, Send
 
+from corral.bodies import ClosingStream
 from corral.errors import (
     CodedError,
     ErrorCode,
@@ -173,22 +172,7 @@ async def download_file(request: Request, session: LiveSessionDep, http: HttpDep
         await stack.aclose()
         raise
     headers = {name: upstream.headers[name] for name in _PASSED_HEADERS if name in upstream.headers}
-    return _Relayed(upstream.aiter_raw(), stack, status_code=upstream.status_code, headers=headers)
-
-
-class _Relayed(StreamingResponse):
-    """A streamed answer that closes the controller's response once it is over, however it ends: sent
-    whole, the client gone mid-way, or before the first byte (a background task runs in none but the first)."""
-
-    def __init__(self, content: AsyncIterator[bytes], upstream: contextlib.AsyncExitStack, **options: Any) -> None:
-        super().__init__(content, **options)
-        self._upstream = upstream
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._upstream.aclose()
+    return ClosingStream(upstream.aiter_raw(), stack.aclose, status_code=upstream.status_code, headers=headers)
 
 
 __all__ = ["refusal", "router"]
