@@ -449,8 +449,9 @@ def one_path(text: str | None, encoded: str | None, name: str) -> str:
     return os.fsdecode(base64.b64decode(encoded))
 
 
-class _PathAction(_Action):
-    """An action on one path: ``path`` (absolute, or relative to /workspace) or ``path_base64``."""
+class OnePath(_Model):
+    """One path in the sandbox: ``path`` (absolute, or relative to /workspace) or ``path_base64``;
+    the file actions' and the controller's ``/v1/files`` query's."""
 
     path: AgentPath | None = None
     path_base64: AgentPathBase64 | None = None
@@ -462,6 +463,10 @@ class _PathAction(_Action):
 
     def target(self) -> str:
         return one_path(self.path, self.path_base64, "path")
+
+
+class _PathAction(_Action, OnePath):
+    """An action on one path."""
 
 
 class FileRead(_PathAction):

@@ -10,10 +10,10 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol, Self
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter, model_validator
+from pydantic import TypeAdapter
 
 from corral.errors import ActionError, ErrorCode, StreamAborted
-from corral.protocol.actions import AgentPath, AgentPathBase64, FileMode, one_path, parse_file_mode
+from corral.protocol.actions import FileMode, OnePath, parse_file_mode
 from corral.protocol.validation import validate
 from corral.sandbox.files import CHUNK_BYTES, AgentFiles, Written, file_error, in_thread
 from corral.sandbox.launcher.client import Control, LauncherClient, SpawnRefused
@@ -129,23 +129,11 @@ async def _drain(pipe: BinaryIO, control: Control) -> AsyncGenerator[bytes, None
         transport.close()
 
 
-class FileQuery(BaseModel):
+class FileQuery(OnePath):
     """The query of ``/v1/files``: ``path`` (or ``path_base64``), and for a PUT ``make_dirs`` and ``mode``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    path: AgentPath | None = None
-    path_base64: AgentPathBase64 | None = None
     make_dirs: bool = False
     mode: FileMode | None = None
-
-    @model_validator(mode="after")
-    def _one_path(self) -> Self:
-        one_path(self.path, self.path_base64, "path")
-        return self
-
-    def target(self) -> str:
-        return one_path(self.path, self.path_base64, "path")
 
     def field(self) -> str:
         return "path" if self.path is not None else "path_base64"
