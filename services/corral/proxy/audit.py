@@ -87,7 +87,7 @@ def redact_url(url: str) -> str:
 
 # -- the record ------------------------------------------------------------------------------------
 
-Event = Literal["proxy", "connect", "request", "block", "error", "policy", "recovered"]
+Event = Literal["proxy", "connect", "request", "block", "error", "policy", "recovered", "secrets", "secret"]
 Outcome = Literal["allow", "deny", "report"]  # what the proxy did: report lets through and logs a would-be deny
 HeaderPairs = Sequence[Sequence[str]]  # [name, value] pairs, as written (tuples) and as read back (lists)
 
@@ -133,6 +133,17 @@ class EventFields(TypedDict, total=False):
     error: str
     # recovered
     damaged_lines: int
+    # secrets: a change of the session's brokered secrets (names and bindings; never a value)
+    added: list[str]
+    rotated: list[str]
+    revoked: list[str]
+    restored: list[str]  # values sent again to a restarted proxy
+    bindings: dict[str, dict[str, list[str]]]  # name -> {"allow": [...], "in": [...]}, after the change
+    # secret: one use of a secret (substituted or scrubbed); block: a refusal because of one
+    secret: str  # the secret's name
+    location: str  # header, query, body, basic; response-header, response-body; websocket
+    count: int
+    exfiltration: bool  # a block: a placeholder or value headed where its secret is not bound
 
 
 class _Unhashed(EventFields, total=False):
@@ -162,13 +173,17 @@ EVENT_FIELDS: Mapping[Event, frozenset[str]] = {
     "proxy": frozenset({"mode", "allow", "version", "hermetic", "recorded_responses"}),
     "connect": frozenset({*_TRAFFIC, "client"}),
     "request": frozenset({*_EXCHANGE, "replayed"}),  # replayed: only when true (a hermetic session's answer)
-    "block": frozenset(_EXCHANGE),
+    "block": frozenset({*_EXCHANGE, "secret", "location", "exfiltration"}),
     # A failed request: these; a connection refused before any request: host, port, error, action(_source).
     "error": frozenset(
         {"id", "method", "url", "host", "port", "ip", "error", "action", "action_source", "decision", "duration_ms"}
     ),
     "policy": frozenset({"allow", "mode", "previous_allow", "previous_mode", "actor", "generation"}),
     "recovered": frozenset({"damaged_lines"}),
+    "secrets": frozenset({"actor", "generation", "added", "rotated", "revoked", "restored", "bindings"}),
+    "secret": frozenset(
+        {"id", "method", "url", "host", "port", "action", "action_source", "rule", "secret", "location", "count"}
+    ),
 }
 
 

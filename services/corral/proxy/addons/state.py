@@ -59,6 +59,8 @@ class FlowNote:
     host: str  # the vetted name (mitmproxy's request.host may be the pinned address)
     ip: str | None = None  # the vetted address chosen for this flow (a CONNECT, or plain HTTP)
     logged: bool = False  # its audit record is written: a later hook writes none
+    # Fields its record carries besides the exchange's (a secret's refusal: its name, where, why).
+    extra: EventFields = field(default_factory=lambda: EventFields())
 
     def refuse(self, decision: Decision, status: int) -> None:
         self.verdict = Verdict(decision, "deny", status)

@@ -138,6 +138,7 @@ def exchange(flow: http.HTTPFlow, note: FlowNote) -> EventFields:
         "reason": verdict.decision.reason,
     }
     fields.update(note.attribution.record())
+    fields.update(note.extra)
     if flow.is_replay == "response":
         fields["replayed"] = True
     return fields
