@@ -225,11 +225,13 @@ class TrafficFilter:
 
 def is_secret_record(record: AuditRecord) -> bool:
     """Whether a record is about brokered secrets: a ``secrets`` change, a ``secret`` use, or a
-    ``block`` because of one (it names the secret, or its rule is a secret's)."""
+    ``block`` because of one (it names the secret, or its rule is a secret's: misuse, unavailable, or
+    an answer that could not be decoded to take values out of it, ``secret-reflection``)."""
     event = record.get("event")
     if event in ("secrets", "secret"):
         return True
-    return event == "block" and (record.get("secret") is not None or record.get("rule") in (MISUSE, UNAVAILABLE))
+    rule = record.get("rule")
+    return event == "block" and (record.get("secret") is not None or rule in (MISUSE, UNAVAILABLE, REFLECTION))
 
 
 def _iso(seconds: float) -> str:
@@ -476,7 +478,7 @@ def summarize_secrets(records: Iterable[AuditRecord]) -> list[SecretSummary]:
                 row["reflections"] += uses
         elif rule == UNAVAILABLE:
             row["unavailable"] += 1
-        else:  # a block naming a secret: misuse, whatever rule an older writer gave it
+        elif rule != REFLECTION:  # a block naming a secret: misuse, whatever rule an older writer gave it
             row["misuse"] += 1
             if record.get("exfiltration") is True:
                 row["exfiltration"] += 1

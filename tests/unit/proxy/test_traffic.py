@@ -673,6 +673,7 @@ def test_summarize_secrets_per_host_and_secret() -> None:
         _blocked(host="api.example.test", rule="secret-unavailable", status=503, secret="GITHUB_TOKEN"),
         _blocked(host="api.example.test", rule="secret-unavailable", status=503),  # naming no secret
         _blocked(host="evil.test", rule="default-deny"),  # not about a secret
+        _blocked(host="api.example.test", rule="secret-reflection", status=502),  # an answer not decodable: no use
     ]
     assert summarize_secrets(records) == [
         SecretSummary("api.example.test", "", unavailable=1),
@@ -683,7 +684,7 @@ def test_summarize_secrets_per_host_and_secret() -> None:
     ]
     # The per-host traffic summary is unchanged by the secret records: a block is still one block.
     assert [(row.host, row.requests, row.blocked) for row in summarize(records)] == [
-        ("api.example.test", 1, 2),
+        ("api.example.test", 1, 3),
         ("evil.test", 0, 4),
     ]
 
@@ -713,6 +714,7 @@ def test_summarize_secrets_of_a_log_without_them(session: list[dict[str, Any]]) 
         (_secret_use("secret-reflection"), True),
         (_misuse(), True),
         (_blocked(rule="secret-unavailable"), True),
+        (_blocked(rule="secret-reflection", status=502), True),
         (_blocked(rule="default-deny"), False),
         (_requested(), False),
         ({"event": "policy", "allow": []}, False),
