@@ -507,6 +507,34 @@ def load_secrets(manager: EgressManager, egress: Egress, placeholders: list[str]
         raise RuntimeError(f"the sidecar did not take {loaded} secrets: {reply}")
 
 
+def check_log(path: Path, sent: dict[str, int]) -> dict[str, Any]:
+    """What a sidecar's audit log holds against what was sent through it: a record per request and
+    CONNECT, one substitution per placeholder sent, no block; an intact chain; mitmproxy's version."""
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    events: dict[str, int] = {}
+    for record in records:
+        events[record["event"]] = events.get(record["event"], 0) + 1
+    substituted = sum(
+        int(r.get("count") or 0)
+        for r in records
+        if r["event"] == "secret" and r.get("rule") == "secret-substitution" and r.get("secret") == SECRET_NAME
+    )
+    chain_ok = audit.verify(path).ok
+    return {
+        "records": len(records),
+        "events": events,
+        "sent": sent,
+        "substitutions": substituted,
+        "chain_ok": chain_ok,
+        "ok": chain_ok
+        and events.get("request", 0) == sent["requests"]
+        and events.get("connect", 0) == sent["connects"]
+        and substituted == sent["placeholders"]
+        and not events.get("block"),
+        "version": next((str(r.get("version")) for r in records if r["event"] == "proxy"), "?"),
+    }
+
+
 def added_p50(values: list[float], baseline: list[float]) -> float:
     return round(pct(values, 50) - pct(baseline, 50), 3)
 
@@ -735,33 +763,8 @@ def main() -> int:
 
         # The sidecars must really have logged every request (the measured path is the audit path), and
         # the one with the secret every substitution (one secret record per request, location header).
-        logs: dict[str, dict[str, Any]] = {}
-        version = "?"
-        for name, sidecar in sidecars.items():
-            records = [json.loads(line) for line in sidecar.audit_path.read_text().splitlines() if line.strip()]
-            events: dict[str, int] = {}
-            for record in records:
-                events[record["event"]] = events.get(record["event"], 0) + 1
-            substituted = sum(
-                int(r.get("count") or 0)
-                for r in records
-                if r["event"] == "secret" and r.get("rule") == "secret-substitution" and r.get("secret") == SECRET_NAME
-            )
-            chain = audit.verify(sidecar.audit_path)
-            logs[name] = {
-                "records": len(records),
-                "events": events,
-                "sent": sent[name],
-                "substitutions": substituted,
-                "chain_ok": chain.ok,
-                "ok": chain.ok
-                and events.get("request", 0) == sent[name]["requests"]
-                and events.get("connect", 0) == sent[name]["connects"]
-                and substituted == sent[name]["placeholders"]
-                and not events.get("block"),
-            }
-            if name == CORRAL:
-                version = next((str(r.get("version")) for r in records if r["event"] == "proxy"), "?")
+        logs = {name: check_log(sidecar.audit_path, sent[name]) for name, sidecar in sidecars.items()}
+        version = str(logs[CORRAL]["version"])
         # And kept every answer for hermetic replays (the proxy flushes its queue when it stops).
         runtime.stop(egress.proxy_id)  # behind the manager's back: its teardown comes at the end
         responses = manager.responses_path(session)
