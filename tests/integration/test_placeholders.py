@@ -5,6 +5,7 @@ uid that tries to put its own, attacked for real, changes nothing."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,8 +16,11 @@ from corral.client import SandboxClient
 from corral.proxy.placeholders import new_placeholder
 from corral.runtime import SandboxAddress
 from corral.sandbox import auth
+from corral.sdk import Sandbox
 
 from .dockerutil import DockerHarness
+from .egress_fixtures import Upstream, gateway_to, start_upstream
+from .gateway_fixtures import KEY_A, RunningGateway
 
 # Run inside the sandbox: PUT /v1/secrets to the controller's port at each host in argv[1] (JSON), in
 # each spelling in argv[2]: with a made-up signature, with none, and as a browser would. Prints one
@@ -137,3 +141,32 @@ def test_the_agent_uid_cannot_put_its_own_placeholders(
     # The session still has the gateway's placeholders, in the action's answer and in commands.
     assert client.act({"type": "secrets"})["result"] == {"secrets": placeholders}
     assert _printenv(client, "GITHUB_TOKEN")["stdout"] == placeholders["GITHUB_TOKEN"] + "\n"
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[Upstream]:
+    network = f"corral-egress-ph-{os.getpid()}"
+    yield from start_upstream(runtime, tmp_path_factory.mktemp("upstream"), network)
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator[RunningGateway]:
+    with gateway_to(upstream, tmp_path_factory.mktemp("ph-gw"), f"ph-{os.getpid()}") as running:
+        yield running
+
+
+@pytest.mark.usefixtures("desktop_image", "egress_image")
+def test_with_egress_control_the_placeholders_come_beside_the_proxy_and_ca_variables(
+    gw: RunningGateway, runtime: DockerHarness
+) -> None:
+    with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as sb:
+        box = runtime.find(sb.container)
+        assert box is not None
+        given = {"GITHUB_TOKEN": new_placeholder()}
+        assert _put(box, given).status_code == 200
+        reply = sb.act({"type": "exec", "argv": ["printenv", "GITHUB_TOKEN", "HTTPS_PROXY", "SSL_CERT_FILE"]})
+        token, proxy, bundle = reply["result"]["stdout"].splitlines()
+        assert token == given["GITHUB_TOKEN"]
+        assert proxy.startswith(f"http://corral-action:{reply['action_id']}@") and bundle.startswith("/")
+        # The agent's own channel, relayed by the gateway, reads them; it has no way to set them.
+        assert sb.act({"type": "secrets"})["result"] == {"secrets": given}
