@@ -252,7 +252,8 @@ class SecretBroker:
             secret = self._carried(message.content)
             if secret is not None:
                 message.drop()  # type: ignore[no-untyped-call,unused-ignore]
-                flow.kill()  # type: ignore[no-untyped-call,unused-ignore]
+                if flow.killable:
+                    flow.kill()  # type: ignore[no-untyped-call,unused-ignore]
                 reason = f"secret {secret.name} may not be sent in a WebSocket message"
                 note.refuse(Decision(False, reason, MISUSE), 403)
                 note.extra = {"secret": secret.name, "location": "websocket", "exfiltration": True}
