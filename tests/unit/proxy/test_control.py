@@ -122,7 +122,9 @@ def _entry(**fields: object) -> dict[str, object]:
 
 
 def test_the_secrets_op_parses_into_frozen_secrets_with_parsed_bindings() -> None:
-    message = control.parse_message(_secrets_line(_entry(), _entry(name="OTHER", placeholder="corral_secret_" + "b" * 32)))
+    message = control.parse_message(
+        _secrets_line(_entry(), _entry(name="OTHER", placeholder="corral_secret_" + "b" * 32))
+    )
     assert isinstance(message, control.SetSecrets) and message.actor == "api-key:k1"
     first = message.secrets[0]
     assert (first.name, first.placeholder, first.value, first.locations) == (
@@ -172,8 +174,6 @@ def test_a_bad_secrets_message_is_refused_whole_naming_the_field_never_the_value
 
 
 def test_a_full_set_of_secrets_fits_on_one_line() -> None:
-    entries = [
-        _entry(name=f"S{i}", placeholder=f"corral_secret_{i:032x}", value="\u00e9" * 2048) for i in range(32)
-    ]
+    entries = [_entry(name=f"S{i}", placeholder=f"corral_secret_{i:032x}", value="\u00e9" * 2048) for i in range(32)]
     message = control.parse_message(_secrets_line(*entries))
     assert isinstance(message, control.SetSecrets) and len(message.secrets) == 32

@@ -108,7 +108,9 @@ def test_body_types_and_how_a_value_is_written_in_each_place() -> None:
         "form",
         "json",
     ]
-    assert [body_type(t) for t in ("multipart/form-data; boundary=x", "text/plain", "application/octet-stream", "")] == [
+    assert [
+        body_type(t) for t in ("multipart/form-data; boundary=x", "text/plain", "application/octet-stream", "")
+    ] == [
         "multipart",
         "text",
         None,
