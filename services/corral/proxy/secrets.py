@@ -159,6 +159,7 @@ class SecretBook:
     def _rebuild(self) -> None:
         self.by_placeholder: dict[bytes, Secret] = {s.placeholder.encode(): s for s in self.secrets.values()}
         self.revoked_bytes = {placeholder.encode(): name for placeholder, name in self.revoked.items()}
+        self.known = self.by_placeholder.keys() | self.revoked_bytes.keys()  # this session's placeholders
         self.scrubber = Scrubber(self.secrets.values())
         # Nothing to find in a request: every hook returns at once.
         self.active = bool(self.secrets or self.revoked)

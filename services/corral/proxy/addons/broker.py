@@ -22,7 +22,7 @@ from corral.proxy.addons.flows import url_of
 from corral.proxy.addons.state import FlowNote, Shared, note_of
 from corral.proxy.addons.trail import exchange
 from corral.proxy.audit import EventFields, redact_url
-from corral.proxy.placeholders import Location
+from corral.proxy.placeholders import PLACEHOLDER_PREFIX, Location
 from corral.proxy.policy import Decision
 from corral.proxy.refusal import refusal_response
 from corral.proxy.secrets import (
@@ -57,6 +57,15 @@ class Refusal:
     exfiltration: bool = True
 
 
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """What substitution changes in a request, as the sandbox sent it."""
+
+    path: bytes
+    fields: tuple[tuple[bytes, bytes], ...]
+    raw_content: bytes | None
+
+
 @dataclass(slots=True)
 class Parts:
     """A request read for secrets: where each part is, as bytes."""
@@ -67,6 +76,13 @@ class Parts:
     basic: list[tuple[int, bytes]]  # (index in headers, decoded user:password)
     body: bytes
     kind: BodyType | None
+
+    def places(self) -> list[tuple[Place, bytes]]:
+        """Each part with where it is; Basic credentials decoded."""
+        places: list[tuple[Place, bytes]] = [("path", self.path), ("query", self.query), ("body", self.body)]
+        places += [("header", value) for _, value in self.headers]
+        places += [("basic", credentials) for _, credentials in self.basic]
+        return places
 
 
 class SecretBroker:
@@ -116,19 +132,23 @@ class SecretBroker:
         if refusal is not None:
             self._refuse(flow, note, refusal)
             return
-        flow.metadata[ORIGINAL] = flow.request.copy()
-        counts = _substitute(flow.request, parts, {self.book.by_placeholder[p] for _, p in found})
+        request = flow.request
+        # What substitution changes, kept to be put back (a whole copy of the request costs more
+        # than everything else here together).
+        flow.metadata[ORIGINAL] = Sent(request.data.path, request.headers.fields, request.raw_content)
+        counts = _substitute(request, parts, {self.book.by_placeholder[p] for _, p in found})
         for (name, location), count in counts.items():
-            self._record(flow, note, name, location, count, SUBSTITUTION, flow.metadata[ORIGINAL])
+            self._record(flow, note, name, location, count, SUBSTITUTION, flow.metadata[ORIGINAL].path)
 
     def _value_inside(self, parts: Parts) -> Refusal | None:
         """A real value in the request (the sandbox should never hold one): refused as misuse."""
         scrubber = self.book.scrubber
         if not scrubber:
             return None
-        places: list[tuple[Place, bytes]] = [("path", parts.path), ("query", parts.query), ("body", parts.body)]
-        places += [("header", value) for _, value in parts.headers]
-        places += [("basic", credentials) for _, credentials in parts.basic]
+        places = parts.places()
+        # One look at the whole request first (the usual answer is none); the place only then.
+        if scrubber.first(without_placeholders(b"\n".join(data for _, data in places))) is None:
+            return None
         for place, data in places:
             secret = scrubber.first(without_placeholders(data))
             if secret is not None:
@@ -140,14 +160,11 @@ class SecretBroker:
 
     def _find(self, parts: Parts) -> list[tuple[Place, bytes]]:
         """Every placeholder of this session (live or revoked) and where; values are checked apart."""
-        known = self.book.by_placeholder.keys() | self.book.revoked_bytes.keys()
-        found: list[tuple[Place, bytes]] = []
-        places: list[tuple[Place, bytes]] = [("path", parts.path), ("query", parts.query), ("body", parts.body)]
-        places += [("header", value) for _, value in parts.headers]
-        places += [("basic", credentials) for _, credentials in parts.basic]
-        for place, data in places:
-            found += [(place, p) for p in placeholders_in(data) if p in known]
-        return found
+        places = parts.places()
+        if PLACEHOLDER_PREFIX.encode() not in b"\n".join(data for _, data in places):
+            return []
+        known = self.book.known
+        return [(place, p) for place, data in places for p in placeholders_in(data) if p in known]
 
     def _check(
         self, flow: http.HTTPFlow, note: FlowNote, parts: Parts, found: list[tuple[Place, bytes]]
@@ -194,9 +211,7 @@ class SecretBroker:
     # -- answers ---------------------------------------------------------------------------------
 
     def response(self, flow: http.HTTPFlow) -> None:
-        original = flow.metadata.pop(ORIGINAL, None)
-        if isinstance(original, http.Request):
-            flow.request = original  # what the records after this one see: placeholders only
+        _put_back(flow)  # what the records after this one see: placeholders only
         if not self.book.scrubber:
             return
         note = note_of(flow)
@@ -206,19 +221,17 @@ class SecretBroker:
         self._scrub_answer(flow, note, response)
 
     def error(self, flow: http.HTTPFlow) -> None:
-        original = flow.metadata.pop(ORIGINAL, None)
-        if isinstance(original, http.Request):
-            flow.request = original
+        _put_back(flow)
 
     def _scrub_answer(self, flow: http.HTTPFlow, note: FlowNote, response: http.Response) -> None:
         scrubber = self.book.scrubber
         header_counts: Counter[str] = Counter()
-        fields = []
-        for header, value in response.headers.fields:
-            clean, counts = scrubber.scrub(value)
-            header_counts += counts
-            fields.append((header, clean))
-        if header_counts:
+        if scrubber.first(b"\n".join(value for _, value in response.headers.fields)) is not None:
+            fields = []
+            for header, value in response.headers.fields:
+                clean, counts = scrubber.scrub(value)
+                header_counts += counts
+                fields.append((header, clean))
             response.headers = http.Headers(fields)
         if response.raw_content:
             try:
@@ -285,13 +298,17 @@ class SecretBroker:
         location: str,
         count: int,
         rule: str,
-        request: http.Request | None = None,
+        sent_path: bytes | None = None,
     ) -> None:
-        request = request or flow.request
+        """One ``secret`` record; ``sent_path``: the path (and query) as the sandbox sent it."""
+        request = flow.request
+        url = url_of(request, note.host)
+        if sent_path is not None:
+            url = url.removesuffix(request.path) + sent_path.decode("utf-8", "surrogateescape")
         fields: EventFields = {
             "id": flow.id,
             "method": request.method,
-            "url": redact_url(url_of(request, note.host)),
+            "url": redact_url(url),
             "host": note.host,
             "port": request.port,
             "rule": rule,
@@ -301,6 +318,14 @@ class SecretBroker:
         }
         fields.update(note.attribution.record())
         self.journal.write("secret", **fields)
+
+
+def _put_back(flow: http.HTTPFlow) -> None:
+    """The request as the sandbox sent it (placeholders), once it went upstream with values."""
+    sent = flow.metadata.pop(ORIGINAL, None)
+    if isinstance(sent, Sent):
+        request = flow.request
+        request.data.path, request.headers.fields, request.raw_content = sent.path, sent.fields, sent.raw_content
 
 
 def _parts(request: http.Request) -> Parts:
@@ -352,7 +377,7 @@ def _substitute(request: http.Request, parts: Parts, secrets: set[Secret]) -> Co
             value, found = _fill(value, secrets, "header")
             count(found, "header")
         fields.append((name, value))
-    request.headers = http.Headers(fields)
+    request.headers.fields = tuple(fields)
     body, found = _fill(parts.body, secrets, "body", parts.kind)
     if found:
         count(found, "body")
