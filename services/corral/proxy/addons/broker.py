@@ -120,12 +120,13 @@ class SecretBroker:
         except ValueError as exc:
             self._refuse(flow, note, Refusal(None, "body", f"the request body cannot be read for secrets: {exc}"))
             return
-        inside = self._value_inside(parts)
+        places = parts.places()
+        inside = self._value_inside(places)
         if inside is not None:
             _scrub_request(flow.request, book)  # refused all the same; its record holds no value
             self._refuse(flow, note, inside)
             return
-        found = self._find(parts)
+        found = self._find(places)
         if not found:
             return
         refusal = self._check(flow, note, parts, found)
@@ -140,12 +141,11 @@ class SecretBroker:
         for (name, location), count in counts.items():
             self._record(flow, note, name, location, count, SUBSTITUTION, flow.metadata[ORIGINAL].path)
 
-    def _value_inside(self, parts: Parts) -> Refusal | None:
+    def _value_inside(self, places: list[tuple[Place, bytes]]) -> Refusal | None:
         """A real value in the request (the sandbox should never hold one): refused as misuse."""
         scrubber = self.book.scrubber
         if not scrubber:
             return None
-        places = parts.places()
         # One look at the whole request first (the usual answer is none); the place only then.
         if scrubber.first(without_placeholders(b"\n".join(data for _, data in places))) is None:
             return None
@@ -158,9 +158,8 @@ class SecretBroker:
                 return Refusal(secret.name, place, reason)
         return None
 
-    def _find(self, parts: Parts) -> list[tuple[Place, bytes]]:
+    def _find(self, places: list[tuple[Place, bytes]]) -> list[tuple[Place, bytes]]:
         """Every placeholder of this session (live or revoked) and where; values are checked apart."""
-        places = parts.places()
         if PLACEHOLDER_PREFIX.encode() not in b"\n".join(data for _, data in places):
             return []
         known = self.book.known
