@@ -492,8 +492,8 @@ class SessionManager:
 
     async def create(self, owner: str, req: CreateSession) -> tuple[Session, str]:
         s = self._settings
+        secret_set = plan_create(req.secrets, list(req.allow), req.hermetic is not None)  # checked whole, first
         timeout_s, replay = self._admit(owner, req)
-        secret_set = plan_create(req.secrets, list(req.allow), req.hermetic is not None)
         pooled = await self._reserve(owner, req)
         started = time.monotonic()
         mode = req.egress_mode or s.egress_mode
