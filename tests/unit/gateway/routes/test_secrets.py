@@ -352,3 +352,24 @@ async def test_no_value_in_any_reply_log_record_or_file(world: World, caplog: py
         assert value not in repr(world.manager.get(sid).record) and value not in repr(
             world.manager.egress.vault.get(sid)
         )
+
+
+async def test_after_a_gateway_restart_placeholders_answer_and_values_must_come_again(world: World) -> None:
+    session = (await _create(world, secrets={"A": GITHUB, "B": GITHUB})).json()
+    sid = session["id"]
+    await world.manager.stop()
+    restarted = SessionManager(world.manager._settings, world.runtime, world.manager._store)
+    await restarted.start()
+    assert restarted.egress is not None and restarted._http is not None
+    restarted.egress.control_port = world.proxy.port
+    await restarted._http.aclose()
+    restarted._http = httpx.AsyncClient(transport=httpx.MockTransport(proving(world.controller.handle)))
+    world.app.state.manager = world.manager = restarted
+    async with world.client() as owner:
+        assert (await owner.get(f"/v1/sessions/{sid}/secrets")).json() == session["secrets"]
+    assert restarted.egress.vault.get(sid).missing_values() == ["A", "B"]
+    refused = await _patch(world, sid, {"secrets": {"A": {"value": ROTATED}}})
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "secrets.B.value"
+    again = await _patch(world, sid, {"secrets": {"A": {"value": ROTATED}, "B": None}})
+    assert again.status_code == 200 and again.json()["secrets"] == {"A": session["secrets"]["A"]}
+    assert world.proxy_of(sid).secrets["A"]["value"] == ROTATED
