@@ -501,19 +501,7 @@ class SessionManager:
             pooled = None
         try:
             pair = pooled or await self._cold_start("session", req.viewport, req, list(req.allow), mode, replay)
-            if pooled is not None and pooled.egress is not None and self.egress is not None:
-                # A pooled proxy starts with nothing allowed; the claim sets this session's policy.
-                try:
-                    await self.egress.set_policy(pooled.egress, list(req.allow), mode, f"api-key:{owner}")
-                except EgressUnavailable:
-                    await asyncio.shield(self._remove_pair(pooled))
-                    raise
-            if secret_set.records:
-                try:
-                    await self._give_secrets(pair, secret_set, SecretSet(), f"api-key:{owner}")
-                except BaseException:
-                    await _settle(asyncio.ensure_future(self._remove_pair(pair)))  # never handed out
-                    raise
+            await self._claim(pair, pooled is not None, list(req.allow), mode, secret_set, f"api-key:{owner}")
         finally:
             async with self._lock:
                 self._reserved[owner] -= 1
@@ -546,6 +534,22 @@ class SessionManager:
             self.egress.write_meta(session.id, owner=owner, created_at=now, ended_at=None)
         self._start_recording(session, req.recording_mb)
         return session, token
+
+    async def _claim(
+        self, pair: Pair, pooled: bool, allow: Sequence[str], mode: str, secret_set: SecretSet, actor: str
+    ) -> None:
+        """Make a ready pair the session's: a pooled proxy's policy (it starts with nothing allowed),
+        then its secrets. A pair that fails this is removed: it is never handed out."""
+        if self.egress is None or pair.egress is None:
+            return
+        try:
+            if pooled:
+                await self.egress.set_policy(pair.egress, list(allow), mode, actor)
+            if secret_set.records:
+                await self._give_secrets(pair, secret_set, SecretSet(), actor)
+        except BaseException:
+            await _settle(asyncio.ensure_future(self._remove_pair(pair)))
+            raise
 
     async def update_egress(
         self,

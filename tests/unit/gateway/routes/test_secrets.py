@@ -15,6 +15,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from corral.gateway.models import Viewport
 from corral.gateway.sessions import SessionManager
 from corral.proxy.placeholders import MAX_SECRETS, PLACEHOLDER
 from corral.runtime import SandboxAddress, SandboxSpec
@@ -373,3 +374,15 @@ async def test_after_a_gateway_restart_placeholders_answer_and_values_must_come_
     again = await _patch(world, sid, {"secrets": {"A": {"value": ROTATED}, "B": None}})
     assert again.status_code == 200 and again.json()["secrets"] == {"A": session["secrets"]["A"]}
     assert world.proxy_of(sid).secrets["A"]["value"] == ROTATED
+
+
+async def test_a_pooled_pair_gets_the_policy_then_the_secrets_or_is_removed(world: World) -> None:
+    for _ in range(2):  # two pooled pairs, as the pool loop starts them
+        world.manager._pool.append(await world.manager._cold_start("pool", Viewport(), None, [], "enforce"))
+    created = await _create(world, secrets={"S": GITHUB})
+    assert created.status_code == 201 and created.json()["from_pool"] is True
+    assert [m["op"] for m in world.proxy_of(created.json()["id"]).messages] == ["policy", "secrets"]
+    world.controller.status = 500
+    refused = await _create(world, secrets={"S": GITHUB})
+    assert refused.status_code == 503 and world.manager._pool == []
+    assert len(world.manager.list()) == 1 and len(world.runtime.running) == 1  # the claimed pair went
