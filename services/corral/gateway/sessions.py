@@ -578,9 +578,21 @@ class SessionManager:
                 except BaseException:
                     if (new_allow, new_mode) != (old_allow, old_mode):
                         await self._undo(self.egress.set_policy(session.egress, old_allow, old_mode, actor), session.id)
+                    self._record_held_secrets(session)
                     raise
             changed = {"allow": new_allow, "egress_mode": new_mode, "secrets": dict(planned.records)}
             session.record = session.record.model_copy(update=changed)
+            self._save(session)
+
+    def _record_held_secrets(self, session: Session) -> None:
+        """After a change failed part-way: the record says which secrets the proxy holds. They are the
+        old ones unless the proxy refused them back (a revocation it took stands: a revoked
+        placeholder never returns)."""
+        assert self.egress is not None
+        held = dict(self.egress.vault.get(session.id).records)
+        if held != session.record.secrets:
+            log.warning("session %s: its proxy kept the secrets %s after a failed change", session.id, sorted(held))
+            session.record = session.record.model_copy(update={"secrets": held})
             self._save(session)
 
     async def _give_secrets(self, pair: Pair, new: SecretSet, old: SecretSet, actor: str) -> None:

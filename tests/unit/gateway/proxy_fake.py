@@ -23,6 +23,7 @@ class ProxyState:
     secrets: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> the op's entry, value included
     secrets_generation: int = 0
     loaded: bool = True
+    revoked: set[str] = field(default_factory=set)  # placeholders of revoked secrets: never taken back
     messages: list[dict[str, Any]] = field(default_factory=list)  # every policy and secrets op, in order
 
     def secrets_ops(self) -> list[dict[str, Any]]:
@@ -78,7 +79,12 @@ class FakeControlProxy:
             state.generation += 1
             state.seq += 1
         elif op == "secrets":
+            back = [e["name"] for e in message["secrets"] if e["placeholder"] in state.revoked]
+            if back:  # as the proxy's SecretBook.plan: a revoked placeholder never comes back
+                return {"ok": False, "code": "invalid_field", "error": f"{back[0]}'s placeholder was revoked"}
             state.messages.append(message)
+            names = {entry["name"] for entry in message["secrets"]}
+            state.revoked |= {e["placeholder"] for name, e in state.secrets.items() if name not in names}
             state.secrets = {entry["name"]: dict(entry) for entry in message["secrets"]}
             state.secrets_generation += 1
             state.loaded = True

@@ -386,3 +386,16 @@ async def test_a_pooled_pair_gets_the_policy_then_the_secrets_or_is_removed(worl
     refused = await _create(world, secrets={"S": GITHUB})
     assert refused.status_code == 503 and world.manager._pool == []
     assert len(world.manager.list()) == 1 and len(world.runtime.running) == 1  # the claimed pair went
+
+
+async def test_a_revocation_the_proxy_took_stands_when_the_controller_fails(world: World) -> None:
+    session = (await _create(world, secrets={"A": GITHUB, "B": GITHUB})).json()
+    sid = session["id"]
+    world.controller.status = 500
+    failed = await _patch(world, sid, {"secrets": {"B": None}})
+    assert failed.status_code == 502
+    # The proxy refused B's placeholder back (revoked for good): the session says what the proxy holds.
+    assert sorted(world.proxy_of(sid).secrets) == ["A"]
+    async with world.client() as owner:
+        assert (await owner.get(f"/v1/sessions/{sid}/secrets")).json() == {"A": session["secrets"]["A"]}
+    assert list(world.manager.get(sid).record.secrets) == ["A"]
