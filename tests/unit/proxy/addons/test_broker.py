@@ -119,7 +119,7 @@ def _refused(flow: http.HTTPFlow, status: int = 403, rule: str = "secret-misuse"
 
 async def test_a_bearer_header_gets_the_value_and_the_records_keep_the_placeholder(broker) -> None:
     proxy, state = broker
-    flow = await _send(proxy, headers={"authorization": f"Bearer {TOKEN}", "x-echo": TOKEN})
+    flow = await _send(proxy, headers={"authorization": f"Bearer {TOKEN}", "x-api-key": TOKEN})
     assert flow.response is None
     assert flow.request.headers["authorization"] == f"Bearer {VALUE}"  # raw: latin-1 view of UTF-8
     (record,) = _secret_records(state)
