@@ -493,7 +493,7 @@ def decoded(raw: bytes, encoding: str, cap: int = DECODED_CAP) -> bytes:
     elif encoding == "deflate":
         try:
             body = _inflate(raw, zlib.MAX_WBITS, cap)
-        except zlib.error:
+        except ValueError:
             body = _inflate(raw, -zlib.MAX_WBITS, cap)  # raw deflate, as some servers send it
     elif encoding == "br":
         body = _unbrotli(raw, cap)

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from mitmproxy import ctx, http
-from mitmproxy.flow import Error
 
 from corral.proxy.addons.flows import url_of
 from corral.proxy.addons.state import FlowNote, Shared, note_of
@@ -281,8 +280,9 @@ class SecretBroker:
         if counts:
             flow.error.msg = clean.decode("utf-8", "surrogateescape")
             if flow.killable:
-                flow.kill()  # type: ignore[no-untyped-call,unused-ignore]  # no error page to the sandbox
-                flow.error = Error(clean.decode("utf-8", "surrogateescape"))  # the record says why, scrubbed
+                # No error page quoting it to the sandbox; mitmproxy knows a kill by the error's
+                # message, so the record then says "Connection killed." (nothing else to scrub).
+                flow.kill()  # type: ignore[no-untyped-call,unused-ignore]
 
     def _refuse_answer(self, flow: http.HTTPFlow, note: FlowNote, reason: str) -> None:
         note.refuse(Decision(False, reason, REFLECTION), 502)
