@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from corral.errors import ErrorCode, InvalidMessage
+from corral.errors import DecodedTooLarge, ErrorCode, InvalidMessage
 from corral.proxy.placeholders import LOCATIONS, PLACEHOLDER, PLACEHOLDER_BYTES, Location, name_problem
 from corral.proxy.policy import Rule, normalize_path, parse_rule
 
@@ -478,12 +478,8 @@ def path_problem(target: bytes) -> str | None:
 DECODED_CAP = 64 * 1024 * 1024  # the most a body is decoded to, to be read for secrets
 
 
-class TooLarge(ValueError):
-    """A body that decodes to more than the cap (a decompression bomb, or just too big to scan)."""
-
-
 def decoded(raw: bytes, encoding: str, cap: int = DECODED_CAP) -> bytes:
-    """``raw`` decoded per its Content-Encoding, never to more than ``cap`` bytes (TooLarge);
+    """``raw`` decoded per its Content-Encoding, never to more than ``cap`` bytes (DecodedTooLarge);
     raises ValueError when it cannot be decoded."""
     encoding = encoding.strip().lower()
     if encoding in ("", "identity", "none"):
@@ -502,7 +498,7 @@ def decoded(raw: bytes, encoding: str, cap: int = DECODED_CAP) -> bytes:
     else:
         raise ValueError(f"unknown content encoding {encoding!r}")
     if len(body) > cap:
-        raise TooLarge(f"it decodes to more than {cap // (1024 * 1024)} MiB")
+        raise DecodedTooLarge(f"it decodes to more than {cap // (1024 * 1024)} MiB")
     return body
 
 

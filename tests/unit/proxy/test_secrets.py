@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from corral.errors import InvalidMessage
+from corral.errors import DecodedTooLarge, InvalidMessage
 from corral.proxy.secrets import (
     SECRETS_FILE,
     Scrubber,
     Secret,
     SecretBook,
-    TooLarge,
     anchor_of,
     basic_credentials,
     basic_header,
@@ -305,14 +304,14 @@ def test_decoding_is_bounded(encoding: str) -> None:
     body = b"0123456789" * 1000
     packed = gzip.compress(body) if encoding == "gzip" else zlib.compress(body)
     assert decoded(packed, encoding) == body
-    with pytest.raises(TooLarge):
+    with pytest.raises(DecodedTooLarge):
         decoded(packed, encoding, cap=len(body) - 1)
     with pytest.raises(ValueError):  # truncated
         decoded(packed[: len(packed) // 2], encoding)
     assert decoded(zlib.compress(body)[2:-4], "deflate") == body  # raw deflate, as some servers send it
     with pytest.raises(ValueError, match="unknown"):
         decoded(body, "compress")
-    with pytest.raises(TooLarge):
+    with pytest.raises(DecodedTooLarge):
         decoded(body, "identity", cap=10)
 
 
@@ -322,7 +321,7 @@ def test_brotli_and_zstd_decoding_is_bounded() -> None:
     body = bytes(1024 * 1024)
     for packed, encoding in ((brotli.compress(body), "br"), (zstandard.ZstdCompressor().compress(body), "zstd")):
         assert decoded(packed, encoding) == body
-        with pytest.raises(TooLarge):
+        with pytest.raises(DecodedTooLarge):
             decoded(packed, encoding, cap=1000)
         with pytest.raises(ValueError):
             decoded(b"\xff" * 64, encoding)

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from mitmproxy import ctx, http
 
+from corral.errors import DecodedTooLarge
 from corral.proxy.addons.flows import url_of
 from corral.proxy.addons.state import FlowNote, Shared, note_of
 from corral.proxy.addons.trail import exchange
@@ -37,7 +38,6 @@ from corral.proxy.secrets import (
     Scrubber,
     Secret,
     SecretBook,
-    TooLarge,
     basic_credentials,
     basic_header,
     body_type,
@@ -145,7 +145,7 @@ class SecretBroker:
             return
         try:
             parts, inside, found = await _off_loop(flow.request.raw_content, self._read, flow.request)
-        except TooLarge as exc:
+        except DecodedTooLarge as exc:
             reason = f"the request body is too large to be read for secrets ({exc})"
             self._refuse(flow, note, Refusal(None, "body", reason, status=413, exfiltration=False))
             return
@@ -310,7 +310,7 @@ class SecretBroker:
         if response.raw_content:
             try:
                 clean, body_counts = await _off_loop(response.raw_content, _scrub_body, response, self.book)
-            except TooLarge as exc:
+            except DecodedTooLarge as exc:
                 self._refuse_answer(
                     flow, note, f"the answer's body is too large to take brokered secrets out of ({exc})"
                 )
@@ -413,7 +413,7 @@ async def _off_loop(raw: bytes | None, work: Callable[..., T], *args: Any) -> T:
 
 
 def _scrub_body(response: http.Response, book: SecretBook) -> tuple[bytes, Counter[str]]:
-    """The answer's body, decoded, with the values taken out; raises ValueError (TooLarge)."""
+    """The answer's body, decoded, with the values taken out; raises ValueError (DecodedTooLarge)."""
     body = decoded(response.raw_content or b"", response.headers.get("content-encoding", ""))
     return book.scrubber.scrub(body)
 
@@ -444,7 +444,7 @@ def _method_overrides(request: http.Request, parts: Parts) -> list[str]:
 
 
 def _parts(request: http.Request) -> Parts:
-    """The request's parts; raises ValueError when its body cannot be decoded (TooLarge past the cap)."""
+    """The request's parts; raises ValueError when its body cannot be decoded (DecodedTooLarge past the cap)."""
     path, _, query = request.data.path.partition(b"?")
     headers = list(request.headers.fields)
     basic = []
