@@ -498,7 +498,8 @@ def decoded(raw: bytes, encoding: str, cap: int = DECODED_CAP) -> bytes:
     else:
         raise ValueError(f"unknown content encoding {encoding!r}")
     if len(body) > cap:
-        raise DecodedTooLarge(f"it decodes to more than {cap // (1024 * 1024)} MiB")
+        limit = f"{cap // (1024 * 1024)} MiB" if cap >= 1024 * 1024 else f"{cap} bytes"
+        raise DecodedTooLarge(f"it decodes to more than {limit}")
     return body
 
 
@@ -513,28 +514,56 @@ def _inflate(raw: bytes, wbits: int, cap: int) -> bytes:
     return body
 
 
-BROTLI_CHUNK = 1024  # input fed to brotli at a time (its Decompressor has no output limit)
+BROTLI_CHUNK = 1024  # input fed at a time to a brotli older than 1.2 (no output limit there)
 
 
 def _unbrotli(raw: bytes, cap: int) -> bytes:
     import brotli  # type: ignore[import-not-found,import-untyped,unused-ignore]  # mitmproxy's own dependency
 
     decompressor = brotli.Decompressor()
-    out = bytearray()
     try:
-        for start in range(0, len(raw), BROTLI_CHUNK):
-            out += decompressor.process(raw[start : start + BROTLI_CHUNK])
-            if len(out) > cap:
-                break
+        try:
+            out: bytes = decompressor.process(raw, output_buffer_limit=cap + 1)
+        except TypeError:
+            # brotli < 1.2 (the dev venv's): fed in small pieces and checked after each; one piece
+            # can still expand a lot, the image's brotli (1.2) takes the limit above.
+            out = _unbrotli_pieces(decompressor, raw, cap)
     except brotli.error as exc:
         raise ValueError(str(exc)) from exc
     if len(out) <= cap and not decompressor.is_finished():
         raise ValueError("truncated")
+    return out
+
+
+def _unbrotli_pieces(decompressor: Any, raw: bytes, cap: int) -> bytes:
+    out = bytearray()
+    for start in range(0, len(raw), BROTLI_CHUNK):
+        out += decompressor.process(raw[start : start + BROTLI_CHUNK])
+        if len(out) > cap:
+            break
     return bytes(out)
 
 
 def _unzstd(raw: bytes, cap: int) -> bytes:
-    import zstandard  # type: ignore[import-not-found,import-untyped,unused-ignore]  # mitmproxy's own dependency
+    try:  # what mitmproxy 12 uses (Python 3.14's compression.zstd, backported)
+        from backports import zstd  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    except ImportError:
+        return _unzstandard(raw, cap)
+    out = bytearray()
+    try:
+        while raw and len(out) <= cap:  # frame by frame
+            decompressor = zstd.ZstdDecompressor()
+            out += decompressor.decompress(raw, max_length=cap + 1 - len(out))
+            if len(out) <= cap and not decompressor.eof:
+                raise ValueError("truncated")
+            raw = decompressor.unused_data
+    except zstd.ZstdError as exc:
+        raise ValueError(str(exc)) from exc
+    return bytes(out)
+
+
+def _unzstandard(raw: bytes, cap: int) -> bytes:
+    import zstandard  # type: ignore[import-not-found,import-untyped,unused-ignore]  # mitmproxy 11's
 
     try:
         with zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True) as reader:
