@@ -57,6 +57,7 @@ MISUSE, UNAVAILABLE, REFLECTION = "secret-misuse", "secret-unavailable", "secret
 SUBSTITUTION = "secret-substitution"
 Place = Location | str  # a request location, or "path", "method", "header-name" (where no secret may go)
 THREAD_MIN = 1024 * 1024  # a body longer than this is read in a worker thread (the loop serves others)
+THREAD_MIN_COMPRESSED = 1024  # the same for a compressed one (gzip reaches 1:1000: 1 MB)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,7 @@ class Parts:
     basic: list[tuple[int, bytes]]  # (index in headers, decoded user:password)
     body: bytes
     kind: BodyType | None
+    media: str = "none"  # the Content-Type, as sent
     method: bytes = b""
 
     def places(self) -> list[tuple[Place, bytes]]:
@@ -144,7 +146,7 @@ class SecretBroker:
             )
             return
         try:
-            parts, inside, found = await _off_loop(flow.request.raw_content, self._read, flow.request)
+            parts, inside, found = await _off_loop(flow.request, self._read, flow.request)
         except DecodedTooLarge as exc:
             reason = f"the request body is too large to be read for secrets ({exc})"
             self._refuse(flow, note, Refusal(None, "body", reason, status=413, exfiltration=False))
@@ -205,43 +207,16 @@ class SecretBroker:
         self, flow: http.HTTPFlow, note: FlowNote, parts: Parts, found: list[tuple[Place, bytes]]
     ) -> Refusal | None:
         """Why the request may not go (the first reason), or None when every placeholder may."""
-        request = flow.request
-        path = clean_path(request.path)
-        not_canonical = path_problem(request.data.path)
-        overrides = _method_overrides(request, parts)
+        route = _route_of(flow.request, note, parts)
         unavailable: Refusal | None = None
         for place, placeholder in found:
             secret = self.book.by_placeholder.get(placeholder)
             if secret is None:
                 name = self.book.revoked_bytes[placeholder]
                 return Refusal(name, place, f"secret {name} was revoked")
-            if place == "path":
-                return Refusal(secret.name, place, f"secret {secret.name} may not be sent in a URL's path")
-            if place in ("method", "header-name"):
-                return Refusal(secret.name, place, f"secret {secret.name} may not be sent in a request's {place}")
-            location = place.partition(":")[0]
-            if location not in secret.locations:
-                allowed = ", ".join(secret.locations)
-                return Refusal(
-                    secret.name, location, f"secret {secret.name} may not be sent in the {location} (only: {allowed})"
-                )
-            if place.startswith("header:"):
-                reason = f"secret {secret.name} may not be sent in the {place[7:]} header (only in credential headers)"
-                return Refusal(secret.name, "header", reason)
-            if request.scheme != "https":
-                return Refusal(secret.name, place, f"secret {secret.name} is sent only over HTTPS")
-            if not_canonical is not None:
-                return Refusal(secret.name, place, f"secret {secret.name} is not sent: {not_canonical}")
-            if path is None or not secret.binds(note.host, request.port, request.method, path):
-                reason = f"secret {secret.name} is not bound to {request.method} {note.host}:{request.port}{path or ''}"
-                return Refusal(secret.name, place, reason)
-            for method in overrides:
-                if not secret.binds(note.host, request.port, method, path):
-                    reason = f"secret {secret.name} is not bound to {method} (asked for by a method override)"
-                    return Refusal(secret.name, place, reason)
-            if parts.kind is None and place == "body":
-                media = request.headers.get("content-type", "none")
-                return Refusal(secret.name, place, f"secret {secret.name} cannot be put in a body of type {media}")
+            refusal = _misplaced(secret, place, parts) or _misrouted(secret, place, route)
+            if refusal is not None:
+                return refusal
             if secret.value is None and unavailable is None:
                 reason = (
                     f"secret {secret.name} is not loaded yet (the egress proxy restarted; the gateway sends it again)"
@@ -309,7 +284,7 @@ class SecretBroker:
             header_counts += counts
         if response.raw_content:
             try:
-                clean, body_counts = await _off_loop(response.raw_content, _scrub_body, response, self.book)
+                clean, body_counts = await _off_loop(response, _scrub_body, response, self.book)
             except DecodedTooLarge as exc:
                 self._refuse_answer(
                     flow, note, f"the answer's body is too large to take brokered secrets out of ({exc})"
@@ -404,10 +379,12 @@ def _put_back(flow: http.HTTPFlow) -> None:
         request.data.path, request.headers.fields, request.raw_content = sent.path, sent.fields, sent.raw_content
 
 
-async def _off_loop(raw: bytes | None, work: Callable[..., T], *args: Any) -> T:
-    """``work(*args)`` in a worker thread when the body is long (a scan of it would hold up every
-    other flow), else here."""
-    if raw is not None and len(raw) > THREAD_MIN:
+async def _off_loop(message: http.Message, work: Callable[..., T], *args: Any) -> T:
+    """``work(*args)`` in a worker thread when ``message``'s body is long, or compressed and may
+    decode long (a scan of it would hold up every other flow), else here."""
+    size = len(message.raw_content or b"")
+    compressed = message.headers.get("content-encoding", "identity").strip().lower() not in ("", "identity")
+    if size > THREAD_MIN or (compressed and size > THREAD_MIN_COMPRESSED):
         return await asyncio.to_thread(work, *args)
     return work(*args)
 
@@ -429,6 +406,69 @@ def _scrub_fields(
         counts.update(in_name + in_value)
         clean.append((name, value))
     return clean
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a request goes, as a secret's bindings see it."""
+
+    host: str
+    port: int
+    method: str
+    path: str | None  # normalised; None when it has none
+    over_tls: bool
+    not_canonical: str | None  # why the raw path is no safe ground for a binding
+    overrides: tuple[str, ...]  # methods a server may act on instead
+
+
+def _route_of(request: http.Request, note: FlowNote, parts: Parts) -> Route:
+    return Route(
+        note.host,
+        request.port,
+        request.method,
+        clean_path(request.path),
+        request.scheme == "https",
+        path_problem(request.data.path),
+        tuple(_method_overrides(request, parts)),
+    )
+
+
+def _misplaced(secret: Secret, place: Place, parts: Parts) -> Refusal | None:
+    """Why ``secret`` may not be in that part of a request, or None."""
+    name = secret.name
+    if place == "path":
+        return Refusal(name, place, f"secret {name} may not be sent in a URL's path")
+    if place in ("method", "header-name"):
+        return Refusal(name, place, f"secret {name} may not be sent in a request's {place}")
+    location, _, header = place.partition(":")
+    if location not in secret.locations:
+        return Refusal(
+            name, location, f"secret {name} may not be sent in the {location} (only: {', '.join(secret.locations)})"
+        )
+    if header:
+        return Refusal(
+            name, location, f"secret {name} may not be sent in the {header} header (only in credential headers)"
+        )
+    if place == "body" and parts.kind is None:
+        return Refusal(name, place, f"secret {name} cannot be put in a body of type {parts.media}")
+    return None
+
+
+def _misrouted(secret: Secret, place: Place, route: Route) -> Refusal | None:
+    """Why ``secret`` may not go where the request goes, or None."""
+    name = secret.name
+    if not route.over_tls:
+        return Refusal(name, place, f"secret {name} is sent only over HTTPS")
+    if route.not_canonical is not None:
+        return Refusal(name, place, f"secret {name} is not sent: {route.not_canonical}")
+    path = route.path
+    if path is None or not secret.binds(route.host, route.port, route.method, path):
+        reason = f"secret {name} is not bound to {route.method} {route.host}:{route.port}{path or ''}"
+        return Refusal(name, place, reason)
+    for method in route.overrides:
+        if not secret.binds(route.host, route.port, method, path):
+            return Refusal(name, place, f"secret {name} is not bound to {method} (asked for by a method override)")
+    return None
 
 
 def _method_overrides(request: http.Request, parts: Parts) -> list[str]:
@@ -453,8 +493,8 @@ def _parts(request: http.Request) -> Parts:
         if credentials is not None:
             basic.append((index, credentials))
     body = decoded(request.raw_content or b"", request.headers.get("content-encoding", ""))
-    kind = body_type(request.headers.get("content-type", ""))
-    return Parts(path, query, headers, basic, body, kind, request.data.method)
+    media = request.headers.get("content-type", "none")
+    return Parts(path, query, headers, basic, body, body_type(media), media, request.data.method)
 
 
 def _fill(

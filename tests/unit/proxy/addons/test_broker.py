@@ -617,3 +617,28 @@ async def test_a_long_body_is_scanned_off_the_event_loop(broker, monkeypatch: py
     assert threaded == ["_read", "_scrub_body"]
     small = await _send(proxy, headers={"content-type": "text/plain"}, body=TOKEN.encode())
     assert small.response is None and threaded == ["_read", "_scrub_body"]  # short: on the loop
+
+
+async def test_a_compressed_body_that_may_decode_long_is_scanned_off_the_event_loop(
+    broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from corral.proxy.addons import broker as module
+
+    threaded: list[str] = []
+    to_thread = asyncio.to_thread
+
+    async def recording(work: Any, *args: Any) -> Any:
+        threaded.append(work.__name__)
+        return await to_thread(work, *args)
+
+    monkeypatch.setattr(module.asyncio, "to_thread", recording)
+    proxy, _state = broker
+    flow = await _send(proxy, headers={"authorization": f"Bearer {TOKEN}"})
+    answered(flow, b"", **{"content-type": "text/plain", "content-encoding": "gzip"})
+    assert flow.response is not None
+    flow.response.raw_content = gzip.compress(bytes(8 * module.THREAD_MIN) + OTHER_VALUE.encode())
+    assert module.THREAD_MIN_COMPRESSED < len(flow.response.raw_content) < module.THREAD_MIN
+    await proxy.response(flow)
+    assert threaded == ["_scrub_body"] and flow.response.content.endswith(OTHER.encode())  # type: ignore[union-attr]
