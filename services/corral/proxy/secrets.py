@@ -149,15 +149,14 @@ def value_forms(value: bytes) -> set[bytes]:
     return text_forms(value) | base64_forms(value)
 
 
-# Line breaks a base64 text may be wrapped with (MIME, PEM, GitHub's contents API: JSON-escaped).
-_BREAKS = (b"\\r", b"\\n", b"\r", b"\n")
-
-
 def _unwrapped(data: bytes) -> bytes:
-    """``data`` with its line breaks (raw or JSON-escaped) taken out."""
-    for line_break in _BREAKS:
-        if line_break in data:
-            data = data.replace(line_break, b"")
+    """``data`` with its line breaks, raw or JSON-escaped (MIME, PEM and GitHub's contents API
+    wrap base64), taken out."""
+    if b"\n" in data or b"\r" in data:
+        data = data.translate(None, b"\r\n")
+    for escaped in (b"\\n", b"\\r"):
+        if escaped in data:
+            data = data.replace(escaped, b"")
     return data
 
 
