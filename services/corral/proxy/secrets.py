@@ -304,24 +304,15 @@ class SecretBook:
     def plan(self, incoming: Sequence[Secret]) -> Change:
         """What setting the live set to ``incoming`` changes; raises InvalidMessage when a name's
         placeholder would change, a revoked placeholder come back or a placeholder be another
-        name's. A secret sent without a value
-        keeps the one held (if any)."""
+        name's. A secret sent without a value keeps the one held (if any)."""
+        self._check_owners(incoming)
         secrets: list[Secret] = []
         added, rotated, restored = [], [], []
-        holders = {s.placeholder: s.name for s in self.secrets.values()}
-        for secret in incoming:
-            holders.setdefault(secret.placeholder, secret.name)
         for secret in incoming:
             held = self.secrets.get(secret.name)
             field_name = f"secrets.{secret.name}.placeholder"
             if secret.placeholder in self.revoked:
                 raise InvalidMessage(ErrorCode.INVALID_FIELD, f"{secret.name}'s placeholder was revoked", field_name)
-            holder = holders[secret.placeholder]
-            if holder != secret.name or sum(s.placeholder == secret.placeholder for s in incoming) > 1:
-                # Another name's (live, or revoked by this very message): one placeholder, one secret.
-                other = holder if holder != secret.name else "another secret in this message"
-                reason = f"{secret.name}'s placeholder is {other}'s"
-                raise InvalidMessage(ErrorCode.INVALID_FIELD, reason, field_name)
             if held is None:
                 added.append(secret.name)
             elif held.placeholder != secret.placeholder:
@@ -345,6 +336,21 @@ class SecretBook:
             [s.name for s in gone],
             restored,
         )
+
+    def _check_owners(self, incoming: Sequence[Secret]) -> None:
+        """Raises InvalidMessage when a placeholder would be another name's: one live now (or revoked
+        by this very message), or another in the message. One placeholder, one secret, for good."""
+        holders = {s.placeholder: s.name for s in self.secrets.values()}
+        for secret in incoming:
+            holder = holders.setdefault(secret.placeholder, secret.name)
+            if holder != secret.name:
+                field_name = f"secrets.{secret.name}.placeholder"
+                reason = (
+                    f"{secret.name}'s placeholder is live secret {holder}'s"
+                    if holder in self.secrets
+                    else f"{secret.name}'s placeholder is given to {holder} too in this message"
+                )
+                raise InvalidMessage(ErrorCode.INVALID_FIELD, reason, field_name)
 
     def apply(self, change: Change) -> None:
         self.generation = change.generation

@@ -55,6 +55,7 @@ T = TypeVar("T")
 ORIGINAL = "corral.secrets.original"  # flow.metadata: the request as the sandbox sent it
 MISUSE, UNAVAILABLE, REFLECTION = "secret-misuse", "secret-unavailable", "secret-reflection"
 SUBSTITUTION = "secret-substitution"
+TRAILERS = "requests with trailers are refused while secrets are live"
 Place = Location | str  # a request location, or "path", "method", "header-name" (where no secret may go)
 THREAD_MIN = 1024 * 1024  # a body longer than this is read in a worker thread (the loop serves others)
 THREAD_MIN_COMPRESSED = 1024  # the same for a compressed one (gzip reaches 1:1000: 1 MB)
@@ -139,20 +140,13 @@ class SecretBroker:
         note = note_of(flow)
         if note is None or flow.response is not None or flow.request.method == "CONNECT":
             return
-        if flow.request.trailers:
-            # Trailers go after the body, past any look at it: none while secrets are live.
-            self._refuse(
-                flow, note, Refusal(None, "trailers", "requests with trailers are refused while secrets are live")
-            )
+        if flow.request.trailers:  # they come after the body, past any look at it
+            self._refuse(flow, note, Refusal(None, "trailers", TRAILERS))
             return
         try:
             parts, inside, found = await _off_loop(flow.request, self._read, flow.request)
-        except DecodedTooLarge as exc:
-            reason = f"the request body is too large to be read for secrets ({exc})"
-            self._refuse(flow, note, Refusal(None, "body", reason, status=413, exfiltration=False))
-            return
         except ValueError as exc:
-            self._refuse(flow, note, Refusal(None, "body", f"the request body cannot be read for secrets: {exc}"))
+            self._refuse(flow, note, _unreadable(exc))
             return
         if inside is not None:
             _scrub_request(flow.request, book)  # refused all the same; its record holds no value
@@ -173,7 +167,8 @@ class SecretBroker:
             self._record(flow, note, name, location, count, SUBSTITUTION, flow.metadata[ORIGINAL].path)
 
     def _read(self, request: http.Request) -> tuple[Parts, Refusal | None, list[tuple[Place, bytes]]]:
-        """The request's parts, a value from inside, and this session's placeholders with where."""
+        """The request's parts, a value from inside, and this session's placeholders with where;
+        raises ValueError when its body cannot be read (DecodedTooLarge past the cap)."""
         parts = _parts(request)
         places = parts.places()
         inside = self._value_inside(places)
@@ -271,30 +266,16 @@ class SecretBroker:
                 flow, note, f"the answer's transfer encoding ({coding}) hides it from the scrubbing of secrets"
             )
             return
-        header_counts: Counter[str] = Counter()
-        fields = response.headers.fields
-        reason_phrase = response.data.reason
-        trailers = response.trailers.fields if response.trailers is not None else ()
-        heads = b"\n".join([reason_phrase, *(part for field in (*fields, *trailers) for part in field)])
-        if scrubber.first(heads) is not None:
-            response.headers = http.Headers(_scrub_fields(fields, scrubber, header_counts))
-            if response.trailers is not None:
-                response.trailers = http.Headers(_scrub_fields(trailers, scrubber, header_counts))
-            response.data.reason, counts = scrubber.scrub(reason_phrase)
-            header_counts += counts
+        header_counts = _scrub_heads(response, scrubber)
         if response.raw_content:
             try:
                 clean, body_counts = await _off_loop(response, _scrub_body, response, self.book)
             except DecodedTooLarge as exc:
-                self._refuse_answer(
-                    flow, note, f"the answer's body is too large to take brokered secrets out of ({exc})"
-                )
+                self._refuse_answer(flow, note, f"the answer's body is too large to take secrets out of ({exc})")
                 return
             except ValueError:
                 encoding = response.headers.get("content-encoding", "")
-                self._refuse_answer(
-                    flow, note, f"the answer's body cannot be decoded ({encoding}) to take brokered secrets out of it"
-                )
+                self._refuse_answer(flow, note, f"the answer's body cannot be decoded ({encoding}) to take secrets out")
                 return
             if body_counts:
                 response.content = clean
@@ -393,6 +374,36 @@ def _scrub_body(response: http.Response, book: SecretBook) -> tuple[bytes, Count
     """The answer's body, decoded, with the values taken out; raises ValueError (DecodedTooLarge)."""
     body = decoded(response.raw_content or b"", response.headers.get("content-encoding", ""))
     return book.scrubber.scrub(body)
+
+
+def _scrub_heads(response: http.Response, scrubber: Scrubber) -> Counter[str]:
+    """The values taken out of the answer's reason phrase, header names and values and trailers;
+    how many, by secret."""
+    counts: Counter[str] = Counter()
+    fields = response.headers.fields
+    trailers = response.trailers.fields if response.trailers is not None else ()
+    heads = b"\n".join([response.data.reason, *(part for field in (*fields, *trailers) for part in field)])
+    if scrubber.first(heads) is None:
+        return counts
+    response.headers = http.Headers(_scrub_fields(fields, scrubber, counts))
+    if response.trailers is not None:
+        response.trailers = http.Headers(_scrub_fields(trailers, scrubber, counts))
+    response.data.reason, in_reason = scrubber.scrub(response.data.reason)
+    counts.update(in_reason)
+    return counts
+
+
+def _unreadable(exc: ValueError) -> Refusal:
+    """Why a request that cannot be read for secrets is refused."""
+    if isinstance(exc, DecodedTooLarge):
+        return Refusal(
+            None,
+            "body",
+            f"the request body is too large to be read for secrets ({exc})",
+            status=413,
+            exfiltration=False,
+        )
+    return Refusal(None, "body", f"the request body cannot be read for secrets: {exc}")
 
 
 def _scrub_fields(
