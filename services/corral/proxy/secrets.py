@@ -123,6 +123,7 @@ def text_forms(value: bytes) -> set[bytes]:
         _escaped(text, _json_char, _not_alphanumeric),
         html.escape(text).encode("utf-8", "surrogateescape"),
         html.escape(text).replace("&#x27;", "&#39;").replace("&quot;", "&#34;").encode("utf-8", "surrogateescape"),
+        html.escape(text).replace("&#x27;", "&#039;").encode("utf-8", "surrogateescape"),  # PHP's htmlspecialchars
     }
     for numeric in (lambda char: f"&#{ord(char)};", lambda char: f"&#x{ord(char):x};"):
         forms.add(_escaped(text, numeric, _special))

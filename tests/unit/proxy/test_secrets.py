@@ -268,6 +268,7 @@ def test_wrapped_base64_hex_and_other_letter_case_are_scrubbed(reflected: bytes)
         b"pa\\u0026ss\\u003cword\\u003e'x",  # Go's encoding/json
         b"pa\\u0026ss\\u003Cword\\u003E\\u0027x",
         b"pa&amp;ss&lt;word&gt;&#39;x",  # Jinja, ERB
+        b"pa&amp;ss&lt;word&gt;&#039;x",  # PHP
         b"pa&#38;ss&#60;word&#62;&#39;x",
         b"pa&#x26;ss&#x3C;word&#x3e;&#x27;x",
         b"pa%26ss%3cword%3e%27x",  # lowercase percent hex
