@@ -299,6 +299,7 @@ class SecretBroker:
                 message.drop()  # type: ignore[no-untyped-call,unused-ignore]
                 if flow.killable:
                     flow.kill()  # type: ignore[no-untyped-call,unused-ignore]
+                _close_client(flow)
                 reason = f"secret {secret.name} may not be sent in a WebSocket message"
                 note.refuse(Decision(False, reason, MISUSE), 403)
                 note.extra = {"secret": secret.name, "location": "websocket", "exfiltration": True}
@@ -559,3 +560,17 @@ def _scrub_request(request: http.Request, book: SecretBook) -> None:
     request.headers = http.Headers([(name, scrubber.scrub(value)[0]) for name, value in request.headers.fields])
     if request.raw_content:
         request.content = scrubber.scrub(request.get_content(strict=False) or b"")[0]
+
+
+def _close_client(flow: http.HTTPFlow) -> None:
+    """Close the connection a WebSocket came in on. mitmproxy's WebSocket layer ignores a killed
+    flow (it only drops the message) and has no public way for an addon to close the socket
+    (mitmproxy#4773), so this asks the connection's handler in the ``proxyserver`` addon, as its
+    own ``inject`` commands find it; with no such handler (an older or newer mitmproxy, a test
+    harness) the message is still dropped and recorded, and the socket stays open."""
+    server = ctx.master.addons.get("proxyserver")
+    handlers = getattr(server, "connections", None)
+    handler = handlers.get(flow.client_conn.id) if isinstance(handlers, dict) else None
+    close = getattr(handler, "close_connection", None)
+    if callable(close):
+        close(flow.client_conn)
