@@ -5,6 +5,12 @@ For the commands' tests it also serves, made at start: a package index for pip (
 a registry for npm (``/npm/``), a git repository over git's dumb HTTP protocol (``/git/``), and
 ``/headers``, the request's headers as JSON (what reached the upstream).
 
+For the brokered secrets' tests: ``/echo``, what it received (method, path, query, headers, body) as
+JSON, its Authorization header echoed back in ``x-echo-authorization`` too; ``/reflect``, an HTML page
+whose title and body hold what it received (form fields, query, Authorization), as a careless site
+would; and ``/login``, a form that POSTs a password field to ``/reflect``. Each of these also prints
+what it received on a ``SEEN`` line: what reached the upstream, past the proxy.
+
 Runs inside a container on the test's egress network; the test gives it network aliases under
 .test, so no real host is ever involved.
 """
@@ -27,6 +33,7 @@ import sys
 import tarfile
 import tempfile
 import threading
+import urllib.parse
 import zipfile
 
 HITS = iter(range(1, 1 << 30))
@@ -127,6 +134,49 @@ def _package(path: str, host: str) -> tuple[bytes, str] | None:
     return None
 
 
+LOGIN_PAGE = b"""<!doctype html><html><head><meta charset=utf-8><title>login</title><style>
+html,body{margin:0;padding:0;background:#fff;font:16px sans-serif}
+#password{position:absolute;left:40px;top:40px;width:480px;height:80px;border:0;outline:0;
+  background:#0000ff;color:#fff;font-size:32px;caret-color:#fff}
+#submit{position:absolute;left:40px;top:160px;width:240px;height:80px;border:0;background:#00c800}
+</style></head><body><form method=post action=/reflect>
+<input id=password name=password type=password autocomplete=off>
+<button id=submit type=submit></button></form></body></html>"""
+
+
+def _seen(handler: http.server.BaseHTTPRequestHandler, body: bytes) -> dict[str, object]:
+    """What reached the upstream, as /echo answers it (and as its SEEN line says)."""
+    query = urllib.parse.urlsplit(handler.path).query
+    text = body.decode(errors="replace")
+    return {
+        "method": handler.command,
+        "path": handler.path.split("?")[0],
+        "raw_query": query,
+        "query": urllib.parse.parse_qs(query, keep_blank_values=True),
+        "headers": {name.lower(): value for name, value in handler.headers.items()},
+        "body": text,
+        "body_base64": base64.b64encode(body).decode(),
+    }
+
+
+def _reflection(seen: dict[str, object]) -> bytes:
+    """A page that puts what it received in its title and body, unescaped: a reflecting site."""
+    fields: list[str] = []
+    headers = seen["headers"]
+    assert isinstance(headers, dict)
+    if "application/x-www-form-urlencoded" in headers.get("content-type", ""):
+        form = urllib.parse.parse_qsl(str(seen["body"]), keep_blank_values=True)
+        fields += [f"{name}={value}" for name, value in form]
+    fields += [f"{name}={value}" for name, value in urllib.parse.parse_qsl(str(seen["raw_query"]))]
+    if "authorization" in headers:
+        fields.append(f"authorization={headers['authorization']}")
+    said = " ".join(fields)
+    return (
+        f"<!doctype html><html><head><meta charset=utf-8><title>reflected {said}</title></head>"
+        f"<body><h1 id=said>{said}</h1><p id=query>{seen['raw_query']}</p></body></html>"
+    ).encode()
+
+
 def _page(path: str) -> bytes | None:
     name = path[len("/page/") :].split("?")[0]
     if "/" in name or name.startswith(".") or not PAGES.joinpath(name).is_file():
@@ -145,6 +195,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         hit = {"host": host, "method": self.command, "path": self.path, "tls": tls, "bytes": len(body)}
         print("HIT " + json.dumps(hit), flush=True)
         package, status = _package(self.path, host), 200
+        extra_headers: dict[str, str] = {}
+        if self.path.startswith(("/echo", "/reflect")):
+            seen = _seen(self, body)
+            print("SEEN " + json.dumps(seen), flush=True)
         if package is not None:
             payload, kind = package
         elif self.path.startswith("/git/"):
@@ -152,6 +206,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         elif self.path.startswith("/headers"):
             payload = json.dumps({name.lower(): value for name, value in self.headers.items()}).encode()
             kind = "application/json"
+        elif self.path.startswith("/echo"):
+            payload, kind = json.dumps(seen).encode(), "application/json"
+            if "authorization" in self.headers:
+                extra_headers["x-echo-authorization"] = self.headers["authorization"]
+        elif self.path.startswith("/reflect"):
+            payload, kind = _reflection(seen), "text/html; charset=utf-8"
+        elif self.path.split("?")[0] == "/login":
+            payload, kind = LOGIN_PAGE, "text/html; charset=utf-8"
         elif self.path.startswith("/counter"):
             count = next(HITS)  # shown as a number on a background of its own colour: any change is plain
             payload = (
@@ -189,6 +251,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("content-type", kind)
         self.send_header("content-length", str(len(payload)))
         self.send_header("set-cookie", "upstream=secret-cookie")
+        for name, value in extra_headers.items():
+            self.send_header(name, value)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(payload)
