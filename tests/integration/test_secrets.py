@@ -622,9 +622,22 @@ def test_a_restarted_proxy_gets_the_values_again(world: World) -> None:
 # -- the computer-use case -------------------------------------------------------------------------
 
 
-def _screen(sb: Sandbox) -> Image.Image:
-    sb.act({"type": "wait", "ms": 0}, wait_for="stable")  # the new document's first frame can lag its load
-    return Image.open(io.BytesIO(sb.screenshot())).convert("RGB")
+def _login_form(sb: Sandbox) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Where the password field and the button are, once the page is on the screen (the first frame
+    of a new document can lag its load)."""
+
+    def shown() -> Image.Image | None:
+        screen = Image.open(io.BytesIO(sb.screenshot())).convert("RGB")
+        return screen if all(_has(screen, colour) for colour in (PASSWORD_FIELD, SUBMIT_BUTTON)) else None
+
+    screen = wait_for(shown, timeout_s=15, interval_s=0.2)
+    assert screen is not None, "the login form never showed"
+    return center(find_color(screen, PASSWORD_FIELD)), center(find_color(screen, SUBMIT_BUTTON))
+
+
+def _has(screen: Image.Image, colour: tuple[int, int, int]) -> bool:
+    """Whether a good patch of the screen (a field, not a stray pixel) is exactly ``colour``."""
+    return any(count >= 400 and found == colour for count, found in screen.getcolors(1 << 24) or [])
 
 
 def _title(sb: Sandbox, until: Callable[[str], bool], timeout_s: float = 20.0) -> str:
@@ -638,10 +651,10 @@ def log_in(sb: Sandbox, placeholder: str) -> str:
     returns the title of the page shown after."""
     sb.navigate(LOGIN_PAGE)
     assert _title(sb, lambda t: t == "login") == "login"
-    screen = _screen(sb)
-    sb.click(*center(find_color(screen, PASSWORD_FIELD)))
+    field, button = _login_form(sb)
+    sb.click(*field)
     sb.type(placeholder)
-    sb.click(*center(find_color(screen, SUBMIT_BUTTON)))
+    sb.click(*button)
     return _title(sb, lambda t: t.startswith("reflected"))
 
 
@@ -684,7 +697,9 @@ class Finished:
 def finished(world: World, tmp_path_factory: pytest.TempPathFactory) -> Finished:
     """The session ended: its containers' logs and configuration taken first (Docker drops them with
     the containers), then its bundle and HAR fetched."""
-    runtime, captured = world.runtime, {}
+    runtime, data_dir = world.runtime, world.gw.settings.data_dir
+    # The live state too: the session's record (the store drops it at the end) and the proxy's files.
+    captured = {f"live {name}": data for name, data in _contents(data_dir)}
     for name in (world.container, world.proxy):
         captured[f"docker logs {name}"] = runtime.logs(name, 1_000_000).encode()
         container = runtime._client.containers.get(name)
@@ -737,16 +752,22 @@ def test_nothing_corral_wrote_holds_a_value(
         searched.update(_unpacked(name, data))
     found = {name: leaks(data, finished.every_value) for name, data in searched.items()}
     assert {name: values for name, values in found.items() if values} == {}
-    # The search looked where the secrets went: the files that hold the session's traffic hold the
-    # placeholders (proof they were read, and that they record requests and answers that used them).
+    # The search looked where the secrets went: the recorded responses hold the login's request with
+    # its placeholder, the audit log its uses (proof they were read, and that they record the traffic).
     egress = gw.settings.data_dir / "egress" / finished.id
-    for must in (egress / "audit.jsonl", egress / "responses.mitm", finished.bundle / "responses.mitm"):
-        assert finished.placeholders["LOGIN_PASSWORD"].encode() in searched[str(must)], must
+    recorded = [
+        finished.bundle / "responses.mitm",
+        gw.settings.data_dir / "recordings" / finished.id / "responses.mitm",
+    ]
+    for name in map(str, recorded):
+        assert finished.placeholders["LOGIN_PASSWORD"].encode() in searched[name], name
+    assert b'"secret":"LOGIN_PASSWORD"' in searched[str(egress / "audit.jsonl")]
     events = finished.bundle / "events.jsonl"
     assert finished.placeholders["LOGIN_PASSWORD"].encode() in searched[str(events)]  # the typed text
     assert b"$BEARER_TOKEN" in searched[str(events)]  # the commands, as given
     assert searched[f"docker logs corral-egress-{finished.id}"] and searched[f"docker logs {finished.container}"]
-    assert any(str(p).startswith(str(gw.settings.data_dir / "sessions")) for p in searched)
+    assert any(name.startswith(f"live {gw.settings.data_dir / 'sessions'}") for name in searched)
+    assert f"live {egress / 'policy.json'}" in searched
 
 
 def test_a_hermetic_replay_of_the_session_works_with_placeholders(
