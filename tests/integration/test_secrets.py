@@ -16,7 +16,7 @@ replay comes after."""
 from __future__ import annotations
 
 import base64
-import gzip
+import contextlib
 import io
 import json
 import logging
@@ -26,6 +26,7 @@ import secrets
 import time
 import urllib.parse
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ from typing import Any, TypeVar
 import pytest
 from PIL import Image
 
+from corral.proxy.audit import verify
 from corral.proxy.placeholders import MAX_SECRETS, MAX_VALUE_BYTES, PLACEHOLDER
 from corral.recording.bundle import read_bundle
 from corral.sdk import Sandbox
@@ -275,6 +277,12 @@ def test_the_agent_holds_placeholders_only(world: World) -> None:
     assert env.code == 0, str(env)
     assert {f"{name}={placeholder}" for name, placeholder in placeholders.items()} <= set(env.output.splitlines())
     world.no_value_in(env.reply)
+    # The declaration is in the audit chain: who, which names, their bindings; no value.
+    (declared,) = world.records(bool, event="secrets")
+    assert declared["actor"].startswith("api-key:") and set(declared["added"]) == set(BINDINGS), declared
+    assert {name: (b["allow"], b["in"]) for name, b in declared["bindings"].items()} == {
+        name: (allow, where or ["header"]) for name, (allow, where) in BINDINGS.items()
+    }, declared
 
 
 # -- substitution ----------------------------------------------------------------------------------
@@ -317,6 +325,13 @@ SUBSTITUTIONS: dict[str, tuple[str, str, str, Callable[[dict[str, Any], str], bo
         '-F "key=$API_KEY" -F "page=2" "https://allowed.test/echo/{tag}"',
         lambda seen, value: f'name="key"\r\n\r\n{value}\r\n' in seen["body"],
     ),
+    "gzip": (  # a compressed JSON body, and a compressed answer
+        "API_KEY",
+        "body",
+        """--compressed -H 'content-type: application/json' -H 'content-encoding: gzip' --data-binary @-"""
+        ' "https://allowed.test/echo/{tag}"',
+        lambda seen, value: json.loads(seen["body"]) == {"key": value, "page": 2},
+    ),
     "basic": (
         "BASIC_PASSWORD",
         "basic",
@@ -332,7 +347,8 @@ SUBSTITUTIONS: dict[str, tuple[str, str, str, Callable[[dict[str, Any], str], bo
 def test_a_placeholder_is_replaced_by_the_value_where_its_secret_is_bound(world: World, case: str) -> None:
     name, location, arguments, received = SUBSTITUTIONS[case]
     value, placeholder, marker = world.values[name], world.placeholders[name], tag()
-    ran = world.run("curl -sS --fail --max-time 20 " + arguments.format(tag=marker))
+    body = """printf '{"key": "%s", "page": 2}' "$API_KEY" | gzip -c | """ if case == "gzip" else ""
+    ran = world.run(body + "curl -sS --fail --max-time 20 " + arguments.format(tag=marker))
     assert ran.code == 0, str(ran)
     (seen,) = world.seen(marker)
     assert received(seen, value), seen  # the upstream got the real value...
@@ -731,16 +747,19 @@ def _contents(path: Path) -> Iterator[tuple[str, bytes]]:
 
 
 def _unpacked(name: str, data: bytes) -> Iterator[tuple[str, bytes]]:
+    """What is inside ``data``: a zip's members, and every gzip stream in it (a whole file, or a
+    compressed body inside a flow file)."""
     if data[:4] == b"PK\x03\x04":
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             for member in archive.namelist():
                 yield f"{name}!{member}", archive.read(member)
-    elif data[:2] == b"\x1f\x8b":
-        yield f"{name}!gunzip", gzip.decompress(data)
+    for start in (m.start() for m in re.finditer(b"\x1f\x8b\x08", data)):
+        with contextlib.suppress(zlib.error):
+            yield f"{name}!gunzip@{start}", zlib.decompressobj(wbits=31).decompress(data[start:])
 
 
 def test_nothing_corral_wrote_holds_a_value(
-    finished: Finished, gw: RunningGateway, gateway_log: Path, tmp_path: Path
+    finished: Finished, gw: RunningGateway, gateway_log: Path, upstream: Upstream, runtime: DockerHarness
 ) -> None:
     for handler in logging.getLogger().handlers:
         handler.flush()
@@ -752,6 +771,9 @@ def test_nothing_corral_wrote_holds_a_value(
         searched.update(_unpacked(name, data))
     found = {name: leaks(data, finished.every_value) for name, data in searched.items()}
     assert {name: values for name, values in found.items() if values} == {}
+    # The search sees a value where there is one: the upstream (not Corral) logged what it received.
+    upstream_log = runtime.logs(upstream.name, 100_000).encode()
+    assert leaks(upstream_log, finished.every_value), "the search cannot see values"
     # The search looked where the secrets went: the recorded responses hold the login's request with
     # its placeholder, the audit log its uses (proof they were read, and that they record the traffic).
     egress = gw.settings.data_dir / "egress" / finished.id
@@ -762,6 +784,7 @@ def test_nothing_corral_wrote_holds_a_value(
     for name in map(str, recorded):
         assert finished.placeholders["LOGIN_PASSWORD"].encode() in searched[name], name
     assert b'"secret":"LOGIN_PASSWORD"' in searched[str(egress / "audit.jsonl")]
+    assert verify(egress / "audit.jsonl").ok  # every use and change of a secret is in an unbroken chain
     events = finished.bundle / "events.jsonl"
     assert finished.placeholders["LOGIN_PASSWORD"].encode() in searched[str(events)]  # the typed text
     assert b"$BEARER_TOKEN" in searched[str(events)]  # the commands, as given

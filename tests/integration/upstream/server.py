@@ -6,7 +6,8 @@ a registry for npm (``/npm/``), a git repository over git's dumb HTTP protocol (
 ``/headers``, the request's headers as JSON (what reached the upstream).
 
 For the brokered secrets' tests: ``/echo``, what it received (method, path, query, headers, body) as
-JSON, its Authorization header echoed back in ``x-echo-authorization`` too; ``/reflect``, an HTML page
+JSON (gzipped when the request accepts it), its Authorization header echoed back in
+``x-echo-authorization`` too; ``/reflect``, an HTML page
 whose title and body hold what it received (form fields, query, Authorization), as a careless site
 would; and ``/login``, a form that POSTs a password field to ``/reflect``. Each of these also prints
 what it received on a ``SEEN`` line: what reached the upstream, past the proxy.
@@ -18,6 +19,7 @@ Runs inside a container on the test's egress network; the test gives it network 
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import http.server
 import io
@@ -147,15 +149,16 @@ html,body{margin:0;padding:0;background:#fff;font:16px sans-serif}
 def _seen(handler: http.server.BaseHTTPRequestHandler, body: bytes) -> dict[str, object]:
     """What reached the upstream, as /echo answers it (and as its SEEN line says)."""
     query = urllib.parse.urlsplit(handler.path).query
-    text = body.decode(errors="replace")
+    compressed = handler.headers.get("content-encoding", "").lower() == "gzip"
+    text = (gzip.decompress(body) if compressed else body).decode(errors="replace")
     return {
         "method": handler.command,
         "path": handler.path.split("?")[0],
         "raw_query": query,
         "query": urllib.parse.parse_qs(query, keep_blank_values=True),
         "headers": {name.lower(): value for name, value in handler.headers.items()},
-        "body": text,
-        "body_base64": base64.b64encode(body).decode(),
+        "body": text,  # decompressed when it came gzipped
+        "body_base64": base64.b64encode(body).decode(),  # as it came
     }
 
 
@@ -210,6 +213,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             payload, kind = json.dumps(seen).encode(), "application/json"
             if "authorization" in self.headers:
                 extra_headers["x-echo-authorization"] = self.headers["authorization"]
+            if "gzip" in self.headers.get("accept-encoding", ""):  # compressed only when asked
+                payload, extra_headers["content-encoding"] = gzip.compress(payload), "gzip"
         elif self.path.startswith("/reflect"):
             payload, kind = _reflection(seen), "text/html; charset=utf-8"
         elif self.path.split("?")[0] == "/login":
