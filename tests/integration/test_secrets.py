@@ -61,6 +61,7 @@ BINDINGS: dict[str, tuple[list[str], list[str] | None]] = {
 }
 LOGIN_PAGE = "https://allowed.test/login"
 PASSWORD_FIELD, SUBMIT_BUTTON = (0, 0, 255), (0, 200, 0)  # their colours on the login page
+MESSAGE_FIELD = (0, 0, 255)  # the chat page's
 
 
 def new_value(name: str) -> str:
@@ -442,6 +443,33 @@ def test_a_real_value_from_inside_is_refused_like_misuse(world: World) -> None:
     assert_refused_as_misuse(world, block, "BEARER_TOKEN", "header")
 
 
+def test_a_placeholder_in_a_websocket_message_is_refused_and_flagged(world: World) -> None:
+    marker, sb = tag(), world.sb
+    sb.navigate(f"https://allowed.test/chat/{marker}")  # a page that talks to its site over a WebSocket
+    assert _title(sb, lambda t: t.startswith("heard")) == "heard hello"  # the socket works
+    (field,) = _on_screen(sb, MESSAGE_FIELD)
+    sb.click(*field)
+    sb.type(world.placeholders["BEARER_TOKEN"])
+    sb.key("Return")
+    assert _title(sb, lambda t: "sent" in t).endswith("sent 46; heard hello")  # the page sent it
+
+    def refused(records: list[dict[str, Any]]) -> bool:
+        return any(r.get("location") == "websocket" for r in records)
+
+    blocks = [r for r in world.records(refused, event="block") if r.get("location") == "websocket"]
+    assert len(blocks) == 1 and blocks[0]["url"] == f"https://allowed.test/ws/{marker}", blocks
+    assert (blocks[0]["rule"], blocks[0]["secret"], blocks[0]["exfiltration"]) == (
+        "secret-misuse",
+        "BEARER_TOKEN",
+        True,
+    )
+    lines = world.runtime.logs(world.upstream.name, 100_000).splitlines()
+    messages = [json.loads(line[3:]) for line in lines if line.startswith("WS ")]
+    assert [m["text"] for m in messages if marker in m["path"]] == ["hello"], messages  # the site never heard it
+    # The flow is killed: the page sees its socket closed, having heard nothing more.
+    assert _title(sb, lambda t: t.startswith("closed"), timeout_s=10) == "closed; sent 46; heard hello"
+
+
 # -- reflection ------------------------------------------------------------------------------------
 
 
@@ -609,46 +637,20 @@ def test_a_bad_declaration_makes_no_session(gw: RunningGateway) -> None:
         assert c.get("/v1/sessions").json() == sessions
 
 
-# -- the proxy restarts ----------------------------------------------------------------------------
-
-
-def test_a_restarted_proxy_gets_the_values_again(world: World) -> None:
-    world.runtime.kill(world.proxy)  # SIGKILL: the proxy's memory, values and all, is gone
-
-    def substituted() -> Ran | None:
-        marker = tag()
-        ran = world.run(
-            f'curl -sS --max-time 5 -H "Authorization: Bearer $BEARER_TOKEN" "https://allowed.test/echo/{marker}"'
-        )
-        seen = world.seen(marker)
-        ok = seen and seen[0]["headers"]["authorization"] == f"Bearer {world.values['BEARER_TOKEN']}"
-        return ran if ok else None
-
-    ran = wait_for(substituted, timeout_s=60, interval_s=0.5)
-    assert ran is not None, "a restarted proxy never substituted again"
-    world.no_value_in(ran.reply)
-
-    def restored(records: list[dict[str, Any]]) -> bool:
-        return any(r["actor"] == "gateway:reassert" and r.get("restored") for r in records)
-
-    records = [r for r in world.records(restored, event="secrets") if r["actor"] == "gateway:reassert"]
-    assert records and set(records[-1]["restored"]) == set(world.secrets_now()), records
-
-
 # -- the computer-use case -------------------------------------------------------------------------
 
 
-def _login_form(sb: Sandbox) -> tuple[tuple[int, int], tuple[int, int]]:
-    """Where the password field and the button are, once the page is on the screen (the first frame
-    of a new document can lag its load)."""
+def _on_screen(sb: Sandbox, *colours: tuple[int, int, int]) -> list[tuple[int, int]]:
+    """The centres of the fields of ``colours``, once the page shows them all (the first frame of a
+    new document can lag its load)."""
 
     def shown() -> Image.Image | None:
         screen = Image.open(io.BytesIO(sb.screenshot())).convert("RGB")
-        return screen if all(_has(screen, colour) for colour in (PASSWORD_FIELD, SUBMIT_BUTTON)) else None
+        return screen if all(_has(screen, colour) for colour in colours) else None
 
     screen = wait_for(shown, timeout_s=15, interval_s=0.2)
-    assert screen is not None, "the login form never showed"
-    return center(find_color(screen, PASSWORD_FIELD)), center(find_color(screen, SUBMIT_BUTTON))
+    assert screen is not None, f"{colours} never showed"
+    return [center(find_color(screen, colour)) for colour in colours]
 
 
 def _has(screen: Image.Image, colour: tuple[int, int, int]) -> bool:
@@ -667,7 +669,7 @@ def log_in(sb: Sandbox, placeholder: str) -> str:
     returns the title of the page shown after."""
     sb.navigate(LOGIN_PAGE)
     assert _title(sb, lambda t: t == "login") == "login"
-    field, button = _login_form(sb)
+    field, button = _on_screen(sb, PASSWORD_FIELD, SUBMIT_BUTTON)
     sb.click(*field)
     sb.type(placeholder)
     sb.click(*button)
@@ -694,6 +696,41 @@ def test_the_agent_logs_in_with_a_placeholder_and_never_sees_the_value(world: Wo
         ("body", "allowed.test", "POST", "https://allowed.test/reflect")
     ], uses
     assert {r["location"] for r in uses if r["rule"] == "secret-reflection"} == {"response-body"}, uses
+
+
+# -- the proxy restarts ----------------------------------------------------------------------------
+
+
+def test_a_restarted_proxy_gets_the_values_again(world: World) -> None:
+    world.sb.navigate(LOGIN_PAGE)  # the agent's browser in use: the controller's channel to the proxy is open
+    # What the proxy recorded so far is on disk before it is killed (it writes its recorded responses
+    # out every second, in order): the leak search and the hermetic replay read them.
+    marker, responses = tag(), world.gw.settings.data_dir / "egress" / world.id / "responses.mitm"
+    assert world.run(f"curl -sS --fail https://allowed.test/json/{marker}").code == 0
+    assert wait_for(lambda: marker.encode() in responses.read_bytes()), "the recorded responses were not written"
+    world.runtime.kill(world.proxy)  # SIGKILL: the proxy's memory, values and all, is gone
+
+    def substituted() -> Ran | None:
+        marker = tag()
+        ran = world.run(
+            f'curl -sS --max-time 5 -H "Authorization: Bearer $BEARER_TOKEN" "https://allowed.test/echo/{marker}"'
+        )
+        seen = world.seen(marker)
+        ok = seen and seen[0]["headers"]["authorization"] == f"Bearer {world.values['BEARER_TOKEN']}"
+        return ran if ok else None
+
+    ran = wait_for(substituted, timeout_s=60, interval_s=0.5)
+    assert ran is not None, "a restarted proxy never substituted again"
+    world.no_value_in(ran.reply)
+
+    def restored(records: list[dict[str, Any]]) -> bool:
+        return any(r["actor"] == "gateway:reassert" and r.get("restored") for r in records)
+
+    records = [r for r in world.records(restored, event="secrets") if r["actor"] == "gateway:reassert"]
+    assert records and set(records[-1]["restored"]) == set(world.secrets_now()), records
+    # The agent's native actions go on too, through the restarted proxy.
+    world.sb.navigate(f"https://allowed.test/reflect/{tag()}")
+    assert _title(world.sb, lambda t: t.startswith("reflected")).startswith("reflected")
 
 
 # -- after the session: the leak search and the hermetic replay ------------------------------------

@@ -10,7 +10,10 @@ JSON (gzipped when the request accepts it), its Authorization header echoed back
 ``x-echo-authorization`` too; ``/reflect``, an HTML page
 whose title and body hold what it received (form fields, query, Authorization), as a careless site
 would; and ``/login``, a form that POSTs a password field to ``/reflect``. Each of these also prints
-what it received on a ``SEEN`` line: what reached the upstream, past the proxy.
+what it received on a ``SEEN`` line: what reached the upstream, past the proxy. ``/ws/...`` is a
+WebSocket echo (each text message printed on a ``WS`` line and sent back), and ``/chat/<tag>`` a page
+that talks to it: it says hello, then sends what is typed in its field on Enter; its title says
+how many characters it sent, what it heard, and when the socket closed.
 
 Runs inside a container on the test's egress network; the test gives it network aliases under
 .test, so no real host is ever involved.
@@ -146,6 +149,49 @@ html,body{margin:0;padding:0;background:#fff;font:16px sans-serif}
 <button id=submit type=submit></button></form></body></html>"""
 
 
+CHAT_PAGE = b"""<!doctype html><html><head><meta charset=utf-8><title>chat</title><style>
+html,body{margin:0;padding:0;background:#fff;font:16px sans-serif}
+#message{position:absolute;left:40px;top:40px;width:480px;height:80px;border:0;outline:0;
+  background:#0000ff;color:#fff;font-size:32px;caret-color:#fff}
+</style></head><body><input id=message autocomplete=off><script>
+const heard = [];
+let sent = null, closed = false;
+const show = () => {
+  document.title = (closed ? "closed; " : "") + (sent === null ? "" : `sent ${sent}; `) + "heard " + heard.join(" ");
+};
+const socket = new WebSocket("wss://" + location.host + "/ws" + location.pathname.slice("/chat".length));
+socket.onopen = () => socket.send("hello");
+socket.onmessage = (event) => { heard.push(event.data); show(); };
+socket.onclose = () => { closed = true; show(); };
+document.getElementById("message").addEventListener("keydown", (event) => {
+  if (event.key !== "Enter") return;
+  sent = event.target.value.length;
+  show();
+  socket.send(event.target.value);
+});
+</script></body></html>"""
+WEBSOCKET_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def _read_frame(stream: io.BufferedIOBase) -> tuple[int, bytes] | None:
+    """One WebSocket frame (RFC 6455): its opcode and unmasked payload; None at the end."""
+    head = stream.read(2)
+    if len(head) < 2:
+        return None
+    length = head[1] & 0x7F
+    if length >= 126:
+        length = int.from_bytes(stream.read(2 if length == 126 else 8), "big")
+    mask = stream.read(4) if head[1] & 0x80 else bytes(4)
+    payload = stream.read(length)
+    return head[0] & 0x0F, bytes(byte ^ mask[i % 4] for i, byte in enumerate(payload))
+
+
+def _text_frame(payload: bytes) -> bytes:
+    size = len(payload)
+    head = bytes([0x81, size]) if size < 126 else bytes([0x81, 126]) + size.to_bytes(2, "big")
+    return head + payload
+
+
 def _seen(handler: http.server.BaseHTTPRequestHandler, body: bytes) -> dict[str, object]:
     """What reached the upstream, as /echo answers it (and as its SEEN line says)."""
     query = urllib.parse.urlsplit(handler.path).query
@@ -197,6 +243,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         tls = isinstance(self.connection, ssl.SSLSocket)
         hit = {"host": host, "method": self.command, "path": self.path, "tls": tls, "bytes": len(body)}
         print("HIT " + json.dumps(hit), flush=True)
+        if self.path.startswith("/ws") and self.headers.get("upgrade", "").lower() == "websocket":
+            self._echo_websocket()
+            return
         package, status = _package(self.path, host), 200
         extra_headers: dict[str, str] = {}
         if self.path.startswith(("/echo", "/reflect")):
@@ -219,6 +268,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             payload, kind = _reflection(seen), "text/html; charset=utf-8"
         elif self.path.split("?")[0] == "/login":
             payload, kind = LOGIN_PAGE, "text/html; charset=utf-8"
+        elif self.path.startswith("/chat/"):
+            payload, kind = CHAT_PAGE, "text/html; charset=utf-8"
         elif self.path.startswith("/counter"):
             count = next(HITS)  # shown as a number on a background of its own colour: any change is plain
             payload = (
@@ -261,6 +312,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(payload)
+
+    def _echo_websocket(self) -> None:
+        """Accept the upgrade (no extension), then echo text messages until the socket closes."""
+        key = self.headers["sec-websocket-key"] + WEBSOCKET_GUID
+        self.send_response(101)
+        self.send_header("upgrade", "websocket")
+        self.send_header("connection", "Upgrade")
+        self.send_header("sec-websocket-accept", base64.b64encode(hashlib.sha1(key.encode()).digest()).decode())
+        self.end_headers()
+        self.close_connection = True
+        while (frame := _read_frame(self.rfile)) is not None:
+            opcode, payload = frame
+            if opcode == 0x8:  # close: answer it, and done
+                self.wfile.write(b"\x88\x00")
+                return
+            if opcode == 0x1:
+                print("WS " + json.dumps({"path": self.path, "text": payload.decode(errors="replace")}), flush=True)
+                self.wfile.write(_text_frame(payload))
+                self.wfile.flush()
 
     do_GET = do_POST = do_HEAD = do_PUT = _answer
 
