@@ -214,14 +214,25 @@ def session_create(
     egress_mode: Annotated[
         str | None, typer.Option("--egress-mode", help="enforce (default) or report (allow, log what is not allowed).")
     ] = None,
+    secrets_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--secrets-file",
+            help='JSON: {"NAME": {"value": ..., "allow": [...], "in": [...]}}. The sandbox gets placeholders, '
+            "the proxy puts the values in (never give a value on a command line).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Start a session; prints its id, token and WebSocket URL."""
+    """Start a session; prints its id, token and WebSocket URL (and its secrets' placeholders)."""
     width, _, height = viewport.partition("x")
     if not (width.isdigit() and height.isdigit()):
         raise _fail("viewport must look like 1280x800", 2)
     labels = dict(item.split("=", 1) for item in (label or []) if "=" in item)
-    body = gateway_client.session_body(allow, (int(width), int(height)), timeout_s, idle_timeout_s, labels, egress_mode)
+    secrets = _secrets_file(secrets_file) if secrets_file is not None else None
+    body = gateway_client.session_body(
+        allow, (int(width), int(height)), timeout_s, idle_timeout_s, labels, egress_mode, secrets=secrets
+    )
     with _gateway_call() as gateway:
         created = gateway.create_session(body)
     if as_json:
@@ -229,6 +240,35 @@ def session_create(
         return
     out.print(_session_table([created]))
     out.print(f"token: {created['token']}\nws: {created['ws_url']}")
+    for name, placeholder in (created.get("secrets") or {}).items():
+        out.print(f"secret {name}: {placeholder}")
+
+
+def _secrets_file(path: Path) -> dict[str, Any]:
+    """The ``secrets`` of a create, from a JSON file; its words on failure never quote the file's content."""
+    try:
+        secrets = json.loads(path.read_text())
+    except OSError as exc:
+        raise _fail(f"cannot read {path}: {exc.strerror}", 2) from None
+    except ValueError:
+        raise _fail(f"{path} is not JSON", 2) from None
+    if not isinstance(secrets, dict) or not all(isinstance(spec, dict) for spec in secrets.values()):
+        raise _fail(f'{path} must hold an object: {{"NAME": {{"value": ..., "allow": [...]}}}}', 2)
+    return secrets
+
+
+@session_app.command("secrets")
+def session_secrets(session_id: str, as_json: JsonOpt = False) -> None:
+    """A session's secrets as its sandbox holds them: name and placeholder (values are never shown)."""
+    with _gateway_call() as gateway:
+        placeholders = gateway.secrets(session_id)
+    if as_json:
+        out.print_json(json.dumps(placeholders))
+        return
+    table = Table("secret", "placeholder")
+    for name, placeholder in placeholders.items():
+        table.add_row(name, placeholder)
+    out.print(table)
 
 
 @session_app.command("allow")

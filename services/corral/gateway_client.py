@@ -12,7 +12,7 @@ import asyncio
 import json
 import os
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -124,9 +124,13 @@ def session_body(
     labels: dict[str, str] | None = None,
     egress_mode: str | None = None,
     hermetic: str | None = None,
+    secrets: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The body of ``POST /v1/sessions``: what was given, nothing else (the gateway has the defaults)."""
+    """The body of ``POST /v1/sessions``: what was given, nothing else (the gateway has the defaults).
+    ``secrets``: name -> ``{"value", "allow", "in"?}`` (docs/gateway.md)."""
     body: dict[str, Any] = {"allow": list(allow or []), "labels": dict(labels or {})}
+    if secrets:
+        body["secrets"] = {name: dict(spec) for name, spec in secrets.items()}
     if egress_mode is not None:
         body["egress_mode"] = egress_mode
     if hermetic is not None:
@@ -138,6 +142,25 @@ def session_body(
     if idle_timeout_s is not None:
         body["idle_timeout_s"] = idle_timeout_s
     return body
+
+
+def secret_change(
+    value: str | None = None, allow: Sequence[str] | None = None, in_: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """One secret's entry in a PATCH's ``secrets``: what was given (a new secret needs value and
+    allow; a rotation the value alone)."""
+    change: dict[str, Any] = {}
+    if value is not None:
+        change["value"] = value
+    if allow is not None:
+        change["allow"] = list(allow)
+    if in_ is not None:
+        change["in"] = list(in_)
+    return change
+
+
+def _placeholders(response: httpx.Response) -> dict[str, str]:
+    return {str(name): str(placeholder) for name, placeholder in _json(response).items()}
 
 
 def _missing_ok(response: httpx.Response) -> None:
@@ -166,6 +189,16 @@ class calls:  # a namespace of pure builders, read as calls.create_session(...)
         if egress_mode is not None:
             body["egress_mode"] = egress_mode
         return Call("PATCH", f"/v1/sessions/{session_id}", _json, json=body)
+
+    @staticmethod
+    def update_secrets(session_id: str, changes: Mapping[str, Mapping[str, Any] | None]) -> Call[dict[str, Any]]:
+        """Add, change or (None) revoke secrets: the session as the gateway then shows it."""
+        body = {"secrets": {name: None if change is None else dict(change) for name, change in changes.items()}}
+        return Call("PATCH", f"/v1/sessions/{session_id}", _json, json=body)
+
+    @staticmethod
+    def secrets(session_id: str) -> Call[dict[str, str]]:
+        return Call("GET", f"/v1/sessions/{session_id}/secrets", _placeholders)
 
     @staticmethod
     def delete_session(session_id: str, missing_ok: bool = False) -> Call[None]:
@@ -293,6 +326,13 @@ class Gateway:
     def update_session(self, session_id: str, allow: Sequence[str], egress_mode: str | None = None) -> dict[str, Any]:
         return self.send(calls.update_session(session_id, allow, egress_mode))
 
+    def update_secrets(self, session_id: str, changes: Mapping[str, Mapping[str, Any] | None]) -> dict[str, Any]:
+        return self.send(calls.update_secrets(session_id, changes))
+
+    def secrets(self, session_id: str) -> dict[str, str]:
+        """The session's secrets' placeholders, by name (never a value)."""
+        return self.send(calls.secrets(session_id))
+
     def delete_session(self, session_id: str, missing_ok: bool = False) -> None:
         self.send(calls.delete_session(session_id, missing_ok))
 
@@ -384,6 +424,12 @@ class AsyncGateway:
         self, session_id: str, allow: Sequence[str], egress_mode: str | None = None
     ) -> dict[str, Any]:
         return await self.send(calls.update_session(session_id, allow, egress_mode))
+
+    async def update_secrets(self, session_id: str, changes: Mapping[str, Mapping[str, Any] | None]) -> dict[str, Any]:
+        return await self.send(calls.update_secrets(session_id, changes))
+
+    async def secrets(self, session_id: str) -> dict[str, str]:
+        return await self.send(calls.secrets(session_id))
 
     async def delete_session(self, session_id: str, missing_ok: bool = False) -> None:
         await self.send(calls.delete_session(session_id, missing_ok))

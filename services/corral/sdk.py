@@ -41,7 +41,15 @@ from corral import commands, transfer
 from corral.client import AsyncSandboxClient, SandboxClient, check_reply, image_bytes, is_reply
 from corral.commands import ExecResult, OutputChunk
 from corral.errors import ActionFailed, CommandFailed, ErrorCode, GatewayError
-from corral.gateway_client import AsyncGateway, Download, Gateway, api_key, gateway_url, session_body
+from corral.gateway_client import (
+    AsyncGateway,
+    Download,
+    Gateway,
+    api_key,
+    gateway_url,
+    secret_change,
+    session_body,
+)
 
 T = TypeVar("T")
 
@@ -578,15 +586,18 @@ class Sandbox:
         url: str | None = None,
         api_key: str | None = None,
         hermetic_responses: bytes | None = None,
+        secrets: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> Sandbox:
         """A new session. With ``hermetic_responses`` (a recording's ``responses.mitm``) its proxy
-        answers only from those and has no route out: a hermetic replay."""
+        answers only from those and has no route out: a hermetic replay. ``secrets``: name ->
+        ``{"value": ..., "allow": [...], "in": [...]}``; the sandbox gets placeholders (:attr:`secrets`)
+        and its proxy puts the values into requests to the bound hosts."""
         gateway = Gateway(url, api_key)
         info: dict[str, Any] | None = None
         try:
             upload = None if hermetic_responses is None else gateway.upload_responses(hermetic_responses)
             try:
-                body = session_body(allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload)
+                body = session_body(allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets)
                 info = gateway.create_session(body)
             finally:
                 if upload is not None:  # the session keeps its own copy
@@ -645,6 +656,28 @@ class Sandbox:
         """Replace the live allowlist (logged in the audit log); returns it in canonical form."""
         self.info = self._gateway.update_session(self.id, allow, egress_mode)
         return list(self.info["allow"])
+
+    @property
+    def secrets(self) -> dict[str, str]:
+        """The session's secrets as the sandbox holds them: name -> placeholder (never a value)."""
+        return dict(self.info.get("secrets") or {})
+
+    def set_secret(
+        self,
+        name: str,
+        value: str | None = None,
+        *,
+        allow: Sequence[str] | None = None,
+        in_: Sequence[str] | None = None,
+    ) -> str:
+        """Add a secret (value and allow) or change one (what is given); needs the owner's API key.
+        Returns its placeholder, which stays the same for the session's life."""
+        self.info = self._gateway.update_secrets(self.id, {name: secret_change(value, allow, in_)})
+        return self.secrets[name]
+
+    def revoke_secret(self, name: str) -> None:
+        """The proxy stops putting the secret in; its placeholder is refused from then on."""
+        self.info = self._gateway.update_secrets(self.id, {name: None})
 
     def traffic(self, **filters: str) -> list[dict[str, Any]]:
         """The session's audit records (filters: host, decision, event, action, since, until)."""
@@ -853,15 +886,18 @@ class AsyncSandbox:
         url: str | None = None,
         api_key: str | None = None,
         hermetic_responses: bytes | None = None,
+        secrets: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> AsyncSandbox:
         """A new session. With ``hermetic_responses`` (a recording's ``responses.mitm``) its proxy
-        answers only from those and has no route out: a hermetic replay."""
+        answers only from those and has no route out: a hermetic replay. ``secrets``: name ->
+        ``{"value": ..., "allow": [...], "in": [...]}``; the sandbox gets placeholders (:attr:`secrets`)
+        and its proxy puts the values into requests to the bound hosts."""
         gateway = AsyncGateway(url, api_key)
         info: dict[str, Any] | None = None
         try:
             upload = None if hermetic_responses is None else await gateway.upload_responses(hermetic_responses)
             try:
-                body = session_body(allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload)
+                body = session_body(allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets)
                 info = await gateway.create_session(body)
             finally:
                 if upload is not None:  # the session keeps its own copy
@@ -924,6 +960,28 @@ class AsyncSandbox:
         """Replace the live allowlist (logged in the audit log); returns it in canonical form."""
         self.info = await self._gateway.update_session(self.id, allow, egress_mode)
         return list(self.info["allow"])
+
+    @property
+    def secrets(self) -> dict[str, str]:
+        """The session's secrets as the sandbox holds them: name -> placeholder (never a value)."""
+        return dict(self.info.get("secrets") or {})
+
+    async def set_secret(
+        self,
+        name: str,
+        value: str | None = None,
+        *,
+        allow: Sequence[str] | None = None,
+        in_: Sequence[str] | None = None,
+    ) -> str:
+        """Add a secret (value and allow) or change one (what is given); needs the owner's API key.
+        Returns its placeholder, which stays the same for the session's life."""
+        self.info = await self._gateway.update_secrets(self.id, {name: secret_change(value, allow, in_)})
+        return self.secrets[name]
+
+    async def revoke_secret(self, name: str) -> None:
+        """The proxy stops putting the secret in; its placeholder is refused from then on."""
+        self.info = await self._gateway.update_secrets(self.id, {name: None})
 
     async def traffic(self, **filters: str) -> list[dict[str, Any]]:
         """The session's audit records (filters: host, decision, event, action, since, until)."""

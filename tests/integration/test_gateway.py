@@ -21,7 +21,12 @@ from .gateway_fixtures import KEY_A, KEY_B, RunningGateway, gateway
 
 pytestmark = pytest.mark.usefixtures("desktop_image")
 
-INPUT_JS = "const i = document.getElementById('i'); i.addEventListener('input', () => document.title = i.value);"
+# The title says how far input got when a test fails: "ready" (no click arrived), "clicked" (the
+# click, but no key), else what was typed.
+INPUT_JS = (
+    "const i = document.getElementById('i'); i.addEventListener('input', () => document.title = i.value);"
+    "addEventListener('mousedown', () => { if (!i.value) document.title = 'clicked'; }, true);"
+)
 # The input fills the page, so a click anywhere below the toolbar focuses it.
 INPUT_PAGE = html_url("<input id=i style='position:fixed;inset:0;width:100vw;height:100vh'>", INPUT_JS)
 

@@ -220,3 +220,38 @@ async def test_a_refused_download_raises_and_leaves_no_file(tmp_path: Path) -> N
     for failure in (refused.value, async_refused.value):
         assert (failure.status, failure.code, failure.field) == (404, "no_such_file", "path")
     assert os.listdir(tmp_path) == []
+
+
+# -- secrets ------------------------------------------------------------------------------------------------
+
+
+def test_secrets_go_in_the_body_and_a_change_has_only_what_was_given() -> None:
+    spec = {"value": "v" * 8, "allow": ["a.test"]}
+    assert gateway_client.session_body(["a.test"], secrets={"S": spec}) == {
+        "allow": ["a.test"],
+        "labels": {},
+        "secrets": {"S": spec},
+    }
+    assert gateway_client.session_body(secrets={}) == {"allow": [], "labels": {}}
+    assert gateway_client.secret_change("v" * 8) == {"value": "v" * 8}
+    assert gateway_client.secret_change(allow=("a.test",), in_=["query"]) == {"allow": ["a.test"], "in": ["query"]}
+
+
+async def test_both_gateways_change_and_read_secrets_alike() -> None:
+    seen: list[httpx.Request] = []
+    placeholders = {"S": "corral_secret_" + "0" * 32}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.method == "GET":
+            return httpx.Response(200, json=placeholders)
+        return httpx.Response(200, json={**SESSION, "secrets": placeholders})
+
+    sync, twin = _gateways(handler)
+    changes = {"S": {"value": "v" * 8, "allow": ["a.test"]}, "OLD": None}
+    assert sync.update_secrets("ses_1", changes) == await twin.update_secrets("ses_1", changes)
+    assert sync.secrets("ses_1") == await twin.secrets("ses_1") == placeholders
+    assert [(r.method, r.url.path) for r in seen] == [("PATCH", "/v1/sessions/ses_1")] * 2 + [
+        ("GET", "/v1/sessions/ses_1/secrets")
+    ] * 2
+    assert json.loads(seen[0].content) == json.loads(seen[1].content) == {"secrets": changes}

@@ -593,3 +593,46 @@ async def test_a_file_uploaded_to_an_existing_directory_goes_inside_it_in_both_t
         ]
     asked = [m["action"]["path"] for m in sandbox._ws.sent]  # type: ignore[attr-defined]
     assert asked == ["/workspace", "/workspace/new.txt"]  # a trailing slash needs no question
+
+
+class SecretsGateway:
+    """Stands in for the gateway's PATCH of secrets: keeps each change, answers the session it makes."""
+
+    def __init__(self) -> None:
+        self.changes: list[tuple[str, dict[str, Any]]] = []
+        self.placeholders: dict[str, str] = {}
+
+    def update_secrets(self, session_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+        self.changes.append((session_id, changes))
+        for name, change in changes.items():
+            if change is None:
+                self.placeholders.pop(name)
+            else:
+                self.placeholders.setdefault(name, f"corral_secret_{len(self.placeholders):032x}")
+        return {"id": session_id, "secrets": dict(self.placeholders)}
+
+
+class AsyncSecretsGateway(SecretsGateway):
+    async def update_secrets(self, session_id: str, changes: dict[str, Any]) -> dict[str, Any]:  # type: ignore[override]
+        return super().update_secrets(session_id, changes)
+
+
+async def test_secrets_are_set_and_revoked_alike_in_both_twins() -> None:
+    sandbox, twin = Sandbox.__new__(Sandbox), AsyncSandbox.__new__(AsyncSandbox)
+    sandbox.id = twin.id = "ses_1"
+    sandbox.info = twin.info = {"id": "ses_1", "secrets": {}}
+    sandbox._gateway, twin._gateway = SecretsGateway(), AsyncSecretsGateway()  # type: ignore[assignment]
+    assert sandbox.secrets == twin.secrets == {}
+    placeholder = sandbox.set_secret("TOKEN", "value-1234", allow=["a.test"], in_=["header", "query"])
+    assert placeholder == await twin.set_secret("TOKEN", "value-1234", allow=["a.test"], in_=["header", "query"])
+    assert sandbox.set_secret("TOKEN", "rotated-1234") == await twin.set_secret("TOKEN", "rotated-1234") == placeholder
+    assert sandbox.secrets == twin.secrets == {"TOKEN": placeholder}
+    sandbox.revoke_secret("TOKEN")
+    await twin.revoke_secret("TOKEN")
+    assert sandbox.secrets == twin.secrets == {}
+    for gateway in (sandbox._gateway, twin._gateway):
+        assert gateway.changes == [  # type: ignore[attr-defined]
+            ("ses_1", {"TOKEN": {"value": "value-1234", "allow": ["a.test"], "in": ["header", "query"]}}),
+            ("ses_1", {"TOKEN": {"value": "rotated-1234"}}),
+            ("ses_1", {"TOKEN": None}),
+        ]

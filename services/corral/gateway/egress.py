@@ -32,6 +32,7 @@ from typing import Any
 
 from corral.errors import ControlError, EgressUnavailable, ReplayNotFound, ReplayUnreadable, SandboxError
 from corral.gateway.anchors import AnchorBook
+from corral.gateway.secrets import SecretSet, SecretVault
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import copy_private, private_dir, session_dir, write_json, write_private
 from corral.proxy import audit, ca, control
@@ -126,6 +127,7 @@ class EgressManager:
         self.control_port = control.CONTROL_PORT
         self._expected: dict[str, PolicyView] = {}  # the policy the gateway last set, per session
         self._locks: dict[str, asyncio.Lock] = {}  # one policy conversation per proxy at a time
+        self.vault = SecretVault()  # each session's secrets, as the gateway last set them on its proxy
 
     async def start(self) -> bool:
         """The egress network, the archive and the token key; returns whether the host guard holds
@@ -296,6 +298,7 @@ class EgressManager:
         shutil.rmtree(self.sandbox_secrets_dir(egress.session_id), ignore_errors=True)
         self._expected.pop(egress.session_id, None)
         self._locks.pop(egress.session_id, None)
+        self.vault.forget(egress.session_id)
         self.anchors.forget(egress.session_id)
 
     def _anchor_end(self, egress: Egress) -> None:
@@ -357,6 +360,18 @@ class EgressManager:
         async with self._lock(egress.session_id):
             return await self._set_policy(egress, allow, mode, actor, "policy")
 
+    async def set_secrets(self, egress: Egress, secret_set: SecretSet, actor: str) -> dict[str, Any]:
+        """Set the session's whole secret set on its proxy (which logs the change, never a value); the
+        vault takes it once the proxy did."""
+        async with self._lock(egress.session_id):
+            return await self._set_secrets(egress, secret_set, actor)
+
+    async def _set_secrets(self, egress: Egress, secret_set: SecretSet, actor: str) -> dict[str, Any]:
+        reply = await self._call(egress, secret_set.message(actor))
+        self._observe(egress.session_id, reply, "poll")
+        self.vault.keep(egress.session_id, secret_set)
+        return reply
+
     async def _set_policy(self, egress: Egress, allow: list[str], mode: str, actor: str, reason: str) -> dict[str, Any]:
         before = self.expected(egress.session_id)
         reply = await self._call(egress, {"op": "policy", "allow": allow, "mode": mode, "actor": actor})
@@ -414,12 +429,13 @@ class EgressManager:
             self.anchors.append(session_id, seq, chain_hash, reason, generation=reply.get("generation"))
 
     async def check(self, egress: Egress) -> bool:
-        """The watchdog's look at a running proxy: its head anchored, its policy the gateway's.
+        """The watchdog's look at a running proxy: its head anchored, its policy and secrets the gateway's.
 
         A generation or policy the gateway did not set means someone else holds the gateway's token
         (or wrote the proxy's policy file and restarted it): logged as an error, and the gateway's
         policy is set again at once (in the chain as a ``policy`` record by ``gateway:reassert``).
-        Returns False when it had to do that.
+        Secrets the proxy lacks (it restarted, and keeps no values) are sent again the same way.
+        Returns False when it had to do either.
         """
         async with self._lock(egress.session_id):
             reply = await self._call(egress, {"op": "status"}, POLL_TIMEOUT_S)
@@ -427,30 +443,69 @@ class EgressManager:
             head = _head(reply)
             if head is None or "generation" not in reply:
                 return True  # a proxy from an image before policy generations: nothing to compare
-            live = PolicyView.from_reply(reply)
-            expected = self.expected(egress.session_id)
-            if expected is None:
-                # A session from before anchors existed: nothing to hold the proxy to but itself.
-                log.warning(
-                    "no policy on record for %s; taking the proxy's (generation %d)", egress.session_id, live.generation
-                )
-                self._expect(egress.session_id, live, "adopted", *head)
-                return True
-            if live == expected:
-                return True
-            log.error(
-                "egress policy of %s changed behind the gateway's back: the proxy runs generation %d (%s, %s), "
-                "the gateway set generation %d (%s, %s); setting the gateway's policy again",
-                egress.session_id,
-                live.generation,
-                live.mode,
-                list(live.allow),
-                expected.generation,
-                expected.mode,
-                list(expected.allow),
+            policy_held = await self._check_policy(egress, reply, head)
+            return await self._check_secrets(egress, reply) and policy_held
+
+    async def _check_policy(self, egress: Egress, reply: dict[str, Any], head: tuple[int, str]) -> bool:
+        live = PolicyView.from_reply(reply)
+        expected = self.expected(egress.session_id)
+        if expected is None:
+            # A session from before anchors existed: nothing to hold the proxy to but itself.
+            log.warning(
+                "no policy on record for %s; taking the proxy's (generation %d)", egress.session_id, live.generation
             )
-            await self._set_policy(egress, list(expected.allow), expected.mode, REASSERT_ACTOR, "reassert")
-            return False
+            self._expect(egress.session_id, live, "adopted", *head)
+            return True
+        if live == expected:
+            return True
+        log.error(
+            "egress policy of %s changed behind the gateway's back: the proxy runs generation %d (%s, %s), "
+            "the gateway set generation %d (%s, %s); setting the gateway's policy again",
+            egress.session_id,
+            live.generation,
+            live.mode,
+            list(live.allow),
+            expected.generation,
+            expected.mode,
+            list(expected.allow),
+        )
+        await self._set_policy(egress, list(expected.allow), expected.mode, REASSERT_ACTOR, "reassert")
+        return False
+
+    async def _check_secrets(self, egress: Egress, reply: dict[str, Any]) -> bool:
+        """The proxy holds the session's secrets, values loaded; else they are sent again (when this
+        gateway still has the values: after its own restart it has none, and says so once)."""
+        status = reply.get("secrets")
+        if not isinstance(status, dict):
+            return True  # a proxy from an image before secrets: the session has none
+        expected = self.vault.get(egress.session_id)
+        names = sorted(str(name) for name in status.get("names") or ())
+        if names == expected.names and (status.get("loaded") is True or not names):
+            return True
+        missing = expected.missing_values()
+        if missing:
+            if self.vault.first_warning(egress.session_id):
+                log.warning(
+                    "egress proxy of %s holds secrets %s (values loaded: %s), the session has %s; this gateway "
+                    "restarted since they were set and holds no values for %s: requests using them are refused "
+                    "until the owner sets them again (PATCH /v1/sessions/%s)",
+                    egress.session_id,
+                    names,
+                    status.get("loaded"),
+                    expected.names,
+                    missing,
+                    egress.session_id,
+                )
+            return True
+        log.warning(
+            "egress proxy of %s holds secrets %s (values loaded: %s), the gateway set %s; sending them again",
+            egress.session_id,
+            names,
+            status.get("loaded"),
+            expected.names,
+        )
+        await self._set_secrets(egress, expected, REASSERT_ACTOR)
+        return False
 
     # -- watchdog -------------------------------------------------------------------------------------
 

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_core import PydanticCustomError
 
+from corral.proxy.placeholders import (
+    DEFAULT_LOCATIONS,
+    MAX_BINDINGS,
+    MAX_SECRETS,
+    Location,
+    name_problem,
+    value_problem,
+)
 from corral.proxy.policy import parse_rule
 
 
@@ -23,6 +31,60 @@ HostPattern = Annotated[str, Field(min_length=1, max_length=2048), AfterValidato
 
 
 EgressMode = Literal["enforce", "report"]
+
+
+def _secret_name(name: str) -> str:
+    problem = name_problem(name)
+    if problem is not None:
+        raise PydanticCustomError("secret_name", "{message}", {"message": problem})
+    return name
+
+
+def _secret_value(value: SecretStr) -> SecretStr:
+    problem = value_problem(value.get_secret_value())  # its words never quote the value
+    if problem is not None:
+        raise PydanticCustomError("secret_value", "{message}", {"message": problem})
+    return value
+
+
+# An environment variable's name (corral.proxy.placeholders.NAME), none a command's environment uses.
+SecretName = Annotated[str, AfterValidator(_secret_name)]
+# Never shown: SecretStr's repr and str are stars, and the checks' messages never quote it.
+SecretValue = Annotated[SecretStr, AfterValidator(_secret_value)]
+# Where in a request the proxy may put a secret's value: a non-empty set, headers unless said.
+Locations = Annotated[list[Location], Field(min_length=1, max_length=4)]
+Bindings = Annotated[list[HostPattern], Field(min_length=1, max_length=MAX_BINDINGS)]
+
+
+class SecretSpec(BaseModel):
+    """A secret the session's proxy puts into requests in place of its placeholder: for these hosts
+    (each also on the session's allowlist) and these places only."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    value: SecretValue
+    allow: Bindings
+    in_: Locations = Field(default_factory=lambda: list(DEFAULT_LOCATIONS), alias="in")
+
+
+class SecretUpdate(BaseModel):
+    """PATCH: a new secret (value and allow), or an existing one's new value, bindings or places
+    (what is not given is kept)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    value: SecretValue | None = None
+    allow: Bindings | None = None
+    in_: Locations | None = Field(default=None, alias="in")
+
+    @model_validator(mode="after")
+    def _changes_something(self) -> SecretUpdate:
+        if self.value is None and self.allow is None and self.in_ is None:
+            raise PydanticCustomError("secret_update", "give the secret's value, allow or in (null revokes it)")
+        return self
+
+
+CreateSecrets = Annotated[dict[SecretName, SecretSpec], Field(max_length=MAX_SECRETS)]
+# name -> a new secret or a change of one, or null: revoke it.
+UpdateSecrets = Annotated[dict[SecretName, SecretUpdate | None], Field(max_length=MAX_SECRETS)]
 
 
 class Viewport(BaseModel):
@@ -56,14 +118,17 @@ class CreateSession(BaseModel):
     # The recording's byte budget for events and frames (CORRAL_RECORDING_BUDGET_MB when unset),
     # held to CORRAL_RECORDING_MAX_BUDGET_MB.
     recording_mb: Annotated[int, Field(ge=1)] | None = None
+    # Brokered secrets: the sandbox holds placeholders, the proxy puts the values in (docs/secrets.md).
+    secrets: CreateSecrets = Field(default_factory=dict)
 
 
 class UpdateSession(BaseModel):
-    """PATCH /v1/sessions/{id}: change the live allowlist or egress mode (the change is audited)."""
+    """PATCH /v1/sessions/{id}: change the live allowlist, egress mode or secrets (each change is audited)."""
 
     model_config = ConfigDict(extra="forbid")
     allow: Annotated[list[HostPattern], Field(max_length=256)] | None = None
     egress_mode: EgressMode | None = None
+    secrets: UpdateSecrets | None = None
 
 
 SessionState = Literal["starting", "ready", "stopping"]
@@ -108,6 +173,7 @@ class SessionOut(SessionTerms):
     ws_url: str
     actions_url: str
     traffic_url: str
+    secrets: dict[str, str] = Field(default_factory=dict)  # name -> placeholder (never a value)
 
 
 class CreatedSession(SessionOut):

@@ -18,15 +18,23 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
 
-from corral.errors import CapacityError, EgressUnavailable, HermeticUnavailable, InvalidRequest, SessionNotFound
-from corral.gateway import auth
+from corral.errors import (
+    CapacityError,
+    EgressUnavailable,
+    HermeticUnavailable,
+    InvalidRequest,
+    SandboxUnreachable,
+    SessionNotFound,
+)
+from corral.gateway import auth, controller
 from corral.gateway.egress import Egress, EgressManager
 from corral.gateway.limits import HostFacts, Limits, resolve
-from corral.gateway.models import CreateSession, SessionTerms, Viewport
+from corral.gateway.models import CreateSession, SessionTerms, UpdateSecrets, Viewport
 from corral.gateway.recording import RecordingLimits, RecordingManager
 from corral.gateway.replays import ReplayUploads
+from corral.gateway.secrets import SecretRecord, SecretSet, plan_create, plan_update
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
 from corral.runtime import ALIVE_STATES, ExitInfo, SandboxAddress, SandboxRuntime, SandboxSpec, SessionNetwork
@@ -86,9 +94,12 @@ class SessionRecord(SessionTerms):
     owner: str
     token_sha256: str
     egress: Egress | None = None
+    # Its brokered secrets' placeholders and bindings (corral.gateway.secrets); their values never.
+    secrets: dict[str, SecretRecord] = Field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        # A session without secrets is written as before they existed (an older gateway reads it alike).
+        return self.model_dump(mode="json", exclude=None if self.secrets else {"secrets"})
 
 
 @dataclass
@@ -104,6 +115,7 @@ class Session:
     removed: asyncio.Event = field(default_factory=asyncio.Event)  # its sandbox and record are gone: its slot is free
     end_reason: str = ""  # a stable code: deleted, timeout, idle_timeout, sandbox_exited, egress_proxy_gone
     end_detail: str = ""  # what the code alone does not say (a dead sandbox: OOM-killed, its exit code)
+    changing: asyncio.Lock = field(default_factory=asyncio.Lock)  # one PATCH at a time: each sees the last
 
     @property
     def id(self) -> str:
@@ -256,6 +268,8 @@ class SessionManager:
             session = Session(record, info.address)
             self._sessions[session.id] = session
             claimed.add(info.id)
+            if self.egress is not None and record.egress is not None:
+                self.egress.vault.adopt(record.id, record.secrets)  # the values are gone with the last gateway
         await self._remove_unowned_egress()
         for info in infos:
             if info.id in claimed:
@@ -453,6 +467,8 @@ class SessionManager:
         timeout_s = req.timeout_s or s.default_timeout_s
         if timeout_s > s.max_timeout_s:
             raise InvalidRequest(f"timeout_s is at most {s.max_timeout_s}", field="timeout_s")
+        if req.secrets and self.egress is None:
+            raise HermeticUnavailable("secrets need egress control, which this gateway runs without", field="secrets")
         if req.hermetic is None:
             return timeout_s, None
         if self.egress is None:
@@ -476,6 +492,7 @@ class SessionManager:
 
     async def create(self, owner: str, req: CreateSession) -> tuple[Session, str]:
         s = self._settings
+        secret_set = plan_create(req.secrets, list(req.allow), req.hermetic is not None)  # checked whole, first
         timeout_s, replay = self._admit(owner, req)
         pooled = await self._reserve(owner, req)
         started = time.monotonic()
@@ -484,13 +501,7 @@ class SessionManager:
             pooled = None
         try:
             pair = pooled or await self._cold_start("session", req.viewport, req, list(req.allow), mode, replay)
-            if pooled is not None and pooled.egress is not None and self.egress is not None:
-                # A pooled proxy starts with nothing allowed; the claim sets this session's policy.
-                try:
-                    await self.egress.set_policy(pooled.egress, list(req.allow), mode, f"api-key:{owner}")
-                except EgressUnavailable:
-                    await asyncio.shield(self._remove_pair(pooled))
-                    raise
+            await self._claim(pair, pooled is not None, list(req.allow), mode, secret_set, f"api-key:{owner}")
         finally:
             async with self._lock:
                 self._reserved[owner] -= 1
@@ -514,6 +525,7 @@ class SessionManager:
             egress=pair.egress,
             egress_mode=mode if pair.egress is not None else None,
             hermetic=replay is not None,
+            secrets=dict(secret_set.records),
         )
         session = Session(record, pair.sandbox)
         self._save(session)
@@ -523,15 +535,100 @@ class SessionManager:
         self._start_recording(session, req.recording_mb)
         return session, token
 
-    async def update_egress(self, session: Session, allow: Sequence[str] | None, mode: str | None, actor: str) -> None:
-        """Change a live session's allowlist or mode; the proxy logs the change in the audit chain."""
+    async def _claim(
+        self, pair: Pair, pooled: bool, allow: Sequence[str], mode: str, secret_set: SecretSet, actor: str
+    ) -> None:
+        """Make a ready pair the session's: a pooled proxy's policy (it starts with nothing allowed),
+        then its secrets. A pair that fails this is removed: it is never handed out."""
+        if self.egress is None or pair.egress is None:
+            return
+        try:
+            if pooled:
+                await self.egress.set_policy(pair.egress, list(allow), mode, actor)
+            if secret_set.records:
+                await self._give_secrets(pair, secret_set, SecretSet(), actor)
+        except BaseException:
+            await _settle(asyncio.ensure_future(self._remove_pair(pair)))
+            raise
+
+    async def update_egress(
+        self,
+        session: Session,
+        allow: Sequence[str] | None,
+        mode: str | None,
+        actor: str,
+        secrets: UpdateSecrets | None = None,
+    ) -> None:
+        """Change a live session's allowlist, mode or secrets, validated whole before anything changes;
+        the proxy logs each change in the audit chain. The policy goes first, then the secrets to the
+        proxy, then their placeholders to the controller; a step that fails undoes the ones before."""
         if self.egress is None or session.egress is None:
             raise EgressUnavailable("this gateway runs sessions without egress control")
-        new_allow = session.record.allow if allow is None else list(allow)
-        new_mode = mode or session.record.egress_mode or self._settings.egress_mode
-        await self.egress.set_policy(session.egress, new_allow, new_mode, actor)
-        session.record = session.record.model_copy(update={"allow": new_allow, "egress_mode": new_mode})
-        self._save(session)
+        async with session.changing:
+            old_allow, old_mode = session.record.allow, session.record.egress_mode or self._settings.egress_mode
+            new_allow = old_allow if allow is None else list(allow)
+            new_mode = mode or old_mode
+            current = self.egress.vault.get(session.id)
+            planned = plan_update(current, secrets, new_allow, session.record.hermetic)
+            if allow is not None or mode is not None or secrets is None:  # a PATCH of secrets alone leaves it
+                await self.egress.set_policy(session.egress, new_allow, new_mode, actor)
+            if secrets:
+                try:
+                    await self._give_secrets(Pair(session.id, session.sandbox, session.egress), planned, current, actor)
+                except BaseException:
+                    if (new_allow, new_mode) != (old_allow, old_mode):
+                        await self._undo(self.egress.set_policy(session.egress, old_allow, old_mode, actor), session.id)
+                    self._record_held_secrets(session)
+                    raise
+            changed = {"allow": new_allow, "egress_mode": new_mode, "secrets": dict(planned.records)}
+            session.record = session.record.model_copy(update=changed)
+            self._save(session)
+
+    def _record_held_secrets(self, session: Session) -> None:
+        """After a change failed part-way: the record says which secrets the proxy holds. They are the
+        old ones unless the proxy refused them back (a revocation it took stands: a revoked
+        placeholder never returns)."""
+        assert self.egress is not None
+        held = dict(self.egress.vault.get(session.id).records)
+        if held != session.record.secrets:
+            log.warning("session %s: its proxy kept the secrets %s after a failed change", session.id, sorted(held))
+            session.record = session.record.model_copy(update={"secrets": held})
+            self._save(session)
+
+    async def _give_secrets(self, pair: Pair, new: SecretSet, old: SecretSet, actor: str) -> None:
+        """``new`` to the session's proxy, then its placeholders to its controller (the agent's
+        commands get them); the proxy gets ``old`` back when the controller fails."""
+        assert self.egress is not None and pair.egress is not None
+        await self.egress.set_secrets(pair.egress, new, actor)
+        try:
+            await self._put_placeholders(pair.sandbox, new.placeholders())
+        except BaseException:
+            if old.missing_values():
+                log.error("session %s: its proxy cannot have secrets %s back: no values", pair.session_id, old.names)
+            else:
+                await self._undo(self.egress.set_secrets(pair.egress, old, actor), pair.session_id)
+            raise
+
+    async def _put_placeholders(self, sandbox: SandboxAddress, placeholders: dict[str, str]) -> None:
+        assert self._http is not None
+        try:
+            response = await controller.request(
+                self._http, sandbox.base_url, sandbox.secret, "PUT", "/v1/secrets", json={"secrets": placeholders}
+            )
+        except httpx.HTTPError as exc:
+            raise SandboxUnreachable(f"the controller of {sandbox.name} did not take its secrets: {exc}") from None
+        if response.status_code >= 300:
+            raise SandboxUnreachable(
+                f"the controller of {sandbox.name} refused its secrets' placeholders ({response.status_code})"
+            )
+
+    @staticmethod
+    async def _undo(step: Awaitable[object], session_id: str) -> None:
+        """One step of a failed change undone; its own failure is logged, the first one raised."""
+        try:
+            await step
+        except Exception:
+            log.exception("session %s: a failed change could not be undone", session_id)
 
     async def delete(self, session_id: str, reason: str = "deleted") -> None:
         session = self._sessions.get(session_id)

@@ -721,6 +721,16 @@ ProcessAction = Exec | ProcessList | ProcessWait | ProcessKill | ProcessWrite | 
 PROCESS_ACTIONS: tuple[type[_Action], ...] = get_args(ProcessAction)
 
 
+# -- the session's secrets (placeholders only: the sandbox never holds a value) ------------------------------
+
+
+class Secrets(_Action):
+    """The session's secret placeholders, name to placeholder, as every command's environment holds
+    them (corral.sandbox.placeholders); the egress proxy puts each secret's value in its place."""
+
+    type: Literal["secrets"]
+
+
 AnyAction = (
     Screenshot
     | Zoom
@@ -758,6 +768,7 @@ AnyAction = (
     | ProcessWrite
     | ProcessOutput
     | ProcessResize
+    | Secrets
 )
 """Every native action: the one list. A new action is added here, and everything else follows from it:
 validation (:data:`NativeAction`), the registry (:data:`ACTIONS`) and, through ``assert_never``, mypy's

@@ -2,7 +2,8 @@
 
 Each connection opens with ``{"op": "hello", "token": ...}``; the token says who is speaking:
 
-- the gateway (``gateway`` role) sets the session's policy (``policy``) and reads ``status``;
+- the gateway (``gateway`` role) sets the session's policy (``policy``) and its brokered secrets
+  (``secrets``: the whole live set each time, values included) and reads ``status``;
 - the controller inside the sandbox (``controller`` role) reports ``action`` start and end, so each
   audit record can name the agent action that caused it.
 
@@ -27,6 +28,16 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from corral.errors import ControlError, ErrorCode, InvalidMessage
+from corral.proxy.placeholders import (
+    DEFAULT_LOCATIONS,
+    LOCATIONS,
+    MAX_BINDINGS,
+    MAX_SECRETS,
+    PLACEHOLDER,
+    name_problem,
+    value_problem,
+)
+from corral.proxy.secrets import Secret, secret_from
 
 CONTROL_PORT = 8081
 # The proxy's state directory (bind-mounted from the gateway's data dir): these files, and ca/.
@@ -34,7 +45,9 @@ AUDIT_FILE = "audit.jsonl"
 RESPONSES_FILE = "responses.mitm"  # upstream answers, as a mitmproxy flow file (corral.proxy.responses)
 REPLAY_FILE = "replay.mitm"  # the recorded answers a hermetic session gives
 POLICY_FILE = "policy.json"
-MAX_LINE_BYTES = 256 * 1024
+
+# A secrets message holds up to MAX_SECRETS values of up to 4 KiB each, JSON-escaped.
+MAX_LINE_BYTES = 1024 * 1024
 MODES = ("enforce", "report")
 Role = Literal["gateway", "controller"]
 # Action ids land in every audit record, the HAR and the CLI's tables: a short token, no spaces, no
@@ -77,7 +90,15 @@ class ActionEvent:
     ack: bool = False
 
 
-Message = Hello | SetPolicy | Status | ActionEvent
+@dataclass(frozen=True, slots=True)
+class SetSecrets:
+    """The session's whole live set of brokered secrets (names missing from it are revoked)."""
+
+    secrets: tuple[Secret, ...]
+    actor: str
+
+
+Message = Hello | SetPolicy | Status | ActionEvent | SetSecrets
 
 
 def _text(obj: dict[str, Any], key: str, max_len: int = 256) -> str:
@@ -110,6 +131,8 @@ def parse_message(line: bytes) -> Message:
         if mode not in MODES:
             raise InvalidMessage(INVALID_FIELD, f"'mode' must be one of {', '.join(MODES)}", "mode")
         return SetPolicy(tuple(allow), str(mode), _text(obj, "actor") if "actor" in obj else "gateway")
+    if op == "secrets":
+        return SetSecrets(_secrets(obj.get("secrets")), _text(obj, "actor") if "actor" in obj else "gateway")
     if op == "action":
         phase = obj.get("phase")
         if phase not in ("start", "end"):
@@ -120,6 +143,50 @@ def parse_message(line: bytes) -> Message:
             raise InvalidMessage(INVALID_FIELD, "'id' must be 1 to 64 characters from A-Z a-z 0-9 _ . : -", "id")
         return ActionEvent(action_id, phase, bool(obj.get("ack", False)))
     raise InvalidMessage(INVALID_REQUEST, f"unknown op {op!r}", "op")
+
+
+def _secrets(entries: Any) -> tuple[Secret, ...]:
+    """The ``secrets`` list, every entry checked; InvalidMessage names the first bad field (never
+    quoting a value)."""
+    if not isinstance(entries, list) or len(entries) > MAX_SECRETS:
+        raise InvalidMessage(INVALID_FIELD, f"'secrets' must be a list of at most {MAX_SECRETS} secrets", "secrets")
+    parsed = [_secret(entry, index) for index, entry in enumerate(entries)]
+    for attribute in ("name", "placeholder"):
+        seen: set[str] = set()
+        for secret in parsed:
+            if getattr(secret, attribute) in seen:
+                field = f"secrets.{secret.name}" + (".placeholder" if attribute == "placeholder" else "")
+                raise InvalidMessage(INVALID_FIELD, f"two secrets have the same {attribute}", field)
+            seen.add(getattr(secret, attribute))
+    return tuple(parsed)
+
+
+def _secret(entry: Any, index: int) -> Secret:
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+        raise InvalidMessage(INVALID_FIELD, "each secret is an object with a 'name'", f"secrets[{index}]")
+    name: str = entry["name"]
+    where = f"secrets.{name}"
+    problem = name_problem(name)
+    if problem is not None:
+        raise InvalidMessage(INVALID_FIELD, problem, where)
+    placeholder = entry.get("placeholder")
+    if not isinstance(placeholder, str) or PLACEHOLDER.fullmatch(placeholder) is None:
+        raise InvalidMessage(INVALID_FIELD, "a placeholder is corral_secret_ and 32 hex digits", f"{where}.placeholder")
+    value = entry.get("value")  # none: the value the proxy holds stays
+    if value is not None:
+        problem = value_problem(value) if isinstance(value, str) else "a secret's value is a string"
+        if problem is not None:
+            raise InvalidMessage(INVALID_FIELD, problem, f"{where}.value")
+    locations = entry.get("in", list(DEFAULT_LOCATIONS))
+    if not isinstance(locations, list) or not locations or not set(locations) <= set(LOCATIONS):
+        raise InvalidMessage(INVALID_FIELD, f"'in' is a non-empty list of {', '.join(LOCATIONS)}", f"{where}.in")
+    allow = entry.get("allow")
+    if not isinstance(allow, list) or not 0 < len(allow) <= MAX_BINDINGS or not all(isinstance(a, str) for a in allow):
+        raise InvalidMessage(INVALID_FIELD, f"'allow' is a list of 1 to {MAX_BINDINGS} rules", f"{where}.allow")
+    try:
+        return secret_from(name, placeholder, value.encode() if value is not None else None, allow, locations)
+    except ValueError as exc:  # what is left to fail: a rule that does not parse
+        raise InvalidMessage(INVALID_FIELD, str(exc), f"{where}.allow") from None
 
 
 def encode(obj: dict[str, Any]) -> bytes:

@@ -3,7 +3,8 @@
 The order is the order mitmproxy calls each hook in: playback's configure first (a hermetic
 session is marked before anything else can fail), the flow's action (and the proxy credentials
 that name it taken off) before anything reads the request, the policy's decision before pinning and
-playback act on it, the control channel's server up before the proxy's first record, and the
+playback act on it, brokered secrets put in after that decision and taken back out before anything
+records the flow, the control channel's server up before the proxy's first record, and the
 audit record after everything it records. mitmproxy runs this file as an anonymous module (not in
 ``sys.modules``), which breaks dataclasses under postponed annotations; so the addons live in the
 importable :mod:`corral.proxy.addons` and this file only composes them.
@@ -17,6 +18,7 @@ from corral.proxy.addons import (
     Pinning,
     PolicyGate,
     ResponseRecorder,
+    SecretBroker,
     Shared,
 )
 
@@ -27,6 +29,7 @@ def compose(shared: Shared) -> list[object]:
         HermeticPlayback(shared),
         ActionAttribution(shared),
         PolicyGate(shared),
+        SecretBroker(shared),
         Pinning(shared),
         ControlChannel(shared),
         AuditTrail(shared),

@@ -37,6 +37,8 @@ def _page(host: str, decision: Decision, unrecorded: bool) -> str:
     advice = (
         "This hermetic replay answers only what the recorded session fetched."
         if unrecorded
+        else "A brokered secret goes only where the session's owner bound it."
+        if (decision.rule or "").startswith("secret-")
         else "Ask the session's owner to add the host to the session's allowlist."
     )
     return (

@@ -9,16 +9,19 @@ that trusts the session's CA (the system CAs plus the session's, written by
 :mod:`corral.sandbox.boot`) under each name a common tool reads: OpenSSL and Python
 (``SSL_CERT_FILE``), requests (``REQUESTS_CA_BUNDLE``), Node.js and npm (``NODE_EXTRA_CA_CERTS``),
 pip (``PIP_CERT``), git (``GIT_SSL_CAINFO``), curl (``CURL_CA_BUNDLE``). docs/image.md has the
-whole list and why each is there.
+whole list and why each is there. And it holds the session's secret placeholders, each under its
+secret's name (:mod:`corral.sandbox.placeholders`): what the agent's tools send where the value goes.
 
 Pure: the controller's settings say where the proxy and the bundle are (``CORRAL_PROXY``, and
 the bundle boot writes when the session has one); the process table asks for an environment per
-``exec`` (:func:`command_environment`), then adds ``TERM`` and the request's own ``env``.
+``exec`` (:func:`command_environment`, with the placeholders of the moment), then adds ``TERM`` and
+the request's own ``env``.
 """
 
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Mapping
 
 from corral.proxy.attribution import PROXY_USER
 from corral.sandbox import boot
@@ -70,11 +73,15 @@ def proxy_url(proxy: str, action_id: str) -> str:
     return f"http://{PROXY_USER}:{urllib.parse.quote(action_id, safe='')}@{proxy}"
 
 
-def command_environment(proxy: str | None, ca_bundle: str | None, action_id: str) -> dict[str, str]:
+def command_environment(
+    proxy: str | None, ca_bundle: str | None, action_id: str, placeholders: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The environment of a command the ``exec`` action ``action_id`` starts.
 
     ``proxy`` is the session proxy's ``host:port`` (None or empty: no egress control, no proxy
-    variables); ``ca_bundle`` the file that trusts the session's CA (None: the tools' defaults).
+    variables); ``ca_bundle`` the file that trusts the session's CA (None: the tools' defaults);
+    ``placeholders`` the session's secrets, name to placeholder (their names are never one of the
+    variables above: ``corral.proxy.placeholders.name_problem`` reserves those).
     Raises ValueError for a proxy that is not ``host:port``."""
     env = dict(BASE)
     if proxy:
@@ -86,4 +93,6 @@ def command_environment(proxy: str | None, ca_bundle: str | None, action_id: str
         env["GIT_HTTP_PROXY_AUTHMETHOD"] = "basic"
     if ca_bundle:
         env.update(dict.fromkeys(CA_VARIABLES, ca_bundle))
+    if placeholders:
+        env.update(placeholders)
     return env

@@ -1,5 +1,5 @@
 """The controller's HTTP and WebSocket surface: ``GET /healthz``, ``POST /v1/actions``, ``WS /v1/ws``,
-``PUT``/``GET /v1/files``."""
+``PUT``/``GET /v1/files``, and the gateway's ``PUT /v1/secrets``."""
 
 from __future__ import annotations
 
@@ -18,12 +18,14 @@ from starlette.requests import HTTPConnection
 from corral.bodies import ClosingStream, read_capped
 from corral.errors import ActionError, ErrorCode, error_body
 from corral.protocol import reply
+from corral.protocol.envelope import Limits, decode
 from corral.sandbox import transfer
 from corral.sandbox.auth import RequestVerifier, read_secret
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.dispatch import Dispatcher, Incoming
 from corral.sandbox.files import AgentFiles, named
 from corral.sandbox.guard import ControllerGuard
+from corral.sandbox.placeholders import placeholders_of
 from corral.sandbox.recorder import Recorder
 from corral.sandbox.settings import ControllerSettings
 from corral.sandbox.transfer_record import Tallied, Transfer
@@ -147,6 +149,7 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
 
     app.add_api_route("/v1/files", put_file, methods=["PUT"])
     app.add_api_route("/v1/files", get_file, methods=["GET"])
+    app.add_api_route("/v1/secrets", put_secrets, methods=["PUT"])
 
     @app.websocket("/v1/ws")
     async def ws(websocket: WebSocket, dispatcher: DispatcherDep) -> None:
@@ -192,6 +195,23 @@ async def get_file(request: Request) -> Response:
     headers = {} if download.length is None else {"content-length": str(download.length)}
     body = Tallied(download.body, ended)
     return ClosingStream(body, body.aclose, media_type=download.media_type, headers=headers)
+
+
+async def put_secrets(request: Request, desktop: DesktopDep) -> JSONResponse:
+    """The session's secret placeholders, the whole set (``{"secrets": {"NAME": "corral_secret_..."}}``),
+    from the gateway: names missing from it are gone from the next command's environment. Only the
+    gateway gets here (the controller's door); a bad body changes nothing."""
+    limit = request.app.state.max_body
+    body = await read_capped(request, limit)
+    try:
+        if body is None:
+            raise ActionError(ErrorCode.MESSAGE_TOO_LARGE, f"the body is over {limit} bytes; at most {limit}")
+        by_name = placeholders_of(decode(body, Limits(max_message_bytes=limit)))
+    except ActionError as exc:
+        return _error(exc)
+    desktop.placeholders.replace(by_name)
+    log.info("the session's secret placeholders: %s", ", ".join(sorted(by_name)) or "none")
+    return JSONResponse({"ok": True, "secrets": by_name})
 
 
 class Connection:

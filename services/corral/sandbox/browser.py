@@ -26,7 +26,10 @@ from corral.errors import ActionError, ErrorCode
 log = logging.getLogger(__name__)
 
 _SETTLE_ERROR_PAGE_MS = 3_000
-_PAINT_TIMEOUT_S = 2.0
+# Input sent before a new document's first frame is dropped. With a 2 s wait, a CI run of eight
+# sessions starting at once on two cores lost a click-then-type: so the wait is long (a visible page
+# that is not starved paints far sooner, and the warning below says when it was not enough).
+_PAINT_TIMEOUT_S = 10.0
 _TWO_FRAMES_JS = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => done(true))))"
 # A request pending longer than this is a long poll or a stream, not page loading.
 _LOADING_REQUEST_S = 1.5
@@ -180,8 +183,11 @@ class Browser:
 
     async def _painted(self, page: Page) -> None:
         """Wait until the page has produced a frame: input sent before that can be dropped by Chromium."""
-        with contextlib.suppress(PlaywrightError, TimeoutError):
-            await asyncio.wait_for(page.evaluate(_TWO_FRAMES_JS), _PAINT_TIMEOUT_S)
+        with contextlib.suppress(PlaywrightError):
+            try:
+                await asyncio.wait_for(page.evaluate(_TWO_FRAMES_JS), _PAINT_TIMEOUT_S)
+            except TimeoutError:
+                log.warning("%s made no frame within %.0f s: input sent now may be lost", page.url, _PAINT_TIMEOUT_S)
 
     def current_url(self) -> str | None:
         """The active tab's URL as Playwright last saw it (no round trip; None before any browser use)."""

@@ -22,6 +22,7 @@ from corral.sandbox import clipboard
 from corral.sandbox.browser import Browser
 from corral.sandbox.files import AgentFiles
 from corral.sandbox.launcher import LauncherClient
+from corral.sandbox.placeholders import Placeholders
 from corral.sandbox.processes import ProcessTable, RunContext
 from corral.sandbox.screen import Screen, Settled
 from corral.sandbox.settings import ControllerSettings
@@ -52,8 +53,8 @@ def wait_for_display(display: str, timeout_s: float = 30.0) -> None:
 
 class Desktop:
     """The sandbox's desktop. Callers hold :attr:`lock` so actions never interleave, except the
-    process and file actions (:data:`corral.protocol.actions.ProcessAction`, ``FileAction``), which
-    never touch the screen and run beside the others (a long build or a big write must not hold up
+    process and file actions (:data:`corral.protocol.actions.ProcessAction`, ``FileAction``) and
+    ``secrets``, which never touch the screen and run beside the others (a long build or a big write must not hold up
     a screenshot)."""
 
     def __init__(
@@ -64,6 +65,7 @@ class Desktop:
         browser: Browser,
         processes: ProcessTable | None = None,
         files: AgentFiles | None = None,
+        placeholders: Placeholders | None = None,
     ) -> None:
         self._settings = settings
         self.input = input
@@ -71,6 +73,8 @@ class Desktop:
         self.browser = browser
         self.processes = processes
         self.files = files
+        # The session's secret placeholders (PUT /v1/secrets sets them; the process table reads them too).
+        self.placeholders = Placeholders() if placeholders is None else placeholders
         self.size = Size(self.screen.width, self.screen.height)
         self.lock = asyncio.Lock()
 
@@ -80,11 +84,11 @@ class Desktop:
         agent's processes and files (through the launcher)."""
         wait_for_display(settings.display)
         launcher = LauncherClient(settings.launcher_socket)
-        processes = ProcessTable(launcher, settings.process_settings())
+        placeholders = Placeholders()
+        processes = ProcessTable(launcher, settings.process_settings(), placeholders)
         browser = Browser(settings.cdp_url)
-        return cls(
-            settings, XInput(settings.display), Screen(settings.display), browser, processes, AgentFiles(launcher)
-        )
+        screen = Screen(settings.display)
+        return cls(settings, XInput(settings.display), screen, browser, processes, AgentFiles(launcher), placeholders)
 
     async def close(self) -> None:
         if self.processes is not None:
@@ -223,6 +227,8 @@ class Desktop:
                 if self.files is None:
                     raise ActionError(ErrorCode.UNSUPPORTED, "this controller cannot reach the agent's files")
                 return ActionResult(await self.files.run(action))
+            case a.Secrets():
+                return ActionResult({"secrets": dict(self.placeholders.by_name)})
             case _:
                 # mypy proves this unreachable: a member of AnyAction without its case above fails the type check.
                 assert_never(action)

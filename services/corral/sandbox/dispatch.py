@@ -11,7 +11,7 @@ from typing import Any
 
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import reply
-from corral.protocol.actions import FILE_ACTIONS, PROCESS_ACTIONS
+from corral.protocol.actions import FILE_ACTIONS, PROCESS_ACTIONS, Secrets
 from corral.protocol.envelope import Limits, decode, plan_request, request_id_of
 from corral.protocol.plan import ActionResult, EncodedImage, Plan, RequestId
 from corral.sandbox.desktop import Desktop
@@ -21,8 +21,9 @@ from corral.sandbox.recorder import Recorder
 
 log = logging.getLogger(__name__)
 
-# Actions that never touch the screen: they run as the agent, beside the desktop's (Incoming.apart).
-APART_ACTIONS = PROCESS_ACTIONS + FILE_ACTIONS
+# Actions that never touch the screen (commands, files, the session's placeholders): they run beside
+# the desktop's (Incoming.apart).
+APART_ACTIONS: tuple[type, ...] = (*PROCESS_ACTIONS, *FILE_ACTIONS, Secrets)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +87,8 @@ class Incoming:
 
     @property
     def apart(self) -> bool:
-        """Runs beside other requests, outside the desktop's lock: a command, process or file action."""
+        """Runs beside other requests, outside the desktop's lock: a command, process, file or
+        ``secrets`` action."""
         return self.plan is not None and all(isinstance(step.action, APART_ACTIONS) for step in self.plan.steps)
 
 
@@ -156,9 +158,10 @@ class Dispatcher:
         return Handled(out, request, planned, ran)
 
     async def _run_apart(self, plan: Plan, context: RunContext) -> Ran:
-        """A process or file action: no desktop lock and no request timeout (a command has its own
-        ``timeout_ms``; a file action is bounded by its size); the proxy learns a command's action from
-        the proxy username its environment carries, and a file action makes no request."""
+        """A process, file or ``secrets`` action: no desktop lock and no request timeout (a command has
+        its own ``timeout_ms``; a file action is bounded by its size, ``secrets`` reads memory); the
+        proxy learns a command's action from the proxy username its environment carries, and the others
+        make no request."""
         results = [await self._desktop.run(step.action, plan.after, context) for step in plan.steps]
         image = None
         if plan.after.screenshot is not None:

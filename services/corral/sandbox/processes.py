@@ -36,6 +36,7 @@ from corral.sandbox import agentenv
 from corral.sandbox.launcher import Control, LauncherClient, Spawned, SpawnRefused
 from corral.sandbox.launcher import messages as lm
 from corral.sandbox.output import Budget, Capture, Encoding, Ring, RingPool, StreamDecoder, fit, json_size, render
+from corral.sandbox.placeholders import Placeholders
 
 log = logging.getLogger(__name__)
 
@@ -185,9 +186,13 @@ class Process:
 class ProcessTable:
     """The processes this controller started, and the actions on them."""
 
-    def __init__(self, launcher: LauncherClient, settings: ProcessSettings) -> None:
+    def __init__(
+        self, launcher: LauncherClient, settings: ProcessSettings, placeholders: Placeholders | None = None
+    ) -> None:
         self._launcher = launcher
         self._settings = settings
+        # The session's secret placeholders: each exec's environment gets those of the moment it starts.
+        self._placeholders = Placeholders() if placeholders is None else placeholders
         self._processes: dict[int, Process] = {}
         self._rings = RingPool(settings.buffers_total_bytes)
         self._captures = Budget(settings.captures_total_bytes)
@@ -244,7 +249,8 @@ class ProcessTable:
         return timeout, output
 
     def _environment(self, action: a.Exec, action_id: str) -> list[bytes]:
-        env = agentenv.command_environment(self._settings.proxy, self._settings.ca_bundle, action_id)
+        settings = self._settings
+        env = agentenv.command_environment(settings.proxy, settings.ca_bundle, action_id, self._placeholders.by_name)
         env["TERM"] = "xterm-256color" if action.pty else "dumb"
         env.update(action.env)
         return [f"{name}={value}".encode() for name, value in env.items()]

@@ -105,3 +105,45 @@ def test_screenshot_writes_the_image(gateway: Callable[[Handler], list[httpx.Req
     assert result.exit_code == 0, result.output
     assert target.read_bytes() == png
     assert json.loads(seen[0].content) == {"action": {"type": "screenshot", "format": "png"}}
+
+
+def test_create_takes_secrets_from_a_file_and_prints_placeholders_only(
+    gateway: Callable[[Handler], list[httpx.Request]], tmp_path: Path
+) -> None:
+    value = "ghp_the-real-value-0123"
+    secrets = {"GITHUB_TOKEN": {"value": value, "allow": ["example.test"], "in": ["header"]}}
+    (tmp_path / "secrets.json").write_text(json.dumps(secrets))
+    placeholder = "corral_secret_" + "a" * 32
+    seen = gateway(lambda request: httpx.Response(201, json={**SESSION, "secrets": {"GITHUB_TOKEN": placeholder}}))
+    args = ["session", "create", "--allow", "example.test", "--secrets-file", str(tmp_path / "secrets.json")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert json.loads(seen[0].content)["secrets"] == secrets
+    assert f"secret GITHUB_TOKEN: {placeholder}" in result.stdout and value not in result.output
+
+
+def test_a_secrets_file_that_is_not_secrets_fails_without_quoting_it(
+    gateway: Callable[[Handler], list[httpx.Request]], tmp_path: Path
+) -> None:
+    seen = gateway(lambda request: httpx.Response(201, json=SESSION))
+    runner = CliRunner()
+    (tmp_path / "broken.json").write_text('{"S": {"value": "ghp_leaky-value-0123"')
+    (tmp_path / "list.json").write_text('["ghp_leaky-value-0123"]')
+    refusals = (("broken.json", "is not JSON"), ("list.json", "must hold an object"), ("none.json", "cannot read"))
+    for name, words in refusals:
+        result = runner.invoke(app, ["session", "create", "--secrets-file", str(tmp_path / name)])
+        said = " ".join(result.output.split())  # as one line, whatever the console wrapped
+        assert result.exit_code == 2 and words in said and "leaky" not in said
+    assert seen == []
+
+
+def test_secrets_lists_the_placeholders(gateway: Callable[[Handler], list[httpx.Request]]) -> None:
+    placeholders = {"A": "corral_secret_" + "a" * 32, "B": "corral_secret_" + "b" * 32}
+    seen = gateway(lambda request: httpx.Response(200, json=placeholders))
+    runner = CliRunner()
+    shown = runner.invoke(app, ["session", "secrets", "ses_1", "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout) == placeholders
+    table = runner.invoke(app, ["session", "secrets", "ses_1"])
+    assert table.exit_code == 0 and "corral_secret_" + "b" * 32 in table.stdout
+    assert [(r.method, r.url.path) for r in seen] == [("GET", "/v1/sessions/ses_1/secrets")] * 2

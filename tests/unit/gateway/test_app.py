@@ -34,6 +34,6 @@ def test_every_router_is_wired_and_nothing_else(tmp_path: Path) -> None:
         if isinstance(route, APIRoute)
         for method in route.methods
     }
-    assert served == declared and len(served) == 21
+    assert served == declared and len(served) == 22
     sockets = [route.path for router in ROUTERS for route in router.routes if isinstance(route, APIWebSocketRoute)]
     assert sockets == ["/v1/sessions/{session_id}/ws"]

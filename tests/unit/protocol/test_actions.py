@@ -76,6 +76,7 @@ MINIMAL: dict[str, dict[str, Any]] = {
     "process_write": {"pid": 7, "data": "y\n"},
     "process_output": {"pid": 7},
     "process_resize": {"pid": 7, "rows": 24, "cols": 80},
+    "secrets": {},
 }
 
 

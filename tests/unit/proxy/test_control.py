@@ -97,3 +97,83 @@ async def test_an_unreachable_proxy_is_a_control_error_with_a_stable_code() -> N
     with pytest.raises(ControlError, match="not reachable") as gone_too:
         control.call_blocking("127.0.0.1", port, "token", {"op": "status"})
     assert gone_too.value.code == "egress_unavailable"
+
+
+# -- the secrets op -------------------------------------------------------------------------------
+
+PLACEHOLDER = "corral_secret_" + "a" * 32
+VALUE = "ghp_" + "v" * 36
+
+
+def _secrets_line(*entries: dict[str, object], **extra: object) -> bytes:
+    return json.dumps({"op": "secrets", "actor": "api-key:k1", "secrets": list(entries), **extra}).encode()
+
+
+def _entry(**fields: object) -> dict[str, object]:
+    entry: dict[str, object] = {
+        "name": "GITHUB_TOKEN",
+        "placeholder": PLACEHOLDER,
+        "value": VALUE,
+        "allow": ["GET,POST api.example.test/v1/"],
+        "in": ["header"],
+    }
+    entry.update(fields)
+    return {k: v for k, v in entry.items() if v is not None or k == "value"}
+
+
+def test_the_secrets_op_parses_into_frozen_secrets_with_parsed_bindings() -> None:
+    message = control.parse_message(
+        _secrets_line(_entry(), _entry(name="OTHER", placeholder="corral_secret_" + "b" * 32))
+    )
+    assert isinstance(message, control.SetSecrets) and message.actor == "api-key:k1"
+    first = message.secrets[0]
+    assert (first.name, first.placeholder, first.value, first.locations) == (
+        "GITHUB_TOKEN",
+        PLACEHOLDER,
+        VALUE.encode(),
+        ("header",),
+    )
+    assert [str(rule) for rule in first.allow] == ["GET,POST api.example.test/v1/"]
+    assert VALUE not in repr(message)
+    default = control.parse_message(_secrets_line({k: v for k, v in _entry().items() if k != "in"}))
+    assert isinstance(default, control.SetSecrets) and default.secrets[0].locations == ("header",)
+    kept = control.parse_message(_secrets_line(_entry(value=None)))
+    assert isinstance(kept, control.SetSecrets) and kept.secrets[0].value is None  # keep the value held
+
+
+@pytest.mark.parametrize(
+    ("entries", "field"),
+    [
+        ([_entry(name="lower")], "secrets.lower"),
+        ([_entry(name="PATH")], "secrets.PATH"),
+        ([_entry(placeholder="corral_secret_short")], "secrets.GITHUB_TOKEN.placeholder"),
+        ([_entry(value="short")], "secrets.GITHUB_TOKEN.value"),
+        ([_entry(value="x" * 5000)], "secrets.GITHUB_TOKEN.value"),
+        ([_entry(value="line\nbreak!")], "secrets.GITHUB_TOKEN.value"),
+        ([_entry(value=12345678)], "secrets.GITHUB_TOKEN.value"),
+        ([_entry(allow=[])], "secrets.GITHUB_TOKEN.allow"),
+        ([_entry(allow=["x.test"] * 17)], "secrets.GITHUB_TOKEN.allow"),
+        ([_entry(allow=["FETCH x.test"])], "secrets.GITHUB_TOKEN.allow"),
+        ([_entry(**{"in": []})], "secrets.GITHUB_TOKEN.in"),
+        ([_entry(**{"in": ["cookie"]})], "secrets.GITHUB_TOKEN.in"),
+        ([_entry(), _entry()], "secrets.GITHUB_TOKEN"),
+        ([_entry(), _entry(name="B")], "secrets.B.placeholder"),
+        ([_entry(), "x"], "secrets[1]"),
+        ([_entry(name=f"S{i}", placeholder=f"corral_secret_{i:032x}") for i in range(33)], "secrets"),
+    ],
+)
+def test_a_bad_secrets_message_is_refused_whole_naming_the_field_never_the_value(
+    entries: list[object], field: str
+) -> None:
+    with pytest.raises(InvalidMessage) as refused:
+        control.parse_message(_secrets_line(*entries))  # type: ignore[arg-type]
+    reply = refused.value.reply()
+    assert reply["code"] == ErrorCode.INVALID_FIELD and reply["field"] == field
+    values = [e["value"] for e in entries if isinstance(e, dict) and isinstance(e.get("value"), str)]
+    assert all(value not in reply["error"] for value in values)
+
+
+def test_a_full_set_of_secrets_fits_on_one_line() -> None:
+    entries = [_entry(name=f"S{i}", placeholder=f"corral_secret_{i:032x}", value="\u00e9" * 2048) for i in range(32)]
+    message = control.parse_message(_secrets_line(*entries))
+    assert isinstance(message, control.SetSecrets) and len(message.secrets) == 32

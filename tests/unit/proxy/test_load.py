@@ -22,6 +22,7 @@ from corral.proxy.addons import (
     Pinning,
     PolicyGate,
     ResponseRecorder,
+    SecretBroker,
 )
 from corral.proxy.addons.state import Shared
 
@@ -34,6 +35,7 @@ def test_the_addons_are_composed_in_the_order_their_hooks_must_run() -> None:
         HermeticPlayback,
         ActionAttribution,
         PolicyGate,
+        SecretBroker,
         Pinning,
         ControlChannel,
         AuditTrail,

@@ -85,3 +85,18 @@ def test_each_call_is_a_new_dict() -> None:
     first["PATH"] = "/tmp"
     assert command_environment("corral-proxy:8080", BUNDLE, "a1.x")["PATH"] != "/tmp"
     assert command_environment("corral-proxy:8080", BUNDLE, "a2.x")["HTTP_PROXY"].endswith(":a2.x@corral-proxy:8080")
+
+
+def test_the_sessions_placeholders_come_after_the_proxy_and_ca_variables() -> None:
+    placeholders = {"GITHUB_TOKEN": "corral_secret_" + "0" * 32, "DB_PASSWORD": "corral_secret_" + "f" * 32}
+    env = command_environment("corral-proxy:8080", BUNDLE, "a1.x", placeholders)
+    assert {name: env[name] for name in placeholders} == placeholders
+    without = command_environment("corral-proxy:8080", BUNDLE, "a1.x")
+    # Added last, and nothing else changed: the base, proxy and CA variables are all still there.
+    assert list(env) == [*without, *placeholders]
+    assert {name: env[name] for name in without} == without
+
+
+def test_without_placeholders_no_secret_variable() -> None:
+    env = command_environment("corral-proxy:8080", BUNDLE, "a1.x", {})
+    assert not any(value.startswith("corral_secret_") for value in env.values())

@@ -10,10 +10,15 @@ from typing import Any
 import pytest
 
 from corral.errors import error_body
+from corral.protocol.envelope import Limits
+from corral.proxy.placeholders import new_placeholder
 from corral.sandbox import auth
 from corral.sandbox.app import Connection, create_app
-from corral.sandbox.dispatch import Incoming
+from corral.sandbox.desktop import Desktop
+from corral.sandbox.dispatch import Dispatcher, Incoming
 from corral.sandbox.settings import ControllerSettings
+
+from .desktop_fake import Parts, fake_desktop
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # starlette's note about httpx, on import
@@ -33,6 +38,95 @@ def test_a_controller_that_does_not_record_says_so_in_the_one_error_body() -> No
     assert reply.json() == error_body("not_recording", "recording is off")
     assert reply.json() == {"ok": False, "error": {"code": "not_recording", "message": "recording is off"}}
     assert auth.proven(SECRET, signed.nonce, reply.headers)
+
+
+TOKEN = new_placeholder()
+JSON = {"content-type": "application/json"}
+
+
+def _controller() -> tuple[TestClient, Desktop]:
+    """The app wired by hand as the lifespan would, over a desktop of stand-in parts."""
+    app = create_app(ControllerSettings(record=False))
+    desktop = fake_desktop(Parts())
+    app.state.verifier = auth.RequestVerifier(SECRET)
+    app.state.desktop = desktop
+    app.state.dispatcher = Dispatcher(desktop, Limits())
+    app.state.max_body = Limits().max_message_bytes
+    return TestClient(app), desktop
+
+
+def _put(client: TestClient, body: Any, headers: dict[str, str] | None = None) -> Any:
+    signed = auth.sign(SECRET)
+    reply = client.put("/v1/secrets", content=json.dumps(body), headers={**JSON, **signed.headers, **(headers or {})})
+    assert auth.proven(SECRET, signed.nonce, reply.headers)
+    return reply
+
+
+def test_the_gateway_puts_the_whole_set_and_the_secrets_action_answers_it() -> None:
+    client, desktop = _controller()
+    other = new_placeholder()
+    reply = _put(client, {"secrets": {"GITHUB_TOKEN": TOKEN, "NPM_TOKEN": other}})
+    assert reply.status_code == 200
+    assert reply.json() == {"ok": True, "secrets": {"GITHUB_TOKEN": TOKEN, "NPM_TOKEN": other}}
+    assert dict(desktop.placeholders.by_name) == {"GITHUB_TOKEN": TOKEN, "NPM_TOKEN": other}
+    # The whole set each time: a name left out is revoked.
+    assert _put(client, {"secrets": {"NPM_TOKEN": other}}).status_code == 200
+    signed = auth.sign(SECRET)
+    action = client.post("/v1/actions", json={"id": 1, "action": {"type": "secrets"}}, headers=signed.headers)
+    assert action.status_code == 200 and action.json()["result"] == {"secrets": {"NPM_TOKEN": other}}
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "field"),
+    [
+        ({"secrets": {"PATH": TOKEN}}, "invalid_field", "secrets.PATH"),
+        ({"secrets": {"GITHUB_TOKEN": "not-a-placeholder"}}, "invalid_field", "secrets.GITHUB_TOKEN"),
+        ({"secrets": {f"S{i}": new_placeholder() for i in range(33)}}, "invalid_field", "secrets"),
+        ({"placeholders": {}}, "unknown_field", "placeholders"),
+        ({}, "missing_field", "secrets"),
+        ([], "invalid_request", None),
+    ],
+)
+def test_a_bad_body_is_a_structured_error_and_changes_nothing(body: Any, code: str, field: str | None) -> None:
+    client, desktop = _controller()
+    assert _put(client, {"secrets": {"GITHUB_TOKEN": TOKEN}}).status_code == 200
+    reply = _put(client, body)
+    assert reply.status_code == 400
+    assert reply.json()["ok"] is False and reply.json()["error"]["code"] == code
+    assert reply.json()["error"].get("field") == field
+    assert dict(desktop.placeholders.by_name) == {"GITHUB_TOKEN": TOKEN}
+
+
+def test_a_body_that_is_not_json_or_too_big_changes_nothing() -> None:
+    client, desktop = _controller()
+    signed = auth.sign(SECRET)
+    reply = client.put("/v1/secrets", content=b"{not json", headers={**JSON, **signed.headers})
+    assert reply.status_code == 400 and reply.json()["error"]["code"] == "invalid_json"
+    signed = auth.sign(SECRET)
+    huge = json.dumps({"secrets": {"A": "x" * (2 << 20)}})
+    reply = client.put("/v1/secrets", content=huge, headers={**JSON, **signed.headers})
+    assert reply.status_code == 413 and reply.json()["error"]["code"] == "message_too_large"
+    assert dict(desktop.placeholders.by_name) == {}
+
+
+def test_only_a_caller_with_the_controllers_secret_may_put_placeholders() -> None:
+    client, desktop = _controller()
+    body = json.dumps({"secrets": {"GITHUB_TOKEN": TOKEN}})
+    unsigned = client.put("/v1/secrets", content=body, headers=JSON)
+    assert unsigned.status_code == 401 and unsigned.json()["error"]["code"] == "unauthorized"
+    forged = auth.sign(auth.new_secret()).headers  # some other secret's MAC
+    assert client.put("/v1/secrets", content=body, headers={**JSON, **forged}).status_code == 401
+    replayed = auth.sign(SECRET).headers
+    empty = json.dumps({"secrets": {}})
+    assert client.put("/v1/secrets", content=empty, headers={**JSON, **replayed}).status_code == 200
+    assert client.put("/v1/secrets", content=body, headers={**JSON, **replayed}).status_code == 401  # used before
+    # A page the agent opened: refused before the secret is even looked at.
+    browser = {**JSON, **auth.sign(SECRET).headers, "origin": "https://allowed.test"}
+    assert client.put("/v1/secrets", content=body, headers=browser).status_code == 403
+    # A form post (text/plain, no preflight) is not JSON: refused.
+    form = {"content-type": "text/plain", **auth.sign(SECRET).headers}
+    assert client.put("/v1/secrets", content=body, headers=form).status_code == 415
+    assert dict(desktop.placeholders.by_name) == {}
 
 
 class _Socket:

@@ -56,6 +56,7 @@ PART = {
     "process_write": "processes",
     "process_output": "processes",
     "process_resize": "processes",
+    "secrets": None,  # the desktop's placeholders, in memory
 }
 
 

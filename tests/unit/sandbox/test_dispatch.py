@@ -158,6 +158,24 @@ async def test_file_actions_run_as_the_agent_outside_the_desktops_lock(tmp_path:
     assert failed["error"]["field"] == "action.path"
 
 
+async def test_the_secrets_action_answers_the_placeholders_outside_the_desktops_lock() -> None:
+    dispatcher, reporter, recorder = _dispatcher()
+    message = '{"id": 9, "action": {"type": "secrets"}}'
+    assert dispatcher.read(message).apart is True
+    async with dispatcher._desktop.lock:  # a long desktop action in flight
+        empty = await asyncio.wait_for(dispatcher.handle(message), 5)
+        placeholder = "corral_secret_" + "ab" * 16
+        dispatcher._desktop.placeholders.replace({"GITHUB_TOKEN": placeholder})
+        reply = await asyncio.wait_for(dispatcher.handle(message), 5)
+    assert empty["ok"] is True and empty["result"] == {"secrets": {}}
+    assert (reply["ok"], reply["id"], reply["result"]) == (True, 9, {"secrets": {"GITHUB_TOKEN": placeholder}})
+    assert reporter.seen == []  # no request leaves the sandbox
+    assert [event["native"] for event in recorder.events] == [[{"type": "secrets"}]] * 2
+    refused = await dispatcher.handle('{"id": 10, "action": {"type": "secrets", "name": "GITHUB_TOKEN"}}')
+    assert refused["ok"] is False and refused["error"]["code"] == "unknown_field"
+    assert refused["error"]["field"] == "action.name"
+
+
 async def test_file_actions_without_a_launcher_are_unsupported() -> None:
     dispatcher, _, _ = _dispatcher()
     dispatcher._desktop.files = None

@@ -17,6 +17,7 @@ from corral.protocol import actions as a
 from corral.protocol import reply
 from corral.sandbox import processes as processes_module
 from corral.sandbox.launcher import ShepherdEvent, Spawned, SpawnRefused
+from corral.sandbox.placeholders import Placeholders
 from corral.sandbox.processes import ProcessSettings, ProcessTable, RunContext, signal_name, signal_number
 
 EXITED = ShepherdEvent("exited", exit_code=0, running=False)
@@ -157,6 +158,22 @@ async def test_the_command_environment_and_the_callers_env() -> None:
     assert env["HOME"] == "/home/agent" and env["X"] == "1" and env["TERM"] == "vt100"
     assert env["HTTPS_PROXY"] == "http://corral-action:a9.b@corral-proxy:8080"
     assert env["SSL_CERT_FILE"] == "/etc/ssl/certs/ca-certificates.crt"
+
+
+async def test_each_exec_gets_the_placeholders_of_the_moment_it_starts() -> None:
+    first, second = "corral_secret_" + "1" * 32, "corral_secret_" + "2" * 32
+    held = Placeholders({"GITHUB_TOKEN": first, "NPM_TOKEN": second})
+    launcher = FakeLauncher(prints(b""))
+    processes = ProcessTable(launcher, ProcessSettings(proxy="corral-proxy:8080"), held)  # type: ignore[arg-type]
+    await processes.run(exec_action(env={"NPM_TOKEN": "mine"}), RunContext("a1.x"))
+    env = launcher.spawned[0]["env"]
+    assert env["GITHUB_TOKEN"] == first and env["TERM"] == "dumb"
+    assert env["NPM_TOKEN"] == "mine"  # the request's own env has the last word
+    held.replace({"NPM_TOKEN": second})  # the gateway revoked GITHUB_TOKEN
+    await processes.run(exec_action(), RunContext("a2.x"))
+    env = launcher.spawned[1]["env"]
+    assert "GITHUB_TOKEN" not in env and env["NPM_TOKEN"] == second
+    assert env["HTTPS_PROXY"] == "http://corral-action:a2.x@corral-proxy:8080"
 
 
 @pytest.mark.parametrize(

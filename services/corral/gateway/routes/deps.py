@@ -113,4 +113,5 @@ async def json_body(request: Request, model: type[ModelT]) -> ModelT:
     try:
         return model.model_validate_json(body)
     except ValidationError as exc:
-        raise RequestValidationError(exc.errors(include_url=False)) from None
+        # Without the input: a refused body may hold a secret's value, and nothing here may keep it.
+        raise RequestValidationError(exc.errors(include_url=False, include_input=False)) from None

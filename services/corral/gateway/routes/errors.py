@@ -123,7 +123,8 @@ async def _coded(request: Request, exc: Exception) -> JSONResponse:
 async def _invalid(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     first = exc.errors()[0]
-    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
+    # "[key]": pydantic's mark of a dict's key (a secret's name) that failed, after the key itself.
+    loc = [str(part) for part in first.get("loc", ()) if part not in ("body", "[key]")]
     request.app.state.metrics.errors.labels(code=ErrorCode.INVALID_REQUEST).inc()
     body = error_body(ErrorCode.INVALID_REQUEST, str(first.get("msg")), ".".join(loc) or None)
     return JSONResponse(body, status_code=422)

@@ -1,4 +1,4 @@
-"""``/v1/sessions``: make, list, show, change (egress) and end sessions."""
+"""``/v1/sessions``: make, list, show, change (egress, secrets) and end sessions."""
 
 from __future__ import annotations
 
@@ -25,7 +25,13 @@ def session_out(conn: HTTPConnection, session: Session) -> SessionOut:
         ws_url=f"{ws_base}/v1/sessions/{session.id}/ws",
         actions_url=f"{base}/v1/sessions/{session.id}/actions",
         traffic_url=f"{base}/v1/sessions/{session.id}/traffic",
+        secrets=placeholders(session),
     )
+
+
+def placeholders(session: Session) -> dict[str, str]:
+    """Name -> placeholder of each of the session's secrets: what the sandbox holds (never a value)."""
+    return {name: record.placeholder for name, record in sorted(session.record.secrets.items())}
 
 
 @router.post("", status_code=201, response_model=CreatedSession)
@@ -58,5 +64,12 @@ async def delete_session(session: LiveSessionDep, manager: ManagerDep) -> Respon
 async def update_session(request: Request, session: LiveSessionDep, who: CallerDep, manager: ManagerDep) -> SessionOut:
     who.change_egress()
     body = await json_body(request, UpdateSession)
-    await manager.update_egress(session, body.allow, body.egress_mode, f"api-key:{who.key_id}")
+    await manager.update_egress(session, body.allow, body.egress_mode, f"api-key:{who.key_id}", body.secrets)
     return session_out(request, session)
+
+
+@router.get("/{session_id}/secrets", response_model=dict[str, str])
+async def session_secrets(session: LiveSessionDep) -> dict[str, str]:
+    """The session's secrets as the sandbox knows them: name -> placeholder (the owner's key or the
+    session's token; the values are never given back)."""
+    return placeholders(session)

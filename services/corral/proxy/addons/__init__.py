@@ -4,6 +4,7 @@
 - :class:`ActionAttribution`: the action each flow is charged to (a command's own, or the
   controller's in flight), proxy credentials taken off;
 - :class:`PolicyGate`: the policy's decision on every CONNECT and request;
+- :class:`SecretBroker`: brokered secrets' values put in for bound requests, taken out of answers;
 - :class:`Pinning`: upstream connections dialled to the vetted address only;
 - :class:`ControlChannel`: the gateway's policy and status, the controller's actions;
 - :class:`AuditTrail`: the hash-chained audit record of everything the others did;
@@ -15,6 +16,7 @@ mitmproxy 11.0 (Python 3.11), where the unit tests use them.
 """
 
 from corral.proxy.addons.attribution import ActionAttribution
+from corral.proxy.addons.broker import SecretBroker
 from corral.proxy.addons.channel import ControlChannel
 from corral.proxy.addons.gate import PolicyGate
 from corral.proxy.addons.pinning import Pinning
@@ -31,5 +33,6 @@ __all__ = [
     "Pinning",
     "PolicyGate",
     "ResponseRecorder",
+    "SecretBroker",
     "Shared",
 ]

@@ -1,5 +1,5 @@
-"""The control channel: the gateway sets the policy and reads the status, the controller reports
-agent actions (the wire format and its parsing: :mod:`corral.proxy.control`).
+"""The control channel: the gateway sets the policy and the brokered secrets and reads the status,
+the controller reports agent actions (the wire format and its parsing: :mod:`corral.proxy.control`).
 
 A TCP server of its own on the session address, started when mitmproxy runs. Each connection
 authenticates with its first line; the actions a controller connection started end with it.
@@ -20,6 +20,7 @@ from corral.errors import InvalidMessage
 from corral.proxy import control
 from corral.proxy.addons.state import Shared
 from corral.proxy.control import POLICY_FILE
+from corral.proxy.secrets import SECRETS_FILE
 
 
 class ControlChannel:
@@ -88,6 +89,8 @@ class ControlChannel:
             return self._set_policy(message)
         if isinstance(message, control.Status):
             return self._status()
+        if isinstance(message, control.SetSecrets):
+            return self._set_secrets(message)
         raise ValueError("unexpected message")
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -153,6 +156,25 @@ class ControlChannel:
         live.policy, live.mode, live.generation = policy, message.mode, generation
         return {"ok": True, **self._policy_state()}
 
+    def _set_secrets(self, message: control.SetSecrets) -> dict[str, Any]:
+        book = self.shared.secrets
+        change = book.plan(message.secrets)  # refused whole (InvalidMessage) before anything changes
+        # Persisted and logged before it takes effect, as a policy is; neither holds a value.
+        if ctx.options.corral_state_dir:
+            book.persist(Path(ctx.options.corral_state_dir) / SECRETS_FILE, change)
+        self.shared.journal.write(
+            "secrets",
+            actor=message.actor,
+            generation=change.generation,
+            added=change.added,
+            rotated=change.rotated,
+            revoked=change.revoked,
+            restored=change.restored,
+            bindings=change.bindings(),
+        )
+        book.apply(change)
+        return {"ok": True, "secrets": book.state(), "head": self.shared.journal.head}
+
     def _status(self) -> dict[str, Any]:
         shared = self.shared
         hermetic = shared.policy.hermetic
@@ -165,6 +187,7 @@ class ControlChannel:
             "hermetic": hermetic,
             "replay": {"flows": shared.replay.flows, "error": shared.replay.error} if hermetic else None,
             "responses": shared.responses.counts() if shared.responses is not None else None,
+            "secrets": shared.secrets.state(),
         }
 
     def _policy_state(self) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from corral.proxy.attribution import Attribution
 from corral.proxy.audit import GENESIS, AuditLog, Event, EventFields
 from corral.proxy.policy import Decision
 from corral.proxy.responses import ResponseStore
+from corral.proxy.secrets import SecretBook
 from corral.proxy.vetting import LivePolicy, Verdict
 
 __all__ = [
@@ -148,7 +149,8 @@ class Replay:
 
 @dataclass(slots=True, eq=False)
 class Shared:
-    """One per proxy: the policy, the actions, the connections, the journal, the recorded answers."""
+    """One per proxy: the policy, the actions, the connections, the journal, the recorded answers,
+    the brokered secrets."""
 
     policy: LivePolicy = field(default_factory=LivePolicy)
     actions: Actions = field(default_factory=Actions)
@@ -156,6 +158,7 @@ class Shared:
     journal: Journal = field(default_factory=Journal)
     replay: Replay = field(default_factory=Replay)
     responses: ResponseStore | None = None  # upstream answers kept for hermetic replays
+    secrets: SecretBook = field(default_factory=SecretBook)  # the brokered secrets (corral.proxy.secrets)
 
     def charged_to(self, client_id: str) -> Attribution:
         """What a flow that names no action itself is charged to: the action its tunnel's CONNECT

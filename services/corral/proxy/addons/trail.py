@@ -79,7 +79,8 @@ class AuditTrail:
         if note is None or note.logged or flow.request.method == "CONNECT":
             return
         note.logged = True
-        self.journal.write("request", **exchange(flow, note))
+        # Refused at its answer (one that still holds a brokered secret's value it cannot scrub): a block.
+        self.journal.write("block" if note.verdict.refused else "request", **exchange(flow, note))
 
     def error(self, flow: http.HTTPFlow) -> None:
         note = note_of(flow)

@@ -277,6 +277,11 @@ class LauncherClient:
             reply, got = await future
         except asyncio.CancelledError:
             self._pending.pop(request_id, None)
+            if future.done() and not future.cancelled() and future.exception() is None:
+                # Answered, then cancelled before this task resumed: the descriptors that came
+                # (a spare shepherd's sockets) would leak, and that shepherd wait for ever.
+                for fd in future.result()[1]:
+                    os.close(fd)
             raise
         if not reply.get("ok"):
             for fd in got:

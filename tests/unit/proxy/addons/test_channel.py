@@ -152,3 +152,75 @@ def test_an_unreadable_tokens_file_is_an_options_error(tmp_path: Path, content: 
     tokens.write_text(content)
     with session_proxy() as proxy, pytest.raises(exceptions.OptionsError, match="corral_tokens_file"):
         proxy.tctx.configure(proxy.addons[0], corral_tokens_file=str(tokens))
+
+
+SECRET = {
+    "name": "TOKEN",
+    "placeholder": "corral_secret_" + "1" * 32,
+    "value": "s3cret-value-123",
+    "allow": ["GET allowed.test/v1/"],
+    "in": ["header"],
+}
+
+
+def _secrets(*entries: dict[str, Any]) -> Any:
+    line = json.dumps({"op": "secrets", "actor": "api-key:k1", "secrets": list(entries)}).encode()
+    return control.parse_message(line)
+
+
+async def test_secrets_are_gateway_only_recorded_before_they_take_effect_and_in_the_status(egress) -> None:
+    proxy, _, state = egress
+    with pytest.raises(ValueError, match="only the gateway"):
+        proxy.control("controller", _secrets(SECRET))
+    assert not proxy.shared.secrets.active
+    reply = proxy.control("gateway", _secrets(SECRET))
+    record = records(state)[-1]
+    assert reply == {
+        "ok": True,
+        "secrets": {"generation": 1, "names": ["TOKEN"], "loaded": True},
+        "head": {"seq": record["seq"], "hash": record["hash"]},
+    }
+    assert {k: v for k, v in record.items() if k not in ("seq", "time", "prev", "hash")} == {
+        "session": "ses_test",
+        "event": "secrets",
+        "actor": "api-key:k1",
+        "generation": 1,
+        "added": ["TOKEN"],
+        "rotated": [],
+        "revoked": [],
+        "restored": [],
+        "bindings": {"TOKEN": {"allow": ["GET allowed.test/v1/"], "in": ["header"]}},
+    }
+    rotated = proxy.control("gateway", _secrets({**SECRET, "value": "another-value-456"}))
+    assert rotated is not None and records(state)[-1]["rotated"] == ["TOKEN"]
+    status = proxy.control("gateway", control.Status())
+    assert status is not None and status["secrets"] == {"generation": 2, "names": ["TOKEN"], "loaded": True}
+    saved = (state / "secrets.json").read_text()
+    assert "s3cret-value-123" not in saved and "another-value-456" not in saved
+    assert "s3cret-value-123" not in (state / "audit.jsonl").read_text()
+    assert verify(state / "audit.jsonl").ok
+
+
+async def test_a_secrets_message_that_would_change_a_placeholder_changes_nothing(egress) -> None:
+    proxy, _, state = egress
+    proxy.control("gateway", _secrets(SECRET))
+    port = await _serve(proxy)
+    before = (len(records(state)), (state / "secrets.json").read_bytes())
+    try:
+        moved = {**SECRET, "placeholder": "corral_secret_" + "2" * 32}
+        hello, refused = await _exchange(
+            port,
+            {"op": "hello", "token": "gw-token"},
+            {"op": "secrets", "actor": "api-key:k1", "secrets": [moved]},
+        )
+    finally:
+        await proxy.done()
+    assert hello["ok"] is True
+    assert refused == {
+        "ok": False,
+        "code": "invalid_field",
+        "error": "TOKEN's placeholder may not change",
+        "field": "secrets.TOKEN.placeholder",
+    }
+    assert (len(records(state)), (state / "secrets.json").read_bytes()) == before
+    assert proxy.shared.secrets.secrets["TOKEN"].placeholder == SECRET["placeholder"]

@@ -4,6 +4,7 @@ held, or one whose child died, the launcher's ``spawn`` does it; a client that c
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -36,7 +37,8 @@ class FakeLauncher:
 
     def _serve(self) -> None:
         conn, _ = self.listener.accept()
-        with conn:
+        # A client that closed while an answer was on its way: gone, as the real launcher sees it.
+        with conn, contextlib.suppress(BrokenPipeError, ConnectionResetError):
             while True:
                 data, fds, _, _ = socket.recv_fds(conn, m.MAX_MESSAGE + 1, m.MAX_FDS)
                 if not data:
@@ -57,16 +59,15 @@ class FakeLauncher:
     def _reserve(self, conn: socket.socket, request_id: int) -> None:
         control, control_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         job, job_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        if self.child_dies:
-            job_theirs.close()
         self.held.append(control_theirs)  # before the answer: the test looks at it once answered
-        socket.send_fds(conn, [m.encode(m.ok(request_id, shepherd=20))], [control.fileno(), job.fileno()])
-        control.close()
-        job.close()
-        if self.child_dies:
-            return
-        data, stdio, _, _ = socket.recv_fds(job_theirs, m.MAX_MESSAGE + 1, m.JOB_FDS)
-        job_theirs.close()
+        with job_theirs:
+            if self.child_dies:
+                job_theirs.close()
+            with control, job:
+                socket.send_fds(conn, [m.encode(m.ok(request_id, shepherd=20))], [control.fileno(), job.fileno()])
+            if self.child_dies:
+                return
+            data, stdio, _, _ = socket.recv_fds(job_theirs, m.MAX_MESSAGE + 1, m.JOB_FDS)
         if not data:
             return  # the client dropped this spare
         self.jobs.append((m.parse_job(data), len(stdio)))
@@ -76,6 +77,7 @@ class FakeLauncher:
 
     def close(self) -> None:
         self.listener.close()
+        self.thread.join(timeout=5)
         for sock in self.held:
             sock.close()
 

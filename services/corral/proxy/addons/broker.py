@@ -1,0 +1,393 @@
+"""Brokered secrets: the sandbox holds placeholders, the proxy puts the real values in on the way
+out (to bound hosts, methods, paths and locations only) and takes them out of what comes back.
+
+Runs after :class:`~corral.proxy.addons.PolicyGate` (a refused flow is never looked at) and before
+the addons that record a flow (:class:`~corral.proxy.addons.AuditTrail`,
+:class:`~corral.proxy.addons.ResponseRecorder`): the request that went upstream with values is
+swapped back for the placeholder form at ``response`` and ``error``, so what they record holds
+placeholders only. The engine is pure (:mod:`corral.proxy.secrets`); this reads a flow into bytes
+and writes the outcome back. With no secrets every hook returns at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from mitmproxy import ctx, http
+
+from corral.proxy.addons.flows import url_of
+from corral.proxy.addons.state import FlowNote, Shared, note_of
+from corral.proxy.addons.trail import exchange
+from corral.proxy.audit import EventFields, redact_url
+from corral.proxy.placeholders import PLACEHOLDER_PREFIX, Location
+from corral.proxy.policy import Decision
+from corral.proxy.refusal import refusal_response
+from corral.proxy.secrets import (
+    SECRETS_FILE,
+    BodyType,
+    Secret,
+    SecretBook,
+    basic_credentials,
+    basic_header,
+    body_type,
+    clean_path,
+    encoded_for,
+    placeholders_in,
+    without_placeholders,
+)
+
+log = logging.getLogger(__name__)
+
+ORIGINAL = "corral.secrets.original"  # flow.metadata: the request as the sandbox sent it
+MISUSE, UNAVAILABLE, REFLECTION = "secret-misuse", "secret-unavailable", "secret-reflection"
+SUBSTITUTION = "secret-substitution"
+Place = Location | str  # a request location, or "path" (where no secret may go)
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    secret: str | None
+    location: str | None
+    reason: str
+    rule: str = MISUSE
+    status: int = 403
+    exfiltration: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """What substitution changes in a request, as the sandbox sent it."""
+
+    path: bytes
+    fields: tuple[tuple[bytes, bytes], ...]
+    raw_content: bytes | None
+
+
+@dataclass(slots=True)
+class Parts:
+    """A request read for secrets: where each part is, as bytes."""
+
+    path: bytes
+    query: bytes
+    headers: list[tuple[bytes, bytes]]
+    basic: list[tuple[int, bytes]]  # (index in headers, decoded user:password)
+    body: bytes
+    kind: BodyType | None
+
+    def places(self) -> list[tuple[Place, bytes]]:
+        """Each part with where it is; Basic credentials decoded."""
+        places: list[tuple[Place, bytes]] = [("path", self.path), ("query", self.query), ("body", self.body)]
+        places += [("header", value) for _, value in self.headers]
+        places += [("basic", credentials) for _, credentials in self.basic]
+        return places
+
+
+class SecretBroker:
+    def __init__(self, shared: Shared) -> None:
+        self.shared = shared
+        self.book: SecretBook = shared.secrets
+        self.journal = shared.journal
+        self._restored = False
+
+    def configure(self, updated: set[str]) -> None:
+        state_dir = ctx.options.corral_state_dir
+        if self._restored or "corral_state_dir" not in updated or not state_dir:
+            return
+        self._restored = True
+        path = Path(state_dir) / SECRETS_FILE
+        try:
+            if self.book.restore(path):
+                log.info("brokered secrets restored (%d), values not loaded", len(self.book.secrets))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            # A warning, never an exception or an error: mitmdump exits on either at startup. The
+            # gateway's watchdog sees no names and sends the set again.
+            log.warning("cannot read the persisted secrets in %s (%s); starting without", path, exc)
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        book = self.book
+        if not book.active:
+            return
+        note = note_of(flow)
+        if note is None or flow.response is not None or flow.request.method == "CONNECT":
+            return
+        try:
+            parts = _parts(flow.request)
+        except ValueError as exc:
+            self._refuse(flow, note, Refusal(None, "body", f"the request body cannot be read for secrets: {exc}"))
+            return
+        places = parts.places()
+        inside = self._value_inside(places)
+        if inside is not None:
+            _scrub_request(flow.request, book)  # refused all the same; its record holds no value
+            self._refuse(flow, note, inside)
+            return
+        found = self._find(places)
+        if not found:
+            return
+        refusal = self._check(flow, note, parts, found)
+        if refusal is not None:
+            self._refuse(flow, note, refusal)
+            return
+        request = flow.request
+        # What substitution changes, kept to be put back (a whole copy of the request costs more
+        # than everything else here together).
+        flow.metadata[ORIGINAL] = Sent(request.data.path, request.headers.fields, request.raw_content)
+        counts = _substitute(request, parts, {self.book.by_placeholder[p] for _, p in found})
+        for (name, location), count in counts.items():
+            self._record(flow, note, name, location, count, SUBSTITUTION, flow.metadata[ORIGINAL].path)
+
+    def _value_inside(self, places: list[tuple[Place, bytes]]) -> Refusal | None:
+        """A real value in the request (the sandbox should never hold one): refused as misuse."""
+        scrubber = self.book.scrubber
+        if not scrubber:
+            return None
+        # One look at the whole request first (the usual answer is none); the place only then.
+        if scrubber.first(without_placeholders(b"\n".join(data for _, data in places))) is None:
+            return None
+        for place, data in places:
+            secret = scrubber.first(without_placeholders(data))
+            if secret is not None:
+                reason = (
+                    f"the request carries the value of secret {secret.name} itself (only its placeholder may be sent)"
+                )
+                return Refusal(secret.name, place, reason)
+        return None
+
+    def _find(self, places: list[tuple[Place, bytes]]) -> list[tuple[Place, bytes]]:
+        """Every placeholder of this session (live or revoked) and where; values are checked apart."""
+        if PLACEHOLDER_PREFIX.encode() not in b"\n".join(data for _, data in places):
+            return []
+        known = self.book.known
+        return [(place, p) for place, data in places for p in placeholders_in(data) if p in known]
+
+    def _check(
+        self, flow: http.HTTPFlow, note: FlowNote, parts: Parts, found: list[tuple[Place, bytes]]
+    ) -> Refusal | None:
+        """Why the request may not go (the first reason), or None when every placeholder may."""
+        request = flow.request
+        path = clean_path(request.path)
+        unavailable: Refusal | None = None
+        for place, placeholder in found:
+            secret = self.book.by_placeholder.get(placeholder)
+            if secret is None:
+                name = self.book.revoked_bytes[placeholder]
+                return Refusal(name, place, f"secret {name} was revoked")
+            if place == "path":
+                return Refusal(secret.name, place, f"secret {secret.name} may not be sent in a URL's path")
+            if place not in secret.locations:
+                allowed = ", ".join(secret.locations)
+                return Refusal(
+                    secret.name, place, f"secret {secret.name} may not be sent in the {place} (only: {allowed})"
+                )
+            if path is None or not secret.binds(note.host, request.port, request.method, path):
+                reason = f"secret {secret.name} is not bound to {request.method} {note.host}:{request.port}{path or ''}"
+                return Refusal(secret.name, place, reason)
+            if parts.kind is None and place == "body":
+                media = request.headers.get("content-type", "none")
+                return Refusal(secret.name, place, f"secret {secret.name} cannot be put in a body of type {media}")
+            if secret.value is None and unavailable is None:
+                reason = (
+                    f"secret {secret.name} is not loaded yet (the egress proxy restarted; the gateway sends it again)"
+                )
+                unavailable = Refusal(secret.name, place, reason, UNAVAILABLE, 503, exfiltration=False)
+        return unavailable
+
+    def _refuse(self, flow: http.HTTPFlow, note: FlowNote, refusal: Refusal) -> None:
+        note.refuse(Decision(False, refusal.reason, refusal.rule), refusal.status)
+        if refusal.secret is not None:
+            note.extra = {"secret": refusal.secret, "location": str(refusal.location)}
+            if refusal.exfiltration:
+                note.extra["exfiltration"] = True
+        flow.response = refusal_response(
+            refusal.status, note.host, note.verdict.decision, flow.request.headers.get("accept", "")
+        )
+
+    # -- answers ---------------------------------------------------------------------------------
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        _put_back(flow)  # what the records after this one see: placeholders only
+        if not self.book.scrubber:
+            return
+        note = note_of(flow)
+        response = flow.response
+        if note is None or response is None or note.verdict.refused or flow.is_replay:
+            return
+        self._scrub_answer(flow, note, response)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        _put_back(flow)
+
+    def _scrub_answer(self, flow: http.HTTPFlow, note: FlowNote, response: http.Response) -> None:
+        scrubber = self.book.scrubber
+        header_counts: Counter[str] = Counter()
+        if scrubber.first(b"\n".join(value for _, value in response.headers.fields)) is not None:
+            fields = []
+            for header, value in response.headers.fields:
+                clean, counts = scrubber.scrub(value)
+                header_counts += counts
+                fields.append((header, clean))
+            response.headers = http.Headers(fields)
+        if response.raw_content:
+            try:
+                body = response.get_content(strict=True) or b""
+            except ValueError:
+                encoding = response.headers.get("content-encoding", "")
+                reason = f"the answer's body cannot be decoded ({encoding}) to take brokered secrets out of it"
+                note.refuse(Decision(False, reason, REFLECTION), 502)
+                flow.response = refusal_response(
+                    502, note.host, note.verdict.decision, flow.request.headers.get("accept", "")
+                )
+                return
+            clean, body_counts = scrubber.scrub(body)
+            if body_counts:
+                response.content = clean
+            for name, count in body_counts.items():
+                self._record(flow, note, name, "response-body", count, REFLECTION)
+        for name, count in header_counts.items():
+            self._record(flow, note, name, "response-header", count, REFLECTION)
+
+    # -- WebSocket -------------------------------------------------------------------------------
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        if not self.book.active or flow.websocket is None or not flow.websocket.messages:
+            return
+        note = note_of(flow)
+        message = flow.websocket.messages[-1]
+        if note is None:
+            return
+        if message.from_client:
+            secret = self._carried(message.content)
+            if secret is not None:
+                message.drop()  # type: ignore[no-untyped-call,unused-ignore]
+                if flow.killable:
+                    flow.kill()  # type: ignore[no-untyped-call,unused-ignore]
+                reason = f"secret {secret.name} may not be sent in a WebSocket message"
+                note.refuse(Decision(False, reason, MISUSE), 403)
+                note.extra = {"secret": secret.name, "location": "websocket", "exfiltration": True}
+                note.logged = True
+                self.journal.write("block", **exchange(flow, note))
+            return
+        clean, counts = self.book.scrubber.scrub(message.content)
+        if counts:
+            message.content = clean
+            for name, count in counts.items():
+                self._record(flow, note, name, "websocket", count, REFLECTION)
+
+    def _carried(self, data: bytes) -> Secret | None:
+        """The secret whose placeholder (live or revoked) or value ``data`` holds, or None."""
+        for placeholder in placeholders_in(data):
+            secret = self.book.by_placeholder.get(placeholder)
+            if secret is not None:
+                return secret
+            if placeholder in self.book.revoked_bytes:
+                name = self.book.revoked_bytes[placeholder]
+                return Secret(name, placeholder.decode(), None, (), ())
+        return self.book.scrubber.first(without_placeholders(data))
+
+    def _record(
+        self,
+        flow: http.HTTPFlow,
+        note: FlowNote,
+        name: str,
+        location: str,
+        count: int,
+        rule: str,
+        sent_path: bytes | None = None,
+    ) -> None:
+        """One ``secret`` record; ``sent_path``: the path (and query) as the sandbox sent it."""
+        request = flow.request
+        url = url_of(request, note.host)
+        if sent_path is not None:
+            url = url.removesuffix(request.path) + sent_path.decode("utf-8", "surrogateescape")
+        fields: EventFields = {
+            "id": flow.id,
+            "method": request.method,
+            "url": redact_url(url),
+            "host": note.host,
+            "port": request.port,
+            "rule": rule,
+            "secret": name,
+            "location": location,
+            "count": count,
+        }
+        fields.update(note.attribution.record())
+        self.journal.write("secret", **fields)
+
+
+def _put_back(flow: http.HTTPFlow) -> None:
+    """The request as the sandbox sent it (placeholders), once it went upstream with values."""
+    sent = flow.metadata.pop(ORIGINAL, None)
+    if isinstance(sent, Sent):
+        request = flow.request
+        request.data.path, request.headers.fields, request.raw_content = sent.path, sent.fields, sent.raw_content
+
+
+def _parts(request: http.Request) -> Parts:
+    """The request's parts; raises ValueError when its body cannot be decoded."""
+    path, _, query = request.data.path.partition(b"?")
+    headers = list(request.headers.fields)
+    basic = []
+    for index, (name, value) in enumerate(headers):
+        credentials = basic_credentials(value) if name.lower() == b"authorization" else None
+        if credentials is not None:
+            basic.append((index, credentials))
+    body = request.get_content(strict=True) or b""
+    return Parts(path, query, headers, basic, body, body_type(request.headers.get("content-type", "")))
+
+
+def _fill(
+    data: bytes, secrets: set[Secret], location: Location, kind: BodyType | None = None
+) -> tuple[bytes, Counter[str]]:
+    """``data`` with each secret's placeholder replaced by its value, encoded for the place."""
+    counts: Counter[str] = Counter()
+    for secret in secrets:
+        placeholder = secret.placeholder.encode()
+        if secret.value is not None and placeholder in data:
+            counts[secret.name] += data.count(placeholder)
+            data = data.replace(placeholder, encoded_for(secret.value, location, kind))
+    return data, counts
+
+
+def _substitute(request: http.Request, parts: Parts, secrets: set[Secret]) -> Counter[tuple[str, str]]:
+    """The values put in the request in place of their placeholders; how many, by secret and place."""
+    counts: Counter[tuple[str, str]] = Counter()
+
+    def count(found: Counter[str], location: str) -> None:
+        for name, n in found.items():
+            counts[name, location] += n
+
+    query, found = _fill(parts.query, secrets, "query")
+    if found:
+        count(found, "query")
+        request.data.path = parts.path + b"?" + query
+    basic = dict(parts.basic)
+    fields = []
+    for index, (name, value) in enumerate(parts.headers):
+        if index in basic:
+            credentials, found = _fill(basic[index], secrets, "basic")
+            count(found, "basic")
+            value = basic_header(credentials) if found else value
+        else:
+            value, found = _fill(value, secrets, "header")
+            count(found, "header")
+        fields.append((name, value))
+    request.headers.fields = tuple(fields)
+    body, found = _fill(parts.body, secrets, "body", parts.kind)
+    if found:
+        count(found, "body")
+        request.content = body  # encoded again as its Content-Encoding says
+    return counts
+
+
+def _scrub_request(request: http.Request, book: SecretBook) -> None:
+    """The values taken out of a refused request (it goes nowhere, but it is recorded)."""
+    scrubber = book.scrubber
+    request.data.path = scrubber.scrub(request.data.path)[0]
+    request.headers = http.Headers([(name, scrubber.scrub(value)[0]) for name, value in request.headers.fields])
+    if request.raw_content:
+        request.content = scrubber.scrub(request.get_content(strict=False) or b"")[0]

@@ -1,0 +1,129 @@
+"""The egress manager's side of secrets: the op it sends, and the watchdog that sends the set again
+to a proxy that lost it (a restart keeps names, not values), or says once that it cannot."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from corral.errors import EgressUnavailable
+from corral.gateway.egress import REASSERT_ACTOR, Egress, EgressManager
+from corral.gateway.secrets import SecretRecord, SecretSet
+from corral.gateway.settings import GatewaySettings
+
+from .proxy_fake import FakeControlProxy, ProxyState
+
+SESSION = "ses_secrets1"
+VALUE = "tok-the-real-value-42"
+RECORD = SecretRecord(placeholder="corral_secret_" + "a" * 32, allow=("api.example.test",), locations=("header",))
+SET = SecretSet({"API_TOKEN": RECORD}, {"API_TOKEN": SecretStr(VALUE)})
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[FakeControlProxy]:
+    proxy = FakeControlProxy()
+    await proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+
+
+@pytest.fixture
+async def world(tmp_path: Path, server: FakeControlProxy) -> AsyncIterator[tuple[EgressManager, ProxyState, Egress]]:
+    manager = EgressManager(GatewaySettings(data_dir=tmp_path / "data"), runtime=None)  # type: ignore[arg-type]
+    manager.state_dir(SESSION).mkdir(parents=True)
+    manager.record_start(SESSION, [], "enforce")
+    manager.control_port = server.port
+    egress = Egress(SESSION, "net", "10.9.0.0/24", "10.9.0.1", "id", "proxy", "127.0.0.1", str(tmp_path))
+    yield manager, server.state(manager.token(SESSION)), egress
+
+
+async def test_set_secrets_sends_the_whole_set_and_the_vault_takes_it(world) -> None:
+    manager, proxy, egress = world
+    reply = await manager.set_secrets(egress, SET, "api-key:k1")
+    assert reply["secrets"] == {"generation": 1, "names": ["API_TOKEN"], "loaded": True}
+    assert proxy.secrets_ops() == [
+        {
+            "op": "secrets",
+            "actor": "api-key:k1",
+            "secrets": [
+                {
+                    "name": "API_TOKEN",
+                    "placeholder": RECORD.placeholder,
+                    "value": VALUE,
+                    "allow": ["api.example.test"],
+                    "in": ["header"],
+                }
+            ],
+        }
+    ]
+    assert manager.vault.get(SESSION) is SET
+    assert await manager.check(egress) is True  # the proxy holds what the gateway set: nothing sent
+    assert len(proxy.secrets_ops()) == 1
+
+
+async def test_a_refused_set_leaves_the_vault_as_it_was(world, server: FakeControlProxy) -> None:
+    manager, _, egress = world
+    await manager.set_secrets(egress, SET, "api-key:k1")
+    server.refuse.add("secrets")
+    with pytest.raises(EgressUnavailable, match="refused secrets"):
+        await manager.set_secrets(egress, SecretSet(), "api-key:k1")
+    assert manager.vault.get(SESSION) is SET
+
+
+async def test_the_watchdog_sends_the_set_again_to_a_restarted_proxy(world, caplog) -> None:
+    manager, proxy, egress = world
+    await manager.set_secrets(egress, SET, "api-key:k1")
+    proxy.restart()
+    caplog.set_level(logging.DEBUG)
+    assert await manager.check(egress) is False
+    op = proxy.secrets_ops()[-1]
+    assert op["actor"] == REASSERT_ACTOR and op["secrets"][0]["value"] == VALUE
+    assert proxy.loaded is True
+    assert await manager.check(egress) is True and len(proxy.secrets_ops()) == 2
+    assert "sending them again" in caplog.text and VALUE not in caplog.text
+
+
+async def test_the_watchdog_sends_the_set_again_when_the_names_differ(world) -> None:
+    manager, proxy, egress = world
+    await manager.set_secrets(egress, SET, "api-key:k1")
+    proxy.secrets.clear()  # a proxy that lost one (its state file rewritten)
+    assert await manager.check(egress) is False
+    assert sorted(proxy.secrets) == ["API_TOKEN"] and proxy.secrets_ops()[-1]["actor"] == REASSERT_ACTOR
+
+
+async def test_after_a_gateway_restart_the_watchdog_names_the_lost_secrets_once(world, caplog) -> None:
+    manager, proxy, egress = world
+    await manager.set_secrets(egress, SET, "api-key:k1")
+    restarted = EgressManager(GatewaySettings(data_dir=Path(str(manager.root.parent))), runtime=None)  # type: ignore[arg-type]
+    restarted.control_port = manager.control_port
+    restarted.vault.adopt(SESSION, {"API_TOKEN": RECORD})  # what the session record keeps: no value
+    assert await restarted.check(egress) is True  # the proxy still holds them: nothing to do, nothing said
+    proxy.restart()
+    caplog.set_level(logging.DEBUG)
+    assert await restarted.check(egress) is True
+    assert await restarted.check(egress) is True
+    warnings = [r for r in caplog.records if "holds no values" in r.getMessage()]
+    assert len(warnings) == 1 and "API_TOKEN" in warnings[0].getMessage()
+    assert len(proxy.secrets_ops()) == 1 and VALUE not in caplog.text
+    # Once the owner sets the value again, the proxy has it and the watchdog is content.
+    await restarted.set_secrets(egress, SET, "api-key:k1")
+    assert proxy.loaded is True and await restarted.check(egress) is True
+
+
+async def test_a_proxy_from_before_secrets_is_left_alone(world, monkeypatch: pytest.MonkeyPatch) -> None:
+    manager, proxy, egress = world
+    manager.vault.keep(SESSION, SET)
+    current = ProxyState.answer
+
+    def older(self: ProxyState) -> dict[str, object]:
+        return {k: v for k, v in current(self).items() if k != "secrets"}
+
+    monkeypatch.setattr(ProxyState, "answer", older)
+    assert await manager.check(egress) is True
+    assert proxy.secrets_ops() == []

@@ -1,0 +1,434 @@
+"""Brokered secrets at egress (corral.proxy.addons.broker): values put in for bound requests only,
+misuse refused and flagged, reflected values scrubbed, and no value in anything the proxy writes."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import stat
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mitmproxy")
+
+from mitmproxy import http
+from mitmproxy.flow import Error
+from mitmproxy.test import tflow
+from mitmproxy.websocket import WebSocketMessage
+from wsproto.frame_protocol import Opcode
+
+from corral.proxy import control
+from corral.proxy.addons.state import NOTE, FlowNote
+from corral.proxy.attribution import Attribution
+from corral.proxy.audit import verify
+from corral.proxy.policy import Decision
+from corral.proxy.vetting import Verdict
+
+from .harness import OPTIONS, Proxy, answered, connect_flow, records, session_proxy, tunnel_request, write_policy
+
+VALUE = 'tok-p@ss/w rd+&="é'  # every character an encoding changes
+TOKEN = "corral_secret_" + "1" * 32
+OTHER = "corral_secret_" + "2" * 32  # another secret of this session, bound to the query
+STRANGER = "corral_secret_" + "f" * 32  # not this session's
+OTHER_VALUE = "second-secret-value"
+HOST = "api.allowed.test"
+
+
+def _set(proxy: Proxy, *entries: dict[str, Any], actor: str = "api-key:k1") -> dict[str, Any]:
+    line = json.dumps({"op": "secrets", "actor": actor, "secrets": list(entries)}).encode()
+    reply = proxy.control("gateway", control.parse_message(line))
+    assert reply is not None
+    return reply
+
+
+def _token(value: str | None = VALUE, **fields: Any) -> dict[str, Any]:
+    entry = {
+        "name": "TOKEN",
+        "placeholder": TOKEN,
+        "value": value,
+        "allow": [f"GET,POST {HOST}/v1/"],
+        "in": ["header", "body", "basic"],
+    }
+    return {**entry, **fields}
+
+
+def _other(value: str | None = OTHER_VALUE) -> dict[str, Any]:
+    return {"name": "OTHER", "placeholder": OTHER, "value": value, "allow": [f"{HOST}/v1/"], "in": ["query"]}
+
+
+def _encodings(value: str) -> list[bytes]:
+    raw = value.encode()
+    return [
+        raw,
+        urllib.parse.quote(raw, safe="").encode(),
+        urllib.parse.quote_plus(raw).encode(),
+        json.dumps(value)[1:-1].encode(),
+        base64.b64encode(raw),
+        base64.urlsafe_b64encode(raw),
+    ]
+
+
+async def _send(
+    proxy: Proxy,
+    path: str = "/v1/repos",
+    method: str = "POST",
+    headers: dict[str, str] | None = None,
+    body: bytes = b"",
+    host: str = HOST,
+) -> http.HTTPFlow:
+    connect = connect_flow(host)
+    await proxy.http_connect(connect)
+    flow = tunnel_request(connect, host, path, method)
+    del flow.request.headers["authorization"]
+    for name, value in (headers or {}).items():
+        flow.request.headers[name] = value
+    flow.request.content = body
+    await proxy.requestheaders(flow)
+    await proxy.request(flow)
+    return flow
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Any:
+    """A recording proxy with the two secrets set."""
+    state = tmp_path / "state"
+    write_policy(state, ["allowed.test", "*.allowed.test"], mode="enforce")
+    with session_proxy(corral_state_dir=str(state), corral_keep_responses=True, **OPTIONS) as proxy:
+        _set(proxy, _token(), _other())
+        yield proxy, state
+        if proxy.shared.responses is not None:
+            proxy.shared.responses.close()
+
+
+def _secret_records(state: Path) -> list[dict[str, Any]]:
+    return [dict(r) for r in records(state) if r["event"] == "secret"]
+
+
+def _refused(flow: http.HTTPFlow, status: int = 403, rule: str = "secret-misuse") -> str:
+    assert flow.response is not None and flow.response.status_code == status
+    assert flow.response.headers["X-Corral-Rule"] == rule
+    return flow.response.get_text() or ""
+
+
+# -- substitution ---------------------------------------------------------------------------------
+
+
+async def test_a_bearer_header_gets_the_value_and_the_records_keep_the_placeholder(broker) -> None:
+    proxy, state = broker
+    flow = await _send(proxy, headers={"authorization": f"Bearer {TOKEN}", "x-echo": TOKEN})
+    assert flow.response is None
+    assert flow.request.headers["authorization"] == f"Bearer {VALUE}"  # raw: latin-1 view of UTF-8
+    (record,) = _secret_records(state)
+    assert (record["secret"], record["location"], record["count"], record["rule"]) == (
+        "TOKEN",
+        "header",
+        2,
+        "secret-substitution",
+    )
+    assert (record["host"], record["method"], record["url"]) == (HOST, "POST", f"https://{HOST}/v1/repos")
+    await proxy.response(answered(flow, b"ok"))
+    assert flow.request.headers["authorization"] == f"Bearer {TOKEN}"  # put back before the trail saw it
+    request = records(state)[-1]
+    assert request["event"] == "request" and request["status"] == 200
+
+
+async def test_the_query_gets_the_value_percent_encoded(broker) -> None:
+    proxy, state = broker
+    flow = await _send(proxy, path=f"/v1/search?key={OTHER}&q=1", method="GET")
+    assert flow.request.path == f"/v1/search?key={urllib.parse.quote(OTHER_VALUE, safe='')}&q=1"
+    assert _secret_records(state)[0]["location"] == "query"
+
+
+@pytest.mark.parametrize(
+    ("content_type", "encoded"),
+    [
+        ("application/x-www-form-urlencoded", urllib.parse.quote_plus(VALUE).encode()),
+        ("application/json", json.dumps(VALUE)[1:-1].encode()),
+        ("multipart/form-data; boundary=b", VALUE.encode()),
+        ("text/plain; charset=utf-8", VALUE.encode()),
+    ],
+)
+async def test_each_body_type_gets_the_value_encoded_for_it(broker, content_type: str, encoded: bytes) -> None:
+    proxy, state = broker
+    body = {
+        "application/x-www-form-urlencoded": f"user=me&password={TOKEN}".encode(),
+        "application/json": json.dumps({"password": TOKEN}).encode(),
+        "multipart/form-data; boundary=b": (
+            f'--b\r\nContent-Disposition: form-data; name="password"\r\n\r\n{TOKEN}\r\n--b--\r\n'.encode()
+        ),
+        "text/plain; charset=utf-8": f"token {TOKEN}".encode(),
+    }[content_type]
+    flow = await _send(proxy, headers={"content-type": content_type}, body=body)
+    assert flow.response is None and flow.request.content == body.replace(TOKEN.encode(), encoded)
+    if content_type == "application/json":
+        assert json.loads(flow.request.content or b"") == {"password": VALUE}
+    assert int(flow.request.headers["content-length"]) == len(flow.request.content or b"")
+    assert _secret_records(state)[0]["location"] == "body"
+
+
+async def test_a_gzip_body_is_decoded_substituted_and_encoded_again(broker) -> None:
+    proxy, _ = broker
+    body = gzip.compress(json.dumps({"password": TOKEN}).encode())
+    connect = connect_flow(HOST)
+    await proxy.http_connect(connect)
+    flow = tunnel_request(connect, HOST, "/v1/login", "POST")
+    flow.request.headers["content-type"] = "application/json"
+    flow.request.headers["content-encoding"] = "gzip"
+    flow.request.raw_content = body
+    await proxy.requestheaders(flow)
+    await proxy.request(flow)
+    assert flow.response is None
+    assert json.loads(gzip.decompress(flow.request.raw_content or b"")) == {"password": VALUE}
+
+
+async def test_an_undecodable_body_is_refused_while_secrets_are_live(broker) -> None:
+    proxy, state = broker
+    connect = connect_flow(HOST)
+    await proxy.http_connect(connect)
+    flow = tunnel_request(connect, HOST, "/v1/login", "POST")
+    flow.request.headers["content-encoding"] = "gzip"
+    flow.request.raw_content = b"not gzip at all"
+    await proxy.requestheaders(flow)
+    await proxy.request(flow)
+    assert "cannot be read for secrets" in _refused(flow)
+    assert records(state)[-1]["event"] == "block"
+
+
+async def test_basic_credentials_are_decoded_substituted_and_encoded_again(broker) -> None:
+    proxy, state = broker
+    header = "Basic " + base64.b64encode(f"me:{TOKEN}".encode()).decode()
+    flow = await _send(proxy, headers={"authorization": header})
+    assert flow.response is None
+    sent = dict(flow.request.headers.fields)[b"authorization"]
+    assert base64.b64decode(sent.split(b" ", 1)[1]) == b"me:" + VALUE.encode()
+    assert _secret_records(state)[0]["location"] == "basic"
+
+
+# -- misuse ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "location", "words"),
+    [
+        ({"headers": {"authorization": f"Bearer {TOKEN}"}, "host": "allowed.test"}, "header", "not bound to"),
+        ({"headers": {"authorization": f"Bearer {TOKEN}"}, "method": "DELETE"}, "header", "not bound to"),
+        ({"headers": {"authorization": f"Bearer {TOKEN}"}, "path": "/v2/repos"}, "header", "not bound to"),
+        ({"path": f"/v1/search?token={TOKEN}"}, "query", "only: header, body, basic"),
+        ({"path": f"/v1/{TOKEN}/x"}, "path", "in a URL"),
+        ({"headers": {"x-key": OTHER}}, "header", "only: query"),
+        ({"headers": {"content-type": "application/octet-stream"}, "body": TOKEN.encode()}, "body", "type"),
+    ],
+)
+async def test_a_placeholder_anywhere_else_is_refused_and_flagged(
+    broker, kwargs: dict[str, Any], location: str, words: str
+) -> None:
+    proxy, state = broker
+    flow = await _send(proxy, **kwargs)
+    page = _refused(flow)
+    assert words in page and "secret" in page
+    block = records(state)[-1]
+    assert block["event"] == "block" and block["rule"] == "secret-misuse"
+    assert (block["location"], block["exfiltration"]) == (location, True)
+    assert block["secret"] in ("TOKEN", "OTHER") and block["secret"] in block["reason"]
+    assert not _secret_records(state)  # nothing was substituted
+
+
+async def test_a_revoked_placeholder_is_refused_and_an_unknown_one_passes_untouched(broker) -> None:
+    proxy, state = broker
+    reply = _set(proxy, _token())  # OTHER revoked
+    assert reply["secrets"]["names"] == ["TOKEN"]
+    flow = await _send(proxy, path=f"/v1/search?key={OTHER}", method="GET")
+    assert "OTHER was revoked" in _refused(flow)
+    assert records(state)[-1]["secret"] == "OTHER"
+    stranger = await _send(proxy, headers={"x-old": STRANGER}, path=f"/v1/x?k={STRANGER}")
+    assert stranger.response is None and stranger.request.headers["x-old"] == STRANGER
+
+
+async def test_a_real_value_from_inside_is_refused_and_never_recorded(broker) -> None:
+    proxy, state = broker
+    for form in _encodings(VALUE):
+        flow = await _send(proxy, headers={"content-type": "text/plain"}, body=b"leak=" + form)
+        assert "value of secret TOKEN itself" in _refused(flow)
+    flow = await _send(proxy, headers={"x-leak": VALUE})
+    assert "TOKEN" in _refused(flow)
+    assert records(state)[-1]["location"] == "header"
+    flow = await _send(proxy, path=f"/v1/x?q={urllib.parse.quote(VALUE)}", host="allowed.test")
+    _refused(flow)
+    assert records(state)[-1]["location"] == "query"
+    _no_value_written(state)
+
+
+# -- unavailable after a restart ------------------------------------------------------------------
+
+
+async def test_a_restarted_proxy_refuses_its_placeholders_until_the_values_come_again(broker, tmp_path: Path) -> None:
+    proxy, state = broker
+    saved = state / "secrets.json"
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o600
+    assert all(form not in saved.read_bytes() for form in _encodings(VALUE) + _encodings(OTHER_VALUE))
+    await proxy.done()
+    with session_proxy(corral_state_dir=str(state), **OPTIONS) as again:
+        status = again.control("gateway", control.Status())
+        assert status is not None and status["secrets"] == {
+            "generation": 1,
+            "names": ["OTHER", "TOKEN"],
+            "loaded": False,
+        }
+        flow = await _send(again, headers={"authorization": f"Bearer {TOKEN}"})
+        assert "not loaded" in _refused(flow, 503, "secret-unavailable")
+        unavailable = records(state)[-1]
+        assert (unavailable["secret"], unavailable["location"]) == ("TOKEN", "header")
+        assert "exfiltration" not in unavailable  # no misuse: the value is only not there yet
+        elsewhere = await _send(again, headers={"authorization": f"Bearer {TOKEN}"}, host="allowed.test")
+        _refused(elsewhere)  # misuse is still misuse
+        reply = _set(again, _token(), _other(), actor="gateway:reassert")
+        assert reply["secrets"] == {"generation": 2, "names": ["OTHER", "TOKEN"], "loaded": True}
+        change = [r for r in records(state) if r["event"] == "secrets"][-1]
+        assert (change["restored"], change["added"], change["actor"]) == (["TOKEN", "OTHER"], [], "gateway:reassert")
+        flow = await _send(again, headers={"authorization": f"Bearer {TOKEN}"})
+        assert flow.response is None and flow.request.headers["authorization"] == f"Bearer {VALUE}"
+    assert verify(state / "audit.jsonl").ok
+
+
+async def test_an_unreadable_secrets_file_is_a_warning_not_a_dead_proxy(tmp_path: Path, caplog) -> None:
+    write_policy(tmp_path, ["allowed.test"])
+    (tmp_path / "secrets.json").write_text("{not json")
+    with session_proxy(corral_state_dir=str(tmp_path), **OPTIONS) as proxy:
+        status = proxy.control("gateway", control.Status())
+        assert status is not None and status["secrets"] == {"generation": 0, "names": [], "loaded": True}
+    assert "cannot read the persisted secrets" in caplog.text
+    assert all(r.levelname != "ERROR" for r in caplog.records)
+
+
+# -- answers --------------------------------------------------------------------------------------
+
+
+def _reflecting_body() -> bytes:
+    raw = VALUE.encode()
+    parts = _encodings(VALUE) + [base64.b64encode(b"x" * offset + raw + b"tail") for offset in (1, 2)]
+    return b"<html><title>" + b"|".join(parts) + b"</title></html>"
+
+
+async def test_a_reflected_value_in_every_encoding_reaches_the_sandbox_as_the_placeholder(broker) -> None:
+    proxy, state = broker
+    flow = await _send(proxy, headers={"authorization": f"Bearer {TOKEN}"})
+    answered(flow, _reflecting_body(), **{"content-type": "text/html", "x-echo": f"Bearer {VALUE}"})
+    await proxy.response(flow)
+    assert flow.response is not None
+    page = flow.response.content or b""
+    assert page.count(TOKEN.encode()) == 8
+    for form in _encodings(VALUE):
+        assert form not in page
+    assert flow.response.headers["x-echo"] == f"Bearer {TOKEN}"
+    reflections = {r["location"]: r for r in _secret_records(state) if r["rule"] == "secret-reflection"}
+    assert reflections["response-body"]["count"] == 8 and reflections["response-header"]["count"] == 1
+    assert records(state)[-1]["event"] == "request"
+
+
+async def test_a_gzip_answer_is_scrubbed_and_stays_gzip(broker) -> None:
+    proxy, _ = broker
+    flow = await _send(proxy, method="GET")
+    answered(flow, gzip.compress(b"token=" + VALUE.encode()), **{"content-encoding": "gzip"})
+    await proxy.response(flow)
+    assert flow.response is not None and flow.response.headers["content-encoding"] == "gzip"
+    assert gzip.decompress(flow.response.raw_content or b"") == b"token=" + TOKEN.encode()
+
+
+async def test_an_undecodable_answer_while_secrets_are_live_is_refused(broker) -> None:
+    proxy, state = broker
+    flow = await _send(proxy, method="GET")
+    answered(flow, b"\x00garbage", **{"content-encoding": "gzip"})
+    await proxy.response(flow)
+    _refused(flow, 502, "secret-reflection")
+    block = records(state)[-1]
+    assert (block["event"], block["status"], block["rule"]) == ("block", 502, "secret-reflection")
+
+
+# -- WebSocket ------------------------------------------------------------------------------------
+
+
+def _websocket() -> http.HTTPFlow:
+    flow = tflow.twebsocketflow()
+    verdict = Verdict(Decision(True, "allowed"), "allow")
+    flow.metadata[NOTE] = FlowNote(0.0, Attribution.controller(None), verdict, HOST, logged=True)
+    return flow
+
+
+async def test_a_websocket_message_with_a_placeholder_kills_the_flow(broker) -> None:
+    proxy, state = broker
+    flow = _websocket()
+    assert flow.websocket is not None
+    flow.websocket.messages.append(WebSocketMessage(Opcode.TEXT, True, f"auth {TOKEN}".encode()))
+    await proxy.hook("websocket_message", flow)
+    assert flow.websocket.messages[-1].dropped and not flow.live
+    block = records(state)[-1]
+    assert (block["event"], block["secret"], block["location"], block["exfiltration"]) == (
+        "block",
+        "TOKEN",
+        "websocket",
+        True,
+    )
+
+
+async def test_a_websocket_server_message_with_a_value_is_scrubbed(broker) -> None:
+    proxy, state = broker
+    flow = _websocket()
+    assert flow.websocket is not None
+    flow.websocket.messages.append(WebSocketMessage(Opcode.TEXT, False, f"you sent {VALUE}".encode()))
+    await proxy.hook("websocket_message", flow)
+    assert flow.websocket.messages[-1].content == f"you sent {TOKEN}".encode() and flow.live
+    assert _secret_records(state)[-1]["location"] == "websocket"
+
+
+# -- nothing written holds a value ----------------------------------------------------------------
+
+
+def _no_value_written(state: Path) -> None:
+    for path in state.iterdir():
+        if path.is_file():
+            data = path.read_bytes()
+            for form in _encodings(VALUE) + _encodings(OTHER_VALUE):
+                assert form not in data, (path.name, form)
+
+
+async def test_no_file_the_proxy_writes_holds_a_value(broker) -> None:
+    proxy, state = broker
+    basic = "Basic " + base64.b64encode(f"me:{TOKEN}".encode()).decode()
+    sends = [
+        {"headers": {"authorization": f"Bearer {TOKEN}"}},
+        {"headers": {"authorization": basic}},
+        {"path": f"/v1/search?key={OTHER}", "method": "GET"},
+        {"headers": {"content-type": "application/x-www-form-urlencoded"}, "body": f"password={TOKEN}".encode()},
+        {"headers": {"content-type": "application/json"}, "body": json.dumps({"p": TOKEN}).encode()},
+    ]
+    for kwargs in sends:
+        flow = await _send(proxy, **kwargs)
+        assert flow.response is None
+        flow.request.data.host = "203.0.113.11"  # mitmproxy names a tunnel's request by the pinned address
+        await proxy.response(answered(flow, _reflecting_body(), **{"content-type": "text/html"}))
+    failed = await _send(proxy, headers={"authorization": f"Bearer {TOKEN}"})
+    failed.error = Error("connection reset")
+    await proxy.error(failed)
+    assert failed.request.headers["authorization"] == f"Bearer {TOKEN}"
+    assert proxy.shared.responses is not None and proxy.shared.responses.kept == len(sends)
+    proxy.shared.responses.close()
+    _no_value_written(state)
+    assert verify(state / "audit.jsonl").ok
+
+
+# -- no secrets -----------------------------------------------------------------------------------
+
+
+async def test_without_secrets_nothing_is_looked_at(tmp_path: Path) -> None:
+    write_policy(tmp_path, ["allowed.test", "*.allowed.test"])
+    with session_proxy(corral_state_dir=str(tmp_path), **OPTIONS) as proxy:
+        assert not proxy.shared.secrets.active
+        flow = await _send(proxy, headers={"x-a": TOKEN}, path=f"/v1/{TOKEN}")
+        assert flow.response is None and flow.request.headers["x-a"] == TOKEN
+        await proxy.response(answered(flow, VALUE.encode()))
+        assert flow.response is not None and flow.response.content == VALUE.encode()
+        assert not [r for r in records(tmp_path) if r["event"] in ("secret", "secrets")]
