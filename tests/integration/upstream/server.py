@@ -42,6 +42,17 @@ import urllib.parse
 import zipfile
 
 HITS = iter(range(1, 1 << 30))
+SAYING = threading.Lock()
+
+
+def say(line: str) -> None:
+    """One line of the log the tests read, whole: requests are answered on threads of their own, and
+    print() writes a line and its newline apart."""
+    with SAYING:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
 PAGES = pathlib.Path("/srv/pages")  # /counter pages show how often the upstream was asked
 
 
@@ -242,7 +253,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         host = (self.headers.get("host") or "").split(":")[0]
         tls = isinstance(self.connection, ssl.SSLSocket)
         hit = {"host": host, "method": self.command, "path": self.path, "tls": tls, "bytes": len(body)}
-        print("HIT " + json.dumps(hit), flush=True)
+        say("HIT " + json.dumps(hit))
         if self.path.startswith("/ws") and self.headers.get("upgrade", "").lower() == "websocket":
             self._echo_websocket()
             return
@@ -250,7 +261,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         extra_headers: dict[str, str] = {}
         if self.path.startswith(("/echo", "/reflect")):
             seen = _seen(self, body)
-            print("SEEN " + json.dumps(seen), flush=True)
+            say("SEEN " + json.dumps(seen))
         if package is not None:
             payload, kind = package
         elif self.path.startswith("/git/"):
@@ -328,7 +339,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.wfile.write(b"\x88\x00")
                 return
             if opcode == 0x1:
-                print("WS " + json.dumps({"path": self.path, "text": payload.decode(errors="replace")}), flush=True)
+                say("WS " + json.dumps({"path": self.path, "text": payload.decode(errors="replace")}))
                 self.wfile.write(_text_frame(payload))
                 self.wfile.flush()
 
@@ -348,7 +359,7 @@ def udp_echo() -> None:
     sock.bind(("0.0.0.0", 5353))
     while True:
         data, peer = sock.recvfrom(2048)
-        print("UDP " + json.dumps({"from": peer[0], "bytes": len(data)}), flush=True)
+        say("UDP " + json.dumps({"from": peer[0], "bytes": len(data)}))
         sock.sendto(data, peer)
 
 
@@ -361,7 +372,7 @@ def main() -> None:
     secure.socket = context.wrap_socket(secure.socket, server_side=True)
     for target in (plain.serve_forever, secure.serve_forever, udp_echo):
         threading.Thread(target=target, daemon=True).start()
-    print("READY", flush=True)
+    say("READY")
     threading.Event().wait()
 
 
