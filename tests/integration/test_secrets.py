@@ -6,9 +6,10 @@ One session declares six secrets, each bound to a method, host, path prefix and 
 upstream, whose ``/echo`` answers what it received (and prints it on a ``SEEN`` line: what got past
 the proxy) and whose ``/reflect`` puts it in its page, as a careless site would. Commands run by
 ``exec`` as the agent, with the placeholders in their environment; the browser is driven by native
-actions. The session then ends and every file Corral wrote is searched for the values; last, its
-recorded responses are replayed hermetically. All traffic stays on this machine (the test's own
-Docker networks, names under .test).
+actions (a login form, a page that talks over a WebSocket). The secrets are changed, badly and
+well, and the proxy is killed. The session then ends and every file Corral wrote is searched for
+the values; last, its recorded responses are replayed hermetically. All traffic stays on this
+machine (the test's own Docker networks, names under .test).
 
 The tests share the one session and run in file order: the leak search ends it, and the hermetic
 replay comes after."""
@@ -826,6 +827,7 @@ def test_nothing_corral_wrote_holds_a_value(
     assert finished.placeholders["LOGIN_PASSWORD"].encode() in searched[str(events)]  # the typed text
     assert b"$BEARER_TOKEN" in searched[str(events)]  # the commands, as given
     assert searched[f"docker logs corral-egress-{finished.id}"] and searched[f"docker logs {finished.container}"]
+    assert finished.id.encode() in searched[str(gateway_log)]  # the gateway logged about the session
     assert any(name.startswith(f"live {gw.settings.data_dir / 'sessions'}") for name in searched)
     assert f"live {egress / 'policy.json'}" in searched
 
