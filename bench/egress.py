@@ -11,11 +11,21 @@ shared machine fall on all of them alike; percentiles are over all samples.
 - a new TLS-intercepted connection: CONNECT, TLS handshake, one GET, close
 - requests/s of one proxy: several client processes on kept-alive HTTPS connections at once
 
-Budget: the sidecar within 15% of bare mitmdump on every HTTPS figure. Prints a table and writes
-bench/results/egress.json; exits non-zero when a budget is missed or the sidecar's audit log does
-not hold every request.
+A fourth target is a second Corral sidecar holding one brokered secret (docs/secrets.md), sent the
+`secrets` control op as the gateway sends it; every request to it carries the secret's placeholder in
+``Authorization: Bearer``, bound to the upstream, so the proxy substitutes the value on each one
+(an unsubstituted or refused request fails the bench: the upstream checks the value it gets). Against
+the plain sidecar, turn by turn like the others: then a 1 MB answer through both with 1 secret loaded,
+and again with 32, for the cost of scanning answers for reflected values.
+
+Budgets: the sidecar within 15% of bare mitmdump on every HTTPS figure; the sidecar substituting a
+secret on every request at least 0.90 of the plain sidecar's requests/s, and at most 0.3 ms added to
+its p50 per kept-alive HTTPS request. Prints a table and writes bench/results/egress.json; exits
+non-zero when a budget is missed or a sidecar's audit log does not hold every request (and every
+substitution).
 
     .venv/bin/python bench/egress.py [--rounds 6] [--requests 150] [--connections 50] [--workers 4] [--seconds 1.5]
+        [--scan-requests 30]
 """
 
 from __future__ import annotations
@@ -53,7 +63,9 @@ from corral import images  # noqa: E402
 from corral.gateway.egress import Egress, EgressManager  # noqa: E402
 from corral.gateway.settings import GatewaySettings  # noqa: E402
 from corral.proxy import audit, ca  # noqa: E402
+from corral.proxy.control import call_blocking  # noqa: E402
 from corral.proxy.flowfile import FlowFile, check  # noqa: E402
+from corral.proxy.placeholders import new_placeholder  # noqa: E402
 from corral.proxy.sidecar import PROXY_PORT, mitmdump_argv  # noqa: E402
 from corral.runtime import ProxySpec, SessionNetwork  # noqa: E402
 
@@ -63,12 +75,19 @@ BUDGET = 1.15  # the sidecar's latency may be at most 15% over bare mitmdump's
 # Its requests/s at least this share of bare mitmdump's: 1/1.15 for the policy and the audit log,
 # less about 0.05 for also keeping every response for hermetic replays (measured side by side).
 THROUGHPUT_FLOOR = 0.80
+# Issue 14's budgets for a brokered secret substituted on every request, against the same sidecar
+# holding none: requests/s (best turn, as above) at least this share, p50 (kept-alive HTTPS) at most
+# this many ms more.
+SECRET_THROUGHPUT_FLOOR = 0.90
+SECRET_ADDED_P50_MS = 0.3
+SCAN_BYTES = 1024 * 1024  # the answer scanned for reflected values
+SCAN_SECRETS = (1, 32)  # secrets loaded while scanning (32: placeholders.MAX_SECRETS)
 TIMEOUT_S = 10.0
-HEADERS = f"Host: {HOST}\r\nUser-Agent: corral-bench\r\nAccept: */*\r\n\r\n"
-TLS_GET = f"GET /json HTTP/1.1\r\n{HEADERS}".encode()
-PROXIED_GET = f"GET http://{HOST}/json HTTP/1.1\r\n{HEADERS}".encode()
+HEADERS = f"Host: {HOST}\r\nUser-Agent: corral-bench\r\nAccept: */*\r\n"
 CONNECT = f"CONNECT {HOST}:443 HTTP/1.1\r\nHost: {HOST}:443\r\n\r\n".encode()
-DIRECT, BARE, CORRAL = "direct", "bare mitmdump", "corral sidecar"
+DIRECT, BARE, CORRAL, SECRET = "direct", "bare mitmdump", "corral sidecar", "corral + secret"
+SECRET_NAME = "BENCH_TOKEN"
+SECRET_VALUE = "bench-" + secrets.token_hex(16)  # what the upstream must receive for the placeholder
 ANCHORS = [  # the spec's figures for bare mitmdump 11.0.2 on this kind of machine (not measured here)
     ("added p50 per kept-alive request", "+3.7 ms"),
     ("per new intercepted TLS connection", "~24 ms"),
@@ -105,7 +124,7 @@ def serve(conn, tls):
             buf += chunk
         lines, buf = buf[:end].split(b"\r\n"), buf[end + 4:]
         method, path, _ = lines[0].split(b" ", 2)
-        host, length = b"", 0
+        host, length, auth = b"", 0, b""
         for line in lines[1:]:
             key, _, value = line.partition(b":")
             key = key.strip().lower()
@@ -113,12 +132,21 @@ def serve(conn, tls):
                 host = value.strip().rsplit(b":", 1)[0] if value.count(b":") == 1 else value.strip()
             elif key == b"content-length":
                 length = int(value)
+            elif key == b"authorization":
+                auth = value.strip()
         while len(buf) < length:
             chunk = conn.recv(65536)
             if not chunk:
                 return
             buf += chunk
         body, buf = buf[:length], buf[length:]
+        if auth and auth != b"Bearer " + VALUE:  # a placeholder not substituted, or another value
+            conn.sendall(b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n")
+            continue
+        if path == b"/big":  # an answer to scan for reflected values: text, none of them in it
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: %d\r\n\r\n%s"
+                         % (len(BIG), BIG))
+            continue
         payload = json.dumps({"host": host.decode(), "method": method.decode(), "path": path.decode(),
                               "tls": tls, "bytes": len(body)}).encode()
         conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
@@ -140,6 +168,8 @@ def listen(port, context):
         conn, _ = server.accept()
         threading.Thread(target=handle, args=(conn, context), daemon=True).start()
 
+VALUE = sys.argv[3].encode()
+BIG = (b"<p>lorem ipsum dolor sit amet, consectetur adipiscing elit 0123456789</p>\n" * 20000)[:int(sys.argv[4])]
 context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 context.load_cert_chain(sys.argv[1], sys.argv[2])
 threading.Thread(target=listen, args=(80, None), daemon=True).start()
@@ -157,6 +187,12 @@ class Target:
     cafile: str  # what the client trusts: the test CA (direct) or the proxy's CA
     upstream: str  # the upstream's address (used when there is no proxy)
     proxy: tuple[str, int] | None = None
+    headers: str = ""  # more request header lines, each ending in CRLF (a secret's placeholder)
+
+    def get(self, path: str = "/json", *, tls: bool = True, extra: bool = True) -> bytes:
+        """The GET to send: origin form in a tunnel (or direct), absolute form to a proxy over plain HTTP."""
+        target = path if tls or self.proxy is None else f"http://{HOST}{path}"
+        return f"GET {target} HTTP/1.1\r\n{HEADERS}{self.headers if extra else ''}\r\n".encode()
 
 
 # -- the client (raw sockets: the same few microseconds for every target) ------------------------------
@@ -225,26 +261,33 @@ def open_https(target: Target) -> Conn:
 
 def open_http(target: Target) -> tuple[Conn, bytes]:
     """A plain HTTP connection and the request to send on it (absolute-form through a proxy)."""
-    if target.proxy is None:
-        return Conn(_tcp((target.upstream, 80))), TLS_GET
-    return Conn(_tcp(target.proxy)), PROXIED_GET
+    return Conn(_tcp(target.proxy or (target.upstream, 80))), target.get(tls=False)
 
 
 def probe(target: Target) -> None:
     """One HTTPS request on a new connection (readiness)."""
     conn = open_https(target)
     try:
-        conn.exchange(TLS_GET)
+        conn.exchange(target.get())
     finally:
         conn.close()
 
 
-def kept_alive(targets: list[Target], tls: bool, warmup: int, samples: int) -> dict[str, list[float]]:
+def kept_alive(
+    targets: list[Target], tls: bool, warmup: int, samples: int, path: str = "/json"
+) -> dict[str, list[float]]:
     """Milliseconds per request on one kept-alive connection per target, after ``warmup`` untimed ones.
 
     The targets take turns request by request (in an order that rotates), so a burst of load from
-    elsewhere on the machine falls on all of them alike."""
-    conns = {t.name: (open_https(t), TLS_GET) if tls else open_http(t) for t in targets}
+    elsewhere on the machine falls on all of them alike. ``path`` other than /json: a plain GET (no
+    placeholder), for answers scanned for reflected values."""
+    extra = path == "/json"
+    conns = {
+        t.name: (open_https(t), t.get(path, extra=extra))
+        if tls
+        else (open_http(t)[0], t.get(path, tls=False, extra=extra))
+        for t in targets
+    }
     out: dict[str, list[float]] = {t.name: [] for t in targets}
     clock = time.perf_counter
     try:
@@ -270,7 +313,7 @@ def new_connections(targets: list[Target], samples: int) -> dict[str, list[float
         for target in rotated(targets, i):
             start = time.perf_counter()
             conn = open_https(target)
-            conn.exchange(TLS_GET)
+            conn.exchange(target.get())
             conn.close()
             out[target.name].append((time.perf_counter() - start) * 1000)
     return out
@@ -280,21 +323,22 @@ def _load_worker(targets: list[Target], warmup: int, barrier: Barrier, pipe: Con
     """One client process: a kept-alive HTTPS connection to each target; told which one to load and for how
     long, it sends as many requests as it gets through, then reports how many."""
     sent = {t.name: 0 for t in targets}
+    requests = {t.name: t.get() for t in targets}
     try:
         conns = {t.name: open_https(t) for t in targets}
         for name, conn in conns.items():
             for _ in range(warmup):
-                conn.exchange(TLS_GET)
+                conn.exchange(requests[name])
                 sent[name] += 1
         pipe.send({"ready": True})
         while (order := pipe.recv()) is not None:
             name, seconds = order
-            conn = conns[name]
+            conn, request = conns[name], requests[name]
             barrier.wait(30)
             deadline = time.monotonic() + seconds
             done = 0
             while True:
-                conn.exchange(TLS_GET)
+                conn.exchange(request)
                 sent[name] += 1
                 if time.monotonic() > deadline:
                     break
@@ -387,7 +431,11 @@ def start_upstream(runtime: DockerHarness, tag: str, network: str, directory: Pa
     address = runtime.start_service(
         name,
         images.DESKTOP_IMAGE,
-        ["/opt/corral/bin/python", "/srv/server.py", "/srv/pki/leaf.pem", "/srv/pki/leaf.key"],
+        [
+            *("/opt/corral/bin/python", "/srv/server.py", "/srv/pki/leaf.pem", "/srv/pki/leaf.key"),
+            SECRET_VALUE,
+            str(SCAN_BYTES),
+        ],
         network,
         UPSTREAM_NAMES,
         {str(directory): "/srv"},
@@ -431,6 +479,66 @@ def start_bare(runtime: DockerHarness, tag: str, network: str, state: Path, labe
     )
 
 
+def secrets_op(placeholders: list[str], loaded: int) -> dict[str, Any]:
+    """The `secrets` control op (docs/secrets.md, as the gateway sends it): the first ``loaded`` of the
+    bench's secrets, each bound to the upstream in headers. The first is the one the requests carry."""
+    return {
+        "op": "secrets",
+        "actor": "api-key:bench",
+        "secrets": [
+            {
+                "name": SECRET_NAME if i == 0 else f"{SECRET_NAME}_{i:02d}",
+                "placeholder": placeholder,
+                "value": SECRET_VALUE if i == 0 else f"{SECRET_VALUE}-{i:02d}",
+                "allow": [HOST],
+                "in": ["header"],
+            }
+            for i, placeholder in enumerate(placeholders[:loaded])
+        ],
+    }
+
+
+def load_secrets(manager: EgressManager, egress: Egress, placeholders: list[str], loaded: int) -> None:
+    reply = call_blocking(
+        egress.proxy_address, manager.control_port, manager.token(egress.session_id), secrets_op(placeholders, loaded)
+    )
+    held = reply.get("secrets") or {}
+    if not reply.get("ok") or not held.get("loaded") or len(held.get("names") or []) != loaded:
+        raise RuntimeError(f"the sidecar did not take {loaded} secrets: {reply}")
+
+
+def check_log(path: Path, sent: dict[str, int]) -> dict[str, Any]:
+    """What a sidecar's audit log holds against what was sent through it: a record per request and
+    CONNECT, one substitution per placeholder sent, no block; an intact chain; mitmproxy's version."""
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    events: dict[str, int] = {}
+    for record in records:
+        events[record["event"]] = events.get(record["event"], 0) + 1
+    substituted = sum(
+        int(r.get("count") or 0)
+        for r in records
+        if r["event"] == "secret" and r.get("rule") == "secret-substitution" and r.get("secret") == SECRET_NAME
+    )
+    chain_ok = audit.verify(path).ok
+    return {
+        "records": len(records),
+        "events": events,
+        "sent": sent,
+        "substitutions": substituted,
+        "chain_ok": chain_ok,
+        "ok": chain_ok
+        and events.get("request", 0) == sent["requests"]
+        and events.get("connect", 0) == sent["connects"]
+        and substituted == sent["placeholders"]
+        and not events.get("block"),
+        "version": next((str(r.get("version")) for r in records if r["event"] == "proxy"), "?"),
+    }
+
+
+def added_p50(values: list[float], baseline: list[float]) -> float:
+    return round(pct(values, 50) - pct(baseline, 50), 3)
+
+
 # -- statistics and the report ------------------------------------------------------------------------
 
 
@@ -443,10 +551,80 @@ def summary(values: list[float]) -> dict[str, float]:
 
 
 def rotated(targets: list[Target], turn: int) -> list[Target]:
-    """Turn i starts at target i mod 3 and reverses every other cycle: each target in each place evenly."""
+    """Turn i starts at target i mod n and reverses every other cycle: each target in each place evenly."""
     shift = turn % len(targets)
     order = targets[shift:] + targets[:shift]
     return order[::-1] if (turn // len(targets)) % 2 else order
+
+
+def secret_report(
+    stats: dict[str, Any], scans: dict[int, dict[str, list[float]]], budgets: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Print the brokered secret's figures against the plain sidecar; append its two gated budgets."""
+    print(f"\nA brokered secret substituted on every request ({SECRET}) against none ({CORRAL})")
+    print(f"  {'':<42}{'none':>10}{'secret':>10}{'added':>10}{'budget':>12}")
+    https = {name: stats["https_keepalive"][name]["p50_ms"] for name in (CORRAL, SECRET)}
+    added = round(https[SECRET] - https[CORRAL], 3)
+    ok = added <= SECRET_ADDED_P50_MS
+    print(
+        f"  {'HTTPS request, kept-alive, p50 ms':<42}{https[CORRAL]:>10.2f}{https[SECRET]:>10.2f}{added:>+10.3f}"
+        f"{'<= ' + str(SECRET_ADDED_P50_MS):>9}{'PASS' if ok else 'FAIL':>6}"
+    )
+    budgets.append(
+        {
+            "figure": "secret https_keepalive p50 added ms",
+            "none": https[CORRAL],
+            "secret": https[SECRET],
+            "added": added,
+            "budget": SECRET_ADDED_P50_MS,
+            "ok": ok,
+            "gated": True,
+        }
+    )
+    for key, title in (("http_keepalive", "HTTP request, kept-alive"), ("new_tls_connection", "new TLS connection")):
+        none_ms, secret_ms = (stats[key][name]["p50_ms"] for name in (CORRAL, SECRET))
+        print(f"  {title + ', p50 ms':<42}{none_ms:>10.2f}{secret_ms:>10.2f}{secret_ms - none_ms:>+10.3f}{'*':>9}")
+    best = {name: stats["requests_per_s"][name]["best"] for name in (CORRAL, SECRET)}
+    ratio = best[SECRET] / best[CORRAL]
+    ok = ratio >= SECRET_THROUGHPUT_FLOOR
+    print(
+        f"  {'requests/s of one proxy (best turn)':<42}{best[CORRAL]:>10.0f}{best[SECRET]:>10.0f}{ratio:>9.2f}x"
+        f"{'>= ' + str(SECRET_THROUGHPUT_FLOOR):>9}{'PASS' if ok else 'FAIL':>6}"
+    )
+    budgets.append(
+        {
+            "figure": "secret requests_per_s",
+            "none": best[CORRAL],
+            "secret": best[SECRET],
+            "ratio": round(ratio, 3),
+            "budget": SECRET_THROUGHPUT_FLOOR,
+            "ok": ok,
+            "gated": True,
+        }
+    )
+    median = {name: stats["requests_per_s"][name]["median"] for name in (CORRAL, SECRET)}
+    print(
+        f"  {'requests/s of one proxy (median turn)':<42}{median[CORRAL]:>10.0f}{median[SECRET]:>10.0f}"
+        f"{median[SECRET] / median[CORRAL]:>9.2f}x"
+    )
+    print("  * not gated")
+    print(f"\nScanning a {SCAN_BYTES // 1024} KiB answer for reflected values (kept-alive HTTPS, ms per answer)")
+    print(f"  {'':<42}{'none p50':>10}{'secret p50':>12}{'added':>10}{'none p95':>10}{'secret p95':>12}")
+    scan_out: dict[str, Any] = {}
+    for loaded, series in scans.items():
+        none_s, secret_s = summary(series[CORRAL]), summary(series[SECRET])
+        extra = added_p50(series[SECRET], series[CORRAL])
+        label = f"{loaded} secret{'s' if loaded > 1 else ''} loaded"
+        print(
+            f"  {label:<42}{none_s['p50_ms']:>10.2f}{secret_s['p50_ms']:>12.2f}{extra:>+10.2f}"
+            f"{none_s['p95_ms']:>10.2f}{secret_s['p95_ms']:>12.2f}"
+        )
+        scan_out[str(loaded)] = {"none": none_s, "secret": secret_s, "added_p50_ms": extra}
+    return {
+        "https_keepalive_p50_added_ms": added,
+        "requests_per_s_ratio_best": round(ratio, 3),
+        "scan_1mb": scan_out,
+    }
 
 
 def main() -> int:
@@ -458,6 +636,7 @@ def main() -> int:
     parser.add_argument("--load-rounds", type=int, default=10, help="turns of each target at requests/s")
     parser.add_argument("--workers", type=int, default=4, help="client processes for requests/s")
     parser.add_argument("--seconds", type=float, default=1.5, help="duration of one turn at requests/s")
+    parser.add_argument("--scan-requests", type=int, default=30, help="1 MB answers per sidecar and secret count")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still clean up when killed
@@ -467,7 +646,8 @@ def main() -> int:
     labels = {"corral.bench": tag}
     tmp = Path(tempfile.mkdtemp(prefix="corral-bench-egress-"))
     network = f"corral-bench-egress-{tag}"
-    sent = {"requests": 0, "connects": 0}  # what went through the sidecar, to check its audit log
+    # What went through each sidecar, to check its audit log; "placeholders": requests carrying one.
+    sent = {name: {"requests": 0, "connects": 0, "placeholders": 0} for name in (CORRAL, SECRET)}
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(shutil.rmtree, tmp, True)
         runtime.ensure_egress_network(network)
@@ -494,6 +674,17 @@ def main() -> int:
         egress: Egress = manager.start_proxy_blocking(prepared)
         cleanup.callback(manager.teardown_blocking, egress)
         asyncio.run(manager.wait_ready(egress, 60))
+        # A second one, the same but for the brokered secret it holds.
+        secret_session = f"ses_bench{secrets.token_hex(6)}"
+        prepared_secret = manager.prepare_blocking(
+            secret_session, [HOST], "enforce", {"corral.gateway": settings.instance, **labels}
+        )
+        cleanup.callback(manager.discard_blocking, prepared_secret)
+        secret_egress: Egress = manager.start_proxy_blocking(prepared_secret)
+        cleanup.callback(manager.teardown_blocking, secret_egress)
+        asyncio.run(manager.wait_ready(secret_egress, 60))
+        placeholders = [new_placeholder() for _ in range(max(SCAN_SECRETS))]
+        load_secrets(manager, secret_egress, placeholders, 1)
 
         # Bare mitmdump: the same image and options, its own CA, on the upstream's network.
         bare_state = tmp / "bare"
@@ -509,16 +700,26 @@ def main() -> int:
         corral = Target(
             CORRAL, str(Path(egress.state_dir) / "ca" / ca.CERT_ONLY), upstream, (egress.proxy_address, PROXY_PORT)
         )
-        targets = [direct, bare, corral]
+        secret = Target(
+            SECRET,
+            str(Path(secret_egress.state_dir) / "ca" / ca.CERT_ONLY),
+            upstream,
+            (secret_egress.proxy_address, PROXY_PORT),
+            f"Authorization: Bearer {placeholders[0]}\r\n",
+        )
+        targets = [direct, bare, corral, secret]
+        sidecars = {CORRAL: egress, SECRET: secret_egress}
         for target in targets:
             wait_for(target.name, functools.partial(probe, target))
-        sent["requests"] += 1
-        sent["connects"] += 1
 
-        def count(target: Target, requests: int, connects: int) -> None:
-            if target is corral:
-                sent["requests"] += requests
-                sent["connects"] += connects
+        def count(target: Target, requests: int, connects: int, placeholders: bool = True) -> None:
+            if target.name in sent:
+                sent[target.name]["requests"] += requests
+                sent[target.name]["connects"] += connects
+                sent[target.name]["placeholders"] += requests if placeholders and target.headers else 0
+
+        for target in (corral, secret):
+            count(target, 1, 1)  # the probe
 
         started = time.monotonic()
         https: dict[str, list[float]] = {t.name: [] for t in targets}
@@ -529,13 +730,16 @@ def main() -> int:
         for _ in range(args.rounds):
             for name, values in kept_alive(targets, True, args.warmup, args.requests).items():
                 https[name] += values
-            count(corral, per_series, 1)
+            for target in (corral, secret):
+                count(target, per_series, 1)
             for name, values in kept_alive(targets, False, args.warmup, args.requests).items():
                 plain[name] += values
-            count(corral, per_series, 0)
+            for target in (corral, secret):
+                count(target, per_series, 0)
             for name, values in new_connections(targets, args.connections).items():
                 fresh[name] += values
-            count(corral, args.connections, args.connections)
+            for target in (corral, secret):
+                count(target, args.connections, args.connections)
         pool = LoadPool(targets, args.workers, args.warmup)
         try:
             for turn in range(args.load_rounds):
@@ -543,24 +747,29 @@ def main() -> int:
                     rates[target.name].append(pool.run(target, args.seconds))
         finally:
             pool.close()
-        count(corral, pool.sent[CORRAL], args.workers)
+        for target in (corral, secret):
+            count(target, pool.sent[target.name], args.workers)
+        # Scanning answers for reflected values: a 1 MB answer through both sidecars, turn by turn, with
+        # 1 secret loaded and then 32 (the plain sidecar, holding none, is the baseline of each phase).
+        scans: dict[int, dict[str, list[float]]] = {}
+        scan_warmup = 3
+        for loaded in SCAN_SECRETS:
+            load_secrets(manager, secret_egress, placeholders, loaded)
+            scans[loaded] = kept_alive([corral, secret], True, scan_warmup, args.scan_requests, "/big")
+            for target in (corral, secret):
+                count(target, scan_warmup + args.scan_requests, 1, placeholders=False)
         elapsed = time.monotonic() - started
         load_after = os.getloadavg()[0]
 
-        # The sidecar must really have logged every request (the measured path is the audit path).
-        records = [json.loads(line) for line in egress.audit_path.read_text().splitlines() if line.strip()]
-        events: dict[str, int] = {}
-        for record in records:
-            events[record["event"]] = events.get(record["event"], 0) + 1
-        chain = audit.verify(egress.audit_path)
-        version = next((str(r.get("version")) for r in records if r["event"] == "proxy"), "?")
+        # The sidecars must really have logged every request (the measured path is the audit path), and
+        # the one with the secret every substitution (one secret record per request, location header).
+        logs = {name: check_log(sidecar.audit_path, sent[name]) for name, sidecar in sidecars.items()}
+        version = str(logs[CORRAL]["version"])
         # And kept every answer for hermetic replays (the proxy flushes its queue when it stops).
         runtime.stop(egress.proxy_id)  # behind the manager's back: its teardown comes at the end
         responses = manager.responses_path(session)
         kept = check(responses.read_bytes()) if responses.exists() else FlowFile(0, 0, False)
-        audit_ok = (
-            chain.ok and events.get("request", 0) == sent["requests"] and events.get("connect", 0) == sent["connects"]
-        )
+        audit_ok = all(log["ok"] for log in logs.values())
 
     # -- report ---------------------------------------------------------------------------------------
     stats = {
@@ -653,12 +862,16 @@ def main() -> int:
     print("\nThe spec's figures for bare mitmdump 11.0.2 (not measured here)")
     for name, value in ANCHORS:
         print(f"  {name:<42}{value:>10}")
-    print(
-        f"\nSidecar audit log: {len(records)} records, chain {'intact' if chain.ok else 'BROKEN'}; "
-        f"{events.get('request', 0)} request records for {sent['requests']} requests sent, "
-        f"{events.get('connect', 0)} connect records for {sent['connects']} CONNECTs "
-        f"{'(all logged)' if audit_ok else '(MISMATCH)'}"
-    )
+    secret_figures = secret_report(stats, scans, budgets)
+    for name, log in logs.items():
+        events = log["events"]
+        print(
+            f"\n{name} audit log: {log['records']} records, chain {'intact' if log['chain_ok'] else 'BROKEN'}; "
+            f"{events.get('request', 0)} request records for {log['sent']['requests']} requests sent, "
+            f"{events.get('connect', 0)} connect records for {log['sent']['connects']} CONNECTs, "
+            f"{log['substitutions']} substitutions for {log['sent']['placeholders']} placeholders sent, "
+            f"{events.get('block', 0)} blocks {'(all logged)' if log['ok'] else '(MISMATCH)'}"
+        )
     print(f"Recorded responses (responses.mitm, kept for hermetic replays): {kept.flows} flows, {kept.complete} bytes")
     print()
     print(COMPILED)
@@ -674,13 +887,8 @@ def main() -> int:
                 "results": stats,
                 "added_p50_ms_over_direct": added,
                 "budgets": budgets,
-                "audit": {
-                    "records": len(records),
-                    "events": events,
-                    "sent": sent,
-                    "chain_ok": chain.ok,
-                    "ok": audit_ok,
-                },
+                "secrets": secret_figures,
+                "audit": {**logs[CORRAL], "ok": audit_ok, "by_sidecar": logs},
                 "responses_kept": {"flows": kept.flows, "bytes": kept.complete},
                 "compiled_proxy": " ".join(COMPILED.split()),
             },

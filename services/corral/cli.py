@@ -31,6 +31,7 @@ from corral.runtime.docker import DockerRuntime
 
 if TYPE_CHECKING:
     from corral.proxy.audit import AuditRecord
+    from corral.proxy.traffic import SecretSummary
 
 GATEWAY_CONTAINER = "corral-gateway"
 KEY_PATH = "/var/lib/corral/api_key"
@@ -640,8 +641,42 @@ def _audit_records(source: str) -> list[AuditRecord]:
         raise _fail(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
+def _names(value: Any) -> str:
+    return ", ".join(str(name) for name in value) if isinstance(value, list) and value else ""
+
+
+def _secrets_change(record: AuditRecord) -> str:
+    """A ``secrets`` record in words: who changed what (names only; a record never holds a value)."""
+    parts = [
+        f"{what} {names}"
+        for what, names in (
+            ("added", _names(record.get("added"))),
+            ("rotated", _names(record.get("rotated"))),
+            ("revoked", _names(record.get("revoked"))),
+            ("restored", _names(record.get("restored"))),
+        )
+        if names
+    ]
+    bindings = record.get("bindings")
+    live = _names(sorted(bindings)) if isinstance(bindings, dict) else ""
+    return f"by {record.get('actor') or '?'}: {'; '.join(parts) or 'no change'}; live: {live or 'none'}"
+
+
+def _secret_use(record: AuditRecord) -> str:
+    """Which secret, where, how many times; and for a block whether it was flagged as exfiltration."""
+    count = record.get("count")
+    times = f" x{count}" if isinstance(count, int) and not isinstance(count, bool) else ""
+    flagged = " (exfiltration)" if record.get("exfiltration") is True else ""
+    return f"{record.get('secret') or '?'} in {record.get('location') or '?'}{times}{flagged}"
+
+
 def _detail(record: AuditRecord) -> str:
     event = record.get("event")
+    if event == "secrets":
+        return _secrets_change(record)
+    if event == "secret" or (event == "block" and record.get("secret") is not None):
+        rule, reason = record.get("rule"), record.get("reason")
+        return " — ".join(str(part) for part in (rule, _secret_use(record), reason) if part)
     if event == "error":
         return str(record.get("error") or "")
     if event == "proxy":
@@ -660,7 +695,8 @@ def audit_show(
     host: Annotated[str | None, typer.Option(help="Only this host; *.example.com for its subdomains.")] = None,
     decision: Annotated[str | None, typer.Option(help="Only allow, deny or report.")] = None,
     event: Annotated[
-        str | None, typer.Option(help="Only proxy, connect, request, block, error or policy records.")
+        str | None,
+        typer.Option(help="Only proxy, connect, request, block, error, policy, secrets or secret records."),
     ] = None,
     action: Annotated[str | None, typer.Option(help="Only records of this agent action id.")] = None,
     since: Annotated[
@@ -669,13 +705,21 @@ def audit_show(
     until: Annotated[
         str | None, typer.Option(help="Up to this time: unix seconds or ISO 8601 (UTC if no zone).")
     ] = None,
+    secrets: Annotated[
+        bool,
+        typer.Option(
+            "--secrets", help="Only brokered secrets' records: changes, uses, and requests refused because of one."
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the records as JSON Lines for scripts.")] = False,
 ) -> None:
     """The records of an audit log, filtered: what the session's browser reached, and what was refused."""
     from corral.proxy.traffic import TrafficFilter
 
     try:
-        flt = TrafficFilter.parse(host=host, decision=decision, event=event, action=action, since=since, until=until)
+        flt = TrafficFilter.parse(
+            host=host, decision=decision, event=event, action=action, since=since, until=until, secrets=secrets
+        )
     except ValueError as exc:
         raise _fail(f"bad filter: {exc}", 2) from None
     records = _audit_records(source)
@@ -719,15 +763,21 @@ def audit_summary(
     source: Annotated[str, typer.Argument(help="An audit log (.jsonl file) or a session id (ses_...).")],
     as_json: JsonOpt = False,
 ) -> None:
-    """Per host: requests let through, blocked, reported (would be denied), errors and bytes."""
+    """Per host: requests let through, blocked, reported (would be denied), errors and bytes; and per
+    host and brokered secret: substitutions, reflections scrubbed, misuse and unavailable refusals."""
     from dataclasses import asdict
 
-    from corral.proxy.traffic import summarize, totals
+    from corral.proxy.traffic import summarize, summarize_secrets, totals
 
-    rows = summarize(_audit_records(source))
+    records = _audit_records(source)
+    rows = summarize(records)
     total = totals(rows)
+    secret_rows = summarize_secrets(records)
     if as_json:
-        out.print_json(json.dumps({"hosts": [asdict(row) for row in rows], "total": asdict(total)}))
+        answer: dict[str, Any] = {"hosts": [asdict(row) for row in rows], "total": asdict(total)}
+        if secret_rows:  # only in logs of sessions that used secrets
+            answer["secrets"] = [asdict(row) for row in secret_rows]
+        out.print_json(json.dumps(answer))
         return
     table = Table("host", "requests", "blocked", "reported", "errors", "bytes in", "bytes out")
     for column in table.columns[1:]:
@@ -744,6 +794,33 @@ def audit_summary(
             style="bold" if row is total else None,
         )
     out.print(table)
+    if secret_rows:
+        out.print(_secrets_table(secret_rows))
+
+
+def _secrets_table(rows: list[SecretSummary]) -> Table:
+    table = Table(
+        "host",
+        "secret",
+        "substitutions",
+        "reflections scrubbed",
+        "misuse blocks",
+        "exfiltration",
+        "unavailable",
+        title="brokered secrets",
+    )
+    for column in table.columns[2:]:
+        column.justify = "right"
+    for row in rows:
+        table.add_row(
+            Text(row.host),
+            Text(row.secret or "-"),
+            *(
+                f"{value:,}"
+                for value in (row.substitutions, row.reflections, row.misuse, row.exfiltration, row.unavailable)
+            ),
+        )
+    return table
 
 
 @audit_app.command("ls")

@@ -413,3 +413,47 @@ def test_files_moved_over_http_show_as_file_steps_and_env_by_name_only(gw: Runni
     assert "no: the client left" in facts
     assert not [line for line in watched.console if "Content Security Policy" in line or "pageerror" in line]
     page.close()
+
+
+def test_secret_records_show_the_secret_by_name_where_and_how_often(browser: Any) -> None:
+    """The page against hand-written records in the audit log's shapes (no gateway: every fetch is routed)."""
+    from corral.gateway.viewer import viewer_page
+
+    origin, session = "http://viewer.test", "ses_secrets1"
+    action = {"seq": 1, "time": 1.0, "event": "action", "ok": True, "action_id": "a1.b", "native": [{"type": "click"}]}
+    traffic = [
+        {"seq": 5, "event": "request", "decision": "allow", "method": "POST", "host": "api.example.test",
+         "url": "https://api.example.test/v1/x", "status": 200, "rule": "api.example.test", "action": "a1.b"},
+        {"seq": 6, "event": "secret", "method": "POST", "host": "api.example.test", "url": "https://api.example.test/v1/x",
+         "rule": "secret-substitution", "secret": "GITHUB_TOKEN", "location": "header", "count": 2, "action": "a1.b"},
+        {"seq": 7, "event": "block", "decision": "deny", "method": "POST", "host": "evil.test", "url": "https://evil.test/",
+         "status": 403, "rule": "secret-misuse", "secret": "GITHUB_TOKEN", "location": "body", "exfiltration": True,
+         "action": "a1.b"},
+    ]  # fmt: skip
+    page_body = viewer_page(session)
+
+    def answer(route: Any) -> None:
+        url = route.request.url
+        if url.endswith("/viewer"):
+            route.fulfill(status=200, body=page_body.body, headers=page_body.headers, content_type="text/html")
+        elif "/recording/events" in url:
+            events = [action] if "after=0" in url else []
+            route.fulfill(status=200, json={"events": events, "ended": True})
+        elif "/traffic?action=a1.b" in url:
+            route.fulfill(status=200, body="".join(json.dumps(r) + "\n" for r in traffic))
+        else:
+            route.fulfill(status=404, json={"error": {"code": "not_found", "message": url}})
+
+    page = browser.new_page()
+    try:
+        page.route(f"{origin}/**", answer)
+        page.goto(f"{origin}/v1/sessions/{session}/viewer#token=key-1")
+        page.wait_for_selector("#network tr.secret")
+        rows = page.locator("#network tr").all_inner_texts()
+        assert len(rows) == 3
+        assert "secret-substitution (GITHUB_TOKEN in header x2)" in rows[1]
+        assert "secret" in rows[1] and "undefined" not in rows[1]  # a secret record has no decision or status
+        assert "secret-misuse (GITHUB_TOKEN in body, exfiltration)" in rows[2]
+        assert page.locator("#network tr.deny").count() == 1
+    finally:
+        page.close()

@@ -42,7 +42,7 @@ body{margin:0;font:13px sans-serif;display:grid;grid-template-columns:300px 1fr;
 #actions li.failed{color:#b00}#actions li.current{background:#def}
 main{padding:8px;overflow:auto}#frame{max-width:100%;border:1px solid #ccc}
 #timeline{width:100%}table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:2px 6px;text-align:left}
-.deny{color:#b00}.report{color:#a60}#status{color:#666}
+.deny{color:#b00}.report{color:#a60}.secret{color:#05a}#status{color:#666}
 #result th{width:8em}#result pre{background:#f6f6f6;border:1px solid #ddd;padding:4px;max-height:20em;overflow:auto;
 white-space:pre-wrap;word-break:break-all}#result .note{color:#666;font-style:italic}#result .bad{color:#b00}
 </style></head><body>
@@ -300,8 +300,12 @@ async function showTraffic(a, mine) {
     if (!line.trim()) continue;
     const r = JSON.parse(line);  // an AuditRecord (corral.proxy.audit): a unit test holds the fields read here to it
     const row = document.createElement("tr");
-    row.className = r.decision || "";
-    const values = [r.seq, r.event, r.decision, r.method || "", r.url || r.host, r.status ?? "", r.rule || ""];
+    // A brokered secret's use or refusal: its name and where (the log never holds its value).
+    const secret = r.secret ? " (" + r.secret + " in " + (r.location || "?") +
+      (typeof r.count === "number" ? " x" + r.count : "") + (r.exfiltration ? ", exfiltration" : "") + ")" : "";
+    row.className = (r.decision || "") + (r.event === "secret" ? " secret" : "");
+    const values = [r.seq, r.event, r.decision || "", r.method || "", r.url || r.host, r.status ?? "",
+      (r.rule || "") + secret];
     for (const value of values) {
       const cell = document.createElement("td");
       cell.textContent = value;

@@ -10,7 +10,12 @@ The events as traffic:
 - ``block``: a request refused by the proxy and never sent upstream, with the same fields (the
   response is the refusal page the proxy answered with);
 - ``error``: a request or connection that failed (``url`` and ``method`` may be None or absent);
-- ``connect``: a CONNECT tunnel and its ``decision``; ``proxy`` and ``policy``: no traffic.
+- ``connect``: a CONNECT tunnel and its ``decision``; ``proxy`` and ``policy``: no traffic;
+- ``secret``: one use of a brokered secret in one request or answer (rule ``secret-substitution``
+  or ``secret-reflection``, with its ``count``), beside that exchange's ``request`` record;
+  ``secrets``: a change of the session's secrets (names and bindings). A ``block`` with a
+  ``secret`` field is a refusal because of one (rule ``secret-misuse``, flagged ``exfiltration``,
+  or ``secret-unavailable``). None of them holds a value.
 """
 
 from __future__ import annotations
@@ -32,18 +37,24 @@ EVENTS = frozenset(get_args(Event)) - {"recovered"}  # the events a filter can a
 DECISIONS = frozenset(get_args(Outcome))
 HAR_VERSION = "1.2"
 UNKNOWN_MIME = "x-unknown"
+# The rules of the records about brokered secrets (corral.proxy.addons.broker).
+SUBSTITUTION, REFLECTION = "secret-substitution", "secret-reflection"
+MISUSE, UNAVAILABLE = "secret-misuse", "secret-unavailable"
 
 __all__ = [
     "DECISIONS",
     "EVENTS",
     "AuditRecord",
     "HostSummary",
+    "SecretSummary",
     "TrafficFilter",
     "is_har_entry",
+    "is_secret_record",
     "parse_records",
     "parse_time",
     "read_records",
     "summarize",
+    "summarize_secrets",
     "to_har",
     "totals",
 ]
@@ -111,6 +122,7 @@ class TrafficFilter:
     ``host`` is one host (any spelling :func:`~corral.proxy.hosts.normalize_host` accepts), or
     ``*.example.com`` for the subdomains of example.com (not example.com itself), as in the
     policy. ``since`` and ``until`` bound a record's ``time`` (unix seconds, both inclusive).
+    ``secrets`` keeps only the records about brokered secrets (:func:`is_secret_record`).
     Invalid values raise ValueError; :meth:`parse` builds one from command-line text.
     """
 
@@ -120,6 +132,7 @@ class TrafficFilter:
     action: str | None = None
     since: float | None = None
     until: float | None = None
+    secrets: bool = False
 
     def __post_init__(self) -> None:
         if self.host is not None:
@@ -159,6 +172,7 @@ class TrafficFilter:
         action: str | None = None,
         since: str | float | None = None,
         until: str | float | None = None,
+        secrets: bool = False,
     ) -> TrafficFilter:
         """A filter from text as typed: decision and event in any case, times as unix seconds or ISO 8601."""
 
@@ -177,9 +191,12 @@ class TrafficFilter:
             action=action.strip() if action is not None else None,
             since=when("since", since),
             until=when("until", until),
+            secrets=secrets,
         )
 
     def matches(self, record: AuditRecord) -> bool:
+        if self.secrets and not is_secret_record(record):
+            return False
         if self.event is not None and record.get("event") != self.event:
             return False
         if self.decision is not None and record.get("decision") != self.decision:
@@ -204,6 +221,17 @@ class TrafficFilter:
 
     def apply(self, records: Iterable[AuditRecord]) -> Iterator[AuditRecord]:
         return (record for record in records if self.matches(record))
+
+
+def is_secret_record(record: AuditRecord) -> bool:
+    """Whether a record is about brokered secrets: a ``secrets`` change, a ``secret`` use, or a
+    ``block`` because of one (it names the secret, or its rule is a secret's: misuse, unavailable, or
+    an answer that could not be decoded to take values out of it, ``secret-reflection``)."""
+    event = record.get("event")
+    if event in ("secrets", "secret"):
+        return True
+    rule = record.get("rule")
+    return event == "block" and (record.get("secret") is not None or rule in (MISUSE, UNAVAILABLE, REFLECTION))
 
 
 def _iso(seconds: float) -> str:
@@ -313,13 +341,18 @@ def _har_entry(record: AuditRecord) -> dict[str, Any]:
     )
     if record.get("action_source") is not None:
         entry["_action_source"] = record.get("action_source")  # a command named its action
+    if record.get("secret") is not None:  # a block because of a brokered secret: its name, never its value
+        entry["_secret"] = record.get("secret")
+        entry["_location"] = record.get("location")
+        entry["_exfiltration"] = record.get("exfiltration") is True
     if event == "error":
         entry["_error"] = str(record.get("error") or "")
     return entry
 
 
 def is_har_entry(record: AuditRecord) -> bool:
-    """Whether :func:`to_har` makes an entry of this record: requests, blocks, and errors with a URL."""
+    """Whether :func:`to_har` makes an entry of this record: requests, blocks, and errors with a URL
+    (a ``secret`` or ``secrets`` record is not an HTTP exchange: its request has its own record)."""
     event = record.get("event")
     return event in ("request", "block") or (event == "error" and bool(record.get("url")))
 
@@ -331,7 +364,8 @@ def to_har(records: Iterable[AuditRecord], *, creator_version: str) -> dict[str,
     entries with status 0 and the failure in ``_error``. Corral's own fields lead with an
     underscore, as HAR allows: ``_decision``, ``_rule``, ``_reason``, ``_action`` (and
     ``_action_source`` when a command named it), ``_seq``, ``_sni``, ``_id`` (the flow id) and
-    ``_event``. Headers and URLs are as logged (redacted).
+    ``_event``; a block because of a brokered secret adds ``_secret`` (its name), ``_location`` and
+    ``_exfiltration``. Headers and URLs are as logged (redacted, placeholders never values).
     """
     picked = [record for record in records if is_har_entry(record)]
     picked.sort(key=lambda r: (_number(r.get("started"), _number(r.get("time"))), _number(r.get("seq"))))
@@ -401,3 +435,51 @@ def totals(summaries: Iterable[HostSummary], *, host: str = "total") -> HostSumm
         bytes_in=sum(r.bytes_in for r in rows),
         bytes_out=sum(r.bytes_out for r in rows),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SecretSummary:
+    """One brokered secret's use with one host.
+
+    ``substitutions``: values put in for placeholders (the ``count`` of ``secret`` records with rule
+    ``secret-substitution``); ``reflections``: values scrubbed from answers (rule
+    ``secret-reflection``); ``misuse``: requests refused for a placeholder or value headed where the
+    secret is not bound (``block``, rule ``secret-misuse``), ``exfiltration`` of them flagged so;
+    ``unavailable``: requests refused because the proxy did not hold the value (``block``, rule
+    ``secret-unavailable``). ``secret`` is empty where a refusal named none.
+    """
+
+    host: str
+    secret: str
+    substitutions: int = 0
+    reflections: int = 0
+    misuse: int = 0
+    exfiltration: int = 0
+    unavailable: int = 0
+
+
+def summarize_secrets(records: Iterable[AuditRecord]) -> list[SecretSummary]:
+    """Per host and secret, sorted by both: what :class:`SecretSummary` counts; other records are left out."""
+    counts: dict[tuple[str, str], dict[str, int]] = {}
+    for record in records:
+        event, rule, host = record.get("event"), record.get("rule"), record.get("host")
+        if not isinstance(host, str) or not host or not is_secret_record(record) or event == "secrets":
+            continue
+        name = record.get("secret")
+        key = (_canonical_host(host), name if isinstance(name, str) else "")
+        row = counts.setdefault(
+            key, {"substitutions": 0, "reflections": 0, "misuse": 0, "exfiltration": 0, "unavailable": 0}
+        )
+        if event == "secret":
+            uses = max(1, _count(record.get("count"), 1))  # a record is at least one use
+            if rule == SUBSTITUTION:
+                row["substitutions"] += uses
+            elif rule == REFLECTION:
+                row["reflections"] += uses
+        elif rule == UNAVAILABLE:
+            row["unavailable"] += 1
+        elif rule != REFLECTION:  # a block naming a secret: misuse, whatever rule an older writer gave it
+            row["misuse"] += 1
+            if record.get("exfiltration") is True:
+                row["exfiltration"] += 1
+    return [SecretSummary(host, secret, **counts[host, secret]) for host, secret in sorted(counts)]

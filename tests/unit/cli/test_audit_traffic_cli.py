@@ -411,3 +411,136 @@ def test_verify_a_session_fetches_its_log_and_anchors_from_the_gateway(
     assert [r.url.path for r in seen] == list(bodies)
     assert result.exit_code == 1
     assert "truncated: the gateway anchored record 5" in result.stdout
+
+
+# --- brokered secrets ------------------------------------------------------------------------------------------
+# A log written by the chain's own writer, with hand-written records in the shapes the proxy writes.
+
+
+@pytest.fixture
+def secrets_log(tmp_path: Path) -> Path:
+    path = tmp_path / "secrets.jsonl"
+    log = AuditLog(path, "ses_sec")
+    bindings = {"GITHUB_TOKEN": {"allow": ["GET,POST api.example.test/v1/"], "in": ["header"]}}
+    log.write("proxy", version="0.1.0", mode="enforce")  # 1
+    log.write(
+        "secrets",
+        actor="api-key:k1",
+        generation=1,
+        added=["GITHUB_TOKEN"],
+        rotated=[],
+        revoked=[],
+        restored=[],
+        bindings=bindings,
+    )  # 2
+    log.write("request", **_request("api.example.test", method="POST"))  # 3
+    use = {"id": "f", "method": "POST", "url": "https://api.example.test/v1/x", "port": 443, "action": "act_1"}
+    log.write(
+        "secret",
+        **use,
+        host="api.example.test",
+        rule="secret-substitution",
+        secret="GITHUB_TOKEN",
+        location="header",
+        count=2,
+    )  # 4
+    log.write(
+        "secret",
+        **use,
+        host="api.example.test",
+        rule="secret-reflection",
+        secret="GITHUB_TOKEN",
+        location="response-body",
+        count=1,
+    )  # 5
+    misuse = {
+        "decision": "deny",
+        "status": 403,
+        "rule": "secret-misuse",
+        "reason": "GITHUB_TOKEN is not bound to evil.test",
+    }
+    log.write(
+        "block",
+        **_request("evil.test", method="POST", **misuse),
+        secret="GITHUB_TOKEN",
+        location="body",
+        exfiltration=True,
+    )  # 6
+    log.write("block", **_request("evil.test", decision="deny", status=403, rule="default-deny"))  # 7
+    log.write(
+        "block",
+        **_request("api.example.test", decision="deny", status=503, rule="secret-unavailable", reason="not loaded"),
+        secret="GITHUB_TOKEN",
+        location="header",
+    )  # 8
+    log.write(
+        "secrets",
+        actor="api-key:k1",
+        generation=2,
+        added=[],
+        rotated=[],
+        revoked=["GITHUB_TOKEN"],
+        restored=[],
+        bindings={},
+    )  # 9
+    log.close()
+    return path
+
+
+def test_show_secrets_lists_only_the_records_about_secrets(secrets_log: Path) -> None:
+    result = _run("show", str(secrets_log), "--secrets", "--json")
+    assert result.exit_code == 0, result.output
+    assert [r["seq"] for r in _json_lines(result.stdout)] == [2, 4, 5, 6, 8, 9]
+    combined = _run("show", str(secrets_log), "--secrets", "--event", "block", "--json")
+    assert [r["seq"] for r in _json_lines(combined.stdout)] == [6, 8]
+
+
+def test_show_secrets_as_a_table_names_each_secret_and_where(secrets_log: Path) -> None:
+    result = _run("show", str(secrets_log), "--secrets")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "6 of 9 records" in out
+    assert "by api-key:k1: added GITHUB_TOKEN; live: GITHUB_TOKEN" in out
+    assert "secret-substitution — GITHUB_TOKEN in header x2" in out
+    assert "secret-reflection — GITHUB_TOKEN in response-body x1" in out
+    assert "secret-misuse — GITHUB_TOKEN in body (exfiltration) — GITHUB_TOKEN is not bound to evil.test" in out
+    assert "secret-unavailable — GITHUB_TOKEN in header — not loaded" in out
+    assert "revoked GITHUB_TOKEN; live: none" in out
+    assert "default-deny" not in out
+
+
+def test_summary_has_a_secrets_section_per_host_and_secret(secrets_log: Path) -> None:
+    result = _run("summary", str(secrets_log), "--json")
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    zero = {"substitutions": 0, "reflections": 0, "misuse": 0, "exfiltration": 0, "unavailable": 0}
+    assert answer["secrets"] == [
+        {
+            **zero,
+            "host": "api.example.test",
+            "secret": "GITHUB_TOKEN",
+            "substitutions": 2,
+            "reflections": 1,
+            "unavailable": 1,
+        },
+        {**zero, "host": "evil.test", "secret": "GITHUB_TOKEN", "misuse": 1, "exfiltration": 1},
+    ]
+    assert answer["total"]["blocked"] == 3  # the host table counts the same blocks as before
+
+    table = _run("summary", str(secrets_log))
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert any("brokered secrets" in line for line in lines)
+    header = next(line for line in lines if "substitutions" in line)
+    for text in ("secret", "reflections scrubbed", "misuse blocks", "exfiltration", "unavailable"):
+        assert text in header
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in lines if "GITHUB_TOKEN" in line]
+    assert rows == [
+        ["api.example.test", "GITHUB_TOKEN", "2", "1", "0", "0", "1"],
+        ["evil.test", "GITHUB_TOKEN", "0", "0", "1", "1", "0"],
+    ]
+
+
+def test_summary_of_a_log_without_secrets_has_no_secrets_section(log_path: Path) -> None:
+    assert "secrets" not in json.loads(_run("summary", str(log_path), "--json").stdout)
+    assert "brokered secrets" not in _run("summary", str(log_path)).stdout

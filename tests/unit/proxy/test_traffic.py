@@ -13,12 +13,15 @@ from referencing.jsonschema import DRAFT6
 from corral.proxy.audit import AuditLog, verify
 from corral.proxy.traffic import (
     HostSummary,
+    SecretSummary,
     TrafficFilter,
     is_har_entry,
+    is_secret_record,
     parse_records,
     parse_time,
     read_records,
     summarize,
+    summarize_secrets,
     to_har,
     totals,
 )
@@ -598,3 +601,153 @@ def test_summarize_counts(records: list[dict[str, Any]], expected: list[HostSumm
 def test_totals_of_nothing() -> None:
     assert totals([]) == HostSummary("total")
     assert totals([], host="all").host == "all"
+
+
+# --- brokered secrets ------------------------------------------------------------------------------------------
+# Hand-written records in the shapes the proxy writes (audit.EVENT_FIELDS: secrets, secret, a block's secret fields).
+
+
+def _secret_use(rule: str, **overrides: Any) -> dict[str, Any]:
+    return {
+        "event": "secret",
+        "id": "flow-s",
+        "method": "POST",
+        "url": "https://api.example.test/v1/items",
+        "host": "api.example.test",
+        "port": 443,
+        "action": "a1.b",
+        "rule": rule,
+        "secret": "GITHUB_TOKEN",
+        "location": "header",
+        "count": 1,
+        **overrides,
+    }
+
+
+def _requested(**overrides: Any) -> dict[str, Any]:
+    return {"event": "request", **_request(**overrides)}
+
+
+def _blocked(**overrides: Any) -> dict[str, Any]:
+    return {"event": "block", **_block(**overrides)}
+
+
+def _misuse(**overrides: Any) -> dict[str, Any]:
+    return _blocked(
+        **{
+            "url": "https://evil.test/collect",
+            "host": "evil.test",
+            "rule": "secret-misuse",
+            "reason": "GITHUB_TOKEN is not bound to evil.test",
+            "secret": "GITHUB_TOKEN",
+            "location": "body",
+            "exfiltration": True,
+            **overrides,
+        }
+    )
+
+
+SECRETS_CHANGE = {
+    "event": "secrets",
+    "actor": "api-key:k1",
+    "generation": 1,
+    "added": ["GITHUB_TOKEN"],
+    "rotated": [],
+    "revoked": [],
+    "restored": [],
+    "bindings": {"GITHUB_TOKEN": {"allow": ["GET,POST api.example.test/v1/"], "in": ["header"]}},
+}
+
+
+def test_summarize_secrets_per_host_and_secret() -> None:
+    records: list[dict[str, Any]] = [
+        SECRETS_CHANGE,
+        _requested(host="api.example.test"),
+        _secret_use("secret-substitution", count=2),
+        _secret_use("secret-substitution", location="query"),  # another location of the same request
+        _secret_use("secret-substitution", secret="NPM_TOKEN", host="API.example.test."),
+        _secret_use("secret-reflection", location="response-body", count=3),
+        _misuse(),
+        _misuse(location="websocket"),
+        _misuse(secret="NPM_TOKEN", exfiltration=False),  # an older writer's block: misuse all the same
+        _blocked(host="api.example.test", rule="secret-unavailable", status=503, secret="GITHUB_TOKEN"),
+        _blocked(host="api.example.test", rule="secret-unavailable", status=503),  # naming no secret
+        _blocked(host="evil.test", rule="default-deny"),  # not about a secret
+        _blocked(host="api.example.test", rule="secret-reflection", status=502),  # an answer not decodable: no use
+    ]
+    assert summarize_secrets(records) == [
+        SecretSummary("api.example.test", "", unavailable=1),
+        SecretSummary("api.example.test", "GITHUB_TOKEN", substitutions=3, reflections=3, unavailable=1),
+        SecretSummary("api.example.test", "NPM_TOKEN", substitutions=1),
+        SecretSummary("evil.test", "GITHUB_TOKEN", misuse=2, exfiltration=2),
+        SecretSummary("evil.test", "NPM_TOKEN", misuse=1),
+    ]
+    # The per-host traffic summary is unchanged by the secret records: a block is still one block.
+    assert [(row.host, row.requests, row.blocked) for row in summarize(records)] == [
+        ("api.example.test", 1, 3),
+        ("evil.test", 0, 4),
+    ]
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        _secret_use("secret-substitution", count=None),
+        _secret_use("secret-substitution", count="7"),
+        _secret_use("secret-substitution", count=0),
+        _secret_use("secret-substitution", count=True),
+    ],
+)
+def test_a_secret_record_with_a_junk_count_is_one_use(record: dict[str, Any]) -> None:
+    assert summarize_secrets([record]) == [SecretSummary("api.example.test", "GITHUB_TOKEN", substitutions=1)]
+
+
+def test_summarize_secrets_of_a_log_without_them(session: list[dict[str, Any]]) -> None:
+    assert summarize_secrets(session) == []
+    assert summarize_secrets([SECRETS_CHANGE, _secret_use("secret-substitution", host=None)]) == []
+
+
+@pytest.mark.parametrize(
+    ("record", "about_secrets"),
+    [
+        (SECRETS_CHANGE, True),
+        (_secret_use("secret-reflection"), True),
+        (_misuse(), True),
+        (_blocked(rule="secret-unavailable"), True),
+        (_blocked(rule="secret-reflection", status=502), True),
+        (_blocked(rule="default-deny"), False),
+        (_requested(), False),
+        ({"event": "policy", "allow": []}, False),
+        ({"event": "error", "secret": "X"}, False),  # only blocks carry a secret's name
+    ],
+)
+def test_the_secrets_filter(record: dict[str, Any], about_secrets: bool) -> None:
+    assert is_secret_record(record) is about_secrets
+    assert TrafficFilter(secrets=True).matches(record) is about_secrets
+    assert TrafficFilter.parse(secrets=True).matches(record) is about_secrets
+    assert TrafficFilter().matches(record)
+
+
+def test_the_secrets_filter_combines_with_the_others() -> None:
+    records = [SECRETS_CHANGE, _secret_use("secret-substitution"), _misuse(), _requested(host="evil.test")]
+    kept = list(TrafficFilter(secrets=True, host="evil.test").apply(records))
+    assert kept == [records[2]]
+
+
+def test_har_leaves_out_secret_records_and_names_the_secret_of_a_misuse_block() -> None:
+    records = [SECRETS_CHANGE, _requested(), _secret_use("secret-substitution"), _misuse()]
+    assert [is_har_entry(r) for r in records] == [False, True, False, True]
+    har = to_har(records, creator_version="1.0")
+    _assert_valid_har(har)
+    request_entry, block_entry = har["log"]["entries"]
+    assert "_secret" not in request_entry
+    assert block_entry["_rule"] == "secret-misuse"
+    assert (block_entry["_secret"], block_entry["_location"], block_entry["_exfiltration"]) == (
+        "GITHUB_TOKEN",
+        "body",
+        True,
+    )
+    unavailable = to_har(
+        [_blocked(rule="secret-unavailable", secret="GITHUB_TOKEN", location="header")], creator_version="1"
+    )
+    assert unavailable["log"]["entries"][0]["_exfiltration"] is False
