@@ -281,7 +281,7 @@ def kept_alive(
     The targets take turns request by request (in an order that rotates), so a burst of load from
     elsewhere on the machine falls on all of them alike. ``path`` other than /json: a plain GET (no
     placeholder), for answers scanned for reflected values."""
-    extra = path == "/json"
+    extra = path == "/json" and tls  # a secret goes only over HTTPS: plain HTTP carries none
     conns = {
         t.name: (open_https(t), t.get(path, extra=extra))
         if tls
@@ -735,7 +735,7 @@ def main() -> int:
             for name, values in kept_alive(targets, False, args.warmup, args.requests).items():
                 plain[name] += values
             for target in (corral, secret):
-                count(target, per_series, 0)
+                count(target, per_series, 0, placeholders=False)
             for name, values in new_connections(targets, args.connections).items():
                 fresh[name] += values
             for target in (corral, secret):

@@ -282,6 +282,11 @@ class ReplyTooLarge(CorralError, ValueError):
     """A controller answered more than the gateway's recorder may hold in one fetch."""
 
 
+class DecodedTooLarge(CorralError, ValueError):
+    """A body that decodes to more than the egress proxy reads for brokered secrets (a
+    decompression bomb, or just too big to scan)."""
+
+
 # -- requests the gateway refuses as written --------------------------------------------------------------
 
 

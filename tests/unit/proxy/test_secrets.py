@@ -4,24 +4,29 @@ scrubbing of answers, the live set's changes and its metadata on disk (never a v
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import stat
 import urllib.parse
+import zlib
 from pathlib import Path
 
 import pytest
 
-from corral.errors import InvalidMessage
+from corral.errors import DecodedTooLarge, InvalidMessage
 from corral.proxy.secrets import (
     SECRETS_FILE,
     Scrubber,
     Secret,
     SecretBook,
+    anchor_of,
     basic_credentials,
     basic_header,
     body_type,
     clean_path,
+    decoded,
     encoded_for,
+    path_problem,
     placeholders_in,
     secret_from,
     value_forms,
@@ -187,3 +192,137 @@ def test_metadata_is_persisted_without_values_and_restored_unloaded(tmp_path: Pa
     again = restarted.plan([_secret()])
     assert again.restored == ["TOKEN"] and again.added == again.rotated == []
     assert not SecretBook().restore(tmp_path / "none.json")
+
+
+# -- after the review ----------------------------------------------------------------------------
+
+TOKEN_LIKE = b"ghp_Abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def test_a_bound_path_prefix_covers_whole_segments_only() -> None:
+    secret = _secret(allow=["api.example.test/v1"])
+    assert secret.binds("api.example.test", 443, "GET", "/v1")
+    assert secret.binds("api.example.test", 443, "GET", "/v1/repos")
+    assert not secret.binds("api.example.test", 443, "GET", "/v1admin")
+    assert not secret.binds("api.example.test", 443, "GET", "/v1.json")
+    assert _secret(allow=["api.example.test/v1/"]).binds("api.example.test", 443, "GET", "/v1/x")
+
+
+@pytest.mark.parametrize(
+    ("target", "words"),
+    [
+        (b"/v1//..//admin", "empty segment"),
+        (b"/v1/#/../../admin", "'#'"),
+        (b"/v1/..;/admin", "';'"),
+        (b"/v1/%2e%2E/admin", "dot segment"),
+        (b"/v1/%2E/admin", "dot segment"),
+        (b"/v1/./admin", "dot segment"),
+        (b"/v1\\..\\admin", "backslash"),
+        (b"/v1/%5C../admin", "backslash"),
+        (b"/v1/a%2Fb", "encoded slash"),
+        (b"v1/x", "start with"),
+    ],
+)
+def test_a_target_servers_may_read_otherwise_is_not_canonical(target: bytes, words: str) -> None:
+    problem = path_problem(target)
+    assert problem is not None and words in problem
+
+
+@pytest.mark.parametrize("target", [b"/", b"/v1/", b"/v1/repos?a=//..;x#", b"/v1/a.b/..c/%2e1"])
+def test_a_canonical_target_has_no_problem(target: bytes) -> None:
+    if b"#" in target:
+        assert path_problem(target) == "its URL holds a '#'"
+    else:
+        assert path_problem(target) is None
+
+
+def _wrapped_base64(value: bytes, width: int, line_break: bytes) -> bytes:
+    text = base64.b64encode(b"x" * 20 + value + b"y" * 40)
+    return line_break.join(text[i : i + width] for i in range(0, len(text), width))
+
+
+@pytest.mark.parametrize(
+    "reflected",
+    [
+        _wrapped_base64(TOKEN_LIKE, 60, b"\n"),
+        _wrapped_base64(TOKEN_LIKE, 76, b"\r\n"),
+        _wrapped_base64(TOKEN_LIKE, 60, b"\\n"),  # GitHub's contents API: JSON-escaped line breaks
+        TOKEN_LIKE.hex().encode(),
+        TOKEN_LIKE.hex().upper().encode(),
+        TOKEN_LIKE.upper(),
+        TOKEN_LIKE.lower(),
+    ],
+)
+def test_wrapped_base64_hex_and_other_letter_case_are_scrubbed(reflected: bytes) -> None:
+    scrubber = Scrubber([_secret(TOKEN_LIKE)])
+    page = b"<pre>" + reflected + b"</pre>"
+    assert scrubber.first(page) is not None
+    clean, counts = scrubber.scrub(page)
+    assert counts == {"TOKEN": 1} and clean.startswith(b"<pre>") and clean.endswith(b"</pre>")
+    assert TOKEN_LIKE.lower() not in clean.lower() and TOKEN_LIKE.hex().encode() not in clean.lower()
+
+
+@pytest.mark.parametrize(
+    "reflected",
+    [
+        b"pa\\u0026ss\\u003cword\\u003e'x",  # Go's encoding/json
+        b"pa\\u0026ss\\u003Cword\\u003E\\u0027x",
+        b"pa&amp;ss&lt;word&gt;&#39;x",  # Jinja, ERB
+        b"pa&amp;ss&lt;word&gt;&#039;x",  # PHP
+        b"pa&#38;ss&#60;word&#62;&#39;x",
+        b"pa&#x26;ss&#x3C;word&#x3e;&#x27;x",
+        b"pa%26ss%3cword%3e%27x",  # lowercase percent hex
+    ],
+)
+def test_go_json_numeric_entities_and_lowercase_percent_hex_are_scrubbed(reflected: bytes) -> None:
+    scrubber = Scrubber([_secret(b"pa&ss<word>'x")])
+    clean, counts = scrubber.scrub(b"[" + reflected + b"]")
+    assert counts == {"TOKEN": 1} and clean == b"[" + PH.encode() + b"]"
+
+
+def test_a_value_without_a_long_alphanumeric_run_is_still_found_in_every_form() -> None:
+    scrubber = Scrubber([_secret(b"a&b<c>d'e")])
+    assert anchor_of(b"a&b<c>d'e") is None and anchor_of(TOKEN_LIKE) == TOKEN_LIKE.lower()[4:]
+    assert scrubber.first(b"a&amp;b&lt;c&gt;d&#39;e") is not None
+
+
+def test_a_placeholder_belongs_to_one_name() -> None:
+    book = SecretBook()
+    book.apply(book.plan([_secret()]))
+    with pytest.raises(InvalidMessage, match="TOKEN's") as taken:  # revoked and reused in one message
+        book.plan([_secret(b"value-of-b-1", "B")])
+    assert taken.value.field == "secrets.B.placeholder"
+    with pytest.raises(InvalidMessage, match="TOKEN's"):  # held by a live name
+        book.plan([_secret(), _secret(b"value-of-b-1", "B")])
+    with pytest.raises(InvalidMessage, match="too in this message") as twice:
+        SecretBook().plan([_secret(), _secret(b"value-of-b-1", "B")][::-1])
+    assert twice.value.field in ("secrets.B.placeholder", "secrets.TOKEN.placeholder")
+    assert book.plan([_secret()]).generation == 2  # the set itself still goes
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_decoding_is_bounded(encoding: str) -> None:
+    body = b"0123456789" * 1000
+    packed = gzip.compress(body) if encoding == "gzip" else zlib.compress(body)
+    assert decoded(packed, encoding) == body
+    with pytest.raises(DecodedTooLarge):
+        decoded(packed, encoding, cap=len(body) - 1)
+    with pytest.raises(ValueError):  # truncated
+        decoded(packed[: len(packed) // 2], encoding)
+    assert decoded(zlib.compress(body)[2:-4], "deflate") == body  # raw deflate, as some servers send it
+    with pytest.raises(ValueError, match="unknown"):
+        decoded(body, "compress")
+    with pytest.raises(DecodedTooLarge):
+        decoded(body, "identity", cap=10)
+
+
+def test_brotli_and_zstd_decoding_is_bounded() -> None:
+    brotli = pytest.importorskip("brotli")
+    zstandard = pytest.importorskip("zstandard")
+    body = bytes(1024 * 1024)
+    for packed, encoding in ((brotli.compress(body), "br"), (zstandard.ZstdCompressor().compress(body), "zstd")):
+        assert decoded(packed, encoding) == body
+        with pytest.raises(DecodedTooLarge):
+            decoded(packed, encoding, cap=1000)
+        with pytest.raises(ValueError):
+            decoded(b"\xff" * 64, encoding)

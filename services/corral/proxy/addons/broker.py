@@ -11,40 +11,54 @@ and writes the outcome back. With no secrets every hook returns at once.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import urllib.parse
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from mitmproxy import ctx, http
 
+from corral.errors import DecodedTooLarge
 from corral.proxy.addons.flows import url_of
 from corral.proxy.addons.state import FlowNote, Shared, note_of
 from corral.proxy.addons.trail import exchange
-from corral.proxy.audit import EventFields, redact_url
+from corral.proxy.audit import EventFields, is_secret_header, redact_url
 from corral.proxy.placeholders import PLACEHOLDER_PREFIX, Location
 from corral.proxy.policy import Decision
 from corral.proxy.refusal import refusal_response
 from corral.proxy.secrets import (
+    METHOD_FIELD,
+    METHOD_OVERRIDES,
     SECRETS_FILE,
     BodyType,
+    Scrubber,
     Secret,
     SecretBook,
     basic_credentials,
     basic_header,
     body_type,
     clean_path,
+    decoded,
     encoded_for,
+    path_problem,
     placeholders_in,
     without_placeholders,
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 ORIGINAL = "corral.secrets.original"  # flow.metadata: the request as the sandbox sent it
 MISUSE, UNAVAILABLE, REFLECTION = "secret-misuse", "secret-unavailable", "secret-reflection"
 SUBSTITUTION = "secret-substitution"
-Place = Location | str  # a request location, or "path" (where no secret may go)
+TRAILERS = "requests with trailers are refused while secrets are live"
+Place = Location | str  # a request location, or "path", "method", "header-name" (where no secret may go)
+THREAD_MIN = 1024 * 1024  # a body longer than this is read in a worker thread (the loop serves others)
+THREAD_MIN_COMPRESSED = 1024  # the same for a compressed one (gzip reaches 1:1000: 1 MB)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +90,24 @@ class Parts:
     basic: list[tuple[int, bytes]]  # (index in headers, decoded user:password)
     body: bytes
     kind: BodyType | None
+    media: str = "none"  # the Content-Type, as sent
+    method: bytes = b""
 
     def places(self) -> list[tuple[Place, bytes]]:
-        """Each part with where it is; Basic credentials decoded."""
+        """Each part with where it is; Basic credentials decoded. A header whose name does not say
+        it carries a credential is place ``header:NAME`` (no secret goes there: a User-Agent or a
+        Referer is copied to logs and third parties)."""
         places: list[tuple[Place, bytes]] = [("path", self.path), ("query", self.query), ("body", self.body)]
-        places += [("header", value) for _, value in self.headers]
+        places.append(("method", self.method))
+        places += [("header-name", name) for name, _ in self.headers]
+        places += [(_header_place(name), value) for name, value in self.headers]
         places += [("basic", credentials) for _, credentials in self.basic]
         return places
+
+
+def _header_place(name: bytes) -> Place:
+    text = name.decode("latin-1")
+    return "header" if is_secret_header(text) else f"header:{text.lower()}"
 
 
 class SecretBroker:
@@ -108,25 +133,25 @@ class SecretBroker:
 
     # -- requests --------------------------------------------------------------------------------
 
-    def request(self, flow: http.HTTPFlow) -> None:
+    async def request(self, flow: http.HTTPFlow) -> None:
         book = self.book
         if not book.active:
             return
         note = note_of(flow)
         if note is None or flow.response is not None or flow.request.method == "CONNECT":
             return
-        try:
-            parts = _parts(flow.request)
-        except ValueError as exc:
-            self._refuse(flow, note, Refusal(None, "body", f"the request body cannot be read for secrets: {exc}"))
+        if flow.request.trailers:  # they come after the body, past any look at it
+            self._refuse(flow, note, Refusal(None, "trailers", TRAILERS))
             return
-        places = parts.places()
-        inside = self._value_inside(places)
+        try:
+            parts, inside, found = await _off_loop(flow.request, self._read, flow.request)
+        except ValueError as exc:
+            self._refuse(flow, note, _unreadable(exc))
+            return
         if inside is not None:
             _scrub_request(flow.request, book)  # refused all the same; its record holds no value
             self._refuse(flow, note, inside)
             return
-        found = self._find(places)
         if not found:
             return
         refusal = self._check(flow, note, parts, found)
@@ -140,6 +165,14 @@ class SecretBroker:
         counts = _substitute(request, parts, {self.book.by_placeholder[p] for _, p in found})
         for (name, location), count in counts.items():
             self._record(flow, note, name, location, count, SUBSTITUTION, flow.metadata[ORIGINAL].path)
+
+    def _read(self, request: http.Request) -> tuple[Parts, Refusal | None, list[tuple[Place, bytes]]]:
+        """The request's parts, a value from inside, and this session's placeholders with where;
+        raises ValueError when its body cannot be read (DecodedTooLarge past the cap)."""
+        parts = _parts(request)
+        places = parts.places()
+        inside = self._value_inside(places)
+        return parts, inside, [] if inside is not None else self._find(places)
 
     def _value_inside(self, places: list[tuple[Place, bytes]]) -> Refusal | None:
         """A real value in the request (the sandbox should never hold one): refused as misuse."""
@@ -155,7 +188,7 @@ class SecretBroker:
                 reason = (
                     f"the request carries the value of secret {secret.name} itself (only its placeholder may be sent)"
                 )
-                return Refusal(secret.name, place, reason)
+                return Refusal(secret.name, place.partition(":")[0], reason)
         return None
 
     def _find(self, places: list[tuple[Place, bytes]]) -> list[tuple[Place, bytes]]:
@@ -169,27 +202,16 @@ class SecretBroker:
         self, flow: http.HTTPFlow, note: FlowNote, parts: Parts, found: list[tuple[Place, bytes]]
     ) -> Refusal | None:
         """Why the request may not go (the first reason), or None when every placeholder may."""
-        request = flow.request
-        path = clean_path(request.path)
+        route = _route_of(flow.request, note, parts)
         unavailable: Refusal | None = None
         for place, placeholder in found:
             secret = self.book.by_placeholder.get(placeholder)
             if secret is None:
                 name = self.book.revoked_bytes[placeholder]
                 return Refusal(name, place, f"secret {name} was revoked")
-            if place == "path":
-                return Refusal(secret.name, place, f"secret {secret.name} may not be sent in a URL's path")
-            if place not in secret.locations:
-                allowed = ", ".join(secret.locations)
-                return Refusal(
-                    secret.name, place, f"secret {secret.name} may not be sent in the {place} (only: {allowed})"
-                )
-            if path is None or not secret.binds(note.host, request.port, request.method, path):
-                reason = f"secret {secret.name} is not bound to {request.method} {note.host}:{request.port}{path or ''}"
-                return Refusal(secret.name, place, reason)
-            if parts.kind is None and place == "body":
-                media = request.headers.get("content-type", "none")
-                return Refusal(secret.name, place, f"secret {secret.name} cannot be put in a body of type {media}")
+            refusal = _misplaced(secret, place, parts) or _misrouted(secret, place, route)
+            if refusal is not None:
+                return refusal
             if secret.value is None and unavailable is None:
                 reason = (
                     f"secret {secret.name} is not loaded yet (the egress proxy restarted; the gateway sends it again)"
@@ -209,7 +231,7 @@ class SecretBroker:
 
     # -- answers ---------------------------------------------------------------------------------
 
-    def response(self, flow: http.HTTPFlow) -> None:
+    async def response(self, flow: http.HTTPFlow) -> None:
         _put_back(flow)  # what the records after this one see: placeholders only
         if not self.book.scrubber:
             return
@@ -217,33 +239,44 @@ class SecretBroker:
         response = flow.response
         if note is None or response is None or note.verdict.refused or flow.is_replay:
             return
-        self._scrub_answer(flow, note, response)
+        await self._scrub_answer(flow, note, response)
 
     def error(self, flow: http.HTTPFlow) -> None:
         _put_back(flow)
+        if not self.book.scrubber or flow.error is None:
+            return
+        # mitmproxy quotes what upstream sent in its error (and in the 502 page it would send).
+        clean, counts = self.book.scrubber.scrub(flow.error.msg.encode("utf-8", "surrogateescape"))
+        if counts:
+            flow.error.msg = clean.decode("utf-8", "surrogateescape")
+            if flow.killable:
+                # No error page quoting it to the sandbox; mitmproxy knows a kill by the error's
+                # message, so the record then says "Connection killed." (nothing else to scrub).
+                flow.kill()  # type: ignore[no-untyped-call,unused-ignore]
 
-    def _scrub_answer(self, flow: http.HTTPFlow, note: FlowNote, response: http.Response) -> None:
+    def _refuse_answer(self, flow: http.HTTPFlow, note: FlowNote, reason: str) -> None:
+        note.refuse(Decision(False, reason, REFLECTION), 502)
+        flow.response = refusal_response(502, note.host, note.verdict.decision, flow.request.headers.get("accept", ""))
+
+    async def _scrub_answer(self, flow: http.HTTPFlow, note: FlowNote, response: http.Response) -> None:
         scrubber = self.book.scrubber
-        header_counts: Counter[str] = Counter()
-        if scrubber.first(b"\n".join(value for _, value in response.headers.fields)) is not None:
-            fields = []
-            for header, value in response.headers.fields:
-                clean, counts = scrubber.scrub(value)
-                header_counts += counts
-                fields.append((header, clean))
-            response.headers = http.Headers(fields)
+        coding = response.headers.get("transfer-encoding", "").strip().lower()
+        if coding and coding != "chunked":
+            self._refuse_answer(
+                flow, note, f"the answer's transfer encoding ({coding}) hides it from the scrubbing of secrets"
+            )
+            return
+        header_counts = _scrub_heads(response, scrubber)
         if response.raw_content:
             try:
-                body = response.get_content(strict=True) or b""
+                clean, body_counts = await _off_loop(response, _scrub_body, response, self.book)
+            except DecodedTooLarge as exc:
+                self._refuse_answer(flow, note, f"the answer's body is too large to take secrets out of ({exc})")
+                return
             except ValueError:
                 encoding = response.headers.get("content-encoding", "")
-                reason = f"the answer's body cannot be decoded ({encoding}) to take brokered secrets out of it"
-                note.refuse(Decision(False, reason, REFLECTION), 502)
-                flow.response = refusal_response(
-                    502, note.host, note.verdict.decision, flow.request.headers.get("accept", "")
-                )
+                self._refuse_answer(flow, note, f"the answer's body cannot be decoded ({encoding}) to take secrets out")
                 return
-            clean, body_counts = scrubber.scrub(body)
             if body_counts:
                 response.content = clean
             for name, count in body_counts.items():
@@ -327,8 +360,142 @@ def _put_back(flow: http.HTTPFlow) -> None:
         request.data.path, request.headers.fields, request.raw_content = sent.path, sent.fields, sent.raw_content
 
 
+async def _off_loop(message: http.Message, work: Callable[..., T], *args: Any) -> T:
+    """``work(*args)`` in a worker thread when ``message``'s body is long, or compressed and may
+    decode long (a scan of it would hold up every other flow), else here."""
+    size = len(message.raw_content or b"")
+    compressed = message.headers.get("content-encoding", "identity").strip().lower() not in ("", "identity")
+    if size > THREAD_MIN or (compressed and size > THREAD_MIN_COMPRESSED):
+        return await asyncio.to_thread(work, *args)
+    return work(*args)
+
+
+def _scrub_body(response: http.Response, book: SecretBook) -> tuple[bytes, Counter[str]]:
+    """The answer's body, decoded, with the values taken out; raises ValueError (DecodedTooLarge)."""
+    body = decoded(response.raw_content or b"", response.headers.get("content-encoding", ""))
+    return book.scrubber.scrub(body)
+
+
+def _scrub_heads(response: http.Response, scrubber: Scrubber) -> Counter[str]:
+    """The values taken out of the answer's reason phrase, header names and values and trailers;
+    how many, by secret."""
+    counts: Counter[str] = Counter()
+    fields = response.headers.fields
+    trailers = response.trailers.fields if response.trailers is not None else ()
+    heads = b"\n".join([response.data.reason, *(part for field in (*fields, *trailers) for part in field)])
+    if scrubber.first(heads) is None:
+        return counts
+    response.headers = http.Headers(_scrub_fields(fields, scrubber, counts))
+    if response.trailers is not None:
+        response.trailers = http.Headers(_scrub_fields(trailers, scrubber, counts))
+    response.data.reason, in_reason = scrubber.scrub(response.data.reason)
+    counts.update(in_reason)
+    return counts
+
+
+def _unreadable(exc: ValueError) -> Refusal:
+    """Why a request that cannot be read for secrets is refused."""
+    if isinstance(exc, DecodedTooLarge):
+        return Refusal(
+            None,
+            "body",
+            f"the request body is too large to be read for secrets ({exc})",
+            status=413,
+            exfiltration=False,
+        )
+    return Refusal(None, "body", f"the request body cannot be read for secrets: {exc}")
+
+
+def _scrub_fields(
+    fields: Iterable[tuple[bytes, bytes]], scrubber: Scrubber, counts: Counter[str]
+) -> list[tuple[bytes, bytes]]:
+    """Header (or trailer) names and values with the values taken out; counted into ``counts``."""
+    clean = []
+    for name, value in fields:
+        name, in_name = scrubber.scrub(name)
+        value, in_value = scrubber.scrub(value)
+        counts.update(in_name + in_value)
+        clean.append((name, value))
+    return clean
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a request goes, as a secret's bindings see it."""
+
+    host: str
+    port: int
+    method: str
+    path: str | None  # normalised; None when it has none
+    over_tls: bool
+    not_canonical: str | None  # why the raw path is no safe ground for a binding
+    overrides: tuple[str, ...]  # methods a server may act on instead
+
+
+def _route_of(request: http.Request, note: FlowNote, parts: Parts) -> Route:
+    return Route(
+        note.host,
+        request.port,
+        request.method,
+        clean_path(request.path),
+        request.scheme == "https",
+        path_problem(request.data.path),
+        tuple(_method_overrides(request, parts)),
+    )
+
+
+def _misplaced(secret: Secret, place: Place, parts: Parts) -> Refusal | None:
+    """Why ``secret`` may not be in that part of a request, or None."""
+    name = secret.name
+    if place == "path":
+        return Refusal(name, place, f"secret {name} may not be sent in a URL's path")
+    if place in ("method", "header-name"):
+        return Refusal(name, place, f"secret {name} may not be sent in a request's {place}")
+    location, _, header = place.partition(":")
+    if location not in secret.locations:
+        return Refusal(
+            name, location, f"secret {name} may not be sent in the {location} (only: {', '.join(secret.locations)})"
+        )
+    if header:
+        return Refusal(
+            name, location, f"secret {name} may not be sent in the {header} header (only in credential headers)"
+        )
+    if place == "body" and parts.kind is None:
+        return Refusal(name, place, f"secret {name} cannot be put in a body of type {parts.media}")
+    return None
+
+
+def _misrouted(secret: Secret, place: Place, route: Route) -> Refusal | None:
+    """Why ``secret`` may not go where the request goes, or None."""
+    name = secret.name
+    if not route.over_tls:
+        return Refusal(name, place, f"secret {name} is sent only over HTTPS")
+    if route.not_canonical is not None:
+        return Refusal(name, place, f"secret {name} is not sent: {route.not_canonical}")
+    path = route.path
+    if path is None or not secret.binds(route.host, route.port, route.method, path):
+        reason = f"secret {name} is not bound to {route.method} {route.host}:{route.port}{path or ''}"
+        return Refusal(name, place, reason)
+    for method in route.overrides:
+        if not secret.binds(route.host, route.port, method, path):
+            return Refusal(name, place, f"secret {name} is not bound to {method} (asked for by a method override)")
+    return None
+
+
+def _method_overrides(request: http.Request, parts: Parts) -> list[str]:
+    """The methods a server may act on instead of the request line's (override headers, ``_method``)."""
+    methods = [
+        value.decode("latin-1") for name, value in request.headers.fields if name.lower().decode() in METHOD_OVERRIDES
+    ]
+    fields = urllib.parse.parse_qsl(parts.query.decode("latin-1"), keep_blank_values=True)
+    if parts.kind == "form":
+        fields += urllib.parse.parse_qsl(parts.body.decode("latin-1"), keep_blank_values=True)
+    methods += [value for name, value in fields if name == METHOD_FIELD]
+    return [method.strip().upper() for method in methods]
+
+
 def _parts(request: http.Request) -> Parts:
-    """The request's parts; raises ValueError when its body cannot be decoded."""
+    """The request's parts; raises ValueError when its body cannot be decoded (DecodedTooLarge past the cap)."""
     path, _, query = request.data.path.partition(b"?")
     headers = list(request.headers.fields)
     basic = []
@@ -336,8 +503,9 @@ def _parts(request: http.Request) -> Parts:
         credentials = basic_credentials(value) if name.lower() == b"authorization" else None
         if credentials is not None:
             basic.append((index, credentials))
-    body = request.get_content(strict=True) or b""
-    return Parts(path, query, headers, basic, body, body_type(request.headers.get("content-type", "")))
+    body = decoded(request.raw_content or b"", request.headers.get("content-encoding", ""))
+    media = request.headers.get("content-type", "none")
+    return Parts(path, query, headers, basic, body, body_type(media), media, request.data.method)
 
 
 def _fill(

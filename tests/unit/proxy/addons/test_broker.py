@@ -28,7 +28,17 @@ from corral.proxy.audit import verify
 from corral.proxy.policy import Decision
 from corral.proxy.vetting import Verdict
 
-from .harness import OPTIONS, Proxy, answered, connect_flow, records, session_proxy, tunnel_request, write_policy
+from .harness import (
+    OPTIONS,
+    Proxy,
+    answered,
+    connect_flow,
+    plain_request,
+    records,
+    session_proxy,
+    tunnel_request,
+    write_policy,
+)
 
 VALUE = 'tok-p@ss/w rd+&="é'  # every character an encoding changes
 TOKEN = "corral_secret_" + "1" * 32
@@ -119,7 +129,7 @@ def _refused(flow: http.HTTPFlow, status: int = 403, rule: str = "secret-misuse"
 
 async def test_a_bearer_header_gets_the_value_and_the_records_keep_the_placeholder(broker) -> None:
     proxy, state = broker
-    flow = await _send(proxy, headers={"authorization": f"Bearer {TOKEN}", "x-echo": TOKEN})
+    flow = await _send(proxy, headers={"authorization": f"Bearer {TOKEN}", "x-api-key": TOKEN})
     assert flow.response is None
     assert flow.request.headers["authorization"] == f"Bearer {VALUE}"  # raw: latin-1 view of UTF-8
     (record,) = _secret_records(state)
@@ -432,3 +442,203 @@ async def test_without_secrets_nothing_is_looked_at(tmp_path: Path) -> None:
         await proxy.response(answered(flow, VALUE.encode()))
         assert flow.response is not None and flow.response.content == VALUE.encode()
         assert not [r for r in records(tmp_path) if r["event"] in ("secret", "secrets")]
+
+
+# -- after the review: each a way around the broker that is now closed ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [
+        ("/v1//..//admin", "empty segment"),
+        ("/v1/#/../../admin", "'#'"),
+        ("/v1/..;/admin", "';'"),
+        ("/v1/%2E%2e/admin", "dot segment"),
+        ("/v1/./repos", "dot segment"),
+        ("/v1/repos;x=1", "';'"),
+    ],
+)
+async def test_a_path_servers_may_read_otherwise_gets_no_secret(broker, path: str, why: str) -> None:
+    proxy, state = broker
+    flow = await _send(proxy, path=path, headers={"authorization": f"Bearer {TOKEN}"})
+    page = _refused(flow)
+    block = records(state)[-1]
+    assert why in block["reason"] and "TOKEN" in page and VALUE not in page
+    assert flow.request.headers["authorization"] == f"Bearer {TOKEN}"
+    assert not _secret_records(state)
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        {"headers": {"x-http-method-override": "DELETE"}},
+        {"headers": {"X-HTTP-Method": "put"}},
+        {"headers": {"x-method-override": "PATCH"}},
+        {"path": "/v1/repos?_method=DELETE"},
+        {"headers": {"content-type": "application/x-www-form-urlencoded"}, "body": b"a=1&_method=DELETE"},
+    ],
+)
+async def test_a_method_override_to_an_unbound_method_gets_no_secret(broker, override: dict[str, Any]) -> None:
+    proxy, _state = broker
+    headers = {"authorization": f"Bearer {TOKEN}", **override.get("headers", {})}
+    flow = await _send(proxy, path=override.get("path", "/v1/repos"), headers=headers, body=override.get("body", b""))
+    assert "method override" in _refused(flow)
+    flow = await _send(proxy, headers={"authorization": f"Bearer {TOKEN}", "x-http-method-override": "GET"})
+    assert flow.response is None  # a bound method, asked for by override, is fine
+
+
+async def test_a_secret_goes_only_over_https(broker) -> None:
+    proxy, _state = broker
+    flow = plain_request(HOST, 80, path="/v1/repos")
+    flow.request.method = "POST"
+    flow.request.headers["authorization"] = f"Bearer {TOKEN}"
+    await proxy.requestheaders(flow)
+    await proxy.request(flow)
+    assert "only over HTTPS" in _refused(flow)
+    assert flow.request.headers["authorization"] == f"Bearer {TOKEN}"
+
+
+@pytest.mark.parametrize("header", ["user-agent", "referer", "x-forwarded-for", "x-echo"])
+async def test_a_placeholder_in_a_header_that_is_no_credential_is_refused(broker, header: str) -> None:
+    proxy, state = broker
+    flow = await _send(proxy, headers={header: f"x/{TOKEN}"})
+    assert "credential headers" in _refused(flow)
+    assert records(state)[-1]["location"] == "header"
+    assert flow.request.headers[header] == f"x/{TOKEN}"
+
+
+@pytest.mark.parametrize("header", ["cookie", "x-api-key", "x-auth-token", "private-token"])
+async def test_a_credential_header_gets_the_value(broker, header: str) -> None:
+    proxy, _state = broker
+    flow = await _send(proxy, headers={header: f"k={TOKEN}"})
+    assert flow.response is None and flow.request.headers[header] == f"k={VALUE}"
+
+
+async def test_header_names_the_method_and_trailers_are_looked_at(broker) -> None:
+    proxy, state = broker
+    flow = await _send(proxy, path="/elsewhere", headers={f"x-{OTHER_VALUE}": "1"})
+    assert "value of secret OTHER itself" in _refused(flow)
+    assert records(state)[-1]["location"] == "header-name"
+    flow = await _send(proxy, headers={f"x-{TOKEN}": "1"})
+    assert "header-name" in _refused(flow)
+    flow = await _send(proxy, method=TOKEN)
+    assert "method" in _refused(flow)
+    connect = connect_flow(HOST)
+    await proxy.http_connect(connect)
+    flow = tunnel_request(connect, HOST, "/elsewhere", "POST")
+    flow.request.trailers = http.Headers(x_leak=OTHER_VALUE)
+    await proxy.requestheaders(flow)
+    await proxy.request(flow)
+    assert "trailers" in _refused(flow)
+
+
+async def test_an_answers_reason_trailers_and_header_names_are_scrubbed(broker) -> None:
+    proxy, state = broker
+    flow = await _send(proxy, headers={"authorization": f"Bearer {TOKEN}"})
+    answered(flow, b"denied", 401, **{f"x-{OTHER_VALUE}": "1"})
+    assert flow.response is not None
+    flow.response.reason = f"bad token {OTHER_VALUE}".encode()
+    flow.response.trailers = http.Headers(grpc_message=f"invalid token {OTHER_VALUE}")
+    await proxy.response(flow)
+    response = flow.response
+    assert response.data.reason == f"bad token {OTHER}".encode()
+    assert response.trailers is not None and response.trailers["grpc-message"] == f"invalid token {OTHER}"
+    assert f"x-{OTHER}" in response.headers and f"x-{OTHER_VALUE}" not in response.headers
+    proxy.shared.responses.close()  # type: ignore[union-attr]
+    _no_value_written(state)
+
+
+@pytest.mark.parametrize("coding", ["gzip, chunked", "identity", "x-custom"])
+async def test_an_answer_in_another_transfer_encoding_is_refused(broker, coding: str) -> None:
+    proxy, _state = broker
+    flow = await _send(proxy, headers={"authorization": f"Bearer {TOKEN}"})
+    await proxy.response(answered(flow, b"\x1f\x8b...", **{"transfer-encoding": coding}))
+    assert "transfer encoding" in _refused(flow, 502, "secret-reflection")
+
+
+async def test_an_error_quoting_a_value_is_scrubbed_and_the_flow_killed(broker) -> None:
+    proxy, state = broker
+    flow = await _send(proxy, headers={"authorization": f"Bearer {TOKEN}"})
+    flow.error = Error(f"HTTP/1 protocol error in server response: Invalid header line: b'X-Echo {VALUE}'")
+    await proxy.error(flow)
+    assert flow.error is not None and VALUE not in flow.error.msg
+    assert not flow.live and flow.error.msg == Error.KILLED_MESSAGE  # mitmproxy then sends no 502 page
+    _no_value_written(state)
+    flow = await _send(proxy, headers={"authorization": f"Bearer {TOKEN}"})
+    flow.error = Error("connection reset")
+    await proxy.error(flow)
+    assert flow.live and flow.error.msg == "connection reset"  # nothing to hide: as mitmproxy made it
+
+
+async def test_a_request_body_past_the_decoding_cap_is_refused(broker) -> None:
+    proxy, _state = broker
+    bomb = gzip.compress(bytes(65 * 1024 * 1024), compresslevel=1)
+    headers = {"authorization": f"Bearer {TOKEN}", "content-type": "text/plain", "content-encoding": "gzip"}
+    connect = connect_flow(HOST)
+    await proxy.http_connect(connect)
+    flow = tunnel_request(connect, HOST, "/v1/repos", "POST")
+    for name, value in headers.items():
+        flow.request.headers[name] = value
+    flow.request.raw_content = bomb
+    await proxy.requestheaders(flow)
+    await proxy.request(flow)
+    assert "too large" in _refused(flow, 413)
+
+
+async def test_an_answer_past_the_decoding_cap_is_refused(broker) -> None:
+    proxy, _state = broker
+    flow = await _send(proxy, headers={"authorization": f"Bearer {TOKEN}"})
+    answered(flow, b"", **{"content-type": "text/plain", "content-encoding": "gzip"})
+    assert flow.response is not None
+    flow.response.raw_content = gzip.compress(bytes(65 * 1024 * 1024), compresslevel=1)
+    await proxy.response(flow)
+    assert "too large" in _refused(flow, 502, "secret-reflection")
+
+
+async def test_a_long_body_is_scanned_off_the_event_loop(broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    from corral.proxy.addons import broker as module
+
+    threaded: list[str] = []
+    to_thread = asyncio.to_thread
+
+    async def recording(work: Any, *args: Any) -> Any:
+        threaded.append(work.__name__)
+        return await to_thread(work, *args)
+
+    monkeypatch.setattr(module.asyncio, "to_thread", recording)
+    proxy, _state = broker
+    body = b"x" * (module.THREAD_MIN + 1)
+    flow = await _send(proxy, headers={"content-type": "text/plain"}, body=body + TOKEN.encode())
+    assert flow.response is None and flow.request.content == body + VALUE.encode()
+    await proxy.response(answered(flow, body + OTHER_VALUE.encode(), **{"content-type": "text/plain"}))
+    assert flow.response is not None and flow.response.content == body + OTHER.encode()
+    assert threaded == ["_read", "_scrub_body"]
+    small = await _send(proxy, headers={"content-type": "text/plain"}, body=TOKEN.encode())
+    assert small.response is None and threaded == ["_read", "_scrub_body"]  # short: on the loop
+
+
+async def test_a_compressed_body_that_may_decode_long_is_scanned_off_the_event_loop(
+    broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from corral.proxy.addons import broker as module
+
+    threaded: list[str] = []
+    to_thread = asyncio.to_thread
+
+    async def recording(work: Any, *args: Any) -> Any:
+        threaded.append(work.__name__)
+        return await to_thread(work, *args)
+
+    monkeypatch.setattr(module.asyncio, "to_thread", recording)
+    proxy, _state = broker
+    flow = await _send(proxy, headers={"authorization": f"Bearer {TOKEN}"})
+    answered(flow, b"", **{"content-type": "text/plain", "content-encoding": "gzip"})
+    assert flow.response is not None
+    flow.response.raw_content = gzip.compress(bytes(8 * module.THREAD_MIN) + OTHER_VALUE.encode())
+    assert module.THREAD_MIN_COMPRESSED < len(flow.response.raw_content) < module.THREAD_MIN
+    await proxy.response(flow)
+    assert threaded == ["_scrub_body"] and flow.response.content.endswith(OTHER.encode())  # type: ignore[union-attr]
