@@ -4,7 +4,8 @@ and ends, so every request the proxy logs names the action that caused it.
 One connection, kept open. ``started`` waits for the proxy's acknowledgement (well under a
 millisecond on the session network) so the proxy knows the action before its input can cause any
 request; ``ended`` does not wait. When the proxy is down the action goes ahead at once (the
-sandbox has no egress then anyway) and the reporter reconnects at most once a second.
+sandbox has no egress then anyway) and the reporter reconnects at most once a second; a
+connection the proxy closed (it restarted) is replaced at the next action.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ class ActionReporter:
         self._next_try = 0.0
 
     async def _connect(self) -> bool:
-        if self._writer is not None:
+        if self._writer is not None and not self._writer.is_closing():
             return True
+        self._drop()  # a proxy that restarted closed the old connection: open a new one
         if time.monotonic() < self._next_try:
             return False
         self._next_try = time.monotonic() + RETRY_AFTER_S
@@ -68,7 +70,8 @@ class ActionReporter:
                 if ack:
                     async with asyncio.timeout(ACK_TIMEOUT_S):
                         await self._writer.drain()
-                        await self._reader.readline()
+                        if not await self._reader.readline():
+                            raise ConnectionResetError("the proxy closed the control channel")
             except (OSError, TimeoutError) as exc:
                 log.warning("egress proxy control channel lost: %s", exc or type(exc).__name__)
                 self._drop()

@@ -5,6 +5,16 @@ For the commands' tests it also serves, made at start: a package index for pip (
 a registry for npm (``/npm/``), a git repository over git's dumb HTTP protocol (``/git/``), and
 ``/headers``, the request's headers as JSON (what reached the upstream).
 
+For the brokered secrets' tests: ``/echo``, what it received (method, path, query, headers, body) as
+JSON (gzipped when the request accepts it), its Authorization header echoed back in
+``x-echo-authorization`` too; ``/reflect``, an HTML page
+whose title and body hold what it received (form fields, query, Authorization), as a careless site
+would; and ``/login``, a form that POSTs a password field to ``/reflect``. Each of these also prints
+what it received on a ``SEEN`` line: what reached the upstream, past the proxy. ``/ws/...`` is a
+WebSocket echo (each text message printed on a ``WS`` line and sent back), and ``/chat/<tag>`` a page
+that talks to it: it says hello, then sends what is typed in its field on Enter; its title says
+how many characters it sent, what it heard, and when the socket closed.
+
 Runs inside a container on the test's egress network; the test gives it network aliases under
 .test, so no real host is ever involved.
 """
@@ -12,6 +22,7 @@ Runs inside a container on the test's egress network; the test gives it network 
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import http.server
 import io
@@ -27,9 +38,21 @@ import sys
 import tarfile
 import tempfile
 import threading
+import urllib.parse
 import zipfile
 
 HITS = iter(range(1, 1 << 30))
+SAYING = threading.Lock()
+
+
+def say(line: str) -> None:
+    """One line of the log the tests read, whole: requests are answered on threads of their own, and
+    print() writes a line and its newline apart."""
+    with SAYING:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
 PAGES = pathlib.Path("/srv/pages")  # /counter pages show how often the upstream was asked
 
 
@@ -127,6 +150,93 @@ def _package(path: str, host: str) -> tuple[bytes, str] | None:
     return None
 
 
+LOGIN_PAGE = b"""<!doctype html><html><head><meta charset=utf-8><title>login</title><style>
+html,body{margin:0;padding:0;background:#fff;font:16px sans-serif}
+#password{position:absolute;left:40px;top:40px;width:480px;height:80px;border:0;outline:0;
+  background:#0000ff;color:#fff;font-size:32px;caret-color:#fff}
+#submit{position:absolute;left:40px;top:160px;width:240px;height:80px;border:0;background:#00c800}
+</style></head><body><form method=post action=/reflect>
+<input id=password name=password type=password autocomplete=off>
+<button id=submit type=submit></button></form></body></html>"""
+
+
+CHAT_PAGE = b"""<!doctype html><html><head><meta charset=utf-8><title>chat</title><style>
+html,body{margin:0;padding:0;background:#fff;font:16px sans-serif}
+#message{position:absolute;left:40px;top:40px;width:480px;height:80px;border:0;outline:0;
+  background:#0000ff;color:#fff;font-size:32px;caret-color:#fff}
+</style></head><body><input id=message autocomplete=off><script>
+const heard = [];
+let sent = null, closed = false;
+const show = () => {
+  document.title = (closed ? "closed; " : "") + (sent === null ? "" : `sent ${sent}; `) + "heard " + heard.join(" ");
+};
+const socket = new WebSocket("wss://" + location.host + "/ws" + location.pathname.slice("/chat".length));
+socket.onopen = () => socket.send("hello");
+socket.onmessage = (event) => { heard.push(event.data); show(); };
+socket.onclose = () => { closed = true; show(); };
+document.getElementById("message").addEventListener("keydown", (event) => {
+  if (event.key !== "Enter") return;
+  sent = event.target.value.length;
+  show();
+  socket.send(event.target.value);
+});
+</script></body></html>"""
+WEBSOCKET_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def _read_frame(stream: io.BufferedIOBase) -> tuple[int, bytes] | None:
+    """One WebSocket frame (RFC 6455): its opcode and unmasked payload; None at the end."""
+    head = stream.read(2)
+    if len(head) < 2:
+        return None
+    length = head[1] & 0x7F
+    if length >= 126:
+        length = int.from_bytes(stream.read(2 if length == 126 else 8), "big")
+    mask = stream.read(4) if head[1] & 0x80 else bytes(4)
+    payload = stream.read(length)
+    return head[0] & 0x0F, bytes(byte ^ mask[i % 4] for i, byte in enumerate(payload))
+
+
+def _text_frame(payload: bytes) -> bytes:
+    size = len(payload)
+    head = bytes([0x81, size]) if size < 126 else bytes([0x81, 126]) + size.to_bytes(2, "big")
+    return head + payload
+
+
+def _seen(handler: http.server.BaseHTTPRequestHandler, body: bytes) -> dict[str, object]:
+    """What reached the upstream, as /echo answers it (and as its SEEN line says)."""
+    query = urllib.parse.urlsplit(handler.path).query
+    compressed = handler.headers.get("content-encoding", "").lower() == "gzip"
+    text = (gzip.decompress(body) if compressed else body).decode(errors="replace")
+    return {
+        "method": handler.command,
+        "path": handler.path.split("?")[0],
+        "raw_query": query,
+        "query": urllib.parse.parse_qs(query, keep_blank_values=True),
+        "headers": {name.lower(): value for name, value in handler.headers.items()},
+        "body": text,  # decompressed when it came gzipped
+        "body_base64": base64.b64encode(body).decode(),  # as it came
+    }
+
+
+def _reflection(seen: dict[str, object]) -> bytes:
+    """A page that puts what it received in its title and body, unescaped: a reflecting site."""
+    fields: list[str] = []
+    headers = seen["headers"]
+    assert isinstance(headers, dict)
+    if "application/x-www-form-urlencoded" in headers.get("content-type", ""):
+        form = urllib.parse.parse_qsl(str(seen["body"]), keep_blank_values=True)
+        fields += [f"{name}={value}" for name, value in form]
+    fields += [f"{name}={value}" for name, value in urllib.parse.parse_qsl(str(seen["raw_query"]))]
+    if "authorization" in headers:
+        fields.append(f"authorization={headers['authorization']}")
+    said = " ".join(fields)
+    return (
+        f"<!doctype html><html><head><meta charset=utf-8><title>reflected {said}</title></head>"
+        f"<body><h1 id=said>{said}</h1><p id=query>{seen['raw_query']}</p></body></html>"
+    ).encode()
+
+
 def _page(path: str) -> bytes | None:
     name = path[len("/page/") :].split("?")[0]
     if "/" in name or name.startswith(".") or not PAGES.joinpath(name).is_file():
@@ -143,8 +253,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         host = (self.headers.get("host") or "").split(":")[0]
         tls = isinstance(self.connection, ssl.SSLSocket)
         hit = {"host": host, "method": self.command, "path": self.path, "tls": tls, "bytes": len(body)}
-        print("HIT " + json.dumps(hit), flush=True)
+        say("HIT " + json.dumps(hit))
+        if self.path.startswith("/ws") and self.headers.get("upgrade", "").lower() == "websocket":
+            self._echo_websocket()
+            return
         package, status = _package(self.path, host), 200
+        extra_headers: dict[str, str] = {}
+        if self.path.startswith(("/echo", "/reflect")):
+            seen = _seen(self, body)
+            say("SEEN " + json.dumps(seen))
         if package is not None:
             payload, kind = package
         elif self.path.startswith("/git/"):
@@ -152,6 +269,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
         elif self.path.startswith("/headers"):
             payload = json.dumps({name.lower(): value for name, value in self.headers.items()}).encode()
             kind = "application/json"
+        elif self.path.startswith("/echo"):
+            payload, kind = json.dumps(seen).encode(), "application/json"
+            if "authorization" in self.headers:
+                extra_headers["x-echo-authorization"] = self.headers["authorization"]
+            if "gzip" in self.headers.get("accept-encoding", ""):  # compressed only when asked
+                payload, extra_headers["content-encoding"] = gzip.compress(payload), "gzip"
+        elif self.path.startswith("/reflect"):
+            payload, kind = _reflection(seen), "text/html; charset=utf-8"
+        elif self.path.split("?")[0] == "/login":
+            payload, kind = LOGIN_PAGE, "text/html; charset=utf-8"
+        elif self.path.startswith("/chat/"):
+            payload, kind = CHAT_PAGE, "text/html; charset=utf-8"
         elif self.path.startswith("/counter"):
             count = next(HITS)  # shown as a number on a background of its own colour: any change is plain
             payload = (
@@ -189,9 +318,30 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("content-type", kind)
         self.send_header("content-length", str(len(payload)))
         self.send_header("set-cookie", "upstream=secret-cookie")
+        for name, value in extra_headers.items():
+            self.send_header(name, value)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(payload)
+
+    def _echo_websocket(self) -> None:
+        """Accept the upgrade (no extension), then echo text messages until the socket closes."""
+        key = self.headers["sec-websocket-key"] + WEBSOCKET_GUID
+        self.send_response(101)
+        self.send_header("upgrade", "websocket")
+        self.send_header("connection", "Upgrade")
+        self.send_header("sec-websocket-accept", base64.b64encode(hashlib.sha1(key.encode()).digest()).decode())
+        self.end_headers()
+        self.close_connection = True
+        while (frame := _read_frame(self.rfile)) is not None:
+            opcode, payload = frame
+            if opcode == 0x8:  # close: answer it, and done
+                self.wfile.write(b"\x88\x00")
+                return
+            if opcode == 0x1:
+                say("WS " + json.dumps({"path": self.path, "text": payload.decode(errors="replace")}))
+                self.wfile.write(_text_frame(payload))
+                self.wfile.flush()
 
     do_GET = do_POST = do_HEAD = do_PUT = _answer
 
@@ -209,7 +359,7 @@ def udp_echo() -> None:
     sock.bind(("0.0.0.0", 5353))
     while True:
         data, peer = sock.recvfrom(2048)
-        print("UDP " + json.dumps({"from": peer[0], "bytes": len(data)}), flush=True)
+        say("UDP " + json.dumps({"from": peer[0], "bytes": len(data)}))
         sock.sendto(data, peer)
 
 
@@ -222,7 +372,7 @@ def main() -> None:
     secure.socket = context.wrap_socket(secure.socket, server_side=True)
     for target in (plain.serve_forever, secure.serve_forever, udp_echo):
         threading.Thread(target=target, daemon=True).start()
-    print("READY", flush=True)
+    say("READY")
     threading.Event().wait()
 
 
