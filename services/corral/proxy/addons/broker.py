@@ -253,6 +253,9 @@ class SecretBroker:
                 # No error page quoting it to the sandbox; mitmproxy knows a kill by the error's
                 # message, so the record then says "Connection killed." (nothing else to scrub).
                 flow.kill()  # type: ignore[no-untyped-call,unused-ignore]
+            # A page mitmproxy makes from its own text (an answer's header it refuses to pass,
+            # quoted) ignores the kill: closed first, the client connection gets none.
+            _close_client(flow)
 
     def _refuse_answer(self, flow: http.HTTPFlow, note: FlowNote, reason: str) -> None:
         note.refuse(Decision(False, reason, REFLECTION), 502)
@@ -563,12 +566,13 @@ def _scrub_request(request: http.Request, book: SecretBook) -> None:
 
 
 def _close_client(flow: http.HTTPFlow) -> None:
-    """Close the connection a WebSocket came in on. mitmproxy's WebSocket layer ignores a killed
-    flow (it only drops the message) and has no public way for an addon to close the socket
-    (mitmproxy#4773), so this asks the connection's handler in the ``proxyserver`` addon, as its
-    own ``inject`` commands find it; with no such handler (an older or newer mitmproxy, a test
-    harness) the message is still dropped and recorded, and the socket stays open."""
-    server = ctx.master.addons.get("proxyserver")
+    """Close the client connection of ``flow`` at once: its state is closed before mitmproxy's
+    next command, so nothing more is written to it. mitmproxy's WebSocket layer ignores a killed
+    flow (it only drops the message), its answer validation sends its own 502 page whatever the
+    error hook did, and it has no public way for an addon to close a connection (mitmproxy#4773):
+    so this asks the connection's handler in the ``proxyserver`` addon, as mitmproxy's own
+    ``inject`` commands find it. With no such handler (a test harness) nothing is closed."""
+    server = ctx.master.addons.get("proxyserver")  # type: ignore[no-untyped-call,unused-ignore]
     handlers = getattr(server, "connections", None)
     handler = handlers.get(flow.client_conn.id) if isinstance(handlers, dict) else None
     close = getattr(handler, "close_connection", None)

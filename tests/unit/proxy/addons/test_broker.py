@@ -642,3 +642,53 @@ async def test_a_compressed_body_that_may_decode_long_is_scanned_off_the_event_l
     assert module.THREAD_MIN_COMPRESSED < len(flow.response.raw_content) < module.THREAD_MIN
     await proxy.response(flow)
     assert threaded == ["_scrub_body"] and flow.response.content.endswith(OTHER.encode())  # type: ignore[union-attr]
+
+
+class Proxyserver:
+    """mitmproxy's proxyserver addon as the broker sees it: a handler per live client connection."""
+
+    def __init__(self) -> None:
+        self.connections: dict[str, Any] = {}
+        self.closed: list[Any] = []
+
+    def serve(self, flow: http.HTTPFlow) -> None:
+        server = self
+
+        class Handler:
+            def close_connection(self, connection: Any) -> None:
+                server.closed.append(connection)
+
+        self.connections[flow.client_conn.id] = Handler()
+
+
+async def test_the_connection_of_a_websocket_carrying_a_placeholder_is_closed(broker) -> None:
+    proxy, _state = broker
+    server = Proxyserver()
+    proxy.tctx.master.addons.add(server)
+    flow = _websocket()
+    server.serve(flow)
+    assert flow.websocket is not None
+    flow.websocket.messages.append(WebSocketMessage(Opcode.TEXT, True, f"auth {TOKEN}".encode()))
+    await proxy.hook("websocket_message", flow)
+    assert server.closed == [flow.client_conn]  # mitmproxy's WebSocket layer would only drop the message
+    flow.websocket.messages.append(WebSocketMessage(Opcode.TEXT, True, b"hello"))
+    await proxy.hook("websocket_message", flow)
+    assert server.closed == [flow.client_conn]
+
+
+async def test_an_error_quoting_a_value_closes_the_client_connection_before_any_page(broker) -> None:
+    """mitmproxy answers an answer it refuses to pass (an invalid header name) with a page quoting
+    it, whatever the error hook did to the flow; a closed client connection gets no page."""
+    proxy, _state = broker
+    server = Proxyserver()
+    proxy.tctx.master.addons.add(server)
+    flow = await _send(proxy, headers={"authorization": f"Bearer {TOKEN}"})
+    server.serve(flow)
+    flow.error = Error(f"Received invalid header name: b'x-leak-{VALUE}' from server, refusing")
+    await proxy.error(flow)
+    assert server.closed == [flow.client_conn]
+    flow = await _send(proxy, headers={"authorization": f"Bearer {TOKEN}"})
+    server.serve(flow)
+    flow.error = Error("connection reset")
+    await proxy.error(flow)
+    assert server.closed != [] and flow.client_conn not in server.closed  # nothing to hide: left alone
