@@ -116,6 +116,7 @@ def text_forms(value: bytes) -> set[bytes]:
         urllib.parse.quote(value, safe="").encode(),
         urllib.parse.quote(value).encode(),
         urllib.parse.quote_plus(value).encode(),
+        urllib.parse.quote(value, safe="!'()*").encode(),  # JavaScript's encodeURIComponent
         json_text.encode(),
         json.dumps(text, ensure_ascii=False)[1:-1].encode("utf-8", "surrogateescape"),
         json_text.replace("/", "\\/").encode(),
@@ -188,6 +189,7 @@ class Scrubber:
     longer one is found as the longer)."""
 
     def __init__(self, secrets: Iterable[Secret]) -> None:
+        secrets = tuple(secrets)
         seen: set[bytes] = set()
         anchored: dict[bytes, list[tuple[bytes, Secret]]] = {}
         always: list[tuple[bytes, Secret]] = []
@@ -210,6 +212,14 @@ class Scrubber:
         self.always = _longest_first(always)
         self.exact = _longest_first(exact)
         self.forms = _longest_first([*always, *exact, *(f for forms in anchored.values() for f in forms)])
+        # Each loaded value's text, longest first, for the escape runs (ESCAPE_RUNS).
+        self.texts = tuple(
+            sorted(
+                ((s.value.decode("utf-8", "surrogateescape"), s) for s in secrets if s.value is not None),
+                key=lambda item: len(item[0]),
+                reverse=True,
+            )
+        )
 
     def __bool__(self) -> bool:
         return bool(self.forms)
@@ -231,17 +241,22 @@ class Scrubber:
 
     def first(self, data: bytes) -> Secret | None:
         """The secret one of whose values' forms ``data`` holds, or None."""
-        for _, secret in self._folded_in(data.lower()):
+        lowered = data.lower()
+        for _, secret in self._folded_in(lowered):
             return secret
         if self.exact:
             for _, secret in self._exact_in(_unwrapped(data)):
                 return secret
+        for run in ESCAPE_RUNS:
+            if run.marker in lowered and (found := run.first(data, self.texts)) is not None:
+                return found
         return None
 
     def scrub(self, data: bytes) -> tuple[bytes, Counter[str]]:
         """``data`` with every form of a value replaced by its placeholder; how many, by secret."""
         counts: Counter[str] = Counter()
-        folded = _longest_first(list(self._folded_in(data.lower())))
+        lowered = data.lower()
+        folded = _longest_first(list(self._folded_in(lowered)))
         for form, secret in folded:
             pattern = re.compile(re.escape(form), re.IGNORECASE)
             data, found = pattern.subn(secret.placeholder.encode(), data)
@@ -251,7 +266,81 @@ class Scrubber:
                 pattern = _wrapped_pattern(form) if form not in data else re.compile(re.escape(form))
                 data, found = pattern.subn(secret.placeholder.encode(), data)
                 counts[secret.name] += found
+        for run in ESCAPE_RUNS:
+            if run.marker in lowered:
+                data = run.scrub(data, self.texts, counts)
         return data, +counts
+
+
+@dataclass(frozen=True, slots=True)
+class EscapeRun:
+    """Text in which every character is written as an escape (HTML numeric references, JSON's
+    ``\\uXXXX``), as some serialisers and templating engines write it: no form of a value's own
+    text survives there, so a run is decoded and looked into, and written back the same way."""
+
+    marker: bytes  # in the lowercased data before any run can be (one ``in`` decides whether to look)
+    pattern: re.Pattern[bytes]
+    decode: Callable[[bytes], str]
+    encode: Callable[[str], bytes]
+
+    def scrub(self, data: bytes, values: Sequence[tuple[str, Secret]], counts: Counter[str]) -> bytes:
+        def replace(match: re.Match[bytes]) -> bytes:
+            try:
+                text = self.decode(match.group())
+            except (ValueError, OverflowError):
+                return match.group()
+            found = False
+            for value, secret in values:
+                text, n = re.subn(re.escape(value), secret.placeholder, text, flags=re.IGNORECASE)
+                counts[secret.name] += n
+                found = found or n > 0
+            return self.encode(text) if found else match.group()
+
+        return self.pattern.sub(replace, data)
+
+    def first(self, data: bytes, values: Sequence[tuple[str, Secret]]) -> Secret | None:
+        for match in self.pattern.finditer(data):
+            try:
+                text = self.decode(match.group()).lower()
+            except (ValueError, OverflowError):
+                continue
+            for value, secret in values:
+                if value.lower() in text:
+                    return secret
+        return None
+
+
+def _entities(run: bytes) -> str:
+    return "".join(chr(int(ref[1:], 16) if ref[:1] in b"xX" else int(ref)) for ref in re.findall(rb"&#([^;]+);", run))
+
+
+def _json_escape(char: str) -> str:
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"  # a surrogate pair
+
+
+def _json_escapes(run: bytes) -> str:
+    text: str = json.loads(b'"' + run + b'"')
+    return text
+
+
+ESCAPE_RUNS = (
+    EscapeRun(
+        b"&#",
+        re.compile(rb"(?:&#(?:[0-9]{1,7}|[xX][0-9a-fA-F]{1,6});){8,}"),
+        _entities,
+        lambda text: "".join(f"&#{ord(char)};" for char in text).encode(),
+    ),
+    EscapeRun(
+        b"\\u",
+        re.compile(rb"(?:\\u[0-9a-fA-F]{4}){8,}"),
+        _json_escapes,
+        lambda text: "".join(_json_escape(char) for char in text).encode(),
+    ),
+)
 
 
 def _longest_first(forms: Iterable[tuple[bytes, Secret]]) -> tuple[tuple[bytes, Secret], ...]:

@@ -280,6 +280,28 @@ def test_go_json_numeric_entities_and_lowercase_percent_hex_are_scrubbed(reflect
     assert counts == {"TOKEN": 1} and clean == b"[" + PH.encode() + b"]"
 
 
+_SPELLED = b"pa&ss<word>'x!(y)*"
+
+
+@pytest.mark.parametrize(
+    ("reflected", "name"),
+    [
+        ("".join(f"&#{b};" for b in _SPELLED).encode(), "every character a decimal reference"),
+        ("".join(f"&#x{b:X};" for b in _SPELLED).encode(), "every character a hex reference"),
+        ("".join(f"\\u{b:04x}" for b in _SPELLED).encode(), "every character a JSON escape"),
+        (urllib.parse.quote(_SPELLED, safe="!'()*").encode(), "encodeURIComponent"),
+    ],
+)
+def test_a_value_spelled_out_in_escapes_or_by_encodeuricomponent_is_scrubbed(reflected: bytes, name: str) -> None:
+    scrubber = Scrubber([_secret(_SPELLED)])
+    data = b'{"t": "' + reflected + b'", "u": "&#97;&#98;&#99;&#100;&#101;&#102;&#103;&#104;"}'
+    assert scrubber.first(data) is not None, name
+    clean, counts = scrubber.scrub(data)
+    assert counts == {"TOKEN": 1}, name
+    assert reflected not in clean and b"&#97;&#98;&#99;&#100;&#101;&#102;&#103;&#104;" in clean  # the rest as it was
+    assert scrubber.first(clean) is None
+
+
 def test_a_value_without_a_long_alphanumeric_run_is_still_found_in_every_form() -> None:
     scrubber = Scrubber([_secret(b"a&b<c>d'e")])
     assert anchor_of(b"a&b<c>d'e") is None and anchor_of(TOKEN_LIKE) == TOKEN_LIKE.lower()[4:]
