@@ -15,6 +15,7 @@ import importlib.util
 import json
 import logging
 import os
+import subprocess
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -463,6 +464,52 @@ def test_a_bad_patch_never_echoes_the_value(gw: RunningGateway, sb: Sandbox, bod
         answer = c.patch(f"/v1/sessions/{sb.id}", json=body)
     assert answer.status_code >= 400, answer.text
     assert not holds_value(answer.text), answer.text
+
+
+# -- 5. denial of service ------------------------------------------------------------------------
+
+BOMB_REQUEST = (
+    "python3 -c 'import sys,zlib; z=zlib.compressobj(9, zlib.DEFLATED, 31); b=bytes(1<<20)\n"
+    "for _ in range(1536): sys.stdout.buffer.write(z.compress(b))\n"
+    "sys.stdout.buffer.write(z.flush())' | curl -sk --max-time 60 -o /dev/null -w '%{http_code}'"
+    ' -H "content-encoding: gzip" -H "content-type: text/plain" -H "Authorization: Bearer $TOKEN"'
+    " --data-binary @- https://allowed.test/bomb-in"
+)
+BOMB_ANSWER = 'curl -sk --max-time 60 -o /dev/null -w "%{http_code}" -H "Authorization: Bearer $TOKEN" https://allowed.test/atk/bomb'
+
+
+def _proxy_state(name: str) -> tuple[int, bool]:
+    out = subprocess.run(
+        ["docker", "inspect", "-f", "{{.RestartCount}} {{.State.OOMKilled}}", name],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return int(out[0]), out[1] == "true"
+
+
+@pytest.mark.parametrize("command", [BOMB_REQUEST, BOMB_ANSWER], ids=["request", "answer"])
+def test_a_compression_bomb_never_takes_the_proxy_down(sb: Sandbox, command: str) -> None:
+    """The broker decodes every request body (and every answer's, while secrets are live) in memory
+    before it scans it: 1.5 MB of gzip is 1.5 GB there, over the proxy's 512 MB. The secure answer is
+    a refusal with a reason (a cap on decoded size), the proxy still up with its values loaded."""
+    proxy = f"corral-egress-{sb.id}"
+    wait_for_egress(sb)  # a proxy an earlier attack took down is back, values and all
+    before = _proxy_state(proxy)
+    ran = run(sb, command)
+    after = _proxy_state(proxy)
+    assert after == before, (before, after, str(ran))
+    check = run(sb, bearer("/headers?after-bomb"))
+    assert sb.secrets["TOKEN"] in check.output, str(check)
+
+
+def wait_for_egress(sb: Sandbox, timeout_s: float = 90) -> float:
+    """Seconds until a request with the secret works again."""
+    start = time.monotonic()
+    while sb.secrets["TOKEN"] not in run(sb, bearer("/headers?waiting")).output:
+        assert time.monotonic() - start < timeout_s, "the session's egress did not come back"
+        time.sleep(1)
+    return time.monotonic() - start
 
 
 # -- 3. records (last: after every attack above) --------------------------------------------------

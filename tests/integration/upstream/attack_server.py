@@ -233,6 +233,22 @@ def _chunked(rfile: io.BufferedIOBase) -> tuple[bytes, bytes]:
         trailers += line
 
 
+_BOMB: list[bytes] = []
+
+
+def _bomb() -> bytes:
+    if not _BOMB:
+        import gzip
+
+        out = io.BytesIO()
+        with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=9) as zipped:
+            block = bytes(1 << 20)
+            for _ in range(1536):
+                zipped.write(block)
+        _BOMB.append(out.getvalue())
+    return _BOMB[0]
+
+
 def _token(handler: http.server.BaseHTTPRequestHandler) -> bytes:
     """What a reflecting upstream hands back: the Bearer token it was sent (the substituted value)."""
     auth = handler.headers.get("authorization") or ""
@@ -292,6 +308,10 @@ def attack(handler: http.server.BaseHTTPRequestHandler, body: bytes) -> None:
         write(b"HTTP/1.1 2OO " + value + b"\r\ncontent-length: 2\r\n\r\nok")
     elif path == "/atk/cut":  # headers, then the value, then the connection closes mid-answer
         write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 100000\r\n\r\n" + value)
+    elif path == "/atk/bomb":  # 1.5 GB of zeros, gzip-encoded (about 1.5 MB on the wire)
+        payload = _bomb()
+        write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-encoding: gzip\r\n")
+        write(b"content-length: %d\r\n\r\n" % len(payload) + payload)
     elif path == "/atk/redirect":  # an open redirect on a bound host
         target = (handler.headers.get("x-to") or "https://other.test/").encode()
         write(b"HTTP/1.1 302 Found\r\nlocation: " + target + b"\r\ncontent-length: 0\r\n\r\n")
