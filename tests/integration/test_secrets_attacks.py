@@ -417,6 +417,30 @@ def test_an_answer_never_hands_the_value_back(sb: Sandbox, path: str, curl: list
     assert not holds_value(ran.output), (path, ran.output)
 
 
+@pytest.mark.parametrize("change", ["revoke", "rotate"])
+def test_a_value_no_longer_live_is_still_never_handed_back(gw: RunningGateway, change: str) -> None:
+    """Revoking (or rotating) a secret in Corral does not revoke it at its provider: a bound host that
+    stored it hands it back later, and the proxy, which scrubs live values only, lets it through."""
+    old = "Old_value-7f2e9c41d0"
+    secrets = {
+        "OLD": {"value": old, "allow": ["allowed.test"]},
+        "KEEP": {"value": "Keep-4b1d88aa", "allow": ["allowed.test"]},
+    }
+    with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"], secrets=secrets) as box:
+        stored = run(
+            box,
+            'curl -sk -o /dev/null -w "%{http_code}" -H "Authorization: Bearer $OLD" https://allowed.test/atk/store',
+        )
+        assert stored.output.strip() == "204", str(stored)
+        update = None if change == "revoke" else {"value": "New_value-3c9d0e11aa"}
+        with gw.client(KEY_A) as c:
+            answer = c.patch(f"/v1/sessions/{box.id}", json={"secrets": {"OLD": update}})
+        assert answer.status_code == 200, answer.text
+        ran = run(box, "curl -sk https://allowed.test/atk/recall")
+        assert ran.output.startswith("stored:"), str(ran)
+        assert not holds_value(ran.output, old), ran.output
+
+
 # -- 4. the control planes ------------------------------------------------------------------------
 
 

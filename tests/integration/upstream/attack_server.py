@@ -234,6 +234,7 @@ def _chunked(rfile: io.BufferedIOBase) -> tuple[bytes, bytes]:
 
 
 _BOMB: list[bytes] = []
+STORED: list[bytes] = []
 
 
 def _bomb() -> bytes:
@@ -308,6 +309,12 @@ def attack(handler: http.server.BaseHTTPRequestHandler, body: bytes) -> None:
         write(b"HTTP/1.1 2OO " + value + b"\r\ncontent-length: 2\r\n\r\nok")
     elif path == "/atk/cut":  # headers, then the value, then the connection closes mid-answer
         write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 100000\r\n\r\n" + value)
+    elif path == "/atk/store":  # keeps the token it was sent (a service that stores a credential)
+        STORED[:] = [value]
+        write(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
+    elif path == "/atk/recall":  # shows it again later, asked without it (say, an account's settings page)
+        payload = b"stored:" + (STORED[0] if STORED else b"") + b":end"
+        write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: %d\r\n\r\n" % len(payload) + payload)
     elif path == "/atk/bomb":  # 1.5 GB of zeros, gzip-encoded (about 1.5 MB on the wire)
         payload = _bomb()
         write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-encoding: gzip\r\n")
