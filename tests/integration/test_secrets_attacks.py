@@ -536,6 +536,32 @@ def wait_for_egress(sb: Sandbox, timeout_s: float = 90) -> float:
     return time.monotonic() - start
 
 
+def test_a_proxy_the_agent_crashed_never_hands_the_value_back_while_it_has_none(gw: RunningGateway) -> None:
+    """The agent OOM-kills its proxy (the request bomb above); the proxy comes back knowing the
+    placeholders but not the values until the gateway's watchdog sends them, and scrubs nothing
+    meanwhile: a page of the bound host that shows the stored credential then shows it plainly."""
+    value = "Crash_value-5a6b7c8d9e"
+    secrets = {"TOKEN": {"value": value, "allow": ["allowed.test"]}}
+    with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"], secrets=secrets) as box:
+        stored = run(
+            box,
+            'curl -sk -o /dev/null -w "%{http_code}" -H "Authorization: Bearer $TOKEN" https://allowed.test/atk/store',
+        )
+        assert stored.output.strip() == "204", str(stored)
+        run(box, BOMB_REQUEST)
+        answers = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            ran = run(box, "curl -sk --max-time 5 https://allowed.test/atk/recall")
+            if ran.output.startswith("stored:"):
+                answers.append(ran.output)
+                if box.secrets["TOKEN"] in ran.output:
+                    break  # values loaded again: scrubbed from here on
+            time.sleep(0.2)
+        assert answers, "the proxy never came back"
+        assert not [a for a in answers if holds_value(a, value)], answers
+
+
 # -- 3. records (last: after every attack above) --------------------------------------------------
 
 
