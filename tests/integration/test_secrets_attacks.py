@@ -366,6 +366,32 @@ def test_a_reflected_value_in_a_response_trailer_is_scrubbed(sb: Sandbox) -> Non
     assert not holds_value(ran.output), ran.output
 
 
+def test_a_page_in_chromium_sends_the_placeholder_nowhere_unbound(
+    runtime: DockerHarness, upstream: Upstream, sb: Sandbox
+) -> None:
+    """The agent opens an attacker's page with the placeholder in the fragment; the page tries fetch
+    (query, header, header name, bodies), XHR, a form, sendBeacon, an image, a cookie and a
+    WebSocket to its own (unbound) host. Neither the value nor the placeholder may get there."""
+    before = len(raw_hits(runtime, upstream))
+    placeholder = sb.secrets["TOKEN"]
+    sb.act({"type": "navigate", "url": f"https://other.test/page/secrets-exfil.html#{placeholder}"})
+    deadline = time.monotonic() + 15
+    while sb.act({"type": "page_info"})["result"]["title"] != "done":
+        assert time.monotonic() < deadline, "the page did not finish"
+        time.sleep(0.3)
+    time.sleep(1)
+    hits = [h for h in raw_hits(runtime, upstream)[before:] if h["host"] == "other.test"]
+    tried = {h["path"].split("?")[0] for h in hits}
+    assert "/page/secrets-exfil.html" in tried, hits
+    assert not [h for h in hits if value_at(h)], hits
+    carried = [
+        h["path"]
+        for h in hits
+        if placeholder in h["path"] or placeholder.encode() in h["headers"] or placeholder.encode() in h["body"]
+    ]
+    assert not carried, carried
+
+
 def test_the_value_never_travels_in_cleartext(runtime: DockerHarness, upstream: Upstream, sb: Sandbox) -> None:
     """A binding without a port covers 80 as well as 443: the proxy then puts the value into a plain
     HTTP request, readable by anything on the egress path. A secret should go over TLS only unless
