@@ -283,8 +283,8 @@ def _reflected(form: str, value: bytes) -> bytes:
     if form == "upper":
         return value.upper()
     if form == "b64mime":  # base64 wrapped at 4 characters a line
-        text = base64.b64encode(value)
-        return b"\r\n".join(text[i : i + 4] for i in range(0, len(text), 4))
+        encoded = base64.b64encode(value)
+        return b"\r\n".join(encoded[i : i + 4] for i in range(0, len(encoded), 4))
     if form == "gzipped":  # a gzip file served as data (no Content-Encoding): the client gunzips it
         return gzip.compress(value)
     return b""
