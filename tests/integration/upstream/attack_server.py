@@ -32,6 +32,8 @@ import sys
 import tarfile
 import tempfile
 import threading
+import time
+import urllib.parse
 import zipfile
 
 HITS = iter(range(1, 1 << 30))
@@ -309,6 +311,24 @@ def attack(handler: http.server.BaseHTTPRequestHandler, body: bytes) -> None:
         write(b"HTTP/1.1 2OO " + value + b"\r\ncontent-length: 2\r\n\r\nok")
     elif path == "/atk/cut":  # headers, then the value, then the connection closes mid-answer
         write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 100000\r\n\r\n" + value)
+    elif path == "/atk/reflect-headers":  # Set-Cookie, Location and a header of its own
+        write(b"HTTP/1.1 302 Found\r\nset-cookie: s=" + value + b"; Path=/\r\nlocation: https://other.test/?t=")
+        write(urllib.parse.quote(value, safe="").encode() + b"\r\nx-echo: " + value + b"\r\ncontent-length: 0\r\n\r\n")
+    elif path in ("/atk/gzip", "/atk/deflate"):  # the value in a compressed body
+        import gzip
+        import zlib
+
+        packed = gzip.compress(b"zipped:" + value) if path.endswith("gzip") else zlib.compress(b"zipped:" + value)
+        write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-encoding: " + path[5:].encode() + b"\r\n")
+        write(b"content-length: %d\r\n\r\n" % len(packed) + packed)
+    elif path == "/atk/split":  # the value cut across two chunks
+        half = len(value) // 2
+        write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n")
+        for part in (value[:half], value[half:]):
+            write(b"%x\r\n" % len(part) + part + b"\r\n")
+            handler.wfile.flush()
+            time.sleep(0.3)
+        write(b"0\r\n\r\n")
     elif path == "/atk/store":  # keeps the token it was sent (a service that stores a credential)
         STORED[:] = [value]
         write(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
