@@ -583,18 +583,19 @@ def test_a_proxy_the_agent_crashed_never_hands_the_value_back_while_it_has_none(
             'curl -sk -o /dev/null -w "%{http_code}" -H "Authorization: Bearer $TOKEN" https://allowed.test/atk/store',
         )
         assert stored.output.strip() == "204", str(stored)
-        run(box, BOMB_REQUEST)
-        answers = []
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            ran = run(box, "curl -sk --max-time 5 https://allowed.test/atk/recall")
-            if ran.output.startswith("stored:"):
-                answers.append(ran.output)
-                if box.secrets["TOKEN"] in ran.output:
-                    break  # values loaded again: scrubbed from here on
-            time.sleep(0.2)
-        assert answers, "the proxy never came back"
-        assert not [a for a in answers if holds_value(a, value)], answers
+        # The bomb, then the page asked as fast as the sandbox can until the values are back.
+        poll = (
+            'for i in $(seq 1200); do a=$(curl -sk --max-time 2 https://allowed.test/atk/recall); echo "$a";'
+            ' case "$a" in *corral_secret_*) break;; esac; done'
+        )
+        answers: list[str] = []
+        for _ in range(3):  # a race with the gateway's watchdog: a few rounds
+            ran = run(box, BOMB_REQUEST + "; " + poll)
+            answers += [line for line in ran.output.splitlines() if line.startswith("stored:")]
+            assert answers, str(ran)
+            if any(holds_value(a, value) for a in answers):
+                break
+        assert not [a for a in answers if holds_value(a, value)], (answers, ran.output[-3000:])
 
 
 # -- 3. records (last: after every attack above) --------------------------------------------------
