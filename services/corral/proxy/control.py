@@ -190,7 +190,9 @@ def _secret(entry: Any, index: int) -> Secret:
 
 
 def encode(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
+    # Not ASCII-escaped: a non-ASCII value takes its UTF-8 bytes (2-3), not a \uXXXX escape (6 or 12);
+    # the proxy reads each line as UTF-8 JSON.
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
 
 
 def _answer(hello_line: bytes, reply_line: bytes) -> dict[str, Any]:

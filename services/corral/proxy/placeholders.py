@@ -10,6 +10,8 @@ multipart, headers), since it is made of letters, digits and ``_`` only.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 import secrets
 from typing import Final, Literal, get_args
@@ -44,6 +46,13 @@ MIN_VALUE_CHARS: Final = 8  # a shorter value, scrubbed from every answer, would
 MAX_VALUE_BYTES: Final = 4096  # UTF-8
 # A value goes into headers: no character that ends or splits one.
 FORBIDDEN_VALUE_CHARS: Final = frozenset("\x00\r\n")
+
+
+def value_digest(key: str, value: bytes) -> str:
+    """A secret's value as the proxy's ``status`` shows it: HMAC-SHA256 keyed with the gateway's
+    control token (hex). The gateway, which holds the token, tells which value the proxy holds; a
+    bare hash would let whoever reads a status guess a short value offline."""
+    return hmac.new(key.encode(), value, hashlib.sha256).hexdigest()
 
 
 def new_placeholder() -> str:

@@ -28,7 +28,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from corral.errors import DecodedTooLarge, ErrorCode, InvalidMessage
-from corral.proxy.placeholders import LOCATIONS, PLACEHOLDER, PLACEHOLDER_BYTES, Location, name_problem
+from corral.proxy.placeholders import (
+    LOCATIONS,
+    PLACEHOLDER,
+    PLACEHOLDER_BYTES,
+    Location,
+    name_problem,
+    value_digest,
+)
 from corral.proxy.policy import Rule, normalize_path, parse_rule
 
 SECRETS_FILE = "secrets.json"  # names, placeholders, bindings, generation; never a value
@@ -387,9 +394,17 @@ class SecretBook:
     def loaded(self) -> bool:
         return all(secret.value is not None for secret in self.secrets.values())
 
-    def state(self) -> dict[str, Any]:
-        """What the ``secrets`` reply and ``status`` carry."""
-        return {"generation": self.generation, "names": sorted(self.secrets), "loaded": self.loaded}
+    def state(self, key: str = "") -> dict[str, Any]:
+        """What the ``secrets`` reply and ``status`` carry; with ``key`` (the gateway's control token),
+        each loaded value's keyed digest too, so the gateway knows which value the proxy holds."""
+        state: dict[str, Any] = {"generation": self.generation, "names": sorted(self.secrets), "loaded": self.loaded}
+        if key:
+            state["digests"] = {
+                name: value_digest(key, secret.value)
+                for name, secret in sorted(self.secrets.items())
+                if secret.value is not None
+            }
+        return state
 
     def plan(self, incoming: Sequence[Secret]) -> Change:
         """What setting the live set to ``incoming`` changes; raises InvalidMessage when a name's

@@ -177,3 +177,11 @@ def test_a_full_set_of_secrets_fits_on_one_line() -> None:
     entries = [_entry(name=f"S{i}", placeholder=f"corral_secret_{i:032x}", value="\u00e9" * 2048) for i in range(32)]
     message = control.parse_message(_secrets_line(*entries))
     assert isinstance(message, control.SetSecrets) and len(message.secrets) == 32
+
+
+def test_a_non_ascii_value_is_sent_as_utf8_and_parsed_back() -> None:
+    value = "\u20ac" * 1365  # 4095 UTF-8 bytes; as \uXXXX escapes it would take 8190
+    line = control.encode({"op": "secrets", "actor": "api-key:k1", "secrets": [_entry(value=value)]})
+    assert len(line) < 4096 + 512 and b"\\u20ac" not in line
+    message = control.parse_message(line.rstrip(b"\n"))
+    assert isinstance(message, control.SetSecrets) and message.secrets[0].value == value.encode()

@@ -66,14 +66,16 @@ class ControlChannel:
 
     def role(self, token: str) -> control.Role | None:
         """Who a hello's token names: the gateway, the controller, or nobody."""
-        opts = ctx.options
-        gateway = self._tokens.get("gateway") or opts.corral_gateway_token
-        controller = self._tokens.get("controller") or opts.corral_controller_token
+        gateway = self._gateway_token()
+        controller = self._tokens.get("controller") or ctx.options.corral_controller_token
         if gateway and hmac.compare_digest(token, gateway):
             return "gateway"
         if controller and hmac.compare_digest(token, controller):
             return "controller"
         return None
+
+    def _gateway_token(self) -> str:
+        return self._tokens.get("gateway") or str(ctx.options.corral_gateway_token)
 
     def handle(self, role: control.Role, message: control.Message) -> dict[str, Any] | None:
         """One control message from an authenticated peer; the reply, or None when none is due.
@@ -173,7 +175,7 @@ class ControlChannel:
             bindings=change.bindings(),
         )
         book.apply(change)
-        return {"ok": True, "secrets": book.state(), "head": self.shared.journal.head}
+        return {"ok": True, "secrets": book.state(self._gateway_token()), "head": self.shared.journal.head}
 
     def _status(self) -> dict[str, Any]:
         shared = self.shared
@@ -187,7 +189,7 @@ class ControlChannel:
             "hermetic": hermetic,
             "replay": {"flows": shared.replay.flows, "error": shared.replay.error} if hermetic else None,
             "responses": shared.responses.counts() if shared.responses is not None else None,
-            "secrets": shared.secrets.state(),
+            "secrets": shared.secrets.state(self._gateway_token()),
         }
 
     def _policy_state(self) -> dict[str, Any]:

@@ -3,6 +3,7 @@ recorded before it takes effect) and reads the status; the controller reports ag
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ pytest.importorskip("mitmproxy")
 
 from corral.proxy import control
 from corral.proxy.audit import verify
+from corral.proxy.placeholders import value_digest
 
 from .harness import Proxy, connect_flow, records, session_proxy
 
@@ -177,7 +179,12 @@ async def test_secrets_are_gateway_only_recorded_before_they_take_effect_and_in_
     record = records(state)[-1]
     assert reply == {
         "ok": True,
-        "secrets": {"generation": 1, "names": ["TOKEN"], "loaded": True},
+        "secrets": {
+            "generation": 1,
+            "names": ["TOKEN"],
+            "loaded": True,
+            "digests": {"TOKEN": value_digest("gw-token", b"s3cret-value-123")},
+        },
         "head": {"seq": record["seq"], "hash": record["hash"]},
     }
     assert {k: v for k, v in record.items() if k not in ("seq", "time", "prev", "hash")} == {
@@ -194,7 +201,12 @@ async def test_secrets_are_gateway_only_recorded_before_they_take_effect_and_in_
     rotated = proxy.control("gateway", _secrets({**SECRET, "value": "another-value-456"}))
     assert rotated is not None and records(state)[-1]["rotated"] == ["TOKEN"]
     status = proxy.control("gateway", control.Status())
-    assert status is not None and status["secrets"] == {"generation": 2, "names": ["TOKEN"], "loaded": True}
+    assert status is not None and status["secrets"] == {
+        "generation": 2,
+        "names": ["TOKEN"],
+        "loaded": True,
+        "digests": {"TOKEN": value_digest("gw-token", b"another-value-456")},
+    }
     saved = (state / "secrets.json").read_text()
     assert "s3cret-value-123" not in saved and "another-value-456" not in saved
     assert "s3cret-value-123" not in (state / "audit.jsonl").read_text()
@@ -224,3 +236,15 @@ async def test_a_secrets_message_that_would_change_a_placeholder_changes_nothing
     }
     assert (len(records(state)), (state / "secrets.json").read_bytes()) == before
     assert proxy.shared.secrets.secrets["TOKEN"].placeholder == SECRET["placeholder"]
+
+
+async def test_the_status_shows_each_value_as_a_digest_keyed_with_the_gateway_token(egress) -> None:
+    proxy, _, state = egress
+    proxy.control("gateway", _secrets(SECRET))
+    status = proxy.control("gateway", control.Status())
+    assert status is not None
+    digest = status["secrets"]["digests"]["TOKEN"]
+    # keyed: neither the value nor its bare hash is in the answer, and another key gives another digest
+    assert digest == value_digest("gw-token", b"s3cret-value-123") != value_digest("other", b"s3cret-value-123")
+    assert hashlib.sha256(b"s3cret-value-123").hexdigest() not in json.dumps(status)
+    assert "s3cret-value-123" not in json.dumps(status)
