@@ -1,5 +1,5 @@
 """The controller's HTTP and WebSocket surface: ``GET /healthz``, ``POST /v1/actions``, ``WS /v1/ws``,
-``PUT``/``GET /v1/files``, and the gateway's ``PUT /v1/secrets``."""
+``PUT``/``GET /v1/files``, and the gateway's ``PUT``/``GET /v1/secrets``."""
 
 from __future__ import annotations
 
@@ -150,6 +150,7 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
     app.add_api_route("/v1/files", put_file, methods=["PUT"])
     app.add_api_route("/v1/files", get_file, methods=["GET"])
     app.add_api_route("/v1/secrets", put_secrets, methods=["PUT"])
+    app.add_api_route("/v1/secrets", get_secrets, methods=["GET"])
 
     @app.websocket("/v1/ws")
     async def ws(websocket: WebSocket, dispatcher: DispatcherDep) -> None:
@@ -195,6 +196,12 @@ async def get_file(request: Request) -> Response:
     headers = {} if download.length is None else {"content-length": str(download.length)}
     body = Tallied(download.body, ended)
     return ClosingStream(body, body.aclose, media_type=download.media_type, headers=headers)
+
+
+async def get_secrets(desktop: DesktopDep) -> JSONResponse:
+    """The placeholders this controller holds, for the gateway's watchdog: a controller restarted
+    inside its container holds none until the gateway puts them again. Placeholders only; no values."""
+    return JSONResponse({"ok": True, "secrets": dict(desktop.placeholders.by_name)})
 
 
 async def put_secrets(request: Request, desktop: DesktopDep) -> JSONResponse:

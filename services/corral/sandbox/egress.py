@@ -5,7 +5,8 @@ One connection, kept open. ``started`` waits for the proxy's acknowledgement (we
 millisecond on the session network) so the proxy knows the action before its input can cause any
 request; ``ended`` does not wait. When the proxy is down the action goes ahead at once (the
 sandbox has no egress then anyway) and the reporter reconnects at most once a second; a
-connection the proxy closed (it restarted) is replaced at the next action.
+connection the proxy closed (it restarted) is replaced at the next action, at once: an action that
+finds its kept connection closed is sent again on a fresh one.
 """
 
 from __future__ import annotations
@@ -33,8 +34,18 @@ class ActionReporter:
         self._lock = asyncio.Lock()
         self._next_try = 0.0
 
+    def _open(self) -> bool:
+        """Whether the kept connection is still up: not closed here, and not ended by the proxy (a
+        peer's close leaves the transport half-open, so only the reader knows)."""
+        return (
+            self._writer is not None
+            and not self._writer.is_closing()
+            and self._reader is not None
+            and not self._reader.at_eof()
+        )
+
     async def _connect(self) -> bool:
-        if self._writer is not None and not self._writer.is_closing():
+        if self._open():
             return True
         self._drop()  # a proxy that restarted closed the old connection: open a new one
         if time.monotonic() < self._next_try:
@@ -62,19 +73,31 @@ class ActionReporter:
 
     async def _send(self, message: dict[str, Any], ack: bool) -> None:
         async with self._lock:
+            kept = self._writer if self._open() else None
             if not await self._connect():
                 return
-            assert self._writer is not None and self._reader is not None
-            try:
-                self._writer.write(control.encode({**message, "ack": ack}))
-                if ack:
-                    async with asyncio.timeout(ACK_TIMEOUT_S):
-                        await self._writer.drain()
-                        if not await self._reader.readline():
-                            raise ConnectionResetError("the proxy closed the control channel")
-            except (OSError, TimeoutError) as exc:
-                log.warning("egress proxy control channel lost: %s", exc or type(exc).__name__)
-                self._drop()
+            if await self._deliver(message, ack) or kept is None:
+                return
+            # The kept connection was closed under us (the proxy restarted since the last action):
+            # once more on a fresh one at once, so the first action after a restart is reported.
+            self._next_try = 0.0
+            if await self._connect():
+                await self._deliver(message, ack)
+
+    async def _deliver(self, message: dict[str, Any], ack: bool) -> bool:
+        assert self._writer is not None and self._reader is not None
+        try:
+            self._writer.write(control.encode({**message, "ack": ack}))
+            if ack:
+                async with asyncio.timeout(ACK_TIMEOUT_S):
+                    await self._writer.drain()
+                    if not await self._reader.readline():
+                        raise ConnectionResetError("the proxy closed the control channel")
+        except (OSError, TimeoutError) as exc:
+            log.warning("egress proxy control channel lost: %s", exc or type(exc).__name__)
+            self._drop()
+            return False
+        return True
 
     async def started(self, action_id: str) -> None:
         await self._send({"op": "action", "id": action_id, "phase": "start"}, ack=True)

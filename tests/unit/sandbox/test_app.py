@@ -76,6 +76,18 @@ def test_the_gateway_puts_the_whole_set_and_the_secrets_action_answers_it() -> N
     assert action.status_code == 200 and action.json()["result"] == {"secrets": {"NPM_TOKEN": other}}
 
 
+def test_the_gateway_reads_the_placeholders_back_signed_and_a_stranger_may_not() -> None:
+    client, _ = _controller()
+    signed = auth.sign(SECRET)
+    empty = client.get("/v1/secrets", headers=signed.headers)  # a restarted controller holds none
+    assert empty.status_code == 200 and empty.json() == {"ok": True, "secrets": {}}
+    assert auth.proven(SECRET, signed.nonce, empty.headers)
+    assert _put(client, {"secrets": {"GITHUB_TOKEN": TOKEN}}).status_code == 200
+    held = client.get("/v1/secrets", headers=auth.sign(SECRET).headers)
+    assert held.json() == {"ok": True, "secrets": {"GITHUB_TOKEN": TOKEN}}
+    assert client.get("/v1/secrets").status_code == 401
+
+
 @pytest.mark.parametrize(
     ("body", "code", "field"),
     [

@@ -75,3 +75,32 @@ async def test_a_proxy_that_restarted_is_reported_to_on_a_new_connection(
         heard.append(await fake.next())
     assert heard[0] == (2, {"op": "hello", "token": "token"})
     assert heard[-1] == (2, {"op": "action", "id": "a3", "phase": "start", "ack": True})
+
+
+async def test_the_first_action_after_a_proxy_restart_is_reported(proxy: tuple[FakeProxy, ActionReporter]) -> None:
+    fake, reporter = proxy
+    await reporter.started("a1")
+    assert [await fake.next(), await fake.next()][-1][1]["id"] == "a1"
+    await fake.drop()  # the proxy restarted; its successor listens on the same port
+    await reporter.started("a2")
+    await reporter.ended("a2")
+    heard = [await fake.next() for _ in range(3)]
+    assert heard == [
+        (2, {"op": "hello", "token": "token"}),
+        (2, {"op": "action", "id": "a2", "phase": "start", "ack": True}),
+        (2, {"op": "action", "id": "a2", "phase": "end", "ack": False}),
+    ]
+
+
+async def test_an_action_whose_kept_connection_closes_under_it_goes_again_on_a_fresh_one(
+    proxy: tuple[FakeProxy, ActionReporter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake, reporter = proxy
+    await reporter.started("a1")
+    assert [await fake.next(), await fake.next()][-1][1]["id"] == "a1"
+    monkeypatch.setattr(egress, "RETRY_AFTER_S", 3600.0)  # no reconnect but the one retry
+    monkeypatch.setattr(reporter, "_open", lambda: reporter._writer is not None)  # the close not yet seen
+    await fake.drop()
+    await reporter.started("a2")
+    heard = [await fake.next() for _ in range(2)]
+    assert heard[-1] == (2, {"op": "action", "id": "a2", "phase": "start", "ack": True})
