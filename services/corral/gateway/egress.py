@@ -367,10 +367,30 @@ class EgressManager:
             return await self._set_secrets(egress, secret_set, actor)
 
     async def _set_secrets(self, egress: Egress, secret_set: SecretSet, actor: str) -> dict[str, Any]:
-        reply = await self._call(egress, secret_set.message(actor))
+        try:
+            reply = await self._call(egress, secret_set.message(actor))
+        except EgressUnavailable:
+            # The proxy applies a set whole or not at all, but its answer may be lost: when its status
+            # shows the new set (names, and the digest of each value), the change took.
+            status = await self._holding(egress, secret_set)
+            if status is None:
+                raise
+            reply = status
+            log.warning("egress proxy of %s took secrets %s; its answer was lost", egress.session_id, secret_set.names)
         self._observe(egress.session_id, reply, "poll")
         self.vault.keep(egress.session_id, secret_set)
         return reply
+
+    async def _holding(self, egress: Egress, secret_set: SecretSet) -> dict[str, Any] | None:
+        """The proxy's status when it holds ``secret_set``; None when it does not or cannot say."""
+        try:
+            status = await self._call(egress, {"op": "status"})
+        except EgressUnavailable:
+            return None
+        held = status.get("secrets")
+        if isinstance(held, dict) and secret_set.held_by(held, self.token(egress.session_id)):
+            return status
+        return None
 
     async def _set_policy(self, egress: Egress, allow: list[str], mode: str, actor: str, reason: str) -> dict[str, Any]:
         before = self.expected(egress.session_id)
@@ -473,38 +493,43 @@ class EgressManager:
         return False
 
     async def _check_secrets(self, egress: Egress, reply: dict[str, Any]) -> bool:
-        """The proxy holds the session's secrets, values loaded; else they are sent again (when this
-        gateway still has the values: after its own restart it has none, and says so once)."""
+        """The proxy holds the session's secrets (names, and the values the gateway holds, by their
+        keyed digests), values loaded; else they are sent again. After a gateway restart the values
+        it no longer has go without one (the proxy keeps its own); when the proxy lost them too,
+        that is said once."""
         status = reply.get("secrets")
         if not isinstance(status, dict):
             return True  # a proxy from an image before secrets: the session has none
         expected = self.vault.get(egress.session_id)
         names = sorted(str(name) for name in status.get("names") or ())
-        if names == expected.names and (status.get("loaded") is True or not names):
+        held = expected.held_by(status, self.token(egress.session_id))
+        if held and (status.get("loaded") is True or not names):
             return True
         missing = expected.missing_values()
-        if missing:
+        if held and missing:
             if self.vault.first_warning(egress.session_id):
                 log.warning(
-                    "egress proxy of %s holds secrets %s (values loaded: %s), the session has %s; this gateway "
-                    "restarted since they were set and holds no values for %s: requests using them are refused "
-                    "until the owner sets them again (PATCH /v1/sessions/%s)",
+                    "egress proxy of %s holds secrets %s without values; this gateway restarted since they were "
+                    "set and holds no values for %s: requests using them are refused until the owner sets them "
+                    "again (PATCH /v1/sessions/%s)",
                     egress.session_id,
                     names,
-                    status.get("loaded"),
-                    expected.names,
                     missing,
                     egress.session_id,
                 )
             return True
         log.warning(
-            "egress proxy of %s holds secrets %s (values loaded: %s), the gateway set %s; sending them again",
+            "egress proxy of %s holds secrets %s (values loaded: %s), not the set the gateway set (%s); "
+            "sending them again",
             egress.session_id,
             names,
             status.get("loaded"),
             expected.names,
         )
-        await self._set_secrets(egress, expected, REASSERT_ACTOR)
+        try:
+            await self._set_secrets(egress, expected, REASSERT_ACTOR)
+        except EgressUnavailable as exc:
+            log.error("egress proxy of %s did not take its secrets again: %s", egress.session_id, exc)
         return False
 
     # -- watchdog -------------------------------------------------------------------------------------

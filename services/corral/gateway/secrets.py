@@ -9,7 +9,9 @@ blame) into a :class:`SecretSet`, which the egress manager sends to the proxy wh
 Values live in memory only (the vault, and the proxy's). The session record keeps each secret's
 :class:`SecretRecord` (its placeholder and bindings, never its value): after a gateway restart the
 placeholders still answer and the watchdog knows what the proxy should hold, but the values are gone
-until the owner sets them again.
+from the gateway: a change sends those secrets without a value and the proxy keeps the ones it holds
+(the proxy's status carries a digest of each value, keyed with the gateway's control token, so the
+gateway can tell which value the proxy holds without seeing it).
 """
 
 from __future__ import annotations
@@ -22,10 +24,13 @@ from pydantic import BaseModel, ConfigDict, SecretStr
 
 from corral.errors import InvalidRequest
 from corral.gateway.models import SecretSpec, SecretUpdate
-from corral.proxy.placeholders import DEFAULT_LOCATIONS, MAX_SECRETS, Location, new_placeholder
+from corral.proxy import control
+from corral.proxy.placeholders import DEFAULT_LOCATIONS, MAX_SECRETS, Location, new_placeholder, value_digest
 from corral.proxy.policy import WEB_PORTS, Rule, parse_rule
 
 OP = "secrets"  # the control op that sets a proxy's secrets
+# Room left on the proxy's control line for the op's actor ("api-key:<owner>", "gateway:reassert").
+ACTOR_ROOM = 512
 
 
 def covers(allow_rules: Iterable[Rule], binding: Rule) -> bool:
@@ -81,21 +86,31 @@ class SecretSet:
         return [name for name in self.names if name not in self.values]
 
     def message(self, actor: str) -> dict[str, Any]:
-        """The control op that sets exactly this set on the proxy (the only place values are written)."""
-        missing = self.missing_values()
-        if missing:
-            raise ValueError(f"no value for {', '.join(missing)}")
-        entries = [
-            {
-                "name": name,
-                "placeholder": record.placeholder,
-                "value": self.values[name].get_secret_value(),
-                "allow": list(record.allow),
-                "in": list(record.locations),
-            }
-            for name, record in sorted(self.records.items())
-        ]
+        """The control op that sets exactly this set on the proxy (the only place values are written).
+        A secret whose value this gateway does not hold goes without one: the proxy keeps the value
+        it holds (none, if it restarted too)."""
+        entries = []
+        for name, record in sorted(self.records.items()):
+            entry: dict[str, Any] = {"name": name, "placeholder": record.placeholder}
+            if name in self.values:
+                entry["value"] = self.values[name].get_secret_value()
+            entries.append({**entry, "allow": list(record.allow), "in": list(record.locations)})
         return {"op": OP, "actor": actor, "secrets": entries}
+
+    def held_by(self, status: Mapping[str, Any], key: str) -> bool:
+        """Whether a proxy whose ``secrets`` status is ``status`` holds this set: the same names and,
+        for each value this gateway holds, the same value (its digest keyed with ``key``, the
+        gateway's control token). A proxy that reports no digests (an older image) is judged by its
+        names alone."""
+        if sorted(str(name) for name in status.get("names") or ()) != self.names:
+            return False
+        digests = status.get("digests")
+        if not isinstance(digests, dict):
+            return True
+        return all(
+            digests.get(name) == value_digest(key, value.get_secret_value().encode())
+            for name, value in self.values.items()
+        )
 
 
 def _check_covered(name: str, bindings: Iterable[str], allow: Iterable[str], field: str) -> None:
@@ -118,7 +133,19 @@ def plan_create(specs: Mapping[str, SecretSpec], allow: list[str], hermetic: boo
     for name, spec in specs.items():
         _check_covered(name, spec.allow, allow, f"secrets.{name}.allow")
         records[name] = SecretRecord(placeholder=new_placeholder(), allow=tuple(spec.allow), locations=tuple(spec.in_))
-    return SecretSet(records, {name: spec.value for name, spec in specs.items()})
+    return _fitting(SecretSet(records, {name: spec.value for name, spec in specs.items()}))
+
+
+def _fitting(secret_set: SecretSet) -> SecretSet:
+    """``secret_set``, when its control op fits on one of the proxy's lines; raises InvalidRequest
+    otherwise (a valid declaration can be too large once its values and long bindings add up)."""
+    size = len(control.encode(secret_set.message(""))) + ACTOR_ROOM
+    if size > control.MAX_LINE_BYTES:
+        raise InvalidRequest(
+            f"these secrets take {size} bytes to send to the egress proxy; at most {control.MAX_LINE_BYTES}",
+            field="secrets",
+        )
+    return secret_set
 
 
 def plan_update(
@@ -128,8 +155,8 @@ def plan_update(
     the session's allowlist after the PATCH), checked whole; raises InvalidRequest naming the field.
 
     Every secret of the result must still be covered by ``allow`` (a narrowed allowlist that would
-    leave a binding outside is refused), and the gateway must hold every value of the result: the
-    proxy is always sent the whole set.
+    leave a binding outside is refused). Values are needed only for new secrets: after a gateway
+    restart the ones it no longer holds go to the proxy without a value, and the proxy keeps its own.
     """
     changes = changes or {}
     if changes and hermetic:
@@ -158,13 +185,7 @@ def plan_update(
     for name, record in sorted(records.items()):
         blame = f"secrets.{name}.allow" if name in changes else "allow"
         _check_covered(name, record.allow, allow, blame)
-        if name not in values:
-            raise InvalidRequest(
-                f"the gateway restarted since secret {name} was set and no longer holds its value: "
-                "send it again in this change (or revoke it)",
-                field=f"secrets.{name}.value",
-            )
-    return SecretSet(records, values)
+    return _fitting(SecretSet(records, values))
 
 
 class SecretVault:

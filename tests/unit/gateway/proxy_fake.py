@@ -1,7 +1,8 @@
 """A stand-in egress proxy's control channel for the gateway's tests: it speaks the real protocol
 (hello, then one message), keeps one state per session (told apart by the gateway's derived token) and
 answers ``status``, ``policy`` and ``secrets`` as the proxy's addon does: generation, chain head, and
-the secrets it holds (``loaded`` false after a "restart", which keeps names and drops values)."""
+the secrets it holds (``loaded`` false after a "restart", which keeps names and drops values; each
+loaded value's digest keyed with the gateway's token; an entry without a value keeps the one held)."""
 
 from __future__ import annotations
 
@@ -11,29 +12,36 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral.proxy import control
+from corral.proxy.placeholders import value_digest
 from corral.proxy.policy import parse_rule
 
 
 @dataclass
 class ProxyState:
+    key: str = ""  # the gateway's control token: the key of the values' digests
     allow: list[str] = field(default_factory=list)
     mode: str = "enforce"
     generation: int = 0
     seq: int = 0
     secrets: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> the op's entry, value included
     secrets_generation: int = 0
-    loaded: bool = True
     revoked: set[str] = field(default_factory=set)  # placeholders of revoked secrets: never taken back
     messages: list[dict[str, Any]] = field(default_factory=list)  # every policy and secrets op, in order
 
     def secrets_ops(self) -> list[dict[str, Any]]:
         return [m for m in self.messages if m["op"] == "secrets"]
 
+    @property
+    def loaded(self) -> bool:
+        return all("value" in entry for entry in self.secrets.values())
+
     def restart(self) -> None:
         """As a restarted proxy: the names kept (its state file), the values gone."""
-        self.loaded = False
         for entry in self.secrets.values():
             entry.pop("value", None)
+
+    def digests(self) -> dict[str, str]:
+        return {n: value_digest(self.key, e["value"].encode()) for n, e in sorted(self.secrets.items()) if "value" in e}
 
     def answer(self) -> dict[str, Any]:
         return {
@@ -42,16 +50,26 @@ class ProxyState:
             "mode": self.mode,
             "generation": self.generation,
             "head": {"seq": self.seq, "hash": f"h{self.seq}"},
-            "secrets": {"generation": self.secrets_generation, "names": sorted(self.secrets), "loaded": self.loaded},
+            "secrets": {
+                "generation": self.secrets_generation,
+                "names": sorted(self.secrets),
+                "loaded": self.loaded,
+                "digests": self.digests(),
+            },
         }
 
 
 class FakeControlProxy:
-    """Every session's proxy at once, on one loopback port; ``refuse`` makes it refuse the next ops."""
+    """Every session's proxy at once, on one loopback port; ``refuse`` makes it refuse the next ops,
+    ``lose`` apply them and lose the answer, ``drop`` drop them unanswered."""
 
     def __init__(self) -> None:
         self.states: dict[str, ProxyState] = {}  # by the gateway's token
         self.refuse: set[str] = set()  # ops to refuse
+        self.lose: set[str] = set()  # ops applied whose answer is lost (the connection closes first)
+        self.drop: set[str] = set()  # ops dropped unapplied, unanswered
+        self.held: dict[str, asyncio.Event] = {}  # op -> set when ops of that kind may be applied
+        self.holding = asyncio.Event()  # an op is waiting on ``held``
         self.server: asyncio.Server | None = None
 
     @property
@@ -67,7 +85,7 @@ class FakeControlProxy:
             self.server.close()
 
     def state(self, token: str) -> ProxyState:
-        return self.states.setdefault(token, ProxyState())
+        return self.states.setdefault(token, ProxyState(key=token))
 
     def _apply(self, state: ProxyState, message: dict[str, Any]) -> dict[str, Any]:
         op = message["op"]
@@ -85,9 +103,12 @@ class FakeControlProxy:
             state.messages.append(message)
             names = {entry["name"] for entry in message["secrets"]}
             state.revoked |= {e["placeholder"] for name, e in state.secrets.items() if name not in names}
+            held = state.secrets
             state.secrets = {entry["name"]: dict(entry) for entry in message["secrets"]}
+            for name, entry in state.secrets.items():  # an entry without a value keeps the one held
+                if "value" not in entry and "value" in held.get(name, {}):
+                    entry["value"] = held[name]["value"]
             state.secrets_generation += 1
-            state.loaded = True
             state.seq += 1
         return state.answer()
 
@@ -95,6 +116,13 @@ class FakeControlProxy:
         hello = json.loads(await reader.readline())
         writer.write(control.encode({"ok": True, "role": "gateway"}))
         message = json.loads(await reader.readline())
-        writer.write(control.encode(self._apply(self.state(hello["token"]), message)))
-        await writer.drain()
+        gate = self.held.get(message["op"])
+        if gate is not None:
+            self.holding.set()
+            await gate.wait()
+        if message["op"] not in self.drop:
+            answer = self._apply(self.state(hello["token"]), message)
+            if message["op"] not in self.lose:
+                writer.write(control.encode(answer))
+                await writer.drain()
         writer.close()

@@ -14,6 +14,7 @@ from corral.errors import EgressUnavailable
 from corral.gateway.egress import REASSERT_ACTOR, Egress, EgressManager
 from corral.gateway.secrets import SecretRecord, SecretSet
 from corral.gateway.settings import GatewaySettings
+from corral.proxy.placeholders import value_digest
 
 from .proxy_fake import FakeControlProxy, ProxyState
 
@@ -21,6 +22,7 @@ SESSION = "ses_secrets1"
 VALUE = "tok-the-real-value-42"
 RECORD = SecretRecord(placeholder="corral_secret_" + "a" * 32, allow=("api.example.test",), locations=("header",))
 SET = SecretSet({"API_TOKEN": RECORD}, {"API_TOKEN": SecretStr(VALUE)})
+ROTATED = SecretSet({"API_TOKEN": RECORD}, {"API_TOKEN": SecretStr("tok-the-rotated-value-7")})
 
 
 @pytest.fixture
@@ -46,7 +48,12 @@ async def world(tmp_path: Path, server: FakeControlProxy) -> AsyncIterator[tuple
 async def test_set_secrets_sends_the_whole_set_and_the_vault_takes_it(world) -> None:
     manager, proxy, egress = world
     reply = await manager.set_secrets(egress, SET, "api-key:k1")
-    assert reply["secrets"] == {"generation": 1, "names": ["API_TOKEN"], "loaded": True}
+    assert reply["secrets"] == {
+        "generation": 1,
+        "names": ["API_TOKEN"],
+        "loaded": True,
+        "digests": {"API_TOKEN": value_digest(manager.token(SESSION), VALUE.encode())},
+    }
     assert proxy.secrets_ops() == [
         {
             "op": "secrets",
@@ -127,3 +134,56 @@ async def test_a_proxy_from_before_secrets_is_left_alone(world, monkeypatch: pyt
     monkeypatch.setattr(ProxyState, "answer", older)
     assert await manager.check(egress) is True
     assert proxy.secrets_ops() == []
+
+
+@pytest.mark.parametrize("change", [SecretSet(), ROTATED], ids=["revoke", "rotate"])
+async def test_a_set_the_proxy_took_stands_when_its_answer_is_lost(world, server, change: SecretSet) -> None:
+    manager, proxy, egress = world
+    await manager.set_secrets(egress, SET, "api-key:k1")
+    server.lose.add("secrets")
+    await manager.set_secrets(egress, change, "api-key:k1")  # the status shows the proxy took it
+    assert manager.vault.get(SESSION) == change
+    server.lose.clear()
+    assert await manager.check(egress) is True and len(proxy.secrets_ops()) == 2  # nothing to send again
+
+
+async def test_a_rotation_the_proxy_never_took_is_told_by_its_digest(world, server) -> None:
+    manager, proxy, egress = world
+    await manager.set_secrets(egress, SET, "api-key:k1")
+    server.drop.add("secrets")
+    with pytest.raises(EgressUnavailable):
+        await manager.set_secrets(egress, ROTATED, "api-key:k1")  # same names: only the digest tells
+    assert manager.vault.get(SESSION) is SET and proxy.secrets["API_TOKEN"]["value"] == VALUE
+
+
+async def test_the_watchdog_sends_the_value_again_when_the_proxy_holds_another(world) -> None:
+    manager, proxy, egress = world
+    await manager.set_secrets(egress, SET, "api-key:k1")
+    proxy.secrets["API_TOKEN"]["value"] = "tok-someone-elses-value"  # same names, loaded, another value
+    assert await manager.check(egress) is False
+    assert proxy.secrets["API_TOKEN"]["value"] == VALUE and proxy.secrets_ops()[-1]["actor"] == REASSERT_ACTOR
+
+
+async def test_a_reassert_the_proxy_refuses_is_an_error(world, server, caplog) -> None:
+    manager, proxy, egress = world
+    await manager.set_secrets(egress, SET, "api-key:k1")
+    proxy.restart()
+    server.refuse.add("secrets")
+    caplog.set_level(logging.DEBUG)
+    await manager._check_quietly(egress)
+    refused = [r for r in caplog.records if "did not take its secrets again" in r.getMessage()]
+    assert len(refused) == 1 and refused[0].levelno == logging.ERROR
+
+
+async def test_after_a_gateway_restart_a_change_sends_the_values_it_lacks_as_none(world) -> None:
+    manager, proxy, egress = world
+    await manager.set_secrets(egress, SET, "api-key:k1")
+    restarted = EgressManager(GatewaySettings(data_dir=Path(str(manager.root.parent))), runtime=None)  # type: ignore[arg-type]
+    restarted.control_port = manager.control_port
+    restarted.vault.adopt(SESSION, {"API_TOKEN": RECORD})
+    rebound = RECORD.model_copy(update={"allow": ("GET api.example.test/v2/",)})
+    await restarted.set_secrets(egress, SecretSet({"API_TOKEN": rebound}), "api-key:k1")
+    entry = proxy.secrets_ops()[-1]["secrets"][0]
+    assert "value" not in entry and entry["allow"] == ["GET api.example.test/v2/"]
+    assert proxy.secrets["API_TOKEN"]["value"] == VALUE and proxy.loaded  # the proxy kept its value
+    assert await restarted.check(egress) is True

@@ -126,11 +126,15 @@ def test_plan_update_of_a_hermetic_session_or_without_values(current: SecretSet)
         plan_update(SecretSet(), {"A": _update(value=VALUE, allow=["api.test"])}, ["api.test"], hermetic=True)
     assert hermetic.value.field == "secrets"
     adopted = SecretSet(current.records)  # after a gateway restart: records, no values
-    with pytest.raises(InvalidRequest) as lost:
-        plan_update(adopted, {"A": _update(value=VALUE)}, ["api.test"], hermetic=False)
-    assert lost.value.field == "secrets.B.value" and "restarted" in lost.value.message
+    # Only what the change names needs a value (a new secret); the others go without one.
+    rotated = plan_update(adopted, {"A": _update(value=VALUE)}, ["api.test"], hermetic=False)
+    assert rotated.names == ["A", "B"] and rotated.missing_values() == ["B"]
+    assert plan_update(adopted, None, ["api.test", "other.test"], hermetic=False).missing_values() == ["A", "B"]
     again = plan_update(adopted, {"A": _update(value=VALUE), "B": None}, ["api.test"], hermetic=False)
     assert again.names == ["A"] and again.missing_values() == []
+    with pytest.raises(InvalidRequest) as new:
+        plan_update(adopted, {"C": _update(allow=["api.test"])}, ["api.test"], hermetic=False)
+    assert new.value.field == "secrets.C.value"
 
 
 def test_the_message_holds_the_values_and_nothing_else_shows_them(current: SecretSet) -> None:
@@ -140,8 +144,26 @@ def test_the_message_holds_the_values_and_nothing_else_shows_them(current: Secre
         ("B", VALUE, ["header"]),
     ]
     assert VALUE not in repr(current) and VALUE not in str(current) and VALUE not in repr(current.values)
-    with pytest.raises(ValueError, match="no value for A, B"):
-        SecretSet(current.records).message("gateway:reassert")
+    # Without the values (a restarted gateway): the entries go without one, the proxy keeps its own.
+    bare = SecretSet(current.records).message("gateway:reassert")["secrets"]
+    assert [sorted(entry) for entry in bare] == [["allow", "in", "name", "placeholder"]] * 2
+
+
+def test_a_set_too_large_for_the_proxys_control_line_is_refused_on_secrets() -> None:
+    # Each secret valid (a value of 4095 UTF-8 bytes, 16 bindings with long paths), the whole past 1 MiB.
+    path = "/" + "\u00e9" * 2000
+    raw = {
+        f"S{i}": {"value": "\u20ac" * 1365, "allow": [f"api.test{path}{j:02d}" for j in range(16)]} for i in range(20)
+    }
+    with pytest.raises(InvalidRequest) as refused:
+        plan_create({name: _spec(**fields) for name, fields in raw.items()}, ["api.test"], hermetic=False)
+    assert refused.value.field == "secrets" and "\u20ac" * 1365 not in refused.value.message
+    few = {name: _spec(**raw[name]) for name in list(raw)[:9]}  # fits once UTF-8, not once ASCII-escaped
+    created = plan_create(few, ["api.test"], hermetic=False)
+    more = {name: _update(**fields) for name, fields in raw.items() if name not in few}
+    with pytest.raises(InvalidRequest) as grown:
+        plan_update(created, more, ["api.test"], hermetic=False)
+    assert grown.value.field == "secrets"
 
 
 def test_the_vault_keeps_adopts_forgets_and_warns_once(current: SecretSet) -> None:

@@ -239,7 +239,7 @@ async def test_a_secrets_message_that_would_change_a_placeholder_changes_nothing
 
 
 async def test_the_status_shows_each_value_as_a_digest_keyed_with_the_gateway_token(egress) -> None:
-    proxy, _, state = egress
+    proxy, _, _ = egress
     proxy.control("gateway", _secrets(SECRET))
     status = proxy.control("gateway", control.Status())
     assert status is not None
