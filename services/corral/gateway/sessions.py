@@ -22,9 +22,11 @@ from pydantic import ConfigDict, Field
 
 from corral.errors import (
     CapacityError,
+    EgressOff,
     EgressUnavailable,
     HermeticUnavailable,
     InvalidRequest,
+    SandboxError,
     SandboxUnreachable,
     SessionNotFound,
 )
@@ -40,6 +42,7 @@ from corral.gateway.store import SessionStore
 from corral.runtime import ALIVE_STATES, ExitInfo, SandboxAddress, SandboxRuntime, SandboxSpec, SessionNetwork
 
 log = logging.getLogger(__name__)
+PLACEHOLDERS_TIMEOUT_S = 2.0  # the watchdog's look at a controller's placeholders: one round, not the loop
 
 KIND_LABEL = "corral.kind"
 GATEWAY_LABEL = "corral.gateway"
@@ -468,7 +471,7 @@ class SessionManager:
         if timeout_s > s.max_timeout_s:
             raise InvalidRequest(f"timeout_s is at most {s.max_timeout_s}", field="timeout_s")
         if req.secrets and self.egress is None:
-            raise HermeticUnavailable("secrets need egress control, which this gateway runs without", field="secrets")
+            raise EgressOff("secrets need egress control, which this gateway runs without")
         if req.hermetic is None:
             return timeout_s, None
         if self.egress is None:
@@ -557,26 +560,30 @@ class SessionManager:
         allow: Sequence[str] | None,
         mode: str | None,
         actor: str,
-        secrets: UpdateSecrets | None = None,
+        secret_changes: UpdateSecrets | None = None,
     ) -> None:
         """Change a live session's allowlist, mode or secrets, validated whole before anything changes;
-        the proxy logs each change in the audit chain. The policy goes first, then the secrets to the
-        proxy, then their placeholders to the controller; a step that fails undoes the ones before."""
+        the proxy logs each change in the audit chain. The policy goes first, then the secrets (see
+        :meth:`_give_secrets`); a step that fails undoes the ones before. A session being ended
+        meanwhile (its end waits for this change) raises SessionNotFound and keeps nothing."""
         if self.egress is None or session.egress is None:
             raise EgressUnavailable("this gateway runs sessions without egress control")
         async with session.changing:
+            self._still_live(session)
             old_allow, old_mode = session.record.allow, session.record.egress_mode or self._settings.egress_mode
             new_allow = old_allow if allow is None else list(allow)
             new_mode = mode or old_mode
             current = self.egress.vault.get(session.id)
-            planned = plan_update(current, secrets, new_allow, session.record.hermetic)
-            if allow is not None or mode is not None or secrets is None:  # a PATCH of secrets alone leaves it
+            planned = plan_update(current, secret_changes, new_allow, session.record.hermetic)
+            if allow is not None or mode is not None or secret_changes is None:  # a PATCH of secrets alone leaves it
                 await self.egress.set_policy(session.egress, new_allow, new_mode, actor)
-            if secrets:
+                self._still_live(session)
+            if secret_changes:
                 try:
                     await self._give_secrets(Pair(session.id, session.sandbox, session.egress), planned, current, actor)
+                    self._still_live(session)
                 except BaseException:
-                    if (new_allow, new_mode) != (old_allow, old_mode):
+                    if session.state == "ready" and (new_allow, new_mode) != (old_allow, old_mode):
                         await self._undo(self.egress.set_policy(session.egress, old_allow, old_mode, actor), session.id)
                     self._record_held_secrets(session)
                     raise
@@ -584,30 +591,37 @@ class SessionManager:
             session.record = session.record.model_copy(update=changed)
             self._save(session)
 
+    def _still_live(self, session: Session) -> None:
+        """Raises SessionNotFound once the session is being ended: a change must not outlive it."""
+        if session.state != "ready" or self._sessions.get(session.id) is not session:
+            raise SessionNotFound(f"no session {session.id}")
+
     def _record_held_secrets(self, session: Session) -> None:
-        """After a change failed part-way: the record says which secrets the proxy holds. They are the
-        old ones unless the proxy refused them back (a revocation it took stands: a revoked
-        placeholder never returns)."""
+        """After a change failed part-way: the record says which secrets the proxy holds (the old
+        ones, unless the proxy took the new set). Nothing is written for a session being ended."""
         assert self.egress is not None
         held = dict(self.egress.vault.get(session.id).records)
-        if held != session.record.secrets:
-            log.warning("session %s: its proxy kept the secrets %s after a failed change", session.id, sorted(held))
+        if held != session.record.secrets and session.state == "ready":
+            log.warning("session %s: its proxy holds the secrets %s after a failed change", session.id, sorted(held))
             session.record = session.record.model_copy(update={"secrets": held})
             self._save(session)
 
     async def _give_secrets(self, pair: Pair, new: SecretSet, old: SecretSet, actor: str) -> None:
-        """``new`` to the session's proxy, then its placeholders to its controller (the agent's
-        commands get them); the proxy gets ``old`` back when the controller fails."""
+        """``new`` to the session's proxy, its placeholders to its controller (the agent's commands get
+        them). The controller gets the old and the new placeholders first, so a failure there changes
+        nothing; then the proxy takes the new set (whole or not at all); then the controller drops the
+        old placeholders. A failure after the first step leaves only extra placeholders in the agent's
+        environment, which the proxy refuses (revoked) or leaves alone (not yet added); the watchdog
+        puts the right set again."""
         assert self.egress is not None and pair.egress is not None
+        both = {**old.placeholders(), **new.placeholders()}
+        await self._put_placeholders(pair.sandbox, both)
         await self.egress.set_secrets(pair.egress, new, actor)
-        try:
-            await self._put_placeholders(pair.sandbox, new.placeholders())
-        except BaseException:
-            if old.missing_values():
-                log.error("session %s: its proxy cannot have secrets %s back: no values", pair.session_id, old.names)
-            else:
-                await self._undo(self.egress.set_secrets(pair.egress, old, actor), pair.session_id)
-            raise
+        if both != new.placeholders():
+            try:
+                await self._put_placeholders(pair.sandbox, new.placeholders())
+            except SandboxError as exc:
+                log.warning("session %s: its controller keeps revoked placeholders for now: %s", pair.session_id, exc)
 
     async def _put_placeholders(self, sandbox: SandboxAddress, placeholders: dict[str, str]) -> None:
         assert self._http is not None
@@ -621,6 +635,46 @@ class SessionManager:
             raise SandboxUnreachable(
                 f"the controller of {sandbox.name} refused its secrets' placeholders ({response.status_code})"
             )
+
+    async def _get_placeholders(self, sandbox: SandboxAddress) -> dict[str, str] | None:
+        """The placeholders the controller holds; None when it cannot say (an older image)."""
+        assert self._http is not None
+        try:
+            response = await controller.request(
+                self._http, sandbox.base_url, sandbox.secret, "GET", "/v1/secrets", timeout=PLACEHOLDERS_TIMEOUT_S
+            )
+        except httpx.HTTPError as exc:
+            raise SandboxUnreachable(f"the controller of {sandbox.name} did not show its secrets: {exc}") from None
+        try:
+            held = response.json().get("secrets") if response.status_code == 200 else None
+        except (ValueError, AttributeError):
+            held = None
+        return {str(k): str(v) for k, v in held.items()} if isinstance(held, dict) else None
+
+    async def _check_placeholders(self) -> None:
+        """Every live session with secrets: its controller holds their placeholders, else it is given
+        them again. A controller restarted inside its container starts with none (the agent's next
+        commands would lack them), and one whose last PATCH failed after its first step keeps
+        revoked ones. One signed GET per such session a round (sessions without secrets cost nothing):
+        cheaper and surer than following the controller's boot id, which only a recording sees."""
+        live = [s for s in self._sessions.values() if s.state == "ready" and s.record.secrets]
+        await asyncio.gather(*(self._hold_placeholders(session) for session in live))
+
+    async def _hold_placeholders(self, session: Session) -> None:
+        if session.changing.locked():
+            return  # a change under way puts them itself
+        async with session.changing:
+            if session.state != "ready":
+                return
+            expected = SecretSet(session.record.secrets).placeholders()
+            try:
+                if await self._get_placeholders(session.sandbox) != expected:
+                    log.warning(
+                        "session %s: its controller lost its secrets' placeholders; putting them again", session.id
+                    )
+                    await self._put_placeholders(session.sandbox, expected)
+            except SandboxError as exc:
+                log.debug("session %s: placeholders not checked: %s", session.id, exc)  # next round
 
     @staticmethod
     async def _undo(step: Awaitable[object], session_id: str) -> None:
@@ -661,6 +715,12 @@ class SessionManager:
         task.add_done_callback(self._ends.discard)
 
     async def _end(self, session: Session, drain_s: float = 5.0) -> None:
+        # A change under way finishes first (it sees the session ending and keeps nothing): nothing is
+        # set on a proxy, kept in the vault or written to the store after the teardown.
+        async with session.changing:
+            await self._teardown(session, drain_s)
+
+    async def _teardown(self, session: Session, drain_s: float) -> None:
         session_id, reason = session.id, session.end_reason
         if self.recordings is not None:
             # Before the sandbox goes: the recorder takes the events its controller still holds (and
@@ -754,6 +814,10 @@ class SessionManager:
                             self._end_soon(self._sessions[session_id], "egress_proxy_gone")
                 except Exception:
                     log.exception("egress watchdog failed")
+                try:
+                    await self._check_placeholders()
+                except Exception:
+                    log.exception("placeholder watchdog failed")
             # A pooled pair with a broken proxy is caught by the health check before hand-out.
             if now - last_prune > 3600:
                 last_prune = now

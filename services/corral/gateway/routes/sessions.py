@@ -8,6 +8,7 @@ from starlette.requests import HTTPConnection
 from corral.errors import SandboxError, SandboxStartFailed
 from corral.gateway.models import CreatedSession, CreateSession, SessionOut, SessionTerms, UpdateSession
 from corral.gateway.routes.deps import CallerDep, KeyIdDep, LiveSessionDep, ManagerDep, json_body
+from corral.gateway.secrets import SecretSet
 from corral.gateway.sessions import Session
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
@@ -31,7 +32,7 @@ def session_out(conn: HTTPConnection, session: Session) -> SessionOut:
 
 def placeholders(session: Session) -> dict[str, str]:
     """Name -> placeholder of each of the session's secrets: what the sandbox holds (never a value)."""
-    return {name: record.placeholder for name, record in sorted(session.record.secrets.items())}
+    return SecretSet(session.record.secrets).placeholders()
 
 
 @router.post("", status_code=201, response_model=CreatedSession)

@@ -5,6 +5,7 @@ and a fake controller that proves its secret."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -15,7 +16,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from corral.gateway.models import Viewport
+from corral.errors import SessionNotFound
+from corral.gateway.models import SecretUpdate, Viewport
 from corral.gateway.sessions import SessionManager
 from corral.proxy.placeholders import MAX_SECRETS, PLACEHOLDER
 from corral.runtime import SandboxAddress, SandboxSpec
@@ -42,16 +44,24 @@ class ProvenRuntime(FakeRuntime):
 
 @dataclass
 class FakeController:
-    """Every sandbox's controller: what ``PUT /v1/secrets`` each was sent; ``status`` what it answers."""
+    """Every sandbox's controller: what ``PUT /v1/secrets`` each was sent and holds (``GET`` answers
+    it); ``status`` what a PUT answers, ``statuses`` the answers of the next PUTs before that."""
 
     puts: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (sandbox host, body)
+    held: dict[str, dict[str, str]] = field(default_factory=dict)  # sandbox host -> its placeholders
     status: int = 200
+    statuses: list[int] = field(default_factory=list)
 
     def handle(self, request: httpx.Request) -> httpx.Response:
-        assert (request.method, request.url.path) == ("PUT", "/v1/secrets")
-        if self.status >= 300:
-            return httpx.Response(self.status, json={"ok": False})
-        self.puts.append((request.url.host, httpx.Response(200, content=request.content).json()))
+        assert request.url.path == "/v1/secrets" and request.method in ("GET", "PUT")
+        if request.method == "GET":
+            return httpx.Response(200, json={"ok": True, "secrets": self.held.get(request.url.host, {})})
+        status = self.statuses.pop(0) if self.statuses else self.status
+        if status >= 300:
+            return httpx.Response(status, json={"ok": False})
+        body = httpx.Response(200, content=request.content).json()
+        self.puts.append((request.url.host, body))
+        self.held[request.url.host] = body["secrets"]
         return httpx.Response(200, json={"ok": True})
 
 
@@ -207,6 +217,7 @@ async def test_a_gateway_without_egress_control_takes_no_secrets(tmp_path: Path)
     await app.state.http.aclose()
     assert refused.status_code == 409
     assert (refused.json()["error"]["code"], refused.json()["error"]["field"]) == ("egress_off", "secrets")
+    assert "hermetic" not in refused.json()["error"]["message"]
 
 
 async def _patch(world: World, session_id: str, body: dict[str, Any], credential: str = KEY) -> httpx.Response:
@@ -300,7 +311,7 @@ async def test_only_the_owners_key_changes_secrets(world: World) -> None:
     assert sorted(world.proxy_of(session["id"]).secrets) == ["GITHUB_TOKEN"]
 
 
-async def test_a_controller_that_fails_a_patch_gets_the_proxy_set_back(world: World) -> None:
+async def test_a_controller_that_fails_a_patch_changes_nothing_on_the_proxy(world: World) -> None:
     session = (await _create(world, secrets={"GITHUB_TOKEN": GITHUB})).json()
     sid = session["id"]
     before = world.manager.get(sid).record
@@ -312,8 +323,8 @@ async def test_a_controller_that_fails_a_patch_gets_the_proxy_set_back(world: Wo
     failed = await _patch(world, sid, body)
     assert failed.status_code == 502 and failed.json()["error"]["code"] == "sandbox_unreachable"
     proxy = world.proxy_of(sid)
-    # policy, the new set, then both set back: the proxy holds what it held, the record is unchanged.
-    assert [m["op"] for m in proxy.messages] == ["secrets", "policy", "secrets", "secrets", "policy"]
+    # The controller goes first: it failed, so the proxy never saw the new set; the policy is set back.
+    assert [m["op"] for m in proxy.messages] == ["secrets", "policy", "policy"]
     assert sorted(proxy.secrets) == ["GITHUB_TOKEN"] and proxy.secrets["GITHUB_TOKEN"]["value"] == VALUE
     assert proxy.allow == ["api.example.test"]
     assert world.manager.get(sid).record == before
@@ -321,6 +332,25 @@ async def test_a_controller_that_fails_a_patch_gets_the_proxy_set_back(world: Wo
         world.manager.egress is not None
         and world.manager.egress.vault.get(sid).values["GITHUB_TOKEN"].get_secret_value() == VALUE
     )
+
+
+async def test_a_patch_gives_the_controller_both_sets_then_the_proxy_the_new_then_the_controller_the_new(
+    world: World,
+) -> None:
+    session = (await _create(world, secrets={"A": GITHUB})).json()
+    sid, a = session["id"], session["secrets"]["A"]
+    patched = await _patch(world, sid, {"secrets": {"A": None, "B": GITHUB}})
+    assert patched.status_code == 200, patched.text
+    b = patched.json()["secrets"]["B"]
+    assert [body["secrets"] for _, body in world.controller.puts] == [{"A": a}, {"A": a, "B": b}, {"B": b}]
+    assert sorted(world.proxy_of(sid).secrets) == ["B"]
+    # A controller failing the last step leaves the change made (the proxy holds it, the agent has
+    # the new placeholders among the old); the watchdog puts the right set later.
+    world.controller.statuses = [200, 500]
+    patched = await _patch(world, sid, {"secrets": {"C": GITHUB}})
+    assert patched.status_code == 200 and sorted(world.proxy_of(sid).secrets) == ["B", "C"]
+    await world.manager._check_placeholders()
+    assert world.controller.puts[-1][1]["secrets"] == patched.json()["secrets"]
 
 
 async def test_no_value_in_any_reply_log_record_or_file(world: World, caplog: pytest.LogCaptureFixture) -> None:
@@ -355,9 +385,7 @@ async def test_no_value_in_any_reply_log_record_or_file(world: World, caplog: py
         )
 
 
-async def test_after_a_gateway_restart_placeholders_answer_and_values_must_come_again(world: World) -> None:
-    session = (await _create(world, secrets={"A": GITHUB, "B": GITHUB})).json()
-    sid = session["id"]
+async def _restart_gateway(world: World) -> SessionManager:
     await world.manager.stop()
     restarted = SessionManager(world.manager._settings, world.runtime, world.manager._store)
     await restarted.start()
@@ -366,14 +394,34 @@ async def test_after_a_gateway_restart_placeholders_answer_and_values_must_come_
     await restarted._http.aclose()
     restarted._http = httpx.AsyncClient(transport=httpx.MockTransport(proving(world.controller.handle)))
     world.app.state.manager = world.manager = restarted
+    return restarted
+
+
+async def test_after_a_gateway_restart_placeholders_answer_and_changes_need_only_new_values(world: World) -> None:
+    session = (await _create(world, secrets={"A": GITHUB, "B": GITHUB})).json()
+    sid = session["id"]
+    restarted = await _restart_gateway(world)
     async with world.client() as owner:
         assert (await owner.get(f"/v1/sessions/{sid}/secrets")).json() == session["secrets"]
-    assert restarted.egress.vault.get(sid).missing_values() == ["A", "B"]
-    refused = await _patch(world, sid, {"secrets": {"A": {"value": ROTATED}}})
-    assert refused.status_code == 422 and refused.json()["error"]["field"] == "secrets.B.value"
-    again = await _patch(world, sid, {"secrets": {"A": {"value": ROTATED}, "B": None}})
-    assert again.status_code == 200 and again.json()["secrets"] == {"A": session["secrets"]["A"]}
-    assert world.proxy_of(sid).secrets["A"]["value"] == ROTATED
+    assert restarted.egress is not None and restarted.egress.vault.get(sid).missing_values() == ["A", "B"]
+    # The allowlist or the mode alone need no value ...
+    widened = await _patch(world, sid, {"allow": ["api.example.test", "other.test"]})
+    assert widened.status_code == 200, widened.text
+    assert (await _patch(world, sid, {"egress_mode": "report"})).status_code == 200
+    # ... nor does a rotation of one, a rebinding, a revocation or an addition: the proxy keeps the
+    # values it holds for the secrets sent without one.
+    rotated = await _patch(world, sid, {"secrets": {"A": {"value": ROTATED}}})
+    assert rotated.status_code == 200, rotated.text
+    proxy = world.proxy_of(sid)
+    assert (proxy.secrets["A"]["value"], proxy.secrets["B"]["value"]) == (ROTATED, VALUE)
+    rebound = await _patch(world, sid, {"secrets": {"B": {"allow": ["GET api.example.test/v2/"]}}})
+    assert rebound.status_code == 200 and proxy.secrets["B"]["value"] == VALUE
+    assert proxy.secrets["B"]["allow"] == ["GET api.example.test/v2/"]
+    changed = await _patch(world, sid, {"secrets": {"A": None, "C": {**GITHUB, "allow": ["other.test"]}}})
+    assert changed.status_code == 200 and sorted(changed.json()["secrets"]) == ["B", "C"]
+    assert sorted(proxy.secrets) == ["B", "C"] and proxy.loaded
+    assert restarted.egress.vault.get(sid).missing_values() == ["B"]
+    assert await restarted.egress.check(restarted.get(sid).egress) is True  # type: ignore[arg-type]
 
 
 async def test_a_pooled_pair_gets_the_policy_then_the_secrets_or_is_removed(world: World) -> None:
@@ -388,14 +436,58 @@ async def test_a_pooled_pair_gets_the_policy_then_the_secrets_or_is_removed(worl
     assert len(world.manager.list()) == 1 and len(world.runtime.running) == 1  # the claimed pair went
 
 
-async def test_a_revocation_the_proxy_took_stands_when_the_controller_fails(world: World) -> None:
+async def test_a_revocation_a_failing_controller_refused_changes_nothing(world: World) -> None:
     session = (await _create(world, secrets={"A": GITHUB, "B": GITHUB})).json()
     sid = session["id"]
     world.controller.status = 500
     failed = await _patch(world, sid, {"secrets": {"B": None}})
     assert failed.status_code == 502
-    # The proxy refused B's placeholder back (revoked for good): the session says what the proxy holds.
-    assert sorted(world.proxy_of(sid).secrets) == ["A"]
+    # The controller went first and failed: the proxy was never told, B stands everywhere.
+    assert sorted(world.proxy_of(sid).secrets) == ["A", "B"]
     async with world.client() as owner:
-        assert (await owner.get(f"/v1/sessions/{sid}/secrets")).json() == {"A": session["secrets"]["A"]}
-    assert list(world.manager.get(sid).record.secrets) == ["A"]
+        assert (await owner.get(f"/v1/sessions/{sid}/secrets")).json() == session["secrets"]
+    assert sorted(world.manager.get(sid).record.secrets) == ["A", "B"]
+
+
+@pytest.mark.parametrize("ending", ["delete", "timeout"])
+async def test_a_session_ended_during_a_patch_keeps_no_secrets_and_no_record(world: World, ending: str) -> None:
+    sid = (await _create(world, secrets={"A": GITHUB})).json()["id"]
+    session = world.manager.get(sid)
+    world.proxy.held["secrets"] = gate = asyncio.Event()
+    patch = asyncio.create_task(_patch(world, sid, {"secrets": {"A": {"value": ROTATED}}}))
+    await world.proxy.holding.wait()  # the PATCH is with the proxy
+    if ending == "delete":
+        end = asyncio.ensure_future(world.manager.delete(sid))
+    else:
+        world.manager._end_soon(session, "timeout")
+        end = asyncio.ensure_future(session.removed.wait())
+    await asyncio.sleep(0)
+    assert not end.done()  # the end waits for the change under way
+    gate.set()
+    answered = await patch
+    await end
+    assert answered.status_code == 404
+    assert world.manager.egress is not None and world.manager.egress.vault._sets == {}
+    assert sid not in [record.id for record in world.manager._stored_records()]
+    assert ROTATED not in world.files_text()
+
+
+async def test_a_patch_after_the_end_began_changes_nothing(world: World) -> None:
+    sid = (await _create(world, secrets={"A": GITHUB})).json()["id"]
+    session = world.manager.get(sid)
+    world.manager._mark_ended(session, "deleted")
+    with pytest.raises(SessionNotFound):
+        await world.manager.update_egress(session, None, None, "api-key:k", {"A": SecretUpdate(value=ROTATED)})  # type: ignore[arg-type]
+    assert world.proxy_of(sid).secrets["A"]["value"] == VALUE
+
+
+async def test_a_restarted_controller_gets_its_placeholders_again(world: World) -> None:
+    session = (await _create(world, secrets={"A": GITHUB})).json()
+    host = world.manager.get(session["id"]).sandbox.host
+    sent = len(world.controller.puts)
+    await world.manager._check_placeholders()
+    assert len(world.controller.puts) == sent  # it holds them: nothing sent
+    world.controller.held[host] = {}  # the controller restarted inside its container
+    await world.manager._check_placeholders()
+    assert world.controller.puts[-1] == (host, {"secrets": session["secrets"]})
+    assert world.controller.held[host] == session["secrets"]
