@@ -36,14 +36,24 @@ if TYPE_CHECKING:
 GATEWAY_CONTAINER = "corral-gateway"
 KEY_PATH = "/var/lib/corral/api_key"
 
-app = typer.Typer(help="Corral: disposable desktops with Chromium for computer-use agents.", no_args_is_help=True)
-images_app = typer.Typer(help="Build Corral's image.", no_args_is_help=True)
-session_app = typer.Typer(help="Create, list, show and remove sessions.", no_args_is_help=True)
-audit_app = typer.Typer(help="Check and read egress audit logs.", no_args_is_help=True)
+app = typer.Typer(
+    help="Corral: disposable desktops with Chromium for computer-use agents.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+images_app = typer.Typer(help="Build Corral's image.", no_args_is_help=True, pretty_exceptions_show_locals=False)
+session_app = typer.Typer(
+    help="Create, list, show and remove sessions.", no_args_is_help=True, pretty_exceptions_show_locals=False
+)
+audit_app = typer.Typer(
+    help="Check and read egress audit logs.", no_args_is_help=True, pretty_exceptions_show_locals=False
+)
 app.add_typer(images_app, name="images")
 app.add_typer(session_app, name="session")
 app.add_typer(audit_app, name="audit")
-recording_app = typer.Typer(help="List and download session recordings.", no_args_is_help=True)
+recording_app = typer.Typer(
+    help="List and download session recordings.", no_args_is_help=True, pretty_exceptions_show_locals=False
+)
 app.add_typer(recording_app, name="recording")
 console = Console(stderr=True)
 out = Console()
@@ -971,7 +981,7 @@ def replay(
     console.print(f"[green]all {len(result.steps) - len(result.skipped)} compared steps matched[/green]{skipped}")
 
 
-export_app = typer.Typer(help="Export recordings.", no_args_is_help=True)
+export_app = typer.Typer(help="Export recordings.", no_args_is_help=True, pretty_exceptions_show_locals=False)
 app.add_typer(export_app, name="export")
 
 

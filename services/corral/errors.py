@@ -13,7 +13,7 @@ each :class:`CodedError` with the HTTP status its table gives the class (corral.
     │   ├─ Unauthorized, Forbidden          credentials
     │   ├─ NotFound → SessionNotFound, ReplayNotFound
     │   ├─ MessageTooLarge, UploadTooLarge
-    │   ├─ CapacityError, HermeticUnavailable, ReplayUnreadable
+    │   ├─ CapacityError, HermeticUnavailable, EgressOff, ReplayUnreadable
     │   ├─ AuditLogUnreadable, AuditAnchorsInvalid
     │   ├─ FileRefused → NoSuchFile, FileAccessDenied, NotADirectory, IsADirectory, InvalidPath, NoSpace
     │   ├─ BundleError                      not a readable recording
@@ -345,6 +345,12 @@ class HermeticUnavailable(CodedError, code=ErrorCode.EGRESS_OFF):
     """A hermetic replay was asked of a gateway without egress control."""
 
     field: str | None = "hermetic"
+
+
+class EgressOff(CodedError, code=ErrorCode.EGRESS_OFF):
+    """Brokered secrets were asked of a gateway without egress control (only its proxy can put them in)."""
+
+    field: str | None = "secrets"
 
 
 class ReplayUnreadable(CodedError, code=ErrorCode.REPLAY_UNREADABLE):

@@ -71,3 +71,9 @@ def test_no_exception_class_is_defined_outside_errors_py() -> None:
         )
     ]
     assert strays == []
+
+
+def test_secrets_without_egress_control_have_their_own_error() -> None:
+    refused = errors.EgressOff("secrets need egress control, which this gateway runs without")
+    assert (refused.code, refused.field) == (ErrorCode.EGRESS_OFF, "secrets")
+    assert not isinstance(refused, errors.HermeticUnavailable)
