@@ -374,6 +374,7 @@ class EgressManager:
             # shows the new set (names, and the digest of each value), the change took.
             status = await self._holding(egress, secret_set)
             if status is None:
+                self.vault.send_failed(egress.session_id, secret_set)
                 raise
             reply = status
             log.warning("egress proxy of %s took secrets %s; its answer was lost", egress.session_id, secret_set.names)
@@ -504,6 +505,12 @@ class EgressManager:
         names = sorted(str(name) for name in status.get("names") or ())
         held = expected.held_by(status, self.token(egress.session_id))
         if held and (status.get("loaded") is True or not names):
+            return True
+        pending = self.vault.pending(egress.session_id)
+        if pending is not None and pending.held_by(status, self.token(egress.session_id)):
+            # A change whose answer was lost took after all: it is the session's now.
+            log.warning("egress proxy of %s holds secrets %s, a change whose answer was lost", egress.session_id, names)
+            self.vault.keep(egress.session_id, pending)
             return True
         missing = expected.missing_values()
         if held and missing:

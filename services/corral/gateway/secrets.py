@@ -193,6 +193,7 @@ class SecretVault:
 
     def __init__(self) -> None:
         self._sets: dict[str, SecretSet] = {}
+        self._pending: dict[str, SecretSet] = {}  # a set sent whose outcome is unknown (answer and status lost)
         self._warned: set[str] = set()  # sessions whose lost values the watchdog already reported
 
     def get(self, session_id: str) -> SecretSet:
@@ -200,6 +201,7 @@ class SecretVault:
 
     def keep(self, session_id: str, secret_set: SecretSet) -> None:
         """``secret_set`` is now the session's (the proxy took it)."""
+        self._pending.pop(session_id, None)
         if secret_set.records:
             self._sets[session_id] = secret_set
         else:
@@ -211,7 +213,16 @@ class SecretVault:
         if records:
             self._sets[session_id] = SecretSet(dict(records))
 
+    def send_failed(self, session_id: str, secret_set: SecretSet) -> None:
+        """``secret_set`` was sent and neither the proxy's answer nor its status came back: the
+        proxy may hold it (the watchdog looks, and takes it if so)."""
+        self._pending[session_id] = secret_set
+
+    def pending(self, session_id: str) -> SecretSet | None:
+        return self._pending.get(session_id)
+
     def forget(self, session_id: str) -> None:
+        self._pending.pop(session_id, None)
         self._sets.pop(session_id, None)
         self._warned.discard(session_id)
 

@@ -657,7 +657,13 @@ class SessionManager:
         commands would lack them), and one whose last PATCH failed after its first step keeps
         revoked ones. One signed GET per such session a round (sessions without secrets cost nothing):
         cheaper and surer than following the controller's boot id, which only a recording sees."""
-        live = [s for s in self._sessions.values() if s.state == "ready" and s.record.secrets]
+        assert self.egress is not None
+        vault = self.egress.vault
+        live = [
+            s
+            for s in self._sessions.values()
+            if s.state == "ready" and (s.record.secrets or vault.get(s.id).records or vault.pending(s.id))
+        ]
         await asyncio.gather(*(self._hold_placeholders(session) for session in live))
 
     async def _hold_placeholders(self, session: Session) -> None:
@@ -666,6 +672,7 @@ class SessionManager:
         async with session.changing:
             if session.state != "ready":
                 return
+            self._record_held_secrets(session)  # the watchdog took a change whose answer was lost
             expected = SecretSet(session.record.secrets).placeholders()
             try:
                 if await self._get_placeholders(session.sandbox) != expected:

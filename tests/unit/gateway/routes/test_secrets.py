@@ -491,3 +491,22 @@ async def test_a_restarted_controller_gets_its_placeholders_again(world: World) 
     await world.manager._check_placeholders()
     assert world.controller.puts[-1] == (host, {"secrets": session["secrets"]})
     assert world.controller.held[host] == session["secrets"]
+
+
+async def test_a_revocation_whose_answer_and_status_were_lost_is_taken_by_the_watchdog(world: World) -> None:
+    session = (await _create(world, secrets={"A": GITHUB, "B": GITHUB})).json()
+    sid = session["id"]
+    world.proxy.lose |= {"secrets", "status"}  # the proxy applies the change; nothing comes back
+    failed = await _patch(world, sid, {"secrets": {"B": None}})
+    assert failed.status_code == 503 and sorted(world.proxy_of(sid).secrets) == ["A"]
+    world.proxy.lose.clear()
+    manager = world.manager
+    assert manager.egress is not None
+    await manager.egress.check(manager.get(sid).egress)  # type: ignore[arg-type]
+    # taken, not sent again (a reassert of A and B would be refused: B's placeholder is revoked)
+    assert manager.egress.vault.get(sid).names == ["A"] and len(world.proxy_of(sid).secrets_ops()) == 2
+    await manager._check_placeholders()  # the record and the controller follow
+    assert list(manager.get(sid).record.secrets) == ["A"]
+    assert world.controller.puts[-1][1] == {"secrets": {"A": session["secrets"]["A"]}}
+    later = await _patch(world, sid, {"secrets": {"C": GITHUB}})
+    assert later.status_code == 200 and sorted(later.json()["secrets"]) == ["A", "C"]
