@@ -152,11 +152,13 @@ class SecretBroker:
             _scrub_request(flow.request, book)  # refused all the same; its record holds no value
             self._refuse(flow, note, inside)
             return
-        if not found:
-            return
-        refusal = self._check(flow, note, parts, found)
+        refusal = self._check(flow, note, parts, found) if found else None
+        if refusal is None and not book.loaded:
+            refusal = _waiting(book, note.host, flow.request.port)
         if refusal is not None:
             self._refuse(flow, note, refusal)
+            return
+        if not found:
             return
         request = flow.request
         # What substitution changes, kept to be put back (a whole copy of the request costs more
@@ -391,6 +393,20 @@ def _scrub_heads(response: http.Response, scrubber: Scrubber) -> Counter[str]:
     response.data.reason, in_reason = scrubber.scrub(response.data.reason)
     counts.update(in_reason)
     return counts
+
+
+def _waiting(book: SecretBook, host: str, port: int) -> Refusal | None:
+    """Why a request to a host a secret is bound to may not go while values are not loaded, or None:
+    the host may hand back a value it stored, and the scrubber, which knows loaded values only,
+    would let it through."""
+    names = book.bound_to(host, port)
+    if not names:
+        return None
+    reason = (
+        f"the egress proxy restarted and waits for the gateway to send the secrets again; until then"
+        f" {host}:{port} (bound to secret {', '.join(names)}) is not reached"
+    )
+    return Refusal(None, None, reason, UNAVAILABLE, 503, exfiltration=False)
 
 
 def _unreadable(exc: ValueError) -> Refusal:
