@@ -400,7 +400,10 @@ async def test_a_value_no_longer_live_is_still_scrubbed_and_refused_from_inside(
     assert all(form not in page for form in _encodings(VALUE))
     assert flow.response.headers["x-echo"] == TOKEN
     reflections = [r for r in _secret_records(state) if r["rule"] == "secret-reflection"]
-    assert {(r["secret"], r["location"]) for r in reflections} == {("TOKEN", "response-body"), ("TOKEN", "response-header")}
+    assert {(r["secret"], r["location"]) for r in reflections} == {
+        ("TOKEN", "response-body"),
+        ("TOKEN", "response-header"),
+    }
     leak = await _send(proxy, headers={"content-type": "text/plain"}, body=b"leak=" + VALUE.encode())
     assert "secret TOKEN itself" in _refused(leak)
     if change == "rotate":  # the live value is what a placeholder becomes
