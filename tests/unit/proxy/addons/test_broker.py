@@ -208,6 +208,22 @@ async def test_an_undecodable_body_is_refused_while_secrets_are_live(broker) -> 
     assert records(state)[-1]["event"] == "block"
 
 
+async def test_content_encodings_given_twice_are_read_folded_as_mitmproxy_folds_them(broker) -> None:
+    """Two Content-Encoding headers are one value ``gzip, gzip``, as ``Headers.get`` folds them: no
+    coding the broker decodes, so the body is refused (the first alone would let a second hide)."""
+    proxy, state = broker
+    connect = connect_flow(HOST)
+    await proxy.http_connect(connect)
+    flow = tunnel_request(connect, HOST, "/v1/login", "POST")
+    flow.request.headers.fields += ((b"Content-Encoding", b"gzip"), (b"content-encoding", b"gzip"))
+    flow.request.headers["content-type"] = "text/plain"
+    flow.request.raw_content = gzip.compress(gzip.compress(f"t={TOKEN}".encode()))
+    await proxy.requestheaders(flow)
+    await proxy.request(flow)
+    _refused(flow)
+    assert "unknown content encoding 'gzip, gzip'" in records(state)[-1]["reason"]
+
+
 async def test_basic_credentials_are_decoded_substituted_and_encoded_again(broker) -> None:
     proxy, state = broker
     header = "Basic " + base64.b64encode(f"me:{TOKEN}".encode()).decode()
