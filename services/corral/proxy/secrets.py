@@ -380,19 +380,36 @@ class SecretBook:
         self.generation = 0
         self.secrets: dict[str, Secret] = {}
         self.revoked: dict[str, str] = {}  # placeholder -> name
+        # Values no longer live (revoked, or a rotated secret's old one), each with its secret's name
+        # and placeholder: revoking in Corral revokes nothing at the provider, and a host that stored
+        # one may hand it back. In memory only (never persisted): gone when the proxy restarts.
+        self.retired: dict[bytes, Secret] = {}
         self._rebuild()
 
     def _rebuild(self) -> None:
         self.by_placeholder: dict[bytes, Secret] = {s.placeholder.encode(): s for s in self.secrets.values()}
         self.revoked_bytes = {placeholder.encode(): name for placeholder, name in self.revoked.items()}
         self.known = self.by_placeholder.keys() | self.revoked_bytes.keys()  # this session's placeholders
-        self.scrubber = Scrubber(self.secrets.values())
+        # Live values first: a value both live and retired (rotated back) is scrubbed as the live one.
+        self.scrubber = Scrubber([*self.secrets.values(), *self.retired.values()])
+        self.loaded = all(secret.value is not None for secret in self.secrets.values())
+        self._bound_hosts: dict[tuple[str, int], tuple[str, ...]] = {}
         # Nothing to find in a request: every hook returns at once.
         self.active = bool(self.secrets or self.revoked)
 
-    @property
-    def loaded(self) -> bool:
-        return all(secret.value is not None for secret in self.secrets.values())
+    def bound_to(self, host: str, port: int) -> tuple[str, ...]:
+        """The names of the secrets bound to ``host``:``port`` (by any of their rules), cached until
+        the set changes."""
+        key = (host, port)
+        names = self._bound_hosts.get(key)
+        if names is None:
+            names = tuple(
+                secret.name
+                for secret in self.secrets.values()
+                if any(rule.matches_host(host, port) for rule in secret.allow)
+            )
+            self._bound_hosts[key] = names
+        return names
 
     def state(self, key: str = "") -> dict[str, Any]:
         """What the ``secrets`` reply and ``status`` carry; with ``key`` (the gateway's control token),
@@ -458,10 +475,18 @@ class SecretBook:
                 raise InvalidMessage(ErrorCode.INVALID_FIELD, reason, field_name)
 
     def apply(self, change: Change) -> None:
+        self._retire(change)
         self.generation = change.generation
         self.secrets = {secret.name: secret for secret in change.secrets}
         self.revoked = dict(change.revoked_placeholders)
         self._rebuild()
+
+    def _retire(self, change: Change) -> None:
+        """Keeps the values ``change`` takes out of the live set (revoked or rotated)."""
+        after = {secret.name: secret.value for secret in change.secrets}
+        for secret in self.secrets.values():
+            if secret.value is not None and after.get(secret.name) != secret.value:
+                self.retired[secret.value] = Secret(secret.name, secret.placeholder, secret.value, (), ())
 
     def persist(self, path: Path, change: Change) -> None:
         """The metadata after ``change`` (never a value), readable by the proxy's user only."""

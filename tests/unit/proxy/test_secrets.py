@@ -156,10 +156,31 @@ def test_plan_names_what_changes_and_apply_makes_it_so() -> None:
     assert (second.added, second.rotated, second.revoked, second.restored) == ([], ["TOKEN"], ["OLD"], [])
     book.apply(second)
     assert book.revoked == {OTHER_PH: "OLD"} and OTHER_PH.encode() in book.revoked_bytes
-    assert book.scrubber.first(b"xx rotated-value xx") is not None and book.scrubber.first(VALUE) is None
+    assert book.scrubber.first(b"xx rotated-value xx") is not None
+    assert book.secrets["TOKEN"].value == b"rotated-value"  # the old value is retired, not live
     # Sent without a value: the one held stays.
     book.apply(book.plan([_secret(None, allow=["api.example.test"])]))
     assert book.secrets["TOKEN"].value == b"rotated-value" and book.generation == 3
+
+
+def test_values_no_longer_live_are_still_scrubbed_as_their_secret_for_the_book_s_life(tmp_path: Path) -> None:
+    book = SecretBook()
+    book.apply(book.plan([_secret(), _secret(b"other-value", "OLD", OTHER_PH)]))
+    change = book.plan([_secret(b"rotated-value")])  # TOKEN rotated, OLD revoked
+    book.apply(change)
+    assert set(book.retired) == {VALUE, b"other-value"}
+    clean, counts = book.scrubber.scrub(b"a " + VALUE + b" b other-value c rotated-value")
+    assert clean == f"a {PH} b {OTHER_PH} c {PH}".encode() and counts == {"TOKEN": 2, "OLD": 1}
+    found = book.scrubber.first(b"x " + urllib.parse.quote(b"other-value").encode())
+    assert found is not None and (found.name, found.placeholder) == ("OLD", OTHER_PH)
+    book.apply(book.plan([_secret()]))  # rotated back: the live value, still scrubbed as TOKEN
+    assert book.secrets["TOKEN"].value == VALUE and b"rotated-value" in book.retired
+    assert book.scrubber.scrub(b"rotated-value " + VALUE)[0] == f"{PH} {PH}".encode()
+    path = tmp_path / "secrets.json"
+    book.persist(path, change)
+    assert all(value not in path.read_bytes() for value in (VALUE, b"other-value", b"rotated-value"))
+    again = SecretBook()
+    assert again.restore(path) and not again.retired and again.scrubber.first(b"other-value") is None
 
 
 def test_a_name_keeps_its_placeholder_and_a_revoked_one_never_returns() -> None:

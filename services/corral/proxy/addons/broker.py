@@ -12,6 +12,7 @@ and writes the outcome back. With no secrets every hook returns at once.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import urllib.parse
 from collections import Counter
@@ -55,9 +56,11 @@ T = TypeVar("T")
 ORIGINAL = "corral.secrets.original"  # flow.metadata: the request as the sandbox sent it
 MISUSE, UNAVAILABLE, REFLECTION = "secret-misuse", "secret-unavailable", "secret-reflection"
 SUBSTITUTION = "secret-substitution"
+PLACEHOLDER_PREFIX_BYTES = PLACEHOLDER_PREFIX.encode()
 TRAILERS = "requests with trailers are refused while secrets are live"
 Place = Location | str  # a request location, or "path", "method", "header-name" (where no secret may go)
 THREAD_MIN = 1024 * 1024  # a body longer than this is read in a worker thread (the loop serves others)
+IDENTITY = ("", "identity", "none")  # Content-Encoding values that leave a body as it is (secrets.decoded)
 THREAD_MIN_COMPRESSED = 1024  # the same for a compressed one (gzip reaches 1:1000: 1 MB)
 
 
@@ -105,6 +108,7 @@ class Parts:
         return places
 
 
+@functools.lru_cache(maxsize=1024)
 def _header_place(name: bytes) -> Place:
     text = name.decode("latin-1")
     return "header" if is_secret_header(text) else f"header:{text.lower()}"
@@ -152,35 +156,36 @@ class SecretBroker:
             _scrub_request(flow.request, book)  # refused all the same; its record holds no value
             self._refuse(flow, note, inside)
             return
-        if not found:
-            return
-        refusal = self._check(flow, note, parts, found)
+        refusal = self._check(flow, note, parts, found) if found else None
+        if refusal is None and not book.loaded:
+            refusal = _waiting(book, note.host, flow.request.port)
         if refusal is not None:
             self._refuse(flow, note, refusal)
+            return
+        if not found:
             return
         request = flow.request
         # What substitution changes, kept to be put back (a whole copy of the request costs more
         # than everything else here together).
         flow.metadata[ORIGINAL] = Sent(request.data.path, request.headers.fields, request.raw_content)
+        sent_url = redact_url(url_of(request, note.host))  # as the sandbox sent it: placeholders
         counts = _substitute(request, parts, {self.book.by_placeholder[p] for _, p in found})
         for (name, location), count in counts.items():
-            self._record(flow, note, name, location, count, SUBSTITUTION, flow.metadata[ORIGINAL].path)
+            self._record(flow, note, name, location, count, SUBSTITUTION, sent_url)
 
     def _read(self, request: http.Request) -> tuple[Parts, Refusal | None, list[tuple[Place, bytes]]]:
         """The request's parts, a value from inside, and this session's placeholders with where;
         raises ValueError when its body cannot be read (DecodedTooLarge past the cap)."""
         parts = _parts(request)
         places = parts.places()
-        inside = self._value_inside(places)
-        return parts, inside, [] if inside is not None else self._find(places)
+        whole = b"\n".join(data for _, data in places)  # one look at the whole first, the places only then
+        inside = self._value_inside(places, whole)
+        return parts, inside, [] if inside is not None else self._find(places, whole)
 
-    def _value_inside(self, places: list[tuple[Place, bytes]]) -> Refusal | None:
+    def _value_inside(self, places: list[tuple[Place, bytes]], whole: bytes) -> Refusal | None:
         """A real value in the request (the sandbox should never hold one): refused as misuse."""
         scrubber = self.book.scrubber
-        if not scrubber:
-            return None
-        # One look at the whole request first (the usual answer is none); the place only then.
-        if scrubber.first(without_placeholders(b"\n".join(data for _, data in places))) is None:
+        if not scrubber or scrubber.first(without_placeholders(whole)) is None:  # the usual answer: none
             return None
         for place, data in places:
             secret = scrubber.first(without_placeholders(data))
@@ -191,12 +196,18 @@ class SecretBroker:
                 return Refusal(secret.name, place.partition(":")[0], reason)
         return None
 
-    def _find(self, places: list[tuple[Place, bytes]]) -> list[tuple[Place, bytes]]:
+    def _find(self, places: list[tuple[Place, bytes]], whole: bytes) -> list[tuple[Place, bytes]]:
         """Every placeholder of this session (live or revoked) and where; values are checked apart."""
-        if PLACEHOLDER_PREFIX.encode() not in b"\n".join(data for _, data in places):
+        if PLACEHOLDER_PREFIX_BYTES not in whole:
             return []
         known = self.book.known
-        return [(place, p) for place, data in places for p in placeholders_in(data) if p in known]
+        return [
+            (place, p)
+            for place, data in places
+            if PLACEHOLDER_PREFIX_BYTES in data
+            for p in placeholders_in(data)
+            if p in known
+        ]
 
     def _check(
         self, flow: http.HTTPFlow, note: FlowNote, parts: Parts, found: list[tuple[Place, bytes]]
@@ -263,11 +274,13 @@ class SecretBroker:
 
     async def _scrub_answer(self, flow: http.HTTPFlow, note: FlowNote, response: http.Response) -> None:
         scrubber = self.book.scrubber
-        coding = response.headers.get("transfer-encoding", "").strip().lower()
+        coding = _header(response.headers.fields, b"transfer-encoding").strip().lower()
         if coding and coding != "chunked":
             self._refuse_answer(
                 flow, note, f"the answer's transfer encoding ({coding}) hides it from the scrubbing of secrets"
             )
+            return
+        if _plainly_clean(response, scrubber):  # the usual small answer: one look, no copies to scrub
             return
         header_counts = _scrub_heads(response, scrubber)
         if response.raw_content:
@@ -334,17 +347,15 @@ class SecretBroker:
         location: str,
         count: int,
         rule: str,
-        sent_path: bytes | None = None,
+        url: str | None = None,
     ) -> None:
-        """One ``secret`` record; ``sent_path``: the path (and query) as the sandbox sent it."""
+        """One ``secret`` record; ``url``: the request's (redacted) as the sandbox sent it, when it
+        went out otherwise."""
         request = flow.request
-        url = url_of(request, note.host)
-        if sent_path is not None:
-            url = url.removesuffix(request.path) + sent_path.decode("utf-8", "surrogateescape")
         fields: EventFields = {
             "id": flow.id,
             "method": request.method,
-            "url": redact_url(url),
+            "url": url if url is not None else redact_url(url_of(request, note.host)),
             "host": note.host,
             "port": request.port,
             "rule": rule,
@@ -364,11 +375,21 @@ def _put_back(flow: http.HTTPFlow) -> None:
         request.data.path, request.headers.fields, request.raw_content = sent.path, sent.fields, sent.raw_content
 
 
+def _header(fields: Iterable[tuple[bytes, bytes]], name: bytes, default: str = "") -> str:
+    """A header's value, several folded with ", " as ``Headers.get`` folds them: one walk of the fields
+    (``Headers.get`` converts every name on each call; this runs a few times per flow)."""
+    values = [value for key, value in fields if key.lower() == name]
+    return b", ".join(values).decode("utf-8", "surrogateescape") if values else default
+
+
 async def _off_loop(message: http.Message, work: Callable[..., T], *args: Any) -> T:
     """``work(*args)`` in a worker thread when ``message``'s body is long, or compressed and may
     decode long (a scan of it would hold up every other flow), else here."""
     size = len(message.raw_content or b"")
-    compressed = message.headers.get("content-encoding", "identity").strip().lower() not in ("", "identity")
+    if not size:
+        return work(*args)
+    coding = _header(message.headers.fields, b"content-encoding", "identity").strip().lower()
+    compressed = coding not in ("", "identity")
     if size > THREAD_MIN or (compressed and size > THREAD_MIN_COMPRESSED):
         return await asyncio.to_thread(work, *args)
     return work(*args)
@@ -376,25 +397,54 @@ async def _off_loop(message: http.Message, work: Callable[..., T], *args: Any) -
 
 def _scrub_body(response: http.Response, book: SecretBook) -> tuple[bytes, Counter[str]]:
     """The answer's body, decoded, with the values taken out; raises ValueError (DecodedTooLarge)."""
-    body = decoded(response.raw_content or b"", response.headers.get("content-encoding", ""))
+    body = decoded(response.raw_content or b"", _header(response.headers.fields, b"content-encoding"))
     return book.scrubber.scrub(body)
+
+
+def _heads(response: http.Response) -> bytes:
+    """The answer's reason phrase, header names and values and trailers, one a line."""
+    fields = response.headers.fields
+    trailers = response.trailers.fields if response.trailers is not None else ()
+    return b"\n".join([response.data.reason, *(part for field in (*fields, *trailers) for part in field)])
+
+
+def _plainly_clean(response: http.Response, scrubber: Scrubber) -> bool:
+    """Whether an answer whose body is short and not encoded holds no value at all (heads and body
+    in one look); False when it may, or when its body must be decoded (or read off the loop) first."""
+    body = response.raw_content or b""
+    if len(body) > THREAD_MIN or _header(response.headers.fields, b"content-encoding").strip().lower() not in IDENTITY:
+        return False
+    return scrubber.first(_heads(response) + b"\n" + body) is None
 
 
 def _scrub_heads(response: http.Response, scrubber: Scrubber) -> Counter[str]:
     """The values taken out of the answer's reason phrase, header names and values and trailers;
     how many, by secret."""
     counts: Counter[str] = Counter()
+    if scrubber.first(_heads(response)) is None:
+        return counts
     fields = response.headers.fields
     trailers = response.trailers.fields if response.trailers is not None else ()
-    heads = b"\n".join([response.data.reason, *(part for field in (*fields, *trailers) for part in field)])
-    if scrubber.first(heads) is None:
-        return counts
     response.headers = http.Headers(_scrub_fields(fields, scrubber, counts))
     if response.trailers is not None:
         response.trailers = http.Headers(_scrub_fields(trailers, scrubber, counts))
     response.data.reason, in_reason = scrubber.scrub(response.data.reason)
     counts.update(in_reason)
     return counts
+
+
+def _waiting(book: SecretBook, host: str, port: int) -> Refusal | None:
+    """Why a request to a host a secret is bound to may not go while values are not loaded, or None:
+    the host may hand back a value it stored, and the scrubber, which knows loaded values only,
+    would let it through."""
+    names = book.bound_to(host, port)
+    if not names:
+        return None
+    reason = (
+        f"the egress proxy restarted and waits for the gateway to send the secrets again; until then"
+        f" {host}:{port} (bound to secret {', '.join(names)}) is not reached"
+    )
+    return Refusal(None, None, reason, UNAVAILABLE, 503, exfiltration=False)
 
 
 def _unreadable(exc: ValueError) -> Refusal:
@@ -437,15 +487,23 @@ class Route:
 
 
 def _route_of(request: http.Request, note: FlowNote, parts: Parts) -> Route:
+    clean, not_canonical = _path_facts(request.data.path)
     return Route(
         note.host,
         request.port,
         request.method,
-        clean_path(request.path),
+        clean,
         request.scheme == "https",
-        path_problem(request.data.path),
+        not_canonical,
         tuple(_method_overrides(request, parts)),
     )
+
+
+@functools.lru_cache(maxsize=1024)
+def _path_facts(target: bytes) -> tuple[str | None, str | None]:
+    """A request target's normalised path and why it is not canonical (see :class:`Route`): pure, and
+    cached (an agent asks the same few paths over and over)."""
+    return clean_path(target.decode("utf-8", "surrogateescape")), path_problem(target)
 
 
 def _misplaced(secret: Secret, place: Place, parts: Parts) -> Refusal | None:
@@ -486,13 +544,14 @@ def _misrouted(secret: Secret, place: Place, route: Route) -> Refusal | None:
     return None
 
 
+_OVERRIDE_NAMES = frozenset(name.encode() for name in METHOD_OVERRIDES)
+
+
 def _method_overrides(request: http.Request, parts: Parts) -> list[str]:
     """The methods a server may act on instead of the request line's (override headers, ``_method``)."""
-    methods = [
-        value.decode("latin-1") for name, value in request.headers.fields if name.lower().decode() in METHOD_OVERRIDES
-    ]
-    fields = urllib.parse.parse_qsl(parts.query.decode("latin-1"), keep_blank_values=True)
-    if parts.kind == "form":
+    methods = [value.decode("latin-1") for name, value in request.headers.fields if name.lower() in _OVERRIDE_NAMES]
+    fields = urllib.parse.parse_qsl(parts.query.decode("latin-1"), keep_blank_values=True) if parts.query else []
+    if parts.kind == "form" and parts.body:
         fields += urllib.parse.parse_qsl(parts.body.decode("latin-1"), keep_blank_values=True)
     methods += [value for name, value in fields if name == METHOD_FIELD]
     return [method.strip().upper() for method in methods]
@@ -507,51 +566,49 @@ def _parts(request: http.Request) -> Parts:
         credentials = basic_credentials(value) if name.lower() == b"authorization" else None
         if credentials is not None:
             basic.append((index, credentials))
-    body = decoded(request.raw_content or b"", request.headers.get("content-encoding", ""))
-    media = request.headers.get("content-type", "none")
+    raw = request.raw_content or b""
+    body = decoded(raw, _header(headers, b"content-encoding"))
+    media = _header(headers, b"content-type", "none")
     return Parts(path, query, headers, basic, body, body_type(media), media, request.data.method)
 
 
 def _fill(
-    data: bytes, secrets: set[Secret], location: Location, kind: BodyType | None = None
-) -> tuple[bytes, Counter[str]]:
-    """``data`` with each secret's placeholder replaced by its value, encoded for the place."""
-    counts: Counter[str] = Counter()
+    data: bytes,
+    secrets: set[Secret],
+    location: Location,
+    counts: Counter[tuple[str, str]],
+    kind: BodyType | None = None,
+) -> bytes:
+    """``data`` with each secret's placeholder replaced by its value, encoded for the place; how many
+    counted into ``counts`` by secret and place. ``data`` itself when it holds none."""
+    if PLACEHOLDER_PREFIX_BYTES not in data:  # most headers: no look per secret
+        return data
     for secret in secrets:
         placeholder = secret.placeholder.encode()
         if secret.value is not None and placeholder in data:
-            counts[secret.name] += data.count(placeholder)
+            counts[secret.name, location] += data.count(placeholder)
             data = data.replace(placeholder, encoded_for(secret.value, location, kind))
-    return data, counts
+    return data
 
 
 def _substitute(request: http.Request, parts: Parts, secrets: set[Secret]) -> Counter[tuple[str, str]]:
     """The values put in the request in place of their placeholders; how many, by secret and place."""
     counts: Counter[tuple[str, str]] = Counter()
-
-    def count(found: Counter[str], location: str) -> None:
-        for name, n in found.items():
-            counts[name, location] += n
-
-    query, found = _fill(parts.query, secrets, "query")
-    if found:
-        count(found, "query")
+    query = _fill(parts.query, secrets, "query", counts)
+    if query is not parts.query:
         request.data.path = parts.path + b"?" + query
     basic = dict(parts.basic)
     fields = []
     for index, (name, value) in enumerate(parts.headers):
         if index in basic:
-            credentials, found = _fill(basic[index], secrets, "basic")
-            count(found, "basic")
-            value = basic_header(credentials) if found else value
+            credentials = _fill(basic[index], secrets, "basic", counts)
+            value = basic_header(credentials) if credentials is not basic[index] else value
         else:
-            value, found = _fill(value, secrets, "header")
-            count(found, "header")
+            value = _fill(value, secrets, "header", counts)
         fields.append((name, value))
     request.headers.fields = tuple(fields)
-    body, found = _fill(parts.body, secrets, "body", parts.kind)
-    if found:
-        count(found, "body")
+    body = _fill(parts.body, secrets, "body", counts, parts.kind)
+    if body is not parts.body:
         request.content = body  # encoded again as its Content-Encoding says
     return counts
 

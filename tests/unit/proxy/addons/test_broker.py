@@ -208,6 +208,22 @@ async def test_an_undecodable_body_is_refused_while_secrets_are_live(broker) -> 
     assert records(state)[-1]["event"] == "block"
 
 
+async def test_content_encodings_given_twice_are_read_folded_as_mitmproxy_folds_them(broker) -> None:
+    """Two Content-Encoding headers are one value ``gzip, gzip``, as ``Headers.get`` folds them: no
+    coding the broker decodes, so the body is refused (the first alone would let a second hide)."""
+    proxy, state = broker
+    connect = connect_flow(HOST)
+    await proxy.http_connect(connect)
+    flow = tunnel_request(connect, HOST, "/v1/login", "POST")
+    flow.request.headers.fields += ((b"Content-Encoding", b"gzip"), (b"content-encoding", b"gzip"))
+    flow.request.headers["content-type"] = "text/plain"
+    flow.request.raw_content = gzip.compress(gzip.compress(f"t={TOKEN}".encode()))
+    await proxy.requestheaders(flow)
+    await proxy.request(flow)
+    _refused(flow)
+    assert "unknown content encoding 'gzip, gzip'" in records(state)[-1]["reason"]
+
+
 async def test_basic_credentials_are_decoded_substituted_and_encoded_again(broker) -> None:
     proxy, state = broker
     header = "Basic " + base64.b64encode(f"me:{TOKEN}".encode()).decode()
@@ -304,6 +320,28 @@ async def test_a_restarted_proxy_refuses_its_placeholders_until_the_values_come_
     assert verify(state / "audit.jsonl").ok
 
 
+async def test_a_restarted_proxy_reaches_no_bound_host_until_the_values_come_again(broker) -> None:
+    """A bound host may hand back a value it stored; a restarted proxy cannot scrub a value it does not
+    hold, so no request (placeholder or not) reaches a host a secret is bound to till then."""
+    proxy, state = broker
+    await proxy.done()
+    with session_proxy(corral_state_dir=str(state), **OPTIONS) as again:
+        recall = await _send(again, path="/v1/recall", method="GET")
+        page = _refused(recall, 503, "secret-unavailable")
+        assert "restarted" in page and "TOKEN" in page
+        block = records(state)[-1]
+        assert (block["event"], block["status"], block["rule"]) == ("block", 503, "secret-unavailable")
+        assert "exfiltration" not in block and "gateway to send the secrets again" in block["reason"]
+        elsewhere = await _send(again, path="/v1/recall", method="GET", host="allowed.test")
+        assert elsewhere.response is None  # no secret is bound there
+        _set(again, _token(), _other(), actor="gateway:reassert")
+        recall = await _send(again, path="/v1/recall", method="GET")
+        assert recall.response is None
+        await again.response(answered(recall, b"stored: " + VALUE.encode()))
+        assert recall.response is not None and recall.response.content == b"stored: " + TOKEN.encode()
+    _no_value_written(state)
+
+
 async def test_an_unreadable_secrets_file_is_a_warning_not_a_dead_proxy(tmp_path: Path, caplog) -> None:
     write_policy(tmp_path, ["allowed.test"])
     (tmp_path / "secrets.json").write_text("{not json")
@@ -356,6 +394,48 @@ async def test_an_undecodable_answer_while_secrets_are_live_is_refused(broker) -
     _refused(flow, 502, "secret-reflection")
     block = records(state)[-1]
     assert (block["event"], block["status"], block["rule"]) == ("block", 502, "secret-reflection")
+
+
+# -- values no longer live ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("change", ["revoke", "rotate"])
+async def test_a_value_no_longer_live_is_still_scrubbed_and_refused_from_inside(broker, change: str) -> None:
+    """Revoking or rotating in Corral revokes nothing at the provider: a host that stored the old value
+    may hand it back, and the sandbox may have learnt it; both are met as for a live one."""
+    proxy, state = broker
+    rotated = "rotated-value-0123456789"
+    _set(proxy, _other()) if change == "revoke" else _set(proxy, _token(rotated), _other())
+    flow = await _send(proxy, method="GET", host="allowed.test", path="/recall")
+    assert flow.response is None
+    answered(flow, b"stored: " + VALUE.encode() + b" " + base64.b64encode(VALUE.encode()), **{"x-echo": VALUE})
+    await proxy.response(flow)
+    assert flow.response is not None
+    page = flow.response.content or b""
+    assert page.startswith(b"stored: " + TOKEN.encode()) and page.count(TOKEN.encode()) == 2
+    assert all(form not in page for form in _encodings(VALUE))
+    assert flow.response.headers["x-echo"] == TOKEN
+    reflections = [r for r in _secret_records(state) if r["rule"] == "secret-reflection"]
+    assert {(r["secret"], r["location"]) for r in reflections} == {
+        ("TOKEN", "response-body"),
+        ("TOKEN", "response-header"),
+    }
+    leak = await _send(proxy, headers={"content-type": "text/plain"}, body=b"leak=" + VALUE.encode())
+    assert "secret TOKEN itself" in _refused(leak)
+    if change == "rotate":  # the live value is what a placeholder becomes
+        flow = await _send(proxy, headers={"authorization": f"Bearer {TOKEN}"})
+        assert flow.response is None and flow.request.headers["authorization"] == f"Bearer {rotated}"
+    _no_value_written(state)
+
+
+async def test_a_value_no_longer_live_is_forgotten_when_the_proxy_restarts(broker) -> None:
+    proxy, state = broker
+    _set(proxy, _other())
+    assert proxy.shared.secrets.retired
+    await proxy.done()
+    with session_proxy(corral_state_dir=str(state), **OPTIONS) as again:
+        assert not again.shared.secrets.retired  # never persisted
+    _no_value_written(state)
 
 
 # -- WebSocket ------------------------------------------------------------------------------------
