@@ -563,10 +563,11 @@ def wait_for_egress(sb: Sandbox, timeout_s: float = 90) -> float:
     return time.monotonic() - start
 
 
-def test_a_proxy_the_agent_crashed_never_hands_the_value_back_while_it_has_none(gw: RunningGateway) -> None:
-    """The agent OOM-kills its proxy (the request bomb above); the proxy comes back knowing the
-    placeholders but not the values until the gateway's watchdog sends them, and scrubs nothing
-    meanwhile: a page of the bound host that shows the stored credential then shows it plainly."""
+def test_a_restarted_proxy_never_hands_the_value_back_while_it_has_none(gw: RunningGateway) -> None:
+    """The proxy restarts (a crash: the bombs above no longer cause one, so the host restarts it);
+    it comes back knowing the placeholders but not the values until the gateway's watchdog sends
+    them. A page of the bound host that shows the stored credential must never show it plainly
+    meanwhile: the proxy, which could not scrub it, lets nothing through to that host."""
     value = "Crash_value-5a6b7c8d9e"
     secrets = {"TOKEN": {"value": value, "allow": ["allowed.test"]}}
     with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"], secrets=secrets) as box:
@@ -575,19 +576,16 @@ def test_a_proxy_the_agent_crashed_never_hands_the_value_back_while_it_has_none(
             'curl -sk -o /dev/null -w "%{http_code}" -H "Authorization: Bearer $TOKEN" https://allowed.test/atk/store',
         )
         assert stored.output.strip() == "204", str(stored)
-        # The bomb, then the page asked as fast as the sandbox can until the values are back.
+        # The page asked as fast as the sandbox can, from the restart until the values are back.
         poll = (
             'for i in $(seq 1200); do a=$(curl -sk --max-time 2 https://allowed.test/atk/recall); echo "$a";'
             ' case "$a" in *corral_secret_*) break;; esac; done'
         )
-        answers: list[str] = []
-        for _ in range(3):  # a race with the gateway's watchdog: a few rounds
-            ran = run(box, BOMB_REQUEST + "; " + poll)
-            answers += [line for line in ran.output.splitlines() if line.startswith("stored:")]
-            assert answers, str(ran)
-            if any(holds_value(a, value) for a in answers):
-                break
+        subprocess.run(["docker", "restart", "-t", "0", f"corral-egress-{box.id}"], check=True, capture_output=True)
+        ran = run(box, poll)
+        answers = [line for line in ran.output.splitlines() if line.startswith("stored:")]
         assert not [a for a in answers if holds_value(a, value)], (answers, ran.output[-3000:])
+        assert answers and box.secrets["TOKEN"] in answers[-1], ran.output[-3000:]  # the values came back
 
 
 # -- 3. records (last: after every attack above) --------------------------------------------------
