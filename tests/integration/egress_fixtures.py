@@ -84,18 +84,28 @@ def write_test_pki(directory: Path) -> tuple[Path, Path, Path]:
     return ca_path, leaf_path, key_path
 
 
-def start_upstream(runtime: DockerHarness, directory: Path, network: str) -> Iterator[Upstream]:
+UPSTREAM_SCRIPTS = Path(__file__).parent / "upstream"
+
+
+def start_upstream(
+    runtime: DockerHarness, directory: Path, network: str, script: str = "server.py", name: str = "corral-upstream"
+) -> Iterator[Upstream]:
+    """The fake upstream (``script``, one of upstream/'s servers, run with server.py beside it) on ``network``."""
     runtime.ensure_egress_network(network)
     ca_path, leaf, _ = write_test_pki(directory / "pki")
-    script = Path(__file__).parent / "upstream" / "server.py"
-    name = f"corral-upstream-{os.getpid()}"
+    name = f"{name}-{os.getpid()}"
     address = runtime.start_service(
         name,
         images.DESKTOP_IMAGE,
-        ["/opt/corral/bin/python", "/srv/server.py", "/pki/leaf.pem", "/pki/leaf.key"],
+        ["/opt/corral/bin/python", f"/srv/{script}", "/pki/leaf.pem", "/pki/leaf.key"],
         network,
         UPSTREAM_NAMES,
-        {str(script): "/srv/server.py", str(leaf.parent): "/pki", str(script.parent / "pages"): "/srv/pages"},
+        {
+            str(UPSTREAM_SCRIPTS / "server.py"): "/srv/server.py",
+            str(UPSTREAM_SCRIPTS / script): f"/srv/{script}",
+            str(leaf.parent): "/pki",
+            str(UPSTREAM_SCRIPTS / "pages"): "/srv/pages",
+        },
         labels={"corral.test": "1"},
     )
     deadline = time.monotonic() + 30

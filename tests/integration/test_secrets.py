@@ -24,14 +24,13 @@ import logging
 import os
 import re
 import secrets
-import time
 import urllib.parse
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from PIL import Image
@@ -45,10 +44,10 @@ from .conftest import center, find_color
 from .dockerutil import DockerHarness
 from .egress_fixtures import Upstream, gateway_to, start_upstream
 from .gateway_fixtures import KEY_A, RunningGateway
+from .test_egress import wait_for
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
 
-T = TypeVar("T")
 
 ALLOW = ["allowed.test", "other.test"]  # other.test: allowed, but no secret is bound to it
 # name -> (allow, in); "in" None: the default, headers only.
@@ -88,15 +87,6 @@ def leak_forms(value: str) -> set[bytes]:
 def leaks(blob: bytes, values: list[str]) -> list[str]:
     """Which values (by their first characters) ``blob`` holds in any form."""
     return [value[:12] for value in values if any(form in blob for form in leak_forms(value))]
-
-
-def wait_for(predicate: Callable[[], T], timeout_s: float = 10.0, interval_s: float = 0.1) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(interval_s)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Red-team attacks on brokered secrets (issue 14), played for real: a gateway with egress, the
 session's real proxy and sandbox, and a malicious upstream on a bound host
-(tests/integration/upstream/attack_server.py, a copy of server.py with ``/atk/`` endpoints).
+(tests/integration/upstream/attack_server.py: server.py plus ``/atk/`` endpoints).
 
 The agent is the sandbox's: commands by ``exec`` (uid 1100) that hold only the placeholder in
 ``$TOKEN``. Each test asserts the secure behaviour: the value never reaches the sandbox, a host it is
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import html
-import importlib.util
 import json
 import logging
 import os
@@ -24,28 +23,18 @@ from typing import Any
 
 import pytest
 
-from corral import images
 from corral.sdk import Sandbox
 
 from .dockerutil import DockerHarness
-from .egress_fixtures import Upstream, gateway_to, write_test_pki
+from .egress_fixtures import Upstream, gateway_to, start_upstream
 from .gateway_fixtures import KEY_A, RunningGateway
 from .test_command_egress import Ran, run
+from .upstream import attack_server
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
 
 # Characters that encoders disagree about: / + ! & < (all legal in a header value).
 VALUE = "Sk_live/9f3c+A1b!x&<z"
-NAMES = ["allowed.test", "other.test", "api.allowed.test", "doh.test", "slow.test"]
-SCRIPT = Path(__file__).parent / "upstream" / "attack_server.py"
-
-
-def _attack_server() -> Any:
-    spec = importlib.util.spec_from_file_location("attack_server", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def forms(value: str) -> list[bytes]:
@@ -109,28 +98,8 @@ def gateway_log() -> Iterator[LogCapture]:
 
 @pytest.fixture(scope="module")
 def upstream(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[Upstream]:
-    network = f"corral-egress-atk-{os.getpid()}"
-    runtime.ensure_egress_network(network)
-    directory = tmp_path_factory.mktemp("atk-upstream")
-    ca_path, leaf, _ = write_test_pki(directory / "pki")
-    name = f"corral-upstream-atk-{os.getpid()}"
-    address = runtime.start_service(
-        name,
-        images.DESKTOP_IMAGE,
-        ["/opt/corral/bin/python", "/srv/server.py", "/pki/leaf.pem", "/pki/leaf.key"],
-        network,
-        NAMES,
-        {str(SCRIPT): "/srv/server.py", str(leaf.parent): "/pki", str(SCRIPT.parent / "pages"): "/srv/pages"},
-        labels={"corral.test": "1"},
-    )
-    deadline = time.monotonic() + 30
-    while "READY" not in runtime.logs(name, 50):
-        assert time.monotonic() < deadline, runtime.logs(name, 50)
-        time.sleep(0.1)
-    try:
-        yield Upstream(name, address, network, ca_path)
-    finally:
-        runtime.remove(name)
+    directory, network = tmp_path_factory.mktemp("atk-upstream"), f"corral-egress-atk-{os.getpid()}"
+    yield from start_upstream(runtime, directory, network, "attack_server.py", "corral-upstream-atk")
 
 
 @pytest.fixture(scope="module")
@@ -404,7 +373,6 @@ def test_the_value_never_travels_in_cleartext(runtime: DockerHarness, upstream: 
 
 # -- 2. the value back into the sandbox from a bound upstream -------------------------------------
 
-ATTACK = _attack_server()
 HONEST_FORMS = ["plain", "lowerpct", "jsuri", "gojson", "entities", "jsonu"]
 # Forms only a malicious upstream would write, scrubbed all the same; what no scrubber can undo
 # (a hash, a part of the value, compression inside the data...) is listed in docs/secrets.md.
@@ -414,7 +382,7 @@ ADVERSARIAL_FORMS = ["hex", "upper", "b64mime"]
 @pytest.mark.parametrize("form", HONEST_FORMS + ADVERSARIAL_FORMS)
 def test_a_reflected_value_is_scrubbed_in_the_encodings_real_servers_write(sb: Sandbox, form: str) -> None:
     ran = run(sb, bearer(f"/atk/reflect/{form}"))
-    reflected = ATTACK._reflected(form, VALUE.encode()).decode()
+    reflected = attack_server._reflected(form, VALUE.encode()).decode()
     assert ran.output.startswith("reflected:"), str(ran)
     assert reflected not in ran.output, (form, ran.output)
 

@@ -247,13 +247,22 @@ def _page(path: str) -> bytes | None:
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
-    def _answer(self) -> None:
+    def _read_body(self) -> bytes:
         length = int(self.headers.get("content-length") or 0)
-        body = self.rfile.read(length) if length else b""
+        return self.rfile.read(length) if length else b""
+
+    def _intercepted(self, hit: dict[str, object], body: bytes) -> bool:
+        """A hook for a variant of this upstream (attack_server.py): True when it answered the request itself."""
+        return False
+
+    def _answer(self) -> None:
+        body = self._read_body()
         host = (self.headers.get("host") or "").split(":")[0]
         tls = isinstance(self.connection, ssl.SSLSocket)
         hit = {"host": host, "method": self.command, "path": self.path, "tls": tls, "bytes": len(body)}
         say("HIT " + json.dumps(hit))
+        if self._intercepted(hit, body):
+            return
         if self.path.startswith("/ws") and self.headers.get("upgrade", "").lower() == "websocket":
             self._echo_websocket()
             return
@@ -363,10 +372,10 @@ def udp_echo() -> None:
         sock.sendto(data, peer)
 
 
-def main() -> None:
+def main(handler: type[Handler] = Handler) -> None:
     cert, key = sys.argv[1], sys.argv[2]
-    plain = Server(("0.0.0.0", 80), Handler)
-    secure = Server(("0.0.0.0", 443), Handler)
+    plain = Server(("0.0.0.0", 80), handler)
+    secure = Server(("0.0.0.0", 443), handler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     secure.socket = context.wrap_socket(secure.socket, server_side=True)

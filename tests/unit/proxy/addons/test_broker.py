@@ -675,19 +675,27 @@ async def test_an_answer_past_the_decoding_cap_is_refused(broker) -> None:
     assert "too large" in _refused(flow, 502, "secret-reflection")
 
 
-async def test_a_long_body_is_scanned_off_the_event_loop(broker, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def threaded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the functions the broker hands to asyncio.to_thread (which still runs them)."""
     import asyncio
 
     from corral.proxy.addons import broker as module
 
-    threaded: list[str] = []
+    names: list[str] = []
     to_thread = asyncio.to_thread
 
     async def recording(work: Any, *args: Any) -> Any:
-        threaded.append(work.__name__)
+        names.append(work.__name__)
         return await to_thread(work, *args)
 
     monkeypatch.setattr(module.asyncio, "to_thread", recording)
+    return names
+
+
+async def test_a_long_body_is_scanned_off_the_event_loop(broker, threaded: list[str]) -> None:
+    from corral.proxy.addons import broker as module
+
     proxy, _state = broker
     body = b"x" * (module.THREAD_MIN + 1)
     flow = await _send(proxy, headers={"content-type": "text/plain"}, body=body + TOKEN.encode())
@@ -700,20 +708,10 @@ async def test_a_long_body_is_scanned_off_the_event_loop(broker, monkeypatch: py
 
 
 async def test_a_compressed_body_that_may_decode_long_is_scanned_off_the_event_loop(
-    broker, monkeypatch: pytest.MonkeyPatch
+    broker, threaded: list[str]
 ) -> None:
-    import asyncio
-
     from corral.proxy.addons import broker as module
 
-    threaded: list[str] = []
-    to_thread = asyncio.to_thread
-
-    async def recording(work: Any, *args: Any) -> Any:
-        threaded.append(work.__name__)
-        return await to_thread(work, *args)
-
-    monkeypatch.setattr(module.asyncio, "to_thread", recording)
     proxy, _state = broker
     flow = await _send(proxy, headers={"authorization": f"Bearer {TOKEN}"})
     answered(flow, b"", **{"content-type": "text/plain", "content-encoding": "gzip"})
