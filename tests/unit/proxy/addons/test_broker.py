@@ -448,12 +448,19 @@ def _websocket() -> http.HTTPFlow:
     return flow
 
 
+async def _sent(proxy: Any, text: str, from_client: bool = True, flow: http.HTTPFlow | None = None) -> http.HTTPFlow:
+    """A WebSocket text message (on ``flow``, else a new one) through the broker's hook."""
+    flow = flow if flow is not None else _websocket()
+    assert flow.websocket is not None
+    flow.websocket.messages.append(WebSocketMessage(Opcode.TEXT, from_client, text.encode()))
+    await proxy.hook("websocket_message", flow)
+    return flow
+
+
 async def test_a_websocket_message_with_a_placeholder_kills_the_flow(broker) -> None:
     proxy, state = broker
-    flow = _websocket()
+    flow = await _sent(proxy, f"auth {TOKEN}")
     assert flow.websocket is not None
-    flow.websocket.messages.append(WebSocketMessage(Opcode.TEXT, True, f"auth {TOKEN}".encode()))
-    await proxy.hook("websocket_message", flow)
     assert flow.websocket.messages[-1].dropped and not flow.live
     block = records(state)[-1]
     assert (block["event"], block["secret"], block["location"], block["exfiltration"]) == (
@@ -466,10 +473,8 @@ async def test_a_websocket_message_with_a_placeholder_kills_the_flow(broker) -> 
 
 async def test_a_websocket_server_message_with_a_value_is_scrubbed(broker) -> None:
     proxy, state = broker
-    flow = _websocket()
+    flow = await _sent(proxy, f"you sent {VALUE}", from_client=False)
     assert flow.websocket is not None
-    flow.websocket.messages.append(WebSocketMessage(Opcode.TEXT, False, f"you sent {VALUE}".encode()))
-    await proxy.hook("websocket_message", flow)
     assert flow.websocket.messages[-1].content == f"you sent {TOKEN}".encode() and flow.live
     assert _secret_records(state)[-1]["location"] == "websocket"
 
@@ -746,11 +751,9 @@ async def test_the_connection_of_a_websocket_carrying_a_placeholder_is_closed(br
     flow = _websocket()
     server.serve(flow)
     assert flow.websocket is not None
-    flow.websocket.messages.append(WebSocketMessage(Opcode.TEXT, True, f"auth {TOKEN}".encode()))
-    await proxy.hook("websocket_message", flow)
+    await _sent(proxy, f"auth {TOKEN}", flow=flow)
     assert server.closed == [flow.client_conn]  # mitmproxy's WebSocket layer would only drop the message
-    flow.websocket.messages.append(WebSocketMessage(Opcode.TEXT, True, b"hello"))
-    await proxy.hook("websocket_message", flow)
+    await _sent(proxy, "hello", flow=flow)
     assert server.closed == [flow.client_conn]
 
 
