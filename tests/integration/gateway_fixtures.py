@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import time
-from collections.abc import Iterator
+import zipfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -13,6 +16,7 @@ import httpx
 
 from corral.gateway.server import running
 from corral.gateway.settings import GatewaySettings
+from corral.recording.bundle import Bundle, read_bundle
 
 KEY_A = "test-key-a"
 KEY_B = "test-key-b"
@@ -61,3 +65,43 @@ def gateway(data_dir: Path, instance: str, **overrides: object) -> Iterator[Runn
     settings = GatewaySettings(**values)  # type: ignore[arg-type]
     with running(settings):
         yield RunningGateway(settings)
+
+
+def unpack_recording(
+    gw: RunningGateway, session_id: str, target: Path, ready: Callable[[Bundle], bool] | None = None
+) -> Path:
+    """The session's recording, downloaded into ``target`` and unpacked: its directory. With
+    ``ready``, downloaded again until the bundle satisfies it (the recorder catches up after the end)."""
+    deadline = time.monotonic() + 15
+    while True:
+        with gw.client(KEY_A) as c:
+            response = c.get(f"/v1/sessions/{session_id}/recording")
+        assert response.status_code == 200, response.text
+        (target / "bundle.zip").write_bytes(response.content)
+        with zipfile.ZipFile(target / "bundle.zip") as archive:
+            archive.extractall(target)
+        if ready is None or ready(read_bundle(target / session_id)):
+            return target / session_id
+        assert time.monotonic() < deadline, "the recording did not catch up"
+        time.sleep(0.2)
+
+
+def replay_cli(gw: RunningGateway, bundle: Path, tmp_path: Path, *extra: str) -> tuple[int, str, str]:
+    """``corral replay`` of ``bundle`` against the gateway: its exit code, its JUnit XML and its HTML
+    report (each the command's output when it wrote none)."""
+    junit, report = tmp_path / "junit.xml", tmp_path / "report.html"
+    outputs = ["--junit", str(junit), "--report", str(report)]
+    done = subprocess.run(
+        [sys.executable, "-m", "corral.cli", "replay", str(bundle), "--against", gw.url, *outputs, *extra],
+        env={**os.environ, "CORRAL_API_KEY": KEY_A},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    output = done.stdout + done.stderr
+    return (
+        done.returncode,
+        junit.read_text() if junit.exists() else output,
+        report.read_text() if report.exists() else output,
+    )

@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import sys
 import time
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from corral.sdk import Sandbox
 
 from .dockerutil import DockerHarness
 from .egress_fixtures import Upstream, gateway_to, start_upstream
-from .gateway_fixtures import KEY_A, KEY_B, RunningGateway
+from .gateway_fixtures import KEY_A, KEY_B, RunningGateway, unpack_recording
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
 
@@ -65,14 +64,7 @@ def recorded(gw: RunningGateway, tmp_path_factory: pytest.TempPathFactory) -> Pa
             _wait_title(sb, "counter")
         sb.act({"type": "scroll", "direction": "down", "clicks": 1}, wait_for="stable", screenshot=True)
         session_id = sb.id
-    target = tmp_path_factory.mktemp("recorded")
-    with gw.client() as c:
-        response = c.get(f"/v1/sessions/{session_id}/recording")
-    assert response.status_code == 200, response.text
-    (target / "bundle.zip").write_bytes(response.content)
-    with zipfile.ZipFile(target / "bundle.zip") as archive:
-        archive.extractall(target)
-    return target / session_id
+    return unpack_recording(gw, session_id, tmp_path_factory.mktemp("recorded"))
 
 
 def _replay(gw: RunningGateway, bundle: Path, tmp_path: Path, *extra: str) -> tuple[int, str, str]:

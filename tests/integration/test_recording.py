@@ -17,7 +17,7 @@ from corral.sdk import Sandbox
 
 from .conftest import html_url
 from .dockerutil import DockerHarness
-from .gateway_fixtures import KEY_A, KEY_B, RunningGateway, gateway
+from .gateway_fixtures import KEY_A, KEY_B, RunningGateway, gateway, replay_cli, unpack_recording
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
 
@@ -121,39 +121,6 @@ def _page(text: str, color: str) -> str:
     return html_url(body, script.replace("{text}", text).replace("{color}", color))
 
 
-def _replay(gw: RunningGateway, bundle: Path, tmp_path: Path, *extra: str) -> tuple[int, str, str]:
-    import subprocess
-    import sys
-
-    junit, report = tmp_path / "junit.xml", tmp_path / "report.html"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "corral.cli",
-            "replay",
-            str(bundle),
-            "--against",
-            gw.url,
-            "--junit",
-            str(junit),
-            "--report",
-            str(report),
-            *extra,
-        ],
-        env={**os.environ, "CORRAL_API_KEY": KEY_A},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    return (
-        done.returncode,
-        junit.read_text() if junit.exists() else done.stderr,
-        (report.read_text() if report.exists() else done.stdout + done.stderr),
-    )
-
-
 def _edit_events(directory: Path, edit: object) -> None:
     events = directory / "events.jsonl"
     lines = [json.loads(line) for line in events.read_text().splitlines() if line]
@@ -163,7 +130,6 @@ def _edit_events(directory: Path, edit: object) -> None:
 @pytest.fixture(scope="module")
 def recorded(gw: RunningGateway, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A scripted session, recorded and downloaded: navigate, click, type, Enter."""
-    import zipfile
 
     with Sandbox.create(url=gw.url, api_key=KEY_A) as sb:
         sb.act({"type": "navigate", "url": _page("done", "#cfc")}, wait_for="stable", screenshot=True)
@@ -172,17 +138,13 @@ def recorded(gw: RunningGateway, tmp_path_factory: pytest.TempPathFactory) -> Pa
         sb.act({"type": "type", "text": "hello"}, wait_for="stable", screenshot=True)
         sb.act({"type": "key", "keys": "Return"}, wait_for="stable", screenshot=True)
         session_id = sb.id
-    target = tmp_path_factory.mktemp("recorded")
-    zipped = _download(gw, session_id, target / "bundle.zip")
-    with zipfile.ZipFile(zipped) as archive:
-        archive.extractall(target)
-    directory = target / session_id
+    directory = unpack_recording(gw, session_id, tmp_path_factory.mktemp("recorded"))
     assert len(read_bundle(directory).actions) == 4
     return directory
 
 
 def test_a_recording_replays_cleanly(gw: RunningGateway, recorded: Path, tmp_path: Path) -> None:
-    code, junit, report = _replay(gw, recorded, tmp_path)
+    code, junit, report = replay_cli(gw, recorded, tmp_path)
     assert code == 0, report
     assert 'tests="4"' in junit and 'failures="0"' in junit
 
@@ -196,7 +158,7 @@ def test_an_altered_frame_fails_exactly_that_step(gw: RunningGateway, recorded: 
     image = Image.open(frame).convert("RGB")
     image.paste((0, 0, 0), (0, 0, image.width // 2, image.height // 2))
     image.save(frame, "WEBP")
-    code, junit, report = _replay(gw, altered, tmp_path)
+    code, junit, report = replay_cli(gw, altered, tmp_path)
     assert code == 1
     assert 'failures="1"' in junit and "step 2:" in junit.split("<failure")[0].rsplit("<testcase", 1)[1]
     assert "Step 2: click" in report and report.count("DIVERGED") == 1 and "1 step(s) diverged" in report
@@ -217,7 +179,7 @@ def test_a_changed_page_fails_exactly_the_step_that_shows_it(
         return events
 
     _edit_events(changed, point_at_the_new_page)
-    code, junit, _ = _replay(gw, changed, tmp_path)
+    code, junit, _ = replay_cli(gw, changed, tmp_path)
     assert code == 1 and 'failures="1"' in junit
     failing = junit.split("<failure")[0].rsplit("<testcase", 1)[1]
     assert "step 4: key" in failing
@@ -233,11 +195,11 @@ def test_a_bundle_cut_short_replays_to_its_end_and_foreign_ones_get_a_clear_erro
     _edit_events(cut, lambda events: events[:2])
     with (cut / "events.jsonl").open("a") as events:
         events.write('{"seq": 3, "event": "acti')
-    code, junit, report = _replay(gw, cut, tmp_path)
+    code, junit, report = replay_cli(gw, cut, tmp_path)
     assert code == 0 and 'tests="2"' in junit, report
     foreign = tmp_path / "foreign.zip"
     foreign.write_bytes(b"PK\x05\x06" + b"\0" * 18)  # an empty zip
-    code, _, output = _replay(gw, foreign, tmp_path / "x")
+    code, _, output = replay_cli(gw, foreign, tmp_path / "x")
     assert code == 2 and "not a Corral recording" in output and "Traceback" not in output
 
 

@@ -7,11 +7,8 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 import threading
 import time
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +19,7 @@ from corral.recording.bundle import read_bundle
 from corral.recording.redact import INPUT_PREFIX_BYTES
 from corral.sdk import Sandbox
 
-from .gateway_fixtures import KEY_A, RunningGateway, gateway
+from .gateway_fixtures import KEY_A, RunningGateway, gateway, replay_cli, unpack_recording
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
 
@@ -50,49 +47,7 @@ def recorded(gw: RunningGateway, tmp_path_factory: pytest.TempPathFactory) -> Pa
         sb.act({"type": "process_wait", "pid": started["result"]["pid"], "timeout_ms": 10_000})
         session_id = sb.id
     target = tmp_path_factory.mktemp("recorded-commands")
-    deadline = time.monotonic() + 15
-    while True:
-        with gw.client(KEY_A) as c:
-            response = c.get(f"/v1/sessions/{session_id}/recording")
-        assert response.status_code == 200, response.text
-        (target / "bundle.zip").write_bytes(response.content)
-        with zipfile.ZipFile(target / "bundle.zip") as archive:
-            archive.extractall(target)
-        if len(read_bundle(target / session_id).actions) == 6:
-            return target / session_id
-        assert time.monotonic() < deadline, "the recording did not catch up"
-        time.sleep(0.2)
-
-
-def _replay(gw: RunningGateway, bundle: Path, tmp_path: Path, *extra: str) -> tuple[int, str, str]:
-    junit, report = tmp_path / "junit.xml", tmp_path / "report.html"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "corral.cli",
-            "replay",
-            str(bundle),
-            "--against",
-            gw.url,
-            "--junit",
-            str(junit),
-            "--report",
-            str(report),
-            *extra,
-        ],
-        env={**os.environ, "CORRAL_API_KEY": KEY_A},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    output = done.stdout + done.stderr
-    return (
-        done.returncode,
-        junit.read_text() if junit.exists() else output,
-        report.read_text() if report.exists() else output,
-    )
+    return unpack_recording(gw, session_id, target, lambda bundle: len(bundle.actions) == 6)
 
 
 def test_the_bundle_holds_commands_and_files_redacted(recorded: Path) -> None:
@@ -128,7 +83,7 @@ def test_the_bundle_holds_commands_and_files_redacted(recorded: Path) -> None:
 
 
 def test_the_recording_replays_against_a_fresh_sandbox(gw: RunningGateway, recorded: Path, tmp_path: Path) -> None:
-    code, junit, report = _replay(gw, recorded, tmp_path, "--expect", "stdout=exact")
+    code, junit, report = replay_cli(gw, recorded, tmp_path, "--expect", "stdout=exact")
     assert code == 0, report
     assert 'tests="6"' in junit and 'failures="0"' in junit and 'skipped="1"' in junit, junit
     assert "exit code matches: 0, recorded 0" in junit and "stdout matches" in junit
@@ -146,7 +101,7 @@ def test_a_different_exit_code_fails_that_step_with_a_clear_verdict(
     lines: list[dict[str, Any]] = [json.loads(line) for line in events.read_text().splitlines() if line]
     lines[1]["reply"]["result"]["exit_code"] = 1  # step 2 recorded as failing; it exits 0 again
     events.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    code, junit, report = _replay(gw, changed, tmp_path)
+    code, junit, report = replay_cli(gw, changed, tmp_path)
     assert code == 1, report
     assert 'failures="1"' in junit
     failing = junit.split("<failure")[0].rsplit("<testcase", 1)[1]
@@ -194,19 +149,8 @@ def recorded_more(gw: RunningGateway, tmp_path_factory: pytest.TempPathFactory) 
         _kill_while_it_runs(sb)
         session_id = sb.id
     target = tmp_path_factory.mktemp("recorded-more")
-    deadline = time.monotonic() + 15
-    while True:
-        with gw.client(KEY_A) as c:
-            response = c.get(f"/v1/sessions/{session_id}/recording")
-        assert response.status_code == 200, response.text
-        (target / "bundle.zip").write_bytes(response.content)
-        with zipfile.ZipFile(target / "bundle.zip") as archive:
-            archive.extractall(target)
-        # The killed exec ends last (its event after the kill's); process_list ran as often as it took.
-        if any(_ran(e, "sleep 600") for e in read_bundle(target / session_id).actions):
-            return target / session_id
-        assert time.monotonic() < deadline, "the recording did not catch up"
-        time.sleep(0.2)
+    # The killed exec ends last (its event after the kill's); process_list ran as often as it took.
+    return unpack_recording(gw, session_id, target, lambda bundle: any(_ran(e, "sleep 600") for e in bundle.actions))
 
 
 def _ran(event: dict[str, Any], command: str) -> bool:
@@ -251,7 +195,7 @@ def test_a_kill_sent_while_its_exec_ran_came_in_after_it_though_it_ended_first(r
 def test_the_second_recording_replays_in_the_order_requests_came_in(
     gw: RunningGateway, recorded_more: Path, tmp_path: Path
 ) -> None:
-    code, junit, report = _replay(gw, recorded_more, tmp_path)
+    code, junit, report = replay_cli(gw, recorded_more, tmp_path)
     assert code == 0, report
     assert 'failures="0"' in junit and 'skipped="1"' in junit, junit
     # Each step's reason is in the report (JUnit lists a passed step's checks only).
