@@ -248,12 +248,43 @@ def test_the_viewer_follows_a_live_session_and_stops_when_it_ends(gw: RunningGat
 HOSTILE = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">&amp;'
 
 
-def _plant_command_recording(gw: RunningGateway) -> str:
-    """An ended recording of an exec whose output is hostile markup, and a file_write, as the
-    recorder writes them (redacted); the viewer reads it like any other."""
+def _plant(directory: Path, events: list[dict[str, Any]], *, action_ids: bool) -> str:
+    """An ended recording of ``events`` (redacted as the recorder does) in ``directory``, the
+    session's under the gateway's recordings, owned by KEY_A; returns its session id. HTTP transfers
+    name no action (``action_ids`` false), as the controller records them."""
     from corral.gateway.auth import key_id
     from corral.recording.redact import redact
 
+    lines = [
+        {
+            "seq": n,
+            "time": 1.0,
+            "event": "action",
+            "action_id": f"a{n}.test" if action_ids else None,
+            "started": 1.0,
+            "frame": None,
+            **redact(e),
+        }
+        for n, e in enumerate(events, start=1)
+    ]
+    (directory / "events.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    manifest = {
+        "format": "corral-recording",
+        "version": 1,
+        "session": directory.name,
+        "created_at": 1.0,
+        "ended_at": 2.0,
+        "viewport": {"width": 1280, "height": 800},
+    }
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    (directory / ".owner").write_text(key_id(KEY_A))
+    assert len(read_bundle(directory).actions) == len(events)  # the strict reader takes it
+    return directory.name
+
+
+def _plant_command_recording(gw: RunningGateway) -> str:
+    """An ended recording of an exec whose output is hostile markup, and a file_write, as the
+    recorder writes them (redacted); the viewer reads it like any other."""
     session_id = f"ses_cmdview{os.getpid()}"
     directory = Path(gw.settings.data_dir) / "recordings" / session_id
     (directory / "frames").mkdir(parents=True)
@@ -281,31 +312,7 @@ def _plant_command_recording(gw: RunningGateway) -> str:
             "reply": {"ok": True, "result": {"path": "/workspace/notes.txt", "size": 6, "sha256": sha}},
         },
     ]
-    lines = [
-        {
-            "seq": n,
-            "time": 1.0,
-            "event": "action",
-            "action_id": f"a{n}.test",
-            "started": 1.0,
-            "frame": None,
-            **redact(e),
-        }
-        for n, e in enumerate(events, start=1)
-    ]
-    (directory / "events.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    manifest = {
-        "format": "corral-recording",
-        "version": 1,
-        "session": session_id,
-        "created_at": 1.0,
-        "ended_at": 2.0,
-        "viewport": {"width": 1280, "height": 800},
-    }
-    (directory / "manifest.json").write_text(json.dumps(manifest))
-    (directory / ".owner").write_text(key_id(KEY_A))
-    assert len(read_bundle(directory).actions) == 2  # the strict reader takes it
-    return session_id
+    return _plant(directory, events, action_ids=True)
 
 
 def test_commands_show_their_output_as_text_and_files_their_digest(gw: RunningGateway, browser: Any) -> None:
@@ -345,9 +352,6 @@ def test_commands_show_their_output_as_text_and_files_their_digest(gw: RunningGa
 def _plant_transfer_recording(gw: RunningGateway) -> str:
     """An ended recording of an exec with an env secret and files moved over HTTP, as the controller
     records them (corral.sandbox.transfer_record) and redacts them."""
-    from corral.gateway.auth import key_id
-    from corral.recording.redact import redact
-
     session_id = f"ses_xferview{os.getpid()}"
     directory = Path(gw.settings.data_dir) / "recordings" / session_id
     (directory / "frames").mkdir(parents=True)
@@ -372,23 +376,7 @@ def _plant_transfer_recording(gw: RunningGateway) -> str:
             "reply": {"ok": True, "result": {**down, "sha256": "b" * 64, "complete": False, "cut": "the client left"}},
         },
     ]
-    lines = [
-        {"seq": n, "time": 1.0, "event": "action", "action_id": None, "started": 1.0, "frame": None, **redact(e)}
-        for n, e in enumerate(events, start=1)
-    ]
-    (directory / "events.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    manifest = {
-        "format": "corral-recording",
-        "version": 1,
-        "session": session_id,
-        "created_at": 1.0,
-        "ended_at": 2.0,
-        "viewport": {"width": 1280, "height": 800},
-    }
-    (directory / "manifest.json").write_text(json.dumps(manifest))
-    (directory / ".owner").write_text(key_id(KEY_A))
-    assert len(read_bundle(directory).actions) == 3
-    return session_id
+    return _plant(directory, events, action_ids=False)
 
 
 def test_files_moved_over_http_show_as_file_steps_and_env_by_name_only(gw: RunningGateway, browser: Any) -> None:
