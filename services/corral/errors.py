@@ -68,6 +68,12 @@ class ErrorCode(StrEnum):
     DIRECTORY_NOT_EMPTY = "directory_not_empty"
     NO_SPACE = "no_space"
     FILE_FAILED = "file_failed"
+    # The tools over commands and files (the editor, patches) and the vendors' tool calls.
+    NO_MATCH = "no_match"
+    MULTIPLE_MATCHES = "multiple_matches"
+    NOTHING_TO_UNDO = "nothing_to_undo"
+    PATCH_FAILED = "patch_failed"
+    UNKNOWN_TOOL = "unknown_tool"
     # The controller's door (corral.sandbox.guard): browsers, callers without its secret, wrong media types.
     FORBIDDEN = "forbidden"
     UNAUTHORIZED = "unauthorized"

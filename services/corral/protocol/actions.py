@@ -721,6 +721,101 @@ ProcessAction = Exec | ProcessList | ProcessWait | ProcessKill | ProcessWrite | 
 PROCESS_ACTIONS: tuple[type[_Action], ...] = get_args(ProcessAction)
 
 
+# -- tools over commands and files: a persistent shell, a text editor, patches, search -------------------------
+# The vendors' shell, editor and patch tools (corral.protocol.vendor) translate to these; native clients
+# may send them too. All run as the agent's uid, outside the desktop's lock (docs/protocol.md, "Tools").
+
+SHELL_TIMEOUT_MS = 120_000  # the reference bash tool's 120 s
+MAX_TOOL_OUTPUT_CHARS = 16_000  # the reference tools' cut (their MAX_RESPONSE_LEN), with a note saying so
+
+
+class Shell(_Action):
+    """A command in the session's one persistent bash, as the agent: its working directory, exported
+    variables and functions survive between calls, and stdout and stderr come interleaved, as a
+    terminal shows them. ``restart`` starts a fresh bash first (alone: only that). A command still
+    running at ``timeout_ms`` fails with ``timeout``; its whole tree is killed and the shell restarted."""
+
+    type: Literal["shell"]
+    command: Annotated[CleanText, Field(min_length=1, max_length=MAX_COMMAND_BYTES)] | None = None
+    restart: bool = False
+    timeout_ms: Annotated[int, Field(ge=1, le=MAX_PROCESS_TIMEOUT_MS)] = SHELL_TIMEOUT_MS
+    max_output_chars: Annotated[int, Field(ge=0, le=1 << 24)] = MAX_TOOL_OUTPUT_CHARS
+
+    @model_validator(mode="after")
+    def _command_or_restart(self) -> Self:
+        if self.command is None and not self.restart:
+            raise PydanticCustomError("missing_field", "give a command, or restart: true")
+        return self
+
+
+EditCommand = Literal["view", "create", "str_replace", "insert", "undo_edit"]
+
+
+class Edit(_Action):
+    """The text editor, with the reference editor's behaviour and wording (Anthropic's
+    ``str_replace_based_edit_tool``): ``view`` a file (numbered lines) or a directory (two levels),
+    ``create`` a file that does not exist, ``str_replace`` exactly one match (or every one with
+    ``replace_all``), ``insert`` after a line (0: at the top), ``undo_edit`` the last edit of a path."""
+
+    type: Literal["edit"]
+    command: EditCommand
+    path: AgentPath  # absolute
+    file_text: Utf8Text | None = None  # create
+    old_str: Utf8Text | None = None  # str_replace
+    new_str: Utf8Text | None = None  # str_replace (absent: ""), insert
+    replace_all: bool = False  # str_replace
+    insert_line: Annotated[int, Field(ge=0)] | None = None  # insert
+    view_range: tuple[int, int] | None = None  # view: [first, last], 1-based, last -1 for the end
+    max_characters: Annotated[int, Field(ge=1, le=1 << 24)] | None = None  # view: cut the output to this
+
+
+PatchOperation = Literal["create_file", "update_file", "delete_file"]
+
+
+class ApplyPatch(_Action):
+    """One file operation of a patch (OpenAI's ``apply_patch``): create a file, update one with a V4A
+    diff, or delete one. All or nothing: a diff whose context is gone changes nothing."""
+
+    type: Literal["apply_patch"]
+    operation: PatchOperation
+    path: AgentPath  # absolute, or relative to /workspace
+    diff: Utf8Text | None = None  # V4A; create_file: the new lines, each starting with '+'
+
+    @model_validator(mode="after")
+    def _diff_unless_delete(self) -> Self:
+        if self.operation != "delete_file" and self.diff is None:
+            raise PydanticCustomError(
+                "missing_field", "{missing} is needed to create or update a file", {"missing": "diff"}
+            )
+        return self
+
+
+class FileGlob(_Action):
+    """Paths under ``path`` matching a doublestar pattern (``**/*.py``), newest first."""
+
+    type: Literal["file_glob"]
+    pattern: Annotated[CleanText, Field(min_length=1, max_length=1_000)]
+    path: AgentPath = DEFAULT_WORKDIR
+    limit: Annotated[int, Field(ge=1, le=MAX_LIST_ENTRIES)] = 1_000
+
+
+class FileGrep(_Action):
+    """Lines matching a regular expression (ripgrep's syntax) in the files under ``path``."""
+
+    type: Literal["file_grep"]
+    pattern: Annotated[CleanText, Field(min_length=1, max_length=1_000)]
+    path: AgentPath = DEFAULT_WORKDIR
+    glob: Annotated[CleanText, Field(min_length=1, max_length=1_000)] | None = None  # only files matching it
+    ignore_case: bool = False
+    limit: Annotated[int, Field(ge=1, le=MAX_LIST_ENTRIES)] = 1_000  # matching lines
+
+
+ToolAction = Shell | Edit | ApplyPatch | FileGlob | FileGrep
+"""Tools built over commands and files (corral.sandbox.shell, corral.sandbox.editor, corral.sandbox.patch,
+corral.sandbox.search), outside the desktop's lock."""
+TOOL_ACTIONS: tuple[type[_Action], ...] = get_args(ToolAction)
+
+
 # -- the session's secrets (placeholders only: the sandbox never holds a value) ------------------------------
 
 
@@ -768,6 +863,11 @@ AnyAction = (
     | ProcessWrite
     | ProcessOutput
     | ProcessResize
+    | Shell
+    | Edit
+    | ApplyPatch
+    | FileGlob
+    | FileGrep
     | Secrets
 )
 """Every native action: the one list. A new action is added here, and everything else follows from it:

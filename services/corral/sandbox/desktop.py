@@ -227,6 +227,10 @@ class Desktop:
                 if self.files is None:
                     raise ActionError(ErrorCode.UNSUPPORTED, "this controller cannot reach the agent's files")
                 return ActionResult(await self.files.run(action))
+            case a.Shell():
+                raise ActionError(ErrorCode.UNSUPPORTED, "the persistent shell is being built (issue 13)")
+            case a.Edit() | a.ApplyPatch() | a.FileGlob() | a.FileGrep():
+                raise ActionError(ErrorCode.UNSUPPORTED, "the editor, patches and search are being built (issue 13)")
             case a.Secrets():
                 return ActionResult({"secrets": dict(self.placeholders.by_name)})
             case _:

@@ -11,7 +11,7 @@ from typing import Any
 
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import reply
-from corral.protocol.actions import FILE_ACTIONS, PROCESS_ACTIONS, Secrets
+from corral.protocol.actions import FILE_ACTIONS, PROCESS_ACTIONS, TOOL_ACTIONS, Secrets
 from corral.protocol.envelope import Limits, decode, plan_request, request_id_of
 from corral.protocol.plan import ActionResult, EncodedImage, Plan, RequestId
 from corral.sandbox.desktop import Desktop
@@ -21,9 +21,9 @@ from corral.sandbox.recorder import Recorder
 
 log = logging.getLogger(__name__)
 
-# Actions that never touch the screen (commands, files, the session's placeholders): they run beside
-# the desktop's (Incoming.apart).
-APART_ACTIONS: tuple[type, ...] = (*PROCESS_ACTIONS, *FILE_ACTIONS, Secrets)
+# Actions that never touch the screen (commands, files, the tools over them, the session's placeholders): they
+# run beside the desktop's (Incoming.apart).
+APART_ACTIONS: tuple[type, ...] = (*PROCESS_ACTIONS, *FILE_ACTIONS, *TOOL_ACTIONS, Secrets)
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,6 +77,11 @@ MINIMAL: dict[str, dict[str, Any]] = {
     "process_output": {"pid": 7},
     "process_resize": {"pid": 7, "rows": 24, "cols": 80},
     "secrets": {},
+    "shell": {"command": "pwd"},
+    "edit": {"command": "view", "path": "/workspace"},
+    "apply_patch": {"operation": "delete_file", "path": "notes.txt"},
+    "file_glob": {"pattern": "**/*.py"},
+    "file_grep": {"pattern": "TODO"},
 }
 
 
