@@ -55,6 +55,9 @@ class Chunk:
     new: tuple[str, ...]
     end_of_file: bool = False
     line: int = 1  # where the chunk starts in the diff, for errors
+    # For each of ``new``: the index in ``old`` of the context line it is (None: an added line).
+    # A context line keeps the file's own text, so a loose match never rewrites its whitespace.
+    kept: tuple[int | None, ...] = ()
 
 
 # -- parsing ---------------------------------------------------------------------------------------------------
@@ -120,6 +123,7 @@ def _parse_chunk(lines: list[str], start: int, *, first: bool) -> tuple[Chunk, i
         raise DiffError(f"line {start + 1}: expected an @@ header, got {head!r}")
     old: list[str] = []
     new: list[str] = []
+    kept: list[int | None] = []
     end_of_file = False
     changed = 0
     while index < len(lines):
@@ -132,11 +136,13 @@ def _parse_chunk(lines: list[str], start: int, *, first: bool) -> tuple[Chunk, i
             break
         kind, text = (line[:1], line[1:]) if line else (" ", "")
         if kind == " ":
+            kept.append(len(old))
             old.append(text)
             new.append(text)
         elif kind == "-":
             old.append(text)
         elif kind == "+":
+            kept.append(None)
             new.append(text)
         elif line.startswith("***"):
             raise DiffError(f"line {index + 1}: {line!r} is not allowed here (one file's changes per diff)")
@@ -148,7 +154,7 @@ def _parse_chunk(lines: list[str], start: int, *, first: bool) -> tuple[Chunk, i
         index += 1
     if changed == 0:
         raise DiffError(f"line {start + 1}: the chunk has no lines")
-    return Chunk(header, tuple(old), tuple(new), end_of_file, start + 1), index
+    return Chunk(header, tuple(old), tuple(new), end_of_file, start + 1, tuple(kept)), index
 
 
 # -- finding and applying ------------------------------------------------------------------------------------
@@ -214,7 +220,9 @@ def _replacements(lines: list[str], chunks: list[Chunk], path: str) -> list[tupl
                 + (f" below line {cursor}" if cursor else "")
                 + f":\n{shown}"
             )
-        out.append((found, len(old), new))
+        kept = chunk.kept or (None,) * len(new)
+        fresh = (text if k is None or k >= len(old) else lines[found + k] for text, k in zip(new, kept, strict=False))
+        out.append((found, len(old), tuple(fresh)))
         cursor = found + len(old)
     return sorted(out, key=lambda item: item[0])
 
