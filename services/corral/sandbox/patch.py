@@ -35,10 +35,6 @@ class Patcher:
             output = await self._operation(action, path)
         except OSError as exc:
             raise file_error(exc, "action.path") from None
-        except v4a.DiffError as exc:
-            raise ActionError(ErrorCode.INVALID_FIELD, f"invalid diff: {exc}", "action.diff") from None
-        except v4a.ContextNotFound as exc:
-            raise ActionError(ErrorCode.PATCH_FAILED, str(exc), "action.diff") from None
         return {"output": output, "path": path}
 
     async def _operation(self, action: a.ApplyPatch, path: str) -> str:

@@ -4,11 +4,23 @@ apply-patch crate (parser.rs, lib.rs, seek_sequence.rs and its scenario fixtures
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
+from corral.errors import ActionError, ErrorCode
 from corral.protocol import v4a
-from corral.protocol.v4a import Chunk, ContextNotFound, DiffError, apply_update, parse_create, parse_update, seek
+from corral.protocol.v4a import Chunk, apply_update, parse_create, parse_update, seek
+
+
+def _invalid(match: str) -> Any:
+    """``pytest.raises`` for a malformed diff: ``invalid_field`` about ``action.diff``."""
+    return pytest.raises(ActionError, match=match)
+
+
+def _assert_code(raised: Any, code: ErrorCode) -> None:
+    assert (raised.value.code, raised.value.field) == (code, "action.diff")
+
 
 # -- parsing --------------------------------------------------------------------------------------------------
 
@@ -61,8 +73,9 @@ def test_crlf_diffs_read_as_lf() -> None:
     ],
 )
 def test_malformed_diffs_are_refused_with_the_line(diff: str, wording: str) -> None:
-    with pytest.raises(DiffError, match=wording.replace("(", r"\(").replace(")", r"\)").replace("+", r"\+")):
+    with _invalid(re.escape(wording)) as raised:
         parse_update(diff)
+    _assert_code(raised, ErrorCode.INVALID_FIELD)
 
 
 def test_create_takes_the_plus_lines_and_ends_with_a_newline() -> None:
@@ -72,8 +85,9 @@ def test_create_takes_the_plus_lines_and_ends_with_a_newline() -> None:
 
 
 def test_create_refuses_a_line_without_plus() -> None:
-    with pytest.raises(DiffError, match="line 2 of the diff does not start with '\\+'"):
+    with _invalid(re.escape("invalid diff: line 2 of the diff does not start with '+'")) as raised:
         parse_create("+ok\nnot ok\n")
+    _assert_code(raised, ErrorCode.INVALID_FIELD)
 
 
 # -- finding (codex's seek_sequence) ---------------------------------------------------------------------------
@@ -172,25 +186,26 @@ def test_trailing_whitespace_in_the_diff_is_forgiven() -> None:
 
 
 def test_context_not_found_names_the_lines() -> None:
-    with pytest.raises(ContextNotFound) as raised:
+    with pytest.raises(ActionError) as raised:
         apply_update("foo\nbar\n", "@@\n-nonexistent\n+replacement", "/w/missing.txt")
-    assert str(raised.value) == "chunk 1 (diff line 1): these lines were not found in /w/missing.txt:\nnonexistent"
+    _assert_code(raised, ErrorCode.PATCH_FAILED)
+    assert raised.value.message == "chunk 1 (diff line 1): these lines were not found in /w/missing.txt:\nnonexistent"
 
 
 def test_a_header_not_found_names_it() -> None:
-    with pytest.raises(ContextNotFound, match=re.escape("'@@ nonexistent_context' names was not found in f.py")):
+    with pytest.raises(ActionError, match=re.escape("'@@ nonexistent_context' names was not found in f.py")):
         apply_update("foo\nbar\n", "@@ nonexistent_context\n-bar\n+baz", "f.py")
 
 
 def test_a_failing_second_chunk_applies_nothing() -> None:
     diff = "@@\n-foo\n+FOO\n@@\n-gone\n+here"
-    with pytest.raises(ContextNotFound, match=r"chunk 2 \(diff line 4\).*below line 1:\ngone"):
+    with pytest.raises(ActionError, match=r"chunk 2 \(diff line 4\).*below line 1:\ngone"):
         apply_update("foo\nbar\n", diff, "f")
 
 
 def test_chunks_must_come_in_file_order() -> None:
     # The second chunk's lines are above the first one: codex looks below, and so does Corral.
-    with pytest.raises(ContextNotFound, match="chunk 2"):
+    with pytest.raises(ActionError, match="chunk 2"):
         apply_update("a\nb\nc\n", "@@\n-c\n+C\n@@\n-a\n+A")
 
 
