@@ -156,3 +156,14 @@ async def test_grep_of_a_missing_path_is_no_such_file(tmp_path: Path) -> None:
     with pytest.raises(ActionError) as raised:
         await search.run(a.FileGrep(type="file_grep", pattern="x", path=str(tmp_path / "nope")), RunContext("1"))
     assert raised.value.code == ErrorCode.NO_SUCH_FILE and processes.actions == []
+
+
+async def test_grep_of_a_directory_the_agent_cannot_list_is_permission_denied(tmp_path: Path) -> None:
+    fs = FakeAgentFs()
+    fs.denied.add(str(tmp_path))
+    processes = FakeProcesses({"exit_code": 2, "stdout": "", "stderr": ""})
+    search = Search(AgentFiles(fs, workspace=str(tmp_path)), processes)  # type: ignore[arg-type]
+    with pytest.raises(ActionError) as raised:
+        await search.run(a.FileGrep(type="file_grep", pattern="x", path=str(tmp_path)), RunContext("1"))
+    assert (raised.value.code, raised.value.field) == (ErrorCode.PERMISSION_DENIED, "action.path")
+    assert processes.actions == []
