@@ -24,6 +24,7 @@ launcher as the agent, writes to a temporary file renamed into place).
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import posixpath
@@ -251,6 +252,9 @@ class Editor:
         self._files = files
         self._fs = fs
         self.history = UndoHistory() if history is None else history
+        # Edits and patches run apart from the desktop and from each other's requests: one at a time
+        # here, so a read-modify-write never interleaves with another one (nor with the history).
+        self.lock = asyncio.Lock()
 
     async def run(self, action: a.Edit) -> dict[str, Any]:
         path = action.path
@@ -262,7 +266,8 @@ class Editor:
             )
         shown = _shown(path)
         try:
-            output = await self._command(action, shown)
+            async with self.lock:
+                output = await self._command(action, shown)
         except OSError as exc:
             raise file_error(exc, "action.path") from None
         return {"output": output, "path": shown}

@@ -32,7 +32,8 @@ class Patcher:
             action.path if posixpath.isabs(action.path) else posixpath.join(WORKSPACE, action.path)
         )
         try:
-            output = await self._operation(action, path)
+            async with self._editor.lock:
+                output = await self._operation(action, path)
         except OSError as exc:
             raise file_error(exc, "action.path") from None
         return {"output": output, "path": path}

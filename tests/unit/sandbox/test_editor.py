@@ -3,6 +3,7 @@ history's bounds, and the Editor over the AgentFs seam (a fake of plain os calls
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -287,3 +288,14 @@ async def test_max_characters_cuts_the_view(box: Box) -> None:
     (box.root / "long.txt").write_text("y" * 100)
     out = (await box.edit(command="view", path=f"{box.root}/long.txt", max_characters=20))["output"]
     assert "y" * 20 + editor.TRUNCATED_MESSAGE in out and "y" * 21 not in out
+
+
+async def test_concurrent_edits_of_one_file_both_land(box: Box) -> None:
+    target = box.root / "f.txt"
+    target.write_text("a\nb\n")
+    path = str(target)
+    await asyncio.gather(
+        box.edit(command="str_replace", path=path, old_str="a", new_str="A"),
+        box.edit(command="str_replace", path=path, old_str="b", new_str="B"),
+    )
+    assert target.read_text() == "A\nB\n"
