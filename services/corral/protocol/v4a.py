@@ -167,13 +167,13 @@ def _parse_chunk(lines: list[str], start: int, *, first: bool) -> tuple[Chunk, i
 # -- finding and applying ------------------------------------------------------------------------------------
 
 
-def _passes() -> tuple[Callable[[str], str], ...]:
-    return (
-        lambda s: s,
-        str.rstrip,
-        str.strip,
-        lambda s: s.strip().translate(_ASCII),
-    )
+# seek_sequence's passes, strictest first.
+_NORMALISERS: tuple[Callable[[str], str], ...] = (
+    lambda line: line,
+    str.rstrip,
+    str.strip,
+    lambda line: line.strip().translate(_ASCII),
+)
 
 
 def seek(lines: list[str], pattern: tuple[str, ...], start: int, end_of_file: bool = False) -> int | None:
@@ -186,7 +186,7 @@ def seek(lines: list[str], pattern: tuple[str, ...], start: int, end_of_file: bo
         return None
     last = len(lines) - len(pattern)
     first = last if end_of_file else start
-    for norm in _passes():
+    for norm in _NORMALISERS:
         wanted = [norm(p) for p in pattern]
         for at in range(first, last + 1):
             if all(norm(lines[at + k]) == wanted[k] for k in range(len(pattern))):

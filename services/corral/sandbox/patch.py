@@ -28,9 +28,8 @@ class Patcher:
         self._fs = fs
 
     async def run(self, action: a.ApplyPatch) -> dict[str, Any]:
-        path = posixpath.normpath(
-            action.path if posixpath.isabs(action.path) else posixpath.join(WORKSPACE, action.path)
-        )
+        # Relative: under the workspace. ``..`` stays as given: the agent's uid is the boundary.
+        path = action.path if posixpath.isabs(action.path) else posixpath.join(WORKSPACE, action.path)
         try:
             async with self._editor.lock:
                 output = await self._operation(action, path)

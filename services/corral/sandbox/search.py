@@ -128,7 +128,7 @@ class Search:
         self._processes = processes
 
     async def run(self, action: a.FileGlob | a.FileGrep, context: RunContext) -> dict[str, Any]:
-        root = posixpath.normpath(self._files.resolve(action.path))
+        root = self._files.resolve(action.path)
         try:
             if isinstance(action, a.FileGlob):
                 return await self._glob(action, root)
