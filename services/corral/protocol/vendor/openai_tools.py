@@ -153,6 +153,8 @@ def next_action(
     exec was planned with the whole budget; it gets what is left), and none runs after one timed out."""
     if call.tool != "shell_call" or not isinstance(action, a.Exec):
         return action
+    if not ran:
+        return action
     if any(result.data.get("timed_out") for result in ran):
         return None
     left = int((action.timeout_ms or a.SHELL_TIMEOUT_MS) - spent_ms)

@@ -11,7 +11,7 @@ EXEC = a.Exec(type="exec", command="make", timeout_ms=5_000)
 
 
 def test_the_first_command_gets_the_whole_budget() -> None:
-    assert next_action(SHELL, EXEC, [], 0.0) == EXEC
+    assert next_action(SHELL, EXEC, [], 3.7) is EXEC
 
 
 def test_later_commands_get_what_is_left() -> None:
