@@ -128,8 +128,8 @@ def test_a_computer_call_with_the_wrong_action(
 def test_a_shell_call_is_one_exec_per_command_sharing_the_budget(plan: PlanFn) -> None:
     p = plan({"openai": shell_call(["cd src", "ls -la"], timeout_ms=5000, max_output_length=64)})
     assert natives(p) == [
-        {"type": "exec", "command": "cd src", "timeout_ms": 5000},
-        {"type": "exec", "command": "ls -la", "timeout_ms": 5000},
+        {"type": "exec", "command": "cd src", "timeout_ms": 5000, "max_output_bytes": 256},
+        {"type": "exec", "command": "ls -la", "timeout_ms": 5000, "max_output_bytes": 256},
     ]
     assert [step.field for step in p.steps] == ["openai.action.commands[0]", "openai.action.commands[1]"]
     assert p.call is not None and p.call.max_output_length == 64 and not p.call.computer
