@@ -174,15 +174,12 @@ def translate(block: ToolUseBlock, display: Size, field: str = "anthropic") -> l
 
 
 def _unknown(block: ToolUseBlock, field: str) -> ActionError:
+    """``unknown_tool``, saying what is served (and, for a member name, that it needs its toolset)."""
     served = "computer, bash, str_replace_based_edit_tool, str_replace_editor, edit, read, write, glob, grep"
-    members = (
-        "" if block.toolset_name == COMPUTER_TOOLSET else "; computer toolset members need toolset_name 'computer'"
-    )
-    return ActionError(
-        ErrorCode.UNKNOWN_TOOL,
-        f"Corral does not serve the tool {block.name!r} (it serves {served}{members})",
-        f"{field}.name",
-    )
+    message = f"Corral does not serve the tool {block.name!r} (it serves {served}, and the computer toolset's members)"
+    if block.name in COMPUTER_MEMBERS:
+        message += f"; {block.name!r} is a computer toolset member only with toolset_name 'computer'"
+    return ActionError(ErrorCode.UNKNOWN_TOOL, message, f"{field}.name")
 
 
 def _member(name: str, raw: dict[str, Any], display: Size, field: str) -> list[a.NativeAction]:

@@ -494,3 +494,8 @@ def test_the_member_fields_are_the_sdks() -> None:
     for name, fields in anthropic_tools.MEMBER_FIELDS.items():
         model = getattr(beta, "BetaComputer" + "".join(part.title() for part in name.split("_")) + "Input")
         assert set(model.model_fields) == fields, name
+
+
+def test_an_unknown_member_name_says_it_needs_the_toolset(fail: FailFn) -> None:
+    assert "only with toolset_name 'computer'" in fail({"anthropic": block("left_click", {})}).message
+    assert "toolset_name" not in fail({"anthropic": block("web_search", {})}).message
