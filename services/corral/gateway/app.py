@@ -20,6 +20,7 @@ from corral.gateway.routes import ROUTERS, errors
 from corral.gateway.sessions import SessionManager
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
+from corral.mcp import transports as mcp
 from corral.runtime import SandboxRuntime, open_runtime
 
 # The bodies routes read themselves (after auth, capped), for the OpenAPI description.
@@ -55,6 +56,7 @@ def create_app(settings: GatewaySettings | None = None, runtime: SandboxRuntime 
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
+    mcp.mount(app, settings)
     _document_bodies(app, _READ_BODIES)
     return app
 

@@ -1,0 +1,43 @@
+"""The server factory: Corral's tools on the official MCP SDK's :class:`MCPServer`, which serves the
+protocol's 2025 revisions (the ``initialize`` handshake) and 2026-07-28 (``server/discover``, no
+session) as the SDK does, over whichever transport runs it (corral.mcp.transports)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+
+from corral.mcp.access import GatewayAccess
+from corral.mcp.tools import ANNOTATIONS, CorralTools
+
+NAME = "corral"
+
+INSTRUCTIONS = """\
+Corral runs disposable sandboxes: a Linux desktop with Chromium, a shell and a /workspace, reaching \
+only the hosts a session allows. Start one with create_session (or use a session you were given), look \
+with screenshot, act with click, type_text, press_key, scroll, drag and navigate (each answers a \
+screenshot taken after it), run commands with exec, move text in and out with read_file and \
+write_file, see what it reached with audit_summary, and end it with end_session. Coordinates are \
+pixels of the screenshot."""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("corral")
+    except PackageNotFoundError:
+        return "0"
+
+
+def build_server(access: GatewayAccess) -> MCPServer[Any]:
+    """A server whose tools reach the gateway through ``access``, as each request's caller."""
+    server: MCPServer[Any] = MCPServer(NAME, title="Corral", instructions=INSTRUCTIONS, version=_version())
+    tools = CorralTools(access)
+    for name, tool in zip(ANNOTATIONS, tools.tools(), strict=True):
+        server.add_tool(tool, name=name, annotations=ANNOTATIONS[name], structured_output=False)
+    return server
+
+
+__all__ = ["NAME", "build_server"]
