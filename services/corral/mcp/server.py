@@ -33,7 +33,11 @@ def _version() -> str:
 
 def build_server(access: GatewayAccess) -> MCPServer[Any]:
     """A server whose tools reach the gateway through ``access``, as each request's caller."""
-    server: MCPServer[Any] = MCPServer(NAME, title="Corral", instructions=INSTRUCTIONS, version=_version())
+    # The SDK configures the root logger when nothing has yet (logging.basicConfig): at WARNING, so a
+    # stdio server does not fill its client's log with a line per HTTP request to the gateway.
+    server: MCPServer[Any] = MCPServer(
+        NAME, title="Corral", instructions=INSTRUCTIONS, version=_version(), log_level="WARNING"
+    )
     tools = CorralTools(access)
     for name, tool in zip(ANNOTATIONS, tools.tools(), strict=True):
         server.add_tool(tool, name=name, annotations=ANNOTATIONS[name], structured_output=False)
