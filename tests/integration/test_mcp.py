@@ -48,9 +48,11 @@ def gw(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iter
 @asynccontextmanager
 async def over_http(gw: RunningGateway, credential: str, mode: str = "auto") -> AsyncIterator[Client]:
     headers = {"Authorization": f"Bearer {credential}"}
-    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120, read=300)) as http:
-        async with Client(streamable_http_client(f"{gw.url}/mcp", http_client=http), mode=mode) as client:  # type: ignore[arg-type]
-            yield client
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120, read=300)) as http,
+        Client(streamable_http_client(f"{gw.url}/mcp", http_client=http), mode=mode) as client,
+    ):
+        yield client
 
 
 @asynccontextmanager
