@@ -202,8 +202,10 @@ def status(as_json: JsonOpt = False) -> None:
 def mcp_stdio() -> None:
     """Serve Corral's tools to an MCP client on stdin/stdout (docs/mcp.md), calling the gateway on
     CORRAL_URL with CORRAL_API_KEY (an API key, or a session token for that session only)."""
-    from corral.mcp import serve_stdio
-
+    try:
+        from corral.mcp import serve_stdio
+    except ImportError:
+        raise _fail("the MCP server needs the mcp extra: pip install 'corral[mcp]'") from None
     serve_stdio(_url(), _api_key())
 
 

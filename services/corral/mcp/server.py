@@ -4,6 +4,7 @@ session) as the SDK does, over whichever transport runs it (corral.mcp.transport
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
@@ -40,7 +41,9 @@ def build_server(access: GatewayAccess) -> MCPServer[Any]:
     )
     tools = CorralTools(access)
     for name, tool in zip(ANNOTATIONS, tools.tools(), strict=True):
-        server.add_tool(tool, name=name, annotations=ANNOTATIONS[name], structured_output=False)
+        # The docstring without its indentation (the SDK would send it as written).
+        description = inspect.getdoc(tool)
+        server.add_tool(tool, name, description=description, annotations=ANNOTATIONS[name], structured_output=False)
     return server
 
 

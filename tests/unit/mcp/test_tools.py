@@ -275,3 +275,13 @@ async def test_arguments_off_the_schema_are_a_tool_error_and_nothing_is_sent(fak
         assert fake.sent == []
         unknown = await call(client, "format_disk")
         assert unknown.is_error
+
+
+async def test_descriptions_are_the_docstrings_without_their_indentation(fake: FakeGateway) -> None:
+    async with connect(fake) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    assert tools["exec"].description == (
+        "Run a command in the session as its agent user and answer its exit code, stdout and stderr.\n"
+        "A non-zero exit code is an answer, not an error."
+    )
+    assert all("\n " not in (tool.description or "") for tool in tools.values())

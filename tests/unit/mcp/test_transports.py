@@ -4,9 +4,12 @@ gateway's lifespan (a mounted app's own lifespan never runs)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import warnings
 from pathlib import Path
+
+import pytest
 
 from corral.gateway.app import create_app
 from corral.mcp.transports import transport_security
@@ -70,3 +73,14 @@ def test_the_guard_allows_loopback_and_the_named_hosts(tmp_path: Path) -> None:
     assert "https://corral.example" in named.allowed_origins
 
     assert not transport_security(settings_for(tmp_path, mcp_allowed_hosts="*")).enable_dns_rebinding_protection
+
+
+def test_a_gateway_without_the_mcp_extra_serves_no_mcp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def paths() -> set[str]:
+        app = create_app(settings_for(tmp_path), runtime=LoopbackRuntime())
+        return {str(getattr(route, "path", "")) for route in app.routes}
+
+    assert "/mcp" in paths()
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "mcp" else real(name, *rest))
+    assert "/mcp" not in paths() and "/v1/sessions" in paths()
