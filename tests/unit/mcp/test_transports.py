@@ -83,4 +83,4 @@ def test_a_gateway_without_the_mcp_extra_serves_no_mcp(tmp_path: Path, monkeypat
     assert "/mcp" in paths()
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "mcp" else real(name, *rest))
-    assert "/mcp" not in paths() and "/v1/sessions" in paths()
+    assert "/mcp" not in paths()
