@@ -20,7 +20,8 @@ only the hosts a session allows. Start one with create_session (or use a session
 with screenshot, act with click, type_text, press_key, scroll, drag and navigate (each answers a \
 screenshot taken after it), run commands with exec, move text in and out with read_file and \
 write_file, see what it reached with audit_summary, and end it with end_session. Coordinates are \
-pixels of the screenshot."""
+pixels of the screenshot, which shows the whole screen: the browser's tab strip and address bar sit \
+above the page, so look before you click."""
 
 
 def _version() -> str:
