@@ -143,6 +143,10 @@ async def test_a_session_from_start_to_end(gw: RunningGateway, transport: str) -
             assert failure(await call(client, "read_file", session_id=session_id, path="/nope"))["code"] == (
                 "no_such_file"
             )
+            assert failure(await call(client, "click", session_id=session_id, x="here", y=1))["code"] == (
+                "invalid_request"
+            )
+            assert failure(await call(client, "format_disk"))["code"] == "unknown_tool"
             blocked = await ok(client, "navigate", session_id=session_id, url="http://blocked.invalid/")
             assert blocked["status"] == 403  # the egress proxy's refusal page
             assert not (await call(client, "screenshot", session_id=session_id)).is_error

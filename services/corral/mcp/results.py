@@ -11,7 +11,7 @@ from typing import Any
 
 from mcp_types import CallToolResult, ContentBlock, ImageContent, TextContent
 
-from corral.errors import ActionFailed, CodedError, RemoteError
+from corral.errors import ActionFailed, CodedError, ErrorCode, RemoteError
 
 
 def data(value: Mapping[str, Any], summary: str | None = None) -> CallToolResult:
@@ -80,4 +80,33 @@ def refusal(exc: CodedError | RemoteError) -> CallToolResult:
     return error(str(exc.code), exc.message, exc.field)
 
 
-__all__ = ["data", "error", "image", "refusal", "reply_error", "screenshot_content", "with_screenshot"]
+def coded_sdk_refusal(wire: Mapping[str, Any], tool: str) -> dict[str, Any]:
+    """A ``tools/call`` result in its wire form, with Corral's code added when the SDK answered it
+    itself (an unknown tool, arguments off the tool's schema, a crash), so that every tool error
+    has one: ``code: message`` as text and ``{"error": ...}`` as structured content. The tools' own
+    errors already have theirs (:func:`error`), and a result that is no error stays as it is."""
+    if not wire.get("isError") or "structuredContent" in wire:
+        return dict(wire)
+    blocks = wire.get("content") or []
+    text = "\n".join(str(block.get("text", "")) for block in blocks if isinstance(block, Mapping))
+    prefix = f"Error executing tool {tool}"
+    if text.startswith("Unknown tool"):
+        code, message = ErrorCode.UNKNOWN_TOOL, text
+    elif text == prefix:  # a crash: the SDK keeps its text on the server
+        code, message = ErrorCode.INTERNAL, f"{tool} failed; see the server's log"
+    else:
+        code, message = ErrorCode.INVALID_REQUEST, text.removeprefix(prefix + ": ")
+    body = {"code": str(code), "message": message}
+    return {**wire, "content": [{"type": "text", "text": f"{code}: {message}"}], "structuredContent": {"error": body}}
+
+
+__all__ = [
+    "coded_sdk_refusal",
+    "data",
+    "error",
+    "image",
+    "refusal",
+    "reply_error",
+    "screenshot_content",
+    "with_screenshot",
+]

@@ -7,8 +7,11 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from mcp.server import ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult
 from mcp.server.mcpserver import MCPServer
 
+from corral.mcp import results
 from corral.mcp.access import GatewayAccess
 from corral.mcp.tools import ANNOTATIONS, CorralTools
 
@@ -33,12 +36,26 @@ def _version() -> str:
         return "0"
 
 
+async def coded_refusals(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    """Corral's code on the tool errors the SDK answers itself (corral.mcp.results.coded_sdk_refusal).
+    The SDK's middleware seam is provisional: should it change, those errors lose the code, not more."""
+    result = await call_next(ctx)
+    if ctx.method == "tools/call" and isinstance(result, dict):
+        return results.coded_sdk_refusal(result, str((ctx.params or {}).get("name", "")))
+    return result
+
+
 def build_server(access: GatewayAccess) -> MCPServer[Any]:
     """A server whose tools reach the gateway through ``access``, as each request's caller."""
     # The SDK configures the root logger when nothing has yet (logging.basicConfig): at WARNING, so a
     # stdio server does not fill its client's log with a line per HTTP request to the gateway.
     server: MCPServer[Any] = MCPServer(
-        NAME, title="Corral", instructions=INSTRUCTIONS, version=_version(), log_level="WARNING"
+        NAME,
+        title="Corral",
+        instructions=INSTRUCTIONS,
+        version=_version(),
+        log_level="WARNING",
+        middleware=[coded_refusals],
     )
     tools = CorralTools(access)
     for name, tool in zip(ANNOTATIONS, tools.tools(), strict=True):

@@ -39,3 +39,23 @@ def test_refusals_keep_corrals_code_message_and_field() -> None:
     local = results.refusal(NoSuchFile("no /x"))
     assert local.is_error and local.structured_content == {"error": {"code": "no_such_file", "message": "no /x"}}
     assert results.reply_error({"ok": False}).structured_content == {"error": {"code": "internal", "message": ""}}
+
+
+def test_the_sdks_own_tool_errors_get_corrals_code() -> None:
+    def wire(text: str) -> dict[str, object]:
+        return {"content": [{"type": "text", "text": text}], "isError": True}
+
+    bad = results.coded_sdk_refusal(wire("Error executing tool click: 1 validation error for clickArguments"), "click")
+    assert bad["structuredContent"] == {
+        "error": {"code": "invalid_request", "message": "1 validation error for clickArguments"}
+    }
+    assert bad["content"] == [{"type": "text", "text": "invalid_request: 1 validation error for clickArguments"}]
+    unknown = results.coded_sdk_refusal(wire("Unknown tool: nope"), "nope")
+    assert unknown["structuredContent"] == {"error": {"code": "unknown_tool", "message": "Unknown tool: nope"}}
+    crash = results.coded_sdk_refusal(wire("Error executing tool exec"), "exec")
+    assert crash["structuredContent"] == {"error": {"code": "internal", "message": "exec failed; see the server's log"}}
+    # The tools' own errors and results that are no errors pass as they are.
+    own = {**wire("forbidden: no"), "structuredContent": {"error": {"code": "forbidden", "message": "no"}}}
+    assert results.coded_sdk_refusal(own, "click") == own
+    fine = {"content": [{"type": "text", "text": "ok"}], "isError": False}
+    assert results.coded_sdk_refusal(fine, "click") == fine

@@ -267,14 +267,19 @@ async def test_a_gateway_that_does_not_answer_is_a_tool_error(fake: FakeGateway)
         assert error["code"] == "http_error" and "connection refused" in error["message"]
 
 
-async def test_arguments_off_the_schema_are_a_tool_error_and_nothing_is_sent(fake: FakeGateway) -> None:
+async def test_arguments_off_the_schema_are_a_coded_tool_error_and_nothing_is_sent(fake: FakeGateway) -> None:
     async with connect(fake) as client:
         result = await call(client, "click", session_id=S, x=-1, y="here")
-        assert result.is_error and isinstance(result.content[0], TextContent)
-        assert "x" in result.content[0].text and "y" in result.content[0].text
+        error = error_of(result)
+        assert error["code"] == "invalid_request"
+        assert error["message"].startswith("2 validation errors for clickArguments\nx\n")
         assert fake.sent == []
-        unknown = await call(client, "format_disk")
-        assert unknown.is_error
+        assert error_of(await call(client, "format_disk")) == {
+            "code": "unknown_tool",
+            "message": "Unknown tool: format_disk",
+        }
+        fake.answer = lambda request: reply({"x": 1, "y": 2})
+        assert not (await call(client, "cursor_position", session_id=S)).is_error
 
 
 async def test_descriptions_are_the_docstrings_without_their_indentation(fake: FakeGateway) -> None:
