@@ -13,13 +13,23 @@ an empty line in a chunk is an empty context line, and lines are found by codex'
 with typographic dashes, quotes and odd spaces read as their ASCII forms). Strict where a wrong edit
 could follow: the chunks must be found in order, each below the previous one, and a chunk that is
 not found fails the whole diff (nothing is applied), its error naming the lines not found.
-The result ends with a newline (as codex writes it); a file with CRLF line ends keeps them.
+Where the two references differ, ``apply_patch_call`` follows openai-agents-python's
+``apply_diff`` (src/agents/apply_diff.py, the helper the Responses tool documents): stacked ``@@``
+headers (``@@ class B:`` then ``@@     def f(self):``) are found in turn; an update keeps the file's
+ending (with or without a final newline; an empty file gets one); a file with CRLF line ends keeps
+them, and ``create_file`` writes the diff's own line ends; added lines after a header go right below
+its line. codex is followed for the envelope, the seek passes, and a headerless chunk of added
+lines (at the end of the file). An envelope's file header must be the operation's own (an
+``*** Add File:`` sent as ``update_file`` is refused, never read as lines to append).
+Finding is bounded: candidates come from the pattern's rarest line, each pass normalises the file
+once, and past :data:`MAX_COMPARISONS` line comparisons the diff is refused as too ambiguous.
 Failures are :class:`~corral.errors.ActionError`: ``invalid_field`` for a malformed diff,
 ``patch_failed`` for context not found, both about ``action.diff``.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -65,13 +75,18 @@ class Chunk:
     # For each of ``new``: the index in ``old`` of the context line it is (None: an added line).
     # A context line keeps the file's own text, so a loose match never rewrites its whitespace.
     kept: tuple[int | None, ...] = ()
+    # Stacked headers above ``header`` (``@@ class B:`` then ``@@     def f(self):``), outermost
+    # first: each is found in turn, below the one before it, to narrow where ``header`` is looked for.
+    outer: tuple[str, ...] = ()
 
 
 # -- parsing ---------------------------------------------------------------------------------------------------
 
 
-def _diff_lines(diff: str) -> list[str]:
-    """The diff's lines (CRLF read as LF), the envelope of a whole one-file patch taken off."""
+def _diff_lines(diff: str, header: str) -> list[str]:
+    """The diff's lines (CRLF read as LF), the envelope of a whole one-file patch taken off. Its
+    file header must be ``header`` (the operation's own): an ``*** Add File:`` section sent as an
+    ``update_file`` is refused rather than read as lines to append."""
     lines = diff.replace("\r\n", "\n").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -80,6 +95,10 @@ def _diff_lines(diff: str) -> list[str]:
         if lines and lines[-1].strip() == END_PATCH:
             lines = lines[:-1]
         if lines and lines[0].strip().startswith(FILE_HEADERS):
+            given = lines[0].strip()
+            if not given.startswith(header.strip()):
+                kind = given.split(":", 1)[0]
+                raise _malformed(f"line 2: {kind!r} does not fit this operation (it takes {header.strip()!r})")
             lines = lines[1:]
     if lines and lines[0].startswith(MOVE_TO):
         raise _malformed(f"line 1: {MOVE_TO.strip()!r} is not supported here; delete the file and create the new one")
@@ -88,12 +107,13 @@ def _diff_lines(diff: str) -> list[str]:
 
 def parse_create(diff: str) -> str:
     """The new file of a ``create_file`` diff: each line without its ``'+'``, each ending with a newline."""
+    newline = "\r\n" if "\r\n" in diff else "\n"  # the diff's own line ends (agents-python's apply_diff)
     out: list[str] = []
-    for number, line in enumerate(_diff_lines(diff), 1):
+    for number, line in enumerate(_diff_lines(diff, FILE_HEADERS[1]), 1):
         if line.startswith("+"):
-            out.append(line[1:] + "\n")
+            out.append(line[1:] + newline)
         elif line == "":
-            out.append("\n")
+            out.append(newline)
         else:
             raise _malformed(
                 f"line {number} of the diff does not start with '+': {line!r} (every line of a new file does)"
@@ -103,7 +123,7 @@ def parse_create(diff: str) -> str:
 
 def parse_update(diff: str) -> list[Chunk]:
     """The chunks of an ``update_file`` diff, in order."""
-    lines = _diff_lines(diff)
+    lines = _diff_lines(diff, FILE_HEADERS[0])
     chunks: list[Chunk] = []
     index = 0
     while index < len(lines):
@@ -118,16 +138,15 @@ def parse_update(diff: str) -> list[Chunk]:
 
 
 def _parse_chunk(lines: list[str], start: int, *, first: bool) -> tuple[Chunk, int]:
-    head = lines[start]
-    header: str | None = None
+    headers: list[str] = []
     index = start
-    if head.strip() == "@@":
+    while index < len(lines) and (lines[index].strip() == "@@" or lines[index].startswith("@@ ")):
+        if named := lines[index][3:].strip():
+            headers.append(named)
         index += 1
-    elif head.startswith("@@ "):
-        header = head[3:].strip() or None
-        index += 1
-    elif not first:
-        raise _malformed(f"line {start + 1}: expected an @@ header, got {head!r}")
+    if index == start and not first:
+        raise _malformed(f"line {start + 1}: expected an @@ header, got {lines[start]!r}")
+    header = headers.pop() if headers else None
     old: list[str] = []
     new: list[str] = []
     kept: list[int | None] = []
@@ -161,7 +180,7 @@ def _parse_chunk(lines: list[str], start: int, *, first: bool) -> tuple[Chunk, i
         index += 1
     if changed == 0:
         raise _malformed(f"line {start + 1}: the chunk has no lines")
-    return Chunk(header, tuple(old), tuple(new), end_of_file, start + 1, tuple(kept)), index
+    return Chunk(header, tuple(old), tuple(new), end_of_file, start + 1, tuple(kept), tuple(headers)), index
 
 
 # -- finding and applying ------------------------------------------------------------------------------------
@@ -176,49 +195,107 @@ _NORMALISERS: tuple[Callable[[str], str], ...] = (
 )
 
 
-def seek(lines: list[str], pattern: tuple[str, ...], start: int, end_of_file: bool = False) -> int | None:
+MAX_COMPARISONS = 4_000_000  # line comparisons one diff may spend finding its chunks (a second or so)
+
+
+class _Budget:
+    """The line comparisons left to one diff: a diff whose context could sit at a great many places
+    (a file of repeated lines) is refused instead of holding the controller for minutes."""
+
+    def __init__(self, comparisons: int = MAX_COMPARISONS) -> None:
+        self.left = comparisons
+
+    def spend(self, count: int) -> None:
+        self.left -= count
+        if self.left < 0:
+            raise _not_found(
+                "the diff's context is too ambiguous to place (it matches the file in too many places): "
+                "give more distinctive context lines or an @@ header"
+            )
+
+
+class Lines:
+    """A file's lines with, per seek pass, each line normalised once and where each normalised line
+    is (so a pattern's candidate positions come from its rarest line, not from a scan of the file)."""
+
+    def __init__(self, lines: list[str], budget: _Budget | None = None) -> None:
+        self.lines = lines
+        self.budget = budget or _Budget()
+        self._passes: dict[int, tuple[list[str], dict[str, list[int]]]] = {}
+
+    def normalised(self, which: int) -> tuple[list[str], dict[str, list[int]]]:
+        if which not in self._passes:
+            norm = _NORMALISERS[which]
+            texts = self.lines if which == 0 else [norm(line) for line in self.lines]
+            where: dict[str, list[int]] = {}
+            for at, text in enumerate(texts):
+                where.setdefault(text, []).append(at)
+            self.budget.spend(len(texts) // 16)  # building the pass costs far less than comparing
+            self._passes[which] = (texts, where)
+        return self._passes[which]
+
+
+def seek(lines: list[str] | Lines, pattern: tuple[str, ...], start: int, end_of_file: bool = False) -> int | None:
     """Where ``pattern`` starts in ``lines`` at or after ``start`` (codex's ``seek_sequence``): each
     pass looks through all of the file before the next, looser one. ``end_of_file``: at the very end
-    first."""
+    first. Bounded: past :data:`MAX_COMPARISONS` line comparisons, ``patch_failed``."""
+    file = lines if isinstance(lines, Lines) else Lines(lines)
     if not pattern:
         return start
-    if len(pattern) > len(lines):
+    if len(pattern) > len(file.lines):
         return None
-    last = len(lines) - len(pattern)
+    last = len(file.lines) - len(pattern)
     first = last if end_of_file else start
-    for norm in _NORMALISERS:
+    for which, norm in enumerate(_NORMALISERS):
+        texts, where = file.normalised(which)
         wanted = [norm(p) for p in pattern]
-        for at in range(first, last + 1):
-            if all(norm(lines[at + k]) == wanted[k] for k in range(len(pattern))):
+        # Anchor on the pattern's rarest line: its positions are the only places the pattern can start.
+        anchor = min(range(len(wanted)), key=lambda k: len(where.get(wanted[k], ())))
+        positions = where.get(wanted[anchor], [])
+        for found in positions[bisect.bisect_left(positions, first + anchor) :]:
+            at = found - anchor
+            if at > last:
+                break
+            compared = 0
+            for k, want in enumerate(wanted):
+                compared += 1
+                if texts[at + k] != want:
+                    break
+            else:
+                file.budget.spend(compared)
                 return at
+            file.budget.spend(compared)
     if end_of_file and start < first:
-        return seek(lines, pattern, start)
+        return seek(file, pattern, start)
     return None
 
 
 def _replacements(lines: list[str], chunks: list[Chunk], path: str) -> list[tuple[int, int, tuple[str, ...]]]:
     out: list[tuple[int, int, tuple[str, ...]]] = []
+    file = Lines(lines)
     cursor = 0
     for number, chunk in enumerate(chunks, 1):
-        if chunk.header is not None:
-            found = seek(lines, (chunk.header,), cursor)
+        headers = (*chunk.outer, *(() if chunk.header is None else (chunk.header,)))
+        for header in headers:  # stacked headers: each in turn, below the one before (agents-python)
+            found = seek(file, (header,), cursor)
             if found is None:
                 raise _not_found(
-                    f"chunk {number} (diff line {chunk.line}): the line '@@ {chunk.header}' names was not found in "
+                    f"chunk {number} (diff line {chunk.line}): the line '@@ {header}' names was not found in "
                     f"{path}" + (f" below line {cursor}" if cursor else "")
                 )
             cursor = found + 1
         if not chunk.old:
-            # Only added lines: after the header's line when there is one, else at the end (codex).
+            # Only added lines: at the end of the file when the chunk has no header (codex), else
+            # right after the header's line (where agents-python's apply_diff puts them).
             at = cursor if chunk.header is not None and not chunk.end_of_file else len(lines)
             out.append((at, 0, chunk.new))
             continue
         old, new = chunk.old, chunk.new
-        found = seek(lines, old, cursor, chunk.end_of_file)
+        found = seek(file, old, cursor, chunk.end_of_file)
         if found is None and old[-1] == "":
             # A trailing empty line that stands for the file's final newline (codex retries without it).
             old, new = old[:-1], new[:-1] if new and new[-1] == "" else new
-            found = seek(lines, old, cursor, chunk.end_of_file) if old else None
+            found = seek(file, old, cursor, chunk.end_of_file) if old else None
         if found is None:
             where = " at the end of the file" if chunk.end_of_file else ""
             shown = "\n".join(chunk.old)
@@ -235,8 +312,10 @@ def _replacements(lines: list[str], chunks: list[Chunk], path: str) -> list[tupl
 
 
 def apply_chunks(text: str, chunks: list[Chunk], path: str = "the file") -> str:
-    """``text`` with every chunk applied, or ``patch_failed`` (and nothing applied)."""
+    """``text`` with every chunk applied, or ``patch_failed`` (and nothing applied). A file without a
+    final newline is kept without one (agents-python's apply_diff); an empty one gets it (codex)."""
     newline = "\r\n" if "\r\n" in text else "\n"
+    final = [""] if text == "" or text.endswith("\n") else []
     lines = text.replace("\r\n", "\n").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -249,7 +328,7 @@ def apply_chunks(text: str, chunks: list[Chunk], path: str = "the file") -> str:
         result.extend(new)
         cursor = at + length
     result.extend(lines[cursor:])
-    return newline.join([*result, ""])
+    return newline.join([*result, *final])
 
 
 def apply_update(text: str, diff: str, path: str = "the file") -> str:

@@ -16,7 +16,7 @@ from corral.protocol import actions as a
 from corral.protocol import v4a
 from corral.sandbox.agentfs import AgentFs
 from corral.sandbox.editor import Editor
-from corral.sandbox.files import WORKSPACE, file_error
+from corral.sandbox.files import WORKSPACE, file_error, in_thread
 
 
 class Patcher:
@@ -54,7 +54,8 @@ class Patcher:
                         ErrorCode.NO_SUCH_FILE, f"{path} does not exist; create it with create_file", "action.path"
                     )
                 text = await self._editor.read(path)
-                await self._editor.write(path, v4a.apply_chunks(text, chunks, path))
+                # Off the event loop: bounded (v4a.MAX_COMPARISONS), but up to a second on a big file.
+                await self._editor.write(path, await in_thread(v4a.apply_chunks, text, chunks, path))
                 return f"Updated {path}"
             case "delete_file":
                 found = await self._fs.stat(path, follow_symlinks=False)

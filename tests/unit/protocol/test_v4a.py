@@ -159,10 +159,16 @@ def test_deletion_only() -> None:
     assert apply_update("line1\nline2\nline3\n", "@@\n line1\n-line2\n line3") == "line1\nline3\n"
 
 
-def test_a_file_without_a_final_newline_gets_one() -> None:
+def test_a_file_without_a_final_newline_is_kept_without_one() -> None:
+    # agents-python's apply_diff (the reference for apply_patch_call) keeps the file's ending as it was.
     assert apply_update("no newline at end", "@@\n-no newline at end\n+first line\n+second line") == (
-        "first line\nsecond line\n"
+        "first line\nsecond line"
     )
+    assert apply_update("a\nb", "@@\n a\n-b\n+c") == "a\nc"
+
+
+def test_an_empty_file_gets_a_final_newline() -> None:
+    assert apply_update("", "+a") == "a\n"
 
 
 def test_a_trailing_empty_context_line_may_stand_for_the_final_newline() -> None:
@@ -215,3 +221,67 @@ def test_end_of_file_context_must_be_at_the_end_before_elsewhere() -> None:
 
 def test_module_surface() -> None:
     assert v4a.BEGIN_PATCH == "*** Begin Patch" and v4a.END_OF_FILE == "*** End of File"
+
+
+# -- the review's findings ------------------------------------------------------------------------------------
+
+
+def test_stacked_headers_are_found_in_turn() -> None:
+    source = "class A:\n    def f(self):\n        return 1\nclass B:\n    def f(self):\n        return 1\n"
+    diff = "@@ class B:\n@@     def f(self):\n-        return 1\n+        return 2\n"
+    (chunk,) = parse_update(diff)
+    assert (chunk.outer, chunk.header) == (("class B:",), "def f(self):")
+    assert apply_update(source, diff) == source[: source.rindex("1")] + "2\n"
+
+
+def test_a_stacked_header_not_found_names_it() -> None:
+    with pytest.raises(ActionError) as caught:
+        apply_update("class A:\n    x = 1\n", "@@ class B:\n@@     x = 1\n-    x = 1\n+    x = 2\n")
+    assert caught.value.code == ErrorCode.PATCH_FAILED
+    assert "'@@ class B:'" in caught.value.message
+
+
+def test_create_keeps_the_diffs_crlf_line_ends() -> None:
+    assert parse_create("+a\r\n+b\r\n") == "a\r\nb\r\n"
+    assert parse_create("+a\n+b\n") == "a\nb\n"
+
+
+@pytest.mark.parametrize(
+    ("diff", "parse"),
+    [
+        ("*** Begin Patch\n*** Add File: x\n+hi\n*** End Patch", parse_update),
+        ("*** Begin Patch\n*** Delete File: x\n*** End Patch", parse_update),
+        ("*** Begin Patch\n*** Update File: x\n@@\n-a\n+b\n*** End Patch", parse_create),
+    ],
+)
+def test_an_envelope_for_another_operation_is_refused(diff: str, parse: Any) -> None:
+    with pytest.raises(ActionError) as caught:
+        parse(diff)
+    assert caught.value.code == ErrorCode.INVALID_FIELD
+    assert "does not fit this operation" in caught.value.message
+
+
+def test_seek_starts_from_the_patterns_rarest_line() -> None:
+    # The old seek compared every line of the file against the pattern (95 s on 160 KB); a line of
+    # the pattern that is nowhere in the file ends the search with no comparison at all.
+    budget = v4a._Budget(100_000)
+    assert seek(v4a.Lines(["a"] * 80_000, budget), ("a",) * 2000 + ("b",), 0) is None
+    assert budget.left == 100_000 - 4 * (80_000 // 16)  # the four passes built; nothing compared
+
+
+def test_a_diff_matching_too_many_places_is_refused_within_its_budget() -> None:
+    lines = (["b"] + ["a"] * 50) * 200  # every "b" is a candidate that fails 50 lines later
+    budget = v4a._Budget(5_000)
+    with pytest.raises(ActionError) as caught:
+        seek(v4a.Lines(lines, budget), ("b", *("a",) * 51), 0)
+    assert caught.value.code == ErrorCode.PATCH_FAILED
+    assert "too ambiguous to place" in caught.value.message
+    assert budget.left > -100  # it stopped soon after the budget ran out
+
+
+def test_seek_finds_what_the_exhaustive_search_finds() -> None:
+    lines = ["x = 1", "  y = 2  ", "z", "y = 2", "z", "w"]
+    assert seek(lines, ("y = 2", "z"), 0) == 3  # exact pass first, across the whole file
+    assert seek(lines, ("y = 2", "z"), 4) is None
+    assert seek(lines, ("  y = 2", "z"), 0) == 1  # the rstrip pass
+    assert seek(lines, ("z", "w"), 0, end_of_file=True) == 4
