@@ -2,7 +2,7 @@
 
 ``file_glob`` walks the tree under ``path`` through the launcher (entries ``lstat``-ed, so a symlink
 is matched as itself and never followed out of the tree), matches each path relative to ``path``
-against a doublestar pattern (:func:`glob_regex`) and gives the newest first. ``file_grep`` runs
+against a doublestar pattern (:class:`Glob`, no backtracking regex) and gives the newest first. ``file_grep`` runs
 ripgrep as the agent through the process table (an argv, never a shell string) and reads its
 ``--json`` lines; both are bounded.
 """
@@ -13,7 +13,6 @@ import base64
 import json
 import os
 import posixpath
-import re
 from typing import Any
 
 from corral.errors import ActionError, ErrorCode
@@ -29,52 +28,175 @@ MAX_LINE_CHARS = 2_000  # of one matching line's text
 # -- glob (pure) ------------------------------------------------------------------------------------------------
 
 
-def glob_regex(pattern: str) -> re.Pattern[str]:
-    """A doublestar pattern as a regex over '/'-separated paths: ``**`` spans directories (``a/**/b``
-    matches ``a/b`` too), ``*`` and ``?`` stay within one name, ``[...]`` is a class, ``{x,y}`` either."""
-    out: list[str] = []
-    index = 0
-    depth = 0  # inside {...}
-    while index < len(pattern):
-        char = pattern[index]
-        if pattern.startswith("**/", index):
-            out.append("(?:.*/)?")
-            index += 3
-            continue
-        if pattern.startswith("**", index):
-            out.append(".*")
-            index += 2
-            continue
-        if char == "*":
-            out.append("[^/]*")
-        elif char == "?":
-            out.append("[^/]")
-        elif char == "[":
-            end = pattern.find("]", index + 2)
-            if end == -1:
-                out.append(re.escape(char))
-            else:
-                body = pattern[index + 1 : end]
-                body = "^" + body[1:] if body.startswith("!") else body
-                out.append("[" + body.replace("\\", "\\\\") + "]")
-                index = end
-        elif char == "{":
-            out.append("(?:")
+MAX_GLOB_EXPANSIONS = 256  # patterns one ``{a,b}`` pattern may expand to
+_DOUBLESTAR = "**"
+
+
+def _glob_error(pattern: str, why: str) -> ActionError:
+    return ActionError(ErrorCode.INVALID_FIELD, f"{why} in the pattern {pattern!r}", "action.pattern")
+
+
+def _closing_brace(pattern: str, start: int) -> int:
+    depth = 0
+    for index in range(start, len(pattern)):
+        if pattern[index] == "{":
             depth += 1
-        elif char == "}" and depth:
-            out.append(")")
+        elif pattern[index] == "}":
             depth -= 1
-        elif char == "," and depth:
-            out.append("|")
+            if depth == 0:
+                return index
+    return -1
+
+
+def _alternatives(body: str) -> list[str]:
+    """``a,{b,c},d`` split on its top-level commas."""
+    out, depth, last = [], 0, 0
+    for index, char in enumerate(body):
+        depth += {"{": 1, "}": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            out.append(body[last:index])
+            last = index + 1
+    return [*out, body[last:]]
+
+
+def expand_braces(pattern: str, limit: int = MAX_GLOB_EXPANSIONS) -> list[str]:
+    """``{x,y}`` expanded up front (nested too), at most ``limit`` patterns: each is then matched
+    without alternation, so no match can backtrack through the alternatives."""
+    done: list[str] = []
+    todo = [pattern]
+    while todo:
+        current = todo.pop()
+        opening = current.find("{")
+        if opening == -1:
+            done.append(current)
+            continue
+        closing = _closing_brace(current, opening)
+        if closing == -1:
+            raise _glob_error(pattern, "unclosed '{'")
+        head, tail = current[:opening], current[closing + 1 :]
+        todo.extend(head + choice + tail for choice in reversed(_alternatives(current[opening + 1 : closing])))
+        if len(done) + len(todo) > limit:
+            raise _glob_error(pattern, f"more than {limit} alternatives")
+    return done
+
+
+# One segment's tokens: a literal character, "?" (any one), "*" (any run), or a class (negated, ranges).
+Token = str | tuple[bool, tuple[tuple[str, str], ...]]
+
+
+def _segment_tokens(segment: str) -> list[Token]:
+    tokens: list[Token] = []
+    index = 0
+    while index < len(segment):
+        char = segment[index]
+        end = segment.find("]", index + 2) if char == "[" else -1
+        if char == "*":
+            if not (tokens and tokens[-1] == "*"):  # ** inside a name is one *
+                tokens.append("*")
+        elif char == "?":
+            tokens.append("?")
+        elif end != -1:
+            body = segment[index + 1 : end]
+            negated = body[:1] in ("!", "^")
+            body = body[1:] if negated else body
+            ranges: list[tuple[str, str]] = []
+            at = 0
+            while at < len(body):
+                if at + 2 < len(body) and body[at + 1] == "-":
+                    ranges.append((body[at], body[at + 2]))
+                    at += 3
+                else:
+                    ranges.append((body[at], body[at]))
+                    at += 1
+            tokens.append((negated, tuple(ranges)))
+            index = end
         else:
-            out.append(re.escape(char))
+            tokens.append("\\" + char)  # a literal, marked so it is never read as ? or *
         index += 1
-    if depth:
-        raise ActionError(ErrorCode.INVALID_FIELD, f"unclosed '{{' in the pattern {pattern!r}", "action.pattern")
-    try:
-        return re.compile("".join(out) + r"\Z", re.DOTALL)
-    except re.error as exc:
-        raise ActionError(ErrorCode.INVALID_FIELD, f"invalid pattern {pattern!r}: {exc}", "action.pattern") from None
+    return tokens
+
+
+def _one(token: Token, char: str) -> bool:
+    if token == "?":
+        return True
+    if isinstance(token, tuple):
+        negated, ranges = token
+        return any(low <= char <= high for low, high in ranges) is not negated
+    return token[1] == char
+
+
+class Glob:
+    """A doublestar pattern matched without a backtracking regex: ``{x,y}`` expanded up front
+    (:func:`expand_braces`), the path split on '/', a ``**`` segment spanning any number of
+    directories (``a/**/b`` matches ``a/b`` too; a final ``**`` at least one name) by a set of
+    states over the segments, and each name matched by the classic greedy wildcard walk with one
+    backtrack point (``*`` and ``?`` stay within a name, ``[...]`` is a class, ``[!...]`` its
+    complement). Work per path is at most expansions x segments x name length x pattern length.
+    ``steps`` counts the character comparisons made, so tests can bound the work."""
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self._alternatives = [
+            [None if part == _DOUBLESTAR else _segment_tokens(part) for part in expanded.split("/")]
+            for expanded in expand_braces(pattern)
+        ]
+        self.steps = 0
+
+    def match(self, path: str) -> bool:
+        names = path.split("/")
+        return any(self._path(segments, names) for segments in self._alternatives)
+
+    def _path(self, segments: list[list[Token] | None], names: list[str]) -> bool:
+        last = len(segments)
+
+        def closure(states: set[int]) -> set[int]:
+            out = set(states)
+            for state in sorted(states):
+                while state < last - 1 and segments[state] is None:  # a ** before more segments: zero of them
+                    state += 1
+                    out.add(state)
+            return out
+
+        states = closure({0})
+        for name in names:
+            following: set[int] = set()
+            for state in states:
+                if state == last:
+                    continue
+                tokens = segments[state]
+                if tokens is None:
+                    following |= {state, state + 1}
+                elif self._name(tokens, name):
+                    following.add(state + 1)
+            states = closure(following)
+            if not states:
+                return False
+        return last in states
+
+    def _name(self, tokens: list[Token], name: str) -> bool:
+        """One name against one segment: greedy, backtracking only to the last ``*`` (linear per try)."""
+        t = n = 0
+        star_t, star_n = -1, 0
+        while n < len(name):
+            self.steps += 1
+            if t < len(tokens) and tokens[t] != "*" and _one(tokens[t], name[n]):
+                t, n = t + 1, n + 1
+            elif t < len(tokens) and tokens[t] == "*":
+                star_t, star_n = t, n
+                t += 1
+            elif star_t != -1:
+                star_n += 1
+                t, n = star_t + 1, star_n
+            else:
+                return False
+        while t < len(tokens) and tokens[t] == "*":
+            t += 1
+        return t == len(tokens)
+
+
+def glob_matcher(pattern: str) -> Glob:
+    """The matcher of a ``file_glob`` pattern (``invalid_field`` when it cannot be one)."""
+    return Glob(pattern)
 
 
 # -- grep's output (pure) -----------------------------------------------------------------------------------------
@@ -146,7 +268,7 @@ class Search:
             os.close(await self._files.open_regular(root))
 
     async def _glob(self, action: a.FileGlob, root: str) -> dict[str, Any]:
-        matcher = glob_regex(action.pattern)
+        matcher = glob_matcher(action.pattern)
         absolute = action.pattern.startswith("/")
         found, truncated = await self._files.listing(root, True, None, MAX_SCANNED)
         hits = [item for item in found if matcher.match(item.path if absolute else posixpath.relpath(item.path, root))]

@@ -14,7 +14,7 @@ from corral.errors import ActionError, ErrorCode
 from corral.protocol import actions as a
 from corral.sandbox.files import AgentFiles
 from corral.sandbox.processes import RunContext
-from corral.sandbox.search import Search, glob_regex, grep_argv, grep_matches
+from corral.sandbox.search import Search, glob_matcher, grep_argv, grep_matches
 
 from .fakefs import FakeAgentFs
 
@@ -39,12 +39,12 @@ from .fakefs import FakeAgentFs
     ],
 )
 def test_doublestar(pattern: str, path: str, matches: bool) -> None:
-    assert bool(glob_regex(pattern).match(path)) is matches
+    assert bool(glob_matcher(pattern).match(path)) is matches
 
 
 def test_an_unclosed_brace_is_an_invalid_pattern() -> None:
     with pytest.raises(ActionError) as raised:
-        glob_regex("*.{js")
+        glob_matcher("*.{js")
     assert (raised.value.code, raised.value.field) == (ErrorCode.INVALID_FIELD, "action.pattern")
 
 
@@ -167,3 +167,37 @@ async def test_grep_of_a_directory_the_agent_cannot_list_is_permission_denied(tm
         await search.run(a.FileGrep(type="file_grep", pattern="x", path=str(tmp_path)), RunContext("1"))
     assert (raised.value.code, raised.value.field) == (ErrorCode.PERMISSION_DENIED, "action.path")
     assert processes.actions == []
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path", "matches"),
+    [
+        ("src/**", "src", False),
+        ("**", "a/b/c", True),
+        ("a/**/b/**/c", "a/b/c", True),
+        ("a/**/b/**/c", "a/x/b/y/z/c", True),
+        ("a/**/b/**/c", "a/x/y/c", False),
+        ("*.{js,{ts,tsx}}", "a.tsx", True),
+        ("[a-c]?.*", "bz.q", True),
+        ("[a-c]?.*", "dz.q", False),
+        ("*a*b", "xaxxb", True),
+        ("*a*b", "xaxxbc", False),
+        ("/abs/*.py", "/abs/x.py", True),
+    ],
+)
+def test_doublestar_segments_classes_and_nested_braces(pattern: str, path: str, matches: bool) -> None:
+    assert glob_matcher(pattern).match(path) is matches
+
+
+def test_a_pathological_pattern_does_polynomial_work() -> None:
+    # As a regex ([^/]* per *), this pattern backtracked exponentially: 14 s on a 60-character name.
+    glob = glob_matcher("*a" * 7 + "*b")
+    name = "a" * 60
+    assert glob.match(name) is False
+    assert glob.steps <= len(name) * len(glob.pattern)
+
+
+def test_brace_expansions_are_capped() -> None:
+    with pytest.raises(ActionError) as raised:
+        glob_matcher("{a,b}" * 9)  # 512 patterns
+    assert (raised.value.code, raised.value.field) == (ErrorCode.INVALID_FIELD, "action.pattern")
