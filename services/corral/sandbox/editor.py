@@ -14,10 +14,19 @@ deviates, and why:
 - A relative path's suggestion is the path under /workspace (the reference suggests the same path).
 - ``create`` makes missing parent directories.
 - A directory listing is sorted by name, and unreadable subdirectories are passed over silently.
+- CRLF files: the reference reads them with Python's universal newlines and writes LF back, turning
+  the whole file to LF on one edit. Here CRLF is read as LF for ``view``, matching and ``insert``
+  (an ``old_str`` or ``new_str`` with CRLF too), and the file is written back with CRLF when every
+  one of its lines ended so (a file of mixed line ends is edited as it is).
+- ``multiple_matches`` lists at most :data:`MAX_LISTED_LINES` line numbers (then how many more),
+  and a message repeats at most :data:`MAX_ECHOED_CHARS` characters of ``old_str``; ``view`` shows at
+  most :data:`MAX_VIEW_CHARS` of the file and :data:`MAX_NUMBERED_CHARS` of numbered text, whatever
+  ``max_characters`` asks; a directory view lists at most :data:`MAX_LISTED` entries in all.
 - Files over :data:`MAX_EDIT_BYTES` and files that are not UTF-8 are refused; the undo history is
   bounded (:class:`UndoHistory`). ``replace_all`` and ``max_characters`` are additions.
 
-The text work (:func:`view_text`, :func:`replace`, :func:`insert`, ...) is pure; :class:`Editor`
+The text work (:func:`view_text`, :func:`replace`, :func:`insert`, ...) is pure, and run in a worker
+thread (it is linear in a file of up to 10 MiB); :class:`Editor`
 reads and writes through :class:`~corral.sandbox.files.AgentFiles` (descriptors opened by the
 launcher as the agent, writes to a temporary file renamed into place).
 """
@@ -45,7 +54,13 @@ TRUNCATED_MESSAGE = (
     "are looking for.</NOTE>"
 )
 MAX_EDIT_BYTES = 10 << 20  # 10 MiB: a file the editor reads whole, and keeps in the undo history
-MAX_LISTED = 10_000  # entries of a directory view looked at
+MAX_LISTED = 10_000  # entries of a directory view looked at (all levels together)
+# A view's text, however large ``max_characters`` is: its JSON fits a 16 MiB reply frame with room
+# for the rest (a vendor reply carries it once; escapes can make a character six bytes).
+MAX_VIEW_CHARS = 1 << 20  # of the file's text shown
+MAX_NUMBERED_CHARS = 2 << 20  # of the numbered output built from it (numbers add 7 per line)
+MAX_LISTED_LINES = 100  # line numbers a multiple_matches message lists
+MAX_ECHOED_CHARS = 1_000  # of old_str repeated in a message
 MAX_LINK_HOPS = 40  # as the kernel's ELOOP
 
 T = TypeVar("T")
@@ -60,10 +75,19 @@ def maybe_truncate(content: str, limit: int = a.MAX_TOOL_OUTPUT_CHARS) -> str:
 
 
 def numbered(content: str, descriptor: str, init_line: int = 1, limit: int = a.MAX_TOOL_OUTPUT_CHARS) -> str:
-    """The reference's ``_make_output``: ``content`` (cut first) as ``cat -n`` shows it. Tabs are kept."""
-    lines = maybe_truncate(content, limit).split("\n")
-    body = "\n".join(f"{i + init_line:6}\t{line}" for i, line in enumerate(lines))
-    return f"Here's the result of running `cat -n` on {descriptor}:\n" + body + "\n"
+    """The reference's ``_make_output``: ``content`` (cut first) as ``cat -n`` shows it. Tabs are kept.
+    The numbered text is cut too, at :data:`MAX_NUMBERED_CHARS` (numbers on many short lines could
+    make it several times ``limit``), with the same note."""
+    lines = maybe_truncate(content, min(limit, MAX_VIEW_CHARS)).split("\n")
+    out: list[str] = []
+    size = 0
+    for i, line in enumerate(lines):
+        out.append(f"{i + init_line:6}\t{line}")
+        size += len(out[-1]) + 1
+        if size > MAX_NUMBERED_CHARS and i + 1 < len(lines):
+            out.append(TRUNCATED_MESSAGE)
+            break
+    return f"Here's the result of running `cat -n` on {descriptor}:\n" + "\n".join(out) + "\n"
 
 
 def _failed(code: ErrorCode, message: str, field: str | None = "action.path") -> ActionError:
@@ -104,8 +128,30 @@ def view_text(content: str, path: str, view_range: tuple[int, int] | None, limit
     return numbered(content, path, init_line, limit)
 
 
-def _line_of(content: str, offset: int) -> int:
-    return content.count("\n", 0, offset) + 1
+def _lines_of(content: str, starts: list[int]) -> list[int]:
+    """The line each of ``starts`` (ascending offsets) is on, in one pass over ``content``."""
+    lines: list[int] = []
+    line, last = 1, 0
+    for at in starts:
+        line += content.count("\n", last, at)
+        last = at
+        lines.append(line)
+    return lines
+
+
+def _listed(lines: list[int] | range) -> str:
+    """The reference's ``[3, 7, 9]``, cut after :data:`MAX_LISTED_LINES` numbers with how many more."""
+    if len(lines) <= MAX_LISTED_LINES:
+        return str(list(lines))
+    shown = ", ".join(str(line) for line in lines[:MAX_LISTED_LINES])
+    return f"[{shown}, ... and {len(lines) - MAX_LISTED_LINES} more]"
+
+
+def _echoed(old: str) -> str:
+    """``old_str`` as a message repeats it: cut after :data:`MAX_ECHOED_CHARS` characters."""
+    if len(old) <= MAX_ECHOED_CHARS:
+        return old
+    return f"{old[:MAX_ECHOED_CHARS]}... ({len(old)} characters)"
 
 
 def _occurrences(content: str, old: str) -> list[int]:
@@ -126,14 +172,15 @@ def replace(content: str, path: str, old: str, new: str, replace_all: bool = Fal
     if not starts:
         raise _failed(
             ErrorCode.NO_MATCH,
-            f"No replacement was performed, old_str `{old}` did not appear verbatim in {path}.",
+            f"No replacement was performed, old_str `{_echoed(old)}` did not appear verbatim in {path}.",
             "action.old_str",
         )
     if len(starts) > 1 and not replace_all:
-        lines = sorted({_line_of(content, at) for at in starts})
+        lines = sorted(set(_lines_of(content, starts)))
         raise _failed(
             ErrorCode.MULTIPLE_MATCHES,
-            f"No replacement was performed. Multiple occurrences of old_str `{old}` in lines {lines}. "
+            f"No replacement was performed. Multiple occurrences of old_str `{_echoed(old)}` in lines "
+            f"{_listed(lines)}. "
             "Please ensure it is unique",
             "action.old_str",
         )
@@ -147,10 +194,10 @@ def _replace_empty(content: str, path: str, new: str, replace_all: bool) -> tupl
     if replace_all:
         raise _failed(ErrorCode.INVALID_FIELD, "old_str cannot be empty with replace_all", "action.old_str")
     if content:
-        lines = list(range(1, content.count("\n") + 2))
+        lines = range(1, content.count("\n") + 2)
         raise _failed(
             ErrorCode.MULTIPLE_MATCHES,
-            f"No replacement was performed. Multiple occurrences of old_str `` in lines {lines}. "
+            f"No replacement was performed. Multiple occurrences of old_str `` in lines {_listed(lines)}. "
             "Please ensure it is unique",
             "action.old_str",
         )
@@ -211,7 +258,8 @@ def undone(path: str, text: str) -> str:
 class UndoLimits:
     per_path: int = 10  # edits of one path that can be undone
     entries: int = 1_000  # of all paths
-    chars: int = 64 << 20  # the texts held, all paths together (each is at most MAX_EDIT_BYTES)
+    chars: int = 64 << 20  # characters (not bytes) of the texts held, all paths together (each text is
+    # at most MAX_EDIT_BYTES bytes, so at most that many characters)
 
 
 class UndoHistory:
@@ -295,9 +343,7 @@ class Editor:
         if kind is None and action.command != "create":
             raise _failed(ErrorCode.NO_SUCH_FILE, f"The path {path} does not exist. Please provide a valid path.")
         if kind is not None and action.command == "create":
-            raise _failed(
-                ErrorCode.FILE_EXISTS, f"File already exists at: {path}. Cannot overwrite files using command `create`."
-            )
+            raise _failed(ErrorCode.FILE_EXISTS, _exists_message(path))
         if kind == "directory" and action.command != "view":
             raise _failed(
                 ErrorCode.IS_A_DIRECTORY,
@@ -307,34 +353,44 @@ class Editor:
             case "view":
                 if kind == "directory":
                     return await self._view_directory(action, path)
-                limit = action.max_characters or a.MAX_TOOL_OUTPUT_CHARS
-                return view_text(await self.read(path), path, action.view_range, limit)
+                limit = min(action.max_characters or a.MAX_TOOL_OUTPUT_CHARS, MAX_VIEW_CHARS)
+                text = as_lf(await self.read(path))
+                return await in_thread(view_text, text, path, action.view_range, limit)
             case "create":
                 text = _required(action.file_text, "file_text", "create")
-                await self.write(path, text, make_dirs=True)
+                try:
+                    await self.write(path, text, make_dirs=True, replace=False)
+                except FileExistsError:  # made since it was looked for: the rename does not replace it
+                    raise _failed(ErrorCode.FILE_EXISTS, _exists_message(path)) from None
                 self.history.push(path, text)
                 return f"File created successfully at: {path}"
             case "str_replace":
                 old = _required(action.old_str, "old_str", "str_replace")
                 content = await self.read(path)
-                new_content, message = replace(content, path, old, action.new_str or "", action.replace_all)
-                await self.write(path, new_content)
+                new_content, message = await in_thread(
+                    replace, as_lf(content), path, as_lf(old), as_lf(action.new_str or ""), action.replace_all
+                )
+                await self.write(path, with_line_ends_of(content, new_content))
                 self.history.push(path, content)
                 return message
             case "insert":
                 line = _required(action.insert_line, "insert_line", "insert")
                 new = _required(action.new_str, "new_str", "insert")
                 content = await self.read(path)
-                new_content, message = insert(content, path, line, new)
-                await self.write(path, new_content)
+                new_content, message = await in_thread(insert, as_lf(content), path, line, as_lf(new))
+                await self.write(path, with_line_ends_of(content, new_content))
                 self.history.push(path, content)
                 return message
             case "undo_edit":
                 previous = self.history.pop(path)
                 if previous is None:
                     raise _failed(ErrorCode.NOTHING_TO_UNDO, f"No edit history found for {path}.")
-                await self.write(path, previous)
-                return undone(path, previous)
+                try:
+                    await self.write(path, previous)
+                except BaseException:
+                    self.history.push(path, previous)  # not undone: it can be tried again
+                    raise
+                return await in_thread(undone, path, as_lf(previous))
 
     async def _kind(self, path: str) -> str | None:
         try:
@@ -352,16 +408,18 @@ class Editor:
         found: list[str] = []
         top, _ = await self._files.listing(path, False, None, MAX_LISTED)
         for item in top:
+            if len(found) >= MAX_LISTED:
+                break  # the whole listing is bounded, not each directory of it
             if item.name.startswith("."):
                 continue
             found.append(posixpath.join(path, item.name))
             if item.type == "directory":
                 try:
-                    below, _ = await self._files.listing(item.path, False, None, MAX_LISTED)
+                    below, _ = await self._files.listing(item.path, False, None, MAX_LISTED - len(found))
                 except OSError:
                     continue  # find says so on stderr; the listing goes on without it
                 found += [posixpath.join(path, item.name, sub.name) for sub in below if not sub.name.startswith(".")]
-        return listing_text(path, found)
+        return listing_text(path, found[:MAX_LISTED])
 
     # -- reading and writing as the agent -------------------------------------------------------------------
 
@@ -390,16 +448,17 @@ class Editor:
                 "(read it with file_read and encoding 'base64')",
             ) from None
 
-    async def write(self, path: str, text: str, *, make_dirs: bool = False) -> None:
+    async def write(self, path: str, text: str, *, make_dirs: bool = False, replace: bool = True) -> None:
         """``text`` put in place at ``path`` (through a symlink to its target, as the reference's
-        ``write_text`` does): a temporary file renamed over the target, the target's mode kept."""
+        ``write_text`` does): a temporary file renamed over the target, the target's mode kept.
+        ``replace=False``: the rename fails (FileExistsError) if the target is there by then."""
         target = await self.target_of(path)
         data = text.encode()
 
         async def fill(out: TempFile) -> None:
             await out.write(data)
 
-        await self._files.write(target, fill, make_dirs=make_dirs)
+        await self._files.write(target, fill, make_dirs=make_dirs, replace=replace)
 
     async def target_of(self, path: str) -> str:
         """Where a write to ``path`` lands: a symlink as the last component is followed (as the agent
@@ -413,6 +472,21 @@ class Editor:
                 return path
             path = posixpath.normpath(posixpath.join(posixpath.dirname(path), found.target))
         raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+
+
+def _exists_message(path: str) -> str:
+    return f"File already exists at: {path}. Cannot overwrite files using command `create`."
+
+
+def as_lf(text: str) -> str:
+    """CRLF line ends read as LF: a CRLF file is viewed, matched and edited as the model sees text."""
+    return text.replace("\r\n", "\n") if "\r\n" in text else text
+
+
+def with_line_ends_of(original: str, text: str) -> str:
+    """``text`` (LF) written back with ``original``'s line ends: CRLF when every line of it ended so."""
+    newlines = original.count("\n")
+    return text.replace("\n", "\r\n") if newlines and original.count("\r\n") == newlines else text
 
 
 def _required(value: T | None, name: str, command: str) -> T:

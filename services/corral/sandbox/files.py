@@ -257,11 +257,19 @@ class AgentFiles:
     # -- writing -----------------------------------------------------------------------------------------
 
     async def write(
-        self, target: str, fill: Fill, *, mode: int | None = None, make_dirs: bool = False, keep: bool = False
+        self,
+        target: str,
+        fill: Fill,
+        *,
+        mode: int | None = None,
+        make_dirs: bool = False,
+        keep: bool = False,
+        replace: bool = True,
     ) -> Written:
         """``target`` replaced by what ``fill`` writes, all or nothing: a temporary file in the same
         directory, fsynced, given its mode (an existing file's unless ``mode``), renamed over it.
-        ``keep``: the temporary file starts as a copy of the existing one (an append)."""
+        ``keep``: the temporary file starts as a copy of the existing one (an append). ``replace=False``:
+        renamed with RENAME_NOREPLACE, so a target made meanwhile fails it (FileExistsError)."""
         directory = os.path.dirname(target) or "/"
         if make_dirs:
             await self._mkdirs(directory)
@@ -280,7 +288,7 @@ class AgentFiles:
             os.close(fd)
             fd = -1
             await self._fs.chmod(temp, mode if mode is not None else _mode_of(existing))
-            await self._fs.rename(temp, target, replace=True)
+            await self._fs.rename(temp, target, replace=replace)
         except BaseException:
             if fd >= 0:
                 os.close(fd)

@@ -45,7 +45,12 @@ class Patcher:
                     raise ActionError(
                         ErrorCode.FILE_EXISTS, f"{path} already exists; update it or delete it first", "action.path"
                     )
-                await self._editor.write(path, text, make_dirs=True)
+                try:
+                    await self._editor.write(path, text, make_dirs=True, replace=False)
+                except FileExistsError:  # made since it was looked for: the rename does not replace it
+                    raise ActionError(
+                        ErrorCode.FILE_EXISTS, f"{path} already exists; update it or delete it first", "action.path"
+                    ) from None
                 return f"Created {path}"
             case "update_file":
                 chunks = v4a.parse_update(action.diff or "")

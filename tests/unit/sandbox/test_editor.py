@@ -299,3 +299,109 @@ async def test_concurrent_edits_of_one_file_both_land(box: Box) -> None:
         box.edit(command="str_replace", path=path, old_str="b", new_str="B"),
     )
     assert target.read_text() == "A\nB\n"
+
+
+# -- the review's findings: bounded messages and views, CRLF, races ------------------------------------------
+
+
+def test_multiple_matches_finds_each_line_in_one_pass_and_lists_at_most_a_hundred() -> None:
+    content = "x\n" * 80_000
+    error = _error(replace, content, "/f", "x", "y")
+    assert error.code == ErrorCode.MULTIPLE_MATCHES
+    listed = ", ".join(str(n) for n in range(1, 101))
+    assert f"in lines [{listed}, ... and 79900 more]. Please ensure it is unique" in error.message
+    assert len(error.message) < 1_000
+    assert editor._lines_of("a\nb\nc\na", [0, 2, 6]) == [1, 2, 4]
+
+
+def test_an_empty_old_str_on_a_long_file_names_a_bounded_list() -> None:
+    error = _error(replace, "\n" * 2_000_000, "/f", "", "y")
+    assert error.code == ErrorCode.MULTIPLE_MATCHES
+    assert "... and 1999901 more]" in error.message
+    assert len(error.message) < 1_000
+
+
+def test_a_long_old_str_is_echoed_cut() -> None:
+    old = "q" * 50_000
+    error = _error(replace, "text\n", "/f", old, "y")
+    assert error.code == ErrorCode.NO_MATCH
+    assert f"`{'q' * editor.MAX_ECHOED_CHARS}... (50000 characters)`" in error.message
+    assert len(error.message) < 2_000
+
+
+def test_the_numbered_view_is_cut_too() -> None:
+    # 16M empty lines cut to max_characters were numbered whole: ~8 characters per line shown.
+    shown = view_text("\n" * (1 << 24), "/f", None, 1 << 24)
+    assert len(shown) <= editor.MAX_NUMBERED_CHARS + len(editor.TRUNCATED_MESSAGE) + 200
+    assert shown.rstrip("\n").endswith(editor.TRUNCATED_MESSAGE)
+    assert view_text(TEXT, "/f", None, 1 << 24) == view_text(TEXT, "/f", None, 16_000)  # small files: as before
+
+
+async def test_a_view_asking_for_more_than_fits_gets_the_cap(box: Box) -> None:
+    file = box.root / "big.txt"
+    file.write_text("y" * (editor.MAX_VIEW_CHARS + 10))
+    shown = (await box.edit(command="view", path=str(file), max_characters=1 << 24))["output"]
+    assert "y" * editor.MAX_VIEW_CHARS + editor.TRUNCATED_MESSAGE in shown
+    assert "y" * (editor.MAX_VIEW_CHARS + 1) not in shown
+
+
+async def test_a_crlf_file_is_viewed_matched_and_edited_as_lf_and_keeps_crlf(box: Box) -> None:
+    file = box.root / "dos.txt"
+    file.write_bytes(b"one\r\ntwo\r\nthree\r\n")
+    path = str(file)
+    assert "\r" not in (await box.edit(command="view", path=path))["output"]
+    await box.edit(command="str_replace", path=path, old_str="one\ntwo", new_str="1\n2")
+    assert file.read_bytes() == b"1\r\n2\r\nthree\r\n"
+    await box.edit(command="insert", path=path, insert_line=1, new_str="1.5")
+    assert file.read_bytes() == b"1\r\n1.5\r\n2\r\nthree\r\n"
+    await box.edit(command="undo_edit", path=path)
+    assert file.read_bytes() == b"1\r\n2\r\nthree\r\n"
+
+
+def test_line_ends_are_written_back_as_the_file_had_them() -> None:
+    assert editor.with_line_ends_of("a\r\nb\r\n", "a\nc\n") == "a\r\nc\r\n"
+    assert editor.with_line_ends_of("a\r\nb\n", "a\nc\n") == "a\nc\n"  # mixed: as it is
+    assert editor.with_line_ends_of("a\nb\n", "a\nc\n") == "a\nc\n"
+
+
+async def test_create_does_not_replace_a_file_made_after_the_check(box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
+    file = box.root / "raced.txt"
+    mkstemp = box.fs.mkstemp
+
+    async def racing(directory: str, prefix: str) -> tuple[int, str]:
+        file.write_text("theirs")  # another writer, between the existence check and the rename
+        return await mkstemp(directory, prefix)
+
+    monkeypatch.setattr(box.fs, "mkstemp", racing)
+    error = await box.fails(command="create", path=str(file), file_text="mine")
+    assert (error.code, error.message) == (
+        ErrorCode.FILE_EXISTS,
+        f"File already exists at: {file}. Cannot overwrite files using command `create`.",
+    )
+    assert file.read_text() == "theirs"
+    assert len(box.editor.history) == 0
+
+
+async def test_an_undo_whose_write_fails_keeps_its_entry(box: Box) -> None:
+    file = box.root / "u.txt"
+    path = str(file)
+    await box.edit(command="create", path=path, file_text="a\n")
+    await box.edit(command="str_replace", path=path, old_str="a", new_str="b")
+    box.fs.full = True
+    error = await box.fails(command="undo_edit", path=path)
+    assert error.code != ErrorCode.NOTHING_TO_UNDO
+    assert len(box.editor.history) == 2  # the create's entry and the replace's, neither lost
+    box.fs.full = False
+    await box.edit(command="undo_edit", path=path)
+    assert file.read_text() == "a\n"
+
+
+async def test_a_directory_view_lists_at_most_max_listed_entries_in_all(
+    box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(editor, "MAX_LISTED", 5)
+    for name in ("a", "b", "c"):
+        for sub in ("1", "2", "3"):
+            (box.root / "tree" / name / sub).mkdir(parents=True)
+    shown = (await box.edit(command="view", path=str(box.root / "tree")))["output"]
+    assert len([line for line in shown.splitlines() if line.startswith(str(box.root / "tree") + "/")]) == 5

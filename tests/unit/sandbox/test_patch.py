@@ -92,3 +92,19 @@ async def test_a_file_the_agent_may_not_write_is_refused_and_unchanged(box: Box)
     error = await box.fails("update_file", str(target), "@@\n-a\n+b\n")
     assert (error.code, error.field) == (ErrorCode.PERMISSION_DENIED, "action.path")
     assert target.read_text() == "a\n"
+
+
+async def test_create_file_does_not_replace_a_file_made_after_the_check(
+    box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    file = box.root / "raced.py"
+    mkstemp = box.fs.mkstemp
+
+    async def racing(directory: str, prefix: str) -> tuple[int, str]:
+        file.write_text("theirs")  # another writer, between the existence check and the rename
+        return await mkstemp(directory, prefix)
+
+    monkeypatch.setattr(box.fs, "mkstemp", racing)
+    error = await box.fails("create_file", str(file), "+mine\n")
+    assert (error.code, error.field) == (ErrorCode.FILE_EXISTS, "action.path")
+    assert file.read_text() == "theirs"
