@@ -17,12 +17,11 @@ from starlette.requests import HTTPConnection
 
 from corral.bodies import ClosingStream, read_capped
 from corral.errors import ActionError, ErrorCode, error_body
-from corral.protocol import reply
 from corral.protocol.envelope import Limits, decode
 from corral.sandbox import transfer
 from corral.sandbox.auth import RequestVerifier, read_secret
 from corral.sandbox.desktop import Desktop
-from corral.sandbox.dispatch import Dispatcher, Incoming
+from corral.sandbox.dispatch import Dispatcher, Incoming, fitted
 from corral.sandbox.files import AgentFiles, named
 from corral.sandbox.guard import ControllerGuard
 from corral.sandbox.placeholders import placeholders_of
@@ -275,7 +274,8 @@ class Connection:
 
     async def _answer(self, incoming: Incoming) -> None:
         out = await self._dispatcher.run(incoming, self._event)
-        await self._send(reply.encode(out))  # "ok" first: the gateway's relay reads only that
+        _, frame = fitted(incoming, out)
+        await self._send(frame)  # "ok" first: the gateway's relay reads only that
 
     async def _event(self, event: dict[str, Any]) -> None:
         await self._send(json.dumps(event, separators=(",", ":")))

@@ -12,7 +12,7 @@ from typing import Any
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import reply, vendor
 from corral.protocol.actions import FILE_ACTIONS, PROCESS_ACTIONS, TOOL_ACTIONS, ScreenshotOptions, Secrets
-from corral.protocol.envelope import Limits, decode, plan_request, request_id_of
+from corral.protocol.envelope import MAX_FRAME_BYTES, Limits, decode, plan_request, request_id_of
 from corral.protocol.plan import ActionResult, After, EncodedImage, Plan, RequestId
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.egress import ActionReporter
@@ -111,8 +111,10 @@ class Dispatcher:
         self._boot = secrets.token_hex(2)
 
     async def handle(self, raw: str | bytes, emit: Emit | None = None) -> dict[str, Any]:
-        """One message in, one reply out; never raises for anything the client sent."""
-        return await self.run(self.read(raw), emit)
+        """One message in, one reply out (fitted to a frame); never raises for anything the client sent."""
+        incoming = self.read(raw)
+        out, _ = fitted(incoming, await self.run(incoming, emit))
+        return out
 
     def read(self, raw: str | bytes) -> Incoming:
         """Decode and plan one message (the caller decides from :attr:`Incoming.apart` how to run it)."""
@@ -243,6 +245,24 @@ class Dispatcher:
         if image is None and plan.after.screenshot is not None:
             image = (await self._desktop.capture(plan.after.screenshot, plan.after)).image
         return results, image
+
+
+def fitted(incoming: Incoming, out: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """``out`` and its frame, or, when that frame is over :data:`MAX_FRAME_BYTES` (the gateway
+    would close the connection with 1009, dropping every request on it), a ``too_large`` failure
+    in its place (with the vendor's error form for a vendor call). Each action bounds its own
+    output to fit; this is the backstop for one that did not."""
+    frame = reply.encode(out)  # ASCII (json.dumps escapes the rest): its length is its size
+    if len(frame) <= MAX_FRAME_BYTES:
+        return out, frame
+    call = incoming.plan.call if incoming.plan is not None else vendor.call_of(incoming.request)
+    error = ActionError(
+        ErrorCode.TOO_LARGE,
+        f"the reply is {len(frame)} bytes, over the {MAX_FRAME_BYTES} bytes a frame takes; "
+        "ask for less of it (a view_range, a smaller max_characters or max_output_chars, a window)",
+    )
+    refused = _failure(incoming.request_id, error, call)
+    return refused, reply.encode(refused)
 
 
 def _failure(

@@ -207,3 +207,22 @@ async def test_events_carry_the_order_their_requests_came_in_whatever_order_they
     assert [(e["request"]["id"], e["request_seq"]) for e in recorder.events] == [(2, 2), (1, 1)]
     refused = await dispatcher.handle("{not json")
     assert refused["ok"] is False and recorder.events[-1]["request_seq"] == 3  # refused requests count too
+
+
+async def test_a_reply_over_a_frame_is_a_too_large_failure_with_the_vendor_form() -> None:
+    # A frame over 16 MiB made the gateway close the connection (1009), dropping every request on it.
+    dispatcher, _, _ = _dispatcher()
+
+    async def huge(action: Any, *context: Any) -> dict[str, Any]:
+        return {"output": "\x00" * (3 << 20), "path": "/workspace/x"}  # 18 MiB of JSON escapes
+
+    dispatcher._desktop.editor.run = huge  # type: ignore[method-assign]
+    tool_use = {"type": "tool_use", "id": "toolu_1", "name": "str_replace_based_edit_tool"}
+    block = {**tool_use, "input": {"command": "view", "path": "/workspace/x"}}
+    out = await dispatcher.handle(json.dumps({"id": 3, "anthropic": block}))
+    assert out["ok"] is False and out["error"]["code"] == "too_large"
+    assert out["result"]["tool_result"]["is_error"] is True
+    assert len(json.dumps(out)) < 10_000
+    del dispatcher._desktop.editor.run  # the fake's own: a small reply goes out as it is
+    small = await dispatcher.handle(json.dumps({"id": 4, "action": {"type": "edit", "command": "view", "path": "/x"}}))
+    assert small["ok"] is True
