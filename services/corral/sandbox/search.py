@@ -23,6 +23,7 @@ from corral.sandbox.processes import ProcessTable, RunContext
 GREP_TIMEOUT_MS = 60_000
 GREP_OUTPUT_BYTES = 8 << 20  # ripgrep's JSON lines read; past it the result is truncated
 MAX_LINE_CHARS = 2_000  # of one matching line's text
+RG = "/usr/bin/rg"  # the image's ripgrep (Debian's package), never whatever "rg" the agent's PATH finds first
 
 
 # -- glob (pure) ------------------------------------------------------------------------------------------------
@@ -202,11 +203,32 @@ def glob_matcher(pattern: str) -> Glob:
 # -- grep's output (pure) -----------------------------------------------------------------------------------------
 
 
-def _text(field: dict[str, Any]) -> str:
-    """ripgrep's ``{"text": ...}`` or, for bytes that are not UTF-8, ``{"bytes": base64}``."""
-    if "text" in field:
+def _text(field: object) -> str | None:
+    """ripgrep's ``{"text": ...}`` or, for bytes that are not UTF-8, ``{"bytes": base64}``; None
+    for anything else."""
+    if not isinstance(field, dict):
+        return None
+    if isinstance(field.get("text"), str):
         return str(field["text"])
-    return base64.b64decode(field.get("bytes", "")).decode(errors="replace")
+    try:
+        return base64.b64decode(str(field["bytes"]), validate=True).decode(errors="replace")
+    except (KeyError, ValueError):
+        return None
+
+
+def _match(record: dict[str, Any]) -> dict[str, Any] | None:
+    """One ``match`` record as a match; None when it lacks the shape ripgrep gives it (the agent
+    controls the binary's inputs, so a record is read, never trusted)."""
+    data = record.get("data")
+    if not isinstance(data, dict):
+        return None
+    path, text, line = _text(data.get("path")), _text(data.get("lines")), data.get("line_number")
+    if path is None or text is None or not isinstance(line, int) or isinstance(line, bool):
+        return None
+    text = text.rstrip("\r\n")
+    if len(text) > MAX_LINE_CHARS:
+        text = text[:MAX_LINE_CHARS] + "…"
+    return {"path": path, "line": line, "text": text}
 
 
 def grep_matches(stdout: str, limit: int) -> tuple[list[dict[str, Any]], bool]:
@@ -218,20 +240,19 @@ def grep_matches(stdout: str, limit: int) -> tuple[list[dict[str, Any]], bool]:
             record = json.loads(line)
         except ValueError:
             continue
-        if record.get("type") != "match":
+        if not isinstance(record, dict) or record.get("type") != "match":
+            continue
+        match = _match(record)
+        if match is None:
             continue
         if len(matches) >= limit:
             return matches, True
-        data = record["data"]
-        text = _text(data["lines"]).rstrip("\r\n")
-        if len(text) > MAX_LINE_CHARS:
-            text = text[:MAX_LINE_CHARS] + "…"
-        matches.append({"path": _text(data["path"]), "line": data["line_number"], "text": text})
+        matches.append(match)
     return matches, False
 
 
 def grep_argv(action: a.FileGrep, root: str) -> list[str]:
-    argv = ["rg", "--json", "--no-config", "--no-messages", "--regexp", action.pattern]
+    argv = [RG, "--json", "--no-config", "--no-messages", "--regexp", action.pattern]
     if action.ignore_case:
         argv.append("--ignore-case")
     if action.glob is not None:

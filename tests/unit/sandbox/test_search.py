@@ -77,7 +77,7 @@ def test_grep_argv_is_an_argv_with_the_pattern_as_an_option_value() -> None:
     action = a.FileGrep(type="file_grep", pattern="-rf /", glob="*.py", ignore_case=True)
     options = ["--regexp", "-rf /", "--ignore-case", "--glob", "*.py"]
     assert grep_argv(action, "/workspace") == [
-        "rg",
+        "/usr/bin/rg",
         "--json",
         "--no-config",
         "--no-messages",
@@ -139,7 +139,7 @@ async def test_grep_runs_rg_as_an_argv_and_reads_its_json(tmp_path: Path) -> Non
     found = await search.run(a.FileGrep(type="file_grep", pattern="TODO", path=str(tmp_path)), RunContext("1"))
     assert found == {"matches": [{"path": f"{tmp_path}/a", "line": 2, "text": "x TODO"}], "truncated": False}
     (action,) = processes.actions
-    assert action.argv is not None and action.argv[0] == "rg" and action.command is None
+    assert action.argv is not None and action.argv[0] == "/usr/bin/rg" and action.command is None
 
 
 async def test_a_bad_regex_is_an_invalid_field_with_rgs_message(tmp_path: Path) -> None:
@@ -201,3 +201,15 @@ def test_brace_expansions_are_capped() -> None:
     with pytest.raises(ActionError) as raised:
         glob_matcher("{a,b}" * 9)  # 512 patterns
     assert (raised.value.code, raised.value.field) == (ErrorCode.INVALID_FIELD, "action.pattern")
+
+
+def test_grep_matches_skips_records_without_ripgreps_shape() -> None:
+    hostile = [
+        '{"type":"match","data":{}}',
+        '{"type":"match","data":[1]}',
+        '{"type":"match","data":{"lines":{"bytes":"!!"},"path":{"text":"x"},"line_number":1}}',
+        '{"type":"match","data":{"lines":{"text":"t"},"path":{"text":"x"},"line_number":"1"}}',
+        '["match"]',
+        _record("ok.txt", 3, "fine\n"),
+    ]
+    assert grep_matches("\n".join(hostile), 10) == ([{"path": "ok.txt", "line": 3, "text": "fine"}], False)
