@@ -233,7 +233,7 @@ def _editor(name: str, raw: dict[str, Any], field: str) -> a.NativeAction:
         )
     data: dict[str, Any] = {"type": "edit", "command": command, "path": inp.path}
     if command == "view":
-        if inp.view_range is not None:
+        if inp.view_range:  # [] shows the whole file, as the reference's ``if view_range`` does
             data["view_range"] = _range(inp.view_range, field)
         if inp.max_characters is not None:
             data["max_characters"] = inp.max_characters
@@ -352,5 +352,6 @@ def success(
 
 
 def failure(call: VendorCall, error: ActionError) -> dict[str, Any]:
-    """The ``is_error`` tool_result: the error's message, as the model reads it."""
-    return tool_result(call, [{"type": "text", "text": error.message}], is_error=True)
+    """The ``is_error`` tool_result: the error's message, as the model reads it (no text block for an
+    empty one: the Messages API refuses an empty text block)."""
+    return tool_result(call, _text(error.message), is_error=True)

@@ -180,6 +180,7 @@ def test_bash_with_the_wrong_input(fail: FailFn, inp: dict[str, Any], code: Erro
 
 EDITS: list[tuple[dict[str, Any], dict[str, Any]]] = [
     ({"command": "view", "path": "/workspace/a.py"}, {"command": "view", "path": "/workspace/a.py"}),
+    ({"command": "view", "path": "/w/a.py", "view_range": []}, {"command": "view", "path": "/w/a.py"}),  # the reference
     (
         {"command": "view", "path": "/w/a.py", "view_range": [3, -1], "max_characters": 100},
         {"command": "view", "path": "/w/a.py", "view_range": [3, -1], "max_characters": 100},
@@ -499,3 +500,11 @@ def test_the_member_fields_are_the_sdks() -> None:
 def test_an_unknown_member_name_says_it_needs_the_toolset(fail: FailFn) -> None:
     assert "only with toolset_name 'computer'" in fail({"anthropic": block("left_click", {})}).message
     assert "toolset_name" not in fail({"anthropic": block("web_search", {})}).message
+
+
+def test_a_failure_with_an_empty_message_has_no_empty_text_block() -> None:
+    call = call_of({"anthropic": block("bash", {"command": "x"})})
+    assert call is not None
+    result = failure_result(call, ActionError(ErrorCode.INTERNAL, ""))["tool_result"]
+    assert result["content"] == [] and result["is_error"] is True
+    checked_tool_result(result)
