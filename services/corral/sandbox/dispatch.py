@@ -173,7 +173,11 @@ class Dispatcher:
             action = vendor.next_action(plan.call, step.action, results, spent_ms)
             if action is None:
                 break
-            results.append(await self._desktop.run(action, plan.after, context))
+            try:
+                results.append(await self._desktop.run(action, plan.after, context))
+            except ActionError as exc:  # named as the request named it (as _execute does for desktop steps)
+                exc.field = vendor.request_field(plan.call, step.field, exc.field)
+                raise
         image = None
         if plan.after.screenshot is not None:
             async with self._desktop.lock:

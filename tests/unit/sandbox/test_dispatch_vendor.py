@@ -7,6 +7,7 @@ import base64
 import json
 from typing import Any
 
+from corral.errors import ActionError, ErrorCode
 from corral.protocol import Limits
 from corral.sandbox.dispatch import Dispatcher
 
@@ -170,3 +171,15 @@ async def test_an_internal_error_in_a_vendor_call_still_answers_in_its_form() ->
     assert reply["ok"] is False and reply["error"]["code"] == "internal"
     output = json.loads(reply["result"]["item"]["output"])
     assert output == {"output": "", "error": reply["error"]}
+
+
+async def test_a_refused_exec_names_the_shell_calls_own_field() -> None:
+    class Capped(ScriptedProcesses):  # a controller configured with a lower cap than the translator's
+        async def run(self, action: Any, context: Any) -> dict[str, Any]:
+            raise ActionError(ErrorCode.INVALID_FIELD, "max_output_bytes is at most 1024", "action.max_output_bytes")
+
+    dispatcher, _ = _dispatcher(Capped([]))
+    item = {"type": "shell_call", "call_id": "call_6", "action": {"commands": ["yes"], "max_output_length": 4096}}
+    reply = await dispatcher.handle(json.dumps({"id": 10, "openai": item}))
+    assert reply["ok"] is False
+    assert reply["error"]["field"] == "openai.action.max_output_length"

@@ -4,7 +4,7 @@ the dispatcher runs the native actions in between."""
 
 from corral.protocol.vendor.calls import VendorCall, call_of, is_block, is_item
 from corral.protocol.vendor.replies import failure_result, success_result
-from corral.protocol.vendor.steps import default_screenshot, next_action, translate
+from corral.protocol.vendor.steps import default_screenshot, next_action, request_field, translate
 
 __all__ = [
     "VendorCall",
@@ -14,6 +14,7 @@ __all__ = [
     "is_block",
     "is_item",
     "next_action",
+    "request_field",
     "success_result",
     "translate",
 ]

@@ -43,7 +43,7 @@ class ShellAction(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     commands: Annotated[list[str], Field(min_length=1, max_length=100)]
-    timeout_ms: Annotated[int, Field(ge=1, le=a.MAX_PROCESS_TIMEOUT_MS)] | None = None
+    timeout_ms: Annotated[int, Field(ge=1)] | None = None  # over the maximum: the maximum (_clamped)
     max_output_length: Annotated[int, Field(ge=0)] | None = None
 
 
@@ -58,7 +58,7 @@ class LocalShellAction(BaseModel):
     type: Literal["exec"]
     command: Annotated[list[str], Field(min_length=1)]
     env: dict[str, str] = Field(default_factory=dict)
-    timeout_ms: Annotated[int, Field(ge=1, le=a.MAX_PROCESS_TIMEOUT_MS)] | None = None
+    timeout_ms: Annotated[int, Field(ge=1)] | None = None  # over the maximum: the maximum (_clamped)
     working_directory: str | None = None
     user: str | None = None
 
@@ -86,6 +86,38 @@ _ITEM: TypeAdapter[OutputItem] = TypeAdapter(OutputItem)
 _ACTION: TypeAdapter[a.NativeAction] = TypeAdapter(a.NativeAction)
 
 
+# What a model may ask of a command, clamped rather than refused (a model picks these numbers; the
+# call should still run): the controller's default maximum timeout (ControllerSettings'
+# max_action_timeout_ms) and the process table's default maximum bytes per stream
+# (ControllerSettings.max_output_bytes). A controller configured lower still refuses, and the error
+# names the request's own field (request_field).
+MAX_COMMAND_TIMEOUT_MS = 600_000
+MAX_COMMAND_OUTPUT_BYTES = 8 << 20
+# A native exec's fields as a shell_call and a local_shell_call name them.
+_SHELL_FIELDS = {"timeout_ms": "timeout_ms", "max_output_bytes": "max_output_length"}
+_LOCAL_SHELL_FIELDS = {"argv": "command", "cwd": "working_directory"}
+
+
+def _clamped_timeout(timeout_ms: int | None) -> int | None:
+    return None if timeout_ms is None else min(timeout_ms, MAX_COMMAND_TIMEOUT_MS)
+
+
+def request_field(call: VendorCall, step_field: str, native: str) -> str:
+    """A native action's field (``action.max_output_bytes``) as the request named it
+    (``openai.action.max_output_length`` for a shell_call's commands, else under the step's field)."""
+    rest = native[len("action") :]
+    if call.tool == "shell_call" and "[" in step_field:
+        base = step_field[: step_field.rindex(".commands[")]  # "openai.action"
+        name = rest.lstrip(".").split(".", 1)[0]
+        if name in _SHELL_FIELDS:
+            return f"{base}.{_SHELL_FIELDS[name]}"
+    if call.tool == "local_shell_call":
+        name, _, tail = rest.lstrip(".").partition(".")
+        if name in _LOCAL_SHELL_FIELDS:
+            return f"{step_field}.{_LOCAL_SHELL_FIELDS[name]}" + (f".{tail}" if tail else "")
+    return step_field + rest
+
+
 def read_item(raw: Any, field: str = "openai") -> OutputItem:
     return validate(_ITEM, raw, field, tagged=True)
 
@@ -109,11 +141,12 @@ def translate(item: OutputItem, field: str = "openai") -> list[Step]:
             raise ActionError(ErrorCode.MISSING_FIELD, "a computer_call needs 'action' or 'actions'", f"{field}.action")
         return [Step(action, where) for action, where in openai.translate(_set(item.action), f"{field}.action")]
     if isinstance(item, ShellCall):
-        budget = item.action.timeout_ms or a.SHELL_TIMEOUT_MS
+        budget = _clamped_timeout(item.action.timeout_ms) or a.SHELL_TIMEOUT_MS
         limits: dict[str, Any] = {"timeout_ms": budget}
         if item.action.max_output_length is not None:
-            # Each stream's bytes: enough for max_output_length characters of UTF-8, cut to them in the reply.
-            limits["max_output_bytes"] = 4 * item.action.max_output_length
+            # Each stream's bytes: enough for max_output_length characters of UTF-8 (cut to them in the
+            # reply), up to what the process table gives at most.
+            limits["max_output_bytes"] = min(4 * item.action.max_output_length, MAX_COMMAND_OUTPUT_BYTES)
         where = f"{field}.action.commands"
         return [
             Step(_native({"type": "exec", "command": command, **limits}, f"{where}[{i}]"), f"{where}[{i}]")
@@ -139,7 +172,7 @@ def _local_exec(action: LocalShellAction, field: str) -> a.NativeAction:
     if action.working_directory:
         data["cwd"] = posixpath.join(WORKDIR, action.working_directory)  # an absolute one stays as it is
     if action.timeout_ms is not None:
-        data["timeout_ms"] = action.timeout_ms
+        data["timeout_ms"] = _clamped_timeout(action.timeout_ms)
     try:
         return _native(data, field)
     except ActionError as exc:

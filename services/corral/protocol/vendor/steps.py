@@ -36,3 +36,13 @@ def next_action(
     if call is None or call.dialect != "openai":
         return action
     return openai_tools.next_action(call, action, ran, spent_ms)
+
+
+def request_field(call: VendorCall | None, step_field: str, native: str | None) -> str | None:
+    """The field a native action's error names, as the request named it: ``action.x`` under the
+    step's own field (as the desktop steps' errors are), a shell_call's exec fields as its own."""
+    if native is None or not native.startswith("action.") or step_field == "action":
+        return native
+    if call is not None and call.dialect == "openai":
+        return openai_tools.request_field(call, step_field, native)
+    return step_field + native[len("action") :]

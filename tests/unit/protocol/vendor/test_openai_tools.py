@@ -11,9 +11,9 @@ from openai.types.responses import ResponseApplyPatchToolCall, ResponseComputerT
 from openai.types.responses.response_output_item import LocalShellCall
 
 from corral.errors import ActionError, ErrorCode
-from corral.protocol import ActionResult, EncodedImage, Plan
+from corral.protocol import ActionResult, EncodedImage, Plan, vendor
 from corral.protocol import actions as a
-from corral.protocol.vendor import call_of, failure_result, success_result
+from corral.protocol.vendor import call_of, failure_result, openai_tools, success_result
 
 from ..conftest import FailFn, PlanFn
 from .sdk import checked_item
@@ -414,3 +414,41 @@ def test_a_failed_computer_call_answers_with_the_screen_if_it_can() -> None:
         "call_id": "call_c",
         "output": {"type": "computer_screenshot", "image_url": DATA_URL},
     }
+
+
+def test_a_shell_calls_limits_past_the_maximum_are_clamped(plan: PlanFn) -> None:
+    p = plan({"openai": shell_call(["true"], timeout_ms=10**12, max_output_length=10**12)})
+    assert natives(p) == [
+        {
+            "type": "exec",
+            "command": "true",
+            "timeout_ms": openai_tools.MAX_COMMAND_TIMEOUT_MS,
+            "max_output_bytes": openai_tools.MAX_COMMAND_OUTPUT_BYTES,
+        }
+    ]
+    assert p.call is not None and p.call.max_output_length == 10**12  # echoed as the model sent it
+    local = plan({"openai": local_shell_call(["true"], timeout_ms=10**12)})
+    assert natives(local)[0]["timeout_ms"] == openai_tools.MAX_COMMAND_TIMEOUT_MS
+
+
+@pytest.mark.parametrize(
+    ("item", "step_field", "native", "named"),
+    [
+        (
+            shell_call(["a", "b"]),
+            "openai.action.commands[1]",
+            "action.max_output_bytes",
+            "openai.action.max_output_length",
+        ),
+        (shell_call(["a"]), "openai.action.commands[0]", "action.timeout_ms", "openai.action.timeout_ms"),
+        (shell_call(["a"]), "openai.action.commands[0]", "action.command", "openai.action.commands[0].command"),
+        (local_shell_call(["ls"]), "openai.action", "action.cwd", "openai.action.working_directory"),
+        (local_shell_call(["ls"]), "openai.action", "action.timeout_ms", "openai.action.timeout_ms"),
+    ],
+)
+def test_a_native_errors_field_is_named_as_the_request_named_it(
+    item: dict[str, Any], step_field: str, native: str, named: str
+) -> None:
+    call = call_of({"openai": item})
+    assert vendor.request_field(call, step_field, native) == named
+    assert vendor.request_field(None, "action", native) == native
