@@ -321,3 +321,23 @@ def test_glob_and_grep(client: SandboxClient, sandbox: SandboxAddress, runtime: 
     assert (bad["code"], bad["field"]) == ("invalid_field", "action.pattern")
     assert "unclosed group" in bad["message"]
     _still_working(client)
+
+
+def test_a_huge_view_and_a_crlf_edit_answer_and_the_session_carries_on(
+    client: SandboxClient, sandbox: SandboxAddress, runtime: DockerHarness, workdir: str
+) -> None:
+    # 2M empty lines viewed with the largest max_characters: numbered whole, the reply was ~94 MB
+    # and the 16 MiB frame limit closed the connection. Now the numbered text is cut too.
+    lines = f"{workdir}/lines.txt"
+    _sh(runtime, sandbox, f"head -c 2000000 /dev/zero | tr '\\0' '\\n' > {lines}")
+    shown = _edit(client, command="view", path=lines, max_characters=1 << 24)["output"]
+    assert 1 << 20 < len(shown) < (2 << 20) + 2_000
+    assert "<response clipped>" in shown
+    many = _failed(client, {"type": "edit", "command": "str_replace", "path": lines, "old_str": "\n", "new_str": ""})
+    assert many["code"] == "multiple_matches" and "... and 1999900 more]" in many["message"]
+    # A CRLF file is edited as LF and keeps its CRLF line ends.
+    dos = f"{workdir}/dos.txt"
+    _sh(runtime, sandbox, f"printf 'one\\r\\ntwo\\r\\n' > {dos}")
+    _edit(client, command="str_replace", path=dos, old_str="one\ntwo", new_str="1\n2")
+    assert _sh(runtime, sandbox, f"od -c {dos} | head -1").split()[1:] == ["1", "\\r", "\\n", "2", "\\r", "\\n"]
+    _still_working(client)
