@@ -26,6 +26,7 @@ from corral.sandbox.placeholders import Placeholders
 from corral.sandbox.processes import ProcessTable, RunContext
 from corral.sandbox.screen import Screen, Settled
 from corral.sandbox.settings import ControllerSettings
+from corral.sandbox.shell import PersistentShell
 from corral.sandbox.xinput import XInput
 
 MULTI_CLICK_GAP_S = 0.02
@@ -66,6 +67,7 @@ class Desktop:
         processes: ProcessTable | None = None,
         files: AgentFiles | None = None,
         placeholders: Placeholders | None = None,
+        shell: PersistentShell | None = None,
     ) -> None:
         self._settings = settings
         self.input = input
@@ -75,6 +77,8 @@ class Desktop:
         self.files = files
         # The session's secret placeholders (PUT /v1/secrets sets them; the process table reads them too).
         self.placeholders = Placeholders() if placeholders is None else placeholders
+        # The session's one persistent bash (the shell action), a process of the table's.
+        self.shell = shell if shell is not None or processes is None else PersistentShell(processes)
         self.size = Size(self.screen.width, self.screen.height)
         self.lock = asyncio.Lock()
 
@@ -228,7 +232,9 @@ class Desktop:
                     raise ActionError(ErrorCode.UNSUPPORTED, "this controller cannot reach the agent's files")
                 return ActionResult(await self.files.run(action))
             case a.Shell():
-                raise ActionError(ErrorCode.UNSUPPORTED, "the persistent shell is being built (issue 13)")
+                if self.shell is None:
+                    raise ActionError(ErrorCode.UNSUPPORTED, "this controller runs no commands")
+                return ActionResult(await self.shell.run(action, context))
             case a.Edit() | a.ApplyPatch() | a.FileGlob() | a.FileGrep():
                 raise ActionError(ErrorCode.UNSUPPORTED, "the editor, patches and search are being built (issue 13)")
             case a.Secrets():

@@ -99,6 +99,17 @@ class FakeFiles:
         return {"path": "/workspace/x"}
 
 
+class FakeShell:
+    """Stands in for the PersistentShell: logs each shell action it is given."""
+
+    def __init__(self, parts: Parts) -> None:
+        self._parts = parts
+
+    async def run(self, action: Any, context: Any) -> dict[str, Any]:
+        self._parts.log("shell", action.type, context.action_id)
+        return {"output": "", "exit_code": 0, "truncated": False, "restarted": False}
+
+
 def fake_desktop(parts: Parts, browser: type[FakeBrowser] = FakeBrowser) -> Desktop:
     return Desktop(
         ControllerSettings(),
@@ -107,4 +118,5 @@ def fake_desktop(parts: Parts, browser: type[FakeBrowser] = FakeBrowser) -> Desk
         browser(parts),  # type: ignore[arg-type]
         FakeProcesses(parts),  # type: ignore[arg-type]
         FakeFiles(parts),  # type: ignore[arg-type]
+        shell=FakeShell(parts),  # type: ignore[arg-type]
     )

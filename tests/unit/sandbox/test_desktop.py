@@ -57,6 +57,7 @@ PART = {
     "process_output": "processes",
     "process_resize": "processes",
     "secrets": None,  # the desktop's placeholders, in memory
+    "shell": "shell",
 }
 
 
