@@ -110,6 +110,18 @@ class FakeShell:
         return {"output": "", "exit_code": 0, "truncated": False, "restarted": False}
 
 
+class FakeTool:
+    """Stands in for the editor, the patcher or the search: logs each action it is given as ``part``."""
+
+    def __init__(self, parts: Parts, part: str) -> None:
+        self._parts = parts
+        self._part = part
+
+    async def run(self, action: Any, *context: Any) -> dict[str, Any]:
+        self._parts.log(self._part, action.type)
+        return {"output": "", "path": "/workspace/x"}
+
+
 def fake_desktop(parts: Parts, browser: type[FakeBrowser] = FakeBrowser) -> Desktop:
     return Desktop(
         ControllerSettings(),
@@ -119,4 +131,7 @@ def fake_desktop(parts: Parts, browser: type[FakeBrowser] = FakeBrowser) -> Desk
         FakeProcesses(parts),  # type: ignore[arg-type]
         FakeFiles(parts),  # type: ignore[arg-type]
         shell=FakeShell(parts),  # type: ignore[arg-type]
+        editor=FakeTool(parts, "editor"),  # type: ignore[arg-type]
+        patcher=FakeTool(parts, "patcher"),  # type: ignore[arg-type]
+        search=FakeTool(parts, "search"),  # type: ignore[arg-type]
     )
