@@ -52,13 +52,13 @@ def sb(gw: RunningGateway) -> Iterator[Sandbox]:
 
 
 def run(sb: Sandbox, block: dict[str, Any], *, ok: bool = True, **envelope: Any) -> dict[str, Any]:
-    """One tool_use block over the WebSocket; its checked tool_result."""
-    return tool_result(sb.request({"id": block["id"], "anthropic": block, **envelope}), block, ok=ok)
+    """One tool_use block over the WebSocket (the client numbers the request); its checked tool_result."""
+    return tool_result(sb.request({"anthropic": block, **envelope}), block, ok=ok)
 
 
 def failed(sb: Sandbox, block: dict[str, Any], code: str) -> dict[str, Any]:
     """A tool_use block that must fail with ``code``: the reply, its is_error tool_result checked."""
-    reply = sb.request({"id": block["id"], "anthropic": block})
+    reply = sb.request({"anthropic": block})
     result = tool_result(reply, block, ok=False)
     assert reply["error"]["code"] == code, reply["error"]
     assert reply["error"]["message"] in text_of(result), result  # the model reads Corral's message
@@ -106,6 +106,7 @@ def test_the_toolset_pointer_members(sb: Sandbox) -> None:
     assert state["shift"] is True and state["detail"] == 1
     run(sb, member("double_click", coordinate=[x, y]))
     assert await_json(sb, lambda s: s["detail"] == 2)["detail"] == 2
+    open_page(sb, BUTTON_PAGE, BUTTON_JS)  # a fresh page: no click count carried over from the double
     run(sb, member("triple_click", coordinate=[x, y]))
     assert await_json(sb, lambda s: s["detail"] == 3)["detail"] == 3
     run(sb, member("right_click", coordinate=[x, y]))
@@ -244,7 +245,9 @@ def test_undo_edit_on_text_editor_20250124(sb: Sandbox) -> None:
     assert cat(sb, path) == "1\ntwo\nthree\ntwo\n"
     run(sb, edit(OLD_EDITOR, command="undo_edit", path=path))
     assert cat(sb, path) == SOURCE
-    failed(sb, edit(OLD_EDITOR, command="undo_edit", path="/workspace/never-edited.txt"), "nothing_to_undo")
+    sb.files.write("/workspace/never-edited.txt", "as written\n")
+    nothing = failed(sb, edit(OLD_EDITOR, command="undo_edit", path="/workspace/never-edited.txt"), "nothing_to_undo")
+    assert nothing["error"]["message"] == "No edit history found for /workspace/never-edited.txt.", nothing["error"]
 
 
 def test_undo_edit_is_refused_on_the_newer_editors(sb: Sandbox) -> None:
@@ -312,15 +315,15 @@ def test_a_toolset_member_with_wrong_input(sb: Sandbox) -> None:
     assert reply["error"]["field"].startswith("anthropic"), reply["error"]
     failed(sb, member("key"), "missing_field")
     failed(sb, member("left_click", coordinate=[99_999, 1]), "out_of_bounds")
-    failed(sb, member("zoom", region=[0, 0, 5]), "invalid_field")
+    failed(sb, member("zoom", region=[0, 0, 5]), "missing_field")
     _still_works(sb)
 
 
 def test_a_block_without_an_id_gets_only_the_error(sb: Sandbox) -> None:
     block = {"type": "tool_use", "name": "bash", "input": {"command": "touch /workspace/no-id"}}
-    reply = sb.request({"id": 7, "anthropic": block})
-    assert reply["ok"] is False and reply["id"] == 7 and "result" not in reply, reply
-    assert reply["error"]["code"] in ("missing_field", "invalid_field"), reply["error"]
+    reply = sb.request({"anthropic": block})
+    assert reply["ok"] is False and "result" not in reply, reply
+    assert (reply["error"]["code"], reply["error"]["field"]) == ("missing_field", "anthropic.id"), reply["error"]
     assert sb.exec("test -e /workspace/no-id").exit_code == 1
     _still_works(sb)
 

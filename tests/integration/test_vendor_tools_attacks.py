@@ -56,6 +56,13 @@ def _root(runtime: DockerHarness, sb: Sandbox, *argv: str) -> str:
     return out
 
 
+def _secret(runtime: DockerHarness, sb: Sandbox) -> str:
+    """The controller's secret, read as its owner (root in the sandbox holds no CAP_DAC_OVERRIDE)."""
+    code, out = runtime.exec(sb.container, ["cat", SECRET], user="corral")
+    assert code == 0 and out.strip(), out
+    return out
+
+
 def _controller(runtime: DockerHarness, sb: Sandbox) -> int:
     return int(_root(runtime, sb, "pgrep", "-f", "corral.sandbox.controller").split()[0])
 
@@ -132,7 +139,7 @@ def _editor(command: str, path: str, **more: Any) -> dict[str, Any]:
 
 
 def test_the_editor_and_apply_patch_write_nowhere_the_agent_may_not(sb: Sandbox, runtime: DockerHarness) -> None:
-    secret = _root(runtime, sb, "cat", SECRET)
+    secret = _secret(runtime, sb)
     links = f"ln -sfn {SECRET} link-secret && ln -sfn /run/corral/controller link-dir"
     assert sb.exec(links, cwd="/workspace").exit_code == 0
     controller = _controller(runtime, sb)
@@ -155,8 +162,9 @@ def test_the_editor_and_apply_patch_write_nowhere_the_agent_may_not(sb: Sandbox,
     ]
     for dialect, call in refused:
         _must_fail(sb, dialect, call, secret)
-    assert _root(runtime, sb, "cat", SECRET) == secret
-    assert _root(runtime, sb, "find", "/run/corral", "-name", "evil") == ""
+    assert _secret(runtime, sb) == secret
+    assert _root(runtime, sb, "ls", "-A", "/run/corral").split() == ["chromium-policy.json", "controller", "launcher"]
+    assert runtime.exec(sb.container, ["ls", "-A", "/run/corral/controller"], user="corral") == (0, "secret\n")
 
 
 def test_an_edit_through_a_link_changes_the_link_at_most(sb: Sandbox, runtime: DockerHarness) -> None:
@@ -195,7 +203,7 @@ def test_an_edit_through_a_link_changes_the_link_at_most(sb: Sandbox, runtime: D
 
 def test_proc_self_is_the_agents_own(sb: Sandbox, runtime: DockerHarness) -> None:
     """The editor reads as the agent: /proc/self is an agent process, never the controller."""
-    secret = _root(runtime, sb, "cat", SECRET).strip()
+    secret = _secret(runtime, sb).strip()
     for path in ("/proc/self/status", "/proc/self/environ", "/proc/self/cmdline"):
         block = tool_use("str_replace_editor", {"command": "view", "path": path})
         reply = sb.request({"anthropic": block})

@@ -54,12 +54,12 @@ def sb(gw: RunningGateway) -> Iterator[Sandbox]:
 
 def run(sb: Sandbox, call: dict[str, Any], *, ok: bool = True, **envelope: Any) -> dict[str, Any]:
     """One output item over the WebSocket; its checked output item."""
-    return item(sb.request({"id": call["call_id"], "openai": call, **envelope}), call, ok=ok)
+    return item(sb.request({"openai": call, **envelope}), call, ok=ok)
 
 
 def failed(sb: Sandbox, call: dict[str, Any], code: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """A call that must fail with ``code``: the reply and its checked output item."""
-    reply = sb.request({"id": call["call_id"], "openai": call})
+    reply = sb.request({"openai": call})
     out = item(reply, call, ok=False)
     assert reply["error"]["code"] == code, reply["error"]
     return reply, out
@@ -237,9 +237,9 @@ def _still_works(sb: Sandbox) -> None:
 def test_a_call_without_a_call_id_gets_only_the_error(sb: Sandbox) -> None:
     call = shell_call("touch /workspace/no-call-id")
     del call["call_id"]
-    reply = sb.request({"id": 9, "openai": call})
-    assert reply["ok"] is False and reply["id"] == 9 and "result" not in reply, reply
-    assert reply["error"]["code"] in ("missing_field", "invalid_field"), reply["error"]
+    reply = sb.request({"openai": call})
+    assert reply["ok"] is False and "result" not in reply, reply
+    assert (reply["error"]["code"], reply["error"]["field"]) == ("missing_field", "openai.call_id"), reply["error"]
     assert not exists(sb, "/workspace/no-call-id")
     _still_works(sb)
 

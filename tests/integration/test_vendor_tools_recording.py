@@ -78,8 +78,9 @@ def recorded(gw: RunningGateway, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 
 def test_the_recording_holds_the_blocks_the_natives_and_the_vendor_replies(recorded: Path) -> None:
-    actions = read_bundle(recorded).actions
+    *actions, last = read_bundle(recorded).actions
     assert len(actions) == len(BLOCKS), [a.get("request") for a in actions]
+    assert last["native"][0]["type"] == "file_read"  # the check at the end
     natives = []
     for event, (dialect, call, ok) in zip(actions, BLOCKS, strict=True):
         assert event["request"][dialect] == call, event["request"]
@@ -92,7 +93,24 @@ def test_the_recording_holds_the_blocks_the_natives_and_the_vendor_replies(recor
     assert actions[4]["error"]["code"] == "no_match"
 
 
-def test_the_recording_replays_against_a_fresh_sandbox(gw: RunningGateway, recorded: Path, tmp_path: Path) -> None:
-    code, junit, report = replay_cli(gw, recorded, tmp_path)
+@pytest.fixture(scope="module")
+def replayed(gw: RunningGateway, recorded: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, str]:
+    """``corral replay`` of the recording against the gateway, once: exit code, JUnit XML, HTML report."""
+    return replay_cli(gw, recorded, tmp_path_factory.mktemp("replayed"))
+
+
+def test_the_recording_replays_against_a_fresh_sandbox(replayed: tuple[int, str, str]) -> None:
+    code, junit, report = replayed
     assert code == 0, report
-    assert f'tests="{len(BLOCKS)}"' in junit and 'failures="0"' in junit, junit
+    assert f'tests="{len(BLOCKS) + 1}"' in junit and 'failures="0"' in junit, junit
+
+
+def test_the_replay_judges_each_tool_step_by_its_result(replayed: tuple[int, str, str]) -> None:
+    """FAILS on e2e13 (reported to the lead): corral.recording.judge knows exec and the file actions
+    only, so a shell, edit or apply_patch step is judged by its frame, has none, and is skipped; and a
+    shell_call's exec steps compare the exit code of a reply that has none at the top level (its
+    outcomes are in result.item). A replay of a vendor-driven session then proves almost nothing."""
+    code, junit, report = replayed
+    assert code == 0, report
+    assert 'skipped="0"' in junit, junit
+    assert "exit code matches: none" not in junit, junit
