@@ -143,6 +143,12 @@ def _required(value: Any, name: str, command: str, field: str) -> Any:
     return value
 
 
+def _range(view_range: list[int], field: str) -> tuple[int, int]:
+    if len(view_range) != 2:
+        raise ActionError(ErrorCode.INVALID_FIELD, "view_range is [start_line, end_line]", field=f"{field}.view_range")
+    return view_range[0], view_range[1]
+
+
 def _absolute(path: str) -> str:
     """agent_toolset paths: relative ones resolve against /workspace."""
     return path if path.startswith("/") else posixpath.join(WORKDIR, path)
@@ -168,15 +174,12 @@ def translate(block: ToolUseBlock, display: Size, field: str = "anthropic") -> l
 
 
 def _unknown(block: ToolUseBlock, field: str) -> ActionError:
+    """``unknown_tool``, saying what is served (and, for a member name, that it needs its toolset)."""
     served = "computer, bash, str_replace_based_edit_tool, str_replace_editor, edit, read, write, glob, grep"
-    members = (
-        "" if block.toolset_name == COMPUTER_TOOLSET else "; computer toolset members need toolset_name 'computer'"
-    )
-    return ActionError(
-        ErrorCode.UNKNOWN_TOOL,
-        f"Corral does not serve the tool {block.name!r} (it serves {served}{members})",
-        f"{field}.name",
-    )
+    message = f"Corral does not serve the tool {block.name!r} (it serves {served}, and the computer toolset's members)"
+    if block.name in COMPUTER_MEMBERS:
+        message += f"; {block.name!r} is a computer toolset member only with toolset_name 'computer'"
+    return ActionError(ErrorCode.UNKNOWN_TOOL, message, f"{field}.name")
 
 
 def _member(name: str, raw: dict[str, Any], display: Size, field: str) -> list[a.NativeAction]:
@@ -231,7 +234,7 @@ def _editor(name: str, raw: dict[str, Any], field: str) -> a.NativeAction:
     data: dict[str, Any] = {"type": "edit", "command": command, "path": inp.path}
     if command == "view":
         if inp.view_range is not None:
-            data["view_range"] = inp.view_range
+            data["view_range"] = _range(inp.view_range, field)
         if inp.max_characters is not None:
             data["max_characters"] = inp.max_characters
     elif command == "create":
@@ -266,11 +269,7 @@ def _agent_file_tool(name: str, raw: dict[str, Any], field: str) -> a.NativeActi
         read = validate(TypeAdapter(AgentReadInput), raw, field)
         data = {"type": "edit", "command": "view", "path": _absolute(read.file_path)}
         if read.view_range is not None:
-            if len(read.view_range) != 2:
-                raise ActionError(
-                    ErrorCode.INVALID_FIELD, "view_range is [start_line, end_line]", field=f"{field}.view_range"
-                )
-            first, last = read.view_range
+            first, last = _range(read.view_range, field)
             data["view_range"] = [first, last if last > 0 else -1]  # end <= 0: to the end of the file
         return _native(data, field, _AGENT_SOURCES)
     if name == "write":

@@ -110,9 +110,13 @@ def translate(item: OutputItem, field: str = "openai") -> list[Step]:
         return [Step(action, where) for action, where in openai.translate(_set(item.action), f"{field}.action")]
     if isinstance(item, ShellCall):
         budget = item.action.timeout_ms or a.SHELL_TIMEOUT_MS
+        limits: dict[str, Any] = {"timeout_ms": budget}
+        if item.action.max_output_length is not None:
+            # Each stream's bytes: enough for max_output_length characters of UTF-8, cut to them in the reply.
+            limits["max_output_bytes"] = 4 * item.action.max_output_length
         where = f"{field}.action.commands"
         return [
-            Step(_native({"type": "exec", "command": command, "timeout_ms": budget}, f"{where}[{i}]"), f"{where}[{i}]")
+            Step(_native({"type": "exec", "command": command, **limits}, f"{where}[{i}]"), f"{where}[{i}]")
             for i, command in enumerate(item.action.commands)
         ]
     if isinstance(item, LocalShellCall):
@@ -152,6 +156,8 @@ def next_action(
     """The step to run next of a shell_call, or None to stop: its commands share one timeout budget (each
     exec was planned with the whole budget; it gets what is left), and none runs after one timed out."""
     if call.tool != "shell_call" or not isinstance(action, a.Exec):
+        return action
+    if not ran:
         return action
     if any(result.data.get("timed_out") for result in ran):
         return None
