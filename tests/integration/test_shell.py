@@ -39,7 +39,7 @@ def marker(prefix: str) -> str:
 async def test_state_survives_between_calls_and_stderr_comes_in_order(sandbox: SandboxAddress) -> None:
     async with wire(sandbox) as w:
         await shell(w, restart=True)  # this module's tests share the sandbox: each starts from a fresh shell
-        first = await shell(w, "pwd; cd /tmp && export GREETING=hi; greet() { echo \"$GREETING from $PWD\"; }")
+        first = await shell(w, 'pwd; cd /tmp && export GREETING=hi; greet() { echo "$GREETING from $PWD"; }')
         assert first == {"output": "/workspace\n", "exit_code": 0, "truncated": False, "restarted": False}
     async with wire(sandbox) as w:  # the session's shell, whatever the connection
         second = await shell(w, "greet; echo out; echo err >&2; echo out again; false")
