@@ -202,6 +202,10 @@ class ProcessTable:
         self._starting = 0  # starts under way: they count against max_processes already
 
     @property
+    def settings(self) -> ProcessSettings:
+        return self._settings
+
+    @property
     def launcher(self) -> LauncherClient:
         """The launcher's client, which is also the controller's :class:`corral.sandbox.agentfs.AgentFs`."""
         return self._launcher

@@ -195,6 +195,9 @@ class PersistentShell:
         return None if self._process is None else self._process.pid
 
     async def run(self, action: a.Shell, context: RunContext) -> dict[str, Any]:
+        most = self._processes.settings.max_timeout_ms  # the cap of an exec's (CORRAL_MAX_ACTION_TIMEOUT_MS)
+        if action.timeout_ms > most:
+            raise ActionError(ErrorCode.INVALID_FIELD, f"timeout_ms is at most {most}", "action.timeout_ms")
         async with self._lock:
             if action.restart:
                 await self._stop()

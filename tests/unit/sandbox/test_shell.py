@@ -281,3 +281,12 @@ async def test_the_shell_is_a_process_of_the_table(shell: Any) -> None:
     listed = await table.run(a.ProcessList(type="process_list"), RunContext("x"))
     assert [p["pid"] for p in listed["processes"] if p["running"]] == [sh.pid]
     assert listed["processes"][0]["action_id"] == "act-1"
+
+
+async def test_a_timeout_over_the_execs_cap_is_an_invalid_field(tmp_path: Path) -> None:
+    launcher = BashLauncher(tmp_path)
+    table = ProcessTable(launcher, ProcessSettings(max_timeout_ms=1_000))  # type: ignore[arg-type]
+    with pytest.raises(ActionError) as raised:
+        await run(PersistentShell(table), "true", timeout_ms=1_001)
+    assert (raised.value.code, raised.value.field) == (ErrorCode.INVALID_FIELD, "action.timeout_ms")
+    assert launcher.spawned == []
