@@ -14,6 +14,8 @@ with typographic dashes, quotes and odd spaces read as their ASCII forms). Stric
 could follow: the chunks must be found in order, each below the previous one, and a chunk that is
 not found fails the whole diff (nothing is applied), its error naming the lines not found.
 The result ends with a newline (as codex writes it); a file with CRLF line ends keeps them.
+Failures are :class:`~corral.errors.ActionError`: ``invalid_field`` for a malformed diff,
+``patch_failed`` for context not found, both about ``action.diff``.
 """
 
 from __future__ import annotations
@@ -21,11 +23,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from corral.errors import ActionError, ErrorCode
+
 BEGIN_PATCH = "*** Begin Patch"
 END_PATCH = "*** End Patch"
 END_OF_FILE = "*** End of File"
 FILE_HEADERS = ("*** Update File: ", "*** Add File: ", "*** Delete File: ")
 MOVE_TO = "*** Move to: "
+DIFF_FIELD = "action.diff"
 
 # codex's seek_sequence, last pass: typographic punctuation read as ASCII.
 _ASCII = str.maketrans(
@@ -38,12 +43,14 @@ _ASCII = str.maketrans(
 )
 
 
-class DiffError(ValueError):
+def _malformed(message: str) -> ActionError:
     """The diff is not V4A (a line of it is malformed): nothing can be applied."""
+    return ActionError(ErrorCode.INVALID_FIELD, f"invalid diff: {message}", DIFF_FIELD)
 
 
-class ContextNotFound(ValueError):
+def _not_found(message: str) -> ActionError:
     """The diff is well formed but its context is not in the file: nothing is applied."""
+    return ActionError(ErrorCode.PATCH_FAILED, message, DIFF_FIELD)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +62,9 @@ class Chunk:
     new: tuple[str, ...]
     end_of_file: bool = False
     line: int = 1  # where the chunk starts in the diff, for errors
+    # For each of ``new``: the index in ``old`` of the context line it is (None: an added line).
+    # A context line keeps the file's own text, so a loose match never rewrites its whitespace.
+    kept: tuple[int | None, ...] = ()
 
 
 # -- parsing ---------------------------------------------------------------------------------------------------
@@ -72,7 +82,7 @@ def _diff_lines(diff: str) -> list[str]:
         if lines and lines[0].strip().startswith(FILE_HEADERS):
             lines = lines[1:]
     if lines and lines[0].startswith(MOVE_TO):
-        raise DiffError(f"line 1: {MOVE_TO.strip()!r} is not supported here; delete the file and create the new one")
+        raise _malformed(f"line 1: {MOVE_TO.strip()!r} is not supported here; delete the file and create the new one")
     return lines
 
 
@@ -85,7 +95,7 @@ def parse_create(diff: str) -> str:
         elif line == "":
             out.append("\n")
         else:
-            raise DiffError(
+            raise _malformed(
                 f"line {number} of the diff does not start with '+': {line!r} (every line of a new file does)"
             )
     return "".join(out)
@@ -103,7 +113,7 @@ def parse_update(diff: str) -> list[Chunk]:
         chunk, index = _parse_chunk(lines, index, first=not chunks)
         chunks.append(chunk)
     if not chunks:
-        raise DiffError("the diff has no changes (give @@ chunks of ' ', '-' and '+' lines)")
+        raise _malformed("the diff has no changes (give @@ chunks of ' ', '-' and '+' lines)")
     return chunks
 
 
@@ -117,9 +127,10 @@ def _parse_chunk(lines: list[str], start: int, *, first: bool) -> tuple[Chunk, i
         header = head[3:].strip() or None
         index += 1
     elif not first:
-        raise DiffError(f"line {start + 1}: expected an @@ header, got {head!r}")
+        raise _malformed(f"line {start + 1}: expected an @@ header, got {head!r}")
     old: list[str] = []
     new: list[str] = []
+    kept: list[int | None] = []
     end_of_file = False
     changed = 0
     while index < len(lines):
@@ -132,35 +143,37 @@ def _parse_chunk(lines: list[str], start: int, *, first: bool) -> tuple[Chunk, i
             break
         kind, text = (line[:1], line[1:]) if line else (" ", "")
         if kind == " ":
+            kept.append(len(old))
             old.append(text)
             new.append(text)
         elif kind == "-":
             old.append(text)
         elif kind == "+":
+            kept.append(None)
             new.append(text)
         elif line.startswith("***"):
-            raise DiffError(f"line {index + 1}: {line!r} is not allowed here (one file's changes per diff)")
+            raise _malformed(f"line {index + 1}: {line!r} is not allowed here (one file's changes per diff)")
         else:
-            raise DiffError(
+            raise _malformed(
                 f"line {index + 1}: {line!r} does not start with ' ' (context), '-' (removed) or '+' (added)"
             )
         changed += 1
         index += 1
     if changed == 0:
-        raise DiffError(f"line {start + 1}: the chunk has no lines")
-    return Chunk(header, tuple(old), tuple(new), end_of_file, start + 1), index
+        raise _malformed(f"line {start + 1}: the chunk has no lines")
+    return Chunk(header, tuple(old), tuple(new), end_of_file, start + 1, tuple(kept)), index
 
 
 # -- finding and applying ------------------------------------------------------------------------------------
 
 
-def _passes() -> tuple[Callable[[str], str], ...]:
-    return (
-        lambda s: s,
-        str.rstrip,
-        str.strip,
-        lambda s: s.strip().translate(_ASCII),
-    )
+# seek_sequence's passes, strictest first.
+_NORMALISERS: tuple[Callable[[str], str], ...] = (
+    lambda line: line,
+    str.rstrip,
+    str.strip,
+    lambda line: line.strip().translate(_ASCII),
+)
 
 
 def seek(lines: list[str], pattern: tuple[str, ...], start: int, end_of_file: bool = False) -> int | None:
@@ -173,7 +186,7 @@ def seek(lines: list[str], pattern: tuple[str, ...], start: int, end_of_file: bo
         return None
     last = len(lines) - len(pattern)
     first = last if end_of_file else start
-    for norm in _passes():
+    for norm in _NORMALISERS:
         wanted = [norm(p) for p in pattern]
         for at in range(first, last + 1):
             if all(norm(lines[at + k]) == wanted[k] for k in range(len(pattern))):
@@ -190,7 +203,7 @@ def _replacements(lines: list[str], chunks: list[Chunk], path: str) -> list[tupl
         if chunk.header is not None:
             found = seek(lines, (chunk.header,), cursor)
             if found is None:
-                raise ContextNotFound(
+                raise _not_found(
                     f"chunk {number} (diff line {chunk.line}): the line '@@ {chunk.header}' names was not found in "
                     f"{path}" + (f" below line {cursor}" if cursor else "")
                 )
@@ -209,18 +222,20 @@ def _replacements(lines: list[str], chunks: list[Chunk], path: str) -> list[tupl
         if found is None:
             where = " at the end of the file" if chunk.end_of_file else ""
             shown = "\n".join(chunk.old)
-            raise ContextNotFound(
+            raise _not_found(
                 f"chunk {number} (diff line {chunk.line}): these lines were not found in {path}{where}"
                 + (f" below line {cursor}" if cursor else "")
                 + f":\n{shown}"
             )
-        out.append((found, len(old), new))
+        kept = chunk.kept or (None,) * len(new)
+        fresh = (text if k is None or k >= len(old) else lines[found + k] for text, k in zip(new, kept, strict=False))
+        out.append((found, len(old), tuple(fresh)))
         cursor = found + len(old)
     return sorted(out, key=lambda item: item[0])
 
 
 def apply_chunks(text: str, chunks: list[Chunk], path: str = "the file") -> str:
-    """``text`` with every chunk applied, or :class:`ContextNotFound` (and nothing applied)."""
+    """``text`` with every chunk applied, or ``patch_failed`` (and nothing applied)."""
     newline = "\r\n" if "\r\n" in text else "\n"
     lines = text.replace("\r\n", "\n").split("\n")
     if lines and lines[-1] == "":
@@ -229,7 +244,7 @@ def apply_chunks(text: str, chunks: list[Chunk], path: str = "the file") -> str:
     cursor = 0
     for at, length, new in _replacements(lines, chunks, path):
         if at < cursor:
-            raise ContextNotFound(f"two chunks change the same lines of {path} (near line {at + 1})")
+            raise _not_found(f"two chunks change the same lines of {path} (near line {at + 1})")
         result.extend(lines[cursor:at])
         result.extend(new)
         cursor = at + length
@@ -238,5 +253,5 @@ def apply_chunks(text: str, chunks: list[Chunk], path: str = "the file") -> str:
 
 
 def apply_update(text: str, diff: str, path: str = "the file") -> str:
-    """``text`` with an ``update_file`` diff applied: :class:`DiffError` or :class:`ContextNotFound` if not."""
+    """``text`` with an ``update_file`` diff applied: ``invalid_field`` or ``patch_failed`` if not."""
     return apply_chunks(text, parse_update(diff), path)

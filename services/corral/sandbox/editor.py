@@ -24,11 +24,13 @@ launcher as the agent, writes to a temporary file renamed into place).
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import posixpath
 from collections import deque
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any, TypeVar
 
 from corral.errors import ActionError, ErrorCode
@@ -118,9 +120,9 @@ def _occurrences(content: str, old: str) -> list[int]:
 
 def replace(content: str, path: str, old: str, new: str, replace_all: bool = False) -> tuple[str, str]:
     """``str_replace``: the new text and the reference's message (a snippet around the first edit)."""
-    if replace_all and not old:
-        raise _failed(ErrorCode.INVALID_FIELD, "old_str cannot be empty with replace_all", "action.old_str")
-    starts = _occurrences(content, old) if old else ([0] if not content else [0, 0])
+    if not old:
+        return _replace_empty(content, path, new, replace_all)
+    starts = _occurrences(content, old)
     if not starts:
         raise _failed(
             ErrorCode.NO_MATCH,
@@ -128,27 +130,44 @@ def replace(content: str, path: str, old: str, new: str, replace_all: bool = Fal
             "action.old_str",
         )
     if len(starts) > 1 and not replace_all:
-        lines = sorted({_line_of(content, at) for at in starts}) if old else list(range(1, content.count("\n") + 2))
+        lines = sorted({_line_of(content, at) for at in starts})
         raise _failed(
             ErrorCode.MULTIPLE_MATCHES,
             f"No replacement was performed. Multiple occurrences of old_str `{old}` in lines {lines}. "
             "Please ensure it is unique",
             "action.old_str",
         )
-    new_content = content.replace(old, new) if old else new
-    replacement_line = content[: starts[0]].count("\n")
+    new_content = content.replace(old, new)
+    return new_content, _edited(path, new_content, content[: starts[0]].count("\n"), new, len(starts))
+
+
+def _replace_empty(content: str, path: str, new: str, replace_all: bool) -> tuple[str, str]:
+    """An empty ``old_str``: the reference counts it once in an empty file (which it then fills) and
+    once per position in any other (several: refused, naming every line)."""
+    if replace_all:
+        raise _failed(ErrorCode.INVALID_FIELD, "old_str cannot be empty with replace_all", "action.old_str")
+    if content:
+        lines = list(range(1, content.count("\n") + 2))
+        raise _failed(
+            ErrorCode.MULTIPLE_MATCHES,
+            f"No replacement was performed. Multiple occurrences of old_str `` in lines {lines}. "
+            "Please ensure it is unique",
+            "action.old_str",
+        )
+    return new, _edited(path, new, 0, new)
+
+
+def _edited(path: str, new_content: str, replacement_line: int, new: str, count: int = 1) -> str:
+    """The reference's answer to a ``str_replace``: a snippet around the (first) replaced line."""
     start_line = max(0, replacement_line - SNIPPET_LINES)
     end_line = replacement_line + SNIPPET_LINES + new.count("\n")
     snippet = "\n".join(new_content.split("\n")[start_line : end_line + 1])
-    done = f"The file {path} has been edited. "
-    if replace_all and len(starts) > 1:
-        done = f"The file {path} has been edited: {len(starts)} occurrences of old_str were replaced. "
-    message = (
-        done
+    done = "has been edited. " if count == 1 else f"has been edited: {count} occurrences of old_str were replaced. "
+    return (
+        f"The file {path} {done}"
         + numbered(snippet, f"a snippet of {path}", start_line + 1)
         + "Review the changes and make sure they are as expected. Edit the file again if necessary."
     )
-    return new_content, message
 
 
 def insert(content: str, path: str, insert_line: int, new: str) -> tuple[str, str]:
@@ -240,8 +259,8 @@ class UndoHistory:
 
 
 def _shown(path: str) -> str:
-    """The path as the reference prints it (``str(Path(path))``: no doubled or trailing slash)."""
-    return posixpath.normpath(path) if not path.startswith("//") else "/" + posixpath.normpath(path).lstrip("/")
+    """The path as the reference prints it: ``str(Path(path))`` (no doubled or trailing slash)."""
+    return str(PurePosixPath(path))
 
 
 class Editor:
@@ -251,6 +270,9 @@ class Editor:
         self._files = files
         self._fs = fs
         self.history = UndoHistory() if history is None else history
+        # Edits and patches run apart from the desktop and from each other's requests: one at a time
+        # here, so a read-modify-write never interleaves with another one (nor with the history).
+        self.lock = asyncio.Lock()
 
     async def run(self, action: a.Edit) -> dict[str, Any]:
         path = action.path
@@ -262,7 +284,8 @@ class Editor:
             )
         shown = _shown(path)
         try:
-            output = await self._command(action, shown)
+            async with self.lock:
+                output = await self._command(action, shown)
         except OSError as exc:
             raise file_error(exc, "action.path") from None
         return {"output": output, "path": shown}

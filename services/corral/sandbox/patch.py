@@ -28,17 +28,13 @@ class Patcher:
         self._fs = fs
 
     async def run(self, action: a.ApplyPatch) -> dict[str, Any]:
-        path = posixpath.normpath(
-            action.path if posixpath.isabs(action.path) else posixpath.join(WORKSPACE, action.path)
-        )
+        # Relative: under the workspace. ``..`` stays as given: the agent's uid is the boundary.
+        path = action.path if posixpath.isabs(action.path) else posixpath.join(WORKSPACE, action.path)
         try:
-            output = await self._operation(action, path)
+            async with self._editor.lock:
+                output = await self._operation(action, path)
         except OSError as exc:
             raise file_error(exc, "action.path") from None
-        except v4a.DiffError as exc:
-            raise ActionError(ErrorCode.INVALID_FIELD, f"invalid diff: {exc}", "action.diff") from None
-        except v4a.ContextNotFound as exc:
-            raise ActionError(ErrorCode.PATCH_FAILED, str(exc), "action.diff") from None
         return {"output": output, "path": path}
 
     async def _operation(self, action: a.ApplyPatch, path: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import posixpath
 import re
 from typing import Any
@@ -127,14 +128,22 @@ class Search:
         self._processes = processes
 
     async def run(self, action: a.FileGlob | a.FileGrep, context: RunContext) -> dict[str, Any]:
-        root = posixpath.normpath(self._files.resolve(action.path))
+        root = self._files.resolve(action.path)
         try:
             if isinstance(action, a.FileGlob):
                 return await self._glob(action, root)
-            await self._files.stat(root)  # absent or out of reach: said plainly, not as rg's stderr
+            await self._reachable(root)
             return await self._grep(action, root, context)
         except OSError as exc:
             raise file_error(exc, "action.path") from None
+
+    async def _reachable(self, root: str) -> None:
+        """``root`` absent or out of the agent's reach is said plainly (ripgrep, told not to print its
+        messages, would find nothing): a directory must be listable, a file readable."""
+        if (await self._files.stat(root)).type == "directory":
+            await self._files.listing(root, False, None, 1)
+        else:
+            os.close(await self._files.open_regular(root))
 
     async def _glob(self, action: a.FileGlob, root: str) -> dict[str, Any]:
         matcher = glob_regex(action.pattern)
