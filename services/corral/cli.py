@@ -334,21 +334,44 @@ def _session_action(session_id: str, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _strip_images(reply: dict[str, Any], output: Path | None) -> dict[str, Any]:
+    """The reply with each image's base64 replaced by its size (the image goes to ``output``): the
+    native screenshot, and those of a vendor's result (a ``tool_result``'s image blocks, a
+    ``computer_call_output``'s data URL)."""
     shot = reply.get("screenshot")
     if isinstance(shot, dict) and "data" in shot:
-        data = base64.b64decode(shot.pop("data"))
-        if output is not None:
-            output.write_bytes(data)
-            shot["saved_to"] = str(output)
-        shot["bytes"] = len(data)
+        _strip(shot, base64.b64decode(shot.pop("data")), output)
+    result = reply.get("result")
+    tool_result = result.get("tool_result") if isinstance(result, dict) else None
+    blocks = tool_result.get("content") if isinstance(tool_result, dict) else None
+    for block in blocks if isinstance(blocks, list) else []:
+        source = block.get("source") if isinstance(block, dict) else None
+        if isinstance(source, dict) and isinstance(source.get("data"), str):
+            _strip(source, base64.b64decode(source.pop("data")), output)
+    item = result.get("item") if isinstance(result, dict) else None
+    screen = item.get("output") if isinstance(item, dict) else None
+    if isinstance(screen, dict) and str(screen.get("image_url", "")).startswith("data:"):
+        head, _, data = screen.pop("image_url").partition(",")
+        screen["image_url"] = f"{head},..."
+        _strip(screen, base64.b64decode(data), output)
     return reply
+
+
+def _strip(holder: dict[str, Any], data: bytes, output: Path | None) -> None:
+    if output is not None:
+        output.write_bytes(data)
+        holder["saved_to"] = str(output)
+    holder["bytes"] = len(data)
 
 
 @app.command("do")
 def do(
     session_id: str,
     message: Annotated[
-        str, typer.Argument(help="A native action, or a whole message ('action'/'anthropic'/'openai').")
+        str,
+        typer.Argument(
+            help="A native action, or a whole message ('action'/'anthropic'/'openai': a vendor's tool_use block "
+            "or output item too)."
+        ),
     ],
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the screenshot here.")] = None,
 ) -> None:
