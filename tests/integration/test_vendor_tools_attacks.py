@@ -154,6 +154,9 @@ def test_the_editor_and_apply_patch_write_nowhere_the_agent_may_not(sb: Sandbox,
         ("anthropic", tool_use("write", {"file_path": "../../run/corral/controller/secret", "content": "x"})),
         ("anthropic", tool_use("write", {"file_path": "link-dir/secret", "content": "x"})),
         ("anthropic", tool_use("write", {"file_path": "/run/corral/evil", "content": "x"})),
+        ("anthropic", tool_use("grep", {"pattern": ".", "path": "/run/corral/controller"})),
+        ("anthropic", tool_use("glob", {"pattern": "**", "path": "/run/corral/controller"})),
+        ("anthropic", tool_use("grep", {"pattern": ".", "path": "link-dir"})),
         ("openai", apply_patch_call("create_file", "../../run/corral/evil", "+x\n")),
         ("openai", apply_patch_call("create_file", "link-dir/evil", "+x\n")),
         ("openai", apply_patch_call("update_file", "link-secret", "@@\n-x\n+y\n")),
@@ -162,6 +165,11 @@ def test_the_editor_and_apply_patch_write_nowhere_the_agent_may_not(sb: Sandbox,
     ]
     for dialect, call in refused:
         _must_fail(sb, dialect, call, secret)
+    # A command in the controller's directory: it cannot even start there.
+    inside = local_shell_call(["cat", "secret"], working_directory="/run/corral/controller")
+    reply = _openai(sb, inside)
+    item(reply, inside, ok=reply["ok"])
+    assert secret.strip() not in json.dumps(reply) and (not reply["ok"] or "Permission denied" in json.dumps(reply))
     assert _secret(runtime, sb) == secret
     assert "evil" not in _root(runtime, sb, "ls", "-A", "/run/corral").split()
     assert runtime.exec(sb.container, ["ls", "-A", "/run/corral/controller"], user="corral") == (0, "secret\n")

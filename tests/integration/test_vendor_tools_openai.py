@@ -187,6 +187,18 @@ def test_a_local_shell_call_with_env_and_working_directory(sb: Sandbox) -> None:
     assert as_agent["output"].strip() == "1100"
 
 
+def test_a_local_shell_call_over_its_timeout(sb: Sandbox) -> None:
+    call = local_shell_call(["sh", "-c", "echo started; sleep 600"], timeout_ms=1000)
+    started = time.monotonic()
+    reply = sb.request({"openai": call})
+    out = item(reply, call, ok=reply["ok"])
+    assert time.monotonic() - started < 30
+    assert "started" in out["output"] and (not reply["ok"] or "timeout" in json.loads(out["output"])["output"]), reply
+    assert not reply["ok"] or json.loads(out["output"])["metadata"]["exit_code"] != 0, reply
+    assert sb.exec("pgrep -f 'sleep 600'").exit_code == 1
+    run(sb, local_shell_call(["true"]))
+
+
 def test_a_local_shell_call_that_cannot_start(sb: Sandbox) -> None:
     reply, out = failed(sb, local_shell_call(["no-such-program-here"]), "program_not_found")
     assert reply["error"]["message"] in out["output"]
