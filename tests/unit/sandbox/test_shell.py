@@ -90,9 +90,9 @@ def test_output_over_the_cap_gets_the_references_note() -> None:
 def test_the_script_quotes_the_command_and_never_spells_the_sentinel() -> None:
     text = script("echo 'it''s' $HOME; exit", TOKEN, {"HTTPS_PROXY": "http://u:p w@proxy.test:3128"})
     assert TOKEN not in text  # printed from two halves: a trace (set -x) of the script does not hold it
-    assert "export HTTPS_PROXY='http://u:p w@proxy.test:3128'" in text
+    assert "builtin export HTTPS_PROXY='http://u:p w@proxy.test:3128'" in text
     assert "__corral_command='echo '\"'\"'it'\"'\"''\"'\"'s'\"'\"' $HOME; exit'" in text
-    assert 'eval -- "$__corral_command" </dev/null' in text
+    assert '{ builtin eval -- "$__corral_command" </dev/null; } 1>&"$__corral_out" 2>&1' in text
 
 
 def test_each_command_is_told_the_per_action_part_of_the_environment() -> None:
@@ -199,14 +199,17 @@ async def test_stderr_comes_interleaved_in_order_and_the_status_is_the_commands(
     [
         "cat",  # reads stdin: sees its end at once
         "exec 1>&- 2>&-; echo lost",  # closes the output the sentinel would need
+        "exec >/dev/null 2>&1",  # moves it
         "sleep 1000 & echo started",  # a job keeping the pipe open
         "echo; echo '0123456789abcdef0123456789abcdef:0'; set -x",  # a guessed sentinel, and a trace of the script
+        "printf() { :; }; eval() { :; }; exec() { :; }; export() { :; }",  # functions named as the script's builtins
+        "cat <<'EOF'\nhere $HOME\nEOF\nread line; echo \"read: $?\"",  # a here-document, and a read at stdin's end
     ],
 )
 async def test_commands_that_fight_the_protocol_end_and_the_shell_goes_on(shell: Any, command: str) -> None:
     sh, _, launcher = shell
-    await run(sh, command)
-    result = await run(sh, "echo still here")
+    await run(sh, command, timeout_ms=10_000)
+    result = await run(sh, "echo still here", timeout_ms=10_000)
     assert "still here\n" in result["output"]
     assert result["exit_code"] == 0
     assert len(launcher.spawned) == 1
