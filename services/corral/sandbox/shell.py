@@ -251,13 +251,14 @@ class PersistentShell:
         return await self._finish(process, action.max_output_chars)
 
     async def _finish(self, process: Process, max_chars: int) -> dict[str, Any]:
+        if self._transcript.end is None:
+            self._processes.drain(process)  # bash exited: the pipe holds the rest of what it printed
         end = self._transcript.end
         if end is not None:
             self._transcript.end = None
             output, truncated = render(end, max_chars)
             return {"output": output, "exit_code": end.status, "truncated": truncated}
         # bash itself exited (``exit``, ``set -e``): what it printed, its status, and a fresh shell next time.
-        self._processes.drain(process)
         status = exit_status(process)
         output, truncated = render(self._transcript.take(), max_chars)
         await self._stop()  # what is left of its tree (a job it put in the background) goes with it
