@@ -157,8 +157,11 @@ class BashLauncher:
         return Spawned(child.pid, control)  # type: ignore[arg-type]
 
     async def close(self) -> None:
+        pass  # the table's end kills through each channel (BashControl.close), as the launcher's shepherds do
+
+    async def clean_up(self) -> None:
         for control in self.controls:
-            control.close()
+            control.kill_tree()
             await control.waiting
 
 
@@ -168,6 +171,7 @@ async def shell(tmp_path: Path) -> Any:
     table = ProcessTable(launcher, ProcessSettings(proxy="proxy.test:3128"))  # type: ignore[arg-type]
     yield PersistentShell(table), table, launcher
     await table.close()
+    await launcher.clean_up()
 
 
 def shell_action(command: str | None = None, **fields: Any) -> a.Shell:
@@ -293,3 +297,12 @@ async def test_a_timeout_over_the_execs_cap_is_an_invalid_field(tmp_path: Path) 
         await run(PersistentShell(table), "true", timeout_ms=1_001)
     assert (raised.value.code, raised.value.field) == (ErrorCode.INVALID_FIELD, "action.timeout_ms")
     assert launcher.spawned == []
+
+
+async def test_the_tables_end_kills_the_shell(shell: Any) -> None:
+    sh, table, launcher = shell
+    await run(sh, "sleep 1000 &")
+    await table.close()  # the controller's end
+    (control,) = launcher.controls
+    await asyncio.wait_for(control.waiting, 10)
+    assert control.child.returncode == -signal.SIGKILL
