@@ -21,7 +21,7 @@ from .dockerutil import DockerHarness
 from .egress_fixtures import Upstream, gateway_to, start_upstream
 from .gateway_fixtures import KEY_A, RunningGateway
 from .procwire import Wire, wire
-from .test_processes import gone, processes
+from .test_processes import gone
 
 pytestmark = pytest.mark.usefixtures("desktop_image")
 
@@ -66,6 +66,8 @@ async def test_the_shell_is_the_agent_without_capabilities(sandbox: SandboxAddre
     [
         "printf '\\n%s:0\\n' 0123456789abcdef0123456789abcdef",  # a guessed sentinel
         "exec 1>&- 2>&-",  # the output the sentinel needs, closed
+        "exec >/dev/null 2>&1",  # moved away
+        "printf() { :; }; eval() { :; }; export() { :; }",  # functions named as the builtins the shell uses
         "cat",  # waits on stdin: sees its end
         "sleep 1000 & echo started",  # keeps the output pipe open
         "set -x; echo traced",  # bash's trace of the script
@@ -79,7 +81,7 @@ async def test_commands_that_fight_the_protocol_do_not_hang_the_shell(sandbox: S
         assert time.monotonic() - started < 10 and done["exit_code"] == 0, done
         after = await shell(w, "set +x; echo $$")
         assert after["output"].splitlines()[-1] == before["output"].strip()  # the same bash goes on
-        await shell(w, "kill %1 2>/dev/null; true")
+        await shell(w, "kill %1 2>/dev/null; unset -f printf eval export; true")
 
 
 async def test_a_timeout_kills_the_tree_and_the_next_call_runs_in_a_fresh_shell(
@@ -99,7 +101,8 @@ async def test_a_timeout_kills_the_tree_and_the_next_call_runs_in_a_fresh_shell(
         assert reply["ok"] is False and reply["error"]["code"] == "timeout", reply
         assert "restarted" in reply["error"]["message"] and "reset" in reply["error"]["message"]
         assert await gone(runtime, sandbox, f"sleep {number}") == []
-        assert [line for line in processes(runtime, sandbox) if line.endswith(f" {old}")] == []
+        code, _ = runtime.exec(sandbox.id, ["ps", "-p", old], user="root")
+        assert code == 1  # the bash that ran it is gone too
         fresh = await shell(w, 'echo "[$KEPT] $PWD $$"')
         kept, where, pid = fresh["output"].split()
         assert (kept, where, fresh["exit_code"]) == ("[]", "/workspace", 0) and pid != old

@@ -8,9 +8,9 @@ ring against the table's budget, ``process_list`` shows it, and the controller's
 How a command runs: one script is written to bash's stdin (a pipe, not a terminal: no echo, no
 ``\\r``, no line discipline cutting long lines, and programs see what an ``exec`` shows them):
 
-1. stdout and stderr are pointed back at the one output pipe, kept at a descriptor bash picked at
-   start (``__corral_out``, read-only), so a command that closed or moved its stdout (``exec 1>&-``)
-   does not take the next commands' output, or the end marker, with it;
+1. the command's stdout and stderr are the one output pipe as kept at a descriptor bash picked at
+   start (``__corral_out``, read-only), set for the command alone: one that closed or moved its
+   stdout (``exec 1>&-``) does not take the end marker, or the next commands' output, with it;
 2. the per-action part of the environment is exported: the proxy variables with *this* action's
    proxy credentials, so the egress audit charges each command's requests to the action that ran it
    (not to the one that started the shell), the CA bundle variables and the secrets' placeholders
@@ -130,14 +130,14 @@ def sentinel() -> str:
 def script(command: str, token: str, exports: Mapping[str, str]) -> str:
     """What bash reads to run ``command`` and then say it ended (see the module's docstring)."""
     half = len(token) // 2
+    # The command's own redirections (``exec 1>&-``) end with the group; ``builtin``: a function the
+    # agent named printf (or eval, export) does not stand in for them.
     lines = [
-        'exec 1>&"$__corral_out" 2>&1',
-        *(f"export {name}={shlex.quote(value)}" for name, value in exports.items()),
+        *(f"builtin export {name}={shlex.quote(value)}" for name, value in exports.items()),
         f"__corral_command={shlex.quote(command)}",
-        'eval -- "$__corral_command" </dev/null',
+        '{ builtin eval -- "$__corral_command" </dev/null; } 1>&"$__corral_out" 2>&1',
         "__corral_status=$?",
-        'exec 1>&"$__corral_out" 2>&1',
-        f"printf '\\n%s%s:%s\\n' {token[:half]} {token[half:]} \"$__corral_status\"",
+        f'builtin printf \'\\n%s%s:%s\\n\' {token[:half]} {token[half:]} "$__corral_status" 1>&"$__corral_out"',
     ]
     return "\n".join(lines) + "\n"
 
@@ -251,13 +251,14 @@ class PersistentShell:
         return await self._finish(process, action.max_output_chars)
 
     async def _finish(self, process: Process, max_chars: int) -> dict[str, Any]:
+        if self._transcript.end is None:
+            self._processes.drain(process)  # bash exited: the pipe holds the rest of what it printed
         end = self._transcript.end
         if end is not None:
             self._transcript.end = None
             output, truncated = render(end, max_chars)
             return {"output": output, "exit_code": end.status, "truncated": truncated}
         # bash itself exited (``exit``, ``set -e``): what it printed, its status, and a fresh shell next time.
-        self._processes.drain(process)
         status = exit_status(process)
         output, truncated = render(self._transcript.take(), max_chars)
         await self._stop()  # what is left of its tree (a job it put in the background) goes with it

@@ -90,9 +90,9 @@ def test_output_over_the_cap_gets_the_references_note() -> None:
 def test_the_script_quotes_the_command_and_never_spells_the_sentinel() -> None:
     text = script("echo 'it''s' $HOME; exit", TOKEN, {"HTTPS_PROXY": "http://u:p w@proxy.test:3128"})
     assert TOKEN not in text  # printed from two halves: a trace (set -x) of the script does not hold it
-    assert "export HTTPS_PROXY='http://u:p w@proxy.test:3128'" in text
+    assert "builtin export HTTPS_PROXY='http://u:p w@proxy.test:3128'" in text
     assert "__corral_command='echo '\"'\"'it'\"'\"''\"'\"'s'\"'\"' $HOME; exit'" in text
-    assert 'eval -- "$__corral_command" </dev/null' in text
+    assert '{ builtin eval -- "$__corral_command" </dev/null; } 1>&"$__corral_out" 2>&1' in text
 
 
 def test_each_command_is_told_the_per_action_part_of_the_environment() -> None:
@@ -157,8 +157,11 @@ class BashLauncher:
         return Spawned(child.pid, control)  # type: ignore[arg-type]
 
     async def close(self) -> None:
+        pass  # the table's end kills through each channel (BashControl.close), as the launcher's shepherds do
+
+    async def clean_up(self) -> None:
         for control in self.controls:
-            control.close()
+            control.kill_tree()
             await control.waiting
 
 
@@ -168,6 +171,7 @@ async def shell(tmp_path: Path) -> Any:
     table = ProcessTable(launcher, ProcessSettings(proxy="proxy.test:3128"))  # type: ignore[arg-type]
     yield PersistentShell(table), table, launcher
     await table.close()
+    await launcher.clean_up()
 
 
 def shell_action(command: str | None = None, **fields: Any) -> a.Shell:
@@ -199,14 +203,17 @@ async def test_stderr_comes_interleaved_in_order_and_the_status_is_the_commands(
     [
         "cat",  # reads stdin: sees its end at once
         "exec 1>&- 2>&-; echo lost",  # closes the output the sentinel would need
+        "exec >/dev/null 2>&1",  # moves it
         "sleep 1000 & echo started",  # a job keeping the pipe open
         "echo; echo '0123456789abcdef0123456789abcdef:0'; set -x",  # a guessed sentinel, and a trace of the script
+        "printf() { :; }; eval() { :; }; exec() { :; }; export() { :; }",  # functions named as the script's builtins
+        "cat <<'EOF'\nhere $HOME\nEOF\nread line; echo \"read: $?\"",  # a here-document, and a read at stdin's end
     ],
 )
 async def test_commands_that_fight_the_protocol_end_and_the_shell_goes_on(shell: Any, command: str) -> None:
     sh, _, launcher = shell
-    await run(sh, command)
-    result = await run(sh, "echo still here")
+    await run(sh, command, timeout_ms=10_000)
+    result = await run(sh, "echo still here", timeout_ms=10_000)
     assert "still here\n" in result["output"]
     assert result["exit_code"] == 0
     assert len(launcher.spawned) == 1
@@ -290,3 +297,12 @@ async def test_a_timeout_over_the_execs_cap_is_an_invalid_field(tmp_path: Path) 
         await run(PersistentShell(table), "true", timeout_ms=1_001)
     assert (raised.value.code, raised.value.field) == (ErrorCode.INVALID_FIELD, "action.timeout_ms")
     assert launcher.spawned == []
+
+
+async def test_the_tables_end_kills_the_shell(shell: Any) -> None:
+    sh, table, launcher = shell
+    await run(sh, "sleep 1000 &")
+    await table.close()  # the controller's end
+    (control,) = launcher.controls
+    await asyncio.wait_for(control.waiting, 10)
+    assert control.child.returncode == -signal.SIGKILL
