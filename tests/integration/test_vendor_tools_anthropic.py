@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from anthropic.types.beta import BetaMessage, BetaToolResultBlockParam, BetaToolUseBlock
 
 from corral.sdk import Sandbox
 
@@ -24,7 +23,6 @@ from .vendor_fixtures import (
     INPUT_PAGE,
     RED,
     SCREEN,
-    check_shape,
     image_of,
     member,
     over_http,
@@ -347,37 +345,3 @@ def test_the_same_blocks_over_http(gw: RunningGateway, sb: Sandbox) -> None:
     reply = over_http(gw, sb, {"anthropic": bad})
     assert reply["error"]["code"] == "unknown_tool" and tool_result(reply, bad, ok=False)["is_error"] is True
     _still_works(sb)
-
-
-# -- the SDK: the vendor's own objects in, the results out -------------------------------------------------
-
-
-def test_the_sdk_answers_a_whole_messages_reply_in_order(sb: Sandbox) -> None:
-    blocks = [
-        tool_use("bash", {"command": "echo from-the-sdk"}),
-        tool_use(OLD_EDITOR, {"command": "view", "path": "/workspace/sdk-missing.txt"}),
-        tool_use("computer", {"action": "cursor_position"}),
-    ]
-    message = BetaMessage.model_validate(
-        {
-            "id": "msg_1",
-            "type": "message",
-            "role": "assistant",
-            "model": "claude-test",
-            "content": [{"type": "text", "text": "Let me look."}, *blocks],
-            "stop_reason": "tool_use",
-            "usage": {"input_tokens": 1, "output_tokens": 1},
-        }
-    )
-    errors: list[Any] = []
-    results = sb.tool_results(message, on_error=errors.append)
-    assert [r["tool_use_id"] for r in results] == [b["id"] for b in blocks]
-    for result, block in zip(results, blocks, strict=True):
-        check_shape(BetaToolResultBlockParam, result)
-        assert result.get("is_error", False) is (block is blocks[1]), result
-    assert text_of(results[0]) == "from-the-sdk\n" and text_of(results[2]).startswith("X=")
-    assert [getattr(e, "code", None) for e in errors] == ["no_such_file"], errors
-    # One block, as the SDK's object.
-    single = sb.anthropic(BetaToolUseBlock.model_validate(tool_use("bash", {"command": "echo one"})))
-    check_shape(BetaToolResultBlockParam, single)
-    assert text_of(single) == "one\n"

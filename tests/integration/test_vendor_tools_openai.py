@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from openai.types.responses import Response, ResponseFunctionShellToolCall
 
 from corral.sdk import Sandbox
 
@@ -23,11 +22,9 @@ from .vendor_fixtures import (
     BLUE,
     INPUT_JS,
     INPUT_PAGE,
-    OPENAI_OUTPUTS,
     RED,
     SCREEN,
     apply_patch_call,
-    check_shape,
     computer_call,
     item,
     local_shell_call,
@@ -285,42 +282,3 @@ def test_the_same_items_over_http(gw: RunningGateway, sb: Sandbox) -> None:
     reply = over_http(gw, sb, {"openai": patch})
     assert reply["error"]["code"] == "no_such_file" and item(reply, patch, ok=False)["status"] == "failed"
     _still_works(sb)
-
-
-# -- the SDK: the vendor's own objects in, the results out -------------------------------------------------
-
-
-def test_the_sdk_answers_a_whole_responses_reply_in_order(sb: Sandbox) -> None:
-    calls = [
-        shell_call("echo from-the-sdk"),
-        apply_patch_call("update_file", "sdk-absent.txt", UPDATE),
-        local_shell_call(["echo", "local"]),
-        computer_call({"type": "screenshot"}, pending=SAFETY),
-    ]
-    response = Response.model_validate(
-        {
-            "id": "resp_1",
-            "object": "response",
-            "created_at": 0,
-            "model": "computer-use-test",
-            "parallel_tool_calls": True,
-            "tool_choice": "auto",
-            "tools": [],
-            "output": [
-                {"type": "reasoning", "id": "rs_1", "summary": []},
-                *calls,
-            ],
-        }
-    )
-    errors: list[Any] = []
-    outputs = sb.tool_results(response, acknowledge_safety_checks=True, on_error=errors.append)
-    assert [o["type"] for o in outputs] == [c["type"] + "_output" for c in calls]
-    for out, call in zip(outputs, calls, strict=True):
-        check_shape(OPENAI_OUTPUTS[call["type"]], out)
-    shell, patch, local, computer = outputs
-    assert shell["output"][0]["stdout"] == "from-the-sdk\n" and patch["status"] == "failed"
-    assert json.loads(local["output"])["output"] == "local\n"
-    assert computer["acknowledged_safety_checks"] == SAFETY
-    assert [getattr(e, "code", None) for e in errors] == ["no_such_file"], errors
-    single = sb.openai(ResponseFunctionShellToolCall.model_validate(shell_call("echo one")))
-    assert single["output"][0]["stdout"] == "one\n"
