@@ -225,6 +225,37 @@ def test_proc_self_is_the_agents_own(sb: Sandbox, runtime: DockerHarness) -> Non
     assert not reply["ok"] or "Uid:\t1100" in text_of(tool_result(reply, status)), reply
 
 
+def _bash(sb: Sandbox, command: str) -> tuple[str, str]:
+    """A bash tool_use's text and the action id its requests are charged to."""
+    block = tool_use("bash", {"command": command})
+    reply = _anthropic(sb, block)
+    return text_of(tool_result(reply, block)), str(reply["action_id"])
+
+
+def test_tool_commands_go_out_only_through_the_proxy(sb: Sandbox, upstream: Upstream, runtime: DockerHarness) -> None:
+    """A call's own environment (local_shell_call's env, an unset in the persistent bash) opens no
+    way out past the session's proxy and its allowlist: what gets out is audited, charged to the call."""
+    allowed = local_shell_call(["curl", "-sS", "--max-time", "10", "https://allowed.test/json?via=local-shell"])
+    assert json.loads(item(_openai(sb, allowed), allowed)["output"])["metadata"]["exit_code"] == 0
+    no_proxy = {"HTTPS_PROXY": "", "https_proxy": "", "ALL_PROXY": "", "NO_PROXY": "*", "no_proxy": "*"}
+    url = "https://allowed.test/json?via=env-bypass"
+    bypass = local_shell_call(["curl", "-sS", "--max-time", "5", url], env=no_proxy)
+    assert json.loads(item(_openai(sb, bypass), bypass)["output"])["metadata"]["exit_code"] != 0
+    out, _ = _bash(sb, "curl -sS --max-time 5 --noproxy '*' https://allowed.test/json?via=noproxy-bypass; echo exit=$?")
+    assert "exit=0" not in out and "exit=" in out, out
+    # Unset in the persistent bash: whatever still gets out went through the proxy, on the record.
+    unset = "unset HTTPS_PROXY https_proxy ALL_PROXY; curl -sS --max-time 5 https://allowed.test/json?via=unset; echo"
+    out, action_id = _bash(sb, unset + " exit=$?")
+    if "exit=0" in out:
+        records = sb.traffic(action=action_id)
+        assert any(r["event"] == "request" and r["host"] == "allowed.test" for r in records), records
+    refused = shell_call("curl -sS -w '\\nstatus=%{http_code}' https://other.test/private")
+    assert item(_openai(sb, refused), refused)["output"][0]["stdout"].rstrip().endswith("status=403")
+    paths = [str(hit.get("path")) for hit in upstream.hits(runtime)]
+    assert any("via=local-shell" in p for p in paths), paths
+    assert not any("bypass" in p or "private" in p for p in paths), paths
+
+
 def test_a_hostile_page_cannot_drive_the_new_tools(gw: RunningGateway, sb: Sandbox, runtime: DockerHarness) -> None:
     sb.navigate("https://allowed.test/page/attack-tools.html")
     deadline = time.monotonic() + 60

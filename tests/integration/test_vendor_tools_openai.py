@@ -282,3 +282,24 @@ def test_the_same_items_over_http(gw: RunningGateway, sb: Sandbox) -> None:
     reply = over_http(gw, sb, {"openai": patch})
     assert reply["error"]["code"] == "no_such_file" and item(reply, patch, ok=False)["status"] == "failed"
     _still_works(sb)
+
+
+def test_a_patch_envelope_touches_only_the_operations_own_path(sb: Sandbox) -> None:
+    """The caller approved ``operation.path``: a V4A envelope naming other files inside the diff
+    (the codex form a model may paste) never reaches them."""
+    sb.files.write("/workspace/env-target.txt", "a\n")
+    sb.files.write("/workspace/env-other.txt", "a\n")
+    envelopes = [
+        "*** Begin Patch\n*** Update File: env-other.txt\n@@\n-a\n+b\n*** End Patch\n",
+        "*** Begin Patch\n*** Update File: env-target.txt\n@@\n-a\n+b\n"
+        "*** Update File: env-other.txt\n@@\n-a\n+b\n*** End Patch\n",
+        "*** Begin Patch\n*** Update File: env-target.txt\n@@\n-a\n+b\n*** Delete File: env-other.txt\n*** End Patch\n",
+        "*** Begin Patch\n*** Update File: env-target.txt\n*** Move to: env-other.txt\n@@\n-a\n+b\n*** End Patch\n",
+    ]
+    for diff in envelopes:
+        call = apply_patch_call("update_file", "env-target.txt", diff)
+        reply = sb.request({"openai": call})
+        item(reply, call, ok=reply["ok"])
+        assert cat(sb, "/workspace/env-other.txt") == "a\n", (diff, reply)
+        assert exists(sb, "/workspace/env-target.txt"), (diff, reply)
+        sb.files.write("/workspace/env-target.txt", "a\n")
