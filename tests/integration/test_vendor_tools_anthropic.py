@@ -5,6 +5,7 @@ text editors (20250728/20250429 and 20250124) and agent_toolset_20260401's tools
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -185,6 +186,21 @@ def test_a_hung_command_times_out_and_the_next_call_works(sb: Sandbox, runtime: 
     assert bash(sb, 'pwd; echo "[$CORRAL_E2E_HUNG]"').split() == ["/workspace", "[]"]
     code, out = runtime.exec(sb.container, ["pgrep", "-f", "sleep 60[01]"], user="root")
     assert code == 1, out
+
+
+def test_a_running_bash_call_does_not_hold_up_the_computer(sb: Sandbox) -> None:
+    """The tools run apart from the desktop: a screenshot answers while a command runs."""
+    done: list[str] = []
+    slow = threading.Thread(target=lambda: done.append(bash(sb, "sleep 3; echo slow-done")))
+    started = time.monotonic()
+    slow.start()
+    try:
+        time.sleep(0.3)  # the command is running
+        assert image_of(run(sb, member("screenshot"))).size == SCREEN
+        assert time.monotonic() - started < 2.5 and not done
+    finally:
+        slow.join(30)
+    assert done == ["slow-done\n"]
 
 
 # -- the text editors ------------------------------------------------------------------------------------
