@@ -361,3 +361,19 @@ def test_the_same_blocks_over_http(gw: RunningGateway, sb: Sandbox) -> None:
     reply = over_http(gw, sb, {"anthropic": bad})
     assert reply["error"]["code"] == "unknown_tool" and tool_result(reply, bad, ok=False)["is_error"] is True
     _still_works(sb)
+
+
+def test_a_tools_error_names_the_field_of_the_block(sb: Sandbox) -> None:
+    """FAILS on e2e13 (reported to the lead; vendor13's dispatch): an error of a tool that runs apart
+    from the desktop (shell, edit, apply_patch) names the native field (``action.old_str``,
+    ``action.timeout_ms``), which the block the client sent does not have; the computer's errors name
+    the block's own (``anthropic...``), as every error's ``field`` should."""
+    sb.files.write("/workspace/field.txt", "a\n")
+    fields = [
+        failed(sb, edit(OLD_EDITOR, command="str_replace", path="/workspace/field.txt", old_str="b"), "no_match"),
+        failed(sb, tool_use("bash", {"command": "sleep 60", "timeout_ms": 300}), "timeout"),
+        failed(sb, member("left_click", coordinate=[99_999, 1]), "out_of_bounds"),
+    ]
+    assert [reply["error"]["field"].split(".")[0] for reply in fields] == ["anthropic"] * 3, [
+        reply["error"]["field"] for reply in fields
+    ]

@@ -303,3 +303,11 @@ def test_a_patch_envelope_touches_only_the_operations_own_path(sb: Sandbox) -> N
         assert cat(sb, "/workspace/env-other.txt") == "a\n", (diff, reply)
         assert exists(sb, "/workspace/env-target.txt"), (diff, reply)
         sb.files.write("/workspace/env-target.txt", "a\n")
+
+
+def test_a_tools_error_names_the_field_of_the_item(sb: Sandbox) -> None:
+    """FAILS on e2e13 (reported to the lead; vendor13's dispatch): apply_patch's errors name the native
+    field (``action.diff``), which the item the client sent does not have (``openai.operation.diff``)."""
+    sb.files.write("/workspace/field.txt", "a\n")
+    reply, _ = failed(sb, apply_patch_call("update_file", "field.txt", "@@\n-zzz\n+y\n"), "patch_failed")
+    assert reply["error"]["field"].startswith("openai."), reply["error"]
