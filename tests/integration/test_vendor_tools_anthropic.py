@@ -343,6 +343,9 @@ def test_a_block_without_an_id_gets_only_the_error(sb: Sandbox) -> None:
     reply = sb.request({"anthropic": block})
     assert reply["ok"] is False and "result" not in reply, reply
     assert (reply["error"]["code"], reply["error"]["field"]) == ("missing_field", "anthropic.id"), reply["error"]
+    reply = sb.request({"anthropic": {**block, "id": 5}})  # an id, but not a string: no tool_result either
+    assert reply["ok"] is False and "result" not in reply, reply
+    assert (reply["error"]["code"], reply["error"]["field"]) == ("invalid_field", "anthropic.id"), reply["error"]
     assert sb.exec("test -e /workspace/no-id").exit_code == 1
     _still_works(sb)
 
@@ -377,3 +380,13 @@ def test_a_tools_error_names_the_field_of_the_block(sb: Sandbox) -> None:
     assert [reply["error"]["field"].split(".")[0] for reply in fields] == ["anthropic"] * 3, [
         reply["error"]["field"] for reply in fields
     ]
+
+
+def test_the_envelope_keeps_working_with_a_block(sb: Sandbox) -> None:
+    """``screenshot`` on a tool_use block: the image comes in the tool_result, after the text."""
+    block = tool_use("bash", {"command": "echo with-a-screenshot"})
+    result = run(sb, block, screenshot={"format": "jpeg", "width": 320})
+    assert [part["type"] for part in result["content"]] == ["text", "image"]
+    assert text_of(result) == "with-a-screenshot\n" and image_of(result).size == (320, 200)
+    quiet = run(sb, tool_use("computer", {"action": "mouse_move", "coordinate": [5, 5]}), screenshot=False)
+    assert quiet["content"] == []

@@ -311,3 +311,25 @@ def test_a_tools_error_names_the_field_of_the_item(sb: Sandbox) -> None:
     sb.files.write("/workspace/field.txt", "a\n")
     reply, _ = failed(sb, apply_patch_call("update_file", "field.txt", "@@\n-zzz\n+y\n"), "patch_failed")
     assert reply["error"]["field"].startswith("openai."), reply["error"]
+
+
+def test_a_computer_call_always_answers_with_its_item(sb: Sandbox) -> None:
+    """FAILS on e2e13 (reported to the lead; vendor13): with ``screenshot: false`` a computer_call
+    answers ``ok: true`` with an empty ``result`` (no ``computer_call_output`` at all). The output needs
+    a screenshot: take it anyway, or refuse the envelope; never a success with nothing to send back."""
+    call = computer_call({"type": "move", "x": 5, "y": 5})
+    reply = sb.request({"openai": call, "screenshot": False})
+    if reply["ok"]:
+        assert screenshot_of(item(reply, call)).size == SCREEN
+    else:
+        assert reply["error"]["code"] == "invalid_field", reply
+
+
+def test_an_asked_screenshot_is_never_lost(sb: Sandbox) -> None:
+    """FAILS on e2e13 (reported to the lead; vendor13): ``screenshot: true`` on a shell_call (whose
+    output cannot hold an image) answers only the image's size: its data is neither in the item nor in
+    the reply's ``screenshot``, as it is for a native action."""
+    call = shell_call("echo with-a-screenshot")
+    reply = sb.request({"openai": call, "screenshot": True})
+    assert item(reply, call)["output"][0]["stdout"] == "with-a-screenshot\n"
+    assert reply["screenshot"].get("data"), reply["screenshot"]
