@@ -198,6 +198,17 @@ def status(as_json: JsonOpt = False) -> None:
     out.print(table)
 
 
+@app.command("mcp")
+def mcp_stdio() -> None:
+    """Serve Corral's tools to an MCP client on stdin/stdout (docs/mcp.md), calling the gateway on
+    CORRAL_URL with CORRAL_API_KEY (an API key, or a session token for that session only)."""
+    try:
+        from corral.mcp import serve_stdio
+    except ImportError:
+        raise _fail("the MCP server needs the mcp extra: pip install 'corral[mcp]'") from None
+    serve_stdio(_url(), _api_key())
+
+
 def _session_table(rows: list[dict[str, Any]]) -> Table:
     table = Table("id", "state", "age", "expires in", "viewport", "allow", "labels")
     table.columns[0].no_wrap = True  # ids are copied from here
@@ -334,21 +345,44 @@ def _session_action(session_id: str, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _strip_images(reply: dict[str, Any], output: Path | None) -> dict[str, Any]:
+    """The reply with each image's base64 replaced by its size (the image goes to ``output``): the
+    native screenshot, and those of a vendor's result (a ``tool_result``'s image blocks, a
+    ``computer_call_output``'s data URL)."""
     shot = reply.get("screenshot")
     if isinstance(shot, dict) and "data" in shot:
-        data = base64.b64decode(shot.pop("data"))
-        if output is not None:
-            output.write_bytes(data)
-            shot["saved_to"] = str(output)
-        shot["bytes"] = len(data)
+        _strip(shot, base64.b64decode(shot.pop("data")), output)
+    result = reply.get("result")
+    tool_result = result.get("tool_result") if isinstance(result, dict) else None
+    blocks = tool_result.get("content") if isinstance(tool_result, dict) else None
+    for block in blocks if isinstance(blocks, list) else []:
+        source = block.get("source") if isinstance(block, dict) else None
+        if isinstance(source, dict) and isinstance(source.get("data"), str):
+            _strip(source, base64.b64decode(source.pop("data")), output)
+    item = result.get("item") if isinstance(result, dict) else None
+    screen = item.get("output") if isinstance(item, dict) else None
+    if isinstance(screen, dict) and str(screen.get("image_url", "")).startswith("data:"):
+        head, _, data = screen.pop("image_url").partition(",")
+        screen["image_url"] = f"{head},..."
+        _strip(screen, base64.b64decode(data), output)
     return reply
+
+
+def _strip(holder: dict[str, Any], data: bytes, output: Path | None) -> None:
+    if output is not None:
+        output.write_bytes(data)
+        holder["saved_to"] = str(output)
+    holder["bytes"] = len(data)
 
 
 @app.command("do")
 def do(
     session_id: str,
     message: Annotated[
-        str, typer.Argument(help="A native action, or a whole message ('action'/'anthropic'/'openai').")
+        str,
+        typer.Argument(
+            help="A native action, or a whole message ('action'/'anthropic'/'openai': a vendor's tool_use block "
+            "or output item too)."
+        ),
     ],
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the screenshot here.")] = None,
 ) -> None:

@@ -14,9 +14,18 @@ Commands and files too (docs/protocol.md):
         pid = sb.processes.start("python -m http.server")
         sb.files.write("/workspace/a.txt", "hi"); sb.files.upload("data.bin", "/workspace/data.bin")
 
+The vendors' tool calls go in whole and come back as the whole result to send to the model
+(docs/protocol.md, "Vendor tools"): ``sb.anthropic(tool_use_block)`` gives the ``tool_result``,
+``sb.openai(output_item)`` the ``*_output`` item, ``sb.tool_results(reply)`` every result of a whole
+Messages or Responses reply, in order. A failed call comes back as the vendor's own error form for
+the model to read (``on_error`` hears Corral's structured error); only a call that cannot be read,
+or a lost session, raises.
+
+        results = sb.tool_results(client.beta.messages.create(...))  # append as the next user message
+
 ``AsyncSandbox`` is the same with ``async``/``await``: the same methods with the same parameters
-(a unit test holds them to it). ``run_anthropic`` and ``run_openai`` return exactly what to send back
-to each model API.
+(a unit test holds them to it). ``run_anthropic`` and ``run_openai`` (the computer tool's bare input
+and action) return exactly what to send back to each model API.
 
 Every method is one line in each twin: a pure function of :class:`messages` builds the
 :class:`Message` to the sandbox and says how its reply is read; the twins only send it, blocking or
@@ -37,7 +46,7 @@ from typing import Any, Generic, Self, TypeVar
 
 import httpx
 
-from corral import commands, transfer
+from corral import commands, tool_calls, transfer
 from corral.client import AsyncSandboxClient, SandboxClient, check_reply, image_bytes, is_reply
 from corral.commands import ExecResult, OutputChunk
 from corral.errors import ActionFailed, CommandFailed, ErrorCode, GatewayError
@@ -50,6 +59,7 @@ from corral.gateway_client import (
     secret_change,
     session_body,
 )
+from corral.tool_calls import ModelReply, OnError, ToolCall, Vendored
 
 T = TypeVar("T")
 
@@ -135,6 +145,15 @@ def _given(**fields: Any) -> dict[str, Any]:
     return {name: value for name, value in fields.items() if value is not None}
 
 
+def _call_envelope(call: ToolCall, display: tuple[int, int] | None, acknowledge: bool) -> dict[str, Any]:
+    """A vendor call's envelope: the display the model was told, the safety checks acknowledged
+    (OpenAI's only; sent when true, false being the default)."""
+    envelope = _display(display)
+    if acknowledge and call.dialect == "openai":
+        envelope["acknowledge_safety_checks"] = True
+    return envelope
+
+
 class messages:  # a namespace of pure builders, read as messages.click(...)
     """Every message of the SDK's vocabulary, built without sending it."""
 
@@ -159,6 +178,45 @@ class messages:  # a namespace of pure builders, read as messages.click(...)
         action: dict[str, Any] | list[dict[str, Any]], display: tuple[int, int] | None
     ) -> Message[dict[str, Any]]:
         return Message({"openai": action, **_display(display)}, _call_output)
+
+    @staticmethod
+    def anthropic_block(
+        block: Vendored, display: tuple[int, int] | None, envelope: dict[str, Any], on_error: OnError | None
+    ) -> Message[dict[str, Any]]:
+        call = tool_calls.anthropic_call(block)
+        return messages.tool_call(call, {**_call_envelope(call, display, False), **envelope}, on_error)
+
+    @staticmethod
+    def openai_item(
+        item: Vendored,
+        display: tuple[int, int] | None,
+        acknowledge_safety_checks: bool,
+        envelope: dict[str, Any],
+        on_error: OnError | None,
+    ) -> Message[dict[str, Any]]:
+        call = tool_calls.openai_call(item)
+        return messages.tool_call(
+            call, {**_call_envelope(call, display, acknowledge_safety_checks), **envelope}, on_error
+        )
+
+    @staticmethod
+    def tool_call(call: ToolCall, envelope: dict[str, Any], on_error: OnError | None) -> Message[dict[str, Any]]:
+        """One vendor tool call; its reply read as the vendor's result (a failure's error form too)."""
+
+        def read(reply: dict[str, Any]) -> dict[str, Any]:
+            return tool_calls.vendor_result(reply, call.result_key, on_error)
+
+        return Message({call.dialect: call.call, **envelope}, read)
+
+    @staticmethod
+    def tool_results(
+        reply: ModelReply, display: tuple[int, int] | None, acknowledge_safety_checks: bool, on_error: OnError | None
+    ) -> list[Message[dict[str, Any]]]:
+        """A message per tool call of a whole model reply, in order."""
+        return [
+            messages.tool_call(call, _call_envelope(call, display, acknowledge_safety_checks), on_error)
+            for call in tool_calls.calls_of(reply)
+        ]
 
     @staticmethod
     def screenshot(format: str, options: dict[str, Any]) -> Message[bytes]:
@@ -703,6 +761,48 @@ class Sandbox:
         """The ``computer_call_output.output`` for one computer call (an action or a batch)."""
         return self._send(messages.openai(action, display))
 
+    def anthropic(
+        self,
+        block: Vendored,
+        *,
+        display: tuple[int, int] | None = None,
+        on_error: OnError | None = None,
+        **envelope: Any,
+    ) -> dict[str, Any]:
+        """The ``tool_result`` block for one Messages ``tool_use`` block (a dict or the SDK's object), ready
+        to send back; a failed call's is ``is_error`` with the reason, and ``on_error`` hears Corral's
+        error. ``display``: the size the computer tool declared, when it is not the screen's."""
+        return self._send(messages.anthropic_block(block, display, envelope, on_error))
+
+    def openai(
+        self,
+        item: Vendored,
+        *,
+        acknowledge_safety_checks: bool = False,
+        display: tuple[int, int] | None = None,
+        on_error: OnError | None = None,
+        **envelope: Any,
+    ) -> dict[str, Any]:
+        """The input item for one Responses output item (``computer_call``, ``shell_call``,
+        ``local_shell_call``, ``apply_patch_call``; a dict or the SDK's object), ready to send back; a
+        failed call's in the vendor's error form, and ``on_error`` hears Corral's error.
+        ``acknowledge_safety_checks``: a ``computer_call``'s pending checks are acknowledged in the output."""
+        return self._send(messages.openai_item(item, display, acknowledge_safety_checks, envelope, on_error))
+
+    def tool_results(
+        self,
+        reply: ModelReply,
+        *,
+        display: tuple[int, int] | None = None,
+        acknowledge_safety_checks: bool = False,
+        on_error: OnError | None = None,
+    ) -> list[dict[str, Any]]:
+        """The results of every tool call of a whole model reply, in order: a Messages reply's
+        ``tool_use`` blocks (the list is the next user message's ``content``) or a Responses reply's
+        served output items (the next request's ``input``). ``BetaMessage``/``Response`` or dicts."""
+        calls = messages.tool_results(reply, display, acknowledge_safety_checks, on_error)
+        return [self._send(message) for message in calls]
+
     # -- the native vocabulary -------------------------------------------------------------------------
 
     def screenshot(self, format: str = "png", **options: Any) -> bytes:
@@ -1006,6 +1106,38 @@ class AsyncSandbox:
     ) -> dict[str, Any]:
         """The ``computer_call_output.output`` for one computer call (an action or a batch)."""
         return await self._send(messages.openai(action, display))
+
+    async def anthropic(
+        self,
+        block: Vendored,
+        *,
+        display: tuple[int, int] | None = None,
+        on_error: OnError | None = None,
+        **envelope: Any,
+    ) -> dict[str, Any]:
+        return await self._send(messages.anthropic_block(block, display, envelope, on_error))
+
+    async def openai(
+        self,
+        item: Vendored,
+        *,
+        acknowledge_safety_checks: bool = False,
+        display: tuple[int, int] | None = None,
+        on_error: OnError | None = None,
+        **envelope: Any,
+    ) -> dict[str, Any]:
+        return await self._send(messages.openai_item(item, display, acknowledge_safety_checks, envelope, on_error))
+
+    async def tool_results(
+        self,
+        reply: ModelReply,
+        *,
+        display: tuple[int, int] | None = None,
+        acknowledge_safety_checks: bool = False,
+        on_error: OnError | None = None,
+    ) -> list[dict[str, Any]]:
+        calls = messages.tool_results(reply, display, acknowledge_safety_checks, on_error)
+        return [await self._send(message) for message in calls]
 
     # -- the native vocabulary -------------------------------------------------------------------------
 

@@ -306,26 +306,6 @@ def test_a_sandbox_reaches_neither_the_host_nor_other_sessions(gw: RunningGatewa
         listener.close()
 
 
-def test_scripted_agent_example_runs_without_a_model_key(gw: RunningGateway) -> None:
-    import os
-    import subprocess
-    import sys
-
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "CORRAL_URL": gw.url, "CORRAL_API_KEY": KEY_A}
-    done = subprocess.run(
-        [sys.executable, str(root / "examples" / "scripted_agent.py")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "page says: items: 3" in done.stdout
-    assert "step 8:" in done.stdout
-
-
 def test_cli_sessions_do_and_screenshot(gw: RunningGateway, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import actions as a
-from corral.protocol import anthropic, openai
+from corral.protocol import anthropic, openai, vendor
 from corral.protocol.geometry import Scale, Size, check_bounds
 from corral.protocol.plan import After, Dialect, Plan, RequestId, Step
 from corral.protocol.validation import validate
@@ -53,6 +53,7 @@ class Envelope(BaseModel):
     settle_min_ms: Annotated[int, Field(ge=0, le=10_000)] | None = None
     timeout_ms: Annotated[int, Field(ge=1)] | None = None
     display: DisplaySize | None = None
+    acknowledge_safety_checks: bool = False  # a computer_call's output acknowledges its pending safety checks
 
 
 _ENVELOPE = TypeAdapter(Envelope)
@@ -116,7 +117,16 @@ def _encodable(text: str) -> bool:
     return True
 
 
-def _steps(env: Envelope, dialect: Dialect) -> list[Step]:
+def _vendor_form(env: Envelope, dialect: Dialect) -> bool:
+    """A whole tool_use block or output item, rather than today's computer input, action or batch."""
+    if dialect is Dialect.ANTHROPIC:
+        return vendor.is_block(env.anthropic)
+    return dialect is Dialect.OPENAI and vendor.is_item(env.openai)
+
+
+def _steps(env: Envelope, dialect: Dialect, display: Size) -> list[Step]:
+    if _vendor_form(env, dialect):
+        return vendor.translate(dialect.value, getattr(env, dialect.value), display)
     if dialect is Dialect.NATIVE:
         return [Step(validate(_ACTION, env.action, "action", tagged=True), "action")]
     if dialect is Dialect.ANTHROPIC:
@@ -125,6 +135,8 @@ def _steps(env: Envelope, dialect: Dialect) -> list[Step]:
 
 
 def _default_screenshot(env: Envelope, dialect: Dialect) -> bool:
+    if _vendor_form(env, dialect):
+        return vendor.default_screenshot(dialect.value, getattr(env, dialect.value))
     if dialect is Dialect.ANTHROPIC:
         action = env.anthropic.get("action") if isinstance(env.anthropic, dict) else None
         return anthropic.wants_screenshot(str(action))
@@ -173,8 +185,9 @@ def plan_request(obj: dict[str, Any], screen: Size, limits: Limits) -> Plan:
 
     display = Size(env.display.width, env.display.height) if env.display else screen
     scale = None if display == screen else Scale(screen=screen, display=display)
+    call = vendor.call_of(obj) if _vendor_form(env, dialect) else None
     steps: list[Step] = []
-    for step in _steps(env, dialect):
+    for step in _steps(env, dialect, display):
         try:
             check_bounds(step.action, display, step.field)
         except ActionError as exc:
@@ -207,7 +220,9 @@ def plan_request(obj: dict[str, Any], screen: Size, limits: Limits) -> Plan:
         elif options.region is not None:
             check_bounds(a.Screenshot(type="screenshot", region=options.region), display, "screenshot")
     # Dialect calls settle by default; a bare screenshot or a cursor query has nothing to wait for.
-    passive = isinstance(steps[-1].action, a.Screenshot | a.Zoom | a.CursorPosition)
+    passive = isinstance(steps[-1].action, a.Screenshot | a.Zoom | a.CursorPosition) or (
+        call is not None and not call.computer  # a shell, editor or file tool
+    )
     if options is not None:
         _check_output_size(options, screen, "screenshot")
     stable = env.wait_for == "stable" if env.wait_for is not None else dialect is not Dialect.NATIVE and not passive
@@ -218,4 +233,12 @@ def plan_request(obj: dict[str, Any], screen: Size, limits: Limits) -> Plan:
         settle_quiet_ms=env.settle_quiet_ms or limits.settle_quiet_ms,
         settle_min_ms=limits.settle_min_ms if env.settle_min_ms is None else env.settle_min_ms,
     )
-    return Plan(request_id=env.id, dialect=dialect, steps=tuple(steps), after=after, timeout_ms=timeout_ms, scale=scale)
+    return Plan(
+        request_id=env.id,
+        dialect=dialect,
+        steps=tuple(steps),
+        after=after,
+        timeout_ms=timeout_ms,
+        scale=scale,
+        call=call,
+    )

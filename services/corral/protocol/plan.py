@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.protocol.actions import NativeAction, ScreenshotOptions
 from corral.protocol.geometry import Scale
+
+if TYPE_CHECKING:
+    from corral.protocol.vendor.calls import VendorCall
 
 RequestId = str | int | None
 
@@ -45,6 +48,7 @@ class Plan:
     after: After
     timeout_ms: int
     scale: Scale | None = None
+    call: VendorCall | None = None  # a whole vendor block or item: the reply is the vendor's result
 
 
 @dataclass(frozen=True, slots=True)

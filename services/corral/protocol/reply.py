@@ -11,8 +11,9 @@ import json
 from typing import Any
 
 from corral.errors import ActionError
-from corral.protocol import anthropic, openai
+from corral.protocol import anthropic, openai, vendor
 from corral.protocol.plan import ActionResult, Dialect, EncodedImage, Plan, RequestId
+from corral.protocol.vendor import VendorCall
 
 
 def _image_block(image: EncodedImage, with_data: bool) -> dict[str, Any]:
@@ -26,13 +27,20 @@ def _image_block(image: EncodedImage, with_data: bool) -> dict[str, Any]:
 
 
 def success(plan: Plan, results: list[ActionResult], image: EncodedImage | None, elapsed_ms: float) -> dict[str, Any]:
-    """The ``ok: true`` reply; dialect envelopes carry their payload in ``result`` and the image only there."""
-    last = results[-1]
+    """The ``ok: true`` reply; dialect envelopes carry their payload in ``result`` and the image only there.
+
+    A vendor call's ``result`` is its ``tool_result`` or ``item``; a shell_call whose commands timed out
+    still answers ``ok: false`` (code ``timeout``) beside the item that says which.
+    """
     reply: dict[str, Any] = {"ok": True, "id": plan.request_id}
-    if plan.dialect is Dialect.NATIVE:
-        reply["result"] = last.data
+    if plan.call is not None:
+        reply["result"], error = vendor.success_result(plan.call, plan.steps, results, image, plan.scale)
+        if error is not None:
+            reply = {"ok": False, "id": plan.request_id, "error": error.to_dict(), "result": reply["result"]}
+    elif plan.dialect is Dialect.NATIVE:
+        reply["result"] = results[-1].data
     elif plan.dialect is Dialect.ANTHROPIC:
-        content = anthropic.tool_result_content(plan.steps[-1].action, last, image, plan.scale)
+        content = anthropic.tool_result_content(plan.steps[-1].action, results[-1], image, plan.scale)
         reply["result"] = {"tool_result_content": content}
     else:
         reply["result"] = {"output": openai.call_output(image)} if image is not None else {}
@@ -42,8 +50,16 @@ def success(plan: Plan, results: list[ActionResult], image: EncodedImage | None,
     return reply
 
 
-def failure(request_id: RequestId, error: ActionError) -> dict[str, Any]:
-    return {"ok": False, "id": request_id, "error": error.to_dict()}
+def failure(
+    request_id: RequestId, error: ActionError, call: VendorCall | None = None, image: EncodedImage | None = None
+) -> dict[str, Any]:
+    """The ``ok: false`` reply; for a vendor call also its ``result`` in the vendor's own error form
+    (``image``: a computer_call's current screenshot, the only output that call can have)."""
+    reply: dict[str, Any] = {"ok": False, "id": request_id, "error": error.to_dict()}
+    result = vendor.failure_result(call, error, image) if call is not None else None
+    if result is not None:
+        reply["result"] = result
+    return reply
 
 
 _FAILED = '{"ok":false,'

@@ -6,22 +6,28 @@ output the recording kept only the start of still compares whole. ``file_write``
 compare the sha256 of the file written or the bytes read where the recording has one;
 ``process_wait`` the exit code of a process that had ended. Process steps name a pid: the replay's
 processes have other pids, so each recorded pid is mapped to the one the replay got for the same
-``exec`` (:class:`PidMap`). Every other command or file step passes when it succeeds again (or fails
-again with the same code), which replay.py checks before it gets here.
+``exec`` (:class:`PidMap`). The tools over commands and files (``shell``, ``edit``, ...) are judged by
+their result too; a vendor call (a ``tool_result`` or an output ``item`` in the reply) by its outcome: a
+shell_call's per-command outcomes, a local_shell_call's exit code. Every other command or file step
+passes when it succeeds again (or fails again with the same code), which replay.py checks before it
+gets here.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from corral.recording.redact import HIDDEN_FIELDS, INPUT_FIELDS, PAYLOADS, digest, is_hidden
+from corral.recording.redact import HIDDEN_FIELDS, INPUT_FIELDS, PAYLOADS, digest, is_hidden, vendor_exec
 
 COMMAND_TYPES = frozenset(
     {"exec", "process_list", "process_wait", "process_kill", "process_write", "process_output", "process_resize"}
 )
 FILE_TYPES = frozenset({"file_read", "file_write", "file_list", "file_stat", "file_remove", "file_move"})
+# The tools over commands and files (what the vendors' shell, editor and patch tools become).
+TOOL_TYPES = frozenset({"shell", "edit", "apply_patch", "file_glob", "file_grep"})
 # Files moved over HTTP (PUT/GET /v1/files), recorded as steps of these types (corral.recording.transfers).
 UPLOAD, DOWNLOAD = "file_upload", "file_download"
 TRANSFER_TYPES = frozenset({UPLOAD, DOWNLOAD})
@@ -64,7 +70,7 @@ def action_type(event: Mapping[str, Any]) -> str | None:
 
 def judged_by_result(event: Mapping[str, Any]) -> bool:
     """A command or file step: its result is compared, never its screen."""
-    return action_type(event) in COMMAND_TYPES | FILE_TYPES | TRANSFER_TYPES
+    return action_type(event) in COMMAND_TYPES | FILE_TYPES | TOOL_TYPES | TRANSFER_TYPES
 
 
 def cut_upload(event: Mapping[str, Any]) -> str | None:
@@ -84,8 +90,12 @@ def cut_upload(event: Mapping[str, Any]) -> str | None:
 
 def without_hidden(request: Any) -> tuple[Any, tuple[str, ...]]:
     """The request with the values the recording hid (``exec``'s ``env``: only their size and sha256
-    were kept) left out, and the names of those left out (``env`` itself when it was hidden whole)."""
-    action = request.get("action") if isinstance(request, dict) else None
+    were kept) left out, and the names of those left out (``env`` itself when it was hidden whole).
+    A ``local_shell_call``'s exec (``openai.action``) is cleaned the same way."""
+    if not isinstance(request, dict):
+        return request, ()
+    vendor = vendor_exec(request)
+    action = request.get("action") if vendor is None else vendor
     if not isinstance(action, dict):
         return request, ()
     kept, left_out = dict(action), []
@@ -97,7 +107,11 @@ def without_hidden(request: Any) -> tuple[Any, tuple[str, ...]]:
         elif isinstance(value, dict):
             kept[key] = {name: item for name, item in value.items() if not is_hidden(item)}
             left_out += [f"{key}.{name}" for name, item in value.items() if is_hidden(item)]
-    return ({**request, "action": kept}, tuple(left_out)) if left_out else (request, ())
+    if not left_out:
+        return request, ()
+    if vendor is not None:
+        return {**request, "openai": {**request["openai"], "action": kept}}, tuple(left_out)
+    return {**request, "action": kept}, tuple(left_out)
 
 
 @dataclass
@@ -228,10 +242,44 @@ def _wait_checks(event: Mapping[str, Any], reply: Mapping[str, Any]) -> list[Che
     return [Check("exit code", _ended(recorded), _ended(replayed), _ended(recorded) == _ended(replayed))]
 
 
+def _vendor_outcome(result: Mapping[str, Any]) -> str:
+    """What a vendor call's output says of how its commands ended ("" when it says nothing of it)."""
+    item = result.get("item")
+    if not isinstance(item, dict):
+        return ""
+    if item.get("type") == "shell_call_output" and isinstance(item.get("output"), list):
+        outcomes = [entry.get("outcome") for entry in item["output"] if isinstance(entry, dict)]
+        return ", ".join(
+            f"exit {o.get('exit_code')}" if o.get("type") == "exit" else str(o.get("type"))
+            for o in outcomes
+            if isinstance(o, dict)
+        )
+    if item.get("type") == "local_shell_call_output":
+        try:
+            metadata = json.loads(str(item.get("output"))).get("metadata") or {}
+        except (ValueError, AttributeError):
+            return ""
+        return f"exit {metadata.get('exit_code')}" if isinstance(metadata, dict) else ""
+    return ""
+
+
+def _vendor_checks(event: Mapping[str, Any], reply: Mapping[str, Any]) -> list[Check]:
+    recorded, replayed = _vendor_outcome(_result(event.get("reply"))), _vendor_outcome(_result(reply))
+    return [Check("outcome", recorded, replayed, recorded == replayed)] if recorded else []
+
+
+def is_vendor_reply(reply: Any) -> bool:
+    """A reply to a vendor call: its result is a ``tool_result`` block or an output ``item``."""
+    result = _result(reply)
+    return "tool_result" in result or "item" in result
+
+
 def judge(event: Mapping[str, Any], reply: Mapping[str, Any], expect: Mapping[str, str]) -> Judgement:
     """A command or file step that succeeded both times, judged by its result."""
     kind = action_type(event) or ""
-    if kind == "exec":
+    if is_vendor_reply(event.get("reply")):
+        checks = _vendor_checks(event, reply)
+    elif kind == "exec":
         checks = _exec_checks(event, reply, expect)
     elif kind == "process_wait":
         checks = _wait_checks(event, reply)

@@ -12,7 +12,8 @@ recording kept only the start of it, and a viewer can say how much there was.
 
 ``exec``'s ``env`` is never kept verbatim (it is where secrets go): its names stay, each value
 becomes ``{"size", "sha256"}`` of its UTF-8 (:func:`hide`), so a reader sees which variables were
-set and can tell whether two runs set the same value, never what it was.
+set and can tell whether two runs set the same value, never what it was. An OpenAI
+``local_shell_call``'s ``action`` (``type: "exec"``, with ``env``) is hidden the same way.
 
 Both the controller (before an event enters its buffer) and the gateway (before it is written, with
 its own text cap) run it: running it again keeps the first digests and only cuts further.
@@ -146,11 +147,17 @@ def _keep(slot: Slot, limit: int, payloads: dict[str, Any]) -> None:
     payloads[path] = entry
 
 
+def vendor_exec(request: Any) -> Any:
+    """A vendor request's own exec: an OpenAI ``local_shell_call``'s ``action`` (``type: "exec"``, ``env``)."""
+    item = request.get("openai") if isinstance(request, dict) else None
+    return item.get("action") if isinstance(item, dict) and item.get("type") == "local_shell_call" else None
+
+
 def _actions(event: dict[str, Any]) -> list[Any]:
-    """The request's action and each native one."""
+    """The request's action (or a vendor request's exec) and each native one."""
     request, native = event.get("request"), event.get("native")
     action = request.get("action") if isinstance(request, dict) else None
-    return [action, *(native if isinstance(native, list) else [])]
+    return [action, vendor_exec(request), *(native if isinstance(native, list) else [])]
 
 
 def _slots(event: dict[str, Any]) -> tuple[list[Slot], list[Slot]]:

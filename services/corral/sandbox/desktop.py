@@ -7,7 +7,7 @@ import contextlib
 import math
 import time
 from collections.abc import Iterator
-from typing import Any, assert_never
+from typing import Any, TypeVar, assert_never
 
 from playwright.async_api import Error as PlaywrightError
 from Xlib.display import Display
@@ -20,11 +20,14 @@ from corral.protocol.keys import Key, parse_key
 from corral.protocol.plan import ActionResult, After
 from corral.sandbox import clipboard
 from corral.sandbox.browser import Browser
+from corral.sandbox.editor import Editor
 from corral.sandbox.files import AgentFiles
 from corral.sandbox.launcher import LauncherClient
+from corral.sandbox.patch import Patcher
 from corral.sandbox.placeholders import Placeholders
 from corral.sandbox.processes import ProcessTable, RunContext
 from corral.sandbox.screen import Screen, Settled
+from corral.sandbox.search import Search
 from corral.sandbox.settings import ControllerSettings
 from corral.sandbox.shell import PersistentShell
 from corral.sandbox.xinput import XInput
@@ -52,6 +55,16 @@ def wait_for_display(display: str, timeout_s: float = 30.0) -> None:
             time.sleep(0.02)
 
 
+_T = TypeVar("_T")
+
+
+def _part(part: _T | None, what: str) -> _T:
+    """A part of the desktop, or ``unsupported`` when this controller was built without it."""
+    if part is None:
+        raise ActionError(ErrorCode.UNSUPPORTED, f"this controller has no {what}")
+    return part
+
+
 class Desktop:
     """The sandbox's desktop. Callers hold :attr:`lock` so actions never interleave, except the
     process and file actions (:data:`corral.protocol.actions.ProcessAction`, ``FileAction``) and
@@ -67,6 +80,9 @@ class Desktop:
         processes: ProcessTable | None = None,
         files: AgentFiles | None = None,
         placeholders: Placeholders | None = None,
+        editor: Editor | None = None,
+        patcher: Patcher | None = None,
+        search: Search | None = None,
         shell: PersistentShell | None = None,
     ) -> None:
         self._settings = settings
@@ -77,8 +93,12 @@ class Desktop:
         self.files = files
         # The session's secret placeholders (PUT /v1/secrets sets them; the process table reads them too).
         self.placeholders = Placeholders() if placeholders is None else placeholders
+        # The editor, patches and search (issue 13): over the agent's files and processes.
+        self.editor = editor
+        self.patcher = patcher
+        self.search = search
         # The session's one persistent bash (the shell action), a process of the table's.
-        self.shell = shell if shell is not None or processes is None else PersistentShell(processes)
+        self.shell = shell
         self.size = Size(self.screen.width, self.screen.height)
         self.lock = asyncio.Lock()
 
@@ -92,7 +112,21 @@ class Desktop:
         processes = ProcessTable(launcher, settings.process_settings(), placeholders)
         browser = Browser(settings.cdp_url)
         screen = Screen(settings.display)
-        return cls(settings, XInput(settings.display), screen, browser, processes, AgentFiles(launcher), placeholders)
+        files = AgentFiles(launcher)
+        editor = Editor(files, launcher)
+        return cls(
+            settings,
+            XInput(settings.display),
+            screen,
+            browser,
+            processes,
+            files,
+            placeholders,
+            editor=editor,
+            patcher=Patcher(editor, launcher),
+            search=Search(files, processes),
+            shell=PersistentShell(processes),
+        )
 
     async def close(self) -> None:
         if self.processes is not None:
@@ -232,11 +266,13 @@ class Desktop:
                     raise ActionError(ErrorCode.UNSUPPORTED, "this controller cannot reach the agent's files")
                 return ActionResult(await self.files.run(action))
             case a.Shell():
-                if self.shell is None:
-                    raise ActionError(ErrorCode.UNSUPPORTED, "this controller runs no commands")
-                return ActionResult(await self.shell.run(action, context))
-            case a.Edit() | a.ApplyPatch() | a.FileGlob() | a.FileGrep():
-                raise ActionError(ErrorCode.UNSUPPORTED, "the editor, patches and search are being built (issue 13)")
+                return ActionResult(await _part(self.shell, "persistent shell").run(action, context))
+            case a.Edit():
+                return ActionResult(await _part(self.editor, "the editor").run(action))
+            case a.ApplyPatch():
+                return ActionResult(await _part(self.patcher, "patches").run(action))
+            case a.FileGlob() | a.FileGrep():
+                return ActionResult(await _part(self.search, "file search").run(action, context))
             case a.Secrets():
                 return ActionResult({"secrets": dict(self.placeholders.by_name)})
             case _:

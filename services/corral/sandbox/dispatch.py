@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.errors import ActionError, ErrorCode
-from corral.protocol import reply
-from corral.protocol.actions import FILE_ACTIONS, PROCESS_ACTIONS, TOOL_ACTIONS, Secrets
+from corral.protocol import reply, vendor
+from corral.protocol.actions import FILE_ACTIONS, PROCESS_ACTIONS, TOOL_ACTIONS, ScreenshotOptions, Secrets
 from corral.protocol.envelope import Limits, decode, plan_request, request_id_of
-from corral.protocol.plan import ActionResult, EncodedImage, Plan, RequestId
+from corral.protocol.plan import ActionResult, After, EncodedImage, Plan, RequestId
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.egress import ActionReporter
 from corral.sandbox.processes import Emit, RunContext
@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 # Actions that never touch the screen (commands, files, the tools over them, the session's placeholders): they
 # run beside the desktop's (Incoming.apart).
 APART_ACTIONS: tuple[type, ...] = (*PROCESS_ACTIONS, *FILE_ACTIONS, *TOOL_ACTIONS, Secrets)
+# How long a failed computer_call waits for the screenshot its output needs (else it has none).
+FAILURE_SCREENSHOT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +143,7 @@ class Dispatcher:
         request, plan = incoming.request, incoming.plan
         if plan is None:
             assert incoming.error is not None
-            return Handled(_failure(incoming.request_id, incoming.error), request)
+            return Handled(await self._failed(incoming, incoming.error, None), request)
         planned: Planned | None = None
         ran: Ran | None = None
         try:
@@ -153,7 +155,7 @@ class Dispatcher:
             elapsed_ms = (time.perf_counter() - incoming.started) * 1000
             out = reply.success(plan, ran.results, ran.image, elapsed_ms)
         except Exception as exc:
-            return Handled(_failure(incoming.request_id, exc), request, planned, ran)
+            return Handled(await self._failed(incoming, exc, plan), request, planned, ran)
         out["action_id"] = planned.action_id  # what the egress audit log calls this action
         return Handled(out, request, planned, ran)
 
@@ -161,8 +163,15 @@ class Dispatcher:
         """A process, file or ``secrets`` action: no desktop lock and no request timeout (a command has
         its own ``timeout_ms``; a file action is bounded by its size, ``secrets`` reads memory); the
         proxy learns a command's action from the proxy username its environment carries, and the others
-        make no request."""
-        results = [await self._desktop.run(step.action, plan.after, context) for step in plan.steps]
+        make no request. A vendor call may stop early (a shell_call's commands share one budget)."""
+        results: list[ActionResult] = []
+        began = time.perf_counter()
+        for step in plan.steps:
+            spent_ms = (time.perf_counter() - began) * 1000
+            action = vendor.next_action(plan.call, step.action, results, spent_ms)
+            if action is None:
+                break
+            results.append(await self._desktop.run(action, plan.after, context))
         image = None
         if plan.after.screenshot is not None:
             async with self._desktop.lock:
@@ -198,6 +207,24 @@ class Dispatcher:
         title = last.get("title") if isinstance(last, dict) else None
         return Ran(results, image, url, title if isinstance(title, str) else None)
 
+    async def _failed(self, incoming: Incoming, exc: Exception, plan: Plan | None) -> dict[str, Any]:
+        """The failure reply; a vendor call's (read even when planning failed) carries the vendor's own
+        error form, a computer_call's being a current screenshot."""
+        call = plan.call if plan is not None else vendor.call_of(incoming.request)
+        image = await self._current_screen(plan) if call is not None and call.tool == "computer_call" else None
+        return _failure(incoming.request_id, exc, call, image)
+
+    async def _current_screen(self, plan: Plan | None) -> EncodedImage | None:
+        """The screen now (at the plan's display size, if it had one), or None if it cannot be taken."""
+        options = plan.after.screenshot if plan is not None and plan.after.screenshot else ScreenshotOptions()
+        try:
+            async with asyncio.timeout(FAILURE_SCREENSHOT_S):
+                async with self._desktop.lock:
+                    return (await self._desktop.capture(options, After())).image
+        except Exception:
+            log.warning("no screenshot for a failed computer_call", exc_info=True)
+            return None
+
     def refuse(self, error: ActionError, request_id: RequestId = None) -> dict[str, Any]:
         """The failure reply for a message refused before it could be read."""
         log.info("request %r refused: %s %s", request_id, error.code, error.message)
@@ -218,13 +245,16 @@ class Dispatcher:
         return results, image
 
 
-def _failure(request_id: RequestId, exc: Exception) -> dict[str, Any]:
+def _failure(
+    request_id: RequestId, exc: Exception, call: vendor.VendorCall | None = None, image: EncodedImage | None = None
+) -> dict[str, Any]:
     if isinstance(exc, ActionError):
         # The client's mistake or a refused action: worth a line, not a traceback.
         log.info("request %r failed: %s %s (%s)", request_id, exc.code, exc.message, exc.field)
-        return reply.failure(request_id, exc)
+        return reply.failure(request_id, exc, call, image)
     log.error("internal error handling request %r", request_id, exc_info=exc)
-    return reply.failure(request_id, ActionError(ErrorCode.INTERNAL, "internal error; see the controller log"))
+    error = ActionError(ErrorCode.INTERNAL, "internal error; see the controller log")
+    return reply.failure(request_id, error, call, image)
 
 
 def _with_id(emit: Emit | None, request_id: RequestId) -> Emit | None:

@@ -147,3 +147,64 @@ def test_secrets_lists_the_placeholders(gateway: Callable[[Handler], list[httpx.
     table = runner.invoke(app, ["session", "secrets", "ses_1"])
     assert table.exit_code == 0 and "corral_secret_" + "b" * 32 in table.stdout
     assert [(r.method, r.url.path) for r in seen] == [("GET", "/v1/sessions/ses_1/secrets")] * 2
+
+
+def test_do_sends_a_vendor_block_verbatim_and_saves_its_image(
+    gateway: Callable[[Handler], list[httpx.Request]], tmp_path: Path
+) -> None:
+    png = b"\x89PNG\r\n\x1a\nfake"
+    block = {"type": "tool_use", "id": "toolu_1", "name": "screenshot", "input": {}, "toolset_name": "computer"}
+    image = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": base64.b64encode(png).decode()},
+    }
+    tool_result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": [image], "toolset_name": "computer"}
+    seen = gateway(
+        lambda request: httpx.Response(200, json={"ok": True, "id": None, "result": {"tool_result": tool_result}})
+    )
+    target = tmp_path / "shot.png"
+    result = CliRunner().invoke(app, ["do", "ses_1", json.dumps({"anthropic": block}), "-o", str(target)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(seen[0].content) == {"anthropic": block}  # no screenshot field added: the tool decides
+    assert target.read_bytes() == png
+    [printed] = json.loads(result.stdout)["result"]["tool_result"]["content"]
+    assert printed["source"] == {
+        "type": "base64",
+        "media_type": "image/png",
+        "bytes": len(png),
+        "saved_to": str(target),
+    }
+
+
+def test_do_prints_a_failed_vendor_call_with_its_error_form_and_exits_1(
+    gateway: Callable[[Handler], list[httpx.Request]],
+) -> None:
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\nfake").decode()
+    output = {
+        "type": "computer_call_output",
+        "call_id": "call_1",
+        "output": {"type": "computer_screenshot", "image_url": f"data:image/png;base64,{png}"},
+    }
+    failure = {
+        "ok": False,
+        "id": None,
+        "error": {"code": "unknown_key", "message": "unknown key 'NOPE'"},
+        "result": {"item": output},
+    }
+    gateway(lambda request: httpx.Response(400, json=failure))
+    call = {
+        "type": "computer_call",
+        "id": "cu_1",
+        "call_id": "call_1",
+        "status": "completed",
+        "action": {"type": "keypress", "keys": ["NOPE"]},
+    }
+    result = CliRunner().invoke(app, ["do", "ses_1", json.dumps({"openai": call})])
+    assert result.exit_code == 1
+    printed = json.loads(result.stdout)
+    assert printed["error"]["code"] == "unknown_key"
+    assert printed["result"]["item"]["output"] == {
+        "type": "computer_screenshot",
+        "image_url": "data:image/png;base64,...",
+        "bytes": 12,
+    }

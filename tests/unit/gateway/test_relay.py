@@ -246,3 +246,23 @@ def test_ids_are_keys_read_alike_from_a_request_and_from_the_first_bytes_of_its_
     assert relay_module.request_key("not json") == relay_module.request_key("[1]") == "null"
     assert relay_module.reply_key('{"ok":false,"id":null,"error":{}}') == "null"
     assert relay_module.reply_key('{"ok":true,"result":{},"id":9}') == "9"  # not as written: read whole
+
+
+async def test_a_vendor_call_and_its_failure_with_the_vendor_result_pass_unchanged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    item = {
+        "type": "apply_patch_call",
+        "id": "apc_04",
+        "call_id": "call_07",
+        "status": "completed",
+        "operation": {"type": "update_file", "path": "/workspace/app.py", "diff": "@@\n-    return 7\n+    return 8\n"},
+    }
+    message = json.dumps({"id": 35, "openai": item, "acknowledge_safety_checks": True})
+    reason = "chunk 1 (diff line 1): these lines were not found in /workspace/app.py:\n    return 7"
+    output = {"type": "apply_patch_call_output", "call_id": "call_07", "status": "failed", "output": reason}
+    failure = {"ok": False, "id": 35, "error": {"code": "patch_failed", "message": reason}, "result": {"item": output}}
+    answer = reply.encode(failure)
+    agent, metrics = await run(monkeypatch, [message], lambda _: answer)
+    assert agent.received == [answer]
+    assert errors(metrics) == {"patch_failed": 1}

@@ -56,6 +56,10 @@ PART = {
     "process_write": "processes",
     "process_output": "processes",
     "process_resize": "processes",
+    "edit": "editor",
+    "apply_patch": "patcher",
+    "file_glob": "search",
+    "file_grep": "search",
     "secrets": None,  # the desktop's placeholders, in memory
     "shell": "shell",
 }

@@ -3,8 +3,11 @@ bodies, and a sandbox that does not answer."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import warnings
 
+import httpx
 import pytest
 from fastapi import FastAPI
 from starlette.websockets import WebSocketDisconnect
@@ -14,6 +17,7 @@ from corral.gateway.models import CreateSession
 from corral.gateway.routes.actions import MAX_ACTION_BODY
 from corral.gateway.sessions import SessionManager
 
+from ..controller_fake import SECRET, proving
 from .conftest import KEY, Client
 
 with warnings.catch_warnings():
@@ -54,6 +58,54 @@ async def test_a_sandbox_that_does_not_answer_is_502(app: FastAPI, client: Clien
     assert reply.status_code == 502
     assert reply.json()["ok"] is False and reply.json()["error"]["code"] == "sandbox_unreachable"
     assert session.in_flight == 0  # the failed action no longer counts as activity
+
+
+# A vendor tool call and its failure as a controller answers it (captured from a real one): Corral's
+# error and the vendor's own error form, side by side.
+TOOL_USE = {
+    "type": "tool_use",
+    "id": "toolu_02C",
+    "name": "str_replace_based_edit_tool",
+    "input": {"command": "str_replace", "path": "/workspace/app.py", "old_str": "return 9", "new_str": "return 3"},
+}
+NO_MATCH = "No replacement was performed, old_str `return 9` did not appear verbatim in /workspace/app.py."
+VENDOR_FAILURE = {
+    "ok": False,
+    "id": 32,
+    "error": {"code": "no_match", "message": NO_MATCH, "field": "action.old_str"},
+    "result": {
+        "tool_result": {
+            "type": "tool_result",
+            "tool_use_id": "toolu_02C",
+            "content": [{"type": "text", "text": NO_MATCH}],
+            "is_error": True,
+        }
+    },
+}
+
+
+async def test_a_vendor_call_and_its_failure_with_the_vendor_result_pass_unchanged(
+    app: FastAPI, client: Client
+) -> None:
+    manager: SessionManager = app.state.manager
+    session, token = await manager.create(auth.key_id(KEY), CreateSession())
+    session.sandbox = dataclasses.replace(session.sandbox, secret=SECRET)
+    body = json.dumps(VENDOR_FAILURE).encode()
+    received: list[bytes] = []
+
+    def controller(request: httpx.Request) -> httpx.Response:
+        received.append(request.content)
+        return httpx.Response(400, content=body, headers={"content-type": "application/json"})
+
+    await app.state.http.aclose()
+    app.state.http = httpx.AsyncClient(transport=httpx.MockTransport(proving(controller)))
+    request = json.dumps({"id": 32, "anthropic": TOOL_USE, "display": {"width": 1024, "height": 640}}).encode()
+    async with client(token) as holder:
+        reply = await holder.post(
+            f"/v1/sessions/{session.id}/actions", content=request, headers={"content-type": "application/json"}
+        )
+    assert received == [request]  # the block goes to the sandbox as the agent sent it
+    assert (reply.status_code, reply.content) == (400, body)  # the error and the tool_result come back as they were
 
 
 def _ws_close(client: TestClient, path: str, headers: dict[str, str] | None = None) -> tuple[int, str]:

@@ -1,0 +1,19 @@
+"""Vendor tools verbatim: an Anthropic ``tool_use`` block or an OpenAI output item in, the vendor's own
+result block or input item out, success and failure alike. Pure translators and reply builders (no I/O);
+the dispatcher runs the native actions in between."""
+
+from corral.protocol.vendor.calls import VendorCall, call_of, is_block, is_item
+from corral.protocol.vendor.replies import failure_result, success_result
+from corral.protocol.vendor.steps import default_screenshot, next_action, translate
+
+__all__ = [
+    "VendorCall",
+    "call_of",
+    "default_screenshot",
+    "failure_result",
+    "is_block",
+    "is_item",
+    "next_action",
+    "success_result",
+    "translate",
+]

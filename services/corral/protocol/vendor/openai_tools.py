@@ -1,0 +1,296 @@
+"""OpenAI's tools, whole Responses output items in and input items out (pure: no I/O).
+
+Served: ``computer_call`` (the GA computer tool: ``action`` or ``actions[]``), ``shell_call``,
+``local_shell_call`` and ``apply_patch_call``; each answered with its ``*_output`` item.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import signal
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from corral.errors import ActionError, ErrorCode
+from corral.protocol import actions as a
+from corral.protocol import openai
+from corral.protocol.plan import ActionResult, EncodedImage, Step
+from corral.protocol.validation import validate
+from corral.protocol.vendor.calls import VendorCall
+
+WORKDIR = a.DEFAULT_WORKDIR
+AGENT_USER = "agent"
+
+
+class _Item(BaseModel):
+    """Fields every item has (``id``, ``status``, ``caller``, ``created_by``, ... are ignored)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    call_id: Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class ComputerCall(_Item):
+    type: Literal["computer_call"]
+    action: dict[str, Any] | None = None
+    actions: list[dict[str, Any]] | None = None
+
+
+class ShellAction(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    commands: Annotated[list[str], Field(min_length=1, max_length=100)]
+    timeout_ms: Annotated[int, Field(ge=1, le=a.MAX_PROCESS_TIMEOUT_MS)] | None = None
+    max_output_length: Annotated[int, Field(ge=0)] | None = None
+
+
+class ShellCall(_Item):
+    type: Literal["shell_call"]
+    action: ShellAction
+
+
+class LocalShellAction(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    type: Literal["exec"]
+    command: Annotated[list[str], Field(min_length=1)]
+    env: dict[str, str] = Field(default_factory=dict)
+    timeout_ms: Annotated[int, Field(ge=1, le=a.MAX_PROCESS_TIMEOUT_MS)] | None = None
+    working_directory: str | None = None
+    user: str | None = None
+
+
+class LocalShellCall(_Item):
+    type: Literal["local_shell_call"]
+    action: LocalShellAction
+
+
+class PatchOperation(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    type: a.PatchOperation
+    path: str
+    diff: str | None = None
+
+
+class ApplyPatchCall(_Item):
+    type: Literal["apply_patch_call"]
+    operation: PatchOperation
+
+
+OutputItem = Annotated[ComputerCall | ShellCall | LocalShellCall | ApplyPatchCall, Field(discriminator="type")]
+_ITEM: TypeAdapter[OutputItem] = TypeAdapter(OutputItem)
+_ACTION: TypeAdapter[a.NativeAction] = TypeAdapter(a.NativeAction)
+
+
+def read_item(raw: Any, field: str = "openai") -> OutputItem:
+    return validate(_ITEM, raw, field, tagged=True)
+
+
+def _native(data: dict[str, Any], field: str) -> a.NativeAction:
+    return validate(_ACTION, data, field, tagged=True)
+
+
+def _set(action: dict[str, Any]) -> dict[str, Any]:
+    """An action as the SDK's ``model_dump()`` gives it, without the fields it left unset (None)."""
+    return {key: value for key, value in action.items() if value is not None}
+
+
+def translate(item: OutputItem, field: str = "openai") -> list[Step]:
+    """The native steps for one output item."""
+    if isinstance(item, ComputerCall):
+        if item.actions:
+            batch = [_set(action) for action in item.actions]
+            return [Step(action, where) for action, where in openai.translate(batch, f"{field}.actions")]
+        if item.action is None:
+            raise ActionError(ErrorCode.MISSING_FIELD, "a computer_call needs 'action' or 'actions'", f"{field}.action")
+        return [Step(action, where) for action, where in openai.translate(_set(item.action), f"{field}.action")]
+    if isinstance(item, ShellCall):
+        budget = item.action.timeout_ms or a.SHELL_TIMEOUT_MS
+        limits: dict[str, Any] = {"timeout_ms": budget}
+        if item.action.max_output_length is not None:
+            # Each stream's bytes: enough for max_output_length characters of UTF-8, cut to them in the reply.
+            limits["max_output_bytes"] = 4 * item.action.max_output_length
+        where = f"{field}.action.commands"
+        return [
+            Step(_native({"type": "exec", "command": command, **limits}, f"{where}[{i}]"), f"{where}[{i}]")
+            for i, command in enumerate(item.action.commands)
+        ]
+    if isinstance(item, LocalShellCall):
+        return [Step(_local_exec(item.action, f"{field}.action"), f"{field}.action")]
+    op = item.operation
+    data: dict[str, Any] = {"type": "apply_patch", "operation": op.type, "path": op.path}
+    if op.diff is not None and op.type != "delete_file":
+        data["diff"] = op.diff
+    return [Step(_native(data, f"{field}.operation"), f"{field}.operation")]
+
+
+def _local_exec(action: LocalShellAction, field: str) -> a.NativeAction:
+    if action.user not in (None, AGENT_USER):
+        raise ActionError(
+            ErrorCode.INVALID_FIELD,
+            f"commands run as the sandbox's agent user; user {action.user!r} cannot be served",
+            field=f"{field}.user",
+        )
+    data: dict[str, Any] = {"type": "exec", "argv": action.command, "env": action.env}
+    if action.working_directory:
+        data["cwd"] = posixpath.join(WORKDIR, action.working_directory)  # an absolute one stays as it is
+    if action.timeout_ms is not None:
+        data["timeout_ms"] = action.timeout_ms
+    try:
+        return _native(data, field)
+    except ActionError as exc:
+        if exc.field is not None:
+            exc.field = exc.field.replace(f"{field}.argv", f"{field}.command").replace(
+                f"{field}.cwd", f"{field}.working_directory"
+            )
+        raise
+
+
+def next_action(
+    call: VendorCall, action: a.NativeAction, ran: Sequence[ActionResult], spent_ms: float
+) -> a.NativeAction | None:
+    """The step to run next of a shell_call, or None to stop: its commands share one timeout budget (each
+    exec was planned with the whole budget; it gets what is left), and none runs after one timed out."""
+    if call.tool != "shell_call" or not isinstance(action, a.Exec):
+        return action
+    if not ran:
+        return action
+    if any(result.data.get("timed_out") for result in ran):
+        return None
+    left = int((action.timeout_ms or a.SHELL_TIMEOUT_MS) - spent_ms)
+    return None if left < 1 else action.model_copy(update={"timeout_ms": left})
+
+
+def default_screenshot(item: Any) -> bool:
+    """A computer_call's output is its screenshot; the other tools' outputs have none."""
+    return isinstance(item, dict) and item.get("type") == "computer_call"
+
+
+# -- replies ----------------------------------------------------------------------------------------------------
+
+Reply = tuple[dict[str, Any] | None, ActionError | None]
+"""An output item (None: none can be given) and the error the reply reports with it (None: ok)."""
+
+
+def computer_call_output(call: VendorCall, image: EncodedImage) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "type": "computer_call_output",
+        "call_id": call.call_id,
+        "output": openai.call_output(image),
+    }
+    if call.acknowledged:
+        item["acknowledged_safety_checks"] = [dict(check) for check in call.acknowledged]
+    return item
+
+
+def _exit_code(data: dict[str, Any]) -> int:
+    """An exec's exit code; killed by a signal: 128 + its number, as a shell says it."""
+    code = data.get("exit_code")
+    if isinstance(code, int):
+        return code
+    name = data.get("signal")
+    try:
+        return 128 + signal.Signals[str(name)].value
+    except KeyError:
+        return -1
+
+
+def _cut(stdout: str, stderr: str, limit: int | None) -> tuple[str, str]:
+    """stdout and stderr together within ``limit`` characters (stdout's first)."""
+    if limit is None:
+        return stdout, stderr
+    stdout = stdout[:limit]
+    return stdout, stderr[: limit - len(stdout)]
+
+
+def _shell_entry(data: dict[str, Any] | None, limit: int | None) -> dict[str, Any]:
+    if data is None:  # not run: the budget was spent
+        return {"stdout": "", "stderr": "", "outcome": {"type": "timeout"}}
+    stdout, stderr = _cut(str(data.get("stdout") or ""), str(data.get("stderr") or ""), limit)
+    outcome = {"type": "timeout"} if data.get("timed_out") else {"type": "exit", "exit_code": _exit_code(data)}
+    return {"stdout": stdout, "stderr": stderr, "outcome": outcome}
+
+
+def shell_call_output(call: VendorCall, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    item: dict[str, Any] = {"type": "shell_call_output", "call_id": call.call_id, "output": entries}
+    if call.max_output_length is not None:
+        item["max_output_length"] = call.max_output_length
+    return item
+
+
+def _shell_success(call: VendorCall, steps: tuple[Step, ...], results: list[ActionResult]) -> Reply:
+    entries = [
+        _shell_entry(results[i].data if i < len(results) else None, call.max_output_length) for i in range(len(steps))
+    ]
+    timed_out = [i for i, entry in enumerate(entries) if entry["outcome"]["type"] == "timeout"]
+    if not timed_out:
+        return shell_call_output(call, entries), None
+    first = steps[timed_out[0]].action
+    budget = first.timeout_ms if isinstance(first, a.Exec) else None
+    later = len(steps) - timed_out[0] - 1
+    message = f"command {timed_out[0] + 1} of {len(steps)} did not finish within the shell_call's {budget} ms" + (
+        f"; the {later} after it did not run" if later else ""
+    )
+    return shell_call_output(call, entries), ActionError(ErrorCode.TIMEOUT, message, field=steps[timed_out[0]].field)
+
+
+def local_shell_call_output(call: VendorCall, body: dict[str, Any]) -> dict[str, Any]:
+    """``output`` is JSON text: ``{"output": stdout+stderr, "metadata": {...}}`` (and ``error`` on failure)."""
+    return {"type": "local_shell_call_output", "id": call.call_id, "output": json.dumps(body, separators=(",", ":"))}
+
+
+def _local_shell_success(call: VendorCall, data: dict[str, Any]) -> Reply:
+    metadata = {
+        "exit_code": data.get("exit_code"),
+        "duration_seconds": round(float(data.get("duration_ms") or 0) / 1000, 3),
+    }
+    body: dict[str, Any] = {
+        "output": str(data.get("stdout") or "") + str(data.get("stderr") or ""),
+        "metadata": metadata,
+    }
+    if not data.get("timed_out"):
+        body["metadata"]["exit_code"] = _exit_code(data)
+        return local_shell_call_output(call, body), None
+    error = ActionError(
+        ErrorCode.TIMEOUT, "the command did not finish within its timeout_ms", field="openai.action.timeout_ms"
+    )
+    body["error"] = error.to_dict()
+    return local_shell_call_output(call, body), error
+
+
+def apply_patch_call_output(call: VendorCall, status: Literal["completed", "failed"], output: str) -> dict[str, Any]:
+    return {"type": "apply_patch_call_output", "call_id": call.call_id, "status": status, "output": output}
+
+
+def success(
+    call: VendorCall, steps: tuple[Step, ...], results: list[ActionResult], image: EncodedImage | None
+) -> Reply:
+    """The output item for a call whose steps ran (a shell_call's commands may have timed out: then the
+    item and a ``timeout`` error)."""
+    if call.tool == "computer_call":
+        return (computer_call_output(call, image) if image is not None else None), None
+    if call.tool == "shell_call":
+        return _shell_success(call, steps, results)
+    if call.tool == "local_shell_call":
+        return _local_shell_success(call, results[-1].data)
+    return apply_patch_call_output(call, "completed", str(results[-1].data.get("output") or "")), None
+
+
+def failure(call: VendorCall, error: ActionError, image: EncodedImage | None = None) -> dict[str, Any] | None:
+    """The output item that tells the model ``error``, in the tool's own form; None for a computer_call
+    with no screenshot (its output can carry nothing else)."""
+    if call.tool == "computer_call":
+        return computer_call_output(call, image) if image is not None else None
+    if call.tool == "shell_call":
+        if error.code == ErrorCode.TIMEOUT:
+            entry: dict[str, Any] = {"stdout": "", "stderr": error.message, "outcome": {"type": "timeout"}}
+        else:
+            entry = {"stdout": "", "stderr": error.message, "outcome": {"type": "exit", "exit_code": 1}}
+        return shell_call_output(call, [entry])
+    if call.tool == "local_shell_call":
+        return local_shell_call_output(call, {"output": "", "error": error.to_dict()})
+    return apply_patch_call_output(call, "failed", error.message)
