@@ -198,6 +198,17 @@ def status(as_json: JsonOpt = False) -> None:
     out.print(table)
 
 
+@app.command("mcp")
+def mcp_stdio() -> None:
+    """Serve Corral's tools to an MCP client on stdin/stdout (docs/mcp.md), calling the gateway on
+    CORRAL_URL with CORRAL_API_KEY (an API key, or a session token for that session only)."""
+    try:
+        from corral.mcp import serve_stdio
+    except ImportError:
+        raise _fail("the MCP server needs the mcp extra: pip install 'corral[mcp]'") from None
+    serve_stdio(_url(), _api_key())
+
+
 def _session_table(rows: list[dict[str, Any]]) -> Table:
     table = Table("id", "state", "age", "expires in", "viewport", "allow", "labels")
     table.columns[0].no_wrap = True  # ids are copied from here

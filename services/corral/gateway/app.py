@@ -4,6 +4,7 @@ routers (corral.gateway.routes), the error table and the state they are given; i
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -55,8 +56,18 @@ def create_app(settings: GatewaySettings | None = None, runtime: SandboxRuntime 
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
+    _mount_mcp(app, settings)
     _document_bodies(app, _READ_BODIES)
     return app
+
+
+def _mount_mcp(app: FastAPI, settings: GatewaySettings) -> None:
+    """``/mcp`` (corral.mcp, docs/mcp.md) when the ``mcp`` extra is installed: ``corral[mcp]``."""
+    if importlib.util.find_spec("mcp") is None:
+        return
+    from corral.mcp.transports import mount
+
+    mount(app, settings)
 
 
 def _document_bodies(app: FastAPI, bodies: dict[str, type[BaseModel]]) -> None:

@@ -48,6 +48,9 @@ class GatewaySettings(BaseSettings):
     workspace_size: str = Field(default="1g", pattern=r"^[0-9]+[kmg]?$")
     # JSON bodies of the API (create, change a session) above this are refused (413) unread.
     max_body_kb: int = Field(default=1024, ge=1)
+    # /mcp's DNS-rebinding guard: the names (comma-separated, with or without a port) clients reach the
+    # gateway by besides the loopback ones; "*" turns the check off (a reverse proxy owns the Host header).
+    mcp_allowed_hosts: str = ""
     # A file uploaded into a session (PUT /v1/sessions/{id}/files) above this is refused (413), nothing kept.
     max_upload_bytes: int = Field(default=1 << 30, ge=1)
 

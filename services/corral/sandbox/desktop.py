@@ -80,10 +80,10 @@ class Desktop:
         processes: ProcessTable | None = None,
         files: AgentFiles | None = None,
         placeholders: Placeholders | None = None,
-        shell: PersistentShell | None = None,
         editor: Editor | None = None,
         patcher: Patcher | None = None,
         search: Search | None = None,
+        shell: PersistentShell | None = None,
     ) -> None:
         self._settings = settings
         self.input = input
@@ -93,12 +93,12 @@ class Desktop:
         self.files = files
         # The session's secret placeholders (PUT /v1/secrets sets them; the process table reads them too).
         self.placeholders = Placeholders() if placeholders is None else placeholders
-        # The session's one persistent bash (the shell action), a process of the table's.
-        self.shell = shell if shell is not None or processes is None else PersistentShell(processes)
         # The editor, patches and search (issue 13): over the agent's files and processes.
         self.editor = editor
         self.patcher = patcher
         self.search = search
+        # The session's one persistent bash (the shell action), a process of the table's.
+        self.shell = shell
         self.size = Size(self.screen.width, self.screen.height)
         self.lock = asyncio.Lock()
 
@@ -125,6 +125,7 @@ class Desktop:
             editor=editor,
             patcher=Patcher(editor, launcher),
             search=Search(files, processes),
+            shell=PersistentShell(processes),
         )
 
     async def close(self) -> None:
@@ -265,9 +266,7 @@ class Desktop:
                     raise ActionError(ErrorCode.UNSUPPORTED, "this controller cannot reach the agent's files")
                 return ActionResult(await self.files.run(action))
             case a.Shell():
-                if self.shell is None:
-                    raise ActionError(ErrorCode.UNSUPPORTED, "this controller runs no commands")
-                return ActionResult(await self.shell.run(action, context))
+                return ActionResult(await _part(self.shell, "persistent shell").run(action, context))
             case a.Edit():
                 return ActionResult(await _part(self.editor, "the editor").run(action))
             case a.ApplyPatch():

@@ -99,19 +99,8 @@ class FakeFiles:
         return {"path": "/workspace/x"}
 
 
-class FakeShell:
-    """Stands in for the PersistentShell: logs each shell action it is given."""
-
-    def __init__(self, parts: Parts) -> None:
-        self._parts = parts
-
-    async def run(self, action: Any, context: Any) -> dict[str, Any]:
-        self._parts.log("shell", action.type, context.action_id)
-        return {"output": "", "exit_code": 0, "truncated": False, "restarted": False}
-
-
 class FakeTool:
-    """Stands in for the editor, the patcher or the search: logs each action it is given as ``part``."""
+    """Stands in for the editor, the patcher, the search or the shell: logs each action it is given as ``part``."""
 
     def __init__(self, parts: Parts, part: str) -> None:
         self._parts = parts
@@ -130,8 +119,8 @@ def fake_desktop(parts: Parts, browser: type[FakeBrowser] = FakeBrowser) -> Desk
         browser(parts),  # type: ignore[arg-type]
         FakeProcesses(parts),  # type: ignore[arg-type]
         FakeFiles(parts),  # type: ignore[arg-type]
-        shell=FakeShell(parts),  # type: ignore[arg-type]
         editor=FakeTool(parts, "editor"),  # type: ignore[arg-type]
         patcher=FakeTool(parts, "patcher"),  # type: ignore[arg-type]
         search=FakeTool(parts, "search"),  # type: ignore[arg-type]
+        shell=FakeTool(parts, "shell"),  # type: ignore[arg-type]
     )

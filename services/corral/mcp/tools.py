@@ -1,0 +1,410 @@
+"""Corral's MCP tools: sessions, the screen, the pointer and keyboard, the browser's pages and tabs,
+commands, files and the egress audit, each one call of the gateway's HTTP API as the caller.
+
+Small tools, one per thing to do, rather than one ``computer`` tool taking an ``action``: each has a
+flat schema with only its own fields, required where they are (a model fills ``click(x, y)`` right
+far more often than a union of twenty actions' optional fields), its own description, and
+annotations that can be true of it (``screenshot`` reads, ``click`` may change or delete what the
+page holds, ``wait`` changes nothing); one ``computer`` tool could only claim the worst of them.
+
+Every tool answers a :class:`CallToolResult` (corral.mcp.results): a refusal (bad input the
+sandbox rejects, a session token asking for another session, a command's timeout) is a tool error
+with Corral's code and message, never a protocol error, and the session goes on.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import urllib.parse
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from typing import Annotated, Any, Literal
+
+import httpx
+from mcp.server.mcpserver import Context
+from mcp_types import CallToolResult, ToolAnnotations
+from pydantic import Field
+
+from corral import commands
+from corral.errors import CodedError, ErrorCode, RemoteError
+from corral.gateway_client import AsyncGateway, session_body
+from corral.mcp import results
+from corral.mcp.access import GatewayAccess
+from corral.sdk import messages
+
+Ctx = Context[Any, Any]
+
+SessionId = Annotated[
+    str, Field(min_length=1, description="The session's id (ses_...), as create_session or list_sessions gives it.")
+]
+X = Annotated[int, Field(ge=0, description="Pixels from the screen's left edge, in the screenshot's coordinates.")]
+Y = Annotated[int, Field(ge=0, description="Pixels from the screen's top edge, in the screenshot's coordinates.")]
+WithScreenshot = Annotated[
+    bool, Field(description="Answer with a screenshot taken once the action settled (default true).")
+]
+Button = Literal["left", "right", "middle"]
+TabRef = Annotated[str | int, Field(description="The tab: its id or its index, as list_tabs gives them.")]
+
+
+def _hints(read_only: bool, destructive: bool, idempotent: bool, open_world: bool) -> ToolAnnotations:
+    return ToolAnnotations(
+        read_only_hint=read_only, destructive_hint=destructive, idempotent_hint=idempotent, open_world_hint=open_world
+    )
+
+
+# read only / destructive / idempotent / open world. "Open world": the tool acts on web pages or
+# commands that reach the internet (through the session's egress policy); files, the screen and the
+# gateway's own records are the closed world of one sandbox. A click, typed text or a key may submit
+# or delete whatever the open page holds: destructive. Reading changes nothing: not destructive.
+ANNOTATIONS: dict[str, ToolAnnotations] = {
+    "create_session": _hints(False, False, False, False),
+    "list_sessions": _hints(True, False, True, False),
+    "end_session": _hints(False, True, True, False),
+    "screenshot": _hints(True, False, True, False),
+    "click": _hints(False, True, False, True),
+    "type_text": _hints(False, True, False, True),
+    "press_key": _hints(False, True, False, True),
+    "scroll": _hints(False, False, False, True),
+    "move_mouse": _hints(False, False, True, True),
+    "drag": _hints(False, True, False, True),
+    "wait": _hints(True, False, True, False),
+    "cursor_position": _hints(True, False, True, False),
+    "navigate": _hints(False, False, True, True),
+    "list_tabs": _hints(True, False, True, False),
+    "new_tab": _hints(False, False, False, True),
+    "switch_tab": _hints(False, False, True, False),
+    "close_tab": _hints(False, True, True, False),
+    "exec": _hints(False, True, False, True),
+    "read_file": _hints(True, False, True, False),
+    "write_file": _hints(False, True, True, False),
+    "audit_summary": _hints(True, False, True, False),
+}
+
+
+def _session_info(info: dict[str, Any]) -> dict[str, Any]:
+    """A session as the gateway shows it, less its token: the model drives it through these tools,
+    and a credential in its context would only be one more place to leak from."""
+    return {name: value for name, value in info.items() if name != "token"}
+
+
+def _file_text(content: bytes) -> dict[str, Any]:
+    """A file's bytes as text when they are UTF-8, else as base64."""
+    try:
+        return {"content": content.decode(), "encoding": "utf-8", "size": len(content)}
+    except UnicodeDecodeError:
+        return {"content": base64.b64encode(content).decode(), "encoding": "base64", "size": len(content)}
+
+
+def _exec_summary(result: dict[str, Any]) -> str:
+    ended = "timed out" if result.get("timed_out") else f"exit code {result.get('exit_code')}"
+    parts = [ended]
+    for stream in ("stdout", "stderr"):
+        if result.get(stream):
+            parts.append(f"--- {stream} ---\n{result[stream]}")
+    return "\n".join(parts)
+
+
+class CorralTools:
+    """The tools, bound to how they reach the gateway (:mod:`corral.mcp.access`)."""
+
+    def __init__(self, access: GatewayAccess) -> None:
+        self._access = access
+
+    def tools(self) -> list[Callable[..., Awaitable[CallToolResult]]]:
+        """Every tool, in the order of :data:`ANNOTATIONS` (its name is the method's)."""
+        return [getattr(self, name) for name in ANNOTATIONS]
+
+    async def _call(self, ctx: Ctx, work: Callable[[AsyncGateway], Awaitable[CallToolResult]]) -> CallToolResult:
+        """``work`` with the caller's gateway client; a refusal on the way is a tool error."""
+        try:
+            gateway = self._access.gateway(ctx.request_context.request)
+            try:
+                return await work(gateway)
+            finally:
+                await gateway.close()
+        except (CodedError, RemoteError) as exc:
+            return results.refusal(exc)
+        except httpx.HTTPError as exc:
+            return results.error(ErrorCode.HTTP_ERROR, f"no answer from the gateway: {exc}")
+
+    async def _act(self, ctx: Ctx, session_id: str, body: dict[str, Any], summary: str) -> CallToolResult:
+        """One message to the session: its ``result`` (and screenshot) or its error."""
+
+        async def work(gateway: AsyncGateway) -> CallToolResult:
+            reply = await gateway.act(session_id, body)
+            if not reply.get("ok"):
+                return results.reply_error(reply)
+            return results.with_screenshot(reply.get("result") or {}, summary, reply)
+
+        return await self._call(ctx, work)
+
+    # -- sessions ---------------------------------------------------------------------------------------
+
+    async def create_session(
+        self,
+        ctx: Ctx,
+        allow: Annotated[
+            list[str] | None,
+            Field(description="Hosts the session's browser and commands may reach: example.com, *.example.com."),
+        ] = None,
+        viewport_width: Annotated[int | None, Field(ge=320, le=7680, description="Screen width in pixels.")] = None,
+        viewport_height: Annotated[int | None, Field(ge=240, le=4320, description="Screen height in pixels.")] = None,
+        timeout_s: Annotated[
+            int | None, Field(ge=1, description="End the session after this many seconds (the gateway's cap applies).")
+        ] = None,
+    ) -> CallToolResult:
+        """Start a new sandbox session: a desktop with Chromium, a shell and a /workspace, reaching only
+        the allowed hosts. Needs an API key. Answers the session (its id is what every other tool takes)."""
+        viewport = (viewport_width, viewport_height) if viewport_width and viewport_height else None
+        body = session_body(allow=allow, viewport=viewport, timeout_s=timeout_s, labels={"via": "mcp"})
+
+        async def work(gateway: AsyncGateway) -> CallToolResult:
+            info = _session_info(await gateway.create_session(body))
+            return results.data(info, f"session {info.get('id')} is {info.get('state')}")
+
+        return await self._call(ctx, work)
+
+    async def list_sessions(self, ctx: Ctx) -> CallToolResult:
+        """The live sessions of this API key."""
+
+        async def work(gateway: AsyncGateway) -> CallToolResult:
+            sessions = [_session_info(info) for info in await gateway.sessions()]
+            return results.data({"sessions": sessions})
+
+        return await self._call(ctx, work)
+
+    async def end_session(self, ctx: Ctx, session_id: SessionId) -> CallToolResult:
+        """End a session: its sandbox and everything in it are removed (its audit log and recording stay)."""
+
+        async def work(gateway: AsyncGateway) -> CallToolResult:
+            await gateway.delete_session(session_id)
+            return results.data({"id": session_id, "ended": True}, f"session {session_id} ended")
+
+        return await self._call(ctx, work)
+
+    # -- the screen, pointer and keyboard ---------------------------------------------------------------
+
+    async def screenshot(self, ctx: Ctx, session_id: SessionId) -> CallToolResult:
+        """A screenshot of the session's screen (PNG). Coordinates of the other tools are its pixels."""
+
+        async def work(gateway: AsyncGateway) -> CallToolResult:
+            reply = await gateway.act(session_id, messages.screenshot("png", {}).body)
+            return results.image(reply) if reply.get("ok") else results.reply_error(reply)
+
+        return await self._call(ctx, work)
+
+    async def click(
+        self,
+        ctx: Ctx,
+        session_id: SessionId,
+        x: X,
+        y: Y,
+        button: Annotated[Button, Field(description="The mouse button.")] = "left",
+        count: Annotated[int, Field(ge=1, le=3, description="2 for a double click, 3 for a triple click.")] = 1,
+        screenshot: WithScreenshot = True,
+    ) -> CallToolResult:
+        """Click at (x, y)."""
+        body = {**messages.click(x, y, button, count, (), {}).body, "screenshot": screenshot}
+        return await self._act(ctx, session_id, body, f"clicked {button} x{count} at ({x}, {y})")
+
+    async def type_text(
+        self,
+        ctx: Ctx,
+        session_id: SessionId,
+        text: Annotated[str, Field(min_length=1, description="The text to type, any Unicode; \\n presses Enter.")],
+        screenshot: WithScreenshot = True,
+    ) -> CallToolResult:
+        """Type text at the keyboard focus (click a field first)."""
+        body = {"action": {"type": "type", "text": text}, "screenshot": screenshot}
+        return await self._act(ctx, session_id, body, f"typed {len(text)} characters")
+
+    async def press_key(
+        self,
+        ctx: Ctx,
+        session_id: SessionId,
+        keys: Annotated[
+            str,
+            Field(
+                min_length=1,
+                description="A key or combination in xdotool syntax: Return, ctrl+a, alt+Left, ctrl+shift+t; "
+                "space-separated for a sequence.",
+            ),
+        ],
+        screenshot: WithScreenshot = True,
+    ) -> CallToolResult:
+        """Press a key or key combination."""
+        body = {**messages.key(keys, None, {}).body, "screenshot": screenshot}
+        return await self._act(ctx, session_id, body, f"pressed {keys}")
+
+    async def scroll(
+        self,
+        ctx: Ctx,
+        session_id: SessionId,
+        direction: Annotated[Literal["up", "down", "left", "right"], Field(description="Which way to scroll.")],
+        clicks: Annotated[int, Field(ge=1, le=200, description="How many wheel clicks.")] = 3,
+        x: Annotated[int | None, Field(ge=0, description="Where to scroll (default: where the pointer is).")] = None,
+        y: Annotated[int | None, Field(ge=0, description="Where to scroll (default: where the pointer is).")] = None,
+        screenshot: WithScreenshot = True,
+    ) -> CallToolResult:
+        """Scroll with the mouse wheel."""
+        body = {**messages.scroll(x, y, direction, clicks, None, None, {}).body, "screenshot": screenshot}
+        return await self._act(ctx, session_id, body, f"scrolled {direction} {clicks}")
+
+    async def move_mouse(
+        self, ctx: Ctx, session_id: SessionId, x: X, y: Y, screenshot: WithScreenshot = False
+    ) -> CallToolResult:
+        """Move the pointer to (x, y) without clicking (hover)."""
+        body = {"action": {"type": "move", "x": x, "y": y}, "screenshot": screenshot}
+        return await self._act(ctx, session_id, body, f"moved to ({x}, {y})")
+
+    async def drag(
+        self,
+        ctx: Ctx,
+        session_id: SessionId,
+        from_x: X,
+        from_y: Y,
+        to_x: X,
+        to_y: Y,
+        screenshot: WithScreenshot = True,
+    ) -> CallToolResult:
+        """Press the left button at (from_x, from_y), move to (to_x, to_y) and release there."""
+        body = {**messages.drag([(from_x, from_y), (to_x, to_y)], {}).body, "screenshot": screenshot}
+        return await self._act(ctx, session_id, body, f"dragged ({from_x}, {from_y}) to ({to_x}, {to_y})")
+
+    async def wait(
+        self,
+        ctx: Ctx,
+        session_id: SessionId,
+        ms: Annotated[int, Field(ge=0, le=60_000, description="How long to wait, in milliseconds.")] = 1_000,
+        screenshot: WithScreenshot = True,
+    ) -> CallToolResult:
+        """Wait (for a page to load, an animation to end), then look."""
+        body = {"action": {"type": "wait", "ms": ms}, "screenshot": screenshot}
+        return await self._act(ctx, session_id, body, f"waited {ms} ms")
+
+    async def cursor_position(self, ctx: Ctx, session_id: SessionId) -> CallToolResult:
+        """Where the pointer is."""
+        return await self._act(ctx, session_id, messages.cursor_position().body, "the pointer's position")
+
+    # -- the browser's pages and tabs -------------------------------------------------------------------
+
+    async def navigate(
+        self,
+        ctx: Ctx,
+        session_id: SessionId,
+        url: Annotated[str, Field(min_length=1, description="The address, with its scheme: https://example.com/")],
+        screenshot: WithScreenshot = True,
+    ) -> CallToolResult:
+        """Open an address in the current tab and wait for it to load. Only allowed hosts answer."""
+        body = {"action": {"type": "navigate", "url": url}, "screenshot": screenshot}
+        return await self._act(ctx, session_id, body, f"opened {url}")
+
+    async def list_tabs(self, ctx: Ctx, session_id: SessionId) -> CallToolResult:
+        """The browser's tabs: id, index, title, address, and which one is active."""
+        return await self._act(ctx, session_id, messages.tabs().body, "the browser's tabs")
+
+    async def new_tab(
+        self,
+        ctx: Ctx,
+        session_id: SessionId,
+        url: Annotated[str | None, Field(description="What to open in it (default: a blank page).")] = None,
+    ) -> CallToolResult:
+        """Open a new tab (it becomes the active one)."""
+        return await self._act(ctx, session_id, {"action": {"type": "tab_new", "url": url}}, "opened a tab")
+
+    async def switch_tab(self, ctx: Ctx, session_id: SessionId, tab: TabRef) -> CallToolResult:
+        """Make a tab the active one (what the screen shows and the other tools act on)."""
+        return await self._act(ctx, session_id, {"action": {"type": "tab_switch", "tab": tab}}, f"switched to {tab}")
+
+    async def close_tab(
+        self,
+        ctx: Ctx,
+        session_id: SessionId,
+        tab: Annotated[str | int | None, Field(description="The tab's id or index (default: the active one).")] = None,
+    ) -> CallToolResult:
+        """Close a tab."""
+        return await self._act(ctx, session_id, {"action": {"type": "tab_close", "tab": tab}}, "closed the tab")
+
+    # -- commands and files -----------------------------------------------------------------------------
+
+    async def exec(
+        self,
+        ctx: Ctx,
+        session_id: SessionId,
+        command: Annotated[str, Field(min_length=1, description="A shell command line (run by bash -lc).")],
+        cwd: Annotated[str | None, Field(description="The directory to run it in (default /workspace).")] = None,
+        timeout_ms: Annotated[
+            int | None, Field(ge=1, le=3_600_000, description="Kill it after this many milliseconds.")
+        ] = None,
+    ) -> CallToolResult:
+        """Run a command in the session as its agent user and answer its exit code, stdout and stderr.
+        A non-zero exit code is an answer, not an error."""
+
+        async def work(gateway: AsyncGateway) -> CallToolResult:
+            action = commands.exec_action(command, None, cwd=cwd, timeout_ms=timeout_ms)
+            reply = await gateway.act(session_id, messages.exec(action).body)
+            if not reply.get("ok"):
+                return results.reply_error(reply)
+            result = asdict(commands.ExecResult.from_result(reply.get("result") or {}))
+            return results.data(result, _exec_summary(result))
+
+        return await self._call(ctx, work)
+
+    async def read_file(
+        self,
+        ctx: Ctx,
+        session_id: SessionId,
+        path: Annotated[str, Field(min_length=1, description="The file's path (relative: to /workspace).")],
+    ) -> CallToolResult:
+        """A file's content: its text when it is UTF-8, else base64."""
+
+        async def work(gateway: AsyncGateway) -> CallToolResult:
+            reply = await gateway.act(session_id, messages.file_read(path, 0, None).body)
+            if not reply.get("ok"):
+                return results.reply_error(reply)
+            try:
+                content = commands.file_bytes(reply.get("result") or {})
+            except (binascii.Error, ValueError) as exc:
+                return results.error(ErrorCode.FILE_FAILED, f"the file's content could not be decoded: {exc}")
+            answer = _file_text(content)
+            return results.data({"path": path, **answer}, answer["content"] if answer["encoding"] == "utf-8" else None)
+
+        return await self._call(ctx, work)
+
+    async def write_file(
+        self,
+        ctx: Ctx,
+        session_id: SessionId,
+        path: Annotated[str, Field(min_length=1, description="The file's path (relative: to /workspace).")],
+        content: Annotated[str, Field(description="The whole new content (UTF-8 text); replaces the file's.")],
+        make_dirs: Annotated[bool, Field(description="Make missing parent directories.")] = True,
+    ) -> CallToolResult:
+        """Write a text file (created, or replaced whole)."""
+        action = commands.file_write_action(path, content, False, None, make_dirs)
+        return await self._act(ctx, session_id, {"action": action}, f"wrote {path}")
+
+    # -- the egress audit -------------------------------------------------------------------------------
+
+    async def audit_summary(self, ctx: Ctx, session_id: SessionId) -> CallToolResult:
+        """What the session reached, per host: requests let through, blocked, reported, errors and bytes
+        (from its egress audit log; the owner's API key only)."""
+        from corral.proxy.traffic import parse_records, summarize, summarize_secrets, totals
+
+        async def work(gateway: AsyncGateway) -> CallToolResult:
+            response = await gateway.get(f"/v1/sessions/{urllib.parse.quote(session_id, safe='')}/traffic")
+            try:
+                records = list(parse_records(response.text.splitlines(), source=f"session {session_id}"))
+            except ValueError as exc:
+                return results.error(ErrorCode.AUDIT_LOG_UNREADABLE, str(exc))
+            rows = summarize(records)
+            summary: dict[str, Any] = {"hosts": [asdict(row) for row in rows], "total": asdict(totals(rows))}
+            secrets = summarize_secrets(records)
+            if secrets:  # only in logs of sessions that used secrets
+                summary["secrets"] = [asdict(row) for row in secrets]
+            return results.data(summary)
+
+        return await self._call(ctx, work)
+
+
+__all__ = ["ANNOTATIONS", "CorralTools"]

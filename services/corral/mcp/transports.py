@@ -1,0 +1,104 @@
+"""The two ways Corral's MCP server is reached.
+
+- :func:`serve_stdio`: ``corral mcp``, a subprocess of the MCP client speaking on stdin/stdout, which
+  calls a gateway over HTTP with the CLI's URL and credential.
+- :func:`mount`: ``/mcp`` on the gateway (Streamable HTTP), for the caller's own bearer (an API key
+  or a session token), checked by the gateway's auth before the SDK parses a byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.requests import HTTPConnection
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from corral.errors import MessageTooLarge
+from corral.gateway.routes.deps import bearer, identify
+from corral.gateway.settings import GatewaySettings
+from corral.mcp.access import FixedCredential, ForwardedBearer
+from corral.mcp.server import build_server
+
+PATH = "/mcp"
+_LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+
+
+def serve_stdio(url: str, credential: str) -> None:
+    """Serve on stdin/stdout until the client closes them; every tool calls the gateway at ``url``."""
+    build_server(FixedCredential(url, credential)).run("stdio")
+
+
+def transport_security(settings: GatewaySettings) -> TransportSecuritySettings:
+    """The SDK's DNS-rebinding guard (Host and Origin checked against an allowlist).
+
+    A page in a browser on the gateway's host must not drive ``/mcp`` through a name it rebound to
+    127.0.0.1: the loopback names (any port) are allowed, and the names in
+    ``CORRAL_MCP_ALLOWED_HOSTS`` (the gateway's public names, with or without a port) beside them;
+    ``*`` turns the check off, for a reverse proxy that owns the Host header. Browsers send
+    ``Origin``; other clients do not, and a missing Origin passes.
+    """
+    names = [name.strip() for name in settings.mcp_allowed_hosts.split(",") if name.strip()]
+    if "*" in names:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    hosts = [*_LOOPBACK, *names]
+    if settings.host not in ("0.0.0.0", "::", "", *_LOOPBACK):
+        hosts.append(settings.host)
+    allowed_hosts = [form for host in hosts for form in (host, f"{host}:*")]
+    origins = [f"{scheme}://{form}" for scheme in ("http", "https") for form in allowed_hosts]
+    return TransportSecuritySettings(allowed_hosts=allowed_hosts, allowed_origins=origins)
+
+
+class BearerGate:
+    """``/mcp`` for a caller the gateway knows (an API key, a live session's token), else the
+    gateway's own 401 before the body is read; a body declared over ``CORRAL_MAX_BODY_KB`` is its
+    413 (one that grows past it as it streams is the SDK's 413)."""
+
+    def __init__(self, app: ASGIApp, max_body: int) -> None:
+        self._app = app
+        self._max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        conn = HTTPConnection(scope)
+        state = conn.app.state
+        identify(bearer(conn), state.keys, state.manager).known()  # raises Unauthorized: the app's 401
+        declared = conn.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self._max_body:
+            raise MessageTooLarge(f"the body exceeds {self._max_body} bytes (CORRAL_MAX_BODY_KB)")
+        # A copy: the SDK's Starlette app writes itself into the scope's "app", and the gateway's
+        # error handlers read the gateway's state from it.
+        await self._app(dict(scope), receive, send)
+
+
+def mount(app: FastAPI, settings: GatewaySettings) -> None:
+    """``/mcp`` on the gateway ``app``, its tools calling ``app``'s own routes in-process as the caller.
+
+    A mounted app's lifespan never runs (the SDK's docs, "Add to an existing app"): the gateway's
+    lifespan is wrapped to run the SDK's session manager for as long as the gateway runs.
+    """
+    server = build_server(ForwardedBearer(app))
+    max_body = settings.max_body_kb << 10
+    endpoint = server.streamable_http_app(
+        streamable_http_path=PATH, transport_security=transport_security(settings), max_request_body_size=max_body
+    )
+    app.router.routes.append(Route(PATH, BearerGate(endpoint, max_body), include_in_schema=False))
+    app.router.lifespan_context = _also_running(app.router.lifespan_context, server.session_manager.run)
+
+
+def _also_running(
+    lifespan: Callable[[Any], AbstractAsyncContextManager[Any]],
+    also: Callable[[], AbstractAsyncContextManager[None]],
+) -> Callable[[Any], AbstractAsyncContextManager[Any]]:
+    @asynccontextmanager
+    async def both(app: Any) -> AsyncIterator[Any]:
+        async with lifespan(app) as state, also():
+            yield state
+
+    return both
+
+
+__all__ = ["PATH", "BearerGate", "mount", "serve_stdio", "transport_security"]

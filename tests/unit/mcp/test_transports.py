@@ -1,0 +1,86 @@
+"""``/mcp`` on the gateway: the gateway's own 401 and 413 before the SDK reads a byte, the SDK's
+DNS-rebinding guard set from the settings, and the SDK's session manager running for as long as the
+gateway's lifespan (a mounted app's own lifespan never runs)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from corral.gateway.app import create_app
+from corral.mcp.transports import transport_security
+
+from ..gateway.routes.conftest import KEY, LoopbackRuntime, client_for, settings_for, wired
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # starlette's note about httpx, on import
+    from starlette.testclient import TestClient
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+}
+HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+
+
+async def test_no_credential_or_a_wrong_one_is_the_gateways_401(tmp_path: Path) -> None:
+    app = wired(settings_for(tmp_path))
+    for credential in (None, "wrong"):
+        async with client_for(app, credential) as http:
+            answer = await http.post("/mcp", content=json.dumps(INITIALIZE), headers=HEADERS)
+        assert answer.status_code == 401
+        assert answer.json() == {
+            "ok": False,
+            "error": {"code": "unauthorized", "message": answer.json()["error"]["message"]},
+        }
+        assert answer.headers.get("connection") == "close"  # the body stays unread
+
+
+async def test_a_body_over_the_cap_is_the_gateways_413(tmp_path: Path) -> None:
+    app = wired(settings_for(tmp_path, max_body_kb=1))
+    async with client_for(app, KEY) as http:
+        answer = await http.post("/mcp", content=b"x" * 1025, headers=HEADERS)
+    assert answer.status_code == 413 and answer.json()["error"]["code"] == "message_too_large"
+
+
+def test_the_session_manager_runs_with_the_gateways_lifespan(tmp_path: Path) -> None:
+    app = create_app(settings_for(tmp_path), runtime=LoopbackRuntime())
+    with TestClient(app, base_url="http://127.0.0.1:8700") as http:
+        answer = http.post("/mcp", json=INITIALIZE, headers={**HEADERS, "authorization": f"Bearer {KEY}"})
+        assert answer.status_code == 200, answer.text
+        assert "mcp-session-id" in answer.headers
+        # A name the guard does not know is refused before the SDK reads the message.
+        foreign = http.post(
+            "/mcp", json=INITIALIZE, headers={**HEADERS, "authorization": f"Bearer {KEY}", "host": "evil.test"}
+        )
+        assert foreign.status_code == 421
+
+
+def test_the_guard_allows_loopback_and_the_named_hosts(tmp_path: Path) -> None:
+    default = transport_security(settings_for(tmp_path))
+    assert default.enable_dns_rebinding_protection
+    assert {"127.0.0.1:*", "localhost:*", "[::1]:*", "localhost"} <= set(default.allowed_hosts)
+    assert "http://localhost:*" in default.allowed_origins and "http://evil.test" not in default.allowed_origins
+
+    named = transport_security(settings_for(tmp_path, host="10.0.0.5", mcp_allowed_hosts="corral.example, gw:8700"))
+    assert {"corral.example", "corral.example:*", "gw:8700", "10.0.0.5:*"} <= set(named.allowed_hosts)
+    assert "https://corral.example" in named.allowed_origins
+
+    assert not transport_security(settings_for(tmp_path, mcp_allowed_hosts="*")).enable_dns_rebinding_protection
+
+
+def test_a_gateway_without_the_mcp_extra_serves_no_mcp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def paths() -> set[str]:
+        app = create_app(settings_for(tmp_path), runtime=LoopbackRuntime())
+        return {str(getattr(route, "path", "")) for route in app.routes}
+
+    assert "/mcp" in paths()
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "mcp" else real(name, *rest))
+    assert "/mcp" not in paths()
