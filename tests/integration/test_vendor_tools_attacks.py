@@ -146,6 +146,7 @@ def test_the_editor_and_apply_patch_write_nowhere_the_agent_may_not(sb: Sandbox,
     refused: list[tuple[str, dict[str, Any]]] = [
         ("anthropic", _editor("view", "/workspace/link-secret")),
         ("anthropic", _editor("view", "/workspace/../" + SECRET[1:])),
+        ("anthropic", _editor("view", "/workspace/link-dir")),
         ("anthropic", _editor("create", "/workspace/link-dir/evil", file_text="x")),
         ("anthropic", _editor("create", "/workspace/../run/corral/evil", file_text="x")),
         ("anthropic", _editor("view", f"/proc/{controller}/environ")),
