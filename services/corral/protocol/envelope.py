@@ -186,6 +186,13 @@ def plan_request(obj: dict[str, Any], screen: Size, limits: Limits) -> Plan:
     display = Size(env.display.width, env.display.height) if env.display else screen
     scale = None if display == screen else Scale(screen=screen, display=display)
     call = vendor.call_of(obj) if _vendor_form(env, dialect) else None
+    if call is not None and call.tool == "computer_call" and env.screenshot is False:
+        # Its only output is the screen: a success without one would leave nothing to send back.
+        raise ActionError(
+            ErrorCode.INVALID_FIELD,
+            "a computer_call_output is the screen: leave screenshot out, or give options",
+            field="screenshot",
+        )
     steps: list[Step] = []
     for step in _steps(env, dialect, display):
         try:

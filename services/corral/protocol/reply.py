@@ -27,7 +27,8 @@ def _image_block(image: EncodedImage, with_data: bool) -> dict[str, Any]:
 
 
 def success(plan: Plan, results: list[ActionResult], image: EncodedImage | None, elapsed_ms: float) -> dict[str, Any]:
-    """The ``ok: true`` reply; dialect envelopes carry their payload in ``result`` and the image only there.
+    """The ``ok: true`` reply; dialect envelopes carry their payload in ``result`` and the image there when
+    it can hold one (a shell_call's output cannot: then the reply's ``screenshot`` has the data).
 
     A vendor call's ``result`` is its ``tool_result`` or ``item``; a shell_call whose commands timed out
     still answers ``ok: false`` (code ``timeout``) beside the item that says which.
@@ -45,7 +46,8 @@ def success(plan: Plan, results: list[ActionResult], image: EncodedImage | None,
     else:
         reply["result"] = {"output": openai.call_output(image)} if image is not None else {}
     if image is not None:
-        reply["screenshot"] = _image_block(image, with_data=plan.dialect is Dialect.NATIVE)
+        in_result = plan.dialect is not Dialect.NATIVE and (plan.call is None or plan.call.holds_images)
+        reply["screenshot"] = _image_block(image, with_data=not in_result)
     reply["elapsed_ms"] = round(elapsed_ms, 2)
     return reply
 

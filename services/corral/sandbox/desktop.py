@@ -29,6 +29,7 @@ from corral.sandbox.processes import ProcessTable, RunContext
 from corral.sandbox.screen import Screen, Settled
 from corral.sandbox.search import Search
 from corral.sandbox.settings import ControllerSettings
+from corral.sandbox.shell import PersistentShell
 from corral.sandbox.xinput import XInput
 
 MULTI_CLICK_GAP_S = 0.02
@@ -82,6 +83,7 @@ class Desktop:
         editor: Editor | None = None,
         patcher: Patcher | None = None,
         search: Search | None = None,
+        shell: PersistentShell | None = None,
     ) -> None:
         self._settings = settings
         self.input = input
@@ -95,6 +97,8 @@ class Desktop:
         self.editor = editor
         self.patcher = patcher
         self.search = search
+        # The session's one persistent bash (the shell action), a process of the table's.
+        self.shell = shell
         self.size = Size(self.screen.width, self.screen.height)
         self.lock = asyncio.Lock()
 
@@ -121,6 +125,7 @@ class Desktop:
             editor=editor,
             patcher=Patcher(editor, launcher),
             search=Search(files, processes),
+            shell=PersistentShell(processes),
         )
 
     async def close(self) -> None:
@@ -261,7 +266,7 @@ class Desktop:
                     raise ActionError(ErrorCode.UNSUPPORTED, "this controller cannot reach the agent's files")
                 return ActionResult(await self.files.run(action))
             case a.Shell():
-                raise ActionError(ErrorCode.UNSUPPORTED, "the persistent shell is being built (issue 13)")
+                return ActionResult(await _part(self.shell, "persistent shell").run(action, context))
             case a.Edit():
                 return ActionResult(await _part(self.editor, "the editor").run(action))
             case a.ApplyPatch():

@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
 """Sends one event frame for the request being served (the caller adds the request's id)."""
+Tap = Callable[[bytes], None]
+"""Given every chunk a process prints, of any stream, in the order the chunks are read (the shell's reader)."""
 
 READ_CHUNK = 64 * 1024
 STREAM_HIGH_WATER = 1 << 20  # bytes queued for a slow streaming client before the pipes stop being read
@@ -150,6 +152,7 @@ class Process:
     stream: asyncio.Queue[tuple[str, bytes] | None] | None = None
     queued: int = 0
     paused: bool = False
+    tap: Tap | None = None
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
     @property
@@ -197,6 +200,10 @@ class ProcessTable:
         self._rings = RingPool(settings.buffers_total_bytes)
         self._captures = Budget(settings.captures_total_bytes)
         self._starting = 0  # starts under way: they count against max_processes already
+
+    @property
+    def settings(self) -> ProcessSettings:
+        return self._settings
 
     @property
     def launcher(self) -> LauncherClient:
@@ -248,9 +255,21 @@ class ProcessTable:
             raise ActionError(ErrorCode.INVALID_FIELD, message, "action.max_output_bytes")
         return timeout, output
 
-    def _environment(self, action: a.Exec, action_id: str) -> list[bytes]:
+    def command_environment(self, action_id: str) -> dict[str, str]:
+        """What every command the action ``action_id`` starts is told (agentenv), with the session's
+        placeholders of this moment."""
         settings = self._settings
-        env = agentenv.command_environment(settings.proxy, settings.ca_bundle, action_id, self._placeholders.by_name)
+        return agentenv.command_environment(settings.proxy, settings.ca_bundle, action_id, self._placeholders.by_name)
+
+    def watch(self, pid: int, tap: Tap) -> Process:
+        """The process ``pid``, whose output is now also handed to ``tap`` as it is read (the persistent
+        shell reads its own process this way: corral.sandbox.shell)."""
+        process = self._find(pid)
+        process.tap = tap
+        return process
+
+    def _environment(self, action: a.Exec, action_id: str) -> list[bytes]:
+        env = self.command_environment(action_id)
         env["TERM"] = "xterm-256color" if action.pty else "dumb"
         env.update(action.env)
         return [f"{name}={value}".encode() for name, value in env.items()]
@@ -437,6 +456,8 @@ class ProcessTable:
         output.ring.append(chunk)
         if output.capture is not None:
             output.capture.add(chunk)
+        if process.tap is not None:
+            process.tap(chunk)
         if process.stream is not None:
             process.stream.put_nowait((output.name, chunk))
             process.queued += len(chunk)
@@ -460,7 +481,7 @@ class ProcessTable:
             else:
                 loop.add_reader(output.fd, self._readable, process, output)
 
-    def _drain(self, process: Process) -> None:
+    def drain(self, process: Process) -> None:
         """Read what the pipes hold now (after the main process exited: all it wrote is there)."""
         for output in process.outputs.values():
             while output.fd is not None:
@@ -520,7 +541,7 @@ class ProcessTable:
             process.killed = True
             process.control.kill_tree()
             raise
-        self._drain(process)
+        self.drain(process)
         if pump is not None and process.stream is not None:
             process.stream.put_nowait(None)
             await pump

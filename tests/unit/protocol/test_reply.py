@@ -117,6 +117,24 @@ def test_openai_without_image(plan: PlanFn) -> None:
     assert "screenshot" not in out
 
 
+def test_a_shell_calls_asked_screenshot_rides_with_its_data(plan: PlanFn) -> None:
+    # A shell_call_output cannot hold an image, so the reply's screenshot carries it, as a native one does.
+    call = {"type": "shell_call", "id": "sh_1", "call_id": "call_1", "status": "completed"}
+    p = plan({"openai": {**call, "action": {"commands": ["true"]}}, "screenshot": True})
+    ran = ActionResult({"exit_code": 0, "signal": None, "stdout": "", "stderr": "", "timed_out": False})
+    out = reply.success(p, [ran], PNG, 1.0)
+    assert out["result"]["item"]["type"] == "shell_call_output"
+    assert out["screenshot"]["data"] == b64(PNG.data)
+
+
+def test_an_anthropic_tool_results_screenshot_is_only_in_the_block(plan: PlanFn) -> None:
+    block = {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"command": "true"}}
+    p = plan({"anthropic": block, "screenshot": True})
+    out = reply.success(p, [ActionResult({"output": "", "exit_code": 0, "truncated": False})], PNG, 1.0)
+    assert out["result"]["tool_result"]["content"][-1]["source"]["data"] == b64(PNG.data)
+    assert "data" not in out["screenshot"]
+
+
 def test_replies_are_json_serialisable(plan: PlanFn) -> None:
     p = plan({"anthropic": {"action": "screenshot"}})
     out = reply.success(p, [ActionResult({})], SETTLED, 0)

@@ -100,7 +100,7 @@ class FakeFiles:
 
 
 class FakeTool:
-    """Stands in for the editor, the patcher or the search: logs each action it is given as ``part``."""
+    """Stands in for the editor, the patcher, the search or the shell: logs each action it is given as ``part``."""
 
     def __init__(self, parts: Parts, part: str) -> None:
         self._parts = parts
@@ -122,4 +122,5 @@ def fake_desktop(parts: Parts, browser: type[FakeBrowser] = FakeBrowser) -> Desk
         editor=FakeTool(parts, "editor"),  # type: ignore[arg-type]
         patcher=FakeTool(parts, "patcher"),  # type: ignore[arg-type]
         search=FakeTool(parts, "search"),  # type: ignore[arg-type]
+        shell=FakeTool(parts, "shell"),  # type: ignore[arg-type]
     )

@@ -61,6 +61,7 @@ PART = {
     "file_glob": "search",
     "file_grep": "search",
     "secrets": None,  # the desktop's placeholders, in memory
+    "shell": "shell",
 }
 
 

@@ -60,6 +60,12 @@ class VendorCall:
         return self.dialect == "anthropic" and self.toolset_name == COMPUTER_TOOLSET and self.tool in COMPUTER_MEMBERS
 
     @property
+    def holds_images(self) -> bool:
+        """Whether the reply's ``result`` can carry a screenshot: every Anthropic tool_result can, and of
+        OpenAI's outputs only a computer_call's (elsewhere the image rides in the reply's ``screenshot``)."""
+        return self.dialect == "anthropic" or self.tool == "computer_call"
+
+    @property
     def computer(self) -> bool:
         """A call on the screen (a computer tool): its reply carries a screenshot by default."""
         if self.dialect == "openai":

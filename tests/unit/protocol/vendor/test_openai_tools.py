@@ -266,10 +266,10 @@ def test_a_computer_call_output_acknowledges_the_checks_when_asked(plan: PlanFn)
     assert "acknowledged_safety_checks" not in item_for(unasked, [ActionResult({}, PNG)], PNG)[0]
 
 
-def test_a_computer_call_without_a_screenshot_has_no_item(plan: PlanFn) -> None:
-    p = plan({"openai": computer_call(action={"type": "wait"}), "screenshot": False})
-    assert p.call is not None
-    assert success_result(p.call, p.steps, [ActionResult({})], None, None) == ({}, None)
+def test_a_computer_call_refuses_to_go_without_its_screenshot(fail: FailFn) -> None:
+    # Its output is the screen: a success without one would leave the caller nothing to send back.
+    error = fail({"openai": computer_call(action={"type": "wait"}), "screenshot": False})
+    assert (error.code, error.field) == (ErrorCode.INVALID_FIELD, "screenshot")
 
 
 def execed(stdout: str = "", stderr: str = "", exit_code: int | None = 0, **more: Any) -> ActionResult:
