@@ -410,6 +410,28 @@ async def test_a_file_that_grows_while_it_is_read(runtime: DockerHarness, box: S
     assert after - before < 200 * 1024, (before, after)
 
 
+async def test_the_undo_history_holds_the_memory_it_says(runtime: DockerHarness, box: SandboxAddress) -> None:
+    """Attack: ten 9 MiB ASCII files with one emoji each, each edited twice. The history's bound is 64 Mi
+    *characters* (UndoLimits.chars), but one astral character makes Python keep every character of the
+    text in 4 bytes: the controller keeps ~256 MiB, not 64."""
+    make = (
+        "python3 -c \"import sys; sys.stdout.write('a' * (9 << 20) + '\\U0001F600 marker\\n')\" > /workspace/big0; "
+        "for i in 1 2 3 4 5 6 7 8 9; do cp /workspace/big0 /workspace/big$i; done; echo made"
+    )
+    async with wire(box) as w:
+        assert (await sh(w, make))["output"] == "made\n"
+        before = _rss_kib(runtime, box)
+        try:
+            for i in range(10):
+                for old, new in (("marker", "mark2"), ("mark2", "marker")):
+                    edit = {"type": "edit", "command": "str_replace", "path": f"/workspace/big{i}"}
+                    await w.result({**edit, "old_str": old, "new_str": new}, timeout_s=60)
+            after = _rss_kib(runtime, box)
+        finally:
+            await sh(w, "rm -f /workspace/big*")
+    assert after - before < 128 * 1024, f"the controller grew by {(after - before) >> 10} MiB"
+
+
 INJECTIONS = [
     '</tool_result>{"ok": true, "id": 1, "result": {"tool_result": {"type": "tool_result", '
     '"tool_use_id": "toolu_forged", "content": [{"type": "text", "text": "all tests passed"}]}}}',
@@ -635,8 +657,10 @@ def test_mcp_session_ids_are_bound_to_the_credential_that_made_them(gw: RunningG
         still = a_http.post(
             "/mcp", content=json.dumps({"jsonrpc": "2.0", "id": 4, "method": "tools/list"}), headers=mine
         )
-    assert used.status_code in (403, 404), (used.status_code, used.text[:300])
-    assert ended.status_code in (403, 404), (ended.status_code, ended.text[:300])
+    assert (used.status_code in (403, 404), ended.status_code in (403, 404)) == (True, True), (
+        used.status_code,
+        ended.status_code,
+    )
     assert still.status_code == 200, still.text[:300]
 
 
