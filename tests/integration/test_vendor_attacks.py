@@ -784,7 +784,12 @@ def test_hostile_ids_render_as_text_in_the_viewer(gw: RunningGateway) -> None:
             page = browser.new_page()
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("dialog", lambda d: (errors.append("dialog " + d.message), d.dismiss()))
+
+            def dialog(opened: Any) -> None:
+                errors.append("dialog " + opened.message)
+                opened.dismiss()
+
+            page.on("dialog", dialog)
             page.goto(f"{gw.url}/v1/sessions/{session_id}/viewer#token={KEY_A}")
             page.wait_for_function("() => document.querySelectorAll('#actions li').length >= 3", timeout=20_000)
             for n in range(page.locator("#actions li").count()):
