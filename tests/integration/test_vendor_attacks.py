@@ -803,3 +803,18 @@ def test_hostile_ids_render_as_text_in_the_viewer(gw: RunningGateway) -> None:
     assert pwned is None and injected == 0, (pwned, injected)
     assert errors == [], errors
     assert "&lt;img src=x" in shown or "window.__pwned" in shown
+
+
+def test_one_key_cannot_use_up_the_mcp_sessions_of_everyone(gw: RunningGateway) -> None:
+    """Attack: KEY_A opens MCP sessions (an ``initialize`` each) until the endpoint refuses; the SDK's
+    cap (10 000, idle ones reaped after 30 minutes) is the whole gateway's, so KEY_B is then refused
+    too. Last in the module: it leaves the gateway's MCP sessions used up."""
+    opened = 0
+    with gw.client(KEY_A) as a_http, gw.client(KEY_B) as b_http:
+        while opened <= 10_000:
+            answer = a_http.post("/mcp", content=json.dumps(INITIALIZE), headers=MCP_HEADERS)
+            if answer.status_code != 200:
+                break
+            opened += 1
+        other = b_http.post("/mcp", content=json.dumps(INITIALIZE), headers=MCP_HEADERS)
+    assert other.status_code == 200, (opened, other.status_code, other.text[:200])
