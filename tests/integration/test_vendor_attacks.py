@@ -614,6 +614,31 @@ def test_a_hostile_page_cannot_drive_the_vendor_tools(gw: RunningGateway, victim
     assert "pwned-by-page" not in json.dumps(events)
 
 
+def test_nothing_secret_reaches_the_shell_of_a_gateway_session(
+    gw: RunningGateway, victim: Sandbox, runtime: DockerHarness
+) -> None:
+    """The shell of a session with egress control: neither the proxy's control token, nor the
+    controller's secret, nor an API key is in its environment or in reach of the agent's uid."""
+    box = victim.container
+    code, token = runtime.exec(box, ["cat", "/run/corral-secrets/proxy-token"], user="corral")
+    assert code == 0 and token.strip(), token
+    secrets = [token.strip()]
+    code, secret = runtime.exec(box, ["cat", SECRET_FILE], user="corral")
+    assert code == 0 and secret.strip(), secret
+    secrets += [secret.strip(), KEY_A, KEY_B]
+    command = (
+        "env; set; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'; "
+        "grep -rs . /run/corral-secrets /run/corral /etc/corral* 2>&1 | head -100; "
+        "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '"
+    )
+    reply = victim.act({"type": "shell", "command": command})
+    block = victim.anthropic(tool_use("bash", {"command": command}))
+    seen = json.dumps([reply, block])
+    assert reply["result"]["exit_code"] == 0 and "HTTP_PROXY=http://corral-action:" in reply["result"]["output"]
+    for value in secrets:
+        assert value not in seen
+
+
 def _sse_json(answer: httpx.Response) -> Any:
     if answer.headers.get("content-type", "").startswith("application/json"):
         return answer.json()
