@@ -258,8 +258,9 @@ def undone(path: str, text: str) -> str:
 class UndoLimits:
     per_path: int = 10  # edits of one path that can be undone
     entries: int = 1_000  # of all paths
-    chars: int = 64 << 20  # characters (not bytes) of the texts held, all paths together (each text is
-    # at most MAX_EDIT_BYTES bytes, so at most that many characters)
+    # UTF-8 bytes of the texts held, all paths together. Texts are kept encoded: a str with one astral
+    # character costs 4 bytes per character, so counting characters let the memory run 4x past this.
+    bytes: int = 64 << 20
 
 
 class UndoHistory:
@@ -268,21 +269,26 @@ class UndoHistory:
 
     def __init__(self, limits: UndoLimits | None = None) -> None:
         self._limits = limits or UndoLimits()
-        self._by_path: dict[str, deque[str]] = {}
+        self._by_path: dict[str, deque[bytes]] = {}
         self._order: deque[str] = deque()  # the path of every entry, oldest first
-        self._chars = 0
+        self._bytes = 0
+
+    @property
+    def held_bytes(self) -> int:
+        return self._bytes
 
     def push(self, path: str, text: str) -> None:
+        data = text.encode()
         entries = self._by_path.setdefault(path, deque())
-        entries.append(text)
+        entries.append(data)
         self._order.append(path)
-        self._chars += len(text)
+        self._bytes += len(data)
         if len(entries) > self._limits.per_path:
-            self._chars -= len(entries.popleft())
+            self._bytes -= len(entries.popleft())
             self._order.remove(path)  # its first mention is its oldest entry
-        while self._order and (len(self._order) > self._limits.entries or self._chars > self._limits.chars):
+        while self._order and (len(self._order) > self._limits.entries or self._bytes > self._limits.bytes):
             oldest = self._order.popleft()
-            self._chars -= len(self._by_path[oldest].popleft())
+            self._bytes -= len(self._by_path[oldest].popleft())
             if not self._by_path[oldest]:
                 del self._by_path[oldest]
 
@@ -290,14 +296,14 @@ class UndoHistory:
         entries = self._by_path.get(path)
         if not entries:
             return None
-        text = entries.pop()
-        self._chars -= len(text)
+        data = entries.pop()
+        self._bytes -= len(data)
         if not entries:
             del self._by_path[path]
         # Its last mention in the order is this entry.
         index = len(self._order) - 1 - list(reversed(self._order)).index(path)
         del self._order[index]
-        return text
+        return data.decode()
 
     def __len__(self) -> int:
         return len(self._order)

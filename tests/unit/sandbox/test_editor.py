@@ -157,8 +157,8 @@ def test_undo_history_is_per_path_newest_first() -> None:
     assert history.pop("/b") == "b1" and len(history) == 0
 
 
-def test_undo_history_is_bounded_per_path_in_entries_and_in_characters() -> None:
-    history = UndoHistory(UndoLimits(per_path=2, entries=3, chars=10))
+def test_undo_history_is_bounded_per_path_in_entries_and_in_bytes() -> None:
+    history = UndoHistory(UndoLimits(per_path=2, entries=3, bytes=10))
     for text in ("1", "2", "3"):
         history.push("/a", text)
     assert len(history) == 2  # the oldest of /a went
@@ -166,7 +166,17 @@ def test_undo_history_is_bounded_per_path_in_entries_and_in_characters() -> None
     history.push("/c", "c")
     assert len(history) == 3 and history.pop("/a") == "3" and history.pop("/a") is None  # "2" went: oldest overall
     history.push("/big", "x" * 9)
-    assert history.pop("/b") is None and history.pop("/big") == "x" * 9  # characters over 10: oldest went
+    assert history.pop("/b") is None and history.pop("/big") == "x" * 9  # bytes over 10: oldest went
+
+
+def test_undo_history_counts_what_the_texts_weigh_in_memory() -> None:
+    # One astral character makes a str 4 bytes per character; the history holds UTF-8 and counts that.
+    history = UndoHistory(UndoLimits(bytes=1_000))
+    text = "a" * 900 + "\U0001f600"
+    history.push("/a", text)
+    assert history.held_bytes == 904
+    history.push("/b", text)  # 1,808 bytes: the oldest goes
+    assert history.pop("/a") is None and history.pop("/b") == text and history.held_bytes == 0
 
 
 # -- the Editor over the agent's files ---------------------------------------------------------------------------
