@@ -53,6 +53,39 @@ def transport_security(settings: GatewaySettings) -> TransportSecuritySettings:
     return TransportSecuritySettings(allowed_hosts=allowed_hosts, allowed_origins=origins)
 
 
+class McpEndpoint:
+    """The SDK's Streamable HTTP app for the run of the gateway's lifespan under way.
+
+    The SDK's session manager runs once per instance: each run of the lifespan builds its own server
+    (a gateway's app served twice, as tests do, would otherwise fail to start the second time).
+    """
+
+    def __init__(self, app: FastAPI, settings: GatewaySettings) -> None:
+        self._app = app
+        self._settings = settings
+        self._endpoint: ASGIApp | None = None
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        server = build_server(ForwardedBearer(self._app))
+        endpoint = server.streamable_http_app(
+            streamable_http_path=PATH,
+            transport_security=transport_security(self._settings),
+            max_request_body_size=self._settings.max_body_kb << 10,
+        )
+        async with server.session_manager.run():
+            self._endpoint = endpoint
+            try:
+                yield
+            finally:
+                self._endpoint = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._endpoint is None:
+            raise RuntimeError("/mcp is served only while the gateway's lifespan runs")
+        await self._endpoint(scope, receive, send)
+
+
 class BearerGate:
     """``/mcp`` for a caller the gateway knows (an API key, a live session's token), else the
     gateway's own 401 before the body is read; a body declared over ``CORRAL_MAX_BODY_KB`` is its
@@ -80,13 +113,9 @@ def mount(app: FastAPI, settings: GatewaySettings) -> None:
     A mounted app's lifespan never runs (the SDK's docs, "Add to an existing app"): the gateway's
     lifespan is wrapped to run the SDK's session manager for as long as the gateway runs.
     """
-    server = build_server(ForwardedBearer(app))
-    max_body = settings.max_body_kb << 10
-    endpoint = server.streamable_http_app(
-        streamable_http_path=PATH, transport_security=transport_security(settings), max_request_body_size=max_body
-    )
-    app.router.routes.append(Route(PATH, BearerGate(endpoint, max_body), include_in_schema=False))
-    app.router.lifespan_context = _also_running(app.router.lifespan_context, server.session_manager.run)
+    endpoint = McpEndpoint(app, settings)
+    app.router.routes.append(Route(PATH, BearerGate(endpoint, settings.max_body_kb << 10), include_in_schema=False))
+    app.router.lifespan_context = _also_running(app.router.lifespan_context, endpoint.running)
 
 
 def _also_running(
@@ -101,4 +130,4 @@ def _also_running(
     return both
 
 
-__all__ = ["PATH", "BearerGate", "mount", "serve_stdio", "transport_security"]
+__all__ = ["PATH", "BearerGate", "McpEndpoint", "mount", "serve_stdio", "transport_security"]

@@ -84,3 +84,12 @@ def test_a_gateway_without_the_mcp_extra_serves_no_mcp(tmp_path: Path, monkeypat
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "mcp" else real(name, *rest))
     assert "/mcp" not in paths()
+
+
+def test_the_app_serves_mcp_through_a_second_lifespan(tmp_path: Path) -> None:
+    """The SDK's session manager runs once per instance: each lifespan has its own."""
+    app = create_app(settings_for(tmp_path), runtime=LoopbackRuntime())
+    for _ in range(2):
+        with TestClient(app, base_url="http://127.0.0.1:8700") as http:
+            answer = http.post("/mcp", json=INITIALIZE, headers={**HEADERS, "authorization": f"Bearer {KEY}"})
+            assert answer.status_code == 200, answer.text
