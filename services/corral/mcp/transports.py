@@ -13,12 +13,15 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import HTTPConnection
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral.errors import MessageTooLarge
+from corral.gateway.auth import Caller
 from corral.gateway.routes.deps import bearer, identify
 from corral.gateway.settings import GatewaySettings
 from corral.mcp.access import FixedCredential, ForwardedBearer
@@ -98,13 +101,26 @@ class BearerGate:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         conn = HTTPConnection(scope)
         state = conn.app.state
-        identify(bearer(conn), state.keys, state.manager).known()  # raises Unauthorized: the app's 401
+        caller = identify(bearer(conn), state.keys, state.manager)
+        caller.known()  # raises Unauthorized: the app's 401
         declared = conn.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self._max_body:
             raise MessageTooLarge(f"the body exceeds {self._max_body} bytes (CORRAL_MAX_BODY_KB)")
         # A copy: the SDK's Starlette app writes itself into the scope's "app", and the gateway's
         # error handlers read the gateway's state from it.
-        await self._app(dict(scope), receive, send)
+        await self._app({**scope, "user": mcp_user(caller)}, receive, send)
+
+
+def identity_of(caller: Caller) -> str:
+    """Who opened an MCP session, as the SDK compares it: the API key's id, or the session a token opens."""
+    return f"key:{caller.key_id}" if caller.key_id is not None else f"session:{caller.session_id}"
+
+
+def mcp_user(caller: Caller) -> AuthenticatedUser:
+    """The SDK's user for ``caller``: the SDK ties each session to the user that opened it and answers
+    any other credential's request on it (POST, GET stream, DELETE) as for a session that does not
+    exist (404). The token itself is not kept: the tools forward the request's own header."""
+    return AuthenticatedUser(AccessToken(token="", client_id=identity_of(caller), scopes=[]))
 
 
 def mount(app: FastAPI, settings: GatewaySettings) -> None:

@@ -14,7 +14,7 @@ import pytest
 from corral.gateway.app import create_app
 from corral.mcp.transports import transport_security
 
-from ..gateway.routes.conftest import KEY, LoopbackRuntime, client_for, settings_for, wired
+from ..gateway.routes.conftest import KEY, OTHER_KEY, LoopbackRuntime, client_for, settings_for, wired
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # starlette's note about httpx, on import
@@ -93,3 +93,20 @@ def test_the_app_serves_mcp_through_a_second_lifespan(tmp_path: Path) -> None:
         with TestClient(app, base_url="http://127.0.0.1:8700") as http:
             answer = http.post("/mcp", json=INITIALIZE, headers={**HEADERS, "authorization": f"Bearer {KEY}"})
             assert answer.status_code == 200, answer.text
+
+
+def test_an_mcp_session_is_refused_to_another_credential(tmp_path: Path) -> None:
+    """The SDK ties a session to the user that opened it: another key (or a session's token) that
+    learned the id gets the SDK's 404 for a POST, a GET stream and a DELETE; the opener goes on."""
+    app = create_app(settings_for(tmp_path), runtime=LoopbackRuntime())
+    with TestClient(app, base_url="http://127.0.0.1:8700") as http:
+        opened = http.post("/mcp", json=INITIALIZE, headers={**HEADERS, "authorization": f"Bearer {KEY}"})
+        session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        other = {**HEADERS, **session, "authorization": f"Bearer {OTHER_KEY}"}
+        assert http.post("/mcp", json=listing, headers=other).status_code == 404
+        assert http.get("/mcp", headers={**other, "accept": "text/event-stream"}).status_code == 404
+        assert http.delete("/mcp", headers=other).status_code == 404
+        own = {**HEADERS, **session, "authorization": f"Bearer {KEY}"}
+        assert http.post("/mcp", json=listing, headers=own).status_code == 200
+        assert http.delete("/mcp", headers=own).status_code == 200
