@@ -34,7 +34,7 @@ class GatewaySettings(BaseSettings):
     start_timeout_s: float = 60.0
     # On stop, open requests (an MCP client's event stream, a long exec) get this long to end before they are
     # cancelled and the sessions are stopped: without a bound one held-open stream keeps the gateway up.
-    shutdown_grace_s: float = Field(default=8.0, gt=0)
+    shutdown_grace_s: int = Field(default=8, ge=1)
 
     # Unset: sized to the host at start (corral.gateway.limits): every core but half of one, at most two; memory
     # so that every session and pooled pair at the cap fits the host's memory, 768-1536 MiB.

@@ -53,7 +53,7 @@ def test_a_held_open_mcp_stream_delays_the_stop_only_by_the_grace(
         stopped.set()
 
     monkeypatch.setattr(SessionManager, "stop", stop)
-    settings = settings_for(tmp_path, port=closed_port(), shutdown_grace_s=0.5)
+    settings = settings_for(tmp_path, port=closed_port(), shutdown_grace_s=1)
     app = create_app(settings, runtime=LoopbackRuntime())
     streaming, ended = threading.Event(), threading.Event()
 
