@@ -110,3 +110,29 @@ def test_an_mcp_session_is_refused_to_another_credential(tmp_path: Path) -> None
         own = {**HEADERS, **session, "authorization": f"Bearer {KEY}"}
         assert http.post("/mcp", json=listing, headers=own).status_code == 200
         assert http.delete("/mcp", headers=own).status_code == 200
+
+
+def test_one_credential_cannot_take_every_mcp_session(tmp_path: Path) -> None:
+    """Past CORRAL_MCP_MAX_SESSIONS_PER_CALLER a caller's new session is the gateway's 429; other
+    callers open theirs, and ending one makes room again. CORRAL_MCP_MAX_SESSIONS is the SDK's 503."""
+    settings = settings_for(tmp_path, mcp_max_sessions=3, mcp_max_sessions_per_caller=2, mcp_session_idle_s=30)
+    app = create_app(settings, runtime=LoopbackRuntime())
+
+    def headers(credential: str, **more: str) -> dict[str, str]:
+        return {**HEADERS, "authorization": f"Bearer {credential}", **more}
+
+    with TestClient(app, base_url="http://127.0.0.1:8700") as http:
+        mine = [http.post("/mcp", json=INITIALIZE, headers=headers(KEY)) for _ in range(2)]
+        assert [answer.status_code for answer in mine] == [200, 200]
+        refused = http.post("/mcp", json=INITIALIZE, headers=headers(KEY))
+        assert refused.status_code == 429
+        assert refused.json()["error"]["code"] == "too_many_sessions"
+        assert "CORRAL_MCP_MAX_SESSIONS_PER_CALLER=2" in refused.json()["error"]["message"]
+
+        assert http.post("/mcp", json=INITIALIZE, headers=headers(OTHER_KEY)).status_code == 200
+        assert http.post("/mcp", json=INITIALIZE, headers=headers(OTHER_KEY)).status_code == 503  # 3 open
+
+        first = mine[0].headers["mcp-session-id"]
+        ended = http.delete("/mcp", headers=headers(KEY, **{"mcp-session-id": first}))
+        assert ended.status_code == 200
+        assert http.post("/mcp", json=INITIALIZE, headers=headers(KEY)).status_code == 200
