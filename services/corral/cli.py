@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import itertools
 import json
 import os
 import sys
@@ -344,31 +345,40 @@ def _session_action(session_id: str, payload: dict[str, Any]) -> dict[str, Any]:
         return gateway.act(session_id, payload)
 
 
+def _image_paths(output: Path) -> Iterator[Path]:
+    """Where a reply's images go, in order: ``output`` itself, then ``NAME-2.png``, ``NAME-3.png``, ... beside it."""
+    yield output
+    for n in itertools.count(2):
+        yield output.with_name(f"{output.stem}-{n}{output.suffix}")
+
+
 def _strip_images(reply: dict[str, Any], output: Path | None) -> dict[str, Any]:
-    """The reply with each image's base64 replaced by its size (the image goes to ``output``): the
-    native screenshot, and those of a vendor's result (a ``tool_result``'s image blocks, a
-    ``computer_call_output``'s data URL)."""
+    """The reply with each image's base64 replaced by its size (and where it went, with ``output``:
+    :func:`_image_paths`): the native screenshot, and those of a vendor's result (a ``tool_result``'s
+    image blocks, a ``computer_call_output``'s data URL)."""
+    paths = _image_paths(output) if output is not None else None
     shot = reply.get("screenshot")
     if isinstance(shot, dict) and "data" in shot:
-        _strip(shot, base64.b64decode(shot.pop("data")), output)
+        _strip(shot, base64.b64decode(shot.pop("data")), paths)
     result = reply.get("result")
     tool_result = result.get("tool_result") if isinstance(result, dict) else None
     blocks = tool_result.get("content") if isinstance(tool_result, dict) else None
     for block in blocks if isinstance(blocks, list) else []:
         source = block.get("source") if isinstance(block, dict) else None
         if isinstance(source, dict) and isinstance(source.get("data"), str):
-            _strip(source, base64.b64decode(source.pop("data")), output)
+            _strip(source, base64.b64decode(source.pop("data")), paths)
     item = result.get("item") if isinstance(result, dict) else None
     screen = item.get("output") if isinstance(item, dict) else None
     if isinstance(screen, dict) and str(screen.get("image_url", "")).startswith("data:"):
         head, _, data = screen.pop("image_url").partition(",")
         screen["image_url"] = f"{head},..."
-        _strip(screen, base64.b64decode(data), output)
+        _strip(screen, base64.b64decode(data), paths)
     return reply
 
 
-def _strip(holder: dict[str, Any], data: bytes, output: Path | None) -> None:
-    if output is not None:
+def _strip(holder: dict[str, Any], data: bytes, paths: Iterator[Path] | None) -> None:
+    if paths is not None:
+        output = next(paths)
         output.write_bytes(data)
         holder["saved_to"] = str(output)
     holder["bytes"] = len(data)
@@ -384,9 +394,17 @@ def do(
             "or output item too)."
         ),
     ],
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the screenshot here.")] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "-o",
+            "--output",
+            help="Write the reply's image here; a second and later image (a tool_result holding several) go "
+            "beside it as NAME-2.png, NAME-3.png, ...",
+        ),
+    ] = None,
 ) -> None:
-    """Send one message to a session and print the reply (the image goes to --output)."""
+    """Send one message to a session and print the reply (its images go to --output, numbered after the first)."""
     try:
         payload = json.loads(message)
     except json.JSONDecodeError as exc:

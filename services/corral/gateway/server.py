@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from corral.gateway.app import create_app
 from corral.gateway.settings import GatewaySettings
@@ -37,9 +38,9 @@ def _install_redaction() -> None:
             logger.addFilter(RedactTokens())
 
 
-def _config(settings: GatewaySettings, log_level: str = "info") -> uvicorn.Config:
+def _config(settings: GatewaySettings, log_level: str = "info", app: ASGIApp | None = None) -> uvicorn.Config:
     return uvicorn.Config(
-        create_app(settings),
+        app if app is not None else create_app(settings),
         host=settings.host,
         port=settings.port,
         ws="websockets-sansio",
@@ -48,6 +49,9 @@ def _config(settings: GatewaySettings, log_level: str = "info") -> uvicorn.Confi
         ws_max_size=MAX_FRAME_BYTES,
         access_log=False,
         log_level=log_level,
+        # uvicorn waits for open connections before the lifespan's shutdown: bounded, or a client holding
+        # a stream open (an MCP GET) would keep the sessions (and their sandboxes) from being stopped.
+        timeout_graceful_shutdown=settings.shutdown_grace_s,
     )
 
 
@@ -61,12 +65,13 @@ def serve(settings: GatewaySettings | None = None) -> None:
 
 
 @contextmanager
-def running(settings: GatewaySettings, start_timeout_s: float = 60.0) -> Iterator[str]:
-    """Serve in a background thread until the block ends; yields the base URL.
+def running(settings: GatewaySettings, start_timeout_s: float = 60.0, app: ASGIApp | None = None) -> Iterator[str]:
+    """Serve ``app`` (default: the gateway for ``settings``) in a background thread until the block ends;
+    yields the base URL.
 
     Stopping leaves the gateway's sandboxes running, exactly as a restart of the process would.
     """
-    config = _config(settings, log_level="warning")
+    config = _config(settings, log_level="warning", app=app)
     config.load()
     _install_redaction()
     server = uvicorn.Server(config)

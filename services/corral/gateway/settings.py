@@ -32,6 +32,9 @@ class GatewaySettings(BaseSettings):
     default_idle_timeout_s: int = 600
     reap_interval_s: float = 1.0
     start_timeout_s: float = 60.0
+    # On stop, open requests (an MCP client's event stream, a long exec) get this long to end before they are
+    # cancelled and the sessions are stopped: without a bound one held-open stream keeps the gateway up.
+    shutdown_grace_s: int = Field(default=8, ge=1)
 
     # Unset: sized to the host at start (corral.gateway.limits): every core but half of one, at most two; memory
     # so that every session and pooled pair at the cap fits the host's memory, 768-1536 MiB.
@@ -51,6 +54,11 @@ class GatewaySettings(BaseSettings):
     # /mcp's DNS-rebinding guard: the names (comma-separated, with or without a port) clients reach the
     # gateway by besides the loopback ones; "*" turns the check off (a reverse proxy owns the Host header).
     mcp_allowed_hosts: str = ""
+    # /mcp's sessions (the SDK's, one per connected MCP client): at most this many open at once, this many per
+    # credential (an API key, or a session's token), each closed after this long without a request or open stream.
+    mcp_max_sessions: int = Field(default=256, ge=1)
+    mcp_max_sessions_per_caller: int = Field(default=16, ge=1)
+    mcp_session_idle_s: float = Field(default=600.0, gt=0)
     # A file uploaded into a session (PUT /v1/sessions/{id}/files) above this is refused (413), nothing kept.
     max_upload_bytes: int = Field(default=1 << 30, ge=1)
 

@@ -388,7 +388,7 @@ class CorralTools:
 
     async def audit_summary(self, ctx: Ctx, session_id: SessionId) -> CallToolResult:
         """What the session reached, per host: requests let through, blocked, reported, errors and bytes
-        (from its egress audit log; the owner's API key only)."""
+        (from its egress audit log; for its owner's API key, live or ended, or its own token while it lives)."""
         from corral.proxy.traffic import parse_records, summarize, summarize_secrets, totals
 
         async def work(gateway: AsyncGateway) -> CallToolResult:

@@ -208,3 +208,24 @@ def test_do_prints_a_failed_vendor_call_with_its_error_form_and_exits_1(
         "image_url": "data:image/png;base64,...",
         "bytes": 12,
     }
+
+
+def test_do_writes_each_image_of_a_reply_to_its_own_file(
+    gateway: Callable[[Handler], list[httpx.Request]], tmp_path: Path
+) -> None:
+    """The first image goes to -o itself, the next ones beside it, numbered: none overwrites another."""
+    pngs = [b"\x89PNG\r\n\x1a\n" + bytes([n]) for n in range(3)]
+    images = [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": base64.b64encode(p).decode()}}
+        for p in pngs
+    ]
+    tool_result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": images}
+    gateway(lambda request: httpx.Response(200, json={"ok": True, "id": None, "result": {"tool_result": tool_result}}))
+    block = {"type": "tool_use", "id": "toolu_1", "name": "screenshot", "input": {}, "toolset_name": "computer"}
+    target = tmp_path / "shot.png"
+    result = CliRunner().invoke(app, ["do", "ses_1", json.dumps({"anthropic": block}), "-o", str(target)])
+    assert result.exit_code == 0, result.output
+    paths = [target, tmp_path / "shot-2.png", tmp_path / "shot-3.png"]
+    assert [path.read_bytes() for path in paths] == pngs
+    printed = json.loads(result.stdout)["result"]["tool_result"]["content"]
+    assert [block["source"]["saved_to"] for block in printed] == [str(path) for path in paths]

@@ -290,3 +290,11 @@ async def test_descriptions_are_the_docstrings_without_their_indentation(fake: F
         "A non-zero exit code is an answer, not an error."
     )
     assert all("\n " not in (tool.description or "") for tool in tools.values())
+
+
+async def test_audit_summary_says_who_may_read_it_as_the_gateway_decides(fake: FakeGateway) -> None:
+    """gateway.routes.traffic.audit_log: the owner's API key, or the session's own token while it lives."""
+    async with connect(fake) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    description = tools["audit_summary"].description or ""
+    assert "owner's API key" in description and "its own token while it lives" in description

@@ -14,7 +14,7 @@ import pytest
 from corral.gateway.app import create_app
 from corral.mcp.transports import transport_security
 
-from ..gateway.routes.conftest import KEY, LoopbackRuntime, client_for, settings_for, wired
+from ..gateway.routes.conftest import KEY, OTHER_KEY, LoopbackRuntime, client_for, settings_for, wired
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # starlette's note about httpx, on import
@@ -84,3 +84,55 @@ def test_a_gateway_without_the_mcp_extra_serves_no_mcp(tmp_path: Path, monkeypat
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "mcp" else real(name, *rest))
     assert "/mcp" not in paths()
+
+
+def test_the_app_serves_mcp_through_a_second_lifespan(tmp_path: Path) -> None:
+    """The SDK's session manager runs once per instance: each lifespan has its own."""
+    app = create_app(settings_for(tmp_path), runtime=LoopbackRuntime())
+    for _ in range(2):
+        with TestClient(app, base_url="http://127.0.0.1:8700") as http:
+            answer = http.post("/mcp", json=INITIALIZE, headers={**HEADERS, "authorization": f"Bearer {KEY}"})
+            assert answer.status_code == 200, answer.text
+
+
+def test_an_mcp_session_is_refused_to_another_credential(tmp_path: Path) -> None:
+    """The SDK ties a session to the user that opened it: another key (or a session's token) that
+    learned the id gets the SDK's 404 for a POST, a GET stream and a DELETE; the opener goes on."""
+    app = create_app(settings_for(tmp_path), runtime=LoopbackRuntime())
+    with TestClient(app, base_url="http://127.0.0.1:8700") as http:
+        opened = http.post("/mcp", json=INITIALIZE, headers={**HEADERS, "authorization": f"Bearer {KEY}"})
+        session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        other = {**HEADERS, **session, "authorization": f"Bearer {OTHER_KEY}"}
+        assert http.post("/mcp", json=listing, headers=other).status_code == 404
+        assert http.get("/mcp", headers={**other, "accept": "text/event-stream"}).status_code == 404
+        assert http.delete("/mcp", headers=other).status_code == 404
+        own = {**HEADERS, **session, "authorization": f"Bearer {KEY}"}
+        assert http.post("/mcp", json=listing, headers=own).status_code == 200
+        assert http.delete("/mcp", headers=own).status_code == 200
+
+
+def test_one_credential_cannot_take_every_mcp_session(tmp_path: Path) -> None:
+    """Past CORRAL_MCP_MAX_SESSIONS_PER_CALLER a caller's new session is the gateway's 429; other
+    callers open theirs, and ending one makes room again. CORRAL_MCP_MAX_SESSIONS is the SDK's 503."""
+    settings = settings_for(tmp_path, mcp_max_sessions=3, mcp_max_sessions_per_caller=2, mcp_session_idle_s=30)
+    app = create_app(settings, runtime=LoopbackRuntime())
+
+    def headers(credential: str, **more: str) -> dict[str, str]:
+        return {**HEADERS, "authorization": f"Bearer {credential}", **more}
+
+    with TestClient(app, base_url="http://127.0.0.1:8700") as http:
+        mine = [http.post("/mcp", json=INITIALIZE, headers=headers(KEY)) for _ in range(2)]
+        assert [answer.status_code for answer in mine] == [200, 200]
+        refused = http.post("/mcp", json=INITIALIZE, headers=headers(KEY))
+        assert refused.status_code == 429
+        assert refused.json()["error"]["code"] == "too_many_sessions"
+        assert "CORRAL_MCP_MAX_SESSIONS_PER_CALLER=2" in refused.json()["error"]["message"]
+
+        assert http.post("/mcp", json=INITIALIZE, headers=headers(OTHER_KEY)).status_code == 200
+        assert http.post("/mcp", json=INITIALIZE, headers=headers(OTHER_KEY)).status_code == 503  # 3 open
+
+        first = mine[0].headers["mcp-session-id"]
+        ended = http.delete("/mcp", headers=headers(KEY, **{"mcp-session-id": first}))
+        assert ended.status_code == 200
+        assert http.post("/mcp", json=INITIALIZE, headers=headers(KEY)).status_code == 200
