@@ -30,6 +30,7 @@ the next call starts a fresh shell. What a command prints is kept bounded (:clas
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import secrets
@@ -188,6 +189,7 @@ class PersistentShell:
         self._process: Process | None = None
         self._transcript = Transcript()
         self._ended = asyncio.Event()
+        self._preempted: Process | None = None  # the shell a restart killed under a running command
 
     @property
     def pid(self) -> int | None:
@@ -198,6 +200,8 @@ class PersistentShell:
         most = self._processes.settings.max_timeout_ms  # the cap of an exec's (CORRAL_MAX_ACTION_TIMEOUT_MS)
         if action.timeout_ms > most:
             raise ActionError(ErrorCode.INVALID_FIELD, f"timeout_ms is at most {most}", "action.timeout_ms")
+        if action.restart:
+            await self._preempt()  # the command running now (even one stuck in its write) ends, and frees the lock
         async with self._lock:
             if action.restart:
                 await self._stop()
@@ -233,8 +237,11 @@ class PersistentShell:
         exports = per_action(self._processes.command_environment(action_id))
         write = a.ProcessWrite(type="process_write", pid=process.pid, data=script(action.command or "", token, exports))
         try:
-            await self._processes.run(write, RunContext(action_id))
+            # The write is within the timeout: bash may not be reading (a profile that blocks, a command
+            # fed to it by one of its jobs) and the pipe may be full; the kill below ends it either way.
             async with asyncio.timeout(action.timeout_ms / 1000):
+                with contextlib.suppress(ActionError):  # bash closed its stdin: it is ending (a kill, an exit)
+                    await self._processes.run(write, RunContext(action_id))
                 await _first(self._ended, process.main_done)
         except TimeoutError:
             await self._stop()
@@ -263,7 +270,17 @@ class PersistentShell:
         output, truncated = render(self._transcript.take(), max_chars)
         await self._stop()  # what is left of its tree (a job it put in the background) goes with it
         note = f"\nbash has exited with returncode {status}; the next command starts a fresh shell."
+        if self._preempted is process:
+            note = "\nthe shell was restarted (a call with restart: true): its processes were killed."
         return {"output": output + note, "exit_code": status, "truncated": truncated}
+
+    async def _preempt(self) -> None:
+        """A restart kills the running shell's tree at once, not behind the lock: the command it runs
+        (or whose script is stuck in a full pipe) ends now, and its call answers what it printed."""
+        process = self._process
+        if process is not None and process.running and self._lock.locked():
+            self._preempted = process
+            await self._processes.run(a.ProcessKill(type="process_kill", pid=process.pid), RunContext(""))
 
     async def _stop(self) -> None:
         """Kill the shell's whole tree (if it has one) and wait for it to be gone."""

@@ -138,8 +138,9 @@ class BashControl:
 class BashLauncher:
     """Starts each program for real, in ``cwd`` (the sandbox's /workspace is not here)."""
 
-    def __init__(self, cwd: Path) -> None:
+    def __init__(self, cwd: Path, home: Path | None = None) -> None:
         self.cwd = cwd
+        self.home = home  # HOME for the programs (its ~/.bash_profile), else the table's
         self.spawned: list[dict[str, str]] = []
         self.controls: list[BashControl] = []
 
@@ -147,6 +148,8 @@ class BashLauncher:
         self, argv: list[bytes], env: list[bytes], cwd: bytes, stdio: tuple[int, int, int], *, pty: bool = False
     ) -> Spawned:
         environment = dict(e.decode().split("=", 1) for e in env)
+        if self.home is not None:
+            environment["HOME"] = str(self.home)
         self.spawned.append(environment)
         stdin, stdout, stderr = stdio
         child = await asyncio.create_subprocess_exec(
@@ -306,3 +309,59 @@ async def test_the_tables_end_kills_the_shell(shell: Any) -> None:
     (control,) = launcher.controls
     await asyncio.wait_for(control.waiting, 10)
     assert control.child.returncode == -signal.SIGKILL
+
+
+def printed(monkeypatch: pytest.MonkeyPatch, text: bytes) -> asyncio.Event:
+    """Set once a shell prints ``text`` from now on."""
+    seen = asyncio.Event()
+    feed = Transcript.feed
+
+    def feeding(transcript: Transcript, chunk: bytes) -> None:
+        feed(transcript, chunk)
+        if text in transcript._data:
+            seen.set()
+
+    monkeypatch.setattr(Transcript, "feed", feeding)
+    return seen
+
+
+async def test_a_script_bash_does_not_read_times_out_and_restart_does_not_wait_behind_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / ".bash_profile").write_text("[ -e ~/block ] && { echo blocked; sleep 1000; }\n")
+    (tmp_path / "block").touch()  # bash never reads its stdin: the script below fills the pipe
+    launcher = BashLauncher(tmp_path, home=tmp_path)
+    table = ProcessTable(launcher, ProcessSettings())  # type: ignore[arg-type]
+    sh = PersistentShell(table)
+    try:
+        big = "true " + "#" * 90_000  # over a pipe's 64 KiB
+        with pytest.raises(ActionError) as raised:
+            await asyncio.wait_for(run(sh, big, timeout_ms=300), 10)
+        assert raised.value.code == ErrorCode.TIMEOUT
+        blocked = printed(monkeypatch, b"blocked")
+        stuck = asyncio.ensure_future(run(sh, big, timeout_ms=60_000))
+        await blocked.wait()  # the second bash is stuck in its profile, the write too
+        (tmp_path / "block").unlink()
+        restarted = await asyncio.wait_for(run(sh, "echo fresh", restart=True), 10)
+        assert restarted == {"output": "fresh\n", "exit_code": 0, "truncated": False, "restarted": True}
+        cut = await asyncio.wait_for(stuck, 10)
+        assert "the shell was restarted" in cut["output"], cut
+        assert cut["exit_code"] == 128 + signal.SIGKILL
+    finally:
+        await table.close()
+        await launcher.clean_up()
+
+
+async def test_restart_kills_the_running_command_instead_of_waiting_for_it(
+    shell: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sh, _, launcher = shell
+    begun = printed(monkeypatch, b"begun")
+    running = asyncio.ensure_future(run(sh, "echo begun; sleep 1000", timeout_ms=60_000))
+    await begun.wait()
+    restarted = await asyncio.wait_for(run(sh, restart=True), 10)
+    assert restarted["output"] == RESTARTED
+    cut = await asyncio.wait_for(running, 10)
+    assert cut["output"].startswith("begun\n")
+    assert "the shell was restarted (a call with restart: true)" in cut["output"]
+    assert len(launcher.spawned) == 2
