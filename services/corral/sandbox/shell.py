@@ -34,7 +34,6 @@ import contextlib
 import logging
 import re
 import secrets
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -128,19 +127,34 @@ def sentinel() -> str:
     return secrets.token_hex(16)
 
 
+def ansi_c_quoted(text: str) -> str:
+    """``text`` as one bash word on one line: ``$'...'`` with newlines and other controls escaped."""
+    escaped = "".join(_ANSI_C.get(char) or (f"\\x{ord(char):02x}" if _is_control(char) else char) for char in text)
+    return f"$'{escaped}'"
+
+
+_ANSI_C = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _is_control(char: str) -> bool:
+    return ord(char) < 0x20 or ord(char) == 0x7F
+
+
 def script(command: str, token: str, exports: Mapping[str, str]) -> str:
-    """What bash reads to run ``command`` and then say it ended (see the module's docstring)."""
+    """What bash reads to run ``command`` and then say it ended (see the module's docstring): one line,
+    so bash has read all of it (the token too) before the command starts, and none of it waits in
+    the pipe for another process to take."""
     half = len(token) // 2
     # The command's own redirections (``exec 1>&-``) end with the group; ``builtin``: a function the
     # agent named printf (or eval, export) does not stand in for them.
-    lines = [
-        *(f"builtin export {name}={shlex.quote(value)}" for name, value in exports.items()),
-        f"__corral_command={shlex.quote(command)}",
+    parts = [
+        *(f"builtin export {name}={ansi_c_quoted(value)}" for name, value in exports.items()),
+        f"__corral_command={ansi_c_quoted(command)}",
         '{ builtin eval -- "$__corral_command" </dev/null; } 1>&"$__corral_out" 2>&1',
         "__corral_status=$?",
         f'builtin printf \'\\n%s%s:%s\\n\' {token[:half]} {token[half:]} "$__corral_status" 1>&"$__corral_out"',
     ]
-    return "\n".join(lines) + "\n"
+    return "; ".join(parts) + "\n"
 
 
 def per_action(environment: Mapping[str, str]) -> dict[str, str]:

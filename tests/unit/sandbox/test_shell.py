@@ -90,9 +90,16 @@ def test_output_over_the_cap_gets_the_references_note() -> None:
 def test_the_script_quotes_the_command_and_never_spells_the_sentinel() -> None:
     text = script("echo 'it''s' $HOME; exit", TOKEN, {"HTTPS_PROXY": "http://u:p w@proxy.test:3128"})
     assert TOKEN not in text  # printed from two halves: a trace (set -x) of the script does not hold it
-    assert "builtin export HTTPS_PROXY='http://u:p w@proxy.test:3128'" in text
-    assert "__corral_command='echo '\"'\"'it'\"'\"''\"'\"'s'\"'\"' $HOME; exit'" in text
+    assert "builtin export HTTPS_PROXY=$'http://u:p w@proxy.test:3128'" in text
+    assert "__corral_command=$'echo \\'it\\'\\'s\\' $HOME; exit'" in text
     assert '{ builtin eval -- "$__corral_command" </dev/null; } 1>&"$__corral_out" 2>&1' in text
+
+
+def test_the_script_is_one_line_whatever_the_command_holds() -> None:
+    command = "cat <<'EOF'\nline\tone\r\n\\n \x1b[0m é\nEOF\necho 'it''s'"
+    text = script(command, TOKEN, {"A_PLACEHOLDER": "two\nlines"})
+    assert text.endswith("\n") and text.count("\n") == 1  # bash reads it whole before the command starts
+    assert "__corral_command=$'cat <<\\'EOF\\'\\nline\\tone\\r\\n\\\\n \\x1b[0m é\\nEOF\\n" in text
 
 
 def test_each_command_is_told_the_per_action_part_of_the_environment() -> None:
@@ -219,6 +226,14 @@ async def test_commands_that_fight_the_protocol_end_and_the_shell_goes_on(shell:
     result = await run(sh, "echo still here", timeout_ms=10_000)
     assert "still here\n" in result["output"]
     assert result["exit_code"] == 0
+    assert len(launcher.spawned) == 1
+
+
+async def test_a_command_with_newlines_tabs_and_escapes_runs_verbatim(shell: Any) -> None:
+    sh, _, launcher = shell
+    text = "cat <<'EOF'\nline\tone\\n \x1b[0m é\nEOF\nprintf '%s|' \"$PWD\" 'it''s'"
+    result = await run(sh, text)
+    assert result["output"] == f"line\tone\\n \x1b[0m é\n{launcher.cwd}|its|"
     assert len(launcher.spawned) == 1
 
 
