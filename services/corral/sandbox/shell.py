@@ -232,7 +232,9 @@ class PersistentShell:
 
     async def _start(self, action_id: str) -> Process:
         context = RunContext(action_id)
-        started = await self._processes.run(a.Exec(type="exec", argv=list(SHELL_ARGV), background=True), context)
+        started = await self._processes.start_private(
+            a.Exec(type="exec", argv=list(SHELL_ARGV), background=True), context
+        )
         self._transcript = Transcript()
         self._process = self._processes.watch(started["pid"], self._tap)
         # Written before any command (not as the exec's stdin, which a task feeds: a command could pass it).

@@ -237,6 +237,19 @@ async def test_a_command_with_newlines_tabs_and_escapes_runs_verbatim(shell: Any
     assert len(launcher.spawned) == 1
 
 
+async def test_no_process_can_reopen_the_shells_stdin_to_feed_it(shell: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    sh, _, launcher = shell
+    job = "( until [ -e go ]; do sleep 0.01; done; echo 'echo INJECTED' > /proc/$$/fd/0; echo job-done ) &"
+    await run(sh, job)  # a job that feeds bash between two calls, while bash waits for its next script
+    done = printed(monkeypatch, b"job-done")
+    (launcher.cwd / "go").touch()
+    await asyncio.wait_for(done.wait(), 10)
+    result = await run(sh, "echo next")
+    assert "No such device or address" in result["output"]  # a socket: opening it through /proc is ENXIO
+    assert "INJECTED" not in result["output"]
+    assert result["output"].endswith("job-done\nnext\n")
+
+
 async def test_a_guessed_sentinel_is_output(shell: Any) -> None:
     sh, _, _ = shell
     result = await run(sh, "printf '\\n%s:0\\n' 0123456789abcdef0123456789abcdef; echo after")
