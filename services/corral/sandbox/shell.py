@@ -14,7 +14,8 @@ How a command runs: one script is written to bash's stdin (a pipe, not a termina
 2. the per-action part of the environment is exported: the proxy variables with *this* action's
    proxy credentials, so the egress audit charges each command's requests to the action that ran it
    (not to the one that started the shell), the CA bundle variables and the secrets' placeholders
-   of the moment. The rest (PATH, HOME, ...) was set once and is the agent's to change;
+   of the moment, and a placeholder's name that is gone since (a secret removed) is unset. The rest
+   (PATH, HOME, ...) was set once and is the agent's to change;
 3. the command runs by ``eval`` in the shell itself (its ``cd``, ``export`` and functions stay),
    stdin from /dev/null (a command that reads stdin sees its end instead of the script);
 4. a sentinel line ``\\n<random token>:<status>\\n`` follows, the token new for each call and
@@ -34,7 +35,7 @@ import contextlib
 import logging
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,7 +141,7 @@ def _is_control(char: str) -> bool:
     return ord(char) < 0x20 or ord(char) == 0x7F
 
 
-def script(command: str, token: str, exports: Mapping[str, str]) -> str:
+def script(command: str, token: str, exports: Mapping[str, str], unset: Iterable[str] = ()) -> str:
     """What bash reads to run ``command`` and then say it ended (see the module's docstring): one line,
     so bash has read all of it (the token too) before the command starts, and none of it waits in
     the pipe for another process to take."""
@@ -148,6 +149,7 @@ def script(command: str, token: str, exports: Mapping[str, str]) -> str:
     # The command's own redirections (``exec 1>&-``) end with the group; ``builtin``: a function the
     # agent named printf (or eval, export) does not stand in for them.
     parts = [
+        *(f"builtin unset -v {name}" for name in sorted(unset)),
         *(f"builtin export {name}={ansi_c_quoted(value)}" for name, value in exports.items()),
         f"__corral_command={ansi_c_quoted(command)}",
         '{ builtin eval -- "$__corral_command" </dev/null; } 1>&"$__corral_out" 2>&1',
@@ -203,6 +205,7 @@ class PersistentShell:
         self._process: Process | None = None
         self._transcript = Transcript()
         self._ended = asyncio.Event()
+        self._exported: set[str] = set()  # the per-action names the shell has now (a secret's, once gone, is unset)
         self._preempted: Process | None = None  # the shell a restart killed under a running command
 
     @property
@@ -236,6 +239,7 @@ class PersistentShell:
             a.Exec(type="exec", argv=list(SHELL_ARGV), background=True), context
         )
         self._transcript = Transcript()
+        self._exported = set(per_action(self._processes.command_environment(action_id)))  # as it started
         self._process = self._processes.watch(started["pid"], self._tap)
         # Written before any command (not as the exec's stdin, which a task feeds: a command could pass it).
         await self._processes.run(a.ProcessWrite(type="process_write", pid=started["pid"], data=STARTUP), context)
@@ -251,7 +255,9 @@ class PersistentShell:
         self._transcript.expect(token, keep_bytes(action.max_output_chars))
         self._ended.clear()
         exports = per_action(self._processes.command_environment(action_id))
-        write = a.ProcessWrite(type="process_write", pid=process.pid, data=script(action.command or "", token, exports))
+        gone, self._exported = self._exported - exports.keys(), set(exports)
+        text = script(action.command or "", token, exports, unset=gone)
+        write = a.ProcessWrite(type="process_write", pid=process.pid, data=text)
         try:
             # The write is within the timeout: bash may not be reading (a profile that blocks, a command
             # fed to it by one of its jobs) and the pipe may be full; the kill below ends it either way.

@@ -16,6 +16,7 @@ import pytest
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import actions as a
 from corral.sandbox.launcher import ShepherdEvent, Spawned
+from corral.sandbox.placeholders import Placeholders
 from corral.sandbox.processes import ProcessSettings, ProcessTable, RunContext
 from corral.sandbox.shell import (
     RESTARTED,
@@ -305,6 +306,30 @@ async def test_each_command_is_charged_to_its_own_action(shell: Any) -> None:
     assert first["output"] == "http://corral-action:act-first@proxy.test:3128\n"
     assert second["output"] == "http://corral-action:act-second@proxy.test:3128\n"
     assert len(launcher.spawned) == 1
+
+
+async def test_a_secret_removed_mid_session_is_unset_in_the_shell(tmp_path: Path) -> None:
+    first, second = "corral_secret_" + "1" * 32, "corral_secret_" + "2" * 32
+    held = Placeholders({"GITHUB_TOKEN": first, "NPM_TOKEN": second})
+    launcher = BashLauncher(tmp_path)
+    table = ProcessTable(launcher, ProcessSettings(), held)  # type: ignore[arg-type]
+    sh = PersistentShell(table)
+    try:
+        show = 'echo "[${GITHUB_TOKEN-unset}] [${NPM_TOKEN-unset}]"'
+        assert (await run(sh, show))["output"] == f"[{first}] [{second}]\n"
+        held.replace({"NPM_TOKEN": second})  # the gateway revoked GITHUB_TOKEN
+        assert (await run(sh, show))["output"] == f"[unset] [{second}]\n"
+        held.replace({})
+        assert (await run(sh, show))["output"] == "[unset] [unset]\n"
+        assert len(launcher.spawned) == 1
+    finally:
+        await table.close()
+        await launcher.clean_up()
+
+
+def test_the_script_unsets_the_names_it_is_given() -> None:
+    text = script("true", TOKEN, {"NPM_TOKEN": "x"}, unset={"GITHUB_TOKEN"})
+    assert text.startswith("builtin unset -v GITHUB_TOKEN; builtin export NPM_TOKEN=$'x'; ")
 
 
 async def test_calls_at_once_are_served_in_turn(shell: Any) -> None:
