@@ -5,8 +5,10 @@ The shell is an agent process like any ``exec``'s: a background ``bash --login -
 /workspace, with the environment every command gets. So it counts against the process limit, its
 ring against the table's budget, ``process_list`` shows it, and the controller's end kills it.
 
-How a command runs: one script is written to bash's stdin (a pipe, not a terminal: no echo, no
-``\\r``, no line discipline cutting long lines, and programs see what an ``exec`` shows them):
+How a command runs: one script, one line (bash has read all of it before the command starts), is
+written to bash's stdin: one end of a socket pair, which no other process can reopen through
+/proc/<bash>/fd/0 (ENXIO), and not a terminal (no echo, no ``\\r``, no line discipline cutting long
+lines, and programs see what an ``exec`` shows them):
 
 1. the command's stdout and stderr are the one output pipe as kept at a descriptor bash picked at
    start (``__corral_out``, read-only), set for the command alone: one that closed or moved its
@@ -24,8 +26,15 @@ How a command runs: one script is written to bash's stdin (a pipe, not a termina
 
 The command ended when the sentinel arrives, or when bash itself exits (``exit``, ``set -e``).
 A background process still holding the pipe does not matter: the end is the sentinel, never the
-pipe's end of file. At the timeout the whole tree is killed (the shepherd, as for an ``exec``) and
-the next call starts a fresh shell. What a command prints is kept bounded (:class:`Transcript`).
+pipe's end of file. At the timeout (which the script's write is within: a bash that does not read
+it, its stdin full, is a command that does not return) the whole tree is killed (the shepherd, as
+for an ``exec``) and the next call starts a fresh shell. A restart kills the running tree at once
+rather than wait for the lock. What a command prints is kept bounded (:class:`Transcript`).
+
+What this does not guard against: the agent's own processes (same uid) can write into the output
+pipe, and a bash subshell a command left in the background keeps bash's saved copy of its stdin
+(the ``</dev/null`` redirection's, close-on-exec but inherited by forks; bash offers no way to
+close it there) and can race bash for the next script. docs/protocol.md says what is guaranteed.
 """
 
 from __future__ import annotations
