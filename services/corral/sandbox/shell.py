@@ -31,8 +31,8 @@ it, its stdin full, is a command that does not return) the whole tree is killed 
 for an ``exec``) and the next call starts a fresh shell. A restart kills the running tree at once
 rather than wait for the lock. What a command prints is kept bounded (:class:`Transcript`).
 
-What this does not guard against: the agent's own processes (same uid) can write into the output
-pipe, and a bash subshell a command left in the background keeps bash's saved copy of its stdin
+What this does not guard against: a job a command left running writes into the output (it
+inherited it), and a bash subshell a command left in the background keeps bash's saved copy of its stdin
 (the ``</dev/null`` redirection's, close-on-exec but inherited by forks; bash offers no way to
 close it there) and can race bash for the next script. docs/protocol.md says what is guaranteed.
 """
