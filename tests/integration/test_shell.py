@@ -123,6 +123,58 @@ async def test_restart_gives_a_fresh_shell(sandbox: SandboxAddress) -> None:
         assert again["output"] == "back\n"
 
 
+async def until_exists(runtime: DockerHarness, box: SandboxAddress, path: str) -> None:
+    for _ in range(100):
+        code, _ = runtime.exec(box.id, ["test", "-e", path], user="root")
+        if code == 0:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{path} never appeared")
+
+
+async def test_no_process_can_reopen_the_shells_stdin_to_feed_it(
+    runtime: DockerHarness, sandbox: SandboxAddress
+) -> None:
+    number = marker("72")
+    go, done = f"/tmp/go-{number}", f"/tmp/done-{number}"
+    job = f"( until [ -e {go} ]; do sleep 0.05; done; echo 'echo INJECTED' > /proc/$$/fd/0; touch {done} ) &"
+    async with wire(sandbox) as w:
+        await shell(w, job)  # a job that feeds bash between two calls, while bash waits for its next script
+        runtime.exec(sandbox.id, ["touch", go], user="root")
+        await until_exists(runtime, sandbox, done)
+        after = await shell(w, "echo next")
+        assert "No such device or address" in after["output"]  # a socket: opening it through /proc is ENXIO
+        assert "INJECTED" not in after["output"] and after["output"].endswith("next\n"), after
+
+
+async def test_a_script_bash_does_not_read_times_out_and_restart_does_not_wait_behind_it(
+    runtime: DockerHarness, sandbox: SandboxAddress
+) -> None:
+    number = marker("73")
+    block = f"/tmp/block-{number}"
+    big = "true " + "#" * 90_000  # over a pipe's (or a socket's) buffer: its write waits for bash to read
+    async with wire(sandbox) as w:
+        await shell(w, f"echo '[ -e {block} ] && {{ echo blocked; sleep {number}; }}' > ~/.bash_profile")
+        try:
+            runtime.exec(sandbox.id, ["touch", block], user="root")  # each new bash now hangs in its profile
+            started = time.monotonic()
+            reply = await w.call({"type": "shell", "command": big, "timeout_ms": 1500, "restart": True}, timeout_s=30)
+            assert reply["ok"] is False and reply["error"]["code"] == "timeout", reply
+            assert time.monotonic() - started < 15
+            stuck = await w.send({"type": "shell", "command": big, "timeout_ms": 300_000})
+            await asyncio.sleep(1)  # its bash is in the profile, its write waiting
+            runtime.exec(sandbox.id, ["rm", block], user="root")
+            started = time.monotonic()
+            fresh = await shell(w, "echo fresh", restart=True, timeout_s=30)
+            assert time.monotonic() - started < 15
+            assert fresh == {"output": "fresh\n", "exit_code": 0, "truncated": False, "restarted": True}
+            cut = (await w.reply(stuck, timeout_s=30))["result"]
+            assert "the shell was restarted" in cut["output"], cut
+            assert await gone(runtime, sandbox, f"sleep {number}") == []
+        finally:
+            await shell(w, "rm -f ~/.bash_profile", restart=True)
+
+
 def controller_rss_kib(runtime: DockerHarness, box: SandboxAddress) -> int:
     code, out = runtime.exec(box.id, ["ps", "-eo", "rss=,args="], user="root")
     assert code == 0, out

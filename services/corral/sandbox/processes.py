@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import struct
 import termios
 import time
@@ -302,8 +303,10 @@ class ProcessTable:
         message = f"the command, its env and cwd take {size} bytes in the launcher's message; at most {lm.MAX_MESSAGE}"
         raise ActionError(ErrorCode.INVALID_FIELD, f"{message} (pass data through stdin or a file)", field_name)
 
-    async def _start(self, action: a.Exec, action_id: str, capture: int | None) -> Process:
-        ours, theirs = await self._stdio(action)
+    async def _start(
+        self, action: a.Exec, action_id: str, capture: int | None, *, stdin_socket: bool = False
+    ) -> Process:
+        ours, theirs = await self._stdio(action, stdin_socket=stdin_socket)
         try:
             spawned = await self._launcher.spawn(
                 [os.fsencode(arg) for arg in action.program()],
@@ -326,7 +329,7 @@ class ProcessTable:
             raise _refusal(spawned, action)
         return self._track(spawned, action, action_id, ours, capture)
 
-    async def _stdio(self, action: a.Exec) -> tuple[list[int], tuple[int, int, int]]:
+    async def _stdio(self, action: a.Exec, *, stdin_socket: bool = False) -> tuple[list[int], tuple[int, int, int]]:
         """(the controller's ends: stdin, stdout, stderr or [master]; the child's: stdin, stdout, stderr)."""
         if action.pty is not None:
             try:
@@ -342,7 +345,11 @@ class ProcessTable:
         err_r, err_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         os.set_blocking(out_w, True)
         os.set_blocking(err_w, True)
-        if action.background or action.stdin_bytes() is not None:
+        if stdin_socket:
+            pair = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # close-on-exec, as Python makes them
+            in_w, in_r = (end.detach() for end in pair)
+            os.set_blocking(in_w, False)
+        elif action.background or action.stdin_bytes() is not None:
             in_r, in_w = os.pipe2(os.O_CLOEXEC)
             os.set_blocking(in_w, False)
         else:
@@ -520,11 +527,19 @@ class ProcessTable:
 
     # -- the actions ------------------------------------------------------------------------------------
 
-    async def _exec(self, action: a.Exec, context: RunContext) -> dict[str, Any]:
+    async def start_private(self, action: a.Exec, context: RunContext) -> dict[str, Any]:
+        """A background ``action`` whose stdin is one end of a socket pair, not a pipe: no other process
+        can reopen it through /proc/<pid>/fd/0 (opening a socket by path fails, ENXIO), so what is
+        written to it reaches the program alone (the persistent shell's scripts)."""
+        assert action.background and action.pty is None and action.stdin_bytes() is None
+        return await self._exec(action, context, stdin_socket=True)
+
+    async def _exec(self, action: a.Exec, context: RunContext, *, stdin_socket: bool = False) -> dict[str, Any]:
         timeout_ms, output_bytes = self._limits(action)
         self._check_size(action, context.action_id)
         with self._slot():
-            process = await self._start(action, context.action_id, None if action.background else output_bytes)
+            capture = None if action.background else output_bytes
+            process = await self._start(action, context.action_id, capture, stdin_socket=stdin_socket)
         stdin = action.stdin_bytes()
         if stdin is not None:
             self._keep(process, self._feed(process, stdin, eof=not action.background))

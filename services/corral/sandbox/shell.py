@@ -5,8 +5,10 @@ The shell is an agent process like any ``exec``'s: a background ``bash --login -
 /workspace, with the environment every command gets. So it counts against the process limit, its
 ring against the table's budget, ``process_list`` shows it, and the controller's end kills it.
 
-How a command runs: one script is written to bash's stdin (a pipe, not a terminal: no echo, no
-``\\r``, no line discipline cutting long lines, and programs see what an ``exec`` shows them):
+How a command runs: one script, one line (bash has read all of it before the command starts), is
+written to bash's stdin: one end of a socket pair, which no other process can reopen through
+/proc/<bash>/fd/0 (ENXIO), and not a terminal (no echo, no ``\\r``, no line discipline cutting long
+lines, and programs see what an ``exec`` shows them):
 
 1. the command's stdout and stderr are the one output pipe as kept at a descriptor bash picked at
    start (``__corral_out``, read-only), set for the command alone: one that closed or moved its
@@ -14,7 +16,8 @@ How a command runs: one script is written to bash's stdin (a pipe, not a termina
 2. the per-action part of the environment is exported: the proxy variables with *this* action's
    proxy credentials, so the egress audit charges each command's requests to the action that ran it
    (not to the one that started the shell), the CA bundle variables and the secrets' placeholders
-   of the moment. The rest (PATH, HOME, ...) was set once and is the agent's to change;
+   of the moment, and a placeholder's name that is gone since (a secret removed) is unset. The rest
+   (PATH, HOME, ...) was set once and is the agent's to change;
 3. the command runs by ``eval`` in the shell itself (its ``cd``, ``export`` and functions stay),
    stdin from /dev/null (a command that reads stdin sees its end instead of the script);
 4. a sentinel line ``\\n<random token>:<status>\\n`` follows, the token new for each call and
@@ -23,18 +26,25 @@ How a command runs: one script is written to bash's stdin (a pipe, not a termina
 
 The command ended when the sentinel arrives, or when bash itself exits (``exit``, ``set -e``).
 A background process still holding the pipe does not matter: the end is the sentinel, never the
-pipe's end of file. At the timeout the whole tree is killed (the shepherd, as for an ``exec``) and
-the next call starts a fresh shell. What a command prints is kept bounded (:class:`Transcript`).
+pipe's end of file. At the timeout (which the script's write is within: a bash that does not read
+it, its stdin full, is a command that does not return) the whole tree is killed (the shepherd, as
+for an ``exec``) and the next call starts a fresh shell. A restart kills the running tree at once
+rather than wait for the lock. What a command prints is kept bounded (:class:`Transcript`).
+
+What this does not guard against: a job a command left running writes into the output (it
+inherited it), and a bash subshell a command left in the background keeps bash's saved copy of its stdin
+(the ``</dev/null`` redirection's, close-on-exec but inherited by forks; bash offers no way to
+close it there) and can race bash for the next script. docs/protocol.md says what is guaranteed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import secrets
-import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,19 +137,35 @@ def sentinel() -> str:
     return secrets.token_hex(16)
 
 
-def script(command: str, token: str, exports: Mapping[str, str]) -> str:
-    """What bash reads to run ``command`` and then say it ended (see the module's docstring)."""
+def ansi_c_quoted(text: str) -> str:
+    """``text`` as one bash word on one line: ``$'...'`` with newlines and other controls escaped."""
+    escaped = "".join(_ANSI_C.get(char) or (f"\\x{ord(char):02x}" if _is_control(char) else char) for char in text)
+    return f"$'{escaped}'"
+
+
+_ANSI_C = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _is_control(char: str) -> bool:
+    return ord(char) < 0x20 or ord(char) == 0x7F
+
+
+def script(command: str, token: str, exports: Mapping[str, str], unset: Iterable[str] = ()) -> str:
+    """What bash reads to run ``command`` and then say it ended (see the module's docstring): one line,
+    so bash has read all of it (the token too) before the command starts, and none of it waits in
+    the pipe for another process to take."""
     half = len(token) // 2
     # The command's own redirections (``exec 1>&-``) end with the group; ``builtin``: a function the
     # agent named printf (or eval, export) does not stand in for them.
-    lines = [
-        *(f"builtin export {name}={shlex.quote(value)}" for name, value in exports.items()),
-        f"__corral_command={shlex.quote(command)}",
+    parts = [
+        *(f"builtin unset -v {name}" for name in sorted(unset)),
+        *(f"builtin export {name}={ansi_c_quoted(value)}" for name, value in exports.items()),
+        f"__corral_command={ansi_c_quoted(command)}",
         '{ builtin eval -- "$__corral_command" </dev/null; } 1>&"$__corral_out" 2>&1',
         "__corral_status=$?",
         f'builtin printf \'\\n%s%s:%s\\n\' {token[:half]} {token[half:]} "$__corral_status" 1>&"$__corral_out"',
     ]
-    return "\n".join(lines) + "\n"
+    return "; ".join(parts) + "\n"
 
 
 def per_action(environment: Mapping[str, str]) -> dict[str, str]:
@@ -188,6 +214,8 @@ class PersistentShell:
         self._process: Process | None = None
         self._transcript = Transcript()
         self._ended = asyncio.Event()
+        self._exported: set[str] = set()  # the per-action names the shell has now (a secret's, once gone, is unset)
+        self._preempted: Process | None = None  # the shell a restart killed under a running command
 
     @property
     def pid(self) -> int | None:
@@ -198,6 +226,8 @@ class PersistentShell:
         most = self._processes.settings.max_timeout_ms  # the cap of an exec's (CORRAL_MAX_ACTION_TIMEOUT_MS)
         if action.timeout_ms > most:
             raise ActionError(ErrorCode.INVALID_FIELD, f"timeout_ms is at most {most}", "action.timeout_ms")
+        if action.restart:
+            await self._preempt()  # the command running now (even one stuck in its write) ends, and frees the lock
         async with self._lock:
             if action.restart:
                 await self._stop()
@@ -214,8 +244,11 @@ class PersistentShell:
 
     async def _start(self, action_id: str) -> Process:
         context = RunContext(action_id)
-        started = await self._processes.run(a.Exec(type="exec", argv=list(SHELL_ARGV), background=True), context)
+        started = await self._processes.start_private(
+            a.Exec(type="exec", argv=list(SHELL_ARGV), background=True), context
+        )
         self._transcript = Transcript()
+        self._exported = set(per_action(self._processes.command_environment(action_id)))  # as it started
         self._process = self._processes.watch(started["pid"], self._tap)
         # Written before any command (not as the exec's stdin, which a task feeds: a command could pass it).
         await self._processes.run(a.ProcessWrite(type="process_write", pid=started["pid"], data=STARTUP), context)
@@ -231,10 +264,15 @@ class PersistentShell:
         self._transcript.expect(token, keep_bytes(action.max_output_chars))
         self._ended.clear()
         exports = per_action(self._processes.command_environment(action_id))
-        write = a.ProcessWrite(type="process_write", pid=process.pid, data=script(action.command or "", token, exports))
+        gone, self._exported = self._exported - exports.keys(), set(exports)
+        text = script(action.command or "", token, exports, unset=gone)
+        write = a.ProcessWrite(type="process_write", pid=process.pid, data=text)
         try:
-            await self._processes.run(write, RunContext(action_id))
+            # The write is within the timeout: bash may not be reading (a profile that blocks, a command
+            # fed to it by one of its jobs) and the pipe may be full; the kill below ends it either way.
             async with asyncio.timeout(action.timeout_ms / 1000):
+                with contextlib.suppress(ActionError):  # bash closed its stdin: it is ending (a kill, an exit)
+                    await self._processes.run(write, RunContext(action_id))
                 await _first(self._ended, process.main_done)
         except TimeoutError:
             await self._stop()
@@ -263,7 +301,17 @@ class PersistentShell:
         output, truncated = render(self._transcript.take(), max_chars)
         await self._stop()  # what is left of its tree (a job it put in the background) goes with it
         note = f"\nbash has exited with returncode {status}; the next command starts a fresh shell."
+        if self._preempted is process:
+            note = "\nthe shell was restarted (a call with restart: true): its processes were killed."
         return {"output": output + note, "exit_code": status, "truncated": truncated}
+
+    async def _preempt(self) -> None:
+        """A restart kills the running shell's tree at once, not behind the lock: the command it runs
+        (or whose script is stuck in a full pipe) ends now, and its call answers what it printed."""
+        process = self._process
+        if process is not None and process.running and self._lock.locked():
+            self._preempted = process
+            await self._processes.run(a.ProcessKill(type="process_kill", pid=process.pid), RunContext(""))
 
     async def _stop(self) -> None:
         """Kill the shell's whole tree (if it has one) and wait for it to be gone."""

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import errno
 import os
+import stat
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -292,6 +293,23 @@ async def _read_exactly(fd: int, size: int) -> bytes:
             loop.remove_reader(fd)
         got += os.read(fd, size - len(got))
     return bytes(got)
+
+
+async def test_a_private_stdin_is_a_socket_no_one_can_reopen_and_reaches_the_program() -> None:
+    launcher = KeepsStdin()
+    processes = ProcessTable(launcher, ProcessSettings())  # type: ignore[arg-type]
+    started = await processes.start_private(exec_action(background=True), RunContext("a1.x"))
+    (stdin,) = launcher.stdin
+    assert stat.S_ISSOCK(os.fstat(stdin).st_mode)
+    with pytest.raises(OSError) as raised:
+        os.open(f"/proc/self/fd/{stdin}", os.O_RDWR)
+    assert raised.value.errno == errno.ENXIO  # what a process of the agent's gets for /proc/<shell>/fd/0
+    await processes.run(a.ProcessWrite(type="process_write", pid=started["pid"], data="echo hi\n"), RunContext("a2.x"))
+    assert await asyncio.wait_for(_read_exactly(stdin, 8), 10) == b"echo hi\n"
+    await processes.run(a.ProcessWrite(type="process_write", pid=started["pid"], eof=True), RunContext("a3.x"))
+    assert os.read(stdin, 1) == b""
+    os.close(stdin)
+    await processes.close()
 
 
 async def test_two_writes_to_one_stdin_both_finish_in_turn() -> None:

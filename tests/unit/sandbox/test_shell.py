@@ -16,6 +16,7 @@ import pytest
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import actions as a
 from corral.sandbox.launcher import ShepherdEvent, Spawned
+from corral.sandbox.placeholders import Placeholders
 from corral.sandbox.processes import ProcessSettings, ProcessTable, RunContext
 from corral.sandbox.shell import (
     RESTARTED,
@@ -90,9 +91,16 @@ def test_output_over_the_cap_gets_the_references_note() -> None:
 def test_the_script_quotes_the_command_and_never_spells_the_sentinel() -> None:
     text = script("echo 'it''s' $HOME; exit", TOKEN, {"HTTPS_PROXY": "http://u:p w@proxy.test:3128"})
     assert TOKEN not in text  # printed from two halves: a trace (set -x) of the script does not hold it
-    assert "builtin export HTTPS_PROXY='http://u:p w@proxy.test:3128'" in text
-    assert "__corral_command='echo '\"'\"'it'\"'\"''\"'\"'s'\"'\"' $HOME; exit'" in text
+    assert "builtin export HTTPS_PROXY=$'http://u:p w@proxy.test:3128'" in text
+    assert "__corral_command=$'echo \\'it\\'\\'s\\' $HOME; exit'" in text
     assert '{ builtin eval -- "$__corral_command" </dev/null; } 1>&"$__corral_out" 2>&1' in text
+
+
+def test_the_script_is_one_line_whatever_the_command_holds() -> None:
+    command = "cat <<'EOF'\nline\tone\r\n\\n \x1b[0m é\nEOF\necho 'it''s'"
+    text = script(command, TOKEN, {"A_PLACEHOLDER": "two\nlines"})
+    assert text.endswith("\n") and text.count("\n") == 1  # bash reads it whole before the command starts
+    assert "__corral_command=$'cat <<\\'EOF\\'\\nline\\tone\\r\\n\\\\n \\x1b[0m é\\nEOF\\n" in text
 
 
 def test_each_command_is_told_the_per_action_part_of_the_environment() -> None:
@@ -138,8 +146,9 @@ class BashControl:
 class BashLauncher:
     """Starts each program for real, in ``cwd`` (the sandbox's /workspace is not here)."""
 
-    def __init__(self, cwd: Path) -> None:
+    def __init__(self, cwd: Path, home: Path | None = None) -> None:
         self.cwd = cwd
+        self.home = home  # HOME for the programs (its ~/.bash_profile), else the table's
         self.spawned: list[dict[str, str]] = []
         self.controls: list[BashControl] = []
 
@@ -147,6 +156,8 @@ class BashLauncher:
         self, argv: list[bytes], env: list[bytes], cwd: bytes, stdio: tuple[int, int, int], *, pty: bool = False
     ) -> Spawned:
         environment = dict(e.decode().split("=", 1) for e in env)
+        if self.home is not None:
+            environment["HOME"] = str(self.home)
         self.spawned.append(environment)
         stdin, stdout, stderr = stdio
         child = await asyncio.create_subprocess_exec(
@@ -219,6 +230,27 @@ async def test_commands_that_fight_the_protocol_end_and_the_shell_goes_on(shell:
     assert len(launcher.spawned) == 1
 
 
+async def test_a_command_with_newlines_tabs_and_escapes_runs_verbatim(shell: Any) -> None:
+    sh, _, launcher = shell
+    text = "cat <<'EOF'\nline\tone\\n \x1b[0m é\nEOF\nprintf '%s|' \"$PWD\" 'it''s'"
+    result = await run(sh, text)
+    assert result["output"] == f"line\tone\\n \x1b[0m é\n{launcher.cwd}|its|"
+    assert len(launcher.spawned) == 1
+
+
+async def test_no_process_can_reopen_the_shells_stdin_to_feed_it(shell: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    sh, _, launcher = shell
+    job = "( until [ -e go ]; do sleep 0.01; done; echo 'echo INJECTED' > /proc/$$/fd/0; echo job-done ) &"
+    await run(sh, job)  # a job that feeds bash between two calls, while bash waits for its next script
+    done = printed(monkeypatch, b"job-done")
+    (launcher.cwd / "go").touch()
+    await asyncio.wait_for(done.wait(), 10)
+    result = await run(sh, "echo next")
+    assert "No such device or address" in result["output"]  # a socket: opening it through /proc is ENXIO
+    assert "INJECTED" not in result["output"]
+    assert result["output"].endswith("job-done\nnext\n")
+
+
 async def test_a_guessed_sentinel_is_output(shell: Any) -> None:
     sh, _, _ = shell
     result = await run(sh, "printf '\\n%s:0\\n' 0123456789abcdef0123456789abcdef; echo after")
@@ -276,6 +308,30 @@ async def test_each_command_is_charged_to_its_own_action(shell: Any) -> None:
     assert len(launcher.spawned) == 1
 
 
+async def test_a_secret_removed_mid_session_is_unset_in_the_shell(tmp_path: Path) -> None:
+    first, second = "corral_secret_" + "1" * 32, "corral_secret_" + "2" * 32
+    held = Placeholders({"GITHUB_TOKEN": first, "NPM_TOKEN": second})
+    launcher = BashLauncher(tmp_path)
+    table = ProcessTable(launcher, ProcessSettings(), held)  # type: ignore[arg-type]
+    sh = PersistentShell(table)
+    try:
+        show = 'echo "[${GITHUB_TOKEN-unset}] [${NPM_TOKEN-unset}]"'
+        assert (await run(sh, show))["output"] == f"[{first}] [{second}]\n"
+        held.replace({"NPM_TOKEN": second})  # the gateway revoked GITHUB_TOKEN
+        assert (await run(sh, show))["output"] == f"[unset] [{second}]\n"
+        held.replace({})
+        assert (await run(sh, show))["output"] == "[unset] [unset]\n"
+        assert len(launcher.spawned) == 1
+    finally:
+        await table.close()
+        await launcher.clean_up()
+
+
+def test_the_script_unsets_the_names_it_is_given() -> None:
+    text = script("true", TOKEN, {"NPM_TOKEN": "x"}, unset={"GITHUB_TOKEN"})
+    assert text.startswith("builtin unset -v GITHUB_TOKEN; builtin export NPM_TOKEN=$'x'; ")
+
+
 async def test_calls_at_once_are_served_in_turn(shell: Any) -> None:
     sh, _, _ = shell
     results = await asyncio.gather(*(run(sh, f"echo start {n}; echo end {n}") for n in range(5)))
@@ -306,3 +362,59 @@ async def test_the_tables_end_kills_the_shell(shell: Any) -> None:
     (control,) = launcher.controls
     await asyncio.wait_for(control.waiting, 10)
     assert control.child.returncode == -signal.SIGKILL
+
+
+def printed(monkeypatch: pytest.MonkeyPatch, text: bytes) -> asyncio.Event:
+    """Set once a shell prints ``text`` from now on."""
+    seen = asyncio.Event()
+    feed = Transcript.feed
+
+    def feeding(transcript: Transcript, chunk: bytes) -> None:
+        feed(transcript, chunk)
+        if text in transcript._data:
+            seen.set()
+
+    monkeypatch.setattr(Transcript, "feed", feeding)
+    return seen
+
+
+async def test_a_script_bash_does_not_read_times_out_and_restart_does_not_wait_behind_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / ".bash_profile").write_text("[ -e ~/block ] && { echo blocked; sleep 1000; }\n")
+    (tmp_path / "block").touch()  # bash never reads its stdin: the script below fills the pipe
+    launcher = BashLauncher(tmp_path, home=tmp_path)
+    table = ProcessTable(launcher, ProcessSettings())  # type: ignore[arg-type]
+    sh = PersistentShell(table)
+    try:
+        big = "true " + "#" * 90_000  # over a pipe's 64 KiB
+        with pytest.raises(ActionError) as raised:
+            await asyncio.wait_for(run(sh, big, timeout_ms=300), 10)
+        assert raised.value.code == ErrorCode.TIMEOUT
+        blocked = printed(monkeypatch, b"blocked")
+        stuck = asyncio.ensure_future(run(sh, big, timeout_ms=60_000))
+        await blocked.wait()  # the second bash is stuck in its profile, the write too
+        (tmp_path / "block").unlink()
+        restarted = await asyncio.wait_for(run(sh, "echo fresh", restart=True), 10)
+        assert restarted == {"output": "fresh\n", "exit_code": 0, "truncated": False, "restarted": True}
+        cut = await asyncio.wait_for(stuck, 10)
+        assert "the shell was restarted" in cut["output"], cut
+        assert cut["exit_code"] == 128 + signal.SIGKILL
+    finally:
+        await table.close()
+        await launcher.clean_up()
+
+
+async def test_restart_kills_the_running_command_instead_of_waiting_for_it(
+    shell: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sh, _, launcher = shell
+    begun = printed(monkeypatch, b"begun")
+    running = asyncio.ensure_future(run(sh, "echo begun; sleep 1000", timeout_ms=60_000))
+    await begun.wait()
+    restarted = await asyncio.wait_for(run(sh, restart=True), 10)
+    assert restarted["output"] == RESTARTED
+    cut = await asyncio.wait_for(running, 10)
+    assert cut["output"].startswith("begun\n")
+    assert "the shell was restarted (a call with restart: true)" in cut["output"]
+    assert len(launcher.spawned) == 2
