@@ -125,23 +125,30 @@ while True:
 """
 
 
-async def test_a_process_left_behind_cannot_answer_later_shell_calls(box: SandboxAddress) -> None:
-    """Attack: ``python3 steal.py <&13 >&$__corral_out & sleep 1`` in one call (fd 13: bash's saved stdin,
-    the controller's script pipe). Every later call then answers ``FORGED`` with exit code 0, and bash
-    never runs the command: the token is readable by the agent's processes in the script itself."""
+async def test_restart_ends_a_process_left_behind_to_answer_for_later_shell_calls(box: SandboxAddress) -> None:
+    """Attack: ``python3 steal.py <&N >&$__corral_out &`` in one call (N: bash's saved copy of its stdin,
+    the controller's script socket, which code bash evals can duplicate). The thief then races bash for
+    the next call's script and can answer for it: the agent's own uid owns its shell, a limit written in
+    docs/protocol.md ("What is not guaranteed"). What is guaranteed, and held here: ``restart: true``
+    kills the whole tree, thief included, and every call after it is the shell's own."""
     async with wire(box) as w:
         await write(w, "/workspace/.steal.py", STEAL)
         await sh(w, restart=True)
         fds = await sh(w, "ls -l /proc/$$/fd")
-        script_fd = [
-            line.split()[-3] for line in fds["output"].splitlines() if line.startswith("lr-x") and "pipe:" in line
+        copies = [
+            line.split()[-3]
+            for line in fds["output"].splitlines()
+            if ("socket:" in line or "pipe:" in line) and line.split()[-3] not in ("0", "1", "2")
         ]
-        try:
-            await sh(w, f"python3 /workspace/.steal.py <&{script_fd[0]} >&$__corral_out 2>&1 & sleep 1; echo planted")
-            answers = [await sh(w, f"echo real{n}; (exit {n + 3})") for n in range(3)]
-        finally:
-            await sh(w, restart=True)  # the tree goes, the thief with it
-        assert [(a["output"], a["exit_code"]) for a in answers] == [(f"real{n}\n", n + 3) for n in range(3)], answers
+        assert copies, fds
+        # One call plants a thief on every copy (a second call's script could be the first thief's catch).
+        plant = "; ".join(f"python3 /workspace/.steal.py <&{fd} >&$__corral_out 2>&1 &" for fd in copies)
+        await sh(w, f"{plant} sleep 0.5; echo planted")
+        await sh(w, restart=True)  # the tree goes, the thieves with it
+        answers = [await sh(w, f"echo real{n}; (exit {n + 3})") for n in range(3)]
+        left = await sh(w, "pgrep -f .steal.py || true")
+    assert [(a["output"], a["exit_code"]) for a in answers] == [(f"real{n}\n", n + 3) for n in range(3)], answers
+    assert left["output"] == "", left
 
 
 async def test_nothing_secret_is_in_the_shells_environment_or_reach(
