@@ -168,9 +168,7 @@ def _check_output_size(action: object, screen: Size, field: str) -> None:
             )
 
 
-def plan_request(obj: dict[str, Any], screen: Size, limits: Limits) -> Plan:
-    """Validate a decoded message against the screen and turn it into a :class:`Plan`."""
-    env = validate(_ENVELOPE, obj, "")
+def _dialect(env: Envelope) -> Dialect:
     given = [name for name in _PAYLOADS if getattr(env, name) is not None]
     if len(given) != 1:
         raise ActionError(
@@ -178,21 +176,11 @@ def plan_request(obj: dict[str, Any], screen: Size, limits: Limits) -> Plan:
             "a message holds exactly one of 'action', 'anthropic' or 'openai'"
             + (f" (got {', '.join(given)})" if given else ""),
         )
-    dialect = Dialect(given[0])
-    timeout_ms = env.timeout_ms or limits.timeout_ms
-    if timeout_ms > limits.max_timeout_ms:
-        raise ActionError(ErrorCode.INVALID_FIELD, f"timeout_ms is at most {limits.max_timeout_ms}", field="timeout_ms")
+    return Dialect(given[0])
 
-    display = Size(env.display.width, env.display.height) if env.display else screen
-    scale = None if display == screen else Scale(screen=screen, display=display)
-    call = vendor.call_of(obj) if _vendor_form(env, dialect) else None
-    if call is not None and call.tool == "computer_call" and env.screenshot is False:
-        # Its only output is the screen: a success without one would leave nothing to send back.
-        raise ActionError(
-            ErrorCode.INVALID_FIELD,
-            "a computer_call_output is the screen: leave screenshot out, or give options",
-            field="screenshot",
-        )
+
+def _planned_steps(env: Envelope, dialect: Dialect, display: Size, scale: Scale | None) -> list[Step]:
+    """The request's native steps, checked against the display and mapped to the screen."""
     steps: list[Step] = []
     for step in _steps(env, dialect, display):
         try:
@@ -207,31 +195,57 @@ def plan_request(obj: dict[str, Any], screen: Size, limits: Limits) -> Plan:
             region = step.action.region if isinstance(step.action, a.Screenshot) else None
             action = action.model_copy(update={"width": display.width if region is None else region.width})
         steps.append(Step(action, step.field))
+    return steps
 
+
+def _screenshot_options(
+    env: Envelope, dialect: Dialect, steps: list[Step], display: Size, scale: Scale | None
+) -> a.ScreenshotOptions | None:
+    """The screenshot taken after the steps (None: not asked for, or the last step took one)."""
+    want = env.screenshot if env.screenshot is not None else _default_screenshot(env, dialect)
+    if want is False or any(isinstance(s.action, a.Screenshot | a.Zoom) for s in steps[-1:]):
+        return None
+    options = want if isinstance(want, a.ScreenshotOptions) else a.ScreenshotOptions()
+    if scale is not None:
+        region = options.region
+        if region is not None:
+            check_bounds(a.Screenshot(type="screenshot", region=region), display, "screenshot")
+            options = options.model_copy(update={"region": region.mapped(scale)})
+        if options.scale is None and options.width is None:
+            options = options.model_copy(update={"width": display.width if region is None else region.width})
+    elif options.region is not None:
+        check_bounds(a.Screenshot(type="screenshot", region=options.region), display, "screenshot")
+    return options
+
+
+def plan_request(obj: dict[str, Any], screen: Size, limits: Limits) -> Plan:
+    """Validate a decoded message against the screen and turn it into a :class:`Plan`."""
+    env = validate(_ENVELOPE, obj, "")
+    dialect = _dialect(env)
+    timeout_ms = env.timeout_ms or limits.timeout_ms
+    if timeout_ms > limits.max_timeout_ms:
+        raise ActionError(ErrorCode.INVALID_FIELD, f"timeout_ms is at most {limits.max_timeout_ms}", field="timeout_ms")
+
+    display = Size(env.display.width, env.display.height) if env.display else screen
+    scale = None if display == screen else Scale(screen=screen, display=display)
+    call = vendor.call_of(obj) if _vendor_form(env, dialect) else None
+    if call is not None and call.tool == "computer_call" and env.screenshot is False:
+        # Its only output is the screen: a success without one would leave nothing to send back.
+        raise ActionError(
+            ErrorCode.INVALID_FIELD,
+            "a computer_call_output is the screen: leave screenshot out, or give options",
+            field="screenshot",
+        )
+    steps = _planned_steps(env, dialect, display, scale)
     for step in steps:
         _check_output_size(step.action, screen, step.field)
-
-    want = env.screenshot if env.screenshot is not None else _default_screenshot(env, dialect)
-    options: a.ScreenshotOptions | None
-    if want is False or any(isinstance(s.action, a.Screenshot | a.Zoom) for s in steps[-1:]):
-        options = None
-    else:
-        options = want if isinstance(want, a.ScreenshotOptions) else a.ScreenshotOptions()
-        if scale is not None:
-            region = options.region
-            if region is not None:
-                check_bounds(a.Screenshot(type="screenshot", region=region), display, "screenshot")
-                options = options.model_copy(update={"region": region.mapped(scale)})
-            if options.scale is None and options.width is None:
-                options = options.model_copy(update={"width": display.width if region is None else region.width})
-        elif options.region is not None:
-            check_bounds(a.Screenshot(type="screenshot", region=options.region), display, "screenshot")
+    options = _screenshot_options(env, dialect, steps, display, scale)
+    if options is not None:
+        _check_output_size(options, screen, "screenshot")
     # Dialect calls settle by default; a bare screenshot or a cursor query has nothing to wait for.
     passive = isinstance(steps[-1].action, a.Screenshot | a.Zoom | a.CursorPosition) or (
         call is not None and not call.computer  # a shell, editor or file tool
     )
-    if options is not None:
-        _check_output_size(options, screen, "screenshot")
     stable = env.wait_for == "stable" if env.wait_for is not None else dialect is not Dialect.NATIVE and not passive
     after = After(
         screenshot=options,
@@ -240,12 +254,4 @@ def plan_request(obj: dict[str, Any], screen: Size, limits: Limits) -> Plan:
         settle_quiet_ms=env.settle_quiet_ms or limits.settle_quiet_ms,
         settle_min_ms=limits.settle_min_ms if env.settle_min_ms is None else env.settle_min_ms,
     )
-    return Plan(
-        request_id=env.id,
-        dialect=dialect,
-        steps=tuple(steps),
-        after=after,
-        timeout_ms=timeout_ms,
-        scale=scale,
-        call=call,
-    )
+    return Plan(env.id, dialect, tuple(steps), after, timeout_ms, scale=scale, call=call)
