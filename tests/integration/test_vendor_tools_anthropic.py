@@ -24,6 +24,7 @@ from .vendor_fixtures import (
     INPUT_PAGE,
     RED,
     SCREEN,
+    cat,
     image_of,
     member,
     over_http,
@@ -70,10 +71,6 @@ def bash(sb: Sandbox, command: str, **more: Any) -> str:
 
 def edit(tool: str, **tool_input: Any) -> dict[str, Any]:
     return tool_use(tool, tool_input)
-
-
-def cat(sb: Sandbox, path: str) -> str:
-    return sb.files.read(path).decode()
 
 
 # -- the computer ------------------------------------------------------------------------------------------

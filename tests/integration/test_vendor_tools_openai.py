@@ -25,6 +25,7 @@ from .vendor_fixtures import (
     RED,
     SCREEN,
     apply_patch_call,
+    cat,
     computer_call,
     item,
     local_shell_call,
@@ -61,10 +62,6 @@ def failed(sb: Sandbox, call: dict[str, Any], code: str) -> tuple[dict[str, Any]
     out = item(reply, call, ok=False)
     assert reply["error"]["code"] == code, reply["error"]
     return reply, out
-
-
-def cat(sb: Sandbox, path: str) -> str:
-    return sb.files.read(path).decode()
 
 
 def exists(sb: Sandbox, path: str) -> bool:
