@@ -20,9 +20,10 @@ import pytest
 from websockets.asyncio.client import connect
 
 from corral.client import _dial
-from corral.runtime import SandboxAddress, SandboxSpec
+from corral.runtime import SandboxAddress
 from corral.sdk import Sandbox
 
+from .conftest import start_sandbox
 from .dockerutil import DockerHarness
 from .egress_fixtures import Upstream, gateway_to, start_upstream
 from .gateway_fixtures import KEY_A, KEY_B, RunningGateway
@@ -34,17 +35,10 @@ pytestmark = pytest.mark.usefixtures("desktop_image")
 SECRET_FILE = "/run/corral/controller/secret"
 
 
-def _start(runtime: DockerHarness, image: str, name: str) -> SandboxAddress:
-    runtime.remove(name)
-    box = runtime.start_sandbox(SandboxSpec(image=image, name=name, labels={"corral.test": "1"}))
-    runtime.wait_ready(box, timeout_s=90)
-    return box
-
-
 @pytest.fixture(scope="module")
 def box(runtime: DockerHarness, desktop_image: str) -> Iterator[SandboxAddress]:
     """This module's own sandbox: the attacks leave processes and files behind."""
-    started = _start(runtime, desktop_image, f"corral-it-red13-{os.getpid()}")
+    started = start_sandbox(runtime, desktop_image, f"corral-it-red13-{os.getpid()}")
     yield started
     runtime.remove(started.id)
 
@@ -52,7 +46,7 @@ def box(runtime: DockerHarness, desktop_image: str) -> Iterator[SandboxAddress]:
 @pytest.fixture()
 def dos_box(runtime: DockerHarness, desktop_image: str) -> Iterator[SandboxAddress]:
     """A sandbox per denial-of-service attack: one that works leaves its controller busy for good."""
-    started = _start(runtime, desktop_image, f"corral-it-red13-dos-{os.getpid()}")
+    started = start_sandbox(runtime, desktop_image, f"corral-it-red13-dos-{os.getpid()}")
     yield started
     runtime.remove(started.id)
 
