@@ -28,7 +28,7 @@ from .dockerutil import DockerHarness
 from .egress_fixtures import Upstream, gateway_to, start_upstream
 from .gateway_fixtures import KEY_A, KEY_B, RunningGateway
 from .procwire import Wire, wire
-from .test_inner_boundary import AGAINST_THE_CONTROLLER
+from .test_inner_boundary import AGAINST_THE_CONTROLLER, wait_for
 
 pytestmark = pytest.mark.usefixtures("desktop_image")
 
@@ -588,21 +588,12 @@ def victim(gw: RunningGateway) -> Iterator[Sandbox]:
         yield sb
 
 
-def _wait(predicate: Any, timeout_s: float = 40.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.2)
-
-
 def test_a_hostile_page_cannot_drive_the_vendor_tools(gw: RunningGateway, victim: Sandbox) -> None:
     sb = victim
     with gw.client() as c:
         assert c.get(f"/v1/sessions/{sb.id}").json()["egress_mode"] == "enforce"
     sb.navigate("https://allowed.test/page/attack-vendor-tools.html")
-    title = _wait(lambda: (t := str(sb.page_info()["title"])).startswith("done") and t)
+    title = wait_for(lambda: (t := str(sb.page_info()["title"])).startswith("done") and t, timeout_s=40)
     assert title, sb.page_info()
     seen = json.loads(title.removeprefix("done "))
     for host in ("127.0.0.1", "localhost", "[::1]"):
