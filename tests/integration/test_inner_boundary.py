@@ -116,6 +116,19 @@ def wait_for(predicate: Any, timeout_s: float = 20.0) -> Any:
         time.sleep(0.1)
 
 
+def loopback_refused(sb: Sandbox, page: str) -> dict[str, str]:
+    """What a hostile page (upstream/pages/attack-*.html) reported in its title, once it has checked that
+    every spelling of loopback refused it: the connection itself (the agent's uid may not connect)."""
+    sb.navigate(page)
+    title = wait_for(lambda: (t := str(sb.page_info()["title"])).startswith("done") and t, timeout_s=40)
+    assert title, sb.page_info()
+    seen: dict[str, str] = json.loads(title.removeprefix("done "))
+    for host in ("127.0.0.1", "localhost", "[::1]"):
+        assert seen[f"fetch {host}"] == "failed", seen
+        assert not seen[f"ws {host}"].startswith("message"), seen
+    return seen
+
+
 def _pid(runtime: DockerHarness, container: str, pattern: str) -> int:
     code, out = runtime.exec(container, ["pgrep", "-f", pattern], user="root")
     assert code == 0, out
@@ -127,14 +140,7 @@ def test_a_hostile_page_can_neither_drive_nor_read_the_controller(gw: RunningGat
         with gw.client() as c:
             assert c.get(f"/v1/sessions/{sb.id}").json()["egress_mode"] == "enforce"
         sb.act({"type": "clipboard_set", "text": "the agent's own"})
-        sb.navigate("https://allowed.test/page/attack-controller.html")
-        title = wait_for(lambda: (t := str(sb.page_info()["title"])).startswith("done") and t, timeout_s=40)
-        assert title, sb.page_info()
-        seen = json.loads(title.removeprefix("done "))
-        # Every spelling of loopback: the connection itself is refused (the agent's uid may not connect).
-        for host in ("127.0.0.1", "localhost", "[::1]"):
-            assert seen[f"fetch {host}"] == "failed", seen
-            assert not seen[f"ws {host}"].startswith("message"), seen
+        seen = loopback_refused(sb, "https://allowed.test/page/attack-controller.html")
         for read in ("recording", "devtools", "healthz"):
             assert seen[read] == "failed", seen
         # Nothing ran: the clipboard holds what the agent put there, and the recording shows only
