@@ -57,7 +57,8 @@ def egress_image(runtime: DockerHarness) -> str:
     return images.build_egress(runtime, lambda line: None)
 
 
-def _start(runtime: DockerHarness, image: str, name: str) -> SandboxAddress:
+def start_sandbox(runtime: DockerHarness, image: str, name: str) -> SandboxAddress:
+    """A fresh sandbox named ``name`` (one left by an earlier run is removed first), ready."""
     runtime.remove(name)
     sandbox = runtime.start_sandbox(SandboxSpec(image=image, name=name, labels={"corral.test": "1"}))
     runtime.wait_ready(sandbox, timeout_s=90)
@@ -66,7 +67,7 @@ def _start(runtime: DockerHarness, image: str, name: str) -> SandboxAddress:
 
 @pytest.fixture(scope="session")
 def sandbox(runtime: DockerHarness, desktop_image: str) -> Iterator[SandboxAddress]:
-    box = _start(runtime, desktop_image, f"corral-it-{os.getpid()}")
+    box = start_sandbox(runtime, desktop_image, f"corral-it-{os.getpid()}")
     yield box
     runtime.remove(box.id)
 
@@ -74,7 +75,7 @@ def sandbox(runtime: DockerHarness, desktop_image: str) -> Iterator[SandboxAddre
 @pytest.fixture()
 def spare_sandbox(runtime: DockerHarness, desktop_image: str) -> Iterator[SandboxAddress]:
     """A sandbox of its own, for tests that break things."""
-    box = _start(runtime, desktop_image, f"corral-it-spare-{os.getpid()}")
+    box = start_sandbox(runtime, desktop_image, f"corral-it-spare-{os.getpid()}")
     yield box
     runtime.remove(box.id)
 

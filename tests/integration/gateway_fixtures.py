@@ -13,10 +13,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 
 from corral.gateway.server import running
 from corral.gateway.settings import GatewaySettings
 from corral.recording.bundle import Bundle, read_bundle
+
+from .dockerutil import DockerHarness
 
 KEY_A = "test-key-a"
 KEY_B = "test-key-b"
@@ -65,6 +68,18 @@ def gateway(data_dir: Path, instance: str, **overrides: object) -> Iterator[Runn
     settings = GatewaySettings(**values)  # type: ignore[arg-type]
     with running(settings):
         yield RunningGateway(settings)
+
+
+@contextmanager
+def module_gateway(
+    tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness, prefix: str, **overrides: object
+) -> Iterator[RunningGateway]:
+    """A test module's gateway (instance ``prefix``-<ns>); after it, what it started is removed
+    (sandboxes, proxies, session networks)."""
+    instance = f"{prefix}-{time.time_ns()}"
+    with gateway(tmp_path_factory.mktemp("gw"), instance, **overrides) as served:
+        yield served
+    runtime.remove_all({"corral.gateway": instance})
 
 
 def unpack_recording(

@@ -6,14 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from .dockerutil import DockerHarness
-from .gateway_fixtures import KEY_A, RunningGateway, gateway
+from .gateway_fixtures import KEY_A, RunningGateway, module_gateway
 
 pytestmark = pytest.mark.usefixtures("desktop_image")
 
@@ -22,10 +21,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[RunningGateway]:
-    instance = f"it-examples-{time.time_ns()}"
-    with gateway(tmp_path_factory.mktemp("gw"), instance) as running:
+    with module_gateway(tmp_path_factory, runtime, "it-examples") as running:
         yield running
-    runtime.remove_all({"corral.gateway": instance})  # sandboxes, proxies, session networks
 
 
 def _run(example: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -18,7 +18,7 @@ from corral.errors import ActionFailed, CommandFailed, GatewayError
 from corral.sdk import AsyncSandbox, Sandbox
 
 from .dockerutil import DockerHarness
-from .gateway_fixtures import KEY_A, RunningGateway, gateway
+from .gateway_fixtures import KEY_A, RunningGateway, module_gateway
 
 pytestmark = pytest.mark.usefixtures("desktop_image")
 
@@ -28,10 +28,8 @@ MiB = 1 << 20
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[RunningGateway]:
-    instance = f"it-files-{time.time_ns()}"
-    with gateway(tmp_path_factory.mktemp("gw"), instance, egress=False, max_upload_bytes=CAP) as running:
+    with module_gateway(tmp_path_factory, runtime, "it-files", egress=False, max_upload_bytes=CAP) as running:
         yield running
-    runtime.remove_all({"corral.gateway": instance})
 
 
 @pytest.fixture(scope="module")

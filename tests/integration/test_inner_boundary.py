@@ -106,13 +106,27 @@ def gw(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator
         yield running
 
 
-def _wait(predicate: Any, timeout_s: float = 20.0) -> Any:
+def wait_for(predicate: Any, timeout_s: float = 20.0) -> Any:
+    """``predicate()`` once it is truthy, or its last falsy value after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = predicate()
         if value or time.monotonic() > deadline:
             return value
         time.sleep(0.1)
+
+
+def loopback_refused(sb: Sandbox, page: str) -> dict[str, str]:
+    """What a hostile page (upstream/pages/attack-*.html) reported in its title, once it has checked that
+    every spelling of loopback refused it: the connection itself (the agent's uid may not connect)."""
+    sb.navigate(page)
+    title = wait_for(lambda: (t := str(sb.page_info()["title"])).startswith("done") and t, timeout_s=40)
+    assert title, sb.page_info()
+    seen: dict[str, str] = json.loads(title.removeprefix("done "))
+    for host in ("127.0.0.1", "localhost", "[::1]"):
+        assert seen[f"fetch {host}"] == "failed", seen
+        assert not seen[f"ws {host}"].startswith("message"), seen
+    return seen
 
 
 def _pid(runtime: DockerHarness, container: str, pattern: str) -> int:
@@ -126,14 +140,7 @@ def test_a_hostile_page_can_neither_drive_nor_read_the_controller(gw: RunningGat
         with gw.client() as c:
             assert c.get(f"/v1/sessions/{sb.id}").json()["egress_mode"] == "enforce"
         sb.act({"type": "clipboard_set", "text": "the agent's own"})
-        sb.navigate("https://allowed.test/page/attack-controller.html")
-        title = _wait(lambda: (t := str(sb.page_info()["title"])).startswith("done") and t, timeout_s=40)
-        assert title, sb.page_info()
-        seen = json.loads(title.removeprefix("done "))
-        # Every spelling of loopback: the connection itself is refused (the agent's uid may not connect).
-        for host in ("127.0.0.1", "localhost", "[::1]"):
-            assert seen[f"fetch {host}"] == "failed", seen
-            assert not seen[f"ws {host}"].startswith("message"), seen
+        seen = loopback_refused(sb, "https://allowed.test/page/attack-controller.html")
         for read in ("recording", "devtools", "healthz"):
             assert seen[read] == "failed", seen
         # Nothing ran: the clipboard holds what the agent put there, and the recording shows only
@@ -197,7 +204,7 @@ def test_an_impostor_on_the_controllers_port_never_answers_the_agent(
             impostor.join(30)
         assert outputs and "BOUND" in outputs[0], outputs  # it did hold the port
         # The impostor gone, the supervisor's controller comes back and the session carries on.
-        assert _wait(lambda: _http_ok(gw, sb.id), timeout_s=30)
+        assert wait_for(lambda: _http_ok(gw, sb.id), timeout_s=30)
 
 
 def _http_ok(gw: RunningGateway, session_id: str) -> bool:
@@ -222,7 +229,7 @@ def test_what_cannot_prove_the_secret_is_not_believed(runtime: DockerHarness, de
         thread.start()
         try:
             with pytest.raises(UnprovenController):
-                _wait(lambda: _connects(sandbox), timeout_s=5)
+                wait_for(lambda: _connects(sandbox), timeout_s=5)
             # Its health answer is a 200 too, but not the controller's: readiness says so.
             with pytest.raises(SandboxError, match="no controller"):
                 runtime.wait_ready(sandbox, 5)
@@ -245,7 +252,7 @@ def test_the_image_runs_on_its_own(runtime: DockerHarness, desktop_image: str) -
     client = docker.from_env()
     container = client.containers.run(desktop_image, detach=True, auto_remove=True, labels={"corral.test": "1"})
     try:
-        status = _wait(lambda: _health(container), timeout_s=90)
+        status = wait_for(lambda: _health(container), timeout_s=90)
         assert status == "healthy", container.logs(tail=60).decode(errors="replace")
         logs = container.logs().decode(errors="replace")
         assert "PermissionError" not in logs and "Traceback" not in logs, logs[-3000:]

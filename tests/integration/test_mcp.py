@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import json
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,7 +24,7 @@ from corral.mcp import ANNOTATIONS
 
 from .conftest import html_url
 from .dockerutil import DockerHarness
-from .gateway_fixtures import KEY_A, KEY_B, RunningGateway, gateway
+from .gateway_fixtures import KEY_A, KEY_B, RunningGateway, module_gateway
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
 
@@ -39,10 +38,8 @@ PAGE = html_url(
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[RunningGateway]:
-    instance = f"it-mcp-{time.time_ns()}"
-    with gateway(tmp_path_factory.mktemp("gw"), instance) as running:
+    with module_gateway(tmp_path_factory, runtime, "it-mcp") as running:
         yield running
-    runtime.remove_all({"corral.gateway": instance})
 
 
 @asynccontextmanager

@@ -4,7 +4,6 @@ form with Corral's error beside it (the pure side is tests/unit/test_sdk_tools.p
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -14,17 +13,15 @@ from openai.types.responses import Response
 from corral import ActionFailed, AsyncSandbox, Sandbox
 
 from .dockerutil import DockerHarness
-from .gateway_fixtures import KEY_A, RunningGateway, gateway
+from .gateway_fixtures import KEY_A, RunningGateway, module_gateway
 
 pytestmark = pytest.mark.usefixtures("desktop_image")
 
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[RunningGateway]:
-    instance = f"it-sdk-tools-{time.time_ns()}"
-    with gateway(tmp_path_factory.mktemp("gw"), instance) as running:
+    with module_gateway(tmp_path_factory, runtime, "it-sdk-tools") as running:
         yield running
-    runtime.remove_all({"corral.gateway": instance})  # sandboxes, proxies, session networks
 
 
 MESSAGE = {

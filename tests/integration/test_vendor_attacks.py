@@ -20,31 +20,25 @@ import pytest
 from websockets.asyncio.client import connect
 
 from corral.client import _dial
-from corral.runtime import SandboxAddress, SandboxSpec
+from corral.runtime import SandboxAddress
 from corral.sdk import Sandbox
 
+from .conftest import start_sandbox
 from .dockerutil import DockerHarness
 from .egress_fixtures import Upstream, gateway_to, start_upstream
 from .gateway_fixtures import KEY_A, KEY_B, RunningGateway
 from .procwire import Wire, wire
-from .test_inner_boundary import AGAINST_THE_CONTROLLER
+from .test_inner_boundary import AGAINST_THE_CONTROLLER, loopback_refused
 
 pytestmark = pytest.mark.usefixtures("desktop_image")
 
 SECRET_FILE = "/run/corral/controller/secret"
 
 
-def _start(runtime: DockerHarness, image: str, name: str) -> SandboxAddress:
-    runtime.remove(name)
-    box = runtime.start_sandbox(SandboxSpec(image=image, name=name, labels={"corral.test": "1"}))
-    runtime.wait_ready(box, timeout_s=90)
-    return box
-
-
 @pytest.fixture(scope="module")
 def box(runtime: DockerHarness, desktop_image: str) -> Iterator[SandboxAddress]:
     """This module's own sandbox: the attacks leave processes and files behind."""
-    started = _start(runtime, desktop_image, f"corral-it-red13-{os.getpid()}")
+    started = start_sandbox(runtime, desktop_image, f"corral-it-red13-{os.getpid()}")
     yield started
     runtime.remove(started.id)
 
@@ -52,7 +46,7 @@ def box(runtime: DockerHarness, desktop_image: str) -> Iterator[SandboxAddress]:
 @pytest.fixture()
 def dos_box(runtime: DockerHarness, desktop_image: str) -> Iterator[SandboxAddress]:
     """A sandbox per denial-of-service attack: one that works leaves its controller busy for good."""
-    started = _start(runtime, desktop_image, f"corral-it-red13-dos-{os.getpid()}")
+    started = start_sandbox(runtime, desktop_image, f"corral-it-red13-dos-{os.getpid()}")
     yield started
     runtime.remove(started.id)
 
@@ -594,26 +588,11 @@ def victim(gw: RunningGateway) -> Iterator[Sandbox]:
         yield sb
 
 
-def _wait(predicate: Any, timeout_s: float = 40.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.2)
-
-
 def test_a_hostile_page_cannot_drive_the_vendor_tools(gw: RunningGateway, victim: Sandbox) -> None:
     sb = victim
     with gw.client() as c:
         assert c.get(f"/v1/sessions/{sb.id}").json()["egress_mode"] == "enforce"
-    sb.navigate("https://allowed.test/page/attack-vendor-tools.html")
-    title = _wait(lambda: (t := str(sb.page_info()["title"])).startswith("done") and t)
-    assert title, sb.page_info()
-    seen = json.loads(title.removeprefix("done "))
-    for host in ("127.0.0.1", "localhost", "[::1]"):
-        assert seen[f"fetch {host}"] == "failed", seen
-        assert not seen[f"ws {host}"].startswith("message"), seen
+    loopback_refused(sb, "https://allowed.test/page/attack-vendor-tools.html")
     listed = sb.act({"type": "exec", "command": "ls /workspace"})["result"]["stdout"]
     assert "pwned" not in listed, listed
     with gw.client() as c:

@@ -16,7 +16,7 @@ from corral.sdk import Sandbox
 
 from .conftest import await_json, await_title, center, find_color, open_page, screenshot_image
 from .dockerutil import DockerHarness
-from .gateway_fixtures import KEY_A, RunningGateway, gateway
+from .gateway_fixtures import KEY_A, RunningGateway, module_gateway
 from .test_input import BUTTON_JS, BUTTON_PAGE
 from .vendor_fixtures import (
     BLUE,
@@ -24,6 +24,7 @@ from .vendor_fixtures import (
     INPUT_PAGE,
     RED,
     SCREEN,
+    cat,
     image_of,
     member,
     over_http,
@@ -40,10 +41,8 @@ OLD_EDITOR = "str_replace_editor"  # text_editor_20250124
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[RunningGateway]:
-    instance = f"it-vendor-a-{time.time_ns()}"
-    with gateway(tmp_path_factory.mktemp("gw"), instance, egress=False) as running:
+    with module_gateway(tmp_path_factory, runtime, "it-vendor-a", egress=False) as running:
         yield running
-    runtime.remove_all({"corral.gateway": instance})
 
 
 @pytest.fixture(scope="module")
@@ -72,10 +71,6 @@ def bash(sb: Sandbox, command: str, **more: Any) -> str:
 
 def edit(tool: str, **tool_input: Any) -> dict[str, Any]:
     return tool_use(tool, tool_input)
-
-
-def cat(sb: Sandbox, path: str) -> str:
-    return sb.files.read(path).decode()
 
 
 # -- the computer ------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from corral.sdk import Sandbox
 
 from .conftest import await_json, await_title, center, find_color, open_page, screenshot_image
 from .dockerutil import DockerHarness
-from .gateway_fixtures import KEY_A, RunningGateway, gateway
+from .gateway_fixtures import KEY_A, RunningGateway, module_gateway
 from .test_input import BUTTON_JS, BUTTON_PAGE
 from .vendor_fixtures import (
     BLUE,
@@ -25,6 +25,7 @@ from .vendor_fixtures import (
     RED,
     SCREEN,
     apply_patch_call,
+    cat,
     computer_call,
     item,
     local_shell_call,
@@ -40,10 +41,8 @@ SAFETY = [{"id": "cu_sc_1", "code": "malicious_instructions", "message": "The pa
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[RunningGateway]:
-    instance = f"it-vendor-o-{time.time_ns()}"
-    with gateway(tmp_path_factory.mktemp("gw"), instance, egress=False) as running:
+    with module_gateway(tmp_path_factory, runtime, "it-vendor-o", egress=False) as running:
         yield running
-    runtime.remove_all({"corral.gateway": instance})
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +62,6 @@ def failed(sb: Sandbox, call: dict[str, Any], code: str) -> tuple[dict[str, Any]
     out = item(reply, call, ok=False)
     assert reply["error"]["code"] == code, reply["error"]
     return reply, out
-
-
-def cat(sb: Sandbox, path: str) -> str:
-    return sb.files.read(path).decode()
 
 
 def exists(sb: Sandbox, path: str) -> bool:

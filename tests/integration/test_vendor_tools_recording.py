@@ -4,7 +4,6 @@ as it was asked: the blocks verbatim, the native actions they became, the vendor
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from corral.recording.bundle import read_bundle
 from corral.sdk import Sandbox
 
 from .dockerutil import DockerHarness
-from .gateway_fixtures import KEY_A, RunningGateway, gateway, replay_cli, unpack_recording
+from .gateway_fixtures import KEY_A, RunningGateway, module_gateway, replay_cli, unpack_recording
 from .vendor_fixtures import apply_patch_call, item, shell_call, tool_result, tool_use
 
 pytestmark = pytest.mark.usefixtures("desktop_image")
@@ -56,10 +55,8 @@ BLOCKS: list[tuple[str, dict[str, Any], bool]] = [
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[RunningGateway]:
-    instance = f"it-vendor-rec-{time.time_ns()}"
-    with gateway(tmp_path_factory.mktemp("gw"), instance, egress=False) as running:
+    with module_gateway(tmp_path_factory, runtime, "it-vendor-rec", egress=False) as running:
         yield running
-    runtime.remove_all({"corral.gateway": instance})
 
 
 @pytest.fixture(scope="module")

@@ -170,6 +170,11 @@ def tool_result(reply: dict[str, Any], block: dict[str, Any], *, ok: bool = True
     return typing.cast(dict[str, Any], result)
 
 
+def cat(sb: Sandbox, path: str) -> str:
+    """A file of the session as text."""
+    return sb.files.read(path).decode()
+
+
 def text_of(result: dict[str, Any]) -> str:
     """The text blocks of a tool_result, joined."""
     if isinstance(result["content"], str):

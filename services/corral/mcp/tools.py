@@ -96,6 +96,12 @@ def _file_text(content: bytes) -> dict[str, Any]:
         return {"content": base64.b64encode(content).decode(), "encoding": "base64", "size": len(content)}
 
 
+def _exec_answer(reply: dict[str, Any]) -> CallToolResult:
+    """A command's ended reply as the tool's answer: its exit code, stdout and stderr."""
+    result = asdict(commands.ExecResult.from_result(reply.get("result") or {}))
+    return results.data(result, _exec_summary(result))
+
+
 def _exec_summary(result: dict[str, Any]) -> str:
     ended = "timed out" if result.get("timed_out") else f"exit code {result.get('exit_code')}"
     parts = [ended]
@@ -128,16 +134,24 @@ class CorralTools:
         except httpx.HTTPError as exc:
             return results.error(ErrorCode.HTTP_ERROR, f"no answer from the gateway: {exc}")
 
-    async def _act(self, ctx: Ctx, session_id: str, body: dict[str, Any], summary: str) -> CallToolResult:
-        """One message to the session: its ``result`` (and screenshot) or its error."""
+    async def _answer(
+        self, ctx: Ctx, session_id: str, body: dict[str, Any], answer: Callable[[dict[str, Any]], CallToolResult]
+    ) -> CallToolResult:
+        """One message to the session: its reply as ``answer`` reads it, or the reply's error."""
 
         async def work(gateway: AsyncGateway) -> CallToolResult:
             reply = await gateway.act(session_id, body)
-            if not reply.get("ok"):
-                return results.reply_error(reply)
-            return results.with_screenshot(reply.get("result") or {}, summary, reply)
+            return answer(reply) if reply.get("ok") else results.reply_error(reply)
 
         return await self._call(ctx, work)
+
+    async def _act(self, ctx: Ctx, session_id: str, body: dict[str, Any], summary: str) -> CallToolResult:
+        """One message to the session: its ``result`` (and screenshot) or its error."""
+
+        def answer(reply: dict[str, Any]) -> CallToolResult:
+            return results.with_screenshot(reply.get("result") or {}, summary, reply)
+
+        return await self._answer(ctx, session_id, body, answer)
 
     # -- sessions ---------------------------------------------------------------------------------------
 
@@ -187,12 +201,7 @@ class CorralTools:
 
     async def screenshot(self, ctx: Ctx, session_id: SessionId) -> CallToolResult:
         """A screenshot of the session's screen (PNG). Coordinates of the other tools are its pixels."""
-
-        async def work(gateway: AsyncGateway) -> CallToolResult:
-            reply = await gateway.act(session_id, messages.screenshot("png", {}).body)
-            return results.image(reply) if reply.get("ok") else results.reply_error(reply)
-
-        return await self._call(ctx, work)
+        return await self._answer(ctx, session_id, messages.screenshot("png", {}).body, results.image)
 
     async def click(
         self,
@@ -340,16 +349,8 @@ class CorralTools:
     ) -> CallToolResult:
         """Run a command in the session as its agent user and answer its exit code, stdout and stderr.
         A non-zero exit code is an answer, not an error."""
-
-        async def work(gateway: AsyncGateway) -> CallToolResult:
-            action = commands.exec_action(command, None, cwd=cwd, timeout_ms=timeout_ms)
-            reply = await gateway.act(session_id, messages.exec(action).body)
-            if not reply.get("ok"):
-                return results.reply_error(reply)
-            result = asdict(commands.ExecResult.from_result(reply.get("result") or {}))
-            return results.data(result, _exec_summary(result))
-
-        return await self._call(ctx, work)
+        action = commands.exec_action(command, None, cwd=cwd, timeout_ms=timeout_ms)
+        return await self._answer(ctx, session_id, messages.exec(action).body, _exec_answer)
 
     async def read_file(
         self,
@@ -359,18 +360,15 @@ class CorralTools:
     ) -> CallToolResult:
         """A file's content: its text when it is UTF-8, else base64."""
 
-        async def work(gateway: AsyncGateway) -> CallToolResult:
-            reply = await gateway.act(session_id, messages.file_read(path, 0, None).body)
-            if not reply.get("ok"):
-                return results.reply_error(reply)
+        def answer(reply: dict[str, Any]) -> CallToolResult:
             try:
                 content = commands.file_bytes(reply.get("result") or {})
             except (binascii.Error, ValueError) as exc:
                 return results.error(ErrorCode.FILE_FAILED, f"the file's content could not be decoded: {exc}")
-            answer = _file_text(content)
-            return results.data({"path": path, **answer}, answer["content"] if answer["encoding"] == "utf-8" else None)
+            text = _file_text(content)
+            return results.data({"path": path, **text}, text["content"] if text["encoding"] == "utf-8" else None)
 
-        return await self._call(ctx, work)
+        return await self._answer(ctx, session_id, messages.file_read(path, 0, None).body, answer)
 
     async def write_file(
         self,

@@ -94,6 +94,12 @@ def _failed(code: ErrorCode, message: str, field: str | None = "action.path") ->
     return ActionError(code, message, field)
 
 
+def _check_line(line: int, first: int, last: int, message: str, field: str) -> None:
+    """A line number outside [first, last] fails the action with the reference's ``message``."""
+    if line < first or line > last:
+        raise _failed(ErrorCode.INVALID_FIELD, message, field)
+
+
 def view_text(content: str, path: str, view_range: tuple[int, int] | None, limit: int) -> str:
     """``view`` of a file: numbered lines, all or ``view_range`` ([first, last], last -1 = to the end)."""
     init_line = 1
@@ -102,13 +108,14 @@ def view_text(content: str, path: str, view_range: tuple[int, int] | None, limit
         count = len(lines)
         init_line, final_line = view_range
         shown = list(view_range)
-        if init_line < 1 or init_line > count:
-            raise _failed(
-                ErrorCode.INVALID_FIELD,
-                f"Invalid `view_range`: {shown}. Its first element `{init_line}` should be within the range of "
-                f"lines of the file: {[1, count]}",
-                "action.view_range",
-            )
+        _check_line(
+            init_line,
+            1,
+            count,
+            f"Invalid `view_range`: {shown}. Its first element `{init_line}` should be within the range of "
+            f"lines of the file: {[1, count]}",
+            "action.view_range",
+        )
         if final_line > count:
             raise _failed(
                 ErrorCode.INVALID_FIELD,
@@ -221,13 +228,14 @@ def insert(content: str, path: str, insert_line: int, new: str) -> tuple[str, st
     """``insert``: ``new`` after line ``insert_line`` (0: at the top); the new text and the message."""
     lines = content.split("\n")
     count = len(lines)
-    if insert_line < 0 or insert_line > count:
-        raise _failed(
-            ErrorCode.INVALID_FIELD,
-            f"Invalid `insert_line` parameter: {insert_line}. It should be within the range of lines of the file: "
-            f"{[0, count]}",
-            "action.insert_line",
-        )
+    _check_line(
+        insert_line,
+        0,
+        count,
+        f"Invalid `insert_line` parameter: {insert_line}. It should be within the range of lines of the file: "
+        f"{[0, count]}",
+        "action.insert_line",
+    )
     new_lines = new.split("\n")
     result = lines[:insert_line] + new_lines + lines[insert_line:]
     snippet = lines[max(0, insert_line - SNIPPET_LINES) : insert_line] + new_lines

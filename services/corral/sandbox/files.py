@@ -396,7 +396,7 @@ class AgentFiles:
     async def _copy_across(self, source: str, destination: str, overwrite: bool) -> None:
         """A move to another filesystem (/workspace and the home are two tmpfs): a regular file is
         copied (all or nothing) and then removed; a directory is refused as rename refused it."""
-        if not overwrite and await self._exists(destination):
+        if not overwrite and await lexists(self._fs, destination):
             raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), destination)
         fd = await self.open_regular(source)
         try:
@@ -410,12 +410,14 @@ class AgentFiles:
             os.close(fd)
         await self._fs.unlink(source)
 
-    async def _exists(self, path: str) -> bool:
-        try:
-            await self._fs.stat(path, follow_symlinks=False)
-        except FileNotFoundError:
-            return False
-        return True
+
+async def lexists(fs: AgentFs, path: str) -> bool:
+    """Whether ``path`` names anything (a dangling symlink included), like ``os.path.lexists``."""
+    try:
+        await fs.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def file_error(exc: OSError, field: str) -> ActionError:

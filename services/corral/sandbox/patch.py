@@ -16,7 +16,7 @@ from corral.protocol import actions as a
 from corral.protocol import v4a
 from corral.sandbox.agentfs import AgentFs
 from corral.sandbox.editor import Editor
-from corral.sandbox.files import WORKSPACE, file_error, in_thread
+from corral.sandbox.files import WORKSPACE, file_error, in_thread, lexists
 
 
 class Patcher:
@@ -41,7 +41,7 @@ class Patcher:
         match action.operation:
             case "create_file":
                 text = v4a.parse_create(action.diff or "")
-                if await self._exists(path):
+                if await lexists(self._fs, path):
                     raise ActionError(
                         ErrorCode.FILE_EXISTS, f"{path} already exists; update it or delete it first", "action.path"
                     )
@@ -54,7 +54,7 @@ class Patcher:
                 return f"Created {path}"
             case "update_file":
                 chunks = v4a.parse_update(action.diff or "")
-                if not await self._exists(path):
+                if not await lexists(self._fs, path):
                     raise ActionError(
                         ErrorCode.NO_SUCH_FILE, f"{path} does not exist; create it with create_file", "action.path"
                     )
@@ -70,10 +70,3 @@ class Patcher:
                     )
                 await self._fs.unlink(path)
                 return f"Deleted {path}"
-
-    async def _exists(self, path: str) -> bool:
-        try:
-            await self._fs.stat(path, follow_symlinks=False)
-        except FileNotFoundError:
-            return False
-        return True

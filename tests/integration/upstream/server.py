@@ -299,9 +299,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             ).encode()
             kind = "text/html; charset=utf-8"
         elif self.path.startswith("/page/") and _page(self.path) is not None:
-            # Test pages (an attacker's, for the inner-boundary tests), mounted from tests/integration/upstream/pages.
+            # Test pages (an attacker's, for the inner-boundary tests), mounted from tests/integration/upstream/pages,
+            # and the scripts they share.
             payload = _page(self.path) or b""
-            kind = "text/html; charset=utf-8"
+            script = self.path.split("?")[0].endswith(".js")
+            kind = "text/javascript; charset=utf-8" if script else "text/html; charset=utf-8"
         elif self.path.startswith("/download/"):
             # A file the browser saves rather than shows (the files tests find it in ~/Downloads).
             name = self.path[len("/download/") :].split("?")[0]

@@ -13,15 +13,8 @@ from corral.gateway.app import create_app
 from corral.gateway.server import RedactTokens, running
 from corral.gateway.sessions import SessionManager
 
+from ..mcp.handshake import INITIALIZE, MCP_HEADERS
 from .routes.conftest import KEY, LoopbackRuntime, closed_port, settings_for
-
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
-}
-MCP_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
 @pytest.mark.parametrize(

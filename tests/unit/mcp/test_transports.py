@@ -15,25 +15,18 @@ from corral.gateway.app import create_app
 from corral.mcp.transports import transport_security
 
 from ..gateway.routes.conftest import KEY, OTHER_KEY, LoopbackRuntime, client_for, settings_for, wired
+from .handshake import INITIALIZE, MCP_HEADERS
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # starlette's note about httpx, on import
     from starlette.testclient import TestClient
-
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
-}
-HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
 async def test_no_credential_or_a_wrong_one_is_the_gateways_401(tmp_path: Path) -> None:
     app = wired(settings_for(tmp_path))
     for credential in (None, "wrong"):
         async with client_for(app, credential) as http:
-            answer = await http.post("/mcp", content=json.dumps(INITIALIZE), headers=HEADERS)
+            answer = await http.post("/mcp", content=json.dumps(INITIALIZE), headers=MCP_HEADERS)
         assert answer.status_code == 401
         assert answer.json() == {
             "ok": False,
@@ -45,19 +38,19 @@ async def test_no_credential_or_a_wrong_one_is_the_gateways_401(tmp_path: Path) 
 async def test_a_body_over_the_cap_is_the_gateways_413(tmp_path: Path) -> None:
     app = wired(settings_for(tmp_path, max_body_kb=1))
     async with client_for(app, KEY) as http:
-        answer = await http.post("/mcp", content=b"x" * 1025, headers=HEADERS)
+        answer = await http.post("/mcp", content=b"x" * 1025, headers=MCP_HEADERS)
     assert answer.status_code == 413 and answer.json()["error"]["code"] == "message_too_large"
 
 
 def test_the_session_manager_runs_with_the_gateways_lifespan(tmp_path: Path) -> None:
     app = create_app(settings_for(tmp_path), runtime=LoopbackRuntime())
     with TestClient(app, base_url="http://127.0.0.1:8700") as http:
-        answer = http.post("/mcp", json=INITIALIZE, headers={**HEADERS, "authorization": f"Bearer {KEY}"})
+        answer = http.post("/mcp", json=INITIALIZE, headers={**MCP_HEADERS, "authorization": f"Bearer {KEY}"})
         assert answer.status_code == 200, answer.text
         assert "mcp-session-id" in answer.headers
         # A name the guard does not know is refused before the SDK reads the message.
         foreign = http.post(
-            "/mcp", json=INITIALIZE, headers={**HEADERS, "authorization": f"Bearer {KEY}", "host": "evil.test"}
+            "/mcp", json=INITIALIZE, headers={**MCP_HEADERS, "authorization": f"Bearer {KEY}", "host": "evil.test"}
         )
         assert foreign.status_code == 421
 
@@ -91,7 +84,7 @@ def test_the_app_serves_mcp_through_a_second_lifespan(tmp_path: Path) -> None:
     app = create_app(settings_for(tmp_path), runtime=LoopbackRuntime())
     for _ in range(2):
         with TestClient(app, base_url="http://127.0.0.1:8700") as http:
-            answer = http.post("/mcp", json=INITIALIZE, headers={**HEADERS, "authorization": f"Bearer {KEY}"})
+            answer = http.post("/mcp", json=INITIALIZE, headers={**MCP_HEADERS, "authorization": f"Bearer {KEY}"})
             assert answer.status_code == 200, answer.text
 
 
@@ -100,14 +93,14 @@ def test_an_mcp_session_is_refused_to_another_credential(tmp_path: Path) -> None
     learned the id gets the SDK's 404 for a POST, a GET stream and a DELETE; the opener goes on."""
     app = create_app(settings_for(tmp_path), runtime=LoopbackRuntime())
     with TestClient(app, base_url="http://127.0.0.1:8700") as http:
-        opened = http.post("/mcp", json=INITIALIZE, headers={**HEADERS, "authorization": f"Bearer {KEY}"})
+        opened = http.post("/mcp", json=INITIALIZE, headers={**MCP_HEADERS, "authorization": f"Bearer {KEY}"})
         session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
         listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
-        other = {**HEADERS, **session, "authorization": f"Bearer {OTHER_KEY}"}
+        other = {**MCP_HEADERS, **session, "authorization": f"Bearer {OTHER_KEY}"}
         assert http.post("/mcp", json=listing, headers=other).status_code == 404
         assert http.get("/mcp", headers={**other, "accept": "text/event-stream"}).status_code == 404
         assert http.delete("/mcp", headers=other).status_code == 404
-        own = {**HEADERS, **session, "authorization": f"Bearer {KEY}"}
+        own = {**MCP_HEADERS, **session, "authorization": f"Bearer {KEY}"}
         assert http.post("/mcp", json=listing, headers=own).status_code == 200
         assert http.delete("/mcp", headers=own).status_code == 200
 
@@ -119,7 +112,7 @@ def test_one_credential_cannot_take_every_mcp_session(tmp_path: Path) -> None:
     app = create_app(settings, runtime=LoopbackRuntime())
 
     def headers(credential: str, **more: str) -> dict[str, str]:
-        return {**HEADERS, "authorization": f"Bearer {credential}", **more}
+        return {**MCP_HEADERS, "authorization": f"Bearer {credential}", **more}
 
     with TestClient(app, base_url="http://127.0.0.1:8700") as http:
         mine = [http.post("/mcp", json=INITIALIZE, headers=headers(KEY)) for _ in range(2)]

@@ -21,22 +21,18 @@ from corral.sandbox.launcher import ShepherdEvent, Spawned, SpawnRefused
 from corral.sandbox.placeholders import Placeholders
 from corral.sandbox.processes import ProcessSettings, ProcessTable, RunContext, signal_name, signal_number
 
+from .shepherd_fake import QueuedEvents
+
 EXITED = ShepherdEvent("exited", exit_code=0, running=False)
 
 
-class FakeControl:
+class FakeControl(QueuedEvents):
     """A shepherd's channel: events the test queues, orders it records."""
 
     def __init__(self) -> None:
-        self.events: asyncio.Queue[ShepherdEvent | None] = asyncio.Queue()
+        super().__init__()
         self.orders: list[tuple[str, int]] = []
         self.closed = False
-
-    async def next_event(self) -> ShepherdEvent | None:
-        event = await self.events.get()
-        if event is None:
-            self.events.put_nowait(None)
-        return event
 
     def signal(self, number: int) -> None:
         self.orders.append(("signal", number))

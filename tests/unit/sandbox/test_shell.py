@@ -30,6 +30,8 @@ from corral.sandbox.shell import (
     script,
 )
 
+from .shepherd_fake import QueuedEvents
+
 TOKEN = "0123456789abcdef" * 2
 
 # -- the transcript ----------------------------------------------------------------------------------------
@@ -111,12 +113,12 @@ def test_each_command_is_told_the_per_action_part_of_the_environment() -> None:
 # -- PersistentShell over a real bash ------------------------------------------------------------------------
 
 
-class BashControl:
+class BashControl(QueuedEvents):
     """A shepherd's channel over a local bash in its own process group: its exit, and kill_tree."""
 
     def __init__(self, child: asyncio.subprocess.Process) -> None:
+        super().__init__()
         self.child = child
-        self.events: asyncio.Queue[ShepherdEvent | None] = asyncio.Queue()
         self.waiting = asyncio.ensure_future(self._wait())
 
     async def _wait(self) -> None:
@@ -125,12 +127,6 @@ class BashControl:
             ShepherdEvent("exited", exit_code=code if code >= 0 else None, signal=-code if code < 0 else None)
         )
         self.events.put_nowait(None)
-
-    async def next_event(self) -> ShepherdEvent | None:
-        event = await self.events.get()
-        if event is None:
-            self.events.put_nowait(None)
-        return event
 
     def signal(self, number: int) -> None:
         os.killpg(self.child.pid, number)
