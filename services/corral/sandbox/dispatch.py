@@ -177,7 +177,9 @@ class Dispatcher:
                 results.append(await self._desktop.run(action, plan.after, context))
             except ActionError as exc:  # named as the request named it (as _execute does for desktop steps)
                 exc.field = vendor.request_field(plan.call, step.field, exc.field)
-                raise
+                if not vendor.answers_each_step(plan.call):
+                    raise
+                results.append(ActionResult({"error": exc.to_dict()}))
         image = None
         if plan.after.screenshot is not None:
             async with self._desktop.lock:

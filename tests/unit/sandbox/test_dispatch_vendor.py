@@ -20,13 +20,16 @@ IMAGE_URL = "data:image/png;base64," + base64.b64encode(IMAGE.data).decode()
 class ScriptedProcesses:
     """Answers each exec with the next scripted result; keeps the actions it was given."""
 
-    def __init__(self, results: list[dict[str, Any]]) -> None:
+    def __init__(self, results: list[dict[str, Any] | ActionError]) -> None:
         self.results = results
         self.actions: list[Any] = []
 
     async def run(self, action: Any, context: Any) -> dict[str, Any]:
         self.actions.append(action)
-        return self.results[len(self.actions) - 1]
+        result = self.results[len(self.actions) - 1]
+        if isinstance(result, ActionError):
+            raise result
+        return result
 
     async def close(self) -> None:
         return None
@@ -130,6 +133,23 @@ async def test_a_shell_call_stops_at_the_command_that_timed_out() -> None:
     event = recorder.events[0]
     assert event["dialect"] == "openai" and event["ok"] is False
     assert [step["command"] for step in event["native"]] == ["a", "b", "c"]
+
+
+async def test_a_shell_call_command_that_cannot_run_is_its_own_entry() -> None:
+    # The issue's "one entry per command": the others still run and keep their output.
+    refused = ActionError(ErrorCode.PROCESS_LIMIT, "the session runs its most processes", field="action.command")
+    processes = ScriptedProcesses([_exec("one\n"), refused, _exec("three\n")])
+    dispatcher, _ = _dispatcher(processes)
+    item = {"type": "shell_call", "call_id": "call_5", "action": {"commands": ["a", "b", "c"]}}
+    reply = await dispatcher.handle(json.dumps({"id": 8, "openai": item}))
+    assert [action.command for action in processes.actions] == ["a", "b", "c"]
+    assert reply["ok"] is False and reply["error"]["code"] == "process_limit"
+    assert reply["error"]["field"] == "openai.action.commands[1]"
+    assert reply["result"]["item"]["output"] == [
+        {"stdout": "one\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}},
+        {"stdout": "", "stderr": "the session runs its most processes", "outcome": {"type": "exit", "exit_code": 1}},
+        {"stdout": "three\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}},
+    ]
 
 
 async def test_a_shell_call_whose_commands_exit_non_zero_is_ok() -> None:

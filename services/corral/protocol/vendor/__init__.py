@@ -4,10 +4,11 @@ the dispatcher runs the native actions in between."""
 
 from corral.protocol.vendor.calls import VendorCall, call_of, is_block, is_item
 from corral.protocol.vendor.replies import failure_result, success_result
-from corral.protocol.vendor.steps import default_screenshot, next_action, request_field, translate
+from corral.protocol.vendor.steps import answers_each_step, default_screenshot, next_action, request_field, translate
 
 __all__ = [
     "VendorCall",
+    "answers_each_step",
     "call_of",
     "default_screenshot",
     "failure_result",

@@ -111,6 +111,8 @@ def request_field(call: VendorCall, step_field: str, native: str) -> str:
         name = rest.lstrip(".").split(".", 1)[0]
         if name in _SHELL_FIELDS:
             return f"{base}.{_SHELL_FIELDS[name]}"
+        if name == "command":  # the exec's command is the item's commands[i] itself
+            return step_field
     if call.tool == "local_shell_call":
         name, _, tail = rest.lstrip(".").partition(".")
         if name in _LOCAL_SHELL_FIELDS:
@@ -198,6 +200,12 @@ def next_action(
     return None if left < 1 else action.model_copy(update={"timeout_ms": left})
 
 
+def answers_each_step(call: VendorCall) -> bool:
+    """A shell_call's commands answer one entry each: a command that cannot run (``process_limit``,
+    ``exec_failed``, ...) is its own failed entry, and the others still run and keep their output."""
+    return call.tool == "shell_call"
+
+
 def default_screenshot(item: Any) -> bool:
     """A computer_call's output is its screenshot; the other tools' outputs have none."""
     return isinstance(item, dict) and item.get("type") == "computer_call"
@@ -243,6 +251,9 @@ def _cut(stdout: str, stderr: str, limit: int | None) -> tuple[str, str]:
 def _shell_entry(data: dict[str, Any] | None, limit: int | None) -> dict[str, Any]:
     if data is None:  # not run: the budget was spent
         return {"stdout": "", "stderr": "", "outcome": {"type": "timeout"}}
+    error = data.get("error")
+    if isinstance(error, dict):  # it could not run: the message, as failure() gives it
+        return {"stdout": "", "stderr": str(error.get("message") or ""), "outcome": {"type": "exit", "exit_code": 1}}
     stdout, stderr = _cut(str(data.get("stdout") or ""), str(data.get("stderr") or ""), limit)
     outcome = {"type": "timeout"} if data.get("timed_out") else {"type": "exit", "exit_code": _exit_code(data)}
     return {"stdout": stdout, "stderr": stderr, "outcome": outcome}
@@ -260,6 +271,11 @@ def _shell_success(call: VendorCall, steps: tuple[Step, ...], results: list[Acti
         _shell_entry(results[i].data if i < len(results) else None, call.max_output_length) for i in range(len(steps))
     ]
     timed_out = [i for i, entry in enumerate(entries) if entry["outcome"]["type"] == "timeout"]
+    failed = [i for i, result in enumerate(results) if isinstance(result.data.get("error"), dict)]
+    if failed and (not timed_out or failed[0] < timed_out[0]):
+        error = results[failed[0]].data["error"]
+        code, field = ErrorCode(error["code"]), error.get("field")
+        return shell_call_output(call, entries), ActionError(code, str(error["message"]), field=field)
     if not timed_out:
         return shell_call_output(call, entries), None
     first = steps[timed_out[0]].action

@@ -38,6 +38,12 @@ def next_action(
     return openai_tools.next_action(call, action, ran, spent_ms)
 
 
+def answers_each_step(call: VendorCall | None) -> bool:
+    """Whether a step that fails becomes its own entry in the reply (a shell_call's commands) rather
+    than failing the whole call."""
+    return call is not None and call.dialect == "openai" and openai_tools.answers_each_step(call)
+
+
 def request_field(call: VendorCall | None, step_field: str, native: str | None) -> str | None:
     """The field a native action's error names, as the request named it: ``action.x`` under the
     step's own field (as the desktop steps' errors are), a shell_call's exec fields as its own."""

@@ -441,7 +441,12 @@ def test_a_shell_calls_limits_past_the_maximum_are_clamped(plan: PlanFn) -> None
             "openai.action.max_output_length",
         ),
         (shell_call(["a"]), "openai.action.commands[0]", "action.timeout_ms", "openai.action.timeout_ms"),
-        (shell_call(["a"]), "openai.action.commands[0]", "action.command", "openai.action.commands[0].command"),
+        (
+            shell_call(["a"]),
+            "openai.action.commands[0]",
+            "action.command",
+            "openai.action.commands[0]",
+        ),  # the command itself
         (local_shell_call(["ls"]), "openai.action", "action.cwd", "openai.action.working_directory"),
         (local_shell_call(["ls"]), "openai.action", "action.timeout_ms", "openai.action.timeout_ms"),
     ],
