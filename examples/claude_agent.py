@@ -65,6 +65,7 @@ def main(task: str, toolset: bool) -> int:
                 model=MODEL,
                 max_tokens=4096,
                 system=SYSTEM,
+                # Plain dicts, as the API takes them; the SDK types them as its TypedDicts.
                 tools=tools,  # type: ignore[arg-type]
                 messages=messages,  # type: ignore[arg-type]
                 betas=betas,

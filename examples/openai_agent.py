@@ -45,6 +45,7 @@ def main(task: str) -> int:
         return 2
     client = openai.OpenAI()
     with Sandbox.create() as sb:
+        # TOOLS and the results are plain dicts; the SDK's overloads want its TypedDicts.
         response = client.responses.create(  # type: ignore[call-overload]
             model=MODEL,
             instructions=INSTRUCTIONS,

@@ -362,10 +362,9 @@ def test_the_same_blocks_over_http(gw: RunningGateway, sb: Sandbox) -> None:
 
 
 def test_a_tools_error_names_the_field_of_the_block(sb: Sandbox) -> None:
-    """FAILS on e2e13 (reported to the lead; vendor13's dispatch): an error of a tool that runs apart
-    from the desktop (shell, edit, apply_patch) names the native field (``action.old_str``,
-    ``action.timeout_ms``), which the block the client sent does not have; the computer's errors name
-    the block's own (``anthropic...``), as every error's ``field`` should."""
+    """An error of a tool that runs apart from the desktop (shell, edit, apply_patch) names the block's
+    own field (``anthropic.input...``), as the computer's errors do; it once named the native field
+    (``action.old_str``, ``action.timeout_ms``), which the block the client sent does not have."""
     sb.files.write("/workspace/field.txt", "a\n")
     fields = [
         failed(sb, edit(OLD_EDITOR, command="str_replace", path="/workspace/field.txt", old_str="b"), "no_match"),

@@ -301,17 +301,17 @@ def test_a_patch_envelope_touches_only_the_operations_own_path(sb: Sandbox) -> N
 
 
 def test_a_tools_error_names_the_field_of_the_item(sb: Sandbox) -> None:
-    """FAILS on e2e13 (reported to the lead; vendor13's dispatch): apply_patch's errors name the native
-    field (``action.diff``), which the item the client sent does not have (``openai.operation.diff``)."""
+    """apply_patch's errors name the item's own field (``openai.operation.diff``); they once named the
+    native field (``action.diff``), which the item the client sent does not have."""
     sb.files.write("/workspace/field.txt", "a\n")
     reply, _ = failed(sb, apply_patch_call("update_file", "field.txt", "@@\n-zzz\n+y\n"), "patch_failed")
     assert reply["error"]["field"].startswith("openai."), reply["error"]
 
 
 def test_a_computer_call_always_answers_with_its_item(sb: Sandbox) -> None:
-    """FAILS on e2e13 (reported to the lead; vendor13): with ``screenshot: false`` a computer_call
-    answers ``ok: true`` with an empty ``result`` (no ``computer_call_output`` at all). The output needs
-    a screenshot: take it anyway, or refuse the envelope; never a success with nothing to send back."""
+    """A computer_call's output is its screenshot: with ``screenshot: false`` it once answered ``ok:
+    true`` with an empty ``result``. Now it takes it anyway or refuses the envelope; never a success
+    with nothing to send back."""
     call = computer_call({"type": "move", "x": 5, "y": 5})
     reply = sb.request({"openai": call, "screenshot": False})
     if reply["ok"]:
@@ -321,9 +321,8 @@ def test_a_computer_call_always_answers_with_its_item(sb: Sandbox) -> None:
 
 
 def test_an_asked_screenshot_is_never_lost(sb: Sandbox) -> None:
-    """FAILS on e2e13 (reported to the lead; vendor13): ``screenshot: true`` on a shell_call (whose
-    output cannot hold an image) answers only the image's size: its data is neither in the item nor in
-    the reply's ``screenshot``, as it is for a native action."""
+    """``screenshot: true`` on a shell_call (whose output cannot hold an image) brings the image's data
+    in the reply's ``screenshot``, as for a native action; it once answered only the image's size."""
     call = shell_call("echo with-a-screenshot")
     reply = sb.request({"openai": call, "screenshot": True})
     assert item(reply, call)["output"][0]["stdout"] == "with-a-screenshot\n"

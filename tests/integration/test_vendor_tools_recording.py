@@ -103,10 +103,10 @@ def test_the_recording_replays_against_a_fresh_sandbox(replayed: tuple[int, str,
 
 
 def test_the_replay_judges_each_tool_step_by_its_result(replayed: tuple[int, str, str]) -> None:
-    """FAILS on e2e13 (reported to the lead): corral.recording.judge knows exec and the file actions
-    only, so a shell, edit or apply_patch step is judged by its frame, has none, and is skipped; and a
-    shell_call's exec steps compare the exit code of a reply that has none at the top level (its
-    outcomes are in result.item). A replay of a vendor-driven session then proves almost nothing."""
+    """A replay judges every vendor-driven step: corral.recording.judge once knew exec and the file
+    actions only, so a shell, edit or apply_patch step was judged by its frame, had none, and was
+    skipped, and a shell_call's exec steps compared the exit code of a reply that has none at the top
+    level (its outcomes are in result.item)."""
     code, junit, report = replayed
     assert code == 0, report
     assert 'skipped="0"' in junit, junit
