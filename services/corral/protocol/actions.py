@@ -727,6 +727,13 @@ PROCESS_ACTIONS: tuple[type[_Action], ...] = get_args(ProcessAction)
 
 SHELL_TIMEOUT_MS = 120_000  # the reference bash tool's 120 s
 MAX_TOOL_OUTPUT_CHARS = 16_000  # the reference tools' cut (their MAX_RESPONSE_LEN), with a note saying so
+# The note after a cut (anthropic-quickstarts, computer-use-demo tools/run.py, TRUNCATED_MESSAGE): the
+# editor and the persistent shell both end a cut output with it, as the reference's tools do.
+TRUNCATED_NOTE = (
+    "<response clipped><NOTE>To save on context only part of this file has been shown to you. "
+    "You should retry this tool after you have searched inside the file with `grep -n` "
+    "in order to find the line numbers of what you are looking for.</NOTE>"
+)
 
 
 class Shell(_Action):

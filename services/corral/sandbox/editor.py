@@ -45,14 +45,10 @@ from typing import Any, TypeVar
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import actions as a
 from corral.sandbox.agentfs import AgentFs
-from corral.sandbox.files import WORKSPACE, AgentFiles, TempFile, file_error, in_thread
+from corral.sandbox.files import WORKSPACE, AgentFiles, TempFile, file_error, in_thread, read_window
 
 SNIPPET_LINES = 4
-TRUNCATED_MESSAGE = (
-    "<response clipped><NOTE>To save on context only part of this file has been shown to you. You should retry "
-    "this tool after you have searched inside the file with `grep -n` in order to find the line numbers of what you "
-    "are looking for.</NOTE>"
-)
+TRUNCATED_MESSAGE = a.TRUNCATED_NOTE  # after a cut view, as the reference editor's (its name for it)
 MAX_EDIT_BYTES = 10 << 20  # 10 MiB: a file the editor reads whole, and keeps in the undo history
 MAX_LISTED = 10_000  # entries of a directory view looked at (all levels together)
 # A view's text, however large ``max_characters`` is: its JSON fits a 16 MiB reply frame with room
@@ -448,7 +444,7 @@ class Editor:
                     f"{path} is {size} bytes; the editor takes files of at most {MAX_EDIT_BYTES} bytes "
                     "(read it in windows with file_read, search it with file_grep)",
                 )
-            data = await in_thread(_read_all, fd, MAX_EDIT_BYTES + 1)
+            data = await in_thread(read_window, fd, 0, MAX_EDIT_BYTES + 1)
         finally:
             os.close(fd)
         if len(data) > MAX_EDIT_BYTES:
@@ -509,15 +505,3 @@ def _required(value: T | None, name: str, command: str) -> T:
             ErrorCode.MISSING_FIELD, f"Parameter `{name}` is required for command: {command}", f"action.{name}"
         )
     return value
-
-
-def _read_all(fd: int, limit: int) -> bytes:
-    parts: list[bytes] = []
-    got = 0
-    while got < limit:
-        part = os.read(fd, min(1 << 20, limit - got))
-        if not part:
-            break
-        parts.append(part)
-        got += len(part)
-    return b"".join(parts)

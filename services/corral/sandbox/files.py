@@ -120,7 +120,8 @@ async def in_thread(fn: Callable[..., T], *args: Any) -> T:
         raise
 
 
-def _read_window(fd: int, offset: int, length: int) -> bytes:
+def read_window(fd: int, offset: int, length: int) -> bytes:
+    """Up to ``length`` bytes of a regular file from ``offset`` (fewer at its end), in chunks."""
     parts: list[bytes] = []
     got = 0
     while got < length:
@@ -220,7 +221,7 @@ class AgentFiles:
         fd = await self.open_regular(path)
         try:
             size = os.fstat(fd).st_size
-            data = await in_thread(_read_window, fd, action.offset, action.length)
+            data = await in_thread(read_window, fd, action.offset, action.length)
         finally:
             os.close(fd)
         complete = len(data) < action.length or action.offset + len(data) >= size

@@ -59,12 +59,7 @@ log = logging.getLogger(__name__)
 SHELL_ARGV = ("bash", "--login", "-s")  # a login shell, as ``exec``'s ``bash -lc``, reading its stdin
 # Run once, first: stderr joins stdout (one pipe, in order), and a copy of that pipe is kept aside.
 STARTUP = "exec 2>&1 {__corral_out}>&1; readonly __corral_out\n"
-# The reference tools' note (anthropic-quickstarts, computer-use-demo tools/run.py, TRUNCATED_MESSAGE).
-TRUNCATED_NOTE = (
-    "<response clipped><NOTE>To save on context only part of this file has been shown to you. "
-    "You should retry this tool after you have searched inside the file with `grep -n` "
-    "in order to find the line numbers of what you are looking for.</NOTE>"
-)
+TRUNCATED_NOTE = a.TRUNCATED_NOTE  # after a cut output, as the reference bash tool's
 RESTARTED = "tool has been restarted."  # the reference bash tool's answer to restart
 SENTINEL_WINDOW = 4096  # the newest bytes kept past the cap: the sentinel line is always among them
 MARKER_BYTES = 64  # the sentinel line's most: newline, 32 hex digits, colon, status, newline
