@@ -18,6 +18,7 @@ from corral.errors import ActionFailed, CorralError
 
 # The Responses API's output items Corral serves; a reply's other items (messages, reasoning,
 # function calls) are the caller's own.
+# corral.protocol.vendor.calls.OPENAI_ITEMS too, which the SDK does not import (a test holds them equal).
 OPENAI_CALLS = ("computer_call", "shell_call", "local_shell_call", "apply_patch_call")
 
 Dialect = Literal["anthropic", "openai"]

@@ -68,3 +68,11 @@ def test_a_reply_is_read_as_the_vendor_result_whether_ok_or_not() -> None:
         vendor_result({"ok": False, "id": 1, "error": ERROR}, "item")
     with pytest.raises(ActionFailed, match="patch_failed"):
         vendor_result({"ok": False, "id": 1, "error": ERROR, "result": {"tool_result": {}}}, "item")
+
+
+def test_the_client_sends_the_items_the_controller_serves() -> None:
+    # Two copies on purpose: the SDK does not import corral.protocol (its pydantic models cost start-up).
+    from corral.protocol.vendor.calls import ANTHROPIC_BLOCK, OPENAI_ITEMS
+    from corral.tool_calls import OPENAI_CALLS
+
+    assert OPENAI_CALLS == OPENAI_ITEMS and BLOCK["type"] == ANTHROPIC_BLOCK
