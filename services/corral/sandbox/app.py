@@ -17,6 +17,7 @@ from starlette.requests import HTTPConnection
 
 from corral.bodies import ClosingStream, read_capped
 from corral.errors import ActionError, ErrorCode, error_body
+from corral.protocol import reply
 from corral.protocol.envelope import Limits, decode
 from corral.sandbox import transfer
 from corral.sandbox.auth import RequestVerifier, read_secret
@@ -134,17 +135,20 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         return JSONResponse({"ok": True, **checks, "browser": "connected" if desktop.browser.connected else "up"})
 
     @app.post("/v1/actions")
-    async def actions(request: Request, dispatcher: DispatcherDep) -> JSONResponse:
+    async def actions(request: Request, dispatcher: DispatcherDep) -> Response:
         limit = request.app.state.max_body
         body = await read_capped(request, limit)
         if body is None:
             out = dispatcher.refuse(
                 ActionError(ErrorCode.MESSAGE_TOO_LARGE, f"the message is over {limit} bytes; at most {limit}")
             )
+            frame = reply.encode(out)
         else:
-            out = await dispatcher.handle(body)
+            incoming = dispatcher.read(body)
+            # The frame fitted is the body sent: a screenshot's reply is encoded once, not twice.
+            out, frame = fitted(incoming, await dispatcher.run(incoming))
         status = 200 if out["ok"] else _STATUS.get(out["error"]["code"], 400)
-        return JSONResponse(out, status_code=status)
+        return Response(frame, status_code=status, media_type="application/json")
 
     app.add_api_route("/v1/files", put_file, methods=["PUT"])
     app.add_api_route("/v1/files", get_file, methods=["GET"])
