@@ -74,6 +74,8 @@ class ErrorCode(StrEnum):
     NOTHING_TO_UNDO = "nothing_to_undo"
     PATCH_FAILED = "patch_failed"
     UNKNOWN_TOOL = "unknown_tool"
+    # The control lease (corral.sandbox.lease): a human or an exclusive CDP client holds the session.
+    CONTROL_TAKEN = "control_taken"
     # The controller's door (corral.sandbox.guard): browsers, callers without its secret, wrong media types.
     FORBIDDEN = "forbidden"
     UNAUTHORIZED = "unauthorized"
@@ -130,7 +132,7 @@ class CodedError(CorralError):
         if field is not None:
             self.field = field
 
-    def to_dict(self) -> dict[str, str]:
+    def to_dict(self) -> dict[str, Any]:
         """The ``error`` member of :func:`error_body`."""
         out = {"code": str(self.code), "message": self.message}
         if self.field is not None:
@@ -152,6 +154,21 @@ class ActionError(CodedError):
 
     def __repr__(self) -> str:
         return f"ActionError({self.code!s}, {self.message!r}, field={self.field!r})"
+
+
+class ControlTaken(ActionError):
+    """Someone else holds the session's control lease (corral.sandbox.lease): a human with a control
+    link or an exclusive CDP connection. The error names the holder and since when (unix seconds)."""
+
+    def __init__(self, holder: str, since: float) -> None:
+        super().__init__(
+            ErrorCode.CONTROL_TAKEN, f"control of the session is held by {holder}; wait for it to be handed back"
+        )
+        self.holder = holder
+        self.since = since
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "holder": self.holder, "since": self.since}
 
 
 _ERRNO_CODES: dict[int, ErrorCode] = {

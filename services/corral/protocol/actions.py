@@ -833,6 +833,36 @@ class Secrets(_Action):
     type: Literal["secrets"]
 
 
+# -- the control lease (corral.sandbox.lease): the agent's side of a human's takeover
+
+MAX_CONTROL_WAIT_MS = 600_000
+MAX_HELP_WAIT_MS = 3_600_000
+
+
+class Control(_Action):
+    """Who holds the session's control lease, and the human's hand-back note if one waits for the
+    agent; with ``wait_ms``, waits that long for a human (or an exclusive CDP client) to hand back."""
+
+    type: Literal["control"]
+    wait_ms: Annotated[int, Field(ge=0, le=MAX_CONTROL_WAIT_MS)] = 0
+
+
+class RequestControl(_Action):
+    """Ask a human to step in (a login, a CAPTCHA): every viewer shows ``reason`` in a banner; waits
+    up to ``wait_ms`` for a human to take control and hand it back, and returns their note."""
+
+    type: Literal["request_control"]
+    reason: Annotated[str, Field(min_length=1, max_length=500)]
+    wait_ms: Annotated[int, Field(ge=0, le=MAX_HELP_WAIT_MS)] = 300_000
+
+
+LEASE_ACTIONS: tuple[type[_Action], ...] = (Control, RequestControl)
+"""Never refused by the lease; they run apart from the desktop's lock (they wait for people)."""
+
+HUMAN_INPUT: tuple[type[_Action], ...] = (Move, MouseDown, MouseUp, Click, Scroll, Key, Type)
+"""What a viewer holding the lease may send (a paste is a ``type``), run through the same XTest path."""
+
+
 AnyAction = (
     Screenshot
     | Zoom
@@ -876,6 +906,8 @@ AnyAction = (
     | FileGlob
     | FileGrep
     | Secrets
+    | Control
+    | RequestControl
 )
 """Every native action: the one list. A new action is added here, and everything else follows from it:
 validation (:data:`NativeAction`), the registry (:data:`ACTIONS`) and, through ``assert_never``, mypy's

@@ -54,6 +54,9 @@ class Envelope(BaseModel):
     timeout_ms: Annotated[int, Field(ge=1)] | None = None
     display: DisplaySize | None = None
     acknowledge_safety_checks: bool = False  # a computer_call's output acknowledges its pending safety checks
+    # While a human (or an exclusive CDP client) holds the control lease: wait this long for it to be
+    # handed back before failing with control_taken (corral.sandbox.lease).
+    wait_for_control_ms: Annotated[int, Field(ge=0, le=a.MAX_CONTROL_WAIT_MS)] = 0
 
 
 _ENVELOPE = TypeAdapter(Envelope)
@@ -254,4 +257,13 @@ def plan_request(obj: dict[str, Any], screen: Size, limits: Limits) -> Plan:
         settle_quiet_ms=env.settle_quiet_ms or limits.settle_quiet_ms,
         settle_min_ms=limits.settle_min_ms if env.settle_min_ms is None else env.settle_min_ms,
     )
-    return Plan(env.id, dialect, tuple(steps), after, timeout_ms, scale=scale, call=call)
+    return Plan(
+        env.id,
+        dialect,
+        tuple(steps),
+        after,
+        timeout_ms,
+        scale=scale,
+        call=call,
+        wait_for_control_ms=env.wait_for_control_ms,
+    )

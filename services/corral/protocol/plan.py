@@ -49,6 +49,7 @@ class Plan:
     timeout_ms: int
     scale: Scale | None = None
     call: VendorCall | None = None  # a whole vendor block or item: the reply is the vendor's result
+    wait_for_control_ms: int = 0  # how long the agent's request waits for the control lease
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,6 +88,33 @@ class ActionEvent:
     id: str
     phase: Literal["start", "end"]
     ack: bool = False
+    # Who acted, when not the agent: ``human:<link id>`` (a viewer's input), ``cdp:<conn id>``.
+    actor: str | None = None
+
+
+LEASE_CHANGES = ("taken", "returned", "left", "requested", "request_ended")
+LINK_CHANGES = ("created", "used", "revoked", "expired")
+LINK_MODES = ("view", "control")
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseEvent:
+    """The controller's report of a change of the session's control lease (corral.sandbox.lease)."""
+
+    change: str  # one of LEASE_CHANGES
+    holder: str
+    previous: str
+
+
+@dataclass(frozen=True, slots=True)
+class LinkEvent:
+    """The gateway's report of a viewer link made, used, revoked or expired (corral.gateway.links)."""
+
+    change: str  # one of LINK_CHANGES
+    link: str
+    mode: str  # one of LINK_MODES
+    actor: str
+    expires_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +125,7 @@ class SetSecrets:
     actor: str
 
 
-Message = Hello | SetPolicy | Status | ActionEvent | SetSecrets
+Message = Hello | SetPolicy | Status | ActionEvent | SetSecrets | LeaseEvent | LinkEvent
 
 
 def _text(obj: dict[str, Any], key: str, max_len: int = 256) -> str:
@@ -137,12 +164,38 @@ def parse_message(line: bytes) -> Message:
         phase = obj.get("phase")
         if phase not in ("start", "end"):
             raise InvalidMessage(INVALID_FIELD, "'phase' must be 'start' or 'end'", "phase")
-        action_id = obj.get("id")
-        # fullmatch, not match: "$" would let a trailing newline through.
-        if not isinstance(action_id, str) or ACTION_ID.fullmatch(action_id) is None:
-            raise InvalidMessage(INVALID_FIELD, "'id' must be 1 to 64 characters from A-Z a-z 0-9 _ . : -", "id")
-        return ActionEvent(action_id, phase, bool(obj.get("ack", False)))
+        actor = _token(obj, "actor") if obj.get("actor") is not None else None
+        return ActionEvent(_token(obj, "id"), phase, bool(obj.get("ack", False)), actor)
+    if op == "lease":
+        return LeaseEvent(_choice(obj, "change", LEASE_CHANGES), _token(obj, "holder"), _token(obj, "previous"))
+    if op == "link":
+        expires_at = obj.get("expires_at")
+        if isinstance(expires_at, bool) or not isinstance(expires_at, int | float):
+            raise InvalidMessage(INVALID_FIELD, "'expires_at' must be a number (unix seconds)", "expires_at")
+        return LinkEvent(
+            _choice(obj, "change", LINK_CHANGES),
+            _token(obj, "link"),
+            _choice(obj, "mode", LINK_MODES),
+            _token(obj, "actor"),
+            float(expires_at),
+        )
     raise InvalidMessage(INVALID_REQUEST, f"unknown op {op!r}", "op")
+
+
+def _token(obj: dict[str, Any], key: str) -> str:
+    """An id that lands in audit records: an action id's alphabet and length."""
+    value = obj.get(key)
+    # fullmatch, not match: "$" would let a trailing newline through.
+    if not isinstance(value, str) or ACTION_ID.fullmatch(value) is None:
+        raise InvalidMessage(INVALID_FIELD, f"{key!r} must be 1 to 64 characters from A-Z a-z 0-9 _ . : -", key)
+    return value
+
+
+def _choice(obj: dict[str, Any], key: str, choices: tuple[str, ...]) -> str:
+    value = obj.get(key)
+    if value not in choices:
+        raise InvalidMessage(INVALID_FIELD, f"{key!r} must be one of {', '.join(choices)}", key)
+    return str(value)
 
 
 def _secrets(entries: Any) -> tuple[Secret, ...]:

@@ -42,6 +42,7 @@ _STATUS: dict[str, int] = {
     ErrorCode.NO_SUCH_FILE: 404,
     ErrorCode.PERMISSION_DENIED: 403,
     ErrorCode.FILE_EXISTS: 409,
+    ErrorCode.CONTROL_TAKEN: 409,
     ErrorCode.DIRECTORY_NOT_EMPTY: 409,
     ErrorCode.TOO_LARGE: 413,
     ErrorCode.NO_SPACE: 507,

@@ -23,6 +23,7 @@ from corral.sandbox.browser import Browser
 from corral.sandbox.editor import Editor
 from corral.sandbox.files import AgentFiles
 from corral.sandbox.launcher import LauncherClient
+from corral.sandbox.lease import ControlLease
 from corral.sandbox.patch import Patcher
 from corral.sandbox.placeholders import Placeholders
 from corral.sandbox.processes import ProcessTable, RunContext
@@ -101,6 +102,8 @@ class Desktop:
         self.shell = shell
         self.size = Size(self.screen.width, self.screen.height)
         self.lock = asyncio.Lock()
+        # Who may drive this desktop now (the agent, a human with a control link, an exclusive CDP client).
+        self.lease = ControlLease()
 
     @classmethod
     def open(cls, settings: ControllerSettings) -> Desktop:
@@ -275,6 +278,9 @@ class Desktop:
                 return ActionResult(await _part(self.search, "file search").run(action, context))
             case a.Secrets():
                 return ActionResult({"secrets": dict(self.placeholders.by_name)})
+            case a.Control() | a.RequestControl():
+                # The lease15 helper replaces this with the lease's waits (design15.md).
+                raise ActionError(ErrorCode.UNSUPPORTED, f"{action.type} is not built yet")
             case _:
                 # mypy proves this unreachable: a member of AnyAction without its case above fails the type check.
                 assert_never(action)

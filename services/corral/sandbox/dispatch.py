@@ -11,7 +11,14 @@ from typing import Any
 
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import reply, vendor
-from corral.protocol.actions import FILE_ACTIONS, PROCESS_ACTIONS, TOOL_ACTIONS, ScreenshotOptions, Secrets
+from corral.protocol.actions import (
+    FILE_ACTIONS,
+    LEASE_ACTIONS,
+    PROCESS_ACTIONS,
+    TOOL_ACTIONS,
+    ScreenshotOptions,
+    Secrets,
+)
 from corral.protocol.envelope import MAX_FRAME_BYTES, Limits, decode, plan_request, request_id_of
 from corral.protocol.plan import ActionResult, After, EncodedImage, Plan, RequestId
 from corral.sandbox.desktop import Desktop
@@ -21,9 +28,9 @@ from corral.sandbox.recorder import Recorder
 
 log = logging.getLogger(__name__)
 
-# Actions that never touch the screen (commands, files, the tools over them, the session's placeholders): they
-# run beside the desktop's (Incoming.apart).
-APART_ACTIONS: tuple[type, ...] = (*PROCESS_ACTIONS, *FILE_ACTIONS, *TOOL_ACTIONS, Secrets)
+# Actions that never touch the screen (commands, files, the tools over them, the session's placeholders) and
+# the lease's (they wait for people): they run beside the desktop's (Incoming.apart).
+APART_ACTIONS: tuple[type, ...] = (*PROCESS_ACTIONS, *FILE_ACTIONS, *TOOL_ACTIONS, Secrets, *LEASE_ACTIONS)
 # How long a failed computer_call waits for the screenshot its output needs (else it has none).
 FAILURE_SCREENSHOT_S = 5.0
 

@@ -99,11 +99,16 @@ class ActionReporter:
             return False
         return True
 
-    async def started(self, action_id: str) -> None:
-        await self._send({"op": "action", "id": action_id, "phase": "start"}, ack=True)
+    async def started(self, action_id: str, actor: str | None = None) -> None:
+        """``actor``: who acted when not the agent (``human:<link id>``, ``cdp:<conn id>``)."""
+        await self._send(_action(action_id, "start", actor), ack=True)
 
-    async def ended(self, action_id: str) -> None:
-        await self._send({"op": "action", "id": action_id, "phase": "end"}, ack=False)
+    async def ended(self, action_id: str, actor: str | None = None) -> None:
+        await self._send(_action(action_id, "end", actor), ack=False)
+
+    async def lease_changed(self, change: str, holder: str, previous: str) -> None:
+        """A change of the control lease, for the audit log (corral.proxy.control.LeaseEvent)."""
+        await self._send({"op": "lease", "change": change, "holder": holder, "previous": previous}, ack=False)
 
     async def close(self) -> None:
         async with self._lock:
@@ -112,3 +117,10 @@ class ActionReporter:
                 with contextlib.suppress(OSError):
                     await self._writer.wait_closed()
             self._reader = self._writer = None
+
+
+def _action(action_id: str, phase: str, actor: str | None) -> dict[str, Any]:
+    message: dict[str, Any] = {"op": "action", "id": action_id, "phase": phase}
+    if actor is not None:
+        message["actor"] = actor
+    return message

@@ -77,6 +77,8 @@ MINIMAL: dict[str, dict[str, Any]] = {
     "process_output": {"pid": 7},
     "process_resize": {"pid": 7, "rows": 24, "cols": 80},
     "secrets": {},
+    "control": {"wait_ms": 1000},
+    "request_control": {"reason": "solve the CAPTCHA"},
     "shell": {"command": "pwd"},
     "edit": {"command": "view", "path": "/workspace"},
     "apply_patch": {"operation": "delete_file", "path": "notes.txt"},
