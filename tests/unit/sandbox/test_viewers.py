@@ -239,3 +239,13 @@ def test_a_bad_viewer_or_mode_is_refused_at_the_door() -> None:
         with pytest.raises(WebSocketDisconnect) as closed, _open(client, query) as ws:
             ws.receive_json()
         assert closed.value.code == 1008
+
+
+def test_the_live_route_is_behind_the_controllers_door() -> None:
+    client, *_ = _controller()
+    for headers in ({}, {**auth.sign(SECRET).headers, "origin": "http://page.test"}):
+        with (
+            pytest.raises(WebSocketDisconnect),
+            client.websocket_connect(f"/v1/live?viewer={VIEWER}&mode=control", headers=headers) as ws,
+        ):
+            ws.receive_json()
