@@ -108,9 +108,9 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
             yield
         finally:
             app.state.warmup.cancel()
-            await lease_log.close()
-            await viewers.close()
+            await viewers.close()  # its viewers' detaching changes the lease: recorded and audited first
             encoder.close()
+            await lease_log.close()
             if reporter is not None:
                 await reporter.close()
             if recorder is not None:
