@@ -181,9 +181,10 @@ class HumanInput:
         self._seq += 1
         action_id = f"h{self._seq}.{self._boot}"
         started, wall = time.perf_counter(), time.time()
-        number = self._recorder.arrived() if self._recorder is not None else None
-        if self._recorder is not None and not isinstance(action, a.Move):
-            await self._recorder.before_action()
+        recorder = None if isinstance(action, a.Move) else self._recorder
+        number = recorder.arrived() if recorder is not None else None
+        if recorder is not None:
+            await recorder.before_action()
         error: ActionError | None = None
         data: dict[str, Any] = {}
         try:
@@ -193,9 +194,9 @@ class HumanInput:
         except Exception:
             log.exception("a viewer's %s failed", action.type)
             error = ActionError(ErrorCode.INTERNAL, "internal error; see the controller log")
-        if self._recorder is not None and not isinstance(action, a.Move):
+        if recorder is not None:
             elapsed_ms = (time.perf_counter() - started) * 1000
-            self._recorder.record(_event(viewer, action_id, action, data, error, wall, elapsed_ms, number))
+            recorder.record(_event(viewer, action_id, action, data, error, wall, elapsed_ms, number))
         if error is not None:
             raise error
         return data
