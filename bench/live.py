@@ -235,7 +235,7 @@ async def action_latency(
 async def measure(runtime: DockerHarness, sandbox: SandboxAddress, samples: int, rounds: int) -> dict[str, Any]:
     async with AsyncSandboxClient(sandbox.ws_url, controller_secret=sandbox.secret) as agent:
         change = await change_to_pixels_at_stream(agent, sandbox, samples)
-        latency = await action_latency(agent, sandbox, rounds, per_round=10)
+        latency = await action_latency(agent, sandbox, rounds, per_round=6)
         cpu = await cpu_by_case(runtime, sandbox, agent)
     return {"change": change, "latency": latency, "cpu": cpu}
 
@@ -289,7 +289,7 @@ def report(measured: dict[str, Any]) -> tuple[dict[str, Any], bool]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=40)
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
 
     runtime = DockerHarness()
