@@ -273,7 +273,9 @@ class Viewers:
             self.desktop.lease.attach(viewer)
 
     def detached(self, viewer: str) -> None:
-        count = self._open.get(viewer, 0) - 1
+        if viewer not in self._open:
+            return  # detached already (at shutdown)
+        count = self._open[viewer] - 1
         if count > 0:
             self._open[viewer] = count
             return
@@ -290,6 +292,13 @@ class Viewers:
             self._sessions.discard(session)
 
     async def close(self) -> None:
+        """Shutdown: every viewer detached from the lease now (the change recorded while the recorder
+        still listens), every stream closed (1001, going away), the polling stopped."""
+        for viewer in list(self._open):
+            self._open.pop(viewer)
+            self.desktop.lease.detach(viewer)
+        for session in list(self._sessions):
+            await session.close()
         await self.live.close()
 
 
@@ -334,6 +343,10 @@ class ViewerSession:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await stream.close()
+
+    async def close(self) -> None:
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+            await self._websocket.close(1001, "the controller is shutting down")
 
     def _lease_changed(self, change: Change) -> None:
         self._outbox.put_nowait({"type": "lease", "lease": change.state.as_dict()})
