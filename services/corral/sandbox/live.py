@@ -181,18 +181,22 @@ class LiveView:
         changed_at = self.clock()
         while True:
             try:
-                frame = await self._grabber.grab()
-            except OSError as exc:  # the X server restarting: viewers see the last frame meanwhile
-                log.warning("live view: no grab (%s)", exc)
-                await self.sleep(IDLE_POLL_S)
-                continue
-            self.grabs += 1
-            if frame.data != self._last:
-                self._last = frame.data
-                jpeg = await self._encoder(frame)
-                self.encodes += 1
-                self._current = jpeg
-                for stream in self._streams:
-                    stream.offer(jpeg)
-                changed_at = self.clock()
+                if await self._look():
+                    changed_at = self.clock()
+            except Exception:  # the X server restarting, say: viewers keep the last frame meanwhile
+                log.warning("live view: no frame this time", exc_info=True)
             await self.sleep(poll_interval(self.clock() - changed_at))
+
+    async def _look(self) -> bool:
+        """One grab; when the screen changed, a frame offered to every stream. Whether it changed."""
+        frame = await self._grabber.grab()
+        self.grabs += 1
+        if frame.data == self._last:
+            return False
+        self._last = frame.data
+        jpeg = await self._encoder(frame)
+        self.encodes += 1
+        self._current = jpeg
+        for stream in self._streams:
+            stream.offer(jpeg)
+        return True

@@ -173,3 +173,25 @@ def test_frames_are_jpeg_at_full_resolution() -> None:
     assert jpeg[:3] == b"\xff\xd8\xff"
     image = Image.open(BytesIO(jpeg))
     assert image.size == (4, 2) and image.format == "JPEG"
+
+
+class FlakyScreen(ScriptedScreen):
+    """Fails its second grab (an X server restarting)."""
+
+    async def grab(self) -> Frame:
+        frame = await super().grab()
+        if self.grabs == 2:
+            raise OSError("X connection lost")
+        return frame
+
+
+async def test_a_failed_grab_does_not_end_the_stream() -> None:
+    screen, clock = FlakyScreen(), FakeClock()
+    live = LiveView(screen, fake_jpeg, clock=clock, sleep=clock.sleep)
+    stream = live.open()
+    assert await stream.next() == b"jpeg:A"
+    await clock.step(extra=1.0)  # the failed grab (and time enough for the rate cap)
+    screen.shown = b"B"
+    await clock.step()
+    assert await stream.next() == b"jpeg:B" and live.polling
+    await live.close()
