@@ -200,8 +200,12 @@ class LiveView:
         (its grab, its encode, its CPU), the viewer sees its outcome right after; a long one (a drag,
         a settle) is still shown as it goes."""
         start = self.clock()
+        waited = False
         while self._busy() and self.clock() - start < MAX_DEFER_S:
+            waited = True
             await self.sleep(DEFER_POLL_S)
+        if waited and not self._busy():
+            await self.sleep(DEFER_POLL_S)  # the action's reply leaves before the grab takes the GIL
 
     async def _look(self) -> bool:
         """One grab; when the screen changed, a frame offered to every stream. Whether it changed."""

@@ -207,7 +207,8 @@ async def test_an_action_running_on_the_desktop_comes_first() -> None:
     assert await clock.step() == DEFER_POLL_S and screen.grabs == 0
     busy[0] = False
     await clock.step()
-    assert screen.grabs == 1  # the action ended: the view looks at once
+    assert await clock.step() == DEFER_POLL_S  # the action's reply goes first
+    assert screen.grabs == 1  # then the view looks
     await live.close()
 
 
