@@ -2,11 +2,14 @@
 
 :class:`LiveView` (one per controller) grabs nothing and encodes nothing while no stream is open.
 With one or more it polls the screen through its capture thread (MIT-SHM, about a millisecond a
-grab), compares each grab with the last frame encoded (bytes equality) and, when it changed,
+grab), compares each grab with the last frame encoded (bytes equality, memcmp off the GIL) and, when it changed,
 encodes a JPEG (quality 70, full resolution) on a thread of its own (never the capture or the
 screenshot thread: an agent's screenshot must not wait behind a viewer's frame) and offers it to
 every stream. Each :class:`LiveStream` holds only the newest frame it has not sent: a slow viewer
 skips frames, it never queues them.
+
+An action running on the desktop comes first: while it holds the desktop's lock the view waits
+(up to :data:`MAX_DEFER_S`) before it grabs, so a viewer costs the agent's actions next to nothing.
 
 Pacing: a poll every :data:`FAST_POLL_S` after a change, backing off to :data:`IDLE_POLL_S` after
 :data:`IDLE_AFTER_S` without one; each stream sends at most :data:`MAX_FPS` frames a second. A
@@ -21,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +41,9 @@ IDLE_POLL_S = 0.100
 IDLE_AFTER_S = 1.0
 MAX_FPS = 15
 JPEG_QUALITY = 70
+ENCODER_NICE = 10
+DEFER_POLL_S = 0.005
+MAX_DEFER_S = 0.100
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -44,7 +52,9 @@ Sleep = Callable[[float], Awaitable[None]]
 class Grabber(Protocol):
     """What the view grabs from (corral.sandbox.screen.Screen)."""
 
-    async def grab(self) -> Frame: ...
+    async def changed_frame(self, last: bytearray) -> Frame | None:
+        """The screen when it differs from ``last`` (which then holds it; empty: no frame yet), else None."""
+        ...
 
 
 Encoder = Callable[[Frame], Awaitable[bytes]]
@@ -55,11 +65,19 @@ def encode_jpeg(frame: Frame) -> bytes:
     return enc.encode(enc.frame_to_image(frame), "jpeg", quality=JPEG_QUALITY).data
 
 
+def _lower_priority() -> None:
+    # A viewer's frame may wait; the agent's next screenshot, encoded meanwhile, should not (Linux
+    # sets a nice value per thread).
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), ENCODER_NICE)
+
+
 class ThreadEncoder:
-    """JPEG encoding on a thread of its own (Pillow releases the GIL while it compresses)."""
+    """JPEG encoding on a thread of its own, at a lower priority (Pillow releases the GIL while it
+    compresses)."""
 
     def __init__(self) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-live")
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-live", initializer=_lower_priority)
 
     async def __call__(self, frame: Frame) -> bytes:
         return await asyncio.get_running_loop().run_in_executor(self._pool, encode_jpeg, frame)
@@ -116,14 +134,16 @@ class LiveView:
         *,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
+        busy: Callable[[], bool] = lambda: False,
     ) -> None:
         self._grabber = grabber
         self._encoder = encoder
+        self._busy = busy  # an action runs on the desktop (Desktop.lock is held)
         self.clock = clock
         self.sleep = sleep
         self._streams: list[LiveStream] = []
         self._poller: asyncio.Task[None] | None = None
-        self._last: bytes | None = None  # the raw frame the current JPEG was made from
+        self._last = bytearray()  # the raw frame the current JPEG was made from (empty: none yet)
         self._current: bytes | None = None  # the newest JPEG
         self.grabs = 0
         self.encodes = 0
@@ -164,24 +184,40 @@ class LiveView:
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
         # A stale frame must not greet the next viewer: the next poll starts from a fresh grab.
-        self._last = self._current = None
+        self._last, self._current = bytearray(), None
 
     async def _poll(self) -> None:
         changed_at = self.clock()
         while True:
+            await self._between_actions()
             try:
-                frame = await self._grabber.grab()
-            except OSError as exc:  # the X server restarting: viewers see the last frame meanwhile
-                log.warning("live view: no grab (%s)", exc)
-                await self.sleep(IDLE_POLL_S)
-                continue
-            self.grabs += 1
-            if frame.data != self._last:
-                self._last = frame.data
-                jpeg = await self._encoder(frame)
-                self.encodes += 1
-                self._current = jpeg
-                for stream in self._streams:
-                    stream.offer(jpeg)
-                changed_at = self.clock()
+                if await self._look():
+                    changed_at = self.clock()
+            except Exception:  # the X server restarting, say: viewers keep the last frame meanwhile
+                log.warning("live view: no frame this time", exc_info=True)
             await self.sleep(poll_interval(self.clock() - changed_at))
+
+    async def _between_actions(self) -> None:
+        """Waits while the desktop runs an action, up to :data:`MAX_DEFER_S`: the action comes first
+        (its grab, its encode, its CPU), the viewer sees its outcome right after; a long one (a drag,
+        a settle) is still shown as it goes."""
+        start = self.clock()
+        waited = False
+        while self._busy() and self.clock() - start < MAX_DEFER_S:
+            waited = True
+            await self.sleep(DEFER_POLL_S)
+        if waited and not self._busy():
+            await self.sleep(DEFER_POLL_S)  # the action's reply leaves before the grab takes the GIL
+
+    async def _look(self) -> bool:
+        """One grab; when the screen changed, a frame offered to every stream. Whether it changed."""
+        frame = await self._grabber.changed_frame(self._last)
+        self.grabs += 1
+        if frame is None:
+            return False
+        jpeg = await self._encoder(frame)
+        self.encodes += 1
+        self._current = jpeg
+        for stream in self._streams:
+            stream.offer(jpeg)
+        return True
