@@ -274,7 +274,7 @@ async def test_link_changes_are_link_records_from_the_gateway_only(egress) -> No
     reply = proxy.control("gateway", made)
     record = records(state)[-1]
     assert reply == {"ok": True, "head": {"seq": record["seq"], "hash": record["hash"]}}  # the gateway anchors it
-    assert {k: record[k] for k in ("event", "link", "mode", "change", "actor", "expires_at")} == {  # type: ignore[literal-required]
+    assert {k: record[k] for k in ("event", "link", "mode", "change", "actor", "expires_at")} == {
         "event": "link",
         "link": "lnk_3kq9x0a1b2c4",
         "mode": "control",
