@@ -87,6 +87,27 @@ async def first_text(ws: ClientConnection) -> dict[str, Any]:
                 return parsed
 
 
+async def command(ws: ClientConnection, message: dict[str, Any]) -> dict[str, Any]:
+    """Sends a viewer message; the answer to its seq (lease pushes before it skipped)."""
+    await ws.send(json.dumps(message))
+    async with asyncio.timeout(20):
+        while True:
+            answer = await ws.recv()
+            if isinstance(answer, str):
+                parsed: dict[str, Any] = json.loads(answer)
+                if parsed.get("seq") == message["seq"] and parsed["type"] in ("ack", "error"):
+                    return parsed
+
+
+async def wait_until(predicate: Any, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not await asyncio.to_thread(predicate):
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.2)
+    return True
+
+
 async def closed(ws: ClientConnection, timeout_s: float) -> tuple[int, str, float]:
     """The close code and reason, and when it came (``time.monotonic``); frames before it are skipped."""
     async with asyncio.timeout(timeout_s):
@@ -137,6 +158,7 @@ async def test_a_revoke_closes_the_live_stream_within_a_second(
     async with asyncio.timeout(20):
         while not isinstance(await ws.recv(), bytes):  # the screen, relayed as a binary frame
             pass
+    assert await command(ws, {"type": "take", "seq": 1}) == {"type": "ack", "seq": 1}
     with gw.client() as owner:
         assert owner.get(f"/v1/sessions/{sid}/links").json()[0]["streams"] == 1
         revoked_at = time.monotonic()
@@ -146,6 +168,15 @@ async def test_a_revoke_closes_the_live_stream_within_a_second(
     assert when - revoked_at < 1.0
     again = await open_live(gw, sid, secret)
     assert (await closed(again, 10))[:2] == (4401, "link revoked")
+    human = f"human:{link['id']}"
+
+    def lease_changes() -> list[tuple[str, str, str]]:
+        records = audit(gw, sid, tmp_path)
+        return [(r["change"], r["holder"], r["previous"]) for r in records if r["event"] == "control"]
+
+    # The controller's lease changes are in the chain too: taken, and left when the stream closed.
+    assert await wait_until(lambda: len(lease_changes()) >= 2)
+    assert lease_changes() == [("taken", human, "agent"), ("left", "agent", human)]
     assert link_changes(audit(gw, sid, tmp_path), link["id"]) == ["created", "used", "revoked"]
 
 
@@ -191,3 +222,53 @@ async def test_the_live_stream_s_credentials(gw: RunningGateway, session: dict[s
     finally:
         with gw.client() as owner:
             owner.delete(f"/v1/sessions/{other['id']}")
+
+
+# A text field the agent's page focuses; each letter typed loads an image from the fake upstream.
+TYPING_PAGE = "<input id=t autofocus style='width:400px;height:40px'>"
+TYPING_SCRIPT = """
+const t = document.getElementById('t');
+t.focus();
+t.addEventListener('input', () => { new Image().src = 'https://allowed.test/typed/' + t.value.length; });
+"""
+
+
+async def test_a_human_s_traffic_names_the_link_and_the_agent_s_does_not(
+    gw: RunningGateway, session: dict[str, Any], tmp_path: Path
+) -> None:
+    from .conftest import html_url
+
+    sid = session["id"]
+    with gw.client(session["token"]) as agent:
+        opened = agent.post(
+            f"/v1/sessions/{sid}/actions",
+            json={"id": 1, "action": {"type": "navigate", "url": html_url(TYPING_PAGE, TYPING_SCRIPT)}},
+        )
+        assert opened.status_code == 200, opened.text
+        fetched = agent.post(
+            f"/v1/sessions/{sid}/actions",
+            json={
+                "id": 2,
+                "action": {"type": "exec", "argv": ["curl", "-s", "-o", "/dev/null", "https://allowed.test/agent"]},
+            },
+        )
+        assert fetched.status_code == 200, fetched.text
+    link, secret = make_link(gw, sid, "control")
+    human = f"human:{link['id']}"
+    ws = await open_live(gw, sid, secret)
+    assert (await first_text(ws))["mode"] == "control"
+    assert await command(ws, {"type": "take", "seq": 1}) == {"type": "ack", "seq": 1}
+    typed = await command(ws, {"type": "input", "seq": 2, "action": {"type": "type", "text": "abcdefghijklmnop"}})
+    assert typed == {"type": "ack", "seq": 2}
+
+    def upstream_records() -> list[dict[str, Any]]:
+        return [r for r in audit(gw, sid, tmp_path) if r["event"] == "request" and r.get("host") == "allowed.test"]
+
+    assert await wait_until(lambda: any(r.get("actor") == human for r in upstream_records()))
+    await ws.close()
+    records = upstream_records()
+    by_human = [r for r in records if r.get("actor") == human]
+    assert by_human and all(r["url"].startswith("https://allowed.test/typed/") for r in by_human)
+    assert all(r["action"].startswith("h") for r in by_human)  # the human's input action, h<n>.<boot>
+    agents = [r for r in records if r["url"] == "https://allowed.test/agent"]
+    assert agents and all("actor" not in r for r in agents)  # the agent's records are as before
