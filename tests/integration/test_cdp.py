@@ -125,12 +125,14 @@ def test_playwright_navigates_evaluates_and_screenshots_through_the_proxy(
         finally:
             browser.close()
     # What CDP made Chromium fetch is audited and charged to the connection's activity window.
-    records = _wait_for(lambda: [r for r in _traffic(gw, sb.id, host="allowed.test") if "/cdp-page" in r["url"]])
+    records = _wait_for(
+        lambda: [r for r in _traffic(gw, sb.id, host="allowed.test", event="request") if "/cdp-page" in r["url"]]
+    )
     assert records, "the CDP navigation was not audited"
     found = CONN_ACTION.fullmatch(str(records[-1]["action"]))
     assert found is not None, records[-1]
     assert records[-1]["actor"] == f"cdp:{found.group(1)}"
-    blocks = [r for r in _traffic(gw, sb.id, host="other.test") if r["event"] == "block"]
+    blocks = _traffic(gw, sb.id, host="other.test", event="block")
     assert blocks and blocks[-1]["actor"].startswith("cdp:cdp_")
     # The connection is in the recording, from its start to its end.
     events = _wait_for(lambda: [e for e in _cdp_events(gw, sb.id, tmp_path) if e["conn"] == found.group(1)])
