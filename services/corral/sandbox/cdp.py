@@ -34,7 +34,7 @@ from starlette.datastructures import QueryParams
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from corral.errors import ActionError, ControlTaken, ErrorCode, error_body
+from corral.errors import ActionError, ControlTaken, ErrorCode
 from corral.sandbox import cdprules
 from corral.sandbox.browser import pinned_endpoint
 from corral.sandbox.egress import ActionReporter
@@ -244,7 +244,83 @@ class CdpRelay:
 
 
 async def _deny(client: WebSocket, exc: ActionError, status: int) -> None:
-    body = {"ok": False, "error": exc.to_dict()} if isinstance(exc, ControlTaken) else error_body(exc.code, exc.message)
+    # The one error body; control_taken's names the holder and since when.
+    await client.send_denial_response(JSONResponse({"ok": False, "error": exc.to_dict()}, status_code=status))
+
+
+async def serve(self, upstream: ClientConnection) -> None:
+        """Relay until either side closes; the caller took the lease (exclusive) and detaches it."""
+        self._note("connected", **({"target": self._query.target} if self._query.target else {}))
+        tasks = {asyncio.create_task(self._from_client(upstream)), asyncio.create_task(self._from_browser(upstream))}
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._window.close()
+            with contextlib.suppress(ConnectionClosed, OSError):
+                await upstream.close()
+            with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+                await self._client.close()
+            self._note("disconnected")
+
+    async def _from_client(self, upstream: ClientConnection) -> None:
+        while True:
+            message = await self._client.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            raw = message.get("text")
+            frame: str | bytes = raw if raw is not None else (message.get("bytes") or b"")
+            answer = self._answer_here(frame)
+            if answer is not None:
+                await self._send(json.dumps(answer, separators=(",", ":")))
+                continue
+            await self._window.command()
+            await upstream.send(frame)
+
+    def _answer_here(self, frame: str | bytes) -> dict[str, Any] | None:
+        """The relay's own answer to ``frame`` (refused, or lease-gated while another holds the
+        lease), or None when it goes to Chromium."""
+        try:
+            command = cdprules.parse(json.loads(frame))
+        except ValueError:
+            return cdprules.invalid_reply(None, "a CDP message is JSON")
+        if isinstance(command, str):
+            return cdprules.invalid_reply(None, command)
+        rule = cdprules.refusal(command.method, command.params)
+        if rule is not None:
+            log.warning("refused %s from %s (rule %s)", command.method, self._query.actor, rule.name)
+            self._note("refused", method=command.method, rule=rule.name)
+            return cdprules.refused_reply(command.id, command.session_id, command.method, rule)
+        holder = self._lease.holder
+        if cdprules.needs_lease(command.method) and holder.who not in (AGENT, self._query.actor):
+            return cdprules.control_taken_reply(command.id, command.session_id, holder.who, holder.since)
+        return None
+
+    async def _from_browser(self, upstream: ClientConnection) -> None:
+        async for frame in upstream:
+            response = (
+                frame.startswith(_RESPONSE_START) if isinstance(frame, str) else frame.startswith(_RESPONSE_START_BYTES)
+            )
+            if response:
+                self._window.response()
+            await self._send(frame)
+
+    async def _send(self, frame: str | bytes) -> None:
+        async with self._sending:
+            if isinstance(frame, str):
+                await self._client.send_text(frame)
+            else:
+                await self._client.send_bytes(frame)
+
+
+async def _deny(client: WebSocket, exc: ActionError, status: int) -> None:
+    body = (
+        {"ok": False, "error": exc.to_dict()}
+        if isinstance(exc, ControlTaken)
+        else error_body(exc.code, exc.message, exc.field)
+    )
     await client.send_denial_response(JSONResponse(body, status_code=status))
 
 
