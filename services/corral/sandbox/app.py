@@ -1,6 +1,6 @@
 """The controller's HTTP and WebSocket surface: ``GET /healthz``, ``POST /v1/actions``, ``WS /v1/ws``,
-``PUT``/``GET /v1/files``, the gateway's ``PUT``/``GET /v1/secrets``, and CDP (``GET
-/v1/cdp/json/version``, ``/v1/cdp/json/list``, ``WS /v1/cdp``: corral.sandbox.cdp)."""
+``WS /v1/live`` (corral.sandbox.viewers), ``PUT``/``GET /v1/files``, the gateway's ``PUT``/``GET /v1/secrets``,
+and CDP (``GET /v1/cdp/json/version``, ``/v1/cdp/json/list``, ``WS /v1/cdp``: corral.sandbox.cdp)."""
 
 from __future__ import annotations
 
@@ -26,11 +26,13 @@ from corral.sandbox.desktop import Desktop
 from corral.sandbox.dispatch import Dispatcher, Incoming, fitted
 from corral.sandbox.files import AgentFiles, named
 from corral.sandbox.guard import ControllerGuard
+from corral.sandbox.live import LiveView, ThreadEncoder
 from corral.sandbox.placeholders import placeholders_of
 from corral.sandbox.recorder import Recorder
 from corral.sandbox.settings import ControllerSettings
 from corral.sandbox.takeover import LeaseLog
 from corral.sandbox.transfer_record import Tallied, Transfer
+from corral.sandbox.viewers import MODES, VIEWER, HumanInput, Viewers
 
 log = logging.getLogger(__name__)
 
@@ -98,12 +100,18 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         # Every change of the control lease: a recording event and an audit record.
         lease_log = LeaseLog(desktop.lease, recorder, reporter)
         app.state.max_body = settings.max_message_bytes
+        # WS /v1/live: frames grabbed and encoded only while a stream is open.
+        encoder = ThreadEncoder()
+        viewers = Viewers(desktop, LiveView(desktop.screen, encoder), HumanInput(desktop, reporter, recorder))
+        app.state.viewers = viewers
         # Connect to Chromium early so the first browser action does not pay for it; keep the task.
         app.state.warmup = asyncio.create_task(_warm(desktop))
         try:
             yield
         finally:
             app.state.warmup.cancel()
+            await viewers.close()  # its viewers' detaching changes the lease: recorded and audited first
+            encoder.close()
             await lease_log.close()
             if reporter is not None:
                 await reporter.close()
@@ -172,6 +180,15 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
 
     app.add_api_route("/v1/cdp/json/{which}", cdp_json, methods=["GET"])
     app.add_api_websocket_route("/v1/cdp", cdp_ws)
+
+    @app.websocket("/v1/live")
+    async def live(websocket: WebSocket, viewer: str = "", mode: str = "view") -> None:
+        """A live stream for ``viewer`` (the gateway's word, made trusted by the guard's signature)."""
+        if VIEWER.fullmatch(viewer) is None or mode not in MODES:
+            await websocket.close(1008, "viewer=<actor>&mode=view|control")
+            return
+        await websocket.accept()
+        await websocket.app.state.viewers.serve(websocket, viewer, mode)
 
     return app
 
