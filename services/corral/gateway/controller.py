@@ -41,13 +41,19 @@ async def stream(
         yield response
 
 
-async def connect_ws(ws_url: str, secret: str) -> ClientConnection:
-    """The controller's WebSocket, once its handshake carried the proof."""
+def ws_address(base_url: str, path: str) -> str:
+    """The controller's WebSocket URL for ``path`` (with its query), from its HTTP base URL."""
+    return base_url.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + path
+
+
+async def connect_ws(ws_url: str, secret: str, max_size: int = MAX_FRAME_BYTES) -> ClientConnection:
+    """The controller's WebSocket at ``ws_url`` (:func:`ws_address` makes one for a path), once its
+    handshake carried the proof."""
     signed = auth.sign(secret)
     upstream = await connect(
         ws_url,
         compression=None,
-        max_size=MAX_FRAME_BYTES,
+        max_size=max_size,
         open_timeout=10,
         ping_interval=None,
         additional_headers=signed.headers,
