@@ -29,6 +29,7 @@ from corral.sandbox.live import LiveView, ThreadEncoder
 from corral.sandbox.placeholders import placeholders_of
 from corral.sandbox.recorder import Recorder
 from corral.sandbox.settings import ControllerSettings
+from corral.sandbox.takeover import LeaseLog
 from corral.sandbox.transfer_record import Tallied, Transfer
 from corral.sandbox.viewers import MODES, VIEWER, HumanInput, Viewers
 
@@ -94,6 +95,8 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         if desktop.processes is not None:
             app.state.agent_command = transfer.LauncherCommand(desktop.processes.launcher)
         app.state.dispatcher = Dispatcher(desktop, settings.limits(), reporter, recorder)
+        # Every change of the control lease: a recording event and an audit record.
+        lease_log = LeaseLog(desktop.lease, recorder, reporter)
         app.state.max_body = settings.max_message_bytes
         # WS /v1/live: frames grabbed and encoded only while a stream is open.
         encoder = ThreadEncoder()
@@ -105,8 +108,9 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
             yield
         finally:
             app.state.warmup.cancel()
-            await viewers.close()
+            await viewers.close()  # its viewers' detaching changes the lease: recorded and audited first
             encoder.close()
+            await lease_log.close()
             if reporter is not None:
                 await reporter.close()
             if recorder is not None:
