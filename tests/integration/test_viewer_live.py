@@ -279,7 +279,7 @@ def test_a_control_link_draws_frames_takes_control_and_sends_input(browser: Any)
     assert page.is_hidden("#live")
     asked = len(s.event_requests)
     page.wait_for_timeout(2500)
-    assert len(s.event_requests) <= asked + 1 and len(s.stream_urls) == 1
+    assert len(s.event_requests) == asked and len(s.stream_urls) == 1
     assert page.inner_text("#status") == "stopped: link revoked"
     assert not [line for line in s.console if "Content Security Policy" in line or "pageerror" in line], s.console
     page.close()
