@@ -16,7 +16,9 @@ from browser_use import BrowserSession
 
 
 async def probe(cdp_url: str, token: str, url: str) -> dict[str, object]:
-    session = BrowserSession(cdp_url=cdp_url, headers={"Authorization": f"Bearer {token}"})
+    # headless=False: the sandbox's Chromium is headful; browser-use then lets the page fit the window
+    # (no viewport emulation, which would change what the agent's own screenshots show).
+    session = BrowserSession(cdp_url=cdp_url, headers={"Authorization": f"Bearer {token}"}, headless=False)
     await session.start()
     try:
         await session.navigate_to(url)
@@ -24,8 +26,8 @@ async def probe(cdp_url: str, token: str, url: str) -> dict[str, object]:
         page = await session.must_get_current_page()
         text = await page.evaluate("() => document.body.innerText")
         return {
-            "url": state.url,
-            "title": state.title,
+            "url": await page.get_url(),
+            "title": await page.get_title(),
             "text": text,
             "tabs": len(state.tabs),
             "dom": state.dom_state.llm_representation(),
