@@ -54,7 +54,7 @@ QUIET = {
 class Session:
     """A live session as a CDP client sees it: where to connect and with what."""
 
-    id: str
+    sandbox: AsyncSandbox
     token: str
     cdp_url: str
 
@@ -89,7 +89,7 @@ def gw(
 async def session(gw: RunningGateway) -> AsyncIterator[Session]:
     sb = await AsyncSandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"])
     try:
-        yield Session(sb.id, sb.info["token"], f"{gw.url}/v1/sessions/{sb.id}/cdp")
+        yield Session(sb, sb.info["token"], f"{gw.url}/v1/sessions/{sb.id}/cdp")
     finally:
         await sb.delete()
 
@@ -132,6 +132,13 @@ async def test_playwright_mcp_navigates_and_snapshots_through_the_gateway(
         # A host the session does not allow: Corral's page, as for the agent's own navigation.
         await text_of(client, "browser_navigate", url="https://other.test/frameworks/denied")
         assert "Blocked by Corral" in await text_of(client, "browser_snapshot")
+        # The same browser the agent drives: its tabs show the page Playwright MCP opened.
+        urls = [tab["url"] for tab in await sb.sandbox.tabs()]
+        assert "https://other.test/frameworks/denied" in urls, urls
+        # Closing from Playwright MCP leaves the sandbox's browser running for the agent.
+        await client.call_tool("browser_close", {})
+        reply = await sb.sandbox.act({"type": "navigate", "url": "https://allowed.test/frameworks/after"})
+        assert reply["result"]["title"] == "upstream allowed.test"
     paths = [hit.get("path") for hit in upstream.hits(runtime)]
     assert "/frameworks/playwright-mcp" in paths and "/frameworks/denied" not in paths
 
@@ -140,7 +147,7 @@ async def test_playwright_mcp_navigates_and_snapshots_through_the_gateway(
 async def test_playwright_mcp_without_headers_through_a_connect_url(gw: RunningGateway, tmp_path: Path) -> None:
     async with session(gw) as sb:
         async with httpx.AsyncClient(headers={"Authorization": f"Bearer {sb.token}"}) as http:
-            response = await http.post(f"{gw.url}/v1/sessions/{sb.id}/cdp/connect", json={"ttl_s": 60})
+            response = await http.post(f"{sb.cdp_url}/connect", json={"ttl_s": 60})
         assert response.status_code == 200, response.text
         async with playwright_mcp(response.json()["http_url"], home=tmp_path) as client:
             await text_of(client, "browser_navigate", url="https://allowed.test/frameworks/ticket")
