@@ -19,6 +19,7 @@ from corral.gateway.controller import connect_ws
 from corral.gateway.metrics import Metrics
 from corral.gateway.sessions import Session
 from corral.protocol import reply
+from corral.protocol.envelope import MAX_FRAME_BYTES
 
 # When each request in flight was sent, by its id's key (an agent may reuse an id: oldest first).
 InFlight = dict[str, deque[float]]
@@ -86,8 +87,19 @@ async def _agent_to_sandbox(client: WebSocket, upstream: ClientConnection, sessi
         session.touch()
         text = message.get("text")
         frame = text if text is not None else (message.get("bytes") or b"")
+        if _too_large(frame):
+            # uvicorn takes CDP's larger frames (corral.sandbox.cdprules); this channel keeps its limit.
+            await client.close(code=1009, reason=f"a frame is at most {MAX_FRAME_BYTES} bytes")
+            return
         sent.setdefault(request_key(frame), deque()).append(time.perf_counter())
         await upstream.send(frame)
+
+
+def _too_large(frame: str | bytes) -> bool:
+    # A character is at most 4 bytes of UTF-8: only a text that may be over the limit is encoded.
+    if isinstance(frame, str) and len(frame) * 4 > MAX_FRAME_BYTES:
+        return len(frame.encode()) > MAX_FRAME_BYTES
+    return len(frame) > MAX_FRAME_BYTES
 
 
 def _round_trip_ended(sent: InFlight, key: str, metrics: Metrics) -> None:
