@@ -85,13 +85,14 @@ def gw(
     runtime.remove_all({"corral.gateway": instance})
 
 
-@asynccontextmanager
-async def session(gw: RunningGateway) -> AsyncIterator[Session]:
-    sb = await AsyncSandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"])
+@pytest.fixture(scope="module")
+async def sb(gw: RunningGateway) -> AsyncIterator[Session]:
+    """One session for the module's frameworks (each connects and goes; starting a sandbox is the slow part)."""
+    sandbox = await AsyncSandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"])
     try:
-        yield Session(sb, sb.info["token"], f"{gw.url}/v1/sessions/{sb.id}/cdp")
+        yield Session(sandbox, sandbox.info["token"], f"{gw.url}/v1/sessions/{sandbox.id}/cdp")
     finally:
-        await sb.delete()
+        await sandbox.delete()
 
 
 def quiet_env(home: Path) -> dict[str, str]:
@@ -120,9 +121,9 @@ async def text_of(client: Client, tool: str, **arguments: object) -> str:
 
 @pytest.mark.usefixtures("frameworks")
 async def test_playwright_mcp_navigates_and_snapshots_through_the_gateway(
-    gw: RunningGateway, upstream: Upstream, runtime: DockerHarness, tmp_path: Path
+    sb: Session, upstream: Upstream, runtime: DockerHarness, tmp_path: Path
 ) -> None:
-    async with session(gw) as sb, playwright_mcp(sb.cdp_url, sb.header, home=tmp_path) as client:
+    async with playwright_mcp(sb.cdp_url, sb.header, home=tmp_path) as client:
         tools = {tool.name for tool in (await client.list_tools()).tools}
         assert {"browser_navigate", "browser_snapshot"} <= tools
         await text_of(client, "browser_navigate", url="https://allowed.test/frameworks/playwright-mcp")
@@ -144,41 +145,41 @@ async def test_playwright_mcp_navigates_and_snapshots_through_the_gateway(
 
 
 @pytest.mark.usefixtures("frameworks")
-async def test_playwright_mcp_without_headers_through_a_connect_url(gw: RunningGateway, tmp_path: Path) -> None:
-    async with session(gw) as sb:
-        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {sb.token}"}) as http:
-            response = await http.post(f"{sb.cdp_url}/connect", json={"ttl_s": 60})
-        assert response.status_code == 200, response.text
-        async with playwright_mcp(response.json()["http_url"], home=tmp_path) as client:
-            await text_of(client, "browser_navigate", url="https://allowed.test/frameworks/ticket")
-            assert "/frameworks/ticket" in await text_of(client, "browser_snapshot")
+async def test_playwright_mcp_without_headers_through_a_connect_url(sb: Session, tmp_path: Path) -> None:
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {sb.token}"}) as http:
+        response = await http.post(f"{sb.cdp_url}/connect", json={"ttl_s": 60})
+    assert response.status_code == 200, response.text
+    async with playwright_mcp(response.json()["http_url"], home=tmp_path) as client:
+        await text_of(client, "browser_navigate", url="https://allowed.test/frameworks/ticket")
+        assert "/frameworks/ticket" in await text_of(client, "browser_snapshot")
 
 
 @pytest.mark.usefixtures("frameworks")
 @pytest.mark.parametrize("scheme", ["http", "ws"])
 async def test_browser_use_connects_navigates_and_reads_the_page(
-    gw: RunningGateway, upstream: Upstream, runtime: DockerHarness, tmp_path: Path, scheme: str
+    sb: Session, upstream: Upstream, runtime: DockerHarness, tmp_path: Path, scheme: str
 ) -> None:
-    async with session(gw) as sb:
-        cdp_url = sb.cdp_url if scheme == "http" else sb.cdp_url.replace("http://", "ws://")
-        page = f"https://allowed.test/frameworks/browser-use-{scheme}"
-        probe = await asyncio.create_subprocess_exec(
-            str(BROWSER_USE_PYTHON),
-            str(BROWSER_USE_PROBE),
-            cdp_url,
-            sb.token,
-            page,
-            env=quiet_env(tmp_path),
-            cwd=tmp_path,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(probe.communicate(), timeout=180)
-        assert probe.returncode == 0, (out + err).decode()
-        read = json.loads(out.decode().splitlines()[-1])
-        assert read["url"] == page and read["title"] == "upstream allowed.test"
-        assert read["text"].split() == ["allowed.test", f"/frameworks/browser-use-{scheme}"]
+    cdp_url = sb.cdp_url if scheme == "http" else sb.cdp_url.replace("http://", "ws://")
+    page = f"https://allowed.test/frameworks/browser-use-{scheme}"
+    probe = await asyncio.create_subprocess_exec(
+        str(BROWSER_USE_PYTHON),
+        str(BROWSER_USE_PROBE),
+        cdp_url,
+        sb.token,
+        page,
+        env=quiet_env(tmp_path),
+        cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(probe.communicate(), timeout=180)
+    assert probe.returncode == 0, (out + err).decode()
+    read = json.loads(out.decode().splitlines()[-1])
+    assert read["url"] == page and read["title"] == "upstream allowed.test"
+    assert read["text"].split() == ["allowed.test", f"/frameworks/browser-use-{scheme}"]
     assert f"/frameworks/browser-use-{scheme}" in [hit.get("path") for hit in upstream.hits(runtime)]
+    # browser-use's own view of the page (what its agent would be given) holds the page's text.
+    assert f"/frameworks/browser-use-{scheme}" in read["dom"]
 
 
 def test_the_frameworks_are_pinned() -> None:
