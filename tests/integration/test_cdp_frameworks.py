@@ -1,7 +1,8 @@
 """The browser frameworks on Corral's CDP endpoint, for real: Playwright MCP (npm, over stdio, driven by
-the ``mcp`` client) and browser-use's browser layer (PyPI, in a venv of its own, no model) connect
-through the real gateway to a real session's Chromium with the session token, navigate to a page of
-the fake upstream (through the session's proxy, under .test) and read it back.
+the ``mcp`` client), browser-use's browser layer (PyPI, in a venv of its own, no model) and Puppeteer
+(npm ``puppeteer-core``) connect through the real gateway to a real session's Chromium with the
+session token, navigate to a page of the fake upstream (through the session's proxy, under .test) and
+read it back.
 
 The frameworks are pinned in tests/integration/frameworks/ and installed by scripts/bootstrap-frameworks
 (a no-op once done; scripts/test runs it beside the images build). Neither downloads a browser or talks
@@ -18,6 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -37,6 +39,7 @@ FRAMEWORKS = Path(__file__).parent / "frameworks"
 PLAYWRIGHT_MCP = FRAMEWORKS / "node_modules" / ".bin" / "playwright-mcp"
 BROWSER_USE_PYTHON = ROOT / ".venv-browser-use" / "bin" / "python"
 BROWSER_USE_PROBE = FRAMEWORKS / "browser_use_probe.py"
+PUPPETEER_PROBE = FRAMEWORKS / "puppeteer_probe.mjs"
 
 # What the frameworks may phone home with, off: browser-use's posthog telemetry, cloud sync, PyPI
 # version check and cloud hints; Playwright's browser download (it only connects over CDP).
@@ -154,6 +157,21 @@ async def test_playwright_mcp_without_headers_through_a_connect_url(sb: Session,
         assert "/frameworks/ticket" in await text_of(client, "browser_snapshot")
 
 
+async def run_probe(*argv: str, home: Path) -> dict[str, Any]:
+    """A framework's probe script (tests/integration/frameworks/): the JSON line it printed last."""
+    probe = await asyncio.create_subprocess_exec(
+        *argv,
+        env=quiet_env(home),
+        cwd=home,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(probe.communicate(), timeout=180)
+    assert probe.returncode == 0, (out + err).decode()
+    read: dict[str, Any] = json.loads(out.decode().splitlines()[-1])
+    return read
+
+
 @pytest.mark.usefixtures("frameworks")
 @pytest.mark.parametrize("scheme", ["http", "ws"])
 async def test_browser_use_connects_navigates_and_reads_the_page(
@@ -161,25 +179,26 @@ async def test_browser_use_connects_navigates_and_reads_the_page(
 ) -> None:
     cdp_url = sb.cdp_url if scheme == "http" else sb.cdp_url.replace("http://", "ws://")
     page = f"https://allowed.test/frameworks/browser-use-{scheme}"
-    probe = await asyncio.create_subprocess_exec(
-        str(BROWSER_USE_PYTHON),
-        str(BROWSER_USE_PROBE),
-        cdp_url,
-        sb.token,
-        page,
-        env=quiet_env(tmp_path),
-        cwd=tmp_path,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(probe.communicate(), timeout=180)
-    assert probe.returncode == 0, (out + err).decode()
-    read = json.loads(out.decode().splitlines()[-1])
+    read = await run_probe(str(BROWSER_USE_PYTHON), str(BROWSER_USE_PROBE), cdp_url, sb.token, page, home=tmp_path)
     assert read["url"] == page and read["title"] == "upstream allowed.test"
     assert read["text"].split() == ["allowed.test", f"/frameworks/browser-use-{scheme}"]
-    assert f"/frameworks/browser-use-{scheme}" in [hit.get("path") for hit in upstream.hits(runtime)]
     # browser-use's own view of the page (what its agent would be given) holds the page's text.
     assert f"/frameworks/browser-use-{scheme}" in read["dom"]
+    assert f"/frameworks/browser-use-{scheme}" in [hit.get("path") for hit in upstream.hits(runtime)]
+
+
+@pytest.mark.usefixtures("frameworks")
+async def test_puppeteer_connects_with_the_token_header_and_reads_the_page(
+    sb: Session, upstream: Upstream, runtime: DockerHarness, tmp_path: Path
+) -> None:
+    page = "https://allowed.test/frameworks/puppeteer"
+    read = await run_probe("node", str(PUPPETEER_PROBE), sb.cdp_url, sb.token, page, home=tmp_path)
+    assert (read["url"], read["status"], read["title"]) == (page, 200, "upstream allowed.test")
+    assert read["text"].split() == ["allowed.test", "/frameworks/puppeteer"]
+    assert read["version"].startswith(("Chrome/", "HeadlessChrome/"))
+    assert "/frameworks/puppeteer" in [hit.get("path") for hit in upstream.hits(runtime)]
+    # The agent's own browser, which Puppeteer's disconnect left running.
+    assert page in [tab["url"] for tab in await sb.sandbox.tabs()]
 
 
 def test_the_frameworks_are_pinned() -> None:
