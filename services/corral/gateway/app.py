@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from corral.gateway import auth
 from corral.gateway.metrics import Metrics
-from corral.gateway.models import CreateSession, UpdateSession
+from corral.gateway.models import CreateLink, CreateSession, UpdateSession
 from corral.gateway.routes import ROUTERS, errors
 from corral.gateway.routes.cdp import CdpConnect
 from corral.gateway.sessions import SessionManager
@@ -29,6 +29,7 @@ from corral.runtime import SandboxRuntime, open_runtime
 _READ_BODIES: dict[str, type[BaseModel]] = {
     "create_session": CreateSession,
     "update_session": UpdateSession,
+    "create_link": CreateLink,
     "cdp_connect": CdpConnect,
 }
 

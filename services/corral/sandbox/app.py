@@ -29,6 +29,7 @@ from corral.sandbox.guard import ControllerGuard
 from corral.sandbox.placeholders import placeholders_of
 from corral.sandbox.recorder import Recorder
 from corral.sandbox.settings import ControllerSettings
+from corral.sandbox.takeover import LeaseLog
 from corral.sandbox.transfer_record import Tallied, Transfer
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,8 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         if desktop.processes is not None:
             app.state.agent_command = transfer.LauncherCommand(desktop.processes.launcher)
         app.state.dispatcher = Dispatcher(desktop, settings.limits(), reporter, recorder)
+        # Every change of the control lease: a recording event and an audit record.
+        lease_log = LeaseLog(desktop.lease, recorder, reporter)
         app.state.max_body = settings.max_message_bytes
         # Connect to Chromium early so the first browser action does not pay for it; keep the task.
         app.state.warmup = asyncio.create_task(_warm(desktop))
@@ -101,6 +104,7 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
             yield
         finally:
             app.state.warmup.cancel()
+            await lease_log.close()
             if reporter is not None:
                 await reporter.close()
             if recorder is not None:
