@@ -26,6 +26,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp_types import CallToolResult, TextContent
 
+from corral.errors import ActionFailed
 from corral.sdk import AsyncSandbox
 
 from .dockerutil import DockerHarness
@@ -199,6 +200,24 @@ async def test_puppeteer_connects_with_the_token_header_and_reads_the_page(
     assert "/frameworks/puppeteer" in [hit.get("path") for hit in upstream.hits(runtime)]
     # The agent's own browser, which Puppeteer's disconnect left running.
     assert page in [tab["url"] for tab in await sb.sandbox.tabs()]
+
+
+@pytest.mark.usefixtures("frameworks")
+async def test_playwright_mcp_on_an_exclusive_connection_holds_the_lease_while_it_is_open(
+    sb: Session, tmp_path: Path
+) -> None:
+    endpoint = sb.cdp_url.replace("http://", "ws://") + "?exclusive=1"
+    page = "https://allowed.test/frameworks/exclusive"
+    async with playwright_mcp(endpoint, sb.header, home=tmp_path) as client:
+        await text_of(client, "browser_navigate", url=page)
+        with pytest.raises(ActionFailed) as refused:
+            await sb.sandbox.act({"type": "page_info"})
+        assert refused.value.error["code"] == "control_taken", refused.value.error
+        assert refused.value.error["holder"].startswith("cdp:cdp_")
+        assert "/frameworks/exclusive" in await text_of(client, "browser_snapshot")
+    # Playwright MCP has gone and its connection with it: the lease is the agent's again.
+    reply = await sb.sandbox.act({"type": "tabs"}, wait_for_control_ms=10_000)
+    assert page in [tab["url"] for tab in reply["result"]["tabs"]]
 
 
 def test_the_frameworks_are_pinned() -> None:
