@@ -51,6 +51,9 @@ VIEWER = re.compile(r"agent|(human|cdp):[A-Za-z0-9_.-]{1,60}")
 MAX_MESSAGE_BYTES = 1 << 20  # a paste of up to a MiB
 NOTE_MAX_CHARS = 2000
 HUMAN_TIMEOUT_S = 30.0
+# What an input causes comes after it returns (a click's navigation, a typed search's requests): its
+# action stays in flight for the proxy this long after, as a CDP connection's window does.
+TAIL_S = 1.0
 MAX_PENDING = 256  # a viewer's messages waiting to run
 DIALECT = "human"
 
@@ -175,6 +178,8 @@ class HumanInput:
         self._recorder = recorder
         self._seq = 0
         self._boot = secrets.token_hex(2)  # ids stay unique in the audit log across controller restarts
+        # action id -> its viewer and the task that reports its end TAIL_S later
+        self._tails: dict[str, tuple[str, asyncio.Task[None]]] = {}
 
     async def run(self, viewer: str, action: a.NativeAction) -> dict[str, Any]:
         """The action's result; :class:`ActionError` (``control_taken`` first) when it cannot run."""
@@ -212,10 +217,30 @@ class HumanInput:
                 try:
                     return (await self._desktop.run(action, After())).data
                 finally:
-                    if self._reporter is not None:
-                        await self._reporter.ended(action_id, actor=viewer)
+                    self._end_later(action_id, viewer)
         except TimeoutError:
             raise ActionError(ErrorCode.TIMEOUT, f"the input did not run within {HUMAN_TIMEOUT_S:.0f} s") from None
+
+    def _end_later(self, action_id: str, viewer: str) -> None:
+        if self._reporter is not None:
+            task = asyncio.create_task(self._end(action_id, viewer, TAIL_S))
+            self._tails[action_id] = (viewer, task)
+
+    async def _end(self, action_id: str, viewer: str, after_s: float) -> None:
+        assert self._reporter is not None
+        await asyncio.sleep(after_s)
+        self._tails.pop(action_id, None)
+        await self._reporter.ended(action_id, actor=viewer)
+
+    async def close(self) -> None:
+        """Shutdown: every input still in its tail ended now."""
+        tails, self._tails = self._tails, {}
+        for _, task in tails.values():
+            task.cancel()
+        await asyncio.gather(*(task for _, task in tails.values()), return_exceptions=True)
+        if self._reporter is not None:
+            for action_id, (viewer, _) in tails.items():
+                await self._reporter.ended(action_id, actor=viewer)
 
 
 def _event(
@@ -301,6 +326,7 @@ class Viewers:
         for session in list(self._sessions):
             await session.close()
         await self.live.close()
+        await self.humans.close()
 
 
 class ViewerSession:

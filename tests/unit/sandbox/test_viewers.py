@@ -322,3 +322,30 @@ async def test_input_far_ahead_of_the_desktop_is_refused_not_queued(monkeypatch:
     socket.incoming.put_nowait({"type": "websocket.disconnect"})
     await serving
     assert desktop.lease.holder.who == "agent"
+
+
+async def test_an_inputs_action_stays_in_flight_for_its_tail_then_ends() -> None:
+    # A click's page requests reach the proxy after the click returned: they must still be its.
+    desktop = fake_desktop(Parts())
+    reported = Reported()
+    humans = HumanInput(desktop, reported, None)  # type: ignore[arg-type]
+    desktop.lease.take(VIEWER)
+    await humans.run(VIEWER, a.Click(type="click", x=5, y=5))
+    assert [phase for phase, _, _ in reported.calls] == ["started"]
+    await humans.close()  # shutdown ends every tail at once
+    (started, ended) = reported.calls
+    assert ended == ("ended", started[1], VIEWER)
+
+
+async def test_the_tail_ends_by_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("corral.sandbox.viewers.TAIL_S", 0)
+    desktop = fake_desktop(Parts())
+    reported = Reported()
+    humans = HumanInput(desktop, reported, None)  # type: ignore[arg-type]
+    desktop.lease.take(VIEWER)
+    await humans.run(VIEWER, a.Click(type="click", x=5, y=5))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert [phase for phase, _, _ in reported.calls] == ["started", "ended"]
+    await humans.close()
+    assert len(reported.calls) == 2  # nothing ended twice
