@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -242,7 +241,7 @@ def open_takeover_page(sb: Sandbox) -> dict[str, tuple[int, int]]:
 # Installed in the viewer page: samples the live canvas's middle pixel on every animation frame and keeps
 # when it last changed (Date.now(): the same clock as the test's time.time()).
 WATCH_CANVAS = """() => {
-  const canvas = document.querySelector("canvas");
+  const canvas = document.getElementById("screen");
   const context = canvas.getContext("2d", {willReadFrequently: true});
   window.__changes = [];
   let last = null;
@@ -259,7 +258,8 @@ WATCH_CANVAS = """() => {
 
 
 class Viewer:
-    """The viewer page opened with a link: its live canvas, lease line, banner and control buttons."""
+    """The viewer page opened with a link: its live canvas (``#screen``), lease line (``#lease``), help
+    banner (``#help``) and control (``#take``, ``#note``, ``#handback``)."""
 
     def __init__(self, browser: Any, url: str) -> None:
         self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -270,37 +270,41 @@ class Viewer:
         self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
         response = self.page.goto(url)
         assert response is not None and response.ok
-        # The first frame is drawn: the canvas has the screen's size.
+        # The stream said hello and its first frame is drawn.
         self.page.wait_for_function(
-            "() => { const c = document.querySelector('canvas'); return c && c.width > 0 && c.height > 0; }",
+            "() => !document.getElementById('live').hidden"
+            " && Number(document.getElementById('screen').dataset.frames || 0) > 0",
             timeout=20_000,
         )
 
-    def button(self, name: str) -> Any:
-        return self.page.get_by_role("button", name=re.compile(name, re.I))
+    def holder(self) -> str:
+        return str(self.page.get_attribute("#lease", "data-holder") or "")
 
-    def text(self) -> str:
-        return str(self.page.inner_text("body"))
-
-    def wait_text(self, pattern: str, timeout_ms: int = 15_000) -> None:
+    def wait_holder(self, who: str, timeout_ms: int = 10_000) -> None:
         self.page.wait_for_function(
-            "(p) => new RegExp(p, 'i').test(document.body.innerText)", arg=pattern, timeout=timeout_ms
+            "(who) => document.getElementById('lease').dataset.holder === who", arg=who, timeout=timeout_ms
         )
 
-    def take(self) -> None:
-        self.button("take control").click()
-        self.wait_text("hand back")
+    def banner(self) -> str | None:
+        """The help banner's text, None while hidden."""
+        return None if self.page.locator("#help").is_hidden() else str(self.page.inner_text("#help"))
+
+    def take(self, me: str) -> None:
+        self.page.click("#take")
+        self.wait_holder(me)
 
     def hand_back(self, note: str | None) -> None:
         if note is not None:
-            self.page.locator("textarea, input[type=text], input:not([type])").first.fill(note)
-        self.button("hand back").click()
+            self.page.fill("#note", note)
+        self.page.click("#handback")
 
     def at(self, x: int, y: int) -> tuple[float, float]:
         """The page point over the screen pixel (x, y) of the live canvas."""
-        box = self.page.locator("canvas").bounding_box()
-        size = self.page.evaluate("() => { const c = document.querySelector('canvas'); return [c.width, c.height]; }")
-        return box["x"] + (x + 0.5) * box["width"] / size[0], box["y"] + (y + 0.5) * box["height"] / size[1]
+        box = self.page.locator("#screen").bounding_box()
+        width, height = self.page.evaluate(
+            "() => [document.getElementById('screen').width, document.getElementById('screen').height]"
+        )
+        return box["x"] + (x + 0.5) * box["width"] / width, box["y"] + (y + 0.5) * box["height"] / height
 
     def click(self, x: int, y: int) -> None:
         self.page.mouse.click(*self.at(x, y))
@@ -311,11 +315,6 @@ class Viewer:
 
     def close(self) -> None:
         self.page.close()
-
-
-def link_id_from(actor: str) -> str:
-    assert actor.startswith("human:lnk_"), actor
-    return actor.removeprefix("human:")
 
 
 # -- the tests ---------------------------------------------------------------------------------------------
@@ -334,7 +333,7 @@ def test_a_view_link_shows_the_screen_change_after_an_agent_action(
     try:
         viewer.page.evaluate(WATCH_CANVAS)
         viewer.page.wait_for_timeout(300)  # a few samples of the settled screen
-        assert viewer.button("take control").count() == 0  # a view link has no control
+        assert viewer.page.locator("#control").is_hidden()  # a view link has no control
         sent = time.time()
         sb.act({"type": "click", "x": 640, "y": 400})
         viewer.page.wait_for_function("() => window.__changes.length > 0", timeout=10_000)
@@ -358,7 +357,7 @@ def test_a_control_link_takes_over_types_and_hands_back_while_the_agent_is_refus
     human = f"human:{link['id']}"
     viewer = Viewer(browser, link["url"])
     try:
-        viewer.take()
+        viewer.take(human)
         # The agent is refused over the WebSocket and over HTTP, naming the holder and since when.
         refused = sb.request({"action": {"type": "cursor_position"}})
         assert refused["ok"] is False and refused["error"]["code"] == "control_taken", refused
@@ -412,8 +411,8 @@ def test_the_control_action_and_request_control_return_the_humans_note(
                 {"action": {"type": "request_control", "reason": "solve the CAPTCHA", "wait_ms": 60_000}}
             )
         )
-        viewer.wait_text("solve the CAPTCHA")
-        viewer.take()
+        assert wait_for(lambda: "solve the CAPTCHA" in (viewer.banner() or ""))
+        viewer.take(human)
         viewer.hand_back("solved it")
         asking.join(30)
         reply = asked[0]
@@ -422,7 +421,7 @@ def test_the_control_action_and_request_control_return_the_humans_note(
         handed = reply["result"]["handed_back"]
         assert (handed["by"], handed["note"], handed["left"]) == (human, "solved it", False), reply
         assert reply["result"]["holder"] == "agent" and reply["result"]["help"] is None
-        viewer.page.wait_for_function("() => !document.body.innerText.includes('solve the CAPTCHA')", timeout=10_000)
+        assert wait_for(lambda: viewer.banner() is None), viewer.banner()
     finally:
         viewer.close()
 
@@ -553,7 +552,7 @@ def test_human_and_cdp_actions_are_attributed_in_the_audit_and_the_recording(
             for action in (
                 {"type": "click", "x": x, "y": y},
                 {"type": "type", "text": "by hand"},
-                {"type": "key", "key": "Return"},
+                {"type": "key", "keys": "Return"},
                 {"type": "click", "x": targets["link"][0], "y": targets["link"][1]},
             ):
                 answer = live.ask({"type": "input", "action": action})
