@@ -1,5 +1,5 @@
 """The controller's HTTP and WebSocket surface: ``GET /healthz``, ``POST /v1/actions``, ``WS /v1/ws``,
-``PUT``/``GET /v1/files``, and the gateway's ``PUT``/``GET /v1/secrets``."""
+``WS /v1/live`` (corral.sandbox.viewers), ``PUT``/``GET /v1/files``, and the gateway's ``PUT``/``GET /v1/secrets``."""
 
 from __future__ import annotations
 
@@ -25,10 +25,12 @@ from corral.sandbox.desktop import Desktop
 from corral.sandbox.dispatch import Dispatcher, Incoming, fitted
 from corral.sandbox.files import AgentFiles, named
 from corral.sandbox.guard import ControllerGuard
+from corral.sandbox.live import LiveView, ThreadEncoder
 from corral.sandbox.placeholders import placeholders_of
 from corral.sandbox.recorder import Recorder
 from corral.sandbox.settings import ControllerSettings
 from corral.sandbox.transfer_record import Tallied, Transfer
+from corral.sandbox.viewers import MODES, VIEWER, HumanInput, Viewers
 
 log = logging.getLogger(__name__)
 
@@ -93,12 +95,18 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
             app.state.agent_command = transfer.LauncherCommand(desktop.processes.launcher)
         app.state.dispatcher = Dispatcher(desktop, settings.limits(), reporter, recorder)
         app.state.max_body = settings.max_message_bytes
+        # WS /v1/live: frames grabbed and encoded only while a stream is open.
+        encoder = ThreadEncoder()
+        viewers = Viewers(desktop, LiveView(desktop.screen, encoder), HumanInput(desktop, reporter, recorder))
+        app.state.viewers = viewers
         # Connect to Chromium early so the first browser action does not pay for it; keep the task.
         app.state.warmup = asyncio.create_task(_warm(desktop))
         try:
             yield
         finally:
             app.state.warmup.cancel()
+            await viewers.close()
+            encoder.close()
             if reporter is not None:
                 await reporter.close()
             if recorder is not None:
@@ -160,6 +168,15 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
     async def ws(websocket: WebSocket, dispatcher: DispatcherDep) -> None:
         await websocket.accept()
         await Connection(websocket, dispatcher).serve()
+
+    @app.websocket("/v1/live")
+    async def live(websocket: WebSocket, viewer: str = "", mode: str = "view") -> None:
+        """A live stream for ``viewer`` (the gateway's word, made trusted by the guard's signature)."""
+        if VIEWER.fullmatch(viewer) is None or mode not in MODES:
+            await websocket.close(1008, "viewer=<actor>&mode=view|control")
+            return
+        await websocket.accept()
+        await websocket.app.state.viewers.serve(websocket, viewer, mode)
 
     return app
 

@@ -18,7 +18,7 @@ from corral.protocol import actions as a
 from corral.protocol.geometry import Size
 from corral.protocol.keys import Key, parse_key
 from corral.protocol.plan import ActionResult, After
-from corral.sandbox import clipboard
+from corral.sandbox import clipboard, takeover
 from corral.sandbox.browser import Browser
 from corral.sandbox.editor import Editor
 from corral.sandbox.files import AgentFiles
@@ -278,9 +278,10 @@ class Desktop:
                 return ActionResult(await _part(self.search, "file search").run(action, context))
             case a.Secrets():
                 return ActionResult({"secrets": dict(self.placeholders.by_name)})
-            case a.Control() | a.RequestControl():
-                # The lease15 helper replaces this with the lease's waits (design15.md).
-                raise ActionError(ErrorCode.UNSUPPORTED, f"{action.type} is not built yet")
+            case a.Control():
+                return ActionResult(await takeover.control(self.lease, action.wait_ms))
+            case a.RequestControl():
+                return ActionResult(await takeover.request_control(self.lease, action.reason, action.wait_ms))
             case _:
                 # mypy proves this unreachable: a member of AnyAction without its case above fails the type check.
                 assert_never(action)

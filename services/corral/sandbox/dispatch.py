@@ -149,6 +149,14 @@ class Dispatcher:
         return handled.reply
 
     async def _handle(self, incoming: Incoming, emit: Emit | None) -> Handled:
+        handled = await self._answer(incoming, emit)
+        if not _asks_for_control(incoming.plan):
+            handed = self._desktop.lease.take_hand_back()
+            if handed is not None:  # a human handed the lease back: the agent hears of it once
+                handled.reply["control"] = handed.as_dict()
+        return handled
+
+    async def _answer(self, incoming: Incoming, emit: Emit | None) -> Handled:
         request, plan = incoming.request, incoming.plan
         if plan is None:
             assert incoming.error is not None
@@ -157,6 +165,9 @@ class Dispatcher:
         ran: Ran | None = None
         try:
             planned = self._planned(plan)
+            if not _asks_for_control(plan):
+                # Before the desktop's lock and before any apart action: a command drives X as well.
+                await self._desktop.lease.agent_may_act(plan.wait_for_control_ms)
             if incoming.apart:
                 ran = await self._run_apart(plan, RunContext(planned.action_id, _with_id(emit, plan.request_id)))
             else:
@@ -275,7 +286,15 @@ def fitted(incoming: Incoming, out: dict[str, Any]) -> tuple[dict[str, Any], str
         "ask for less of it (a view_range, a smaller max_characters or max_output_chars, a window)",
     )
     refused = _failure(incoming.request_id, error, call)
+    if "control" in out:  # the hand-back was taken for this reply: it must not be lost with it
+        refused["control"] = out["control"]
     return refused, reply.encode(refused)
+
+
+def _asks_for_control(plan: Plan | None) -> bool:
+    """A ``control`` or ``request_control`` request: never refused by the lease, and it answers a
+    hand-back in its result rather than as the reply's ``control``."""
+    return plan is not None and bool(plan.steps) and all(isinstance(step.action, LEASE_ACTIONS) for step in plan.steps)
 
 
 def _failure(

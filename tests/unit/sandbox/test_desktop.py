@@ -15,8 +15,14 @@ from corral.sandbox import clipboard
 from ..protocol.test_actions import MINIMAL
 from .desktop_fake import IMAGE, Parts, fake_desktop
 
-# The minimal examples, without the waits (a wait's default is a second; a drag is paced).
-EXAMPLES = {**MINIMAL, "wait": {"ms": 0}, "drag": {**MINIMAL["drag"], "step_ms": 0}}
+# The minimal examples, without the waits (a wait's default is a second; a drag is paced; a help
+# request waits five minutes for a human by default).
+EXAMPLES = {
+    **MINIMAL,
+    "wait": {"ms": 0},
+    "drag": {**MINIMAL["drag"], "step_ms": 0},
+    "request_control": {**MINIMAL["request_control"], "wait_ms": 0},
+}
 
 # Which part carries out each action (the clipboard is xclip, stood in for below).
 PART = {
@@ -62,6 +68,8 @@ PART = {
     "file_grep": "search",
     "secrets": None,  # the desktop's placeholders, in memory
     "shell": "shell",
+    "control": None,  # the desktop's lease, in memory
+    "request_control": None,
 }
 
 

@@ -1,0 +1,187 @@
+"""The screen as live streams see it: JPEG frames, sent when the screen changes, only while someone watches.
+
+:class:`LiveView` (one per controller) grabs nothing and encodes nothing while no stream is open.
+With one or more it polls the screen through its capture thread (MIT-SHM, about a millisecond a
+grab), compares each grab with the last frame encoded (bytes equality) and, when it changed,
+encodes a JPEG (quality 70, full resolution) on a thread of its own (never the capture or the
+screenshot thread: an agent's screenshot must not wait behind a viewer's frame) and offers it to
+every stream. Each :class:`LiveStream` holds only the newest frame it has not sent: a slow viewer
+skips frames, it never queues them.
+
+Pacing: a poll every :data:`FAST_POLL_S` after a change, backing off to :data:`IDLE_POLL_S` after
+:data:`IDLE_AFTER_S` without one; each stream sends at most :data:`MAX_FPS` frames a second. A
+new stream gets the current frame at once.
+
+XDamage would tell an idle screen from a changed one without a grab; polling an idle screen costs a
+grab and a compare (about 2 ms) ten times a second, so the simpler path is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+from corral.sandbox import encode as enc
+from corral.sandbox.xcapture import Frame
+
+log = logging.getLogger(__name__)
+
+FAST_POLL_S = 0.033
+IDLE_POLL_S = 0.100
+IDLE_AFTER_S = 1.0
+MAX_FPS = 15
+JPEG_QUALITY = 70
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class Grabber(Protocol):
+    """What the view grabs from (corral.sandbox.screen.Screen)."""
+
+    async def grab(self) -> Frame: ...
+
+
+Encoder = Callable[[Frame], Awaitable[bytes]]
+
+
+def encode_jpeg(frame: Frame) -> bytes:
+    """One frame as a JPEG file's bytes, full resolution."""
+    return enc.encode(enc.frame_to_image(frame), "jpeg", quality=JPEG_QUALITY).data
+
+
+class ThreadEncoder:
+    """JPEG encoding on a thread of its own (Pillow releases the GIL while it compresses)."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-live")
+
+    async def __call__(self, frame: Frame) -> bytes:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, encode_jpeg, frame)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
+
+
+def poll_interval(since_change_s: float) -> float:
+    """How long to wait before the next grab, given how long the screen has not changed."""
+    return FAST_POLL_S if since_change_s < IDLE_AFTER_S else IDLE_POLL_S
+
+
+class LiveStream:
+    """One viewer's side of the view: the newest frame not yet sent, paced to :data:`MAX_FPS`."""
+
+    def __init__(self, view: LiveView) -> None:
+        self._view = view
+        self._slot: bytes | None = None
+        self._ready = asyncio.Event()
+        self._sent_at: float | None = None
+        self.skipped = 0  # frames replaced before they were sent (this viewer was slow)
+
+    def offer(self, frame: bytes) -> None:
+        if self._slot is not None:
+            self.skipped += 1
+        self._slot = frame
+        self._ready.set()
+
+    async def next(self) -> bytes:
+        """The newest frame, once there is one and the rate cap allows it."""
+        if self._sent_at is not None:
+            wait = self._sent_at + 1 / MAX_FPS - self._view.clock()
+            if wait > 0:
+                await self._view.sleep(wait)
+        await self._ready.wait()
+        frame, self._slot = self._slot, None
+        self._ready.clear()
+        assert frame is not None
+        self._sent_at = self._view.clock()
+        return frame
+
+    async def close(self) -> None:
+        await self._view.remove(self)
+
+
+class LiveView:
+    """See the module's docstring. ``clock``/``sleep``: monotonic seconds and a wait (fakes in tests)."""
+
+    def __init__(
+        self,
+        grabber: Grabber,
+        encoder: Encoder,
+        *,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self._grabber = grabber
+        self._encoder = encoder
+        self.clock = clock
+        self.sleep = sleep
+        self._streams: list[LiveStream] = []
+        self._poller: asyncio.Task[None] | None = None
+        self._last: bytes | None = None  # the raw frame the current JPEG was made from
+        self._current: bytes | None = None  # the newest JPEG
+        self.grabs = 0
+        self.encodes = 0
+
+    @property
+    def streams(self) -> int:
+        return len(self._streams)
+
+    @property
+    def polling(self) -> bool:
+        return self._poller is not None and not self._poller.done()
+
+    def open(self) -> LiveStream:
+        """A new stream; it gets the current frame at once (the first grab's, if polling just began)."""
+        stream = LiveStream(self)
+        self._streams.append(stream)
+        if self._current is not None:
+            stream.offer(self._current)
+        if self._poller is None:
+            self._poller = asyncio.create_task(self._poll(), name="corral-live-poll")
+        return stream
+
+    async def remove(self, stream: LiveStream) -> None:
+        """Closes ``stream``; the last one closing stops the polling (awaited: no grab after this)."""
+        if stream in self._streams:
+            self._streams.remove(stream)
+        if not self._streams:
+            await self._stop()
+
+    async def close(self) -> None:
+        self._streams.clear()
+        await self._stop()
+
+    async def _stop(self) -> None:
+        poller, self._poller = self._poller, None
+        if poller is not None:
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poller
+        # A stale frame must not greet the next viewer: the next poll starts from a fresh grab.
+        self._last = self._current = None
+
+    async def _poll(self) -> None:
+        changed_at = self.clock()
+        while True:
+            try:
+                frame = await self._grabber.grab()
+            except OSError as exc:  # the X server restarting: viewers see the last frame meanwhile
+                log.warning("live view: no grab (%s)", exc)
+                await self.sleep(IDLE_POLL_S)
+                continue
+            self.grabs += 1
+            if frame.data != self._last:
+                self._last = frame.data
+                jpeg = await self._encoder(frame)
+                self.encodes += 1
+                self._current = jpeg
+                for stream in self._streams:
+                    stream.offer(jpeg)
+                changed_at = self.clock()
+            await self.sleep(poll_interval(self.clock() - changed_at))

@@ -1,0 +1,241 @@
+"""The live stream's wire: viewer messages parsed and checked, and WS /v1/live over a desktop of stand-in parts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import warnings
+from typing import Any
+
+import pytest
+
+from corral.protocol import actions as a
+from corral.protocol.geometry import Size
+from corral.sandbox import auth
+from corral.sandbox.app import create_app
+from corral.sandbox.desktop import Desktop
+from corral.sandbox.live import LiveView
+from corral.sandbox.settings import ControllerSettings
+from corral.sandbox.viewers import HumanInput, Input, Release, Take, Viewers, WireError, parse
+from corral.sandbox.xcapture import Frame
+
+from .desktop_fake import Parts, fake_desktop
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # starlette's note about httpx, on import
+    from starlette.testclient import TestClient, WebSocketTestSession
+    from starlette.websockets import WebSocketDisconnect
+
+SCREEN = Size(1280, 800)
+SECRET = auth.new_secret()
+VIEWER = "human:lnk_3kq9x0a1b2c4"
+
+
+# -- parsing
+
+
+def test_take_release_and_input_are_read() -> None:
+    assert parse('{"type": "take", "seq": 1}', SCREEN) == Take(1)
+    assert parse('{"type": "release", "seq": 2, "note": "logged in"}', SCREEN) == Release(2, "logged in")
+    assert parse('{"type": "release", "seq": 3}', SCREEN) == Release(3, None)
+    got = parse('{"type": "input", "seq": 4, "action": {"type": "click", "x": 10, "y": 20}}', SCREEN)
+    assert isinstance(got, Input) and isinstance(got.action, a.Click) and (got.action.x, got.action.y) == (10, 20)
+    typed = parse('{"type": "input", "seq": 5, "action": {"type": "type", "text": "pasted"}}', SCREEN)
+    assert isinstance(typed, Input) and isinstance(typed.action, a.Type) and typed.action.text == "pasted"
+
+
+def _refused(raw: str) -> WireError:
+    with pytest.raises(WireError) as caught:
+        parse(raw, SCREEN)
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    ("raw", "seq", "code", "field"),
+    [
+        ("not json", None, "invalid_json", None),
+        ("[1]", None, "invalid_request", None),
+        ('{"type": "take", "seq": -1}', None, "invalid_field", "seq"),
+        ('{"type": "take", "seq": true}', None, "invalid_field", "seq"),
+        ('{"seq": 1}', 1, "missing_field", "type"),
+        ('{"type": "dance", "seq": 2}', 2, "invalid_field", "type"),
+        ('{"type": "release", "seq": 3, "note": 5}', 3, "invalid_field", "note"),
+        ('{"type": "input", "seq": 4}', 4, "missing_field", "action"),
+        ('{"type": "input", "seq": 5, "action": {"type": "fly"}}', 5, "unknown_action", "action.type"),
+        ('{"type": "input", "seq": 6, "action": {"type": "navigate", "url": "https://a.test/"}}', 6, "forbidden",
+         "action.type"),
+        ('{"type": "input", "seq": 7, "action": {"type": "exec", "command": "id"}}', 7, "forbidden", "action.type"),
+        ('{"type": "input", "seq": 8, "action": {"type": "click", "x": 5000, "y": 1}}', 8, "out_of_bounds", "action.x"),
+        ('{"type": "input", "seq": 9, "action": {"type": "click", "x": 1, "y": 1, "bogus": 1}}', 9, "unknown_field",
+         "action.bogus"),
+        ('{"type": "input", "seq": 10, "action": {"type": "key", "keys": "nosuchkey"}}', 10, "unknown_key",
+         "action.keys"),
+    ],
+)  # fmt: skip
+def test_a_bad_message_is_refused_with_the_protocols_code_and_field(
+    raw: str, seq: int | None, code: str, field: str | None
+) -> None:
+    refused = _refused(raw)
+    assert refused.seq == seq
+    assert refused.error.code == code
+    assert refused.error.field == field
+
+
+def test_every_human_input_type_is_accepted() -> None:
+    samples: dict[str, dict[str, Any]] = {
+        "move": {"x": 1, "y": 1},
+        "mouse_down": {},
+        "mouse_up": {},
+        "click": {"x": 1, "y": 1},
+        "scroll": {"x": 1, "y": 1, "direction": "down"},
+        "key": {"keys": "ctrl+a"},
+        "type": {"text": "hi"},
+    }
+    for model in a.HUMAN_INPUT:
+        kind = a.ACTION_TYPES[list(a.ACTIONS.values()).index(model)]
+        got = parse(
+            '{"type": "input", "seq": 1, "action": ' + json.dumps({"type": kind, **samples[kind]}) + "}",
+            SCREEN,
+        )
+        assert isinstance(got, Input) and isinstance(got.action, model)
+
+
+# -- the route, over stand-in parts
+
+
+class StillScreen:
+    async def grab(self) -> Frame:
+        return Frame(1, 1, 4, b"\x00\x00\x00\x00")
+
+
+async def _jpeg(frame: Frame) -> bytes:
+    return b"\xff\xd8frame"
+
+
+async def _never(seconds: float) -> None:
+    await asyncio.Event().wait()  # one grab per stream opening is all these tests need
+
+
+class Kept:
+    """Stands in for the Recorder: keeps the events."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def arrived(self) -> int:
+        return len(self.events) + 1
+
+    async def before_action(self) -> None:
+        return None
+
+    def record(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+
+
+class Reported:
+    """Stands in for the ActionReporter."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str | None]] = []
+
+    async def started(self, action_id: str, actor: str | None = None) -> None:
+        self.calls.append(("started", action_id, actor))
+
+    async def ended(self, action_id: str, actor: str | None = None) -> None:
+        self.calls.append(("ended", action_id, actor))
+
+
+def _controller() -> tuple[TestClient, Desktop, Parts, Kept, Reported]:
+    app = create_app(ControllerSettings(record=False))
+    parts = Parts()
+    desktop = fake_desktop(parts)
+    kept, reported = Kept(), Reported()
+    live = LiveView(StillScreen(), _jpeg, sleep=_never)
+    humans = HumanInput(desktop, reported, kept)  # type: ignore[arg-type]
+    app.state.verifier = auth.RequestVerifier(SECRET)
+    app.state.desktop = desktop
+    app.state.viewers = Viewers(desktop, live, humans)
+    return TestClient(app), desktop, parts, kept, reported
+
+
+def _open(client: TestClient, query: str) -> Any:
+    return client.websocket_connect(f"/v1/live?{query}", headers=auth.sign(SECRET).headers)
+
+
+def _hello_and_frame(ws: WebSocketTestSession) -> dict[str, Any]:
+    hello: dict[str, Any] = ws.receive_json()
+    assert ws.receive_bytes() == b"\xff\xd8frame"
+    return hello
+
+
+def test_a_viewer_gets_hello_then_a_frame() -> None:
+    client, *_ = _controller()
+    with _open(client, f"viewer={VIEWER}&mode=view") as ws:
+        hello = _hello_and_frame(ws)
+    assert hello["type"] == "hello" and hello["viewer"] == VIEWER and hello["mode"] == "view"
+    assert hello["screen"] == {"width": 1280, "height": 800}
+    assert hello["lease"]["holder"] == "agent" and hello["lease"]["help"] is None
+
+
+def test_view_mode_refuses_take_and_input() -> None:
+    client, desktop, parts, *_ = _controller()
+    with _open(client, f"viewer={VIEWER}&mode=view") as ws:
+        _hello_and_frame(ws)
+        ws.send_json({"type": "take", "seq": 1})
+        assert ws.receive_json()["error"]["code"] == "forbidden"
+        ws.send_json({"type": "input", "seq": 2, "action": {"type": "click", "x": 5, "y": 5}})
+        refused = ws.receive_json()
+        assert refused["type"] == "error" and refused["seq"] == 2 and refused["error"]["code"] == "forbidden"
+    assert desktop.lease.holder.who == "agent" and "click" not in parts.methods("input")
+
+
+def test_control_mode_takes_sends_input_and_hands_back_with_a_note() -> None:
+    client, desktop, parts, kept, reported = _controller()
+    with _open(client, f"viewer={VIEWER}&mode=control") as ws:
+        _hello_and_frame(ws)
+        ws.send_json({"type": "input", "seq": 1, "action": {"type": "click", "x": 5, "y": 5}})
+        refused = ws.receive_json()
+        assert refused["error"]["code"] == "control_taken" and refused["error"]["holder"] == "agent"
+        ws.send_json({"type": "take", "seq": 2})
+        pushed = ws.receive_json()
+        assert pushed["type"] == "lease" and pushed["lease"]["holder"] == VIEWER
+        assert ws.receive_json() == {"type": "ack", "seq": 2}
+        ws.send_json({"type": "input", "seq": 3, "action": {"type": "click", "x": 5, "y": 5}})
+        assert ws.receive_json() == {"type": "ack", "seq": 3}
+        ws.send_json({"type": "input", "seq": 4, "action": {"type": "move", "x": 7, "y": 8}})
+        assert ws.receive_json() == {"type": "ack", "seq": 4}
+        ws.send_json({"type": "release", "seq": 5, "note": "solved the captcha"})
+        assert ws.receive_json()["lease"]["holder"] == "agent"
+        assert ws.receive_json() == {"type": "ack", "seq": 5}
+    assert "click" in parts.methods("input") and ("input", "move", (7, 8)) in parts.calls
+    handed = desktop.lease.take_hand_back()
+    assert handed is not None and handed.by == VIEWER and handed.note == "solved the captcha" and not handed.left
+    # Reported to the proxy with the viewer as actor; recorded, the move left out.
+    ids = [action_id for phase, action_id, actor in reported.calls if phase == "started"]
+    assert len(ids) == 2 and all(i.startswith("h") for i in ids)
+    assert all(actor == VIEWER for _, _, actor in reported.calls)
+    [event] = kept.events
+    assert event["actor"] == VIEWER and event["dialect"] == "human" and event["ok"] is True
+    assert event["native"] == [{"type": "click", "x": 5, "y": 5, "button": "left", "count": 1, "modifiers": []}]
+    assert event["request"] == {"action": event["native"][0]} and event["action_id"] == ids[0]
+
+
+def test_a_stream_closing_while_its_viewer_holds_the_lease_gives_it_back() -> None:
+    client, desktop, *_ = _controller()
+    with _open(client, f"viewer={VIEWER}&mode=control") as ws:
+        _hello_and_frame(ws)
+        ws.send_json({"type": "take", "seq": 1})
+        ws.receive_json()
+        ws.receive_json()
+        assert desktop.lease.holder.who == VIEWER
+    assert desktop.lease.holder.who == "agent"
+    handed = desktop.lease.take_hand_back()
+    assert handed is not None and handed.left
+
+
+def test_a_bad_viewer_or_mode_is_refused_at_the_door() -> None:
+    client, *_ = _controller()
+    for query in ("viewer=someone&mode=view", f"viewer={VIEWER}&mode=drive", "mode=view"):
+        with pytest.raises(WebSocketDisconnect) as closed, _open(client, query) as ws:
+            ws.receive_json()
+        assert closed.value.code == 1008
