@@ -4,13 +4,14 @@ the controller proved that secret back (corral.sandbox.auth)."""
 from __future__ import annotations
 
 import contextlib
+import urllib.parse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from corral.errors import UnprovenController
 from corral.protocol.envelope import MAX_FRAME_BYTES
@@ -41,17 +42,41 @@ async def stream(
         yield response
 
 
-async def connect_ws(ws_url: str, secret: str) -> ClientConnection:
-    """The controller's WebSocket, once its handshake carried the proof."""
+class RefusedUpgrade(InvalidHandshake):
+    """The controller answered a WebSocket upgrade with an HTTP error, and proved it (a CDP
+    connection's ``409 control_taken``): the gateway may pass ``status`` and ``body`` on."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(f"the controller refused the upgrade: {status}")
+        self.status = status
+        self.body = body
+
+
+async def connect_ws(
+    ws_url: str, secret: str, path: str | None = None, max_size: int = MAX_FRAME_BYTES
+) -> ClientConnection:
+    """The controller's WebSocket, once its handshake carried the proof. ``path`` (with its query)
+    replaces ``ws_url``'s (the agent's ``/v1/ws``): ``/v1/cdp?...``.
+
+    An upgrade the controller refused with its proof raises :class:`RefusedUpgrade` (its status and
+    body are the controller's word); one refused without it, websockets' ``InvalidStatus`` as before."""
     signed = auth.sign(secret)
-    upstream = await connect(
-        ws_url,
-        compression=None,
-        max_size=MAX_FRAME_BYTES,
-        open_timeout=10,
-        ping_interval=None,
-        additional_headers=signed.headers,
-    )
+    if path is not None:
+        parts = urllib.parse.urlsplit(ws_url)
+        ws_url = f"{parts.scheme}://{parts.netloc}{path}"
+    try:
+        upstream = await connect(
+            ws_url,
+            compression=None,
+            max_size=max_size,
+            open_timeout=10,
+            ping_interval=None,
+            additional_headers=signed.headers,
+        )
+    except InvalidStatus as exc:
+        if auth.proven(secret, signed.nonce, exc.response.headers):
+            raise RefusedUpgrade(exc.response.status_code, bytes(exc.response.body or b"")) from None
+        raise
     if upstream.response is None or not auth.proven(secret, signed.nonce, upstream.response.headers):
         with contextlib.suppress(ConnectionClosed, OSError):  # what answered need not close cleanly
             await upstream.close()

@@ -7,6 +7,7 @@ import logging
 import uvicorn
 
 from corral.sandbox.app import create_app
+from corral.sandbox.cdprules import CDP_MAX_FRAME_BYTES
 from corral.sandbox.settings import ControllerSettings
 
 
@@ -20,7 +21,8 @@ def main() -> None:
         ws="websockets-sansio",
         # Compressing a 170 KB screenshot frame costs about 17 ms; images do not shrink much anyway.
         ws_per_message_deflate=False,
-        ws_max_size=settings.ws_max_frame_bytes,
+        # CDP's frames are larger (corral.sandbox.cdprules); /v1/ws keeps ws_max_frame_bytes itself.
+        ws_max_size=max(settings.ws_max_frame_bytes, CDP_MAX_FRAME_BYTES),
         log_level=settings.log_level,
         access_log=False,
     )

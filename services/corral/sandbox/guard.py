@@ -88,7 +88,9 @@ class ControllerGuard:
         proof = (PROOF_HEADER.encode(), prove(verifier.secret, nonce).encode())
 
         async def send_with_proof(message: Message) -> None:
-            if message["type"] in ("http.response.start", "websocket.accept"):
+            # A refused upgrade (websocket.http.response.start) proves itself too: the gateway passes
+            # a CDP connection's 409 on only when it is the controller's.
+            if message["type"] in ("http.response.start", "websocket.accept", "websocket.http.response.start"):
                 message = {**message, "headers": [*message.get("headers", []), proof]}
             await send(message)
 

@@ -61,6 +61,10 @@ async def _without_frame(event: dict[str, Any]) -> dict[str, Any]:
     return event
 
 
+async def _as_is(event: dict[str, Any]) -> dict[str, Any]:
+    return event
+
+
 class Recorder:
     def __init__(self, desktop: Desktop) -> None:
         self._desktop = desktop
@@ -126,6 +130,14 @@ class Recorder:
         event = {"seq": self._seq, **event, "reply": _strip_images(event.get("reply"))}
         completing = self._complete(event) if frame else _without_frame(event)
         self._pending.put_nowait(asyncio.create_task(completing))
+        if self._publisher is None:
+            self._publisher = asyncio.create_task(self._publish())
+
+    def note(self, event: dict[str, Any]) -> None:
+        """Queue an event that is no request (a CDP connection, a lease change) as it is: no frame,
+        no page state."""
+        self._seq += 1
+        self._pending.put_nowait(asyncio.create_task(_as_is({"seq": self._seq, **event})))
         if self._publisher is None:
             self._publisher = asyncio.create_task(self._publish())
 
