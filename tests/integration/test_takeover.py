@@ -648,6 +648,8 @@ def _settled_records(gw: RunningGateway, session_id: str) -> list[dict[str, Any]
 LIVE_UPGRADE = r"""
 import json, socket, sys
 host, forged = sys.argv[1], sys.argv[2] == "1"
+if host == "own":  # the sandbox's address on its session network
+    host = socket.gethostbyname(socket.gethostname())
 lines = ["GET /v1/live?viewer=human:lnk_aaaaaaaaaaaa&mode=control HTTP/1.1", f"Host: {host}:8765",
          "Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 13",
          "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ=="]
@@ -666,7 +668,7 @@ def test_the_agents_uid_cannot_take_the_lease_or_open_the_live_stream(
     gw: RunningGateway, sb: Sandbox, runtime: DockerHarness
 ) -> None:
     box = sb.container
-    for host in ("127.0.0.1", "localhost"):
+    for host in ("127.0.0.1", "own"):
         code, out = runtime.exec(box, ["python", "-c", LIVE_UPGRADE, host, "0"], user="agent")
         assert code == 0 and json.loads(out.strip().splitlines()[-1]) == "ConnectionRefusedError", out
     # Past the firewall (root, which the agent never is), the controller's door still wants the gateway's
@@ -676,7 +678,7 @@ def test_the_agents_uid_cannot_take_the_lease_or_open_the_live_stream(
         status = json.loads(out.strip().splitlines()[-1])
         assert code == 0 and status.startswith("HTTP/1.1 401"), out
     # And the agent's own command through the session: the same refusal.
-    ran = sb.exec(f"python3 -c {json.dumps(LIVE_UPGRADE)} 127.0.0.1 0")
+    ran = sb.exec(argv=["python3", "-c", LIVE_UPGRADE, "127.0.0.1", "0"])
     assert json.loads(ran.stdout.strip().splitlines()[-1]) == "ConnectionRefusedError", ran
     assert sb.act({"type": "control"})["result"]["holder"] == "agent"
 
