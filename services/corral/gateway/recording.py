@@ -218,7 +218,7 @@ class SessionRecorder:
                     self._written = max(self._written, int(event["seq"]))
                     if event.get("event") == "controller_restarted":
                         self._after, self._boot = 0, event.get("controller_boot")
-                    elif event.get("event") == "action":
+                    elif "controller_seq" in event:  # the controller's: an action or a control event
                         if event.get("controller_boot") != self._boot:
                             self._after = 0  # a new controller run: its numbering starts again
                         self._boot = event.get("controller_boot")
@@ -316,14 +316,12 @@ class SessionRecorder:
                 event[name], cut[name] = value, size
         frame_bytes = base64.b64decode(frame_b64) if isinstance(frame_b64, str) and frame_b64 else b""
         frame = f"{FRAMES_DIR}/{seq:06d}.webp" if frame_bytes else None
-        record = {
-            "event": "action",
-            "controller_seq": controller_seq,
-            "controller_boot": self._boot,
-            **event,
-            "frame": frame,
-            "audit": self._audit.seqs(event.get("action_id")),
-        }
+        record = {"event": "action", "controller_seq": controller_seq, "controller_boot": self._boot, **event}
+        if record["event"] == "action":
+            # Another event of the controller's (a change of the control lease) keeps its own name,
+            # and has neither a frame nor an action in the audit log.
+            record["frame"] = frame
+            record["audit"] = self._audit.seqs(event.get("action_id"))
         if cut:
             record["truncated"] = cut  # field -> its size as received, in bytes
         line = self._line(seq, record)

@@ -221,6 +221,7 @@ def summarize(event: Mapping[str, Any]) -> str:
 
 
 Send = Callable[[dict[str, Any]], dict[str, Any]]
+CONTROL_ACTIONS = ("control", "request_control")  # the control lease's (corral.protocol.actions.LEASE_ACTIONS)
 _LOG_WORD = {"passed": "ok ", "diverged": "DIVERGED", "skipped": "skipped"}
 
 
@@ -369,6 +370,9 @@ def _replay_step(
 ) -> StepVerdict:
     if step.override.skip:
         return step.skipped("skipped by override")
+    about_control = _about_control(step.event)
+    if about_control is not None:
+        return step.skipped(about_control)
     if "request" in (step.event.get("truncated") or {}):
         # Only part of it was kept (CORRAL_RECORDING_MAX_TEXT_KB): sending that would be another request.
         return step.skipped("the recorded request was cut (too long to keep whole); it cannot be sent again")
@@ -394,6 +398,17 @@ def _replay_step(
             verdict = dataclasses.replace(verdict, reason=verdict.reason + note)
         return verdict
     return _judged_by_frame(step, bundle, send, reply, options.masks + step.override.masks, elapsed)
+
+
+def _about_control(event: Mapping[str, Any]) -> str | None:
+    """Why a step of the control lease is not sent again: it waited for people, or it was refused
+    while a human held control (it did nothing; the human's own steps, recorded, replay instead)."""
+    native = event.get("native") or []
+    if native and all(isinstance(step, dict) and step.get("type") in CONTROL_ACTIONS for step in native):
+        return f"{native[0].get('type')} waited for a person; a replay has none"
+    if _error_code(event.get("error")) == "control_taken":
+        return "refused with control_taken when recorded (someone else held control): it did nothing then"
+    return None
 
 
 def _judged_by_result(step: _Step, reply: Mapping[str, Any], expect: Mapping[str, str], elapsed: float) -> StepVerdict:

@@ -30,6 +30,7 @@ from corral.sandbox.live import LiveView, ThreadEncoder
 from corral.sandbox.placeholders import placeholders_of
 from corral.sandbox.recorder import Recorder
 from corral.sandbox.settings import ControllerSettings
+from corral.sandbox.takeover import LeaseLog
 from corral.sandbox.transfer_record import Tallied, Transfer
 from corral.sandbox.viewers import MODES, VIEWER, HumanInput, Viewers
 
@@ -96,6 +97,8 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         if desktop.processes is not None:
             app.state.agent_command = transfer.LauncherCommand(desktop.processes.launcher)
         app.state.dispatcher = Dispatcher(desktop, settings.limits(), reporter, recorder)
+        # Every change of the control lease: a recording event and an audit record.
+        lease_log = LeaseLog(desktop.lease, recorder, reporter)
         app.state.max_body = settings.max_message_bytes
         # WS /v1/live: frames grabbed and encoded only while a stream is open.
         encoder = ThreadEncoder()
@@ -109,6 +112,7 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
             app.state.warmup.cancel()
             await viewers.close()
             encoder.close()
+            await lease_log.close()
             if reporter is not None:
                 await reporter.close()
             if recorder is not None:

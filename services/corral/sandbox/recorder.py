@@ -1,4 +1,5 @@
-"""The controller's side of session recording: one event per request, with a small frame after it.
+"""The controller's side of session recording: one event per request, with a small frame after it
+(and, without one, an event per change of the control lease: :meth:`Recorder.note`).
 
 Each event holds the request as received, its native form, the reply (images left out; the bytes
 of commands and file operations cut by :func:`corral.recording.redact.redact`), timings,
@@ -76,7 +77,7 @@ class Recorder:
         self.boot = secrets.token_hex(8)
         self._changed = asyncio.Condition()
         self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-record")
-        self._pending: asyncio.Queue[asyncio.Task[dict[str, Any]]] = asyncio.Queue()
+        self._pending: asyncio.Queue[asyncio.Future[dict[str, Any]]] = asyncio.Queue()
         self._publisher: asyncio.Task[None] | None = None
         self._next_request = asyncio.Event()  # set when a request starts: the newest frame stops settling
 
@@ -129,7 +130,18 @@ class Recorder:
         event = redact(event)
         event = {"seq": self._seq, **event, "reply": _strip_images(event.get("reply"))}
         completing = self._complete(event) if frame else _without_frame(event)
-        self._pending.put_nowait(asyncio.create_task(completing))
+        self._queue(asyncio.create_task(completing))
+
+    def note(self, event: dict[str, Any]) -> None:
+        """Queue an event that is no request (a change of the control lease: ``{"event": "control",
+        ...}``), in order with the requests' events, as it is: no frame, no page state, no reply."""
+        self._seq += 1
+        noted: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        noted.set_result({"seq": self._seq, **event, "at": time.time()})
+        self._queue(noted)
+
+    def _queue(self, completing: asyncio.Future[dict[str, Any]]) -> None:
+        self._pending.put_nowait(completing)
         if self._publisher is None:
             self._publisher = asyncio.create_task(self._publish())
 

@@ -198,3 +198,28 @@ async def test_a_controller_that_kept_uploaded_bytes_and_whole_outputs_is_redact
     assert ran["payloads"]["reply.result.stdout"]["truncated"] is True
     assert ran["reply"]["result"]["exit_code"] == 0 and ran["request"]["action"]["command"] == "cat /workspace/big"
     assert "truncated" not in ran  # cut by the redaction, so no field had to be cut whole
+
+
+async def test_a_control_event_keeps_its_name_without_a_frame_and_is_not_fetched_again(tmp_path: Path) -> None:
+    from corral.recording.bundle import read_bundle
+
+    directory = tmp_path / "ses_0123456789abcded"
+    controller = Controller("boot-1")
+    controller.act(1)
+    change = {"event": "control", "change": "taken", "holder": "human:lnk_a", "previous": "agent", "at": 1.5}
+    controller.events.append({"seq": 2, **change})
+    first = await _recorder(directory, controller)
+    await first.fetch(0)
+    # The gateway restarts after the control event: the new recorder carries on after it.
+    second = await _recorder(directory, controller)
+    await second.fetch(0)
+    controller.act(1)
+    await second.fetch(0)
+    events = _events(directory)
+    assert [(e["event"], e["controller_seq"]) for e in events] == [("action", 1), ("control", 2), ("action", 3)]
+    noted = events[1]
+    assert {k: noted[k] for k in change} == change and noted["controller_boot"] == "boot-1"
+    assert "frame" not in noted and "audit" not in noted
+    bundle = read_bundle(directory)
+    assert [e["controller_seq"] for e in bundle.actions] == [1, 3]
+    assert [e["event"] for e in bundle.events] == ["action", "control", "action"]

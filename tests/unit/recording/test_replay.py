@@ -454,3 +454,17 @@ def test_a_kill_sent_while_its_exec_ran_is_replayed_in_that_order_with_the_repla
     assert report.steps[0].reason.startswith("exit code matches: killed by SIGKILL, recorded killed by SIGKILL")
     assert "sent without waiting for its reply" in report.steps[0].reason
     assert [a["type"] for a in sandbox.sent if a["type"] != "exec"] == ["process_list", "process_kill"]
+
+
+def test_control_events_lease_actions_and_requests_refused_by_the_lease_are_not_sent_again() -> None:
+    lease = {"type": "request_control", "reason": "solve the CAPTCHA", "wait_ms": 300000}
+    asked = action(2, None, native=[lease], request={"id": "2", "action": lease})
+    refused = action(3, WHITE, ok=False, code="control_taken")
+    changed = {"seq": 4, "event": "control", "change": "taken", "holder": "human:lnk_a", "previous": "agent"}
+    recorded = bundle([action(1, WHITE), asked, refused, changed, action(5, WHITE)], {1: WHITE, 3: WHITE, 5: WHITE})
+    sandbox = Sandbox([OK, OK], [WHITE, WHITE])
+    report = replay(recorded, sandbox, ReplayOptions())
+    assert [s.status for s in report.steps] == ["passed", "skipped", "skipped", "passed"]
+    assert "request_control waited for a person" in report.steps[1].reason
+    assert "control_taken" in report.steps[2].reason
+    assert sandbox.replies == [] and report.warnings == []

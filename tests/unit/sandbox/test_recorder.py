@@ -57,3 +57,19 @@ async def test_a_file_transfer_is_recorded_without_a_frame_or_page_state() -> No
         await recorder.close()
     assert "frame_webp" not in event and event["frame_skipped"] == "a file transfer over HTTP does not touch the screen"
     assert event["reply"]["result"] == result and event["seq"] == 1
+
+
+async def test_a_note_is_recorded_as_it_is_in_order_with_the_requests_events() -> None:
+    recorder = Recorder(fake_desktop(Parts()))
+    write = {"type": "file_write", "path": "/workspace/f", "content": "x"}
+    try:
+        recorder.record({"request": {"id": 1, "action": write}, "native": [write], "ok": True, "reply": {}}, frame=False)
+        recorder.note({"event": "control", "change": "taken", "holder": "human:lnk_a", "previous": "agent"})
+        await recorder.after(1, 10_000)  # waits for the note (events publish in order)
+        first, noted = (await recorder.after(0, 0))["events"]
+    finally:
+        await recorder.close()
+    assert first["seq"] == 1 and first["native"] == [write]
+    assert noted["seq"] == 2 and noted["event"] == "control" and noted["holder"] == "human:lnk_a"
+    assert noted["change"] == "taken" and noted["previous"] == "agent" and isinstance(noted["at"], float)
+    assert not {"frame_webp", "frame_skipped", "reply", "title"} & set(noted)
