@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from corral.gateway import auth
 from corral.gateway.metrics import Metrics
-from corral.gateway.models import CreateSession, UpdateSession
+from corral.gateway.models import CreateLink, CreateSession, UpdateSession
 from corral.gateway.routes import ROUTERS, errors
 from corral.gateway.sessions import SessionManager
 from corral.gateway.settings import GatewaySettings
@@ -24,7 +24,11 @@ from corral.gateway.store import SessionStore
 from corral.runtime import SandboxRuntime, open_runtime
 
 # The bodies routes read themselves (after auth, capped), for the OpenAPI description.
-_READ_BODIES: dict[str, type[BaseModel]] = {"create_session": CreateSession, "update_session": UpdateSession}
+_READ_BODIES: dict[str, type[BaseModel]] = {
+    "create_session": CreateSession,
+    "update_session": UpdateSession,
+    "create_link": CreateLink,
+}
 
 
 def default_runtime(settings: GatewaySettings) -> SandboxRuntime:

@@ -8,6 +8,7 @@ import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from corral.errors import Forbidden, NotFound, SessionNotFound, Unauthorized
 from corral.gateway.settings import GatewaySettings
@@ -41,35 +42,96 @@ def load_or_create_key(data_dir: Path) -> str:
     return key
 
 
+LinkMode = Literal["view", "control"]
+LINK_ONLY = "a viewer link opens only its session's viewer and live stream"
+
+
+@dataclass(frozen=True, slots=True)
+class LinkGrant:
+    """What a good viewer link (corral.gateway.links) opens: its session's viewer reads and live
+    stream, in its mode."""
+
+    session_id: str
+    link_id: str
+    mode: LinkMode
+
+    @property
+    def actor(self) -> str:
+        """Who acts through it, as the lease, the recording and the audit name them."""
+        return f"human:{self.link_id}"
+
+
 @dataclass(frozen=True, slots=True)
 class Caller:
     """Who made a request, and what that lets them do.
 
     An API key (``key_id``) makes sessions, and opens every session it owns: live, and once ended
-    its audit log and recording; it alone changes a session's egress. A session token
-    (``session_id``) opens that one session while it lives, and nothing else. A caller with neither
-    sent no credential (``presented`` false) or one that is neither. Pure: each check raises the
-    refusal (corral.errors) the gateway answers with.
+    its audit log and recording; it alone changes a session's egress and makes its viewer links. A
+    session token (``session_id``) opens that one session while it lives, and nothing else. A viewer
+    link (``link``) opens what the viewer page reads of its live session (recording events and
+    frames, traffic) and its live stream, nothing else (403); one revoked or expired
+    (``link_refused`` says which) opens nothing (401). A caller with none of these sent no
+    credential (``presented`` false) or one that is none. Pure: each check raises the refusal
+    (corral.errors) the gateway answers with.
     """
 
     key_id: str | None = None
     session_id: str | None = None
     presented: bool = False
+    link: LinkGrant | None = None
+    link_refused: str | None = None  # "link revoked" / "link expired"
 
     def api_key(self) -> str:
         """The API key's id, for what only a key may do (a session token is no key: 401)."""
         if not self.presented:
             raise Unauthorized("send an API key as 'Authorization: Bearer <key>'")
+        self._not_a_link()
         if self.key_id is None:
             raise Unauthorized("that API key is not valid")
         return self.key_id
 
     def known(self) -> None:
-        """An API key or a live session's token, whichever: 401 for anything else."""
+        """An API key or a live session's token, whichever: 401 for anything else (403 for a link)."""
         if not self.presented:
             raise Unauthorized("send an API key or the session token as 'Authorization: Bearer ...'")
+        self._not_a_link()
         if self.key_id is None and self.session_id is None:
             raise Unauthorized("that API key or token is not valid")
+
+    def _not_a_link(self) -> None:
+        if self.link_refused is not None:
+            raise Unauthorized(self.link_refused)
+        if self.link is not None:
+            raise Forbidden(LINK_ONLY)
+
+    def open_view(self, session_id: str, owner: str | None) -> None:
+        """What the viewer page reads of the live session ``session_id`` (recording events and
+        frames, traffic) and its live stream: what :meth:`open_live` opens, or a link of this session."""
+        if self.link is None:
+            self.open_live(session_id, owner)
+            return
+        if self.link.session_id != session_id:
+            raise Forbidden("this viewer link is for another session")
+        if owner is None:
+            raise SessionNotFound(f"no session {session_id}")
+
+    def live_viewer(self, session_id: str, owner: str | None) -> tuple[str, LinkMode]:
+        """Who watches the live stream of ``session_id``, and how: a link as its mode says
+        (``human:<link id>``), the owner's key in control (``human:<key id>``), the session's own
+        token as the agent, watching."""
+        self.open_view(session_id, owner)
+        if self.link is not None:
+            return self.link.actor, self.link.mode
+        if self.key_id is not None:
+            return f"human:{self.key_id}", "control"
+        return "agent", "view"
+
+    def grant_links(self) -> str:
+        """The owner's key id, for making or revoking viewer links (after :meth:`open_live`): the
+        agent's token must not grant itself a human's powers."""
+        if self.key_id is None:
+            raise Forbidden("viewer links are made and revoked with the session owner's API key, not its token")
+        return self.key_id
 
     def open_live(self, session_id: str, owner: str | None) -> None:
         """The live session ``session_id`` (``owner`` None: there is none): its owner's key or its own token."""

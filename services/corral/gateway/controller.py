@@ -42,6 +42,11 @@ async def stream(
         yield response
 
 
+def ws_address(base_url: str, path: str) -> str:
+    """The controller's WebSocket URL for ``path`` (with its query), from its HTTP base URL."""
+    return base_url.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + path
+
+
 class RefusedUpgrade(InvalidHandshake):
     """The controller answered a WebSocket upgrade with an HTTP error, and proved it (a CDP
     connection's ``409 control_taken``): the gateway may pass ``status`` and ``body`` on."""

@@ -355,6 +355,12 @@ class EgressManager:
         self._observe(egress.session_id, reply, "poll")
         return reply
 
+    async def report(self, egress: Egress, message: dict[str, Any]) -> None:
+        """One of the gateway's own events (op ``link``: a viewer link made, used, revoked, expired)
+        into the session's audit chain; raises EgressUnavailable when the proxy did not take it."""
+        reply = await self._call(egress, message)
+        self._observe(egress.session_id, reply, "poll")
+
     async def set_policy(self, egress: Egress, allow: list[str], mode: str, actor: str) -> dict[str, Any]:
         """Swap the live policy; the proxy logs the change in the session's chain."""
         async with self._lock(egress.session_id):

@@ -185,3 +185,41 @@ class ReplayResponsesOut(BaseModel):
     flows: int
     bytes: int
     torn: bool  # the last flow was cut short (a killed proxy) and left out
+
+
+class CreateLink(BaseModel):
+    """POST /v1/sessions/{id}/links: a viewer link to watch or step into the session."""
+
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["view", "control"]
+    ttl_s: Annotated[int, Field(ge=1, le=86400)] = 3600
+
+
+class LinkOut(BaseModel):
+    """A viewer link as its listing shows it (never its secret)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    id: str
+    mode: Literal["view", "control"]
+    created_at: float
+    expires_at: float
+    revoked_at: float | None
+    last_used_at: float | None
+    streams: int  # live streams open with it now
+
+
+class CreatedLink(BaseModel):
+    """A new viewer link: ``url`` holds its secret in the fragment, shown this once."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    id: str
+    mode: Literal["view", "control"]
+    created_at: float
+    expires_at: float
+    url: str
+
+
+class RevokedLink(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    id: str
+    revoked_at: float

@@ -1,4 +1,5 @@
-"""The agent WebSocket, relayed unchanged to the session's sandbox."""
+"""WebSockets relayed unchanged to the session's sandbox: the agent's (``/ws``) and the live view's
+(``/live``, after its auth step), over one :func:`bridge`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import json
 import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 from fastapi import WebSocket, WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection
@@ -65,10 +67,10 @@ def reply_key(frame: str | bytes) -> str:
         return "null"
 
 
-async def _open_upstream(client: WebSocket, session: Session, metrics: Metrics) -> ClientConnection | None:
-    """The sandbox's WebSocket, or None once the client was told why there is none."""
+async def _open_upstream(client: WebSocket, session: Session, metrics: Metrics, url: str) -> ClientConnection | None:
+    """The controller's WebSocket at ``url``, or None once the client was told why there is none."""
     try:
-        return await connect_ws(session.sandbox.ws_url, session.sandbox.secret)
+        return await connect_ws(url, session.sandbox.secret)
     except (OSError, TimeoutError, InvalidHandshake) as exc:
         code, reason = ErrorCode.SANDBOX_UNREACHABLE, f"the sandbox did not answer: {type(exc).__name__}"
     except UnprovenController:
@@ -78,16 +80,41 @@ async def _open_upstream(client: WebSocket, session: Session, metrics: Metrics) 
     return None
 
 
-async def _agent_to_sandbox(client: WebSocket, upstream: ClientConnection, session: Session, sent: InFlight) -> None:
+Seen = Callable[[str | bytes], None]  # a frame as it passes, before it is sent on
+
+
+def _unseen(frame: str | bytes) -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Besides either side closing, what ends a relay (once ``until`` finishes) and the close the
+    client then gets: a revoked or expired viewer link (4003), the session's end (4000)."""
+
+    until: Awaitable[object]
+    code: int
+    reason: Callable[[], str]
+
+
+async def _client_to_upstream(client: WebSocket, upstream: ClientConnection, seen: Seen) -> None:
     while True:
         message = await client.receive()
         if message["type"] == "websocket.disconnect":
             return
-        session.touch()
         text = message.get("text")
         frame = text if text is not None else (message.get("bytes") or b"")
-        sent.setdefault(request_key(frame), deque()).append(time.perf_counter())
+        seen(frame)
         await upstream.send(frame)
+
+
+async def _upstream_to_client(upstream: ClientConnection, client: WebSocket, seen: Seen) -> None:
+    async for frame in upstream:
+        seen(frame)
+        if isinstance(frame, str):
+            await client.send_text(frame)
+        else:
+            await client.send_bytes(frame)
 
 
 def _round_trip_ended(sent: InFlight, key: str, metrics: Metrics) -> None:
@@ -101,44 +128,68 @@ def _round_trip_ended(sent: InFlight, key: str, metrics: Metrics) -> None:
         del sent[key]
 
 
-async def _sandbox_to_agent(
-    upstream: ClientConnection, client: WebSocket, session: Session, metrics: Metrics, sent: InFlight
-) -> None:
-    async for frame in upstream:
-        if sent and is_reply(frame):  # events pass unchanged and end no round trip
-            _round_trip_ended(sent, reply_key(frame), metrics)
-        code = reply.error_code(frame)  # a check of the first bytes; only a failure is parsed
-        if code is not None:
-            metrics.errors.labels(code=code).inc()
-        session.touch()
-        if isinstance(frame, str):
-            await client.send_text(frame)
-        else:
-            await client.send_bytes(frame)
-
-
 async def relay(
     client: WebSocket,
     session: Session,
     metrics: Metrics,
     upstream_lost: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
-    """``upstream_lost`` is awaited when the sandbox's side closes first: it ends the session if
+    """The agent's WebSocket and the sandbox's, with the round trips and errors measured.
+
+    ``upstream_lost`` is awaited when the sandbox's side closes first: it ends the session if
     the sandbox died, so the client learns why (4000 and the reason) rather than a bare close."""
-    upstream = await _open_upstream(client, session, metrics)
+    sent: InFlight = {}  # when each request in flight was sent, by its id, for the round-trip metric
+
+    def request_sent(frame: str | bytes) -> None:
+        session.touch()
+        sent.setdefault(request_key(frame), deque()).append(time.perf_counter())
+
+    def answer_came(frame: str | bytes) -> None:
+        if sent and is_reply(frame):  # events pass unchanged and end no round trip
+            _round_trip_ended(sent, reply_key(frame), metrics)
+        code = reply.error_code(frame)  # a check of the first bytes; only a failure is parsed
+        if code is not None:
+            metrics.errors.labels(code=code).inc()
+        session.touch()
+
+    await bridge(
+        client,
+        session,
+        metrics,
+        session.sandbox.ws_url,
+        to_upstream=request_sent,
+        to_client=answer_came,
+        upstream_lost=upstream_lost,
+    )
+
+
+async def bridge(
+    client: WebSocket,
+    session: Session,
+    metrics: Metrics,
+    url: str,
+    *,
+    stops: Sequence[Stop] = (),
+    to_upstream: Seen = _unseen,
+    to_client: Seen = _unseen,
+    upstream_lost: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """``client`` and the controller's WebSocket at ``url``, every frame passed on unchanged (text
+    as text, binary as binary), until either side closes, the session ends (4000 and why) or one of
+    ``stops`` finishes (its code and reason). ``to_upstream``/``to_client`` see each frame first."""
+    upstream = await _open_upstream(client, session, metrics, url)
     if upstream is None:
         return
-    sent: InFlight = {}  # when each request in flight was sent, by its id, for the round-trip metric
-    from_sandbox = asyncio.create_task(_sandbox_to_agent(upstream, client, session, metrics, sent))
-    tasks = {
-        asyncio.create_task(_agent_to_sandbox(client, upstream, session, sent)),
-        from_sandbox,
-        asyncio.create_task(session.ended.wait()),
-    }
+    from_sandbox = asyncio.create_task(_upstream_to_client(upstream, client, to_client))
+    ended = Stop(session.ended.wait(), CLOSE_ENDED, session.close_reason)
+    stopping = {asyncio.ensure_future(stop.until): stop for stop in (ended, *stops)}
+    tasks = {asyncio.create_task(_client_to_upstream(client, upstream, to_upstream)), from_sandbox, *stopping}
     sandbox_closed = False
+    stopped: Stop | None = None
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         sandbox_closed = from_sandbox in done
+        stopped = ended if session.ended.is_set() else next((stopping[t] for t in done if t in stopping), None)
         for task in done:
             failure = None if task.cancelled() else task.exception()
             if failure is not None and not isinstance(failure, WebSocketDisconnect | ConnectionClosed):
@@ -147,11 +198,20 @@ async def relay(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await upstream.close()
-        if sandbox_closed and upstream_lost is not None and not session.ended.is_set():
-            await upstream_lost()
-        with contextlib.suppress(RuntimeError, WebSocketDisconnect):
-            if session.ended.is_set():
-                await client.close(code=CLOSE_ENDED, reason=session.close_reason())
-            else:
-                await client.close()
+        if sandbox_closed:
+            await upstream.close()
+            if upstream_lost is not None and not session.ended.is_set():
+                await upstream_lost()
+                stopped = ended if session.ended.is_set() else stopped
+            await _close(client, stopped)
+        else:  # the client is told first: a revoked link's stream closes at once, whatever the sandbox
+            await _close(client, stopped)
+            await upstream.close()
+
+
+async def _close(client: WebSocket, stopped: Stop | None) -> None:
+    with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+        if stopped is not None:
+            await client.close(code=stopped.code, reason=stopped.reason())
+        else:
+            await client.close()

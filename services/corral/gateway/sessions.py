@@ -12,7 +12,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,6 +33,7 @@ from corral.errors import (
 from corral.gateway import auth, controller
 from corral.gateway.egress import Egress, EgressManager
 from corral.gateway.limits import HostFacts, Limits, resolve
+from corral.gateway.links import LinkBook, LinkRecord
 from corral.gateway.models import CreateSession, SessionTerms, UpdateSecrets, Viewport
 from corral.gateway.recording import RecordingLimits, RecordingManager
 from corral.gateway.replays import ReplayUploads
@@ -99,10 +100,13 @@ class SessionRecord(SessionTerms):
     egress: Egress | None = None
     # Its brokered secrets' placeholders and bindings (corral.gateway.secrets); their values never.
     secrets: dict[str, SecretRecord] = Field(default_factory=dict)
+    # Its viewer links (corral.gateway.links), by id: their secrets' SHA-256 only.
+    links: dict[str, LinkRecord] = Field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        # A session without secrets is written as before they existed (an older gateway reads it alike).
-        return self.model_dump(mode="json", exclude=None if self.secrets else {"secrets"})
+        # A session without secrets or links is written as before they existed (an older gateway reads it alike).
+        unset = {name for name in ("secrets", "links") if not getattr(self, name)}
+        return self.model_dump(mode="json", exclude=unset or None)
 
 
 @dataclass
@@ -176,6 +180,7 @@ class SessionManager:
         self._starting_pool = 0
         self._on_claim = on_claim  # (source "pool" | "cold", seconds), for the metrics
         self.host_guarded = False
+        self.links = LinkBook(self._links_of, self._save_links, self._report_link)
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -590,6 +595,23 @@ class SessionManager:
             changed = {"allow": new_allow, "egress_mode": new_mode, "secrets": dict(planned.records)}
             session.record = session.record.model_copy(update=changed)
             self._save(session)
+
+    # -- viewer links (corral.gateway.links keeps them in the record) ---------------------------------
+
+    def _links_of(self, session_id: str) -> dict[str, LinkRecord]:
+        return self.get(session_id).record.links
+
+    def _save_links(self, session_id: str, links: Mapping[str, LinkRecord]) -> None:
+        session = self.get(session_id)
+        session.record = session.record.model_copy(update={"links": dict(links)})
+        if session.state == "ready":  # a session being ended keeps no record to write
+            self._save(session)
+
+    async def _report_link(self, session_id: str, message: dict[str, Any]) -> None:
+        """A link's change into the session's audit chain (none on a gateway without egress control)."""
+        session = self.get(session_id)
+        if self.egress is not None and session.egress is not None:
+            await self.egress.report(session.egress, message)
 
     def _still_live(self, session: Session) -> None:
         """Raises SessionNotFound once the session is being ended: a change must not outlive it."""

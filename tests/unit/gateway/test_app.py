@@ -20,6 +20,8 @@ async def test_the_openapi_description_keeps_the_bodies(tmp_path: Path) -> None:
     assert "Viewport" in schema["components"]["schemas"]
     patch = schema["paths"]["/v1/sessions/{session_id}"]["patch"]["requestBody"]["content"]["application/json"]
     assert patch["schema"] == {"$ref": "#/components/schemas/UpdateSession"}
+    link = schema["paths"]["/v1/sessions/{session_id}/links"]["post"]["requestBody"]["content"]["application/json"]
+    assert link["schema"] == {"$ref": "#/components/schemas/CreateLink"}
 
 
 def test_every_router_is_wired_and_nothing_else(tmp_path: Path) -> None:
@@ -34,6 +36,6 @@ def test_every_router_is_wired_and_nothing_else(tmp_path: Path) -> None:
         if isinstance(route, APIRoute)
         for method in route.methods
     }
-    assert served == declared and len(served) == 22
+    assert served == declared and len(served) == 25  # 22, and the links' POST, GET, DELETE
     sockets = [route.path for router in ROUTERS for route in router.routes if isinstance(route, APIWebSocketRoute)]
-    assert sockets == ["/v1/sessions/{session_id}/ws"]
+    assert sockets == ["/v1/sessions/{session_id}/ws", "/v1/sessions/{session_id}/live"]

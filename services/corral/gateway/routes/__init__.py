@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from corral.gateway.routes import actions, files, health, recordings, replays, sessions, traffic
+from corral.gateway.routes import actions, files, health, links, live, recordings, replays, sessions, traffic
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
@@ -14,6 +14,8 @@ ROUTERS: tuple[APIRouter, ...] = (
     traffic.router,
     recordings.router,
     replays.router,
+    links.router,
+    live.router,
 )
 
 __all__ = ["ROUTERS"]

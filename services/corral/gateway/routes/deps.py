@@ -14,7 +14,7 @@ from starlette.requests import HTTPConnection
 
 from corral.bodies import read_capped
 from corral.errors import MessageTooLarge, SessionNotFound, Unauthorized
-from corral.gateway import auth
+from corral.gateway import auth, links
 from corral.gateway.auth import Caller, KeyRing
 from corral.gateway.metrics import Metrics
 from corral.gateway.sessions import Session, SessionManager
@@ -64,14 +64,32 @@ def _ws_query_token(conn: HTTPConnection, keys: KeyRing) -> str | None:
 
 
 def identify(presented: str | None, keys: KeyRing, manager: SessionManager) -> Caller:
-    """Who ``presented`` is: an API key, a live session's token, or nobody (every token compared)."""
+    """Who ``presented`` is: an API key, a live session's token or viewer link, or nobody (every
+    token or link compared)."""
     if not presented:
         return Caller()
     key_id = keys.check(presented)
     if key_id is not None:
         return Caller(key_id=key_id, presented=True)
+    if links.looks_like_link(presented):
+        return _link_caller(presented, manager)
     holders = [s.id for s in manager.list() if auth.token_matches(presented, s.record.token_sha256)]
     return Caller(session_id=holders[0] if holders else None, presented=True)
+
+
+def _link_caller(presented: str, manager: SessionManager) -> Caller:
+    """A viewer link's grant, or why it opens nothing (revoked, expired: the first expired
+    presentation writes its ``expired`` audit record)."""
+    found = [(s.id, link) for s in manager.list() if (link := links.match(presented, s.record.links.values()))]
+    if not found:
+        return Caller(presented=True)
+    session_id, link = found[0]
+    problem = link.problem(manager.links.now())
+    if problem == links.EXPIRED:
+        manager.links.expired(session_id, link.id)
+    if problem is not None:
+        return Caller(presented=True, link_refused=problem)
+    return Caller(presented=True, link=link.grant(session_id))
 
 
 def caller(conn: HTTPConnection, keys: KeysDep, manager: ManagerDep) -> Caller:
@@ -97,8 +115,21 @@ def live_session(session_id: str, who: CallerDep, manager: ManagerDep) -> Sessio
     return session
 
 
+def viewed_session(session_id: str, who: CallerDep, manager: ManagerDep) -> Session:
+    """The live session in the path, for what its viewer page reads: its owner's key, its own token
+    or one of its viewer links (:meth:`Caller.open_view`)."""
+    try:
+        session: Session | None = manager.get(session_id)
+    except SessionNotFound:
+        session = None
+    who.open_view(session_id, session.owner if session is not None else None)
+    assert session is not None  # open_view refused otherwise
+    return session
+
+
 KeyIdDep = Annotated[str, Depends(api_key_id)]
 LiveSessionDep = Annotated[Session, Depends(live_session)]
+ViewedSessionDep = Annotated[Session, Depends(viewed_session)]
 
 
 async def json_body(request: Request, model: type[ModelT]) -> ModelT:

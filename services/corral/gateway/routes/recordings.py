@@ -15,7 +15,16 @@ from starlette.background import BackgroundTask
 from corral.errors import InvalidCursor, NotFound
 from corral.gateway.auth import Caller
 from corral.gateway.recording import RecordingManager
-from corral.gateway.routes.deps import CallerDep, KeyIdDep, KeysDep, ManagerDep, bearer, identify, live_session
+from corral.gateway.routes.deps import (
+    CallerDep,
+    KeyIdDep,
+    KeysDep,
+    ManagerDep,
+    bearer,
+    identify,
+    live_session,
+    viewed_session,
+)
 from corral.gateway.sessions import SessionManager
 from corral.gateway.viewer import VIEWER_HEADERS, viewer_page
 
@@ -28,9 +37,13 @@ def _recordings(manager: SessionManager) -> RecordingManager:
     return manager.recordings
 
 
-def _open_recording(session_id: str, who: Caller, manager: SessionManager) -> RecordingManager:
-    """The recordings, if this caller may read this session's: its owner's key, or its live token."""
+def _open_recording(session_id: str, who: Caller, manager: SessionManager, viewer: bool = False) -> RecordingManager:
+    """The recordings, if this caller may read this session's: its owner's key, or its live token;
+    for what the viewer page reads (``viewer``), one of the live session's viewer links too."""
     recordings = _recordings(manager)
+    if viewer and who.link is not None:
+        viewed_session(session_id, who, manager)
+        return recordings
     if who.key_id is None:
         live_session(session_id, who, manager)  # a live session's own token
         return recordings
@@ -46,7 +59,13 @@ def session_recordings(session_id: str, who: CallerDep, manager: ManagerDep) -> 
     return _open_recording(session_id, who, manager)
 
 
+def viewer_recordings(session_id: str, who: CallerDep, manager: ManagerDep) -> RecordingManager:
+    return _open_recording(session_id, who, manager, viewer=True)
+
+
 RecordingsDep = Annotated[RecordingManager, Depends(session_recordings)]
+# What the viewer page reads (events, frames): a viewer link of the live session opens them too.
+ViewerRecordingsDep = Annotated[RecordingManager, Depends(viewer_recordings)]
 
 
 @router.get("/v1/recordings")
@@ -78,13 +97,13 @@ async def session_recording(session_id: str, recordings: RecordingsDep) -> Respo
 
 
 @router.get("/v1/sessions/{session_id}/recording/events")
-async def recording_events(session_id: str, recordings: RecordingsDep, after: str = "0") -> Any:
+async def recording_events(session_id: str, recordings: ViewerRecordingsDep, after: str = "0") -> Any:
     """``{"events": [...], "ended": bool}``: the events with ``seq > after``, and whether more can come."""
     return await asyncio.to_thread(recordings.events, session_id, _after_seq(after))
 
 
 @router.get("/v1/sessions/{session_id}/recording/frames/{name}")
-async def recording_frame(session_id: str, name: str, recordings: RecordingsDep) -> Response:
+async def recording_frame(session_id: str, name: str, recordings: ViewerRecordingsDep) -> Response:
     try:
         data = await asyncio.to_thread(recordings.frame, session_id, name)
     except (OSError, ValueError):
@@ -112,7 +131,7 @@ async def recording_viewer(request: Request, session_id: str, keys: KeysDep, man
     if presented:
         # An old link's credential is checked (a refusal says so), but opens nothing here: the
         # page holds no data, and the redirect moves the credential where no server sees it.
-        _open_recording(session_id, identify(presented, keys, manager), manager)
+        _open_recording(session_id, identify(presented, keys, manager), manager, viewer=True)
     if token:
         # Out of the address bar, the history and every later Referer (the fragment is never sent).
         location = f"/v1/sessions/{session_id}/viewer#token={quote(token, safe='')}"

@@ -11,19 +11,30 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Response
 
 from corral.errors import AuditAnchorsInvalid, AuditLogUnreadable, InvalidRequest, NotFound
-from corral.gateway.routes.deps import CallerDep, KeyIdDep, ManagerDep, live_session
+from corral.gateway.auth import Caller
+from corral.gateway.routes.deps import CallerDep, KeyIdDep, ManagerDep, live_session, viewed_session
+from corral.gateway.sessions import SessionManager
 from corral.proxy import traffic
 
 router = APIRouter(tags=["traffic"])
 
 
 def audit_log(session_id: str, who: CallerDep, manager: ManagerDep) -> Path:
+    return _audit_log(session_id, who, manager, viewer=False)
+
+
+def viewer_audit_log(session_id: str, who: CallerDep, manager: ManagerDep) -> Path:
+    return _audit_log(session_id, who, manager, viewer=True)
+
+
+def _audit_log(session_id: str, who: Caller, manager: SessionManager, viewer: bool) -> Path:
     """The audit log of the session in the path, live or ended: for its owner's API key, or for the
-    session's own token while it lives."""
+    session's own token while it lives (and, for what the viewer page reads, one of its links)."""
     if manager.egress is None:
         raise NotFound("this gateway runs sessions without egress control")
     if who.key_id is None:
-        session = live_session(session_id, who, manager)  # a session token: only its own, only while it lives
+        # A session token (or, for the viewer, a link): only its own session, only while it lives.
+        session = viewed_session(session_id, who, manager) if viewer else live_session(session_id, who, manager)
         if session.egress is None:
             raise NotFound(f"session {session_id} has no egress log")
         return session.egress.audit_path
@@ -53,6 +64,8 @@ def traffic_filter(
 
 
 AuditLogDep = Annotated[Path, Depends(audit_log)]
+# The traffic the viewer page shows: a viewer link of the live session reads it too.
+ViewerAuditLogDep = Annotated[Path, Depends(viewer_audit_log)]
 FilterDep = Annotated[traffic.TrafficFilter, Depends(traffic_filter)]
 
 
@@ -65,7 +78,7 @@ async def list_audit_logs(key_id: KeyIdDep, manager: ManagerDep) -> Any:
 
 
 @router.get("/v1/sessions/{session_id}/traffic")
-async def session_traffic(log_path: AuditLogDep, wanted: FilterDep) -> Response:
+async def session_traffic(log_path: ViewerAuditLogDep, wanted: FilterDep) -> Response:
     """The audit records, as JSON Lines exactly as the proxy wrote them (so `verify` still holds
     for an unfiltered download)."""
     lines = await asyncio.to_thread(_filtered_lines, log_path, wanted)

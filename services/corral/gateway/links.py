@@ -1,0 +1,238 @@
+"""Viewer links: revocable, expiring grants to watch (``view``) or step into (``control``) one session.
+
+A link is made by its session's owner (``POST /v1/sessions/{id}/links``) and handed to a person as a
+URL whose secret (``crl_link_`` and 32 url-safe bytes) rides in the fragment. Only the secret's
+SHA-256 is kept, in the session's record (:class:`corral.gateway.sessions.SessionRecord`), so a
+restarted gateway still knows its links; presented secrets are compared in constant time against
+every link of every live session, as session tokens are. A link never outlives its session: its
+expiry is capped at the session's, and it dies with the session's record.
+
+:class:`LinkBook` is the live part: it makes, lists and revokes links (each change written to the
+record and reported to the session's audit chain as op ``link``), and keeps the streams each link
+has open, so a revoke closes them at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hmac
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from corral.errors import CodedError
+from corral.gateway.auth import LinkGrant, LinkMode, digest
+
+__all__ = ["LinkBook", "LinkGrant", "LinkMode", "LinkRecord", "LinkStream", "match"]
+
+log = logging.getLogger(__name__)
+
+LINK_PREFIX = "crl_link_"
+ID_PREFIX = "lnk_"
+DEFAULT_TTL_S = 3600
+MAX_TTL_S = 86400
+LinkChange = Literal["created", "used", "revoked", "expired"]
+# Why a link no longer opens anything: the words of the 401 and of the stream's close (4003).
+REVOKED = "link revoked"
+EXPIRED = "link expired"
+
+
+class LinkRecord(BaseModel):
+    """One link as the session's record keeps it: never its secret, only the secret's SHA-256."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    id: str
+    mode: LinkMode
+    secret_sha256: str
+    created_by: str  # the owner's key id
+    created_at: float
+    expires_at: float
+    revoked_at: float | None = None
+    last_used_at: float | None = None
+    expiry_reported: bool = False  # its ``expired`` audit record is written (once)
+
+    def problem(self, now: float) -> str | None:
+        """Why it opens nothing at ``now`` (:data:`REVOKED`, :data:`EXPIRED`), or None while it is good."""
+        if self.revoked_at is not None:
+            return REVOKED
+        if now >= self.expires_at:
+            return EXPIRED
+        return None
+
+    def grant(self, session_id: str) -> LinkGrant:
+        return LinkGrant(session_id, self.id, self.mode)
+
+
+def new_link_id() -> str:
+    """``lnk_`` and 12 lowercase base32 characters (60 random bits)."""
+    return ID_PREFIX + base64.b32encode(secrets.token_bytes(10)).decode().lower()[:12]
+
+
+def new_secret() -> str:
+    return LINK_PREFIX + secrets.token_urlsafe(32)
+
+
+def looks_like_link(presented: str) -> bool:
+    return presented.startswith(LINK_PREFIX)
+
+
+def make(mode: LinkMode, ttl_s: int, owner: str, session_expires_at: float, now: float) -> tuple[LinkRecord, str]:
+    """A new link and its secret (the only time the secret exists outside the holder's URL)."""
+    secret = new_secret()
+    record = LinkRecord(
+        id=new_link_id(),
+        mode=mode,
+        secret_sha256=digest(secret),
+        created_by=owner,
+        created_at=now,
+        expires_at=min(now + ttl_s, session_expires_at),
+    )
+    return record, secret
+
+
+def match(presented: str, links: Iterable[LinkRecord]) -> LinkRecord | None:
+    """The link whose secret ``presented`` is: every link compared, each in constant time."""
+    candidate = digest(presented)
+    found = None
+    for link in links:
+        if hmac.compare_digest(candidate, link.secret_sha256):
+            found = link
+    return found
+
+
+def link_event(change: LinkChange, link: LinkRecord) -> dict[str, Any]:
+    """The control channel's ``link`` message (corral.proxy.control.LinkEvent): the audit record."""
+    return {
+        "op": "link",
+        "change": change,
+        "link": link.id,
+        "mode": link.mode,
+        "actor": link.created_by,
+        "expires_at": link.expires_at,
+    }
+
+
+@dataclass(eq=False)
+class LinkStream:
+    """One open live stream of a link: set ``closing`` (with its reason) and the stream closes."""
+
+    link_id: str
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+    reason: str = ""
+
+    def close(self, reason: str) -> None:
+        self.reason = reason
+        self.closing.set()
+
+
+# (session id, its links after the change): writes the session's record.
+SaveLinks = Callable[[str, Mapping[str, LinkRecord]], None]
+# (session id, the link message): its audit record, through the session's proxy; raises when it fails.
+ReportLink = Callable[[str, dict[str, Any]], Awaitable[None]]
+
+
+class LinkBook:
+    """The gateway's links, over the session records that keep them (``links`` of each session id).
+
+    ``links_of`` reads a live session's links (from its record), ``save`` writes them back, ``report``
+    sends a change to the session's audit chain. Runtime-only: the open streams of each link.
+    """
+
+    def __init__(
+        self,
+        links_of: Callable[[str], Mapping[str, LinkRecord]],
+        save: SaveLinks,
+        report: ReportLink,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._links_of = links_of
+        self._save = save
+        self._report = report
+        self._clock = clock
+        self._streams: dict[str, set[LinkStream]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def now(self) -> float:
+        return self._clock()
+
+    async def create(
+        self, session_id: str, mode: LinkMode, ttl_s: int, owner: str, session_expires_at: float
+    ) -> tuple[LinkRecord, str]:
+        """A new link, in the audit chain before it exists anywhere (a failed report makes none)."""
+        link, secret = make(mode, ttl_s, owner, session_expires_at, self._clock())
+        await self._report(session_id, link_event("created", link))
+        self._put(session_id, link)
+        return link, secret
+
+    def listing(self, session_id: str) -> list[LinkRecord]:
+        return sorted(self._links_of(session_id).values(), key=lambda link: link.created_at)
+
+    def get(self, session_id: str, link_id: str) -> LinkRecord | None:
+        return self._links_of(session_id).get(link_id)
+
+    def streams(self, link_id: str) -> int:
+        return len(self._streams.get(link_id, ()))
+
+    async def revoke(self, session_id: str, link_id: str) -> LinkRecord | None:
+        """Revoked at once (its streams told to close); a second revoke changes nothing. None: no such link."""
+        link = self.get(session_id, link_id)
+        if link is None:
+            return None
+        if link.revoked_at is not None:
+            return link
+        link = link.model_copy(update={"revoked_at": self._clock()})
+        self._put(session_id, link)
+        for stream in list(self._streams.get(link_id, ())):
+            stream.close(REVOKED)
+        await self._tell(session_id, "revoked", link)
+        return link
+
+    def expired(self, session_id: str, link_id: str) -> None:
+        """The link was found expired (presented, or its stream reached the expiry): its ``expired``
+        audit record, once, sent by a kept task (a presentation is checked where nothing is awaited)."""
+        current = self.get(session_id, link_id)
+        if current is None or current.expiry_reported:
+            return
+        self._put(session_id, current.model_copy(update={"expiry_reported": True}))
+        task = asyncio.create_task(self._tell(session_id, "expired", current))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def drain(self) -> None:
+        """Wait for the audit records still being sent (a stopping gateway, a test)."""
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def opened(self, session_id: str, link_id: str) -> LinkStream:
+        """A live stream opened with the link: counted (its revoke closes it from now on), its use
+        kept and reported (``used``)."""
+        stream = LinkStream(link_id)
+        self._streams.setdefault(link_id, set()).add(stream)
+        link = self.get(session_id, link_id)
+        if link is not None:
+            self._put(session_id, link.model_copy(update={"last_used_at": self._clock()}))
+            await self._tell(session_id, "used", link)
+        return stream
+
+    def closed(self, stream: LinkStream) -> None:
+        open_streams = self._streams.get(stream.link_id)
+        if open_streams is not None:
+            open_streams.discard(stream)
+            if not open_streams:
+                del self._streams[stream.link_id]
+
+    def _put(self, session_id: str, link: LinkRecord) -> None:
+        self._save(session_id, {**self._links_of(session_id), link.id: link})
+
+    async def _tell(self, session_id: str, change: LinkChange, link: LinkRecord) -> None:
+        """A change already made: its audit record is sent, and a failure to send is logged (a
+        revoke is never held back by an unreachable proxy)."""
+        try:
+            await self._report(session_id, link_event(change, link))
+        except CodedError:
+            log.exception("session %s: the audit record of link %s %s was not written", session_id, link.id, change)
