@@ -7,14 +7,23 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from PIL import Image
 
+from corral.errors import ActionFailed
 from corral.gateway.viewer import viewer_page
+from corral.sdk import Sandbox
+
+from .conftest import html_url
+from .gateway_fixtures import KEY_A, RunningGateway, gateway
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ORIGIN = "http://viewer.test"
@@ -281,3 +290,166 @@ def test_a_view_link_watches_and_cannot_control(browser: Any) -> None:
     assert page.is_hidden("#live")
     assert not [line for line in s.console if "Content Security Policy" in line or "pageerror" in line], s.console
     page.close()
+
+
+# ---- End to end: a real session through the gateway, its viewer links and live stream ----
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory, desktop_image: str, egress_image: str) -> Iterator[RunningGateway]:
+    with gateway(tmp_path_factory.mktemp("viewer-live-gw"), f"vlive-{os.getpid()}") as running:
+        yield running
+
+
+def make_link(gw: RunningGateway, session_id: str, mode: str) -> dict[str, Any]:
+    with gw.client() as c:
+        made = c.post(f"/v1/sessions/{session_id}/links", json={"mode": mode, "ttl_s": 600})
+    assert made.status_code == 201, made.text
+    link: dict[str, Any] = made.json()
+    assert link["mode"] == mode and link["url"].startswith(f"{gw.url}/v1/sessions/{session_id}/viewer#link=")
+    return link
+
+
+class Opened:
+    """A viewer page opened from a link, with what it requested, its streams and its console."""
+
+    def __init__(self, browser: Any, url: str) -> None:
+        self.page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        self.urls: list[str] = []
+        self.streams: list[Any] = []
+        self.console: list[str] = []
+        self.page.on("request", lambda r: self.urls.append(r.url))
+        self.page.on("websocket", self.streams.append)
+        self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
+        self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
+        response = self.page.goto(url)
+        assert response is not None and response.ok
+        self.headers: dict[str, str] = response.headers
+        self.page.wait_for_function("() => +(document.getElementById('screen').dataset.frames || 0) >= 1")
+
+    def wait_color(self, x: int, y: int, rgb: tuple[int, int, int], timeout_ms: int = 10_000) -> None:
+        self.page.wait_for_function(
+            """([x, y, rgb]) => {
+              const d = document.getElementById('screen').getContext('2d').getImageData(x, y, 1, 1).data;
+              return rgb.every((v, i) => Math.abs(d[i] - v) < 24); }""",
+            arg=[x, y, list(rgb)],
+            timeout=timeout_ms,
+        )
+
+    def assert_clean(self, secret: str) -> None:
+        # The page's own headers, and the secret in no URL it asked for (page, fetches, stream).
+        csp = self.headers["content-security-policy"]
+        assert "default-src 'none'" in csp and "connect-src 'self'" in csp and "unsafe" not in csp
+        assert self.headers["referrer-policy"] == "no-referrer" and self.headers["cache-control"] == "no-store"
+        assert self.streams and all(secret not in ws.url for ws in self.streams)
+        assert all(secret not in url.split("#", 1)[0] for url in self.urls)
+        # Same-origin ws: is within connect-src 'self': nothing was refused, nothing thrown.
+        assert not [line for line in self.console if "Content Security Policy" in line or "pageerror" in line]
+
+
+FILL = '<div style="position:fixed;inset:0;background:{color}"></div>'
+
+
+def test_a_view_link_shows_the_screen_and_follows_an_agent_action(gw: RunningGateway, browser: Any) -> None:
+    with Sandbox.create(url=gw.url, api_key=KEY_A) as sb:
+        sb.act({"type": "navigate", "url": html_url(FILL.format(color="#ffffff"))}, wait_for="stable")
+        link = make_link(gw, sb.id, "view")
+        secret = link["url"].split("#link=", 1)[1]
+        opened = Opened(browser, link["url"])
+        page = opened.page
+        width, height = page.evaluate(
+            "() => [document.getElementById('screen').width, document.getElementById('screen').height]"
+        )
+        x, y = width // 2, height // 2
+        opened.wait_color(x, y, (255, 255, 255))
+        assert page.is_hidden("#control") and page.inner_text("#lease").startswith("In control: agent since ")
+        started = time.monotonic()
+        sb.act({"type": "navigate", "url": html_url(FILL.format(color="#00c000"))}, wait_for="stable")
+        opened.wait_color(x, y, (0, 192, 0))
+        assert time.monotonic() - started < 10
+        opened.assert_clean(secret)
+        page.close()
+
+
+TYPING = (
+    '<input id="t" style="position:fixed;left:0;top:0;width:100%;height:100%;font-size:48px;border:0">',
+    "let clicks = 0; const t = document.getElementById('t');"
+    "const show = () => { document.title = 'clicks=' + clicks + ' value=' + t.value; };"
+    "document.addEventListener('click', () => { clicks += 1; show(); }); t.addEventListener('input', show);",
+)
+
+
+def test_a_control_link_answers_a_request_for_help(gw: RunningGateway, browser: Any) -> None:
+    with Sandbox.create(url=gw.url, api_key=KEY_A) as sb:
+        sb.act({"type": "navigate", "url": html_url(*TYPING)}, wait_for="stable")
+        link = make_link(gw, sb.id, "control")
+        me = "human:" + link["id"]
+        opened = Opened(browser, link["url"])
+        page = opened.page
+        assert page.is_visible("#take") and page.is_disabled("#handback")
+
+        # The agent asks for help (and waits for it on a thread of its own).
+        answers: list[httpx.Response] = []
+        ask = {"action": {"type": "request_control", "reason": "please type the greeting", "wait_ms": 60_000}}
+
+        def request_help() -> None:
+            with httpx.Client(base_url=gw.url, headers={"Authorization": f"Bearer {KEY_A}"}, timeout=90) as c:
+                answers.append(c.post(f"/v1/sessions/{sb.id}/actions", json=ask))
+
+        helper = threading.Thread(target=request_help)
+        helper.start()
+        try:
+            page.wait_for_selector("#help:not([hidden])", timeout=10_000)
+            assert page.inner_text("#help").startswith("The agent asks for help: please type the greeting")
+
+            page.click("#take")
+            page.wait_for_function(f"() => document.getElementById('lease').dataset.holder === {json.dumps(me)}")
+            assert page.inner_text("#lease").startswith(f"In control: {me} (you) since ")
+            with pytest.raises(ActionFailed) as taken:  # the agent is refused while the human holds it
+                sb.act({"type": "page_info"})
+            assert taken.value.code == "control_taken" and taken.value.error["holder"] == me
+
+            page.locator("#screen").click()  # the middle of the screen: the page's input
+            page.keyboard.type("hello corral")
+            page.fill("#note", "typed it for you")
+            page.click("#handback")
+            helper.join(timeout=30)
+        finally:
+            helper.join(timeout=90)
+        assert answers and answers[0].status_code == 200, answers and answers[0].text
+        handed = answers[0].json()["result"]["handed_back"]
+        assert handed["by"] == me and handed["note"] == "typed it for you" and handed["left"] is False
+        page.wait_for_function("() => document.getElementById('lease').dataset.holder === 'agent'")
+        assert page.is_hidden("#help") and page.input_value("#note") == ""
+        # What the human did happened in the sandbox.
+        info = sb.act({"type": "page_info"})
+        assert info["result"]["title"] == "clicks=1 value=hello corral", info
+        # The recording lists the human's input under their name, and the lease's changes.
+        page.wait_for_selector(f"#actions li[data-actor='{me}']", timeout=15_000)
+        humans = page.locator(f"#actions li[data-actor='{me}']").all_inner_texts()
+        assert any("type" in item and "hello corral" in item for item in humans), humans
+        assert page.locator("#actions li.event.control").count() >= 2
+        opened.assert_clean(link["url"].split("#link=", 1)[1])
+        page.close()
+
+
+def test_a_revoked_link_stops_the_page_and_closes_its_stream(gw: RunningGateway, browser: Any) -> None:
+    with Sandbox.create(url=gw.url, api_key=KEY_A) as sb:
+        link = make_link(gw, sb.id, "control")
+        opened = Opened(browser, link["url"])
+        page = opened.page
+        stream = opened.streams[-1]
+        assert not stream.is_closed()
+        with gw.client() as c:
+            revoked = c.delete(f"/v1/sessions/{sb.id}/links/{link['id']}")
+        assert revoked.status_code == 200 and revoked.json()["id"] == link["id"]
+        started = time.monotonic()
+        page.wait_for_function("() => document.getElementById('status').textContent === 'stopped: link revoked'")
+        assert time.monotonic() - started < 3 and stream.is_closed()
+        assert page.is_hidden("#live")
+        # Opened again, the link is refused outright.
+        again = browser.new_page()
+        again.goto(link["url"])
+        again.wait_for_function("() => document.getElementById('heading').textContent.includes('link revoked')")
+        again.close()
+        page.close()
