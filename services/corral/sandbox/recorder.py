@@ -62,10 +62,6 @@ async def _without_frame(event: dict[str, Any]) -> dict[str, Any]:
     return event
 
 
-async def _as_is(event: dict[str, Any]) -> dict[str, Any]:
-    return event
-
-
 class Recorder:
     def __init__(self, desktop: Desktop) -> None:
         self._desktop = desktop
@@ -142,14 +138,6 @@ class Recorder:
 
     def _queue(self, completing: asyncio.Future[dict[str, Any]]) -> None:
         self._pending.put_nowait(completing)
-        if self._publisher is None:
-            self._publisher = asyncio.create_task(self._publish())
-
-    def note(self, event: dict[str, Any]) -> None:
-        """Queue an event that is no request (a CDP connection, a lease change) as it is: no frame,
-        no page state."""
-        self._seq += 1
-        self._pending.put_nowait(asyncio.create_task(_as_is({"seq": self._seq, **event})))
         if self._publisher is None:
             self._publisher = asyncio.create_task(self._publish())
 
