@@ -23,6 +23,12 @@ or a lost session, raises.
 
         results = sb.tool_results(client.beta.messages.create(...))  # append as the next user message
 
+A human with a control link may take the session over (docs/protocol.md, "The control lease"):
+the agent's calls then raise :class:`ActionFailed` with code ``control_taken``, or wait for the
+lease (``sb.wait_for_control_ms``, or ``wait_for_control_ms=`` where a call takes envelope options).
+``sb.control(wait_ms=...)`` waits for the hand-back and returns the human's note; ``sb.handed_back``
+is the note a call's reply carried; ``sb.request_control(reason)`` asks a human for help.
+
 ``AsyncSandbox`` is the same with ``async``/``await``: the same methods with the same parameters
 (a unit test holds them to it). ``run_anthropic`` and ``run_openai`` (the computer tool's bare input
 and action) return exactly what to send back to each model API.
@@ -135,6 +141,18 @@ def _written(reply: dict[str, Any]) -> int:
 
 def _file_bytes(reply: dict[str, Any]) -> bytes:
     return commands.file_bytes(_result(reply))
+
+
+def _waiting(body: dict[str, Any], wait_ms: int) -> dict[str, Any]:
+    """A message with the sandbox's wait for the control lease (:attr:`Sandbox.wait_for_control_ms`),
+    unless it says its own."""
+    return body if wait_ms <= 0 or "wait_for_control_ms" in body else {**body, "wait_for_control_ms": wait_ms}
+
+
+def _hand_back(reply: dict[str, Any]) -> dict[str, Any] | None:
+    """The reply's ``control`` member: a human handed the control lease back (``{by, note, at, left}``)."""
+    handed = reply.get("control")
+    return handed if isinstance(handed, dict) else None
 
 
 def _display(display: tuple[int, int] | None) -> dict[str, Any]:
@@ -272,6 +290,14 @@ class messages:  # a namespace of pure builders, read as messages.click(...)
     @staticmethod
     def clipboard_set(text: str) -> Message[None]:
         return Message({"action": {"type": "clipboard_set", "text": text}}, _done)
+
+    @staticmethod
+    def control(wait_ms: int) -> Message[dict[str, Any]]:
+        return messages.result({"type": "control", "wait_ms": wait_ms})
+
+    @staticmethod
+    def request_control(reason: str, wait_ms: int | None) -> Message[dict[str, Any]]:
+        return messages.result(_given(type="request_control", reason=reason, wait_ms=wait_ms))
 
     # -- commands, processes, files --------------------------------------------------------------------
 
@@ -624,6 +650,9 @@ class AsyncFiles:
 class Sandbox:
     """A session with its own WebSocket; deleted when the ``with`` block ends."""
 
+    _wait_for_control_ms = 0
+    _handed_back: dict[str, Any] | None = None
+
     def __init__(self, info: dict[str, Any], token: str, gateway: Gateway) -> None:
         self.info = info
         self.id: str = info["id"]
@@ -706,7 +735,18 @@ class Sandbox:
         return str(self.info["container"])
 
     def _send(self, message: Message[T]) -> T:
-        return message.read(self._ws.request(message.body))
+        reply = self._ws.request(_waiting(message.body, self._wait_for_control_ms))
+        self._heard(reply)
+        return message.read(reply)
+
+    def _heard(self, reply: dict[str, Any]) -> None:
+        self._handed_back = _hand_back(reply)
+
+    def _hearing(self, frames: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        for frame in frames:
+            if is_reply(frame):
+                self._heard(frame)
+            yield frame
 
     # -- egress ----------------------------------------------------------------------------------------
 
@@ -899,6 +939,37 @@ class Sandbox:
     def clipboard_set(self, text: str) -> None:
         self._send(messages.clipboard_set(text))
 
+    # -- the control lease (a human's takeover, docs/protocol.md) ---------------------------------------
+
+    @property
+    def wait_for_control_ms(self) -> int:
+        """How long each request waits while a human holds the control lease before failing with
+        ``control_taken`` (0, the default: at once); a request's own ``wait_for_control_ms`` wins."""
+        return self._wait_for_control_ms
+
+    @wait_for_control_ms.setter
+    def wait_for_control_ms(self, ms: int) -> None:
+        self._wait_for_control_ms = ms
+
+    def control(self, wait_ms: int = 0) -> dict[str, Any]:
+        """``{holder, since, help, handed_back}``: who holds the control lease, and the human's
+        hand-back (``{by, note, at, left}``) if one waits, taken once; with ``wait_ms``, waits that
+        long for a human holding it to hand it back."""
+        return self._send(messages.control(wait_ms))
+
+    def request_control(self, reason: str, *, wait_ms: int | None = None) -> dict[str, Any]:
+        """Ask a human to step in (every viewer shows ``reason``) and wait for the hand-back (up to
+        ``wait_ms``; the sandbox's default is 5 minutes): answers as :meth:`control`, with
+        ``handed_back`` None when nobody came."""
+        return self._send(messages.request_control(reason, wait_ms))
+
+    @property
+    def handed_back(self) -> dict[str, Any] | None:
+        """The last reply's ``control`` member: a human handed the control lease back (``{by, note,
+        at, left}``), or None when that reply carried none. The sandbox sends each hand-back once, on
+        the first reply after it (when :meth:`control` did not take it): read it after each call."""
+        return self._handed_back
+
     # -- commands, processes, files --------------------------------------------------------------------
 
     def exec(
@@ -953,7 +1024,7 @@ class Sandbox:
             output_encoding=output_encoding,
             stream=True,
         )
-        return ExecStream(self._ws.stream({"action": action}))
+        return ExecStream(self._hearing(self._ws.stream(_waiting({"action": action}, self._wait_for_control_ms))))
 
     @property
     def processes(self) -> Processes:
@@ -966,6 +1037,9 @@ class Sandbox:
 
 class AsyncSandbox:
     """The async twin of :class:`Sandbox`: ``async with await AsyncSandbox.create(...) as sb``."""
+
+    _wait_for_control_ms = 0
+    _handed_back: dict[str, Any] | None = None
 
     def __init__(self, info: dict[str, Any], token: str, gateway: AsyncGateway) -> None:
         self.info = info
@@ -1052,7 +1126,18 @@ class AsyncSandbox:
         return str(self.info["container"])
 
     async def _send(self, message: Message[T]) -> T:
-        return message.read(await self._ws.request(message.body))
+        reply = await self._ws.request(_waiting(message.body, self._wait_for_control_ms))
+        self._heard(reply)
+        return message.read(reply)
+
+    def _heard(self, reply: dict[str, Any]) -> None:
+        self._handed_back = _hand_back(reply)
+
+    async def _hearing(self, frames: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+        async for frame in frames:
+            if is_reply(frame):
+                self._heard(frame)
+            yield frame
 
     # -- egress ----------------------------------------------------------------------------------------
 
@@ -1235,6 +1320,37 @@ class AsyncSandbox:
     async def clipboard_set(self, text: str) -> None:
         await self._send(messages.clipboard_set(text))
 
+    # -- the control lease (a human's takeover, docs/protocol.md) ---------------------------------------
+
+    @property
+    def wait_for_control_ms(self) -> int:
+        """How long each request waits while a human holds the control lease before failing with
+        ``control_taken`` (0, the default: at once); a request's own ``wait_for_control_ms`` wins."""
+        return self._wait_for_control_ms
+
+    @wait_for_control_ms.setter
+    def wait_for_control_ms(self, ms: int) -> None:
+        self._wait_for_control_ms = ms
+
+    async def control(self, wait_ms: int = 0) -> dict[str, Any]:
+        """``{holder, since, help, handed_back}``: who holds the control lease, and the human's
+        hand-back (``{by, note, at, left}``) if one waits, taken once; with ``wait_ms``, waits that
+        long for a human holding it to hand it back."""
+        return await self._send(messages.control(wait_ms))
+
+    async def request_control(self, reason: str, *, wait_ms: int | None = None) -> dict[str, Any]:
+        """Ask a human to step in (every viewer shows ``reason``) and wait for the hand-back (up to
+        ``wait_ms``; the sandbox's default is 5 minutes): answers as :meth:`control`, with
+        ``handed_back`` None when nobody came."""
+        return await self._send(messages.request_control(reason, wait_ms))
+
+    @property
+    def handed_back(self) -> dict[str, Any] | None:
+        """The last reply's ``control`` member: a human handed the control lease back (``{by, note,
+        at, left}``), or None when that reply carried none. The sandbox sends each hand-back once, on
+        the first reply after it (when :meth:`control` did not take it): read it after each call."""
+        return self._handed_back
+
     # -- commands, processes, files --------------------------------------------------------------------
 
     async def exec(
@@ -1284,7 +1400,7 @@ class AsyncSandbox:
             output_encoding=output_encoding,
             stream=True,
         )
-        return AsyncExecStream(self._ws.stream({"action": action}))
+        return AsyncExecStream(self._hearing(self._ws.stream(_waiting({"action": action}, self._wait_for_control_ms))))
 
     @property
     def processes(self) -> AsyncProcesses:

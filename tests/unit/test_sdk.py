@@ -117,6 +117,8 @@ def _async_sandbox(reply: dict[str, Any]) -> tuple[AsyncSandbox, Recorder]:
     return sandbox, ws
 
 
+CLICKED = {"type": "click", "button": "left", "count": 1, "modifiers": []}
+
 # (method, args, kwargs, the message sent)
 SENT: list[tuple[str, tuple[Any, ...], dict[str, Any], dict[str, Any]]] = [
     ("click", (), {}, {"action": {"type": "click", "button": "left", "count": 1, "modifiers": []}}),
@@ -176,6 +178,16 @@ SENT: list[tuple[str, tuple[Any, ...], dict[str, Any], dict[str, Any]]] = [
         {"action": {"type": "cursor_position"}, "timeout_ms": 5},
     ),
     ("request", ({"openai": {"type": "wait"}},), {}, {"openai": {"type": "wait"}}),
+    ("control", (), {}, {"action": {"type": "control", "wait_ms": 0}}),
+    ("control", (), {"wait_ms": 60_000}, {"action": {"type": "control", "wait_ms": 60_000}}),
+    ("request_control", ("log in",), {}, {"action": {"type": "request_control", "reason": "log in"}}),
+    (
+        "request_control",
+        ("solve the CAPTCHA",),
+        {"wait_ms": 900_000},
+        {"action": {"type": "request_control", "reason": "solve the CAPTCHA", "wait_ms": 900_000}},
+    ),
+    ("click", (1, 2), {"wait_for_control_ms": 5}, {"action": {**CLICKED, "x": 1, "y": 2}, "wait_for_control_ms": 5}),
 ]
 
 
@@ -636,3 +648,55 @@ async def test_secrets_are_set_and_revoked_alike_in_both_twins() -> None:
             ("ses_1", {"TOKEN": {"value": "rotated-1234"}}),
             ("ses_1", {"TOKEN": None}),
         ]
+
+
+# -- the control lease ------------------------------------------------------------------------------------
+
+HANDED = {"by": "human:lnk_3kq9x0a1b2c4", "note": "logged in", "at": 1733240170.2, "left": False}
+
+
+async def test_the_last_replys_hand_back_is_read_in_both_twins() -> None:
+    sandbox, ws = _sandbox({"ok": True, "id": 1, "result": {"text": "x"}, "control": HANDED})
+    twin, twin_ws = _async_sandbox({"ok": True, "id": 1, "result": {"text": "x"}, "control": HANDED})
+    assert sandbox.handed_back is None and twin.handed_back is None
+    assert sandbox.clipboard_get() == await twin.clipboard_get() == "x"
+    assert sandbox.handed_back == twin.handed_back == HANDED
+    ws.reply = twin_ws.reply = {"ok": True, "id": 2, "result": {"text": "y"}}
+    sandbox.clipboard_get(), await twin.clipboard_get()
+    assert sandbox.handed_back is None and twin.handed_back is None  # the next reply carried none
+
+
+async def test_a_hand_back_on_a_failure_is_read_though_the_call_raises() -> None:
+    refused = {**FAILED, "control": HANDED}
+    sandbox, _ = _sandbox(refused)
+    twin, _ = _async_sandbox(refused)
+    with pytest.raises(ActionFailed):
+        sandbox.click()
+    with pytest.raises(ActionFailed):
+        await twin.click()
+    assert sandbox.handed_back == twin.handed_back == HANDED
+
+
+async def test_the_sandboxs_wait_for_control_goes_with_every_message_unless_it_says_its_own() -> None:
+    sandbox, ws = _sandbox({"ok": True, "id": 1, "result": {"x": 1, "y": 2}})
+    twin, twin_ws = _async_sandbox({"ok": True, "id": 1, "result": {"x": 1, "y": 2}})
+    assert sandbox.wait_for_control_ms == twin.wait_for_control_ms == 0
+    sandbox.wait_for_control_ms = twin.wait_for_control_ms = 30_000
+    sandbox.cursor_position(), await twin.cursor_position()
+    sandbox.click(wait_for_control_ms=5), await twin.click(wait_for_control_ms=5)
+    assert (
+        ws.sent
+        == twin_ws.sent
+        == [
+            {"action": {"type": "cursor_position"}, "wait_for_control_ms": 30_000},
+            {"action": CLICKED, "wait_for_control_ms": 5},
+        ]
+    )
+
+
+async def test_an_exec_streams_reply_hands_back_too_in_both_twins() -> None:
+    frames = [*STREAMED[:-1], {**STREAMED[-1], "control": HANDED}]
+    sandbox, twin = _sandbox({})[0], _async_sandbox({})[0]
+    sandbox._ws, twin._ws = StreamRecorder(frames), AsyncStreamRecorder(frames)  # type: ignore[assignment]
+    assert list(sandbox.exec_stream(argv=["make"]))[-1] == [item async for item in twin.exec_stream(argv=["make"])][-1]
+    assert sandbox.handed_back == twin.handed_back == HANDED

@@ -63,7 +63,9 @@ async def test_a_note_is_recorded_as_it_is_in_order_with_the_requests_events() -
     recorder = Recorder(fake_desktop(Parts()))
     write = {"type": "file_write", "path": "/workspace/f", "content": "x"}
     try:
-        recorder.record({"request": {"id": 1, "action": write}, "native": [write], "ok": True, "reply": {}}, frame=False)
+        recorder.record(
+            {"request": {"id": 1, "action": write}, "native": [write], "ok": True, "reply": {}}, frame=False
+        )
         recorder.note({"event": "control", "change": "taken", "holder": "human:lnk_a", "previous": "agent"})
         await recorder.after(1, 10_000)  # waits for the note (events publish in order)
         first, noted = (await recorder.after(0, 0))["events"]
