@@ -76,45 +76,47 @@ class Input:
     action: a.NativeAction
 
 
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A viewer message that cannot be run: its ``seq`` (if it could be read) and why."""
+
+    seq: int | None
+    error: ActionError
+
+
 Message = Take | Release | Input
 
 
-class WireError(Exception):
-    """A viewer message that cannot be run: its ``seq`` (if it could be read) and why."""
-
-    def __init__(self, seq: int | None, error: ActionError) -> None:
-        super().__init__(error.message)
-        self.seq = seq
-        self.error = error
-
-
-def parse(raw: str | bytes, screen: Size) -> Message:
-    """One viewer message, checked (an input's action against ``screen``); :class:`WireError` if not."""
+def parse(raw: str | bytes, screen: Size) -> Message | Refused:
+    """One viewer message, checked (an input's action against ``screen``), or why it is refused."""
     if len(raw) > MAX_MESSAGE_BYTES:
-        raise WireError(None, ActionError(ErrorCode.MESSAGE_TOO_LARGE, f"at most {MAX_MESSAGE_BYTES} bytes"))
+        return Refused(None, ActionError(ErrorCode.MESSAGE_TOO_LARGE, f"at most {MAX_MESSAGE_BYTES} bytes"))
     try:
         body = json.loads(raw)
     except ValueError as exc:
-        raise WireError(None, ActionError(ErrorCode.INVALID_JSON, f"the message is not JSON: {exc}")) from None
+        return Refused(None, ActionError(ErrorCode.INVALID_JSON, f"the message is not JSON: {exc}"))
     if not isinstance(body, dict):
-        raise WireError(None, ActionError(ErrorCode.INVALID_REQUEST, "a message is a JSON object"))
+        return Refused(None, ActionError(ErrorCode.INVALID_REQUEST, "a message is a JSON object"))
     seq = body.get("seq")
     if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 0):
-        raise WireError(None, ActionError(ErrorCode.INVALID_FIELD, "seq is a whole number >= 0", field="seq"))
-    kind = body.get("type")
+        return Refused(None, ActionError(ErrorCode.INVALID_FIELD, "seq is a whole number >= 0", field="seq"))
     try:
-        if kind == "take":
-            return Take(seq)
-        if kind == "release":
-            return Release(seq, _note(body.get("note")))
-        if kind == "input":
-            return Input(seq, human_action(body.get("action"), screen))
+        return _message(body, seq, screen)
     except ActionError as exc:
-        raise WireError(seq, exc) from None
+        return Refused(seq, exc)
+
+
+def _message(body: dict[str, Any], seq: int | None, screen: Size) -> Message:
+    kind = body.get("type")
+    if kind == "take":
+        return Take(seq)
+    if kind == "release":
+        return Release(seq, _note(body.get("note")))
+    if kind == "input":
+        return Input(seq, human_action(body.get("action"), screen))
     if kind is None:
-        raise WireError(seq, ActionError(ErrorCode.MISSING_FIELD, "the message has no 'type'", field="type"))
-    error = ActionError(ErrorCode.INVALID_FIELD, f"unknown message type {kind!r}: take, release or input", "type")
-    raise WireError(seq, error)
+        raise ActionError(ErrorCode.MISSING_FIELD, "the message has no 'type'", field="type")
+    raise ActionError(ErrorCode.INVALID_FIELD, f"unknown message type {kind!r}: take, release or input", "type")
 
 
 def _note(value: Any) -> str | None:
@@ -344,10 +346,9 @@ class ViewerSession:
                 raw = message.get("text")
                 if raw is None:
                     raw = message.get("bytes") or b""
-                try:
-                    parsed = parse(raw, self._desktop.size)
-                except WireError as exc:
-                    self._outbox.put_nowait(failed(exc.seq, exc.error))
+                parsed = parse(raw, self._desktop.size)
+                if isinstance(parsed, Refused):
+                    self._outbox.put_nowait(failed(parsed.seq, parsed.error))
                     continue
                 if self._mode != "control":
                     refused = ActionError(ErrorCode.FORBIDDEN, "a view-only stream cannot take control or send input")

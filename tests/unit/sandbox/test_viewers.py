@@ -16,7 +16,7 @@ from corral.sandbox.app import create_app
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.live import LiveView
 from corral.sandbox.settings import ControllerSettings
-from corral.sandbox.viewers import HumanInput, Input, Release, Take, Viewers, WireError, parse
+from corral.sandbox.viewers import HumanInput, Input, Refused, Release, Take, Viewers, parse
 from corral.sandbox.xcapture import Frame
 
 from .desktop_fake import Parts, fake_desktop
@@ -44,10 +44,10 @@ def test_take_release_and_input_are_read() -> None:
     assert isinstance(typed, Input) and isinstance(typed.action, a.Type) and typed.action.text == "pasted"
 
 
-def _refused(raw: str) -> WireError:
-    with pytest.raises(WireError) as caught:
-        parse(raw, SCREEN)
-    return caught.value
+def _refused(raw: str) -> Refused:
+    refused = parse(raw, SCREEN)
+    assert isinstance(refused, Refused)
+    return refused
 
 
 @pytest.mark.parametrize(
@@ -239,3 +239,13 @@ def test_a_bad_viewer_or_mode_is_refused_at_the_door() -> None:
         with pytest.raises(WebSocketDisconnect) as closed, _open(client, query) as ws:
             ws.receive_json()
         assert closed.value.code == 1008
+
+
+def test_the_live_route_is_behind_the_controllers_door() -> None:
+    client, *_ = _controller()
+    for headers in ({}, {**auth.sign(SECRET).headers, "origin": "http://page.test"}):
+        with (
+            pytest.raises(WebSocketDisconnect),
+            client.websocket_connect(f"/v1/live?viewer={VIEWER}&mode=control", headers=headers) as ws,
+        ):
+            ws.receive_json()
