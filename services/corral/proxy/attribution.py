@@ -30,15 +30,17 @@ ActionSource = Literal["command", "controller"]
 
 @dataclass(frozen=True, slots=True)
 class Attribution:
-    """The action a flow is charged to (None: no action in flight), and who named it."""
+    """The action a flow is charged to (None: no action in flight), who named it, and who acted
+    (``actor``: a human's or a CDP connection's action; None for the agent's)."""
 
     action: str | None
     source: ActionSource | None
+    actor: str | None = None
 
     @classmethod
-    def controller(cls, action: str | None) -> Attribution:
-        """The controller's action in flight (no source when there is none)."""
-        return cls(action, "controller" if action is not None else None)
+    def controller(cls, action: str | None, actor: str | None = None) -> Attribution:
+        """The controller's action in flight (no source when there is none), and its actor."""
+        return cls(action, "controller" if action is not None else None, actor if action is not None else None)
 
     @classmethod
     def command(cls, action: str) -> Attribution:
@@ -47,9 +49,12 @@ class Attribution:
     def record(self) -> EventFields:
         """What an audit record says of it: ``action``, and ``action_source: "command"`` when a
         command named it. Without that field the action is the controller's, as in every record
-        written before commands could name one."""
+        written before commands could name one. ``actor`` only when not the agent's (records of the
+        agent's actions are as before actors existed)."""
         if self.source == "command":
             return {"action": self.action, "action_source": "command"}
+        if self.actor is not None:
+            return {"action": self.action, "actor": self.actor}
         return {"action": self.action}
 
 

@@ -87,7 +87,9 @@ def redact_url(url: str) -> str:
 
 # -- the record ------------------------------------------------------------------------------------
 
-Event = Literal["proxy", "connect", "request", "block", "error", "policy", "recovered", "secrets", "secret"]
+Event = Literal[
+    "proxy", "connect", "request", "block", "error", "policy", "recovered", "secrets", "secret", "link", "control"
+]
 Outcome = Literal["allow", "deny", "report"]  # what the proxy did: report lets through and logs a would-be deny
 HeaderPairs = Sequence[Sequence[str]]  # [name, value] pairs, as written (tuples) and as read back (lists)
 
@@ -103,6 +105,7 @@ class EventFields(TypedDict, total=False):
     recorded_responses: int | None
     previous_allow: list[str]
     previous_mode: str
+    # policy, secrets, link: who made the change; traffic: who acted, when not the agent (human:…, cdp:…)
     actor: str
     generation: int
     # traffic: connect, request, block, error
@@ -144,6 +147,13 @@ class EventFields(TypedDict, total=False):
     location: str  # header, query, body, basic; response-header, response-body; websocket
     count: int
     exfiltration: bool  # a block: a placeholder or value headed where its secret is not bound
+    # link: a viewer link made, used, revoked or expired (the gateway's report); its ``actor`` is the owner's key
+    link: str
+    change: str  # link: created, used, revoked, expired; control: taken, returned, left, requested, request_ended
+    expires_at: float
+    # control: a change of the session's control lease (the controller's report)
+    holder: str
+    previous: str
 
 
 class _Unhashed(EventFields, total=False):
@@ -164,7 +174,7 @@ class AuditRecord(_Unhashed, total=False):
 
 
 CHAIN_FIELDS = frozenset({"seq", "time", "session", "event", "prev", "hash"})
-_TRAFFIC = ("host", "port", "ip", "action", "action_source", "decision", "rule", "reason")
+_TRAFFIC = ("host", "port", "ip", "action", "action_source", "actor", "decision", "rule", "reason")
 _EXCHANGE = (
     *("id", "started", "method", "url", "scheme", "sni", "http_version", "status"),
     *("request_headers", "response_headers", "mime", "bytes_out", "bytes_in", "duration_ms", *_TRAFFIC),
@@ -176,14 +186,32 @@ EVENT_FIELDS: Mapping[Event, frozenset[str]] = {
     "block": frozenset({*_EXCHANGE, "secret", "location", "exfiltration"}),
     # A failed request: these; a connection refused before any request: host, port, error, action(_source).
     "error": frozenset(
-        {"id", "method", "url", "host", "port", "ip", "error", "action", "action_source", "decision", "duration_ms"}
+        {
+            *("id", "method", "url", "host", "port", "ip", "error"),
+            *("action", "action_source", "actor", "decision", "duration_ms"),
+        }
     ),
     "policy": frozenset({"allow", "mode", "previous_allow", "previous_mode", "actor", "generation"}),
     "recovered": frozenset({"damaged_lines"}),
     "secrets": frozenset({"actor", "generation", "added", "rotated", "revoked", "restored", "bindings"}),
     "secret": frozenset(
-        {"id", "method", "url", "host", "port", "action", "action_source", "rule", "secret", "location", "count"}
+        {
+            "id",
+            "method",
+            "url",
+            "host",
+            "port",
+            "action",
+            "action_source",
+            "actor",
+            "rule",
+            "secret",
+            "location",
+            "count",
+        }
     ),
+    "link": frozenset({"link", "mode", "change", "actor", "expires_at"}),
+    "control": frozenset({"change", "holder", "previous"}),
 }
 
 

@@ -341,6 +341,8 @@ def _har_entry(record: AuditRecord) -> dict[str, Any]:
     )
     if record.get("action_source") is not None:
         entry["_action_source"] = record.get("action_source")  # a command named its action
+    if record.get("actor") is not None:
+        entry["_actor"] = record.get("actor")  # a human's or a CDP connection's action, not the agent's
     if record.get("secret") is not None:  # a block because of a brokered secret: its name, never its value
         entry["_secret"] = record.get("secret")
         entry["_location"] = record.get("location")
@@ -363,9 +365,10 @@ def to_har(records: Iterable[AuditRecord], *, creator_version: str) -> dict[str,
     Blocked requests are entries with the proxy's refusal as their response; failed requests are
     entries with status 0 and the failure in ``_error``. Corral's own fields lead with an
     underscore, as HAR allows: ``_decision``, ``_rule``, ``_reason``, ``_action`` (and
-    ``_action_source`` when a command named it), ``_seq``, ``_sni``, ``_id`` (the flow id) and
-    ``_event``; a block because of a brokered secret adds ``_secret`` (its name), ``_location`` and
-    ``_exfiltration``. Headers and URLs are as logged (redacted, placeholders never values).
+    ``_action_source`` when a command named it, ``_actor`` when a human or a CDP connection acted),
+    ``_seq``, ``_sni``, ``_id`` (the flow id) and ``_event``; a block because of a brokered secret
+    adds ``_secret`` (its name), ``_location`` and ``_exfiltration``. Headers and URLs are as logged
+    (redacted, placeholders never values).
     """
     picked = [record for record in records if is_har_entry(record)]
     picked.sort(key=lambda r: (_number(r.get("started"), _number(r.get("time"))), _number(r.get("seq"))))

@@ -1,5 +1,6 @@
-"""The control channel: the gateway sets the policy and the brokered secrets and reads the status,
-the controller reports agent actions (the wire format and its parsing: :mod:`corral.proxy.control`).
+"""The control channel: the gateway sets the policy and the brokered secrets, reads the status and
+reports viewer links; the controller reports actions (with their actor when not the agent's) and
+changes of the control lease (the wire format and its parsing: :mod:`corral.proxy.control`).
 
 A TCP server of its own on the session address, started when mitmproxy runs. Each connection
 authenticates with its first line; the actions a controller connection started end with it.
@@ -83,10 +84,22 @@ class ControlChannel:
         if isinstance(message, control.ActionEvent):
             if role != "controller":
                 raise ValueError("only the controller reports actions")
-            (self.shared.actions.start if message.phase == "start" else self.shared.actions.end)(message.id)
+            if message.phase == "start":
+                self.shared.actions.start(message.id, message.actor)
+            else:
+                self.shared.actions.end(message.id)
             return {"ok": True} if message.ack else None
+        if isinstance(message, control.LeaseEvent):
+            if role != "controller":
+                raise ValueError("only the controller reports the control lease")
+            self.shared.journal.write(
+                "control", change=message.change, holder=message.holder, previous=message.previous
+            )
+            return None  # reported without an ack: the lease never waits on the audit
         if role != "gateway":
             raise ValueError("only the gateway may do that")
+        if isinstance(message, control.LinkEvent):
+            return self._link(message)
         if isinstance(message, control.SetPolicy):
             return self._set_policy(message)
         if isinstance(message, control.Status):
@@ -138,6 +151,18 @@ class ControlChannel:
             return exc.reply()
         except (ValueError, OSError) as exc:
             return {"ok": False, "code": control.INVALID_REQUEST, "error": str(exc)}
+
+    def _link(self, message: control.LinkEvent) -> dict[str, Any]:
+        """A viewer link made, used, revoked or expired, as the gateway reports it: its audit record."""
+        self.shared.journal.write(
+            "link",
+            link=message.link,
+            mode=message.mode,
+            change=message.change,
+            actor=message.actor,
+            expires_at=message.expires_at,
+        )
+        return {"ok": True, "head": self.shared.journal.head}
 
     def _set_policy(self, message: control.SetPolicy) -> dict[str, Any]:
         live = self.shared.policy

@@ -80,15 +80,16 @@ def attribution_of(flow: http.HTTPFlow, shared: Shared) -> Attribution:
 
 
 class Actions:
-    """The agent actions in flight, in the order they started (the controller reports them)."""
+    """The actions in flight, in the order they started (the controller reports them), each with its
+    actor when not the agent's (a human's input, a CDP connection's commands)."""
 
     def __init__(self) -> None:
-        self._started: dict[str, float] = {}
+        self._started: dict[str, tuple[float, str | None]] = {}
 
-    def start(self, action: str) -> None:
+    def start(self, action: str, actor: str | None = None) -> None:
         if len(self._started) >= MAX_ACTIONS:
             self._started.pop(next(iter(self._started)))  # the oldest: a start whose end was lost
-        self._started[action] = time.time()
+        self._started[action] = (time.time(), actor)
 
     def end(self, action: str) -> None:
         self._started.pop(action, None)
@@ -96,6 +97,11 @@ class Actions:
     def current(self) -> str | None:
         """The latest action in flight: the one a record names."""
         return next(reversed(self._started), None)
+
+    def actor(self, action: str | None) -> str | None:
+        """Who acts in ``action`` (None: the agent, or no such action in flight)."""
+        started = self._started.get(action) if action is not None else None
+        return started[1] if started is not None else None
 
     def ids(self) -> list[str]:
         return list(self._started)
@@ -163,4 +169,8 @@ class Shared:
     def charged_to(self, client_id: str) -> Attribution:
         """What a flow that names no action itself is charged to: the action its tunnel's CONNECT
         named, else the controller's action in flight."""
-        return self.connections.commands.get(client_id) or Attribution.controller(self.actions.current())
+        named = self.connections.commands.get(client_id)
+        if named is not None:
+            return named
+        current = self.actions.current()
+        return Attribution.controller(current, self.actions.actor(current))
