@@ -18,9 +18,11 @@ from corral.gateway import auth
 from corral.gateway.metrics import Metrics
 from corral.gateway.models import CreateLink, CreateSession, UpdateSession
 from corral.gateway.routes import ROUTERS, errors
+from corral.gateway.routes.cdp import CdpConnect
 from corral.gateway.sessions import SessionManager
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
+from corral.gateway.tickets import TicketSigner
 from corral.runtime import SandboxRuntime, open_runtime
 
 # The bodies routes read themselves (after auth, capped), for the OpenAPI description.
@@ -28,6 +30,7 @@ _READ_BODIES: dict[str, type[BaseModel]] = {
     "create_session": CreateSession,
     "update_session": UpdateSession,
     "create_link": CreateLink,
+    "cdp_connect": CdpConnect,
 }
 
 
@@ -57,6 +60,7 @@ def create_app(settings: GatewaySettings | None = None, runtime: SandboxRuntime 
 
     app = FastAPI(title="Corral gateway", version="1", lifespan=lifespan)
     app.state.settings = settings
+    app.state.cdp_tickets = TicketSigner(settings.data_dir)  # its key is made on first use
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)

@@ -21,6 +21,7 @@ from corral.gateway.controller import connect_ws
 from corral.gateway.metrics import Metrics
 from corral.gateway.sessions import Session
 from corral.protocol import reply
+from corral.protocol.envelope import MAX_FRAME_BYTES
 
 # When each request in flight was sent, by its id's key (an agent may reuse an id: oldest first).
 InFlight = dict[str, deque[float]]
@@ -104,8 +105,19 @@ async def _client_to_upstream(client: WebSocket, upstream: ClientConnection, see
             return
         text = message.get("text")
         frame = text if text is not None else (message.get("bytes") or b"")
+        if _too_large(frame):
+            # uvicorn takes CDP's larger frames (corral.sandbox.cdprules); this channel keeps its limit.
+            await client.close(code=1009, reason=f"a frame is at most {MAX_FRAME_BYTES} bytes")
+            return
         seen(frame)
         await upstream.send(frame)
+
+
+def _too_large(frame: str | bytes) -> bool:
+    # A character is at most 4 bytes of UTF-8: only a text that may be over the limit is encoded.
+    if isinstance(frame, str) and len(frame) * 4 > MAX_FRAME_BYTES:
+        return len(frame.encode()) > MAX_FRAME_BYTES
+    return len(frame) > MAX_FRAME_BYTES
 
 
 async def _upstream_to_client(upstream: ClientConnection, client: WebSocket, seen: Seen) -> None:

@@ -14,7 +14,7 @@ from starlette.types import ASGIApp
 
 from corral.gateway.app import create_app
 from corral.gateway.settings import GatewaySettings
-from corral.protocol.envelope import MAX_FRAME_BYTES
+from corral.sandbox.cdprules import CDP_MAX_FRAME_BYTES
 
 _SECRET_IN_QUERY = re.compile(r"((?:token|key)=)[^&\s\"']+")
 
@@ -46,7 +46,8 @@ def _config(settings: GatewaySettings, log_level: str = "info", app: ASGIApp | N
         ws="websockets-sansio",
         # Screenshots barely compress and deflate costs ~17 ms a frame.
         ws_per_message_deflate=False,
-        ws_max_size=MAX_FRAME_BYTES,
+        # CDP's frames are larger (corral.sandbox.cdprules); the agent's relay keeps MAX_FRAME_BYTES.
+        ws_max_size=CDP_MAX_FRAME_BYTES,
         access_log=False,
         log_level=log_level,
         # uvicorn waits for open connections before the lifespan's shutdown: bounded, or a client holding

@@ -36,6 +36,13 @@ def test_every_router_is_wired_and_nothing_else(tmp_path: Path) -> None:
         if isinstance(route, APIRoute)
         for method in route.methods
     }
-    assert served == declared and len(served) == 25  # 22, and the links' POST, GET, DELETE
+    assert served == declared and len(served) == 38  # 22, the links' POST, GET, DELETE and CDP's 13
     sockets = [route.path for router in ROUTERS for route in router.routes if isinstance(route, APIWebSocketRoute)]
-    assert sockets == ["/v1/sessions/{session_id}/ws", "/v1/sessions/{session_id}/live"]
+    assert sockets == [
+        "/v1/sessions/{session_id}/ws",
+        "/v1/sessions/{session_id}/live",
+        "/v1/sessions/{session_id}/cdp",
+        "/v1/sessions/{session_id}/cdp/page/{target}",
+        "/v1/sessions/{session_id}/cdp/t/{ticket}",
+        "/v1/sessions/{session_id}/cdp/t/{ticket}/page/{target}",
+    ]

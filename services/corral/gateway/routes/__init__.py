@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from corral.gateway.routes import actions, files, health, links, live, recordings, replays, sessions, traffic
+from corral.gateway.routes import actions, cdp, files, health, links, live, recordings, replays, sessions, traffic
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
@@ -16,6 +16,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     replays.router,
     links.router,
     live.router,
+    cdp.router,
 )
 
 __all__ = ["ROUTERS"]

@@ -1,0 +1,96 @@
+"""CDP through the gateway (docs/cdp.md): Chromium's ``/json`` answers with the gateway's addresses
+in them, and the relay of a client's DevTools WebSocket to the sandbox's controller (which checks
+each command: corral.sandbox.cdp)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from fastapi import WebSocket, WebSocketDisconnect
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
+
+from corral.gateway.relay import CLOSE_ENDED
+from corral.gateway.sessions import Session
+
+# Chromium's links to its own DevTools front end: they name Chromium's address, not the gateway's.
+_FRONTEND_KEYS = ("devtoolsFrontendUrl", "devtoolsFrontendUrlCompat")
+# What the gateway answers for each ``/json`` path (Chromium's ``/json`` is its ``/json/list``).
+JSON_PATHS: dict[str, str] = {"version": "version", "version/": "version", "list": "list", "list/": "list"}
+
+
+def ws_base(scheme: str, host: str, session_id: str, ticket: str | None = None) -> str:
+    """The gateway's address of a session's CDP browser socket, as the client reached the gateway
+    (``scheme`` and ``host`` of its request; https means wss)."""
+    ws_scheme = "wss" if scheme in ("https", "wss") else "ws"
+    path = f"/v1/sessions/{session_id}/cdp" + (f"/t/{ticket}" if ticket else "")
+    return f"{ws_scheme}://{host}{path}"
+
+
+def _rewritten(entry: dict[str, Any], base: str, browser: bool) -> dict[str, Any]:
+    out = {k: v for k, v in entry.items() if k not in _FRONTEND_KEYS}
+    if "webSocketDebuggerUrl" in out:
+        target = out.get("id")
+        out["webSocketDebuggerUrl"] = base if browser or not isinstance(target, str) else f"{base}/page/{target}"
+    return out
+
+
+def rewrite(answer: Any, base: str) -> Any:
+    """Chromium's ``/json/version`` (an object: the browser's socket) or ``/json/list`` (a list of
+    targets: pages' sockets) with every address the gateway's (``base``: :func:`ws_base`) and the
+    DevTools front-end links removed."""
+    if isinstance(answer, dict):
+        return _rewritten(answer, base, browser=True)
+    if isinstance(answer, list):
+        return [_rewritten(e, base, browser=False) if isinstance(e, dict) else e for e in answer]
+    return answer
+
+
+async def _client_to_sandbox(client: WebSocket, upstream: ClientConnection, session: Session) -> None:
+    while True:
+        message = await client.receive()
+        if message["type"] == "websocket.disconnect":
+            return
+        session.touch()
+        text = message.get("text")
+        await upstream.send(text if text is not None else (message.get("bytes") or b""))
+
+
+async def _sandbox_to_client(upstream: ClientConnection, client: WebSocket, session: Session) -> None:
+    async for frame in upstream:
+        session.touch()
+        if isinstance(frame, str):
+            await client.send_text(frame)
+        else:
+            await client.send_bytes(frame)
+
+
+async def relay(client: WebSocket, upstream: ClientConnection, session: Session) -> None:
+    """Both ways unchanged until either side closes or the session ends (then 4000 and the reason)."""
+    tasks = {
+        asyncio.create_task(_client_to_sandbox(client, upstream, session)),
+        asyncio.create_task(_sandbox_to_client(upstream, client, session)),
+        asyncio.create_task(session.ended.wait()),
+    }
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            failure = None if task.cancelled() else task.exception()
+            if failure is not None and not isinstance(failure, WebSocketDisconnect | ConnectionClosed):
+                raise failure
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        with contextlib.suppress(ConnectionClosed, OSError):
+            await upstream.close()
+        with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+            if session.ended.is_set():
+                await client.close(code=CLOSE_ENDED, reason=session.close_reason())
+            else:
+                await client.close()
+
+
+__all__ = ["JSON_PATHS", "relay", "rewrite", "ws_base"]

@@ -1,0 +1,210 @@
+"""A session's CDP endpoint for the browser frameworks (docs/cdp.md): ``GET .../cdp/json/version``,
+``/json/list`` and ``/json``, ``WS .../cdp`` and ``.../cdp/page/{target}``, and the same under a
+signed connect ticket (``POST .../cdp/connect``, then ``.../cdp/t/{ticket}/...``).
+
+No web page may drive CDP: any request or upgrade with an ``Origin`` header is refused.
+"""
+
+from __future__ import annotations
+
+import secrets
+import urllib.parse
+from typing import Annotated
+
+import httpx
+from fastapi import APIRouter, Depends, Request, Response, WebSocket
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import HTTPConnection
+from websockets.exceptions import InvalidHandshake
+
+from corral.errors import CodedError, Forbidden, SandboxUnreachable, UnprovenController
+from corral.gateway import cdp, controller
+from corral.gateway.routes.deps import HttpDep, KeysDep, LiveSessionDep, ManagerDep, MetricsDep, caller, json_body
+from corral.gateway.routes.deps import live_session as live_session_of
+from corral.gateway.routes.errors import answer_for, public_error
+from corral.gateway.sessions import Session, SessionManager
+from corral.gateway.tickets import MAX_TTL_S, Ticket, TicketSigner
+from corral.sandbox.cdprules import CDP_MAX_FRAME_BYTES
+
+
+def refuse_browsers(conn: HTTPConnection) -> None:
+    """A request a web page made (it carries an ``Origin``) never reaches CDP."""
+    if "origin" in conn.headers:
+        raise Forbidden("CDP does not answer web pages (the request has an Origin header)")
+
+
+router = APIRouter(prefix="/v1/sessions/{session_id}/cdp", tags=["cdp"])
+
+
+class CdpConnect(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    ttl_s: Annotated[int, Field(ge=1, le=MAX_TTL_S)] = 60
+    exclusive: bool = False
+
+
+def _tickets(conn: HTTPConnection) -> TicketSigner:
+    signer: TicketSigner = conn.app.state.cdp_tickets
+    return signer
+
+
+TicketsDep = Annotated[TicketSigner, Depends(_tickets)]
+
+
+def _ticket_session(
+    session_id: str, ticket: str, signer: TicketSigner, manager: SessionManager
+) -> tuple[Session, Ticket]:
+    """The live session a connect ticket opens, and the ticket (:class:`Unauthorized`,
+    :class:`Forbidden`, :class:`SessionNotFound`)."""
+    signed = signer.check(ticket, session_id)
+    return manager.get(session_id), signed
+
+
+async def _json(
+    request: Request, session: Session, which: str, http: httpx.AsyncClient, ticket: str | None
+) -> Response:
+    try:
+        upstream = await controller.request(
+            http, session.sandbox.base_url, session.sandbox.secret, "GET", f"/v1/cdp/json/{which}"
+        )
+    except httpx.HTTPError as exc:
+        raise SandboxUnreachable(f"the sandbox did not answer: {exc}") from None
+    if upstream.status_code != 200:
+        return Response(upstream.content, status_code=upstream.status_code, media_type="application/json")
+    host = request.headers.get("host") or request.url.netloc
+    base = cdp.ws_base(request.url.scheme, host, session.id, ticket)
+    return JSONResponse(cdp.rewrite(upstream.json(), base))
+
+
+def _json_routes() -> None:
+    for suffix in ("json", "json/", *(f"json/{p}" for p in cdp.JSON_PATHS)):
+        which = cdp.JSON_PATHS.get(suffix.removeprefix("json/"), "list")
+
+        async def with_credential(
+            request: Request, session: LiveSessionDep, http: HttpDep, which: str = which
+        ) -> Response:
+            return await _json(request, session, which, http, None)
+
+        async def with_ticket(
+            request: Request,
+            session_id: str,
+            ticket: str,
+            signer: TicketsDep,
+            manager: ManagerDep,
+            http: HttpDep,
+            which: str = which,
+        ) -> Response:
+            session, _ = _ticket_session(session_id, ticket, signer, manager)
+            return await _json(request, session, which, http, ticket)
+
+        browsers = [Depends(refuse_browsers)]
+        router.add_api_route(f"/{suffix}", with_credential, methods=["GET"], dependencies=browsers)
+        router.add_api_route(f"/t/{{ticket}}/{suffix}", with_ticket, methods=["GET"], dependencies=browsers)
+
+
+_json_routes()
+
+
+@router.post("/connect", dependencies=[Depends(refuse_browsers)])
+async def cdp_connect(request: Request, session: LiveSessionDep, signer: TicketsDep) -> JSONResponse:
+    """A signed connect address for clients that cannot set a header (session token or owner's key)."""
+    body = await json_body(request, CdpConnect)
+    ticket, signed = signer.issue(session.id, body.ttl_s, body.exclusive)
+    host = request.headers.get("host") or request.url.netloc
+    http_scheme = "https" if request.url.scheme == "https" else "http"
+    return JSONResponse(
+        {
+            "url": cdp.ws_base(request.url.scheme, host, session.id, ticket),
+            "http_url": f"{http_scheme}://{host}/v1/sessions/{session.id}/cdp/t/{ticket}",
+            "expires_at": signed.expires_at,
+            "exclusive": signed.exclusive,
+        }
+    )
+
+
+async def _refuse(websocket: WebSocket, exc: CodedError, metrics_errors: MetricsDep) -> None:
+    # Accepted only to close with the reason: 4401/4403/4404 mirror the HTTP codes (as /ws does).
+    error = public_error(exc)
+    metrics_errors.errors.labels(code=error["code"]).inc()
+    await websocket.accept()
+    await websocket.close(code=4000 + answer_for(exc).status, reason=error["message"][:120])
+
+
+async def _open(
+    websocket: WebSocket, session: Session, exclusive: bool, target: str | None, metrics: MetricsDep
+) -> None:
+    """Relay to the controller's ``/v1/cdp`` for a new connection; its refusal of the upgrade (409
+    ``control_taken`` for an exclusive connection while another holds the lease) is passed on."""
+    query = {"conn": "cdp_" + secrets.token_hex(4), "exclusive": "1" if exclusive else "0"}
+    if target is not None:
+        query["target"] = target
+    path = "/v1/cdp?" + urllib.parse.urlencode(query)
+    try:
+        upstream = await controller.connect_ws(
+            session.sandbox.ws_url, session.sandbox.secret, path, CDP_MAX_FRAME_BYTES
+        )
+    except controller.RefusedUpgrade as refused:
+        await websocket.send_denial_response(
+            Response(refused.body, status_code=refused.status, media_type="application/json")
+        )
+        return
+    except (OSError, TimeoutError, InvalidHandshake) as exc:
+        await _refuse(websocket, SandboxUnreachable(f"the sandbox did not answer: {type(exc).__name__}"), metrics)
+        return
+    except UnprovenController as exc:
+        await _refuse(websocket, exc, metrics)
+        return
+    session.touch()
+    await websocket.accept()
+    await cdp.relay(websocket, upstream, session)
+
+
+async def _with_credential(
+    websocket: WebSocket, session_id: str, target: str | None, keys: KeysDep, manager: ManagerDep, m: MetricsDep
+) -> None:
+    try:
+        refuse_browsers(websocket)
+        session = live_session_of(session_id, caller(websocket, keys, manager), manager)
+    except CodedError as exc:
+        await _refuse(websocket, exc, m)
+        return
+    await _open(websocket, session, websocket.query_params.get("exclusive") == "1", target, m)
+
+
+async def _with_ticket(
+    websocket: WebSocket, session_id: str, ticket: str, target: str | None, manager: ManagerDep, m: MetricsDep
+) -> None:
+    try:
+        refuse_browsers(websocket)
+        signer: TicketSigner = websocket.app.state.cdp_tickets
+        session, signed = _ticket_session(session_id, ticket, signer, manager)
+    except CodedError as exc:
+        await _refuse(websocket, exc, m)
+        return
+    await _open(websocket, session, signed.exclusive, target, m)
+
+
+@router.websocket("")
+async def cdp_browser(websocket: WebSocket, session_id: str, keys: KeysDep, manager: ManagerDep, m: MetricsDep) -> None:
+    await _with_credential(websocket, session_id, None, keys, manager, m)
+
+
+@router.websocket("/page/{target}")
+async def cdp_page(
+    websocket: WebSocket, session_id: str, target: str, keys: KeysDep, manager: ManagerDep, m: MetricsDep
+) -> None:
+    await _with_credential(websocket, session_id, target, keys, manager, m)
+
+
+@router.websocket("/t/{ticket}")
+async def cdp_browser_ticket(
+    websocket: WebSocket, session_id: str, ticket: str, manager: ManagerDep, m: MetricsDep
+) -> None:
+    await _with_ticket(websocket, session_id, ticket, None, manager, m)
+
+
+@router.websocket("/t/{ticket}/page/{target}")
+async def cdp_page_ticket(
+    websocket: WebSocket, session_id: str, ticket: str, target: str, manager: ManagerDep, m: MetricsDep
+) -> None:
+    await _with_ticket(websocket, session_id, ticket, target, manager, m)
