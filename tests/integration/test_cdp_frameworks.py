@@ -1,0 +1,190 @@
+"""The browser frameworks on Corral's CDP endpoint, for real: Playwright MCP (npm, over stdio, driven by
+the ``mcp`` client) and browser-use's browser layer (PyPI, in a venv of its own, no model) connect
+through the real gateway to a real session's Chromium with the session token, navigate to a page of
+the fake upstream (through the session's proxy, under .test) and read it back.
+
+The frameworks are pinned in tests/integration/frameworks/ and installed by scripts/bootstrap-frameworks
+(a no-op once done; scripts/test runs it beside the images build). Neither downloads a browser or talks
+to anything but loopback: telemetry, cloud sync and version checks are off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp_types import CallToolResult, TextContent
+
+from corral.sdk import AsyncSandbox
+
+from .dockerutil import DockerHarness
+from .egress_fixtures import Upstream, gateway_to, start_upstream
+from .gateway_fixtures import KEY_A, RunningGateway
+
+pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
+
+ROOT = Path(__file__).resolve().parents[2]
+FRAMEWORKS = Path(__file__).parent / "frameworks"
+PLAYWRIGHT_MCP = FRAMEWORKS / "node_modules" / ".bin" / "playwright-mcp"
+BROWSER_USE_PYTHON = ROOT / ".venv-browser-use" / "bin" / "python"
+BROWSER_USE_PROBE = FRAMEWORKS / "browser_use_probe.py"
+
+# What the frameworks may phone home with, off: browser-use's posthog telemetry, cloud sync, PyPI
+# version check and cloud hints; Playwright's browser download (it only connects over CDP).
+QUIET = {
+    "ANONYMIZED_TELEMETRY": "false",
+    "BROWSER_USE_CLOUD_SYNC": "false",
+    "BROWSER_USE_VERSION_CHECK": "false",
+    "BROWSER_USE_CLOUD_HINTS": "false",
+    "BROWSER_USE_LOGGING_LEVEL": "warning",
+    "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1",
+}
+
+
+@dataclass(frozen=True)
+class Session:
+    """A live session as a CDP client sees it: where to connect and with what."""
+
+    sandbox: AsyncSandbox
+    token: str
+    cdp_url: str
+
+    @property
+    def header(self) -> str:
+        return f"Authorization: Bearer {self.token}"
+
+
+@pytest.fixture(scope="module")
+def frameworks() -> None:
+    """Playwright MCP and browser-use, installed (seconds when they already are)."""
+    subprocess.run([str(ROOT / "scripts" / "bootstrap-frameworks")], check=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[Upstream]:
+    network = f"corral-egress-cdpfw-{os.getpid()}"
+    yield from start_upstream(runtime, tmp_path_factory.mktemp("upstream"), network)
+
+
+@pytest.fixture(scope="module")
+def gw(
+    tmp_path_factory: pytest.TempPathFactory, upstream: Upstream, runtime: DockerHarness
+) -> Iterator[RunningGateway]:
+    instance = f"cdpfw-{os.getpid()}"
+    with gateway_to(upstream, tmp_path_factory.mktemp("cdpfw-gw"), instance) as running:
+        yield running
+    runtime.remove_all({"corral.gateway": instance})
+
+
+@asynccontextmanager
+async def session(gw: RunningGateway) -> AsyncIterator[Session]:
+    sb = await AsyncSandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"])
+    try:
+        yield Session(sb, sb.info["token"], f"{gw.url}/v1/sessions/{sb.id}/cdp")
+    finally:
+        await sb.delete()
+
+
+def quiet_env(home: Path) -> dict[str, str]:
+    """A framework's environment: PATH, a scratch HOME, the switches above; no API keys."""
+    return {"PATH": os.environ["PATH"], "HOME": str(home), "XDG_CONFIG_HOME": str(home / "config"), **QUIET}
+
+
+@asynccontextmanager
+async def playwright_mcp(cdp_endpoint: str, *headers: str, home: Path) -> AsyncIterator[Client]:
+    """Playwright MCP on stdio, connected to ``cdp_endpoint`` (each of ``headers`` a ``--cdp-header``)."""
+    args = ["--cdp-endpoint", cdp_endpoint, "--output-dir", str(home / "out")]
+    for header in headers:
+        args += ["--cdp-header", header]
+    server = StdioServerParameters(command=str(PLAYWRIGHT_MCP), args=args, env=quiet_env(home), cwd=str(home))
+    async with Client(server) as client:
+        yield client
+
+
+async def text_of(client: Client, tool: str, **arguments: object) -> str:
+    result = await client.call_tool(tool, arguments)
+    assert isinstance(result, CallToolResult)
+    text = "\n".join(block.text for block in result.content if isinstance(block, TextContent))
+    assert not result.is_error, text
+    return text
+
+
+@pytest.mark.usefixtures("frameworks")
+async def test_playwright_mcp_navigates_and_snapshots_through_the_gateway(
+    gw: RunningGateway, upstream: Upstream, runtime: DockerHarness, tmp_path: Path
+) -> None:
+    async with session(gw) as sb, playwright_mcp(sb.cdp_url, sb.header, home=tmp_path) as client:
+        tools = {tool.name for tool in (await client.list_tools()).tools}
+        assert {"browser_navigate", "browser_snapshot"} <= tools
+        await text_of(client, "browser_navigate", url="https://allowed.test/frameworks/playwright-mcp")
+        snapshot = await text_of(client, "browser_snapshot")
+        assert "upstream allowed.test" in snapshot  # the page's title
+        assert 'heading "allowed.test"' in snapshot and "/frameworks/playwright-mcp" in snapshot
+        # A host the session does not allow: Corral's page, as for the agent's own navigation.
+        await text_of(client, "browser_navigate", url="https://other.test/frameworks/denied")
+        assert "Blocked by Corral" in await text_of(client, "browser_snapshot")
+        # The same browser the agent drives: its tabs show the page Playwright MCP opened.
+        urls = [tab["url"] for tab in await sb.sandbox.tabs()]
+        assert "https://other.test/frameworks/denied" in urls, urls
+        # Closing from Playwright MCP leaves the sandbox's browser running for the agent.
+        await client.call_tool("browser_close", {})
+        reply = await sb.sandbox.act({"type": "navigate", "url": "https://allowed.test/frameworks/after"})
+        assert reply["result"]["title"] == "upstream allowed.test"
+    paths = [hit.get("path") for hit in upstream.hits(runtime)]
+    assert "/frameworks/playwright-mcp" in paths and "/frameworks/denied" not in paths
+
+
+@pytest.mark.usefixtures("frameworks")
+async def test_playwright_mcp_without_headers_through_a_connect_url(gw: RunningGateway, tmp_path: Path) -> None:
+    async with session(gw) as sb:
+        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {sb.token}"}) as http:
+            response = await http.post(f"{sb.cdp_url}/connect", json={"ttl_s": 60})
+        assert response.status_code == 200, response.text
+        async with playwright_mcp(response.json()["http_url"], home=tmp_path) as client:
+            await text_of(client, "browser_navigate", url="https://allowed.test/frameworks/ticket")
+            assert "/frameworks/ticket" in await text_of(client, "browser_snapshot")
+
+
+@pytest.mark.usefixtures("frameworks")
+@pytest.mark.parametrize("scheme", ["http", "ws"])
+async def test_browser_use_connects_navigates_and_reads_the_page(
+    gw: RunningGateway, upstream: Upstream, runtime: DockerHarness, tmp_path: Path, scheme: str
+) -> None:
+    async with session(gw) as sb:
+        cdp_url = sb.cdp_url if scheme == "http" else sb.cdp_url.replace("http://", "ws://")
+        page = f"https://allowed.test/frameworks/browser-use-{scheme}"
+        probe = await asyncio.create_subprocess_exec(
+            str(BROWSER_USE_PYTHON),
+            str(BROWSER_USE_PROBE),
+            cdp_url,
+            sb.token,
+            page,
+            env=quiet_env(tmp_path),
+            cwd=tmp_path,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(probe.communicate(), timeout=180)
+        assert probe.returncode == 0, (out + err).decode()
+        read = json.loads(out.decode().splitlines()[-1])
+        assert read["url"] == page and read["title"] == "upstream allowed.test"
+        assert read["text"].split() == ["allowed.test", f"/frameworks/browser-use-{scheme}"]
+    assert f"/frameworks/browser-use-{scheme}" in [hit.get("path") for hit in upstream.hits(runtime)]
+
+
+def test_the_frameworks_are_pinned() -> None:
+    """What CI installs is what the lock says: exact versions, no ranges."""
+    package = json.loads((FRAMEWORKS / "package.json").read_text())
+    assert all(version[0].isdigit() for version in package["dependencies"].values()), package
+    lines = (FRAMEWORKS / "requirements-browser-use.txt").read_text().splitlines()
+    pins = [line for line in lines if line and not line.startswith("#")]
+    assert pins and all("==" in line for line in pins), pins
