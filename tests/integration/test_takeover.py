@@ -29,6 +29,7 @@ from PIL import Image
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
+from corral.gateway.auth import key_id
 from corral.proxy.audit import verify
 from corral.recording.bundle import read_bundle
 from corral.sdk import Sandbox
@@ -536,11 +537,9 @@ def test_a_session_token_cannot_make_links_and_a_view_link_cannot_act(gw: Runnin
         live.close()
 
 
-def test_human_and_cdp_actions_are_attributed_in_the_audit_and_the_recording(
-    gw: RunningGateway, browser: Any, tmp_path: Path
+def test_a_humans_input_is_attributed_in_the_recording_and_the_audit(
+    gw: RunningGateway, upstream: Upstream, runtime: DockerHarness, tmp_path: Path
 ) -> None:
-    from playwright.sync_api import sync_playwright
-
     with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as sb:
         targets = open_takeover_page(sb)
         link = make_link(gw, sb.id, "control")
@@ -550,95 +549,113 @@ def test_human_and_cdp_actions_are_attributed_in_the_audit_and_the_recording(
             assert live.ask({"type": "take"})["type"] == "ack"
             x, y = targets["field"]
             for action in (
+                {"type": "move", "x": x - 5, "y": y - 5},
                 {"type": "click", "x": x, "y": y},
                 {"type": "type", "text": "by hand"},
                 {"type": "key", "keys": "Return"},
-                {"type": "click", "x": targets["link"][0], "y": targets["link"][1]},
             ):
                 answer = live.ask({"type": "input", "action": action})
                 assert answer["type"] == "ack", (action, answer)
-            wait_for(lambda: [r for r in traffic(gw, sb.id, event="request") if "/landing" in r["url"]])
+            assert upstream_saw(upstream, runtime, "/json?typed=by%20hand"), upstream.hits(runtime)[-5:]
+            link_x, link_y = targets["link"]
+            assert live.ask({"type": "input", "action": {"type": "click", "x": link_x, "y": link_y}})["type"] == "ack"
+            assert upstream_saw(upstream, runtime, "/landing?by=click"), upstream.hits(runtime)[-5:]
             assert live.ask({"type": "release", "note": "done"})["type"] == "ack"
         finally:
             live.close()
-        assert sb.page_info()["url"].startswith("https://allowed.test/landing")
-
-        # CDP: a client through the gateway drives the browser; what it fetches is charged to it.
-        with sync_playwright() as p:
-            cdp = p.chromium.connect_over_cdp(
-                f"{gw.url}/v1/sessions/{sb.id}/cdp", headers={"Authorization": f"Bearer {sb.info['token']}"}
-            )
-            try:
-                page = cdp.contexts[0].pages[0] if cdp.contexts[0].pages else cdp.contexts[0].new_page()
-                page.goto("https://allowed.test/by-cdp")
-                assert page.title() == "upstream allowed.test"
-            finally:
-                cdp.close()
-
-        records = wait_for(lambda: _settled_records(gw, sb.id), timeout_s=20)
-        landing = [r for r in records if r["event"] == "request" and "/landing" in r.get("url", "")]
-        typed = [r for r in records if r["event"] == "request" and "/json?typed=" in r.get("url", "")]
-        assert landing and all(r.get("actor") == human for r in landing), landing
-        assert typed and all(r.get("actor") == human for r in typed), typed
-        by_cdp = [r for r in records if r["event"] == "request" and "/by-cdp" in r.get("url", "")]
-        assert by_cdp and str(by_cdp[0].get("actor", "")).startswith("cdp:cdp_"), by_cdp
-        conn = str(by_cdp[0]["actor"]).removeprefix("cdp:")
-        agents = [r for r in records if r["event"] == "request" and "takeover.html" in r.get("url", "")]
-        assert agents and all("actor" not in r for r in agents), agents  # the agent's, as before
-        links = [(r["change"], r["link"], r["mode"]) for r in records if r["event"] == "link"]
-        assert ("created", link["id"], "control") in links and ("used", link["id"], "control") in links, links
-        controls = [(r["change"], r["holder"], r["previous"]) for r in records if r["event"] == "control"]
-        assert ("taken", human, "agent") in controls and ("returned", "agent", human) in controls, controls
+        assert wait_for(lambda: str(sb.page_info()["url"]).startswith("https://allowed.test/landing"))
         revoke(gw, sb.id, link["id"])
-        revoked = wait_for(lambda: [r for r in traffic(gw, sb.id, event="link") if r["change"] == "revoked"])
-        assert revoked and revoked[0]["link"] == link["id"]
         session_id = sb.id
 
-    # The chain verifies, with the CLI too.
-    with gw.client() as c:
-        raw = c.get(f"/v1/sessions/{session_id}/traffic").content
-    log = tmp_path / "audit.jsonl"
-    log.write_bytes(raw)
-    assert verify(log).ok
-    done = subprocess.run(
-        [sys.executable, "-m", "corral.cli", "audit", "verify", str(log)], capture_output=True, text=True, check=False
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-
-    # The recording: the human's input with its actor (no moves), the lease's changes, CDP's connection.
+    # The recording: the human's input with its actor (no moves), the lease's changes with the note.
     bundle_dir = unpack_recording(
-        gw,
-        session_id,
-        tmp_path,
-        ready=lambda b: any(e.get("event") == "cdp" and e.get("change") == "disconnected" for e in b.events),
+        gw, session_id, tmp_path, ready=lambda b: any(e.get("event") == "control" for e in b.events)
     )
     bundle = read_bundle(bundle_dir)
     humans = [e for e in bundle.actions if e.get("actor") == human]
     kinds = [step["type"] for e in humans for step in e["native"]]
     assert kinds == ["click", "type", "key", "click"], kinds
-    assert all(e["dialect"] == "human" and e.get("frame") for e in humans), humans
-    changes = [(e["change"], e["holder"]) for e in bundle.events if e.get("event") == "control"]
-    assert ("taken", human) in changes and ("returned", "agent") in changes, changes
+    assert all(e["dialect"] == "human" for e in humans), humans
+    # A frame each, as the agent's actions have, but where the next request came within the recorder's window.
+    assert all(e["frame"] or e["frame_skipped"] for e in humans), humans
+    changes = [(e["change"], e["holder"], e["previous"]) for e in bundle.events if e.get("event") == "control"]
+    assert changes == [("taken", human, "agent"), ("returned", "agent", human)], changes
     returned = next(e for e in bundle.events if e.get("event") == "control" and e["change"] == "returned")
-    assert returned["note"] == "done" and returned["previous"] == human
-    cdp_events = [(e["change"], e["conn"]) for e in bundle.events if e.get("event") == "cdp"]
-    assert ("connected", conn) in cdp_events and ("disconnected", conn) in cdp_events, cdp_events
+    assert returned["note"] == "done"
 
-    # A replay runs the human's steps like the agent's.
+    # A replay runs the human's steps like the agent's: each is sent again, and judged on its frame where it
+    # has one (as an agent's step is).
     _, junit, _ = replay_cli(gw, bundle_dir, tmp_path)
     cases = ET.fromstring(junit).findall("testcase")
-    names = [case.get("name", "") for case in cases]
-    typed_steps = [case for case in cases if "type text=by hand" in case.get("name", "")]
-    assert typed_steps and typed_steps[0].find("skipped") is None, (names, junit)
-    assert len(cases) == len(bundle.actions), names
+    assert len(cases) == len(bundle.actions), junit
+    steps = {int(str(case.get("name")).split(":")[0].removeprefix("step ")): case for case in cases}
+    for number, event in enumerate(bundle.actions, start=1):
+        if event.get("actor") != human:
+            continue
+        skipped = steps[number].find("skipped")
+        if event["frame"]:
+            assert skipped is None, ET.tostring(steps[number])
+        else:
+            assert skipped is not None and "no frame to compare" in str(skipped.get("message")), ET.tostring(
+                steps[number]
+            )
 
-
-def _settled_records(gw: RunningGateway, session_id: str) -> list[dict[str, Any]] | None:
+    # The audit chain: the link made, used and revoked, the lease's changes, and the requests the human's
+    # input caused, charged to the link; the agent's own requests as before (no actor).
     records = traffic(gw, session_id)
-    wanted = ("/landing", "/json?typed=", "/by-cdp")
-    seen = [any(w in r.get("url", "") for r in records if r["event"] == "request") for w in wanted]
-    controls = [r for r in records if r["event"] == "control" and r["change"] == "returned"]
-    return records if all(seen) and controls else None
+    links = [(r["change"], r["link"], r["mode"]) for r in records if r["event"] == "link"]
+    assert [change for change, *_ in links] == ["created", "used", "revoked"], links
+    assert {(made, mode) for _, made, mode in links} == {(link["id"], "control")}, links
+    assert all(r["actor"] == key_id(KEY_A) for r in records if r["event"] == "link" and r["change"] != "used")
+    controls = [(r["change"], r["holder"], r["previous"]) for r in records if r["event"] == "control"]
+    assert controls == [("taken", human, "agent"), ("returned", "agent", human)], controls
+    agents = [r for r in records if r["event"] == "request" and "takeover.html" in r.get("url", "")]
+    assert agents and all("actor" not in r for r in agents), agents
+    log = tmp_path / "audit.jsonl"
+    with gw.client() as c:
+        log.write_bytes(c.get(f"/v1/sessions/{session_id}/traffic").content)
+    assert verify(log).ok
+    done = subprocess.run(
+        [sys.executable, "-m", "corral.cli", "audit", "verify", str(log)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    caused = [r for r in records if r["event"] == "request" and ("/landing" in r["url"] or "/json?typed=" in r["url"])]
+    assert len(caused) == 2 and all(r.get("actor") == human for r in caused), caused
+
+
+def test_cdp_traffic_is_attributed_and_recorded(gw: RunningGateway, tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as sb:
+        sb.act({"type": "navigate", "url": "https://allowed.test/by-agent"})
+        with sync_playwright() as p:
+            cdp = p.chromium.connect_over_cdp(
+                f"{gw.url}/v1/sessions/{sb.id}/cdp", headers={"Authorization": f"Bearer {sb.info['token']}"}
+            )
+            try:
+                page = cdp.contexts[0].pages[0]
+                page.goto("https://allowed.test/by-cdp")
+                assert page.title() == "upstream allowed.test"
+            finally:
+                cdp.close()
+        records = wait_for(lambda: [r for r in traffic(gw, sb.id, event="request") if "/by-cdp" in r["url"]])
+        assert records and str(records[0].get("actor", "")).startswith("cdp:cdp_"), records
+        conn = str(records[0]["actor"]).removeprefix("cdp:")
+        agents = [r for r in traffic(gw, sb.id, event="request") if "/by-agent" in r["url"]]
+        assert agents and "actor" not in agents[0], agents
+        session_id = sb.id
+    bundle = read_bundle(
+        unpack_recording(
+            gw, session_id, tmp_path, ready=lambda b: any(e.get("change") == "disconnected" for e in b.events)
+        )
+    )
+    cdp_events = [(e["change"], e["conn"]) for e in bundle.events if e.get("event") == "cdp"]
+    assert ("connected", conn) in cdp_events and ("disconnected", conn) in cdp_events, cdp_events
+    assert all("frame" not in e or e["frame"] is None for e in bundle.events if e.get("event") == "cdp")
+
+
+def upstream_saw(upstream: Upstream, runtime: DockerHarness, path: str) -> bool:
+    return bool(wait_for(lambda: [h for h in upstream.hits(runtime) if h["path"] == path]))
 
 
 # -- security plays ----------------------------------------------------------------------------------------
