@@ -31,6 +31,20 @@ def with_screenshot(value: Mapping[str, Any], summary: str, reply: Mapping[str, 
     return result
 
 
+def with_hand_back(result: CallToolResult, reply: Mapping[str, Any]) -> CallToolResult:
+    """``result``, and the human's hand-back of the control lease if the reply carries one (its
+    ``control`` member, sent once): a line for the model, ``control`` in the structured content."""
+    handed = reply.get("control")
+    if not isinstance(handed, Mapping):
+        return result
+    note = handed.get("note")
+    how = "left" if handed.get("left") else "handed control back"
+    text = f"{handed.get('by')} {how}" + (f" with a note: {note}" if note else "")
+    result.content.append(TextContent(type="text", text=text))
+    result.structured_content = {**(result.structured_content or {}), "control": dict(handed)}
+    return result
+
+
 def screenshot_content(reply: Mapping[str, Any]) -> ImageContent | None:
     """The reply's screenshot as MCP image content (base64 as the reply has it)."""
     shot = reply.get("screenshot")

@@ -44,6 +44,9 @@ WithScreenshot = Annotated[
     bool, Field(description="Answer with a screenshot taken once the action settled (default true).")
 ]
 Button = Literal["left", "right", "middle"]
+# Under the gateway client's own timeout (corral.gateway_client.TIMEOUT_S): a longer wait would be cut
+# there. The model may call again.
+MAX_CONTROL_WAIT_MS = 100_000
 TabRef = Annotated[str | int, Field(description="The tab: its id or its index, as list_tabs gives them.")]
 
 
@@ -79,6 +82,9 @@ ANNOTATIONS: dict[str, ToolAnnotations] = {
     "read_file": _hints(True, False, True, False),
     "write_file": _hints(False, True, True, False),
     "audit_summary": _hints(True, False, True, False),
+    # Not read-only: each takes the human's hand-back note, which the sandbox gives once.
+    "control": _hints(False, False, False, False),
+    "request_control": _hints(False, False, False, False),
 }
 
 
@@ -141,7 +147,8 @@ class CorralTools:
 
         async def work(gateway: AsyncGateway) -> CallToolResult:
             reply = await gateway.act(session_id, body)
-            return answer(reply) if reply.get("ok") else results.reply_error(reply)
+            # A human's hand-back note rides on one reply only: the model must read it there.
+            return results.with_hand_back(answer(reply) if reply.get("ok") else results.reply_error(reply), reply)
 
         return await self._call(ctx, work)
 
@@ -381,6 +388,48 @@ class CorralTools:
         """Write a text file (created, or replaced whole)."""
         action = commands.file_write_action(path, content, False, None, make_dirs)
         return await self._act(ctx, session_id, {"action": action}, f"wrote {path}")
+
+    # -- the control lease (a human's takeover through a viewer link) ------------------------------------
+
+    async def control(
+        self,
+        ctx: Ctx,
+        session_id: SessionId,
+        wait_ms: Annotated[
+            int,
+            Field(
+                ge=0,
+                le=MAX_CONTROL_WAIT_MS,
+                description="While a human holds control, wait up to this many milliseconds for them to hand it back.",
+            ),
+        ] = 0,
+    ) -> CallToolResult:
+        """Who controls the session now: the agent, or a human who took over through a viewer link (then
+        every other tool answers control_taken). Answers the human's note once they handed control back."""
+        return await self._act(ctx, session_id, messages.control(wait_ms).body, "control of the session")
+
+    async def request_control(
+        self,
+        ctx: Ctx,
+        session_id: SessionId,
+        reason: Annotated[
+            str,
+            Field(
+                min_length=1,
+                max_length=500,
+                description="What the human should do, shown to everyone watching: 'solve the CAPTCHA', 'log in'.",
+            ),
+        ],
+        wait_ms: Annotated[
+            int,
+            Field(ge=0, le=MAX_CONTROL_WAIT_MS, description="How long to wait for a human to step in and hand back."),
+        ] = MAX_CONTROL_WAIT_MS,
+    ) -> CallToolResult:
+        """Ask a human for help (a login, a CAPTCHA, a confirmation): the session's viewers show the
+        reason; waits for one to take control and hand it back, and answers their note (handed_back is
+        null when nobody came in time: ask again or go on)."""
+        body = messages.request_control(reason, wait_ms).body
+        return await self._act(ctx, session_id, body, "asked for a human's help")
 
     # -- the egress audit -------------------------------------------------------------------------------
 

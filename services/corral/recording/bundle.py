@@ -7,8 +7,9 @@
   ``started``, ``elapsed_ms``, ``url``, ``title``, ``frame``, ``audit``; ``truncated`` names the
   fields cut to the gateway's text cap, with their sizes; ``payloads``, for commands and file
   operations, the size and sha256 of each upload and output and whether only its start was kept:
-  corral.recording.redact), ``gap``, ``controller_restarted`` or
-  ``budget`` (the last event: the recording stopped there, the manifest's ``cut`` says why);
+  corral.recording.redact), ``gap``, ``controller_restarted``, ``budget`` (the last event: the
+  recording stopped there, the manifest's ``cut`` says why) or ``control`` (a change of the control
+  lease: ``change``, ``holder``, ``previous``, ``note``?, ``reason``?; no frame);
 - ``frames/<seq>.webp``: the screen after each action;
 - ``responses.mitm`` (when the session had egress control): every upstream answer its proxy let
   through, as a mitmproxy flow file, for hermetic replays (request credentials blanked; bodies and

@@ -298,3 +298,51 @@ async def test_audit_summary_says_who_may_read_it_as_the_gateway_decides(fake: F
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
     description = tools["audit_summary"].description or ""
     assert "owner's API key" in description and "its own token while it lives" in description
+
+
+HANDED = {"by": "human:lnk_3kq9x0a1b2c4", "note": "logged in", "at": 1733240170.2, "left": False}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "action"),
+    [
+        ({}, {"type": "control", "wait_ms": 0}),
+        ({"wait_ms": 100_000}, {"type": "control", "wait_ms": 100_000}),
+    ],
+)
+async def test_control_asks_the_lease_and_answers_the_hand_back(
+    fake: FakeGateway, arguments: dict[str, Any], action: dict[str, Any]
+) -> None:
+    answer = {"holder": "agent", "since": 1.0, "help": None, "handed_back": HANDED}
+    async with connect(fake) as client:
+        fake.answer = lambda request: reply(answer)
+        result = await call(client, "control", session_id=S, **arguments)
+        assert fake.bodies() == [{"action": action}]
+        assert not result.is_error and result.structured_content == answer
+        assert isinstance(result.content[0], TextContent) and "logged in" in result.content[0].text
+        assert (await call(client, "control", session_id=S, wait_ms=100_001)).is_error  # over the HTTP client's wait
+
+
+async def test_request_control_sends_the_reason_and_waits_under_the_clients_timeout(fake: FakeGateway) -> None:
+    async with connect(fake) as client:
+        fake.answer = lambda request: reply({"holder": "agent", "since": 1.0, "help": None, "handed_back": None})
+        result = await call(client, "request_control", session_id=S, reason="solve the CAPTCHA")
+        assert fake.bodies() == [
+            {"action": {"type": "request_control", "reason": "solve the CAPTCHA", "wait_ms": 100_000}}
+        ]
+        assert not result.is_error and result.structured_content is not None
+        assert result.structured_content["handed_back"] is None
+
+
+async def test_a_refusal_by_the_lease_is_a_tool_error_and_a_hand_back_reaches_the_model_once(fake: FakeGateway) -> None:
+    refused = {"code": "control_taken", "message": "control of the session is held by human:lnk_a", "holder": "x"}
+    async with connect(fake) as client:
+        fake.answer = lambda request: httpx.Response(409, json={"ok": False, "id": None, "error": refused})
+        taken = await call(client, "click", session_id=S, x=1, y=2)
+        assert taken.is_error and taken.structured_content is not None
+        assert taken.structured_content["error"]["code"] == "control_taken"
+        fake.answer = lambda request: reply({"x": 1, "y": 2}, control=HANDED)
+        clicked = await call(client, "click", session_id=S, x=1, y=2, screenshot=False)
+        assert not clicked.is_error and clicked.structured_content == {"x": 1, "y": 2, "control": HANDED}
+        texts = [block.text for block in clicked.content if isinstance(block, TextContent)]
+        assert texts[-1] == "human:lnk_3kq9x0a1b2c4 handed control back with a note: logged in"
