@@ -46,6 +46,11 @@ class DockerHarness(DockerRuntime):
         tests use it to crash Chromium, which runs as the agent."""
         self.exec(ident, ["pkill", "-KILL", "-x", process_name], user=user)
 
+    def cpu_seconds(self, ident: str) -> float:
+        """CPU time the container has used so far (docker stats' counter), for the bench's CPU windows."""
+        stats: dict[str, Any] = self._container(ident).stats(stream=False, one_shot=True)
+        return int(stats["cpu_stats"]["cpu_usage"]["total_usage"]) / 1e9
+
     # -- containers behind the gateway's back ----------------------------------------------------------
 
     def find(self, name: str) -> SandboxAddress | None:

@@ -30,7 +30,7 @@ FORM = """
 """
 FORM_JS = """
 const b = document.getElementById('b'), t = document.getElementById('t');
-b.addEventListener('click', () => { document.title = 'clicked'; t.focus(); });
+b.addEventListener('click', () => { document.title = 'clicked'; b.style.background = 'rgb(0,200,0)'; t.focus(); });
 t.addEventListener('input', () => { document.title = 'typed:' + t.value; });
 """
 
@@ -147,6 +147,8 @@ async def test_a_human_takes_clicks_types_and_hands_back_while_the_agent_is_refu
             "type": "ack",
             "seq": 3,
         }
+        # As a person would: type once the page shows the click took (the button turns green).
+        await _frame_with(stream, GREEN)
         typed = await stream.send({"type": "input", "action": {"type": "type", "text": "hi there"}})
         assert typed == {"type": "ack", "seq": 4}
         released = await stream.send({"type": "release", "note": "typed it for you"})
@@ -172,5 +174,6 @@ async def test_a_stream_that_closes_while_holding_gives_the_lease_back(
         assert (await stream.send({"type": "take"}))["type"] == "ack"
         async with live(sandbox, "view", "agent") as watcher:
             assert (await watcher.text())["lease"]["holder"] == VIEWER
-    reply = await asyncio.to_thread(client.act, {"type": "cursor_position"})
-    assert reply["ok"] is True and reply["control"]["left"] is True
+    # The stream's end reaches the controller a moment after the close: the agent waits for the lease.
+    reply = await asyncio.to_thread(client.act, {"type": "cursor_position"}, wait_for_control_ms=5000)
+    assert reply["ok"] is True and reply["control"]["left"] is True and reply["control"]["by"] == VIEWER

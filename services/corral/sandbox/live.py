@@ -21,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +38,7 @@ IDLE_POLL_S = 0.100
 IDLE_AFTER_S = 1.0
 MAX_FPS = 15
 JPEG_QUALITY = 70
+ENCODER_NICE = 10
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -55,11 +58,19 @@ def encode_jpeg(frame: Frame) -> bytes:
     return enc.encode(enc.frame_to_image(frame), "jpeg", quality=JPEG_QUALITY).data
 
 
+def _lower_priority() -> None:
+    # A viewer's frame may wait; the agent's next screenshot, encoded meanwhile, should not (Linux
+    # sets a nice value per thread).
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), ENCODER_NICE)
+
+
 class ThreadEncoder:
-    """JPEG encoding on a thread of its own (Pillow releases the GIL while it compresses)."""
+    """JPEG encoding on a thread of its own, at a lower priority (Pillow releases the GIL while it
+    compresses)."""
 
     def __init__(self) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-live")
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-live", initializer=_lower_priority)
 
     async def __call__(self, frame: Frame) -> bytes:
         return await asyncio.get_running_loop().run_in_executor(self._pool, encode_jpeg, frame)

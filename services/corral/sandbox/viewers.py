@@ -181,9 +181,10 @@ class HumanInput:
         self._seq += 1
         action_id = f"h{self._seq}.{self._boot}"
         started, wall = time.perf_counter(), time.time()
-        number = self._recorder.arrived() if self._recorder is not None else None
-        if self._recorder is not None and not isinstance(action, a.Move):
-            await self._recorder.before_action()
+        recorder = None if isinstance(action, a.Move) else self._recorder
+        number = recorder.arrived() if recorder is not None else None
+        if recorder is not None:
+            await recorder.before_action()
         error: ActionError | None = None
         data: dict[str, Any] = {}
         try:
@@ -193,9 +194,9 @@ class HumanInput:
         except Exception:
             log.exception("a viewer's %s failed", action.type)
             error = ActionError(ErrorCode.INTERNAL, "internal error; see the controller log")
-        if self._recorder is not None and not isinstance(action, a.Move):
+        if recorder is not None:
             elapsed_ms = (time.perf_counter() - started) * 1000
-            self._recorder.record(_event(viewer, action_id, action, data, error, wall, elapsed_ms, number))
+            recorder.record(_event(viewer, action_id, action, data, error, wall, elapsed_ms, number))
         if error is not None:
             raise error
         return data
@@ -272,7 +273,9 @@ class Viewers:
             self.desktop.lease.attach(viewer)
 
     def detached(self, viewer: str) -> None:
-        count = self._open.get(viewer, 0) - 1
+        if viewer not in self._open:
+            return  # detached already (at shutdown)
+        count = self._open[viewer] - 1
         if count > 0:
             self._open[viewer] = count
             return
@@ -289,6 +292,13 @@ class Viewers:
             self._sessions.discard(session)
 
     async def close(self) -> None:
+        """Shutdown: every viewer detached from the lease now (the change recorded while the recorder
+        still listens), every stream closed (1001, going away), the polling stopped."""
+        for viewer in list(self._open):
+            self._open.pop(viewer)
+            self.desktop.lease.detach(viewer)
+        for session in list(self._sessions):
+            await session.close()
         await self.live.close()
 
 
@@ -333,6 +343,10 @@ class ViewerSession:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await stream.close()
+
+    async def close(self) -> None:
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+            await self._websocket.close(1001, "the controller is shutting down")
 
     def _lease_changed(self, change: Change) -> None:
         self._outbox.put_nowait({"type": "lease", "lease": change.state.as_dict()})

@@ -249,3 +249,31 @@ def test_the_live_route_is_behind_the_controllers_door() -> None:
             client.websocket_connect(f"/v1/live?viewer={VIEWER}&mode=control", headers=headers) as ws,
         ):
             ws.receive_json()
+
+
+async def test_shutdown_detaches_every_viewer_and_stops_the_view() -> None:
+    desktop = fake_desktop(Parts())
+    viewers = Viewers(desktop, LiveView(StillScreen(), _jpeg, sleep=_never), HumanInput(desktop, None, None))
+    viewers.attached(VIEWER)
+    viewers.attached(VIEWER)  # two streams of one viewer
+    desktop.lease.take(VIEWER)
+    stream = viewers.live.open()
+    await viewers.close()
+    assert desktop.lease.holder.who == "agent" and not viewers.live.polling
+    handed = desktop.lease.take_hand_back()
+    assert handed is not None and handed.left
+    viewers.detached(VIEWER)  # a stream's own end afterwards changes nothing
+    assert desktop.lease.holder.who == "agent"
+    await stream.close()
+
+
+def test_one_viewers_second_stream_keeps_the_lease_while_the_first_closes() -> None:
+    desktop = fake_desktop(Parts())
+    viewers = Viewers(desktop, LiveView(StillScreen(), _jpeg, sleep=_never), HumanInput(desktop, None, None))
+    viewers.attached(VIEWER)
+    viewers.attached(VIEWER)
+    desktop.lease.take(VIEWER)
+    viewers.detached(VIEWER)
+    assert desktop.lease.holder.who == VIEWER
+    viewers.detached(VIEWER)
+    assert desktop.lease.holder.who == "agent"
