@@ -78,8 +78,8 @@ class Caller:
     key_id: str | None = None
     session_id: str | None = None
     presented: bool = False
-    link: LinkGrant | None = None
-    link_refused: str | None = None  # "link revoked" / "link expired"
+    link: LinkGrant | None = None  # a link's, good or not
+    link_refused: str | None = None  # "link revoked" / "link expired": the link opens nothing
 
     def api_key(self) -> str:
         """The API key's id, for what only a key may do (a session token is no key: 401)."""
@@ -107,6 +107,8 @@ class Caller:
     def open_view(self, session_id: str, owner: str | None) -> None:
         """What the viewer page reads of the live session ``session_id`` (recording events and
         frames, traffic) and its live stream: what :meth:`open_live` opens, or a link of this session."""
+        if self.link_refused is not None:
+            raise Unauthorized(self.link_refused)
         if self.link is None:
             self.open_live(session_id, owner)
             return

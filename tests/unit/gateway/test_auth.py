@@ -93,3 +93,38 @@ def test_the_keyring_of_a_gateway(tmp_path: Path) -> None:
     assert not (tmp_path / auth.KEY_FILE).exists()
     generated = auth.KeyRing.for_gateway(GatewaySettings(data_dir=tmp_path, api_key=""))
     assert generated.check(auth.load_or_create_key(tmp_path)) is not None
+
+
+def test_a_viewer_link_opens_its_session_s_viewer_and_live_stream_only() -> None:
+    viewer = auth.Caller(presented=True, link=auth.LinkGrant("ses_1", "lnk_3kq9x0a1b2c4", "view"))
+    viewer.open_view("ses_1", KEY_ID)
+    assert viewer.live_viewer("ses_1", KEY_ID) == ("human:lnk_3kq9x0a1b2c4", "view")
+    link_only = (Forbidden, "a viewer link opens only its session's viewer and live stream")
+    assert _refused(lambda: viewer.open_live("ses_1", KEY_ID)) == link_only  # no actions, files, session
+    assert _refused(viewer.api_key) == link_only
+    assert _refused(lambda: viewer.open_view("ses_2", KEY_ID)) == (Forbidden, "this viewer link is for another session")
+    assert _refused(lambda: viewer.live_viewer("ses_2", KEY_ID))[0] is Forbidden
+    controller = auth.Caller(presented=True, link=auth.LinkGrant("ses_1", "lnk_aaaaaaaaaaaa", "control"))
+    assert controller.live_viewer("ses_1", KEY_ID) == ("human:lnk_aaaaaaaaaaaa", "control")
+
+
+def test_a_revoked_or_expired_link_is_told_which() -> None:
+    for reason in ("link revoked", "link expired"):
+        gone = auth.Caller(presented=True, link=auth.LinkGrant("ses_1", "lnk_x", "view"), link_refused=reason)
+        assert _refused(lambda gone=gone: gone.open_view("ses_1", KEY_ID)) == (Unauthorized, reason)
+        assert _refused(gone.api_key) == (Unauthorized, reason)
+
+
+def test_on_the_live_stream_the_owner_controls_and_the_agent_watches() -> None:
+    owner = auth.Caller(key_id=KEY_ID, presented=True)
+    assert owner.live_viewer("ses_1", KEY_ID) == (f"human:{KEY_ID}", "control")
+    assert owner.grant_links() == KEY_ID
+    agent = auth.Caller(session_id="ses_1", presented=True)
+    assert agent.live_viewer("ses_1", KEY_ID) == ("agent", "view")
+    assert _refused(agent.grant_links) == (
+        Forbidden,
+        "viewer links are made and revoked with the session owner's API key, not its token",
+    )
+    assert (
+        _refused(lambda: auth.Caller(key_id="key-other", presented=True).live_viewer("ses_1", KEY_ID))[0] is Forbidden
+    )

@@ -266,3 +266,31 @@ async def test_a_vendor_call_and_its_failure_with_the_vendor_result_pass_unchang
     agent, metrics = await run(monkeypatch, [message], lambda _: answer)
     assert agent.received == [answer]
     assert errors(metrics) == {"patch_failed": 1}
+
+
+async def test_a_stop_closes_the_client_with_its_code_before_the_controller(monkeypatch: pytest.MonkeyPatch) -> None:
+    order: list[str] = []
+
+    class Remembering(Controller):
+        async def close(self) -> None:
+            order.append("controller")
+            await super().close()
+
+    class Client(Agent):
+        async def close(self, code: int = 1000, reason: str = "") -> None:
+            order.append("client")
+            await super().close(code, reason)
+
+    async def connect_ws(ws_url: str, secret: str) -> Controller:
+        assert ws_url == "ws://sandbox.invalid/v1/live?viewer=human%3Alnk_x&mode=view"
+        return Remembering(failing)
+
+    monkeypatch.setattr(relay_module, "connect_ws", connect_ws)
+    revoked = asyncio.Event()
+    revoked.set()  # revoked as the stream opened
+    client = Client([], expect=1)
+    stop = relay_module.Stop(revoked.wait(), 4003, lambda: "link revoked")
+    url = "ws://sandbox.invalid/v1/live?viewer=human%3Alnk_x&mode=view"
+    await relay_module.bridge(client, Session(), Metrics(), url, stops=[stop])  # type: ignore[arg-type]
+    assert client.closed == (4003, "link revoked")
+    assert order == ["client", "controller"]  # the viewer is told at once, whatever the controller does

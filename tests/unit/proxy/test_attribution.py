@@ -58,3 +58,12 @@ def test_a_record_says_command_only_when_a_command_named_the_action() -> None:
     assert Attribution.controller("a2.x").record() == {"action": "a2.x"}
     assert Attribution.controller(None) == Attribution(None, None)
     assert Attribution.controller(None).record() == {"action": None}
+
+
+def test_a_record_names_the_actor_of_a_human_or_cdp_action_only() -> None:
+    assert Attribution.controller("h1.boot", "human:lnk_3kq9x0a1b2c4").record() == {
+        "action": "h1.boot",
+        "actor": "human:lnk_3kq9x0a1b2c4",
+    }
+    assert Attribution.controller("a1.boot").record() == {"action": "a1.boot"}  # the agent's: as before
+    assert Attribution.controller(None, "cdp:cdp_0a1b2c3d").record() == {"action": None}  # no action, no actor

@@ -78,18 +78,19 @@ def identify(presented: str | None, keys: KeyRing, manager: SessionManager) -> C
 
 
 def _link_caller(presented: str, manager: SessionManager) -> Caller:
-    """A viewer link's grant, or why it opens nothing (revoked, expired: the first expired
-    presentation writes its ``expired`` audit record)."""
+    """A viewer link's grant, and why it opens nothing when it does not (revoked, expired)."""
     found = [(s.id, link) for s in manager.list() if (link := links.match(presented, s.record.links.values()))]
     if not found:
         return Caller(presented=True)
     session_id, link = found[0]
-    problem = link.problem(manager.links.now())
-    if problem == links.EXPIRED:
-        manager.links.expired(session_id, link.id)
-    if problem is not None:
-        return Caller(presented=True, link_refused=problem)
-    return Caller(presented=True, link=link.grant(session_id))
+    return Caller(presented=True, link=link.grant(session_id), link_refused=link.problem(manager.links.now()))
+
+
+def note_expiry(who: Caller, manager: SessionManager) -> None:
+    """An expired link presented: its ``expired`` audit record, the first time (on the event loop,
+    where the report's task is kept: :func:`caller` itself may run in a worker thread)."""
+    if who.link is not None and who.link_refused == links.EXPIRED:
+        manager.links.expired(who.link.session_id, who.link.link_id)
 
 
 def caller(conn: HTTPConnection, keys: KeysDep, manager: ManagerDep) -> Caller:

@@ -21,7 +21,7 @@ from corral.errors import CodedError, SessionNotFound, Unauthorized
 from corral.gateway import controller
 from corral.gateway.links import EXPIRED, LinkBook, LinkStream
 from corral.gateway.relay import Stop, bridge
-from corral.gateway.routes.deps import KeysDep, ManagerDep, MetricsDep, identify
+from corral.gateway.routes.deps import KeysDep, ManagerDep, MetricsDep, identify, note_expiry
 from corral.gateway.routes.errors import answer_for, public_error
 from corral.gateway.sessions import Session, SessionManager
 
@@ -39,6 +39,7 @@ async def session_live(
     await websocket.accept()  # the credential comes as a message, so only after the upgrade
     try:
         who = identify(await _credential(websocket), keys, manager)
+        note_expiry(who, manager)
         session = _session(manager, session_id)
         actor, mode = who.live_viewer(session_id, session.owner if session is not None else None)
     except CodedError as exc:

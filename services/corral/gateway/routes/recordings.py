@@ -23,6 +23,7 @@ from corral.gateway.routes.deps import (
     bearer,
     identify,
     live_session,
+    note_expiry,
     viewed_session,
 )
 from corral.gateway.sessions import SessionManager
@@ -59,7 +60,8 @@ def session_recordings(session_id: str, who: CallerDep, manager: ManagerDep) -> 
     return _open_recording(session_id, who, manager)
 
 
-def viewer_recordings(session_id: str, who: CallerDep, manager: ManagerDep) -> RecordingManager:
+async def viewer_recordings(session_id: str, who: CallerDep, manager: ManagerDep) -> RecordingManager:
+    note_expiry(who, manager)
     return _open_recording(session_id, who, manager, viewer=True)
 
 
@@ -131,7 +133,9 @@ async def recording_viewer(request: Request, session_id: str, keys: KeysDep, man
     if presented:
         # An old link's credential is checked (a refusal says so), but opens nothing here: the
         # page holds no data, and the redirect moves the credential where no server sees it.
-        _open_recording(session_id, identify(presented, keys, manager), manager, viewer=True)
+        who = identify(presented, keys, manager)
+        note_expiry(who, manager)
+        _open_recording(session_id, who, manager, viewer=True)
     if token:
         # Out of the address bar, the history and every later Referer (the fragment is never sent).
         location = f"/v1/sessions/{session_id}/viewer#token={quote(token, safe='')}"

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, Response
 
 from corral.errors import AuditAnchorsInvalid, AuditLogUnreadable, InvalidRequest, NotFound
 from corral.gateway.auth import Caller
-from corral.gateway.routes.deps import CallerDep, KeyIdDep, ManagerDep, live_session, viewed_session
+from corral.gateway.routes.deps import CallerDep, KeyIdDep, ManagerDep, live_session, note_expiry, viewed_session
 from corral.gateway.sessions import SessionManager
 from corral.proxy import traffic
 
@@ -23,7 +23,8 @@ def audit_log(session_id: str, who: CallerDep, manager: ManagerDep) -> Path:
     return _audit_log(session_id, who, manager, viewer=False)
 
 
-def viewer_audit_log(session_id: str, who: CallerDep, manager: ManagerDep) -> Path:
+async def viewer_audit_log(session_id: str, who: CallerDep, manager: ManagerDep) -> Path:
+    note_expiry(who, manager)
     return _audit_log(session_id, who, manager, viewer=True)
 
 

@@ -248,3 +248,57 @@ async def test_the_status_shows_each_value_as_a_digest_keyed_with_the_gateway_to
     assert digest == value_digest("gw-token", b"s3cret-value-123") != value_digest("other", b"s3cret-value-123")
     assert hashlib.sha256(b"s3cret-value-123").hexdigest() not in json.dumps(status)
     assert "s3cret-value-123" not in json.dumps(status)
+
+
+async def test_lease_changes_are_control_records_from_the_controller_only(egress) -> None:
+    proxy, _, state = egress
+    change = control.LeaseEvent("taken", "human:lnk_3kq9x0a1b2c4", "agent")
+    with pytest.raises(ValueError, match="only the controller"):
+        proxy.control("gateway", change)
+    assert proxy.control("controller", change) is None  # no ack: the lease never waits on the audit
+    record = records(state)[-1]
+    assert (record["event"], record["change"], record["holder"], record["previous"]) == (
+        "control",
+        "taken",
+        "human:lnk_3kq9x0a1b2c4",
+        "agent",
+    )
+    assert verify(state / "audit.jsonl").ok
+
+
+async def test_link_changes_are_link_records_from_the_gateway_only(egress) -> None:
+    proxy, _, state = egress
+    made = control.LinkEvent("created", "lnk_3kq9x0a1b2c4", "control", "key-0123456789ab", 1733000000.5)
+    with pytest.raises(ValueError, match="only the gateway"):
+        proxy.control("controller", made)
+    reply = proxy.control("gateway", made)
+    record = records(state)[-1]
+    assert reply == {"ok": True, "head": {"seq": record["seq"], "hash": record["hash"]}}  # the gateway anchors it
+    assert {k: record[k] for k in ("event", "link", "mode", "change", "actor", "expires_at")} == {
+        "event": "link",
+        "link": "lnk_3kq9x0a1b2c4",
+        "mode": "control",
+        "change": "created",
+        "actor": "key-0123456789ab",
+        "expires_at": 1733000000.5,
+    }
+
+
+async def test_a_wrong_role_s_report_is_refused_and_the_connection_carries_on(egress) -> None:
+    proxy, _, state = egress
+    port = await _serve(proxy)
+    link = {"op": "link", "change": "used", "link": "lnk_x", "mode": "view", "actor": "key-1", "expires_at": 1.0}
+    try:
+        hello, refused, accepted = await _exchange(
+            port,
+            {"op": "hello", "token": "ctl-token"},
+            link,  # the controller may not report links
+            {"op": "action", "id": "h1.beef", "phase": "start", "ack": True, "actor": "human:lnk_x"},
+        )
+    finally:
+        await proxy.done()
+    assert hello == {"ok": True, "role": "controller"}
+    assert refused == {"ok": False, "code": "invalid_request", "error": "only the gateway may do that"}
+    assert accepted == {"ok": True}
+    assert proxy.shared.actions.actor("h1.beef") == "human:lnk_x"
+    assert all(r["event"] != "link" for r in records(state))

@@ -126,3 +126,35 @@ async def test_the_records_keep_the_format_written_before_the_addon_split(tmp_pa
     old = [json.loads(line) for line in before.read_text().splitlines()]
     assert [(r["event"], sorted(r)) for r in records(tmp_path)] == [(r["event"], sorted(r)) for r in old]
     assert verify(log).ok
+
+
+async def test_traffic_of_a_human_action_names_its_actor_and_the_agent_s_does_not(egress) -> None:
+    proxy, _, state = egress
+    proxy.control("controller", control.ActionEvent("h1.boot", "start", actor="human:lnk_3kq9x0a1b2c4"))
+    flow = connect_flow("allowed.test")
+    await proxy.http_connect(flow)
+    inner = tunnel_request(flow, "allowed.test", "/page")
+    await proxy.requestheaders(inner)
+    inner.response = tutils.tresp()
+    await proxy.response(inner)
+    denied = connect_flow("denied.test")
+    await proxy.http_connect(denied)
+    failed = tunnel_request(flow, "allowed.test", "/gone")
+    await proxy.requestheaders(failed)
+    failed.error = tflow.terr("connection reset")
+    await proxy.error(failed)
+    proxy.control("controller", control.ActionEvent("h1.boot", "end"))
+    proxy.control("controller", control.ActionEvent("a2.boot", "start"))
+    agents = connect_flow("allowed.test")
+    await proxy.http_connect(agents)
+    human = records(state)[-5:-1]
+    assert [(r["event"], r["action"], r["actor"]) for r in human] == [
+        ("connect", "h1.boot", "human:lnk_3kq9x0a1b2c4"),
+        ("request", "h1.boot", "human:lnk_3kq9x0a1b2c4"),
+        ("connect", "h1.boot", "human:lnk_3kq9x0a1b2c4"),
+        ("error", "h1.boot", "human:lnk_3kq9x0a1b2c4"),
+    ]
+    assert human[2]["decision"] == "deny"  # a human's refused CONNECT is theirs too
+    agent = records(state)[-1]
+    assert agent["action"] == "a2.boot" and "actor" not in agent  # the agent's records are as before
+    assert verify(state / "audit.jsonl").ok
