@@ -129,3 +129,17 @@ def test_the_page_never_makes_markup_of_what_it_shows_and_reads_the_payloads_rec
     read = set(re.findall(r'"((?:reply\.result|request\.action)\.\w+)"', page))
     assert {"reply.result.stdout", "reply.result.stderr", "reply.result.content", "request.action.content"} <= read
     assert read <= paths
+
+
+def test_the_page_is_package_data_with_every_placeholder_filled() -> None:
+    from importlib import resources
+
+    page = viewer_page(SESSION).body
+    assert resources.files("corral.gateway").joinpath("viewer.html").is_file()
+    assert not re.search(r"__[A-Z_]+__", page)  # no placeholder left unfilled
+    assert '"ses_abc123"' in page and "POLL_MS = 2000" in page and "RETRY_MS = 2000" in page
+    # Under the CSP no inline handler would run: the page has none (listeners are added by its script).
+    assert not re.search(r"<[^>]+\son[a-z]+\s*=", page)
+    # The credential is read from the fragment only: #link= first, then #token=.
+    assert 'fragment.get("link") || fragment.get("token")' in page
+    assert "location.search" not in page
