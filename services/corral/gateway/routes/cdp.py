@@ -18,8 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import HTTPConnection
 from websockets.exceptions import InvalidHandshake
 
-from corral.errors import CodedError, Forbidden, SandboxUnreachable, UnprovenController
+from corral.errors import CodedError, ErrorCode, Forbidden, SandboxUnreachable, UnprovenController
 from corral.gateway import cdp, controller
+from corral.gateway.relay import CLOSE_UNREACHABLE
 from corral.gateway.routes.deps import HttpDep, KeysDep, LiveSessionDep, ManagerDep, MetricsDep, caller, json_body
 from corral.gateway.routes.deps import live_session as live_session_of
 from corral.gateway.routes.errors import answer_for, public_error
@@ -122,12 +123,19 @@ async def cdp_connect(request: Request, session: LiveSessionDep, signer: Tickets
     )
 
 
-async def _refuse(websocket: WebSocket, exc: CodedError, metrics_errors: MetricsDep) -> None:
+async def _refuse(websocket: WebSocket, exc: CodedError, metrics: MetricsDep) -> None:
     # Accepted only to close with the reason: 4401/4403/4404 mirror the HTTP codes (as /ws does).
     error = public_error(exc)
-    metrics_errors.errors.labels(code=error["code"]).inc()
+    metrics.errors.labels(code=error["code"]).inc()
     await websocket.accept()
     await websocket.close(code=4000 + answer_for(exc).status, reason=error["message"][:120])
+
+
+async def _unreachable(websocket: WebSocket, code: ErrorCode, reason: str, metrics: MetricsDep) -> None:
+    # Past auth, as the agent's relay: 1011 and why.
+    metrics.errors.labels(code=code).inc()
+    await websocket.accept()
+    await websocket.close(code=CLOSE_UNREACHABLE, reason=reason)
 
 
 async def _open(
@@ -149,10 +157,14 @@ async def _open(
         )
         return
     except (OSError, TimeoutError, InvalidHandshake) as exc:
-        await _refuse(websocket, SandboxUnreachable(f"the sandbox did not answer: {type(exc).__name__}"), metrics)
+        await _unreachable(
+            websocket, ErrorCode.SANDBOX_UNREACHABLE, f"the sandbox did not answer: {type(exc).__name__}", metrics
+        )
         return
-    except UnprovenController as exc:
-        await _refuse(websocket, exc, metrics)
+    except UnprovenController:
+        await _unreachable(
+            websocket, ErrorCode.CONTROLLER_UNPROVEN, "the sandbox's controller could not prove itself", metrics
+        )
         return
     session.touch()
     await websocket.accept()

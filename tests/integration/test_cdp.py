@@ -1,0 +1,250 @@
+"""CDP for the browser frameworks, for real: Playwright (Python) ``connect_over_cdp`` through the
+gateway to a session's Chromium, a fake upstream on the test's own network behind the session's
+proxy (names under .test), raw CDP over a WebSocket client for what Playwright never sends."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import sync_playwright
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import ClientConnection, connect
+
+from corral.recording.bundle import read_bundle
+from corral.sdk import ActionFailed, Sandbox
+
+from .dockerutil import DockerHarness
+from .egress_fixtures import Upstream, gateway_to, start_upstream
+from .gateway_fixtures import KEY_A, RunningGateway
+
+pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
+
+CONN_ACTION = re.compile(r"c\d+\.(cdp_[0-9a-f]{8})")
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[Upstream]:
+    network = f"corral-cdp-it-{os.getpid()}"
+    yield from start_upstream(runtime, tmp_path_factory.mktemp("upstream"), network, name="corral-cdp-upstream")
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator[RunningGateway]:
+    with gateway_to(upstream, tmp_path_factory.mktemp("cdp-gw"), f"cdp-{os.getpid()}") as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def sb(gw: RunningGateway) -> Iterator[Sandbox]:
+    with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as box:
+        yield box
+
+
+def _token(sb: Sandbox) -> str:
+    return str(sb.info["token"])
+
+
+def _bearer(sb: Sandbox) -> dict[str, str]:
+    return {"Authorization": f"Bearer {_token(sb)}"}
+
+
+def _socket(gw: RunningGateway, sb: Sandbox, query: str = "", **headers: str) -> ClientConnection:
+    url = f"{gw.ws}/v1/sessions/{sb.id}/cdp{query}"
+    return connect(url, additional_headers={**_bearer(sb), **headers}, max_size=None, open_timeout=20)
+
+
+def _call(ws: ClientConnection, id: int, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One CDP command's answer (events before it are skipped)."""
+    ws.send(json.dumps({"id": id, "method": method, "params": params or {}}))
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        message = json.loads(ws.recv(timeout=20))
+        if message.get("id") == id:
+            return dict(message)
+    raise AssertionError(f"no answer to {method}")
+
+
+def _closed_with(ws: ClientConnection) -> int:
+    with pytest.raises(ConnectionClosed) as closed:
+        ws.recv(timeout=10)
+    assert closed.value.rcvd is not None
+    return closed.value.rcvd.code
+
+
+def _wait_for(predicate: Any, timeout_s: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.2)
+
+
+def _traffic(gw: RunningGateway, session_id: str, **params: str) -> list[dict[str, Any]]:
+    with gw.client() as c:
+        response = c.get(f"/v1/sessions/{session_id}/traffic", params=params)
+    assert response.status_code == 200, response.text
+    return [json.loads(line) for line in response.text.splitlines() if line]
+
+
+def _cdp_events(gw: RunningGateway, session_id: str, tmp_path: Path) -> list[dict[str, Any]]:
+    with gw.client() as c:
+        response = c.get(f"/v1/sessions/{session_id}/recording")
+    assert response.status_code == 200, response.text
+    (tmp_path / "bundle.zip").write_bytes(response.content)
+    return [e for e in read_bundle(tmp_path / "bundle.zip").events if e.get("event") == "cdp"]
+
+
+def test_playwright_navigates_evaluates_and_screenshots_through_the_proxy(
+    gw: RunningGateway, sb: Sandbox, tmp_path: Path
+) -> None:
+    with sync_playwright() as p:
+        browser = p.chromium.connect_over_cdp(f"{gw.url}/v1/sessions/{sb.id}/cdp", headers=_bearer(sb), timeout=30_000)
+        try:
+            context = browser.contexts[0]
+            page = context.pages[0] if context.pages else context.new_page()
+            response = page.goto("https://allowed.test/cdp-page", timeout=30_000)
+            assert response is not None and response.status == 200
+            assert page.title() == "upstream allowed.test"
+            assert page.evaluate("() => [location.host, 6 * 7]") == ["allowed.test", 42]
+            png = page.screenshot()
+            assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
+            # A host the session does not allow gets Corral's own 403 page, as the agent's browser does.
+            blocked = page.goto("https://other.test/secret", timeout=30_000)
+            assert blocked is not None and blocked.status == 403
+            assert page.title() == "Blocked by Corral: other.test"
+        finally:
+            browser.close()
+    # What CDP made Chromium fetch is audited and charged to the connection's activity window.
+    records = _wait_for(
+        lambda: [r for r in _traffic(gw, sb.id, host="allowed.test", event="request") if "/cdp-page" in r["url"]]
+    )
+    assert records, "the CDP navigation was not audited"
+    found = CONN_ACTION.fullmatch(str(records[-1]["action"]))
+    assert found is not None, records[-1]
+    assert records[-1]["actor"] == f"cdp:{found.group(1)}"
+    blocks = _traffic(gw, sb.id, host="other.test", event="block")
+    assert blocks and blocks[-1]["actor"].startswith("cdp:cdp_")
+    # The connection is in the recording, from its start to its end.
+    events = _wait_for(lambda: [e for e in _cdp_events(gw, sb.id, tmp_path) if e["conn"] == found.group(1)])
+    changes = [e["change"] for e in events]
+    assert changes[0] == "connected" and "disconnected" in _wait_for(
+        lambda: [e["change"] for e in _cdp_events(gw, sb.id, tmp_path) if e["conn"] == found.group(1)]
+    )
+    assert events[0]["exclusive"] is False
+
+
+def test_methods_that_bypass_corral_are_refused_naming_the_rule(
+    gw: RunningGateway, sb: Sandbox, tmp_path: Path
+) -> None:
+    with _socket(gw, sb) as ws:
+        closed = _call(ws, 1, "Browser.close")
+        assert closed["error"]["code"] == -32000
+        assert closed["error"]["message"].startswith("corral refused Browser.close")
+        assert closed["error"]["message"].endswith("(rule browser_lifecycle)")
+        proxied = _call(ws, 2, "Target.createBrowserContext", {"proxyServer": "http://elsewhere.test:3128"})
+        assert proxied["error"]["message"].endswith("(rule proxy_settings)")
+        tether = _call(ws, 3, "Tethering.bind", {"port": 9333})
+        assert tether["error"]["message"].endswith("(rule network_bypass)")
+        version = _call(ws, 4, "Browser.getVersion")  # the browser is still there, the socket still open
+        assert "Chrome" in version["result"]["product"]
+        plain = _call(ws, 5, "Target.createBrowserContext")  # a context of the session's own proxy is fine
+        context = plain["result"]["browserContextId"]
+        assert "error" not in _call(ws, 6, "Target.disposeBrowserContext", {"browserContextId": context})
+    refused = _wait_for(
+        lambda: [e for e in _cdp_events(gw, sb.id, tmp_path) if e["change"] == "refused"][-3:], timeout_s=15
+    )
+    assert [(e["method"], e["rule"]) for e in refused] == [
+        ("Browser.close", "browser_lifecycle"),
+        ("Target.createBrowserContext", "proxy_settings"),
+        ("Tethering.bind", "network_bypass"),
+    ]
+    assert sb.page_info()["url"]  # the agent's browser lives on
+
+
+def test_an_exclusive_connection_holds_the_lease_until_it_closes(gw: RunningGateway, sb: Sandbox) -> None:
+    with _socket(gw, sb, "?exclusive=1") as holder:
+        assert "result" in _call(holder, 1, "Browser.getVersion")
+        # The agent is refused while the connection holds the lease, naming it.
+        with httpx.Client(base_url=gw.url, headers=_bearer(sb), timeout=60) as agent:
+            reply = agent.post(f"/v1/sessions/{sb.id}/actions", json={"action": {"type": "wait", "ms": 0}})
+        assert reply.status_code == 409
+        error = reply.json()["error"]
+        assert error["code"] == "control_taken" and error["holder"].startswith("cdp:cdp_")
+        with pytest.raises(ActionFailed) as taken:
+            sb.act({"type": "wait", "ms": 0})
+        assert taken.value.code == "control_taken"
+        # A second exclusive connection is refused at the upgrade; a shared one may read, not drive.
+        with pytest.raises(InvalidStatus) as second:
+            _socket(gw, sb, "?exclusive=1")
+        assert second.value.response.status_code == 409
+        assert json.loads(second.value.response.body or b"{}")["error"]["code"] == "control_taken"
+        with _socket(gw, sb) as shared:
+            assert "result" in _call(shared, 1, "Browser.getVersion")
+            driven = _call(shared, 2, "Target.createTarget", {"url": "about:blank"})
+            assert driven["error"]["code"] == -32001
+            assert driven["error"]["message"].startswith(f"control_taken: held by {error['holder']} since ")
+        # The holder itself drives.
+        created = _call(holder, 2, "Target.createTarget", {"url": "about:blank"})
+        assert "error" not in _call(holder, 3, "Target.closeTarget", {"targetId": created["result"]["targetId"]})
+    # Closed: the lease is the agent's again.
+    assert _wait_for(lambda: _acts(sb), timeout_s=10)
+
+
+def _acts(sb: Sandbox) -> bool:
+    try:
+        sb.act({"type": "wait", "ms": 0})
+    except ActionFailed:
+        return False
+    return True
+
+
+def test_a_connect_ticket_opens_its_session_without_headers(gw: RunningGateway, sb: Sandbox) -> None:
+    with httpx.Client(base_url=gw.url, headers=_bearer(sb), timeout=60) as holder:
+        made = holder.post(f"/v1/sessions/{sb.id}/cdp/connect", json={"ttl_s": 60}).json()
+        short = holder.post(f"/v1/sessions/{sb.id}/cdp/connect", json={"ttl_s": 1}).json()
+    assert made["url"].startswith(f"{gw.ws}/v1/sessions/{sb.id}/cdp/t/")
+    with sync_playwright() as p:
+        browser = p.chromium.connect_over_cdp(made["http_url"], timeout=30_000)  # no headers at all
+        try:
+            assert browser.contexts and browser.version
+        finally:
+            browser.close()
+    with connect(made["url"], open_timeout=20) as ws:
+        assert "result" in _call(ws, 1, "Browser.getVersion")
+    # A changed, an expired, another session's ticket: refused.
+    with connect(made["url"][:-3] + "AAA", open_timeout=20) as ws:
+        assert _closed_with(ws) == 4401
+    time.sleep(1.5)  # past the short ticket's expiry (whole seconds)
+    with connect(short["url"], open_timeout=20) as ws:
+        assert _closed_with(ws) == 4401
+    with Sandbox.create(url=gw.url, api_key=KEY_A, allow=[]) as other:
+        foreign = made["url"].replace(sb.id, other.id)
+        with connect(foreign, open_timeout=20) as ws:
+            assert _closed_with(ws) == 4403
+        assert httpx.get(made["http_url"].replace(sb.id, other.id) + "/json/version").status_code == 403
+
+
+def test_no_web_page_may_drive_cdp(gw: RunningGateway, sb: Sandbox) -> None:
+    with _socket(gw, sb, Origin="https://allowed.test") as ws:
+        assert _closed_with(ws) == 4403
+    answer = httpx.get(
+        f"{gw.url}/v1/sessions/{sb.id}/cdp/json/version", headers={**_bearer(sb), "Origin": "https://allowed.test"}
+    )
+    assert answer.status_code == 403 and answer.json()["error"]["code"] == "forbidden"
+    version = httpx.get(f"{gw.url}/v1/sessions/{sb.id}/cdp/json/version", headers=_bearer(sb)).json()
+    assert version["webSocketDebuggerUrl"] == f"{gw.ws}/v1/sessions/{sb.id}/cdp"
+    assert "devtoolsFrontendUrl" not in json.dumps(
+        httpx.get(f"{gw.url}/v1/sessions/{sb.id}/cdp/json/list", headers=_bearer(sb)).json()
+    )
+    with pytest.raises(PlaywrightError), sync_playwright() as p:
+        p.chromium.connect_over_cdp(f"{gw.url}/v1/sessions/{sb.id}/cdp", timeout=15_000)  # no credential
