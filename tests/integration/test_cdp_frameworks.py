@@ -1,7 +1,8 @@
 """The browser frameworks on Corral's CDP endpoint, for real: Playwright MCP (npm, over stdio, driven by
-the ``mcp`` client) and browser-use's browser layer (PyPI, in a venv of its own, no model) connect
-through the real gateway to a real session's Chromium with the session token, navigate to a page of
-the fake upstream (through the session's proxy, under .test) and read it back.
+the ``mcp`` client), browser-use's browser layer (PyPI, in a venv of its own, no model) and Puppeteer
+(npm ``puppeteer-core``) connect through the real gateway to a real session's Chromium with the
+session token, navigate to a page of the fake upstream (through the session's proxy, under .test) and
+read it back.
 
 The frameworks are pinned in tests/integration/frameworks/ and installed by scripts/bootstrap-frameworks
 (a no-op once done; scripts/test runs it beside the images build). Neither downloads a browser or talks
@@ -18,12 +19,14 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp_types import CallToolResult, TextContent
 
+from corral.errors import ActionFailed
 from corral.sdk import AsyncSandbox
 
 from .dockerutil import DockerHarness
@@ -37,6 +40,7 @@ FRAMEWORKS = Path(__file__).parent / "frameworks"
 PLAYWRIGHT_MCP = FRAMEWORKS / "node_modules" / ".bin" / "playwright-mcp"
 BROWSER_USE_PYTHON = ROOT / ".venv-browser-use" / "bin" / "python"
 BROWSER_USE_PROBE = FRAMEWORKS / "browser_use_probe.py"
+PUPPETEER_PROBE = FRAMEWORKS / "puppeteer_probe.mjs"
 
 # What the frameworks may phone home with, off: browser-use's posthog telemetry, cloud sync, PyPI
 # version check and cloud hints; Playwright's browser download (it only connects over CDP).
@@ -85,13 +89,14 @@ def gw(
     runtime.remove_all({"corral.gateway": instance})
 
 
-@asynccontextmanager
-async def session(gw: RunningGateway) -> AsyncIterator[Session]:
-    sb = await AsyncSandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"])
+@pytest.fixture(scope="module")
+async def sb(gw: RunningGateway) -> AsyncIterator[Session]:
+    """One session for the module's frameworks (each connects and goes; starting a sandbox is the slow part)."""
+    sandbox = await AsyncSandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"])
     try:
-        yield Session(sb, sb.info["token"], f"{gw.url}/v1/sessions/{sb.id}/cdp")
+        yield Session(sandbox, sandbox.info["token"], f"{gw.url}/v1/sessions/{sandbox.id}/cdp")
     finally:
-        await sb.delete()
+        await sandbox.delete()
 
 
 def quiet_env(home: Path) -> dict[str, str]:
@@ -120,9 +125,9 @@ async def text_of(client: Client, tool: str, **arguments: object) -> str:
 
 @pytest.mark.usefixtures("frameworks")
 async def test_playwright_mcp_navigates_and_snapshots_through_the_gateway(
-    gw: RunningGateway, upstream: Upstream, runtime: DockerHarness, tmp_path: Path
+    sb: Session, upstream: Upstream, runtime: DockerHarness, tmp_path: Path
 ) -> None:
-    async with session(gw) as sb, playwright_mcp(sb.cdp_url, sb.header, home=tmp_path) as client:
+    async with playwright_mcp(sb.cdp_url, sb.header, home=tmp_path) as client:
         tools = {tool.name for tool in (await client.list_tools()).tools}
         assert {"browser_navigate", "browser_snapshot"} <= tools
         await text_of(client, "browser_navigate", url="https://allowed.test/frameworks/playwright-mcp")
@@ -144,41 +149,75 @@ async def test_playwright_mcp_navigates_and_snapshots_through_the_gateway(
 
 
 @pytest.mark.usefixtures("frameworks")
-async def test_playwright_mcp_without_headers_through_a_connect_url(gw: RunningGateway, tmp_path: Path) -> None:
-    async with session(gw) as sb:
-        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {sb.token}"}) as http:
-            response = await http.post(f"{sb.cdp_url}/connect", json={"ttl_s": 60})
-        assert response.status_code == 200, response.text
-        async with playwright_mcp(response.json()["http_url"], home=tmp_path) as client:
-            await text_of(client, "browser_navigate", url="https://allowed.test/frameworks/ticket")
-            assert "/frameworks/ticket" in await text_of(client, "browser_snapshot")
+async def test_playwright_mcp_without_headers_through_a_connect_url(sb: Session, tmp_path: Path) -> None:
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {sb.token}"}) as http:
+        response = await http.post(f"{sb.cdp_url}/connect", json={"ttl_s": 60})
+    assert response.status_code == 200, response.text
+    async with playwright_mcp(response.json()["http_url"], home=tmp_path) as client:
+        await text_of(client, "browser_navigate", url="https://allowed.test/frameworks/ticket")
+        assert "/frameworks/ticket" in await text_of(client, "browser_snapshot")
+
+
+async def run_probe(*argv: str, home: Path) -> dict[str, Any]:
+    """A framework's probe script (tests/integration/frameworks/): the JSON line it printed last."""
+    probe = await asyncio.create_subprocess_exec(
+        *argv,
+        env=quiet_env(home),
+        cwd=home,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(probe.communicate(), timeout=180)
+    assert probe.returncode == 0, (out + err).decode()
+    read: dict[str, Any] = json.loads(out.decode().splitlines()[-1])
+    return read
 
 
 @pytest.mark.usefixtures("frameworks")
 @pytest.mark.parametrize("scheme", ["http", "ws"])
 async def test_browser_use_connects_navigates_and_reads_the_page(
-    gw: RunningGateway, upstream: Upstream, runtime: DockerHarness, tmp_path: Path, scheme: str
+    sb: Session, upstream: Upstream, runtime: DockerHarness, tmp_path: Path, scheme: str
 ) -> None:
-    async with session(gw) as sb:
-        cdp_url = sb.cdp_url if scheme == "http" else sb.cdp_url.replace("http://", "ws://")
-        page = f"https://allowed.test/frameworks/browser-use-{scheme}"
-        probe = await asyncio.create_subprocess_exec(
-            str(BROWSER_USE_PYTHON),
-            str(BROWSER_USE_PROBE),
-            cdp_url,
-            sb.token,
-            page,
-            env=quiet_env(tmp_path),
-            cwd=tmp_path,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(probe.communicate(), timeout=180)
-        assert probe.returncode == 0, (out + err).decode()
-        read = json.loads(out.decode().splitlines()[-1])
-        assert read["url"] == page and read["title"] == "upstream allowed.test"
-        assert read["text"].split() == ["allowed.test", f"/frameworks/browser-use-{scheme}"]
+    cdp_url = sb.cdp_url if scheme == "http" else sb.cdp_url.replace("http://", "ws://")
+    page = f"https://allowed.test/frameworks/browser-use-{scheme}"
+    read = await run_probe(str(BROWSER_USE_PYTHON), str(BROWSER_USE_PROBE), cdp_url, sb.token, page, home=tmp_path)
+    assert read["url"] == page and read["title"] == "upstream allowed.test"
+    assert read["text"].split() == ["allowed.test", f"/frameworks/browser-use-{scheme}"]
+    # browser-use's own view of the page (what its agent would be given) holds the page's text.
+    assert f"/frameworks/browser-use-{scheme}" in read["dom"]
     assert f"/frameworks/browser-use-{scheme}" in [hit.get("path") for hit in upstream.hits(runtime)]
+
+
+@pytest.mark.usefixtures("frameworks")
+async def test_puppeteer_connects_with_the_token_header_and_reads_the_page(
+    sb: Session, upstream: Upstream, runtime: DockerHarness, tmp_path: Path
+) -> None:
+    page = "https://allowed.test/frameworks/puppeteer"
+    read = await run_probe("node", str(PUPPETEER_PROBE), sb.cdp_url, sb.token, page, home=tmp_path)
+    assert (read["url"], read["status"], read["title"]) == (page, 200, "upstream allowed.test")
+    assert read["text"].split() == ["allowed.test", "/frameworks/puppeteer"]
+    assert read["version"].startswith(("Chrome/", "HeadlessChrome/"))
+    assert "/frameworks/puppeteer" in [hit.get("path") for hit in upstream.hits(runtime)]
+    # The agent's own browser, which Puppeteer's disconnect left running.
+    assert page in [tab["url"] for tab in await sb.sandbox.tabs()]
+
+
+@pytest.mark.usefixtures("frameworks")
+async def test_playwright_mcp_on_an_exclusive_connection_holds_the_lease_while_it_is_open(
+    sb: Session, tmp_path: Path
+) -> None:
+    endpoint = sb.cdp_url.replace("http://", "ws://") + "?exclusive=1"
+    page = "https://allowed.test/frameworks/exclusive"
+    async with playwright_mcp(endpoint, sb.header, home=tmp_path) as client:
+        await text_of(client, "browser_navigate", url=page)
+        with pytest.raises(ActionFailed) as refused:
+            await sb.sandbox.act({"type": "page_info"})
+        assert refused.value.error["code"] == "control_taken", refused.value.error
+        assert refused.value.error["holder"].startswith("cdp:cdp_")
+        assert "/frameworks/exclusive" in await text_of(client, "browser_snapshot")
+    # Playwright MCP has gone and its connection with it: the lease is the agent's again.
+    reply = await sb.sandbox.act({"type": "tabs"}, wait_for_control_ms=10_000)
+    assert page in [tab["url"] for tab in reply["result"]["tabs"]]
 
 
 def test_the_frameworks_are_pinned() -> None:
