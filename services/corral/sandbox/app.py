@@ -1,5 +1,6 @@
 """The controller's HTTP and WebSocket surface: ``GET /healthz``, ``POST /v1/actions``, ``WS /v1/ws``,
-``WS /v1/live`` (corral.sandbox.viewers), ``PUT``/``GET /v1/files``, and the gateway's ``PUT``/``GET /v1/secrets``."""
+``WS /v1/live`` (corral.sandbox.viewers), ``PUT``/``GET /v1/files``, the gateway's ``PUT``/``GET /v1/secrets``,
+and CDP (``GET /v1/cdp/json/version``, ``/v1/cdp/json/list``, ``WS /v1/cdp``: corral.sandbox.cdp)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from starlette.requests import HTTPConnection
 from corral.bodies import ClosingStream, read_capped
 from corral.errors import ActionError, ErrorCode, error_body
 from corral.protocol import reply
-from corral.protocol.envelope import Limits, decode
-from corral.sandbox import transfer
+from corral.protocol.envelope import MAX_FRAME_BYTES, Limits, decode
+from corral.sandbox import cdp, transfer
 from corral.sandbox.auth import RequestVerifier, read_secret
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.dispatch import Dispatcher, Incoming, fitted
@@ -88,6 +89,7 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         desktop = Desktop.open(settings)
         app.state.desktop = desktop
         reporter = settings.action_reporter()
+        app.state.reporter = reporter
         recorder = Recorder(desktop) if settings.record else None
         app.state.recorder = recorder
         # PUT/GET /v1/files: the desktop's AgentFiles, and tar run as the agent through the launcher.
@@ -123,6 +125,9 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
     app.state.files = None  # AgentFiles (the desktop's), for PUT/GET /v1/files
     app.state.agent_command = None  # transfer.AgentCommand: tar as the agent, for directories
     app.state.max_upload = settings.max_upload_bytes
+    app.state.reporter = None  # the lifespan's ActionReporter when the session has egress control
+    app.state.cdp_url = settings.cdp_url
+    app.state.max_frame = settings.ws_max_frame_bytes
     app.add_middleware(ControllerGuard, verifier=lambda: app.state.verifier)
 
     @app.get("/v1/recording")
@@ -171,7 +176,10 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
     @app.websocket("/v1/ws")
     async def ws(websocket: WebSocket, dispatcher: DispatcherDep) -> None:
         await websocket.accept()
-        await Connection(websocket, dispatcher).serve()
+        await Connection(websocket, dispatcher, websocket.app.state.max_frame).serve()
+
+    app.add_api_route("/v1/cdp/json/{which}", cdp_json, methods=["GET"])
+    app.add_api_websocket_route("/v1/cdp", cdp_ws)
 
     @app.websocket("/v1/live")
     async def live(websocket: WebSocket, viewer: str = "", mode: str = "view") -> None:
@@ -246,14 +254,33 @@ async def put_secrets(request: Request, desktop: DesktopDep) -> JSONResponse:
     return JSONResponse({"ok": True, "secrets": by_name})
 
 
+async def cdp_json(request: Request, which: str) -> Response:
+    """Chromium's ``/json/version`` or ``/json/list``, unchanged."""
+    if which not in cdp.JSON_PATHS:
+        return JSONResponse(error_body(ErrorCode.NOT_FOUND, f"no /json/{which}"), status_code=404)
+    try:
+        answer = await cdp.devtools_json(request.app.state.cdp_url, which)
+    except ActionError as exc:
+        return _error(exc)
+    return Response(answer.content, status_code=answer.status_code, media_type="application/json")
+
+
+async def cdp_ws(websocket: WebSocket, desktop: DesktopDep) -> None:
+    """A CDP client's connection through the gateway (corral.sandbox.cdp)."""
+    state = websocket.app.state
+    await cdp.serve(websocket, state.cdp_url, desktop.lease, state.reporter, state.recorder)
+
+
 class Connection:
     """One WebSocket: desktop requests run one after another in the order they came (their replies
     too); command, process and file requests run beside them as they come, so a ``process_kill`` reaches
     an ``exec`` still running on the same connection. Every frame is sent whole, replies with the
     request's id, events (an exec's output) before their request's reply."""
 
-    def __init__(self, websocket: WebSocket, dispatcher: Dispatcher) -> None:
+    def __init__(self, websocket: WebSocket, dispatcher: Dispatcher, max_frame: int = MAX_FRAME_BYTES) -> None:
         self._websocket = websocket
+        # uvicorn takes CDP's larger frames (corral.sandbox.cdprules); this channel keeps its own limit.
+        self._max_frame = max_frame
         self._dispatcher = dispatcher
         self._sending = asyncio.Lock()
         self._desktop: asyncio.Queue[Incoming] = asyncio.Queue()
@@ -270,6 +297,9 @@ class Connection:
                 raw = message.get("text")
                 if raw is None:
                     raw = message.get("bytes") or b""
+                if _frame_size(raw, self._max_frame) > self._max_frame:
+                    await self._websocket.close(code=1009, reason=f"a frame is at most {self._max_frame} bytes")
+                    return
                 incoming = self._dispatcher.read(raw)
                 if incoming.apart:
                     task = asyncio.create_task(self._answer(incoming))
@@ -310,6 +340,13 @@ class Connection:
         async with self._sending:
             with contextlib.suppress(WebSocketDisconnect, RuntimeError):
                 await self._websocket.send_text(frame)
+
+
+def _frame_size(frame: str | bytes, limit: int) -> int:
+    # A character is at most 4 bytes of UTF-8: only a text that may be over ``limit`` is encoded.
+    if isinstance(frame, bytes) or len(frame) * 4 <= limit:
+        return len(frame)
+    return len(frame.encode())
 
 
 def _verifier(settings: ControllerSettings) -> RequestVerifier | None:
