@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +21,10 @@ from corral.runtime import SandboxAddress
 from corral.sandbox import auth
 from corral.sdk import Sandbox
 
-from .gateway_fixtures import KEY_A, gateway, replay_cli, unpack_recording
+from .dockerutil import DockerHarness
+from .gateway_fixtures import KEY_A, RunningGateway, module_gateway, replay_cli, unpack_recording
 from .test_live import VIEWER, _recorded, live
+from .test_mcp import connect, ok
 
 
 def _control_events(sandbox: SandboxAddress, since_seq: int) -> list[dict[str, Any]]:
@@ -130,41 +132,52 @@ async def test_a_help_request_is_answered_by_a_human_and_recorded(
     assert events[0]["reason"] == "approve the payment" and events[2]["note"] == "approved"
 
 
-@pytest.mark.usefixtures("desktop_image", "egress_image")
-def test_the_sdk_through_the_gateway_and_a_bundle_with_control_events_replays(tmp_path: Path) -> None:
-    with gateway(tmp_path / "gw", f"ctl-{os.getpid()}") as gw:
-        with Sandbox.create(url=gw.url, api_key=KEY_A) as sb:
-            sb.wait_for_control_ms = 2000  # sent with each request; nobody holds the lease, so no wait
-            assert sb.control() == {
-                "holder": "agent",
-                "since": sb.control()["since"],
-                "help": None,
-                "handed_back": None,
-            }
-            asked = sb.request_control("solve the CAPTCHA", wait_ms=200)
-            assert asked["handed_back"] is None and asked["help"] is None
-            sb.act({"type": "cursor_position"})
-            assert sb.handed_back is None
-            session_id = sb.id
+@pytest.fixture(scope="module")
+def gw(
+    tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness, desktop_image: str, egress_image: str
+) -> Iterator[RunningGateway]:
+    with module_gateway(tmp_path_factory, runtime, "it-ctl") as running:
+        yield running
 
-        def complete(bundle: Any) -> bool:
-            return len([e for e in bundle.events if e["event"] == "control"]) >= 2 and len(bundle.actions) >= 4
 
-        (tmp_path / "bundle").mkdir()
-        directory = unpack_recording(gw, session_id, tmp_path / "bundle", complete)
-        bundle = read_bundle(directory)
-        controls = [e for e in bundle.events if e["event"] == "control"]
-        assert [(e["change"], e.get("reason")) for e in controls] == [
-            ("requested", "solve the CAPTCHA"),
-            ("request_ended", None),
-        ]
-        assert all("frame" not in e and "audit" not in e and e["controller_seq"] for e in controls)
-        assert [e["native"][0]["type"] for e in bundle.actions] == [
-            "control",
-            "control",
-            "request_control",
-            "cursor_position",
-        ]
-        code, junit, report = replay_cli(gw, directory, tmp_path)
+def test_the_sdk_through_the_gateway_and_a_bundle_with_control_events_replays(
+    gw: RunningGateway, tmp_path: Path
+) -> None:
+    with Sandbox.create(url=gw.url, api_key=KEY_A) as sb:
+        sb.wait_for_control_ms = 2000  # sent with each request; nobody holds the lease, so no wait
+        held = sb.control()
+        assert held["holder"] == "agent" and held["since"] > 0 and held["help"] is None and held["handed_back"] is None
+        asked = sb.request_control("solve the CAPTCHA", wait_ms=200)
+        assert asked["handed_back"] is None and asked["help"] is None
+        sb.act({"type": "cursor_position"})
+        assert sb.handed_back is None
+        session_id = sb.id
+
+    def complete(bundle: Any) -> bool:
+        return len([e for e in bundle.events if e["event"] == "control"]) >= 2 and len(bundle.actions) >= 3
+
+    (tmp_path / "bundle").mkdir()
+    directory = unpack_recording(gw, session_id, tmp_path / "bundle", complete)
+    bundle = read_bundle(directory)
+    controls = [e for e in bundle.events if e["event"] == "control"]
+    assert [(e["change"], e.get("reason")) for e in controls] == [
+        ("requested", "solve the CAPTCHA"),
+        ("request_ended", None),
+    ]
+    assert all("frame" not in e and "audit" not in e and e["controller_seq"] for e in controls)
+    assert [e["native"][0]["type"] for e in bundle.actions] == ["control", "request_control", "cursor_position"]
+    code, junit, report = replay_cli(gw, directory, tmp_path)
     assert code == 0, report
-    assert 'tests="4"' in junit and 'skipped="3"' in junit and 'failures="0"' in junit
+    assert 'tests="3"' in junit and 'skipped="2"' in junit and 'failures="0"' in junit
+
+
+async def test_the_mcp_tools_ask_the_lease_and_a_help_request_nobody_answers(gw: RunningGateway) -> None:
+    async with connect(gw, "http-2026") as client:
+        session_id = (await ok(client, "create_session"))["id"]
+        try:
+            held = await ok(client, "control", session_id=session_id)
+            assert held["holder"] == "agent" and held["handed_back"] is None and held["help"] is None
+            asked = await ok(client, "request_control", session_id=session_id, reason="log in", wait_ms=200)
+            assert asked["holder"] == "agent" and asked["handed_back"] is None and asked["help"] is None
+        finally:
+            await ok(client, "end_session", session_id=session_id)
