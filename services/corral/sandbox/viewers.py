@@ -51,6 +51,7 @@ VIEWER = re.compile(r"agent|(human|cdp):[A-Za-z0-9_.-]{1,60}")
 MAX_MESSAGE_BYTES = 1 << 20  # a paste of up to a MiB
 NOTE_MAX_CHARS = 2000
 HUMAN_TIMEOUT_S = 30.0
+MAX_PENDING = 256  # a viewer's messages waiting to run
 DIALECT = "human"
 
 _ACTION: TypeAdapter[a.NativeAction] = TypeAdapter(a.NativeAction)
@@ -367,6 +368,12 @@ class ViewerSession:
                 if self._mode != "control":
                     refused = ActionError(ErrorCode.FORBIDDEN, "a view-only stream cannot take control or send input")
                     self._outbox.put_nowait(failed(parsed.seq, refused))
+                    continue
+                if self._inbox.qsize() >= MAX_PENDING:
+                    # Input far faster than the desktop runs it (a stuck page, a flooding client):
+                    # refused rather than queued without bound.
+                    busy = ActionError(ErrorCode.INVALID_REQUEST, f"over {MAX_PENDING} messages wait to run; slow down")
+                    self._outbox.put_nowait(failed(parsed.seq, busy))
                     continue
                 self._inbox.put_nowait(parsed)
 

@@ -277,3 +277,45 @@ def test_one_viewers_second_stream_keeps_the_lease_while_the_first_closes() -> N
     assert desktop.lease.holder.who == VIEWER
     viewers.detached(VIEWER)
     assert desktop.lease.holder.who == "agent"
+
+
+class FakeSocket:
+    """A WebSocket the test feeds and reads (for sessions driven without a server)."""
+
+    def __init__(self) -> None:
+        self.incoming: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.texts: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    async def receive(self) -> dict[str, Any]:
+        return await self.incoming.get()
+
+    async def send_text(self, text: str) -> None:
+        self.texts.put_nowait(json.loads(text))
+
+    async def send_bytes(self, data: bytes) -> None:
+        return None
+
+    def feed(self, message: dict[str, Any]) -> None:
+        self.incoming.put_nowait({"type": "websocket.receive", "text": json.dumps(message)})
+
+
+async def test_input_far_ahead_of_the_desktop_is_refused_not_queued(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("corral.sandbox.viewers.MAX_PENDING", 2)
+    desktop = fake_desktop(Parts())
+    viewers = Viewers(desktop, LiveView(StillScreen(), _jpeg, sleep=_never), HumanInput(desktop, None, None))
+    desktop.lease.take(VIEWER)
+    socket = FakeSocket()
+    async with desktop.lock:  # an agent's long action holds the desktop
+        serving = asyncio.create_task(viewers.serve(socket, VIEWER, "control"))  # type: ignore[arg-type]
+        assert (await socket.texts.get())["type"] == "hello"
+        for seq in range(1, 5):
+            socket.feed({"type": "input", "seq": seq, "action": {"type": "key", "keys": "a"}})
+        # Read in one go: two wait in line, the rest are refused at once.
+        refused = [await socket.texts.get() for _ in range(2)]
+        assert [r["seq"] for r in refused] == [3, 4]
+        assert all(r["error"]["code"] == "invalid_request" for r in refused)
+    answered = [await socket.texts.get() for _ in range(2)]
+    assert answered == [{"type": "ack", "seq": 1}, {"type": "ack", "seq": 2}]
+    socket.incoming.put_nowait({"type": "websocket.disconnect"})
+    await serving
+    assert desktop.lease.holder.who == "agent"
