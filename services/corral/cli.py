@@ -732,6 +732,14 @@ def _secret_use(record: AuditRecord) -> str:
     return f"{record.get('secret') or '?'} in {record.get('location') or '?'}{times}{flagged}"
 
 
+def _acted(record: AuditRecord) -> str | None:
+    """The action a record is charged to, and who acted in it when not the agent (a human, CDP)."""
+    action, actor = record.get("action"), record.get("actor")
+    if actor is None or record.get("event") in ("policy", "secrets", "link"):  # there: who made a change
+        return action
+    return f"{action} ({actor})"
+
+
 def _detail(record: AuditRecord) -> str:
     event = record.get("event")
     if event == "secrets":
@@ -747,6 +755,10 @@ def _detail(record: AuditRecord) -> str:
         allow = record.get("allow")
         allowed = ", ".join(str(a) for a in allow) if isinstance(allow, list) else ""
         return f"by {record.get('actor') or '?'}: mode {record.get('mode')}, allow {allowed or 'nothing'}"
+    if event == "link":
+        return f"{record.get('mode')} link {record.get('link')} {record.get('change')} (made by {record.get('actor')})"
+    if event == "control":
+        return f"lease {record.get('change')}: {record.get('previous')} -> {record.get('holder')}"
     rule, reason = record.get("rule"), record.get("reason")
     return " — ".join(str(part) for part in (rule, reason) if part)
 
@@ -814,7 +826,7 @@ def audit_show(
             _cell(record.get("method")),
             _cell(record.get("host")),
             _cell(status if record.get("event") in ("request", "block") else None),
-            _cell(record.get("action")),
+            _cell(_acted(record)),
             _cell(_detail(record)),
         )
     out.print(table)

@@ -224,8 +224,8 @@ async def test_the_live_stream_s_credentials(gw: RunningGateway, session: dict[s
             owner.delete(f"/v1/sessions/{other['id']}")
 
 
-# A text field the agent's page focuses; each letter typed loads an image from the fake upstream.
-TYPING_PAGE = "<input id=t autofocus style='width:400px;height:40px'>"
+# A text field over the whole page; each letter typed loads an image from the fake upstream.
+TYPING_PAGE = "<textarea id=t autofocus style='position:fixed;left:0;top:0;width:100%;height:100%'></textarea>"
 TYPING_SCRIPT = """
 const t = document.getElementById('t');
 t.focus();
@@ -258,13 +258,21 @@ async def test_a_human_s_traffic_names_the_link_and_the_agent_s_does_not(
     ws = await open_live(gw, sid, secret)
     assert (await first_text(ws))["mode"] == "control"
     assert await command(ws, {"type": "take", "seq": 1}) == {"type": "ack", "seq": 1}
-    typed = await command(ws, {"type": "input", "seq": 2, "action": {"type": "type", "text": "abcdefghijklmnop"}})
-    assert typed == {"type": "ack", "seq": 2}
+    # A click in the middle of the screen is on the page's field (the address bar may hold the focus).
+    hello_screen = session["viewport"]
+    click = {"type": "click", "x": hello_screen["width"] // 2, "y": hello_screen["height"] // 2}
+    assert await command(ws, {"type": "input", "seq": 2, "action": click}) == {"type": "ack", "seq": 2}
+    typed = await command(
+        ws, {"type": "input", "seq": 3, "action": {"type": "type", "text": "corral " * 4, "delay_ms": 100}}
+    )
+    assert typed == {"type": "ack", "seq": 3}  # 2.8 s of typing: the page's requests come while it runs
 
     def upstream_records() -> list[dict[str, Any]]:
         return [r for r in audit(gw, sid, tmp_path) if r["event"] == "request" and r.get("host") == "allowed.test"]
 
-    assert await wait_until(lambda: any(r.get("actor") == human for r in upstream_records()))
+    assert await wait_until(lambda: any(r.get("actor") == human for r in upstream_records())), [
+        {k: r.get(k) for k in ("event", "host", "url", "action", "actor")} for r in audit(gw, sid, tmp_path)
+    ]
     await ws.close()
     records = upstream_records()
     by_human = [r for r in records if r.get("actor") == human]

@@ -544,3 +544,22 @@ def test_summary_has_a_secrets_section_per_host_and_secret(secrets_log: Path) ->
 def test_summary_of_a_log_without_secrets_has_no_secrets_section(log_path: Path) -> None:
     assert "secrets" not in json.loads(_run("summary", str(log_path), "--json").stdout)
     assert "brokered secrets" not in _run("summary", str(log_path)).stdout
+
+
+def test_show_names_a_human_s_action_and_the_link_and_lease_records(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path, "ses_abc")
+    log.write(
+        "connect", host="example.com", port=443, action="h1.beef", actor="human:lnk_3kq9x0a1b2c4", decision="allow"
+    )
+    log.write("link", link="lnk_3kq9x0a1b2c4", mode="control", change="created", actor="key-1", expires_at=T0)
+    log.write("control", change="taken", holder="human:lnk_3kq9x0a1b2c4", previous="agent")
+    log.close()
+    result = _run("show", str(path))
+    assert result.exit_code == 0, result.output
+    for text in (
+        "h1.beef (human:lnk_3kq9x0a1b2c4)",
+        "control link lnk_3kq9x0a1b2c4 created (made by key-1)",
+        "lease taken: agent -> human:lnk_3kq9x0a1b2c4",
+    ):
+        assert text in result.stdout

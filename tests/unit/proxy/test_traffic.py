@@ -751,3 +751,13 @@ def test_har_leaves_out_secret_records_and_names_the_secret_of_a_misuse_block() 
         [_blocked(rule="secret-unavailable", secret="GITHUB_TOKEN", location="header")], creator_version="1"
     )
     assert unavailable["log"]["entries"][0]["_exfiltration"] is False
+
+
+def test_har_entries_name_a_human_s_or_cdp_s_actor() -> None:
+    human = {"seq": 1, "time": T0, "session": "s", "event": "request", **_request(actor="human:lnk_3kq9x0a1b2c4")}
+    agent = {"seq": 2, "time": T0 + 1, "session": "s", "event": "request", **_request()}
+    har = to_har([human, agent], creator_version="1")
+    _assert_valid_har(har)
+    first, second = har["log"]["entries"]
+    assert first["_actor"] == "human:lnk_3kq9x0a1b2c4"
+    assert "_actor" not in second  # the agent's, as before

@@ -14,7 +14,7 @@ from corral.errors import CodedError, MessageTooLarge, SandboxUnreachable
 from corral.gateway import controller
 from corral.gateway.relay import relay
 from corral.gateway.routes.deps import HttpDep, KeysDep, LiveSessionDep, ManagerDep, MetricsDep, caller, live_session
-from corral.gateway.routes.errors import answer_for, public_error
+from corral.gateway.routes.errors import close_refused
 from corral.protocol.envelope import MAX_FRAME_BYTES
 
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["actions"])
@@ -59,12 +59,9 @@ async def session_ws(websocket: WebSocket, session_id: str, keys: KeysDep, manag
     try:
         session = live_session(session_id, caller(websocket, keys, manager), manager)
     except CodedError as exc:
-        # Accept only to close with the reason: 4401/4403/4404 mirror the HTTP codes (closing
-        # before accepting would surface as a bare HTTP 403).
-        error = public_error(exc)
-        m.errors.labels(code=error["code"]).inc()
+        # Accept only to close with the reason (closing before accepting would surface as a bare HTTP 403).
         await websocket.accept()
-        await websocket.close(code=4000 + answer_for(exc).status, reason=error["message"][:120])
+        await close_refused(websocket, exc)
         return
     await websocket.accept()
     await relay(websocket, session, m, upstream_lost=lambda: manager.check_sandbox(session))

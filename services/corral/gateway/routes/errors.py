@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import Final
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -107,6 +107,14 @@ def public_error(exc: CodedError) -> dict[str, str]:
         return exc.to_dict()
     log.error("%s: %s", type(exc).__name__, exc)
     return {"code": str(exc.code), "message": answer.public_message}
+
+
+async def close_refused(websocket: WebSocket, exc: CodedError) -> None:
+    """Close an accepted WebSocket that was refused before it relayed: ``4000 + status``, the error's
+    message as the reason (4401/4403/4404 mirror the HTTP codes), counted as an error."""
+    error = public_error(exc)
+    websocket.app.state.metrics.errors.labels(code=error["code"]).inc()
+    await websocket.close(code=4000 + answer_for(exc).status, reason=error["message"][:120])
 
 
 async def _coded(request: Request, exc: Exception) -> JSONResponse:

@@ -22,7 +22,7 @@ from corral.gateway import controller
 from corral.gateway.links import EXPIRED, LinkBook, LinkStream
 from corral.gateway.relay import Stop, bridge
 from corral.gateway.routes.deps import KeysDep, ManagerDep, MetricsDep, identify, note_expiry
-from corral.gateway.routes.errors import answer_for, public_error
+from corral.gateway.routes.errors import close_refused
 from corral.gateway.sessions import Session, SessionManager
 
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["live"])
@@ -38,16 +38,15 @@ async def session_live(
 ) -> None:
     await websocket.accept()  # the credential comes as a message, so only after the upgrade
     try:
-        who = identify(await _credential(websocket), keys, manager)
+        presented = await _credential(websocket)
+        if presented is None:
+            return  # the client left before it sent its credential
+        who = identify(presented, keys, manager)
         note_expiry(who, manager)
         session = _session(manager, session_id)
         actor, mode = who.live_viewer(session_id, session.owner if session is not None else None)
     except CodedError as exc:
-        error = public_error(exc)
-        m.errors.labels(code=error["code"]).inc()
-        await websocket.close(code=4000 + answer_for(exc).status, reason=error["message"][:120])
-        return
-    except _Gone:
+        await close_refused(websocket, exc)
         return
     assert session is not None  # live_viewer refused otherwise
     url = controller.ws_address(session.sandbox.base_url, "/v1/live?" + urlencode({"viewer": actor, "mode": mode}))
@@ -61,17 +60,14 @@ async def session_live(
         manager.links.closed(stream)
 
 
-class _Gone(Exception):
-    """The client left before it sent its credential."""
-
-
-async def _credential(websocket: WebSocket) -> str:
+async def _credential(websocket: WebSocket) -> str | None:
+    """The auth message's credential; None when the client left first. Unauthorized for anything else."""
     try:
         message = await asyncio.wait_for(websocket.receive(), AUTH_TIMEOUT_S)
     except TimeoutError:
         raise Unauthorized(f"no auth message within {AUTH_TIMEOUT_S:g} s of the upgrade") from None
     if message["type"] == "websocket.disconnect":
-        raise _Gone
+        return None
     try:
         sent = json.loads(message.get("text") or "")
     except ValueError:
