@@ -442,7 +442,8 @@ def test_a_control_link_answers_a_request_for_help(gw: RunningGateway, browser: 
         assert info["result"]["title"] == "clicks=1 value=hello corral", info
         # The recording lists the human's input under their name, and the lease's changes.
         page.wait_for_selector(f"#actions li[data-actor='{me}']", timeout=15_000)
-        humans = page.locator(f"#actions li[data-actor='{me}']").all_inner_texts()
+        # (textContent: inner_text would fold a typed space into the one before "delay_ms")
+        humans = page.locator(f"#actions li[data-actor='{me}']").evaluate_all("items => items.map(i => i.textContent)")
         typed = "".join(re.findall(r"\] type text=(.*?) delay_ms=", "\n".join(humans)))
         assert typed == "hello corral", humans
         assert page.locator("#actions li.event.control").count() >= 2
