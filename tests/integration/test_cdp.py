@@ -248,3 +248,18 @@ def test_no_web_page_may_drive_cdp(gw: RunningGateway, sb: Sandbox) -> None:
     )
     with pytest.raises(PlaywrightError), sync_playwright() as p:
         p.chromium.connect_over_cdp(f"{gw.url}/v1/sessions/{sb.id}/cdp", timeout=15_000)  # no credential
+
+
+def test_frames_of_tens_of_mib_pass_while_the_agents_channel_keeps_its_limit(gw: RunningGateway, sb: Sandbox) -> None:
+    targets = httpx.get(f"{gw.url}/v1/sessions/{sb.id}/cdp/json/list", headers=_bearer(sb)).json()
+    page = next(t for t in targets if t["type"] == "page")
+    assert page["webSocketDebuggerUrl"] == f"{gw.ws}/v1/sessions/{sb.id}/cdp/page/{page['id']}"
+    size = 20 << 20  # over the agent's 16 MiB, under CDP's 64 MiB
+    with connect(page["webSocketDebuggerUrl"], additional_headers=_bearer(sb), max_size=None, open_timeout=20) as ws:
+        sent = _call(ws, 1, "Runtime.evaluate", {"expression": "'" + "x" * size + "'.length"})
+        assert sent["result"]["result"]["value"] == size
+        came = _call(ws, 2, "Runtime.evaluate", {"expression": f"'y'.repeat({size})", "returnByValue": True})
+        assert len(came["result"]["result"]["value"]) == size
+    with connect(f"{gw.ws}/v1/sessions/{sb.id}/ws?token={_token(sb)}", max_size=None, open_timeout=20) as agent:
+        agent.send("x" * (17 << 20))
+        assert _closed_with(agent) == 1009

@@ -34,7 +34,7 @@ from starlette.datastructures import QueryParams
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from corral.errors import ActionError, ControlTaken, ErrorCode, error_body
+from corral.errors import ActionError, ControlTaken, ErrorCode
 from corral.sandbox import cdprules
 from corral.sandbox.browser import pinned_endpoint
 from corral.sandbox.egress import ActionReporter
@@ -105,8 +105,9 @@ class ActivityWindow:
     """One connection's open action for the egress audit: opened by a command, ended :data:`WINDOW_S`
     after the last response once no command is in flight."""
 
-    def __init__(self, reporter: ActionReporter | None, conn: str, actor: str) -> None:
+    def __init__(self, reporter: ActionReporter | None, conn: str, actor: str, quiet_s: float = WINDOW_S) -> None:
         self._reporter, self._conn, self._actor = reporter, conn, actor
+        self._quiet_s = quiet_s
         self._count = 0
         self._open: str | None = None
         self._in_flight = 0
@@ -135,10 +136,10 @@ class ActivityWindow:
     async def _close_when_quiet(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            left = self._last + WINDOW_S - loop.time()
+            left = self._last + self._quiet_s - loop.time()
             if self._in_flight == 0 and left <= 0:
                 break
-            await asyncio.sleep(max(left, 0.05) if self._in_flight == 0 else WINDOW_S)
+            await asyncio.sleep(max(left, 0.05) if self._in_flight == 0 else self._quiet_s)
         await self._end()
 
     async def _end(self) -> None:
@@ -164,9 +165,10 @@ class CdpRelay:
         lease: ControlLease,
         reporter: ActionReporter | None,
         recorder: Recorder | None,
+        window: ActivityWindow | None = None,
     ) -> None:
         self._client, self._query, self._lease, self._recorder = client, query, lease, recorder
-        self._window = ActivityWindow(reporter, query.conn, query.actor)
+        self._window = window or ActivityWindow(reporter, query.conn, query.actor)
         self._sending = asyncio.Lock()
 
     def _note(self, change: str, **more: Any) -> None:
@@ -242,8 +244,8 @@ class CdpRelay:
 
 
 async def _deny(client: WebSocket, exc: ActionError, status: int) -> None:
-    body = {"ok": False, "error": exc.to_dict()} if isinstance(exc, ControlTaken) else error_body(exc.code, exc.message)
-    await client.send_denial_response(JSONResponse(body, status_code=status))
+    # The one error body; control_taken's names the holder and since when.
+    await client.send_denial_response(JSONResponse({"ok": False, "error": exc.to_dict()}, status_code=status))
 
 
 async def serve(

@@ -227,3 +227,37 @@ async def test_commands_cancelled_at_the_end_of_a_connection_have_finished_when_
     assert not serving.done()  # serve waits for the clean-up
     cleaned.set()
     await asyncio.wait_for(serving, 5)
+
+
+def test_an_exclusive_cdp_connection_is_refused_at_the_upgrade_while_a_human_holds_the_lease() -> None:
+    from starlette.testclient import WebSocketDenialResponse
+
+    client, desktop = _controller()
+    desktop.lease.take("human:lnk_aaaaaaaaaaaa")
+    signed = auth.sign(SECRET)
+    with pytest.raises(WebSocketDenialResponse) as refused:
+        client.websocket_connect("/v1/cdp?conn=cdp_0000000a&exclusive=1", headers=signed.headers).__enter__()
+    assert refused.value.status_code == 409
+    error = refused.value.json()["error"]
+    assert (error["code"], error["holder"]) == ("control_taken", "human:lnk_aaaaaaaaaaaa")
+    assert auth.proven(SECRET, signed.nonce, refused.value.headers)  # the gateway may believe the 409
+    assert desktop.lease.holder.who == "human:lnk_aaaaaaaaaaaa"
+    signed = auth.sign(SECRET)
+    with pytest.raises(WebSocketDenialResponse) as bad:
+        client.websocket_connect("/v1/cdp?conn=a%20b", headers=signed.headers).__enter__()
+    assert bad.value.status_code == 400 and bad.value.json()["error"]["field"] == "conn"
+
+
+def test_the_agents_websocket_keeps_its_frame_limit_under_cdps_larger_one() -> None:
+    from starlette.websockets import WebSocketDisconnect
+
+    app = create_app(ControllerSettings(record=False, ws_max_frame_bytes=1024))
+    desktop = fake_desktop(Parts())
+    app.state.verifier = auth.RequestVerifier(SECRET)
+    app.state.desktop = desktop
+    app.state.dispatcher = Dispatcher(desktop, Limits())
+    with TestClient(app).websocket_connect("/v1/ws", headers=auth.sign(SECRET).headers) as ws:
+        ws.send_text("x" * 1025)
+        with pytest.raises(WebSocketDisconnect) as closed:
+            ws.receive_text()
+    assert closed.value.code == 1009

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 import urllib.parse
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 import httpx
@@ -70,40 +71,38 @@ async def _json(
         )
     except httpx.HTTPError as exc:
         raise SandboxUnreachable(f"the sandbox did not answer: {exc}") from None
-    if upstream.status_code != 200:
+    try:
+        answer = upstream.json()
+    except ValueError:
+        answer = None
+    if upstream.status_code != 200 or answer is None:
+        # The controller's own error, or what Chromium said when it was no JSON: passed on as it is.
         return Response(upstream.content, status_code=upstream.status_code, media_type="application/json")
     host = request.headers.get("host") or request.url.netloc
     base = cdp.ws_base(request.url.scheme, host, session.id, ticket)
-    return JSONResponse(cdp.rewrite(upstream.json(), base))
+    return JSONResponse(cdp.rewrite(answer, base))
 
 
-def _json_routes() -> None:
-    for suffix in ("json", "json/", *(f"json/{p}" for p in cdp.JSON_PATHS)):
-        which = cdp.JSON_PATHS.get(suffix.removeprefix("json/"), "list")
+def _json_endpoints(which: str) -> tuple[Callable[..., Awaitable[Response]], Callable[..., Awaitable[Response]]]:
+    """The two endpoints of Chromium's ``/json/<which>``: with the session's credential, with a ticket."""
 
-        async def with_credential(
-            request: Request, session: LiveSessionDep, http: HttpDep, which: str = which
-        ) -> Response:
-            return await _json(request, session, which, http, None)
+    async def with_credential(request: Request, session: LiveSessionDep, http: HttpDep) -> Response:
+        return await _json(request, session, which, http, None)
 
-        async def with_ticket(
-            request: Request,
-            session_id: str,
-            ticket: str,
-            signer: TicketsDep,
-            manager: ManagerDep,
-            http: HttpDep,
-            which: str = which,
-        ) -> Response:
-            session, _ = _ticket_session(session_id, ticket, signer, manager)
-            return await _json(request, session, which, http, ticket)
+    async def with_ticket(
+        request: Request, session_id: str, ticket: str, signer: TicketsDep, manager: ManagerDep, http: HttpDep
+    ) -> Response:
+        session, _ = _ticket_session(session_id, ticket, signer, manager)
+        return await _json(request, session, which, http, ticket)
 
-        browsers = [Depends(refuse_browsers)]
-        router.add_api_route(f"/{suffix}", with_credential, methods=["GET"], dependencies=browsers)
-        router.add_api_route(f"/t/{{ticket}}/{suffix}", with_ticket, methods=["GET"], dependencies=browsers)
+    return with_credential, with_ticket
 
 
-_json_routes()
+# Clients ask for /json/version/ (Playwright), /json/version, /json/list and /json (Chromium's alias).
+for _suffix in ("json", "json/", *(f"json/{p}" for p in cdp.JSON_PATHS)):
+    _credential, _ticket = _json_endpoints(cdp.JSON_PATHS.get(_suffix.removeprefix("json/"), "list"))
+    router.add_api_route(f"/{_suffix}", _credential, methods=["GET"], dependencies=[Depends(refuse_browsers)])
+    router.add_api_route(f"/t/{{ticket}}/{_suffix}", _ticket, methods=["GET"], dependencies=[Depends(refuse_browsers)])
 
 
 @router.post("/connect", dependencies=[Depends(refuse_browsers)])
