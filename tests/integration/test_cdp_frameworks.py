@@ -69,7 +69,7 @@ class Session:
 
 @pytest.fixture(scope="module")
 def frameworks() -> None:
-    """Playwright MCP and browser-use, installed (seconds when they already are)."""
+    """Playwright MCP, puppeteer-core and browser-use, installed (a no-op when they already are)."""
     subprocess.run([str(ROOT / "scripts" / "bootstrap-frameworks")], check=True, timeout=600)
 
 
