@@ -517,9 +517,16 @@ def test_an_expired_link_and_another_sessions_link_are_refused(gw: RunningGatewa
         with gw.client(secret_of(foreign)) as c:
             assert c.get(f"/v1/sessions/{sb.id}/recording/events").status_code == 403
             assert c.get(f"/v1/sessions/{other.id}/recording/events").status_code == 200  # its own
-    # Another owner's key cannot make links on this session.
+    # Another owner's key cannot make links on this session, nor watch it; the owner's key watches in control.
     with gw.client(KEY_B) as c:
         assert c.post(f"/v1/sessions/{sb.id}/links", json={"mode": "view"}).status_code == 403
+    assert refusal(gw, sb.id, KEY_B)[0] == 4403
+    assert refusal(gw, sb.id, "crl_link_" + "x" * 43)[0] == 4401  # no such link
+    owner = Live(gw, sb.id, KEY_A)
+    try:
+        assert (owner.hello["viewer"], owner.hello["mode"]) == (f"human:{key_id(KEY_A)}", "control")
+    finally:
+        owner.close()
 
 
 def test_a_session_token_cannot_make_links_and_a_view_link_cannot_act(gw: RunningGateway, sb: Sandbox) -> None:
