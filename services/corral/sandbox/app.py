@@ -102,7 +102,8 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         app.state.max_body = settings.max_message_bytes
         # WS /v1/live: frames grabbed and encoded only while a stream is open.
         encoder = ThreadEncoder()
-        viewers = Viewers(desktop, LiveView(desktop.screen, encoder), HumanInput(desktop, reporter, recorder))
+        live = LiveView(desktop.screen, encoder, busy=desktop.lock.locked)
+        viewers = Viewers(desktop, live, HumanInput(desktop, reporter, recorder))
         app.state.viewers = viewers
         # Connect to Chromium early so the first browser action does not pay for it; keep the task.
         app.state.warmup = asyncio.create_task(_warm(desktop))

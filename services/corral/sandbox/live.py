@@ -8,6 +8,9 @@ screenshot thread: an agent's screenshot must not wait behind a viewer's frame) 
 every stream. Each :class:`LiveStream` holds only the newest frame it has not sent: a slow viewer
 skips frames, it never queues them.
 
+An action running on the desktop comes first: while it holds the desktop's lock the view waits
+(up to :data:`MAX_DEFER_S`) before it grabs, so a viewer costs the agent's actions next to nothing.
+
 Pacing: a poll every :data:`FAST_POLL_S` after a change, backing off to :data:`IDLE_POLL_S` after
 :data:`IDLE_AFTER_S` without one; each stream sends at most :data:`MAX_FPS` frames a second. A
 new stream gets the current frame at once.
@@ -39,6 +42,8 @@ IDLE_AFTER_S = 1.0
 MAX_FPS = 15
 JPEG_QUALITY = 70
 ENCODER_NICE = 10
+DEFER_POLL_S = 0.005
+MAX_DEFER_S = 0.100
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -127,9 +132,11 @@ class LiveView:
         *,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
+        busy: Callable[[], bool] = lambda: False,
     ) -> None:
         self._grabber = grabber
         self._encoder = encoder
+        self._busy = busy  # an action runs on the desktop (Desktop.lock is held)
         self.clock = clock
         self.sleep = sleep
         self._streams: list[LiveStream] = []
@@ -180,19 +187,36 @@ class LiveView:
     async def _poll(self) -> None:
         changed_at = self.clock()
         while True:
+            await self._between_actions()
             try:
-                frame = await self._grabber.grab()
-            except OSError as exc:  # the X server restarting: viewers see the last frame meanwhile
-                log.warning("live view: no grab (%s)", exc)
-                await self.sleep(IDLE_POLL_S)
-                continue
-            self.grabs += 1
-            if frame.data != self._last:
-                self._last = frame.data
-                jpeg = await self._encoder(frame)
-                self.encodes += 1
-                self._current = jpeg
-                for stream in self._streams:
-                    stream.offer(jpeg)
-                changed_at = self.clock()
+                if await self._look():
+                    changed_at = self.clock()
+            except Exception:  # the X server restarting, say: viewers keep the last frame meanwhile
+                log.warning("live view: no frame this time", exc_info=True)
             await self.sleep(poll_interval(self.clock() - changed_at))
+
+    async def _between_actions(self) -> None:
+        """Waits while the desktop runs an action, up to :data:`MAX_DEFER_S`: the action comes first
+        (its grab, its encode, its CPU), the viewer sees its outcome right after; a long one (a drag,
+        a settle) is still shown as it goes."""
+        start = self.clock()
+        waited = False
+        while self._busy() and self.clock() - start < MAX_DEFER_S:
+            waited = True
+            await self.sleep(DEFER_POLL_S)
+        if waited and not self._busy():
+            await self.sleep(DEFER_POLL_S)  # the action's reply leaves before the grab takes the GIL
+
+    async def _look(self) -> bool:
+        """One grab; when the screen changed, a frame offered to every stream. Whether it changed."""
+        frame = await self._grabber.grab()
+        self.grabs += 1
+        if frame.data == self._last:
+            return False
+        self._last = frame.data
+        jpeg = await self._encoder(frame)
+        self.encodes += 1
+        self._current = jpeg
+        for stream in self._streams:
+            stream.offer(jpeg)
+        return True

@@ -9,9 +9,11 @@ import pytest
 from PIL import Image
 
 from corral.sandbox.live import (
+    DEFER_POLL_S,
     FAST_POLL_S,
     IDLE_AFTER_S,
     IDLE_POLL_S,
+    MAX_DEFER_S,
     MAX_FPS,
     LiveView,
     encode_jpeg,
@@ -173,3 +175,50 @@ def test_frames_are_jpeg_at_full_resolution() -> None:
     assert jpeg[:3] == b"\xff\xd8\xff"
     image = Image.open(BytesIO(jpeg))
     assert image.size == (4, 2) and image.format == "JPEG"
+
+
+class FlakyScreen(ScriptedScreen):
+    """Fails its second grab (an X server restarting)."""
+
+    async def grab(self) -> Frame:
+        frame = await super().grab()
+        if self.grabs == 2:
+            raise OSError("X connection lost")
+        return frame
+
+
+async def test_a_failed_grab_does_not_end_the_stream() -> None:
+    screen, clock = FlakyScreen(), FakeClock()
+    live = LiveView(screen, fake_jpeg, clock=clock, sleep=clock.sleep)
+    stream = live.open()
+    assert await stream.next() == b"jpeg:A"
+    await clock.step(extra=1.0)  # the failed grab (and time enough for the rate cap)
+    screen.shown = b"B"
+    await clock.step()
+    assert await stream.next() == b"jpeg:B" and live.polling
+    await live.close()
+
+
+async def test_an_action_running_on_the_desktop_comes_first() -> None:
+    screen, clock = ScriptedScreen(), FakeClock()
+    busy = [True]
+    live = LiveView(screen, fake_jpeg, clock=clock, sleep=clock.sleep, busy=lambda: busy[0])
+    live.open()
+    assert await clock.step() == DEFER_POLL_S and screen.grabs == 0
+    busy[0] = False
+    await clock.step()
+    assert await clock.step() == DEFER_POLL_S  # the action's reply goes first
+    assert screen.grabs == 1  # then the view looks
+    await live.close()
+
+
+async def test_a_long_action_is_still_shown_as_it_goes() -> None:
+    screen, clock = ScriptedScreen(), FakeClock()
+    live = LiveView(screen, fake_jpeg, clock=clock, sleep=clock.sleep, busy=lambda: True)
+    stream = live.open()
+    waited = 0.0
+    while screen.grabs == 0:
+        waited += await clock.step()
+    assert MAX_DEFER_S <= waited <= MAX_DEFER_S + 2 * DEFER_POLL_S
+    assert await stream.next() == b"jpeg:A"
+    await live.close()
