@@ -90,10 +90,11 @@ def _unseen(frame: str | bytes) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Stop:
-    """Besides either side closing, what ends a relay (once ``until`` finishes) and the close the
-    client then gets: a revoked or expired viewer link (4003), the session's end (4000)."""
+    """Besides either side closing, what ends a relay (once what ``until`` starts finishes; started
+    only once the relay runs) and the close the client then gets: a revoked or expired viewer link
+    (4003), the session's end (4000)."""
 
-    until: Awaitable[object]
+    until: Callable[[], Awaitable[object]]
     code: int
     reason: Callable[[], str]
 
@@ -193,8 +194,8 @@ async def bridge(
     if upstream is None:
         return
     from_sandbox = asyncio.create_task(_upstream_to_client(upstream, client, to_client))
-    ended = Stop(session.ended.wait(), CLOSE_ENDED, session.close_reason)
-    stopping = {asyncio.ensure_future(stop.until): stop for stop in (ended, *stops)}
+    ended = Stop(session.ended.wait, CLOSE_ENDED, session.close_reason)
+    stopping = {asyncio.ensure_future(stop.until()): stop for stop in (ended, *stops)}
     tasks = {asyncio.create_task(_client_to_upstream(client, upstream, to_upstream)), from_sandbox, *stopping}
     sandbox_closed = False
     stopped: Stop | None = None

@@ -289,7 +289,7 @@ async def test_a_stop_closes_the_client_with_its_code_before_the_controller(monk
     revoked = asyncio.Event()
     revoked.set()  # revoked as the stream opened
     client = Client([], expect=1)
-    stop = relay_module.Stop(revoked.wait(), 4003, lambda: "link revoked")
+    stop = relay_module.Stop(revoked.wait, 4003, lambda: "link revoked")
     url = "ws://sandbox.invalid/v1/live?viewer=human%3Alnk_x&mode=view"
     await relay_module.bridge(client, Session(), Metrics(), url, stops=[stop])  # type: ignore[arg-type]
     assert client.closed == (4003, "link revoked")

@@ -97,4 +97,4 @@ def _link_stops(book: LinkBook, session: Session, stream: LinkStream) -> list[St
     def reason() -> str:
         return stream.reason
 
-    return [Stop(stream.closing.wait(), CLOSE_LINK, reason), Stop(expiry(), CLOSE_LINK, reason)]
+    return [Stop(stream.closing.wait, CLOSE_LINK, reason), Stop(expiry, CLOSE_LINK, reason)]
