@@ -24,7 +24,7 @@ from corral.gateway import cdp, controller
 from corral.gateway.relay import CLOSE_UNREACHABLE
 from corral.gateway.routes.deps import HttpDep, KeysDep, LiveSessionDep, ManagerDep, MetricsDep, caller, json_body
 from corral.gateway.routes.deps import live_session as live_session_of
-from corral.gateway.routes.errors import answer_for, public_error
+from corral.gateway.routes.errors import close_refused
 from corral.gateway.sessions import Session, SessionManager
 from corral.gateway.tickets import MAX_TTL_S, Ticket, TicketSigner
 from corral.sandbox.cdprules import CDP_MAX_FRAME_BYTES
@@ -122,12 +122,10 @@ async def cdp_connect(request: Request, session: LiveSessionDep, signer: Tickets
     )
 
 
-async def _refuse(websocket: WebSocket, exc: CodedError, metrics: MetricsDep) -> None:
-    # Accepted only to close with the reason: 4401/4403/4404 mirror the HTTP codes (as /ws does).
-    error = public_error(exc)
-    metrics.errors.labels(code=error["code"]).inc()
+async def _refuse(websocket: WebSocket, exc: CodedError) -> None:
+    # Accepted only to close with the reason, as /ws and /live do (4401/4403/4404).
     await websocket.accept()
-    await websocket.close(code=4000 + answer_for(exc).status, reason=error["message"][:120])
+    await close_refused(websocket, exc)
 
 
 async def _unreachable(websocket: WebSocket, code: ErrorCode, reason: str, metrics: MetricsDep) -> None:
@@ -177,7 +175,7 @@ async def _with_credential(
         refuse_browsers(websocket)
         session = live_session_of(session_id, caller(websocket, keys, manager), manager)
     except CodedError as exc:
-        await _refuse(websocket, exc, m)
+        await _refuse(websocket, exc)
         return
     await _open(websocket, session, websocket.query_params.get("exclusive") == "1", target, m)
 
@@ -190,7 +188,7 @@ async def _with_ticket(
         signer: TicketSigner = websocket.app.state.cdp_tickets
         session, signed = _ticket_session(session_id, ticket, signer, manager)
     except CodedError as exc:
-        await _refuse(websocket, exc, m)
+        await _refuse(websocket, exc)
         return
     await _open(websocket, session, signed.exclusive, target, m)
 
