@@ -2,7 +2,7 @@
 
 :class:`LiveView` (one per controller) grabs nothing and encodes nothing while no stream is open.
 With one or more it polls the screen through its capture thread (MIT-SHM, about a millisecond a
-grab), compares each grab with the last frame encoded (bytes equality) and, when it changed,
+grab), compares each grab with the last frame encoded (bytes equality, memcmp off the GIL) and, when it changed,
 encodes a JPEG (quality 70, full resolution) on a thread of its own (never the capture or the
 screenshot thread: an agent's screenshot must not wait behind a viewer's frame) and offers it to
 every stream. Each :class:`LiveStream` holds only the newest frame it has not sent: a slow viewer
@@ -52,7 +52,9 @@ Sleep = Callable[[float], Awaitable[None]]
 class Grabber(Protocol):
     """What the view grabs from (corral.sandbox.screen.Screen)."""
 
-    async def grab(self) -> Frame: ...
+    async def changed_frame(self, last: bytearray) -> Frame | None:
+        """The screen when it differs from ``last`` (which then holds it; empty: no frame yet), else None."""
+        ...
 
 
 Encoder = Callable[[Frame], Awaitable[bytes]]
@@ -141,7 +143,7 @@ class LiveView:
         self.sleep = sleep
         self._streams: list[LiveStream] = []
         self._poller: asyncio.Task[None] | None = None
-        self._last: bytes | None = None  # the raw frame the current JPEG was made from
+        self._last = bytearray()  # the raw frame the current JPEG was made from (empty: none yet)
         self._current: bytes | None = None  # the newest JPEG
         self.grabs = 0
         self.encodes = 0
@@ -182,7 +184,7 @@ class LiveView:
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
         # A stale frame must not greet the next viewer: the next poll starts from a fresh grab.
-        self._last = self._current = None
+        self._last, self._current = bytearray(), None
 
     async def _poll(self) -> None:
         changed_at = self.clock()
@@ -209,11 +211,10 @@ class LiveView:
 
     async def _look(self) -> bool:
         """One grab; when the screen changed, a frame offered to every stream. Whether it changed."""
-        frame = await self._grabber.grab()
+        frame = await self._grabber.changed_frame(self._last)
         self.grabs += 1
-        if frame.data == self._last:
+        if frame is None:
             return False
-        self._last = frame.data
         jpeg = await self._encoder(frame)
         self.encodes += 1
         self._current = jpeg

@@ -48,6 +48,12 @@ class Screen:
         frame: Frame = await self._on_thread(self._capture.grab)
         return frame
 
+    async def changed_frame(self, last: bytearray) -> Frame | None:
+        """The screen when it differs from ``last`` (which then holds it), else None; compared and
+        copied off the GIL on the capture thread (corral.sandbox.live polls with it)."""
+        changed: bool = await self._on_thread(self._capture.grab_if_changed, last)
+        return Frame(self.width, self.height, self._capture.stride, bytes(last)) if changed else None
+
     async def wait_stable(
         self,
         quiet_ms: int,

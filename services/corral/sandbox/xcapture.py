@@ -185,6 +185,10 @@ class ShmCapture:
         libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
         libc.shmdt.argtypes = [ctypes.c_void_p]
         libc.shmctl.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+        libc.memcmp.restype = ctypes.c_int
+        libc.memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+        libc.memmove.restype = ctypes.c_void_p
+        libc.memmove.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
         if self._xfixes is not None:
             self._xfixes.XFixesGetCursorImage.restype = ctypes.POINTER(_XFixesCursorImage)
             self._xfixes.XFixesGetCursorImage.argtypes = [ctypes.c_void_p]
@@ -194,6 +198,24 @@ class ShmCapture:
         if not self._xext.XShmGetImage(self._dpy, self._root, self._image, 0, 0, _ALL_PLANES):
             raise OSError("XShmGetImage failed")
         return Frame(self.width, self.height, self.stride, ctypes.string_at(self._shm.shmaddr, self._size))
+
+    def grab_if_changed(self, last: bytearray) -> bool:
+        """Grabs the screen into ``last`` when it differs from it; whether it did. ``last`` of another
+        size (empty: no frame yet) is resized and filled. The compare and the copy run in libc, off
+        the GIL: a live view's poll must not hold up the controller's other work."""
+        if not self._xext.XShmGetImage(self._dpy, self._root, self._image, 0, 0, _ALL_PLANES):
+            raise OSError("XShmGetImage failed")
+        fresh = len(last) != self._size
+        if fresh:
+            last[:] = bytes(self._size)
+        target = (ctypes.c_char * self._size).from_buffer(last)
+        try:
+            if not fresh and self._libc.memcmp(target, self._shm.shmaddr, self._size) == 0:
+                return False
+            self._libc.memmove(target, self._shm.shmaddr, self._size)
+            return True
+        finally:
+            del target  # releases the export: ``last`` may be resized again
 
     def cursor(self) -> CursorImage | None:
         """The pointer's current image, or None without XFixes."""

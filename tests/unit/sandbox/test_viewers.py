@@ -104,8 +104,11 @@ def test_every_human_input_type_is_accepted() -> None:
 
 
 class StillScreen:
-    async def grab(self) -> Frame:
-        return Frame(1, 1, 4, b"\x00\x00\x00\x00")
+    async def changed_frame(self, last: bytearray) -> Frame | None:
+        if last:
+            return None
+        last[:] = b"\x00\x00\x00\x00"
+        return Frame(1, 1, 4, bytes(last))
 
 
 async def _jpeg(frame: Frame) -> bytes:
