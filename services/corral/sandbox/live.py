@@ -74,7 +74,7 @@ def _lower_priority() -> None:
 
 class ThreadEncoder:
     """JPEG encoding on a thread of its own, at a lower priority (Pillow releases the GIL while it
-    compresses)."""
+    compresses into corral.sandbox.encode's memory file; into a BytesIO it would not)."""
 
     def __init__(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-live", initializer=_lower_priority)

@@ -50,9 +50,11 @@ class Screen:
 
     async def changed_frame(self, last: bytearray) -> Frame | None:
         """The screen when it differs from ``last`` (which then holds it), else None; compared and
-        copied off the GIL on the capture thread (corral.sandbox.live polls with it)."""
+        copied off the GIL on the capture thread (corral.sandbox.live polls with it). The frame's data
+        is ``last`` itself, not a copy (4 MB copied on the event loop cost the agent's actions): it is
+        valid until the next call with ``last``."""
         changed: bool = await self._on_thread(self._capture.grab_if_changed, last)
-        return Frame(self.width, self.height, self._capture.stride, bytes(last)) if changed else None
+        return Frame(self.width, self.height, self._capture.stride, last) if changed else None
 
     async def wait_stable(
         self,

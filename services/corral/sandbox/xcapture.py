@@ -71,12 +71,13 @@ def _load(name: str) -> ctypes.CDLL:
 
 @dataclass(frozen=True, slots=True)
 class Frame:
-    """One captured screen: ``data`` is BGRX, ``stride`` bytes per row."""
+    """One captured screen: ``data`` is BGRX, ``stride`` bytes per row (a bytearray: a live view's
+    frame, valid until its next grab; corral.sandbox.screen.Screen.changed_frame)."""
 
     width: int
     height: int
     stride: int
-    data: bytes
+    data: bytes | bytearray
 
 
 @dataclass(frozen=True, slots=True)

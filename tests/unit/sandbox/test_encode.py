@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import threading
 
 import pytest
 from PIL import Image
@@ -205,3 +206,28 @@ def test_overlay_cursor_half_transparent() -> None:
     # Premultiplied 50% white: BGR 128, alpha 128.
     out = enc.overlay_cursor(base, CursorImage(x=0, y=0, width=1, height=1, bgra=bytes((128, 128, 128, 128))))
     assert close(out.getpixel((0, 0)), (128, 128, 128), tolerance=3)
+
+
+def test_jpeg_through_the_memory_file_is_what_pillow_writes() -> None:
+    # A big frame, then a small one: the memory file is emptied between them, never read stale.
+    big = Image.effect_noise((640, 400), 64).convert("RGB")
+    small = Image.new("RGB", (8, 8), (200, 10, 10))
+    for picture in (big, small, big):
+        expected = io.BytesIO()
+        picture.save(expected, "JPEG", quality=70)
+        assert enc.encode(picture, "jpeg", quality=70).data == expected.getvalue()
+
+
+def test_each_thread_has_its_own_memory_file() -> None:
+    picture = Image.new("RGB", (64, 64), (0, 90, 200))
+    results: list[bytes] = []
+
+    def encode_many() -> None:
+        results.extend(enc.encode(picture, "jpeg", quality=60).data for _ in range(20))
+
+    threads = [threading.Thread(target=encode_many) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 80 and len(set(results)) == 1
