@@ -99,6 +99,8 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         app.state.dispatcher = Dispatcher(desktop, settings.limits(), reporter, recorder)
         # Every change of the control lease: a recording event and an audit record.
         lease_log = LeaseLog(desktop.lease, recorder, reporter)
+        relays = cdp.Relays()
+        app.state.cdp_relays = relays
         app.state.max_body = settings.max_message_bytes
         # WS /v1/live: frames grabbed and encoded only while a stream is open.
         encoder = ThreadEncoder()
@@ -112,6 +114,7 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         finally:
             app.state.warmup.cancel()
             await viewers.close()  # its viewers' detaching changes the lease: recorded and audited first
+            await relays.close()  # as do exclusive CDP connections' detaching
             encoder.close()
             await lease_log.close()
             if reporter is not None:
@@ -128,6 +131,7 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
     app.state.max_upload = settings.max_upload_bytes
     app.state.reporter = None  # the lifespan's ActionReporter when the session has egress control
     app.state.cdp_url = settings.cdp_url
+    app.state.cdp_relays = cdp.Relays()  # the lifespan's, which closes them at shutdown
     app.state.max_frame = settings.ws_max_frame_bytes
     app.add_middleware(ControllerGuard, verifier=lambda: app.state.verifier)
 
@@ -269,7 +273,7 @@ async def cdp_json(request: Request, which: str) -> Response:
 async def cdp_ws(websocket: WebSocket, desktop: DesktopDep) -> None:
     """A CDP client's connection through the gateway (corral.sandbox.cdp)."""
     state = websocket.app.state
-    await cdp.serve(websocket, state.cdp_url, desktop.lease, state.reporter, state.recorder)
+    await cdp.serve(websocket, state.cdp_url, desktop.lease, state.reporter, state.recorder, state.cdp_relays)
 
 
 class Connection:

@@ -24,6 +24,7 @@ import logging
 import re
 import secrets
 import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,11 +45,13 @@ from corral.sandbox.recorder import Recorder
 log = logging.getLogger(__name__)
 
 WINDOW_S = 1.0  # an activity window ends this long after the connection's last response
+LONGEST_WINDOW_S = 30.0  # ... and at the latest this long after its first command
+CLOSE_WAIT_S = 5.0  # how long the controller's shutdown waits for its CDP connections to end
+CLOSE_TOO_BIG = 1009  # RFC 6455: a message too big to process
+_DECODE_ON_LOOP = 1 << 20  # larger client frames are decoded in a thread
 JSON_PATHS = frozenset({"version", "list"})
 _CONN_ID = re.compile(r"[A-Za-z0-9_]{1,32}")
 _TARGET_ID = re.compile(r"[A-Za-z0-9-]{1,64}")
-# Chromium writes a command's response starting with its id; its events start with "method".
-_RESPONSE_START, _RESPONSE_START_BYTES = '{"id":', b'{"id":'
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,49 +104,89 @@ async def upstream_url(cdp_url: str, target: str | None) -> str:
     return endpoint
 
 
+# A command, as its response names it: (sessionId, id).
+Pending = tuple[str | None, int]
+# Chromium writes a response as {"id":N,...}, a flat session's with ,"sessionId":"S"} appended last;
+# its events start with "method". Only the frame's ends are read (a screenshot is megabytes).
+_RESPONSE_HEAD = re.compile(r'\{"id":(\d+)[,}]')
+_SESSION_TAIL = re.compile(r'"sessionId":"([^"\\]*)"\}\s*\Z')
+_ENDS = 160
+
+
+def response_of(frame: str | bytes) -> Pending | None:
+    """The command a frame of Chromium's answers, or None for an event."""
+    head, tail = frame[:_ENDS], frame[-_ENDS:]
+    if isinstance(head, bytes) and isinstance(tail, bytes):
+        head, tail = head.decode(errors="replace"), tail.decode(errors="replace")
+    assert isinstance(head, str) and isinstance(tail, str)
+    started = _RESPONSE_HEAD.match(head)
+    if started is None:
+        return None
+    session = _SESSION_TAIL.search(tail)
+    return (session.group(1) if session else None, int(started.group(1)))
+
+
 class ActivityWindow:
     """One connection's open action for the egress audit: opened by a command, ended :data:`WINDOW_S`
-    after the last response once no command is in flight."""
+    after the last response once none of its commands waits for one; never longer than
+    :data:`LONGEST_WINDOW_S` (a command Chromium never answers would keep it open for good)."""
 
-    def __init__(self, reporter: ActionReporter | None, conn: str, actor: str, quiet_s: float = WINDOW_S) -> None:
+    def __init__(
+        self,
+        reporter: ActionReporter | None,
+        conn: str,
+        actor: str,
+        quiet_s: float = WINDOW_S,
+        longest_s: float = LONGEST_WINDOW_S,
+    ) -> None:
         self._reporter, self._conn, self._actor = reporter, conn, actor
-        self._quiet_s = quiet_s
+        self._quiet_s, self._longest_s = quiet_s, longest_s
         self._count = 0
         self._open: str | None = None
-        self._in_flight = 0
-        self._last = 0.0
+        self._pending: set[Pending] = set()
+        self._opened = self._last = 0.0
+        self._answered = asyncio.Event()
         self._closer: asyncio.Task[None] | None = None
 
     @property
     def action_id(self) -> str | None:
         return self._open
 
-    async def command(self) -> None:
+    async def command(self, sent: Pending) -> None:
         """A command is about to go to Chromium: the proxy knows its action before any request."""
-        self._in_flight += 1
+        self._pending.add(sent)
         self._last = asyncio.get_running_loop().time()
         if self._open is not None or self._reporter is None:
             return
         self._count += 1
         self._open = f"c{self._count}.{self._conn}"
+        self._opened = self._last
         await self._reporter.started(self._open, self._actor)
         self._closer = asyncio.create_task(self._close_when_quiet())
 
-    def response(self) -> None:
-        self._in_flight = max(0, self._in_flight - 1)
-        self._last = asyncio.get_running_loop().time()
+    def response(self, answered: Pending) -> None:
+        """Chromium answered a command (one of this window's, or one it no longer waits for)."""
+        if answered in self._pending:
+            self._pending.discard(answered)
+            self._last = asyncio.get_running_loop().time()
+            self._answered.set()
 
     async def _close_when_quiet(self) -> None:
         loop = asyncio.get_running_loop()
+        cap = self._opened + self._longest_s
         while True:
-            left = self._last + self._quiet_s - loop.time()
-            if self._in_flight == 0 and left <= 0:
+            now = loop.time()
+            until = cap if self._pending else min(cap, self._last + self._quiet_s)
+            if now >= until:
                 break
-            await asyncio.sleep(max(left, 0.05) if self._in_flight == 0 else self._quiet_s)
+            self._answered.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._answered.wait(), until - now)
         await self._end()
 
     async def _end(self) -> None:
         ended, self._open, self._closer = self._open, None, None
+        self._pending.clear()  # answers still to come belong to no window
         if ended is not None and self._reporter is not None:
             await self._reporter.ended(ended, self._actor)
 
@@ -170,16 +213,27 @@ class CdpRelay:
         self._client, self._query, self._lease, self._recorder = client, query, lease, recorder
         self._window = window or ActivityWindow(reporter, query.conn, query.actor)
         self._sending = asyncio.Lock()
+        self._stopping = asyncio.Event()
+        self._closing_code = 1000  # CLOSE_TOO_BIG after a command over cdprules.CDP_MAX_COMMAND_BYTES
 
     def _note(self, change: str, **more: Any) -> None:
         if self._recorder is not None:
             event = {"event": "cdp", "change": change, "conn": self._query.conn, "exclusive": self._query.exclusive}
             self._recorder.note({**event, **more})
 
+    def stop(self) -> None:
+        """End the relay (the controller's shutdown): :meth:`serve` returns once both sides are closed."""
+        self._stopping.set()
+
     async def serve(self, upstream: ClientConnection) -> None:
-        """Relay until either side closes; the caller took the lease (exclusive) and detaches it."""
+        """Relay until either side closes or :meth:`stop`; the caller took the lease (exclusive) and
+        detaches it."""
         self._note("connected", **({"target": self._query.target} if self._query.target else {}))
-        tasks = {asyncio.create_task(self._from_client(upstream)), asyncio.create_task(self._from_browser(upstream))}
+        tasks = {
+            asyncio.create_task(self._from_client(upstream)),
+            asyncio.create_task(self._from_browser(upstream)),
+            asyncio.create_task(self._stopping.wait()),
+        }
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -190,7 +244,7 @@ class CdpRelay:
             with contextlib.suppress(ConnectionClosed, OSError):
                 await upstream.close()
             with contextlib.suppress(RuntimeError, WebSocketDisconnect):
-                await self._client.close()
+                await self._client.close(self._closing_code)
             self._note("disconnected")
 
     async def _from_client(self, upstream: ClientConnection) -> None:
@@ -198,42 +252,45 @@ class CdpRelay:
             message = await self._client.receive()
             if message["type"] == "websocket.disconnect":
                 return
-            raw = message.get("text")
-            frame: str | bytes = raw if raw is not None else (message.get("bytes") or b"")
-            answer = self._answer_here(frame)
-            if answer is not None:
-                await self._send(json.dumps(answer, separators=(",", ":")))
+            text = message.get("text")
+            if text is None:
+                await self._reply(cdprules.invalid_reply(None, "a CDP message is a text frame"))
                 continue
-            await self._window.command()
-            await upstream.send(frame)
+            if len(text) > cdprules.CDP_MAX_COMMAND_BYTES:
+                self._closing_code = CLOSE_TOO_BIG
+                return
+            checked = await _decoded(text)
+            answer = checked if isinstance(checked, dict) else self._answer_here(checked)
+            if answer is not None:
+                await self._reply(answer)
+                continue
+            assert isinstance(checked, cdprules.Command)
+            await self._window.command((checked.session_id, checked.id))
+            # What was checked is what goes: never the client's bytes (a repeated key, odd spacing).
+            await upstream.send(json.dumps(checked.wire(), separators=(",", ":")))
 
-    def _answer_here(self, frame: str | bytes) -> dict[str, Any] | None:
-        """The relay's own answer to ``frame`` (refused, or lease-gated while another holds the
+    def _answer_here(self, command: cdprules.Command) -> dict[str, Any] | None:
+        """The relay's own answer to ``command`` (refused, or lease-gated while another holds the
         lease), or None when it goes to Chromium."""
-        try:
-            command = cdprules.parse(json.loads(frame))
-        except ValueError:
-            return cdprules.invalid_reply(None, "a CDP message is JSON")
-        if isinstance(command, str):
-            return cdprules.invalid_reply(None, command)
         rule = cdprules.refusal(command.method, command.params)
         if rule is not None:
             log.warning("refused %s from %s (rule %s)", command.method, self._query.actor, rule.name)
             self._note("refused", method=command.method, rule=rule.name)
             return cdprules.refused_reply(command.id, command.session_id, command.method, rule)
         holder = self._lease.holder
-        if cdprules.needs_lease(command.method) and holder.who not in (AGENT, self._query.actor):
+        if holder.who not in (AGENT, self._query.actor) and cdprules.needs_lease(command.method, command.params):
             return cdprules.control_taken_reply(command.id, command.session_id, holder.who, holder.since)
         return None
 
     async def _from_browser(self, upstream: ClientConnection) -> None:
         async for frame in upstream:
-            response = (
-                frame.startswith(_RESPONSE_START) if isinstance(frame, str) else frame.startswith(_RESPONSE_START_BYTES)
-            )
-            if response:
-                self._window.response()
+            answered = response_of(frame)
+            if answered is not None:
+                self._window.response(answered)
             await self._send(frame)
+
+    async def _reply(self, answer: dict[str, Any]) -> None:
+        await self._send(json.dumps(answer, separators=(",", ":")))
 
     async def _send(self, frame: str | bytes) -> None:
         async with self._sending:
@@ -243,47 +300,124 @@ class CdpRelay:
                 await self._client.send_bytes(frame)
 
 
+async def _decoded(text: str) -> cdprules.Command | dict[str, Any]:
+    """A client's frame as a command, or the relay's answer saying why it is none. A large frame is
+    decoded off the event loop (tens of milliseconds for megabytes)."""
+    try:
+        if len(text) > _DECODE_ON_LOOP:
+            message = await asyncio.to_thread(cdprules.loads, text)
+        else:
+            message = cdprules.loads(text)
+    except ValueError as exc:
+        return cdprules.invalid_reply(None, f"a CDP message is JSON without repeated keys ({exc})")
+    command = cdprules.parse(message)
+    return cdprules.invalid_reply(None, command) if isinstance(command, str) else command
+
+
+class Relays:
+    """The controller's open CDP connections. Its shutdown ends them (an exclusive one detaches its
+    lease) before the lease's log stops listening, so that detach is recorded and audited."""
+
+    def __init__(self) -> None:
+        self._open: dict[CdpRelay, asyncio.Event] = {}
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @contextlib.contextmanager
+    def tracking(self, relay: CdpRelay) -> Iterator[None]:
+        """``relay``'s whole life, its lease's detach included."""
+        gone = asyncio.Event()
+        self._open[relay] = gone
+        if self._closed:
+            relay.stop()
+        try:
+            yield
+        finally:
+            del self._open[relay]
+            gone.set()
+
+    async def close(self, timeout_s: float = CLOSE_WAIT_S) -> None:
+        self._closed = True
+        for relay in self._open:
+            relay.stop()
+        waiting = [asyncio.create_task(gone.wait()) for gone in self._open.values()]
+        if waiting:
+            _, late = await asyncio.wait(waiting, timeout=timeout_s)
+            for task in late:
+                task.cancel()
+            if late:
+                log.warning("%d CDP connections did not end within %.1f s of shutdown", len(late), timeout_s)
+
+
 async def _deny(client: WebSocket, exc: ActionError, status: int) -> None:
     # The one error body; control_taken's names the holder and since when.
     await client.send_denial_response(JSONResponse({"ok": False, "error": exc.to_dict()}, status_code=status))
 
 
 async def serve(
-    client: WebSocket, cdp_url: str, lease: ControlLease, reporter: ActionReporter | None, recorder: Recorder | None
+    client: WebSocket,
+    cdp_url: str,
+    lease: ControlLease,
+    reporter: ActionReporter | None,
+    recorder: Recorder | None,
+    relays: Relays,
 ) -> None:
     """The ``WS /v1/cdp`` route: the upgrade checked (query, lease, Chromium) before it is accepted,
-    then relayed."""
+    then relayed (tracked by ``relays`` until its lease is detached)."""
     try:
         query = CdpQuery.of(client.query_params)
     except ActionError as exc:
         await _deny(client, exc, 400)
         return
-    if query.exclusive:
-        try:
-            lease.take(query.actor)
-        except ControlTaken as exc:
-            await _deny(client, exc, 409)
-            return
-    try:
-        try:
-            upstream = await connect(
-                await upstream_url(cdp_url, query.target),
-                compression=None,
-                max_size=cdprules.CDP_MAX_FRAME_BYTES,
-                open_timeout=10,
-                ping_interval=None,
-            )
-        except (OSError, TimeoutError, InvalidHandshake) as exc:
-            await _deny(client, ActionError(ErrorCode.BROWSER_UNAVAILABLE, f"Chromium refused: {exc!r}"), 503)
-            return
-        except ActionError as exc:
-            await _deny(client, exc, 503)
-            return
-        await client.accept()
-        await CdpRelay(client, query, lease, reporter, recorder).serve(upstream)
-    finally:
+    if relays.closed:
+        await _deny(client, ActionError(ErrorCode.BROWSER_UNAVAILABLE, "the controller is shutting down"), 503)
+        return
+    relay = CdpRelay(client, query, lease, reporter, recorder)
+    with relays.tracking(relay):
         if query.exclusive:
-            lease.detach(query.actor)
+            try:
+                lease.take(query.actor)
+            except ControlTaken as exc:
+                await _deny(client, exc, 409)
+                return
+        try:
+            await _relay(client, relay, cdp_url, query.target)
+        finally:
+            if query.exclusive:
+                lease.detach(query.actor)
 
 
-__all__ = ["WINDOW_S", "ActivityWindow", "CdpQuery", "CdpRelay", "devtools_json", "serve", "upstream_url"]
+async def _relay(client: WebSocket, relay: CdpRelay, cdp_url: str, target: str | None) -> None:
+    try:
+        upstream = await connect(
+            await upstream_url(cdp_url, target),
+            compression=None,
+            max_size=cdprules.CDP_MAX_FRAME_BYTES,
+            open_timeout=10,
+            ping_interval=None,
+        )
+    except (OSError, TimeoutError, InvalidHandshake) as exc:
+        await _deny(client, ActionError(ErrorCode.BROWSER_UNAVAILABLE, f"Chromium refused: {exc!r}"), 503)
+        return
+    except ActionError as exc:
+        await _deny(client, exc, 503)
+        return
+    await client.accept()
+    await relay.serve(upstream)
+
+
+__all__ = [
+    "LONGEST_WINDOW_S",
+    "WINDOW_S",
+    "ActivityWindow",
+    "CdpQuery",
+    "CdpRelay",
+    "Relays",
+    "devtools_json",
+    "response_of",
+    "serve",
+    "upstream_url",
+]

@@ -7,11 +7,18 @@ Pure: no I/O. The relay (corral.sandbox.cdp) asks :func:`refusal` of every clien
 Refused outright (whoever holds the lease), because each would take away a guarantee of Corral's:
 the browser's life (the init restarts Chromium, but a client that crashes it at will breaks the
 agent's session), the egress proxy (a browser context of its own proxy settings would bypass the
-audit), and the network (port forwarding and remote locations reach past the proxy).
+audit), the network (port forwarding and remote locations reach past the proxy), Chromium's own
+pages (chrome://crash, chrome://quit, devtools://...), and non-flat sessions (a command carried
+inside a string would reach a page unchecked).
+
+While another holds the control lease a connection may only read and attach (:func:`needs_lease`):
+an allowlist, so a method this module never heard of waits for the lease.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -19,6 +26,9 @@ from typing import Any, Final
 # screenshot or a large DOM snapshot is tens of MiB. The agent's channel keeps its own limit
 # (corral.protocol.envelope.MAX_FRAME_BYTES).
 CDP_MAX_FRAME_BYTES: Final = 64 << 20
+# A client's command is far smaller (the largest are scripts and Fetch.fulfillRequest bodies); the
+# relay decodes and re-encodes each one, so its size is bounded well below the browser's.
+CDP_MAX_COMMAND_BYTES: Final = 16 << 20
 
 # JSON-RPC server error codes, as Chromium's own (-32000) and one of ours beside it.
 REFUSED_CODE: Final = -32000
@@ -37,38 +47,51 @@ BROWSER_LIFECYCLE = Rule("browser_lifecycle", "the sandbox's browser is not the 
 PROXY_SETTINGS = Rule("proxy_settings", "a browser context must use the session's egress proxy")
 DEVTOOLS_TO_PAGE = Rule("devtools_to_page", "a page must not be given the DevTools protocol")
 NETWORK_BYPASS = Rule("network_bypass", "connections must go through the session's egress proxy")
+FLAT_SESSIONS = Rule("flat_sessions", "a target's commands go in flat sessions (flatten: true), where each is checked")
+INTERNAL_PAGES = Rule("internal_pages", "only http, https, data:, blob: and about:blank pages are the client's to open")
 
-RULES: Final[tuple[Rule, ...]] = (BROWSER_LIFECYCLE, PROXY_SETTINGS, DEVTOOLS_TO_PAGE, NETWORK_BYPASS)
+RULES: Final[tuple[Rule, ...]] = (
+    BROWSER_LIFECYCLE,
+    PROXY_SETTINGS,
+    DEVTOOLS_TO_PAGE,
+    NETWORK_BYPASS,
+    FLAT_SESSIONS,
+    INTERNAL_PAGES,
+)
 
 _REFUSED_METHODS: Final[dict[str, Rule]] = {
     "Browser.close": BROWSER_LIFECYCLE,
     "Browser.crash": BROWSER_LIFECYCLE,
     "Browser.crashGpuProcess": BROWSER_LIFECYCLE,
+    "Page.crash": BROWSER_LIFECYCLE,
     "Target.exposeDevToolsProtocol": DEVTOOLS_TO_PAGE,
     "Target.setRemoteLocations": NETWORK_BYPASS,
+    # A command inside a string (non-flat sessions) would pass every rule and the lease unread.
+    "Target.sendMessageToTarget": FLAT_SESSIONS,
+    "Target.openDevTools": INTERNAL_PAGES,
 }
 _REFUSED_DOMAINS: Final[dict[str, Rule]] = {"Tethering": NETWORK_BYPASS}
 # Target.createBrowserContext's parameters that set a context's own network path.
 _PROXY_PARAMS: Final = ("proxyServer", "proxyBypassList", "originsWithUniversalNetworkAccess")
-
-# What drives the screen or the page: refused while another holds the control lease.
-_LEASED_DOMAINS: Final = frozenset({"Input"})
-_LEASED_METHODS: Final = frozenset(
-    {
-        "Page.navigate",
-        "Page.reload",
-        "Page.navigateToHistoryEntry",
-        "Runtime.evaluate",
-        "Runtime.callFunctionOn",
-        "Target.createTarget",
-        "Target.closeTarget",
-        "Target.activateTarget",
-    }
-)
+# Commands that open a session, non-flat unless asked (Chromium's default is false). Playwright,
+# Puppeteer, browser-use and Playwright MCP all pass flatten: true.
+_ATTACHING: Final = frozenset({"Target.attachToTarget", "Target.setAutoAttach"})
+# Commands that open a URL the client names; chrome:// (crash, kill, hang, quit, restart, inspect...),
+# devtools://, file:// and javascript: are not the client's.
+_OPENING: Final = frozenset({"Page.navigate", "Target.createTarget"})
+# After what Chromium's URL parser drops (leading C0 controls and spaces, tabs and newlines anywhere).
+_WEB_URL: Final = re.compile(r"(?:https?|data|blob):|about:blank(?:[?#].*)?\Z", re.IGNORECASE | re.DOTALL)
+_IGNORED_IN_URL: Final = re.compile(r"[\t\n\r]")
 
 
 def _domain(method: str) -> str:
     return method.partition(".")[0]
+
+
+def web_url(url: str) -> bool:
+    """Whether ``url`` is a web page's (http, https, data:, blob:, about:blank; empty is about:blank)."""
+    cleaned = _IGNORED_IN_URL.sub("", url.lstrip("".join(map(chr, range(0x21)))))
+    return cleaned == "" or _WEB_URL.match(cleaned) is not None
 
 
 def refusal(method: str, params: dict[str, Any] | None) -> Rule | None:
@@ -76,15 +99,69 @@ def refusal(method: str, params: dict[str, Any] | None) -> Rule | None:
     rule = _REFUSED_METHODS.get(method) or _REFUSED_DOMAINS.get(_domain(method))
     if rule is not None:
         return rule
-    if method == "Target.createBrowserContext" and params and any(params.get(p) is not None for p in _PROXY_PARAMS):
+    given = params or {}
+    if method == "Target.createBrowserContext" and any(given.get(p) is not None for p in _PROXY_PARAMS):
         return PROXY_SETTINGS
+    if method in _ATTACHING and given.get("flatten") is not True:
+        return FLAT_SESSIONS
+    if method in _OPENING:
+        url = given.get("url", "")
+        if not isinstance(url, str) or not web_url(url):
+            return INTERNAL_PAGES
     return None
 
 
-def needs_lease(method: str) -> bool:
-    """Whether ``method`` drives the screen or the page, so only the lease's holder (or anyone, while
-    the agent holds it) may send it."""
-    return method in _LEASED_METHODS or _domain(method) in _LEASED_DOMAINS
+# What a connection may send while another holds the control lease: it reads, it attaches, and it
+# sets up what a framework needs to connect (Playwright's connect_over_cdp sends exactly these
+# besides reads; tests/integration/test_cdp.py connects while a human holds the lease). Anything
+# else may act on the page, so it waits for the lease.
+_WHILE_HELD: Final = frozenset(
+    {
+        "DOM.describeNode",
+        "DOM.querySelector",
+        "DOM.querySelectorAll",
+        "DOM.resolveNode",
+        "DOM.requestNode",
+        "DOM.pushNodesByBackendIdsToFrontend",
+        "Page.captureScreenshot",
+        "Page.captureSnapshot",
+        "Page.createIsolatedWorld",
+        "Page.setLifecycleEventsEnabled",
+        "Page.setFontFamilies",
+        "Emulation.setFocusEmulationEnabled",
+        "Emulation.setEmulatedMedia",
+        "Browser.setDownloadBehavior",
+        "Runtime.runIfWaitingForDebugger",
+        "Runtime.releaseObject",
+        "Runtime.releaseObjectGroup",
+        "Target.attachToTarget",
+        "Target.attachToBrowserTarget",
+        "Target.autoAttachRelated",
+        "Target.detachFromTarget",
+        "Target.setAutoAttach",
+        "Target.setDiscoverTargets",
+    }
+)
+# Fetch.continueRequest that changes nothing lets a request paused by the client's own Fetch.enable
+# go on as it was (refused, the page would hang until the lease came back).
+_UNCHANGED_CONTINUE: Final = frozenset({"requestId"})
+
+
+def _reads(verb: str) -> bool:
+    """``enable``, ``disable`` and ``get<Something>``: a domain's events, or a read."""
+    return verb in ("enable", "disable") or (verb.startswith("get") and verb[3:4].isupper())
+
+
+def needs_lease(method: str, params: dict[str, Any] | None = None) -> bool:
+    """Whether ``method`` with ``params`` may act on the browser, so only the lease's holder (or
+    anyone, while the agent holds it) may send it."""
+    if method in _WHILE_HELD or _reads(method.partition(".")[2]):
+        return False
+    if method == "Page.addScriptToEvaluateOnNewDocument":
+        return bool((params or {}).get("source"))  # an empty script names a world (Playwright's utility world)
+    if method == "Fetch.continueRequest":
+        return not set(params or {}) <= _UNCHANGED_CONTINUE
+    return True
 
 
 def _reply(message_id: Any, session_id: str | None, code: int, text: str) -> dict[str, Any]:
@@ -119,6 +196,28 @@ class Command:
     params: dict[str, Any] | None
     session_id: str | None
 
+    def wire(self) -> dict[str, Any]:
+        """The command as it goes to Chromium: what was read and checked, nothing else."""
+        out: dict[str, Any] = {"id": self.id, "method": self.method}
+        if self.params is not None:
+            out["params"] = self.params
+        if self.session_id is not None:
+            out["sessionId"] = self.session_id
+        return out
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        # Chromium keeps the last of a repeated key and a checker might read the first: never both.
+        raise ValueError("a CDP message repeats a key")
+    return out
+
+
+def loads(frame: str) -> Any:
+    """A client's frame decoded as JSON, refusing repeated keys (ValueError)."""
+    return json.loads(frame, object_pairs_hook=_unique_keys)
+
 
 def parse(message: Any) -> Command | str:
     """A decoded client message as a :class:`Command`, or why it is not one."""
@@ -137,6 +236,7 @@ def parse(message: Any) -> Command | str:
 
 
 __all__ = [
+    "CDP_MAX_COMMAND_BYTES",
     "CDP_MAX_FRAME_BYTES",
     "CONTROL_TAKEN_CODE",
     "REFUSED_CODE",
@@ -145,8 +245,10 @@ __all__ = [
     "Rule",
     "control_taken_reply",
     "invalid_reply",
+    "loads",
     "needs_lease",
     "parse",
     "refusal",
     "refused_reply",
+    "web_url",
 ]

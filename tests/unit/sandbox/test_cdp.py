@@ -50,17 +50,17 @@ class Reporter:
 async def test_one_window_per_connection_from_its_first_command_to_its_last_answer() -> None:
     reporter = Reporter()
     window = ActivityWindow(reporter, "cdp_00000001", "cdp:cdp_00000001", quiet_s=0)  # type: ignore[arg-type]
-    await window.command()
-    await window.command()  # the window is open: no second action
+    await window.command((None, 1))
+    await window.command(("S", 1))  # the window is open: no second action
     assert window.action_id == "c1.cdp_00000001"
-    window.response()
-    window.response()
+    window.response((None, 1))
+    window.response(("S", 1))
     await reporter.over.wait()
     assert reporter.calls == [
         ("start", "c1.cdp_00000001", "cdp:cdp_00000001"),
         ("end", "c1.cdp_00000001", "cdp:cdp_00000001"),
     ]
-    await window.command()  # the next command opens the next window
+    await window.command((None, 2))  # the next command opens the next window
     assert window.action_id == "c2.cdp_00000001"
     await window.close()
     assert reporter.calls[-1] == ("end", "c2.cdp_00000001", "cdp:cdp_00000001")
@@ -86,8 +86,8 @@ class Client:
     async def send_bytes(self, data: bytes) -> None:
         self.sent.append(json.loads(data))
 
-    async def close(self) -> None:
-        return None
+    async def close(self, code: int = 1000) -> None:
+        self.closed_with = code
 
 
 class Chromium:

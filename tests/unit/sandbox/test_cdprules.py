@@ -91,7 +91,7 @@ def test_control_taken_names_the_holder_and_since() -> None:
 
 def test_every_rule_has_a_distinct_name() -> None:
     names = [rule.name for rule in cdprules.RULES]
-    assert len(set(names)) == len(names) == 4
+    assert len(set(names)) == len(names) == 6
 
 
 def test_parse_reads_commands_and_says_what_is_wrong() -> None:
