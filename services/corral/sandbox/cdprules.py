@@ -142,6 +142,8 @@ _WHILE_HELD: Final = frozenset(
         "Target.setDiscoverTargets",
     }
 )
+# Domains whose every command acts (Input.* is the mouse and the keyboard), whatever its name.
+_ACTING_DOMAINS: Final = frozenset({"Input"})
 # Fetch.continueRequest that changes nothing lets a request paused by the client's own Fetch.enable
 # go on as it was (refused, the page would hang until the lease came back).
 _UNCHANGED_CONTINUE: Final = frozenset({"requestId"})
@@ -155,7 +157,10 @@ def _reads(verb: str) -> bool:
 def needs_lease(method: str, params: dict[str, Any] | None = None) -> bool:
     """Whether ``method`` with ``params`` may act on the browser, so only the lease's holder (or
     anyone, while the agent holds it) may send it."""
-    if method in _WHILE_HELD or _reads(method.partition(".")[2]):
+    domain, _, verb = method.partition(".")
+    if domain in _ACTING_DOMAINS:
+        return True
+    if method in _WHILE_HELD or _reads(verb):
         return False
     if method == "Page.addScriptToEvaluateOnNewDocument":
         return bool((params or {}).get("source"))  # an empty script names a world (Playwright's utility world)

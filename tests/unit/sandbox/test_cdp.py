@@ -12,7 +12,8 @@ import pytest
 from starlette.datastructures import QueryParams
 
 from corral.errors import ActionError
-from corral.sandbox.cdp import ActivityWindow, CdpQuery, CdpRelay
+from corral.sandbox import cdprules
+from corral.sandbox.cdp import ActivityWindow, CdpQuery, CdpRelay, Relays, response_of
 from corral.sandbox.lease import ControlLease
 
 
@@ -176,3 +177,131 @@ async def test_the_lease_holder_and_anyone_beside_the_agent_drive() -> None:
         await relay.serve(chromium)  # type: ignore[arg-type]
         assert [c["method"] for c in chromium.received] == ["Page.navigate"]
         assert client.sent == [{"id": 1, "result": {}}]
+
+
+async def test_a_window_waits_for_its_own_answers_and_never_outlives_its_cap() -> None:
+    reporter = Reporter()
+    window = ActivityWindow(reporter, "cdp_00000002", "cdp:cdp_00000002", quiet_s=0, longest_s=3600)  # type: ignore[arg-type]
+    await window.command(("S", 1))
+    await window.command((None, 1))
+    window.response(("T", 1))  # another session's answer, and an answer to nothing: not ours
+    window.response((None, 9))
+    window.response(("S", 1))
+    await asyncio.sleep(0)  # the closer runs: one command still waits
+    assert reporter.calls == [("start", "c1.cdp_00000002", "cdp:cdp_00000002")]
+    window.response((None, 1))
+    await reporter.over.wait()
+    assert reporter.calls[-1] == ("end", "c1.cdp_00000002", "cdp:cdp_00000002")
+
+    capped = Reporter()
+    never = ActivityWindow(capped, "cdp_00000003", "cdp:cdp_00000003", quiet_s=0, longest_s=0)  # type: ignore[arg-type]
+    await never.command((None, 1))  # Chromium never answers it
+    await capped.over.wait()
+    assert capped.calls[-1] == ("end", "c1.cdp_00000003", "cdp:cdp_00000003")
+    never.response((None, 1))  # a late answer belongs to no window
+    await never.command((None, 2))
+    assert never.action_id == "c2.cdp_00000003"
+    await never.close()
+
+
+@pytest.mark.parametrize(
+    ("frame", "answered"),
+    [
+        ('{"id":12,"result":{}}', (None, 12)),
+        (b'{"id":12,"result":{"sessionId":"A"}}', (None, 12)),  # attachToTarget's answer: not a session's
+        ('{"id":3,"result":{"data":"' + "x" * 1000 + '"},"sessionId":"4F2A"}', ("4F2A", 3)),
+        ('{"method":"Page.loadEventFired","params":{},"sessionId":"4F2A"}', None),
+    ],
+)
+def test_a_response_is_named_by_its_id_and_session(frame: str | bytes, answered: tuple[str | None, int] | None) -> None:
+    assert response_of(frame) == answered
+
+
+async def test_what_reaches_chromium_is_what_was_checked() -> None:
+    messages = [
+        '{"id":1,"method":"Page.enable","method":"Browser.close"}',  # which one would Chromium run?
+        '{"id":2, "method" : "Page.enable", "sessionId":"S", "smuggled":{"method":"Browser.close"}}',
+    ]
+    client = Client(messages)
+    client._incoming.insert(0, {"type": "websocket.receive", "bytes": b'{"id":9,"method":"Browser.close"}'})
+    chromium = Chromium(client, expected=1)
+    query = CdpQuery("cdp_0000000d", False, None)
+    relay = CdpRelay(client, query, ControlLease(), None, None, ActivityWindow(None, query.conn, query.actor))  # type: ignore[arg-type]
+    await relay.serve(chromium)  # type: ignore[arg-type]
+    assert chromium.received == [{"id": 2, "method": "Page.enable", "sessionId": "S"}]
+    refused = [m for m in client.sent if m.get("id") is None]
+    assert [m["error"]["code"] for m in refused] == [-32600, -32600]
+    assert "text frame" in refused[0]["error"]["message"] and "repeated keys" in refused[1]["error"]["message"]
+
+
+async def test_a_command_over_the_cap_closes_the_connection_unread() -> None:
+    big = json.dumps(
+        {"id": 1, "method": "Runtime.evaluate", "params": {"expression": "x" * cdprules.CDP_MAX_COMMAND_BYTES}}
+    )
+    client = Client([big, json.dumps({"id": 2, "method": "Page.enable"})])
+    chromium = Chromium(client, expected=1)
+    query = CdpQuery("cdp_0000000e", False, None)
+    relay = CdpRelay(client, query, ControlLease(), None, None, ActivityWindow(None, query.conn, query.actor))  # type: ignore[arg-type]
+    await relay.serve(chromium)  # type: ignore[arg-type]
+    assert chromium.received == [] and client.closed_with == 1009
+
+
+async def test_a_non_holder_only_reads_while_a_human_holds_the_lease() -> None:
+    lease = ControlLease(clock=lambda: 100.0)
+    lease.take("human:lnk_aaaaaaaaaaaa")
+    acting = [
+        {
+            "id": 1,
+            "method": "Runtime.compileScript",
+            "params": {"expression": "1", "sourceURL": "", "persistScript": True},
+        },
+        {"id": 2, "method": "DOM.focus", "params": {"nodeId": 1}},
+        {"id": 3, "method": "Page.setDocumentContent", "params": {"frameId": "F", "html": "<p>"}},
+        {"id": 4, "method": "Emulation.setDeviceMetricsOverride", "params": {"width": 1}},
+    ]
+    reading = {"id": 5, "method": "DOM.querySelector", "params": {"nodeId": 1, "selector": "p"}}
+    client = Client([json.dumps(m) for m in [*acting, reading]])
+    chromium = Chromium(client, expected=1)
+    query = CdpQuery("cdp_0000000f", False, None)
+    relay = CdpRelay(client, query, lease, None, None, ActivityWindow(None, query.conn, query.actor))  # type: ignore[arg-type]
+    await relay.serve(chromium)  # type: ignore[arg-type]
+    assert chromium.received == [reading]
+    assert sorted(m["id"] for m in client.sent if m.get("error", {}).get("code") == -32001) == [1, 2, 3, 4]
+
+
+class Upstream(Chromium):
+    """Chromium that never answers nor closes: only the relay's stop ends it."""
+
+    def __init__(self, client: Client) -> None:
+        super().__init__(client, expected=-1)
+        self.closed = asyncio.Event()
+
+    async def close(self) -> None:
+        self.closed.set()
+
+
+async def test_shutdown_ends_open_connections_before_it_goes_on() -> None:
+    relays = Relays()
+    lease = ControlLease()
+    client = Client([])
+    chromium = Upstream(client)
+    query = CdpQuery("cdp_00000010", True, None)
+    relay = CdpRelay(client, query, lease, None, None, ActivityWindow(None, query.conn, query.actor))  # type: ignore[arg-type]
+    detached: list[str] = []
+    started = asyncio.Event()
+
+    async def connection() -> None:
+        with relays.tracking(relay):
+            lease.take(query.actor)
+            try:
+                started.set()
+                await relay.serve(chromium)  # type: ignore[arg-type]
+            finally:
+                lease.detach(query.actor)
+                detached.append(lease.holder.who)
+
+    task = asyncio.create_task(connection())
+    await started.wait()
+    await relays.close()
+    assert detached == ["agent"] and chromium.closed.is_set() and relays.closed
+    await task

@@ -67,7 +67,20 @@ def test_commands_that_drive_the_page_need_the_lease(method: str) -> None:
     assert cdprules.needs_lease(method)
 
 
-@pytest.mark.parametrize("method", ["Page.captureScreenshot", "Runtime.enable", "Target.getTargets", "DOM.getDocument"])
+@pytest.mark.parametrize(
+    "method",
+    [
+        "Page.captureScreenshot",
+        "Runtime.enable",
+        "Target.getTargets",
+        "DOM.getDocument",
+        "DOM.describeNode",
+        "DOM.querySelectorAll",
+        "DOM.resolveNode",
+        "Runtime.getProperties",
+        "Fetch.disable",
+    ],
+)
 def test_reading_needs_no_lease(method: str) -> None:
     assert not cdprules.needs_lease(method)
 
@@ -104,3 +117,138 @@ def test_parse_reads_commands_and_says_what_is_wrong() -> None:
     assert isinstance(cdprules.parse({"id": "1", "method": "Page.enable"}), str)
     assert isinstance(cdprules.parse({"id": 1, "method": "Page.enable", "params": []}), str)
     assert isinstance(cdprules.parse({"id": 1, "method": "Page.enable", "sessionId": 5}), str)
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "rule"),
+    [
+        ("Page.crash", None, "browser_lifecycle"),
+        (
+            "Target.sendMessageToTarget",
+            {"message": '{"id":1,"method":"Browser.close"}', "sessionId": "S"},
+            "flat_sessions",
+        ),
+        ("Target.attachToTarget", {"targetId": "T"}, "flat_sessions"),
+        ("Target.attachToTarget", {"targetId": "T", "flatten": False}, "flat_sessions"),
+        ("Target.setAutoAttach", {"autoAttach": True, "waitForDebuggerOnStart": False}, "flat_sessions"),
+        ("Target.setAutoAttach", {"autoAttach": True, "waitForDebuggerOnStart": False, "flatten": 1}, "flat_sessions"),
+        ("Target.openDevTools", {"targetId": "T"}, "internal_pages"),
+        ("Page.navigate", {"url": "chrome://crash"}, "internal_pages"),
+        ("Page.navigate", {"url": "CHROME://quit/"}, "internal_pages"),
+        ("Page.navigate", {"url": " \tchrome://kill"}, "internal_pages"),
+        ("Page.navigate", {"url": "chr\nome://hang"}, "internal_pages"),
+        ("Page.navigate", {"url": "chrome://inducebrowsercrashforrealz"}, "internal_pages"),
+        ("Page.navigate", {"url": "devtools://devtools/bundled/inspector.html"}, "internal_pages"),
+        ("Page.navigate", {"url": "file:///etc/passwd"}, "internal_pages"),
+        ("Page.navigate", {"url": "javascript:alert(1)"}, "internal_pages"),
+        ("Page.navigate", {"url": "about:gpu"}, "internal_pages"),
+        ("Page.navigate", {"url": "about:blankx"}, "internal_pages"),
+        ("Page.navigate", {"url": 5}, "internal_pages"),
+        ("Target.createTarget", {"url": "chrome://restart"}, "internal_pages"),
+        ("Target.createTarget", {"url": "chrome://gpucrash"}, "internal_pages"),
+    ],
+)
+def test_non_flat_sessions_crashes_and_internal_pages_are_refused(
+    method: str, params: dict[str, Any] | None, rule: str
+) -> None:
+    found = cdprules.refusal(method, params)
+    assert found is not None and found.name == rule
+
+
+@pytest.mark.parametrize(
+    ("method", "params"),
+    [
+        ("Target.attachToTarget", {"targetId": "T", "flatten": True}),
+        ("Target.setAutoAttach", {"autoAttach": True, "waitForDebuggerOnStart": True, "flatten": True}),
+        ("Target.attachToBrowserTarget", None),  # always a flat session
+        ("Page.navigate", {"url": "HTTPS://a.test/"}),
+        ("Page.navigate", {"url": "http://a.test/x?chrome://crash"}),
+        ("Page.navigate", {"url": "data:text/html,<p>hi"}),
+        ("Page.navigate", {"url": "blob:https://a.test/1f0e"}),
+        ("Page.navigate", {"url": "about:blank"}),
+        ("Page.navigate", {"url": "about:blank#x"}),
+        ("Target.createTarget", {"url": "about:blank", "browserContextId": "C"}),
+        ("Target.createTarget", {"url": ""}),
+    ],
+)
+def test_flat_sessions_and_web_pages_pass(method: str, params: dict[str, Any] | None) -> None:
+    assert cdprules.refusal(method, params) is None
+
+
+# What Playwright's connect_over_cdp sends before it returns (DEBUG=pw:protocol, Playwright 1.5x).
+PLAYWRIGHT_CONNECTS = [
+    ("Browser.getVersion", None),
+    ("Target.setAutoAttach", {"autoAttach": True, "waitForDebuggerOnStart": True, "flatten": True}),
+    ("Browser.setDownloadBehavior", {"behavior": "allowAndName", "downloadPath": "/tmp/x", "eventsEnabled": True}),
+    ("Runtime.runIfWaitingForDebugger", None),
+    ("Page.enable", None),
+    ("Page.getFrameTree", None),
+    ("Log.enable", {}),
+    ("Page.setLifecycleEventsEnabled", {"enabled": True}),
+    ("Runtime.enable", {}),
+    ("Page.addScriptToEvaluateOnNewDocument", {"source": "", "worldName": "__playwright_utility_world_page@1"}),
+    ("Network.enable", None),
+    ("Emulation.setFocusEmulationEnabled", {"enabled": True}),
+    ("Page.setFontFamilies", {"fontFamilies": {"standard": "Times New Roman"}}),
+    ("Emulation.setEmulatedMedia", {"media": "", "features": []}),
+    ("Inspector.enable", None),
+    ("Target.getTargetInfo", None),
+    ("Target.detachFromTarget", {"sessionId": "S"}),
+    ("Page.createIsolatedWorld", {"frameId": "F", "grantUniveralAccess": True, "worldName": "w"}),
+]
+
+
+@pytest.mark.parametrize(("method", "params"), PLAYWRIGHT_CONNECTS)
+def test_connecting_needs_no_lease(method: str, params: dict[str, Any] | None) -> None:
+    assert not cdprules.needs_lease(method, params)
+
+
+@pytest.mark.parametrize(
+    ("method", "params"),
+    [
+        ("Runtime.compileScript", {"expression": "x", "sourceURL": "", "persistScript": True}),
+        ("Runtime.runScript", {"scriptId": "1"}),
+        ("Debugger.evaluateOnCallFrame", {"callFrameId": "c", "expression": "x"}),
+        ("Debugger.pause", None),
+        ("Page.setDocumentContent", {"frameId": "F", "html": "<p>"}),
+        ("DOM.setAttributeValue", {"nodeId": 1, "name": "value", "value": "x"}),
+        ("DOM.setOuterHTML", {"nodeId": 1, "outerHTML": "<p>"}),
+        ("DOM.focus", {"nodeId": 1}),
+        ("Page.addScriptToEvaluateOnNewDocument", {"source": "document.title = 1"}),
+        ("Page.close", None),
+        ("Page.stopLoading", None),
+        ("Page.handleJavaScriptDialog", {"accept": True}),
+        ("Page.bringToFront", None),
+        ("Fetch.fulfillRequest", {"requestId": "r", "responseCode": 200}),
+        ("Fetch.continueRequest", {"requestId": "r", "url": "https://b.test/"}),
+        ("Fetch.failRequest", {"requestId": "r", "errorReason": "Failed"}),
+        ("Emulation.setDeviceMetricsOverride", {"width": 1, "height": 1, "deviceScaleFactor": 1, "mobile": False}),
+        ("Browser.setWindowBounds", {"windowId": 1, "bounds": {"windowState": "minimized"}}),
+        ("Network.setCookie", {"name": "a", "value": "b"}),
+        ("Storage.clearDataForOrigin", {"origin": "https://a.test", "storageTypes": "all"}),
+        ("Input.getSomething", None),  # get<X> reads, but the whole Input domain acts; an unknown method waits too
+        ("Some.newMethod", None),
+        ("Page.getter", None),  # get, then no capital: not a read by name
+    ],
+)
+def test_everything_else_needs_the_lease(method: str, params: dict[str, Any] | None) -> None:
+    assert cdprules.needs_lease(method, params)
+
+
+def test_a_paused_request_may_go_on_unchanged_without_the_lease() -> None:
+    assert not cdprules.needs_lease("Fetch.continueRequest", {"requestId": "r"})
+
+
+def test_repeated_keys_are_no_cdp_message_and_what_goes_is_what_was_read() -> None:
+    with pytest.raises(ValueError, match="repeats a key"):
+        cdprules.loads('{"id":1,"method":"Page.enable","method":"Browser.close"}')
+    with pytest.raises(ValueError):
+        cdprules.loads('{"id":1,"method":"Page.navigate","params":{"url":"https://a.test/","url":"chrome://crash"}}')
+    command = cdprules.parse(cdprules.loads('{"id":1,"method":"Page.enable","sessionId":"S","extra":{"x":1}}'))
+    assert isinstance(command, Command)
+    assert command.wire() == {"id": 1, "method": "Page.enable", "sessionId": "S"}
+    assert Command(2, "Page.navigate", {"url": "u"}, None).wire() == {
+        "id": 2,
+        "method": "Page.navigate",
+        "params": {"url": "u"},
+    }
