@@ -14,7 +14,7 @@ each :class:`CodedError` with the HTTP status its table gives the class (corral.
     │   ├─ NotFound → SessionNotFound, ReplayNotFound
     │   ├─ MessageTooLarge, UploadTooLarge
     │   ├─ CapacityError, HermeticUnavailable, EgressOff, ReplayUnreadable
-    │   ├─ AuditLogUnreadable, AuditAnchorsInvalid
+    │   ├─ AuditLogUnreadable, AuditAnchorsInvalid, TicketKeyUnusable
     │   ├─ FileRefused → NoSuchFile, FileAccessDenied, NotADirectory, IsADirectory, InvalidPath, NoSpace
     │   ├─ BundleError                      not a readable recording
     │   └─ SandboxError                     the host side could not build, start or reach a sandbox
@@ -388,6 +388,10 @@ class AuditLogUnreadable(CodedError, code=ErrorCode.AUDIT_LOG_UNREADABLE):
 
 class AuditAnchorsInvalid(CodedError, code=ErrorCode.AUDIT_ANCHORS_INVALID):
     """The gateway's anchors of an audit chain fail their MAC."""
+
+
+class TicketKeyUnusable(CodedError, code=ErrorCode.INTERNAL):
+    """The gateway's CDP ticket key (its data dir) cannot be read or holds no key."""
 
 
 # -- the host side ----------------------------------------------------------------------------------------

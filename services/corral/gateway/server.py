@@ -16,18 +16,20 @@ from corral.gateway.app import create_app
 from corral.gateway.settings import GatewaySettings
 from corral.sandbox.cdprules import CDP_MAX_FRAME_BYTES
 
-_SECRET_IN_QUERY = re.compile(r"((?:token|key)=)[^&\s\"']+")
+# A token or key in a query, and a CDP connect ticket in a path (/v1/sessions/<id>/cdp/t/<ticket>/...).
+_SECRETS = re.compile(r"((?:token|key)=|/cdp/t/)[^&/?\s\"']+")
 
 
 class RedactTokens(logging.Filter):
-    """Keeps tokens out of uvicorn's lines (a WebSocket's ``?token=`` would otherwise be logged)."""
+    """Keeps tokens out of uvicorn's lines (a WebSocket's ``?token=`` and a CDP ticket's path would
+    otherwise be logged with each upgrade)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.args:
             args = record.args if isinstance(record.args, tuple) else (record.args,)
-            record.args = tuple(_SECRET_IN_QUERY.sub(r"\1[redacted]", a) if isinstance(a, str) else a for a in args)
+            record.args = tuple(_SECRETS.sub(r"\1[redacted]", a) if isinstance(a, str) else a for a in args)
         if isinstance(record.msg, str):
-            record.msg = _SECRET_IN_QUERY.sub(r"\1[redacted]", record.msg)
+            record.msg = _SECRETS.sub(r"\1[redacted]", record.msg)
         return True
 
 

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import hmac
 import os
 import secrets
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from corral.errors import Forbidden, Unauthorized
+from corral.errors import Forbidden, TicketKeyUnusable, Unauthorized
 
 KEY_FILE = "cdp-ticket-key"
 KEY_BYTES = 32
@@ -34,6 +36,33 @@ class Ticket:
     session_id: str
     expires_at: int
     exclusive: bool
+
+
+def _read_or_make(path: Path) -> bytes:
+    """The key file's bytes; made first when there is none. A new key is written whole to a
+    temporary file and linked into place, so no reader (another gateway on the data dir) ever sees
+    it part-written, and two gateways never end up with two keys (the link fails for the second)."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise TicketKeyUnusable(f"{path}: {exc.strerror}") from None
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # 0600
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(secrets.token_bytes(KEY_BYTES))
+                out.flush()
+                os.fsync(out.fileno())
+            with contextlib.suppress(FileExistsError):  # another gateway's key won: it is read below
+                os.link(temporary, path)
+        finally:
+            os.unlink(temporary)
+        return path.read_bytes()
+    except OSError as exc:
+        raise TicketKeyUnusable(f"{path}: {exc.strerror}") from None
 
 
 def _b64(data: bytes) -> str:
@@ -57,21 +86,13 @@ class TicketSigner:
         return hmac.new(self.key(), payload, hashlib.sha256).digest()
 
     def key(self) -> bytes:
+        """The key, read or made once; :class:`TicketKeyUnusable` each time it cannot be."""
         with self._lock:
             if self._key is None:
-                self._path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-                try:
-                    # O_EXCL: two gateways on one data dir never end up with two keys.
-                    fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                except FileExistsError:
-                    self._key = self._path.read_bytes()
-                else:
-                    key = secrets.token_bytes(KEY_BYTES)
-                    with os.fdopen(fd, "wb") as out:
-                        out.write(key)
-                    self._key = key
-                if len(self._key) < KEY_BYTES:
-                    raise ValueError(f"{self._path} holds no ticket key")
+                key = _read_or_make(self._path)
+                if len(key) != KEY_BYTES:  # checked before it is kept: never a short key, not even once
+                    raise TicketKeyUnusable(f"{self._path} holds {len(key)} bytes, not a {KEY_BYTES}-byte key")
+                self._key = key
             return self._key
 
     def issue(self, session_id: str, ttl_s: int, exclusive: bool) -> tuple[str, Ticket]:
@@ -101,4 +122,4 @@ class TicketSigner:
         return ticket
 
 
-__all__ = ["KEY_FILE", "MAX_TTL_S", "Ticket", "TicketSigner"]
+__all__ = ["KEY_BYTES", "KEY_FILE", "MAX_TTL_S", "Ticket", "TicketSigner"]

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
 
 from corral.gateway.app import create_app
 from corral.gateway.server import RedactTokens, running
@@ -23,6 +25,8 @@ from .routes.conftest import KEY, LoopbackRuntime, closed_port, settings_for
         (("127.0.0.1:5", "/v1/sessions/s/ws?token=SECRET"), "/v1/sessions/s/ws?token=[redacted]"),
         (("127.0.0.1:5", "/v1/sessions/s/ws?a=1&token=SECRET&b=2"), "/v1/sessions/s/ws?a=1&token=[redacted]&b=2"),
         (("127.0.0.1:5", "/v1/health"), "/v1/health"),
+        (("127.0.0.1:5", "/v1/sessions/s/cdp/t/PAYLOAD.SECRET"), "/v1/sessions/s/cdp/t/[redacted]"),
+        (("127.0.0.1:5", "/v1/sessions/s/cdp/t/PAYLOAD.SECRET/json/version"), "/cdp/t/[redacted]/json/version"),
     ],
 )
 def test_tokens_never_reach_the_log(args: tuple[str, str], expected: str) -> None:
@@ -72,3 +76,36 @@ def test_a_held_open_mcp_stream_delays_the_stop_only_by_the_grace(
     assert stopped.is_set()
     assert ended.wait(5)
     reader.join(5)
+
+
+class Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_a_cdp_tickets_path_never_reaches_uvicorns_log(tmp_path: Path) -> None:
+    """uvicorn logs each WebSocket upgrade with its path; a ticket in the path is a credential."""
+    settings = settings_for(tmp_path, port=closed_port())
+    app = create_app(settings, runtime=LoopbackRuntime())
+    ticket = "c2VzXzEKMTgwMDAwMDAwMAow.SECRETMAC0123456789abcdef"
+    lines = Lines()
+    with running(settings, app=app) as url:
+        uvicorn_error = logging.getLogger("uvicorn.error")
+        level = uvicorn_error.level
+        uvicorn_error.setLevel(logging.INFO)  # as `corral gateway` serves; the test server logs warnings only
+        uvicorn_error.addHandler(lines)
+        try:
+            ws_url = url.replace("http://", "ws://") + f"/v1/sessions/s1/cdp/t/{ticket}/page/T1?token=ALSOSECRET"
+            with connect(ws_url) as ws, contextlib.suppress(ConnectionClosed):
+                ws.recv(timeout=5)  # refused: no such ticket's session
+        finally:
+            uvicorn_error.removeHandler(lines)
+            uvicorn_error.setLevel(level)
+    upgrades = [line for line in lines.lines if "WebSocket" in line]
+    assert upgrades, lines.lines
+    assert all("SECRETMAC" not in line and "ALSOSECRET" not in line for line in lines.lines)
+    assert "/v1/sessions/s1/cdp/t/[redacted]/page/T1?token=[redacted]" in upgrades[0]

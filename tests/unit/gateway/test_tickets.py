@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 
 import pytest
 
-from corral.errors import Forbidden, Unauthorized
-from corral.gateway.tickets import KEY_FILE, MAX_TTL_S, TicketSigner
+from corral.errors import Forbidden, TicketKeyUnusable, Unauthorized
+from corral.gateway.routes.errors import answer_for
+from corral.gateway.tickets import KEY_BYTES, KEY_FILE, MAX_TTL_S, TicketSigner
 
 
 class Clock:
@@ -67,3 +69,46 @@ def test_the_ttl_is_capped(tmp_path: Path) -> None:
     clock = Clock()
     _, ticket = TicketSigner(tmp_path, clock).issue("s-one", 10_000, exclusive=False)
     assert ticket.expires_at == int(clock.now) + MAX_TTL_S
+
+
+@pytest.mark.parametrize("stored", [b"", b"short", b"k" * (KEY_BYTES + 1)])
+def test_a_key_file_holding_no_key_refuses_every_time(tmp_path: Path, stored: bytes) -> None:
+    ticket, _ = TicketSigner(tmp_path / "good").issue("s-one", 60, exclusive=False)
+    (tmp_path / KEY_FILE).write_bytes(stored)
+    signer = TicketSigner(tmp_path)
+    for _ in range(2):  # never a ticket signed with what the first failure kept
+        with pytest.raises(TicketKeyUnusable):
+            signer.issue("s-one", 60, exclusive=False)
+        with pytest.raises(TicketKeyUnusable):
+            signer.check(ticket, "s-one")
+    assert answer_for(TicketKeyUnusable("x")).status == 500
+
+
+def test_a_new_key_is_linked_into_place_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[int] = []
+    real_link = os.link
+
+    def link(source: str | os.PathLike[str], destination: str | os.PathLike[str]) -> None:
+        seen.append(Path(source).stat().st_size)  # written and synced before it has the key's name
+        real_link(source, destination)
+
+    monkeypatch.setattr(os, "link", link)
+    key = TicketSigner(tmp_path).key()
+    assert seen == [KEY_BYTES] and len(key) == KEY_BYTES
+    assert [p.name for p in tmp_path.iterdir()] == [KEY_FILE]  # no temporary file left behind
+    assert stat.S_IMODE((tmp_path / KEY_FILE).stat().st_mode) == 0o600
+
+
+def test_a_key_made_meanwhile_by_another_gateway_is_the_one_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    theirs = b"t" * KEY_BYTES
+    real_link = os.link
+
+    def raced(source: str | os.PathLike[str], destination: str | os.PathLike[str]) -> None:
+        Path(destination).write_bytes(theirs)  # the other gateway linked its key first
+        real_link(source, destination)
+
+    monkeypatch.setattr(os, "link", raced)
+    assert TicketSigner(tmp_path).key() == theirs
+    assert [p.name for p in tmp_path.iterdir()] == [KEY_FILE]
