@@ -16,9 +16,8 @@ from pydantic import BaseModel
 
 from corral.gateway import auth
 from corral.gateway.metrics import Metrics
-from corral.gateway.models import CreateLink, CreateSession, UpdateSession
+from corral.gateway.models import CdpConnect, CreateLink, CreateSession, UpdateSession
 from corral.gateway.routes import ROUTERS, errors
-from corral.gateway.routes.cdp import CdpConnect
 from corral.gateway.sessions import SessionManager
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore

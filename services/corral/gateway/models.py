@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_core import PydanticCustomError
 
+from corral.gateway.tickets import MAX_TTL_S
 from corral.proxy.placeholders import (
     DEFAULT_LOCATIONS,
     MAX_BINDINGS,
@@ -193,6 +194,14 @@ class CreateLink(BaseModel):
     model_config = ConfigDict(extra="forbid")
     mode: Literal["view", "control"]
     ttl_s: Annotated[int, Field(ge=1, le=86400)] = 3600
+
+
+class CdpConnect(BaseModel):
+    """POST /v1/sessions/{id}/cdp/connect: a signed CDP address for clients that cannot set a header."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    ttl_s: Annotated[int, Field(ge=1, le=MAX_TTL_S)] = 60
+    exclusive: bool = False
 
 
 class LinkOut(BaseModel):

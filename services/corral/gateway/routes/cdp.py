@@ -15,18 +15,29 @@ from typing import Annotated
 import httpx
 from fastapi import APIRouter, Depends, Request, Response, WebSocket
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import HTTPConnection
 from websockets.exceptions import InvalidHandshake
 
 from corral.errors import CodedError, ErrorCode, Forbidden, SandboxUnreachable, UnprovenController
 from corral.gateway import cdp, controller
+from corral.gateway.auth import KeyRing
+from corral.gateway.metrics import Metrics
+from corral.gateway.models import CdpConnect
 from corral.gateway.relay import CLOSE_UNREACHABLE
-from corral.gateway.routes.deps import HttpDep, KeysDep, LiveSessionDep, ManagerDep, MetricsDep, caller, json_body
+from corral.gateway.routes.deps import (
+    HttpDep,
+    KeysDep,
+    LiveSessionDep,
+    ManagerDep,
+    MetricsDep,
+    bearer,
+    identify,
+    json_body,
+)
 from corral.gateway.routes.deps import live_session as live_session_of
 from corral.gateway.routes.errors import close_refused
 from corral.gateway.sessions import Session, SessionManager
-from corral.gateway.tickets import MAX_TTL_S, Ticket, TicketSigner
+from corral.gateway.tickets import Ticket, TicketSigner
 from corral.sandbox.cdprules import CDP_MAX_FRAME_BYTES
 
 
@@ -37,12 +48,6 @@ def refuse_browsers(conn: HTTPConnection) -> None:
 
 
 router = APIRouter(prefix="/v1/sessions/{session_id}/cdp", tags=["cdp"])
-
-
-class CdpConnect(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    ttl_s: Annotated[int, Field(ge=1, le=MAX_TTL_S)] = 60
-    exclusive: bool = False
 
 
 def _tickets(conn: HTTPConnection) -> TicketSigner:
@@ -128,16 +133,14 @@ async def _refuse(websocket: WebSocket, exc: CodedError) -> None:
     await close_refused(websocket, exc)
 
 
-async def _unreachable(websocket: WebSocket, code: ErrorCode, reason: str, metrics: MetricsDep) -> None:
+async def _unreachable(websocket: WebSocket, code: ErrorCode, reason: str, metrics: Metrics) -> None:
     # Past auth, as the agent's relay: 1011 and why.
     metrics.errors.labels(code=code).inc()
     await websocket.accept()
     await websocket.close(code=CLOSE_UNREACHABLE, reason=reason)
 
 
-async def _open(
-    websocket: WebSocket, session: Session, exclusive: bool, target: str | None, metrics: MetricsDep
-) -> None:
+async def _open(websocket: WebSocket, session: Session, exclusive: bool, target: str | None, metrics: Metrics) -> None:
     """Relay to the controller's ``/v1/cdp`` for a new connection; its refusal of the upgrade (409
     ``control_taken`` for an exclusive connection while another holds the lease) is passed on."""
     query = {"conn": "cdp_" + secrets.token_hex(4), "exclusive": "1" if exclusive else "0"}
@@ -169,11 +172,13 @@ async def _open(
 
 
 async def _with_credential(
-    websocket: WebSocket, session_id: str, target: str | None, keys: KeysDep, manager: ManagerDep, m: MetricsDep
+    websocket: WebSocket, session_id: str, target: str | None, keys: KeyRing, manager: SessionManager, m: Metrics
 ) -> None:
     try:
         refuse_browsers(websocket)
-        session = live_session_of(session_id, caller(websocket, keys, manager), manager)
+        # The Authorization header only: a ?token= in a CDP address would end up in clients' logs
+        # (a client that cannot set a header asks for a connect ticket).
+        session = live_session_of(session_id, identify(bearer(websocket), keys, manager), manager)
     except CodedError as exc:
         await _refuse(websocket, exc)
         return
@@ -181,11 +186,16 @@ async def _with_credential(
 
 
 async def _with_ticket(
-    websocket: WebSocket, session_id: str, ticket: str, target: str | None, manager: ManagerDep, m: MetricsDep
+    websocket: WebSocket,
+    session_id: str,
+    ticket: str,
+    target: str | None,
+    signer: TicketSigner,
+    manager: SessionManager,
+    m: Metrics,
 ) -> None:
     try:
         refuse_browsers(websocket)
-        signer: TicketSigner = websocket.app.state.cdp_tickets
         session, signed = _ticket_session(session_id, ticket, signer, manager)
     except CodedError as exc:
         await _refuse(websocket, exc)
@@ -207,13 +217,19 @@ async def cdp_page(
 
 @router.websocket("/t/{ticket}")
 async def cdp_browser_ticket(
-    websocket: WebSocket, session_id: str, ticket: str, manager: ManagerDep, m: MetricsDep
+    websocket: WebSocket, session_id: str, ticket: str, signer: TicketsDep, manager: ManagerDep, m: MetricsDep
 ) -> None:
-    await _with_ticket(websocket, session_id, ticket, None, manager, m)
+    await _with_ticket(websocket, session_id, ticket, None, signer, manager, m)
 
 
 @router.websocket("/t/{ticket}/page/{target}")
 async def cdp_page_ticket(
-    websocket: WebSocket, session_id: str, ticket: str, target: str, manager: ManagerDep, m: MetricsDep
+    websocket: WebSocket,
+    session_id: str,
+    ticket: str,
+    target: str,
+    signer: TicketsDep,
+    manager: ManagerDep,
+    m: MetricsDep,
 ) -> None:
-    await _with_ticket(websocket, session_id, ticket, target, manager, m)
+    await _with_ticket(websocket, session_id, ticket, target, signer, manager, m)

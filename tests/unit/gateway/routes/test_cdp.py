@@ -131,6 +131,16 @@ def test_the_socket_refuses_origins_and_strangers(live: tuple[TestClient, str, s
     assert _ws_close(client, path, {"authorization": f"Bearer {KEY}"})[0] == 1011
 
 
+def test_the_socket_takes_its_credential_from_the_header_only(live: tuple[TestClient, str, str]) -> None:
+    """A ?token= in a CDP address would end up in clients' logs: a client that cannot set a header
+    asks for a connect ticket."""
+    client, session_id, token = live
+    path = f"/v1/sessions/{session_id}/cdp"
+    assert _ws_close(client, f"{path}?token={token}")[0] == 4401
+    assert _ws_close(client, f"{path}/page/A1B2?token={token}")[0] == 4401
+    assert _ws_close(client, f"{path}?token={token}", {"authorization": f"Bearer {token}"})[0] == 1011
+
+
 def test_tickets_open_only_their_session(live: tuple[TestClient, str, str]) -> None:
     client, session_id, token = live
     made = client.post(
