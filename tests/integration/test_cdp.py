@@ -25,6 +25,7 @@ from corral.sdk import ActionFailed, Sandbox
 from .dockerutil import DockerHarness
 from .egress_fixtures import Upstream, gateway_to, start_upstream
 from .gateway_fixtures import KEY_A, RunningGateway
+from .test_takeover import Live
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
 
@@ -254,12 +255,107 @@ def test_frames_of_tens_of_mib_pass_while_the_agents_channel_keeps_its_limit(gw:
     targets = httpx.get(f"{gw.url}/v1/sessions/{sb.id}/cdp/json/list", headers=_bearer(sb)).json()
     page = next(t for t in targets if t["type"] == "page")
     assert page["webSocketDebuggerUrl"] == f"{gw.ws}/v1/sessions/{sb.id}/cdp/page/{page['id']}"
-    size = 20 << 20  # over the agent's 16 MiB, under CDP's 64 MiB
+    size = 20 << 20  # over the agent's 16 MiB, under CDP's 64 MiB: Chromium's answers
+    sent_size = 15 << 20  # a client's command: at most 16 MiB
     with connect(page["webSocketDebuggerUrl"], additional_headers=_bearer(sb), max_size=None, open_timeout=20) as ws:
-        sent = _call(ws, 1, "Runtime.evaluate", {"expression": "'" + "x" * size + "'.length"})
-        assert sent["result"]["result"]["value"] == size
+        sent = _call(ws, 1, "Runtime.evaluate", {"expression": "'" + "x" * sent_size + "'.length"})
+        assert sent["result"]["result"]["value"] == sent_size
         came = _call(ws, 2, "Runtime.evaluate", {"expression": f"'y'.repeat({size})", "returnByValue": True})
         assert len(came["result"]["result"]["value"]) == size
+    with connect(page["webSocketDebuggerUrl"], additional_headers=_bearer(sb), max_size=None, open_timeout=20) as ws:
+        ws.send(json.dumps({"id": 3, "method": "Runtime.evaluate", "params": {"expression": "'" + "x" * size + "'"}}))
+        assert _closed_with(ws) == 1009  # decoded by nobody: the relay closes at the frame's size
     with connect(f"{gw.ws}/v1/sessions/{sb.id}/ws?token={_token(sb)}", max_size=None, open_timeout=20) as agent:
         agent.send("x" * (17 << 20))
         assert _closed_with(agent) == 1009
+
+
+def _alive(ws: ClientConnection, id: int) -> None:
+    assert "Chrome" in _call(ws, id, "Browser.getVersion")["result"]["product"]
+
+
+def test_crashes_internal_pages_and_non_flat_sessions_are_refused(gw: RunningGateway, sb: Sandbox) -> None:
+    with _socket(gw, sb) as ws:
+        page = next(t for t in _call(ws, 1, "Target.getTargets")["result"]["targetInfos"] if t["type"] == "page")
+        for n, url in enumerate(
+            ["chrome://crash", "chrome://quit", "CHROME://restart/", " chrome://kill", "devtools://x"]
+        ):
+            made = _call(ws, 10 + n, "Target.createTarget", {"url": url})
+            assert made["error"]["message"].endswith("(rule internal_pages)"), made
+        # A non-flat session would carry any command inside a string, past every rule.
+        hidden = json.dumps({"id": 1, "method": "Page.navigate", "params": {"url": "chrome://crash"}})
+        for n, (method, params) in enumerate(
+            [
+                ("Target.attachToTarget", {"targetId": page["targetId"]}),
+                ("Target.attachToTarget", {"targetId": page["targetId"], "flatten": False}),
+                ("Target.setAutoAttach", {"autoAttach": True, "waitForDebuggerOnStart": False}),
+                ("Target.sendMessageToTarget", {"targetId": page["targetId"], "message": hidden}),
+            ]
+        ):
+            refused = _call(ws, 20 + n, method, params)
+            assert refused["error"]["message"].endswith("(rule flat_sessions)"), refused
+        # A flat session's commands are each checked.
+        attached = _call(ws, 30, "Target.attachToTarget", {"targetId": page["targetId"], "flatten": True})
+        session = attached["result"]["sessionId"]
+        for n, (method, params) in enumerate([("Page.crash", {}), ("Page.navigate", {"url": "chrome://hang"})]):
+            ws.send(json.dumps({"id": 40 + n, "method": method, "params": params, "sessionId": session}))
+            answer = json.loads(ws.recv(timeout=20))
+            while answer.get("id") != 40 + n:
+                answer = json.loads(ws.recv(timeout=20))
+            assert answer["sessionId"] == session and answer["error"]["code"] == -32000, answer
+        _alive(ws, 50)
+        # What reaches Chromium is what was checked: a key given twice, a binary frame, no command.
+        ws.send('{"id":51,"method":"Browser.getVersion","method":"Browser.close"}')
+        assert json.loads(ws.recv(timeout=20))["error"]["code"] == -32600
+        ws.send(b'{"id":52,"method":"Browser.close"}')
+        assert json.loads(ws.recv(timeout=20))["error"]["code"] == -32600
+        _alive(ws, 53)
+    assert sb.page_info()["url"]  # the agent's browser lives on
+
+
+def test_a_framework_connects_and_reads_while_a_human_drives(gw: RunningGateway, sb: Sandbox) -> None:
+    human = Live(gw, sb.id, KEY_A)
+    try:
+        assert human.ask({"type": "take"})["type"] == "ack"
+        assert human.lease_holder(human.hello["viewer"]) is not None
+        with sync_playwright() as p:
+            browser = p.chromium.connect_over_cdp(
+                f"{gw.url}/v1/sessions/{sb.id}/cdp", headers=_bearer(sb), timeout=30_000
+            )
+            try:
+                page = browser.contexts[0].pages[0]
+                assert page.screenshot()[:4] == b"\x89PNG"  # reading goes on
+                with pytest.raises(PlaywrightError, match="control_taken"):
+                    page.evaluate("document.title = 'mine'")
+            finally:
+                browser.close()
+        with _socket(gw, sb) as ws:
+            assert "root" in _call(ws, 1, "DOM.getDocument")["result"]
+            for n, (method, params) in enumerate(
+                [
+                    ("Runtime.compileScript", {"expression": "1", "sourceURL": "", "persistScript": True}),
+                    ("Page.setDocumentContent", {"frameId": "F", "html": "<p>mine</p>"}),
+                    (
+                        "Emulation.setDeviceMetricsOverride",
+                        {"width": 1, "height": 1, "deviceScaleFactor": 1, "mobile": False},
+                    ),
+                    ("Page.stopLoading", {}),
+                ]
+            ):
+                taken = _call(ws, 10 + n, method, params)
+                assert taken["error"]["code"] == -32001 and "held by human:" in taken["error"]["message"], taken
+        assert human.ask({"type": "release"})["type"] == "ack"
+    finally:
+        human.close()
+    assert _wait_for(lambda: _acts(sb), timeout_s=10)
+
+
+def test_closing_every_page_leaves_the_browser_running(gw: RunningGateway) -> None:
+    with Sandbox.create(url=gw.url, api_key=KEY_A, allow=[]) as own, _socket(gw, own) as ws:
+        pages = [t for t in _call(ws, 1, "Target.getTargets")["result"]["targetInfos"] if t["type"] == "page"]
+        assert pages
+        for n, page in enumerate(pages):
+            closed = _call(ws, 10 + n, "Target.closeTarget", {"targetId": page["targetId"]})
+            assert "error" not in closed, closed
+        time.sleep(2)  # a browser that quits with its last window would be gone by now
+        _alive(ws, 30)
