@@ -211,6 +211,9 @@ class Command:
         return out
 
 
+_MIN_ID, _MAX_ID = -(2**31), 2**31 - 1
+
+
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
     if len(out) != len(pairs):
@@ -235,7 +238,9 @@ def parse(message: Any) -> Command | str:
         return "a CDP command's params are an object"
     if session_id is not None and not isinstance(session_id, str):
         return "a CDP command's sessionId is a string"
-    if not isinstance(message.get("id"), int):
+    message_id = message.get("id")
+    # Chromium's ids are 32-bit integers; JSON's true is no id (Python's bool is an int).
+    if type(message_id) is not int or not _MIN_ID <= message_id <= _MAX_ID:
         return "a CDP command has an integer id"
     return Command(message["id"], method, params, session_id)
 

@@ -115,6 +115,8 @@ def test_parse_reads_commands_and_says_what_is_wrong() -> None:
     assert isinstance(cdprules.parse([1]), str)
     assert isinstance(cdprules.parse({"id": 1}), str)
     assert isinstance(cdprules.parse({"id": "1", "method": "Page.enable"}), str)
+    assert isinstance(cdprules.parse({"id": True, "method": "Page.enable"}), str)
+    assert isinstance(cdprules.parse({"id": 2**80, "method": "Page.enable"}), str)
     assert isinstance(cdprules.parse({"id": 1, "method": "Page.enable", "params": []}), str)
     assert isinstance(cdprules.parse({"id": 1, "method": "Page.enable", "sessionId": 5}), str)
 
