@@ -4,6 +4,7 @@ proxy (names under .test), raw CDP over a WebSocket client for what Playwright n
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -323,10 +324,12 @@ def test_a_framework_connects_and_reads_while_a_human_drives(gw: RunningGateway,
                 f"{gw.url}/v1/sessions/{sb.id}/cdp", headers=_bearer(sb), timeout=30_000
             )
             try:
-                page = browser.contexts[0].pages[0]
-                assert page.screenshot()[:4] == b"\x89PNG"  # reading goes on
+                page = browser.contexts[0].pages[0]  # connected: every page attached
+                session = browser.contexts[0].new_cdp_session(page)  # a flat session, as frameworks open
+                shot = session.send("Page.captureScreenshot", {"format": "png"})
+                assert base64.b64decode(shot["data"])[:4] == b"\x89PNG"  # reading goes on
                 with pytest.raises(PlaywrightError, match="control_taken"):
-                    page.evaluate("document.title = 'mine'")
+                    session.send("Runtime.evaluate", {"expression": "document.title = 'mine'"})
             finally:
                 browser.close()
         with _socket(gw, sb) as ws:
@@ -350,12 +353,20 @@ def test_a_framework_connects_and_reads_while_a_human_drives(gw: RunningGateway,
     assert _wait_for(lambda: _acts(sb), timeout_s=10)
 
 
-def test_closing_every_page_leaves_the_browser_running(gw: RunningGateway) -> None:
+def test_the_last_page_is_not_closed_for_chromium_quits_with_it(gw: RunningGateway) -> None:
+    """Headful Chromium on Linux quits when its last page closes (found for real: the socket closed)."""
     with Sandbox.create(url=gw.url, api_key=KEY_A, allow=[]) as own, _socket(gw, own) as ws:
         pages = [t for t in _call(ws, 1, "Target.getTargets")["result"]["targetInfos"] if t["type"] == "page"]
-        assert pages
-        for n, page in enumerate(pages):
-            closed = _call(ws, 10 + n, "Target.closeTarget", {"targetId": page["targetId"]})
-            assert "error" not in closed, closed
-        time.sleep(2)  # a browser that quits with its last window would be gone by now
-        _alive(ws, 30)
+        made = _call(ws, 2, "Target.createTarget", {"url": "about:blank"})["result"]["targetId"]
+        for n, page in enumerate(pages):  # every page but the new one: allowed
+            assert "error" not in _call(ws, 10 + n, "Target.closeTarget", {"targetId": page["targetId"]})
+        last = _call(ws, 30, "Target.closeTarget", {"targetId": made})
+        assert last["error"]["message"].endswith("(rule browser_lifecycle)"), last
+        attached = _call(ws, 31, "Target.attachToTarget", {"targetId": made, "flatten": True})["result"]["sessionId"]
+        ws.send(json.dumps({"id": 32, "method": "Page.close", "params": {}, "sessionId": attached}))
+        answer = json.loads(ws.recv(timeout=20))
+        while answer.get("id") != 32:
+            answer = json.loads(ws.recv(timeout=20))
+        assert answer["error"]["message"].endswith("(rule browser_lifecycle)"), answer
+        time.sleep(2)  # a browser that quit with its last page would be gone by now
+        _alive(ws, 40)

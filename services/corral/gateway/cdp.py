@@ -14,6 +14,9 @@ from websockets.exceptions import ConnectionClosed
 
 from corral.gateway.relay import CLOSE_ENDED
 from corral.gateway.sessions import Session
+from corral.sandbox.cdprules import CDP_MAX_COMMAND_BYTES
+
+CLOSE_TOO_BIG = 1009  # RFC 6455: a message too big to process
 
 # Chromium's links to its own DevTools front end: they name Chromium's address, not the gateway's.
 _FRONTEND_KEYS = ("devtoolsFrontendUrl", "devtoolsFrontendUrlCompat")
@@ -48,14 +51,26 @@ def rewrite(answer: Any, base: str) -> Any:
     return answer
 
 
+class CommandTooBig(Exception):
+    """A client's frame over cdprules.CDP_MAX_COMMAND_BYTES: the relay ends with 1009."""
+
+
 async def _client_to_sandbox(client: WebSocket, upstream: ClientConnection, session: Session) -> None:
     while True:
         message = await client.receive()
         if message["type"] == "websocket.disconnect":
             return
         session.touch()
-        text = message.get("text")
-        await upstream.send(text if text is not None else (message.get("bytes") or b""))
+        frame: str | bytes = message.get("text") or message.get("bytes") or b""
+        if len(frame) > CDP_MAX_COMMAND_BYTES:  # the controller would refuse it too: not sent on
+            raise CommandTooBig
+        await upstream.send(frame)
+
+
+def _passed_on(code: int | None) -> int:
+    """The controller's close code as the client's (1009 for a command too big), where one may be sent."""
+    sendable = code is not None and (1000 <= code <= 1003 or 1007 <= code <= 1014 or 3000 <= code <= 4999)
+    return code if sendable and code is not None else 1000
 
 
 async def _sandbox_to_client(upstream: ClientConnection, client: WebSocket, session: Session) -> None:
@@ -74,11 +89,14 @@ async def relay(client: WebSocket, upstream: ClientConnection, session: Session)
         asyncio.create_task(_sandbox_to_client(upstream, client, session)),
         asyncio.create_task(session.ended.wait()),
     }
+    too_big = False
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             failure = None if task.cancelled() else task.exception()
-            if failure is not None and not isinstance(failure, WebSocketDisconnect | ConnectionClosed):
+            if isinstance(failure, CommandTooBig):
+                too_big = True
+            elif failure is not None and not isinstance(failure, WebSocketDisconnect | ConnectionClosed):
                 raise failure
     finally:
         for task in tasks:
@@ -89,8 +107,10 @@ async def relay(client: WebSocket, upstream: ClientConnection, session: Session)
         with contextlib.suppress(RuntimeError, WebSocketDisconnect):
             if session.ended.is_set():
                 await client.close(code=CLOSE_ENDED, reason=session.close_reason())
+            elif too_big:
+                await client.close(code=CLOSE_TOO_BIG, reason="a CDP command is at most 16 MiB")
             else:
-                await client.close()
+                await client.close(code=_passed_on(upstream.close_code), reason=upstream.close_reason or "")
 
 
 __all__ = ["JSON_PATHS", "relay", "rewrite", "ws_base"]

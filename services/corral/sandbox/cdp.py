@@ -24,7 +24,7 @@ import logging
 import re
 import secrets
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +49,7 @@ LONGEST_WINDOW_S = 30.0  # ... and at the latest this long after its first comma
 CLOSE_WAIT_S = 5.0  # how long the controller's shutdown waits for its CDP connections to end
 CLOSE_TOO_BIG = 1009  # RFC 6455: a message too big to process
 _DECODE_ON_LOOP = 1 << 20  # larger client frames are decoded in a thread
+_CLOSING = frozenset({"Target.closeTarget", "Page.close"})  # what may close Chromium's last page
 JSON_PATHS = frozenset({"version", "list"})
 _CONN_ID = re.compile(r"[A-Za-z0-9_]{1,32}")
 _TARGET_ID = re.compile(r"[A-Za-z0-9-]{1,64}")
@@ -198,6 +199,41 @@ class ActivityWindow:
         await self._end()
 
 
+class LastPage:
+    """Chromium (headful, on Linux) quits with its last page: closing that page is the browser's
+    lifecycle, refused (rule ``browser_lifecycle``). Shared by the controller's relays: closings are
+    judged one at a time, and a page already being closed no longer counts."""
+
+    def __init__(self, list_targets: Callable[[], Awaitable[Any]]) -> None:
+        self._list_targets = list_targets
+        self._lock = asyncio.Lock()
+        self._closing: set[str] = set()
+
+    async def refuses(self, target: str | None) -> bool:
+        """Whether closing ``target`` (None: a page the relay cannot name, Page.close in a session)
+        would close the last page. Unknown (DevTools did not answer): refused."""
+        async with self._lock:
+            try:
+                listed = await self._list_targets()
+                pages = {t["id"] for t in listed if isinstance(t, dict) and t.get("type") == "page"}
+            except (ActionError, ValueError, TypeError, KeyError):
+                return True
+            self._closing &= pages  # those gone are forgotten
+            open_pages = pages - self._closing
+            if target is not None and target not in open_pages:
+                return False  # no page (a worker, an iframe) or one already closing: Chromium answers
+            if len(open_pages) <= 1:
+                return True
+            if target is not None:
+                self._closing.add(target)
+            return False
+
+
+async def page_targets(cdp_url: str) -> Any:
+    """Chromium's ``/json/list``, decoded."""
+    return (await devtools_json(cdp_url, "list")).json()
+
+
 class CdpRelay:
     """One client connection, relayed to Chromium once accepted (see the module's docstring)."""
 
@@ -209,8 +245,10 @@ class CdpRelay:
         reporter: ActionReporter | None,
         recorder: Recorder | None,
         window: ActivityWindow | None = None,
+        last_page: LastPage | None = None,
     ) -> None:
         self._client, self._query, self._lease, self._recorder = client, query, lease, recorder
+        self._last_page = last_page
         self._window = window or ActivityWindow(reporter, query.conn, query.actor)
         self._sending = asyncio.Lock()
         self._stopping = asyncio.Event()
@@ -261,6 +299,8 @@ class CdpRelay:
                 return
             checked = await _decoded(text)
             answer = checked if isinstance(checked, dict) else self._answer_here(checked)
+            if answer is None and isinstance(checked, cdprules.Command):
+                answer = await self._closing_last_page(checked)
             if answer is not None:
                 await self._reply(answer)
                 continue
@@ -281,6 +321,21 @@ class CdpRelay:
         if holder.who not in (AGENT, self._query.actor) and cdprules.needs_lease(command.method, command.params):
             return cdprules.control_taken_reply(command.id, command.session_id, holder.who, holder.since)
         return None
+
+    async def _closing_last_page(self, command: cdprules.Command) -> dict[str, Any] | None:
+        """The refusal of a command that would close Chromium's last page (so Chromium), or None."""
+        if self._last_page is None or command.method not in _CLOSING:
+            return None
+        if command.method == "Target.closeTarget":
+            target = (command.params or {}).get("targetId")
+            named = target if isinstance(target, str) else None
+        else:  # Page.close: the page of the socket, or of a session the relay does not map
+            named = self._query.target if command.session_id is None else None
+        if not await self._last_page.refuses(named):
+            return None
+        rule = cdprules.BROWSER_LIFECYCLE
+        self._note("refused", method=command.method, rule=rule.name)
+        return cdprules.refused_reply(command.id, command.session_id, command.method, rule)
 
     async def _from_browser(self, upstream: ClientConnection) -> None:
         async for frame in upstream:
@@ -318,9 +373,10 @@ class Relays:
     """The controller's open CDP connections. Its shutdown ends them (an exclusive one detaches its
     lease) before the lease's log stops listening, so that detach is recorded and audited."""
 
-    def __init__(self) -> None:
+    def __init__(self, last_page: LastPage | None = None) -> None:
         self._open: dict[CdpRelay, asyncio.Event] = {}
         self._closed = False
+        self.last_page = last_page
 
     @property
     def closed(self) -> bool:
@@ -375,7 +431,7 @@ async def serve(
     if relays.closed:
         await _deny(client, ActionError(ErrorCode.BROWSER_UNAVAILABLE, "the controller is shutting down"), 503)
         return
-    relay = CdpRelay(client, query, lease, reporter, recorder)
+    relay = CdpRelay(client, query, lease, reporter, recorder, last_page=relays.last_page)
     with relays.tracking(relay):
         if query.exclusive:
             try:
@@ -415,8 +471,10 @@ __all__ = [
     "ActivityWindow",
     "CdpQuery",
     "CdpRelay",
+    "LastPage",
     "Relays",
     "devtools_json",
+    "page_targets",
     "response_of",
     "serve",
     "upstream_url",
