@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from starlette.datastructures import QueryParams
 
-from corral.errors import ActionError
+from corral.errors import ActionError, ErrorCode
 from corral.sandbox import cdprules
-from corral.sandbox.cdp import ActivityWindow, CdpQuery, CdpRelay, Relays, response_of
+from corral.sandbox.cdp import ActivityWindow, CdpQuery, CdpRelay, LastPage, Relays, response_of
 from corral.sandbox.lease import ControlLease
 
 
@@ -305,3 +305,45 @@ async def test_shutdown_ends_open_connections_before_it_goes_on() -> None:
     await relays.close()
     assert detached == ["agent"] and chromium.closed.is_set() and relays.closed
     await task
+
+
+class Targets:
+    """Chromium's /json/list: its pages, and a worker."""
+
+    def __init__(self, *pages: str) -> None:
+        self.pages = list(pages)
+
+    async def __call__(self) -> list[dict[str, str]]:
+        return [{"id": p, "type": "page"} for p in self.pages] + [{"id": "W", "type": "service_worker"}]
+
+
+async def test_the_last_page_is_never_closed() -> None:
+    targets = Targets("P1", "P2")
+    last = LastPage(targets)
+    assert not await last.refuses("P1")  # P2 stays
+    assert await last.refuses("P2")  # P1 is closing (still listed): P2 is the last
+    assert not await last.refuses("W")  # not a page: Chromium answers
+    targets.pages = ["P2"]
+    assert await last.refuses(None)  # Page.close in a session: whichever page, it is the only one
+    targets.pages = ["P2", "P3"]
+    assert not await last.refuses(None)
+
+
+async def test_the_last_page_is_refused_when_devtools_cannot_tell() -> None:
+    async def silent() -> list[dict[str, str]]:
+        raise ActionError(ErrorCode.BROWSER_UNAVAILABLE, "no answer")
+
+    assert await LastPage(silent).refuses("P1")
+
+
+async def test_the_relay_refuses_closing_the_last_page_naming_the_rule() -> None:
+    close = json.dumps({"id": 1, "method": "Target.closeTarget", "params": {"targetId": "P1"}})
+    client = Client([close, json.dumps({"id": 2, "method": "Target.closeTarget", "params": {"targetId": "P2"}})])
+    chromium = Chromium(client, expected=1)
+    query = CdpQuery("cdp_00000011", False, None)
+    window = ActivityWindow(None, query.conn, query.actor)
+    relay = CdpRelay(client, query, ControlLease(), None, None, window, LastPage(Targets("P1", "P2")))  # type: ignore[arg-type]
+    await relay.serve(chromium)  # type: ignore[arg-type]
+    assert chromium.received == [json.loads(close)]
+    refused = next(m for m in client.sent if m["id"] == 2)
+    assert refused["error"]["message"].endswith("(rule browser_lifecycle)")
