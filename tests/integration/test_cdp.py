@@ -333,7 +333,7 @@ def test_a_framework_connects_and_reads_while_a_human_drives(gw: RunningGateway,
             finally:
                 browser.close()
         with _socket(gw, sb) as ws:
-            assert "root" in _call(ws, 1, "DOM.getDocument")["result"]
+            assert _call(ws, 1, "Target.getTargets")["result"]["targetInfos"]  # reading goes on
             for n, (method, params) in enumerate(
                 [
                     ("Runtime.compileScript", {"expression": "1", "sourceURL": "", "persistScript": True}),
