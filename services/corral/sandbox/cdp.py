@@ -364,9 +364,20 @@ async def _decoded(text: str) -> cdprules.Command | dict[str, Any]:
         else:
             message = cdprules.loads(text)
     except ValueError as exc:
-        return cdprules.invalid_reply(None, f"a CDP message is JSON without repeated keys ({exc})")
+        return cdprules.invalid_reply(_id_in(text), f"a CDP message is JSON without repeated keys ({exc})")
     command = cdprules.parse(message)
-    return cdprules.invalid_reply(None, command) if isinstance(command, str) else command
+    return cdprules.invalid_reply(cdprules.id_of(message), command) if isinstance(command, str) else command
+
+
+def _id_in(text: str) -> int | None:
+    """The id of a frame that is JSON but no CDP message (a key given twice), for its answer: a
+    client waits for its id. Only for small frames (this one is decoded on the loop)."""
+    if len(text) > _DECODE_ON_LOOP:
+        return None
+    try:
+        return cdprules.id_of(json.loads(text))
+    except ValueError:
+        return None
 
 
 class Relays:

@@ -227,6 +227,13 @@ def loads(frame: str) -> Any:
     return json.loads(frame, object_pairs_hook=_unique_keys)
 
 
+def id_of(message: Any) -> int | None:
+    """A decoded message's id, if it is one Chromium takes: a 32-bit integer (JSON's true is none,
+    though Python's bool is an int)."""
+    found = message.get("id") if isinstance(message, dict) else None
+    return found if type(found) is int and _MIN_ID <= found <= _MAX_ID else None
+
+
 def parse(message: Any) -> Command | str:
     """A decoded client message as a :class:`Command`, or why it is not one."""
     if not isinstance(message, dict):
@@ -238,11 +245,10 @@ def parse(message: Any) -> Command | str:
         return "a CDP command's params are an object"
     if session_id is not None and not isinstance(session_id, str):
         return "a CDP command's sessionId is a string"
-    message_id = message.get("id")
-    # Chromium's ids are 32-bit integers; JSON's true is no id (Python's bool is an int).
-    if type(message_id) is not int or not _MIN_ID <= message_id <= _MAX_ID:
+    message_id = id_of(message)
+    if message_id is None:
         return "a CDP command has an integer id"
-    return Command(message["id"], method, params, session_id)
+    return Command(message_id, method, params, session_id)
 
 
 __all__ = [
@@ -254,6 +260,7 @@ __all__ = [
     "Command",
     "Rule",
     "control_taken_reply",
+    "id_of",
     "invalid_reply",
     "loads",
     "needs_lease",
