@@ -51,19 +51,17 @@ def rewrite(answer: Any, base: str) -> Any:
     return answer
 
 
-class CommandTooBig(Exception):
-    """A client's frame over cdprules.CDP_MAX_COMMAND_BYTES: the relay ends with 1009."""
-
-
-async def _client_to_sandbox(client: WebSocket, upstream: ClientConnection, session: Session) -> None:
+async def _client_to_sandbox(client: WebSocket, upstream: ClientConnection, session: Session) -> bool:
+    """Relays the client's frames until it goes (False) or sends one over the cap (True: the relay
+    closes with 1009; the controller would refuse it too, so it is not sent on)."""
     while True:
         message = await client.receive()
         if message["type"] == "websocket.disconnect":
-            return
+            return False
         session.touch()
         frame: str | bytes = message.get("text") or message.get("bytes") or b""
-        if len(frame) > CDP_MAX_COMMAND_BYTES:  # the controller would refuse it too: not sent on
-            raise CommandTooBig
+        if len(frame) > CDP_MAX_COMMAND_BYTES:
+            return True
         await upstream.send(frame)
 
 
@@ -84,8 +82,9 @@ async def _sandbox_to_client(upstream: ClientConnection, client: WebSocket, sess
 
 async def relay(client: WebSocket, upstream: ClientConnection, session: Session) -> None:
     """Both ways unchanged until either side closes or the session ends (then 4000 and the reason)."""
-    tasks = {
-        asyncio.create_task(_client_to_sandbox(client, upstream, session)),
+    from_client = asyncio.create_task(_client_to_sandbox(client, upstream, session))
+    tasks: set[asyncio.Task[Any]] = {
+        from_client,
         asyncio.create_task(_sandbox_to_client(upstream, client, session)),
         asyncio.create_task(session.ended.wait()),
     }
@@ -94,8 +93,8 @@ async def relay(client: WebSocket, upstream: ClientConnection, session: Session)
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             failure = None if task.cancelled() else task.exception()
-            if isinstance(failure, CommandTooBig):
-                too_big = True
+            if task is from_client and not task.cancelled() and failure is None:
+                too_big = from_client.result()
             elif failure is not None and not isinstance(failure, WebSocketDisconnect | ConnectionClosed):
                 raise failure
     finally:
