@@ -349,12 +349,16 @@ async def test_a_person_driving_and_an_agent_waiting_for_one_are_not_idleness(gw
         async with connect(
             f"{gw.ws}/v1/sessions/{sid}/ws", additional_headers={"Authorization": f"Bearer {token}"}
         ) as agent:
+            await agent.send(json.dumps({"id": 1, "action": {"type": "control"}}))  # the person's note, taken
             asked = {"type": "request_control", "reason": "solve the puzzle", "wait_ms": 5000}
-            await agent.send(json.dumps({"id": 1, "action": asked}))
+            await agent.send(json.dumps({"id": 2, "action": asked}))
             async with asyncio.timeout(20):
+                handed_back = json.loads(await agent.recv())
                 answer = json.loads(await agent.recv())
+        assert handed_back["result"]["handed_back"]["note"] == "done"
         # Nobody came within the wait, longer than the idle timeout: answered, the session alive.
         assert answer["ok"] and answer["result"]["handed_back"] is None, answer
+        assert answer["elapsed_ms"] >= 5000
         with gw.client() as owner:
             assert owner.get(f"/v1/sessions/{sid}").status_code == 200
     finally:
