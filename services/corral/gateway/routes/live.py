@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from urllib.parse import urlencode, urlsplit
 
 from fastapi import APIRouter, WebSocket
+from starlette.types import Message
 
 from corral.errors import CodedError, Forbidden, SessionNotFound, Unauthorized
 from corral.gateway import controller
@@ -61,10 +62,6 @@ class AuthSlots:
             self.free += 1
 
 
-class AuthTooLarge(Exception):
-    """The auth message is over :data:`AUTH_MAX_BYTES`: a 1009 close, not a credential refusal."""
-
-
 @router.websocket("/live")
 async def session_live(
     websocket: WebSocket, session_id: str, keys: KeysDep, manager: ManagerDep, m: MetricsDep
@@ -100,9 +97,13 @@ async def _first_message(websocket: WebSocket) -> str | None:
                 await websocket.close(code=CLOSE_TRY_LATER, reason="too many live streams waiting to authenticate")
                 return None
             _same_origin(websocket)
-            return await _credential(websocket)
-        except AuthTooLarge:
-            await websocket.close(code=CLOSE_TOO_BIG, reason=f"the auth message is at most {AUTH_MAX_BYTES} bytes")
+            message = await _auth_message(websocket)
+            if message is None:
+                return None  # the client left first
+            if _size(message) > AUTH_MAX_BYTES:  # measured before any parsing
+                await websocket.close(code=CLOSE_TOO_BIG, reason=f"the auth message is at most {AUTH_MAX_BYTES} bytes")
+                return None
+            return _credential(message.get("text"))
         except CodedError as exc:
             await close_refused(websocket, exc)
     return None
@@ -149,18 +150,23 @@ def _touch(session: Session) -> Callable[[str | bytes], None]:
     return seen
 
 
-async def _credential(websocket: WebSocket) -> str | None:
-    """The auth message's credential; None when the client left first. Unauthorized for anything else."""
+async def _auth_message(websocket: WebSocket) -> Message | None:
+    """The first message, within :data:`AUTH_TIMEOUT_S` (Unauthorized after); None when the client left."""
     try:
         message = await asyncio.wait_for(websocket.receive(), AUTH_TIMEOUT_S)
     except TimeoutError:
         raise Unauthorized(f"no auth message within {AUTH_TIMEOUT_S:g} s of the upgrade") from None
-    if message["type"] == "websocket.disconnect":
-        return None
+    return None if message["type"] == "websocket.disconnect" else message
+
+
+def _size(message: Message) -> int:
+    """A message's length: a text's characters (a credential is ASCII), a binary message's bytes."""
     text = message.get("text")
-    # Its length before any parsing (a text's characters: a credential is ASCII, anything else is refused).
-    if len(text if text is not None else message.get("bytes") or b"") > AUTH_MAX_BYTES:
-        raise AuthTooLarge
+    return len(text) if text is not None else len(message.get("bytes") or b"")
+
+
+def _credential(text: str | None) -> str:
+    """The auth message's credential. Unauthorized for a message of any other shape."""
     try:
         sent = json.loads(text or "")
     except ValueError:
