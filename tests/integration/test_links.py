@@ -128,20 +128,39 @@ def test_the_owner_makes_lists_and_revokes_and_each_is_in_the_audit_chain(
     with gw.client(session["token"]) as agent:
         refused = agent.post(f"/v1/sessions/{sid}/links", json={"mode": "control"})
         assert (refused.status_code, refused.json()["error"]["code"]) == (403, "forbidden")
+    with gw.client(session["token"]) as agent:
+        fetched = agent.post(
+            f"/v1/sessions/{sid}/actions",
+            json={"action": {"type": "exec", "argv": ["curl", "-s", "-o", "/dev/null", "https://allowed.test/x"]}},
+        )
+        assert fetched.status_code == 200, fetched.text
+    action = fetched.json()["action_id"]
     with gw.client(secret) as viewer:
         assert viewer.get(f"/v1/sessions/{sid}/recording/events").status_code == 200
-        assert viewer.get(f"/v1/sessions/{sid}/traffic", params={"event": "link"}).status_code == 200
+        # One action's traffic, as the viewer page reads it: never the policy, the secrets' or links' records.
+        for params in (
+            {},
+            {"event": "link"},
+            {"event": "policy", "action": action},
+            {"event": "link", "action": action},
+        ):
+            assert viewer.get(f"/v1/sessions/{sid}/traffic", params=params).status_code == 403, params
+        read = viewer.get(f"/v1/sessions/{sid}/traffic", params={"action": action})
+        assert read.status_code == 200, read.text
+        events = {json.loads(line)["event"] for line in read.text.splitlines()}
+        assert "request" in events and events <= {"connect", "request", "block", "error", "secret"}
         for method, path in [("POST", "/actions"), ("GET", "/files?path=/etc/hostname"), ("GET", "/traffic.har")]:
             assert viewer.request(method, f"/v1/sessions/{sid}{path}", json={}).status_code == 403, path
     with gw.client() as owner:
         listed = owner.get(f"/v1/sessions/{sid}/links").json()
         assert [(x["id"], x["mode"], x["revoked_at"]) for x in listed] == [(link["id"], "control", None)]
+        assert listed[0]["last_used_at"] is not None  # its HTTP reads are its use
         assert owner.delete(f"/v1/sessions/{sid}/links/{link['id']}").status_code == 200
     with gw.client(secret) as viewer:
         gone = viewer.get(f"/v1/sessions/{sid}/recording/events")
         assert (gone.status_code, gone.json()["error"]["message"]) == (401, "link revoked")
     records = audit(gw, sid, tmp_path)
-    assert link_changes(records, link["id"]) == ["created", "revoked"]
+    assert link_changes(records, link["id"]) == ["created", "used", "revoked"]  # used: its first read
     made = next(r for r in records if r["event"] == "link")
     assert (made["mode"], made["expires_at"]) == ("control", link["expires_at"]) and made["actor"].startswith("key-")
     assert secret not in json.dumps(records)
@@ -280,3 +299,68 @@ async def test_a_human_s_traffic_names_the_link_and_the_agent_s_does_not(
     assert all(r["action"].startswith("h") for r in by_human)  # the human's input action, h<n>.<boot>
     agents = [r for r in records if r["url"] == "https://allowed.test/agent"]
     assert agents and all("actor" not in r for r in agents)  # the agent's records are as before
+
+
+NOISE_PAGE = "https://allowed.test/page/noise.html"
+
+
+async def test_a_revoke_hands_the_lease_back_at_once_from_a_viewer_that_stopped_reading(
+    gw: RunningGateway, session: dict[str, Any]
+) -> None:
+    sid = session["id"]
+    with gw.client(session["token"]) as agent:
+        # A screen that changes all the time in large frames: they back up behind a viewer that reads none.
+        noisy = agent.post(f"/v1/sessions/{sid}/actions", json={"action": {"type": "navigate", "url": NOISE_PAGE}})
+        assert noisy.status_code == 200, noisy.text
+    link, secret = make_link(gw, sid, "control")
+    ws = await connect(f"{gw.ws}/v1/sessions/{sid}/live", max_size=None, max_queue=1)
+    await ws.send(json.dumps({"type": "auth", "credential": secret}))
+    assert (await first_text(ws))["mode"] == "control"
+    assert await command(ws, {"type": "take", "seq": 1}) == {"type": "ack", "seq": 1}
+    await asyncio.sleep(4)  # never read again: the gateway's writes to it stall
+    with gw.client(session["token"]) as agent:
+        held = agent.post(f"/v1/sessions/{sid}/actions", json={"action": {"type": "wait", "ms": 0}})
+        assert (held.status_code, held.json()["error"]["code"]) == (409, "control_taken")
+        with gw.client() as owner:
+            revoked_at = time.monotonic()
+            assert (await asyncio.to_thread(owner.delete, f"/v1/sessions/{sid}/links/{link['id']}")).status_code == 200
+
+        def acts() -> bool:
+            return agent.post(f"/v1/sessions/{sid}/actions", json={"action": {"type": "wait", "ms": 0}}).is_success
+
+        assert await wait_until(acts, timeout_s=10)
+        assert time.monotonic() - revoked_at < 1.5  # not the ~40 s of the stalled close
+    ws.transport.abort()
+
+
+async def test_a_person_driving_and_an_agent_waiting_for_one_are_not_idleness(gw: RunningGateway) -> None:
+    with gw.client() as owner:
+        made = owner.post("/v1/sessions", json={"allow": ["allowed.test"], "idle_timeout_s": 2})
+        assert made.status_code == 201, made.text
+    sid, token = made.json()["id"], made.json()["token"]
+    try:
+        _, secret = make_link(gw, sid, "control")
+        ws = await open_live(gw, sid, secret)
+        assert (await first_text(ws))["mode"] == "control"
+        assert await command(ws, {"type": "take", "seq": 1}) == {"type": "ack", "seq": 1}
+        await asyncio.sleep(5)  # a person looking, between inputs, for more than the idle timeout
+        assert await command(ws, {"type": "release", "seq": 2, "note": "done"}) == {"type": "ack", "seq": 2}
+        await ws.close()
+        async with connect(
+            f"{gw.ws}/v1/sessions/{sid}/ws", additional_headers={"Authorization": f"Bearer {token}"}
+        ) as agent:
+            await agent.send(json.dumps({"id": 1, "action": {"type": "control"}}))  # the person's note, taken
+            asked = {"type": "request_control", "reason": "solve the puzzle", "wait_ms": 5000}
+            await agent.send(json.dumps({"id": 2, "action": asked}))
+            async with asyncio.timeout(20):
+                handed_back = json.loads(await agent.recv())
+                answer = json.loads(await agent.recv())
+        assert handed_back["result"]["handed_back"]["note"] == "done"
+        # Nobody came within the wait, longer than the idle timeout: answered, the session alive.
+        assert answer["ok"] and answer["result"]["handed_back"] is None, answer
+        assert answer["elapsed_ms"] >= 5000
+        with gw.client() as owner:
+            assert owner.get(f"/v1/sessions/{sid}").status_code == 200
+    finally:
+        with gw.client() as owner:
+            owner.delete(f"/v1/sessions/{sid}")

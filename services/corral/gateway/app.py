@@ -18,6 +18,7 @@ from corral.gateway import auth
 from corral.gateway.metrics import Metrics
 from corral.gateway.models import CdpConnect, CreateLink, CreateSession, UpdateSession
 from corral.gateway.routes import ROUTERS, errors
+from corral.gateway.routes.live import AuthSlots
 from corral.gateway.sessions import SessionManager
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
@@ -60,6 +61,7 @@ def create_app(settings: GatewaySettings | None = None, runtime: SandboxRuntime 
     app = FastAPI(title="Corral gateway", version="1", lifespan=lifespan)
     app.state.settings = settings
     app.state.cdp_tickets = TicketSigner(settings.data_dir)  # its key is made on first use
+    app.state.live_auth_slots = AuthSlots()
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)

@@ -20,7 +20,7 @@ import hmac
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -37,6 +37,7 @@ LINK_PREFIX = "crl_link_"
 ID_PREFIX = "lnk_"
 DEFAULT_TTL_S = 3600
 MAX_TTL_S = 86400
+USE_REPORTED_EVERY_S = 60.0  # a link's HTTP reads (the viewer page polls) report its use this often at most
 LinkChange = Literal["created", "used", "revoked", "expired"]
 # Why a link no longer opens anything: the words of the 401 and of the stream's close (4003).
 REVOKED = "link revoked"
@@ -156,6 +157,7 @@ class LinkBook:
         self._report = report
         self._clock = clock
         self._streams: dict[str, set[LinkStream]] = {}
+        self._use_reported: dict[str, float] = {}  # when each link's last ``used`` was reported
         self._tasks: set[asyncio.Task[None]] = set()
 
     def now(self) -> float:
@@ -200,7 +202,10 @@ class LinkBook:
         if current is None or current.expiry_reported:
             return
         self._put(session_id, current.model_copy(update={"expiry_reported": True}))
-        task = asyncio.create_task(self._tell(session_id, "expired", current))
+        self._keep(self._tell(session_id, "expired", current))
+
+    def _keep(self, report: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(report)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -208,16 +213,31 @@ class LinkBook:
         """Wait for the audit records still being sent (a stopping gateway, a test)."""
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def opened(self, session_id: str, link_id: str) -> LinkStream:
+    async def opened(self, session_id: str, stream: LinkStream) -> None:
         """A live stream opened with the link: counted (its revoke closes it from now on), its use
-        kept and reported (``used``)."""
-        stream = LinkStream(link_id)
-        self._streams.setdefault(link_id, set()).add(stream)
-        link = self.get(session_id, link_id)
+        kept and reported (``used``). Call it where :meth:`closed` follows whatever happens."""
+        self._streams.setdefault(stream.link_id, set()).add(stream)
+        link = self._used(session_id, stream.link_id)
         if link is not None:
-            self._put(session_id, link.model_copy(update={"last_used_at": self._clock()}))
             await self._tell(session_id, "used", link)
-        return stream
+
+    def read(self, session_id: str, link_id: str) -> None:
+        """The link read something over HTTP (what the viewer page fetches): its use kept and reported
+        (``used``, by a kept task), at most once every :data:`USE_REPORTED_EVERY_S` for a link."""
+        if self._clock() - self._use_reported.get(link_id, -USE_REPORTED_EVERY_S) < USE_REPORTED_EVERY_S:
+            return
+        link = self._used(session_id, link_id)
+        if link is not None:
+            self._keep(self._tell(session_id, "used", link))
+
+    def _used(self, session_id: str, link_id: str) -> LinkRecord | None:
+        link = self.get(session_id, link_id)
+        if link is None:
+            return None
+        now = self._clock()
+        self._use_reported[link_id] = now
+        self._put(session_id, link.model_copy(update={"last_used_at": now}))
+        return link
 
     def closed(self, stream: LinkStream) -> None:
         open_streams = self._streams.get(stream.link_id)

@@ -28,6 +28,7 @@ InFlight = dict[str, deque[float]]
 
 CLOSE_ENDED = 4000  # the session ended (deleted, timed out); the reason says which
 CLOSE_UNREACHABLE = 1011
+CLOSE_WAIT_S = 1.0  # how long either side's close may take when a relay ends
 # A reply's first key is always ``ok`` (corral.protocol.reply.encode); an event (``{"id", "event":
 # "output", ...}``, sent before its request's reply) never has one.
 _REPLY_START = '{"ok":'
@@ -130,15 +131,17 @@ async def _upstream_to_client(upstream: ClientConnection, client: WebSocket, see
             await client.send_bytes(frame)
 
 
-def _round_trip_ended(sent: InFlight, key: str, metrics: Metrics) -> None:
+def _round_trip_ended(sent: InFlight, key: str, metrics: Metrics) -> bool:
     """The round trip of the request ``key`` answered now (replies come in any order: a ``process_kill``
-    is answered while the ``exec`` it ends still runs); a reply to nothing in flight is not measured."""
+    is answered while the ``exec`` it ends still runs); a reply to nothing in flight is not measured
+    (False)."""
     times = sent.get(key)
     if not times:
-        return
+        return False
     metrics.action.labels(transport="ws").observe(time.perf_counter() - times.popleft())
     if not times:
         del sent[key]
+    return True
 
 
 async def relay(
@@ -151,29 +154,35 @@ async def relay(
 
     ``upstream_lost`` is awaited when the sandbox's side closes first: it ends the session if
     the sandbox died, so the client learns why (4000 and the reason) rather than a bare close."""
-    sent: InFlight = {}  # when each request in flight was sent, by its id, for the round-trip metric
+    # When each request in flight was sent, by its id: for the round-trip metric, and each one counts
+    # in the session's ``in_flight`` until answered (a long ``request_control`` wait is no idleness).
+    sent: InFlight = {}
 
     def request_sent(frame: str | bytes) -> None:
         session.touch()
         sent.setdefault(request_key(frame), deque()).append(time.perf_counter())
+        session.in_flight += 1
 
     def answer_came(frame: str | bytes) -> None:
-        if sent and is_reply(frame):  # events pass unchanged and end no round trip
-            _round_trip_ended(sent, reply_key(frame), metrics)
+        if sent and is_reply(frame) and _round_trip_ended(sent, reply_key(frame), metrics):
+            session.in_flight -= 1  # events pass unchanged and end no round trip
         code = reply.error_code(frame)  # a check of the first bytes; only a failure is parsed
         if code is not None:
             metrics.errors.labels(code=code).inc()
         session.touch()
 
-    await bridge(
-        client,
-        session,
-        metrics,
-        session.sandbox.ws_url,
-        to_upstream=request_sent,
-        to_client=answer_came,
-        upstream_lost=upstream_lost,
-    )
+    try:
+        await bridge(
+            client,
+            session,
+            metrics,
+            session.sandbox.ws_url,
+            to_upstream=request_sent,
+            to_client=answer_came,
+            upstream_lost=upstream_lost,
+        )
+    finally:  # the requests never answered are no longer under way
+        session.in_flight -= sum(len(times) for times in sent.values())
 
 
 async def bridge(
@@ -212,19 +221,31 @@ async def bridge(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         if sandbox_closed:
-            await upstream.close()
+            await _close_upstream(upstream)
             if upstream_lost is not None and not session.ended.is_set():
                 await upstream_lost()
                 stopped = ended if session.ended.is_set() else stopped
             await _close(client, stopped)
-        else:  # the client is told first: a revoked link's stream closes at once, whatever the sandbox
-            await _close(client, stopped)
-            await upstream.close()
+        else:
+            # Both at once, each bounded: a client that stopped reading cannot keep the controller's
+            # side (and a lease its stream holds) open while its close waits to be written.
+            await asyncio.gather(_close(client, stopped), _close_upstream(upstream))
 
 
 async def _close(client: WebSocket, stopped: Stop | None) -> None:
-    with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+    """The client's close, given :data:`CLOSE_WAIT_S`: uvicorn writes it only once the socket drains,
+    so for a client that stopped reading it is dropped and uvicorn closes the connection as the
+    handler returns (an ASGI app has no hold of the transport to abort it itself)."""
+    with contextlib.suppress(RuntimeError, WebSocketDisconnect, TimeoutError):
         if stopped is not None:
-            await client.close(code=stopped.code, reason=stopped.reason())
+            await asyncio.wait_for(client.close(code=stopped.code, reason=stopped.reason()), CLOSE_WAIT_S)
         else:
-            await client.close()
+            await asyncio.wait_for(client.close(), CLOSE_WAIT_S)
+
+
+async def _close_upstream(upstream: ClientConnection) -> None:
+    """The controller's side closed within :data:`CLOSE_WAIT_S`, else its transport aborted."""
+    try:
+        await asyncio.wait_for(upstream.close(), CLOSE_WAIT_S)
+    except TimeoutError:
+        upstream.transport.abort()

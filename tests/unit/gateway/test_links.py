@@ -87,8 +87,9 @@ async def test_a_link_the_audit_did_not_take_is_never_made() -> None:
 async def test_revoke_closes_the_link_s_streams_at_once_and_twice_is_once() -> None:
     book = Book()
     link, _ = await book.book.create("ses_a", "control", 60, "key-owner", 1e12)
-    stream = await book.book.opened("ses_a", link.id)
-    other = await book.book.opened("ses_a", link.id)
+    stream, other = links.LinkStream(link.id), links.LinkStream(link.id)
+    await book.book.opened("ses_a", stream)
+    await book.book.opened("ses_a", other)
     assert book.book.streams(link.id) == 2 and book.links[link.id].last_used_at == 1000.0
     book.time = 1010.0
     revoked = await book.book.revoke("ses_a", link.id)
@@ -120,3 +121,20 @@ async def test_expiry_is_reported_once() -> None:
     await book.book.drain()
     assert book.changes() == [("created", link.id), ("expired", link.id)]
     assert book.links[link.id].expiry_reported
+
+
+async def test_http_reads_report_the_link_s_use_once_a_minute() -> None:
+    book = Book()
+    link, _ = await book.book.create("ses_a", "view", 3600, "key-owner", 1e12)
+    book.time = 1010.0
+    book.book.read("ses_a", link.id)
+    book.time = 1069.0
+    book.book.read("ses_a", link.id)  # within the minute: kept quiet
+    await book.book.drain()
+    assert book.changes() == [("created", link.id), ("used", link.id)]
+    assert book.links[link.id].last_used_at == 1010.0
+    book.time = 1070.0
+    book.book.read("ses_a", link.id)
+    await book.book.drain()
+    assert book.changes()[-1] == ("used", link.id) and len(book.changes()) == 3
+    assert book.links[link.id].last_used_at == 1070.0

@@ -86,6 +86,7 @@ class Session:
     def __init__(self) -> None:
         self.ended = asyncio.Event()
         self.touched = 0
+        self.in_flight = 0
 
     def touch(self) -> None:
         self.touched += 1
@@ -268,29 +269,112 @@ async def test_a_vendor_call_and_its_failure_with_the_vendor_result_pass_unchang
     assert errors(metrics) == {"patch_failed": 1}
 
 
-async def test_a_stop_closes_the_client_with_its_code_before_the_controller(monkeypatch: pytest.MonkeyPatch) -> None:
-    order: list[str] = []
+LIVE_URL = "ws://sandbox.invalid/v1/live?viewer=human%3Alnk_x&mode=view"
 
-    class Remembering(Controller):
+
+class Transport:
+    def __init__(self) -> None:
+        self.aborted = False
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+class Hanging:
+    """A close that never finishes until ``done`` is set (a socket that stopped draining)."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.done = asyncio.Event()
+
+    async def __call__(self) -> None:
+        self.started.set()
+        await self.done.wait()
+
+
+async def revoked_bridge(monkeypatch: pytest.MonkeyPatch, client: Agent, controller: Controller) -> None:
+    """A link's relay whose stop fired as it opened (a revoke), closes bounded to a hundredth of a second."""
+
+    async def connect_ws(ws_url: str, secret: str) -> Controller:
+        assert ws_url == LIVE_URL
+        return controller
+
+    monkeypatch.setattr(relay_module, "connect_ws", connect_ws)
+    monkeypatch.setattr(relay_module, "CLOSE_WAIT_S", 0.01)
+    revoked = asyncio.Event()
+    revoked.set()
+    stop = relay_module.Stop(revoked.wait, 4003, lambda: "link revoked")
+    await relay_module.bridge(client, Session(), Metrics(), LIVE_URL, stops=[stop])  # type: ignore[arg-type]
+
+
+async def test_a_stop_closes_the_client_and_the_controller_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    controller_close = Hanging()
+
+    class Slow(Controller):
         async def close(self) -> None:
-            order.append("controller")
+            await controller_close()
             await super().close()
 
     class Client(Agent):
         async def close(self, code: int = 1000, reason: str = "") -> None:
-            order.append("client")
+            # The controller's close is under way before the client's finishes: neither waits on the other.
+            await controller_close.started.wait()
+            controller_close.done.set()
             await super().close(code, reason)
 
+    client = Client([], expect=1)
+    await revoked_bridge(monkeypatch, client, Slow(failing))
+    assert client.closed == (4003, "link revoked")
+    assert controller_close.done.is_set()
+
+
+async def test_a_client_that_never_drains_does_not_hold_the_controller_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    client_close = Hanging()
+    controller_closed = asyncio.Event()
+
+    class Remembering(Controller):
+        async def close(self) -> None:
+            controller_closed.set()
+            await super().close()
+
+    class Stuck(Agent):
+        async def close(self, code: int = 1000, reason: str = "") -> None:
+            await client_close()
+
+    await revoked_bridge(monkeypatch, Stuck([], expect=1), Remembering(failing))
+    assert client_close.started.is_set() and not client_close.done.is_set()  # given up on, not waited out
+    assert controller_closed.is_set()
+
+
+async def test_a_controller_whose_close_hangs_is_aborted(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Stuck(Controller):
+        transport = Transport()
+
+        async def close(self) -> None:
+            await Hanging()()
+
+    client, controller = Agent([], expect=1), Stuck(failing)
+    await revoked_bridge(monkeypatch, client, controller)
+    assert client.closed == (4003, "link revoked")
+    assert controller.transport.aborted
+
+
+async def test_requests_count_as_in_flight_until_answered_or_the_relay_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    session = Session()
+    seen: list[int] = []
+
+    def answer(message: str | bytes) -> list[str]:
+        seen.append(session.in_flight)  # while the controller holds it, the request is under way
+        request_id = json.loads(message)["id"]
+        return [] if request_id == 2 else [f'{{"ok":true,"id":{request_id},"result":{{}}}}']
+
+    controller = Controller(answer)
+
     async def connect_ws(ws_url: str, secret: str) -> Controller:
-        assert ws_url == "ws://sandbox.invalid/v1/live?viewer=human%3Alnk_x&mode=view"
-        return Remembering(failing)
+        return controller
 
     monkeypatch.setattr(relay_module, "connect_ws", connect_ws)
-    revoked = asyncio.Event()
-    revoked.set()  # revoked as the stream opened
-    client = Client([], expect=1)
-    stop = relay_module.Stop(revoked.wait, 4003, lambda: "link revoked")
-    url = "ws://sandbox.invalid/v1/live?viewer=human%3Alnk_x&mode=view"
-    await relay_module.bridge(client, Session(), Metrics(), url, stops=[stop])  # type: ignore[arg-type]
-    assert client.closed == (4003, "link revoked")
-    assert order == ["client", "controller"]  # the viewer is told at once, whatever the controller does
+    agent = Agent([json.dumps({"id": 1, "action": {}}), json.dumps({"id": 2, "action": {}})], expect=1)
+    await relay(agent, session, Metrics())  # type: ignore[arg-type]
+    assert seen == [1, 2]  # the first was still under way as the second went
+    assert session.in_flight == 0  # answered, or no longer under way once the agent left

@@ -93,6 +93,13 @@ def note_expiry(who: Caller, manager: SessionManager) -> None:
         manager.links.expired(who.link.session_id, who.link.link_id)
 
 
+def note_use(who: Caller, manager: SessionManager) -> None:
+    """A link that was let read something: its use kept and reported (throttled; on the event loop,
+    as :func:`note_expiry`)."""
+    if who.link is not None and who.link_refused is None:
+        manager.links.read(who.link.session_id, who.link.link_id)
+
+
 def caller(conn: HTTPConnection, keys: KeysDep, manager: ManagerDep) -> Caller:
     """The request's caller; refused only by what it then asks for (see :class:`Caller`)."""
     return identify(bearer(conn) or _ws_query_token(conn, keys), keys, manager)

@@ -41,8 +41,9 @@ async def revoke_link(link_id: str, session: LiveSessionDep, who: CallerDep, man
     """Revoked at once: its open streams close (4003 ``link revoked``); revoking twice is the same answer."""
     who.grant_links()
     link = await manager.links.revoke(session.id, link_id)
-    if link is None or link.revoked_at is None:
+    if link is None:
         raise NotFound(f"no link {link_id} in session {session.id}")
+    assert link.revoked_at is not None  # revoke() answers a revoked link or none
     return RevokedLink(id=link.id, revoked_at=link.revoked_at)
 
 

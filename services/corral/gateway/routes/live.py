@@ -2,24 +2,31 @@
 
 The credential comes as the first message, ``{"type": "auth", "credential": "..."}``, within
 :data:`AUTH_TIMEOUT_S` of the upgrade, never in the URL (the viewer page holds a link's secret in
-its fragment). A viewer link watches or controls as its mode says (``human:<link id>``), the owner's
-API key controls (``human:<key id>``), the session's token watches as the agent. A refusal closes
-4401/4403/4404 as ``/ws`` does; then every frame passes unchanged both ways. A link's stream closes
-4003 ``link revoked`` the moment it is revoked, ``link expired`` at its expiry; every stream 4000
-when the session ends.
+its fragment). Until it comes a socket holds one of :data:`AUTH_WAITING_MAX` places (1013 when none
+is free) and its message may be :data:`AUTH_MAX_BYTES` long (1009); an upgrade from a page of another
+origin is refused (4403: the viewer page is the gateway's own). A viewer link watches or controls as
+its mode says (``human:<link id>``), the owner's API key controls (``human:<key id>``), the session's
+token watches as the agent. A refusal closes 4401/4403/4404 as ``/ws`` does; then every frame passes
+unchanged both ways, the viewer's messages are the session's activity and an open stream that
+controls keeps it from being idle. A link's stream closes 4003 ``link revoked`` the moment it is
+revoked, ``link expired`` at its expiry; every stream 4000 when the session ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from urllib.parse import urlencode
+from collections.abc import Callable, Iterator
+from urllib.parse import urlencode, urlsplit
 
 from fastapi import APIRouter, WebSocket
+from starlette.types import Message
 
-from corral.errors import CodedError, SessionNotFound, Unauthorized
+from corral.errors import CodedError, Forbidden, SessionNotFound, Unauthorized
 from corral.gateway import controller
 from corral.gateway.links import EXPIRED, LinkBook, LinkStream
+from corral.gateway.metrics import Metrics
 from corral.gateway.relay import Stop, bridge
 from corral.gateway.routes.deps import KeysDep, ManagerDep, MetricsDep, identify, note_expiry
 from corral.gateway.routes.errors import close_refused
@@ -28,8 +35,31 @@ from corral.gateway.sessions import Session, SessionManager
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["live"])
 
 AUTH_TIMEOUT_S = 5.0
+AUTH_MAX_BYTES = 4096  # an auth message is a credential in a line of JSON: far less than this
+AUTH_WAITING_MAX = 64  # sockets past the upgrade that have not sent their credential yet
 CLOSE_LINK = 4003  # a viewer link revoked or expired while its stream was open
+CLOSE_TOO_BIG = 1009
+CLOSE_TRY_LATER = 1013
 _AUTH_SHAPE = 'the first message must be {"type": "auth", "credential": "<link secret, API key or session token>"}'
+
+
+class AuthSlots:
+    """The places of sockets that have not authenticated yet: taken without waiting, or refused."""
+
+    def __init__(self, size: int = AUTH_WAITING_MAX) -> None:
+        self.free = size
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[bool]:
+        """Whether a place was free; it is given back on leaving."""
+        if self.free <= 0:
+            yield False
+            return
+        self.free -= 1
+        try:
+            yield True
+        finally:
+            self.free += 1
 
 
 @router.websocket("/live")
@@ -37,10 +67,10 @@ async def session_live(
     websocket: WebSocket, session_id: str, keys: KeysDep, manager: ManagerDep, m: MetricsDep
 ) -> None:
     await websocket.accept()  # the credential comes as a message, so only after the upgrade
+    presented = await _first_message(websocket)
+    if presented is None:
+        return  # refused and closed, or the client left before it sent its credential
     try:
-        presented = await _credential(websocket)
-        if presented is None:
-            return  # the client left before it sent its credential
         who = identify(presented, keys, manager)
         note_expiry(who, manager)
         session = _session(manager, session_id)
@@ -50,26 +80,95 @@ async def session_live(
         return
     assert session is not None  # live_viewer refused otherwise
     url = controller.ws_address(session.sandbox.base_url, "/v1/live?" + urlencode({"viewer": actor, "mode": mode}))
-    if who.link is None:
-        await bridge(websocket, session, m, url)
-        return
-    stream = await manager.links.opened(session.id, who.link.link_id)
+    with _active(session, controls=mode == "control"):
+        if who.link is None:
+            await bridge(websocket, session, m, url, to_upstream=_touch(session))
+        else:
+            await _link_live(websocket, session, who.link.link_id, manager.links, m, url)
+
+
+async def _first_message(websocket: WebSocket) -> str | None:
+    """The credential of a socket that held one of the waiting places until it came; None once the
+    socket is closed (no place free, a foreign origin, a refused message) or the client left."""
+    slots: AuthSlots = websocket.app.state.live_auth_slots
+    with slots.held() as placed:
+        try:
+            if not placed:
+                await websocket.close(code=CLOSE_TRY_LATER, reason="too many live streams waiting to authenticate")
+                return None
+            _same_origin(websocket)
+            message = await _auth_message(websocket)
+            if message is None:
+                return None  # the client left first
+            if _size(message) > AUTH_MAX_BYTES:  # measured before any parsing
+                await websocket.close(code=CLOSE_TOO_BIG, reason=f"the auth message is at most {AUTH_MAX_BYTES} bytes")
+                return None
+            return _credential(message.get("text"))
+        except CodedError as exc:
+            await close_refused(websocket, exc)
+    return None
+
+
+async def _link_live(
+    websocket: WebSocket, session: Session, link_id: str, book: LinkBook, m: Metrics, url: str
+) -> None:
+    """A link's stream: counted from before its use is kept to after it closes, whatever happens."""
+    stream = LinkStream(link_id)
     try:
-        await bridge(websocket, session, m, url, stops=_link_stops(manager.links, session, stream))
+        await book.opened(session.id, stream)
+        await bridge(websocket, session, m, url, stops=_link_stops(book, session, stream), to_upstream=_touch(session))
     finally:
-        manager.links.closed(stream)
+        book.closed(stream)
 
 
-async def _credential(websocket: WebSocket) -> str | None:
-    """The auth message's credential; None when the client left first. Unauthorized for anything else."""
+def _same_origin(websocket: WebSocket) -> None:
+    """An upgrade a web page made carries its ``Origin``: only the gateway's own (the viewer page) passes."""
+    origin = websocket.headers.get("origin")
+    if origin is not None and urlsplit(origin).netloc != websocket.headers.get("host"):
+        raise Forbidden("the live stream answers only the gateway's own viewer page (the Origin is another)")
+
+
+@contextlib.contextmanager
+def _active(session: Session, controls: bool) -> Iterator[None]:
+    """A stream that may control counts as a request under way: a human driving is never idleness."""
+    if not controls:
+        yield
+        return
+    session.in_flight += 1
+    try:
+        yield
+    finally:
+        session.in_flight -= 1
+
+
+def _touch(session: Session) -> Callable[[str | bytes], None]:
+    """Each viewer message is the session's activity."""
+
+    def seen(frame: str | bytes) -> None:
+        session.touch()
+
+    return seen
+
+
+async def _auth_message(websocket: WebSocket) -> Message | None:
+    """The first message, within :data:`AUTH_TIMEOUT_S` (Unauthorized after); None when the client left."""
     try:
         message = await asyncio.wait_for(websocket.receive(), AUTH_TIMEOUT_S)
     except TimeoutError:
         raise Unauthorized(f"no auth message within {AUTH_TIMEOUT_S:g} s of the upgrade") from None
-    if message["type"] == "websocket.disconnect":
-        return None
+    return None if message["type"] == "websocket.disconnect" else message
+
+
+def _size(message: Message) -> int:
+    """A message's length: a text's characters (a credential is ASCII), a binary message's bytes."""
+    text = message.get("text")
+    return len(text) if text is not None else len(message.get("bytes") or b"")
+
+
+def _credential(text: str | None) -> str:
+    """The auth message's credential. Unauthorized for a message of any other shape."""
     try:
-        sent = json.loads(message.get("text") or "")
+        sent = json.loads(text or "")
     except ValueError:
         raise Unauthorized(_AUTH_SHAPE) from None
     if not isinstance(sent, dict) or sent.get("type") != "auth" or not isinstance(sent.get("credential"), str):

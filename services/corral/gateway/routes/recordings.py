@@ -24,6 +24,7 @@ from corral.gateway.routes.deps import (
     identify,
     live_session,
     note_expiry,
+    note_use,
     viewed_session,
 )
 from corral.gateway.sessions import SessionManager
@@ -62,7 +63,9 @@ def session_recordings(session_id: str, who: CallerDep, manager: ManagerDep) -> 
 
 async def viewer_recordings(session_id: str, who: CallerDep, manager: ManagerDep) -> RecordingManager:
     note_expiry(who, manager)
-    return _open_recording(session_id, who, manager, viewer=True)
+    recordings = _open_recording(session_id, who, manager, viewer=True)
+    note_use(who, manager)
+    return recordings
 
 
 RecordingsDep = Annotated[RecordingManager, Depends(session_recordings)]

@@ -10,13 +10,25 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Response
 
-from corral.errors import AuditAnchorsInvalid, AuditLogUnreadable, InvalidRequest, NotFound
+from corral.errors import AuditAnchorsInvalid, AuditLogUnreadable, Forbidden, InvalidRequest, NotFound
 from corral.gateway.auth import Caller
-from corral.gateway.routes.deps import CallerDep, KeyIdDep, ManagerDep, live_session, note_expiry, viewed_session
+from corral.gateway.routes.deps import (
+    CallerDep,
+    KeyIdDep,
+    ManagerDep,
+    live_session,
+    note_expiry,
+    note_use,
+    viewed_session,
+)
 from corral.gateway.sessions import SessionManager
 from corral.proxy import traffic
 
 router = APIRouter(tags=["traffic"])
+
+# What the viewer page shows of an action's traffic (its connections, requests, refusals, failures
+# and brokered secrets' uses, by name: the log never holds a value).
+LINK_EVENTS = frozenset({"connect", "request", "block", "error", "secret"})
 
 
 def audit_log(session_id: str, who: CallerDep, manager: ManagerDep) -> Path:
@@ -25,7 +37,9 @@ def audit_log(session_id: str, who: CallerDep, manager: ManagerDep) -> Path:
 
 async def viewer_audit_log(session_id: str, who: CallerDep, manager: ManagerDep) -> Path:
     note_expiry(who, manager)
-    return _audit_log(session_id, who, manager, viewer=True)
+    path = _audit_log(session_id, who, manager, viewer=True)
+    note_use(who, manager)
+    return path
 
 
 def _audit_log(session_id: str, who: Caller, manager: SessionManager, viewer: bool) -> Path:
@@ -79,11 +93,22 @@ async def list_audit_logs(key_id: KeyIdDep, manager: ManagerDep) -> Any:
 
 
 @router.get("/v1/sessions/{session_id}/traffic")
-async def session_traffic(log_path: ViewerAuditLogDep, wanted: FilterDep) -> Response:
+async def session_traffic(log_path: ViewerAuditLogDep, wanted: FilterDep, who: CallerDep) -> Response:
     """The audit records, as JSON Lines exactly as the proxy wrote them (so `verify` still holds
-    for an unfiltered download)."""
-    lines = await asyncio.to_thread(_filtered_lines, log_path, wanted)
+    for an unfiltered download). A viewer link reads what its page shows: one action's traffic."""
+    events = _link_events(wanted) if who.link is not None else None
+    lines = await asyncio.to_thread(_filtered_lines, log_path, wanted, events)
     return Response(b"".join(lines), media_type="application/jsonl")
+
+
+def _link_events(wanted: traffic.TrafficFilter) -> frozenset[str]:
+    """The events a viewer link may read, for one action only (403 otherwise): never the policy,
+    the secrets' setup or the links' own records that the rest of the log holds."""
+    if wanted.action is None:
+        raise Forbidden("a viewer link reads one action's traffic: add action=")
+    if wanted.event is not None and wanted.event not in LINK_EVENTS:
+        raise Forbidden(f"a viewer link reads only these events: {', '.join(sorted(LINK_EVENTS))}")
+    return LINK_EVENTS
 
 
 @router.get("/v1/sessions/{session_id}/traffic.anchors")
@@ -111,7 +136,8 @@ def _records(path: Path) -> list[traffic.AuditRecord]:
         raise AuditLogUnreadable(str(exc)) from None
 
 
-def _filtered_lines(path: Path, wanted: traffic.TrafficFilter) -> list[bytes]:
+def _filtered_lines(path: Path, wanted: traffic.TrafficFilter, events: frozenset[str] | None = None) -> list[bytes]:
+    """The lines ``wanted`` keeps, of ``events`` only when given."""
     if not path.exists():
         return []
     out = []
@@ -123,7 +149,7 @@ def _filtered_lines(path: Path, wanted: traffic.TrafficFilter) -> list[bytes]:
                 record = json.loads(line)
             except ValueError:
                 raise AuditLogUnreadable(f"{path.name}: a line is not JSON") from None
-            if wanted.matches(record):
+            if wanted.matches(record) and (events is None or record.get("event") in events):
                 out.append(line if line.endswith(b"\n") else line + b"\n")
     return out
 

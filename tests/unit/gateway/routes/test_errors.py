@@ -108,3 +108,21 @@ def test_the_documented_table_is_the_table() -> None:
     documented = {(int(status), code) for status, code in re.findall(r"^\| (\d{3}) \| `([a-z_]+)` \|", doc, re.M)}
     table = {(answer.status, str(cls.code)) for cls, answer in STATUS.items()}
     assert documented == table
+
+
+def _statuses(text: str) -> set[tuple[int, str]]:
+    """The (status, code) pairs a paragraph names as ``409 `a`, `b`; 507 `c```."""
+    pairs = set()
+    for status, codes in re.findall(r"\b(\d{3}) ((?:`[a-z_]+`(?:, | and )?)+)", text):
+        pairs |= {(int(status), code) for code in re.findall(r"`([a-z_]+)`", codes)}
+    return pairs
+
+
+def test_the_controller_s_codes_the_gateway_passes_on_are_documented_as_the_controller_answers() -> None:
+    docs = Path(__file__).parents[4] / "docs"
+    gateway = (docs / "gateway.md").read_text()
+    passed_on = _statuses(gateway.split("Passed on from the sandbox's controller", 1)[1].split("\n\n", 1)[0])
+    http_status = (docs / "protocol.md").read_text().split("### HTTP status", 1)[1].split("\n\n", 2)[1]
+    assert (409, "control_taken") in passed_on
+    assert passed_on <= _statuses(http_status)
+    assert not {code for _, code in passed_on} & {str(cls.code) for cls in STATUS}  # not the gateway's own

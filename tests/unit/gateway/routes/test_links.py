@@ -117,6 +117,18 @@ async def test_a_link_opens_its_session_s_viewer_reads_and_nothing_else(app: Fas
         assert _refusal(foreign) == (403, "forbidden", "this viewer link is for another session")
 
 
+async def test_a_link_s_http_read_is_its_use(app: FastAPI) -> None:
+    session, _ = await _session(app)
+    link = await _link(app, session)
+    app.state.manager.links._clock = lambda: 5000.0
+    async with client_for(app, _secret(link)) as viewer:
+        assert (await viewer.get(f"/v1/sessions/{session.id}/recording/events")).status_code == 200
+    await app.state.manager.links.drain()
+    async with client_for(app, KEY) as owner:
+        listed = (await owner.get(f"/v1/sessions/{session.id}/links")).json()
+    assert [x["last_used_at"] for x in listed] == [5000.0]
+
+
 async def test_a_revoked_or_expired_link_is_refused_naming_which(app: FastAPI) -> None:
     session, _ = await _session(app)
     revoked, expired = await _link(app, session), await _link(app, session, ttl_s=1)
@@ -132,11 +144,13 @@ async def test_a_revoked_or_expired_link_is_refused_naming_which(app: FastAPI) -
 
 
 async def test_a_restarted_gateway_keeps_the_links(tmp_path: Path) -> None:
-    settings = settings_for(tmp_path)
+    settings = settings_for(tmp_path, record=True)
     first = wired(settings)
     await first.state.manager.start()
     session, _ = await _session(first)
-    link = await _link(first, session)
+    link, revoked = await _link(first, session), await _link(first, session)
+    async with client_for(first, KEY) as owner:
+        assert (await owner.delete(f"/v1/sessions/{session.id}/links/{revoked['id']}")).status_code == 200
     runtime = first.state.manager._runtime
     await first.state.manager.stop()  # the sandboxes stay; a new gateway adopts them
     await first.state.http.aclose()
@@ -145,9 +159,12 @@ async def test_a_restarted_gateway_keeps_the_links(tmp_path: Path) -> None:
     await again.state.manager.start()
     try:
         kept = again.state.manager.get(session.id).record.links
-        assert list(kept) == [link["id"]] and kept[link["id"]].mode == "view"
+        assert set(kept) == {link["id"], revoked["id"]} and kept[link["id"]].mode == "view"
+        events = f"/v1/sessions/{session.id}/recording/events"
         async with client_for(again, _secret(link)) as viewer:
-            assert (await viewer.get(f"/v1/sessions/{session.id}/recording/events")).status_code != 401
+            assert (await viewer.get(events)).status_code == 200
+        async with client_for(again, _secret(revoked)) as viewer:
+            assert _refusal(await viewer.get(events)) == (401, "unauthorized", "link revoked")
     finally:
         await again.state.manager.stop()
         await again.state.http.aclose()

@@ -161,3 +161,87 @@ def test_bad_credentials_are_refused_as_ws_refuses_them(
     monkeypatch.setattr(live_module, "AUTH_TIMEOUT_S", 0.05)
     assert _refused(client, session_id, None) == (4401, "no auth message within 0.05 s of the upgrade")
     assert opened == []  # nothing refused reached the controller
+
+
+def test_an_auth_message_over_its_limit_is_refused_before_it_is_read(
+    gateway: tuple[TestClient, str, str, list[str]],
+) -> None:
+    client, session_id, token, opened = gateway
+    padded = json.dumps({"type": "auth", "credential": token, "pad": "x" * live_module.AUTH_MAX_BYTES})
+    assert _refused(client, session_id, padded) == (
+        1009,
+        f"the auth message is at most {live_module.AUTH_MAX_BYTES} bytes",
+    )
+    assert opened == []
+
+
+def test_sockets_waiting_to_authenticate_are_capped(gateway: tuple[TestClient, str, str, list[str]]) -> None:
+    client, session_id, token, opened = gateway
+    client.app.state.live_auth_slots = live_module.AuthSlots(1)  # type: ignore[attr-defined]
+    with client.websocket_connect(f"/v1/sessions/{session_id}/live") as waiting:
+        assert _refused(client, session_id, _auth(token)) == (1013, "too many live streams waiting to authenticate")
+        waiting.send_text(_auth(token))  # authenticated: its place is free again
+        assert waiting.receive_text() == HELLO
+        with client.websocket_connect(f"/v1/sessions/{session_id}/live") as second:
+            second.send_text(_auth(token))
+            assert second.receive_text() == HELLO
+            second.send_text(BYE)
+        waiting.send_text(BYE)
+    assert len(opened) == 2
+
+
+def test_only_the_gateway_s_own_pages_may_open_the_stream(gateway: tuple[TestClient, str, str, list[str]]) -> None:
+    client, session_id, token, opened = gateway
+    path = f"/v1/sessions/{session_id}/live"
+    foreign = client.websocket_connect(path, headers={"origin": "https://allowed.test"})
+    with foreign as ws, pytest.raises(WebSocketDisconnect) as closed:
+        ws.receive_text()
+    assert closed.value.code == 4403
+    with client.websocket_connect(path, headers={"origin": "http://testserver"}) as ws:  # the viewer page
+        ws.send_text(_auth(token))
+        assert ws.receive_text() == HELLO
+        ws.send_text(BYE)
+    assert len(opened) == 1
+
+
+def test_a_controlling_stream_and_its_messages_keep_the_session_active(
+    gateway: tuple[TestClient, str, str, list[str]],
+) -> None:
+    client, session_id, token, _ = gateway
+    session = client.app.state.manager.get(session_id)  # type: ignore[attr-defined]
+    session.last_activity_at = 0.0
+    with client.websocket_connect(f"/v1/sessions/{session_id}/live") as ws:
+        ws.send_text(_auth(KEY))  # the owner's key controls
+        assert ws.receive_text() == HELLO
+        assert ws.receive_bytes() == FRAME
+        assert session.in_flight == 1  # driving, even between inputs, is no idleness
+        assert session.last_activity_at == 0.0
+        ws.send_text('{"type":"take","seq":1}')
+        assert ws.receive_text() == '{"type":"take","seq":1}'
+        assert session.last_activity_at > 0.0
+        ws.send_text(BYE)
+        with pytest.raises(WebSocketDisconnect):
+            ws.receive_text()
+    assert session.in_flight == 0
+    with client.websocket_connect(f"/v1/sessions/{session_id}/live") as ws:
+        ws.send_text(_auth(token))  # the agent only watches: its open stream is not activity
+        assert ws.receive_text() == HELLO
+        assert session.in_flight == 0
+        ws.send_text(BYE)
+
+
+def test_a_link_stream_whose_use_was_not_kept_is_not_left_counted(
+    gateway: tuple[TestClient, str, str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, session_id, _, opened = gateway
+    link = _owner(client, "POST", f"/v1/sessions/{session_id}/links", json={"mode": "view"})
+    book = client.app.state.manager.links  # type: ignore[attr-defined]
+
+    def unwritable(session_id: str, saved: object) -> None:
+        raise OSError("the disk is full")
+
+    monkeypatch.setattr(book, "_save", unwritable)
+    with pytest.raises(OSError), client.websocket_connect(f"/v1/sessions/{session_id}/live") as ws:
+        ws.send_text(_auth(link["url"].split("#link=")[1]))
+        ws.receive_text()
+    assert book.streams(link["id"]) == 0 and opened == []
