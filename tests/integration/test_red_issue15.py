@@ -268,6 +268,28 @@ def test_send_message_to_target_cannot_wrap_a_proxy_context(gw: RunningGateway, 
         assert not contexts, f"a browser context with its own proxy was made through sendMessageToTarget: {made}"
 
 
+@pytest.mark.parametrize(
+    "inner",
+    [
+        {"id": 78, "method": "Tethering.bind", "params": {"port": 9333}},
+        {"id": 79, "method": "Target.setRemoteLocations", "params": {"locations": [{"host": "evil.test", "port": 1}]}},
+        {"id": 80, "method": "Target.exposeDevToolsProtocol", "params": {"targetId": "PAGE", "bindingName": "cdp"}},
+    ],
+    ids=["tethering", "remote_locations", "expose_devtools_to_page"],
+)
+def test_send_message_to_target_cannot_wrap_other_refused_methods(
+    gw: RunningGateway, sb: Sandbox, inner: dict[str, Any]
+) -> None:
+    with _socket(gw, sb) as ws:
+        browser_target = _call(ws, 1, "Target.getTargetInfo")["result"]["targetInfo"]["targetId"]
+        pages = [t for t in _call(ws, 2, "Target.getTargets")["result"]["targetInfos"] if t["type"] == "page"]
+        params = {k: (pages[0]["targetId"] if v == "PAGE" else v) for k, v in inner["params"].items()}
+        attached = _call(ws, 3, "Target.attachToTarget", {"targetId": browser_target, "flatten": False})
+        assert "result" in attached
+        got = _wrapped(ws, 4, attached["result"]["sessionId"], {**inner, "params": params})
+    assert got["inner"] is None or "error" in got["inner"], f"{inner['method']} ran through sendMessageToTarget: {got}"
+
+
 def test_send_message_to_target_cannot_wrap_browser_close(gw: RunningGateway, fresh: Sandbox) -> None:
     with _socket(gw, fresh) as ws:
         browser_target = _call(ws, 1, "Target.getTargetInfo")["result"]["targetInfo"]["targetId"]
@@ -487,10 +509,8 @@ def test_a_session_token_cannot_make_links_and_links_open_nothing_else(gw: Runni
         assert viewer.post(f"/v1/sessions/{sb.id}/links", json={"mode": "control"}).status_code in (401, 403)
         assert viewer.post(f"/v1/sessions/{sb.id}/cdp/connect", json={}).status_code in (401, 403)
         assert viewer.get(f"/v1/sessions/{sb.id}/cdp/json/version").status_code in (401, 403)
-    with pytest.raises(Exception):
-        with connect(f"{gw.ws}/v1/sessions/{sb.id}/cdp", additional_headers=link, open_timeout=20) as ws:
-            assert _closed_with(ws) in (4401, 4403)
-            raise RuntimeError("refused")
+    with connect(f"{gw.ws}/v1/sessions/{sb.id}/cdp", additional_headers=link, open_timeout=20) as ws:
+        assert _closed_with(ws) in (4401, 4403)
 
 
 def test_a_link_of_one_session_opens_nothing_of_another(gw: RunningGateway, sb: Sandbox) -> None:
