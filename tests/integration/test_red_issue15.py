@@ -301,7 +301,7 @@ def test_send_message_to_target_cannot_wrap_browser_close(gw: RunningGateway, fr
         assert _browser_lives(gw, fresh, ws), f"Browser.close wrapped in sendMessageToTarget closed Chromium: {tried}"
 
 
-def test_page_navigate_to_chrome_internal_pages_is_not_allowed(gw: RunningGateway, sb: Sandbox) -> None:
+def test_chrome_internal_pages_over_cdp_do_not_loosen_the_egress_policy(gw: RunningGateway, sb: Sandbox) -> None:
     targets = httpx.get(f"{gw.url}/v1/sessions/{sb.id}/cdp/json/list", headers=_bearer(sb)).json()
     page = next(t for t in targets if t["type"] == "page")
     reached: dict[str, Any] = {}
