@@ -284,10 +284,17 @@ def test_send_message_to_target_cannot_wrap_other_refused_methods(
         browser_target = _call(ws, 1, "Target.getTargetInfo")["result"]["targetInfo"]["targetId"]
         pages = [t for t in _call(ws, 2, "Target.getTargets")["result"]["targetInfos"] if t["type"] == "page"]
         params = {k: (pages[0]["targetId"] if v == "PAGE" else v) for k, v in inner["params"].items()}
+        wrapped = {**inner, "params": params}
         attached = _call(ws, 3, "Target.attachToTarget", {"targetId": browser_target, "flatten": False})
-        assert "result" in attached
-        got = _wrapped(ws, 4, attached["result"]["sessionId"], {**inner, "params": params})
-    assert got["inner"] is None or "error" in got["inner"], f"{inner['method']} ran through sendMessageToTarget: {got}"
+        if "result" in attached:
+            got = _wrapped(ws, 4, attached["result"]["sessionId"], wrapped)
+            ran = got["inner"] is not None and "error" not in got["inner"]
+            assert not ran, f"{inner['method']} ran through sendMessageToTarget: {got}"
+            return
+        # Held a step earlier: no non-flat session, and no sendMessageToTarget even with a guessed one.
+        assert "flat_sessions" in attached["error"]["message"], attached
+        sent = _call(ws, 4, "Target.sendMessageToTarget", {"sessionId": "guessed", "message": json.dumps(wrapped)})
+        assert "error" in sent and "flat_sessions" in sent["error"]["message"], sent
 
 
 def test_send_message_to_target_cannot_wrap_browser_close(gw: RunningGateway, fresh: Sandbox) -> None:
@@ -463,11 +470,12 @@ def test_a_web_origin_with_a_stolen_session_token_cannot_drive_the_live_stream(g
     with connect(
         f"{gw.ws}/v1/sessions/{sb.id}/live", additional_headers={"Origin": "https://allowed.test"}, open_timeout=20
     ) as ws:
-        ws.send(json.dumps({"type": "auth", "credential": str(sb.info["token"])}))
         try:
+            ws.send(json.dumps({"type": "auth", "credential": str(sb.info["token"])}))
             hello = _hello(ws)
-        except ConnectionClosed:
-            return  # refused outright: held
+        except ConnectionClosed as refused:
+            assert refused.rcvd is not None and refused.rcvd.code == 4403, refused  # a foreign Origin: held
+            return
         assert hello["mode"] == "view"
         ws.send(json.dumps({"type": "input", "seq": 1, "action": {"type": "click", "x": 5, "y": 5}}))
         assert _reply(ws, 1)["type"] == "error"
