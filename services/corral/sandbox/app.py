@@ -287,6 +287,7 @@ class Connection:
         self._desktop: asyncio.Queue[Incoming] = asyncio.Queue()
         self._apart: set[asyncio.Task[None]] = set()
         self._current: asyncio.Task[None] | None = None
+        self._open = True  # the client is still there to read a reply
 
     async def serve(self) -> None:
         worker = asyncio.create_task(self._desktop_requests())
@@ -311,8 +312,10 @@ class Connection:
         except WebSocketDisconnect:
             return
         finally:
-            # The desktop request running finishes, as it always did (its reply goes nowhere); queued
-            # ones never run. Commands still running are cancelled: their trees are killed.
+            # The desktop request running finishes, as it always did (its reply goes nowhere, and
+            # takes no hand-back with it); queued ones, and one still waiting for the lease, never
+            # run. Commands still running are cancelled: their trees are killed.
+            self._open = False
             worker.cancel()
             apart = list(self._apart)
             for task in apart:
@@ -326,11 +329,13 @@ class Connection:
     async def _desktop_requests(self) -> None:
         while True:
             incoming = await self._desktop.get()
+            # Outside the shield: a client gone while a human holds the lease leaves no click behind.
+            incoming = await self._dispatcher.wait_for_control(incoming)
             self._current = asyncio.create_task(self._answer(incoming))
             await asyncio.shield(self._current)
 
     async def _answer(self, incoming: Incoming) -> None:
-        out = await self._dispatcher.run(incoming, self._event)
+        out = await self._dispatcher.run(incoming, self._event, lambda: self._open)
         _, frame = fitted(incoming, out)
         await self._send(frame)  # "ok" first: the gateway's relay reads only that
 

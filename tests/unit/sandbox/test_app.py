@@ -173,7 +173,10 @@ class _Dispatcher:
         request = json.loads(raw)
         return Incoming(request, request["id"], None, None, 0.0, 0.0)
 
-    async def run(self, incoming: Incoming, emit: Any) -> dict[str, Any]:
+    async def wait_for_control(self, incoming: Incoming) -> Incoming:
+        return incoming
+
+    async def run(self, incoming: Incoming, emit: Any, listening: Any = None) -> dict[str, Any]:
         request = incoming.request
         if request.get("release"):
             self.released.set()
@@ -210,7 +213,7 @@ async def test_commands_cancelled_at_the_end_of_a_connection_have_finished_when_
     cleaning, cleaned = asyncio.Event(), asyncio.Event()
 
     class Cleaning(_Dispatcher):
-        async def run(self, incoming: Incoming, emit: Any) -> dict[str, Any]:
+        async def run(self, incoming: Incoming, emit: Any, listening: Any = None) -> dict[str, Any]:
             try:
                 return await super().run(incoming, emit)
             except asyncio.CancelledError:
@@ -261,3 +264,52 @@ def test_the_agents_websocket_keeps_its_frame_limit_under_cdps_larger_one() -> N
         with pytest.raises(WebSocketDisconnect) as closed:
             ws.receive_text()
     assert closed.value.code == 1009
+
+
+HUMAN = "human:lnk_3kq9x0a1b2c4"
+
+
+def _click(wait_ms: int) -> dict[str, Any]:
+    request = {"id": 1, "action": {"type": "click", "x": 1, "y": 1}, "wait_for_control_ms": wait_ms}
+    return {"type": "websocket.receive", "text": json.dumps(request)}
+
+
+async def test_a_connection_that_closes_while_its_request_waits_for_the_lease_leaves_nothing_to_run() -> None:
+    parts = Parts()
+    desktop = fake_desktop(parts)
+    desktop.lease.take(HUMAN)
+    socket = _Socket()
+    serving = asyncio.create_task(Connection(socket, Dispatcher(desktop, Limits())).serve())  # type: ignore[arg-type]
+    socket.incoming.put_nowait(_click(600_000))
+    while socket.incoming.qsize():
+        await asyncio.sleep(0)
+    socket.incoming.put_nowait({"type": "websocket.disconnect"})
+    done, _ = await asyncio.wait({serving}, timeout=5)
+    serving.cancel()
+    assert serving in done  # not held up by the 600 s wait
+    desktop.lease.release(HUMAN, "done")
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert not parts.methods("input")  # the click never runs after the hand-back
+    handed = desktop.lease.take_hand_back()
+    assert handed is not None and handed.note == "done"  # still the agent's to read
+
+
+async def test_a_reply_nobody_reads_takes_no_hand_back() -> None:
+    parts = Parts()
+    desktop = fake_desktop(parts)
+    socket = _Socket()
+    serving = asyncio.create_task(Connection(socket, Dispatcher(desktop, Limits())).serve())  # type: ignore[arg-type]
+    async with desktop.lock:  # an earlier action still running
+        socket.incoming.put_nowait(_click(0))
+        while not desktop.lock._waiters:
+            await asyncio.sleep(0)
+        socket.incoming.put_nowait({"type": "websocket.disconnect"})
+        while socket.incoming.qsize():
+            await asyncio.sleep(0)
+        desktop.lease.take(HUMAN)
+        desktop.lease.release(HUMAN, "over to you")
+    await asyncio.wait_for(serving, 5)  # the click ran (the agent held the lease again), unread
+    assert parts.methods("input")
+    handed = desktop.lease.take_hand_back()
+    assert handed is not None and handed.note == "over to you"
