@@ -32,7 +32,7 @@ from corral.sandbox.recorder import Recorder
 from corral.sandbox.settings import ControllerSettings
 from corral.sandbox.takeover import LeaseLog
 from corral.sandbox.transfer_record import Tallied, Transfer
-from corral.sandbox.viewers import MODES, VIEWER, HumanInput, Viewers
+from corral.sandbox.viewers import HumanInput, Viewers, admitted
 
 log = logging.getLogger(__name__)
 
@@ -185,8 +185,8 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
     @app.websocket("/v1/live")
     async def live(websocket: WebSocket, viewer: str = "", mode: str = "view") -> None:
         """A live stream for ``viewer`` (the gateway's word, made trusted by the guard's signature)."""
-        if VIEWER.fullmatch(viewer) is None or mode not in MODES:
-            await websocket.close(1008, "viewer=<actor>&mode=view|control")
+        if not admitted(viewer, mode):
+            await websocket.close(1008, "viewer=<actor>&mode=view|control (the agent views only)")
             return
         await websocket.accept()
         await websocket.app.state.viewers.serve(websocket, viewer, mode)

@@ -18,7 +18,7 @@ from corral.sandbox.desktop import Desktop
 from corral.sandbox.dispatch import Dispatcher, Incoming
 from corral.sandbox.settings import ControllerSettings
 
-from .desktop_fake import Parts, fake_desktop
+from .desktop_fake import Parts, fake_desktop, settled
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # starlette's note about httpx, on import
@@ -281,8 +281,7 @@ async def test_a_connection_that_closes_while_its_request_waits_for_the_lease_le
     socket = _Socket()
     serving = asyncio.create_task(Connection(socket, Dispatcher(desktop, Limits())).serve())  # type: ignore[arg-type]
     socket.incoming.put_nowait(_click(600_000))
-    while socket.incoming.qsize():
-        await asyncio.sleep(0)
+    await settled(lambda: socket.incoming.empty())
     socket.incoming.put_nowait({"type": "websocket.disconnect"})
     done, _ = await asyncio.wait({serving}, timeout=5)
     serving.cancel()
@@ -302,11 +301,9 @@ async def test_a_reply_nobody_reads_takes_no_hand_back() -> None:
     serving = asyncio.create_task(Connection(socket, Dispatcher(desktop, Limits())).serve())  # type: ignore[arg-type]
     async with desktop.lock:  # an earlier action still running
         socket.incoming.put_nowait(_click(0))
-        while not desktop.lock._waiters:
-            await asyncio.sleep(0)
+        await settled(lambda: bool(desktop.lock._waiters))
         socket.incoming.put_nowait({"type": "websocket.disconnect"})
-        while socket.incoming.qsize():
-            await asyncio.sleep(0)
+        await settled(lambda: socket.incoming.empty())
         desktop.lease.take(HUMAN)
         desktop.lease.release(HUMAN, "over to you")
     await asyncio.wait_for(serving, 5)  # the click ran (the agent held the lease again), unread

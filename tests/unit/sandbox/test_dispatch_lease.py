@@ -12,7 +12,7 @@ from corral.protocol import Limits
 from corral.sandbox.dispatch import Dispatcher
 from corral.sandbox.lease import ControlLease
 
-from .desktop_fake import Parts, fake_desktop
+from .desktop_fake import Parts, fake_desktop, settled
 from .test_dispatch import Recorder, Reporter
 
 HUMAN = "human:lnk_3kq9x0a1b2c4"
@@ -152,8 +152,7 @@ async def _queued_on_the_lock(dispatcher: Dispatcher, message: dict[str, Any]) -
     """``message`` sent while the test holds the desktop's lock, once it waits for that lock."""
     desktop = dispatcher._desktop
     task = asyncio.create_task(_send(dispatcher, message))
-    while not desktop.lock._waiters:  # past the lease's check, queued on the lock
-        await asyncio.sleep(0)
+    await settled(lambda: bool(desktop.lock._waiters))  # past the lease's check, queued on the lock
     return task
 
 
