@@ -102,7 +102,7 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         app.state.max_body = settings.max_message_bytes
         # WS /v1/live: frames grabbed and encoded only while a stream is open.
         encoder = ThreadEncoder()
-        live = LiveView(desktop.screen, encoder, busy=desktop.lock.locked)
+        live = LiveView(desktop.screen, encoder, busy=desktop.lock.locked, action_ended=desktop.lock.ended)
         viewers = Viewers(desktop, live, HumanInput(desktop, reporter, recorder))
         app.state.viewers = viewers
         # Connect to Chromium early so the first browser action does not pay for it; keep the task.
