@@ -66,7 +66,9 @@ HUMAN_TIMEOUT_S = 30.0
 # action stays in flight for the proxy this long after, as a CDP connection's window does.
 TAIL_S = 1.0
 MAX_PENDING = 256  # a viewer's messages waiting to run
-MAX_OUTBOX = 512  # texts waiting to be sent to a viewer (acks, errors, lease changes)
+# Texts waiting to be sent to a viewer (acks, errors, lease changes; a few hundred bytes each): room
+# for a burst of input answered while the viewer reads on (a few thousand), not for one that never reads.
+MAX_OUTBOX = 4096
 DIALECT = "human"
 
 _ACTION: TypeAdapter[a.NativeAction] = TypeAdapter(a.NativeAction)
