@@ -164,8 +164,11 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
             frame = reply.encode(out)
         else:
             incoming = dispatcher.read(body)
+            waited = await _wait_for_control(request, dispatcher, incoming)
+            if waited is None:  # the client went away while a human held the lease: nothing runs
+                return Response(status_code=204)
             # The frame fitted is the body sent: a screenshot's reply is encoded once, not twice.
-            out, frame = fitted(incoming, await dispatcher.run(incoming))
+            out, frame = fitted(incoming, await dispatcher.run(waited))
         status = 200 if out["ok"] else _STATUS.get(out["error"]["code"], 400)
         return Response(frame, status_code=status, media_type="application/json")
 
@@ -346,6 +349,30 @@ class Connection:
         async with self._sending:
             with contextlib.suppress(WebSocketDisconnect, RuntimeError):
                 await self._websocket.send_text(frame)
+
+
+async def _wait_for_control(request: Request, dispatcher: Dispatcher, incoming: Incoming) -> Incoming | None:
+    """The request's wait for the lease, ended when its client goes away (None then). uvicorn does
+    not cancel a request whose client left: its ``http.disconnect`` is watched for here, and only
+    while the request waits (the body is read by then)."""
+    if not dispatcher.must_wait_for_control(incoming):
+        return incoming
+    waiting = asyncio.create_task(dispatcher.wait_for_control(incoming))
+    gone = asyncio.create_task(_disconnected(request))
+    try:
+        await asyncio.wait((waiting, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (waiting, gone):
+            task.cancel()
+        await asyncio.gather(waiting, gone, return_exceptions=True)
+    if gone.done() and not gone.cancelled():
+        return None
+    return waiting.result()
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _frame_size(frame: str | bytes, limit: int) -> int:
