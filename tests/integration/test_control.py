@@ -181,3 +181,28 @@ async def test_the_mcp_tools_ask_the_lease_and_a_help_request_nobody_answers(gw:
             assert asked["holder"] == "agent" and asked["handed_back"] is None and asked["help"] is None
         finally:
             await ok(client, "end_session", session_id=session_id)
+
+
+async def test_a_request_whose_client_left_while_it_waited_for_the_lease_never_runs(
+    sandbox: SandboxAddress, client: SandboxClient
+) -> None:
+    def gives_up(message: dict[str, Any]) -> None:
+        headers = {**auth.sign(sandbox.secret).headers, "content-type": "application/json"}
+        with pytest.raises(httpx.ReadTimeout):  # the client hangs up after a second
+            httpx.post(f"{sandbox.base_url}/v1/actions", content=json.dumps(message), headers=headers, timeout=1)
+
+    await asyncio.to_thread(client.act, {"type": "move", "x": 10, "y": 10})
+    async with live(sandbox, "control") as stream:
+        await stream.text()
+        assert (await stream.send({"type": "take"}))["type"] == "ack"
+        for kind in ("move", "exec"):  # one desktop request, one run apart
+            action: dict[str, Any] = {"type": "move", "x": 123, "y": 45}
+            if kind == "exec":
+                action = {"type": "exec", "command": "xdotool mousemove 321 54"}
+            await asyncio.to_thread(gives_up, {"action": action, "wait_for_control_ms": 30_000})
+        assert (await stream.send({"type": "release", "note": "back to you"}))["type"] == "ack"
+    await asyncio.sleep(1.0)  # a stale request, had one stayed, would have run by now
+    reply = await asyncio.to_thread(client.act, {"type": "cursor_position"})
+    assert (reply["result"]["x"], reply["result"]["y"]) == (10, 10)
+    # The hand-back was left for a reply someone reads.
+    assert reply["control"]["note"] == "back to you"

@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+import pytest
 from PIL import Image
 from websockets.asyncio.client import ClientConnection
 
@@ -177,3 +178,26 @@ async def test_a_stream_that_closes_while_holding_gives_the_lease_back(
     # The stream's end reaches the controller a moment after the close: the agent waits for the lease.
     reply = await asyncio.to_thread(client.act, {"type": "cursor_position"}, wait_for_control_ms=5000)
     assert reply["ok"] is True and reply["control"]["left"] is True and reply["control"]["by"] == VIEWER
+
+
+async def test_the_agent_gets_no_control_stream_and_an_oversized_message_closes_a_stream(
+    sandbox: SandboxAddress, client: SandboxClient
+) -> None:
+    from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+    # The agent only ever watches: a control stream for it is refused at the upgrade, the lease untouched.
+    with pytest.raises(InvalidStatus) as refused:
+        async with live(sandbox, "control", "agent"):
+            pass
+    assert refused.value.response.status_code == 403
+    # uvicorn takes frames up to CDP's 64 MiB on every route: a viewer's over a MiB closes it (1009).
+    async with live(sandbox, "control") as stream:
+        await stream.text()
+        await stream.ws.send("x" * (2 << 20))
+        try:
+            while True:
+                await stream.text()
+        except ConnectionClosed as closed:
+            assert closed.rcvd is not None and closed.rcvd.code == 1009
+    reply = await asyncio.to_thread(client.act, {"type": "cursor_position"})
+    assert reply["ok"] is True and "control" not in reply

@@ -33,7 +33,7 @@ from corral.sandbox.recorder import Recorder
 from corral.sandbox.settings import ControllerSettings
 from corral.sandbox.takeover import LeaseLog
 from corral.sandbox.transfer_record import Tallied, Transfer
-from corral.sandbox.viewers import MODES, VIEWER, HumanInput, Viewers
+from corral.sandbox.viewers import HumanInput, Viewers, admitted
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         app.state.max_body = settings.max_message_bytes
         # WS /v1/live: frames grabbed and encoded only while a stream is open.
         encoder = ThreadEncoder()
-        live = LiveView(desktop.screen, encoder, busy=desktop.lock.locked)
+        live = LiveView(desktop.screen, encoder, busy=desktop.lock.locked, action_ended=desktop.lock.ended)
         viewers = Viewers(desktop, live, HumanInput(desktop, reporter, recorder))
         app.state.viewers = viewers
         # Connect to Chromium early so the first browser action does not pay for it; keep the task.
@@ -169,8 +169,11 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
             frame = reply.encode(out)
         else:
             incoming = dispatcher.read(body)
+            waited = await _wait_for_control(request, dispatcher, incoming)
+            if waited is None:  # the client went away while a human held the lease: nothing runs
+                return Response(status_code=204)
             # The frame fitted is the body sent: a screenshot's reply is encoded once, not twice.
-            out, frame = fitted(incoming, await dispatcher.run(incoming))
+            out, frame = fitted(incoming, await dispatcher.run(waited))
         status = 200 if out["ok"] else _STATUS.get(out["error"]["code"], 400)
         return Response(frame, status_code=status, media_type="application/json")
 
@@ -190,8 +193,8 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
     @app.websocket("/v1/live")
     async def live(websocket: WebSocket, viewer: str = "", mode: str = "view") -> None:
         """A live stream for ``viewer`` (the gateway's word, made trusted by the guard's signature)."""
-        if VIEWER.fullmatch(viewer) is None or mode not in MODES:
-            await websocket.close(1008, "viewer=<actor>&mode=view|control")
+        if not admitted(viewer, mode):
+            await websocket.close(1008, "viewer=<actor>&mode=view|control (the agent views only)")
             return
         await websocket.accept()
         await websocket.app.state.viewers.serve(websocket, viewer, mode)
@@ -292,6 +295,7 @@ class Connection:
         self._desktop: asyncio.Queue[Incoming] = asyncio.Queue()
         self._apart: set[asyncio.Task[None]] = set()
         self._current: asyncio.Task[None] | None = None
+        self._open = True  # the client is still there to read a reply
 
     async def serve(self) -> None:
         worker = asyncio.create_task(self._desktop_requests())
@@ -316,8 +320,10 @@ class Connection:
         except WebSocketDisconnect:
             return
         finally:
-            # The desktop request running finishes, as it always did (its reply goes nowhere); queued
-            # ones never run. Commands still running are cancelled: their trees are killed.
+            # The desktop request running finishes, as it always did (its reply goes nowhere, and
+            # takes no hand-back with it); queued ones, and one still waiting for the lease, never
+            # run. Commands still running are cancelled: their trees are killed.
+            self._open = False
             worker.cancel()
             apart = list(self._apart)
             for task in apart:
@@ -331,11 +337,13 @@ class Connection:
     async def _desktop_requests(self) -> None:
         while True:
             incoming = await self._desktop.get()
+            # Outside the shield: a client gone while a human holds the lease leaves no click behind.
+            incoming = await self._dispatcher.wait_for_control(incoming)
             self._current = asyncio.create_task(self._answer(incoming))
             await asyncio.shield(self._current)
 
     async def _answer(self, incoming: Incoming) -> None:
-        out = await self._dispatcher.run(incoming, self._event)
+        out = await self._dispatcher.run(incoming, self._event, lambda: self._open)
         _, frame = fitted(incoming, out)
         await self._send(frame)  # "ok" first: the gateway's relay reads only that
 
@@ -346,6 +354,30 @@ class Connection:
         async with self._sending:
             with contextlib.suppress(WebSocketDisconnect, RuntimeError):
                 await self._websocket.send_text(frame)
+
+
+async def _wait_for_control(request: Request, dispatcher: Dispatcher, incoming: Incoming) -> Incoming | None:
+    """The request's wait for the lease, ended when its client goes away (None then). uvicorn does
+    not cancel a request whose client left: its ``http.disconnect`` is watched for here, and only
+    while the request waits (the body is read by then)."""
+    if not dispatcher.must_wait_for_control(incoming):
+        return incoming
+    waiting = asyncio.create_task(dispatcher.wait_for_control(incoming))
+    gone = asyncio.create_task(_disconnected(request))
+    try:
+        await asyncio.wait((waiting, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (waiting, gone):
+            task.cancel()
+        await asyncio.gather(waiting, gone, return_exceptions=True)
+    if gone.done() and not gone.cancelled():
+        return None
+    return waiting.result()
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _frame_size(frame: str | bytes, limit: int) -> int:

@@ -31,6 +31,7 @@ from corral.sandbox.screen import Screen, Settled
 from corral.sandbox.search import Search
 from corral.sandbox.settings import ControllerSettings
 from corral.sandbox.shell import PersistentShell
+from corral.sandbox.turns import ActionLock
 from corral.sandbox.xinput import XInput
 
 MULTI_CLICK_GAP_S = 0.02
@@ -101,7 +102,7 @@ class Desktop:
         # The session's one persistent bash (the shell action), a process of the table's.
         self.shell = shell
         self.size = Size(self.screen.width, self.screen.height)
-        self.lock = asyncio.Lock()
+        self.lock = ActionLock()  # the live view waits for its release (corral.sandbox.turns)
         # Who may drive this desktop now (the agent, a human with a control link, an exclusive CDP client).
         self.lease = ControlLease()
 

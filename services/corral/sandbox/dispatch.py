@@ -6,7 +6,8 @@ import asyncio
 import logging
 import secrets
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from corral.errors import ActionError, ErrorCode
@@ -23,6 +24,7 @@ from corral.protocol.envelope import MAX_FRAME_BYTES, Limits, decode, plan_reque
 from corral.protocol.plan import ActionResult, After, EncodedImage, Plan, RequestId
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.egress import ActionReporter
+from corral.sandbox.lease import AGENT
 from corral.sandbox.processes import Emit, RunContext
 from corral.sandbox.recorder import Recorder
 
@@ -93,6 +95,9 @@ class Incoming:
     started: float
     wall: float
     number: int | None = None  # the recorder's count of requests as they came in (None: not recording)
+    # The transport waited for the lease already (Dispatcher.wait_for_control, where a closed
+    # connection could cancel it): running it does not wait again.
+    control_waited: bool = False
 
     @property
     def apart(self) -> bool:
@@ -137,20 +142,44 @@ class Dispatcher:
             return Incoming(request, request_id, None, exc, started, wall, number)
         return Incoming(request, request_id, plan, None, started, wall, number)
 
-    async def run(self, incoming: Incoming, emit: Emit | None = None) -> dict[str, Any]:
+    def must_wait_for_control(self, incoming: Incoming) -> bool:
+        """Whether running ``incoming`` would wait for the lease now (another holds it and the request
+        asked to wait)."""
+        plan = incoming.plan
+        return (
+            plan is not None
+            and plan.wait_for_control_ms > 0
+            and not _asks_for_control(plan)
+            and not self._desktop.lease.held_by(AGENT)
+        )
+
+    async def wait_for_control(self, incoming: Incoming) -> Incoming:
+        """The request's wait for the lease (up to its ``wait_for_control_ms``) before it runs, for a
+        transport to cancel when its client goes away; :meth:`run` then refuses at once if the lease
+        did not come back. The returned :class:`Incoming` is the one to run."""
+        if not self.must_wait_for_control(incoming):
+            return incoming
+        assert incoming.plan is not None
+        await self._desktop.lease.wait_for_return(incoming.plan.wait_for_control_ms)
+        return replace(incoming, control_waited=True)
+
+    async def run(
+        self, incoming: Incoming, emit: Emit | None = None, listening: Callable[[], bool] = lambda: True
+    ) -> dict[str, Any]:
         """Run a read message; ``emit`` sends its events (an exec's streamed output), if the
-        transport can."""
+        transport can. ``listening`` says whether the reply still has a reader: a hand-back is not
+        spent on a reply nobody reads."""
         if self._recorder is not None:
             await self._recorder.before_action()
-        handled = await self._handle(incoming, emit)
+        handled = await self._handle(incoming, emit, listening)
         if self._recorder is not None:
             elapsed_ms = (time.perf_counter() - incoming.started) * 1000
             self._recorder.record(handled.event(incoming.wall, elapsed_ms, incoming.number))
         return handled.reply
 
-    async def _handle(self, incoming: Incoming, emit: Emit | None) -> Handled:
+    async def _handle(self, incoming: Incoming, emit: Emit | None, listening: Callable[[], bool]) -> Handled:
         handled = await self._answer(incoming, emit)
-        if not _asks_for_control(incoming.plan):
+        if not _asks_for_control(incoming.plan) and listening():
             handed = self._desktop.lease.take_hand_back()
             if handed is not None:  # a human handed the lease back: the agent hears of it once
                 handled.reply["control"] = handed.as_dict()
@@ -167,7 +196,8 @@ class Dispatcher:
             planned = self._planned(plan)
             if not _asks_for_control(plan):
                 # Before the desktop's lock and before any apart action: a command drives X as well.
-                await self._desktop.lease.agent_may_act(plan.wait_for_control_ms)
+                # Checked again once the lock is held (_run, _run_apart): a human may take it meanwhile.
+                await self._desktop.lease.agent_may_act(0 if incoming.control_waited else plan.wait_for_control_ms)
             if incoming.apart:
                 ran = await self._run_apart(plan, RunContext(planned.action_id, _with_id(emit, plan.request_id)))
             else:
@@ -201,6 +231,8 @@ class Dispatcher:
         image = None
         if plan.after.screenshot is not None:
             async with self._desktop.lock:
+                if not _asks_for_control(plan):
+                    self._desktop.lease.check(AGENT)  # a human took the lease while the command ran
                 image = (await self._desktop.capture(plan.after.screenshot, plan.after)).image
         return Ran(results, image, None, None)
 
@@ -217,6 +249,8 @@ class Dispatcher:
         try:
             async with asyncio.timeout(plan.timeout_ms / 1000):
                 async with self._desktop.lock:
+                    # Taken by a human while this waited for the lock: the human's turn, not the agent's.
+                    self._desktop.lease.check(AGENT)
                     if self._reporter is not None:
                         await self._reporter.started(action_id)
                     try:

@@ -5,7 +5,9 @@ One lease per sandbox, held by the agent (``agent``) from the start. A human wit
 takes it only from the agent. While someone else holds it the agent's actions are refused with
 :class:`~corral.errors.ControlTaken` (or wait for it, up to the request's ``wait_for_control_ms``).
 A human hands back with an optional note, which the agent gets once (:meth:`ControlLease.take_hand_back`:
-the next reply carries it, or the ``control`` action returns it).
+the next reply carries it, or the ``control`` action returns it). Hand-backs not yet read wait in the
+order they were made (up to :data:`MAX_UNREAD`, the oldest dropped first): each reply carries the
+oldest, so two humans' notes both reach the agent.
 
 Holders stack: a human who takes the lease from an exclusive CDP connection gives it back to that
 connection if it is still attached, else to the agent. A holder that goes away (its stream or
@@ -13,22 +15,30 @@ connection closed) is :meth:`detach`-ed: as a release without a note, marked ``l
 
 Pure state and asyncio waits; no I/O. Listeners (live streams, the recorder, the audit) are called
 synchronously with each :class:`Change`, in the order they subscribed; a listener must not raise
-(what it must do at length it schedules).
+(what it must do at length it schedules); one that does is logged, and the others and the waiters
+still hear of the change.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from corral.errors import ControlTaken
 
+log = logging.getLogger(__name__)
+
 AGENT = "agent"
 HUMAN_PREFIX = "human:"
 CDP_PREFIX = "cdp:"
+# Hand-backs kept for the agent until read; a flood of take/release from links drops the oldest.
+MAX_UNREAD = 16
 
 ChangeKind = Literal["taken", "returned", "left", "requested", "request_ended"]
 Listener = Callable[["Change"], None]
@@ -123,7 +133,11 @@ class ControlLease:
         self._stack: list[Holder] = [Holder(AGENT, clock())]
         self._attached: set[str] = {AGENT}
         self._help: HelpRequest | None = None
-        self._hand_back: HandBack | None = None
+        # Hand-backs the agent has not read, oldest first, and the recent ones numbered (counted by
+        # ``_handed``) so a help request knows which came after it.
+        self._unread: deque[HandBack] = deque(maxlen=MAX_UNREAD)
+        self._recent: deque[tuple[int, HandBack]] = deque(maxlen=MAX_UNREAD)
+        self._handed = 0
         # Set and replaced at each change: waiters wake, look again, and wait on the new one.
         self._changed = asyncio.Event()
         self._listeners: list[Listener] = []
@@ -193,10 +207,11 @@ class ControlLease:
         return self._give_back(who, note, left=False)
 
     def detach(self, who: str) -> HandBack | None:
-        """``who`` went away: released if it held the lease (``left``), and forgotten either way."""
-        self._attached.discard(who)
+        """``who`` went away: released if it held the lease (``left``), and forgotten either way. The
+        agent never goes away: it stays the bottom of every stack."""
         if who == AGENT:
             return None
+        self._attached.discard(who)
         handed = self._give_back(who, None, left=True)
         self._stack = [h for h in self._stack if h.who != who]
         return handed
@@ -214,7 +229,9 @@ class ControlLease:
         handed: HandBack | None = None
         if is_human(who):
             handed = HandBack(who, note, now, left)
-            self._hand_back = handed
+            self._handed += 1
+            self._unread.append(handed)
+            self._recent.append((self._handed, handed))
         helped = self._help is not None and is_human(who) and top.who == AGENT
         self._emit("left" if left else "returned", who, note=note)
         if helped:
@@ -224,13 +241,17 @@ class ControlLease:
 
     # -- the agent's side
 
+    @property
+    def hand_backs(self) -> int:
+        """How many hand-backs humans have made so far (what :meth:`wait_for_hand_back` counts from)."""
+        return self._handed
+
     def take_hand_back(self) -> HandBack | None:
-        """The hand-back waiting for the agent, once (None when there is none or the agent does not
-        hold the lease)."""
-        if self.holder.who != AGENT:
+        """The oldest hand-back the agent has not read, once (None when there is none or the agent
+        does not hold the lease)."""
+        if self.holder.who != AGENT or not self._unread:
             return None
-        handed, self._hand_back = self._hand_back, None
-        return handed
+        return self._unread.popleft()
 
     async def agent_may_act(self, wait_ms: int = 0) -> None:
         """Returns once the agent holds the lease; raises :class:`ControlTaken` if it does not within
@@ -259,10 +280,22 @@ class ControlLease:
             self._help = None
             self._emit("request_ended", self.holder.who)
 
-    async def wait_for_hand_back(self, wait_ms: int) -> HandBack | None:
-        """Waits up to ``wait_ms`` for a human to hand the lease back to the agent; the hand-back, once."""
-        await self._wait_until(lambda: self._hand_back is not None and self.holder.who == AGENT, wait_ms)
-        return self.take_hand_back()
+    async def wait_for_hand_back(self, wait_ms: int, since: int | None = None) -> HandBack | None:
+        """Waits up to ``wait_ms`` for a human to hand the lease back to the agent after the first
+        ``since`` hand-backs (:attr:`hand_backs` when the agent asked; default: now); the first such,
+        taken from the unread ones (returned even when another reply read it meanwhile: it came for
+        this wait). An older unread hand-back does not end the wait."""
+        if since is None:
+            since = self._handed
+        await self._wait_until(lambda: self._handed > since and self.holder.who == AGENT, wait_ms)
+        if self.holder.who != AGENT:
+            return None
+        for number, handed in self._recent:
+            if number > since:
+                with contextlib.suppress(ValueError):
+                    self._unread.remove(handed)
+                return handed
+        return None  # more than MAX_UNREAD hand-backs since: the oldest are gone
 
     # -- plumbing
 
@@ -276,7 +309,12 @@ class ControlLease:
 
     def _emit(self, kind: ChangeKind, previous: str, *, note: str | None = None, reason: str | None = None) -> None:
         change = Change(kind, self.state(), previous, note, reason)
-        for listener in list(self._listeners):
-            listener(change)
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+        try:
+            for listener in list(self._listeners):
+                try:
+                    listener(change)
+                except Exception:
+                    log.exception("a listener of the control lease failed on %s", kind)
+        finally:
+            changed, self._changed = self._changed, asyncio.Event()
+            changed.set()

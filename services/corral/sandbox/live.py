@@ -8,8 +8,11 @@ screenshot thread: an agent's screenshot must not wait behind a viewer's frame) 
 every stream. Each :class:`LiveStream` holds only the newest frame it has not sent: a slow viewer
 skips frames, it never queues them.
 
-An action running on the desktop comes first: while it holds the desktop's lock the view waits
-(up to :data:`MAX_DEFER_S`) before it grabs, so a viewer costs the agent's actions next to nothing.
+An action running on the desktop comes first: while it holds the desktop's lock the view does not
+look; it waits for the action's end (told by the lock, corral.sandbox.turns, not polled), then one
+:data:`FAST_POLL_S` more (the action's reply leaves, the next action of a quick agent starts) before
+it grabs, so a viewer costs the agent's actions next to nothing. An action longer than
+:data:`MAX_DEFER_S` (the default settle timeout) is still shown as it goes.
 
 Pacing: a poll every :data:`FAST_POLL_S` after a change, backing off to :data:`IDLE_POLL_S` after
 :data:`IDLE_AFTER_S` without one; each stream sends at most :data:`MAX_FPS` frames a second. A
@@ -42,8 +45,7 @@ IDLE_AFTER_S = 1.0
 MAX_FPS = 15
 JPEG_QUALITY = 70
 ENCODER_NICE = 10
-DEFER_POLL_S = 0.005
-MAX_DEFER_S = 0.100
+MAX_DEFER_S = 3.0  # corral.protocol.envelope.Limits.settle_timeout_ms: an action settling is not shown
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -135,10 +137,14 @@ class LiveView:
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         busy: Callable[[], bool] = lambda: False,
+        action_ended: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._grabber = grabber
         self._encoder = encoder
         self._busy = busy  # an action runs on the desktop (Desktop.lock is held)
+        # Returns when the running action ends (ActionLock.ended); without it, the view looks again
+        # each FAST_POLL_S.
+        self._action_ended = action_ended
         self.clock = clock
         self.sleep = sleep
         self._streams: list[LiveStream] = []
@@ -198,16 +204,31 @@ class LiveView:
             await self.sleep(poll_interval(self.clock() - changed_at))
 
     async def _between_actions(self) -> None:
-        """Waits while the desktop runs an action, up to :data:`MAX_DEFER_S`: the action comes first
-        (its grab, its encode, its CPU), the viewer sees its outcome right after; a long one (a drag,
-        a settle) is still shown as it goes."""
-        start = self.clock()
-        waited = False
-        while self._busy() and self.clock() - start < MAX_DEFER_S:
-            waited = True
-            await self.sleep(DEFER_POLL_S)
-        if waited and not self._busy():
-            await self.sleep(DEFER_POLL_S)  # the action's reply leaves before the grab takes the GIL
+        """Waits while the desktop runs actions, up to :data:`MAX_DEFER_S` in all: the action comes
+        first (its grabs, its encode, its CPU), the viewer sees its outcome one :data:`FAST_POLL_S`
+        after it ends (its reply has left, an agent's next action may have begun: then that one
+        first too); one longer than that (a drag, a slow page) is still shown as it goes."""
+        deadline = self.clock() + MAX_DEFER_S
+        while self._busy():
+            left = deadline - self.clock()
+            if left <= 0:
+                return
+            await self._until_action_ends(left)
+            if not self._busy():
+                await self.sleep(min(FAST_POLL_S, max(deadline - self.clock(), 0)))
+
+    async def _until_action_ends(self, at_most_s: float) -> None:
+        if self._action_ended is None:
+            await self.sleep(min(FAST_POLL_S, at_most_s))
+            return
+        ended = asyncio.ensure_future(self._action_ended())
+        timer = asyncio.ensure_future(self.sleep(at_most_s))
+        try:
+            await asyncio.wait((ended, timer), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in (ended, timer):
+                waiting.cancel()
+            await asyncio.gather(ended, timer, return_exceptions=True)
 
     async def _look(self) -> bool:
         """One grab; when the screen changed, a frame offered to every stream. Whether it changed."""

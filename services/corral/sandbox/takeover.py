@@ -36,13 +36,13 @@ async def request_control(lease: ControlLease, reason: str, wait_ms: int) -> dic
     """Ask for a human (the viewers' banner shows ``reason``) and wait up to ``wait_ms`` for one to
     take the lease and hand it back. Nobody came: ``handed_back`` is None, not an error; the request
     ends either way (also when the agent's request is cancelled)."""
+    since = lease.hand_backs  # only a hand-back made after the request answers it
     lease.request_help(reason)
-    handed: HandBack | None = None
     try:
-        handed = await lease.wait_for_hand_back(wait_ms)
+        handed = await lease.wait_for_hand_back(wait_ms, since)
     finally:
-        if handed is None:
-            lease.end_help()
+        # Ended whatever happened: a hand-back to an exclusive CDP connection leaves it to the agent.
+        lease.end_help()
     return answer(lease, handed)
 
 

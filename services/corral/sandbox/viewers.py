@@ -12,8 +12,11 @@ The wire (design15.md, relayed unchanged by the gateway):
 A viewer's messages run one after another in the order they came. Input runs through
 :meth:`Desktop.run` under :attr:`Desktop.lock` (the agent's XTest path), only while the viewer holds
 the lease; the proxy learns it as action ``h<n>.<boot>`` with the viewer as its actor, and the
-recording keeps it (not a ``move``: a pointer sends dozens a second) as an ``action`` event of
-dialect ``human``.
+recording keeps it as an ``action`` event of dialect ``human`` (neither for a ``move``: a pointer
+sends dozens a second, and a move makes no request).
+
+What a stream sends waits in a bounded outbox: a viewer that sends without reading what comes back
+is closed (1008) rather than queued for; a message over :data:`MAX_MESSAGE_BYTES` closes it (1009).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from corral.protocol.plan import After
 from corral.protocol.validation import validate
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.egress import ActionReporter
-from corral.sandbox.lease import Change, is_human
+from corral.sandbox.lease import AGENT, Change, is_human
 from corral.sandbox.live import LiveStream, LiveView
 from corral.sandbox.recorder import Recorder
 
@@ -48,6 +51,14 @@ Mode = Literal["view", "control"]
 MODES: tuple[Mode, ...] = ("view", "control")
 # ``agent`` (the session token watching), ``human:<link or key id>``, ``cdp:<conn>``.
 VIEWER = re.compile(r"agent|(human|cdp):[A-Za-z0-9_.-]{1,60}")
+
+
+def admitted(viewer: str, mode: str) -> bool:
+    """Whether the live route serves ``viewer`` in ``mode``: the agent only watches (its stream
+    must never be attached to, or detached from, the lease)."""
+    return VIEWER.fullmatch(viewer) is not None and mode in MODES and not (viewer == AGENT and mode == "control")
+
+
 MAX_MESSAGE_BYTES = 1 << 20  # a paste of up to a MiB
 NOTE_MAX_CHARS = 2000
 HUMAN_TIMEOUT_S = 30.0
@@ -55,6 +66,9 @@ HUMAN_TIMEOUT_S = 30.0
 # action stays in flight for the proxy this long after, as a CDP connection's window does.
 TAIL_S = 1.0
 MAX_PENDING = 256  # a viewer's messages waiting to run
+# Texts waiting to be sent to a viewer (acks, errors, lease changes; a few hundred bytes each): room
+# for a burst of input answered while the viewer reads on (a few thousand), not for one that never reads.
+MAX_OUTBOX = 4096
 DIALECT = "human"
 
 _ACTION: TypeAdapter[a.NativeAction] = TypeAdapter(a.NativeAction)
@@ -180,9 +194,11 @@ class HumanInput:
         self._boot = secrets.token_hex(2)  # ids stay unique in the audit log across controller restarts
         # action id -> its viewer and the task that reports its end TAIL_S later
         self._tails: dict[str, tuple[str, asyncio.Task[None]]] = {}
+        self._closing = False  # shutdown began: no input runs, no tail is started
 
     async def run(self, viewer: str, action: a.NativeAction) -> dict[str, Any]:
         """The action's result; :class:`ActionError` (``control_taken`` first) when it cannot run."""
+        self._refuse_if_closing()
         self._desktop.lease.check(viewer)
         self._seq += 1
         action_id = f"h{self._seq}.{self._boot}"
@@ -212,17 +228,28 @@ class HumanInput:
             async with asyncio.timeout(HUMAN_TIMEOUT_S), self._desktop.lock:
                 # Taken back while this waited for the lock: the new holder's, not this viewer's, turn.
                 self._desktop.lease.check(viewer)
+                self._refuse_if_closing()
+                if isinstance(action, a.Move):  # causes no request: the proxy need not hear of it
+                    return (await self._desktop.run(action, After())).data
                 if self._reporter is not None:
                     await self._reporter.started(action_id, actor=viewer)
                 try:
                     return (await self._desktop.run(action, After())).data
                 finally:
-                    self._end_later(action_id, viewer)
+                    await self._end_later(action_id, viewer)
         except TimeoutError:
             raise ActionError(ErrorCode.TIMEOUT, f"the input did not run within {HUMAN_TIMEOUT_S:.0f} s") from None
 
-    def _end_later(self, action_id: str, viewer: str) -> None:
-        if self._reporter is not None:
+    def _refuse_if_closing(self) -> None:
+        if self._closing:
+            raise ActionError(ErrorCode.UNSUPPORTED, "the controller is shutting down")
+
+    async def _end_later(self, action_id: str, viewer: str) -> None:
+        if self._reporter is None:
+            return
+        if self._closing:  # close() ended the tails already: no new one outlives it
+            await self._reporter.ended(action_id, actor=viewer)
+        else:
             task = asyncio.create_task(self._end(action_id, viewer, TAIL_S))
             self._tails[action_id] = (viewer, task)
 
@@ -233,7 +260,8 @@ class HumanInput:
         await self._reporter.ended(action_id, actor=viewer)
 
     async def close(self) -> None:
-        """Shutdown: every input still in its tail ended now."""
+        """Shutdown: every input still in its tail ended now; no input runs after."""
+        self._closing = True
         tails, self._tails = self._tails, {}
         for _, task in tails.values():
             task.cancel()
@@ -341,6 +369,7 @@ class ViewerSession:
         self._sending = asyncio.Lock()
         self._outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._inbox: asyncio.Queue[Message] = asyncio.Queue()
+        self._overflowed = asyncio.Event()  # the viewer does not read what it is sent
 
     async def serve(self) -> None:
         control = self._mode == "control"
@@ -353,30 +382,51 @@ class ViewerSession:
                 self._viewers.detached(self._viewer)
 
     async def _serve(self) -> None:
-        # Hello first (before any frame); lease changes from then on.
-        await self._websocket.send_text(json.dumps(hello(self._viewer, self._mode, self._desktop)))
+        # Hello first (before any frame), then every change from the state it shows: subscribed in the
+        # same step, so a change while hello is being sent waits behind it.
         unsubscribe = self._desktop.lease.subscribe(self._lease_changed)
-        stream = self._viewers.live.open()
-        tasks = [
-            asyncio.create_task(self._write_texts()),
-            asyncio.create_task(self._write_frames(stream)),
-            asyncio.create_task(self._work()),
-        ]
+        self._queue(hello(self._viewer, self._mode, self._desktop))
+        stream: LiveStream | None = None
+        tasks: list[asyncio.Task[None]] = []
         try:
+            await self._send_text(self._outbox.get_nowait())
+            stream = self._viewers.live.open()
+            tasks = [
+                asyncio.create_task(self._write_texts()),
+                asyncio.create_task(self._write_frames(stream)),
+                asyncio.create_task(self._work()),
+                asyncio.create_task(self._close_on_overflow()),
+            ]
             await self._read()
         finally:
             unsubscribe()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await stream.close()
+            if stream is not None:
+                await stream.close()
 
     async def close(self) -> None:
         with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
             await self._websocket.close(1001, "the controller is shutting down")
 
     def _lease_changed(self, change: Change) -> None:
-        self._outbox.put_nowait({"type": "lease", "lease": change.state.as_dict()})
+        self._queue({"type": "lease", "lease": change.state.as_dict()})
+
+    def _queue(self, message: dict[str, Any]) -> None:
+        """``message`` to be sent; past :data:`MAX_OUTBOX` waiting, the stream is to close instead."""
+        if self._outbox.qsize() >= MAX_OUTBOX:
+            self._overflowed.set()
+            return
+        self._outbox.put_nowait(message)
+
+    async def _close_on_overflow(self) -> None:
+        await self._overflowed.wait()
+        await self._close(1008, "the viewer does not read what it is sent")
+
+    async def _close(self, code: int, reason: str) -> None:
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+            await self._websocket.close(code, reason)
 
     async def _read(self) -> None:
         with contextlib.suppress(WebSocketDisconnect):
@@ -387,21 +437,28 @@ class ViewerSession:
                 raw = message.get("text")
                 if raw is None:
                     raw = message.get("bytes") or b""
-                parsed = parse(raw, self._desktop.size)
-                if isinstance(parsed, Refused):
-                    self._outbox.put_nowait(failed(parsed.seq, parsed.error))
-                    continue
-                if self._mode != "control":
-                    refused = ActionError(ErrorCode.FORBIDDEN, "a view-only stream cannot take control or send input")
-                    self._outbox.put_nowait(failed(parsed.seq, refused))
-                    continue
-                if self._inbox.qsize() >= MAX_PENDING:
-                    # Input far faster than the desktop runs it (a stuck page, a flooding client):
-                    # refused rather than queued without bound.
-                    busy = ActionError(ErrorCode.INVALID_REQUEST, f"over {MAX_PENDING} messages wait to run; slow down")
-                    self._outbox.put_nowait(failed(parsed.seq, busy))
-                    continue
-                self._inbox.put_nowait(parsed)
+                if _size(raw) > MAX_MESSAGE_BYTES:  # uvicorn takes CDP's 64 MiB frames on every route
+                    await self._close(1009, f"a message is at most {MAX_MESSAGE_BYTES} bytes")
+                    return
+                self._take(parse(raw, self._desktop.size))
+                if self._overflowed.is_set():
+                    await self._close(1008, "the viewer does not read what it is sent")
+                    return
+
+    def _take(self, parsed: Message | Refused) -> None:
+        """A message read: queued to run, or answered with why not."""
+        if isinstance(parsed, Refused):
+            self._queue(failed(parsed.seq, parsed.error))
+        elif self._mode != "control":
+            refused = ActionError(ErrorCode.FORBIDDEN, "a view-only stream cannot take control or send input")
+            self._queue(failed(parsed.seq, refused))
+        elif self._inbox.qsize() >= MAX_PENDING:
+            # Input far faster than the desktop runs it (a stuck page, a flooding client): refused
+            # rather than queued without bound.
+            busy = ActionError(ErrorCode.INVALID_REQUEST, f"over {MAX_PENDING} messages wait to run; slow down")
+            self._queue(failed(parsed.seq, busy))
+        else:
+            self._inbox.put_nowait(parsed)
 
     async def _work(self) -> None:
         while True:
@@ -409,9 +466,9 @@ class ViewerSession:
             try:
                 await self._run(message)
             except ActionError as exc:
-                self._outbox.put_nowait(failed(message.seq, exc))
+                self._queue(failed(message.seq, exc))
             else:
-                self._outbox.put_nowait(ack(message.seq))
+                self._queue(ack(message.seq))
 
     async def _run(self, message: Message) -> None:
         lease = self._desktop.lease
@@ -426,12 +483,21 @@ class ViewerSession:
 
     async def _write_texts(self) -> None:
         while True:
-            message = await self._outbox.get()
-            async with self._sending:
-                await self._websocket.send_text(json.dumps(message, separators=(",", ":")))
+            await self._send_text(await self._outbox.get())
+
+    async def _send_text(self, message: dict[str, Any]) -> None:
+        async with self._sending:
+            await self._websocket.send_text(json.dumps(message, separators=(",", ":")))
 
     async def _write_frames(self, stream: LiveStream) -> None:
         while True:
             frame = await stream.next()
             async with self._sending:
                 await self._websocket.send_bytes(frame)
+
+
+def _size(raw: str | bytes) -> int:
+    # A character is at most 4 bytes of UTF-8: only a text that may be over the limit is encoded.
+    if isinstance(raw, bytes) or len(raw) * 4 <= MAX_MESSAGE_BYTES:
+        return len(raw)
+    return len(raw.encode())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from corral.protocol.plan import EncodedImage
@@ -124,3 +126,12 @@ def fake_desktop(parts: Parts, browser: type[FakeBrowser] = FakeBrowser) -> Desk
         search=FakeTool(parts, "search"),  # type: ignore[arg-type]
         shell=FakeTool(parts, "shell"),  # type: ignore[arg-type]
     )
+
+
+async def settled(done: Callable[[], bool], turns: int = 1000) -> None:
+    """Yields to the loop until ``done()`` (the other tasks reached where the test waits for them)."""
+    for _ in range(turns):
+        if done():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the other tasks never got there")

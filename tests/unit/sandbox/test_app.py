@@ -16,9 +16,10 @@ from corral.sandbox import auth
 from corral.sandbox.app import Connection, create_app
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.dispatch import Dispatcher, Incoming
+from corral.sandbox.lease import ControlLease
 from corral.sandbox.settings import ControllerSettings
 
-from .desktop_fake import Parts, fake_desktop
+from .desktop_fake import Parts, fake_desktop, settled
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # starlette's note about httpx, on import
@@ -173,7 +174,10 @@ class _Dispatcher:
         request = json.loads(raw)
         return Incoming(request, request["id"], None, None, 0.0, 0.0)
 
-    async def run(self, incoming: Incoming, emit: Any) -> dict[str, Any]:
+    async def wait_for_control(self, incoming: Incoming) -> Incoming:
+        return incoming
+
+    async def run(self, incoming: Incoming, emit: Any, listening: Any = None) -> dict[str, Any]:
         request = incoming.request
         if request.get("release"):
             self.released.set()
@@ -210,7 +214,7 @@ async def test_commands_cancelled_at_the_end_of_a_connection_have_finished_when_
     cleaning, cleaned = asyncio.Event(), asyncio.Event()
 
     class Cleaning(_Dispatcher):
-        async def run(self, incoming: Incoming, emit: Any) -> dict[str, Any]:
+        async def run(self, incoming: Incoming, emit: Any, listening: Any = None) -> dict[str, Any]:
             try:
                 return await super().run(incoming, emit)
             except asyncio.CancelledError:
@@ -261,3 +265,113 @@ def test_the_agents_websocket_keeps_its_frame_limit_under_cdps_larger_one() -> N
         with pytest.raises(WebSocketDisconnect) as closed:
             ws.receive_text()
     assert closed.value.code == 1009
+
+
+HUMAN = "human:lnk_3kq9x0a1b2c4"
+
+
+def _click(wait_ms: int) -> dict[str, Any]:
+    request = {"id": 1, "action": {"type": "click", "x": 1, "y": 1}, "wait_for_control_ms": wait_ms}
+    return {"type": "websocket.receive", "text": json.dumps(request)}
+
+
+async def test_a_connection_that_closes_while_its_request_waits_for_the_lease_leaves_nothing_to_run() -> None:
+    parts = Parts()
+    desktop = fake_desktop(parts)
+    desktop.lease.take(HUMAN)
+    socket = _Socket()
+    serving = asyncio.create_task(Connection(socket, Dispatcher(desktop, Limits())).serve())  # type: ignore[arg-type]
+    socket.incoming.put_nowait(_click(600_000))
+    await settled(lambda: socket.incoming.empty())
+    socket.incoming.put_nowait({"type": "websocket.disconnect"})
+    done, _ = await asyncio.wait({serving}, timeout=5)
+    serving.cancel()
+    assert serving in done  # not held up by the 600 s wait
+    desktop.lease.release(HUMAN, "done")
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert not parts.methods("input")  # the click never runs after the hand-back
+    handed = desktop.lease.take_hand_back()
+    assert handed is not None and handed.note == "done"  # still the agent's to read
+
+
+async def test_a_reply_nobody_reads_takes_no_hand_back() -> None:
+    parts = Parts()
+    desktop = fake_desktop(parts)
+    socket = _Socket()
+    serving = asyncio.create_task(Connection(socket, Dispatcher(desktop, Limits())).serve())  # type: ignore[arg-type]
+    async with desktop.lock:  # an earlier action still running
+        socket.incoming.put_nowait(_click(0))
+        await settled(lambda: bool(desktop.lock._waiters))
+        socket.incoming.put_nowait({"type": "websocket.disconnect"})
+        await settled(lambda: socket.incoming.empty())
+        desktop.lease.take(HUMAN)
+        desktop.lease.release(HUMAN, "over to you")
+    await asyncio.wait_for(serving, 5)  # the click ran (the agent held the lease again), unread
+    assert parts.methods("input")
+    handed = desktop.lease.take_hand_back()
+    assert handed is not None and handed.note == "over to you"
+
+
+class AskedLease(ControlLease):
+    """The real lease, saying when a request began to wait for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = asyncio.Event()
+
+    async def wait_for_return(self, wait_ms: int) -> bool:
+        self.asked.set()
+        return await super().wait_for_return(wait_ms)
+
+    async def agent_may_act(self, wait_ms: int = 0) -> None:
+        if wait_ms:
+            self.asked.set()
+        await super().agent_may_act(wait_ms)
+
+
+async def test_an_http_request_waiting_for_the_lease_is_dropped_when_its_client_goes_away() -> None:
+    app = create_app(ControllerSettings(record=False))
+    parts = Parts()
+    desktop = fake_desktop(parts)
+    app.state.verifier = auth.RequestVerifier(SECRET)
+    app.state.desktop = desktop
+    app.state.dispatcher = Dispatcher(desktop, Limits())
+    app.state.max_body = Limits().max_message_bytes
+    lease = desktop.lease = AskedLease()
+    lease.take(HUMAN)
+    body = _click(600_000)["text"].encode()
+    headers = [(k.lower().encode(), v.encode()) for k, v in {**JSON, **auth.sign(SECRET).headers}.items()]
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": "/v1/actions", "raw_path": b"/v1/actions", "query_string": b"", "root_path": "",
+        "headers": [*headers, (b"content-length", str(len(body)).encode())],
+        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8765),
+    }  # fmt: skip
+    left = asyncio.Event()
+    messages: list[dict[str, Any]] = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop(0)
+        await left.wait()  # the client hangs up while the request waits
+        return {"type": "http.disconnect"}
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    serving = asyncio.create_task(app(scope, receive, send))
+    await asyncio.wait_for(lease.asked.wait(), 5)  # the request waits for the lease
+    left.set()
+    done, _ = await asyncio.wait({serving}, timeout=5)
+    serving.cancel()
+    assert serving in done  # not held up by the 600 s wait
+    assert sent[0]["status"] == 204  # answered to nobody, nothing run
+    lease.release(HUMAN, "done")
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not parts.methods("input")  # the click never runs after the hand-back
+    handed = lease.take_hand_back()
+    assert handed is not None and handed.note == "done"

@@ -12,7 +12,7 @@ from corral.protocol import Limits
 from corral.sandbox.dispatch import Dispatcher
 from corral.sandbox.lease import ControlLease
 
-from .desktop_fake import Parts, fake_desktop
+from .desktop_fake import Parts, fake_desktop, settled
 from .test_dispatch import Recorder, Reporter
 
 HUMAN = "human:lnk_3kq9x0a1b2c4"
@@ -146,3 +146,35 @@ async def test_a_vendor_call_refused_by_the_lease_gets_the_vendors_error_form() 
     assert computer["ok"] is False and computer["error"]["code"] == "control_taken"
     assert computer["result"]["item"]["type"] == "computer_call_output"
     assert parts.methods("input") == [] and parts.methods("processes") == []
+
+
+async def _queued_on_the_lock(dispatcher: Dispatcher, message: dict[str, Any]) -> asyncio.Task[dict[str, Any]]:
+    """``message`` sent while the test holds the desktop's lock, once it waits for that lock."""
+    desktop = dispatcher._desktop
+    task = asyncio.create_task(_send(dispatcher, message))
+    await settled(lambda: bool(desktop.lock._waiters))  # past the lease's check, queued on the lock
+    return task
+
+
+async def test_a_human_who_takes_the_lease_while_an_action_waits_for_the_lock_stops_it() -> None:
+    dispatcher, lease, parts, reporter, _ = _dispatcher()
+    desktop = dispatcher._desktop
+    async with desktop.lock:  # an earlier action still running
+        waiting = await _queued_on_the_lock(dispatcher, CLICK)
+        lease.take(HUMAN)
+    reply = await asyncio.wait_for(waiting, 5)
+    assert (reply["ok"], reply["error"]["code"], reply["error"]["holder"]) == (False, "control_taken", HUMAN)
+    assert not parts.methods("input") and reporter.seen == []
+
+
+async def test_a_commands_screenshot_is_not_taken_once_a_human_holds_the_lease() -> None:
+    dispatcher, lease, parts, _, _ = _dispatcher()
+    desktop = dispatcher._desktop
+    async with desktop.lock:
+        waiting = await _queued_on_the_lock(
+            dispatcher, {"id": 2, "action": {"type": "exec", "command": "true"}, "screenshot": True}
+        )
+        lease.take(HUMAN)
+    reply = await asyncio.wait_for(waiting, 5)
+    assert (reply["ok"], reply["error"]["code"]) == (False, "control_taken")
+    assert parts.methods("processes") == ["exec"] and not parts.methods("screen")

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from corral.errors import ControlTaken, ErrorCode
-from corral.sandbox.lease import AGENT, Change, ControlLease
+from corral.sandbox.lease import AGENT, MAX_UNREAD, Change, ControlLease
 
 
 class Clock:
@@ -196,3 +196,77 @@ def test_unsubscribe() -> None:
     unsubscribe()
     lease.release("human:lnk_a")
     assert len(seen) == 1 and len(changes) == 2
+
+
+def test_every_unread_hand_back_reaches_the_agent_in_order() -> None:
+    lease, _ = lease_with_log()
+    lease.take("human:a")
+    lease.release("human:a", "from A")
+    lease.take("human:b")
+    lease.release("human:b", "from B")
+    first, second = lease.take_hand_back(), lease.take_hand_back()
+    assert first is not None and (first.by, first.note) == ("human:a", "from A")
+    assert second is not None and (second.by, second.note) == ("human:b", "from B")
+    assert lease.take_hand_back() is None
+
+
+def test_unread_hand_backs_are_bounded_oldest_dropped() -> None:
+    lease, _ = lease_with_log()
+    for n in range(MAX_UNREAD + 3):
+        lease.take("human:a")
+        lease.release("human:a", str(n))
+    notes = []
+    while (handed := lease.take_hand_back()) is not None:
+        notes.append(handed.note)
+    assert notes == [str(n) for n in range(3, MAX_UNREAD + 3)]
+
+
+async def test_wait_for_hand_back_ignores_an_older_unread_one() -> None:
+    lease, _ = lease_with_log()
+    lease.take("human:a")
+    lease.release("human:a", "old")
+    assert await lease.wait_for_hand_back(1) is None  # "old" came before the wait
+    handed = lease.take_hand_back()
+    assert handed is not None and handed.note == "old"  # still the agent's to read
+
+
+async def test_wait_for_hand_back_wakes_on_the_release_even_when_another_reply_read_it() -> None:
+    lease, _ = lease_with_log()
+    since = lease.hand_backs
+    lease.take("human:a")
+    waiting = asyncio.create_task(lease.wait_for_hand_back(600_000, since))
+    await asyncio.sleep(0)
+    lease.release("human:a", "done")
+    read_elsewhere = lease.take_hand_back()  # a concurrent request's reply, before the waiter runs
+    handed = await asyncio.wait_for(waiting, 5)
+    assert read_elsewhere is not None and handed == read_elsewhere
+    assert lease.take_hand_back() is None
+
+
+def test_detaching_the_agent_changes_nothing() -> None:
+    lease, _ = lease_with_log()
+    lease.attach("human:a")
+    lease.detach(AGENT)
+    lease.take("human:a")
+    lease.release("human:a")
+    assert lease.holder.who == AGENT
+    lease.take("human:a")
+    lease.detach("human:a")
+    assert lease.holder.who == AGENT
+
+
+async def test_a_listener_that_raises_neither_stops_the_others_nor_the_waiters() -> None:
+    lease = ControlLease(Clock())
+
+    def broken(change: Change) -> None:
+        raise RuntimeError("listener bug")
+
+    changes: list[Change] = []
+    lease.subscribe(broken)
+    lease.subscribe(changes.append)
+    lease.take("human:a")
+    waiting = asyncio.create_task(lease.agent_may_act(600_000))
+    await asyncio.sleep(0)
+    lease.release("human:a")
+    await asyncio.wait_for(waiting, 5)
+    assert [c.kind for c in changes] == ["taken", "returned"]

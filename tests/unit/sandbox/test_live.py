@@ -9,7 +9,6 @@ import pytest
 from PIL import Image
 
 from corral.sandbox.live import (
-    DEFER_POLL_S,
     FAST_POLL_S,
     IDLE_AFTER_S,
     IDLE_POLL_S,
@@ -39,8 +38,11 @@ class FakeClock:
         await done
 
     async def step(self, extra: float = 0.0) -> float:
-        """Lets the next sleep end (the clock moves by its length and ``extra``); its length."""
+        """Lets the next sleep end (the clock moves by its length and ``extra``); its length. A sleep
+        cancelled meanwhile (a wait that ended otherwise) is passed over."""
         seconds, done = await self._pending.get()
+        while done.cancelled():
+            seconds, done = await self._pending.get()
         self.slept.append(seconds)
         self.now += seconds + extra
         done.set_result(None)
@@ -202,26 +204,79 @@ async def test_a_failed_grab_does_not_end_the_stream() -> None:
     await live.close()
 
 
-async def test_an_action_running_on_the_desktop_comes_first() -> None:
+async def settle_all() -> None:
+    """Enough turns of the loop for a wait's end to reach the view (the wait's tasks cancelled)."""
+    for _ in range(50):
+        await asyncio.sleep(0)
+
+
+class Action:
+    """An action holding the desktop (as Desktop.lock's ``locked`` and ``ended`` say)."""
+
+    def __init__(self) -> None:
+        self.running = True
+        self._ended = asyncio.Event()
+
+    def busy(self) -> bool:
+        return self.running
+
+    async def ended(self) -> None:
+        await self._ended.wait()
+
+    def end(self) -> None:
+        self.running = False
+        self._ended.set()
+        self._ended = asyncio.Event()
+
+
+def view_beside(action: Action) -> tuple[LiveView, ScriptedScreen, FakeClock]:
     screen, clock = ScriptedScreen(), FakeClock()
-    busy = [True]
-    live = LiveView(screen, fake_jpeg, clock=clock, sleep=clock.sleep, busy=lambda: busy[0])
+    live = LiveView(screen, fake_jpeg, clock=clock, sleep=clock.sleep, busy=action.busy, action_ended=action.ended)
+    return live, screen, clock
+
+
+async def test_an_action_running_on_the_desktop_comes_first() -> None:
+    action = Action()
+    live, screen, clock = view_beside(action)
     live.open()
-    assert await clock.step() == DEFER_POLL_S and screen.grabs == 0
-    busy[0] = False
-    await clock.step()
-    assert await clock.step() == DEFER_POLL_S  # the action's reply goes first
+    await settle_all()
+    # No polling while it runs: one wait for its end, bounded by MAX_DEFER_S.
+    assert screen.grabs == 0 and clock._pending.qsize() == 1
+    action.end()
+    await settle_all()
+    assert screen.grabs == 0
+    assert await clock.step() == FAST_POLL_S  # the action's reply goes first
+    await settle_all()
     assert screen.grabs == 1  # then the view looks
     await live.close()
 
 
+async def test_an_action_that_begins_right_after_the_last_comes_first_too() -> None:
+    action = Action()
+    live, screen, clock = view_beside(action)
+    live.open()
+    await settle_all()
+    action.end()
+    await settle_all()
+    action.running = True  # the agent's next click, within FAST_POLL_S
+    assert await clock.step() == FAST_POLL_S
+    await settle_all()
+    assert screen.grabs == 0
+    action.end()
+    await settle_all()
+    assert await clock.step() == FAST_POLL_S
+    await settle_all()
+    assert screen.grabs == 1
+    await live.close()
+
+
 async def test_a_long_action_is_still_shown_as_it_goes() -> None:
-    screen, clock = ScriptedScreen(), FakeClock()
-    live = LiveView(screen, fake_jpeg, clock=clock, sleep=clock.sleep, busy=lambda: True)
+    action = Action()  # never ends
+    live, screen, clock = view_beside(action)
     stream = live.open()
-    waited = 0.0
-    while screen.grabs == 0:
-        waited += await clock.step()
-    assert MAX_DEFER_S <= waited <= MAX_DEFER_S + 2 * DEFER_POLL_S
+    await settle_all()
+    assert await clock.step() == MAX_DEFER_S and screen.grabs == 0
+    await settle_all()
+    assert screen.grabs == 1
     assert await stream.next() == b"jpeg:A"
     await live.close()

@@ -117,3 +117,26 @@ async def test_the_lease_log_records_each_change_and_sends_it_to_the_audit_in_or
     assert reporter.sent == [("taken", HUMAN, "agent"), ("returned", "agent", HUMAN)]
     lease.take(HUMAN)
     assert len(notes.events) == 2  # unsubscribed
+
+
+async def test_request_control_is_not_answered_by_an_older_unread_hand_back() -> None:
+    lease, changes = _lease()
+    lease.take(HUMAN)
+    lease.release(HUMAN, "earlier")
+    answer = await takeover.request_control(lease, "approve the payment", 1)
+    assert answer["handed_back"] is None
+    assert answer["help"] is None and [c.kind for c in changes][-2:] == ["requested", "request_ended"]
+    handed = lease.take_hand_back()
+    assert handed is not None and handed.note == "earlier"
+
+
+async def test_request_control_ends_the_request_when_the_human_hands_back_to_a_cdp_connection() -> None:
+    lease, _ = _lease()
+    lease.take("cdp:cdp_0a1b2c3d")
+    lease.take(HUMAN)
+    waiting = asyncio.create_task(takeover.request_control(lease, "look", 1))
+    await asyncio.sleep(0)
+    lease.release(HUMAN, "back to the script")
+    answer = await waiting
+    assert answer["holder"] == "cdp:cdp_0a1b2c3d" and answer["handed_back"] is None
+    assert lease.state().help is None

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from corral.errors import ActionError
 from corral.protocol import actions as a
 from corral.protocol.geometry import Size
 from corral.sandbox import auth
@@ -16,10 +17,10 @@ from corral.sandbox.app import create_app
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.live import LiveView
 from corral.sandbox.settings import ControllerSettings
-from corral.sandbox.viewers import HumanInput, Input, Refused, Release, Take, Viewers, parse
+from corral.sandbox.viewers import MAX_MESSAGE_BYTES, HumanInput, Input, Refused, Release, Take, Viewers, parse
 from corral.sandbox.xcapture import Frame
 
-from .desktop_fake import Parts, fake_desktop
+from .desktop_fake import Parts, fake_desktop, settled
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # starlette's note about httpx, on import
@@ -213,9 +214,9 @@ def test_control_mode_takes_sends_input_and_hands_back_with_a_note() -> None:
     assert "click" in parts.methods("input") and ("input", "move", (7, 8)) in parts.calls
     handed = desktop.lease.take_hand_back()
     assert handed is not None and handed.by == VIEWER and handed.note == "solved the captcha" and not handed.left
-    # Reported to the proxy with the viewer as actor; recorded, the move left out.
+    # Reported to the proxy with the viewer as actor and recorded, the move left out of both.
     ids = [action_id for phase, action_id, actor in reported.calls if phase == "started"]
-    assert len(ids) == 2 and all(i.startswith("h") for i in ids)
+    assert len(ids) == 1 and all(i.startswith("h") for i in ids)  # the click; a move makes no request
     assert all(actor == VIEWER for _, _, actor in reported.calls)
     [event] = kept.events
     assert event["actor"] == VIEWER and event["dialect"] == "human" and event["ok"] is True
@@ -349,3 +350,125 @@ async def test_the_tail_ends_by_itself(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [phase for phase, _, _ in reported.calls] == ["started", "ended"]
     await humans.close()
     assert len(reported.calls) == 2  # nothing ended twice
+
+
+def test_the_agent_is_refused_a_control_stream_at_the_door() -> None:
+    client, desktop, *_ = _controller()
+    with pytest.raises(WebSocketDisconnect) as closed, _open(client, "viewer=agent&mode=control") as ws:
+        ws.receive_json()
+    assert closed.value.code == 1008
+    with _open(client, "viewer=agent&mode=view") as ws:
+        assert _hello_and_frame(ws)["viewer"] == "agent"
+    desktop.lease.take(VIEWER)
+    desktop.lease.release(VIEWER)
+    assert desktop.lease.holder.who == "agent"
+
+
+class ClosingSocket(FakeSocket):
+    """A FakeSocket that keeps how it was closed; ``stuck``: it sends nothing after hello (a viewer
+    that never reads)."""
+
+    def __init__(self, stuck: bool = False) -> None:
+        super().__init__()
+        self.closed: tuple[int, str] | None = None
+        self._stuck = stuck
+        self.gate = asyncio.Event()  # a send waits on it while stuck
+
+    async def send_text(self, text: str) -> None:
+        if self._stuck and self.texts.qsize():
+            await self.gate.wait()
+        await super().send_text(text)
+
+    async def close(self, code: int = 1000, reason: str | None = None) -> None:
+        self.closed = (code, reason or "")
+        self.incoming.put_nowait({"type": "websocket.disconnect"})
+
+
+def _viewers() -> tuple[Viewers, Desktop]:
+    desktop = fake_desktop(Parts())
+    return Viewers(desktop, LiveView(StillScreen(), _jpeg, sleep=_never), HumanInput(desktop, None, None)), desktop
+
+
+async def test_a_viewer_that_sends_without_reading_is_closed_not_queued_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("corral.sandbox.viewers.MAX_OUTBOX", 8)
+    viewers, _ = _viewers()
+    socket = ClosingSocket(stuck=True)
+    serving = asyncio.create_task(viewers.serve(socket, VIEWER, "view"))  # type: ignore[arg-type]
+    assert (await socket.texts.get())["type"] == "hello"
+    socket.texts.put_nowait({"stuck": True})  # from here every send waits: the viewer reads nothing
+    for seq in range(100):
+        socket.feed({"type": "take", "seq": seq})
+    await asyncio.wait_for(serving, 5)
+    assert socket.closed is not None and socket.closed[0] == 1008
+    socket.gate.set()
+
+
+async def test_a_message_over_the_limit_closes_the_stream_with_1009() -> None:
+    viewers, _ = _viewers()
+    socket = ClosingSocket()
+    serving = asyncio.create_task(viewers.serve(socket, VIEWER, "control"))  # type: ignore[arg-type]
+    assert (await socket.texts.get())["type"] == "hello"
+    socket.incoming.put_nowait({"type": "websocket.receive", "bytes": b"x" * (MAX_MESSAGE_BYTES + 1)})
+    await asyncio.wait_for(serving, 5)
+    assert socket.closed is not None and socket.closed[0] == 1009
+
+
+async def test_a_lease_change_while_hello_is_sent_is_not_missed() -> None:
+    viewers, desktop = _viewers()
+
+    class SlowHello(ClosingSocket):
+        async def send_text(self, text: str) -> None:
+            if json.loads(text)["type"] == "hello":
+                desktop.lease.take(VIEWER)  # a human takes it while hello is on its way
+            await super().send_text(text)
+
+    socket = SlowHello()
+    serving = asyncio.create_task(viewers.serve(socket, "human:lnk_otherviewer1", "view"))  # type: ignore[arg-type]
+    hello_sent = await socket.texts.get()
+    assert hello_sent["type"] == "hello" and hello_sent["lease"]["holder"] == "agent"
+    changed = await asyncio.wait_for(socket.texts.get(), 5)
+    assert changed == {"type": "lease", "lease": desktop.lease.state().as_dict()}
+    assert changed["lease"]["holder"] == VIEWER
+    socket.incoming.put_nowait({"type": "websocket.disconnect"})
+    await serving
+
+
+async def test_no_input_runs_and_no_tail_starts_once_shutdown_began() -> None:
+    parts = Parts()
+    desktop = fake_desktop(parts)
+    reported = Reported()
+    humans = HumanInput(desktop, reported, None)  # type: ignore[arg-type]
+    desktop.lease.take(VIEWER)
+    await humans.close()
+    with pytest.raises(ActionError):
+        await humans.run(VIEWER, a.Click(type="click", x=5, y=5))
+    assert reported.calls == [] and not parts.methods("input") and not humans._tails
+
+
+async def test_an_input_running_when_shutdown_begins_ends_at_once() -> None:
+    parts = Parts()
+    desktop = fake_desktop(parts)
+    reported = Reported()
+    humans = HumanInput(desktop, reported, None)  # type: ignore[arg-type]
+    desktop.lease.take(VIEWER)
+    async with desktop.lock:
+        running = asyncio.create_task(humans.run(VIEWER, a.Click(type="click", x=5, y=5)))
+        await settled(lambda: bool(desktop.lock._waiters))
+        closing = asyncio.create_task(humans.close())
+        await asyncio.sleep(0)
+    with pytest.raises(ActionError):
+        await running  # refused once it got the lock: the controller is going away
+    await closing
+    assert reported.calls == [] and not humans._tails
+
+
+async def test_a_move_is_not_reported_to_the_proxy() -> None:
+    parts = Parts()
+    desktop = fake_desktop(parts)
+    reported = Reported()
+    humans = HumanInput(desktop, reported, None)  # type: ignore[arg-type]
+    desktop.lease.take(VIEWER)
+    await humans.run(VIEWER, a.Move(type="move", x=3, y=4))
+    assert ("input", "move", (3, 4)) in parts.calls
+    assert reported.calls == [] and not humans._tails
+    await humans.close()
