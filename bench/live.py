@@ -1,10 +1,10 @@
 """Live view benchmark: screen change to pixels at a viewer, the sandbox's CPU with and without a stream
 (an idle screen and a busy one), and an agent action's latency with a stream attached against without.
 
-Change to pixels is measured at the controller's stream (WS /v1/live, as the gateway relays it): from
-just before the agent's click that repaints the page to the first frame showing the new colour. Once
-the gateway's viewer page is in, :func:`change_to_pixels_in_viewer` measures the same in a real
-Chromium drawing the stream on its canvas (the end-to-end helper points it at a viewer link).
+Change to pixels is measured twice, from just before the agent's click that repaints the page: to
+the first frame showing the new colour at the controller's stream (WS /v1/live), and to the viewer
+page's canvas showing it in a real Chromium on this host, through a real gateway and a view link (the
+issue's budget is on the latter: what a person sees).
 
     scripts/bench   (or: python bench/live.py [--samples N])
 """
@@ -18,19 +18,24 @@ import io
 import json
 import multiprocessing
 import os
+import socket
 import statistics
 import sys
+import tempfile
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+import httpx
 from PIL import Image
 
 from corral import images
 from corral.client import AsyncSandboxClient
 from corral.gateway.controller import connect_ws
+from corral.gateway.server import running
+from corral.gateway.settings import GatewaySettings
 from corral.runtime import SandboxAddress, SandboxSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for what the bench does to Docker beside the runtime
@@ -204,7 +209,7 @@ async def change_to_pixels_in_viewer(
     """Screen change to pixels in a real Chromium showing the viewer page at ``viewer_url`` (a viewer
     link's URL): ``change(colour)`` makes the sandbox's page show ``colour`` (the agent's click on
     :data:`FLIP_PAGE`); the time until the viewer's canvas shows it at its centre, read in the page at
-    each animation frame. For the end-to-end helper, once the gateway's viewer page draws the stream."""
+    each animation frame."""
     from playwright.async_api import async_playwright
 
     probe = """([r, g, b]) => { const c = document.querySelector('canvas'); if (!c || !c.width) return false;
@@ -284,6 +289,52 @@ async def action_latency(
     return out
 
 
+KEY = "bench-live-key"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def change_to_pixels_through_gateway(runtime: DockerHarness, samples: int) -> list[float]:
+    """:func:`change_to_pixels_in_viewer` against a real gateway (egress on, as it ships): a session,
+    a view link, its viewer page in Chromium; the agent's clicks over the gateway's WebSocket."""
+    instance = f"bench-live-{os.getpid()}"
+    settings = GatewaySettings(
+        port=_free_port(),
+        data_dir=Path(tempfile.mkdtemp(prefix="corral-bench-live-")),
+        api_key=KEY,
+        instance=instance,
+        pool_size=0,
+        network=f"corral-bench-live-{os.getpid()}",
+    )
+    try:
+        with (
+            running(settings) as url,
+            httpx.Client(base_url=url, timeout=120, headers={"Authorization": f"Bearer {KEY}"}) as http,
+        ):
+            created = http.post("/v1/sessions", json={}).raise_for_status().json()
+            link = http.post(f"/v1/sessions/{created['id']}/links", json={"mode": "view", "ttl_s": 900})
+            agent_url = f"{created['ws_url']}?token={created['token']}"
+            return asyncio.run(_clicks_seen_in_viewer(agent_url, link.raise_for_status().json()["url"], samples))
+    finally:
+        runtime.remove_all({"corral.gateway": instance})
+        runtime.remove_network(settings.network)
+
+
+async def _clicks_seen_in_viewer(agent_url: str, viewer_url: str, samples: int) -> list[float]:
+    async with AsyncSandboxClient(agent_url) as agent:
+        await agent.act({"type": "navigate", "url": data_url(FLIP_PAGE)})
+
+        async def click(_: tuple[int, int, int]) -> None:
+            await agent.act({"type": "click", "x": 640, "y": 400})
+
+        return await change_to_pixels_in_viewer(viewer_url, click, samples)
+
+
 async def measure(runtime: DockerHarness, sandbox: SandboxAddress, samples: int, rounds: int) -> dict[str, Any]:
     async with AsyncSandboxClient(sandbox.ws_url, controller_secret=sandbox.secret) as agent:
         change = await change_to_pixels_at_stream(agent, sandbox, samples)
@@ -293,7 +344,8 @@ async def measure(runtime: DockerHarness, sandbox: SandboxAddress, samples: int,
 
 
 def report(measured: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    change = row("agent click -> frame at the controller's stream", measured["change"])
+    at_stream = row("agent click -> frame at the controller's stream", measured["change"])
+    change = row("agent click -> pixels in the viewer page (gateway)", measured["viewer"])
     latency = {name: row(name, values) for name, values in measured["latency"].items()}
     slowdown = {
         kind: latency[f"{kind} with"]["p50_ms"] / latency[f"{kind} without"]["p50_ms"]
@@ -315,7 +367,8 @@ def report(measured: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         },
     }
     print(f"{'Screen change to pixels':<52}{'p50 ms':>10}{'p90 ms':>10}{'n':>6}")
-    print(f"  {change['name']:<50}{change['p50_ms']:>10.1f}{change['p90_ms']:>10.1f}{change['n']:>6}")
+    for r in (at_stream, change):
+        print(f"  {r['name']:<50}{r['p50_ms']:>10.1f}{r['p90_ms']:>10.1f}{r['n']:>6}")
     print(f"\n{'Agent action latency (interleaved, same run)':<52}{'p50 ms':>10}{'p90 ms':>10}{'n':>6}")
     for r in latency.values():
         print(f"  {r['name']:<50}{r['p50_ms']:>10.2f}{r['p90_ms']:>10.2f}{r['n']:>6}")
@@ -331,6 +384,7 @@ def report(measured: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     out = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "change_to_pixels": change,
+        "change_to_frame_at_stream": at_stream,
         "action_latency": list(latency.values()),
         "cpu": measured["cpu"],
         "budgets": budgets,
@@ -351,6 +405,7 @@ def main() -> int:
         measured = asyncio.run(measure(runtime, sandbox, args.samples, args.rounds))
     finally:
         runtime.remove(sandbox.id)
+    measured["viewer"] = change_to_pixels_through_gateway(runtime, args.samples)
     out, ok = report(measured)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "live.json").write_text(json.dumps(out, indent=2))

@@ -98,7 +98,9 @@ async def _frame_with(stream: Stream, rgb: tuple[int, int, int], timeout_s: floa
 
 def _recorded(sandbox: SandboxAddress) -> list[dict[str, Any]]:
     signed = auth.sign(sandbox.secret)
-    answer = httpx.get(f"{sandbox.base_url}/v1/recording", headers=signed.headers, timeout=10)
+    # Long-polled a little: under load the last event (with its settled frame) may still be on its way.
+    answer = httpx.get(f"{sandbox.base_url}/v1/recording?wait_ms=2000", headers=signed.headers, timeout=30)
+    assert answer.status_code == 200, (answer.status_code, answer.headers, answer.text[:500])
     events: list[dict[str, Any]] = answer.json()["events"]
     return events
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
 import os
@@ -645,8 +646,11 @@ def test_a_view_link_flooding_and_never_reading_does_not_grow_the_controller(
         ws = await aconnect(f"{gw.ws}/v1/sessions/{fresh.id}/live", max_size=None, max_queue=1)
         await ws.send(json.dumps({"type": "auth", "credential": secret}))
         filler = "x" * 400
-        for n in range(150_000):
-            await ws.send(json.dumps({"type": "take", "seq": n, "pad": filler}))
+        # Held either way: the stream is closed (its bounded outbox overflowed), or the gateway stops
+        # reading and the sends block (TCP's backpressure); unbounded queueing is what must not happen.
+        with contextlib.suppress(ConnectionClosed, TimeoutError):
+            for n in range(150_000):
+                await asyncio.wait_for(ws.send(json.dumps({"type": "take", "seq": n, "pad": filler})), 5)
         await asyncio.sleep(3.0)
         nonlocal_after.append(_sandbox_memory_mib(instance))
         await ws.close()
