@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -24,6 +25,8 @@ from corral.client import SandboxClient
 from corral.runtime import SandboxAddress, SandboxSpec
 
 from .dockerutil import DockerHarness
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"  # Debian's, on the host
 
 
 @pytest.fixture(scope="session")
@@ -84,6 +87,19 @@ def spare_sandbox(runtime: DockerHarness, desktop_image: str) -> Iterator[Sandbo
 def client(sandbox: SandboxAddress) -> Iterator[SandboxClient]:
     with SandboxClient(sandbox.ws_url, controller_secret=sandbox.secret) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """A headless Chromium on the host, driven by Playwright (imported only by the modules that use it)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            yield chromium
+        finally:
+            chromium.close()
 
 
 def html_url(body: str, script: str = "") -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -40,7 +39,6 @@ from .egress_fixtures import Upstream, gateway_to, start_upstream
 from .gateway_fixtures import KEY_A, KEY_B, RunningGateway, replay_cli, unpack_recording
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 TAKEOVER_PAGE = "https://allowed.test/page/takeover.html"
 BLUE, GREEN = (0, 0, 255), (0, 200, 0)
 
@@ -58,18 +56,6 @@ def gw(
     with gateway_to(upstream, tmp_path_factory.mktemp("takeover-gw"), instance) as running:
         yield running
     runtime.remove_all({"corral.gateway": instance})
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 @pytest.fixture()
