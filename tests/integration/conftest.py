@@ -102,6 +102,16 @@ def browser() -> Iterator[Any]:
             chromium.close()
 
 
+def wait_for(predicate: Callable[[], Any], timeout_s: float = 15.0, interval_s: float = 0.2) -> Any:
+    """``predicate()`` once it is truthy, or its last falsy value after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval_s)
+
+
 def html_url(body: str, script: str = "") -> str:
     """A data: URL for a test page; pages report their state through document.title."""
     doc = (
