@@ -23,6 +23,7 @@ from PIL import Image, ImageChops
 from corral import images
 from corral.client import SandboxClient
 from corral.runtime import SandboxAddress, SandboxSpec
+from corral.sdk import ActionFailed, Sandbox
 
 from .dockerutil import DockerHarness
 
@@ -102,7 +103,7 @@ def browser() -> Iterator[Any]:
             chromium.close()
 
 
-def wait_for(predicate: Callable[[], Any], timeout_s: float = 15.0, interval_s: float = 0.2) -> Any:
+def wait_for(predicate: Callable[[], Any], timeout_s: float = 15.0, interval_s: float = 0.1) -> Any:
     """``predicate()`` once it is truthy, or its last falsy value after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -110,6 +111,15 @@ def wait_for(predicate: Callable[[], Any], timeout_s: float = 15.0, interval_s: 
         if value or time.monotonic() > deadline:
             return value
         time.sleep(interval_s)
+
+
+def agent_acts(sb: Sandbox) -> bool:
+    """Whether the agent's action runs (no human's stream nor exclusive CDP connection holds the lease)."""
+    try:
+        sb.act({"type": "wait", "ms": 0})
+    except ActionFailed:
+        return False
+    return True
 
 
 def html_url(body: str, script: str = "") -> str:

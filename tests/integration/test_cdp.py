@@ -24,7 +24,7 @@ from corral.recording.bundle import read_bundle
 from corral.sdk import ActionFailed, Sandbox
 
 from .cdpwire import bearer, cdp_call, cdp_socket, closed_with
-from .conftest import wait_for
+from .conftest import agent_acts, wait_for
 from .dockerutil import DockerHarness
 from .egress_fixtures import Upstream, gateway_to, start_upstream
 from .gateway_fixtures import KEY_A, RunningGateway, traffic
@@ -158,15 +158,7 @@ def test_an_exclusive_connection_holds_the_lease_until_it_closes(gw: RunningGate
         created = cdp_call(holder, 2, "Target.createTarget", {"url": "about:blank"})
         assert "error" not in cdp_call(holder, 3, "Target.closeTarget", {"targetId": created["result"]["targetId"]})
     # Closed: the lease is the agent's again.
-    assert wait_for(lambda: _acts(sb), timeout_s=10)
-
-
-def _acts(sb: Sandbox) -> bool:
-    try:
-        sb.act({"type": "wait", "ms": 0})
-    except ActionFailed:
-        return False
-    return True
+    assert wait_for(lambda: agent_acts(sb), timeout_s=10)
 
 
 def test_a_connect_ticket_opens_its_session_without_headers(gw: RunningGateway, sb: Sandbox) -> None:
@@ -309,7 +301,7 @@ def test_a_framework_connects_and_reads_while_a_human_drives(gw: RunningGateway,
         assert human.ask({"type": "release"})["type"] == "ack"
     finally:
         human.close()
-    assert wait_for(lambda: _acts(sb), timeout_s=10)
+    assert wait_for(lambda: agent_acts(sb), timeout_s=10)
 
 
 def test_the_last_page_is_not_closed_for_chromium_quits_with_it(gw: RunningGateway) -> None:

@@ -20,10 +20,10 @@ from websockets.asyncio.client import connect as aconnect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from corral.sdk import ActionFailed, Sandbox
+from corral.sdk import Sandbox
 
 from .cdpwire import bearer, cdp_answer, cdp_call, cdp_socket, closed_with
-from .conftest import wait_for
+from .conftest import agent_acts, wait_for
 from .dockerutil import DockerHarness
 from .egress_fixtures import Upstream, gateway_to, start_upstream
 from .gateway_fixtures import KEY_A, KEY_B, RunningGateway, traffic
@@ -503,21 +503,13 @@ def test_revoke_closes_within_a_second_and_the_link_cannot_reconnect(
         assert closed_with(ws, timeout_s=5, after_messages=True) == 4003
         assert time.monotonic() - start < 1.0
     # The lease came back to the agent with the stream gone.
-    assert wait_for(lambda: _acts(sb), timeout_s=5)
+    assert wait_for(lambda: agent_acts(sb), timeout_s=5)
     with _live(gw, sb.id, secret) as ws:
         assert closed_with(ws, after_messages=True) == 4401
     # The secret is nowhere in the gateway's logs, nor in the audit chain.
     assert all(secret not in r.getMessage() for r in caplog.records)
     assert secret not in json.dumps(traffic(gw, sb.id))
     assert secret.removeprefix("crl_link_") not in json.dumps(traffic(gw, sb.id))
-
-
-def _acts(sb: Sandbox) -> bool:
-    try:
-        sb.act({"type": "wait", "ms": 0})
-    except ActionFailed:
-        return False
-    return True
 
 
 def test_connect_tickets_are_scoped_and_expire(gw: RunningGateway, sb: Sandbox) -> None:
