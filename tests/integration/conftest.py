@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -22,8 +23,11 @@ from PIL import Image, ImageChops
 from corral import images
 from corral.client import SandboxClient
 from corral.runtime import SandboxAddress, SandboxSpec
+from corral.sdk import ActionFailed, Sandbox
 
 from .dockerutil import DockerHarness
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"  # Debian's, on the host
 
 
 @pytest.fixture(scope="session")
@@ -84,6 +88,38 @@ def spare_sandbox(runtime: DockerHarness, desktop_image: str) -> Iterator[Sandbo
 def client(sandbox: SandboxAddress) -> Iterator[SandboxClient]:
     with SandboxClient(sandbox.ws_url, controller_secret=sandbox.secret) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """A headless Chromium on the host, driven by Playwright (imported only by the modules that use it)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float = 15.0, interval_s: float = 0.1) -> Any:
+    """``predicate()`` once it is truthy, or its last falsy value after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval_s)
+
+
+def agent_acts(sb: Sandbox) -> bool:
+    """Whether the agent's action runs (no human's stream nor exclusive CDP connection holds the lease)."""
+    try:
+        sb.act({"type": "wait", "ms": 0})
+    except ActionFailed:
+        return False
+    return True
 
 
 def html_url(body: str, script: str = "") -> str:

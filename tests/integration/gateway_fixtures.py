@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -11,6 +12,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -99,6 +101,14 @@ def unpack_recording(
             return target / session_id
         assert time.monotonic() < deadline, "the recording did not catch up"
         time.sleep(0.2)
+
+
+def traffic(gw: RunningGateway, session_id: str, **params: str) -> list[dict[str, Any]]:
+    """The session's traffic log (``params``: its filters), one record a line."""
+    with gw.client() as c:
+        response = c.get(f"/v1/sessions/{session_id}/traffic", params=params)
+    assert response.status_code == 200, response.text
+    return [json.loads(line) for line in response.text.splitlines() if line]
 
 
 def replay_cli(gw: RunningGateway, bundle: Path, tmp_path: Path, *extra: str) -> tuple[int, str, str]:

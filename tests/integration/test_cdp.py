@@ -17,15 +17,17 @@ import httpx
 import pytest
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from corral.recording.bundle import read_bundle
 from corral.sdk import ActionFailed, Sandbox
 
+from .cdpwire import bearer, cdp_call, cdp_socket, closed_with
+from .conftest import agent_acts, wait_for
 from .dockerutil import DockerHarness
 from .egress_fixtures import Upstream, gateway_to, start_upstream
-from .gateway_fixtures import KEY_A, RunningGateway
+from .gateway_fixtures import KEY_A, RunningGateway, traffic
 from .test_takeover import Live
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
@@ -55,49 +57,6 @@ def _token(sb: Sandbox) -> str:
     return str(sb.info["token"])
 
 
-def _bearer(sb: Sandbox) -> dict[str, str]:
-    return {"Authorization": f"Bearer {_token(sb)}"}
-
-
-def _socket(gw: RunningGateway, sb: Sandbox, query: str = "", **headers: str) -> ClientConnection:
-    url = f"{gw.ws}/v1/sessions/{sb.id}/cdp{query}"
-    return connect(url, additional_headers={**_bearer(sb), **headers}, max_size=None, open_timeout=20)
-
-
-def _call(ws: ClientConnection, id: int, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One CDP command's answer (events before it are skipped)."""
-    ws.send(json.dumps({"id": id, "method": method, "params": params or {}}))
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        message = json.loads(ws.recv(timeout=20))
-        if message.get("id") == id:
-            return dict(message)
-    raise AssertionError(f"no answer to {method}")
-
-
-def _closed_with(ws: ClientConnection) -> int:
-    with pytest.raises(ConnectionClosed) as closed:
-        ws.recv(timeout=10)
-    assert closed.value.rcvd is not None
-    return closed.value.rcvd.code
-
-
-def _wait_for(predicate: Any, timeout_s: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.2)
-
-
-def _traffic(gw: RunningGateway, session_id: str, **params: str) -> list[dict[str, Any]]:
-    with gw.client() as c:
-        response = c.get(f"/v1/sessions/{session_id}/traffic", params=params)
-    assert response.status_code == 200, response.text
-    return [json.loads(line) for line in response.text.splitlines() if line]
-
-
 def _cdp_events(gw: RunningGateway, session_id: str, tmp_path: Path) -> list[dict[str, Any]]:
     with gw.client() as c:
         response = c.get(f"/v1/sessions/{session_id}/recording")
@@ -110,7 +69,7 @@ def test_playwright_navigates_evaluates_and_screenshots_through_the_proxy(
     gw: RunningGateway, sb: Sandbox, tmp_path: Path
 ) -> None:
     with sync_playwright() as p:
-        browser = p.chromium.connect_over_cdp(f"{gw.url}/v1/sessions/{sb.id}/cdp", headers=_bearer(sb), timeout=30_000)
+        browser = p.chromium.connect_over_cdp(f"{gw.url}/v1/sessions/{sb.id}/cdp", headers=bearer(sb), timeout=30_000)
         try:
             context = browser.contexts[0]
             page = context.pages[0] if context.pages else context.new_page()
@@ -127,19 +86,19 @@ def test_playwright_navigates_evaluates_and_screenshots_through_the_proxy(
         finally:
             browser.close()
     # What CDP made Chromium fetch is audited and charged to the connection's activity window.
-    records = _wait_for(
-        lambda: [r for r in _traffic(gw, sb.id, host="allowed.test", event="request") if "/cdp-page" in r["url"]]
+    records = wait_for(
+        lambda: [r for r in traffic(gw, sb.id, host="allowed.test", event="request") if "/cdp-page" in r["url"]]
     )
     assert records, "the CDP navigation was not audited"
     found = CONN_ACTION.fullmatch(str(records[-1]["action"]))
     assert found is not None, records[-1]
     assert records[-1]["actor"] == f"cdp:{found.group(1)}"
-    blocks = _traffic(gw, sb.id, host="other.test", event="block")
+    blocks = traffic(gw, sb.id, host="other.test", event="block")
     assert blocks and blocks[-1]["actor"].startswith("cdp:cdp_")
     # The connection is in the recording, from its start to its end.
-    events = _wait_for(lambda: [e for e in _cdp_events(gw, sb.id, tmp_path) if e["conn"] == found.group(1)])
+    events = wait_for(lambda: [e for e in _cdp_events(gw, sb.id, tmp_path) if e["conn"] == found.group(1)])
     changes = [e["change"] for e in events]
-    assert changes[0] == "connected" and "disconnected" in _wait_for(
+    assert changes[0] == "connected" and "disconnected" in wait_for(
         lambda: [e["change"] for e in _cdp_events(gw, sb.id, tmp_path) if e["conn"] == found.group(1)]
     )
     assert events[0]["exclusive"] is False
@@ -148,21 +107,21 @@ def test_playwright_navigates_evaluates_and_screenshots_through_the_proxy(
 def test_methods_that_bypass_corral_are_refused_naming_the_rule(
     gw: RunningGateway, sb: Sandbox, tmp_path: Path
 ) -> None:
-    with _socket(gw, sb) as ws:
-        closed = _call(ws, 1, "Browser.close")
+    with cdp_socket(gw, sb) as ws:
+        closed = cdp_call(ws, 1, "Browser.close")
         assert closed["error"]["code"] == -32000
         assert closed["error"]["message"].startswith("corral refused Browser.close")
         assert closed["error"]["message"].endswith("(rule browser_lifecycle)")
-        proxied = _call(ws, 2, "Target.createBrowserContext", {"proxyServer": "http://elsewhere.test:3128"})
+        proxied = cdp_call(ws, 2, "Target.createBrowserContext", {"proxyServer": "http://elsewhere.test:3128"})
         assert proxied["error"]["message"].endswith("(rule proxy_settings)")
-        tether = _call(ws, 3, "Tethering.bind", {"port": 9333})
+        tether = cdp_call(ws, 3, "Tethering.bind", {"port": 9333})
         assert tether["error"]["message"].endswith("(rule network_bypass)")
-        version = _call(ws, 4, "Browser.getVersion")  # the browser is still there, the socket still open
+        version = cdp_call(ws, 4, "Browser.getVersion")  # the browser is still there, the socket still open
         assert "Chrome" in version["result"]["product"]
-        plain = _call(ws, 5, "Target.createBrowserContext")  # a context of the session's own proxy is fine
+        plain = cdp_call(ws, 5, "Target.createBrowserContext")  # a context of the session's own proxy is fine
         context = plain["result"]["browserContextId"]
-        assert "error" not in _call(ws, 6, "Target.disposeBrowserContext", {"browserContextId": context})
-    refused = _wait_for(
+        assert "error" not in cdp_call(ws, 6, "Target.disposeBrowserContext", {"browserContextId": context})
+    refused = wait_for(
         lambda: [e for e in _cdp_events(gw, sb.id, tmp_path) if e["change"] == "refused"][-3:], timeout_s=15
     )
     assert [(e["method"], e["rule"]) for e in refused] == [
@@ -174,10 +133,10 @@ def test_methods_that_bypass_corral_are_refused_naming_the_rule(
 
 
 def test_an_exclusive_connection_holds_the_lease_until_it_closes(gw: RunningGateway, sb: Sandbox) -> None:
-    with _socket(gw, sb, "?exclusive=1") as holder:
-        assert "result" in _call(holder, 1, "Browser.getVersion")
+    with cdp_socket(gw, sb, "?exclusive=1") as holder:
+        assert "result" in cdp_call(holder, 1, "Browser.getVersion")
         # The agent is refused while the connection holds the lease, naming it.
-        with httpx.Client(base_url=gw.url, headers=_bearer(sb), timeout=60) as agent:
+        with httpx.Client(base_url=gw.url, headers=bearer(sb), timeout=60) as agent:
             reply = agent.post(f"/v1/sessions/{sb.id}/actions", json={"action": {"type": "wait", "ms": 0}})
         assert reply.status_code == 409
         error = reply.json()["error"]
@@ -187,31 +146,23 @@ def test_an_exclusive_connection_holds_the_lease_until_it_closes(gw: RunningGate
         assert taken.value.code == "control_taken"
         # A second exclusive connection is refused at the upgrade; a shared one may read, not drive.
         with pytest.raises(InvalidStatus) as second:
-            _socket(gw, sb, "?exclusive=1")
+            cdp_socket(gw, sb, "?exclusive=1")
         assert second.value.response.status_code == 409
         assert json.loads(second.value.response.body or b"{}")["error"]["code"] == "control_taken"
-        with _socket(gw, sb) as shared:
-            assert "result" in _call(shared, 1, "Browser.getVersion")
-            driven = _call(shared, 2, "Target.createTarget", {"url": "about:blank"})
+        with cdp_socket(gw, sb) as shared:
+            assert "result" in cdp_call(shared, 1, "Browser.getVersion")
+            driven = cdp_call(shared, 2, "Target.createTarget", {"url": "about:blank"})
             assert driven["error"]["code"] == -32001
             assert driven["error"]["message"].startswith(f"control_taken: held by {error['holder']} since ")
         # The holder itself drives.
-        created = _call(holder, 2, "Target.createTarget", {"url": "about:blank"})
-        assert "error" not in _call(holder, 3, "Target.closeTarget", {"targetId": created["result"]["targetId"]})
+        created = cdp_call(holder, 2, "Target.createTarget", {"url": "about:blank"})
+        assert "error" not in cdp_call(holder, 3, "Target.closeTarget", {"targetId": created["result"]["targetId"]})
     # Closed: the lease is the agent's again.
-    assert _wait_for(lambda: _acts(sb), timeout_s=10)
-
-
-def _acts(sb: Sandbox) -> bool:
-    try:
-        sb.act({"type": "wait", "ms": 0})
-    except ActionFailed:
-        return False
-    return True
+    assert wait_for(lambda: agent_acts(sb), timeout_s=10)
 
 
 def test_a_connect_ticket_opens_its_session_without_headers(gw: RunningGateway, sb: Sandbox) -> None:
-    with httpx.Client(base_url=gw.url, headers=_bearer(sb), timeout=60) as holder:
+    with httpx.Client(base_url=gw.url, headers=bearer(sb), timeout=60) as holder:
         made = holder.post(f"/v1/sessions/{sb.id}/cdp/connect", json={"ttl_s": 60}).json()
         short = holder.post(f"/v1/sessions/{sb.id}/cdp/connect", json={"ttl_s": 1}).json()
     assert made["url"].startswith(f"{gw.ws}/v1/sessions/{sb.id}/cdp/t/")
@@ -222,66 +173,66 @@ def test_a_connect_ticket_opens_its_session_without_headers(gw: RunningGateway, 
         finally:
             browser.close()
     with connect(made["url"], open_timeout=20) as ws:
-        assert "result" in _call(ws, 1, "Browser.getVersion")
+        assert "result" in cdp_call(ws, 1, "Browser.getVersion")
     # A changed, an expired, another session's ticket: refused.
     with connect(made["url"][:-3] + "AAA", open_timeout=20) as ws:
-        assert _closed_with(ws) == 4401
+        assert closed_with(ws) == 4401
     time.sleep(1.5)  # past the short ticket's expiry (whole seconds)
     with connect(short["url"], open_timeout=20) as ws:
-        assert _closed_with(ws) == 4401
+        assert closed_with(ws) == 4401
     with Sandbox.create(url=gw.url, api_key=KEY_A, allow=[]) as other:
         foreign = made["url"].replace(sb.id, other.id)
         with connect(foreign, open_timeout=20) as ws:
-            assert _closed_with(ws) == 4403
+            assert closed_with(ws) == 4403
         assert httpx.get(made["http_url"].replace(sb.id, other.id) + "/json/version").status_code == 403
 
 
 def test_no_web_page_may_drive_cdp(gw: RunningGateway, sb: Sandbox) -> None:
-    with _socket(gw, sb, Origin="https://allowed.test") as ws:
-        assert _closed_with(ws) == 4403
+    with cdp_socket(gw, sb, Origin="https://allowed.test") as ws:
+        assert closed_with(ws) == 4403
     answer = httpx.get(
-        f"{gw.url}/v1/sessions/{sb.id}/cdp/json/version", headers={**_bearer(sb), "Origin": "https://allowed.test"}
+        f"{gw.url}/v1/sessions/{sb.id}/cdp/json/version", headers={**bearer(sb), "Origin": "https://allowed.test"}
     )
     assert answer.status_code == 403 and answer.json()["error"]["code"] == "forbidden"
-    version = httpx.get(f"{gw.url}/v1/sessions/{sb.id}/cdp/json/version", headers=_bearer(sb)).json()
+    version = httpx.get(f"{gw.url}/v1/sessions/{sb.id}/cdp/json/version", headers=bearer(sb)).json()
     assert version["webSocketDebuggerUrl"] == f"{gw.ws}/v1/sessions/{sb.id}/cdp"
     assert "devtoolsFrontendUrl" not in json.dumps(
-        httpx.get(f"{gw.url}/v1/sessions/{sb.id}/cdp/json/list", headers=_bearer(sb)).json()
+        httpx.get(f"{gw.url}/v1/sessions/{sb.id}/cdp/json/list", headers=bearer(sb)).json()
     )
     with pytest.raises(PlaywrightError), sync_playwright() as p:
         p.chromium.connect_over_cdp(f"{gw.url}/v1/sessions/{sb.id}/cdp", timeout=15_000)  # no credential
 
 
 def test_frames_of_tens_of_mib_pass_while_the_agents_channel_keeps_its_limit(gw: RunningGateway, sb: Sandbox) -> None:
-    targets = httpx.get(f"{gw.url}/v1/sessions/{sb.id}/cdp/json/list", headers=_bearer(sb)).json()
+    targets = httpx.get(f"{gw.url}/v1/sessions/{sb.id}/cdp/json/list", headers=bearer(sb)).json()
     page = next(t for t in targets if t["type"] == "page")
     assert page["webSocketDebuggerUrl"] == f"{gw.ws}/v1/sessions/{sb.id}/cdp/page/{page['id']}"
     size = 20 << 20  # over the agent's 16 MiB, under CDP's 64 MiB: Chromium's answers
     sent_size = 15 << 20  # a client's command: at most 16 MiB
-    with connect(page["webSocketDebuggerUrl"], additional_headers=_bearer(sb), max_size=None, open_timeout=20) as ws:
-        sent = _call(ws, 1, "Runtime.evaluate", {"expression": "'" + "x" * sent_size + "'.length"})
+    with connect(page["webSocketDebuggerUrl"], additional_headers=bearer(sb), max_size=None, open_timeout=20) as ws:
+        sent = cdp_call(ws, 1, "Runtime.evaluate", {"expression": "'" + "x" * sent_size + "'.length"})
         assert sent["result"]["result"]["value"] == sent_size
-        came = _call(ws, 2, "Runtime.evaluate", {"expression": f"'y'.repeat({size})", "returnByValue": True})
+        came = cdp_call(ws, 2, "Runtime.evaluate", {"expression": f"'y'.repeat({size})", "returnByValue": True})
         assert len(came["result"]["result"]["value"]) == size
-    with connect(page["webSocketDebuggerUrl"], additional_headers=_bearer(sb), max_size=None, open_timeout=20) as ws:
+    with connect(page["webSocketDebuggerUrl"], additional_headers=bearer(sb), max_size=None, open_timeout=20) as ws:
         ws.send(json.dumps({"id": 3, "method": "Runtime.evaluate", "params": {"expression": "'" + "x" * size + "'"}}))
-        assert _closed_with(ws) == 1009  # decoded by nobody: the relay closes at the frame's size
+        assert closed_with(ws) == 1009  # decoded by nobody: the relay closes at the frame's size
     with connect(f"{gw.ws}/v1/sessions/{sb.id}/ws?token={_token(sb)}", max_size=None, open_timeout=20) as agent:
         agent.send("x" * (17 << 20))
-        assert _closed_with(agent) == 1009
+        assert closed_with(agent) == 1009
 
 
 def _alive(ws: ClientConnection, id: int) -> None:
-    assert "Chrome" in _call(ws, id, "Browser.getVersion")["result"]["product"]
+    assert "Chrome" in cdp_call(ws, id, "Browser.getVersion")["result"]["product"]
 
 
 def test_crashes_internal_pages_and_non_flat_sessions_are_refused(gw: RunningGateway, sb: Sandbox) -> None:
-    with _socket(gw, sb) as ws:
-        page = next(t for t in _call(ws, 1, "Target.getTargets")["result"]["targetInfos"] if t["type"] == "page")
+    with cdp_socket(gw, sb) as ws:
+        page = next(t for t in cdp_call(ws, 1, "Target.getTargets")["result"]["targetInfos"] if t["type"] == "page")
         for n, url in enumerate(
             ["chrome://crash", "chrome://quit", "CHROME://restart/", " chrome://kill", "devtools://x"]
         ):
-            made = _call(ws, 10 + n, "Target.createTarget", {"url": url})
+            made = cdp_call(ws, 10 + n, "Target.createTarget", {"url": url})
             assert made["error"]["message"].endswith("(rule internal_pages)"), made
         # A non-flat session would carry any command inside a string, past every rule.
         hidden = json.dumps({"id": 1, "method": "Page.navigate", "params": {"url": "chrome://crash"}})
@@ -293,10 +244,10 @@ def test_crashes_internal_pages_and_non_flat_sessions_are_refused(gw: RunningGat
                 ("Target.sendMessageToTarget", {"targetId": page["targetId"], "message": hidden}),
             ]
         ):
-            refused = _call(ws, 20 + n, method, params)
+            refused = cdp_call(ws, 20 + n, method, params)
             assert refused["error"]["message"].endswith("(rule flat_sessions)"), refused
         # A flat session's commands are each checked.
-        attached = _call(ws, 30, "Target.attachToTarget", {"targetId": page["targetId"], "flatten": True})
+        attached = cdp_call(ws, 30, "Target.attachToTarget", {"targetId": page["targetId"], "flatten": True})
         session = attached["result"]["sessionId"]
         for n, (method, params) in enumerate([("Page.crash", {}), ("Page.navigate", {"url": "chrome://hang"})]):
             ws.send(json.dumps({"id": 40 + n, "method": method, "params": params, "sessionId": session}))
@@ -321,7 +272,7 @@ def test_a_framework_connects_and_reads_while_a_human_drives(gw: RunningGateway,
         assert human.lease_holder(human.hello["viewer"]) is not None
         with sync_playwright() as p:
             browser = p.chromium.connect_over_cdp(
-                f"{gw.url}/v1/sessions/{sb.id}/cdp", headers=_bearer(sb), timeout=30_000
+                f"{gw.url}/v1/sessions/{sb.id}/cdp", headers=bearer(sb), timeout=30_000
             )
             try:
                 page = browser.contexts[0].pages[0]  # connected: every page attached
@@ -332,8 +283,8 @@ def test_a_framework_connects_and_reads_while_a_human_drives(gw: RunningGateway,
                     session.send("Runtime.evaluate", {"expression": "document.title = 'mine'"})
             finally:
                 browser.close()
-        with _socket(gw, sb) as ws:
-            assert _call(ws, 1, "Target.getTargets")["result"]["targetInfos"]  # reading goes on
+        with cdp_socket(gw, sb) as ws:
+            assert cdp_call(ws, 1, "Target.getTargets")["result"]["targetInfos"]  # reading goes on
             for n, (method, params) in enumerate(
                 [
                     ("Runtime.compileScript", {"expression": "1", "sourceURL": "", "persistScript": True}),
@@ -345,24 +296,24 @@ def test_a_framework_connects_and_reads_while_a_human_drives(gw: RunningGateway,
                     ("Page.stopLoading", {}),
                 ]
             ):
-                taken = _call(ws, 10 + n, method, params)
+                taken = cdp_call(ws, 10 + n, method, params)
                 assert taken["error"]["code"] == -32001 and "held by human:" in taken["error"]["message"], taken
         assert human.ask({"type": "release"})["type"] == "ack"
     finally:
         human.close()
-    assert _wait_for(lambda: _acts(sb), timeout_s=10)
+    assert wait_for(lambda: agent_acts(sb), timeout_s=10)
 
 
 def test_the_last_page_is_not_closed_for_chromium_quits_with_it(gw: RunningGateway) -> None:
     """Headful Chromium on Linux quits when its last page closes (found for real: the socket closed)."""
-    with Sandbox.create(url=gw.url, api_key=KEY_A, allow=[]) as own, _socket(gw, own) as ws:
-        pages = [t for t in _call(ws, 1, "Target.getTargets")["result"]["targetInfos"] if t["type"] == "page"]
-        made = _call(ws, 2, "Target.createTarget", {"url": "about:blank"})["result"]["targetId"]
+    with Sandbox.create(url=gw.url, api_key=KEY_A, allow=[]) as own, cdp_socket(gw, own) as ws:
+        pages = [t for t in cdp_call(ws, 1, "Target.getTargets")["result"]["targetInfos"] if t["type"] == "page"]
+        made = cdp_call(ws, 2, "Target.createTarget", {"url": "about:blank"})["result"]["targetId"]
         for n, page in enumerate(pages):  # every page but the new one: allowed
-            assert "error" not in _call(ws, 10 + n, "Target.closeTarget", {"targetId": page["targetId"]})
-        last = _call(ws, 30, "Target.closeTarget", {"targetId": made})
+            assert "error" not in cdp_call(ws, 10 + n, "Target.closeTarget", {"targetId": page["targetId"]})
+        last = cdp_call(ws, 30, "Target.closeTarget", {"targetId": made})
         assert last["error"]["message"].endswith("(rule browser_lifecycle)"), last
-        attached = _call(ws, 31, "Target.attachToTarget", {"targetId": made, "flatten": True})["result"]["sessionId"]
+        attached = cdp_call(ws, 31, "Target.attachToTarget", {"targetId": made, "flatten": True})["result"]["sessionId"]
         ws.send(json.dumps({"id": 32, "method": "Page.close", "params": {}, "sessionId": attached}))
         answer = json.loads(ws.recv(timeout=20))
         while answer.get("id") != 32:

@@ -23,7 +23,7 @@ from corral.sdk import Sandbox
 
 from .dockerutil import DockerHarness
 from .gateway_fixtures import KEY_A, RunningGateway, module_gateway, replay_cli, unpack_recording
-from .test_live import VIEWER, _recorded, live
+from .test_live import VIEWER, _recorded, holding, live
 from .test_mcp import connect, ok
 
 
@@ -72,9 +72,7 @@ def test_control_and_an_unanswered_help_request_with_nobody_there(
 async def test_while_a_human_holds_the_lease_requests_are_refused_or_wait_for_the_hand_back(
     sandbox: SandboxAddress, client: SandboxClient
 ) -> None:
-    async with live(sandbox, "control") as stream:
-        await stream.text()
-        assert (await stream.send({"type": "take"}))["type"] == "ack"
+    async with holding(sandbox) as stream:
         # Over HTTP: 409, the holder named; a command is refused as an action is.
         refused = await asyncio.to_thread(_post, sandbox, {"id": 1, "action": {"type": "exec", "command": "true"}})
         assert refused.status_code == 409
@@ -192,9 +190,7 @@ async def test_a_request_whose_client_left_while_it_waited_for_the_lease_never_r
             httpx.post(f"{sandbox.base_url}/v1/actions", content=json.dumps(message), headers=headers, timeout=1)
 
     await asyncio.to_thread(client.act, {"type": "move", "x": 10, "y": 10})
-    async with live(sandbox, "control") as stream:
-        await stream.text()
-        assert (await stream.send({"type": "take"}))["type"] == "ack"
+    async with holding(sandbox) as stream:
         for kind in ("move", "exec"):  # one desktop request, one run apart
             action: dict[str, Any] = {"type": "move", "x": 123, "y": 45}
             if kind == "exec":

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 from corral.proxy.audit import verify
 from corral.sdk import Sandbox
 
+from .conftest import wait_for
 from .dockerutil import DockerHarness
 from .egress_fixtures import Upstream, gateway_to, start_upstream
 from .gateway_fixtures import KEY_A, KEY_B, RunningGateway, gateway
@@ -96,15 +96,6 @@ def traffic(gw: RunningGateway, session_id: str, key: str = KEY_A, **params: str
         response = c.get(f"/v1/sessions/{session_id}/traffic", params=params)
     assert response.status_code == 200, response.text
     return [json.loads(line) for line in response.text.splitlines() if line]
-
-
-def wait_for(predicate: Any, timeout_s: float = 10.0, interval_s: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(interval_s)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +20,7 @@ from corral.runtime import SandboxAddress, SandboxSpec
 from corral.sandbox import auth
 from corral.sdk import Sandbox
 
+from .conftest import wait_for
 from .dockerutil import DockerHarness
 from .egress_fixtures import Upstream, gateway_to, start_upstream
 from .gateway_fixtures import KEY_A, RunningGateway
@@ -104,16 +104,6 @@ def upstream(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -
 def gw(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator[RunningGateway]:
     with gateway_to(upstream, tmp_path_factory.mktemp("inner-gw"), f"inner-{os.getpid()}") as running:
         yield running
-
-
-def wait_for(predicate: Any, timeout_s: float = 20.0) -> Any:
-    """``predicate()`` once it is truthy, or its last falsy value after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.1)
 
 
 def loopback_refused(sb: Sandbox, page: str) -> dict[str, str]:

@@ -80,6 +80,15 @@ async def live(sandbox: SandboxAddress, mode: str, viewer: str = VIEWER) -> Asyn
         await ws.close()
 
 
+@asynccontextmanager
+async def holding(sandbox: SandboxAddress) -> AsyncIterator[Stream]:
+    """A control stream (its hello read) whose viewer has taken the lease."""
+    async with live(sandbox, "control") as stream:
+        await stream.text()
+        assert (await stream.send({"type": "take"}))["type"] == "ack"
+        yield stream
+
+
 def _has(image: Image.Image, rgb: tuple[int, int, int]) -> bool:
     try:
         find_color(image, rgb)
@@ -172,11 +181,8 @@ async def test_a_human_takes_clicks_types_and_hands_back_while_the_agent_is_refu
 async def test_a_stream_that_closes_while_holding_gives_the_lease_back(
     sandbox: SandboxAddress, client: SandboxClient
 ) -> None:
-    async with live(sandbox, "control") as stream:
-        await stream.text()
-        assert (await stream.send({"type": "take"}))["type"] == "ack"
-        async with live(sandbox, "view", "agent") as watcher:
-            assert (await watcher.text())["lease"]["holder"] == VIEWER
+    async with holding(sandbox), live(sandbox, "view", "agent") as watcher:
+        assert (await watcher.text())["lease"]["holder"] == VIEWER
     # The stream's end reaches the controller a moment after the close: the agent waits for the lease.
     reply = await asyncio.to_thread(client.act, {"type": "cursor_position"}, wait_for_control_ms=5000)
     assert reply["ok"] is True and reply["control"]["left"] is True and reply["control"]["by"] == VIEWER

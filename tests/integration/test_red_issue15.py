@@ -21,11 +21,13 @@ from websockets.asyncio.client import connect as aconnect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from corral.sdk import ActionFailed, Sandbox
+from corral.sdk import Sandbox
 
+from .cdpwire import bearer, cdp_answer, cdp_call, cdp_socket, closed_with
+from .conftest import agent_acts, wait_for
 from .dockerutil import DockerHarness
 from .egress_fixtures import Upstream, gateway_to, start_upstream
-from .gateway_fixtures import KEY_A, KEY_B, RunningGateway
+from .gateway_fixtures import KEY_A, KEY_B, RunningGateway, traffic
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
 
@@ -62,62 +64,15 @@ def fresh(gw: RunningGateway) -> Iterator[Sandbox]:
 # -- helpers ---------------------------------------------------------------------------------------
 
 
-def _bearer(sb: Sandbox) -> dict[str, str]:
-    return {"Authorization": f"Bearer {sb.info['token']}"}
-
-
-def _socket(gw: RunningGateway, sb: Sandbox, path: str = "", **headers: str) -> ClientConnection:
-    url = f"{gw.ws}/v1/sessions/{sb.id}/cdp{path}"
-    return connect(url, additional_headers={**_bearer(sb), **headers}, max_size=None, open_timeout=20)
-
-
-def _answer(ws: ClientConnection, id: Any, timeout_s: float = 20) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        message = json.loads(ws.recv(timeout=timeout_s))
-        if message.get("id") == id:
-            return dict(message)
-    raise AssertionError(f"no answer to {id}")
-
-
-def _call(ws: ClientConnection, id: int, method: str, params: dict[str, Any] | None = None, **more: Any) -> Any:
-    ws.send(json.dumps({"id": id, "method": method, "params": params or {}, **more}))
-    return _answer(ws, id)
-
-
 def _browser_lives(gw: RunningGateway, sb: Sandbox, ws: ClientConnection | None = None) -> bool:
     """Whether the Chromium that ``ws`` (or a new connection) talks to still answers."""
     try:
         if ws is not None:
-            return "result" in _call(ws, 990_001, "Browser.getVersion")
-        with _socket(gw, sb) as fresh_ws:
-            return "result" in _call(fresh_ws, 1, "Browser.getVersion")
+            return "result" in cdp_call(ws, 990_001, "Browser.getVersion")
+        with cdp_socket(gw, sb) as fresh_ws:
+            return "result" in cdp_call(fresh_ws, 1, "Browser.getVersion")
     except (ConnectionClosed, TimeoutError, OSError):
         return False
-
-
-def _closed_with(ws: ClientConnection, timeout_s: float = 10) -> int:
-    with pytest.raises(ConnectionClosed) as closed:
-        while True:
-            ws.recv(timeout=timeout_s)
-    assert closed.value.rcvd is not None
-    return closed.value.rcvd.code
-
-
-def _wait_for(predicate: Any, timeout_s: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.2)
-
-
-def _traffic(gw: RunningGateway, session_id: str, **params: str) -> list[dict[str, Any]]:
-    with gw.client() as c:
-        response = c.get(f"/v1/sessions/{session_id}/traffic", params=params)
-    assert response.status_code == 200, response.text
-    return [json.loads(line) for line in response.text.splitlines() if line]
 
 
 def _make_link(gw: RunningGateway, session_id: str, mode: str, **body: Any) -> tuple[dict[str, Any], str]:
@@ -157,11 +112,11 @@ def _reply(ws: ClientConnection, seq: int) -> dict[str, Any]:
 
 
 def test_odd_case_and_whitespace_method_names_do_not_close_the_browser(gw: RunningGateway, fresh: Sandbox) -> None:
-    with _socket(gw, fresh) as ws:
+    with cdp_socket(gw, fresh) as ws:
         for n, method in enumerate(
             ["browser.close", "BROWSER.CLOSE", " Browser.close", "Browser.close ", "Browser.Close"]
         ):
-            answer = _call(ws, n + 1, method)
+            answer = cdp_call(ws, n + 1, method)
             assert "error" in answer, (method, answer)
         time.sleep(1.0)
         assert _browser_lives(gw, fresh, ws)
@@ -169,13 +124,13 @@ def test_odd_case_and_whitespace_method_names_do_not_close_the_browser(gw: Runni
 
 def test_duplicate_method_keys_do_not_smuggle_a_refused_method(gw: RunningGateway, fresh: Sandbox) -> None:
     # The relay's json.loads keeps the last "method"; Chromium's parser must not act on the first.
-    with _socket(gw, fresh) as ws:
+    with cdp_socket(gw, fresh) as ws:
         ws.send('{"id":1,"method":"Browser.close","method":"Browser.getVersion","params":{}}')
-        first = _answer(ws, 1)
+        first = cdp_answer(ws, 1)
         ws.send(
             '{"id":2,"method":"Target.createBrowserContext","params":{"proxyServer":"http://evil.test:1"},"params":{}}'
         )
-        second = _answer(ws, 2)
+        second = cdp_answer(ws, 2)
         time.sleep(1.0)
         assert _browser_lives(gw, fresh, ws), first
         # A context with its own proxy must never have been made: a context id back means it was.
@@ -185,7 +140,7 @@ def test_duplicate_method_keys_do_not_smuggle_a_refused_method(gw: RunningGatewa
 def test_batches_binary_frames_and_odd_ids_are_not_relayed_as_refused_methods(
     gw: RunningGateway, fresh: Sandbox
 ) -> None:
-    with _socket(gw, fresh) as ws:
+    with cdp_socket(gw, fresh) as ws:
         ws.send(json.dumps([{"id": 1, "method": "Browser.close"}]))
         batch = json.loads(ws.recv(timeout=20))
         assert batch["error"]["code"] == -32600
@@ -202,19 +157,21 @@ def test_batches_binary_frames_and_odd_ids_are_not_relayed_as_refused_methods(
         ws.send('{"id":true,"method":"Browser.close"}')
         assert "error" in json.loads(ws.recv(timeout=20))
         ws.send('{"id":5,"method":"Browser.\\u0063lose"}')  # an escaped name is the same name
-        escaped = _answer(ws, 5)
+        escaped = cdp_answer(ws, 5)
         assert escaped["error"]["code"] == -32000
         time.sleep(1.0)
         assert _browser_lives(gw, fresh, ws)
 
 
 def test_flattened_browser_session_cannot_close_the_browser(gw: RunningGateway, fresh: Sandbox) -> None:
-    with _socket(gw, fresh) as ws:
-        attached = _call(ws, 1, "Target.attachToBrowserTarget")
+    with cdp_socket(gw, fresh) as ws:
+        attached = cdp_call(ws, 1, "Target.attachToBrowserTarget")
         session = attached["result"]["sessionId"]
-        closed = _call(ws, 2, "Browser.close", sessionId=session)
+        closed = cdp_call(ws, 2, "Browser.close", sessionId=session)
         assert closed["error"]["code"] == -32000 and closed.get("sessionId") == session
-        proxied = _call(ws, 3, "Target.createBrowserContext", {"proxyServer": "http://evil.test:1"}, sessionId=session)
+        proxied = cdp_call(
+            ws, 3, "Target.createBrowserContext", {"proxyServer": "http://evil.test:1"}, sessionId=session
+        )
         assert proxied["error"]["code"] == -32000
         time.sleep(1.0)
         assert _browser_lives(gw, fresh, ws)
@@ -253,12 +210,12 @@ def _wrapped(ws: ClientConnection, id: int, session: str, inner: dict[str, Any])
 def test_send_message_to_target_cannot_wrap_a_proxy_context(gw: RunningGateway, fresh: Sandbox) -> None:
     # The old, non-flattened protocol: a command for a target session rides inside a string, which the
     # relay never reads. Try the browser target itself and a page target.
-    with _socket(gw, fresh) as ws:
-        browser_target = _call(ws, 1, "Target.getTargetInfo")["result"]["targetInfo"]["targetId"]
-        pages = [t for t in _call(ws, 2, "Target.getTargets")["result"]["targetInfos"] if t["type"] == "page"]
+    with cdp_socket(gw, fresh) as ws:
+        browser_target = cdp_call(ws, 1, "Target.getTargetInfo")["result"]["targetInfo"]["targetId"]
+        pages = [t for t in cdp_call(ws, 2, "Target.getTargets")["result"]["targetInfos"] if t["type"] == "page"]
         made: list[Any] = []
         for n, target in enumerate([browser_target, pages[0]["targetId"]]):
-            attached = _call(ws, 10 + n, "Target.attachToTarget", {"targetId": target, "flatten": False})
+            attached = cdp_call(ws, 10 + n, "Target.attachToTarget", {"targetId": target, "flatten": False})
             if "result" not in attached:
                 continue
             session = attached["result"]["sessionId"]
@@ -281,12 +238,12 @@ def test_send_message_to_target_cannot_wrap_a_proxy_context(gw: RunningGateway, 
 def test_send_message_to_target_cannot_wrap_other_refused_methods(
     gw: RunningGateway, sb: Sandbox, inner: dict[str, Any]
 ) -> None:
-    with _socket(gw, sb) as ws:
-        browser_target = _call(ws, 1, "Target.getTargetInfo")["result"]["targetInfo"]["targetId"]
-        pages = [t for t in _call(ws, 2, "Target.getTargets")["result"]["targetInfos"] if t["type"] == "page"]
+    with cdp_socket(gw, sb) as ws:
+        browser_target = cdp_call(ws, 1, "Target.getTargetInfo")["result"]["targetInfo"]["targetId"]
+        pages = [t for t in cdp_call(ws, 2, "Target.getTargets")["result"]["targetInfos"] if t["type"] == "page"]
         params = {k: (pages[0]["targetId"] if v == "PAGE" else v) for k, v in inner["params"].items()}
         wrapped = {**inner, "params": params}
-        attached = _call(ws, 3, "Target.attachToTarget", {"targetId": browser_target, "flatten": False})
+        attached = cdp_call(ws, 3, "Target.attachToTarget", {"targetId": browser_target, "flatten": False})
         if "result" in attached:
             got = _wrapped(ws, 4, attached["result"]["sessionId"], wrapped)
             ran = got["inner"] is not None and "error" not in got["inner"]
@@ -294,14 +251,14 @@ def test_send_message_to_target_cannot_wrap_other_refused_methods(
             return
         # Held a step earlier: no non-flat session, and no sendMessageToTarget even with a guessed one.
         assert "flat_sessions" in attached["error"]["message"], attached
-        sent = _call(ws, 4, "Target.sendMessageToTarget", {"sessionId": "guessed", "message": json.dumps(wrapped)})
+        sent = cdp_call(ws, 4, "Target.sendMessageToTarget", {"sessionId": "guessed", "message": json.dumps(wrapped)})
         assert "error" in sent and "flat_sessions" in sent["error"]["message"], sent
 
 
 def test_send_message_to_target_cannot_wrap_browser_close(gw: RunningGateway, fresh: Sandbox) -> None:
-    with _socket(gw, fresh) as ws:
-        browser_target = _call(ws, 1, "Target.getTargetInfo")["result"]["targetInfo"]["targetId"]
-        attached = _call(ws, 2, "Target.attachToTarget", {"targetId": browser_target, "flatten": False})
+    with cdp_socket(gw, fresh) as ws:
+        browser_target = cdp_call(ws, 1, "Target.getTargetInfo")["result"]["targetInfo"]["targetId"]
+        attached = cdp_call(ws, 2, "Target.attachToTarget", {"targetId": browser_target, "flatten": False})
         tried: dict[str, Any] = {"attach": attached}
         if "result" in attached:
             tried["close"] = _wrapped(ws, 3, attached["result"]["sessionId"], {"id": 5, "method": "Browser.close"})
@@ -310,44 +267,44 @@ def test_send_message_to_target_cannot_wrap_browser_close(gw: RunningGateway, fr
 
 
 def test_chrome_internal_pages_over_cdp_do_not_loosen_the_egress_policy(gw: RunningGateway, sb: Sandbox) -> None:
-    targets = httpx.get(f"{gw.url}/v1/sessions/{sb.id}/cdp/json/list", headers=_bearer(sb)).json()
+    targets = httpx.get(f"{gw.url}/v1/sessions/{sb.id}/cdp/json/list", headers=bearer(sb)).json()
     page = next(t for t in targets if t["type"] == "page")
     reached: dict[str, Any] = {}
-    with connect(page["webSocketDebuggerUrl"], additional_headers=_bearer(sb), max_size=None, open_timeout=20) as ws:
+    with connect(page["webSocketDebuggerUrl"], additional_headers=bearer(sb), max_size=None, open_timeout=20) as ws:
         for n, url in enumerate(["chrome://settings", "chrome://net-internals", "chrome://policy"]):
-            went = _call(ws, n + 1, "Page.navigate", {"url": url})
+            went = cdp_call(ws, n + 1, "Page.navigate", {"url": url})
             time.sleep(1.0)
-            here = _call(ws, 10 + n, "Runtime.evaluate", {"expression": "location.href"})
+            here = cdp_call(ws, 10 + n, "Runtime.evaluate", {"expression": "location.href"})
             reached[url] = (went, here.get("result", {}).get("result", {}).get("value"))
-        _call(ws, 50, "Page.navigate", {"url": "about:blank"})
+        cdp_call(ws, 50, "Page.navigate", {"url": "about:blank"})
     # Chromium's internal pages open (as they do for the agent's own desktop), but what they could
     # change is held by the managed policy: the proxy still decides, a denied host gets Corral's page.
-    with connect(page["webSocketDebuggerUrl"], additional_headers=_bearer(sb), max_size=None, open_timeout=20) as ws:
-        _call(ws, 60, "Page.navigate", {"url": "https://other.test/after-internals"})
+    with connect(page["webSocketDebuggerUrl"], additional_headers=bearer(sb), max_size=None, open_timeout=20) as ws:
+        cdp_call(ws, 60, "Page.navigate", {"url": "https://other.test/after-internals"})
         time.sleep(1.5)
-        title = _call(ws, 61, "Runtime.evaluate", {"expression": "document.title"})["result"]["result"]["value"]
-        _call(ws, 62, "Page.navigate", {"url": "about:blank"})
+        title = cdp_call(ws, 61, "Runtime.evaluate", {"expression": "document.title"})["result"]["result"]["value"]
+        cdp_call(ws, 62, "Page.navigate", {"url": "about:blank"})
     assert title == "Blocked by Corral: other.test", (title, reached)
 
 
 def test_extra_proxy_authorization_cannot_forge_another_actions_attribution(gw: RunningGateway, sb: Sandbox) -> None:
     forged = "h1.forged"
     value = "Basic " + base64.b64encode(f"corral-action:{forged}".encode()).decode()
-    targets = httpx.get(f"{gw.url}/v1/sessions/{sb.id}/cdp/json/list", headers=_bearer(sb)).json()
+    targets = httpx.get(f"{gw.url}/v1/sessions/{sb.id}/cdp/json/list", headers=bearer(sb)).json()
     page = next(t for t in targets if t["type"] == "page")
-    with connect(page["webSocketDebuggerUrl"], additional_headers=_bearer(sb), max_size=None, open_timeout=20) as ws:
-        _call(ws, 1, "Network.enable")
-        _call(ws, 2, "Network.setExtraHTTPHeaders", {"headers": {"Proxy-Authorization": value}})
-        nav = _call(ws, 3, "Page.navigate", {"url": "http://allowed.test/red15-forged"})
+    with connect(page["webSocketDebuggerUrl"], additional_headers=bearer(sb), max_size=None, open_timeout=20) as ws:
+        cdp_call(ws, 1, "Network.enable")
+        cdp_call(ws, 2, "Network.setExtraHTTPHeaders", {"headers": {"Proxy-Authorization": value}})
+        nav = cdp_call(ws, 3, "Page.navigate", {"url": "http://allowed.test/red15-forged"})
         time.sleep(2.0)
-        where = _call(ws, 6, "Runtime.evaluate", {"expression": "location.href + ' ' + document.title"})
-        _call(ws, 4, "Network.setExtraHTTPHeaders", {"headers": {}})
-        _call(ws, 5, "Page.navigate", {"url": "about:blank"})
+        where = cdp_call(ws, 6, "Runtime.evaluate", {"expression": "location.href + ' ' + document.title"})
+        cdp_call(ws, 4, "Network.setExtraHTTPHeaders", {"headers": {}})
+        cdp_call(ws, 5, "Page.navigate", {"url": "about:blank"})
     if nav["result"].get("errorText") == "net::ERR_INVALID_ARGUMENT":
         # Chromium itself refuses a Proxy-Authorization header set over CDP: nothing was sent.
-        assert not [r for r in _traffic(gw, sb.id) if "/red15-forged" in json.dumps(r)], where
+        assert not [r for r in traffic(gw, sb.id) if "/red15-forged" in json.dumps(r)], where
         return
-    records = _wait_for(lambda: [r for r in _traffic(gw, sb.id) if "/red15-forged" in json.dumps(r)])
+    records = wait_for(lambda: [r for r in traffic(gw, sb.id) if "/red15-forged" in json.dumps(r)])
     assert records, ("the navigation was not audited", nav, where)
     record = records[-1]
     # The CDP connection's traffic must stay charged to it, never to an action id it chose.
@@ -398,12 +355,12 @@ def test_a_page_cannot_reach_devtools_the_controller_or_the_gateways_cdp(gw: Run
         "ws://127.0.0.1:9222/devtools/browser",
         f"ws://127.0.0.1:{port}{gateway_paths[1]}",
     ]
-    targets = httpx.get(f"{gw.url}/v1/sessions/{sb.id}/cdp/json/list", headers=_bearer(sb)).json()
+    targets = httpx.get(f"{gw.url}/v1/sessions/{sb.id}/cdp/json/list", headers=bearer(sb)).json()
     page = next(t for t in targets if t["type"] == "page")
-    with connect(page["webSocketDebuggerUrl"], additional_headers=_bearer(sb), max_size=None, open_timeout=20) as ws:
-        _call(ws, 1, "Page.navigate", {"url": "https://allowed.test/red15-page"})
+    with connect(page["webSocketDebuggerUrl"], additional_headers=bearer(sb), max_size=None, open_timeout=20) as ws:
+        cdp_call(ws, 1, "Page.navigate", {"url": "https://allowed.test/red15-page"})
         time.sleep(1.5)
-        ran = _call(
+        ran = cdp_call(
             ws,
             2,
             "Runtime.evaluate",
@@ -453,15 +410,15 @@ def test_origin_variants_are_refused_on_cdp(gw: RunningGateway, sb: Sandbox, ori
     try:
         with connect(
             f"{gw.ws}/v1/sessions/{sb.id}/cdp",
-            additional_headers=[*_bearer(sb).items(), *headers],
+            additional_headers=[*bearer(sb).items(), *headers],
             open_timeout=20,
         ) as ws:
-            assert _closed_with(ws) == 4403
+            assert closed_with(ws, after_messages=True) == 4403
     except InvalidStatus as refused:  # uvicorn refuses two Origins before the route runs
         assert refused.response.status_code == 400
     answer = httpx.get(
         f"{gw.url}/v1/sessions/{sb.id}/cdp/json/version",
-        headers=httpx.Headers([*_bearer(sb).items(), *headers]),
+        headers=httpx.Headers([*bearer(sb).items(), *headers]),
     )
     assert answer.status_code == 403
 
@@ -502,7 +459,7 @@ def test_a_view_link_cannot_take_or_send_input(gw: RunningGateway, sb: Sandbox) 
 
 
 def test_a_session_token_cannot_make_links_and_links_open_nothing_else(gw: RunningGateway, sb: Sandbox) -> None:
-    with httpx.Client(base_url=gw.url, headers=_bearer(sb), timeout=60) as agent:
+    with httpx.Client(base_url=gw.url, headers=bearer(sb), timeout=60) as agent:
         made = agent.post(f"/v1/sessions/{sb.id}/links", json={"mode": "control"})
         assert made.status_code == 403, made.text
         assert agent.get(f"/v1/sessions/{sb.id}/links").status_code in (401, 403)
@@ -519,14 +476,14 @@ def test_a_session_token_cannot_make_links_and_links_open_nothing_else(gw: Runni
         assert viewer.post(f"/v1/sessions/{sb.id}/cdp/connect", json={}).status_code in (401, 403)
         assert viewer.get(f"/v1/sessions/{sb.id}/cdp/json/version").status_code in (401, 403)
     with connect(f"{gw.ws}/v1/sessions/{sb.id}/cdp", additional_headers=link, open_timeout=20) as ws:
-        assert _closed_with(ws) in (4401, 4403)
+        assert closed_with(ws, after_messages=True) in (4401, 4403)
 
 
 def test_a_link_of_one_session_opens_nothing_of_another(gw: RunningGateway, sb: Sandbox) -> None:
     _, secret = _make_link(gw, sb.id, "control")
     with Sandbox.create(url=gw.url, api_key=KEY_A, allow=[]) as other:
         with _live(gw, other.id, secret) as ws:
-            assert _closed_with(ws) == 4403
+            assert closed_with(ws, after_messages=True) == 4403
         assert httpx.get(
             f"{gw.url}/v1/sessions/{other.id}/recording", headers={"Authorization": f"Bearer {secret}"}
         ).status_code in (401, 403)
@@ -544,37 +501,29 @@ def test_revoke_closes_within_a_second_and_the_link_cannot_reconnect(
         start = time.monotonic()
         with gw.client() as c:
             assert c.delete(f"/v1/sessions/{sb.id}/links/{made['id']}").status_code == 200
-        assert _closed_with(ws, timeout_s=5) == 4003
+        assert closed_with(ws, timeout_s=5, after_messages=True) == 4003
         assert time.monotonic() - start < 1.0
     # The lease came back to the agent with the stream gone.
-    assert _wait_for(lambda: _acts(sb), timeout_s=5)
+    assert wait_for(lambda: agent_acts(sb), timeout_s=5)
     with _live(gw, sb.id, secret) as ws:
-        assert _closed_with(ws) == 4401
+        assert closed_with(ws, after_messages=True) == 4401
     # The secret is nowhere in the gateway's logs, nor in the audit chain.
     assert all(secret not in r.getMessage() for r in caplog.records)
-    assert secret not in json.dumps(_traffic(gw, sb.id))
-    assert secret.removeprefix("crl_link_") not in json.dumps(_traffic(gw, sb.id))
-
-
-def _acts(sb: Sandbox) -> bool:
-    try:
-        sb.act({"type": "wait", "ms": 0})
-    except ActionFailed:
-        return False
-    return True
+    assert secret not in json.dumps(traffic(gw, sb.id))
+    assert secret.removeprefix("crl_link_") not in json.dumps(traffic(gw, sb.id))
 
 
 def test_connect_tickets_are_scoped_and_expire(gw: RunningGateway, sb: Sandbox) -> None:
-    with httpx.Client(base_url=gw.url, headers=_bearer(sb), timeout=60) as agent:
+    with httpx.Client(base_url=gw.url, headers=bearer(sb), timeout=60) as agent:
         assert agent.post(f"/v1/sessions/{sb.id}/cdp/connect", json={"ttl_s": 100_000}).status_code in (400, 422)
         short = agent.post(f"/v1/sessions/{sb.id}/cdp/connect", json={"ttl_s": 1}).json()
     assert short["expires_at"] <= time.time() + 2
     time.sleep(2.1)
     with connect(short["url"], open_timeout=20) as ws:
-        assert _closed_with(ws) == 4401
+        assert closed_with(ws, after_messages=True) == 4401
     assert httpx.get(short["http_url"] + "/json/version").status_code == 401
     # A ticket is no credential anywhere else: not for actions, links, live or another ticket.
-    with httpx.Client(base_url=gw.url, headers=_bearer(sb), timeout=60) as agent:
+    with httpx.Client(base_url=gw.url, headers=bearer(sb), timeout=60) as agent:
         ticket = agent.post(f"/v1/sessions/{sb.id}/cdp/connect", json={"ttl_s": 60}).json()
     raw = ticket["url"].rsplit("/", 1)[1]
     as_bearer = {"Authorization": f"Bearer {raw}"}
@@ -585,7 +534,7 @@ def test_connect_tickets_are_scoped_and_expire(gw: RunningGateway, sb: Sandbox) 
         == 401
     )
     with _live(gw, sb.id, raw) as ws:
-        assert _closed_with(ws) == 4401
+        assert closed_with(ws, after_messages=True) == 4401
 
 
 # -- floods and slow viewers ---------------------------------------------------------------------------

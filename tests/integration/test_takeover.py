@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -34,13 +33,12 @@ from corral.proxy.audit import verify
 from corral.recording.bundle import read_bundle
 from corral.sdk import Sandbox
 
-from .conftest import center, find_color, html_url
+from .conftest import center, find_color, html_url, wait_for
 from .dockerutil import DockerHarness
 from .egress_fixtures import Upstream, gateway_to, start_upstream
-from .gateway_fixtures import KEY_A, KEY_B, RunningGateway, replay_cli, unpack_recording
+from .gateway_fixtures import KEY_A, KEY_B, RunningGateway, replay_cli, traffic, unpack_recording
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 TAKEOVER_PAGE = "https://allowed.test/page/takeover.html"
 BLUE, GREEN = (0, 0, 255), (0, 200, 0)
 
@@ -58,18 +56,6 @@ def gw(
     with gateway_to(upstream, tmp_path_factory.mktemp("takeover-gw"), instance) as running:
         yield running
     runtime.remove_all({"corral.gateway": instance})
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 @pytest.fixture()
@@ -216,22 +202,6 @@ def in_thread(work: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread, out
-
-
-def wait_for(predicate: Callable[[], Any], timeout_s: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.05)
-
-
-def traffic(gw: RunningGateway, session_id: str, **params: str) -> list[dict[str, Any]]:
-    with gw.client() as c:
-        response = c.get(f"/v1/sessions/{session_id}/traffic", params=params)
-    assert response.status_code == 200, response.text
-    return [json.loads(line) for line in response.text.splitlines() if line]
 
 
 def screen_targets(sb: Sandbox) -> dict[str, tuple[int, int]]:

@@ -772,7 +772,7 @@ HOSTILE_TOOLSET = "</script><script>window.__pwned=3</script><svg onload=window.
 def test_hostile_ids_render_as_text_in_the_viewer(gw: RunningGateway) -> None:
     from playwright.sync_api import sync_playwright
 
-    from .test_viewer import CHROMIUM
+    from .conftest import CHROMIUM
 
     with Sandbox.create(url=gw.url, api_key=KEY_A) as sb:
         for block in (

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -22,7 +21,6 @@ from .conftest import html_url
 from .gateway_fixtures import KEY_A, KEY_B, RunningGateway, gateway
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
 @pytest.fixture(scope="module")
@@ -51,18 +49,6 @@ def recorded(gw: RunningGateway) -> Recorded:
         session_id = sb.id
     assert len(read_bundle(Path(gw.settings.data_dir / "recordings" / session_id)).actions) == 3
     return Recorded(session_id, str(blocked["action_id"]))
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 class Watched:

@@ -9,7 +9,6 @@ import io
 import json
 import os
 import re
-import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -26,23 +25,10 @@ from corral.sdk import Sandbox
 from .conftest import html_url
 from .gateway_fixtures import KEY_A, RunningGateway, gateway
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ORIGIN = "http://viewer.test"
 SECRET = "crl_link_" + "s" * 43
 ME = "human:lnk_3kq9x0a1b2c4"
 OTHER = "human:lnk_0therv1ewer0"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 def jpeg(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:

@@ -12,7 +12,7 @@ from fastapi import WebSocket, WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
-from corral.gateway.relay import CLOSE_ENDED
+from corral.gateway.relay import CLOSE_ENDED, cancel_all, raise_unexpected
 from corral.gateway.sessions import Session
 from corral.sandbox.cdprules import CDP_MAX_COMMAND_BYTES
 
@@ -80,6 +80,11 @@ async def _sandbox_to_client(upstream: ClientConnection, client: WebSocket, sess
             await client.send_bytes(frame)
 
 
+def _returned_true(task: asyncio.Task[bool]) -> bool:
+    """Whether ``task`` (done) returned True rather than False, a failure or a cancel."""
+    return not task.cancelled() and task.exception() is None and task.result()
+
+
 async def relay(client: WebSocket, upstream: ClientConnection, session: Session) -> None:
     """Both ways unchanged until either side closes or the session ends (then 4000 and the reason)."""
     from_client = asyncio.create_task(_client_to_sandbox(client, upstream, session))
@@ -91,16 +96,10 @@ async def relay(client: WebSocket, upstream: ClientConnection, session: Session)
     too_big = False
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            failure = None if task.cancelled() else task.exception()
-            if task is from_client and not task.cancelled() and failure is None:
-                too_big = from_client.result()
-            elif failure is not None and not isinstance(failure, WebSocketDisconnect | ConnectionClosed):
-                raise failure
+        too_big = from_client in done and _returned_true(from_client)
+        raise_unexpected(done)
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_all(tasks)
         with contextlib.suppress(ConnectionClosed, OSError):
             await upstream.close()
         with contextlib.suppress(RuntimeError, WebSocketDisconnect):

@@ -204,27 +204,27 @@ class CdpConnect(BaseModel):
     exclusive: bool = False
 
 
-class LinkOut(BaseModel):
-    """A viewer link as its listing shows it (never its secret)."""
+class _Link(BaseModel):
+    """What every answer about a viewer link says of it (its fields first, in this order)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     id: str
     mode: Literal["view", "control"]
     created_at: float
     expires_at: float
+
+
+class LinkOut(_Link):
+    """A viewer link as its listing shows it (never its secret)."""
+
     revoked_at: float | None
     last_used_at: float | None
     streams: int  # live streams open with it now
 
 
-class CreatedLink(BaseModel):
+class CreatedLink(_Link):
     """A new viewer link: ``url`` holds its secret in the fragment, shown this once."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    id: str
-    mode: Literal["view", "control"]
-    created_at: float
-    expires_at: float
     url: str
 
 

@@ -9,14 +9,16 @@ import json
 import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import WebSocket, WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from corral.errors import ErrorCode, UnprovenController
+from corral.frames import next_frame, over_limit
 from corral.gateway.controller import connect_ws
 from corral.gateway.metrics import Metrics
 from corral.gateway.sessions import Session
@@ -101,25 +103,13 @@ class Stop:
 
 
 async def _client_to_upstream(client: WebSocket, upstream: ClientConnection, seen: Seen) -> None:
-    while True:
-        message = await client.receive()
-        if message["type"] == "websocket.disconnect":
-            return
-        text = message.get("text")
-        frame = text if text is not None else (message.get("bytes") or b"")
-        if _too_large(frame):
+    while (frame := await next_frame(client)) is not None:
+        if over_limit(frame, MAX_FRAME_BYTES):
             # uvicorn takes CDP's larger frames (corral.sandbox.cdprules); this channel keeps its limit.
             await client.close(code=1009, reason=f"a frame is at most {MAX_FRAME_BYTES} bytes")
             return
         seen(frame)
         await upstream.send(frame)
-
-
-def _too_large(frame: str | bytes) -> bool:
-    # A character is at most 4 bytes of UTF-8: only a text that may be over the limit is encoded.
-    if isinstance(frame, str) and len(frame) * 4 > MAX_FRAME_BYTES:
-        return len(frame.encode()) > MAX_FRAME_BYTES
-    return len(frame) > MAX_FRAME_BYTES
 
 
 async def _upstream_to_client(upstream: ClientConnection, client: WebSocket, seen: Seen) -> None:
@@ -212,14 +202,9 @@ async def bridge(
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         sandbox_closed = from_sandbox in done
         stopped = ended if session.ended.is_set() else next((stopping[t] for t in done if t in stopping), None)
-        for task in done:
-            failure = None if task.cancelled() else task.exception()
-            if failure is not None and not isinstance(failure, WebSocketDisconnect | ConnectionClosed):
-                raise failure
+        raise_unexpected(done)
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_all(tasks)
         if sandbox_closed:
             await _close_upstream(upstream)
             if upstream_lost is not None and not session.ended.is_set():
@@ -230,6 +215,22 @@ async def bridge(
             # Both at once, each bounded: a client that stopped reading cannot keep the controller's
             # side (and a lease its stream holds) open while its close waits to be written.
             await asyncio.gather(_close(client, stopped), _close_upstream(upstream))
+
+
+def raise_unexpected(done: Iterable[asyncio.Task[Any]]) -> None:
+    """The failure of a relay's task that ended raised again, unless it is a side going away
+    (the relay then just closes)."""
+    for task in done:
+        failure = None if task.cancelled() else task.exception()
+        if failure is not None and not isinstance(failure, WebSocketDisconnect | ConnectionClosed):
+            raise failure
+
+
+async def cancel_all(tasks: Collection[asyncio.Task[Any]]) -> None:
+    """A relay's ``tasks`` cancelled and awaited, so that none outlives it."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _close(client: WebSocket, stopped: Stop | None) -> None:

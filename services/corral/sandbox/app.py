@@ -19,6 +19,7 @@ from starlette.requests import HTTPConnection
 
 from corral.bodies import ClosingStream, read_capped
 from corral.errors import ActionError, ErrorCode, error_body
+from corral.frames import next_frame, over_limit
 from corral.protocol import reply
 from corral.protocol.envelope import MAX_FRAME_BYTES, Limits, decode
 from corral.sandbox import cdp, transfer
@@ -300,14 +301,8 @@ class Connection:
     async def serve(self) -> None:
         worker = asyncio.create_task(self._desktop_requests())
         try:
-            while True:
-                message = await self._websocket.receive()
-                if message["type"] == "websocket.disconnect":
-                    return
-                raw = message.get("text")
-                if raw is None:
-                    raw = message.get("bytes") or b""
-                if _frame_size(raw, self._max_frame) > self._max_frame:
+            while (raw := await next_frame(self._websocket)) is not None:
+                if over_limit(raw, self._max_frame):
                     await self._websocket.close(code=1009, reason=f"a frame is at most {self._max_frame} bytes")
                     return
                 incoming = self._dispatcher.read(raw)
@@ -378,13 +373,6 @@ async def _wait_for_control(request: Request, dispatcher: Dispatcher, incoming: 
 async def _disconnected(request: Request) -> None:
     while (await request.receive())["type"] != "http.disconnect":
         pass
-
-
-def _frame_size(frame: str | bytes, limit: int) -> int:
-    # A character is at most 4 bytes of UTF-8: only a text that may be over ``limit`` is encoded.
-    if isinstance(frame, bytes) or len(frame) * 4 <= limit:
-        return len(frame)
-    return len(frame.encode())
 
 
 def _verifier(settings: ControllerSettings) -> RequestVerifier | None:

@@ -36,6 +36,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from corral.errors import ActionError, ControlTaken, ErrorCode
+from corral.frames import next_frame
 from corral.sandbox import cdprules
 from corral.sandbox.browser import pinned_endpoint
 from corral.sandbox.egress import ActionReporter
@@ -286,18 +287,14 @@ class CdpRelay:
             self._note("disconnected")
 
     async def _from_client(self, upstream: ClientConnection) -> None:
-        while True:
-            message = await self._client.receive()
-            if message["type"] == "websocket.disconnect":
-                return
-            text = message.get("text")
-            if text is None:
+        while (frame := await next_frame(self._client)) is not None:
+            if isinstance(frame, bytes):
                 await self._reply(cdprules.invalid_reply(None, "a CDP message is a text frame"))
                 continue
-            if len(text) > cdprules.CDP_MAX_COMMAND_BYTES:
+            if len(frame) > cdprules.CDP_MAX_COMMAND_BYTES:
                 self._closing_code = CLOSE_TOO_BIG
                 return
-            checked = await _decoded(text)
+            checked = await _decoded(frame)
             answer = checked if isinstance(checked, dict) else self._answer_here(checked)
             if answer is None and isinstance(checked, cdprules.Command):
                 answer = await self._closing_last_page(checked)

@@ -35,6 +35,7 @@ from pydantic import TypeAdapter
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from corral.errors import ActionError, ErrorCode
+from corral.frames import next_frame, over_limit
 from corral.protocol import actions as a
 from corral.protocol.geometry import Size, check_bounds
 from corral.protocol.plan import After
@@ -430,14 +431,8 @@ class ViewerSession:
 
     async def _read(self) -> None:
         with contextlib.suppress(WebSocketDisconnect):
-            while True:
-                message = await self._websocket.receive()
-                if message["type"] == "websocket.disconnect":
-                    return
-                raw = message.get("text")
-                if raw is None:
-                    raw = message.get("bytes") or b""
-                if _size(raw) > MAX_MESSAGE_BYTES:  # uvicorn takes CDP's 64 MiB frames on every route
+            while (raw := await next_frame(self._websocket)) is not None:
+                if over_limit(raw, MAX_MESSAGE_BYTES):  # uvicorn takes CDP's 64 MiB frames on every route
                     await self._close(1009, f"a message is at most {MAX_MESSAGE_BYTES} bytes")
                     return
                 self._take(parse(raw, self._desktop.size))
@@ -494,10 +489,3 @@ class ViewerSession:
             frame = await stream.next()
             async with self._sending:
                 await self._websocket.send_bytes(frame)
-
-
-def _size(raw: str | bytes) -> int:
-    # A character is at most 4 bytes of UTF-8: only a text that may be over the limit is encoded.
-    if isinstance(raw, bytes) or len(raw) * 4 <= MAX_MESSAGE_BYTES:
-        return len(raw)
-    return len(raw.encode())

@@ -9,11 +9,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from starlette.websockets import WebSocketDisconnect
+from websockets.exceptions import ConnectionClosed
 
 from corral.errors import ActionError, ErrorCode
 from corral.gateway import relay as relay_module
 from corral.gateway.metrics import Metrics
-from corral.gateway.relay import relay
+from corral.gateway.relay import cancel_all, raise_unexpected, relay
 from corral.protocol import reply
 
 
@@ -378,3 +380,28 @@ async def test_requests_count_as_in_flight_until_answered_or_the_relay_ends(monk
     await relay(agent, session, Metrics())  # type: ignore[arg-type]
     assert seen == [1, 2]  # the first was still under way as the second went
     assert session.in_flight == 0  # answered, or no longer under way once the agent left
+
+
+async def test_a_side_going_away_ends_a_relay_quietly_and_any_other_failure_is_raised_again() -> None:
+    async def client_gone() -> None:
+        raise WebSocketDisconnect(1001)
+
+    async def sandbox_gone() -> None:
+        raise ConnectionClosed(None, None)
+
+    async def broken() -> None:
+        raise ValueError("a bug in the relay")
+
+    gone = {asyncio.create_task(client_gone()), asyncio.create_task(sandbox_gone())}
+    failed = asyncio.create_task(broken())
+    await asyncio.wait({*gone, failed})
+    raise_unexpected(gone)
+    with pytest.raises(ValueError, match="a bug in the relay"):
+        raise_unexpected({*gone, failed})
+
+
+async def test_cancel_all_leaves_none_of_a_relays_tasks_running() -> None:
+    never = asyncio.Event()
+    waiting = {asyncio.create_task(never.wait()), asyncio.create_task(never.wait())}
+    await cancel_all(waiting)
+    assert all(task.cancelled() for task in waiting)

@@ -149,6 +149,21 @@ class Reported:
         self.calls.append(("ended", action_id, actor))
 
 
+def _viewers() -> tuple[Viewers, Desktop]:
+    desktop = fake_desktop(Parts())
+    return Viewers(desktop, LiveView(StillScreen(), _jpeg, sleep=_never), HumanInput(desktop, None, None)), desktop
+
+
+def _human_in_control() -> tuple[HumanInput, Desktop, Parts, Reported]:
+    """Human input reported to a fake proxy (no recorder), on a desktop whose lease a viewer holds."""
+    parts = Parts()
+    desktop = fake_desktop(parts)
+    reported = Reported()
+    humans = HumanInput(desktop, reported, None)  # type: ignore[arg-type]
+    desktop.lease.take(VIEWER)
+    return humans, desktop, parts, reported
+
+
 def _controller() -> tuple[TestClient, Desktop, Parts, Kept, Reported]:
     app = create_app(ControllerSettings(record=False))
     parts = Parts()
@@ -256,8 +271,7 @@ def test_the_live_route_is_behind_the_controllers_door() -> None:
 
 
 async def test_shutdown_detaches_every_viewer_and_stops_the_view() -> None:
-    desktop = fake_desktop(Parts())
-    viewers = Viewers(desktop, LiveView(StillScreen(), _jpeg, sleep=_never), HumanInput(desktop, None, None))
+    viewers, desktop = _viewers()
     viewers.attached(VIEWER)
     viewers.attached(VIEWER)  # two streams of one viewer
     desktop.lease.take(VIEWER)
@@ -272,8 +286,7 @@ async def test_shutdown_detaches_every_viewer_and_stops_the_view() -> None:
 
 
 def test_one_viewers_second_stream_keeps_the_lease_while_the_first_closes() -> None:
-    desktop = fake_desktop(Parts())
-    viewers = Viewers(desktop, LiveView(StillScreen(), _jpeg, sleep=_never), HumanInput(desktop, None, None))
+    viewers, desktop = _viewers()
     viewers.attached(VIEWER)
     viewers.attached(VIEWER)
     desktop.lease.take(VIEWER)
@@ -305,8 +318,7 @@ class FakeSocket:
 
 async def test_input_far_ahead_of_the_desktop_is_refused_not_queued(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("corral.sandbox.viewers.MAX_PENDING", 2)
-    desktop = fake_desktop(Parts())
-    viewers = Viewers(desktop, LiveView(StillScreen(), _jpeg, sleep=_never), HumanInput(desktop, None, None))
+    viewers, desktop = _viewers()
     desktop.lease.take(VIEWER)
     socket = FakeSocket()
     async with desktop.lock:  # an agent's long action holds the desktop
@@ -327,10 +339,7 @@ async def test_input_far_ahead_of_the_desktop_is_refused_not_queued(monkeypatch:
 
 async def test_an_inputs_action_stays_in_flight_for_its_tail_then_ends() -> None:
     # A click's page requests reach the proxy after the click returned: they must still be its.
-    desktop = fake_desktop(Parts())
-    reported = Reported()
-    humans = HumanInput(desktop, reported, None)  # type: ignore[arg-type]
-    desktop.lease.take(VIEWER)
+    humans, _, _, reported = _human_in_control()
     await humans.run(VIEWER, a.Click(type="click", x=5, y=5))
     assert [phase for phase, _, _ in reported.calls] == ["started"]
     await humans.close()  # shutdown ends every tail at once
@@ -340,10 +349,7 @@ async def test_an_inputs_action_stays_in_flight_for_its_tail_then_ends() -> None
 
 async def test_the_tail_ends_by_itself(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("corral.sandbox.viewers.TAIL_S", 0)
-    desktop = fake_desktop(Parts())
-    reported = Reported()
-    humans = HumanInput(desktop, reported, None)  # type: ignore[arg-type]
-    desktop.lease.take(VIEWER)
+    humans, _, _, reported = _human_in_control()
     await humans.run(VIEWER, a.Click(type="click", x=5, y=5))
     for _ in range(3):
         await asyncio.sleep(0)
@@ -382,11 +388,6 @@ class ClosingSocket(FakeSocket):
     async def close(self, code: int = 1000, reason: str | None = None) -> None:
         self.closed = (code, reason or "")
         self.incoming.put_nowait({"type": "websocket.disconnect"})
-
-
-def _viewers() -> tuple[Viewers, Desktop]:
-    desktop = fake_desktop(Parts())
-    return Viewers(desktop, LiveView(StillScreen(), _jpeg, sleep=_never), HumanInput(desktop, None, None)), desktop
 
 
 async def test_a_viewer_that_sends_without_reading_is_closed_not_queued_for(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -434,11 +435,7 @@ async def test_a_lease_change_while_hello_is_sent_is_not_missed() -> None:
 
 
 async def test_no_input_runs_and_no_tail_starts_once_shutdown_began() -> None:
-    parts = Parts()
-    desktop = fake_desktop(parts)
-    reported = Reported()
-    humans = HumanInput(desktop, reported, None)  # type: ignore[arg-type]
-    desktop.lease.take(VIEWER)
+    humans, _, parts, reported = _human_in_control()
     await humans.close()
     with pytest.raises(ActionError):
         await humans.run(VIEWER, a.Click(type="click", x=5, y=5))
@@ -446,11 +443,7 @@ async def test_no_input_runs_and_no_tail_starts_once_shutdown_began() -> None:
 
 
 async def test_an_input_running_when_shutdown_begins_ends_at_once() -> None:
-    parts = Parts()
-    desktop = fake_desktop(parts)
-    reported = Reported()
-    humans = HumanInput(desktop, reported, None)  # type: ignore[arg-type]
-    desktop.lease.take(VIEWER)
+    humans, desktop, _, reported = _human_in_control()
     async with desktop.lock:
         running = asyncio.create_task(humans.run(VIEWER, a.Click(type="click", x=5, y=5)))
         await settled(lambda: bool(desktop.lock._waiters))
@@ -463,11 +456,7 @@ async def test_an_input_running_when_shutdown_begins_ends_at_once() -> None:
 
 
 async def test_a_move_is_not_reported_to_the_proxy() -> None:
-    parts = Parts()
-    desktop = fake_desktop(parts)
-    reported = Reported()
-    humans = HumanInput(desktop, reported, None)  # type: ignore[arg-type]
-    desktop.lease.take(VIEWER)
+    humans, _, parts, reported = _human_in_control()
     await humans.run(VIEWER, a.Move(type="move", x=3, y=4))
     assert ("input", "move", (3, 4)) in parts.calls
     assert reported.calls == [] and not humans._tails

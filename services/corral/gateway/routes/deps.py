@@ -112,27 +112,27 @@ def api_key_id(who: CallerDep) -> str:
     return who.api_key()
 
 
-def live_session(session_id: str, who: CallerDep, manager: ManagerDep) -> Session:
-    """The live session in the path, for its owner's API key or its own session token."""
+def _opened(session_id: str, manager: SessionManager, opens: Callable[[str, str | None], None]) -> Session:
+    """The live session ``session_id`` once ``opens`` (a :class:`Caller` check, given its owner or
+    None when there is none) let the caller in."""
     try:
         session: Session | None = manager.get(session_id)
     except SessionNotFound:
         session = None
-    who.open_live(session_id, session.owner if session is not None else None)
-    assert session is not None  # open_live refused otherwise
+    opens(session_id, session.owner if session is not None else None)
+    assert session is not None  # the check refused otherwise
     return session
+
+
+def live_session(session_id: str, who: CallerDep, manager: ManagerDep) -> Session:
+    """The live session in the path, for its owner's API key or its own session token."""
+    return _opened(session_id, manager, who.open_live)
 
 
 def viewed_session(session_id: str, who: CallerDep, manager: ManagerDep) -> Session:
     """The live session in the path, for what its viewer page reads: its owner's key, its own token
     or one of its viewer links (:meth:`Caller.open_view`)."""
-    try:
-        session: Session | None = manager.get(session_id)
-    except SessionNotFound:
-        session = None
-    who.open_view(session_id, session.owner if session is not None else None)
-    assert session is not None  # open_view refused otherwise
-    return session
+    return _opened(session_id, manager, who.open_view)
 
 
 KeyIdDep = Annotated[str, Depends(api_key_id)]
