@@ -18,6 +18,7 @@ import io
 import json
 import multiprocessing
 import os
+import shutil
 import socket
 import statistics
 import sys
@@ -217,7 +218,9 @@ async def change_to_pixels_in_viewer(
       return Math.abs(p[0] - r) < 24 && Math.abs(p[1] - g) < 24 && Math.abs(p[2] - b) < 24; }"""
     out: list[float] = []
     async with async_playwright() as p:
-        browser = await p.chromium.launch()
+        # Debian's Chromium, as the integration tests use (scripts/test installs it).
+        chromium = shutil.which("chromium") or "/usr/bin/chromium"
+        browser = await p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
         try:
             page = await browser.new_page(viewport={"width": 1400, "height": 1000})
             await page.goto(viewer_url)
