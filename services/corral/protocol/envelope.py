@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -70,8 +71,8 @@ def decode(raw: str | bytes, limits: Limits) -> dict[str, Any]:
     if size > limits.max_message_bytes:
         raise ActionError(ErrorCode.MESSAGE_TOO_LARGE, f"message is {size} bytes; at most {limits.max_message_bytes}")
     try:
-        obj = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        obj = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
         raise ActionError(ErrorCode.INVALID_JSON, f"message is not valid JSON: {exc}") from None
     except RecursionError:
         raise ActionError(ErrorCode.INVALID_JSON, f"message nests deeper than {MAX_DEPTH} levels") from None
@@ -81,6 +82,18 @@ def decode(raw: str | bytes, limits: Limits) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise ActionError(ErrorCode.INVALID_REQUEST, "message must be a JSON object")
     return obj
+
+
+def _no_constant(name: str) -> Any:
+    # Python's json reads NaN and Infinity, which JSON has not: nothing downstream could write them back.
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):  # 1e999 reads as inf
+        raise ValueError(f"{text} is out of range for a number")
+    return number
 
 
 MAX_DEPTH = 32  # no action nests deeper than 5; room for clients' own ids and labels

@@ -16,6 +16,8 @@ import base64
 import contextlib
 import json
 import logging
+import math
+import re
 import secrets
 import time
 from collections import deque
@@ -48,6 +50,23 @@ def _strip_images(value: Any) -> Any:
         return {k: ("<image>" if _is_image(k, v) else _strip_images(v)) for k, v in value.items()}
     if isinstance(value, list):
         return [_strip_images(item) for item in value]
+    return value
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` as strict JSON can carry it: a lone surrogate (a request may hold ``"\\ud800"``) becomes
+    U+FFFD and a non-finite number null, so ``GET /v1/recording`` never fails on what an agent sent."""
+    if isinstance(value, str):
+        return value if value.isascii() else _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_json_safe(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     return value
 
 
@@ -123,7 +142,7 @@ class Recorder:
         event that does not touch the screen, a file transfer over HTTP, gets neither)."""
         self._seq += 1
         # Uploaded bytes and long outputs never enter the buffer whole: a prefix, a size and a sha256.
-        event = redact(event)
+        event = _json_safe(redact(event))
         event = {"seq": self._seq, **event, "reply": _strip_images(event.get("reply"))}
         completing = self._complete(event) if frame else _without_frame(event)
         self._queue(asyncio.create_task(completing))
@@ -133,7 +152,7 @@ class Recorder:
         ...}``), in order with the requests' events, as it is: no frame, no page state, no reply."""
         self._seq += 1
         noted: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        noted.set_result({"seq": self._seq, **event, "at": time.time()})
+        noted.set_result({"seq": self._seq, **_json_safe(event), "at": time.time()})
         self._queue(noted)
 
     def _queue(self, completing: asyncio.Future[dict[str, Any]]) -> None:

@@ -22,6 +22,10 @@ from corral.protocol.keys import Key, KeyCombo, keysym_for_char
 BUTTONS: dict[str, int] = {"left": 1, "middle": 2, "right": 3, "back": 8, "forward": 9}
 SCROLL_BUTTONS: dict[str, int] = {"up": 4, "down": 5, "left": 6, "right": 7}
 
+# How long a click waits for the server to have processed it (see XInput._processed); a window manager
+# replays a grabbed click within a millisecond or two.
+_PROCESSED_WAIT_S = 0.2
+
 # A spare keycode just rebound may still be read by a client with the old binding;
 # only reuse one that has been idle at least this long.
 _REBIND_GUARD_S = 0.05
@@ -84,14 +88,35 @@ class XInput:
         self._display.sync()
 
     def button(self, button: str, down: bool) -> None:
-        xtest.fake_input(self._display, X.ButtonPress if down else X.ButtonRelease, BUTTONS[button])
+        code = BUTTONS[button]
+        xtest.fake_input(self._display, X.ButtonPress if down else X.ButtonRelease, code)
         self._display.sync()
+        self._processed(code, down)
 
     def click(self, button: str) -> None:
         code = BUTTONS[button]
         xtest.fake_input(self._display, X.ButtonPress, code)
+        self._display.sync()
+        self._processed(code, True)
         xtest.fake_input(self._display, X.ButtonRelease, code)
         self._display.sync()
+        self._processed(code, False)
+
+    def _processed(self, code: int, down: bool) -> None:
+        """Wait (briefly, polling) until the server has processed button ``code`` going ``down`` or up.
+
+        openbox grabs a press synchronously, to focus the window it lands on, then replays it: until then
+        the pointer's events wait in the server while the keyboard's do not, so a key sent right after a
+        click reached the page before the click and its focus did (the first letter typed was lost). The
+        pointer's logical state (QueryPointer's mask) lags while its events wait: once the release shows,
+        the press has gone to the window. Buttons past 5 have no mask bit and are not waited for.
+        """
+        if code > 5:
+            return
+        mask = X.Button1Mask << (code - 1)
+        deadline = time.monotonic() + _PROCESSED_WAIT_S
+        while bool(self._root.query_pointer().mask & mask) != down and time.monotonic() < deadline:
+            time.sleep(0.0002)
 
     def scroll(self, direction: str, clicks: int) -> None:
         code = SCROLL_BUTTONS[direction]

@@ -46,6 +46,11 @@ def test_decode_keeps_unicode() -> None:
         ('{"a": 1} trailing', ErrorCode.INVALID_JSON),
         (b"\xff\xfe\x00garbage\xff", ErrorCode.INVALID_JSON),
         (b'{"text": "\xff"}', ErrorCode.INVALID_JSON),
+        # Python reads these, JSON has them not: nothing downstream (the recording) could write them back.
+        ('{"action": {"type": "move", "x": NaN, "y": 1}}', ErrorCode.INVALID_JSON),
+        ('{"id": Infinity, "action": {"type": "screenshot"}}', ErrorCode.INVALID_JSON),
+        ('{"id": -Infinity, "action": {"type": "screenshot"}}', ErrorCode.INVALID_JSON),
+        ('{"id": 1e999, "action": {"type": "screenshot"}}', ErrorCode.INVALID_JSON),
         ("[]", ErrorCode.INVALID_REQUEST),
         ('[{"type": "click"}]', ErrorCode.INVALID_REQUEST),
         ("42", ErrorCode.INVALID_REQUEST),

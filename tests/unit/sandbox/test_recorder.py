@@ -75,3 +75,27 @@ async def test_a_note_is_recorded_as_it_is_in_order_with_the_requests_events() -
     assert noted["seq"] == 2 and noted["event"] == "control" and noted["holder"] == "human:lnk_a"
     assert noted["change"] == "taken" and noted["previous"] == "agent" and isinstance(noted["at"], float)
     assert not {"frame_webp", "frame_skipped", "reply", "title"} & set(noted)
+
+
+async def test_what_strict_json_cannot_carry_is_recorded_as_it_can() -> None:
+    # A request may hold a lone surrogate ("\\ud800" is valid JSON text); the gateway reads the buffer as
+    # strict UTF-8 JSON, which failed with a 500 on every read after such a request (CI, test_files).
+    recorder = Recorder(fake_desktop(Parts()))
+    write = {"type": "file_write", "path": "/workspace/\ud800", "content": "x"}
+    try:
+        recorder.record(
+            {"request": {"id": "\ud83d", "action": write}, "native": [write], "ok": False, "reply": {"x": 1.5}},
+            frame=False,
+        )
+        recorder.note({"event": "control", "change": "taken", "holder": "human:lnk_a", "reason": "\udc00?"})
+        await recorder.after(1, 10_000)
+        answer = await recorder.after(0, 0)
+    finally:
+        await recorder.close()
+    event, noted = answer["events"]
+    json.dumps(answer, ensure_ascii=False, allow_nan=False).encode()  # what GET /v1/recording sends
+    assert event["request"] == {
+        "id": "\ufffd",
+        "action": {"type": "file_write", "path": "/workspace/\ufffd", "content": "x"},
+    }
+    assert event["reply"] == {"x": 1.5} and noted["reason"] == "\ufffd?"
