@@ -115,6 +115,7 @@ def gateway_process(instance: str, data_dir: Path, sessions: int) -> Iterator[tu
             if server.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the gateway did not start: {log.read_text()[-4000:]}")
             time.sleep(0.2)
+        print(f"gateway at {url}, pid {server.pid} (for py-spy), its log in {log}", flush=True)
         yield url, server.pid
     finally:
         server.terminate()
