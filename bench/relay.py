@@ -32,7 +32,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import AsyncExitStack, contextmanager
+from contextlib import AsyncExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -303,10 +303,8 @@ async def sample_rss(pid: int, every_s: float, into: list[tuple[float, int]], st
     started = time.monotonic()
     while not stop.is_set():
         into.append((time.monotonic() - started, rss_bytes(pid)))
-        try:
+        with suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), every_s)
-        except TimeoutError:
-            pass
 
 
 async def mixed_phase(pairs: list[Pair], pid: int, minutes: float, scratch: Path) -> dict[str, Any]:
