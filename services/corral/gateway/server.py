@@ -40,6 +40,16 @@ def _install_redaction() -> None:
             logger.addFilter(RedactTokens())
 
 
+# Loggers that write a line per request the gateway makes (httpx's "HTTP Request: ..." for every call to a
+# controller: each file transfer, HTTP action and health poll): kept to warnings, as the relay logs no frame.
+PER_REQUEST_LOGGERS = ("httpx", "httpcore")
+
+
+def _quiet_per_request_loggers() -> None:
+    for name in PER_REQUEST_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def _config(settings: GatewaySettings, log_level: str = "info", app: ASGIApp | None = None) -> uvicorn.Config:
     return uvicorn.Config(
         app if app is not None else create_app(settings),
@@ -64,6 +74,7 @@ def serve(settings: GatewaySettings | None = None) -> None:
     config = _config(settings)
     config.load()  # uvicorn configures its loggers here; the filter goes on after
     _install_redaction()
+    _quiet_per_request_loggers()
     uvicorn.Server(config).run()
 
 

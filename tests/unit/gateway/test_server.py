@@ -12,7 +12,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from corral.gateway.app import create_app
-from corral.gateway.server import RedactTokens, running
+from corral.gateway.server import PER_REQUEST_LOGGERS, RedactTokens, _quiet_per_request_loggers, running
 from corral.gateway.sessions import SessionManager
 
 from ..mcp.handshake import INITIALIZE, MCP_HEADERS
@@ -109,3 +109,12 @@ def test_a_cdp_tickets_path_never_reaches_uvicorns_log(tmp_path: Path) -> None:
     assert upgrades, lines.lines
     assert all("SECRETMAC" not in line and "ALSOSECRET" not in line for line in lines.lines)
     assert "/v1/sessions/s1/cdp/t/[redacted]/page/T1?token=[redacted]" in upgrades[0]
+
+
+def test_calls_to_a_controller_log_no_line_each_but_warnings_still_show(caplog: pytest.LogCaptureFixture) -> None:
+    _quiet_per_request_loggers()
+    with caplog.at_level(logging.NOTSET):
+        for name in PER_REQUEST_LOGGERS:
+            logging.getLogger(name).info("HTTP Request: GET http://sandbox.invalid/v1/files")
+            logging.getLogger(name).warning("the controller's connection was reset")
+    assert [record.levelno for record in caplog.records] == [logging.WARNING] * len(PER_REQUEST_LOGGERS)
