@@ -6,12 +6,13 @@ photo-like one at level 1, most of it the filter search and the deflate. A scree
 kind of picture, so one filter for all its rows loses little: a text page compresses best
 unfiltered (its glyphs repeat byte for byte), a photo with the Up filter (each row predicts the
 next). Which one is measured on a sample of rows, deflated both ways (a twentieth of the image,
-0.3-1.5 ms), then the whole image is deflated with zlib-ng (python-zlib-ng, a wheel)
-at the level that keeps it at or under scrot's size (libpng at level 2 with its per-row search):
+0.3-1.5 ms), then the whole image is deflated with zlib-ng (python-zlib-ng, a wheel) in the way
+that keeps it at or under scrot's size (libpng at level 2 with its per-row search). Encoding
+alone, one core, bench/run.py's screens (its table has the screenshots end to end):
 
-    1280x800 screen      Pillow level 1 (before)   scrot            this
-    text page            155.9 KB, 21 ms           153.5 KB         149.3 KB, 4 ms
-    photo-like page      814.5 KB, 70 ms           781.7 KB         729.4 KB, 21 ms
+    1280x800 screen      Pillow level 1 (before)   scrot's bytes    this
+    text page            155.9 KB, 18-21 ms        153.5 KB         149.3 KB, 5-7 ms
+    photo-like page      814.5 KB, 55-70 ms        781.7 KB         763.3 KB, 17-23 ms
 
 zlib-ng, like CPython's zlib module it is ported from, deflates with the GIL released; the row
 assembly below runs in Pillow's C code (about 1.5 ms with the GIL held).
@@ -28,10 +29,11 @@ from zlib_ng import zlib_ng
 
 _SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _NONE, _UP = 0, 2  # PNG filter types (the filter byte that starts each row)
-# Deflate levels per filter, from the table above: unfiltered text finds its repeats at 4
-# (3 gives 152.2 KB, 2 158.5 KB: over scrot's), Up-filtered photos are noise-like and level 4
-# costs twice level 3's time for 5% fewer bytes.
-_LEVELS = {_NONE: 4, _UP: 3}
+# Deflate (level, strategy) per filter, from the table above: unfiltered text finds its repeats at
+# level 4 (3 gives 152.2 KB, 2 158.5 KB: over scrot's); Up-filtered photos are runs of small
+# differences, which run-length matching codes at 763.3 KB in 14 ms where level 3 takes 22 ms for
+# 732 KB and Huffman alone 792 KB (over scrot's).
+_DEFLATE = {_NONE: (4, zlib_ng.Z_DEFAULT_STRATEGY), _UP: (1, zlib_ng.Z_RLE)}
 _SAMPLE_EVERY = 200  # rows: one band of _SAMPLE_ROWS in each run of this many (5%)
 _SAMPLE_ROWS = 10
 
@@ -81,8 +83,13 @@ def encode_png(image: Image.Image) -> bytes:
     width, height = image.size
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, deflate, no interlace
     body = _up(image) if kind == _UP else image
-    data = zlib_ng.compress(_lines(body, kind), _LEVELS[kind])
+    data = _deflate(_lines(body, kind), *_DEFLATE[kind])
     return _SIGNATURE + _chunk(b"IHDR", header) + _chunk(b"IDAT", data) + _chunk(b"IEND", b"")
+
+
+def _deflate(data: bytes, level: int, strategy: int) -> bytes:
+    deflate = zlib_ng.compressobj(level, zlib_ng.DEFLATED, 15, 8, strategy)
+    return deflate.compress(data) + deflate.flush()
 
 
 def _pillow_png(image: Image.Image) -> bytes:
