@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import io
+from typing import Any
 
 import pytest
 from PIL import Image
@@ -99,3 +101,54 @@ def test_settle_is_capped_on_a_page_that_never_stops(client: SandboxClient) -> N
     reply = client.act({"type": "wait", "ms": 0}, screenshot=True, wait_for="stable", settle_timeout_ms=500)
     assert reply["screenshot"]["settled"] is False
     assert 450 <= reply["screenshot"]["settle_ms"] < 1500
+
+
+# A photo-like canvas (smooth colour fields with grain, fixed seed) and a page of text: the two
+# kinds of screen corral.sandbox.png encodes differently (Up-filtered and unfiltered rows).
+PHOTO_LIKE = "<canvas id=c width=1280 height=800></canvas>"
+PHOTO_SCRIPT = """
+const c = document.getElementById('c').getContext('2d'), im = c.createImageData(1280, 800);
+let s = 12345; const r = () => (s = (s * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff;
+for (let i = 0; i < im.data.length; i += 4) {
+  const x = (i / 4) % 1280, y = Math.floor(i / 4 / 1280), v = Math.sin(x / 97) * Math.cos(y / 61) * 60;
+  im.data[i] = 120 + v + (r() - .5) * 24; im.data[i + 1] = 100 + v + y / 10; im.data[i + 2] = 90 - v + x / 30;
+  im.data[i + 3] = 255;
+}
+c.putImageData(im, 0, 0); c.filter = 'blur(1.5px)'; c.drawImage(c.canvas, 0, 0);
+"""
+TEXT_LIKE = (
+    "<div style='margin:30px;font:15px serif'>" + "<p>The quick brown fox jumps over the lazy dog. " * 120 + "</div>"
+)
+
+# Chromium's own decode: the PNG drawn on a canvas and read back as RGBA, base64 (no colour
+# management applies: a PNG without a colour chunk is sRGB, as the canvas is).
+CHROMIUM_DECODE = """async (png) => {
+  const img = new Image();
+  img.src = 'data:image/png;base64,' + png;
+  await img.decode();
+  const canvas = document.createElement('canvas');
+  canvas.width = img.width; canvas.height = img.height;
+  const context = canvas.getContext('2d');
+  context.drawImage(img, 0, 0);
+  const rgba = context.getImageData(0, 0, img.width, img.height).data;
+  let out = '';
+  for (let i = 0; i < rgba.length; i += 0x8000) out += String.fromCharCode.apply(null, rgba.subarray(i, i + 0x8000));
+  return btoa(out);
+}"""
+
+
+@pytest.mark.parametrize(("body", "script"), [(PHOTO_LIKE, PHOTO_SCRIPT), (TEXT_LIKE, "")], ids=["photo", "text"])
+def test_png_decodes_to_the_same_pixels_in_pillow_and_chromium(
+    client: SandboxClient, browser: Any, body: str, script: str
+) -> None:
+    open_page(client, body, script)
+    data = image_bytes(client.act({"type": "screenshot", "format": "png"}))
+    pillow = Image.open(io.BytesIO(data))
+    assert (pillow.format, pillow.mode, pillow.size) == ("PNG", "RGB", (1280, 800))
+    page = browser.new_page()
+    try:
+        chromium = base64.b64decode(page.evaluate(CHROMIUM_DECODE, base64.b64encode(data).decode()))
+    finally:
+        page.close()
+    assert chromium == pillow.convert("RGBA").tobytes()
+    assert len(pillow.getcolors(1 << 24) or []) > (1000 if script else 2)  # the page was drawn, not blank

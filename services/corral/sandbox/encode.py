@@ -10,6 +10,7 @@ from PIL import Image
 
 from corral.protocol.actions import ImageFormat, Region
 from corral.protocol.plan import EncodedImage
+from corral.sandbox.png import encode_png
 from corral.sandbox.xcapture import CursorImage, Frame
 
 MEDIA_TYPES: dict[ImageFormat, str] = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
@@ -18,7 +19,8 @@ DEFAULT_QUALITY = 80
 # Pillow compresses a JPEG into a BytesIO in one C call that holds the GIL (5-6 ms at 1280x800,
 # measured: every other thread, the controller's event loop included, stalls that long); into a file
 # with a descriptor it releases the GIL (ImageFile._save's encode_to_file). So JPEGs go through a
-# memory file, one per thread. PNG and WebP release the GIL either way.
+# memory file, one per thread. WebP releases the GIL either way, and PNG's deflate does
+# (corral.sandbox.png).
 _spools = threading.local()
 
 
@@ -65,10 +67,8 @@ def encode(
     q = DEFAULT_QUALITY if quality is None else quality
     if fmt == "jpeg":
         return EncodedImage(MEDIA_TYPES[fmt], _jpeg(image, q), image.width, image.height)
-    buf = io.BytesIO()
     if fmt == "png":
-        # Level 1 costs about half of the default's time for a few percent more bytes.
-        image.save(buf, "PNG", compress_level=1)
-    else:
-        image.save(buf, "WEBP", quality=q, method=0)
+        return EncodedImage(MEDIA_TYPES[fmt], encode_png(image), image.width, image.height)
+    buf = io.BytesIO()
+    image.save(buf, "WEBP", quality=q, method=0)
     return EncodedImage(MEDIA_TYPES[fmt], buf.getvalue(), image.width, image.height)
