@@ -217,10 +217,14 @@ def main() -> int:
         print(
             f"  {step['sessions']:>3} sessions: worst {step['worst_ms']:>7.1f} ms, median {step['median_ms']:>6.1f} ms"
         )
-    budgets = {"claim from pool": (claim_p50, 100.0), "cold start to first screenshot": (cold_p50, 2000.0)}
-    print("\nBudgets (p50)")
+    # Issue 16's wanted figures, never loosened: the claim's was 3.1 ms before egress, 123 ms after.
+    budgets = {
+        "claim from the warm pool p50": (claim_p50, 20.0),
+        "cold start to first screenshot": (cold_p50, 2000.0),
+    }
+    print("\nBudgets")
     for name, (value, budget) in budgets.items():
-        print(f"  {name:<34}{value:>8.1f} ms  <= {budget:>6.0f} ms  {'ok' if value <= budget else 'OVER'}")
+        print(f"  {name:<44}{value:>8.1f} ms  <= {budget:>6.0f} ms  {'ok' if value <= budget else 'OVER'}")
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "gateway.json").write_text(
         json.dumps(

@@ -44,6 +44,7 @@ from corral.runtime import ALIVE_STATES, ExitInfo, SandboxAddress, SandboxRuntim
 
 log = logging.getLogger(__name__)
 PLACEHOLDERS_TIMEOUT_S = 2.0  # the watchdog's look at a controller's placeholders: one round, not the loop
+HAND_OUT_CHECK_S = 2.0  # the last look at a pooled sandbox before it is handed out
 
 KIND_LABEL = "corral.kind"
 GATEWAY_LABEL = "corral.gateway"
@@ -157,6 +158,7 @@ class SessionManager:
         store: SessionStore,
         on_claim: Callable[[str, float], None] = lambda source, seconds: None,
         host: HostFacts | None = None,
+        controller_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._settings = settings
         self.limits: Limits = resolve(settings, host or HostFacts.detect())
@@ -172,6 +174,7 @@ class SessionManager:
         )
         self.replays = ReplayUploads(settings.data_dir / "replay-responses", settings.replay_upload_max_mb << 20)
         self._http: httpx.AsyncClient | None = None
+        self._controller_transport = controller_transport  # None: the network (a test's fake controllers)
         self._reserved: dict[str, int] = {}  # key id -> sessions being created
         self._lock = asyncio.Lock()
         self._refill = asyncio.Event()
@@ -190,7 +193,7 @@ class SessionManager:
         self.host_guarded = await asyncio.to_thread(self._runtime.ensure_sandbox_network, self._settings.network)
         if self.egress is not None:
             self.host_guarded &= await self.egress.start()
-        self._http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0))
+        self._http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0), transport=self._controller_transport)
         await self._recover()
         await self._remove_orphan_networks()
         # Host guards of networks that went while no gateway watched (a crash, a kill).
@@ -451,19 +454,45 @@ class SessionManager:
         if self.egress is not None and pair.egress is not None:
             await asyncio.to_thread(self.egress.teardown_blocking, pair.egress)
 
-    async def _still_ready(self, pair: Pair) -> bool:
-        """One health check before a pooled pair is handed out (it may have died while waiting)."""
+    async def _answers(self, sandbox: SandboxAddress) -> None:
+        """The last look at a pooled sandbox: its controller, the one of this boot, answers now (one
+        signed request on the gateway's kept-alive client, proven by the per-boot secret; no thread,
+        no screen grab). Its screen and browser were checked as it entered the pool (wait_ready);
+        the reaper takes a pooled pair that stopped running out of the pool ahead of any claim.
+        Raises SandboxError."""
+        assert self._http is not None
         try:
-            await asyncio.to_thread(self._runtime.wait_ready, pair.sandbox, 2.0)
-            if self.egress is not None and pair.egress is not None:
-                await self.egress.status(pair.egress, timeout_s=2.0)
-        except Exception:
-            log.warning("pooled sandbox %s is not healthy; removing it and starting one", pair.sandbox.name)
-            with contextlib.suppress(Exception):
-                await self._remove_pair(pair)
-            self._refill.set()
-            return False
-        return True
+            response = await controller.request(
+                self._http, sandbox.base_url, sandbox.secret, "GET", "/v1/secrets", timeout=HAND_OUT_CHECK_S
+            )
+        except httpx.HTTPError as exc:
+            raise SandboxUnreachable(f"sandbox {sandbox.name} did not answer: {exc}") from None
+        if response.status_code != 200:
+            raise SandboxUnreachable(f"sandbox {sandbox.name} answered {response.status_code}")
+
+    async def _hand_out(self, pair: Pair, allow: Sequence[str], mode: str, actor: str) -> bool:
+        """The last look at a pooled pair, and its policy, side by side: its controller answers, and
+        the session's policy set on its proxy (it starts with nothing allowed), whose answer is
+        the proxy's own proof of life. True once both hold: the policy is in force. A pair that fails
+        either (it died while waiting) is removed, never handed out: False, and the pool refills."""
+        checks: list[Awaitable[object]] = [self._answers(pair.sandbox)]
+        if self.egress is not None and pair.egress is not None:
+            checks.append(self.egress.set_policy(pair.egress, list(allow), mode, actor))
+        results, cancelled = await _settle(*checks)
+        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        if failure is None and not cancelled:
+            return True
+        if not cancelled:
+            log.warning(
+                "pooled sandbox %s is not healthy (%s); removing it and starting one", pair.sandbox.name, failure
+            )
+        self._refill.set()
+        await _settle(asyncio.ensure_future(self._remove_pair(pair)))
+        if cancelled:
+            raise asyncio.CancelledError
+        if failure is not None and not isinstance(failure, Exception):
+            raise failure  # a KeyboardInterrupt, a SystemExit: not the pair's fault, not to be swallowed
+        return False
 
     def _fits_pool(self, req: CreateSession) -> bool:
         return req.viewport == Viewport() and req.resources.model_dump(exclude_none=True) == {} and req.hermetic is None
@@ -499,17 +528,17 @@ class SessionManager:
             return self._pool.pop(0) if self._pool and self._fits_pool(req) else None
 
     async def create(self, owner: str, req: CreateSession) -> tuple[Session, str]:
-        s = self._settings
         secret_set = plan_create(req.secrets, list(req.allow), req.hermetic is not None)  # checked whole, first
         timeout_s, replay = self._admit(owner, req)
         pooled = await self._reserve(owner, req)
         started = time.monotonic()
-        mode = req.egress_mode or s.egress_mode
-        if pooled is not None and not await self._still_ready(pooled):
-            pooled = None
+        mode = req.egress_mode or self._settings.egress_mode
+        actor = f"api-key:{owner}"
         try:
+            if pooled is not None and not await self._hand_out(pooled, req.allow, mode, actor):
+                pooled = None
             pair = pooled or await self._cold_start("session", req.viewport, req, list(req.allow), mode, replay)
-            await self._claim(pair, pooled is not None, list(req.allow), mode, secret_set, f"api-key:{owner}")
+            await self._claim(pair, secret_set, actor)
         finally:
             async with self._lock:
                 self._reserved[owner] -= 1
@@ -517,44 +546,54 @@ class SessionManager:
         if pooled:
             self._refill.set()
         token = auth.new_token()
+        session = Session(
+            self._record(pair, owner, token, req, timeout_s, mode, pooled is not None, secret_set), pair.sandbox
+        )
+        self._save(session)
+        self._sessions[session.id] = session
+        if self.egress is not None and pair.egress is not None:
+            self.egress.write_meta(session.id, owner=owner, created_at=session.record.created_at, ended_at=None)
+        self._start_recording(session, req.recording_mb)
+        return session, token
+
+    def _record(
+        self,
+        pair: Pair,
+        owner: str,
+        token: str,
+        req: CreateSession,
+        timeout_s: int,
+        mode: str,
+        from_pool: bool,
+        secret_set: SecretSet,
+    ) -> SessionRecord:
         now = time.time()
-        record = SessionRecord(
+        return SessionRecord(
             id=pair.session_id,
             container=pair.sandbox.id,
             owner=owner,
             token_sha256=auth.digest(token),
             created_at=now,
             expires_at=now + timeout_s,
-            idle_timeout_s=req.idle_timeout_s or s.default_idle_timeout_s,
+            idle_timeout_s=req.idle_timeout_s or self._settings.default_idle_timeout_s,
             viewport=req.viewport,
             allow=list(req.allow),
             labels=dict(req.labels),
-            from_pool=pooled is not None,
+            from_pool=from_pool,
             egress=pair.egress,
             egress_mode=mode if pair.egress is not None else None,
-            hermetic=replay is not None,
+            hermetic=req.hermetic is not None,
             secrets=dict(secret_set.records),
         )
-        session = Session(record, pair.sandbox)
-        self._save(session)
-        self._sessions[session.id] = session
-        if self.egress is not None and pair.egress is not None:
-            self.egress.write_meta(session.id, owner=owner, created_at=now, ended_at=None)
-        self._start_recording(session, req.recording_mb)
-        return session, token
 
-    async def _claim(
-        self, pair: Pair, pooled: bool, allow: Sequence[str], mode: str, secret_set: SecretSet, actor: str
-    ) -> None:
-        """Make a ready pair the session's: a pooled proxy's policy (it starts with nothing allowed),
-        then its secrets. A pair that fails this is removed: it is never handed out."""
-        if self.egress is None or pair.egress is None:
+    async def _claim(self, pair: Pair, secret_set: SecretSet, actor: str) -> None:
+        """Make a ready pair the session's: its secrets (its policy is in force already: a cold
+        proxy starts with it, a pooled one took it in :meth:`_hand_out`). A pair that fails this is
+        removed: it is never handed out."""
+        if self.egress is None or pair.egress is None or not secret_set.records:
             return
         try:
-            if pooled:
-                await self.egress.set_policy(pair.egress, list(allow), mode, actor)
-            if secret_set.records:
-                await self._give_secrets(pair, secret_set, SecretSet(), actor)
+            await self._give_secrets(pair, secret_set, SecretSet(), actor)
         except BaseException:
             await _settle(asyncio.ensure_future(self._remove_pair(pair)))
             raise
@@ -784,12 +823,37 @@ class SessionManager:
         """End every session whose sandbox no longer runs (killed, OOM-killed, removed by hand): one
         listing a tick, an inspect only for the dead."""
         live = [s for s in self._sessions.values() if s.state == "ready"]
-        if not live:
+        pooled = list(self._pool)  # before the listing: a pair that joins meanwhile may be missing from it
+        if not live and not pooled:
             return
         states = await asyncio.to_thread(self._runtime.sandbox_states, {GATEWAY_LABEL: self._settings.instance})
         for session in live:
             if states.get(session.sandbox.id) not in ALIVE_STATES:
                 await self._end_if_dead(session)
+        await self._check_pool(pooled, states)
+
+    async def _check_pool(self, pooled: Sequence[Pair], states: Mapping[str, str]) -> None:
+        """The ``pooled`` pairs whose sandbox (from the reaper's listing, ``states``) or proxy stopped running
+        leave the pool ahead of any claim, and the pool refills: a claim then rarely meets a dead one
+        (its own last look, :meth:`_hand_out`, still stands behind this)."""
+        proxies: Mapping[str, str] = {}
+        if self.egress is not None and any(pair.egress is not None for pair in pooled):
+            proxies = await asyncio.to_thread(self._runtime.proxy_states, {GATEWAY_LABEL: self._settings.instance})
+        dead = [
+            pair
+            for pair in pooled
+            if pair in self._pool  # a claim may have taken it meanwhile
+            and (
+                states.get(pair.sandbox.id) not in ALIVE_STATES
+                or (pair.egress is not None and proxies.get(pair.session_id) != "running")
+            )
+        ]
+        for pair in dead:
+            self._pool.remove(pair)
+            log.warning("pooled sandbox %s stopped running; removing it and starting one", pair.sandbox.name)
+        if dead:
+            self._refill.set()
+            await _settle(*(asyncio.ensure_future(self._remove_pair(pair)) for pair in dead))
 
     async def _end_if_dead(self, session: Session) -> bool:
         info = await asyncio.to_thread(self._runtime.exit_info, session.sandbox.id)
@@ -847,7 +911,6 @@ class SessionManager:
                     await self._check_placeholders()
                 except Exception:
                     log.exception("placeholder watchdog failed")
-            # A pooled pair with a broken proxy is caught by the health check before hand-out.
             if now - last_prune > 3600:
                 last_prune = now
                 await self._prune()

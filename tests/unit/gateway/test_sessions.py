@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 from collections.abc import Awaitable, Mapping
 from pathlib import Path
 from types import SimpleNamespace
 
+import httpx
 import pytest
 
-from corral.errors import SessionNotFound
+from corral.errors import EgressUnavailable, SessionNotFound
 from corral.gateway.egress import Egress
 from corral.gateway.models import CreateSession
-from corral.gateway.sessions import GATEWAY_LABEL, KIND_LABEL, SANDBOX_EXITED, SessionManager, SessionRecord
+from corral.gateway.sessions import GATEWAY_LABEL, KIND_LABEL, SANDBOX_EXITED, Pair, SessionManager, SessionRecord
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
 from corral.runtime import ExitInfo, SandboxAddress, SandboxSpec, SessionNetwork
 
 from ..runtime.fake import FakeRuntime
+from .controller_fake import SECRET, proving
 
 
 def _manager(tmp_path: Path, runtime: FakeRuntime, **settings: object) -> SessionManager:
@@ -364,5 +367,179 @@ async def test_a_record_that_holds_no_session_is_set_aside_not_adopted(tmp_path:
         kept = tmp_path / "sessions" / f"{OLD_RECORD['id']}.json.unreadable"
         assert json.loads(kept.read_text()) == broken  # kept for a look, not read at the next start
         assert not (tmp_path / "sessions" / f"{OLD_RECORD['id']}.json").exists()
+    finally:
+        await manager.stop()
+
+
+# -- the pool's claim: a dead pooled sandbox is never handed out; the policy is in force first -----------
+
+
+class PolicyEgress(FakeEgress):
+    """FakeEgress that also takes a pooled proxy's policy (gated until ``release_policy`` is set, or
+    failing) and the rest a session's start and end ask of it."""
+
+    def __init__(self, policy_fails: bool = False) -> None:
+        super().__init__()
+        self.policy_fails = policy_fails
+        self.allowed: dict[str, list[str]] = {}  # session id -> the allowlist its proxy started with
+        self.policies: list[tuple[str, list[str], str]] = []  # (session id, allow, mode) each proxy took
+        self.policy_asked, self.release_policy = asyncio.Event(), asyncio.Event()
+        self.release_policy.set()
+        self.torn_down: list[str] = []
+
+    def prepare_blocking(self, session_id: str, *args: object) -> object:
+        self.allowed[session_id] = list(args[0])  # type: ignore[call-overload]
+        return super().prepare_blocking(session_id, *args)
+
+    async def wait_ready(self, egress: Egress, timeout_s: float) -> None:
+        return None
+
+    async def set_policy(self, egress: Egress, allow: list[str], mode: str, actor: str) -> dict[str, object]:
+        self.policy_asked.set()
+        await self.release_policy.wait()
+        if self.policy_fails:
+            raise EgressUnavailable(f"egress proxy of {egress.session_id} not reachable")
+        self.policies.append((egress.session_id, allow, mode))
+        return {}
+
+    def write_meta(self, session_id: str, **fields: object) -> None:
+        return None
+
+    def teardown_blocking(self, egress: Egress) -> None:
+        self.torn_down.append(egress.session_id)
+
+
+class Answered(list[str]):
+    """The hosts whose controller answered, in order; ``event`` is set at each answer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.event = asyncio.Event()
+
+
+def _controllers(runtime: FakeRuntime, answered: Answered) -> httpx.MockTransport:
+    """The sandboxes' controllers: a running one answers (and proves its secret); a dead one's
+    connection is refused, as Docker's network does once its container is gone."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        alive = {box.host for box, _ in runtime.running.values() if box.id not in runtime.exited}
+        if request.url.host not in alive:
+            raise httpx.ConnectError("connection refused", request=request)
+        answered.append(request.url.host)
+        answered.event.set()
+        return httpx.Response(200, json={"secrets": {}})
+
+    return httpx.MockTransport(proving(answer))
+
+
+async def _pool_manager(tmp_path: Path, runtime: FakeRuntime, answered: Answered, **settings: object) -> SessionManager:
+    values: dict[str, object] = {"data_dir": tmp_path, "instance": "t", "pool_size": 0, "egress": False}
+    values.update({"record": False, "reap_interval_s": 3600, **settings})  # the reaper does not look first
+    manager = SessionManager(
+        GatewaySettings(**values), runtime, SessionStore(tmp_path), controller_transport=_controllers(runtime, answered)
+    )
+    await manager.start()
+    return manager
+
+
+def _pooled(manager: SessionManager, runtime: FakeRuntime, egress: Egress | None = None) -> Pair:
+    """A pair in the manager's pool, as its pool loop leaves one: started and found ready."""
+    labels = {GATEWAY_LABEL: "t", KIND_LABEL: "pool"}
+    box = dataclasses.replace(runtime.start_sandbox(SandboxSpec(name="pooled", labels=labels)), secret=SECRET)
+    runtime.running[box.id] = (box, labels)
+    pair = Pair(egress.session_id if egress is not None else "ses_pooled", box, egress)
+    manager._pool.append(pair)
+    return pair
+
+
+POOLED_EGRESS = Egress("ses_pooled", *(["x"] * (len(Egress.__dataclass_fields__) - 1)))
+
+
+async def test_a_pooled_sandbox_is_handed_out_once_its_controller_answered(tmp_path: Path) -> None:
+    runtime, answered = FakeRuntime(), Answered()
+    manager = await _pool_manager(tmp_path, runtime, answered)
+    try:
+        pair = _pooled(manager, runtime)
+        session, _ = await manager.create("key-a", CreateSession())
+        assert session.record.from_pool and session.sandbox == pair.sandbox
+        assert answered == [pair.sandbox.host]  # the last look went to it, signed and proven
+    finally:
+        await manager.stop()
+
+
+async def test_a_pooled_sandbox_that_died_is_not_handed_out(tmp_path: Path) -> None:
+    runtime, answered = FakeRuntime(), Answered()
+    manager = await _pool_manager(tmp_path, runtime, answered)
+    try:
+        pair = _pooled(manager, runtime)
+        runtime.die(pair.sandbox.id, ExitInfo("exited", 137, True))  # after it joined the pool, before the reaper saw
+        session, _ = await manager.create("key-a", CreateSession())
+        assert not session.record.from_pool and session.sandbox.id != pair.sandbox.id  # a cold one instead
+        assert pair.sandbox.id not in runtime.running and pair.sandbox.id not in runtime.exited  # removed
+        assert manager.counts()["pool"] == 0 and answered == []
+    finally:
+        await manager.stop()
+
+
+async def test_a_pooled_sandbox_whose_controller_cannot_prove_itself_is_not_handed_out(tmp_path: Path) -> None:
+    runtime, answered = FakeRuntime(), Answered()
+    manager = await _pool_manager(tmp_path, runtime, answered)
+    try:
+        pair = _pooled(manager, runtime)
+        impostor = dataclasses.replace(pair.sandbox, secret="not-its-secret")  # the proof will not match
+        manager._pool[0] = dataclasses.replace(pair, sandbox=impostor)
+        session, _ = await manager.create("key-a", CreateSession())
+        assert not session.record.from_pool and pair.sandbox.id not in runtime.running
+    finally:
+        await manager.stop()
+
+
+async def test_the_reaper_takes_a_dead_pooled_sandbox_out_of_the_pool(tmp_path: Path) -> None:
+    runtime, answered = TickingRuntime(), Answered()
+    manager = await _pool_manager(tmp_path, runtime, answered, reap_interval_s=0.05)
+    try:
+        pair, alive = _pooled(manager, runtime), _pooled(manager, runtime)
+        await runtime.ticks(2)
+        assert manager.counts()["pool"] == 2  # alive: they stay
+        runtime.die(pair.sandbox.id, ExitInfo("exited", 1, False))
+        await runtime.ticks(2)  # a whole tick saw it dead
+        assert manager._pool == [alive] and pair.sandbox.id not in runtime.running
+        assert answered == []  # no claim was needed to find it
+    finally:
+        await manager.stop()
+
+
+async def test_a_pooled_proxy_holds_the_policy_before_the_token_is_given(tmp_path: Path) -> None:
+    runtime, answered = FakeRuntime(), Answered()
+    manager = await _pool_manager(tmp_path, runtime, answered)
+    manager.egress = egress = PolicyEgress()  # type: ignore[assignment]
+    try:
+        pair = _pooled(manager, runtime, POOLED_EGRESS)
+        egress.release_policy.clear()  # a slow proxy
+        creating = asyncio.ensure_future(manager.create("key-a", CreateSession(allow=["example.test"])))
+        await egress.policy_asked.wait()
+        await answered.event.wait()  # the controller's answer comes meanwhile (the two go side by side)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not creating.done() and egress.policies == []  # no token while the proxy has not taken it
+        egress.release_policy.set()
+        session, token = await creating
+        assert token and session.record.from_pool
+        assert egress.policies == [(pair.session_id, ["example.test"], "enforce")]
+    finally:
+        await manager.stop()
+
+
+async def test_a_pooled_pair_whose_proxy_did_not_take_the_policy_is_not_handed_out(tmp_path: Path) -> None:
+    runtime, answered = FakeRuntime(), Answered()
+    manager = await _pool_manager(tmp_path, runtime, answered)
+    manager.egress = egress = PolicyEgress(policy_fails=True)  # type: ignore[assignment]
+    try:
+        pair = _pooled(manager, runtime, POOLED_EGRESS)
+        session, _ = await manager.create("key-a", CreateSession(allow=["example.test"]))
+        assert not session.record.from_pool and session.sandbox.id != pair.sandbox.id
+        assert pair.sandbox.id not in runtime.running and egress.torn_down == [pair.session_id]
+        # The cold pair's proxy started with the session's policy: in force from its first request.
+        assert egress.allowed[session.id] == ["example.test"]
     finally:
         await manager.stop()
