@@ -1,0 +1,133 @@
+"""corral.images: the images built side by side, a failure named after both ended, bases under a configurable name."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from corral import images
+from corral.errors import ImageBuildError
+
+
+class Task:
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name, self.log = name, log
+
+    def step(self, text: str) -> None:
+        self.log.append(f"{self.name} step {text}")
+
+    def output(self, line: str) -> None:
+        self.log.append(f"{self.name} output {line}")
+
+    def done(self, text: str) -> None:
+        self.log.append(f"{self.name} done {text}")
+
+
+def _tasks(log: list[str]) -> Any:
+    return lambda name: Task(name, log)
+
+
+def test_the_two_images_build_at_the_same_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    both_running = threading.Barrier(2, timeout=5)
+
+    def builder(tag: str) -> images.Builder:
+        def build(runtime: object, log: images.Log, *, output: images.Log) -> str:
+            log(f"building {tag}")
+            both_running.wait()  # broken (an error) unless the other build is under way too
+            output("Step 1/1 : FROM base")
+            return tag
+
+        return build
+
+    monkeypatch.setattr(images, "BUILDS", {"desktop": builder("d:1"), "egress": builder("e:1")})
+    log: list[str] = []
+    assert images.build_all(object(), _tasks(log)) == ["d:1", "e:1"]  # type: ignore[arg-type]
+    assert {"desktop done built d:1", "egress done built e:1", "desktop output Step 1/1 : FROM base"} <= set(log)
+
+
+def test_one_at_a_time_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    running, most = 0, 0
+    lock = threading.Lock()
+
+    def build(runtime: object, log: images.Log, *, output: images.Log) -> str:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        with lock:
+            running -= 1
+        return "t"
+
+    monkeypatch.setattr(images, "BUILDS", {"desktop": build, "egress": build})
+    monkeypatch.setenv("CORRAL_BUILD_JOBS", "1")
+    images.build_all(object(), _tasks([]))  # type: ignore[arg-type]
+    assert most == 1
+
+
+def test_a_failed_build_lets_the_other_finish_and_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fails(runtime: object, log: images.Log, *, output: images.Log) -> str:
+        raise ImageBuildError("debootstrap failed (1)")
+
+    def builds(runtime: object, log: images.Log, *, output: images.Log) -> str:
+        return "e:1"
+
+    monkeypatch.setattr(images, "BUILDS", {"desktop": fails, "egress": builds})
+    log: list[str] = []
+    with pytest.raises(ImageBuildError, match=r"^desktop: debootstrap failed \(1\)$"):
+        images.build_all(object(), _tasks(log))  # type: ignore[arg-type]
+    assert log == ["egress done built e:1"]
+
+
+def test_build_jobs_must_be_a_number(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CORRAL_BUILD_JOBS", "two")
+    with pytest.raises(ImageBuildError, match="CORRAL_BUILD_JOBS"):
+        images.build_jobs()
+    monkeypatch.delenv("CORRAL_BUILD_JOBS")
+    assert images.build_jobs() == 2
+
+
+def test_made_bases_go_under_the_configured_repository(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert images.local_base("bookworm") == f"{images.BASE_REPOSITORY}:bookworm"
+    monkeypatch.setattr(images, "BASE_REPOSITORY", "corral-base-bench")
+    assert images.local_base("trixie") == "corral-base-bench:trixie"
+
+
+class FakeRuntime:
+    """Only a made base, under the configured name: the build goes on it, never on a shared one."""
+
+    architecture = "x86_64"
+
+    def __init__(self, present: set[str]) -> None:
+        self.present = present
+        self.built: list[tuple[str, dict[str, str]]] = []
+
+    def image_exists(self, name: str) -> bool:
+        return name in self.present
+
+    def try_pull(self, name: str) -> bool:
+        return False
+
+    def build(self, context: object, dockerfile: str, tag: str, buildargs: dict[str, str], sink: images.Log) -> None:
+        sink("Step 1/1 : FROM x")
+        self.built.append((tag, buildargs))
+
+
+def test_a_build_uses_the_base_under_its_own_repository(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(images, "BASE_REPOSITORY", "corral-base-bench")
+    monkeypatch.delenv("CORRAL_EGRESS_BASE_IMAGE", raising=False)
+    runtime = FakeRuntime({"corral-base-bench:trixie", "corral-base:trixie"})
+    steps: list[str] = []
+    outputs: list[str] = []
+    tag = images.build_egress(
+        runtime,  # type: ignore[arg-type]
+        steps.append,
+        tag="corral-egress:bench",
+        wheelhouse=False,
+        output=outputs.append,
+    )
+    assert tag == "corral-egress:bench"
+    assert runtime.built == [("corral-egress:bench", {"BASE_IMAGE": "corral-base-bench:trixie"})]
+    assert steps == ["building corral-egress:bench on corral-base-bench:trixie"]
+    assert outputs == ["Step 1/1 : FROM x"]
