@@ -98,12 +98,27 @@ def debootstrap_base(runtime: DockerRuntime, log: Log, mirror: str | None = None
         (rootfs / "etc" / "apt" / "sources.list.d" / "debian.sources").unlink(missing_ok=True)
         # Keep images small: no apt cache, no docs.
         shutil.rmtree(rootfs / "var" / "cache" / "apt" / "archives", ignore_errors=True)
+        _speed_up_apt(rootfs)
         tarball = Path(tmp) / "rootfs.tar"
         subprocess.run(["tar", "-C", str(rootfs), "-cf", str(tarball), "."], check=True)
         repository, tag = local_base(suite).split(":")
         runtime.import_rootfs(tarball, repository, tag)
     log(f"imported {local_base(suite)}")
     return local_base(suite)
+
+
+# What Debian's own images on Docker Hub set (debuerreotype's "slimify"): a layer's files need no fsync
+# each (a failed build is redone whole, never resumed), and apt fetches no translations.
+DPKG_SPEEDUP = "force-unsafe-io\n"
+APT_NO_LANGUAGES = 'Acquire::Languages "none";\n'
+
+
+def _speed_up_apt(rootfs: Path) -> None:
+    """Make the base's later ``apt-get install`` runs faster (the images' Dockerfiles run several)."""
+    (rootfs / "etc" / "dpkg" / "dpkg.cfg.d").mkdir(parents=True, exist_ok=True)
+    (rootfs / "etc" / "dpkg" / "dpkg.cfg.d" / "docker-apt-speedup").write_text(DPKG_SPEEDUP)
+    (rootfs / "etc" / "apt" / "apt.conf.d").mkdir(parents=True, exist_ok=True)
+    (rootfs / "etc" / "apt" / "apt.conf.d" / "docker-no-languages").write_text(APT_NO_LANGUAGES)
 
 
 def ensure_base_image(runtime: DockerRuntime, log: Log, suite: str = DEBIAN_SUITE) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -131,3 +132,10 @@ def test_a_build_uses_the_base_under_its_own_repository(monkeypatch: pytest.Monk
     assert runtime.built == [("corral-egress:bench", {"BASE_IMAGE": "corral-base-bench:trixie"})]
     assert steps == ["building corral-egress:bench on corral-base-bench:trixie"]
     assert outputs == ["Step 1/1 : FROM x"]
+
+
+def test_a_made_base_installs_without_fsync_and_without_translations(tmp_path: Path) -> None:
+    rootfs = tmp_path
+    images._speed_up_apt(rootfs)
+    assert (rootfs / "etc/dpkg/dpkg.cfg.d/docker-apt-speedup").read_text() == "force-unsafe-io\n"
+    assert (rootfs / "etc/apt/apt.conf.d/docker-no-languages").read_text() == 'Acquire::Languages "none";\n'
