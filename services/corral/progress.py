@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol
 
-# A line at least every 10 s: the heartbeat looks every second, so it speaks after 9 s of quiet.
+# A line at least every 10 s: the heartbeat looks twice a second, so it speaks after 9 s of quiet.
 HEARTBEAT_S = 9.0
+LOOK_S = 0.5
 DETAIL_CHARS = 100
 
 Clock = Callable[[], float]
@@ -154,6 +155,6 @@ class Progress:
             self._beater.join()
 
     def _beat_until_stopped(self) -> None:
-        # A wake-up per second at most: a task goes quiet at any moment, its line is due interval_s after.
-        while not self._stop.wait(min(1.0, self._interval_s)):
+        # A task goes quiet at any moment, its line is due interval_s after: look often, speak rarely.
+        while not self._stop.wait(min(LOOK_S, self._interval_s)):
             self.beat()
