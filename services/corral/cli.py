@@ -144,7 +144,7 @@ def images_build() -> None:
         _build(runtime)
     except CorralError as exc:
         raise _fail(str(exc)) from None
-    console.print(f"[green]built {images.DESKTOP_IMAGE}[/green]")
+    console.print(f"[green]built {images.DESKTOP_IMAGE} and {images.EGRESS_IMAGE}[/green]")
 
 
 @app.command()
