@@ -16,6 +16,8 @@ At the end the gateway is stopped and everything the run made is removed (images
     .venv/bin/python bench/up.py                 # the README's way
     .venv/bin/python bench/up.py --as-before     # main's way before issue 16: the test environments
                                                  # installed too, the images built one after the other
+    .venv/bin/python bench/up.py --tree DIR      # another checkout's `up` (e.g. an older commit's, exported
+                                                 # with git archive), on the same terms
 Slow (minutes): scripts/bench runs it only with --up.
 """
 
@@ -82,8 +84,12 @@ def _made() -> list[str]:
     return [DESKTOP_IMAGE, EGRESS_IMAGE, f"{BASE_REPOSITORY}:bookworm", f"{BASE_REPOSITORY}:trixie"]
 
 
-def _copy_tree(target: Path) -> None:
-    """The tree's files as a clone would have them, plus untracked ones not ignored (work in progress)."""
+def _copy_tree(target: Path, source_tree: Path | None) -> None:
+    """This tree's files as a clone would have them, plus untracked ones not ignored (work in progress);
+    or ``source_tree``'s, all of them (an exported checkout has nothing ignored in it)."""
+    if source_tree is not None:
+        shutil.copytree(source_tree, target, dirs_exist_ok=True)
+        return
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=ROOT,
@@ -164,13 +170,14 @@ def main() -> int:
     parser.add_argument(
         "--as-before", action="store_true", help="install the test environments too and build one image at a time"
     )
+    parser.add_argument("--tree", type=Path, help="time this checkout's `scripts/corral up` instead of this one's")
     args = parser.parse_args()
     refusal = _refusal()
     if refusal is not None:
         print(f"not a fresh run: {refusal}", file=sys.stderr)
         return 2
     tree = Path(tempfile.mkdtemp(prefix="corral-up-bench-"))
-    _copy_tree(tree)
+    _copy_tree(tree, args.tree)
     env = _environment(tree, 1 if args.as_before else None)
     lines: list[Line] = []
     start = time.monotonic()
@@ -184,6 +191,8 @@ def main() -> int:
         print(f"scripts/corral up failed ({code})", file=sys.stderr)
         return 1
     way = "as before (test environments too, one image at a time)" if args.as_before else "the README's way"
+    if args.tree is not None:
+        way += f", the tree at {args.tree}"
     phases = _phases(lines, total_s)
     silence = _longest_silence(lines, total_s)
     print(f"\nscripts/corral up on a fresh machine, {way}: phases ended at (s from the start)")
@@ -201,7 +210,7 @@ def main() -> int:
         print(f"  {name:<40}{value:>8.1f} s  <= {budget:>6.1f} s  {'ok' if good else 'OVER'}")
     RESULTS.mkdir(exist_ok=True)
     result = {"way": way, "total_s": total_s, "longest_silence_s": silence, "phases_s": phases}
-    name = "up-before.json" if args.as_before else "up.json"
+    name = "up.json" if not (args.as_before or args.tree) else "up-before.json"
     (RESULTS / name).write_text(json.dumps(result, indent=2))
     print(f"\nwrote {RESULTS / name}")
     return 0 if passed else 1
