@@ -34,7 +34,7 @@ def test_the_two_images_build_at_the_same_time(monkeypatch: pytest.MonkeyPatch) 
     both_running = threading.Barrier(2, timeout=5)
 
     def builder(tag: str) -> images.Builder:
-        def build(runtime: object, log: images.Log, *, output: images.Log) -> str:
+        def build(runtime: object, log: images.Log, *, output: images.Log, base_turn: Any) -> str:
             log(f"building {tag}")
             both_running.wait()  # broken (an error) unless the other build is under way too
             output("Step 1/1 : FROM base")
@@ -52,7 +52,7 @@ def test_one_at_a_time_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     running, most = 0, 0
     lock = threading.Lock()
 
-    def build(runtime: object, log: images.Log, *, output: images.Log) -> str:
+    def build(runtime: object, log: images.Log, *, output: images.Log, base_turn: Any) -> str:
         nonlocal running, most
         with lock:
             running += 1
@@ -68,15 +68,55 @@ def test_one_at_a_time_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_failed_build_lets_the_other_finish_and_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    def fails(runtime: object, log: images.Log, *, output: images.Log) -> str:
+    def fails(runtime: object, log: images.Log, *, output: images.Log, base_turn: Any) -> str:
         raise ImageBuildError("debootstrap failed (1)")
 
-    def builds(runtime: object, log: images.Log, *, output: images.Log) -> str:
+    def builds(runtime: object, log: images.Log, *, output: images.Log, base_turn: Any) -> str:
         return "e:1"
 
     monkeypatch.setattr(images, "BUILDS", {"desktop": fails, "egress": builds})
     log: list[str] = []
     with pytest.raises(ImageBuildError, match=r"^desktop: debootstrap failed \(1\)$"):
+        images.build_all(object(), _tasks(log))  # type: ignore[arg-type]
+    assert log == ["egress done built e:1"]
+
+
+def test_the_desktops_base_is_made_first_even_when_the_egress_chain_gets_there_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    egress_arrived = threading.Event()
+    order: list[str] = []
+
+    def desktop(runtime: object, log: images.Log, *, output: images.Log, base_turn: Any) -> str:
+        assert egress_arrived.wait(5)
+        with base_turn:
+            order.append("desktop base")
+        return "d:1"
+
+    def egress(runtime: object, log: images.Log, *, output: images.Log, base_turn: Any) -> str:
+        egress_arrived.set()
+        with base_turn:
+            order.append("egress base")
+        return "e:1"
+
+    monkeypatch.setattr(images, "BUILDS", {"desktop": desktop, "egress": egress})
+    log: list[str] = []
+    assert images.build_all(object(), _tasks(log)) == ["d:1", "e:1"]  # type: ignore[arg-type]
+    assert order == ["desktop base", "egress base"]
+    assert "egress step waiting for desktop's base (one debootstrap at a time)" in log
+
+
+def test_a_chain_that_fails_before_its_turn_does_not_hold_the_next_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    def desktop(runtime: object, log: images.Log, *, output: images.Log, base_turn: Any) -> str:
+        raise ImageBuildError("pip download failed")
+
+    def egress(runtime: object, log: images.Log, *, output: images.Log, base_turn: Any) -> str:
+        with base_turn:
+            return "e:1"
+
+    monkeypatch.setattr(images, "BUILDS", {"desktop": desktop, "egress": egress})
+    log: list[str] = []
+    with pytest.raises(ImageBuildError, match="desktop: pip download failed"):
         images.build_all(object(), _tasks(log))  # type: ignore[arg-type]
     assert log == ["egress done built e:1"]
 
