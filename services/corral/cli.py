@@ -23,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 from websockets.exceptions import ConnectionClosed, WebSocketException
 
-from corral import commands, gateway_client, images, transfer
+from corral import commands, gateway_client, images, progress, transfer
 from corral.client import SandboxClient, check_reply, image_bytes, is_reply
 from corral.commands import ExecResult, OutputChunk
 from corral.errors import ActionFailed, CorralError, ErrorCode, GatewayError
@@ -121,14 +121,19 @@ def _gateway_rows(path: str, what: str) -> list[dict[str, Any]]:
 
 
 def _build(runtime: DockerRuntime) -> None:
-    for name, build in (("corral-desktop", images.build_desktop), ("corral-egress", images.build_egress)):
-        with console.status(f"building {name} (cached layers make a rebuild take seconds)") as status:
+    """Build the images side by side: a status line on a terminal, plain lines (one every 10 s at
+    least) in a log or a pipe, where a status line would print nothing."""
+    if console.is_terminal:
+        with console.status("building the images (cached layers make a rebuild take seconds)") as status:
+            images.build_all(runtime, progress.Progress(console.print, status=status).task)
+        return
+    with progress.Progress(_plain) as shown:
+        images.build_all(runtime, shown.task)
 
-            def show(line: str, name: str = name) -> None:
-                if line.startswith("Step ") or not line.startswith(" "):
-                    status.update(f"[bold]building {name}[/bold]: {escape(line[:100])}")
 
-            build(runtime, show)
+def _plain(line: str) -> None:
+    """A progress line as it is (no markup, no wrapping), written at once: a log shows it when it happens."""
+    print(line, file=sys.stderr, flush=True)
 
 
 @images_app.command("build")
@@ -139,7 +144,7 @@ def images_build() -> None:
         _build(runtime)
     except CorralError as exc:
         raise _fail(str(exc)) from None
-    console.print(f"[green]built {images.DESKTOP_IMAGE}[/green]")
+    console.print(f"[green]built {images.DESKTOP_IMAGE} and {images.EGRESS_IMAGE}[/green]")
 
 
 @app.command()
@@ -149,21 +154,27 @@ def up(build: Annotated[bool, typer.Option(help="Build the image first (seconds 
     try:
         if build:
             _build(runtime)
+        if not console.is_terminal:
+            _plain("starting the gateway")
         with console.status("starting the gateway"):
             runtime.compose(images.repo_root(), ["up", "-d", "--no-build", "gateway"])
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if httpx.get(f"{_url()}/v1/health", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise _fail(f"the gateway did not answer on {_url()}:\n{runtime.logs(GATEWAY_CONTAINER, 30)}")
-                time.sleep(0.2)
+            _wait_for_gateway(runtime)
     except CorralError as exc:
         raise _fail(str(exc)) from None
     console.print(f"[green]gateway up on {_url()}[/green]  (API key: `corral status`)")
+
+
+def _wait_for_gateway(runtime: DockerRuntime, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(f"{_url()}/v1/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise _fail(f"the gateway did not answer on {_url()}:\n{runtime.logs(GATEWAY_CONTAINER, 30)}")
+        time.sleep(0.2)
 
 
 @app.command()

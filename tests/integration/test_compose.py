@@ -9,9 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+import docker
 import pytest
 
-from corral import Sandbox
+from corral import Sandbox, images
 
 from .dockerutil import DockerHarness
 from .gateway_fixtures import free_port
@@ -49,6 +50,12 @@ def test_corral_up_status_session_down(runtime: DockerHarness) -> None:
         info = json.loads(status.stdout)
         assert info["health"]["ok"] is True and info["health"]["host_guard"] is True
         assert info["api_key"].startswith("crl_")  # generated on first start, kept in the data volume
+        # The gateway runs the tags the build made ($CORRAL_IMAGE), and hands its sandboxes the same ones.
+        gateway = docker.from_env().containers.get("corral-gateway")
+        assert images.DESKTOP_IMAGE in gateway.image.tags
+        assert {f"CORRAL_IMAGE={images.DESKTOP_IMAGE}", f"CORRAL_EGRESS_IMAGE={images.EGRESS_IMAGE}"} <= set(
+            gateway.attrs["Config"]["Env"]
+        )
         with Sandbox.create(url=f"http://127.0.0.1:{port}", api_key=info["api_key"]) as sb:
             assert sb.screenshot("jpeg")[:3] == b"\xff\xd8\xff"
     finally:

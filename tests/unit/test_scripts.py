@@ -1,6 +1,6 @@
 """The shell scripts' own behaviour, each run from a copy of the tree with its heavy steps faked:
 scripts/test leaves nothing running when a step fails, scripts/bootstrap-frameworks makes the
-browser-use venv anew for another Python."""
+browser-use venv anew for another Python, scripts/bootstrap installs the test tools only when asked."""
 
 from __future__ import annotations
 
@@ -83,3 +83,51 @@ def test_the_browser_use_venv_is_made_anew_for_another_python(tmp_path: Path) ->
     assert done.returncode == 0, done.stderr
     made = subprocess.run([str(old / "bin" / "python"), "-V"], capture_output=True, text=True).stdout
     assert made.strip() == f"Python {sys.version.split()[0]}"
+
+
+def _bootstrap_tree(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    """A tree with scripts/bootstrap and a fake Python: ``-m venv DIR`` makes DIR/bin/python (itself), anything
+    else is logged (``VENV: args``) and succeeds."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "bootstrap", tmp_path / "scripts" / "bootstrap")
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'corral'\n")
+    (tmp_path / "proxy").mkdir()
+    (tmp_path / "proxy" / "requirements-dev.txt").write_text("mitmproxy==11.0.2\n")
+    calls = tmp_path / "calls.log"
+    python = tmp_path / "fake" / "python"
+    _executable(
+        python,
+        'if [ "$1 $2" = "-m venv" ]; then mkdir -p "$3/bin"; cp "$0" "$3/bin/python"; exit 0; fi\n'
+        f'echo "$(basename "$(dirname "$(dirname "$0")")"): $*" >> {calls}\n',
+    )
+    return tmp_path / "scripts" / "bootstrap", calls, {**os.environ, "PYTHON": str(python)}
+
+
+def test_bootstrap_installs_corral_alone_for_the_main_job(tmp_path: Path) -> None:
+    bootstrap, calls, env = _bootstrap_tree(tmp_path)
+    done = subprocess.run(["bash", str(bootstrap)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    installs = [line for line in calls.read_text().splitlines() if "-U pip" not in line]
+    assert installs == [f".venv: -m pip install -q --disable-pip-version-check -e {tmp_path}"]
+    assert not (tmp_path / ".venv-proxy").exists()
+    # Once installed, a second run installs nothing.
+    before = calls.read_text()
+    assert subprocess.run(["bash", str(bootstrap)], env=env, timeout=60).returncode == 0
+    assert calls.read_text() == before
+
+
+def test_bootstrap_for_the_tests_adds_the_dev_extras_and_the_proxy_venv(tmp_path: Path) -> None:
+    bootstrap, calls, env = _bootstrap_tree(tmp_path)
+    assert subprocess.run(["bash", str(bootstrap)], env=env, timeout=60).returncode == 0
+    done = subprocess.run(["bash", str(bootstrap), "--tests"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    installs = [line for line in calls.read_text().splitlines() if "-U pip" not in line]
+    assert installs[1:] == [
+        f".venv: -m pip install -q --disable-pip-version-check -e {tmp_path}[dev]",
+        f".venv-proxy: -m pip install -q --disable-pip-version-check -r {tmp_path}/proxy/requirements-dev.txt",
+        f".venv-proxy: -m pip install -q --disable-pip-version-check --no-deps -e {tmp_path}",
+    ]
+    # The dev install serves the main job too: nothing more to install for it.
+    before = calls.read_text()
+    assert subprocess.run(["bash", str(bootstrap)], env=env, timeout=60).returncode == 0
+    assert calls.read_text() == before
