@@ -122,9 +122,9 @@ def docker_time(stamp: str) -> float:
 
 def sandbox_marks(runtime: DockerHarness, container: str) -> dict[str, float]:
     marks: dict[str, float] = {}
-    attrs = runtime._client.api.inspect_container(container)  # noqa: SLF001 - a bench looks closer
+    attrs = runtime._client.api.inspect_container(container)
     marks["docker: container started"] = docker_time(attrs["State"]["StartedAt"])
-    raw: bytes = runtime._client.api.logs(container, timestamps=True)  # noqa: SLF001
+    raw: bytes = runtime._client.api.logs(container, timestamps=True)
     for line in raw.decode(errors="replace").splitlines():
         stamp, _, text = line.partition(" ")
         for name, pattern in LOG_MARKS.items():
