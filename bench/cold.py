@@ -2,7 +2,7 @@
 proxy, sandbox container, the controller's secret, readiness), the sandbox's own (its boot, Xvfb,
 Chromium's DevTools, the controller) from its log's Docker timestamps, and the first screenshot.
 
-    flock /tmp/corral-bench.lock .venv/bin/python bench/cold.py --samples 5
+    flock /tmp/corral-bench.lock .venv/bin/python bench/cold.py --samples 5 [--before corral-desktop:latest]
 
 A profiling aid beside bench/gateway.py's budget row: it prints each phase's start and end after the
 create began (ms, medians over the samples), so what overlaps shows.
@@ -160,36 +160,22 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--samples", type=int, default=5)
-    parser.add_argument("--label", default="", help="a name for this run in the JSON (before, after...)")
-    args = parser.parse_args()
-    instrument()
-    runtime = DockerHarness()
-    instance = f"bench-cold-{os.getpid()}"
-    settings = GatewaySettings(
+def gateway_settings(name: str, image: str, grounds: int) -> GatewaySettings:
+    return GatewaySettings(
         port=free_port(),
         data_dir=Path(tempfile.mkdtemp(prefix="corral-bench-")),
         api_key=KEY,
-        instance=instance,
+        instance=f"bench-cold-{name}-{os.getpid()}",
+        image=image,
         pool_size=0,
-        network=f"corral-bench-{os.getpid()}",
+        ground_pool_size=grounds,
+        network=f"corral-bench-{name}-{os.getpid()}",
     )
-    runs: list[dict[str, tuple[float, float]]] = []
-    try:
-        with (
-            running(settings) as url,
-            httpx.Client(base_url=url, timeout=120, headers={"Authorization": f"Bearer {KEY}"}) as http,
-        ):
-            one_cold_start(http, runtime)  # a first start warms the page cache and Docker: not counted
-            for _ in range(args.samples):
-                runs.append(one_cold_start(http, runtime))
-    finally:
-        runtime.remove_all({"corral.gateway": instance})
-        runtime.remove_network(settings.network)
+
+
+def report(title: str, runs: list[dict[str, tuple[float, float]]]) -> dict[str, Any]:
     names = sorted({n for run in runs for n in run}, key=lambda n: statistics.median(r[n][1] for r in runs if n in r))
-    print(f"{'Cold start phases (ms after the create began)':<52}{'start':>8}{'end':>8}{'took':>8}")
+    print(f"{title:<52}{'start':>8}{'end':>8}{'took':>8}")
     table = {}
     for name in names:
         begins = [r[name][0] * 1000 for r in runs if name in r]
@@ -199,11 +185,55 @@ def main() -> int:
         table[name] = row
         print(f"  {name:<50}{row['start']:>8.0f}{row['end']:>8.0f}{row['took']:>8.0f}")
     total = [r["client: first screenshot"][1] * 1000 for r in runs]
-    print(f"\n  cold start to first screenshot: p50 {statistics.median(total):.0f} ms, max {max(total):.0f} ms")
+    print(f"\n  cold start to first screenshot: p50 {statistics.median(total):.0f} ms, max {max(total):.0f} ms\n")
+    return {"phases_ms": table, "total_ms": total}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--samples", type=int, default=5)
+    parser.add_argument(
+        "--before",
+        default="",
+        help="an image to compare with, side by side in this run (its gateway makes no grounds ahead)",
+    )
+    args = parser.parse_args()
+    instrument()
+    runtime = DockerHarness()
+    after = gateway_settings("after", GatewaySettings().image, GatewaySettings().ground_pool_size)
+    setups = {"after": after}
+    if args.before:
+        setups = {"before": gateway_settings("before", args.before, 0), **setups}
+    runs: dict[str, list[dict[str, tuple[float, float]]]] = {name: [] for name in setups}
+    try:
+        with contextlib.ExitStack() as stack:
+            clients = {
+                name: stack.enter_context(
+                    httpx.Client(
+                        base_url=stack.enter_context(running(settings)),
+                        timeout=120,
+                        headers={"Authorization": f"Bearer {KEY}"},
+                    )
+                )
+                for name, settings in setups.items()
+            }
+            for http in clients.values():
+                one_cold_start(http, runtime)  # a first start warms the page cache and Docker: not counted
+            for _ in range(args.samples):  # interleaved: the machine's load falls on both alike
+                for name, http in clients.items():
+                    runs[name].append(one_cold_start(http, runtime))
+    finally:
+        for settings in setups.values():
+            runtime.remove_all({"corral.gateway": settings.instance})
+            runtime.remove_network(settings.network)
+    out = {}
+    for name, settings in setups.items():
+        out[name] = {"image": settings.image, "grounds": settings.ground_pool_size}
+        out[name].update(report(f"{name}: {settings.image}, grounds {settings.ground_pool_size} (ms)", runs[name]))
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"cold{('-' + args.label) if args.label else ''}.json"
-    out.write_text(json.dumps({"phases_ms": table, "total_ms": total}, indent=2))
-    print(f"wrote {out}")
+    path = RESULTS / "cold.json"
+    path.write_text(json.dumps(out, indent=2))
+    print(f"wrote {path}")
     return 0
 
 
