@@ -150,6 +150,12 @@ def one_cold_start(http: httpx.Client, runtime: DockerHarness) -> dict[str, tupl
     spans["client: first screenshot"] = (connected - start, done - start)
     for name, at in sandbox_marks(runtime, created["container"]).items():
         spans[name] = (at - start, at - start)
+    # CPU both containers used by the first screenshot (what the start costs the machine's cores), as
+    # zero-length spans at that many ms.
+    for name, ident in (("cpu: sandbox", created["container"]), ("cpu: proxy", f"corral-egress-{created['id']}")):
+        with contextlib.suppress(Exception):
+            used = runtime.cpu_seconds(ident)
+            spans[name + " (ms of CPU in 'took')"] = (0.0, used)
     http.delete(f"/v1/sessions/{created['id']}")
     return spans
 
