@@ -83,6 +83,9 @@ def cold_start_times(http: httpx.Client, samples: int) -> list[float]:
     """Create (a viewport the pool does not hold, so always cold) through the first screenshot."""
     out = []
     for _ in range(samples):
+        # Not while the pool refills after the claims (or the last sample): that would time two boots
+        # sharing the CPUs, not one cold start.
+        wait_pool(http, 1)
         start = time.perf_counter()
         created = http.post("/v1/sessions", json={"viewport": {"width": 1280, "height": 720}}).json()
         with SandboxClient(f"{created['ws_url']}?token={created['token']}") as sb:
@@ -205,7 +208,7 @@ def main() -> int:
     print(
         f"  {'claim from the warm pool (POST /v1/sessions)':<54}{claim_p50:>10.1f}{max(claims):>10.1f}{len(claims):>5}"
     )
-    print(f"  {'cold start to first screenshot':<54}{cold_p50:>10.1f}{max(colds):>10.1f}{len(colds):>5}")
+    print(f"  {'cold start to first screenshot, with egress':<54}{cold_p50:>10.1f}{max(colds):>10.1f}{len(colds):>5}")
     print("\nPublished anchors (not measured here)")
     for name, ms in ANCHORS:
         print(f"  {name:<54}{ms:>10}")
@@ -220,7 +223,7 @@ def main() -> int:
     # Issue 16's wanted figures, never loosened: the claim's was 3.1 ms before egress, 123 ms after.
     budgets = {
         "claim from the warm pool p50": (claim_p50, 20.0),
-        "cold start to first screenshot": (cold_p50, 2000.0),
+        "cold start to first screenshot with egress p50": (cold_p50, 1500.0),
     }
     print("\nBudgets")
     for name, (value, budget) in budgets.items():

@@ -44,6 +44,8 @@ from corral.sandbox import auth as sandbox_auth
 log = logging.getLogger(__name__)
 
 META_FILE = "session.json"
+# In a state directory made ahead (a Ground) until a session takes it; it holds the instance's name.
+UNCLAIMED_FILE = "unclaimed"
 # The key each session's proxy token is derived from (HMAC of the session id), so no record on disk
 # holds a token: <data_dir>/egress-token.key, 0600 in the 0700 data dir.
 TOKEN_KEY_FILE = "egress-token.key"
@@ -100,6 +102,17 @@ def canonical_allow(allow: list[str]) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True, slots=True)
+class Ground:
+    """What a session's egress needs before its proxy can start and that no request decides: its
+    network and its CA in its state directory (corral.gateway.grounds keeps a few made ahead)."""
+
+    session_id: str
+    network: SessionNetwork
+    state_dir: Path
+    ca_cert: str  # the CA's certificate (PEM), which the sandbox trusts; its key stays in state_dir
+
+
+@dataclass(frozen=True, slots=True)
 class Prepared:
     """A session's network, state and CA, before its proxy starts (the sandbox can start meanwhile)."""
 
@@ -135,6 +148,9 @@ class EgressManager:
         guarded = await asyncio.to_thread(self._runtime.ensure_egress_network, self._settings.egress_network)
         private_dir(self.root)
         self._key()
+        unclaimed = await asyncio.to_thread(self.remove_unclaimed_grounds)
+        if unclaimed:
+            log.info("removed the state of %d session grounds made ahead and never taken", len(unclaimed))
         return guarded
 
     def _key(self) -> bytes:
@@ -168,34 +184,79 @@ class EgressManager:
     def responses_path(self, session_id: str) -> Path:
         return self.state_dir(session_id) / RESPONSES_FILE
 
-    def _prepare_state(
-        self, session_id: str, allow: list[str], mode: str, replay: Path | None
-    ) -> tuple[Path, ca.SessionCA]:
+    def make_ground_blocking(self, session_id: str, labels: dict[str, str]) -> Ground:
+        """A session's network (guarded by the runtime), state directory and CA, before anyone asks for
+        it (blocking: run it in a thread). Marked unclaimed until :meth:`prepare_blocking` takes it."""
+        network = self._runtime.create_session_network(session_id, labels, self._settings.session_subnets)
+        try:
+            state, cert = self._ground_state(session_id)
+        except BaseException:
+            self._drop_network(network)
+            raise
+        return Ground(session_id, network, state, cert)
+
+    def _ground_state(self, session_id: str) -> tuple[Path, str]:
+        """The state directory with its CA (and the upstream CA to trust); returns it and the CA's certificate."""
         state = self.state_dir(session_id)
         private_dir(state)
+        write_private(state / UNCLAIMED_FILE, self._settings.instance)
         # 0700 and 0600 throughout: the runtime hands the directory to the proxy's uid as it mounts it.
-        write_json(state / POLICY_FILE, {"allow": allow, "mode": mode, "generation": 0})
         private_dir(state / "ca")
         authority = ca.create(state / "ca", session_id)
         upstream = self._settings.egress_upstream_ca
         if upstream is not None:
             copy_private(upstream, state / "upstream-ca.pem")
+        return state, authority.cert_pem
+
+    def drop_ground_blocking(self, ground: Ground) -> None:
+        """Undo :meth:`make_ground_blocking` for a ground no session took: nothing of it is kept."""
+        self._drop_network(ground.network)
+        shutil.rmtree(ground.state_dir, ignore_errors=True)
+
+    def remove_unclaimed_grounds(self) -> list[str]:
+        """This instance's grounds a gateway made and never gave a session (it was killed while it held
+        them): their state goes (their networks go with the orphan networks). Returns their session ids."""
+        removed = []
+        for marker in self.root.glob(f"ses_*/{UNCLAIMED_FILE}"):
+            try:
+                if marker.read_text().strip() != self._settings.instance:
+                    continue
+            except OSError:
+                continue
+            shutil.rmtree(marker.parent, ignore_errors=True)
+            removed.append(marker.parent.name)
+        return removed
+
+    @staticmethod
+    def _claim_ground(state: Path, allow: list[str], mode: str, replay: Path | None) -> None:
+        """A ground's state made a session's: the policy its proxy starts with, a hermetic one's replay."""
+        write_json(state / POLICY_FILE, {"allow": allow, "mode": mode, "generation": 0})
         if replay is not None:
             try:
                 copy_private(replay, state / REPLAY_FILE)  # a copy: the upload may be deleted or reused
             except FileNotFoundError:
                 raise ReplayNotFound("the recorded responses were deleted meanwhile") from None
-        return state, authority
+        (state / UNCLAIMED_FILE).unlink(missing_ok=True)
 
     def prepare_blocking(
-        self, session_id: str, allow: list[str], mode: str, labels: dict[str, str], replay: Path | None = None
+        self,
+        session_id: str,
+        allow: list[str],
+        mode: str,
+        labels: dict[str, str],
+        replay: Path | None = None,
+        ground: Ground | None = None,
     ) -> Prepared:
-        """Network (guarded by the runtime), state and CA (blocking: run it in a thread); ``replay``
-        makes it hermetic."""
+        """Network (guarded by the runtime), state and CA, from ``ground`` when one was made ahead for
+        ``session_id`` (blocking: run it in a thread); ``replay`` makes it hermetic."""
         s = self._settings
-        network = self._runtime.create_session_network(session_id, labels, s.session_subnets)
+        if ground is None:
+            ground = self.make_ground_blocking(session_id, labels)
+        elif ground.session_id != session_id:
+            raise ValueError(f"the ground of {ground.session_id} is not {session_id}'s")
+        network, state = ground.network, ground.state_dir
         try:
-            state, authority = self._prepare_state(session_id, allow, mode, replay)
+            self._claim_ground(state, allow, mode, replay)
             self.record_start(session_id, allow, mode)
         except BaseException:
             self._drop_network(network)
@@ -215,7 +276,7 @@ class EgressManager:
         }
         sandbox_env = {
             "CORRAL_PROXY_CONTROL_PORT": str(control.CONTROL_PORT),
-            "CORRAL_CA_CERT": authority.cert_pem,
+            "CORRAL_CA_CERT": ground.ca_cert,
         }
         try:
             token_file = self._write_sandbox_token(session_id, controller_token)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 from pydantic import ConfigDict, Field
@@ -31,7 +31,8 @@ from corral.errors import (
     SessionNotFound,
 )
 from corral.gateway import auth, controller
-from corral.gateway.egress import Egress, EgressManager
+from corral.gateway.egress import Egress, EgressManager, Ground
+from corral.gateway.grounds import GroundPool
 from corral.gateway.limits import HostFacts, Limits, resolve
 from corral.gateway.links import LinkBook, LinkRecord
 from corral.gateway.models import CreateSession, SessionTerms, UpdateSecrets, Viewport
@@ -40,6 +41,8 @@ from corral.gateway.replays import ReplayUploads
 from corral.gateway.secrets import SecretRecord, SecretSet, plan_create, plan_update
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
+from corral.gateway.threads import in_thread as _in_thread
+from corral.gateway.threads import settle as _settle
 from corral.runtime import ALIVE_STATES, ExitInfo, SandboxAddress, SandboxRuntime, SandboxSpec, SessionNetwork
 
 log = logging.getLogger(__name__)
@@ -49,27 +52,10 @@ HAND_OUT_CHECK_S = 2.0  # the last look at a pooled sandbox before it is handed 
 KIND_LABEL = "corral.kind"
 GATEWAY_LABEL = "corral.gateway"
 SANDBOX_EXITED = "sandbox_exited"  # the end reason of a session whose sandbox died under it
-T = TypeVar("T")
 
 
-async def _settle(*futures: Awaitable[T]) -> tuple[list[T | BaseException], bool]:
-    """Every result (or exception) of ``futures``, awaited to the end even when this task is
-    cancelled meanwhile, and whether it was. A thread cannot be stopped: whatever it goes on to
-    start must be known before it can be undone (a refill cancelled by a stopping gateway once
-    left its proxy behind this way)."""
-    gathered = asyncio.gather(*futures, return_exceptions=True)
-    cancelled = False
-    while True:
-        try:
-            results = await asyncio.shield(gathered)
-        except asyncio.CancelledError:
-            cancelled = True
-            continue
-        return list(results), cancelled
-
-
-def _in_thread(func: Callable[..., T], *args: Any) -> asyncio.Future[T]:
-    return asyncio.ensure_future(asyncio.to_thread(func, *args))
+def new_session_id() -> str:
+    return "ses_" + secrets.token_hex(8)
 
 
 def describe_exit(info: ExitInfo) -> str:
@@ -167,6 +153,12 @@ class SessionManager:
         self._sessions: dict[str, Session] = {}
         self._pool: list[Pair] = []
         self.egress = EgressManager(settings, runtime) if settings.egress else None
+        # Session networks and CAs made ahead: a cold start takes one rather than wait for Docker to make it.
+        self.grounds: GroundPool[Ground] | None = (
+            GroundPool(self._make_ground, self.egress.drop_ground_blocking, settings.ground_pool_size)
+            if self.egress is not None
+            else None
+        )
         self.recordings = (
             RecordingManager(settings.data_dir / "recordings", RecordingLimits.from_settings(settings))
             if settings.record
@@ -202,6 +194,8 @@ class SessionManager:
             log.info("removed the host guard of %d networks that are gone", len(stale))
         for session in self._sessions.values():
             self._start_recording(session)  # adopted sessions: their bundles carry on
+        if self.grounds is not None:
+            self.grounds.start()  # after the orphan networks went: its networks are no orphans
         for coro in (self._reap_loop(), self._pool_loop()):
             task = asyncio.create_task(coro)
             self._tasks.add(task)
@@ -220,6 +214,8 @@ class SessionManager:
         # key), so they go now rather than run on unowned.
         pool, self._pool = self._pool, []
         await _settle(*(asyncio.ensure_future(self._remove_pair(pair)) for pair in pool))
+        if self.grounds is not None:
+            await self.grounds.close()  # no session took them: their networks and state go
         if self.recordings is not None:
             await self.recordings.stop_all()
         if self._http is not None:
@@ -383,8 +379,8 @@ class SessionManager:
         mode: str,
         replay: Path | None = None,
     ) -> Pair:
-        session_id = "ses_" + secrets.token_hex(8)
         if self.egress is None:
+            session_id = new_session_id()
             (started,), cancelled = await _settle(
                 _in_thread(self._runtime.start_sandbox, self._spec(kind, viewport, req))
             )
@@ -395,7 +391,11 @@ class SessionManager:
                 raise asyncio.CancelledError
             pair = Pair(session_id, started, None)
         else:
-            pair = await self._start_pair(session_id, kind, viewport, req, allow, mode, replay)
+            try:
+                pair = await self._start_pair(kind, viewport, req, allow, mode, replay)
+            except BaseException:
+                self._refill_grounds()
+                raise
         try:
             sandbox_ready = asyncio.to_thread(self._runtime.wait_ready, pair.sandbox, self._settings.start_timeout_s)
             if self.egress is not None and pair.egress is not None:
@@ -407,11 +407,22 @@ class SessionManager:
         except BaseException:
             await _settle(asyncio.ensure_future(self._remove_pair(pair)))
             raise
+        finally:
+            self._refill_grounds()
         return pair
+
+    def _refill_grounds(self) -> None:
+        """After a start, not during it: making a network is Docker's work, and Docker and the CPUs
+        are busy with the start's containers until the sandbox answers."""
+        if self.grounds is not None:
+            self.grounds.refill()
+
+    def _make_ground(self) -> Ground:
+        assert self.egress is not None
+        return self.egress.make_ground_blocking(new_session_id(), self._labels("ground"))
 
     async def _start_pair(
         self,
-        session_id: str,
         kind: str,
         viewport: Viewport,
         req: CreateSession | None,
@@ -419,14 +430,17 @@ class SessionManager:
         mode: str,
         replay: Path | None,
     ) -> Pair:
-        """Network and CA first; then the proxy and the sandbox start side by side (the sandbox's
-        firewall refuses everything but the proxy until the proxy answers)."""
+        """Network and CA first (made ahead when the ground pool holds one); then the proxy and the
+        sandbox start side by side (the sandbox's firewall refuses everything but the proxy until the
+        proxy answers)."""
         assert self.egress is not None
         egress_manager = self.egress
+        ground = self.grounds.take() if self.grounds is not None else None
+        session_id = ground.session_id if ground is not None else new_session_id()
         # Cancelled anywhere here (a gateway stopping mid-refill), the threads go on: each step waits
         # for them to finish and undoes what they made before the cancellation goes on.
         (prepared,), cancelled = await _settle(
-            _in_thread(egress_manager.prepare_blocking, session_id, [*allow], mode, self._labels(kind), replay)
+            _in_thread(egress_manager.prepare_blocking, session_id, [*allow], mode, self._labels(kind), replay, ground)
         )
         if isinstance(prepared, BaseException):
             raise prepared

@@ -26,6 +26,8 @@ class GatewaySettings(BaseSettings):
     max_sessions: int = Field(default=8, ge=1)
     max_sessions_per_key: int = Field(default=8, ge=1)
     pool_size: int = Field(default=1, ge=0)
+    # Session networks and CAs made ahead (corral.gateway.grounds) for cold starts with egress control.
+    ground_pool_size: int = Field(default=2, ge=0)
 
     default_timeout_s: int = 3600
     max_timeout_s: int = 24 * 3600

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import pytest
 
-from corral.gateway.egress import EgressManager
+from corral.gateway.egress import UNCLAIMED_FILE, EgressManager
 from corral.gateway.settings import GatewaySettings
+
+from ..runtime.fake import FakeRuntime
 
 
 def _manager(tmp_path: Path) -> EgressManager:
@@ -35,3 +38,42 @@ def test_logs_are_listed_per_key_and_pruned_after_retention(tmp_path: Path) -> N
     assert manager.prune(retention_s=86400, live={"ses_a1"}) == 1
     assert not manager.state_dir("ses_c3").exists() and manager.state_dir("ses_a1").exists()
     assert manager.meta("ses_zz") is None
+
+
+def _grounded(tmp_path: Path, instance: str = "t") -> tuple[EgressManager, FakeRuntime]:
+    runtime = FakeRuntime()
+    return EgressManager(GatewaySettings(data_dir=tmp_path, instance=instance), runtime), runtime  # type: ignore[arg-type]
+
+
+def test_a_ground_made_ahead_becomes_the_session_that_takes_it(tmp_path: Path) -> None:
+    manager, runtime = _grounded(tmp_path)
+    ground = manager.make_ground_blocking("ses_g1", {"corral.gateway": "t"})
+    assert ground.network.name in runtime.networks and ground.network.name in runtime.guarded
+    assert (ground.state_dir / UNCLAIMED_FILE).read_text() == "t"
+    assert "BEGIN CERTIFICATE" in ground.ca_cert and (ground.state_dir / "ca").is_dir()
+    prepared = manager.prepare_blocking("ses_g1", ["a.test"], "enforce", {}, None, ground)
+    assert prepared.network == ground.network and len(runtime.networks) == 1  # no second network
+    assert prepared.sandbox_env["CORRAL_CA_CERT"] == ground.ca_cert
+    assert json.loads((ground.state_dir / "policy.json").read_text())["allow"] == ["a.test"]
+    assert not (ground.state_dir / UNCLAIMED_FILE).exists()
+    assert manager.remove_unclaimed_grounds() == []  # taken: its state is a session's now
+    with pytest.raises(ValueError, match="not ses_other's"):
+        manager.prepare_blocking("ses_other", [], "enforce", {}, None, ground)
+
+
+def test_grounds_no_session_took_are_dropped_whole(tmp_path: Path) -> None:
+    manager, runtime = _grounded(tmp_path)
+    ground = manager.make_ground_blocking("ses_g2", {})
+    manager.drop_ground_blocking(ground)
+    assert runtime.networks == {} and not ground.state_dir.exists()
+
+
+def test_a_restarted_gateway_removes_only_its_own_unclaimed_grounds(tmp_path: Path) -> None:
+    manager, _ = _grounded(tmp_path, instance="t")
+    other, _ = _grounded(tmp_path, instance="u")
+    mine = manager.make_ground_blocking("ses_g3", {})
+    theirs = other.make_ground_blocking("ses_g4", {})
+    taken = manager.make_ground_blocking("ses_g5", {})
+    manager.prepare_blocking("ses_g5", [], "enforce", {}, None, taken)
+    assert manager.remove_unclaimed_grounds() == ["ses_g3"]
+    assert not mine.state_dir.exists() and theirs.state_dir.exists() and taken.state_dir.exists()

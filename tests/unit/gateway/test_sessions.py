@@ -543,3 +543,20 @@ async def test_a_pooled_pair_whose_proxy_did_not_take_the_policy_is_not_handed_o
         assert egress.allowed[session.id] == ["example.test"]
     finally:
         await manager.stop()
+
+
+async def test_session_grounds_are_made_ahead_and_gone_after_stop(tmp_path: Path) -> None:
+    runtime = FakeRuntime()
+    # A gateway killed while it held grounds left a network and an unclaimed state behind.
+    left = runtime.create_session_network("ses_left", {GATEWAY_LABEL: "t", KIND_LABEL: "ground"}, "10.213.0.0/16")
+    (tmp_path / "egress" / "ses_left").mkdir(parents=True)
+    (tmp_path / "egress" / "ses_left" / "unclaimed").write_text("t")
+    manager = _manager(tmp_path, runtime, egress=True, ground_pool_size=2)
+    await manager.start()
+    assert manager.grounds is not None
+    await asyncio.wait_for(manager.grounds.filled.wait(), 10)
+    assert left.name not in runtime.networks and not (tmp_path / "egress" / "ses_left").exists()
+    grounds = {name for name, labels in runtime.network_labels.items() if labels.get(KIND_LABEL) == "ground"}
+    assert len(grounds & set(runtime.networks)) == 2 and len(manager.grounds) == 2
+    await manager.stop()
+    assert runtime.networks == {} and list((tmp_path / "egress").glob("ses_*")) == []

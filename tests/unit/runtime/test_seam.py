@@ -98,7 +98,9 @@ async def proxies() -> AsyncIterator[int]:
 async def test_a_session_with_its_egress_pair_runs_on_the_protocol_alone(tmp_path: Path, proxies: int) -> None:
     fake = FakeRuntime()
     runtime: SandboxRuntime = as_runtime(fake)
-    settings = GatewaySettings(data_dir=tmp_path, instance="seam", pool_size=0, record=False, reap_interval_s=3600)
+    settings = GatewaySettings(
+        data_dir=tmp_path, instance="seam", pool_size=0, ground_pool_size=0, record=False, reap_interval_s=3600
+    )
     manager = SessionManager(settings, runtime, SessionStore(tmp_path))
     assert manager.egress is not None
     manager.egress.control_port = proxies
@@ -118,3 +120,28 @@ async def test_a_session_with_its_egress_pair_runs_on_the_protocol_alone(tmp_pat
         assert (state / "ca").is_dir()  # the audit state outlives the pair
     finally:
         await manager.stop()
+
+
+async def test_a_cold_start_takes_a_network_and_ca_made_ahead(tmp_path: Path, proxies: int) -> None:
+    fake = FakeRuntime()
+    settings = GatewaySettings(
+        data_dir=tmp_path, instance="seam", pool_size=0, ground_pool_size=1, record=False, reap_interval_s=3600
+    )
+    manager = SessionManager(settings, as_runtime(fake), SessionStore(tmp_path))
+    assert manager.egress is not None and manager.grounds is not None
+    manager.egress.control_port = proxies
+    await manager.start()
+    try:
+        await asyncio.wait_for(manager.grounds.filled.wait(), 10)
+        (made,) = fake.session_networks({"corral.kind": "ground"})
+        session, _ = await manager.create("key-a", CreateSession(allow=["example.test"]))
+        assert session.egress is not None and session.egress.network == made.name  # no network made on its path
+        state = Path(session.egress.state_dir)
+        assert (state / "ca").is_dir() and json.loads((state / "policy.json").read_text())["allow"] == ["example.test"]
+        await asyncio.wait_for(manager.grounds.filled.wait(), 10)  # refilled once the start was done
+        (again,) = [n for n in fake.session_networks({"corral.kind": "ground"}) if n.name != made.name]
+        await manager.delete(session.id)
+        assert [n.name for n in fake.session_networks({})] == [again.name]
+    finally:
+        await manager.stop()
+    assert fake.networks == {}

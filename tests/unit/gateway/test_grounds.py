@@ -1,0 +1,87 @@
+"""GroundPool: filled ahead, taken oldest first, refilled when told, everything dropped at close."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from corral.gateway.grounds import GroundPool
+
+
+class Maker:
+    """Makes numbered things; fails the first ``failures`` times; a gated make waits for ``release``."""
+
+    def __init__(self, failures: int = 0, gate_from: int | None = None) -> None:
+        self.made: list[int] = []
+        self.dropped: list[int] = []
+        self.failures, self.gate_from = failures, gate_from
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def make(self) -> int:
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("Docker said no")
+        n = len(self.made) + 1
+        if self.gate_from is not None and n >= self.gate_from:
+            self.entered.set()
+            assert self.release.wait(10), "never released"
+        self.made.append(n)
+        return n
+
+    def drop(self, n: int) -> None:
+        self.dropped.append(n)
+
+
+async def test_the_pool_fills_ahead_and_hands_out_the_oldest_first() -> None:
+    maker = Maker()
+    pool = GroundPool(maker.make, maker.drop, size=2)
+    pool.start()
+    await asyncio.wait_for(pool.filled.wait(), 10)
+    assert len(pool) == 2 and maker.made == [1, 2]
+    assert pool.take() == 1 and len(pool) == 1
+    assert maker.made == [1, 2]  # no refill until the owner asks (after its start)
+    pool.refill()
+    await asyncio.wait_for(pool.filled.wait(), 10)
+    assert pool.take() == 2 and pool.take() == 3 and pool.take() is None
+    await pool.close()
+    assert maker.dropped == []  # nothing was held at close
+
+
+async def test_closing_drops_what_no_one_took() -> None:
+    maker = Maker()
+    pool = GroundPool(maker.make, maker.drop, size=3)
+    pool.start()
+    await asyncio.wait_for(pool.filled.wait(), 10)
+    taken = pool.take()
+    await pool.close()
+    assert sorted(maker.dropped) == [2, 3] and taken == 1 and len(pool) == 0
+    assert pool.take() is None
+
+
+async def test_closing_mid_make_waits_for_it_and_drops_what_it_made() -> None:
+    maker = Maker(gate_from=2)
+    pool = GroundPool(maker.make, maker.drop, size=2)
+    pool.start()
+    assert await asyncio.to_thread(maker.entered.wait, 10)  # one held, the second one being made
+    closing = asyncio.ensure_future(pool.close())
+    asyncio.get_running_loop().call_soon(maker.release.set)  # after the close cancelled the refill
+    await closing
+    # The make's thread returned before the close did: nothing of it can appear later.
+    assert maker.made == [1, 2] and sorted(maker.dropped) == [1, 2]
+
+
+async def test_a_failed_make_is_tried_again() -> None:
+    maker = Maker(failures=2)
+    pool = GroundPool(maker.make, maker.drop, size=1, retry_s=0)
+    pool.start()
+    await asyncio.wait_for(pool.filled.wait(), 10)
+    assert pool.take() == 1
+    await pool.close()
+
+
+async def test_a_pool_of_size_zero_makes_nothing() -> None:
+    maker = Maker()
+    pool = GroundPool(maker.make, maker.drop, size=0)
+    pool.start()
+    assert pool.take() is None and maker.made == []
+    await pool.close()
