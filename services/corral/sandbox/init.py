@@ -108,6 +108,31 @@ def trust_session_ca(home: str, cert: str, wrap: Callable[[list[str]], list[str]
     run(["certutil", "-A", "-d", database, "-n", "Corral session CA", "-t", "C,,", "-i", cert])
 
 
+# DnsOverHttps: names resolve at the proxy. The rest is memory for one tab's use, measured by
+# bench/gateway.py's idle session (PSS, MiB saved on Chromium 156): the WebUI omnibox popups, a
+# renderer of their own held from start-up (about 50; the address bar's suggestions show in the
+# native popup instead) and the other top-chrome WebUI preloaded beside them; the spare renderer
+# kept ready for the next site (about 20; that site's first navigation starts its own process).
+DISABLED_FEATURES = (
+    "Translate",
+    "MediaRouter",
+    "OptimizationHints",
+    "DialMediaRouteProvider",
+    "DnsOverHttps",
+    "PreloadTopChromeWebUI",
+    "WebUIOmniboxPopup",
+    "WebUIOmniboxAimPopup",
+    "WebUIOmniboxFullPopup",
+    "SpareRendererForSitePerProcess",
+)
+# The network service in the browser process, not a utility process of its own (about 20 MiB): a
+# crash in it takes the browser down with it, which the init restarts.
+ENABLED_FEATURES = ("NetworkServiceInProcess", "NetworkServiceInProcess2")
+# GPU work (software compositing, as --disable-gpu leaves it) on a thread of the browser process,
+# and no zygotes (the container is the sandbox: --no-sandbox already): about 35 MiB of processes.
+ONE_TAB_FLAGS = ("--in-process-gpu",)
+
+
 def chromium_argv(width: int, height: int, profile: str, extra: list[str]) -> list[str]:
     return [
         "chromium",
@@ -130,8 +155,10 @@ def chromium_argv(width: int, height: int, profile: str, extra: list[str]) -> li
         # After a crash and restart, no "restore pages?" bubble over the page.
         "--hide-crash-restore-bubble",
         "--disable-session-crashed-bubble",
-        # One --disable-features only: Chromium honours the last. DnsOverHttps: names resolve at the proxy.
-        "--disable-features=Translate,MediaRouter,OptimizationHints,DialMediaRouteProvider,DnsOverHttps",
+        # One --disable-features and one --enable-features only: Chromium honours the last of each.
+        f"--disable-features={','.join(DISABLED_FEATURES)}",
+        f"--enable-features={','.join(ENABLED_FEATURES)}",
+        *ONE_TAB_FLAGS,
         "--force-device-scale-factor=1",
         "--window-position=0,0",
         f"--window-size={width},{height}",
@@ -177,6 +204,9 @@ class Supervisor:
             "tcp",
             "-dpi",
             "96",
+            # Chromium draws without GL (--disable-gpu): no Mesa in Xvfb (about 10 MiB).
+            "-extension",
+            "GLX",
             "-displayfd",
             str(write_fd),
         ]
