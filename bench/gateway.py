@@ -123,11 +123,14 @@ def _pss_as(runtime: DockerHarness, container: str, user: str) -> dict[str, list
     return parsed
 
 
-def sidecar_pss(runtime: DockerHarness, instance: str) -> float:
-    """The egress sidecar's processes' PSS (MiB), beside the session's (it has one uid; root reads it)."""
+def sidecar_pss(runtime: DockerHarness, instance: str, sandbox: str) -> float:
+    """The session's egress sidecar's PSS (MiB), beside the session's (it has one uid; root reads it).
+    It is the egress container on the sandbox's own session network (the pooled pair has another)."""
+    networks = set(runtime._container(sandbox).attrs["NetworkSettings"]["Networks"])
     total = 0.0
     for container in runtime._client.containers.list(filters={"label": f"corral.gateway={instance}"}):
-        if "egress" in (container.name or ""):
+        on = set(container.attrs["NetworkSettings"]["Networks"])
+        if container.id != runtime._container(sandbox).id and "egress" in (container.name or "") and on & networks:
             out = container.exec_run(["python3", "-c", PSS]).output.decode(errors="replace")
             total += sum(kib for _, kib, _ in json.loads(out.strip().splitlines()[-1]).values()) / 1024
     return round(total, 1)
@@ -150,7 +153,7 @@ def idle_pss(http: httpx.Client, runtime: DockerHarness, instance: str) -> dict[
         for pid, (name, kib, kind) in _pss_as(runtime, created["container"], user).items():
             if kind == "pss" or pid not in per_pid:
                 per_pid[pid] = [name, kib, kind]
-    sidecar = sidecar_pss(runtime, instance)
+    sidecar = sidecar_pss(runtime, instance, created["container"])
     http.delete(f"/v1/sessions/{created['id']}")
     by_name: dict[str, int] = {}
     for name, kib, _ in per_pid.values():
@@ -163,7 +166,7 @@ def idle_pss(http: httpx.Client, runtime: DockerHarness, instance: str) -> dict[
             else "chromium"
             if name.startswith("chrom")
             else "controller (python + playwright driver)"
-            if name in ("python", "node")
+            if name in ("python", "node") or name.startswith("node-")  # the driver's main thread names it
             else "other"
         )
         groups[key] += kib / 1024
