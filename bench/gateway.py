@@ -123,10 +123,10 @@ def _pss_as(runtime: DockerHarness, container: str, user: str) -> dict[str, list
     return parsed
 
 
-def sidecar_pss(runtime: DockerHarness, instance: str, sandbox: str) -> float:
+def sidecar_pss(runtime: DockerHarness, instance: str, sandbox: str, shared: str) -> float:
     """The session's egress sidecar's PSS (MiB), beside the session's (it has one uid; root reads it).
     It is the egress container on the sandbox's own session network (the pooled pair has another)."""
-    networks = set(runtime._container(sandbox).attrs["NetworkSettings"]["Networks"])
+    networks = set(runtime._container(sandbox).attrs["NetworkSettings"]["Networks"]) - {shared}
     total = 0.0
     for container in runtime._client.containers.list(filters={"label": f"corral.gateway={instance}"}):
         on = set(container.attrs["NetworkSettings"]["Networks"])
@@ -136,7 +136,7 @@ def sidecar_pss(runtime: DockerHarness, instance: str, sandbox: str) -> float:
     return round(total, 1)
 
 
-def idle_pss(http: httpx.Client, runtime: DockerHarness, instance: str) -> dict[str, float]:
+def idle_pss(http: httpx.Client, runtime: DockerHarness, instance: str, network: str) -> dict[str, float]:
     """One session idle after a navigation: PSS by process group, the sidecar's beside it, and the
     session's CPU (% of one core) over a quiet window with the pool full (no boot beside it)."""
     created = http.post("/v1/sessions", json={}).json()
@@ -153,7 +153,7 @@ def idle_pss(http: httpx.Client, runtime: DockerHarness, instance: str) -> dict[
         for pid, (name, kib, kind) in _pss_as(runtime, created["container"], user).items():
             if kind == "pss" or pid not in per_pid:
                 per_pid[pid] = [name, kib, kind]
-    sidecar = sidecar_pss(runtime, instance, created["container"])
+    sidecar = sidecar_pss(runtime, instance, created["container"], network)
     http.delete(f"/v1/sessions/{created['id']}")
     by_name: dict[str, int] = {}
     for name, kib, _ in per_pid.values():
@@ -246,7 +246,7 @@ def main() -> int:
         ):
             claims = claim_times(http, args.samples)
             colds = cold_start_times(http, args.samples)
-            pss = idle_pss(http, runtime, instance)
+            pss = idle_pss(http, runtime, instance, settings.network)
             held, steps = concurrency(http, args.max_concurrent)
     finally:
         # Sandboxes, their proxies and session networks, then the bench's own network: a machine that
