@@ -133,6 +133,12 @@ ENABLED_FEATURES = ("NetworkServiceInProcess", "NetworkServiceInProcess2")
 ONE_TAB_FLAGS = ("--in-process-gpu",)
 
 
+# The Playwright driver (node, started by the controller, which passes its environment on): V8's young
+# generation held small, 17 MiB less PSS idle (NODE_OPTIONS allows few V8 flags: --optimize-for-size
+# makes node exit). The agent's commands get an environment of their own, without it.
+DRIVER_NODE_OPTIONS = "--max-semi-space-size=1"
+
+
 def chromium_argv(width: int, height: int, profile: str, extra: list[str]) -> list[str]:
     return [
         "chromium",
@@ -308,7 +314,8 @@ def main() -> int:
         # Commands and file operations as the agent, for the controller, which holds no capability.
         sup.spawn(Child("launcher", as_launcher([sys.executable, "-m", "corral.sandbox.launcher"])))
     # The controller imports for most of a second: start it first, it waits for the display itself.
-    sup.spawn(Child("controller", own([sys.executable, "-m", "corral.sandbox.controller"])))
+    controller_env = {**sup.env, "NODE_OPTIONS": DRIVER_NODE_OPTIONS}
+    sup.spawn(Child("controller", own([sys.executable, "-m", "corral.sandbox.controller"]), env=controller_env))
     sup.start_xvfb(own)
     sup.spawn(Child("openbox", agent(["openbox", "--sm-disable"]), env=agent_env))
     if trusting is not None:

@@ -146,3 +146,9 @@ def test_one_tab_memory_settings(argv: list[str]) -> None:
     assert "NetworkServiceInProcess2" in enabled.split("=", 1)[1].split(",")
     assert "--in-process-gpu" in argv
     assert "--no-zygote" not in argv  # measured: without zygotes each process shares less, PSS grew by 140 MiB
+
+
+def test_the_playwright_driver_keeps_a_small_young_generation() -> None:
+    from corral.sandbox.init import DRIVER_NODE_OPTIONS
+
+    assert DRIVER_NODE_OPTIONS.split() == ["--max-semi-space-size=1"]
