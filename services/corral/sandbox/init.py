@@ -108,6 +108,37 @@ def trust_session_ca(home: str, cert: str, wrap: Callable[[list[str]], list[str]
     run(["certutil", "-A", "-d", database, "-n", "Corral session CA", "-t", "C,,", "-i", cert])
 
 
+# DnsOverHttps: names resolve at the proxy. The rest is memory for one tab's use, measured by
+# bench/gateway.py's idle session (PSS, MiB saved on Chromium 156): the WebUI omnibox popups, a
+# renderer of their own held from start-up (about 50; the address bar's suggestions show in the
+# native popup instead) and the other top-chrome WebUI preloaded beside them; the spare renderer
+# kept ready for the next site (about 20; that site's first navigation starts its own process).
+DISABLED_FEATURES = (
+    "Translate",
+    "MediaRouter",
+    "OptimizationHints",
+    "DialMediaRouteProvider",
+    "DnsOverHttps",
+    "PreloadTopChromeWebUI",
+    "WebUIOmniboxPopup",
+    "WebUIOmniboxAimPopup",
+    "WebUIOmniboxFullPopup",
+    "SpareRendererForSitePerProcess",
+)
+# The network service in the browser process, not a utility process of its own (about 20 MiB): a
+# crash in it takes the browser down with it, which the init restarts.
+ENABLED_FEATURES = ("NetworkServiceInProcess", "NetworkServiceInProcess2")
+# GPU work (software compositing, as --disable-gpu leaves it) on a thread of the browser process,
+# and no zygotes (the container is the sandbox: --no-sandbox already): about 35 MiB of processes.
+ONE_TAB_FLAGS = ("--in-process-gpu",)
+
+
+# The Playwright driver (node, started by the controller, which passes its environment on): V8's young
+# generation held small, 17 MiB less PSS idle (NODE_OPTIONS allows few V8 flags: --optimize-for-size
+# makes node exit). The agent's commands get an environment of their own, without it.
+DRIVER_NODE_OPTIONS = "--max-semi-space-size=1"
+
+
 def chromium_argv(width: int, height: int, profile: str, extra: list[str]) -> list[str]:
     return [
         "chromium",
@@ -130,8 +161,10 @@ def chromium_argv(width: int, height: int, profile: str, extra: list[str]) -> li
         # After a crash and restart, no "restore pages?" bubble over the page.
         "--hide-crash-restore-bubble",
         "--disable-session-crashed-bubble",
-        # One --disable-features only: Chromium honours the last. DnsOverHttps: names resolve at the proxy.
-        "--disable-features=Translate,MediaRouter,OptimizationHints,DialMediaRouteProvider,DnsOverHttps",
+        # One --disable-features and one --enable-features only: Chromium honours the last of each.
+        f"--disable-features={','.join(DISABLED_FEATURES)}",
+        f"--enable-features={','.join(ENABLED_FEATURES)}",
+        *ONE_TAB_FLAGS,
         "--force-device-scale-factor=1",
         "--window-position=0,0",
         f"--window-size={width},{height}",
@@ -177,6 +210,9 @@ class Supervisor:
             "tcp",
             "-dpi",
             "96",
+            # Chromium draws without GL (--disable-gpu): no Mesa in Xvfb (about 10 MiB).
+            "-extension",
+            "GLX",
             "-displayfd",
             str(write_fd),
         ]
@@ -278,7 +314,8 @@ def main() -> int:
         # Commands and file operations as the agent, for the controller, which holds no capability.
         sup.spawn(Child("launcher", as_launcher([sys.executable, "-m", "corral.sandbox.launcher"])))
     # The controller imports for most of a second: start it first, it waits for the display itself.
-    sup.spawn(Child("controller", own([sys.executable, "-m", "corral.sandbox.controller"])))
+    controller_env = {**sup.env, "NODE_OPTIONS": DRIVER_NODE_OPTIONS}
+    sup.spawn(Child("controller", own([sys.executable, "-m", "corral.sandbox.controller"]), env=controller_env))
     sup.start_xvfb(own)
     sup.spawn(Child("openbox", agent(["openbox", "--sm-disable"]), env=agent_env))
     if trusting is not None:
