@@ -142,7 +142,7 @@ class Recorder:
         event that does not touch the screen, a file transfer over HTTP, gets neither)."""
         self._seq += 1
         # Uploaded bytes and long outputs never enter the buffer whole: a prefix, a size and a sha256.
-        event = _json_safe(redact(event))
+        event = redact(event)
         event = {"seq": self._seq, **event, "reply": _strip_images(event.get("reply"))}
         completing = self._complete(event) if frame else _without_frame(event)
         self._queue(asyncio.create_task(completing))
@@ -152,7 +152,7 @@ class Recorder:
         ...}``), in order with the requests' events, as it is: no frame, no page state, no reply."""
         self._seq += 1
         noted: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        noted.set_result({"seq": self._seq, **_json_safe(event), "at": time.time()})
+        noted.set_result({"seq": self._seq, **event, "at": time.time()})
         self._queue(noted)
 
     def _queue(self, completing: asyncio.Future[dict[str, Any]]) -> None:
@@ -163,7 +163,8 @@ class Recorder:
     async def _publish(self) -> None:
         # Completed in parallel, published in order: the gateway reads events by increasing seq.
         while True:
-            event = await (await self._pending.get())
+            # Made safe once complete: the page's title and URL are added last, and a page may set either.
+            event = _json_safe(await (await self._pending.get()))
             async with self._changed:
                 if len(self._events) == BUFFER:
                     self._forget()

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
 from corral.recording.redact import INPUT_PREFIX_BYTES
 from corral.sandbox.recorder import Recorder
 
-from .desktop_fake import Parts, fake_desktop
+from .desktop_fake import FakeBrowser, Parts, fake_desktop
 
 
 async def test_uploaded_bytes_and_long_outputs_never_enter_the_buffer_whole() -> None:
@@ -99,3 +100,22 @@ async def test_what_strict_json_cannot_carry_is_recorded_as_it_can() -> None:
         "action": {"type": "file_write", "path": "/workspace/\ufffd", "content": "x"},
     }
     assert event["reply"] == {"x": 1.5} and noted["reason"] == "\ufffd?"
+
+
+class _TitledBrowser(FakeBrowser):
+    async def info(self) -> dict[str, Any]:
+        return {"url": "https://page.test/\ud800", "title": "evil \ud800"}
+
+
+async def test_a_page_title_with_a_lone_surrogate_keeps_the_recording_readable() -> None:
+    # The title and URL join the event once the action is done: a page sets them (review of 90c261e).
+    recorder = Recorder(fake_desktop(Parts(), _TitledBrowser))
+    key = {"type": "key", "keys": "a"}
+    try:
+        recorder.record({"request": {"id": 1, "action": key}, "native": [key], "ok": True, "reply": {"ok": True}})
+        answer = await recorder.after(0, 10_000)
+    finally:
+        await recorder.close()
+    json.dumps(answer, ensure_ascii=False, allow_nan=False).encode()
+    [event] = answer["events"]
+    assert event["title"] == "evil \ufffd" and event["url"] == "https://page.test/\ufffd"
