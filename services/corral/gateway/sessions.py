@@ -867,7 +867,11 @@ class SessionManager:
             log.warning("pooled sandbox %s stopped running; removing it and starting one", pair.sandbox.name)
         if dead:
             self._refill.set()
-            await _settle(*(asyncio.ensure_future(self._remove_pair(pair)) for pair in dead))
+            _, cancelled = await _settle(*(asyncio.ensure_future(self._remove_pair(pair)) for pair in dead))
+            if cancelled:
+                # A stop came while the removals ran: they are done, and the reaper ends with the stop
+                # (swallowed here, the cancellation left the loop ticking and the stop waiting on it).
+                raise asyncio.CancelledError
 
     async def _end_if_dead(self, session: Session) -> bool:
         info = await asyncio.to_thread(self._runtime.exit_info, session.sandbox.id)

@@ -560,3 +560,60 @@ async def test_session_grounds_are_made_ahead_and_gone_after_stop(tmp_path: Path
     assert len(grounds & set(runtime.networks)) == 2 and len(manager.grounds) == 2
     await manager.stop()
     assert runtime.networks == {} and list((tmp_path / "egress").glob("ses_*")) == []
+
+
+# -- the reaper: what it costs a tick, and that a stop never waits on it ---------------------------------
+
+
+class SlowRemoval(TickingRuntime):
+    """A removal that waits for ``release`` (a slow Docker), saying when it began."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.removing, self.release = threading.Event(), threading.Event()
+
+    def remove(self, ident: str) -> None:
+        self.removing.set()
+        assert self.release.wait(10), "never released"
+        super().remove(ident)
+
+
+async def test_a_stop_while_the_reaper_removes_a_dead_pooled_pair_ends_the_reaper(tmp_path: Path) -> None:
+    runtime, answered = SlowRemoval(), Answered()
+    manager = await _pool_manager(tmp_path, runtime, answered, reap_interval_s=0.05)
+    pair = _pooled(manager, runtime)
+    runtime.die(pair.sandbox.id, ExitInfo("exited", 1, False))
+    assert await _until(runtime.removing)  # the reaper's tick is in the removal's thread
+    stopping = asyncio.ensure_future(manager.stop())
+    asyncio.get_running_loop().call_later(0.2, runtime.release.set)  # after the stop cancelled the tick
+    # The tick waits for its removal (a thread cannot be stopped), then ends with the loop: the
+    # stop returns, and no tick comes after it.
+    await asyncio.wait_for(stopping, timeout=5)
+    assert pair.sandbox.id not in runtime.running
+    assert not manager._tasks
+
+
+class SlowListing(TickingRuntime):
+    """A listing that waits for ``release`` (a Docker that stopped answering), saying when it began."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listing, self.release = threading.Event(), threading.Event()
+
+    def sandbox_states(self, labels: Mapping[str, str]) -> dict[str, str]:
+        self.listing.set()
+        assert self.release.wait(10), "never released"
+        return super().sandbox_states(labels)
+
+
+async def test_a_stop_while_a_tick_waits_on_docker_returns_at_once(tmp_path: Path) -> None:
+    runtime, answered = SlowListing(), Answered()
+    manager = await _pool_manager(tmp_path, runtime, answered, reap_interval_s=0.05)
+    try:
+        _pooled(manager, runtime)
+        assert await _until(runtime.listing)  # the tick is in the listing's thread, which will not return
+        # A listing makes nothing to undo: the stop does not wait for it.
+        await asyncio.wait_for(manager.stop(), timeout=2)
+        assert not manager._tasks
+    finally:
+        runtime.release.set()
