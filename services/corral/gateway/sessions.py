@@ -487,11 +487,15 @@ class SessionManager:
     async def _hand_out(self, pair: Pair, allow: Sequence[str], mode: str, actor: str) -> bool:
         """The last look at a pooled pair, and its policy, side by side: its controller answers, and
         the session's policy set on its proxy (it starts with nothing allowed), whose answer is
-        the proxy's own proof of life. True once both hold: the policy is in force. A pair that fails
-        either (it died while waiting) is removed, never handed out: False, and the pool refills."""
+        the proxy's own proof of life, each bounded by HAND_OUT_CHECK_S. True once both hold: the
+        policy is in force. A pair that fails either (it died while waiting, or hangs) is removed,
+        never handed out: False, and the pool refills."""
         checks: list[Awaitable[object]] = [self._answers(pair.sandbox)]
         if self.egress is not None and pair.egress is not None:
-            checks.append(self.egress.set_policy(pair.egress, list(allow), mode, actor))
+            # Bounded like the controller's look (the control call's own bound is 5 s): a proxy that
+            # hangs fails the pair, and the claim goes cold at once rather than wait on it.
+            policy = self.egress.set_policy(pair.egress, list(allow), mode, actor)
+            checks.append(asyncio.wait_for(policy, HAND_OUT_CHECK_S))
         results, cancelled = await _settle(*checks)
         failure = next((r for r in results if isinstance(r, BaseException)), None)
         if failure is None and not cancelled:

@@ -15,6 +15,7 @@ import pytest
 
 from corral.errors import EgressUnavailable, SessionNotFound
 from corral.gateway.egress import Egress
+from corral.gateway import sessions
 from corral.gateway.models import CreateSession
 from corral.gateway.sessions import GATEWAY_LABEL, KIND_LABEL, SANDBOX_EXITED, Pair, SessionManager, SessionRecord
 from corral.gateway.settings import GatewaySettings
@@ -617,3 +618,24 @@ async def test_a_stop_while_a_tick_waits_on_docker_returns_at_once(tmp_path: Pat
         assert not manager._tasks
     finally:
         runtime.release.set()
+
+
+async def test_a_pooled_proxy_that_hangs_fails_the_claim_of_its_pair_within_the_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sessions, "HAND_OUT_CHECK_S", 0.2)
+    runtime, answered = FakeRuntime(), Answered()
+    manager = await _pool_manager(tmp_path, runtime, answered)
+    manager.egress = egress = PolicyEgress()  # type: ignore[assignment]
+    try:
+        pair = _pooled(manager, runtime, POOLED_EGRESS)
+        egress.release_policy.clear()  # its proxy takes the connection and does not answer (for 3 s)
+        asyncio.get_running_loop().call_later(3, egress.release_policy.set)
+        session, _ = await asyncio.wait_for(manager.create("key-a", CreateSession(allow=["example.test"])), 2)
+        # Not handed out: removed, and the session is a cold pair whose proxy started with its policy.
+        assert not session.record.from_pool and session.sandbox.id != pair.sandbox.id
+        assert pair.sandbox.id not in runtime.running and egress.torn_down == [pair.session_id]
+        assert egress.policies == [] and egress.allowed[session.id] == ["example.test"]
+    finally:
+        egress.release_policy.set()
+        await manager.stop()
