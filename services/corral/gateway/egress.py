@@ -26,6 +26,7 @@ import os
 import secrets
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -608,15 +609,22 @@ class EgressManager:
 
     # -- watchdog -------------------------------------------------------------------------------------
 
-    async def revive(self, egresses: list[Egress]) -> tuple[dict[str, Egress], list[str]]:
+    async def revive(
+        self, egresses: list[Egress], states: Mapping[str, State] | None = None
+    ) -> tuple[dict[str, Egress], list[str]]:
         """Restart every proxy that is not running (its sandbox has no egress meanwhile).
+
+        ``states`` is the instance's proxies by session, when the caller listed them already (the
+        reaper's tick lists them once for the pool and this): every one of ``egresses`` must have
+        existed before that listing, or it would read as gone. None: listed here.
 
         Returns the restarted ones (by session, with their address as it is now) and the sessions
         whose proxy is gone altogether, which the caller ends: no proxy, no session.
         """
         if not egresses:
             return {}, []
-        states = await asyncio.to_thread(self._runtime.proxy_states, {"corral.gateway": self._settings.instance})
+        if states is None:
+            states = await asyncio.to_thread(self._runtime.proxy_states, {"corral.gateway": self._settings.instance})
         # The running ones: policy checked, chain head anchored (all at once, each with a short timeout).
         await asyncio.gather(*(self._check_quietly(e) for e in egresses if states.get(e.session_id) == "running"))
         revived: dict[str, Egress] = {}

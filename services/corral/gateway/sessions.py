@@ -43,11 +43,23 @@ from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
 from corral.gateway.threads import in_thread as _in_thread
 from corral.gateway.threads import settle as _settle
-from corral.runtime import ALIVE_STATES, ExitInfo, SandboxAddress, SandboxRuntime, SandboxSpec, SessionNetwork
+from corral.runtime import (
+    ALIVE_STATES,
+    ExitInfo,
+    SandboxAddress,
+    SandboxRuntime,
+    SandboxSpec,
+    SessionNetwork,
+    State,
+)
 
 log = logging.getLogger(__name__)
 PLACEHOLDERS_TIMEOUT_S = 2.0  # the watchdog's look at a controller's placeholders: one round, not the loop
 HAND_OUT_CHECK_S = 2.0  # the last look at a pooled sandbox before it is handed out
+# A pool with no live session beside it is listed every this many reaper ticks (beside live sessions,
+# every tick: the same listing covers both). A dead pooled pair is then out of the pool within
+# POOL_CHECK_TICKS * reap_interval_s; a claim's own last look stands behind that.
+POOL_CHECK_TICKS = 5
 
 KIND_LABEL = "corral.kind"
 GATEWAY_LABEL = "corral.gateway"
@@ -64,6 +76,15 @@ def describe_exit(info: ExitInfo) -> str:
         return "its container was removed"
     code = f"exit code {info.exit_code}" if info.exit_code is not None else f"state {info.state}"
     return f"out of memory (OOM-killed), {code}" if info.oom_killed else code
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """A reaper tick's one listing of the instance's proxies (session id -> state), and the live
+    sessions with egress it was made for (a session started after it may be missing from it)."""
+
+    watched: frozenset[str]
+    proxies: Mapping[str, State]
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +196,7 @@ class SessionManager:
         self._starting_pool = 0
         self._on_claim = on_claim  # (source "pool" | "cold", seconds), for the metrics
         self.host_guarded = False
+        self.reaper_ticks = 0  # how many the reaper began (the unit tests count its work against them)
         self.links = LinkBook(self._links_of, self._save_links, self._report_link)
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -837,26 +859,41 @@ class SessionManager:
 
     # -- liveness --------------------------------------------------------------------------------------
 
-    async def _check_sandboxes(self) -> None:
-        """End every session whose sandbox no longer runs (killed, OOM-killed, removed by hand): one
-        listing a tick, an inspect only for the dead."""
+    async def _check_sandboxes(self, pool_due: bool = True) -> Listing | None:
+        """End every session whose sandbox no longer runs (killed, OOM-killed, removed by hand), and
+        take the pooled pairs that stopped running out of the pool: one listing of the sandboxes a
+        tick and one of the proxies (which the egress watchdog takes too), an inspect only for the
+        dead. A pool with no live session beside it is listed only when ``pool_due`` (every
+        POOL_CHECK_TICKS ticks): an idle gateway then asks Docker nothing most ticks, and a claim's
+        own last look (:meth:`_hand_out`) stands behind the pool's check anyway. Returns the
+        proxies' listing when one was made."""
         live = [s for s in self._sessions.values() if s.state == "ready"]
-        pooled = list(self._pool)  # before the listing: a pair that joins meanwhile may be missing from it
+        # Before the listing: a pair that joins meanwhile may be missing from it.
+        pooled = list(self._pool) if live or pool_due else []
         if not live and not pooled:
-            return
-        states = await asyncio.to_thread(self._runtime.sandbox_states, {GATEWAY_LABEL: self._settings.instance})
+            return None
+        labels = {GATEWAY_LABEL: self._settings.instance}
+        states = await asyncio.to_thread(self._runtime.sandbox_states, labels)
+        listing = None
+        if self.egress is not None and (
+            any(s.egress is not None for s in live) or any(p.egress is not None for p in pooled)
+        ):
+            # Snapshot first, as above: only these sessions' proxies are sure to be in the listing.
+            watched = frozenset(s.id for s in live if s.egress is not None)
+            listing = Listing(watched, await asyncio.to_thread(self._runtime.proxy_states, labels))
         for session in live:
             if states.get(session.sandbox.id) not in ALIVE_STATES:
                 await self._end_if_dead(session)
-        await self._check_pool(pooled, states)
+        await self._check_pool(pooled, states, listing.proxies if listing is not None else {})
+        return listing
 
-    async def _check_pool(self, pooled: Sequence[Pair], states: Mapping[str, str]) -> None:
-        """The ``pooled`` pairs whose sandbox (from the reaper's listing, ``states``) or proxy stopped running
-        leave the pool ahead of any claim, and the pool refills: a claim then rarely meets a dead one
-        (its own last look, :meth:`_hand_out`, still stands behind this)."""
-        proxies: Mapping[str, str] = {}
-        if self.egress is not None and any(pair.egress is not None for pair in pooled):
-            proxies = await asyncio.to_thread(self._runtime.proxy_states, {GATEWAY_LABEL: self._settings.instance})
+    async def _check_pool(
+        self, pooled: Sequence[Pair], states: Mapping[str, State], proxies: Mapping[str, State]
+    ) -> None:
+        """The ``pooled`` pairs whose sandbox (from the reaper's listing, ``states``) or proxy (its
+        listing, ``proxies``, by session) stopped running leave the pool ahead of any claim, and the
+        pool refills: a claim then rarely meets a dead one (its own last look, :meth:`_hand_out`,
+        still stands behind this)."""
         dead = [
             pair
             for pair in pooled
@@ -876,6 +913,25 @@ class SessionManager:
                 # A stop came while the removals ran: they are done, and the reaper ends with the stop
                 # (swallowed here, the cancellation left the loop ticking and the stop waiting on it).
                 raise asyncio.CancelledError
+
+    async def _watch_egress(self, listing: Listing | None) -> None:
+        """The egress watchdog's round: every live session's proxy running (restarted when not, its
+        session ended when it is gone), its policy and secrets the gateway's, its chain head
+        anchored. From the tick's own listing of the proxies when there is one (a session that
+        started after it waits for the next round); else the watchdog lists them itself."""
+        assert self.egress is not None
+        live = [s.egress for s in self._sessions.values() if s.egress is not None and s.state == "ready"]
+        if listing is not None:
+            live = [egress for egress in live if egress.session_id in listing.watched]
+        # Fail closed and come back: a dead proxy means no egress until it is restarted here.
+        revived, gone = await self.egress.revive(live, listing.proxies if listing is not None else None)
+        for session_id, egress in revived.items():
+            if session_id in self._sessions:
+                self._sessions[session_id].egress = egress
+                self._save(self._sessions[session_id])
+        for session_id in gone:
+            if session_id in self._sessions:
+                self._end_soon(self._sessions[session_id], "egress_proxy_gone")
 
     async def _end_if_dead(self, session: Session) -> bool:
         info = await asyncio.to_thread(self._runtime.exit_info, session.sandbox.id)
@@ -908,25 +964,20 @@ class SessionManager:
 
     async def _reap_loop(self) -> None:
         last_prune = 0.0
+        tick = 0
         while True:
             await asyncio.sleep(self._settings.reap_interval_s)
             now = time.time()
+            tick += 1
+            self.reaper_ticks = tick
+            listing = None
             try:
-                await self._check_sandboxes()
+                listing = await self._check_sandboxes(pool_due=tick % POOL_CHECK_TICKS == 0)
             except Exception:
                 log.exception("sandbox liveness check failed")
             if self.egress is not None:
                 try:
-                    # Fail closed and come back: a dead proxy means no egress until it is restarted here.
-                    live = [s.egress for s in self._sessions.values() if s.egress is not None and s.state == "ready"]
-                    revived, gone = await self.egress.revive(live)
-                    for session_id, egress in revived.items():
-                        if session_id in self._sessions:
-                            self._sessions[session_id].egress = egress
-                            self._save(self._sessions[session_id])
-                    for session_id in gone:
-                        if session_id in self._sessions:
-                            self._end_soon(self._sessions[session_id], "egress_proxy_gone")
+                    await self._watch_egress(listing)
                 except Exception:
                     log.exception("egress watchdog failed")
                 try:

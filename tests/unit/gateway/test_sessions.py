@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import socket
 import threading
 from collections.abc import Awaitable, Mapping
 from pathlib import Path
@@ -14,8 +15,8 @@ import httpx
 import pytest
 
 from corral.errors import EgressUnavailable, SessionNotFound
-from corral.gateway.egress import Egress
 from corral.gateway import sessions
+from corral.gateway.egress import Egress
 from corral.gateway.models import CreateSession
 from corral.gateway.sessions import GATEWAY_LABEL, KIND_LABEL, SANDBOX_EXITED, Pair, SessionManager, SessionRecord
 from corral.gateway.settings import GatewaySettings
@@ -638,4 +639,114 @@ async def test_a_pooled_proxy_that_hangs_fails_the_claim_of_its_pair_within_the_
         assert egress.policies == [] and egress.allowed[session.id] == ["example.test"]
     finally:
         egress.release_policy.set()
+        await manager.stop()
+
+
+class CountingRuntime(TickingRuntime):
+    """Counts the reaper's Docker listings; a proxy listing waits for ``release`` once ``gate`` is set
+    (a session can then start between the tick's listing and its watchdog)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sandbox_listings = self.proxy_listings = 0
+        self.gate, self.listed, self.release = threading.Event(), threading.Event(), threading.Event()
+
+    def sandbox_states(self, labels: Mapping[str, str]) -> dict[str, str]:
+        self.sandbox_listings += 1
+        return super().sandbox_states(labels)
+
+    def proxy_states(self, labels: Mapping[str, str]) -> dict[str, str]:  # type: ignore[override]
+        self.proxy_listings += 1
+        states = super().proxy_states(labels)
+        if self.gate.is_set():
+            self.gate.clear()
+            self.listed.set()
+            assert self.release.wait(10), "never released"
+        return dict(states)
+
+
+async def _egress_manager(tmp_path: Path, runtime: FakeRuntime, **settings: object) -> SessionManager:
+    """A manager with the real egress manager on the fake runtime: its proxies (on loopback, at a port
+    nothing listens on) never answer the watchdog, which only logs that; they count as up at start."""
+    values: dict[str, object] = {"egress": True, "ground_pool_size": 0, "reap_interval_s": 0.05, **settings}
+    manager = await _pool_manager(tmp_path, runtime, Answered(), **values)
+    assert manager.egress is not None
+
+    async def up(egress: Egress, timeout_s: float) -> None:
+        return None
+
+    manager.egress.wait_ready = up  # type: ignore[method-assign]
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        manager.egress.control_port = sock.getsockname()[1]  # closed again: refused at once
+    return manager
+
+
+COLD = CreateSession(viewport={"width": 1000, "height": 700})  # not the pool's: a cold start
+
+
+async def _ticks_until(manager: SessionManager, count: int) -> None:
+    target = manager.reaper_ticks + count
+    for _ in range(400):
+        if manager.reaper_ticks >= target:
+            return
+        await asyncio.sleep(0.025)
+    raise AssertionError("the reaper stopped ticking")
+
+
+async def test_an_idle_pool_alone_is_listed_every_few_ticks(tmp_path: Path) -> None:
+    runtime, answered = CountingRuntime(), Answered()
+    manager = await _pool_manager(tmp_path, runtime, answered, reap_interval_s=0.02)
+    try:
+        _pooled(manager, runtime)
+        await _ticks_until(manager, 2)
+        listings, ticks = runtime.sandbox_listings, manager.reaper_ticks
+        await _ticks_until(manager, 20)
+        made, elapsed = runtime.sandbox_listings - listings, manager.reaper_ticks - ticks
+        assert 3 <= made <= elapsed // 5 + 1  # every 5th tick: a dead pooled pair is found within 5 ticks
+    finally:
+        await manager.stop()
+
+
+async def test_a_tick_lists_the_proxies_once_for_the_pool_and_the_watchdog(tmp_path: Path) -> None:
+    runtime = CountingRuntime()
+    manager = await _egress_manager(tmp_path, runtime, pool_size=1)
+    try:
+        session, _ = await manager.create("key-a", COLD)
+        for _ in range(200):
+            if manager.counts()["pool"] == 1:
+                break
+            await asyncio.sleep(0.025)
+        assert manager.counts()["pool"] == 1 and session.egress is not None
+        await _ticks_until(manager, 2)
+        listings, ticks = runtime.proxy_listings, manager.reaper_ticks
+        await _ticks_until(manager, 10)
+        assert runtime.proxy_listings - listings <= manager.reaper_ticks - ticks + 1
+        # Still every tick for a live session's proxy: one that stopped is restarted within a tick or two,
+        # and one that is gone ends its session.
+        proxy, labels, _ = runtime.proxies[session.id]
+        runtime.proxies[session.id] = (proxy, labels, "exited")
+        await _ticks_until(manager, 3)
+        assert runtime.proxies[session.id][2] == "running" and session.state == "ready"
+        del runtime.proxies[session.id]
+        await asyncio.wait_for(session.ended.wait(), 1)
+        assert session.end_reason == "egress_proxy_gone"
+    finally:
+        await manager.stop()
+
+
+async def test_a_session_started_after_the_ticks_proxy_listing_is_not_taken_for_gone(tmp_path: Path) -> None:
+    runtime = CountingRuntime()
+    manager = await _egress_manager(tmp_path, runtime)
+    try:
+        first, _ = await manager.create("key-a", COLD)  # so that the tick lists the proxies
+        runtime.gate.set()
+        assert await _until(runtime.listed)  # a tick listed them and waits
+        second, _ = await manager.create("key-a", COLD)  # its proxy is not in that listing
+        runtime.release.set()
+        await _ticks_until(manager, 3)
+        assert second.state == "ready" and first.state == "ready"
+        assert manager.get(second.id) is second
+    finally:
+        runtime.release.set()
         await manager.stop()
