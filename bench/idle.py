@@ -1,0 +1,179 @@
+"""Idle cost of the control plane: the gateway's own CPU and Docker's (dockerd and its containerd) while
+N sessions sit idle, per session, beside the same window with none (the warm pool alone), and the
+egress proxies' CPU over the same window. What the gateway's reaper and watchdog cost each second is
+what limits density on a small machine once the sessions themselves are quiet.
+
+    python bench/idle.py [--sessions 8] [--window 30]
+
+The gateway runs in this process (a thread); during each window this process only sleeps, so its CPU
+time is the gateway's. Read /proc: run as root (or as the user dockerd runs as) for Docker's part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from corral.gateway.server import running
+from corral.gateway.settings import GatewaySettings
+from corral.runtime.docker import DockerRuntime
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.gateway import KEY, free_port, wait_pool
+from tests.integration.dockerutil import DockerHarness
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TICK_S = os.sysconf("SC_CLK_TCK")
+SETTLE_S = 5.0  # after the last create: its refill done, the first watchdog rounds over
+
+
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of one process so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK_S
+
+
+def docker_pids() -> list[int]:
+    """dockerd and the containerd it runs (not the per-container shims: those are the containers' own)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            name = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        if name in ("dockerd", "containerd"):
+            out.append(int(entry.name))
+    return out
+
+
+# The gateway's Docker calls that a quiet gateway makes on its own (the reaper's and the watchdog's),
+# counted by wrapping the runtime's methods in this process: a figure the other users of a shared
+# Docker daemon do not blur, as they do its CPU time.
+WATCHED_CALLS = ("sandbox_states", "proxy_states", "exit_info", "list_sandboxes", "restart_proxy")
+CALLS: dict[str, int] = dict.fromkeys(WATCHED_CALLS, 0)
+
+
+def count_docker_calls() -> None:
+    for name in WATCHED_CALLS:
+        original = getattr(DockerRuntime, name)
+
+        def counted(self: DockerRuntime, *args: Any, _name: str = name, _original: Any = original, **kw: Any) -> Any:
+            CALLS[_name] += 1
+            return _original(self, *args, **kw)
+
+        setattr(DockerRuntime, name, counted)
+
+
+def self_cpu() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def proxies_cpu(runtime: DockerHarness, instance: str) -> float:
+    """The CPU seconds every egress proxy of ``instance`` used so far (docker stats' counter)."""
+    total = 0.0
+    for container in runtime._client.containers.list(filters={"label": f"corral.gateway={instance}"}):
+        if "egress" in (container.name or ""):
+            total += runtime.cpu_seconds(container.id)
+    return total
+
+
+def window(runtime: DockerHarness, instance: str, seconds: float) -> dict[str, float]:
+    """CPU seconds per minute of the gateway, Docker and the proxies over ``seconds`` of idleness."""
+    dockers = docker_pids()
+    proxies0 = proxies_cpu(runtime, instance)
+    calls0 = sum(CALLS.values())
+    gateway0, docker0 = self_cpu(), sum(_proc_cpu(pid) for pid in dockers)
+    time.sleep(seconds)
+    gateway1, docker1 = self_cpu(), sum(_proc_cpu(pid) for pid in dockers)
+    calls1 = sum(CALLS.values())
+    proxies1 = proxies_cpu(runtime, instance)
+    per_min = 60.0 / seconds
+    return {
+        "gateway_s_per_min": round((gateway1 - gateway0) * per_min, 3),
+        "docker_s_per_min": round((docker1 - docker0) * per_min, 3),
+        "proxies_s_per_min": round((proxies1 - proxies0) * per_min, 3),
+        "docker_calls_per_min": round((calls1 - calls0) * per_min, 1),
+    }
+
+
+def idle_cpu(
+    http: httpx.Client, runtime: DockerHarness, instance: str, sessions: int, seconds: float
+) -> dict[str, Any]:
+    """The windows with no session and with ``sessions`` idle ones; the added cost per session."""
+    wait_pool(http, 1)
+    time.sleep(SETTLE_S)
+    empty = window(runtime, instance, seconds)
+    created = [http.post("/v1/sessions", json={}).json() for _ in range(sessions)]
+    try:
+        wait_pool(http, 1)
+        time.sleep(SETTLE_S)
+        full = window(runtime, instance, seconds)
+    finally:
+        for info in created:
+            http.delete(f"/v1/sessions/{info['id']}")
+    per_session = {k: round((full[k] - empty[k]) / sessions, 4) for k in full}
+    return {"sessions": sessions, "window_s": seconds, "none": empty, "idle": full, "per_session": per_session}
+
+
+def print_rows(result: dict[str, Any]) -> None:
+    n = result["sessions"]
+    print(f"{'Idle CPU, seconds per minute':<56}{'none':>10}{f'{n} idle':>10}{'/session':>10}")
+    for key, label in (
+        ("gateway_s_per_min", "gateway process (reaper, watchdog, server)"),
+        ("docker_s_per_min", "dockerd + containerd"),
+        ("proxies_s_per_min", "egress proxies (all of them)"),
+        ("docker_calls_per_min", "the gateway's Docker calls per minute (not CPU)"),
+    ):
+        row = (result["none"][key], result["idle"][key], result["per_session"][key])
+        print(f"  {label:<54}{row[0]:>10.3f}{row[1]:>10.3f}{row[2]:>10.4f}")
+    gw = result["per_session"]["gateway_s_per_min"] + result["per_session"]["docker_s_per_min"]
+    print(f"  {'gateway + Docker per idle session, % of one core':<54}{gw / 60 * 100:>29.3f}% (stated)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sessions", type=int, default=8)
+    parser.add_argument("--window", type=float, default=30.0)
+    args = parser.parse_args()
+    count_docker_calls()
+    runtime = DockerHarness()
+    instance = f"bench-{os.getpid()}"
+    settings = GatewaySettings(
+        port=free_port(),
+        data_dir=Path(tempfile.mkdtemp(prefix="corral-bench-")),
+        api_key=KEY,
+        instance=instance,
+        pool_size=1,
+        max_sessions=args.sessions + 2,
+        max_sessions_per_key=args.sessions + 2,
+        network=f"corral-bench-{os.getpid()}",
+    )
+    try:
+        with (
+            running(settings) as url,
+            httpx.Client(base_url=url, timeout=120, headers={"Authorization": f"Bearer {KEY}"}) as http,
+        ):
+            result = idle_cpu(http, runtime, instance, args.sessions, args.window)
+    finally:
+        runtime.remove_all({"corral.gateway": instance})
+        runtime.remove_network(settings.network)
+    print_rows(result)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "idle.json").write_text(json.dumps(result, indent=2))
+    print(f"\nwrote {RESULTS / 'idle.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
