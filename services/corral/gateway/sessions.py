@@ -60,6 +60,10 @@ HAND_OUT_CHECK_S = 2.0  # the last look at a pooled sandbox before it is handed 
 # every tick: the same listing covers both). A dead pooled pair is then out of the pool within
 # POOL_CHECK_TICKS * reap_interval_s; a claim's own last look stands behind that.
 POOL_CHECK_TICKS = 5
+# Every this many ticks each pooled sandbox's controller is asked to answer too (the listing sees only a
+# container that stopped, not a controller that hangs in a running one, which a claim would otherwise
+# find by waiting HAND_OUT_CHECK_S for it before it starts one cold).
+POOL_ANSWER_TICKS = 30
 
 KIND_LABEL = "corral.kind"
 GATEWAY_LABEL = "corral.gateway"
@@ -914,6 +918,22 @@ class SessionManager:
                 # (swallowed here, the cancellation left the loop ticking and the stop waiting on it).
                 raise asyncio.CancelledError
 
+    async def _check_pool_answers(self) -> None:
+        """Every pooled sandbox's controller answers (the claim's own look, :meth:`_answers`, all at
+        once); one that does not leaves the pool and is removed, and the pool refills."""
+        pooled = list(self._pool)
+        results = await asyncio.gather(*(self._answers(pair.sandbox) for pair in pooled), return_exceptions=True)
+        dead = [pair for pair, result in zip(pooled, results, strict=True) if isinstance(result, Exception)]
+        dead = [pair for pair in dead if pair in self._pool]  # a claim may have taken it meanwhile
+        for pair in dead:
+            self._pool.remove(pair)
+            log.warning("pooled sandbox %s does not answer; removing it and starting one", pair.sandbox.name)
+        if dead:
+            self._refill.set()
+            _, cancelled = await _settle(*(asyncio.ensure_future(self._remove_pair(pair)) for pair in dead))
+            if cancelled:
+                raise asyncio.CancelledError  # as in _check_pool: the reaper ends with a stop
+
     async def _watch_egress(self, listing: Listing | None) -> None:
         """The egress watchdog's round: every live session's proxy running (restarted when not, its
         session ended when it is gone), its policy and secrets the gateway's, its chain head
@@ -973,6 +993,8 @@ class SessionManager:
             listing = None
             try:
                 listing = await self._check_sandboxes(pool_due=tick % POOL_CHECK_TICKS == 0)
+                if tick % POOL_ANSWER_TICKS == 0:
+                    await self._check_pool_answers()
             except Exception:
                 log.exception("sandbox liveness check failed")
             if self.egress is not None:

@@ -750,3 +750,18 @@ async def test_a_session_started_after_the_ticks_proxy_listing_is_not_taken_for_
     finally:
         runtime.release.set()
         await manager.stop()
+
+
+async def test_a_pooled_sandbox_whose_controller_hangs_in_a_running_container_leaves_the_pool(tmp_path: Path) -> None:
+    runtime, answered = CountingRuntime(), Answered()
+    manager = await _pool_manager(tmp_path, runtime, answered, reap_interval_s=0.01)
+    try:
+        pair, alive = _pooled(manager, runtime), _pooled(manager, runtime)
+        # Docker lists its container as running, but nothing answers at its controller's address.
+        hung = dataclasses.replace(pair, sandbox=dataclasses.replace(pair.sandbox, host="10.99.9.9"))
+        manager._pool[0] = hung
+        await _ticks_until(manager, sessions.POOL_ANSWER_TICKS + 2)
+        assert manager._pool == [alive] and pair.sandbox.id not in runtime.running
+        assert alive.sandbox.host in answered  # the live one was asked too, and stays
+    finally:
+        await manager.stop()
