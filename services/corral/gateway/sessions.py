@@ -89,6 +89,7 @@ class Listing:
 
     watched: frozenset[str]
     proxies: Mapping[str, State]
+    taken_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True, slots=True)
@@ -938,8 +939,13 @@ class SessionManager:
         """The egress watchdog's round: every live session's proxy running (restarted when not, its
         session ended when it is gone), its policy and secrets the gateway's, its chain head
         anchored. From the tick's own listing of the proxies when there is one (a session that
-        started after it waits for the next round); else the watchdog lists them itself."""
+        started after it waits for the next round) unless that is older than a tick; else the watchdog
+        lists them itself."""
         assert self.egress is not None
+        if listing is not None and time.monotonic() - listing.taken_at > self._settings.reap_interval_s:
+            # The tick was slow (a dead pooled pair's removal, an inspect): Docker may have restarted
+            # a proxy since, which a stale listing would have the watchdog restart once more.
+            listing = None
         live = [s.egress for s in self._sessions.values() if s.egress is not None and s.state == "ready"]
         if listing is not None:
             live = [egress for egress in live if egress.session_id in listing.watched]

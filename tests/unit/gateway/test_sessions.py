@@ -21,7 +21,7 @@ from corral.gateway.models import CreateSession
 from corral.gateway.sessions import GATEWAY_LABEL, KIND_LABEL, SANDBOX_EXITED, Pair, SessionManager, SessionRecord
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
-from corral.runtime import ExitInfo, SandboxAddress, SandboxSpec, SessionNetwork
+from corral.runtime import ExitInfo, ProxyAddress, SandboxAddress, SandboxSpec, SessionNetwork
 
 from ..runtime.fake import FakeRuntime
 from .controller_fake import SECRET, proving
@@ -764,4 +764,47 @@ async def test_a_pooled_sandbox_whose_controller_hangs_in_a_running_container_le
         assert manager._pool == [alive] and pair.sandbox.id not in runtime.running
         assert alive.sandbox.host in answered  # the live one was asked too, and stays
     finally:
+        await manager.stop()
+
+
+class SlowCounting(CountingRuntime):
+    """CountingRuntime whose removals wait for ``release`` while ``slow`` is set; counts proxy restarts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slow, self.removing, self.release_removal = threading.Event(), threading.Event(), threading.Event()
+        self.restarts = 0
+
+    def remove(self, ident: str) -> None:
+        if self.slow.is_set():
+            self.removing.set()
+            assert self.release_removal.wait(10), "never released"
+        super().remove(ident)
+
+    def restart_proxy(self, session_id: str) -> ProxyAddress:
+        self.restarts += 1
+        return super().restart_proxy(session_id)
+
+
+async def test_after_a_slow_tick_the_watchdog_lists_the_proxies_again(tmp_path: Path) -> None:
+    runtime = SlowCounting()
+    manager = await _egress_manager(tmp_path, runtime)
+    try:
+        session, _ = await manager.create("key-a", COLD)
+        pair = _pooled(manager, runtime)
+        await _ticks_until(manager, 2)
+        proxy, labels, _ = runtime.proxies[session.id]
+        # One listing sees both: the session's proxy exited, the pooled sandbox dead (its removal is slow).
+        runtime.slow.set()
+        runtime.proxies[session.id] = (proxy, labels, "exited")
+        runtime.die(pair.sandbox.id, ExitInfo("exited", 1, False))
+        assert await _until(runtime.removing)
+        runtime.proxies[session.id] = (proxy, labels, "running")  # meanwhile Docker restarted it (on-failure)
+        await asyncio.sleep(0.2)  # the tick's listing is older than a tick now
+        runtime.release_removal.set()
+        await _ticks_until(manager, 3)
+        assert runtime.restarts == 0  # not restarted once more from the stale listing
+        assert session.state == "ready" and manager.counts()["pool"] == 0
+    finally:
+        runtime.release_removal.set()
         await manager.stop()
