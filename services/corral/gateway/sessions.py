@@ -999,8 +999,6 @@ class SessionManager:
             listing = None
             try:
                 listing = await self._check_sandboxes(pool_due=tick % POOL_CHECK_TICKS == 0)
-                if tick % POOL_ANSWER_TICKS == 0:
-                    await self._check_pool_answers()
             except Exception:
                 log.exception("sandbox liveness check failed")
             if self.egress is not None:
@@ -1012,6 +1010,12 @@ class SessionManager:
                     await self._check_placeholders()
                 except Exception:
                     log.exception("placeholder watchdog failed")
+            if tick % POOL_ANSWER_TICKS == 0:
+                try:
+                    # After the watchdog: a pooled controller that does not answer holds this up to 2 s.
+                    await self._check_pool_answers()
+                except Exception:
+                    log.exception("pool answer check failed")
             if now - last_prune > 3600:
                 last_prune = now
                 await self._prune()
