@@ -202,12 +202,12 @@ def test_a_cold_start_takes_a_ground_made_ahead_and_a_restart_clears_what_a_kill
             _grounds(runtime, instance, 2)  # refilled after the start
         # Stopped: nothing of the grounds is left, neither networks nor state.
         assert [n.name for n in runtime.session_networks({GATEWAY_LABEL: instance})] == []
-        assert list((tmp_path / "egress").glob("ses_*/unclaimed")) == []
+        assert list((tmp_path / "egress" / ".grounds").glob("ses_*")) == []
         # A gateway killed while holding grounds (its stop never ran) leaves them: the next start clears them.
         killed = runtime.create_session_network("ses_killedground", {GATEWAY_LABEL: instance, "corral.kind": "ground"})
         state = tmp_path / "egress" / "ses_killedground"
         state.mkdir(parents=True)
-        (state / "unclaimed").write_text(instance)
+        (tmp_path / "egress" / ".grounds" / "ses_killedground").write_text(instance)
         with gateway(tmp_path, instance, ground_pool_size=1):
             _grounds(runtime, instance, 1)
             assert runtime.session_network(killed.name) is None and not state.exists()

@@ -44,8 +44,12 @@ from corral.sandbox import auth as sandbox_auth
 log = logging.getLogger(__name__)
 
 META_FILE = "session.json"
-# In a state directory made ahead (a Ground) until a session takes it; it holds the instance's name.
-UNCLAIMED_FILE = "unclaimed"
+# <egress root>/.grounds/<session>: a ground's marker until a session takes it, holding the instance's
+# name. Kept by the gateway alone, never in the ground's state directory: that one is mounted into the
+# session's proxy, which could forge a marker there and have a restarted gateway delete a live
+# session's audit log. Nothing mounts .grounds (the runtime mounts a proxy's state dir and the
+# sandbox's <session>.sandbox dir only), and "ses_*" globs over the root never see it.
+GROUNDS_DIR = ".grounds"
 # The key each session's proxy token is derived from (HMAC of the session id), so no record on disk
 # holds a token: <data_dir>/egress-token.key, 0600 in the 0700 data dir.
 TOKEN_KEY_FILE = "egress-token.key"
@@ -198,8 +202,10 @@ class EgressManager:
     def _ground_state(self, session_id: str) -> tuple[Path, str]:
         """The state directory with its CA (and the upstream CA to trust); returns it and the CA's certificate."""
         state = self.state_dir(session_id)
+        # The marker first: a gateway killed between the two leaves a marker (its next start removes
+        # the state, if any), never an unmarked state.
+        write_private(self.ground_marker(session_id), self._settings.instance)
         private_dir(state)
-        write_private(state / UNCLAIMED_FILE, self._settings.instance)
         # 0700 and 0600 throughout: the runtime hands the directory to the proxy's uid as it mounts it.
         private_dir(state / "ca")
         authority = ca.create(state / "ca", session_id)
@@ -208,27 +214,54 @@ class EgressManager:
             copy_private(upstream, state / "upstream-ca.pem")
         return state, authority.cert_pem
 
+    def ground_marker(self, session_id: str) -> Path:
+        """Where the gateway marks a ground no session took yet (0700 dir, 0600 file; see GROUNDS_DIR)."""
+        return session_dir(private_dir(self.root / GROUNDS_DIR), session_id)
+
     def drop_ground_blocking(self, ground: Ground) -> None:
         """Undo :meth:`make_ground_blocking` for a ground no session took: nothing of it is kept."""
         self._drop_network(ground.network)
         shutil.rmtree(ground.state_dir, ignore_errors=True)
+        self.ground_marker(ground.session_id).unlink(missing_ok=True)
 
     def remove_unclaimed_grounds(self) -> list[str]:
         """This instance's grounds a gateway made and never gave a session (it was killed while it held
-        them): their state goes (their networks go with the orphan networks). Returns their session ids."""
+        them): their state goes (their networks go with the orphan networks). Returns their session ids.
+
+        Only a marker in the gateway's own .grounds directory counts; and a state directory that holds a
+        session's traces (see :meth:`holds_a_session`) is kept whatever its marker says."""
         removed = []
-        for marker in self.root.glob(f"ses_*/{UNCLAIMED_FILE}"):
+        for marker in (self.root / GROUNDS_DIR).glob("ses_*"):
             try:
                 if marker.read_text().strip() != self._settings.instance:
                     continue
-            except OSError:
+                state = self.state_dir(marker.name)
+            except (OSError, ValueError):
                 continue
-            shutil.rmtree(marker.parent, ignore_errors=True)
-            removed.append(marker.parent.name)
+            if self.holds_a_session(marker.name):
+                log.error("%s is marked as a ground no session took, but holds a session's state: kept", state)
+            else:
+                shutil.rmtree(state, ignore_errors=True)
+                shutil.rmtree(self.sandbox_secrets_dir(marker.name), ignore_errors=True)
+                removed.append(marker.name)
+            marker.unlink(missing_ok=True)
         return removed
 
-    @staticmethod
-    def _claim_ground(state: Path, allow: list[str], mode: str, replay: Path | None) -> None:
+    def holds_a_session(self, session_id: str) -> bool:
+        """Whether the session's state was ever a session's: the gateway anchored its chain (outside any
+        proxy's reach), or it holds a policy, session metadata, or audit records beyond a proxy's start."""
+        state = self.state_dir(session_id)
+        if self.anchors.path(session_id).exists() or (state / POLICY_FILE).exists() or (state / META_FILE).exists():
+            return True
+        try:
+            with (state / AUDIT_FILE).open("rb") as lines:
+                return any(_event_of(line) != "proxy" for line in lines if line.strip())
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True  # cannot tell: keep it
+
+    def _claim_ground(self, state: Path, allow: list[str], mode: str, replay: Path | None) -> None:
         """A ground's state made a session's: the policy its proxy starts with, a hermetic one's replay."""
         write_json(state / POLICY_FILE, {"allow": allow, "mode": mode, "generation": 0})
         if replay is not None:
@@ -236,7 +269,6 @@ class EgressManager:
                 copy_private(replay, state / REPLAY_FILE)  # a copy: the upload may be deleted or reused
             except FileNotFoundError:
                 raise ReplayNotFound("the recorded responses were deleted meanwhile") from None
-        (state / UNCLAIMED_FILE).unlink(missing_ok=True)
 
     def prepare_blocking(
         self,
@@ -258,6 +290,8 @@ class EgressManager:
         try:
             self._claim_ground(state, allow, mode, replay)
             self.record_start(session_id, allow, mode)
+            # Last: from here the state is a session's, and a restarted gateway keeps it.
+            self.ground_marker(session_id).unlink(missing_ok=True)
         except BaseException:
             self._drop_network(network)
             raise
@@ -715,6 +749,15 @@ class EgressManager:
             self.anchors.remove(session_id)
         except (ValueError, OSError) as exc:
             log.warning("cannot remove the audit anchors of %s: %s", session_id, exc)
+
+
+def _event_of(line: bytes) -> str:
+    """The event of one audit line; "" for a line that is no record (a torn write, garbage)."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return ""
+    return str(record.get("event", "")) if isinstance(record, dict) else ""
 
 
 def _head(reply: dict[str, Any]) -> tuple[int, str] | None:

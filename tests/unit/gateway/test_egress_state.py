@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import stat
 import time
 from pathlib import Path
 
 import pytest
 
-from corral.gateway.egress import UNCLAIMED_FILE, EgressManager
+from corral.gateway.egress import GROUNDS_DIR, EgressManager
 from corral.gateway.settings import GatewaySettings
 
 from ..runtime.fake import FakeRuntime
@@ -49,13 +50,15 @@ def test_a_ground_made_ahead_becomes_the_session_that_takes_it(tmp_path: Path) -
     manager, runtime = _grounded(tmp_path)
     ground = manager.make_ground_blocking("ses_g1", {"corral.gateway": "t"})
     assert ground.network.name in runtime.networks and ground.network.name in runtime.guarded
-    assert (ground.state_dir / UNCLAIMED_FILE).read_text() == "t"
+    marker = tmp_path / "egress" / GROUNDS_DIR / "ses_g1"
+    assert marker.read_text() == "t" and not (ground.state_dir / "unclaimed").exists()
+    assert stat.S_IMODE(marker.stat().st_mode) == 0o600 and stat.S_IMODE(marker.parent.stat().st_mode) == 0o700
     assert "BEGIN CERTIFICATE" in ground.ca_cert and (ground.state_dir / "ca").is_dir()
     prepared = manager.prepare_blocking("ses_g1", ["a.test"], "enforce", {}, None, ground)
     assert prepared.network == ground.network and len(runtime.networks) == 1  # no second network
     assert prepared.sandbox_env["CORRAL_CA_CERT"] == ground.ca_cert
     assert json.loads((ground.state_dir / "policy.json").read_text())["allow"] == ["a.test"]
-    assert not (ground.state_dir / UNCLAIMED_FILE).exists()
+    assert not marker.exists()
     assert manager.remove_unclaimed_grounds() == []  # taken: its state is a session's now
     with pytest.raises(ValueError, match="not ses_other's"):
         manager.prepare_blocking("ses_other", [], "enforce", {}, None, ground)
@@ -66,6 +69,7 @@ def test_grounds_no_session_took_are_dropped_whole(tmp_path: Path) -> None:
     ground = manager.make_ground_blocking("ses_g2", {})
     manager.drop_ground_blocking(ground)
     assert runtime.networks == {} and not ground.state_dir.exists()
+    assert list((tmp_path / "egress" / GROUNDS_DIR).iterdir()) == []
 
 
 def test_a_restarted_gateway_removes_only_its_own_unclaimed_grounds(tmp_path: Path) -> None:
@@ -77,3 +81,41 @@ def test_a_restarted_gateway_removes_only_its_own_unclaimed_grounds(tmp_path: Pa
     manager.prepare_blocking("ses_g5", [], "enforce", {}, None, taken)
     assert manager.remove_unclaimed_grounds() == ["ses_g3"]
     assert not mine.state_dir.exists() and theirs.state_dir.exists() and taken.state_dir.exists()
+
+
+def test_a_proxy_cannot_have_a_restarted_gateway_delete_its_sessions_state(tmp_path: Path) -> None:
+    manager, _ = _grounded(tmp_path)
+    taken = manager.make_ground_blocking("ses_g6", {})
+    manager.prepare_blocking("ses_g6", ["a.test"], "enforce", {}, None, taken)
+    (taken.state_dir / "audit.jsonl").write_text('{"seq":1,"event":"proxy"}\n{"seq":2,"event":"request"}\n')
+    # The attack: the session's proxy writes a marker naming this instance into its own state dir,
+    # the one place it can write (the older gateways' marker's place), and waits for a restart.
+    (taken.state_dir / "unclaimed").write_text("t")
+    unclaimed = manager.make_ground_blocking("ses_g7", {})
+    restarted, _ = _grounded(tmp_path)
+    assert restarted.remove_unclaimed_grounds() == ["ses_g7"]  # the real one goes, whole
+    assert not unclaimed.state_dir.exists() and not (tmp_path / "egress" / GROUNDS_DIR / "ses_g7").exists()
+    assert (taken.state_dir / "audit.jsonl").read_text().count("\n") == 2  # the session's log is kept
+    assert (taken.state_dir / "ca").is_dir()
+
+
+@pytest.mark.parametrize("trace", ["policy.json", "session.json", "audit", "anchors"])
+def test_a_marked_ground_holding_a_sessions_trace_is_kept(tmp_path: Path, trace: str) -> None:
+    # Defence in depth: a marker that outlived its claim (or came from anywhere) deletes no session's state.
+    manager, _ = _grounded(tmp_path)
+    ground = manager.make_ground_blocking("ses_g8", {})
+    if trace == "audit":
+        (ground.state_dir / "audit.jsonl").write_text('{"seq":1,"event":"proxy"}\n{"seq":2,"event":"policy"}\n')
+    elif trace == "anchors":
+        manager.record_start("ses_g8", [], "enforce")
+    else:
+        (ground.state_dir / trace).write_text("{}")
+    assert manager.remove_unclaimed_grounds() == [] and (ground.state_dir / "ca").is_dir()
+    assert not (tmp_path / "egress" / GROUNDS_DIR / "ses_g8").exists()  # said once, then forgotten
+
+
+def test_a_ground_whose_proxy_only_started_is_still_unclaimed(tmp_path: Path) -> None:
+    manager, _ = _grounded(tmp_path)
+    ground = manager.make_ground_blocking("ses_g9", {})
+    (ground.state_dir / "audit.jsonl").write_text('{"seq":1,"event":"proxy"}\n{"seq":2,"event":"proxy"}\n')
+    assert manager.remove_unclaimed_grounds() == ["ses_g9"] and not ground.state_dir.exists()

@@ -550,7 +550,8 @@ async def test_session_grounds_are_made_ahead_and_gone_after_stop(tmp_path: Path
     # A gateway killed while it held grounds left a network and an unclaimed state behind.
     left = runtime.create_session_network("ses_left", {GATEWAY_LABEL: "t", KIND_LABEL: "ground"}, "10.213.0.0/16")
     (tmp_path / "egress" / "ses_left").mkdir(parents=True)
-    (tmp_path / "egress" / "ses_left" / "unclaimed").write_text("t")
+    (tmp_path / "egress" / ".grounds").mkdir(mode=0o700)
+    (tmp_path / "egress" / ".grounds" / "ses_left").write_text("t")
     manager = _manager(tmp_path, runtime, egress=True, ground_pool_size=2)
     await manager.start()
     assert manager.grounds is not None
