@@ -50,6 +50,10 @@ META_FILE = "session.json"
 # session's audit log. Nothing mounts .grounds (the runtime mounts a proxy's state dir and the
 # sandbox's <session>.sandbox dir only), and "ses_*" globs over the root never see it.
 GROUNDS_DIR = ".grounds"
+# A ground held longer than this is dropped and made again rather than taken (its CA ages meanwhile).
+GROUND_MAX_AGE_S = 24 * 3600.0
+# A ground's CA must outlast the longest session by this much, beyond max_timeout_s.
+GROUND_CA_MARGIN_S = 3600.0
 # The key each session's proxy token is derived from (HMAC of the session id), so no record on disk
 # holds a token: <data_dir>/egress-token.key, 0600 in the 0700 data dir.
 TOKEN_KEY_FILE = "egress-token.key"
@@ -114,6 +118,8 @@ class Ground:
     network: SessionNetwork
     state_dir: Path
     ca_cert: str  # the CA's certificate (PEM), which the sandbox trusts; its key stays in state_dir
+    made_at: float = 0.0  # time.time() when it was made
+    ca_not_after: float = float("inf")  # when its CA expires
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,15 +197,24 @@ class EgressManager:
     def make_ground_blocking(self, session_id: str, labels: dict[str, str]) -> Ground:
         """A session's network (guarded by the runtime), state directory and CA, before anyone asks for
         it (blocking: run it in a thread). Marked unclaimed until :meth:`prepare_blocking` takes it."""
+        made_at = time.time()
         network = self._runtime.create_session_network(session_id, labels, self._settings.session_subnets)
         try:
-            state, cert = self._ground_state(session_id)
+            state, authority = self._ground_state(session_id)
         except BaseException:
             self._drop_network(network)
             raise
-        return Ground(session_id, network, state, cert)
+        return Ground(session_id, network, state, authority.cert_pem, made_at, authority.not_after)
 
-    def _ground_state(self, session_id: str) -> tuple[Path, str]:
+    def ground_fresh(self, ground: Ground, now: float | None = None) -> bool:
+        """Whether a ground held in the pool may still be taken: younger than GROUND_MAX_AGE_S, and
+        its CA valid past the longest session (max_timeout_s) and a margin, so no session's CA expires
+        under it."""
+        now = time.time() if now is None else now
+        outlasts = ground.ca_not_after - now > self._settings.max_timeout_s + GROUND_CA_MARGIN_S
+        return now - ground.made_at < GROUND_MAX_AGE_S and outlasts
+
+    def _ground_state(self, session_id: str) -> tuple[Path, ca.SessionCA]:
         """The state directory with its CA (and the upstream CA to trust); returns it and the CA's certificate."""
         state = self.state_dir(session_id)
         # The marker first: a gateway killed between the two leaves a marker (its next start removes
@@ -212,7 +227,7 @@ class EgressManager:
         upstream = self._settings.egress_upstream_ca
         if upstream is not None:
             copy_private(upstream, state / "upstream-ca.pem")
-        return state, authority.cert_pem
+        return state, authority
 
     def ground_marker(self, session_id: str) -> Path:
         """Where the gateway marks a ground no session took yet (0700 dir, 0600 file; see GROUNDS_DIR)."""

@@ -155,7 +155,12 @@ class SessionManager:
         self.egress = EgressManager(settings, runtime) if settings.egress else None
         # Session networks and CAs made ahead: a cold start takes one rather than wait for Docker to make it.
         self.grounds: GroundPool[Ground] | None = (
-            GroundPool(self._make_ground, self.egress.drop_ground_blocking, settings.ground_pool_size)
+            GroundPool(
+                self._make_ground,
+                self.egress.drop_ground_blocking,
+                settings.ground_pool_size,
+                fresh=self.egress.ground_fresh,
+            )
             if self.egress is not None
             else None
         )

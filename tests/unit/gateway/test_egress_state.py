@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import stat
 import time
@@ -9,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.gateway.egress import GROUNDS_DIR, EgressManager
+from corral.gateway.egress import GROUND_MAX_AGE_S, GROUNDS_DIR, EgressManager
 from corral.gateway.settings import GatewaySettings
 
 from ..runtime.fake import FakeRuntime
@@ -119,3 +121,37 @@ def test_a_ground_whose_proxy_only_started_is_still_unclaimed(tmp_path: Path) ->
     ground = manager.make_ground_blocking("ses_g9", {})
     (ground.state_dir / "audit.jsonl").write_text('{"seq":1,"event":"proxy"}\n{"seq":2,"event":"proxy"}\n')
     assert manager.remove_unclaimed_grounds() == ["ses_g9"] and not ground.state_dir.exists()
+
+
+def test_a_ground_too_old_or_whose_ca_would_expire_during_a_session_is_not_fresh(tmp_path: Path) -> None:
+    runtime = FakeRuntime()
+    settings = GatewaySettings(data_dir=tmp_path, instance="t", max_timeout_s=7 * 86400)
+    manager = EgressManager(settings, runtime)  # type: ignore[arg-type]
+    ground = manager.make_ground_blocking("ses_ga", {})
+    now = time.time()
+    assert 29 * 86400 < ground.ca_not_after - now <= 30 * 86400  # the CA ca.create makes: 30 days
+    assert manager.ground_fresh(ground, now)
+    assert not manager.ground_fresh(ground, now + GROUND_MAX_AGE_S + 1)  # held more than a day
+    # A CA with 7 days and a few minutes left cannot serve a session of up to 7 days (plus the margin).
+    assert not manager.ground_fresh(dataclasses.replace(ground, ca_not_after=now + 7 * 86400 + 300), now)
+    assert manager.ground_fresh(dataclasses.replace(ground, ca_not_after=now + 7 * 86400 + 7200), now)
+
+
+async def test_the_session_managers_ground_pool_hands_out_fresh_grounds_only(tmp_path: Path) -> None:
+    from corral.gateway.sessions import SessionManager
+    from corral.gateway.store import SessionStore
+
+    runtime = FakeRuntime()
+    settings = GatewaySettings(data_dir=tmp_path, instance="t", pool_size=0, record=False, ground_pool_size=1)
+    sessions = SessionManager(settings, runtime, SessionStore(tmp_path))  # type: ignore[arg-type]
+    await sessions.start()
+    try:
+        assert sessions.grounds is not None and sessions.egress is not None
+        await asyncio.wait_for(sessions.grounds.filled.wait(), 10)
+        (old,) = sessions.grounds.held()
+        sessions.grounds._held[0] = dataclasses.replace(old, made_at=old.made_at - GROUND_MAX_AGE_S)
+        assert sessions.grounds.take() is None  # too old: not taken, dropped
+        await asyncio.wait_for(sessions.grounds.filled.wait(), 10)
+        assert not old.state_dir.exists() and sessions.grounds.held()[0].session_id != old.session_id
+    finally:
+        await sessions.stop()
