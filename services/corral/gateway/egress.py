@@ -309,6 +309,7 @@ class EgressManager:
             self.ground_marker(session_id).unlink(missing_ok=True)
         except BaseException:
             self._drop_network(network)
+            self.forget_blocking(session_id)
             raise
         controller_token = secrets.token_urlsafe(24)
         environment = {
@@ -331,6 +332,7 @@ class EgressManager:
             token_file = self._write_sandbox_token(session_id, controller_token)
         except BaseException:
             self._drop_network(network)
+            self.forget_blocking(session_id)
             raise
         files = {str(token_file): str(sandbox_auth.PROXY_TOKEN_FILE)}
         return Prepared(session_id, network, state, labels, environment, sandbox_env, replay is not None, files)
@@ -391,9 +393,23 @@ class EgressManager:
         return int(replay.get("flows", 0))
 
     def discard_blocking(self, prepared: Prepared) -> None:
-        """Undo :meth:`prepare_blocking` (and a proxy it may have started); the state stays."""
+        """Undo :meth:`prepare_blocking` (and a proxy it may have started) for a start that failed:
+        no session came of it, so nothing of it is kept."""
         self._runtime.remove_egress(prepared.session_id)
-        shutil.rmtree(self.sandbox_secrets_dir(prepared.session_id), ignore_errors=True)
+        self.forget_blocking(prepared.session_id)
+
+    def forget_blocking(self, session_id: str) -> None:
+        """Everything on disk of a session that never was one (its start failed before its token was
+        returned, so nobody can ask for its log): its state, the sandbox's secrets, its ground marker,
+        its anchors and what the gateway holds of it. Its proxy and network must be gone already."""
+        shutil.rmtree(self.state_dir(session_id), ignore_errors=True)
+        shutil.rmtree(self.sandbox_secrets_dir(session_id), ignore_errors=True)
+        self.ground_marker(session_id).unlink(missing_ok=True)
+        self._remove_anchors(session_id)
+        self._expected.pop(session_id, None)
+        self._locks.pop(session_id, None)
+        self.vault.forget(session_id)
+        self.anchors.forget(session_id)
 
     def _drop_network(self, network: SessionNetwork) -> None:
         self._runtime.remove_session_network(network)

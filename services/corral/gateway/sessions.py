@@ -410,7 +410,7 @@ class SessionManager:
             else:
                 await sandbox_ready
         except BaseException:
-            await _settle(asyncio.ensure_future(self._remove_pair(pair)))
+            await _settle(asyncio.ensure_future(self._remove_pair(pair, started=False)))
             raise
         finally:
             self._refill_grounds()
@@ -468,10 +468,14 @@ class SessionManager:
         assert isinstance(failure, BaseException)  # not both started, not cancelled: one of them failed
         raise failure
 
-    async def _remove_pair(self, pair: Pair) -> None:
+    async def _remove_pair(self, pair: Pair, started: bool = True) -> None:
+        """Remove a pair's containers and network; one that never ``started`` (it did not come up) keeps
+        nothing on disk either: no session came of it."""
         await asyncio.to_thread(self._runtime.remove, pair.sandbox.id)
         if self.egress is not None and pair.egress is not None:
             await asyncio.to_thread(self.egress.teardown_blocking, pair.egress)
+            if not started:
+                await asyncio.to_thread(self.egress.forget_blocking, pair.session_id)
 
     async def _answers(self, sandbox: SandboxAddress) -> None:
         """The last look at a pooled sandbox: its controller, the one of this boot, answers now (one

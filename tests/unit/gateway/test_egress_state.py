@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from corral.errors import EgressUnavailable, ReplayNotFound, SandboxError
 from corral.gateway.egress import GROUND_MAX_AGE_S, GROUNDS_DIR, EgressManager
 from corral.gateway.settings import GatewaySettings
+from corral.runtime import SandboxAddress, SandboxSpec
 
 from ..runtime.fake import FakeRuntime
 
@@ -153,5 +155,60 @@ async def test_the_session_managers_ground_pool_hands_out_fresh_grounds_only(tmp
         assert sessions.grounds.take() is None  # too old: not taken, dropped
         await asyncio.wait_for(sessions.grounds.filled.wait(), 10)
         assert not old.state_dir.exists() and sessions.grounds.held()[0].session_id != old.session_id
+    finally:
+        await sessions.stop()
+
+
+def _leftovers(tmp_path: Path, session_id: str) -> list[str]:
+    egress = tmp_path / "egress"
+    paths = [egress / session_id, egress / f"{session_id}.sandbox", egress / GROUNDS_DIR / session_id]
+    paths.append(tmp_path / "audit-anchors" / f"{session_id}.jsonl")
+    return [str(path.relative_to(tmp_path)) for path in paths if path.exists()]
+
+
+def test_a_claim_that_fails_leaves_nothing_of_the_ground(tmp_path: Path) -> None:
+    manager, runtime = _grounded(tmp_path)
+    ground = manager.make_ground_blocking("ses_gb", {})
+    with pytest.raises(ReplayNotFound):
+        manager.prepare_blocking("ses_gb", [], "enforce", {}, tmp_path / "deleted.mitm", ground)
+    assert runtime.networks == {} and _leftovers(tmp_path, "ses_gb") == []
+
+
+def test_a_discarded_start_leaves_nothing_on_disk(tmp_path: Path) -> None:
+    manager, runtime = _grounded(tmp_path)
+    prepared = manager.prepare_blocking("ses_gc", ["a.test"], "enforce", {}, None, None)
+    assert _leftovers(tmp_path, "ses_gc") == ["egress/ses_gc", "egress/ses_gc.sandbox", "audit-anchors/ses_gc.jsonl"]
+    manager.discard_blocking(prepared)
+    assert runtime.networks == {} and _leftovers(tmp_path, "ses_gc") == []
+
+
+class NoSandbox(FakeRuntime):
+    def start_sandbox(self, spec: SandboxSpec) -> SandboxAddress:
+        raise SandboxError("the sandbox did not start")
+
+
+@pytest.mark.parametrize("failure", ["sandbox", "proxy_never_answers"])
+async def test_a_cold_start_that_fails_after_taking_a_ground_leaves_nothing(tmp_path: Path, failure: str) -> None:
+    from corral.gateway.models import CreateSession
+    from corral.gateway.sessions import SessionManager
+    from corral.gateway.store import SessionStore
+
+    runtime = NoSandbox() if failure == "sandbox" else FakeRuntime()
+    settings = GatewaySettings(
+        data_dir=tmp_path, instance="t", pool_size=0, record=False, ground_pool_size=1, start_timeout_s=0.3
+    )
+    sessions = SessionManager(settings, runtime, SessionStore(tmp_path))  # type: ignore[arg-type]
+    await sessions.start()
+    try:
+        assert sessions.grounds is not None
+        await asyncio.wait_for(sessions.grounds.filled.wait(), 10)
+        (ground,) = sessions.grounds.held()
+        assert sessions.egress is not None
+        sessions.egress.control_port = 9  # nothing answers there: a proxy that never comes up
+        with pytest.raises((SandboxError, EgressUnavailable)):
+            await sessions.create("key-a", CreateSession(allow=["a.test"]))
+        assert ground.session_id not in {g.session_id for g in sessions.grounds.held()}  # it was taken
+        assert _leftovers(tmp_path, ground.session_id) == []
+        assert ground.network.name not in runtime.networks and ground.session_id not in runtime.proxies
     finally:
         await sessions.stop()
