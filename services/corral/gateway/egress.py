@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import hashlib
 import hmac
@@ -232,6 +233,16 @@ class EgressManager:
     def ground_marker(self, session_id: str) -> Path:
         """Where the gateway marks a ground no session took yet (0700 dir, 0600 file; see GROUNDS_DIR)."""
         return session_dir(private_dir(self.root / GROUNDS_DIR), session_id)
+
+    def unclaimed_grounds(self) -> list[str]:
+        """The session ids of this instance's grounds no session took (by the gateway's markers: the
+        one record of it, as a network made ahead carries no kind)."""
+        mine = []
+        for marker in sorted((self.root / GROUNDS_DIR).glob("ses_*")):
+            with contextlib.suppress(OSError):
+                if marker.read_text().strip() == self._settings.instance:
+                    mine.append(marker.name)
+        return mine
 
     def drop_ground_blocking(self, ground: Ground) -> None:
         """Undo :meth:`make_ground_blocking` for a ground no session took: nothing of it is kept."""

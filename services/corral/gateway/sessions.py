@@ -424,7 +424,11 @@ class SessionManager:
 
     def _make_ground(self) -> Ground:
         assert self.egress is not None
-        return self.egress.make_ground_blocking(new_session_id(), self._labels("ground"))
+        # The instance's label alone, no corral.kind: Docker cannot relabel a network, and the session
+        # or pooled pair that takes it is not known yet; a kind of "ground" would still say "unclaimed"
+        # once claimed. Which grounds are unclaimed is said by the gateway's markers only
+        # (EgressManager.unclaimed_grounds); orphan cleanup goes by the live sessions' networks.
+        return self.egress.make_ground_blocking(new_session_id(), {GATEWAY_LABEL: self._settings.instance})
 
     async def _start_pair(
         self,

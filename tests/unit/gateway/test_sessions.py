@@ -557,7 +557,28 @@ async def test_session_grounds_are_made_ahead_and_gone_after_stop(tmp_path: Path
     assert manager.grounds is not None
     await asyncio.wait_for(manager.grounds.filled.wait(), 10)
     assert left.name not in runtime.networks and not (tmp_path / "egress" / "ses_left").exists()
-    grounds = {name for name, labels in runtime.network_labels.items() if labels.get(KIND_LABEL) == "ground"}
+    assert manager.egress is not None
+    grounds = {f"net-{sid}" for sid in manager.egress.unclaimed_grounds()}
     assert len(grounds & set(runtime.networks)) == 2 and len(manager.grounds) == 2
     await manager.stop()
     assert runtime.networks == {} and list((tmp_path / "egress").glob("ses_*")) == []
+
+
+async def test_a_claimed_ground_reads_as_nobodys_ground(tmp_path: Path) -> None:
+    runtime = FakeRuntime()
+    manager = _manager(tmp_path, runtime, egress=True, ground_pool_size=1, start_timeout_s=0.3)
+    await manager.start()
+    try:
+        assert manager.grounds is not None and manager.egress is not None
+        await asyncio.wait_for(manager.grounds.filled.wait(), 10)
+        (ground,) = manager.grounds.held()
+        assert manager.egress.unclaimed_grounds() == [ground.session_id]
+        taken = manager.grounds.take()
+        assert taken is ground
+        manager.egress.prepare_blocking(ground.session_id, [], "enforce", manager._labels("session"), None, ground)
+        # Claimed: no listing calls it a ground any more, neither the markers nor a label on its network.
+        assert ground.session_id not in manager.egress.unclaimed_grounds()
+        assert runtime.network_labels[ground.network.name].get(KIND_LABEL) != "ground"
+        assert [n for n, labels in runtime.network_labels.items() if labels.get(KIND_LABEL) == "ground"] == []
+    finally:
+        await manager.stop()
