@@ -51,6 +51,9 @@ META_FILE = "session.json"
 # session's audit log. Nothing mounts .grounds (the runtime mounts a proxy's state dir and the
 # sandbox's <session>.sandbox dir only), and "ses_*" globs over the root never see it.
 GROUNDS_DIR = ".grounds"
+# A proxy started ahead starts here: enforce, nothing allowed, until its session's policy is set.
+STRICTEST_MODE = "enforce"
+PROXY_TOKEN_FILE = "proxy-token"  # in <session>.sandbox: the sandbox's copy of the controller token
 # A ground held longer than this is dropped and made again rather than taken (its CA ages meanwhile).
 GROUND_MAX_AGE_S = 24 * 3600.0
 # A ground's CA must outlast the longest session by this much, beyond max_timeout_s.
@@ -121,6 +124,11 @@ class Ground:
     ca_cert: str  # the CA's certificate (PEM), which the sandbox trusts; its key stays in state_dir
     made_at: float = 0.0  # time.time() when it was made
     ca_not_after: float = float("inf")  # when its CA expires
+    # Its proxy, started ahead (CORRAL_GROUND_PROXIES) in enforce mode with nothing allowed, until a
+    # session takes it and sets its policy; None when the proxy starts at the claim.
+    egress: Egress | None = None
+    # The proxy's controller token (in the proxy's environment and the sandbox's 0600 file; never logged).
+    controller_token: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +145,9 @@ class Prepared:
     # host path -> path in the sandbox, mounted read-only: the control channel's token, a file only the
     # sandbox's controller uid reads (an environment variable would reach every process's exec).
     sandbox_files: dict[str, str] = field(default_factory=dict)
+    # Its proxy when the ground's was started ahead: running with nothing allowed, the session's policy
+    # still to be set (EgressManager.set_start_policy) before the session's token is returned.
+    egress: Egress | None = None
 
 
 class EgressManager:
@@ -195,17 +206,34 @@ class EgressManager:
     def responses_path(self, session_id: str) -> Path:
         return self.state_dir(session_id) / RESPONSES_FILE
 
-    def make_ground_blocking(self, session_id: str, labels: dict[str, str]) -> Ground:
+    def make_ground_blocking(self, session_id: str, labels: dict[str, str], proxy: bool = False) -> Ground:
         """A session's network (guarded by the runtime), state directory and CA, before anyone asks for
-        it (blocking: run it in a thread). Marked unclaimed until :meth:`prepare_blocking` takes it."""
+        it (blocking: run it in a thread); with ``proxy``, its proxy started too, in enforce mode with
+        nothing allowed (no policy file: an empty allowlist), and the sandbox's copy of its controller
+        token written. Marked unclaimed until :meth:`prepare_blocking` takes it."""
         made_at = time.time()
         network = self._runtime.create_session_network(session_id, labels, self._settings.session_subnets)
         try:
             state, authority = self._ground_state(session_id)
+            ground = Ground(session_id, network, state, authority.cert_pem, made_at, authority.not_after)
+            if not proxy:
+                return ground
+            token = secrets.token_urlsafe(24)
+            self._write_sandbox_token(session_id, token)
+            prepared = Prepared(
+                session_id,
+                network,
+                state,
+                labels,
+                self._proxy_environment(session_id, token, STRICTEST_MODE),
+                {},
+                False,
+            )
+            return dataclasses.replace(ground, egress=self.start_proxy_blocking(prepared), controller_token=token)
         except BaseException:
-            self._drop_network(network)
+            self._runtime.remove_egress(session_id)  # the proxy if it started, and the network
+            self.forget_blocking(session_id)
             raise
-        return Ground(session_id, network, state, authority.cert_pem, made_at, authority.not_after)
 
     def ground_fresh(self, ground: Ground, now: float | None = None) -> bool:
         """Whether a ground held in the pool may still be taken: younger than GROUND_MAX_AGE_S, and
@@ -246,9 +274,11 @@ class EgressManager:
 
     def drop_ground_blocking(self, ground: Ground) -> None:
         """Undo :meth:`make_ground_blocking` for a ground no session took: nothing of it is kept."""
-        self._drop_network(ground.network)
-        shutil.rmtree(ground.state_dir, ignore_errors=True)
-        self.ground_marker(ground.session_id).unlink(missing_ok=True)
+        if ground.egress is not None:
+            self._runtime.remove_egress(ground.session_id)  # its proxy, then its network
+        else:
+            self._drop_network(ground.network)
+        self.forget_blocking(ground.session_id)
 
     def remove_unclaimed_grounds(self) -> list[str]:
         """This instance's grounds a gateway made and never gave a session (it was killed while it held
@@ -307,23 +337,48 @@ class EgressManager:
     ) -> Prepared:
         """Network (guarded by the runtime), state and CA, from ``ground`` when one was made ahead for
         ``session_id`` (blocking: run it in a thread); ``replay`` makes it hermetic."""
-        s = self._settings
         if ground is None:
             ground = self.make_ground_blocking(session_id, labels)
         elif ground.session_id != session_id:
             raise ValueError(f"the ground of {ground.session_id} is not {session_id}'s")
         network, state = ground.network, ground.state_dir
+        sandbox_env = {
+            "CORRAL_PROXY_CONTROL_PORT": str(control.CONTROL_PORT),
+            "CORRAL_CA_CERT": ground.ca_cert,
+        }
+        token_file = self.sandbox_secrets_dir(session_id) / PROXY_TOKEN_FILE
+        files = {str(token_file): str(sandbox_auth.PROXY_TOKEN_FILE)}
         try:
+            if ground.egress is not None and replay is None:
+                # Its proxy runs already, in the strictest state; the session's policy is set on it
+                # (set_start_policy) while the sandbox starts, before the session's token is returned.
+                self.record_start(session_id, [], STRICTEST_MODE)
+                self.ground_marker(session_id).unlink(missing_ok=True)  # last: the state is a session's
+                return Prepared(session_id, network, state, labels, {}, sandbox_env, False, files, ground.egress)
+            if ground.egress is not None:
+                # A hermetic session's proxy starts differently (no way out, answers from the replay):
+                # the one started ahead goes, with the chain it began, and this one starts afresh.
+                self._runtime.remove(ground.egress.proxy_id)
+                (state / AUDIT_FILE).unlink(missing_ok=True)
             self._claim_ground(state, allow, mode, replay)
             self.record_start(session_id, allow, mode)
+            controller_token = secrets.token_urlsafe(24)
+            self._write_sandbox_token(session_id, controller_token)
             # Last: from here the state is a session's, and a restarted gateway keeps it.
             self.ground_marker(session_id).unlink(missing_ok=True)
         except BaseException:
-            self._drop_network(network)
+            self._runtime.remove_egress(session_id)  # a proxy started ahead (by name), and the network
             self.forget_blocking(session_id)
             raise
-        controller_token = secrets.token_urlsafe(24)
-        environment = {
+        environment = self._proxy_environment(session_id, controller_token, mode, hermetic=replay is not None)
+        return Prepared(session_id, network, state, labels, environment, sandbox_env, replay is not None, files)
+
+    def _proxy_environment(
+        self, session_id: str, controller_token: str, mode: str, hermetic: bool = False
+    ) -> dict[str, str]:
+        """The proxy's environment (its tokens included: in the container, never on disk here)."""
+        s = self._settings
+        return {
             "CORRAL_SESSION": session_id,
             "CORRAL_GATEWAY_TOKEN": self.token(session_id),
             "CORRAL_CONTROLLER_TOKEN": controller_token,
@@ -333,20 +388,14 @@ class EgressManager:
             "CORRAL_RECORD_RESPONSES": "1" if s.record_responses else "0",
             "CORRAL_RESPONSES_MAX_BODY": str(s.responses_max_body_mb << 20),
             "CORRAL_RESPONSES_MAX_TOTAL": str(s.responses_max_total_mb << 20),
-            "CORRAL_HERMETIC": "1" if replay is not None else "0",
+            "CORRAL_HERMETIC": "1" if hermetic else "0",
         }
-        sandbox_env = {
-            "CORRAL_PROXY_CONTROL_PORT": str(control.CONTROL_PORT),
-            "CORRAL_CA_CERT": ground.ca_cert,
-        }
-        try:
-            token_file = self._write_sandbox_token(session_id, controller_token)
-        except BaseException:
-            self._drop_network(network)
-            self.forget_blocking(session_id)
-            raise
-        files = {str(token_file): str(sandbox_auth.PROXY_TOKEN_FILE)}
-        return Prepared(session_id, network, state, labels, environment, sandbox_env, replay is not None, files)
+
+    async def set_start_policy(self, egress: Egress, allow: list[str], mode: str, actor: str, timeout_s: float) -> None:
+        """The session's policy on a proxy started ahead (with nothing allowed): once it answers, set
+        and acknowledged, with the generation after the start's (any other change is said loudly)."""
+        await self.wait_ready(egress, timeout_s)
+        await self.set_policy(egress, allow, mode, actor)
 
     def sandbox_secrets_dir(self, session_id: str) -> Path:
         """Beside the proxy's state directory, never inside it: the proxy must not write what the
@@ -356,7 +405,7 @@ class EgressManager:
 
     def _write_sandbox_token(self, session_id: str, token: str) -> Path:
         # 0600: the runtime hands it to the sandbox's controller uid as it mounts it; the agent's cannot read it.
-        path = private_dir(self.sandbox_secrets_dir(session_id)) / "proxy-token"
+        path = private_dir(self.sandbox_secrets_dir(session_id)) / PROXY_TOKEN_FILE
         write_private(path, token)
         return path
 

@@ -63,6 +63,15 @@ class GroundPool(Generic[T]):
             self._wanted.set()  # dropped and made again by the refill task
         return None
 
+    def retire(self, items: list[T]) -> None:
+        """Take ``items`` (found broken by the owner) out of the pool: dropped and made again."""
+        gone = [item for item in self._held if item in items]
+        if gone:
+            self._held = [item for item in self._held if item not in gone]
+            self._stale += gone
+            self.filled.clear()
+            self._wanted.set()
+
     def held(self) -> list[T]:
         """What the pool holds now (not to be taken: for the owner's bookkeeping)."""
         return list(self._held)

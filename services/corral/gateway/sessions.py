@@ -48,10 +48,15 @@ from corral.runtime import ALIVE_STATES, ExitInfo, SandboxAddress, SandboxRuntim
 log = logging.getLogger(__name__)
 PLACEHOLDERS_TIMEOUT_S = 2.0  # the watchdog's look at a controller's placeholders: one round, not the loop
 HAND_OUT_CHECK_S = 2.0  # the last look at a pooled sandbox before it is handed out
+GROUND_CHECK_S = 5.0  # how often the reaper looks at the proxies started ahead with grounds
 
 KIND_LABEL = "corral.kind"
 GATEWAY_LABEL = "corral.gateway"
 SANDBOX_EXITED = "sandbox_exited"  # the end reason of a session whose sandbox died under it
+
+
+async def _already(egress: Egress) -> Egress:
+    return egress
 
 
 def new_session_id() -> str:
@@ -178,6 +183,7 @@ class SessionManager:
         self._tasks: set[asyncio.Task[None]] = set()
         self._ends: set[asyncio.Task[None]] = set()  # sessions being ended in the background
         self._starting_pool = 0
+        self._grounds_checked = 0.0  # when the reaper last looked at the grounds' proxies
         self._on_claim = on_claim  # (source "pool" | "cold", seconds), for the metrics
         self.host_guarded = False
         self.links = LinkBook(self._links_of, self._save_links, self._report_link)
@@ -383,7 +389,9 @@ class SessionManager:
         allow: Sequence[str],
         mode: str,
         replay: Path | None = None,
+        actor: str = "gateway",
     ) -> Pair:
+        ahead = False  # its proxy was started ahead, with nothing allowed: the policy is set below
         if self.egress is None:
             session_id = new_session_id()
             (started,), cancelled = await _settle(
@@ -397,14 +405,21 @@ class SessionManager:
             pair = Pair(session_id, started, None)
         else:
             try:
-                pair = await self._start_pair(kind, viewport, req, allow, mode, replay)
+                pair, ahead = await self._start_pair(kind, viewport, req, allow, mode, replay)
             except BaseException:
                 self._refill_grounds()
                 raise
         try:
-            sandbox_ready = asyncio.to_thread(self._runtime.wait_ready, pair.sandbox, self._settings.start_timeout_s)
+            timeout_s = self._settings.start_timeout_s
+            sandbox_ready = asyncio.to_thread(self._runtime.wait_ready, pair.sandbox, timeout_s)
             if self.egress is not None and pair.egress is not None:
-                await asyncio.gather(sandbox_ready, self.egress.wait_ready(pair.egress, self._settings.start_timeout_s))
+                # Either way the session's policy is in force before this returns (and the token with it).
+                proxy_ready = (
+                    self.egress.set_start_policy(pair.egress, [*allow], mode, actor, timeout_s)
+                    if ahead
+                    else self.egress.wait_ready(pair.egress, timeout_s)
+                )
+                await asyncio.gather(sandbox_ready, proxy_ready)
                 if replay is not None:
                     await self.egress.check_replay(pair.egress)  # a hermetic session that cannot answer fails here
             else:
@@ -428,7 +443,8 @@ class SessionManager:
         # or pooled pair that takes it is not known yet; a kind of "ground" would still say "unclaimed"
         # once claimed. Which grounds are unclaimed is said by the gateway's markers only
         # (EgressManager.unclaimed_grounds); orphan cleanup goes by the live sessions' networks.
-        return self.egress.make_ground_blocking(new_session_id(), {GATEWAY_LABEL: self._settings.instance})
+        labels = {GATEWAY_LABEL: self._settings.instance}
+        return self.egress.make_ground_blocking(new_session_id(), labels, proxy=self._settings.ground_proxies)
 
     async def _start_pair(
         self,
@@ -438,10 +454,11 @@ class SessionManager:
         allow: Sequence[str],
         mode: str,
         replay: Path | None,
-    ) -> Pair:
+    ) -> tuple[Pair, bool]:
         """Network and CA first (made ahead when the ground pool holds one); then the proxy and the
         sandbox start side by side (the sandbox's firewall refuses everything but the proxy until the
-        proxy answers)."""
+        proxy answers), or the sandbox alone when the ground's proxy was started ahead. Returns the
+        pair and whether its proxy was started ahead (its policy is still to be set)."""
         assert self.egress is not None
         egress_manager = self.egress
         ground = self.grounds.take() if self.grounds is not None else None
@@ -457,11 +474,14 @@ class SessionManager:
             await _settle(_in_thread(egress_manager.discard_blocking, prepared))
             raise asyncio.CancelledError
         spec = self._spec(kind, viewport, req, prepared.network, prepared.sandbox_env, prepared.sandbox_files)
-        (egress, started), cancelled = await _settle(
-            _in_thread(egress_manager.start_proxy_blocking, prepared), _in_thread(self._runtime.start_sandbox, spec)
+        proxy_start: Awaitable[Egress] = (
+            _in_thread(egress_manager.start_proxy_blocking, prepared)
+            if prepared.egress is None
+            else _already(prepared.egress)  # started ahead with the ground
         )
+        (egress, started), cancelled = await _settle(proxy_start, _in_thread(self._runtime.start_sandbox, spec))
         if isinstance(egress, Egress) and isinstance(started, SandboxAddress) and not cancelled:
-            return Pair(session_id, started, egress)
+            return Pair(session_id, started, egress), prepared.egress is not None
         undo = [_in_thread(egress_manager.discard_blocking, prepared)]  # the proxy (by name) and the network
         if isinstance(started, SandboxAddress):
             undo.append(_in_thread(self._runtime.remove, started.id))
@@ -564,7 +584,7 @@ class SessionManager:
         try:
             if pooled is not None and not await self._hand_out(pooled, req.allow, mode, actor):
                 pooled = None
-            pair = pooled or await self._cold_start("session", req.viewport, req, list(req.allow), mode, replay)
+            pair = pooled or await self._cold_start("session", req.viewport, req, list(req.allow), mode, replay, actor)
             await self._claim(pair, secret_set, actor)
         finally:
             async with self._lock:
@@ -920,6 +940,10 @@ class SessionManager:
                 await self._check_sandboxes()
             except Exception:
                 log.exception("sandbox liveness check failed")
+            try:
+                await self._check_grounds(now)
+            except Exception:
+                log.exception("ground proxy check failed")
             if self.egress is not None:
                 try:
                     # Fail closed and come back: a dead proxy means no egress until it is restarted here.
@@ -950,12 +974,31 @@ class SessionManager:
                 if reason is not None:
                     self._end_soon(session, reason)
 
+    async def _check_grounds(self, now: float) -> None:
+        """Grounds whose proxy, started ahead, stopped running (Docker restarts a crashed one; one
+        removed or stuck is not) leave the pool and are made again, so a cold start rarely meets a dead
+        one (its policy call would fail it). One listing every GROUND_CHECK_S, none without such grounds."""
+        if self.grounds is None or self.egress is None or now - self._grounds_checked < GROUND_CHECK_S:
+            return
+        self._grounds_checked = now
+        held = [ground for ground in self.grounds.held() if ground.egress is not None]
+        if not held:
+            return
+        states = await asyncio.to_thread(self._runtime.proxy_states, {GATEWAY_LABEL: self._settings.instance})
+        dead = [ground for ground in held if states.get(ground.session_id) not in ("running", "restarting")]
+        for ground in dead:
+            log.warning("the proxy started ahead for ground %s is not running; making another", ground.session_id)
+        self.grounds.retire(dead)
+
     async def _prune(self) -> None:
         """Archives past their retention: egress logs, recordings, uploaded replay responses."""
         s = self._settings
         try:
             if self.egress is not None:
-                await asyncio.to_thread(self.egress.prune, s.egress_retention_days * 86400, set(self._sessions))
+                # Held grounds have no metadata yet: not to be taken for a pool pair's leftovers.
+                held = {g.session_id for g in self.grounds.held()} if self.grounds is not None else set()
+                live = set(self._sessions) | held
+                await asyncio.to_thread(self.egress.prune, s.egress_retention_days * 86400, live)
             if self.recordings is not None:
                 await asyncio.to_thread(self.recordings.prune, s.recording_retention_days * 86400)
             await asyncio.to_thread(self.replays.prune, s.replay_upload_retention_hours * 3600)

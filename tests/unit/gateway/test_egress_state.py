@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from corral.errors import EgressUnavailable, ReplayNotFound, SandboxError
-from corral.gateway.egress import GROUND_MAX_AGE_S, GROUNDS_DIR, EgressManager
+from corral.gateway.egress import GROUND_MAX_AGE_S, GROUNDS_DIR, EgressManager, PolicyView
 from corral.gateway.settings import GatewaySettings
-from corral.runtime import SandboxAddress, SandboxSpec
+from corral.runtime import ProxyAddress, ProxySpec, SandboxAddress, SandboxSpec
 
 from ..runtime.fake import FakeRuntime
 
@@ -212,3 +212,70 @@ async def test_a_cold_start_that_fails_after_taking_a_ground_leaves_nothing(tmp_
         assert ground.network.name not in runtime.networks and ground.session_id not in runtime.proxies
     finally:
         await sessions.stop()
+
+
+class SpecRuntime(FakeRuntime):
+    """Keeps each proxy's spec (its environment holds its tokens) and which containers were removed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.specs: dict[str, ProxySpec] = {}
+        self.removed: list[str] = []
+
+    def start_proxy(self, spec: ProxySpec) -> ProxyAddress:
+        self.specs[spec.session_id] = spec
+        return super().start_proxy(spec)
+
+    def remove(self, ident: str) -> None:
+        self.removed.append(ident)
+        for sid, (proxy, _, _) in list(self.proxies.items()):
+            if ident in (proxy.id, proxy.name):
+                del self.proxies[sid]
+        super().remove(ident)
+
+
+def test_a_grounds_proxy_starts_ahead_with_nothing_allowed_whatever_the_default_mode(tmp_path: Path) -> None:
+    runtime = SpecRuntime()
+    settings = GatewaySettings(data_dir=tmp_path, instance="t", egress_mode="report")
+    manager = EgressManager(settings, runtime)  # type: ignore[arg-type]
+    ground = manager.make_ground_blocking("ses_gp", {"corral.gateway": "t"}, proxy=True)
+    env = runtime.specs["ses_gp"].environment or {}
+    # Enforce with no policy file (an empty allowlist): nothing passes until the session's policy is set.
+    assert (env["CORRAL_EGRESS_MODE"], env["CORRAL_HERMETIC"]) == ("enforce", "0")
+    assert not (ground.state_dir / "policy.json").exists()
+    assert env["CORRAL_GATEWAY_TOKEN"] == manager.token("ses_gp")
+    token = env["CORRAL_CONTROLLER_TOKEN"]
+    token_file = tmp_path / "egress" / "ses_gp.sandbox" / "proxy-token"
+    assert token_file.read_text() == token and stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    assert ground.egress is not None and token not in repr(ground)
+    prepared = manager.prepare_blocking("ses_gp", ["a.test"], "report", {}, None, ground)
+    # Taken: the sandbox gets the running proxy's token file, and the proxy is the ground's.
+    assert prepared.egress == ground.egress
+    assert prepared.sandbox_files == {str(token_file): "/run/corral-secrets/proxy-token"}
+    assert manager.expected("ses_gp") == PolicyView(0, (), "enforce")  # what the proxy runs until the policy call
+    assert manager.unclaimed_grounds() == [] and "ses_gp" in runtime.proxies
+
+
+def test_a_hermetic_session_taking_a_ground_gets_its_own_proxy(tmp_path: Path) -> None:
+    runtime = SpecRuntime()
+    manager = EgressManager(GatewaySettings(data_dir=tmp_path, instance="t"), runtime)  # type: ignore[arg-type]
+    ground = manager.make_ground_blocking("ses_gh", {}, proxy=True)
+    assert ground.egress is not None
+    (ground.state_dir / "audit.jsonl").write_text('{"seq":1,"event":"proxy"}\n')
+    replay = tmp_path / "replay.mitm"
+    replay.write_bytes(b"flows")
+    before = (tmp_path / "egress" / "ses_gh.sandbox" / "proxy-token").read_text()
+    prepared = manager.prepare_blocking("ses_gh", ["a.test"], "enforce", {}, replay, ground)
+    # The proxy started ahead (no hermetic replay, a way out) is gone with the chain it began.
+    assert ground.egress.proxy_id in runtime.removed and "ses_gh" not in runtime.proxies
+    assert prepared.egress is None and prepared.hermetic and prepared.environment["CORRAL_HERMETIC"] == "1"
+    assert not (ground.state_dir / "audit.jsonl").exists() and (ground.state_dir / "replay.mitm").exists()
+    token = (tmp_path / "egress" / "ses_gh.sandbox" / "proxy-token").read_text()
+    assert token != before and prepared.environment["CORRAL_CONTROLLER_TOKEN"] == token
+
+
+def test_a_ground_with_its_proxy_is_dropped_whole(tmp_path: Path) -> None:
+    manager, runtime = _grounded(tmp_path)
+    ground = manager.make_ground_blocking("ses_gd", {}, proxy=True)
+    manager.drop_ground_blocking(ground)
+    assert runtime.proxies == {} and runtime.networks == {} and _leftovers(tmp_path, "ses_gd") == []

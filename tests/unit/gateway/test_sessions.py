@@ -134,7 +134,11 @@ class FakeEgress:
     def prepare_blocking(self, session_id: str, *args: object) -> object:
         self.prepared.append(session_id)
         return SimpleNamespace(
-            session_id=session_id, network=SimpleNamespace(name=f"net-{session_id}"), sandbox_env={}, sandbox_files={}
+            session_id=session_id,
+            network=SimpleNamespace(name=f"net-{session_id}"),
+            sandbox_env={},
+            sandbox_files={},
+            egress=None,
         )
 
     def start_proxy_blocking(self, prepared: object) -> object:
@@ -560,8 +564,9 @@ async def test_session_grounds_are_made_ahead_and_gone_after_stop(tmp_path: Path
     assert manager.egress is not None
     grounds = {f"net-{sid}" for sid in manager.egress.unclaimed_grounds()}
     assert len(grounds & set(runtime.networks)) == 2 and len(manager.grounds) == 2
+    assert set(runtime.proxies) == {g.session_id for g in manager.grounds.held()}  # their proxies started ahead
     await manager.stop()
-    assert runtime.networks == {} and list((tmp_path / "egress").glob("ses_*")) == []
+    assert runtime.networks == {} and runtime.proxies == {} and list((tmp_path / "egress").glob("ses_*")) == []
 
 
 async def test_a_claimed_ground_reads_as_nobodys_ground(tmp_path: Path) -> None:
@@ -580,5 +585,44 @@ async def test_a_claimed_ground_reads_as_nobodys_ground(tmp_path: Path) -> None:
         assert ground.session_id not in manager.egress.unclaimed_grounds()
         assert runtime.network_labels[ground.network.name].get(KIND_LABEL) != "ground"
         assert [n for n, labels in runtime.network_labels.items() if labels.get(KIND_LABEL) == "ground"] == []
+    finally:
+        await manager.stop()
+
+
+async def test_a_ground_whose_proxy_stopped_is_replaced_by_the_reaper(tmp_path: Path) -> None:
+    runtime = FakeRuntime()
+    manager = _manager(tmp_path, runtime, egress=True, ground_pool_size=2, reap_interval_s=0.05)
+    await manager.start()
+    try:
+        assert manager.grounds is not None
+        await asyncio.wait_for(manager.grounds.filled.wait(), 10)
+        dead, alive = manager.grounds.held()
+        proxy, labels, _ = runtime.proxies[dead.session_id]
+        runtime.proxies[dead.session_id] = (proxy, labels, "exited")  # removed by hand, OOM-killed past its restarts
+        for _ in range(400):
+            held = {g.session_id for g in manager.grounds.held()}
+            if dead.session_id not in held and len(held) == 2:
+                break
+            await asyncio.sleep(0.025)
+        assert dead.session_id not in held and alive.session_id in held and len(held) == 2
+        assert dead.session_id not in runtime.proxies and dead.network.name not in runtime.networks
+        assert not dead.state_dir.exists()
+    finally:
+        await manager.stop()
+
+
+async def test_pruning_keeps_the_state_of_grounds_held(tmp_path: Path) -> None:
+    runtime = FakeRuntime()
+    manager = _manager(tmp_path, runtime, egress=True, ground_pool_size=1, egress_retention_days=1e-6)
+    await manager.start()
+    try:
+        assert manager.grounds is not None
+        await asyncio.wait_for(manager.grounds.filled.wait(), 10)
+        (ground,) = manager.grounds.held()
+        stale = tmp_path / "egress" / "ses_leftover"  # an old pool pair's state: no metadata, nobody's
+        stale.mkdir()
+        await asyncio.sleep(0.2)  # both older than the retention (0.09 s)
+        await manager._prune()
+        assert ground.state_dir.exists() and not stale.exists()
     finally:
         await manager.stop()
