@@ -94,8 +94,11 @@ class GroundPool(Generic[T]):
 
     async def _fill(self) -> None:
         while True:
+            # asyncio.timeout, not wait_for: 3.11's wait_for drops a cancellation that comes as the
+            # event is set (a stopping gateway's last refill), and close() then waits for ever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wanted.wait(), self._sweep_s)
+                async with asyncio.timeout(self._sweep_s):
+                    await self._wanted.wait()
             self._wanted.clear()
             self._stale += [item for item in self._held if not self._fresh(item)]
             self._held = [item for item in self._held if item not in self._stale]

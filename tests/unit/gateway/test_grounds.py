@@ -113,3 +113,16 @@ async def test_the_sweep_drops_stale_ones_nobody_asked_for() -> None:
         await asyncio.sleep(0.01)
     assert pool.held() == [2] and maker.dropped == [1]
     await pool.close()
+
+
+async def test_closing_as_a_refill_is_asked_for_still_closes() -> None:
+    # A stopping gateway's last start asks for a refill as the close cancels the refill task: the
+    # cancellation must not be lost (the close would wait for ever, and the grounds outlive the gateway).
+    maker = Maker()
+    pool = GroundPool(maker.make, maker.drop, size=1)
+    pool.start()
+    await asyncio.wait_for(pool.filled.wait(), 10)
+    await asyncio.sleep(0)  # the refill task waits for the next ask
+    pool.refill()
+    await asyncio.wait_for(pool.close(), 5)
+    assert maker.dropped == [1]
