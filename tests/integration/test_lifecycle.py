@@ -196,8 +196,22 @@ def test_a_cold_start_takes_a_ground_made_ahead_and_a_restart_clears_what_a_kill
     try:
         with gateway(tmp_path, instance, ground_pool_size=2) as g, g.client() as c:
             made = _grounds(runtime, tmp_path, instance, 2)
+            # Their proxies run before anyone asks for a session (CORRAL_GROUND_PROXIES, default on).
+            deadline = time.monotonic() + 30
+            while True:
+                states = runtime.container_states({GATEWAY_LABEL: instance})
+                running = {name for name, state in states.items() if state == "running"}
+                if {name.replace("corral-net-", "corral-egress-") for name in made} <= running:
+                    break
+                assert time.monotonic() < deadline, f"the grounds' proxies do not run: {running}"
+                time.sleep(0.05)
             created = c.post("/v1/sessions", json={"allow": ["example.test"]}).json()
             assert f"corral-net-{created['id']}" in made  # its network was made before it was asked for
+            # Its proxy started with nothing allowed; the session's policy was set on it (and acknowledged)
+            # before the token came back.
+            records = [json.loads(line) for line in (tmp_path / "egress" / created["id"] / "audit.jsonl").open()]
+            assert [(r["event"], r.get("allow")) for r in records[:2]] == [("proxy", []), ("policy", ["example.test"])]
+            assert records[1]["actor"].startswith("api-key:") and records[1]["generation"] == 1
             with _open_ws(created):
                 pass  # the session works on it
             assert c.delete(f"/v1/sessions/{created['id']}").status_code == 204
