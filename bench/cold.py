@@ -110,6 +110,8 @@ def instrument() -> None:
     timed(runtime, "_with_secret", "gateway: controller secret read (exec)")
     timed(runtime, "wait_ready", "gateway: sandbox /healthz ready")
     timed_async(gateway_egress.EgressManager, "wait_ready", "gateway: proxy control port ready")
+    if hasattr(gateway_egress.EgressManager, "set_start_policy"):
+        timed_async(gateway_egress.EgressManager, "set_policy", "gateway: policy set on a proxy started ahead")
     if hasattr(gateway_egress.EgressManager, "prepare_blocking"):
         timed(gateway_egress.EgressManager, "prepare_blocking", "gateway: prepare (network + CA + state)")
 
@@ -166,8 +168,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def gateway_settings(name: str, image: str, grounds: int) -> GatewaySettings:
+def gateway_settings(name: str, image: str, grounds: int, ground_proxies: bool = True) -> GatewaySettings:
     return GatewaySettings(
+        ground_proxies=ground_proxies,
         port=free_port(),
         data_dir=Path(tempfile.mkdtemp(prefix="corral-bench-")),
         api_key=KEY,
@@ -203,6 +206,11 @@ def main() -> int:
         default="",
         help="an image to compare with, side by side in this run (its gateway makes no grounds ahead)",
     )
+    parser.add_argument(
+        "--before-without-ground-proxies",
+        action="store_true",
+        help="compare with a gateway on the same image whose grounds start no proxy ahead (CORRAL_GROUND_PROXIES=0)",
+    )
     args = parser.parse_args()
     instrument()
     runtime = DockerHarness()
@@ -210,6 +218,9 @@ def main() -> int:
     setups = {"after": after}
     if args.before:
         setups = {"before": gateway_settings("before", args.before, 0), **setups}
+    elif args.before_without_ground_proxies:
+        before = gateway_settings("before", after.image, after.ground_pool_size, ground_proxies=False)
+        setups = {"before": before, **setups}
     runs: dict[str, list[dict[str, tuple[float, float]]]] = {name: [] for name in setups}
     try:
         with contextlib.ExitStack() as stack:
@@ -234,8 +245,14 @@ def main() -> int:
             runtime.remove_network(settings.network)
     out = {}
     for name, settings in setups.items():
-        out[name] = {"image": settings.image, "grounds": settings.ground_pool_size}
-        out[name].update(report(f"{name}: {settings.image}, grounds {settings.ground_pool_size} (ms)", runs[name]))
+        out[name] = {
+            "image": settings.image,
+            "grounds": settings.ground_pool_size,
+            "ground_proxies": settings.ground_proxies,
+        }
+        title = f"{name}: {settings.image}, grounds {settings.ground_pool_size}"
+        title += f", proxies ahead {settings.ground_proxies}"
+        out[name].update(report(f"{title} (ms)", runs[name]))
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / "cold.json"
     path.write_text(json.dumps(out, indent=2))

@@ -176,11 +176,13 @@ def test_stopping_while_the_pool_refills_leaves_nothing(tmp_path: Path, runtime:
         runtime.remove_all({GATEWAY_LABEL: instance})
 
 
-def _grounds(runtime: DockerHarness, instance: str, count: int, timeout_s: float = 30) -> set[str]:
-    """The names of the instance's session networks made ahead, once there are ``count``."""
+def _grounds(runtime: DockerHarness, data_dir: Path, instance: str, count: int, timeout_s: float = 30) -> set[str]:
+    """The names of the instance's session networks made ahead and not taken, once there are ``count``
+    (the gateway's markers say which are not taken: a network cannot be relabelled once claimed)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        names = {n.name for n in runtime.session_networks({GATEWAY_LABEL: instance, "corral.kind": "ground"})}
+        marked = {f"corral-net-{m.name}" for m in (data_dir / "egress" / ".grounds").glob("ses_*")}
+        names = {n.name for n in runtime.session_networks({GATEWAY_LABEL: instance})} & marked
         if len(names) >= count:
             return names
         assert time.monotonic() < deadline, f"{len(names)} grounds made ahead, not {count}"
@@ -193,23 +195,37 @@ def test_a_cold_start_takes_a_ground_made_ahead_and_a_restart_clears_what_a_kill
     instance = f"grounds-{time.time_ns()}"
     try:
         with gateway(tmp_path, instance, ground_pool_size=2) as g, g.client() as c:
-            made = _grounds(runtime, instance, 2)
+            made = _grounds(runtime, tmp_path, instance, 2)
+            # Their proxies run before anyone asks for a session (CORRAL_GROUND_PROXIES, default on).
+            deadline = time.monotonic() + 30
+            while True:
+                states = runtime.container_states({GATEWAY_LABEL: instance})
+                running = {name for name, state in states.items() if state == "running"}
+                if {name.replace("corral-net-", "corral-egress-") for name in made} <= running:
+                    break
+                assert time.monotonic() < deadline, f"the grounds' proxies do not run: {running}"
+                time.sleep(0.05)
             created = c.post("/v1/sessions", json={"allow": ["example.test"]}).json()
             assert f"corral-net-{created['id']}" in made  # its network was made before it was asked for
+            # Its proxy started with nothing allowed; the session's policy was set on it (and acknowledged)
+            # before the token came back.
+            records = [json.loads(line) for line in (tmp_path / "egress" / created["id"] / "audit.jsonl").open()]
+            assert [(r["event"], r.get("allow")) for r in records[:2]] == [("proxy", []), ("policy", ["example.test"])]
+            assert records[1]["actor"].startswith("api-key:") and records[1]["generation"] == 1
             with _open_ws(created):
                 pass  # the session works on it
             assert c.delete(f"/v1/sessions/{created['id']}").status_code == 204
-            _grounds(runtime, instance, 2)  # refilled after the start
+            _grounds(runtime, tmp_path, instance, 2)  # refilled after the start
         # Stopped: nothing of the grounds is left, neither networks nor state.
         assert [n.name for n in runtime.session_networks({GATEWAY_LABEL: instance})] == []
-        assert list((tmp_path / "egress").glob("ses_*/unclaimed")) == []
+        assert list((tmp_path / "egress" / ".grounds").glob("ses_*")) == []
         # A gateway killed while holding grounds (its stop never ran) leaves them: the next start clears them.
-        killed = runtime.create_session_network("ses_killedground", {GATEWAY_LABEL: instance, "corral.kind": "ground"})
+        killed = runtime.create_session_network("ses_killedground", {GATEWAY_LABEL: instance})
         state = tmp_path / "egress" / "ses_killedground"
         state.mkdir(parents=True)
-        (state / "unclaimed").write_text(instance)
+        (tmp_path / "egress" / ".grounds" / "ses_killedground").write_text(instance)
         with gateway(tmp_path, instance, ground_pool_size=1):
-            _grounds(runtime, instance, 1)
+            _grounds(runtime, tmp_path, instance, 1)
             assert runtime.session_network(killed.name) is None and not state.exists()
     finally:
         runtime.remove_all({GATEWAY_LABEL: instance})

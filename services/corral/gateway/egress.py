@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import hashlib
 import hmac
@@ -45,8 +46,19 @@ from corral.sandbox import auth as sandbox_auth
 log = logging.getLogger(__name__)
 
 META_FILE = "session.json"
-# In a state directory made ahead (a Ground) until a session takes it; it holds the instance's name.
-UNCLAIMED_FILE = "unclaimed"
+# <egress root>/.grounds/<session>: a ground's marker until a session takes it, holding the instance's
+# name. Kept by the gateway alone, never in the ground's state directory: that one is mounted into the
+# session's proxy, which could forge a marker there and have a restarted gateway delete a live
+# session's audit log. Nothing mounts .grounds (the runtime mounts a proxy's state dir and the
+# sandbox's <session>.sandbox dir only), and "ses_*" globs over the root never see it.
+GROUNDS_DIR = ".grounds"
+# A proxy started ahead starts here: enforce, nothing allowed, until its session's policy is set.
+STRICTEST_MODE = "enforce"
+PROXY_TOKEN_FILE = "proxy-token"  # in <session>.sandbox: the sandbox's copy of the controller token
+# A ground held longer than this is dropped and made again rather than taken (its CA ages meanwhile).
+GROUND_MAX_AGE_S = 24 * 3600.0
+# A ground's CA must outlast the longest session by this much, beyond max_timeout_s.
+GROUND_CA_MARGIN_S = 3600.0
 # The key each session's proxy token is derived from (HMAC of the session id), so no record on disk
 # holds a token: <data_dir>/egress-token.key, 0600 in the 0700 data dir.
 TOKEN_KEY_FILE = "egress-token.key"
@@ -111,6 +123,13 @@ class Ground:
     network: SessionNetwork
     state_dir: Path
     ca_cert: str  # the CA's certificate (PEM), which the sandbox trusts; its key stays in state_dir
+    made_at: float = 0.0  # time.time() when it was made
+    ca_not_after: float = float("inf")  # when its CA expires
+    # Its proxy, started ahead (CORRAL_GROUND_PROXIES) in enforce mode with nothing allowed, until a
+    # session takes it and sets its policy; None when the proxy starts at the claim.
+    egress: Egress | None = None
+    # The proxy's controller token (in the proxy's environment and the sandbox's 0600 file; never logged).
+    controller_token: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +146,9 @@ class Prepared:
     # host path -> path in the sandbox, mounted read-only: the control channel's token, a file only the
     # sandbox's controller uid reads (an environment variable would reach every process's exec).
     sandbox_files: dict[str, str] = field(default_factory=dict)
+    # Its proxy when the ground's was started ahead: running with nothing allowed, the session's policy
+    # still to be set (EgressManager.set_start_policy) before the session's token is returned.
+    egress: Egress | None = None
 
 
 class EgressManager:
@@ -185,51 +207,118 @@ class EgressManager:
     def responses_path(self, session_id: str) -> Path:
         return self.state_dir(session_id) / RESPONSES_FILE
 
-    def make_ground_blocking(self, session_id: str, labels: dict[str, str]) -> Ground:
+    def make_ground_blocking(self, session_id: str, labels: dict[str, str], proxy: bool = False) -> Ground:
         """A session's network (guarded by the runtime), state directory and CA, before anyone asks for
-        it (blocking: run it in a thread). Marked unclaimed until :meth:`prepare_blocking` takes it."""
+        it (blocking: run it in a thread); with ``proxy``, its proxy started too, in enforce mode with
+        nothing allowed (no policy file: an empty allowlist), and the sandbox's copy of its controller
+        token written. Marked unclaimed until :meth:`prepare_blocking` takes it."""
+        made_at = time.time()
         network = self._runtime.create_session_network(session_id, labels, self._settings.session_subnets)
         try:
-            state, cert = self._ground_state(session_id)
+            state, authority = self._ground_state(session_id)
+            ground = Ground(session_id, network, state, authority.cert_pem, made_at, authority.not_after)
+            if not proxy:
+                return ground
+            token = secrets.token_urlsafe(24)
+            self._write_sandbox_token(session_id, token)
+            prepared = Prepared(
+                session_id,
+                network,
+                state,
+                labels,
+                self._proxy_environment(session_id, token, STRICTEST_MODE),
+                {},
+                False,
+            )
+            return dataclasses.replace(ground, egress=self.start_proxy_blocking(prepared), controller_token=token)
         except BaseException:
-            self._drop_network(network)
+            self._runtime.remove_egress(session_id)  # the proxy if it started, and the network
+            self.forget_blocking(session_id)
             raise
-        return Ground(session_id, network, state, cert)
 
-    def _ground_state(self, session_id: str) -> tuple[Path, str]:
+    def ground_fresh(self, ground: Ground, now: float | None = None) -> bool:
+        """Whether a ground held in the pool may still be taken: younger than GROUND_MAX_AGE_S, and
+        its CA valid past the longest session (max_timeout_s) and a margin, so no session's CA expires
+        under it."""
+        now = time.time() if now is None else now
+        outlasts = ground.ca_not_after - now > self._settings.max_timeout_s + GROUND_CA_MARGIN_S
+        return now - ground.made_at < GROUND_MAX_AGE_S and outlasts
+
+    def _ground_state(self, session_id: str) -> tuple[Path, ca.SessionCA]:
         """The state directory with its CA (and the upstream CA to trust); returns it and the CA's certificate."""
         state = self.state_dir(session_id)
+        # The marker first: a gateway killed between the two leaves a marker (its next start removes
+        # the state, if any), never an unmarked state.
+        write_private(self.ground_marker(session_id), self._settings.instance)
         private_dir(state)
-        write_private(state / UNCLAIMED_FILE, self._settings.instance)
         # 0700 and 0600 throughout: the runtime hands the directory to the proxy's uid as it mounts it.
         private_dir(state / "ca")
         authority = ca.create(state / "ca", session_id)
         upstream = self._settings.egress_upstream_ca
         if upstream is not None:
             copy_private(upstream, state / "upstream-ca.pem")
-        return state, authority.cert_pem
+        return state, authority
+
+    def ground_marker(self, session_id: str) -> Path:
+        """Where the gateway marks a ground no session took yet (0700 dir, 0600 file; see GROUNDS_DIR)."""
+        return session_dir(private_dir(self.root / GROUNDS_DIR), session_id)
+
+    def unclaimed_grounds(self) -> list[str]:
+        """The session ids of this instance's grounds no session took (by the gateway's markers: the
+        one record of it, as a network made ahead carries no kind)."""
+        mine = []
+        for marker in sorted((self.root / GROUNDS_DIR).glob("ses_*")):
+            with contextlib.suppress(OSError):
+                if marker.read_text().strip() == self._settings.instance:
+                    mine.append(marker.name)
+        return mine
 
     def drop_ground_blocking(self, ground: Ground) -> None:
         """Undo :meth:`make_ground_blocking` for a ground no session took: nothing of it is kept."""
-        self._drop_network(ground.network)
-        shutil.rmtree(ground.state_dir, ignore_errors=True)
+        if ground.egress is not None:
+            self._runtime.remove_egress(ground.session_id)  # its proxy, then its network
+        else:
+            self._drop_network(ground.network)
+        self.forget_blocking(ground.session_id)
 
     def remove_unclaimed_grounds(self) -> list[str]:
         """This instance's grounds a gateway made and never gave a session (it was killed while it held
-        them): their state goes (their networks go with the orphan networks). Returns their session ids."""
+        them): their state goes (their networks go with the orphan networks). Returns their session ids.
+
+        Only a marker in the gateway's own .grounds directory counts; and a state directory that holds a
+        session's traces (see :meth:`holds_a_session`) is kept whatever its marker says."""
         removed = []
-        for marker in self.root.glob(f"ses_*/{UNCLAIMED_FILE}"):
+        for marker in (self.root / GROUNDS_DIR).glob("ses_*"):
             try:
                 if marker.read_text().strip() != self._settings.instance:
                     continue
-            except OSError:
+                state = self.state_dir(marker.name)
+            except (OSError, ValueError):
                 continue
-            shutil.rmtree(marker.parent, ignore_errors=True)
-            removed.append(marker.parent.name)
+            if self.holds_a_session(marker.name):
+                log.error("%s is marked as a ground no session took, but holds a session's state: kept", state)
+            else:
+                shutil.rmtree(state, ignore_errors=True)
+                shutil.rmtree(self.sandbox_secrets_dir(marker.name), ignore_errors=True)
+                removed.append(marker.name)
+            marker.unlink(missing_ok=True)
         return removed
 
-    @staticmethod
-    def _claim_ground(state: Path, allow: list[str], mode: str, replay: Path | None) -> None:
+    def holds_a_session(self, session_id: str) -> bool:
+        """Whether the session's state was ever a session's: the gateway anchored its chain (outside any
+        proxy's reach), or it holds a policy, session metadata, or audit records beyond a proxy's start."""
+        state = self.state_dir(session_id)
+        if self.anchors.path(session_id).exists() or (state / POLICY_FILE).exists() or (state / META_FILE).exists():
+            return True
+        try:
+            with (state / AUDIT_FILE).open("rb") as lines:
+                return any(_event_of(line) != "proxy" for line in lines if line.strip())
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True  # cannot tell: keep it
+
+    def _claim_ground(self, state: Path, allow: list[str], mode: str, replay: Path | None) -> None:
         """A ground's state made a session's: the policy its proxy starts with, a hermetic one's replay."""
         write_json(state / POLICY_FILE, {"allow": allow, "mode": mode, "generation": 0})
         if replay is not None:
@@ -237,7 +326,6 @@ class EgressManager:
                 copy_private(replay, state / REPLAY_FILE)  # a copy: the upload may be deleted or reused
             except FileNotFoundError:
                 raise ReplayNotFound("the recorded responses were deleted meanwhile") from None
-        (state / UNCLAIMED_FILE).unlink(missing_ok=True)
 
     def prepare_blocking(
         self,
@@ -250,20 +338,48 @@ class EgressManager:
     ) -> Prepared:
         """Network (guarded by the runtime), state and CA, from ``ground`` when one was made ahead for
         ``session_id`` (blocking: run it in a thread); ``replay`` makes it hermetic."""
-        s = self._settings
         if ground is None:
             ground = self.make_ground_blocking(session_id, labels)
         elif ground.session_id != session_id:
             raise ValueError(f"the ground of {ground.session_id} is not {session_id}'s")
         network, state = ground.network, ground.state_dir
+        sandbox_env = {
+            "CORRAL_PROXY_CONTROL_PORT": str(control.CONTROL_PORT),
+            "CORRAL_CA_CERT": ground.ca_cert,
+        }
+        token_file = self.sandbox_secrets_dir(session_id) / PROXY_TOKEN_FILE
+        files = {str(token_file): str(sandbox_auth.PROXY_TOKEN_FILE)}
         try:
+            if ground.egress is not None and replay is None:
+                # Its proxy runs already, in the strictest state; the session's policy is set on it
+                # (set_start_policy) while the sandbox starts, before the session's token is returned.
+                self.record_start(session_id, [], STRICTEST_MODE)
+                self.ground_marker(session_id).unlink(missing_ok=True)  # last: the state is a session's
+                return Prepared(session_id, network, state, labels, {}, sandbox_env, False, files, ground.egress)
+            if ground.egress is not None:
+                # A hermetic session's proxy starts differently (no way out, answers from the replay):
+                # the one started ahead goes, with the chain it began, and this one starts afresh.
+                self._runtime.remove(ground.egress.proxy_id)
+                (state / AUDIT_FILE).unlink(missing_ok=True)
             self._claim_ground(state, allow, mode, replay)
             self.record_start(session_id, allow, mode)
+            controller_token = secrets.token_urlsafe(24)
+            self._write_sandbox_token(session_id, controller_token)
+            # Last: from here the state is a session's, and a restarted gateway keeps it.
+            self.ground_marker(session_id).unlink(missing_ok=True)
         except BaseException:
-            self._drop_network(network)
+            self._runtime.remove_egress(session_id)  # a proxy started ahead (by name), and the network
+            self.forget_blocking(session_id)
             raise
-        controller_token = secrets.token_urlsafe(24)
-        environment = {
+        environment = self._proxy_environment(session_id, controller_token, mode, hermetic=replay is not None)
+        return Prepared(session_id, network, state, labels, environment, sandbox_env, replay is not None, files)
+
+    def _proxy_environment(
+        self, session_id: str, controller_token: str, mode: str, hermetic: bool = False
+    ) -> dict[str, str]:
+        """The proxy's environment (its tokens included: in the container, never on disk here)."""
+        s = self._settings
+        return {
             "CORRAL_SESSION": session_id,
             "CORRAL_GATEWAY_TOKEN": self.token(session_id),
             "CORRAL_CONTROLLER_TOKEN": controller_token,
@@ -273,19 +389,14 @@ class EgressManager:
             "CORRAL_RECORD_RESPONSES": "1" if s.record_responses else "0",
             "CORRAL_RESPONSES_MAX_BODY": str(s.responses_max_body_mb << 20),
             "CORRAL_RESPONSES_MAX_TOTAL": str(s.responses_max_total_mb << 20),
-            "CORRAL_HERMETIC": "1" if replay is not None else "0",
+            "CORRAL_HERMETIC": "1" if hermetic else "0",
         }
-        sandbox_env = {
-            "CORRAL_PROXY_CONTROL_PORT": str(control.CONTROL_PORT),
-            "CORRAL_CA_CERT": ground.ca_cert,
-        }
-        try:
-            token_file = self._write_sandbox_token(session_id, controller_token)
-        except BaseException:
-            self._drop_network(network)
-            raise
-        files = {str(token_file): str(sandbox_auth.PROXY_TOKEN_FILE)}
-        return Prepared(session_id, network, state, labels, environment, sandbox_env, replay is not None, files)
+
+    async def set_start_policy(self, egress: Egress, allow: list[str], mode: str, actor: str, timeout_s: float) -> None:
+        """The session's policy on a proxy started ahead (with nothing allowed): once it answers, set
+        and acknowledged, with the generation after the start's (any other change is said loudly)."""
+        await self.wait_ready(egress, timeout_s)
+        await self.set_policy(egress, allow, mode, actor)
 
     def sandbox_secrets_dir(self, session_id: str) -> Path:
         """Beside the proxy's state directory, never inside it: the proxy must not write what the
@@ -295,7 +406,7 @@ class EgressManager:
 
     def _write_sandbox_token(self, session_id: str, token: str) -> Path:
         # 0600: the runtime hands it to the sandbox's controller uid as it mounts it; the agent's cannot read it.
-        path = private_dir(self.sandbox_secrets_dir(session_id)) / "proxy-token"
+        path = private_dir(self.sandbox_secrets_dir(session_id)) / PROXY_TOKEN_FILE
         write_private(path, token)
         return path
 
@@ -343,9 +454,23 @@ class EgressManager:
         return int(replay.get("flows", 0))
 
     def discard_blocking(self, prepared: Prepared) -> None:
-        """Undo :meth:`prepare_blocking` (and a proxy it may have started); the state stays."""
+        """Undo :meth:`prepare_blocking` (and a proxy it may have started) for a start that failed:
+        no session came of it, so nothing of it is kept."""
         self._runtime.remove_egress(prepared.session_id)
-        shutil.rmtree(self.sandbox_secrets_dir(prepared.session_id), ignore_errors=True)
+        self.forget_blocking(prepared.session_id)
+
+    def forget_blocking(self, session_id: str) -> None:
+        """Everything on disk of a session that never was one (its start failed before its token was
+        returned, so nobody can ask for its log): its state, the sandbox's secrets, its ground marker,
+        its anchors and what the gateway holds of it. Its proxy and network must be gone already."""
+        shutil.rmtree(self.state_dir(session_id), ignore_errors=True)
+        shutil.rmtree(self.sandbox_secrets_dir(session_id), ignore_errors=True)
+        self.ground_marker(session_id).unlink(missing_ok=True)
+        self._remove_anchors(session_id)
+        self._expected.pop(session_id, None)
+        self._locks.pop(session_id, None)
+        self.vault.forget(session_id)
+        self.anchors.forget(session_id)
 
     def _drop_network(self, network: SessionNetwork) -> None:
         self._runtime.remove_session_network(network)
@@ -723,6 +848,15 @@ class EgressManager:
             self.anchors.remove(session_id)
         except (ValueError, OSError) as exc:
             log.warning("cannot remove the audit anchors of %s: %s", session_id, exc)
+
+
+def _event_of(line: bytes) -> str:
+    """The event of one audit line; "" for a line that is no record (a torn write, garbage)."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return ""
+    return str(record.get("event", "")) if isinstance(record, dict) else ""
 
 
 def _head(reply: dict[str, Any]) -> tuple[int, str] | None:

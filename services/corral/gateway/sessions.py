@@ -64,10 +64,15 @@ POOL_CHECK_TICKS = 5
 # container that stopped, not a controller that hangs in a running one, which a claim would otherwise
 # find by waiting HAND_OUT_CHECK_S for it before it starts one cold).
 POOL_ANSWER_TICKS = 30
+GROUND_CHECK_S = 5.0  # how often the reaper looks at the proxies started ahead with grounds
 
 KIND_LABEL = "corral.kind"
 GATEWAY_LABEL = "corral.gateway"
 SANDBOX_EXITED = "sandbox_exited"  # the end reason of a session whose sandbox died under it
+
+
+async def _already(egress: Egress) -> Egress:
+    return egress
 
 
 def new_session_id() -> str:
@@ -181,7 +186,12 @@ class SessionManager:
         self.egress = EgressManager(settings, runtime) if settings.egress else None
         # Session networks and CAs made ahead: a cold start takes one rather than wait for Docker to make it.
         self.grounds: GroundPool[Ground] | None = (
-            GroundPool(self._make_ground, self.egress.drop_ground_blocking, settings.ground_pool_size)
+            GroundPool(
+                self._make_ground,
+                self.egress.drop_ground_blocking,
+                settings.ground_pool_size,
+                fresh=self.egress.ground_fresh,
+            )
             if self.egress is not None
             else None
         )
@@ -199,6 +209,7 @@ class SessionManager:
         self._tasks: set[asyncio.Task[None]] = set()
         self._ends: set[asyncio.Task[None]] = set()  # sessions being ended in the background
         self._starting_pool = 0
+        self._grounds_checked = 0.0  # when the reaper last looked at the grounds' proxies
         self._on_claim = on_claim  # (source "pool" | "cold", seconds), for the metrics
         self.host_guarded = False
         self.reaper_ticks = 0  # how many the reaper began (the unit tests count its work against them)
@@ -405,7 +416,9 @@ class SessionManager:
         allow: Sequence[str],
         mode: str,
         replay: Path | None = None,
+        actor: str = "gateway",
     ) -> Pair:
+        ahead = False  # its proxy was started ahead, with nothing allowed: the policy is set below
         if self.egress is None:
             session_id = new_session_id()
             (started,), cancelled = await _settle(
@@ -419,20 +432,27 @@ class SessionManager:
             pair = Pair(session_id, started, None)
         else:
             try:
-                pair = await self._start_pair(kind, viewport, req, allow, mode, replay)
+                pair, ahead = await self._start_pair(kind, viewport, req, allow, mode, replay)
             except BaseException:
                 self._refill_grounds()
                 raise
         try:
-            sandbox_ready = asyncio.to_thread(self._runtime.wait_ready, pair.sandbox, self._settings.start_timeout_s)
+            timeout_s = self._settings.start_timeout_s
+            sandbox_ready = asyncio.to_thread(self._runtime.wait_ready, pair.sandbox, timeout_s)
             if self.egress is not None and pair.egress is not None:
-                await asyncio.gather(sandbox_ready, self.egress.wait_ready(pair.egress, self._settings.start_timeout_s))
+                # Either way the session's policy is in force before this returns (and the token with it).
+                proxy_ready = (
+                    self.egress.set_start_policy(pair.egress, [*allow], mode, actor, timeout_s)
+                    if ahead
+                    else self.egress.wait_ready(pair.egress, timeout_s)
+                )
+                await asyncio.gather(sandbox_ready, proxy_ready)
                 if replay is not None:
                     await self.egress.check_replay(pair.egress)  # a hermetic session that cannot answer fails here
             else:
                 await sandbox_ready
         except BaseException:
-            await _settle(asyncio.ensure_future(self._remove_pair(pair)))
+            await _settle(asyncio.ensure_future(self._remove_pair(pair, started=False)))
             raise
         finally:
             self._refill_grounds()
@@ -446,7 +466,12 @@ class SessionManager:
 
     def _make_ground(self) -> Ground:
         assert self.egress is not None
-        return self.egress.make_ground_blocking(new_session_id(), self._labels("ground"))
+        # The instance's label alone, no corral.kind: Docker cannot relabel a network, and the session
+        # or pooled pair that takes it is not known yet; a kind of "ground" would still say "unclaimed"
+        # once claimed. Which grounds are unclaimed is said by the gateway's markers only
+        # (EgressManager.unclaimed_grounds); orphan cleanup goes by the live sessions' networks.
+        labels = {GATEWAY_LABEL: self._settings.instance}
+        return self.egress.make_ground_blocking(new_session_id(), labels, proxy=self._settings.ground_proxies)
 
     async def _start_pair(
         self,
@@ -456,10 +481,11 @@ class SessionManager:
         allow: Sequence[str],
         mode: str,
         replay: Path | None,
-    ) -> Pair:
+    ) -> tuple[Pair, bool]:
         """Network and CA first (made ahead when the ground pool holds one); then the proxy and the
         sandbox start side by side (the sandbox's firewall refuses everything but the proxy until the
-        proxy answers)."""
+        proxy answers), or the sandbox alone when the ground's proxy was started ahead. Returns the
+        pair and whether its proxy was started ahead (its policy is still to be set)."""
         assert self.egress is not None
         egress_manager = self.egress
         ground = self.grounds.take() if self.grounds is not None else None
@@ -475,11 +501,14 @@ class SessionManager:
             await _settle(_in_thread(egress_manager.discard_blocking, prepared))
             raise asyncio.CancelledError
         spec = self._spec(kind, viewport, req, prepared.network, prepared.sandbox_env, prepared.sandbox_files)
-        (egress, started), cancelled = await _settle(
-            _in_thread(egress_manager.start_proxy_blocking, prepared), _in_thread(self._runtime.start_sandbox, spec)
+        proxy_start: Awaitable[Egress] = (
+            _in_thread(egress_manager.start_proxy_blocking, prepared)
+            if prepared.egress is None
+            else _already(prepared.egress)  # started ahead with the ground
         )
+        (egress, started), cancelled = await _settle(proxy_start, _in_thread(self._runtime.start_sandbox, spec))
         if isinstance(egress, Egress) and isinstance(started, SandboxAddress) and not cancelled:
-            return Pair(session_id, started, egress)
+            return Pair(session_id, started, egress), prepared.egress is not None
         undo = [_in_thread(egress_manager.discard_blocking, prepared)]  # the proxy (by name) and the network
         if isinstance(started, SandboxAddress):
             undo.append(_in_thread(self._runtime.remove, started.id))
@@ -490,10 +519,14 @@ class SessionManager:
         assert isinstance(failure, BaseException)  # not both started, not cancelled: one of them failed
         raise failure
 
-    async def _remove_pair(self, pair: Pair) -> None:
+    async def _remove_pair(self, pair: Pair, started: bool = True) -> None:
+        """Remove a pair's containers and network; one that never ``started`` (it did not come up) keeps
+        nothing on disk either: no session came of it."""
         await asyncio.to_thread(self._runtime.remove, pair.sandbox.id)
         if self.egress is not None and pair.egress is not None:
             await asyncio.to_thread(self.egress.teardown_blocking, pair.egress)
+            if not started:
+                await asyncio.to_thread(self.egress.forget_blocking, pair.session_id)
 
     async def _answers(self, sandbox: SandboxAddress) -> None:
         """The last look at a pooled sandbox: its controller, the one of this boot, answers now (one
@@ -582,7 +615,7 @@ class SessionManager:
         try:
             if pooled is not None and not await self._hand_out(pooled, req.allow, mode, actor):
                 pooled = None
-            pair = pooled or await self._cold_start("session", req.viewport, req, list(req.allow), mode, replay)
+            pair = pooled or await self._cold_start("session", req.viewport, req, list(req.allow), mode, replay, actor)
             await self._claim(pair, secret_set, actor)
         finally:
             async with self._lock:
@@ -1001,6 +1034,10 @@ class SessionManager:
                 listing = await self._check_sandboxes(pool_due=tick % POOL_CHECK_TICKS == 0)
             except Exception:
                 log.exception("sandbox liveness check failed")
+            try:
+                await self._check_grounds(now)
+            except Exception:
+                log.exception("ground proxy check failed")
             if self.egress is not None:
                 try:
                     await self._watch_egress(listing)
@@ -1028,12 +1065,31 @@ class SessionManager:
                 if reason is not None:
                     self._end_soon(session, reason)
 
+    async def _check_grounds(self, now: float) -> None:
+        """Grounds whose proxy, started ahead, stopped running (Docker restarts a crashed one; one
+        removed or stuck is not) leave the pool and are made again, so a cold start rarely meets a dead
+        one (its policy call would fail it). One listing every GROUND_CHECK_S, none without such grounds."""
+        if self.grounds is None or self.egress is None or now - self._grounds_checked < GROUND_CHECK_S:
+            return
+        self._grounds_checked = now
+        held = [ground for ground in self.grounds.held() if ground.egress is not None]
+        if not held:
+            return
+        states = await asyncio.to_thread(self._runtime.proxy_states, {GATEWAY_LABEL: self._settings.instance})
+        dead = [ground for ground in held if states.get(ground.session_id) not in ("running", "restarting")]
+        for ground in dead:
+            log.warning("the proxy started ahead for ground %s is not running; making another", ground.session_id)
+        self.grounds.retire(dead)
+
     async def _prune(self) -> None:
         """Archives past their retention: egress logs, recordings, uploaded replay responses."""
         s = self._settings
         try:
             if self.egress is not None:
-                await asyncio.to_thread(self.egress.prune, s.egress_retention_days * 86400, set(self._sessions))
+                # Held grounds have no metadata yet: not to be taken for a pool pair's leftovers.
+                held = {g.session_id for g in self.grounds.held()} if self.grounds is not None else set()
+                live = set(self._sessions) | held
+                await asyncio.to_thread(self.egress.prune, s.egress_retention_days * 86400, live)
             if self.recordings is not None:
                 await asyncio.to_thread(self.recordings.prune, s.recording_retention_days * 86400)
             await asyncio.to_thread(self.replays.prune, s.replay_upload_retention_hours * 3600)

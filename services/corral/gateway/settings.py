@@ -28,6 +28,9 @@ class GatewaySettings(BaseSettings):
     pool_size: int = Field(default=1, ge=0)
     # Session networks and CAs made ahead (corral.gateway.grounds) for cold starts with egress control.
     ground_pool_size: int = Field(default=2, ge=0)
+    # Each ground's proxy started ahead too (enforce, nothing allowed): a cold start then starts only its
+    # sandbox and sets the policy; hermetic sessions start their own proxy still.
+    ground_proxies: bool = True
 
     default_timeout_s: int = 3600
     max_timeout_s: int = 24 * 3600

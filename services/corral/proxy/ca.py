@@ -24,6 +24,7 @@ CERT_ONLY = "mitmproxy-ca-cert.pem"
 class SessionCA:
     cert_pem: str
     fingerprint_sha256: str
+    not_after: float  # when it expires (a Unix time): a CA made ahead must outlast the session it serves
 
 
 def create(confdir: Path, session: str, days: int = 30, owner: tuple[int, int] | None = None) -> SessionCA:
@@ -75,4 +76,4 @@ def create(confdir: Path, session: str, days: int = 30, owner: tuple[int, int] |
     if owner is not None:
         for path in (confdir, secret, confdir / CERT_ONLY):
             os.chown(path, *owner)
-    return SessionCA(cert_pem, cert.fingerprint(hashes.SHA256()).hex())
+    return SessionCA(cert_pem, cert.fingerprint(hashes.SHA256()).hex(), cert.not_valid_after_utc.timestamp())

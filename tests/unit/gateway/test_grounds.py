@@ -85,3 +85,44 @@ async def test_a_pool_of_size_zero_makes_nothing() -> None:
     pool.start()
     assert pool.take() is None and maker.made == []
     await pool.close()
+
+
+async def test_a_stale_one_is_never_handed_out_but_dropped_and_made_again() -> None:
+    maker = Maker()
+    stale: set[int] = set()
+    pool = GroundPool(maker.make, maker.drop, size=2, fresh=lambda n: n not in stale)
+    pool.start()
+    await asyncio.wait_for(pool.filled.wait(), 10)
+    stale.add(1)  # held too long: its CA might expire during a session
+    assert pool.take() == 2  # the next fresh one
+    await asyncio.wait_for(pool.filled.wait(), 10)
+    assert maker.dropped == [1] and pool.held() == [3, 4]
+    await pool.close()
+
+
+async def test_the_sweep_drops_stale_ones_nobody_asked_for() -> None:
+    maker = Maker()
+    stale: set[int] = set()
+    pool = GroundPool(maker.make, maker.drop, size=1, fresh=lambda n: n not in stale, sweep_s=0.05)
+    pool.start()
+    await asyncio.wait_for(pool.filled.wait(), 10)
+    stale.add(1)
+    for _ in range(200):
+        if pool.held() == [2]:
+            break
+        await asyncio.sleep(0.01)
+    assert pool.held() == [2] and maker.dropped == [1]
+    await pool.close()
+
+
+async def test_closing_as_a_refill_is_asked_for_still_closes() -> None:
+    # A stopping gateway's last start asks for a refill as the close cancels the refill task: the
+    # cancellation must not be lost (the close would wait for ever, and the grounds outlive the gateway).
+    maker = Maker()
+    pool = GroundPool(maker.make, maker.drop, size=1)
+    pool.start()
+    await asyncio.wait_for(pool.filled.wait(), 10)
+    await asyncio.sleep(0)  # the refill task waits for the next ask
+    pool.refill()
+    await asyncio.wait_for(pool.close(), 5)
+    assert maker.dropped == [1]

@@ -136,7 +136,11 @@ class FakeEgress:
     def prepare_blocking(self, session_id: str, *args: object) -> object:
         self.prepared.append(session_id)
         return SimpleNamespace(
-            session_id=session_id, network=SimpleNamespace(name=f"net-{session_id}"), sandbox_env={}, sandbox_files={}
+            session_id=session_id,
+            network=SimpleNamespace(name=f"net-{session_id}"),
+            sandbox_env={},
+            sandbox_files={},
+            egress=None,
         )
 
     def start_proxy_blocking(self, prepared: object) -> object:
@@ -552,16 +556,78 @@ async def test_session_grounds_are_made_ahead_and_gone_after_stop(tmp_path: Path
     # A gateway killed while it held grounds left a network and an unclaimed state behind.
     left = runtime.create_session_network("ses_left", {GATEWAY_LABEL: "t", KIND_LABEL: "ground"}, "10.213.0.0/16")
     (tmp_path / "egress" / "ses_left").mkdir(parents=True)
-    (tmp_path / "egress" / "ses_left" / "unclaimed").write_text("t")
+    (tmp_path / "egress" / ".grounds").mkdir(mode=0o700)
+    (tmp_path / "egress" / ".grounds" / "ses_left").write_text("t")
     manager = _manager(tmp_path, runtime, egress=True, ground_pool_size=2)
     await manager.start()
     assert manager.grounds is not None
     await asyncio.wait_for(manager.grounds.filled.wait(), 10)
     assert left.name not in runtime.networks and not (tmp_path / "egress" / "ses_left").exists()
-    grounds = {name for name, labels in runtime.network_labels.items() if labels.get(KIND_LABEL) == "ground"}
+    assert manager.egress is not None
+    grounds = {f"net-{sid}" for sid in manager.egress.unclaimed_grounds()}
     assert len(grounds & set(runtime.networks)) == 2 and len(manager.grounds) == 2
+    assert set(runtime.proxies) == {g.session_id for g in manager.grounds.held()}  # their proxies started ahead
     await manager.stop()
-    assert runtime.networks == {} and list((tmp_path / "egress").glob("ses_*")) == []
+    assert runtime.networks == {} and runtime.proxies == {} and list((tmp_path / "egress").glob("ses_*")) == []
+
+
+async def test_a_claimed_ground_reads_as_nobodys_ground(tmp_path: Path) -> None:
+    runtime = FakeRuntime()
+    manager = _manager(tmp_path, runtime, egress=True, ground_pool_size=1, start_timeout_s=0.3)
+    await manager.start()
+    try:
+        assert manager.grounds is not None and manager.egress is not None
+        await asyncio.wait_for(manager.grounds.filled.wait(), 10)
+        (ground,) = manager.grounds.held()
+        assert manager.egress.unclaimed_grounds() == [ground.session_id]
+        taken = manager.grounds.take()
+        assert taken is ground
+        manager.egress.prepare_blocking(ground.session_id, [], "enforce", manager._labels("session"), None, ground)
+        # Claimed: no listing calls it a ground any more, neither the markers nor a label on its network.
+        assert ground.session_id not in manager.egress.unclaimed_grounds()
+        assert runtime.network_labels[ground.network.name].get(KIND_LABEL) != "ground"
+        assert [n for n, labels in runtime.network_labels.items() if labels.get(KIND_LABEL) == "ground"] == []
+    finally:
+        await manager.stop()
+
+
+async def test_a_ground_whose_proxy_stopped_is_replaced_by_the_reaper(tmp_path: Path) -> None:
+    runtime = FakeRuntime()
+    manager = _manager(tmp_path, runtime, egress=True, ground_pool_size=2, reap_interval_s=0.05)
+    await manager.start()
+    try:
+        assert manager.grounds is not None
+        await asyncio.wait_for(manager.grounds.filled.wait(), 10)
+        dead, alive = manager.grounds.held()
+        proxy, labels, _ = runtime.proxies[dead.session_id]
+        runtime.proxies[dead.session_id] = (proxy, labels, "exited")  # removed by hand, OOM-killed past its restarts
+        for _ in range(400):
+            held = {g.session_id for g in manager.grounds.held()}
+            if dead.session_id not in held and len(held) == 2:
+                break
+            await asyncio.sleep(0.025)
+        assert dead.session_id not in held and alive.session_id in held and len(held) == 2
+        assert dead.session_id not in runtime.proxies and dead.network.name not in runtime.networks
+        assert not dead.state_dir.exists()
+    finally:
+        await manager.stop()
+
+
+async def test_pruning_keeps_the_state_of_grounds_held(tmp_path: Path) -> None:
+    runtime = FakeRuntime()
+    manager = _manager(tmp_path, runtime, egress=True, ground_pool_size=1, egress_retention_days=1e-6)
+    await manager.start()
+    try:
+        assert manager.grounds is not None
+        await asyncio.wait_for(manager.grounds.filled.wait(), 10)
+        (ground,) = manager.grounds.held()
+        stale = tmp_path / "egress" / "ses_leftover"  # an old pool pair's state: no metadata, nobody's
+        stale.mkdir()
+        await asyncio.sleep(0.2)  # both older than the retention (0.09 s)
+        await manager._prune()
+        assert ground.state_dir.exists() and not stale.exists()
+    finally:
+        await manager.stop()
 
 
 # -- the reaper: what it costs a tick, and that a stop never waits on it ---------------------------------

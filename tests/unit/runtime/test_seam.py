@@ -23,6 +23,7 @@ from corral.gateway.store import SessionStore
 from corral.proxy import audit, control
 from corral.runtime import DRIVERS, SandboxRuntime, open_runtime
 
+from ..gateway.proxy_fake import FakeControlProxy
 from .fake import FakeRuntime, as_runtime
 
 TEST_CONTROLS = {"die"}  # what tests do to the fake; never called by the gateway
@@ -122,26 +123,47 @@ async def test_a_session_with_its_egress_pair_runs_on_the_protocol_alone(tmp_pat
         await manager.stop()
 
 
-async def test_a_cold_start_takes_a_network_and_ca_made_ahead(tmp_path: Path, proxies: int) -> None:
-    fake = FakeRuntime()
+@pytest.mark.parametrize("ground_proxies", [True, False])
+async def test_a_cold_start_takes_a_network_and_ca_made_ahead(tmp_path: Path, ground_proxies: bool) -> None:
+    fake, control_proxy = FakeRuntime(), FakeControlProxy()
     settings = GatewaySettings(
-        data_dir=tmp_path, instance="seam", pool_size=0, ground_pool_size=1, record=False, reap_interval_s=3600
+        data_dir=tmp_path,
+        instance="seam",
+        pool_size=0,
+        ground_pool_size=1,
+        ground_proxies=ground_proxies,
+        record=False,
+        reap_interval_s=3600,
     )
     manager = SessionManager(settings, as_runtime(fake), SessionStore(tmp_path))
     assert manager.egress is not None and manager.grounds is not None
-    manager.egress.control_port = proxies
+    await control_proxy.start()
+    manager.egress.control_port = control_proxy.port
     await manager.start()
     try:
         await asyncio.wait_for(manager.grounds.filled.wait(), 10)
-        (made,) = fake.session_networks({"corral.kind": "ground"})
+        (made,) = fake.session_networks({"corral.gateway": "seam"})
+        (ground,) = manager.grounds.held()
+        # With ground proxies, the ground's proxy runs before anyone asks for a session.
+        assert set(fake.proxies) == ({ground.session_id} if ground_proxies else set())
         session, _ = await manager.create("key-a", CreateSession(allow=["example.test"]))
         assert session.egress is not None and session.egress.network == made.name  # no network made on its path
+        assert session.id == ground.session_id
         state = Path(session.egress.state_dir)
-        assert (state / "ca").is_dir() and json.loads((state / "policy.json").read_text())["allow"] == ["example.test"]
+        assert (state / "ca").is_dir()
+        if ground_proxies:
+            # Its policy was set on the running proxy before the token was returned (the real proxy
+            # persists it itself), as the first change after its start.
+            proxy_state = control_proxy.state(manager.egress.token(session.id))
+            assert (proxy_state.allow, proxy_state.mode, proxy_state.generation) == (["example.test"], "enforce", 1)
+            assert [m["actor"] for m in proxy_state.messages] == ["api-key:key-a"]
+        else:
+            assert json.loads((state / "policy.json").read_text())["allow"] == ["example.test"]
         await asyncio.wait_for(manager.grounds.filled.wait(), 10)  # refilled once the start was done
-        (again,) = [n for n in fake.session_networks({"corral.kind": "ground"}) if n.name != made.name]
+        (again,) = [n for n in fake.session_networks({"corral.gateway": "seam"}) if n.name != made.name]
         await manager.delete(session.id)
         assert [n.name for n in fake.session_networks({})] == [again.name]
     finally:
         await manager.stop()
-    assert fake.networks == {}
+        control_proxy.close()
+    assert fake.networks == {} and fake.proxies == {}
