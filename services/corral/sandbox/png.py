@@ -31,7 +31,6 @@ image under _SPLIT_BYTES is encoded in one band on the calling thread (handing o
 
 from __future__ import annotations
 
-import atexit
 import io
 import struct
 import threading
@@ -74,7 +73,6 @@ def _helper_pool() -> ThreadPoolExecutor:
     with _helper_lock:
         if _helper is None:
             _helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-png")
-            atexit.register(_helper.shutdown)
         return _helper
 
 
@@ -136,9 +134,14 @@ def choose_filter(image: Image.Image, top: int = 0, bottom: int | None = None) -
     deflated last and dropped as soon as it outgrows the better of them: on a photo that is early,
     and level 4 on noise is the slow part."""
     bottom = image.height if bottom is None else bottom
-    up = len(_deflate(_sample(image, top, bottom, _UP), *_DEFLATE[_UP]))
-    avg = len(_deflate(_sample(image, top, bottom, _AVG), *_DEFLATE[_AVG]))
-    best, kind = (up, _UP) if up <= avg else (avg, _AVG)
+    rows = _sample(image, top, bottom, _UP)
+    best, kind = len(_deflate(rows, *_DEFLATE[_UP])), _UP
+    # Huffman codes alone spend at least a bit on every byte: when Up's runs already beat that (text,
+    # flat pages), Avg's sample need not be tried.
+    if best > len(rows) // 8:
+        avg = len(_deflate(_sample(image, top, bottom, _AVG), *_DEFLATE[_AVG]))
+        if avg < best:
+            best, kind = avg, _AVG
     return _NONE if _deflates_within(_sample(image, top, bottom, _NONE), best, *_DEFLATE[_NONE]) else kind
 
 
