@@ -211,25 +211,24 @@ def test_two_bands_make_one_zlib_stream(size: tuple[int, int]) -> None:
     assert decoded(data).tobytes() == image.tobytes()
 
 
-def test_small_images_stay_on_the_calling_thread() -> None:
-    """Under _SPLIT_BYTES one band, encoded where it is asked for: no hand-over to the helper."""
-    image = photo(200, 100)
-    seen: list[str] = []
+def test_small_images_stay_on_the_calling_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under _SPLIT_BYTES one band, encoded where it is asked for; above, the upper band on the helper."""
+    seen: list[tuple[int, str]] = []
     real = png._encode_band
 
-    def spy(*args: object, **kwargs: object) -> object:
-        seen.append(threading.current_thread().name)
-        return real(*args, **kwargs)  # type: ignore[arg-type]
+    def spy(image: Image.Image, top: int, bottom: int, last: bool) -> object:
+        seen.append((top, threading.current_thread().name))
+        return real(image, top, bottom, last)
 
-    png._encode_band = spy  # type: ignore[assignment]
-    try:
-        encode_png(image)
-        encode_png(photo(1280, 400))
-    finally:
-        png._encode_band = real
+    monkeypatch.setattr(png, "_encode_band", spy)
     me = threading.current_thread().name
-    assert seen[0] == me
-    assert sorted(name.startswith("corral-png") for name in seen[1:]) == [False, True]
+    encode_png(photo(200, 100))
+    assert seen == [(0, me)]
+    seen.clear()
+    encode_png(photo(1280, 400))
+    assert len(seen) == 2
+    assert dict(seen)[200] == me
+    assert dict(seen)[0].startswith("corral-png")
 
 
 def test_many_threads_at_once_each_get_their_own_image() -> None:
