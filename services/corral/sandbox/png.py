@@ -3,30 +3,33 @@ on a sample, and zlib-ng's deflate.
 
 Pillow's PNG encoder picks a filter per row by trying all five (the sum-of-absolute-values
 heuristic) and deflates with zlib: about 21 ms for a 1280x800 text page and 70 ms for a
-photo-like one at level 1, most of it the filter search and the deflate. A screen is mostly one
-kind of picture per region, so one filter for a band of rows loses little: a text page compresses
-best unfiltered (its glyphs repeat byte for byte), a photo with the Up filter (each row predicts the
-next). Which one is measured on a sample of the band's rows, deflated both ways (a twentieth of the
-rows, 0.3-1.5 ms), then the band is deflated with zlib-ng (python-zlib-ng, a wheel) in the way that
-keeps it at or under scrot's size (libpng at level 2 with its per-row search).
+photo-like one at level 1, most of it the filter search and the deflate. A region of a screen is
+mostly one kind of picture, so one filter for a band of rows loses little: text compresses best
+unfiltered (its glyphs repeat byte for byte), flat areas with Up (rows of zeros, coded as runs), a
+photo with Avg (the left and upper neighbours' mean predicts it: 740 KB of Huffman codes on the
+bench's photo-like screen, where Up's rows take 763 KB with run-length matching and 786 KB with
+Huffman codes, over scrot's 782 KB). Which one is measured on a sample of the band's rows (slices of
+5 rows, a twentieth of them), deflated each way, then the band is deflated with zlib-ng
+(python-zlib-ng, a wheel) in the way that keeps it at or under scrot's size (libpng at level 2 with
+its per-row search).
 
-The deflate is most of the time (a photo's Up rows take 15-19 ms of one core to deflate, the rest of
-the encoder 3-5 ms), and zlib-ng deflates with the GIL released, so the image is cut in two bands of
-rows, the upper one encoded on a helper thread while the calling thread encodes the lower one. Each
-band is a raw deflate stream of its own; the upper one ends on a sync flush (an empty stored block,
-byte-aligned and not final), so the two laid end to end are one deflate stream, and in a zlib header
-and trailer (Adler-32 of all the rows, the two bands' combined) they are the single zlib stream a PNG's
-IDAT holds. The lower band starts with no window of the upper one's rows: run-length matching never
-reaches back that far, and unfiltered text loses 0.1-0.2% of its size (its lines repeat within a band).
-Encoding alone, bench/run.py's screens as the sandbox shows them (its table has the screenshots end to
-end), on this 2-core machine while other work ran on it:
+The deflate is most of the time (15-17 ms of one core for a photo-like screen's rows, the rest of the
+encoder 4-6 ms), and zlib-ng deflates with the GIL released, so an image is cut in two bands of rows,
+the upper one encoded on a helper thread while the calling thread encodes the lower one: on two cores
+the encoding takes about 60% of the time it took on one. Each band is a raw deflate stream of its
+own; the upper one ends on a sync flush (an empty stored block, byte-aligned and not final), so the
+two laid end to end are one deflate stream, and between a zlib header and trailer (the Adler-32 of
+all the rows, the two bands' combined) the single zlib stream a PNG's IDAT holds. The lower band
+starts without the upper one's rows in its window: Huffman codes and runs never look back that far,
+and unfiltered text loses 0.1-0.2% of its size (its lines repeat within a band). Cutting and
+filtering are Pillow operations that hold the GIL (Avg's 1-2 ms a band, the others' under 1 ms).
+An image under _SPLIT_BYTES is one band on the calling thread (a hand-over costs more than it saves).
+Encoding alone, bench/run.py's screens as the sandbox shows them (its table has the screenshots end
+to end), p50 on this 2-core machine while other work ran on it:
 
-    1280x800 screen      Pillow level 1     scrot's bytes    one band, one thread     two bands, two threads
-    text page            155.9 KB, 18-21 ms  153.5 KB        149.3 KB, 5-10 ms        149.4 KB, 4-10 ms
-    photo-like page      814.5 KB, 55-70 ms  781.7 KB        763.4 KB, 21-32 ms       763.3 KB, 10-13 ms
-
-Cutting and filtering the bands are Pillow operations that hold the GIL (under 1 ms a band), and an
-image under _SPLIT_BYTES is encoded in one band on the calling thread (handing over costs more there).
+    1280x800 screen      Pillow level 1        scrot's bytes    before (one band)     this (two bands)
+    text page            155.9 KB, 18-21 ms    153.5 KB         149.3 KB, 5.7 ms      149.4 KB, 4.7 ms
+    photo-like page      814.5 KB, 55-70 ms    781.7 KB         763.4 KB, 19.3 ms     741.4 KB, 12.4 ms
 """
 
 from __future__ import annotations
@@ -42,12 +45,13 @@ from zlib_ng import zlib_ng
 
 _SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _NONE, _UP, _AVG = 0, 2, 3  # PNG filter types (the filter byte that starts each row)
-# Deflate (level, strategy) per filter, from the table above: unfiltered text finds its repeats at
-# level 4 (3 gives 152.2 KB, 2 158.5 KB: over scrot's); Up-filtered photos are runs of small
-# differences, which run-length matching codes at 763.3 KB in 14 ms where level 3 takes 22 ms for
-# 732 KB and Huffman alone 786 KB (over scrot's). (Paeth-filtered rows would take 636 KB, but the
-# filter is no Pillow operation: 33 ms in numpy; Avg-filtered ones 740 KB with Huffman alone, but its
-# Pillow operation takes 3-5 ms with the GIL held.)
+# Deflate (level, strategy) per filter, measured on bench/run.py's screens: unfiltered text finds its
+# repeats at level 4 (3 gives 152.2 KB, 2 158.5 KB: over scrot's); flat Up-filtered rows are runs of
+# zeros, which run-length matching codes in a few bytes a row where Huffman codes alone take at least
+# a bit a byte; Avg-filtered photos are small differences with few repeats, which Huffman codes alone
+# take at 740 KB in 10-11 ms (run-length matching: the same size in 17 ms; level 3 on Up's rows 732 KB
+# in 22 ms). (Paeth-filtered rows would take 636 KB, but the filter is no Pillow operation: 33 ms in
+# numpy, which the image does not have.)
 _DEFLATE = {
     _NONE: (4, zlib_ng.Z_DEFAULT_STRATEGY),
     _UP: (1, zlib_ng.Z_RLE),
