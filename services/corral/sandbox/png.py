@@ -16,7 +16,7 @@ its per-row search).
 The deflate is most of the time (15-17 ms of one core for a photo-like screen's rows, the rest of the
 encoder 4-6 ms), and zlib-ng deflates with the GIL released, so an image is cut in two bands of rows,
 the upper one encoded on a helper thread while the calling thread encodes the lower one: on two cores
-the encoding takes about 60% of the time it took on one. Each band is a raw deflate stream of its
+an encoding takes 60-80% of the time it took on one. Each band is a raw deflate stream of its
 own; the upper one ends on a sync flush (an empty stored block, byte-aligned and not final), so the
 two laid end to end are one deflate stream, and between a zlib header and trailer (the Adler-32 of
 all the rows, the two bands' combined) the single zlib stream a PNG's IDAT holds. The lower band
