@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import io
+import struct
+import zlib
 from typing import Any
 
 import pytest
@@ -103,8 +105,9 @@ def test_settle_is_capped_on_a_page_that_never_stops(client: SandboxClient) -> N
     assert 450 <= reply["screenshot"]["settle_ms"] < 1500
 
 
-# A photo-like canvas (smooth colour fields with grain, fixed seed) and a page of text: the two
-# kinds of screen corral.sandbox.png encodes differently (Up-filtered and unfiltered rows).
+# A photo-like canvas (smooth colour fields with grain, fixed seed), a page of text, and the canvas's
+# upper half above the text: the kinds of screen corral.sandbox.png encodes differently (Avg- or
+# Up-filtered rows, unfiltered ones), the last with a different filter in each of its two bands.
 PHOTO_LIKE = "<canvas id=c width=1280 height=800></canvas>"
 PHOTO_SCRIPT = """
 const c = document.getElementById('c').getContext('2d'), im = c.createImageData(1280, 800);
@@ -137,14 +140,32 @@ CHROMIUM_DECODE = """async (png) => {
 }"""
 
 
-@pytest.mark.parametrize(("body", "script"), [(PHOTO_LIKE, PHOTO_SCRIPT), (TEXT_LIKE, "")], ids=["photo", "text"])
+MIXED = "<canvas id=c width=1280 height=400 style='display:block'></canvas>" + TEXT_LIKE
+
+
+def png_filters(data: bytes) -> set[int]:
+    """The filter types of a 1280x800 RGB PNG's rows (IHDR, then one IDAT: corral's layout)."""
+    (length,) = struct.unpack(">I", data[33:37])
+    assert data[37:41] == b"IDAT"
+    rows = zlib.decompress(data[41 : 41 + length])  # checks the zlib header, the stream and its Adler-32
+    return {rows[y * (3 * 1280 + 1)] for y in range(800)}
+
+
+@pytest.mark.parametrize(
+    ("body", "script", "allowed", "at_least"),
+    [(PHOTO_LIKE, PHOTO_SCRIPT, {2, 3}, 1), (TEXT_LIKE, "", {0}, 1), (MIXED, PHOTO_SCRIPT, {0, 2, 3}, 2)],
+    ids=["photo", "text", "photo-above-text"],
+)
 def test_png_decodes_to_the_same_pixels_in_pillow_and_chromium(
-    client: SandboxClient, browser: Any, body: str, script: str
+    client: SandboxClient, browser: Any, body: str, script: str, allowed: set[int], at_least: int
 ) -> None:
     open_page(client, body, script)
     data = image_bytes(client.act({"type": "screenshot", "format": "png"}))
     pillow = Image.open(io.BytesIO(data))
     assert (pillow.format, pillow.mode, pillow.size) == ("PNG", "RGB", (1280, 800))
+    filters = png_filters(data)  # Up (2) or Avg (3) for the photo's rows, None (0) for the text's
+    assert filters <= allowed
+    assert len(filters) >= at_least
     page = browser.new_page()
     try:
         chromium = base64.b64decode(page.evaluate(CHROMIUM_DECODE, base64.b64encode(data).decode()))

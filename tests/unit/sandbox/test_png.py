@@ -1,16 +1,20 @@
-"""PNG bytes from RGB images: exact pixels back, a valid stream, the filter chosen by content, no bigger than before."""
+"""PNG bytes from RGB images: exact pixels back, a valid stream (one zlib stream over two bands deflated
+side by side), the filter chosen by content per band, no bigger than before."""
 
 from __future__ import annotations
 
 import io
 import random
 import struct
+import threading
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from PIL import Image, ImageDraw, ImageFilter
+from PIL import Image, ImageChops, ImageDraw, ImageFilter
 
-from corral.sandbox.png import choose_filter, encode_png
+from corral.sandbox import png
+from corral.sandbox.png import adler32_combine, choose_filter, encode_png
 
 WORDS = [
     "the",
@@ -121,13 +125,126 @@ def test_a_valid_stream_ihdr_idat_iend() -> None:
     assert parts[2][1] == b""
 
 
-def test_text_goes_unfiltered_and_photos_with_up() -> None:
+def test_text_goes_unfiltered_and_photos_with_avg() -> None:
     text, picture = text_page(), photo()
     assert choose_filter(text) == 0
     assert choose_filter(form()) == 0  # flat: long runs either way, and unfiltered ones repeat further back
-    assert choose_filter(picture) == 2
+    assert choose_filter(picture) == 3  # Avg: the left and upper neighbours predict a smooth picture best
     assert filter_bytes(encode_png(text), *text.size) == {0}
-    assert filter_bytes(encode_png(picture), *picture.size) == {2}
+    assert filter_bytes(encode_png(picture), *picture.size) == {3}
+
+
+def test_flat_rows_are_never_huffman_coded_alone() -> None:
+    """A flat page (one colour between a few edges): Huffman codes alone spend at least a bit on every
+    byte (48 KB for a blank 1280x400 band), runs and repeats a few bytes for a whole row."""
+    image = form()
+    assert 3 not in filter_bytes(encode_png(image), *image.size)
+    assert len(encode_png(image)) < 16_000
+
+
+def mixed(width: int = 1280, height: int = 800) -> Image.Image:
+    """A photo above, an article below: a page with a picture at its head."""
+    image = text_page(width, height)
+    image.paste(photo(width, height // 2), (0, 0))
+    return image
+
+
+def test_each_band_gets_its_own_filter() -> None:
+    """The image is two bands, each with the filter its own rows want: Avg for the photo, None for the
+    text (one filter for the whole image gave the text Avg's Huffman codes, 2.4x its size here)."""
+    image = mixed()
+    data = encode_png(image)
+    assert filter_bytes(data, *image.size) == {3, 0}
+    assert decoded(data).tobytes() == image.tobytes()
+    whole = Image.new("RGB", (image.width, image.height // 2))
+    whole.paste(image.crop((0, image.height // 2, image.width, image.height)))
+    assert len(encode_png(image)) < len(encode_png(photo(1280, 400))) + 2 * len(encode_png(whole))
+
+
+def test_avg_takes_the_floor_of_every_pair_of_bytes() -> None:
+    """Avg's predictor is floor((left + above) / 2); Pillow's add(scale=2) gives it for all 65,536 pairs."""
+    left = Image.merge(
+        "RGB", [Image.linear_gradient("L").rotate(90, expand=True).transpose(Image.Transpose.FLIP_LEFT_RIGHT)] * 3
+    )
+    above = Image.merge("RGB", [Image.linear_gradient("L")] * 3)
+    assert {left.getpixel((x, 0))[0] for x in range(256)} == set(range(256))
+    assert {above.getpixel((0, y))[0] for y in range(256)} == set(range(256))
+    mean = ImageChops.add(left, above, scale=2.0).tobytes()
+    a, b = left.tobytes(), above.tobytes()
+    assert mean == bytes((x + y) // 2 for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("kind", [0, 2, 3])
+def test_every_filter_round_trips_noise(kind: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Full-range noise through each filter, its bytes against PNG's definition, then decoded by Pillow."""
+    rng = random.Random(kind)
+    width, height = 37, 23
+    image = Image.frombytes("RGB", (width, height), rng.randbytes(width * height * 3))
+    raw = image.tobytes()
+    got = png._filtered(image, 0, height, kind).tobytes()
+
+    def at(x: int, y: int) -> int:
+        return raw[y * width * 3 + x] if x >= 0 and y >= 0 else 0
+
+    want = bytes(
+        (at(x, y) - (0 if kind == 0 else at(x, y - 1) if kind == 2 else (at(x - 3, y) + at(x, y - 1)) // 2)) % 256
+        for y in range(height)
+        for x in range(width * 3)
+    )
+    assert got == want
+    monkeypatch.setattr(png, "choose_filter", lambda *_: kind)
+    data = encode_png(image)
+    assert filter_bytes(data, width, height) == {kind}
+    assert decoded(data).tobytes() == raw
+
+
+@pytest.mark.parametrize("size", [(1280, 800), (1281, 801), (700, 125), (641, 205), (3, 90000)])
+def test_two_bands_make_one_zlib_stream(size: tuple[int, int]) -> None:
+    """Big enough to be cut in two: zlib checks the header, the joined deflate stream and the combined
+    Adler-32 as it inflates, and Pillow gets the exact pixels back."""
+    width, height = size
+    assert (3 * width + 1) * height >= png._SPLIT_BYTES
+    image = mixed(width, height) if width > 100 else photo(width, height)
+    data = encode_png(image)
+    assert [kind for kind, _ in chunks(data)] == [b"IHDR", b"IDAT", b"IEND"]
+    filter_bytes(data, width, height)  # zlib.decompress: header, stream, Adler-32
+    assert decoded(data).tobytes() == image.tobytes()
+
+
+def test_small_images_stay_on_the_calling_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under _SPLIT_BYTES one band, encoded where it is asked for; above, the upper band on the helper."""
+    seen: list[tuple[int, str]] = []
+    real = png._encode_band
+
+    def spy(image: Image.Image, top: int, bottom: int, last: bool) -> object:
+        seen.append((top, threading.current_thread().name))
+        return real(image, top, bottom, last)
+
+    monkeypatch.setattr(png, "_encode_band", spy)
+    me = threading.current_thread().name
+    encode_png(photo(200, 100))
+    assert seen == [(0, me)]
+    seen.clear()
+    encode_png(photo(1280, 400))
+    assert len(seen) == 2
+    assert dict(seen)[200] == me
+    assert dict(seen)[0].startswith("corral-png")
+
+
+def test_many_threads_at_once_each_get_their_own_image() -> None:
+    images = [photo(640 + i, 400 + i) for i in range(4)] + [text_page(1280, 400 + i) for i in range(4)]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        outs = list(pool.map(encode_png, images * 2))
+    for image, data in zip(images * 2, outs, strict=True):
+        assert decoded(data).tobytes() == image.tobytes()
+
+
+@pytest.mark.parametrize("split", [0, 1, 7, 65520, 65521, 65522, 200000, 300000])
+def test_adler32_combine_is_zlibs(split: int) -> None:
+    data = random.Random(split).randbytes(300000)
+    first, second = data[:split], data[split:]
+    assert adler32_combine(zlib.adler32(first), zlib.adler32(second), len(second)) == zlib.adler32(data)
+    assert adler32_combine(1, zlib.adler32(data), len(data)) == zlib.adler32(data)
 
 
 @pytest.mark.parametrize("make", [text_page, photo, form])
