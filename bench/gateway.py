@@ -23,6 +23,7 @@ import httpx
 from corral.client import SandboxClient
 from corral.gateway.server import running
 from corral.gateway.settings import GatewaySettings
+from corral.sandbox.settings import ControllerSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for what the bench does to Docker beside the runtime
 from tests.integration.dockerutil import DockerHarness
@@ -35,7 +36,7 @@ ANCHORS = [
     ("Browserbase, create + connect (209 + 114 ms)", 323),
 ]
 # Each process's PSS (or, where this uid may not read its smaps, its RSS), by pid (run inside the sandbox),
-# leaving out the reader itself.
+# leaving out the reader itself; Chromium's children named by their --type.
 PSS = r"""
 import json, os
 out = {}
@@ -44,6 +45,10 @@ for pid in filter(str.isdigit, os.listdir('/proc')):
         continue
     try:
         name = open(f'/proc/{pid}/comm').read().strip()
+        args = open(f'/proc/{pid}/cmdline').read().split(chr(0))
+        kind = [a.split('=', 1)[1] for a in args if a.startswith(('--type=', '--utility-sub-type='))]
+        kind += [args[args.index('-m') + 1]] if name == 'python' and '-m' in args[:-1] else []
+        name = ' '.join([name, *kind[-1:]])
         try:
             kib = sum(int(l.split()[1]) for l in open(f'/proc/{pid}/smaps_rollup') if l.startswith('Pss:'))
             out[pid] = [name, kib, "pss"]
@@ -57,6 +62,9 @@ print(json.dumps(out))
 
 
 IDLE_PSS_BUDGET_MIB = 300.0
+# An idle session: one whose Playwright driver has stopped (the controller stops it after this long
+# without a browser call; corral.sandbox.browser), measured a few seconds after that.
+IDLE_AFTER_S = ControllerSettings.model_fields["browser_idle_stop_s"].default + 3
 DENSITY_BUDGET = 24
 
 
@@ -145,8 +153,9 @@ def idle_pss(http: httpx.Client, runtime: DockerHarness, instance: str, network:
     created = http.post("/v1/sessions", json={}).json()
     with SandboxClient(f"{created['ws_url']}?token={created['token']}") as sb:
         sb.act({"type": "navigate", "url": "data:text/html,<h1>one idle page</h1>"})
+    navigated = time.monotonic()
     wait_pool(http, 1)
-    time.sleep(2)  # idle
+    time.sleep(max(2.0, IDLE_AFTER_S - (time.monotonic() - navigated)))  # idle
     cpu_start = runtime.cpu_seconds(created["container"])
     time.sleep(IDLE_CPU_WINDOW_S)
     idle_cpu = (runtime.cpu_seconds(created["container"]) - cpu_start) / IDLE_CPU_WINDOW_S * 100
@@ -161,6 +170,10 @@ def idle_pss(http: httpx.Client, runtime: DockerHarness, instance: str, network:
     by_name: dict[str, int] = {}
     for name, kib, _ in per_pid.values():
         by_name[name] = by_name.get(name, 0) + kib
+    processes = {
+        f"  {name} x{sum(1 for n, _, _ in per_pid.values() if n == name)}": kib / 1024
+        for name, kib in sorted(by_name.items(), key=lambda item: -item[1])
+    }
     groups = {"Xvfb": 0.0, "chromium": 0.0, "controller (python + playwright driver)": 0.0, "other": 0.0}
     for name, kib in by_name.items():
         key = (
@@ -169,11 +182,13 @@ def idle_pss(http: httpx.Client, runtime: DockerHarness, instance: str, network:
             else "chromium"
             if name.startswith("chrom")
             else "controller (python + playwright driver)"
-            if name in ("python", "node") or name.startswith("node-")  # the driver's main thread names it
+            if name in ("python corral.sandbox.controller", "node")
+            or name.startswith("node-")  # the driver's main thread names it
             else "other"
         )
         groups[key] += kib / 1024
     groups["total"] = sum(groups.values())
+    groups.update(processes)
     groups["egress sidecar (beside, not in the total)"] = sidecar
     groups["idle CPU, % of one core"] = idle_cpu
     return {k: round(v, 1) for k, v in groups.items()}

@@ -72,11 +72,13 @@ class Browser:
         connect_timeout_s: float = 10.0,
         idle_stop_s: float = 0.0,
         busy: Callable[[], bool] = lambda: False,
+        stopped: Callable[[], None] = lambda: None,
     ) -> None:
         self._cdp_url = cdp_url
         self._connect_timeout_s = connect_timeout_s
         self._idle_stop_s = idle_stop_s
         self._busy = busy
+        self._stopped = stopped  # called after an idle stop (the controller gives freed memory back)
         self._playwright: Playwright | None = None
         self._browser: PWBrowser | None = None
         self._lock = asyncio.Lock()
@@ -177,6 +179,7 @@ class Browser:
                     continue
                 await self._stop_driver()
                 self.stops += 1
+                self._stopped()
                 log.info("stopped the Playwright driver after %.0f s unused; Chromium keeps its tabs", idle)
             return
 

@@ -31,6 +31,7 @@ from corral.sandbox.screen import Screen, Settled
 from corral.sandbox.search import Search
 from corral.sandbox.settings import ControllerSettings
 from corral.sandbox.shell import PersistentShell
+from corral.sandbox.trim import release_memory
 from corral.sandbox.turns import ActionLock
 from corral.sandbox.xinput import XInput
 
@@ -122,7 +123,9 @@ class Desktop:
         editor = Editor(files, launcher)
         lock = ActionLock()
         # Never stopped under an action: a long navigation outlasts the idle time and still owns the driver.
-        browser = Browser(settings.cdp_url, idle_stop_s=settings.browser_idle_stop_s, busy=lock.locked)
+        browser = Browser(
+            settings.cdp_url, idle_stop_s=settings.browser_idle_stop_s, busy=lock.locked, stopped=release_memory
+        )
         return cls(
             settings,
             XInput(settings.display),
