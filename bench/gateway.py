@@ -45,7 +45,7 @@ for pid in filter(str.isdigit, os.listdir('/proc')):
         continue
     try:
         name = open(f'/proc/{pid}/comm').read().strip()
-        args = open(f'/proc/{pid}/cmdline').read().split(chr(0))
+        args = open(f'/proc/{pid}/cmdline').read().replace(chr(0), ' ').split()  # Chromium's children rewrite theirs
         kind = [a.split('=', 1)[1] for a in args if a.startswith(('--type=', '--utility-sub-type='))]
         kind += [args[args.index('-m') + 1]] if name == 'python' and '-m' in args[:-1] else []
         name = ' '.join([name, *kind[-1:]])
