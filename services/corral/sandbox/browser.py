@@ -38,6 +38,8 @@ _SETTLE_ERROR_PAGE_MS = 3_000
 # that is not starved paints far sooner, and the warning below says when it was not enough).
 _PAINT_TIMEOUT_S = 10.0
 _TWO_FRAMES_JS = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => done(true))))"
+# How long a tab may take to say whether it is the one on show (after a new connection).
+_VISIBLE_TIMEOUT_S = 1.0
 # A request pending longer than this is a long poll or a stream, not page loading.
 _LOADING_REQUEST_S = 1.5
 
@@ -252,7 +254,7 @@ class Browser:
         return [page for context in browser.contexts for page in context.pages if not page.is_closed()]
 
     async def page(self) -> Page:
-        """The active tab: the last one switched to or opened, else the first."""
+        """The active tab: the last one switched to or opened, else the one on show, else the first."""
         pages = await self._pages()
         if self._active is not None and self._active in pages:
             return self._active
@@ -260,8 +262,12 @@ class Browser:
             # Connected anew (after an idle stop): the tab on show is the active one, whether switched
             # to through this class before the stop or by a key or a click since.
             for page in pages:
-                with contextlib.suppress(PlaywrightError):
-                    if await page.evaluate("document.visibilityState") == "visible":
+                # Bounded: a tab whose script never yields must not hold up every browser call.
+                with contextlib.suppress(PlaywrightError, TimeoutError):
+                    if (
+                        await asyncio.wait_for(page.evaluate("document.visibilityState"), _VISIBLE_TIMEOUT_S)
+                        == "visible"
+                    ):
                         self._active = page
                         return page
         if pages:
