@@ -23,6 +23,7 @@ import httpx
 from corral.client import SandboxClient
 from corral.gateway.server import running
 from corral.gateway.settings import GatewaySettings
+from corral.sandbox.settings import ControllerSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for what the bench does to Docker beside the runtime
 from tests.integration.dockerutil import DockerHarness
@@ -35,7 +36,7 @@ ANCHORS = [
     ("Browserbase, create + connect (209 + 114 ms)", 323),
 ]
 # Each process's PSS (or, where this uid may not read its smaps, its RSS), by pid (run inside the sandbox),
-# leaving out the reader itself.
+# leaving out the reader itself; Chromium's children named by their --type.
 PSS = r"""
 import json, os
 out = {}
@@ -44,12 +45,18 @@ for pid in filter(str.isdigit, os.listdir('/proc')):
         continue
     try:
         name = open(f'/proc/{pid}/comm').read().strip()
+        args = open(f'/proc/{pid}/cmdline').read().replace(chr(0), ' ').split()  # Chromium's children rewrite theirs
+        kind = [a.split('=', 1)[1] for a in args if a.startswith(('--type=', '--utility-sub-type='))]
+        kind += [args[args.index('-m') + 1]] if name == 'python' and '-m' in args[:-1] else []
+        name = ' '.join([name, *kind[-1:]])
         try:
-            kib = sum(int(l.split()[1]) for l in open(f'/proc/{pid}/smaps_rollup') if l.startswith('Pss:'))
-            out[pid] = [name, kib, "pss"]
+            rows = [l.split() for l in open(f'/proc/{pid}/smaps_rollup')]
+            kib = sum(int(r[1]) for r in rows if r[0] == 'Pss:')
+            private = sum(int(r[1]) for r in rows if r[0] in ('Private_Clean:', 'Private_Dirty:'))
+            out[pid] = [name, kib, "pss", private]
         except OSError:
             rss = [int(l.split()[1]) for l in open(f'/proc/{pid}/status') if l.startswith('VmRSS:')]
-            out[pid] = [name, rss[0] if rss else 0, "rss"]
+            out[pid] = [name, rss[0] if rss else 0, "rss", rss[0] if rss else 0]
     except OSError:
         continue
 print(json.dumps(out))
@@ -57,6 +64,9 @@ print(json.dumps(out))
 
 
 IDLE_PSS_BUDGET_MIB = 300.0
+# An idle session: one whose Playwright driver has stopped (the controller stops it after this long
+# without a browser call; corral.sandbox.browser), measured a few seconds after that.
+IDLE_AFTER_S = ControllerSettings.model_fields["browser_idle_stop_s"].default + 3
 DENSITY_BUDGET = 24
 
 
@@ -135,7 +145,7 @@ def sidecar_pss(runtime: DockerHarness, instance: str, sandbox: str, shared: str
         on = set(container.attrs["NetworkSettings"]["Networks"])
         if container.id != runtime._container(sandbox).id and "egress" in (container.name or "") and on & networks:
             out = container.exec_run(["python3", "-c", PSS]).output.decode(errors="replace")
-            total += sum(kib for _, kib, _ in json.loads(out.strip().splitlines()[-1]).values()) / 1024
+            total += sum(row[1] for row in json.loads(out.strip().splitlines()[-1]).values()) / 1024
     return round(total, 1)
 
 
@@ -145,22 +155,27 @@ def idle_pss(http: httpx.Client, runtime: DockerHarness, instance: str, network:
     created = http.post("/v1/sessions", json={}).json()
     with SandboxClient(f"{created['ws_url']}?token={created['token']}") as sb:
         sb.act({"type": "navigate", "url": "data:text/html,<h1>one idle page</h1>"})
+    navigated = time.monotonic()
     wait_pool(http, 1)
-    time.sleep(2)  # idle
+    time.sleep(max(2.0, IDLE_AFTER_S - (time.monotonic() - navigated)))  # idle
     cpu_start = runtime.cpu_seconds(created["container"])
     time.sleep(IDLE_CPU_WINDOW_S)
     idle_cpu = (runtime.cpu_seconds(created["container"]) - cpu_start) / IDLE_CPU_WINDOW_S * 100
     # The sandbox's processes belong to two uids: each reads its own smaps (tini, root's, by RSS).
     per_pid: dict[str, list[Any]] = {}
     for user in ("corral", "agent"):
-        for pid, (name, kib, kind) in _pss_as(runtime, created["container"], user).items():
+        for pid, (name, kib, kind, private) in _pss_as(runtime, created["container"], user).items():
             if kind == "pss" or pid not in per_pid:
-                per_pid[pid] = [name, kib, kind]
+                per_pid[pid] = [name, kib, kind, private]
     sidecar = sidecar_pss(runtime, instance, created["container"], network)
     http.delete(f"/v1/sessions/{created['id']}")
     by_name: dict[str, int] = {}
-    for name, kib, _ in per_pid.values():
+    for name, kib, _, _ in per_pid.values():
         by_name[name] = by_name.get(name, 0) + kib
+    processes = {
+        f"  {name} x{sum(1 for row in per_pid.values() if row[0] == name)}": kib / 1024
+        for name, kib in sorted(by_name.items(), key=lambda item: -item[1])
+    }
     groups = {"Xvfb": 0.0, "chromium": 0.0, "controller (python + playwright driver)": 0.0, "other": 0.0}
     for name, kib in by_name.items():
         key = (
@@ -169,11 +184,16 @@ def idle_pss(http: httpx.Client, runtime: DockerHarness, instance: str, network:
             else "chromium"
             if name.startswith("chrom")
             else "controller (python + playwright driver)"
-            if name in ("python", "node") or name.startswith("node-")  # the driver's main thread names it
+            if name in ("python corral.sandbox.controller", "node")
+            or name.startswith("node-")  # the driver's main thread names it
             else "other"
         )
         groups[key] += kib / 1024
     groups["total"] = sum(groups.values())
+    groups.update(processes)
+    # Private memory (USS): PSS shares the image's file pages with every sandbox on the host, so it
+    # moves with how many run; the private part is what a change to the session itself moves.
+    groups["private (USS), all processes"] = sum(row[3] for row in per_pid.values()) / 1024
     groups["egress sidecar (beside, not in the total)"] = sidecar
     groups["idle CPU, % of one core"] = idle_cpu
     return {k: round(v, 1) for k, v in groups.items()}
@@ -229,6 +249,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--max-concurrent", type=int, default=26)
+    parser.add_argument("--idle-only", action="store_true", help="only the idle session's memory and CPU")
     args = parser.parse_args()
     runtime = DockerHarness()
     instance = f"bench-{os.getpid()}"
@@ -247,6 +268,11 @@ def main() -> int:
             running(settings) as url,
             httpx.Client(base_url=url, timeout=120, headers={"Authorization": f"Bearer {KEY}"}) as http,
         ):
+            if args.idle_only:
+                wait_pool(http, 1)
+                for name, mib in idle_pss(http, runtime, instance, settings.network).items():
+                    print(f"  {name:<54}{mib:>10.1f}")
+                return 0
             claims = claim_times(http, args.samples)
             colds = cold_start_times(http, args.samples)
             pss = idle_pss(http, runtime, instance, settings.network)

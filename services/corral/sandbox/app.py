@@ -109,12 +109,11 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
         live = LiveView(desktop.screen, encoder, busy=desktop.lock.locked, action_ended=desktop.lock.ended)
         viewers = Viewers(desktop, live, HumanInput(desktop, reporter, recorder))
         app.state.viewers = viewers
-        # Connect to Chromium early so the first browser action does not pay for it; keep the task.
-        app.state.warmup = asyncio.create_task(_warm(desktop))
+        # No Playwright connection at boot: its driver (node, about 80 MiB) starts on the first browser
+        # call and stops again when idle (corral.sandbox.browser), so an idle session holds none.
         try:
             yield
         finally:
-            app.state.warmup.cancel()
             await viewers.close()  # its viewers' detaching changes the lease: recorded and audited first
             await relays.close()  # as do exclusive CDP connections' detaching
             encoder.close()
@@ -382,13 +381,3 @@ def _verifier(settings: ControllerSettings) -> RequestVerifier | None:
     except (OSError, ValueError) as exc:
         log.error("no controller secret (%s): every route but /healthz refuses", exc)
         return None
-
-
-async def _warm(desktop: Desktop) -> None:
-    # Chromium starts beside the controller; connect as soon as its DevTools port answers.
-    for _ in range(400):
-        try:
-            await desktop.browser.page()
-            return
-        except ActionError:
-            await asyncio.sleep(0.05)

@@ -2,6 +2,12 @@
 
 The init restarts Chromium when it dies; the connection is then dropped and
 made again on the next call, so a browser crash costs one failed action at most.
+
+The Playwright driver (a node process, about 80 MiB PSS) is started on first need and stopped
+after ``idle_stop_s`` without a browser call: an idle session does not hold it. Chromium and its
+tabs are not the driver's, so they stay as they are across a stop; the next browser call starts
+the driver again (about 0.3 s) and finds them. What can be read without it (the active tab's URL
+and title, for the recording) is read from DevTools' ``/json/list`` instead (:meth:`Browser.info_at_hand`).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import logging
 import re
 import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -31,6 +38,8 @@ _SETTLE_ERROR_PAGE_MS = 3_000
 # that is not starved paints far sooner, and the warning below says when it was not enough).
 _PAINT_TIMEOUT_S = 10.0
 _TWO_FRAMES_JS = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => done(true))))"
+# How long a tab may take to say whether it is the one on show (after a new connection).
+_VISIBLE_TIMEOUT_S = 1.0
 # A request pending longer than this is a long poll or a stream, not page loading.
 _LOADING_REQUEST_S = 1.5
 
@@ -56,18 +65,36 @@ def pinned_endpoint(cdp_url: str, named: object) -> str | None:
 
 
 class Browser:
-    """One Playwright connection to the sandbox's Chromium, made lazily and remade after a restart."""
+    """One Playwright connection to the sandbox's Chromium, made lazily and remade after a restart;
+    its driver stopped after ``idle_stop_s`` unused (0: never), unless ``busy()`` says an action runs."""
 
-    def __init__(self, cdp_url: str, connect_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        cdp_url: str,
+        connect_timeout_s: float = 10.0,
+        idle_stop_s: float = 0.0,
+        busy: Callable[[], bool] = lambda: False,
+        stopped: Callable[[], None] = lambda: None,
+    ) -> None:
         self._cdp_url = cdp_url
         self._connect_timeout_s = connect_timeout_s
+        self._idle_stop_s = idle_stop_s
+        self._busy = busy
+        self._stopped = stopped  # called after an idle stop (the controller gives freed memory back)
         self._playwright: Playwright | None = None
         self._browser: PWBrowser | None = None
         self._lock = asyncio.Lock()
         self._active: Page | None = None
         self._ids: dict[Page, str] = {}
         self._next_id = itertools.count(1)
+        # Tab ids by Chromium's target id, kept across an idle stop: the same tab keeps its id.
+        self._by_target: dict[str, str] = {}
         self._pending: dict[Request, float] = {}
+        self._last_use = time.monotonic()
+        self._stopping = False  # the idle stop drops the connection on purpose: no warning for it
+        self._reaper: asyncio.Task[None] | None = None
+        self._starting: asyncio.Task[None] | None = None
+        self.stops = 0  # idle stops so far (for tests and logs)
 
     async def devtools_answer(self) -> bool:
         """Whether Chromium's DevTools endpoint answers (readiness; the Playwright link may still be forming)."""
@@ -96,8 +123,27 @@ class Browser:
     def connected(self) -> bool:
         return self._browser is not None and self._browser.is_connected()
 
+    @property
+    def driver_running(self) -> bool:
+        return self._playwright is not None
+
+    def wanted(self) -> None:
+        """An action that may make the page load (a click, a key) is running: start the driver in the
+        background if it is stopped, so the settle after it and the next ones see the page's requests
+        (:meth:`loading`). Nothing waits for it; a failure shows at the next browser call."""
+        self._last_use = time.monotonic()
+        if self.connected or (self._starting is not None and not self._starting.done()):
+            return
+        self._starting = asyncio.create_task(self._start_quietly())
+
+    async def _start_quietly(self) -> None:
+        with contextlib.suppress(ActionError):
+            await self.connect()
+
     async def connect(self) -> PWBrowser:
+        self._last_use = time.monotonic()
         async with self._lock:
+            self._last_use = time.monotonic()
             if self._browser is not None and self._browser.is_connected():
                 return self._browser
             try:
@@ -118,7 +164,43 @@ class Browser:
             self._browser = browser
             self._active = None
             self._ids.clear()
+            self._last_use = time.monotonic()
+            if self._idle_stop_s > 0 and (self._reaper is None or self._reaper.done()):
+                self._reaper = asyncio.create_task(self._stop_when_idle())
             return browser
+
+    async def _stop_when_idle(self) -> None:
+        """Stop the driver once no browser call has come for ``idle_stop_s`` (and no action runs)."""
+        while self._playwright is not None:
+            idle = time.monotonic() - self._last_use
+            if idle < self._idle_stop_s or self._busy() or self._lock.locked():
+                await asyncio.sleep(max(0.5, self._idle_stop_s - idle))
+                continue
+            async with self._lock:
+                if time.monotonic() - self._last_use < self._idle_stop_s or self._busy():
+                    continue
+                await self._stop_driver()
+                self.stops += 1
+                self._stopped()
+                log.info("stopped the Playwright driver after %.0f s unused; Chromium keeps its tabs", idle)
+            return
+
+    async def _stop_driver(self) -> None:
+        """End the driver (node) and with it the connection; Chromium and its pages are left as they are.
+        Not ``Browser.close()``: over CDP that closes the contexts Playwright made."""
+        self._stopping = True
+        try:
+            if self._playwright is not None:
+                await self._playwright.stop()
+        except Exception as exc:  # it is going either way
+            log.warning("the Playwright driver did not stop cleanly: %r", exc)
+        finally:
+            self._playwright = None
+            self._browser = None
+            self._active = None
+            self._ids.clear()
+            self._pending.clear()
+            self._stopping = False
 
     def _track(self, context: BrowserContext) -> None:
         context.on("request", self._request_started)
@@ -139,13 +221,18 @@ class Browser:
         return any(started > cutoff for started in self._pending.values())
 
     def _forget(self, _browser: PWBrowser) -> None:
-        log.warning("lost the connection to Chromium; reconnecting on the next browser action")
+        if not self._stopping:
+            log.warning("lost the connection to Chromium; reconnecting on the next browser action")
         self._browser = None
         self._active = None
         self._ids.clear()
         self._pending.clear()
 
     async def close(self) -> None:
+        for task in (self._reaper, self._starting):
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*(t for t in (self._reaper, self._starting) if t is not None), return_exceptions=True)
         if self._browser is not None:
             await self._browser.close()
             self._browser = None
@@ -153,9 +240,13 @@ class Browser:
             await self._playwright.stop()
             self._playwright = None
 
-    def _tab_id(self, page: Page) -> str:
+    async def _tab_id(self, page: Page) -> str:
         if page not in self._ids:
-            self._ids[page] = f"tab-{next(self._next_id)}"
+            target = await _target_id(page)
+            if target is None:
+                self._ids[page] = f"tab-{next(self._next_id)}"
+            else:
+                self._ids[page] = self._by_target.setdefault(target, f"tab-{next(self._next_id)}")
         return self._ids[page]
 
     async def _pages(self) -> list[Page]:
@@ -163,10 +254,22 @@ class Browser:
         return [page for context in browser.contexts for page in context.pages if not page.is_closed()]
 
     async def page(self) -> Page:
-        """The active tab: the last one switched to or opened, else the first."""
+        """The active tab: the last one switched to or opened, else the one on show, else the first."""
         pages = await self._pages()
         if self._active is not None and self._active in pages:
             return self._active
+        if len(pages) > 1:
+            # Connected anew (after an idle stop): the tab on show is the active one, whether switched
+            # to through this class before the stop or by a key or a click since.
+            for page in pages:
+                # Bounded: a tab whose script never yields must not hold up every browser call.
+                with contextlib.suppress(PlaywrightError, TimeoutError):
+                    if (
+                        await asyncio.wait_for(page.evaluate("document.visibilityState"), _VISIBLE_TIMEOUT_S)
+                        == "visible"
+                    ):
+                        self._active = page
+                        return page
         if pages:
             self._active = pages[0]
             return pages[0]
@@ -252,6 +355,23 @@ class Browser:
     async def info(self) -> dict[str, Any]:
         return await self._info(await self.page())
 
+    async def info_at_hand(self) -> dict[str, Any]:
+        """The active tab's URL and title without starting the driver: Playwright's view when it is
+        connected, else DevTools' ``/json/list`` (its first page: Chromium lists the most recently
+        active first). Empty when neither answers."""
+        if self.connected:
+            return await self.info()
+        try:
+            async with httpx.AsyncClient(timeout=1.0) as http:
+                listed = (await http.get(f"{self._cdp_url}/json/list")).json()
+        except (httpx.HTTPError, ValueError):
+            return {}
+        for target in listed if isinstance(listed, list) else []:
+            if isinstance(target, dict) and target.get("type") == "page":
+                url, title = target.get("url"), target.get("title")
+                return {"url": url if isinstance(url, str) else None, "title": title if isinstance(title, str) else ""}
+        return {}
+
     async def focused_page(self) -> Page:
         """The tab that has the focus (the one X keyboard input reaches), else the active one."""
         for page in await self._pages():
@@ -275,7 +395,7 @@ class Browser:
         active = await self.page() if pages else None
         listed = []
         for index, page in enumerate(pages):
-            entry = {"index": index, "id": self._tab_id(page), "active": page is active, **await self._info(page)}
+            entry = {"index": index, "id": await self._tab_id(page), "active": page is active, **await self._info(page)}
             listed.append(entry)
         return {"tabs": listed}
 
@@ -286,7 +406,7 @@ class Browser:
                 return pages[ref]
         else:
             for page in pages:
-                if self._tab_id(page) == ref:
+                if await self._tab_id(page) == ref:
                     return page
         raise ActionError(ErrorCode.NO_SUCH_TAB, f"no tab {ref!r}; there are {len(pages)} tabs", field="action.tab")
 
@@ -301,18 +421,18 @@ class Browser:
                 raise ActionError(
                     ErrorCode.NAVIGATION_FAILED, exc.message.splitlines()[0], field="action.url"
                 ) from None
-        return {"id": self._tab_id(page), **await self._info(page)}
+        return {"id": await self._tab_id(page), **await self._info(page)}
 
     async def tab_switch(self, ref: str | int) -> dict[str, Any]:
         page = await self._find(ref)
         await page.bring_to_front()
         self._active = page
         await self._painted(page)
-        return {"id": self._tab_id(page), **await self._info(page)}
+        return {"id": await self._tab_id(page), **await self._info(page)}
 
     async def tab_close(self, ref: str | int | None) -> dict[str, Any]:
         page = await self.page() if ref is None else await self._find(ref)
-        closed = self._tab_id(page)
+        closed = await self._tab_id(page)
         if len(await self._pages()) == 1:
             # Chromium exits with its last window; keep one blank tab instead.
             await page.context.new_page()
@@ -324,6 +444,20 @@ class Browser:
         if remaining:
             await (await self.page()).bring_to_front()
         return {"closed": closed, "tabs": len(remaining)}
+
+
+async def _target_id(page: Page) -> str | None:
+    """Chromium's id for the page's target (None if it cannot say: the page is closing)."""
+    try:
+        session = await page.context.new_cdp_session(page)
+        try:
+            info = await session.send("Target.getTargetInfo")
+        finally:
+            await session.detach()
+    except PlaywrightError:
+        return None
+    target = info.get("targetInfo", {}).get("targetId")
+    return target if isinstance(target, str) else None
 
 
 async def _downloads_as_the_policy_says(browser: PWBrowser) -> None:

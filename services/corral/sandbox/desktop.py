@@ -31,10 +31,13 @@ from corral.sandbox.screen import Screen, Settled
 from corral.sandbox.search import Search
 from corral.sandbox.settings import ControllerSettings
 from corral.sandbox.shell import PersistentShell
+from corral.sandbox.trim import release_memory
 from corral.sandbox.turns import ActionLock
 from corral.sandbox.xinput import XInput
 
 MULTI_CLICK_GAP_S = 0.02
+# Input that may make the page load or change: what the settle after it waits on (Browser.loading).
+_MAY_LOAD = (a.Click, a.MouseDown, a.MouseUp, a.Drag, a.Scroll, a.Type, a.Key)
 
 # Viewport origin of Chromium's active tab on the screen, for pixel-exact wheel events over CDP.
 _VIEWPORT_JS = """() => {
@@ -86,6 +89,7 @@ class Desktop:
         patcher: Patcher | None = None,
         search: Search | None = None,
         shell: PersistentShell | None = None,
+        lock: ActionLock | None = None,
     ) -> None:
         self._settings = settings
         self.input = input
@@ -102,7 +106,7 @@ class Desktop:
         # The session's one persistent bash (the shell action), a process of the table's.
         self.shell = shell
         self.size = Size(self.screen.width, self.screen.height)
-        self.lock = ActionLock()  # the live view waits for its release (corral.sandbox.turns)
+        self.lock = ActionLock() if lock is None else lock  # the live view waits for its release (corral.sandbox.turns)
         # Who may drive this desktop now (the agent, a human with a control link, an exclusive CDP client).
         self.lease = ControlLease()
 
@@ -114,10 +118,14 @@ class Desktop:
         launcher = LauncherClient(settings.launcher_socket)
         placeholders = Placeholders()
         processes = ProcessTable(launcher, settings.process_settings(), placeholders)
-        browser = Browser(settings.cdp_url)
         screen = Screen(settings.display)
         files = AgentFiles(launcher)
         editor = Editor(files, launcher)
+        lock = ActionLock()
+        # Never stopped under an action: a long navigation outlasts the idle time and still owns the driver.
+        browser = Browser(
+            settings.cdp_url, idle_stop_s=settings.browser_idle_stop_s, busy=lock.locked, stopped=release_memory
+        )
         return cls(
             settings,
             XInput(settings.display),
@@ -130,6 +138,7 @@ class Desktop:
             patcher=Patcher(editor, launcher),
             search=Search(files, processes),
             shell=PersistentShell(processes),
+            lock=lock,
         )
 
     async def close(self) -> None:
@@ -198,6 +207,10 @@ class Desktop:
             raise ActionError(ErrorCode.BROWSER_UNAVAILABLE, message) from None
 
     async def _run(self, action: a.NativeAction, after: After, context: RunContext) -> ActionResult:
+        if isinstance(action, _MAY_LOAD):
+            # The driver stopped while the session was idle: start it beside this action, so the
+            # settles from here on see the page's requests again.
+            self.browser.wanted()
         match action:
             case a.Screenshot() | a.Zoom():
                 return await self.capture(action.options(), after)

@@ -194,8 +194,9 @@ class Recorder:
             log.warning("no frame for recorded event %s: %s", event["seq"], exc)
         if event.get("title") is None:
             # Read once the action is done; on a page that changes its title late, it may be that later one.
+            # From what is at hand: a click's event must not start the Playwright driver just for this.
             try:
-                info = await asyncio.wait_for(self._desktop.browser.info(), 1.0)
+                info = await asyncio.wait_for(self._desktop.browser.info_at_hand(), 1.0)
                 event["title"] = info.get("title")
                 event["url"] = event.get("url") or info.get("url")
             except Exception:

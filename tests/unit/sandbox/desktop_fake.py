@@ -18,6 +18,7 @@ class Parts:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, tuple[Any, ...]]] = []
+        self.wanted = 0  # the browser's driver asked for in the background (Browser.wanted)
 
     def log(self, part: str, method: str, *args: Any) -> None:
         self.calls.append((part, method, args))
@@ -70,6 +71,9 @@ class FakeBrowser:
 
     def current_url(self) -> str:
         return "https://page.test/"
+
+    def wanted(self) -> None:
+        self._parts.wanted += 1  # not a call on the page: kept apart from the calls logged
 
     def __getattr__(self, method: str) -> Any:
         async def call(*args: Any) -> dict[str, Any]:

@@ -96,3 +96,22 @@ async def test_every_action_in_the_union_has_a_handler(kind: str, monkeypatch: p
     assert (result.image is IMAGE) == (kind in ("screenshot", "zoom"))
     touched = {part for part, _, _ in parts.calls}
     assert touched == ({PART[kind]} if PART[kind] else set()), parts.calls
+
+
+@pytest.mark.parametrize("kind", ["click", "mouse_down", "mouse_up", "drag", "scroll", "type", "key"])
+async def test_input_that_may_load_a_page_asks_for_the_browser_driver(kind: str) -> None:
+    # The driver stops while the session is idle; input brings it back (in the background) so the
+    # settles after it see the page's requests again.
+    parts = Parts()
+    action: Any = ACTIONS[kind].model_validate({"type": kind, **EXAMPLES[kind]})
+    await fake_desktop(parts).run(action, After())
+    assert parts.wanted == 1
+
+
+@pytest.mark.parametrize("kind", ["screenshot", "cursor_position", "wait", "file_read", "exec"])
+async def test_looking_and_commands_leave_the_browser_driver_stopped(kind: str) -> None:
+    # A pool of idle sessions answering screenshots (the density bench) must not start a driver each.
+    parts = Parts()
+    action: Any = ACTIONS[kind].model_validate({"type": kind, **EXAMPLES[kind]})
+    await fake_desktop(parts).run(action, After())
+    assert parts.wanted == 0

@@ -103,7 +103,7 @@ async def test_what_strict_json_cannot_carry_is_recorded_as_it_can() -> None:
 
 
 class _TitledBrowser(FakeBrowser):
-    async def info(self) -> dict[str, Any]:
+    async def info_at_hand(self) -> dict[str, Any]:
         return {"url": "https://page.test/\ud800", "title": "evil \ud800"}
 
 
@@ -119,3 +119,18 @@ async def test_a_page_title_with_a_lone_surrogate_keeps_the_recording_readable()
     json.dumps(answer, ensure_ascii=False, allow_nan=False).encode()
     [event] = answer["events"]
     assert event["title"] == "evil \ufffd" and event["url"] == "https://page.test/\ufffd"
+
+
+async def test_an_events_page_state_is_read_from_what_is_at_hand() -> None:
+    # A click's event must not start the Playwright driver (stopped while idle) just to read a title.
+    parts = Parts()
+    recorder = Recorder(fake_desktop(parts))
+    click = {"type": "click", "x": 1, "y": 1}
+    try:
+        recorder.record({"request": {"id": 1, "action": click}, "native": [click], "ok": True, "reply": {"ok": True}})
+        answer = await recorder.after(0, 10_000)
+    finally:
+        await recorder.close()
+    [event] = answer["events"]
+    assert event["title"] == "after info_at_hand"
+    assert parts.methods("browser") == ["info_at_hand"]
