@@ -77,6 +77,21 @@ def budget_line(name: str, value: float, unit: str, op: str, budget: float) -> b
     return ok
 
 
+def bench_settings(max_sessions: int) -> GatewaySettings:
+    """A gateway of the bench's own (instance, network and data dir named by this process), with a
+    pool of one and room for ``max_sessions``."""
+    return GatewaySettings(
+        port=free_port(),
+        data_dir=Path(tempfile.mkdtemp(prefix="corral-bench-")),
+        api_key=KEY,
+        instance=f"bench-{os.getpid()}",
+        pool_size=1,
+        max_sessions=max_sessions,
+        max_sessions_per_key=max_sessions,
+        network=f"corral-bench-{os.getpid()}",
+    )
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -252,17 +267,8 @@ def main() -> int:
     parser.add_argument("--idle-only", action="store_true", help="only the idle session's memory and CPU")
     args = parser.parse_args()
     runtime = DockerHarness()
-    instance = f"bench-{os.getpid()}"
-    settings = GatewaySettings(
-        port=free_port(),
-        data_dir=Path(tempfile.mkdtemp(prefix="corral-bench-")),
-        api_key=KEY,
-        instance=instance,
-        pool_size=1,
-        max_sessions=args.max_concurrent + 2,
-        max_sessions_per_key=args.max_concurrent + 2,
-        network=f"corral-bench-{os.getpid()}",
-    )
+    settings = bench_settings(args.max_concurrent + 2)
+    instance = settings.instance
     try:
         with (
             running(settings) as url,

@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -23,11 +22,10 @@ from typing import Any
 import httpx
 
 from corral.gateway.server import running
-from corral.gateway.settings import GatewaySettings
 from corral.runtime.docker import DockerRuntime
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.gateway import KEY, free_port, wait_pool
+from bench.gateway import KEY, bench_settings, wait_pool
 from tests.integration.dockerutil import DockerHarness
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -148,17 +146,8 @@ def main() -> int:
     args = parser.parse_args()
     count_docker_calls()
     runtime = DockerHarness()
-    instance = f"bench-{os.getpid()}"
-    settings = GatewaySettings(
-        port=free_port(),
-        data_dir=Path(tempfile.mkdtemp(prefix="corral-bench-")),
-        api_key=KEY,
-        instance=instance,
-        pool_size=1,
-        max_sessions=args.sessions + 2,
-        max_sessions_per_key=args.sessions + 2,
-        network=f"corral-bench-{os.getpid()}",
-    )
+    settings = bench_settings(args.sessions + 2)
+    instance = settings.instance
     try:
         with (
             running(settings) as url,
