@@ -941,16 +941,7 @@ class SessionManager:
                 or (pair.egress is not None and proxies.get(pair.session_id) != "running")
             )
         ]
-        for pair in dead:
-            self._pool.remove(pair)
-            log.warning("pooled sandbox %s stopped running; removing it and starting one", pair.sandbox.name)
-        if dead:
-            self._refill.set()
-            _, cancelled = await _settle(*(asyncio.ensure_future(self._remove_pair(pair)) for pair in dead))
-            if cancelled:
-                # A stop came while the removals ran: they are done, and the reaper ends with the stop
-                # (swallowed here, the cancellation left the loop ticking and the stop waiting on it).
-                raise asyncio.CancelledError
+        await self._drop_pooled(dead, "stopped running")
 
     async def _check_pool_answers(self) -> None:
         """Every pooled sandbox's controller answers (the claim's own look, :meth:`_answers`, all at
@@ -959,14 +950,20 @@ class SessionManager:
         results = await asyncio.gather(*(self._answers(pair.sandbox) for pair in pooled), return_exceptions=True)
         dead = [pair for pair, result in zip(pooled, results, strict=True) if isinstance(result, Exception)]
         dead = [pair for pair in dead if pair in self._pool]  # a claim may have taken it meanwhile
+        await self._drop_pooled(dead, "does not answer")
+
+    async def _drop_pooled(self, dead: Sequence[Pair], why: str) -> None:
+        """Pooled pairs out of the pool and removed; the pool refills."""
         for pair in dead:
             self._pool.remove(pair)
-            log.warning("pooled sandbox %s does not answer; removing it and starting one", pair.sandbox.name)
+            log.warning("pooled sandbox %s %s; removing it and starting one", pair.sandbox.name, why)
         if dead:
             self._refill.set()
             _, cancelled = await _settle(*(asyncio.ensure_future(self._remove_pair(pair)) for pair in dead))
             if cancelled:
-                raise asyncio.CancelledError  # as in _check_pool: the reaper ends with a stop
+                # A stop came while the removals ran: they are done, and the reaper ends with the stop
+                # (swallowed here, the cancellation left the loop ticking and the stop waiting on it).
+                raise asyncio.CancelledError
 
     async def _watch_egress(self, listing: Listing | None) -> None:
         """The egress watchdog's round: every live session's proxy running (restarted when not, its
