@@ -82,10 +82,11 @@ def _make_link(gw: RunningGateway, session_id: str, mode: str, **body: Any) -> t
     return made.json(), made.json()["url"].split("#link=", 1)[1]
 
 
-def _live(gw: RunningGateway, session_id: str, credential: str) -> ClientConnection:
-    ws = connect(f"{gw.ws}/v1/sessions/{session_id}/live", max_size=None, open_timeout=20)
-    ws.send(json.dumps({"type": "auth", "credential": credential}))
-    return ws
+@contextlib.contextmanager
+def _live(gw: RunningGateway, session_id: str, credential: str) -> Iterator[ClientConnection]:
+    with connect(f"{gw.ws}/v1/sessions/{session_id}/live", max_size=None, open_timeout=20) as ws:
+        ws.send(json.dumps({"type": "auth", "credential": credential}))
+        yield ws
 
 
 def _hello(ws: ClientConnection) -> dict[str, Any]:
