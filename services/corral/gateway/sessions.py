@@ -64,7 +64,8 @@ POOL_CHECK_TICKS = 5
 # container that stopped, not a controller that hangs in a running one, which a claim would otherwise
 # find by waiting HAND_OUT_CHECK_S for it before it starts one cold).
 POOL_ANSWER_TICKS = 30
-GROUND_CHECK_S = 5.0  # how often the reaper looks at the proxies started ahead with grounds
+# The held grounds' proxies are judged from the pool's listing, on the same ticks (one listing for both).
+GROUND_CHECK_TICKS = POOL_CHECK_TICKS
 
 KIND_LABEL = "corral.kind"
 GATEWAY_LABEL = "corral.gateway"
@@ -94,6 +95,7 @@ class Listing:
 
     watched: frozenset[str]
     proxies: Mapping[str, State]
+    grounds: tuple[Ground, ...] = ()  # held grounds with a proxy, snapshot before the listing
     taken_at: float = field(default_factory=time.monotonic)
 
 
@@ -209,7 +211,6 @@ class SessionManager:
         self._tasks: set[asyncio.Task[None]] = set()
         self._ends: set[asyncio.Task[None]] = set()  # sessions being ended in the background
         self._starting_pool = 0
-        self._grounds_checked = 0.0  # when the reaper last looked at the grounds' proxies
         self._on_claim = on_claim  # (source "pool" | "cold", seconds), for the metrics
         self.host_guarded = False
         self.reaper_ticks = 0  # how many the reaper began (the unit tests count its work against them)
@@ -908,17 +909,22 @@ class SessionManager:
         live = [s for s in self._sessions.values() if s.state == "ready"]
         # Before the listing: a pair that joins meanwhile may be missing from it.
         pooled = list(self._pool) if live or pool_due else []
-        if not live and not pooled:
+        grounds: tuple[Ground, ...] = ()
+        if pool_due and self.grounds is not None:
+            grounds = tuple(g for g in self.grounds.held() if g.egress is not None)
+        if not live and not pooled and not grounds:
             return None
         labels = {GATEWAY_LABEL: self._settings.instance}
-        states = await asyncio.to_thread(self._runtime.sandbox_states, labels)
+        states: Mapping[str, State] = {}
+        if live or pooled:
+            states = await asyncio.to_thread(self._runtime.sandbox_states, labels)
         listing = None
         if self.egress is not None and (
-            any(s.egress is not None for s in live) or any(p.egress is not None for p in pooled)
+            any(s.egress is not None for s in live) or any(p.egress is not None for p in pooled) or grounds
         ):
             # Snapshot first, as above: only these sessions' proxies are sure to be in the listing.
             watched = frozenset(s.id for s in live if s.egress is not None)
-            listing = Listing(watched, await asyncio.to_thread(self._runtime.proxy_states, labels))
+            listing = Listing(watched, await asyncio.to_thread(self._runtime.proxy_states, labels), grounds)
         for session in live:
             if states.get(session.sandbox.id) not in ALIVE_STATES:
                 await self._end_if_dead(session)
@@ -1032,7 +1038,7 @@ class SessionManager:
             except Exception:
                 log.exception("sandbox liveness check failed")
             try:
-                await self._check_grounds(now)
+                self._check_grounds(listing)
             except Exception:
                 log.exception("ground proxy check failed")
             if self.egress is not None:
@@ -1062,18 +1068,20 @@ class SessionManager:
                 if reason is not None:
                     self._end_soon(session, reason)
 
-    async def _check_grounds(self, now: float) -> None:
-        """Grounds whose proxy, started ahead, stopped running (Docker restarts a crashed one; one
-        removed or stuck is not) leave the pool and are made again, so a cold start rarely meets a dead
-        one (its policy call would fail it). One listing every GROUND_CHECK_S, none without such grounds."""
-        if self.grounds is None or self.egress is None or now - self._grounds_checked < GROUND_CHECK_S:
+    def _check_grounds(self, listing: Listing | None) -> None:
+        """Held grounds whose proxy, started ahead, stopped running leave the pool and are made again,
+        judged from the tick's own listing (every GROUND_CHECK_TICKS ticks, with the pool's): only the
+        grounds held before it was made, and still held (a cold start may have taken one meanwhile)."""
+        if self.grounds is None or listing is None or not listing.grounds:
             return
-        self._grounds_checked = now
-        held = [ground for ground in self.grounds.held() if ground.egress is not None]
-        if not held:
-            return
-        states = await asyncio.to_thread(self._runtime.proxy_states, {GATEWAY_LABEL: self._settings.instance})
-        dead = [ground for ground in held if states.get(ground.session_id) not in ("running", "restarting")]
+        held = self.grounds.held()
+        dead = [
+            g
+            for g in listing.grounds
+            # Running only: a cold start's policy call fails on a proxy Docker is restarting, and a
+            # ground is cheap to make again.
+            if g in held and listing.proxies.get(g.session_id) != "running"
+        ]
         for ground in dead:
             log.warning("the proxy started ahead for ground %s is not running; making another", ground.session_id)
         self.grounds.retire(dead)

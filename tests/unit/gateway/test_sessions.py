@@ -760,6 +760,35 @@ async def _ticks_until(manager: SessionManager, count: int) -> None:
     raise AssertionError("the reaper stopped ticking")
 
 
+async def test_held_grounds_proxies_are_judged_from_the_ticks_one_listing(tmp_path: Path) -> None:
+    runtime = CountingRuntime()
+    manager = await _egress_manager(tmp_path, runtime, ground_pool_size=2)
+    assert manager.egress is not None and manager.grounds is not None
+
+    async def policy_set(egress: Egress, allow: object, mode: object, actor: object, timeout_s: float) -> None:
+        return None
+
+    manager.egress.set_start_policy = policy_set  # type: ignore[method-assign]
+    try:
+        await asyncio.wait_for(manager.grounds.filled.wait(), 10)
+        session, _ = await manager.create("key-a", COLD)  # takes a ground, its proxy started ahead
+        assert session.egress is not None
+        await asyncio.wait_for(manager.grounds.filled.wait(), 10)
+        await _ticks_until(manager, 2)
+        listings, ticks = runtime.proxy_listings, manager.reaper_ticks
+        await _ticks_until(manager, 20)
+        # The grounds' proxies are in the listing the tick made for the session's: none of their own.
+        assert runtime.proxy_listings - listings <= manager.reaper_ticks - ticks + 1
+        # And one of them that is not running (Docker restarting it) is made again from that listing.
+        ground = manager.grounds.held()[0]
+        proxy, labels, _ = runtime.proxies[ground.session_id]
+        runtime.proxies[ground.session_id] = (proxy, labels, "restarting")
+        await _ticks_until(manager, sessions.POOL_CHECK_TICKS + 1)
+        assert ground not in manager.grounds.held() and ground.session_id not in runtime.proxies
+    finally:
+        await manager.stop()
+
+
 async def test_an_idle_pool_alone_is_listed_every_few_ticks(tmp_path: Path) -> None:
     runtime, answered = CountingRuntime(), Answered()
     manager = await _pool_manager(tmp_path, runtime, answered, reap_interval_s=0.02)
