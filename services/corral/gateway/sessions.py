@@ -58,14 +58,13 @@ PLACEHOLDERS_TIMEOUT_S = 2.0  # the watchdog's look at a controller's placeholde
 HAND_OUT_CHECK_S = 2.0  # the last look at a pooled sandbox before it is handed out
 # A pool with no live session beside it is listed every this many reaper ticks (beside live sessions,
 # every tick: the same listing covers both). A dead pooled pair is then out of the pool within
-# POOL_CHECK_TICKS * reap_interval_s; a claim's own last look stands behind that.
+# POOL_CHECK_TICKS * reap_interval_s; a claim's own last look stands behind that. The held grounds'
+# proxies are judged from the same listing, on the same ticks.
 POOL_CHECK_TICKS = 5
 # Every this many ticks each pooled sandbox's controller is asked to answer too (the listing sees only a
 # container that stopped, not a controller that hangs in a running one, which a claim would otherwise
 # find by waiting HAND_OUT_CHECK_S for it before it starts one cold).
 POOL_ANSWER_TICKS = 30
-# The held grounds' proxies are judged from the pool's listing, on the same ticks (one listing for both).
-GROUND_CHECK_TICKS = POOL_CHECK_TICKS
 
 KIND_LABEL = "corral.kind"
 GATEWAY_LABEL = "corral.gateway"
@@ -1070,7 +1069,7 @@ class SessionManager:
 
     def _check_grounds(self, listing: Listing | None) -> None:
         """Held grounds whose proxy, started ahead, stopped running leave the pool and are made again,
-        judged from the tick's own listing (every GROUND_CHECK_TICKS ticks, with the pool's): only the
+        judged from the tick's own listing (every POOL_CHECK_TICKS ticks, with the pool's): only the
         grounds held before it was made, and still held (a cold start may have taken one meanwhile)."""
         if self.grounds is None or listing is None or not listing.grounds:
             return
