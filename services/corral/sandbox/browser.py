@@ -250,8 +250,14 @@ class Browser:
         return self._ids[page]
 
     async def _pages(self) -> list[Page]:
+        """The open tabs in the order this controller first saw them (by their ids), the same after a
+        driver restart: a new connection lists its pages in the order Chromium reports its targets,
+        which is not the old one's, and an agent's tab indexes must not move under it."""
         browser = await self.connect()
-        return [page for context in browser.contexts for page in context.pages if not page.is_closed()]
+        pages = [page for context in browser.contexts for page in context.pages if not page.is_closed()]
+        for page in pages:
+            await self._tab_id(page)  # a tab not seen yet gets the next id, in the connection's order
+        return sorted(pages, key=lambda page: int(self._ids[page].removeprefix("tab-")))
 
     async def page(self) -> Page:
         """The active tab: the last one switched to or opened, else the one on show, else the first."""
