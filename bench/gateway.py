@@ -7,6 +7,7 @@ and how many concurrent sessions this machine holds while each answers a screens
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -14,6 +15,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -77,10 +79,13 @@ def budget_line(name: str, value: float, unit: str, op: str, budget: float) -> b
     return ok
 
 
-def bench_settings(max_sessions: int) -> GatewaySettings:
-    """A gateway of the bench's own (instance, network and data dir named by this process), with a
-    pool of one and room for ``max_sessions``."""
-    return GatewaySettings(
+@contextlib.contextmanager
+def bench_gateway(runtime: DockerHarness, max_sessions: int) -> Iterator[tuple[GatewaySettings, httpx.Client]]:
+    """A running gateway of the bench's own (instance, network and data dir named by this process),
+    with a pool of one and room for ``max_sessions``, and a client with its key. Afterwards its
+    sandboxes, their proxies and session networks go, then its own network: a machine that runs the
+    benches often would run out of Docker's address pools otherwise."""
+    settings = GatewaySettings(
         port=free_port(),
         data_dir=Path(tempfile.mkdtemp(prefix="corral-bench-")),
         api_key=KEY,
@@ -90,6 +95,15 @@ def bench_settings(max_sessions: int) -> GatewaySettings:
         max_sessions_per_key=max_sessions,
         network=f"corral-bench-{os.getpid()}",
     )
+    try:
+        with (
+            running(settings) as url,
+            httpx.Client(base_url=url, timeout=120, headers={"Authorization": f"Bearer {KEY}"}) as http,
+        ):
+            yield settings, http
+    finally:
+        runtime.remove_all({"corral.gateway": settings.instance})
+        runtime.remove_network(settings.network)
 
 
 def free_port() -> int:
@@ -267,27 +281,16 @@ def main() -> int:
     parser.add_argument("--idle-only", action="store_true", help="only the idle session's memory and CPU")
     args = parser.parse_args()
     runtime = DockerHarness()
-    settings = bench_settings(args.max_concurrent + 2)
-    instance = settings.instance
-    try:
-        with (
-            running(settings) as url,
-            httpx.Client(base_url=url, timeout=120, headers={"Authorization": f"Bearer {KEY}"}) as http,
-        ):
-            if args.idle_only:
-                wait_pool(http, 1)
-                for name, mib in idle_pss(http, runtime, instance, settings.network).items():
-                    print(f"  {name:<54}{mib:>10.1f}")
-                return 0
-            claims = claim_times(http, args.samples)
-            colds = cold_start_times(http, args.samples)
-            pss = idle_pss(http, runtime, instance, settings.network)
-            held, steps = concurrency(http, args.max_concurrent)
-    finally:
-        # Sandboxes, their proxies and session networks, then the bench's own network: a machine that
-        # runs the bench often would run out of Docker's address pools otherwise.
-        runtime.remove_all({"corral.gateway": instance})
-        runtime.remove_network(settings.network)
+    with bench_gateway(runtime, args.max_concurrent + 2) as (settings, http):
+        if args.idle_only:
+            wait_pool(http, 1)
+            for name, mib in idle_pss(http, runtime, settings.instance, settings.network).items():
+                print(f"  {name:<54}{mib:>10.1f}")
+            return 0
+        claims = claim_times(http, args.samples)
+        colds = cold_start_times(http, args.samples)
+        pss = idle_pss(http, runtime, settings.instance, settings.network)
+        held, steps = concurrency(http, args.max_concurrent)
 
     claim_p50, cold_p50 = statistics.median(claims), statistics.median(colds)
     print(f"{'Control plane':<56}{'p50 ms':>10}{'max ms':>10}{'n':>5}")

@@ -21,11 +21,10 @@ from typing import Any
 
 import httpx
 
-from corral.gateway.server import running
 from corral.runtime.docker import DockerRuntime
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.gateway import KEY, bench_settings, wait_pool
+from bench.gateway import bench_gateway, wait_pool
 from tests.integration.dockerutil import DockerHarness
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -146,17 +145,8 @@ def main() -> int:
     args = parser.parse_args()
     count_docker_calls()
     runtime = DockerHarness()
-    settings = bench_settings(args.sessions + 2)
-    instance = settings.instance
-    try:
-        with (
-            running(settings) as url,
-            httpx.Client(base_url=url, timeout=120, headers={"Authorization": f"Bearer {KEY}"}) as http,
-        ):
-            result = idle_cpu(http, runtime, instance, args.sessions, args.window)
-    finally:
-        runtime.remove_all({"corral.gateway": instance})
-        runtime.remove_network(settings.network)
+    with bench_gateway(runtime, args.sessions + 2) as (settings, http):
+        result = idle_cpu(http, runtime, settings.instance, args.sessions, args.window)
     print_rows(result)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "idle.json").write_text(json.dumps(result, indent=2))
