@@ -423,10 +423,11 @@ FAKE_DEVTOOLS = r"""
 import http.server, os, signal, socketserver, subprocess, time
 class Answer(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
+        # Logged before the answer: the controller's refusal may reach the test before a later write.
+        with open("/workspace/devtools-hits", "a") as log: log.write(self.path + "\n")
         body = b'{"Browser": "fake", "webSocketDebuggerUrl": "ws://127.0.0.1:8765/v1/ws"}'
         self.send_response(200); self.send_header("content-length", str(len(body))); self.end_headers()
         self.wfile.write(body)
-        with open("/workspace/devtools-hits", "a") as log: log.write(self.path + "\n")
 socketserver.TCPServer.allow_reuse_address = True  # Chromium's connections linger in TIME_WAIT
 while True:
     subprocess.run(["pkill", "-KILL", "-x", "chromium"])
