@@ -17,6 +17,7 @@ import contextlib
 import itertools
 import logging
 import re
+import sys
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -257,7 +258,12 @@ class Browser:
         pages = [page for context in browser.contexts for page in context.pages if not page.is_closed()]
         for page in pages:
             await self._tab_id(page)  # a tab not seen yet gets the next id, in the connection's order
-        return sorted(pages, key=lambda page: int(self._ids[page].removeprefix("tab-")))
+        return sorted(pages, key=self._seen_at)
+
+    def _seen_at(self, page: Page) -> int:
+        # Last when its id is gone: the connection dropped meanwhile (it forgets them all).
+        tab = self._ids.get(page)
+        return int(tab.removeprefix("tab-")) if tab is not None else sys.maxsize
 
     async def page(self) -> Page:
         """The active tab: the last one switched to or opened, else the one on show, else the first."""

@@ -66,3 +66,6 @@ async def test_tabs_keep_their_order_across_a_new_connection(monkeypatch: pytest
     again = await browser._pages()
     assert [page.target for page in again] == ["A", "B"]
     assert [await browser._tab_id(page) for page in again] == ["tab-1", "tab-2"]
+    # A connection that drops mid-listing forgets every id: such a tab sorts last, and nothing raises.
+    browser._ids.clear()
+    assert browser._seen_at(again[0]) > 10**9
