@@ -598,9 +598,14 @@ def test_a_view_link_flooding_and_never_reading_does_not_grow_the_controller(
         filler = "x" * 400
         # Held either way: the stream is closed (its bounded outbox overflowed), or the gateway stops
         # reading and the sends block (TCP's backpressure); unbounded queueing is what must not happen.
+        # Bounded in time too: the sockets' buffers on the way can hold a long run of small answers,
+        # and at a few ms a message 150,000 of them outlast the test's timeout (seen in CI).
+        deadline = time.monotonic() + 90
         with contextlib.suppress(ConnectionClosed, TimeoutError):
             for n in range(150_000):
                 await asyncio.wait_for(ws.send(json.dumps({"type": "take", "seq": n, "pad": filler})), 5)
+                if time.monotonic() > deadline:
+                    break
         await asyncio.sleep(3.0)
         nonlocal_after.append(_sandbox_memory_mib(instance))
         await ws.close()
