@@ -11,11 +11,13 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import Depends, FastAPI, Request, WebSocket, WebSocketDisconnect
-from fastapi.responses import JSONResponse, Response
-from starlette.requests import HTTPConnection
+from starlette.applications import Starlette
+from starlette.requests import HTTPConnection, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from corral.bodies import ClosingStream, read_capped
 from corral.errors import ActionError, ErrorCode, error_body
@@ -78,15 +80,20 @@ def _error(exc: ActionError) -> JSONResponse:
     return JSONResponse(error_body(exc.code, exc.message, exc.field), status_code=_STATUS.get(exc.code, 400))
 
 
-DispatcherDep = Annotated[Dispatcher, Depends(_dispatcher)]
-DesktopDep = Annotated[Desktop, Depends(_desktop)]
+def _int_query(conn: HTTPConnection, name: str) -> int:
+    """A whole-number query parameter (0 when absent); anything else is the caller's error, named."""
+    raw = conn.query_params.get(name, "0")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ActionError(ErrorCode.INVALID_FIELD, f"{name} must be a whole number, not {raw!r}", name) from None
 
 
-def create_app(settings: ControllerSettings | None = None) -> FastAPI:
+def create_app(settings: ControllerSettings | None = None) -> Starlette:
     settings = settings or ControllerSettings()
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         app.state.verifier = _verifier(settings)
         desktop = Desktop.open(settings)
         app.state.desktop = desktop
@@ -124,7 +131,9 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
                 await recorder.close()
             await desktop.close()
 
-    app = FastAPI(title="Corral sandbox controller", version="1", lifespan=lifespan)
+    # Starlette, not FastAPI: nine routes need no OpenAPI or dependency injection, and FastAPI's
+    # import is about 6 MiB of every idle sandbox's memory (bench/gateway.py's idle session).
+    app = Starlette(routes=ROUTES, lifespan=lifespan)
     app.state.verifier = None
     app.state.recorder = None  # the lifespan's Recorder when recording is on
     app.state.files = None  # AgentFiles (the desktop's), for PUT/GET /v1/files
@@ -135,71 +144,69 @@ def create_app(settings: ControllerSettings | None = None) -> FastAPI:
     app.state.cdp_relays = cdp.Relays()  # the lifespan's, which closes them at shutdown
     app.state.max_frame = settings.ws_max_frame_bytes
     app.add_middleware(ControllerGuard, verifier=lambda: app.state.verifier)
-
-    @app.get("/v1/recording")
-    async def recording(request: Request, after: int = 0, wait_ms: int = 0) -> JSONResponse:
-        """Recorded events after ``after`` (long-polled up to ``wait_ms``), for the gateway's recorder."""
-        recorder: Recorder | None = request.app.state.recorder
-        if recorder is None:
-            return JSONResponse(error_body(ErrorCode.NOT_RECORDING, "recording is off"), status_code=404)
-        return JSONResponse(await recorder.after(after, max(0, min(wait_ms, 30_000))))
-
-    @app.get("/healthz")
-    async def healthz(desktop: DesktopDep) -> JSONResponse:
-        checks: dict[str, Any] = {"screen": f"{desktop.size}"}
-        try:
-            await asyncio.wait_for(desktop.screen.grab(), 2)
-        except (TimeoutError, OSError) as exc:
-            checks["error"] = f"screen: {exc or type(exc).__name__}"
-            return JSONResponse({"ok": False, **checks}, status_code=503)
-        # Ready once Chromium's DevTools answer; the Playwright link is made in the background and
-        # the first browser action waits for it if it must.
-        if not (desktop.browser.connected or await desktop.browser.devtools_answer()):
-            return JSONResponse({"ok": False, **checks, "error": "browser: DevTools not answering"}, status_code=503)
-        return JSONResponse({"ok": True, **checks, "browser": "connected" if desktop.browser.connected else "up"})
-
-    @app.post("/v1/actions")
-    async def actions(request: Request, dispatcher: DispatcherDep) -> Response:
-        limit = request.app.state.max_body
-        body = await read_capped(request, limit)
-        if body is None:
-            out = dispatcher.refuse(
-                ActionError(ErrorCode.MESSAGE_TOO_LARGE, f"the message is over {limit} bytes; at most {limit}")
-            )
-            frame = reply.encode(out)
-        else:
-            incoming = dispatcher.read(body)
-            waited = await _wait_for_control(request, dispatcher, incoming)
-            if waited is None:  # the client went away while a human held the lease: nothing runs
-                return Response(status_code=204)
-            # The frame fitted is the body sent: a screenshot's reply is encoded once, not twice.
-            out, frame = fitted(incoming, await dispatcher.run(waited))
-        status = 200 if out["ok"] else _STATUS.get(out["error"]["code"], 400)
-        return Response(frame, status_code=status, media_type="application/json")
-
-    app.add_api_route("/v1/files", put_file, methods=["PUT"])
-    app.add_api_route("/v1/files", get_file, methods=["GET"])
-    app.add_api_route("/v1/secrets", put_secrets, methods=["PUT"])
-    app.add_api_route("/v1/secrets", get_secrets, methods=["GET"])
-
-    @app.websocket("/v1/ws")
-    async def ws(websocket: WebSocket, dispatcher: DispatcherDep) -> None:
-        await websocket.accept()
-        await Connection(websocket, dispatcher, websocket.app.state.max_frame).serve()
-
-    app.add_api_route("/v1/cdp/json/{which}", cdp_json, methods=["GET"])
-    app.add_api_websocket_route("/v1/cdp", cdp_ws)
-
-    @app.websocket("/v1/live")
-    async def live(websocket: WebSocket, viewer: str = "", mode: str = "view") -> None:
-        """A live stream for ``viewer`` (the gateway's word, made trusted by the guard's signature)."""
-        if not admitted(viewer, mode):
-            await websocket.close(1008, "viewer=<actor>&mode=view|control (the agent views only)")
-            return
-        await websocket.accept()
-        await websocket.app.state.viewers.serve(websocket, viewer, mode)
-
     return app
+
+
+async def recording(request: Request) -> JSONResponse:
+    """Recorded events after ``after`` (long-polled up to ``wait_ms``), for the gateway's recorder."""
+    recorder: Recorder | None = request.app.state.recorder
+    if recorder is None:
+        return JSONResponse(error_body(ErrorCode.NOT_RECORDING, "recording is off"), status_code=404)
+    try:
+        after, wait_ms = _int_query(request, "after"), _int_query(request, "wait_ms")
+    except ActionError as exc:
+        return _error(exc)
+    return JSONResponse(await recorder.after(after, max(0, min(wait_ms, 30_000))))
+
+
+async def healthz(request: Request) -> JSONResponse:
+    desktop = _desktop(request)
+    checks: dict[str, Any] = {"screen": f"{desktop.size}"}
+    try:
+        await asyncio.wait_for(desktop.screen.grab(), 2)
+    except (TimeoutError, OSError) as exc:
+        checks["error"] = f"screen: {exc or type(exc).__name__}"
+        return JSONResponse({"ok": False, **checks}, status_code=503)
+    # Ready once Chromium's DevTools answer; the Playwright link is made in the background and
+    # the first browser action waits for it if it must.
+    if not (desktop.browser.connected or await desktop.browser.devtools_answer()):
+        return JSONResponse({"ok": False, **checks, "error": "browser: DevTools not answering"}, status_code=503)
+    return JSONResponse({"ok": True, **checks, "browser": "connected" if desktop.browser.connected else "up"})
+
+
+async def actions(request: Request) -> Response:
+    dispatcher = _dispatcher(request)
+    limit = request.app.state.max_body
+    body = await read_capped(request, limit)
+    if body is None:
+        out = dispatcher.refuse(
+            ActionError(ErrorCode.MESSAGE_TOO_LARGE, f"the message is over {limit} bytes; at most {limit}")
+        )
+        frame = reply.encode(out)
+    else:
+        incoming = dispatcher.read(body)
+        waited = await _wait_for_control(request, dispatcher, incoming)
+        if waited is None:  # the client went away while a human held the lease: nothing runs
+            return Response(status_code=204)
+        # The frame fitted is the body sent: a screenshot's reply is encoded once, not twice.
+        out, frame = fitted(incoming, await dispatcher.run(waited))
+    status = 200 if out["ok"] else _STATUS.get(out["error"]["code"], 400)
+    return Response(frame, status_code=status, media_type="application/json")
+
+
+async def ws(websocket: WebSocket) -> None:
+    await websocket.accept()
+    await Connection(websocket, _dispatcher(websocket), websocket.app.state.max_frame).serve()
+
+
+async def live(websocket: WebSocket) -> None:
+    """A live stream for ``viewer`` (the gateway's word, made trusted by the guard's signature)."""
+    viewer, mode = websocket.query_params.get("viewer", ""), websocket.query_params.get("mode", "view")
+    if not admitted(viewer, mode):
+        await websocket.close(1008, "viewer=<actor>&mode=view|control (the agent views only)")
+        return
+    await websocket.accept()
+    await websocket.app.state.viewers.serve(websocket, viewer, mode)
 
 
 async def put_file(request: Request) -> JSONResponse:
@@ -240,13 +247,13 @@ async def get_file(request: Request) -> Response:
     return ClosingStream(body, body.aclose, media_type=download.media_type, headers=headers)
 
 
-async def get_secrets(desktop: DesktopDep) -> JSONResponse:
+async def get_secrets(request: Request) -> JSONResponse:
     """The placeholders this controller holds, for the gateway's watchdog: a controller restarted
     inside its container holds none until the gateway puts them again. Placeholders only; no values."""
-    return JSONResponse({"ok": True, "secrets": dict(desktop.placeholders.by_name)})
+    return JSONResponse({"ok": True, "secrets": dict(_desktop(request).placeholders.by_name)})
 
 
-async def put_secrets(request: Request, desktop: DesktopDep) -> JSONResponse:
+async def put_secrets(request: Request) -> JSONResponse:
     """The session's secret placeholders, the whole set (``{"secrets": {"NAME": "corral_secret_..."}}``),
     from the gateway: names missing from it are gone from the next command's environment. Only the
     gateway gets here (the controller's door); a bad body changes nothing."""
@@ -258,13 +265,14 @@ async def put_secrets(request: Request, desktop: DesktopDep) -> JSONResponse:
         by_name = placeholders_of(decode(body, Limits(max_message_bytes=limit)))
     except ActionError as exc:
         return _error(exc)
-    desktop.placeholders.replace(by_name)
+    _desktop(request).placeholders.replace(by_name)
     log.info("the session's secret placeholders: %s", ", ".join(sorted(by_name)) or "none")
     return JSONResponse({"ok": True, "secrets": by_name})
 
 
-async def cdp_json(request: Request, which: str) -> Response:
+async def cdp_json(request: Request) -> Response:
     """Chromium's ``/json/version`` or ``/json/list``, unchanged."""
+    which: str = request.path_params["which"]
     if which not in cdp.JSON_PATHS:
         return JSONResponse(error_body(ErrorCode.NOT_FOUND, f"no /json/{which}"), status_code=404)
     try:
@@ -274,10 +282,26 @@ async def cdp_json(request: Request, which: str) -> Response:
     return Response(answer.content, status_code=answer.status_code, media_type="application/json")
 
 
-async def cdp_ws(websocket: WebSocket, desktop: DesktopDep) -> None:
+async def cdp_ws(websocket: WebSocket) -> None:
     """A CDP client's connection through the gateway (corral.sandbox.cdp)."""
     state = websocket.app.state
-    await cdp.serve(websocket, state.cdp_url, desktop.lease, state.reporter, state.recorder, state.cdp_relays)
+    lease = _desktop(websocket).lease
+    await cdp.serve(websocket, state.cdp_url, lease, state.reporter, state.recorder, state.cdp_relays)
+
+
+ROUTES = [
+    Route("/healthz", healthz, methods=["GET"]),
+    Route("/v1/recording", recording, methods=["GET"]),
+    Route("/v1/actions", actions, methods=["POST"]),
+    Route("/v1/files", put_file, methods=["PUT"]),
+    Route("/v1/files", get_file, methods=["GET"]),
+    Route("/v1/secrets", put_secrets, methods=["PUT"]),
+    Route("/v1/secrets", get_secrets, methods=["GET"]),
+    Route("/v1/cdp/json/{which}", cdp_json, methods=["GET"]),
+    WebSocketRoute("/v1/ws", ws),
+    WebSocketRoute("/v1/cdp", cdp_ws),
+    WebSocketRoute("/v1/live", live),
+]
 
 
 class Connection:

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from fastapi import WebSocket, WebSocketDisconnect
-from fastapi.responses import JSONResponse
 from starlette.datastructures import QueryParams
+from starlette.responses import JSONResponse
+from starlette.websockets import WebSocket, WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import uvicorn
 
@@ -12,7 +13,7 @@ from corral.sandbox.settings import ControllerSettings
 
 
 def main() -> None:
-    settings = ControllerSettings()
+    settings = ControllerSettings.from_environ(os.environ)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uvicorn.run(
         create_app(settings),

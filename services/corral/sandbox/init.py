@@ -165,6 +165,9 @@ def chromium_argv(width: int, height: int, profile: str, extra: list[str]) -> li
         "--disable-quic",
         "--disable-dev-shm-usage",
         "--disable-gpu",
+        # No crash handler: its two processes (about 2 MiB) keep dumps nobody collects (no upload, and
+        # the profile goes with the session); the init restarts a crashed Chromium all the same.
+        "--disable-crashpad-for-testing",
         "--password-store=basic",
         # After a crash and restart, no "restore pages?" bubble over the page.
         "--hide-crash-restore-bubble",

@@ -1,11 +1,17 @@
-"""The controller's settings, from ``CORRAL_*`` environment variables; injected, never global."""
+"""The controller's settings, from ``CORRAL_*`` environment variables; injected, never global.
+
+A plain pydantic model read by :meth:`ControllerSettings.from_environ`, not pydantic-settings: that
+package's import is about 4 MiB of every idle sandbox's memory (bench/gateway.py's idle session), for
+what is here a dozen lines. The gateway, one per host, keeps pydantic-settings.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from corral.protocol.envelope import MAX_FRAME_BYTES, Limits
 from corral.sandbox import auth
@@ -16,8 +22,11 @@ from corral.sandbox.processes import ProcessSettings
 DEFAULT_LIMITS = Limits()
 
 
-class ControllerSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="CORRAL_", extra="ignore")
+ENV_PREFIX = "CORRAL_"
+
+
+class ControllerSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     display: str = Field(default=":0", validation_alias="DISPLAY")
     cdp_url: str = "http://127.0.0.1:9222"
@@ -61,6 +70,19 @@ class ControllerSettings(BaseSettings):
     max_processes: int = 256
     # What boot writes when the session has a proxy: the system CAs and the session's.
     ca_bundle: Path = Path("/etc/ssl/certs/ca-certificates.crt")
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> ControllerSettings:
+        """The settings that ``environ`` names: ``CORRAL_<FIELD>`` (any case) for each field, and
+        ``DISPLAY``; other variables are not the controller's. A bad value raises pydantic's
+        ValidationError, naming the field."""
+        given: dict[str, Any] = {}
+        upper = {key.upper(): value for key, value in environ.items()}
+        for name, field in cls.model_fields.items():
+            key = field.validation_alias if isinstance(field.validation_alias, str) else ENV_PREFIX + name.upper()
+            if key in upper:
+                given[name] = upper[key]
+        return cls.model_validate(given)
 
     def process_settings(self) -> ProcessSettings:
         return ProcessSettings(

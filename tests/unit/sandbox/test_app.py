@@ -41,6 +41,33 @@ def test_a_controller_that_does_not_record_says_so_in_the_one_error_body() -> No
     assert auth.proven(SECRET, signed.nonce, reply.headers)
 
 
+class _Recorder:
+    def __init__(self) -> None:
+        self.asked: list[tuple[int, int]] = []
+
+    async def after(self, after: int, wait_ms: int) -> dict[str, Any]:
+        self.asked.append((after, wait_ms))
+        return {"events": [], "next": after}
+
+
+def test_the_recording_route_reads_whole_numbers_and_names_a_bad_one() -> None:
+    app = create_app(ControllerSettings(record=False))
+    app.state.verifier = auth.RequestVerifier(SECRET)
+    recorder = _Recorder()
+    app.state.recorder = recorder
+    client = TestClient(app)
+    good = client.get("/v1/recording?after=7&wait_ms=99999", headers=auth.sign(SECRET).headers)
+    assert good.status_code == 200 and good.json() == {"events": [], "next": 7}
+    bad = client.get("/v1/recording?after=seven", headers=auth.sign(SECRET).headers)
+    assert bad.status_code == 400
+    assert bad.json()["error"] == {
+        "code": "invalid_field",
+        "message": "after must be a whole number, not 'seven'",
+        "field": "after",
+    }
+    assert recorder.asked == [(7, 30_000)]  # the long poll is capped; the bad request asked nothing
+
+
 TOKEN = new_placeholder()
 JSON = {"content-type": "application/json"}
 

@@ -39,6 +39,10 @@ RESERVE_DELAY_S = 0.02
 # Spares held: two, so that a command that follows another at once still finds one ready while the
 # first one's successor is being forked (each is a shepherd and its child, copies of the launcher).
 SPARES = 2
+# Spares held this long after the last one came are let go (each is two processes, about 9 MiB of an
+# idle sandbox's memory): the next command goes through the launcher, a few ms slower
+# (bench/spares.py), and spares are reserved again after it.
+SPARE_IDLE_S = 45.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,10 +192,14 @@ class LauncherClient:
         self._connecting = asyncio.Lock()
         self._spares: list[Reserved] = []
         self._reserving: asyncio.Task[None] | None = None
+        self._letting_go: asyncio.TimerHandle | None = None
+        self.spare_idle_s = SPARE_IDLE_S
         self._closed = False
 
     async def close(self) -> None:
         self._closed = True
+        if self._letting_go is not None:
+            self._letting_go.cancel()
         reserving, self._reserving = self._reserving, None
         if reserving is not None:
             reserving.cancel()
@@ -385,7 +393,23 @@ class LauncherClient:
             spare.close()
             return
         self._spares.append(spare)
+        if self._letting_go is not None:
+            self._letting_go.cancel()
+        self._letting_go = asyncio.get_running_loop().call_later(self.spare_idle_s, self._let_spares_go)
         self._reserve_next()  # until SPARES are held
+
+    def _let_spares_go(self) -> None:
+        """Idle: the spares held are closed (each shepherd and its child end), and a reservation on its
+        way is cancelled (its answer's sockets are closed as they come); none is reserved again until
+        the next command."""
+        self._letting_go = None
+        if self._reserving is not None:
+            self._reserving.cancel()
+        spares, self._spares = self._spares, []
+        for spare in spares:
+            spare.close()
+        if spares:
+            log.info("idle for %.0f s: %d spare shepherd(s) let go", self.spare_idle_s, len(spares))
 
     # -- AgentFs ----------------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
 import logging
 import os
 import pwd
@@ -40,6 +41,11 @@ from corral.sandbox.launcher.privileges import Ids, become
 from corral.sandbox.launcher.shepherd import Ready, Shepherd, Spawn, prepare, reserved
 
 log = logging.getLogger("corral.launcher")
+# A spare shepherd and its child (forked ahead) are two copies of this process, about 9 MiB of an idle
+# sandbox's memory (bench/gateway.py): after this long without a request the spare is let go, as the
+# controller's Playwright driver is (corral.sandbox.browser), and the next command forks its own on
+# the way (a few ms: bench/spares.py), then a spare again.
+SPARE_IDLE_S = 45.0
 
 AGENT_USER = "agent"
 RMTREE_TIMEOUT_S = 120.0
@@ -114,6 +120,8 @@ class Launcher:
         self.removals: dict[int, _Removal] = {}  # by the read end of the child's result pipe
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.spare: _Spare | None = None
+        self.spare_idle_s = SPARE_IDLE_S
+        self.last_request = time.monotonic()
         self.pid = os.getpid()  # a forked child that comes back up here must never serve as the launcher
 
     def listen(self) -> None:
@@ -134,6 +142,10 @@ class Launcher:
         signal.set_wakeup_fd(wake_w)
         self.selector.register(wake_r, selectors.EVENT_READ)
         log.info("launcher listening on %s (agent uid %d)", self.path, self.agent.uid)
+        # Every shepherd is a fork of this process. What is here by now (the imports) is moved out of
+        # the collector's sight, so a child's collection does not write to those pages and copy them:
+        # they stay shared with the launcher (bench/gateway.py's idle session counts each copy).
+        gc.freeze()
         self._fork_spare()
         while True:
             for key, _ in self.selector.select(self._timeout()):
@@ -142,6 +154,7 @@ class Launcher:
             with self._surviving("reaping children"):
                 self._reap()
                 self._expire()
+                self._let_idle_spare_go()
 
     def _ready(self, key: selectors.SelectorKey, wake_r: int) -> None:
         if key.fileobj is self.listener:
@@ -167,9 +180,21 @@ class Launcher:
             log.exception("the launcher goes on after a failure while %s", what)
 
     def _timeout(self) -> float | None:
-        if not self.removals:
+        deadlines = [r.deadline for r in self.removals.values()]
+        if self.spare is not None:
+            deadlines.append(self.last_request + self.spare_idle_s)
+        if not deadlines:
             return None
-        return max(0.0, min(r.deadline for r in self.removals.values()) - time.monotonic())
+        return max(0.0, min(deadlines) - time.monotonic())
+
+    def _let_idle_spare_go(self) -> None:
+        """The spare, once nothing was asked for ``spare_idle_s``: its socket closed, it and its child
+        end (reaped as any child), and the next spawn forks on the way."""
+        if self.spare is None or time.monotonic() - self.last_request < self.spare_idle_s:
+            return
+        spare, self.spare = self.spare, None
+        spare.requests.close()
+        log.info("idle for %.0f s: the spare shepherd %d is let go", self.spare_idle_s, spare.pid)
 
     def _accept(self) -> None:
         try:
@@ -184,6 +209,7 @@ class Launcher:
         self.selector.register(conn, selectors.EVENT_READ)
 
     def _serve_one(self, conn: socket.socket) -> None:
+        self.last_request = time.monotonic()
         try:
             data, fds, flags, _ = socket.recv_fds(conn, m.MAX_MESSAGE + 1, m.MAX_FDS)
         except OSError:

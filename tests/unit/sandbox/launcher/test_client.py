@@ -4,6 +4,7 @@ held, or one whose child died, the launcher's ``spawn`` does it; a client that c
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
@@ -142,3 +143,31 @@ async def test_closing_the_client_drops_its_spare(tmp_path: Path, stdio: tuple[i
     assert spare.control.fileno() == spare.job.fileno() == -1
     assert fake.held[0].recv(16) == b""  # the shepherd's end sees the controller gone
     fake.close()
+
+
+async def test_idle_spares_are_let_go_and_the_next_spawn_asks_the_launcher(
+    tmp_path: Path, stdio: tuple[int, int, int]
+) -> None:
+    fake = FakeLauncher(tmp_path / "sock")
+    client = LauncherClient(tmp_path / "sock")
+    client.spare_idle_s = 0.3
+    try:
+        first = await spawn_and_finish(client, stdio)
+        for _ in range(200):  # the first spare reserved (the fake holds the second's answer until then)
+            if client._spares:
+                break
+            await asyncio.sleep(0.01)
+        assert len(client._spares) == 1
+        spare = client._spares[0]
+        await asyncio.sleep(0.6)
+        assert client._spares == [] and client._reserving is None
+        assert spare.control.fileno() == spare.job.fileno() == -1
+        assert fake.held[0].recv(16) == b""  # the shepherd's end sees its spare dropped
+        second = await client.spawn(ARGV, ENV, CWD, stdio)
+        assert isinstance(second, Spawned) and second.pid == 1  # through the launcher: no spare held
+        assert fake.ops.count("spawn") == 2 and fake.jobs == []
+        first.control.close()
+        second.control.close()
+    finally:
+        await client.close()
+        fake.close()

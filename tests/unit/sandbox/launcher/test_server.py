@@ -114,3 +114,35 @@ async def test_the_client_lists_a_big_directory_whole(serving: Launcher, tmp_pat
         assert (len(entries), truncated) == (3000, True)
     finally:
         await client.close()
+
+
+def test_an_idle_spare_is_let_go_and_ends(launcher: Launcher) -> None:
+    launcher.spare_idle_s = 30.0
+    assert launcher._timeout() is None  # nothing to wait for: select sleeps until a request
+    launcher._fork_spare()  # a real spare shepherd (and its child), forked from this process
+    spare = launcher.spare
+    assert spare is not None
+    timeout = launcher._timeout()
+    assert timeout is not None and 29.0 < timeout <= 30.0  # select wakes for the spare's idle end
+    launcher._let_idle_spare_go()
+    assert launcher.spare is spare  # a request came less than 30 s ago (the launcher's start)
+    launcher.last_request -= 31.0
+    assert launcher._timeout() == 0.0
+    launcher._let_idle_spare_go()
+    assert launcher.spare is None and launcher._timeout() is None
+    assert spare.requests.fileno() == -1
+    _, status = os.waitpid(spare.pid, 0)  # its socket closed, the shepherd ends of itself
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_request_keeps_the_spare(launcher: Launcher) -> None:
+    launcher.spare_idle_s = 30.0
+    launcher._fork_spare()
+    spare = launcher.spare
+    assert spare is not None
+    launcher.last_request -= 31.0
+    ask(launcher, "stat", path=b"/", follow_symlinks=True)  # any request counts
+    launcher._let_idle_spare_go()
+    assert launcher.spare is spare
+    spare.requests.close()
+    os.waitpid(spare.pid, 0)

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from corral.sandbox.settings import ControllerSettings
+
+
+def test_the_environment_names_each_field_with_the_prefix_in_any_case() -> None:
+    settings = ControllerSettings.from_environ(
+        {
+            "CORRAL_RECORD": "false",
+            "corral_port": "9000",
+            "DISPLAY": ":5",
+            "CORRAL_BROWSER_IDLE_STOP_S": "0",
+            "CORRAL_SECRET_FILE": "/run/elsewhere",
+            "CORRAL_SCREEN": "1024x768",  # the init's, not the controller's: ignored
+            "HOME": "/home/corral",
+        }
+    )
+    assert settings.record is False
+    assert settings.port == 9000
+    assert settings.display == ":5"
+    assert settings.browser_idle_stop_s == 0.0
+    assert settings.secret_file == Path("/run/elsewhere")
+    assert ControllerSettings.from_environ({}) == ControllerSettings()
+
+
+def test_a_bad_value_names_its_field_and_a_misspelt_keyword_is_refused() -> None:
+    with pytest.raises(ValidationError) as caught:
+        ControllerSettings.from_environ({"CORRAL_PORT": "eighty"})
+    assert caught.value.errors()[0]["loc"] == ("port",)
+    with pytest.raises(ValidationError):
+        ControllerSettings(recrod=False)  # type: ignore[call-arg]
+    assert ControllerSettings(display=":3").display == ":3"
+
+
+def test_the_controller_imports_neither_fastapi_nor_pydantic_settings() -> None:
+    # Each is megabytes of every idle sandbox's memory (bench/gateway.py): the controller needs neither.
+    probe = "import sys, corral.sandbox.controller; print(sorted({'fastapi', 'pydantic_settings'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
