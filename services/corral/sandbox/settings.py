@@ -61,7 +61,7 @@ class ControllerSettings(BaseModel):
     # PUT /v1/files: the largest body taken (413 too_large above it, nothing kept).
     max_upload_bytes: int = 1 << 30
     # Commands and processes (corral.sandbox.processes), run as the agent through the launcher.
-    launcher_socket: Path = SOCKET_PATH
+    launcher_socket: Path = Path(SOCKET_PATH)
     exec_timeout_ms: int = 60_000
     max_output_bytes: int = 8 << 20  # per stream of one exec's reply; the default is 1 MiB
     process_buffer_bytes: int = 4 << 20  # per stream of each process, for process_output

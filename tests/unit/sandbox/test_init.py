@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+
 import pytest
 
 from corral.sandbox.init import CDP_PORT, chromium_argv, screen_spec
@@ -157,4 +161,37 @@ def test_the_playwright_driver_keeps_a_small_young_generation() -> None:
 def test_the_controller_holds_few_malloc_arenas() -> None:
     from corral.sandbox.init import CONTROLLER_ENV, DRIVER_NODE_OPTIONS
 
-    assert CONTROLLER_ENV == {"NODE_OPTIONS": DRIVER_NODE_OPTIONS, "MALLOC_ARENA_MAX": "2"}
+    assert CONTROLLER_ENV == {"NODE_OPTIONS": DRIVER_NODE_OPTIONS, "MALLOC_ARENA_MAX": "1"}
+
+
+def test_the_controller_runs_without_docstrings() -> None:
+    from corral.sandbox.init import CONTROLLER_PYTHON_FLAGS
+
+    assert CONTROLLER_PYTHON_FLAGS == ("-OO",)
+
+
+def test_the_inits_lines_keep_the_controllers_format(capsys: pytest.CaptureFixture[str]) -> None:
+    from corral.sandbox.stderrlog import StderrLog
+
+    log = StderrLog("corral.init")
+    log.warning("%s exited (%s) after %.1fs", "openbox", 1, 2.25)
+    log.info("100% plain")  # no arguments: the text as it is, as logging has it
+    try:
+        raise ValueError("a bug")
+    except ValueError:
+        log.exception("the launcher goes on after a failure while %s", "testing")
+    lines = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING corral.init: openbox exited \(1\) after 2.2s", lines[0]
+    )
+    assert lines[1].endswith(" INFO corral.init: 100% plain")
+    assert lines[2].endswith(" ERROR corral.init: the launcher goes on after a failure while testing")
+    assert lines[3] == "Traceback (most recent call last):" and lines[-1] == "ValueError: a bug"
+
+
+def test_the_init_and_the_launcher_import_neither_logging_nor_dataclasses() -> None:
+    # Each lives as long as its sandbox: those imports are about 2 MiB of every idle one (bench/gateway.py).
+    for module in ("corral.sandbox.init", "corral.sandbox.launcher.server"):
+        probe = f"import sys, {module}; print(sorted({{'logging', 'dataclasses', 'pathlib'}} & set(sys.modules)))"
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+        assert out.strip() == "[]", module

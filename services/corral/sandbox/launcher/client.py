@@ -24,7 +24,6 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from corral.sandbox.agentfs import DirEntry, FileStat
@@ -184,7 +183,7 @@ def _stat(obj: dict[str, Any]) -> FileStat:
 class LauncherClient:
     """Asks the launcher, as the controller's uid, to act as the agent. Implements AgentFs."""
 
-    def __init__(self, path: Path = SOCKET_PATH) -> None:
+    def __init__(self, path: str | os.PathLike[str] = SOCKET_PATH) -> None:
         self._path = path
         self._sock: socket.socket | None = None
         self._pending: dict[int, asyncio.Future[tuple[dict[str, Any], list[int]]]] = {}

@@ -25,12 +25,11 @@ import binascii
 import errno
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-SOCKET_DIR = Path("/run/corral/launcher")  # 0700, the controller's uid (made by boot)
-SOCKET_PATH = SOCKET_DIR / "sock"
+# Strings, not pathlib's paths: the launcher does not import pathlib (corral.sandbox.stderrlog says why).
+SOCKET_DIR = "/run/corral/launcher"  # 0700, the controller's uid (made by boot)
+SOCKET_PATH = f"{SOCKET_DIR}/sock"
 
 MAX_MESSAGE = 160 * 1024  # below the default socket send buffer (about 208 KiB): one datagram, whole
 MAX_FDS = 4
@@ -66,8 +65,7 @@ SHEPHERD_ORDERS = ("signal", "kill_tree")
 SHEPHERD_EVENTS = ("started", "failed", "exited", "empty")
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(NamedTuple):
     """A checked request: its id, operation and fields (bytes already decoded), and descriptors."""
 
     id: int
@@ -206,8 +204,7 @@ def refusal(request_id: int | None, message: str) -> dict[str, Any]:
     return {"id": request_id, "ok": False, "errno": errno.EINVAL, "path": None, "message": message}
 
 
-@dataclass(frozen=True, slots=True)
-class ShepherdEvent:
+class ShepherdEvent(NamedTuple):
     """One event from a shepherd (see the module's text)."""
 
     kind: str

@@ -12,7 +12,7 @@ import ctypes
 import ctypes.util
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
@@ -66,8 +66,7 @@ def rename(source: bytes, destination: bytes, *, replace: bool) -> None:
     _check(result, "rename", source)
 
 
-@dataclass(frozen=True, slots=True)
-class Ids:
+class Ids(NamedTuple):
     """A user and group id pair (the launcher's own, or the agent's)."""
 
     uid: int

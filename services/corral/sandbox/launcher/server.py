@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import gc
-import logging
 import os
 import pwd
 import selectors
@@ -30,17 +29,17 @@ import struct
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from corral.sandbox.launcher import fsops
 from corral.sandbox.launcher import messages as m
 from corral.sandbox.launcher.messages import SOCKET_PATH
 from corral.sandbox.launcher.privileges import Ids, become
 from corral.sandbox.launcher.shepherd import Ready, Shepherd, Spawn, prepare, reserved
+from corral.sandbox.stderrlog import StderrLog
 
-log = logging.getLogger("corral.launcher")
+# Not the logging module: corral.sandbox.stderrlog says why.
+log = StderrLog("corral.launcher")
 # A spare shepherd and its child (forked ahead) are two copies of this process, about 9 MiB of an idle
 # sandbox's memory (bench/gateway.py): after this long without a request the spare is let go, as the
 # controller's Playwright driver is (corral.sandbox.browser), and the next command forks its own on
@@ -51,8 +50,7 @@ AGENT_USER = "agent"
 RMTREE_TIMEOUT_S = 120.0
 
 
-@dataclass
-class _Removal:
+class _Removal(NamedTuple):
     """An ``rmtree`` running in a child: whom to answer, and by when it must be done."""
 
     conn: socket.socket
@@ -61,8 +59,7 @@ class _Removal:
     deadline: float
 
 
-@dataclass
-class _Spare:
+class _Spare(NamedTuple):
     """A shepherd forked ahead, and our end of the socket its request will come on."""
 
     pid: int
@@ -113,8 +110,8 @@ def peer_uid(conn: socket.socket) -> int:
 
 
 class Launcher:
-    def __init__(self, path: Path, agent: Ids, own: Ids) -> None:
-        self.path = path
+    def __init__(self, path: str | os.PathLike[str], agent: Ids, own: Ids) -> None:
+        self.path = os.fspath(path)
         self.agent, self.own = agent, own
         self.selector = selectors.DefaultSelector()
         self.removals: dict[int, _Removal] = {}  # by the read end of the child's result pipe
@@ -126,10 +123,10 @@ class Launcher:
 
     def listen(self) -> None:
         with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+            os.unlink(self.path)
         old = os.umask(0o177)
         try:
-            self.listener.bind(str(self.path))
+            self.listener.bind(self.path)
         finally:
             os.umask(old)
         self.listener.listen(16)
@@ -388,7 +385,6 @@ def _open_fds() -> list[int]:
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     agent_entry = pwd.getpwnam(AGENT_USER)
     agent = Ids(agent_entry.pw_uid, agent_entry.pw_gid)
     own = Ids(os.getuid(), os.getgid())

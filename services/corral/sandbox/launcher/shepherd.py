@@ -28,8 +28,7 @@ import signal
 import socket
 import termios
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 from corral.sandbox.launcher import messages as m
 from corral.sandbox.launcher.privileges import (
@@ -48,8 +47,7 @@ MAX_KILL_ROUNDS = 10_000
 _RESET_SIGNALS = (signal.SIGCHLD, signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGXFSZ, signal.SIGHUP)
 
 
-@dataclass(frozen=True, slots=True)
-class Spawn:
+class Spawn(NamedTuple):
     """What the agent's process is to be: argv, environment, working directory, stdio, a PTY or not."""
 
     argv: list[bytes]
@@ -94,8 +92,7 @@ def descendants(root: int, group: int | None = None) -> list[int]:
     return found
 
 
-@dataclass(frozen=True, slots=True)
-class Ready:
+class Ready(NamedTuple):
     """A shepherd's child, forked ahead of its program (a spare shepherd forks it while it waits, so
     no fork is on a command's way): it takes its program and stdio on ``job``, then reports an exec
     failure on ``report`` (EOF once it exec'd)."""
