@@ -279,7 +279,7 @@ async def cdp_json(request: Request) -> Response:
         answer = await cdp.devtools_json(request.app.state.cdp_url, which)
     except ActionError as exc:
         return _error(exc)
-    return Response(answer.content, status_code=answer.status_code, media_type="application/json")
+    return Response(answer.body, status_code=answer.status, media_type="application/json")
 
 
 async def cdp_ws(websocket: WebSocket) -> None:

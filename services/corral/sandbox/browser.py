@@ -23,13 +23,13 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 from playwright.async_api import Browser as PWBrowser
 from playwright.async_api import BrowserContext, Page, Playwright, Request, Response, async_playwright
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from corral.errors import ActionError, ErrorCode
+from corral.sandbox import devtools
 
 log = logging.getLogger(__name__)
 
@@ -100,19 +100,17 @@ class Browser:
     async def devtools_answer(self) -> bool:
         """Whether Chromium's DevTools endpoint answers (readiness; the Playwright link may still be forming)."""
         try:
-            async with httpx.AsyncClient(timeout=1.0) as http:
-                response = await http.get(f"{self._cdp_url}/json/version")
-        except httpx.HTTPError:
+            answer = await devtools.get(self._cdp_url, "/json/version", 1.0)
+        except ActionError:
             return False
-        return response.status_code == 200
+        return answer.status == 200
 
     async def _browser_endpoint(self) -> str:
         """The browser's DevTools WebSocket, pinned to the DevTools address (see :func:`pinned_endpoint`)."""
         try:
-            async with httpx.AsyncClient(timeout=self._connect_timeout_s) as http:
-                response = await http.get(f"{self._cdp_url}/json/version")
-            named = response.json().get("webSocketDebuggerUrl")
-        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            answer = await devtools.get(self._cdp_url, "/json/version", self._connect_timeout_s)
+            named = answer.json().get("webSocketDebuggerUrl")
+        except (ActionError, ValueError, AttributeError) as exc:
             raise ActionError(ErrorCode.BROWSER_UNAVAILABLE, f"Chromium's DevTools did not answer: {exc!r}") from None
         endpoint = pinned_endpoint(self._cdp_url, named)
         if endpoint is None:
@@ -374,9 +372,8 @@ class Browser:
         if self.connected:
             return await self.info()
         try:
-            async with httpx.AsyncClient(timeout=1.0) as http:
-                listed = (await http.get(f"{self._cdp_url}/json/list")).json()
-        except (httpx.HTTPError, ValueError):
+            listed = (await devtools.get(self._cdp_url, "/json/list", 1.0)).json()
+        except (ActionError, ValueError):
             return {}
         for target in listed if isinstance(listed, list) else []:
             if isinstance(target, dict) and target.get("type") == "page":

@@ -28,7 +28,6 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from starlette.datastructures import QueryParams
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -37,7 +36,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from corral.errors import ActionError, ControlTaken, ErrorCode
 from corral.frames import next_frame
-from corral.sandbox import cdprules
+from corral.sandbox import cdprules, devtools
 from corral.sandbox.browser import pinned_endpoint
 from corral.sandbox.egress import ActionReporter
 from corral.sandbox.lease import AGENT, CDP_PREFIX, ControlLease
@@ -82,13 +81,9 @@ class CdpQuery:
         return cls(conn, exclusive == "1", target)
 
 
-async def devtools_json(cdp_url: str, which: str) -> httpx.Response:
+async def devtools_json(cdp_url: str, which: str) -> devtools.Answer:
     """Chromium's ``/json/<which>`` answer, unchanged (the gateway rewrites its addresses)."""
-    async with httpx.AsyncClient(timeout=5.0) as http:
-        try:
-            return await http.get(f"{cdp_url}/json/{which}")
-        except httpx.HTTPError as exc:
-            raise ActionError(ErrorCode.BROWSER_UNAVAILABLE, f"Chromium's DevTools did not answer: {exc!r}") from None
+    return await devtools.get(cdp_url, f"/json/{which}", 5.0)
 
 
 async def upstream_url(cdp_url: str, target: str | None) -> str:

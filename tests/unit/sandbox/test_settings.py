@@ -39,8 +39,9 @@ def test_a_bad_value_names_its_field_and_a_misspelt_keyword_is_refused() -> None
     assert ControllerSettings(display=":3").display == ":3"
 
 
-def test_the_controller_imports_neither_fastapi_nor_pydantic_settings() -> None:
-    # Each is megabytes of every idle sandbox's memory (bench/gateway.py): the controller needs neither.
-    probe = "import sys, corral.sandbox.controller; print(sorted({'fastapi', 'pydantic_settings'} & set(sys.modules)))"
+def test_the_controller_imports_neither_fastapi_nor_pydantic_settings_nor_httpx() -> None:
+    # Each is megabytes of every idle sandbox's memory (bench/gateway.py): the controller needs none.
+    heavy = "{'fastapi', 'pydantic_settings', 'httpx'}"
+    probe = f"import sys, corral.sandbox.controller; print(sorted({heavy} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
