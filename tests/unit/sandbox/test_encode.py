@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -231,3 +233,21 @@ def test_each_thread_has_its_own_memory_file() -> None:
     for thread in threads:
         thread.join()
     assert len(results) == 80 and len(set(results)) == 1
+
+
+def test_encoding_loads_only_the_three_formats_plugins() -> None:
+    # A save in a format Pillow has not registered makes it import all its plugins, megabytes held for
+    # good by every sandbox's controller (bench/gateway.py): the three are registered by name.
+    probe = """
+import sys
+from corral.sandbox import encode
+from PIL import Image
+image = Image.new("RGB", (32, 16))
+for fmt in ("png", "jpeg", "webp"):
+    assert encode.encode(image, fmt).data
+print(sorted(name for name in sys.modules if name.startswith("PIL.") and name.endswith("ImagePlugin")))
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    # Pillow's preinit (its five commonest formats) and WebP: not the forty-odd of its full init.
+    preinit = ["PIL.BmpImagePlugin", "PIL.GifImagePlugin", "PIL.JpegImagePlugin", "PIL.PngImagePlugin"]
+    assert out.strip() == str(sorted([*preinit, "PIL.PpmImagePlugin", "PIL.WebPImagePlugin"]))
