@@ -3,10 +3,12 @@ hold it, and Chromium's tabs (their ids, the one active) are as they were when i
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Iterator
 
 import pytest
+from PIL import Image
 
 from corral.client import SandboxClient
 from corral.runtime import SandboxAddress, SandboxSpec
@@ -86,3 +88,30 @@ def test_input_brings_the_driver_back_for_the_settle(runtime: DockerHarness, qui
         client.act({"type": "click", "x": 5, "y": 300})
         # Started in the background (the click did not wait for it), so the next settles see requests.
         wait_for(lambda: driver_running(runtime, quick_stop), timeout_s=10)
+
+
+def _screen_segment_rss(runtime: DockerHarness, box: SandboxAddress) -> int:
+    """The resident bytes of the controller's MIT-SHM segment (its 0600 owner reads /proc/sysvipc/shm)."""
+    code, out = runtime.exec(box.id, ["cat", "/proc/sysvipc/shm"])
+    assert code == 0, out
+    header, *rows = (line.split() for line in out.splitlines() if line.strip())
+    ours = [dict(zip(header, row, strict=True)) for row in rows if row[header.index("size")] == str(1280 * 800 * 4)]
+    assert len(ours) == 1, out
+    return int(ours[0]["rss"])
+
+
+def test_an_idle_session_hands_the_screens_segment_back_and_the_next_grab_is_whole(
+    runtime: DockerHarness, quick_stop: SandboxAddress
+) -> None:
+    with SandboxClient(quick_stop.ws_url, controller_secret=quick_stop.secret) as client:
+        client.act(
+            {"type": "navigate", "url": html_url("<div style='background:#00f;width:100vw;height:100vh'></div>")}
+        )
+        assert _screen_segment_rss(runtime, quick_stop) >= 1280 * 800 * 4 - 4096  # a frame in both sides' pages
+        wait_for(lambda: not driver_running(runtime, quick_stop), timeout_s=IDLE_STOP_S + 15)
+        wait_for(lambda: _screen_segment_rss(runtime, quick_stop) == 0, timeout_s=5)
+        # Grabbed anew: the page as it was, not the emptied segment's zeros.
+        shot = client.screenshot("png")
+        image = Image.open(io.BytesIO(shot)).convert("RGB")
+        assert image.getpixel((640, 500)) == (0, 0, 255)
+        assert _screen_segment_rss(runtime, quick_stop) > 0

@@ -122,10 +122,14 @@ class Desktop:
         files = AgentFiles(launcher)
         editor = Editor(files, launcher)
         lock = ActionLock()
+
+        def idle() -> None:
+            """The session went idle (the driver's stop): the screen's segment and the freed heap go back."""
+            screen.release_soon()
+            release_memory()
+
         # Never stopped under an action: a long navigation outlasts the idle time and still owns the driver.
-        browser = Browser(
-            settings.cdp_url, idle_stop_s=settings.browser_idle_stop_s, busy=lock.locked, stopped=release_memory
-        )
+        browser = Browser(settings.cdp_url, idle_stop_s=settings.browser_idle_stop_s, busy=lock.locked, stopped=idle)
         return cls(
             settings,
             XInput(settings.display),

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -22,6 +23,12 @@ from corral.sandbox import encode as enc
 from corral.sandbox.xcapture import CursorImage, Frame, ShmCapture
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+def _log_failure(done: Future[None]) -> None:
+    if (exc := done.exception()) is not None:
+        log.warning("the screen's shared segment was not handed back: %s", exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +54,11 @@ class Screen:
     async def grab(self) -> Frame:
         frame: Frame = await self._on_thread(self._capture.grab)
         return frame
+
+    def release_soon(self) -> None:
+        """The shared segment's pages handed back, on the capture thread (after any grab queued there),
+        for an idle session: the next grab faults them in again."""
+        self._pool.submit(self._capture.release).add_done_callback(_log_failure)
 
     async def changed_frame(self, last: bytearray) -> Frame | None:
         """The screen when it differs from ``last`` (which then holds it), else None; compared and
