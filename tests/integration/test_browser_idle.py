@@ -107,6 +107,7 @@ def test_an_idle_session_hands_the_screens_segment_back_and_the_next_grab_is_who
         client.act(
             {"type": "navigate", "url": html_url("<div style='background:#00f;width:100vw;height:100vh'></div>")}
         )
+        client.screenshot("jpeg")
         assert _screen_segment_rss(runtime, quick_stop) >= 1280 * 800 * 4 - 4096  # a frame in both sides' pages
         wait_for(lambda: not driver_running(runtime, quick_stop), timeout_s=IDLE_STOP_S + 15)
         wait_for(lambda: _screen_segment_rss(runtime, quick_stop) == 0, timeout_s=5)
