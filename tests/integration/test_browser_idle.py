@@ -109,8 +109,8 @@ def test_an_idle_session_hands_the_screens_segment_back_and_the_next_grab_is_who
         )
         client.screenshot("jpeg")
         assert _screen_segment_rss(runtime, quick_stop) >= 1280 * 800 * 4 - 4096  # a frame in both sides' pages
-        wait_for(lambda: not driver_running(runtime, quick_stop), timeout_s=IDLE_STOP_S + 15)
-        wait_for(lambda: _screen_segment_rss(runtime, quick_stop) == 0, timeout_s=5)
+        assert wait_for(lambda: not driver_running(runtime, quick_stop), timeout_s=IDLE_STOP_S + 15)
+        assert wait_for(lambda: _screen_segment_rss(runtime, quick_stop) == 0, timeout_s=5)
         # Grabbed anew: the page as it was, not the emptied segment's zeros.
         shot = client.screenshot("png")
         image = Image.open(io.BytesIO(shot)).convert("RGB")
