@@ -58,7 +58,10 @@ class Screen:
     def release_soon(self) -> None:
         """The shared segment's pages handed back, on the capture thread (after any grab queued there),
         for an idle session: the next grab faults them in again."""
-        self._pool.submit(self._capture.release).add_done_callback(_log_failure)
+        try:
+            self._pool.submit(self._capture.release).add_done_callback(_log_failure)
+        except RuntimeError:  # closed meanwhile: the segment went with it
+            pass
 
     async def changed_frame(self, last: bytearray) -> Frame | None:
         """The screen when it differs from ``last`` (which then holds it), else None; compared and
