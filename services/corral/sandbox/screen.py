@@ -9,6 +9,7 @@ with ``settled=False``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -58,10 +59,8 @@ class Screen:
     def release_soon(self) -> None:
         """The shared segment's pages handed back, on the capture thread (after any grab queued there),
         for an idle session: the next grab faults them in again."""
-        try:
+        with contextlib.suppress(RuntimeError):  # closed meanwhile: the segment went with it
             self._pool.submit(self._capture.release).add_done_callback(_log_failure)
-        except RuntimeError:  # closed meanwhile: the segment went with it
-            pass
 
     async def changed_frame(self, last: bytearray) -> Frame | None:
         """The screen when it differs from ``last`` (which then holds it), else None; compared and
