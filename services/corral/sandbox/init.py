@@ -143,11 +143,12 @@ ONE_TAB_FLAGS = ("--in-process-gpu",)
 # generation held small, 17 MiB less PSS idle (NODE_OPTIONS allows few V8 flags: --optimize-for-size
 # makes node exit). The agent's commands get an environment of their own, without it.
 DRIVER_NODE_OPTIONS = "--max-semi-space-size=1"
-# The controller's environment (the driver inherits it): glibc's malloc arenas held to one, not eight
-# per core: its handful of threads (screen capture, encoders, asyncio's executor) allocate mostly
-# under the GIL, so more arenas hold more memory, not more speed (bench/run.py's actions ran the same);
-# with the heap trimmed once idle (corral.sandbox.trim).
-CONTROLLER_ENV = {"NODE_OPTIONS": DRIVER_NODE_OPTIONS, "MALLOC_ARENA_MAX": "1"}
+# The controller's environment (the driver inherits it): glibc's malloc arenas held to two, not eight
+# per core, for its handful of threads (screen capture, encoders, asyncio's executor); with the heap
+# trimmed once idle (corral.sandbox.trim) the controller holds about 7 MiB less (USS, 65.5 -> 58.4).
+# Not one: the PNG encoder's two deflating threads then share one arena's lock, and a 1280x800 PNG
+# took 20.8 ms against 9.7 with two, a JPEG 12.3 against 5.8 (bench/run.py, a run each).
+CONTROLLER_ENV = {"NODE_OPTIONS": DRIVER_NODE_OPTIONS, "MALLOC_ARENA_MAX": "2"}
 # Without docstrings (and asserts, which only restate what the types say): about 3 MiB less of the
 # controller's imports held (Playwright's API is mostly docstrings). The image compiles the modules
 # the controller imports for this level at build (images/desktop/Dockerfile): the root is read-only.

@@ -161,7 +161,7 @@ def test_the_playwright_driver_keeps_a_small_young_generation() -> None:
 def test_the_controller_holds_few_malloc_arenas() -> None:
     from corral.sandbox.init import CONTROLLER_ENV, DRIVER_NODE_OPTIONS
 
-    assert CONTROLLER_ENV == {"NODE_OPTIONS": DRIVER_NODE_OPTIONS, "MALLOC_ARENA_MAX": "1"}
+    assert CONTROLLER_ENV == {"NODE_OPTIONS": DRIVER_NODE_OPTIONS, "MALLOC_ARENA_MAX": "2"}
 
 
 def test_the_controller_runs_without_docstrings() -> None:
