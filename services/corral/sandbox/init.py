@@ -149,10 +149,6 @@ DRIVER_NODE_OPTIONS = "--max-semi-space-size=1"
 # Not one: the PNG encoder's two deflating threads then share one arena's lock, and a 1280x800 PNG
 # took 20.8 ms against 9.7 with two, a JPEG 12.3 against 5.8 (bench/run.py, a run each).
 CONTROLLER_ENV = {"NODE_OPTIONS": DRIVER_NODE_OPTIONS, "MALLOC_ARENA_MAX": "2"}
-# Without docstrings (and asserts, which only restate what the types say): about 3 MiB less of the
-# controller's imports held (Playwright's API is mostly docstrings). The image compiles the modules
-# the controller imports for this level at build (images/desktop/Dockerfile): the root is read-only.
-CONTROLLER_PYTHON_FLAGS = ("-OO",)
 
 
 def chromium_argv(width: int, height: int, profile: str, extra: list[str]) -> list[str]:
@@ -335,8 +331,7 @@ def main() -> int:
         sup.spawn(Child("launcher", as_launcher([sys.executable, "-m", "corral.sandbox.launcher"])))
     # The controller imports for most of a second: start it first, it waits for the display itself.
     controller_env = {**sup.env, **CONTROLLER_ENV}
-    controller = own([sys.executable, *CONTROLLER_PYTHON_FLAGS, "-m", "corral.sandbox.controller"])
-    sup.spawn(Child("controller", controller, env=controller_env))
+    sup.spawn(Child("controller", own([sys.executable, "-m", "corral.sandbox.controller"]), env=controller_env))
     sup.start_xvfb(own)
     sup.spawn(Child("openbox", agent(["openbox", "--sm-disable"]), env=agent_env))
     if trusting is not None:

@@ -164,12 +164,6 @@ def test_the_controller_holds_few_malloc_arenas() -> None:
     assert CONTROLLER_ENV == {"NODE_OPTIONS": DRIVER_NODE_OPTIONS, "MALLOC_ARENA_MAX": "2"}
 
 
-def test_the_controller_runs_without_docstrings() -> None:
-    from corral.sandbox.init import CONTROLLER_PYTHON_FLAGS
-
-    assert CONTROLLER_PYTHON_FLAGS == ("-OO",)
-
-
 def test_the_inits_lines_keep_the_controllers_format(capsys: pytest.CaptureFixture[str]) -> None:
     from corral.sandbox.stderrlog import StderrLog
 
