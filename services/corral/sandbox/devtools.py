@@ -64,7 +64,7 @@ async def _answer(reader: asyncio.StreamReader) -> Answer:
     head = await reader.readuntil(b"\r\n\r\n")
     status, length = parse_head(head)
     if length is None:  # no length given: the body runs to the end of the connection
-        body = await reader.read(MAX_BODY_BYTES + 1)
+        body = b""
         while len(body) <= MAX_BODY_BYTES and (more := await reader.read(MAX_BODY_BYTES + 1 - len(body))):
             body += more
         if len(body) > MAX_BODY_BYTES:

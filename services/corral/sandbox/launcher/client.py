@@ -28,7 +28,7 @@ from typing import Any
 
 from corral.sandbox.agentfs import DirEntry, FileStat
 from corral.sandbox.launcher import messages as m
-from corral.sandbox.launcher.messages import SOCKET_PATH
+from corral.sandbox.launcher.messages import SOCKET_PATH, SPARE_IDLE_S
 
 log = logging.getLogger("corral.launcher.client")
 
@@ -38,10 +38,6 @@ RESERVE_DELAY_S = 0.02
 # Spares held: two, so that a command that follows another at once still finds one ready while the
 # first one's successor is being forked (each is a shepherd and its child, copies of the launcher).
 SPARES = 2
-# Spares held this long after the last one came are let go (each is two processes, about 9 MiB of an
-# idle sandbox's memory): the next command goes through the launcher, a few ms slower
-# (bench/spares.py), and spares are reserved again after it.
-SPARE_IDLE_S = 45.0
 
 
 @dataclass(frozen=True, slots=True)

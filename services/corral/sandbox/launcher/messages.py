@@ -30,6 +30,11 @@ from typing import Any, NamedTuple
 # Strings, not pathlib's paths: the launcher does not import pathlib (corral.sandbox.stderrlog says why).
 SOCKET_DIR = "/run/corral/launcher"  # 0700, the controller's uid (made by boot)
 SOCKET_PATH = f"{SOCKET_DIR}/sock"
+# Spares (a shepherd and its child forked ahead, two copies of the launcher, about 9 MiB of an idle
+# sandbox's memory) are let go after this long without a command, the controller's reserved ones and
+# the launcher's own alike, as the Playwright driver is: the next command forks on the way, a few ms
+# slower (bench/spares.py), and spares are made again after it.
+SPARE_IDLE_S = 45.0
 
 MAX_MESSAGE = 160 * 1024  # below the default socket send buffer (about 208 KiB): one datagram, whole
 MAX_FDS = 4

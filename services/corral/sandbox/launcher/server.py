@@ -33,18 +33,13 @@ from typing import Any, NamedTuple, NoReturn
 
 from corral.sandbox.launcher import fsops
 from corral.sandbox.launcher import messages as m
-from corral.sandbox.launcher.messages import SOCKET_PATH
+from corral.sandbox.launcher.messages import SOCKET_PATH, SPARE_IDLE_S
 from corral.sandbox.launcher.privileges import Ids, become
 from corral.sandbox.launcher.shepherd import Ready, Shepherd, Spawn, prepare, reserved
 from corral.sandbox.stderrlog import StderrLog
 
 # Not the logging module: corral.sandbox.stderrlog says why.
 log = StderrLog("corral.launcher")
-# A spare shepherd and its child (forked ahead) are two copies of this process, about 9 MiB of an idle
-# sandbox's memory (bench/gateway.py): after this long without a request the spare is let go, as the
-# controller's Playwright driver is (corral.sandbox.browser), and the next command forks its own on
-# the way (a few ms: bench/spares.py), then a spare again.
-SPARE_IDLE_S = 45.0
 
 AGENT_USER = "agent"
 RMTREE_TIMEOUT_S = 120.0
