@@ -204,7 +204,7 @@ def main() -> int:
     parser.add_argument(
         "--before",
         default="",
-        help="an image to compare with, side by side in this run (its gateway makes no grounds ahead)",
+        help="an image to compare with, side by side in this run (a gateway like the other's, on that image)",
     )
     parser.add_argument(
         "--before-without-ground-proxies",
@@ -217,7 +217,8 @@ def main() -> int:
     after = gateway_settings("after", GatewaySettings().image, GatewaySettings().ground_pool_size)
     setups = {"after": after}
     if args.before:
-        setups = {"before": gateway_settings("before", args.before, 0), **setups}
+        # The same gateway (this tree's) and grounds: only the image differs.
+        setups = {"before": gateway_settings("before", args.before, after.ground_pool_size), **setups}
     elif args.before_without_ground_proxies:
         before = gateway_settings("before", after.image, after.ground_pool_size, ground_proxies=False)
         setups = {"before": before, **setups}

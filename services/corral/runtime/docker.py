@@ -57,6 +57,10 @@ CONTROLLER_USER = "corral"  # the sandbox's controller uid; the only one that re
 CONTROLLER_UID = 1000
 AGENT_UID = 1100  # the sandbox's agent uid: Chromium, and what the agent runs
 SECRET_WAIT_S = 10.0  # boot writes the secret within its first tenth of a second
+_REFUSED_EVERY_S = 0.02  # /healthz tried this often while the controller's port refuses
+_NOT_READY_EVERY_S = 0.05  # ... and while it answers "not yet" (its screen or Chromium still starting)
+_STATE_EVERY_S = 0.25  # ... and its container's state read this often
+_INIT_LOGS = b"corral.init: "  # any line of the init's: boot, which writes the secret, has handed over
 
 LineSink = Callable[[str], None]
 
@@ -261,6 +265,9 @@ class DockerRuntime:
         """The address with its controller's per-boot secret, read inside the container as the
         controller's uid (the only one that may read it), the moment boot has written it."""
         deadline = time.monotonic() + wait_s
+        # One exec, once boot says the file is there; an image whose boot does not say so is read when
+        # its init logs (boot is done by then), or by the retries below when neither shows.
+        self._wait_for_log(address.id, (auth.SECRET_WRITTEN.encode(), _INIT_LOGS), wait_s)
         while True:
             try:
                 code, out = self._exec_within(
@@ -286,6 +293,36 @@ class DockerRuntime:
                     f"sandbox {address.name} wrote no controller secret in {wait_s:.0f}s:\n{self.logs(address.id, 40)}"
                 )
             time.sleep(0.02)
+
+    def _wait_for_log(self, ident: str, marks: tuple[bytes, ...], timeout_s: float) -> bool:
+        """Whether the container's log shows one of ``marks`` within ``timeout_s``; False at the log's
+        end (the container stopped) or the deadline. A hint of when to look, never trusted for more:
+        what the log says is checked by whatever the caller does next."""
+        seen: queue.SimpleQueue[bool] = queue.SimpleQueue()
+        try:
+            stream = self._client.api.logs(ident, stream=True, follow=True)
+        except docker.errors.APIError:
+            return False
+
+        def read() -> None:
+            tail = b""
+            try:
+                for chunk in stream:
+                    tail = (tail + chunk)[-4096:]  # a mark may be split across chunks
+                    if any(mark in tail for mark in marks):
+                        seen.put(True)
+                        return
+            except Exception:  # closed under it at the deadline, or the daemon went away
+                pass
+            seen.put(False)
+
+        threading.Thread(target=read, name=f"corral-log-{ident[:12]}", daemon=True).start()
+        try:
+            return seen.get(timeout=timeout_s)
+        except queue.Empty:
+            return False
+        finally:
+            stream.close()
 
     def _exec_within(self, ident: str, argv: list[str], user: str, timeout_s: float) -> tuple[int, bytes]:
         """``docker exec`` that gives up after ``timeout_s``: docker-py reads an exec's output with no
@@ -585,28 +622,37 @@ class DockerRuntime:
         """Block until the controller's /healthz answers 200; returns the seconds it took."""
         start = time.monotonic()
         url = f"{sandbox.base_url}/healthz"
+        looked = start  # when the container's state was last read
         while True:
             signed = auth.sign(sandbox.secret) if sandbox.secret else None
             request = urllib.request.Request(url, headers=signed.headers if signed else {})
+            pause = _REFUSED_EVERY_S
             try:
                 with urllib.request.urlopen(request, timeout=2) as response:
                     if response.status == 200:
                         if signed is not None and not auth.proven(sandbox.secret, signed.nonce, response.headers):
                             raise SandboxError(f"sandbox {sandbox.name}: whatever answers on its port is no controller")
                         return time.monotonic() - start
+            except urllib.error.HTTPError:
+                pause = _NOT_READY_EVERY_S  # the controller answers: each try is its work too
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
-            try:
-                state = self._container(sandbox.id).status
-            except docker.errors.APIError as exc:
-                raise SandboxError(f"cannot inspect sandbox {sandbox.name}: {exc}") from None
-            if state in ("exited", "dead"):
-                raise SandboxError(f"sandbox {sandbox.name} exited while starting:\n{self.logs(sandbox.id, 40)}")
+            # A refused connection costs next to nothing, an inspect the daemon's CPU while the sandbox
+            # boots on the same cores: the port is tried often (each wait is latency added to a cold
+            # start), the container's state now and then.
+            if time.monotonic() - looked >= _STATE_EVERY_S:
+                looked = time.monotonic()
+                try:
+                    state = self._container(sandbox.id).status
+                except docker.errors.APIError as exc:
+                    raise SandboxError(f"cannot inspect sandbox {sandbox.name}: {exc}") from None
+                if state in ("exited", "dead"):
+                    raise SandboxError(f"sandbox {sandbox.name} exited while starting:\n{self.logs(sandbox.id, 40)}")
             if time.monotonic() - start > timeout_s:
                 raise SandboxError(
                     f"sandbox {sandbox.name} not ready after {timeout_s:.0f}s:\n{self.logs(sandbox.id, 40)}"
                 )
-            time.sleep(0.05)
+            time.sleep(pause)
 
     def _container(self, ident: str) -> Container:
         try:

@@ -28,6 +28,9 @@ AUTH_HEADER = "x-corral-auth"
 PROOF_HEADER = "x-corral-proof"
 SECRET_DIR = Path("/run/corral/controller")  # 0700, the controller's uid
 SECRET_FILE = SECRET_DIR / "secret"  # 0400
+# Boot's log line once the secret is in place: the runtime reads the file when it shows, not before
+# (each early read is a failed ``docker exec``, about 60 ms of the host's CPU while the sandbox boots).
+SECRET_WRITTEN = "controller secret written"
 PROXY_TOKEN_FILE = Path("/run/corral-secrets/proxy-token")  # the control channel's, mounted by the runtime
 _VERSION = "v1"
 MAX_SKEW_S = 120  # a stamp older or newer than this is refused; nonces are remembered as long

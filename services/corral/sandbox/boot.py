@@ -193,6 +193,7 @@ def lock_down(env: Mapping[str, str], users: Users) -> None:
             log.warning("no firewall for the agent's uid (%s); the controller's secret still guards it", exc)
     # Only once the firewall holds: a sandbox that cannot be locked down never has a usable secret.
     write_secret(users, SECRET_DIR)
+    log.info(auth.SECRET_WRITTEN)
     private_dir(LAUNCHER_DIR, users)
     _x11_dir()
     CHROMIUM_POLICY.write_text(json.dumps(chromium_policy(proxy or None)))

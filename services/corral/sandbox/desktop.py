@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, TypeVar, assert_never
 
-from playwright.async_api import Error as PlaywrightError
+from playwright._impl._errors import Error as PlaywrightError
 from Xlib.display import Display
 from Xlib.error import DisplayError as XError
 

@@ -79,6 +79,16 @@ class FakeClient:
     def create_endpoint_config(self, aliases: list[str]) -> dict[str, Any]:
         return {"Aliases": aliases}
 
+    def logs(self, ident: str, **_: Any) -> FakeLog:
+        return FakeLog([b"INFO corral.boot: controller secret written\n"])
+
+
+class FakeLog(list[bytes]):
+    """A followed log that has said all it will."""
+
+    def close(self) -> None:
+        pass
+
 
 def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)

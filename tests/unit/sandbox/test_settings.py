@@ -39,9 +39,23 @@ def test_a_bad_value_names_its_field_and_a_misspelt_keyword_is_refused() -> None
     assert ControllerSettings(display=":3").display == ":3"
 
 
+# What ``python -m corral.sandbox.controller`` imports before it serves (its main imports them).
+CONTROLLER_IMPORTS = "uvicorn, corral.sandbox.app, corral.sandbox.cdprules, corral.sandbox.settings"
+
+
 def test_the_controller_imports_neither_fastapi_nor_pydantic_settings_nor_httpx() -> None:
     # Each is megabytes of every idle sandbox's memory (bench/gateway.py): the controller needs none.
     heavy = "{'fastapi', 'pydantic_settings', 'httpx'}"
-    probe = f"import sys, corral.sandbox.controller; print(sorted({heavy} & set(sys.modules)))"
+    probe = f"import sys, {CONTROLLER_IMPORTS}; print(sorted({heavy} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_controller_imports_playwrights_api_and_a_websocket_client_only_when_first_used() -> None:
+    # Both are on every cold start's path otherwise (about 100 ms of the controller's boot, on the CPUs
+    # Chromium is starting on; bench/cold.py): the driver starts on the first browser call, the
+    # client on the first CDP connection.
+    lazy = "{'playwright.async_api', 'websockets.asyncio.client'}"
+    probe = f"import sys, {CONTROLLER_IMPORTS}; print(sorted({lazy} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
