@@ -608,7 +608,13 @@ def test_a_view_link_flooding_and_never_reading_does_not_grow_the_controller(
                     break
         await asyncio.sleep(3.0)
         nonlocal_after.append(_sandbox_memory_mib(instance))
-        await ws.close()
+        # Not a bare close(): when the gateway stopped reading, the close frame waits behind the
+        # unread sends and close() drains with no deadline of its own (websockets' close_timeout
+        # starts after the drain): that hung this test past pytest's timeout in CI. Dropped instead.
+        try:
+            await asyncio.wait_for(ws.close(), 10)
+        except TimeoutError:
+            ws.transport.abort()
 
     nonlocal_after: list[float] = []
     asyncio.run(flood())
