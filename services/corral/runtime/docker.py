@@ -322,7 +322,8 @@ class DockerRuntime:
         except queue.Empty:
             return False
         finally:
-            stream.close()
+            with contextlib.suppress(OSError, AttributeError):  # ended already, or the daemon went away
+                stream.close()
 
     def _exec_within(self, ident: str, argv: list[str], user: str, timeout_s: float) -> tuple[int, bytes]:
         """``docker exec`` that gives up after ``timeout_s``: docker-py reads an exec's output with no
