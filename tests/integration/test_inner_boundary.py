@@ -257,3 +257,46 @@ def _health(container: Any) -> str | None:
     container.reload()
     status = str(((container.attrs.get("State") or {}).get("Health") or {}).get("Status", ""))
     return status if status in ("healthy", "unhealthy") else None
+
+
+# Planted by the agent in its home, the controller's working directory in the image (WORKDIR): were
+# that directory on the path of a Python started there, whatever such a process imports for the first
+# time after boot (Playwright's API on the first browser call brings greenlet, stringprep and
+# unicodedata) would run the agent's file instead, as that process's uid.
+PLANT = r"""
+import os, sys
+home = os.path.expanduser("~")
+os.chmod(home, 0o755)
+for name in sys.argv[1:]:
+    with open(os.path.join(home, name + ".py"), "w") as planted:
+        planted.write(f"import os\nopen('/tmp/hijacked-{name}', 'w').write(str(os.getuid()))\n")
+print("planted")
+"""
+
+
+def test_modules_the_agent_plants_in_its_home_are_never_imported_by_the_sandboxs_own_processes(
+    gw: RunningGateway, runtime: DockerHarness
+) -> None:
+    with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as sb:
+        box = sb.container
+        names = ["greenlet", "stringprep", "unicodedata", "encodings_idna", "linecache", "tokenize"]
+        code, out = runtime.exec(box, ["python", "-c", PLANT, *names], user="agent")
+        assert code == 0 and "planted" in out, out
+        # The first browser call: the controller imports Playwright's API now.
+        sb.navigate("https://allowed.test/")
+        assert sb.act({"type": "cursor_position"})["ok"] is True
+        # A child the init restarts starts in the same place: the controller, once killed.
+        controller = _pid(runtime, box, "corral.sandbox.controller")
+        runtime.exec(box, ["kill", "-KILL", str(controller)], user="corral")
+        assert wait_for(lambda: _http_ok(gw, sb.id), timeout_s=30)
+        sb.navigate("https://allowed.test/")
+        code, out = runtime.exec(box, ["sh", "-c", "ls /tmp/hijacked-* 2>/dev/null; true"], user="root")
+        assert out.strip() == "", f"the agent's planted modules ran: {out}"
+        # Every process of the sandbox's own Python (tini's too, which boot execs) runs in /, never in
+        # a directory the agent can write.
+        code, out = runtime.exec(box, ["pgrep", "-f", "corral[.]sandbox[.]"], user="root")
+        assert code == 0, out
+        places = {
+            pid: runtime.exec(box, ["readlink", f"/proc/{pid}/cwd"], user="root")[1].strip() for pid in out.split()
+        }
+        assert set(places.values()) == {"/"}, places

@@ -110,6 +110,55 @@ def _interface(attrs: Mapping[str, Any]) -> str:
     return str(options.get("com.docker.network.bridge.name") or f"br-{str(attrs['Id'])[:12]}")
 
 
+class _LogWatch:
+    """One container's log followed (on the caller's thread of choice) until one of ``marks`` shows,
+    the log ends or ``stop``: even the opening happens on that thread, since a daemon that hangs
+    would hold it past any deadline."""
+
+    def __init__(self, client: docker.DockerClient, ident: str, marks: tuple[bytes, ...]) -> None:
+        self._client, self._ident, self._marks = client, ident, marks
+        self._lock = threading.Lock()
+        self._stream: Any = None
+        self._stopped = False
+        self.seen: queue.SimpleQueue[bool] = queue.SimpleQueue()
+
+    def run(self) -> None:
+        try:
+            stream = self._client.api.logs(self._ident, stream=True, follow=True)
+        except Exception:  # refused, or no daemon to ask (docker-py raises requests' errors as well)
+            self.seen.put(False)
+            return
+        with self._lock:
+            self._stream, stopped = stream, self._stopped
+        if stopped:  # opened after the caller gave up
+            _close_quietly(stream)
+            self.seen.put(False)
+            return
+        tail = b""
+        try:
+            for chunk in stream:
+                tail = (tail + chunk)[-4096:]  # a mark may be split across chunks
+                if any(mark in tail for mark in self._marks):
+                    self.seen.put(True)
+                    return
+        except Exception:  # closed under it by stop, or the daemon went away
+            pass
+        self.seen.put(False)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped, stream = True, self._stream
+        if stream is not None:
+            _close_quietly(stream)
+
+
+def _close_quietly(stream: Any) -> None:
+    """Close a followed log that may have ended already or lost its daemon (over SSH, docker-py's
+    close raises its own error)."""
+    with contextlib.suppress(OSError, AttributeError, docker.errors.DockerException):
+        stream.close()
+
+
 class DockerRuntime:
     """The Docker driver: a container per sandbox and per proxy, a bridge network per session, the
     host guard as iptables rules on the bridges."""
@@ -267,7 +316,8 @@ class DockerRuntime:
         deadline = time.monotonic() + wait_s
         # One exec, once boot says the file is there; an image whose boot does not say so is read when
         # its init logs (boot is done by then), or by the retries below when neither shows.
-        self._wait_for_log(address.id, (auth.SECRET_WRITTEN.encode(), _INIT_LOGS), wait_s)
+        if wait_s > 0:
+            self._wait_for_log(address.id, (auth.SECRET_WRITTEN.encode(), _INIT_LOGS), wait_s)
         while True:
             try:
                 code, out = self._exec_within(
@@ -296,34 +346,16 @@ class DockerRuntime:
 
     def _wait_for_log(self, ident: str, marks: tuple[bytes, ...], timeout_s: float) -> bool:
         """Whether the container's log shows one of ``marks`` within ``timeout_s``; False at the log's
-        end (the container stopped) or the deadline. A hint of when to look, never trusted for more:
-        what the log says is checked by whatever the caller does next."""
-        seen: queue.SimpleQueue[bool] = queue.SimpleQueue()
+        end (the container stopped), the deadline, or a daemon that will not follow it. A hint of when
+        to look, never trusted for more: what the log says is checked by whatever the caller does next."""
+        watch = _LogWatch(self._client, ident, marks)
+        threading.Thread(target=watch.run, name=f"corral-log-{ident[:12]}", daemon=True).start()
         try:
-            stream = self._client.api.logs(ident, stream=True, follow=True)
-        except docker.errors.APIError:
-            return False
-
-        def read() -> None:
-            tail = b""
-            try:
-                for chunk in stream:
-                    tail = (tail + chunk)[-4096:]  # a mark may be split across chunks
-                    if any(mark in tail for mark in marks):
-                        seen.put(True)
-                        return
-            except Exception:  # closed under it at the deadline, or the daemon went away
-                pass
-            seen.put(False)
-
-        threading.Thread(target=read, name=f"corral-log-{ident[:12]}", daemon=True).start()
-        try:
-            return seen.get(timeout=timeout_s)
+            return watch.seen.get(timeout=timeout_s)
         except queue.Empty:
             return False
         finally:
-            with contextlib.suppress(OSError, AttributeError):  # ended already, or the daemon went away
-                stream.close()
+            watch.stop()
 
     def _exec_within(self, ident: str, argv: list[str], user: str, timeout_s: float) -> tuple[int, bytes]:
         """``docker exec`` that gives up after ``timeout_s``: docker-py reads an exec's output with no
@@ -634,13 +666,15 @@ class DockerRuntime:
                         if signed is not None and not auth.proven(sandbox.secret, signed.nonce, response.headers):
                             raise SandboxError(f"sandbox {sandbox.name}: whatever answers on its port is no controller")
                         return time.monotonic() - start
-            except urllib.error.HTTPError:
+            except urllib.error.HTTPError as exc:
+                exc.close()
                 pause = _NOT_READY_EVERY_S  # the controller answers: each try is its work too
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
-            # A refused connection costs next to nothing, an inspect the daemon's CPU while the sandbox
-            # boots on the same cores: the port is tried often (each wait is latency added to a cold
-            # start), the container's state now and then.
+            # A try before the controller listens is a refused connection (or, on a published port,
+            # one docker-proxy accepts and drops): cheap. An inspect is the daemon's CPU while the
+            # sandbox boots on the same cores. So the port is tried often (each pause is latency
+            # added to a cold start), the container's state now and then.
             if time.monotonic() - looked >= _STATE_EVERY_S:
                 looked = time.monotonic()
                 try:

@@ -281,7 +281,11 @@ def drop_argv(target: list[str]) -> list[str]:
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    target = ["/usr/bin/tini", "--", sys.executable, "-m", "corral.sandbox.init"]
+    # -P, and / as the working directory from here on: the image's is the agent's home, and a Python
+    # started there would look there first for whatever it imports (the agent's files, run as this
+    # process's uid: the init keeps SETUID, the launcher acts as the agent, the controller reads the
+    # secret). Each child of the init inherits both.
+    target = ["/usr/bin/tini", "--", sys.executable, "-P", "-m", "corral.sandbox.init"]
     if os.getuid() != 0:
         log.error("the sandbox must start as root (it drops to its users itself): run it with --user root")
         return 3
@@ -292,6 +296,7 @@ def main() -> int:
         log.error("cannot lock the sandbox down, refusing to start: %s", exc)
         return 3
     argv = drop_argv(target)
+    os.chdir("/")
     os.execvpe(argv[0], argv, supervisor_env(os.environ, users.controller_home))
 
 

@@ -8,9 +8,10 @@ import os
 
 
 def main() -> None:
-    # The imports make a few hundred thousand objects and no garbage: the cyclic collector's hundred
-    # or so passes over them while they load cost about 25 ms of every cold start, on CPUs Chromium
-    # is starting on (bench/cold.py). Frozen once loaded, so later collections skip them too.
+    # The imports make about 100,000 objects the collector tracks, nearly none of them garbage (under
+    # a thousand, kept for good by the freeze): its hundred or so passes over them while they load
+    # cost about 25 ms of every cold start, on CPUs Chromium is starting on (bench/cold.py). Frozen
+    # once loaded, so later collections skip them too.
     gc.disable()
     try:
         import uvicorn

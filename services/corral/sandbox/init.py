@@ -191,12 +191,18 @@ def chromium_argv(width: int, height: int, profile: str, extra: list[str]) -> li
 
 class Child:
     def __init__(
-        self, name: str, argv: list[str], ready_marker: bytes | None = None, env: dict[str, str] | None = None
+        self,
+        name: str,
+        argv: list[str],
+        ready_marker: bytes | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
     ) -> None:
         self.name = name
         self.argv = argv
         self.ready_marker = ready_marker
         self.env = env  # the supervisor's own when None
+        self.cwd = cwd  # the supervisor's own (/, from boot) when None
         self.restarts = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
@@ -247,7 +253,7 @@ class Supervisor:
         child.ready.clear()
         stderr = subprocess.PIPE if child.ready_marker else None
         env = self.env if child.env is None else child.env
-        child.proc = subprocess.Popen(child.argv, env=env, stderr=stderr, stdin=subprocess.DEVNULL)
+        child.proc = subprocess.Popen(child.argv, env=env, stderr=stderr, stdin=subprocess.DEVNULL, cwd=child.cwd)
         child.started_at = time.monotonic()
         if child.ready_marker and child.proc.stderr is not None:
             threading.Thread(target=self._pump, args=(child, child.proc.stderr), daemon=True).start()
@@ -328,16 +334,18 @@ def main() -> int:
     signal.signal(signal.SIGINT, sup.stop)
     if split:
         # Commands and file operations as the agent, for the controller, which holds no capability.
-        sup.spawn(Child("launcher", as_launcher([sys.executable, "-m", "corral.sandbox.launcher"])))
+        sup.spawn(Child("launcher", as_launcher([sys.executable, "-P", "-m", "corral.sandbox.launcher"])))
     # The controller imports for most of a second: start it first, it waits for the display itself.
     controller_env = {**sup.env, **CONTROLLER_ENV}
-    sup.spawn(Child("controller", own([sys.executable, "-m", "corral.sandbox.controller"]), env=controller_env))
+    sup.spawn(Child("controller", own([sys.executable, "-P", "-m", "corral.sandbox.controller"]), env=controller_env))
     sup.start_xvfb(own)
-    sup.spawn(Child("openbox", agent(["openbox", "--sm-disable"]), env=agent_env))
+    # The agent's own programs start in its home, as they did when it was the image's working directory.
+    agent_home = agent_env.get("HOME")
+    sup.spawn(Child("openbox", agent(["openbox", "--sm-disable"]), env=agent_env, cwd=agent_home))
     if trusting is not None:
         trusting.join()
     browser = agent(chromium_argv(width, height, profile, extra))
-    sup.spawn(Child("chromium", browser, ready_marker=b"DevTools listening on", env=agent_env))
+    sup.spawn(Child("chromium", browser, ready_marker=b"DevTools listening on", env=agent_env, cwd=agent_home))
     return sup.watch()
 
 

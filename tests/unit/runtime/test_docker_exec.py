@@ -11,7 +11,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import docker.errors
 import pytest
+import requests
 
 from corral.errors import SandboxError
 from corral.runtime import SandboxAddress
@@ -83,24 +85,57 @@ class FakeContainers:
 class FakeApi:
     def __init__(self, log: FollowedLog) -> None:
         self.log = log
+        self.follows = 0
 
     def logs(self, ident: str, stream: bool = False, follow: bool = False) -> FollowedLog:
         assert stream and follow
+        self.follows += 1
         return self.log
 
 
+class RefusingApi(FakeApi):
+    """A daemon that will not follow the log: one that refuses, or one gone (requests' own error)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(FollowedLog([]))
+        self.error = error
+
+    def logs(self, ident: str, stream: bool = False, follow: bool = False) -> FollowedLog:
+        raise self.error
+
+
+class HangingApi(FakeApi):
+    """A daemon that answers the follow only when ``release`` is set."""
+
+    def __init__(self, log: FollowedLog, release: threading.Event) -> None:
+        super().__init__(log)
+        self.release = release
+
+    def logs(self, ident: str, stream: bool = False, follow: bool = False) -> FollowedLog:
+        self.release.wait()
+        return self.log
+
+
+class ClosingRaises(FollowedLog):
+    def close(self) -> None:
+        super().close()
+        raise docker.errors.DockerException("ssh connections cannot be shut down this way")
+
+
 class FakeClient:
-    def __init__(self, container: HangingContainer, log: FollowedLog) -> None:
+    def __init__(self, container: HangingContainer, log: FollowedLog, api: FakeApi | None = None) -> None:
         self.containers = FakeContainers(container)
-        self.api = FakeApi(log)
+        self.api = api or FakeApi(log)
 
     def ping(self) -> bool:
         return True
 
 
-def runtime_with(container: HangingContainer, log: FollowedLog | None = None) -> DockerRuntime:
+def runtime_with(
+    container: HangingContainer, log: FollowedLog | None = None, api: FakeApi | None = None
+) -> DockerRuntime:
     log = log or FollowedLog([b"INFO corral.boot: controller secret written\n"])
-    return DockerRuntime(FakeClient(container, log))  # the seam under test: docker-py is untyped
+    return DockerRuntime(FakeClient(container, log, api))  # the seam under test: docker-py is untyped
 
 
 ADDRESS = SandboxAddress("c0ffee", "corral-test", "127.0.0.1", 8765)
@@ -165,3 +200,40 @@ def test_without_boots_mark_the_secret_is_still_found_by_retrying() -> None:
     container.written.set()  # written, but the log never says so (a follow the daemon refused)
     log = FollowedLog([], ends=True)
     assert runtime_with(container, log)._with_secret(ADDRESS, wait_s=2).secret == "s3cret"
+
+
+@pytest.mark.parametrize(
+    "error", [docker.errors.APIError("500 Server Error"), requests.exceptions.ConnectionError("daemon gone")]
+)
+def test_a_daemon_that_will_not_follow_the_log_is_no_hint_and_the_secret_is_still_read(error: Exception) -> None:
+    container = BootingContainer(threading.Event())
+    container.written.set()
+    runtime = runtime_with(container, api=RefusingApi(error))
+    started = time.monotonic()
+    assert runtime._with_secret(ADDRESS, wait_s=5).secret == "s3cret"
+    assert time.monotonic() - started < 2
+
+
+def test_a_follow_that_hangs_is_bounded_by_the_wait_and_closed_once_it_answers() -> None:
+    release = threading.Event()
+    log = FollowedLog([b"INFO corral.boot: controller secret written\n"])
+    runtime = runtime_with(AnsweringContainer(threading.Event()), api=HangingApi(log, release))
+    started = time.monotonic()
+    assert runtime._wait_for_log(ADDRESS.id, (b"controller secret written",), 0.3) is False
+    assert time.monotonic() - started < 2
+    release.set()  # the daemon answers after the caller gave up: what it opened is closed
+    assert log.closed.wait(2)
+
+
+def test_a_close_that_raises_is_not_the_callers_failure() -> None:
+    log = ClosingRaises([b"INFO corral.boot: controller secret written\n"])
+    found = runtime_with(AnsweringContainer(threading.Event()), log)._with_secret(ADDRESS, wait_s=5)
+    assert found.secret == "s3cret" and log.closed.is_set()
+
+
+def test_a_read_with_no_wait_follows_no_log() -> None:
+    api = FakeApi(FollowedLog([]))
+    assert (
+        runtime_with(AnsweringContainer(threading.Event()), api=api)._with_secret(ADDRESS, wait_s=0).secret == "s3cret"
+    )
+    assert api.follows == 0

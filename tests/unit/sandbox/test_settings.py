@@ -39,8 +39,10 @@ def test_a_bad_value_names_its_field_and_a_misspelt_keyword_is_refused() -> None
     assert ControllerSettings(display=":3").display == ":3"
 
 
-# What ``python -m corral.sandbox.controller`` imports before it serves (its main imports them).
-CONTROLLER_IMPORTS = "uvicorn, corral.sandbox.app, corral.sandbox.cdprules, corral.sandbox.settings"
+# ``python -m corral.sandbox.controller`` up to serving: its main, uvicorn's run stubbed out.
+CONTROLLER_IMPORTS = (
+    "uvicorn; uvicorn.run = lambda *args, **kwargs: None; import corral.sandbox.controller as c; c.main()"
+)
 
 
 def test_the_controller_imports_neither_fastapi_nor_pydantic_settings_nor_httpx() -> None:
