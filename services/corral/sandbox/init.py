@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from corral.sandbox.stderrlog import StderrLog
 
@@ -94,6 +94,12 @@ def as_agent(argv: list[str]) -> list[str]:
         "--",
         *argv,
     ]
+
+
+def in_home(env: Mapping[str, str], argv: list[str]) -> list[str]:
+    """``argv`` started in ``env``'s home (the agent's programs, as when it was the image's working
+    directory): changed into once the uid is the agent's, which alone may enter it (0700)."""
+    return ["env", f"--chdir={env.get('HOME', '/')}", "--", *argv]
 
 
 def trust_session_ca(home: str, cert: str, wrap: Callable[[list[str]], list[str]], env: dict[str, str]) -> None:
@@ -191,18 +197,12 @@ def chromium_argv(width: int, height: int, profile: str, extra: list[str]) -> li
 
 class Child:
     def __init__(
-        self,
-        name: str,
-        argv: list[str],
-        ready_marker: bytes | None = None,
-        env: dict[str, str] | None = None,
-        cwd: str | None = None,
+        self, name: str, argv: list[str], ready_marker: bytes | None = None, env: dict[str, str] | None = None
     ) -> None:
         self.name = name
         self.argv = argv
         self.ready_marker = ready_marker
         self.env = env  # the supervisor's own when None
-        self.cwd = cwd  # the supervisor's own (/, from boot) when None
         self.restarts = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
@@ -253,7 +253,7 @@ class Supervisor:
         child.ready.clear()
         stderr = subprocess.PIPE if child.ready_marker else None
         env = self.env if child.env is None else child.env
-        child.proc = subprocess.Popen(child.argv, env=env, stderr=stderr, stdin=subprocess.DEVNULL, cwd=child.cwd)
+        child.proc = subprocess.Popen(child.argv, env=env, stderr=stderr, stdin=subprocess.DEVNULL)
         child.started_at = time.monotonic()
         if child.ready_marker and child.proc.stderr is not None:
             threading.Thread(target=self._pump, args=(child, child.proc.stderr), daemon=True).start()
@@ -339,13 +339,11 @@ def main() -> int:
     controller_env = {**sup.env, **CONTROLLER_ENV}
     sup.spawn(Child("controller", own([sys.executable, "-P", "-m", "corral.sandbox.controller"]), env=controller_env))
     sup.start_xvfb(own)
-    # The agent's own programs start in its home, as they did when it was the image's working directory.
-    agent_home = agent_env.get("HOME")
-    sup.spawn(Child("openbox", agent(["openbox", "--sm-disable"]), env=agent_env, cwd=agent_home))
+    sup.spawn(Child("openbox", agent(in_home(agent_env, ["openbox", "--sm-disable"])), env=agent_env))
     if trusting is not None:
         trusting.join()
-    browser = agent(chromium_argv(width, height, profile, extra))
-    sup.spawn(Child("chromium", browser, ready_marker=b"DevTools listening on", env=agent_env, cwd=agent_home))
+    browser = agent(in_home(agent_env, chromium_argv(width, height, profile, extra)))
+    sup.spawn(Child("chromium", browser, ready_marker=b"DevTools listening on", env=agent_env))
     return sup.watch()
 
 

@@ -189,3 +189,11 @@ def test_the_init_and_the_launcher_import_neither_logging_nor_dataclasses() -> N
         probe = f"import sys, {module}; print(sorted({{'logging', 'dataclasses', 'pathlib'}} & set(sys.modules)))"
         out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
         assert out.strip() == "[]", module
+
+
+def test_the_agents_programs_start_in_its_home_once_they_are_the_agents() -> None:
+    # The init (uid corral) cannot enter the agent's 0700 home: the change happens after setpriv.
+    from corral.sandbox.init import as_agent, in_home
+
+    argv = as_agent(in_home({"HOME": "/home/agent"}, ["openbox", "--sm-disable"]))
+    assert argv[argv.index("--") + 1 :] == ["env", "--chdir=/home/agent", "--", "openbox", "--sm-disable"]
