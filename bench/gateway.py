@@ -148,6 +148,8 @@ def cold_start_times(http: httpx.Client, samples: int) -> list[float]:
     return out
 
 
+# Every Python this bench runs in a sandbox is isolated (-I): docker exec starts it in the agent's
+# home, the image's working directory, where the agent may have planted a module of any name.
 # The supervisor and the launcher hold CAP_SETUID/SETGID(/SETPCAP): only a reader of their uid holding
 # as much may read their smaps (else they would count by RSS, their forks' shared pages counted again).
 _CAPPED_READER = "-all,+setuid,+setgid,+setpcap"
@@ -157,10 +159,10 @@ IDLE_CPU_WINDOW_S = 10.0
 def _pss_as(runtime: DockerHarness, container: str, user: str) -> dict[str, list[Any]]:
     if user == "corral":
         argv = ["setpriv", "--reuid=corral", "--regid=corral", "--clear-groups", f"--inh-caps={_CAPPED_READER}"]
-        argv += [f"--ambient-caps={_CAPPED_READER}", "--", "python", "-c", PSS]
+        argv += [f"--ambient-caps={_CAPPED_READER}", "--", "python", "-I", "-c", PSS]
         out = runtime._container(container).exec_run(argv, user="root").output.decode(errors="replace")
     else:
-        _, out = runtime.exec(container, ["python", "-c", PSS], user=user)
+        _, out = runtime.exec(container, ["python", "-I", "-c", PSS], user=user)
     parsed: dict[str, list[Any]] = json.loads(out.strip().splitlines()[-1])
     return parsed
 
@@ -173,7 +175,7 @@ def sidecar_pss(runtime: DockerHarness, instance: str, sandbox: str, shared: str
     for container in runtime._client.containers.list(filters={"label": f"corral.gateway={instance}"}):
         on = set(container.attrs["NetworkSettings"]["Networks"])
         if container.id != runtime._container(sandbox).id and "egress" in (container.name or "") and on & networks:
-            out = container.exec_run(["python3", "-c", PSS]).output.decode(errors="replace")
+            out = container.exec_run(["python3", "-I", "-c", PSS]).output.decode(errors="replace")
             total += sum(row[1] for row in json.loads(out.strip().splitlines()[-1]).values()) / 1024
     return round(total, 1)
 

@@ -171,7 +171,7 @@ def measure_settle(client: SandboxClient, samples: int) -> tuple[list[float], li
 
 
 def baseline(runtime: DockerHarness, sandbox: SandboxAddress, samples: int) -> dict[str, list[float]]:
-    code, out = runtime.exec(sandbox.id, ["python", "-c", BASELINE, str(samples)])
+    code, out = runtime.exec(sandbox.id, ["python", "-I", "-c", BASELINE, str(samples)])
     if code != 0:
         raise RuntimeError(f"baseline failed: {out}")
     data: dict[str, list[float]] = json.loads(out.strip().splitlines()[-1])
@@ -188,7 +188,7 @@ def measure_png_vs_scrot(
         client.act({"type": "move", "x": 1279, "y": 799}, screenshot=True, wait_for="stable")  # drawn, pointer aside
         ours = timed(samples, lambda: client.act({"type": "screenshot", "format": "png"}))
         size = len(image_bytes(client.act({"type": "screenshot", "format": "png"})))
-        code, text = runtime.exec(sandbox.id, ["python", "-c", SCROT, str(samples)])
+        code, text = runtime.exec(sandbox.id, ["python", "-I", "-c", SCROT, str(samples)])
         if code != 0:
             raise RuntimeError(f"scrot failed: {text}")
         scrot = json.loads(text.strip().splitlines()[-1])
