@@ -332,7 +332,7 @@ def pid_of(module):
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
-                if open(f"/proc/{name}/cmdline", "rb").read() == b"/opt/corral/bin/python\0-m\0" + module + b"\0":
+                if open(f"/proc/{name}/cmdline", "rb").read() == b"/opt/corral/bin/python\0-P\0-m\0" + module + b"\0":
                     found.append(int(name))
             except OSError:
                 pass

@@ -62,7 +62,7 @@ def _supervisor(runtime: DockerHarness, sandbox: SandboxAddress) -> str:
 
 def _launchers(runtime: DockerHarness, sandbox: SandboxAddress) -> list[str]:
     _, out = runtime.exec(
-        sandbox.id, ["pgrep", "-f", "-x", "/opt/corral/bin/python -m corral.sandbox.launcher"], "root"
+        sandbox.id, ["pgrep", "-f", "-x", "/opt/corral/bin/python -P -m corral.sandbox.launcher"], "root"
     )
     return out.split()
 
