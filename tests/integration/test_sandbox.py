@@ -26,14 +26,19 @@ LAUNCHER_CAPS = f"{(1 << 6) | (1 << 7):016x}"  # CAP_SETGID, CAP_SETUID: acting 
 
 
 def test_processes_run_as_two_unprivileged_users(runtime: DockerHarness, sandbox: SandboxAddress) -> None:
-    code, out = runtime.exec(sandbox.id, ["ps", "-eo", "pid,user:20,comm", "--no-headers"], user="root")
+    code, out = runtime.exec(sandbox.id, ["ps", "-eo", "pid,user:20,ni,comm", "--no-headers"], user="root")
     assert code == 0
-    rows = [line.split(None, 2) for line in out.splitlines() if line.strip() and not line.split()[2].startswith("ps")]
+    table = [line.split(None, 3) for line in out.splitlines() if line.strip() and not line.split()[3].startswith("ps")]
+    rows = [[pid, user, comm] for pid, user, _, comm in table]
     users = {comm: user for _, user, comm in rows}
-    # The controller, Xvfb and the supervisor as corral; the browser and the window manager as agent.
+    # The controller, Xvfb and the supervisor as corral; the browser and the window manager as agent,
+    # which yield the CPU to them (nice 10, as the agent's commands do).
     assert users["Xvfb"] == "corral" and users["tini"] == "corral", out
     assert users["chromium"] == "agent" and users["openbox"] == "agent", out
     assert {user for _, user, _ in rows} == {"corral", "agent"}, out
+    assert {nice for _, user, nice, _ in table if user == "agent"} == {"10"}, out
+    shepherds = set(_launchers(runtime, sandbox))  # a spare shepherd has niced itself for the agent already
+    assert {nice for pid, user, nice, _ in table if user == "corral" and pid not in shepherds} == {"0"}, out
     for pid, _, comm in rows:
         _, status = runtime.exec(sandbox.id, ["grep", "CapEff", f"/proc/{pid}/status"], user="root")
         if not status.strip():

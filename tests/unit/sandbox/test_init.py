@@ -191,9 +191,19 @@ def test_the_init_and_the_launcher_import_neither_logging_nor_dataclasses() -> N
         assert out.strip() == "[]", module
 
 
-def test_the_agents_programs_start_in_its_home_once_they_are_the_agents() -> None:
+def test_the_agents_programs_start_in_its_home_once_they_are_the_agents_and_yield_the_cpu() -> None:
     # The init (uid corral) cannot enter the agent's 0700 home: the change happens after setpriv.
-    from corral.sandbox.init import as_agent, in_home
+    from corral.sandbox.init import agents_program, as_agent
 
-    argv = as_agent(in_home({"HOME": "/home/agent"}, ["openbox", "--sm-disable"]))
-    assert argv[argv.index("--") + 1 :] == ["env", "--chdir=/home/agent", "--", "openbox", "--sm-disable"]
+    argv = as_agent(agents_program({"HOME": "/home/agent"}, ["openbox", "--sm-disable"]))
+    assert argv[argv.index("--") + 1 :] == [
+        "env",
+        "--chdir=/home/agent",
+        "--",
+        "nice",
+        "-n",
+        "10",
+        "--",
+        "openbox",
+        "--sm-disable",
+    ]
