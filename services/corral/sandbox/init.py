@@ -3,7 +3,7 @@
 It runs as ``corral`` holding only CAP_SETUID/SETGID/SETPCAP (see :mod:`corral.sandbox.boot`) and
 starts every child with no capability at all: Xvfb and the controller as ``corral``, openbox and
 Chromium as ``agent`` (openbox's menu starts programs: they must not get the controller's uid), in
-the agent's home, Chromium at nice 10.
+the agent's home.
 
 Runs under tini (PID 1 reaps orphans). Readiness is signalled, not slept on:
 Xvfb writes its display number to ``-displayfd`` once it accepts clients and
@@ -97,21 +97,10 @@ def as_agent(argv: list[str]) -> list[str]:
     ]
 
 
-# Chromium yields the CPU to the sandbox's own processes (the controller, Xvfb), as the agent's
-# commands do (corral.sandbox.launcher.shepherd): a page's busy loop must not slow the controller's
-# screenshots, nor Chromium's start the controller's (the last step of a cold start; bench/cold.py).
-# openbox does not: it takes no CPU to speak of, and it must be managing the screen before Chromium
-# maps its window (a window manager that comes later leaves that window undecorated, and a recording
-# made one way would not replay the other: seen in CI with openbox at nice 10).
-CHROMIUM_NICE = 10
-
-
-def agents_program(env: Mapping[str, str], argv: list[str], nice: int = 0) -> list[str]:
+def agents_program(env: Mapping[str, str], argv: list[str]) -> list[str]:
     """``argv`` as one of the agent's programs, started in ``env``'s home (as when it was the image's
-    working directory), changed into once the uid is the agent's, which alone may enter it (0700);
-    at ``nice`` when given."""
-    niced = ["nice", "-n", str(nice), "--"] if nice else []
-    return ["env", f"--chdir={env.get('HOME', '/')}", "--", *niced, *argv]
+    working directory), changed into once the uid is the agent's, which alone may enter it (0700)."""
+    return ["env", f"--chdir={env.get('HOME', '/')}", "--", *argv]
 
 
 def trust_session_ca(home: str, cert: str, wrap: Callable[[list[str]], list[str]], env: dict[str, str]) -> None:
@@ -354,7 +343,7 @@ def main() -> int:
     sup.spawn(Child("openbox", agent(agents_program(agent_env, ["openbox", "--sm-disable"])), env=agent_env))
     if trusting is not None:
         trusting.join()
-    browser = agent(agents_program(agent_env, chromium_argv(width, height, profile, extra), CHROMIUM_NICE))
+    browser = agent(agents_program(agent_env, chromium_argv(width, height, profile, extra)))
     sup.spawn(Child("chromium", browser, ready_marker=b"DevTools listening on", env=agent_env))
     return sup.watch()
 

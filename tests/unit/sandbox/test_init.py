@@ -193,9 +193,7 @@ def test_the_init_and_the_launcher_import_neither_logging_nor_dataclasses() -> N
 
 def test_the_agents_programs_start_in_its_home_once_they_are_the_agents() -> None:
     # The init (uid corral) cannot enter the agent's 0700 home: the change happens after setpriv.
-    from corral.sandbox.init import CHROMIUM_NICE, agents_program, as_agent
+    from corral.sandbox.init import agents_program, as_agent
 
     argv = as_agent(agents_program({"HOME": "/home/agent"}, ["openbox", "--sm-disable"]))
     assert argv[argv.index("--") + 1 :] == ["env", "--chdir=/home/agent", "--", "openbox", "--sm-disable"]
-    argv = as_agent(agents_program({"HOME": "/home/agent"}, ["chromium"], CHROMIUM_NICE))
-    assert argv[argv.index("--") + 1 :] == ["env", "--chdir=/home/agent", "--", "nice", "-n", "10", "--", "chromium"]
