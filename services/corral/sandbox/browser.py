@@ -35,7 +35,6 @@ from corral.sandbox import devtools
 if TYPE_CHECKING:
     from playwright.async_api import Browser as PWBrowser
     from playwright.async_api import BrowserContext, Page, Playwright, Request, Response
-    from playwright.async_api._context_manager import PlaywrightContextManager
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +152,7 @@ class Browser:
                 return self._browser
             try:
                 if self._playwright is None:
-                    self._playwright = await (await _async_playwright())().start()
+                    self._playwright = await _start_playwright()
                 browser = await self._playwright.chromium.connect_over_cdp(
                     await self._browser_endpoint(), timeout=self._connect_timeout_s * 1000
                 )
@@ -461,11 +460,11 @@ class Browser:
         return {"closed": closed, "tabs": len(remaining)}
 
 
-async def _async_playwright() -> Callable[[], PlaywrightContextManager]:
-    """Playwright's entry point, its API imported on a thread so the event loop serves meanwhile."""
+async def _start_playwright() -> Playwright:
+    """Playwright's driver, started; its API imported first on a thread, so the event loop serves meanwhile."""
     api = await asyncio.to_thread(importlib.import_module, "playwright.async_api")
-    entry: Callable[[], PlaywrightContextManager] = api.async_playwright
-    return entry
+    started: Playwright = await api.async_playwright().start()
+    return started
 
 
 async def _target_id(page: Page) -> str | None:
