@@ -109,6 +109,12 @@ def _gateway_get(path: str) -> httpx.Response:
         return gateway.get(path)
 
 
+def _gateway_download(path: str, local: Path) -> None:
+    """GET from the gateway streamed into ``local`` (a log is never held whole); failures as _gateway_get's."""
+    with _gateway_call() as gateway:
+        gateway.download(path, local)
+
+
 def _gateway_rows(path: str, what: str) -> list[dict[str, Any]]:
     """A gateway listing (a JSON list of objects), or a clean failure naming what was wrong."""
     try:
@@ -646,7 +652,7 @@ def audit_verify(
         if source.startswith("ses_") and not path.exists():
             quoted = urllib.parse.quote(source, safe="")
             path = Path(scratch) / "audit.jsonl"
-            path.write_bytes(_gateway_get(f"/v1/sessions/{quoted}/traffic").content)
+            _gateway_download(f"/v1/sessions/{quoted}/traffic", path)
             if anchors is None:
                 # Served only after the gateway checked every anchor's MAC with its key.
                 anchor_lines = _gateway_get(f"/v1/sessions/{quoted}/traffic.anchors").content.splitlines()
@@ -696,20 +702,37 @@ def _cell(value: Any) -> Text:
 _DECISION_STYLE = {"allow": "green", "deny": "red", "report": "yellow"}
 
 
-def _audit_records(source: str) -> list[AuditRecord]:
-    """The records of an audit log file, or of a session's log fetched from the gateway."""
-    from corral.proxy.traffic import parse_records, read_records
+@contextlib.contextmanager
+def _audit_log_file(source: str) -> Iterator[tuple[Path, str]]:
+    """A local audit log and how to name it: the file given, or a session's log streamed from the
+    gateway into a scratch file."""
+    import tempfile
 
     path = Path(source)
+    if source.startswith("ses_") and not path.exists():
+        with tempfile.TemporaryDirectory() as scratch:
+            local = Path(scratch) / "audit.jsonl"
+            _gateway_download(f"/v1/sessions/{urllib.parse.quote(source, safe='')}/traffic", local)
+            yield local, f"session {source}"
+        return
+    if not path.is_file():
+        raise _fail(f"no audit log at {path} (give a .jsonl file or a session id, ses_...)", 2)
+    yield path, str(path)
+
+
+def _audit_records(log: tuple[Path, str]) -> Iterator[AuditRecord]:
+    """The records of a local audit log, read lazily, one bounded line at a time; an unreadable one
+    is a clean failure."""
+    from corral.proxy.audit import bounded_lines
+    from corral.proxy.traffic import parse_records
+
+    path, name = log
     try:
-        if source.startswith("ses_") and not path.exists():
-            response = _gateway_get(f"/v1/sessions/{urllib.parse.quote(source, safe='')}/traffic")
-            return list(parse_records(response.text.splitlines(), source=f"session {source}"))
-        if not path.is_file():
-            raise _fail(f"no audit log at {path} (give a .jsonl file or a session id, ses_...)", 2)
-        return list(read_records(path))
+        with path.open("rb") as lines:
+            yield from parse_records(bounded_lines(lines), source=name)
     except ValueError as exc:
-        raise _fail(f"not an audit log: {exc}") from None
+        message = str(exc) if str(exc).startswith(name) else f"{name}: {exc}"
+        raise _fail(f"not an audit log: {message}") from None
     except OSError as exc:
         raise _fail(f"cannot read {path}: {exc.strerror or exc}") from None
 
@@ -807,13 +830,19 @@ def audit_show(
         )
     except ValueError as exc:
         raise _fail(f"bad filter: {exc}", 2) from None
-    records = _audit_records(source)
-    shown = [record for record in records if flt.matches(record)]
-    if as_json:
-        for record in shown:
-            # As the log stores them, so a whole unfiltered dump still passes `corral audit verify`.
-            typer.echo(json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
-        return
+    with _audit_log_file(source) as log:
+        if as_json:
+            for record in _audit_records(log):
+                if flt.matches(record):
+                    # As the log stores them, so a whole unfiltered dump still passes `corral audit verify`.
+                    typer.echo(json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
+            return
+        seen = 0
+        shown: list[AuditRecord] = []
+        for record in _audit_records(log):
+            seen += 1
+            if flt.matches(record):
+                shown.append(record)
     table = Table(
         "seq",
         "time",
@@ -824,7 +853,7 @@ def audit_show(
         "status",
         "action",
         "rule / reason",
-        caption=f"{len(shown)} of {len(records)} records",
+        caption=f"{len(shown)} of {seen} records",
     )
     for record in shown:
         decision_text = record.get("decision")
@@ -854,10 +883,10 @@ def audit_summary(
 
     from corral.proxy.traffic import summarize, summarize_secrets, totals
 
-    records = _audit_records(source)
-    rows = summarize(records)
+    with _audit_log_file(source) as log:
+        rows = summarize(_audit_records(log))
+        secret_rows = summarize_secrets(_audit_records(log))
     total = totals(rows)
-    secret_rows = summarize_secrets(records)
     if as_json:
         answer: dict[str, Any] = {"hosts": [asdict(row) for row in rows], "total": asdict(total)}
         if secret_rows:  # only in logs of sessions that used secrets

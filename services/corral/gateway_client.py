@@ -366,6 +366,16 @@ class Gateway:
         answer: dict[str, Any] = _json(response)
         return answer
 
+    def download(self, path: str, local: Path) -> int:
+        """GET ``path`` streamed into ``local`` (never held whole); returns its size. GatewayError for a refusal."""
+        with self._http.stream("GET", path) as response:
+            _download_failed(response, response.read() if response.status_code >= 400 else b"")
+            size = 0
+            with local.open("wb") as out:
+                for chunk in response.iter_bytes(CHUNK):
+                    size += out.write(chunk)
+        return size
+
     def download_file(self, session_id: str, remote: str, local: str | Path) -> Download:
         """``remote`` (a file's bytes, or a directory as a tar) streamed to ``local``, which appears
         only once it is complete."""

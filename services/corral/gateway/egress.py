@@ -390,6 +390,7 @@ class EgressManager:
             "CORRAL_RESPONSES_MAX_BODY": str(s.responses_max_body_mb << 20),
             "CORRAL_RESPONSES_MAX_TOTAL": str(s.responses_max_total_mb << 20),
             "CORRAL_HERMETIC": "1" if hermetic else "0",
+            "CORRAL_AUDIT_MAX_BYTES": str(s.audit_max_bytes),
         }
 
     async def set_start_policy(self, egress: Egress, allow: list[str], mode: str, actor: str, timeout_s: float) -> None:
@@ -805,10 +806,7 @@ class EgressManager:
                 continue
             if meta.get("owner") != owner:
                 continue
-            audit = meta_path.parent / AUDIT_FILE
-            size = audit.stat().st_size if audit.exists() else 0
-            with audit.open("rb") if audit.exists() else open(os.devnull, "rb") as lines:
-                count = sum(1 for line in lines if line.strip())
+            size, count = _size_and_lines(meta_path.parent / AUDIT_FILE)
             out.append(
                 {
                     "session": meta["session"],
@@ -848,6 +846,25 @@ class EgressManager:
             self.anchors.remove(session_id)
         except (ValueError, OSError) as exc:
             log.warning("cannot remove the audit anchors of %s: %s", session_id, exc)
+
+
+def _size_and_lines(path: Path, chunk: int = 1 << 20) -> tuple[int, int]:
+    """A log's bytes and records (its non-blank lines), read a chunk at a time: however long a line
+    (a proxy could write one without end), the gateway holds one chunk."""
+    try:
+        log_file = path.open("rb")
+    except FileNotFoundError:
+        return 0, 0
+    lines, open_line = 0, False  # open_line: the line being read has something on it
+    with log_file:
+        size = os.fstat(log_file.fileno()).st_size
+        while data := log_file.read(min(chunk, size - log_file.tell())):
+            *ended, rest = data.split(b"\n")
+            for segment in ended:
+                lines += 1 if open_line or segment.strip() else 0
+                open_line = False
+            open_line = open_line or bool(rest.strip())
+    return size, lines + (1 if open_line else 0)
 
 
 def _event_of(line: bytes) -> str:

@@ -80,6 +80,9 @@ class GatewaySettings(BaseSettings):
     # A CA bundle the proxies trust for upstreams beside the public ones (an internal PKI, a test CA).
     egress_upstream_ca: Path | None = None
     egress_retention_days: float = Field(default=30.0, gt=0)
+    # Each session's audit log: past this many bytes its proxy writes one `budget` record, then counts
+    # (`tally` records per host, event and decision) instead of traffic records (docs/egress.md).
+    audit_max_bytes: int = Field(default=64 << 20, ge=16 << 10)
     # The host uid the proxies run as (they own their state dirs). Unset: 1001 when the gateway runs
     # as root, else the gateway's own uid (only root can give files to another user).
     egress_uid: int | None = Field(default=None, ge=1)

@@ -15,6 +15,16 @@ the anchored hash.
 :class:`AuditRecord` is the record's type: the writer (:meth:`AuditLog.write`, fed by the egress
 addons) and every reader (:mod:`corral.proxy.traffic`, the CLI's ``audit`` commands, the session
 viewer) use it, and docs/egress.md's field table is checked against it and :data:`EVENT_FIELDS`.
+
+Every record and every log is bounded. :func:`cap_fields` cuts what a request's sender controls
+(the URL, header names and values, the number of headers, any other text) before a record is
+hashed, marking each cut with :data:`CUT_MARK` and naming the cut fields in ``truncated``; numbers
+(sizes, status, counts) stay as they are. A log given ``max_bytes`` (:class:`LogBudget`) writes
+traffic records up to that many bytes, then one ``budget`` record, then only counts: ``tally``
+records (per host, event and decision, since the budget was reached), written when the gateway
+asks for the chain's head (at most every :data:`TALLY_INTERVAL_S`) and at the log's close. Other
+records (policy, secrets, links, control) go on to :attr:`LogBudget.hard_limit`; past it, they are
+counted too. Both are records of the chain: a capped log verifies as any other.
 """
 
 from __future__ import annotations
@@ -27,11 +37,11 @@ import os
 import re
 import time
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, Required, TypedDict, Unpack
+from typing import IO, Any, Literal, Required, TypedDict, Unpack, cast
 
 GENESIS = "0" * 64
 REDACTED = "[redacted]"
@@ -88,7 +98,19 @@ def redact_url(url: str) -> str:
 # -- the record ------------------------------------------------------------------------------------
 
 Event = Literal[
-    "proxy", "connect", "request", "block", "error", "policy", "recovered", "secrets", "secret", "link", "control"
+    "proxy",
+    "connect",
+    "request",
+    "block",
+    "error",
+    "policy",
+    "recovered",
+    "secrets",
+    "secret",
+    "link",
+    "control",
+    "budget",
+    "tally",
 ]
 Outcome = Literal["allow", "deny", "report"]  # what the proxy did: report lets through and logs a would-be deny
 HeaderPairs = Sequence[Sequence[str]]  # [name, value] pairs, as written (tuples) and as read back (lists)
@@ -154,6 +176,12 @@ class EventFields(TypedDict, total=False):
     # control: a change of the session's control lease (the controller's report)
     holder: str
     previous: str
+    # budget: the log's traffic budget was reached; tally: what was counted, not written, since then
+    max_bytes: int
+    counts: list[dict[str, Any]]  # {"host", "event", "decision", "count"}, one per host, event and decision
+    dropped: int  # records counted, not written, since the budget was reached
+    # any event: the fields cut to the record's caps (cap_fields), each cut marked with CUT_MARK
+    truncated: list[str]
 
 
 class _Unhashed(EventFields, total=False):
@@ -212,11 +240,173 @@ EVENT_FIELDS: Mapping[Event, frozenset[str]] = {
     ),
     "link": frozenset({"link", "mode", "change", "actor", "expires_at"}),
     "control": frozenset({"change", "holder", "previous"}),
+    "budget": frozenset({"max_bytes"}),
+    "tally": frozenset({"counts", "dropped"}),
 }
+# Any event's record may have had a field cut (cap_fields): its names, in ``truncated``.
+EVENT_FIELDS = {event: fields | {"truncated"} for event, fields in EVENT_FIELDS.items()}
 
 
 # Every field a record can have: the chain's and each event's.
 RECORD_FIELDS = AuditRecord.__required_keys__ | AuditRecord.__optional_keys__
+
+
+# -- caps: one record --------------------------------------------------------------------------------
+
+CUT_MARK = "…"  # ends a cut string; a cut header list ends with the pair [CUT_MARK, "<n> more headers"]
+MAX_URL_CHARS = 4096
+MAX_HEADER_NAME_CHARS = 128
+MAX_HEADER_VALUE_CHARS = 512
+MAX_HEADERS = 64  # per direction
+MAX_TEXT_CHARS = 1024  # any other string
+MAX_ITEMS = 256  # any other list's items or mapping's keys
+_HEADER_FIELDS = frozenset({"request_headers", "response_headers"})
+# A line of the log no writer of these caps can exceed (headers and URL at their caps, every char
+# escaped as JSON escapes it): readers refuse longer lines rather than buffer them.
+MAX_LINE_BYTES = 1 << 20
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - len(CUT_MARK)] + CUT_MARK
+
+
+def _cap_headers(value: Any) -> Any:
+    if not isinstance(value, list | tuple):
+        return _cap_value(value)
+    pairs = [
+        [_cut(str(pair[0]), MAX_HEADER_NAME_CHARS), _cut(str(pair[1]), MAX_HEADER_VALUE_CHARS)]
+        if isinstance(pair, list | tuple) and len(pair) == 2
+        else _cap_value(pair)
+        for pair in value[:MAX_HEADERS]
+    ]
+    if len(value) > MAX_HEADERS:
+        pairs.append([CUT_MARK, f"{len(value) - MAX_HEADERS} more headers"])
+    return pairs
+
+
+def _cap_value(value: Any, limit: int = MAX_TEXT_CHARS, depth: int = 0) -> Any:
+    """A value with every string, list and mapping in it cut to the caps (numbers as they are)."""
+    if isinstance(value, str):
+        return _cut(value, limit)
+    if depth > 4:  # deeper than any record's field: not kept
+        return CUT_MARK
+    if isinstance(value, list | tuple):
+        return [_cap_value(item, depth=depth + 1) for item in value[:MAX_ITEMS]]
+    if isinstance(value, dict):
+        items = list(value.items())[:MAX_ITEMS]
+        return {_cut(str(k), MAX_TEXT_CHARS): _cap_value(v, depth=depth + 1) for k, v in items}
+    return value
+
+
+def cap_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """``fields`` cut to one record's caps; ``truncated`` names each field that was cut (sorted).
+
+    The URL to :data:`MAX_URL_CHARS`, header names and values to theirs, header lists to
+    :data:`MAX_HEADERS` pairs (the rest counted in a last pair), any other string to
+    :data:`MAX_TEXT_CHARS` and any other list or mapping to :data:`MAX_ITEMS`. Numbers stay."""
+    out: dict[str, Any] = {}
+    cut: list[str] = []
+    for name, value in fields.items():
+        if name == "truncated":
+            continue
+        if name in _HEADER_FIELDS:
+            capped = _cap_headers(value)
+        else:
+            capped = _cap_value(value, MAX_URL_CHARS if name == "url" else MAX_TEXT_CHARS)
+        if capped != value and not _same_sequence(capped, value):
+            cut.append(name)
+        out[name] = capped
+    if cut:
+        out["truncated"] = sorted(cut)
+    return out
+
+
+def _same_sequence(capped: Any, value: Any) -> bool:
+    """Header pairs come as tuples and are kept as lists: not a cut."""
+    if isinstance(value, tuple):
+        value = list(value)
+    if isinstance(capped, list) and isinstance(value, list) and len(capped) == len(value):
+        return all(_same_sequence(a, b) for a, b in zip(capped, value, strict=True))
+    return bool(capped == value)
+
+
+# -- the budget: one log ---------------------------------------------------------------------------
+
+DEFAULT_MAX_BYTES = 64 << 20
+# Traffic: what any request of the session adds. Past the budget these are counted, not written.
+TRAFFIC_EVENTS: frozenset[str] = frozenset({"connect", "request", "block", "error", "secret"})
+TALLY_INTERVAL_S = 10.0  # at most one tally this often when the gateway asks for the head
+MAX_TALLY_ROWS = 200  # hosts past these are counted under OTHER_HOSTS
+OTHER_HOSTS = "*other*"
+
+
+class LogBudget:
+    """What a log with ``max_bytes`` still writes, and what it counts instead (pure: no file).
+
+    Traffic records are written while the log is below ``max_bytes``; every other record while it is
+    below :attr:`hard_limit` (``max_bytes`` and a reserve of an eighth, at least 32 KiB, for the
+    marker, the tallies and the session's own changes). What is not written is counted per host,
+    event and decision."""
+
+    def __init__(self, max_bytes: int, size: int = 0, clock: Callable[[], float] = time.monotonic) -> None:
+        if max_bytes <= 0:
+            raise ValueError("an audit budget is a positive number of bytes")
+        self.max_bytes = max_bytes
+        self.hard_limit = max_bytes + max(max_bytes // 8, 32 << 10)
+        self.size = size
+        self.marked = False  # the budget record is written
+        self.counts: dict[tuple[str, str, str], int] = {}
+        self.dropped = 0
+        self._clock = clock
+        self._tallied_at: float | None = None
+        self._changed = False
+
+    def admits(self, event: str) -> bool:
+        limit = self.max_bytes if event in TRAFFIC_EVENTS else self.hard_limit
+        return self.size < limit
+
+    def count(self, event: str, fields: Mapping[str, Any]) -> None:
+        host, decision = fields.get("host"), fields.get("decision")
+        host = _cut(host, 253) if isinstance(host, str) else ""
+        key = (host, event, decision if isinstance(decision, str) else "")
+        if key not in self.counts and len(self.counts) >= MAX_TALLY_ROWS:
+            key = (OTHER_HOSTS, event, key[2])
+        self.counts[key] = self.counts.get(key, 0) + 1
+        self.dropped += 1
+        self._changed = True
+
+    def restore(self, record: Mapping[str, Any]) -> None:
+        """Counts go on from a tally of the log (a restarted proxy continues its log's counts)."""
+        rows, dropped = record.get("counts"), record.get("dropped")
+        if not isinstance(rows, list) or not isinstance(dropped, int):
+            return
+        self.counts.clear()
+        for row in rows:
+            if isinstance(row, dict) and isinstance(row.get("count"), int):
+                key = (str(row.get("host", "")), str(row.get("event", "")), str(row.get("decision", "")))
+                self.counts[key] = row["count"]
+        self.dropped = dropped
+
+    def tally_due(self, final: bool = False) -> bool:
+        """Whether to write a tally now: counts changed since the last one, and (unless ``final``)
+        the log is below its hard limit and the last one is old enough."""
+        if not self._changed:
+            return False
+        if final:
+            return True
+        now = self._clock()
+        recent = self._tallied_at is not None and now - self._tallied_at < TALLY_INTERVAL_S
+        return self.size < self.hard_limit and not recent
+
+    def tally(self) -> EventFields:
+        """The tally's fields (counts since the budget was reached), and the counts marked written."""
+        self._changed = False
+        self._tallied_at = self._clock()
+        rows = [
+            {"host": host, "event": event, "decision": decision, "count": n}
+            for (host, event, decision), n in sorted(self.counts.items())
+        ]
+        return {"counts": rows, "dropped": self.dropped}
 
 
 def _digest(record: Mapping[str, Any]) -> str:
@@ -225,18 +415,23 @@ def _digest(record: Mapping[str, Any]) -> str:
 
 
 class AuditLog:
-    """Appends records for one session; reopening a log continues its chain."""
+    """Appends records for one session; reopening a log continues its chain (and its budget's counts).
 
-    def __init__(self, path: Path, session: str) -> None:
+    ``max_bytes``: the log's budget (:class:`LogBudget`); None writes every record."""
+
+    def __init__(
+        self, path: Path, session: str, max_bytes: int | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.path = path
         self.session = session
         self._seq = 0
         self._prev = GENESIS
+        self.budget = LogBudget(max_bytes, clock=clock) if max_bytes is not None else None
         damaged = 0
         ends_cleanly = True
         if path.exists():
             with path.open("rb") as existing:
-                for line in existing:
+                for line in bounded_lines(existing, lenient=True):
                     ends_cleanly = line.endswith(b"\n")
                     if not line.strip():
                         continue
@@ -245,13 +440,30 @@ class AuditLog:
                         self._seq, self._prev = int(record["seq"]), str(record["hash"])
                     except (ValueError, KeyError, TypeError):
                         damaged += 1  # kept in place: verify will name it
+                        continue
+                    self._note_existing(record)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        if self.budget is not None:
+            self.budget.size = os.fstat(self._fd).st_size
         if not ends_cleanly:
-            os.write(self._fd, b"\n")  # a torn last line must not swallow the next record
+            self._append(b"\n")  # a torn last line must not swallow the next record
         if damaged:
             # Continue the chain from the last good record, and say so in it.
             self.write("recovered", damaged_lines=damaged)
+
+    def _note_existing(self, record: Any) -> None:
+        if self.budget is None or not isinstance(record, dict):
+            return
+        if record.get("event") == "budget":
+            self.budget.marked = True
+        elif record.get("event") == "tally":
+            self.budget.restore(record)
+
+    def _append(self, data: bytes) -> None:
+        os.write(self._fd, data)
+        if self.budget is not None:
+            self.budget.size += len(data)
 
     @property
     def seq(self) -> int:
@@ -263,27 +475,79 @@ class AuditLog:
         """The chain's head: ``seq`` and ``hash`` of the last record written (what the gateway anchors)."""
         return {"seq": self._seq, "hash": self._prev}
 
-    def write(self, event: Event, **fields: Unpack[EventFields]) -> AuditRecord:
+    def write(self, event: Event, **fields: Unpack[EventFields]) -> AuditRecord | None:
+        """The record, cut to the caps and chained; None when the budget counted it instead."""
+        budget = self.budget
+        if budget is not None and not budget.admits(event):
+            if not budget.marked and event in TRAFFIC_EVENTS:
+                budget.marked = True
+                self._record("budget", {"max_bytes": budget.max_bytes})
+            budget.count(event, fields)
+            return None
+        return self._record(event, fields)
+
+    def flush_tally(self, final: bool = False) -> None:
+        """A tally record, when one is due (:meth:`LogBudget.tally_due`)."""
+        if self.budget is not None and self.budget.tally_due(final):
+            self._record("tally", self.budget.tally())
+
+    def _record(self, event: Event, fields: Mapping[str, Any]) -> AuditRecord:
         self._seq += 1
-        body: _Unhashed = {
-            "seq": self._seq,
-            "time": time.time(),
-            "session": self.session,
-            "event": event,
-            **fields,
-            "prev": self._prev,
-        }
+        body = cast(
+            _Unhashed,
+            {
+                "seq": self._seq,
+                "time": time.time(),
+                "session": self.session,
+                "event": event,
+                **cap_fields(fields),
+                "prev": self._prev,
+            },
+        )
         # The canonical text is made once: hashed, then written with the hash appended (readers
         # re-canonicalise to verify, so where "hash" sits in the line does not matter).
         text = json.dumps(body, sort_keys=True, separators=(",", ":"))
         digest = hashlib.sha256(text.encode()).hexdigest()
         # One write of a whole line: a reader never sees half a record, a kill loses none already written.
-        os.write(self._fd, f'{text[:-1]},"hash":"{digest}"}}\n'.encode())
+        self._append(f'{text[:-1]},"hash":"{digest}"}}\n'.encode())
         self._prev = digest
         return {**body, "hash": digest}
 
     def close(self) -> None:
+        self.flush_tally(final=True)
         os.close(self._fd)
+
+
+def bounded_lines(
+    stream: IO[bytes], limit: int = MAX_LINE_BYTES, lenient: bool = False, size: int | None = None
+) -> Iterator[bytes]:
+    """The lines of ``stream`` (its first ``size`` bytes, when given), none held longer than ``limit``
+    bytes: a longer one raises ValueError naming it (``lenient``: it is skipped whole and stands as
+    one line ``b"\\x00\\n"``, not JSON)."""
+    number = 0
+    left = size
+
+    def read() -> bytes:
+        nonlocal left
+        if left is None:
+            return stream.readline(limit + 1)
+        chunk = stream.readline(min(limit + 1, left)) if left > 0 else b""
+        left -= len(chunk)
+        return chunk
+
+    while True:
+        line = read()
+        if not line:
+            return
+        number += 1
+        if len(line) > limit and not line.endswith(b"\n"):
+            if not lenient:
+                raise ValueError(f"line {number}: longer than {limit} bytes (no audit record is)")
+            while line and not line.endswith(b"\n"):
+                line = read()
+            yield b"\x00\n"
+            continue
+        yield line
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,24 +559,27 @@ class Verification:
 
 
 def verify(path: Path) -> Verification:
-    """Check the whole chain; names the first record that was changed, removed, inserted or moved."""
-    return _walk(path)[0]
+    """Check the whole chain; names the first record that was changed, removed, inserted or moved.
+
+    Reads one line at a time (none longer than :data:`MAX_LINE_BYTES`): memory stays flat."""
+    return _walk(path, frozenset())[0]
 
 
-def _walk(path: Path) -> tuple[Verification, list[str], str | None]:
-    """The chain check, with the hash of each good record (by seq) and the log's session."""
+def _walk(path: Path, keep: frozenset[int]) -> tuple[Verification, dict[int, str], str | None]:
+    """The chain check, with the hash of each good record whose seq is in ``keep``, and the log's session."""
     prev = GENESIS
-    hashes: list[str] = []
+    count = 0
+    hashes: dict[int, str] = {}
     session: str | None = None
     with path.open("rb") as log:
-        for number, line in enumerate(log, start=1):
+        for number, line in enumerate(bounded_lines(log, lenient=True), start=1):
             if not line.strip():
                 continue
-            count = len(hashes)
             try:
                 record = json.loads(line)
             except ValueError:
-                return Verification(False, count, number, "not valid JSON"), hashes, session
+                reason = "longer than any audit record" if line == b"\x00\n" else "not valid JSON"
+                return Verification(False, count, number, reason), hashes, session
             if not isinstance(record, dict) or "hash" not in record or "prev" not in record:
                 return Verification(False, count, number, "not an audit record"), hashes, session
             if record["prev"] != prev:
@@ -325,8 +592,10 @@ def _walk(path: Path) -> tuple[Verification, list[str], str | None]:
             if session is None and isinstance(record.get("session"), str):
                 session = record["session"]
             prev = record["hash"]
-            hashes.append(prev)
-    return Verification(True, len(hashes)), hashes, session
+            count += 1
+            if count in keep:
+                hashes[count] = prev
+    return Verification(True, count), hashes, session
 
 
 # -- anchors --------------------------------------------------------------------------------------
@@ -452,7 +721,7 @@ def verify_anchored(path: Path, anchors: Sequence[dict[str, Any]]) -> AnchoredVe
 
     Raises ValueError when the anchors belong to another session than the log.
     """
-    chain, hashes, session = _walk(path)
+    chain, hashes, session = _walk(path, frozenset(int(a["seq"]) for a in anchors))
     for anchor in anchors:
         if session is not None and anchor["session"] != session:
             raise ValueError(f"the anchors are of session {anchor['session']}, the log of session {session}")
@@ -474,7 +743,7 @@ def verify_anchored(path: Path, anchors: Sequence[dict[str, Any]]) -> AnchoredVe
                 f"the log ends at record {chain.records}"
             )
             return AnchoredVerification("truncated", chain, len(anchors), _seq_of(last), anchor, message)
-        if seq > 0 and hashes[seq - 1] != anchor["hash"]:
+        if seq > 0 and hashes.get(seq) != anchor["hash"]:
             message = (
                 f"rewritten: record {seq} is not the one the gateway anchored ({_when(anchor)}, {anchor.get('reason')})"
             )

@@ -78,6 +78,7 @@ def mitmdump_argv(env: Mapping[str, str], listen: str, addon: str) -> list[str]:
     for name, variable in (
         ("corral_responses_max_body", "CORRAL_RESPONSES_MAX_BODY"),
         ("corral_responses_max_total", "CORRAL_RESPONSES_MAX_TOTAL"),
+        ("corral_audit_max_bytes", "CORRAL_AUDIT_MAX_BYTES"),
     ):
         if env.get(variable, "").isdigit():
             options[name] = env[variable]

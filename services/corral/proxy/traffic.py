@@ -21,6 +21,7 @@ The events as traffic:
 from __future__ import annotations
 
 import datetime as dt
+import heapq
 import http
 import json
 import math
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast, get_args
 
-from corral.proxy.audit import AuditRecord, Event, Outcome
+from corral.proxy.audit import AuditRecord, Event, Outcome, bounded_lines
 from corral.proxy.hosts import normalize_host, parse_ip
 
 EVENTS = frozenset(get_args(Event)) - {"recovered"}  # the events a filter can ask for
@@ -48,6 +49,7 @@ __all__ = [
     "HostSummary",
     "SecretSummary",
     "TrafficFilter",
+    "har_chunks",
     "is_har_entry",
     "is_secret_record",
     "parse_records",
@@ -58,6 +60,9 @@ __all__ = [
     "to_har",
     "totals",
 ]
+# HAR entries are sorted by start within a window of this many (records are written as requests end,
+# so a long request's record comes after shorter ones that started later): memory stays bounded.
+HAR_WINDOW = 256
 
 
 def parse_records(lines: Iterable[str | bytes], *, source: str = "") -> Iterator[AuditRecord]:
@@ -78,9 +83,15 @@ def parse_records(lines: Iterable[str | bytes], *, source: str = "") -> Iterator
 
 
 def read_records(path: Path) -> Iterator[AuditRecord]:
-    """The records of an audit log file, read lazily; see :func:`parse_records` for the errors."""
+    """The records of an audit log file, read lazily, one bounded line at a time (a line longer than
+    any record raises ValueError); see :func:`parse_records` for the other errors."""
     with path.open("rb") as log:
-        yield from parse_records(log, source=str(path))
+        try:
+            yield from parse_records(bounded_lines(log), source=str(path))
+        except ValueError as exc:
+            if str(exc).startswith(str(path)):
+                raise
+            raise ValueError(f"{path}: {exc}") from None
 
 
 def parse_time(value: str | float) -> float:
@@ -360,25 +371,43 @@ def is_har_entry(record: AuditRecord) -> bool:
 
 
 def to_har(records: Iterable[AuditRecord], *, creator_version: str) -> dict[str, Any]:
-    """A HAR 1.2 document of the requests in ``records``, in the order they started.
+    """A HAR 1.2 document of the requests in ``records``: :func:`har_chunks`, whole."""
+    loaded: dict[str, Any] = json.loads("".join(har_chunks(records, creator_version=creator_version)))
+    return loaded
 
-    Blocked requests are entries with the proxy's refusal as their response; failed requests are
-    entries with status 0 and the failure in ``_error``. Corral's own fields lead with an
-    underscore, as HAR allows: ``_decision``, ``_rule``, ``_reason``, ``_action`` (and
-    ``_action_source`` when a command named it, ``_actor`` when a human or a CDP connection acted),
-    ``_seq``, ``_sni``, ``_id`` (the flow id) and ``_event``; a block because of a brokered secret
-    adds ``_secret`` (its name), ``_location`` and ``_exfiltration``. Headers and URLs are as logged
-    (redacted, placeholders never values).
+
+def har_chunks(records: Iterable[AuditRecord], *, creator_version: str) -> Iterator[str]:
+    """A HAR 1.2 document of the requests in ``records``, as JSON text in pieces (one per entry):
+    read one record at a time, so its memory does not grow with the log.
+
+    Entries are in the order they started, within a window of :data:`HAR_WINDOW` (HAR prefers them
+    sorted, and a record is written when its request ends, so only a request that outlasted that
+    many later ones comes late). Blocked requests are entries with the proxy's refusal as their
+    response; failed requests are entries with status 0 and the failure in ``_error``. Corral's own
+    fields lead with an underscore, as HAR allows: ``_decision``, ``_rule``, ``_reason``,
+    ``_action`` (and ``_action_source`` when a command named it, ``_actor`` when a human or a CDP
+    connection acted), ``_seq``, ``_sni``, ``_id`` (the flow id) and ``_event``; a block because of
+    a brokered secret adds ``_secret`` (its name), ``_location`` and ``_exfiltration``. Headers and
+    URLs are as logged (redacted, placeholders never values, cut to the record's caps).
     """
-    picked = [record for record in records if is_har_entry(record)]
-    picked.sort(key=lambda r: (_number(r.get("started"), _number(r.get("time"))), _number(r.get("seq"))))
-    return {
-        "log": {
-            "version": HAR_VERSION,
-            "creator": {"name": "corral", "version": creator_version},
-            "entries": [_har_entry(record) for record in picked],
-        }
-    }
+    creator = json.dumps({"name": "corral", "version": creator_version})
+    yield f'{{"log":{{"version":"{HAR_VERSION}","creator":{creator},"entries":['
+    first = True
+    for record in _in_start_order(record for record in records if is_har_entry(record)):
+        yield ("" if first else ",") + json.dumps(_har_entry(record))
+        first = False
+    yield "]}}"
+
+
+def _in_start_order(records: Iterable[AuditRecord], window: int = HAR_WINDOW) -> Iterator[AuditRecord]:
+    heap: list[tuple[float, float, int, AuditRecord]] = []
+    for order, record in enumerate(records):
+        key = (_number(record.get("started"), _number(record.get("time"))), _number(record.get("seq")), order)
+        heapq.heappush(heap, (*key, record))
+        if len(heap) > window:
+            yield heapq.heappop(heap)[3]
+    while heap:
+        yield heapq.heappop(heap)[3]
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,28 +431,43 @@ class HostSummary:
 
 
 def summarize(records: Iterable[AuditRecord]) -> list[HostSummary]:
-    """Per-host totals, sorted by host; records without a host (``proxy``, ``policy``) are left out."""
+    """Per-host totals, sorted by host, in one pass; records without a host (``proxy``, ``policy``)
+    are left out. Past the log's budget, the last ``tally`` record's counts are added (they are
+    cumulative): requests, refusals and failures, without their bytes, which were not written."""
     counts: dict[str, dict[str, int]] = {}
+    tally: list[Any] = []
     for record in records:
-        host = record.get("host")
-        if not isinstance(host, str) or not host:
+        if record.get("event") == "tally":
+            rows = record.get("counts")
+            tally = rows if isinstance(rows, list) else []
             continue
-        row = counts.setdefault(
-            _canonical_host(host),
-            {"requests": 0, "blocked": 0, "reported": 0, "errors": 0, "bytes_in": 0, "bytes_out": 0},
-        )
-        event, decision = record.get("event"), record.get("decision")
-        if event == "request":
-            row["requests"] += 1
+        host = record.get("host")
+        if isinstance(host, str) and host:
+            _add(counts, host, record.get("event"), record.get("decision"), 1, record)
+    for row in tally:
+        if isinstance(row, dict) and isinstance(row.get("host"), str) and row["host"]:
+            _add(counts, row["host"], row.get("event"), row.get("decision"), max(0, _count(row.get("count"))), None)
+    return [HostSummary(host, **counts[host]) for host in sorted(counts)]
+
+
+def _add(
+    counts: dict[str, dict[str, int]], host: str, event: Any, decision: Any, n: int, record: AuditRecord | None
+) -> None:
+    row = counts.setdefault(
+        _canonical_host(host),
+        {"requests": 0, "blocked": 0, "reported": 0, "errors": 0, "bytes_in": 0, "bytes_out": 0},
+    )
+    if event == "request":
+        row["requests"] += n
+        if record is not None:
             row["bytes_in"] += max(0, _count(record.get("bytes_in")))
             row["bytes_out"] += max(0, _count(record.get("bytes_out")))
-        elif event == "block" or (event == "connect" and decision == "deny"):
-            row["blocked"] += 1
-        elif event == "error":
-            row["errors"] += 1
-        if decision == "report":
-            row["reported"] += 1
-    return [HostSummary(host, **counts[host]) for host in sorted(counts)]
+    elif event == "block" or (event == "connect" and decision == "deny"):
+        row["blocked"] += n
+    elif event == "error":
+        row["errors"] += n
+    if decision == "report" and event != "secret":
+        row["reported"] += n
 
 
 def totals(summaries: Iterable[HostSummary], *, host: str = "total") -> HostSummary:

@@ -236,10 +236,11 @@ class SpecRuntime(FakeRuntime):
 
 def test_a_grounds_proxy_starts_ahead_with_nothing_allowed_whatever_the_default_mode(tmp_path: Path) -> None:
     runtime = SpecRuntime()
-    settings = GatewaySettings(data_dir=tmp_path, instance="t", egress_mode="report")
+    settings = GatewaySettings(data_dir=tmp_path, instance="t", egress_mode="report", audit_max_bytes=1 << 20)
     manager = EgressManager(settings, runtime)  # type: ignore[arg-type]
     ground = manager.make_ground_blocking("ses_gp", {"corral.gateway": "t"}, proxy=True)
     env = runtime.specs["ses_gp"].environment or {}
+    assert env["CORRAL_AUDIT_MAX_BYTES"] == str(1 << 20)  # the log's budget, as the gateway's setting says
     # Enforce with no policy file (an empty allowlist): nothing passes until the session's policy is set.
     assert (env["CORRAL_EGRESS_MODE"], env["CORRAL_HERMETIC"]) == ("enforce", "0")
     assert not (ground.state_dir / "policy.json").exists()
@@ -279,3 +280,13 @@ def test_a_ground_with_its_proxy_is_dropped_whole(tmp_path: Path) -> None:
     ground = manager.make_ground_blocking("ses_gd", {}, proxy=True)
     manager.drop_ground_blocking(ground)
     assert runtime.proxies == {} and runtime.networks == {} and _leftovers(tmp_path, "ses_gd") == []
+
+
+def test_the_archive_counts_a_log_s_records_a_chunk_at_a_time(tmp_path: Path) -> None:
+    from corral.gateway.egress import _size_and_lines
+
+    log = tmp_path / "audit.jsonl"
+    assert _size_and_lines(log) == (0, 0)
+    log.write_bytes(b'{"a":1}\n\n  \n{"b":2}\n' + b"x" * 5000 + b"\n" + b"{torn")
+    for chunk in (1, 3, 7, 1 << 20):
+        assert _size_and_lines(log, chunk) == (log.stat().st_size, 4)

@@ -72,3 +72,9 @@ def test_a_session_ca_is_a_ca_with_its_key_kept_private(tmp_path: Path) -> None:
     assert "PRIVATE KEY" in secret.read_text() and "PRIVATE KEY" not in made.cert_pem
     assert (tmp_path / "ca" / ca.CERT_ONLY).read_text() == made.cert_pem
     assert ca.create(tmp_path / "other", "ses_abc").fingerprint_sha256 != made.fingerprint_sha256  # fresh each time
+
+
+def test_the_audit_budget_the_gateway_sets_reaches_the_proxy_s_options(tmp_path: Path) -> None:
+    env = {"CORRAL_STATE_DIR": str(tmp_path), "CORRAL_AUDIT_MAX_BYTES": "65536"}
+    assert _options(mitmdump_argv(env, "172.30.0.2", "x"))["corral_audit_max_bytes"] == "65536"
+    assert "corral_audit_max_bytes" not in _options(mitmdump_argv({**env, "CORRAL_AUDIT_MAX_BYTES": "-1"}, "h", "x"))

@@ -321,7 +321,10 @@ def test_a_filter_on_a_field_skips_records_without_it() -> None:
     ("kwargs", "message"),
     [
         ({"decision": "maybe"}, "decision must be one of allow, deny, report, not 'maybe'"),
-        ({"event": "requests"}, "event must be one of block, connect, control, error, link, policy, proxy, request"),
+        (
+            {"event": "requests"},
+            "event must be one of block, budget, connect, control, error, link, policy, proxy, request",
+        ),
         ({"since": "tomorrow"}, "since: not unix seconds or an ISO 8601 time: 'tomorrow'"),
         ({"until": "nan"}, "until: not a finite number"),
         ({"since": "2024-05-02", "until": "2024-05-01"}, "since (2024-05-02T00:00:00.000Z) is after until"),

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import os
+from collections.abc import Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Depends, Response
+from fastapi.responses import StreamingResponse
 
 from corral.errors import AuditAnchorsInvalid, AuditLogUnreadable, Forbidden, InvalidRequest, NotFound
 from corral.gateway.auth import Caller
@@ -23,9 +27,12 @@ from corral.gateway.routes.deps import (
 )
 from corral.gateway.sessions import SessionManager
 from corral.proxy import traffic
+from corral.proxy.audit import bounded_lines
 
 router = APIRouter(tags=["traffic"])
 
+# A response is sent in pieces of about this size: the gateway holds one piece, never the log.
+CHUNK_BYTES = 64 << 10
 # What the viewer page shows of an action's traffic (its connections, requests, refusals, failures
 # and brokered secrets' uses, by name: the log never holds a value).
 LINK_EVENTS = frozenset({"connect", "request", "block", "error", "secret"})
@@ -95,10 +102,17 @@ async def list_audit_logs(key_id: KeyIdDep, manager: ManagerDep) -> Any:
 @router.get("/v1/sessions/{session_id}/traffic")
 async def session_traffic(log_path: ViewerAuditLogDep, wanted: FilterDep, who: CallerDep) -> Response:
     """The audit records, as JSON Lines exactly as the proxy wrote them (so `verify` still holds
-    for an unfiltered download). A viewer link reads what its page shows: one action's traffic."""
+    for an unfiltered download), streamed. A viewer link reads what its page shows: one action's traffic."""
     events = _link_events(wanted) if who.link is not None else None
-    lines = await asyncio.to_thread(_filtered_lines, log_path, wanted, events)
-    return Response(b"".join(lines), media_type="application/jsonl")
+    return await _streamed(_filtered_chunks(log_path, wanted, events), "application/jsonl")
+
+
+async def _streamed(chunks: Iterator[bytes], media_type: str) -> StreamingResponse:
+    """``chunks`` streamed (read in a worker thread, one piece held at a time). The first piece is read
+    before the answer starts, so a log unreadable there is an error answer; one found unreadable
+    later ends the stream short (the client sees an incomplete body, never a well-formed cut one)."""
+    first = await asyncio.to_thread(next, chunks, b"")
+    return StreamingResponse(itertools.chain([first], chunks), media_type=media_type)
 
 
 def _link_events(wanted: traffic.TrafficFilter) -> frozenset[str]:
@@ -124,34 +138,67 @@ async def session_anchors(session_id: str, log_path: AuditLogDep, manager: Manag
 
 
 @router.get("/v1/sessions/{session_id}/traffic.har")
-async def session_har(log_path: AuditLogDep, wanted: FilterDep) -> Any:
-    records = await asyncio.to_thread(lambda: list(wanted.apply(_records(log_path))))
-    return traffic.to_har(records, creator_version=_version())
+async def session_har(log_path: AuditLogDep, wanted: FilterDep) -> Response:
+    """HAR 1.2 of the filtered records, written as the log is read (corral.proxy.traffic.har_chunks)."""
+    records = wanted.apply(_records(log_path))
+    pieces = (piece.encode() for piece in traffic.har_chunks(records, creator_version=_version()))
+    return await _streamed(_batched(pieces), "application/json")
 
 
-def _records(path: Path) -> list[traffic.AuditRecord]:
+def _log_lines(path: Path) -> Iterator[bytes]:
+    """The log's lines as far as it reached when the reading began (a live log grows meanwhile),
+    none longer than an audit record can be (AuditLogUnreadable otherwise)."""
     try:
-        return list(traffic.read_records(path)) if path.exists() else []
+        log_file = path.open("rb")
+    except FileNotFoundError:
+        return
+    with log_file:
+        size = os.fstat(log_file.fileno()).st_size
+        try:
+            yield from bounded_lines(log_file, size=size)
+        except ValueError as exc:
+            raise AuditLogUnreadable(f"{path.name}: {exc}") from None
+
+
+def _records(path: Path) -> Iterator[traffic.AuditRecord]:
+    try:
+        yield from traffic.parse_records(_log_lines(path), source=path.name)
     except ValueError as exc:
         raise AuditLogUnreadable(str(exc)) from None
 
 
-def _filtered_lines(path: Path, wanted: traffic.TrafficFilter, events: frozenset[str] | None = None) -> list[bytes]:
-    """The lines ``wanted`` keeps, of ``events`` only when given."""
-    if not path.exists():
-        return []
-    out = []
-    with path.open("rb") as log_file:
-        for line in log_file:
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                raise AuditLogUnreadable(f"{path.name}: a line is not JSON") from None
-            if wanted.matches(record) and (events is None or record.get("event") in events):
-                out.append(line if line.endswith(b"\n") else line + b"\n")
-    return out
+def _batched(pieces: Iterator[bytes]) -> Iterator[bytes]:
+    """``pieces`` joined into chunks of about CHUNK_BYTES (the last one may be empty)."""
+    batch: list[bytes] = []
+    held = 0
+    for piece in pieces:
+        batch.append(piece)
+        held += len(piece)
+        if held >= CHUNK_BYTES:
+            yield b"".join(batch)
+            batch, held = [], 0
+    yield b"".join(batch)
+
+
+def _filtered_chunks(
+    path: Path, wanted: traffic.TrafficFilter, events: frozenset[str] | None = None
+) -> Iterator[bytes]:
+    """The lines ``wanted`` keeps, of ``events`` only when given, in chunks."""
+    return _batched(_filtered_lines(path, wanted, events))
+
+
+def _filtered_lines(path: Path, wanted: traffic.TrafficFilter, events: frozenset[str] | None = None) -> Iterator[bytes]:
+    for line in _log_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            raise AuditLogUnreadable(f"{path.name}: a line is not JSON") from None
+        if not isinstance(record, dict):
+            raise AuditLogUnreadable(f"{path.name}: a line is not an audit record")
+        if wanted.matches(cast(traffic.AuditRecord, record)) and (events is None or record.get("event") in events):
+            yield line if line.endswith(b"\n") else line + b"\n"
 
 
 def _version() -> str:

@@ -17,7 +17,7 @@ from mitmproxy.addonmanager import Loader
 
 from corral.proxy.addons.flows import header_pairs, peer, url_of
 from corral.proxy.addons.state import FlowNote, Shared, note_of
-from corral.proxy.audit import AuditLog, EventFields, redact_headers, redact_url
+from corral.proxy.audit import DEFAULT_MAX_BYTES, AuditLog, EventFields, redact_headers, redact_url
 from corral.proxy.control import AUDIT_FILE
 
 
@@ -29,11 +29,21 @@ class AuditTrail:
     def load(self, loader: Loader) -> None:
         loader.add_option("corral_session", str, "", "The session this proxy serves (names the audit records).")
         loader.add_option("corral_state_dir", str, "", "Directory of the audit log and the persisted policy.")
+        loader.add_option(
+            "corral_audit_max_bytes",
+            int,
+            DEFAULT_MAX_BYTES,
+            "Bytes of audit records per session; past them, traffic is counted (tally records), not written.",
+        )
 
     def configure(self, updated: set[str]) -> None:
         opts = ctx.options
         if any(name.startswith("corral_") for name in updated) and opts.corral_state_dir and self.journal.log is None:
-            self.journal.log = AuditLog(Path(opts.corral_state_dir) / AUDIT_FILE, opts.corral_session)
+            self.journal.log = AuditLog(
+                Path(opts.corral_state_dir) / AUDIT_FILE,
+                opts.corral_session,
+                max_bytes=max(1, opts.corral_audit_max_bytes),
+            )
 
     def running(self) -> None:
         live, hermetic = self.shared.policy, self.shared.policy.hermetic

@@ -158,3 +158,51 @@ async def test_traffic_of_a_human_action_names_its_actor_and_the_agent_s_does_no
     agent = records(state)[-1]
     assert agent["action"] == "a2.boot" and "actor" not in agent  # the agent's records are as before
     assert verify(state / "audit.jsonl").ok
+
+
+async def test_a_request_as_large_as_a_sender_makes_it_is_recorded_capped_and_marked(egress) -> None:
+    from corral.proxy.audit import CUT_MARK, MAX_HEADERS, MAX_URL_CHARS
+
+    proxy, _, state = egress
+    connect = connect_flow("allowed.test")
+    await proxy.http_connect(connect)
+    inner = tunnel_request(connect, "allowed.test", "/x?q=" + "a" * (1 << 20))
+    inner.request.headers["x-huge"] = "h" * 200_000
+    for n in range(3000):
+        inner.request.headers.add(f"x-many-{n}", str(n))
+    await proxy.requestheaders(inner)
+    inner.response = tutils.tresp()
+    await proxy.response(inner)
+    raw = (state / "audit.jsonl").read_bytes().splitlines()[-1]
+    record = records(state)[-1]
+    assert len(raw) < 128 << 10
+    assert record["event"] == "request" and record["truncated"] == ["request_headers", "url"]
+    assert len(record["url"]) == MAX_URL_CHARS and record["url"].endswith(CUT_MARK)
+    assert len(record["request_headers"]) == MAX_HEADERS + 1 and record["request_headers"][-1][0] == CUT_MARK
+    assert verify(state / "audit.jsonl").ok
+
+
+async def test_past_its_budget_the_proxy_counts_and_the_gateway_s_status_brings_a_tally(tmp_path: Path) -> None:
+    write_policy(tmp_path, ["allowed.test"], mode="enforce")
+    with session_proxy(corral_state_dir=str(tmp_path), corral_audit_max_bytes=16_384, **OPTIONS) as proxy:
+        await proxy.running()
+        for n in range(200):
+            connect = connect_flow("allowed.test")
+            await proxy.http_connect(connect)
+            inner = tunnel_request(connect, "allowed.test", f"/n/{n}")
+            await proxy.requestheaders(inner)
+            inner.response = tutils.tresp()
+            await proxy.response(inner)
+        status = proxy.control("gateway", control.Status())
+        assert status is not None
+        found = records(tmp_path)
+        assert status["head"]["seq"] == found[-1]["seq"] and found[-1]["event"] == "tally"
+        await proxy.done()
+    found = records(tmp_path)
+    assert sum(1 for r in found if r["event"] == "budget") == 1
+    written = sum(1 for r in found if r["event"] == "request")
+    tally = found[-1]
+    counted = {(row["host"], row["event"]): row["count"] for row in tally["counts"]}
+    assert written + counted[("allowed.test", "request")] == 200 and counted[("allowed.test", "connect")] > 0
+    assert (tmp_path / "audit.jsonl").stat().st_size < 16_384 + (32 << 10)
+    assert verify(tmp_path / "audit.jsonl").ok
