@@ -1,6 +1,6 @@
 """Every audit record and every audit log bounded, and reading them streamed: played for real.
 
-A page served by the fake upstream makes requests as large as a browser sends (a 1 MB URL, a 200 kB
+A page served by the fake upstream makes requests as large as a browser sends (a 1 MB URL, a 60 kB
 header value, 3000 headers) and floods its session with requests past a small budget, through a
 real egress proxy; the gateway then streams a 200 MB log while its memory stays flat. All traffic
 stays on this machine (the test's own Docker networks, names under .test)."""
@@ -93,9 +93,11 @@ def test_a_page_s_huge_requests_make_capped_marked_records_and_the_chain_verifie
     long_url = next(r for r in exchanges if "long=" in r["url"])
     assert "url" in long_url["truncated"] and long_url["url"].endswith("…") and len(long_url["url"]) <= 4096
     huge = next(r for r in exchanges if "huge-header=1" in r["url"])
+    assert huge["event"] == "request", huge
     value = dict(huge["request_headers"])["x-huge"]
     assert value.endswith("…") and len(value) <= 512 and "request_headers" in huge["truncated"]
     many = next(r for r in exchanges if "many-headers=1" in r["url"])
+    assert many["event"] == "request", many
     headers = many["request_headers"]
     assert len(headers) == 65 and headers[-1][0] == "…" and headers[-1][1].endswith("more headers"), headers[-3:]
     assert int(headers[-1][1].split()[0]) + 64 >= 3000  # the count of what was cut is kept

@@ -311,8 +311,11 @@ class EgressManager:
         if self.anchors.path(session_id).exists() or (state / POLICY_FILE).exists() or (state / META_FILE).exists():
             return True
         try:
-            with (state / AUDIT_FILE).open("rb") as lines:
-                return any(_event_of(line) != "proxy" for line in lines if line.strip())
+            with (state / AUDIT_FILE).open("rb") as log_file:
+                # Bounded lines: a line longer than any record is not the proxy's start either.
+                return any(
+                    _event_of(line) != "proxy" for line in audit.bounded_lines(log_file, lenient=True) if line.strip()
+                )
         except FileNotFoundError:
             return False
         except OSError:

@@ -479,7 +479,7 @@ class AuditLog:
         """The record, cut to the caps and chained; None when the budget counted it instead."""
         budget = self.budget
         if budget is not None and not budget.admits(event):
-            if not budget.marked and event in TRAFFIC_EVENTS:
+            if not budget.marked:  # the first record counted rather than written
                 budget.marked = True
                 self._record("budget", {"max_bytes": budget.max_bytes})
             budget.count(event, fields)

@@ -246,3 +246,16 @@ def test_filters_keep_the_budget_records_apart() -> None:
     tally = {"seq": 9, "time": 1.0, "event": "tally", "counts": [], "dropped": 0}
     assert TrafficFilter(event="tally").matches(tally)  # type: ignore[arg-type]
     assert not TrafficFilter(host="allowed.test").matches(tally)  # type: ignore[arg-type]
+
+
+def test_a_flood_of_the_session_s_own_changes_stops_at_the_hard_limit_with_a_marker(tmp_path: Path) -> None:
+    log_path = tmp_path / "audit.jsonl"
+    log = AuditLog(log_path, "ses_x", max_bytes=16_384, clock=Clock())
+    for n in range(2000):
+        log.write("control", change="requested", holder="agent", previous=f"human:{n}")
+    assert log.budget is not None and log.budget.size <= log.budget.hard_limit + 1024
+    log.close()
+    records = _lines(log_path)
+    assert [r["event"] for r in records].count("budget") == 1
+    assert records[-1]["event"] == "tally" and records[-1]["counts"][0]["event"] == "control"
+    assert verify(log_path).ok
