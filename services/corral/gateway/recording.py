@@ -37,6 +37,7 @@ from corral.errors import ReplyTooLarge, UnprovenController
 from corral.gateway import controller
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import open_private, private_dir, private_file, session_dir, write_json, write_private
+from corral.proxy.audit import MAX_LINE_BYTES
 from corral.proxy.flowfile import check
 from corral.recording.bundle import EVENTS_FILE, FORMAT, FRAMES_DIR, MANIFEST_FILE, RESPONSES_FILE, VERSION
 from corral.recording.redact import redact
@@ -145,8 +146,9 @@ class AuditIndex:
             return []
         with contextlib.suppress(OSError), self._path.open("rb") as log_file:
             log_file.seek(self._offset)
-            for line in log_file:
-                if not line.endswith(b"\n"):
+            # Bounded reads: a line longer than any audit record goes by in pieces, none held whole.
+            for line in iter(lambda: log_file.readline(MAX_LINE_BYTES + 1), b""):
+                if not line.endswith(b"\n") and len(line) <= MAX_LINE_BYTES:
                     break  # being written: next time
                 self._offset += len(line)
                 with contextlib.suppress(ValueError, KeyError, TypeError):

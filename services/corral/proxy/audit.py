@@ -270,32 +270,66 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - len(CUT_MARK)] + CUT_MARK
 
 
-def _cap_headers(value: Any) -> Any:
+def _fits(pair: Any) -> bool:
+    return (
+        isinstance(pair, list | tuple)
+        and len(pair) == 2
+        and isinstance(pair[0], str)
+        and isinstance(pair[1], str)
+        and len(pair[0]) <= MAX_HEADER_NAME_CHARS
+        and len(pair[1]) <= MAX_HEADER_VALUE_CHARS
+    )
+
+
+def _cap_headers(value: Any) -> tuple[Any, bool]:
     if not isinstance(value, list | tuple):
         return _cap_value(value)
-    pairs = [
-        [_cut(str(pair[0]), MAX_HEADER_NAME_CHARS), _cut(str(pair[1]), MAX_HEADER_VALUE_CHARS)]
-        if isinstance(pair, list | tuple) and len(pair) == 2
-        else _cap_value(pair)
-        for pair in value[:MAX_HEADERS]
-    ]
+    if len(value) <= MAX_HEADERS and all(map(_fits, value)):
+        return value, False  # the usual request: nothing to cut, nothing copied
+    cut = len(value) > MAX_HEADERS
+    pairs: list[Any] = []
+    for pair in value[:MAX_HEADERS]:
+        if isinstance(pair, list | tuple) and len(pair) == 2:
+            name, text = str(pair[0]), str(pair[1])
+            if len(name) > MAX_HEADER_NAME_CHARS or len(text) > MAX_HEADER_VALUE_CHARS:
+                cut = True
+                name, text = _cut(name, MAX_HEADER_NAME_CHARS), _cut(text, MAX_HEADER_VALUE_CHARS)
+            pairs.append([name, text])
+        else:
+            capped, was_cut = _cap_value(pair)
+            cut = cut or was_cut
+            pairs.append(capped)
     if len(value) > MAX_HEADERS:
         pairs.append([CUT_MARK, f"{len(value) - MAX_HEADERS} more headers"])
-    return pairs
+    return pairs, cut
 
 
-def _cap_value(value: Any, limit: int = MAX_TEXT_CHARS, depth: int = 0) -> Any:
-    """A value with every string, list and mapping in it cut to the caps (numbers as they are)."""
+def _cap_value(value: Any, limit: int = MAX_TEXT_CHARS, depth: int = 0) -> tuple[Any, bool]:
+    """A value with every string, list and mapping in it cut to the caps (numbers as they are), and
+    whether anything was cut."""
     if isinstance(value, str):
-        return _cut(value, limit)
+        return (value, False) if len(value) <= limit else (_cut(value, limit), True)
+    if value is None or isinstance(value, (int, float)):  # numbers and null: never cut
+        return value, False
     if depth > 4:  # deeper than any record's field: not kept
-        return CUT_MARK
+        return CUT_MARK, True
     if isinstance(value, list | tuple):
-        return [_cap_value(item, depth=depth + 1) for item in value[:MAX_ITEMS]]
+        cut = len(value) > MAX_ITEMS
+        items = []
+        for item in value[:MAX_ITEMS]:
+            capped, was_cut = _cap_value(item, depth=depth + 1)
+            items.append(capped)
+            cut = cut or was_cut
+        return items, cut
     if isinstance(value, dict):
-        items = list(value.items())[:MAX_ITEMS]
-        return {_cut(str(k), MAX_TEXT_CHARS): _cap_value(v, depth=depth + 1) for k, v in items}
-    return value
+        cut = len(value) > MAX_ITEMS
+        mapping = {}
+        for key, item in list(value.items())[:MAX_ITEMS]:
+            name, name_cut = _cap_value(str(key))
+            mapping[name], was_cut = _cap_value(item, depth=depth + 1)
+            cut = cut or was_cut or name_cut
+        return mapping, cut
+    return value, False
 
 
 def cap_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -310,24 +344,14 @@ def cap_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
         if name == "truncated":
             continue
         if name in _HEADER_FIELDS:
-            capped = _cap_headers(value)
+            out[name], was_cut = _cap_headers(value)
         else:
-            capped = _cap_value(value, MAX_URL_CHARS if name == "url" else MAX_TEXT_CHARS)
-        if capped != value and not _same_sequence(capped, value):
+            out[name], was_cut = _cap_value(value, MAX_URL_CHARS if name == "url" else MAX_TEXT_CHARS)
+        if was_cut:
             cut.append(name)
-        out[name] = capped
     if cut:
         out["truncated"] = sorted(cut)
     return out
-
-
-def _same_sequence(capped: Any, value: Any) -> bool:
-    """Header pairs come as tuples and are kept as lists: not a cut."""
-    if isinstance(value, tuple):
-        value = list(value)
-    if isinstance(capped, list) and isinstance(value, list) and len(capped) == len(value):
-        return all(_same_sequence(a, b) for a, b in zip(capped, value, strict=True))
-    return bool(capped == value)
 
 
 # -- the budget: one log ---------------------------------------------------------------------------

@@ -282,3 +282,18 @@ async def test_all_recordings_are_held_under_the_cap_oldest_ended_first(tmp_path
 @pytest.mark.parametrize(("asked", "expected"), [(None, 256 << 20), (8, 8 << 20), (1 << 20, 2048 << 20)])
 def test_a_session_asks_for_a_budget_up_to_the_cap(asked: int | None, expected: int) -> None:
     assert RecordingLimits().budget_for(asked) == expected
+
+
+def test_the_audit_index_reads_a_line_longer_than_any_record_in_pieces(tmp_path: Path) -> None:
+    from corral.gateway.recording import AuditIndex
+    from corral.proxy.audit import MAX_LINE_BYTES
+
+    log = tmp_path / "audit.jsonl"
+    log.write_bytes(
+        b'{"seq":1,"action":"a1"}\n' + b"x" * (3 * MAX_LINE_BYTES) + b"\n" + b'{"seq":3,"action":"a1"}\n{"seq":4,'
+    )
+    index = AuditIndex(log)
+    assert index.seqs("a1") == [1, 3]  # the torn last line waits for its end
+    with log.open("ab") as out:
+        out.write(b'"action":"a1"}\n')
+    assert index.seqs("a1") == [1, 3, 4]
