@@ -134,6 +134,7 @@ def test_a_flood_past_the_budget_leaves_a_marker_and_counts_and_the_log_stops_gr
     # Every request the upstream saw is in the log: written whole, or counted (a favicon may add one).
     assert FLOOD <= written + counted.get(("allowed.test", "request", "allow"), 0) <= FLOOD + 3, (written, counted)
     assert counted.get(("other.test", "connect", "deny"), 0) >= 1  # refusals are counted too
+    print(f"\nflood: {len(raw)} bytes for a budget of {BUDGET}: {written} written, {final['dropped']} counted")
     done = _cli_verify(gw, session_id)
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout)["status"] == "intact"
