@@ -270,21 +270,27 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - len(CUT_MARK)] + CUT_MARK
 
 
-def _fits(pair: Any) -> bool:
-    return (
-        isinstance(pair, list | tuple)
-        and len(pair) == 2
-        and isinstance(pair[0], str)
-        and isinstance(pair[1], str)
-        and len(pair[0]) <= MAX_HEADER_NAME_CHARS
-        and len(pair[1]) <= MAX_HEADER_VALUE_CHARS
-    )
+_NUMBERS = (int, float, bool)
+
+
+def _fits(pairs: Sequence[Any]) -> bool:
+    """Whether header pairs are within their caps as they are (the usual request's)."""
+    try:
+        return all(
+            type(name) is str
+            and type(text) is str
+            and len(name) <= MAX_HEADER_NAME_CHARS
+            and len(text) <= MAX_HEADER_VALUE_CHARS
+            for name, text in pairs
+        )
+    except (TypeError, ValueError):  # not pairs
+        return False
 
 
 def _cap_headers(value: Any) -> tuple[Any, bool]:
     if not isinstance(value, list | tuple):
         return _cap_value(value)
-    if len(value) <= MAX_HEADERS and all(map(_fits, value)):
+    if len(value) <= MAX_HEADERS and _fits(value):
         return value, False  # the usual request: nothing to cut, nothing copied
     cut = len(value) > MAX_HEADERS
     pairs: list[Any] = []
@@ -342,6 +348,10 @@ def cap_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
     cut: list[str] = []
     for name, value in fields.items():
         if name == "truncated":
+            continue
+        kind = type(value)
+        if (kind is str and len(value) <= MAX_TEXT_CHARS) or value is None or kind in _NUMBERS:
+            out[name] = value  # the usual field: nothing to cut (checked inline, as every record pays for it)
             continue
         if name in _HEADER_FIELDS:
             out[name], was_cut = _cap_headers(value)
