@@ -86,7 +86,8 @@ def agent_rules(fenced: Fenced, control_port: int | None) -> list[str]:
     """OUTPUT rules, first in the chain: neither the agent's uid nor the browser's reaches the
     controller, DevTools or the proxy's control channel, and neither can answer on the controller's
     port (so a process bound there after a crash never completes a handshake with the gateway).
-    Chromium answers on DevTools' port as the browser: its answers are not new connections."""
+    Chromium answers on DevTools' port as the browser: its answers are not new connections; the
+    agent's uid cannot answer there."""
     guarded = [CONTROLLER_PORT, DEVTOOLS_PORT] + ([control_port] if control_port else [])
     dports = ",".join(str(port) for port in guarded)
     rules = []
@@ -96,7 +97,9 @@ def agent_rules(fenced: Fenced, control_port: int | None) -> list[str]:
             f"-A OUTPUT -p tcp -m multiport --dports {dports} {owner} -j REJECT --reject-with tcp-reset",
             f"-A OUTPUT -p tcp --sport {CONTROLLER_PORT} {owner} -j DROP",
         ]
-    return rules
+    # Nor can the agent answer on DevTools' port (a process of its own bound there while Chromium is
+    # down): what the controller reads there is Chromium's word, never the agent's.
+    return [*rules, f"-A OUTPUT -p tcp --sport {DEVTOOLS_PORT} -m owner --uid-owner {fenced.agent} -j DROP"]
 
 
 def open_rules(fenced: Fenced) -> str:

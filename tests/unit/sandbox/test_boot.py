@@ -70,8 +70,9 @@ def test_the_agent_uid_is_kept_off_the_controller_devtools_and_the_control_chann
     no_answer = "-A OUTPUT -p tcp --sport 8765 -m owner --uid-owner 1100 -j DROP"
     browser = [r.replace("--uid-owner 1100", "--uid-owner 1200") for r in (reject, no_answer)]
     outputs = [r for r in rules if r.startswith("-A OUTPUT")]
+    devtools = "-A OUTPUT -p tcp --sport 9222 -m owner --uid-owner 1100 -j DROP"  # the agent never answers there
     # Before any ACCEPT, loopback's and established connections' included; the browser's uid likewise.
-    assert outputs[:4] == [reject, no_answer, *browser]
+    assert outputs[:5] == [reject, no_answer, *browser, devtools]
     open_rules = boot.open_rules(FENCED).splitlines()
     assert ":OUTPUT ACCEPT [0:0]" in open_rules and ":INPUT ACCEPT [0:0]" in open_rules
     agents = (
@@ -82,6 +83,7 @@ def test_the_agent_uid_is_kept_off_the_controller_devtools_and_the_control_chann
         no_answer,
         agents.replace("--uid-owner 1100", "--uid-owner 1200"),
         browser[1],
+        devtools,
     ]
     for proxied in (True, False):
         v6 = boot.ipv6_rules(FENCED, proxied).splitlines()
