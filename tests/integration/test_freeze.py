@@ -298,3 +298,24 @@ def wait_for_hit(upstream: Upstream, runtime: DockerHarness, needle: str, timeou
             return True
         time.sleep(0.2)
     return False
+
+
+@pytest.mark.parametrize("processes", [10, 200])
+def test_the_take_answers_once_frozen_and_how_long_that_takes(
+    gw: RunningGateway, sb: Sandbox, runtime: DockerHarness, processes: int
+) -> None:
+    sb.exec(command=f"for i in $(seq {processes}); do setsid -f sleep 600; done")
+    link = make_link(gw, sb.id, "control")
+    live = Live(gw, sb.id, secret_of(link))
+    try:
+        took_ms = take(live)
+        # Every process of the agent's uid is stopped by the time the take is answered.
+        code, out = runtime.exec(sb.container, ["ps", "-u", "agent", "-o", "stat=,comm="], user="root")
+        states = [line.split()[0] for line in out.splitlines() if line.strip()]
+        assert code == 0 and len(states) >= processes, out
+        assert all(state.startswith("T") for state in states), out
+        assert live.ask({"type": "release"})["type"] == "ack"
+    finally:
+        live.close()
+    print(f"\ntake with {processes} agent processes answered in {took_ms:.0f} ms")
+    assert took_ms < 5000
