@@ -46,6 +46,7 @@ if os.fork():
     os._exit(0)
 os.execv(sys.executable, [sys.executable, "-c", {COUNTER!r}, sys.argv[1]])
 """
+IMAGE_PYTHON = "/opt/corral/bin/python3"
 # Types a Z with xdotool (XTEST) and reads a corner of the screen (GetImage) every 100 ms, logging each round.
 X_SPY = """
 import subprocess, sys, time
@@ -162,7 +163,10 @@ def test_an_agent_process_cannot_type_or_read_the_screen_while_the_human_holds_t
 ) -> None:
     targets = open_takeover_page(sb)
     log = "/tmp/freeze-xspy.log"
-    sb.exec(argv=["setsid", "-f", "python3", "-c", X_SPY, log])
+    # The image's Python (python-xlib's home); the agent may run it like any program.
+    probe = sb.exec(argv=[IMAGE_PYTHON, "-c", "from Xlib import display; display.Display(':0')"])
+    assert probe.exit_code == 0, probe.stderr
+    sb.exec(argv=["setsid", "-f", IMAGE_PYTHON, "-c", X_SPY, log])
     rounds = lambda: len(read_as_root(runtime, sb, log).splitlines())  # noqa: E731
     deadline = time.monotonic() + 15
     while rounds() < 3 and time.monotonic() < deadline:
@@ -209,6 +213,7 @@ def test_the_agents_commands_file_actions_and_transfers_wait_or_are_refused_the_
             down = c.get(files, params={"path": "/tmp/freeze-file.txt"})
             up = c.put(files, params={"path": "/tmp/freeze-up.txt"}, content=b"during")
         for answer in (down, up):
+            assert answer.status_code == 409, (answer.status_code, answer.text)
             error = answer.json()["error"]
             assert answer.status_code == 409 and error["code"] == "control_taken", answer.text
             assert error["holder"] == human and isinstance(error["since"], float), error
@@ -230,7 +235,7 @@ def test_the_agents_commands_file_actions_and_transfers_wait_or_are_refused_the_
         assert 1.0 <= time.monotonic() - started < 15
     finally:
         live.close()
-    assert sb.files.read("/tmp/freeze-file.txt") == "before"
+    assert sb.files.read("/tmp/freeze-file.txt") == b"before"
     assert sb.exec(argv=["cat", "/tmp/freeze-up.txt"]).exit_code != 0  # the refused upload left nothing
 
 
@@ -263,6 +268,10 @@ def test_requests_without_credentials_are_never_charged_to_the_human(
     agents = [r for r in records if "/nocreds" in str(r.get("url", ""))]
     assert agents, records[-5:]
     charged = [r for r in agents if str(r.get("actor", "")).startswith("human:")]
+    print(
+        "\nno-credentials records (action, actor):",
+        sorted({(r.get("action"), r.get("actor")) for r in agents}, key=str),
+    )
     assert not charged, charged[:3]
     # The person's own typing reached the page (their turn happened).
     assert upstream_saw(upstream, runtime, "/json?typed=abc")
@@ -309,6 +318,7 @@ def test_the_take_answers_once_frozen_and_how_long_that_takes(
     live = Live(gw, sb.id, secret_of(link))
     try:
         took_ms = take(live)
+        print(f"\ntake with {processes} agent processes answered in {took_ms:.0f} ms")
         # Every process of the agent's uid is stopped by the time the take is answered.
         code, out = runtime.exec(sb.container, ["ps", "-u", "agent", "-o", "stat=,comm="], user="root")
         states = [line.split()[0] for line in out.splitlines() if line.strip()]
@@ -317,5 +327,4 @@ def test_the_take_answers_once_frozen_and_how_long_that_takes(
         assert live.ask({"type": "release"})["type"] == "ack"
     finally:
         live.close()
-    print(f"\ntake with {processes} agent processes answered in {took_ms:.0f} ms")
     assert took_ms < 5000

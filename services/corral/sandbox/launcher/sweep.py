@@ -71,11 +71,12 @@ class Status(NamedTuple):
     state: str
     uids: tuple[int, ...]  # real, effective, saved, filesystem
     switches: int
+    threads: int = 1
 
 
 def parse_status(text: str) -> Status | None:
     """The fields of a /proc/<pid>/status (or task/<tid>/status) we need; None if it lacks them."""
-    state, switches, found = "", 0, 0
+    state, switches, found, threads = "", 0, 0, 1
     uids: tuple[int, ...] = ()
     for line in text.splitlines():
         name, _, value = line.partition(":")
@@ -88,7 +89,9 @@ def parse_status(text: str) -> Status | None:
         elif name in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
             switches += int(value.strip())
             found += 1
-    return Status(state, uids, switches) if found == 4 and len(uids) >= 3 else None
+        elif name == "Threads":
+            threads = int(value.strip())
+    return Status(state, uids, switches, threads) if found == 4 and len(uids) >= 3 else None
 
 
 def parse_start(stat: str) -> int:
@@ -130,6 +133,8 @@ def _process(pid: int, agent_uid: int) -> Process | None:
     leader = parse_status(status)
     if leader is None or not is_agents(leader.uids, agent_uid) or (leader.state in DEAD and _no_threads(pid)):
         return None
+    if leader.threads == 1:  # the common case: the process's own status is its one thread's
+        return Process(pid, parse_start(stat), (Thread(pid, leader.state, leader.switches),))
     threads: list[Thread] = []
     with contextlib.suppress(OSError):
         for name in sorted(os.listdir(f"/proc/{pid}/task"), key=int):

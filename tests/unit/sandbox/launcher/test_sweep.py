@@ -21,6 +21,7 @@ STATUS = """Name:\tsleep
 Umask:\t0022
 State:\tT (stopped)
 Tgid:\t42
+Threads:\t3
 Uid:\t1100\t1100\t1100\t1100
 Gid:\t1100\t1100\t1100\t1100
 voluntary_ctxt_switches:\t7
@@ -35,7 +36,7 @@ def proc(pid: int, *states: str, switches: int = 1, start: int = 100) -> Process
 def test_status_gives_state_uids_and_all_switches() -> None:
     status = parse_status(STATUS)
     assert status is not None
-    assert (status.state, status.uids, status.switches) == ("T", (1100, 1100, 1100, 1100), 10)
+    assert (status.state, status.uids, status.switches, status.threads) == ("T", (1100, 1100, 1100, 1100), 10, 3)
     assert parse_status("Name:\tx\nState:\tR (running)\n") is None  # cut short: not taken for anything
 
 
