@@ -430,7 +430,7 @@ class Launcher:
 def _freeze(agent_uid: int) -> dict[str, Any]:
     """In the sweep's child (the agent for good): every agent process stopped (the sweep's rounds)."""
     me = os.getpid()
-    outcome = sweep.stop_all(lambda: sweep.scan(agent_uid, me), sweep.stop_every_agent_process)
+    outcome = sweep.stop_all(lambda starts: sweep.scan(agent_uid, me, starts=starts), sweep.stop_every_agent_process)
     return {
         "done": outcome.done,
         "rounds": outcome.rounds,

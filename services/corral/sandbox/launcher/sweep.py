@@ -113,28 +113,35 @@ def _read(path: str) -> str | None:
         return None  # gone meanwhile
 
 
-def scan(agent_uid: int, me: int) -> Snapshot:
-    """Every live process of the agent's uid but ``me``, with its threads."""
+def scan(agent_uid: int, me: int, *, starts: bool = True) -> Snapshot:
+    """Every live process of the agent's uid but ``me``, with its threads; without ``starts`` (a stop
+    round's scans) no start time is read (0): nothing of the agent's forks between two of those
+    without a thread of it running, which the switch counts show."""
     found: Snapshot = {}
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == me:
             continue
-        process = _process(int(name), agent_uid)
+        process = _process(int(name), agent_uid, starts)
         if process is not None:
             found[process.pid] = process
     return found
 
 
-def _process(pid: int, agent_uid: int) -> Process | None:
+def _process(pid: int, agent_uid: int, starts: bool) -> Process | None:
     status = _read(f"/proc/{pid}/status")
-    stat = _read(f"/proc/{pid}/stat")
-    if status is None or stat is None:
+    if status is None:
         return None
     leader = parse_status(status)
     if leader is None or not is_agents(leader.uids, agent_uid) or (leader.state in DEAD and _no_threads(pid)):
         return None
+    start = 0
+    if starts:
+        stat = _read(f"/proc/{pid}/stat")
+        if stat is None:
+            return None
+        start = parse_start(stat)
     if leader.threads == 1:  # the common case: the process's own status is its one thread's
-        return Process(pid, parse_start(stat), (Thread(pid, leader.state, leader.switches),))
+        return Process(pid, start, (Thread(pid, leader.state, leader.switches),))
     threads: list[Thread] = []
     with contextlib.suppress(OSError):
         for name in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
@@ -144,7 +151,7 @@ def _process(pid: int, agent_uid: int) -> Process | None:
                 threads.append(Thread(int(name), parsed.state, parsed.switches))
     if not threads:
         return None
-    return Process(pid, parse_start(stat), tuple(threads))
+    return Process(pid, start, tuple(threads))
 
 
 def _no_threads(pid: int) -> bool:
@@ -167,23 +174,25 @@ class Outcome(NamedTuple):
 
 
 def stop_all(
-    scanner: Callable[[], Snapshot],
+    scanner: Callable[[bool], Snapshot],
     stop: Callable[[], None],
     clock: Callable[[], float] = time.monotonic,
     pause: Callable[[float], None] = time.sleep,
     timeout_s: float = STOP_TIMEOUT_S,
 ) -> Outcome:
-    """Stop rounds (``stop``: the kill) until two scans agree that all are stopped, or ``timeout_s``."""
-    first = scanner()
+    """Stop rounds (``stop``: the kill) until two scans agree that all are stopped, or ``timeout_s``.
+    ``scanner(starts)``: the first scan reads start times (for the processes stopped before), the
+    rounds' do not."""
+    first = scanner(True)
     stopped_before = [(p.pid, p.start) for p in first.values() if p.stopped_by_itself]
     deadline = clock() + timeout_s
     rounds = 0
     while True:
         rounds += 1
         stop()
-        before = scanner()
+        before = scanner(False)
         if all(p.stopped for p in before.values()):
-            after = scanner()
+            after = scanner(False)
             if stable(before, after):
                 return Outcome(True, rounds, len(after), stopped_before)
         if clock() >= deadline:

@@ -80,7 +80,7 @@ class Board:
         self.kills = 0
         self.now = 0.0
 
-    def scan(self) -> Snapshot:
+    def scan(self, starts: bool = True) -> Snapshot:
         return self.scans.pop(0) if len(self.scans) > 1 else self.scans[0]
 
     def stop(self) -> None:
