@@ -144,6 +144,9 @@ def test_agent_processes_started_before_the_take_stand_still_for_the_human_and_r
 ) -> None:
     paths = start_counters(sb)
     assert moving(runtime, sb, paths), [read_as_root(runtime, sb, p) for p in paths]
+    # The persistent shell, an agent process too, with state of its own to keep across the turn.
+    shell = sb.act({"type": "shell", "command": "export KEPT=across; cd /tmp; echo $$"})
+    bash_pid = shell["result"]["output"].strip()
     link = make_link(gw, sb.id, "control")
     live = Live(gw, sb.id, secret_of(link))
     try:
@@ -155,6 +158,9 @@ def test_agent_processes_started_before_the_take_stand_still_for_the_human_and_r
     finally:
         live.close()
     assert moving(runtime, sb, paths), "the agent's processes did not run again after the hand-back"
+    # The same bash, thawed, its state intact.
+    after = sb.act({"type": "shell", "command": "echo $$ $KEPT $PWD"})["result"]["output"].split()
+    assert after == [bash_pid, "across", "/tmp"], after
     print(f"take answered in {took_ms:.0f} ms")
 
 
