@@ -41,9 +41,9 @@ class DockerHarness(DockerRuntime):
         code, output = self._container(ident).exec_run(argv, user="root", environment=environment)
         return int(code), output.decode(errors="replace")
 
-    def kill_process(self, ident: str, process_name: str, user: str = "agent") -> None:
+    def kill_process(self, ident: str, process_name: str, user: str = "browser") -> None:
         """Kill a process inside the sandbox by name, as its own uid (root there holds no CAP_KILL);
-        tests use it to crash Chromium, which runs as the agent."""
+        tests use it to crash Chromium, which runs as the browser's uid."""
         self.exec(ident, ["pkill", "-KILL", "-x", process_name], user=user)
 
     def cpu_seconds(self, ident: str) -> float:

@@ -270,7 +270,8 @@ def test_methods_and_path_prefixes_hold_and_the_system_store_trusts_the_session_
 def test_the_session_ca_is_trusted_and_its_key_never_enters_the_sandbox(
     gw: RunningGateway, sb: Sandbox, runtime: DockerHarness
 ) -> None:
-    code, out = runtime.exec(sb.container, ["certutil", "-L", "-d", "sql:/home/agent/.pki/nssdb"], user="agent")
+    nssdb = "sql:/tmp/corral-browser/.pki/nssdb"  # the browser's own store (Chromium runs as browser)
+    code, out = runtime.exec(sb.container, ["certutil", "-L", "-d", nssdb], user="browser")
     assert code == 0 and "Corral session CA" in out, out
     code, out = runtime.exec(
         sb.container, ["sh", "-c", "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'; cat /run/corral/*"]

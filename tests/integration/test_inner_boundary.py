@@ -94,6 +94,39 @@ while time.monotonic() < end:
 """
 
 
+# Run as the agent: listen on DevTools' port (and, to compare, the next one) on a loopback address
+# Chromium leaves free, answering any request as DevTools would, for ``hold`` seconds.
+FAKE_DEVTOOLS = r"""
+import socket, sys, threading, time
+hold = float(sys.argv[1])
+body = b'{"Browser": "forged-by-the-agent", "webSocketDebuggerUrl": "ws://127.0.0.1:8765/v1/ws"}'
+def serve(port):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.2", port)); s.listen(8); s.settimeout(0.2)
+    end = time.monotonic() + hold
+    while time.monotonic() < end:
+        try: conn, _ = s.accept()
+        except OSError: continue
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)); conn.close()
+threads = [threading.Thread(target=serve, args=(port,)) for port in (9222, 9223)]
+[t.start() for t in threads]
+print("LISTENING", flush=True)
+[t.join() for t in threads]
+"""
+
+# Run as the controller's uid: what DevTools' address answers, as the controller would ask it.
+ASK_DEVTOOLS = r"""
+import socket, sys
+try:
+    with socket.create_connection(("127.0.0.2", int(sys.argv[1])), timeout=3) as s:
+        s.sendall(b"GET /json/version HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+        print(s.recv(65536).decode() or "closed")
+except OSError as exc:
+    print(type(exc).__name__)
+"""
+
+
 @pytest.fixture(scope="module")
 def upstream(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[Upstream]:
     network = f"corral-egress-ib-{os.getpid()}"
@@ -308,3 +341,26 @@ def test_modules_the_agent_plants_in_its_home_are_never_imported_by_the_sandboxs
             ours = [row[pid_at] for row in listed["Processes"] if "corral.sandbox." in row[args_at]]
             places = {pid: os.readlink(f"/proc/{pid}/cwd") for pid in ours}
             assert len(places) >= 4 and set(places.values()) == {"/"}, places
+
+
+def test_what_answers_on_devtools_port_is_never_the_agent(gw: RunningGateway, runtime: DockerHarness) -> None:
+    # Browser reports stay honest: while Chromium (uid browser) is down, a process of the agent's
+    # bound to DevTools' port never gets an answer out; the controller believes only Chromium.
+    with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as sb:
+        box = sb.container
+        outputs: list[str] = []
+        fake = threading.Thread(
+            target=lambda: outputs.append(runtime.exec(box, ["python3", "-c", FAKE_DEVTOOLS, "15"], user="agent")[1])
+        )
+        fake.start()
+        try:
+            # The same listener answers on the next port: only DevTools' port is closed to it.
+            def ask(port: str) -> str:
+                return runtime.exec(box, ["python3", "-c", ASK_DEVTOOLS, port])[1]
+
+            assert wait_for(lambda: "forged" in ask("9223")), "the agent's listener never answered on 9223"
+            answer = ask("9222")
+            assert "forged" not in answer and answer.strip() == "TimeoutError", answer
+        finally:
+            fake.join(30)
+        assert outputs and "LISTENING" in outputs[0], outputs

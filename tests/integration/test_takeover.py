@@ -597,7 +597,7 @@ def test_a_humans_input_is_attributed_in_the_recording_and_the_audit(
             )
 
     # The audit chain: the link made, used and revoked, the lease's changes, and the requests the human's
-    # input caused, charged to the link; the agent's own requests as before (no actor).
+    # input caused, charged to no one; the agent's own requests as before (no actor).
     records = traffic(gw, session_id)
     links = [(r["change"], r["link"], r["mode"]) for r in records if r["event"] == "link"]
     assert [change for change, *_ in links] == ["created", "used", "revoked"], links
@@ -615,8 +615,10 @@ def test_a_humans_input_is_attributed_in_the_recording_and_the_audit(
         [sys.executable, "-m", "corral.cli", "audit", "verify", str(log)], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    # Chromium's requests carry no proxy credentials: the proxy cannot tell them from an agent process's,
+    # so they are never charged to the person (issue 26): unattributed, with no actor.
     caused = [r for r in records if r["event"] == "request" and ("/landing" in r["url"] or "/json?typed=" in r["url"])]
-    assert len(caused) == 2 and all(r.get("actor") == human for r in caused), caused
+    assert len(caused) == 2 and all(r["action"] is None and "actor" not in r for r in caused), caused
 
 
 def test_cdp_traffic_is_attributed_and_recorded(gw: RunningGateway, browser: Any, tmp_path: Path) -> None:

@@ -10,6 +10,12 @@ A command can put any id there, so a record says whose word it took (``action_so
 command's own, or the controller's. A forged id only mislabels the agent's own traffic (the agent
 could as well have made the request during another action); it changes no decision.
 
+A flow with no credentials is never charged to a human (:func:`unvouched`): the proxy cannot tell
+Chromium's requests from those of an agent process that leaves the credentials out, so a human's
+action in flight would otherwise lend the agent's traffic the person's name. It is charged to the
+latest action in flight that is not a human's, else to none (``action: null``): a person's own
+browsing is then recorded as unattributed, never the other way round.
+
 Pure: parsing only (the addon, :class:`corral.proxy.addons.ActionAttribution`, reads the flows).
 """
 
@@ -25,6 +31,7 @@ from corral.proxy.audit import EventFields
 from corral.proxy.control import ACTION_ID
 
 PROXY_USER = "corral-action"  # corral.sandbox.agentenv puts it in each command's proxy URL
+HUMAN_ACTOR = "human:"  # a human's actor (corral.sandbox.lease.HUMAN_PREFIX): a viewer's input
 ActionSource = Literal["command", "controller"]
 
 
@@ -56,6 +63,19 @@ class Attribution:
         if self.actor is not None:
             return {"action": self.action, "actor": self.actor}
         return {"action": self.action}
+
+
+def is_human(actor: str | None) -> bool:
+    return actor is not None and actor.startswith(HUMAN_ACTOR)
+
+
+def unvouched(in_flight: list[tuple[str, str | None]]) -> Attribution:
+    """What a flow that names no action is charged to, from the actions in flight (oldest first, each
+    with its actor): the latest that is not a human's, else none (the module's text says why)."""
+    for action, actor in reversed(in_flight):
+        if not is_human(actor):
+            return Attribution.controller(action, actor)
+    return Attribution.controller(None)
 
 
 def command_action(authorization: str) -> str | None:

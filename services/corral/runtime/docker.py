@@ -266,8 +266,9 @@ class DockerRuntime:
             "tmpfs": {
                 "/tmp": f"rw,nosuid,nodev,size={spec.tmp_size},mode=1777",
                 "/home/corral": "rw,nosuid,nodev,size=64m,uid=1000,gid=1000,mode=0700",
-                # exec: what the agent installs there (pip's and npm's ~/.local/bin) must run.
-                "/home/agent": f"rw,nosuid,nodev,exec,size=512m,{agent_owned},mode=0700",
+                # exec: what the agent installs there (pip's and npm's ~/.local/bin) must run. 0750: the
+                # browser (in the agent's group) saves downloads in it and reads what a page uploads.
+                "/home/agent": f"rw,nosuid,nodev,exec,size=512m,{agent_owned},mode=0750",
                 "/workspace": f"rw,nosuid,nodev,exec,size={spec.workspace_size},{agent_owned},mode=0755",
                 "/run": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
                 "/etc/ssl/certs": "rw,nosuid,nodev,noexec,size=8m,mode=0755",

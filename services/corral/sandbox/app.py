@@ -29,7 +29,9 @@ from corral.sandbox.auth import RequestVerifier, read_secret
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.dispatch import Dispatcher, Incoming, fitted
 from corral.sandbox.files import AgentFiles, named
+from corral.sandbox.freezer import AgentFreezer
 from corral.sandbox.guard import ControllerGuard
+from corral.sandbox.lease import ControlLease
 from corral.sandbox.live import LiveView, ThreadEncoder
 from corral.sandbox.placeholders import placeholders_of
 from corral.sandbox.recorder import Recorder
@@ -77,7 +79,17 @@ def _files(conn: HTTPConnection) -> AgentFiles:
 
 
 def _error(exc: ActionError) -> JSONResponse:
-    return JSONResponse(error_body(exc.code, exc.message, exc.field), status_code=_STATUS.get(exc.code, 400))
+    # The whole error: a refusal by the lease names its holder and since when.
+    return JSONResponse({"ok": False, "error": exc.to_dict()}, status_code=_STATUS.get(exc.code, 400))
+
+
+async def _agent_may_transfer(conn: HTTPConnection, query: transfer.FileQuery) -> None:
+    """A file transfer is the agent's act, as a command is: while a human (or an exclusive CDP client)
+    holds the lease it waits up to ``?wait_for_control_ms=`` for it to come back, else
+    :class:`~corral.errors.ControlTaken` (409, with the holder and since when)."""
+    lease: ControlLease | None = conn.app.state.lease
+    if lease is not None:
+        await lease.agent_may_act(query.wait_for_control_ms)
 
 
 def _int_query(conn: HTTPConnection, name: str) -> int:
@@ -97,6 +109,7 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
         app.state.verifier = _verifier(settings)
         desktop = Desktop.open(settings)
         app.state.desktop = desktop
+        app.state.lease = desktop.lease
         reporter = settings.action_reporter()
         app.state.reporter = reporter
         recorder = Recorder(desktop) if settings.record else None
@@ -108,13 +121,17 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
         app.state.dispatcher = Dispatcher(desktop, settings.limits(), reporter, recorder)
         # Every change of the control lease: a recording event and an audit record.
         lease_log = LeaseLog(desktop.lease, recorder, reporter)
+        # The agent's processes stopped while a human holds the lease (and continued at start: a
+        # restarted controller holds no human lease, whatever an earlier one froze).
+        freezer = AgentFreezer(desktop.lease, desktop.processes.launcher if desktop.processes is not None else None)
+        freezer.start()
         relays = cdp.Relays(cdp.LastPage(functools.partial(cdp.page_targets, settings.cdp_url)))
         app.state.cdp_relays = relays
         app.state.max_body = settings.max_message_bytes
         # WS /v1/live: frames grabbed and encoded only while a stream is open.
         encoder = ThreadEncoder()
         live = LiveView(desktop.screen, encoder, busy=desktop.lock.locked, action_ended=desktop.lock.ended)
-        viewers = Viewers(desktop, live, HumanInput(desktop, reporter, recorder))
+        viewers = Viewers(desktop, live, HumanInput(desktop, reporter, recorder, freezer))
         app.state.viewers = viewers
         # No Playwright connection at boot: its driver (node, about 80 MiB) starts on the first browser
         # call and stops again when idle (corral.sandbox.browser), so an idle session holds none.
@@ -123,6 +140,7 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
         finally:
             await viewers.close()  # its viewers' detaching changes the lease: recorded and audited first
             await relays.close()  # as do exclusive CDP connections' detaching
+            await freezer.close()  # the sandbox's own shutdown: the agent's processes continued
             encoder.close()
             await lease_log.close()
             if reporter is not None:
@@ -137,6 +155,7 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
     app.state.verifier = None
     app.state.recorder = None  # the lifespan's Recorder when recording is on
     app.state.files = None  # AgentFiles (the desktop's), for PUT/GET /v1/files
+    app.state.lease = None  # the desktop's ControlLease: file transfers are the agent's acts too
     app.state.agent_command = None  # transfer.AgentCommand: tar as the agent, for directories
     app.state.max_upload = settings.max_upload_bytes
     app.state.reporter = None  # the lifespan's ActionReporter when the session has egress control
@@ -215,6 +234,7 @@ async def put_file(request: Request) -> JSONResponse:
     recorded = Transfer.upload(request.app.state.recorder, request.query_params)
     try:
         query = transfer.file_query(request.query_params)
+        await _agent_may_transfer(request, query)
         declared, limit = request.headers.get("content-length"), request.app.state.max_upload
         written = await transfer.receive(_files(request), query, request.stream(), declared, limit)
     except ActionError as exc:
@@ -230,6 +250,7 @@ async def get_file(request: Request) -> Response:
     recorded = Transfer.download(request.app.state.recorder, request.query_params)
     try:
         query = transfer.file_query(request.query_params)
+        await _agent_may_transfer(request, query)
         files = _files(request)
         download = await transfer.send(files, request.app.state.agent_command, query)
     except ActionError as exc:

@@ -12,19 +12,23 @@ proxy, QUIC off, WebRTC only through the proxy, DNS-over-HTTPS off, downloads in
 Downloads folder without a prompt) and the system CA bundle with the session's CA certificate (the
 key never comes here).
 
-Two uids share the sandbox (who runs as which, docs/egress.md "The inner boundary"):
+Three uids share the sandbox (who runs as which, docs/egress.md "The inner boundary"):
 
 - ``corral`` runs the supervisor, Xvfb and the controller. Boot writes the controller's per-boot
   secret into ``/run/corral/controller``, 0700 for ``corral`` (the egress control channel's token
   comes as a read-only file of ``corral``'s, mounted by the runtime: never an environment variable,
   which every ``docker exec`` would inherit);
-- ``agent`` runs Chromium (and whatever the agent runs). It cannot signal, trace or read the
-  ``corral`` processes, and an owner match in the firewall keeps it from the controller's and
-  DevTools' ports and the proxy's control port, and from answering on the controller's port.
+- ``agent`` runs whatever the agent runs. It cannot signal, trace or read the ``corral`` or
+  ``browser`` processes;
+- ``browser`` runs Chromium and openbox, in the agent's group (downloads, uploads), with a home of
+  its own that boot makes (``BROWSER_HOME``, in ``/tmp``, before anything of the agent's runs).
+
+An owner match in the firewall keeps ``agent`` and ``browser`` from the controller's and DevTools'
+ports and the proxy's control port, and from answering on the controller's port.
 
 The supervisor keeps CAP_SETUID, CAP_SETGID and CAP_SETPCAP (uid ``corral``, ambient) only to start
-each child with nothing: ``agent`` children through setpriv with every set empty, ``corral`` ones
-likewise. A capability-holding process cannot be traced by one of its own uid without them.
+each child with nothing: ``agent`` and ``browser`` children through setpriv with every set empty,
+``corral`` ones likewise. A capability-holding process cannot be traced by one of its own uid without them.
 """
 
 from __future__ import annotations
@@ -46,7 +50,9 @@ from corral.sandbox import auth
 log = logging.getLogger("corral.boot")
 
 USER = "corral"  # the supervisor, Xvfb, the controller
-AGENT_USER = "agent"  # Chromium and everything the agent runs
+AGENT_USER = "agent"  # everything the agent runs
+BROWSER_USER = "browser"  # Chromium and openbox
+BROWSER_HOME = Path("/tmp/corral-browser")  # its HOME and profile: boot makes it, 0700, before the agent runs
 SUPERVISOR_CAPS = ("setuid", "setgid", "setpcap")
 X11_DIR = Path("/tmp/.X11-unix")
 SECRET_DIR = auth.SECRET_DIR
@@ -68,27 +74,41 @@ def proxy_address(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def agent_rules(agent_uid: int, control_port: int | None) -> list[str]:
-    """OUTPUT rules, first in the chain: the agent's uid reaches neither the controller, nor DevTools,
-    nor the proxy's control channel, and cannot answer on the controller's port (so a process of its
-    own bound there after a crash never completes a handshake with the gateway). DevTools is
-    Chromium's, which runs as the agent: it answers the controller there."""
+@dataclass(frozen=True, slots=True)
+class Fenced:
+    """The uids the firewall keeps off the sandbox's own ports: the agent's and the browser's."""
+
+    agent: int
+    browser: int
+
+
+def agent_rules(fenced: Fenced, control_port: int | None) -> list[str]:
+    """OUTPUT rules, first in the chain: neither the agent's uid nor the browser's reaches the
+    controller, DevTools or the proxy's control channel, and neither can answer on the controller's
+    port (so a process bound there after a crash never completes a handshake with the gateway).
+    Chromium answers on DevTools' port as the browser: its answers are not new connections; the
+    agent's uid cannot answer there."""
     guarded = [CONTROLLER_PORT, DEVTOOLS_PORT] + ([control_port] if control_port else [])
     dports = ",".join(str(port) for port in guarded)
-    owner = f"-m owner --uid-owner {agent_uid}"
-    return [
-        f"-A OUTPUT -p tcp -m multiport --dports {dports} {owner} -j REJECT --reject-with tcp-reset",
-        f"-A OUTPUT -p tcp --sport {CONTROLLER_PORT} {owner} -j DROP",
-    ]
+    rules = []
+    for uid in (fenced.agent, fenced.browser):
+        owner = f"-m owner --uid-owner {uid}"
+        rules += [
+            f"-A OUTPUT -p tcp -m multiport --dports {dports} {owner} -j REJECT --reject-with tcp-reset",
+            f"-A OUTPUT -p tcp --sport {CONTROLLER_PORT} {owner} -j DROP",
+        ]
+    # Nor can the agent answer on DevTools' port (a process of its own bound there while Chromium is
+    # down): what the controller reads there is Chromium's word, never the agent's.
+    return [*rules, f"-A OUTPUT -p tcp --sport {DEVTOOLS_PORT} -m owner --uid-owner {fenced.agent} -j DROP"]
 
 
-def open_rules(agent_uid: int) -> str:
+def open_rules(fenced: Fenced) -> str:
     """Without a proxy (no egress control): everything open but what :func:`agent_rules` closes."""
     head = ["*filter", ":INPUT ACCEPT [0:0]", ":FORWARD DROP [0:0]", ":OUTPUT ACCEPT [0:0]"]
-    return "\n".join([*head, *agent_rules(agent_uid, None), "COMMIT", ""])
+    return "\n".join([*head, *agent_rules(fenced, None), "COMMIT", ""])
 
 
-def firewall_rules(network: str, gateway: str, proxy_ports: list[int], agent_uid: int) -> str:
+def firewall_rules(network: str, gateway: str, proxy_ports: list[int], fenced: Fenced) -> str:
     """An ``iptables-restore`` ruleset for the filter table (IPv4); ``proxy_ports[1]`` is the control port."""
     net = ipaddress.ip_network(network, strict=False)
     host = ipaddress.ip_address(gateway)
@@ -104,7 +124,7 @@ def firewall_rules(network: str, gateway: str, proxy_ports: list[int], agent_uid
             "-A INPUT -i lo -j ACCEPT",
             "-A INPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT",
             f"-A INPUT -p tcp -s {host}/32 --dport {CONTROLLER_PORT} -j ACCEPT",
-            *agent_rules(agent_uid, proxy_ports[1] if len(proxy_ports) > 1 else None),
+            *agent_rules(fenced, proxy_ports[1] if len(proxy_ports) > 1 else None),
             "-A OUTPUT -o lo -j ACCEPT",
             "-A OUTPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT",
             f"-A OUTPUT -d {host}/32 -j REJECT --reject-with icmp-admin-prohibited",
@@ -118,11 +138,11 @@ def firewall_rules(network: str, gateway: str, proxy_ports: list[int], agent_uid
     )
 
 
-def ipv6_rules(agent_uid: int, proxied: bool) -> str:
+def ipv6_rules(fenced: Fenced, proxied: bool) -> str:
     """IPv6: loopback only with a proxy (the proxy is reached over IPv4); the agent's rules always."""
     policy = "DROP" if proxied else "ACCEPT"
     lines = ["*filter", f":INPUT {policy} [0:0]", ":FORWARD DROP [0:0]", f":OUTPUT {policy} [0:0]"]
-    lines += agent_rules(agent_uid, None)
+    lines += agent_rules(fenced, None)
     lines += ["-A INPUT -i lo -j ACCEPT", "-A OUTPUT -o lo -j ACCEPT", "COMMIT", ""]
     return "\n".join(lines)
 
@@ -154,37 +174,46 @@ def _apply(command: str, rules: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Users:
-    """The sandbox's two users, as the image defines them."""
+    """The sandbox's three users, as the image defines them."""
 
     controller_uid: int
     controller_gid: int
     controller_home: str
     agent_uid: int
+    browser_uid: int
+    browser_gid: int
 
     @classmethod
     def of_image(cls) -> Users:
         controller, agent = pwd.getpwnam(USER), pwd.getpwnam(AGENT_USER)
-        return cls(controller.pw_uid, controller.pw_gid, controller.pw_dir, agent.pw_uid)
+        browser = pwd.getpwnam(BROWSER_USER)
+        return cls(
+            controller.pw_uid, controller.pw_gid, controller.pw_dir, agent.pw_uid, browser.pw_uid, browser.pw_gid
+        )
+
+    @property
+    def fenced(self) -> Fenced:
+        return Fenced(self.agent_uid, self.browser_uid)
 
 
 def lock_down(env: Mapping[str, str], users: Users) -> None:
     """Firewall, secrets and trust, as root; raises (and the sandbox does not start) if any of it fails."""
     proxy = env.get("CORRAL_PROXY", "")
     RUN_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
-    agent_uid = users.agent_uid
+    fenced = users.fenced
     if proxy:
         _, port = proxy_address(proxy)
         control_port = int(env.get("CORRAL_PROXY_CONTROL_PORT", "8081"))
         network, gateway = env.get("CORRAL_SESSION_NET", ""), env.get("CORRAL_SESSION_GATEWAY", "")
         if not network or not gateway:
             raise RuntimeError("CORRAL_PROXY needs CORRAL_SESSION_NET and CORRAL_SESSION_GATEWAY")
-        _apply("iptables-restore", firewall_rules(network, gateway, [port, control_port], agent_uid))
-        _apply_ipv6(ipv6_rules(agent_uid, proxied=True))
+        _apply("iptables-restore", firewall_rules(network, gateway, [port, control_port], fenced))
+        _apply_ipv6(ipv6_rules(fenced, proxied=True))
         log.info("egress locked to the proxy at %s (session network %s)", proxy, network)
     else:
         try:
-            _apply("iptables-restore", open_rules(agent_uid))
-            _apply_ipv6(ipv6_rules(agent_uid, proxied=False))
+            _apply("iptables-restore", open_rules(fenced))
+            _apply_ipv6(ipv6_rules(fenced, proxied=False))
         except RuntimeError as exc:
             if boundary_required(env):
                 raise RuntimeError(f"the agent's uid cannot be kept off the controller: {exc}") from None
@@ -194,7 +223,8 @@ def lock_down(env: Mapping[str, str], users: Users) -> None:
     # Only once the firewall holds: a sandbox that cannot be locked down never has a usable secret.
     write_secret(users, SECRET_DIR)
     log.info(auth.SECRET_WRITTEN)
-    private_dir(LAUNCHER_DIR, users)
+    private_dir(LAUNCHER_DIR, users.controller_uid, users.controller_gid)
+    private_dir(BROWSER_HOME, users.browser_uid, users.browser_gid)
     _x11_dir()
     CHROMIUM_POLICY.write_text(json.dumps(chromium_policy(proxy or None)))
     ca = env.get("CORRAL_CA_CERT", "")
@@ -242,13 +272,17 @@ def write_secret(users: Users, directory: Path) -> None:
     os.chown(directory, users.controller_uid, users.controller_gid)
 
 
-def private_dir(directory: Path, users: Users) -> None:
-    """A directory only ``corral`` may enter (the launcher's socket lives in one)."""
-    # Owned first (no CAP_FOWNER here: root may chmod only what it owns), then handed over.
+def private_dir(directory: Path, uid: int, gid: int) -> None:
+    """A directory only ``uid`` may enter (the launcher's socket lives in one of ``corral``'s, the
+    browser's home and profile in one of ``browser``'s)."""
+    # Owned first (no CAP_FOWNER here: root may chmod only what it owns), then handed over. Made
+    # before anything of the agent's runs: /tmp is the agent's to write in too.
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if directory.is_symlink():
+        raise RuntimeError(f"{directory} is a symbolic link")
     os.chown(directory, os.getuid(), os.getgid())
     directory.chmod(0o700)
-    os.chown(directory, users.controller_uid, users.controller_gid)
+    os.chown(directory, uid, gid)
 
 
 def _x11_dir() -> None:

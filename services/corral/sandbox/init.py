@@ -2,8 +2,12 @@
 
 It runs as ``corral`` holding only CAP_SETUID/SETGID/SETPCAP (see :mod:`corral.sandbox.boot`) and
 starts every child with no capability at all: Xvfb and the controller as ``corral``, openbox and
-Chromium as ``agent`` (openbox's menu starts programs: they must not get the controller's uid), in
-the agent's home.
+Chromium as ``browser``, a uid of their own (the agent's processes can neither trace nor signal them
+nor read their memory), in the agent's group: Chromium saves downloads into the agent's Downloads
+folder (made here as the agent, setgid and group-writable, with Chromium's umask leaving its files
+readable and removable by the agent) and reads a file a page uploads from the agent's home. openbox
+runs with a configuration that starts no program (images/desktop/openbox_rc.py): whoever drives the
+screen cannot start one as the browser's uid.
 
 Runs under tini (PID 1 reaps orphans). Readiness is signalled, not slept on:
 Xvfb writes its display number to ``-displayfd`` once it accepts clients and
@@ -19,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from corral.sandbox.stderrlog import StderrLog
 
@@ -30,6 +34,12 @@ log = StderrLog("corral.init")
 CDP_PORT = 9222
 AGENT_USER = "agent"
 AGENT_HOME = "/home/agent"
+BROWSER_USER = "browser"
+BROWSER_HOME = "/tmp/corral-browser"  # boot makes it, 0700, the browser's (corral.sandbox.boot.BROWSER_HOME)
+DOWNLOADS = f"{AGENT_HOME}/Downloads"  # the managed policy's DownloadDirectory (corral.sandbox.boot)
+OPENBOX_RC = "/usr/share/corral/openbox/rc.xml"  # made at image build: no binding starts a program
+# Chromium's files: its downloads 0660 (the agent's group by the folder's setgid bit), nothing for others.
+BROWSER_UMASK = 0o007
 _CAP_SETUID, _CAP_SETGID, _CAP_SETPCAP = 7, 6, 8
 _NO_CAPS = ["--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all"]
 SESSION_CA = "/run/corral/session-ca.pem"  # written by corral.sandbox.boot when the session has a proxy
@@ -97,10 +107,41 @@ def as_agent(argv: list[str]) -> list[str]:
     ]
 
 
-def agents_program(env: Mapping[str, str], argv: list[str]) -> list[str]:
-    """``argv`` as one of the agent's programs, started in ``env``'s home (as when it was the image's
-    working directory), changed into once the uid is the agent's, which alone may enter it (0700)."""
-    return ["env", f"--chdir={env.get('HOME', '/')}", "--", *argv]
+def as_browser(argv: list[str]) -> list[str]:
+    """Run as ``browser``: its own uid and group, plus the agent's group (the image's /etc/group: for
+    downloads and uploads), no capabilities, no privilege gain."""
+    return [
+        "setpriv",
+        f"--reuid={BROWSER_USER}",
+        f"--regid={BROWSER_USER}",
+        "--init-groups",
+        *_NO_CAPS,
+        "--no-new-privs",
+        "--",
+        "env",
+        f"--chdir={BROWSER_HOME}",
+        "--",
+        *argv,
+    ]
+
+
+def downloads_folder(wrap: Callable[[list[str]], list[str]], env: dict[str, str]) -> None:
+    """The agent's Downloads folder, made as the agent: setgid and group-writable, so what Chromium
+    (in the agent's group) saves there is the agent's group's, to read and remove."""
+    subprocess.run(wrap(["install", "-d", "-m", "2770", DOWNLOADS]), check=True, capture_output=True, env=env)
+
+
+def prepare_browser(
+    cert: str | None,
+    agent: Callable[[list[str]], list[str]],
+    agent_env: dict[str, str],
+    browser: Callable[[list[str]], list[str]],
+    browser_env: dict[str, str],
+) -> None:
+    """What Chromium needs before it starts: the Downloads folder, and the session CA trusted."""
+    downloads_folder(agent, agent_env)
+    if cert is not None:
+        trust_session_ca(browser_env["HOME"], cert, browser, browser_env)
 
 
 def trust_session_ca(home: str, cert: str, wrap: Callable[[list[str]], list[str]], env: dict[str, str]) -> None:
@@ -198,12 +239,18 @@ def chromium_argv(width: int, height: int, profile: str, extra: list[str]) -> li
 
 class Child:
     def __init__(
-        self, name: str, argv: list[str], ready_marker: bytes | None = None, env: dict[str, str] | None = None
+        self,
+        name: str,
+        argv: list[str],
+        ready_marker: bytes | None = None,
+        env: dict[str, str] | None = None,
+        umask: int = -1,
     ) -> None:
         self.name = name
         self.argv = argv
         self.ready_marker = ready_marker
         self.env = env  # the supervisor's own when None
+        self.umask = umask  # the supervisor's own when -1
         self.restarts = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
@@ -254,7 +301,7 @@ class Supervisor:
         child.ready.clear()
         stderr = subprocess.PIPE if child.ready_marker else None
         env = self.env if child.env is None else child.env
-        child.proc = subprocess.Popen(child.argv, env=env, stderr=stderr, stdin=subprocess.DEVNULL)
+        child.proc = subprocess.Popen(child.argv, env=env, stderr=stderr, stdin=subprocess.DEVNULL, umask=child.umask)
         child.started_at = time.monotonic()
         if child.ready_marker and child.proc.stderr is not None:
             threading.Thread(target=self._pump, args=(child, child.proc.stderr), daemon=True).start()
@@ -313,23 +360,31 @@ def main() -> int:
         log.error("%s", exc)
         return 2
     display = os.environ.get("DISPLAY", ":0")
-    profile = os.environ.get("CORRAL_CHROMIUM_PROFILE", "/tmp/chromium-profile")
+
     extra = egress_flags(os.environ.get("CORRAL_PROXY")) + shlex.split(os.environ.get("CORRAL_CHROMIUM_FLAGS", ""))
     with open("/proc/self/status", encoding="ascii") as status:
         split = can_switch_users(effective_caps(status.read()))
-    own, agent = (as_controller, as_agent) if split else (list, list)
+    own, agent, browser = (as_controller, as_agent, as_browser) if split else (list, list, list)
     if not split:
         if os.environ.get("CORRAL_INNER_BOUNDARY", "") == "required":
             log.error("started without CAP_SETUID/SETGID/SETPCAP: cannot run Chromium as another uid; refusing")
             return 3
         log.warning("started without CAP_SETUID: Chromium runs as the controller's uid (no inner boundary)")
+    # The browser's profile in its own home; without the uid split, where the controller's uid may write.
+    profile = os.environ.get("CORRAL_CHROMIUM_PROFILE", f"{BROWSER_HOME}/profile" if split else "/tmp/chromium-profile")
     sup = Supervisor(width, height, depth, display)
     agent_env = {**sup.env, "HOME": AGENT_HOME, "USER": AGENT_USER, "LOGNAME": AGENT_USER} if split else sup.env
+    browser_env = {**sup.env, "HOME": BROWSER_HOME, "USER": BROWSER_USER, "LOGNAME": BROWSER_USER} if split else sup.env
     trusting: threading.Thread | None = None
-    if os.path.exists(SESSION_CA):
+    if split or os.path.exists(SESSION_CA):
         # certutil takes a few tens of ms: alongside Xvfb, joined before Chromium starts.
-        home = AGENT_HOME if split else os.environ.get("HOME", "/home/corral")
-        trusting = threading.Thread(target=trust_session_ca, args=(home, SESSION_CA, agent, agent_env), daemon=True)
+        cert = SESSION_CA if os.path.exists(SESSION_CA) else None
+        if split:
+            args = (cert, agent, agent_env, browser, browser_env)
+            trusting = threading.Thread(target=prepare_browser, args=args, daemon=True)
+        else:
+            home = os.environ.get("HOME", "/home/corral")
+            trusting = threading.Thread(target=trust_session_ca, args=(home, SESSION_CA, list, sup.env), daemon=True)
         trusting.start()
     signal.signal(signal.SIGTERM, sup.stop)
     signal.signal(signal.SIGINT, sup.stop)
@@ -340,11 +395,13 @@ def main() -> int:
     controller_env = {**sup.env, **CONTROLLER_ENV}
     sup.spawn(Child("controller", own([sys.executable, "-P", "-m", "corral.sandbox.controller"]), env=controller_env))
     sup.start_xvfb(own)
-    sup.spawn(Child("openbox", agent(agents_program(agent_env, ["openbox", "--sm-disable"])), env=agent_env))
+    openbox = ["openbox", "--sm-disable", *(["--config-file", OPENBOX_RC] if split else [])]
+    sup.spawn(Child("openbox", browser(openbox), env=browser_env))
     if trusting is not None:
         trusting.join()
-    browser = agent(agents_program(agent_env, chromium_argv(width, height, profile, extra)))
-    sup.spawn(Child("chromium", browser, ready_marker=b"DevTools listening on", env=agent_env))
+    chromium = browser(chromium_argv(width, height, profile, extra))
+    umask = BROWSER_UMASK if split else -1
+    sup.spawn(Child("chromium", chromium, ready_marker=b"DevTools listening on", env=browser_env, umask=umask))
     return sup.watch()
 
 

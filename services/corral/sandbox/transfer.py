@@ -8,12 +8,12 @@ import asyncio
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol, Self
+from typing import Annotated, BinaryIO, Protocol, Self
 
-from pydantic import TypeAdapter
+from pydantic import Field, TypeAdapter
 
 from corral.errors import ActionError, ErrorCode, StreamAborted
-from corral.protocol.actions import FileMode, OnePath, parse_file_mode
+from corral.protocol.actions import MAX_CONTROL_WAIT_MS, FileMode, OnePath, parse_file_mode
 from corral.protocol.validation import validate
 from corral.sandbox.files import CHUNK_BYTES, AgentFiles, Written, file_error, in_thread
 from corral.sandbox.launcher.client import Control, LauncherClient, SpawnRefused
@@ -130,10 +130,12 @@ async def _drain(pipe: BinaryIO, control: Control) -> AsyncGenerator[bytes, None
 
 
 class FileQuery(OnePath):
-    """The query of ``/v1/files``: ``path`` (or ``path_base64``), and for a PUT ``make_dirs`` and ``mode``."""
+    """The query of ``/v1/files``: ``path`` (or ``path_base64``), for a PUT ``make_dirs`` and ``mode``,
+    and ``wait_for_control_ms`` (how long the transfer waits while someone else holds the lease)."""
 
     make_dirs: bool = False
     mode: FileMode | None = None
+    wait_for_control_ms: Annotated[int, Field(ge=0, le=MAX_CONTROL_WAIT_MS)] = 0
 
     def field(self) -> str:
         return "path" if self.path is not None else "path_base64"

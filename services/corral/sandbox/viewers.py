@@ -42,6 +42,7 @@ from corral.protocol.plan import After
 from corral.protocol.validation import validate
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.egress import ActionReporter
+from corral.sandbox.freezer import AgentFreezer
 from corral.sandbox.lease import AGENT, Change, is_human
 from corral.sandbox.live import LiveStream, LiveView
 from corral.sandbox.recorder import Recorder
@@ -187,10 +188,17 @@ def failed(seq: int | None, error: ActionError) -> dict[str, Any]:
 class HumanInput:
     """Runs viewers' input on the desktop, reported to the proxy and recorded. One per controller."""
 
-    def __init__(self, desktop: Desktop, reporter: ActionReporter | None, recorder: Recorder | None) -> None:
+    def __init__(
+        self,
+        desktop: Desktop,
+        reporter: ActionReporter | None,
+        recorder: Recorder | None,
+        freezer: AgentFreezer | None = None,
+    ) -> None:
         self._desktop = desktop
         self._reporter = reporter
         self._recorder = recorder
+        self.freezer = freezer  # the agent's processes stopped before a human's input runs
         self._seq = 0
         self._boot = secrets.token_hex(2)  # ids stay unique in the audit log across controller restarts
         # action id -> its viewer and the task that reports its end TAIL_S later
@@ -201,6 +209,9 @@ class HumanInput:
         """The action's result; :class:`ActionError` (``control_taken`` first) when it cannot run."""
         self._refuse_if_closing()
         self._desktop.lease.check(viewer)
+        if self.freezer is not None:
+            await self.freezer.frozen_for_human()
+            self._desktop.lease.check(viewer)  # handed back while the freeze ran
         self._seq += 1
         action_id = f"h{self._seq}.{self._boot}"
         started, wall = time.perf_counter(), time.time()
@@ -471,6 +482,9 @@ class ViewerSession:
             if not is_human(self._viewer):
                 raise ActionError(ErrorCode.FORBIDDEN, "only a human viewer takes control")
             lease.take(self._viewer)
+            freezer = self._viewers.humans.freezer
+            if freezer is not None:  # answered once no process of the agent's runs any more
+                await freezer.frozen_for_human()
         elif isinstance(message, Release):
             lease.release(self._viewer, message.note)
         else:

@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from corral.proxy.attribution import PROXY_USER, Attribution, command_action
+from corral.proxy.attribution import PROXY_USER, Attribution, command_action, is_human, unvouched
 from corral.sandbox.agentenv import command_environment
 
 
@@ -67,3 +67,24 @@ def test_a_record_names_the_actor_of_a_human_or_cdp_action_only() -> None:
     }
     assert Attribution.controller("a1.boot").record() == {"action": "a1.boot"}  # the agent's: as before
     assert Attribution.controller(None, "cdp:cdp_0a1b2c3d").record() == {"action": None}  # no action, no actor
+
+
+HUMAN = "human:lnk_3kq9x0a1b2c4"
+
+
+def test_a_flow_without_credentials_is_never_charged_to_a_human() -> None:
+    # The agent's action and then a human's in flight: the agent's (the latest that is not a human's).
+    assert unvouched([("a1.x", None), ("h1.x", HUMAN)]) == Attribution.controller("a1.x")
+    # A human's alone: to none, not to the person.
+    assert unvouched([("h1.x", HUMAN)]).record() == {"action": None}
+    assert unvouched([("h1.x", HUMAN), ("h2.x", "human:lnk_other")]).record() == {"action": None}
+    # A CDP connection's is the agent's own: it keeps its actor.
+    cdp = unvouched([("h1.x", HUMAN), ("c1.x", "cdp:cdp_0a1b")])
+    assert cdp.record() == {"action": "c1.x", "actor": "cdp:cdp_0a1b"}
+    assert unvouched([]) == Attribution(None, None)
+
+
+@pytest.mark.parametrize("actor", [None, "cdp:cdp_1", "agent", "humans:x", "api-key:k1"])
+def test_only_a_human_prefix_is_a_human(actor: str | None) -> None:
+    assert not is_human(actor)
+    assert is_human("human:lnk_1")

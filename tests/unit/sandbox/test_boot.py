@@ -14,7 +14,7 @@ from corral.sandbox.init import chromium_argv, egress_flags
 
 
 def test_firewall_allows_only_loopback_the_proxy_and_the_gateway_to_the_controller() -> None:
-    rules = boot.firewall_rules("172.30.5.0/24", "172.30.5.1", [8080, 8081], 1100).splitlines()
+    rules = boot.firewall_rules("172.30.5.0/24", "172.30.5.1", [8080, 8081], FENCED).splitlines()
     assert rules[0] == "*filter" and rules[-1] == "COMMIT"
     assert ":OUTPUT DROP [0:0]" in rules and ":INPUT DROP [0:0]" in rules and ":FORWARD DROP [0:0]" in rules
     accepts = [r for r in rules if r.startswith("-A OUTPUT") and r.endswith("ACCEPT")]
@@ -34,7 +34,7 @@ def test_firewall_allows_only_loopback_the_proxy_and_the_gateway_to_the_controll
 )
 def test_firewall_refuses_nonsense(network: str, gateway: str) -> None:
     with pytest.raises(ValueError):
-        boot.firewall_rules(network, gateway, [8080], 1100)
+        boot.firewall_rules(network, gateway, [8080], FENCED)
 
 
 def test_chromium_policy_names_the_proxy_and_turns_the_side_doors_off() -> None:
@@ -62,23 +62,31 @@ def test_chromium_flags_say_the_same() -> None:
 
 
 def test_the_agent_uid_is_kept_off_the_controller_devtools_and_the_control_channel_first() -> None:
-    rules = boot.firewall_rules("172.30.5.0/24", "172.30.5.1", [8080, 8081], 1100).splitlines()
+    rules = boot.firewall_rules("172.30.5.0/24", "172.30.5.1", [8080, 8081], FENCED).splitlines()
     reject = (
         "-A OUTPUT -p tcp -m multiport --dports 8765,9222,8081 -m owner --uid-owner 1100"
         " -j REJECT --reject-with tcp-reset"
     )
     no_answer = "-A OUTPUT -p tcp --sport 8765 -m owner --uid-owner 1100 -j DROP"
+    browser = [r.replace("--uid-owner 1100", "--uid-owner 1200") for r in (reject, no_answer)]
     outputs = [r for r in rules if r.startswith("-A OUTPUT")]
-    # Before any ACCEPT, loopback's and established connections' included.
-    assert outputs[:2] == [reject, no_answer]
-    open_rules = boot.open_rules(1100).splitlines()
+    devtools = "-A OUTPUT -p tcp --sport 9222 -m owner --uid-owner 1100 -j DROP"  # the agent never answers there
+    # Before any ACCEPT, loopback's and established connections' included; the browser's uid likewise.
+    assert outputs[:5] == [reject, no_answer, *browser, devtools]
+    open_rules = boot.open_rules(FENCED).splitlines()
     assert ":OUTPUT ACCEPT [0:0]" in open_rules and ":INPUT ACCEPT [0:0]" in open_rules
+    agents = (
+        "-A OUTPUT -p tcp -m multiport --dports 8765,9222 -m owner --uid-owner 1100 -j REJECT --reject-with tcp-reset"
+    )
     assert [r for r in open_rules if r.startswith("-A")] == [
-        "-A OUTPUT -p tcp -m multiport --dports 8765,9222 -m owner --uid-owner 1100 -j REJECT --reject-with tcp-reset",
+        agents,
         no_answer,
+        agents.replace("--uid-owner 1100", "--uid-owner 1200"),
+        browser[1],
+        devtools,
     ]
     for proxied in (True, False):
-        v6 = boot.ipv6_rules(1100, proxied).splitlines()
+        v6 = boot.ipv6_rules(FENCED, proxied).splitlines()
         assert v6.index(no_answer) < v6.index("-A OUTPUT -o lo -j ACCEPT")
 
 
@@ -110,6 +118,7 @@ def test_lock_down_writes_policy_and_bundle_and_refuses_a_key(tmp_path: Path, mo
     monkeypatch.setattr(boot, "SECRET_DIR", tmp_path / "run" / "controller")
     monkeypatch.setattr(boot, "X11_DIR", tmp_path / "x11")
     monkeypatch.setattr(boot, "LAUNCHER_DIR", tmp_path / "run" / "launcher")
+    monkeypatch.setattr(boot, "BROWSER_HOME", tmp_path / "browser")
     # No firewall here (iptables-restore refuses, or is missing): a warning, not a failure.
     monkeypatch.setattr(boot, "_apply", _no_firewall)
     cert = "-----BEGIN CERTIFICATE-----\nSESSION\n-----END CERTIFICATE-----"
@@ -120,6 +129,7 @@ def test_lock_down_writes_policy_and_bundle_and_refuses_a_key(tmp_path: Path, mo
     first = auth.read_secret(secret_dir / "secret")
     assert stat.S_IMODE((tmp_path / "x11").stat().st_mode) == 0o1777
     assert stat.S_IMODE((tmp_path / "run" / "launcher").stat().st_mode) == 0o700  # the launcher's socket
+    assert stat.S_IMODE((tmp_path / "browser").stat().st_mode) == 0o700  # Chromium's home and profile
     assert json.loads((tmp_path / "run" / "policy.json").read_text())["QuicAllowed"] is False
     bundle = (certs / "ca-certificates.crt").read_text()
     assert "DEBIAN" in bundle and "SESSION" in bundle
@@ -139,7 +149,8 @@ def test_lock_down_writes_policy_and_bundle_and_refuses_a_key(tmp_path: Path, mo
         boot.lock_down({"CORRAL_PROXY": "corral-proxy"}, USERS)
 
 
-USERS = boot.Users(os.getuid(), os.getgid(), "/home/corral", 1100)
+USERS = boot.Users(os.getuid(), os.getgid(), "/home/corral", 1100, os.getuid(), os.getgid())
+FENCED = boot.Fenced(1100, 1200)
 
 
 def _no_firewall(command: str, rules: str) -> None:

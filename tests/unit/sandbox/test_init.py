@@ -116,7 +116,7 @@ def test_disabled_features(argv: list[str]) -> None:
     assert set(features.split("=", 1)[1].split(",")) >= {"Translate", "MediaRouter"}
 
 
-def test_children_start_with_no_capability_and_the_browser_as_the_agent() -> None:
+def test_children_start_with_no_capability_and_the_agents_without_groups() -> None:
     from corral.sandbox.init import as_agent, as_controller, can_switch_users, effective_caps
 
     assert as_controller(["Xvfb"]) == [
@@ -191,9 +191,11 @@ def test_the_init_and_the_launcher_import_neither_logging_nor_dataclasses() -> N
         assert out.strip() == "[]", module
 
 
-def test_the_agents_programs_start_in_its_home_once_they_are_the_agents() -> None:
-    # The init (uid corral) cannot enter the agent's 0700 home: the change happens after setpriv.
-    from corral.sandbox.init import agents_program, as_agent
+def test_the_browser_runs_as_its_own_uid_in_the_agents_group_from_its_own_home() -> None:
+    # The init (uid corral) cannot enter the browser's 0700 home: the change happens after setpriv.
+    from corral.sandbox.init import BROWSER_HOME, as_browser
 
-    argv = as_agent(agents_program({"HOME": "/home/agent"}, ["openbox", "--sm-disable"]))
-    assert argv[argv.index("--") + 1 :] == ["env", "--chdir=/home/agent", "--", "openbox", "--sm-disable"]
+    argv = as_browser(["openbox", "--sm-disable"])
+    assert argv[:4] == ["setpriv", "--reuid=browser", "--regid=browser", "--init-groups"]
+    assert "--no-new-privs" in argv and "--bounding-set=-all" in argv
+    assert argv[argv.index("--") + 1 :] == ["env", f"--chdir={BROWSER_HOME}", "--", "openbox", "--sm-disable"]

@@ -25,6 +25,7 @@ from corral.sandbox.app import create_app
 from corral.sandbox.files import TEMP_PREFIX, AgentFiles
 from corral.sandbox.launcher.client import Spawned, SpawnRefused
 from corral.sandbox.launcher.messages import ShepherdEvent
+from corral.sandbox.lease import ControlLease
 from corral.sandbox.settings import ControllerSettings
 from corral.sandbox.transfer import LauncherCommand
 
@@ -107,6 +108,25 @@ def test_put_streams_a_body_into_place_and_get_gives_it_back(controller: Control
     assert (status, body) == (200, data)
     assert headers["content-type"] == "application/octet-stream" and headers["content-length"] == str(len(data))
     assert controller.leftovers() == []
+
+
+def test_while_a_human_holds_the_lease_transfers_are_refused_with_the_holder(controller: Controller) -> None:
+    lease = ControlLease(clock=lambda: 1700000000.5)
+    controller.client.app.state.lease = lease  # type: ignore[attr-defined]
+    (controller.root / "kept.txt").write_bytes(b"kept")
+    lease.take("human:lnk_1")
+    status, _, body = controller.get({"path": "kept.txt"})
+    refused = {"code": "control_taken", "holder": "human:lnk_1", "since": 1700000000.5}
+    assert status == 409 and {k: v for k, v in json.loads(body)["error"].items() if k != "message"} == refused
+    reply = controller.put({"path": "new.txt"}, iter([b"x"]))
+    error = reply["error"]
+    assert reply["status"] == 409 and isinstance(error, dict) and error["code"] == "control_taken"
+    assert not (controller.root / "new.txt").exists()
+    # A bad wait is the caller's error, named; a wait within bounds waits (here it runs out: refused).
+    status, _, body = controller.get({"path": "kept.txt", "wait_for_control_ms": "600001"})
+    assert status == 400 and json.loads(body)["error"]["field"] == "wait_for_control_ms"
+    lease.release("human:lnk_1")
+    assert controller.get({"path": "kept.txt"})[::2] == (200, b"kept")
 
 
 def test_an_upload_over_the_cap_is_413_and_leaves_nothing(controller: Controller) -> None:

@@ -70,10 +70,23 @@ def refusal(status: int, body: bytes) -> CodedError:
     return cls(message, field)
 
 
+def passed_on(status: int, body: bytes) -> Response | None:
+    """The controller's ``control_taken`` (409: a human holds the session; it names the holder and
+    since when) passed on as it answered, as the actions route passes it on; None for anything else."""
+    try:
+        code = json.loads(body)["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if status != 409 or code != ErrorCode.CONTROL_TAKEN:
+        return None
+    return Response(body, status_code=status, media_type="application/json")
+
+
 def controller_params(query: Mapping[str, str]) -> dict[str, str]:
     """The query the controller is given (it checks each): ``path`` or ``path_base64`` (a name that is
-    not UTF-8), and ``make_dirs`` and ``mode`` where present."""
-    params = {name: query[name] for name in ("path", "path_base64", "make_dirs", "mode") if name in query}
+    not UTF-8), and ``make_dirs``, ``mode`` and ``wait_for_control_ms`` where present."""
+    names = ("path", "path_base64", "make_dirs", "mode", "wait_for_control_ms")
+    params = {name: query[name] for name in names if name in query}
     if "path" not in params and "path_base64" not in params:
         raise InvalidRequest("give ?path= (or ?path_base64=)", field="path")
     return params
@@ -142,6 +155,9 @@ async def upload_file(
             # kept there), and no one is left to read an answer.
             return Response(status_code=400)
     if upstream.status_code >= 400:
+        taken = passed_on(upstream.status_code, upstream.content)
+        if taken is not None:
+            return taken
         raise refusal(upstream.status_code, upstream.content)
     return Response(upstream.content, status_code=upstream.status_code, media_type="application/json")
 
@@ -164,7 +180,12 @@ async def download_file(request: Request, session: LiveSessionDep, http: HttpDep
             )
         )
         if upstream.status_code >= 400:
-            raise refusal(upstream.status_code, await upstream.aread())
+            body = await upstream.aread()
+            taken = passed_on(upstream.status_code, body)
+            if taken is not None:
+                await stack.aclose()
+                return taken
+            raise refusal(upstream.status_code, body)
     except httpx.HTTPError as exc:
         await stack.aclose()
         raise SandboxUnreachable(f"the sandbox did not answer: {exc}") from None

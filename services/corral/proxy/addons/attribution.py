@@ -4,7 +4,8 @@
 - A CONNECT that names an action (``Proxy-Authorization: Basic base64("corral-action:<id>")``)
   charges its tunnel to it: every request inside inherits the tunnel's action.
 - A plain HTTP request that names one is charged to it.
-- Anything else is charged to its tunnel's action, else the controller's action in flight.
+- Anything else is charged to its tunnel's action, else the controller's latest action in flight that
+  is not a human's, else none: a flow without credentials is never charged to a person.
 
 Every ``Proxy-Authorization`` header is taken off the request here, first of all (this proxy asks
 no client for credentials): none goes upstream, into a recorded response, or into the audit log.

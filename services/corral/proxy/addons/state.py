@@ -13,7 +13,7 @@ from typing import Any, Unpack
 
 from mitmproxy import http
 
-from corral.proxy.attribution import Attribution
+from corral.proxy.attribution import Attribution, unvouched
 from corral.proxy.audit import GENESIS, AuditLog, Event, EventFields
 from corral.proxy.policy import Decision
 from corral.proxy.responses import ResponseStore
@@ -106,6 +106,10 @@ class Actions:
     def ids(self) -> list[str]:
         return list(self._started)
 
+    def in_flight(self) -> list[tuple[str, str | None]]:
+        """Each action in flight with its actor, oldest first."""
+        return [(action, actor) for action, (_, actor) in self._started.items()]
+
 
 @dataclass(slots=True)
 class Connections:
@@ -173,9 +177,9 @@ class Shared:
 
     def charged_to(self, client_id: str) -> Attribution:
         """What a flow that names no action itself is charged to: the action its tunnel's CONNECT
-        named, else the controller's action in flight."""
+        named, else the controller's latest action in flight that is not a human's (never a human's:
+        corral.proxy.attribution.unvouched)."""
         named = self.connections.commands.get(client_id)
         if named is not None:
             return named
-        current = self.actions.current()
-        return Attribution.controller(current, self.actions.actor(current))
+        return unvouched(self.actions.in_flight())

@@ -38,6 +38,9 @@ RESERVE_DELAY_S = 0.02
 # Spares held: two, so that a command that follows another at once still finds one ready while the
 # first one's successor is being forked (each is a shepherd and its child, copies of the launcher).
 SPARES = 2
+# How long a freeze waits for spawns already on their way to exec (their programs then are the agent's
+# and the sweep stops them); past it, it sweeps anyway.
+SPAWNS_SETTLE_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +193,12 @@ class LauncherClient:
         self._letting_go: asyncio.TimerHandle | None = None
         self.spare_idle_s = SPARE_IDLE_S
         self._closed = False
+        # Closed while the agent is frozen: a program started then would run unstopped. Spawns on
+        # their way when a freeze begins are counted, and waited for (see freeze).
+        self._may_spawn = asyncio.Event()
+        self._may_spawn.set()
+        self._spawning = 0
+        self._spawned = asyncio.Condition()
 
     async def close(self) -> None:
         self._closed = True
@@ -321,7 +330,20 @@ class LauncherClient:
         self, argv: list[bytes], env: list[bytes], cwd: bytes, stdio: tuple[int, int, int], *, pty: bool = False
     ) -> Spawned | SpawnRefused:
         """Start ``argv`` as the agent with ``stdio`` (the caller keeps and closes its copies);
-        returns once it runs (exec done) or could not. Raises OSError if no shepherd could start."""
+        returns once it runs (exec done) or could not. Raises OSError if no shepherd could start.
+        While the agent is frozen it waits for the thaw."""
+        await self._may_spawn.wait()
+        self._spawning += 1
+        try:
+            return await self._spawn(argv, env, cwd, stdio, pty)
+        finally:
+            self._spawning -= 1
+            async with self._spawned:
+                self._spawned.notify_all()
+
+    async def _spawn(
+        self, argv: list[bytes], env: list[bytes], cwd: bytes, stdio: tuple[int, int, int], pty: bool
+    ) -> Spawned | SpawnRefused:
         job = m.job({"argv": argv, "env": env, "cwd": cwd, "pty": pty})
         spare = await self._take_spare()
         control = _start_on(spare, job, stdio, self._reserve_next) if spare is not None else None
@@ -405,6 +427,29 @@ class LauncherClient:
             spare.close()
         if spares:
             log.info("idle for %.0f s: %d spare shepherd(s) let go", self.spare_idle_s, len(spares))
+
+    # -- a human's turn ---------------------------------------------------------------------------------
+
+    async def freeze(self) -> dict[str, Any]:
+        """Every process of the agent's uid stopped (the launcher's ``freeze``); no spawn until
+        :meth:`thaw`. A spawn already past its start is let reach its exec first: before that its
+        child is not yet the agent, and a sweep would miss it. Raises OSError (``ETIMEDOUT``: the
+        processes did not all stop) or ConnectionError."""
+        self._may_spawn.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(SPAWNS_SETTLE_S), self._spawned:
+                await self._spawned.wait_for(lambda: self._spawning == 0)
+        reply, _ = await self._call("freeze")
+        return {k: v for k, v in reply.items() if k not in ("id", "ok")}
+
+    async def thaw(self) -> dict[str, Any]:
+        """The agent's processes continued (but those it had stopped itself before the freeze), and
+        spawns allowed again, even if the launcher could not be asked."""
+        try:
+            reply, _ = await self._call("thaw")
+        finally:
+            self._may_spawn.set()
+        return {k: v for k, v in reply.items() if k not in ("id", "ok")}
 
     # -- AgentFs ----------------------------------------------------------------------------------------
 

@@ -10,7 +10,8 @@ alone; fds back: the controller's end of its control channel, then of its child'
 which the controller later sends :func:`job` and the stdio itself), ``openpty`` (fds back: master,
 slave), and the file
 operations done as the agent (``open``, ``stat``, ``scandir``, ``mkdir``, ``mkstemp``, ``rename``,
-``chmod``, ``unlink``, ``rmdir``, ``rmtree``). Replies: ``{"id", "ok": true, ...}`` or
+``chmod``, ``unlink``, ``rmdir``, ``rmtree``), and ``freeze`` / ``thaw`` (every agent process stopped
+or continued: :mod:`corral.sandbox.launcher.sweep`). Replies: ``{"id", "ok": true, ...}`` or
 ``{"id", "ok": false, "errno", "path"}``.
 
 The control channel (controller ⇄ one shepherd) carries events the other way: ``started {pid}``,
@@ -62,6 +63,10 @@ OPERATIONS: dict[str, dict[str, str]] = {
     "unlink": {"path": "bytes"},
     "rmdir": {"path": "bytes"},
     "rmtree": {"path": "bytes"},
+    # Every process of the agent's uid stopped (a human holds the lease) or continued again
+    # (corral.sandbox.launcher.sweep): answered once done.
+    "freeze": {},
+    "thaw": {},
 }
 DEFAULTS: dict[str, dict[str, Any]] = {"scandir": {"skip": 0}}  # fields a request may leave out
 FDS_IN: dict[str, int] = {"spawn": SPAWN_FDS}  # how many descriptors a request brings; none for the rest

@@ -12,7 +12,11 @@ need and hands back the controller's ends of its control channel and of its chil
 controller then starts a program with no launcher on the way (:func:`corral.sandbox.launcher.shepherd.reserved`).
 File operations run here with the
 agent's effective ids, one request at a time; ``rmtree`` in a forked child that is the agent for
-good, answered when it ends (or killed after :data:`RMTREE_TIMEOUT_S`).
+good, answered when it ends (or killed after :data:`RMTREE_TIMEOUT_S`). ``freeze`` and ``thaw`` likewise
+run in a child that is the agent for good (:mod:`corral.sandbox.launcher.sweep`); an agent process
+may kill that child before it is stopped itself, so a sweep that ends without a result is forked
+again until :data:`SWEEP_TIMEOUT_S`. The launcher keeps which processes the agent had stopped itself
+before a freeze, and its thaw leaves them stopped.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import gc
+import json
 import os
 import pwd
 import selectors
@@ -31,7 +36,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, NamedTuple, NoReturn
 
-from corral.sandbox.launcher import fsops
+from corral.sandbox.launcher import fsops, sweep
 from corral.sandbox.launcher import messages as m
 from corral.sandbox.launcher.messages import SOCKET_PATH, SPARE_IDLE_S
 from corral.sandbox.launcher.privileges import Ids, become
@@ -43,15 +48,22 @@ log = StderrLog("corral.launcher")
 
 AGENT_USER = "agent"
 RMTREE_TIMEOUT_S = 120.0
+# A freeze or thaw, its retries included (each sweep gives up after sweep.STOP_TIMEOUT_S itself).
+SWEEP_TIMEOUT_S = sweep.STOP_TIMEOUT_S + 2.0
+# Kept of the processes the agent had stopped itself (a sweep's result is one pipe write, well below
+# the pipe's 64 KiB); past it, the rest are continued at the thaw like any other.
+MAX_STOPPED_BEFORE = 1000
 
 
 class _Removal(NamedTuple):
-    """An ``rmtree`` running in a child: whom to answer, and by when it must be done."""
+    """An ``rmtree``, ``freeze`` or ``thaw`` running in a child: whom to answer, by when it must be
+    done, and which (a sweep that ends without a result is forked again)."""
 
     conn: socket.socket
     request_id: int
     pid: int
     deadline: float
+    op: str = "rmtree"
 
 
 class _Spare(NamedTuple):
@@ -115,6 +127,9 @@ class Launcher:
         self.spare_idle_s = SPARE_IDLE_S
         self.last_request = time.monotonic()
         self.pid = os.getpid()  # a forked child that comes back up here must never serve as the launcher
+        # (pid, start) of the agent's processes it had stopped itself when the last freeze began.
+        self.stopped_before: list[tuple[int, int]] = []
+        self.frozen = False
 
     def listen(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -232,6 +247,8 @@ class Launcher:
             self._reserve(conn, request)
         elif request.op == "rmtree":
             self._rmtree(conn, request)
+        elif request.op in ("freeze", "thaw"):
+            self._sweep(conn, request.id, request.op, time.monotonic() + SWEEP_TIMEOUT_S)
         else:
             reply, out = fsops.run(request, self.agent, self.own)
             self._reply(conn, reply, out)
@@ -335,11 +352,60 @@ class Launcher:
         self.removals[result_r] = _Removal(conn, request.id, pid, time.monotonic() + RMTREE_TIMEOUT_S)
         self.selector.register(result_r, selectors.EVENT_READ)
 
+    def _sweep(self, conn: socket.socket, request_id: int, op: str, deadline: float) -> None:
+        """A freeze or thaw in a child that becomes the agent; answered from :meth:`_removed`."""
+        result_r, result_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            _close([result_r, result_w])
+            self._reply(conn, m.failure(request_id, exc.errno or errno.EAGAIN), [])
+            return
+        if pid == 0:
+            try:
+                self._in_child(keep={result_w})
+                become(self.agent)
+                result = _freeze(self.agent.uid) if op == "freeze" else _thaw(self.agent.uid, self.stopped_before)
+                os.write(result_w, json.dumps(result).encode())
+            finally:
+                os._exit(0)
+        os.close(result_w)
+        self.removals[result_r] = _Removal(conn, request_id, pid, deadline, op)
+        self.selector.register(result_r, selectors.EVENT_READ)
+
+    def _swept(self, removal: _Removal, result: bytes, timed_out: bool) -> None:
+        try:
+            outcome = json.loads(result) if result else None
+        except ValueError:
+            outcome = None
+        if not isinstance(outcome, dict):
+            if not timed_out and time.monotonic() < removal.deadline:
+                # Killed before it could say (an agent process is still free to signal it): again.
+                log.warning("a %s sweep ended without a result; forking another", removal.op)
+                self._sweep(removal.conn, removal.request_id, removal.op, removal.deadline)
+                return
+            reply = m.failure(removal.request_id, errno.ETIMEDOUT if timed_out else errno.EIO)
+        elif removal.op == "freeze" and not outcome.get("done"):
+            reply = m.failure(removal.request_id, errno.ETIMEDOUT)
+        else:
+            if removal.op == "freeze" and not self.frozen:
+                # A second freeze finds every process stopped by the first: those are not the agent's.
+                self.stopped_before = [(int(pid), int(start)) for pid, start in outcome.get("stopped_before", [])]
+            self.frozen = removal.op == "freeze"
+            if not self.frozen:
+                self.stopped_before = []
+            reply = m.ok(removal.request_id, **{k: v for k, v in outcome.items() if k != "stopped_before"})
+        if removal.conn.fileno() != -1:
+            self._reply(removal.conn, reply, [])
+
     def _removed(self, fd: int, timed_out: bool = False) -> None:
         removal = self.removals.pop(fd)
         self.selector.unregister(fd)
-        result = b"" if timed_out else os.read(fd, 32)
+        result = b"" if timed_out else os.read(fd, 64 * 1024)
         os.close(fd)
+        if removal.op != "rmtree":
+            self._swept(removal, result, timed_out)
+            return
         code = int(result) if result.isdigit() else (errno.ETIMEDOUT if timed_out else errno.EIO)
         reply = m.ok(removal.request_id) if code == 0 else m.failure(removal.request_id, code)
         if removal.conn.fileno() != -1:
@@ -359,6 +425,24 @@ class Launcher:
         with contextlib.suppress(ChildProcessError):
             while os.waitpid(-1, os.WNOHANG)[0]:
                 pass
+
+
+def _freeze(agent_uid: int) -> dict[str, Any]:
+    """In the sweep's child (the agent for good): every agent process stopped (the sweep's rounds)."""
+    me = os.getpid()
+    outcome = sweep.stop_all(lambda starts: sweep.scan(agent_uid, me, starts=starts), sweep.stop_every_agent_process)
+    return {
+        "done": outcome.done,
+        "rounds": outcome.rounds,
+        "processes": outcome.processes,
+        "stopped_before": outcome.stopped_before[:MAX_STOPPED_BEFORE],
+    }
+
+
+def _thaw(agent_uid: int, keep: list[tuple[int, int]]) -> dict[str, Any]:
+    """In the sweep's child: every agent process continued but those it had stopped itself."""
+    continued, left = sweep.continue_all(sweep.scan(agent_uid, os.getpid()), keep, os.kill)
+    return {"continued": continued, "left_stopped": left}
 
 
 def _id_of(data: bytes) -> int | None:

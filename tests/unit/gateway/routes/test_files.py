@@ -284,6 +284,23 @@ async def test_the_controllers_refusal_is_answered_from_the_table(
     assert session.in_flight == 0
 
 
+async def test_control_taken_is_passed_on_whole_with_its_holder_and_the_wait_goes_to_the_controller(
+    files_app: tuple[FastAPI, FakeController],
+) -> None:
+    app, fake = files_app
+    session, token = await _session(app)
+    taken = {"ok": False, "error": {"code": "control_taken", "message": "held", "holder": "human:lnk_1", "since": 1.5}}
+    fake.refuse = (409, taken)
+    params = {"path": "/x", "wait_for_control_ms": "2000"}
+    async with _client(app, token) as agent:
+        down = await agent.get(f"/v1/sessions/{session.id}/files", params=params)
+        up = await agent.put(f"/v1/sessions/{session.id}/files", params=params, content=b"data")
+    for reply in (down, up):
+        assert reply.status_code == 409 and reply.json() == taken
+    assert all(r.url.params["wait_for_control_ms"] == "2000" for r in fake.requests)
+    assert session.in_flight == 0
+
+
 def test_a_refusal_is_read_by_its_code_and_an_unknown_one_is_file_failed() -> None:
     assert refusal(404, json.dumps(error_body("no_such_file", "gone")).encode()).code is ErrorCode.NO_SUCH_FILE
     odd = refusal(409, json.dumps(error_body("file_exists", "there", "destination")).encode())
@@ -294,6 +311,7 @@ def test_a_refusal_is_read_by_its_code_and_an_unknown_one_is_file_failed() -> No
 def test_the_controller_is_given_the_path_and_its_options_only() -> None:
     assert controller_params({"path": "/a", "make_dirs": "1", "token": "t"}) == {"path": "/a", "make_dirs": "1"}
     assert controller_params({"path_base64": "/w==", "mode": "0600"}) == {"path_base64": "/w==", "mode": "0600"}
+    assert controller_params({"path": "/a", "wait_for_control_ms": "5"}) == {"path": "/a", "wait_for_control_ms": "5"}
     with pytest.raises(InvalidRequest):
         controller_params({"make_dirs": "1"})
 

@@ -154,3 +154,18 @@ async def test_a_closed_connection_forgets_its_tunnel_s_action(egress) -> None:
     assert connect.client_conn.id in proxy.shared.connections.commands
     await proxy.hook("client_disconnected", connect.client_conn)
     assert connect.client_conn.id not in proxy.shared.connections.commands
+
+
+async def test_a_flow_without_credentials_during_a_human_action_goes_to_the_agent_s_action_in_flight(egress) -> None:
+    proxy, _, state = egress
+    proxy.control("controller", control.ActionEvent("a5.boot", "start"))  # the agent's, still running
+    proxy.control("controller", control.ActionEvent("h1.boot", "start", actor="human:lnk_3kq9x0a1b2c4"))
+    flow = connect_flow("allowed.test")  # no Proxy-Authorization: an agent process that left it out
+    await proxy.http_connect(flow)
+    record = records(state)[-1]
+    assert record["action"] == "a5.boot" and "actor" not in record, record
+    proxy.control("controller", control.ActionEvent("a5.boot", "end"))
+    alone = connect_flow("allowed.test")
+    await proxy.http_connect(alone)
+    record = records(state)[-1]
+    assert record["action"] is None and "actor" not in record, record  # a human's alone: charged to none
