@@ -117,13 +117,17 @@ class Wire:
         self._reader.join(5)
 
 
-def page_session(wire: Wire) -> str:
-    """A flat session on the page on screen (the one the agent navigated)."""
+def page_target(wire: Wire) -> str:
+    """The page the agent navigated (on screen)."""
     infos = wire.call("Target.getTargets")["result"]["targetInfos"]
     page = next(t for t in infos if t["type"] == "page" and t["url"].startswith(("https://allowed.test", "data:")))
-    return str(
-        wire.call("Target.attachToTarget", {"targetId": page["targetId"], "flatten": True})["result"]["sessionId"]
-    )
+    return str(page["targetId"])
+
+
+def page_session(wire: Wire) -> str:
+    """A flat session on the page the agent navigated."""
+    attached = wire.call("Target.attachToTarget", {"targetId": page_target(wire), "flatten": True})
+    return str(attached["result"]["sessionId"])
 
 
 def pages_attached(wire: Wire) -> list[dict[str, Any]]:
@@ -145,6 +149,13 @@ def on_screen(sb: Sandbox, *colours: tuple[int, int, int]) -> list[tuple[int, in
     screen = wait_for(shown, timeout_s=15, interval_s=0.2)
     assert screen is not None, f"{colours} never showed"
     return [center(find_color(screen, colour)) for colour in colours]
+
+
+def posted(upstream: Upstream, runtime: DockerHarness, path: str) -> list[str]:
+    """The bodies of the POSTs that reached the upstream's ``path`` (its SEEN lines)."""
+    lines = runtime.logs(upstream.name, 100_000).splitlines()
+    seen = [json.loads(line[5:]) for line in lines if line.startswith("SEEN ")]
+    return [str(s["body"]) for s in seen if s["path"] == path and s["method"] == "POST"]
 
 
 def hits(upstream: Upstream, runtime: DockerHarness, path: str) -> list[dict[str, object]]:
@@ -196,8 +207,8 @@ def test_network_events_and_an_awaited_evaluate_never_carry_the_persons_password
                 {"type": "type", "text": password},
                 {"type": "click", "x": button[0], "y": button[1]},
             )
-            posted = wait_for(lambda: [h for h in hits(upstream, runtime, "/reflect") if h["method"] == "POST"])
-            assert posted and password in str(posted[-1]["body"])  # the person logged in for real
+            bodies = wait_for(lambda: [b for b in posted(upstream, runtime, "/reflect") if password in b])
+            assert bodies, "the person's login never reached the site"  # the person logged in for real
         finally:
             hand_back(human)
         assert "Chrome" in wire.call("Browser.getVersion")["result"]["product"]  # the connection lives on
@@ -318,13 +329,14 @@ def test_reading_the_field_the_person_typed_into_is_refused_during_the_turn(gw: 
     (field,) = on_screen(sb, BLUE)
     before = Wire(cdp_socket(gw, sb))  # opened before the take, attached to the page
     try:
+        target = page_target(before)
         session = page_session(before)
         human = take(gw, sb)
         try:
             person(human, {"type": "click", "x": field[0], "y": field[1]}, {"type": "type", "text": secret})
             during = Wire(cdp_socket(gw, sb))  # opened during the turn
             try:
-                attached = during.call("Target.attachToTarget", {"targetId": "x", "flatten": True})
+                attached = during.call("Target.attachToTarget", {"targetId": target, "flatten": True})
                 assert attached["error"]["code"] == -32001, attached
                 for wire, on in ((before, session), (during, None)):
                     value = "document.getElementById('f').value"
@@ -376,8 +388,8 @@ def test_a_human_takes_from_an_exclusive_connection_which_keeps_what_it_had_unti
                 {"type": "type", "text": password},
                 {"type": "click", "x": button[0], "y": button[1]},
             )
-            posted = wait_for(lambda: [h for h in hits(upstream, runtime, "/reflect") if h["method"] == "POST"])
-            assert posted and password in str(posted[-1]["body"])
+            bodies = wait_for(lambda: [b for b in posted(upstream, runtime, "/reflect") if password in b])
+            assert bodies, "the person's login never reached the site"
             refused = wire.call("Runtime.evaluate", {"expression": "1"}, session)
             assert refused["error"]["code"] == -32001
         finally:

@@ -311,4 +311,4 @@ def test_a_persons_turn_lets_a_connection_let_go(method: str) -> None:
 
 
 def test_only_a_sessions_going_reaches_a_connection_in_a_persons_turn() -> None:
-    assert cdprules.PERSONS_TURN_EVENTS == {"Target.detachedFromTarget", "Inspector.detached"}
+    assert {"Target.detachedFromTarget", "Inspector.detached"} == cdprules.PERSONS_TURN_EVENTS
