@@ -159,7 +159,7 @@ def posted(upstream: Upstream, runtime: DockerHarness, path: str) -> list[str]:
 
 
 def hits(upstream: Upstream, runtime: DockerHarness, path: str) -> list[dict[str, object]]:
-    return [h for h in upstream.hits(runtime) if h["path"] == path]
+    return [h for h in upstream.hits(runtime) if str(h["path"]).split("?")[0] == path]
 
 
 def take(gw: RunningGateway, sb: Sandbox) -> Live:
