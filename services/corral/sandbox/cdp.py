@@ -316,6 +316,8 @@ class CdpRelay:
             assert isinstance(checked, cdprules.Command)
             self._turn.sent(checked)
             await self._window.command((checked.session_id, checked.id))
+            if not self._turn.goes(checked):
+                continue  # a person took the lease meanwhile: answered control_taken, never sent
             # What was checked is what goes: never the client's bytes (a repeated key, odd spacing).
             await upstream.send(json.dumps(checked.wire(), separators=(",", ":")))
 

@@ -78,10 +78,19 @@ class Turn:
     # -- what the client sends and Chromium says
 
     def sent(self, command: cdprules.Command) -> None:
-        """``command`` goes to Chromium: it is in flight, and what it sets at the browser's level is kept."""
+        """``command`` is on its way to Chromium: in flight (so a take from now on cuts it)."""
         self._in_flight.add((command.session_id, command.id))
+
+    def goes(self, command: cdprules.Command) -> bool:
+        """Whether ``command``, :meth:`sent` a moment ago, still goes to Chromium: not when a take cut
+        it meanwhile (it was answered ``control_taken``; sent now it would act in the person's turn).
+        What a going command sets at the browser's level is kept, to set it up again after a turn."""
+        pending = (command.session_id, command.id)
+        if pending in self._cut:
+            self._cut.discard(pending)
+            return False
         if command.session_id is not None:
-            return
+            return True
         params = command.params or {}
         match command.method:
             case "Target.setAutoAttach":
@@ -99,6 +108,7 @@ class Turn:
                     self._downloads.pop(key, None)
                 else:
                     self._downloads[key] = dict(params)
+        return True
 
     def answered(self, answered: Pending) -> bool:
         """Chromium answered ``answered``: whether the client may have the answer (not the relay's

@@ -11,7 +11,9 @@ from corral.sandbox.cdpturn import OWN_IDS, Own, Turn, event_method
 
 
 def _sent(turn: Turn, id: int, method: str, params: dict[str, Any] | None = None, session: str | None = None) -> None:
-    turn.sent(Command(id, method, params, session))
+    command = Command(id, method, params, session)
+    turn.sent(command)
+    assert turn.goes(command)
 
 
 def _event(method: str, params: dict[str, Any], session: str | None = None) -> str:
@@ -124,3 +126,12 @@ def test_an_events_method_is_read_from_its_head() -> None:
     assert event_method('{"method":"Network.dataReceived","params":{}}') == "Network.dataReceived"
     assert event_method(b'{"method":"Page.loadEventFired","params":{}}') == "Page.loadEventFired"
     assert event_method('{"id":1,"result":{}}') is None
+
+
+def test_a_command_a_take_cut_on_its_way_never_goes_nor_is_set_up_again() -> None:
+    turn = Turn()
+    command = Command(1, "Fetch.enable", PATTERNS, None)
+    turn.sent(command)
+    assert turn.begin() == [(None, 1)]  # taken between the check and the send
+    assert not turn.goes(command)
+    assert turn.let_go() == [] and turn.end() == []
