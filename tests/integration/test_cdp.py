@@ -280,10 +280,8 @@ def test_a_framework_sees_nothing_of_a_persons_turn_and_gets_its_pages_back(gw: 
                 with pytest.raises(PlaywrightError, match="control_taken"):
                     context.new_page()
                 # A framework that connects during the turn is told so.
-                with pytest.raises(PlaywrightError, match="control_taken"), sync_playwright() as late:
-                    late.chromium.connect_over_cdp(
-                        f"{gw.url}/v1/sessions/{sb.id}/cdp", headers=bearer(sb), timeout=30_000
-                    )
+                with pytest.raises(PlaywrightError, match="control_taken"):
+                    p.chromium.connect_over_cdp(f"{gw.url}/v1/sessions/{sb.id}/cdp", headers=bearer(sb), timeout=30_000)
                 with cdp_socket(gw, sb) as ws:
                     for n, (method, params) in enumerate(
                         [
