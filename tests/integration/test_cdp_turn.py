@@ -404,6 +404,8 @@ def test_a_human_takes_from_an_exclusive_connection_which_keeps_what_it_had_unti
             assert refused["error"]["code"] == -32001
         finally:
             hand_back(human)
+        time.sleep(1)  # anything late would have come by now
+        assert password not in "\n".join(wire.raw), "the connection received the person's password"
         # Handed back to it (it is still attached): its auto-attach is set up again, and it drives.
         again = wait_for(lambda: pages_attached(wire)[len(attached) :])
         assert again, "the page was not attached again at the hand-back"
@@ -411,6 +413,5 @@ def test_a_human_takes_from_an_exclusive_connection_which_keeps_what_it_had_unti
         first_word = {"expression": "document.title.split(' ')[0]", "returnByValue": True}
         title = wire.call("Runtime.evaluate", first_word, again_session)
         assert title["result"]["result"]["value"] == "reflected", title
-        assert password not in "\n".join(wire.raw)
     finally:
         wire.close()
