@@ -4,7 +4,6 @@ proxy (names under .test), raw CDP over a WebSocket client for what Playwright n
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -265,42 +264,46 @@ def test_crashes_internal_pages_and_non_flat_sessions_are_refused(gw: RunningGat
     assert sb.page_info()["url"]  # the agent's browser lives on
 
 
-def test_a_framework_connects_and_reads_while_a_human_drives(gw: RunningGateway, sb: Sandbox) -> None:
-    human = Live(gw, sb.id, KEY_A)
-    try:
-        assert human.ask({"type": "take"})["type"] == "ack"
-        assert human.lease_holder(human.hello["viewer"]) is not None
-        with sync_playwright() as p:
-            browser = p.chromium.connect_over_cdp(
-                f"{gw.url}/v1/sessions/{sb.id}/cdp", headers=bearer(sb), timeout=30_000
-            )
+def test_a_framework_sees_nothing_of_a_persons_turn_and_gets_its_pages_back(gw: RunningGateway, sb: Sandbox) -> None:
+    """Playwright connected before a person takes the lease: its pages close at the take (their
+    sessions detached), nothing it asks for is done, and at the hand-back its pages come back."""
+    with sync_playwright() as p:
+        browser = p.chromium.connect_over_cdp(f"{gw.url}/v1/sessions/{sb.id}/cdp", headers=bearer(sb), timeout=30_000)
+        try:
+            context = browser.contexts[0]
+            page = context.pages[0]
+            assert page.evaluate("() => 6 * 7") == 42
+            human = Live(gw, sb.id, KEY_A)
             try:
-                page = browser.contexts[0].pages[0]  # connected: every page attached
-                session = browser.contexts[0].new_cdp_session(page)  # a flat session, as frameworks open
-                shot = session.send("Page.captureScreenshot", {"format": "png"})
-                assert base64.b64decode(shot["data"])[:4] == b"\x89PNG"  # reading goes on
+                with page.expect_event("close", timeout=15_000):
+                    assert human.ask({"type": "take"})["type"] == "ack"
                 with pytest.raises(PlaywrightError, match="control_taken"):
-                    session.send("Runtime.evaluate", {"expression": "document.title = 'mine'"})
+                    context.new_page()
+                # A framework that connects during the turn is told so.
+                with pytest.raises(PlaywrightError, match="control_taken"):
+                    p.chromium.connect_over_cdp(f"{gw.url}/v1/sessions/{sb.id}/cdp", headers=bearer(sb), timeout=30_000)
+                with cdp_socket(gw, sb) as ws:
+                    for n, (method, params) in enumerate(
+                        [
+                            ("Target.getTargets", {}),
+                            (
+                                "Target.setAutoAttach",
+                                {"autoAttach": True, "waitForDebuggerOnStart": False, "flatten": True},
+                            ),
+                            ("Runtime.compileScript", {"expression": "1", "sourceURL": "", "persistScript": True}),
+                            ("Page.stopLoading", {}),
+                        ]
+                    ):
+                        taken = cdp_call(ws, 10 + n, method, params)
+                        assert taken["error"]["code"] == -32001 and "held by human:" in taken["error"]["message"], taken
+                    assert "Chrome" in cdp_call(ws, 20, "Browser.getVersion")["result"]["product"]
+                with context.expect_page(timeout=15_000) as back:
+                    assert human.ask({"type": "release"})["type"] == "ack"
             finally:
-                browser.close()
-        with cdp_socket(gw, sb) as ws:
-            assert cdp_call(ws, 1, "Target.getTargets")["result"]["targetInfos"]  # reading goes on
-            for n, (method, params) in enumerate(
-                [
-                    ("Runtime.compileScript", {"expression": "1", "sourceURL": "", "persistScript": True}),
-                    ("Page.setDocumentContent", {"frameId": "F", "html": "<p>mine</p>"}),
-                    (
-                        "Emulation.setDeviceMetricsOverride",
-                        {"width": 1, "height": 1, "deviceScaleFactor": 1, "mobile": False},
-                    ),
-                    ("Page.stopLoading", {}),
-                ]
-            ):
-                taken = cdp_call(ws, 10 + n, method, params)
-                assert taken["error"]["code"] == -32001 and "held by human:" in taken["error"]["message"], taken
-        assert human.ask({"type": "release"})["type"] == "ack"
-    finally:
-        human.close()
+                human.close()
+            assert back.value.evaluate("() => 6 * 7") == 42  # the page, attached again: Playwright drives it
+        finally:
+            browser.close()
     assert wait_for(lambda: agent_acts(sb), timeout_s=10)
 
 

@@ -9,6 +9,11 @@ are answered here and never reach Chromium. Chromium's messages pass unchanged.
 An exclusive connection holds the control lease while it is open (the agent's actions get
 ``control_taken``); it takes the lease at the upgrade, or the upgrade is refused with 409.
 
+While a person holds the lease every other connection gets nothing of the person's turn
+(corral.sandbox.cdpturn): its events are cut at the take, its commands refused, its sessions
+detached and its browser-level settings switched off, then set up again at the hand-back. A page
+socket, whose session cannot be detached, is closed with 4409 at the take.
+
 Attribution: the commands of one connection open an activity window, reported to the egress proxy
 as one action ``c<n>.<conn>`` of actor ``cdp:<conn>``, that ends :data:`WINDOW_S` after the last
 response (so a navigation's subresources are charged to it). The recording gets ``cdp`` events:
@@ -35,10 +40,10 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from corral.errors import ActionError, ControlTaken, ErrorCode
 from corral.frames import next_frame
-from corral.sandbox import cdprules, devtools
+from corral.sandbox import cdprules, cdpturn, devtools
 from corral.sandbox.browser import pinned_endpoint
 from corral.sandbox.egress import ActionReporter
-from corral.sandbox.lease import AGENT, CDP_PREFIX, ControlLease
+from corral.sandbox.lease import AGENT, CDP_PREFIX, Change, ControlLease, is_human
 from corral.sandbox.recorder import Recorder
 
 if TYPE_CHECKING:
@@ -50,6 +55,7 @@ WINDOW_S = 1.0  # an activity window ends this long after the connection's last 
 LONGEST_WINDOW_S = 30.0  # ... and at the latest this long after its first command
 CLOSE_WAIT_S = 5.0  # how long the controller's shutdown waits for its CDP connections to end
 CLOSE_TOO_BIG = 1009  # RFC 6455: a message too big to process
+CLOSE_CONTROL_TAKEN = 4409  # a page socket at a person's take: 4000 + control_taken's HTTP status
 _DECODE_ON_LOOP = 1 << 20  # larger client frames are decoded in a thread
 _CLOSING = frozenset({"Target.closeTarget", "Page.close"})  # what may close Chromium's last page
 JSON_PATHS = frozenset({"version", "list"})
@@ -251,6 +257,10 @@ class CdpRelay:
         self._sending = asyncio.Lock()
         self._stopping = asyncio.Event()
         self._closing_code = 1000  # CLOSE_TOO_BIG after a command over cdprules.CDP_MAX_COMMAND_BYTES
+        self._turn = cdpturn.Turn()
+        # The person's take and hand-back, in order, for _follow_lease (the lease calls listeners
+        # synchronously; what the relay sends for them is sent on its own task).
+        self._turns: asyncio.Queue[tuple[bool, list[cdpturn.Pending], list[cdpturn.Own]]] = asyncio.Queue()
 
     def _note(self, change: str, **more: Any) -> None:
         if self._recorder is not None:
@@ -265,14 +275,19 @@ class CdpRelay:
         """Relay until either side closes or :meth:`stop`; the caller took the lease (exclusive) and
         detaches it."""
         self._note("connected", **({"target": self._query.target} if self._query.target else {}))
+        if is_human(self._lease.holder.who):
+            self._turn.begin()  # opened during a person's turn: muzzled from its first frame
+        unsubscribe = self._lease.subscribe(self._lease_changed)
         tasks = {
             asyncio.create_task(self._from_client(upstream)),
             asyncio.create_task(self._from_browser(upstream)),
+            asyncio.create_task(self._follow_lease(upstream)),
             asyncio.create_task(self._stopping.wait()),
         }
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            unsubscribe()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -299,7 +314,10 @@ class CdpRelay:
                 await self._reply(answer)
                 continue
             assert isinstance(checked, cdprules.Command)
+            self._turn.sent(checked)
             await self._window.command((checked.session_id, checked.id))
+            if not self._turn.goes(checked):
+                continue  # a person took the lease meanwhile: answered control_taken, never sent
             # What was checked is what goes: never the client's bytes (a repeated key, odd spacing).
             await upstream.send(json.dumps(checked.wire(), separators=(",", ":")))
 
@@ -312,9 +330,50 @@ class CdpRelay:
             self._note("refused", method=command.method, rule=rule.name)
             return cdprules.refused_reply(command.id, command.session_id, command.method, rule)
         holder = self._lease.holder
-        if holder.who not in (AGENT, self._query.actor) and cdprules.needs_lease(command.method, command.params):
+        if is_human(holder.who):
+            taken = not cdprules.allowed_in_persons_turn(command.method)
+        else:
+            taken = holder.who not in (AGENT, self._query.actor) and cdprules.needs_lease(
+                command.method, command.params
+            )
+        if taken:
             return cdprules.control_taken_reply(command.id, command.session_id, holder.who, holder.since)
         return None
+
+    def _lease_changed(self, change: Change) -> None:
+        """The lease's listener (synchronous, so nothing of the turn passes after it): muzzled from a
+        person's take to the hand-back."""
+        persons = is_human(change.state.holder.who)
+        if persons == self._turn.muzzled:
+            return
+        if not persons:
+            self._turns.put_nowait((False, [], self._turn.end()))
+            return
+        cut = self._turn.begin()
+        if self._query.target is not None:
+            # A page socket's own session cannot be detached: the connection ends (Chromium then
+            # drops everything it set up).
+            self._closing_code = CLOSE_CONTROL_TAKEN
+            self.stop()
+            return
+        self._turns.put_nowait((True, cut, self._turn.let_go()))
+
+    async def _follow_lease(self, upstream: ClientConnection) -> None:
+        """Sends what a take or a hand-back asks for: at the take ``control_taken`` for each command
+        in flight and the letting go; at the hand-back the set up again (unless taken once more)."""
+        while True:
+            taken, cut, commands = await self._turns.get()
+            if taken:
+                holder = self._lease.holder
+                for session_id, message_id in cut:
+                    await self._reply(cdprules.control_taken_reply(message_id, session_id, holder.who, holder.since))
+            elif self._turn.muzzled:
+                continue  # taken again before the set up went: the next hand-back sets it up
+            await self._send_own(upstream, commands)
+
+    async def _send_own(self, upstream: ClientConnection, commands: list[cdpturn.Own]) -> None:
+        for own in commands:
+            await upstream.send(self._turn.own_wire(own))
 
     async def _closing_last_page(self, command: cdprules.Command) -> dict[str, Any] | None:
         """The refusal of a command that would close Chromium's last page (so Chromium), or None."""
@@ -336,6 +395,14 @@ class CdpRelay:
             answered = response_of(frame)
             if answered is not None:
                 self._window.response(answered)
+                if not self._turn.answered(answered):
+                    continue
+            else:
+                passes, then = self._turn.event(frame)
+                if then:
+                    await self._send_own(upstream, then)
+                if not passes:
+                    continue
             await self._send(frame)
 
     async def _reply(self, answer: dict[str, Any]) -> None:

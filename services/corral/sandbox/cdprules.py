@@ -11,8 +11,11 @@ audit), the network (port forwarding and remote locations reach past the proxy),
 pages (chrome://crash, chrome://quit, devtools://...), and non-flat sessions (a command carried
 inside a string would reach a page unchecked).
 
-While another holds the control lease a connection may only read and attach (:func:`needs_lease`):
-an allowlist, so a method this module never heard of waits for the lease.
+While another connection holds the control lease a connection may only read and attach
+(:func:`needs_lease`): an allowlist, so a method this module never heard of waits for the lease.
+While a person holds it (a human's turn) far less: a connection may only let go of what it holds
+(:func:`allowed_in_persons_turn`), and only the events that say it was let go reach it
+(:data:`PERSONS_TURN_EVENTS`); corral.sandbox.cdpturn tears down and restores the rest.
 """
 
 from __future__ import annotations
@@ -169,6 +172,27 @@ def needs_lease(method: str, params: dict[str, Any] | None = None) -> bool:
     return True
 
 
+# While a person holds the lease, a connection other than the holder may send only what reads nothing
+# of the page and lets go of what it holds: the person's input, the page it goes into and the
+# traffic it makes are not the connection's to see (docs/design/0269-cdp-in-a-persons-turn.md).
+_IN_PERSONS_TURN: Final = frozenset(
+    {
+        "Browser.getVersion",
+        "Target.detachFromTarget",
+        "Runtime.releaseObject",
+        "Runtime.releaseObjectGroup",
+    }
+)
+# ... and of Chromium's events only these, which name a session that went away and nothing of a page.
+PERSONS_TURN_EVENTS: Final = frozenset({"Target.detachedFromTarget", "Inspector.detached"})
+
+
+def allowed_in_persons_turn(method: str) -> bool:
+    """Whether a connection that does not hold the lease may send ``method`` while a person holds it:
+    a ``*.disable`` (giving something up), a detach, the browser's version, releasing its objects."""
+    return method in _IN_PERSONS_TURN or method.partition(".")[2] == "disable"
+
+
 def _reply(message_id: Any, session_id: str | None, code: int, text: str) -> dict[str, Any]:
     out: dict[str, Any] = {"id": message_id}
     if session_id is not None:
@@ -255,10 +279,12 @@ __all__ = [
     "CDP_MAX_COMMAND_BYTES",
     "CDP_MAX_FRAME_BYTES",
     "CONTROL_TAKEN_CODE",
+    "PERSONS_TURN_EVENTS",
     "REFUSED_CODE",
     "RULES",
     "Command",
     "Rule",
+    "allowed_in_persons_turn",
     "control_taken_reply",
     "id_of",
     "invalid_reply",

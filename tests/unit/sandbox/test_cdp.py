@@ -127,7 +127,7 @@ class Notes:
 
 async def test_the_relay_answers_refusals_itself_and_passes_the_rest() -> None:
     lease = ControlLease(clock=lambda: 100.0)
-    lease.take("human:lnk_aaaaaaaaaaaa")
+    lease.take("cdp:cdp_000000aa")  # another connection's exclusive hold: this one reads
     messages = [
         json.dumps({"id": 1, "method": "Browser.close"}),
         json.dumps({"id": 2, "method": "Page.navigate", "params": {"url": "https://a.test/"}, "sessionId": "S"}),
@@ -147,7 +147,7 @@ async def test_the_relay_answers_refusals_itself_and_passes_the_rest() -> None:
     assert by_id[2] == {
         "id": 2,
         "sessionId": "S",
-        "error": {"code": -32001, "message": "control_taken: held by human:lnk_aaaaaaaaaaaa since 100.0"},
+        "error": {"code": -32001, "message": "control_taken: held by cdp:cdp_000000aa since 100.0"},
     }
     assert by_id[3] == {"id": 3, "result": {}}
     assert by_id[None]["error"]["code"] == -32600
@@ -247,9 +247,9 @@ async def test_a_command_over_the_cap_closes_the_connection_unread() -> None:
     assert chromium.received == [] and client.closed_with == 1009
 
 
-async def test_a_non_holder_only_reads_while_a_human_holds_the_lease() -> None:
+async def test_a_non_holder_only_reads_while_another_connection_holds_the_lease() -> None:
     lease = ControlLease(clock=lambda: 100.0)
-    lease.take("human:lnk_aaaaaaaaaaaa")
+    lease.take("cdp:cdp_000000aa")
     acting = [
         {
             "id": 1,
@@ -348,3 +348,137 @@ async def test_the_relay_refuses_closing_the_last_page_naming_the_rule() -> None
     assert chromium.received == [json.loads(close)]
     refused = next(m for m in client.sent if m["id"] == 2)
     assert refused["error"]["message"].endswith("(rule browser_lifecycle)")
+
+
+class Scripted:
+    """Chromium's socket driven by the test: what reached it, and frames the test pushes."""
+
+    def __init__(self) -> None:
+        self.received: list[dict[str, Any]] = []
+        self.frames: asyncio.Queue[str | None] = asyncio.Queue()
+        self.arrived = asyncio.Event()
+
+    async def send(self, frame: str | bytes) -> None:
+        self.received.append(json.loads(frame))
+        self.arrived.set()
+
+    def __aiter__(self) -> Scripted:
+        return self
+
+    async def __anext__(self) -> str:
+        frame = await self.frames.get()
+        if frame is None:
+            raise StopAsyncIteration
+        return frame
+
+    async def close(self) -> None:
+        await self.frames.put(None)
+
+
+class Live(Client):
+    """A client that sends when the test says so."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.incoming: asyncio.Queue[str | None] = asyncio.Queue()
+        self.got = asyncio.Event()
+
+    async def receive(self) -> dict[str, Any]:
+        text = await self.incoming.get()
+        return {"type": "websocket.disconnect"} if text is None else {"type": "websocket.receive", "text": text}
+
+    async def send_text(self, text: str) -> None:
+        await super().send_text(text)
+        self.got.set()
+
+
+async def _until(check: Any) -> None:
+    """Lets the relay's tasks run until ``check()`` holds (a bounded number of turns of the loop)."""
+    for _ in range(10_000):
+        if check():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("never came")
+
+
+async def test_a_persons_take_cuts_events_and_commands_in_flight_and_lets_go_of_sessions() -> None:
+    lease = ControlLease(clock=lambda: 100.0)
+    client, chromium = Live(), Scripted()
+    query = CdpQuery("cdp_00000020", False, None)
+    relay = CdpRelay(client, query, lease, None, None, ActivityWindow(None, query.conn, query.actor))  # type: ignore[arg-type]
+    serving = asyncio.create_task(relay.serve(chromium))  # type: ignore[arg-type]
+    auto = {"autoAttach": True, "waitForDebuggerOnStart": True, "flatten": True}
+    await client.incoming.put(json.dumps({"id": 1, "method": "Target.setAutoAttach", "params": auto}))
+    await _until(lambda: len(chromium.received) == 1)
+    await chromium.frames.put('{"id":1,"result":{}}')
+    attached = {"sessionId": "S1", "targetInfo": {"targetId": "T1", "type": "page"}, "waitingForDebugger": False}
+    await chromium.frames.put(json.dumps({"method": "Target.attachedToTarget", "params": attached}))
+    evaluate = {"expression": "keys()", "awaitPromise": True}
+    await client.incoming.put(
+        json.dumps({"id": 2, "method": "Runtime.evaluate", "params": evaluate, "sessionId": "S1"})
+    )
+    await _until(lambda: len(chromium.received) == 2 and len(client.sent) == 2)
+
+    lease.take("human:lnk_aaaaaaaaaaaa")
+    await _until(lambda: len(chromium.received) == 4)
+    assert [(c["method"], c["params"]) for c in chromium.received[2:]] == [
+        ("Target.setAutoAttach", {"autoAttach": False, "waitForDebuggerOnStart": False, "flatten": True}),
+        ("Target.detachFromTarget", {"sessionId": "S1"}),
+    ]
+    assert all(c["id"] > 2_000_000_000 for c in chromium.received[2:])
+    cut = {
+        "id": 2,
+        "sessionId": "S1",
+        "error": {"code": -32001, "message": "control_taken: held by human:lnk_aaaaaaaaaaaa since 100.0"},
+    }
+    await _until(lambda: cut in client.sent)
+    # Chromium's late answer to the cut command, its events, the answers to the relay's own: none pass.
+    for frame in (
+        '{"id":2,"result":{"result":{"value":"hunter2"}},"sessionId":"S1"}',
+        '{"method":"Network.requestWillBeSent","params":{"postData":"password=hunter2"},"sessionId":"S1"}',
+        json.dumps({"id": chromium.received[2]["id"], "result": {}}),
+        '{"method":"Target.detachedFromTarget","params":{"sessionId":"S1"}}',
+    ):
+        await chromium.frames.put(frame)
+    await _until(lambda: client.sent[-1].get("method") == "Target.detachedFromTarget")
+    assert "hunter2" not in json.dumps(client.sent)
+    await client.incoming.put(json.dumps({"id": 3, "method": "Network.enable", "sessionId": "S1"}))
+    await _until(lambda: client.sent[-1].get("id") == 3)
+    assert client.sent[-1]["error"]["code"] == -32001
+
+    lease.release("human:lnk_aaaaaaaaaaaa")
+    await _until(lambda: len(chromium.received) == 5)
+    assert (chromium.received[4]["method"], chromium.received[4]["params"]) == ("Target.setAutoAttach", auto)
+    await chromium.frames.put('{"method":"Network.requestWillBeSent","params":{},"sessionId":"S2"}')
+    await _until(lambda: client.sent[-1].get("method") == "Network.requestWillBeSent")
+    await client.incoming.put(None)
+    await serving
+
+
+async def test_a_page_socket_is_closed_at_a_persons_take() -> None:
+    lease = ControlLease()
+    client, chromium = Live(), Scripted()
+    query = CdpQuery("cdp_00000021", False, "PAGE-1")
+    relay = CdpRelay(client, query, lease, None, None, ActivityWindow(None, query.conn, query.actor))  # type: ignore[arg-type]
+    serving = asyncio.create_task(relay.serve(chromium))  # type: ignore[arg-type]
+    await asyncio.sleep(0)
+    lease.take("human:lnk_aaaaaaaaaaaa")
+    async with asyncio.timeout(5):
+        await serving
+    assert client.closed_with == 4409
+
+
+async def test_an_exclusive_holder_keeps_everything_while_it_holds_the_lease() -> None:
+    lease = ControlLease()
+    client, chromium = Live(), Scripted()
+    query = CdpQuery("cdp_00000022", True, None)
+    lease.take(query.actor)
+    relay = CdpRelay(client, query, lease, None, None, ActivityWindow(None, query.conn, query.actor))  # type: ignore[arg-type]
+    serving = asyncio.create_task(relay.serve(chromium))  # type: ignore[arg-type]
+    await client.incoming.put(json.dumps({"id": 1, "method": "Network.enable", "sessionId": "S1"}))
+    await _until(lambda: len(chromium.received) == 1)
+    await chromium.frames.put('{"method":"Network.requestWillBeSent","params":{},"sessionId":"S1"}')
+    await _until(lambda: client.sent and client.sent[-1].get("method") == "Network.requestWillBeSent")
+    await client.incoming.put(None)
+    await serving
+    lease.detach(query.actor)

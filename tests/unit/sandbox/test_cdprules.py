@@ -254,3 +254,61 @@ def test_repeated_keys_are_no_cdp_message_and_what_goes_is_what_was_read() -> No
         "method": "Page.navigate",
         "params": {"url": "u"},
     }
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        "Network.enable",
+        "Fetch.enable",
+        "Debugger.enable",
+        "Runtime.enable",
+        "Log.enable",
+        "Console.enable",
+        "Page.enable",
+        "DOM.getDocument",
+        "DOM.getOuterHTML",
+        "DOM.querySelector",
+        "DOM.resolveNode",
+        "DOMSnapshot.captureSnapshot",
+        "Runtime.getProperties",
+        "Runtime.evaluate",
+        "Runtime.runIfWaitingForDebugger",
+        "Network.getResponseBody",
+        "Network.getRequestPostData",
+        "Page.captureScreenshot",
+        "Page.getFrameTree",
+        "Target.setAutoAttach",
+        "Target.attachToTarget",
+        "Target.getTargets",
+        "Target.setDiscoverTargets",
+        "Browser.setDownloadBehavior",
+        "Fetch.continueRequest",
+        "Input.dispatchKeyEvent",
+        "Some.methodNobodyKnows",
+    ],
+)
+def test_a_persons_turn_refuses_every_read_and_every_enable(method: str) -> None:
+    # What is a read while another connection holds the lease reveals the person's input in theirs.
+    assert not cdprules.allowed_in_persons_turn(method)
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        "Network.disable",
+        "Fetch.disable",
+        "Debugger.disable",
+        "Runtime.disable",
+        "Target.detachFromTarget",
+        "Browser.getVersion",
+        "Runtime.releaseObject",
+        "Runtime.releaseObjectGroup",
+    ],
+)
+def test_a_persons_turn_lets_a_connection_let_go(method: str) -> None:
+    assert cdprules.allowed_in_persons_turn(method)
+
+
+def test_only_a_sessions_going_reaches_a_connection_in_a_persons_turn() -> None:
+    assert {"Target.detachedFromTarget", "Inspector.detached"} == cdprules.PERSONS_TURN_EVENTS
