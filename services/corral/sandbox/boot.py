@@ -160,6 +160,11 @@ def chromium_policy(proxy: str | None) -> dict[str, object]:
         # Chromium makes the folder (as the agent) on the first download.
         "DownloadDirectory": DOWNLOADS,
         "PromptForDownloadLocation": False,
+        # Nothing a person types is kept on disk by Chromium: the agent can reach the browser's files
+        # through the browser itself (a file input reads what the browser's uid reads).
+        "PasswordManagerEnabled": False,
+        "AutofillAddressEnabled": False,
+        "AutofillCreditCardEnabled": False,
     }
     if proxy:
         policy["ProxySettings"] = {"ProxyMode": "fixed_servers", "ProxyServer": f"http://{proxy}"}

@@ -52,6 +52,12 @@ def test_chromium_policy_saves_downloads_in_the_agents_folder_without_asking() -
         assert policy["PromptForDownloadLocation"] is False
 
 
+def test_chromium_keeps_no_password_or_form_data_a_person_types() -> None:
+    policy = boot.chromium_policy(None)
+    assert policy["PasswordManagerEnabled"] is False
+    assert policy["AutofillAddressEnabled"] is False and policy["AutofillCreditCardEnabled"] is False
+
+
 def test_chromium_flags_say_the_same() -> None:
     argv = chromium_argv(1280, 800, "/tmp/p", egress_flags("corral-proxy:8080"))
     assert "--proxy-server=http://corral-proxy:8080" in argv and "--disable-quic" in argv
