@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 from corral.errors import ActionError, ErrorCode
 
@@ -19,7 +20,8 @@ async def _xclip(args: list[str], stdin: bytes | None, display: str) -> tuple[in
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=capture,
         stderr=capture,
-        env={"DISPLAY": display},
+        # The controller's cookie (corral.sandbox.xaccess): xclip is a trusted client, as it is.
+        env={"DISPLAY": display, **{k: v for k, v in os.environ.items() if k == "XAUTHORITY"}},
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(stdin), _TIMEOUT_S)
