@@ -11,6 +11,8 @@ from mitmproxy.addonmanager import Loader
 from corral.proxy.addons.state import Shared, note_of
 from corral.proxy.responses import RESPONSES_FILE, ResponseStore
 
+HUMAN = "human:"  # a person's input (a viewer holding the lease): what it posts is not kept
+
 
 class ResponseRecorder:
     def __init__(self, shared: Shared) -> None:
@@ -38,7 +40,8 @@ class ResponseRecorder:
         if store is None or note is None or note.verdict.refused or flow.is_replay:
             return
         if flow.request.method != "CONNECT":
-            store.offer(flow, note.host)
+            actor = note.attribution.actor
+            store.offer(flow, note.host, by_person=actor is not None and actor.startswith(HUMAN))
 
     def done(self) -> None:
         if self.shared.responses is not None:
