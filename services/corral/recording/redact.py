@@ -33,7 +33,7 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from corral.errors import UnknownKeyError
@@ -280,6 +280,15 @@ def redact_human(event: dict[str, Any]) -> dict[str, Any]:
     _withhold_quoting(out.get("error"), typed)
     _withhold_quoting(reply.get("error") if isinstance(reply, dict) else None, typed)
     return out
+
+
+def redacted_length(event: Mapping[str, Any]) -> int | None:
+    """The characters a person typed in a redacted event (None: nothing of it was redacted)."""
+    native = event.get("native")
+    steps = [step for step in native if isinstance(step, dict) and step.get(REDACTED) is True] if isinstance(native, list) else []
+    if not steps:
+        return None
+    return sum(step["length"] for step in steps if isinstance(step.get("length"), int))
 
 
 def redact(event: dict[str, Any], output_budget: int = OUTPUT_BUDGET_BYTES) -> dict[str, Any]:
