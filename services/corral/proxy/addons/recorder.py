@@ -40,8 +40,11 @@ class ResponseRecorder:
         if store is None or note is None or note.verdict.refused or flow.is_replay:
             return
         if flow.request.method != "CONNECT":
-            actor = note.attribution.actor
-            store.offer(flow, note.host, by_person=actor is not None and actor.startswith(HUMAN))
+            # A person's: charged to their input, or made while they hold the lease (whoever it is
+            # charged to, a person's form post must not be kept).
+            actor = note.attribution.actor or ""
+            by_person = actor.startswith(HUMAN) or self.shared.lease_holder.startswith(HUMAN)
+            store.offer(flow, note.host, by_person=by_person)
 
     def done(self) -> None:
         if self.shared.responses is not None:

@@ -53,3 +53,17 @@ async def test_a_persons_post_is_kept_without_its_body_and_the_agents_with_it(re
     assert person.request.content == BLANKED and person.response.content == b"<p>welcome</p>"
     assert agent.request.content == b"q=agent-query"
     assert b"c0rrect-h0rse" not in (state / RESPONSES_FILE).read_bytes()
+
+
+async def test_a_post_made_while_a_person_holds_the_lease_keeps_no_body_whoever_it_is_charged_to(recording) -> None:
+    from corral.proxy import control
+
+    proxy, _, state = recording
+    channel = next(addon for addon in proxy.addons if type(addon).__name__ == "ControlChannel")
+    channel.handle("controller", control.LeaseEvent(change="taken", holder="human:lnk_x", previous="agent"))
+    await _post(proxy, b"password=c0rrect-h0rse")  # charged to no action: still the person's turn
+    channel.handle("controller", control.LeaseEvent(change="returned", holder="agent", previous="human:lnk_x"))
+    await _post(proxy, b"q=agent-query")
+    proxy.shared.responses.close()
+    person, agent = read_flows(state / RESPONSES_FILE)
+    assert person.request.content == BLANKED and agent.request.content == b"q=agent-query"
