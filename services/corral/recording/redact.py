@@ -251,9 +251,9 @@ def _redacted_action(action: dict[str, Any]) -> dict[str, Any]:
 
 def _withhold_quoting(error: Any, typed: list[str]) -> None:
     """An error message that quotes typed text (4 characters or more: shorter ones match anything)."""
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        if any(len(text) >= 4 and text in error["message"] for text in typed):
-            error["message"] = WITHHELD
+    message = error.get("message") if isinstance(error, dict) else None
+    if isinstance(message, str) and any(len(text) >= 4 and text in message for text in typed):
+        error["message"] = WITHHELD
 
 
 def redact_human(event: dict[str, Any]) -> dict[str, Any]:
@@ -285,10 +285,11 @@ def redact_human(event: dict[str, Any]) -> dict[str, Any]:
 def redacted_length(event: Mapping[str, Any]) -> int | None:
     """The characters a person typed in a redacted event (None: nothing of it was redacted)."""
     native = event.get("native")
-    steps = [step for step in native if isinstance(step, dict) and step.get(REDACTED) is True] if isinstance(native, list) else []
-    if not steps:
+    steps = native if isinstance(native, list) else []
+    lengths = [step.get("length") for step in steps if isinstance(step, dict) and step.get(REDACTED) is True]
+    if not lengths:
         return None
-    return sum(step["length"] for step in steps if isinstance(step.get("length"), int))
+    return sum(length for length in lengths if isinstance(length, int))
 
 
 def redact(event: dict[str, Any], output_budget: int = OUTPUT_BUDGET_BYTES) -> dict[str, Any]:

@@ -473,9 +473,7 @@ def test_control_events_lease_actions_and_requests_refused_by_the_lease_are_not_
 
 def test_a_persons_redacted_typing_is_not_typed_again_and_the_step_says_so() -> None:
     typed = {"type": "type", "text": "c0rrect-h0rse"}
-    human = redact(
-        action(2, WHITE, native=[typed], request={"action": typed}, dialect="human", actor="human:lnk_a")
-    )
+    human = redact(action(2, WHITE, native=[typed], request={"action": typed}, dialect="human", actor="human:lnk_a"))
     chord = {"type": "key", "keys": "Return"}
     pressed = redact(action(3, WHITE, native=[chord], request={"action": chord}, dialect="human", actor="human:lnk_a"))
     recorded = bundle([action(1, WHITE), human, pressed], {1: WHITE, 2: WHITE, 3: WHITE})
