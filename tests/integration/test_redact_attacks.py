@@ -1,4 +1,5 @@
-"""Issue 26, item 4: a person's typed text never reaches a recording, played as the agent would read it.
+"""Issue 26, items 4 and 6: a person's typed text never reaches a recording, and no API-key material
+reaches what a session token or a view link reads; each played as the agent (or a link's holder) would.
 
 A person types a password through a real control link (the viewer page in a real Chromium, and the live
 stream's wire for key presses) into a careful site's sign-in form, which posts it through the session's
@@ -10,11 +11,13 @@ downloaded bundle, every byte of every member. The password is in none of them; 
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
 import re
 import secrets
+import stat
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +26,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from corral.gateway.auth import KEY_ID_KEY_FILE, key_id, legacy_key_id
 from corral.sdk import Sandbox
 
 from .conftest import center, find_color, wait_for
@@ -171,7 +175,7 @@ def test_a_password_typed_through_a_control_link_is_in_no_recording_anyone_reads
         ]
         assert "ctrl+a" in [c.lower() for c in chords] and "Return" in chords, chords
         agents = [e for e in events if e.get("event") == "action" and e.get("actor") in (None, "agent")]
-        assert {"type": "type", "text": agent_text} in [step for e in agents for step in e["native"]], agents
+        assert agent_text in [step.get("text") for e in agents for step in e["native"]], agents
 
         # The viewer page opened with the view link, in a real browser: the step says what happened.
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -220,3 +224,88 @@ def test_a_password_typed_through_a_control_link_is_in_no_recording_anyone_reads
     assert agent_text.encode() in members[f"{session_id}/events.jsonl"]
     events_text = members[f"{session_id}/events.jsonl"].decode()
     assert '"redacted":true' in events_text and f'"length":{len(password)}' in events_text
+
+
+# -- item 6: no API-key material where a session token or a link reaches ----------------------------------
+
+
+def key_derivatives(key: str) -> dict[str, str]:
+    """What anyone can compute from a guess of the key with public functions: the key, its unsalted
+    SHA-256 (hex, and the prefix an older gateway's id held), that older id itself."""
+    sha = hashlib.sha256(key.encode()).hexdigest()
+    return {"key": key, "sha256": sha, "sha256[:12]": sha[:12], "legacy id": legacy_key_id(key)}
+
+
+def readable_by(gw: RunningGateway, session_id: str, credential: str) -> str:
+    """Everything ``credential`` can read of the session (what it is refused counts as read too)."""
+    paths = [
+        "",
+        "/secrets",
+        "/links",
+        "/traffic",
+        "/traffic.har",
+        "/traffic.anchors",
+        "/recording/events",
+        "/recording",
+    ]
+    with gw.client(credential) as c:
+        said = [c.get(f"/v1/sessions/{session_id}{path}").text for path in paths]
+        said.append(c.get("/v1/sessions").text)
+        said.append(c.get("/v1/audit").text)
+        said.append(c.get("/v1/recordings").text)
+    return "\n".join(said) + "\n" + text_read_by(gw, session_id, credential)
+
+
+def test_nothing_the_agent_or_a_link_reads_holds_a_value_derived_from_the_api_key(
+    gw: RunningGateway, upstream: Upstream, runtime: DockerHarness
+) -> None:
+    with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as sb:
+        # The owner acts on the session every way that leaves a record: egress changed, links made, the
+        # lease taken through its own key's live stream (holder human:<who>) and handed back.
+        with gw.client(KEY_A) as owner:
+            changed = owner.patch(f"/v1/sessions/{sb.id}", json={"allow": ["allowed.test", "*.allowed.test"]})
+            assert changed.status_code == 200, changed.text
+        view = make_link(gw, sb.id, "view")
+        make_link(gw, sb.id, "control")
+        watching = Live(gw, sb.id, sb.info["token"])  # the agent's own stream: it sees the lease's holder
+        owner_live = Live(gw, sb.id, KEY_A)
+        try:
+            assert owner_live.ask({"type": "take"})["type"] == "ack"
+            holder = watching.wait(lambda m: m["type"] == "lease" and m["lease"]["holder"] != "agent")
+            assert holder is not None
+            held = sb.request({"action": {"type": "control"}})  # the agent asks who holds it
+            assert owner_live.ask({"type": "release", "note": "yours"})["type"] == "ack"
+        finally:
+            owner_live.close()
+        sb.act({"type": "navigate", "url": "https://allowed.test/page/takeover.html"}, wait_for="stable")
+
+        def recorded() -> bool:
+            events = events_read_by(gw, sb.id, sb.info["token"])
+            return any(e.get("event") == "control" and e.get("change") == "returned" for e in events)
+
+        assert wait_for(recorded, 20)
+        read = {
+            "the agent's token": readable_by(gw, sb.id, sb.info["token"]),
+            "a view link": readable_by(gw, sb.id, secret_of(view)),
+            "the agent's live stream": json.dumps(watching.messages),
+            "the agent's control action": json.dumps(held),
+        }
+        watching.close()
+
+        # Who acted is still said, as the session's owner.
+        assert holder["lease"]["holder"] == "human:owner", holder
+        assert '"actor":"api-key:owner"' in read["the agent's token"].replace(" ", "")
+        for reader, text in read.items():
+            for name, value in key_derivatives(KEY_A).items():
+                assert value not in text, (reader, name)
+
+        # The gateway's own id of the key is in none of them either, and it cannot be computed without the
+        # gateway's secret (0600 in its data dir): the public function gives another value.
+        data_dir = gw.settings.data_dir
+        secret = (data_dir / KEY_ID_KEY_FILE).read_bytes()
+        own_id = key_id(KEY_A, secret)
+        assert json.loads((data_dir / "sessions" / f"{sb.id}.json").read_text())["owner"] == own_id
+        assert stat.S_IMODE((data_dir / KEY_ID_KEY_FILE).stat().st_mode) == 0o600
+        assert own_id not in key_derivatives(KEY_A).values() and own_id != key_id(KEY_A, bytes(32))
+        for reader, text in read.items():
+            assert own_id not in text and own_id.removeprefix("key-") not in text, reader
