@@ -14,7 +14,7 @@ each :class:`CodedError` with the HTTP status its table gives the class (corral.
     │   ├─ NotFound → SessionNotFound, ReplayNotFound
     │   ├─ MessageTooLarge, UploadTooLarge
     │   ├─ CapacityError, HermeticUnavailable, EgressOff, ReplayUnreadable
-    │   ├─ AuditLogUnreadable, AuditAnchorsInvalid, TicketKeyUnusable
+    │   ├─ AuditLogUnreadable, AuditAnchorsInvalid, TicketKeyUnusable, KeyIdKeyUnusable, WeakApiKey
     │   ├─ FileRefused → NoSuchFile, FileAccessDenied, NotADirectory, IsADirectory, InvalidPath, NoSpace
     │   ├─ BundleError                      not a readable recording
     │   └─ SandboxError                     the host side could not build, start or reach a sandbox
@@ -392,6 +392,14 @@ class AuditAnchorsInvalid(CodedError, code=ErrorCode.AUDIT_ANCHORS_INVALID):
 
 class TicketKeyUnusable(CodedError, code=ErrorCode.INTERNAL):
     """The gateway's CDP ticket key (its data dir) cannot be read or holds no key."""
+
+
+class KeyIdKeyUnusable(CodedError, code=ErrorCode.INTERNAL):
+    """The gateway's key for API key ids (its data dir) cannot be read or holds no key."""
+
+
+class WeakApiKey(CodedError, code=ErrorCode.INVALID_FIELD):
+    """An API key given to the gateway (``CORRAL_API_KEY``) is too short or too guessable to hold."""
 
 
 # -- the host side ----------------------------------------------------------------------------------------

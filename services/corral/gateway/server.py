@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import uvicorn
 from starlette.types import ASGIApp
 
+from corral.errors import WeakApiKey
 from corral.gateway.app import create_app
 from corral.gateway.settings import GatewaySettings
 from corral.sandbox.cdprules import CDP_MAX_FRAME_BYTES
@@ -71,6 +72,10 @@ def _config(settings: GatewaySettings, log_level: str = "info", app: ASGIApp | N
 def serve(settings: GatewaySettings | None = None) -> None:
     settings = settings or GatewaySettings()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings.api_keys()  # a weak key refused now, in one line, not in the lifespan's traceback
+    except WeakApiKey as exc:
+        raise SystemExit(str(exc)) from None
     config = _config(settings)
     config.load()  # uvicorn configures its loggers here; the filter goes on after
     _install_redaction()

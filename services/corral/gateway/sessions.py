@@ -611,7 +611,7 @@ class SessionManager:
         pooled = await self._reserve(owner, req)
         started = time.monotonic()
         mode = req.egress_mode or self._settings.egress_mode
-        actor = f"api-key:{owner}"
+        actor = auth.OWNER_ACTOR  # the sandbox side reads it (audit records): never the key id
         try:
             if pooled is not None and not await self._hand_out(pooled, req.allow, mode, actor):
                 pooled = None

@@ -8,6 +8,9 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from corral.errors import WeakApiKey
+from corral.gateway import keystrength
+
 
 class GatewaySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CORRAL_", extra="ignore")
@@ -107,4 +110,10 @@ class GatewaySettings(BaseSettings):
     replay_upload_retention_hours: float = Field(default=24.0, gt=0)
 
     def api_keys(self) -> list[str]:
-        return [key.strip() for key in self.api_key.split(",") if key.strip()]
+        """The keys of ``CORRAL_API_KEY``; :class:`WeakApiKey` when one is too short or too guessable
+        to hold (corral.gateway.keystrength: the message says why and what to use)."""
+        keys = [key.strip() for key in self.api_key.split(",") if key.strip()]
+        trouble = keystrength.problem(keys)
+        if trouble is not None:
+            raise WeakApiKey(trouble, field="CORRAL_API_KEY")
+        return keys

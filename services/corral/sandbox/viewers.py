@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 
 Mode = Literal["view", "control"]
 MODES: tuple[Mode, ...] = ("view", "control")
-# ``agent`` (the session token watching), ``human:<link or key id>``, ``cdp:<conn>``.
+# ``agent`` (the session token watching), ``human:<link id>`` or ``human:owner``, ``cdp:<conn>``.
 VIEWER = re.compile(r"agent|(human|cdp):[A-Za-z0-9_.-]{1,60}")
 
 

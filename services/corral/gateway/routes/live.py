@@ -5,7 +5,7 @@ The credential comes as the first message, ``{"type": "auth", "credential": "...
 its fragment). Until it comes a socket holds one of :data:`AUTH_WAITING_MAX` places (1013 when none
 is free) and its message may be :data:`AUTH_MAX_BYTES` long (1009); an upgrade from a page of another
 origin is refused (4403: the viewer page is the gateway's own). A viewer link watches or controls as
-its mode says (``human:<link id>``), the owner's API key controls (``human:<key id>``), the session's
+its mode says (``human:<link id>``), the owner's API key controls (``human:owner``, never its key id), the session's
 token watches as the agent. A refusal closes 4401/4403/4404 as ``/ws`` does; then every frame passes
 unchanged both ways, the viewer's messages are the session's activity and an open stream that
 controls keeps it from being idle. A link's stream closes 4003 ``link revoked`` the moment it is

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request, Response
 from starlette.requests import HTTPConnection
 
 from corral.errors import SandboxError, SandboxStartFailed
+from corral.gateway.auth import OWNER_ACTOR
 from corral.gateway.models import CreatedSession, CreateSession, SessionOut, SessionTerms, UpdateSession
 from corral.gateway.routes.deps import CallerDep, KeyIdDep, LiveSessionDep, ManagerDep, json_body
 from corral.gateway.secrets import SecretSet
@@ -65,7 +66,7 @@ async def delete_session(session: LiveSessionDep, manager: ManagerDep) -> Respon
 async def update_session(request: Request, session: LiveSessionDep, who: CallerDep, manager: ManagerDep) -> SessionOut:
     who.change_egress()
     body = await json_body(request, UpdateSession)
-    await manager.update_egress(session, body.allow, body.egress_mode, f"api-key:{who.key_id}", body.secrets)
+    await manager.update_egress(session, body.allow, body.egress_mode, OWNER_ACTOR, body.secrets)
     return session_out(request, session)
 
 

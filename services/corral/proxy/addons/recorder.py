@@ -11,6 +11,8 @@ from mitmproxy.addonmanager import Loader
 from corral.proxy.addons.state import Shared, note_of
 from corral.proxy.responses import RESPONSES_FILE, ResponseStore
 
+HUMAN = "human:"  # a person's input (a viewer holding the lease): what it posts is not kept
+
 
 class ResponseRecorder:
     def __init__(self, shared: Shared) -> None:
@@ -38,7 +40,11 @@ class ResponseRecorder:
         if store is None or note is None or note.verdict.refused or flow.is_replay:
             return
         if flow.request.method != "CONNECT":
-            store.offer(flow, note.host)
+            # A person's: charged to their input, or made while they hold the lease (whoever it is
+            # charged to, a person's form post must not be kept).
+            actor = note.attribution.actor or ""
+            by_person = actor.startswith(HUMAN) or self.shared.lease_holder.startswith(HUMAN)
+            store.offer(flow, note.host, by_person=by_person)
 
     def done(self) -> None:
         if self.shared.responses is not None:

@@ -22,7 +22,7 @@ from corral.gateway.routes.files import controller_params, refusal
 from corral.gateway.sessions import Session, SessionManager
 from corral.sandbox import auth
 
-from .conftest import KEY, OTHER_KEY, Client, settings_for, wired
+from .conftest import KEY, KEY_ID_SECRET, OTHER_KEY, Client, settings_for, wired
 
 SECRET = auth.new_secret()
 CHUNK = 64 << 10
@@ -120,7 +120,7 @@ async def files_app(tmp_path: Path) -> AsyncIterator[tuple[FastAPI, FakeControll
 
 async def _session(app: FastAPI) -> tuple[Session, str]:
     manager: SessionManager = app.state.manager
-    session, token = await manager.create(gateway_auth.key_id(KEY), CreateSession())
+    session, token = await manager.create(gateway_auth.key_id(KEY, KEY_ID_SECRET), CreateSession())
     session.sandbox = dataclasses.replace(session.sandbox, secret=SECRET)
     return session, token
 
@@ -339,7 +339,7 @@ async def test_files_open_for_the_session_token_and_the_owners_key_only(
 
 async def test_a_sandbox_that_does_not_answer_is_502(app: FastAPI, client: Client) -> None:
     manager: SessionManager = app.state.manager
-    session, token = await manager.create(gateway_auth.key_id(KEY), CreateSession())
+    session, token = await manager.create(gateway_auth.key_id(KEY, KEY_ID_SECRET), CreateSession())
     async with client(token) as holder:
         up = await holder.put(f"/v1/sessions/{session.id}/files", params={"path": "/x"}, content=b"data")
         down = await holder.get(f"/v1/sessions/{session.id}/files", params={"path": "/x"})

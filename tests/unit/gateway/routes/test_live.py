@@ -14,7 +14,6 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from starlette.websockets import WebSocketDisconnect
 
-from corral.gateway import auth
 from corral.gateway import relay as relay_module
 from corral.gateway.app import create_app
 from corral.gateway.routes import live as live_module
@@ -89,7 +88,7 @@ def _auth(credential: str) -> str:
 
 @pytest.mark.parametrize(
     ("credential", "viewer", "mode"),
-    [(KEY, f"human:{auth.key_id(KEY)}", "control"), (None, "agent", "view")],
+    [(KEY, "human:owner", "control"), (None, "agent", "view")],  # the owner, never its key id,
 )
 def test_the_owner_controls_the_agent_watches_and_frames_pass_unchanged(
     gateway: tuple[TestClient, str, str, list[str]], credential: str | None, viewer: str, mode: str
