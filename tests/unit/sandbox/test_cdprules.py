@@ -254,3 +254,8 @@ def test_repeated_keys_are_no_cdp_message_and_what_goes_is_what_was_read() -> No
         "method": "Page.navigate",
         "params": {"url": "u"},
     }
+
+
+def test_a_frame_nested_past_the_parser_s_recursion_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="nests too deep"):
+        cdprules.loads('{"id":1,"params":' + "[" * 100_000 + "]" * 100_000 + "}")
