@@ -568,8 +568,12 @@ def _bridge(network: str) -> tuple[str, str]:
 def trusting_gw(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator[RunningGateway]:
     """A gateway whose operator trusts the whole egress subnet, the host's address on it among them."""
     subnet, _ = _bridge(upstream.network)
-    with gateway_to(
-        upstream, tmp_path_factory.mktemp("trusting-gw"), f"trusting-{os.getpid()}", egress_trusted_networks=subnet
+    with gateway(
+        tmp_path_factory.mktemp("trusting-gw"),
+        f"trusting-{os.getpid()}",
+        egress_network=upstream.network,
+        egress_trusted_networks=subnet,
+        egress_upstream_ca=upstream.ca_path,
     ) as running:
         yield running
 
