@@ -70,6 +70,8 @@ def open_once(path: bytes, flags: int, mode: int = 0) -> int:
     refused (EACCES) when what was opened is on a proc filesystem. What is checked is the object the
     action then uses, so a link swapped into the path meanwhile changes nothing: the check
     (:func:`_outside_proc`, on the path) and the use can no longer see two different files."""
+    # openat2 refuses a mode without O_CREAT or O_TMPFILE (EINVAL), where open ignores it.
+    mode = mode if flags & (os.O_CREAT | os.O_TMPFILE) else 0
     how = struct.pack("QQQ", flags | os.O_CLOEXEC, mode, _RESOLVE_NO_MAGICLINKS)
     fd = _libc.syscall(_SYS_OPENAT2, _AT_FDCWD, path, how, len(how))
     if fd < 0:

@@ -38,18 +38,24 @@ def test_files_and_links_outside_proc_open_and_describe_as_before(tmp_path: Path
     (tmp_path / "dir").mkdir()
     (tmp_path / "dir" / "file").write_bytes(b"12345")
     (tmp_path / "dir" / "link").symlink_to("file")
-    fd = fsops.open_once(_b(tmp_path / "dir" / "link"), os.O_RDONLY)
+    # As the controller asks: a mode with every open (openat2 alone would refuse it without O_CREAT).
+    opened, fds = fsops.OPERATIONS["open"]({"path": _b(tmp_path / "dir" / "link"), "flags": os.O_RDONLY, "mode": 0o666})
     try:
-        assert os.read(fd, 10) == b"12345"
+        assert opened == {} and os.read(fds[0], 10) == b"12345"
     finally:
-        os.close(fd)
+        os.close(fds[0])
+    _, fds = fsops.OPERATIONS["open"](
+        {"path": _b(tmp_path / "dir" / "new"), "flags": os.O_WRONLY | os.O_CREAT | os.O_EXCL, "mode": 0o640}
+    )
+    os.close(fds[0])
+    assert (tmp_path / "dir" / "new").stat().st_mode & 0o777 == 0o640 & ~_umask()
     followed, _ = fsops.OPERATIONS["stat"]({"path": _b(tmp_path / "dir" / "link"), "follow_symlinks": True})
     assert (followed["stat"]["type"], followed["stat"]["size"], followed["stat"]["target"]) == ("file", 5, None)
     itself, _ = fsops.OPERATIONS["stat"]({"path": _b(tmp_path / "dir" / "link"), "follow_symlinks": False})
     assert (itself["stat"]["type"], base64.b64decode(itself["stat"]["target"])) == ("symlink", b"file")
     listed, _ = fsops.OPERATIONS["scandir"]({"path": _b(tmp_path / "dir"), "skip": 0, "limit": 10})
     entries = {base64.b64decode(e["path"]): e for e in listed["entries"]}
-    assert set(entries) == {_b(tmp_path / "dir" / "file"), _b(tmp_path / "dir" / "link")}
+    assert set(entries) == {_b(tmp_path / "dir" / name) for name in ("file", "link", "new")}
     assert base64.b64decode(entries[_b(tmp_path / "dir" / "link")]["target"]) == b"file"
 
 
@@ -62,3 +68,9 @@ def test_stat_and_listing_refuse_proc_reached_through_a_link(tmp_path: Path) -> 
     # The link itself is the agent's own file: described, not followed.
     itself, _ = fsops.OPERATIONS["stat"]({"path": _b(tmp_path / "me"), "follow_symlinks": False})
     assert itself["stat"]["type"] == "symlink"
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
