@@ -127,6 +127,26 @@ def test_auth_failures(gw: RunningGateway) -> None:
             b.delete(f"/v1/sessions/{theirs['id']}")
 
 
+@pytest.mark.parametrize("depth", [1000, 100_000])
+def test_deeply_nested_json_on_the_agent_s_websocket_gets_invalid_json_and_the_relay_survives(
+    gw: RunningGateway, depth: int
+) -> None:
+    """The relay reads each request's id (for its round-trip metric) with Python's json, which raised
+    RecursionError past ~1000 levels: the relay died and the agent's connection with it."""
+    with gw.client(KEY_A) as a:
+        session = a.post("/v1/sessions", json={}).json()
+        try:
+            with connect(f"{session['ws_url']}?token={session['token']}", compression=None) as ws:
+                ws.send('{"id": 7, "x": ' + "[" * depth + "]" * depth + "}")
+                refused = json.loads(ws.recv(timeout=20))
+                assert refused["ok"] is False and refused["error"]["code"] == "invalid_json", refused
+                ws.send(json.dumps({"id": 8, "action": {"type": "cursor_position"}}))
+                after = json.loads(ws.recv(timeout=20))
+                assert after["ok"] is True and after["id"] == 8, after
+        finally:
+            a.delete(f"/v1/sessions/{session['id']}")
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [

@@ -437,7 +437,7 @@ def _id_in(text: str) -> int | None:
         return None
     try:
         return cdprules.id_of(json.loads(text))
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 

@@ -247,8 +247,12 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def loads(frame: str) -> Any:
-    """A client's frame decoded as JSON, refusing repeated keys (ValueError)."""
-    return json.loads(frame, object_pairs_hook=_unique_keys)
+    """A client's frame decoded as JSON, refusing repeated keys and nesting past the parser's
+    recursion (ValueError)."""
+    try:
+        return json.loads(frame, object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise ValueError("a CDP message nests too deep") from None
 
 
 def id_of(message: Any) -> int | None:

@@ -312,3 +312,8 @@ def test_a_persons_turn_lets_a_connection_let_go(method: str) -> None:
 
 def test_only_a_sessions_going_reaches_a_connection_in_a_persons_turn() -> None:
     assert {"Target.detachedFromTarget", "Inspector.detached"} == cdprules.PERSONS_TURN_EVENTS
+
+
+def test_a_frame_nested_past_the_parser_s_recursion_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="nests too deep"):
+        cdprules.loads('{"id":1,"params":' + "[" * 100_000 + "]" * 100_000 + "}")
