@@ -285,6 +285,11 @@ class UnknownKeyError(CorralError, ValueError):
         self.token = token
 
 
+class XDoorError(CorralError):
+    """The X server refused or did not answer what the sandbox's init asked of it (corral.sandbox.xaccess):
+    the init then does not start the browser."""
+
+
 class InvalidMessage(CorralError, ValueError):
     """A control message an egress proxy refuses (corral.proxy.control); :meth:`reply` is the
     structured refusal it answers with."""

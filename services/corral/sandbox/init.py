@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from corral.errors import XDoorError
 from corral.sandbox import xaccess
 from corral.sandbox.stderrlog import StderrLog
 
@@ -424,7 +425,7 @@ def main() -> int:
     if guarded_x:
         try:
             open_x_door(display, str(xaccess.CONTROLLER_XAUTH))
-        except (OSError, ValueError, xaccess.XDoorError) as exc:
+        except (OSError, ValueError, XDoorError) as exc:
             log.error("cannot set who may use the X server (%s); stopping the sandbox", exc)
             sup.stop()
             return 3

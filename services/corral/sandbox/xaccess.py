@@ -23,6 +23,8 @@ import os
 import socket
 import struct
 
+from corral.errors import XDoorError
+
 # Strings, not pathlib: the init imports this module and lives as long as the sandbox does.
 XAUTH_DIR = "/run/corral/x11"  # boot makes it, corral's, 0755
 CONTROLLER_XAUTH = f"{XAUTH_DIR}/controller"  # trusted: corral's alone
@@ -36,10 +38,6 @@ _OPCODE_QUERY_EXTENSION, _OPCODE_CHANGE_HOSTS = 98, 109
 _SECURITY_GENERATE_AUTHORIZATION = 1
 _TIMEOUT_MASK, _TRUST_LEVEL_MASK = 0x1, 0x2
 _IO_TIMEOUT_S = 5.0
-
-
-class XDoorError(Exception):
-    """The X server refused or did not answer what the init asked (it does not start the browser)."""
 
 
 def _padded(data: bytes) -> bytes:

@@ -14,6 +14,7 @@ import pytest
 from Xlib.ext import security
 from Xlib.protocol import request
 
+from corral.errors import XDoorError
 from corral.sandbox import xaccess
 
 COOKIE = bytes(range(16))
@@ -97,10 +98,10 @@ def test_a_refused_cookie_or_a_missing_extension_is_an_error(tmp_path: Path) -> 
     reason = b"Invalid MIT-MAGIC-COOKIE-1 key"
     refused = struct.pack("<BBHHH", 0, len(reason), 11, 0, 8) + reason.ljust(32, b"\0")
     _fake_server(tmp_path / "X0", [refused], [])
-    with pytest.raises(xaccess.XDoorError, match="Invalid MIT-MAGIC-COOKIE-1 key"):
+    with pytest.raises(XDoorError, match="Invalid MIT-MAGIC-COOKIE-1 key"):
         xaccess.open_door(str(tmp_path / "X0"), COOKIE, "browser")
     accepted = struct.pack("<BxHHH", 1, 11, 0, 0)
     error = struct.pack("<BBH", 0, 10, 1).ljust(32, b"\0")  # BadAccess for ChangeHosts
     _fake_server(tmp_path / "X1", [accepted, error], [])
-    with pytest.raises(xaccess.XDoorError, match="error 10"):
+    with pytest.raises(XDoorError, match="error 10"):
         xaccess.open_door(str(tmp_path / "X1"), COOKIE, "browser")
