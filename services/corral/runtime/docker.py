@@ -17,7 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, get_args
 
 import docker
@@ -79,6 +79,18 @@ def default_proxy_uid(setting: int | None, euid: int) -> int:
     if setting is not None:
         return setting
     return EGRESS_UID if euid == 0 else euid
+
+
+def remapped_root(info: Mapping[str, Any]) -> int:
+    """The host uid a container's root is under the engine's ``userns-remap`` (0 without it): the
+    engine names its data root after the mapping it uses (``/var/lib/docker/100000.100000``)."""
+    options = info.get("SecurityOptions") or []
+    if not any(str(option).startswith("name=userns") for option in options):
+        return 0
+    uid, _, _gid = PurePath(str(info.get("DockerRootDir", ""))).name.partition(".")
+    if not uid.isdigit():
+        raise SandboxError(f"the engine remaps users but its data root names no mapping: {info.get('DockerRootDir')!r}")
+    return int(uid)
 
 
 def hand_over(root: Path, uid: int) -> None:
@@ -167,7 +179,9 @@ class DockerRuntime:
         self.proxy_uid = default_proxy_uid(proxy_uid, os.geteuid())
         try:
             self._client = client or docker.from_env()
-            self._client.ping()
+            # What a container's uid is on the host: the same number, or shifted by userns-remap
+            # (docs/userns.md); every file handed to a container's uid is chowned to that.
+            self.host_root = remapped_root(self._client.info())
         except docker.errors.DockerException as exc:
             raise SandboxError(f"cannot reach the Docker engine: {exc}") from None
 
@@ -299,8 +313,7 @@ class DockerRuntime:
             "CORRAL_SESSION_GATEWAY": network.gateway,
         }
 
-    @staticmethod
-    def _hand_to_controller(files: Mapping[str, str]) -> None:
+    def _hand_to_controller(self, files: Mapping[str, str]) -> None:
         """Files mounted into a sandbox are its controller's uid's to read (0600, read-only mount):
         the agent's uid cannot."""
         if not files:
@@ -309,7 +322,8 @@ class DockerRuntime:
             log.warning("not root: the sandbox's controller cannot read what is mounted for it (%s)", ", ".join(files))
             return
         for host in files:
-            os.chown(host, CONTROLLER_UID, CONTROLLER_UID, follow_symlinks=False)
+            owner = self.host_root + CONTROLLER_UID
+            os.chown(host, owner, owner, follow_symlinks=False)
 
     def _with_secret(self, address: SandboxAddress, wait_s: float) -> SandboxAddress:
         """The address with its controller's per-boot secret, read inside the container as the
@@ -420,7 +434,7 @@ class DockerRuntime:
     def ensure_egress_network(self, name: str) -> bool:
         """The network proxies reach upstreams through (a plain bridge with NAT to the outside),
         guarded: proxies reach upstreams through it, never the host's own services."""
-        if os.geteuid() != 0 and self.proxy_uid != os.geteuid():
+        if os.geteuid() != 0 and self.host_root + self.proxy_uid != os.geteuid():
             raise SandboxError(
                 f"CORRAL_EGRESS_UID={self.proxy_uid} needs a gateway running as root (to give the proxies their state)"
             )
@@ -521,8 +535,8 @@ class DockerRuntime:
         """Start a session's proxy on the egress network and its session network (alias corral-proxy);
         without an egress network, on the session network alone. Its state directory becomes its uid's."""
         spec.state_dir.mkdir(parents=True, exist_ok=True)
-        if self.proxy_uid != os.geteuid():
-            hand_over(spec.state_dir, self.proxy_uid)
+        if self.host_root + self.proxy_uid != os.geteuid():
+            hand_over(spec.state_dir, self.host_root + self.proxy_uid)
         name, session_net = proxy_name(spec.session_id), spec.network.name
         try:
             container: Container = self._client.containers.create(spec.image, **self._proxy_options(spec, name))

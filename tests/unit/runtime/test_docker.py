@@ -21,6 +21,7 @@ from corral.runtime.docker import (
     DockerRuntime,
     default_proxy_uid,
     proxy_name,
+    remapped_root,
     session_network_name,
 )
 
@@ -63,6 +64,9 @@ class FakeClient:
 
     def ping(self) -> bool:
         return True
+
+    def info(self) -> dict[str, Any]:
+        return {"SecurityOptions": ["name=seccomp,profile=default"], "DockerRootDir": "/var/lib/docker"}
 
     def create(self, image: str, **kwargs: Any) -> FakeContainer:
         self.created = kwargs
@@ -114,6 +118,46 @@ def test_the_proxy_state_is_its_uids_alone(tmp_path: Path) -> None:
     manager.write_meta(SID, owner="key-a")
     assert _mode(state / "session.json") == 0o600
     assert _mode(tmp_path / "egress") == 0o700 or not (tmp_path / "egress").exists()
+
+
+class RemappedClient(FakeClient):
+    """An engine run with ``userns-remap``: its data root is named after the mapping."""
+
+    def info(self) -> dict[str, Any]:
+        return {"SecurityOptions": ["name=seccomp,profile=default", "name=userns"], "DockerRootDir": "/d/100000.100000"}
+
+
+def test_under_userns_remap_the_proxy_state_is_the_remapped_uids(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("handing files to another uid needs root")
+    manager = EgressManager(GatewaySettings(data_dir=tmp_path, egress_upstream_ca=None), runtime=None)  # type: ignore[arg-type]
+    state, _ = manager._ground_state(SID)
+    manager._claim_ground(state, ["example.test"], "enforce", None)
+    client = RemappedClient()
+    runtime = DockerRuntime(client, proxy_uid=4321)  # type: ignore[arg-type]  # docker-py is untyped
+    runtime.start_proxy(ProxySpec(SID, NETWORK, state, "corral-egress"))
+    # The container still runs as 4321; on the host that uid is 104321, which must own its state.
+    assert (runtime.host_root, client.created["user"]) == (100000, "4321:4321")
+    assert {p.stat().st_uid for p in [state, *state.rglob("*")]} == {104321}
+
+
+@pytest.mark.parametrize(
+    ("info", "root"),
+    [
+        ({"SecurityOptions": ["name=seccomp,profile=default"], "DockerRootDir": "/var/lib/docker"}, 0),
+        ({"SecurityOptions": None, "DockerRootDir": "/var/lib/docker/231072.231072"}, 0),
+        ({"SecurityOptions": ["name=userns"], "DockerRootDir": "/var/lib/docker/231072.231072"}, 231072),
+    ],
+)
+def test_the_host_uid_of_a_containers_root_is_read_from_the_engines_mapping(info: dict[str, Any], root: int) -> None:
+    assert remapped_root(info) == root
+
+
+def test_a_remapping_engine_that_names_no_mapping_is_an_error() -> None:
+    from corral.errors import SandboxError
+
+    with pytest.raises(SandboxError, match="names no mapping"):
+        remapped_root({"SecurityOptions": ["name=userns"], "DockerRootDir": "/var/lib/docker"})
 
 
 def test_the_proxy_uid_defaults_to_1001_under_root_and_to_the_gateways_own_otherwise() -> None:

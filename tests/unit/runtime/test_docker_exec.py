@@ -130,6 +130,9 @@ class FakeClient:
     def ping(self) -> bool:
         return True
 
+    def info(self) -> dict[str, Any]:
+        return {"SecurityOptions": ["name=seccomp,profile=default"], "DockerRootDir": "/var/lib/docker"}
+
 
 def runtime_with(
     container: HangingContainer, log: FollowedLog | None = None, api: FakeApi | None = None
