@@ -24,7 +24,7 @@ from corral.errors import ActionError, ErrorCode, error_body
 from corral.frames import next_frame, over_limit
 from corral.protocol import reply
 from corral.protocol.envelope import MAX_FRAME_BYTES, Limits, decode
-from corral.sandbox import cdp, transfer
+from corral.sandbox import cdp, clipboard, transfer
 from corral.sandbox.auth import RequestVerifier, read_secret
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.dispatch import Dispatcher, Incoming, fitted
@@ -123,7 +123,12 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
         lease_log = LeaseLog(desktop.lease, recorder, reporter)
         # The agent's processes stopped while a human holds the lease (and continued at start: a
         # restarted controller holds no human lease, whatever an earlier one froze).
-        freezer = AgentFreezer(desktop.lease, desktop.processes.launcher if desktop.processes is not None else None)
+        # The selections emptied before each thaw: what a person copied is not the agent's to paste.
+        freezer = AgentFreezer(
+            desktop.lease,
+            desktop.processes.launcher if desktop.processes is not None else None,
+            before_thaw=functools.partial(clipboard.clear, settings.display),
+        )
         freezer.start()
         relays = cdp.Relays(cdp.LastPage(functools.partial(cdp.page_targets, settings.cdp_url)))
         app.state.cdp_relays = relays

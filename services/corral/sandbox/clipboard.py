@@ -45,3 +45,13 @@ async def set_text(display: str, text: str) -> None:
     code, _, _ = await _xclip(["-selection", "clipboard", "-in"], text.encode(), display)
     if code != 0:
         raise ActionError(ErrorCode.CLIPBOARD_FAILED, f"xclip exited with {code}")
+
+
+async def clear(display: str) -> None:
+    """Both selections emptied (CLIPBOARD and PRIMARY): what a person copied or selected in their turn
+    is gone before the agent's processes run again (corral.sandbox.freezer). xclip takes each selection
+    over with nothing in it, so whichever client held it (Chromium) no longer serves it."""
+    for selection in ("clipboard", "primary"):
+        code, _, _ = await _xclip(["-selection", selection, "-in"], b"", display)
+        if code != 0:
+            raise ActionError(ErrorCode.CLIPBOARD_FAILED, f"xclip could not empty the {selection} selection ({code})")
