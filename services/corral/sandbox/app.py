@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -108,7 +107,7 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
         app.state.dispatcher = Dispatcher(desktop, settings.limits(), reporter, recorder)
         # Every change of the control lease: a recording event and an audit record.
         lease_log = LeaseLog(desktop.lease, recorder, reporter)
-        relays = cdp.Relays(cdp.LastPage(functools.partial(cdp.page_targets, settings.cdp_url)))
+        relays = cdp.Relays(desktop.browser.last_page)
         app.state.cdp_relays = relays
         app.state.max_body = settings.max_message_bytes
         # WS /v1/live: frames grabbed and encoded only while a stream is open.

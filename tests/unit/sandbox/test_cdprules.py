@@ -6,7 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import TypeAdapter
 
+from corral.errors import ActionError, ErrorCode
+from corral.protocol.actions import NativeAction
+from corral.protocol.validation import validate
 from corral.sandbox import cdprules
 from corral.sandbox.cdprules import Command
 
@@ -254,3 +258,34 @@ def test_repeated_keys_are_no_cdp_message_and_what_goes_is_what_was_read() -> No
         "method": "Page.navigate",
         "params": {"url": "u"},
     }
+
+
+NATIVE: TypeAdapter[NativeAction] = TypeAdapter(NativeAction)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://example.test/",
+        "data:text/html,hi",
+        "about:blank",
+        "chrome://settings",
+        " chrome://quit",
+        "file:///etc/passwd",
+        "view-source:https://example.test/",
+        "devtools://devtools/bundled/inspector.html",
+        "chrome-extension://abc/page.html",
+        "about:version",
+        "javascript:alert(1)",
+        "mailto:a@example.test",
+    ],
+)
+def test_cdp_and_native_navigate_refuse_the_same_pages(url: str) -> None:
+    by_cdp = cdprules.refusal("Page.navigate", {"url": url}) is cdprules.INTERNAL_PAGES
+    try:
+        validate(NATIVE, {"type": "navigate", "url": url}, "action", tagged=True)
+        natively = False
+    except ActionError as exc:
+        assert exc.code is ErrorCode.URL_REFUSED and exc.field == "action.url"
+        natively = True
+    assert by_cdp == natively
