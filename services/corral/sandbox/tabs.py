@@ -15,7 +15,6 @@ them both.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -88,6 +87,8 @@ class FrontTab:
         last) when it is still shown with the focus, else the newest shown tab with the focus, else
         ``known`` if still shown, else the newest shown one (another window's), else ``known`` or the
         first. One question when nothing changed."""
+        for gone in self._sessions.keys() - set(pages):  # closed by a page, a person or a client
+            del self._sessions[gone]
         known = known if known in pages else None
         first = await self.shown(known) if known is not None else None
         if known is not None and first == Shown(True, True):
@@ -105,12 +106,6 @@ class FrontTab:
         if known is not None and first is not None and first.visible:
             return known
         return shown or known or pages[0]
-
-    async def close(self) -> None:
-        sessions, self._sessions = list(self._sessions.values()), {}
-        for session, _ in sessions:
-            with contextlib.suppress(PlaywrightError):
-                await session.detach()
 
 
 async def page_targets(cdp_url: str) -> Any:
