@@ -15,8 +15,11 @@ them both.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import secrets
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from playwright._impl._errors import Error as PlaywrightError
@@ -30,7 +33,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WORLD = "corral-front"  # the isolated world the controller asks in (a page cannot reach into it)
-_ASK = "[document.visibilityState === 'visible', document.hasFocus()]"
+# The world's mark: a context id is kept from one question to the next (one round trip, not two), and
+# after a navigation the same number may name another world of the new document, even the page's own.
+# Only the controller's world holds this value (the page never sees it), so an answer without it is
+# not taken: the world is made anew.
+_MARK = secrets.token_hex(16)
+_STATE = "[document.visibilityState === 'visible', document.hasFocus()]"
+_ASK = f"globalThis.__corralFront === '{_MARK}' ? {_STATE} : null"
+_MARK_AND_ASK = f"(globalThis.__corralFront = '{_MARK}', {_STATE})"
 # How long a tab may take to answer: a tab whose script never yields must not hold up every browser call.
 ASK_TIMEOUT_S = 1.0
 
@@ -40,12 +50,20 @@ class Shown(NamedTuple):
     focused: bool
 
 
+@dataclass(slots=True)
+class _Asking:
+    """One tab's CDP session, its main frame, and its marked isolated world (None: to be made)."""
+
+    session: CDPSession
+    frame: str
+    world: int | None = None
+
+
 class FrontTab:
-    """Asks tabs whether they are on screen, over one CDP session per tab kept while the tab lives
-    (its isolated world is made anew for each question: a navigation replaces it)."""
+    """Asks tabs whether they are on screen, over one CDP session per tab kept while the tab lives."""
 
     def __init__(self) -> None:
-        self._sessions: dict[Page, tuple[CDPSession, str]] = {}
+        self._sessions: dict[Page, _Asking] = {}
 
     def forget(self, page: Page | None = None) -> None:
         """Drop one tab's session (it closed), or all of them (the connection went)."""
@@ -54,30 +72,42 @@ class FrontTab:
         else:
             self._sessions.pop(page, None)
 
-    async def _session(self, page: Page) -> tuple[CDPSession, str]:
+    async def _asking(self, page: Page) -> _Asking:
         known = self._sessions.get(page)
         if known is None:
             session = await page.context.new_cdp_session(page)
             info = await session.send("Target.getTargetInfo")
             # A page target's main frame has the target's id.
-            known = self._sessions[page] = (session, str(info["targetInfo"]["targetId"]))
+            known = self._sessions[page] = _Asking(session, str(info["targetInfo"]["targetId"]))
         return known
+
+    @staticmethod
+    async def _evaluate(asking: _Asking, expression: str) -> Any:
+        answer = await asking.session.send(
+            "Runtime.evaluate", {"expression": expression, "contextId": asking.world, "returnByValue": True}
+        )
+        return answer.get("result", {}).get("value")
+
+    async def _answer(self, page: Page) -> Any:
+        asking = await self._asking(page)
+        if asking.world is not None:
+            with contextlib.suppress(PlaywrightError):  # the world went with its document
+                value = await self._evaluate(asking, _ASK)
+                if value is not None:
+                    return value
+        world = await asking.session.send("Page.createIsolatedWorld", {"frameId": asking.frame, "worldName": WORLD})
+        asking.world = int(world["executionContextId"])
+        return await self._evaluate(asking, _MARK_AND_ASK)
 
     async def shown(self, page: Page) -> Shown | None:
         """Whether ``page`` is shown and has the focus; None when it cannot say (closing, busy)."""
         try:
             async with asyncio.timeout(ASK_TIMEOUT_S):
-                session, frame = await self._session(page)
-                world = await session.send("Page.createIsolatedWorld", {"frameId": frame, "worldName": WORLD})
-                answer = await session.send(
-                    "Runtime.evaluate",
-                    {"expression": _ASK, "contextId": world["executionContextId"], "returnByValue": True},
-                )
-        except (PlaywrightError, TimeoutError, KeyError, TypeError) as exc:
+                value = await self._answer(page)
+        except (PlaywrightError, TimeoutError, KeyError, TypeError, ValueError) as exc:
             log.debug("a tab could not say whether it is shown: %r", exc)
             self.forget(page)
             return None
-        value = answer.get("result", {}).get("value")
         if not (isinstance(value, list) and len(value) == 2):
             return None
         return Shown(value[0] is True, value[1] is True)

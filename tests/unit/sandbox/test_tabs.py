@@ -4,6 +4,7 @@ stands in for what Chromium's isolated world says (tests/integration/test_active
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -92,3 +93,52 @@ async def test_a_close_already_under_way_counts_so_the_second_is_refused() -> No
 @pytest.mark.parametrize("target", ["P1", None])
 async def test_the_only_page_is_never_closed(target: str | None) -> None:
     assert await LastPage(Targets("P1")).refuses(target)
+
+
+class Session:
+    """A tab's CDP session as Chromium answers: isolated worlds by id, each with the mark set in it."""
+
+    def __init__(self, visible: bool) -> None:
+        self.visible = visible
+        self.sent: list[str] = []
+        self.marks: dict[int, str | None] = {}
+
+    async def send(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        self.sent.append(method)
+        if method == "Target.getTargetInfo":
+            return {"targetInfo": {"targetId": "T1"}}
+        if method == "Page.createIsolatedWorld":
+            made = len(self.marks) + 1
+            self.marks[made] = None
+            return {"executionContextId": made}
+        assert method == "Runtime.evaluate" and params is not None
+        world, expression = params["contextId"], str(params["expression"])
+        mark = expression.split("'")[1]
+        if expression.startswith("(globalThis.__corralFront = "):
+            self.marks[world] = mark
+        elif self.marks[world] != mark:
+            return {"result": {"type": "object", "subtype": "null", "value": None}}
+        return {"result": {"value": [self.visible, self.visible]}}
+
+
+async def test_a_tab_is_asked_in_one_round_trip_and_a_world_without_the_mark_is_not_believed() -> None:
+    session = Session(visible=True)
+    page = Tab("tab", None)
+    page.context = SimpleNamespace(new_cdp_session=lambda _page: _coro(session))  # type: ignore[attr-defined]
+    front = FrontTab()
+    assert await front.shown(cast(Any, page)) == Shown(True, True)
+    assert session.sent == ["Target.getTargetInfo", "Page.createIsolatedWorld", "Runtime.evaluate"]
+    session.sent.clear()
+    assert await front.shown(cast(Any, page)) == Shown(True, True)
+    assert session.sent == ["Runtime.evaluate"]  # the world is kept
+    # A navigation: the kept id now names a world of the new document without the mark (as the page's
+    # own world would be, whatever it claims): not believed, and a world is made anew.
+    session.marks = dict.fromkeys(session.marks)
+    session.visible = False
+    session.sent.clear()
+    assert await front.shown(cast(Any, page)) == Shown(False, False)
+    assert session.sent == ["Runtime.evaluate", "Page.createIsolatedWorld", "Runtime.evaluate"]
+
+
+async def _coro(value: Any) -> Any:
+    return value
