@@ -82,8 +82,9 @@ def active(sb: Sandbox) -> list[str]:
 
 def phish_in_front(sb: Sandbox) -> str:
     """Phish is on screen (its green band) and the agent is told so; else what the agent is told."""
-    assert wait_for(lambda: shows(sb, GREEN), timeout_s=10), "Phish never came on screen"
-    told: str = wait_for(lambda: (t := sb.page_info()["title"]).startswith("Phish") and t, timeout_s=10)
+    # Generous: the popup loads through the proxy, on a machine that may be loaded (a CI of many sessions).
+    assert wait_for(lambda: shows(sb, GREEN), timeout_s=30), "Phish never came on screen"
+    told: str = wait_for(lambda: (t := sb.page_info()["title"]).startswith("Phish") and t, timeout_s=30)
     return told or f"on screen: Phish; told: {sb.page_info()['title']}"
 
 
