@@ -88,20 +88,23 @@ def phish_in_front(sb: Sandbox) -> str:
     return told or f"on screen: Phish; told: {sb.page_info()['title']}"
 
 
-def recorded_actions(gw: RunningGateway, session_id: str, tmp_path: Path, count: int) -> list[dict[str, Any]]:
-    """The recording's action events once there are ``count`` of them (the recorder catches up)."""
+def shot_event(gw: RunningGateway, session_id: str, tmp_path: Path) -> dict[str, Any]:
+    """The recording's event of the test's JPEG screenshot, once the recorder has written it whole."""
 
-    def read() -> list[dict[str, Any]]:
+    def read() -> dict[str, Any] | None:
         with gw.client(KEY_A) as c:
             response = c.get(f"/v1/sessions/{session_id}/recording")
         assert response.status_code == 200, response.text
         (tmp_path / "bundle.zip").write_bytes(response.content)
-        actions = read_bundle(tmp_path / "bundle.zip").actions
-        return actions if len(actions) >= count and all("title" in a for a in actions[:count]) else []
+        for action in read_bundle(tmp_path / "bundle.zip").actions:
+            native = action.get("native") or [{}]
+            if native[0].get("type") == "screenshot" and native[0].get("format") == "jpeg" and "title" in action:
+                return action
+        return None
 
-    actions: list[dict[str, Any]] = wait_for(read, timeout_s=15)
-    assert actions, "the recording did not catch up"
-    return actions
+    event: dict[str, Any] | None = wait_for(read, timeout_s=30)
+    assert event is not None, "the recording did not catch up"
+    return event
 
 
 def test_a_popup_a_page_opens_is_the_tab_the_agent_reads_types_into_and_navigates(
@@ -116,8 +119,8 @@ def test_a_popup_a_page_opens_is_the_tab_the_agent_reads_types_into_and_navigate
     assert active(sb) == ["Phish"]
     assert {tab["title"] for tab in sb.tabs()} == {"Real Bank", "Phish"}
     # A screenshot's recorded event names the tab it shows.
-    sb.act({"type": "screenshot"})
-    shot = next(a for a in reversed(recorded_actions(gw, sb.id, tmp_path, 5)) if a["native"][0]["type"] == "screenshot")
+    sb.act({"type": "screenshot", "format": "jpeg"})  # the one JPEG of the test: its event is told apart
+    shot = shot_event(gw, sb.id, tmp_path)
     assert (shot["title"], shot["url"]) == ("Phish", PHISH)
     # Text off the X keymap goes over CDP into the focused tab: Phish's field, not the bank's.
     sb.act({"type": "type", "text": "pässword"})
