@@ -53,6 +53,7 @@ class ErrorCode(StrEnum):
     BROWSER_UNAVAILABLE = "browser_unavailable"
     NAVIGATION_FAILED = "navigation_failed"
     NO_SUCH_TAB = "no_such_tab"
+    URL_REFUSED = "url_refused"  # not a web page's address (corral.protocol.urls)
     CLIPBOARD_FAILED = "clipboard_failed"
     INTERNAL = "internal"
     # Commands, processes and files inside the sandbox (run as the agent's uid).

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
+import functools
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -130,7 +130,7 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
             before_thaw=functools.partial(clipboard.clear, settings.display),
         )
         freezer.start()
-        relays = cdp.Relays(cdp.LastPage(functools.partial(cdp.page_targets, settings.cdp_url)))
+        relays = cdp.Relays(desktop.browser.last_page)
         app.state.cdp_relays = relays
         app.state.max_body = settings.max_message_bytes
         # WS /v1/live: frames grabbed and encoded only while a stream is open.
