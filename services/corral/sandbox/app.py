@@ -139,6 +139,7 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
     app.state.files = None  # AgentFiles (the desktop's), for PUT/GET /v1/files
     app.state.agent_command = None  # transfer.AgentCommand: tar as the agent, for directories
     app.state.max_upload = settings.max_upload_bytes
+    app.state.max_download = settings.max_download_bytes
     app.state.reporter = None  # the lifespan's ActionReporter when the session has egress control
     app.state.cdp_url = settings.cdp_url
     app.state.cdp_relays = cdp.Relays()  # the lifespan's, which closes them at shutdown
@@ -231,7 +232,7 @@ async def get_file(request: Request) -> Response:
     try:
         query = transfer.file_query(request.query_params)
         files = _files(request)
-        download = await transfer.send(files, request.app.state.agent_command, query)
+        download = await transfer.send(files, request.app.state.agent_command, query, request.app.state.max_download)
     except ActionError as exc:
         recorded.failed(exc)
         return _error(exc)
