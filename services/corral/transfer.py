@@ -201,8 +201,8 @@ def unpack(archive: Path, target: Path) -> list[str]:
     only regular files and directories, each made below a fresh directory beside ``target`` that is
     renamed into place once every member is in, so a refused or failed unpack leaves nothing. Symbolic
     links, devices and fifos are left out (their names returned); a hard link becomes a link to the file
-    it names (made before it in the same fresh tree). Raises :class:`CorralError` for a member that would leave ``target`` or replace another,
-    and for an archive that is cut short."""
+    it names (made before it in the same fresh tree). Raises :class:`CorralError` for a member that
+    would leave ``target`` or replace another, and for an archive that is cut short."""
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".unpacking", dir=target.parent))
     try:

@@ -193,7 +193,7 @@ def test_a_directory_comes_as_a_tar_made_by_the_agent(controller: Controller) ->
 def test_a_sparse_file_over_the_cap_is_refused_before_a_byte_by_its_apparent_size(controller: Controller) -> None:
     with (controller.root / "sparse").open("wb") as sparse:
         sparse.truncate(1 << 40)  # 1 TB of holes: nothing on disk, all of it counted
-    status, headers, body = controller.get({"path": "sparse", "max_bytes": "4096"})
+    status, _, body = controller.get({"path": "sparse", "max_bytes": "4096"})
     assert status == 413 and len(body) < 1000
     error = json.loads(body)["error"]
     assert error["code"] == "too_large" and error["field"] == "path"

@@ -31,6 +31,7 @@ from starlette.requests import ClientDisconnect
 from corral.bodies import ClosingStream
 from corral.errors import (
     CodedError,
+    DownloadTooLarge,
     ErrorCode,
     FileAccessDenied,
     FileRefused,
@@ -40,7 +41,6 @@ from corral.errors import (
     NoSpace,
     NoSuchFile,
     NotADirectory,
-    DownloadTooLarge,
     SandboxUnreachable,
     StreamAborted,
     UploadTooLarge,
