@@ -9,6 +9,7 @@ import contextlib
 import functools
 import json
 import logging
+import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -139,6 +140,7 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
     app.state.files = None  # AgentFiles (the desktop's), for PUT/GET /v1/files
     app.state.agent_command = None  # transfer.AgentCommand: tar as the agent, for directories
     app.state.max_upload = settings.max_upload_bytes
+    app.state.boot = secrets.token_hex(8)  # this process's: a controller the init restarted has another
     app.state.max_download = settings.max_download_bytes
     app.state.reporter = None  # the lifespan's ActionReporter when the session has egress control
     app.state.cdp_url = settings.cdp_url
@@ -250,8 +252,10 @@ async def get_file(request: Request) -> Response:
 
 async def get_secrets(request: Request) -> JSONResponse:
     """The placeholders this controller holds, for the gateway's watchdog: a controller restarted
-    inside its container holds none until the gateway puts them again. Placeholders only; no values."""
-    return JSONResponse({"ok": True, "secrets": dict(_desktop(request).placeholders.by_name)})
+    inside its container holds none until the gateway puts them again. Placeholders only; no values.
+    ``boot`` names this controller process: the gateway counts its restarts by it (controller_dead)."""
+    placeholders = dict(_desktop(request).placeholders.by_name)
+    return JSONResponse({"ok": True, "secrets": placeholders, "boot": request.app.state.boot})
 
 
 async def put_secrets(request: Request) -> JSONResponse:
