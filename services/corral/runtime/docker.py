@@ -92,7 +92,7 @@ def agent_tmpfs_mib(spec: SandboxSpec) -> dict[str, int]:
     whole, since Chromium draws through it, up to half the room)."""
     memory = mebibytes(spec.memory)
     room = max(memory - max(MIN_HEADROOM_MIB, memory // 4), 4 * MIN_TMPFS_MIB)
-    shm = max(MIN_TMPFS_MIB, min(mebibytes(spec.shm_size), room // 2))
+    shm = max(MIN_TMPFS_MIB, min(mebibytes(spec.shm_size), room // 2, room - 3 * MIN_TMPFS_MIB))
     asked = {"/tmp": spec.tmp_size, "/home/agent": AGENT_HOME_SIZE, "/workspace": spec.workspace_size}
     wanted = {path: mebibytes(size) for path, size in asked.items()}
     left = room - shm
