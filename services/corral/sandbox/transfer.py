@@ -119,9 +119,17 @@ async def _drain(pipe: BinaryIO, control: Control) -> AsyncGenerator[bytes, None
     """What ``pipe`` brings until its end, then the program's exit checked (a failure raises, so the
     stream is aborted); read by the event loop (paused while the client lags)."""
     reader = asyncio.StreamReader(limit=CHUNK_BYTES)
-    transport, _ = await asyncio.get_running_loop().connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), pipe
-    )
+    # The transport gets a descriptor of its own: uvloop's closes the descriptor itself a moment after
+    # close(), so on ``pipe``'s own number that late close would land on whatever the controller
+    # opened meanwhile (the next program's stdio: EBADF, or worse). Each is closed once, by its owner.
+    owned = os.fdopen(os.dup(pipe.fileno()), "rb", buffering=0)
+    try:
+        transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), owned
+        )
+    except BaseException:
+        owned.close()
+        raise
     try:
         while chunk := await reader.read(CHUNK_BYTES):
             yield chunk
