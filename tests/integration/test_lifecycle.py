@@ -121,7 +121,8 @@ def test_filling_tmp_past_the_memory_limit_stops_at_the_mount_and_the_session_li
 
 # What the agent can write that lives in memory: every tmpfs open to its uid (the others refuse it).
 _AGENT_TMPFS = ("/tmp", "/dev/shm", "/home/agent", "/workspace", "/run", "/run/user", "/home/corral")
-# The controller killed as the kernel's OOM killer would, by pid, again and again for a bounded time.
+# The controller killed as the kernel's OOM killer would, by pid, again and again for a bounded time (by
+# its own uid: root in the sandbox holds no CAP_KILL).
 _KILL_CONTROLLER = (
     "import os, signal, time\n"
     "end = time.monotonic() + 60\n"
@@ -183,7 +184,7 @@ def test_a_controller_that_cannot_stay_up_ends_its_session(gw: RunningGateway, r
         # Killed again and again all the same (as by the OOM killer): the session ends, the agent's
         # WebSocket closes 4000 with the reason, the recording is kept and the slot is free.
         killed = time.monotonic()
-        runtime.exec(container, ["sh", "-c", f'nohup python3 -c "{_KILL_CONTROLLER}" >/dev/null 2>&1 &'], user="root")
+        runtime.exec(container, ["sh", "-c", f'nohup python3 -c "{_KILL_CONTROLLER}" >/dev/null 2>&1 &'], user="corral")
         code, reason, _ = _closed(ws, timeout_s=60)
     ended_s = time.monotonic() - killed
     assert code == 4000 and reason.startswith("session ended: controller_dead"), (code, reason)
