@@ -3,7 +3,8 @@ controller the init keeps restarting (killed again and again, OOM-killed as the 
 serves no one, and would hold its slot until its timeout. Each reaper tick asks every live session's
 controller who it is (``GET /v1/secrets`` names its process's ``boot``); a controller that restarted
 more than ``max_restarts`` times within ``window_s`` (its boot changed), or that has not answered for
-``dead_after_s``, is dead: the reaper ends its session with ``controller_dead``.
+``dead_after_s`` (the same process twice: one that answers once and dies again does not count as up),
+is dead: the reaper ends its session with ``controller_dead``.
 
 Judged from the gateway's side, where the agent cannot lie about it: it can neither make a dead
 controller answer nor hide a restart (each process draws its own boot id).
@@ -47,9 +48,12 @@ class ControllerWatch:
         if boot is None:
             silent = now - seen.answered_at
             return f"no answer for {silent:.0f} s" if silent >= self._dead_after_s else None
-        seen.answered_at = now
         if boot and seen.boot and boot != seen.boot:
+            # A new process: counted, but not yet up (one killed again before the next look never
+            # resets the silence, else a controller that flickers up now and then would escape both).
             seen.restarts.append(now)
+        else:
+            seen.answered_at = now
         if boot:
             seen.boot = boot
         while seen.restarts and now - seen.restarts[0] > self._window_s:

@@ -34,6 +34,13 @@ def test_silence_for_the_dead_time_is_death_and_an_answer_resets_it() -> None:
     assert watch.saw("s", None, 19.5) == "no answer for 10 s"
 
 
+def test_a_controller_that_flickers_up_between_kills_is_still_silent() -> None:
+    watch = ControllerWatch(max_restarts=50, window_s=60, dead_after_s=10)
+    assert watch.saw("s", "b0", 0.0) is None
+    verdicts = [watch.saw("s", f"b{t}" if t % 3 == 0 else None, float(t)) for t in range(1, 11)]
+    assert verdicts[-1] == "no answer for 10 s" and verdicts[:-1] == [None] * 9
+
+
 def test_a_controller_that_names_no_boot_is_judged_by_its_answers_alone() -> None:
     watch = ControllerWatch(max_restarts=1, window_s=60, dead_after_s=10)
     assert [watch.saw("s", "", float(t)) for t in range(5)] == [None] * 5
