@@ -12,7 +12,7 @@ each :class:`CodedError` with the HTTP status its table gives the class (corral.
     │   ├─ InvalidRequest → InvalidCursor    a request the gateway refuses as written
     │   ├─ Unauthorized, Forbidden          credentials
     │   ├─ NotFound → SessionNotFound, ReplayNotFound
-    │   ├─ MessageTooLarge, UploadTooLarge
+    │   ├─ MessageTooLarge, UploadTooLarge, DownloadTooLarge
     │   ├─ CapacityError, HermeticUnavailable, EgressOff, ReplayUnreadable
     │   ├─ AuditLogUnreadable, AuditAnchorsInvalid, TicketKeyUnusable, KeyIdKeyUnusable, WeakApiKey
     │   ├─ FileRefused → NoSuchFile, FileAccessDenied, NotADirectory, IsADirectory, InvalidPath, NoSpace
@@ -333,6 +333,11 @@ class MessageTooLarge(CodedError, code=ErrorCode.MESSAGE_TOO_LARGE):
 
 class UploadTooLarge(CodedError, code=ErrorCode.TOO_LARGE):
     """An upload over its cap (recorded responses)."""
+
+
+class DownloadTooLarge(CodedError, code=ErrorCode.TOO_LARGE):
+    """A download over ``CORRAL_MAX_DOWNLOAD_BYTES``: refused before its first byte when its size is
+    known (a file's apparent size, a directory's by ``du``), else cut the moment it passes the cap."""
 
 
 # -- who may do what --------------------------------------------------------------------------------------

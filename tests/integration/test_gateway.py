@@ -14,6 +14,8 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from corral import AsyncSandbox, Sandbox
+from corral.runtime import SandboxSpec
+from corral.runtime.docker import agent_tmpfs_mib
 
 from .conftest import html_url
 from .dockerutil import DockerHarness
@@ -366,8 +368,13 @@ def test_limits_and_hardening_are_applied(gw: RunningGateway, runtime: DockerHar
             assert host["NanoCpus"] == 1_500_000_000
             assert host["Memory"] == host["MemorySwap"] == 1024 * 1024 * 1024  # swap equal: none extra
             assert host["PidsLimit"] == gw.settings.default_pids
-            assert host["ShmSize"] == gw.settings.default_shm_mb * 1024 * 1024
-            assert "size=512m" in host["Tmpfs"]["/tmp"]
+            assert host["ShmSize"] == min(gw.settings.default_shm_mb, 256) * 1024 * 1024
+            # The agent's tmpfs mounts share the memory less its headroom (corral.runtime.docker).
+            sizes = agent_tmpfs_mib(
+                SandboxSpec(memory="1024m", tmp_size="512m", workspace_size=gw.settings.workspace_size)
+            )
+            assert f"size={sizes['/tmp']}m," in host["Tmpfs"]["/tmp"] and sizes["/tmp"] < 512
+            assert f"size={sizes['/workspace']}m," in host["Tmpfs"]["/workspace"]
             assert host["ReadonlyRootfs"] is True
             # Only what the boot stage needs to set the firewall, hand the secret to corral and drop; every
             # process then runs with all-zero capability sets but the supervisor's (test_egress checks each).

@@ -69,6 +69,14 @@ class GatewaySettings(BaseSettings):
     mcp_session_idle_s: float = Field(default=600.0, gt=0)
     # A file uploaded into a session (PUT /v1/sessions/{id}/files) above this is refused (413), nothing kept.
     max_upload_bytes: int = Field(default=1 << 30, ge=1)
+    # A file or directory downloaded from a session (GET /v1/sessions/{id}/files) above this is refused (413)
+    # when its size is known up front (a file's apparent size, a directory's), else cut where it passes this.
+    max_download_bytes: int = Field(default=1 << 30, ge=1)
+    # A session whose controller restarts more than this many times in controller_restart_window_s, or does not
+    # answer for controller_dead_after_s, is ended (controller_dead): its init cannot keep it up.
+    controller_max_restarts: int = Field(default=5, ge=1)
+    controller_restart_window_s: float = Field(default=300.0, gt=0)
+    controller_dead_after_s: float = Field(default=60.0, gt=0)
 
     # Egress: every session's traffic goes through its own proxy (corral-egress) on a network of its own.
     egress: bool = True  # off only where sandboxes may reach the network unfiltered (and unlogged)

@@ -65,6 +65,44 @@ _INIT_LOGS = b"corral.init: "  # any line of the init's: boot, which writes the 
 LineSink = Callable[[str], None]
 
 
+# The agent's tmpfs mounts hold their files in the sandbox's memory, charged to its cgroup and freed by
+# no OOM kill: filled, they would leave nothing for the controller, Chromium and X, which the kernel
+# would then kill again and again. Together (with /dev/shm, Chromium's and the agent's alike) they get
+# the session's memory less this headroom (at least MIN_HEADROOM_MIB, else a quarter of it); the sizes
+# asked are cut in proportion when they do not fit (each at least MIN_TMPFS_MIB).
+MIN_HEADROOM_MIB = 512
+MIN_TMPFS_MIB = 16
+AGENT_HOME_SIZE = "512m"
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def mebibytes(size: str) -> int:
+    """Docker's size text (``2g``, ``512m``, ``1024k``, bytes) in whole MiB."""
+    text = size.strip().lower()
+    unit = text[-1] if text and text[-1] in _UNITS else ""
+    number = text[: len(text) - len(unit)] if unit else text
+    if not number.isdigit():
+        raise ValueError(f"not a size: {size!r}")
+    return int(number) * _UNITS[unit] >> 20
+
+
+def agent_tmpfs_mib(spec: SandboxSpec) -> dict[str, int]:
+    """The size in MiB of each tmpfs the agent can write (``/dev/shm`` included): as ``spec`` asks when
+    they fit the session's memory less its headroom, else cut in proportion (``/dev/shm`` first kept
+    whole, since Chromium draws through it, up to half the room)."""
+    memory = mebibytes(spec.memory)
+    room = max(memory - max(MIN_HEADROOM_MIB, memory // 4), 4 * MIN_TMPFS_MIB)
+    shm = max(MIN_TMPFS_MIB, min(mebibytes(spec.shm_size), room // 2, room - 3 * MIN_TMPFS_MIB))
+    asked = {"/tmp": spec.tmp_size, "/home/agent": AGENT_HOME_SIZE, "/workspace": spec.workspace_size}
+    wanted = {path: mebibytes(size) for path, size in asked.items()}
+    left = room - shm
+    total = sum(wanted.values())
+    if total > left:  # each its floor, and what is left over in proportion
+        spare = left - MIN_TMPFS_MIB * len(wanted)
+        wanted = {path: MIN_TMPFS_MIB + size * spare // total for path, size in wanted.items()}
+    return {**wanted, "/dev/shm": shm}
+
+
 def session_network_name(session_id: str) -> str:
     return f"corral-net-{session_id}"
 
@@ -258,6 +296,7 @@ class DockerRuntime:
         caps = ["SETUID", "SETGID", "SETPCAP", "CHOWN", "NET_ADMIN", "NET_RAW"]
         network = spec.session_network.name if spec.session_network is not None else spec.network
         agent_owned = f"uid={AGENT_UID},gid={AGENT_UID}"
+        sizes = agent_tmpfs_mib(spec)
         placement: dict[str, Any] = (
             {"network": network} if network else {"ports": {f"{CONTROLLER_PORT}/tcp": ("127.0.0.1", spec.host_port)}}
         )
@@ -278,17 +317,17 @@ class DockerRuntime:
             "security_opt": ["no-new-privileges"],
             "read_only": True,
             "tmpfs": {
-                "/tmp": f"rw,nosuid,nodev,size={spec.tmp_size},mode=1777",
+                "/tmp": f"rw,nosuid,nodev,size={sizes['/tmp']}m,mode=1777",
                 "/home/corral": "rw,nosuid,nodev,size=64m,uid=1000,gid=1000,mode=0700",
                 # exec: what the agent installs there (pip's and npm's ~/.local/bin) must run. 0750: the
                 # browser (in the agent's group) saves downloads in it and reads what a page uploads.
-                "/home/agent": f"rw,nosuid,nodev,exec,size=512m,{agent_owned},mode=0750",
-                "/workspace": f"rw,nosuid,nodev,exec,size={spec.workspace_size},{agent_owned},mode=0755",
+                "/home/agent": f"rw,nosuid,nodev,exec,size={sizes['/home/agent']}m,{agent_owned},mode=0750",
+                "/workspace": f"rw,nosuid,nodev,exec,size={sizes['/workspace']}m,{agent_owned},mode=0755",
                 "/run": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
                 "/etc/ssl/certs": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
             },
             "volumes": {host: {"bind": inside, "mode": "ro"} for host, inside in (spec.files or {}).items()},
-            "shm_size": spec.shm_size,
+            "shm_size": f"{sizes['/dev/shm']}m",
             "mem_limit": spec.memory,
             "memswap_limit": spec.memory,
             "nano_cpus": int(spec.cpus * 1e9),

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import functools
+import json
 import logging
+import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -163,6 +164,8 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
     app.state.lease = None  # the desktop's ControlLease: file transfers are the agent's acts too
     app.state.agent_command = None  # transfer.AgentCommand: tar as the agent, for directories
     app.state.max_upload = settings.max_upload_bytes
+    app.state.boot = secrets.token_hex(8)  # this process's: a controller the init restarted has another
+    app.state.max_download = settings.max_download_bytes
     app.state.reporter = None  # the lifespan's ActionReporter when the session has egress control
     app.state.cdp_url = settings.cdp_url
     app.state.cdp_relays = cdp.Relays()  # the lifespan's, which closes them at shutdown
@@ -257,7 +260,7 @@ async def get_file(request: Request) -> Response:
         query = transfer.file_query(request.query_params)
         await _agent_may_transfer(request, query)
         files = _files(request)
-        download = await transfer.send(files, request.app.state.agent_command, query)
+        download = await transfer.send(files, request.app.state.agent_command, query, request.app.state.max_download)
     except ActionError as exc:
         recorded.failed(exc)
         return _error(exc)
@@ -275,8 +278,10 @@ async def get_file(request: Request) -> Response:
 
 async def get_secrets(request: Request) -> JSONResponse:
     """The placeholders this controller holds, for the gateway's watchdog: a controller restarted
-    inside its container holds none until the gateway puts them again. Placeholders only; no values."""
-    return JSONResponse({"ok": True, "secrets": dict(_desktop(request).placeholders.by_name)})
+    inside its container holds none until the gateway puts them again. Placeholders only; no values.
+    ``boot`` names this controller process: the gateway counts its restarts by it (controller_dead)."""
+    placeholders = dict(_desktop(request).placeholders.by_name)
+    return JSONResponse({"ok": True, "secrets": placeholders, "boot": request.app.state.boot})
 
 
 async def put_secrets(request: Request) -> JSONResponse:

@@ -18,8 +18,11 @@ from corral.gateway.settings import GatewaySettings
 from corral.runtime import ProxySpec, SandboxSpec, SessionNetwork
 from corral.runtime.docker import (
     CONTROLLER_UID,
+    MIN_HEADROOM_MIB,
     DockerRuntime,
+    agent_tmpfs_mib,
     default_proxy_uid,
+    mebibytes,
     proxy_name,
     remapped_root,
     session_network_name,
@@ -193,6 +196,31 @@ def test_a_sandbox_behind_a_proxy_is_told_where_it_is_and_its_token_is_the_contr
     assert (environment["CORRAL_SESSION_NET"], environment["CORRAL_SESSION_GATEWAY"]) == ("10.213.0.0/28", "10.213.0.1")
     assert client.created["volumes"] == {str(token): {"bind": "/run/corral/proxy-token", "mode": "ro"}}
     assert (token.stat().st_uid, _mode(token)) == (CONTROLLER_UID, 0o600)
+
+
+@pytest.mark.parametrize("memory", ["256m", "512m", "768m", "1024m", "1536m", "2g", "4g", "16g"])
+def test_the_agents_tmpfs_mounts_together_leave_the_headroom_of_the_memory_limit(memory: str) -> None:
+    sizes = agent_tmpfs_mib(SandboxSpec(memory=memory, tmp_size="4g", workspace_size="8g", shm_size="256m"))
+    assert set(sizes) == {"/tmp", "/home/agent", "/workspace", "/dev/shm"}
+    assert all(size >= 16 for size in sizes.values())
+    headroom = max(MIN_HEADROOM_MIB, mebibytes(memory) // 4)
+    assert sum(sizes.values()) <= max(mebibytes(memory) - headroom, 64)  # a tiny session: each at its floor
+
+
+def test_tmpfs_sizes_that_fit_are_kept_as_asked_and_the_options_use_them(tmp_path: Path) -> None:
+    spec = SandboxSpec(memory="4g", tmp_size="512m", workspace_size="1g", shm_size="128m")
+    assert agent_tmpfs_mib(spec) == {"/tmp": 512, "/home/agent": 512, "/workspace": 1024, "/dev/shm": 128}
+    options = DockerRuntime(FakeClient())._sandbox_options(spec)  # type: ignore[arg-type]
+    assert "size=512m," in options["tmpfs"]["/tmp"] and "size=1024m," in options["tmpfs"]["/workspace"]
+    assert options["shm_size"] == "128m" and options["mem_limit"] == "4g"
+    small = DockerRuntime(FakeClient())._sandbox_options(SandboxSpec(memory="1024m"))  # type: ignore[arg-type]
+    assert "size=99m," in small["tmpfs"]["/tmp"] and "size=57m," in small["tmpfs"]["/home/agent"]
+
+
+def test_a_size_is_read_as_docker_writes_it() -> None:
+    assert [mebibytes(text) for text in ("2g", "512m", "1024k", str(3 << 20), "1G")] == [2048, 512, 1, 3, 1024]
+    with pytest.raises(ValueError):
+        mebibytes("lots")
 
 
 def test_a_sessions_objects_are_named_from_its_id() -> None:
