@@ -67,3 +67,26 @@ async def test_a_post_made_while_a_person_holds_the_lease_keeps_no_body_whoever_
     proxy.shared.responses.close()
     person, agent = read_flows(state / RESPONSES_FILE)
     assert person.request.content == BLANKED and agent.request.content == b"q=agent-query"
+
+
+async def test_a_post_sent_in_a_persons_turn_keeps_no_body_though_its_answer_comes_after_the_hand_back(
+    recording,
+) -> None:
+    from corral.proxy import control
+
+    from .harness import answered, connect_flow, tunnel_request
+
+    proxy, _, state = recording
+    channel = next(addon for addon in proxy.addons if type(addon).__name__ == "ControlChannel")
+    connect = connect_flow("api.allowed.test")
+    await proxy.http_connect(connect)
+    flow = tunnel_request(connect, "api.allowed.test", "/login", method="POST")
+    flow.request.content = b"password=c0rrect-h0rse"
+    channel.handle("controller", control.LeaseEvent(change="taken", holder="human:lnk_x", previous="agent"))
+    await proxy.requestheaders(flow)  # it leaves in the person's turn ...
+    channel.handle("controller", control.LeaseEvent(change="returned", holder="agent", previous="human:lnk_x"))
+    await proxy.response(answered(flow, b"<p>welcome</p>"))  # ... and its answer comes after the hand-back
+    proxy.shared.responses.close()
+    (person,) = read_flows(state / RESPONSES_FILE)
+    assert person.request.content == BLANKED
+    assert b"c0rrect-h0rse" not in (state / RESPONSES_FILE).read_bytes()
