@@ -116,6 +116,9 @@ def start_upstream(
         yield Upstream(name, address, network, ca_path)
     finally:
         runtime.remove(name)
+        # Each module's network goes with its upstream: Docker's default address pools hold about 30
+        # networks, fewer than a whole run's modules (the run's end removes what is left as well).
+        runtime.remove_network(network)
 
 
 @contextmanager

@@ -336,7 +336,9 @@ def test_the_take_answers_once_frozen_and_how_long_that_takes(
     assert took_ms < 5000
 
 
-def test_what_the_person_copied_in_their_turn_is_not_the_agents_to_paste(gw: RunningGateway, sb: Sandbox) -> None:
+def test_what_the_person_copied_in_their_turn_is_not_the_agents_to_paste(
+    gw: RunningGateway, sb: Sandbox, runtime: DockerHarness
+) -> None:
     # The person copies a password in the page (ctrl+c: Chromium owns the CLIPBOARD selection, and the
     # selected text is PRIMARY); after the hand-back neither the agent's clipboard action nor a process
     # of the agent's (an untrusted X client may still read selections) gets it.
@@ -355,6 +357,12 @@ def test_what_the_person_copied_in_their_turn_is_not_the_agents_to_paste(gw: Run
             {"type": "key", "keys": "ctrl+c"},
         ):
             assert live.ask({"type": "input", "action": action})["type"] == "ack", action
+        # Chromium takes the selection once the page answered its copy: the person hands back after that,
+        # as a person does (the controller also empties what lands within a settle time after the thaw).
+        deadline = time.monotonic() + 10
+        while runtime.exec(sb.container, ["xclip", "-o", "-selection", "clipboard"])[1] != secret:
+            assert time.monotonic() < deadline, "the person's copy never reached the clipboard"
+            time.sleep(0.1)
         assert live.ask({"type": "release"})["type"] == "ack"
     finally:
         live.close()

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import Any
+
+from Xlib.display import Display
+from Xlib.error import ConnectionClosedError, DisplayError, XError
 
 from corral.errors import ActionError, ErrorCode
 
 _TIMEOUT_S = 5.0
+_SELECTIONS = ("clipboard", "primary")
+_ATOMS = ("CLIPBOARD", "PRIMARY")
+SETTLE_S = 0.5  # how long the emptied selections must keep their owner before the agent runs again
+_CLEAR_ROUNDS = 5
 
 
 async def _xclip(args: list[str], stdin: bytes | None, display: str) -> tuple[int, bytes, bytes]:
@@ -50,8 +58,36 @@ async def set_text(display: str, text: str) -> None:
 async def clear(display: str) -> None:
     """Both selections emptied (CLIPBOARD and PRIMARY): what a person copied or selected in their turn
     is gone before the agent's processes run again (corral.sandbox.freezer). xclip takes each selection
-    over with nothing in it, so whichever client held it (Chromium) no longer serves it."""
-    for selection in ("clipboard", "primary"):
-        code, _, _ = await _xclip(["-selection", selection, "-in"], b"", display)
-        if code != 0:
-            raise ActionError(ErrorCode.CLIPBOARD_FAILED, f"xclip could not empty the {selection} selection ({code})")
+    over with nothing in it, so whichever client held it (Chromium) no longer serves it. A person's last
+    ctrl+c may reach Chromium's clipboard after their hand-back (the browser takes the selection once
+    the page answered), so the owners must hold still for :data:`SETTLE_S` after the emptying, which is
+    done again when they did not."""
+    for _ in range(_CLEAR_ROUNDS):
+        for selection in _SELECTIONS:
+            code, _, _ = await _xclip(["-selection", selection, "-in"], b"", display)
+            if code != 0:
+                raise ActionError(ErrorCode.CLIPBOARD_FAILED, f"xclip could not empty {selection} ({code})")
+        emptied = await asyncio.to_thread(_owners, display)
+        await asyncio.sleep(SETTLE_S)
+        if await asyncio.to_thread(_owners, display) == emptied:
+            return
+    raise ActionError(ErrorCode.CLIPBOARD_FAILED, "the selections kept changing hands while they were emptied")
+
+
+def _owners(display: str) -> tuple[int, ...]:
+    """Which window owns each selection now (0: none), over a connection of the controller's own."""
+    try:
+        connection = Display(display)
+        try:
+            return tuple(_window_id(connection.get_selection_owner(connection.intern_atom(name))) for name in _ATOMS)
+        finally:
+            connection.close()
+    except (DisplayError, ConnectionClosedError, XError, OSError) as exc:
+        raise ActionError(
+            ErrorCode.CLIPBOARD_FAILED, f"the X server did not name the selections' owners: {exc}"
+        ) from None
+
+
+def _window_id(owner: Any) -> int:
+    """python-xlib answers a window object, or X.NONE (0) when nobody owns the selection."""
+    return int(getattr(owner, "id", 0) if owner else 0)
