@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import socket
 import threading
+import time
 from collections.abc import Awaitable, Mapping
 from pathlib import Path
 from types import SimpleNamespace
@@ -623,7 +625,9 @@ async def test_pruning_keeps_the_state_of_grounds_held(tmp_path: Path) -> None:
         (ground,) = manager.grounds.held()
         stale = tmp_path / "egress" / "ses_leftover"  # an old pool pair's state: no metadata, nobody's
         stale.mkdir()
-        await asyncio.sleep(0.2)  # both older than the retention (0.09 s)
+        an_hour_ago = time.time() - 3600
+        for state in (stale, ground.state_dir):  # both older than the retention (0.09 s)
+            os.utime(state, (an_hour_ago, an_hour_ago))
         await manager._prune()
         assert ground.state_dir.exists() and not stale.exists()
     finally:
