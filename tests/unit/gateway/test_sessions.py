@@ -18,7 +18,8 @@ import pytest
 
 from corral.errors import EgressUnavailable, SessionNotFound
 from corral.gateway import sessions
-from corral.gateway.egress import Egress
+from corral.gateway.egress import Egress, Ground
+from corral.gateway.grounds import GroundPool
 from corral.gateway.models import CreateSession
 from corral.gateway.sessions import GATEWAY_LABEL, KIND_LABEL, SANDBOX_EXITED, Pair, SessionManager, SessionRecord
 from corral.gateway.settings import GatewaySettings
@@ -593,21 +594,30 @@ async def test_a_claimed_ground_reads_as_nobodys_ground(tmp_path: Path) -> None:
         await manager.stop()
 
 
-async def test_a_ground_whose_proxy_stopped_is_replaced_by_the_reaper(tmp_path: Path) -> None:
+async def test_a_ground_whose_proxy_stopped_is_replaced_by_the_reaper(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     runtime = FakeRuntime()
     manager = _manager(tmp_path, runtime, egress=True, ground_pool_size=2, reap_interval_s=0.05)
     await manager.start()
     try:
-        assert manager.grounds is not None
-        await asyncio.wait_for(manager.grounds.filled.wait(), 10)
-        dead, alive = manager.grounds.held()
+        grounds = manager.grounds
+        assert grounds is not None
+        await asyncio.wait_for(grounds.filled.wait(), 10)
+        dead, alive = grounds.held()
+        retired = asyncio.Event()
+
+        def retire(items: list[Ground]) -> None:
+            GroundPool.retire(grounds, items)
+            if dead in items:
+                retired.set()
+
+        monkeypatch.setattr(grounds, "retire", retire)
         proxy, labels, _ = runtime.proxies[dead.session_id]
         runtime.proxies[dead.session_id] = (proxy, labels, "exited")  # removed by hand, OOM-killed past its restarts
-        for _ in range(400):
-            held = {g.session_id for g in manager.grounds.held()}
-            if dead.session_id not in held and len(held) == 2:
-                break
-            await asyncio.sleep(0.025)
+        await asyncio.wait_for(retired.wait(), 10)  # the reaper found it
+        await asyncio.wait_for(grounds.filled.wait(), 10)  # and the pool made another
+        held = {g.session_id for g in grounds.held()}
         assert dead.session_id not in held and alive.session_id in held and len(held) == 2
         assert dead.session_id not in runtime.proxies and dead.network.name not in runtime.networks
         assert not dead.state_dir.exists()
