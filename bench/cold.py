@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.integration.dockerutil import DockerHarness
 
 RESULTS = Path(__file__).resolve().parent / "results"
-KEY = "bench-key"
+KEY = "bench-key-Hx4Tq9Lm2Wv7Rc5Nz8Kb3Jd6Sf"  # strong enough for the gateway to hold
 # The sandbox's log lines that mark its phases (boot, init, the controller), by what they say.
 LOG_MARKS = {
     "boot: firewall set": re.compile(r"egress locked to the proxy"),

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for what the 
 from tests.integration.dockerutil import DockerHarness
 
 RESULTS = Path(__file__).resolve().parent / "results"
-KEY = "bench-key"
+KEY = "bench-key-Hx4Tq9Lm2Wv7Rc5Nz8Kb3Jd6Sf"  # strong enough for the gateway to hold
 MiB = 1 << 20
 SIZE = 200 * MiB
 # From the Speed section.

@@ -27,6 +27,7 @@ from corral import commands, gateway_client, images, progress, transfer
 from corral.client import SandboxClient, check_reply, image_bytes, is_reply
 from corral.commands import ExecResult, OutputChunk
 from corral.errors import ActionFailed, CorralError, ErrorCode, GatewayError
+from corral.gateway import keystrength
 from corral.gateway_client import Gateway
 from corral.runtime.docker import DockerRuntime
 
@@ -156,6 +157,7 @@ def images_build() -> None:
 @app.command()
 def up(build: Annotated[bool, typer.Option(help="Build the image first (seconds when cached).")] = True) -> None:
     """Build the image and start the gateway (docker compose) on 127.0.0.1:8700."""
+    _refuse_a_weak_key()
     runtime = _runtime()
     try:
         if build:
@@ -168,6 +170,15 @@ def up(build: Annotated[bool, typer.Option(help="Build the image first (seconds 
     except CorralError as exc:
         raise _fail(str(exc)) from None
     console.print(f"[green]gateway up on {_url()}[/green]  (API key: `corral status`)")
+
+
+def _refuse_a_weak_key() -> None:
+    """``CORRAL_API_KEY`` (what compose hands the gateway) refused before anything starts when a key
+    of it is too short or too guessable to hold; the gateway would refuse it too, less visibly."""
+    keys = [key.strip() for key in os.environ.get("CORRAL_API_KEY", "").split(",") if key.strip()]
+    trouble = keystrength.problem(keys)
+    if trouble is not None:
+        raise _fail(trouble)
 
 
 def _wait_for_gateway(runtime: DockerRuntime, timeout_s: float = 60) -> None:

@@ -12,9 +12,9 @@ each :class:`CodedError` with the HTTP status its table gives the class (corral.
     │   ├─ InvalidRequest → InvalidCursor    a request the gateway refuses as written
     │   ├─ Unauthorized, Forbidden          credentials
     │   ├─ NotFound → SessionNotFound, ReplayNotFound
-    │   ├─ MessageTooLarge, UploadTooLarge
+    │   ├─ MessageTooLarge, UploadTooLarge, DownloadTooLarge
     │   ├─ CapacityError, HermeticUnavailable, EgressOff, ReplayUnreadable
-    │   ├─ AuditLogUnreadable, AuditAnchorsInvalid, TicketKeyUnusable
+    │   ├─ AuditLogUnreadable, AuditAnchorsInvalid, TicketKeyUnusable, KeyIdKeyUnusable, WeakApiKey
     │   ├─ FileRefused → NoSuchFile, FileAccessDenied, NotADirectory, IsADirectory, InvalidPath, NoSpace
     │   ├─ BundleError                      not a readable recording
     │   └─ SandboxError                     the host side could not build, start or reach a sandbox
@@ -53,6 +53,7 @@ class ErrorCode(StrEnum):
     BROWSER_UNAVAILABLE = "browser_unavailable"
     NAVIGATION_FAILED = "navigation_failed"
     NO_SUCH_TAB = "no_such_tab"
+    URL_REFUSED = "url_refused"  # not a web page's address (corral.protocol.urls)
     CLIPBOARD_FAILED = "clipboard_failed"
     INTERNAL = "internal"
     # Commands, processes and files inside the sandbox (run as the agent's uid).
@@ -285,6 +286,11 @@ class UnknownKeyError(CorralError, ValueError):
         self.token = token
 
 
+class XDoorError(CorralError):
+    """The X server refused or did not answer what the sandbox's init asked of it (corral.sandbox.xaccess):
+    the init then does not start the browser."""
+
+
 class InvalidMessage(CorralError, ValueError):
     """A control message an egress proxy refuses (corral.proxy.control); :meth:`reply` is the
     structured refusal it answers with."""
@@ -327,6 +333,11 @@ class MessageTooLarge(CodedError, code=ErrorCode.MESSAGE_TOO_LARGE):
 
 class UploadTooLarge(CodedError, code=ErrorCode.TOO_LARGE):
     """An upload over its cap (recorded responses)."""
+
+
+class DownloadTooLarge(CodedError, code=ErrorCode.TOO_LARGE):
+    """A download over ``CORRAL_MAX_DOWNLOAD_BYTES``: refused before its first byte when its size is
+    known (a file's apparent size, a directory's by ``du``), else cut the moment it passes the cap."""
 
 
 # -- who may do what --------------------------------------------------------------------------------------
@@ -392,6 +403,14 @@ class AuditAnchorsInvalid(CodedError, code=ErrorCode.AUDIT_ANCHORS_INVALID):
 
 class TicketKeyUnusable(CodedError, code=ErrorCode.INTERNAL):
     """The gateway's CDP ticket key (its data dir) cannot be read or holds no key."""
+
+
+class KeyIdKeyUnusable(CodedError, code=ErrorCode.INTERNAL):
+    """The gateway's key for API key ids (its data dir) cannot be read or holds no key."""
+
+
+class WeakApiKey(CodedError, code=ErrorCode.INVALID_FIELD):
+    """An API key given to the gateway (``CORRAL_API_KEY``) is too short or too guessable to hold."""
 
 
 # -- the host side ----------------------------------------------------------------------------------------

@@ -281,6 +281,24 @@ def _download_failed(response: httpx.Response, body: bytes) -> None:
         _checked(httpx.Response(response.status_code, headers=response.headers, content=body))
 
 
+# The gateway names its download cap in this header; a stream cut once that many bytes came was cut for it.
+MAX_DOWNLOAD_HEADER = "x-corral-max-download-bytes"
+_CUT = (httpx.RemoteProtocolError, httpx.ReadError)
+
+
+def _cut_for_cap(response: httpx.Response, received: int) -> GatewayError | None:
+    """A download that broke off: ``too_large`` when it broke at the gateway's cap (it cuts a stream
+    that passes it, having sent exactly the cap), else None (another failure, raised as it came)."""
+    cap = response.headers.get(MAX_DOWNLOAD_HEADER, "")
+    if not cap.isdigit() or received < int(cap):
+        return None
+    message = (
+        f"the download passed the gateway's cap of {cap} bytes (CORRAL_MAX_DOWNLOAD_BYTES) and was cut; "
+        "nothing was kept"
+    )
+    return GatewayError(413, {"error": {"code": "too_large", "message": message, "field": "path"}})
+
+
 def _http_options(url: str | None, credential: str | None) -> dict[str, Any]:
     return {
         "base_url": gateway_url(url),
@@ -366,15 +384,19 @@ class Gateway:
         answer: dict[str, Any] = _json(response)
         return answer
 
-    def download(self, path: str, local: Path) -> int:
-        """GET ``path`` streamed into ``local`` (never held whole); returns its size. GatewayError for a refusal."""
-        with self._http.stream("GET", path) as response:
+    def download(self, path: str, local: Path, params: dict[str, str] | None = None) -> tuple[int, str]:
+        """GET ``path`` streamed into ``local`` (never held whole); returns its size and content type.
+        GatewayError for a refusal."""
+        with self._http.stream("GET", path, params=params) as response:
             _download_failed(response, response.read() if response.status_code >= 400 else b"")
             size = 0
             with local.open("wb") as out:
-                for chunk in response.iter_bytes(CHUNK):
-                    size += out.write(chunk)
-        return size
+                try:
+                    for chunk in response.iter_bytes(CHUNK):
+                        size += out.write(chunk)
+                except _CUT as exc:
+                    raise _cut_for_cap(response, size) or exc from None
+        return size, response.headers.get("content-type", "application/octet-stream")
 
     def download_file(self, session_id: str, remote: str, local: str | Path) -> Download:
         """``remote`` (a file's bytes, or a directory as a tar) streamed to ``local``, which appears
@@ -382,16 +404,11 @@ class Gateway:
         target = Path(local)
         part = _part(target)
         try:
-            with self._http.stream("GET", files_path(session_id), params={"path": remote}) as response:
-                _download_failed(response, response.read() if response.status_code >= 400 else b"")
-                size = 0
-                with part.open("wb") as out:
-                    for chunk in response.iter_bytes(CHUNK):
-                        size += out.write(chunk)
+            size, content_type = self.download(files_path(session_id), part, {"path": remote})
             part.replace(target)
         finally:
             part.unlink(missing_ok=True)
-        return Download(target, size, response.headers.get("content-type", "application/octet-stream"))
+        return Download(target, size, content_type)
 
 
 class AsyncGateway:
@@ -472,17 +489,24 @@ class AsyncGateway:
         answer: dict[str, Any] = _json(response)
         return answer
 
+    async def download(self, path: str, local: Path, params: dict[str, str] | None = None) -> tuple[int, str]:
+        async with self._http.stream("GET", path, params=params) as response:
+            _download_failed(response, await response.aread() if response.status_code >= 400 else b"")
+            size = 0
+            with await asyncio.to_thread(local.open, "wb") as out:
+                try:
+                    async for chunk in response.aiter_bytes(CHUNK):
+                        size += await asyncio.to_thread(out.write, chunk)
+                except _CUT as exc:
+                    raise _cut_for_cap(response, size) or exc from None
+        return size, response.headers.get("content-type", "application/octet-stream")
+
     async def download_file(self, session_id: str, remote: str, local: str | Path) -> Download:
         target = Path(local)
         part = _part(target)
         try:
-            async with self._http.stream("GET", files_path(session_id), params={"path": remote}) as response:
-                _download_failed(response, await response.aread() if response.status_code >= 400 else b"")
-                size = 0
-                with await asyncio.to_thread(part.open, "wb") as out:
-                    async for chunk in response.aiter_bytes(CHUNK):
-                        size += await asyncio.to_thread(out.write, chunk)
+            size, content_type = await self.download(files_path(session_id), part, {"path": remote})
             await asyncio.to_thread(part.replace, target)
         finally:
             part.unlink(missing_ok=True)
-        return Download(target, size, response.headers.get("content-type", "application/octet-stream"))
+        return Download(target, size, content_type)

@@ -6,7 +6,6 @@ nothing outside the target, nothing there until all of it is."""
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 import posixpath
 import re
@@ -139,7 +138,7 @@ class _Tree:
             assert source is not None  # a regular member always has its data
             self._write(parts, member, source)
         elif member.islnk() and parts:
-            self._copy_linked(tar, parts, member)
+            self._link(parts, member)
         else:
             return False  # a symbolic link, a device, a fifo: left out (one could point anywhere here)
         return True
@@ -162,26 +161,24 @@ class _Tree:
             os.utime(fd, (member.mtime, member.mtime))
         self._files.add(parts)
 
-    def _copy_linked(self, tar: tarfile.TarFile, parts: tuple[str, ...], member: tarfile.TarInfo) -> None:
-        """A hard link made a copy of the file it names, when that is a file unpacked before; never a link."""
+    def _link(self, parts: tuple[str, ...], member: tarfile.TarInfo) -> None:
+        """A hard link made a link to the file it names, when that is a file unpacked before (so a farm
+        of links to one big file costs its size once here too, as in the sandbox and in the tar)."""
         linked = _parts(member.linkname)
         if linked not in self._files:
             raise ArchiveRefused(f"{member.name!r} links to {member.linkname!r}, no file unpacked before it")
-        parent = _open_dir(self._root, linked[:-1], make=False)
+        source = _open_dir(self._root, linked[:-1], make=False)
         try:
-            fd = os.open(linked[-1], _OLD_FILE, dir_fd=parent)
+            parent = _open_dir(self._root, parts[:-1], make=True)
+            try:
+                os.link(linked[-1], parts[-1], src_dir_fd=source, dst_dir_fd=parent, follow_symlinks=False)
+            except FileExistsError:
+                raise ArchiveRefused(f"{member.name!r} names something already unpacked") from None
+            finally:
+                os.close(parent)
         finally:
-            os.close(parent)
-        with os.fdopen(fd, "rb") as source:
-            size = os.fstat(fd).st_size
-            self._write(parts, _sized(member, size), source)
-
-
-def _sized(member: tarfile.TarInfo, size: int) -> tarfile.TarInfo:
-    """``member`` with the size of the file it links to (a hard link's own size is 0)."""
-    sized = copy.copy(member)
-    sized.size = size
-    return sized
+            os.close(source)
+        self._files.add(parts)
 
 
 def _unpack_into(archive: Path, root: int) -> list[str]:
@@ -203,9 +200,9 @@ def unpack(archive: Path, target: Path) -> list[str]:
     """The tar at ``archive`` unpacked to ``target`` (which must not exist, or be an empty directory):
     only regular files and directories, each made below a fresh directory beside ``target`` that is
     renamed into place once every member is in, so a refused or failed unpack leaves nothing. Symbolic
-    links, devices and fifos are left out (their names returned); a hard link becomes a copy of the file
-    it names. Raises :class:`CorralError` for a member that would leave ``target`` or replace another,
-    and for an archive that is cut short."""
+    links, devices and fifos are left out (their names returned); a hard link becomes a link to the file
+    it names (made before it in the same fresh tree). Raises :class:`CorralError` for a member that
+    would leave ``target`` or replace another, and for an archive that is cut short."""
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".unpacking", dir=target.parent))
     try:

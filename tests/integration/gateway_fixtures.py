@@ -23,8 +23,8 @@ from corral.recording.bundle import Bundle, read_bundle
 
 from .dockerutil import DockerHarness
 
-KEY_A = "test-key-a"
-KEY_B = "test-key-b"
+KEY_A = "test-key-a-N4q7Rz2Lw9Xc5Vb8Tm3Kp6Hd"  # strong enough for the gateway to hold (keystrength)
+KEY_B = "test-key-b-F2j8Ws5Qy1Ge7Uo4Ia9Zt3Lr"
 
 
 def free_port() -> int:

@@ -13,7 +13,7 @@ from PIL import Image
 from corral.client import SandboxClient
 from corral.runtime import SandboxAddress, SandboxSpec
 
-from .conftest import html_url, wait_for
+from .conftest import center, find_color, html_url, screenshot_image, wait_for
 from .dockerutil import DockerHarness
 
 IDLE_STOP_S = 2
@@ -79,6 +79,37 @@ def test_tabs_and_the_active_tab_survive_an_idle_stop(runtime: DockerHarness, qu
         assert titles[first] == "third" and titles[second["id"]] == "second"
         assert client.act({"type": "tab_switch", "tab": second["id"]})["result"]["title"] == "second"
         client.act({"type": "tab_close", "tab": second["id"]})
+
+
+def idle_stops(runtime: DockerHarness, box: SandboxAddress) -> int:
+    """How often the controller stopped the driver for idleness so far (its log says each)."""
+    return runtime.logs(box.id, 20_000).count("stopped the Playwright driver")
+
+
+POPUP_OPENER = html_url(
+    '<button id=open style="position:absolute;left:40px;top:40px;width:300px;height:200px;border:0;'
+    'background:#0000ff"></button>',
+    "document.title = 'opener'; document.getElementById('open').onclick = () => {"
+    " const popup = window.open('about:blank'); popup.document.title = 'popup'; };",
+)
+
+
+def test_a_popup_opened_while_the_driver_was_stopped_is_the_active_tab(
+    runtime: DockerHarness, quick_stop: SandboxAddress
+) -> None:
+    with SandboxClient(quick_stop.ws_url, controller_secret=quick_stop.secret) as client:
+        client.act({"type": "navigate", "url": POPUP_OPENER})
+        x, y = center(find_color(screenshot_image(client), (0, 0, 255)))
+        assert wait_for(lambda: not driver_running(runtime, quick_stop), timeout_s=60)
+        stops = idle_stops(runtime, quick_stop)
+        client.act({"type": "click", "x": x, "y": y})  # the page opens its popup, which comes to the front
+        # The click started the driver in the background; once it stopped again, the next call connects anew.
+        assert wait_for(lambda: idle_stops(runtime, quick_stop) > stops, timeout_s=60)
+        assert client.act({"type": "page_info"})["result"]["title"] == "popup"
+        tabs = client.act({"type": "tabs"})["result"]["tabs"]
+        assert [t["title"] for t in tabs if t["active"]] == ["popup"] and len(tabs) == 2
+        client.act({"type": "tab_close"})  # the active tab: the popup on screen
+        assert client.act({"type": "page_info"})["result"]["title"] == "opener"
 
 
 def test_input_brings_the_driver_back_for_the_settle(runtime: DockerHarness, quick_stop: SandboxAddress) -> None:

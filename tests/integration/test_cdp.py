@@ -229,7 +229,14 @@ def test_crashes_internal_pages_and_non_flat_sessions_are_refused(gw: RunningGat
     with cdp_socket(gw, sb) as ws:
         page = next(t for t in cdp_call(ws, 1, "Target.getTargets")["result"]["targetInfos"] if t["type"] == "page")
         for n, url in enumerate(
-            ["chrome://crash", "chrome://quit", "CHROME://restart/", " chrome://kill", "devtools://x"]
+            [
+                "chrome://crash",
+                "chrome://quit",
+                "CHROME://restart/",
+                " chrome://kill",
+                "devtools://x",
+                "file:///etc/passwd",
+            ]
         ):
             made = cdp_call(ws, 10 + n, "Target.createTarget", {"url": url})
             assert made["error"]["message"].endswith("(rule internal_pages)"), made

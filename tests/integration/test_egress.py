@@ -85,8 +85,8 @@ def gw(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator
         yield running
 
 
-def probe(runtime: DockerHarness, container: str, kind: str, **args: Any) -> Any:
-    code, out = runtime.exec(container, ["python", "-c", PROBE, kind, json.dumps(args)])
+def probe(runtime: DockerHarness, container: str, kind: str, user: str = "corral", **args: Any) -> Any:
+    code, out = runtime.exec(container, ["python", "-c", PROBE, kind, json.dumps(args)], user=user)
     assert code == 0, out
     return json.loads(out.strip().splitlines()[-1])
 
@@ -518,3 +518,90 @@ def test_audit_logs_outlive_their_sessions(gw: RunningGateway, runtime: DockerHa
         assert listed[box["id"]]["state"] == "ended"
     with httpx.Client(base_url=gw.url, headers={"Authorization": f"Bearer {KEY_B}"}) as other:
         assert other.get(f"/v1/sessions/{box['id']}/traffic").status_code == 403
+
+
+class HostService:
+    """A server of the test's own on the host, bound to the host's address on the egress bridge (the
+    bridge's gateway), counting what reaches it."""
+
+    def __init__(self, address: str) -> None:
+        import http.server
+        import threading
+
+        hits: list[str] = []
+        self.hits = hits
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                hits.append(self.path)
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"the host's own service")
+
+            def log_message(self, *args: object) -> None:
+                return None
+
+        self.server = http.server.ThreadingHTTPServer((address, 0), Handler)
+        self.address, self.port = address, self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _bridge(network: str) -> tuple[str, str]:
+    """A Docker network's subnet and its gateway (the host's own address on its bridge)."""
+    import subprocess
+
+    inspected = subprocess.run(
+        ["docker", "network", "inspect", "-f", "{{json .IPAM.Config}}", network],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    config = json.loads(inspected.stdout)[0]
+    return str(config["Subnet"]), str(config["Gateway"])
+
+
+@pytest.fixture(scope="module")
+def trusting_gw(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator[RunningGateway]:
+    """A gateway whose operator trusts the whole egress subnet, the host's address on it among them."""
+    subnet, _ = _bridge(upstream.network)
+    with gateway(
+        tmp_path_factory.mktemp("trusting-gw"),
+        f"trusting-{os.getpid()}",
+        egress_network=upstream.network,
+        egress_trusted_networks=subnet,
+        egress_upstream_ca=upstream.ca_path,
+    ) as running:
+        yield running
+
+
+def test_a_trusted_network_holding_the_host_s_address_does_not_open_the_host_to_report_mode(
+    trusting_gw: RunningGateway, upstream: Upstream, runtime: DockerHarness
+) -> None:
+    """Report mode lets through what the allowlist refuses, and a trusted network lifts the global
+    deny: together they sent a session's requests to the gateway host's own services."""
+    _, host_address = _bridge(upstream.network)
+    service = HostService(host_address)
+    try:
+        with Sandbox.create(url=trusting_gw.url, api_key=KEY_A, allow=["allowed.test"], egress_mode="report") as box:
+            target = f"{host_address}:{service.port}"
+            plain = probe(runtime, box.container, "proxied", connect=target, path="/plain", timeout=8, user="agent")
+            tunnel = probe(
+                runtime, box.container, "proxied", tls=True, connect=host_address, port=service.port, path="/tls"
+            )
+            assert (plain["status"], plain.get("rule")) == (403, "global-deny"), plain
+            assert (tunnel["status"], tunnel.get("rule")) == (403, "global-deny"), tunnel
+            seen = [r for r in traffic(trusting_gw, box.id) if r.get("host") == host_address]
+            assert {r["event"] for r in seen} >= {"connect", "block"}, seen
+            for record in seen:
+                assert (record["decision"], record["rule"], record.get("ip")) == ("deny", "global-deny", None), record
+            # The rest of the trusted network is what report mode is for: the upstream is reached.
+            reported = probe(runtime, box.container, "proxied", tls=True, connect="other.test", path="/json")
+            assert reported["status"] == 200, reported
+    finally:
+        service.close()
+    assert service.hits == []

@@ -248,6 +248,69 @@ def test_a_link_into_proc_is_refused(client: SandboxClient) -> None:
     _still_working(client)
 
 
+# The agent's side of the race: /workspace/race/d flips between a link to a real directory and a link to
+# /proc/self (the launcher, when the launcher resolves it), as fast as renames go, for at most 120 s.
+SWAPPER = r"""
+import os, time
+os.chdir("/workspace/race")
+end = time.monotonic() + 120
+while time.monotonic() < end and not os.path.exists("stop"):
+    for target, name in (("real", "d.real"), ("/proc/self", "d.proc")):
+        try:
+            os.symlink(target, name)
+        except FileExistsError:
+            pass
+        os.replace(name, "d")
+"""
+
+
+def test_a_link_swapped_into_proc_between_the_check_and_the_use_is_refused(client: SandboxClient) -> None:
+    """The launcher checked a path for /proc, then opened it: a link swapped in between led a file
+    action into the launcher's own /proc/self (its command line here, its memory and descriptors as well)."""
+    made = client.act({"type": "exec", "command": "mkdir -p /workspace/race/real/fd && rm -f /workspace/race/stop"})
+    assert made["result"]["exit_code"] == 0, made
+    client.act({"type": "file_write", "path": "/workspace/race/real/cmdline", "content": "benign"})
+    client.act({"type": "file_write", "path": "/workspace/race/swap.py", "content": SWAPPER})
+    swap = "cd /workspace/race && (setsid nohup python3 swap.py >/dev/null 2>&1 &)"
+    started = client.act({"type": "exec", "command": swap})
+    assert started["result"]["exit_code"] == 0, started
+    outcomes: dict[str, int] = {}
+    leaked: list[Any] = []
+    try:
+        for attempt in range(1500):
+            action: dict[str, Any] = (
+                {"type": "file_read", "path": "/workspace/race/d/cmdline"}
+                if attempt % 3 == 0
+                else {"type": "file_list", "path": "/workspace/race/d/fd"}
+                if attempt % 3 == 1
+                else {"type": "file_stat", "path": "/workspace/race/d/cmdline"}
+            )
+            reply = client.request({"action": action})
+            if not reply["ok"]:
+                key = f"{action['type']}:{reply['error']['code']}"
+            elif action["type"] == "file_read":
+                content = reply["result"]["content"]
+                key = f"file_read:{content[:20]}"
+                if content != "benign":
+                    leaked.append(content[:200])
+            elif action["type"] == "file_list":
+                entries = reply["result"]["entries"]
+                key = f"file_list:{len(entries)}"
+                if entries:  # the real fd directory is empty; the launcher's is not
+                    leaked.append([e["path"] for e in entries][:5])
+            else:
+                key = f"file_stat:{reply['result']['size']}"
+                if reply["result"]["size"] != len("benign"):
+                    leaked.append(reply["result"])
+            outcomes[key] = outcomes.get(key, 0) + 1
+    finally:
+        client.act({"type": "exec", "command": "touch /workspace/race/stop"})
+    assert not leaked, (leaked[:5], outcomes)
+    # The race was played: both sides of the flip were seen (read, and refused or not found).
+    assert outcomes.get("file_read:benign", 0) > 0 and len(outcomes) > 3, outcomes
+    _still_working(client)
+
+
 def test_bad_paths_over_http(sandbox: SandboxAddress, client: SandboxClient) -> None:
     secret = _get(sandbox, {"path": "/run/corral/controller/secret"})
     assert secret.status_code == 403 and secret.json()["error"]["code"] == "permission_denied"

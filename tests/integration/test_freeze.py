@@ -334,3 +334,33 @@ def test_the_take_answers_once_frozen_and_how_long_that_takes(
     finally:
         live.close()
     assert took_ms < 5000
+
+
+def test_what_the_person_copied_in_their_turn_is_not_the_agents_to_paste(gw: RunningGateway, sb: Sandbox) -> None:
+    # The person copies a password in the page (ctrl+c: Chromium owns the CLIPBOARD selection, and the
+    # selected text is PRIMARY); after the hand-back neither the agent's clipboard action nor a process
+    # of the agent's (an untrusted X client may still read selections) gets it.
+    targets = open_takeover_page(sb)
+    sb.act({"type": "clipboard_set", "text": "the agent's own"})
+    link = make_link(gw, sb.id, "control")
+    live = Live(gw, sb.id, secret_of(link))
+    secret = "copied-" + os.urandom(6).hex()
+    try:
+        take(live)
+        x, y = targets["field"]
+        for action in (
+            {"type": "click", "x": x, "y": y},
+            {"type": "type", "text": secret},
+            {"type": "key", "keys": "ctrl+a"},
+            {"type": "key", "keys": "ctrl+c"},
+        ):
+            assert live.ask({"type": "input", "action": action})["type"] == "ack", action
+        assert live.ask({"type": "release"})["type"] == "ack"
+    finally:
+        live.close()
+    # A command of the agent's runs only once its processes are thawed, which is after the selections
+    # were emptied; the clipboard action (the controller's own xclip) is asked after it, for the same reason.
+    for selection in ("clipboard", "primary"):
+        read = sb.exec(argv=["xclip", "-o", "-selection", selection], timeout_ms=5000)
+        assert secret not in read.stdout, (selection, read)
+    assert secret not in sb.act({"type": "clipboard_get"})["result"]["text"]

@@ -14,6 +14,8 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from corral import AsyncSandbox, Sandbox
+from corral.runtime import SandboxSpec
+from corral.runtime.docker import agent_tmpfs_mib
 
 from .conftest import html_url
 from .dockerutil import DockerHarness
@@ -125,6 +127,26 @@ def test_auth_failures(gw: RunningGateway) -> None:
         finally:
             a.delete(f"/v1/sessions/{mine['id']}")
             b.delete(f"/v1/sessions/{theirs['id']}")
+
+
+@pytest.mark.parametrize("depth", [1000, 100_000])
+def test_deeply_nested_json_on_the_agent_s_websocket_gets_invalid_json_and_the_relay_survives(
+    gw: RunningGateway, depth: int
+) -> None:
+    """The relay reads each request's id (for its round-trip metric) with Python's json, which raised
+    RecursionError past ~1000 levels: the relay died and the agent's connection with it."""
+    with gw.client(KEY_A) as a:
+        session = a.post("/v1/sessions", json={}).json()
+        try:
+            with connect(f"{session['ws_url']}?token={session['token']}", compression=None) as ws:
+                ws.send('{"id": 7, "x": ' + "[" * depth + "]" * depth + "}")
+                refused = json.loads(ws.recv(timeout=20))
+                assert refused["ok"] is False and refused["error"]["code"] == "invalid_json", refused
+                ws.send(json.dumps({"id": 8, "action": {"type": "cursor_position"}}))
+                after = json.loads(ws.recv(timeout=20))
+                assert after["ok"] is True and after["id"] == 8, after
+        finally:
+            a.delete(f"/v1/sessions/{session['id']}")
 
 
 @pytest.mark.parametrize(
@@ -346,8 +368,13 @@ def test_limits_and_hardening_are_applied(gw: RunningGateway, runtime: DockerHar
             assert host["NanoCpus"] == 1_500_000_000
             assert host["Memory"] == host["MemorySwap"] == 1024 * 1024 * 1024  # swap equal: none extra
             assert host["PidsLimit"] == gw.settings.default_pids
-            assert host["ShmSize"] == gw.settings.default_shm_mb * 1024 * 1024
-            assert "size=512m" in host["Tmpfs"]["/tmp"]
+            assert host["ShmSize"] == min(gw.settings.default_shm_mb, 256) * 1024 * 1024
+            # The agent's tmpfs mounts share the memory less its headroom (corral.runtime.docker).
+            sizes = agent_tmpfs_mib(
+                SandboxSpec(memory="1024m", tmp_size="512m", workspace_size=gw.settings.workspace_size)
+            )
+            assert f"size={sizes['/tmp']}m," in host["Tmpfs"]["/tmp"] and sizes["/tmp"] < 512
+            assert f"size={sizes['/workspace']}m," in host["Tmpfs"]["/workspace"]
             assert host["ReadonlyRootfs"] is True
             # Only what the boot stage needs to set the firewall, hand the secret to corral and drop; every
             # process then runs with all-zero capability sets but the supervisor's (test_egress checks each).

@@ -281,7 +281,7 @@ def test_the_image_runs_on_its_own(runtime: DockerHarness, desktop_image: str) -
         assert "PermissionError" not in logs and "Traceback" not in logs, logs[-3000:]
         _, out = container.exec_run(["ps", "-eo", "user:12,comm", "--no-headers"])
         users = {line.split()[1]: line.split()[0] for line in out.decode().splitlines() if line.strip()}
-        assert users["chromium"] == "agent" and users["Xvfb"] == "corral", out
+        assert (users["chromium"], users["openbox"], users["Xvfb"]) == ("browser", "browser", "corral"), out
     finally:
         container.remove(force=True)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from corral.gateway.sessions import GATEWAY_LABEL
@@ -32,7 +32,9 @@ pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
 def gw(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[RunningGateway]:
     """One session at a time: a new one at the cap shows the dead one's slot was freed."""
     instance = f"life-{time.time_ns()}"
-    with gateway(tmp_path_factory.mktemp("gw"), instance, max_sessions=1, max_sessions_per_key=1) as running:
+    # A controller silent for 15 s is dead (the default is 60): the test below waits for that verdict.
+    limits = {"max_sessions": 1, "max_sessions_per_key": 1, "controller_dead_after_s": 15.0}
+    with gateway(tmp_path_factory.mktemp("gw"), instance, **limits) as running:  # type: ignore[arg-type]
         yield running
     runtime.remove_all({GATEWAY_LABEL: instance})
 
@@ -100,18 +102,110 @@ def test_a_killed_sandbox_ends_its_session_at_once(gw: RunningGateway, runtime: 
         assert c.delete(f"/v1/sessions/{replacement['id']}").status_code == 204
 
 
-def test_an_oom_killed_sandbox_is_reported_as_such(gw: RunningGateway, runtime: DockerHarness) -> None:
+def test_filling_tmp_past_the_memory_limit_stops_at_the_mount_and_the_session_lives(
+    gw: RunningGateway, runtime: DockerHarness
+) -> None:
     # The attack of the report: fill the sandbox's tmpfs, as the sandbox's own user, past its memory.
+    # It OOM-killed the sandbox (sandbox_exited, "out of memory"); the agent's mounts now share the
+    # memory less a headroom (corral.runtime.docker), so the writer meets a full disk instead.
     session = _create(gw, resources={"memory_mb": 512, "disk_mb": 1024})
     with _open_ws(session) as ws:
         fill = ["dd", "if=/dev/zero", "of=/tmp/fill", "bs=1M", "count=1000"]
         code, out = runtime.exec(session["container"], fill)
-        assert code != 0, out  # the writer was killed before it could finish
-        close_code, reason, after_fill_s = _closed(ws, timeout_s=10)
-    assert close_code == 4000 and "sandbox_exited (out of memory (OOM-killed)" in reason, reason
-    _gone_within(gw, session["id"], timeout_s=2.0)
-    print(f"OOM-killed sandbox: WebSocket closed {after_fill_s * 1000:.0f} ms after the writer died")
-    replacement = _create(gw)
+        assert code != 0 and "No space left on device" in out, out
+        ws.send(json.dumps({"id": 2, "action": {"type": "cursor_position"}}))
+        assert json.loads(ws.recv(timeout=10))["ok"] is True
+    with gw.client() as c:
+        assert c.delete(f"/v1/sessions/{session['id']}").status_code == 204
+
+
+# What the agent can write that lives in memory: every tmpfs open to its uid (the others refuse it).
+_AGENT_TMPFS = ("/tmp", "/dev/shm", "/home/agent", "/workspace", "/run", "/run/user", "/home/corral")
+# The controller killed as the kernel's OOM killer would, by pid, again and again for a bounded time (by
+# its own uid: root in the sandbox holds no CAP_KILL).
+_KILL_CONTROLLER = (
+    "import os, signal, time\n"
+    "end = time.monotonic() + 60\n"
+    "while time.monotonic() < end:\n"
+    "    for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+    "        try:\n"
+    "            line = open(f'/proc/{pid}/cmdline', 'rb').read()\n"
+    "            mine = int(pid) == os.getpid()  # its own command line names the controller too\n"
+    "            if not mine and line.endswith(b'-m\\0corral.sandbox.controller\\0'):\n"
+    "                os.kill(int(pid), signal.SIGKILL)\n"
+    "        except OSError:\n"
+    "            pass\n"
+    "    time.sleep(0.3)\n"
+)
+
+
+def _exec(ws: ClientConnection, command: str) -> dict[str, Any]:
+    """``command`` run through the controller, as the agent (its launcher: nice, OOM score and all)."""
+    ws.send(json.dumps({"id": 2, "action": {"type": "exec", "command": command}}))
+    answer: dict[str, Any] = json.loads(ws.recv(timeout=60))
+    assert answer["ok"] is True, answer
+    result: dict[str, Any] = answer["result"]
+    return result
+
+
+def _fill_every_tmpfs(runtime: DockerHarness, container: str) -> dict[str, int]:
+    """As the agent's uid: each tmpfs it can write filled until it refuses; the MiB each took."""
+    taken: dict[str, int] = {}
+    for where in _AGENT_TMPFS:
+        fill = f"dd if=/dev/zero of={where}/fill bs=1M count=4096 2>/dev/null; du -sm {where}/fill 2>/dev/null"
+        _, out = runtime.exec(container, ["sh", "-c", fill], user="agent")
+        first = out.split()[0] if out.split() else ""
+        taken[where] = int(first) if first.isdigit() else 0
+    return taken
+
+
+def test_a_controller_that_cannot_stay_up_ends_its_session(gw: RunningGateway, runtime: DockerHarness) -> None:
+    # 1 GiB of memory, 1 GiB asked for /tmp and /workspace: unbounded, the agent's files alone would
+    # take the whole limit (and the kernel kill the controller, Chromium and X again and again).
+    session = _create(gw, resources={"memory_mb": 1024, "disk_mb": 1024})
+    container = session["container"]
+    with _open_ws(session) as ws:
+        taken = _fill_every_tmpfs(runtime, container)
+        print(f"the agent's tmpfs fill (MiB): {taken}")
+        assert taken["/run"] == taken["/run/user"] == taken["/home/corral"] == 0  # not the agent's to write
+        assert sum(taken.values()) <= 1024 - 512, taken  # its mounts leave the headroom free
+        # The controller, Chromium and X still answer after the fill.
+        ws.send(json.dumps({"id": 3, "action": {"type": "screenshot", "format": "jpeg"}}))
+        assert json.loads(ws.recv(timeout=30))["ok"] is True
+        # The agent can neither kill the controller nor make its own processes safer from the OOM
+        # killer than the controller is.
+        mine = _exec(ws, "cat /proc/self/oom_score_adj; pgrep -u corral -f corral.sandbox.controller")
+        adj, controller_pid = mine["stdout"].split()[:2]
+        assert int(adj) == 1000  # the agent's processes die first
+        _, theirs = runtime.exec(container, ["cat", f"/proc/{controller_pid}/oom_score_adj"], user="root")
+        below = int(theirs.strip()) - 1
+        lowered = _exec(ws, f"echo {below} > /proc/self/oom_score_adj")
+        assert lowered["exit_code"] != 0 and "denied" in lowered["stderr"], lowered
+        assert _exec(ws, f"kill -9 {controller_pid}")["exit_code"] != 0
+        # Killed again and again all the same (as by the OOM killer): the session ends, the agent's
+        # WebSocket closes 4000 with the reason, the recording is kept and the slot is free.
+        killed = time.monotonic()
+        runtime.exec(container, ["sh", "-c", f'nohup python3 -c "{_KILL_CONTROLLER}" >/dev/null 2>&1 &'], user="corral")
+        closes = [_closed(ws, timeout_s=60)[:2]]
+    # A controller that comes back for a moment closes the socket plainly (1000: it is back); the agent
+    # reconnects, as a client does, until the verdict closes it with 4000 or the session is gone.
+    deadline = time.monotonic() + 90
+    while closes[-1][0] != 4000 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        try:
+            with connect(f"{session['ws_url']}?token={session['token']}", open_timeout=10) as again:
+                closes.append(_closed(again, timeout_s=max(1.0, deadline - time.monotonic()))[:2])
+        except InvalidStatus as refused:
+            closes.append((refused.response.status_code, "refused: the session is gone"))
+            break  # the verdict came between two connections: the handshake says the session is gone
+    code, reason = closes[-1]
+    ended_s = time.monotonic() - killed
+    # Connected at the verdict: 4000 and the reason. Between two connections: the next is refused (404).
+    assert (code == 4000 and reason.startswith("session ended: controller_dead")) or code == 404, closes
+    _gone_within(gw, session["id"], timeout_s=10.0)
+    assert _manifest(gw, session["id"])["end_reason"] == "controller_dead"
+    print(f"controller killed again and again: session ended {ended_s:.1f} s after the first kill ({reason})")
+    replacement = _create(gw)  # the slot is free
     with gw.client() as c:
         assert c.delete(f"/v1/sessions/{replacement['id']}").status_code == 204
 

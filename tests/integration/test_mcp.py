@@ -144,6 +144,11 @@ async def test_a_session_from_start_to_end(gw: RunningGateway, transport: str) -
                 "invalid_request"
             )
             assert failure(await call(client, "format_disk"))["code"] == "unknown_tool"
+            # Chromium's own pages and the sandbox's files are not the model's to open, as over CDP.
+            for url in ("chrome://settings", "file:///etc/passwd", "view-source:https://example.test/"):
+                for tool, arguments in (("navigate", {"url": url}), ("new_tab", {"url": url})):
+                    refused = failure(await call(client, tool, session_id=session_id, **arguments))
+                    assert (refused["code"], refused.get("field")) == ("url_refused", "action.url"), refused
             blocked = await ok(client, "navigate", session_id=session_id, url="http://blocked.invalid/")
             assert blocked["status"] == 403  # the egress proxy's refusal page
             assert not (await call(client, "screenshot", session_id=session_id)).is_error

@@ -436,6 +436,94 @@ def test_a_value_no_longer_live_is_still_never_handed_back(gw: RunningGateway, c
         assert not holds_value(ran.output, old), ran.output
 
 
+def _traffic(gw: RunningGateway, sb: Sandbox) -> list[dict[str, Any]]:
+    with gw.client(KEY_A) as c:
+        answer = c.get(f"/v1/sessions/{sb.id}/traffic")
+    assert answer.status_code == 200, answer.text
+    return [json.loads(line) for line in answer.text.splitlines() if line]
+
+
+def _recorded(gw: RunningGateway, sb: Sandbox, action: str, **fields: Any) -> list[dict[str, Any]]:
+    """The audit records of ``action`` with ``fields``, once there (the proxy writes a record as it
+    answers; it may land just after the answer)."""
+    deadline = time.monotonic() + 15
+    while True:
+        records = [
+            r for r in _traffic(gw, sb) if r.get("action") == action and all(r.get(k) == v for k, v in fields.items())
+        ]
+        if records or time.monotonic() > deadline:
+            return records
+        time.sleep(0.3)
+
+
+# What the agent does with the raw bytes it got: every gzip member, every zlib (or raw deflate) stream.
+DECODE_ALL = (
+    "import sys, zlib\n"
+    "data, out = open(sys.argv[1], 'rb').read(), b''\n"
+    "while data:\n"
+    "    for wbits in (47, -15):\n"
+    "        d = zlib.decompressobj(wbits)\n"
+    "        try:\n"
+    "            out += d.decompress(data)\n"
+    "            break\n"
+    "        except zlib.error:\n"
+    "            continue\n"
+    "    else:\n"
+    "        out += data; break\n"
+    "    data = d.unused_data\n"
+    "sys.stdout.buffer.write(out)\n"
+)
+
+
+@pytest.mark.parametrize("path", ["/atk/gzip-members", "/atk/deflate-streams"])
+def test_a_value_in_a_second_gzip_member_or_deflate_stream_never_reaches_the_agent(
+    gw: RunningGateway, sb: Sandbox, path: str
+) -> None:
+    """The upstream compresses a harmless first member (stream) and the value in a second one; a
+    client that decodes them all (gunzip, urllib3, the agent's own code) sees both."""
+    decoder = f"cat > /tmp/decode_all.py <<'EOF'\n{DECODE_ALL}EOF\n"
+    ran = run(sb, decoder + bearer(path, "-o /tmp/answer.bin") + " && python3 /tmp/decode_all.py /tmp/answer.bin")
+    assert "first member" in ran.output, str(ran)  # the answer came, decoded whole
+    assert not holds_value(ran.output), (path, ran.output)
+    assert f"second:{sb.secrets['TOKEN']}:end" in ran.output, (path, ran.output)
+    (record,) = _recorded(gw, sb, ran.action_id, event="secret", rule="secret-reflection")
+    assert record["location"] == "response-body" and record["count"] == 1, record
+
+
+def test_an_answer_with_bytes_past_its_last_gzip_member_is_refused(gw: RunningGateway, sb: Sandbox) -> None:
+    """Bytes after the last member that are no member cannot be read for secrets: refused, with a reason."""
+    ran = run(sb, bearer("/atk/gzip-garbage", "-i", "-o /tmp/answer.bin") + "; cat /tmp/answer.bin")
+    assert not holds_value(ran.output), ran.output
+    assert "HTTP/1.1 502" in ran.output or " 502 " in ran.output.splitlines()[0], ran.output
+    (record,) = _recorded(gw, sb, ran.action_id, rule="secret-reflection")
+    assert "cannot be decoded" in record["reason"], record
+
+
+PARTIAL_ESCAPES = {
+    "partialjson": lambda text: json.loads(text)["t"],
+    "partialhtml": html.unescape,
+    "partialpct": urllib.parse.unquote,
+    "mixedescapes": lambda text: html.unescape(json.loads(f'"{urllib.parse.unquote(text)}"')),
+}
+
+
+@pytest.mark.parametrize("form", sorted(PARTIAL_ESCAPES))
+def test_a_value_with_some_characters_escaped_never_reaches_the_agent(
+    gw: RunningGateway, sb: Sandbox, form: str
+) -> None:
+    """Some characters of the value as JSON ``\\u``, HTML references or percent-escapes, the others
+    plain: what a JSON reader, a browser or a URL decoder shows is the value."""
+    ran = run(sb, bearer(f"/atk/reflect/{form}"))
+    assert ran.output.startswith("reflected:") and ran.output.endswith(":end"), str(ran)
+    body = ran.output[len("reflected:") : -len(":end")]
+    shown = PARTIAL_ESCAPES[form](body)
+    assert VALUE not in shown and not holds_value(shown), (form, body, shown)
+    assert attack_server._reflected(form, VALUE.encode()).decode() not in ran.output
+    assert sb.secrets["TOKEN"] in shown, (form, body)
+    (record,) = _recorded(gw, sb, ran.action_id, event="secret", rule="secret-reflection")
+    assert record["location"] == "response-body" and record["count"] == 1, record
+
+
 # -- 4. the control planes ------------------------------------------------------------------------
 
 

@@ -238,7 +238,7 @@ def _plant(directory: Path, events: list[dict[str, Any]], *, action_ids: bool) -
     """An ended recording of ``events`` (redacted as the recorder does) in ``directory``, the
     session's under the gateway's recordings, owned by KEY_A; returns its session id. HTTP transfers
     name no action (``action_ids`` false), as the controller records them."""
-    from corral.gateway.auth import key_id
+    from corral.gateway.auth import key_id, load_key_id_key
     from corral.recording.redact import redact
 
     lines = [
@@ -263,7 +263,7 @@ def _plant(directory: Path, events: list[dict[str, Any]], *, action_ids: bool) -
         "viewport": {"width": 1280, "height": 800},
     }
     (directory / "manifest.json").write_text(json.dumps(manifest))
-    (directory / ".owner").write_text(key_id(KEY_A))
+    (directory / ".owner").write_text(key_id(KEY_A, load_key_id_key(directory.parents[1])))
     assert len(read_bundle(directory).actions) == len(events)  # the strict reader takes it
     return directory.name
 

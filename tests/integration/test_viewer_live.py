@@ -461,3 +461,82 @@ def test_a_revoked_link_stops_the_page_and_closes_its_stream(gw: RunningGateway,
         again.wait_for_function("() => document.getElementById('heading').textContent.includes('link revoked')")
         again.close()
         page.close()
+
+
+class Squatters:
+    """``count`` sockets on a session's live stream that never send their credential, each opened
+    again the moment the gateway closes it (a timeout, a refusal, its place taken): an attacker
+    holding every place for sockets waiting to authenticate. Runs on a loop of its own."""
+
+    def __init__(self, ws_url: str, count: int) -> None:
+        self.ws_url, self.count = ws_url, count
+        self.opened = 0
+        self.closes: dict[int, int] = {}
+        self.holding = threading.Event()
+        self._stop: Any = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Squatters:
+        self._thread.start()
+        assert self.holding.wait(60), f"only {self.opened} squatting sockets opened"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        import asyncio
+
+        self._loop = asyncio.new_event_loop()
+        self._loop.run_until_complete(self._main())
+        self._loop.close()
+
+    async def _main(self) -> None:
+        import asyncio
+
+        self._stop = asyncio.Event()
+        tasks = [asyncio.create_task(self._squat()) for _ in range(self.count)]
+        await self._stop.wait()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _squat(self) -> None:
+        from websockets.asyncio.client import connect
+        from websockets.exceptions import ConnectionClosed, InvalidHandshake
+
+        while not self._stop.is_set():
+            try:
+                async with connect(self.ws_url, open_timeout=30, close_timeout=1) as ws:
+                    self.opened += 1
+                    if self.opened >= self.count:
+                        self.holding.set()
+                    try:
+                        await ws.recv()
+                    except ConnectionClosed as closed:
+                        code = closed.rcvd.code if closed.rcvd is not None else 1006
+                        self.closes[code] = self.closes.get(code, 0) + 1
+            except (OSError, TimeoutError, InvalidHandshake):
+                continue
+
+
+def test_sockets_that_never_authenticate_cannot_keep_a_viewer_out(gw: RunningGateway, browser: Any) -> None:
+    """500 sockets on the session's live stream that never send their credential, opened again as
+    soon as they are closed: the gateway's places for sockets waiting to authenticate were all theirs,
+    and a viewer's socket was refused (1013) as long as the attack went on."""
+    with Sandbox.create(url=gw.url, api_key=KEY_A) as sb:
+        sb.act({"type": "navigate", "url": html_url(FILL.format(color="#00c000"))}, wait_for="stable")
+        link = make_link(gw, sb.id, "view")
+        ws_url = gw.url.replace("http://", "ws://") + f"/v1/sessions/{sb.id}/live"
+        with Squatters(ws_url, 500) as squatters:
+            started = time.monotonic()
+            opened = Opened(browser, link["url"])  # waits for the page's first frame (Playwright: 30 s)
+            took = time.monotonic() - started
+            width, height = opened.page.evaluate(
+                "() => [document.getElementById('screen').width, document.getElementById('screen').height]"
+            )
+            opened.wait_color(width // 2, height // 2, (0, 192, 0))
+            assert took < 10, took  # as without the attack: the page, its auth, a frame
+            assert squatters.opened >= 500 and squatters.closes.get(1013, 0) > 0, (squatters.opened, squatters.closes)
+        opened.page.close()

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
-from corral.gateway import auth
+from corral.gateway import auth, keyids
 from corral.gateway.metrics import Metrics
 from corral.gateway.routes import ROUTERS, errors
 from corral.gateway.routes.deps import body_model
@@ -38,6 +38,8 @@ def create_app(settings: GatewaySettings | None = None, runtime: SandboxRuntime 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state = app.state
         state.keys = auth.KeyRing.for_gateway(settings)
+        # Before any record is read: those an older gateway wrote name their key by its old id.
+        await asyncio.to_thread(keyids.adopt, settings.data_dir, state.keys.renamed)
         state.metrics = Metrics()
         sandboxes = runtime if runtime is not None else await asyncio.to_thread(default_runtime, settings)
         store = SessionStore(settings.data_dir)

@@ -1,4 +1,13 @@
-"""API keys and session tokens: constant-time checks, only hashes kept, never logged."""
+"""API keys and session tokens: constant-time checks, only hashes kept, never logged.
+
+An API key is named by its id, ``key-`` and 24 hex digits of HMAC-SHA256 of the key under the
+gateway's own secret (``key-id-key`` in the data dir, 32 random bytes, 0600, made on first start):
+stable across restarts (per-key caps and ownership keep matching), and no one without that file can
+compute it from a guess of the key. An older gateway named a key by an unsalted SHA-256 prefix
+(:func:`legacy_key_id`); :attr:`KeyRing.renamed` maps those to the new ids for the records written
+before (corral.gateway.keyids). What the sandbox side reads (audit records, the lease, the
+recording) never holds a key id at all: the session's owner is ``owner`` there (:data:`OWNER`).
+"""
 
 from __future__ import annotations
 
@@ -10,19 +19,47 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from corral.errors import Forbidden, NotFound, SessionNotFound, Unauthorized
+from corral.errors import Forbidden, KeyIdKeyUnusable, NotFound, SessionNotFound, Unauthorized
 from corral.gateway.settings import GatewaySettings
+from corral.gateway.store import read_or_make_secret
 
 KEY_FILE = "api_key"
+KEY_ID_KEY_FILE = "key-id-key"
+KEY_ID_KEY_BYTES = 32
+# How a session's records name its owner's key wherever the session's own side reads them (audit
+# records' actor, the lease's holder, recording events): only the owner's key acts on a session, so
+# the word says who without naming which key (two sessions of one key are not linkable by it).
+OWNER = "owner"
+OWNER_ACTOR = f"api-key:{OWNER}"
 
 
 def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def key_id(key: str) -> str:
-    """A stable, non-secret name for an API key (per-key caps, ownership)."""
+def key_id(key: str, secret: bytes) -> str:
+    """A stable name for an API key (per-key caps, ownership): HMAC-SHA256 under the gateway's
+    ``secret``, so it says nothing of the key to anyone without that secret."""
+    return "key-" + hmac.new(secret, key.encode(), hashlib.sha256).hexdigest()[:24]
+
+
+def legacy_key_id(key: str) -> str:
+    """The id an older gateway gave a key (an unsalted SHA-256 prefix: a guessable key was found
+    from it offline); only to recognise records written then (:attr:`KeyRing.renamed`)."""
     return "key-" + digest(key)[:12]
+
+
+def load_key_id_key(data_dir: Path) -> bytes:
+    """The gateway's secret for key ids, read or made once (0600); :class:`KeyIdKeyUnusable` when
+    it cannot be read or is not a key."""
+    path = data_dir / KEY_ID_KEY_FILE
+    try:
+        secret = read_or_make_secret(path, KEY_ID_KEY_BYTES)
+    except OSError as exc:
+        raise KeyIdKeyUnusable(f"{path}: {exc.strerror}") from None
+    if len(secret) != KEY_ID_KEY_BYTES:
+        raise KeyIdKeyUnusable(f"{path} holds {len(secret)} bytes, not a {KEY_ID_KEY_BYTES}-byte key")
+    return secret
 
 
 def new_token() -> str:
@@ -119,13 +156,13 @@ class Caller:
 
     def live_viewer(self, session_id: str, owner: str | None) -> tuple[str, LinkMode]:
         """Who watches the live stream of ``session_id``, and how: a link as its mode says
-        (``human:<link id>``), the owner's key in control (``human:<key id>``), the session's own
-        token as the agent, watching."""
+        (``human:<link id>``), the owner's key in control (``human:owner``: never its id, which the
+        lease and the recording would show the agent), the session's own token as the agent, watching."""
         self.open_view(session_id, owner)
         if self.link is not None:
             return self.link.actor, self.link.mode
         if self.key_id is not None:
-            return f"human:{self.key_id}", "control"
+            return f"human:{OWNER}", "control"
         return "agent", "view"
 
     def grant_links(self) -> str:
@@ -162,13 +199,17 @@ class Caller:
 
 
 class KeyRing:
-    def __init__(self, keys: list[str]) -> None:
-        self._digests = {digest(key): key_id(key) for key in keys}
+    def __init__(self, keys: list[str], secret: bytes) -> None:
+        self._digests = {digest(key): key_id(key, secret) for key in keys}
+        # Each key's id as an older gateway wrote it -> its id now (records written before an upgrade).
+        self.renamed = {legacy_key_id(key): key_id(key, secret) for key in keys}
 
     @classmethod
     def for_gateway(cls, settings: GatewaySettings) -> KeyRing:
-        """The keys of ``CORRAL_API_KEY``, or else the one generated on first start and kept."""
-        return cls(settings.api_keys() or [load_or_create_key(settings.data_dir)])
+        """The keys of ``CORRAL_API_KEY`` (refused when too weak: :class:`WeakApiKey`), or else the
+        one generated on first start and kept; ids under the data dir's key-id secret."""
+        keys = settings.api_keys() or [load_or_create_key(settings.data_dir)]
+        return cls(keys, load_key_id_key(settings.data_dir))
 
     def check(self, presented: str) -> str | None:
         """The key's id when ``presented`` is one of the keys, compared in constant time."""

@@ -40,7 +40,7 @@ from corral.gateway.store import copy_private, private_dir, session_dir, write_j
 from corral.proxy import audit, ca, control
 from corral.proxy.control import AUDIT_FILE, POLICY_FILE, REPLAY_FILE, RESPONSES_FILE
 from corral.proxy.policy import parse_rule
-from corral.runtime import SESSION_LABEL, ProxySpec, SandboxRuntime, SessionNetwork, State
+from corral.runtime import SESSION_LABEL, ProxySpec, SandboxRuntime, SessionNetwork, State, hostguard
 from corral.sandbox import auth as sandbox_auth
 
 log = logging.getLogger(__name__)
@@ -388,6 +388,9 @@ class EgressManager:
             "CORRAL_CONTROLLER_TOKEN": controller_token,
             "CORRAL_EGRESS_MODE": mode,
             "CORRAL_TRUSTED_NETWORKS": s.egress_trusted_networks,
+            # Never dialled, whatever the trusted networks hold: the host's services stay closed to a
+            # report-mode session (the host guard drops the packets too, where it could be installed).
+            "CORRAL_HOST_ADDRESSES": ",".join(hostguard.local_addresses()),
             "CORRAL_ALLOW_PRIVATE": "1" if s.egress_allow_private else "0",
             "CORRAL_RECORD_RESPONSES": "1" if s.record_responses else "0",
             "CORRAL_RESPONSES_MAX_BODY": str(s.responses_max_body_mb << 20),

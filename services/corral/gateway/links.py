@@ -27,7 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from corral.errors import CodedError
-from corral.gateway.auth import LinkGrant, LinkMode, digest
+from corral.gateway.auth import OWNER_ACTOR, LinkGrant, LinkMode, digest
 
 __all__ = ["LinkBook", "LinkGrant", "LinkMode", "LinkRecord", "LinkStream", "match"]
 
@@ -114,7 +114,7 @@ def link_event(change: LinkChange, link: LinkRecord) -> dict[str, Any]:
         "change": change,
         "link": link.id,
         "mode": link.mode,
-        "actor": link.created_by,
+        "actor": OWNER_ACTOR,  # the agent reads the audit log: the owner, never its key id
         "expires_at": link.expires_at,
     }
 

@@ -40,7 +40,7 @@ from corral.gateway.store import open_private, private_dir, private_file, sessio
 from corral.proxy.audit import MAX_LINE_BYTES
 from corral.proxy.flowfile import check
 from corral.recording.bundle import EVENTS_FILE, FORMAT, FRAMES_DIR, MANIFEST_FILE, RESPONSES_FILE, VERSION
-from corral.recording.redact import redact
+from corral.recording.redact import redact, redact_human
 
 log = logging.getLogger(__name__)
 
@@ -416,6 +416,29 @@ def close_manifest(directory: Path, reason: str, events: int | None = None, size
         write_json(manifest_path, manifest, indent=2)
 
 
+def _redacted_line(line: bytes) -> bytes:
+    """An events file's line with a person's typing left out: what the recorder does to every event
+    it writes, done again as one is read, for bundles an older gateway wrote (other lines as they are)."""
+    if b'"human' not in line:
+        return line
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return line
+    if not isinstance(event, dict):
+        return line
+    redacted = redact_human(event)
+    if redacted is event:
+        return line
+    return (json.dumps(redacted, separators=(",", ":")) + "\n").encode()
+
+
+def _copy_events(source: IO[bytes], out: IO[bytes]) -> None:
+    """The events file, line by line (a budget bounds it; it is never held whole), redacted."""
+    for line in source:
+        out.write(_redacted_line(line))
+
+
 def _copy(source: IO[bytes], out: IO[bytes], length: int) -> None:
     while length > 0:
         chunk = source.read(min(length, 1 << 20))
@@ -579,7 +602,7 @@ class RecordingManager:
             with contextlib.suppress(ValueError):
                 event = json.loads(line)
                 if isinstance(event, dict) and isinstance(event.get("seq"), int) and event["seq"] > after:
-                    out.append(event)
+                    out.append(redact_human(event))  # a bundle an older gateway wrote holds the text
         return {"events": out, "ended": ended}
 
     def frame(self, session_id: str, name: str) -> bytes:
@@ -598,7 +621,13 @@ class RecordingManager:
         pending = self._pending_responses.get(session_id)
         with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as bundle:
             for path in sorted(directory.rglob("*")):
-                if path.is_file() and path.name != OWNER_FILE and path.suffix != ".tmp":
+                if path == directory / EVENTS_FILE:
+                    with (
+                        path.open("rb") as source,
+                        bundle.open(f"{session_id}/{EVENTS_FILE}", "w", force_zip64=True) as member,
+                    ):
+                        _copy_events(source, member)
+                elif path.is_file() and path.name != OWNER_FILE and path.suffix != ".tmp":
                     stored = path.suffix == ".webp"
                     bundle.write(
                         path,

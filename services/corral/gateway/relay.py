@@ -53,7 +53,7 @@ def request_key(message: str | bytes) -> str:
     for a frame without one or that is no JSON (the sandbox answers those with ``"id": null``)."""
     try:
         request = json.loads(message)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the parser's recursion: the sandbox says invalid_json
         return "null"
     return json.dumps(request.get("id") if isinstance(request, dict) else None, sort_keys=True)
 
@@ -67,7 +67,7 @@ def reply_key(frame: str | bytes) -> str:
             return json.dumps(_DECODER.raw_decode(head, found.end())[0], sort_keys=True)
         whole = json.loads(frame)  # not as the sandbox writes replies: read it whole
         return json.dumps(whole.get("id") if isinstance(whole, dict) else None, sort_keys=True)
-    except ValueError:
+    except (ValueError, RecursionError):
         return "null"
 
 

@@ -29,7 +29,7 @@ from corral.proxy.placeholders import DEFAULT_LOCATIONS, MAX_SECRETS, Location, 
 from corral.proxy.policy import WEB_PORTS, Rule, parse_rule
 
 OP = "secrets"  # the control op that sets a proxy's secrets
-# Room left on the proxy's control line for the op's actor ("api-key:<owner>", "gateway:reassert").
+# Room left on the proxy's control line for the op's actor ("api-key:owner", "gateway:reassert").
 ACTOR_ROOM = 512
 
 

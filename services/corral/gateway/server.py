@@ -6,18 +6,62 @@ import logging
 import re
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import uvicorn
 from starlette.types import ASGIApp
 
+from corral.errors import WeakApiKey
 from corral.gateway.app import create_app
 from corral.gateway.settings import GatewaySettings
 from corral.sandbox.cdprules import CDP_MAX_FRAME_BYTES
 
-# A token or key in a query, and a CDP connect ticket in a path (/v1/sessions/<id>/cdp/t/<ticket>/...).
-_SECRETS = re.compile(r"((?:token|key)=|/cdp/t/)[^&/?\s\"']+")
+# A query parameter whose name says it holds a credential (token, key, ...), read as the server reads
+# it: percent-decoded (and '+' as a space), in any case, also when encoded twice over.
+_SENSITIVE_NAME = re.compile(r"token|key|secret|ticket|credential|password", re.IGNORECASE)
+_PARAM = re.compile(r"(?P<name>[^\s=&;?\"']+)=(?P<value>[^\s&;\"']*)")
+# A CDP connect ticket in a path (/v1/sessions/<id>/cdp/t/<ticket>/...), on the path as routed (decoded).
+_CDP_TICKET = re.compile(r"(/cdp/t/)[^/?\s\"']+", re.IGNORECASE)
+_DECODINGS = 3  # a name encoded more often than this is no name the server reads
+REDACTED = "[redacted]"
+
+
+def _decoded(text: str) -> str:
+    for _ in range(_DECODINGS):
+        plain = urllib.parse.unquote_plus(text)
+        if plain == text:
+            break
+        text = plain
+    return text
+
+
+def _redact_param(match: re.Match[str]) -> str:
+    name = match.group("name")
+    if _SENSITIVE_NAME.search(_decoded(name)) is None:
+        return match.group()
+    return f"{name}={REDACTED}"
+
+
+def _redact_path(match: re.Match[str]) -> str:
+    """A URL-like word with a CDP ticket in its path, however its segments are encoded: the path as
+    the server routes it (decoded), the ticket redacted."""
+    word = match.group()
+    path, mark, query = word.partition("?")
+    routed = _decoded(path)
+    if _CDP_TICKET.search(routed) is None:
+        return word
+    return _CDP_TICKET.sub(r"\1" + REDACTED, routed) + mark + query
+
+
+def redact(text: str) -> str:
+    """``text`` with every credential a URL in it may carry replaced by ``[redacted]``."""
+    if "=" in text:
+        text = _PARAM.sub(_redact_param, text)
+    if "/" in text:
+        text = re.sub(r"[^\s\"']*/[^\s\"']*", _redact_path, text)
+    return text
 
 
 class RedactTokens(logging.Filter):
@@ -27,9 +71,9 @@ class RedactTokens(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.args:
             args = record.args if isinstance(record.args, tuple) else (record.args,)
-            record.args = tuple(_SECRETS.sub(r"\1[redacted]", a) if isinstance(a, str) else a for a in args)
+            record.args = tuple(redact(a) if isinstance(a, str) else a for a in args)
         if isinstance(record.msg, str):
-            record.msg = _SECRETS.sub(r"\1[redacted]", record.msg)
+            record.msg = redact(record.msg)
         return True
 
 
@@ -71,6 +115,10 @@ def _config(settings: GatewaySettings, log_level: str = "info", app: ASGIApp | N
 def serve(settings: GatewaySettings | None = None) -> None:
     settings = settings or GatewaySettings()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings.api_keys()  # a weak key refused now, in one line, not in the lifespan's traceback
+    except WeakApiKey as exc:
+        raise SystemExit(str(exc)) from None
     config = _config(settings)
     config.load()  # uvicorn configures its loggers here; the filter goes on after
     _install_redaction()

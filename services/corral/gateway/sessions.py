@@ -43,6 +43,7 @@ from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
 from corral.gateway.threads import in_thread as _in_thread
 from corral.gateway.threads import settle as _settle
+from corral.gateway.vitals import CONTROLLER_DEAD, ControllerWatch, controller_boot
 from corral.runtime import (
     ALIVE_STATES,
     ExitInfo,
@@ -69,6 +70,7 @@ POOL_ANSWER_TICKS = 30
 KIND_LABEL = "corral.kind"
 GATEWAY_LABEL = "corral.gateway"
 SANDBOX_EXITED = "sandbox_exited"  # the end reason of a session whose sandbox died under it
+CONTROLLER_LOOK_S = 0.25  # how often a relay that lost its controller looks whether it is back
 
 
 async def _already(egress: Egress) -> Egress:
@@ -139,7 +141,8 @@ class Session:
     in_flight: int = 0  # HTTP actions under way: a long one is activity, not idleness
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     removed: asyncio.Event = field(default_factory=asyncio.Event)  # its sandbox and record are gone: its slot is free
-    end_reason: str = ""  # a stable code: deleted, timeout, idle_timeout, sandbox_exited, egress_proxy_gone
+    # A stable code: deleted, timeout, idle_timeout, sandbox_exited, controller_dead, egress_proxy_gone.
+    end_reason: str = ""
     end_detail: str = ""  # what the code alone does not say (a dead sandbox: OOM-killed, its exit code)
     changing: asyncio.Lock = field(default_factory=asyncio.Lock)  # one PATCH at a time: each sees the last
 
@@ -213,6 +216,9 @@ class SessionManager:
         self._on_claim = on_claim  # (source "pool" | "cold", seconds), for the metrics
         self.host_guarded = False
         self.reaper_ticks = 0  # how many the reaper began (the unit tests count its work against them)
+        self.vitals = ControllerWatch(
+            settings.controller_max_restarts, settings.controller_restart_window_s, settings.controller_dead_after_s
+        )
         self.links = LinkBook(self._links_of, self._save_links, self._report_link)
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -611,7 +617,7 @@ class SessionManager:
         pooled = await self._reserve(owner, req)
         started = time.monotonic()
         mode = req.egress_mode or self._settings.egress_mode
-        actor = f"api-key:{owner}"
+        actor = auth.OWNER_ACTOR  # the sandbox side reads it (audit records): never the key id
         try:
             if pooled is not None and not await self._hand_out(pooled, req.allow, mode, actor):
                 pooled = None
@@ -1004,11 +1010,27 @@ class SessionManager:
         self._end_soon(session, SANDBOX_EXITED, detail, drain_s=0.0)
         return True
 
+    async def _check_controllers(self) -> None:
+        """Every live session's controller asked who it is (all at once); one that cannot stay up
+        (corral.gateway.vitals) ends its session with controller_dead, its recording kept as it stands."""
+        if self._http is None:
+            return
+        live = [s for s in self._sessions.values() if s.state == "ready"]
+        self.vitals.keep_only([s.id for s in live])
+        boots = await asyncio.gather(*(controller_boot(self._http, s.sandbox) for s in live))
+        now = time.monotonic()
+        for session, boot in zip(live, boots, strict=True):
+            why = self.vitals.saw(session.id, boot, now)
+            if why is not None and session.state == "ready":
+                log.warning("session %s: its controller cannot stay up (%s); ending it", session.id, why)
+                self._end_soon(session, CONTROLLER_DEAD, why, drain_s=0.0)
+
     async def check_sandbox(self, session: Session, within_s: float = 1.0) -> None:
         """The relay lost its sandbox connection: if the container died, the session ends now (the
         relay then closes with 4000 and the reason). Docker marks a container exited a moment after
-        its processes die, so this looks a few times; a controller restarted inside a running
-        container is no death, and the session lives on."""
+        its processes die, so this looks a few times. A controller restarted inside a running
+        container is no death: this then waits until it answers again (the client's reconnect then
+        finds it) or is judged dead (:meth:`_await_controller`), and the session lives on or not."""
         deadline = time.monotonic() + within_s
         while session.state == "ready":
             try:
@@ -1018,8 +1040,29 @@ class SessionManager:
                 log.exception("cannot inspect the sandbox of session %s", session.id)
                 return
             if time.monotonic() >= deadline:
-                return
+                break
             await asyncio.sleep(0.1)
+        await self._await_controller(session)
+
+    async def _await_controller(self, session: Session) -> None:
+        """Until the session's controller answers, or the watch (corral.gateway.vitals) finds it
+        cannot stay up and the session ends with controller_dead, looked at every
+        CONTROLLER_LOOK_S; at most controller_dead_after_s and a look more."""
+        if self._http is None:
+            return
+        deadline = time.monotonic() + self._settings.controller_dead_after_s + CONTROLLER_LOOK_S
+        while session.state == "ready" and time.monotonic() < deadline:
+            boot = await controller_boot(self._http, session.sandbox)
+            if session.state != "ready":
+                return
+            why = self.vitals.saw(session.id, boot, time.monotonic())
+            if why is not None:
+                log.warning("session %s: its controller cannot stay up (%s); ending it", session.id, why)
+                self._end_soon(session, CONTROLLER_DEAD, why, drain_s=0.0)
+                return
+            if boot is not None:
+                return
+            await asyncio.sleep(CONTROLLER_LOOK_S)
 
     # -- background ------------------------------------------------------------------------------------
 
@@ -1049,6 +1092,12 @@ class SessionManager:
                     await self._check_placeholders()
                 except Exception:
                     log.exception("placeholder watchdog failed")
+            try:
+                # After the watchdog (its listing must be fresh): a controller that does not answer holds
+                # this up to vitals.PROBE_TIMEOUT_S.
+                await self._check_controllers()
+            except Exception:
+                log.exception("controller liveness check failed")
             if tick % POOL_ANSWER_TICKS == 0:
                 try:
                     # After the watchdog: a pooled controller that does not answer holds this up to 2 s.

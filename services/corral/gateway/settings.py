@@ -8,6 +8,9 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from corral.errors import WeakApiKey
+from corral.gateway import keystrength
+
 
 class GatewaySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CORRAL_", extra="ignore")
@@ -66,6 +69,14 @@ class GatewaySettings(BaseSettings):
     mcp_session_idle_s: float = Field(default=600.0, gt=0)
     # A file uploaded into a session (PUT /v1/sessions/{id}/files) above this is refused (413), nothing kept.
     max_upload_bytes: int = Field(default=1 << 30, ge=1)
+    # A file or directory downloaded from a session (GET /v1/sessions/{id}/files) above this is refused (413)
+    # when its size is known up front (a file's apparent size, a directory's), else cut where it passes this.
+    max_download_bytes: int = Field(default=1 << 30, ge=1)
+    # A session whose controller restarts more than this many times in controller_restart_window_s, or does not
+    # answer for controller_dead_after_s, is ended (controller_dead): its init cannot keep it up.
+    controller_max_restarts: int = Field(default=5, ge=1)
+    controller_restart_window_s: float = Field(default=300.0, gt=0)
+    controller_dead_after_s: float = Field(default=60.0, gt=0)
 
     # Egress: every session's traffic goes through its own proxy (corral-egress) on a network of its own.
     egress: bool = True  # off only where sandboxes may reach the network unfiltered (and unlogged)
@@ -107,4 +118,10 @@ class GatewaySettings(BaseSettings):
     replay_upload_retention_hours: float = Field(default=24.0, gt=0)
 
     def api_keys(self) -> list[str]:
-        return [key.strip() for key in self.api_key.split(",") if key.strip()]
+        """The keys of ``CORRAL_API_KEY``; :class:`WeakApiKey` when one is too short or too guessable
+        to hold (corral.gateway.keystrength: the message says why and what to use)."""
+        keys = [key.strip() for key in self.api_key.split(",") if key.strip()]
+        trouble = keystrength.problem(keys)
+        if trouble is not None:
+            raise WeakApiKey(trouble, field="CORRAL_API_KEY")
+        return keys

@@ -17,6 +17,7 @@ import os
 import secrets
 import shutil
 import stat
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -92,6 +93,29 @@ def session_dir(root: Path, session_id: str) -> Path:
     if not session_id.startswith("ses_") or not session_id[4:].isascii() or not session_id[4:].isalnum():
         raise ValueError(f"not a session id: {session_id!r}")
     return root / session_id
+
+
+def read_or_make_secret(path: Path, size: int) -> bytes:
+    """A key file's bytes; made first (``size`` random bytes, 0600) when there is none. A new key is
+    written whole to a temporary file and linked into place, so no reader (another gateway on the
+    data dir) ever sees it part-written, and two gateways never end up with two keys (the link fails
+    for the second). Raises OSError."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # 0600
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(secrets.token_bytes(size))
+            out.flush()
+            os.fsync(out.fileno())
+        with contextlib.suppress(FileExistsError):  # another gateway's key won: it is read below
+            os.link(temporary, path)
+    finally:
+        os.unlink(temporary)
+    return path.read_bytes()
 
 
 class SessionStore:

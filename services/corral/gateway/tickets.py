@@ -11,12 +11,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import hashlib
 import hmac
-import os
-import secrets
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corral.errors import Forbidden, TicketKeyUnusable, Unauthorized
+from corral.gateway.store import read_or_make_secret
 
 KEY_FILE = "cdp-ticket-key"
 KEY_BYTES = 32
@@ -39,28 +36,8 @@ class Ticket:
 
 
 def _read_or_make(path: Path) -> bytes:
-    """The key file's bytes; made first when there is none. A new key is written whole to a
-    temporary file and linked into place, so no reader (another gateway on the data dir) ever sees
-    it part-written, and two gateways never end up with two keys (the link fails for the second)."""
     try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise TicketKeyUnusable(f"{path}: {exc.strerror}") from None
-    try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # 0600
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(secrets.token_bytes(KEY_BYTES))
-                out.flush()
-                os.fsync(out.fileno())
-            with contextlib.suppress(FileExistsError):  # another gateway's key won: it is read below
-                os.link(temporary, path)
-        finally:
-            os.unlink(temporary)
-        return path.read_bytes()
+        return read_or_make_secret(path, KEY_BYTES)
     except OSError as exc:
         raise TicketKeyUnusable(f"{path}: {exc.strerror}") from None
 

@@ -312,7 +312,8 @@ class CorralTools:
         url: Annotated[str, Field(min_length=1, description="The address, with its scheme: https://example.com/")],
         screenshot: WithScreenshot = True,
     ) -> CallToolResult:
-        """Open an address in the current tab and wait for it to load. Only allowed hosts answer."""
+        """Open an address in the current tab and wait for it to load. Only allowed hosts answer; only web
+        pages open (http, https, data:, blob:, about:blank: not chrome://, file://...)."""
         body = {"action": {"type": "navigate", "url": url}, "screenshot": screenshot}
         return await self._act(ctx, session_id, body, f"opened {url}")
 

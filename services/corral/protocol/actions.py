@@ -18,6 +18,7 @@ from pydantic_core import PydanticCustomError
 
 from corral.errors import UnknownKeyError
 from corral.protocol import keys as keyparse
+from corral.protocol.urls import REFUSED_WHY, cleaned, web_url
 
 MAX_TYPE_CHARS = 20_000
 MAX_CLIPBOARD_CHARS = 1_000_000
@@ -350,6 +351,18 @@ class ClipboardSet(_Action):
 WaitUntil = Literal["load", "domcontentloaded", "networkidle", "commit"]
 
 
+def _has_a_scheme(url: str) -> bool:
+    scheme, sep, _ = url.partition(":")
+    return bool(sep) and scheme.isascii() and scheme.replace("+", "").replace("-", "").isalnum()
+
+
+def _web_page(url: str) -> str:
+    """``url`` if the browser may open it (corral.protocol.urls), else ``url_refused``."""
+    if not web_url(url):
+        raise PydanticCustomError("url_refused", REFUSED_WHY)
+    return url
+
+
 class Navigate(_Action):
     type: Literal["navigate"]
     url: Annotated[str, Field(min_length=1, max_length=65_536)]
@@ -359,10 +372,11 @@ class Navigate(_Action):
     @field_validator("url")
     @classmethod
     def _has_scheme(cls, value: str) -> str:
-        scheme, sep, _ = value.partition(":")
-        if not sep or not scheme.isascii() or not scheme.replace("+", "").replace("-", "").isalnum():
+        if _has_a_scheme(cleaned(value)):  # as Chromium reads it: " chrome://quit" is chrome://quit
+            _web_page(value)
+        if not _has_a_scheme(value):
             raise PydanticCustomError("invalid_field", "url needs a scheme, e.g. https://example.com/")
-        return value
+        return _web_page(value)
 
 
 class Back(_Action):
@@ -396,6 +410,11 @@ TabRef = Annotated[str, Field(min_length=1, max_length=64)] | Annotated[int, Fie
 class TabNew(_Action):
     type: Literal["tab_new"]
     url: Annotated[str, Field(max_length=65_536)] | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _is_a_web_page(cls, value: str | None) -> str | None:
+        return None if value is None else _web_page(value)
 
 
 class TabSwitch(_Action):

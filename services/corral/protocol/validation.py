@@ -20,6 +20,7 @@ _CODE_BY_PYDANTIC_TYPE: Mapping[str, ErrorCode] = {
     "unknown_key": ErrorCode.UNKNOWN_KEY,
     "text_too_long": ErrorCode.TEXT_TOO_LONG,
     "invalid_field": ErrorCode.INVALID_FIELD,
+    "url_refused": ErrorCode.URL_REFUSED,
 }
 
 

@@ -211,7 +211,8 @@ def is_doh_request(path: str, headers: Iterable[tuple[str, str]]) -> bool:
 class Policy:
     """Decisions for one session, applied in this order:
 
-    1. ``own_hosts`` (the proxy's own names and addresses): always refused;
+    1. ``own_hosts`` (the proxy's own names and addresses) and ``host_addresses`` (the gateway
+       host's own, its bridges' among them): always refused, trusted networks or not;
     2. the global deny (private, loopback, metadata, ... and DoH resolvers), unless ``allow_private``
        (the operator's override) or the address lies in one of ``trusted_networks`` (upstreams the
        operator vouches for, such as an internal service);
@@ -225,11 +226,13 @@ class Policy:
         allow_private: bool = False,
         trusted_networks: Iterable[str] = (),
         own_hosts: Iterable[str] = (),
+        host_addresses: Iterable[str] = (),
     ) -> None:
         self.rules = tuple(parse_rule(entry) for entry in allow)
         self.allow_private = allow_private
         self.trusted_networks = tuple(ipaddress.ip_network(net, strict=False) for net in trusted_networks)
         self.own_hosts = frozenset(normalize_host(host) for host in own_hosts)
+        self.host_addresses = frozenset(ipaddress.ip_address(address) for address in host_addresses)
 
     @property
     def allow(self) -> list[str]:
@@ -239,7 +242,13 @@ class Policy:
         """The same operator settings with another allowlist (raises ValueError for a bad entry)."""
         policy = Policy(allow, allow_private=self.allow_private)
         policy.trusted_networks, policy.own_hosts = self.trusted_networks, self.own_hosts
+        policy.host_addresses = self.host_addresses
         return policy
+
+    def _gateway_host(self, address: IPAddress) -> bool:
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        return address in self.host_addresses
 
     def _trusted(self, address: IPAddress) -> bool:
         return any(address in net for net in self.trusted_networks if net.version == address.version)
@@ -248,6 +257,8 @@ class Policy:
         if host in self.own_hosts:
             return Decision(False, f"{host} is the egress proxy itself", "global-deny")
         address = parse_ip(host)
+        if address is not None and self._gateway_host(address):
+            return Decision(False, f"{host} is an address of the gateway's host", "global-deny")
         if address is not None:
             # The operator's override lifts the address part only; local names and DoH stay refused.
             if globally_denied(address) and not self.allow_private and not self._trusted(address):
@@ -299,6 +310,8 @@ class Policy:
             parsed = parsed.ipv4_mapped
         if str(parsed) in self.own_hosts:
             return Decision(False, f"{host} resolves to {parsed}, the egress proxy itself", "global-deny")
+        if self._gateway_host(parsed):
+            return Decision(False, f"{host} resolves to {parsed}, an address of the gateway's host", "global-deny")
         if not self.allow_private and globally_denied(parsed) and not self._trusted(parsed):
             return Decision(
                 False, f"{host} resolves to {parsed}, a loopback, private or reserved address", "global-deny"

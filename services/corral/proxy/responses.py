@@ -3,7 +3,9 @@
 Recording: every upstream answer the proxy let through is appended to ``responses.mitm``, a
 mitmproxy flow file, so a later replay can answer from it with mitmproxy's server replay. The
 request is named by its vetted host (not the address it was pinned to), and its credentials
-(Authorization, Cookie, ...) are blanked: replay matching never reads request headers. Bodies are
+(Authorization, Cookie, ...) are blanked: replay matching never reads request headers. A request a
+person's input caused (its action's actor is ``human:...``: a login form's post) keeps no body
+either: what a person typed never enters a recording (docs/recording.md). Bodies are
 encoded without re-serialising their connections, into one buffered file flushed every second.
 
 Replaying: :class:`Playback` is mitmproxy's ``ServerPlayback`` (its matching, its options) with one
@@ -63,14 +65,17 @@ _CONSTANT_FIELDS = b"".join(
 )
 
 
-def flow_fields(flow: http.HTTPFlow, host: str) -> dict[str, Any]:
+def flow_fields(flow: http.HTTPFlow, host: str, by_person: bool = False) -> dict[str, Any]:
     """The parts of mitmproxy's state that differ from flow to flow (its connections aside), the
-    request named by ``host`` and its credentials blanked.
+    request named by ``host`` and its credentials blanked (and its body, ``by_person``: a person's
+    input caused it).
 
     Field by field: ``flow.get_state()`` would serialise both connections (certificates and all)
     anew for every request, most of the cost of keeping a response."""
     request: dict[str, Any] = flow.request.get_state()  # type: ignore[no-untyped-call,unused-ignore]
     request["host"] = host
+    if by_person and request.get("content"):
+        request["content"] = BLANKED
     request["headers"] = tuple(
         (name, BLANKED if is_secret_header(name.decode("latin-1")) else value) for name, value in request["headers"]
     )
@@ -109,8 +114,9 @@ class ResponseStore:
         self._flushed = time.monotonic()
         self._flush_later: asyncio.TimerHandle | None = None
 
-    def offer(self, flow: http.HTTPFlow, host: str) -> bool:
-        """Keep this flow if it fits; False (and counted) when it does not."""
+    def offer(self, flow: http.HTTPFlow, host: str, by_person: bool = False) -> bool:
+        """Keep this flow if it fits; False (and counted) when it does not. ``by_person``: a person's
+        input caused it, so its request body is not kept."""
         response = flow.response
         if response is None or response.raw_content is None or flow.websocket is not None:
             self.skipped += 1  # streamed bodies and WebSockets cannot be replayed
@@ -128,7 +134,7 @@ class ResponseStore:
             self._connections[key] = connections
             if len(self._connections) > MAX_CONNECTIONS:
                 self._connections.popitem(last=False)
-        self._append(encode_flow(flow_fields(flow, host), *connections))
+        self._append(encode_flow(flow_fields(flow, host, by_person), *connections))
         return True
 
     def _resume(self) -> int:

@@ -37,6 +37,7 @@ from corral.proxy.placeholders import (
     value_digest,
 )
 from corral.proxy.policy import Rule, normalize_path, parse_rule
+from corral.proxy.unescape import LEADS, Decoder, find_all, original_span
 
 SECRETS_FILE = "secrets.json"  # names, placeholders, bindings, generation; never a value
 
@@ -219,14 +220,11 @@ class Scrubber:
         self.always = _longest_first(always)
         self.exact = _longest_first(exact)
         self.forms = _longest_first([*always, *exact, *(f for forms in anchored.values() for f in forms)])
-        # Each loaded value's text, longest first, for the escape runs (ESCAPE_RUNS).
-        self.texts = tuple(
-            sorted(
-                ((s.value.decode("utf-8", "surrogateescape"), s) for s in secrets if s.value is not None),
-                key=lambda item: len(item[0]),
-                reverse=True,
-            )
-        )
+        # What the canonical pass looks for in decoded text: each value in any case, its base64 forms as
+        # they are (base64 in a URL has its + / = percent-escaped), longest first.
+        decoded_forms = [(s.value.lower(), s, True) for s in secrets if s.value is not None]
+        decoded_forms += [(form, s, False) for form, s in exact]
+        self.decoded_forms = sorted(decoded_forms, key=lambda item: len(item[0]), reverse=True)
 
     def __bool__(self) -> bool:
         return bool(self.forms)
@@ -254,9 +252,8 @@ class Scrubber:
         if self.exact:
             for _, secret in self._exact_in(_unwrapped(data)):
                 return secret
-        for run in ESCAPE_RUNS:
-            if run.marker in lowered and (found := run.first(data, self.texts)) is not None:
-                return found
+        for _, _, secret in self._escaped_in(data, first=True):
+            return secret
         return None
 
     def scrub(self, data: bytes) -> tuple[bytes, Counter[str]]:
@@ -273,81 +270,53 @@ class Scrubber:
                 pattern = _wrapped_pattern(form) if form not in data else re.compile(re.escape(form))
                 data, found = pattern.subn(secret.placeholder.encode(), data)
                 counts[secret.name] += found
-        for run in ESCAPE_RUNS:
-            if run.marker in lowered:
-                data = run.scrub(data, self.texts, counts)
+        spans = self._escaped_in(data)
+        if spans:
+            data = _replaced(data, spans, counts)
         return data, +counts
 
-
-@dataclass(frozen=True, slots=True)
-class EscapeRun:
-    """Text in which every character is written as an escape (HTML numeric references, JSON's
-    ``\\uXXXX``), as some serialisers and templating engines write it: no form of a value's own
-    text survives there, so a run is decoded and looked into, and written back the same way."""
-
-    marker: bytes  # in the lowercased data before any run can be (one ``in`` decides whether to look)
-    pattern: re.Pattern[bytes]
-    decode: Callable[[bytes], str]
-    encode: Callable[[str], bytes]
-
-    def scrub(self, data: bytes, values: Sequence[tuple[str, Secret]], counts: Counter[str]) -> bytes:
-        def replace(match: re.Match[bytes]) -> bytes:
-            try:
-                text = self.decode(match.group())
-            except (ValueError, OverflowError):
-                return match.group()
-            found = False
-            for value, secret in values:
-                text, n = re.subn(re.escape(value), secret.placeholder, text, flags=re.IGNORECASE)
-                counts[secret.name] += n
-                found = found or n > 0
-            return self.encode(text) if found else match.group()
-
-        return self.pattern.sub(replace, data)
-
-    def first(self, data: bytes, values: Sequence[tuple[str, Secret]]) -> Secret | None:
-        for match in self.pattern.finditer(data):
-            try:
-                text = self.decode(match.group()).lower()
-            except (ValueError, OverflowError):
-                continue
-            for value, secret in values:
-                if value.lower() in text:
-                    return secret
-        return None
+    def _escaped_in(self, data: bytes, first: bool = False) -> list[tuple[int, int, Secret]]:
+        """The spans of ``data`` that show a value once their escapes are decoded (JSON, HTML, percent;
+        some characters escaped and others not, or all of them), widened to whole escapes, joined
+        where they overlap; with ``first``, the first one found, unmapped. Empty when ``data`` has
+        no escape (one ``in`` per kind). A value is looked for in the last layer decoded, and in
+        those before only when it holds an escape's lead (decoding further could change it)."""
+        layers = Decoder().layers(data)
+        found: list[tuple[int, int, Secret]] = []
+        for depth, layer in enumerate(layers):
+            last = depth == len(layers) - 1
+            text = layer.text
+            lowered = text.lower()
+            for form, secret, folded in self.decoded_forms:
+                if not last and not any(lead in form for lead in LEADS):
+                    continue
+                for start, end in find_all(lowered if folded else text, form):
+                    if first:
+                        return [(start, end, secret)]
+                    found.append((*original_span(layers, depth, start, end), secret))
+        return _joined(found)
 
 
-def _entities(run: bytes) -> str:
-    return "".join(chr(int(ref[1:], 16) if ref[:1] in b"xX" else int(ref)) for ref in re.findall(rb"&#([^;]+);", run))
+def _joined(spans: list[tuple[int, int, Secret]]) -> list[tuple[int, int, Secret]]:
+    """Spans sorted, overlapping ones joined (the first one's secret kept)."""
+    out: list[tuple[int, int, Secret]] = []
+    for start, end, secret in sorted(spans, key=lambda span: (span[0], -span[1])):
+        if out and start < out[-1][1]:
+            out[-1] = (out[-1][0], max(end, out[-1][1]), out[-1][2])
+        else:
+            out.append((start, end, secret))
+    return out
 
 
-def _json_escape(char: str) -> str:
-    code = ord(char)
-    if code <= 0xFFFF:
-        return f"\\u{code:04x}"
-    code -= 0x10000
-    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"  # a surrogate pair
-
-
-def _json_escapes(run: bytes) -> str:
-    text: str = json.loads(b'"' + run + b'"')
-    return text
-
-
-ESCAPE_RUNS = (
-    EscapeRun(
-        b"&#",
-        re.compile(rb"(?:&#(?:[0-9]{1,7}|[xX][0-9a-fA-F]{1,6});){8,}"),
-        _entities,
-        lambda text: "".join(f"&#{ord(char)};" for char in text).encode(),
-    ),
-    EscapeRun(
-        b"\\u",
-        re.compile(rb"(?:\\u[0-9a-fA-F]{4}){8,}"),
-        _json_escapes,
-        lambda text: "".join(_json_escape(char) for char in text).encode(),
-    ),
-)
+def _replaced(data: bytes, spans: list[tuple[int, int, Secret]], counts: Counter[str]) -> bytes:
+    """``data`` with each (sorted, disjoint) span replaced by its secret's placeholder; counted."""
+    pieces, at = [], 0
+    for start, end, secret in spans:
+        pieces += [data[at:start], secret.placeholder.encode()]
+        counts[secret.name] += 1
+        at = end
+    pieces.append(data[at:])
+    return b"".join(pieces)
 
 
 def _longest_first(forms: Iterable[tuple[bytes, Secret]]) -> tuple[tuple[bytes, Secret], ...]:
@@ -611,6 +580,7 @@ def path_problem(target: bytes) -> str | None:
 
 
 DECODED_CAP = 64 * 1024 * 1024  # the most a body is decoded to, to be read for secrets
+GZIP_WBITS = 16 + zlib.MAX_WBITS
 
 
 def decoded(raw: bytes, encoding: str, cap: int = DECODED_CAP) -> bytes:
@@ -620,7 +590,7 @@ def decoded(raw: bytes, encoding: str, cap: int = DECODED_CAP) -> bytes:
     if encoding in ("", "identity", "none"):
         body = raw
     elif encoding in ("gzip", "x-gzip"):
-        body = _inflate(raw, 16 + zlib.MAX_WBITS, cap)
+        body = _inflate(raw, GZIP_WBITS, cap)
     elif encoding == "deflate":
         try:
             body = _inflate(raw, zlib.MAX_WBITS, cap)
@@ -639,14 +609,38 @@ def decoded(raw: bytes, encoding: str, cap: int = DECODED_CAP) -> bytes:
 
 
 def _inflate(raw: bytes, wbits: int, cap: int) -> bytes:
+    """Every member (gzip) or stream (deflate) of ``raw``, one after the other, as a client that reads
+    them all (gunzip, urllib3, the agent's own code) does: a value in a second member is read too.
+    Bytes after the last one that are no member are ValueError (never passed unread); a deflate
+    stream after the first may come with or without its zlib wrapper."""
+    out = bytearray()
+    while True:
+        body, rest = _inflate_one(raw, wbits, cap + 1 - len(out))
+        out += body
+        if len(out) > cap or not rest:
+            return bytes(out)
+        raw = rest
+        if wbits != GZIP_WBITS:
+            wbits = zlib.MAX_WBITS if _zlib_header(raw) else -zlib.MAX_WBITS
+
+
+def _zlib_header(data: bytes) -> bool:
+    """Whether ``data`` starts as a zlib stream does (RFC 1950: deflate, and a check that holds)."""
+    return len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+
+
+def _inflate_one(raw: bytes, wbits: int, room: int) -> tuple[bytes, bytes]:
+    """One member (stream) of ``raw``, decoded to at most ``room`` bytes, and the bytes after it."""
     decompressor = zlib.decompressobj(wbits)
     try:
-        body = decompressor.decompress(raw, cap + 1)
+        body = decompressor.decompress(raw, room)
     except zlib.error as exc:
         raise ValueError(str(exc)) from exc
-    if len(body) <= cap and not decompressor.eof:
+    if len(body) >= room:
+        return body, b""  # past the cap: the caller says so
+    if not decompressor.eof:
         raise ValueError("truncated")
-    return body
+    return body, decompressor.unused_data
 
 
 BROTLI_CHUNK = 1024  # input fed at a time to a brotli older than 1.2 (no output limit there)

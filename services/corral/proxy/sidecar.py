@@ -69,6 +69,7 @@ def mitmdump_argv(env: Mapping[str, str], listen: str, addon: str) -> list[str]:
         "corral_trusted_networks": env.get("CORRAL_TRUSTED_NETWORKS", ""),
         "corral_allow_private": "true" if _flag(env, "CORRAL_ALLOW_PRIVATE") else "false",
         "corral_own_hosts": PROXY_ALIAS,
+        "corral_host_addresses": env.get("CORRAL_HOST_ADDRESSES", ""),
     }
     if _flag(env, "CORRAL_HERMETIC"):
         # Answers come from the recording: no upstream is dialled, so none is waited for at a CONNECT.

@@ -15,6 +15,14 @@ becomes ``{"size", "sha256"}`` of its UTF-8 (:func:`hide`), so a reader sees whi
 set and can tell whether two runs set the same value, never what it was. An OpenAI
 ``local_shell_call``'s ``action`` (``type: "exec"``, with ``env``) is hidden the same way.
 
+A person's input (an event of dialect ``human``, actor ``human:<link>``: a viewer holding the lease)
+never keeps what was typed (:func:`redact_human`): a ``type`` keeps ``{"type": "type", "redacted":
+true, "length": <characters>}``, and a ``key`` that types a character (``a``, ``shift+a``, ``space``,
+a digit, AltGr's characters, the keypad's) keeps ``{"type": "key", "redacted": true, "length":
+<character presses>}``; key chords that type nothing (Return, Tab, arrows, ``ctrl+a``, shortcuts)
+stay as they are. No digest is kept (a short password's sha256 is as good as the password). An
+error message that quotes the text is withheld too. The agent's own events are not touched.
+
 Both the controller (before an event enters its buffer) and the gateway (before it is written, with
 its own text cap) run it: running it again keeps the first digests and only cuts further.
 """
@@ -25,8 +33,11 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
+
+from corral.errors import UnknownKeyError
+from corral.protocol import keys as keyparse
 
 INPUT_PREFIX_BYTES = 1024  # of each uploaded value (a small file_write stays whole, so it replays)
 OUTPUT_BUDGET_BYTES = 48 << 10  # all outputs of one event together (the gateway's text cap is 64 KiB)
@@ -46,6 +57,13 @@ OUTPUT_FIELDS: dict[str, tuple[str, ...]] = {
     "file_read": ("content",),
     "process_output": ("data",),
 }
+
+HUMAN_DIALECT = "human"  # corral.sandbox.viewers.DIALECT: a viewer's input
+HUMAN_ACTOR_PREFIX = "human:"
+REDACTED = "redacted"
+WITHHELD = "withheld: the message may quote the person's typed text"
+# Modifiers that still type a character (shift: capitals; AltGr: a layout's third level).
+_CHARACTER_MODIFIERS = frozenset({"Shift_L", "Shift_R", "ISO_Level3_Shift"})
 
 Slot = tuple[dict[str, Any], str, str, bool]  # (holder, key, dotted path, base64)
 
@@ -174,11 +192,113 @@ def _slots(event: dict[str, Any]) -> tuple[list[Slot], list[Slot]]:
     return inputs, list(_outputs(result, kind, "reply.result"))
 
 
+def is_character_keysym(keysym: int) -> bool:
+    """Whether pressing ``keysym`` types a character: Latin-1 and the legacy character sets, dead
+    keys (they compose one), the keypad's characters, Unicode keysyms. Function keys, cursor keys,
+    Return, Tab, BackSpace, Escape, modifiers and XF86 keys type none."""
+    if 0x20 <= keysym <= 0x7E or 0xA0 <= keysym <= 0xFDFF:
+        return True
+    if 0xFE50 <= keysym <= 0xFE93:  # dead_grave ... dead_greek
+        return True
+    if keysym == 0xFF80 or 0xFFAA <= keysym <= 0xFFB9 or keysym == 0xFFBD:  # KP_Space, KP_* and KP_0-9, KP_Equal
+        return True
+    return 0x01000020 <= keysym <= 0x0110FFFF
+
+
+def types_character(combo: keyparse.KeyCombo) -> bool:
+    """Whether a combo types a character: one character key, with no modifier but shift or AltGr."""
+    plain = [key for key in combo.keys if not key.is_modifier]
+    modifiers = {key.name for key in combo.keys if key.is_modifier}
+    return len(plain) == 1 and modifiers <= _CHARACTER_MODIFIERS and is_character_keysym(plain[0].keysym)
+
+
+def typed_presses(keys: str) -> int | None:
+    """How many combos of an xdotool key sequence type a character (0: only chords and named keys);
+    None when it cannot be read (then it is treated as all typed text)."""
+    try:
+        return sum(1 for combo in keyparse.parse_sequence(keys) if types_character(combo))
+    except (UnknownKeyError, ValueError):
+        return None
+
+
+def is_human(event: dict[str, Any]) -> bool:
+    """A person's input through a viewer (never the agent's, whose dialects are native and the vendors')."""
+    actor = event.get("actor")
+    return event.get("dialect") == HUMAN_DIALECT or (isinstance(actor, str) and actor.startswith(HUMAN_ACTOR_PREFIX))
+
+
+def _typed(action: Any) -> str | None:
+    """The text a person's action typed (a ``type``'s text, a ``key``'s sequence that types), if any."""
+    kind = _action_type(action)
+    if kind == "type" and isinstance(action.get("text"), str):
+        text: str = action["text"]
+        return text
+    if kind == "key" and isinstance(action.get("keys"), str) and typed_presses(action["keys"]) != 0:
+        keys: str = action["keys"]
+        return keys
+    return None
+
+
+def _redacted_action(action: dict[str, Any]) -> dict[str, Any]:
+    """``action`` without what it typed: its length and the mark instead."""
+    if _action_type(action) == "type":
+        kept = {k: v for k, v in action.items() if k != "text"}
+        return {**kept, REDACTED: True, "length": len(action["text"])}
+    presses = typed_presses(action["keys"])
+    kept = {k: v for k, v in action.items() if k != "keys"}
+    return {**kept, REDACTED: True, "length": len(action["keys"].split()) if presses is None else presses}
+
+
+def _withhold_quoting(error: Any, typed: list[str]) -> None:
+    """An error message that quotes typed text (4 characters or more: shorter ones match anything)."""
+    message = error.get("message") if isinstance(error, dict) else None
+    if isinstance(message, str) and any(len(text) >= 4 and text in message for text in typed):
+        error["message"] = WITHHELD
+
+
+def redact_human(event: dict[str, Any]) -> dict[str, Any]:
+    """A person's input event with what was typed left out (its length and ``redacted`` kept): in
+    its request, its native actions, and any error message quoting it. Any other event, and one
+    already redacted, comes back as it is."""
+    if not is_human(event):
+        return event
+    request, native = event.get("request"), event.get("native")
+    holders: list[tuple[Any, Any]] = []
+    if isinstance(request, dict):
+        holders.append((request, "action"))
+    if isinstance(native, list):
+        holders += [(native, index) for index in range(len(native))]
+    typed = [text for holder, key in holders if (text := _typed(holder[key])) is not None]
+    if not typed:
+        return event
+    out: dict[str, Any] = _copy(event)
+    for holder, key in holders:
+        container = out["request"] if holder is request else out["native"]
+        if _typed(container[key]) is not None:
+            container[key] = _redacted_action(container[key])
+    reply = out.get("reply")
+    _withhold_quoting(out.get("error"), typed)
+    _withhold_quoting(reply.get("error") if isinstance(reply, dict) else None, typed)
+    return out
+
+
+def redacted_length(event: Mapping[str, Any]) -> int | None:
+    """The characters a person typed in a redacted event (None: nothing of it was redacted)."""
+    native = event.get("native")
+    steps = native if isinstance(native, list) else []
+    lengths = [step.get("length") for step in steps if isinstance(step, dict) and step.get(REDACTED) is True]
+    if not lengths:
+        return None
+    return sum(length for length in lengths if isinstance(length, int))
+
+
 def redact(event: dict[str, Any], output_budget: int = OUTPUT_BUDGET_BYTES) -> dict[str, Any]:
     """``event`` (a recorded action: ``request``, ``native``, ``reply``) with uploaded bytes cut to
     a prefix, outputs cut to ``output_budget`` bytes in all, and ``payloads`` saying what they were;
     ``env`` values hidden (names kept).
+    A person's typed text is left out (:func:`redact_human`).
     The event given is left as it was; one with nothing of the kind comes back as it is."""
+    event = redact_human(event)
     inputs, outputs = _slots(event)
     if not inputs and not outputs and not any(True for action in _actions(event) for _ in _secrets(action)):
         return event

@@ -41,6 +41,7 @@ from corral.recording.judge import (
 )
 from corral.recording.judge import summary_fields as _summary_fields
 from corral.recording.order import in_start_order, overlaps
+from corral.recording.redact import redacted_length
 from corral.recording.transfers import is_transfer, replay_transfer
 
 FIND_PID_S, FIND_PID_POLL_S = 10.0, 0.05  # how long to look for the pid of an exec sent without waiting
@@ -379,6 +380,14 @@ def _replay_step(
     cut = cut_upload(step.event)
     if cut is not None:
         return step.skipped(cut)  # a file_write's content, kept only in part: the rest was never stored
+    typed = redacted_length(step.event)
+    if typed is not None:
+        # What a person typed (a password, most likely) was never recorded: typing something else in
+        # its place would be another session. The steps after it may diverge; this one says why.
+        return step.skipped(
+            f"a person typed {typed} character(s) here, never recorded (redacted): not typed again; "
+            "later steps may diverge"
+        )
     pace.wait(step.event)
     if is_transfer(step.event):
         return _transferred(step, send)

@@ -17,7 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, get_args
 
 import docker
@@ -65,6 +65,44 @@ _INIT_LOGS = b"corral.init: "  # any line of the init's: boot, which writes the 
 LineSink = Callable[[str], None]
 
 
+# The agent's tmpfs mounts hold their files in the sandbox's memory, charged to its cgroup and freed by
+# no OOM kill: filled, they would leave nothing for the controller, Chromium and X, which the kernel
+# would then kill again and again. Together (with /dev/shm, Chromium's and the agent's alike) they get
+# the session's memory less this headroom (at least MIN_HEADROOM_MIB, else a quarter of it); the sizes
+# asked are cut in proportion when they do not fit (each at least MIN_TMPFS_MIB).
+MIN_HEADROOM_MIB = 512
+MIN_TMPFS_MIB = 16
+AGENT_HOME_SIZE = "512m"
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def mebibytes(size: str) -> int:
+    """Docker's size text (``2g``, ``512m``, ``1024k``, bytes) in whole MiB."""
+    text = size.strip().lower()
+    unit = text[-1] if text and text[-1] in _UNITS else ""
+    number = text[: len(text) - len(unit)] if unit else text
+    if not number.isdigit():
+        raise ValueError(f"not a size: {size!r}")
+    return int(number) * _UNITS[unit] >> 20
+
+
+def agent_tmpfs_mib(spec: SandboxSpec) -> dict[str, int]:
+    """The size in MiB of each tmpfs the agent can write (``/dev/shm`` included): as ``spec`` asks when
+    they fit the session's memory less its headroom, else cut in proportion (``/dev/shm`` first kept
+    whole, since Chromium draws through it, up to half the room)."""
+    memory = mebibytes(spec.memory)
+    room = max(memory - max(MIN_HEADROOM_MIB, memory // 4), 4 * MIN_TMPFS_MIB)
+    shm = max(MIN_TMPFS_MIB, min(mebibytes(spec.shm_size), room // 2, room - 3 * MIN_TMPFS_MIB))
+    asked = {"/tmp": spec.tmp_size, "/home/agent": AGENT_HOME_SIZE, "/workspace": spec.workspace_size}
+    wanted = {path: mebibytes(size) for path, size in asked.items()}
+    left = room - shm
+    total = sum(wanted.values())
+    if total > left:  # each its floor, and what is left over in proportion
+        spare = left - MIN_TMPFS_MIB * len(wanted)
+        wanted = {path: MIN_TMPFS_MIB + size * spare // total for path, size in wanted.items()}
+    return {**wanted, "/dev/shm": shm}
+
+
 def session_network_name(session_id: str) -> str:
     return f"corral-net-{session_id}"
 
@@ -79,6 +117,18 @@ def default_proxy_uid(setting: int | None, euid: int) -> int:
     if setting is not None:
         return setting
     return EGRESS_UID if euid == 0 else euid
+
+
+def remapped_root(info: Mapping[str, Any]) -> int:
+    """The host uid a container's root is under the engine's ``userns-remap`` (0 without it): the
+    engine names its data root after the mapping it uses (``/var/lib/docker/100000.100000``)."""
+    options = info.get("SecurityOptions") or []
+    if not any(str(option).startswith("name=userns") for option in options):
+        return 0
+    uid, _, _gid = PurePath(str(info.get("DockerRootDir", ""))).name.partition(".")
+    if not uid.isdigit():
+        raise SandboxError(f"the engine remaps users but its data root names no mapping: {info.get('DockerRootDir')!r}")
+    return int(uid)
 
 
 def hand_over(root: Path, uid: int) -> None:
@@ -167,7 +217,9 @@ class DockerRuntime:
         self.proxy_uid = default_proxy_uid(proxy_uid, os.geteuid())
         try:
             self._client = client or docker.from_env()
-            self._client.ping()
+            # What a container's uid is on the host: the same number, or shifted by userns-remap
+            # (docs/userns.md); every file handed to a container's uid is chowned to that.
+            self.host_root = remapped_root(self._client.info())
         except docker.errors.DockerException as exc:
             raise SandboxError(f"cannot reach the Docker engine: {exc}") from None
 
@@ -244,6 +296,7 @@ class DockerRuntime:
         caps = ["SETUID", "SETGID", "SETPCAP", "CHOWN", "NET_ADMIN", "NET_RAW"]
         network = spec.session_network.name if spec.session_network is not None else spec.network
         agent_owned = f"uid={AGENT_UID},gid={AGENT_UID}"
+        sizes = agent_tmpfs_mib(spec)
         placement: dict[str, Any] = (
             {"network": network} if network else {"ports": {f"{CONTROLLER_PORT}/tcp": ("127.0.0.1", spec.host_port)}}
         )
@@ -264,17 +317,17 @@ class DockerRuntime:
             "security_opt": ["no-new-privileges"],
             "read_only": True,
             "tmpfs": {
-                "/tmp": f"rw,nosuid,nodev,size={spec.tmp_size},mode=1777",
+                "/tmp": f"rw,nosuid,nodev,size={sizes['/tmp']}m,mode=1777",
                 "/home/corral": "rw,nosuid,nodev,size=64m,uid=1000,gid=1000,mode=0700",
                 # exec: what the agent installs there (pip's and npm's ~/.local/bin) must run. 0750: the
                 # browser (in the agent's group) saves downloads in it and reads what a page uploads.
-                "/home/agent": f"rw,nosuid,nodev,exec,size=512m,{agent_owned},mode=0750",
-                "/workspace": f"rw,nosuid,nodev,exec,size={spec.workspace_size},{agent_owned},mode=0755",
+                "/home/agent": f"rw,nosuid,nodev,exec,size={sizes['/home/agent']}m,{agent_owned},mode=0750",
+                "/workspace": f"rw,nosuid,nodev,exec,size={sizes['/workspace']}m,{agent_owned},mode=0755",
                 "/run": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
                 "/etc/ssl/certs": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
             },
             "volumes": {host: {"bind": inside, "mode": "ro"} for host, inside in (spec.files or {}).items()},
-            "shm_size": spec.shm_size,
+            "shm_size": f"{sizes['/dev/shm']}m",
             "mem_limit": spec.memory,
             "memswap_limit": spec.memory,
             "nano_cpus": int(spec.cpus * 1e9),
@@ -299,8 +352,7 @@ class DockerRuntime:
             "CORRAL_SESSION_GATEWAY": network.gateway,
         }
 
-    @staticmethod
-    def _hand_to_controller(files: Mapping[str, str]) -> None:
+    def _hand_to_controller(self, files: Mapping[str, str]) -> None:
         """Files mounted into a sandbox are its controller's uid's to read (0600, read-only mount):
         the agent's uid cannot."""
         if not files:
@@ -309,7 +361,8 @@ class DockerRuntime:
             log.warning("not root: the sandbox's controller cannot read what is mounted for it (%s)", ", ".join(files))
             return
         for host in files:
-            os.chown(host, CONTROLLER_UID, CONTROLLER_UID, follow_symlinks=False)
+            owner = self.host_root + CONTROLLER_UID
+            os.chown(host, owner, owner, follow_symlinks=False)
 
     def _with_secret(self, address: SandboxAddress, wait_s: float) -> SandboxAddress:
         """The address with its controller's per-boot secret, read inside the container as the
@@ -420,7 +473,7 @@ class DockerRuntime:
     def ensure_egress_network(self, name: str) -> bool:
         """The network proxies reach upstreams through (a plain bridge with NAT to the outside),
         guarded: proxies reach upstreams through it, never the host's own services."""
-        if os.geteuid() != 0 and self.proxy_uid != os.geteuid():
+        if os.geteuid() != 0 and self.host_root + self.proxy_uid != os.geteuid():
             raise SandboxError(
                 f"CORRAL_EGRESS_UID={self.proxy_uid} needs a gateway running as root (to give the proxies their state)"
             )
@@ -521,8 +574,8 @@ class DockerRuntime:
         """Start a session's proxy on the egress network and its session network (alias corral-proxy);
         without an egress network, on the session network alone. Its state directory becomes its uid's."""
         spec.state_dir.mkdir(parents=True, exist_ok=True)
-        if self.proxy_uid != os.geteuid():
-            hand_over(spec.state_dir, self.proxy_uid)
+        if self.host_root + self.proxy_uid != os.geteuid():
+            hand_over(spec.state_dir, self.host_root + self.proxy_uid)
         name, session_net = proxy_name(spec.session_id), spec.network.name
         try:
             container: Container = self._client.containers.create(spec.image, **self._proxy_options(spec, name))

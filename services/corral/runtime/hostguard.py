@@ -8,6 +8,8 @@ else from the sandboxes to the host is dropped. Needs root (or NET_ADMIN) and ip
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import logging
 import shlex
 import shutil
@@ -110,3 +112,23 @@ def remove_stale(exists: Callable[[str], bool] = _interface_exists) -> list[str]
         log.info("removing the host guard of %s: that interface is gone", name)
         remove(name)
     return stale
+
+
+def local_addresses(fib_trie: Path = Path("/proc/net/fib_trie"), inet6: Path = Path("/proc/net/if_inet6")) -> list[str]:
+    """This host's own addresses (every interface's, the bridges' among them), read from the kernel:
+    what a session's proxy must never dial, whatever networks the operator trusts. Empty where the
+    kernel does not say (not Linux)."""
+    found: dict[str, None] = {}
+    with contextlib.suppress(OSError):
+        previous = ""
+        for line in fib_trie.read_text().splitlines():
+            if line.strip() == "/32 host LOCAL" and previous:
+                found[previous] = None
+            words = line.split()
+            previous = words[-1] if len(words) == 2 and words[0] in ("|--", "+--") else previous
+    with contextlib.suppress(OSError):
+        for line in inet6.read_text().splitlines():
+            raw = line.split()[0] if line.split() else ""
+            with contextlib.suppress(ValueError):
+                found[str(ipaddress.IPv6Address(bytes.fromhex(raw)))] = None
+    return list(found)

@@ -24,7 +24,7 @@ import urllib.parse
 from collections.abc import Mapping
 
 from corral.proxy.attribution import PROXY_USER
-from corral.sandbox import boot
+from corral.sandbox import boot, xaccess
 
 AGENT_USER = boot.AGENT_USER
 AGENT_HOME = "/home/agent"
@@ -52,6 +52,8 @@ BASE = {
     "PATH": PATH,
     "LANG": "C.UTF-8",
     "DISPLAY": DISPLAY,
+    # The untrusted cookie: windows, but no XTEST, no RECORD, no other client's pixels (xaccess).
+    "XAUTHORITY": str(xaccess.AGENT_XAUTH),
     # No pager (none is installed, and a command's output is read, not paged).
     "PAGER": "cat",
     "GIT_PAGER": "cat",

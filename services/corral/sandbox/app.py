@@ -9,6 +9,7 @@ import contextlib
 import functools
 import json
 import logging
+import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -24,7 +25,7 @@ from corral.errors import ActionError, ErrorCode, error_body
 from corral.frames import next_frame, over_limit
 from corral.protocol import reply
 from corral.protocol.envelope import MAX_FRAME_BYTES, Limits, decode
-from corral.sandbox import cdp, transfer
+from corral.sandbox import cdp, clipboard, transfer
 from corral.sandbox.auth import RequestVerifier, read_secret
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.dispatch import Dispatcher, Incoming, fitted
@@ -123,9 +124,14 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
         lease_log = LeaseLog(desktop.lease, recorder, reporter)
         # The agent's processes stopped while a human holds the lease (and continued at start: a
         # restarted controller holds no human lease, whatever an earlier one froze).
-        freezer = AgentFreezer(desktop.lease, desktop.processes.launcher if desktop.processes is not None else None)
+        # The selections emptied before each thaw: what a person copied is not the agent's to paste.
+        freezer = AgentFreezer(
+            desktop.lease,
+            desktop.processes.launcher if desktop.processes is not None else None,
+            before_thaw=functools.partial(clipboard.clear, settings.display),
+        )
         freezer.start()
-        relays = cdp.Relays(cdp.LastPage(functools.partial(cdp.page_targets, settings.cdp_url)))
+        relays = cdp.Relays(desktop.browser.last_page)
         app.state.cdp_relays = relays
         app.state.max_body = settings.max_message_bytes
         # WS /v1/live: frames grabbed and encoded only while a stream is open.
@@ -158,6 +164,8 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
     app.state.lease = None  # the desktop's ControlLease: file transfers are the agent's acts too
     app.state.agent_command = None  # transfer.AgentCommand: tar as the agent, for directories
     app.state.max_upload = settings.max_upload_bytes
+    app.state.boot = secrets.token_hex(8)  # this process's: a controller the init restarted has another
+    app.state.max_download = settings.max_download_bytes
     app.state.reporter = None  # the lifespan's ActionReporter when the session has egress control
     app.state.cdp_url = settings.cdp_url
     app.state.cdp_relays = cdp.Relays()  # the lifespan's, which closes them at shutdown
@@ -252,7 +260,7 @@ async def get_file(request: Request) -> Response:
         query = transfer.file_query(request.query_params)
         await _agent_may_transfer(request, query)
         files = _files(request)
-        download = await transfer.send(files, request.app.state.agent_command, query)
+        download = await transfer.send(files, request.app.state.agent_command, query, request.app.state.max_download)
     except ActionError as exc:
         recorded.failed(exc)
         return _error(exc)
@@ -270,8 +278,10 @@ async def get_file(request: Request) -> Response:
 
 async def get_secrets(request: Request) -> JSONResponse:
     """The placeholders this controller holds, for the gateway's watchdog: a controller restarted
-    inside its container holds none until the gateway puts them again. Placeholders only; no values."""
-    return JSONResponse({"ok": True, "secrets": dict(_desktop(request).placeholders.by_name)})
+    inside its container holds none until the gateway puts them again. Placeholders only; no values.
+    ``boot`` names this controller process: the gateway counts its restarts by it (controller_dead)."""
+    placeholders = dict(_desktop(request).placeholders.by_name)
+    return JSONResponse({"ok": True, "secrets": placeholders, "boot": request.app.state.boot})
 
 
 async def put_secrets(request: Request) -> JSONResponse:

@@ -38,14 +38,16 @@ import json
 import logging
 import os
 import pwd
+import secrets
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from corral.sandbox import auth
+from corral.sandbox import auth, xaccess
 
 log = logging.getLogger("corral.boot")
 
@@ -59,6 +61,7 @@ SECRET_DIR = auth.SECRET_DIR
 RUN_DIR = Path("/run/corral")
 CHROMIUM_POLICY = RUN_DIR / "chromium-policy.json"
 CA_CERT = RUN_DIR / "session-ca.pem"
+XAUTH_DIR = Path(xaccess.XAUTH_DIR)  # the X server's cookies (corral.sandbox.xaccess)
 LAUNCHER_DIR = RUN_DIR / "launcher"  # the launcher's socket: corral's alone (corral.sandbox.launcher)
 SYSTEM_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 PRISTINE_BUNDLE = Path("/usr/share/corral/ca-certificates.crt")  # Debian's, copied at image build
@@ -157,6 +160,11 @@ def chromium_policy(proxy: str | None) -> dict[str, object]:
         # Chromium makes the folder (as the agent) on the first download.
         "DownloadDirectory": DOWNLOADS,
         "PromptForDownloadLocation": False,
+        # Nothing a person types is kept on disk by Chromium: the agent can reach the browser's files
+        # through the browser itself (a file input reads what the browser's uid reads).
+        "PasswordManagerEnabled": False,
+        "AutofillAddressEnabled": False,
+        "AutofillCreditCardEnabled": False,
     }
     if proxy:
         policy["ProxySettings"] = {"ProxyMode": "fixed_servers", "ProxyServer": f"http://{proxy}"}
@@ -223,6 +231,7 @@ def lock_down(env: Mapping[str, str], users: Users) -> None:
     # Only once the firewall holds: a sandbox that cannot be locked down never has a usable secret.
     write_secret(users, SECRET_DIR)
     log.info(auth.SECRET_WRITTEN)
+    write_xauthority(users, XAUTH_DIR, display_number(env.get("DISPLAY", ":0")), socket.gethostname())
     private_dir(LAUNCHER_DIR, users.controller_uid, users.controller_gid)
     private_dir(BROWSER_HOME, users.browser_uid, users.browser_gid)
     _x11_dir()
@@ -266,6 +275,33 @@ def write_secret(users: Users, directory: Path) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
     try:
         os.write(fd, auth.new_secret().encode() + b"\n")
+        os.fchown(fd, users.controller_uid, users.controller_gid)
+    finally:
+        os.close(fd)
+    os.chown(directory, users.controller_uid, users.controller_gid)
+
+
+def display_number(display: str) -> int:
+    """``:0`` or ``:0.0`` to 0; raises ValueError for a display that is not a local one."""
+    host, _, rest = display.partition(":")
+    number = rest.split(".")[0]
+    if host or not number.isdigit():
+        raise ValueError(f"DISPLAY must be a local display such as :0, not {display!r}")
+    return int(number)
+
+
+def write_xauthority(users: Users, directory: Path, display: int, hostname: str) -> None:
+    """A fresh trusted X cookie, readable by ``corral`` alone (Xvfb's ``-auth``, the controller's
+    ``XAUTHORITY``), in a directory of ``corral``'s where the init writes the agent's untrusted one."""
+    directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+    os.chown(directory, os.getuid(), os.getgid())
+    directory.chmod(0o755)
+    for stale in directory.iterdir():
+        stale.unlink()
+    path = directory / Path(xaccess.CONTROLLER_XAUTH).name
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+    try:
+        os.write(fd, xaccess.xauthority(hostname, display, secrets.token_bytes(16)))
         os.fchown(fd, users.controller_uid, users.controller_gid)
     finally:
         os.close(fd)

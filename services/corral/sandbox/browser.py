@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
 import itertools
 import logging
@@ -31,6 +32,7 @@ from playwright._impl._errors import TimeoutError as PlaywrightTimeout
 
 from corral.errors import ActionError, ErrorCode
 from corral.sandbox import devtools
+from corral.sandbox.tabs import FrontTab, LastPage, page_targets
 
 if TYPE_CHECKING:
     from playwright.async_api import Browser as PWBrowser
@@ -44,8 +46,6 @@ _SETTLE_ERROR_PAGE_MS = 3_000
 # that is not starved paints far sooner, and the warning below says when it was not enough).
 _PAINT_TIMEOUT_S = 10.0
 _TWO_FRAMES_JS = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => done(true))))"
-# How long a tab may take to say whether it is the one on show (after a new connection).
-_VISIBLE_TIMEOUT_S = 1.0
 # A request pending longer than this is a long poll or a stream, not page loading.
 _LOADING_REQUEST_S = 1.5
 
@@ -91,6 +91,9 @@ class Browser:
         self._browser: PWBrowser | None = None
         self._lock = asyncio.Lock()
         self._active: Page | None = None
+        self._front = FrontTab()  # which tab is on screen, asked where the pages cannot answer for it
+        # Shared with the CDP relays: a native close and a CDP close at once cannot close the last two.
+        self.last_page = LastPage(functools.partial(page_targets, cdp_url))
         self._ids: dict[Page, str] = {}
         self._next_id = itertools.count(1)
         # Tab ids by Chromium's target id, kept across an idle stop: the same tab keeps its id.
@@ -153,8 +156,10 @@ class Browser:
             try:
                 if self._playwright is None:
                     self._playwright = await _start_playwright()
+                # Without Playwright's default overrides: its focus emulation makes every tab it attaches
+                # to visible and focused, so no tab could say whether it is the one on screen (tabs.py).
                 browser = await self._playwright.chromium.connect_over_cdp(
-                    await self._browser_endpoint(), timeout=self._connect_timeout_s * 1000
+                    await self._browser_endpoint(), timeout=self._connect_timeout_s * 1000, no_defaults=True
                 )
             except PlaywrightError as exc:
                 raise ActionError(ErrorCode.BROWSER_UNAVAILABLE, f"Chromium is not reachable: {exc.message}") from None
@@ -167,6 +172,7 @@ class Browser:
                 self._track(context)
             self._browser = browser
             self._active = None
+            self._front.forget()
             self._ids.clear()
             self._last_use = time.monotonic()
             if self._idle_stop_s > 0 and (self._reaper is None or self._reaper.done()):
@@ -202,6 +208,7 @@ class Browser:
             self._playwright = None
             self._browser = None
             self._active = None
+            self._front.forget()
             self._ids.clear()
             self._pending.clear()
             self._stopping = False
@@ -229,6 +236,7 @@ class Browser:
             log.warning("lost the connection to Chromium; reconnecting on the next browser action")
         self._browser = None
         self._active = None
+        self._front.forget()
         self._ids.clear()
         self._pending.clear()
 
@@ -269,22 +277,13 @@ class Browser:
         return int(tab.removeprefix("tab-")) if tab is not None else sys.maxsize
 
     async def page(self) -> Page:
-        """The active tab: the last one switched to or opened, else the one on show, else the first."""
+        """The active tab: the one on screen (a popup a page opened, a tab a CDP client opened or
+        brought to the front, the next one Chromium shows when the front one closed), else the one
+        named last (switched to or opened here), else the first. With one tab, no question asked."""
         pages = await self._pages()
-        if self._active is not None and self._active in pages:
-            return self._active
         if len(pages) > 1:
-            # Connected anew (after an idle stop): the tab on show is the active one, whether switched
-            # to through this class before the stop or by a key or a click since.
-            for page in pages:
-                # Bounded: a tab whose script never yields must not hold up every browser call.
-                with contextlib.suppress(PlaywrightError, TimeoutError):
-                    if (
-                        await asyncio.wait_for(page.evaluate("document.visibilityState"), _VISIBLE_TIMEOUT_S)
-                        == "visible"
-                    ):
-                        self._active = page
-                        return page
+            self._active = await self._front.pick(pages, self._active)
+            return self._active
         if pages:
             self._active = pages[0]
             return pages[0]
@@ -387,13 +386,7 @@ class Browser:
         return {}
 
     async def focused_page(self) -> Page:
-        """The tab that has the focus (the one X keyboard input reaches), else the active one."""
-        for page in await self._pages():
-            try:
-                if await page.evaluate("document.hasFocus()"):
-                    return page
-            except PlaywrightError:
-                continue
+        """The tab X keyboard input reaches: the one on screen (:meth:`page` prefers the focused tab)."""
         return await self.page()
 
     async def type_text(self, text: str, delay_ms: int) -> None:
@@ -447,11 +440,21 @@ class Browser:
     async def tab_close(self, ref: str | int | None) -> dict[str, Any]:
         page = await self.page() if ref is None else await self._find(ref)
         closed = await self._tab_id(page)
-        if len(await self._pages()) == 1:
-            # Chromium exits with its last window; keep one blank tab instead.
+        target = next((t for t, tab in self._by_target.items() if tab == closed), None) or await _target_id(page)
+        # Chromium exits with its last window: when this is the last open page (a CDP client may be
+        # closing the other one right now), a blank tab first. Judged with the CDP relays' closings.
+        if await self.last_page.refuses(target):
             await page.context.new_page()
-        await page.close()
+            if await self.last_page.refuses(target):
+                raise ActionError(ErrorCode.BROWSER_UNAVAILABLE, "Chromium's DevTools cannot tell which pages are open")
+        try:
+            await page.close()
+        except PlaywrightError:
+            if target is not None:
+                self.last_page.closed(target)
+            raise
         self._ids.pop(page, None)
+        self._front.forget(page)
         if self._active is page:
             self._active = None
         remaining = await self._pages()

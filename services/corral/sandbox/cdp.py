@@ -29,7 +29,7 @@ import logging
 import re
 import secrets
 import urllib.parse
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +45,7 @@ from corral.sandbox.browser import pinned_endpoint
 from corral.sandbox.egress import ActionReporter
 from corral.sandbox.lease import AGENT, CDP_PREFIX, Change, ControlLease, is_human
 from corral.sandbox.recorder import Recorder
+from corral.sandbox.tabs import LastPage, page_targets
 
 if TYPE_CHECKING:
     from websockets.asyncio.client import ClientConnection
@@ -201,41 +202,6 @@ class ActivityWindow:
             closer.cancel()
             await asyncio.gather(closer, return_exceptions=True)
         await self._end()
-
-
-class LastPage:
-    """Chromium (headful, on Linux) quits with its last page: closing that page is the browser's
-    lifecycle, refused (rule ``browser_lifecycle``). Shared by the controller's relays: closings are
-    judged one at a time, and a page already being closed no longer counts."""
-
-    def __init__(self, list_targets: Callable[[], Awaitable[Any]]) -> None:
-        self._list_targets = list_targets
-        self._lock = asyncio.Lock()
-        self._closing: set[str] = set()
-
-    async def refuses(self, target: str | None) -> bool:
-        """Whether closing ``target`` (None: a page the relay cannot name, Page.close in a session)
-        would close the last page. Unknown (DevTools did not answer): refused."""
-        async with self._lock:
-            try:
-                listed = await self._list_targets()
-                pages = {t["id"] for t in listed if isinstance(t, dict) and t.get("type") == "page"}
-            except (ActionError, ValueError, TypeError, KeyError):
-                return True
-            self._closing &= pages  # those gone are forgotten
-            open_pages = pages - self._closing
-            if target is not None and target not in open_pages:
-                return False  # no page (a worker, an iframe) or one already closing: Chromium answers
-            if len(open_pages) <= 1:
-                return True
-            if target is not None:
-                self._closing.add(target)
-            return False
-
-
-async def page_targets(cdp_url: str) -> Any:
-    """Chromium's ``/json/list``, decoded."""
-    return (await devtools_json(cdp_url, "list")).json()
 
 
 class CdpRelay:
@@ -437,7 +403,7 @@ def _id_in(text: str) -> int | None:
         return None
     try:
         return cdprules.id_of(json.loads(text))
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 

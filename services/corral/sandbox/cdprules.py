@@ -21,9 +21,10 @@ While a person holds it (a human's turn) far less: a connection may only let go 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any, Final
+
+from corral.protocol.urls import web_url
 
 # The largest CDP message either hop (client to gateway, gateway to controller) carries: a full-page
 # screenshot or a large DOM snapshot is tens of MiB. The agent's channel keeps its own limit
@@ -79,22 +80,13 @@ _PROXY_PARAMS: Final = ("proxyServer", "proxyBypassList", "originsWithUniversalN
 # Commands that open a session, non-flat unless asked (Chromium's default is false). Playwright,
 # Puppeteer, browser-use and Playwright MCP all pass flatten: true.
 _ATTACHING: Final = frozenset({"Target.attachToTarget", "Target.setAutoAttach"})
-# Commands that open a URL the client names; chrome:// (crash, kill, hang, quit, restart, inspect...),
-# devtools://, file:// and javascript: are not the client's.
+# Commands that open a URL the client names: web pages only, the rule native navigate has too
+# (corral.protocol.urls: chrome:// crashes, kills, hangs, quits; devtools://, file://, javascript:...).
 _OPENING: Final = frozenset({"Page.navigate", "Target.createTarget"})
-# After what Chromium's URL parser drops (leading C0 controls and spaces, tabs and newlines anywhere).
-_WEB_URL: Final = re.compile(r"(?:https?|data|blob):|about:blank(?:[?#].*)?\Z", re.IGNORECASE | re.DOTALL)
-_IGNORED_IN_URL: Final = re.compile(r"[\t\n\r]")
 
 
 def _domain(method: str) -> str:
     return method.partition(".")[0]
-
-
-def web_url(url: str) -> bool:
-    """Whether ``url`` is a web page's (http, https, data:, blob:, about:blank; empty is about:blank)."""
-    cleaned = _IGNORED_IN_URL.sub("", url.lstrip("".join(map(chr, range(0x21)))))
-    return cleaned == "" or _WEB_URL.match(cleaned) is not None
 
 
 def refusal(method: str, params: dict[str, Any] | None) -> Rule | None:
@@ -247,8 +239,12 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def loads(frame: str) -> Any:
-    """A client's frame decoded as JSON, refusing repeated keys (ValueError)."""
-    return json.loads(frame, object_pairs_hook=_unique_keys)
+    """A client's frame decoded as JSON, refusing repeated keys and nesting past the parser's
+    recursion (ValueError)."""
+    try:
+        return json.loads(frame, object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise ValueError("a CDP message nests too deep") from None
 
 
 def id_of(message: Any) -> int | None:

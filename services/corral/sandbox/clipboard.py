@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 from corral.errors import ActionError, ErrorCode
 
@@ -19,7 +20,8 @@ async def _xclip(args: list[str], stdin: bytes | None, display: str) -> tuple[in
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=capture,
         stderr=capture,
-        env={"DISPLAY": display},
+        # The controller's cookie (corral.sandbox.xaccess): xclip is a trusted client, as it is.
+        env={"DISPLAY": display, **{k: v for k, v in os.environ.items() if k == "XAUTHORITY"}},
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(stdin), _TIMEOUT_S)
@@ -43,3 +45,13 @@ async def set_text(display: str, text: str) -> None:
     code, _, _ = await _xclip(["-selection", "clipboard", "-in"], text.encode(), display)
     if code != 0:
         raise ActionError(ErrorCode.CLIPBOARD_FAILED, f"xclip exited with {code}")
+
+
+async def clear(display: str) -> None:
+    """Both selections emptied (CLIPBOARD and PRIMARY): what a person copied or selected in their turn
+    is gone before the agent's processes run again (corral.sandbox.freezer). xclip takes each selection
+    over with nothing in it, so whichever client held it (Chromium) no longer serves it."""
+    for selection in ("clipboard", "primary"):
+        code, _, _ = await _xclip(["-selection", selection, "-in"], b"", display)
+        if code != 0:
+            raise ActionError(ErrorCode.CLIPBOARD_FAILED, f"xclip could not empty the {selection} selection ({code})")

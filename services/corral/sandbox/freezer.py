@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from corral.errors import ActionError, ErrorCode
@@ -45,9 +46,13 @@ class Sweeps(Protocol):
 class AgentFreezer:
     """See the module's text. Without a launcher (``sweeps`` None) there is nothing to freeze."""
 
-    def __init__(self, lease: ControlLease, sweeps: Sweeps | None) -> None:
+    def __init__(
+        self, lease: ControlLease, sweeps: Sweeps | None, before_thaw: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         self._lease = lease
         self._sweeps = sweeps
+        # What must be gone before the agent's processes run again (the selections a person copied).
+        self._before_thaw = before_thaw
         self._want = is_human(lease.holder.who)
         # What holds now: True frozen, False thawed, None unknown (at start, after a failure).
         self._applied: bool | None = None
@@ -90,6 +95,8 @@ class AgentFreezer:
             if self._applied == want:
                 return
             started = time.perf_counter()
+            if not want and self._before_thaw is not None:
+                await self._forget_the_turn()
             try:
                 result = await (self._sweeps.freeze() if want else self._sweeps.thaw())
             except (OSError, ConnectionError) as exc:
@@ -101,6 +108,15 @@ class AgentFreezer:
             if want:
                 self.last_freeze_ms = elapsed_ms
             log.info("the agent's processes %s in %.1f ms: %s", "stopped" if want else "continued", elapsed_ms, result)
+
+    async def _forget_the_turn(self) -> None:
+        """``before_thaw``, whose failure is logged and does not keep the agent frozen: a sandbox whose
+        agent never runs again is no remedy for a clipboard that could not be emptied."""
+        assert self._before_thaw is not None
+        try:
+            await self._before_thaw()
+        except (OSError, ActionError) as exc:
+            log.error("what the person's turn left behind could not be dropped before the thaw: %s", exc)
 
     async def frozen_for_human(self) -> None:
         """Returns once the agent's processes are stopped for the human holding the lease; raises

@@ -19,12 +19,15 @@ from __future__ import annotations
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
 
+from corral.errors import XDoorError
+from corral.sandbox import xaccess
 from corral.sandbox.stderrlog import StderrLog
 
 # No logging module (corral.sandbox.stderrlog) and no dataclasses here: the init lives as long as the
@@ -123,6 +126,22 @@ def as_browser(argv: list[str]) -> list[str]:
         "--",
         *argv,
     ]
+
+
+def xvfb_auth_flags(cookie_file: str) -> list[str]:
+    """Xvfb takes only clients with a cookie or a uid let in (corral.sandbox.xaccess), and never
+    resets: a reset, once its last client left, would forget the browser's uid and the agent's cookie."""
+    return ["-auth", cookie_file, "-noreset"]
+
+
+def open_x_door(display: str, cookie_file: str) -> None:
+    """As a trusted client, once Xvfb is up: the browser's uid let in, the agent's untrusted cookie
+    written where the agent's programs find it (their XAUTHORITY)."""
+    number = int(display.lstrip(":").split(".")[0])
+    with open(cookie_file, "rb") as trusted:
+        cookie = xaccess.cookie_of(trusted.read())
+    untrusted = xaccess.open_door(f"/tmp/.X11-unix/X{number}", cookie, BROWSER_USER)
+    xaccess.write_public(xaccess.AGENT_XAUTH, xaccess.xauthority(socket.gethostname(), number, untrusted))
 
 
 def downloads_folder(wrap: Callable[[list[str]], list[str]], env: dict[str, str]) -> None:
@@ -265,7 +284,7 @@ class Supervisor:
         self.stopping = False
         self.children: list[Child] = []
 
-    def start_xvfb(self, wrap: Callable[[list[str]], list[str]]) -> None:
+    def start_xvfb(self, wrap: Callable[[list[str]], list[str]], auth: list[str]) -> None:
         # Boot (root) made the socket directory; Xvfb as non-root will not make it itself.
         if not os.path.isdir("/tmp/.X11-unix"):
             os.makedirs("/tmp/.X11-unix", exist_ok=True)
@@ -286,6 +305,7 @@ class Supervisor:
             "GLX",
             "-displayfd",
             str(write_fd),
+            *auth,
         ]
         child = Child("xvfb", wrap(argv))
         child.proc = subprocess.Popen(child.argv, pass_fds=(write_fd,), env=self.env)
@@ -391,10 +411,24 @@ def main() -> int:
     if split:
         # Commands and file operations as the agent, for the controller, which holds no capability.
         sup.spawn(Child("launcher", as_launcher([sys.executable, "-P", "-m", "corral.sandbox.launcher"])))
+    guarded_x = split and os.path.exists(xaccess.CONTROLLER_XAUTH)
+    if split and not guarded_x:
+        if os.environ.get("CORRAL_INNER_BOUNDARY", "") == "required":
+            log.error("no X cookie from boot: the agent's programs would be trusted X clients; refusing")
+            return 3
+        log.warning("no X cookie from boot: every local client is a trusted X client")
+    x_auth = {"XAUTHORITY": str(xaccess.CONTROLLER_XAUTH)} if guarded_x else {}
     # The controller imports for most of a second: start it first, it waits for the display itself.
-    controller_env = {**sup.env, **CONTROLLER_ENV}
+    controller_env = {**sup.env, **CONTROLLER_ENV, **x_auth}
     sup.spawn(Child("controller", own([sys.executable, "-P", "-m", "corral.sandbox.controller"]), env=controller_env))
-    sup.start_xvfb(own)
+    sup.start_xvfb(own, xvfb_auth_flags(str(xaccess.CONTROLLER_XAUTH)) if guarded_x else [])
+    if guarded_x:
+        try:
+            open_x_door(display, str(xaccess.CONTROLLER_XAUTH))
+        except (OSError, ValueError, XDoorError) as exc:
+            log.error("cannot set who may use the X server (%s); stopping the sandbox", exc)
+            sup.stop()
+            return 3
     openbox = ["openbox", "--sm-disable", *(["--config-file", OPENBOX_RC] if split else [])]
     sup.spawn(Child("openbox", browser(openbox), env=browser_env))
     if trusting is not None:

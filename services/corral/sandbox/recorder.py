@@ -197,8 +197,9 @@ class Recorder:
             # From what is at hand: a click's event must not start the Playwright driver just for this.
             try:
                 info = await asyncio.wait_for(self._desktop.browser.info_at_hand(), 1.0)
+                # Both from the one read: the URL at the action's end may be another tab's (a popup it opened).
                 event["title"] = info.get("title")
-                event["url"] = event.get("url") or info.get("url")
+                event["url"] = info.get("url") or event.get("url")
             except Exception:
                 event["title"] = None
         return event

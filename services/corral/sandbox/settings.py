@@ -60,6 +60,9 @@ class ControllerSettings(BaseModel):
     record: bool = True
     # PUT /v1/files: the largest body taken (413 too_large above it, nothing kept).
     max_upload_bytes: int = 1 << 30
+    # GET /v1/files: the largest file or directory sent (413 too_large above it) unless the gateway's
+    # request names its own cap (max_bytes, its CORRAL_MAX_DOWNLOAD_BYTES).
+    max_download_bytes: int = 1 << 30
     # Commands and processes (corral.sandbox.processes), run as the agent through the launcher.
     launcher_socket: Path = Path(SOCKET_PATH)
     exec_timeout_ms: int = 60_000

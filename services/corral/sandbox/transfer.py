@@ -40,6 +40,8 @@ class AgentCommand(Protocol):
 
 # What tar runs with: no proxy, no secrets, nothing of the controller's environment.
 TAR_ENV = [b"PATH=/usr/local/bin:/usr/bin:/bin", b"LANG=C.UTF-8", b"HOME=/home/agent"]
+# What ``du -s`` prints is one line: more than this is not du's answer.
+_DU_OUTPUT_MAX = 4096
 # How long a program whose stdout closed may take to be reported exited.
 EXIT_WAIT_S = 30.0
 
@@ -117,9 +119,17 @@ async def _drain(pipe: BinaryIO, control: Control) -> AsyncGenerator[bytes, None
     """What ``pipe`` brings until its end, then the program's exit checked (a failure raises, so the
     stream is aborted); read by the event loop (paused while the client lags)."""
     reader = asyncio.StreamReader(limit=CHUNK_BYTES)
-    transport, _ = await asyncio.get_running_loop().connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), pipe
-    )
+    # The transport gets a descriptor of its own: uvloop's closes the descriptor itself a moment after
+    # close(), so on ``pipe``'s own number that late close would land on whatever the controller
+    # opened meanwhile (the next program's stdio: EBADF, or worse). Each is closed once, by its owner.
+    owned = os.fdopen(os.dup(pipe.fileno()), "rb", buffering=0)
+    try:
+        transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), owned
+        )
+    except BaseException:
+        owned.close()
+        raise
     try:
         while chunk := await reader.read(CHUNK_BYTES):
             yield chunk
@@ -131,11 +141,13 @@ async def _drain(pipe: BinaryIO, control: Control) -> AsyncGenerator[bytes, None
 
 class FileQuery(OnePath):
     """The query of ``/v1/files``: ``path`` (or ``path_base64``), for a PUT ``make_dirs`` and ``mode``,
-    and ``wait_for_control_ms`` (how long the transfer waits while someone else holds the lease)."""
+    ``wait_for_control_ms`` (how long the transfer waits while someone else holds the lease), and for a
+    GET ``max_bytes`` (the gateway's ``CORRAL_MAX_DOWNLOAD_BYTES``; the controller's own cap without it)."""
 
     make_dirs: bool = False
     mode: FileMode | None = None
     wait_for_control_ms: Annotated[int, Field(ge=0, le=MAX_CONTROL_WAIT_MS)] = 0
+    max_bytes: int | None = Field(default=None, ge=1)
 
     def field(self) -> str:
         return "path" if self.path is not None else "path_base64"
@@ -175,9 +187,40 @@ async def receive(
         raise file_error(exc, query.field()) from None
 
 
-async def send(files: AgentFiles, command: AgentCommand | None, query: FileQuery) -> Download:
-    """A file's bytes, or a directory as a tar stream. What can be known before the first byte (no such
-    path, not readable by the agent, tar cannot start) raises here, to be answered as an error body;
+def too_large(what: str, size: int, limit: int, field: str) -> ActionError:
+    return ActionError(
+        ErrorCode.TOO_LARGE,
+        f"{what} is {size} bytes; a download is limited to {limit} bytes (CORRAL_MAX_DOWNLOAD_BYTES)",
+        field,
+    )
+
+
+async def apparent_size(command: AgentCommand, path: str) -> int | None:
+    """A directory's size as ``du`` run as the agent counts it: each file at its apparent size (a sparse
+    file whole, as tar without ``--sparse`` sends it, holes as zeros) and each hard-linked file once (tar
+    sends the others as link entries). None when ``du`` says nothing usable (the cut then bounds it)."""
+    try:
+        body = await command.stdout(["du", "-s", "--apparent-size", "--block-size=1", "."], path)
+    except OSError:
+        return None
+    said = b""
+    try:
+        async for chunk in body:
+            said += chunk
+            if len(said) > _DU_OUTPUT_MAX:
+                return None
+    except StreamAborted:
+        return None
+    finally:
+        await body.aclose()
+    first = said.split(maxsplit=1)
+    return int(first[0]) if first and first[0].isdigit() else None
+
+
+async def send(files: AgentFiles, command: AgentCommand | None, query: FileQuery, limit: int) -> Download:
+    """A file's bytes, or a directory as a tar stream, refused (``too_large``) when its apparent size is
+    over ``limit`` (query's ``max_bytes`` wins). What can be known before the first byte (no such
+    path, not readable by the agent, tar cannot start, too large) raises here, to be answered as an error body;
     a tar that fails later aborts the stream without its clean end (:class:`StreamAborted`), and a file
     that shrinks meanwhile sends fewer bytes than its content-length: either way the client sees the
     download cut short, never a short success."""
@@ -193,10 +236,15 @@ async def send(files: AgentFiles, command: AgentCommand | None, query: FileQuery
     except ActionError as exc:
         exc.field = exc.field or query.field()
         raise
+    limit = query.max_bytes or limit
     if found.type == "directory":
         if command is None:
             raise ActionError(ErrorCode.UNSUPPORTED, "a directory is sent as a tar made by the launcher's spawn")
-        # --ignore-failed-read: what the agent may not read is left out, the archive stays whole.
+        size = await apparent_size(command, path)
+        if size is not None and size > limit:
+            raise too_large(f"the directory {path}", size, limit, query.field())
+        # --ignore-failed-read: what the agent may not read is left out, the archive stays whole. Hard
+        # links stay link entries (tar's default), so a farm of links to one file costs its size once.
         argv = ["tar", "-C", path, "--ignore-failed-read", "-cf", "-", "."]
         try:
             body = await command.stdout(argv, path)
@@ -204,6 +252,9 @@ async def send(files: AgentFiles, command: AgentCommand | None, query: FileQuery
             raise file_error(exc, query.field()) from None
         return Download(TAR_MEDIA, None, body)
     opened, size = os.fdopen(fd, "rb", buffering=0), os.fstat(fd).st_size
+    if size > limit:  # the apparent size: a sparse file's holes count, and are never streamed
+        opened.close()
+        raise too_large(f"the file {path}", size, limit, query.field())
     return Download(RAW_MEDIA, size, Body(_read_file(opened, size), opened.close))
 
 

@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 
 Mode = Literal["view", "control"]
 MODES: tuple[Mode, ...] = ("view", "control")
-# ``agent`` (the session token watching), ``human:<link or key id>``, ``cdp:<conn>``.
+# ``agent`` (the session token watching), ``human:<link id>`` or ``human:owner``, ``cdp:<conn>``.
 VIEWER = re.compile(r"agent|(human|cdp):[A-Za-z0-9_.-]{1,60}")
 
 
@@ -115,6 +115,8 @@ def parse(raw: str | bytes, screen: Size) -> Message | Refused:
         body = json.loads(raw)
     except ValueError as exc:
         return Refused(None, ActionError(ErrorCode.INVALID_JSON, f"the message is not JSON: {exc}"))
+    except RecursionError:  # a MiB of brackets nests past the parser's recursion
+        return Refused(None, ActionError(ErrorCode.INVALID_JSON, "the message nests too deep"))
     if not isinstance(body, dict):
         return Refused(None, ActionError(ErrorCode.INVALID_REQUEST, "a message is a JSON object"))
     seq = body.get("seq")

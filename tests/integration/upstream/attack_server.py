@@ -91,6 +91,24 @@ def _reflected(form: str, value: bytes) -> bytes:
     if form == "b64mime":  # base64 wrapped at 4 characters a line
         encoded = base64.b64encode(value)
         return b"\r\n".join(encoded[i : i + 4] for i in range(0, len(encoded), 4))
+    if form == "partialjson":  # JSON with a few characters \u-escaped (legal, and decoded by any JSON reader)
+        text = value.decode()
+        return (
+            json.dumps({"t": "".join(f"\\u{ord(c):04x}" if i % 3 == 0 else c for i, c in enumerate(text))})
+            .encode()
+            .replace(b"\\\\", b"\\")
+        )
+    if form == "partialhtml":  # some characters as &#NN;, &#xNN; or a named entity (a browser shows the text)
+        named = {"!": "&excl;", "&": "&amp;", "<": "&lt;", "/": "&sol;", "+": "&plus;"}
+        out = []
+        for i, c in enumerate(value.decode()):
+            out.append(named.get(c) or (f"&#{ord(c)};" if i % 4 == 0 else f"&#x{ord(c):X};" if i % 4 == 2 else c))
+        return "".join(out).encode()
+    if form == "partialpct":  # a few characters percent-encoded, the others as they are
+        return "".join(f"%{ord(c):02X}" if i % 2 else c for i, c in enumerate(value.decode())).encode()
+    if form == "mixedescapes":  # one value, three escapes: percent, JSON and HTML, in turn
+        escapes = (lambda c: f"%{ord(c):02x}", lambda c: f"\\u{ord(c):04X}", lambda c: f"&#{ord(c)};", str)
+        return "".join(escapes[i % 4](c) for i, c in enumerate(value.decode())).encode()
     if form == "gzipped":  # a gzip file served as data (no Content-Encoding): the client gunzips it
         return gzip.compress(value)
     return b""
@@ -124,6 +142,21 @@ def attack(handler: http.server.BaseHTTPRequestHandler, body: bytes) -> None:
 
         packed = gzip.compress(b"zipped:" + value) if path.endswith("gzip") else zlib.compress(b"zipped:" + value)
         write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-encoding: " + path[5:].encode() + b"\r\n")
+        write(b"content-length: %d\r\n\r\n" % len(packed) + packed)
+    elif path in ("/atk/gzip-members", "/atk/deflate-streams"):  # the value in a second member/stream
+        import gzip
+        import zlib
+
+        pack = gzip.compress if path == "/atk/gzip-members" else zlib.compress
+        packed = pack(b"first member, nothing to see;") + pack(b"second:" + value + b":end")
+        coding = b"gzip" if path == "/atk/gzip-members" else b"deflate"
+        write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-encoding: " + coding + b"\r\n")
+        write(b"content-length: %d\r\n\r\n" % len(packed) + packed)
+    elif path == "/atk/gzip-garbage":  # one gzip member, then bytes that are none
+        import gzip
+
+        packed = gzip.compress(b"first member;") + b"\x1f\x8b\x08garbage" + value
+        write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-encoding: gzip\r\n")
         write(b"content-length: %d\r\n\r\n" % len(packed) + packed)
     elif path == "/atk/split":  # the value cut across two chunks
         half = len(value) // 2

@@ -34,6 +34,7 @@ def runtime(monkeypatch: pytest.MonkeyPatch) -> FakeRuntime:
     fake = FakeRuntime()
     monkeypatch.delenv("CORRAL_URL", raising=False)
     monkeypatch.delenv("CORRAL_PORT", raising=False)
+    monkeypatch.delenv("CORRAL_API_KEY", raising=False)  # the gateway makes its own
     monkeypatch.setattr(cli, "_runtime", lambda: fake)
     monkeypatch.setattr(cli, "_wait_for_gateway", lambda runtime: None)
     monkeypatch.setattr(images, "build_all", lambda runtime, task: _builds(task))
@@ -55,4 +56,27 @@ def test_up_off_a_terminal_prints_each_step_as_a_line(runtime: FakeRuntime, caps
         "starting the gateway",
         "gateway up on http://127.0.0.1:8700  (API key: `corral status`)",
     ]
+    assert runtime.composed == [["up", "-d", "--no-build", "gateway"]]
+
+
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [("test-key-a", "is 10 characters long, under 32"), ("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "one kind")],
+)
+def test_up_refuses_a_key_too_guessable_to_hold_before_starting_anything(
+    runtime: FakeRuntime, monkeypatch: pytest.MonkeyPatch, capsys: Any, key: str, why: str
+) -> None:
+    monkeypatch.setenv("CORRAL_API_KEY", key)
+    result = CliRunner().invoke(cli.app, ["up"])
+    said = capsys.readouterr().err + result.output
+    assert result.exit_code != 0
+    assert "CORRAL_API_KEY: the API key" in said and why in said and "secrets.token_urlsafe(32)" in said, said
+    assert key not in said  # the key itself is never printed
+    assert runtime.composed == []  # nothing built, nothing started
+
+
+def test_up_starts_with_a_strong_key(runtime: FakeRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CORRAL_API_KEY", "up-key-Qm3Zr8Tx5Vw2Ny7Kb4Hc9Pd6Lf")
+    result = CliRunner().invoke(cli.app, ["up"])
+    assert result.exit_code == 0, result.output
     assert runtime.composed == [["up", "-d", "--no-build", "gateway"]]

@@ -6,19 +6,48 @@ from pathlib import Path
 
 import pytest
 
-from corral.errors import CodedError, Forbidden, NotFound, SessionNotFound, Unauthorized
+from corral.errors import CodedError, Forbidden, KeyIdKeyUnusable, NotFound, SessionNotFound, Unauthorized
 from corral.gateway import auth
 from corral.gateway.settings import GatewaySettings
 
+SECRET = bytes(range(32))
+STRONG_A = "alpha-Qm3Zr8Tx5Vw2Ny7Kb4Hc9Pd6Lf0"
+STRONG_B = "beta-Zt5Wq8Rm2Xn7Lc4Vj9Hs3Gd6Pf1y"
+
 
 def test_keyring_accepts_only_its_keys() -> None:
-    ring = auth.KeyRing(["alpha", "beta"])
-    assert ring.check("alpha") == auth.key_id("alpha")
-    assert ring.check("beta") == auth.key_id("beta")
+    ring = auth.KeyRing(["alpha", "beta"], SECRET)
+    assert ring.check("alpha") == auth.key_id("alpha", SECRET)
+    assert ring.check("beta") == auth.key_id("beta", SECRET)
     assert ring.check("alph") is None
     assert ring.check("") is None
-    assert auth.key_id("alpha") != auth.key_id("beta")
-    assert "alpha" not in auth.key_id("alpha")  # the id does not reveal the key
+    assert auth.key_id("alpha", SECRET) != auth.key_id("beta", SECRET)
+    assert "alpha" not in auth.key_id("alpha", SECRET)  # the id does not reveal the key
+
+
+def test_a_key_id_cannot_be_computed_from_the_key_without_the_gateways_secret() -> None:
+    """The attack: an id seen in a record, and a guess of the key. The old id was the guess's
+    unsalted SHA-256; the new one needs the secret, and another secret gives another id."""
+    seen = auth.key_id("hunter2", SECRET)
+    assert seen != auth.legacy_key_id("hunter2")  # the old public function no longer finds it
+    assert seen != "key-" + auth.digest("hunter2")[:24]
+    assert seen != auth.key_id("hunter2", bytes(32))  # nor does any other secret
+    assert len(seen) == len("key-") + 24 and seen == auth.key_id("hunter2", SECRET)  # stable under one secret
+    assert auth.legacy_key_id("hunter2") == "key-f52fbd32b2b3"  # what an older gateway wrote
+
+
+def test_key_ids_stay_the_same_across_a_restart_and_the_secret_is_the_owners_only(tmp_path: Path) -> None:
+    settings = GatewaySettings(data_dir=tmp_path, api_key=STRONG_A)
+    first = auth.KeyRing.for_gateway(settings).check(STRONG_A)
+    again = auth.KeyRing.for_gateway(settings).check(STRONG_A)
+    assert first is not None and first == again
+    secret = tmp_path / auth.KEY_ID_KEY_FILE
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600 and len(secret.read_bytes()) == auth.KEY_ID_KEY_BYTES
+    assert first == auth.key_id(STRONG_A, secret.read_bytes())
+    assert auth.KeyRing.for_gateway(settings).renamed == {auth.legacy_key_id(STRONG_A): first}
+    secret.write_bytes(b"short")
+    with pytest.raises(KeyIdKeyUnusable, match="not a 32-byte key"):
+        auth.KeyRing.for_gateway(settings)
 
 
 def test_token_matches_its_digest_only() -> None:
@@ -88,8 +117,10 @@ def test_nobody_is_told_what_to_send() -> None:
 
 
 def test_the_keyring_of_a_gateway(tmp_path: Path) -> None:
-    given = auth.KeyRing.for_gateway(GatewaySettings(data_dir=tmp_path, api_key=" a , b ,"))
-    assert given.check("a") == auth.key_id("a") and given.check("b") == auth.key_id("b")
+    given = auth.KeyRing.for_gateway(GatewaySettings(data_dir=tmp_path, api_key=f" {STRONG_A} , {STRONG_B} ,"))
+    secret = auth.load_key_id_key(tmp_path)
+    assert given.check(STRONG_A) == auth.key_id(STRONG_A, secret)
+    assert given.check(STRONG_B) == auth.key_id(STRONG_B, secret)
     assert not (tmp_path / auth.KEY_FILE).exists()
     generated = auth.KeyRing.for_gateway(GatewaySettings(data_dir=tmp_path, api_key=""))
     assert generated.check(auth.load_or_create_key(tmp_path)) is not None
@@ -117,7 +148,7 @@ def test_a_revoked_or_expired_link_is_told_which() -> None:
 
 def test_on_the_live_stream_the_owner_controls_and_the_agent_watches() -> None:
     owner = auth.Caller(key_id=KEY_ID, presented=True)
-    assert owner.live_viewer("ses_1", KEY_ID) == (f"human:{KEY_ID}", "control")
+    assert owner.live_viewer("ses_1", KEY_ID) == ("human:owner", "control")  # never its key id
     assert owner.grant_links() == KEY_ID
     agent = auth.Caller(session_id="ses_1", presented=True)
     assert agent.live_viewer("ses_1", KEY_ID) == ("agent", "view")

@@ -73,7 +73,14 @@ async def test_create_reports_then_keeps_the_link() -> None:
     link, secret = await book.book.create("ses_a", "view", 60, "key-owner", 1e12)
     assert book.links == {link.id: link} and links.match(secret, book.links.values()) == link
     assert book.reports == [
-        {"op": "link", "change": "created", "link": link.id, "mode": "view", "actor": "key-owner", "expires_at": 1060.0}
+        {
+            "op": "link",
+            "change": "created",
+            "link": link.id,
+            "mode": "view",
+            "actor": "api-key:owner",  # the agent reads the audit log: never the key's id
+            "expires_at": 1060.0,
+        }
     ]
 
 

@@ -223,3 +223,48 @@ async def test_a_control_event_keeps_its_name_without_a_frame_and_is_not_fetched
     bundle = read_bundle(directory)
     assert [e["controller_seq"] for e in bundle.actions] == [1, 3]
     assert [e["event"] for e in bundle.events] == ["action", "control", "action"]
+
+
+def _human_type(seq: int, text: str) -> dict[str, Any]:
+    typed = {"type": "type", "text": text}
+    return {
+        "seq": seq,
+        "action_id": f"h{seq}.beef",
+        "dialect": "human",
+        "actor": "human:lnk_abc",
+        "request": {"action": typed},
+        "native": [typed],
+        "ok": True,
+        "reply": {"ok": True, "result": {"typed": len(text)}},
+    }
+
+
+async def test_a_controller_that_kept_a_persons_typing_is_redacted_here(tmp_path: Path) -> None:
+    # An older (or hostile) controller sends a person's text whole: the gateway leaves it out before writing.
+    directory = tmp_path / "ses_0123456789abcded"
+    controller = Controller("boot-1")
+    controller.events.append(_human_type(1, "c0rrect-h0rse-battery"))
+    recorder = await _recorder(directory, controller)
+    await recorder.fetch(0)
+    text = (directory / "events.jsonl").read_text()
+    assert "c0rrect-h0rse" not in text
+    (event,) = _events(directory)
+    assert event["native"] == [{"type": "type", "redacted": True, "length": 21}]
+
+
+def test_a_bundle_an_older_gateway_wrote_is_redacted_as_it_is_read_and_zipped(tmp_path: Path) -> None:
+    manager = RecordingManager(tmp_path)
+    directory = manager.directory("ses_0123456789abcdec")
+    directory.mkdir(parents=True)
+    (directory / "manifest.json").write_text(json.dumps({"format": "corral-recording", "version": 1}))
+    agents = {"seq": 2, "event": "action", "dialect": "native", "request": {"action": {"type": "type", "text": "mine"}}}
+    lines = [{**_human_type(1, "c0rrect-h0rse-battery"), "event": "action"}, agents]
+    (directory / "events.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    read = manager.events(directory.name)["events"]
+    assert read[0]["native"] == [{"type": "type", "redacted": True, "length": 21}] and read[1] == agents
+    out = io.BytesIO()
+    manager.zip(directory.name, out)
+    with zipfile.ZipFile(out) as bundle:
+        zipped = bundle.read(f"{directory.name}/events.jsonl")
+    assert b"c0rrect-h0rse" not in zipped and b'"text": "mine"' in zipped
+    assert b"c0rrect-h0rse" in (directory / "events.jsonl").read_bytes()  # the file itself is left as it was

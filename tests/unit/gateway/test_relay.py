@@ -405,3 +405,10 @@ async def test_cancel_all_leaves_none_of_a_relays_tasks_running() -> None:
     waiting = {asyncio.create_task(never.wait()), asyncio.create_task(never.wait())}
     await cancel_all(waiting)
     assert all(task.cancelled() for task in waiting)
+
+
+def test_an_id_is_read_as_null_from_json_nested_past_the_parser_s_recursion() -> None:
+    """Python's json raises RecursionError (no ValueError) about 1000 levels down: it killed the relay."""
+    deep = '{"id": 3, "x": ' + "[" * 5000 + "]" * 5000 + "}"
+    assert relay_module.request_key(deep) == relay_module.request_key(deep.encode()) == "null"
+    assert relay_module.reply_key('{"ok":true,"result":' + "[" * 5000 + "]" * 5000 + ',"id":9}') == "null"

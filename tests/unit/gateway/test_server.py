@@ -27,6 +27,16 @@ from .routes.conftest import KEY, LoopbackRuntime, closed_port, settings_for
         (("127.0.0.1:5", "/v1/health"), "/v1/health"),
         (("127.0.0.1:5", "/v1/sessions/s/cdp/t/PAYLOAD.SECRET"), "/v1/sessions/s/cdp/t/[redacted]"),
         (("127.0.0.1:5", "/v1/sessions/s/cdp/t/PAYLOAD.SECRET/json/version"), "/cdp/t/[redacted]/json/version"),
+        # Other spellings of the name the server reads as ``token`` (or a key's name).
+        (("127.0.0.1:5", "/v1/sessions/s/ws?%74oken=SECRET"), "/v1/sessions/s/ws?%74oken=[redacted]"),
+        (("127.0.0.1:5", "/v1/sessions/s/ws?to%6Ben=SECRET&b=2"), "?to%6Ben=[redacted]&b=2"),
+        (("127.0.0.1:5", "/v1/sessions/s/ws?TOKEN=SECRET"), "?TOKEN=[redacted]"),
+        (("127.0.0.1:5", "/v1/sessions/s/ws?%2574oken=SECRET"), "?%2574oken=[redacted]"),
+        (("127.0.0.1:5", "/v1/sessions/s/ws?a=1;api%5Fkey=SECRET"), "?a=1;api%5Fkey=[redacted]"),
+        (("127.0.0.1:5", "/v1/sessions/s/ws?tok+en=1&token+=SECRET"), "?tok+en=1&token+=[redacted]"),
+        # A ticket's path as the server routes it (segments percent-encoded, even its slashes).
+        (("127.0.0.1:5", "/v1/sessions/s/cdp/%74/PAYLOAD.SECRET/json"), "/v1/sessions/s/cdp/t/[redacted]/json"),
+        (("127.0.0.1:5", "/v1/sessions/s/%63dp%2Ft%2FPAYLOAD.SECRET"), "/v1/sessions/s/cdp/t/[redacted]"),
     ],
 )
 def test_tokens_never_reach_the_log(args: tuple[str, str], expected: str) -> None:
@@ -102,12 +112,17 @@ def test_a_cdp_tickets_path_never_reaches_uvicorns_log(tmp_path: Path) -> None:
             ws_url = url.replace("http://", "ws://") + f"/v1/sessions/s1/cdp/t/{ticket}/page/T1?token=ALSOSECRET"
             with connect(ws_url) as ws, contextlib.suppress(ConnectionClosed):
                 ws.recv(timeout=5)  # refused: no such ticket's session
+            # The name percent-encoded (the server reads it as token all the same), the ticket's segment too.
+            for path in ("/v1/sessions/s1/ws?%74oken=ENCODEDSECRET", f"/v1/sessions/s1/cdp/%74/{ticket}/page/T1"):
+                with connect(url.replace("http://", "ws://") + path) as ws, contextlib.suppress(ConnectionClosed):
+                    ws.recv(timeout=5)
         finally:
             uvicorn_error.removeHandler(lines)
             uvicorn_error.setLevel(level)
     upgrades = [line for line in lines.lines if "WebSocket" in line]
     assert upgrades, lines.lines
-    assert all("SECRETMAC" not in line and "ALSOSECRET" not in line for line in lines.lines)
+    assert len(upgrades) == 3, upgrades
+    assert not [line for line in lines.lines if "SECRETMAC" in line or "ALSOSECRET" in line or "ENCODEDSECRET" in line]
     assert "/v1/sessions/s1/cdp/t/[redacted]/page/T1?token=[redacted]" in upgrades[0]
 
 

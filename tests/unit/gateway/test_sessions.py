@@ -21,9 +21,18 @@ from corral.gateway import sessions
 from corral.gateway.egress import Egress, Ground
 from corral.gateway.grounds import GroundPool
 from corral.gateway.models import CreateSession
-from corral.gateway.sessions import GATEWAY_LABEL, KIND_LABEL, SANDBOX_EXITED, Pair, SessionManager, SessionRecord
+from corral.gateway.sessions import (
+    GATEWAY_LABEL,
+    KIND_LABEL,
+    SANDBOX_EXITED,
+    Pair,
+    Session,
+    SessionManager,
+    SessionRecord,
+)
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
+from corral.gateway.vitals import CONTROLLER_DEAD
 from corral.runtime import ExitInfo, ProxyAddress, SandboxAddress, SandboxSpec, SessionNetwork
 
 from ..runtime.fake import FakeRuntime
@@ -259,17 +268,78 @@ async def test_a_dead_sandbox_ends_its_session_and_frees_its_slot(tmp_path: Path
         await manager.stop()
 
 
-async def test_the_relay_hook_ends_a_dead_session_before_the_reaper(tmp_path: Path) -> None:
-    runtime = FakeRuntime()
-    manager = _manager(tmp_path, runtime, reap_interval_s=3600)
+def _booted(runtime: FakeRuntime, boots: dict[str, str]) -> httpx.MockTransport:
+    """The sandboxes' controllers, each naming the boot ``boots`` gives its host (none there: it does
+    not answer, as a controller killed inside a running container)."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        boot = boots.get(request.url.host or "")
+        if boot is None:
+            raise httpx.ConnectError("connection refused", request=request)
+        return httpx.Response(200, json={"ok": True, "secrets": {}, "boot": boot})
+
+    return httpx.MockTransport(proving(answer))
+
+
+async def _watched(tmp_path: Path, runtime: FakeRuntime, boots: dict[str, str], **settings: object) -> SessionManager:
+    values: dict[str, object] = {"data_dir": tmp_path, "instance": "t", "pool_size": 0, "egress": False}
+    values.update({"record": False, "reap_interval_s": 3600, **settings})
+    manager = SessionManager(
+        GatewaySettings(**values), runtime, SessionStore(tmp_path), controller_transport=_booted(runtime, boots)
+    )
     await manager.start()
+    return manager
+
+
+async def _proven_session(manager: SessionManager) -> Session:
+    session, _ = await manager.create("key-a", CreateSession())
+    session.sandbox = dataclasses.replace(session.sandbox, secret=SECRET)
+    return session
+
+
+async def test_the_relay_hook_ends_a_dead_session_before_the_reaper(tmp_path: Path) -> None:
+    runtime, boots = FakeRuntime(), {}
+    manager = await _watched(tmp_path, runtime, boots)
     try:
-        alive, _ = await manager.create("key-a", CreateSession())
-        await manager.check_sandbox(alive, within_s=0.2)  # a controller restarted inside: no death
+        alive = await _proven_session(manager)
+        boots[alive.sandbox.host] = "b2"
+        await manager.check_sandbox(alive, within_s=0.2)  # a controller restarted inside, answering: no death
         assert not alive.ended.is_set() and alive.state == "ready"
         runtime.die(alive.sandbox.id, ExitInfo("exited", 0, False))
         await manager.check_sandbox(alive)
         assert alive.ended.is_set() and (alive.end_reason, alive.end_detail) == (SANDBOX_EXITED, "exit code 0")
+    finally:
+        await manager.stop()
+
+
+async def test_a_relay_that_lost_a_controller_which_never_comes_back_ends_it_controller_dead(tmp_path: Path) -> None:
+    runtime, boots = FakeRuntime(), {}
+    manager = await _watched(tmp_path, runtime, boots, controller_dead_after_s=0.3)
+    try:
+        session = await _proven_session(manager)  # its container runs, its controller does not answer
+        await asyncio.wait_for(manager.check_sandbox(session, within_s=0.1), 5)
+        assert session.ended.is_set() and session.end_reason == CONTROLLER_DEAD
+        assert session.end_detail.startswith("no answer for")
+        assert session.close_reason().startswith("session ended: controller_dead (no answer for")
+        await asyncio.wait_for(session.removed.wait(), 5)  # its slot is free
+        assert manager.list() == []
+    finally:
+        await manager.stop()
+
+
+async def test_the_reaper_ends_a_session_whose_controller_restarts_too_often(tmp_path: Path) -> None:
+    runtime, boots = FakeRuntime(), {}
+    manager = await _watched(tmp_path, runtime, boots, reap_interval_s=0.02, controller_max_restarts=2)
+    try:
+        session = await _proven_session(manager)
+        steady = await _proven_session(manager)
+        boots[steady.sandbox.host] = "steady"
+        for n in range(4):  # each a new controller process: restarted three times
+            boots[session.sandbox.host] = f"b{n}"
+            await _ticks_until(manager, 2)
+        await asyncio.wait_for(session.ended.wait(), 5)
+        assert (session.end_reason, session.end_detail) == (CONTROLLER_DEAD, "restarted 3 times in 300 s")
+        assert not steady.ended.is_set() and steady.state == "ready"  # one that stays up lives on
     finally:
         await manager.stop()
 

@@ -158,17 +158,45 @@ def test_tab_refs_are_index_or_id(tab: int | str) -> None:
         "https://example.com/",
         "http://localhost:8000",
         "about:blank",
-        "file:///tmp/x.html",
+        "about:blank#top",
+        "HTTPS://EXAMPLE.COM/",
         "data:text/html,hi",
-        "chrome-extension://abc/page.html",
-        "git+ssh://host/repo",
-        "view-source:https://a.b/",
+        "blob:https://example.com/0f4c3a9e",
     ],
 )
-def test_navigate_accepts_urls_with_a_scheme(url: str) -> None:
+def test_navigate_accepts_web_pages(url: str) -> None:
     action = native({"type": "navigate", "url": url})
     assert isinstance(action, a.Navigate)
     assert action.url == url
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "file:///etc/passwd",
+        "FILE:///home/agent/x.html",
+        "chrome://settings",
+        "chrome://crash",
+        " \tchrome://quit",
+        "chr\nome://hang",
+        "chrome-untrusted://terminal/",
+        "chrome-extension://abc/page.html",
+        "devtools://devtools/bundled/inspector.html",
+        "view-source:https://a.b/",
+        "view-source:file:///etc/passwd",
+        "about:version",
+        "about:blankx",
+        "javascript:alert(1)",
+        "mailto:someone@example.com",
+        "git+ssh://host/repo",
+    ],
+)
+@pytest.mark.parametrize("action", ["navigate", "tab_new"])
+def test_pages_that_are_not_the_webs_are_refused(url: str, action: str) -> None:
+    err = rejected({"type": action, "url": url})
+    assert err.code is ErrorCode.URL_REFUSED
+    assert err.field == "action.url"
+    assert "chrome://" in err.message
 
 
 @pytest.mark.parametrize("url", ["example.com", "/relative/path", ":nothing", "ht tp://x", "日本:x", "a_b://x"])

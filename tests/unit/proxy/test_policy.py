@@ -147,3 +147,22 @@ def test_allow_private_lifts_addresses_but_not_local_names_or_doh() -> None:
 def test_refusal_reasons_hold_the_normalised_path_only() -> None:
     decision = Policy(["GET example.test/docs/"]).request("example.test", 443, "GET", "/a/../b?token=s3cret")
     assert not decision.allowed and "s3cret" not in decision.reason and "/b" in decision.reason
+
+
+def test_the_gateway_host_s_addresses_are_refused_even_inside_a_trusted_network() -> None:
+    """An operator who trusts the egress subnet trusts the bridge's host address in it too: the
+    host's own services must stay closed (a report-mode session would otherwise be let through)."""
+    policy = Policy(
+        [],
+        trusted_networks=["172.30.0.0/16", "fd00::/8"],
+        host_addresses=["172.30.0.1", "fd00::1"],
+    )
+    for host in ("172.30.0.1", "[fd00::1]", "[::ffff:172.30.0.1]", "2887647233"):  # the last: 172.30.0.1 as a number
+        decision = policy.connect(host, 8080)
+        assert (decision.allowed, decision.rule) == (False, "global-deny"), (host, decision)
+        assert "gateway's host" in decision.reason
+    assert policy.resolved("svc.test", "172.30.0.1").rule == "global-deny"
+    assert policy.resolved("svc.test", "::ffff:172.30.0.1").rule == "global-deny"
+    assert policy.resolved("svc.test", "172.30.0.7").allowed  # the rest of the trusted network stays open
+    assert Policy([], allow_private=True, host_addresses=["172.30.0.1"]).connect("172.30.0.1", 80).rule == "global-deny"
+    assert policy.with_allow(["example.test"]).connect("172.30.0.1", 80).rule == "global-deny"

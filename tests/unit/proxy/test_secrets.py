@@ -10,6 +10,7 @@ import stat
 import urllib.parse
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -369,3 +370,70 @@ def test_brotli_and_zstd_decoding_is_bounded() -> None:
             decoded(packed, encoding, cap=1000)
         with pytest.raises(ValueError):
             decoded(b"\xff" * 64, encoding)
+
+
+def _raw_deflate(data: bytes) -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return packer.compress(data) + packer.flush()
+
+
+def test_every_gzip_member_and_every_deflate_stream_is_decoded() -> None:
+    assert decoded(gzip.compress(b"one;") + gzip.compress(b"") + gzip.compress(b"two"), "gzip") == b"one;two"
+    assert decoded(zlib.compress(b"one;") + zlib.compress(b"two"), "deflate") == b"one;two"
+    assert decoded(zlib.compress(b"one;") + _raw_deflate(b"two"), "deflate") == b"one;two"
+    assert decoded(_raw_deflate(b"one;") + zlib.compress(b"two"), "deflate") == b"one;two"
+    # The cap holds over every member together.
+    members = gzip.compress(bytes(600)) * 2
+    assert len(decoded(members, "gzip", cap=1200)) == 1200
+    with pytest.raises(DecodedTooLarge):
+        decoded(members, "gzip", cap=1199)
+
+
+@pytest.mark.parametrize("tail", [b"garbage", b"\x1f\x8b\x08\x00", gzip.compress(b"cut")[:-3]])
+def test_bytes_after_the_last_member_that_are_no_member_cannot_be_decoded(tail: bytes) -> None:
+    with pytest.raises(ValueError):
+        decoded(gzip.compress(b"one") + tail, "gzip")
+
+
+_PARTIAL = TOKEN_LIKE  # letters, digits and '-': escapes change some of them
+
+
+@pytest.mark.parametrize(
+    ("escaped", "name"),
+    [
+        (lambda c, i: f"\\u{c:04x}" if i % 3 == 0 else chr(c), "some characters JSON-escaped"),
+        (lambda c, i: f"&#{c};" if i % 4 == 0 else f"&#x{c:X};" if i % 4 == 1 else chr(c), "some references"),
+        (lambda c, i: "&lowbar;" if c == 0x5F else f"&#{c}" if i == 9 else chr(c), "a named entity"),
+        (lambda c, i: f"%{c:02x}" if i % 2 else chr(c), "some percent-escaped"),
+        (lambda c, i: (f"%{c:02X}", f"\\u{c:04X}", f"&#{c};", chr(c))[i % 4], "three kinds mixed"),
+        (lambda c, i: f"&amp;#{c};" if i % 2 else chr(c), "an escape of an escape"),
+    ],
+)
+def test_a_value_with_some_characters_escaped_is_found_and_scrubbed(escaped: Any, name: str) -> None:
+    reflected = "".join(escaped(c, i) for i, c in enumerate(_PARTIAL)).encode()
+    scrubber = Scrubber([_secret(_PARTIAL)])
+    data = b'<p title="a &amp; b">%20 ' + reflected + b" \\u00e9</p>"
+    assert scrubber.first(data) is not None, name
+    clean, counts = scrubber.scrub(data)
+    assert counts == {"TOKEN": 1}, (name, clean)
+    assert clean == b'<p title="a &amp; b">%20 ' + PH.encode() + b" \\u00e9</p>", name  # the rest as it was
+    assert scrubber.first(clean) is None
+
+
+def test_base64_with_its_signs_percent_escaped_is_scrubbed() -> None:
+    value = b"\xfb\xff\xfe-value-with-signs\xfb\xef\xbe"
+    encoded = base64.b64encode(value)
+    assert b"+" in encoded or b"/" in encoded
+    reflected = urllib.parse.quote(encoded, safe="").encode()
+    scrubber = Scrubber([_secret(value)])
+    clean, counts = scrubber.scrub(b"?sig=" + reflected + b"&x=1")
+    # The characters base64 writes from the value's bytes alone go; its last (with the padding) may stay.
+    assert counts == {"TOKEN": 1} and clean.startswith(b"?sig=" + PH.encode()) and len(clean) < 70, clean
+    assert scrubber.first(clean) is None
+
+
+def test_escapes_that_spell_no_value_are_left_as_they_were() -> None:
+    scrubber = Scrubber([_secret(_PARTIAL)])
+    page = b"&lt;b&gt; caf&eacute; %41%42 \\u0041 &#65; " * 1000
+    assert scrubber.first(page) is None
+    assert scrubber.scrub(page) == (page, {})

@@ -10,6 +10,7 @@ from typing import Any
 from PIL import Image
 
 from corral.recording.bundle import Bundle
+from corral.recording.redact import redact
 from corral.recording.replay import (
     FRAME_REQUEST,
     ReplayOptions,
@@ -468,3 +469,16 @@ def test_control_events_lease_actions_and_requests_refused_by_the_lease_are_not_
     assert "request_control waited for a person" in report.steps[1].reason
     assert "control_taken" in report.steps[2].reason
     assert sandbox.replies == [] and report.warnings == []
+
+
+def test_a_persons_redacted_typing_is_not_typed_again_and_the_step_says_so() -> None:
+    typed = {"type": "type", "text": "c0rrect-h0rse"}
+    human = redact(action(2, WHITE, native=[typed], request={"action": typed}, dialect="human", actor="human:lnk_a"))
+    chord = {"type": "key", "keys": "Return"}
+    pressed = redact(action(3, WHITE, native=[chord], request={"action": chord}, dialect="human", actor="human:lnk_a"))
+    recorded = bundle([action(1, WHITE), human, pressed], {1: WHITE, 2: WHITE, 3: WHITE})
+    sandbox = Sandbox([OK, OK], [WHITE, WHITE])
+    report = replay(recorded, sandbox, ReplayOptions())
+    assert [s.status for s in report.steps] == ["passed", "skipped", "passed"]
+    assert "typed 13 character(s)" in report.steps[1].reason and "redacted" in report.steps[1].reason
+    assert sandbox.replies == []  # the agent's step and the person's Return were sent; the typing was not

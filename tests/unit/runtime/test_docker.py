@@ -18,9 +18,13 @@ from corral.gateway.settings import GatewaySettings
 from corral.runtime import ProxySpec, SandboxSpec, SessionNetwork
 from corral.runtime.docker import (
     CONTROLLER_UID,
+    MIN_HEADROOM_MIB,
     DockerRuntime,
+    agent_tmpfs_mib,
     default_proxy_uid,
+    mebibytes,
     proxy_name,
+    remapped_root,
     session_network_name,
 )
 
@@ -63,6 +67,9 @@ class FakeClient:
 
     def ping(self) -> bool:
         return True
+
+    def info(self) -> dict[str, Any]:
+        return {"SecurityOptions": ["name=seccomp,profile=default"], "DockerRootDir": "/var/lib/docker"}
 
     def create(self, image: str, **kwargs: Any) -> FakeContainer:
         self.created = kwargs
@@ -116,6 +123,46 @@ def test_the_proxy_state_is_its_uids_alone(tmp_path: Path) -> None:
     assert _mode(tmp_path / "egress") == 0o700 or not (tmp_path / "egress").exists()
 
 
+class RemappedClient(FakeClient):
+    """An engine run with ``userns-remap``: its data root is named after the mapping."""
+
+    def info(self) -> dict[str, Any]:
+        return {"SecurityOptions": ["name=seccomp,profile=default", "name=userns"], "DockerRootDir": "/d/100000.100000"}
+
+
+def test_under_userns_remap_the_proxy_state_is_the_remapped_uids(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("handing files to another uid needs root")
+    manager = EgressManager(GatewaySettings(data_dir=tmp_path, egress_upstream_ca=None), runtime=None)  # type: ignore[arg-type]
+    state, _ = manager._ground_state(SID)
+    manager._claim_ground(state, ["example.test"], "enforce", None)
+    client = RemappedClient()
+    runtime = DockerRuntime(client, proxy_uid=4321)  # type: ignore[arg-type]  # docker-py is untyped
+    runtime.start_proxy(ProxySpec(SID, NETWORK, state, "corral-egress"))
+    # The container still runs as 4321; on the host that uid is 104321, which must own its state.
+    assert (runtime.host_root, client.created["user"]) == (100000, "4321:4321")
+    assert {p.stat().st_uid for p in [state, *state.rglob("*")]} == {104321}
+
+
+@pytest.mark.parametrize(
+    ("info", "root"),
+    [
+        ({"SecurityOptions": ["name=seccomp,profile=default"], "DockerRootDir": "/var/lib/docker"}, 0),
+        ({"SecurityOptions": None, "DockerRootDir": "/var/lib/docker/231072.231072"}, 0),
+        ({"SecurityOptions": ["name=userns"], "DockerRootDir": "/var/lib/docker/231072.231072"}, 231072),
+    ],
+)
+def test_the_host_uid_of_a_containers_root_is_read_from_the_engines_mapping(info: dict[str, Any], root: int) -> None:
+    assert remapped_root(info) == root
+
+
+def test_a_remapping_engine_that_names_no_mapping_is_an_error() -> None:
+    from corral.errors import SandboxError
+
+    with pytest.raises(SandboxError, match="names no mapping"):
+        remapped_root({"SecurityOptions": ["name=userns"], "DockerRootDir": "/var/lib/docker"})
+
+
 def test_the_proxy_uid_defaults_to_1001_under_root_and_to_the_gateways_own_otherwise() -> None:
     assert default_proxy_uid(None, 0) == 1001
     assert default_proxy_uid(None, 1234) == 1234
@@ -149,6 +196,31 @@ def test_a_sandbox_behind_a_proxy_is_told_where_it_is_and_its_token_is_the_contr
     assert (environment["CORRAL_SESSION_NET"], environment["CORRAL_SESSION_GATEWAY"]) == ("10.213.0.0/28", "10.213.0.1")
     assert client.created["volumes"] == {str(token): {"bind": "/run/corral/proxy-token", "mode": "ro"}}
     assert (token.stat().st_uid, _mode(token)) == (CONTROLLER_UID, 0o600)
+
+
+@pytest.mark.parametrize("memory", ["256m", "512m", "768m", "1024m", "1536m", "2g", "4g", "16g"])
+def test_the_agents_tmpfs_mounts_together_leave_the_headroom_of_the_memory_limit(memory: str) -> None:
+    sizes = agent_tmpfs_mib(SandboxSpec(memory=memory, tmp_size="4g", workspace_size="8g", shm_size="256m"))
+    assert set(sizes) == {"/tmp", "/home/agent", "/workspace", "/dev/shm"}
+    assert all(size >= 16 for size in sizes.values())
+    headroom = max(MIN_HEADROOM_MIB, mebibytes(memory) // 4)
+    assert sum(sizes.values()) <= max(mebibytes(memory) - headroom, 64)  # a tiny session: each at its floor
+
+
+def test_tmpfs_sizes_that_fit_are_kept_as_asked_and_the_options_use_them(tmp_path: Path) -> None:
+    spec = SandboxSpec(memory="4g", tmp_size="512m", workspace_size="1g", shm_size="128m")
+    assert agent_tmpfs_mib(spec) == {"/tmp": 512, "/home/agent": 512, "/workspace": 1024, "/dev/shm": 128}
+    options = DockerRuntime(FakeClient())._sandbox_options(spec)  # type: ignore[arg-type]
+    assert "size=512m," in options["tmpfs"]["/tmp"] and "size=1024m," in options["tmpfs"]["/workspace"]
+    assert options["shm_size"] == "128m" and options["mem_limit"] == "4g"
+    small = DockerRuntime(FakeClient())._sandbox_options(SandboxSpec(memory="1024m"))  # type: ignore[arg-type]
+    assert "size=99m," in small["tmpfs"]["/tmp"] and "size=57m," in small["tmpfs"]["/home/agent"]
+
+
+def test_a_size_is_read_as_docker_writes_it() -> None:
+    assert [mebibytes(text) for text in ("2g", "512m", "1024k", str(3 << 20), "1G")] == [2048, 512, 1, 3, 1024]
+    with pytest.raises(ValueError):
+        mebibytes("lots")
 
 
 def test_a_sessions_objects_are_named_from_its_id() -> None:

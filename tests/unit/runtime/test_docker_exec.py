@@ -129,6 +129,9 @@ class FakeClient:
     def ping(self) -> bool:
         return True
 
+    def info(self) -> dict[str, Any]:
+        return {"SecurityOptions": ["name=seccomp,profile=default"], "DockerRootDir": "/var/lib/docker"}
+
 
 def runtime_with(
     container: HangingContainer, log: FollowedLog | None = None, api: FakeApi | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -52,3 +53,18 @@ def test_only_the_rules_of_missing_interfaces_are_removed(monkeypatch: pytest.Mo
 def test_without_iptables_nothing_is_stale(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hostguard.shutil, "which", lambda name: None)
     assert hostguard.remove_stale(exists=lambda name: False) == []
+
+
+def test_the_host_s_own_addresses_are_read_from_the_kernel(tmp_path: Path) -> None:
+    fib = tmp_path / "fib_trie"
+    fib.write_text(
+        "Main:\n  +-- 0.0.0.0/0 3 0 5\n     |-- 0.0.0.0\n        /0 universe UNICAST\n"
+        "     +-- 10.213.0.0/28 2 0 2\n        |-- 10.213.0.1\n           /32 host LOCAL\n"
+        "        |-- 10.213.0.15\n           /32 link BROADCAST\n"
+        "Local:\n  +-- 10.213.0.0/28 2 0 2\n        |-- 10.213.0.1\n           /32 host LOCAL\n"
+        "     |-- 127.0.0.1\n        /32 host LOCAL\n"
+    )
+    inet6 = tmp_path / "if_inet6"
+    inet6.write_text("fe80000000000000004295fffe91b801 287 40 20 80 br-d695ad6896fc\n")
+    assert hostguard.local_addresses(fib, inet6) == ["10.213.0.1", "127.0.0.1", "fe80::42:95ff:fe91:b801"]
+    assert hostguard.local_addresses(tmp_path / "none", tmp_path / "none") == []

@@ -69,7 +69,7 @@ def test_docker_is_opened_with_the_proxies_uid(monkeypatch: pytest.MonkeyPatch) 
 
 
 async def test_a_gateway_with_an_unknown_driver_does_not_start(tmp_path: Path) -> None:
-    app = create_app(GatewaySettings(data_dir=tmp_path, api_key="k", runtime="nomad"))
+    app = create_app(GatewaySettings(data_dir=tmp_path, api_key="seam-key-Qm3Zr8Tx5Vw2Ny7Kb4Hc9Pd6Lf", runtime="nomad"))
     with pytest.raises(SandboxError, match="CORRAL_RUNTIME='nomad'"):
         async with app.router.lifespan_context(app):
             pass
@@ -156,7 +156,7 @@ async def test_a_cold_start_takes_a_network_and_ca_made_ahead(tmp_path: Path, gr
             # persists it itself), as the first change after its start.
             proxy_state = control_proxy.state(manager.egress.token(session.id))
             assert (proxy_state.allow, proxy_state.mode, proxy_state.generation) == (["example.test"], "enforce", 1)
-            assert [m["actor"] for m in proxy_state.messages] == ["api-key:key-a"]
+            assert [m["actor"] for m in proxy_state.messages] == ["api-key:owner"]
         else:
             assert json.loads((state / "policy.json").read_text())["allow"] == ["example.test"]
         await asyncio.wait_for(manager.grounds.filled.wait(), 10)  # refilled once the start was done

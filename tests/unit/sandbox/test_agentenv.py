@@ -21,6 +21,7 @@ def test_the_agent_is_who_the_command_runs_as_with_its_own_programs_first() -> N
     assert (env["HOME"], env["USER"], env["LOGNAME"], env["SHELL"]) == ("/home/agent", "agent", "agent", "/bin/bash")
     assert env["PATH"].split(":") == ["/home/agent/.local/bin", "/usr/local/bin", "/usr/bin", "/bin"]
     assert env["LANG"] == "C.UTF-8" and env["DISPLAY"] == ":0"
+    assert env["XAUTHORITY"] == "/run/corral/x11/agent"  # the untrusted cookie, never the controller's
     # npm's global installs land where pip's user installs do: ~/.local/bin, first on PATH.
     assert env["NPM_CONFIG_PREFIX"] == "/home/agent/.local"
     # The controller's own venv and secrets are no part of it; TERM is the caller's (pty or not).

@@ -108,11 +108,13 @@ def test_the_gateway_reads_the_placeholders_back_signed_and_a_stranger_may_not()
     client, _ = _controller()
     signed = auth.sign(SECRET)
     empty = client.get("/v1/secrets", headers=signed.headers)  # a restarted controller holds none
-    assert empty.status_code == 200 and empty.json() == {"ok": True, "secrets": {}}
+    answer = empty.json()
+    assert empty.status_code == 200 and answer == {"ok": True, "secrets": {}, "boot": answer["boot"]}
+    assert len(answer["boot"]) == 16  # this controller process's, for the gateway's restart count
     assert auth.proven(SECRET, signed.nonce, empty.headers)
     assert _put(client, {"secrets": {"GITHUB_TOKEN": TOKEN}}).status_code == 200
     held = client.get("/v1/secrets", headers=auth.sign(SECRET).headers)
-    assert held.json() == {"ok": True, "secrets": {"GITHUB_TOKEN": TOKEN}}
+    assert held.json() == {"ok": True, "secrets": {"GITHUB_TOKEN": TOKEN}, "boot": answer["boot"]}
     assert client.get("/v1/secrets").status_code == 401
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.sandbox import auth, boot
+from corral.sandbox import auth, boot, xaccess
 from corral.sandbox.init import chromium_argv, egress_flags
 
 
@@ -50,6 +50,12 @@ def test_chromium_policy_saves_downloads_in_the_agents_folder_without_asking() -
         policy = boot.chromium_policy(proxy)
         assert policy["DownloadDirectory"] == "/home/agent/Downloads"
         assert policy["PromptForDownloadLocation"] is False
+
+
+def test_chromium_keeps_no_password_or_form_data_a_person_types() -> None:
+    policy = boot.chromium_policy(None)
+    assert policy["PasswordManagerEnabled"] is False
+    assert policy["AutofillAddressEnabled"] is False and policy["AutofillCreditCardEnabled"] is False
 
 
 def test_chromium_flags_say_the_same() -> None:
@@ -99,6 +105,17 @@ def test_the_supervisor_keeps_only_what_starting_children_as_another_uid_takes()
         assert f"{kind}=-all,+setuid,+setgid,+setpcap" in argv
 
 
+@pytest.mark.parametrize(("display", "number"), [(":0", 0), (":12.0", 12)])
+def test_the_display_number(display: str, number: int) -> None:
+    assert boot.display_number(display) == number
+
+
+@pytest.mark.parametrize("display", ["host:0", ":x", ""])
+def test_a_display_that_is_not_local_is_refused(display: str) -> None:
+    with pytest.raises(ValueError, match="local display"):
+        boot.display_number(display)
+
+
 def test_the_supervisor_is_at_home_as_corral() -> None:
     env = boot.supervisor_env({"CORRAL_PROXY": "corral-proxy:8080", "HOME": "/root"}, "/home/corral")
     assert env["CORRAL_PROXY"] == "corral-proxy:8080"
@@ -119,6 +136,7 @@ def test_lock_down_writes_policy_and_bundle_and_refuses_a_key(tmp_path: Path, mo
     monkeypatch.setattr(boot, "X11_DIR", tmp_path / "x11")
     monkeypatch.setattr(boot, "LAUNCHER_DIR", tmp_path / "run" / "launcher")
     monkeypatch.setattr(boot, "BROWSER_HOME", tmp_path / "browser")
+    monkeypatch.setattr(boot, "XAUTH_DIR", tmp_path / "run" / "x11auth")
     # No firewall here (iptables-restore refuses, or is missing): a warning, not a failure.
     monkeypatch.setattr(boot, "_apply", _no_firewall)
     cert = "-----BEGIN CERTIFICATE-----\nSESSION\n-----END CERTIFICATE-----"
@@ -130,6 +148,8 @@ def test_lock_down_writes_policy_and_bundle_and_refuses_a_key(tmp_path: Path, mo
     assert stat.S_IMODE((tmp_path / "x11").stat().st_mode) == 0o1777
     assert stat.S_IMODE((tmp_path / "run" / "launcher").stat().st_mode) == 0o700  # the launcher's socket
     assert stat.S_IMODE((tmp_path / "browser").stat().st_mode) == 0o700  # Chromium's home and profile
+    cookie = tmp_path / "run" / "x11auth" / "controller"  # the X server's trusted cookie: corral's alone
+    assert stat.S_IMODE(cookie.stat().st_mode) == 0o400 and len(xaccess.cookie_of(cookie.read_bytes())) == 16
     assert json.loads((tmp_path / "run" / "policy.json").read_text())["QuicAllowed"] is False
     bundle = (certs / "ca-certificates.crt").read_text()
     assert "DEBIAN" in bundle and "SESSION" in bundle

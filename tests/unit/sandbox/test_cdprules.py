@@ -6,7 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import TypeAdapter
 
+from corral.errors import ActionError, ErrorCode
+from corral.protocol.actions import NativeAction
+from corral.protocol.validation import validate
 from corral.sandbox import cdprules
 from corral.sandbox.cdprules import Command
 
@@ -312,3 +316,39 @@ def test_a_persons_turn_lets_a_connection_let_go(method: str) -> None:
 
 def test_only_a_sessions_going_reaches_a_connection_in_a_persons_turn() -> None:
     assert {"Target.detachedFromTarget", "Inspector.detached"} == cdprules.PERSONS_TURN_EVENTS
+
+
+def test_a_frame_nested_past_the_parser_s_recursion_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="nests too deep"):
+        cdprules.loads('{"id":1,"params":' + "[" * 100_000 + "]" * 100_000 + "}")
+
+
+NATIVE: TypeAdapter[NativeAction] = TypeAdapter(NativeAction)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://example.test/",
+        "data:text/html,hi",
+        "about:blank",
+        "chrome://settings",
+        " chrome://quit",
+        "file:///etc/passwd",
+        "view-source:https://example.test/",
+        "devtools://devtools/bundled/inspector.html",
+        "chrome-extension://abc/page.html",
+        "about:version",
+        "javascript:alert(1)",
+        "mailto:a@example.test",
+    ],
+)
+def test_cdp_and_native_navigate_refuse_the_same_pages(url: str) -> None:
+    by_cdp = cdprules.refusal("Page.navigate", {"url": url}) is cdprules.INTERNAL_PAGES
+    try:
+        validate(NATIVE, {"type": "navigate", "url": url}, "action", tagged=True)
+        natively = False
+    except ActionError as exc:
+        assert exc.code is ErrorCode.URL_REFUSED and exc.field == "action.url"
+        natively = True
+    assert by_cdp == natively

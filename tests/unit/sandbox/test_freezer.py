@@ -138,3 +138,36 @@ async def test_without_a_launcher_nothing_is_frozen_and_nothing_refused() -> Non
     lease.take(HUMAN)
     await freezer.frozen_for_human()
     assert not freezer.frozen
+
+
+async def test_what_the_person_left_in_the_selections_is_dropped_before_every_thaw() -> None:
+    lease, sweeps = ControlLease(), Sweeps()
+    calls = sweeps.calls
+
+    async def forget() -> None:
+        calls.append("forget")
+
+    freezer = AgentFreezer(lease, sweeps, before_thaw=forget)
+    freezer.start()
+    await settled(freezer)
+    lease.take(HUMAN)
+    await freezer.frozen_for_human()
+    lease.release(HUMAN)
+    await settled(freezer)
+    # At start (an earlier controller's turn may have left a copy) and at the hand-back, never at the freeze.
+    assert calls == ["forget", "thaw", "freeze", "forget", "thaw"]
+    await freezer.close()
+
+
+async def test_selections_that_cannot_be_emptied_do_not_keep_the_agent_frozen() -> None:
+    lease, sweeps = ControlLease(), Sweeps()
+
+    async def fails() -> None:
+        raise ActionError(ErrorCode.CLIPBOARD_FAILED, "xclip did not answer in time")
+
+    freezer = AgentFreezer(lease, sweeps, before_thaw=fails)
+    lease.take(HUMAN)
+    await freezer.frozen_for_human()
+    lease.release(HUMAN)
+    await freezer.settle()
+    assert not freezer.frozen and sweeps.calls == ["freeze", "thaw"]

@@ -199,3 +199,10 @@ def test_the_browser_runs_as_its_own_uid_in_the_agents_group_from_its_own_home()
     assert argv[:4] == ["setpriv", "--reuid=browser", "--regid=browser", "--init-groups"]
     assert "--no-new-privs" in argv and "--bounding-set=-all" in argv
     assert argv[argv.index("--") + 1 :] == ["env", f"--chdir={BROWSER_HOME}", "--", "openbox", "--sm-disable"]
+
+
+def test_xvfb_takes_only_the_cookie_and_never_resets() -> None:
+    from corral.sandbox.init import xvfb_auth_flags
+
+    # A reset (its last client gone) would forget the browser's uid and the agent's untrusted cookie.
+    assert xvfb_auth_flags("/run/corral/x11/controller") == ["-auth", "/run/corral/x11/controller", "-noreset"]

@@ -210,6 +210,50 @@ def test_a_directory_comes_as_a_tar_made_by_the_agent(controller: Controller) ->
     assert status == 403 and b'"permission_denied"' in body
 
 
+def test_a_sparse_file_over_the_cap_is_refused_before_a_byte_by_its_apparent_size(controller: Controller) -> None:
+    with (controller.root / "sparse").open("wb") as sparse:
+        sparse.truncate(1 << 40)  # 1 TB of holes: nothing on disk, all of it counted
+    status, _, body = controller.get({"path": "sparse", "max_bytes": "4096"})
+    assert status == 413 and len(body) < 1000
+    error = json.loads(body)["error"]
+    assert error["code"] == "too_large" and error["field"] == "path"
+    assert (
+        f"{1 << 40} bytes" in error["message"]
+        and "limited to 4096 bytes (CORRAL_MAX_DOWNLOAD_BYTES)" in error["message"]
+    )
+
+
+def test_without_the_gateways_cap_the_controllers_own_holds(controller: Controller) -> None:
+    (controller.root / "small").write_bytes(b"s" * 1000)
+    controller.client.app.state.max_download = 999  # type: ignore[attr-defined]
+    status, _, body = controller.get({"path": "small"})
+    assert status == 413 and json.loads(body)["error"]["code"] == "too_large"
+    assert controller.get({"path": "small", "max_bytes": "1000"})[0] == 200  # the gateway's cap wins
+
+
+def test_a_directory_over_the_cap_by_a_sparse_file_is_refused_before_tar_starts(controller: Controller) -> None:
+    (controller.root / "proj").mkdir()
+    with (controller.root / "proj" / "sparse").open("wb") as sparse:
+        sparse.truncate(100 << 30)
+    status, _, body = controller.get({"path": "proj", "max_bytes": str(1 << 20)})
+    assert status == 413 and json.loads(body)["error"]["code"] == "too_large"
+    assert controller.tar.argv[0] == "du"  # tar never ran
+
+
+def test_a_hard_link_farm_counts_its_file_once_and_stays_links_in_the_tar(controller: Controller) -> None:
+    farm = controller.root / "farm"
+    farm.mkdir()
+    (farm / "big").write_bytes(os.urandom(100_000))
+    for n in range(200):  # 20 MB were each link a copy
+        os.link(farm / "big", farm / f"link{n}")
+    status, _, body = controller.get({"path": "farm", "max_bytes": "400000"})
+    assert status == 200 and controller.tar.argv[0] == "tar"
+    assert len(body) < 400_000  # the file once, and a header per link
+    with tarfile.open(fileobj=io.BytesIO(body)) as archive:
+        members = [m for m in archive.getmembers() if m.name != "."]
+    assert len(members) == 201 and sum(m.islnk() for m in members) == 200
+
+
 def test_a_name_that_is_not_utf8_travels_as_path_base64(controller: Controller) -> None:
     raw = os.fsencode(str(controller.root)) + b"/caf\xe9"
     encoded = base64.b64encode(raw).decode()

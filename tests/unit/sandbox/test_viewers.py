@@ -461,3 +461,8 @@ async def test_a_move_is_not_reported_to_the_proxy() -> None:
     assert ("input", "move", (3, 4)) in parts.calls
     assert reported.calls == [] and not humans._tails
     await humans.close()
+
+
+def test_a_message_nested_past_the_parser_s_recursion_is_invalid_json() -> None:
+    refused = parse("[" * 100_000 + "]" * 100_000, Size(1280, 800))
+    assert isinstance(refused, Refused) and refused.error.code == "invalid_json"

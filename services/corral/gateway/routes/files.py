@@ -7,12 +7,20 @@ stays flat whatever the size. An upload over ``CORRAL_MAX_UPLOAD_BYTES`` is refu
 when its Content-Length says so (the controller is never called), else the moment the stream passes
 the cap, by cutting the body to the controller short; the controller keeps a file only once a whole
 body came (it writes a temporary file and renames it at the end), so nothing is left behind.
+
+A download over ``CORRAL_MAX_DOWNLOAD_BYTES`` is refused with 413 by the controller when its size is
+known (a file's apparent size, a directory's by ``du``: sparse files whole, hard links once), and,
+since the sandbox may lie or the files grow meanwhile, the gateway counts the bytes it relays: past the
+cap it aborts the stream (no clean end: the client sees it cut) having sent no more than the cap. The
+answer names the cap in ``X-Corral-Max-Download-Bytes``, so a client that meets the cut knows it for
+the cap's (``too_large``) and keeps nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Final
 
@@ -23,6 +31,7 @@ from starlette.requests import ClientDisconnect
 from corral.bodies import ClosingStream
 from corral.errors import (
     CodedError,
+    DownloadTooLarge,
     ErrorCode,
     FileAccessDenied,
     FileRefused,
@@ -33,15 +42,19 @@ from corral.errors import (
     NoSuchFile,
     NotADirectory,
     SandboxUnreachable,
+    StreamAborted,
     UploadTooLarge,
 )
 from corral.gateway import controller
 from corral.gateway.routes.deps import HttpDep, LiveSessionDep, SettingsDep
 from corral.gateway.sessions import Session
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["files"])
 
 CONTROLLER_FILES = "/v1/files"
+# The answer's header that names the download cap: a stream cut after this many bytes was cut for it.
+MAX_DOWNLOAD_HEADER = "x-corral-max-download-bytes"
 # What of the controller's answer to a download is passed on (the rest is hop-by-hop or its own proof).
 _PASSED_HEADERS: Final = ("content-type", "content-length", "content-disposition", "last-modified")
 # The controller's refusal, by its code, as the gateway's own (its status from the one table).
@@ -57,14 +70,15 @@ _REFUSALS: Final[dict[str, type[CodedError]]] = {
 }
 
 
-def refusal(status: int, body: bytes) -> CodedError:
-    """The controller's error answer (the one error body) as the gateway's exception, by its code."""
+def refusal(status: int, body: bytes, too_large: type[CodedError] = UploadTooLarge) -> CodedError:
+    """The controller's error answer (the one error body) as the gateway's exception, by its code
+    (``too_large`` as the direction's own class)."""
     try:
         error = json.loads(body)["error"]
         code, message, field = str(error["code"]), str(error["message"]), error.get("field")
     except (ValueError, KeyError, TypeError):
         return FileRefused(f"the sandbox answered {status} without an error body")
-    cls = _REFUSALS.get(code)
+    cls = too_large if code == ErrorCode.TOO_LARGE else _REFUSALS.get(code)
     if cls is None:
         return FileRefused(f"{code}: {message}", field)
     return cls(message, field)
@@ -107,6 +121,27 @@ async def _capped(request: Request, limit: int, too_large: UploadTooLarge) -> As
             raise too_large
         if chunk:
             yield chunk
+
+
+def _download_too_large(limit: int) -> DownloadTooLarge:
+    return DownloadTooLarge(f"a download is limited to {limit} bytes (CORRAL_MAX_DOWNLOAD_BYTES)", "path")
+
+
+async def _counted(chunks: AsyncIterator[bytes], limit: int, session_id: str) -> AsyncIterator[bytes]:
+    """``chunks`` passed on as they come, counted: the bytes up to ``limit`` are sent, then the stream
+    is aborted (raised out of the response, which then never sends its clean end; the response's close
+    then drops the controller's connection, so the sandbox stops at once)."""
+    sent = 0
+    async for chunk in chunks:
+        room = limit - sent
+        if len(chunk) > room:
+            if room:
+                yield chunk[:room]
+            log.warning("session %s: a download passed the cap of %d bytes; cut", session_id, limit)
+            # Not a CodedError: the answer has begun, so no error body can follow; the server aborts it.
+            raise StreamAborted(f"the download passed the cap of {limit} bytes (CORRAL_MAX_DOWNLOAD_BYTES)")
+        sent += len(chunk)
+        yield chunk
 
 
 @contextlib.asynccontextmanager
@@ -163,9 +198,13 @@ async def upload_file(
 
 
 @router.get("/files")
-async def download_file(request: Request, session: LiveSessionDep, http: HttpDep, path: str | None = None) -> Response:
-    """The file's bytes, or a directory as a tar stream, as the controller sends them."""
-    params = controller_params(request.query_params)
+async def download_file(
+    request: Request, session: LiveSessionDep, settings: SettingsDep, http: HttpDep, path: str | None = None
+) -> Response:
+    """The file's bytes, or a directory as a tar stream, as the controller sends them, up to
+    ``CORRAL_MAX_DOWNLOAD_BYTES`` (refused over it when the size is known, else cut there)."""
+    limit = settings.max_download_bytes
+    params = {**controller_params(request.query_params), "max_bytes": str(limit)}
     stack = contextlib.AsyncExitStack()
     await stack.enter_async_context(_in_flight(session))
     try:
@@ -180,12 +219,15 @@ async def download_file(request: Request, session: LiveSessionDep, http: HttpDep
             )
         )
         if upstream.status_code >= 400:
-            body = await upstream.aread()
-            taken = passed_on(upstream.status_code, body)
+            answer = await upstream.aread()
+            taken = passed_on(upstream.status_code, answer)
             if taken is not None:
                 await stack.aclose()
                 return taken
-            raise refusal(upstream.status_code, body)
+            raise refusal(upstream.status_code, answer, DownloadTooLarge)
+        length = upstream.headers.get("content-length", "")
+        if length.isdigit() and int(length) > limit:  # a controller that did not check: nothing sent
+            raise _download_too_large(limit)
     except httpx.HTTPError as exc:
         await stack.aclose()
         raise SandboxUnreachable(f"the sandbox did not answer: {exc}") from None
@@ -193,7 +235,9 @@ async def download_file(request: Request, session: LiveSessionDep, http: HttpDep
         await stack.aclose()
         raise
     headers = {name: upstream.headers[name] for name in _PASSED_HEADERS if name in upstream.headers}
-    return ClosingStream(upstream.aiter_raw(), stack.aclose, status_code=upstream.status_code, headers=headers)
+    headers[MAX_DOWNLOAD_HEADER] = str(limit)
+    body = _counted(upstream.aiter_raw(), limit, session.id)
+    return ClosingStream(body, stack.aclose, status_code=upstream.status_code, headers=headers)
 
 
-__all__ = ["refusal", "router"]
+__all__ = ["MAX_DOWNLOAD_HEADER", "refusal", "router"]

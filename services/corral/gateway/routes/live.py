@@ -2,10 +2,11 @@
 
 The credential comes as the first message, ``{"type": "auth", "credential": "..."}``, within
 :data:`AUTH_TIMEOUT_S` of the upgrade, never in the URL (the viewer page holds a link's secret in
-its fragment). Until it comes a socket holds one of :data:`AUTH_WAITING_MAX` places (1013 when none
-is free) and its message may be :data:`AUTH_MAX_BYTES` long (1009); an upgrade from a page of another
-origin is refused (4403: the viewer page is the gateway's own). A viewer link watches or controls as
-its mode says (``human:<link id>``), the owner's API key controls (``human:<key id>``), the session's
+its fragment). Until it comes a socket holds one of :data:`AUTH_WAITING_MAX` places (when none is
+free the oldest waiting socket is closed 1013 and the new one takes its place) and its message may
+be :data:`AUTH_MAX_BYTES` long (1009); an upgrade from a page of another origin is refused (4403:
+the viewer page is the gateway's own). A viewer link watches or controls as
+its mode says (``human:<link id>``), the owner's API key controls (``human:owner``, never its key id), the session's
 token watches as the agent. A refusal closes 4401/4403/4404 as ``/ws`` does; then every frame passes
 unchanged both ways, the viewer's messages are the session's activity and an open stream that
 controls keeps it from being idle. A link's stream closes 4003 ``link revoked`` the moment it is
@@ -40,26 +41,38 @@ AUTH_WAITING_MAX = 64  # sockets past the upgrade that have not sent their crede
 CLOSE_LINK = 4003  # a viewer link revoked or expired while its stream was open
 CLOSE_TOO_BIG = 1009
 CLOSE_TRY_LATER = 1013
+DROPPED: Message = {"type": "corral.live.dropped"}  # a waiting socket whose place a newer one took
+_DROPPED_REASON = "too many live streams waiting to authenticate; the oldest waiting is dropped"
 _AUTH_SHAPE = 'the first message must be {"type": "auth", "credential": "<link secret, API key or session token>"}'
 
 
 class AuthSlots:
-    """The places of sockets that have not authenticated yet: taken without waiting, or refused."""
+    """The places of sockets that have not authenticated yet. A socket always gets one: when none is
+    free the oldest waiting socket loses its own (it is closed 1013), so sockets that never send
+    their credential cannot keep a viewer out. They can only push each other out, and a viewer's
+    credential comes right after its upgrade, long before :data:`AUTH_WAITING_MAX` newer sockets."""
 
     def __init__(self, size: int = AUTH_WAITING_MAX) -> None:
-        self.free = size
+        self.size = size
+        self.waiting: dict[int, asyncio.Event] = {}  # oldest first (dicts keep insertion order)
+        self._next = 0
+
+    @property
+    def free(self) -> int:
+        return self.size - len(self.waiting)
 
     @contextlib.contextmanager
-    def held(self) -> Iterator[bool]:
-        """Whether a place was free; it is given back on leaving."""
-        if self.free <= 0:
-            yield False
-            return
-        self.free -= 1
+    def held(self) -> Iterator[asyncio.Event]:
+        """A place, given back on leaving; the event is set when a newer socket takes it."""
+        while len(self.waiting) >= self.size:
+            oldest = next(iter(self.waiting))
+            self.waiting.pop(oldest).set()
+        key, self._next = self._next, self._next + 1
+        dropped = self.waiting[key] = asyncio.Event()
         try:
-            yield True
+            yield dropped
         finally:
-            self.free += 1
+            self.waiting.pop(key, None)
 
 
 @router.websocket("/live")
@@ -91,15 +104,15 @@ async def _first_message(websocket: WebSocket) -> str | None:
     """The credential of a socket that held one of the waiting places until it came; None once the
     socket is closed (no place free, a foreign origin, a refused message) or the client left."""
     slots: AuthSlots = websocket.app.state.live_auth_slots
-    with slots.held() as placed:
+    with slots.held() as dropped:
         try:
-            if not placed:
-                await websocket.close(code=CLOSE_TRY_LATER, reason="too many live streams waiting to authenticate")
-                return None
             _same_origin(websocket)
-            message = await _auth_message(websocket)
+            message = await _auth_message(websocket, dropped)
             if message is None:
                 return None  # the client left first
+            if message is DROPPED:
+                await websocket.close(code=CLOSE_TRY_LATER, reason=_DROPPED_REASON)
+                return None
             if _size(message) > AUTH_MAX_BYTES:  # measured before any parsing
                 await websocket.close(code=CLOSE_TOO_BIG, reason=f"the auth message is at most {AUTH_MAX_BYTES} bytes")
                 return None
@@ -150,13 +163,25 @@ def _touch(session: Session) -> Callable[[str | bytes], None]:
     return seen
 
 
-async def _auth_message(websocket: WebSocket) -> Message | None:
-    """The first message, within :data:`AUTH_TIMEOUT_S` (Unauthorized after); None when the client left."""
+async def _auth_message(websocket: WebSocket, dropped: asyncio.Event) -> Message | None:
+    """The first message, within :data:`AUTH_TIMEOUT_S` (Unauthorized after); :data:`DROPPED` when
+    a newer socket took this one's place first; None when the client left."""
+    receiving = asyncio.ensure_future(websocket.receive())
+    pushed_out = asyncio.ensure_future(dropped.wait())
     try:
-        message = await asyncio.wait_for(websocket.receive(), AUTH_TIMEOUT_S)
-    except TimeoutError:
-        raise Unauthorized(f"no auth message within {AUTH_TIMEOUT_S:g} s of the upgrade") from None
-    return None if message["type"] == "websocket.disconnect" else message
+        done, _ = await asyncio.wait(
+            {receiving, pushed_out}, timeout=AUTH_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        for waiting in (receiving, pushed_out):
+            waiting.cancel()
+        await asyncio.gather(receiving, pushed_out, return_exceptions=True)
+    if receiving in done and not receiving.cancelled():
+        message = receiving.result()
+        return None if message["type"] == "websocket.disconnect" else message
+    if pushed_out in done:
+        return DROPPED
+    raise Unauthorized(f"no auth message within {AUTH_TIMEOUT_S:g} s of the upgrade")
 
 
 def _size(message: Message) -> int:
@@ -169,7 +194,7 @@ def _credential(text: str | None) -> str:
     """The auth message's credential. Unauthorized for a message of any other shape."""
     try:
         sent = json.loads(text or "")
-    except ValueError:
+    except (ValueError, RecursionError):  # 4 KiB of brackets nests past the parser's recursion
         raise Unauthorized(_AUTH_SHAPE) from None
     if not isinstance(sent, dict) or sent.get("type") != "auth" or not isinstance(sent.get("credential"), str):
         raise Unauthorized(_AUTH_SHAPE)

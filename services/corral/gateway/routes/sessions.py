@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request, Response
 from starlette.requests import HTTPConnection
 
 from corral.errors import SandboxError, SandboxStartFailed
+from corral.gateway.auth import OWNER_ACTOR
 from corral.gateway.models import CreatedSession, CreateSession, SessionOut, SessionTerms, UpdateSession
 from corral.gateway.routes.deps import CallerDep, JsonBody, KeyIdDep, LiveSessionDep, ManagerDep, body_of
 from corral.gateway.secrets import SecretSet
@@ -78,7 +79,7 @@ async def update_session(
 ) -> SessionOut:
     who.change_egress()
     body = await reading.read()
-    await manager.update_egress(session, body.allow, body.egress_mode, f"api-key:{who.key_id}", body.secrets)
+    await manager.update_egress(session, body.allow, body.egress_mode, OWNER_ACTOR, body.secrets)
     return session_out(request, session)
 
 

@@ -92,6 +92,7 @@ class ControlChannel:
         if isinstance(message, control.LeaseEvent):
             if role != "controller":
                 raise ValueError("only the controller reports the control lease")
+            self.shared.lease_holder = message.holder
             self.shared.journal.write(
                 "control", change=message.change, holder=message.holder, previous=message.previous
             )

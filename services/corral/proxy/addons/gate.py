@@ -39,6 +39,12 @@ class PolicyGate:
         loader.add_option("corral_trusted_networks", str, "", "Comma-separated networks exempt from the global deny.")
         loader.add_option("corral_allow_private", bool, False, "Operator override: lift the global deny.")
         loader.add_option("corral_own_hosts", str, "", "Comma-separated extra names of this proxy (refused).")
+        loader.add_option(
+            "corral_host_addresses",
+            str,
+            "",
+            "Comma-separated addresses of the gateway's host (refused, trusted or not).",
+        )
 
     def configure(self, updated: set[str]) -> None:
         if not any(name.startswith("corral_") for name in updated):
@@ -60,6 +66,7 @@ class PolicyGate:
                 allow_private=opts.corral_allow_private,
                 trusted_networks=_items(opts.corral_trusted_networks),
                 own_hosts=own,
+                host_addresses=_items(opts.corral_host_addresses),
             )
         except ValueError as exc:
             raise _bad_option(f"bad egress policy: {exc}") from None

@@ -11,6 +11,9 @@ from mitmproxy.addonmanager import Loader
 from corral.proxy.addons.state import Shared, note_of
 from corral.proxy.responses import RESPONSES_FILE, ResponseStore
 
+HUMAN = "human:"  # a person's input (a viewer holding the lease): what it posts is not kept
+_BY_PERSON = "corral_by_person"  # flow metadata: whether a person's turn was on as the request left
+
 
 class ResponseRecorder:
     def __init__(self, shared: Shared) -> None:
@@ -32,13 +35,33 @@ class ResponseRecorder:
                 opts.corral_responses_max_total,
             )
 
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        # Decided as the request leaves, not when its answer comes (the lease may be back by then): a
+        # request is a person's while they hold the lease or an input of theirs is in flight, whoever
+        # it is charged to (Chromium's requests carry no proxy credentials, so they are charged to the
+        # agent's action in flight or to none: corral.proxy.attribution.unvouched).
+        if self.shared.responses is not None:
+            flow.metadata[_BY_PERSON] = self._persons_turn()
+
+    def _persons_turn(self) -> bool:
+        return self.shared.lease_holder.startswith(HUMAN) or any(
+            (actor or "").startswith(HUMAN) for _, actor in self.shared.actions.in_flight()
+        )
+
     def response(self, flow: http.HTTPFlow) -> None:
         note = note_of(flow)
         store = self.shared.responses
         if store is None or note is None or note.verdict.refused or flow.is_replay:
             return
         if flow.request.method != "CONNECT":
-            store.offer(flow, note.host)
+            # A person's form post must not be kept: what the request was when it left (judged now for a
+            # flow that never passed the hook), or charged to a person's input.
+            actor = note.attribution.actor or ""
+            left_in_turn = flow.metadata.get(_BY_PERSON)
+            by_person = (self._persons_turn() if left_in_turn is None else bool(left_in_turn)) or actor.startswith(
+                HUMAN
+            )
+            store.offer(flow, note.host, by_person=by_person)
 
     def done(self) -> None:
         if self.shared.responses is not None:

@@ -174,6 +174,8 @@ class Shared:
     replay: Replay = field(default_factory=Replay)
     responses: ResponseStore | None = None  # upstream answers kept for hermetic replays
     secrets: SecretBook = field(default_factory=SecretBook)  # the brokered secrets (corral.proxy.secrets)
+    # Who holds the control lease, as the controller last reported it ("agent" until it says otherwise).
+    lease_holder: str = "agent"
 
     def charged_to(self, client_id: str) -> Attribution:
         """What a flow that names no action itself is charged to: the action its tunnel's CONNECT

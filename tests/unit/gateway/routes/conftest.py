@@ -26,8 +26,9 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # starlette's note about httpx, on import
     from starlette.testclient import TestClient
 
-KEY = "unit-key"
-OTHER_KEY = "unit-key-b"
+KEY = "unit-key-Qm3Zr8Tx5Vw2Ny7Kb4Hc9Pd6Lf"  # strong enough for the gateway to hold (keystrength)
+OTHER_KEY = "unit-key-b-Zt5Wq8Rm2Xn7Lc4Vj9Hs3Gd6Pf"
+KEY_ID_SECRET = bytes(range(32))  # the data dir's key-id-key, put there first: tests name owners by it
 Client = Callable[..., httpx.AsyncClient]
 
 
@@ -48,6 +49,10 @@ class LoopbackRuntime(FakeRuntime):
 
 
 def settings_for(tmp_path: Path, **overrides: object) -> GatewaySettings:
+    secret = tmp_path / auth.KEY_ID_KEY_FILE
+    if not secret.exists():
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        secret.write_bytes(KEY_ID_SECRET)
     values: dict[str, object] = {
         "data_dir": tmp_path,
         "api_key": f"{KEY},{OTHER_KEY}",

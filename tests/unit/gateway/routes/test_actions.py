@@ -18,7 +18,7 @@ from corral.gateway.routes.actions import MAX_ACTION_BODY
 from corral.gateway.sessions import SessionManager
 
 from ..controller_fake import SECRET, proving
-from .conftest import KEY, Client
+from .conftest import KEY, KEY_ID_SECRET, Client
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # starlette's note about httpx, on import
@@ -27,7 +27,7 @@ with warnings.catch_warnings():
 
 async def test_query_tokens_open_nothing_over_http(app: FastAPI, client: Client) -> None:
     manager: SessionManager = app.state.manager
-    session, token = await manager.create(auth.key_id(KEY), CreateSession())
+    session, token = await manager.create(auth.key_id(KEY, KEY_ID_SECRET), CreateSession())
     async with client() as anon:
         assert (await anon.get("/v1/sessions", params={"token": KEY})).status_code == 401
         assert (await anon.get(f"/v1/sessions/{session.id}", params={"token": token})).status_code == 401
@@ -39,7 +39,7 @@ async def test_query_tokens_open_nothing_over_http(app: FastAPI, client: Client)
 
 async def test_an_action_body_over_the_cap_is_refused(app: FastAPI, client: Client) -> None:
     manager: SessionManager = app.state.manager
-    session, token = await manager.create(auth.key_id(KEY), CreateSession())
+    session, token = await manager.create(auth.key_id(KEY, KEY_ID_SECRET), CreateSession())
     async with client(token) as holder:
         reply = await holder.post(
             f"/v1/sessions/{session.id}/actions",
@@ -52,7 +52,7 @@ async def test_an_action_body_over_the_cap_is_refused(app: FastAPI, client: Clie
 
 async def test_a_sandbox_that_does_not_answer_is_502(app: FastAPI, client: Client) -> None:
     manager: SessionManager = app.state.manager
-    session, token = await manager.create(auth.key_id(KEY), CreateSession())
+    session, token = await manager.create(auth.key_id(KEY, KEY_ID_SECRET), CreateSession())
     async with client(token) as holder:
         reply = await holder.post(f"/v1/sessions/{session.id}/actions", json={"action": {"type": "wait"}})
     assert reply.status_code == 502
@@ -88,7 +88,7 @@ async def test_a_vendor_call_and_its_failure_with_the_vendor_result_pass_unchang
     app: FastAPI, client: Client
 ) -> None:
     manager: SessionManager = app.state.manager
-    session, token = await manager.create(auth.key_id(KEY), CreateSession())
+    session, token = await manager.create(auth.key_id(KEY, KEY_ID_SECRET), CreateSession())
     session.sandbox = dataclasses.replace(session.sandbox, secret=SECRET)
     body = json.dumps(VENDOR_FAILURE).encode()
     received: list[bytes] = []

@@ -17,7 +17,7 @@ from corral.gateway.models import CreateSession
 from corral.gateway.sessions import SessionManager
 
 from ..controller_fake import SECRET, proving
-from .conftest import KEY, OTHER_KEY, Client
+from .conftest import KEY, KEY_ID_SECRET, OTHER_KEY, Client
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # starlette's note about httpx, on import
@@ -37,7 +37,7 @@ LIST = [
 async def _session_with_devtools(app: FastAPI) -> tuple[str, str, list[str]]:
     """A session whose (fake) controller answers /v1/cdp/json/*; the paths it was asked for."""
     manager: SessionManager = app.state.manager
-    session, token = await manager.create(auth.key_id(KEY), CreateSession())
+    session, token = await manager.create(auth.key_id(KEY, KEY_ID_SECRET), CreateSession())
     session.sandbox = dataclasses.replace(session.sandbox, secret=SECRET)
     asked: list[str] = []
 

@@ -4,6 +4,7 @@ controller's refusals answered from the one table."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import json
@@ -15,14 +16,14 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from corral.errors import ErrorCode, InvalidRequest, error_body
+from corral.errors import ErrorCode, InvalidRequest, StreamAborted, error_body
 from corral.gateway import auth as gateway_auth
 from corral.gateway.models import CreateSession
 from corral.gateway.routes.files import controller_params, refusal
 from corral.gateway.sessions import Session, SessionManager
 from corral.sandbox import auth
 
-from .conftest import KEY, OTHER_KEY, Client, settings_for, wired
+from .conftest import KEY, KEY_ID_SECRET, OTHER_KEY, Client, settings_for, wired
 
 SECRET = auth.new_secret()
 CHUNK = 64 << 10
@@ -39,6 +40,8 @@ class FakeController:
         self.chunks: list[int] = []  # the sizes of the upload's pieces as they came
         self.refuse: tuple[int, dict[str, object]] | None = None
         self.download_closed = False
+        self.sized = True  # says the download's content-length (a lying sandbox would not)
+        self.declared: int | None = None  # a content-length of its own choosing
 
     def _local(self, request: httpx.Request) -> Path:
         return self.root / request.url.params["path"].lstrip("/")
@@ -80,7 +83,9 @@ class FakeController:
             finally:
                 self.download_closed = True
 
-        headers = {"content-type": "application/octet-stream", "content-length": str(len(data)), "x-internal": "1"}
+        headers = {"content-type": "application/octet-stream", "x-internal": "1"}
+        if self.sized:
+            headers["content-length"] = str(len(data) if self.declared is None else self.declared)
         return httpx.Response(200, headers=headers, content=pieces())
 
 
@@ -120,7 +125,7 @@ async def files_app(tmp_path: Path) -> AsyncIterator[tuple[FastAPI, FakeControll
 
 async def _session(app: FastAPI) -> tuple[Session, str]:
     manager: SessionManager = app.state.manager
-    session, token = await manager.create(gateway_auth.key_id(KEY), CreateSession())
+    session, token = await manager.create(gateway_auth.key_id(KEY, KEY_ID_SECRET), CreateSession())
     session.sandbox = dataclasses.replace(session.sandbox, secret=SECRET)
     return session, token
 
@@ -252,8 +257,71 @@ async def test_a_download_streams_the_file_with_its_headers_and_closes_the_upstr
     assert reply.headers["content-type"] == "application/octet-stream"
     assert reply.headers["content-length"] == str(len(data))
     assert "x-internal" not in reply.headers and auth.PROOF_HEADER.lower() not in reply.headers
-    assert dict(fake.requests[0].url.params) == {"path": "/out.bin"}
+    assert dict(fake.requests[0].url.params) == {"path": "/out.bin", "max_bytes": str(1 << 30)}
+    assert reply.headers["x-corral-max-download-bytes"] == str(1 << 30)
     assert fake.download_closed and session.in_flight == 0
+
+
+async def test_a_download_that_streams_past_the_cap_is_cut_at_the_cap_with_too_large(
+    files_app: tuple[FastAPI, FakeController],
+) -> None:
+    app, fake = files_app
+    cap = 2 * CHUNK + 5
+    app.state.settings = app.state.settings.model_copy(update={"max_download_bytes": cap})
+    session, token = await _session(app)
+    (fake.root / "big.bin").write_bytes(b"b" * (3 * CHUNK))
+    fake.sized = False  # a sandbox that says nothing of the size (or lies) is counted all the same
+    sent: list[dict[str, Any]] = []
+    asked: list[bool] = []
+
+    async def receive() -> dict[str, Any]:
+        if asked:  # the client stays: the server waits for its disconnect until the answer ends
+            await asyncio.Event().wait()
+        asked.append(True)
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": f"/v1/sessions/{session.id}/files",
+        "raw_path": f"/v1/sessions/{session.id}/files".encode(),
+        "query_string": b"path=/big.bin",
+        "headers": [(b"host", b"gw"), (b"authorization", f"Bearer {token}".encode())],
+        "client": ("127.0.0.1", 1),
+        "server": ("gw", 80),
+    }
+    with pytest.raises(StreamAborted, match=f"passed the cap of {cap} bytes"):  # the server aborts the answer
+        await app(scope, receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    assert start["status"] == 200 and (b"x-corral-max-download-bytes", str(cap).encode()) in start["headers"]
+    bodies = [m for m in sent if m["type"] == "http.response.body"]
+    received = sum(len(m.get("body", b"")) for m in bodies)
+    assert all(m.get("more_body") for m in bodies)  # never its clean end: the client sees it cut
+    assert received == cap  # never a byte past the cap
+    assert fake.requests[0].url.params["max_bytes"] == str(cap)
+    assert session.in_flight == 0
+
+
+async def test_a_download_whose_length_is_over_the_cap_is_413_before_a_byte(
+    files_app: tuple[FastAPI, FakeController],
+) -> None:
+    app, fake = files_app
+    app.state.settings = app.state.settings.model_copy(update={"max_download_bytes": 1000})
+    session, token = await _session(app)
+    (fake.root / "big.bin").write_bytes(b"b" * 2000)
+    async with _client(app, token) as holder:
+        reply = await holder.get(f"/v1/sessions/{session.id}/files", params={"path": "/big.bin"})
+    assert reply.status_code == 413
+    assert reply.json() == error_body(
+        "too_large", "a download is limited to 1000 bytes (CORRAL_MAX_DOWNLOAD_BYTES)", "path"
+    )
+    assert session.in_flight == 0
 
 
 @pytest.mark.parametrize(
@@ -339,7 +407,7 @@ async def test_files_open_for_the_session_token_and_the_owners_key_only(
 
 async def test_a_sandbox_that_does_not_answer_is_502(app: FastAPI, client: Client) -> None:
     manager: SessionManager = app.state.manager
-    session, token = await manager.create(gateway_auth.key_id(KEY), CreateSession())
+    session, token = await manager.create(gateway_auth.key_id(KEY, KEY_ID_SECRET), CreateSession())
     async with client(token) as holder:
         up = await holder.put(f"/v1/sessions/{session.id}/files", params={"path": "/x"}, content=b"data")
         down = await holder.get(f"/v1/sessions/{session.id}/files", params={"path": "/x"})

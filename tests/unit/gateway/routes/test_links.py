@@ -16,7 +16,7 @@ from corral.gateway import auth
 from corral.gateway.models import CreateSession
 from corral.gateway.sessions import Session, SessionManager
 
-from .conftest import KEY, OTHER_KEY, client_for, settings_for, wired
+from .conftest import KEY, KEY_ID_SECRET, OTHER_KEY, client_for, settings_for, wired
 
 
 @pytest.fixture()
@@ -29,7 +29,7 @@ async def app(tmp_path: Path) -> AsyncIterator[FastAPI]:
 
 async def _session(app: FastAPI, key: str = KEY) -> tuple[Session, str]:
     manager: SessionManager = app.state.manager
-    return await manager.create(auth.key_id(key), CreateSession())
+    return await manager.create(auth.key_id(key, KEY_ID_SECRET), CreateSession())
 
 
 async def _link(app: FastAPI, session: Session, mode: str = "view", **body: Any) -> dict[str, Any]:

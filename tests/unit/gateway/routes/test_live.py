@@ -14,7 +14,6 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from starlette.websockets import WebSocketDisconnect
 
-from corral.gateway import auth
 from corral.gateway import relay as relay_module
 from corral.gateway.app import create_app
 from corral.gateway.routes import live as live_module
@@ -89,7 +88,7 @@ def _auth(credential: str) -> str:
 
 @pytest.mark.parametrize(
     ("credential", "viewer", "mode"),
-    [(KEY, f"human:{auth.key_id(KEY)}", "control"), (None, "agent", "view")],
+    [(KEY, "human:owner", "control"), (None, "agent", "view")],  # the owner, never its key id,
 )
 def test_the_owner_controls_the_agent_watches_and_frames_pass_unchanged(
     gateway: tuple[TestClient, str, str, list[str]], credential: str | None, viewer: str, mode: str
@@ -175,19 +174,30 @@ def test_an_auth_message_over_its_limit_is_refused_before_it_is_read(
     assert opened == []
 
 
-def test_sockets_waiting_to_authenticate_are_capped(gateway: tuple[TestClient, str, str, list[str]]) -> None:
+def test_sockets_waiting_to_authenticate_are_capped_and_the_oldest_makes_way(
+    gateway: tuple[TestClient, str, str, list[str]],
+) -> None:
+    """Sockets that never send their credential push each other out, never a viewer that sends it."""
     client, session_id, token, opened = gateway
-    client.app.state.live_auth_slots = live_module.AuthSlots(1)  # type: ignore[attr-defined]
-    with client.websocket_connect(f"/v1/sessions/{session_id}/live") as waiting:
-        assert _refused(client, session_id, _auth(token)) == (1013, "too many live streams waiting to authenticate")
-        waiting.send_text(_auth(token))  # authenticated: its place is free again
-        assert waiting.receive_text() == HELLO
-        with client.websocket_connect(f"/v1/sessions/{session_id}/live") as second:
-            second.send_text(_auth(token))
-            assert second.receive_text() == HELLO
-            second.send_text(BYE)
-        waiting.send_text(BYE)
-    assert len(opened) == 2
+    slots = live_module.AuthSlots(2)
+    client.app.state.live_auth_slots = slots  # type: ignore[attr-defined]
+    path = f"/v1/sessions/{session_id}/live"
+    with client.websocket_connect(path) as oldest, client.websocket_connect(path) as newer:
+        with client.websocket_connect(path) as viewer:  # the third: the oldest waiting is dropped
+            with pytest.raises(WebSocketDisconnect) as dropped:
+                oldest.receive_text()
+            assert (dropped.value.code, dropped.value.reason) == (
+                1013,
+                "too many live streams waiting to authenticate; the oldest waiting is dropped",
+            )
+            viewer.send_text(_auth(token))
+            assert viewer.receive_text() == HELLO
+            viewer.send_text(BYE)
+        assert slots.free == 1  # the viewer's place given back once it authenticated; newer still waits
+        newer.send_text(_auth(token))
+        assert newer.receive_text() == HELLO
+        newer.send_text(BYE)
+    assert len(opened) == 2 and slots.free == 2
 
 
 def test_only_the_gateway_s_own_pages_may_open_the_stream(gateway: tuple[TestClient, str, str, list[str]]) -> None:

@@ -13,7 +13,7 @@ from corral.gateway import auth
 from corral.gateway.recording import OWNER_FILE
 from corral.recording.bundle import EVENTS_FILE, FRAMES_DIR, MANIFEST_FILE
 
-from .conftest import KEY, OTHER_KEY, Client, client_for, settings_for, wired
+from .conftest import KEY, KEY_ID_SECRET, OTHER_KEY, Client, client_for, settings_for, wired
 
 SESSION = "ses_abc123"
 
@@ -27,7 +27,7 @@ async def recording(tmp_path: Path) -> AsyncIterator[FastAPI]:
     lines = [json.dumps({"seq": seq, "time": 1.0, "event": "action"}) + "\n" for seq in (1, 2, 3)]
     (directory / EVENTS_FILE).write_text("".join(lines))
     (directory / FRAMES_DIR / "000001.webp").write_bytes(b"RIFF....WEBP")
-    (directory / OWNER_FILE).write_text(auth.key_id(KEY))
+    (directory / OWNER_FILE).write_text(auth.key_id(KEY, KEY_ID_SECRET))
     app = wired(settings_for(tmp_path, record=True))
     yield app
     await app.state.http.aclose()
