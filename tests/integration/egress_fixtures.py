@@ -12,16 +12,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from corral import images
+from corral.sdk import Sandbox
 
 from .dockerutil import DockerHarness
-from .gateway_fixtures import RunningGateway, gateway
+from .gateway_fixtures import KEY_A, RunningGateway, gateway
 
 UPSTREAM_NAMES = ["allowed.test", "other.test", "api.allowed.test", "doh.test", "slow.test"]
 
@@ -134,3 +137,30 @@ def gateway_to(upstream: Upstream, data_dir: Path, instance: str, **overrides: o
         **overrides,
     ) as running:
         yield running
+
+
+def session_fixtures(name: str, upstream_name: str = "corral-upstream") -> tuple[Any, Any, Any]:
+    """A module's ``upstream`` (the fake upstream on a network of the module's own), ``gw`` (a gateway
+    whose proxies reach it) and ``sb`` (a session allowed to ``allowed.test``), for the module to bind:
+    ``upstream, gw, sb = session_fixtures("freeze")``."""
+
+    @pytest.fixture(scope="module")
+    def upstream(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[Upstream]:
+        network = f"corral-{name}-it-{os.getpid()}"
+        yield from start_upstream(runtime, tmp_path_factory.mktemp("upstream"), network, name=upstream_name)
+
+    @pytest.fixture(scope="module")
+    def gw(
+        tmp_path_factory: pytest.TempPathFactory, upstream: Upstream, runtime: DockerHarness
+    ) -> Iterator[RunningGateway]:
+        instance = f"{name}-{os.getpid()}"
+        with gateway_to(upstream, tmp_path_factory.mktemp(f"{name}-gw"), instance) as running:
+            yield running
+        runtime.remove_all({"corral.gateway": instance})
+
+    @pytest.fixture()
+    def sb(gw: RunningGateway) -> Iterator[Sandbox]:
+        with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as box:
+            yield box
+
+    return upstream, gw, sb

@@ -7,9 +7,7 @@ page, and native navigate refuses the pages CDP refuses (chrome://, file://...).
 from __future__ import annotations
 
 import io
-import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +19,7 @@ from corral.sdk import Sandbox
 
 from .cdpwire import cdp_call, cdp_socket
 from .conftest import center, find_color, wait_for
-from .dockerutil import DockerHarness
-from .egress_fixtures import Upstream, gateway_to, start_upstream
+from .egress_fixtures import session_fixtures
 from .gateway_fixtures import KEY_A, RunningGateway
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
@@ -32,26 +29,7 @@ PHISH = "https://allowed.test/page/phish.html"
 BLUE, RED, GREEN, MAGENTA = (0, 0, 255), (200, 0, 0), (0, 200, 0), (255, 0, 255)
 
 
-@pytest.fixture(scope="module")
-def upstream(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[Upstream]:
-    network = f"corral-tabs-it-{os.getpid()}"
-    yield from start_upstream(runtime, tmp_path_factory.mktemp("upstream"), network, name="corral-tabs-upstream")
-
-
-@pytest.fixture(scope="module")
-def gw(
-    tmp_path_factory: pytest.TempPathFactory, upstream: Upstream, runtime: DockerHarness
-) -> Iterator[RunningGateway]:
-    instance = f"tabs-{os.getpid()}"
-    with gateway_to(upstream, tmp_path_factory.mktemp("tabs-gw"), instance) as running:
-        yield running
-    runtime.remove_all({"corral.gateway": instance})
-
-
-@pytest.fixture()
-def sb(gw: RunningGateway) -> Iterator[Sandbox]:
-    with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as box:
-        yield box
+upstream, gw, sb = session_fixtures("tabs", upstream_name="corral-tabs-upstream")
 
 
 def screen(sb: Sandbox) -> Image.Image:

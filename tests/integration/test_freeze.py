@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from corral.sdk import Sandbox
 
 from .dockerutil import DockerHarness
-from .egress_fixtures import Upstream, gateway_to, start_upstream
-from .gateway_fixtures import KEY_A, RunningGateway, traffic
+from .egress_fixtures import Upstream, session_fixtures
+from .gateway_fixtures import RunningGateway, traffic
 from .test_takeover import Live, http_action, in_thread, make_link, open_takeover_page, secret_of, upstream_saw
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
@@ -80,25 +79,7 @@ while True:
 """
 
 
-@pytest.fixture(scope="module")
-def upstream(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[Upstream]:
-    yield from start_upstream(runtime, tmp_path_factory.mktemp("upstream"), f"corral-egress-fz-{os.getpid()}")
-
-
-@pytest.fixture(scope="module")
-def gw(
-    tmp_path_factory: pytest.TempPathFactory, upstream: Upstream, runtime: DockerHarness
-) -> Iterator[RunningGateway]:
-    instance = f"freeze-{os.getpid()}"
-    with gateway_to(upstream, tmp_path_factory.mktemp("freeze-gw"), instance) as running:
-        yield running
-    runtime.remove_all({"corral.gateway": instance})
-
-
-@pytest.fixture()
-def sb(gw: RunningGateway) -> Iterator[Sandbox]:
-    with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as box:
-        yield box
+upstream, gw, sb = session_fixtures("freeze")
 
 
 def read_as_root(runtime: DockerHarness, sb: Sandbox, path: str) -> str:

@@ -14,12 +14,10 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import re
 import secrets
 import stat
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +29,7 @@ from corral.sdk import Sandbox
 
 from .conftest import center, find_color, wait_for
 from .dockerutil import DockerHarness
-from .egress_fixtures import Upstream, gateway_to, start_upstream
+from .egress_fixtures import Upstream, session_fixtures
 from .gateway_fixtures import KEY_A, RunningGateway
 from .test_takeover import BLUE, Live, Viewer, make_link, secret_of
 
@@ -45,19 +43,7 @@ PASTE = """(text) => {
 }"""
 
 
-@pytest.fixture(scope="module")
-def upstream(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[Upstream]:
-    yield from start_upstream(runtime, tmp_path_factory.mktemp("upstream"), f"corral-egress-to-{os.getpid()}")
-
-
-@pytest.fixture(scope="module")
-def gw(
-    tmp_path_factory: pytest.TempPathFactory, upstream: Upstream, runtime: DockerHarness
-) -> Iterator[RunningGateway]:
-    instance = f"redact-{os.getpid()}"
-    with gateway_to(upstream, tmp_path_factory.mktemp("redact-gw"), instance) as running:
-        yield running
-    runtime.remove_all({"corral.gateway": instance})
+upstream, gw, _ = session_fixtures("redact")
 
 
 def events_read_by(gw: RunningGateway, session_id: str, credential: str) -> list[dict[str, Any]]:

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
 import sys
 import threading
 import time
 import urllib.parse
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from corral.sdk import Sandbox
 
 from .conftest import center, find_color, html_url, wait_for
 from .dockerutil import DockerHarness
-from .egress_fixtures import Upstream, gateway_to, start_upstream
+from .egress_fixtures import Upstream, session_fixtures
 from .gateway_fixtures import KEY_A, KEY_B, RunningGateway, replay_cli, traffic, unpack_recording
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
@@ -42,25 +41,7 @@ TAKEOVER_PAGE = "https://allowed.test/page/takeover.html"
 BLUE, GREEN = (0, 0, 255), (0, 200, 0)
 
 
-@pytest.fixture(scope="module")
-def upstream(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[Upstream]:
-    yield from start_upstream(runtime, tmp_path_factory.mktemp("upstream"), f"corral-egress-to-{os.getpid()}")
-
-
-@pytest.fixture(scope="module")
-def gw(
-    tmp_path_factory: pytest.TempPathFactory, upstream: Upstream, runtime: DockerHarness
-) -> Iterator[RunningGateway]:
-    instance = f"takeover-{os.getpid()}"
-    with gateway_to(upstream, tmp_path_factory.mktemp("takeover-gw"), instance) as running:
-        yield running
-    runtime.remove_all({"corral.gateway": instance})
-
-
-@pytest.fixture()
-def sb(gw: RunningGateway) -> Iterator[Sandbox]:
-    with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as box:
-        yield box
+upstream, gw, sb = session_fixtures("takeover")
 
 
 # -- links and the live stream's wire ----------------------------------------------------------------------

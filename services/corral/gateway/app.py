@@ -12,26 +12,18 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from pydantic import BaseModel
+from fastapi.routing import APIRoute
 
 from corral.gateway import auth, keyids
 from corral.gateway.metrics import Metrics
-from corral.gateway.models import CdpConnect, CreateLink, CreateSession, UpdateSession
 from corral.gateway.routes import ROUTERS, errors
+from corral.gateway.routes.deps import body_model
 from corral.gateway.routes.live import AuthSlots
 from corral.gateway.sessions import SessionManager
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
 from corral.gateway.tickets import TicketSigner
 from corral.runtime import SandboxRuntime, open_runtime
-
-# The bodies routes read themselves (after auth, capped), for the OpenAPI description.
-_READ_BODIES: dict[str, type[BaseModel]] = {
-    "create_session": CreateSession,
-    "update_session": UpdateSession,
-    "create_link": CreateLink,
-    "cdp_connect": CdpConnect,
-}
 
 
 def default_runtime(settings: GatewaySettings) -> SandboxRuntime:
@@ -68,7 +60,7 @@ def create_app(settings: GatewaySettings | None = None, runtime: SandboxRuntime 
     for router in ROUTERS:
         app.include_router(router)
     _mount_mcp(app, settings)
-    _document_bodies(app, _READ_BODIES)
+    _document_bodies(app)
     return app
 
 
@@ -81,8 +73,15 @@ def _mount_mcp(app: FastAPI, settings: GatewaySettings) -> None:
     mount(app, settings)
 
 
-def _document_bodies(app: FastAPI, bodies: dict[str, type[BaseModel]]) -> None:
-    """The OpenAPI description of the bodies routes read themselves (after auth, capped)."""
+def _document_bodies(app: FastAPI) -> None:
+    """The OpenAPI description of the bodies routes read themselves (after auth, capped): each
+    route's model is found on its :class:`~corral.gateway.routes.deps.BodyOf` dependency."""
+    bodies = {
+        route.unique_id: model
+        for router in ROUTERS
+        for route in router.routes
+        if isinstance(route, APIRoute) and (model := body_model(route.dependant)) is not None
+    }
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema:
@@ -91,7 +90,7 @@ def _document_bodies(app: FastAPI, bodies: dict[str, type[BaseModel]]) -> None:
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         for path_item in schema.get("paths", {}).values():
             for operation in path_item.values():
-                model = bodies.get(str(operation.get("operationId", "")).split("_v1_")[0])
+                model = bodies.get(operation.get("operationId", ""))
                 if model is None:
                     continue
                 model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")

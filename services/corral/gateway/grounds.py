@@ -102,6 +102,8 @@ class GroundPool(Generic[T]):
             self._wanted.clear()
             self._stale += [item for item in self._held if not self._fresh(item)]
             self._held = [item for item in self._held if item not in self._stale]
+            if self._stale:
+                self.filled.clear()  # not full until they are made again
             while self._stale:
                 stale = self._stale.pop(0)
                 (dropped,), cancelled = await settle(in_thread(self._drop, stale))

@@ -11,7 +11,7 @@ import base64
 import binascii
 import os
 from collections.abc import Iterator
-from typing import Annotated, Literal, Protocol, Self, get_args
+from typing import Annotated, ClassVar, Literal, Protocol, Self, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -96,7 +96,15 @@ class ScreenshotOptions(_Model):
 
 
 class _Action(_Model):
-    """Base of every native action."""
+    """Base of every native action. Its flags say how it runs; the tuples below are derived from them."""
+
+    runs_apart: ClassVar[bool] = False
+    """Runs beside other requests, outside the desktop's lock: it never touches the screen (commands,
+    files, the tools over them, the session's placeholders) or it waits for people (the lease's)."""
+    lease: ClassVar[bool] = False
+    """The control lease's: never refused by the lease, and it answers a hand-back in its result."""
+    human_input: ClassVar[bool] = False
+    """A viewer holding the lease may send it (a paste is a ``type``), run through the same XTest path."""
 
     def points(self) -> Iterator[tuple[str, int, int]]:
         """(field, x, y) of every screen point the action names, for bounds checks."""
@@ -134,7 +142,7 @@ class _OptionalPointAction(_Action):
         return self.model_copy(update={"x": x, "y": y})
 
 
-class Screenshot(ScreenshotOptions):
+class Screenshot(ScreenshotOptions, _Action):
     type: Literal["screenshot"]
 
     def points(self) -> Iterator[tuple[str, int, int]]:
@@ -176,6 +184,8 @@ class Zoom(_Action):
 
 
 class Click(_OptionalPointAction):
+    human_input: ClassVar[bool] = True
+
     type: Literal["click"]
     button: Button = "left"
     count: Annotated[int, Field(ge=1, le=3)] = 1
@@ -185,16 +195,22 @@ class Click(_OptionalPointAction):
 
 
 class MouseDown(_OptionalPointAction):
+    human_input: ClassVar[bool] = True
+
     type: Literal["mouse_down"]
     button: Button = "left"
 
 
 class MouseUp(_OptionalPointAction):
+    human_input: ClassVar[bool] = True
+
     type: Literal["mouse_up"]
     button: Button = "left"
 
 
 class Move(_Action):
+    human_input: ClassVar[bool] = True
+
     type: Literal["move"]
     x: Coordinate
     y: Coordinate
@@ -234,6 +250,7 @@ class Drag(_Action):
 class Scroll(_OptionalPointAction):
     """Scroll by wheel ``clicks`` in a ``direction``, or by ``dx``/``dy`` pixels (positive: right/down)."""
 
+    human_input: ClassVar[bool] = True
     type: Literal["scroll"]
     direction: Literal["up", "down", "left", "right"] | None = None
     clicks: Annotated[int, Field(ge=1, le=200)] | None = None
@@ -267,6 +284,7 @@ class Scroll(_OptionalPointAction):
 class Type(_Action):
     """Type any Unicode text as key events; long text goes in chunks."""
 
+    human_input: ClassVar[bool] = True
     type: Literal["type"]
     text: str
     delay_ms: Annotated[int, Field(ge=0, le=1_000)] = 0
@@ -293,6 +311,7 @@ class Type(_Action):
 class Key(_Action):
     """Press a key combo (xdotool syntax, space-separated for a sequence), optionally held."""
 
+    human_input: ClassVar[bool] = True
     type: Literal["key"]
     keys: Annotated[str, Field(min_length=1, max_length=1_000)]
     hold_ms: Annotated[int, Field(ge=0, le=MAX_HOLD_MS)] | None = None
@@ -489,6 +508,8 @@ class _PathAction(_Action, OnePath):
 
 
 class FileRead(_PathAction):
+    runs_apart: ClassVar[bool] = True
+
     type: Literal["file_read"]
     offset: Annotated[int, Field(ge=0)] = 0
     length: Annotated[int, Field(ge=0, le=MAX_FILE_READ_BYTES)] = MAX_FILE_READ_BYTES
@@ -496,6 +517,8 @@ class FileRead(_PathAction):
 
 
 class FileWrite(_PathAction):
+    runs_apart: ClassVar[bool] = True
+
     type: Literal["file_write"]
     content: str | None = None
     content_base64: str | None = None
@@ -542,6 +565,8 @@ class FileWrite(_PathAction):
 
 
 class FileList(_PathAction):
+    runs_apart: ClassVar[bool] = True
+
     type: Literal["file_list"]
     recursive: bool = False
     pattern: Annotated[str, Field(min_length=1, max_length=1_000)] | None = None  # fnmatch on the name
@@ -549,15 +574,21 @@ class FileList(_PathAction):
 
 
 class FileStat(_PathAction):
+    runs_apart: ClassVar[bool] = True
+
     type: Literal["file_stat"]
 
 
 class FileRemove(_PathAction):
+    runs_apart: ClassVar[bool] = True
+
     type: Literal["file_remove"]
     recursive: bool = False
 
 
 class FileMove(_Action):
+    runs_apart: ClassVar[bool] = True
+
     type: Literal["file_move"]
     source: AgentPath | None = None
     source_base64: AgentPathBase64 | None = None
@@ -635,6 +666,7 @@ class PtySize(_Model):
 class Exec(_Action):
     """Run ``command`` (through ``bash -lc``) or ``argv`` as the agent; see docs/protocol.md, "Commands"."""
 
+    runs_apart: ClassVar[bool] = True
     type: Literal["exec"]
     command: Annotated[CleanText, Field(min_length=1)] | None = None
     argv: Annotated[list[CleanText], Field(min_length=1, max_length=10_000)] | None = None
@@ -678,10 +710,14 @@ class Exec(_Action):
 
 
 class ProcessList(_Action):
+    runs_apart: ClassVar[bool] = True
+
     type: Literal["process_list"]
 
 
 class ProcessWait(_Action):
+    runs_apart: ClassVar[bool] = True
+
     type: Literal["process_wait"]
     pid: Pid
     timeout_ms: Annotated[int, Field(ge=0, le=MAX_PROCESS_TIMEOUT_MS)] = 30_000
@@ -693,12 +729,15 @@ SignalName = Annotated[str, Field(pattern=r"^(SIG)?[A-Z0-9+-]{2,12}$")] | Annota
 class ProcessKill(_Action):
     """SIGKILL (the default) ends the whole tree; other signals go to the process's group."""
 
+    runs_apart: ClassVar[bool] = True
     type: Literal["process_kill"]
     pid: Pid
     signal: SignalName = "SIGKILL"
 
 
 class ProcessWrite(_Action):
+    runs_apart: ClassVar[bool] = True
+
     type: Literal["process_write"]
     pid: Pid
     data: Utf8Text | None = None
@@ -720,6 +759,8 @@ class ProcessWrite(_Action):
 
 
 class ProcessOutput(_Action):
+    runs_apart: ClassVar[bool] = True
+
     type: Literal["process_output"]
     pid: Pid
     stream: Stream = "stdout"
@@ -729,6 +770,8 @@ class ProcessOutput(_Action):
 
 
 class ProcessResize(_Action):
+    runs_apart: ClassVar[bool] = True
+
     type: Literal["process_resize"]
     pid: Pid
     rows: Annotated[int, Field(ge=1, le=1_000)]
@@ -761,6 +804,7 @@ class Shell(_Action):
     terminal shows them. ``restart`` starts a fresh bash first (alone: only that). A command still
     running at ``timeout_ms`` fails with ``timeout``; its whole tree is killed and the shell restarted."""
 
+    runs_apart: ClassVar[bool] = True
     type: Literal["shell"]
     command: Annotated[CleanText, Field(min_length=1, max_length=MAX_COMMAND_BYTES)] | None = None
     restart: bool = False
@@ -783,6 +827,7 @@ class Edit(_Action):
     ``create`` a file that does not exist, ``str_replace`` exactly one match (or every one with
     ``replace_all``), ``insert`` after a line (0: at the top), ``undo_edit`` the last edit of a path."""
 
+    runs_apart: ClassVar[bool] = True
     type: Literal["edit"]
     command: EditCommand
     path: AgentPath  # absolute
@@ -802,6 +847,7 @@ class ApplyPatch(_Action):
     """One file operation of a patch (OpenAI's ``apply_patch``): create a file, update one with a V4A
     diff, or delete one. All or nothing: a diff whose context is gone changes nothing."""
 
+    runs_apart: ClassVar[bool] = True
     type: Literal["apply_patch"]
     operation: PatchOperation
     path: AgentPath  # absolute, or relative to /workspace
@@ -819,6 +865,7 @@ class ApplyPatch(_Action):
 class FileGlob(_Action):
     """Paths under ``path`` matching a doublestar pattern (``**/*.py``), newest first."""
 
+    runs_apart: ClassVar[bool] = True
     type: Literal["file_glob"]
     pattern: Annotated[CleanText, Field(min_length=1, max_length=1_000)]
     path: AgentPath = DEFAULT_WORKDIR
@@ -828,6 +875,7 @@ class FileGlob(_Action):
 class FileGrep(_Action):
     """Lines matching a regular expression (ripgrep's syntax) in the files under ``path``."""
 
+    runs_apart: ClassVar[bool] = True
     type: Literal["file_grep"]
     pattern: Annotated[CleanText, Field(min_length=1, max_length=1_000)]
     path: AgentPath = DEFAULT_WORKDIR
@@ -849,6 +897,7 @@ class Secrets(_Action):
     """The session's secret placeholders, name to placeholder, as every command's environment holds
     them (corral.sandbox.placeholders); the egress proxy puts each secret's value in its place."""
 
+    runs_apart: ClassVar[bool] = True
     type: Literal["secrets"]
 
 
@@ -862,6 +911,8 @@ class Control(_Action):
     """Who holds the session's control lease, and the human's hand-back note if one waits for the
     agent; with ``wait_ms``, waits that long for a human (or an exclusive CDP client) to hand back."""
 
+    runs_apart: ClassVar[bool] = True
+    lease: ClassVar[bool] = True
     type: Literal["control"]
     wait_ms: Annotated[int, Field(ge=0, le=MAX_CONTROL_WAIT_MS)] = 0
 
@@ -870,16 +921,11 @@ class RequestControl(_Action):
     """Ask a human to step in (a login, a CAPTCHA): every viewer shows ``reason`` in a banner; waits
     up to ``wait_ms`` for a human to take control and hand it back, and returns their note."""
 
+    runs_apart: ClassVar[bool] = True
+    lease: ClassVar[bool] = True
     type: Literal["request_control"]
     reason: Annotated[str, Field(min_length=1, max_length=500)]
     wait_ms: Annotated[int, Field(ge=0, le=MAX_HELP_WAIT_MS)] = 300_000
-
-
-LEASE_ACTIONS: tuple[type[_Action], ...] = (Control, RequestControl)
-"""Never refused by the lease; they run apart from the desktop's lock (they wait for people)."""
-
-HUMAN_INPUT: tuple[type[_Action], ...] = (Move, MouseDown, MouseUp, Click, Scroll, Key, Type)
-"""What a viewer holding the lease may send (a paste is a ``type``), run through the same XTest path."""
 
 
 AnyAction = (
@@ -944,3 +990,11 @@ ACTIONS: dict[str, type[BaseModel]] = {_type_of(model): model for model in get_a
 """The action registry, derived from :data:`AnyAction`: each ``type`` and its model."""
 
 ACTION_TYPES: tuple[str, ...] = tuple(ACTIONS)
+
+_EVERY: tuple[type[_Action], ...] = get_args(AnyAction)
+
+HUMAN_INPUT: tuple[type[_Action], ...] = tuple(model for model in _EVERY if model.human_input)
+"""What a viewer holding the lease may send (the actions flagged ``human_input``)."""
+
+LEASE_TYPES: tuple[str, ...] = tuple(_type_of(model) for model in _EVERY if model.lease)
+"""The ``type`` of each of the control lease's actions (flagged ``lease``), as a recording holds them."""

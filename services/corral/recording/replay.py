@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from PIL import Image, ImageChops, ImageFilter
 
+from corral.protocol.actions import LEASE_TYPES
 from corral.recording.bundle import Bundle
 from corral.recording.judge import (
     EXPECTATIONS,
@@ -222,7 +223,6 @@ def summarize(event: Mapping[str, Any]) -> str:
 
 
 Send = Callable[[dict[str, Any]], dict[str, Any]]
-CONTROL_ACTIONS = ("control", "request_control")  # the control lease's (corral.protocol.actions.LEASE_ACTIONS)
 _LOG_WORD = {"passed": "ok ", "diverged": "DIVERGED", "skipped": "skipped"}
 
 
@@ -413,7 +413,7 @@ def _about_control(event: Mapping[str, Any]) -> str | None:
     """Why a step of the control lease is not sent again: it waited for people, or it was refused
     while a human held control (it did nothing; the human's own steps, recorded, replay instead)."""
     native = event.get("native") or []
-    if native and all(isinstance(step, dict) and step.get("type") in CONTROL_ACTIONS for step in native):
+    if native and all(isinstance(step, dict) and step.get("type") in LEASE_TYPES for step in native):
         return f"{native[0].get('type')} waited for a person; a replay has none"
     if _error_code(event.get("error")) == "control_taken":
         return "refused with control_taken when recorded (someone else held control): it did nothing then"

@@ -12,14 +12,7 @@ from typing import Any
 
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import reply, vendor
-from corral.protocol.actions import (
-    FILE_ACTIONS,
-    LEASE_ACTIONS,
-    PROCESS_ACTIONS,
-    TOOL_ACTIONS,
-    ScreenshotOptions,
-    Secrets,
-)
+from corral.protocol.actions import ScreenshotOptions
 from corral.protocol.envelope import MAX_FRAME_BYTES, Limits, decode, plan_request, request_id_of
 from corral.protocol.plan import ActionResult, After, EncodedImage, Plan, RequestId
 from corral.sandbox.desktop import Desktop
@@ -30,9 +23,6 @@ from corral.sandbox.recorder import Recorder
 
 log = logging.getLogger(__name__)
 
-# Actions that never touch the screen (commands, files, the tools over them, the session's placeholders) and
-# the lease's (they wait for people): they run beside the desktop's (Incoming.apart).
-APART_ACTIONS: tuple[type, ...] = (*PROCESS_ACTIONS, *FILE_ACTIONS, *TOOL_ACTIONS, Secrets, *LEASE_ACTIONS)
 # How long a failed computer_call waits for the screenshot its output needs (else it has none).
 FAILURE_SCREENSHOT_S = 5.0
 
@@ -101,9 +91,9 @@ class Incoming:
 
     @property
     def apart(self) -> bool:
-        """Runs beside other requests, outside the desktop's lock: a command, process, file or
-        ``secrets`` action."""
-        return self.plan is not None and all(isinstance(step.action, APART_ACTIONS) for step in self.plan.steps)
+        """Runs beside other requests, outside the desktop's lock: every step's action is flagged
+        ``runs_apart`` (a command, process, file, tool, ``secrets`` or lease action)."""
+        return self.plan is not None and all(step.action.runs_apart for step in self.plan.steps)
 
 
 class Dispatcher:
@@ -328,7 +318,7 @@ def fitted(incoming: Incoming, out: dict[str, Any]) -> tuple[dict[str, Any], str
 def _asks_for_control(plan: Plan | None) -> bool:
     """A ``control`` or ``request_control`` request: never refused by the lease, and it answers a
     hand-back in its result rather than as the reply's ``control``."""
-    return plan is not None and bool(plan.steps) and all(isinstance(step.action, LEASE_ACTIONS) for step in plan.steps)
+    return plan is not None and bool(plan.steps) and all(step.action.lease for step in plan.steps)
 
 
 def _failure(

@@ -101,16 +101,16 @@ async def test_a_stale_one_is_never_handed_out_but_dropped_and_made_again() -> N
 
 
 async def test_the_sweep_drops_stale_ones_nobody_asked_for() -> None:
-    maker = Maker()
+    maker = Maker(gate_from=2)
     stale: set[int] = set()
     pool = GroundPool(maker.make, maker.drop, size=1, fresh=lambda n: n not in stale, sweep_s=0.05)
     pool.start()
     await asyncio.wait_for(pool.filled.wait(), 10)
     stale.add(1)
-    for _ in range(200):
-        if pool.held() == [2]:
-            break
-        await asyncio.sleep(0.01)
+    assert await asyncio.to_thread(maker.entered.wait, 10)  # the sweep found it: the next one is being made
+    assert maker.dropped == [1] and pool.held() == [] and not pool.filled.is_set()
+    maker.release.set()
+    await asyncio.wait_for(pool.filled.wait(), 10)
     assert pool.held() == [2] and maker.dropped == [1]
     await pool.close()
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import socket
 import threading
+import time
 from collections.abc import Awaitable, Mapping
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,7 +18,8 @@ import pytest
 
 from corral.errors import EgressUnavailable, SessionNotFound
 from corral.gateway import sessions
-from corral.gateway.egress import Egress
+from corral.gateway.egress import Egress, Ground
+from corral.gateway.grounds import GroundPool
 from corral.gateway.models import CreateSession
 from corral.gateway.sessions import (
     GATEWAY_LABEL,
@@ -661,21 +664,30 @@ async def test_a_claimed_ground_reads_as_nobodys_ground(tmp_path: Path) -> None:
         await manager.stop()
 
 
-async def test_a_ground_whose_proxy_stopped_is_replaced_by_the_reaper(tmp_path: Path) -> None:
+async def test_a_ground_whose_proxy_stopped_is_replaced_by_the_reaper(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     runtime = FakeRuntime()
     manager = _manager(tmp_path, runtime, egress=True, ground_pool_size=2, reap_interval_s=0.05)
     await manager.start()
     try:
-        assert manager.grounds is not None
-        await asyncio.wait_for(manager.grounds.filled.wait(), 10)
-        dead, alive = manager.grounds.held()
+        grounds = manager.grounds
+        assert grounds is not None
+        await asyncio.wait_for(grounds.filled.wait(), 10)
+        dead, alive = grounds.held()
+        retired = asyncio.Event()
+
+        def retire(items: list[Ground]) -> None:
+            GroundPool.retire(grounds, items)
+            if dead in items:
+                retired.set()
+
+        monkeypatch.setattr(grounds, "retire", retire)
         proxy, labels, _ = runtime.proxies[dead.session_id]
         runtime.proxies[dead.session_id] = (proxy, labels, "exited")  # removed by hand, OOM-killed past its restarts
-        for _ in range(400):
-            held = {g.session_id for g in manager.grounds.held()}
-            if dead.session_id not in held and len(held) == 2:
-                break
-            await asyncio.sleep(0.025)
+        await asyncio.wait_for(retired.wait(), 10)  # the reaper found it
+        await asyncio.wait_for(grounds.filled.wait(), 10)  # and the pool made another
+        held = {g.session_id for g in grounds.held()}
         assert dead.session_id not in held and alive.session_id in held and len(held) == 2
         assert dead.session_id not in runtime.proxies and dead.network.name not in runtime.networks
         assert not dead.state_dir.exists()
@@ -693,7 +705,9 @@ async def test_pruning_keeps_the_state_of_grounds_held(tmp_path: Path) -> None:
         (ground,) = manager.grounds.held()
         stale = tmp_path / "egress" / "ses_leftover"  # an old pool pair's state: no metadata, nobody's
         stale.mkdir()
-        await asyncio.sleep(0.2)  # both older than the retention (0.09 s)
+        an_hour_ago = time.time() - 3600
+        for state in (stale, ground.state_dir):  # both older than the retention (0.09 s)
+            os.utime(state, (an_hour_ago, an_hour_ago))
         await manager._prune()
         assert ground.state_dir.exists() and not stale.exists()
     finally:

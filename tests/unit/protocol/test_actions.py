@@ -569,3 +569,15 @@ def test_file_action_values() -> None:
     listing = native({"type": "file_list", "path": "."})
     assert isinstance(listing, a.FileList)
     assert (listing.recursive, listing.pattern, listing.limit) == (False, None, 1000)
+
+
+def test_the_action_flags_follow_what_each_action_does() -> None:
+    """The flags on the models are what the dispatcher, the viewers and replay read; each family's
+    union says which actions never touch the screen, so a new action of it that forgot its flag fails."""
+    every: tuple[type[a._Action], ...] = get_args(a.AnyAction)
+    beside = {*a.FILE_ACTIONS, *a.PROCESS_ACTIONS, *a.TOOL_ACTIONS, a.Secrets, a.Control, a.RequestControl}
+    assert {model for model in every if model.runs_apart} == beside
+    assert {model for model in every if model.lease} == {a.Control, a.RequestControl}
+    assert a.LEASE_TYPES == ("control", "request_control")
+    assert set(a.HUMAN_INPUT) == {a.Move, a.MouseDown, a.MouseUp, a.Click, a.Scroll, a.Key, a.Type}
+    assert not any(model.runs_apart for model in a.HUMAN_INPUT)

@@ -62,7 +62,6 @@ class FollowedLog:
 
     def __iter__(self) -> Iterator[bytes]:
         for index, chunk in enumerate(self._chunks):
-            time.sleep(0.05)
             if index < len(self._before):
                 self._before[index].set()
             yield chunk

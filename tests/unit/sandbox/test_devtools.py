@@ -21,26 +21,28 @@ VERSION = b'{"Browser": "Chrome/156", "webSocketDebuggerUrl": "ws://127.0.0.1:92
 async def answering(answer: Callable[[bytes], bytes | None], *, close: bool = False) -> AsyncIterator[str]:
     """A server on loopback answering each request's head with ``answer(head)`` (None: never)."""
     heads: list[bytes] = []
+    done = asyncio.Event()  # set when the test is over: the connections are held open until then
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
         heads.append(head)
         reply = answer(head)
         if reply is None:
-            await asyncio.sleep(30)
+            await done.wait()
             return
         writer.write(reply)
         await writer.drain()
         if close:
             writer.close()
         else:
-            await asyncio.sleep(30)  # keep-alive, as Chromium's server does: the length says where it ends
+            await done.wait()  # keep-alive, as Chromium's server does: the length says where it ends
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
+        done.set()
         server.close()
 
 

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from corral.sandbox.turns import ActionLock
 
 
-async def test_ended_returns_at_once_when_no_action_runs() -> None:
-    await asyncio.wait_for(ActionLock().ended(), 1)
+def test_ended_returns_at_once_when_no_action_runs() -> None:
+    lock = ActionLock()
+    waiting = lock.ended()
+    # At once: the coroutine finishes on its first step, without suspending even for one loop turn.
+    with pytest.raises(StopIteration):
+        waiting.send(None)
+    assert not lock.locked()
 
 
 async def test_ended_returns_when_the_running_action_releases_the_lock() -> None:

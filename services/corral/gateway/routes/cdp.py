@@ -26,13 +26,14 @@ from corral.gateway.models import CdpConnect
 from corral.gateway.relay import CLOSE_UNREACHABLE
 from corral.gateway.routes.deps import (
     HttpDep,
+    JsonBody,
     KeysDep,
     LiveSessionDep,
     ManagerDep,
     MetricsDep,
     bearer,
+    body_of,
     identify,
-    json_body,
 )
 from corral.gateway.routes.deps import live_session as live_session_of
 from corral.gateway.routes.errors import close_refused
@@ -111,9 +112,14 @@ for _suffix in ("json", "json/", *(f"json/{p}" for p in cdp.JSON_PATHS)):
 
 
 @router.post("/connect", dependencies=[Depends(refuse_browsers)])
-async def cdp_connect(request: Request, session: LiveSessionDep, signer: TicketsDep) -> JSONResponse:
+async def cdp_connect(
+    request: Request,
+    session: LiveSessionDep,
+    signer: TicketsDep,
+    reading: Annotated[JsonBody[CdpConnect], body_of(CdpConnect)],
+) -> JSONResponse:
     """A signed connect address for clients that cannot set a header (session token or owner's key)."""
-    body = await json_body(request, CdpConnect)
+    body = await reading.read()
     ticket, signed = signer.issue(session.id, body.ttl_s, body.exclusive)
     host = request.headers.get("host") or request.url.netloc
     http_scheme = "https" if request.url.scheme == "https" else "http"

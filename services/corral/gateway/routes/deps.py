@@ -4,10 +4,11 @@ the session in the path, and a request's JSON body read only after its credentia
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
 import httpx
 from fastapi import Depends, Request
+from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 from starlette.requests import HTTPConnection
@@ -140,10 +141,9 @@ LiveSessionDep = Annotated[Session, Depends(live_session)]
 ViewedSessionDep = Annotated[Session, Depends(viewed_session)]
 
 
-async def json_body(request: Request, model: type[ModelT]) -> ModelT:
-    """The request's JSON body as ``model``: read only after the route's credential was checked
-    (its dependencies run first), and never more than ``CORRAL_MAX_BODY_KB`` of it (Content-Length
-    first, then as it streams), so an unauthenticated or oversized body costs no parsing at all."""
+async def _json_body(request: Request, model: type[ModelT]) -> ModelT:
+    """The request's JSON body as ``model``, never more than ``CORRAL_MAX_BODY_KB`` of it
+    (Content-Length first, then as it streams)."""
     settings: GatewaySettings = request.app.state.settings
     limit = settings.max_body_kb << 10
     body = await read_capped(request, limit)
@@ -154,3 +154,40 @@ async def json_body(request: Request, model: type[ModelT]) -> ModelT:
     except ValidationError as exc:
         # Without the input: a refused body may hold a secret's value, and nothing here may keep it.
         raise RequestValidationError(exc.errors(include_url=False, include_input=False)) from None
+
+
+class JsonBody(Generic[ModelT]):
+    """A route's JSON body, not read yet: the route reads it (:meth:`read`) once its credential and
+    its own checks passed, so an unauthenticated, refused or oversized body costs no parsing at all."""
+
+    def __init__(self, request: Request, model: type[ModelT]) -> None:
+        self._request = request
+        self._model = model
+
+    async def read(self) -> ModelT:
+        return await _json_body(self._request, self._model)
+
+
+class BodyOf(Generic[ModelT]):
+    """The dependency that gives a route its :class:`JsonBody` of ``model``: the one way a route reads
+    a JSON body, and where the OpenAPI description finds the body's schema (``create_app``)."""
+
+    def __init__(self, model: type[ModelT]) -> None:
+        self.model = model
+
+    def __call__(self, request: Request) -> JsonBody[ModelT]:
+        return JsonBody(request, self.model)
+
+
+def body_of(model: type[ModelT]) -> Any:
+    """``Depends`` on :class:`BodyOf` ``model``, for ``Annotated[JsonBody[Model], body_of(Model)]``."""
+    return Depends(BodyOf(model))
+
+
+def body_model(dependant: Dependant) -> type[BaseModel] | None:
+    """The model of the JSON body a route (its ``dependant``) reads through :class:`BodyOf`, if any."""
+    if isinstance(dependant.call, BodyOf):
+        model: type[BaseModel] = dependant.call.model
+        return model
+    found = (body_model(sub) for sub in dependant.dependencies)
+    return next((model for model in found if model is not None), None)

@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter, Request
 
 from corral.errors import NotFound
 from corral.gateway.links import LinkRecord
 from corral.gateway.models import CreatedLink, CreateLink, LinkOut, RevokedLink
-from corral.gateway.routes.deps import CallerDep, LiveSessionDep, ManagerDep, json_body
+from corral.gateway.routes.deps import CallerDep, JsonBody, LiveSessionDep, ManagerDep, body_of
 from corral.gateway.sessions import SessionManager
 
 router = APIRouter(prefix="/v1/sessions/{session_id}/links", tags=["links"])
 
 
 @router.post("", status_code=201, response_model=CreatedLink)
-async def create_link(request: Request, session: LiveSessionDep, who: CallerDep, manager: ManagerDep) -> CreatedLink:
+async def create_link(
+    request: Request,
+    session: LiveSessionDep,
+    who: CallerDep,
+    manager: ManagerDep,
+    reading: Annotated[JsonBody[CreateLink], body_of(CreateLink)],
+) -> CreatedLink:
     """A new link, in the audit chain before it works (503 ``egress_unavailable`` when the proxy did
     not take its record: no link is made)."""
     owner = who.grant_links()
-    body = await json_body(request, CreateLink)
+    body = await reading.read()
     link, secret = await manager.links.create(session.id, body.mode, body.ttl_s, owner, session.record.expires_at)
     base = str(request.base_url).rstrip("/")
     return CreatedLink(

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter, Request, Response
 from starlette.requests import HTTPConnection
 
 from corral.errors import SandboxError, SandboxStartFailed
 from corral.gateway.auth import OWNER_ACTOR
 from corral.gateway.models import CreatedSession, CreateSession, SessionOut, SessionTerms, UpdateSession
-from corral.gateway.routes.deps import CallerDep, KeyIdDep, LiveSessionDep, ManagerDep, json_body
+from corral.gateway.routes.deps import CallerDep, JsonBody, KeyIdDep, LiveSessionDep, ManagerDep, body_of
 from corral.gateway.secrets import SecretSet
 from corral.gateway.sessions import Session
 
@@ -37,8 +39,13 @@ def placeholders(session: Session) -> dict[str, str]:
 
 
 @router.post("", status_code=201, response_model=CreatedSession)
-async def create_session(request: Request, key_id: KeyIdDep, manager: ManagerDep) -> CreatedSession:
-    body = await json_body(request, CreateSession)
+async def create_session(
+    request: Request,
+    key_id: KeyIdDep,
+    manager: ManagerDep,
+    reading: Annotated[JsonBody[CreateSession], body_of(CreateSession)],
+) -> CreatedSession:
+    body = await reading.read()
     try:
         session, token = await manager.create(key_id, body)
     except SandboxError as exc:  # whatever the host side said, for the caller the start failed (the log says why)
@@ -63,9 +70,15 @@ async def delete_session(session: LiveSessionDep, manager: ManagerDep) -> Respon
 
 
 @router.patch("/{session_id}", response_model=SessionOut)
-async def update_session(request: Request, session: LiveSessionDep, who: CallerDep, manager: ManagerDep) -> SessionOut:
+async def update_session(
+    request: Request,
+    session: LiveSessionDep,
+    who: CallerDep,
+    manager: ManagerDep,
+    reading: Annotated[JsonBody[UpdateSession], body_of(UpdateSession)],
+) -> SessionOut:
     who.change_egress()
-    body = await json_body(request, UpdateSession)
+    body = await reading.read()
     await manager.update_egress(session, body.allow, body.egress_mode, OWNER_ACTOR, body.secrets)
     return session_out(request, session)
 

@@ -9,7 +9,7 @@ import contextlib
 import os
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,42 @@ class FakeLauncher:
             sock.close()
 
 
+class ClientTimers:
+    """The client's own timers (its reserve delay, its spares' idle wait) held instead of scheduled on
+    the loop, so the test says when time passes; every other timer is the loop's as usual."""
+
+    def __init__(self, client: LauncherClient, loop: asyncio.AbstractEventLoop) -> None:
+        self._client, self._loop, self._real = client, loop, loop.call_later
+        self._now = 0.0
+        self.held: list[tuple[float, asyncio.TimerHandle, Callable[..., object], tuple[object, ...]]] = []
+        self._changed = asyncio.Event()
+
+    def call_later(
+        self, delay: float, callback: Callable[..., object], *args: object, **kw: Any
+    ) -> asyncio.TimerHandle:
+        if getattr(callback, "__self__", None) is not self._client:
+            return self._real(delay, callback, *args, **kw)
+        handle = asyncio.TimerHandle(self._loop.time() + delay, callback, args, self._loop)
+        self.held.append((self._now + delay, handle, callback, args))
+        self._changed.set()
+        return handle
+
+    async def until_one_waits(self, delay: float) -> None:
+        """Until a timer of ``delay`` is held and not cancelled."""
+        while not any(due - self._now == delay and not handle.cancelled() for due, handle, _, _ in self.held):
+            self._changed.clear()
+            await asyncio.wait_for(self._changed.wait(), 10)
+
+    def advance(self, seconds: float) -> None:
+        """``seconds`` pass: the timers due by then run, in their order."""
+        self._now += seconds
+        due = sorted((t for t in self.held if t[0] <= self._now), key=lambda t: t[0])
+        self.held = [t for t in self.held if t[0] > self._now]
+        for _, handle, callback, args in due:
+            if not handle.cancelled():
+                callback(*args)
+
+
 @pytest.fixture
 def stdio() -> Iterator[tuple[int, int, int]]:
     fds = (os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY), os.open(os.devnull, os.O_WRONLY))
@@ -146,20 +182,26 @@ async def test_closing_the_client_drops_its_spare(tmp_path: Path, stdio: tuple[i
 
 
 async def test_idle_spares_are_let_go_and_the_next_spawn_asks_the_launcher(
-    tmp_path: Path, stdio: tuple[int, int, int]
+    tmp_path: Path, stdio: tuple[int, int, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = FakeLauncher(tmp_path / "sock")
     client = LauncherClient(tmp_path / "sock")
     client.spare_idle_s = 0.3
+    timers = ClientTimers(client, asyncio.get_running_loop())
+    monkeypatch.setattr(asyncio.get_running_loop(), "call_later", timers.call_later)
     try:
         first = await spawn_and_finish(client, stdio)
-        for _ in range(200):  # the first spare reserved (the fake holds the second's answer until then)
-            if client._spares:
-                break
-            await asyncio.sleep(0.01)
+        # The first spare reserved, its idle wait begun (the fake holds the second's answer until then).
+        await timers.until_one_waits(client.spare_idle_s)
         assert len(client._spares) == 1
         spare = client._spares[0]
-        await asyncio.sleep(0.6)
+        timers.advance(0.29)
+        assert client._spares == [spare]  # not idle long enough yet
+        reserving = client._reserving  # the second spare, on its way
+        assert reserving is not None
+        timers.advance(0.01)
+        await asyncio.wait_for(asyncio.gather(reserving, return_exceptions=True), 10)  # cancelled by the let-go
+        assert reserving.cancelled()
         assert client._spares == [] and client._reserving is None
         assert spare.control.fileno() == spare.job.fileno() == -1
         assert fake.held[0].recv(16) == b""  # the shepherd's end sees its spare dropped
