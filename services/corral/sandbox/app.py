@@ -124,7 +124,8 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
         lease_log = LeaseLog(desktop.lease, recorder, reporter)
         # The agent's processes stopped while a human holds the lease (and continued at start: a
         # restarted controller holds no human lease, whatever an earlier one froze).
-        # The selections emptied before each thaw: what a person copied is not the agent's to paste.
+        # The selections emptied before the thaw that ends a person's turn: what they copied is not the
+        # agent's to paste.
         freezer = AgentFreezer(
             desktop.lease,
             desktop.processes.launcher if desktop.processes is not None else None,

@@ -95,7 +95,9 @@ class AgentFreezer:
             if self._applied == want:
                 return
             started = time.perf_counter()
-            if not want and self._before_thaw is not None:
+            if not want and self._applied is True and self._before_thaw is not None:
+                # Only after a person's turn this controller froze for: at a start the agent may already
+                # be acting (a cold start's first actions), and its own clipboard is its own.
                 await self._forget_the_turn()
             try:
                 result = await (self._sweeps.freeze() if want else self._sweeps.thaw())
