@@ -216,6 +216,7 @@ class SessionManager:
         self._on_claim = on_claim  # (source "pool" | "cold", seconds), for the metrics
         self.host_guarded = False
         self.reaper_ticks = 0  # how many the reaper began (the unit tests count its work against them)
+        self._controller_probe: asyncio.Task[None] | None = None  # the reaper's round of controller probes
         self.vitals = ControllerWatch(
             settings.controller_max_restarts, settings.controller_restart_window_s, settings.controller_dead_after_s
         )
@@ -1010,6 +1011,21 @@ class SessionManager:
         self._end_soon(session, SANDBOX_EXITED, detail, drain_s=0.0)
         return True
 
+    def _probe_controllers(self) -> None:
+        """One round of :meth:`_check_controllers` at a time, as a task of the manager's own."""
+        if self._controller_probe is not None and not self._controller_probe.done():
+            return
+        task = asyncio.create_task(self._check_controllers_logged())
+        self._controller_probe = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _check_controllers_logged(self) -> None:
+        try:
+            await self._check_controllers()
+        except Exception:
+            log.exception("controller liveness check failed")
+
     async def _check_controllers(self) -> None:
         """Every live session's controller asked who it is (all at once); one that cannot stay up
         (corral.gateway.vitals) ends its session with controller_dead, its recording kept as it stands."""
@@ -1092,12 +1108,10 @@ class SessionManager:
                     await self._check_placeholders()
                 except Exception:
                     log.exception("placeholder watchdog failed")
-            try:
-                # After the watchdog (its listing must be fresh): a controller that does not answer holds
-                # this up to vitals.PROBE_TIMEOUT_S.
-                await self._check_controllers()
-            except Exception:
-                log.exception("controller liveness check failed")
+            # After the watchdog (its listing must be fresh), and beside the loop rather than in it: a
+            # controller that does not answer holds its probe up to vitals.PROBE_TIMEOUT_S, which must not
+            # hold up the next tick's liveness check (a dead sandbox is found within a tick).
+            self._probe_controllers()
             if tick % POOL_ANSWER_TICKS == 0:
                 try:
                     # After the watchdog: a pooled controller that does not answer holds this up to 2 s.
