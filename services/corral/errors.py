@@ -53,7 +53,7 @@ class ErrorCode(StrEnum):
     BROWSER_UNAVAILABLE = "browser_unavailable"
     NAVIGATION_FAILED = "navigation_failed"
     NO_SUCH_TAB = "no_such_tab"
-    URL_REFUSED = "url_refused"  # not a web page's address (corral.protocol.urls)
+    URL_REFUSED = "url_refused"  # not a web page's address (corral.contracts.urls)
     CLIPBOARD_FAILED = "clipboard_failed"
     INTERNAL = "internal"
     # Commands, processes and files inside the sandbox (run as the agent's uid).
@@ -75,7 +75,7 @@ class ErrorCode(StrEnum):
     NOTHING_TO_UNDO = "nothing_to_undo"
     PATCH_FAILED = "patch_failed"
     UNKNOWN_TOOL = "unknown_tool"
-    # The control lease (corral.sandbox.lease): a human or an exclusive CDP client holds the session.
+    # The control lease (corral.sandbox.control.lease): a human or an exclusive CDP client holds the session.
     CONTROL_TAKEN = "control_taken"
     # The controller's door (corral.sandbox.guard): browsers, callers without its secret, wrong media types.
     FORBIDDEN = "forbidden"
@@ -158,7 +158,7 @@ class ActionError(CodedError):
 
 
 class ControlTaken(ActionError):
-    """Someone else holds the session's control lease (corral.sandbox.lease): a human with a control
+    """Someone else holds the session's control lease (corral.sandbox.control.lease): a human with a control
     link or an exclusive CDP connection. The error names the holder and since when (unix seconds)."""
 
     def __init__(self, holder: str, since: float) -> None:
@@ -287,7 +287,7 @@ class UnknownKeyError(CorralError, ValueError):
 
 
 class XDoorError(CorralError):
-    """The X server refused or did not answer what the sandbox's init asked of it (corral.sandbox.xaccess):
+    """The X server refused or did not answer what the sandbox's init asked of it (corral.sandbox.display.xaccess):
     the init then does not start the browser."""
 
 
