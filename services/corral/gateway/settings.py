@@ -14,9 +14,16 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from corral.errors import WeakApiKey
 from corral.gateway import keystrength
 
+ENV_PREFIX = "CORRAL_"
+
+
+def env_name(field: str) -> str:
+    """The environment variable a field is read from (``max_sessions`` → ``CORRAL_MAX_SESSIONS``)."""
+    return f"{ENV_PREFIX}{field.upper()}"
+
 
 class GatewaySettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="CORRAL_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
     host: str = Field(
         default="127.0.0.1",
