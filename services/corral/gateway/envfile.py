@@ -189,7 +189,9 @@ def _refusal(field: str, value: str) -> str | None:
     except ValidationError as exc:
         return "; ".join(error["msg"] for error in exc.errors(include_input=False))
     if field == "api_key":
-        return keystrength.problem([key.strip() for key in value.split(",") if key.strip()])
+        trouble = keystrength.problem([key.strip() for key in value.split(",") if key.strip()])
+        # The problem names the setting itself; the problem's own name says it already.
+        return None if trouble is None else trouble.removeprefix(f"{env_name(field)}: ")
     return None
 
 
