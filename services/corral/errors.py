@@ -33,9 +33,8 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Sequence
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class ErrorCode(StrEnum):
@@ -212,10 +211,10 @@ class CommandFailed(CorralError):
         self.result = result
 
 
-@dataclass(frozen=True)
-class SettingProblem:
+class SettingProblem(NamedTuple):
     """One thing wrong in the gateway's env file: where (its line, when it has one), the setting's name
-    (when known) and what is wrong. Never the value, which may be a secret."""
+    (when known) and what is wrong. Never the value, which may be a secret. (A NamedTuple: the
+    sandbox's long-lived processes import this module and never dataclasses.)"""
 
     line: int | None
     name: str | None
