@@ -141,7 +141,6 @@ def check(lines: list[EnvLine], path: Path, environ: Mapping[str, str]) -> tuple
     """The settings of ``lines`` as the gateway would take them (``environ`` winning), and every
     problem: a name that is no setting or comes twice, a value the model refuses, a file not there."""
     known = settings_by_name()
-    files = file_settings()
     problems: list[SettingProblem] = []
     values: dict[str, str] = {}
     mounts: list[FileMount] = []
@@ -156,19 +155,25 @@ def check(lines: list[EnvLine], path: Path, environ: Mapping[str, str]) -> tuple
         from_environ = line.name in environ
         value = environ[line.name] if from_environ else line.value
         values[line.name] = value
-        trouble = _refusal(field, value)
-        base = Path.cwd() if from_environ else path.parent
-        if trouble is None and field in files:
-            trouble, mount = _mount(field, value, base)
-            mounts.extend([mount] if mount is not None else [])
-        if trouble is None and field in SAME_PATH and not Path(value).is_absolute():
-            trouble = "must be an absolute path (it is mounted at the same path inside the gateway's container)"
+        trouble, mount = _setting(field, value, Path.cwd() if from_environ else path.parent)
+        mounts.extend([mount] if mount is not None else [])
         if trouble is not None:
             origin = " (the value from your environment, which wins over the file)" if from_environ else ""
             problems.append(SettingProblem(line.number, line.name, trouble + origin))
     shadowed = tuple(sorted(name for name in values if name in environ))
     env = GatewayEnv(path, values, tuple(mounts), shadowed, tuple(_warnings(values, environ)))
     return env, problems
+
+
+def _setting(field: str, value: str, base: Path) -> tuple[str | None, FileMount | None]:
+    """One setting's value checked: what is wrong with it (or None), and its mount if it is a file
+    setting (a relative path taken from ``base``: the env file's directory, or the shell's)."""
+    trouble = _refusal(field, value)
+    if trouble is None and field in file_settings():
+        return _mount(field, value, base)
+    if trouble is None and field in SAME_PATH and not Path(value).is_absolute():
+        trouble = "must be an absolute path (it is mounted at the same path inside the gateway's container)"
+    return trouble, None
 
 
 def _unknown(name: str, known: Mapping[str, str]) -> str:
