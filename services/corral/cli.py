@@ -27,7 +27,7 @@ from corral import commands, gateway_client, images, progress, transfer
 from corral.client import SandboxClient, check_reply, image_bytes, is_reply
 from corral.commands import ExecResult, OutputChunk
 from corral.errors import ActionFailed, CorralError, ErrorCode, GatewayError
-from corral.gateway import keystrength
+from corral.gateway import envfile, keystrength
 from corral.gateway_client import Gateway
 from corral.runtime.docker import DockerRuntime
 
@@ -61,6 +61,12 @@ console = Console(stderr=True)
 out = Console()
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+EnvFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--env-file", help="The gateway's settings, NAME=VALUE a line (default: corral.env at the checkout's root)."
+    ),
+]
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
@@ -155,8 +161,12 @@ def images_build() -> None:
 
 
 @app.command()
-def up(build: Annotated[bool, typer.Option(help="Build the image first (seconds when cached).")] = True) -> None:
+def up(
+    build: Annotated[bool, typer.Option(help="Build the image first (seconds when cached).")] = True,
+    env_file: EnvFileOpt = None,
+) -> None:
     """Build the image and start the gateway (docker compose) on 127.0.0.1:8700."""
+    settings = _gateway_env(env_file)
     _refuse_a_weak_key()
     runtime = _runtime()
     try:
@@ -165,11 +175,29 @@ def up(build: Annotated[bool, typer.Option(help="Build the image first (seconds 
         if not console.is_terminal:
             _plain("starting the gateway")
         with console.status("starting the gateway"):
-            runtime.compose(images.repo_root(), ["up", "-d", "--no-build", "gateway"])
+            with envfile.compose_files(images.repo_root(), settings) as files:
+                runtime.compose(images.repo_root(), [*files, "up", "-d", "--no-build", "gateway"])
             _wait_for_gateway(runtime)
     except CorralError as exc:
         raise _fail(str(exc)) from None
     console.print(f"[green]gateway up on {_url()}[/green]  (API key: `corral status`)")
+
+
+def _gateway_env(option: Path | None) -> envfile.GatewayEnv | None:
+    """The env file's settings (corral.gateway.envfile), checked whole before anything starts and put
+    in this process's environment, where compose and the CLI's port and instance read them."""
+    try:
+        settings = envfile.read_into(option, images.repo_root(), os.environ)
+    except CorralError as exc:
+        raise _fail(str(exc), 2) from None
+    if settings is not None:
+        for warning in settings.warnings:
+            console.print(f"[yellow]{escape(warning)}[/yellow]")
+        if settings.shadowed:
+            console.print(
+                f"set in your environment too, which wins over {settings.path}: {', '.join(settings.shadowed)}"
+            )
+    return settings
 
 
 def _refuse_a_weak_key() -> None:
@@ -195,8 +223,9 @@ def _wait_for_gateway(runtime: DockerRuntime, timeout_s: float = 60) -> None:
 
 
 @app.command()
-def down() -> None:
+def down(env_file: EnvFileOpt = None) -> None:
     """Stop the gateway and remove its sandboxes (the data dir, with the API key and audit logs, stays)."""
+    _gateway_env(env_file)  # the instance whose sandboxes go may be set there
     runtime = _runtime()
     try:
         runtime.compose(images.repo_root(), ["down"])

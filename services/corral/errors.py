@@ -21,6 +21,7 @@ each :class:`CodedError` with the HTTP status its table gives the class (corral.
     │       ├─ SandboxStartFailed, UnprovenController, SandboxUnreachable, EgressUnavailable
     │       └─ ImageBuildError
     ├─ CommandFailed                        a command's ExecResult.check(): non-zero, killed, or out of time
+    ├─ SettingsFileInvalid                  `corral up`'s env file refused, every SettingProblem in it
     ├─ RemoteError (code as received)       a peer answered with a structured error
     │   ├─ ActionFailed                     a sandbox's ok: false (the protocol clients)
     │   ├─ GatewayError                     the gateway's refusal (its client: the SDK and the CLI)
@@ -31,8 +32,9 @@ each :class:`CodedError` with the HTTP status its table gives the class (corral.
 from __future__ import annotations
 
 import errno
+from collections.abc import Sequence
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class ErrorCode(StrEnum):
@@ -207,6 +209,31 @@ class CommandFailed(CorralError):
         super().__init__(f"the command exited {status}" + (f": {tail}" if tail else ""))
         self.status = status
         self.result = result
+
+
+class SettingProblem(NamedTuple):
+    """One thing wrong in the gateway's env file: where (its line, when it has one), the setting's name
+    (when known) and what is wrong. Never the value, which may be a secret. (A NamedTuple: the
+    sandbox's long-lived processes import this module and never dataclasses.)"""
+
+    line: int | None
+    name: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"line {self.line}: " if self.line is not None else ""
+        return f"{where}{self.name}: {self.message}" if self.name else f"{where}{self.message}"
+
+
+class SettingsFileInvalid(CorralError):
+    """``corral up``'s env file (corral.gateway.envfile) holds problems: all of them, found before anything starts."""
+
+    def __init__(self, path: str, problems: Sequence[SettingProblem]) -> None:
+        self.path = path
+        self.problems = tuple(problems)
+        count = f"{len(self.problems)} problem{'s' if len(self.problems) != 1 else ''}"
+        lines = "".join(f"\n  {problem}" for problem in self.problems)
+        super().__init__(f"{path}: {count}, nothing was started:{lines}")
 
 
 class ArchiveRefused(CorralError):
