@@ -47,7 +47,7 @@ from corral.sandbox.control.lease import Change, ControlLease
 from corral.sandbox.egress import ActionReporter
 from corral.sandbox.recorder import Recorder
 from corral.sandbox.web import cdpturn, devtools
-from corral.sandbox.web.browser import pinned_endpoint
+from corral.sandbox.web.driver import pinned_endpoint
 from corral.sandbox.web.tabs import LastPage, page_targets
 
 if TYPE_CHECKING:
