@@ -141,13 +141,7 @@ class Launcher:
         self.frozen = False
 
     def listen(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
-        old = os.umask(0o177)
-        try:
-            self.listener.bind(self.path)
-        finally:
-            os.umask(old)
+        _bind_private(self.listener, self.path)
         self.listener.listen(16)
         self.listener.setblocking(False)
         self.selector.register(self.listener, selectors.EVENT_READ)
@@ -162,15 +156,15 @@ class Launcher:
         # the collector's sight, so a child's collection does not write to those pages and copy them:
         # they stay shared with the launcher (bench/gateway.py's idle session counts each copy).
         gc.freeze()
-        self._fork_spare()
+        self.fork_spare()
         while True:
-            for key, _ in self.selector.select(self._timeout()):
-                with self._surviving("serving the controller"):
+            for key, _ in self.selector.select(self.timeout()):
+                with self.surviving("serving the controller"):
                     self._ready(key, wake_r)
-            with self._surviving("reaping children"):
+            with self.surviving("reaping children"):
                 _reap()
                 self._expire()
-                self._let_idle_spare_go()
+                self.let_idle_spare_go()
 
     def _ready(self, key: selectors.SelectorKey, wake_r: int) -> None:
         if key.fileobj is self.listener:
@@ -180,12 +174,12 @@ class Launcher:
                 while os.read(wake_r, 512):
                     pass
         elif isinstance(key.fileobj, socket.socket):
-            self._serve_one(key.fileobj)
+            self.serve_one(key.fileobj)
         elif isinstance(key.fileobj, int):
             self._removed(key.fileobj)
 
     @contextlib.contextmanager
-    def _surviving(self, what: str) -> Iterator[None]:
+    def surviving(self, what: str) -> Iterator[None]:
         """No one request (nor a bug it hits) ends the launcher: every command and file operation
         of the sandbox goes through it. A forked child that raised its way back here just ends."""
         try:
@@ -195,7 +189,9 @@ class Launcher:
                 os._exit(1)
             log.exception("the launcher goes on after a failure while %s", what)
 
-    def _timeout(self) -> float | None:
+    def timeout(self) -> float | None:
+        """How long the loop may sleep in select: until the next deadline (a child's, the spare's idle
+        end), or None when nothing waits."""
         deadlines = [r.deadline for r in self.removals.values()]
         if self.spare is not None:
             deadlines.append(self.last_request + self.spare_idle_s)
@@ -203,7 +199,7 @@ class Launcher:
             return None
         return max(0.0, min(deadlines) - time.monotonic())
 
-    def _let_idle_spare_go(self) -> None:
+    def let_idle_spare_go(self) -> None:
         """The spare, once nothing was asked for ``spare_idle_s``: its socket closed, it and its child
         end (reaped as any child), and the next spawn forks on the way."""
         if self.spare is None or time.monotonic() - self.last_request < self.spare_idle_s:
@@ -224,7 +220,7 @@ class Launcher:
         conn.setblocking(True)
         self.selector.register(conn, selectors.EVENT_READ)
 
-    def _serve_one(self, conn: socket.socket) -> None:
+    def serve_one(self, conn: socket.socket) -> None:
         self.last_request = time.monotonic()
         try:
             data, fds, flags, _ = socket.recv_fds(conn, m.MAX_MESSAGE + 1, m.MAX_FDS)
@@ -295,7 +291,7 @@ class Launcher:
                 _shepherd(request, self.agent, self.own)
         _close(request.fds)
         self._reply(conn, m.ok(request.id, {"shepherd": pid}), [])
-        self._fork_spare()  # after the reply: off the next command's way too
+        self.fork_spare()  # after the reply: off the next command's way too
 
     def _reserve(self, conn: socket.socket, request: m.Request) -> None:
         """A shepherd forked for the controller alone: the controller gets our ends of its control
@@ -317,7 +313,7 @@ class Launcher:
         job_theirs.close()
         self._reply(conn, m.ok(request.id, {"shepherd": pid}), [control.detach(), job.detach()])
 
-    def _fork_spare(self) -> None:
+    def fork_spare(self) -> None:
         """A shepherd forked ahead of need, waiting for its request on a socket only we hold."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -337,10 +333,7 @@ class Launcher:
         """A forked child drops the launcher's sockets and its SIGCHLD wake-up."""
         signal.set_wakeup_fd(-1)
         self.selector.close()
-        for fd in _open_fds():
-            if fd > 2 and fd not in keep:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        _close_all_but(keep)
 
     def _rmtree(self, conn: socket.socket, request: m.Request) -> None:
         path = request.fields["path"]
@@ -472,6 +465,25 @@ def _close(fds: list[int] | tuple[int, ...]) -> None:
 
 def _open_fds() -> list[int]:
     return [int(name) for name in os.listdir("/proc/self/fd")]
+
+
+def _close_all_but(keep: set[int]) -> None:
+    """Every descriptor above stderr closed but ``keep`` (in a forked child)."""
+    for fd in _open_fds():
+        if fd > 2 and fd not in keep:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _bind_private(listener: socket.socket, path: str) -> None:
+    """``listener`` bound at ``path`` (a stale socket there replaced), 0600 from its first moment."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    old = os.umask(0o177)
+    try:
+        listener.bind(path)
+    finally:
+        os.umask(old)
 
 
 def main() -> int:
