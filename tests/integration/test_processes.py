@@ -560,7 +560,7 @@ async def main():
     seen["alive_after_drop"] = [alive(pid) for pid in tree]
     seen["fds_by_launcher"] = await fds_of_a_program(launcher)  # the first: no spare held yet
     await asyncio.sleep(0.5)  # the spare reserved after it is held by now
-    seen["held"] = len(launcher._spares)
+    seen["held"] = len(launcher.spares.held)
     seen["fds_by_spare"] = await fds_of_a_program(launcher)
     await launcher.close()
     print(json.dumps(seen))

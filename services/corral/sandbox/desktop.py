@@ -260,19 +260,19 @@ class Desktop:
                 await clipboard.set_text(self._settings.display, action.text)
                 return ActionResult({})
             case a.Navigate():
-                return ActionResult(await self.browser.navigate(action.url, action.wait_until, action.timeout_ms))
+                return ActionResult(dict(await self.browser.navigate(action.url, action.wait_until, action.timeout_ms)))
             case a.Back() | a.Forward() | a.Reload():
-                return ActionResult(await self.browser.history(action.type, action.timeout_ms))
+                return ActionResult(dict(await self.browser.history(action.type, action.timeout_ms)))
             case a.PageInfo():
-                return ActionResult(await self.browser.info())
+                return ActionResult(dict(await self.browser.info()))
             case a.Tabs():
-                return ActionResult(await self.browser.tabs())
+                return ActionResult(dict(await self.browser.tabs()))
             case a.TabNew():
-                return ActionResult(await self.browser.tab_new(action.url))
+                return ActionResult(dict(await self.browser.tab_new(action.url)))
             case a.TabSwitch():
-                return ActionResult(await self.browser.tab_switch(action.tab))
+                return ActionResult(dict(await self.browser.tab_switch(action.tab)))
             case a.TabClose():
-                return ActionResult(await self.browser.tab_close(action.tab))
+                return ActionResult(dict(await self.browser.tab_close(action.tab)))
             case (
                 a.Exec()
                 | a.ProcessList()

@@ -23,8 +23,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
 
 from corral.contracts.actors import is_human
 from corral.errors import ActionError, ErrorCode
@@ -39,9 +39,10 @@ RETRY_S = 1.0
 class Sweeps(Protocol):
     """What freezes and thaws the agent's processes (corral.sandbox.agent.launcher.client.LauncherClient)."""
 
-    async def freeze(self) -> dict[str, Any]: ...
+    # What the sweep reports: only logged here (corral.sandbox.agent.launcher.client.Frozen, Thawed).
+    async def freeze(self) -> Mapping[str, object]: ...
 
-    async def thaw(self) -> dict[str, Any]: ...
+    async def thaw(self) -> Mapping[str, object]: ...
 
 
 class AgentFreezer:

@@ -23,7 +23,7 @@ all the rows, the two bands' combined) the single zlib stream a PNG's IDAT holds
 starts without the upper one's rows in its window: Huffman codes and runs never look back that far,
 and unfiltered text loses 0.1-0.2% of its size (its lines repeat within a band). Cutting and
 filtering are Pillow operations that hold the GIL (Avg's 1-2 ms a band, the others' under 1 ms).
-An image under _SPLIT_BYTES is one band on the calling thread (a hand-over costs more than it saves).
+An image under SPLIT_BYTES is one band on the calling thread (a hand-over costs more than it saves).
 Encoding alone, bench/run.py's screens as the sandbox shows them (its table has the screenshots end
 to end), p50 on this 2-core machine while other work ran on it:
 
@@ -63,7 +63,7 @@ _SAMPLE_ROWS = 5
 _PIECE = 1 << 14  # bytes of sample deflated between two looks at the size so far
 # Filtered bytes under which the image is one band on the calling thread: a 1280x800 screen is 3 MB,
 # a 256x256 crop 192 KB (its deflate 1-2 ms, no longer worth a hand-over and a second stream).
-_SPLIT_BYTES = 1 << 18
+SPLIT_BYTES = 1 << 18
 _ADLER_BASE = 65521  # the largest prime below 2**16 (RFC 1950)
 
 _helper_lock = threading.Lock()
@@ -81,7 +81,7 @@ def _helper_pool() -> ThreadPoolExecutor:
 
 
 @dataclass(frozen=True, slots=True)
-class _Band:
+class Band:
     deflated: bytes  # raw deflate (no zlib header): sync-flushed, or final for the last band
     adler: int  # Adler-32 of the band's filtered rows alone
     length: int  # bytes of filtered rows
@@ -92,7 +92,7 @@ def _chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib_ng.crc32(data, zlib_ng.crc32(kind)))
 
 
-def _filtered(image: Image.Image, top: int, bottom: int, kind: int) -> Image.Image:
+def filtered(image: Image.Image, top: int, bottom: int, kind: int) -> Image.Image:
     """Rows ``top`` to ``bottom`` with ``kind``'s filter: for Up, each byte minus the one above it
     modulo 256 (above row 0 is a row of zeros: a crop past the edge fills with them)."""
     width = image.width
@@ -126,7 +126,7 @@ def _sample(image: Image.Image, top: int, bottom: int, kind: int) -> bytes:
     at = 0
     for start in starts:
         end = min(start + _SAMPLE_ROWS, bottom)
-        sample.paste(_filtered(image, start, end, kind), (0, at))
+        sample.paste(filtered(image, start, end, kind), (0, at))
         at += end - start
     return _lines(sample, kind)
 
@@ -164,13 +164,13 @@ def _deflate(data: bytes, level: int, strategy: int) -> bytes:
     return deflate.compress(data) + deflate.flush()
 
 
-def _encode_band(image: Image.Image, top: int, bottom: int, last: bool) -> _Band:
+def encode_band(image: Image.Image, top: int, bottom: int, last: bool) -> Band:
     kind = choose_filter(image, top, bottom)
-    data = _lines(_filtered(image, top, bottom, kind), kind)
+    data = _lines(filtered(image, top, bottom, kind), kind)
     level, strategy = _DEFLATE[kind]
     deflate = zlib_ng.compressobj(level, zlib_ng.DEFLATED, -15, 8, strategy)  # raw: no header, no trailer
     deflated = deflate.compress(data) + deflate.flush(zlib_ng.Z_FINISH if last else zlib_ng.Z_SYNC_FLUSH)
-    return _Band(deflated, zlib_ng.adler32(data), len(data), level)
+    return Band(deflated, zlib_ng.adler32(data), len(data), level)
 
 
 def adler32_combine(first: int, second: int, second_length: int) -> int:
@@ -196,12 +196,12 @@ def encode_png(image: Image.Image) -> bytes:
         return _pillow_png(image)
     width, height = image.size
     image.load()  # both threads read its pixels: loaded here, before either does
-    if height < 2 or (3 * width + 1) * height < _SPLIT_BYTES:
-        bands = [_encode_band(image, 0, height, last=True)]
+    if height < 2 or (3 * width + 1) * height < SPLIT_BYTES:
+        bands = [encode_band(image, 0, height, last=True)]
     else:
         middle = height // 2
-        upper: Future[_Band] = _helper_pool().submit(_encode_band, image, 0, middle, False)
-        lower = _encode_band(image, middle, height, last=True)
+        upper: Future[Band] = _helper_pool().submit(encode_band, image, 0, middle, False)
+        lower = encode_band(image, middle, height, last=True)
         bands = [upper.result(), lower]
     adler = 1  # Adler-32 of nothing
     for band in bands:

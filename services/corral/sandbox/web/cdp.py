@@ -29,7 +29,7 @@ import logging
 import re
 import secrets
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +47,7 @@ from corral.sandbox.control.lease import Change, ControlLease
 from corral.sandbox.egress import ActionReporter
 from corral.sandbox.recorder import Recorder
 from corral.sandbox.web import cdpturn, devtools
-from corral.sandbox.web.browser import pinned_endpoint
+from corral.sandbox.web.driver import pinned_endpoint
 from corral.sandbox.web.tabs import LastPage, page_targets
 
 if TYPE_CHECKING:
@@ -65,6 +65,9 @@ _CLOSING = frozenset({"Target.closeTarget", "Page.close"})  # what may close Chr
 JSON_PATHS = frozenset({"version", "list"})
 _CONN_ID = re.compile(r"[A-Za-z0-9_]{1,32}")
 _TARGET_ID = re.compile(r"[A-Za-z0-9-]{1,64}")
+# The relay's own answer to a client's command (corral.contracts.cdprules' replies: an id, a session,
+# a JSON-RPC error), only sent on: read-only here.
+Reply = Mapping[str, object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,7 +279,7 @@ class CdpRelay:
                 self._closing_code = CLOSE_TOO_BIG
                 return
             checked = await _decoded(frame)
-            answer = checked if isinstance(checked, dict) else self._answer_here(checked)
+            answer = self._answer_here(checked) if isinstance(checked, cdprules.Command) else checked
             if answer is None and isinstance(checked, cdprules.Command):
                 answer = await self._closing_last_page(checked)
             if answer is not None:
@@ -290,7 +293,7 @@ class CdpRelay:
             # What was checked is what goes: never the client's bytes (a repeated key, odd spacing).
             await upstream.send(json.dumps(checked.wire(), separators=(",", ":")))
 
-    def _answer_here(self, command: cdprules.Command) -> dict[str, Any] | None:
+    def _answer_here(self, command: cdprules.Command) -> Reply | None:
         """The relay's own answer to ``command`` (refused, or lease-gated while another holds the
         lease), or None when it goes to Chromium."""
         rule = cdprules.refusal(command.method, command.params)
@@ -344,7 +347,7 @@ class CdpRelay:
         for own in commands:
             await upstream.send(self._turn.own_wire(own))
 
-    async def _closing_last_page(self, command: cdprules.Command) -> dict[str, Any] | None:
+    async def _closing_last_page(self, command: cdprules.Command) -> Reply | None:
         """The refusal of a command that would close Chromium's last page (so Chromium), or None."""
         if self._last_page is None or command.method not in _CLOSING:
             return None
@@ -374,7 +377,7 @@ class CdpRelay:
                     continue
             await self._send(frame)
 
-    async def _reply(self, answer: dict[str, Any]) -> None:
+    async def _reply(self, answer: Reply) -> None:
         await self._send(json.dumps(answer, separators=(",", ":")))
 
     async def _send(self, frame: str | bytes) -> None:
@@ -385,7 +388,7 @@ class CdpRelay:
                 await self._client.send_bytes(frame)
 
 
-async def _decoded(text: str) -> cdprules.Command | dict[str, Any]:
+async def _decoded(text: str) -> cdprules.Command | Reply:
     """A client's frame as a command, or the relay's answer saying why it is none. A large frame is
     decoded off the event loop (tens of milliseconds for megabytes)."""
     try:

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final, NotRequired, TypedDict
 
 from corral.contracts import cdprules
 
@@ -47,8 +48,19 @@ class Own:
     """A command the relay sends on the client's socket for it (not the client's: never answered)."""
 
     method: str
-    params: dict[str, Any]
+    # Open-ended: CDP's parameters, often a client's own sent again as it gave them (auto-attach's
+    # filter, Fetch's patterns); nothing here reads them.
+    params: Mapping[str, object]
     session_id: str | None = None
+
+
+class _Wire(TypedDict):
+    """A command of the relay's own, as it goes to Chromium."""
+
+    id: int
+    method: str
+    params: Mapping[str, object]
+    sessionId: NotRequired[str]
 
 
 def event_method(frame: str | bytes) -> str | None:
@@ -66,10 +78,11 @@ class Turn:
     def __init__(self) -> None:
         self.muzzled = False
         self._sessions: set[str] = set()  # flat sessions Chromium attached it to
-        self._auto_attach: dict[str, Any] | None = None  # the browser level's, as last given
-        self._discover: dict[str, Any] | None = None
-        self._fetch: dict[str, Any] | None = None
-        self._downloads: dict[str | None, dict[str, Any]] = {}  # by browserContextId
+        # The browser level's settings as the client last gave them: the commands to send again.
+        self._auto_attach: Own | None = None
+        self._discover: Own | None = None
+        self._fetch: Own | None = None
+        self._downloads: dict[str | None, Own] = {}  # by browserContextId
         self._in_flight: set[Pending] = set()
         self._cut: set[Pending] = set()  # answered at the take: Chromium's answers are dropped
         self._own: set[int] = set()
@@ -94,11 +107,11 @@ class Turn:
         params = command.params or {}
         match command.method:
             case "Target.setAutoAttach":
-                self._auto_attach = dict(params) if params.get("autoAttach") is True else None
+                self._auto_attach = Own(command.method, dict(params)) if params.get("autoAttach") is True else None
             case "Target.setDiscoverTargets":
-                self._discover = dict(params) if params.get("discover") is True else None
+                self._discover = Own(command.method, dict(params)) if params.get("discover") is True else None
             case "Fetch.enable":
-                self._fetch = dict(params)
+                self._fetch = Own(command.method, dict(params))
             case "Fetch.disable":
                 self._fetch = None
             case "Browser.setDownloadBehavior":
@@ -107,7 +120,7 @@ class Turn:
                 if params.get("behavior") == "default":
                     self._downloads.pop(key, None)
                 else:
-                    self._downloads[key] = dict(params)
+                    self._downloads[key] = Own(command.method, dict(params))
         return True
 
     def answered(self, answered: Pending) -> bool:
@@ -170,13 +183,10 @@ class Turn:
         """The lease left the person: no longer muzzled; what to send to set up again what was let go
         (auto-attach last: Chromium attaches every target then, as to a new connection)."""
         self.muzzled = False
-        out = [Own("Browser.setDownloadBehavior", params) for params in self._downloads.values()]
-        if self._fetch is not None:
-            out.append(Own("Fetch.enable", self._fetch))
-        if self._discover is not None:
-            out.append(Own("Target.setDiscoverTargets", self._discover))
-        if self._auto_attach is not None:
-            out.append(Own("Target.setAutoAttach", self._auto_attach))
+        out = list(self._downloads.values())
+        for setting in (self._fetch, self._discover, self._auto_attach):
+            if setting is not None:
+                out.append(setting)
         return out
 
     def own_wire(self, own: Own) -> str:
@@ -185,14 +195,14 @@ class Turn:
         if self._next_own > 2**31 - 1:
             self._next_own = OWN_IDS
         self._own.add(self._next_own)
-        out: dict[str, Any] = {"id": self._next_own, "method": own.method, "params": own.params}
+        out = _Wire(id=self._next_own, method=own.method, params=own.params)
         if own.session_id is not None:
             out["sessionId"] = own.session_id
         return json.dumps(out, separators=(",", ":"))
 
 
-def _default_downloads(context: str | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"behavior": "default"}
+def _default_downloads(context: str | None) -> dict[str, str]:
+    out = {"behavior": "default"}
     if context is not None:
         out["browserContextId"] = context
     return out

@@ -181,7 +181,7 @@ def test_every_filter_round_trips_noise(kind: int, monkeypatch: pytest.MonkeyPat
     width, height = 37, 23
     image = Image.frombytes("RGB", (width, height), rng.randbytes(width * height * 3))
     raw = image.tobytes()
-    got = png._filtered(image, 0, height, kind).tobytes()
+    got = png.filtered(image, 0, height, kind).tobytes()
 
     def at(x: int, y: int) -> int:
         return raw[y * width * 3 + x] if x >= 0 and y >= 0 else 0
@@ -203,7 +203,7 @@ def test_two_bands_make_one_zlib_stream(size: tuple[int, int]) -> None:
     """Big enough to be cut in two: zlib checks the header, the joined deflate stream and the combined
     Adler-32 as it inflates, and Pillow gets the exact pixels back."""
     width, height = size
-    assert (3 * width + 1) * height >= png._SPLIT_BYTES
+    assert (3 * width + 1) * height >= png.SPLIT_BYTES
     image = mixed(width, height) if width > 100 else photo(width, height)
     data = encode_png(image)
     assert [kind for kind, _ in chunks(data)] == [b"IHDR", b"IDAT", b"IEND"]
@@ -212,15 +212,15 @@ def test_two_bands_make_one_zlib_stream(size: tuple[int, int]) -> None:
 
 
 def test_small_images_stay_on_the_calling_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under _SPLIT_BYTES one band, encoded where it is asked for; above, the upper band on the helper."""
+    """Under SPLIT_BYTES one band, encoded where it is asked for; above, the upper band on the helper."""
     seen: list[tuple[int, str]] = []
-    real = png._encode_band
+    real = png.encode_band
 
     def spy(image: Image.Image, top: int, bottom: int, last: bool) -> object:
         seen.append((top, threading.current_thread().name))
         return real(image, top, bottom, last)
 
-    monkeypatch.setattr(png, "_encode_band", spy)
+    monkeypatch.setattr(png, "encode_band", spy)
     me = threading.current_thread().name
     encode_png(photo(200, 100))
     assert seen == [(0, me)]

@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from corral.sandbox.web import browser as browser_module
 from corral.sandbox.web.browser import Browser, pinned_endpoint
+from corral.sandbox.web.tabs import LastPage
+from corral.sandbox.web.tabset import TabSet
 
 
 @pytest.mark.parametrize(
@@ -36,7 +37,7 @@ def test_chromiums_own_endpoint_is_kept() -> None:
 
 
 class _Tab:
-    """A Playwright page as ``Browser._pages`` sees it: open, with a Chromium target."""
+    """A Playwright page as ``TabSet.pages`` sees it: open, with a Chromium target."""
 
     def __init__(self, target: str) -> None:
         self.target = target
@@ -45,27 +46,35 @@ class _Tab:
         return False
 
 
-async def test_tabs_keep_their_order_across_a_new_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_tabs_keep_their_order_across_a_new_connection() -> None:
     async def target_of(page: _Tab) -> str:
         return page.target
 
-    monkeypatch.setattr(browser_module, "_target_id", target_of)
-    browser = Browser("http://127.0.0.1:9222")
     listed: list[_Tab] = []
 
     async def connected() -> SimpleNamespace:
         return SimpleNamespace(contexts=[SimpleNamespace(pages=listed)])
 
-    monkeypatch.setattr(browser, "connect", connected)
+    tabs = TabSet(connected, lambda context: None, target_of, LastPage(_no_targets))
     listed[:] = [_Tab("A"), _Tab("B")]
-    assert [page.target for page in await browser._pages()] == ["A", "B"]
+    assert [page.target for page in await tabs.pages()] == ["A", "B"]
     # After a driver restart the new connection lists the same targets the other way round (seen in CI):
     # the tabs come back in the order first seen, under the same ids, so an index names the same tab.
-    browser._ids.clear()
+    tabs.forget()
     listed[:] = [_Tab("B"), _Tab("A")]
-    again = await browser._pages()
+    again = await tabs.pages()
     assert [page.target for page in again] == ["A", "B"]
-    assert [await browser._tab_id(page) for page in again] == ["tab-1", "tab-2"]
+    assert [await tabs.tab_id(page) for page in again] == ["tab-1", "tab-2"]
     # A connection that drops mid-listing forgets every id: such a tab sorts last, and nothing raises.
-    browser._ids.clear()
-    assert browser._seen_at(again[0]) > 10**9
+    tabs.forget()
+    assert tabs.seen_at(again[0]) > 10**9
+
+
+async def _no_targets() -> list[object]:
+    return []
+
+
+def test_the_browser_wires_its_tabs_to_its_own_connection() -> None:
+    browser = Browser("http://127.0.0.1:9222")
+    assert browser.last_page is browser.tabset.last_page
+    assert browser.current_url() is None and not browser.connected and not browser.driver_running

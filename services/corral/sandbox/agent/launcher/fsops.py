@@ -17,17 +17,16 @@ import shutil
 import stat as st
 import struct
 import tempfile
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from corral.sandbox.agent.launcher import messages as m
 from corral.sandbox.agent.launcher.privileges import Ids, acting_as
 from corral.sandbox.agent.launcher.privileges import rename as rename2
 
-Outcome = tuple[dict[str, Any], list[int]]  # a reply's fields, descriptors to send (and then close)
+Outcome = tuple[m.Reply, list[int]]  # a reply's own fields, descriptors to send (and then close)
 
 
-def kind(mode: int) -> str:
+def kind(mode: int) -> m.FileKind:
     if st.S_ISREG(mode):
         return "file"
     if st.S_ISDIR(mode):
@@ -37,17 +36,17 @@ def kind(mode: int) -> str:
     return "other"
 
 
-def describe(path: bytes, info: os.stat_result, link: bytes, dir_fd: int | None = None) -> dict[str, Any]:
+def describe(path: bytes, info: os.stat_result, link: bytes, dir_fd: int | None = None) -> m.WireStat:
     """A stat result on the wire (the client makes a FileStat or DirEntry of it); a link's target is
     read at ``link`` (relative to ``dir_fd``: the object stat'ed, never the path resolved again)."""
-    out: dict[str, Any] = {
-        "path": m.b64(path),
-        "type": kind(info.st_mode),
-        "size": info.st_size,
-        "mode": st.S_IMODE(info.st_mode),
-        "mtime": info.st_mtime,
-        "target": None,
-    }
+    out = m.WireStat(
+        path=m.b64(path),
+        type=kind(info.st_mode),
+        size=info.st_size,
+        mode=st.S_IMODE(info.st_mode),
+        mtime=info.st_mtime,
+        target=None,
+    )
     if st.S_ISLNK(info.st_mode):
         with contextlib.suppress(OSError):
             out["target"] = m.b64(os.readlink(link, dir_fd=dir_fd))
@@ -96,23 +95,23 @@ def _on_proc(fd: int) -> bool:
     return int(struct.unpack_from("l", buffer.raw)[0]) == _PROC_SUPER_MAGIC
 
 
-def _open(f: Mapping[str, Any]) -> Outcome:
+def _open(f: m.Fields) -> Outcome:
     return {}, [open_once(f["path"], f["flags"], f["mode"])]
 
 
-def _stat(f: Mapping[str, Any]) -> Outcome:
+def _stat(f: m.Fields) -> Outcome:
     fd = open_once(f["path"], os.O_PATH | (0 if f["follow_symlinks"] else os.O_NOFOLLOW))
     try:
-        return {"stat": describe(f["path"], os.fstat(fd), b"", dir_fd=fd)}, []
+        return m.Reply(stat=describe(f["path"], os.fstat(fd), b"", dir_fd=fd)), []
     finally:
         os.close(fd)
 
 
-def _scandir(f: Mapping[str, Any]) -> Outcome:
+def _scandir(f: m.Fields) -> Outcome:
     """Up to ``limit`` entries from position ``skip`` on, whose JSON stays under
     :data:`messages.SCANDIR_REPLY_BYTES`; ``next`` is where to go on when the budget cut it short,
     ``truncated`` that ``limit`` did."""
-    entries: list[dict[str, Any]] = []
+    entries: list[m.WireStat] = []
     held = 0
     truncated = False
     following: int | None = None
@@ -139,10 +138,10 @@ def _scandir(f: Mapping[str, Any]) -> Outcome:
                 held += size
     finally:
         os.close(directory)
-    return {"entries": entries, "truncated": truncated, "next": following}, []
+    return m.Reply(entries=entries, truncated=truncated, next=following), []
 
 
-def _mkdir(f: Mapping[str, Any]) -> Outcome:
+def _mkdir(f: m.Fields) -> Outcome:
     if f["parents"]:
         os.makedirs(f["path"], f["mode"], exist_ok=True)
     else:
@@ -150,38 +149,38 @@ def _mkdir(f: Mapping[str, Any]) -> Outcome:
     return {}, []
 
 
-def _mkstemp(f: Mapping[str, Any]) -> Outcome:
+def _mkstemp(f: m.Fields) -> Outcome:
     fd, path = tempfile.mkstemp(prefix=f["prefix"], dir=f["directory"])
-    return {"path": m.b64(path)}, [fd]
+    return m.Reply(path=m.b64(path)), [fd]
 
 
-def _rename(f: Mapping[str, Any]) -> Outcome:
+def _rename(f: m.Fields) -> Outcome:
     rename2(f["source"], f["destination"], replace=f["replace"])
     return {}, []
 
 
-def _chmod(f: Mapping[str, Any]) -> Outcome:
+def _chmod(f: m.Fields) -> Outcome:
     os.chmod(f["path"], f["mode"])
     return {}, []
 
 
-def _unlink(f: Mapping[str, Any]) -> Outcome:
+def _unlink(f: m.Fields) -> Outcome:
     os.unlink(f["path"])
     return {}, []
 
 
-def _rmdir(f: Mapping[str, Any]) -> Outcome:
+def _rmdir(f: m.Fields) -> Outcome:
     os.rmdir(f["path"])
     return {}, []
 
 
-def _openpty(f: Mapping[str, Any]) -> Outcome:
+def _openpty(f: m.Fields) -> Outcome:
     # Opened as the agent: the terminal's /dev/pts node is the agent's, as a login's would be.
     master, slave = os.openpty()
     return {}, [master, slave]
 
 
-OPERATIONS: dict[str, Callable[[Mapping[str, Any]], Outcome]] = {
+OPERATIONS: dict[str, Callable[[m.Fields], Outcome]] = {
     "open": _open,
     "stat": _stat,
     "scandir": _scandir,
@@ -195,10 +194,7 @@ OPERATIONS: dict[str, Callable[[Mapping[str, Any]], Outcome]] = {
 }
 
 
-_PATH_FIELDS = ("path", "directory", "source", "destination")
-
-
-def _outside_proc(fields: Mapping[str, Any]) -> None:
+def _outside_proc(fields: m.Fields) -> None:
     """Refuse a path that leads into /proc. There ``self`` is this launcher, which holds privilege
     (its maps, its descriptors): the agent reads its own processes with its commands instead.
     Checked on the path as resolved now, for a clear refusal; what ``open``, ``stat`` and
@@ -206,8 +202,7 @@ def _outside_proc(fields: Mapping[str, Any]) -> None:
     swapped in meanwhile reaches nothing there. The other operations change names and modes only,
     which proc refuses to create, remove or rename, and a magic link leads them only to files the
     agent's effective ids may change anyway."""
-    for name in _PATH_FIELDS:
-        path = fields.get(name)
+    for path in (fields.get("path"), fields.get("directory"), fields.get("source"), fields.get("destination")):
         if isinstance(path, bytes) and os.path.realpath(path).split(b"/")[1:2] == [b"proc"]:
             raise PermissionError(errno.EACCES, "file actions do not reach /proc", path)
 
@@ -221,7 +216,7 @@ def run(request: m.Request, agent: Ids, own: Ids) -> Outcome:
     except OSError as exc:
         path = exc.filename if isinstance(exc.filename, bytes) else None
         return m.failure(request.id, exc.errno or errno.EIO, path), []
-    return m.ok(request.id, **fields), fds
+    return m.ok(request.id, fields), fds
 
 
 def remove_tree(path: bytes) -> int:

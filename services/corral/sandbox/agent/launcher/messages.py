@@ -26,7 +26,7 @@ import binascii
 import errno
 import json
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Literal, NamedTuple, TypedDict, cast
 
 # Strings, not pathlib's paths: the launcher does not import pathlib (corral.sandbox.startup.stderrlog says why).
 SOCKET_DIR = "/run/corral/launcher"  # 0700, the controller's uid (made by boot)
@@ -68,11 +68,72 @@ OPERATIONS: dict[str, dict[str, str]] = {
     "freeze": {},
     "thaw": {},
 }
-DEFAULTS: dict[str, dict[str, Any]] = {"scandir": {"skip": 0}}  # fields a request may leave out
+DEFAULTS: dict[str, dict[str, int]] = {"scandir": {"skip": 0}}  # fields a request may leave out
 FDS_IN: dict[str, int] = {"spawn": SPAWN_FDS}  # how many descriptors a request brings; none for the rest
 
 SHEPHERD_ORDERS = ("signal", "kill_tree")
 SHEPHERD_EVENTS = ("started", "failed", "exited", "empty")
+
+
+# TypedDicts, not dataclasses: the launcher does not import dataclasses (nor pydantic), so every fork
+# of it copies less; a TypedDict costs nothing at run time (typing is loaded anyway).
+
+
+class Fields(TypedDict, total=False):
+    """A request's fields, decoded (bytes from base64): each operation has those :data:`OPERATIONS`
+    names, checked by :func:`parse_request` (so a handler reads its own without a check)."""
+
+    argv: list[bytes]
+    env: list[bytes]
+    cwd: bytes
+    pty: bool
+    path: bytes
+    flags: int
+    mode: int
+    follow_symlinks: bool
+    limit: int
+    skip: int
+    parents: bool
+    directory: bytes
+    prefix: bytes
+    source: bytes
+    destination: bytes
+    replace: bool
+
+
+FileKind = Literal["file", "directory", "symlink", "other"]
+
+
+class WireStat(TypedDict):
+    """A stat result on the wire (``stat``'s, and each of ``scandir``'s entries)."""
+
+    path: str  # base64 of the path's bytes
+    type: FileKind
+    size: int
+    mode: int
+    mtime: float
+    target: str | None  # a symlink's target, base64
+
+
+class Reply(TypedDict, total=False):
+    """A reply: ``id`` and ``ok`` always; a failure's ``errno``, ``path`` (base64) and ``message``;
+    an operation's own fields beside them (see the module's text)."""
+
+    id: int | None  # None: a request that did not parse far enough to name its id
+    ok: bool
+    errno: int
+    path: str | None  # a failure's path, or mkstemp's file (base64)
+    message: str
+    shepherd: int  # spawn, reserve: the shepherd's pid
+    stat: WireStat
+    entries: list[WireStat]  # scandir
+    truncated: bool  # scandir: the limit cut the listing short
+    next: int | None  # scandir: where the next message goes on (the reply's size cut it short)
+    done: bool  # freeze: every agent process stopped
+    rounds: int  # freeze
+    processes: int  # freeze
+    continued: int  # thaw
+    left_stopped: int  # thaw: those the agent had stopped itself
 
 
 class Request(NamedTuple):
@@ -80,7 +141,7 @@ class Request(NamedTuple):
 
     id: int
     op: str
-    fields: Mapping[str, Any]
+    fields: Fields
     fds: tuple[int, ...] = ()
 
 
@@ -97,15 +158,16 @@ def unb64(value: object, name: str) -> bytes:
         raise ValueError(f"{name} is not base64") from None
 
 
-def encode(message: Mapping[str, Any]) -> bytes:
+def encode(message: Mapping[str, object]) -> bytes:
     data = json.dumps(message, separators=(",", ":")).encode()
     if len(data) > MAX_MESSAGE:
         raise ValueError(f"a launcher message is at most {MAX_MESSAGE} bytes; this one is {len(data)}")
     return data
 
 
-def decode(data: bytes) -> dict[str, Any]:
-    """One message's object; raises ValueError for anything else."""
+def decode(data: bytes) -> dict[str, object]:
+    """One message's object, its values unchecked (each parser checks those it reads); raises
+    ValueError for anything else."""
     try:
         obj = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -115,22 +177,24 @@ def decode(data: bytes) -> dict[str, Any]:
     return obj
 
 
-def request(op: str, request_id: int, **fields: Any) -> dict[str, Any]:
+def request(op: str, request_id: int, **fields: object) -> dict[str, object]:
     """A request's object, bytes fields base64-encoded (the client's side of :func:`parse_request`)."""
     kinds = OPERATIONS[op]
-    out: dict[str, Any] = {"id": request_id, "op": op}
+    out: dict[str, object] = {"id": request_id, "op": op}
     for name, value in fields.items():
-        kind = kinds[name]
-        if kind == "bytes":
-            out[name] = b64(value)
-        elif kind == "bytes_list":
-            out[name] = [b64(item) for item in value]
-        else:
-            out[name] = value
+        out[name] = _wire(kinds[name], value)
     return out
 
 
-def _field(kind: str, name: str, value: object) -> Any:
+def _wire(kind: str, value: object) -> object:
+    if kind == "bytes" and isinstance(value, bytes):
+        return b64(value)
+    if kind == "bytes_list" and isinstance(value, list):
+        return [b64(item) for item in value]
+    return value
+
+
+def _field(kind: str, name: str, value: object) -> object:
     if kind == "bytes":
         return unb64(value, name)
     if kind == "bytes_list":
@@ -164,7 +228,7 @@ def parse_request(data: bytes, fds: list[int]) -> Request:
         raise ValueError(f"{op}: missing fields {sorted(missing)}")
     if len(fds) != FDS_IN.get(op, 0):
         raise ValueError(f"{op} brings {FDS_IN.get(op, 0)} descriptors, not {len(fds)}")
-    fields = {name: _field(kind, name, obj[name] if name in obj else defaults[name]) for name, kind in kinds.items()}
+    fields = _fields(kinds, {name: obj[name] if name in obj else defaults[name] for name in kinds})
     if op == "spawn":
         _check_spawn(fields)
     if op == "scandir" and not 0 < fields["limit"] <= MAX_SCANDIR:
@@ -174,23 +238,29 @@ def parse_request(data: bytes, fds: list[int]) -> Request:
     return Request(request_id, op, fields, tuple(fds))
 
 
-def job(fields: Mapping[str, Any]) -> bytes:
+def _fields(kinds: Mapping[str, str], given: Mapping[str, object]) -> Fields:
+    """``given`` checked field by field against its ``kinds``."""
+    checked = {name: _field(kind, name, given[name]) for name, kind in kinds.items()}
+    # Every field named for the operation, each of its kind (_field raised otherwise): Fields' shape.
+    return cast(Fields, checked)
+
+
+def job(fields: Fields) -> bytes:
     """A spawn's fields (argv, env, cwd, pty), as a shepherd hands them to the child it forked ahead,
     or the controller to a reserved shepherd's child."""
-    obj = request("spawn", 0, **{name: fields[name] for name in OPERATIONS["spawn"]})
-    return encode(obj)
+    return encode(request("spawn", 0, argv=fields["argv"], env=fields["env"], cwd=fields["cwd"], pty=fields["pty"]))
 
 
-def parse_job(data: bytes) -> dict[str, Any]:
+def parse_job(data: bytes) -> Fields:
     """The child's side of :func:`job`: checked here too, since a reserved shepherd's child takes it
     from the controller directly. Raises ValueError."""
     obj = decode(data)
-    fields = {name: _field(kind, name, obj.get(name)) for name, kind in OPERATIONS["spawn"].items()}
+    fields = _fields(OPERATIONS["spawn"], {name: obj.get(name) for name in OPERATIONS["spawn"]})
     _check_spawn(fields)
     return fields
 
 
-def _check_spawn(fields: Mapping[str, Any]) -> None:
+def _check_spawn(fields: Fields) -> None:
     if not fields["argv"]:
         raise ValueError("argv is empty")
     for item in [*fields["argv"], *fields["env"], fields["cwd"]]:
@@ -200,18 +270,29 @@ def _check_spawn(fields: Mapping[str, Any]) -> None:
         raise ValueError("an env entry is NAME=value")
 
 
-def ok(request_id: int, **fields: Any) -> dict[str, Any]:
-    return {"id": request_id, "ok": True, **fields}
+def ok(request_id: int, fields: Reply | None = None) -> Reply:
+    """A success, with the operation's own ``fields`` after ``id`` and ``ok``."""
+    reply = Reply(id=request_id, ok=True)
+    reply.update(fields or {})
+    return reply
 
 
-def failure(request_id: int, errno: int, path: bytes | None = None) -> dict[str, Any]:
+def failure(request_id: int, errno: int, path: bytes | None = None) -> Reply:
     """An operation's OSError, as the client turns back into OSError(errno, strerror, path)."""
-    return {"id": request_id, "ok": False, "errno": errno, "path": None if path is None else b64(path)}
+    return Reply(id=request_id, ok=False, errno=errno, path=None if path is None else b64(path))
 
 
-def refusal(request_id: int | None, message: str) -> dict[str, Any]:
+def refusal(request_id: int | None, message: str) -> Reply:
     """A request that did not parse: a bug on the controller's side, not the agent's doing."""
-    return {"id": request_id, "ok": False, "errno": errno.EINVAL, "path": None, "message": message}
+    return Reply(id=request_id, ok=False, errno=errno.EINVAL, path=None, message=message)
+
+
+def parse_reply(data: bytes) -> Reply:
+    """The client's side of a reply; raises ValueError when it is no JSON object. Its fields are
+    read as the launcher wrote them: the launcher is this image's own code, as trusted as the
+    controller, so its replies are not checked field by field (a request is: it may come from a
+    controller's bug)."""
+    return cast(Reply, decode(data))
 
 
 class ShepherdEvent(NamedTuple):
@@ -232,10 +313,7 @@ def parse_event(data: bytes) -> ShepherdEvent:
     kind = obj.get("event")
     if kind not in SHEPHERD_EVENTS:
         raise ValueError(f"unknown shepherd event {kind!r}")
-    ints = {name: obj.get(name) for name in ("pid", "exit_code", "signal", "errno")}
-    for name, value in ints.items():
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-            raise ValueError(f"{name} must be an integer")
+    ints = {name: _int_or_none(obj.get(name), name) for name in ("pid", "exit_code", "signal", "errno")}
     stage = obj.get("stage")
     if stage is not None and not isinstance(stage, str):
         raise ValueError("stage must be text")
@@ -255,9 +333,17 @@ def parse_event(data: bytes) -> ShepherdEvent:
     )
 
 
-def event(kind: str, **fields: Any) -> bytes:
-    if "path" in fields and fields["path"] is not None:
-        fields["path"] = b64(fields["path"])
+def _int_or_none(value: object, name: str) -> int | None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+        raise ValueError(f"{name} must be an integer")
+    return value
+
+
+def event(kind: str, **fields: int | str | bytes | bool | None) -> bytes:
+    """A shepherd's event (see :class:`ShepherdEvent`), its ``path`` base64-encoded."""
+    path = fields.get("path")
+    if isinstance(path, bytes):
+        fields["path"] = b64(path)
     return encode({"event": kind, **fields})
 
 

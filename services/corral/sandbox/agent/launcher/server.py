@@ -33,8 +33,8 @@ import socket
 import struct
 import sys
 import time
-from collections.abc import Iterator
-from typing import Any, NamedTuple, NoReturn
+from collections.abc import Callable, Iterator
+from typing import NamedTuple, NoReturn, TypedDict
 
 from corral.sandbox.agent.launcher import fsops, sweep
 from corral.sandbox.agent.launcher import messages as m
@@ -64,6 +64,15 @@ class _Removal(NamedTuple):
     pid: int
     deadline: float
     op: str = "rmtree"
+
+
+class Frozen(TypedDict):
+    """A freeze's outcome, as its child writes it to the launcher."""
+
+    done: bool  # every agent process stopped
+    rounds: int
+    processes: int
+    stopped_before: list[tuple[int, int]]  # (pid, start) of those the agent had stopped itself
 
 
 class _Spare(NamedTuple):
@@ -132,13 +141,7 @@ class Launcher:
         self.frozen = False
 
     def listen(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
-        old = os.umask(0o177)
-        try:
-            self.listener.bind(self.path)
-        finally:
-            os.umask(old)
+        _bind_private(self.listener, self.path)
         self.listener.listen(16)
         self.listener.setblocking(False)
         self.selector.register(self.listener, selectors.EVENT_READ)
@@ -153,15 +156,15 @@ class Launcher:
         # the collector's sight, so a child's collection does not write to those pages and copy them:
         # they stay shared with the launcher (bench/gateway.py's idle session counts each copy).
         gc.freeze()
-        self._fork_spare()
+        self.fork_spare()
         while True:
-            for key, _ in self.selector.select(self._timeout()):
-                with self._surviving("serving the controller"):
+            for key, _ in self.selector.select(self.timeout()):
+                with self.surviving("serving the controller"):
                     self._ready(key, wake_r)
-            with self._surviving("reaping children"):
-                self._reap()
+            with self.surviving("reaping children"):
+                _reap()
                 self._expire()
-                self._let_idle_spare_go()
+                self.let_idle_spare_go()
 
     def _ready(self, key: selectors.SelectorKey, wake_r: int) -> None:
         if key.fileobj is self.listener:
@@ -171,12 +174,12 @@ class Launcher:
                 while os.read(wake_r, 512):
                     pass
         elif isinstance(key.fileobj, socket.socket):
-            self._serve_one(key.fileobj)
+            self.serve_one(key.fileobj)
         elif isinstance(key.fileobj, int):
             self._removed(key.fileobj)
 
     @contextlib.contextmanager
-    def _surviving(self, what: str) -> Iterator[None]:
+    def surviving(self, what: str) -> Iterator[None]:
         """No one request (nor a bug it hits) ends the launcher: every command and file operation
         of the sandbox goes through it. A forked child that raised its way back here just ends."""
         try:
@@ -186,7 +189,9 @@ class Launcher:
                 os._exit(1)
             log.exception("the launcher goes on after a failure while %s", what)
 
-    def _timeout(self) -> float | None:
+    def timeout(self) -> float | None:
+        """How long the loop may sleep in select: until the next deadline (a child's, the spare's idle
+        end), or None when nothing waits."""
         deadlines = [r.deadline for r in self.removals.values()]
         if self.spare is not None:
             deadlines.append(self.last_request + self.spare_idle_s)
@@ -194,7 +199,7 @@ class Launcher:
             return None
         return max(0.0, min(deadlines) - time.monotonic())
 
-    def _let_idle_spare_go(self) -> None:
+    def let_idle_spare_go(self) -> None:
         """The spare, once nothing was asked for ``spare_idle_s``: its socket closed, it and its child
         end (reaped as any child), and the next spawn forks on the way."""
         if self.spare is None or time.monotonic() - self.last_request < self.spare_idle_s:
@@ -215,7 +220,7 @@ class Launcher:
         conn.setblocking(True)
         self.selector.register(conn, selectors.EVENT_READ)
 
-    def _serve_one(self, conn: socket.socket) -> None:
+    def serve_one(self, conn: socket.socket) -> None:
         self.last_request = time.monotonic()
         try:
             data, fds, flags, _ = socket.recv_fds(conn, m.MAX_MESSAGE + 1, m.MAX_FDS)
@@ -253,7 +258,7 @@ class Launcher:
             reply, out = fsops.run(request, self.agent, self.own)
             self._reply(conn, reply, out)
 
-    def _reply(self, conn: socket.socket, reply: dict[str, Any], fds: list[int]) -> None:
+    def _reply(self, conn: socket.socket, reply: m.Reply, fds: list[int]) -> None:
         try:
             data = m.encode(reply)
         except ValueError as exc:  # too big for one message: the request fails, the launcher goes on
@@ -285,8 +290,8 @@ class Launcher:
                 self._in_child(keep=set(request.fds))
                 _shepherd(request, self.agent, self.own)
         _close(request.fds)
-        self._reply(conn, m.ok(request.id, shepherd=pid), [])
-        self._fork_spare()  # after the reply: off the next command's way too
+        self._reply(conn, m.ok(request.id, {"shepherd": pid}), [])
+        self.fork_spare()  # after the reply: off the next command's way too
 
     def _reserve(self, conn: socket.socket, request: m.Request) -> None:
         """A shepherd forked for the controller alone: the controller gets our ends of its control
@@ -306,9 +311,9 @@ class Launcher:
             reserved(control_theirs, job_theirs, self.agent, self.own)
         control_theirs.close()
         job_theirs.close()
-        self._reply(conn, m.ok(request.id, shepherd=pid), [control.detach(), job.detach()])
+        self._reply(conn, m.ok(request.id, {"shepherd": pid}), [control.detach(), job.detach()])
 
-    def _fork_spare(self) -> None:
+    def fork_spare(self) -> None:
         """A shepherd forked ahead of need, waiting for its request on a socket only we hold."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -328,32 +333,24 @@ class Launcher:
         """A forked child drops the launcher's sockets and its SIGCHLD wake-up."""
         signal.set_wakeup_fd(-1)
         self.selector.close()
-        for fd in _open_fds():
-            if fd > 2 and fd not in keep:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        _close_all_but(keep)
 
     def _rmtree(self, conn: socket.socket, request: m.Request) -> None:
-        result_r, result_w = os.pipe2(os.O_CLOEXEC)
-        try:
-            pid = os.fork()
-        except OSError as exc:
-            _close([result_r, result_w])
-            self._reply(conn, m.failure(request.id, exc.errno or errno.EAGAIN), [])
-            return
-        if pid == 0:
-            try:
-                self._in_child(keep={result_w})
-                become(self.agent)
-                os.write(result_w, str(fsops.remove_tree(request.fields["path"])).encode())
-            finally:
-                os._exit(0)
-        os.close(result_w)
-        self.removals[result_r] = _Removal(conn, request.id, pid, time.monotonic() + RMTREE_TIMEOUT_S)
-        self.selector.register(result_r, selectors.EVENT_READ)
+        path = request.fields["path"]
+        deadline = time.monotonic() + RMTREE_TIMEOUT_S
+        self._as_the_agent(conn, request.id, "rmtree", deadline, lambda: str(fsops.remove_tree(path)).encode())
 
     def _sweep(self, conn: socket.socket, request_id: int, op: str, deadline: float) -> None:
         """A freeze or thaw in a child that becomes the agent; answered from :meth:`_removed`."""
+        uid, keep = self.agent.uid, self.stopped_before
+        outcome: Callable[[], object] = (lambda: _freeze(uid)) if op == "freeze" else (lambda: _thaw(uid, keep))
+        self._as_the_agent(conn, request_id, op, deadline, lambda: json.dumps(outcome()).encode())
+
+    def _as_the_agent(
+        self, conn: socket.socket, request_id: int, op: str, deadline: float, work: Callable[[], bytes]
+    ) -> None:
+        """``work`` in a forked child that becomes the agent for good (it may take long: the launcher
+        stays free), its result written to a pipe that :meth:`_removed` reads and answers from."""
         result_r, result_w = os.pipe2(os.O_CLOEXEC)
         try:
             pid = os.fork()
@@ -365,8 +362,7 @@ class Launcher:
             try:
                 self._in_child(keep={result_w})
                 become(self.agent)
-                result = _freeze(self.agent.uid) if op == "freeze" else _thaw(self.agent.uid, self.stopped_before)
-                os.write(result_w, json.dumps(result).encode())
+                os.write(result_w, work())
             finally:
                 os._exit(0)
         os.close(result_w)
@@ -394,7 +390,7 @@ class Launcher:
             self.frozen = removal.op == "freeze"
             if not self.frozen:
                 self.stopped_before = []
-            reply = m.ok(removal.request_id, **{k: v for k, v in outcome.items() if k != "stopped_before"})
+            reply = m.ok(removal.request_id, _swept_fields(removal.op, outcome))
         if removal.conn.fileno() != -1:
             self._reply(removal.conn, reply, [])
 
@@ -419,30 +415,38 @@ class Launcher:
                     os.kill(removal.pid, signal.SIGKILL)
                 self._removed(fd, timed_out=True)
 
-    @staticmethod
-    def _reap() -> None:
-        # Shepherds and rmtree children: the launcher forgets them, but must not keep their zombies.
-        with contextlib.suppress(ChildProcessError):
-            while os.waitpid(-1, os.WNOHANG)[0]:
-                pass
 
-
-def _freeze(agent_uid: int) -> dict[str, Any]:
+def _freeze(agent_uid: int) -> Frozen:
     """In the sweep's child (the agent for good): every agent process stopped (the sweep's rounds)."""
     me = os.getpid()
     outcome = sweep.stop_all(lambda starts: sweep.scan(agent_uid, me, starts=starts), sweep.stop_every_agent_process)
-    return {
-        "done": outcome.done,
-        "rounds": outcome.rounds,
-        "processes": outcome.processes,
-        "stopped_before": outcome.stopped_before[:MAX_STOPPED_BEFORE],
-    }
+    return Frozen(
+        done=outcome.done,
+        rounds=outcome.rounds,
+        processes=outcome.processes,
+        stopped_before=outcome.stopped_before[:MAX_STOPPED_BEFORE],
+    )
 
 
-def _thaw(agent_uid: int, keep: list[tuple[int, int]]) -> dict[str, Any]:
+def _thaw(agent_uid: int, keep: list[tuple[int, int]]) -> m.Reply:
     """In the sweep's child: every agent process continued but those it had stopped itself."""
     continued, left = sweep.continue_all(sweep.scan(agent_uid, os.getpid()), keep, os.kill)
-    return {"continued": continued, "left_stopped": left}
+    return m.Reply(continued=continued, left_stopped=left)
+
+
+def _swept_fields(op: str, outcome: dict[str, int]) -> m.Reply:
+    """The reply's fields of a sweep's outcome (its JSON, as :func:`_freeze` or :func:`_thaw` wrote
+    it): all but the processes the agent had stopped itself, which the launcher keeps."""
+    if op == "freeze":
+        return m.Reply(done=bool(outcome["done"]), rounds=outcome["rounds"], processes=outcome["processes"])
+    return m.Reply(continued=outcome["continued"], left_stopped=outcome["left_stopped"])
+
+
+def _reap() -> None:
+    # Shepherds and rmtree children: the launcher forgets them, but must not keep their zombies.
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
 
 
 def _id_of(data: bytes) -> int | None:
@@ -461,6 +465,25 @@ def _close(fds: list[int] | tuple[int, ...]) -> None:
 
 def _open_fds() -> list[int]:
     return [int(name) for name in os.listdir("/proc/self/fd")]
+
+
+def _close_all_but(keep: set[int]) -> None:
+    """Every descriptor above stderr closed but ``keep`` (in a forked child)."""
+    for fd in _open_fds():
+        if fd > 2 and fd not in keep:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _bind_private(listener: socket.socket, path: str) -> None:
+    """``listener`` bound at ``path`` (a stale socket there replaced), 0600 from its first moment."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    old = os.umask(0o177)
+    try:
+        listener.bind(path)
+    finally:
+        os.umask(old)
 
 
 def main() -> int:

@@ -198,7 +198,7 @@ class Shepherd:
 
     def run(self, spawn: Spawn, ready: Ready | None = None) -> NoReturn:
         """Start the program (in the child forked ahead, or one forked now), report, then watch."""
-        fields = {"argv": spawn.argv, "env": spawn.env, "cwd": spawn.cwd, "pty": spawn.pty}
+        fields: m.Fields = {"argv": spawn.argv, "env": spawn.env, "cwd": spawn.cwd, "pty": spawn.pty}
         try:
             ready = self._hand_over(ready, m.job(fields), spawn.stdio)
         except OSError as exc:

@@ -17,6 +17,7 @@ import pytest
 
 from corral.sandbox.agent.launcher import messages as m
 from corral.sandbox.agent.launcher.client import LauncherClient, Spawned
+from corral.sandbox.agent.launcher.spares import Spares
 
 ARGV, ENV, CWD = [b"true", b"\xff"], [b"A=1"], b"/workspace"
 
@@ -53,7 +54,7 @@ class FakeLauncher:
                     with socket.socket(fileno=control) as sock:
                         sock.send(m.event("started", pid=1))
                         sock.send(m.event("exited", exit_code=0, signal=None, running=False))
-                    conn.send(m.encode(m.ok(request.id, shepherd=10)))
+                    conn.send(m.encode(m.ok(request.id, {"shepherd": 10})))
                 else:
                     self._reserve(conn, request.id)
 
@@ -65,7 +66,7 @@ class FakeLauncher:
             if self.child_dies:
                 job_theirs.close()
             with control, job:
-                socket.send_fds(conn, [m.encode(m.ok(request_id, shepherd=20))], [control.fileno(), job.fileno()])
+                socket.send_fds(conn, [m.encode(m.ok(request_id, {"shepherd": 20}))], [control.fileno(), job.fileno()])
             if self.child_dies:
                 return
             data, stdio, _, _ = socket.recv_fds(job_theirs, m.MAX_MESSAGE + 1, m.JOB_FDS)
@@ -84,10 +85,11 @@ class FakeLauncher:
 
 
 class ClientTimers:
-    """The client's own timers (its reserve delay, its spares' idle wait) held instead of scheduled on
-    the loop, so the test says when time passes; every other timer is the loop's as usual."""
+    """The client's own timers (its reserve delay, its spares' idle wait: both its ``spares``') held
+    instead of scheduled on the loop, so the test says when time passes; every other timer is the
+    loop's as usual."""
 
-    def __init__(self, client: LauncherClient, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, client: Spares, loop: asyncio.AbstractEventLoop) -> None:
         self._client, self._loop, self._real = client, loop, loop.call_later
         self._now = 0.0
         self.held: list[tuple[float, asyncio.TimerHandle, Callable[..., object], tuple[object, ...]]] = []
@@ -174,7 +176,7 @@ async def test_closing_the_client_drops_its_spare(tmp_path: Path, stdio: tuple[i
     client = LauncherClient(tmp_path / "sock")
     spare = await client.reserve()
     assert spare.shepherd == 20
-    client._spares.append(spare)
+    client.spares.held.append(spare)
     await client.close()
     assert spare.control.fileno() == spare.job.fileno() == -1
     assert fake.held[0].recv(16) == b""  # the shepherd's end sees the controller gone
@@ -187,22 +189,22 @@ async def test_idle_spares_are_let_go_and_the_next_spawn_asks_the_launcher(
     fake = FakeLauncher(tmp_path / "sock")
     client = LauncherClient(tmp_path / "sock")
     client.spare_idle_s = 0.3
-    timers = ClientTimers(client, asyncio.get_running_loop())
+    timers = ClientTimers(client.spares, asyncio.get_running_loop())
     monkeypatch.setattr(asyncio.get_running_loop(), "call_later", timers.call_later)
     try:
         first = await spawn_and_finish(client, stdio)
         # The first spare reserved, its idle wait begun (the fake holds the second's answer until then).
         await timers.until_one_waits(client.spare_idle_s)
-        assert len(client._spares) == 1
-        spare = client._spares[0]
+        assert len(client.spares.held) == 1
+        spare = client.spares.held[0]
         timers.advance(0.29)
-        assert client._spares == [spare]  # not idle long enough yet
-        reserving = client._reserving  # the second spare, on its way
+        assert client.spares.held == [spare]  # not idle long enough yet
+        reserving = client.spares.reserving  # the second spare, on its way
         assert reserving is not None
         timers.advance(0.01)
         await asyncio.wait_for(asyncio.gather(reserving, return_exceptions=True), 10)  # cancelled by the let-go
         assert reserving.cancelled()
-        assert client._spares == [] and client._reserving is None
+        assert client.spares.held == [] and client.spares.reserving is None
         assert spare.control.fileno() == spare.job.fileno() == -1
         assert fake.held[0].recv(16) == b""  # the shepherd's end sees its spare dropped
         second = await client.spawn(ARGV, ENV, CWD, stdio)

@@ -79,7 +79,7 @@ def test_a_message_never_exceeds_one_datagram() -> None:
 
 def test_replies_say_errno_and_path() -> None:
     assert m.failure(3, 2, b"/x") == {"id": 3, "ok": False, "errno": 2, "path": "L3g="}
-    assert m.ok(3, pid=9) == {"id": 3, "ok": True, "pid": 9}
+    assert m.ok(3, {"pid": 9}) == {"id": 3, "ok": True, "pid": 9}
     assert m.refusal(None, "bad")["errno"] == 22
 
 

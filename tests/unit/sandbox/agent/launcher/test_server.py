@@ -30,7 +30,7 @@ def ask(launcher: Launcher, op: str, **fields: Any) -> dict[str, Any]:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     with ours, theirs:
         ours.send(m.encode(m.request(op, 7, **fields)))
-        launcher._serve_one(theirs)
+        launcher.serve_one(theirs)
         return m.decode(ours.recv(m.MAX_MESSAGE + 1))
 
 
@@ -70,10 +70,10 @@ def test_a_request_that_hits_a_bug_is_answered_and_the_launcher_goes_on(
     with ours, theirs:
         ours.send(m.encode(m.request("stat", 8, path=b"/", follow_symlinks=True)))
         with pytest.raises(RuntimeError):
-            launcher._serve_one(theirs)
+            launcher.serve_one(theirs)
         reply = m.decode(ours.recv(m.MAX_MESSAGE + 1))
     assert (reply["ok"], reply["errno"], reply["id"]) == (False, errno.EIO, 8)
-    with launcher._surviving("a test"):  # the loop's guard: logged, and the loop goes on
+    with launcher.surviving("a test"):  # the loop's guard: logged, and the loop goes on
         raise RuntimeError("a bug")
     reply = ask(launcher, "unlink", path=b"/nonexistent-corral-test")
     assert (reply["ok"], reply["errno"]) == (False, errno.ENOENT)
@@ -82,7 +82,7 @@ def test_a_request_that_hits_a_bug_is_answered_and_the_launcher_goes_on(
 @pytest.fixture
 def serving(launcher: Launcher) -> Iterator[Launcher]:
     """The launcher's socket answered one connection at a time by a thread (serve() wants the main
-    thread for its signal handling; _serve_one is the part under test)."""
+    thread for its signal handling; serve_one is the part under test)."""
     launcher.listen()
     launcher.listener.setblocking(True)
     stop = threading.Event()
@@ -93,7 +93,7 @@ def serving(launcher: Launcher) -> Iterator[Launcher]:
             while not stop.is_set():
                 if not conn.recv(1, socket.MSG_PEEK):
                     return
-                launcher._serve_one(conn)
+                launcher.serve_one(conn)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -118,18 +118,18 @@ async def test_the_client_lists_a_big_directory_whole(serving: Launcher, tmp_pat
 
 def test_an_idle_spare_is_let_go_and_ends(launcher: Launcher) -> None:
     launcher.spare_idle_s = 30.0
-    assert launcher._timeout() is None  # nothing to wait for: select sleeps until a request
-    launcher._fork_spare()  # a real spare shepherd (and its child), forked from this process
+    assert launcher.timeout() is None  # nothing to wait for: select sleeps until a request
+    launcher.fork_spare()  # a real spare shepherd (and its child), forked from this process
     spare = launcher.spare
     assert spare is not None
-    timeout = launcher._timeout()
+    timeout = launcher.timeout()
     assert timeout is not None and 29.0 < timeout <= 30.0  # select wakes for the spare's idle end
-    launcher._let_idle_spare_go()
+    launcher.let_idle_spare_go()
     assert launcher.spare is spare  # a request came less than 30 s ago (the launcher's start)
     launcher.last_request -= 31.0
-    assert launcher._timeout() == 0.0
-    launcher._let_idle_spare_go()
-    assert launcher.spare is None and launcher._timeout() is None
+    assert launcher.timeout() == 0.0
+    launcher.let_idle_spare_go()
+    assert launcher.spare is None and launcher.timeout() is None
     assert spare.requests.fileno() == -1
     _, status = os.waitpid(spare.pid, 0)  # its socket closed, the shepherd ends of itself
     assert os.waitstatus_to_exitcode(status) == 0
@@ -137,12 +137,12 @@ def test_an_idle_spare_is_let_go_and_ends(launcher: Launcher) -> None:
 
 def test_a_request_keeps_the_spare(launcher: Launcher) -> None:
     launcher.spare_idle_s = 30.0
-    launcher._fork_spare()
+    launcher.fork_spare()
     spare = launcher.spare
     assert spare is not None
     launcher.last_request -= 31.0
     ask(launcher, "stat", path=b"/", follow_symlinks=True)  # any request counts
-    launcher._let_idle_spare_go()
+    launcher.let_idle_spare_go()
     assert launcher.spare is spare
     spare.requests.close()
     os.waitpid(spare.pid, 0)

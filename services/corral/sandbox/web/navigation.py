@@ -1,0 +1,106 @@
+"""Navigation in one tab: going to a URL, back, forward and reload, each waiting for the page's first
+frame; and what a tab shows (its URL and title)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, TypedDict
+
+from playwright._impl._errors import Error as PlaywrightError
+from playwright._impl._errors import TimeoutError as PlaywrightTimeout
+
+from corral.errors import ActionError, ErrorCode
+
+if TYPE_CHECKING:
+    from playwright.async_api import Page, Response
+
+log = logging.getLogger("corral.sandbox.web.browser")  # the name the logs have always had
+
+_SETTLE_ERROR_PAGE_MS = 3_000
+# Input sent before a new document's first frame is dropped. With a 2 s wait, a CI run of eight
+# sessions starting at once on two cores lost a click-then-type: so the wait is long (a visible page
+# that is not starved paints far sooner, and the warning below says when it was not enough).
+PAINT_TIMEOUT_S = 10.0
+_TWO_FRAMES_JS = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => done(true))))"
+
+
+class PageInfo(TypedDict):
+    """What a tab shows."""
+
+    url: str
+    title: str
+
+
+class Navigated(PageInfo):
+    """A navigation's result: the page, and its main response's status (None: none came, such as
+    a navigation within the document)."""
+
+    status: int | None
+
+
+async def info_of(page: Page) -> PageInfo:
+    try:
+        title = await page.title()
+    except PlaywrightError:
+        title = ""  # the page is between documents
+    return PageInfo(url=page.url, title=title)
+
+
+async def painted(page: Page) -> None:
+    """Wait until the page has produced a frame: input sent before that can be dropped by Chromium."""
+    with contextlib.suppress(PlaywrightError):
+        try:
+            await asyncio.wait_for(page.evaluate(_TWO_FRAMES_JS), PAINT_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("%s made no frame within %.0f s: input sent now may be lost", page.url, PAINT_TIMEOUT_S)
+
+
+async def navigate(page: Page, url: str, wait_until: str, timeout_ms: int) -> Navigated:
+    try:
+        response = await _goto(page, url, wait_until, timeout_ms)
+    except PlaywrightTimeout:
+        raise ActionError(
+            ErrorCode.TIMEOUT, f"{url} did not reach {wait_until!r} within {timeout_ms} ms", field="action.url"
+        ) from None
+    except PlaywrightError as exc:
+        # Let Chromium commit its error page now, so it cannot cut the next navigation short.
+        with contextlib.suppress(PlaywrightError):
+            await page.wait_for_load_state("load", timeout=_SETTLE_ERROR_PAGE_MS)
+        raise ActionError(ErrorCode.NAVIGATION_FAILED, exc.message.splitlines()[0], field="action.url") from None
+    await painted(page)
+    info = await info_of(page)
+    return Navigated(url=info["url"], title=info["title"], status=None if response is None else response.status)
+
+
+async def _goto(page: Page, url: str, wait_until: str, timeout_ms: int) -> Response | None:
+    for attempt in range(3):
+        try:
+            return await page.goto(url, wait_until=wait_until, timeout=timeout_ms)  # type: ignore[arg-type]
+        except PlaywrightError as exc:
+            # A late navigation (an error page committing, a script redirect) cut this one short:
+            # let it finish and try again, unless it was to where we were going anyway.
+            if "interrupted by another navigation" not in exc.message or attempt == 2:
+                raise
+            await page.wait_for_load_state("load", timeout=timeout_ms)
+            if page.url == url:
+                return None
+    return None
+
+
+async def history(page: Page, direction: str, timeout_ms: int) -> PageInfo:
+    """``back``, ``forward`` or (anything else) a reload."""
+    try:
+        if direction == "back":
+            await page.go_back(timeout=timeout_ms)
+        elif direction == "forward":
+            await page.go_forward(timeout=timeout_ms)
+        else:
+            await page.reload(timeout=timeout_ms)
+    except PlaywrightTimeout:
+        raise ActionError(ErrorCode.TIMEOUT, f"{direction} did not finish within {timeout_ms} ms") from None
+    except PlaywrightError as exc:
+        raise ActionError(ErrorCode.NAVIGATION_FAILED, exc.message.splitlines()[0]) from None
+    await painted(page)
+    return await info_of(page)
