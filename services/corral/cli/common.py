@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-import click
 import httpx
 import typer
 from rich.console import Console
@@ -45,29 +44,25 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _command() -> str:
-    """The running command's words after ``corral`` (``images build``), for a message."""
-    context = click.get_current_context(silent=True)
-    return " ".join(context.command_path.split()[1:]) if context is not None else "this command"
-
-
 @contextlib.contextmanager
-def needed(extra: str) -> Iterator[None]:
-    """The imports that come with ``extra``: one of its modules missing is a clean failure that names
-    the extra and the pip line that adds it (:mod:`corral.cli.extras`)."""
+def needed(extra: str, command: str) -> Iterator[None]:
+    """What ``corral command`` imports of ``extra`` (itself or through :func:`runtime`): one of the
+    extra's modules missing is a clean failure that names the extra and the pip line that adds it
+    (:mod:`corral.cli.extras`)."""
     try:
         yield
     except ModuleNotFoundError as exc:
-        message = extras.missing(exc, extra, _command())
+        message = extras.missing(exc, extra, command)
         if message is None:
             raise
         raise fail(message) from None
 
 
 def runtime() -> DockerRuntime:
-    """The Docker runtime of the server commands (the ``server`` extra brings the Docker SDK)."""
-    with needed("server"):
-        from corral.runtime.docker import DockerRuntime
+    """The Docker runtime of the server commands; the ``server`` extra brings the Docker SDK, so they
+    call this under :func:`needed`."""
+    from corral.runtime.docker import DockerRuntime
+
     try:
         return DockerRuntime()
     except CorralError as exc:

@@ -39,9 +39,9 @@ def plain(line: str) -> None:
 @images_app.command("build")
 def images_build() -> None:
     """Build corral-desktop:latest and corral-egress:latest (and local Debian bases where no registry answers)."""
-    runtime = common.runtime()
-    from corral import images
-
+    with common.needed("server", "images build"):
+        runtime = common.runtime()
+        from corral import images
     try:
         build_images(runtime)
     except CorralError as exc:

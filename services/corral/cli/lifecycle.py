@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 def up(build: Annotated[bool, typer.Option(help="Build the image first (seconds when cached).")] = True) -> None:
     """Build the image and start the gateway (docker compose) on 127.0.0.1:8700."""
     refuse_a_weak_key()
-    runtime = common.runtime()
-    from corral import images
+    with common.needed("server", "up"):
+        runtime = common.runtime()
+        from corral import images
 
     try:
         if build:
@@ -65,9 +66,9 @@ def wait_for_gateway(runtime: DockerRuntime, timeout_s: float = 60) -> None:
 
 def down() -> None:
     """Stop the gateway and remove its sandboxes (the data dir, with the API key and audit logs, stays)."""
-    runtime = common.runtime()
-    from corral import images
-
+    with common.needed("server", "down"):
+        runtime = common.runtime()
+        from corral import images
     try:
         runtime.compose(images.repo_root(), ["down"])
     except CorralError as exc:

@@ -10,6 +10,6 @@ from corral.cli import common
 def mcp_stdio() -> None:
     """Serve Corral's tools to an MCP client on stdin/stdout (docs/mcp.md), calling the gateway on
     CORRAL_URL with CORRAL_API_KEY (an API key, or a session token for that session only)."""
-    with common.needed("mcp"):
+    with common.needed("mcp", "mcp"):
         from corral.mcp import serve_stdio
     serve_stdio(common.url(), common.api_key())

@@ -88,7 +88,7 @@ def replay(
     from corral.recording.bundle import BundleError, read_bundle
     from corral.sdk import Sandbox
 
-    with common.needed("replay"):
+    with common.needed("replay", "replay"):
         from corral.recording.replay import Mask, ReplayOptions, html_report, junit_xml, parse_expect, parse_overrides
         from corral.recording.replay import replay as run_replay
 
@@ -154,7 +154,7 @@ def export_video(
     """The recording's frames as a video at the recorded timing (MP4 or WebM)."""
     from corral.recording.bundle import BundleError, read_bundle
 
-    with common.needed("video"):
+    with common.needed("video", "export video"):
         from corral.recording.video import export
 
         try:
