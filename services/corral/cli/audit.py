@@ -15,10 +15,10 @@ from rich.table import Table
 from rich.text import Text
 
 from corral.cli import common
-from corral.cli.auditwords import DECISION_STYLE, acted, detail
+from corral.cli.auditwords import records_table
 
 if TYPE_CHECKING:
-    from corral.proxy.audit import AuditRecord
+    from corral.proxy.audit import AnchoredVerification, AuditRecord
     from corral.proxy.traffic import SecretSummary
 
 audit_app = typer.Typer(
@@ -51,18 +51,8 @@ def audit_verify(
 
     from corral.proxy.audit import parse_anchors, verify_anchored
 
-    path = Path(source)
     with tempfile.TemporaryDirectory() as scratch:
-        anchor_lines: list[bytes] | None = None
-        if source.startswith("ses_") and not path.exists():
-            quoted = urllib.parse.quote(source, safe="")
-            path = Path(scratch) / "audit.jsonl"
-            common.gateway_download(f"/v1/sessions/{quoted}/traffic", path)
-            if anchors is None:
-                # Served only after the gateway checked every anchor's MAC with its key.
-                anchor_lines = common.gateway_get(f"/v1/sessions/{quoted}/traffic.anchors").content.splitlines()
-        if not path.is_file():
-            raise common.fail(f"no audit log at {path}", 2)
+        path, anchor_lines = _log_and_anchors(source, anchors, Path(scratch))
         try:
             if anchors is not None:
                 anchor_lines = anchors.read_bytes().splitlines()
@@ -80,13 +70,34 @@ def audit_verify(
     if as_json:
         common.out.print_json(json.dumps({**result.to_dict(), "mac_checked": secret is not None}))
     else:
-        style = {"intact": "green", "unanchored": "yellow"}.get(result.status, "red")
-        label = "ok" if result.status == "intact" else result.status
-        common.out.print(Text.assemble((label, style), ": ", result.message))
-        if found and secret is None and anchors is not None:
-            common.out.print(Text("the anchors' MACs were not checked: give --key to prove they are the gateway's"))
+        _print_verdict(result, unchecked_macs=bool(found) and secret is None and anchors is not None)
     if not result.ok:
         raise typer.Exit(1)
+
+
+def _log_and_anchors(source: str, anchors: Path | None, scratch: Path) -> tuple[Path, list[bytes] | None]:
+    """The log to verify, and the gateway's anchors of it when SOURCE is a session id and no
+    ``--anchors`` was given: a session's log is streamed from the gateway into ``scratch``."""
+    path = Path(source)
+    anchor_lines: list[bytes] | None = None
+    if source.startswith("ses_") and not path.exists():
+        quoted = urllib.parse.quote(source, safe="")
+        path = scratch / "audit.jsonl"
+        common.gateway_download(f"/v1/sessions/{quoted}/traffic", path)
+        if anchors is None:
+            # Served only after the gateway checked every anchor's MAC with its key.
+            anchor_lines = common.gateway_get(f"/v1/sessions/{quoted}/traffic.anchors").content.splitlines()
+    if not path.is_file():
+        raise common.fail(f"no audit log at {path}", 2)
+    return path, anchor_lines
+
+
+def _print_verdict(result: AnchoredVerification, unchecked_macs: bool) -> None:
+    style = {"intact": "green", "unanchored": "yellow"}.get(result.status, "red")
+    label = "ok" if result.status == "intact" else result.status
+    common.out.print(Text.assemble((label, style), ": ", result.message))
+    if unchecked_macs:
+        common.out.print(Text("the anchors' MACs were not checked: give --key to prove they are the gateway's"))
 
 
 @audit_app.command("show")
@@ -135,33 +146,7 @@ def audit_show(
             seen += 1
             if flt.matches(record):
                 shown.append(record)
-    table = Table(
-        "seq",
-        "time",
-        "event",
-        "decision",
-        "method",
-        "host",
-        "status",
-        "action",
-        "rule / reason",
-        caption=f"{len(shown)} of {seen} records",
-    )
-    for record in shown:
-        decision_text = record.get("decision")
-        status = record.get("status")
-        table.add_row(
-            common.cell(record.get("seq")),
-            common.when(record.get("time")),
-            common.cell(record.get("event")),
-            Text(str(decision_text or "-"), style=DECISION_STYLE.get(str(decision_text), "")),
-            common.cell(record.get("method")),
-            common.cell(record.get("host")),
-            common.cell(status if record.get("event") in ("request", "block") else None),
-            common.cell(acted(record)),
-            common.cell(detail(record)),
-        )
-    common.out.print(table)
+    common.out.print(records_table(shown, seen))
 
 
 @audit_app.command("summary")

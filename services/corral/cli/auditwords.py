@@ -1,9 +1,14 @@
-"""An audit record in words for ``corral audit show``'s table: who acted, and what the record says
-(a brokered secret's change or use, a policy change, a refusal's rule and reason)."""
+"""``corral audit show``'s table: each audit record in words, who acted and what the record says (a
+brokered secret's change or use, a policy change, a refusal's rule and reason)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from rich.table import Table
+from rich.text import Text
+
+from corral.cli import common
 
 if TYPE_CHECKING:
     from corral.proxy.audit import AuditRecord
@@ -70,3 +75,34 @@ def detail(record: AuditRecord) -> str:
         return f"lease {record.get('change')}: {record.get('previous')} -> {record.get('holder')}"
     rule, reason = record.get("rule"), record.get("reason")
     return " — ".join(str(part) for part in (rule, reason) if part)
+
+
+def records_table(shown: list[AuditRecord], seen: int) -> Table:
+    """`audit show`'s table: a row per record shown, the caption how many of how many."""
+    table = Table(
+        "seq",
+        "time",
+        "event",
+        "decision",
+        "method",
+        "host",
+        "status",
+        "action",
+        "rule / reason",
+        caption=f"{len(shown)} of {seen} records",
+    )
+    for record in shown:
+        decision_text = record.get("decision")
+        status = record.get("status")
+        table.add_row(
+            common.cell(record.get("seq")),
+            common.when(record.get("time")),
+            common.cell(record.get("event")),
+            Text(str(decision_text or "-"), style=DECISION_STYLE.get(str(decision_text), "")),
+            common.cell(record.get("method")),
+            common.cell(record.get("host")),
+            common.cell(status if record.get("event") in ("request", "block") else None),
+            common.cell(acted(record)),
+            common.cell(detail(record)),
+        )
+    return table

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import httpx
 import typer
@@ -15,6 +15,10 @@ from rich.table import Table
 from corral import gateway_client
 from corral.cli import common
 from corral.errors import GatewayError
+
+if TYPE_CHECKING:
+    from corral.recording.bundle import Bundle
+    from corral.recording.replay import ReplayOptions, ReplayReport
 
 recording_app = typer.Typer(
     help="List and download session recordings.", no_args_is_help=True, pretty_exceptions_show_locals=False
@@ -86,24 +90,21 @@ def replay(
 ) -> None:
     """Re-run a recorded session in a fresh sandbox and compare each step's screen; exit 1 on a divergence."""
     from corral.recording.bundle import BundleError, read_bundle
-    from corral.sdk import Sandbox
 
     with common.needed("replay", "replay"):
-        from corral.recording.replay import Mask, ReplayOptions, html_report, junit_xml, parse_expect, parse_overrides
-        from corral.recording.replay import replay as run_replay
-
+        from corral.recording import replay as replaying
     if timing not in ("settle", "recorded"):
         raise common.fail("--timing is settle or recorded", 2)
     if not 0 <= threshold <= 1:
         raise common.fail("--threshold is a share between 0 and 1", 2)
     try:
         bundle = read_bundle(bundle_path)
-        options = ReplayOptions(
+        options = replaying.ReplayOptions(
             threshold=threshold,
-            masks=tuple(Mask.parse(m) for m in mask or []),
-            overrides=parse_overrides(overrides.read_text()) if overrides is not None else {},
+            masks=tuple(replaying.Mask.parse(m) for m in mask or []),
+            overrides=replaying.parse_overrides(overrides.read_text()) if overrides is not None else {},
             recorded_timing=timing == "recorded",
-            expect=parse_expect(dict(item.partition("=")[::2] for item in expect or []), "--expect"),
+            expect=replaying.parse_expect(dict(item.partition("=")[::2] for item in expect or []), "--expect"),
         )
     except (BundleError, ValueError, OSError) as exc:
         raise common.fail(str(exc), 2) from None
@@ -113,6 +114,15 @@ def replay(
             "control or with CORRAL_RECORD_RESPONSES off; replay it without --hermetic",
             2,
         )
+    result = _replayed(bundle, options, gateway_client.gateway_url(against), hermetic)
+    _report(result, junit, report)
+
+
+def _replayed(bundle: Bundle, options: ReplayOptions, url: str, hermetic: bool) -> ReplayReport:
+    """The bundle replayed in a fresh sandbox of the gateway at ``url``, made as the recorded one was."""
+    from corral.recording.replay import replay as run_replay
+    from corral.sdk import Sandbox
+
     manifest = bundle.manifest
     viewport = (int(manifest["viewport"]["width"]), int(manifest["viewport"]["height"]))
     try:
@@ -120,15 +130,21 @@ def replay(
             allow=list(manifest.get("allow") or []),
             viewport=viewport,
             egress_mode=manifest.get("egress_mode"),
-            url=gateway_client.gateway_url(against),
+            url=url,
             api_key=common.api_key(),
             hermetic_responses=bundle.responses if hermetic else None,
         ) as sandbox:
-            result = run_replay(bundle, sandbox.request, options, common.console.print)
+            return run_replay(bundle, sandbox.request, options, common.console.print)
     except (GatewayError, httpx.HTTPError) as exc:
         raise common.fail(f"cannot replay: {exc}") from None
     except Exception as exc:  # a frame that is no image, a session reaped mid-replay: one line, no traceback
         raise common.fail(f"replay stopped: {type(exc).__name__}: {exc}") from None
+
+
+def _report(result: ReplayReport, junit: Path | None, report: Path | None) -> None:
+    """The reports asked for, then the verdict: the diverged steps (exit 1), or all matched."""
+    from corral.recording.replay import html_report, junit_xml
+
     if junit is not None:
         junit.write_bytes(junit_xml(result))
     if report is not None:
@@ -141,9 +157,8 @@ def replay(
         )
         raise typer.Exit(1)
     skipped = f" ({len(result.skipped)} skipped, each saying why)" if result.skipped else ""
-    common.console.print(
-        f"[green]all {len(result.steps) - len(result.skipped)} compared steps matched[/green]{skipped}"
-    )
+    compared = len(result.steps) - len(result.skipped)
+    common.console.print(f"[green]all {compared} compared steps matched[/green]{skipped}")
 
 
 @export_app.command("video")
