@@ -24,7 +24,10 @@ def wide(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _hide(monkeypatch: pytest.MonkeyPatch, missing: str, *loaded: str) -> None:
-    """``missing`` cannot be imported, and the modules that import it are loaded afresh."""
+    """``missing`` (and each submodule of it an earlier test loaded) cannot be imported, and the
+    modules that import it are loaded afresh."""
+    for name in [name for name in sys.modules if name.startswith(f"{missing}.")]:
+        monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.setitem(sys.modules, missing, None)
     for name in loaded:
         monkeypatch.delitem(sys.modules, name, raising=False)
