@@ -60,12 +60,12 @@ from tests.integration.dockerutil import DockerHarness  # noqa: E402
 from tests.integration.egress_fixtures import UPSTREAM_NAMES, write_test_pki  # noqa: E402
 
 from corral import images  # noqa: E402
+from corral.contracts.placeholders import new_placeholder  # noqa: E402
 from corral.gateway.egress import Egress, EgressManager  # noqa: E402
 from corral.gateway.settings import GatewaySettings  # noqa: E402
 from corral.proxy import audit, ca  # noqa: E402
 from corral.proxy.control import call_blocking  # noqa: E402
 from corral.proxy.flowfile import FlowFile, check  # noqa: E402
-from corral.proxy.placeholders import new_placeholder  # noqa: E402
 from corral.proxy.sidecar import PROXY_PORT, mitmdump_argv  # noqa: E402
 from corral.runtime import ProxySpec, SessionNetwork  # noqa: E402
 

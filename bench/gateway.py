@@ -67,7 +67,7 @@ print(json.dumps(out))
 
 IDLE_PSS_BUDGET_MIB = 300.0
 # An idle session: one whose Playwright driver has stopped (the controller stops it after this long
-# without a browser call; corral.sandbox.browser), measured a few seconds after that.
+# without a browser call; corral.sandbox.web.browser), measured a few seconds after that.
 IDLE_AFTER_S = ControllerSettings.model_fields["browser_idle_stop_s"].default + 3
 DENSITY_BUDGET = 24
 

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from corral.sandbox.launcher.client import LauncherClient, Spawned
+from corral.sandbox.agent.launcher.client import LauncherClient, Spawned
 
 RESULTS = Path(__file__).resolve().parent / "results"
 IDLE_S = 0.4
@@ -32,8 +32,8 @@ ADDED_BUDGET_MS = 10.0
 SERVE = """
 import os, sys
 from pathlib import Path
-from corral.sandbox.launcher.privileges import Ids
-from corral.sandbox.launcher.server import Launcher
+from corral.sandbox.agent.launcher.privileges import Ids
+from corral.sandbox.agent.launcher.server import Launcher
 me = Ids(os.getuid(), os.getgid())
 launcher = Launcher(Path(sys.argv[1]), me, me)
 launcher.spare_idle_s = float(sys.argv[2])

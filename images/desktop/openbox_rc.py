@@ -1,7 +1,7 @@
 """openbox's configuration for the sandbox, made at image build from Debian's: nothing in it starts a
 program.
 
-openbox runs as the browser's uid (corral.sandbox.init), a trusted X client beside Chromium. Debian's
+openbox runs as the browser's uid (corral.sandbox.startup.init), a trusted X client beside Chromium. Debian's
 rc.xml binds keys to programs (Print runs scrot, W-e a file manager) and the desktop's right button to
 the root menu (a terminal, a browser, "Restart" with another window manager): each a way for whoever
 drives the screen (the agent, through the controller's input) to start a program as that uid, which

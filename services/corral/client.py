@@ -28,8 +28,8 @@ from websockets.protocol import State
 from websockets.sync.client import ClientConnection as SyncConnection
 from websockets.sync.client import connect as sync_connect
 
+from corral.contracts import auth
 from corral.errors import ActionFailed, UnprovenController
-from corral.sandbox import auth
 
 MAX_FRAME = 64 << 20
 

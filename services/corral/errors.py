@@ -21,6 +21,7 @@ each :class:`CodedError` with the HTTP status its table gives the class (corral.
     │       ├─ SandboxStartFailed, UnprovenController, SandboxUnreachable, EgressUnavailable
     │       └─ ImageBuildError
     ├─ CommandFailed                        a command's ExecResult.check(): non-zero, killed, or out of time
+    ├─ SettingsFileInvalid                  `corral up`'s env file refused, every SettingProblem in it
     ├─ RemoteError (code as received)       a peer answered with a structured error
     │   ├─ ActionFailed                     a sandbox's ok: false (the protocol clients)
     │   ├─ GatewayError                     the gateway's refusal (its client: the SDK and the CLI)
@@ -31,8 +32,9 @@ each :class:`CodedError` with the HTTP status its table gives the class (corral.
 from __future__ import annotations
 
 import errno
+from collections.abc import Sequence
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class ErrorCode(StrEnum):
@@ -53,7 +55,7 @@ class ErrorCode(StrEnum):
     BROWSER_UNAVAILABLE = "browser_unavailable"
     NAVIGATION_FAILED = "navigation_failed"
     NO_SUCH_TAB = "no_such_tab"
-    URL_REFUSED = "url_refused"  # not a web page's address (corral.protocol.urls)
+    URL_REFUSED = "url_refused"  # not a web page's address (corral.contracts.urls)
     CLIPBOARD_FAILED = "clipboard_failed"
     INTERNAL = "internal"
     # Commands, processes and files inside the sandbox (run as the agent's uid).
@@ -75,7 +77,7 @@ class ErrorCode(StrEnum):
     NOTHING_TO_UNDO = "nothing_to_undo"
     PATCH_FAILED = "patch_failed"
     UNKNOWN_TOOL = "unknown_tool"
-    # The control lease (corral.sandbox.lease): a human or an exclusive CDP client holds the session.
+    # The control lease (corral.sandbox.control.lease): a human or an exclusive CDP client holds the session.
     CONTROL_TAKEN = "control_taken"
     # The controller's door (corral.sandbox.guard): browsers, callers without its secret, wrong media types.
     FORBIDDEN = "forbidden"
@@ -158,7 +160,7 @@ class ActionError(CodedError):
 
 
 class ControlTaken(ActionError):
-    """Someone else holds the session's control lease (corral.sandbox.lease): a human with a control
+    """Someone else holds the session's control lease (corral.sandbox.control.lease): a human with a control
     link or an exclusive CDP connection. The error names the holder and since when (unix seconds)."""
 
     def __init__(self, holder: str, since: float) -> None:
@@ -207,6 +209,31 @@ class CommandFailed(CorralError):
         super().__init__(f"the command exited {status}" + (f": {tail}" if tail else ""))
         self.status = status
         self.result = result
+
+
+class SettingProblem(NamedTuple):
+    """One thing wrong in the gateway's env file: where (its line, when it has one), the setting's name
+    (when known) and what is wrong. Never the value, which may be a secret. (A NamedTuple: the
+    sandbox's long-lived processes import this module and never dataclasses.)"""
+
+    line: int | None
+    name: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"line {self.line}: " if self.line is not None else ""
+        return f"{where}{self.name}: {self.message}" if self.name else f"{where}{self.message}"
+
+
+class SettingsFileInvalid(CorralError):
+    """``corral up``'s env file (corral.gateway.envfile) holds problems: all of them, found before anything starts."""
+
+    def __init__(self, path: str, problems: Sequence[SettingProblem]) -> None:
+        self.path = path
+        self.problems = tuple(problems)
+        count = f"{len(self.problems)} problem{'s' if len(self.problems) != 1 else ''}"
+        lines = "".join(f"\n  {problem}" for problem in self.problems)
+        super().__init__(f"{path}: {count}, nothing was started:{lines}")
 
 
 class ArchiveRefused(CorralError):
@@ -287,7 +314,7 @@ class UnknownKeyError(CorralError, ValueError):
 
 
 class XDoorError(CorralError):
-    """The X server refused or did not answer what the sandbox's init asked of it (corral.sandbox.xaccess):
+    """The X server refused or did not answer what the sandbox's init asked of it (corral.sandbox.display.xaccess):
     the init then does not start the browser."""
 
 

@@ -1,5 +1,5 @@
 """WebSocket frames shared by the gateway and the controller: a client's next frame, and its size
-against a channel's limit (uvicorn takes CDP's larger frames on every route, corral.sandbox.cdprules,
+against a channel's limit (uvicorn takes CDP's larger frames on every route, corral.contracts.cdprules,
 so each channel keeps its own)."""
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ class DockerHarness(DockerRuntime):
                 *argv,
             ]
             environment["HOME"] = f"/home/{user}"
-            # The X server's cookies (corral.sandbox.xaccess): the controller's trusted, the agent's not.
+            # The X server's cookies (corral.sandbox.display.xaccess): the controller's trusted, the agent's not.
             if user in ("corral", "agent"):
                 environment["XAUTHORITY"] = f"/run/corral/x11/{'controller' if user == 'corral' else 'agent'}"
         code, output = self._container(ident).exec_run(argv, user="root", environment=environment)

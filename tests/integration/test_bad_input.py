@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from corral.client import SandboxClient
+from corral.contracts import auth
 from corral.runtime import SandboxAddress
-from corral.sandbox import auth
 
 BAD_FRAMES: list[tuple[str, str | bytes, str, str | None]] = [
     ("not json", "{oops", "invalid_json", None),

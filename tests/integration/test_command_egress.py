@@ -1,5 +1,5 @@
 """Commands' egress end to end: curl, Python, pip, npm and git, run by ``exec`` through the gateway
-(as the agent, in the command environment of corral.sandbox.agentenv), through the session's real
+(as the agent, in the command environment of corral.sandbox.agent.agentenv), through the session's real
 proxy to the fake upstream.
 
 An allowed host answers over HTTPS trusted through the session's CA, a refused one gets the

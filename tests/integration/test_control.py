@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from corral.client import SandboxClient
+from corral.contracts import auth
 from corral.recording.bundle import read_bundle
 from corral.runtime import SandboxAddress
-from corral.sandbox import auth
 from corral.sdk import Sandbox
 
 from .dockerutil import DockerHarness

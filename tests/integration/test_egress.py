@@ -173,7 +173,7 @@ def test_nothing_gets_out_around_the_proxy(
         supervisor, launcher = {"00000000000001c0"}, {"00000000000000c0"}
         kept = [c for c in caps if c["caps"] != ["0000000000000000"] * 3]
         launchers = [c for c in kept if set(c["caps"]) == launcher and c["name"] == "python"]
-        launcher_argv = "/opt/corral/bin/python -P -m corral.sandbox.launcher"
+        launcher_argv = "/opt/corral/bin/python -P -m corral.sandbox.agent.launcher"
         _, forks = runtime.exec(box, ["pgrep", "-f", "-x", launcher_argv], "root")
         assert {str(c["pid"]) for c in launchers} <= set(forks.split()), (launchers, forks)
         others = [c for c in kept if c not in launchers]

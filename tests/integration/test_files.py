@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from corral.client import SandboxClient
+from corral.contracts import auth
 from corral.errors import ActionFailed
 from corral.runtime import SandboxAddress, SandboxSpec
-from corral.sandbox import auth
 from corral.sdk import Sandbox
 
 from .dockerutil import DockerHarness
@@ -189,7 +189,7 @@ def test_relative_paths_are_in_the_workspace(client: SandboxClient, runtime: Doc
 
 
 def _launcher_pid(runtime: DockerHarness, box: SandboxAddress) -> str:
-    code, out = runtime.exec(box.id, ["pgrep", "-o", "-f", "corral.sandbox.launcher"])
+    code, out = runtime.exec(box.id, ["pgrep", "-o", "-f", "corral.sandbox.agent.launcher"])
     assert code == 0, out
     return out.strip()
 

@@ -4,7 +4,7 @@ Played for real: a real gateway, sandbox and proxy; the agent's own processes (s
 token before the take: a ``setsid`` one, a double-forked one, one that ignores SIGTSTP, one that types with
 xdotool and reads the screen through X, one that makes requests without proxy credentials), the agent's own
 token for commands, file actions and HTTP transfers, and a person's input through a control link's live
-stream (corral.sandbox.freezer, corral.sandbox.launcher.sweep, corral.proxy.attribution.unvouched).
+stream (corral.sandbox.agent.freezer, corral.sandbox.agent.launcher.sweep, corral.proxy.attribution.unvouched).
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from corral.client import SandboxClient
+from corral.contracts import auth
 from corral.errors import ActionFailed, SandboxError, UnprovenController
 from corral.runtime import SandboxAddress, SandboxSpec
-from corral.sandbox import auth
 from corral.sdk import Sandbox
 
 from .conftest import wait_for
@@ -244,7 +244,7 @@ def test_what_cannot_prove_the_secret_is_not_believed(runtime: DockerHarness, de
     )
     try:
         runtime.wait_ready(sandbox, 90)
-        runtime.exec(sandbox.id, ["pkill", "-STOP", "-f", "corral.sandbox.init"], user="corral")  # no restarts
+        runtime.exec(sandbox.id, ["pkill", "-STOP", "-f", "corral.sandbox.startup.init"], user="corral")  # no restarts
         runtime.exec(sandbox.id, ["pkill", "-KILL", "-f", "corral.sandbox.controller"], user="corral")
         thread = threading.Thread(
             target=runtime.exec, args=(sandbox.id, ["python", "-c", IMPOSTOR, "8"]), kwargs={"user": "root"}

@@ -16,9 +16,9 @@ from PIL import Image
 from websockets.asyncio.client import ClientConnection
 
 from corral.client import SandboxClient
+from corral.contracts import auth
 from corral.gateway.controller import connect_ws
 from corral.runtime import SandboxAddress
-from corral.sandbox import auth
 
 from .conftest import await_title, center, find_color, open_page, screenshot_image
 

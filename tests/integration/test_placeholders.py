@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from corral.client import SandboxClient
-from corral.proxy.placeholders import new_placeholder
+from corral.contracts import auth
+from corral.contracts.placeholders import new_placeholder
 from corral.runtime import SandboxAddress
-from corral.sandbox import auth
 from corral.sdk import Sandbox
 
 from .dockerutil import DockerHarness

@@ -344,7 +344,7 @@ def attempt(name, fn):
     except OSError as exc:
         seen[name] = type(exc).__name__
 targets = {
-    "launcher": pid_of(b"corral.sandbox.launcher"),
+    "launcher": pid_of(b"corral.sandbox.agent.launcher"),
     "controller": pid_of(b"corral.sandbox.controller"),
     "shepherd": os.getppid(),
 }
@@ -374,7 +374,7 @@ print(json.dumps(seen))
 LAUNCHER_STATUS = (
     ATTACK.split("seen = {}")[0]
     + """
-print(open(f"/proc/{pid_of(b'corral.sandbox.launcher')}/status").read())
+print(open(f"/proc/{pid_of(b'corral.sandbox.agent.launcher')}/status").read())
 """
 )
 
@@ -452,7 +452,7 @@ async def test_the_agent_can_neither_kill_chromium_nor_take_its_devtools_port(
 # launcher. Prints one JSON object.
 AGENT_FS = r"""
 import asyncio, json, os
-from corral.sandbox.launcher import LauncherClient
+from corral.sandbox.agent.launcher import LauncherClient
 
 async def main():
     fs, seen = LauncherClient(), {}
@@ -519,7 +519,7 @@ def test_file_operations_run_as_the_agent_through_the_launcher(runtime: DockerHa
 # but its stdio (the sockets that carried its job stay behind).
 RESERVED = r"""
 import asyncio, json, os, time
-from corral.sandbox.launcher import LauncherClient
+from corral.sandbox.agent.launcher import LauncherClient
 
 def alive(pid):
     try:

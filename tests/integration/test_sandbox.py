@@ -60,13 +60,13 @@ def _pid(rows: list[list[str]], comm: str) -> str:
 
 
 def _supervisor(runtime: DockerHarness, sandbox: SandboxAddress) -> str:
-    _, out = runtime.exec(sandbox.id, ["pgrep", "-f", "corral.sandbox.init"], user="root")
+    _, out = runtime.exec(sandbox.id, ["pgrep", "-f", "corral.sandbox.startup.init"], user="root")
     return next(pid for pid in out.split() if pid != "1")
 
 
 def _launchers(runtime: DockerHarness, sandbox: SandboxAddress) -> list[str]:
     _, out = runtime.exec(
-        sandbox.id, ["pgrep", "-f", "-x", "/opt/corral/bin/python -P -m corral.sandbox.launcher"], "root"
+        sandbox.id, ["pgrep", "-f", "-x", "/opt/corral/bin/python -P -m corral.sandbox.agent.launcher"], "root"
     )
     return out.split()
 

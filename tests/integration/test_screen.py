@@ -106,7 +106,7 @@ def test_settle_is_capped_on_a_page_that_never_stops(client: SandboxClient) -> N
 
 
 # A photo-like canvas (smooth colour fields with grain, fixed seed), a page of text, and the canvas's
-# upper half above the text: the kinds of screen corral.sandbox.png encodes differently (Avg- or
+# upper half above the text: the kinds of screen corral.sandbox.display.png encodes differently (Avg- or
 # Up-filtered rows, unfiltered ones), the last with a different filter in each of its two bands.
 PHOTO_LIKE = "<canvas id=c width=1280 height=800></canvas>"
 PHOTO_SCRIPT = """

@@ -35,8 +35,8 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from corral.contracts.placeholders import MAX_SECRETS, MAX_VALUE_BYTES, PLACEHOLDER
 from corral.proxy.audit import verify
-from corral.proxy.placeholders import MAX_SECRETS, MAX_VALUE_BYTES, PLACEHOLDER
 from corral.recording.bundle import read_bundle
 from corral.sdk import Sandbox
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from corral.runtime import SandboxAddress
-from corral.sandbox.shell import RESTARTED, TRUNCATED_NOTE
+from corral.sandbox.agent.shell import RESTARTED, TRUNCATED_NOTE
 from corral.sdk import Sandbox
 
 from .dockerutil import DockerHarness

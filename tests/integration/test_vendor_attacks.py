@@ -149,7 +149,7 @@ async def test_nothing_secret_is_in_the_shells_environment_or_reach(
     runtime: DockerHarness, box: SandboxAddress
 ) -> None:
     controller = _pid(runtime, box, "corral.sandbox.controller")
-    launcher = _pid(runtime, box, "corral.sandbox.launcher")
+    launcher = _pid(runtime, box, "corral.sandbox.agent.launcher")
     secret = _secret_text(runtime, box)
     assert secret and box.secret
     command = (
@@ -213,7 +213,7 @@ async def test_a_command_that_never_ends_is_freed_by_killing_the_shell(box: Sand
 
 async def test_the_shell_can_neither_kill_nor_trace_the_controller(runtime: DockerHarness, box: SandboxAddress) -> None:
     controller = _pid(runtime, box, "corral.sandbox.controller")
-    launcher = _pid(runtime, box, "corral.sandbox.launcher")
+    launcher = _pid(runtime, box, "corral.sandbox.agent.launcher")
     async with wire(box) as w:
         await write(w, "/workspace/.against.py", AGAINST_THE_CONTROLLER)
         seen = [
@@ -292,7 +292,7 @@ async def test_proc_and_dotdot_paths_reach_nothing_of_the_controller(
     runtime: DockerHarness, box: SandboxAddress
 ) -> None:
     controller = _pid(runtime, box, "corral.sandbox.controller")
-    launcher = _pid(runtime, box, "corral.sandbox.launcher")
+    launcher = _pid(runtime, box, "corral.sandbox.agent.launcher")
     secret = _secret_text(runtime, box)
     paths = [
         "/proc/self/environ",

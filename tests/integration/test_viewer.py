@@ -337,7 +337,7 @@ def test_commands_show_their_output_as_text_and_files_their_digest(gw: RunningGa
 
 def _plant_transfer_recording(gw: RunningGateway) -> str:
     """An ended recording of an exec with an env secret and files moved over HTTP, as the controller
-    records them (corral.sandbox.transfer_record) and redacts them."""
+    records them (corral.sandbox.tools.transfer_record) and redacts them."""
     session_id = f"ses_xferview{os.getpid()}"
     directory = Path(gw.settings.data_dir) / "recordings" / session_id
     (directory / "frames").mkdir(parents=True)

@@ -20,8 +20,8 @@ from websockets.sync.server import ServerConnection as SyncServerConnection
 from websockets.sync.server import serve as sync_serve
 
 from corral.client import BOX_FRAMES, AsyncSandboxClient, SandboxClient, check_reply, image_bytes
+from corral.contracts import auth
 from corral.errors import ActionFailed, CorralError, UnprovenController
-from corral.sandbox import auth
 
 SECRET = auth.new_secret()
 FAILED = {"ok": False, "id": 1, "error": {"code": "unknown_key", "message": "no key 'bogus'", "field": "action.keys"}}

@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import httpx
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from corral.cli import common
@@ -18,27 +20,61 @@ from corral.errors import CorralError
 from corral.gateway import keystrength
 
 if TYPE_CHECKING:
+    from corral.gateway.envfile import GatewayEnv
     from corral.runtime.docker import DockerRuntime
 
+EnvFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--env-file", help="The gateway's settings, NAME=VALUE a line (default: corral.env at the checkout's root)."
+    ),
+]
 
-def up(build: Annotated[bool, typer.Option(help="Build the image first (seconds when cached).")] = True) -> None:
+
+def up(
+    build: Annotated[bool, typer.Option(help="Build the image first (seconds when cached).")] = True,
+    env_file: EnvFileOpt = None,
+) -> None:
     """Build the image and start the gateway (docker compose) on 127.0.0.1:8700."""
-    refuse_a_weak_key()
     with common.needed("server", "up"):
-        runtime = common.runtime()
         from corral import images
+        from corral.gateway import envfile
 
+        settings = gateway_env(env_file)
+        refuse_a_weak_key()
+        runtime = common.runtime()
     try:
         if build:
             build_images(runtime)
         if not common.console.is_terminal:
             plain("starting the gateway")
         with common.console.status("starting the gateway"):
-            runtime.compose(images.repo_root(), ["up", "-d", "--no-build", "gateway"])
+            with envfile.compose_files(images.repo_root(), settings) as files:
+                runtime.compose(images.repo_root(), [*files, "up", "-d", "--no-build", "gateway"])
             wait_for_gateway(runtime)
     except CorralError as exc:
         raise common.fail(str(exc)) from None
     common.console.print(f"[green]gateway up on {common.url()}[/green]  (API key: `corral status`)")
+
+
+def gateway_env(option: Path | None) -> GatewayEnv | None:
+    """The env file's settings (corral.gateway.envfile), checked whole before anything starts and put
+    in this process's environment, where compose and the CLI's port and instance read them."""
+    from corral import images
+    from corral.gateway import envfile
+
+    try:
+        settings = envfile.read_into(option, images.repo_root(), os.environ)
+    except CorralError as exc:
+        raise common.fail(str(exc), 2) from None
+    if settings is not None:
+        for warning in settings.warnings:
+            common.console.print(f"[yellow]{escape(warning)}[/yellow]")
+        if settings.shadowed:
+            common.console.print(
+                f"set in your environment too, which wins over {settings.path}: {', '.join(settings.shadowed)}"
+            )
+    return settings
 
 
 def refuse_a_weak_key() -> None:
@@ -64,11 +100,13 @@ def wait_for_gateway(runtime: DockerRuntime, timeout_s: float = 60) -> None:
         time.sleep(0.2)
 
 
-def down() -> None:
+def down(env_file: EnvFileOpt = None) -> None:
     """Stop the gateway and remove its sandboxes (the data dir, with the API key and audit logs, stays)."""
     with common.needed("server", "down"):
-        runtime = common.runtime()
         from corral import images
+
+        gateway_env(env_file)  # the instance whose sandboxes go may be set there
+        runtime = common.runtime()
     try:
         runtime.compose(images.repo_root(), ["down"])
     except CorralError as exc:

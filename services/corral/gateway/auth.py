@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from corral.contracts import actors
 from corral.errors import Forbidden, KeyIdKeyUnusable, NotFound, SessionNotFound, Unauthorized
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import read_or_make_secret
@@ -95,7 +96,7 @@ class LinkGrant:
     @property
     def actor(self) -> str:
         """Who acts through it, as the lease, the recording and the audit name them."""
-        return f"human:{self.link_id}"
+        return actors.human(self.link_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +163,8 @@ class Caller:
         if self.link is not None:
             return self.link.actor, self.link.mode
         if self.key_id is not None:
-            return f"human:{OWNER}", "control"
-        return "agent", "view"
+            return actors.human(OWNER), "control"
+        return actors.AGENT, "view"
 
     def grant_links(self) -> str:
         """The owner's key id, for making or revoking viewer links (after :meth:`open_live`): the

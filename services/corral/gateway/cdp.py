@@ -1,6 +1,6 @@
 """CDP through the gateway (docs/cdp.md): Chromium's ``/json`` answers with the gateway's addresses
 in them, and the relay of a client's DevTools WebSocket to the sandbox's controller (which checks
-each command: corral.sandbox.cdp)."""
+each command: corral.sandbox.web.cdp)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from fastapi import WebSocket, WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
+from corral.contracts.cdprules import CDP_MAX_COMMAND_BYTES
 from corral.gateway.relay import CLOSE_ENDED, cancel_all, raise_unexpected
 from corral.gateway.sessions import Session
-from corral.sandbox.cdprules import CDP_MAX_COMMAND_BYTES
 
 CLOSE_TOO_BIG = 1009  # RFC 6455: a message too big to process
 

@@ -1,5 +1,5 @@
 """The gateway's calls to a sandbox's controller: signed with its per-boot secret, believed only once
-the controller proved that secret back (corral.sandbox.auth)."""
+the controller proved that secret back (corral.contracts.auth)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
+from corral.contracts import auth
+from corral.contracts.limits import MAX_FRAME_BYTES
 from corral.errors import UnprovenController
-from corral.protocol.envelope import MAX_FRAME_BYTES
-from corral.sandbox import auth
 
 
 async def request(

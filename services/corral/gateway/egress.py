@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from corral.contracts import auth as sandbox_auth
 from corral.errors import ControlError, EgressUnavailable, ReplayNotFound, ReplayUnreadable, SandboxError
 from corral.gateway.anchors import AnchorBook
 from corral.gateway.secrets import SecretSet, SecretVault
@@ -41,7 +42,6 @@ from corral.proxy import audit, ca, control
 from corral.proxy.control import AUDIT_FILE, POLICY_FILE, REPLAY_FILE, RESPONSES_FILE
 from corral.proxy.policy import parse_rule
 from corral.runtime import SESSION_LABEL, ProxySpec, SandboxRuntime, SessionNetwork, State, hostguard
-from corral.sandbox import auth as sandbox_auth
 
 log = logging.getLogger(__name__)
 

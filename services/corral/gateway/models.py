@@ -7,8 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_core import PydanticCustomError
 
-from corral.gateway.tickets import MAX_TTL_S
-from corral.proxy.placeholders import (
+from corral.contracts.placeholders import (
     DEFAULT_LOCATIONS,
     MAX_BINDINGS,
     MAX_SECRETS,
@@ -16,6 +15,7 @@ from corral.proxy.placeholders import (
     name_problem,
     value_problem,
 )
+from corral.gateway.tickets import MAX_TTL_S
 from corral.proxy.policy import parse_rule
 
 
@@ -48,7 +48,7 @@ def _secret_value(value: SecretStr) -> SecretStr:
     return value
 
 
-# An environment variable's name (corral.proxy.placeholders.NAME), none a command's environment uses.
+# An environment variable's name (corral.contracts.placeholders.NAME), none a command's environment uses.
 SecretName = Annotated[str, AfterValidator(_secret_name)]
 # Never shown: SecretStr's repr and str are stars, and the checks' messages never quote it.
 SecretValue = Annotated[SecretStr, AfterValidator(_secret_value)]

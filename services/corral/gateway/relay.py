@@ -17,13 +17,13 @@ from fastapi import WebSocket, WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
+from corral.contracts.limits import MAX_FRAME_BYTES
 from corral.errors import ErrorCode, UnprovenController
 from corral.frames import next_frame, over_limit
 from corral.gateway.controller import connect_ws
 from corral.gateway.metrics import Metrics
 from corral.gateway.sessions import Session
 from corral.protocol import reply
-from corral.protocol.envelope import MAX_FRAME_BYTES
 
 # When each request in flight was sent, by its id's key (an agent may reuse an id: oldest first).
 InFlight = dict[str, deque[float]]
@@ -105,7 +105,7 @@ class Stop:
 async def _client_to_upstream(client: WebSocket, upstream: ClientConnection, seen: Seen) -> None:
     while (frame := await next_frame(client)) is not None:
         if over_limit(frame, MAX_FRAME_BYTES):
-            # uvicorn takes CDP's larger frames (corral.sandbox.cdprules); this channel keeps its limit.
+            # uvicorn takes CDP's larger frames (corral.contracts.cdprules); this channel keeps its limit.
             await client.close(code=1009, reason=f"a frame is at most {MAX_FRAME_BYTES} bytes")
             return
         seen(frame)

@@ -22,10 +22,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, SecretStr
 
+from corral.contracts.placeholders import DEFAULT_LOCATIONS, MAX_SECRETS, Location, new_placeholder, value_digest
 from corral.errors import InvalidRequest
 from corral.gateway.models import SecretSpec, SecretUpdate
 from corral.proxy import control
-from corral.proxy.placeholders import DEFAULT_LOCATIONS, MAX_SECRETS, Location, new_placeholder, value_digest
 from corral.proxy.policy import WEB_PORTS, Rule, parse_rule
 
 OP = "secrets"  # the control op that sets a proxy's secrets

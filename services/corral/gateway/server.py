@@ -13,10 +13,10 @@ from contextlib import contextmanager
 import uvicorn
 from starlette.types import ASGIApp
 
+from corral.contracts.limits import CDP_MAX_FRAME_BYTES
 from corral.errors import WeakApiKey
 from corral.gateway.app import create_app
 from corral.gateway.settings import GatewaySettings
-from corral.sandbox.cdprules import CDP_MAX_FRAME_BYTES
 
 # A query parameter whose name says it holds a credential (token, key, ...), read as the server reads
 # it: percent-decoded (and '+' as a space), in any case, also when encoded twice over.
@@ -102,7 +102,7 @@ def _config(settings: GatewaySettings, log_level: str = "info", app: ASGIApp | N
         ws="websockets-sansio",
         # Screenshots barely compress and deflate costs ~17 ms a frame.
         ws_per_message_deflate=False,
-        # CDP's frames are larger (corral.sandbox.cdprules); the agent's relay keeps MAX_FRAME_BYTES.
+        # CDP's frames are larger (corral.contracts.cdprules); the agent's relay keeps MAX_FRAME_BYTES.
         ws_max_size=CDP_MAX_FRAME_BYTES,
         access_log=False,
         log_level=log_level,

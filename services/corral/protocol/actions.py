@@ -16,9 +16,9 @@ from typing import Annotated, ClassVar, Literal, Protocol, Self, get_args
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from corral.contracts.urls import REFUSED_WHY, cleaned, web_url
 from corral.errors import UnknownKeyError
 from corral.protocol import keys as keyparse
-from corral.protocol.urls import REFUSED_WHY, cleaned, web_url
 
 MAX_TYPE_CHARS = 20_000
 MAX_CLIPBOARD_CHARS = 1_000_000
@@ -357,7 +357,7 @@ def _has_a_scheme(url: str) -> bool:
 
 
 def _web_page(url: str) -> str:
-    """``url`` if the browser may open it (corral.protocol.urls), else ``url_refused``."""
+    """``url`` if the browser may open it (corral.contracts.urls), else ``url_refused``."""
     if not web_url(url):
         raise PydanticCustomError("url_refused", REFUSED_WHY)
     return url
@@ -427,7 +427,7 @@ class TabClose(_Action):
     tab: TabRef | None = None
 
 
-# -- files inside the sandbox, done as the agent's uid (corral.sandbox.files) -------------------------------
+# -- files inside the sandbox, done as the agent's uid (corral.sandbox.tools.files) -------------------------------
 
 
 def _agent_path(value: str) -> str:
@@ -610,11 +610,11 @@ class FileMove(_Action):
 
 
 FileAction = FileRead | FileWrite | FileList | FileStat | FileRemove | FileMove
-"""The file actions: carried out as the agent (corral.sandbox.files), never under the desktop's lock."""
+"""The file actions: carried out as the agent (corral.sandbox.tools.files), never under the desktop's lock."""
 FILE_ACTIONS: tuple[type[_Action], ...] = get_args(FileAction)
 
 
-# -- commands and processes (run as the agent's uid; corral.sandbox.processes) -------------------------------
+# -- commands and processes (run as the agent's uid; corral.sandbox.agent.processes) -------------------------------
 
 MAX_COMMAND_BYTES = 96 * 1024  # argv (or command), env and cwd together, as UTF-8: what one launcher message holds
 MAX_STDIN_BYTES = 8 << 20
@@ -779,7 +779,7 @@ class ProcessResize(_Action):
 
 
 ProcessAction = Exec | ProcessList | ProcessWait | ProcessKill | ProcessWrite | ProcessOutput | ProcessResize
-"""The actions carried out by :class:`corral.sandbox.processes.ProcessTable`, outside the desktop's lock."""
+"""The actions carried out by :class:`corral.sandbox.agent.processes.ProcessTable`, outside the desktop's lock."""
 PROCESS_ACTIONS: tuple[type[_Action], ...] = get_args(ProcessAction)
 
 
@@ -885,8 +885,8 @@ class FileGrep(_Action):
 
 
 ToolAction = Shell | Edit | ApplyPatch | FileGlob | FileGrep
-"""Tools built over commands and files (corral.sandbox.shell, corral.sandbox.editor, corral.sandbox.patch,
-corral.sandbox.search), outside the desktop's lock."""
+"""Tools built over commands and files (corral.sandbox.agent.shell, corral.sandbox.tools.editor,
+corral.sandbox.tools.patch, corral.sandbox.tools.search), outside the desktop's lock."""
 TOOL_ACTIONS: tuple[type[_Action], ...] = get_args(ToolAction)
 
 
@@ -901,7 +901,7 @@ class Secrets(_Action):
     type: Literal["secrets"]
 
 
-# -- the control lease (corral.sandbox.lease): the agent's side of a human's takeover
+# -- the control lease (corral.sandbox.control.lease): the agent's side of a human's takeover
 
 MAX_CONTROL_WAIT_MS = 600_000
 MAX_HELP_WAIT_MS = 3_600_000

@@ -16,11 +16,6 @@ from corral.protocol.geometry import Scale, Size, check_bounds
 from corral.protocol.plan import After, Dialect, Plan, RequestId, Step
 from corral.protocol.validation import validate
 
-# The largest message any hop carries whole: a WebSocket frame (client, gateway, controller) or an
-# action body the gateway passes on. Up to it, a message over ``Limits.max_message_bytes`` is still
-# read, to be answered with a structured error; past it the connection closes (1009) or 413.
-MAX_FRAME_BYTES = 16 << 20
-
 
 @dataclass(frozen=True, slots=True)
 class Limits:
@@ -56,7 +51,7 @@ class Envelope(BaseModel):
     display: DisplaySize | None = None
     acknowledge_safety_checks: bool = False  # a computer_call's output acknowledges its pending safety checks
     # While a human (or an exclusive CDP client) holds the control lease: wait this long for it to be
-    # handed back before failing with control_taken (corral.sandbox.lease).
+    # handed back before failing with control_taken (corral.sandbox.control.lease).
     wait_for_control_ms: Annotated[int, Field(ge=0, le=a.MAX_CONTROL_WAIT_MS)] = 0
 
 

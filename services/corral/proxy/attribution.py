@@ -3,7 +3,7 @@
 The controller reports the actions it runs (the control channel); a record names the latest one
 in flight. That is wrong for commands: a build started by one ``exec`` keeps fetching while the
 agent clicks, and two commands can run at once. So each command is given the proxy with its
-``exec``'s action id as credentials (:mod:`corral.sandbox.agentenv`): ``Proxy-Authorization:
+``exec``'s action id as credentials (:mod:`corral.sandbox.agent.agentenv`): ``Proxy-Authorization:
 Basic base64("corral-action:<id>")``, on the CONNECT of each tunnel and on each plain HTTP request.
 
 A command can put any id there, so a record says whose word it took (``action_source``): the
@@ -27,11 +27,11 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Literal
 
+from corral.contracts.actors import is_human
 from corral.proxy.audit import EventFields
 from corral.proxy.control import ACTION_ID
 
-PROXY_USER = "corral-action"  # corral.sandbox.agentenv puts it in each command's proxy URL
-HUMAN_ACTOR = "human:"  # a human's actor (corral.sandbox.lease.HUMAN_PREFIX): a viewer's input
+PROXY_USER = "corral-action"  # corral.sandbox.agent.agentenv puts it in each command's proxy URL
 ActionSource = Literal["command", "controller"]
 
 
@@ -63,10 +63,6 @@ class Attribution:
         if self.actor is not None:
             return {"action": self.action, "actor": self.actor}
         return {"action": self.action}
-
-
-def is_human(actor: str | None) -> bool:
-    return actor is not None and actor.startswith(HUMAN_ACTOR)
 
 
 def unvouched(in_flight: list[tuple[str, str | None]]) -> Attribution:

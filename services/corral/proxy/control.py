@@ -27,8 +27,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from corral.errors import ControlError, ErrorCode, InvalidMessage
-from corral.proxy.placeholders import (
+from corral.contracts.placeholders import (
     DEFAULT_LOCATIONS,
     LOCATIONS,
     MAX_BINDINGS,
@@ -37,6 +36,7 @@ from corral.proxy.placeholders import (
     name_problem,
     value_problem,
 )
+from corral.errors import ControlError, ErrorCode, InvalidMessage
 from corral.proxy.secrets import Secret, secret_from
 
 CONTROL_PORT = 8081
@@ -99,7 +99,7 @@ LINK_MODES = ("view", "control")
 
 @dataclass(frozen=True, slots=True)
 class LeaseEvent:
-    """The controller's report of a change of the session's control lease (corral.sandbox.lease)."""
+    """The controller's report of a change of the session's control lease (corral.sandbox.control.lease)."""
 
     change: str  # one of LEASE_CHANGES
     holder: str

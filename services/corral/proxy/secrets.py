@@ -1,7 +1,7 @@
 """The egress proxy's brokered secrets, pure: the live set, where a request may carry each one, its
 substitution per location, and the scrubbing of values an answer hands back.
 
-Stdlib only (with :mod:`corral.proxy.policy` and :mod:`corral.proxy.placeholders`): the addon
+Stdlib only (with :mod:`corral.proxy.policy` and :mod:`corral.contracts.placeholders`): the addon
 (:mod:`corral.proxy.addons.broker`) reads a flow into bytes and calls these.
 
 A value is looked for in every form a request or an answer can put it in (:func:`value_forms`):
@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from corral.errors import DecodedTooLarge, ErrorCode, InvalidMessage
-from corral.proxy.placeholders import (
+from corral.contracts.placeholders import (
     LOCATIONS,
     PLACEHOLDER,
     PLACEHOLDER_BYTES,
@@ -36,6 +35,7 @@ from corral.proxy.placeholders import (
     name_problem,
     value_digest,
 )
+from corral.errors import DecodedTooLarge, ErrorCode, InvalidMessage
 from corral.proxy.policy import Rule, normalize_path, parse_rule
 from corral.proxy.unescape import LEADS, Decoder, find_all, original_span
 

@@ -36,6 +36,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from corral.contracts import actors
 from corral.errors import UnknownKeyError
 from corral.protocol import keys as keyparse
 
@@ -58,8 +59,7 @@ OUTPUT_FIELDS: dict[str, tuple[str, ...]] = {
     "process_output": ("data",),
 }
 
-HUMAN_DIALECT = "human"  # corral.sandbox.viewers.DIALECT: a viewer's input
-HUMAN_ACTOR_PREFIX = "human:"
+HUMAN_DIALECT = "human"  # corral.sandbox.control.viewers.DIALECT: a viewer's input
 REDACTED = "redacted"
 WITHHELD = "withheld: the message may quote the person's typed text"
 # Modifiers that still type a character (shift: capitals; AltGr: a layout's third level).
@@ -224,7 +224,7 @@ def typed_presses(keys: str) -> int | None:
 def is_human(event: dict[str, Any]) -> bool:
     """A person's input through a viewer (never the agent's, whose dialects are native and the vendors')."""
     actor = event.get("actor")
-    return event.get("dialect") == HUMAN_DIALECT or (isinstance(actor, str) and actor.startswith(HUMAN_ACTOR_PREFIX))
+    return event.get("dialect") == HUMAN_DIALECT or (isinstance(actor, str) and actors.is_human(actor))
 
 
 def _typed(action: Any) -> str | None:

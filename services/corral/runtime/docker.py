@@ -25,6 +25,7 @@ import docker.errors
 import docker.types
 from docker.models.containers import Container
 
+from corral.contracts import auth
 from corral.errors import ImageBuildError, SandboxError
 from corral.proxy.sidecar import PROXY_ALIAS, PROXY_PORT
 from corral.runtime import hostguard
@@ -39,7 +40,6 @@ from corral.runtime.types import (
     SessionNetwork,
     State,
 )
-from corral.sandbox import auth
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +292,7 @@ class DockerRuntime:
         booted, no privilege gain, read-only root, bounded resources)."""
         # Boot runs as root to set the firewall (the agent uid's rules always, egress with a proxy), write
         # the controller's secret (CHOWN) and trust, then drops to corral keeping only SETUID, SETGID
-        # and SETPCAP for the supervisor, which starts every child with none (corral.sandbox.boot).
+        # and SETPCAP for the supervisor, which starts every child with none (corral.sandbox.startup.boot).
         caps = ["SETUID", "SETGID", "SETPCAP", "CHOWN", "NET_ADMIN", "NET_RAW"]
         network = spec.session_network.name if spec.session_network is not None else spec.network
         agent_owned = f"uid={AGENT_UID},gid={AGENT_UID}"
@@ -303,7 +303,7 @@ class DockerRuntime:
         return {
             "name": spec.name,
             "labels": {SANDBOX_LABEL: SANDBOX_ROLE, **(spec.labels or {})},
-            # A sandbox Corral starts never runs without its inner boundary (corral.sandbox.boot).
+            # A sandbox Corral starts never runs without its inner boundary (corral.sandbox.startup.boot).
             "environment": {
                 "CORRAL_SCREEN": spec.screen,
                 "CORRAL_INNER_BOUNDARY": "required",

@@ -1,6 +1,6 @@
 """The controller's HTTP and WebSocket surface: ``GET /healthz``, ``POST /v1/actions``, ``WS /v1/ws``,
-``WS /v1/live`` (corral.sandbox.viewers), ``PUT``/``GET /v1/files``, the gateway's ``PUT``/``GET /v1/secrets``,
-and CDP (``GET /v1/cdp/json/version``, ``/v1/cdp/json/list``, ``WS /v1/cdp``: corral.sandbox.cdp)."""
+``WS /v1/live`` (corral.sandbox.control.viewers), ``PUT``/``GET /v1/files``, the gateway's ``PUT``/``GET /v1/secrets``,
+and CDP (``GET /v1/cdp/json/version``, ``/v1/cdp/json/list``, ``WS /v1/cdp``: corral.sandbox.web.cdp)."""
 
 from __future__ import annotations
 
@@ -21,25 +21,28 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from corral.bodies import ClosingStream, read_capped
+from corral.contracts.auth import RequestVerifier, read_secret
+from corral.contracts.limits import MAX_FRAME_BYTES
 from corral.errors import ActionError, ErrorCode, error_body
 from corral.frames import next_frame, over_limit
 from corral.protocol import reply
-from corral.protocol.envelope import MAX_FRAME_BYTES, Limits, decode
-from corral.sandbox import cdp, clipboard, transfer
-from corral.sandbox.auth import RequestVerifier, read_secret
+from corral.protocol.envelope import Limits, decode
+from corral.sandbox.agent.freezer import AgentFreezer
+from corral.sandbox.control.lease import ControlLease
+from corral.sandbox.control.live import LiveView, ThreadEncoder
+from corral.sandbox.control.takeover import LeaseLog
+from corral.sandbox.control.viewers import HumanInput, Viewers, admitted
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.dispatch import Dispatcher, Incoming, fitted
-from corral.sandbox.files import AgentFiles, named
-from corral.sandbox.freezer import AgentFreezer
+from corral.sandbox.display import clipboard
 from corral.sandbox.guard import ControllerGuard
-from corral.sandbox.lease import ControlLease
-from corral.sandbox.live import LiveView, ThreadEncoder
 from corral.sandbox.placeholders import placeholders_of
 from corral.sandbox.recorder import Recorder
 from corral.sandbox.settings import ControllerSettings
-from corral.sandbox.takeover import LeaseLog
-from corral.sandbox.transfer_record import Tallied, Transfer
-from corral.sandbox.viewers import HumanInput, Viewers, admitted
+from corral.sandbox.tools import transfer
+from corral.sandbox.tools.files import AgentFiles, named
+from corral.sandbox.tools.transfer_record import Tallied, Transfer
+from corral.sandbox.web import cdp
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +144,7 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
         viewers = Viewers(desktop, live, HumanInput(desktop, reporter, recorder, freezer))
         app.state.viewers = viewers
         # No Playwright connection at boot: its driver (node, about 80 MiB) starts on the first browser
-        # call and stops again when idle (corral.sandbox.browser), so an idle session holds none.
+        # call and stops again when idle (corral.sandbox.web.browser), so an idle session holds none.
         try:
             yield
         finally:
@@ -315,7 +318,7 @@ async def cdp_json(request: Request) -> Response:
 
 
 async def cdp_ws(websocket: WebSocket) -> None:
-    """A CDP client's connection through the gateway (corral.sandbox.cdp)."""
+    """A CDP client's connection through the gateway (corral.sandbox.web.cdp)."""
     state = websocket.app.state
     lease = _desktop(websocket).lease
     await cdp.serve(websocket, state.cdp_url, lease, state.reporter, state.recorder, state.cdp_relays)
@@ -344,7 +347,7 @@ class Connection:
 
     def __init__(self, websocket: WebSocket, dispatcher: Dispatcher, max_frame: int = MAX_FRAME_BYTES) -> None:
         self._websocket = websocket
-        # uvicorn takes CDP's larger frames (corral.sandbox.cdprules); this channel keeps its own limit.
+        # uvicorn takes CDP's larger frames (corral.contracts.cdprules); this channel keeps its own limit.
         self._max_frame = max_frame
         self._dispatcher = dispatcher
         self._sending = asyncio.Lock()

@@ -16,8 +16,8 @@ def main() -> None:
     try:
         import uvicorn
 
+        from corral.contracts.limits import CDP_MAX_FRAME_BYTES
         from corral.sandbox.app import create_app
-        from corral.sandbox.cdprules import CDP_MAX_FRAME_BYTES
         from corral.sandbox.settings import ControllerSettings
     finally:
         gc.freeze()
@@ -31,7 +31,7 @@ def main() -> None:
         ws="websockets-sansio",
         # Compressing a 170 KB screenshot frame costs about 17 ms; images do not shrink much anyway.
         ws_per_message_deflate=False,
-        # CDP's frames are larger (corral.sandbox.cdprules); /v1/ws keeps ws_max_frame_bytes itself.
+        # CDP's frames are larger (corral.contracts.cdprules); /v1/ws keeps ws_max_frame_bytes itself.
         ws_max_size=max(settings.ws_max_frame_bytes, CDP_MAX_FRAME_BYTES),
         log_level=settings.log_level,
         access_log=False,

@@ -18,22 +18,23 @@ from corral.protocol import actions as a
 from corral.protocol.geometry import Size
 from corral.protocol.keys import Key, parse_key
 from corral.protocol.plan import ActionResult, After
-from corral.sandbox import clipboard, takeover
-from corral.sandbox.browser import Browser
-from corral.sandbox.editor import Editor
-from corral.sandbox.files import AgentFiles
-from corral.sandbox.launcher import LauncherClient
-from corral.sandbox.lease import ControlLease
-from corral.sandbox.patch import Patcher
+from corral.sandbox.agent.launcher import LauncherClient
+from corral.sandbox.agent.processes import ProcessTable, RunContext
+from corral.sandbox.agent.shell import PersistentShell
+from corral.sandbox.control import takeover
+from corral.sandbox.control.lease import ControlLease
+from corral.sandbox.control.turns import ActionLock
+from corral.sandbox.display import clipboard
+from corral.sandbox.display.screen import Screen, Settled
+from corral.sandbox.display.xinput import XInput
 from corral.sandbox.placeholders import Placeholders
-from corral.sandbox.processes import ProcessTable, RunContext
-from corral.sandbox.screen import Screen, Settled
-from corral.sandbox.search import Search
 from corral.sandbox.settings import ControllerSettings
-from corral.sandbox.shell import PersistentShell
+from corral.sandbox.tools.editor import Editor
+from corral.sandbox.tools.files import AgentFiles
+from corral.sandbox.tools.patch import Patcher
+from corral.sandbox.tools.search import Search
 from corral.sandbox.trim import release_memory
-from corral.sandbox.turns import ActionLock
-from corral.sandbox.xinput import XInput
+from corral.sandbox.web.browser import Browser
 
 MULTI_CLICK_GAP_S = 0.02
 # Input that may make the page load or change: what the settle after it waits on (Browser.loading).
@@ -106,7 +107,9 @@ class Desktop:
         # The session's one persistent bash (the shell action), a process of the table's.
         self.shell = shell
         self.size = Size(self.screen.width, self.screen.height)
-        self.lock = ActionLock() if lock is None else lock  # the live view waits for its release (corral.sandbox.turns)
+        self.lock = (
+            ActionLock() if lock is None else lock
+        )  # the live view waits for its release (corral.sandbox.control.turns)
         # Who may drive this desktop now (the agent, a human with a control link, an exclusive CDP client).
         self.lease = ControlLease()
 

@@ -10,15 +10,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from corral.contracts.actors import AGENT
+from corral.contracts.limits import MAX_FRAME_BYTES
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import reply, vendor
 from corral.protocol.actions import ScreenshotOptions
-from corral.protocol.envelope import MAX_FRAME_BYTES, Limits, decode, plan_request, request_id_of
+from corral.protocol.envelope import Limits, decode, plan_request, request_id_of
 from corral.protocol.plan import ActionResult, After, EncodedImage, Plan, RequestId
+from corral.sandbox.agent.processes import Emit, RunContext
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.egress import ActionReporter
-from corral.sandbox.lease import AGENT
-from corral.sandbox.processes import Emit, RunContext
 from corral.sandbox.recorder import Recorder
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ the proxy as a private-network origin), and ``fetch(..., {mode: "no-cors"})`` ne
 to *send*. So, in this order:
 
 1. anything a browser sends (an ``Origin`` or any ``Sec-Fetch-*`` header) is refused, 403;
-2. a request without a valid ``x-corral-auth`` (see :mod:`corral.sandbox.auth`) is refused, 401,
+2. a request without a valid ``x-corral-auth`` (see :mod:`corral.contracts.auth`) is refused, 401,
    except ``GET /healthz``, which reveals nothing and serves Docker's health check;
 3. a request with a body (POST, PUT, PATCH) not declared ``application/json`` is refused, 415 (no
    "simple" request of a form or a no-cors fetch can declare it); the one route that takes raw bytes,
@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from corral.contracts.auth import AUTH_HEADER, PROOF_HEADER, RequestVerifier, prove
 from corral.errors import ErrorCode, error_body
-from corral.sandbox.auth import AUTH_HEADER, PROOF_HEADER, RequestVerifier, prove
 
 log = logging.getLogger(__name__)
 

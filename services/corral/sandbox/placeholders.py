@@ -1,5 +1,5 @@
 """The session's secret placeholders, as the gateway last put them: every command's environment holds
-each under its secret's name (:mod:`corral.sandbox.agentenv`), and the ``secrets`` action answers them.
+each under its secret's name (:mod:`corral.sandbox.agent.agentenv`), and the ``secrets`` action answers them.
 
 A placeholder stands in for a value the sandbox never sees; the egress proxy puts the value in its
 place on the way out, for the hosts the secret is bound to (docs/egress.md). Placeholders are not
@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from corral.contracts.placeholders import MAX_SECRETS, PLACEHOLDER, name_problem
 from corral.errors import ActionError, ErrorCode
-from corral.proxy.placeholders import MAX_SECRETS, PLACEHOLDER, name_problem
 
 FIELD = "secrets"
 

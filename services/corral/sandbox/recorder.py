@@ -25,9 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from corral.recording.redact import redact
-from corral.sandbox import encode as enc
 from corral.sandbox.desktop import Desktop
-from corral.sandbox.xcapture import Frame
+from corral.sandbox.display import encode as enc
+from corral.sandbox.display.xcapture import Frame
 
 log = logging.getLogger(__name__)
 

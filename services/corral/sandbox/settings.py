@@ -13,11 +13,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from corral.protocol.envelope import MAX_FRAME_BYTES, Limits
-from corral.sandbox import auth
+from corral.contracts import auth
+from corral.contracts.limits import MAX_FRAME_BYTES
+from corral.protocol.envelope import Limits
+from corral.sandbox.agent.launcher.messages import SOCKET_PATH
+from corral.sandbox.agent.processes import ProcessSettings
 from corral.sandbox.egress import ActionReporter
-from corral.sandbox.launcher.messages import SOCKET_PATH
-from corral.sandbox.processes import ProcessSettings
 
 DEFAULT_LIMITS = Limits()
 
@@ -53,7 +54,7 @@ class ControllerSettings(BaseModel):
     proxy: str = ""
     proxy_control_port: int = 8081
     # Secrets live in files only the controller's uid reads, never in its environment: boot moves the
-    # egress control channel's token there and writes the per-boot secret (corral.sandbox.auth).
+    # egress control channel's token there and writes the per-boot secret (corral.contracts.auth).
     controller_token_file: Path = auth.PROXY_TOKEN_FILE
     secret_file: Path = auth.SECRET_FILE
     # Keep each request, its reply and a frame after it for the gateway's session recording.
@@ -63,7 +64,7 @@ class ControllerSettings(BaseModel):
     # GET /v1/files: the largest file or directory sent (413 too_large above it) unless the gateway's
     # request names its own cap (max_bytes, its CORRAL_MAX_DOWNLOAD_BYTES).
     max_download_bytes: int = 1 << 30
-    # Commands and processes (corral.sandbox.processes), run as the agent through the launcher.
+    # Commands and processes (corral.sandbox.agent.processes), run as the agent through the launcher.
     launcher_socket: Path = Path(SOCKET_PATH)
     exec_timeout_ms: int = 60_000
     max_output_bytes: int = 8 << 20  # per stream of one exec's reply; the default is 1 MiB

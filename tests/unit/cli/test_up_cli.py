@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,9 +18,20 @@ from corral.cli import common, lifecycle
 class FakeRuntime:
     def __init__(self) -> None:
         self.composed: list[list[str]] = []
+        # What compose would read while it runs: the override named last, and its own environment.
+        self.overrides: list[object] = []
+        self.environments: list[dict[str, str]] = []
+        self.removed: list[dict[str, str]] = []
 
     def compose(self, project_dir: object, args: list[str]) -> None:
         self.composed.append(args)
+        files = [args[i + 1] for i, arg in enumerate(args) if arg == "-f"]
+        if files:
+            self.overrides.append(json.loads(Path(files[-1]).read_text()))
+        self.environments.append(dict(os.environ))
+
+    def remove_all(self, labels: dict[str, str]) -> None:
+        self.removed.append(labels)
 
 
 def _builds(task: Callable[[str], images.BuildTask]) -> list[str]:
@@ -31,8 +45,12 @@ def _builds(task: Callable[[str], images.BuildTask]) -> list[str]:
 
 
 @pytest.fixture
-def runtime(monkeypatch: pytest.MonkeyPatch) -> FakeRuntime:
+def runtime(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeRuntime:
     fake = FakeRuntime()
+    # A checkout of its own (no operator's corral.env in it); the environment put back after the test.
+    (tmp_path / "compose.yaml").write_text("services: {}\n")
+    monkeypatch.setattr(images, "repo_root", lambda: tmp_path)
+    monkeypatch.setattr(os, "environ", os.environ.copy())
     monkeypatch.delenv("CORRAL_URL", raising=False)
     monkeypatch.delenv("CORRAL_PORT", raising=False)
     monkeypatch.delenv("CORRAL_API_KEY", raising=False)  # the gateway makes its own
@@ -81,3 +99,97 @@ def test_up_starts_with_a_strong_key(runtime: FakeRuntime, monkeypatch: pytest.M
     result = CliRunner().invoke(cli.app, ["up"])
     assert result.exit_code == 0, result.output
     assert runtime.composed == [["up", "-d", "--no-build", "gateway"]]
+
+
+STRONG_KEY = "up-key-Qm3Zr8Tx5Vw2Ny7Kb4Hc9Pd6Lf"
+
+
+def test_up_hands_every_setting_of_the_env_file_by_name(runtime: FakeRuntime, tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    settings = tmp_path / "gateway.env"
+    settings.write_text(
+        f"CORRAL_API_KEY={STRONG_KEY}\nCORRAL_RECORDING_BUDGET_MB=512\nCORRAL_EGRESS_UPSTREAM_CA={ca}\n"
+    )
+    settings.chmod(0o600)
+    result = CliRunner().invoke(cli.app, ["up", "--no-build", "--env-file", str(settings)])
+    assert result.exit_code == 0, result.output
+    ((*files, up_args),) = [(*args[:-4], args[-4:]) for args in runtime.composed]
+    assert up_args == ["up", "-d", "--no-build", "gateway"]
+    assert files[:3] == ["-f", str(tmp_path / "compose.yaml"), "-f"] and len(files) == 4
+    assert runtime.overrides == [
+        {
+            "services": {
+                "gateway": {
+                    "environment": [
+                        "CORRAL_API_KEY",
+                        "CORRAL_EGRESS_UPSTREAM_CA=/run/corral/settings/egress_upstream_ca",
+                        "CORRAL_RECORDING_BUDGET_MB",
+                    ],
+                    "volumes": [
+                        {
+                            "type": "bind",
+                            "source": str(ca),
+                            "target": "/run/corral/settings/egress_upstream_ca",
+                            "read_only": True,
+                        }
+                    ],
+                }
+            }
+        }
+    ]
+    (environment,) = runtime.environments
+    assert environment["CORRAL_RECORDING_BUDGET_MB"] == "512" and environment["CORRAL_API_KEY"] == STRONG_KEY
+    assert STRONG_KEY not in result.output
+    assert not Path(files[-1]).exists()  # the override lived for the command only
+
+
+def test_up_reads_corral_env_at_the_root_and_the_shell_wins(
+    runtime: FakeRuntime, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Any
+) -> None:
+    (tmp_path / "corral.env").write_text("CORRAL_POOL_SIZE=2\nCORRAL_PORT=8711\n")
+    (tmp_path / "corral.env").chmod(0o644)
+    monkeypatch.setenv("CORRAL_POOL_SIZE", "0")
+    result = CliRunner().invoke(cli.app, ["up", "--no-build"])
+    said = " ".join((capsys.readouterr().err + result.output).split())  # as one line: rich wraps
+    assert result.exit_code == 0, said
+    assert runtime.overrides == [
+        {"services": {"gateway": {"environment": ["CORRAL_POOL_SIZE", "CORRAL_PORT"], "volumes": []}}}
+    ]
+    (environment,) = runtime.environments
+    assert (environment["CORRAL_POOL_SIZE"], environment["CORRAL_PORT"]) == ("0", "8711")
+    assert "which wins over" in said and "CORRAL_POOL_SIZE" in said
+    assert "mode 0644" in said and "chmod 600" in said
+    assert "gateway up on http://127.0.0.1:8711" in said  # the CLI waits on the file's port
+
+
+def test_up_refuses_a_bad_env_file_before_building_or_starting_anything(
+    runtime: FakeRuntime, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: Any
+) -> None:
+    built: list[str] = []
+    monkeypatch.setattr(images, "build_all", lambda runtime, task: built.append("built"))
+    settings = tmp_path / "corral.env"
+    settings.write_text(
+        "CORRAL_RECORDNG_BUDGET_MB=512\nCORRAL_API_KEY=secret-but-weak\nCORRAL_EGRESS_UPSTREAM_CA=/nonexistent.pem\n"
+    )
+    result = CliRunner().invoke(cli.app, ["up"])
+    said = " ".join((capsys.readouterr().err + result.output).split())  # as one line: rich wraps
+    assert result.exit_code == 2
+    assert "3 problems, nothing was started" in said
+    assert "did you mean CORRAL_RECORDING_BUDGET_MB" in said and "no such file: /nonexistent.pem" in said
+    assert "secret-but-weak" not in said
+    assert runtime.composed == [] and built == []
+
+
+def test_up_refuses_an_env_file_that_is_not_there(runtime: FakeRuntime, tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli.app, ["up", "--env-file", str(tmp_path / "missing.env")])
+    assert result.exit_code == 2
+    assert runtime.composed == []
+
+
+def test_down_removes_the_sandboxes_of_the_env_files_instance(runtime: FakeRuntime, tmp_path: Path) -> None:
+    (tmp_path / "corral.env").write_text("CORRAL_INSTANCE=blue\n")
+    result = CliRunner().invoke(cli.app, ["down"])
+    assert result.exit_code == 0, result.output
+    assert runtime.composed == [["down"]]
+    assert runtime.removed == [{"corral.gateway": "blue"}]

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import httpx
 
-from corral.sandbox import auth
+from corral.contracts import auth
 
 SECRET = auth.new_secret()
 Handler = Callable[[httpx.Request], httpx.Response]

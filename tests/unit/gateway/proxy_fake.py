@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.contracts.placeholders import value_digest
 from corral.proxy import control
-from corral.proxy.placeholders import value_digest
 from corral.proxy.policy import parse_rule
 
 

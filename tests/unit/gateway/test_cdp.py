@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from corral.contracts.cdprules import CDP_MAX_COMMAND_BYTES
 from corral.gateway.cdp import relay, rewrite, ws_base
-from corral.sandbox.cdprules import CDP_MAX_COMMAND_BYTES
 
 VERSION = {
     "Browser": "Chrome/131.0.6778.204",

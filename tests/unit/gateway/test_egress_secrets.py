@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
+from corral.contracts.placeholders import value_digest
 from corral.errors import EgressUnavailable
 from corral.gateway.egress import REASSERT_ACTOR, Egress, EgressManager
 from corral.gateway.secrets import SecretRecord, SecretSet
 from corral.gateway.settings import GatewaySettings
-from corral.proxy.placeholders import value_digest
 
 from .proxy_fake import FakeControlProxy, ProxyState
 

@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
+from corral.contracts import auth
 from corral.errors import UnprovenController
 from corral.gateway.recording import RecordingManager, SessionRecorder
-from corral.sandbox import auth
 
 from .controller_fake import SECRET, proving
 

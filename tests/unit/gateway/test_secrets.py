@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from corral.contracts.placeholders import MAX_SECRETS, PLACEHOLDER
 from corral.errors import InvalidRequest
 from corral.gateway.models import SecretSpec, SecretUpdate
 from corral.gateway.secrets import SecretRecord, SecretSet, SecretVault, covers, plan_create, plan_update
-from corral.proxy.placeholders import MAX_SECRETS, PLACEHOLDER
 from corral.proxy.policy import parse_rule
 
 VALUE = "the-real-value-0123"

@@ -7,8 +7,9 @@ import base64
 
 import pytest
 
-from corral.proxy.attribution import PROXY_USER, Attribution, command_action, is_human, unvouched
-from corral.sandbox.agentenv import command_environment
+from corral.contracts.actors import is_human
+from corral.proxy.attribution import PROXY_USER, Attribution, command_action, unvouched
+from corral.sandbox.agent.agentenv import command_environment
 
 
 def basic(credentials: str) -> str:

@@ -350,7 +350,7 @@ def test_an_exec_whose_env_values_were_hidden_is_sent_without_them_and_says_so()
 
 
 def transfer(seq: int, step: dict[str, Any], result: dict[str, Any], ok: bool = True) -> dict[str, Any]:
-    """A file moved over HTTP as the controller records it (corral.sandbox.transfer_record)."""
+    """A file moved over HTTP as the controller records it (corral.sandbox.tools.transfer_record)."""
     event = {
         "seq": seq,
         "event": "action",

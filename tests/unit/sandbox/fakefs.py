@@ -1,4 +1,4 @@
-"""A stand-in :class:`~corral.sandbox.agentfs.AgentFs` for unit tests: plain ``os`` calls as the
+"""A stand-in :class:`~corral.sandbox.tools.agentfs.AgentFs` for unit tests: plain ``os`` calls as the
 test's own uid (the real one asks the launcher to act as the agent). Failures the tests need are
 injected: paths the "agent" may not touch, a disk that is full, renames across filesystems."""
 
@@ -10,7 +10,7 @@ import shutil
 import stat
 import tempfile
 
-from corral.sandbox.agentfs import DirEntry, FileStat, FileType
+from corral.sandbox.tools.agentfs import DirEntry, FileStat, FileType
 
 
 def _type(mode: int) -> FileType:

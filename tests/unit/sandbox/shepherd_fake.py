@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from corral.sandbox.launcher import ShepherdEvent
+from corral.sandbox.agent.launcher import ShepherdEvent
 
 
 class QueuedEvents:

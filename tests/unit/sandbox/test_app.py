@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
+from corral.contracts import auth
+from corral.contracts.placeholders import new_placeholder
 from corral.errors import error_body
 from corral.protocol.envelope import Limits
-from corral.proxy.placeholders import new_placeholder
-from corral.sandbox import auth
 from corral.sandbox.app import Connection, create_app
+from corral.sandbox.control.lease import ControlLease
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.dispatch import Dispatcher, Incoming
-from corral.sandbox.lease import ControlLease
 from corral.sandbox.settings import ControllerSettings
 
 from .desktop_fake import Parts, fake_desktop, settled

@@ -10,7 +10,7 @@ import pytest
 from corral.protocol import ACTION_TYPES
 from corral.protocol.actions import ACTIONS
 from corral.protocol.plan import ActionResult, After
-from corral.sandbox import clipboard
+from corral.sandbox.display import clipboard
 
 from ..protocol.test_actions import MINIMAL
 from .desktop_fake import IMAGE, Parts, fake_desktop

@@ -12,7 +12,7 @@ import pytest
 
 from corral.protocol import Limits
 from corral.sandbox.dispatch import Dispatcher
-from corral.sandbox.files import AgentFiles
+from corral.sandbox.tools.files import AgentFiles
 
 from .desktop_fake import FakeBrowser, Parts, fake_desktop
 from .fakefs import FakeAgentFs

@@ -9,8 +9,8 @@ import json
 from typing import Any
 
 from corral.protocol import Limits
+from corral.sandbox.control.lease import ControlLease
 from corral.sandbox.dispatch import Dispatcher
-from corral.sandbox.lease import ControlLease
 
 from .desktop_fake import Parts, fake_desktop, settled
 from .test_dispatch import Recorder, Reporter

@@ -11,7 +11,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from corral.sandbox import auth
+from corral.contracts import auth
 from corral.sandbox.guard import ControllerGuard
 
 SECRET = auth.new_secret()

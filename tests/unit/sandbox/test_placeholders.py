@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from corral.contracts.placeholders import MAX_SECRETS, new_placeholder
 from corral.errors import ActionError, ErrorCode
-from corral.proxy.placeholders import MAX_SECRETS, new_placeholder
 from corral.sandbox.placeholders import Placeholders, placeholders_of
 
 TOKEN = new_placeholder()

@@ -64,11 +64,12 @@ def test_the_controller_imports_playwrights_api_and_a_websocket_client_only_when
 
 
 def test_the_errors_the_controller_catches_before_playwrights_api_loads_are_the_ones_it_raises() -> None:
-    # corral.sandbox.browser and desktop import them from Playwright's private module (its public one
+    # corral.sandbox.web.browser and desktop import them from Playwright's private module (its public one
     # loads the whole API): a Playwright that moved them would fail here, not in a sandbox.
     import playwright.async_api as api
 
-    from corral.sandbox import browser, desktop
+    from corral.sandbox import desktop
+    from corral.sandbox.web import browser
 
     assert browser.PlaywrightError is api.Error and desktop.PlaywrightError is api.Error
     assert browser.PlaywrightTimeout is api.TimeoutError

@@ -10,12 +10,12 @@ import httpx
 from fastapi import APIRouter, Request, Response, WebSocket
 
 from corral.bodies import read_capped
+from corral.contracts.limits import MAX_FRAME_BYTES
 from corral.errors import CodedError, MessageTooLarge, SandboxUnreachable
 from corral.gateway import controller
 from corral.gateway.relay import relay
 from corral.gateway.routes.deps import HttpDep, KeysDep, LiveSessionDep, ManagerDep, MetricsDep, caller, live_session
 from corral.gateway.routes.errors import close_refused
-from corral.protocol.envelope import MAX_FRAME_BYTES
 
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["actions"])
 

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.requests import HTTPConnection
 from websockets.exceptions import InvalidHandshake
 
+from corral.contracts.limits import CDP_MAX_FRAME_BYTES
 from corral.errors import CodedError, ErrorCode, Forbidden, SandboxUnreachable, UnprovenController
 from corral.gateway import cdp, controller
 from corral.gateway.auth import KeyRing
@@ -39,7 +40,6 @@ from corral.gateway.routes.deps import live_session as live_session_of
 from corral.gateway.routes.errors import close_refused
 from corral.gateway.sessions import Session, SessionManager
 from corral.gateway.tickets import Ticket, TicketSigner
-from corral.sandbox.cdprules import CDP_MAX_FRAME_BYTES
 
 
 def refuse_browsers(conn: HTTPConnection) -> None:

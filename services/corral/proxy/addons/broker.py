@@ -23,12 +23,12 @@ from typing import Any, TypeVar
 
 from mitmproxy import ctx, http
 
+from corral.contracts.placeholders import PLACEHOLDER_PREFIX, Location
 from corral.errors import DecodedTooLarge
 from corral.proxy.addons.flows import url_of
 from corral.proxy.addons.state import FlowNote, Shared, note_of
 from corral.proxy.addons.trail import exchange
 from corral.proxy.audit import EventFields, is_secret_header, redact_url
-from corral.proxy.placeholders import PLACEHOLDER_PREFIX, Location
 from corral.proxy.policy import Decision
 from corral.proxy.refusal import refusal_response
 from corral.proxy.secrets import (

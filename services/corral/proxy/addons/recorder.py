@@ -8,10 +8,10 @@ from pathlib import Path
 from mitmproxy import ctx, http
 from mitmproxy.addonmanager import Loader
 
+from corral.contracts.actors import is_human
 from corral.proxy.addons.state import Shared, note_of
 from corral.proxy.responses import RESPONSES_FILE, ResponseStore
 
-HUMAN = "human:"  # a person's input (a viewer holding the lease): what it posts is not kept
 _BY_PERSON = "corral_by_person"  # flow metadata: whether a person's turn was on as the request left
 
 
@@ -44,8 +44,8 @@ class ResponseRecorder:
             flow.metadata[_BY_PERSON] = self._persons_turn()
 
     def _persons_turn(self) -> bool:
-        return self.shared.lease_holder.startswith(HUMAN) or any(
-            (actor or "").startswith(HUMAN) for _, actor in self.shared.actions.in_flight()
+        return is_human(self.shared.lease_holder) or any(
+            is_human(actor) for _, actor in self.shared.actions.in_flight()
         )
 
     def response(self, flow: http.HTTPFlow) -> None:
@@ -56,10 +56,9 @@ class ResponseRecorder:
         if flow.request.method != "CONNECT":
             # A person's form post must not be kept: what the request was when it left (judged now for a
             # flow that never passed the hook), or charged to a person's input.
-            actor = note.attribution.actor or ""
             left_in_turn = flow.metadata.get(_BY_PERSON)
-            by_person = (self._persons_turn() if left_in_turn is None else bool(left_in_turn)) or actor.startswith(
-                HUMAN
+            by_person = (self._persons_turn() if left_in_turn is None else bool(left_in_turn)) or is_human(
+                note.attribution.actor
             )
             store.offer(flow, note.host, by_person=by_person)
 

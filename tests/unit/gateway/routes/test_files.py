@@ -16,12 +16,12 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from corral.contracts import auth
 from corral.errors import ErrorCode, InvalidRequest, StreamAborted, error_body
 from corral.gateway import auth as gateway_auth
 from corral.gateway.models import CreateSession
 from corral.gateway.routes.files import controller_params, refusal
 from corral.gateway.sessions import Session, SessionManager
-from corral.sandbox import auth
 
 from .conftest import KEY, KEY_ID_SECRET, OTHER_KEY, Client, settings_for, wired
 

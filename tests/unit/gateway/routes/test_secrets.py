@@ -16,10 +16,10 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from corral.contracts.placeholders import MAX_SECRETS, PLACEHOLDER
 from corral.errors import SessionNotFound
 from corral.gateway.models import SecretUpdate, Viewport
 from corral.gateway.sessions import SessionManager
-from corral.proxy.placeholders import MAX_SECRETS, PLACEHOLDER
 from corral.runtime import SandboxAddress, SandboxSpec
 
 from ...runtime.fake import FakeRuntime

@@ -12,9 +12,9 @@ import pytest
 
 pytest.importorskip("mitmproxy")
 
+from corral.contracts.placeholders import value_digest
 from corral.proxy import control
 from corral.proxy.audit import verify
-from corral.proxy.placeholders import value_digest
 
 from .harness import Proxy, connect_flow, records, session_proxy
 

@@ -1,0 +1,1 @@
+"""The screen and input: X input and capture, who may use the X server, encoding, the clipboard."""

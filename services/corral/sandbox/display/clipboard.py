@@ -1,0 +1,93 @@
+"""The X CLIPBOARD selection through xclip (argument lists only; xclip serves the selection it sets)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from Xlib.display import Display
+from Xlib.error import ConnectionClosedError, DisplayError, XError
+
+from corral.errors import ActionError, ErrorCode
+
+_TIMEOUT_S = 5.0
+_SELECTIONS = ("clipboard", "primary")
+_ATOMS = ("CLIPBOARD", "PRIMARY")
+SETTLE_S = 0.5  # how long the emptied selections must keep their owner before the agent runs again
+_CLEAR_ROUNDS = 5
+
+
+async def _xclip(args: list[str], stdin: bytes | None, display: str) -> tuple[int, bytes, bytes]:
+    # When setting, xclip forks a child that serves the selection and keeps inherited pipes open:
+    # capture output only when reading.
+    capture = asyncio.subprocess.PIPE if stdin is None else asyncio.subprocess.DEVNULL
+    proc = await asyncio.create_subprocess_exec(
+        "xclip",
+        *args,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=capture,
+        stderr=capture,
+        # The controller's cookie (corral.sandbox.display.xaccess): xclip is a trusted client, as it is.
+        env={"DISPLAY": display, **{k: v for k, v in os.environ.items() if k == "XAUTHORITY"}},
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(stdin), _TIMEOUT_S)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise ActionError(ErrorCode.CLIPBOARD_FAILED, "xclip did not answer in time") from None
+    return proc.returncode or 0, out or b"", err or b""
+
+
+async def get_text(display: str) -> str:
+    code, out, err = await _xclip(["-selection", "clipboard", "-out"], None, display)
+    if code != 0:
+        if b"not available" in err or b"no owner" in err.lower():
+            return ""  # nothing has been copied yet
+        raise ActionError(ErrorCode.CLIPBOARD_FAILED, err.decode(errors="replace").strip() or "xclip failed")
+    return out.decode(errors="replace")
+
+
+async def set_text(display: str, text: str) -> None:
+    code, _, _ = await _xclip(["-selection", "clipboard", "-in"], text.encode(), display)
+    if code != 0:
+        raise ActionError(ErrorCode.CLIPBOARD_FAILED, f"xclip exited with {code}")
+
+
+async def clear(display: str) -> None:
+    """Both selections emptied (CLIPBOARD and PRIMARY): what a person copied or selected in their turn
+    is gone before the agent's processes run again (corral.sandbox.agent.freezer). xclip takes each selection
+    over with nothing in it, so whichever client held it (Chromium) no longer serves it. A person's last
+    ctrl+c may reach Chromium's clipboard after their hand-back (the browser takes the selection once
+    the page answered), so the owners must hold still for :data:`SETTLE_S` after the emptying, which is
+    done again when they did not."""
+    for _ in range(_CLEAR_ROUNDS):
+        for selection in _SELECTIONS:
+            code, _, _ = await _xclip(["-selection", selection, "-in"], b"", display)
+            if code != 0:
+                raise ActionError(ErrorCode.CLIPBOARD_FAILED, f"xclip could not empty {selection} ({code})")
+        emptied = await asyncio.to_thread(_owners, display)
+        await asyncio.sleep(SETTLE_S)
+        if await asyncio.to_thread(_owners, display) == emptied:
+            return
+    raise ActionError(ErrorCode.CLIPBOARD_FAILED, "the selections kept changing hands while they were emptied")
+
+
+def _owners(display: str) -> tuple[int, ...]:
+    """Which window owns each selection now (0: none), over a connection of the controller's own."""
+    try:
+        connection = Display(display)
+        try:
+            return tuple(_window_id(connection.get_selection_owner(connection.intern_atom(name))) for name in _ATOMS)
+        finally:
+            connection.close()
+    except (DisplayError, ConnectionClosedError, XError, OSError) as exc:
+        raise ActionError(
+            ErrorCode.CLIPBOARD_FAILED, f"the X server did not name the selections' owners: {exc}"
+        ) from None
+
+
+def _window_id(owner: Any) -> int:
+    """python-xlib answers a window object, or X.NONE (0) when nobody owns the selection."""
+    return int(getattr(owner, "id", 0) if owner else 0)

@@ -1,0 +1,72 @@
+"""The ``apply_patch`` action: one file operation of OpenAI's ``apply_patch`` tool, as the agent.
+
+``create_file`` writes a file that must not exist yet (its parents are made), ``update_file``
+applies a V4A diff (:mod:`corral.protocol.v4a`, pure) to a file that must exist, ``delete_file``
+removes one. All or nothing: the diff is applied in memory first, and the new text is written to a
+temporary file renamed over the old one, so a diff whose context is gone changes nothing.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+
+from corral.errors import ActionError, ErrorCode
+from corral.protocol import actions as a
+from corral.protocol import v4a
+from corral.sandbox.tools.agentfs import AgentFs
+from corral.sandbox.tools.editor import Editor
+from corral.sandbox.tools.files import WORKSPACE, file_error, in_thread, lexists
+
+
+class Patcher:
+    """``apply_patch`` over the agent's files, reading and writing as :class:`Editor` does (the same
+    size cap, UTF-8 only, symlinks followed to their targets)."""
+
+    def __init__(self, editor: Editor, fs: AgentFs) -> None:
+        self._editor = editor
+        self._fs = fs
+
+    async def run(self, action: a.ApplyPatch) -> dict[str, Any]:
+        # Relative: under the workspace. ``..`` stays as given: the agent's uid is the boundary.
+        path = action.path if posixpath.isabs(action.path) else posixpath.join(WORKSPACE, action.path)
+        try:
+            async with self._editor.lock:
+                output = await self._operation(action, path)
+        except OSError as exc:
+            raise file_error(exc, "action.path") from None
+        return {"output": output, "path": path}
+
+    async def _operation(self, action: a.ApplyPatch, path: str) -> str:
+        match action.operation:
+            case "create_file":
+                text = v4a.parse_create(action.diff or "")
+                if await lexists(self._fs, path):
+                    raise ActionError(
+                        ErrorCode.FILE_EXISTS, f"{path} already exists; update it or delete it first", "action.path"
+                    )
+                try:
+                    await self._editor.write(path, text, make_dirs=True, replace=False)
+                except FileExistsError:  # made since it was looked for: the rename does not replace it
+                    raise ActionError(
+                        ErrorCode.FILE_EXISTS, f"{path} already exists; update it or delete it first", "action.path"
+                    ) from None
+                return f"Created {path}"
+            case "update_file":
+                chunks = v4a.parse_update(action.diff or "")
+                if not await lexists(self._fs, path):
+                    raise ActionError(
+                        ErrorCode.NO_SUCH_FILE, f"{path} does not exist; create it with create_file", "action.path"
+                    )
+                text = await self._editor.read(path)
+                # Off the event loop: bounded (v4a.MAX_COMPARISONS), but up to a second on a big file.
+                await self._editor.write(path, await in_thread(v4a.apply_chunks, text, chunks, path))
+                return f"Updated {path}"
+            case "delete_file":
+                found = await self._fs.stat(path, follow_symlinks=False)
+                if found.type == "directory":
+                    raise ActionError(
+                        ErrorCode.IS_A_DIRECTORY, f"{path} is a directory; delete_file removes files", "action.path"
+                    )
+                await self._fs.unlink(path)
+                return f"Deleted {path}"

@@ -1,0 +1,1 @@
+"""The browser and CDP: Playwright's connection, the CDP relay and its turn rules, DevTools, the front tab."""

@@ -1,0 +1,211 @@
+"""A CDP connection during a person's turn: what it set up is let go at the take and set up again at
+the hand-back, and nothing of the turn reaches it (docs/design/0269-cdp-in-a-persons-turn.md).
+
+While a human holds the control lease, a connection that does not hold it (every connection but an
+exclusive one whose lease the person did not take) is *muzzled*:
+
+- from the take on, of Chromium's events only :data:`~corral.contracts.cdprules.PERSONS_TURN_EVENTS`
+  reach it (a session went away); answers to the commands it had in flight at the take are
+  answered at once with ``control_taken`` and Chromium's own answers to them dropped whenever
+  they come (an ``awaitPromise`` evaluate resolved by the person's keystrokes);
+- its commands are refused but for :func:`~corral.contracts.cdprules.allowed_in_persons_turn`;
+- what it set up that would act on the person's pages goes: every session it is attached to is
+  detached (Chromium then drops that session's Fetch interception, breakpoints and pause,
+  ``waitForDebuggerOnStart``, scripts for new documents, bindings, Network and Runtime events),
+  and what it set at the browser's own level (auto-attach, target discovery, Fetch, download
+  behaviour) is switched off.
+
+At the hand-back the browser-level settings are sent again as the client last gave them, so
+Chromium attaches it again to every target (the person's new tabs too) and reports them as a new
+connection would be told: a framework sees its pages close at the take and come back after.
+
+Pure bookkeeping: :class:`Turn` says what to send and what to drop; the relay (corral.sandbox.web.cdp)
+sends and drops.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+from corral.contracts import cdprules
+
+# A command, as its response names it: (sessionId, id).
+Pending = tuple[str | None, int]
+# The relay's own commands on a client's socket take ids from here up (int32, far above any
+# framework's counter, which starts at 1), so their answers are told from the client's.
+OWN_IDS: Final = 2_000_000_000
+_EVENT_HEAD = re.compile(r'\{\s*"method"\s*:\s*"([^"\\]{1,128})"')
+_ENDS = 200
+_ATTACHED, _DETACHED = "Target.attachedToTarget", "Target.detachedFromTarget"
+
+
+@dataclass(frozen=True, slots=True)
+class Own:
+    """A command the relay sends on the client's socket for it (not the client's: never answered)."""
+
+    method: str
+    params: dict[str, Any]
+    session_id: str | None = None
+
+
+def event_method(frame: str | bytes) -> str | None:
+    """An event's method, read from the frame's head (Chromium writes ``{"method":...`` first)."""
+    head = frame[:_ENDS]
+    if isinstance(head, bytes):
+        head = head.decode(errors="replace")
+    found = _EVENT_HEAD.match(head)
+    return found.group(1) if found else None
+
+
+class Turn:
+    """One connection's side of the person's turn: what it holds, and whether it is muzzled."""
+
+    def __init__(self) -> None:
+        self.muzzled = False
+        self._sessions: set[str] = set()  # flat sessions Chromium attached it to
+        self._auto_attach: dict[str, Any] | None = None  # the browser level's, as last given
+        self._discover: dict[str, Any] | None = None
+        self._fetch: dict[str, Any] | None = None
+        self._downloads: dict[str | None, dict[str, Any]] = {}  # by browserContextId
+        self._in_flight: set[Pending] = set()
+        self._cut: set[Pending] = set()  # answered at the take: Chromium's answers are dropped
+        self._own: set[int] = set()
+        self._next_own = OWN_IDS
+
+    # -- what the client sends and Chromium says
+
+    def sent(self, command: cdprules.Command) -> None:
+        """``command`` is on its way to Chromium: in flight (so a take from now on cuts it)."""
+        self._in_flight.add((command.session_id, command.id))
+
+    def goes(self, command: cdprules.Command) -> bool:
+        """Whether ``command``, :meth:`sent` a moment ago, still goes to Chromium: not when a take cut
+        it meanwhile (it was answered ``control_taken``; sent now it would act in the person's turn).
+        What a going command sets at the browser's level is kept, to set it up again after a turn."""
+        pending = (command.session_id, command.id)
+        if pending in self._cut:
+            self._cut.discard(pending)
+            return False
+        if command.session_id is not None:
+            return True
+        params = command.params or {}
+        match command.method:
+            case "Target.setAutoAttach":
+                self._auto_attach = dict(params) if params.get("autoAttach") is True else None
+            case "Target.setDiscoverTargets":
+                self._discover = dict(params) if params.get("discover") is True else None
+            case "Fetch.enable":
+                self._fetch = dict(params)
+            case "Fetch.disable":
+                self._fetch = None
+            case "Browser.setDownloadBehavior":
+                context = params.get("browserContextId")
+                key = context if isinstance(context, str) else None
+                if params.get("behavior") == "default":
+                    self._downloads.pop(key, None)
+                else:
+                    self._downloads[key] = dict(params)
+        return True
+
+    def answered(self, answered: Pending) -> bool:
+        """Chromium answered ``answered``: whether the client may have the answer (not the relay's
+        own command's, nor one cut at the take)."""
+        self._in_flight.discard(answered)
+        if answered[1] in self._own:
+            self._own.discard(answered[1])
+            return False
+        if answered in self._cut:
+            self._cut.discard(answered)
+            return False
+        return True
+
+    def event(self, frame: str | bytes) -> tuple[bool, list[Own]]:
+        """Chromium's event ``frame``: whether it reaches the client, and what the relay must send
+        (a session attached during the turn is let go at once)."""
+        method = event_method(frame)
+        if method in (_ATTACHED, _DETACHED):
+            session = _session_of(frame)
+            if session is not None and method == _ATTACHED:
+                self._sessions.add(session)
+                if self.muzzled:
+                    return False, [Own("Target.detachFromTarget", {"sessionId": session})]
+            elif session is not None:
+                self._sessions.discard(session)
+        if not self.muzzled:
+            return True, []
+        return method in cdprules.PERSONS_TURN_EVENTS, []
+
+    # -- the turn
+
+    def begin(self) -> list[Pending]:
+        """The person took the lease: muzzled from now; the commands in flight, to be answered
+        ``control_taken`` now (Chromium's answers to them are dropped)."""
+        self.muzzled = True
+        cut = sorted(self._in_flight, key=lambda p: (p[0] or "", p[1]))
+        self._cut |= self._in_flight
+        self._in_flight = set()
+        return cut
+
+    def let_go(self) -> list[Own]:
+        """What to send at the take: browser-level settings off first (no new session), then every
+        session detached."""
+        out: list[Own] = []
+        if self._auto_attach is not None:
+            out.append(
+                Own("Target.setAutoAttach", {"autoAttach": False, "waitForDebuggerOnStart": False, "flatten": True})
+            )
+        if self._discover is not None:
+            out.append(Own("Target.setDiscoverTargets", {"discover": False}))
+        if self._fetch is not None:
+            out.append(Own("Fetch.disable", {}))
+        for context in self._downloads:
+            out.append(Own("Browser.setDownloadBehavior", _default_downloads(context)))
+        out += [Own("Target.detachFromTarget", {"sessionId": s}) for s in sorted(self._sessions)]
+        return out
+
+    def end(self) -> list[Own]:
+        """The lease left the person: no longer muzzled; what to send to set up again what was let go
+        (auto-attach last: Chromium attaches every target then, as to a new connection)."""
+        self.muzzled = False
+        out = [Own("Browser.setDownloadBehavior", params) for params in self._downloads.values()]
+        if self._fetch is not None:
+            out.append(Own("Fetch.enable", self._fetch))
+        if self._discover is not None:
+            out.append(Own("Target.setDiscoverTargets", self._discover))
+        if self._auto_attach is not None:
+            out.append(Own("Target.setAutoAttach", self._auto_attach))
+        return out
+
+    def own_wire(self, own: Own) -> str:
+        """``own`` as it goes to Chromium, with an id of the relay's."""
+        self._next_own += 1
+        if self._next_own > 2**31 - 1:
+            self._next_own = OWN_IDS
+        self._own.add(self._next_own)
+        out: dict[str, Any] = {"id": self._next_own, "method": own.method, "params": own.params}
+        if own.session_id is not None:
+            out["sessionId"] = own.session_id
+        return json.dumps(out, separators=(",", ":"))
+
+
+def _default_downloads(context: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"behavior": "default"}
+    if context is not None:
+        out["browserContextId"] = context
+    return out
+
+
+def _session_of(frame: str | bytes) -> str | None:
+    """The attached (or detached) session an attach event names (a small frame: decoded whole)."""
+    try:
+        params = json.loads(frame).get("params") or {}
+    except (ValueError, AttributeError):
+        return None
+    session = params.get("sessionId") if isinstance(params, dict) else None
+    return session if isinstance(session, str) else None
+
+
+__all__ = ["OWN_IDS", "Own", "Pending", "Turn", "event_method"]

@@ -1,0 +1,177 @@
+"""Which of Chromium's tabs is the one on screen, and which one must stay open.
+
+The tab on screen: each tab is asked whether it is shown (``document.visibilityState``) and has the
+focus (``document.hasFocus()``) in an isolated world of the controller's own, where the page's scripts
+cannot answer for it (they can redefine both in the page's own world). The answers are true only
+because the controller's Playwright connects without its default overrides (``no_defaults``): its
+focus emulation counts every tab it attaches to as captured, so visible, and focused.
+
+The last page: Chromium (headful, on Linux) quits with its last page, so closing it is refused to a
+CDP client and made safe for the controller's own ``tab_close`` (a blank tab opened first); both ask
+one :class:`LastPage`, so a native close and a CDP close at once cannot both see two pages and close
+them both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from playwright._impl._errors import Error as PlaywrightError
+
+from corral.errors import ActionError
+from corral.sandbox.web import devtools
+
+if TYPE_CHECKING:
+    from playwright.async_api import CDPSession, Page
+
+log = logging.getLogger(__name__)
+
+WORLD = "corral-front"  # the isolated world the controller asks in (a page cannot reach into it)
+# The world's mark: a context id is kept from one question to the next (one round trip, not two), and
+# after a navigation the same number may name another world of the new document, even the page's own.
+# Only the controller's world holds this value (the page never sees it), so an answer without it is
+# not taken: the world is made anew.
+_MARK = secrets.token_hex(16)
+_STATE = "[document.visibilityState === 'visible', document.hasFocus()]"
+_ASK = f"globalThis.__corralFront === '{_MARK}' ? {_STATE} : null"
+_MARK_AND_ASK = f"(globalThis.__corralFront = '{_MARK}', {_STATE})"
+# How long a tab may take to answer: a tab whose script never yields must not hold up every browser call.
+ASK_TIMEOUT_S = 1.0
+
+
+class Shown(NamedTuple):
+    visible: bool
+    focused: bool
+
+
+@dataclass(slots=True)
+class _Asking:
+    """One tab's CDP session, its main frame, and its marked isolated world (None: to be made)."""
+
+    session: CDPSession
+    frame: str
+    world: int | None = None
+
+
+class FrontTab:
+    """Asks tabs whether they are on screen, over one CDP session per tab kept while the tab lives."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[Page, _Asking] = {}
+
+    def forget(self, page: Page | None = None) -> None:
+        """Drop one tab's session (it closed), or all of them (the connection went)."""
+        if page is None:
+            self._sessions.clear()
+        else:
+            self._sessions.pop(page, None)
+
+    async def _asking(self, page: Page) -> _Asking:
+        known = self._sessions.get(page)
+        if known is None:
+            session = await page.context.new_cdp_session(page)
+            info = await session.send("Target.getTargetInfo")
+            # A page target's main frame has the target's id.
+            known = self._sessions[page] = _Asking(session, str(info["targetInfo"]["targetId"]))
+        return known
+
+    @staticmethod
+    async def _evaluate(asking: _Asking, expression: str) -> Any:
+        answer = await asking.session.send(
+            "Runtime.evaluate", {"expression": expression, "contextId": asking.world, "returnByValue": True}
+        )
+        return answer.get("result", {}).get("value")
+
+    async def _answer(self, page: Page) -> Any:
+        asking = await self._asking(page)
+        if asking.world is not None:
+            with contextlib.suppress(PlaywrightError):  # the world went with its document
+                value = await self._evaluate(asking, _ASK)
+                if value is not None:
+                    return value
+        world = await asking.session.send("Page.createIsolatedWorld", {"frameId": asking.frame, "worldName": WORLD})
+        asking.world = int(world["executionContextId"])
+        return await self._evaluate(asking, _MARK_AND_ASK)
+
+    async def shown(self, page: Page) -> Shown | None:
+        """Whether ``page`` is shown and has the focus; None when it cannot say (closing, busy)."""
+        try:
+            async with asyncio.timeout(ASK_TIMEOUT_S):
+                value = await self._answer(page)
+        except (PlaywrightError, TimeoutError, KeyError, TypeError, ValueError) as exc:
+            log.debug("a tab could not say whether it is shown: %r", exc)
+            self.forget(page)
+            return None
+        if not (isinstance(value, list) and len(value) == 2):
+            return None
+        return Shown(value[0] is True, value[1] is True)
+
+    async def pick(self, pages: Sequence[Page], known: Page | None) -> Page:
+        """The tab on screen among ``pages`` (in the order first seen): ``known`` (the one named active
+        last) when it is still shown with the focus, else the newest shown tab with the focus, else
+        ``known`` if still shown, else the newest shown one (another window's), else ``known`` or the
+        first. One question when nothing changed."""
+        for gone in self._sessions.keys() - set(pages):  # closed by a page, a person or a client
+            del self._sessions[gone]
+        known = known if known in pages else None
+        first = await self.shown(known) if known is not None else None
+        if known is not None and first == Shown(True, True):
+            return known
+        shown: Page | None = None
+        for page in reversed(pages):
+            if page is known:
+                continue
+            answer = await self.shown(page)
+            if answer is None or not answer.visible:
+                continue
+            if answer.focused:
+                return page
+            shown = shown or page
+        if known is not None and first is not None and first.visible:
+            return known
+        return shown or known or pages[0]
+
+
+async def page_targets(cdp_url: str) -> Any:
+    """Chromium's ``/json/list``, decoded."""
+    return (await devtools.get(cdp_url, "/json/list", 5.0)).json()
+
+
+class LastPage:
+    """Judges each closing of a page, one at a time: closing the last open one is refused (a page
+    already being closed no longer counts). Shared by the CDP relays and the controller's ``tab_close``."""
+
+    def __init__(self, list_targets: Callable[[], Awaitable[Any]]) -> None:
+        self._list_targets = list_targets
+        self._lock = asyncio.Lock()
+        self._closing: set[str] = set()
+
+    async def refuses(self, target: str | None) -> bool:
+        """Whether closing ``target`` (None: a page the caller cannot name, Page.close in a session)
+        would close the last page; when not, ``target`` counts as closing from now on. Unknown
+        (DevTools did not answer): refused."""
+        async with self._lock:
+            try:
+                listed = await self._list_targets()
+                pages = {t["id"] for t in listed if isinstance(t, dict) and t.get("type") == "page"}
+            except (ActionError, ValueError, TypeError, KeyError):
+                return True
+            self._closing &= pages  # those gone are forgotten
+            open_pages = pages - self._closing
+            if target is not None and target not in open_pages:
+                return False  # no page (a worker, an iframe) or one already closing: Chromium answers
+            if len(open_pages) <= 1:
+                return True
+            if target is not None:
+                self._closing.add(target)
+            return False
+
+    def closed(self, target: str) -> None:
+        """``target`` is closed or did not close after all: it no longer counts as closing."""
+        self._closing.discard(target)
