@@ -103,12 +103,12 @@ def _bootstrap_tree(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
     return tmp_path / "scripts" / "bootstrap", calls, {**os.environ, "PYTHON": str(python)}
 
 
-def test_bootstrap_installs_corral_alone_for_the_main_job(tmp_path: Path) -> None:
+def test_bootstrap_installs_corral_with_its_commands_extras_for_the_main_job(tmp_path: Path) -> None:
     bootstrap, calls, env = _bootstrap_tree(tmp_path)
     done = subprocess.run(["bash", str(bootstrap)], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     installs = [line for line in calls.read_text().splitlines() if "-U pip" not in line]
-    assert installs == [f".venv: -m pip install -q --disable-pip-version-check -e {tmp_path}"]
+    assert installs == [f".venv: -m pip install -q --disable-pip-version-check -e {tmp_path}[all]"]
     assert not (tmp_path / ".venv-proxy").exists()
     # Once installed, a second run installs nothing.
     before = calls.read_text()

@@ -1,7 +1,8 @@
 """The two ways Corral's MCP server is reached.
 
-- :func:`serve_stdio`: ``corral mcp``, a subprocess of the MCP client speaking on stdin/stdout, which
-  calls a gateway over HTTP with the CLI's URL and credential.
+- :func:`serve_stdio` (:mod:`corral.mcp.stdio`, kept apart from the gateway's imports): ``corral mcp``,
+  a subprocess of the MCP client speaking on stdin/stdout, which calls a gateway over HTTP with the
+  CLI's URL and credential.
 - :func:`mount`: ``/mcp`` on the gateway (Streamable HTTP), for the caller's own bearer (an API key
   or a session token), checked by the gateway's auth before the SDK parses a byte.
 """
@@ -27,16 +28,12 @@ from corral.errors import CapacityError, MessageTooLarge
 from corral.gateway.auth import Caller
 from corral.gateway.routes.deps import bearer, identify
 from corral.gateway.settings import GatewaySettings
-from corral.mcp.access import FixedCredential, ForwardedBearer
+from corral.mcp.access import ForwardedBearer
 from corral.mcp.server import build_server
+from corral.mcp.stdio import serve_stdio
 
 PATH = "/mcp"
 _LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
-
-
-def serve_stdio(url: str, credential: str) -> None:
-    """Serve on stdin/stdout until the client closes them; every tool calls the gateway at ``url``."""
-    build_server(FixedCredential(url, credential)).run("stdio")
 
 
 def transport_security(settings: GatewaySettings) -> TransportSecuritySettings:

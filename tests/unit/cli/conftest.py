@@ -1,4 +1,4 @@
-"""The CLI's gateway, faked at its one seam (``cli._gateway``): the SDK's client as the CLI makes it
+"""The CLI's gateway, faked at its one seam (``common.gateway``): the SDK's client as the CLI makes it
 (its URL and key from the environment), over a transport that hands each request to a test's handler."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from corral import cli
+from corral.cli import common
 from corral.gateway_client import Gateway
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -27,7 +27,7 @@ def gateway(monkeypatch: pytest.MonkeyPatch) -> Callable[[Handler], list[httpx.R
             return handler(request)
 
         monkeypatch.setattr(
-            cli, "_gateway", lambda: Gateway(cli._url(), cli._api_key(), transport=httpx.MockTransport(record))
+            common, "gateway", lambda: Gateway(common.url(), common.api_key(), transport=httpx.MockTransport(record))
         )
         return seen
 

@@ -12,8 +12,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from corral import cli
-from corral.cli import app
+from corral.cli import app, common
 from corral.errors import error_body
 from corral.proxy.audit import AuditLog, verify
 
@@ -85,8 +84,8 @@ def log_path(tmp_path: Path) -> Path:
 @pytest.fixture(autouse=True)
 def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
     """Output as on a wide terminal, so nothing is folded (the consoles write to the runner's streams)."""
-    monkeypatch.setattr(cli, "out", Console(width=250))
-    monkeypatch.setattr(cli, "console", Console(stderr=True, width=250))
+    monkeypatch.setattr(common, "out", Console(width=250))
+    monkeypatch.setattr(common, "console", Console(stderr=True, width=250))
 
 
 def _run(*args: str) -> Any:

@@ -13,8 +13,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from corral import cli
-from corral.cli import app
+from corral.cli import app, common
 from corral.errors import ActionFailed, error_body
 
 from .conftest import Handler
@@ -50,7 +49,7 @@ class RemoteStat:
 @pytest.fixture(autouse=True)
 def remote(monkeypatch: pytest.MonkeyPatch) -> RemoteStat:
     stat = RemoteStat()
-    monkeypatch.setattr(cli, "_sandbox_client", stat)
+    monkeypatch.setattr(common, "sandbox_client", stat)
     return stat
 
 

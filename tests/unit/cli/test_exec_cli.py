@@ -1,5 +1,5 @@
 """``corral exec``: the command's output streamed to stdout and stderr as it comes, its exit code this
-one's, a timeout 124, over a fake session WebSocket (``cli._sandbox_client``)."""
+one's, a timeout 124, over a fake session WebSocket (``common.sandbox_client``)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from typer.testing import CliRunner
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import Close
 
-from corral import cli
-from corral.cli import app
+from corral.cli import app, common
 from corral.errors import error_body
 
 
@@ -61,7 +60,7 @@ def session(monkeypatch: pytest.MonkeyPatch) -> Any:
 
     def install(frames: list[dict[str, Any]]) -> FakeSession:
         fake = FakeSession(frames)
-        monkeypatch.setattr(cli, "_sandbox_client", fake)
+        monkeypatch.setattr(common, "sandbox_client", fake)
         return fake
 
     return install
@@ -133,7 +132,7 @@ def test_exactly_one_of_argv_and_sh(session: Any, args: list[str]) -> None:
 def test_the_websocket_goes_to_the_gateway_with_the_key_in_a_header(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CORRAL_API_KEY", "key-1")
     monkeypatch.setenv("CORRAL_URL", "https://gateway.test:8700/")
-    client = cli._sandbox_client("ses_1")
+    client = common.sandbox_client("ses_1")
     assert client._url == "wss://gateway.test:8700/v1/sessions/ses_1/ws"
     assert client._headers == {"Authorization": "Bearer key-1"}
     assert json.dumps(client._headers).count("key-1") == 1 and "key-1" not in client._url
@@ -146,7 +145,7 @@ def test_a_session_the_gateway_refuses_is_a_clean_failure(monkeypatch: pytest.Mo
             yield {}
 
     monkeypatch.setenv("CORRAL_API_KEY", "key-1")
-    monkeypatch.setattr(cli, "_sandbox_client", Refused([]))
+    monkeypatch.setattr(common, "sandbox_client", Refused([]))
     result = CliRunner().invoke(app, ["exec", "ses_9", "--", "true"])
     assert result.exit_code == 1
     assert "no session ses_9" in result.stderr and "Traceback" not in result.output

@@ -6,6 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from corral import cli, mcp
+from corral.cli import common
 
 
 def test_corral_mcp_serves_stdio_for_the_configured_gateway_and_key(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -26,7 +27,7 @@ class NoComposeGateway:
 
 def test_corral_mcp_without_a_key_fails_on_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CORRAL_API_KEY", raising=False)
-    monkeypatch.setattr(cli, "_runtime", NoComposeGateway)
+    monkeypatch.setattr(common, "runtime", NoComposeGateway)
     monkeypatch.setattr(mcp, "serve_stdio", lambda url, credential: pytest.fail("served without a key"))
     result = CliRunner().invoke(cli.app, ["mcp"])
     assert result.exit_code == 1

@@ -9,8 +9,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from corral import cli
-from corral.cli import app
+from corral.cli import app, common
 from corral.gateway_client import Gateway
 
 ROWS = [
@@ -40,7 +39,7 @@ ROWS = [
 def test_ls_shows_events_bytes_and_the_cut(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CORRAL_API_KEY", "key-1")
     monkeypatch.setenv("CORRAL_URL", "http://gateway.test")
-    monkeypatch.setattr(cli, "out", Console(width=200, force_terminal=False))
+    monkeypatch.setattr(common, "out", Console(width=200, force_terminal=False))
     seen: list[str] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -48,9 +47,9 @@ def test_ls_shows_events_bytes_and_the_cut(monkeypatch: pytest.MonkeyPatch) -> N
         return httpx.Response(200, json=ROWS)
 
     def fake() -> Gateway:
-        return Gateway(cli._url(), cli._api_key(), transport=httpx.MockTransport(handler))
+        return Gateway(common.url(), common.api_key(), transport=httpx.MockTransport(handler))
 
-    monkeypatch.setattr(cli, "_gateway", fake)
+    monkeypatch.setattr(common, "gateway", fake)
     result = CliRunner().invoke(app, ["recording", "ls"])
     assert result.exit_code == 0, result.output
     assert seen == ["/v1/recordings"]

@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from corral import cli, images
+from corral.cli import common, lifecycle
 
 
 class FakeRuntime:
@@ -53,8 +54,8 @@ def runtime(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeRuntime:
     monkeypatch.delenv("CORRAL_URL", raising=False)
     monkeypatch.delenv("CORRAL_PORT", raising=False)
     monkeypatch.delenv("CORRAL_API_KEY", raising=False)  # the gateway makes its own
-    monkeypatch.setattr(cli, "_runtime", lambda: fake)
-    monkeypatch.setattr(cli, "_wait_for_gateway", lambda runtime: None)
+    monkeypatch.setattr(common, "runtime", lambda: fake)
+    monkeypatch.setattr(lifecycle, "wait_for_gateway", lambda runtime: None)
     monkeypatch.setattr(images, "build_all", lambda runtime, task: _builds(task))
     return fake
 

@@ -330,7 +330,7 @@ def test_the_viewer_reads_only_record_fields() -> None:
     assert read and read <= RECORD_FIELDS, read - RECORD_FIELDS
 
 
-@pytest.mark.parametrize("module", ["corral/proxy/traffic.py", "corral/cli.py"])
+@pytest.mark.parametrize("module", ["corral/proxy/traffic.py", "corral/cli/auditwords.py"])
 def test_python_readers_read_only_record_fields(module: str) -> None:
     """Every ``record.get("...")``, ``r.get("...")`` or ``record["..."]`` in a reader names a field."""
     from corral.proxy.audit import RECORD_FIELDS

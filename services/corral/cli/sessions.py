@@ -1,0 +1,146 @@
+"""``corral session ...``: create, list, show, change and remove sessions through the gateway."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from corral import gateway_client
+from corral.cli import common
+
+session_app = typer.Typer(
+    help="Create, list, show and remove sessions.", no_args_is_help=True, pretty_exceptions_show_locals=False
+)
+
+
+def _session_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table("id", "state", "age", "expires in", "viewport", "allow", "labels")
+    table.columns[0].no_wrap = True  # ids are copied from here
+    now = time.time()
+    for s in rows:
+        table.add_row(
+            s["id"],
+            s["state"],
+            f"{now - s['created_at']:.0f}s",
+            f"{s['expires_at'] - now:.0f}s",
+            f"{s['viewport']['width']}x{s['viewport']['height']}",
+            ",".join(s["allow"]) or "-",
+            ",".join(f"{k}={v}" for k, v in s["labels"].items()) or "-",
+        )
+    return table
+
+
+@session_app.command("create")
+def session_create(
+    allow: Annotated[list[str] | None, typer.Option("--allow", help="Host the session may reach (repeat).")] = None,
+    viewport: Annotated[str, typer.Option(help="WIDTHxHEIGHT")] = "1280x800",
+    timeout_s: Annotated[int | None, typer.Option("--timeout", help="Wall-clock limit in seconds.")] = None,
+    idle_timeout_s: Annotated[int | None, typer.Option("--idle-timeout", help="Idle limit in seconds.")] = None,
+    label: Annotated[list[str] | None, typer.Option("--label", help="KEY=VALUE (repeat).")] = None,
+    egress_mode: Annotated[
+        str | None, typer.Option("--egress-mode", help="enforce (default) or report (allow, log what is not allowed).")
+    ] = None,
+    secrets_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--secrets-file",
+            help='JSON: {"NAME": {"value": ..., "allow": [...], "in": [...]}}. The sandbox gets placeholders, '
+            "the proxy puts the values in (never give a value on a command line).",
+        ),
+    ] = None,
+    as_json: common.JsonOpt = False,
+) -> None:
+    """Start a session; prints its id, token and WebSocket URL (and its secrets' placeholders)."""
+    width, _, height = viewport.partition("x")
+    if not (width.isdigit() and height.isdigit()):
+        raise common.fail("viewport must look like 1280x800", 2)
+    labels = dict(item.split("=", 1) for item in (label or []) if "=" in item)
+    secrets = _secrets_file(secrets_file) if secrets_file is not None else None
+    body = gateway_client.session_body(
+        allow, (int(width), int(height)), timeout_s, idle_timeout_s, labels, egress_mode, secrets=secrets
+    )
+    with common.gateway_call() as gateway:
+        created = gateway.create_session(body)
+    if as_json:
+        common.out.print_json(json.dumps(created))
+        return
+    common.out.print(_session_table([created]))
+    common.out.print(f"token: {created['token']}\nws: {created['ws_url']}")
+    for name, placeholder in (created.get("secrets") or {}).items():
+        common.out.print(f"secret {name}: {placeholder}")
+
+
+def _secrets_file(path: Path) -> dict[str, Any]:
+    """The ``secrets`` of a create, from a JSON file; its words on failure never quote the file's content."""
+    try:
+        secrets = json.loads(path.read_text())
+    except OSError as exc:
+        raise common.fail(f"cannot read {path}: {exc.strerror}", 2) from None
+    except ValueError:
+        raise common.fail(f"{path} is not JSON", 2) from None
+    if not isinstance(secrets, dict) or not all(isinstance(spec, dict) for spec in secrets.values()):
+        raise common.fail(f'{path} must hold an object: {{"NAME": {{"value": ..., "allow": [...]}}}}', 2)
+    return secrets
+
+
+@session_app.command("secrets")
+def session_secrets(session_id: str, as_json: common.JsonOpt = False) -> None:
+    """A session's secrets as its sandbox holds them: name and placeholder (values are never shown)."""
+    with common.gateway_call() as gateway:
+        placeholders = gateway.secrets(session_id)
+    if as_json:
+        common.out.print_json(json.dumps(placeholders))
+        return
+    table = Table("secret", "placeholder")
+    for name, placeholder in placeholders.items():
+        table.add_row(name, placeholder)
+    common.out.print(table)
+
+
+@session_app.command("allow")
+def session_allow(
+    session_id: str,
+    entries: Annotated[list[str] | None, typer.Argument(help="The new allowlist (replaces the old one).")] = None,
+    egress_mode: Annotated[str | None, typer.Option("--egress-mode", help="enforce or report.")] = None,
+    as_json: common.JsonOpt = False,
+) -> None:
+    """Replace a live session's allowlist (and mode); the change is written to its audit log."""
+    with common.gateway_call() as gateway:
+        updated = gateway.update_session(session_id, entries or [], egress_mode)
+    if as_json:
+        common.out.print_json(json.dumps(updated))
+        return
+    common.out.print(_session_table([updated]))
+
+
+@session_app.command("ls")
+def session_ls(as_json: common.JsonOpt = False) -> None:
+    """The sessions of this API key."""
+    with common.gateway_call() as gateway:
+        rows = gateway.sessions()
+    if as_json:
+        common.out.print_json(json.dumps(rows))
+    else:
+        common.out.print(_session_table(rows))
+
+
+@session_app.command("show")
+def session_show(session_id: str, as_json: common.JsonOpt = False) -> None:
+    with common.gateway_call() as gateway:
+        row = gateway.session(session_id)
+    if as_json:
+        common.out.print_json(json.dumps(row))
+    else:
+        common.out.print(_session_table([row]))
+
+
+@session_app.command("rm")
+def session_rm(session_id: str) -> None:
+    with common.gateway_call() as gateway:
+        gateway.delete_session(session_id)
+    common.console.print(f"removed {session_id}")
