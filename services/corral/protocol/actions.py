@@ -780,7 +780,7 @@ class ProcessKill(_Action):
 
 
 class ProcessWrite(_Action):
-    result: ClassVar[type[BaseModel]] = r.Written
+    result: ClassVar[type[BaseModel]] = r.StdinWritten
     runs_apart: ClassVar[bool] = True
 
     type: Literal["process_write"]

@@ -252,7 +252,7 @@ class Signalled(Result):
     signal: str
 
 
-class Written(Result):
+class StdinWritten(Result):
     pid: int
     written: int  # bytes
 
@@ -378,7 +378,7 @@ AnyResult = (
     | ProcessListing
     | ProcessWaited
     | Signalled
-    | Written
+    | StdinWritten
     | ProcessOutputSlice
     | Resized
     | ShellOutput
