@@ -26,7 +26,7 @@ def _absent(value: object) -> bool:
     return value is None
 
 
-def _omitted(default: None = None) -> Any:
+def omitted(default: None = None) -> Any:
     """A field left out of the wire when it is None (not sent as ``null``)."""
     return Field(default=default, exclude_if=_absent)
 
@@ -83,9 +83,12 @@ class Scrolled(_RootResult):
     root: ScrolledClicks | ScrolledPixels
 
 
+TypedVia = Literal["x", "cdp"]
+
+
 class Typed(Result):
     typed: int  # characters
-    via: Literal["x", "cdp"]
+    via: TypedVia  # X key events, or CDP's while Chromium has the focus (text off the keymap)
 
 
 class ClipboardText(Result):
@@ -138,7 +141,7 @@ class TabClosed(Result):
 
 class FileContent(Result):
     path: str
-    path_base64: str | None = _omitted()
+    path_base64: str | None = omitted()
     content: str
     encoding: OutputEncoding
     size: int
@@ -149,7 +152,7 @@ class FileContent(Result):
 
 class FileWritten(Result):
     path: str
-    path_base64: str | None = _omitted()
+    path_base64: str | None = omitted()
     size: int
     sha256: str
 
@@ -158,35 +161,35 @@ class FileEntry(Result):
     """One entry of ``file_list``, or ``file_stat``'s answer: mode as an octal string, as ``file_write`` takes it."""
 
     path: str
-    path_base64: str | None = _omitted()
+    path_base64: str | None = omitted()
     name: str
-    name_base64: str | None = _omitted()
+    name_base64: str | None = omitted()
     type: FileType
     size: int
     mode: str
     mtime: float
-    target: str | None = _omitted()  # a symlink's
-    target_base64: str | None = _omitted()
+    target: str | None = omitted()  # a symlink's
+    target_base64: str | None = omitted()
 
 
 class FileListing(Result):
     path: str
-    path_base64: str | None = _omitted()
+    path_base64: str | None = omitted()
     entries: list[FileEntry]
     truncated: bool
 
 
 class FileRemoved(Result):
     path: str
-    path_base64: str | None = _omitted()
+    path_base64: str | None = omitted()
     type: FileType
 
 
 class FileMoved(Result):
     source: str
-    source_base64: str | None = _omitted()
+    source_base64: str | None = omitted()
     destination: str
-    destination_base64: str | None = _omitted()
+    destination_base64: str | None = omitted()
 
 
 # -- commands and processes -----------------------------------------------------------------------------------
@@ -222,6 +225,17 @@ class ExecStarted(Result):
 
 class ExecResult(_RootResult):
     root: ExecFinished | ExecStarted
+
+
+class OutputEvent(Result):
+    """An event frame of a streamed ``exec`` (sent before its reply, with the request's ``id``): a
+    chunk one stream printed. Never ``ok``: that is a reply's first key."""
+
+    id: str | int | None = None
+    event: Literal["output"] = "output"
+    stream: Stream
+    data: str
+    encoding: OutputEncoding
 
 
 class ProcessInfo(Result):
@@ -329,12 +343,18 @@ class HandBack(Result):
     left: bool  # the holder went away rather than handing back
 
 
-class LeaseAnswer(Result):
-    """``control``'s and ``request_control``'s: the lease as it is, and the hand-back if one waited."""
+class LeaseView(Result):
+    """The lease as it is: who holds it since when, and the agent's call for help if one is open
+    (also the ``lease`` member of the live view's messages)."""
 
     holder: str
-    since: float
+    since: float  # unix seconds
     help: HelpRequest | None
+
+
+class LeaseAnswer(LeaseView):
+    """``control``'s and ``request_control``'s: the lease as it is, and the hand-back if one waited."""
+
     handed_back: HandBack | None
 
 
@@ -346,9 +366,9 @@ class ErrorBody(Result):
 
     code: str
     message: str
-    field: str | None = _omitted()
-    holder: str | None = _omitted()  # lease_held: who holds the lease, since when
-    since: float | None = _omitted()
+    field: str | None = omitted()
+    holder: str | None = omitted()  # lease_held: who holds the lease, since when
+    since: float | None = omitted()
 
 
 class StepFailed(Result):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -219,3 +220,28 @@ def test_results_are_frozen() -> None:
     position = r.Position(x=1, y=2)
     with pytest.raises(ValidationError):
         position.x = 3  # type: ignore[misc]
+
+
+def _documented_replies() -> list[tuple[str, dict[str, Any]]]:
+    """(action type, its reply's result) of each native request in docs/protocol.md followed by its
+    successful reply, on the next line of the example."""
+    docs = Path(__file__).resolve().parents[3] / "docs" / "protocol.md"
+    found: list[tuple[str, dict[str, Any]]] = []
+    asked: dict[str, Any] | None = None
+    for line in docs.read_text().splitlines():
+        try:
+            message = json.loads(line) if line.startswith("{") else None
+        except ValueError:
+            message = None
+        if isinstance(message, dict) and asked is not None and message.get("ok") is True and "result" in message:
+            found.append((asked["type"], message["result"]))
+        action = message.get("action") if isinstance(message, dict) else None
+        asked = action if isinstance(action, dict) else None
+    return found
+
+
+def test_the_documented_replies_are_what_the_models_read_and_give_back() -> None:
+    documented = _documented_replies()
+    assert len(documented) >= 8
+    for action_type, result in documented:
+        assert ACTIONS[action_type].result.model_validate(result).wire() == result, action_type
