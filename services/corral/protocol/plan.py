@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from corral.protocol.actions import NativeAction, ScreenshotOptions
 from corral.protocol.geometry import Scale
+from corral.protocol.results import AnyResult
 
 if TYPE_CHECKING:
     from corral.protocol.vendor.calls import VendorCall
@@ -66,8 +67,13 @@ class EncodedImage:
 
 @dataclass(frozen=True, slots=True)
 class ActionResult:
-    """What one native action produced: its data (a native reply's ``result``) and, for a screenshot or
-    a zoom, its image."""
+    """What one native action produced: its result model (:mod:`corral.protocol.results`) and, for a
+    screenshot or a zoom, its image."""
 
-    data: dict[str, Any]
+    result: AnyResult
     image: EncodedImage | None = None
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The result as a native reply's ``result`` carries it (JSON-ready; what the vendors' forms read)."""
+        return self.result.wire()

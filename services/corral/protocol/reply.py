@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NotRequired, TypedDict
 
 from corral.errors import ActionError
 from corral.protocol import anthropic, openai, vendor
@@ -16,8 +17,37 @@ from corral.protocol.plan import ActionResult, Dialect, EncodedImage, Plan, Requ
 from corral.protocol.vendor import VendorCall
 
 
-def _image_block(image: EncodedImage, with_data: bool) -> dict[str, Any]:
-    block: dict[str, Any] = {"media_type": image.media_type, "width": image.width, "height": image.height}
+class ImageBlock(TypedDict):
+    """A reply's ``screenshot``: the image's data only where the result cannot hold it."""
+
+    media_type: str
+    width: int
+    height: int
+    data: NotRequired[str]  # base64
+    settle_ms: NotRequired[float]
+    settled: NotRequired[bool | None]
+
+
+class Reply(TypedDict):
+    """One reply, in the order its keys go on the wire (:func:`encode` puts ``ok`` first whatever
+    the order): ``ok`` and ``id`` always; ``error`` on a failure; ``result``, ``screenshot`` and
+    ``elapsed_ms`` on a success (a vendor call's failure has a ``result`` too); the dispatcher adds
+    ``action_id`` and, when a human handed the lease back, ``control``."""
+
+    ok: bool
+    id: RequestId
+    error: NotRequired[Mapping[str, object]]  # corral.errors.CodedError.to_dict
+    # The action's result (corral.protocol.results, as its wire() gives it), the dialects' payload, or
+    # a vendor's own block or item: JSON whose shape the vendor owns, so left open here.
+    result: NotRequired[Mapping[str, Any]]
+    screenshot: NotRequired[ImageBlock]
+    elapsed_ms: NotRequired[float]
+    action_id: NotRequired[str]
+    control: NotRequired[Mapping[str, object]]  # corral.protocol.results.HandBack's wire()
+
+
+def _image_block(image: EncodedImage, with_data: bool) -> ImageBlock:
+    block = ImageBlock(media_type=image.media_type, width=image.width, height=image.height)
     if with_data:
         block["data"] = base64.b64encode(image.data).decode()
     if image.settle_ms is not None:
@@ -26,18 +56,19 @@ def _image_block(image: EncodedImage, with_data: bool) -> dict[str, Any]:
     return block
 
 
-def success(plan: Plan, results: list[ActionResult], image: EncodedImage | None, elapsed_ms: float) -> dict[str, Any]:
+def success(plan: Plan, results: list[ActionResult], image: EncodedImage | None, elapsed_ms: float) -> Reply:
     """The ``ok: true`` reply; dialect envelopes carry their payload in ``result`` and the image there when
     it can hold one (a shell_call's output cannot: then the reply's ``screenshot`` has the data).
 
     A vendor call's ``result`` is its ``tool_result`` or ``item``; a shell_call whose commands timed out
     still answers ``ok: false`` (code ``timeout``) beside the item that says which.
     """
-    reply: dict[str, Any] = {"ok": True, "id": plan.request_id}
+    reply = Reply(ok=True, id=plan.request_id)
     if plan.call is not None:
-        reply["result"], error = vendor.success_result(plan.call, plan.steps, results, image, plan.scale)
+        result, error = vendor.success_result(plan.call, plan.steps, results, image, plan.scale)
+        reply["result"] = result
         if error is not None:
-            reply = {"ok": False, "id": plan.request_id, "error": error.to_dict(), "result": reply["result"]}
+            reply = Reply(ok=False, id=plan.request_id, error=error.to_dict(), result=result)
     elif plan.dialect is Dialect.NATIVE:
         reply["result"] = results[-1].data
     elif plan.dialect is Dialect.ANTHROPIC:
@@ -54,10 +85,10 @@ def success(plan: Plan, results: list[ActionResult], image: EncodedImage | None,
 
 def failure(
     request_id: RequestId, error: ActionError, call: VendorCall | None = None, image: EncodedImage | None = None
-) -> dict[str, Any]:
+) -> Reply:
     """The ``ok: false`` reply; for a vendor call also its ``result`` in the vendor's own error form
     (``image``: a computer_call's current screenshot, the only output that call can have)."""
-    reply: dict[str, Any] = {"ok": False, "id": request_id, "error": error.to_dict()}
+    reply = Reply(ok=False, id=request_id, error=error.to_dict())
     result = vendor.failure_result(call, error, image) if call is not None else None
     if result is not None:
         reply["result"] = result
@@ -68,7 +99,7 @@ _FAILED = '{"ok":false,'
 _FAILED_BYTES = _FAILED.encode()
 
 
-def encode(reply: dict[str, Any]) -> str:
+def encode(reply: Reply) -> str:
     """A reply as one compact JSON text that starts with its ``ok`` (whatever order ``reply`` has)."""
     return json.dumps({"ok": bool(reply["ok"]), **reply}, separators=(",", ":"))
 

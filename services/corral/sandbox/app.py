@@ -12,7 +12,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Literal
 
 from starlette.applications import Starlette
 from starlette.requests import HTTPConnection, Request
@@ -26,6 +26,7 @@ from corral.contracts.limits import MAX_FRAME_BYTES
 from corral.errors import ActionError, ErrorCode, error_body
 from corral.frames import next_frame, over_limit
 from corral.protocol import reply
+from corral.protocol import results as r
 from corral.protocol.envelope import Limits, decode
 from corral.sandbox.agent.freezer import AgentFreezer
 from corral.sandbox.control.lease import ControlLease
@@ -40,8 +41,8 @@ from corral.sandbox.placeholders import placeholders_of
 from corral.sandbox.recorder import Recorder
 from corral.sandbox.settings import ControllerSettings
 from corral.sandbox.tools import transfer
-from corral.sandbox.tools.files import AgentFiles, named
-from corral.sandbox.tools.transfer_record import Tallied, Transfer
+from corral.sandbox.tools.files import AgentFiles
+from corral.sandbox.tools.transfer_record import Sent, Tallied, Transfer
 from corral.sandbox.web import cdp
 
 log = logging.getLogger(__name__)
@@ -192,7 +193,7 @@ async def recording(request: Request) -> JSONResponse:
 
 async def healthz(request: Request) -> JSONResponse:
     desktop = _desktop(request)
-    checks: dict[str, Any] = {"screen": f"{desktop.size}"}
+    checks = {"screen": f"{desktop.size}"}
     try:
         await asyncio.wait_for(desktop.screen.grab(), 2)
     except (TimeoutError, OSError) as exc:
@@ -221,7 +222,7 @@ async def actions(request: Request) -> Response:
             return Response(status_code=204)
         # The frame fitted is the body sent: a screenshot's reply is encoded once, not twice.
         out, frame = fitted(incoming, await dispatcher.run(waited))
-    status = 200 if out["ok"] else _STATUS.get(out["error"]["code"], 400)
+    status = 200 if out["ok"] else _STATUS.get(str(out["error"]["code"]), 400)
     return Response(frame, status_code=status, media_type="application/json")
 
 
@@ -252,8 +253,8 @@ async def put_file(request: Request) -> JSONResponse:
     except ActionError as exc:
         recorded.failed(exc)
         return _error(exc)
-    recorded.done(written.as_dict())
-    return JSONResponse({"ok": True, **written.as_dict()})
+    recorded.done(written.result().wire())
+    return JSONResponse({"ok": True, **written.result().wire()})
 
 
 async def get_file(request: Request) -> Response:
@@ -268,12 +269,11 @@ async def get_file(request: Request) -> Response:
     except ActionError as exc:
         recorded.failed(exc)
         return _error(exc)
-    kind = "directory" if download.media_type == transfer.TAR_MEDIA else "file"
+    kind: Literal["file", "directory"] = "directory" if download.media_type == transfer.TAR_MEDIA else "file"
     path = files.resolve(query.target())
 
     def ended(size: int, sha256: str, why_cut: str | None) -> None:
-        sent = {**named("path", path), "type": kind, "size": size, "sha256": sha256, "complete": why_cut is None}
-        recorded.done(sent if why_cut is None else {**sent, "cut": why_cut})
+        recorded.done(Sent.of(path, kind, size, sha256, why_cut).wire())
 
     headers = {} if download.length is None else {"content-length": str(download.length)}
     body = Tallied(download.body, ended)
@@ -400,8 +400,8 @@ class Connection:
         _, frame = fitted(incoming, out)
         await self._send(frame)  # "ok" first: the gateway's relay reads only that
 
-    async def _event(self, event: dict[str, Any]) -> None:
-        await self._send(json.dumps(event, separators=(",", ":")))
+    async def _event(self, event: r.OutputEvent) -> None:
+        await self._send(json.dumps(event.wire(), separators=(",", ":")))
 
     async def _send(self, frame: str) -> None:
         async with self._sending:

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import math
 import time
-from collections.abc import Iterator
-from typing import Any, TypeVar, assert_never
+from typing import TypeVar, assert_never
 
 from playwright._impl._errors import Error as PlaywrightError
 from Xlib.display import Display
@@ -15,8 +11,8 @@ from Xlib.error import DisplayError as XError
 
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import actions as a
+from corral.protocol import results as r
 from corral.protocol.geometry import Size
-from corral.protocol.keys import Key, parse_key
 from corral.protocol.plan import ActionResult, After
 from corral.sandbox.agent.launcher import LauncherClient
 from corral.sandbox.agent.processes import ProcessTable, RunContext
@@ -24,9 +20,9 @@ from corral.sandbox.agent.shell import PersistentShell
 from corral.sandbox.control import takeover
 from corral.sandbox.control.lease import ControlLease
 from corral.sandbox.control.turns import ActionLock
-from corral.sandbox.display import clipboard
 from corral.sandbox.display.screen import Screen, Settled
 from corral.sandbox.display.xinput import XInput
+from corral.sandbox.hands import Hands
 from corral.sandbox.placeholders import Placeholders
 from corral.sandbox.settings import ControllerSettings
 from corral.sandbox.tools.editor import Editor
@@ -36,16 +32,8 @@ from corral.sandbox.tools.search import Search
 from corral.sandbox.trim import release_memory
 from corral.sandbox.web.browser import Browser
 
-MULTI_CLICK_GAP_S = 0.02
 # Input that may make the page load or change: what the settle after it waits on (Browser.loading).
 _MAY_LOAD = (a.Click, a.MouseDown, a.MouseUp, a.Drag, a.Scroll, a.Type, a.Key)
-
-# Viewport origin of Chromium's active tab on the screen, for pixel-exact wheel events over CDP.
-_VIEWPORT_JS = """() => {
-  const border = Math.max(0, (window.outerWidth - window.innerWidth) / 2);
-  return [window.screenX + border, window.screenY + window.outerHeight - window.innerHeight - border,
-          window.innerWidth, window.innerHeight];
-}"""
 
 
 def wait_for_display(display: str, timeout_s: float = 30.0) -> None:
@@ -107,6 +95,8 @@ class Desktop:
         # The session's one persistent bash (the shell action), a process of the table's.
         self.shell = shell
         self.size = Size(self.screen.width, self.screen.height)
+        # The pointer, the keyboard and the clipboard (corral.sandbox.hands).
+        self.hands = Hands(settings, input, browser)
         self.lock = (
             ActionLock() if lock is None else lock
         )  # the live view waits for its release (corral.sandbox.control.turns)
@@ -155,27 +145,6 @@ class Desktop:
         self.screen.close()
         self.input.close()
 
-    # -- helpers ---------------------------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _held(self, modifiers: list[str]) -> Iterator[None]:
-        keys: tuple[Key, ...] = tuple(parse_key(name) for name in modifiers)
-        if keys:
-            self.input.key_down(keys)
-        try:
-            yield
-        finally:
-            if keys:
-                self.input.key_up(keys)
-
-    def _move_if(self, x: int | None, y: int | None) -> None:
-        if x is not None and y is not None:
-            self.input.move(x, y)
-
-    def _position(self) -> dict[str, Any]:
-        x, y = self.input.position()
-        return {"x": x, "y": y}
-
     async def capture(self, options: a.ScreenshotOptions, after: After) -> ActionResult:
         settled: Settled | None = None
         if after.wait_for_stable:
@@ -199,7 +168,7 @@ class Desktop:
             cursor=options.cursor,
             settled=settled,
         )
-        return ActionResult({}, image)
+        return ActionResult(r.Done(), image)
 
     # -- actions ---------------------------------------------------------------------------------------
 
@@ -221,58 +190,33 @@ class Desktop:
         match action:
             case a.Screenshot() | a.Zoom():
                 return await self.capture(action.options(), after)
-            case a.Click():
-                self._move_if(action.x, action.y)
-                with self._held(action.modifiers):
-                    for index in range(action.count):
-                        if index:
-                            # X timestamps are in ms and Chromium drops a repeat click with the same stamp.
-                            await asyncio.sleep(MULTI_CLICK_GAP_S)
-                        self.input.click(action.button)
-                return ActionResult(self._position())
-            case a.MouseDown() | a.MouseUp():
-                self._move_if(action.x, action.y)
-                self.input.button(action.button, down=isinstance(action, a.MouseDown))
-                return ActionResult(self._position())
-            case a.Move():
-                with self._held(action.modifiers):
-                    self.input.move(action.x, action.y)
-                return ActionResult(self._position())
-            case a.Drag():
-                await self._drag(action)
-                return ActionResult(self._position())
-            case a.Scroll():
-                return ActionResult(await self._scroll(action))
-            case a.Type():
-                via = await self._type(action)
-                return ActionResult({"typed": len(action.text), "via": via})
-            case a.Key():
-                await self._key(action)
-                return ActionResult({})
-            case a.Wait():
-                await asyncio.sleep(action.ms / 1000)
-                return ActionResult({})
-            case a.CursorPosition():
-                return ActionResult(self._position())
-            case a.ClipboardGet():
-                return ActionResult({"text": await clipboard.get_text(self._settings.display)})
-            case a.ClipboardSet():
-                await clipboard.set_text(self._settings.display, action.text)
-                return ActionResult({})
-            case a.Navigate():
-                return ActionResult(dict(await self.browser.navigate(action.url, action.wait_until, action.timeout_ms)))
-            case a.Back() | a.Forward() | a.Reload():
-                return ActionResult(dict(await self.browser.history(action.type, action.timeout_ms)))
-            case a.PageInfo():
-                return ActionResult(dict(await self.browser.info()))
-            case a.Tabs():
-                return ActionResult(dict(await self.browser.tabs()))
-            case a.TabNew():
-                return ActionResult(dict(await self.browser.tab_new(action.url)))
-            case a.TabSwitch():
-                return ActionResult(dict(await self.browser.tab_switch(action.tab)))
-            case a.TabClose():
-                return ActionResult(dict(await self.browser.tab_close(action.tab)))
+            case (
+                a.Click()
+                | a.MouseDown()
+                | a.MouseUp()
+                | a.Move()
+                | a.Drag()
+                | a.Scroll()
+                | a.Type()
+                | a.Key()
+                | a.Wait()
+                | a.CursorPosition()
+                | a.ClipboardGet()
+                | a.ClipboardSet()
+            ):
+                return ActionResult(await self.hands.run(action))
+            case (
+                a.Navigate()
+                | a.Back()
+                | a.Forward()
+                | a.Reload()
+                | a.PageInfo()
+                | a.Tabs()
+                | a.TabNew()
+                | a.TabSwitch()
+                | a.TabClose()
+            ):
+                return ActionResult(await browse(self.browser, action))
             case (
                 a.Exec()
                 | a.ProcessList()
@@ -289,16 +233,8 @@ class Desktop:
                 if self.files is None:
                     raise ActionError(ErrorCode.UNSUPPORTED, "this controller cannot reach the agent's files")
                 return ActionResult(await self.files.run(action))
-            case a.Shell():
-                return ActionResult(await _part(self.shell, "persistent shell").run(action, context))
-            case a.Edit():
-                return ActionResult(await _part(self.editor, "the editor").run(action))
-            case a.ApplyPatch():
-                return ActionResult(await _part(self.patcher, "patches").run(action))
-            case a.FileGlob() | a.FileGrep():
-                return ActionResult(await _part(self.search, "file search").run(action, context))
-            case a.Secrets():
-                return ActionResult({"secrets": dict(self.placeholders.by_name)})
+            case a.Shell() | a.Edit() | a.ApplyPatch() | a.FileGlob() | a.FileGrep() | a.Secrets():
+                return ActionResult(await self._tool(action, context))
             case a.Control():
                 return ActionResult(await takeover.control(self.lease, action.wait_ms))
             case a.RequestControl():
@@ -307,126 +243,43 @@ class Desktop:
                 # mypy proves this unreachable: a member of AnyAction without its case above fails the type check.
                 assert_never(action)
 
-    async def _drag(self, action: a.Drag) -> None:
-        first = action.path[0]
-        with self._held(action.modifiers):
-            self.input.move(first.x, first.y)
-            self.input.button(action.button, down=True)
-            try:
-                x, y = first.x, first.y
-                for point in action.path[1:]:
-                    # Intermediate motion, so pages that track pointermove see a path and not a jump.
-                    steps = max(1, math.ceil(math.dist((x, y), (point.x, point.y)) / action.step_px))
-                    for i in range(1, steps + 1):
-                        self.input.move(round(x + (point.x - x) * i / steps), round(y + (point.y - y) * i / steps))
-                        # Paced like a hand, so pages that coalesce pointer events per frame still see a path.
-                        await asyncio.sleep(action.step_ms / 1000)
-                    x, y = point.x, point.y
-            finally:
-                self.input.button(action.button, down=False)
+    async def _tool(self, action: a.ToolAction | a.Secrets, context: RunContext) -> ToolResult:
+        match action:
+            case a.Shell():
+                return await _part(self.shell, "persistent shell").run(action, context)
+            case a.Edit():
+                return await _part(self.editor, "the editor").run(action)
+            case a.ApplyPatch():
+                return await _part(self.patcher, "patches").run(action)
+            case a.FileGlob() | a.FileGrep():
+                return await _part(self.search, "file search").run(action, context)
+            case a.Secrets():
+                return r.SecretPlaceholders(secrets=dict(self.placeholders.by_name))
+            case _:
+                assert_never(action)
 
-    async def _scroll(self, action: a.Scroll) -> dict[str, Any]:
-        self._move_if(action.x, action.y)
-        if action.direction is not None:
-            with self._held(action.modifiers):
-                self.input.scroll(action.direction, action.clicks or 1)
-            return {"clicks": action.clicks or 1, "direction": action.direction}
-        return await self._scroll_pixels(action.dx or 0, action.dy or 0, action.modifiers)
 
-    async def _scroll_pixels(self, dx: int, dy: int, modifiers: list[str]) -> dict[str, Any]:
-        """Pixel-exact wheel events over CDP where the pointer is over the page, wheel clicks elsewhere."""
-        px, py = self.input.position()
-        page = await self.browser.page()
-        ox, oy, vw, vh = await page.evaluate(_VIEWPORT_JS)
-        vx, vy = px - ox, py - oy
-        if 0 <= vx < vw and 0 <= vy < vh:
-            session = await page.context.new_cdp_session(page)
-            try:
-                flags = {
-                    "Alt_L": 1,
-                    "Alt_R": 1,
-                    "Control_L": 2,
-                    "Control_R": 2,
-                    "Meta_L": 4,
-                    "Super_L": 4,
-                    "Shift_L": 8,
-                    "Shift_R": 8,
-                }
-                mask = 0
-                for name in modifiers:
-                    mask |= flags.get(parse_key(name).name, 0)
-                await session.send(
-                    "Input.dispatchMouseEvent",
-                    {
-                        "type": "mouseWheel",
-                        "x": vx,
-                        "y": vy,
-                        "deltaX": dx,
-                        "deltaY": dy,
-                        "modifiers": mask,
-                    },
-                )
-            finally:
-                await session.detach()
-            return {"dx": dx, "dy": dy, "via": "cdp"}
-        # Off the page: X wheel clicks, about 53 px each in Chromium and most toolkits.
-        with self._held(modifiers):
-            if dy:
-                self.input.scroll("down" if dy > 0 else "up", max(1, round(abs(dy) / 53)))
-            if dx:
-                self.input.scroll("right" if dx > 0 else "left", max(1, round(abs(dx) / 53)))
-        return {"dx": dx, "dy": dy, "via": "wheel"}
+BrowserAction = a.Navigate | a.Back | a.Forward | a.Reload | a.PageInfo | a.Tabs | a.TabNew | a.TabSwitch | a.TabClose
+BrowserResult = r.Navigated | r.PageShown | r.TabList | r.TabShown | r.TabClosed
+ToolResult = r.ShellOutput | r.ToolOutput | r.GlobMatches | r.GrepMatches | r.SecretPlaceholders
 
-    def _chunks(self, text: str) -> Iterator[str]:
-        """Pieces of at most type_chunk_chars whose unmapped characters fit the spare keycodes."""
-        limit = max(1, self.input.spare_keycodes())
-        size = self._settings.type_chunk_chars
-        chunk: list[str] = []
-        distinct: set[str] = set()
-        for char in text:
-            if len(chunk) >= size or (char not in distinct and len(distinct) >= limit):
-                yield "".join(chunk)
-                chunk, distinct = [], set()
-            chunk.append(char)
-            if not self.input.on_keymap(char):
-                distinct.add(char)
-        if chunk:
-            yield "".join(chunk)
 
-    async def _type(self, action: a.Type) -> str:
-        """Type through X; text off the keymap goes through CDP while Chromium has the focus.
-
-        Chromium reloads a changed X keymap late and meanwhile misreads or drops keys, so
-        rebinding spare keycodes (xdotool's way) is kept for other windows.
-        """
-        if not all(self.input.on_keymap(char) for char in action.text) and (
-            "chromium" in self.input.focused_wm_class()
-        ):
-            await self.browser.type_text(action.text, action.delay_ms)
-            return "cdp"
-        for chunk in self._chunks(action.text):
-            if self.input.bind_for(chunk):
-                # Clients (Chromium) reload the keymap asynchronously after a change.
-                await asyncio.sleep(self._settings.keymap_settle_ms / 1000)
-            if action.delay_ms:
-                for char in chunk:
-                    self.input.type_text(char)
-                    await asyncio.sleep(action.delay_ms / 1000)
-            else:
-                self.input.type_text(chunk)
-                await asyncio.sleep(0)  # let a timeout or a disconnect cut in between chunks
-        return "x"
-
-    async def _key(self, action: a.Key) -> None:
-        combos = action.combos()
-        for _ in range(action.repeat):
-            for combo in combos:
-                if action.hold_ms:
-                    self.input.key_down(combo.keys)
-                    try:
-                        await asyncio.sleep(action.hold_ms / 1000)
-                    finally:
-                        self.input.key_up(combo.keys)
-                else:
-                    self.input.press_combo(combo)
-                await asyncio.sleep(0)  # a long sequence must not hold the event loop (or the timeout)
+async def browse(browser: Browser, action: BrowserAction) -> BrowserResult:
+    """A browser action's result, read into its model from what :class:`Browser` answers."""
+    match action:
+        case a.Navigate():
+            return r.Navigated.model_validate(await browser.navigate(action.url, action.wait_until, action.timeout_ms))
+        case a.Back() | a.Forward() | a.Reload():
+            return r.PageShown.model_validate(await browser.history(action.type, action.timeout_ms))
+        case a.PageInfo():
+            return r.PageShown.model_validate(await browser.info())
+        case a.Tabs():
+            return r.TabList.model_validate(await browser.tabs())
+        case a.TabNew():
+            return r.TabShown.model_validate(await browser.tab_new(action.url))
+        case a.TabSwitch():
+            return r.TabShown.model_validate(await browser.tab_switch(action.tab))
+        case a.TabClose():
+            return r.TabClosed.model_validate(await browser.tab_close(action.tab))
+        case _:
+            assert_never(action)

@@ -6,21 +6,22 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from corral.contracts.actors import AGENT
 from corral.contracts.limits import MAX_FRAME_BYTES
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import reply, vendor
+from corral.protocol import results as r
 from corral.protocol.actions import ScreenshotOptions
 from corral.protocol.envelope import Limits, decode, plan_request, request_id_of
 from corral.protocol.plan import ActionResult, After, EncodedImage, Plan, RequestId
+from corral.protocol.reply import Reply
 from corral.sandbox.agent.processes import Emit, RunContext
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.egress import ActionReporter
-from corral.sandbox.recorder import Recorder
+from corral.sandbox.recorder import ActionEvent, Recorder
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ class Planned:
 
     action_id: str
     dialect: str
-    native: list[dict[str, Any]]
+    native: Sequence[Mapping[str, object]]  # the steps as JSON, as the recording keeps them
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,27 +52,27 @@ class Ran:
 class Handled:
     """One request's reply and what the recording keeps of how it came about."""
 
-    reply: dict[str, Any]
-    request: Any  # as read, or its text when it could not be read
+    reply: Reply
+    request: object  # as read, or its text when it could not be read
     planned: Planned | None = None
     ran: Ran | None = None
 
-    def event(self, started: float, elapsed_ms: float, number: int | None = None) -> dict[str, Any]:
+    def event(self, started: float, elapsed_ms: float, number: int | None = None) -> ActionEvent:
         """The recorder's event for this request (``number``: its place in the order requests came in)."""
-        return {
-            "action_id": self.planned.action_id if self.planned else None,
-            "request_seq": number,
-            "started": started,
-            "elapsed_ms": round(elapsed_ms, 3),
-            "dialect": self.planned.dialect if self.planned else None,
-            "request": self.request,
-            "native": self.planned.native if self.planned else None,
-            "ok": self.reply.get("ok"),
-            "url": self.ran.url if self.ran else None,
-            "title": self.ran.title if self.ran else None,
-            "error": self.reply.get("error"),
-            "reply": self.reply,
-        }
+        return ActionEvent(
+            action_id=self.planned.action_id if self.planned else None,
+            request_seq=number,
+            started=started,
+            elapsed_ms=round(elapsed_ms, 3),
+            dialect=self.planned.dialect if self.planned else None,
+            request=self.request,
+            native=self.planned.native if self.planned else None,
+            ok=self.reply["ok"],
+            url=self.ran.url if self.ran else None,
+            title=self.ran.title if self.ran else None,
+            error=self.reply.get("error"),
+            reply=self.reply,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +80,7 @@ class Incoming:
     """A message as read: the request (or its text), its id, its plan or why it has none, and when
     it came in. Reading is cheap and never raises; running it is :meth:`Dispatcher.run`."""
 
-    request: Any
+    request: object  # as read, or its text when it could not be read
     request_id: RequestId
     plan: Plan | None
     error: Exception | None
@@ -113,7 +114,12 @@ class Dispatcher:
         # Ids stay unique in the session's audit log across controller restarts.
         self._boot = secrets.token_hex(2)
 
-    async def handle(self, raw: str | bytes, emit: Emit | None = None) -> dict[str, Any]:
+    @property
+    def desktop(self) -> Desktop:
+        """The desktop the requests run on."""
+        return self._desktop
+
+    async def handle(self, raw: str | bytes, emit: Emit | None = None) -> Reply:
         """One message in, one reply out (fitted to a frame); never raises for anything the client sent."""
         incoming = self.read(raw)
         out, _ = fitted(incoming, await self.run(incoming, emit))
@@ -123,12 +129,12 @@ class Dispatcher:
         """Decode and plan one message (the caller decides from :attr:`Incoming.apart` how to run it)."""
         started, wall = time.perf_counter(), time.time()
         number = self._recorder.arrived() if self._recorder is not None else None
-        request: Any = _text(raw)
+        request: object = _text(raw)
         request_id: RequestId = None
         try:
-            request = decode(raw, self._limits)
-            request_id = request_id_of(request)
-            plan = plan_request(request, self._desktop.size, self._limits)
+            request = decoded = decode(raw, self._limits)
+            request_id = request_id_of(decoded)
+            plan = plan_request(decoded, self._desktop.size, self._limits)
         except Exception as exc:
             return Incoming(request, request_id, None, exc, started, wall, number)
         return Incoming(request, request_id, plan, None, started, wall, number)
@@ -156,7 +162,7 @@ class Dispatcher:
 
     async def run(
         self, incoming: Incoming, emit: Emit | None = None, listening: Callable[[], bool] = lambda: True
-    ) -> dict[str, Any]:
+    ) -> Reply:
         """Run a read message; ``emit`` sends its events (an exec's streamed output), if the
         transport can. ``listening`` says whether the reply still has a reader: a hand-back is not
         spent on a reply nobody reads."""
@@ -173,7 +179,7 @@ class Dispatcher:
         if not _asks_for_control(incoming.plan) and listening():
             handed = self._desktop.lease.take_hand_back()
             if handed is not None:  # a human handed the lease back: the agent hears of it once
-                handled.reply["control"] = handed.as_dict()
+                handled.reply["control"] = handed.result().wire()
         return handled
 
     async def _answer(self, incoming: Incoming, emit: Emit | None) -> Handled:
@@ -218,7 +224,7 @@ class Dispatcher:
                 exc.field = vendor.request_field(plan.call, step.field, exc.field)
                 if not vendor.answers_each_step(plan.call):
                     raise
-                results.append(ActionResult({"error": exc.to_dict()}))
+                results.append(ActionResult(r.StepFailed(error=r.ErrorBody.model_validate(exc.to_dict()))))
         image = None
         if plan.after.screenshot is not None:
             async with self._desktop.lock:
@@ -254,11 +260,11 @@ class Dispatcher:
             raise ActionError(
                 ErrorCode.TIMEOUT, f"the request did not finish within {plan.timeout_ms} ms", field="timeout_ms"
             ) from None
-        last = results[-1].data if results else None
-        title = last.get("title") if isinstance(last, dict) else None
-        return Ran(results, image, url, title if isinstance(title, str) else None)
+        last = results[-1].result if results else None
+        title = last.title if isinstance(last, r.PageShown | r.TabShown) else None
+        return Ran(results, image, url, title)
 
-    async def _failed(self, incoming: Incoming, exc: Exception, plan: Plan | None) -> dict[str, Any]:
+    async def _failed(self, incoming: Incoming, exc: Exception, plan: Plan | None) -> Reply:
         """The failure reply; a vendor call's (read even when planning failed) carries the vendor's own
         error form, a computer_call's being a current screenshot."""
         call = plan.call if plan is not None else vendor.call_of(incoming.request)
@@ -276,7 +282,7 @@ class Dispatcher:
             log.warning("no screenshot for a failed computer_call", exc_info=True)
             return None
 
-    def refuse(self, error: ActionError, request_id: RequestId = None) -> dict[str, Any]:
+    def refuse(self, error: ActionError, request_id: RequestId = None) -> Reply:
         """The failure reply for a message refused before it could be read."""
         log.info("request %r refused: %s %s", request_id, error.code, error.message)
         return reply.failure(request_id, error)
@@ -296,7 +302,7 @@ class Dispatcher:
         return results, image
 
 
-def fitted(incoming: Incoming, out: dict[str, Any]) -> tuple[dict[str, Any], str]:
+def fitted(incoming: Incoming, out: Reply) -> tuple[Reply, str]:
     """``out`` and its frame, or, when that frame is over :data:`MAX_FRAME_BYTES` (the gateway
     would close the connection with 1009, dropping every request on it), a ``too_large`` failure
     in its place (with the vendor's error form for a vendor call). Each action bounds its own
@@ -324,7 +330,7 @@ def _asks_for_control(plan: Plan | None) -> bool:
 
 def _failure(
     request_id: RequestId, exc: Exception, call: vendor.VendorCall | None = None, image: EncodedImage | None = None
-) -> dict[str, Any]:
+) -> Reply:
     if isinstance(exc, ActionError):
         # The client's mistake or a refused action: worth a line, not a traceback.
         log.info("request %r failed: %s %s (%s)", request_id, exc.code, exc.message, exc.field)
@@ -340,8 +346,8 @@ def _with_id(emit: Emit | None, request_id: RequestId) -> Emit | None:
         return None
     send = emit
 
-    async def emit_for_request(event: dict[str, Any]) -> None:
-        await send({"id": request_id, **event})
+    async def emit_for_request(event: r.OutputEvent) -> None:
+        await send(event.model_copy(update={"id": request_id}))
 
     return emit_for_request
 

@@ -16,7 +16,7 @@ import contextlib
 import json
 import logging
 import time
-from typing import Any
+from typing import Literal, NotRequired, TypedDict
 
 from corral.proxy import control
 
@@ -24,6 +24,24 @@ log = logging.getLogger(__name__)
 
 ACK_TIMEOUT_S = 0.25
 RETRY_AFTER_S = 1.0
+
+
+class ActionMessage(TypedDict):
+    """An action's start or end (corral.proxy.control.ActionEvent reads it)."""
+
+    op: Literal["action"]
+    id: str
+    phase: Literal["start", "end"]
+    actor: NotRequired[str]  # who acted, when not the agent
+
+
+class LeaseMessage(TypedDict):
+    """A change of the control lease (corral.proxy.control.LeaseEvent reads it)."""
+
+    op: Literal["lease"]
+    change: str
+    holder: str
+    previous: str
 
 
 class ActionReporter:
@@ -71,7 +89,7 @@ class ActionReporter:
             self._writer.close()
         self._reader = self._writer = None
 
-    async def _send(self, message: dict[str, Any], ack: bool) -> None:
+    async def _send(self, message: ActionMessage | LeaseMessage, ack: bool) -> None:
         async with self._lock:
             kept = self._writer if self._open() else None
             if not await self._connect():
@@ -84,7 +102,7 @@ class ActionReporter:
             if await self._connect():
                 await self._deliver(message, ack)
 
-    async def _deliver(self, message: dict[str, Any], ack: bool) -> bool:
+    async def _deliver(self, message: ActionMessage | LeaseMessage, ack: bool) -> bool:
         assert self._writer is not None and self._reader is not None
         try:
             self._writer.write(control.encode({**message, "ack": ack}))
@@ -108,7 +126,7 @@ class ActionReporter:
 
     async def lease_changed(self, change: str, holder: str, previous: str) -> None:
         """A change of the control lease, for the audit log (corral.proxy.control.LeaseEvent)."""
-        await self._send({"op": "lease", "change": change, "holder": holder, "previous": previous}, ack=False)
+        await self._send(LeaseMessage(op="lease", change=change, holder=holder, previous=previous), ack=False)
 
     async def close(self) -> None:
         async with self._lock:
@@ -119,8 +137,8 @@ class ActionReporter:
             self._reader = self._writer = None
 
 
-def _action(action_id: str, phase: str, actor: str | None) -> dict[str, Any]:
-    message: dict[str, Any] = {"op": "action", "id": action_id, "phase": phase}
+def _action(action_id: str, phase: Literal["start", "end"], actor: str | None) -> ActionMessage:
+    message = ActionMessage(op="action", id=action_id, phase=phase)
     if actor is not None:
         message["actor"] = actor
     return message

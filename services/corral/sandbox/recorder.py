@@ -21,8 +21,9 @@ import re
 import secrets
 import time
 from collections import deque
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from corral.recording.redact import redact
 from corral.sandbox.desktop import Desktop
@@ -37,6 +38,35 @@ SETTLE_QUIET_MS, SETTLE_TIMEOUT_MS, SETTLE_POLL_MS = 120, 1500, 15
 SKIP_WITHIN_MS = 100
 BUFFER = 512  # events kept for the gateway; older ones are dropped (the gateway notes the gap)
 BUFFER_BYTES = 32 << 20  # and at most this much of their frames and text, whichever is reached first
+
+
+class ActionEvent(TypedDict):
+    """One request as :meth:`Recorder.record` takes it (the dispatcher's, a viewer's input, an HTTP
+    file transfer), in the order its keys are kept."""
+
+    action_id: str | None  # the egress audit log's name for it (None: it made no request through the proxy)
+    request_seq: int | None  # its place in the order requests came in
+    started: float  # unix seconds
+    elapsed_ms: float
+    dialect: str | None
+    actor: NotRequired[str]  # a viewer's input: the viewer
+    request: object  # as read: any JSON, or its text when it could not be read
+    native: Sequence[Mapping[str, object]] | None  # its native steps, as JSON
+    ok: bool
+    url: str | None
+    title: str | None
+    error: Mapping[str, object] | None
+    reply: Mapping[str, object]
+
+
+class RecordingPage(TypedDict):
+    """``GET /v1/recording``'s answer: the events after the asked ``seq``, the oldest still kept,
+    the newest number given, and which run of the controller numbered them."""
+
+    events: list[dict[str, Any]]
+    oldest: int
+    last: int
+    boot: str
 
 
 def _is_image(key: str, value: Any) -> bool:
@@ -70,7 +100,7 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def _size(event: dict[str, Any]) -> int:
+def _size(event: Mapping[str, object]) -> int:
     # Frames and text alike: requests of up to a MiB each would otherwise make one answer to the
     # gateway hundreds of MiB (it reads at most 64 MiB of one). ASCII JSON is at least the UTF-8 size.
     return len(json.dumps(event, default=str))
@@ -82,6 +112,9 @@ async def _without_frame(event: dict[str, Any]) -> dict[str, Any]:
 
 
 class Recorder:
+    """The events kept for the gateway. Once recorded, an event is a JSON document (the request as
+    sent, the reply with a vendor's own blocks, what redaction and completion add): held as such."""
+
     def __init__(self, desktop: Desktop) -> None:
         self._desktop = desktop
         self._events: deque[dict[str, Any]] = deque()
@@ -137,17 +170,17 @@ class Recorder:
             if frame.data != last.data:
                 last, last_change = frame, time.monotonic()
 
-    def record(self, event: dict[str, Any], *, frame: bool = True) -> None:
+    def record(self, recorded: ActionEvent, *, frame: bool = True) -> None:
         """Queue one event; its frame and page state are added in the background (``frame``: an
         event that does not touch the screen, a file transfer over HTTP, gets neither)."""
         self._seq += 1
         # Uploaded bytes and long outputs never enter the buffer whole: a prefix, a size and a sha256.
-        event = redact(event)
+        event = redact(dict(recorded))
         event = {"seq": self._seq, **event, "reply": _strip_images(event.get("reply"))}
         completing = self._complete(event) if frame else _without_frame(event)
         self._queue(asyncio.create_task(completing))
 
-    def note(self, event: dict[str, Any]) -> None:
+    def note(self, event: Mapping[str, object]) -> None:
         """Queue an event that is no request (a change of the control lease: ``{"event": "control",
         ...}``), in order with the requests' events, as it is: no frame, no page state, no reply."""
         self._seq += 1
@@ -211,7 +244,7 @@ class Recorder:
         encoded = enc.encode(image, "webp", quality=FRAME_QUALITY, width=width)
         return base64.b64encode(encoded.data).decode()
 
-    async def after(self, seq: int, wait_ms: int) -> dict[str, Any]:
+    async def after(self, seq: int, wait_ms: int) -> RecordingPage:
         """Events after ``seq`` (waiting up to ``wait_ms`` for one), and the oldest still kept."""
         async with self._changed:
             if not any(e["seq"] > seq for e in self._events) and wait_ms > 0:
@@ -221,7 +254,7 @@ class Recorder:
                     )
             events = sorted((e for e in self._events if e["seq"] > seq), key=lambda e: e["seq"])
             oldest = self._events[0]["seq"] if self._events else self._seq + 1
-        return {"events": events, "oldest": oldest, "last": self._seq, "boot": self.boot}
+        return RecordingPage(events=events, oldest=oldest, last=self._seq, boot=self.boot)
 
     async def close(self) -> None:
         if self._publisher is not None:

@@ -9,10 +9,11 @@ import pytest
 from pydantic import TypeAdapter
 
 from corral.errors import ActionError, ErrorCode
-from corral.protocol import ActionResult, EncodedImage, NativeAction, Scale, Size, anthropic
+from corral.protocol import EncodedImage, NativeAction, Scale, Size, anthropic
 from corral.protocol import actions as a
 
 from .conftest import FailFn, PlanFn
+from .wired import result_of
 
 ADAPTER: TypeAdapter[NativeAction] = TypeAdapter(NativeAction)
 FIELD = "anthropic"
@@ -337,7 +338,7 @@ PNG = EncodedImage("image/png", b"\x89PNG fake bytes", 1024, 640)
 
 
 def test_result_with_an_image() -> None:
-    blocks = anthropic.tool_result_content(native({"type": "click"}), ActionResult({}), PNG, None)
+    blocks = anthropic.tool_result_content(native({"type": "click"}), result_of({}), PNG, None)
     assert blocks == [
         {
             "type": "image",
@@ -349,12 +350,12 @@ def test_result_with_an_image() -> None:
 
 def test_result_image_keeps_its_media_type() -> None:
     jpeg = EncodedImage("image/jpeg", b"\xff\xd8\xff", 8, 8)
-    [block] = anthropic.tool_result_content(native({"type": "screenshot"}), ActionResult({}), jpeg, None)
+    [block] = anthropic.tool_result_content(native({"type": "screenshot"}), result_of({}), jpeg, None)
     assert block["source"]["media_type"] == "image/jpeg"
 
 
 def test_result_without_an_image_is_empty() -> None:
-    assert anthropic.tool_result_content(native({"type": "wait"}), ActionResult({}), None, None) == []
+    assert anthropic.tool_result_content(native({"type": "wait"}), result_of({}), None, None) == []
 
 
 @pytest.mark.parametrize(
@@ -369,13 +370,13 @@ def test_result_without_an_image_is_empty() -> None:
     ],
 )
 def test_cursor_position_text(screen_xy: tuple[int, int], scale: Scale | None, text: str) -> None:
-    result = ActionResult({"x": screen_xy[0], "y": screen_xy[1]})
+    result = result_of({"x": screen_xy[0], "y": screen_xy[1]})
     blocks = anthropic.tool_result_content(native({"type": "cursor_position"}), result, None, scale)
     assert blocks == [{"type": "text", "text": text}]
 
 
 def test_cursor_position_text_comes_before_an_image() -> None:
-    result = ActionResult({"x": 3, "y": 4})
+    result = result_of({"x": 3, "y": 4})
     blocks = anthropic.tool_result_content(native({"type": "cursor_position"}), result, PNG, None)
     assert [b["type"] for b in blocks] == ["text", "image"]
     assert blocks[0]["text"] == "X=3,Y=4"

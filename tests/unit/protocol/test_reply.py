@@ -8,10 +8,11 @@ import json
 import pytest
 
 from corral.errors import ActionError, ErrorCode
-from corral.protocol import ActionResult, EncodedImage, reply
+from corral.protocol import EncodedImage, reply
 from corral.protocol.plan import RequestId
 
 from .conftest import PlanFn
+from .wired import result_of
 
 PNG = EncodedImage("image/png", b"\x89PNG\r\n\x1a\nfake", 1280, 800)
 SETTLED = EncodedImage("image/jpeg", b"\xff\xd8\xffjpeg", 640, 400, settle_ms=87.6543, settled=True)
@@ -24,13 +25,13 @@ def b64(data: bytes) -> str:
 
 def test_native_success_without_image(plan: PlanFn) -> None:
     p = plan({"id": "n1", "action": {"type": "page_info"}})
-    out = reply.success(p, [ActionResult({"url": "about:blank", "title": ""})], None, 12.3456)
+    out = reply.success(p, [result_of({"url": "about:blank", "title": ""})], None, 12.3456)
     assert out == {"id": "n1", "ok": True, "result": {"url": "about:blank", "title": ""}, "elapsed_ms": 12.35}
 
 
 def test_native_success_with_image_carries_the_data(plan: PlanFn) -> None:
     p = plan({"id": 7, "action": {"type": "click", "x": 1, "y": 1}, "screenshot": True})
-    out = reply.success(p, [ActionResult({})], PNG, 1.0)
+    out = reply.success(p, [result_of({})], PNG, 1.0)
     assert out["id"] == 7
     assert out["ok"] is True
     assert out["result"] == {}
@@ -41,8 +42,8 @@ def test_native_success_with_image_carries_the_data(plan: PlanFn) -> None:
 def test_the_last_step_result_is_reported(plan: PlanFn) -> None:
     p = plan({"openai": [{"type": "wait", "ms": 0}, {"type": "wait", "ms": 0}]})
     q = plan({"action": {"type": "wait"}})
-    assert reply.success(q, [ActionResult({"first": 1}), ActionResult({"last": 2})], None, 0)["result"] == {"last": 2}
-    assert reply.success(p, [ActionResult({}), ActionResult({})], None, 0)["result"] == {}
+    assert reply.success(q, [result_of({"first": 1}), result_of({"last": 2})], None, 0)["result"] == {"last": 2}
+    assert reply.success(p, [result_of({}), result_of({})], None, 0)["result"] == {}
 
 
 @pytest.mark.parametrize(
@@ -51,7 +52,7 @@ def test_the_last_step_result_is_reported(plan: PlanFn) -> None:
 )
 def test_image_block_settle_fields(plan: PlanFn, image: EncodedImage, settle: dict[str, object]) -> None:
     p = plan({"action": {"type": "wait"}, "screenshot": True, "wait_for": "stable"})
-    block = reply.success(p, [ActionResult({})], image, 0)["screenshot"]
+    block = reply.success(p, [result_of({})], image, 0)["screenshot"]
     assert block == {
         "media_type": image.media_type,
         "width": image.width,
@@ -63,7 +64,7 @@ def test_image_block_settle_fields(plan: PlanFn, image: EncodedImage, settle: di
 
 def test_anthropic_success_puts_the_image_in_the_tool_result_only(plan: PlanFn) -> None:
     p = plan({"id": "a1", "anthropic": {"action": "left_click", "coordinate": [5, 5]}})
-    out = reply.success(p, [ActionResult({})], SETTLED, 250.0)
+    out = reply.success(p, [result_of({})], SETTLED, 250.0)
     assert out["result"] == {
         "tool_result_content": [
             {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": b64(SETTLED.data)}},
@@ -82,27 +83,27 @@ def test_anthropic_success_puts_the_image_in_the_tool_result_only(plan: PlanFn) 
 
 def test_anthropic_cursor_position(plan: PlanFn) -> None:
     p = plan({"anthropic": {"action": "cursor_position"}})
-    out = reply.success(p, [ActionResult({"x": 100, "y": 200})], None, 0.5)
+    out = reply.success(p, [result_of({"x": 100, "y": 200})], None, 0.5)
     assert out["result"] == {"tool_result_content": [{"type": "text", "text": "X=100,Y=200"}]}
     assert "screenshot" not in out
 
 
 def test_anthropic_cursor_position_is_scaled_back_to_the_display(plan: PlanFn) -> None:
     p = plan({"anthropic": {"action": "cursor_position"}, "display": {"width": 1024, "height": 640}})
-    out = reply.success(p, [ActionResult({"x": 1280 // 2, "y": 800 // 2})], None, 0)
+    out = reply.success(p, [result_of({"x": 1280 // 2, "y": 800 // 2})], None, 0)
     assert out["result"]["tool_result_content"] == [{"type": "text", "text": "X=512,Y=320"}]
 
 
 def test_anthropic_without_image_has_empty_content(plan: PlanFn) -> None:
     p = plan({"anthropic": {"action": "key", "text": "Return"}, "screenshot": False})
-    out = reply.success(p, [ActionResult({})], None, 0)
+    out = reply.success(p, [result_of({})], None, 0)
     assert out["result"] == {"tool_result_content": []}
     assert "screenshot" not in out
 
 
 def test_openai_success(plan: PlanFn) -> None:
     p = plan({"id": "o1", "openai": {"type": "click", "x": 1, "y": 1}})
-    out = reply.success(p, [ActionResult({})], PNG, 3.14159)
+    out = reply.success(p, [result_of({})], PNG, 3.14159)
     assert out["result"] == {
         "output": {"type": "computer_screenshot", "image_url": f"data:image/png;base64,{b64(PNG.data)}"}
     }
@@ -112,7 +113,7 @@ def test_openai_success(plan: PlanFn) -> None:
 
 def test_openai_without_image(plan: PlanFn) -> None:
     p = plan({"openai": {"type": "wait"}, "screenshot": False})
-    out = reply.success(p, [ActionResult({})], None, 0)
+    out = reply.success(p, [result_of({})], None, 0)
     assert out["result"] == {}
     assert "screenshot" not in out
 
@@ -121,7 +122,7 @@ def test_a_shell_calls_asked_screenshot_rides_with_its_data(plan: PlanFn) -> Non
     # A shell_call_output cannot hold an image, so the reply's screenshot carries it, as a native one does.
     call = {"type": "shell_call", "id": "sh_1", "call_id": "call_1", "status": "completed"}
     p = plan({"openai": {**call, "action": {"commands": ["true"]}}, "screenshot": True})
-    ran = ActionResult({"exit_code": 0, "signal": None, "stdout": "", "stderr": "", "timed_out": False})
+    ran = result_of({"exit_code": 0, "signal": None, "stdout": "", "stderr": "", "timed_out": False})
     out = reply.success(p, [ran], PNG, 1.0)
     assert out["result"]["item"]["type"] == "shell_call_output"
     assert out["screenshot"]["data"] == b64(PNG.data)
@@ -130,14 +131,14 @@ def test_a_shell_calls_asked_screenshot_rides_with_its_data(plan: PlanFn) -> Non
 def test_an_anthropic_tool_results_screenshot_is_only_in_the_block(plan: PlanFn) -> None:
     block = {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"command": "true"}}
     p = plan({"anthropic": block, "screenshot": True})
-    out = reply.success(p, [ActionResult({"output": "", "exit_code": 0, "truncated": False})], PNG, 1.0)
+    out = reply.success(p, [result_of({"output": "", "exit_code": 0, "truncated": False})], PNG, 1.0)
     assert out["result"]["tool_result"]["content"][-1]["source"]["data"] == b64(PNG.data)
     assert "data" not in out["screenshot"]
 
 
 def test_replies_are_json_serialisable(plan: PlanFn) -> None:
     p = plan({"anthropic": {"action": "screenshot"}})
-    out = reply.success(p, [ActionResult({})], SETTLED, 0)
+    out = reply.success(p, [result_of({})], SETTLED, 0)
     assert json.loads(json.dumps(out)) == out
 
 

@@ -6,11 +6,14 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from corral.protocol import results as r
 from corral.protocol.plan import EncodedImage
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.settings import ControllerSettings
 
 IMAGE = EncodedImage("image/png", b"\x89PNG-fake", 1280, 800)
+STARTED = r.ExecResult(r.ExecStarted(pid=7, background=True))  # what the stand-in process table answers
+EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 
 class Parts:
@@ -78,7 +81,16 @@ class FakeBrowser:
     def __getattr__(self, method: str) -> Any:
         async def call(*args: Any) -> dict[str, Any]:
             self._parts.log("browser", method, *args)
-            return {"url": "https://page.test/", "title": f"after {method}"}
+            page = {"url": "https://page.test/", "title": f"after {method}"}
+            # Each in the shape the real Browser answers it.
+            shapes: dict[str, dict[str, Any]] = {
+                "navigate": {**page, "status": 200},
+                "tabs": {"tabs": [{"index": 0, "id": "t1", "active": True, **page}]},
+                "tab_new": {"id": "t1", **page},
+                "tab_switch": {"id": "t1", **page},
+                "tab_close": {"closed": "t1", "tabs": 0},
+            }
+            return shapes.get(method, page)
 
         return call
 
@@ -89,9 +101,9 @@ class FakeProcesses:
     def __init__(self, parts: Parts) -> None:
         self._parts = parts
 
-    async def run(self, action: Any, context: Any) -> dict[str, Any]:
+    async def run(self, action: Any, context: Any) -> r.ExecResult:
         self._parts.log("processes", action.type, context.action_id)
-        return {"pid": 7}
+        return STARTED
 
 
 class FakeFiles:
@@ -100,9 +112,9 @@ class FakeFiles:
     def __init__(self, parts: Parts) -> None:
         self._parts = parts
 
-    async def run(self, action: Any) -> dict[str, Any]:
+    async def run(self, action: Any) -> r.FileWritten:
         self._parts.log("files", action.type)
-        return {"path": "/workspace/x"}
+        return r.FileWritten(path="/workspace/x", size=0, sha256=EMPTY_SHA256)
 
 
 class FakeTool:
@@ -112,9 +124,9 @@ class FakeTool:
         self._parts = parts
         self._part = part
 
-    async def run(self, action: Any, *context: Any) -> dict[str, Any]:
+    async def run(self, action: Any, *context: Any) -> r.ToolOutput:
         self._parts.log(self._part, action.type)
-        return {"output": "", "path": "/workspace/x"}
+        return r.ToolOutput(output="", path="/workspace/x")
 
 
 def fake_desktop(parts: Parts, browser: type[FakeBrowser] = FakeBrowser) -> Desktop:

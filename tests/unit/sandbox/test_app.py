@@ -12,6 +12,7 @@ import pytest
 from corral.contracts import auth
 from corral.contracts.placeholders import new_placeholder
 from corral.errors import error_body
+from corral.protocol import results as r
 from corral.protocol.envelope import Limits
 from corral.sandbox.app import Connection, create_app
 from corral.sandbox.control.lease import ControlLease
@@ -193,6 +194,9 @@ class _Socket:
         return self.sent
 
 
+RUNNING = r.OutputEvent(id=1, stream="stdout", data="running", encoding="utf-8")  # what a held command prints
+
+
 class _Dispatcher:
     """Reads ``{"id", "apart"}``; a request with ``"hold"`` runs until a later one says ``release``."""
 
@@ -211,7 +215,7 @@ class _Dispatcher:
         if request.get("release"):
             self.released.set()
         if request.get("hold"):
-            await emit({"event": "output", "data": "running"})
+            await emit(RUNNING)
             await self.released.wait()
         return {"ok": True, "id": request["id"]}
 
@@ -230,7 +234,7 @@ async def test_a_command_running_on_a_connection_does_not_hold_up_the_next_reque
     # its reply, which is last.
     assert frames[3] == {"ok": True, "id": 1}
     assert sorted(frames[:3], key=str) == sorted(
-        [{"event": "output", "data": "running"}, {"ok": True, "id": 2}, {"ok": True, "id": 3}], key=str
+        [RUNNING.wire(), {"ok": True, "id": 2}, {"ok": True, "id": 3}], key=str
     )
     socket.incoming.put_nowait({"type": "websocket.disconnect"})
     await asyncio.wait_for(serving, 5)
@@ -331,7 +335,7 @@ async def test_a_reply_nobody_reads_takes_no_hand_back() -> None:
     serving = asyncio.create_task(Connection(socket, Dispatcher(desktop, Limits())).serve())  # type: ignore[arg-type]
     async with desktop.lock:  # an earlier action still running
         socket.incoming.put_nowait(_click(0))
-        await settled(lambda: bool(desktop.lock._waiters))
+        await settled(lambda: bool(desktop.lock.waiting))
         socket.incoming.put_nowait({"type": "websocket.disconnect"})
         await settled(lambda: socket.incoming.empty())
         desktop.lease.take(HUMAN)

@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 
 from corral.protocol import Limits
+from corral.protocol import results as r
 from corral.sandbox.dispatch import Dispatcher
 from corral.sandbox.tools.files import AgentFiles
 
-from .desktop_fake import FakeBrowser, Parts, fake_desktop
+from .desktop_fake import STARTED, FakeBrowser, Parts, fake_desktop
 from .fakefs import FakeAgentFs
 
 
@@ -57,7 +58,7 @@ async def test_a_native_action_is_answered_reported_and_recorded() -> None:
     message = {"id": "r1", "action": {"type": "navigate", "url": "https://page.test/"}}
     reply = await dispatcher.handle(json.dumps(message))
     assert reply["ok"] is True and reply["id"] == "r1"
-    assert reply["result"] == {"url": "https://page.test/", "title": "after navigate"}
+    assert reply["result"] == {"url": "https://page.test/", "title": "after navigate", "status": 200}
     action_id = reply["action_id"]
     assert reporter.seen == [("started", action_id), ("ended", action_id)]
     [event] = recorder.events
@@ -162,10 +163,10 @@ async def test_the_secrets_action_answers_the_placeholders_outside_the_desktops_
     dispatcher, reporter, recorder = _dispatcher()
     message = '{"id": 9, "action": {"type": "secrets"}}'
     assert dispatcher.read(message).apart is True
-    async with dispatcher._desktop.lock:  # a long desktop action in flight
+    async with dispatcher.desktop.lock:  # a long desktop action in flight
         empty = await asyncio.wait_for(dispatcher.handle(message), 5)
         placeholder = "corral_secret_" + "ab" * 16
-        dispatcher._desktop.placeholders.replace({"GITHUB_TOKEN": placeholder})
+        dispatcher.desktop.placeholders.replace({"GITHUB_TOKEN": placeholder})
         reply = await asyncio.wait_for(dispatcher.handle(message), 5)
     assert empty["ok"] is True and empty["result"] == {"secrets": {}}
     assert (reply["ok"], reply["id"], reply["result"]) == (True, 9, {"secrets": {"GITHUB_TOKEN": placeholder}})
@@ -178,7 +179,7 @@ async def test_the_secrets_action_answers_the_placeholders_outside_the_desktops_
 
 async def test_file_actions_without_a_launcher_are_unsupported() -> None:
     dispatcher, _, _ = _dispatcher()
-    dispatcher._desktop.files = None
+    dispatcher.desktop.files = None
     reply = await dispatcher.handle('{"action": {"type": "file_stat", "path": "/"}}')
     assert reply["ok"] is False and reply["error"]["code"] == "unsupported"
 
@@ -190,9 +191,9 @@ async def test_a_process_action_runs_apart_from_the_desktops_turn() -> None:
     assert dispatcher.read(json.dumps({"id": 2, "action": {"type": "screenshot"}})).apart is False
     assert dispatcher.read("not json").apart is False
     # While a desktop action holds the lock, a process action is still answered.
-    async with dispatcher._desktop.lock:
+    async with dispatcher.desktop.lock:
         reply = await asyncio.wait_for(dispatcher.handle(exec_message), 5)
-    assert reply["ok"] is True and reply["id"] == 1 and reply["result"] == {"pid": 7}
+    assert reply["ok"] is True and reply["id"] == 1 and reply["result"] == STARTED.wire()
     assert reporter.seen == []  # its commands' traffic carries their action id as the proxy username
     assert [event["action_id"] for event in recorder.events] == [reply["action_id"]]
 
@@ -213,16 +214,16 @@ async def test_a_reply_over_a_frame_is_a_too_large_failure_with_the_vendor_form(
     # A frame over 16 MiB made the gateway close the connection (1009), dropping every request on it.
     dispatcher, _, _ = _dispatcher()
 
-    async def huge(action: Any, *context: Any) -> dict[str, Any]:
-        return {"output": "\x00" * (3 << 20), "path": "/workspace/x"}  # 18 MiB of JSON escapes
+    async def huge(action: Any, *context: Any) -> r.ToolOutput:
+        return r.ToolOutput(output="\x00" * (3 << 20), path="/workspace/x")  # 18 MiB of JSON escapes
 
-    dispatcher._desktop.editor.run = huge  # type: ignore[method-assign]
+    dispatcher.desktop.editor.run = huge  # type: ignore[method-assign]
     tool_use = {"type": "tool_use", "id": "toolu_1", "name": "str_replace_based_edit_tool"}
     block = {**tool_use, "input": {"command": "view", "path": "/workspace/x"}}
     out = await dispatcher.handle(json.dumps({"id": 3, "anthropic": block}))
     assert out["ok"] is False and out["error"]["code"] == "too_large"
     assert out["result"]["tool_result"]["is_error"] is True
     assert len(json.dumps(out)) < 10_000
-    del dispatcher._desktop.editor.run  # the fake's own: a small reply goes out as it is
+    del dispatcher.desktop.editor.run  # the fake's own: a small reply goes out as it is
     small = await dispatcher.handle(json.dumps({"id": 4, "action": {"type": "edit", "command": "view", "path": "/x"}}))
     assert small["ok"] is True

@@ -150,15 +150,15 @@ async def test_a_vendor_call_refused_by_the_lease_gets_the_vendors_error_form() 
 
 async def _queued_on_the_lock(dispatcher: Dispatcher, message: dict[str, Any]) -> asyncio.Task[dict[str, Any]]:
     """``message`` sent while the test holds the desktop's lock, once it waits for that lock."""
-    desktop = dispatcher._desktop
+    desktop = dispatcher.desktop
     task = asyncio.create_task(_send(dispatcher, message))
-    await settled(lambda: bool(desktop.lock._waiters))  # past the lease's check, queued on the lock
+    await settled(lambda: bool(desktop.lock.waiting))  # past the lease's check, queued on the lock
     return task
 
 
 async def test_a_human_who_takes_the_lease_while_an_action_waits_for_the_lock_stops_it() -> None:
     dispatcher, lease, parts, reporter, _ = _dispatcher()
-    desktop = dispatcher._desktop
+    desktop = dispatcher.desktop
     async with desktop.lock:  # an earlier action still running
         waiting = await _queued_on_the_lock(dispatcher, CLICK)
         lease.take(HUMAN)
@@ -169,7 +169,7 @@ async def test_a_human_who_takes_the_lease_while_an_action_waits_for_the_lock_st
 
 async def test_a_commands_screenshot_is_not_taken_once_a_human_holds_the_lease() -> None:
     dispatcher, lease, parts, _, _ = _dispatcher()
-    desktop = dispatcher._desktop
+    desktop = dispatcher.desktop
     async with desktop.lock:
         waiting = await _queued_on_the_lock(
             dispatcher, {"id": 2, "action": {"type": "exec", "command": "true"}, "screenshot": True}

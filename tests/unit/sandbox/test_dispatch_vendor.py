@@ -9,6 +9,7 @@ from typing import Any
 
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import Limits
+from corral.protocol import results as r
 from corral.sandbox.dispatch import Dispatcher
 
 from .desktop_fake import IMAGE, Parts, fake_desktop
@@ -20,11 +21,11 @@ IMAGE_URL = "data:image/png;base64," + base64.b64encode(IMAGE.data).decode()
 class ScriptedProcesses:
     """Answers each exec with the next scripted result; keeps the actions it was given."""
 
-    def __init__(self, results: list[dict[str, Any] | ActionError]) -> None:
+    def __init__(self, results: list[r.ExecResult | ActionError]) -> None:
         self.results = results
         self.actions: list[Any] = []
 
-    async def run(self, action: Any, context: Any) -> dict[str, Any]:
+    async def run(self, action: Any, context: Any) -> r.ExecResult:
         self.actions.append(action)
         result = self.results[len(self.actions) - 1]
         if isinstance(result, ActionError):
@@ -43,9 +44,11 @@ def _dispatcher(processes: ScriptedProcesses | None = None) -> tuple[Dispatcher,
     return Dispatcher(desktop, Limits(), Reporter(), recorder), recorder  # type: ignore[arg-type]
 
 
-def _exec(stdout: str = "", exit_code: int | None = 0, timed_out: bool = False) -> dict[str, Any]:
+def _exec(stdout: str = "", exit_code: int | None = 0, timed_out: bool = False) -> r.ExecResult:
     signal = "SIGKILL" if timed_out else None
-    return {"pid": 5, "exit_code": exit_code, "signal": signal, "stdout": stdout, "stderr": "", "timed_out": timed_out}
+    ended = {"pid": 5, "exit_code": exit_code, "signal": signal, "oom_killed": None, "duration_ms": 1.0}
+    streams = {"stdout": stdout, "stdout_truncated": False, "stderr": "", "stderr_truncated": False}
+    return r.ExecResult(r.ExecFinished(**ended, **streams, timed_out=timed_out, encoding="utf-8"))
 
 
 async def test_an_unknown_tool_answers_with_an_is_error_tool_result() -> None:
@@ -182,7 +185,7 @@ async def test_an_anthropic_write_is_recorded_with_its_dialect_and_native_steps(
 
 async def test_an_internal_error_in_a_vendor_call_still_answers_in_its_form() -> None:
     class Broken(ScriptedProcesses):
-        async def run(self, action: Any, context: Any) -> dict[str, Any]:
+        async def run(self, action: Any, context: Any) -> r.ExecResult:
             raise RuntimeError("boom")
 
     dispatcher, _ = _dispatcher(Broken([]))
@@ -195,7 +198,7 @@ async def test_an_internal_error_in_a_vendor_call_still_answers_in_its_form() ->
 
 async def test_a_refused_exec_names_the_shell_calls_own_field() -> None:
     class Capped(ScriptedProcesses):  # a controller configured with a lower cap than the translator's
-        async def run(self, action: Any, context: Any) -> dict[str, Any]:
+        async def run(self, action: Any, context: Any) -> r.ExecResult:
             raise ActionError(ErrorCode.INVALID_FIELD, "max_output_bytes is at most 1024", "action.max_output_bytes")
 
     dispatcher, _ = _dispatcher(Capped([]))

@@ -46,10 +46,10 @@ import re
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import actions as a
+from corral.protocol import results as r
 from corral.sandbox.agent import agentenv
 from corral.sandbox.agent.output import fit
 from corral.sandbox.agent.processes import KILL_WAIT_S, REPLY_TEXT_BYTES, Process, ProcessTable, RunContext
@@ -93,6 +93,10 @@ class Transcript:
     def held(self) -> int:
         """Bytes held now (at most ``keep`` + the window + a chunk)."""
         return len(self._data)
+
+    def holds(self, data: bytes) -> bool:
+        """Whether what is held now contains ``data``."""
+        return data in self._data
 
     def expect(self, sentinel: str, keep: int) -> None:
         """The next command's end is ``sentinel``'s line; keep ``keep`` bytes of its output."""
@@ -217,7 +221,7 @@ class PersistentShell:
         """The running shell's pid (None before its start and after its end)."""
         return None if self._process is None else self._process.pid
 
-    async def run(self, action: a.Shell, context: RunContext) -> dict[str, Any]:
+    async def run(self, action: a.Shell, context: RunContext) -> r.ShellOutput:
         most = self._processes.settings.max_timeout_ms  # the cap of an exec's (CORRAL_MAX_ACTION_TIMEOUT_MS)
         if action.timeout_ms > most:
             raise ActionError(ErrorCode.INVALID_FIELD, f"timeout_ms is at most {most}", "action.timeout_ms")
@@ -228,14 +232,13 @@ class PersistentShell:
                 await self._stop()
                 await self._start(context.action_id)
                 if action.command is None:
-                    return {"output": RESTARTED, "exit_code": None, "truncated": False, "restarted": True}
+                    return r.ShellOutput(output=RESTARTED, exit_code=None, truncated=False, restarted=True)
             process = self._process
             if process is None or process.main_done.is_set():
                 await self._stop()
                 process = await self._start(context.action_id)
             assert action.command is not None  # the model asks for a command or a restart
-            result = await self._command(process, action, context.action_id)
-            return {**result, "restarted": action.restart}
+            return await self._command(process, action, context.action_id)
 
     async def _start(self, action_id: str) -> Process:
         context = RunContext(action_id)
@@ -244,9 +247,9 @@ class PersistentShell:
         )
         self._transcript = Transcript()
         self._exported = set(per_action(self._processes.command_environment(action_id)))  # as it started
-        self._process = self._processes.watch(started["pid"], self._tap)
+        self._process = self._processes.watch(started.pid, self._tap)
         # Written before any command (not as the exec's stdin, which a task feeds: a command could pass it).
-        await self._processes.run(a.ProcessWrite(type="process_write", pid=started["pid"], data=STARTUP), context)
+        await self._processes.run(a.ProcessWrite(type="process_write", pid=started.pid, data=STARTUP), context)
         return self._process
 
     def _tap(self, chunk: bytes) -> None:
@@ -254,7 +257,7 @@ class PersistentShell:
         if self._transcript.end is not None:
             self._ended.set()
 
-    async def _command(self, process: Process, action: a.Shell, action_id: str) -> dict[str, Any]:
+    async def _command(self, process: Process, action: a.Shell, action_id: str) -> r.ShellOutput:
         token = sentinel()
         self._transcript.expect(token, keep_bytes(action.max_output_chars))
         self._ended.clear()
@@ -281,16 +284,16 @@ class PersistentShell:
             # The caller went away (or the write failed): the command goes, and with it the shell's state.
             await self._stop()
             raise
-        return await self._finish(process, action.max_output_chars)
+        return await self._finish(process, action.max_output_chars, action.restart)
 
-    async def _finish(self, process: Process, max_chars: int) -> dict[str, Any]:
+    async def _finish(self, process: Process, max_chars: int, restarted: bool) -> r.ShellOutput:
         if self._transcript.end is None:
-            self._processes.drain(process)  # bash exited: the pipe holds the rest of what it printed
+            process.drain()  # bash exited: the pipe holds the rest of what it printed
         end = self._transcript.end
         if end is not None:
             self._transcript.end = None
             output, truncated = render(end, max_chars)
-            return {"output": output, "exit_code": end.status, "truncated": truncated}
+            return r.ShellOutput(output=output, exit_code=end.status, truncated=truncated, restarted=restarted)
         # bash itself exited (``exit``, ``set -e``): what it printed, its status, and a fresh shell next time.
         status = exit_status(process)
         output, truncated = render(self._transcript.take(), max_chars)
@@ -298,7 +301,7 @@ class PersistentShell:
         note = f"\nbash has exited with returncode {status}; the next command starts a fresh shell."
         if self._preempted is process:
             note = "\nthe shell was restarted (a call with restart: true): its processes were killed."
-        return {"output": output + note, "exit_code": status, "truncated": truncated}
+        return r.ShellOutput(output=output + note, exit_code=status, truncated=truncated, restarted=restarted)
 
     async def _preempt(self) -> None:
         """A restart kills the running shell's tree at once, not behind the lock: the command it runs

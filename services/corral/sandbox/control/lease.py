@@ -28,10 +28,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, NotRequired, TypedDict
 
 from corral.contracts.actors import AGENT, is_human
 from corral.errors import ControlTaken
+from corral.protocol import results as r
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,8 @@ class HandBack:
     at: float
     left: bool = False  # the holder went away (its stream closed) rather than handing back
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"by": self.by, "note": self.note, "at": self.at, "left": self.left}
+    def result(self) -> r.HandBack:
+        return r.HandBack(by=self.by, note=self.note, at=self.at, left=self.left)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +71,8 @@ class HelpRequest:
     reason: str
     at: float
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"reason": self.reason, "at": self.at}
+    def result(self) -> r.HelpRequest:
+        return r.HelpRequest(reason=self.reason, at=self.at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,13 +80,30 @@ class LeaseState:
     holder: Holder
     help: HelpRequest | None
 
-    def as_dict(self) -> dict[str, Any]:
-        """The ``lease`` member of live-stream messages and of the ``control`` action's result."""
-        return {
-            "holder": self.holder.who,
-            "since": self.holder.since,
-            "help": None if self.help is None else self.help.as_dict(),
-        }
+    def view(self) -> r.LeaseView:
+        """The ``lease`` member of live-stream messages."""
+        return r.LeaseView(holder=self.holder.who, since=self.holder.since, help=self._help())
+
+    def answer(self, handed: HandBack | None) -> r.LeaseAnswer:
+        """The ``control`` action's result: the lease, and the hand-back ``handed`` (if any)."""
+        handed_back = None if handed is None else handed.result()
+        return r.LeaseAnswer(
+            holder=self.holder.who, since=self.holder.since, help=self._help(), handed_back=handed_back
+        )
+
+    def _help(self) -> r.HelpRequest | None:
+        return None if self.help is None else self.help.result()
+
+
+class ControlEvent(TypedDict):
+    """A change of the lease as the recording keeps it (a ``note`` or ``reason`` only when it has one)."""
+
+    event: Literal["control"]
+    change: ChangeKind
+    holder: str
+    previous: str
+    note: NotRequired[str]
+    reason: NotRequired[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,14 +116,9 @@ class Change:
     note: str | None = None  # a hand-back's note
     reason: str | None = None  # a help request's reason
 
-    def as_event(self) -> dict[str, Any]:
+    def as_event(self) -> ControlEvent:
         """The recording's ``control`` event (corral.sandbox.recorder) for this change."""
-        out: dict[str, Any] = {
-            "event": "control",
-            "change": self.kind,
-            "holder": self.state.holder.who,
-            "previous": self.previous,
-        }
+        out = ControlEvent(event="control", change=self.kind, holder=self.state.holder.who, previous=self.previous)
         if self.note is not None:
             out["note"] = self.note
         if self.reason is not None:

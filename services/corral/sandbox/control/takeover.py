@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Protocol
+from typing import Protocol
 
 from corral.contracts.actors import AGENT
-from corral.sandbox.control.lease import Change, ControlLease, HandBack
+from corral.protocol import results as r
+from corral.sandbox.control.lease import Change, ControlEvent, ControlLease, HandBack
 from corral.sandbox.egress import ActionReporter
 
 log = logging.getLogger(__name__)
@@ -21,19 +22,19 @@ log = logging.getLogger(__name__)
 CLOSE_WAIT_S = 2.0
 
 
-def answer(lease: ControlLease, handed: HandBack | None) -> dict[str, Any]:
+def answer(lease: ControlLease, handed: HandBack | None) -> r.LeaseAnswer:
     """What ``control`` and ``request_control`` return."""
-    return {**lease.state().as_dict(), "handed_back": None if handed is None else handed.as_dict()}
+    return lease.state().answer(handed)
 
 
-async def control(lease: ControlLease, wait_ms: int) -> dict[str, Any]:
+async def control(lease: ControlLease, wait_ms: int) -> r.LeaseAnswer:
     """The lease now; while someone else holds it, after waiting up to ``wait_ms`` for it to come back."""
     if not lease.held_by(AGENT):
         await lease.wait_for_return(wait_ms)
     return answer(lease, lease.take_hand_back())
 
 
-async def request_control(lease: ControlLease, reason: str, wait_ms: int) -> dict[str, Any]:
+async def request_control(lease: ControlLease, reason: str, wait_ms: int) -> r.LeaseAnswer:
     """Ask for a human (the viewers' banner shows ``reason``) and wait up to ``wait_ms`` for one to
     take the lease and hand it back. Nobody came: ``handed_back`` is None, not an error; the request
     ends either way (also when the agent's request is cancelled)."""
@@ -50,7 +51,7 @@ async def request_control(lease: ControlLease, reason: str, wait_ms: int) -> dic
 class Notes(Protocol):
     """Where a non-action event goes (corral.sandbox.recorder.Recorder.note)."""
 
-    def note(self, event: dict[str, Any]) -> None: ...
+    def note(self, event: ControlEvent) -> None: ...
 
 
 class LeaseLog:

@@ -18,6 +18,11 @@ class ActionLock(asyncio.Lock):
         # Set and replaced at each release: waiters wake and wait on the new one.
         self._released = asyncio.Event()
 
+    @property
+    def waiting(self) -> bool:
+        """Whether a task waits to take the lock now."""
+        return bool(self._waiters)
+
     def release(self) -> None:
         super().release()
         released, self._released = self._released, asyncio.Event()

@@ -28,16 +28,18 @@ import logging
 import re
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import TypeAdapter
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from corral.contracts.actors import AGENT, is_human
 from corral.errors import ActionError, ErrorCode
 from corral.frames import next_frame, over_limit
 from corral.protocol import actions as a
+from corral.protocol import results as r
 from corral.protocol.geometry import Size, check_bounds
 from corral.protocol.plan import After
 from corral.protocol.validation import validate
@@ -46,7 +48,7 @@ from corral.sandbox.control.lease import Change
 from corral.sandbox.control.live import LiveStream, LiveView
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.egress import ActionReporter
-from corral.sandbox.recorder import Recorder
+from corral.sandbox.recorder import ActionEvent, Recorder
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +131,7 @@ def parse(raw: str | bytes, screen: Size) -> Message | Refused:
         return Refused(seq, exc)
 
 
-def _message(body: dict[str, Any], seq: int | None, screen: Size) -> Message:
+def _message(body: dict[str, object], seq: int | None, screen: Size) -> Message:
     kind = body.get("type")
     if kind == "take":
         return Take(seq)
@@ -142,7 +144,7 @@ def _message(body: dict[str, Any], seq: int | None, screen: Size) -> Message:
     raise ActionError(ErrorCode.INVALID_FIELD, f"unknown message type {kind!r}: take, release or input", "type")
 
 
-def _note(value: Any) -> str | None:
+def _note(value: object) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or len(value) > NOTE_MAX_CHARS:
@@ -150,7 +152,7 @@ def _note(value: Any) -> str | None:
     return value or None
 
 
-def human_action(value: Any, screen: Size) -> a.NativeAction:
+def human_action(value: object, screen: Size) -> a.NativeAction:
     """A viewer's ``action``: a native action a human may send, on the screen; fields under ``action.``."""
     if value is None:
         raise ActionError(ErrorCode.MISSING_FIELD, "an input carries an 'action'", field="action")
@@ -166,23 +168,55 @@ def human_action(value: Any, screen: Size) -> a.NativeAction:
 # -- the wire, controller to viewer
 
 
-def hello(viewer: str, mode: Mode, desktop: Desktop) -> dict[str, Any]:
-    size = desktop.size
-    return {
-        "type": "hello",
-        "viewer": viewer,
-        "mode": mode,
-        "screen": {"width": size.width, "height": size.height},
-        "lease": desktop.lease.state().as_dict(),
-    }
+class _Text(BaseModel):
+    """A text message to a viewer, its ``type`` first."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def ack(seq: int | None) -> dict[str, Any]:
-    return {"type": "ack", "seq": seq}
+class ScreenSize(_Text):
+    width: int
+    height: int
 
 
-def failed(seq: int | None, error: ActionError) -> dict[str, Any]:
-    return {"type": "error", "seq": seq, "error": error.to_dict()}
+class Hello(_Text):
+    type: Literal["hello"] = "hello"
+    viewer: str
+    mode: Mode
+    screen: ScreenSize
+    lease: r.LeaseView
+
+
+class Ack(_Text):
+    type: Literal["ack"] = "ack"
+    seq: int | None
+
+
+class Failed(_Text):
+    type: Literal["error"] = "error"
+    seq: int | None
+    error: r.ErrorBody
+
+
+class LeaseChanged(_Text):
+    type: Literal["lease"] = "lease"
+    lease: r.LeaseView
+
+
+ViewerText = Hello | Ack | Failed | LeaseChanged
+
+
+def hello(viewer: str, mode: Mode, desktop: Desktop) -> Hello:
+    size = ScreenSize(width=desktop.size.width, height=desktop.size.height)
+    return Hello(viewer=viewer, mode=mode, screen=size, lease=desktop.lease.state().view())
+
+
+def ack(seq: int | None) -> Ack:
+    return Ack(seq=seq)
+
+
+def failed(seq: int | None, error: ActionError) -> Failed:
+    return Failed(seq=seq, error=r.ErrorBody.model_validate(error.to_dict()))
 
 
 # -- human input
@@ -208,7 +242,12 @@ class HumanInput:
         self._tails: dict[str, tuple[str, asyncio.Task[None]]] = {}
         self._closing = False  # shutdown began: no input runs, no tail is started
 
-    async def run(self, viewer: str, action: a.NativeAction) -> dict[str, Any]:
+    @property
+    def tailing(self) -> int:
+        """How many inputs the proxy still counts as in flight (each for :data:`TAIL_S` after it ran)."""
+        return len(self._tails)
+
+    async def run(self, viewer: str, action: a.NativeAction) -> r.AnyResult | None:
         """The action's result; :class:`ActionError` (``control_taken`` first) when it cannot run."""
         self._refuse_if_closing()
         self._desktop.lease.check(viewer)
@@ -223,9 +262,9 @@ class HumanInput:
         if recorder is not None:
             await recorder.before_action()
         error: ActionError | None = None
-        data: dict[str, Any] = {}
+        result: r.AnyResult | None = None
         try:
-            data = await self._run(viewer, action_id, action)
+            result = await self._run(viewer, action_id, action)
         except ActionError as exc:
             error = exc
         except Exception:
@@ -233,23 +272,23 @@ class HumanInput:
             error = ActionError(ErrorCode.INTERNAL, "internal error; see the controller log")
         if recorder is not None:
             elapsed_ms = (time.perf_counter() - started) * 1000
-            recorder.record(_event(viewer, action_id, action, data, error, wall, elapsed_ms, number))
+            recorder.record(_event(viewer, action_id, action, result, error, wall, elapsed_ms, number))
         if error is not None:
             raise error
-        return data
+        return result
 
-    async def _run(self, viewer: str, action_id: str, action: a.NativeAction) -> dict[str, Any]:
+    async def _run(self, viewer: str, action_id: str, action: a.NativeAction) -> r.AnyResult:
         try:
             async with asyncio.timeout(HUMAN_TIMEOUT_S), self._desktop.lock:
                 # Taken back while this waited for the lock: the new holder's, not this viewer's, turn.
                 self._desktop.lease.check(viewer)
                 self._refuse_if_closing()
                 if isinstance(action, a.Move):  # causes no request: the proxy need not hear of it
-                    return (await self._desktop.run(action, After())).data
+                    return (await self._desktop.run(action, After())).result
                 if self._reporter is not None:
                     await self._reporter.started(action_id, actor=viewer)
                 try:
-                    return (await self._desktop.run(action, After())).data
+                    return (await self._desktop.run(action, After())).result
                 finally:
                     await self._end_later(action_id, viewer)
         except TimeoutError:
@@ -290,35 +329,36 @@ def _event(
     viewer: str,
     action_id: str,
     action: a.NativeAction,
-    data: dict[str, Any],
+    result: r.AnyResult | None,
     error: ActionError | None,
     wall: float,
     elapsed_ms: float,
     number: int | None,
-) -> dict[str, Any]:
+) -> ActionEvent:
     """The recording's ``action`` event (the shape Dispatcher's Handled.event gives), with its actor; its
     request is the native envelope a replay sends again."""
     native = action.model_dump(mode="json", exclude_none=True)
-    reply: dict[str, Any] = (
+    data = {} if result is None else result.wire()
+    reply: Mapping[str, object] = (
         {"ok": True, "action_id": action_id, "result": data}
         if error is None
         else {"ok": False, "action_id": action_id, "error": error.to_dict()}
     )
-    return {
-        "action_id": action_id,
-        "request_seq": number,
-        "started": wall,
-        "elapsed_ms": round(elapsed_ms, 3),
-        "dialect": DIALECT,
-        "actor": viewer,
-        "request": {"action": native},
-        "native": [native],
-        "ok": error is None,
-        "url": None,
-        "title": None,
-        "error": None if error is None else error.to_dict(),
-        "reply": reply,
-    }
+    return ActionEvent(
+        action_id=action_id,
+        request_seq=number,
+        started=wall,
+        elapsed_ms=round(elapsed_ms, 3),
+        dialect=DIALECT,
+        actor=viewer,
+        request={"action": native},
+        native=[native],
+        ok=error is None,
+        url=None,
+        title=None,
+        error=None if error is None else error.to_dict(),
+        reply=reply,
+    )
 
 
 # -- streams
@@ -382,7 +422,7 @@ class ViewerSession:
         self._viewer = viewer
         self._mode = mode
         self._sending = asyncio.Lock()
-        self._outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._outbox: asyncio.Queue[ViewerText] = asyncio.Queue()
         self._inbox: asyncio.Queue[Message] = asyncio.Queue()
         self._overflowed = asyncio.Event()  # the viewer does not read what it is sent
 
@@ -426,9 +466,9 @@ class ViewerSession:
             await self._websocket.close(1001, "the controller is shutting down")
 
     def _lease_changed(self, change: Change) -> None:
-        self._queue({"type": "lease", "lease": change.state.as_dict()})
+        self._queue(LeaseChanged(lease=change.state.view()))
 
-    def _queue(self, message: dict[str, Any]) -> None:
+    def _queue(self, message: ViewerText) -> None:
         """``message`` to be sent; past :data:`MAX_OUTBOX` waiting, the stream is to close instead."""
         if self._outbox.qsize() >= MAX_OUTBOX:
             self._overflowed.set()
@@ -497,9 +537,9 @@ class ViewerSession:
         while True:
             await self._send_text(await self._outbox.get())
 
-    async def _send_text(self, message: dict[str, Any]) -> None:
+    async def _send_text(self, message: ViewerText) -> None:
         async with self._sending:
-            await self._websocket.send_text(json.dumps(message, separators=(",", ":")))
+            await self._websocket.send_text(json.dumps(message.model_dump(mode="json"), separators=(",", ":")))
 
     async def _write_frames(self, stream: LiveStream) -> None:
         while True:

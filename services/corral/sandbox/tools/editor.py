@@ -40,10 +40,11 @@ import posixpath
 from collections import deque
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import actions as a
+from corral.protocol import results as r
 from corral.sandbox.tools.agentfs import AgentFs
 from corral.sandbox.tools.files import WORKSPACE, AgentFiles, TempFile, file_error, in_thread, read_window
 
@@ -332,7 +333,7 @@ class Editor:
         # here, so a read-modify-write never interleaves with another one (nor with the history).
         self.lock = asyncio.Lock()
 
-    async def run(self, action: a.Edit) -> dict[str, Any]:
+    async def run(self, action: a.Edit) -> r.ToolOutput:
         path = action.path
         if not os.path.isabs(path):
             raise _failed(
@@ -346,7 +347,7 @@ class Editor:
                 output = await self._command(action, shown)
         except OSError as exc:
             raise file_error(exc, "action.path") from None
-        return {"output": output, "path": shown}
+        return r.ToolOutput(output=output, path=shown)
 
     async def _command(self, action: a.Edit, path: str) -> str:
         kind = await self._kind(path)

@@ -26,6 +26,7 @@ from typing import Any, TypeVar, assert_never
 
 from corral.errors import ActionError, ErrorCode, os_error
 from corral.protocol import actions as a
+from corral.protocol import results as r
 from corral.sandbox.tools.agentfs import AgentFs, DirEntry, FileStat
 
 WORKSPACE = "/workspace"
@@ -46,36 +47,42 @@ class Written:
     size: int
     sha256: str
 
-    def as_dict(self) -> dict[str, Any]:
-        return {**named("path", self.path), "size": self.size, "sha256": self.sha256}
+    def result(self) -> r.FileWritten:
+        path, path_base64 = named(self.path)
+        return r.FileWritten(path=path, path_base64=path_base64, size=self.size, sha256=self.sha256)
 
 
 # -- how paths and entries look on the wire --------------------------------------------------------------
 
 
-def named(key: str, value: str) -> dict[str, str]:
-    """``{key: value}``; a name that is not UTF-8 also as ``key_base64`` (its exact bytes), ``key``
-    then holding it with replacement characters (JSON cannot carry the bytes)."""
+def named(value: str) -> tuple[str, str | None]:
+    """A name as the wire carries it: as text, and None; or, for a name that is not UTF-8, with
+    replacement characters and its exact bytes in base64 (the ``<key>_base64`` twin: JSON cannot
+    carry the bytes)."""
     raw = os.fsencode(value)
     try:
-        return {key: raw.decode()}
+        return raw.decode(), None
     except UnicodeDecodeError:
-        return {key: raw.decode(errors="replace"), f"{key}_base64": base64.b64encode(raw).decode()}
+        return raw.decode(errors="replace"), base64.b64encode(raw).decode()
 
 
-def entry(item: FileStat | DirEntry) -> dict[str, Any]:
+def entry(item: FileStat | DirEntry) -> r.FileEntry:
     """One entry of ``file_list`` or ``file_stat``: mode as an octal string, like ``file_write`` takes it."""
-    out: dict[str, Any] = {
-        **named("path", item.path),
-        **named("name", item.name),
-        "type": item.type,
-        "size": item.size,
-        "mode": f"{stat.S_IMODE(item.mode):04o}",
-        "mtime": item.mtime,
-    }
-    if item.target is not None:
-        out.update(named("target", item.target))
-    return out
+    path, path_base64 = named(item.path)
+    name, name_base64 = named(item.name)
+    target, target_base64 = named(item.target) if item.target is not None else (None, None)
+    return r.FileEntry(
+        path=path,
+        path_base64=path_base64,
+        name=name,
+        name_base64=name_base64,
+        type=item.type,
+        size=item.size,
+        mode=f"{stat.S_IMODE(item.mode):04o}",
+        mtime=item.mtime,
+        target=target,
+        target_base64=target_base64,
+    )
 
 
 def decode_text(data: bytes, complete: bool) -> tuple[str, int]:
@@ -162,6 +169,7 @@ class TempFile:
 
 
 Fill = Callable[[TempFile], Awaitable[None]]
+FileResult = r.FileContent | r.FileWritten | r.FileListing | r.FileEntry | r.FileRemoved | r.FileMoved
 
 
 class AgentFiles:
@@ -179,7 +187,7 @@ class AgentFiles:
         """Absolute as given, else under the workspace. ``..`` stays: the agent's uid is the boundary."""
         return path if os.path.isabs(path) else os.path.join(self._workspace, path)
 
-    async def run(self, action: a.FileAction) -> dict[str, Any]:
+    async def run(self, action: a.FileAction) -> FileResult:
         """One file action's result; an OSError becomes the action's failure, blamed on the path."""
         field = _path_field(action)
         try:
@@ -194,7 +202,7 @@ class AgentFiles:
                         make_dirs=action.make_dirs,
                         keep=action.append,
                     )
-                    return written.as_dict()
+                    return written.result()
                 case a.FileList():
                     return await self._list(action)
                 case a.FileStat():
@@ -216,7 +224,7 @@ class AgentFiles:
 
     # -- reading -----------------------------------------------------------------------------------------
 
-    async def _read(self, action: a.FileRead) -> dict[str, Any]:
+    async def _read(self, action: a.FileRead) -> r.FileContent:
         path = self.resolve(action.target())
         fd = await self.open_regular(path)
         try:
@@ -230,15 +238,17 @@ class AgentFiles:
         else:
             content, used = _fit_text(data, complete)
         eof = complete and used == len(data)
-        return {
-            **named("path", path),
-            "content": content,
-            "encoding": action.encoding,
-            "size": size,
-            "offset": action.offset,
-            "length": used,
-            "eof": eof,
-        }
+        shown, path_base64 = named(path)
+        return r.FileContent(
+            path=shown,
+            path_base64=path_base64,
+            content=content,
+            encoding=action.encoding,
+            size=size,
+            offset=action.offset,
+            length=used,
+            eof=eof,
+        )
 
     async def open_regular(self, path: str) -> int:
         """An fd for reading ``path`` (the caller closes it); a directory or a device is refused."""
@@ -339,10 +349,12 @@ class AgentFiles:
 
     # -- listing, removing, moving -----------------------------------------------------------------------
 
-    async def _list(self, action: a.FileList) -> dict[str, Any]:
+    async def _list(self, action: a.FileList) -> r.FileListing:
         root = self.resolve(action.target())
         found, truncated = await self.listing(root, action.recursive, action.pattern, action.limit)
-        return {**named("path", root), "entries": [entry(item) for item in found], "truncated": truncated}
+        path, path_base64 = named(root)
+        entries = [entry(item) for item in found]
+        return r.FileListing(path=path, path_base64=path_base64, entries=entries, truncated=truncated)
 
     async def listing(self, root: str, recursive: bool, pattern: str | None, limit: int) -> tuple[list[DirEntry], bool]:
         """Entries under ``root`` (breadth first, by name in each directory) whose name matches
@@ -374,7 +386,7 @@ class AgentFiles:
                 out.append(item)
         return out, truncated
 
-    async def _remove(self, path: str, recursive: bool) -> dict[str, Any]:
+    async def _remove(self, path: str, recursive: bool) -> r.FileRemoved:
         found = await self._fs.stat(path, follow_symlinks=False)
         if found.type != "directory":
             await self._fs.unlink(path)
@@ -382,9 +394,10 @@ class AgentFiles:
             await self._fs.rmtree(path)
         else:
             await self._fs.rmdir(path)
-        return {**named("path", path), "type": found.type}
+        shown, path_base64 = named(path)
+        return r.FileRemoved(path=shown, path_base64=path_base64, type=found.type)
 
-    async def _move(self, action: a.FileMove) -> dict[str, Any]:
+    async def _move(self, action: a.FileMove) -> r.FileMoved:
         source, destination = (self.resolve(path) for path in action.paths())
         try:
             await self._fs.rename(source, destination, replace=action.overwrite)
@@ -392,7 +405,13 @@ class AgentFiles:
             if exc.errno != errno.EXDEV:
                 raise
             await self._copy_across(source, destination, action.overwrite)
-        return {**named("source", source), **named("destination", destination)}
+        (source_text, source_base64), (destination_text, destination_base64) = named(source), named(destination)
+        return r.FileMoved(
+            source=source_text,
+            source_base64=source_base64,
+            destination=destination_text,
+            destination_base64=destination_base64,
+        )
 
     async def _copy_across(self, source: str, destination: str, overwrite: bool) -> None:
         """A move to another filesystem (/workspace and the home are two tmpfs): a regular file is

@@ -9,10 +9,10 @@ temporary file renamed over the old one, so a diff whose context is gone changes
 from __future__ import annotations
 
 import posixpath
-from typing import Any
 
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import actions as a
+from corral.protocol import results as r
 from corral.protocol import v4a
 from corral.sandbox.tools.agentfs import AgentFs
 from corral.sandbox.tools.editor import Editor
@@ -27,7 +27,7 @@ class Patcher:
         self._editor = editor
         self._fs = fs
 
-    async def run(self, action: a.ApplyPatch) -> dict[str, Any]:
+    async def run(self, action: a.ApplyPatch) -> r.ToolOutput:
         # Relative: under the workspace. ``..`` stays as given: the agent's uid is the boundary.
         path = action.path if posixpath.isabs(action.path) else posixpath.join(WORKSPACE, action.path)
         try:
@@ -35,7 +35,7 @@ class Patcher:
                 output = await self._operation(action, path)
         except OSError as exc:
             raise file_error(exc, "action.path") from None
-        return {"output": output, "path": path}
+        return r.ToolOutput(output=output, path=path)
 
     async def _operation(self, action: a.ApplyPatch, path: str) -> str:
         match action.operation:

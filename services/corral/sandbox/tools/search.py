@@ -13,10 +13,10 @@ import base64
 import json
 import os
 import posixpath
-from typing import Any
 
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import actions as a
+from corral.protocol import results as r
 from corral.sandbox.agent.processes import ProcessTable, RunContext
 from corral.sandbox.tools.files import MAX_SCANNED, AgentFiles, file_error
 
@@ -216,10 +216,9 @@ def _text(field: object) -> str | None:
         return None
 
 
-def _match(record: dict[str, Any]) -> dict[str, Any] | None:
-    """One ``match`` record as a match; None when it lacks the shape ripgrep gives it (the agent
-    controls the binary's inputs, so a record is read, never trusted)."""
-    data = record.get("data")
+def _match(data: object) -> r.GrepMatch | None:
+    """One ``match`` record's ``data`` as a match; None when it lacks the shape ripgrep gives it (the
+    agent controls the binary's inputs, so a record is read, never trusted)."""
     if not isinstance(data, dict):
         return None
     path, text, line = _text(data.get("path")), _text(data.get("lines")), data.get("line_number")
@@ -228,13 +227,13 @@ def _match(record: dict[str, Any]) -> dict[str, Any] | None:
     text = text.rstrip("\r\n")
     if len(text) > MAX_LINE_CHARS:
         text = text[:MAX_LINE_CHARS] + "…"
-    return {"path": path, "line": line, "text": text}
+    return r.GrepMatch(path=path, line=line, text=text)
 
 
-def grep_matches(stdout: str, limit: int) -> tuple[list[dict[str, Any]], bool]:
+def grep_matches(stdout: str, limit: int) -> tuple[list[r.GrepMatch], bool]:
     """The ``match`` records of ripgrep's ``--json`` output (a cut last line is skipped), at most
     ``limit``; True when there were more."""
-    matches: list[dict[str, Any]] = []
+    matches: list[r.GrepMatch] = []
     for line in stdout.splitlines():
         try:
             record = json.loads(line)
@@ -242,7 +241,7 @@ def grep_matches(stdout: str, limit: int) -> tuple[list[dict[str, Any]], bool]:
             continue
         if not isinstance(record, dict) or record.get("type") != "match":
             continue
-        match = _match(record)
+        match = _match(record.get("data"))
         if match is None:
             continue
         if len(matches) >= limit:
@@ -270,7 +269,7 @@ class Search:
         self._files = files
         self._processes = processes
 
-    async def run(self, action: a.FileGlob | a.FileGrep, context: RunContext) -> dict[str, Any]:
+    async def run(self, action: a.FileGlob | a.FileGrep, context: RunContext) -> r.GlobMatches | r.GrepMatches:
         root = self._files.resolve(action.path)
         try:
             if isinstance(action, a.FileGlob):
@@ -288,18 +287,17 @@ class Search:
         else:
             os.close(await self._files.open_regular(root))
 
-    async def _glob(self, action: a.FileGlob, root: str) -> dict[str, Any]:
+    async def _glob(self, action: a.FileGlob, root: str) -> r.GlobMatches:
         matcher = glob_matcher(action.pattern)
         absolute = action.pattern.startswith("/")
         found, truncated = await self._files.listing(root, True, None, MAX_SCANNED)
         hits = [item for item in found if matcher.match(item.path if absolute else posixpath.relpath(item.path, root))]
         hits.sort(key=lambda item: (-item.mtime, item.path))
-        return {
-            "paths": [item.path for item in hits[: action.limit]],
-            "truncated": truncated or len(hits) > action.limit,
-        }
+        return r.GlobMatches(
+            paths=[item.path for item in hits[: action.limit]], truncated=truncated or len(hits) > action.limit
+        )
 
-    async def _grep(self, action: a.FileGrep, root: str, context: RunContext) -> dict[str, Any]:
+    async def _grep(self, action: a.FileGrep, root: str, context: RunContext) -> r.GrepMatches:
         exec_action = a.Exec(
             type="exec",
             argv=grep_argv(action, root),
@@ -307,12 +305,13 @@ class Search:
             timeout_ms=GREP_TIMEOUT_MS,
             max_output_bytes=GREP_OUTPUT_BYTES,
         )
-        result = await self._processes.run(exec_action, context)
-        if result.get("exit_code") == 2:
-            _refuse(action, str(result.get("stderr", "")))
-        matches, more = grep_matches(str(result.get("stdout", "")), action.limit)
-        truncated = more or bool(result.get("stdout_truncated")) or bool(result.get("timed_out"))
-        return {"matches": matches, "truncated": truncated}
+        result = (await self._processes.exec(exec_action, context)).root
+        assert isinstance(result, r.ExecFinished)  # a foreground exec's
+        if result.exit_code == 2:
+            _refuse(action, result.stderr)
+        matches, more = grep_matches(result.stdout, action.limit)
+        truncated = more or result.stdout_truncated or result.timed_out
+        return r.GrepMatches(matches=matches, truncated=truncated)
 
 
 def _refuse(action: a.FileGrep, stderr: str) -> None:

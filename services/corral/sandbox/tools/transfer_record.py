@@ -14,15 +14,43 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import AsyncIterable, Callable, Mapping
-from typing import Any, Literal, Self
+from typing import Literal, Self
 
 from corral.errors import ActionError, error_body
-from corral.sandbox.recorder import Recorder
+from corral.protocol import results as r
+from corral.sandbox.recorder import ActionEvent, Recorder
+from corral.sandbox.tools.files import named
 
 Direction = Literal["upload", "download"]
 ROUTE = "/v1/files"
 # The query fields a native step keeps (as sent: the route's own strings).
 _STEP_FIELDS = ("path", "path_base64", "make_dirs", "mode")
+
+
+class Sent(r.Result):
+    """What a download sent: the path, what it is, the size and sha256 of the bytes that went, and
+    whether the stream reached its end (else ``cut`` says why not)."""
+
+    path: str
+    path_base64: str | None = r.omitted()
+    type: Literal["file", "directory"]
+    size: int
+    sha256: str
+    complete: bool
+    cut: str | None = r.omitted()
+
+    @classmethod
+    def of(cls, path: str, kind: Literal["file", "directory"], size: int, sha256: str, why_cut: str | None) -> Self:
+        shown, path_base64 = named(path)
+        return cls(
+            path=shown,
+            path_base64=path_base64,
+            type=kind,
+            size=size,
+            sha256=sha256,
+            complete=why_cut is None,
+            cut=why_cut,
+        )
 
 
 class Transfer:
@@ -45,34 +73,34 @@ class Transfer:
     def download(cls, recorder: Recorder | None, query: Mapping[str, str]) -> Self:
         return cls(recorder, "download", query)
 
-    def done(self, result: Mapping[str, Any]) -> None:
+    def done(self, result: Mapping[str, object]) -> None:
         self._record({"ok": True, "result": {"direction": self._direction, **result}}, None)
 
-    def failed(self, exc: ActionError, result: Mapping[str, Any] | None = None) -> None:
+    def failed(self, exc: ActionError, result: Mapping[str, object] | None = None) -> None:
         body = error_body(exc.code, exc.message, exc.field)
         reply = {**body, "result": {"direction": self._direction, **result}} if result is not None else body
         self._record(reply, body["error"])
 
-    def _record(self, reply: dict[str, Any], error: dict[str, Any] | None) -> None:
+    def _record(self, reply: Mapping[str, object], error: Mapping[str, object] | None) -> None:
         if self._recorder is None or self._recorded:
             return
         self._recorded = True
         step = {"type": f"file_{self._direction}", **{k: self._query[k] for k in _STEP_FIELDS if k in self._query}}
         method = "PUT" if self._direction == "upload" else "GET"
-        event = {
-            "action_id": None,  # a transfer makes no request through the proxy: nothing in the audit log
-            "request_seq": self._number,
-            "started": self._started,
-            "elapsed_ms": round((time.perf_counter() - self._clock) * 1000, 3),
-            "dialect": "http",
-            "request": {"http": f"{method} {ROUTE}", "query": self._query},
-            "native": [step],
-            "ok": reply["ok"],
-            "url": None,
-            "title": None,
-            "error": error,
-            "reply": reply,
-        }
+        event = ActionEvent(
+            action_id=None,  # a transfer makes no request through the proxy: nothing in the audit log
+            request_seq=self._number,
+            started=self._started,
+            elapsed_ms=round((time.perf_counter() - self._clock) * 1000, 3),
+            dialect="http",
+            request={"http": f"{method} {ROUTE}", "query": self._query},
+            native=[step],
+            ok=reply["ok"] is True,
+            url=None,
+            title=None,
+            error=error,
+            reply=reply,
+        )
         self._recorder.record(event, frame=False)
 
 

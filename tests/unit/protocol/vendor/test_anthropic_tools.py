@@ -14,6 +14,7 @@ from corral.protocol import actions as a
 from corral.protocol.vendor import anthropic_tools, call_of, failure_result, success_result
 
 from ..conftest import FailFn, PlanFn
+from ..wired import result_of
 from .sdk import checked_tool_result
 
 PNG = EncodedImage("image/png", b"\x89PNG-fake", 1280, 800)
@@ -364,7 +365,7 @@ def result_for(p: Plan, results: list[ActionResult], image: EncodedImage | None 
 
 def test_a_computer_tool_result_is_its_screenshot(plan: PlanFn) -> None:
     p = plan({"anthropic": block("computer", {"action": "left_click", "coordinate": [1, 2]})})
-    out = result_for(p, [ActionResult({})], PNG)
+    out = result_for(p, [result_of({})], PNG)
     assert list(out) == ["type", "tool_use_id", "content"]
     assert out["tool_use_id"] == "toolu_01"
     assert out["content"] == [
@@ -374,7 +375,7 @@ def test_a_computer_tool_result_is_its_screenshot(plan: PlanFn) -> None:
 
 def test_a_member_echoes_its_toolset(plan: PlanFn) -> None:
     p = plan({"anthropic": member("cursor_position", {})})
-    out = result_for(p, [ActionResult({"x": 3, "y": 4})])
+    out = result_for(p, [result_of({"x": 3, "y": 4})])
     assert out == {
         "type": "tool_result",
         "tool_use_id": "toolu_01",
@@ -382,7 +383,7 @@ def test_a_member_echoes_its_toolset(plan: PlanFn) -> None:
         "toolset_name": "computer",
     }
     zoom = plan({"anthropic": member("zoom", {"region": [0, 0, 10, 10]})})
-    zoomed = result_for(zoom, [ActionResult({}, PNG)], PNG)
+    zoomed = result_for(zoom, [result_of({}, PNG)], PNG)
     assert [c["type"] for c in zoomed["content"]] == ["image"] and zoomed["toolset_name"] == "computer"
 
 
@@ -431,20 +432,20 @@ def test_a_member_echoes_its_toolset(plan: PlanFn) -> None:
     ],
 )
 def test_tool_results_carry_the_tools_text(plan: PlanFn, raw: dict[str, Any], data: dict[str, Any], text: str) -> None:
-    out = result_for(plan({"anthropic": raw}), [ActionResult(data)])
+    out = result_for(plan({"anthropic": raw}), [result_of(data)])
     assert out == {"type": "tool_result", "tool_use_id": "toolu_01", "content": [{"type": "text", "text": text}]}
 
 
 def test_no_output_is_no_text_block(plan: PlanFn) -> None:
     # The Messages API refuses an empty text block; the reference tools send none.
     p = plan({"anthropic": block("bash", {"command": "true"})})
-    out = result_for(p, [ActionResult({"output": "", "exit_code": 0, "truncated": False, "restarted": False})])
+    out = result_for(p, [result_of({"output": "", "exit_code": 0, "truncated": False, "restarted": False})])
     assert out["content"] == []
 
 
 def test_a_screenshot_asked_for_comes_after_the_text(plan: PlanFn) -> None:
     p = plan({"anthropic": block("bash", {"command": "ls"}), "screenshot": True})
-    out = result_for(p, [ActionResult({"output": "a"})], PNG)
+    out = result_for(p, [result_of({"output": "a"})], PNG)
     assert [c["type"] for c in out["content"]] == ["text", "image"]
 
 

@@ -16,6 +16,7 @@ from corral.protocol import actions as a
 from corral.protocol.vendor import call_of, failure_result, openai_tools, success_result
 
 from ..conftest import FailFn, PlanFn
+from ..wired import result_of
 from .sdk import checked_item
 
 PNG = EncodedImage("image/png", b"\x89PNG-fake", 1280, 800)
@@ -247,7 +248,7 @@ def item_for(
 
 def test_a_computer_call_output_is_the_screenshot(plan: PlanFn) -> None:
     p = plan({"openai": computer_call(action={"type": "click", "button": "left", "x": 1, "y": 1})})
-    item, error = item_for(p, [ActionResult({})], PNG)
+    item, error = item_for(p, [result_of({})], PNG)
     assert error is None
     assert item == {
         "type": "computer_call_output",
@@ -259,11 +260,11 @@ def test_a_computer_call_output_is_the_screenshot(plan: PlanFn) -> None:
 def test_a_computer_call_output_acknowledges_the_checks_when_asked(plan: PlanFn) -> None:
     checks = [{"id": "sc_1", "code": "malicious_instructions", "message": "careful"}, {"id": "sc_2"}]
     p = plan({"openai": computer_call(checks, action={"type": "screenshot"}), "acknowledge_safety_checks": True})
-    item, _ = item_for(p, [ActionResult({}, PNG)], PNG)
+    item, _ = item_for(p, [result_of({}, PNG)], PNG)
     assert list(item) == ["type", "call_id", "output", "acknowledged_safety_checks"]
     assert item["acknowledged_safety_checks"] == checks
     unasked = plan({"openai": computer_call(checks, action={"type": "screenshot"})})
-    assert "acknowledged_safety_checks" not in item_for(unasked, [ActionResult({}, PNG)], PNG)[0]
+    assert "acknowledged_safety_checks" not in item_for(unasked, [result_of({}, PNG)], PNG)[0]
 
 
 def test_a_computer_call_refuses_to_go_without_its_screenshot(fail: FailFn) -> None:
@@ -274,7 +275,7 @@ def test_a_computer_call_refuses_to_go_without_its_screenshot(fail: FailFn) -> N
 
 def execed(stdout: str = "", stderr: str = "", exit_code: int | None = 0, **more: Any) -> ActionResult:
     data = {"pid": 9, "exit_code": exit_code, "signal": None, "stdout": stdout, "stderr": stderr, "timed_out": False}
-    return ActionResult({**data, "duration_ms": 1234.5, **more})
+    return result_of({**data, "duration_ms": 1234.5, **more})
 
 
 def test_a_shell_call_output_has_one_entry_per_command(plan: PlanFn) -> None:
@@ -336,7 +337,7 @@ def test_a_local_shell_call_that_timed_out(plan: PlanFn) -> None:
 
 def test_an_apply_patch_call_output(plan: PlanFn) -> None:
     p = plan({"openai": apply_patch_call({"type": "create_file", "path": "a.txt", "diff": "+x\n"})})
-    item, error = item_for(p, [ActionResult({"output": "Created /workspace/a.txt", "path": "/workspace/a.txt"})])
+    item, error = item_for(p, [result_of({"output": "Created /workspace/a.txt", "path": "/workspace/a.txt"})])
     assert error is None
     assert item == {
         "type": "apply_patch_call_output",

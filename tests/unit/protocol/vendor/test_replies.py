@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 
 from corral.errors import ActionError, ErrorCode
-from corral.protocol import ActionResult, EncodedImage, reply
+from corral.protocol import EncodedImage, reply
 from corral.protocol.vendor import call_of
 
 from ..conftest import PlanFn
+from ..wired import result_of
 from .sdk import checked_item, checked_tool_result
 
 PNG = EncodedImage("image/png", b"\x89PNG-fake", 1280, 800)
@@ -19,7 +20,7 @@ SHELL = {"type": "shell_call", "call_id": "call_1", "action": {"commands": ["a",
 
 def test_a_vendor_success(plan: PlanFn) -> None:
     p = plan({"id": 3, "anthropic": BASH})
-    out = reply.success(p, [ActionResult({"output": "x", "exit_code": 0})], None, 2.5)
+    out = reply.success(p, [result_of({"output": "x", "exit_code": 0})], None, 2.5)
     assert list(out) == ["ok", "id", "result", "elapsed_ms"]
     assert out["ok"] is True and out["id"] == 3 and list(out["result"]) == ["tool_result"]
     checked_tool_result(out["result"]["tool_result"])
@@ -28,14 +29,14 @@ def test_a_vendor_success(plan: PlanFn) -> None:
 
 def test_a_vendor_success_with_its_screenshot_keeps_the_image_metadata_only(plan: PlanFn) -> None:
     p = plan({"id": 3, "anthropic": {**BASH, "name": "computer", "input": {"action": "screenshot"}}})
-    out = reply.success(p, [ActionResult({}, PNG)], PNG, 1.0)
+    out = reply.success(p, [result_of({}, PNG)], PNG, 1.0)
     assert out["screenshot"] == {"media_type": "image/png", "width": 1280, "height": 800}
     assert checked_tool_result(out["result"]["tool_result"])["content"][0]["type"] == "image"
 
 
 def test_a_shell_call_that_timed_out_is_a_failure_with_its_item(plan: PlanFn) -> None:
     p = plan({"id": "s", "openai": SHELL})
-    ran = [ActionResult({"stdout": "", "stderr": "", "exit_code": None, "signal": "SIGKILL", "timed_out": True})]
+    ran = [result_of({"stdout": "", "stderr": "", "exit_code": None, "signal": "SIGKILL", "timed_out": True})]
     out = reply.success(p, ran, None, 100.0)
     assert list(out)[:4] == ["ok", "id", "error", "result"]
     assert out["ok"] is False and out["error"]["code"] == "timeout"
@@ -73,6 +74,6 @@ def test_a_failure_without_a_vendor_form_is_as_today() -> None:
 
 def test_todays_dialect_replies_are_unchanged(plan: PlanFn) -> None:
     bare = plan({"id": 1, "anthropic": {"action": "screenshot"}})
-    assert list(reply.success(bare, [ActionResult({}, PNG)], PNG, 1.0)["result"]) == ["tool_result_content"]
+    assert list(reply.success(bare, [result_of({}, PNG)], PNG, 1.0)["result"]) == ["tool_result_content"]
     action = plan({"id": 1, "openai": {"type": "screenshot"}})
-    assert list(reply.success(action, [ActionResult({}, PNG)], PNG, 1.0)["result"]) == ["output"]
+    assert list(reply.success(action, [result_of({}, PNG)], PNG, 1.0)["result"]) == ["output"]

@@ -16,7 +16,8 @@ import pytest
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import actions as a
 from corral.protocol import reply
-from corral.sandbox.agent import processes as processes_module
+from corral.protocol import results as r
+from corral.sandbox.agent import process as process_module
 from corral.sandbox.agent.launcher import ShepherdEvent, Spawned, SpawnRefused
 from corral.sandbox.agent.processes import ProcessSettings, ProcessTable, RunContext, signal_name, signal_number
 from corral.sandbox.placeholders import Placeholders
@@ -92,18 +93,23 @@ def table(behaviour: Behaviour | SpawnRefused, **settings: Any) -> tuple[Process
     return ProcessTable(launcher, ProcessSettings(**settings)), launcher  # type: ignore[arg-type]
 
 
+async def ran(processes: ProcessTable, action: a.ProcessAction, context: RunContext) -> dict[str, Any]:
+    """The action's result as the reply carries it."""
+    return (await processes.run(action, context)).wire()
+
+
 def exec_action(**fields: Any) -> a.Exec:
     return a.Exec.model_validate({"type": "exec", "argv": ["prog"], **fields})
 
 
 async def test_a_foreground_exec_returns_both_streams_and_the_exit() -> None:
     processes, launcher = table(prints(b"out\n", b"err\n"))
-    done = await processes.run(exec_action(), RunContext("a1.x"))
+    done = await ran(processes, exec_action(), RunContext("a1.x"))
     assert done["stdout"] == "out\n" and done["stderr"] == "err\n"
     assert (done["exit_code"], done["signal"], done["timed_out"]) == (0, None, False)
     assert (done["stdout_truncated"], done["stderr_truncated"]) == (False, False)
     assert launcher.spawned[0]["cwd"] == b"/workspace" and launcher.spawned[0]["argv"] == [b"prog"]
-    listed = await processes.run(a.ProcessList(type="process_list"), RunContext("a2.x"))
+    listed = await ran(processes, a.ProcessList(type="process_list"), RunContext("a2.x"))
     assert listed["processes"][0]["pid"] == 4242 and listed["processes"][0]["running"] is False
     await processes.close()
     assert launcher.controls[0].closed
@@ -111,7 +117,7 @@ async def test_a_foreground_exec_returns_both_streams_and_the_exit() -> None:
 
 async def test_output_beyond_the_limit_is_cut_and_flagged() -> None:
     processes, _ = table(prints(b"abcdef", b"xy"))
-    done = await processes.run(exec_action(max_output_bytes=2), RunContext("a1.x"))
+    done = await ran(processes, exec_action(max_output_bytes=2), RunContext("a1.x"))
     assert (done["stdout"], done["stdout_truncated"], done["stderr"], done["stderr_truncated"]) == (
         "ab",
         True,
@@ -119,16 +125,16 @@ async def test_output_beyond_the_limit_is_cut_and_flagged() -> None:
         False,
     )
     with pytest.raises(ActionError) as caught:
-        await processes.run(exec_action(max_output_bytes=9 << 20), RunContext("a2.x"))
+        await ran(processes, exec_action(max_output_bytes=9 << 20), RunContext("a2.x"))
     assert caught.value.field == "action.max_output_bytes"
     with pytest.raises(ActionError) as caught:
-        await processes.run(exec_action(timeout_ms=600_001), RunContext("a3.x"))
+        await ran(processes, exec_action(timeout_ms=600_001), RunContext("a3.x"))
     assert caught.value.field == "action.timeout_ms"
 
 
 async def test_a_timeout_kills_the_tree_and_keeps_what_was_printed() -> None:
     processes, launcher = table(prints(b"so far", b"", ShepherdEvent("started")))
-    done = await processes.run(exec_action(timeout_ms=1), RunContext("a1.x"))
+    done = await ran(processes, exec_action(timeout_ms=1), RunContext("a1.x"))
     assert launcher.controls[0].orders == [("kill_tree", 9)]
     assert (done["timed_out"], done["signal"], done["exit_code"], done["stdout"]) == (True, "SIGKILL", None, "so far")
     assert done["oom_killed"] is None  # killed by us: not the OOM killer's doing, and not known either
@@ -138,10 +144,10 @@ async def test_streamed_output_goes_out_as_events_before_the_result() -> None:
     processes, _ = table(prints(b"one", b"two"))
     events: list[dict[str, Any]] = []
 
-    async def emit(event: dict[str, Any]) -> None:
-        events.append(event)
+    async def emit(event: r.OutputEvent) -> None:
+        events.append(event.wire())
 
-    done = await processes.run(exec_action(stream=True), RunContext("a1.x", emit))
+    done = await ran(processes, exec_action(stream=True), RunContext("a1.x", emit))
     assert sorted((e["stream"], e["data"]) for e in events) == [("stderr", "two"), ("stdout", "one")]
     assert all(e["event"] == "output" and e["encoding"] == "utf-8" and "ok" not in e for e in events)
     assert done["stdout"] == "one"
@@ -149,7 +155,7 @@ async def test_streamed_output_goes_out_as_events_before_the_result() -> None:
 
 async def test_the_command_environment_and_the_callers_env() -> None:
     processes, launcher = table(prints(b""), proxy="corral-proxy:8080", ca_bundle="/etc/ssl/certs/ca-certificates.crt")
-    await processes.run(a.Exec(type="exec", command="true", env={"TERM": "vt100", "X": "1"}), RunContext("a9.b"))
+    await ran(processes, a.Exec(type="exec", command="true", env={"TERM": "vt100", "X": "1"}), RunContext("a9.b"))
     env = launcher.spawned[0]["env"]
     assert launcher.spawned[0]["argv"] == [b"bash", b"-lc", b"true"]
     assert env["HOME"] == "/home/agent" and env["X"] == "1" and env["TERM"] == "vt100"
@@ -162,12 +168,12 @@ async def test_each_exec_gets_the_placeholders_of_the_moment_it_starts() -> None
     held = Placeholders({"GITHUB_TOKEN": first, "NPM_TOKEN": second})
     launcher = FakeLauncher(prints(b""))
     processes = ProcessTable(launcher, ProcessSettings(proxy="corral-proxy:8080"), held)  # type: ignore[arg-type]
-    await processes.run(exec_action(env={"NPM_TOKEN": "mine"}), RunContext("a1.x"))
+    await ran(processes, exec_action(env={"NPM_TOKEN": "mine"}), RunContext("a1.x"))
     env = launcher.spawned[0]["env"]
     assert env["GITHUB_TOKEN"] == first and env["TERM"] == "dumb"
     assert env["NPM_TOKEN"] == "mine"  # the request's own env has the last word
     held.replace({"NPM_TOKEN": second})  # the gateway revoked GITHUB_TOKEN
-    await processes.run(exec_action(), RunContext("a2.x"))
+    await ran(processes, exec_action(), RunContext("a2.x"))
     env = launcher.spawned[1]["env"]
     assert "GITHUB_TOKEN" not in env and env["NPM_TOKEN"] == second
     assert env["HTTPS_PROXY"] == "http://corral-action:a2.x@corral-proxy:8080"
@@ -191,7 +197,7 @@ async def test_a_program_that_never_ran_is_blamed_on_its_field(
 ) -> None:
     processes, _ = table(refused)
     with pytest.raises(ActionError) as caught:
-        await processes.run(exec_action(**fields), RunContext("a1.x"))
+        await ran(processes, exec_action(**fields), RunContext("a1.x"))
     assert (caught.value.code, caught.value.field) == (code, field)
 
 
@@ -208,22 +214,22 @@ async def test_a_program_that_never_ran_is_blamed_on_its_field(
 async def test_an_unknown_pid_is_no_such_process(action: a.ProcessAction) -> None:
     processes, _ = table(prints(b""))
     with pytest.raises(ActionError) as caught:
-        await processes.run(action, RunContext("a1.x"))
+        await ran(processes, action, RunContext("a1.x"))
     assert (caught.value.code, caught.value.field) == (ErrorCode.NO_SUCH_PROCESS, "action.pid")
 
 
 async def test_kill_signals_the_group_or_kills_the_tree() -> None:
     processes, launcher = table(prints(b"", b"", ShepherdEvent("started")))
-    started = await processes.run(exec_action(background=True), RunContext("a1.x"))
+    started = await ran(processes, exec_action(background=True), RunContext("a1.x"))
     assert started == {"pid": 4242, "background": True}
-    term = await processes.run(a.ProcessKill(type="process_kill", pid=4242, signal="TERM"), RunContext("a2.x"))
+    term = await ran(processes, a.ProcessKill(type="process_kill", pid=4242, signal="TERM"), RunContext("a2.x"))
     assert term == {"pid": 4242, "signal": "SIGTERM"}
-    await processes.run(a.ProcessKill(type="process_kill", pid=4242), RunContext("a3.x"))
+    await ran(processes, a.ProcessKill(type="process_kill", pid=4242), RunContext("a3.x"))
     assert launcher.controls[0].orders == [("signal", 15), ("kill_tree", 9)]
-    waited = await processes.run(a.ProcessWait(type="process_wait", pid=4242, timeout_ms=1000), RunContext("a4.x"))
+    waited = await ran(processes, a.ProcessWait(type="process_wait", pid=4242, timeout_ms=1000), RunContext("a4.x"))
     assert waited["signal"] == "SIGKILL" and waited["timed_out"] is False
     with pytest.raises(ActionError) as caught:
-        await processes.run(a.ProcessResize(type="process_resize", pid=4242, rows=2, cols=2), RunContext("a5.x"))
+        await ran(processes, a.ProcessResize(type="process_resize", pid=4242, rows=2, cols=2), RunContext("a5.x"))
     assert caught.value.code == ErrorCode.INVALID_REQUEST
 
 
@@ -243,13 +249,13 @@ async def test_a_terminal_that_closed_is_no_stdin_and_its_descriptor_is_closed_o
         control.events.put_nowait(None)
 
     processes, _ = table(terminal)
-    done = await processes.run(exec_action(pty={"rows": 5, "cols": 20}), RunContext("a1.x"))
+    done = await ran(processes, exec_action(pty={"rows": 5, "cols": 20}), RunContext("a1.x"))
     assert done["stdout"] == "bye\r\n" and done["stderr"] == ""
     # The master reads EIO once the slave is gone.
-    await asyncio.wait_for(processes._processes[4242].outputs["stdout"].closed.wait(), 5)
+    await asyncio.wait_for(processes.find(4242).outputs["stdout"].closed.wait(), 5)
     reader, writer = os.pipe()  # may take the master's old number: it must survive the table's end
     with pytest.raises(ActionError) as caught:
-        await processes.run(a.ProcessWrite(type="process_write", pid=4242, data="x"), RunContext("a2.x"))
+        await ran(processes, a.ProcessWrite(type="process_write", pid=4242, data="x"), RunContext("a2.x"))
     assert caught.value.code == ErrorCode.INVALID_REQUEST
     await processes.close()
     os.write(writer, b"still mine")
@@ -294,15 +300,15 @@ async def _read_exactly(fd: int, size: int) -> bytes:
 async def test_a_private_stdin_is_a_socket_no_one_can_reopen_and_reaches_the_program() -> None:
     launcher = KeepsStdin()
     processes = ProcessTable(launcher, ProcessSettings())  # type: ignore[arg-type]
-    started = await processes.start_private(exec_action(background=True), RunContext("a1.x"))
+    started = (await processes.start_private(exec_action(background=True), RunContext("a1.x"))).wire()
     (stdin,) = launcher.stdin
     assert stat.S_ISSOCK(os.fstat(stdin).st_mode)
     with pytest.raises(OSError) as raised:
         os.open(f"/proc/self/fd/{stdin}", os.O_RDWR)
     assert raised.value.errno == errno.ENXIO  # what a process of the agent's gets for /proc/<shell>/fd/0
-    await processes.run(a.ProcessWrite(type="process_write", pid=started["pid"], data="echo hi\n"), RunContext("a2.x"))
+    await ran(processes, a.ProcessWrite(type="process_write", pid=started["pid"], data="echo hi\n"), RunContext("a2.x"))
     assert await asyncio.wait_for(_read_exactly(stdin, 8), 10) == b"echo hi\n"
-    await processes.run(a.ProcessWrite(type="process_write", pid=started["pid"], eof=True), RunContext("a3.x"))
+    await ran(processes, a.ProcessWrite(type="process_write", pid=started["pid"], eof=True), RunContext("a3.x"))
     assert os.read(stdin, 1) == b""
     os.close(stdin)
     await processes.close()
@@ -311,17 +317,17 @@ async def test_a_private_stdin_is_a_socket_no_one_can_reopen_and_reaches_the_pro
 async def test_two_writes_to_one_stdin_both_finish_in_turn() -> None:
     launcher = KeepsStdin()
     processes = ProcessTable(launcher, ProcessSettings())  # type: ignore[arg-type]
-    started = await processes.run(exec_action(background=True), RunContext("a1.x"))
+    started = await ran(processes, exec_action(background=True), RunContext("a1.x"))
     big = 300_000  # several pipe-fulls: each write has to wait for the reader
     writes = [
         asyncio.ensure_future(
-            processes.run(a.ProcessWrite(type="process_write", pid=started["pid"], data=c * big), RunContext("a2.x"))
+            ran(processes, a.ProcessWrite(type="process_write", pid=started["pid"], data=c * big), RunContext("a2.x"))
         )
         for c in "xy"
     ]
     writes.append(
         asyncio.ensure_future(
-            processes.run(a.ProcessWrite(type="process_write", pid=started["pid"], eof=True), RunContext("a3.x"))
+            ran(processes, a.ProcessWrite(type="process_write", pid=started["pid"], eof=True), RunContext("a3.x"))
         )
     )
     read = await asyncio.wait_for(_read_exactly(launcher.stdin[0], 2 * big), 10)
@@ -356,14 +362,16 @@ def floods(size: int) -> Behaviour:
 @pytest.mark.parametrize("encoding", ["utf-8", "base64"])
 async def test_an_exec_reply_and_process_output_fit_one_frame(encoding: str) -> None:
     processes, _ = table(floods(8 << 20))
-    done = await processes.run(
-        exec_action(max_output_bytes=8 << 20, output_encoding=encoding, timeout_ms=30_000), RunContext("a1.x")
+    done = await ran(
+        processes,
+        exec_action(max_output_bytes=8 << 20, output_encoding=encoding, timeout_ms=30_000),
+        RunContext("a1.x"),
     )
     assert len(reply.encode({"ok": True, "id": "r", "result": done})) < 16 << 20
     assert done["stdout_truncated"] and done["stderr_truncated"]
     assert done["stdout"] and done["stderr"]
     asked = a.ProcessOutput(type="process_output", pid=4242, max_bytes=8 << 20, output_encoding=encoding)  # type: ignore[arg-type]
-    found = await processes.run(asked, RunContext("a2.x"))
+    found = await ran(processes, asked, RunContext("a2.x"))
     assert len(reply.encode({"ok": True, "id": "r", "result": found})) < 16 << 20
     assert 0 < found["next_offset"] - found["offset"] < 8 << 20
     await processes.close()
@@ -394,14 +402,14 @@ async def test_many_processes_hold_no_more_than_the_tables_budget() -> None:
     settings = ProcessSettings(buffer_bytes=1 << 20, buffers_total_bytes=500_000, captures_total_bytes=300_000)
     processes = ProcessTable(launcher, settings)  # type: ignore[arg-type]
     for n in range(20):
-        await processes.run(exec_action(background=True), RunContext(f"a{n}.x"))
-    execs = await asyncio.gather(*(processes.run(exec_action(), RunContext(f"f{n}.x")) for n in range(5)))
-    assert processes._rings.held <= 500_000
-    held = sum(len(output.ring) for p in processes._processes.values() for output in p.outputs.values())
-    assert held == processes._rings.held
+        await ran(processes, exec_action(background=True), RunContext(f"a{n}.x"))
+    execs = await asyncio.gather(*(ran(processes, exec_action(), RunContext(f"f{n}.x")) for n in range(5)))
+    assert processes.buffered_bytes <= 500_000
+    held = sum(len(output.ring) for p in processes.processes() for output in p.outputs.values())
+    assert held == processes.buffered_bytes
     kept = sum(len(done["stdout"]) + len(done["stderr"]) for done in execs)
     assert kept <= 300_000 and any(done["stdout_truncated"] or done["stderr_truncated"] for done in execs)
-    assert processes._captures.held == 0  # each reply gave its bytes back
+    assert processes.captured_bytes == 0  # each reply gave its bytes back
     await processes.close()
 
 
@@ -418,12 +426,12 @@ async def test_a_tree_that_outlives_its_kill_still_answers_timed_out(monkeypatch
             assert isinstance(spawned, Spawned)
             return Spawned(spawned.pid, Stuck())  # type: ignore[arg-type]
 
-    monkeypatch.setattr(processes_module, "KILL_WAIT_S", 0.01)
+    monkeypatch.setattr(process_module, "KILL_WAIT_S", 0.01)
     launcher = StuckLauncher(prints(b"so far", b"", ShepherdEvent("started")))
     processes = ProcessTable(launcher, ProcessSettings())  # type: ignore[arg-type]
-    done = await processes.run(exec_action(timeout_ms=1), RunContext("a1.x"))
+    done = await ran(processes, exec_action(timeout_ms=1), RunContext("a1.x"))
     assert (done["timed_out"], done["stdout"]) == (True, "so far")
-    listed = await processes.run(a.ProcessList(type="process_list"), RunContext("a2.x"))
+    listed = await ran(processes, a.ProcessList(type="process_list"), RunContext("a2.x"))
     assert listed["processes"][0]["running"] is True
     await processes.close()
 
@@ -456,10 +464,10 @@ async def test_a_command_too_big_for_the_launchers_message_is_an_invalid_field()
     # Within the action's 96 KiB as UTF-8, not once base64 and JSON (short items grow the most).
     many = exec_action(argv=["true", *["abcdefg"] * 9_999], env={f"V{n:03}": "x" * 10 for n in range(1_000)})
     with pytest.raises(ActionError) as caught:
-        await processes.run(many, RunContext("a1.x"))
+        await ran(processes, many, RunContext("a1.x"))
     assert (caught.value.code, caught.value.field) == (ErrorCode.INVALID_FIELD, "action.argv")
     big_env = exec_action(argv=["true", *["abcd"] * 9_999], env={f"V{n:04}": "x" * 41 for n in range(1_000)})
     with pytest.raises(ActionError) as caught:
-        await processes.run(big_env, RunContext("a2.x"))
+        await ran(processes, big_env, RunContext("a2.x"))
     assert caught.value.field == "action.env"
     assert launcher.spawned == []

@@ -186,7 +186,8 @@ def shell_action(command: str | None = None, **fields: Any) -> a.Shell:
 
 
 async def run(shell: PersistentShell, command: str | None = None, action_id: str = "act-1", **fields: Any) -> Any:
-    return await shell.run(shell_action(command, **fields), RunContext(action_id))
+    """The shell action's result as the reply carries it."""
+    return (await shell.run(shell_action(command, **fields), RunContext(action_id))).wire()
 
 
 async def test_state_survives_between_calls(shell: Any) -> None:
@@ -337,7 +338,7 @@ async def test_calls_at_once_are_served_in_turn(shell: Any) -> None:
 async def test_the_shell_is_a_process_of_the_table(shell: Any) -> None:
     sh, table, _ = shell
     await run(sh, "true")
-    listed = await table.run(a.ProcessList(type="process_list"), RunContext("x"))
+    listed = (await table.run(a.ProcessList(type="process_list"), RunContext("x"))).wire()
     assert [p["pid"] for p in listed["processes"] if p["running"]] == [sh.pid]
     assert listed["processes"][0]["action_id"] == "act-1"
 
@@ -367,7 +368,7 @@ def printed(monkeypatch: pytest.MonkeyPatch, text: bytes) -> asyncio.Event:
 
     def feeding(transcript: Transcript, chunk: bytes) -> None:
         feed(transcript, chunk)
-        if text in transcript._data:
+        if transcript.holds(text):
             seen.set()
 
     monkeypatch.setattr(Transcript, "feed", feeding)

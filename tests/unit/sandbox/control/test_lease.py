@@ -122,7 +122,7 @@ def test_taking_again_is_no_change() -> None:
 def test_help_requests_show_and_end_with_a_human_hand_back() -> None:
     lease, changes = lease_with_log()
     request = lease.request_help("solve the CAPTCHA")
-    assert lease.state().as_dict()["help"] == {"reason": "solve the CAPTCHA", "at": request.at}
+    assert lease.state().view().wire()["help"] == {"reason": "solve the CAPTCHA", "at": request.at}
     lease.take("human:lnk_a")
     assert lease.state().help == request  # still shown while the human works
     lease.release("human:lnk_a", "solved")

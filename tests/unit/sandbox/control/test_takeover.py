@@ -22,23 +22,28 @@ def _lease() -> tuple[ControlLease, list[Change]]:
 
 async def test_control_answers_the_lease_at_once_while_the_agent_holds_it() -> None:
     lease, _ = _lease()
-    assert await takeover.control(lease, 600_000) == {"holder": "agent", "since": AT, "help": None, "handed_back": None}
+    assert (await takeover.control(lease, 600_000)).wire() == {
+        "holder": "agent",
+        "since": AT,
+        "help": None,
+        "handed_back": None,
+    }
 
 
 async def test_control_returns_a_waiting_hand_back_once() -> None:
     lease, _ = _lease()
     lease.take(HUMAN)
     lease.release(HUMAN, "the 2FA code was 4411")
-    first = await takeover.control(lease, 0)
+    first = (await takeover.control(lease, 0)).wire()
     assert first["handed_back"] == {"by": HUMAN, "note": "the 2FA code was 4411", "at": AT, "left": False}
-    assert (await takeover.control(lease, 0))["handed_back"] is None
+    assert (await takeover.control(lease, 0)).wire()["handed_back"] is None
     assert lease.take_hand_back() is None
 
 
 async def test_control_while_a_human_holds_it_answers_the_holder_when_the_wait_runs_out() -> None:
     lease, _ = _lease()
     lease.take(HUMAN)
-    answer = await takeover.control(lease, 1)
+    answer = (await takeover.control(lease, 1)).wire()
     assert answer == {"holder": HUMAN, "since": AT, "help": None, "handed_back": None}
 
 
@@ -53,7 +58,7 @@ async def test_request_control_shows_the_reason_and_returns_the_humans_note() ->
             asyncio.get_running_loop().call_soon(lease.release, HUMAN, "solved")
 
     lease.subscribe(step_in)
-    answer = await takeover.request_control(lease, "solve the CAPTCHA", 600_000)
+    answer = (await takeover.request_control(lease, "solve the CAPTCHA", 600_000)).wire()
     assert answer == {
         "holder": "agent",
         "since": AT,
@@ -66,7 +71,7 @@ async def test_request_control_shows_the_reason_and_returns_the_humans_note() ->
 
 async def test_request_control_that_nobody_answers_ends_the_request_without_an_error() -> None:
     lease, changes = _lease()
-    answer = await takeover.request_control(lease, "approve the payment", 1)
+    answer = (await takeover.request_control(lease, "approve the payment", 1)).wire()
     assert answer == {"holder": "agent", "since": AT, "help": None, "handed_back": None}
     assert [c.kind for c in changes] == ["requested", "request_ended"]
 
@@ -123,7 +128,7 @@ async def test_request_control_is_not_answered_by_an_older_unread_hand_back() ->
     lease, changes = _lease()
     lease.take(HUMAN)
     lease.release(HUMAN, "earlier")
-    answer = await takeover.request_control(lease, "approve the payment", 1)
+    answer = (await takeover.request_control(lease, "approve the payment", 1)).wire()
     assert answer["handed_back"] is None
     assert answer["help"] is None and [c.kind for c in changes][-2:] == ["requested", "request_ended"]
     handed = lease.take_hand_back()
@@ -137,6 +142,6 @@ async def test_request_control_ends_the_request_when_the_human_hands_back_to_a_c
     waiting = asyncio.create_task(takeover.request_control(lease, "look", 1))
     await asyncio.sleep(0)
     lease.release(HUMAN, "back to the script")
-    answer = await waiting
+    answer = (await waiting).wire()
     assert answer["holder"] == "cdp:cdp_0a1b2c3d" and answer["handed_back"] is None
     assert lease.state().help is None

@@ -428,7 +428,7 @@ async def test_a_lease_change_while_hello_is_sent_is_not_missed() -> None:
     hello_sent = await socket.texts.get()
     assert hello_sent["type"] == "hello" and hello_sent["lease"]["holder"] == "agent"
     changed = await asyncio.wait_for(socket.texts.get(), 5)
-    assert changed == {"type": "lease", "lease": desktop.lease.state().as_dict()}
+    assert changed == {"type": "lease", "lease": desktop.lease.state().view().wire()}
     assert changed["lease"]["holder"] == VIEWER
     socket.incoming.put_nowait({"type": "websocket.disconnect"})
     await serving
@@ -439,27 +439,27 @@ async def test_no_input_runs_and_no_tail_starts_once_shutdown_began() -> None:
     await humans.close()
     with pytest.raises(ActionError):
         await humans.run(VIEWER, a.Click(type="click", x=5, y=5))
-    assert reported.calls == [] and not parts.methods("input") and not humans._tails
+    assert reported.calls == [] and not parts.methods("input") and not humans.tailing
 
 
 async def test_an_input_running_when_shutdown_begins_ends_at_once() -> None:
     humans, desktop, _, reported = _human_in_control()
     async with desktop.lock:
         running = asyncio.create_task(humans.run(VIEWER, a.Click(type="click", x=5, y=5)))
-        await settled(lambda: bool(desktop.lock._waiters))
+        await settled(lambda: bool(desktop.lock.waiting))
         closing = asyncio.create_task(humans.close())
         await asyncio.sleep(0)
     with pytest.raises(ActionError):
         await running  # refused once it got the lock: the controller is going away
     await closing
-    assert reported.calls == [] and not humans._tails
+    assert reported.calls == [] and not humans.tailing
 
 
 async def test_a_move_is_not_reported_to_the_proxy() -> None:
     humans, _, parts, reported = _human_in_control()
     await humans.run(VIEWER, a.Move(type="move", x=3, y=4))
     assert ("input", "move", (3, 4)) in parts.calls
-    assert reported.calls == [] and not humans._tails
+    assert reported.calls == [] and not humans.tailing
     await humans.close()
 
 

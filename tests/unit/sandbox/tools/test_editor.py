@@ -189,7 +189,7 @@ class Box:
         self.editor = Editor(AgentFiles(self.fs, workspace=str(root)), self.fs)
 
     async def edit(self, **fields: Any) -> dict[str, Any]:
-        return await self.editor.run(a.Edit(type="edit", **fields))
+        return (await self.editor.run(a.Edit(type="edit", **fields))).wire()
 
     async def fails(self, **fields: Any) -> ActionError:
         with pytest.raises(ActionError) as raised:

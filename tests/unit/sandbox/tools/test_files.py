@@ -38,7 +38,7 @@ class Box:
     async def run(self, action: dict[str, Any]) -> dict[str, Any]:
         native = validate(ADAPTER, action, "action", tagged=True)
         assert isinstance(native, a.FileAction)
-        return await self.files.run(native)
+        return (await self.files.run(native)).wire()
 
     async def fails(self, action: dict[str, Any]) -> ActionError:
         with pytest.raises(ActionError) as info:

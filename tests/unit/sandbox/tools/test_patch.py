@@ -24,7 +24,8 @@ class Box:
         self.patcher = Patcher(Editor(AgentFiles(self.fs, workspace=str(root)), self.fs), self.fs)
 
     async def patch(self, operation: str, path: str, diff: str | None = None) -> dict[str, Any]:
-        return await self.patcher.run(a.ApplyPatch(type="apply_patch", operation=operation, path=path, diff=diff))  # type: ignore[arg-type]
+        action = a.ApplyPatch(type="apply_patch", operation=operation, path=path, diff=diff)  # type: ignore[arg-type]
+        return (await self.patcher.run(action)).wire()
 
     async def fails(self, operation: str, path: str, diff: str | None = None) -> ActionError:
         with pytest.raises(ActionError) as raised:

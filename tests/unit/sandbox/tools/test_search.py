@@ -12,6 +12,7 @@ import pytest
 
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import actions as a
+from corral.protocol import results as r
 from corral.sandbox.agent.processes import RunContext
 from corral.sandbox.tools.files import AgentFiles
 from corral.sandbox.tools.search import Search, glob_matcher, grep_argv, grep_matches
@@ -64,13 +65,15 @@ def test_grep_matches_reads_match_records_and_skips_the_rest() -> None:
             '{"type":"match","data":{"path":',  # cut by the output bound
         ]
     )
-    matches, more = grep_matches(stdout, 10)
+    found, more = grep_matches(stdout, 10)
+    matches = [match.wire() for match in found]
     assert matches == [
         {"path": "/w/a", "line": 3, "text": "TODO one"},
         {"path": "/w/b\ufffd", "line": 1, "text": "x\ufffd"},
     ]
     assert more is False
-    assert grep_matches(stdout, 1) == ([{"path": "/w/a", "line": 3, "text": "TODO one"}], True)
+    first, more = grep_matches(stdout, 1)
+    assert ([match.wire() for match in first], more) == ([{"path": "/w/a", "line": 3, "text": "TODO one"}], True)
 
 
 def test_grep_argv_is_an_argv_with_the_pattern_as_an_option_value() -> None:
@@ -92,9 +95,17 @@ class FakeProcesses:
         self.result = result
         self.actions: list[a.Exec] = []
 
-    async def run(self, action: a.Exec, context: RunContext) -> dict[str, Any]:
+    async def exec(self, action: a.Exec, context: RunContext) -> r.ExecResult:
+        """A foreground exec's result: the scripted fields, the rest as a command that ended by itself."""
         self.actions.append(action)
-        return self.result
+        ended = {"pid": 9, "exit_code": 0, "signal": None, "oom_killed": False, "duration_ms": 1.0, "stdout": ""}
+        ended |= {"stdout_truncated": False, "stderr": "", "stderr_truncated": False, "timed_out": False}
+        return r.ExecResult(r.ExecFinished.model_validate({**ended, "encoding": "utf-8", **self.result}))
+
+
+async def wired(search: Search, action: a.FileGlob | a.FileGrep, context: RunContext) -> dict[str, Any]:
+    """The search's result as the reply carries it."""
+    return (await search.run(action, context)).wire()
 
 
 def _search(root: Path, result: dict[str, Any] | None = None) -> tuple[Search, FakeProcesses]:
@@ -108,13 +119,13 @@ async def test_glob_is_relative_to_path_newest_first_and_bounded(tmp_path: Path)
         (tmp_path / name).write_text("")
         os.utime(tmp_path / name, (1_000_000 - age, 1_000_000 - age))
     search, _ = _search(tmp_path)
-    found = await search.run(a.FileGlob(type="file_glob", pattern="**/*.py", path=str(tmp_path)), RunContext("1"))
+    found = await wired(search, a.FileGlob(type="file_glob", pattern="**/*.py", path=str(tmp_path)), RunContext("1"))
     assert found == {
         "paths": [f"{tmp_path}/{n}" for n in ("new.py", "sub/mid.py", "sub/deep/old.py")],
         "truncated": False,
     }
-    cut = await search.run(
-        a.FileGlob(type="file_glob", pattern="**/*.py", path=str(tmp_path), limit=1), RunContext("1")
+    cut = await wired(
+        search, a.FileGlob(type="file_glob", pattern="**/*.py", path=str(tmp_path), limit=1), RunContext("1")
     )
     assert cut == {"paths": [f"{tmp_path}/new.py"], "truncated": True}
 
@@ -126,9 +137,11 @@ async def test_glob_does_not_follow_a_symlink_out(tmp_path: Path) -> None:
     (tmp_path / "w").mkdir()
     os.symlink(outside, tmp_path / "w" / "link")
     search, _ = _search(tmp_path)
-    found = await search.run(a.FileGlob(type="file_glob", pattern="**/*.py", path=str(tmp_path / "w")), RunContext("1"))
+    found = await wired(
+        search, a.FileGlob(type="file_glob", pattern="**/*.py", path=str(tmp_path / "w")), RunContext("1")
+    )
     assert found["paths"] == []
-    links = await search.run(a.FileGlob(type="file_glob", pattern="link", path=str(tmp_path / "w")), RunContext("1"))
+    links = await wired(search, a.FileGlob(type="file_glob", pattern="link", path=str(tmp_path / "w")), RunContext("1"))
     assert links["paths"] == [f"{tmp_path}/w/link"]  # the link itself, as a name
 
 
@@ -136,7 +149,7 @@ async def test_grep_runs_rg_as_an_argv_and_reads_its_json(tmp_path: Path) -> Non
     search, processes = _search(
         tmp_path, {"exit_code": 0, "stdout": _record(f"{tmp_path}/a", 2, "x TODO\n"), "stderr": ""}
     )
-    found = await search.run(a.FileGrep(type="file_grep", pattern="TODO", path=str(tmp_path)), RunContext("1"))
+    found = await wired(search, a.FileGrep(type="file_grep", pattern="TODO", path=str(tmp_path)), RunContext("1"))
     assert found == {"matches": [{"path": f"{tmp_path}/a", "line": 2, "text": "x TODO"}], "truncated": False}
     (action,) = processes.actions
     assert action.argv is not None and action.argv[0] == "/usr/bin/rg" and action.command is None
@@ -212,4 +225,5 @@ def test_grep_matches_skips_records_without_ripgreps_shape() -> None:
         '["match"]',
         _record("ok.txt", 3, "fine\n"),
     ]
-    assert grep_matches("\n".join(hostile), 10) == ([{"path": "ok.txt", "line": 3, "text": "fine"}], False)
+    found, more = grep_matches("\n".join(hostile), 10)
+    assert ([match.wire() for match in found], more) == ([{"path": "ok.txt", "line": 3, "text": "fine"}], False)
