@@ -193,6 +193,18 @@ class SessionRecorder:
         self._end = 0  # the events file's size as written
 
     @property
+    def polling(self) -> bool:
+        """Whether its loop polls the controller (never after a cut: nothing more would be stored)."""
+        return self._task is not None and not self._task.done()
+
+    def stop_polling(self) -> asyncio.Task[None] | None:
+        """Cancel the poll loop, the bundle left open (gateway shutdown; a test stepping :meth:`fetch`
+        itself); the loop's task, for the caller to await, or None when none ran."""
+        if self._task is not None:
+            self._task.cancel()
+        return self._task
+
+    @property
     def written(self) -> int:
         """Events in the bundle (the listing's count: no events file is read for it)."""
         return self._written
@@ -535,11 +547,13 @@ class RecordingManager:
 
     async def stop_all(self) -> None:
         """Gateway shutdown: the sessions go on, so the bundles stay open (a restart continues them)."""
-        for recorder in list(self._live.values()):
-            if recorder._task is not None:
-                recorder._task.cancel()
-        await asyncio.gather(*(r._task for r in self._live.values() if r._task), return_exceptions=True)
+        tasks = [task for recorder in self._live.values() if (task := recorder.stop_polling()) is not None]
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._live.clear()
+
+    def live(self, session_id: str) -> SessionRecorder | None:
+        """The session's recorder while it records (None once stopped, or never started)."""
+        return self._live.get(session_id)
 
     def owner(self, session_id: str) -> str | None:
         try:
