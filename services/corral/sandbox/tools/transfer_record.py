@@ -53,7 +53,7 @@ class Transfer:
         reply = {**body, "result": {"direction": self._direction, **result}} if result is not None else body
         self._record(reply, body["error"])
 
-    def _record(self, reply: dict[str, Any], error: dict[str, Any] | None) -> None:
+    def _record(self, reply: Mapping[str, Any], error: Mapping[str, Any] | None) -> None:
         if self._recorder is None or self._recorded:
             return
         self._recorded = True
