@@ -218,13 +218,13 @@ def translate(block: ToolUseBlock, display: Size, field: str = "anthropic") -> l
     if block.toolset_name == COMPUTER_TOOLSET:
         if name not in COMPUTER_MEMBERS:
             raise _unknown(block, field)
-        return [Step(action, where) for action in _member(name, block.input, display, where)]
+        return [Step(action, where) for action in _member(block, display, where)]
     if name == SHELL_TOOL:
-        return [Step(_bash(block.input, where), where)]
+        return [Step(_bash(block, where), where)]
     if name in EDITOR_TOOLS:
-        return [Step(_editor(name, block.input, where), where)]
+        return [Step(_editor(block, where), where)]
     if name in AGENT_FILE_TOOLS:
-        return [Step(_agent_file_tool(name, block.input, where), where)]
+        return [Step(_agent_file_tool(block, where), where)]
     raise _unknown(block, field)
 
 
@@ -237,8 +237,9 @@ def _unknown(block: ToolUseBlock, field: str) -> ActionError:
     return ActionError(ErrorCode.UNKNOWN_TOOL, message, f"{field}.name")
 
 
-def _member(name: str, raw: dict[str, Any], display: Size, field: str) -> list[a.NativeAction]:
+def _member(block: ToolUseBlock, display: Size, field: str) -> list[a.NativeAction]:
     """A computer toolset member through the computer tool's translator (same fields, one action each)."""
+    name, raw = block.name, block.input
     extra = sorted(set(raw) - MEMBER_FIELDS[name])
     if extra:
         raise ActionError(
@@ -266,8 +267,8 @@ def _fill_budget(action: a.NativeAction, display: Size) -> a.NativeAction:
     return action.model_copy(update={"width": max(8, min(16_384, round(region.width * factor)))})
 
 
-def _bash(raw: dict[str, Any], field: str) -> a.NativeAction:
-    inp = validate(TypeAdapter(BashInput), raw, field)
+def _bash(block: ToolUseBlock, field: str) -> a.NativeAction:
+    inp = validate(TypeAdapter(BashInput), block.input, field)
     data: ShellArgs = {"type": "shell", "restart": bool(inp.restart)}
     if inp.command is not None:
         data["command"] = inp.command
@@ -276,8 +277,8 @@ def _bash(raw: dict[str, Any], field: str) -> a.NativeAction:
     return _native(data, field)
 
 
-def _editor(name: str, raw: dict[str, Any], field: str) -> a.NativeAction:
-    inp = validate(TypeAdapter(EditorInput), raw, field)
+def _editor(block: ToolUseBlock, field: str) -> a.NativeAction:
+    name, inp = block.name, validate(TypeAdapter(EditorInput), block.input, field)
     command = inp.command
     if command == "undo_edit" and name == "str_replace_based_edit_tool":
         raise ActionError(
@@ -308,7 +309,8 @@ def _editor(name: str, raw: dict[str, Any], field: str) -> a.NativeAction:
 _AGENT_SOURCES = {"path": "file_path", "old_str": "old_string", "new_str": "new_string", "content": "content"}
 
 
-def _agent_file_tool(name: str, raw: dict[str, Any], field: str) -> a.NativeAction:
+def _agent_file_tool(block: ToolUseBlock, field: str) -> a.NativeAction:
+    name, raw = block.name, block.input
     if name == "edit":
         edit = validate(TypeAdapter(AgentEditInput), raw, field)
         data: EditArgs = {
@@ -374,8 +376,9 @@ def tool_result(call: VendorCall, content: list[anthropic.ContentBlock], is_erro
     return block
 
 
-def result_text(action: a.NativeAction, data: dict[str, Any]) -> str:  # data: the native result's (ActionResult)
+def result_text(action: a.NativeAction, result: ActionResult) -> str:
     """What a shell, editor or file tool's native result says to the model."""
+    data = result.data
     if isinstance(action, a.FileWrite):
         return f"Wrote {data.get('size', 0)} bytes to {data.get('path', action.path)}"
     if isinstance(action, a.FileGlob):
@@ -400,7 +403,7 @@ def success(
     last_action, last = steps[-1].action, results[-1]
     if call.computer:
         return tool_result(call, anthropic.tool_result_content(last_action, last, image, scale))
-    content = _text(result_text(last_action, last.data))
+    content = _text(result_text(last_action, last))
     if image is not None:  # asked for with the envelope's ``screenshot``
         content.append(anthropic.image_block(image))
     return tool_result(call, content)

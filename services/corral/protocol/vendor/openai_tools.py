@@ -304,8 +304,9 @@ def computer_call_output(call: VendorCall, image: EncodedImage) -> ComputerCallO
     return item
 
 
-def _exit_code(data: dict[str, Any]) -> int:  # data: an exec's native result (ActionResult)
+def _exit_code(result: ActionResult) -> int:
     """An exec's exit code; killed by a signal: 128 + its number, as a shell says it."""
+    data = result.data
     code = data.get("exit_code")
     if isinstance(code, int):
         return code
@@ -324,15 +325,16 @@ def _cut(stdout: str, stderr: str, limit: int | None) -> tuple[str, str]:
     return stdout, stderr[: limit - len(stdout)]
 
 
-def _shell_entry(data: dict[str, Any] | None, limit: int | None) -> ShellEntry:
-    if data is None:  # not run: the budget was spent
+def _shell_entry(result: ActionResult | None, limit: int | None) -> ShellEntry:
+    if result is None:  # not run: the budget was spent
         return {"stdout": "", "stderr": "", "outcome": {"type": "timeout"}}
+    data = result.data
     error = data.get("error")
     if isinstance(error, dict):  # it could not run: the message, as failure() gives it
         return {"stdout": "", "stderr": str(error.get("message") or ""), "outcome": {"type": "exit", "exit_code": 1}}
     stdout, stderr = _cut(str(data.get("stdout") or ""), str(data.get("stderr") or ""), limit)
     outcome: ShellOutcome = (
-        {"type": "timeout"} if data.get("timed_out") else {"type": "exit", "exit_code": _exit_code(data)}
+        {"type": "timeout"} if data.get("timed_out") else {"type": "exit", "exit_code": _exit_code(result)}
     )
     return {"stdout": stdout, "stderr": stderr, "outcome": outcome}
 
@@ -346,7 +348,7 @@ def shell_call_output(call: VendorCall, entries: list[ShellEntry]) -> ShellCallO
 
 def _shell_success(call: VendorCall, steps: tuple[Step, ...], results: list[ActionResult]) -> Reply:
     entries = [
-        _shell_entry(results[i].data if i < len(results) else None, call.max_output_length) for i in range(len(steps))
+        _shell_entry(results[i] if i < len(results) else None, call.max_output_length) for i in range(len(steps))
     ]
     timed_out = [i for i, entry in enumerate(entries) if entry["outcome"]["type"] == "timeout"]
     failed = [i for i, result in enumerate(results) if isinstance(result.data.get("error"), dict)]
@@ -370,7 +372,8 @@ def local_shell_call_output(call: VendorCall, body: LocalShellBody) -> LocalShel
     return {"type": "local_shell_call_output", "id": call.call_id, "output": json.dumps(body, separators=(",", ":"))}
 
 
-def _local_shell_success(call: VendorCall, data: dict[str, Any]) -> Reply:
+def _local_shell_success(call: VendorCall, result: ActionResult) -> Reply:
+    data = result.data
     metadata: LocalShellMetadata = {
         "exit_code": data.get("exit_code"),
         "duration_seconds": round(float(data.get("duration_ms") or 0) / 1000, 3),
@@ -380,7 +383,7 @@ def _local_shell_success(call: VendorCall, data: dict[str, Any]) -> Reply:
         "metadata": metadata,
     }
     if not data.get("timed_out"):
-        metadata["exit_code"] = _exit_code(data)
+        metadata["exit_code"] = _exit_code(result)
         return local_shell_call_output(call, body), None
     error = ActionError(
         ErrorCode.TIMEOUT, "the command did not finish within its timeout_ms", field="openai.action.timeout_ms"
@@ -405,7 +408,7 @@ def success(
     if call.tool == "shell_call":
         return _shell_success(call, steps, results)
     if call.tool == "local_shell_call":
-        return _local_shell_success(call, results[-1].data)
+        return _local_shell_success(call, results[-1])
     return apply_patch_call_output(call, "completed", str(results[-1].data.get("output") or "")), None
 
 
