@@ -107,7 +107,7 @@ def instrument() -> None:
     timed(ca, "create", "gateway: session CA")
     timed(runtime, "start_proxy", "gateway: proxy container start")
     timed(runtime, "start_sandbox", "gateway: sandbox container start (+ secret)")
-    timed(runtime, "_with_secret", "gateway: controller secret read (exec)")
+    timed(runtime, "read_secret", "gateway: controller secret read (exec)")
     timed(runtime, "wait_ready", "gateway: sandbox /healthz ready")
     timed_async(gateway_egress.EgressManager, "wait_ready", "gateway: proxy control port ready")
     if hasattr(gateway_egress.EgressManager, "set_start_policy"):
@@ -124,9 +124,9 @@ def docker_time(stamp: str) -> float:
 
 def sandbox_marks(runtime: DockerHarness, container: str) -> dict[str, float]:
     marks: dict[str, float] = {}
-    attrs = runtime._client.api.inspect_container(container)
+    attrs = runtime.client.api.inspect_container(container)
     marks["docker: container started"] = docker_time(attrs["State"]["StartedAt"])
-    raw: bytes = runtime._client.api.logs(container, timestamps=True)
+    raw: bytes = runtime.client.api.logs(container, timestamps=True)
     for line in raw.decode(errors="replace").splitlines():
         stamp, _, text = line.partition(" ")
         for name, pattern in LOG_MARKS.items():

@@ -172,7 +172,7 @@ def sidecar_pss(runtime: DockerHarness, instance: str, sandbox: str, shared: str
     It is the egress container on the sandbox's own session network (the pooled pair has another)."""
     networks = set(runtime._container(sandbox).attrs["NetworkSettings"]["Networks"]) - {shared}
     total = 0.0
-    for container in runtime._client.containers.list(filters={"label": f"corral.gateway={instance}"}):
+    for container in runtime.client.containers.list(filters={"label": f"corral.gateway={instance}"}):
         on = set(container.attrs["NetworkSettings"]["Networks"])
         if container.id != runtime._container(sandbox).id and "egress" in (container.name or "") and on & networks:
             out = container.exec_run(["python3", "-I", "-c", PSS]).output.decode(errors="replace")

@@ -79,7 +79,7 @@ def self_cpu() -> float:
 def proxies_cpu(runtime: DockerHarness, instance: str) -> float:
     """The CPU seconds every egress proxy of ``instance`` used so far (docker stats' counter)."""
     total = 0.0
-    for container in runtime._client.containers.list(filters={"label": f"corral.gateway={instance}"}):
+    for container in runtime.client.containers.list(filters={"label": f"corral.gateway={instance}"}):
         if "egress" in (container.name or ""):
             total += runtime.cpu_seconds(container.id)
     return total

@@ -32,9 +32,9 @@ each :class:`CodedError` with the HTTP status its table gives the class (corral.
 from __future__ import annotations
 
 import errno
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
 
 class ErrorCode(StrEnum):
@@ -103,10 +103,28 @@ class ErrorCode(StrEnum):
     BUNDLE_UNREADABLE = "bundle_unreadable"
 
 
-def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
+class ErrorDetail(TypedDict):
+    """The ``error`` member of every error body: a stable code, a message, the field to blame."""
+
+    code: str
+    message: str
+    field: NotRequired[str]
+
+
+class ControlTakenDetail(ErrorDetail):
+    holder: str
+    since: float
+
+
+class ErrorBody(TypedDict):
+    ok: Literal[False]
+    error: ErrorDetail
+
+
+def error_body(code: str, message: str, field: str | None = None) -> ErrorBody:
     """The one JSON error body, from the gateway and the controller alike (a controller's action
     reply adds the request's ``id``)."""
-    error = {"code": str(code), "message": message}
+    error: ErrorDetail = {"code": str(code), "message": message}
     if field:
         error["field"] = field
     return {"ok": False, "error": error}
@@ -135,9 +153,9 @@ class CodedError(CorralError):
         if field is not None:
             self.field = field
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ErrorDetail:
         """The ``error`` member of :func:`error_body`."""
-        out = {"code": str(self.code), "message": self.message}
+        out: ErrorDetail = {"code": str(self.code), "message": self.message}
         if self.field is not None:
             out["field"] = self.field
         return out
@@ -170,7 +188,7 @@ class ControlTaken(ActionError):
         self.holder = holder
         self.since = since
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ControlTakenDetail:
         return {**super().to_dict(), "holder": self.holder, "since": self.since}
 
 
@@ -263,7 +281,7 @@ class RemoteError(CorralError):
 class ActionFailed(RemoteError):
     """A sandbox answered ``ok: false`` (raised by the protocol clients); ``error`` is its error member."""
 
-    def __init__(self, error: dict[str, Any]) -> None:
+    def __init__(self, error: Mapping[str, Any]) -> None:  # the error member as the sandbox sent it
         field = error.get("field")
         super().__init__(
             f"{error.get('code')}: {error.get('message')}" + (f" (field {field})" if field else ""),
@@ -277,7 +295,7 @@ class GatewayError(RemoteError):
     """The gateway refused a request (raised by its client, corral.gateway_client); ``status`` and
     ``code`` say why."""
 
-    def __init__(self, status: int, body: dict[str, Any]) -> None:
+    def __init__(self, status: int, body: Mapping[str, Any]) -> None:  # the body as the gateway sent it
         error = body.get("error") or {}
         field = error.get("field")
         super().__init__(
@@ -327,7 +345,7 @@ class InvalidMessage(CorralError, ValueError):
         self.code = code
         self.field = field
 
-    def reply(self) -> dict[str, Any]:
+    def reply(self) -> dict[str, Any]:  # typed by the control channel's messages (corral.proxy.control)
         out: dict[str, Any] = {"ok": False, "code": self.code, "error": str(self)}
         if self.field is not None:
             out["field"] = self.field

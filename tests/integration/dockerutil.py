@@ -16,6 +16,8 @@ from docker.models.containers import Container
 from corral.errors import SandboxError
 from corral.runtime import SandboxAddress, SessionNetwork
 from corral.runtime.docker import SECRET_WAIT_S, DockerRuntime
+from corral.runtime.docker.networks import session_network_of
+from corral.runtime.docker.sandboxes import controller_address
 
 
 class DockerHarness(DockerRuntime):
@@ -58,11 +60,11 @@ class DockerHarness(DockerRuntime):
 
     def find(self, name: str) -> SandboxAddress | None:
         try:
-            container: Container = self._client.containers.get(name)
+            container: Container = self.client.containers.get(name)
         except docker.errors.NotFound:
             return None
-        address = self._address(container)
-        return self._with_secret(address, SECRET_WAIT_S) if address is not None else None
+        address = controller_address(container)
+        return self.read_secret(address, SECRET_WAIT_S) if address is not None else None
 
     def kill(self, ident: str, signal: str = "KILL") -> None:
         """Kill a container's main process (a proxy or a sandbox mid-session)."""
@@ -80,7 +82,7 @@ class DockerHarness(DockerRuntime):
     def container_states(self, labels: Mapping[str, str]) -> dict[str, str]:
         """Name -> state ("running", "exited", "restarting", ...) of every container with ``labels``."""
         filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
-        return {c.name: c.status for c in self._client.containers.list(all=True, filters=filters)}
+        return {c.name: c.status for c in self.client.containers.list(all=True, filters=filters)}
 
     def address_on(self, ident: str, network: str) -> str | None:
         """A container's address on one network (None when it has none there)."""
@@ -115,7 +117,7 @@ class DockerHarness(DockerRuntime):
         if memory is not None:
             limits.update(mem_limit=memory, memswap_limit=memory)
         try:
-            container: Container = self._client.containers.create(
+            container: Container = self.client.containers.create(
                 image,
                 argv,
                 entrypoint=[],
@@ -127,7 +129,7 @@ class DockerHarness(DockerRuntime):
                 init=True,
                 **limits,
             )
-            net = self._client.networks.get(network)
+            net = self.client.networks.get(network)
             net.disconnect(container)
             net.connect(container, aliases=aliases)
             container.start()
@@ -141,21 +143,21 @@ class DockerHarness(DockerRuntime):
     # -- networks --------------------------------------------------------------------------------------
 
     def network_names(self) -> list[str]:
-        return [str(network.name) for network in self._client.networks.list()]
+        return [str(network.name) for network in self.client.networks.list()]
 
     def session_network(self, name: str) -> SessionNetwork | None:
         try:
-            return self._session_network(self._client.networks.get(name).attrs)
+            return session_network_of(self.client.networks.get(name).attrs)
         except docker.errors.NotFound:
             return None
 
     def interface(self, name: str) -> str:
         """The host interface of a bridge network (what the host guard's rules name)."""
-        attrs = self._client.networks.get(name).attrs
+        attrs = self.client.networks.get(name).attrs
         options = attrs.get("Options") or {}
         return str(options.get("com.docker.network.bridge.name") or f"br-{str(attrs['Id'])[:12]}")
 
     def bridge(self, name: str) -> tuple[str, str]:
         """The host interface and gateway address of a bridge network."""
-        configs = (self._client.networks.get(name).attrs.get("IPAM") or {}).get("Config") or [{}]
+        configs = (self.client.networks.get(name).attrs.get("IPAM") or {}).get("Config") or [{}]
         return self.interface(name), str(configs[0].get("Gateway", ""))

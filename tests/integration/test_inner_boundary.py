@@ -336,7 +336,7 @@ def test_modules_the_agent_plants_in_its_home_are_never_imported_by_the_sandboxs
         # Every process of the sandbox's own Python (tini's too, which boot execs) runs in /, never in
         # a directory the agent can write. Read from the host: inside, no uid may read another's cwd.
         if os.geteuid() == 0:
-            listed = runtime._client.api.top(box, ps_args="-eo pid,args")
+            listed = runtime.client.api.top(box, ps_args="-eo pid,args")
             pid_at, args_at = listed["Titles"].index("PID"), listed["Titles"].index("COMMAND")
             ours = [row[pid_at] for row in listed["Processes"] if "corral.sandbox." in row[args_at]]
             places = {pid: os.readlink(f"/proc/{pid}/cwd") for pid in ours}

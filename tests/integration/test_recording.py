@@ -366,7 +366,7 @@ def test_another_host_user_reads_nothing_of_the_data_dir_and_no_file_holds_a_pro
         sb.navigate(html_url("<p>private</p>", "document.title='private'"))
         sb.act({"type": "navigate", "url": "https://blocked.test/"})
         # The proxy runs as the configured uid, owns its state and still logs and takes policy changes.
-        proxy = runtime._client.containers.get(f"corral-egress-{sb.id}")
+        proxy = runtime.client.containers.get(f"corral-egress-{sb.id}")
         assert proxy.attrs["Config"]["User"] == f"{PROXY_UID}:{PROXY_UID}"
         state = data / "egress" / sb.id
         assert state.stat().st_uid == PROXY_UID and (state.stat().st_mode & 0o777) == 0o700
@@ -378,7 +378,7 @@ def test_another_host_user_reads_nothing_of_the_data_dir_and_no_file_holds_a_pro
                 time.sleep(0.2)
         _wait_actions(gw, sb.id, Path(data.parent), 2)
         # Both containers' json-file logs are capped.
-        sandbox = runtime._client.containers.get(sb.container)
+        sandbox = runtime.client.containers.get(sb.container)
         for container in (proxy, sandbox):
             config = container.attrs["HostConfig"]["LogConfig"]
             assert config == {"Type": "json-file", "Config": {"max-size": "10m", "max-file": "3"}}, config
@@ -418,7 +418,7 @@ def test_another_host_user_cannot_read_a_proxy_token_from_its_command_line(
     with guarded.client() as c:
         created = c.post("/v1/sessions", json={}).json()
         try:
-            proxy = runtime._client.containers.get(f"corral-egress-{created['id']}")
+            proxy = runtime.client.containers.get(f"corral-egress-{created['id']}")
             env = dict(e.split("=", 1) for e in proxy.attrs["Config"]["Env"])
             # The token comes in on stdin: on the command line the scanner would find itself.
             scan = (

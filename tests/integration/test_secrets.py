@@ -746,7 +746,7 @@ def finished(world: World, tmp_path_factory: pytest.TempPathFactory) -> Finished
     captured = {f"live {name}": data for name, data in _contents(data_dir)}
     for name in (world.container, world.proxy):
         captured[f"docker logs {name}"] = runtime.logs(name, 1_000_000).encode()
-        container = runtime._client.containers.get(name)
+        container = runtime.client.containers.get(name)
         captured[f"docker inspect {name}"] = json.dumps(container.attrs).encode()
     world.sb.close()
     with world.gw.client() as c:

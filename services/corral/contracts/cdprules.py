@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NotRequired, TypedDict
 
 from corral.contracts.limits import CDP_MAX_FRAME_BYTES
 from corral.contracts.urls import web_url
@@ -182,25 +182,46 @@ def allowed_in_persons_turn(method: str) -> bool:
     return method in _IN_PERSONS_TURN or method.partition(".")[2] == "disable"
 
 
-def _reply(message_id: Any, session_id: str | None, code: int, text: str) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": message_id}
-    if session_id is not None:
-        out["sessionId"] = session_id
-    out["error"] = {"code": code, "message": text}
-    return out
+class CdpError(TypedDict):
+    code: int
+    message: str
 
 
-def refused_reply(message_id: Any, session_id: str | None, method: str, rule: Rule) -> dict[str, Any]:
+class CdpErrorReply(TypedDict):
+    """An answer the relay gives itself, as Chromium answers a failed command."""
+
+    id: int | None  # None: the message had no id Chromium takes
+    sessionId: NotRequired[str]
+    error: CdpError
+
+
+class CdpCommand(TypedDict):
+    """A command as it goes to Chromium (:meth:`Command.wire`)."""
+
+    id: int
+    method: str
+    params: NotRequired[dict[str, Any]]  # CDP's own, open-ended per method: checked by the rules above
+    sessionId: NotRequired[str]
+
+
+def _reply(message_id: int | None, session_id: str | None, code: int, text: str) -> CdpErrorReply:
+    error: CdpError = {"code": code, "message": text}
+    if session_id is None:
+        return {"id": message_id, "error": error}
+    return {"id": message_id, "sessionId": session_id, "error": error}
+
+
+def refused_reply(message_id: int | None, session_id: str | None, method: str, rule: Rule) -> CdpErrorReply:
     """The answer to a refused command, as Chromium answers a failed one."""
     return _reply(message_id, session_id, REFUSED_CODE, f"corral refused {method}: {rule.why} (rule {rule.name})")
 
 
-def control_taken_reply(message_id: Any, session_id: str | None, holder: str, since: float) -> dict[str, Any]:
+def control_taken_reply(message_id: int | None, session_id: str | None, holder: str, since: float) -> CdpErrorReply:
     """The answer to a lease-gated command while ``holder`` holds the lease (since unix seconds)."""
     return _reply(message_id, session_id, CONTROL_TAKEN_CODE, f"control_taken: held by {holder} since {since}")
 
 
-def invalid_reply(message_id: Any, text: str) -> dict[str, Any]:
+def invalid_reply(message_id: int | None, text: str) -> CdpErrorReply:
     """The answer to a message that is no CDP command (Chromium's own code for it)."""
     return _reply(message_id, None, -32600, text)
 
@@ -209,14 +230,14 @@ def invalid_reply(message_id: Any, text: str) -> dict[str, Any]:
 class Command:
     """A client's CDP command, as the relay reads it."""
 
-    id: Any
+    id: int
     method: str
     params: dict[str, Any] | None
     session_id: str | None
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> CdpCommand:
         """The command as it goes to Chromium: what was read and checked, nothing else."""
-        out: dict[str, Any] = {"id": self.id, "method": self.method}
+        out: CdpCommand = {"id": self.id, "method": self.method}
         if self.params is not None:
             out["params"] = self.params
         if self.session_id is not None:

@@ -24,10 +24,10 @@ import os
 import secrets
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Unpack
 
 from corral.gateway.store import session_dir
-from corral.proxy.audit import make_anchor, parse_anchors
+from corral.proxy.audit import Anchor, AnchoredPolicy, AnchorFields, make_anchor, parse_anchors
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class AnchorBook:
         """The session's anchors file; ValueError for anything but a session id."""
         return session_dir(self.root, session_id).with_suffix(".jsonl")
 
-    def append(self, session_id: str, seq: int, chain_hash: str, reason: str, **fields: Any) -> dict[str, Any]:
+    def append(self, session_id: str, seq: int, chain_hash: str, reason: str, **fields: Unpack[AnchorFields]) -> Anchor:
         """One anchor, written with one ``write`` of a whole line."""
         key = self.key()
         anchor = make_anchor(key, session_id, seq, chain_hash, reason, **fields)
@@ -88,7 +88,7 @@ class AnchorBook:
             self._heads[session_id] = (seq, chain_hash)
         return anchor
 
-    def read(self, session_id: str) -> list[dict[str, Any]]:
+    def read(self, session_id: str) -> list[Anchor]:
         """The session's anchors, each MAC checked (ValueError names a bad one); none: []."""
         try:
             lines = self.path(session_id).read_bytes().splitlines()
@@ -118,7 +118,7 @@ class AnchorBook:
             self._heads.setdefault(session_id, head)
         return head
 
-    def expected_policy(self, session_id: str) -> dict[str, Any] | None:
+    def expected_policy(self, session_id: str) -> AnchoredPolicy | None:
         """The policy the gateway last set on the session's proxy: ``{"generation", "allow", "mode"}``."""
         for anchor in reversed(self._read_quietly(session_id)):
             policy = anchor.get("set")
@@ -126,7 +126,7 @@ class AnchorBook:
                 return policy
         return None
 
-    def _read_quietly(self, session_id: str) -> list[dict[str, Any]]:
+    def _read_quietly(self, session_id: str) -> list[Anchor]:
         try:
             return self.read(session_id)
         except ValueError as exc:

@@ -99,10 +99,10 @@ class PolicyView:
     mode: str
 
     @classmethod
-    def from_reply(cls, reply: dict[str, Any]) -> PolicyView:
+    def from_reply(cls, reply: Mapping[str, Any]) -> PolicyView:
         return cls(int(reply.get("generation", 0)), tuple(reply.get("allow") or ()), str(reply.get("mode")))
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> audit.AnchoredPolicy:
         return {"generation": self.generation, "allow": list(self.allow), "mode": self.mode}
 
 

@@ -27,9 +27,10 @@ import os
 import shutil
 import time
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypedDict, cast
 
 import httpx
 
@@ -39,7 +40,17 @@ from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import open_private, private_dir, private_file, session_dir, write_json, write_private
 from corral.proxy.audit import MAX_LINE_BYTES
 from corral.proxy.flowfile import check
-from corral.recording.bundle import EVENTS_FILE, FORMAT, FRAMES_DIR, MANIFEST_FILE, RESPONSES_FILE, VERSION
+from corral.recording.bundle import (
+    EVENTS_FILE,
+    FORMAT,
+    FRAMES_DIR,
+    MANIFEST_FILE,
+    RESPONSES_FILE,
+    VERSION,
+    EventFields,
+    Manifest,
+    RecordedEvent,
+)
 from corral.recording.redact import redact, redact_human
 
 log = logging.getLogger(__name__)
@@ -134,6 +145,35 @@ def _count_lines(path: Path) -> int:
     return count
 
 
+class ControllerBatch(TypedDict, total=False):
+    """One answer of the controller's ``GET /v1/recording`` (read field by field: it is untrusted)."""
+
+    boot: str | None  # the controller run: its numbering starts again with another
+    last: int  # the last event it has recorded
+    oldest: int  # the oldest it still holds
+    events: list[dict[str, Any]]  # its events as it sent them: redacted and clipped before they are stored
+
+
+class RecordingSummary(TypedDict):
+    """One recording in the owner's listing (``GET /v1/recordings``)."""
+
+    session: str
+    state: str  # live, ended
+    created_at: float | None
+    ended_at: float | None
+    events: int | None
+    bytes: int | None
+    budget_bytes: int | None
+    cut: str | None
+
+
+class EventsPage(TypedDict):
+    """The events a viewer has not seen yet, and whether more can come."""
+
+    events: list[RecordedEvent]
+    ended: bool
+
+
 class AuditIndex:
     """Which audit records each action caused, read incrementally from the session's log."""
 
@@ -193,11 +233,23 @@ class SessionRecorder:
         self._end = 0  # the events file's size as written
 
     @property
+    def polling(self) -> bool:
+        """Whether its loop polls the controller (never after a cut: nothing more would be stored)."""
+        return self._task is not None and not self._task.done()
+
+    def stop_polling(self) -> asyncio.Task[None] | None:
+        """Cancel the poll loop, the bundle left open (gateway shutdown; a test stepping :meth:`fetch`
+        itself); the loop's task, for the caller to await, or None when none ran."""
+        if self._task is not None:
+            self._task.cancel()
+        return self._task
+
+    @property
     def written(self) -> int:
         """Events in the bundle (the listing's count: no events file is read for it)."""
         return self._written
 
-    def start(self, manifest: dict[str, Any], owner: str) -> None:
+    def start(self, manifest: dict[str, Any], owner: str) -> None:  # the session's setup as its model dumps it
         private_dir(self.directory / FRAMES_DIR)
         manifest_path = self.directory / MANIFEST_FILE
         if not manifest_path.exists():
@@ -242,7 +294,7 @@ class SessionRecorder:
                 log.exception("recording %s: could not write an event", self.directory.name)
                 await asyncio.sleep(1)
 
-    async def _get(self, wait_ms: int) -> dict[str, Any] | None:
+    async def _get(self, wait_ms: int) -> ControllerBatch | None:
         """One answer of the controller, read up to ``fetch_max`` bytes (None: it does not record)."""
         async with controller.stream(
             self._http,
@@ -268,7 +320,7 @@ class SessionRecorder:
         body = json.loads(b"".join(chunks))
         if not isinstance(body, dict):
             raise ValueError("the controller's answer is not an object")
-        return body
+        return cast(ControllerBatch, body)
 
     async def fetch(self, wait_ms: int) -> None:
         """One poll of the controller: what it recorded since the last, written to the bundle (its loop
@@ -304,7 +356,7 @@ class SessionRecorder:
             self._writing = asyncio.ensure_future(asyncio.to_thread(self._write_action, event))
             await asyncio.shield(self._writing)
 
-    def _write_action(self, event: dict[str, Any]) -> None:
+    def _write_action(self, event: dict[str, Any]) -> None:  # as the controller sent it (ControllerBatch)
         # Again here, with this gateway's cap: the controller is not trusted to have done it (or may be
         # older), and a second pass keeps the first digests.
         event = redact(event, output_budget=self._max_text * 3 // 4)
@@ -339,7 +391,7 @@ class SessionRecorder:
         self._after = controller_seq  # only once written: a failed write is fetched again
 
     @staticmethod
-    def _line(seq: int, event: dict[str, Any]) -> bytes:
+    def _line(seq: int, event: Mapping[str, Any]) -> bytes:  # an EventFields, or one from the controller
         return (json.dumps({"seq": seq, "time": time.time(), **event}, separators=(",", ":")) + "\n").encode()
 
     def _append(self, seq: int, line: bytes) -> None:
@@ -359,7 +411,7 @@ class SessionRecorder:
         index = bisect.bisect_right(lines, seq, key=lambda line: line[0])
         return lines[index][1] if index < len(lines) else self._end
 
-    def _write(self, event: dict[str, Any]) -> None:
+    def _write(self, event: EventFields) -> None:
         seq = self._written + 1
         self._append(seq, self._line(seq, event))
 
@@ -535,11 +587,13 @@ class RecordingManager:
 
     async def stop_all(self) -> None:
         """Gateway shutdown: the sessions go on, so the bundles stay open (a restart continues them)."""
-        for recorder in list(self._live.values()):
-            if recorder._task is not None:
-                recorder._task.cancel()
-        await asyncio.gather(*(r._task for r in self._live.values() if r._task), return_exceptions=True)
+        tasks = [task for recorder in self._live.values() if (task := recorder.stop_polling()) is not None]
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._live.clear()
+
+    def live(self, session_id: str) -> SessionRecorder | None:
+        """The session's recorder while it records (None once stopped, or never started)."""
+        return self._live.get(session_id)
 
     def owner(self, session_id: str) -> str | None:
         try:
@@ -547,10 +601,10 @@ class RecordingManager:
         except (OSError, ValueError):
             return None
 
-    def listing(self, owner: str) -> list[dict[str, Any]]:
+    def listing(self, owner: str) -> list[RecordingSummary]:
         """The owner's recordings, from their manifests and the live recorders' counts: the cost is
         one small file each, whatever the recordings hold (no events file is opened)."""
-        out = []
+        out: list[RecordingSummary] = []
         for path in self.root.glob(f"ses_*/{MANIFEST_FILE}"):
             session_id = path.parent.name
             if self.owner(session_id) != owner:
@@ -570,9 +624,9 @@ class RecordingManager:
                         "cut": (manifest.get("cut") or {}).get("reason"),
                     }
                 )
-        return sorted(out, key=lambda item: item.get("created_at") or 0, reverse=True)
+        return sorted(out, key=lambda item: item["created_at"] or 0, reverse=True)
 
-    def events(self, session_id: str, after: int = 0) -> dict[str, Any]:
+    def events(self, session_id: str, after: int = 0) -> EventsPage:
         """The bundle's events with ``seq > after`` (for the viewer) and whether the recording has ended.
 
         ``{"events": [...], "ended": bool}``; a torn last line is left out. Once ``ended`` is true no
@@ -589,7 +643,7 @@ class RecordingManager:
         # ended one is read whole, once (the viewer stops asking once it has ended).
         live = self._live.get(session_id)
         start = live.offset_after(after) if live is not None else 0
-        out = []
+        out: list[RecordedEvent] = []
         try:
             with (directory / EVENTS_FILE).open("rb") as events:
                 events.seek(start)
@@ -602,7 +656,9 @@ class RecordingManager:
             with contextlib.suppress(ValueError):
                 event = json.loads(line)
                 if isinstance(event, dict) and isinstance(event.get("seq"), int) and event["seq"] > after:
-                    out.append(redact_human(event))  # a bundle an older gateway wrote holds the text
+                    # A line of the bundle (checked as far as the viewer relies on it); a bundle an older
+                    # gateway wrote holds a person's text: left out here.
+                    out.append(cast(RecordedEvent, redact_human(event)))
         return {"events": out, "ended": ended}
 
     def frame(self, session_id: str, name: str) -> bytes:
@@ -654,11 +710,11 @@ class RecordingManager:
                     removed += 1
         return removed + self.enforce_total()
 
-    def _size(self, directory: Path, manifest: dict[str, Any]) -> int:
+    def _size(self, directory: Path, manifest: Manifest | None) -> int:
         live = self._live.get(directory.name)
         if live is not None:
             size = live.used
-        elif isinstance(manifest.get("bytes"), int):
+        elif manifest is not None and isinstance(manifest.get("bytes"), int):
             size = int(manifest["bytes"])
         else:
             size = _stored_bytes(directory)  # an older bundle, or one never closed: counted once
@@ -671,13 +727,13 @@ class RecordingManager:
         ones are never removed (their budgets bound them). Reads manifests only (and one stat each)."""
         total, ended = 0, []
         for directory in self.root.glob("ses_*"):
-            manifest: dict[str, Any] = {}
+            manifest: Manifest | None = None  # as read: each value used is checked
             with contextlib.suppress(OSError, ValueError):
                 loaded = json.loads((directory / MANIFEST_FILE).read_text())
-                manifest = loaded if isinstance(loaded, dict) else {}
+                manifest = cast(Manifest, loaded) if isinstance(loaded, dict) else None
             size = self._size(directory, manifest)
             total += size
-            ended_at = manifest.get("ended_at")
+            ended_at = manifest.get("ended_at") if manifest is not None else None
             if directory.name not in self._live and isinstance(ended_at, int | float) and ended_at:
                 ended.append((float(ended_at), directory.name, size, directory))
         removed = 0

@@ -7,7 +7,7 @@ is the list of content blocks to put in the ``tool_result``.
 from __future__ import annotations
 
 import base64
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -186,25 +186,40 @@ def wants_screenshot(raw_action: str) -> bool:
     return raw_action != "cursor_position"
 
 
+class TextBlock(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+class ImageSource(TypedDict):
+    type: Literal["base64"]
+    media_type: str
+    data: str
+
+
+class ImageBlock(TypedDict):
+    type: Literal["image"]
+    source: ImageSource
+
+
+ContentBlock = TextBlock | ImageBlock  # of a tool_result (BetaToolResultBlockParam's content)
+
+
+def image_block(image: EncodedImage) -> ImageBlock:
+    data = base64.b64encode(image.data).decode()
+    return {"type": "image", "source": {"type": "base64", "media_type": image.media_type, "data": data}}
+
+
 def tool_result_content(
     last_action: a.NativeAction, last: ActionResult, image: EncodedImage | None, scale: Scale | None
-) -> list[dict[str, Any]]:
+) -> list[ContentBlock]:
     """The content blocks of the tool_result for one computer-tool call."""
-    blocks: list[dict[str, Any]] = []
+    blocks: list[ContentBlock] = []
     if isinstance(last_action, a.CursorPosition):
         x, y = last.data["x"], last.data["y"]
         if scale is not None:
             x, y = scale.to_display(x, y)
         blocks.append({"type": "text", "text": f"X={x},Y={y}"})
     if image is not None:
-        blocks.append(
-            {
-                "type": "image",
-                "source": {
-                    "type": "base64",
-                    "media_type": image.media_type,
-                    "data": base64.b64encode(image.data).decode(),
-                },
-            }
-        )
+        blocks.append(image_block(image))
     return blocks

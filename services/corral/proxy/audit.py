@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, Literal, Required, TypedDict, Unpack, cast
+from typing import IO, Any, Literal, Required, TypedDict, TypeGuard, Unpack, cast
 
 GENESIS = "0" * 64
 REDACTED = "[redacted]"
@@ -116,6 +116,15 @@ Outcome = Literal["allow", "deny", "report"]  # what the proxy did: report lets 
 HeaderPairs = Sequence[Sequence[str]]  # [name, value] pairs, as written (tuples) and as read back (lists)
 
 
+class TallyRow(TypedDict):
+    """One row of a ``tally``: how many records of one host, event and decision were counted, not written."""
+
+    host: str
+    event: str
+    decision: str
+    count: int
+
+
 class EventFields(TypedDict, total=False):
     """What one event says, besides its name; :data:`EVENT_FIELDS` names the fields each event carries."""
 
@@ -178,7 +187,7 @@ class EventFields(TypedDict, total=False):
     previous: str
     # budget: the log's traffic budget was reached; tally: what was counted, not written, since then
     max_bytes: int
-    counts: list[dict[str, Any]]  # {"host", "event", "decision", "count"}, one per host, event and decision
+    counts: list[TallyRow]  # one per host, event and decision
     dropped: int  # records counted, not written, since the budget was reached
     # any event: the fields cut to the record's caps (cap_fields), each cut marked with CUT_MARK
     truncated: list[str]
@@ -338,13 +347,13 @@ def _cap_value(value: Any, limit: int = MAX_TEXT_CHARS, depth: int = 0) -> tuple
     return value, False
 
 
-def cap_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+def cap_fields(fields: Mapping[str, Any]) -> EventFields:
     """``fields`` cut to one record's caps; ``truncated`` names each field that was cut (sorted).
 
     The URL to :data:`MAX_URL_CHARS`, header names and values to theirs, header lists to
     :data:`MAX_HEADERS` pairs (the rest counted in a last pair), any other string to
     :data:`MAX_TEXT_CHARS` and any other list or mapping to :data:`MAX_ITEMS`. Numbers stay."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}  # the same fields (EventFields), each its value or its cut value
     cut: list[str] = []
     for name, value in fields.items():
         if name == "truncated":
@@ -361,7 +370,7 @@ def cap_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
             cut.append(name)
     if cut:
         out["truncated"] = sorted(cut)
-    return out
+    return cast(EventFields, out)
 
 
 # -- the budget: one log ---------------------------------------------------------------------------
@@ -436,7 +445,7 @@ class LogBudget:
         """The tally's fields (counts since the budget was reached), and the counts marked written."""
         self._changed = False
         self._tallied_at = self._clock()
-        rows = [
+        rows: list[TallyRow] = [
             {"host": host, "event": event, "decision": decision, "count": n}
             for (host, event, decision), n in sorted(self.counts.items())
         ]
@@ -505,7 +514,7 @@ class AuditLog:
         return self._seq
 
     @property
-    def head(self) -> dict[str, Any]:
+    def head(self) -> ChainHead:
         """The chain's head: ``seq`` and ``hash`` of the last record written (what the gateway anchors)."""
         return {"seq": self._seq, "hash": self._prev}
 
@@ -638,20 +647,85 @@ ANCHOR_VERSION = 1
 _HEX64 = frozenset("0123456789abcdef")
 
 
-def _anchor_body(anchor: dict[str, Any]) -> bytes:
+class ChainHead(TypedDict):
+    """Where a chain ends: the last record's ``seq`` and ``hash`` (``0`` and :data:`GENESIS` before any)."""
+
+    seq: int
+    hash: str
+
+
+class AnchoredPolicy(TypedDict):
+    """The policy an anchor says the gateway set (its ``set``)."""
+
+    generation: int
+    allow: list[str]
+    mode: str
+
+
+class AnchorFields(TypedDict, total=False):
+    """What an anchor may hold besides the head: the proxy's policy generation, and the policy set."""
+
+    generation: int | None
+    set: AnchoredPolicy
+
+
+class _UnkeyedAnchor(AnchorFields):
+    v: Required[int]
+    session: Required[str]
+    time: Required[float]
+    reason: Required[str]
+    seq: Required[int]
+    hash: Required[str]
+
+
+class Anchor(_UnkeyedAnchor, total=False):
+    """One line of a session's anchors file: the chain's head as the proxy reported it, keyed.
+    Read back, it is checked (:func:`parse_anchors`) before it is typed as one."""
+
+    mac: Required[str]  # HMAC-SHA256 of the anchor's canonical JSON without this field
+
+
+class AnchorSummary(TypedDict):
+    seq: int
+    time: float
+    reason: str
+
+
+class AnchoredReport(TypedDict):
+    """:meth:`AnchoredVerification.to_dict`: what ``corral audit verify`` prints."""
+
+    ok: bool
+    status: AnchoredStatus
+    records: int
+    first_bad: int | None
+    reason: str
+    anchors: int
+    proven: int
+    unproven: int | None
+    anchor: AnchorSummary | None
+    message: str
+
+
+def _anchor_body(anchor: _UnkeyedAnchor) -> bytes:
     return json.dumps({k: v for k, v in anchor.items() if k != "mac"}, sort_keys=True, separators=(",", ":")).encode()
 
 
-def anchor_mac(key: bytes, anchor: dict[str, Any]) -> str:
+def anchor_mac(key: bytes, anchor: _UnkeyedAnchor) -> str:
     """HMAC-SHA256 of the anchor's canonical JSON (without ``mac``)."""
     return hmac.new(key, _anchor_body(anchor), hashlib.sha256).hexdigest()
 
 
 def make_anchor(
-    key: bytes, session: str, seq: int, chain_hash: str, reason: str, at: float | None = None, **fields: Any
-) -> dict[str, Any]:
+    key: bytes,
+    session: str,
+    seq: int,
+    chain_hash: str,
+    reason: str,
+    at: float | None = None,
+    **fields: Unpack[AnchorFields],
+) -> Anchor:
     """One anchor: the chain's head ``(seq, hash)`` as the proxy reported it, keyed with ``key``."""
-    anchor: dict[str, Any] = {
+    unkeyed: _UnkeyedAnchor = {
         "v": ANCHOR_VERSION,
         "session": session,
         "time": time.time() if at is None else at,
@@ -660,11 +734,10 @@ def make_anchor(
         "hash": chain_hash,
         **fields,
     }
-    anchor["mac"] = anchor_mac(key, anchor)
-    return anchor
+    return {**unkeyed, "mac": anchor_mac(key, unkeyed)}
 
 
-def parse_anchors(lines: Sequence[bytes | str], key: bytes | None = None) -> list[dict[str, Any]]:
+def parse_anchors(lines: Sequence[bytes | str], key: bytes | None = None) -> list[Anchor]:
     """Anchors from JSON Lines; with ``key``, each one's MAC is checked. Raises ValueError naming the line."""
     anchors = []
     for number, line in enumerate(lines, start=1):
@@ -682,7 +755,7 @@ def parse_anchors(lines: Sequence[bytes | str], key: bytes | None = None) -> lis
     return anchors
 
 
-def _is_anchor(anchor: Any) -> bool:
+def _is_anchor(anchor: Any) -> TypeGuard[Anchor]:
     if not isinstance(anchor, dict) or anchor.get("v") != ANCHOR_VERSION:
         return False
     seq, chain_hash = anchor.get("seq"), anchor.get("hash")
@@ -715,7 +788,7 @@ class AnchoredVerification:
     chain: Verification
     anchors: int
     proven: int = 0  # records 1..proven are the ones the proxy had written when last anchored
-    anchor: dict[str, Any] | None = None  # the failing anchor, or the last matching one
+    anchor: Anchor | None = None  # the failing anchor, or the last matching one
     message: str = ""
 
     @property
@@ -727,7 +800,7 @@ class AnchoredVerification:
         """Records after the last anchor: the chain vouches for them, no anchor does."""
         return max(0, self.chain.records - self.proven)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> AnchoredReport:
         c = self.chain
         return {
             "ok": self.ok,
@@ -738,19 +811,23 @@ class AnchoredVerification:
             "anchors": self.anchors,
             "proven": self.proven,
             "unproven": self.unproven if c.ok else None,
-            "anchor": {k: self.anchor[k] for k in ("seq", "time", "reason")} if self.anchor else None,
+            "anchor": _summary(self.anchor) if self.anchor else None,
             "message": self.message,
         }
 
 
-def _when(anchor: dict[str, Any]) -> str:
+def _summary(anchor: Anchor) -> AnchorSummary:
+    return {"seq": anchor["seq"], "time": anchor["time"], "reason": anchor["reason"]}
+
+
+def _when(anchor: Anchor) -> str:
     at = anchor.get("time")
     if not isinstance(at, int | float) or isinstance(at, bool):
         return "at an unknown time"
     return datetime.fromtimestamp(at, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def verify_anchored(path: Path, anchors: Sequence[dict[str, Any]]) -> AnchoredVerification:
+def verify_anchored(path: Path, anchors: Sequence[Anchor]) -> AnchoredVerification:
     """Check the chain, then every anchor against it (see :class:`AnchoredVerification`).
 
     Raises ValueError when the anchors belong to another session than the log.
@@ -768,7 +845,7 @@ def verify_anchored(path: Path, anchors: Sequence[dict[str, Any]]) -> AnchoredVe
     )
     if not anchors:
         return AnchoredVerification("unanchored", chain, 0, message=unanchored)
-    last: dict[str, Any] | None = None
+    last: Anchor | None = None
     for anchor in sorted(anchors, key=lambda a: (int(a["seq"]), float(a.get("time") or 0))):
         seq = int(anchor["seq"])
         if seq > chain.records:
@@ -796,5 +873,5 @@ def verify_anchored(path: Path, anchors: Sequence[dict[str, Any]]) -> AnchoredVe
     return AnchoredVerification("intact", chain, len(anchors), proven, last, message)
 
 
-def _seq_of(anchor: dict[str, Any] | None) -> int:
+def _seq_of(anchor: Anchor | None) -> int:
     return int(anchor["seq"]) if anchor is not None else 0

@@ -22,7 +22,7 @@ import os
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypedDict
 
 from mitmproxy import connection, http
 from mitmproxy.addons.serverplayback import ServerPlayback
@@ -48,31 +48,39 @@ FLUSH_EVERY_S = 1.0
 # The fields every kept flow has alike, encoded once.
 _CONSTANT_FIELDS = b"".join(
     tnetstring.dumps(key) + tnetstring.dumps(value)
-    for key, value in dict[str, Any](
-        {
-            "version": FLOW_FORMAT_VERSION,
-            "type": "http",
-            "error": None,
-            "intercepted": False,
-            "is_replay": None,
-            "marked": "",
-            "metadata": {},  # the addon's notes are no flow data
-            "comment": "",
-            "backup": None,
-            "websocket": None,
-        }
-    ).items()
+    for key, value in (
+        ("version", FLOW_FORMAT_VERSION),
+        ("type", "http"),
+        ("error", None),
+        ("intercepted", False),
+        ("is_replay", None),
+        ("marked", ""),
+        ("metadata", {}),  # the addon's notes are no flow data
+        ("comment", ""),
+        ("backup", None),
+        ("websocket", None),
+    )
 )
 
 
-def flow_fields(flow: http.HTTPFlow, host: str, by_person: bool = False) -> dict[str, Any]:
+class FlowFields(TypedDict):
+    """What differs from flow to flow in a kept flow (:func:`flow_fields`); ``request`` and ``response``
+    are mitmproxy's own state of each (``get_state()``: its serialisation, open-ended to Corral)."""
+
+    id: str
+    timestamp_created: float
+    request: dict[str, Any]
+    response: dict[str, Any] | None
+
+
+def flow_fields(flow: http.HTTPFlow, host: str, by_person: bool = False) -> FlowFields:
     """The parts of mitmproxy's state that differ from flow to flow (its connections aside), the
     request named by ``host`` and its credentials blanked (and its body, ``by_person``: a person's
     input caused it).
 
     Field by field: ``flow.get_state()`` would serialise both connections (certificates and all)
     anew for every request, most of the cost of keeping a response."""
-    request: dict[str, Any] = flow.request.get_state()  # type: ignore[no-untyped-call,unused-ignore]
+    request = flow.request.get_state()  # type: ignore[no-untyped-call,unused-ignore]
     request["host"] = host
     if by_person and request.get("content"):
         request["content"] = BLANKED
@@ -85,15 +93,20 @@ def flow_fields(flow: http.HTTPFlow, host: str, by_person: bool = False) -> dict
 
 def connection_state(conn: connection.Connection) -> bytes:
     """A connection's state as a tnetstring, without its certificates (a replay needs none)."""
-    state: dict[str, Any] = conn.get_state()
+    state = conn.get_state()  # mitmproxy's serialisation of it
     state["certificate_list"] = []
     return bytes(tnetstring.dumps(state))
 
 
-def encode_flow(fields: dict[str, Any], client: bytes, server: bytes) -> bytes:
+def encode_flow(fields: FlowFields, client: bytes, server: bytes) -> bytes:
     """One flow as mitmproxy's flow files hold it: a tnetstring dictionary of its whole state."""
     items = [_CONSTANT_FIELDS]
-    items += [tnetstring.dumps(key) + tnetstring.dumps(value) for key, value in fields.items()]
+    items += [
+        tnetstring.dumps("id") + tnetstring.dumps(fields["id"]),
+        tnetstring.dumps("timestamp_created") + tnetstring.dumps(fields["timestamp_created"]),
+        tnetstring.dumps("request") + tnetstring.dumps(fields["request"]),
+        tnetstring.dumps("response") + tnetstring.dumps(fields["response"]),
+    ]
     items += [tnetstring.dumps("client_conn") + client, tnetstring.dumps("server_conn") + server]
     body = b"".join(items)
     return b"%d:%s}" % (len(body), body)

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired, TypedDict
 
 from corral.contracts.placeholders import (
     LOCATIONS,
@@ -42,6 +42,19 @@ from corral.proxy.unescape import LEADS, Decoder, find_all, original_span
 SECRETS_FILE = "secrets.json"  # names, placeholders, bindings, generation; never a value
 
 BodyType = Literal["form", "json", "multipart", "text"]
+
+
+# A secret as persisted (never its value): its name, placeholder and bindings (``in``: a keyword).
+SecretMetadata = TypedDict("SecretMetadata", {"name": str, "placeholder": str, "allow": list[str], "in": list[str]})
+
+
+class SecretsState(TypedDict):
+    """What the ``secrets`` reply and ``status`` carry of the live set."""
+
+    generation: int
+    names: list[str]
+    loaded: bool
+    digests: NotRequired[dict[str, str]]  # name -> keyed digest of the value held, for the gateway
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +79,14 @@ class Secret:
         )
 
     def bindings(self) -> dict[str, list[str]]:
-        return {"allow": [str(rule) for rule in self.allow], "in": list(self.locations)}
+        return {"allow": self._allowed(), "in": list(self.locations)}
 
-    def metadata(self) -> dict[str, Any]:
-        return {"name": self.name, "placeholder": self.placeholder, **self.bindings()}
+    def metadata(self) -> SecretMetadata:
+        name, placeholder = self.name, self.placeholder
+        return {"name": name, "placeholder": placeholder, "allow": self._allowed(), "in": list(self.locations)}
+
+    def _allowed(self) -> list[str]:
+        return [str(rule) for rule in self.allow]
 
 
 def _on_boundary(prefix: str, path: str) -> bool:
@@ -380,10 +397,10 @@ class SecretBook:
             self._bound_hosts[key] = names
         return names
 
-    def state(self, key: str = "") -> dict[str, Any]:
+    def state(self, key: str = "") -> SecretsState:
         """What the ``secrets`` reply and ``status`` carry; with ``key`` (the gateway's control token),
         each loaded value's keyed digest too, so the gateway knows which value the proxy holds."""
-        state: dict[str, Any] = {"generation": self.generation, "names": sorted(self.secrets), "loaded": self.loaded}
+        state: SecretsState = {"generation": self.generation, "names": sorted(self.secrets), "loaded": self.loaded}
         if key:
             state["digests"] = {
                 name: value_digest(key, secret.value)

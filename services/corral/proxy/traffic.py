@@ -29,7 +29,7 @@ import urllib.parse
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast, get_args
+from typing import Any, NotRequired, TypedDict, cast, get_args
 
 from corral.proxy.audit import AuditRecord, Event, Outcome, bounded_lines
 from corral.proxy.hosts import normalize_host, parse_ip
@@ -266,7 +266,93 @@ def _count(value: Any, default: int = 0) -> int:
     return default
 
 
-def _headers(value: Any) -> list[dict[str, str]]:
+class HarNameValue(TypedDict):
+    name: str
+    value: str
+
+
+class HarContent(TypedDict):
+    size: int
+    mimeType: str
+
+
+class HarRequest(TypedDict):
+    method: str
+    url: str
+    httpVersion: str
+    cookies: list[HarNameValue]
+    headers: list[HarNameValue]
+    queryString: list[HarNameValue]
+    headersSize: int
+    bodySize: int
+
+
+class HarResponse(TypedDict):
+    status: int
+    statusText: str
+    httpVersion: str
+    cookies: list[HarNameValue]
+    headers: list[HarNameValue]
+    content: HarContent
+    redirectURL: str
+    headersSize: int
+    bodySize: int
+
+
+class HarCache(TypedDict):
+    """Empty: the proxy knows nothing of a browser's cache."""
+
+
+class HarTimings(TypedDict):
+    send: float
+    wait: float
+    receive: float
+
+
+# One HAR entry: HAR 1.2's fields, then Corral's own (an underscore first, as HAR allows; see har_chunks):
+# ``_id`` to ``_sni`` are always there, set after ``serverIPAddress`` (hence not required at first).
+class HarEntry(TypedDict):
+    """One HAR entry (:func:`to_har`)."""
+
+    startedDateTime: str
+    time: float
+    request: HarRequest
+    response: HarResponse
+    cache: HarCache
+    timings: HarTimings
+    serverIPAddress: NotRequired[str]
+    _id: NotRequired[str | None]
+    _seq: NotRequired[int | None]
+    _event: NotRequired[Event | None]
+    _decision: NotRequired[Outcome | None]
+    _rule: NotRequired[str | None]
+    _reason: NotRequired[str | None]
+    _action: NotRequired[str | None]
+    _sni: NotRequired[str | None]
+    _action_source: NotRequired[str]
+    _actor: NotRequired[str]
+    _secret: NotRequired[str]
+    _location: NotRequired[str | None]
+    _exfiltration: NotRequired[bool]
+    _error: NotRequired[str]
+
+
+class HarCreator(TypedDict):
+    name: str
+    version: str
+
+
+class HarLog(TypedDict):
+    version: str
+    creator: HarCreator
+    entries: list[HarEntry]
+
+
+class HarDocument(TypedDict):
+    log: HarLog
+
+
+def _headers(value: Any) -> list[HarNameValue]:
     if not isinstance(value, list):
         return []
     return [{"name": str(pair[0]), "value": str(pair[1])} for pair in value if isinstance(pair, list | tuple)]
@@ -279,7 +365,7 @@ def _status_text(status: int) -> str:
         return ""
 
 
-def _har_entry(record: AuditRecord) -> dict[str, Any]:
+def _har_entry(record: AuditRecord) -> HarEntry:
     event = record.get("event")
     url = str(record.get("url") or "")
     duration = max(0.0, _number(record.get("duration_ms")))
@@ -287,7 +373,7 @@ def _har_entry(record: AuditRecord) -> dict[str, Any]:
     query = urllib.parse.urlsplit(url).query
     http_version = str(record.get("http_version") or "")
     request_headers = _headers(record.get("request_headers"))
-    request: dict[str, Any] = {
+    request: HarRequest = {
         "method": str(record.get("method") or ""),
         "url": url,
         "httpVersion": http_version,
@@ -300,7 +386,7 @@ def _har_entry(record: AuditRecord) -> dict[str, Any]:
         "bodySize": _count(record.get("bytes_out"), -1 if event == "error" else 0),
     }
     if event == "error":
-        response: dict[str, Any] = {
+        response: HarResponse = {
             "status": 0,
             "statusText": "",
             "httpVersion": "",
@@ -327,7 +413,7 @@ def _har_entry(record: AuditRecord) -> dict[str, Any]:
             "headersSize": -1,
             "bodySize": bytes_in,
         }
-    entry: dict[str, Any] = {
+    entry: HarEntry = {
         "startedDateTime": _iso(started),
         "time": duration,
         "request": request,
@@ -338,24 +424,21 @@ def _har_entry(record: AuditRecord) -> dict[str, Any]:
     ip = record.get("ip")
     if isinstance(ip, str) and ip:
         entry["serverIPAddress"] = ip.removeprefix("[").removesuffix("]")
-    entry.update(
-        {
-            "_id": record.get("id"),
-            "_seq": record.get("seq"),
-            "_event": event,
-            "_decision": record.get("decision"),
-            "_rule": record.get("rule"),
-            "_reason": record.get("reason"),
-            "_action": record.get("action"),
-            "_sni": record.get("sni"),
-        }
-    )
-    if record.get("action_source") is not None:
-        entry["_action_source"] = record.get("action_source")  # a command named its action
-    if record.get("actor") is not None:
-        entry["_actor"] = record.get("actor")  # a human's or a CDP connection's action, not the agent's
-    if record.get("secret") is not None:  # a block because of a brokered secret: its name, never its value
-        entry["_secret"] = record.get("secret")
+    entry["_id"] = record.get("id")
+    entry["_seq"] = record.get("seq")
+    entry["_event"] = event
+    entry["_decision"] = record.get("decision")
+    entry["_rule"] = record.get("rule")
+    entry["_reason"] = record.get("reason")
+    entry["_action"] = record.get("action")
+    entry["_sni"] = record.get("sni")
+    source, actor, secret = record.get("action_source"), record.get("actor"), record.get("secret")
+    if source is not None:
+        entry["_action_source"] = source  # a command named its action
+    if actor is not None:
+        entry["_actor"] = actor  # a human's or a CDP connection's action, not the agent's
+    if secret is not None:  # a block because of a brokered secret: its name, never its value
+        entry["_secret"] = secret
         entry["_location"] = record.get("location")
         entry["_exfiltration"] = record.get("exfiltration") is True
     if event == "error":
@@ -370,9 +453,9 @@ def is_har_entry(record: AuditRecord) -> bool:
     return event in ("request", "block") or (event == "error" and bool(record.get("url")))
 
 
-def to_har(records: Iterable[AuditRecord], *, creator_version: str) -> dict[str, Any]:
+def to_har(records: Iterable[AuditRecord], *, creator_version: str) -> HarDocument:
     """A HAR 1.2 document of the requests in ``records``: :func:`har_chunks`, whole."""
-    loaded: dict[str, Any] = json.loads("".join(har_chunks(records, creator_version=creator_version)))
+    loaded: HarDocument = json.loads("".join(har_chunks(records, creator_version=creator_version)))
     return loaded
 
 

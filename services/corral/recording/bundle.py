@@ -26,10 +26,12 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Required, TypedDict, cast
 
 from corral.errors import BundleError as BundleError  # the format's error, kept importable from here
+from corral.errors import ErrorDetail
 from corral.proxy.flowfile import check
+from corral.recording.redact import Payload
 
 FORMAT = "corral-recording"
 VERSION = 1
@@ -39,20 +41,102 @@ FRAMES_DIR = "frames"
 RESPONSES_FILE = "responses.mitm"
 
 
+class Viewport(TypedDict):
+    width: int
+    height: int
+
+
+class Cut(TypedDict):
+    """Why and where a recording stopped storing (the manifest's ``cut``)."""
+
+    reason: str  # budget, reply_too_large
+    at: float
+    after_seq: int
+    budget_bytes: int
+
+
+class Manifest(TypedDict, total=False):
+    """``manifest.json``: the format, then the session's setup as it was created (its fields as the
+    gateway's session model names them), the budget, and how it ended."""
+
+    format: Required[str]
+    version: Required[int]
+    session: str
+    created_at: float
+    viewport: Viewport
+    allow: list[str]
+    egress_mode: str
+    budget_bytes: int
+    cut: Cut
+    ended_at: float
+    end_reason: str
+    events: int
+    bytes: int
+
+
+class EventFields(TypedDict, total=False):
+    """What one event of ``events.jsonl`` says (:class:`RecordedEvent` adds its number)."""
+
+    time: float
+    event: str  # action (the controller leaves it out), gap, controller_restarted, budget, control
+    controller_seq: int
+    controller_boot: str | None
+    request_seq: int
+    action_id: str | None
+    actor: str
+    started: float
+    elapsed_ms: float
+    dialect: str
+    request: dict[str, Any]  # the request as received: any dialect's, open-ended
+    native: list[dict[str, Any]]  # the native actions it was planned into, as JSON (each its own fields)
+    ok: bool
+    error: ErrorDetail | None
+    reply: dict[str, Any]  # the reply as sent: its result is each action's own
+    url: str | None
+    title: str | None
+    frame: str | None
+    frame_webp: str  # the controller's, base64: the gateway stores it as ``frame``
+    frame_at: float  # when the frame was taken
+    frame_settled: bool  # the screen was still when it was taken
+    frame_skipped: bool  # a later request came before the screen settled: no frame
+    audit: list[int]
+    truncated: dict[str, int]  # field -> its size as received, in bytes
+    payloads: dict[str, Payload]  # dotted path -> what the value stood for
+    lost: int  # gap
+    reason: str  # budget
+    budget_bytes: int
+    used_bytes: int
+    change: str  # control
+    holder: str
+    previous: str
+    note: str
+    at: float
+
+
+class RecordedEvent(EventFields, total=False):
+    """One line of ``events.jsonl`` (and, before the gateway stores it, one event of the controller's).
+
+    An ``action`` carries the request and its reply; ``gap``, ``controller_restarted``, ``budget``
+    and ``control`` their own fields. Read back from a file it is input all the same: readers check
+    each value they use."""
+
+    seq: Required[int]  # the bundle's (the controller's own count: controller_seq)
+
+
 @dataclass(frozen=True, slots=True)
 class Bundle:
     source: str
-    manifest: dict[str, Any]
-    events: list[dict[str, Any]]
+    manifest: Manifest
+    events: list[RecordedEvent]
     frames: dict[str, bytes] = field(repr=False)
     truncated: bool = False  # the last line was cut short (dropped)
     responses: bytes | None = field(repr=False, default=None)  # the recorded answers, whole flows only
 
     @property
-    def actions(self) -> list[dict[str, Any]]:
+    def actions(self) -> list[RecordedEvent]:
         return [e for e in self.events if e.get("event") == "action"]
 
-    def frame(self, event: dict[str, Any]) -> bytes | None:
+    def frame(self, event: RecordedEvent) -> bytes | None:
         name = event.get("frame")
         return self.frames.get(name) if isinstance(name, str) else None
 
@@ -102,7 +186,7 @@ def read_bundle(path: Path) -> Bundle:
         raise BundleError(f"{path}: {MANIFEST_FILE} has no viewport {{width, height}}")
     raw_lines = files.get(EVENTS_FILE, b"").split(b"\n")
     truncated = bool(raw_lines and raw_lines[-1].strip())  # no newline after the last line: cut short
-    events: list[dict[str, Any]] = []
+    events: list[RecordedEvent] = []
     for number, line in enumerate(raw_lines[:-1] if truncated else raw_lines, start=1):
         if not line.strip():
             continue
@@ -124,7 +208,7 @@ def read_bundle(path: Path) -> Bundle:
                 raise BundleError(f"{path}: event {event['seq']} has a 'started' that is not a time")
             if frame is not None and frame not in files:
                 raise BundleError(f"{path}: event {event['seq']} names frame {frame}, which is missing")
-        events.append(event)
+        events.append(cast(RecordedEvent, event))  # checked above as far as a reader relies on it
     frames = {name: data for name, data in files.items() if name.startswith(f"{FRAMES_DIR}/")}
     responses = files.get(RESPONSES_FILE)
     if responses is not None:
@@ -132,4 +216,4 @@ def read_bundle(path: Path) -> Bundle:
             responses = responses[: check(responses).complete]  # a torn last flow is left out
         except ValueError as exc:
             raise BundleError(f"{path}: {RESPONSES_FILE} is {exc}") from None
-    return Bundle(str(path), manifest, events, frames, truncated, responses)
+    return Bundle(str(path), cast(Manifest, manifest), events, frames, truncated, responses)

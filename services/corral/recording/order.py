@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from itertools import groupby
 from typing import Any
 
+from corral.recording.bundle import RecordedEvent
+
 
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
@@ -24,10 +26,10 @@ def _float(value: Any) -> float | None:
     return float(value) if _number(value) else None
 
 
-def in_start_order(actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def in_start_order(actions: list[RecordedEvent]) -> list[RecordedEvent]:
     """``actions`` (action events as recorded) in the order their requests came in; events of one
     controller run are ordered among themselves only (a stable sort: ties keep the recorded order)."""
-    ordered: list[dict[str, Any]] = []
+    ordered: list[RecordedEvent] = []
     for _, run in groupby(actions, key=lambda event: event.get("controller_boot")):
         events = list(run)
         if all(_number(event.get("request_seq")) for event in events):

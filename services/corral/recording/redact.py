@@ -34,7 +34,7 @@ import binascii
 import hashlib
 import json
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, TypedDict, TypeVar
 
 from corral.contracts import actors
 from corral.errors import UnknownKeyError
@@ -65,7 +65,25 @@ WITHHELD = "withheld: the message may quote the person's typed text"
 # Modifiers that still type a character (shift: capitals; AltGr: a layout's third level).
 _CHARACTER_MODIFIERS = frozenset({"Shift_L", "Shift_R", "ISO_Level3_Shift"})
 
-Slot = tuple[dict[str, Any], str, str, bool]  # (holder, key, dotted path, base64)
+# Where a value sits: (the JSON object holding it, its key, its dotted path, whether it is base64).
+# The holders are the request's and the reply's own objects, each action's fields: open-ended.
+Slot = tuple[dict[str, Any], str, str, bool]
+Event = TypeVar("Event", bound=Mapping[str, Any])  # an event as the caller holds it, given back the same
+
+
+class Payload(TypedDict):
+    """What an uploaded or output value stood for, whole: its size and sha256."""
+
+    size: int
+    sha256: str
+    truncated: bool  # only a prefix of it was kept
+
+
+class Hidden(TypedDict):
+    """A value never kept verbatim (an ``env`` value): what it was, not what it said."""
+
+    size: int
+    sha256: str
 
 
 def digest(text: str, is_base64: bool) -> tuple[int, str]:
@@ -100,10 +118,10 @@ def is_hidden(value: Any) -> bool:
     )
 
 
-def hide(value: Any) -> dict[str, Any]:
+def hide(value: Any) -> Hidden:
     """``{"size", "sha256"}`` of a value (text as UTF-8, anything else as its JSON); a hidden one as it is."""
     if is_hidden(value):
-        return dict(value)
+        return {"size": value["size"], "sha256": value["sha256"]}
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
     size, sha256 = digest(text, False)
     return {"size": size, "sha256": sha256}
@@ -126,7 +144,7 @@ def _inputs(action: Any, path: str) -> Iterator[Slot]:
             yield action, key, f"{path}.{key}", key.endswith("_base64")
 
 
-def _secrets(action: Any) -> Iterator[tuple[dict[str, Any], str]]:
+def _secrets(action: Any) -> Iterator[tuple[Any, str]]:
     """Where ``action`` holds values never kept verbatim (``exec``'s ``env``) not hidden yet."""
     for key in HIDDEN_FIELDS.get(_action_type(action) or "", ()):
         if key in action and action[key] is not None and hide_values(action[key]) != action[key]:
@@ -152,11 +170,11 @@ def _shares(sizes: list[int], budget: int) -> list[int]:
     return shares
 
 
-def _keep(slot: Slot, limit: int, payloads: dict[str, Any]) -> None:
+def _keep(slot: Slot, limit: int, payloads: dict[str, Payload]) -> None:
     holder, key, path, is_base64 = slot
     text: str = holder[key]
     entry = payloads.get(path)
-    if not (isinstance(entry, dict) and isinstance(entry.get("sha256"), str)):
+    if not (isinstance(entry, dict) and isinstance(entry.get("sha256"), str)):  # a second pass keeps the first
         size, sha256 = digest(text, is_base64)
         entry = {"size": size, "sha256": sha256, "truncated": False}
     kept = prefix(text, limit, is_base64)
@@ -171,14 +189,14 @@ def vendor_exec(request: Any) -> Any:
     return item.get("action") if isinstance(item, dict) and item.get("type") == "local_shell_call" else None
 
 
-def _actions(event: dict[str, Any]) -> list[Any]:
+def _actions(event: Mapping[str, Any]) -> list[Any]:
     """The request's action (or a vendor request's exec) and each native one."""
     request, native = event.get("request"), event.get("native")
     action = request.get("action") if isinstance(request, dict) else None
     return [action, vendor_exec(request), *(native if isinstance(native, list) else [])]
 
 
-def _slots(event: dict[str, Any]) -> tuple[list[Slot], list[Slot]]:
+def _slots(event: Mapping[str, Any]) -> tuple[list[Slot], list[Slot]]:
     """Where the event holds uploaded bytes (request and native actions) and outputs (the result)."""
     request, native, reply = event.get("request"), event.get("native"), event.get("reply")
     action = request.get("action") if isinstance(request, dict) else None
@@ -221,7 +239,7 @@ def typed_presses(keys: str) -> int | None:
         return None
 
 
-def is_human(event: dict[str, Any]) -> bool:
+def is_human(event: Mapping[str, Any]) -> bool:
     """A person's input through a viewer (never the agent's, whose dialects are native and the vendors')."""
     actor = event.get("actor")
     return event.get("dialect") == HUMAN_DIALECT or (isinstance(actor, str) and actors.is_human(actor))
@@ -239,7 +257,7 @@ def _typed(action: Any) -> str | None:
     return None
 
 
-def _redacted_action(action: dict[str, Any]) -> dict[str, Any]:
+def _redacted_action(action: dict[str, Any]) -> dict[str, Any]:  # a native action's JSON, its own fields
     """``action`` without what it typed: its length and the mark instead."""
     if _action_type(action) == "type":
         kept = {k: v for k, v in action.items() if k != "text"}
@@ -256,7 +274,7 @@ def _withhold_quoting(error: Any, typed: list[str]) -> None:
         error["message"] = WITHHELD
 
 
-def redact_human(event: dict[str, Any]) -> dict[str, Any]:
+def redact_human(event: Event) -> Event:
     """A person's input event with what was typed left out (its length and ``redacted`` kept): in
     its request, its native actions, and any error message quoting it. Any other event, and one
     already redacted, comes back as it is."""
@@ -271,7 +289,7 @@ def redact_human(event: dict[str, Any]) -> dict[str, Any]:
     typed = [text for holder, key in holders if (text := _typed(holder[key])) is not None]
     if not typed:
         return event
-    out: dict[str, Any] = _copy(event)
+    out = _copy(event)
     for holder, key in holders:
         container = out["request"] if holder is request else out["native"]
         if _typed(container[key]) is not None:
@@ -279,7 +297,8 @@ def redact_human(event: dict[str, Any]) -> dict[str, Any]:
     reply = out.get("reply")
     _withhold_quoting(out.get("error"), typed)
     _withhold_quoting(reply.get("error") if isinstance(reply, dict) else None, typed)
-    return out
+    redacted: Event = out
+    return redacted
 
 
 def redacted_length(event: Mapping[str, Any]) -> int | None:
@@ -292,7 +311,7 @@ def redacted_length(event: Mapping[str, Any]) -> int | None:
     return sum(length for length in lengths if isinstance(length, int))
 
 
-def redact(event: dict[str, Any], output_budget: int = OUTPUT_BUDGET_BYTES) -> dict[str, Any]:
+def redact(event: Event, output_budget: int = OUTPUT_BUDGET_BYTES) -> Event:
     """``event`` (a recorded action: ``request``, ``native``, ``reply``) with uploaded bytes cut to
     a prefix, outputs cut to ``output_budget`` bytes in all, and ``payloads`` saying what they were;
     ``env`` values hidden (names kept).
@@ -302,13 +321,13 @@ def redact(event: dict[str, Any], output_budget: int = OUTPUT_BUDGET_BYTES) -> d
     inputs, outputs = _slots(event)
     if not inputs and not outputs and not any(True for action in _actions(event) for _ in _secrets(action)):
         return event
-    out: dict[str, Any] = _copy(event)
+    out = _copy(event)
     for action in _actions(out):
         for holder, key in list(_secrets(action)):
             holder[key] = hide_values(holder[key])
     inputs, outputs = _slots(out)
     known = out.get(PAYLOADS)
-    payloads: dict[str, Any] = dict(known) if isinstance(known, dict) else {}
+    payloads: dict[str, Payload] = dict(known) if isinstance(known, dict) else {}
     for slot in inputs:
         _keep(slot, INPUT_PREFIX_BYTES, payloads)
     sizes = [len(holder[key].encode("utf-8", "surrogatepass")) for holder, key, _, _ in outputs]
@@ -316,7 +335,8 @@ def redact(event: dict[str, Any], output_budget: int = OUTPUT_BUDGET_BYTES) -> d
         _keep(slot, share, payloads)
     if payloads or PAYLOADS in out:
         out[PAYLOADS] = payloads
-    return out
+    redacted: Event = out
+    return redacted
 
 
 def _copy(value: Any) -> Any:

@@ -28,7 +28,7 @@ from typing import Any, Literal
 from PIL import Image, ImageChops, ImageFilter
 
 from corral.protocol.actions import LEASE_TYPES
-from corral.recording.bundle import Bundle
+from corral.recording.bundle import Bundle, RecordedEvent
 from corral.recording.judge import (
     EXPECTATIONS,
     STREAMS,
@@ -222,7 +222,7 @@ def summarize(event: Mapping[str, Any]) -> str:
     return f"{event.get('dialect') or 'request'} (not read)"
 
 
-Send = Callable[[dict[str, Any]], dict[str, Any]]
+Send = Callable[[dict[str, Any]], dict[str, Any]]  # a request sent as JSON, its reply: any action's
 _LOG_WORD = {"passed": "ok ", "diverged": "DIVERGED", "skipped": "skipped"}
 
 
@@ -267,7 +267,7 @@ class _Step:
     """One recorded action on its way through the replay."""
 
     number: int
-    event: dict[str, Any]
+    event: RecordedEvent
     summary: str
     threshold: float
     override: StepOverride

@@ -13,11 +13,29 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, cast
 
 from corral.recording.judge import TRANSFER_TYPES, UPLOAD, Check, action_type
 
-Send = Callable[[dict[str, Any]], dict[str, Any]]
+Send = Callable[[dict[str, Any]], dict[str, Any]]  # a request sent as JSON, its reply: any action's
+
+
+class TransferStep(TypedDict, total=False):
+    """A recorded transfer's native step (corral.sandbox.tools.transfer_record): its kind and path."""
+
+    type: str  # file_upload, file_download
+    path: str
+    path_base64: str
+
+
+class TransferResult(TypedDict, total=False):
+    """A recorded transfer's result: what was moved."""
+
+    direction: str
+    type: str  # file, directory (a download)
+    size: int
+    sha256: str
+    complete: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,16 +50,18 @@ def is_transfer(event: Mapping[str, Any]) -> bool:
     return action_type(event) in TRANSFER_TYPES
 
 
-def _step(event: Mapping[str, Any]) -> dict[str, Any]:
+def _step(event: Mapping[str, Any]) -> TransferStep:
+    """As recorded (read back: each value used is checked)."""
     native = event.get("native")
     step = native[-1] if isinstance(native, list) and native else None
-    return step if isinstance(step, dict) else {}
+    return cast(TransferStep, step) if isinstance(step, dict) else {}
 
 
-def _result(event: Mapping[str, Any]) -> dict[str, Any]:
+def _result(event: Mapping[str, Any]) -> TransferResult:
+    """As recorded (read back: each value used is checked)."""
     reply = event.get("reply")
     result = reply.get("result") if isinstance(reply, dict) else None
-    return result if isinstance(result, dict) else {}
+    return cast(TransferResult, result) if isinstance(result, dict) else {}
 
 
 def _code(reply: Mapping[str, Any]) -> str | None:

@@ -29,8 +29,8 @@ def _hide(monkeypatch: pytest.MonkeyPatch, missing: str, *loaded: str) -> None:
     for name in [name for name in sys.modules if name.startswith(f"{missing}.")]:
         monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.setitem(sys.modules, missing, None)
-    for name in loaded:
-        monkeypatch.delitem(sys.modules, name, raising=False)
+    for name in [name for name in sys.modules if any(name == top or name.startswith(f"{top}.") for top in loaded)]:
+        monkeypatch.delitem(sys.modules, name, raising=False)  # a package is loaded afresh with its modules
 
 
 def test_a_server_command_without_the_docker_sdk_names_the_server_extra(

@@ -66,8 +66,7 @@ def _recorder(directory: Path, controller: Controller, **limits: int) -> Session
     client = httpx.AsyncClient(transport=httpx.MockTransport(proving(controller.handler)))
     recorder = SessionRecorder(directory, "http://sandbox", None, client, SECRET, **limits)
     recorder.start({"session": directory.name, "viewport": {"width": 1, "height": 1}}, "key-a")
-    if recorder._task is not None:
-        recorder._task.cancel()  # the test drives the fetches itself
+    recorder.stop_polling()  # the test drives the fetches itself
     return recorder
 
 
@@ -116,7 +115,7 @@ async def test_a_restarted_gateway_keeps_the_budget_and_the_cut(tmp_path: Path) 
     await second.fetch(0)
     assert second.cut == "budget"
     third = _recorder(directory, controller, budget_bytes=10 << 20)
-    assert third.cut == "budget" and third._task is None  # nothing more is fetched after a restart either
+    assert third.cut == "budget" and not third.polling  # nothing more is fetched after a restart either
 
 
 async def test_recorded_text_is_cut_per_field_and_noted(tmp_path: Path) -> None:
@@ -173,8 +172,8 @@ async def test_an_oversized_answer_is_not_read_whole_and_cuts_the_recording(tmp_
     client = httpx.AsyncClient(transport=httpx.MockTransport(proving(flood)))
     recorder = SessionRecorder(directory, "http://sandbox", None, client, SECRET, fetch_max_bytes=1 << 20)
     recorder.start({"session": SID, "viewport": {"width": 1, "height": 1}}, "key-a")
-    assert recorder._task is not None
-    recorder._task.cancel()
+    assert recorder.polling
+    recorder.stop_polling()
     tracemalloc.start()
     try:
         await recorder.fetch(0)
@@ -240,9 +239,9 @@ async def _live(manager: RecordingManager, session_id: str, events: int, created
     controller.act(events)
     client = httpx.AsyncClient(transport=httpx.MockTransport(proving(controller.handler)))
     manager.start(session_id, "http://sandbox", None, client, {"created_at": created_at}, "key-a", secret=SECRET)
-    live = manager._live[session_id]
-    assert live._task is not None
-    live._task.cancel()
+    live = manager.live(session_id)
+    assert live is not None and live.polling
+    live.stop_polling()
     await live.fetch(0)
     return live
 

@@ -51,7 +51,7 @@ async def _recorder(directory: Path, controller: Controller) -> SessionRecorder:
     client = httpx.AsyncClient(transport=httpx.MockTransport(proving(controller.handler)))
     recorder = SessionRecorder(directory, "http://sandbox", None, client, SECRET)
     recorder.start({"session": directory.name, "viewport": {"width": 1, "height": 1}}, "key-a")
-    recorder._task.cancel()  # type: ignore[union-attr]  # the test drives the fetches itself
+    assert recorder.stop_polling() is not None  # the test drives the fetches itself
     return recorder
 
 
@@ -151,7 +151,7 @@ async def test_an_impostor_on_the_controllers_port_records_nothing(tmp_path: Pat
     client = httpx.AsyncClient(transport=httpx.MockTransport(proving(impostor.handler, auth.new_secret())))
     recorder = SessionRecorder(directory, "http://sandbox", None, client, SECRET)
     recorder.start({"session": directory.name}, "key-a")
-    recorder._task.cancel()  # type: ignore[union-attr]
+    assert recorder.stop_polling() is not None
     with pytest.raises(UnprovenController):
         await recorder.fetch(0)
     assert not (directory / "events.jsonl").exists() or _events(directory) == []

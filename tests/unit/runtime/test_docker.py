@@ -25,6 +25,7 @@ from corral.runtime.docker import (
     mebibytes,
     proxy_name,
     remapped_root,
+    sandbox_options,
     session_network_name,
 )
 
@@ -210,10 +211,10 @@ def test_the_agents_tmpfs_mounts_together_leave_the_headroom_of_the_memory_limit
 def test_tmpfs_sizes_that_fit_are_kept_as_asked_and_the_options_use_them(tmp_path: Path) -> None:
     spec = SandboxSpec(memory="4g", tmp_size="512m", workspace_size="1g", shm_size="128m")
     assert agent_tmpfs_mib(spec) == {"/tmp": 512, "/home/agent": 512, "/workspace": 1024, "/dev/shm": 128}
-    options = DockerRuntime(FakeClient())._sandbox_options(spec)  # type: ignore[arg-type]
+    options = sandbox_options(spec)
     assert "size=512m," in options["tmpfs"]["/tmp"] and "size=1024m," in options["tmpfs"]["/workspace"]
     assert options["shm_size"] == "128m" and options["mem_limit"] == "4g"
-    small = DockerRuntime(FakeClient())._sandbox_options(SandboxSpec(memory="1024m"))  # type: ignore[arg-type]
+    small = sandbox_options(SandboxSpec(memory="1024m"))
     assert "size=99m," in small["tmpfs"]["/tmp"] and "size=57m," in small["tmpfs"]["/home/agent"]
 
 

@@ -149,7 +149,7 @@ def test_an_exec_that_never_answers_is_a_sandbox_error_within_the_wait() -> None
     started = time.monotonic()
     try:
         with pytest.raises(SandboxError, match="did not answer an exec") as raised:
-            runtime._with_secret(ADDRESS, wait_s=0.3)
+            runtime.read_secret(ADDRESS, wait_s=0.3)
     finally:
         release.set()  # as removing the container would
     assert time.monotonic() - started < 5
@@ -157,7 +157,7 @@ def test_an_exec_that_never_answers_is_a_sandbox_error_within_the_wait() -> None
 
 
 def test_the_secret_is_read_when_the_exec_answers() -> None:
-    found = runtime_with(AnsweringContainer(threading.Event()))._with_secret(ADDRESS, wait_s=1)
+    found = runtime_with(AnsweringContainer(threading.Event())).read_secret(ADDRESS, wait_s=1)
     assert found.secret == "s3cret"
     assert (found.id, found.host, found.port) == (ADDRESS.id, ADDRESS.host, ADDRESS.port)
 
@@ -170,7 +170,7 @@ def test_the_secret_is_read_by_one_exec_once_boot_logs_it_is_written() -> None:
         [b"INFO corral.boot: egress locked\nINFO corral.boot: controller sec", b"ret written\n"],
         before=[threading.Event(), container.written],
     )
-    found = runtime_with(container, log)._with_secret(ADDRESS, wait_s=5)
+    found = runtime_with(container, log).read_secret(ADDRESS, wait_s=5)
     assert (found.secret, container.execs) == ("s3cret", 1)
     assert log.closed.is_set()  # the follow is not left open
 
@@ -181,18 +181,18 @@ def test_an_image_whose_boot_does_not_say_so_is_read_once_its_init_logs() -> Non
         [b"INFO corral.boot: egress locked\n", b"INFO corral.init: Xvfb ready on :0\n"],
         before=[threading.Event(), container.written],
     )
-    assert runtime_with(container, log)._with_secret(ADDRESS, wait_s=5).secret == "s3cret"
+    assert runtime_with(container, log).read_secret(ADDRESS, wait_s=5).secret == "s3cret"
     assert container.execs == 1
 
 
 def test_a_log_that_ends_or_says_nothing_in_time_is_no_mark_and_the_follow_is_closed() -> None:
     ended = FollowedLog([b"ERROR corral.boot: cannot lock the sandbox down\n"], ends=True)
     runtime = runtime_with(AnsweringContainer(threading.Event()), ended)
-    assert runtime._wait_for_log(ADDRESS.id, (b"controller secret written",), 5) is False
+    assert runtime.wait_for_log(ADDRESS.id, (b"controller secret written",), 5) is False
     silent = FollowedLog([b"INFO corral.boot: egress locked\n"])
     runtime = runtime_with(AnsweringContainer(threading.Event()), silent)
     started = time.monotonic()
-    assert runtime._wait_for_log(ADDRESS.id, (b"controller secret written",), 0.3) is False
+    assert runtime.wait_for_log(ADDRESS.id, (b"controller secret written",), 0.3) is False
     assert 0.25 < time.monotonic() - started < 2
     assert silent.closed.is_set()
 
@@ -201,7 +201,7 @@ def test_without_boots_mark_the_secret_is_still_found_by_retrying() -> None:
     container = BootingContainer(threading.Event())
     container.written.set()  # written, but the log never says so (a follow the daemon refused)
     log = FollowedLog([], ends=True)
-    assert runtime_with(container, log)._with_secret(ADDRESS, wait_s=2).secret == "s3cret"
+    assert runtime_with(container, log).read_secret(ADDRESS, wait_s=2).secret == "s3cret"
 
 
 @pytest.mark.parametrize(
@@ -212,7 +212,7 @@ def test_a_daemon_that_will_not_follow_the_log_is_no_hint_and_the_secret_is_stil
     container.written.set()
     runtime = runtime_with(container, api=RefusingApi(error))
     started = time.monotonic()
-    assert runtime._with_secret(ADDRESS, wait_s=5).secret == "s3cret"
+    assert runtime.read_secret(ADDRESS, wait_s=5).secret == "s3cret"
     assert time.monotonic() - started < 2
 
 
@@ -221,7 +221,7 @@ def test_a_follow_that_hangs_is_bounded_by_the_wait_and_closed_once_it_answers()
     log = FollowedLog([b"INFO corral.boot: controller secret written\n"])
     runtime = runtime_with(AnsweringContainer(threading.Event()), api=HangingApi(log, release))
     started = time.monotonic()
-    assert runtime._wait_for_log(ADDRESS.id, (b"controller secret written",), 0.3) is False
+    assert runtime.wait_for_log(ADDRESS.id, (b"controller secret written",), 0.3) is False
     assert time.monotonic() - started < 2
     release.set()  # the daemon answers after the caller gave up: what it opened is closed
     assert log.closed.wait(2)
@@ -229,13 +229,13 @@ def test_a_follow_that_hangs_is_bounded_by_the_wait_and_closed_once_it_answers()
 
 def test_a_close_that_raises_is_not_the_callers_failure() -> None:
     log = ClosingRaises([b"INFO corral.boot: controller secret written\n"])
-    found = runtime_with(AnsweringContainer(threading.Event()), log)._with_secret(ADDRESS, wait_s=5)
+    found = runtime_with(AnsweringContainer(threading.Event()), log).read_secret(ADDRESS, wait_s=5)
     assert found.secret == "s3cret" and log.closed.is_set()
 
 
 def test_a_read_with_no_wait_follows_no_log() -> None:
     api = FakeApi(FollowedLog([]))
     assert (
-        runtime_with(AnsweringContainer(threading.Event()), api=api)._with_secret(ADDRESS, wait_s=0).secret == "s3cret"
+        runtime_with(AnsweringContainer(threading.Event()), api=api).read_secret(ADDRESS, wait_s=0).secret == "s3cret"
     )
     assert api.follows == 0

@@ -25,6 +25,7 @@ from corral.errors import (
     EgressOff,
     EgressUnavailable,
     ErrorCode,
+    ErrorDetail,
     FileAccessDenied,
     FileRefused,
     Forbidden,
@@ -104,7 +105,7 @@ def answer_for(exc: CodedError) -> HttpAnswer:
     return STATUS[CodedError]
 
 
-def public_error(exc: CodedError) -> dict[str, str]:
+def public_error(exc: CodedError) -> ErrorDetail:
     """The ``error`` member the caller sees (the exception's, or the table's words instead)."""
     answer = answer_for(exc)
     if answer.public_message is None:

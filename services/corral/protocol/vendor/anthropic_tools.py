@@ -10,9 +10,8 @@ text editors (``str_replace_based_edit_tool``: text_editor_20250728/20250429, no
 
 from __future__ import annotations
 
-import base64
 import posixpath
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NotRequired, Required, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -30,6 +29,62 @@ SHELL_TOOL = "bash"
 WORKDIR = a.DEFAULT_WORKDIR
 
 
+class ShellArgs(TypedDict):
+    """A native ``shell`` as the bash tool asks for it (validated into :class:`~corral.protocol.actions.Shell`)."""
+
+    type: Literal["shell"]
+    restart: bool
+    command: NotRequired[str]
+    timeout_ms: NotRequired[int]
+
+
+class EditArgs(TypedDict, total=False):
+    """A native ``edit`` as the editors and agent_toolset's ``edit``/``read`` ask for it."""
+
+    type: Required[Literal["edit"]]
+    command: Required[str]
+    path: Required[str]
+    view_range: tuple[int, int] | list[int]
+    max_characters: int
+    file_text: str
+    old_str: str
+    new_str: str
+    insert_line: int
+    replace_all: bool
+
+
+class WriteArgs(TypedDict):
+    type: Literal["file_write"]
+    path: str
+    content: str
+    make_dirs: bool
+
+
+class SearchArgs(TypedDict):
+    type: Literal["file_glob", "file_grep"]
+    pattern: str
+    path: NotRequired[str]
+
+
+class RepeatedKeyArgs(TypedDict):
+    type: Literal["key"]
+    keys: str
+    repeat: object  # as the model sent it: the native model checks it
+
+
+NativeArgs = ShellArgs | EditArgs | WriteArgs | SearchArgs | RepeatedKeyArgs
+
+
+class ToolResultBlock(TypedDict):
+    """A complete ``tool_result`` block (``BetaToolResultBlockParam``)."""
+
+    type: Literal["tool_result"]
+    tool_use_id: str
+    content: list[anthropic.ContentBlock]
+    is_error: NotRequired[bool]
+    toolset_name: NotRequired[str]
+
+
 class ToolUseBlock(BaseModel):
     """A ``tool_use`` content block as the Messages API returns it (``caller`` and later additions ignored)."""
 
@@ -38,7 +93,7 @@ class ToolUseBlock(BaseModel):
     type: Literal["tool_use"]
     id: Annotated[str, Field(min_length=1, max_length=256)]
     name: str
-    input: dict[str, Any]
+    input: dict[str, Any]  # the tool's input: each tool's own, read by the translators below
     toolset_name: str | None = None
 
 
@@ -123,7 +178,7 @@ def read_block(raw: Any, field: str = "anthropic") -> ToolUseBlock:
     return validate(_BLOCK, raw, field)
 
 
-def _native(data: dict[str, Any], field: str, sources: dict[str, str] | None = None) -> a.NativeAction:
+def _native(data: NativeArgs, field: str, sources: dict[str, str] | None = None) -> a.NativeAction:
     """A native action; an error names the tool-input field it came from (``sources``: native -> input)."""
     try:
         return validate(_ACTION, data, field, tagged=True)
@@ -163,13 +218,13 @@ def translate(block: ToolUseBlock, display: Size, field: str = "anthropic") -> l
     if block.toolset_name == COMPUTER_TOOLSET:
         if name not in COMPUTER_MEMBERS:
             raise _unknown(block, field)
-        return [Step(action, where) for action in _member(name, block.input, display, where)]
+        return [Step(action, where) for action in _member(block, display, where)]
     if name == SHELL_TOOL:
-        return [Step(_bash(block.input, where), where)]
+        return [Step(_bash(block, where), where)]
     if name in EDITOR_TOOLS:
-        return [Step(_editor(name, block.input, where), where)]
+        return [Step(_editor(block, where), where)]
     if name in AGENT_FILE_TOOLS:
-        return [Step(_agent_file_tool(name, block.input, where), where)]
+        return [Step(_agent_file_tool(block, where), where)]
     raise _unknown(block, field)
 
 
@@ -182,8 +237,9 @@ def _unknown(block: ToolUseBlock, field: str) -> ActionError:
     return ActionError(ErrorCode.UNKNOWN_TOOL, message, f"{field}.name")
 
 
-def _member(name: str, raw: dict[str, Any], display: Size, field: str) -> list[a.NativeAction]:
+def _member(block: ToolUseBlock, display: Size, field: str) -> list[a.NativeAction]:
     """A computer toolset member through the computer tool's translator (same fields, one action each)."""
+    name, raw = block.name, block.input
     extra = sorted(set(raw) - MEMBER_FIELDS[name])
     if extra:
         raise ActionError(
@@ -194,8 +250,8 @@ def _member(name: str, raw: dict[str, Any], display: Size, field: str) -> list[a
     if name == "key" and raw.get("repeat") is not None:
         key = actions[0]
         assert isinstance(key, a.Key)
-        data = {"type": "key", "keys": key.keys, "repeat": raw["repeat"]}
-        actions = [_native(data, field)]
+        repeated: RepeatedKeyArgs = {"type": "key", "keys": key.keys, "repeat": raw["repeat"]}
+        actions = [_native(repeated, field)]
     if name == "zoom":
         actions = [_fill_budget(action, display) for action in actions]
     return actions
@@ -211,9 +267,9 @@ def _fill_budget(action: a.NativeAction, display: Size) -> a.NativeAction:
     return action.model_copy(update={"width": max(8, min(16_384, round(region.width * factor)))})
 
 
-def _bash(raw: dict[str, Any], field: str) -> a.NativeAction:
-    inp = validate(TypeAdapter(BashInput), raw, field)
-    data: dict[str, Any] = {"type": "shell", "restart": bool(inp.restart)}
+def _bash(block: ToolUseBlock, field: str) -> a.NativeAction:
+    inp = validate(TypeAdapter(BashInput), block.input, field)
+    data: ShellArgs = {"type": "shell", "restart": bool(inp.restart)}
     if inp.command is not None:
         data["command"] = inp.command
     if inp.timeout_ms:
@@ -221,8 +277,8 @@ def _bash(raw: dict[str, Any], field: str) -> a.NativeAction:
     return _native(data, field)
 
 
-def _editor(name: str, raw: dict[str, Any], field: str) -> a.NativeAction:
-    inp = validate(TypeAdapter(EditorInput), raw, field)
+def _editor(block: ToolUseBlock, field: str) -> a.NativeAction:
+    name, inp = block.name, validate(TypeAdapter(EditorInput), block.input, field)
     command = inp.command
     if command == "undo_edit" and name == "str_replace_based_edit_tool":
         raise ActionError(
@@ -231,7 +287,7 @@ def _editor(name: str, raw: dict[str, Any], field: str) -> a.NativeAction:
             "allowed: view, create, str_replace, insert",
             field=f"{field}.command",
         )
-    data: dict[str, Any] = {"type": "edit", "command": command, "path": inp.path}
+    data: EditArgs = {"type": "edit", "command": command, "path": inp.path}
     if command == "view":
         if inp.view_range:  # [] shows the whole file, as the reference's ``if view_range`` does
             data["view_range"] = _range(inp.view_range, field)
@@ -253,10 +309,11 @@ def _editor(name: str, raw: dict[str, Any], field: str) -> a.NativeAction:
 _AGENT_SOURCES = {"path": "file_path", "old_str": "old_string", "new_str": "new_string", "content": "content"}
 
 
-def _agent_file_tool(name: str, raw: dict[str, Any], field: str) -> a.NativeAction:
+def _agent_file_tool(block: ToolUseBlock, field: str) -> a.NativeAction:
+    name, raw = block.name, block.input
     if name == "edit":
         edit = validate(TypeAdapter(AgentEditInput), raw, field)
-        data: dict[str, Any] = {
+        data: EditArgs = {
             "type": "edit",
             "command": "str_replace",
             "path": _absolute(edit.file_path),
@@ -267,20 +324,25 @@ def _agent_file_tool(name: str, raw: dict[str, Any], field: str) -> a.NativeActi
         return _native(data, field, _AGENT_SOURCES)
     if name == "read":
         read = validate(TypeAdapter(AgentReadInput), raw, field)
-        data = {"type": "edit", "command": "view", "path": _absolute(read.file_path)}
+        view: EditArgs = {"type": "edit", "command": "view", "path": _absolute(read.file_path)}
         if read.view_range is not None:
             first, last = _range(read.view_range, field)
-            data["view_range"] = [first, last if last > 0 else -1]  # end <= 0: to the end of the file
-        return _native(data, field, _AGENT_SOURCES)
+            view["view_range"] = [first, last if last > 0 else -1]  # end <= 0: to the end of the file
+        return _native(view, field, _AGENT_SOURCES)
     if name == "write":
         write = validate(TypeAdapter(AgentWriteInput), raw, field)
-        data = {"type": "file_write", "path": _absolute(write.file_path), "content": write.content, "make_dirs": True}
-        return _native(data, field, _AGENT_SOURCES)
+        written: WriteArgs = {
+            "type": "file_write",
+            "path": _absolute(write.file_path),
+            "content": write.content,
+            "make_dirs": True,
+        }
+        return _native(written, field, _AGENT_SOURCES)
     search = validate(TypeAdapter(AgentSearchInput), raw, field)
-    data = {"type": "file_glob" if name == "glob" else "file_grep", "pattern": search.pattern}
+    found: SearchArgs = {"type": "file_glob" if name == "glob" else "file_grep", "pattern": search.pattern}
     if search.path is not None:
-        data["path"] = _absolute(search.path)
-    return _native(data, field)
+        found["path"] = _absolute(search.path)
+    return _native(found, field)
 
 
 def default_screenshot(block: Any) -> bool:
@@ -299,19 +361,14 @@ def default_screenshot(block: Any) -> bool:
 # -- replies ----------------------------------------------------------------------------------------------------
 
 
-def _text(text: str) -> list[dict[str, Any]]:
+def _text(text: str) -> list[anthropic.ContentBlock]:
     """A text block, or none: the Messages API refuses an empty text block (the reference tools send none)."""
     return [{"type": "text", "text": text}] if text else []
 
 
-def _image(image: EncodedImage) -> dict[str, Any]:
-    data = base64.b64encode(image.data).decode()
-    return {"type": "image", "source": {"type": "base64", "media_type": image.media_type, "data": data}}
-
-
-def tool_result(call: VendorCall, content: list[dict[str, Any]], is_error: bool = False) -> dict[str, Any]:
+def tool_result(call: VendorCall, content: list[anthropic.ContentBlock], is_error: bool = False) -> ToolResultBlock:
     """A complete ``tool_result`` block (``BetaToolResultBlockParam``) for ``call``."""
-    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": call.call_id, "content": content}
+    block: ToolResultBlock = {"type": "tool_result", "tool_use_id": call.call_id, "content": content}
     if is_error:
         block["is_error"] = True
     if call.toolset_name is not None:
@@ -319,8 +376,9 @@ def tool_result(call: VendorCall, content: list[dict[str, Any]], is_error: bool 
     return block
 
 
-def result_text(action: a.NativeAction, data: dict[str, Any]) -> str:
+def result_text(action: a.NativeAction, result: ActionResult) -> str:
     """What a shell, editor or file tool's native result says to the model."""
+    data = result.data
     if isinstance(action, a.FileWrite):
         return f"Wrote {data.get('size', 0)} bytes to {data.get('path', action.path)}"
     if isinstance(action, a.FileGlob):
@@ -340,18 +398,18 @@ def success(
     results: list[ActionResult],
     image: EncodedImage | None,
     scale: Scale | None,
-) -> dict[str, Any]:
+) -> ToolResultBlock:
     """The tool_result for a call whose steps all ran."""
     last_action, last = steps[-1].action, results[-1]
     if call.computer:
         return tool_result(call, anthropic.tool_result_content(last_action, last, image, scale))
-    content = _text(result_text(last_action, last.data))
+    content = _text(result_text(last_action, last))
     if image is not None:  # asked for with the envelope's ``screenshot``
-        content.append(_image(image))
+        content.append(anthropic.image_block(image))
     return tool_result(call, content)
 
 
-def failure(call: VendorCall, error: ActionError) -> dict[str, Any]:
+def failure(call: VendorCall, error: ActionError) -> ToolResultBlock:
     """The ``is_error`` tool_result: the error's message, as the model reads it (no text block for an
     empty one: the Messages API refuses an empty text block)."""
     return tool_result(call, _text(error.message), is_error=True)

@@ -8,7 +8,7 @@ fails to plan is answered in the vendor's own error form whenever its call id co
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, TypeGuard
+from typing import Any, Literal, NotRequired, TypedDict, TypeGuard
 
 VendorDialect = Literal["anthropic", "openai"]
 
@@ -38,6 +38,14 @@ COMPUTER_MEMBERS = (
 )
 
 
+class SafetyCheck(TypedDict):
+    """An ``acknowledged_safety_checks`` entry: a pending check's id (its code and message when set)."""
+
+    id: str
+    code: NotRequired[str]
+    message: NotRequired[str]
+
+
 @dataclass(frozen=True, slots=True)
 class VendorCall:
     """One vendor tool call as the reply needs it.
@@ -51,7 +59,7 @@ class VendorCall:
     tool: str
     call_id: str
     toolset_name: str | None = None
-    acknowledged: tuple[dict[str, Any], ...] = ()
+    acknowledged: tuple[SafetyCheck, ...] = ()
     max_output_length: int | None = None
 
     @property
@@ -73,6 +81,7 @@ class VendorCall:
         return self.tool == COMPUTER_TOOL or self.member
 
 
+# A vendor's call as it came (the block or item JSON the model gave): read field by field, never trusted.
 def is_block(value: Any) -> TypeGuard[dict[str, Any]]:
     """An Anthropic ``tool_use`` block (any other ``anthropic`` payload is the bare computer input)."""
     return isinstance(value, dict) and value.get("type") == ANTHROPIC_BLOCK
@@ -127,12 +136,17 @@ def _openai_call(item: dict[str, Any], acknowledge: bool) -> VendorCall | None:
     )
 
 
-def _checks(pending: Any) -> tuple[dict[str, Any], ...]:
+def _checks(pending: Any) -> tuple[SafetyCheck, ...]:
     """The pending safety checks as ``acknowledged_safety_checks`` entries (id, and code/message when set)."""
     if not isinstance(pending, list):
         return ()
-    checks = []
+    checks: list[SafetyCheck] = []
     for check in pending:
         if isinstance(check, dict) and isinstance(check.get("id"), str):
-            checks.append({k: check[k] for k in ("id", "code", "message") if isinstance(check.get(k), str)})
+            entry: SafetyCheck = {"id": check["id"]}
+            if isinstance(check.get("code"), str):
+                entry["code"] = check["code"]
+            if isinstance(check.get("message"), str):
+                entry["message"] = check["message"]
+            checks.append(entry)
     return tuple(checks)

@@ -10,19 +10,93 @@ import json
 import posixpath
 import signal
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NotRequired, Required, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from corral.errors import ActionError, ErrorCode
+from corral.errors import ActionError, ErrorCode, ErrorDetail
 from corral.protocol import actions as a
 from corral.protocol import openai
 from corral.protocol.plan import ActionResult, EncodedImage, Step
 from corral.protocol.validation import validate
-from corral.protocol.vendor.calls import VendorCall
+from corral.protocol.vendor.calls import SafetyCheck, VendorCall
 
 WORKDIR = a.DEFAULT_WORKDIR
 AGENT_USER = "agent"
+
+
+class ExecArgs(TypedDict, total=False):
+    """A native ``exec`` as a shell_call's command or a local_shell_call asks for it."""
+
+    type: Required[Literal["exec"]]
+    command: str
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    timeout_ms: int | None
+    max_output_bytes: int
+
+
+class PatchArgs(TypedDict):
+    type: Literal["apply_patch"]
+    operation: str
+    path: str
+    diff: NotRequired[str]
+
+
+class ComputerCallOutput(TypedDict):
+    type: Literal["computer_call_output"]
+    call_id: str
+    output: dict[str, str]
+    acknowledged_safety_checks: NotRequired[list[SafetyCheck]]
+
+
+class ShellOutcome(TypedDict):
+    type: Literal["exit", "timeout"]
+    exit_code: NotRequired[int]
+
+
+class ShellEntry(TypedDict):
+    stdout: str
+    stderr: str
+    outcome: ShellOutcome
+
+
+class ShellCallOutput(TypedDict):
+    type: Literal["shell_call_output"]
+    call_id: str
+    output: list[ShellEntry]
+    max_output_length: NotRequired[int]
+
+
+class LocalShellMetadata(TypedDict):
+    exit_code: Any  # the result's, then the exit code as a shell says it (_exit_code)
+    duration_seconds: float
+
+
+class LocalShellBody(TypedDict):
+    """What a local_shell_call_output's ``output`` holds, as JSON text."""
+
+    output: str
+    metadata: NotRequired[LocalShellMetadata]
+    error: NotRequired[ErrorDetail]
+
+
+class LocalShellCallOutput(TypedDict):
+    type: Literal["local_shell_call_output"]
+    id: str
+    output: str
+
+
+class ApplyPatchCallOutput(TypedDict):
+    type: Literal["apply_patch_call_output"]
+    call_id: str
+    status: Literal["completed", "failed"]
+    output: str
+
+
+OutputItemParam = ComputerCallOutput | ShellCallOutput | LocalShellCallOutput | ApplyPatchCallOutput
+"""An output item Corral gives back (the Responses API's ``*_output`` input items)."""
 
 
 class _Item(BaseModel):
@@ -35,6 +109,7 @@ class _Item(BaseModel):
 
 class ComputerCall(_Item):
     type: Literal["computer_call"]
+    # The model's action(s), each as the SDK dumps it: read by corral.protocol.openai's translator.
     action: dict[str, Any] | None = None
     actions: list[dict[str, Any]] | None = None
 
@@ -124,7 +199,7 @@ def read_item(raw: Any, field: str = "openai") -> OutputItem:
     return validate(_ITEM, raw, field, tagged=True)
 
 
-def _native(data: dict[str, Any], field: str) -> a.NativeAction:
+def _native(data: ExecArgs | PatchArgs, field: str) -> a.NativeAction:
     return validate(_ACTION, data, field, tagged=True)
 
 
@@ -144,23 +219,24 @@ def translate(item: OutputItem, field: str = "openai") -> list[Step]:
         return [Step(action, where) for action, where in openai.translate(_set(item.action), f"{field}.action")]
     if isinstance(item, ShellCall):
         budget = _clamped_timeout(item.action.timeout_ms) or a.SHELL_TIMEOUT_MS
-        limits: dict[str, Any] = {"timeout_ms": budget}
-        if item.action.max_output_length is not None:
-            # Each stream's bytes: enough for max_output_length characters of UTF-8 (cut to them in the
-            # reply), up to what the process table gives at most.
-            limits["max_output_bytes"] = min(4 * item.action.max_output_length, MAX_COMMAND_OUTPUT_BYTES)
+        limit = item.action.max_output_length
         where = f"{field}.action.commands"
-        return [
-            Step(_native({"type": "exec", "command": command, **limits}, f"{where}[{i}]"), f"{where}[{i}]")
-            for i, command in enumerate(item.action.commands)
-        ]
+        steps = []
+        for i, command in enumerate(item.action.commands):
+            data: ExecArgs = {"type": "exec", "command": command, "timeout_ms": budget}
+            if limit is not None:
+                # Each stream's bytes: enough for max_output_length characters of UTF-8 (cut to them in the
+                # reply), up to what the process table gives at most.
+                data["max_output_bytes"] = min(4 * limit, MAX_COMMAND_OUTPUT_BYTES)
+            steps.append(Step(_native(data, f"{where}[{i}]"), f"{where}[{i}]"))
+        return steps
     if isinstance(item, LocalShellCall):
         return [Step(_local_exec(item.action, f"{field}.action"), f"{field}.action")]
     op = item.operation
-    data: dict[str, Any] = {"type": "apply_patch", "operation": op.type, "path": op.path}
+    patch: PatchArgs = {"type": "apply_patch", "operation": op.type, "path": op.path}
     if op.diff is not None and op.type != "delete_file":
-        data["diff"] = op.diff
-    return [Step(_native(data, f"{field}.operation"), f"{field}.operation")]
+        patch["diff"] = op.diff
+    return [Step(_native(patch, f"{field}.operation"), f"{field}.operation")]
 
 
 def _local_exec(action: LocalShellAction, field: str) -> a.NativeAction:
@@ -170,7 +246,7 @@ def _local_exec(action: LocalShellAction, field: str) -> a.NativeAction:
             f"commands run as the sandbox's agent user; user {action.user!r} cannot be served",
             field=f"{field}.user",
         )
-    data: dict[str, Any] = {"type": "exec", "argv": action.command, "env": action.env}
+    data: ExecArgs = {"type": "exec", "argv": action.command, "env": action.env}
     if action.working_directory:
         data["cwd"] = posixpath.join(WORKDIR, action.working_directory)  # an absolute one stays as it is
     if action.timeout_ms is not None:
@@ -213,23 +289,24 @@ def default_screenshot(item: Any) -> bool:
 
 # -- replies ----------------------------------------------------------------------------------------------------
 
-Reply = tuple[dict[str, Any] | None, ActionError | None]
+Reply = tuple[OutputItemParam | None, ActionError | None]
 """An output item (None: none can be given) and the error the reply reports with it (None: ok)."""
 
 
-def computer_call_output(call: VendorCall, image: EncodedImage) -> dict[str, Any]:
-    item: dict[str, Any] = {
+def computer_call_output(call: VendorCall, image: EncodedImage) -> ComputerCallOutput:
+    item: ComputerCallOutput = {
         "type": "computer_call_output",
         "call_id": call.call_id,
         "output": openai.call_output(image),
     }
     if call.acknowledged:
-        item["acknowledged_safety_checks"] = [dict(check) for check in call.acknowledged]
+        item["acknowledged_safety_checks"] = [check.copy() for check in call.acknowledged]
     return item
 
 
-def _exit_code(data: dict[str, Any]) -> int:
+def _exit_code(result: ActionResult) -> int:
     """An exec's exit code; killed by a signal: 128 + its number, as a shell says it."""
+    data = result.data
     code = data.get("exit_code")
     if isinstance(code, int):
         return code
@@ -248,19 +325,22 @@ def _cut(stdout: str, stderr: str, limit: int | None) -> tuple[str, str]:
     return stdout, stderr[: limit - len(stdout)]
 
 
-def _shell_entry(data: dict[str, Any] | None, limit: int | None) -> dict[str, Any]:
-    if data is None:  # not run: the budget was spent
+def _shell_entry(result: ActionResult | None, limit: int | None) -> ShellEntry:
+    if result is None:  # not run: the budget was spent
         return {"stdout": "", "stderr": "", "outcome": {"type": "timeout"}}
+    data = result.data
     error = data.get("error")
     if isinstance(error, dict):  # it could not run: the message, as failure() gives it
         return {"stdout": "", "stderr": str(error.get("message") or ""), "outcome": {"type": "exit", "exit_code": 1}}
     stdout, stderr = _cut(str(data.get("stdout") or ""), str(data.get("stderr") or ""), limit)
-    outcome = {"type": "timeout"} if data.get("timed_out") else {"type": "exit", "exit_code": _exit_code(data)}
+    outcome: ShellOutcome = (
+        {"type": "timeout"} if data.get("timed_out") else {"type": "exit", "exit_code": _exit_code(result)}
+    )
     return {"stdout": stdout, "stderr": stderr, "outcome": outcome}
 
 
-def shell_call_output(call: VendorCall, entries: list[dict[str, Any]]) -> dict[str, Any]:
-    item: dict[str, Any] = {"type": "shell_call_output", "call_id": call.call_id, "output": entries}
+def shell_call_output(call: VendorCall, entries: list[ShellEntry]) -> ShellCallOutput:
+    item: ShellCallOutput = {"type": "shell_call_output", "call_id": call.call_id, "output": entries}
     if call.max_output_length is not None:
         item["max_output_length"] = call.max_output_length
     return item
@@ -268,7 +348,7 @@ def shell_call_output(call: VendorCall, entries: list[dict[str, Any]]) -> dict[s
 
 def _shell_success(call: VendorCall, steps: tuple[Step, ...], results: list[ActionResult]) -> Reply:
     entries = [
-        _shell_entry(results[i].data if i < len(results) else None, call.max_output_length) for i in range(len(steps))
+        _shell_entry(results[i] if i < len(results) else None, call.max_output_length) for i in range(len(steps))
     ]
     timed_out = [i for i, entry in enumerate(entries) if entry["outcome"]["type"] == "timeout"]
     failed = [i for i, result in enumerate(results) if isinstance(result.data.get("error"), dict)]
@@ -287,22 +367,23 @@ def _shell_success(call: VendorCall, steps: tuple[Step, ...], results: list[Acti
     return shell_call_output(call, entries), ActionError(ErrorCode.TIMEOUT, message, field=steps[timed_out[0]].field)
 
 
-def local_shell_call_output(call: VendorCall, body: dict[str, Any]) -> dict[str, Any]:
+def local_shell_call_output(call: VendorCall, body: LocalShellBody) -> LocalShellCallOutput:
     """``output`` is JSON text: ``{"output": stdout+stderr, "metadata": {...}}`` (and ``error`` on failure)."""
     return {"type": "local_shell_call_output", "id": call.call_id, "output": json.dumps(body, separators=(",", ":"))}
 
 
-def _local_shell_success(call: VendorCall, data: dict[str, Any]) -> Reply:
-    metadata = {
+def _local_shell_success(call: VendorCall, result: ActionResult) -> Reply:
+    data = result.data
+    metadata: LocalShellMetadata = {
         "exit_code": data.get("exit_code"),
         "duration_seconds": round(float(data.get("duration_ms") or 0) / 1000, 3),
     }
-    body: dict[str, Any] = {
+    body: LocalShellBody = {
         "output": str(data.get("stdout") or "") + str(data.get("stderr") or ""),
         "metadata": metadata,
     }
     if not data.get("timed_out"):
-        body["metadata"]["exit_code"] = _exit_code(data)
+        metadata["exit_code"] = _exit_code(result)
         return local_shell_call_output(call, body), None
     error = ActionError(
         ErrorCode.TIMEOUT, "the command did not finish within its timeout_ms", field="openai.action.timeout_ms"
@@ -311,7 +392,9 @@ def _local_shell_success(call: VendorCall, data: dict[str, Any]) -> Reply:
     return local_shell_call_output(call, body), error
 
 
-def apply_patch_call_output(call: VendorCall, status: Literal["completed", "failed"], output: str) -> dict[str, Any]:
+def apply_patch_call_output(
+    call: VendorCall, status: Literal["completed", "failed"], output: str
+) -> ApplyPatchCallOutput:
     return {"type": "apply_patch_call_output", "call_id": call.call_id, "status": status, "output": output}
 
 
@@ -325,18 +408,18 @@ def success(
     if call.tool == "shell_call":
         return _shell_success(call, steps, results)
     if call.tool == "local_shell_call":
-        return _local_shell_success(call, results[-1].data)
+        return _local_shell_success(call, results[-1])
     return apply_patch_call_output(call, "completed", str(results[-1].data.get("output") or "")), None
 
 
-def failure(call: VendorCall, error: ActionError, image: EncodedImage | None = None) -> dict[str, Any] | None:
+def failure(call: VendorCall, error: ActionError, image: EncodedImage | None = None) -> OutputItemParam | None:
     """The output item that tells the model ``error``, in the tool's own form; None for a computer_call
     with no screenshot (its output can carry nothing else)."""
     if call.tool == "computer_call":
         return computer_call_output(call, image) if image is not None else None
     if call.tool == "shell_call":
         if error.code == ErrorCode.TIMEOUT:
-            entry: dict[str, Any] = {"stdout": "", "stderr": error.message, "outcome": {"type": "timeout"}}
+            entry: ShellEntry = {"stdout": "", "stderr": error.message, "outcome": {"type": "timeout"}}
         else:
             entry = {"stdout": "", "stderr": error.message, "outcome": {"type": "exit", "exit_code": 1}}
         return shell_call_output(call, [entry])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from corral.errors import ActionError
 from corral.protocol.geometry import Scale
@@ -11,13 +11,21 @@ from corral.protocol.vendor import anthropic_tools, openai_tools
 from corral.protocol.vendor.calls import VendorCall
 
 
+class VendorResult(TypedDict, total=False):
+    """A vendor call's reply ``result``: Anthropic's ``tool_result`` block or OpenAI's output ``item``
+    (an empty one when the vendor has none to give)."""
+
+    tool_result: anthropic_tools.ToolResultBlock
+    item: openai_tools.OutputItemParam
+
+
 def success_result(
     call: VendorCall,
     steps: tuple[Step, ...],
     results: list[ActionResult],
     image: EncodedImage | None,
     scale: Scale | None,
-) -> tuple[dict[str, Any], ActionError | None]:
+) -> tuple[VendorResult, ActionError | None]:
     """A reply's ``result`` for a call whose steps ran, and the error it still reports (a shell_call
     whose commands timed out), else None."""
     if call.dialect == "anthropic":
@@ -26,7 +34,7 @@ def success_result(
     return ({} if item is None else {"item": item}), error
 
 
-def failure_result(call: VendorCall, error: ActionError, image: EncodedImage | None = None) -> dict[str, Any] | None:
+def failure_result(call: VendorCall, error: ActionError, image: EncodedImage | None = None) -> VendorResult | None:
     """A failed reply's ``result``: the vendor's error form of ``error``; None when the vendor has none
     (a computer_call without a screenshot)."""
     if call.dialect == "anthropic":

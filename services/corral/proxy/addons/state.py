@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Unpack
+from typing import Unpack
 
 from mitmproxy import http
 
 from corral.proxy.attribution import Attribution, unvouched
-from corral.proxy.audit import GENESIS, AuditLog, Event, EventFields
+from corral.proxy.audit import GENESIS, AuditLog, ChainHead, Event, EventFields
 from corral.proxy.policy import Decision
 from corral.proxy.responses import ResponseStore
 from corral.proxy.secrets import SecretBook
@@ -141,7 +141,7 @@ class Journal:
             self.log.write(event, **fields)
 
     @property
-    def head(self) -> dict[str, Any]:
+    def head(self) -> ChainHead:
         """The chain's head, for the gateway to anchor: a tally due (past the log's budget) is
         written first, so the anchor covers the counts too."""
         if self.log is None:

@@ -293,7 +293,7 @@ class CdpRelay:
             # What was checked is what goes: never the client's bytes (a repeated key, odd spacing).
             await upstream.send(json.dumps(checked.wire(), separators=(",", ":")))
 
-    def _answer_here(self, command: cdprules.Command) -> Reply | None:
+    def _answer_here(self, command: cdprules.Command) -> cdprules.CdpErrorReply | None:
         """The relay's own answer to ``command`` (refused, or lease-gated while another holds the
         lease), or None when it goes to Chromium."""
         rule = cdprules.refusal(command.method, command.params)
@@ -347,7 +347,7 @@ class CdpRelay:
         for own in commands:
             await upstream.send(self._turn.own_wire(own))
 
-    async def _closing_last_page(self, command: cdprules.Command) -> Reply | None:
+    async def _closing_last_page(self, command: cdprules.Command) -> cdprules.CdpErrorReply | None:
         """The refusal of a command that would close Chromium's last page (so Chromium), or None."""
         if self._last_page is None or command.method not in _CLOSING:
             return None
@@ -377,7 +377,7 @@ class CdpRelay:
                     continue
             await self._send(frame)
 
-    async def _reply(self, answer: Reply) -> None:
+    async def _reply(self, answer: cdprules.CdpErrorReply) -> None:
         await self._send(json.dumps(answer, separators=(",", ":")))
 
     async def _send(self, frame: str | bytes) -> None:
@@ -388,7 +388,7 @@ class CdpRelay:
                 await self._client.send_bytes(frame)
 
 
-async def _decoded(text: str) -> cdprules.Command | Reply:
+async def _decoded(text: str) -> cdprules.Command | cdprules.CdpErrorReply:
     """A client's frame as a command, or the relay's answer saying why it is none. A large frame is
     decoded off the event loop (tens of milliseconds for megabytes)."""
     try:
