@@ -18,6 +18,7 @@ import pytest
 
 from corral.errors import EgressUnavailable, SessionNotFound
 from corral.gateway import sessions
+from corral.gateway.app import build_sessions
 from corral.gateway.egress import Egress, Ground
 from corral.gateway.grounds import GroundPool
 from corral.gateway.models import CreateSession
@@ -49,7 +50,7 @@ def _manager(tmp_path: Path, runtime: FakeRuntime, **settings: object) -> Sessio
         "record": False,
     }
     values.update(settings)
-    return SessionManager(GatewaySettings(**values), runtime, SessionStore(tmp_path))
+    return build_sessions(GatewaySettings(**values), runtime, SessionStore(tmp_path))
 
 
 def test_a_failed_removal_keeps_the_session_and_its_record(tmp_path: Path) -> None:
@@ -284,7 +285,7 @@ def _booted(runtime: FakeRuntime, boots: dict[str, str]) -> httpx.MockTransport:
 async def _watched(tmp_path: Path, runtime: FakeRuntime, boots: dict[str, str], **settings: object) -> SessionManager:
     values: dict[str, object] = {"data_dir": tmp_path, "instance": "t", "pool_size": 0, "egress": False}
     values.update({"record": False, "reap_interval_s": 3600, **settings})
-    manager = SessionManager(
+    manager = build_sessions(
         GatewaySettings(**values), runtime, SessionStore(tmp_path), controller_transport=_booted(runtime, boots)
     )
     await manager.start()
@@ -514,7 +515,7 @@ def _controllers(runtime: FakeRuntime, answered: Answered) -> httpx.MockTranspor
 async def _pool_manager(tmp_path: Path, runtime: FakeRuntime, answered: Answered, **settings: object) -> SessionManager:
     values: dict[str, object] = {"data_dir": tmp_path, "instance": "t", "pool_size": 0, "egress": False}
     values.update({"record": False, "reap_interval_s": 3600, **settings})  # the reaper does not look first
-    manager = SessionManager(
+    manager = build_sessions(
         GatewaySettings(**values), runtime, SessionStore(tmp_path), controller_transport=_controllers(runtime, answered)
     )
     await manager.start()
