@@ -29,6 +29,7 @@ class WarmPool:
         self._pairs: list[Pair] = []
         self._refill = asyncio.Event()
         self.starting = 0  # pairs being started by the refill
+        self.filled = asyncio.Event()  # set whenever a refill left the pool full (tests and the bench wait on it)
 
     def __len__(self) -> int:
         return len(self._pairs)
@@ -53,7 +54,10 @@ class WarmPool:
 
     def take(self, req: CreateSession) -> Pair | None:
         """The oldest pooled pair, if one fits the request (the caller holds the claims' lock)."""
-        return self._pairs.pop(0) if self._pairs and self.fits(req) else None
+        if not self._pairs or not self.fits(req):
+            return None
+        self.filled.clear()
+        return self._pairs.pop(0)
 
     async def run(self) -> None:
         """The refill loop: up to the pool's size, each time it is told to refill."""
@@ -69,10 +73,12 @@ class WarmPool:
                     await asyncio.sleep(REFILL_RETRY_S)
                 finally:
                     self.starting -= 1
+            self.filled.set()
 
     async def close(self) -> None:
         """Remove every pooled pair (after the refill loop was cancelled)."""
         pool, self._pairs = self._pairs, []
+        self.filled.clear()
         await settle(*(asyncio.ensure_future(self._starts.remove(pair)) for pair in pool))
 
     async def hand_out(self, pair: Pair, allow: Sequence[str], mode: str, actor: str) -> bool:
@@ -132,6 +138,7 @@ class WarmPool:
     async def _drop(self, dead: Sequence[Pair], why: str) -> None:
         """Pooled pairs out of the pool and removed; the pool refills."""
         for pair in dead:
+            self.filled.clear()
             self._pairs.remove(pair)
             log.warning("pooled sandbox %s %s; removing it and starting one", pair.sandbox.name, why)
         if dead:

@@ -86,7 +86,8 @@ class Reaper:
         archives: Archives,
     ) -> None:
         self._runtime, self._specs, self._book, self._pool, self._starts = runtime, specs, book, pool, starts
-        self._liveness, self._endings, self._archives = liveness, endings, archives
+        self._liveness, self._endings = liveness, endings
+        self.archives = archives
         self._rounds: list[Round] = []
         self.clock: Callable[[], float] = time.monotonic  # when a listing was taken (a test moves it on)
         self.ticks = 0  # how many began (the unit tests count its work against them)
@@ -130,7 +131,7 @@ class Reaper:
                 log.exception("pool answer check failed")
         if now - self._last_prune > PRUNE_EVERY_S:
             self._last_prune = now
-            await self._archives.prune()
+            await self.archives.prune()
         self._time_out(now)
 
     def _time_out(self, now: float) -> None:
