@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -107,11 +107,7 @@ def build_sessions(
     endings = Endings(book, runtime, port, recordings)
     broker = SecretBroker(book, port, controllers, settings.egress_mode)
     pool = WarmPool(settings.pool_size, settings.egress_mode, starts, port, controllers)
-    claims = Claims(settings, book, pool, starts, ClaimParts(port, broker, recordings, replays), on_claim)
-    vitals = ControllerWatch(
-        settings.controller_max_restarts, settings.controller_restart_window_s, settings.controller_dead_after_s
-    )
-    liveness = Liveness(book, runtime, endings, controllers, vitals, settings.controller_dead_after_s)
+    liveness = Liveness(book, runtime, endings, controllers, _vitals(settings), settings.controller_dead_after_s)
     archives = Archives(settings, book, starts, port, recordings, replays)
     reaper = Reaper(runtime, specs, book, pool, starts, liveness, endings, archives)
     if egress is not None:
@@ -119,35 +115,33 @@ def build_sessions(
         reaper.add_rounds(
             Round("egress watchdog", watch.watch), Round("placeholder watchdog", broker.check_placeholders)
         )
+    claims = Claims(settings, book, pool, starts, ClaimParts(port, broker, recordings, replays), on_claim)
+    recovery = Recovery(book, runtime, specs, starts, port, recordings)
+    links = LinkBook(book.links_of, book.save_links, _link_reporter(book, port))
+    grounds = pair_starts.grounds if pair_starts is not None else None
+    # fmt: off
+    parts = SessionParts(
+        runtime, settings.network, settings.reap_interval_s, limits, book, port, grounds, starts, pool,
+        claims, broker, endings, liveness, recovery, reaper, controllers, recordings, replays, links,
+    )
+    # fmt: on
+    return SessionManager(parts)
 
-    async def report_link(session_id: str, message: dict[str, Any]) -> None:
+
+def _vitals(settings: GatewaySettings) -> ControllerWatch:
+    return ControllerWatch(
+        settings.controller_max_restarts, settings.controller_restart_window_s, settings.controller_dead_after_s
+    )
+
+
+def _link_reporter(book: SessionBook, egress: EgressPort) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
+    async def report(session_id: str, message: dict[str, Any]) -> None:
         """A link's change into the session's audit chain (none on a gateway without egress control)."""
         session = book.get(session_id)
         if session.egress is not None:
-            await port.report(session.egress, message)
+            await egress.report(session.egress, message)
 
-    parts = SessionParts(
-        runtime=runtime,
-        network=settings.network,
-        reap_interval_s=settings.reap_interval_s,
-        limits=limits,
-        book=book,
-        egress=port,
-        grounds=pair_starts.grounds if pair_starts is not None else None,
-        starts=starts,
-        pool=pool,
-        claims=claims,
-        broker=broker,
-        endings=endings,
-        liveness=liveness,
-        recovery=Recovery(book, runtime, specs, starts, port, recordings),
-        reaper=reaper,
-        controllers=controllers,
-        recordings=recordings,
-        replays=replays,
-        links=LinkBook(book.links_of, book.save_links, report_link),
-    )
-    return SessionManager(parts)
+    return report
 
 
 def _recording_manager(settings: GatewaySettings) -> RecordingManager | None:
