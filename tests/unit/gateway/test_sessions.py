@@ -737,12 +737,12 @@ class SlowRemoval(FakeRuntime):
 
 async def test_a_stop_while_the_reaper_removes_a_dead_pooled_pair_ends_the_reaper(tmp_path: Path) -> None:
     runtime, answered = SlowRemoval(), Answered()
-    manager = await _pool_manager(tmp_path, runtime, answered, reap_interval_s=0.05)
+    manager = await _pool_manager(tmp_path, runtime, answered, reap_interval_s=0)  # its loop: ticks back to back
     pair = _pooled(manager, runtime)
     runtime.die(pair.sandbox.id, ExitInfo("exited", 1, False))
     assert await _until(runtime.removing)  # the reaper's tick is in the removal's thread
     stopping = asyncio.ensure_future(manager.stop())
-    asyncio.get_running_loop().call_later(0.2, runtime.release.set)  # after the stop cancelled the tick
+    asyncio.get_running_loop().call_soon(runtime.release.set)  # once the stop's cancellation is under way
     # The tick waits for its removal (a thread cannot be stopped), then ends with the loop: the
     # stop returns, and no tick comes after it.
     await asyncio.wait_for(stopping, timeout=5)
@@ -765,7 +765,7 @@ class SlowListing(FakeRuntime):
 
 async def test_a_stop_while_a_tick_waits_on_docker_returns_at_once(tmp_path: Path) -> None:
     runtime, answered = SlowListing(), Answered()
-    manager = await _pool_manager(tmp_path, runtime, answered, reap_interval_s=0.05)
+    manager = await _pool_manager(tmp_path, runtime, answered, reap_interval_s=0)  # its loop: ticks back to back
     try:
         _pooled(manager, runtime)
         assert await _until(runtime.listing)  # the tick is in the listing's thread, which will not return
