@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -15,14 +15,32 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
 from corral.gateway import auth, keyids
+from corral.gateway.book import SessionBook
+from corral.gateway.brokering import SecretBroker
+from corral.gateway.claims import ClaimParts, Claims, OnClaim
+from corral.gateway.controllers import Controllers
+from corral.gateway.egress import EgressManager
+from corral.gateway.egressport import EgressPort, NullEgress
+from corral.gateway.endings import Endings
+from corral.gateway.limits import HostFacts, resolve
+from corral.gateway.links import LinkBook
+from corral.gateway.liveness import Liveness
 from corral.gateway.metrics import Metrics
+from corral.gateway.pool import WarmPool
+from corral.gateway.reaper import Archives, EgressWatch, Reaper, Round
+from corral.gateway.recording import RecordingLimits, RecordingManager
+from corral.gateway.recovery import Recovery
+from corral.gateway.replays import ReplayUploads
 from corral.gateway.routes import ROUTERS, errors
 from corral.gateway.routes.deps import body_model
 from corral.gateway.routes.live import AuthSlots
-from corral.gateway.sessions import SessionManager
+from corral.gateway.sessionrecordings import SessionRecordings
+from corral.gateway.sessions import SessionManager, SessionParts
 from corral.gateway.settings import GatewaySettings
+from corral.gateway.starts import PairStarts, SandboxStarts, Specs, Starts
 from corral.gateway.store import SessionStore
 from corral.gateway.tickets import TicketSigner
+from corral.gateway.vitals import ControllerWatch
 from corral.runtime import SandboxRuntime, open_runtime
 
 
@@ -43,7 +61,7 @@ def create_app(settings: GatewaySettings | None = None, runtime: SandboxRuntime 
         state.metrics = Metrics()
         sandboxes = runtime if runtime is not None else await asyncio.to_thread(default_runtime, settings)
         store = SessionStore(settings.data_dir)
-        state.manager = SessionManager(settings, sandboxes, store, on_claim=state.metrics.claimed)
+        state.manager = build_sessions(settings, sandboxes, store, on_claim=state.metrics.claimed)
         state.http = httpx.AsyncClient(timeout=httpx.Timeout(660.0, connect=10.0))
         await state.manager.start()
         try:
@@ -62,6 +80,74 @@ def create_app(settings: GatewaySettings | None = None, runtime: SandboxRuntime 
     _mount_mcp(app, settings)
     _document_bodies(app)
     return app
+
+
+def build_sessions(
+    settings: GatewaySettings,
+    runtime: SandboxRuntime,
+    store: SessionStore,
+    on_claim: OnClaim = lambda source, seconds: None,
+    host: HostFacts | None = None,
+    controller_transport: httpx.AsyncBaseTransport | None = None,
+    egress: EgressManager | None = None,
+) -> SessionManager:
+    """The session side, wired: the one place that asks whether egress control is on. ``egress``
+    and ``controller_transport`` are a test's (None: the real egress manager when ``CORRAL_EGRESS``,
+    and the network)."""
+    if egress is None and settings.egress:
+        egress = EgressManager(settings, runtime)
+    limits = resolve(settings, host or HostFacts.detect())
+    specs = Specs(settings, limits)
+    port: EgressPort = egress if egress is not None else NullEgress()
+    pair_starts = PairStarts(settings, runtime, specs, egress, settings.ground_pool_size) if egress else None
+    starts: Starts = pair_starts or SandboxStarts(settings, runtime, specs)
+    book, controllers = SessionBook(store), Controllers(controller_transport)
+    recordings = SessionRecordings(_recording_manager(settings), port, controllers)
+    replays = ReplayUploads(settings.data_dir / "replay-responses", settings.replay_upload_max_mb << 20)
+    endings = Endings(book, runtime, port, recordings)
+    broker = SecretBroker(book, port, controllers, settings.egress_mode)
+    pool = WarmPool(settings.pool_size, settings.egress_mode, starts, port, controllers)
+    liveness = Liveness(book, runtime, endings, controllers, _vitals(settings), settings.controller_dead_after_s)
+    archives = Archives(settings, book, starts, port, recordings, replays)
+    reaper = Reaper(runtime, specs, book, pool, starts, liveness, endings, archives)
+    if egress is not None:
+        watch = EgressWatch(book, port, endings, reaper, settings.reap_interval_s)
+        reaper.add_rounds(
+            Round("egress watchdog", watch.watch), Round("placeholder watchdog", broker.check_placeholders)
+        )
+    claims = Claims(settings, book, pool, starts, ClaimParts(port, broker, recordings, replays), on_claim)
+    recovery = Recovery(book, runtime, specs, starts, port, recordings)
+    links = LinkBook(book.links_of, book.save_links, _link_reporter(book, port))
+    grounds = pair_starts.grounds if pair_starts is not None else None
+    # fmt: off
+    parts = SessionParts(
+        runtime, settings.network, settings.reap_interval_s, limits, book, port, grounds, starts, pool,
+        claims, broker, endings, liveness, recovery, reaper, controllers, recordings, replays, links,
+    )
+    # fmt: on
+    return SessionManager(parts)
+
+
+def _vitals(settings: GatewaySettings) -> ControllerWatch:
+    return ControllerWatch(
+        settings.controller_max_restarts, settings.controller_restart_window_s, settings.controller_dead_after_s
+    )
+
+
+def _link_reporter(book: SessionBook, egress: EgressPort) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
+    async def report(session_id: str, message: dict[str, Any]) -> None:
+        """A link's change into the session's audit chain (none on a gateway without egress control)."""
+        session = book.get(session_id)
+        if session.egress is not None:
+            await egress.report(session.egress, message)
+
+    return report
+
+
+def _recording_manager(settings: GatewaySettings) -> RecordingManager | None:
+    if not settings.record:
+        return None
+    return RecordingManager(settings.data_dir / "recordings", RecordingLimits.from_settings(settings))
 
 
 def _mount_mcp(app: FastAPI, settings: GatewaySettings) -> None:
@@ -106,4 +192,4 @@ def _document_bodies(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-__all__ = ["create_app"]
+__all__ = ["build_sessions", "create_app"]

@@ -199,6 +199,10 @@ class SecretVault:
     def get(self, session_id: str) -> SecretSet:
         return self._sets.get(session_id, SecretSet())
 
+    def held(self) -> set[str]:
+        """The sessions whose secret set it holds (none: no value left in this process)."""
+        return set(self._sets)
+
     def keep(self, session_id: str, secret_set: SecretSet) -> None:
         """``secret_set`` is now the session's (the proxy took it)."""
         self._pending.pop(session_id, None)

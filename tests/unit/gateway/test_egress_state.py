@@ -140,12 +140,12 @@ def test_a_ground_too_old_or_whose_ca_would_expire_during_a_session_is_not_fresh
 
 
 async def test_the_session_managers_ground_pool_hands_out_fresh_grounds_only(tmp_path: Path) -> None:
-    from corral.gateway.sessions import SessionManager
+    from corral.gateway.app import build_sessions
     from corral.gateway.store import SessionStore
 
     runtime = FakeRuntime()
     settings = GatewaySettings(data_dir=tmp_path, instance="t", pool_size=0, record=False, ground_pool_size=1)
-    sessions = SessionManager(settings, runtime, SessionStore(tmp_path))  # type: ignore[arg-type]
+    sessions = build_sessions(settings, runtime, SessionStore(tmp_path))  # type: ignore[arg-type]
     await sessions.start()
     try:
         assert sessions.grounds is not None and sessions.egress is not None
@@ -189,15 +189,15 @@ class NoSandbox(FakeRuntime):
 
 @pytest.mark.parametrize("failure", ["sandbox", "proxy_never_answers"])
 async def test_a_cold_start_that_fails_after_taking_a_ground_leaves_nothing(tmp_path: Path, failure: str) -> None:
+    from corral.gateway.app import build_sessions
     from corral.gateway.models import CreateSession
-    from corral.gateway.sessions import SessionManager
     from corral.gateway.store import SessionStore
 
     runtime = NoSandbox() if failure == "sandbox" else FakeRuntime()
     settings = GatewaySettings(
         data_dir=tmp_path, instance="t", pool_size=0, record=False, ground_pool_size=1, start_timeout_s=0.3
     )
-    sessions = SessionManager(settings, runtime, SessionStore(tmp_path))  # type: ignore[arg-type]
+    sessions = build_sessions(settings, runtime, SessionStore(tmp_path))  # type: ignore[arg-type]
     await sessions.start()
     try:
         assert sessions.grounds is not None

@@ -17,7 +17,8 @@ import httpx
 import pytest
 
 from corral.errors import EgressUnavailable, SessionNotFound
-from corral.gateway import sessions
+from corral.gateway import pool, reaper
+from corral.gateway.app import build_sessions
 from corral.gateway.egress import Egress, Ground
 from corral.gateway.grounds import GroundPool
 from corral.gateway.models import CreateSession
@@ -38,18 +39,33 @@ from corral.runtime import ExitInfo, ProxyAddress, SandboxAddress, SandboxSpec, 
 from ..runtime.fake import FakeRuntime
 from .controller_fake import SECRET, proving
 
+# The managers' own reapers wait this long between ticks: the tests drive the ticks (:func:`_ticks`).
+REAP_INTERVAL_S = 3600
 
-def _manager(tmp_path: Path, runtime: FakeRuntime, **settings: object) -> SessionManager:
+
+def _manager(tmp_path: Path, runtime: FakeRuntime, fake_egress: object = None, **settings: object) -> SessionManager:
+    """A manager whose reaper ticks only when a test drives it (:func:`_ticks`); with ``fake_egress``,
+    its sessions' pairs start through that fake (and no grounds are made ahead)."""
     values: dict[str, object] = {
         "data_dir": tmp_path,
         "instance": "t",
         "pool_size": 0,
-        "reap_interval_s": 0.05,
+        "reap_interval_s": REAP_INTERVAL_S,
         "egress": False,
         "record": False,
+        "ground_pool_size": 0 if fake_egress is not None else 2,
     }
     values.update(settings)
-    return SessionManager(GatewaySettings(**values), runtime, SessionStore(tmp_path))
+    return build_sessions(GatewaySettings(**values), runtime, SessionStore(tmp_path), egress=fake_egress)  # type: ignore[arg-type]
+
+
+async def _ticks(manager: SessionManager, count: int) -> None:
+    """``count`` reaper ticks, driven here one after the other, each with its controllers' probe round done."""
+    for _ in range(count):
+        await manager.reaper.tick()
+        probe = manager.liveness.probing()
+        if probe is not None:
+            await probe
 
 
 def test_a_failed_removal_keeps_the_session_and_its_record(tmp_path: Path) -> None:
@@ -89,43 +105,18 @@ def test_recovery_never_hands_out_an_unowned_container(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
-class TickingRuntime(FakeRuntime):
-    """Counts the reaper's ticks: each one lists the sandboxes' states once while a session lives."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._ticks = 0
-        self._ticked = threading.Condition()
-
-    def sandbox_states(self, labels: Mapping[str, str]) -> dict[str, str]:
-        with self._ticked:
-            self._ticks += 1
-            self._ticked.notify_all()
-        return super().sandbox_states(labels)
-
-    async def ticks(self, count: int) -> None:
-        """Until ``count`` more ticks began: the ``count - 1`` between ran whole."""
-        with self._ticked:
-            target = self._ticks + count
-
-        def wait() -> bool:
-            with self._ticked:
-                return self._ticked.wait_for(lambda: self._ticks >= target, timeout=10)
-
-        assert await asyncio.to_thread(wait), "the reaper stopped ticking"
-
-
 async def test_idle_reaping_waits_for_an_action_in_flight(tmp_path: Path) -> None:
-    runtime = TickingRuntime()
+    runtime = FakeRuntime()
     manager = _manager(tmp_path, runtime)
     await manager.start()
     try:
         session, _ = await manager.create("key-a", CreateSession(idle_timeout_s=1))
         session.in_flight = 1
         session.last_activity_at -= 10
-        await runtime.ticks(2)  # a whole tick saw it idle for 10 s, with an action in flight
+        await _ticks(manager, 2)  # a whole tick saw it idle for 10 s, with an action in flight
         assert manager.get(session.id) is session and not session.ended.is_set()
         session.in_flight = 0
+        await _ticks(manager, 1)
         await asyncio.wait_for(session.removed.wait(), timeout=10)
         assert session.end_reason == "idle_timeout"
         with pytest.raises(SessionNotFound):
@@ -137,6 +128,9 @@ async def test_idle_reaping_waits_for_an_action_in_flight(tmp_path: Path) -> Non
 class FakeEgress:
     """The egress manager's side of a start: records what was made and undone. A gated proxy start
     waits for ``release`` (a slow proxy), saying when it began (``entered``) and ended (``returned``)."""
+
+    async def start(self) -> bool:
+        return True  # the gateway's start: nothing of the fake to make
 
     def __init__(self, proxy_fails: bool = False, gated: bool = False) -> None:
         self.proxy_fails, self.gated = proxy_fails, gated
@@ -197,8 +191,8 @@ def _until(event: threading.Event) -> Awaitable[bool]:
 
 async def test_a_failed_proxy_start_undoes_the_sandbox_and_the_network(tmp_path: Path) -> None:
     runtime = FakeRuntime()
-    manager = _manager(tmp_path, runtime)
-    manager.egress = egress = FakeEgress(proxy_fails=True)  # type: ignore[assignment]
+    egress = FakeEgress(proxy_fails=True)
+    manager = _manager(tmp_path, runtime, egress)
     with pytest.raises(RuntimeError, match="proxy did not start"):
         await manager.create("key-a", CreateSession())
     assert runtime.running == {} and egress.discarded == egress.prepared and len(egress.prepared) == 1
@@ -207,8 +201,8 @@ async def test_a_failed_proxy_start_undoes_the_sandbox_and_the_network(tmp_path:
 
 async def test_a_start_cancelled_midway_leaves_nothing_running(tmp_path: Path) -> None:
     runtime = GatedRuntime()
-    manager = _manager(tmp_path, runtime)
-    manager.egress = egress = FakeEgress(gated=True)  # type: ignore[assignment]
+    egress = FakeEgress(gated=True)
+    manager = _manager(tmp_path, runtime, egress)
     start = asyncio.ensure_future(manager.create("key-a", CreateSession()))
     assert await _until(runtime.started) and await _until(egress.entered)  # the sandbox is up, the proxy starting
     start.cancel()
@@ -220,8 +214,8 @@ async def test_a_start_cancelled_midway_leaves_nothing_running(tmp_path: Path) -
 
 async def test_a_start_cancelled_while_its_proxy_starts_leaves_no_proxy(tmp_path: Path) -> None:
     runtime = FakeRuntime()
-    manager = _manager(tmp_path, runtime)
-    manager.egress = egress = FakeEgress(gated=True)  # type: ignore[assignment]
+    egress = FakeEgress(gated=True)
+    manager = _manager(tmp_path, runtime, egress)
     start = asyncio.ensure_future(manager.create("key-a", CreateSession()))
     assert await _until(egress.entered)  # the proxy's thread is still starting it
     start.cancel()
@@ -255,6 +249,7 @@ async def test_a_dead_sandbox_ends_its_session_and_frees_its_slot(tmp_path: Path
     try:
         session, _ = await manager.create("key-a", CreateSession())
         runtime.die(session.sandbox.id, ExitInfo("exited", 137, True))
+        await _ticks(manager, 1)
         await asyncio.wait_for(session.ended.wait(), timeout=2)
         assert session.end_reason == SANDBOX_EXITED
         assert "out of memory" in session.end_detail and "137" in session.end_detail
@@ -283,8 +278,8 @@ def _booted(runtime: FakeRuntime, boots: dict[str, str]) -> httpx.MockTransport:
 
 async def _watched(tmp_path: Path, runtime: FakeRuntime, boots: dict[str, str], **settings: object) -> SessionManager:
     values: dict[str, object] = {"data_dir": tmp_path, "instance": "t", "pool_size": 0, "egress": False}
-    values.update({"record": False, "reap_interval_s": 3600, **settings})
-    manager = SessionManager(
+    values.update({"record": False, "reap_interval_s": REAP_INTERVAL_S, **settings})
+    manager = build_sessions(
         GatewaySettings(**values), runtime, SessionStore(tmp_path), controller_transport=_booted(runtime, boots)
     )
     await manager.start()
@@ -329,14 +324,14 @@ async def test_a_relay_that_lost_a_controller_which_never_comes_back_ends_it_con
 
 async def test_the_reaper_ends_a_session_whose_controller_restarts_too_often(tmp_path: Path) -> None:
     runtime, boots = FakeRuntime(), {}
-    manager = await _watched(tmp_path, runtime, boots, reap_interval_s=0.02, controller_max_restarts=2)
+    manager = await _watched(tmp_path, runtime, boots, controller_max_restarts=2)
     try:
         session = await _proven_session(manager)
         steady = await _proven_session(manager)
         boots[steady.sandbox.host] = "steady"
         for n in range(4):  # each a new controller process: restarted three times
             boots[session.sandbox.host] = f"b{n}"
-            await _ticks_until(manager, 2)
+            await _ticks(manager, 2)
         await asyncio.wait_for(session.ended.wait(), 5)
         assert (session.end_reason, session.end_detail) == (CONTROLLER_DEAD, "restarted 3 times in 300 s")
         assert not steady.ended.is_set() and steady.state == "ready"  # one that stays up lives on
@@ -511,11 +506,19 @@ def _controllers(runtime: FakeRuntime, answered: Answered) -> httpx.MockTranspor
     return httpx.MockTransport(proving(answer))
 
 
-async def _pool_manager(tmp_path: Path, runtime: FakeRuntime, answered: Answered, **settings: object) -> SessionManager:
+async def _pool_manager(
+    tmp_path: Path, runtime: FakeRuntime, answered: Answered, fake_egress: object = None, **settings: object
+) -> SessionManager:
     values: dict[str, object] = {"data_dir": tmp_path, "instance": "t", "pool_size": 0, "egress": False}
-    values.update({"record": False, "reap_interval_s": 3600, **settings})  # the reaper does not look first
-    manager = SessionManager(
-        GatewaySettings(**values), runtime, SessionStore(tmp_path), controller_transport=_controllers(runtime, answered)
+    values.update({"record": False, "reap_interval_s": REAP_INTERVAL_S, **settings})  # the reaper does not look first
+    if fake_egress is not None:
+        values["ground_pool_size"] = 0
+    manager = build_sessions(
+        GatewaySettings(**values),
+        runtime,
+        SessionStore(tmp_path),
+        controller_transport=_controllers(runtime, answered),
+        egress=fake_egress,  # type: ignore[arg-type]
     )
     await manager.start()
     return manager
@@ -527,7 +530,7 @@ def _pooled(manager: SessionManager, runtime: FakeRuntime, egress: Egress | None
     box = dataclasses.replace(runtime.start_sandbox(SandboxSpec(name="pooled", labels=labels)), secret=SECRET)
     runtime.running[box.id] = (box, labels)
     pair = Pair(egress.session_id if egress is not None else "ses_pooled", box, egress)
-    manager._pool.append(pair)
+    manager.pool.add(pair)
     return pair
 
 
@@ -566,7 +569,7 @@ async def test_a_pooled_sandbox_whose_controller_cannot_prove_itself_is_not_hand
     try:
         pair = _pooled(manager, runtime)
         impostor = dataclasses.replace(pair.sandbox, secret="not-its-secret")  # the proof will not match
-        manager._pool[0] = dataclasses.replace(pair, sandbox=impostor)
+        manager.pool.replace(pair, dataclasses.replace(pair, sandbox=impostor))
         session, _ = await manager.create("key-a", CreateSession())
         assert not session.record.from_pool and pair.sandbox.id not in runtime.running
     finally:
@@ -574,15 +577,15 @@ async def test_a_pooled_sandbox_whose_controller_cannot_prove_itself_is_not_hand
 
 
 async def test_the_reaper_takes_a_dead_pooled_sandbox_out_of_the_pool(tmp_path: Path) -> None:
-    runtime, answered = TickingRuntime(), Answered()
-    manager = await _pool_manager(tmp_path, runtime, answered, reap_interval_s=0.05)
+    runtime, answered = FakeRuntime(), Answered()
+    manager = await _pool_manager(tmp_path, runtime, answered)
     try:
         pair, alive = _pooled(manager, runtime), _pooled(manager, runtime)
-        await runtime.ticks(2)
+        await _ticks(manager, 2 * reaper.POOL_CHECK_TICKS)  # an idle pool is listed every POOL_CHECK_TICKS: twice
         assert manager.counts()["pool"] == 2  # alive: they stay
         runtime.die(pair.sandbox.id, ExitInfo("exited", 1, False))
-        await runtime.ticks(2)  # a whole tick saw it dead
-        assert manager._pool == [alive] and pair.sandbox.id not in runtime.running
+        await _ticks(manager, 2 * reaper.POOL_CHECK_TICKS)  # a whole listing tick saw it dead
+        assert manager.pool.pairs() == [alive] and pair.sandbox.id not in runtime.running
         assert answered == []  # no claim was needed to find it
     finally:
         await manager.stop()
@@ -590,8 +593,8 @@ async def test_the_reaper_takes_a_dead_pooled_sandbox_out_of_the_pool(tmp_path: 
 
 async def test_a_pooled_proxy_holds_the_policy_before_the_token_is_given(tmp_path: Path) -> None:
     runtime, answered = FakeRuntime(), Answered()
-    manager = await _pool_manager(tmp_path, runtime, answered)
-    manager.egress = egress = PolicyEgress()  # type: ignore[assignment]
+    egress = PolicyEgress()
+    manager = await _pool_manager(tmp_path, runtime, answered, egress)
     try:
         pair = _pooled(manager, runtime, POOLED_EGRESS)
         egress.release_policy.clear()  # a slow proxy
@@ -611,8 +614,8 @@ async def test_a_pooled_proxy_holds_the_policy_before_the_token_is_given(tmp_pat
 
 async def test_a_pooled_pair_whose_proxy_did_not_take_the_policy_is_not_handed_out(tmp_path: Path) -> None:
     runtime, answered = FakeRuntime(), Answered()
-    manager = await _pool_manager(tmp_path, runtime, answered)
-    manager.egress = egress = PolicyEgress(policy_fails=True)  # type: ignore[assignment]
+    egress = PolicyEgress(policy_fails=True)
+    manager = await _pool_manager(tmp_path, runtime, answered, egress)
     try:
         pair = _pooled(manager, runtime, POOLED_EGRESS)
         session, _ = await manager.create("key-a", CreateSession(allow=["example.test"]))
@@ -655,7 +658,8 @@ async def test_a_claimed_ground_reads_as_nobodys_ground(tmp_path: Path) -> None:
         assert manager.egress.unclaimed_grounds() == [ground.session_id]
         taken = manager.grounds.take()
         assert taken is ground
-        manager.egress.prepare_blocking(ground.session_id, [], "enforce", manager._labels("session"), None, ground)
+        labels = {GATEWAY_LABEL: "t", KIND_LABEL: "session"}
+        manager.egress.prepare_blocking(ground.session_id, [], "enforce", labels, None, ground)
         # Claimed: no listing calls it a ground any more, neither the markers nor a label on its network.
         assert ground.session_id not in manager.egress.unclaimed_grounds()
         assert runtime.network_labels[ground.network.name].get(KIND_LABEL) != "ground"
@@ -668,7 +672,7 @@ async def test_a_ground_whose_proxy_stopped_is_replaced_by_the_reaper(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runtime = FakeRuntime()
-    manager = _manager(tmp_path, runtime, egress=True, ground_pool_size=2, reap_interval_s=0.05)
+    manager = _manager(tmp_path, runtime, egress=True, ground_pool_size=2)
     await manager.start()
     try:
         grounds = manager.grounds
@@ -685,6 +689,7 @@ async def test_a_ground_whose_proxy_stopped_is_replaced_by_the_reaper(
         monkeypatch.setattr(grounds, "retire", retire)
         proxy, labels, _ = runtime.proxies[dead.session_id]
         runtime.proxies[dead.session_id] = (proxy, labels, "exited")  # removed by hand, OOM-killed past its restarts
+        await _ticks(manager, reaper.POOL_CHECK_TICKS)
         await asyncio.wait_for(retired.wait(), 10)  # the reaper found it
         await asyncio.wait_for(grounds.filled.wait(), 10)  # and the pool made another
         held = {g.session_id for g in grounds.held()}
@@ -708,7 +713,7 @@ async def test_pruning_keeps_the_state_of_grounds_held(tmp_path: Path) -> None:
         an_hour_ago = time.time() - 3600
         for state in (stale, ground.state_dir):  # both older than the retention (0.09 s)
             os.utime(state, (an_hour_ago, an_hour_ago))
-        await manager._prune()
+        await manager.reaper.archives.prune()
         assert ground.state_dir.exists() and not stale.exists()
     finally:
         await manager.stop()
@@ -717,7 +722,7 @@ async def test_pruning_keeps_the_state_of_grounds_held(tmp_path: Path) -> None:
 # -- the reaper: what it costs a tick, and that a stop never waits on it ---------------------------------
 
 
-class SlowRemoval(TickingRuntime):
+class SlowRemoval(FakeRuntime):
     """A removal that waits for ``release`` (a slow Docker), saying when it began."""
 
     def __init__(self) -> None:
@@ -732,20 +737,20 @@ class SlowRemoval(TickingRuntime):
 
 async def test_a_stop_while_the_reaper_removes_a_dead_pooled_pair_ends_the_reaper(tmp_path: Path) -> None:
     runtime, answered = SlowRemoval(), Answered()
-    manager = await _pool_manager(tmp_path, runtime, answered, reap_interval_s=0.05)
+    manager = await _pool_manager(tmp_path, runtime, answered, reap_interval_s=0)  # its loop: ticks back to back
     pair = _pooled(manager, runtime)
     runtime.die(pair.sandbox.id, ExitInfo("exited", 1, False))
     assert await _until(runtime.removing)  # the reaper's tick is in the removal's thread
     stopping = asyncio.ensure_future(manager.stop())
-    asyncio.get_running_loop().call_later(0.2, runtime.release.set)  # after the stop cancelled the tick
+    asyncio.get_running_loop().call_soon(runtime.release.set)  # once the stop's cancellation is under way
     # The tick waits for its removal (a thread cannot be stopped), then ends with the loop: the
     # stop returns, and no tick comes after it.
     await asyncio.wait_for(stopping, timeout=5)
     assert pair.sandbox.id not in runtime.running
-    assert not manager._tasks
+    assert not manager.background_tasks()
 
 
-class SlowListing(TickingRuntime):
+class SlowListing(FakeRuntime):
     """A listing that waits for ``release`` (a Docker that stopped answering), saying when it began."""
 
     def __init__(self) -> None:
@@ -760,13 +765,13 @@ class SlowListing(TickingRuntime):
 
 async def test_a_stop_while_a_tick_waits_on_docker_returns_at_once(tmp_path: Path) -> None:
     runtime, answered = SlowListing(), Answered()
-    manager = await _pool_manager(tmp_path, runtime, answered, reap_interval_s=0.05)
+    manager = await _pool_manager(tmp_path, runtime, answered, reap_interval_s=0)  # its loop: ticks back to back
     try:
         _pooled(manager, runtime)
         assert await _until(runtime.listing)  # the tick is in the listing's thread, which will not return
         # A listing makes nothing to undo: the stop does not wait for it.
         await asyncio.wait_for(manager.stop(), timeout=2)
-        assert not manager._tasks
+        assert not manager.background_tasks()
     finally:
         runtime.release.set()
 
@@ -774,10 +779,10 @@ async def test_a_stop_while_a_tick_waits_on_docker_returns_at_once(tmp_path: Pat
 async def test_a_pooled_proxy_that_hangs_fails_the_claim_of_its_pair_within_the_bound(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sessions, "HAND_OUT_CHECK_S", 0.2)
+    monkeypatch.setattr(pool, "HAND_OUT_CHECK_S", 0.2)
     runtime, answered = FakeRuntime(), Answered()
-    manager = await _pool_manager(tmp_path, runtime, answered)
-    manager.egress = egress = PolicyEgress()  # type: ignore[assignment]
+    egress = PolicyEgress()
+    manager = await _pool_manager(tmp_path, runtime, answered, egress)
     try:
         pair = _pooled(manager, runtime, POOLED_EGRESS)
         egress.release_policy.clear()  # its proxy takes the connection and does not answer (for 3 s)
@@ -792,7 +797,7 @@ async def test_a_pooled_proxy_that_hangs_fails_the_claim_of_its_pair_within_the_
         await manager.stop()
 
 
-class CountingRuntime(TickingRuntime):
+class CountingRuntime(FakeRuntime):
     """Counts the reaper's Docker listings; a proxy listing waits for ``release`` once ``gate`` is set
     (a session can then start between the tick's listing and its watchdog)."""
 
@@ -818,7 +823,7 @@ class CountingRuntime(TickingRuntime):
 async def _egress_manager(tmp_path: Path, runtime: FakeRuntime, **settings: object) -> SessionManager:
     """A manager with the real egress manager on the fake runtime: its proxies (on loopback, at a port
     nothing listens on) never answer the watchdog, which only logs that; they count as up at start."""
-    values: dict[str, object] = {"egress": True, "ground_pool_size": 0, "reap_interval_s": 0.05, **settings}
+    values: dict[str, object] = {"egress": True, "ground_pool_size": 0, **settings}
     manager = await _pool_manager(tmp_path, runtime, Answered(), **values)
     assert manager.egress is not None
 
@@ -835,15 +840,6 @@ async def _egress_manager(tmp_path: Path, runtime: FakeRuntime, **settings: obje
 COLD = CreateSession(viewport={"width": 1000, "height": 700})  # not the pool's: a cold start
 
 
-async def _ticks_until(manager: SessionManager, count: int) -> None:
-    target = manager.reaper_ticks + count
-    for _ in range(400):
-        if manager.reaper_ticks >= target:
-            return
-        await asyncio.sleep(0.025)
-    raise AssertionError("the reaper stopped ticking")
-
-
 async def test_held_grounds_proxies_are_judged_from_the_ticks_one_listing(tmp_path: Path) -> None:
     runtime = CountingRuntime()
     manager = await _egress_manager(tmp_path, runtime, ground_pool_size=2)
@@ -858,16 +854,17 @@ async def test_held_grounds_proxies_are_judged_from_the_ticks_one_listing(tmp_pa
         session, _ = await manager.create("key-a", COLD)  # takes a ground, its proxy started ahead
         assert session.egress is not None
         await asyncio.wait_for(manager.grounds.filled.wait(), 10)
-        await _ticks_until(manager, 2)
+        await _ticks(manager, 2)
         listings, ticks = runtime.proxy_listings, manager.reaper_ticks
-        await _ticks_until(manager, 20)
+        await _ticks(manager, 20)
         # The grounds' proxies are in the listing the tick made for the session's: none of their own.
         assert runtime.proxy_listings - listings <= manager.reaper_ticks - ticks + 1
         # And one of them that is not running (Docker restarting it) is made again from that listing.
         ground = manager.grounds.held()[0]
         proxy, labels, _ = runtime.proxies[ground.session_id]
         runtime.proxies[ground.session_id] = (proxy, labels, "restarting")
-        await _ticks_until(manager, sessions.POOL_CHECK_TICKS + 1)
+        await _ticks(manager, reaper.POOL_CHECK_TICKS + 1)
+        await asyncio.wait_for(manager.grounds.filled.wait(), 10)  # dropped and made again
         assert ground not in manager.grounds.held() and ground.session_id not in runtime.proxies
     finally:
         await manager.stop()
@@ -875,12 +872,12 @@ async def test_held_grounds_proxies_are_judged_from_the_ticks_one_listing(tmp_pa
 
 async def test_an_idle_pool_alone_is_listed_every_few_ticks(tmp_path: Path) -> None:
     runtime, answered = CountingRuntime(), Answered()
-    manager = await _pool_manager(tmp_path, runtime, answered, reap_interval_s=0.02)
+    manager = await _pool_manager(tmp_path, runtime, answered)
     try:
         _pooled(manager, runtime)
-        await _ticks_until(manager, 2)
+        await _ticks(manager, 2)
         listings, ticks = runtime.sandbox_listings, manager.reaper_ticks
-        await _ticks_until(manager, 20)
+        await _ticks(manager, 20)
         made, elapsed = runtime.sandbox_listings - listings, manager.reaper_ticks - ticks
         assert 3 <= made <= elapsed // 5 + 1  # every 5th tick: a dead pooled pair is found within 5 ticks
     finally:
@@ -892,22 +889,20 @@ async def test_a_tick_lists_the_proxies_once_for_the_pool_and_the_watchdog(tmp_p
     manager = await _egress_manager(tmp_path, runtime, pool_size=1)
     try:
         session, _ = await manager.create("key-a", COLD)
-        for _ in range(200):
-            if manager.counts()["pool"] == 1:
-                break
-            await asyncio.sleep(0.025)
+        await asyncio.wait_for(manager.pool.filled.wait(), 10)
         assert manager.counts()["pool"] == 1 and session.egress is not None
-        await _ticks_until(manager, 2)
+        await _ticks(manager, 2)
         listings, ticks = runtime.proxy_listings, manager.reaper_ticks
-        await _ticks_until(manager, 10)
+        await _ticks(manager, 10)
         assert runtime.proxy_listings - listings <= manager.reaper_ticks - ticks + 1
         # Still every tick for a live session's proxy: one that stopped is restarted within a tick or two,
         # and one that is gone ends its session.
         proxy, labels, _ = runtime.proxies[session.id]
         runtime.proxies[session.id] = (proxy, labels, "exited")
-        await _ticks_until(manager, 3)
+        await _ticks(manager, 3)
         assert runtime.proxies[session.id][2] == "running" and session.state == "ready"
         del runtime.proxies[session.id]
+        await _ticks(manager, 1)
         await asyncio.wait_for(session.ended.wait(), 1)
         assert session.end_reason == "egress_proxy_gone"
     finally:
@@ -920,10 +915,12 @@ async def test_a_session_started_after_the_ticks_proxy_listing_is_not_taken_for_
     try:
         first, _ = await manager.create("key-a", COLD)  # so that the tick lists the proxies
         runtime.gate.set()
+        ticking = asyncio.ensure_future(manager.reaper.tick())
         assert await _until(runtime.listed)  # a tick listed them and waits
         second, _ = await manager.create("key-a", COLD)  # its proxy is not in that listing
         runtime.release.set()
-        await _ticks_until(manager, 3)
+        await ticking
+        await _ticks(manager, 3)
         assert second.state == "ready" and first.state == "ready"
         assert manager.get(second.id) is second
     finally:
@@ -933,14 +930,14 @@ async def test_a_session_started_after_the_ticks_proxy_listing_is_not_taken_for_
 
 async def test_a_pooled_sandbox_whose_controller_hangs_in_a_running_container_leaves_the_pool(tmp_path: Path) -> None:
     runtime, answered = CountingRuntime(), Answered()
-    manager = await _pool_manager(tmp_path, runtime, answered, reap_interval_s=0.01)
+    manager = await _pool_manager(tmp_path, runtime, answered)
     try:
         pair, alive = _pooled(manager, runtime), _pooled(manager, runtime)
         # Docker lists its container as running, but nothing answers at its controller's address.
         hung = dataclasses.replace(pair, sandbox=dataclasses.replace(pair.sandbox, host="10.99.9.9"))
-        manager._pool[0] = hung
-        await _ticks_until(manager, sessions.POOL_ANSWER_TICKS + 2)
-        assert manager._pool == [alive] and pair.sandbox.id not in runtime.running
+        manager.pool.replace(pair, hung)
+        await _ticks(manager, reaper.POOL_ANSWER_TICKS + 2)
+        assert manager.pool.pairs() == [alive] and pair.sandbox.id not in runtime.running
         assert alive.sandbox.host in answered  # the live one was asked too, and stays
     finally:
         await manager.stop()
@@ -971,17 +968,20 @@ async def test_after_a_slow_tick_the_watchdog_lists_the_proxies_again(tmp_path: 
     try:
         session, _ = await manager.create("key-a", COLD)
         pair = _pooled(manager, runtime)
-        await _ticks_until(manager, 2)
+        await _ticks(manager, 2)
         proxy, labels, _ = runtime.proxies[session.id]
         # One listing sees both: the session's proxy exited, the pooled sandbox dead (its removal is slow).
         runtime.slow.set()
         runtime.proxies[session.id] = (proxy, labels, "exited")
         runtime.die(pair.sandbox.id, ExitInfo("exited", 1, False))
+        ticking = asyncio.ensure_future(manager.reaper.tick())
         assert await _until(runtime.removing)
         runtime.proxies[session.id] = (proxy, labels, "running")  # meanwhile Docker restarted it (on-failure)
-        await asyncio.sleep(0.2)  # the tick's listing is older than a tick now
+        later = time.monotonic() + 2 * REAP_INTERVAL_S
+        manager.reaper.clock = lambda: later  # the tick's listing is older than a tick now
         runtime.release_removal.set()
-        await _ticks_until(manager, 3)
+        await ticking
+        await _ticks(manager, 3)
         assert runtime.restarts == 0  # not restarted once more from the stale listing
         assert session.state == "ready" and manager.counts()["pool"] == 0
     finally:

@@ -15,9 +15,8 @@ import pytest
 
 import corral.gateway
 from corral.errors import SandboxError
-from corral.gateway.app import create_app
+from corral.gateway.app import build_sessions, create_app
 from corral.gateway.models import CreateSession
-from corral.gateway.sessions import SessionManager
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
 from corral.proxy import audit, control
@@ -102,7 +101,7 @@ async def test_a_session_with_its_egress_pair_runs_on_the_protocol_alone(tmp_pat
     settings = GatewaySettings(
         data_dir=tmp_path, instance="seam", pool_size=0, ground_pool_size=0, record=False, reap_interval_s=3600
     )
-    manager = SessionManager(settings, runtime, SessionStore(tmp_path))
+    manager = build_sessions(settings, runtime, SessionStore(tmp_path))
     assert manager.egress is not None
     manager.egress.control_port = proxies
     await manager.start()
@@ -135,7 +134,7 @@ async def test_a_cold_start_takes_a_network_and_ca_made_ahead(tmp_path: Path, gr
         record=False,
         reap_interval_s=3600,
     )
-    manager = SessionManager(settings, as_runtime(fake), SessionStore(tmp_path))
+    manager = build_sessions(settings, as_runtime(fake), SessionStore(tmp_path))
     assert manager.egress is not None and manager.grounds is not None
     await control_proxy.start()
     manager.egress.control_port = control_proxy.port

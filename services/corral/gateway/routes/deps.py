@@ -17,6 +17,7 @@ from corral.bodies import read_capped
 from corral.errors import MessageTooLarge, SessionNotFound, Unauthorized
 from corral.gateway import auth, links
 from corral.gateway.auth import Caller, KeyRing
+from corral.gateway.egress import EgressManager
 from corral.gateway.metrics import Metrics
 from corral.gateway.sessions import Session, SessionManager
 from corral.gateway.settings import GatewaySettings
@@ -39,6 +40,16 @@ ManagerDep = Annotated[SessionManager, Depends(_state("manager"))]
 MetricsDep = Annotated[Metrics, Depends(_state("metrics"))]
 KeysDep = Annotated[KeyRing, Depends(_state("keys"))]
 HttpDep = Annotated[httpx.AsyncClient, Depends(_state("http"))]
+
+
+def egress_archive(manager: ManagerDep) -> EgressManager | None:
+    """The egress manager, whose archive (audit logs, anchors) the traffic routes read; None on a
+    gateway without egress control (its sessions' egress is corral.gateway.egressport.NullEgress)."""
+    egress = manager.egress
+    return egress if isinstance(egress, EgressManager) else None
+
+
+EgressArchiveDep = Annotated[EgressManager | None, Depends(egress_archive)]
 
 
 def bearer(conn: HTTPConnection) -> str | None:

@@ -6,16 +6,16 @@ from typing import Any
 
 from fastapi import APIRouter, Response
 
-from corral.gateway.routes.deps import ManagerDep, MetricsDep, SettingsDep
+from corral.gateway.routes.deps import EgressArchiveDep, ManagerDep, MetricsDep, SettingsDep
 
 router = APIRouter(tags=["health"])
 
 
 @router.get("/v1/health")
-async def health(manager: ManagerDep, settings: SettingsDep) -> dict[str, Any]:
+async def health(manager: ManagerDep, settings: SettingsDep, egress_manager: EgressArchiveDep) -> dict[str, Any]:
     egress = (
         {"enabled": True, "mode": settings.egress_mode, "network": settings.egress_network}
-        if manager.egress is not None
+        if egress_manager is not None
         else {"enabled": False}
     )
     return {

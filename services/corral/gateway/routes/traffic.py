@@ -16,8 +16,10 @@ from fastapi.responses import StreamingResponse
 
 from corral.errors import AuditAnchorsInvalid, AuditLogUnreadable, Forbidden, InvalidRequest, NotFound
 from corral.gateway.auth import Caller
+from corral.gateway.egress import EgressManager
 from corral.gateway.routes.deps import (
     CallerDep,
+    EgressArchiveDep,
     KeyIdDep,
     ManagerDep,
     live_session,
@@ -38,21 +40,23 @@ CHUNK_BYTES = 64 << 10
 LINK_EVENTS = frozenset({"connect", "request", "block", "error", "secret"})
 
 
-def audit_log(session_id: str, who: CallerDep, manager: ManagerDep) -> Path:
-    return _audit_log(session_id, who, manager, viewer=False)
+def audit_log(session_id: str, who: CallerDep, manager: ManagerDep, egress: EgressArchiveDep) -> Path:
+    return _audit_log(session_id, who, manager, egress, viewer=False)
 
 
-async def viewer_audit_log(session_id: str, who: CallerDep, manager: ManagerDep) -> Path:
+async def viewer_audit_log(session_id: str, who: CallerDep, manager: ManagerDep, egress: EgressArchiveDep) -> Path:
     note_expiry(who, manager)
-    path = _audit_log(session_id, who, manager, viewer=True)
+    path = _audit_log(session_id, who, manager, egress, viewer=True)
     note_use(who, manager)
     return path
 
 
-def _audit_log(session_id: str, who: Caller, manager: SessionManager, viewer: bool) -> Path:
+def _audit_log(
+    session_id: str, who: Caller, manager: SessionManager, egress: EgressManager | None, viewer: bool
+) -> Path:
     """The audit log of the session in the path, live or ended: for its owner's API key, or for the
     session's own token while it lives (and, for what the viewer page reads, one of its links)."""
-    if manager.egress is None:
+    if egress is None:
         raise NotFound("this gateway runs sessions without egress control")
     if who.key_id is None:
         # A session token (or, for the viewer, a link): only its own session, only while it lives.
@@ -61,12 +65,12 @@ def _audit_log(session_id: str, who: Caller, manager: SessionManager, viewer: bo
             raise NotFound(f"session {session_id} has no egress log")
         return session.egress.audit_path
     try:
-        meta = manager.egress.meta(session_id)
+        meta = egress.meta(session_id)
     except ValueError:
         meta = None
     owner = str(meta.get("owner", "")) if meta is not None else None
     who.open_kept(owner, f"no audit log for session {session_id}")
-    return manager.egress.state_dir(session_id) / "audit.jsonl"
+    return egress.state_dir(session_id) / "audit.jsonl"
 
 
 def traffic_filter(
@@ -92,11 +96,11 @@ FilterDep = Annotated[traffic.TrafficFilter, Depends(traffic_filter)]
 
 
 @router.get("/v1/audit")
-async def list_audit_logs(key_id: KeyIdDep, manager: ManagerDep) -> Any:
+async def list_audit_logs(key_id: KeyIdDep, egress: EgressArchiveDep) -> Any:
     """The key's audit logs, live and ended (empty on a gateway without egress control)."""
-    if manager.egress is None:
+    if egress is None:
         return []
-    return await asyncio.to_thread(manager.egress.logs, key_id)
+    return await asyncio.to_thread(egress.logs, key_id)
 
 
 @router.get("/v1/sessions/{session_id}/traffic")
@@ -126,12 +130,12 @@ def _link_events(wanted: traffic.TrafficFilter) -> frozenset[str]:
 
 
 @router.get("/v1/sessions/{session_id}/traffic.anchors")
-async def session_anchors(session_id: str, log_path: AuditLogDep, manager: ManagerDep) -> Response:
+async def session_anchors(session_id: str, log_path: AuditLogDep, egress: EgressArchiveDep) -> Response:
     """The gateway's keyed anchors of the audit chain, as stored (each one's MAC checked first), for
     `corral audit verify`: they show a log cut short or rewritten, which the chain alone cannot."""
-    assert manager.egress is not None  # audit_log answered 404 otherwise
+    assert egress is not None  # audit_log answered 404 otherwise
     try:
-        body = await asyncio.to_thread(manager.egress.anchors.text, session_id)
+        body = await asyncio.to_thread(egress.anchors.text, session_id)
     except ValueError as exc:
         raise AuditAnchorsInvalid(str(exc)) from None
     return Response(body, media_type="application/jsonl")

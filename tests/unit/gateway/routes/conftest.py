@@ -13,9 +13,8 @@ import pytest
 from fastapi import FastAPI
 
 from corral.gateway import auth
-from corral.gateway.app import create_app
+from corral.gateway.app import build_sessions, create_app
 from corral.gateway.metrics import Metrics
-from corral.gateway.sessions import SessionManager
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
 from corral.runtime import SandboxAddress, SandboxSpec
@@ -70,7 +69,7 @@ def wired(settings: GatewaySettings) -> FastAPI:
     app = create_app(settings, runtime=LoopbackRuntime())
     app.state.keys = auth.KeyRing.for_gateway(settings)
     app.state.metrics = Metrics()
-    app.state.manager = SessionManager(settings, LoopbackRuntime(), SessionStore(settings.data_dir))
+    app.state.manager = build_sessions(settings, LoopbackRuntime(), SessionStore(settings.data_dir))
     app.state.http = httpx.AsyncClient(timeout=5)
     return app
 

@@ -13,6 +13,7 @@ import pytest
 from fastapi import FastAPI
 
 from corral.gateway import auth
+from corral.gateway.app import build_sessions
 from corral.gateway.models import CreateSession
 from corral.gateway.sessions import Session, SessionManager
 
@@ -151,11 +152,11 @@ async def test_a_restarted_gateway_keeps_the_links(tmp_path: Path) -> None:
     link, revoked = await _link(first, session), await _link(first, session)
     async with client_for(first, KEY) as owner:
         assert (await owner.delete(f"/v1/sessions/{session.id}/links/{revoked['id']}")).status_code == 200
-    runtime = first.state.manager._runtime
+    runtime = first.state.manager.parts.runtime
     await first.state.manager.stop()  # the sandboxes stay; a new gateway adopts them
     await first.state.http.aclose()
     again = wired(settings)
-    again.state.manager = SessionManager(settings, runtime, again.state.manager._store)
+    again.state.manager = build_sessions(settings, runtime, again.state.manager.book.store)
     await again.state.manager.start()
     try:
         kept = again.state.manager.get(session.id).record.links

@@ -18,6 +18,7 @@ from fastapi import FastAPI
 
 from corral.contracts.placeholders import MAX_SECRETS, PLACEHOLDER
 from corral.errors import SessionNotFound
+from corral.gateway.app import build_sessions
 from corral.gateway.models import SecretUpdate, Viewport
 from corral.gateway.sessions import SessionManager
 from corral.runtime import SandboxAddress, SandboxSpec
@@ -91,14 +92,14 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     settings = settings_for(tmp_path, egress=True, pool_size=0)
     app = wired(settings)
     runtime = ProvenRuntime()
-    manager = app.state.manager = SessionManager(settings, runtime, app.state.manager._store)
     proxy, controller = FakeControlProxy(), FakeController()
+    controllers = httpx.MockTransport(proving(controller.handle))
+    store = app.state.manager.book.store
+    manager = app.state.manager = build_sessions(settings, runtime, store, controller_transport=controllers)
     await proxy.start()
     await manager.start()
     assert manager.egress is not None
     manager.egress.control_port = proxy.port
-    await manager._http.aclose()  # type: ignore[union-attr]
-    manager._http = httpx.AsyncClient(transport=httpx.MockTransport(proving(controller.handle)))
     try:
         yield World(app, manager, runtime, proxy, controller, tmp_path)
     finally:
@@ -358,7 +359,7 @@ async def test_a_patch_gives_the_controller_both_sets_then_the_proxy_the_new_the
     world.controller.statuses = [200, 500]
     patched = await _patch(world, sid, {"secrets": {"C": GITHUB}})
     assert patched.status_code == 200 and sorted(world.proxy_of(sid).secrets) == ["B", "C"]
-    await world.manager._check_placeholders()
+    await world.manager.broker.check_placeholders()
     assert world.controller.puts[-1][1]["secrets"] == patched.json()["secrets"]
 
 
@@ -396,12 +397,12 @@ async def test_no_value_in_any_reply_log_record_or_file(world: World, caplog: py
 
 async def _restart_gateway(world: World) -> SessionManager:
     await world.manager.stop()
-    restarted = SessionManager(world.manager._settings, world.runtime, world.manager._store)
+    controllers = httpx.MockTransport(proving(world.controller.handle))
+    store = world.manager.book.store
+    restarted = build_sessions(world.app.state.settings, world.runtime, store, controller_transport=controllers)
     await restarted.start()
-    assert restarted.egress is not None and restarted._http is not None
+    assert restarted.egress is not None
     restarted.egress.control_port = world.proxy.port
-    await restarted._http.aclose()
-    restarted._http = httpx.AsyncClient(transport=httpx.MockTransport(proving(world.controller.handle)))
     world.app.state.manager = world.manager = restarted
     return restarted
 
@@ -435,13 +436,13 @@ async def test_after_a_gateway_restart_placeholders_answer_and_changes_need_only
 
 async def test_a_pooled_pair_gets_the_policy_then_the_secrets_or_is_removed(world: World) -> None:
     for _ in range(2):  # two pooled pairs, as the pool loop starts them
-        world.manager._pool.append(await world.manager._cold_start("pool", Viewport(), None, [], "enforce"))
+        world.manager.pool.add(await world.manager.parts.starts.start("pool", Viewport(), None, [], "enforce"))
     created = await _create(world, secrets={"S": GITHUB})
     assert created.status_code == 201 and created.json()["from_pool"] is True
     assert [m["op"] for m in world.proxy_of(created.json()["id"]).messages] == ["policy", "secrets"]
     world.controller.status = 500
     refused = await _create(world, secrets={"S": GITHUB})
-    assert refused.status_code == 503 and world.manager._pool == []
+    assert refused.status_code == 503 and world.manager.pool.pairs() == []
     assert len(world.manager.list()) == 1 and len(world.runtime.running) == 1  # the claimed pair went
 
 
@@ -468,7 +469,7 @@ async def test_a_session_ended_during_a_patch_keeps_no_secrets_and_no_record(wor
     if ending == "delete":
         end = asyncio.ensure_future(world.manager.delete(sid))
     else:
-        world.manager._end_soon(session, "timeout")
+        world.manager.endings.end_soon(session, "timeout")
         end = asyncio.ensure_future(session.removed.wait())
     await asyncio.sleep(0)
     assert not end.done()  # the end waits for the change under way
@@ -476,15 +477,15 @@ async def test_a_session_ended_during_a_patch_keeps_no_secrets_and_no_record(wor
     answered = await patch
     await end
     assert answered.status_code == 404
-    assert world.manager.egress is not None and world.manager.egress.vault._sets == {}
-    assert sid not in [record.id for record in world.manager._stored_records()]
+    assert world.manager.egress is not None and world.manager.egress.vault.held() == set()
+    assert sid not in [record.id for record in world.manager.book.stored_records()]
     assert ROTATED not in world.files_text()
 
 
 async def test_a_patch_after_the_end_began_changes_nothing(world: World) -> None:
     sid = (await _create(world, secrets={"A": GITHUB})).json()["id"]
     session = world.manager.get(sid)
-    world.manager._mark_ended(session, "deleted")
+    world.manager.endings.mark_ended(session, "deleted")
     with pytest.raises(SessionNotFound):
         await world.manager.update_egress(session, None, None, "api-key:k", {"A": SecretUpdate(value=ROTATED)})  # type: ignore[arg-type]
     assert world.proxy_of(sid).secrets["A"]["value"] == VALUE
@@ -494,10 +495,10 @@ async def test_a_restarted_controller_gets_its_placeholders_again(world: World) 
     session = (await _create(world, secrets={"A": GITHUB})).json()
     host = world.manager.get(session["id"]).sandbox.host
     sent = len(world.controller.puts)
-    await world.manager._check_placeholders()
+    await world.manager.broker.check_placeholders()
     assert len(world.controller.puts) == sent  # it holds them: nothing sent
     world.controller.held[host] = {}  # the controller restarted inside its container
-    await world.manager._check_placeholders()
+    await world.manager.broker.check_placeholders()
     assert world.controller.puts[-1] == (host, {"secrets": session["secrets"]})
     assert world.controller.held[host] == session["secrets"]
 
@@ -514,7 +515,7 @@ async def test_a_revocation_whose_answer_and_status_were_lost_is_taken_by_the_wa
     await manager.egress.check(manager.get(sid).egress)  # type: ignore[arg-type]
     # taken, not sent again (a reassert of A and B would be refused: B's placeholder is revoked)
     assert manager.egress.vault.get(sid).names == ["A"] and len(world.proxy_of(sid).secrets_ops()) == 2
-    await manager._check_placeholders()  # the record and the controller follow
+    await manager.broker.check_placeholders()  # the record and the controller follow
     assert list(manager.get(sid).record.secrets) == ["A"]
     assert world.controller.puts[-1][1] == {"secrets": {"A": session["secrets"]["A"]}}
     later = await _patch(world, sid, {"secrets": {"C": GITHUB}})

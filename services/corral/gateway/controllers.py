@@ -1,0 +1,81 @@
+"""The session side's calls to sandboxes' controllers, on one kept-alive client: whether one answers,
+its secrets' placeholders, its boot id. Each call signed and its answer proven (corral.gateway.controller)."""
+
+from __future__ import annotations
+
+import httpx
+
+from corral.errors import SandboxUnreachable
+from corral.gateway import controller
+from corral.gateway.vitals import controller_boot
+from corral.runtime import SandboxAddress
+
+PLACEHOLDERS_TIMEOUT_S = 2.0  # the watchdog's look at a controller's placeholders: one round, not the loop
+
+
+class Controllers:
+    """Open between the gateway's start and stop; ``transport`` None is the network (a test gives its
+    fake controllers here)."""
+
+    def __init__(self, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self._transport = transport
+        self._http: httpx.AsyncClient | None = None
+
+    @property
+    def opened(self) -> bool:
+        return self._http is not None
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The client (the recorder follows controllers' events on it too)."""
+        assert self._http is not None, "the controllers' client opens with the gateway's start"
+        return self._http
+
+    def open(self) -> None:
+        self._http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0), transport=self._transport)
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+
+    async def answers(self, sandbox: SandboxAddress, timeout_s: float) -> None:
+        """Its controller, the one of this boot, answers now (one signed request, proven by the
+        per-boot secret; no thread, no screen grab). Raises SandboxError."""
+        try:
+            response = await controller.request(
+                self.http, sandbox.base_url, sandbox.secret, "GET", "/v1/secrets", timeout=timeout_s
+            )
+        except httpx.HTTPError as exc:
+            raise SandboxUnreachable(f"sandbox {sandbox.name} did not answer: {exc}") from None
+        if response.status_code != 200:
+            raise SandboxUnreachable(f"sandbox {sandbox.name} answered {response.status_code}")
+
+    async def boot(self, sandbox: SandboxAddress) -> str | None:
+        """Its boot id (corral.gateway.vitals.controller_boot); None when it does not answer well."""
+        return await controller_boot(self.http, sandbox)
+
+    async def put_placeholders(self, sandbox: SandboxAddress, placeholders: dict[str, str]) -> None:
+        try:
+            response = await controller.request(
+                self.http, sandbox.base_url, sandbox.secret, "PUT", "/v1/secrets", json={"secrets": placeholders}
+            )
+        except httpx.HTTPError as exc:
+            raise SandboxUnreachable(f"the controller of {sandbox.name} did not take its secrets: {exc}") from None
+        if response.status_code >= 300:
+            raise SandboxUnreachable(
+                f"the controller of {sandbox.name} refused its secrets' placeholders ({response.status_code})"
+            )
+
+    async def placeholders(self, sandbox: SandboxAddress) -> dict[str, str] | None:
+        """The placeholders the controller holds; None when it cannot say (an older image)."""
+        try:
+            response = await controller.request(
+                self.http, sandbox.base_url, sandbox.secret, "GET", "/v1/secrets", timeout=PLACEHOLDERS_TIMEOUT_S
+            )
+        except httpx.HTTPError as exc:
+            raise SandboxUnreachable(f"the controller of {sandbox.name} did not show its secrets: {exc}") from None
+        try:
+            held = response.json().get("secrets") if response.status_code == 200 else None
+        except (ValueError, AttributeError):
+            held = None
+        return {str(k): str(v) for k, v in held.items()} if isinstance(held, dict) else None

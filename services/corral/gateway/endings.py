@@ -1,0 +1,92 @@
+"""A session's end: marked ended at once (its WebSockets close with 4000 and the reason), then its
+recording closed, its sandbox and proxy removed, its egress log marked ended, its record deleted.
+Ended on request (``DELETE``) or from the background (the reaper, a relay that lost its sandbox),
+by a kept task, so one slow removal never holds up the reaper."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from corral.errors import SessionNotFound
+from corral.gateway.book import SessionBook
+from corral.gateway.egressport import EgressPort
+from corral.gateway.records import Session
+from corral.gateway.sessionrecordings import SessionRecordings
+from corral.runtime import SandboxRuntime
+
+log = logging.getLogger(__name__)
+
+
+class Endings:
+    def __init__(
+        self, book: SessionBook, runtime: SandboxRuntime, egress: EgressPort, recordings: SessionRecordings
+    ) -> None:
+        self._book, self._runtime, self._egress, self._recordings = book, runtime, egress, recordings
+        self._ends: set[asyncio.Task[None]] = set()  # sessions being ended in the background
+
+    async def delete(self, session_id: str, reason: str = "deleted") -> None:
+        session = self._book.find(session_id)
+        if session is None or session.state == "stopping":
+            raise SessionNotFound(f"no session {session_id}")
+        self.mark_ended(session, reason)
+        await self._end(session)
+
+    @staticmethod
+    def mark_ended(session: Session, reason: str, detail: str = "") -> None:
+        """From here the session is over for its clients: its WebSockets close (4000) at once."""
+        session.state = "stopping"
+        session.end_reason, session.end_detail = reason, detail
+        session.ended.set()
+
+    def end_soon(self, session: Session, reason: str, detail: str = "", drain_s: float = 5.0) -> None:
+        """End a session from the background: marked ended now, removed by a kept task."""
+        if session.state == "stopping":
+            return
+        self.mark_ended(session, reason, detail)
+
+        async def end() -> None:
+            try:
+                await self._end(session, drain_s)
+            except Exception:
+                log.exception("could not end session %s", session.id)
+
+        task = asyncio.create_task(end())
+        self._ends.add(task)
+        task.add_done_callback(self._ends.discard)
+
+    async def settled(self) -> None:
+        """Sessions being ended finish ending: their sandboxes are gone or going, their records must go too."""
+        await asyncio.gather(*self._ends, return_exceptions=True)
+
+    async def _end(self, session: Session, drain_s: float = 5.0) -> None:
+        # A change under way finishes first (it sees the session ending and keeps nothing): nothing is
+        # set on a proxy, kept in the vault or written to the store after the teardown.
+        async with session.changing:
+            await self._teardown(session, drain_s)
+
+    async def _teardown(self, session: Session, drain_s: float) -> None:
+        session_id, reason = session.id, session.end_reason
+        await self._recordings.stop(session_id, reason, drain_s)
+        try:
+            await asyncio.to_thread(self._runtime.remove, session.sandbox.id)
+            if session.egress is not None:
+                await self._end_egress(session)
+        except Exception:
+            # Keep the record: the reaper tries again, and a used sandbox never looks unowned.
+            session.state = "ready"
+            raise
+        self._book.remove(session_id)
+        session.removed.set()
+        log.info("session %s ended: %s", session_id, reason)
+
+    async def _end_egress(self, session: Session) -> None:
+        assert session.egress is not None
+        await asyncio.to_thread(self._egress.teardown_blocking, session.egress)
+        ended: dict[str, Any] = {"ended_at": time.time(), "end_reason": session.end_reason}
+        if session.end_detail:
+            ended["end_detail"] = session.end_detail
+        self._egress.write_meta(session.id, **ended)
+        await self._recordings.attach_responses(session)

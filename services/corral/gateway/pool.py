@@ -1,0 +1,150 @@
+"""The warm pool: pairs started ahead (default viewport and resources, nothing allowed), refilled by
+one kept loop, handed out to a claim after a last look, and taken out when the reaper finds one dead.
+A pooled pair is never adopted by a restarted gateway (a used sandbox must never reach another key):
+stopping removes them all."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Mapping, Sequence
+
+from corral.gateway.controllers import Controllers
+from corral.gateway.egressport import EgressPort
+from corral.gateway.models import CreateSession, Viewport
+from corral.gateway.records import Pair
+from corral.gateway.starts import Starts
+from corral.gateway.threads import settle
+from corral.runtime import ALIVE_STATES, State
+
+log = logging.getLogger(__name__)
+HAND_OUT_CHECK_S = 2.0  # the last look at a pooled sandbox before it is handed out
+REFILL_RETRY_S = 5.0
+
+
+class WarmPool:
+    def __init__(self, size: int, mode: str, starts: Starts, egress: EgressPort, controllers: Controllers) -> None:
+        self._size, self._mode = size, mode  # the pool's pairs start with the gateway's default egress mode
+        self._starts, self._egress, self._controllers = starts, egress, controllers
+        self._pairs: list[Pair] = []
+        self._refill = asyncio.Event()
+        self.starting = 0  # pairs being started by the refill
+        self.filled = asyncio.Event()  # set whenever a refill left the pool full (tests and the bench wait on it)
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def pairs(self) -> list[Pair]:
+        """The pooled pairs, oldest first (a copy)."""
+        return list(self._pairs)
+
+    def add(self, pair: Pair) -> None:
+        """A started, ready pair joins the pool (as the refill leaves one)."""
+        self._pairs.append(pair)
+
+    def replace(self, old: Pair, new: Pair) -> None:
+        self._pairs[self._pairs.index(old)] = new
+
+    def refill(self) -> None:
+        self._refill.set()
+
+    @staticmethod
+    def fits(req: CreateSession) -> bool:
+        return req.viewport == Viewport() and req.resources.model_dump(exclude_none=True) == {} and req.hermetic is None
+
+    def take(self, req: CreateSession) -> Pair | None:
+        """The oldest pooled pair, if one fits the request (the caller holds the claims' lock)."""
+        if not self._pairs or not self.fits(req):
+            return None
+        self.filled.clear()
+        return self._pairs.pop(0)
+
+    async def run(self) -> None:
+        """The refill loop: up to the pool's size, each time it is told to refill."""
+        while True:
+            await self._refill.wait()
+            self._refill.clear()
+            while len(self._pairs) + self.starting < self._size:
+                self.starting += 1
+                try:
+                    self._pairs.append(await self._starts.start("pool", Viewport(), None, [], self._mode))
+                except Exception:
+                    log.exception("could not start a pooled sandbox; retrying in %.0f s", REFILL_RETRY_S)
+                    await asyncio.sleep(REFILL_RETRY_S)
+                finally:
+                    self.starting -= 1
+            self.filled.set()
+
+    async def close(self) -> None:
+        """Remove every pooled pair (after the refill loop was cancelled)."""
+        pool, self._pairs = self._pairs, []
+        self.filled.clear()
+        await settle(*(asyncio.ensure_future(self._starts.remove(pair)) for pair in pool))
+
+    async def hand_out(self, pair: Pair, allow: Sequence[str], mode: str, actor: str) -> bool:
+        """The last look at a pooled pair, and its policy, side by side: its controller answers, and
+        the session's policy set on its proxy (it starts with nothing allowed), whose answer is
+        the proxy's own proof of life, each bounded by HAND_OUT_CHECK_S. True once both hold: the
+        policy is in force. A pair that fails either (it died while waiting, or hangs) is removed,
+        never handed out: False, and the pool refills."""
+        checks: list[Awaitable[object]] = [self._controllers.answers(pair.sandbox, HAND_OUT_CHECK_S)]
+        if pair.egress is not None:
+            # Bounded like the controller's look (the control call's own bound is 5 s): a proxy that
+            # hangs fails the pair, and the claim goes cold at once rather than wait on it.
+            policy = self._egress.set_policy(pair.egress, list(allow), mode, actor)
+            checks.append(asyncio.wait_for(policy, HAND_OUT_CHECK_S))
+        results, cancelled = await settle(*checks)
+        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        if failure is None and not cancelled:
+            return True
+        if not cancelled:
+            log.warning(
+                "pooled sandbox %s is not healthy (%s); removing it and starting one", pair.sandbox.name, failure
+            )
+        self._refill.set()
+        await settle(asyncio.ensure_future(self._starts.remove(pair)))
+        if cancelled:
+            raise asyncio.CancelledError
+        if failure is not None and not isinstance(failure, Exception):
+            raise failure  # a KeyboardInterrupt, a SystemExit: not the pair's fault, not to be swallowed
+        return False
+
+    async def check(self, pooled: Sequence[Pair], states: Mapping[str, State], proxies: Mapping[str, State]) -> None:
+        """The ``pooled`` pairs whose sandbox (from the reaper's listing, ``states``) or proxy (its
+        listing, ``proxies``, by session) stopped running leave the pool ahead of any claim, and the
+        pool refills: a claim then rarely meets a dead one (its own last look, :meth:`hand_out`,
+        still stands behind this)."""
+        dead = [
+            pair
+            for pair in pooled
+            if pair in self._pairs  # a claim may have taken it meanwhile
+            and (
+                states.get(pair.sandbox.id) not in ALIVE_STATES
+                or (pair.egress is not None and proxies.get(pair.session_id) != "running")
+            )
+        ]
+        await self._drop(dead, "stopped running")
+
+    async def check_answers(self) -> None:
+        """Every pooled sandbox's controller answers (the claim's own look, all at once); one that
+        does not leaves the pool and is removed, and the pool refills."""
+        pooled = list(self._pairs)
+        looks = (self._controllers.answers(pair.sandbox, HAND_OUT_CHECK_S) for pair in pooled)
+        results = await asyncio.gather(*looks, return_exceptions=True)
+        dead = [pair for pair, result in zip(pooled, results, strict=True) if isinstance(result, Exception)]
+        dead = [pair for pair in dead if pair in self._pairs]  # a claim may have taken it meanwhile
+        await self._drop(dead, "does not answer")
+
+    async def _drop(self, dead: Sequence[Pair], why: str) -> None:
+        """Pooled pairs out of the pool and removed; the pool refills."""
+        for pair in dead:
+            self.filled.clear()
+            self._pairs.remove(pair)
+            log.warning("pooled sandbox %s %s; removing it and starting one", pair.sandbox.name, why)
+        if dead:
+            self._refill.set()
+            _, cancelled = await settle(*(asyncio.ensure_future(self._starts.remove(pair)) for pair in dead))
+            if cancelled:
+                # A stop came while the removals ran: they are done, and the reaper ends with the stop
+                # (swallowed here, the cancellation left the loop ticking and the stop waiting on it).
+                raise asyncio.CancelledError

@@ -1,0 +1,117 @@
+"""What the gateway knows of a session: its record (stored), the live session, and the sandbox pair
+a session is made of; the labels that mark what this gateway instance started."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ConfigDict, Field
+
+from corral.gateway.egress import Egress, Ground
+from corral.gateway.links import LinkRecord
+from corral.gateway.models import SessionTerms
+from corral.gateway.secrets import SecretRecord
+from corral.runtime import ExitInfo, SandboxAddress, State
+
+KIND_LABEL = "corral.kind"
+GATEWAY_LABEL = "corral.gateway"
+SANDBOX_EXITED = "sandbox_exited"  # the end reason of a session whose sandbox died under it
+
+
+def new_session_id() -> str:
+    return "ses_" + secrets.token_hex(8)
+
+
+def describe_exit(info: ExitInfo) -> str:
+    """What ended a sandbox, in words (the WebSocket close reason and the log carry it)."""
+    if info.state == "gone":
+        return "its container was removed"
+    code = f"exit code {info.exit_code}" if info.exit_code is not None else f"state {info.state}"
+    return f"out of memory (OOM-killed), {code}" if info.oom_killed else code
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """A reaper tick's one listing of the instance's proxies (session id -> state), and the live
+    sessions with egress it was made for (a session started after it may be missing from it)."""
+
+    watched: frozenset[str]
+    proxies: Mapping[str, State]
+    grounds: tuple[Ground, ...] = ()  # held grounds with a proxy, snapshot before the listing
+    taken_at: float = field(default_factory=time.monotonic)  # by the reaper's clock when it makes one
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """A started sandbox and its egress (None when egress control is off), before or after a claim."""
+
+    session_id: str
+    sandbox: SandboxAddress
+    egress: Egress | None
+
+
+class SessionRecord(SessionTerms):
+    """What the gateway keeps about a session, one JSON file each in its data dir (corral.gateway.store):
+    with Docker's list of live sandboxes, what a restarted gateway adopts sessions from. Frozen: a
+    change (a new policy, a revived proxy) replaces it whole, and the file with it."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    container: str  # the sandbox's id
+    owner: str
+    token_sha256: str
+    egress: Egress | None = None
+    # Its brokered secrets' placeholders and bindings (corral.gateway.secrets); their values never.
+    secrets: dict[str, SecretRecord] = Field(default_factory=dict)
+    # Its viewer links (corral.gateway.links), by id: their secrets' SHA-256 only.
+    links: dict[str, LinkRecord] = Field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        # A session without secrets or links is written as before they existed (an older gateway reads it alike).
+        unset = {name for name in ("secrets", "links") if not getattr(self, name)}
+        return self.model_dump(mode="json", exclude=unset or None)
+
+
+@dataclass
+class Session:
+    """A live session: its record and what only a live session has (its sandbox's address, activity, state)."""
+
+    record: SessionRecord
+    sandbox: SandboxAddress
+    last_activity_at: float = field(default_factory=time.time)
+    state: str = "ready"
+    in_flight: int = 0  # HTTP actions under way: a long one is activity, not idleness
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    removed: asyncio.Event = field(default_factory=asyncio.Event)  # its sandbox and record are gone: its slot is free
+    # A stable code: deleted, timeout, idle_timeout, sandbox_exited, controller_dead, egress_proxy_gone.
+    end_reason: str = ""
+    end_detail: str = ""  # what the code alone does not say (a dead sandbox: OOM-killed, its exit code)
+    changing: asyncio.Lock = field(default_factory=asyncio.Lock)  # one PATCH at a time: each sees the last
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def owner(self) -> str:
+        return self.record.owner
+
+    @property
+    def egress(self) -> Egress | None:
+        return self.record.egress
+
+    @egress.setter
+    def egress(self, egress: Egress | None) -> None:
+        self.record = self.record.model_copy(update={"egress": egress})
+
+    def touch(self) -> None:
+        self.last_activity_at = time.time()
+
+    def close_reason(self) -> str:
+        """The reason its WebSockets are closed with (code 4000); at most 123 bytes, as RFC 6455 allows."""
+        text = f"session ended: {self.end_reason}" + (f" ({self.end_detail})" if self.end_detail else "")
+        return text.encode()[:123].decode(errors="ignore")
