@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 from pydantic import ConfigDict, Field
 
+from corral.contracts.control import LinkEvent
 from corral.errors import (
     CapacityError,
     EgressOff,
@@ -731,7 +732,7 @@ class SessionManager:
         if session.state == "ready":  # a session being ended keeps no record to write
             self._save(session)
 
-    async def _report_link(self, session_id: str, message: dict[str, Any]) -> None:
+    async def _report_link(self, session_id: str, message: LinkEvent) -> None:
         """A link's change into the session's audit chain (none on a gateway without egress control)."""
         session = self.get(session_id)
         if self.egress is not None and session.egress is not None:

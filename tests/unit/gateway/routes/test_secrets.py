@@ -476,7 +476,7 @@ async def test_a_session_ended_during_a_patch_keeps_no_secrets_and_no_record(wor
     answered = await patch
     await end
     assert answered.status_code == 404
-    assert world.manager.egress is not None and world.manager.egress.vault._sets == {}
+    assert world.manager.egress is not None and world.manager.egress.vault.holding() == set()
     assert sid not in [record.id for record in world.manager._stored_records()]
     assert ROTATED not in world.files_text()
 
