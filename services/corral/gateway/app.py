@@ -1,10 +1,10 @@
 """The gateway's HTTP and WebSocket API (default http://127.0.0.1:8700): ``create_app`` wires the
-routers (corral.gateway.routes), the error table and the state they are given; it decides nothing."""
+routers (corral.gateway.routes), the error table and the state they are given; it decides nothing.
+``/mcp`` is mounted on it by the server's assembly (corral.gateway.server.build_app), above both."""
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -59,18 +59,8 @@ def create_app(settings: GatewaySettings | None = None, runtime: SandboxRuntime 
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
-    _mount_mcp(app, settings)
     _document_bodies(app)
     return app
-
-
-def _mount_mcp(app: FastAPI, settings: GatewaySettings) -> None:
-    """``/mcp`` (corral.mcp, docs/mcp.md) when the ``mcp`` extra is installed: ``corral[mcp]``."""
-    if importlib.util.find_spec("mcp") is None:
-        return
-    from corral.mcp.transports import mount
-
-    mount(app, settings)
 
 
 def _document_bodies(app: FastAPI) -> None:
