@@ -293,7 +293,7 @@ class Reply:
         if generation is not None and (not isinstance(generation, int) or isinstance(generation, bool)):
             raise invalid(INVALID_FIELD, "'generation' must be an integer", "generation")
         mode, role, session = obj.get("mode"), obj.get("role"), obj.get("session")
-        records, hermetic, responses = obj.get("records"), obj.get("hermetic"), obj.get("responses")
+        records, hermetic = obj.get("records"), obj.get("hermetic")
         return cls(
             role=str(role) if role is not None else None,
             session=str(session) if session is not None else None,
@@ -305,7 +305,7 @@ class Reply:
             actions=tuple(str(a) for a in _items(obj.get("actions"))) if "actions" in obj else None,
             hermetic=hermetic if isinstance(hermetic, bool) else None,
             replay=ReplayState.parse(obj.get("replay")),
-            responses={str(k): int(v) for k, v in responses.items()} if isinstance(responses, dict) else None,
+            responses=_counts(obj.get("responses")),
             secrets=SecretsState.parse(obj.get("secrets")),
         )
 
@@ -333,9 +333,9 @@ Answer = Reply | Refusal
 
 
 def encode(item: Message | Answer | Mapping[str, object]) -> bytes:
-    """One line of the channel (a raw object only from a test's stand-in peer). Not ASCII-escaped: a
-    non-ASCII value takes its UTF-8 bytes (2-3), not a \\uXXXX escape (6 or 12); each side reads a
-    line as UTF-8 JSON."""
+    """One line of the channel (a raw object: the controller's reports in corral.sandbox.egress, and
+    tests' stand-in peers). Not ASCII-escaped: a non-ASCII value takes its UTF-8 bytes (2-3), not a
+    \\uXXXX escape (6 or 12); each side reads a line as UTF-8 JSON."""
     obj = dict(item) if isinstance(item, Mapping) else item.to_json()
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
 
@@ -471,6 +471,13 @@ def _distinct(entries: tuple[SecretEntry, ...], invalid: Invalid) -> None:
                 blame = f"secrets.{entry.name}" + (".placeholder" if attribute == "placeholder" else "")
                 raise invalid(INVALID_FIELD, f"two secrets have the same {attribute}", blame)
             seen.add(getattr(entry, attribute))
+
+
+def _counts(value: object) -> dict[str, int] | None:
+    """A JSON object of counts (what is not a count left out); None for anything else."""
+    if not isinstance(value, dict):
+        return None
+    return {str(k): v for k, v in value.items() if isinstance(v, int)}
 
 
 def _strings(value: object) -> bool:
