@@ -60,6 +60,7 @@ from tests.integration.dockerutil import DockerHarness  # noqa: E402
 from tests.integration.egress_fixtures import UPSTREAM_NAMES, write_test_pki  # noqa: E402
 
 from corral import images  # noqa: E402
+from corral.contracts.control import PutSecrets, SecretEntry  # noqa: E402
 from corral.contracts.placeholders import new_placeholder  # noqa: E402
 from corral.gateway.egress import Egress, EgressManager  # noqa: E402
 from corral.gateway.settings import GatewaySettings  # noqa: E402
@@ -479,31 +480,28 @@ def start_bare(runtime: DockerHarness, tag: str, network: str, state: Path, labe
     )
 
 
-def secrets_op(placeholders: list[str], loaded: int) -> dict[str, Any]:
+def secrets_op(placeholders: list[str], loaded: int) -> PutSecrets:
     """The `secrets` control op (docs/secrets.md, as the gateway sends it): the first ``loaded`` of the
     bench's secrets, each bound to the upstream in headers. The first is the one the requests carry."""
-    return {
-        "op": "secrets",
-        "actor": "api-key:bench",
-        "secrets": [
-            {
-                "name": SECRET_NAME if i == 0 else f"{SECRET_NAME}_{i:02d}",
-                "placeholder": placeholder,
-                "value": SECRET_VALUE if i == 0 else f"{SECRET_VALUE}-{i:02d}",
-                "allow": [HOST],
-                "in": ["header"],
-            }
-            for i, placeholder in enumerate(placeholders[:loaded])
-        ],
-    }
+    entries = tuple(
+        SecretEntry(
+            SECRET_NAME if i == 0 else f"{SECRET_NAME}_{i:02d}",
+            placeholder,
+            SECRET_VALUE if i == 0 else f"{SECRET_VALUE}-{i:02d}",
+            (HOST,),
+            ("header",),
+        )
+        for i, placeholder in enumerate(placeholders[:loaded])
+    )
+    return PutSecrets(entries, "api-key:bench")
 
 
 def load_secrets(manager: EgressManager, egress: Egress, placeholders: list[str], loaded: int) -> None:
     reply = call_blocking(
         egress.proxy_address, manager.control_port, manager.token(egress.session_id), secrets_op(placeholders, loaded)
     )
-    held = reply.get("secrets") or {}
-    if not reply.get("ok") or not held.get("loaded") or len(held.get("names") or []) != loaded:
+    held = reply.secrets
+    if held is None or not held.loaded or len(held.names) != loaded:
         raise RuntimeError(f"the sidecar did not take {loaded} secrets: {reply}")
 
 

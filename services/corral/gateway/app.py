@@ -1,10 +1,10 @@
 """The gateway's HTTP and WebSocket API (default http://127.0.0.1:8700): ``create_app`` wires the
-routers (corral.gateway.routes), the error table and the state they are given; it decides nothing."""
+routers (corral.gateway.routes), the error table and the state they are given; it decides nothing.
+``/mcp`` is mounted on it by the server's assembly (corral.gateway.server.build_app), above both."""
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
+from corral.contracts.control import LinkEvent
 from corral.gateway import auth, keyids
 from corral.gateway.book import SessionBook
 from corral.gateway.brokering import SecretBroker
@@ -77,7 +78,6 @@ def create_app(settings: GatewaySettings | None = None, runtime: SandboxRuntime 
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
-    _mount_mcp(app, settings)
     _document_bodies(app)
     return app
 
@@ -134,8 +134,8 @@ def _vitals(settings: GatewaySettings) -> ControllerWatch:
     )
 
 
-def _link_reporter(book: SessionBook, egress: EgressPort) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
-    async def report(session_id: str, message: dict[str, Any]) -> None:
+def _link_reporter(book: SessionBook, egress: EgressPort) -> Callable[[str, LinkEvent], Awaitable[None]]:
+    async def report(session_id: str, message: LinkEvent) -> None:
         """A link's change into the session's audit chain (none on a gateway without egress control)."""
         session = book.get(session_id)
         if session.egress is not None:
@@ -148,15 +148,6 @@ def _recording_manager(settings: GatewaySettings) -> RecordingManager | None:
     if not settings.record:
         return None
     return RecordingManager(settings.data_dir / "recordings", RecordingLimits.from_settings(settings))
-
-
-def _mount_mcp(app: FastAPI, settings: GatewaySettings) -> None:
-    """``/mcp`` (corral.mcp, docs/mcp.md) when the ``mcp`` extra is installed: ``corral[mcp]``."""
-    if importlib.util.find_spec("mcp") is None:
-        return
-    from corral.mcp.transports import mount
-
-    mount(app, settings)
 
 
 def _document_bodies(app: FastAPI) -> None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
+from corral.contracts.control import LinkEvent
 from corral.errors import EgressUnavailable
 from corral.gateway.egress import Egress
 from corral.gateway.secrets import SecretSet, SecretVault
@@ -36,13 +37,13 @@ class EgressPort(Protocol):
 
     def forget_blocking(self, session_id: str) -> None: ...
 
-    def write_meta(self, session_id: str, **fields: Any) -> None: ...
+    def write_meta(self, session_id: str, **fields: object) -> None: ...
 
     async def set_policy(self, egress: Egress, allow: list[str], mode: str, actor: str) -> object: ...
 
     async def set_secrets(self, egress: Egress, secret_set: SecretSet, actor: str) -> object: ...
 
-    async def report(self, egress: Egress, message: dict[str, Any]) -> None: ...
+    async def report(self, egress: Egress, message: LinkEvent) -> None: ...
 
     async def revive(
         self, egresses: list[Egress], states: Mapping[str, State] | None = None
@@ -74,7 +75,7 @@ class NullEgress:
     def forget_blocking(self, session_id: str) -> None:
         return None
 
-    def write_meta(self, session_id: str, **fields: Any) -> None:
+    def write_meta(self, session_id: str, **fields: object) -> None:
         return None
 
     async def set_policy(self, egress: Egress, allow: list[str], mode: str, actor: str) -> object:
@@ -83,7 +84,7 @@ class NullEgress:
     async def set_secrets(self, egress: Egress, secret_set: SecretSet, actor: str) -> object:
         raise EgressUnavailable(NO_EGRESS)
 
-    async def report(self, egress: Egress, message: dict[str, Any]) -> None:
+    async def report(self, egress: Egress, message: LinkEvent) -> None:
         return None  # no audit chain to report to
 
     async def revive(

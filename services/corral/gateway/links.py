@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from corral.contracts.control import LinkEvent
 from corral.errors import CodedError
 from corral.gateway.auth import OWNER_ACTOR, LinkGrant, LinkMode, digest
 
@@ -107,16 +108,10 @@ def match(presented: str, links: Iterable[LinkRecord]) -> LinkRecord | None:
     return found
 
 
-def link_event(change: LinkChange, link: LinkRecord) -> dict[str, Any]:
-    """The control channel's ``link`` message (corral.proxy.control.LinkEvent): the audit record."""
-    return {
-        "op": "link",
-        "change": change,
-        "link": link.id,
-        "mode": link.mode,
-        "actor": OWNER_ACTOR,  # the agent reads the audit log: the owner, never its key id
-        "expires_at": link.expires_at,
-    }
+def link_event(change: LinkChange, link: LinkRecord) -> LinkEvent:
+    """The control channel's ``link`` message: the audit record of a link's change."""
+    # The agent reads the audit log: the owner (OWNER_ACTOR) is named, never its key id.
+    return LinkEvent(change, link.id, link.mode, OWNER_ACTOR, link.expires_at)
 
 
 @dataclass(eq=False)
@@ -135,7 +130,7 @@ class LinkStream:
 # (session id, its links after the change): writes the session's record.
 SaveLinks = Callable[[str, Mapping[str, LinkRecord]], None]
 # (session id, the link message): its audit record, through the session's proxy; raises when it fails.
-ReportLink = Callable[[str, dict[str, Any]], Awaitable[None]]
+ReportLink = Callable[[str, LinkEvent], Awaitable[None]]
 
 
 class LinkBook:

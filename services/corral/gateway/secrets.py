@@ -18,17 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, SecretStr
 
+from corral.contracts import control
+from corral.contracts.control import PutSecrets, SecretEntry, SecretsState
 from corral.contracts.placeholders import DEFAULT_LOCATIONS, MAX_SECRETS, Location, new_placeholder, value_digest
 from corral.errors import InvalidRequest
 from corral.gateway.models import SecretSpec, SecretUpdate
-from corral.proxy import control
 from corral.proxy.policy import WEB_PORTS, Rule, parse_rule
 
-OP = "secrets"  # the control op that sets a proxy's secrets
 # Room left on the proxy's control line for the op's actor ("api-key:owner", "gateway:reassert").
 ACTOR_ROOM = 512
 
@@ -85,27 +84,31 @@ class SecretSet:
         """The secrets whose value this gateway does not hold (it restarted since they were set)."""
         return [name for name in self.names if name not in self.values]
 
-    def message(self, actor: str) -> dict[str, Any]:
-        """The control op that sets exactly this set on the proxy (the only place values are written).
-        A secret whose value this gateway does not hold goes without one: the proxy keeps the value
-        it holds (none, if it restarted too)."""
-        entries = []
-        for name, record in sorted(self.records.items()):
-            entry: dict[str, Any] = {"name": name, "placeholder": record.placeholder}
-            if name in self.values:
-                entry["value"] = self.values[name].get_secret_value()
-            entries.append({**entry, "allow": list(record.allow), "in": list(record.locations)})
-        return {"op": OP, "actor": actor, "secrets": entries}
+    def message(self, actor: str) -> PutSecrets:
+        """The control message that sets exactly this set on the proxy (the only place values are
+        written). A secret whose value this gateway does not hold goes without one: the proxy keeps
+        the value it holds (none, if it restarted too)."""
+        entries = tuple(
+            SecretEntry(
+                name,
+                record.placeholder,
+                self.values[name].get_secret_value() if name in self.values else None,
+                record.allow,
+                record.locations,
+            )
+            for name, record in sorted(self.records.items())
+        )
+        return PutSecrets(entries, actor)
 
-    def held_by(self, status: Mapping[str, Any], key: str) -> bool:
-        """Whether a proxy whose ``secrets`` status is ``status`` holds this set: the same names and,
+    def held_by(self, status: SecretsState, key: str) -> bool:
+        """Whether a proxy whose secrets status is ``status`` holds this set: the same names and,
         for each value this gateway holds, the same value (its digest keyed with ``key``, the
         gateway's control token). A proxy that reports no digests (an older image) is judged by its
         names alone."""
-        if sorted(str(name) for name in status.get("names") or ()) != self.names:
+        if sorted(status.names) != self.names:
             return False
-        digests = status.get("digests")
-        if not isinstance(digests, dict):
+        digests = status.digests
+        if digests is None:
             return True
         return all(
             digests.get(name) == value_digest(key, value.get_secret_value().encode())

@@ -1,7 +1,13 @@
-"""``python -m corral.gateway.server``: serve the gateway with uvicorn (or in a thread, for tests and bench)."""
+"""``python -m corral.gateway.server``: serve the gateway with uvicorn (or in a thread, for tests and bench).
+
+:func:`build_app` assembles what is served: the gateway's app (corral.gateway.app) and, when the
+``mcp`` package is installed, ``/mcp`` (corral.mcp.transports) on it. It sits above both, since the
+MCP transport builds on the gateway's auth: the app itself knows nothing of MCP.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import re
 import threading
@@ -11,12 +17,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import uvicorn
+from fastapi import FastAPI
 from starlette.types import ASGIApp
 
 from corral.contracts.limits import CDP_MAX_FRAME_BYTES
 from corral.errors import WeakApiKey
 from corral.gateway.app import create_app
 from corral.gateway.settings import GatewaySettings
+from corral.runtime import SandboxRuntime
+
+# The MCP SDK is an optional dependency (docs/mcp.md): without it the gateway serves all but /mcp.
+MCP_INSTALLED = importlib.util.find_spec("mcp") is not None
+if MCP_INSTALLED:
+    from corral.mcp.transports import mount as mount_mcp
 
 # A query parameter whose name says it holds a credential (token, key, ...), read as the server reads
 # it: percent-decoded (and '+' as a space), in any case, also when encoded twice over.
@@ -94,9 +107,23 @@ def _quiet_per_request_loggers() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+def build_app(settings: GatewaySettings | None = None, runtime: SandboxRuntime | None = None) -> FastAPI:
+    """The gateway as served: :func:`~corral.gateway.app.create_app`, with ``/mcp`` where the SDK is."""
+    settings = settings or GatewaySettings()
+    app = create_app(settings, runtime)
+    add_mcp(app, settings)
+    return app
+
+
+def add_mcp(app: FastAPI, settings: GatewaySettings) -> None:
+    """``/mcp`` (corral.mcp, docs/mcp.md) on ``app`` when the ``mcp`` package is installed."""
+    if MCP_INSTALLED:
+        mount_mcp(app, settings)
+
+
 def _config(settings: GatewaySettings, log_level: str = "info", app: ASGIApp | None = None) -> uvicorn.Config:
     return uvicorn.Config(
-        app if app is not None else create_app(settings),
+        app if app is not None else build_app(settings),
         host=settings.host,
         port=settings.port,
         ws="websockets-sansio",

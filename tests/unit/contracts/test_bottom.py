@@ -35,6 +35,7 @@ def test_every_contract_module_is_seen() -> None:
         "actors",
         "auth",
         "cdprules",
+        "control",
         "limits",
         "placeholders",
         "urls",

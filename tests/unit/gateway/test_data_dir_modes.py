@@ -13,7 +13,8 @@ import httpx
 import pytest
 from pydantic import TypeAdapter
 
-from corral.gateway.egress import TOKEN_KEY_FILE, Egress, EgressManager
+from corral.gateway.egress import Egress, EgressManager
+from corral.gateway.egress.pairs import TOKEN_KEY_FILE
 from corral.gateway.recording import RecordingManager
 from corral.gateway.replays import ReplayUploads
 from corral.gateway.settings import GatewaySettings

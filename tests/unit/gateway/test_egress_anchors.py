@@ -139,7 +139,7 @@ async def test_setting_a_policy_notices_a_generation_the_gateway_did_not_count(w
     proxy.set(["evil.test"], "enforce", "someone")
     with caplog.at_level(logging.ERROR, logger="corral.gateway.egress"):
         reply = await manager.set_policy(egress, ["a.test"], "enforce", "api-key:k1")
-    assert reply["generation"] == 2
+    assert reply.generation == 2
     assert "someone else changed the proxy's policy" in caplog.text
     assert manager.expected(SESSION) is not None and manager.expected(SESSION).generation == 2
 
@@ -160,7 +160,7 @@ async def test_the_end_anchor_comes_from_the_proxy_and_verify_catches_a_cut_and_
     proxy.traffic(2)
     await manager.check(egress)
     proxy.traffic(2)
-    await asyncio.to_thread(manager._anchor_end, egress)  # what teardown_blocking does first
+    await asyncio.to_thread(manager.channel.anchor_end_blocking, egress)  # what teardown_blocking does first
     book = anchors(manager)
     assert book[-1]["reason"] == "end" and book[-1]["seq"] == proxy.audit.seq == 5
     log = Path(egress.state_dir) / "audit.jsonl"
@@ -205,8 +205,8 @@ async def test_the_key_and_anchors_are_private_and_tampering_is_refused(world) -
 async def test_a_proxy_from_an_older_image_is_still_served(world) -> None:
     manager, proxy, egress = world
     proxy.legacy = True  # a live session's proxy when the gateway was upgraded under it
-    assert (await manager.status(egress))["allow"] == ["a.test"]
+    assert (await manager.status(egress)).allow == ("a.test",)
     assert await manager.check(egress) is True
     await manager.set_policy(egress, ["b.test"], "enforce", "api-key:k1")
-    await asyncio.to_thread(manager._anchor_end, egress)
+    await asyncio.to_thread(manager.channel.anchor_end_blocking, egress)
     assert [a["reason"] for a in anchors(manager)] == ["start"]  # nothing to anchor, nothing broken

@@ -48,7 +48,7 @@ async def world(tmp_path: Path, server: FakeControlProxy) -> AsyncIterator[tuple
 async def test_set_secrets_sends_the_whole_set_and_the_vault_takes_it(world) -> None:
     manager, proxy, egress = world
     reply = await manager.set_secrets(egress, SET, "api-key:k1")
-    assert reply["secrets"] == {
+    assert reply.to_json()["secrets"] == {
         "generation": 1,
         "names": ["API_TOKEN"],
         "loaded": True,
@@ -170,7 +170,7 @@ async def test_a_reassert_the_proxy_refuses_is_an_error(world, server, caplog) -
     proxy.restart()
     server.refuse.add("secrets")
     caplog.set_level(logging.DEBUG)
-    await manager._check_quietly(egress)
+    await manager.watch.check_quietly(egress)
     refused = [r for r in caplog.records if "did not take its secrets again" in r.getMessage()]
     assert len(refused) == 1 and refused[0].levelno == logging.ERROR
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from corral.errors import EgressUnavailable, ReplayNotFound, SandboxError
-from corral.gateway.egress import GROUND_MAX_AGE_S, GROUNDS_DIR, EgressManager, PolicyView
+from corral.gateway.egress import EgressManager, PolicyView
+from corral.gateway.egress.pairs import GROUND_MAX_AGE_S, GROUNDS_DIR
 from corral.gateway.settings import GatewaySettings
 from corral.runtime import ProxyAddress, ProxySpec, SandboxAddress, SandboxSpec
 
@@ -283,10 +284,10 @@ def test_a_ground_with_its_proxy_is_dropped_whole(tmp_path: Path) -> None:
 
 
 def test_the_archive_counts_a_log_s_records_a_chunk_at_a_time(tmp_path: Path) -> None:
-    from corral.gateway.egress import _size_and_lines
+    from corral.gateway.egress.archive import size_and_lines
 
     log = tmp_path / "audit.jsonl"
-    assert _size_and_lines(log) == (0, 0)
+    assert size_and_lines(log) == (0, 0)
     log.write_bytes(b'{"a":1}\n\n  \n{"b":2}\n' + b"x" * 5000 + b"\n" + b"{torn")
     for chunk in (1, 3, 7, 1 << 20):
-        assert _size_and_lines(log, chunk) == (log.stat().st_size, 4)
+        assert size_and_lines(log, chunk) == (log.stat().st_size, 4)

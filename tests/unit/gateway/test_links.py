@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from corral.contracts.control import LinkEvent
 from corral.errors import EgressUnavailable
 from corral.gateway import links
 from corral.gateway.auth import LinkGrant, digest
@@ -34,10 +35,10 @@ class Book:
         self.links = dict(saved)
         self.saved.append(self.links)
 
-    async def _report(self, session_id: str, message: dict[str, Any]) -> None:
+    async def _report(self, session_id: str, message: LinkEvent) -> None:
         if self.fail_reports:
             raise EgressUnavailable("the proxy does not answer")
-        self.reports.append(message)
+        self.reports.append(message.to_json())  # as it goes on the wire
 
     def changes(self) -> list[tuple[str, str]]:
         return [(r["change"], r["link"]) for r in self.reports]

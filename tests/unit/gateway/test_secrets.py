@@ -138,14 +138,14 @@ def test_plan_update_of_a_hermetic_session_or_without_values(current: SecretSet)
 
 
 def test_the_message_holds_the_values_and_nothing_else_shows_them(current: SecretSet) -> None:
-    message = current.message("api-key:k1")
+    message = current.message("api-key:k1").to_json()  # as it goes on the wire
     assert [(e["name"], e["value"], e["in"]) for e in message["secrets"]] == [
         ("A", VALUE, ["header"]),
         ("B", VALUE, ["header"]),
     ]
     assert VALUE not in repr(current) and VALUE not in str(current) and VALUE not in repr(current.values)
     # Without the values (a restarted gateway): the entries go without one, the proxy keeps its own.
-    bare = SecretSet(current.records).message("gateway:reassert")["secrets"]
+    bare = SecretSet(current.records).message("gateway:reassert").to_json()["secrets"]
     assert [sorted(entry) for entry in bare] == [["allow", "in", "name", "placeholder"]] * 2
 
 

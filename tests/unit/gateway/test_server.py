@@ -12,7 +12,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from corral.gateway.app import create_app
-from corral.gateway.server import PER_REQUEST_LOGGERS, RedactTokens, _quiet_per_request_loggers, running
+from corral.gateway.server import PER_REQUEST_LOGGERS, RedactTokens, _quiet_per_request_loggers, build_app, running
 from corral.gateway.sessions import SessionManager
 
 from ..mcp.handshake import INITIALIZE, MCP_HEADERS
@@ -61,7 +61,7 @@ def test_a_held_open_mcp_stream_delays_the_stop_only_by_the_grace(
 
     monkeypatch.setattr(SessionManager, "stop", stop)
     settings = settings_for(tmp_path, port=closed_port(), shutdown_grace_s=1)
-    app = create_app(settings, runtime=LoopbackRuntime())
+    app = build_app(settings, runtime=LoopbackRuntime())
     streaming, ended = threading.Event(), threading.Event()
 
     def hold_a_stream(mcp: str, headers: dict[str, str]) -> None:

@@ -4,14 +4,16 @@ gateway's lifespan (a mounted app's own lifespan never runs)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import warnings
 from pathlib import Path
 
 import pytest
+from fastapi import FastAPI
 
-from corral.gateway.app import create_app
+from corral.gateway import server
+from corral.gateway.server import add_mcp, build_app
+from corral.gateway.settings import GatewaySettings
 from corral.mcp.transports import transport_security
 
 from ..gateway.routes.conftest import KEY, OTHER_KEY, LoopbackRuntime, client_for, settings_for, wired
@@ -22,8 +24,15 @@ with warnings.catch_warnings():
     from starlette.testclient import TestClient
 
 
+def served(settings: GatewaySettings) -> FastAPI:
+    """:func:`wired`'s app with ``/mcp``, as the server's assembly mounts it."""
+    app = wired(settings)
+    add_mcp(app, settings)
+    return app
+
+
 async def test_no_credential_or_a_wrong_one_is_the_gateways_401(tmp_path: Path) -> None:
-    app = wired(settings_for(tmp_path))
+    app = served(settings_for(tmp_path))
     for credential in (None, "wrong"):
         async with client_for(app, credential) as http:
             answer = await http.post("/mcp", content=json.dumps(INITIALIZE), headers=MCP_HEADERS)
@@ -36,14 +45,14 @@ async def test_no_credential_or_a_wrong_one_is_the_gateways_401(tmp_path: Path) 
 
 
 async def test_a_body_over_the_cap_is_the_gateways_413(tmp_path: Path) -> None:
-    app = wired(settings_for(tmp_path, max_body_kb=1))
+    app = served(settings_for(tmp_path, max_body_kb=1))
     async with client_for(app, KEY) as http:
         answer = await http.post("/mcp", content=b"x" * 1025, headers=MCP_HEADERS)
     assert answer.status_code == 413 and answer.json()["error"]["code"] == "message_too_large"
 
 
 def test_the_session_manager_runs_with_the_gateways_lifespan(tmp_path: Path) -> None:
-    app = create_app(settings_for(tmp_path), runtime=LoopbackRuntime())
+    app = build_app(settings_for(tmp_path), runtime=LoopbackRuntime())
     with TestClient(app, base_url="http://127.0.0.1:8700") as http:
         answer = http.post("/mcp", json=INITIALIZE, headers={**MCP_HEADERS, "authorization": f"Bearer {KEY}"})
         assert answer.status_code == 200, answer.text
@@ -70,18 +79,17 @@ def test_the_guard_allows_loopback_and_the_named_hosts(tmp_path: Path) -> None:
 
 def test_a_gateway_without_the_mcp_extra_serves_no_mcp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def paths() -> set[str]:
-        app = create_app(settings_for(tmp_path), runtime=LoopbackRuntime())
+        app = build_app(settings_for(tmp_path), runtime=LoopbackRuntime())
         return {str(getattr(route, "path", "")) for route in app.routes}
 
     assert "/mcp" in paths()
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "mcp" else real(name, *rest))
+    monkeypatch.setattr(server, "MCP_INSTALLED", False)  # as found at import without the mcp package
     assert "/mcp" not in paths()
 
 
 def test_the_app_serves_mcp_through_a_second_lifespan(tmp_path: Path) -> None:
     """The SDK's session manager runs once per instance: each lifespan has its own."""
-    app = create_app(settings_for(tmp_path), runtime=LoopbackRuntime())
+    app = build_app(settings_for(tmp_path), runtime=LoopbackRuntime())
     for _ in range(2):
         with TestClient(app, base_url="http://127.0.0.1:8700") as http:
             answer = http.post("/mcp", json=INITIALIZE, headers={**MCP_HEADERS, "authorization": f"Bearer {KEY}"})
@@ -91,7 +99,7 @@ def test_the_app_serves_mcp_through_a_second_lifespan(tmp_path: Path) -> None:
 def test_an_mcp_session_is_refused_to_another_credential(tmp_path: Path) -> None:
     """The SDK ties a session to the user that opened it: another key (or a session's token) that
     learned the id gets the SDK's 404 for a POST, a GET stream and a DELETE; the opener goes on."""
-    app = create_app(settings_for(tmp_path), runtime=LoopbackRuntime())
+    app = build_app(settings_for(tmp_path), runtime=LoopbackRuntime())
     with TestClient(app, base_url="http://127.0.0.1:8700") as http:
         opened = http.post("/mcp", json=INITIALIZE, headers={**MCP_HEADERS, "authorization": f"Bearer {KEY}"})
         session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
@@ -109,7 +117,7 @@ def test_one_credential_cannot_take_every_mcp_session(tmp_path: Path) -> None:
     """Past CORRAL_MCP_MAX_SESSIONS_PER_CALLER a caller's new session is the gateway's 429; other
     callers open theirs, and ending one makes room again. CORRAL_MCP_MAX_SESSIONS is the SDK's 503."""
     settings = settings_for(tmp_path, mcp_max_sessions=3, mcp_max_sessions_per_caller=2, mcp_session_idle_s=30)
-    app = create_app(settings, runtime=LoopbackRuntime())
+    app = build_app(settings, runtime=LoopbackRuntime())
 
     def headers(credential: str, **more: str) -> dict[str, str]:
         return {**MCP_HEADERS, "authorization": f"Bearer {credential}", **more}

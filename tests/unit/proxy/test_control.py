@@ -75,16 +75,17 @@ async def test_a_refusal_is_a_control_error_with_the_proxy_s_code() -> None:
     async with await _proxy_answering(hello, refusal) as server:
         port = server.sockets[0].getsockname()[1]
         with pytest.raises(ControlError, match="'mode' must be") as refused:
-            await control.call("127.0.0.1", port, "token", {"op": "policy", "allow": [], "mode": "off"})
+            await control.call("127.0.0.1", port, "token", control.SetPolicy((), "off"))
     assert isinstance(refused.value, CorralError) and refused.value.code == "invalid_field"
     async with await _proxy_answering({"ok": False, "error": "unknown token"}) as server:
         port = server.sockets[0].getsockname()[1]
         with pytest.raises(ControlError, match="unknown token") as stranger:
-            await control.call("127.0.0.1", port, "guess", {"op": "status"})
+            await control.call("127.0.0.1", port, "guess", control.Status())
     assert stranger.value.code == control.EGRESS_UNAVAILABLE
     async with await _proxy_answering(hello, {"ok": True, "generation": 2}) as server:
         port = server.sockets[0].getsockname()[1]
-        assert await control.call("127.0.0.1", port, "token", {"op": "status"}) == {"ok": True, "generation": 2}
+        answer = await control.call("127.0.0.1", port, "token", control.Status())
+        assert answer.to_json() == {"ok": True, "generation": 2}
 
 
 async def test_an_unreachable_proxy_is_a_control_error_with_a_stable_code() -> None:
@@ -92,10 +93,10 @@ async def test_an_unreachable_proxy_is_a_control_error_with_a_stable_code() -> N
         port = server.sockets[0].getsockname()[1]
     # The port is closed now: nobody answers there.
     with pytest.raises(ControlError, match="not reachable") as gone:
-        await control.call("127.0.0.1", port, "token", {"op": "status"})
+        await control.call("127.0.0.1", port, "token", control.Status())
     assert isinstance(gone.value, CorralError) and gone.value.code == "egress_unavailable"
     with pytest.raises(ControlError, match="not reachable") as gone_too:
-        control.call_blocking("127.0.0.1", port, "token", {"op": "status"})
+        control.call_blocking("127.0.0.1", port, "token", control.Status())
     assert gone_too.value.code == "egress_unavailable"
 
 

@@ -106,8 +106,8 @@ def test_the_proxy_state_is_its_uids_alone(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("handing files to another uid needs root")
     manager = EgressManager(GatewaySettings(data_dir=tmp_path, egress_upstream_ca=None), runtime=None)  # type: ignore[arg-type]
-    state, _ = manager._ground_state(SID)
-    manager._claim_ground(state, ["example.test"], "enforce", None)
+    state, _ = manager.state.ground_state(SID)
+    manager.state.claim_ground(state, ["example.test"], "enforce", None)
     client = FakeClient()
     runtime = DockerRuntime(client, proxy_uid=4321)  # type: ignore[arg-type]  # docker-py is untyped
     proxy = runtime.start_proxy(ProxySpec(SID, NETWORK, state, "corral-egress"))
@@ -135,8 +135,8 @@ def test_under_userns_remap_the_proxy_state_is_the_remapped_uids(tmp_path: Path)
     if os.geteuid() != 0:
         pytest.skip("handing files to another uid needs root")
     manager = EgressManager(GatewaySettings(data_dir=tmp_path, egress_upstream_ca=None), runtime=None)  # type: ignore[arg-type]
-    state, _ = manager._ground_state(SID)
-    manager._claim_ground(state, ["example.test"], "enforce", None)
+    state, _ = manager.state.ground_state(SID)
+    manager.state.claim_ground(state, ["example.test"], "enforce", None)
     client = RemappedClient()
     runtime = DockerRuntime(client, proxy_uid=4321)  # type: ignore[arg-type]  # docker-py is untyped
     runtime.start_proxy(ProxySpec(SID, NETWORK, state, "corral-egress"))

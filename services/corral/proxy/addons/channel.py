@@ -9,14 +9,15 @@ authenticates with its first line; the actions a controller connection started e
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import json
 from pathlib import Path
-from typing import Any
 
 from mitmproxy import ctx, exceptions
 from mitmproxy.addonmanager import Loader
 
+from corral.contracts.control import Head, Refusal, ReplayState, Reply, SecretsState
 from corral.errors import InvalidMessage
 from corral.proxy import control
 from corral.proxy.addons.state import Shared
@@ -78,7 +79,7 @@ class ControlChannel:
     def _gateway_token(self) -> str:
         return self._tokens.get("gateway") or str(ctx.options.corral_gateway_token)
 
-    def handle(self, role: control.Role, message: control.Message) -> dict[str, Any] | None:
+    def handle(self, role: control.Role, message: control.Message) -> Reply | None:
         """One control message from an authenticated peer; the reply, or None when none is due.
         Raises ValueError for a message this role may not send."""
         if isinstance(message, control.ActionEvent):
@@ -88,7 +89,7 @@ class ControlChannel:
                 self.shared.actions.start(message.id, message.actor)
             else:
                 self.shared.actions.end(message.id)
-            return {"ok": True} if message.ack else None
+            return Reply() if message.ack else None
         if isinstance(message, control.LeaseEvent):
             if role != "controller":
                 raise ValueError("only the controller reports the control lease")
@@ -131,29 +132,27 @@ class ControlChannel:
             try:
                 message = control.parse_message(line)
             except InvalidMessage as exc:
-                writer.write(control.encode(exc.reply()))
+                writer.write(control.encode(control.refusal(exc)))
                 await writer.drain()
                 continue
             role = self.role(message.token) if isinstance(message, control.Hello) else None
-            writer.write(
-                control.encode({"ok": True, "role": role} if role else {"ok": False, "error": "unknown token"})
-            )
+            writer.write(control.encode(Reply(role=role) if role else Refusal("unknown token")))
             await writer.drain()
             return role
         return None
 
-    def _answer(self, role: control.Role, line: bytes, opened: set[str]) -> dict[str, Any] | None:
+    def _answer(self, role: control.Role, line: bytes, opened: set[str]) -> Reply | Refusal | None:
         try:
             message = control.parse_message(line)
             if isinstance(message, control.ActionEvent):
                 (opened.add if message.phase == "start" else opened.discard)(message.id)
             return self.handle(role, message)
         except InvalidMessage as exc:
-            return exc.reply()
+            return control.refusal(exc)
         except (ValueError, OSError) as exc:
-            return {"ok": False, "code": control.INVALID_REQUEST, "error": str(exc)}
+            return Refusal(str(exc), control.INVALID_REQUEST)
 
-    def _link(self, message: control.LinkEvent) -> dict[str, Any]:
+    def _link(self, message: control.LinkEvent) -> Reply:
         """A viewer link made, used, revoked or expired, as the gateway reports it: its audit record."""
         self.shared.journal.write(
             "link",
@@ -163,9 +162,9 @@ class ControlChannel:
             actor=message.actor,
             expires_at=message.expires_at,
         )
-        return {"ok": True, "head": self.shared.journal.head}
+        return Reply(head=self._head())
 
-    def _set_policy(self, message: control.SetPolicy) -> dict[str, Any]:
+    def _set_policy(self, message: control.SetPolicy) -> Reply:
         live = self.shared.policy
         policy = live.policy.with_allow(message.allow)
         generation = live.generation + 1
@@ -182,9 +181,9 @@ class ControlChannel:
             generation=generation,
         )
         live.policy, live.mode, live.generation = policy, message.mode, generation
-        return {"ok": True, **self._policy_state()}
+        return self._policy_state()
 
-    def _set_secrets(self, message: control.SetSecrets) -> dict[str, Any]:
+    def _set_secrets(self, message: control.SetSecrets) -> Reply:
         book = self.shared.secrets
         change = book.plan(message.secrets)  # refused whole (InvalidMessage) before anything changes
         # Persisted and logged before it takes effect, as a policy is; neither holds a value.
@@ -201,29 +200,30 @@ class ControlChannel:
             bindings=change.bindings(),
         )
         book.apply(change)
-        return {"ok": True, "secrets": book.state(self._gateway_token()), "head": self.shared.journal.head}
+        return Reply(secrets=self._secrets_state(), head=self._head())
 
-    def _status(self) -> dict[str, Any]:
+    def _status(self) -> Reply:
         shared = self.shared
         hermetic = shared.policy.hermetic
-        return {
-            "ok": True,
-            "session": ctx.options.corral_session,
-            **self._policy_state(),
-            "records": shared.journal.records,
-            "actions": shared.actions.ids(),
-            "hermetic": hermetic,
-            "replay": {"flows": shared.replay.flows, "error": shared.replay.error} if hermetic else None,
-            "responses": shared.responses.counts() if shared.responses is not None else None,
-            "secrets": shared.secrets.state(self._gateway_token()),
-        }
+        return dataclasses.replace(
+            self._policy_state(),
+            session=str(ctx.options.corral_session),
+            records=shared.journal.records,
+            actions=tuple(shared.actions.ids()),
+            hermetic=hermetic,
+            replay=ReplayState(shared.replay.flows, shared.replay.error) if hermetic else None,
+            responses=shared.responses.counts() if shared.responses is not None else None,
+            secrets=self._secrets_state(),
+        )
 
-    def _policy_state(self) -> dict[str, Any]:
+    def _policy_state(self) -> Reply:
         """What the gateway checks on each answer: the live policy, its generation, the chain's head."""
         live = self.shared.policy
-        return {
-            "allow": live.policy.allow,
-            "mode": live.mode,
-            "generation": live.generation,
-            "head": self.shared.journal.head,
-        }
+        return Reply(allow=tuple(live.policy.allow), mode=live.mode, generation=live.generation, head=self._head())
+
+    def _head(self) -> Head:
+        head = self.shared.journal.head
+        return Head(int(head["seq"]), str(head["hash"]))
+
+    def _secrets_state(self) -> SecretsState | None:
+        return SecretsState.parse(self.shared.secrets.state(self._gateway_token()))

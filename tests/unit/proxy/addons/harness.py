@@ -97,7 +97,9 @@ class Proxy:
         await self.hook("done")
 
     def control(self, role: str, message: Any) -> dict[str, Any] | None:
-        return self.channel.handle(role, message)  # type: ignore[arg-type]
+        """The channel's answer as it goes on the wire (None when none is due)."""
+        reply = self.channel.handle(role, message)  # type: ignore[arg-type]
+        return reply.to_json() if reply is not None else None
 
 
 class LoadedScript:

@@ -1,0 +1,500 @@
+"""The egress proxy's control channel, as both ends speak it: JSON Lines over TCP, one typed message a
+line, one typed answer to each message that wants one.
+
+The gateway builds these messages and reads :class:`Reply`; the proxy parses them
+(:func:`parse_message`) and answers with :class:`Reply` or :class:`Refusal`; the sandbox's controller
+reports actions and the control lease. Standard library only, so the egress image (no pydantic)
+carries it whole. Parsing is pure: what is wrong is raised as ``invalid(code, message, field)``,
+which each side passes (the proxy :class:`corral.errors.InvalidMessage`), so the one exception tree
+stays in ``corral.errors``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import ClassVar, Final, Literal
+
+from corral.contracts.placeholders import (
+    DEFAULT_LOCATIONS,
+    LOCATIONS,
+    MAX_BINDINGS,
+    MAX_SECRETS,
+    PLACEHOLDER,
+    name_problem,
+    value_problem,
+)
+
+CONTROL_PORT: Final = 8081
+# A secrets message holds up to MAX_SECRETS values of up to 4 KiB each, JSON-escaped.
+MAX_LINE_BYTES: Final = 1024 * 1024
+MODES: Final = ("enforce", "report")
+Role = Literal["gateway", "controller"]
+Phase = Literal["start", "end"]
+# Action ids land in every audit record, the HAR and the CLI's tables: a short token, no spaces, no
+# newlines or other control characters (the controller's are ``a<n>.<boot>``).
+ACTION_ID: Final = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+LEASE_CHANGES: Final = ("taken", "returned", "left", "requested", "request_ended")
+LINK_CHANGES: Final = ("created", "used", "revoked", "expired")
+LINK_MODES: Final = ("view", "control")
+# corral.errors.ErrorCode's values for a refused line (this module may not import corral.errors).
+INVALID_JSON: Final = "invalid_json"
+INVALID_REQUEST: Final = "invalid_request"
+INVALID_FIELD: Final = "invalid_field"
+MESSAGE_TOO_LARGE: Final = "message_too_large"
+
+# A JSON object as json.loads gives it and json.dumps takes it: only at the line's edge; every
+# message and answer is one of the typed classes below.
+JsonObject = dict[str, object]
+# How a parser says what is wrong: (code, message, field) -> the exception to raise.
+Invalid = Callable[[str, str, "str | None"], Exception]
+
+
+# -- messages ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """A connection's first line: the token says who speaks (the gateway or the controller)."""
+
+    OP: ClassVar = "hello"
+    token: str = field(repr=False)
+
+    def to_json(self) -> JsonObject:
+        return {"op": self.OP, "token": self.token}
+
+
+@dataclass(frozen=True, slots=True)
+class SetPolicy:
+    """The gateway's whole live policy: the allowlist and the mode."""
+
+    OP: ClassVar = "policy"
+    allow: tuple[str, ...]
+    mode: str
+    actor: str = "gateway"
+
+    def to_json(self) -> JsonObject:
+        return {"op": self.OP, "allow": list(self.allow), "mode": self.mode, "actor": self.actor}
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """The gateway asks for the proxy's state (policy, chain head, secrets, replay)."""
+
+    OP: ClassVar = "status"
+
+    def to_json(self) -> JsonObject:
+        return {"op": self.OP}
+
+
+@dataclass(frozen=True, slots=True)
+class ActionEvent:
+    """The controller's report of an agent action's start or end."""
+
+    OP: ClassVar = "action"
+    id: str
+    phase: Phase
+    ack: bool = False
+    # Who acted, when not the agent: ``human:<link id>`` (a viewer's input), ``cdp:<conn id>``.
+    actor: str | None = None
+
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"op": self.OP, "id": self.id, "phase": self.phase}
+        if self.actor is not None:
+            out["actor"] = self.actor
+        if self.ack:
+            out["ack"] = True
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseEvent:
+    """The controller's report of a change of the session's control lease (corral.sandbox.control.lease)."""
+
+    OP: ClassVar = "lease"
+    change: str  # one of LEASE_CHANGES
+    holder: str
+    previous: str
+
+    def to_json(self) -> JsonObject:
+        return {"op": self.OP, "change": self.change, "holder": self.holder, "previous": self.previous}
+
+
+@dataclass(frozen=True, slots=True)
+class LinkEvent:
+    """The gateway's report of a viewer link made, used, revoked or expired (corral.gateway.links)."""
+
+    OP: ClassVar = "link"
+    change: str  # one of LINK_CHANGES
+    link: str
+    mode: str  # one of LINK_MODES
+    actor: str
+    expires_at: float
+
+    def to_json(self) -> JsonObject:
+        return {
+            "op": self.OP,
+            "change": self.change,
+            "link": self.link,
+            "mode": self.mode,
+            "actor": self.actor,
+            "expires_at": self.expires_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SecretEntry:
+    """One brokered secret on the wire; ``value`` None: the proxy keeps the value it holds."""
+
+    name: str
+    placeholder: str
+    value: str | None = field(repr=False)  # never in a repr or a log line
+    allow: tuple[str, ...]
+    locations: tuple[str, ...] = DEFAULT_LOCATIONS
+
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"name": self.name, "placeholder": self.placeholder}
+        if self.value is not None:
+            out["value"] = self.value
+        return {**out, "allow": list(self.allow), "in": list(self.locations)}
+
+
+@dataclass(frozen=True, slots=True)
+class PutSecrets:
+    """The session's whole live set of brokered secrets (names missing from it are revoked)."""
+
+    OP: ClassVar = "secrets"
+    secrets: tuple[SecretEntry, ...]
+    actor: str = "gateway"
+
+    def to_json(self) -> JsonObject:
+        return {"op": self.OP, "actor": self.actor, "secrets": [entry.to_json() for entry in self.secrets]}
+
+
+Message = Hello | SetPolicy | Status | ActionEvent | LeaseEvent | LinkEvent | PutSecrets
+
+
+# -- answers ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """The audit chain's head: ``seq`` and ``hash`` of its last record (what the gateway anchors)."""
+
+    seq: int
+    hash: str
+
+    def to_json(self) -> JsonObject:
+        return {"seq": self.seq, "hash": self.hash}
+
+    @classmethod
+    def parse(cls, obj: object) -> Head | None:
+        """None for anything else: a proxy too old to report one."""
+        if not isinstance(obj, dict):
+            return None
+        seq, chain_hash = obj.get("seq"), obj.get("hash")
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0 or not isinstance(chain_hash, str):
+            return None
+        return cls(seq, chain_hash)
+
+
+@dataclass(frozen=True, slots=True)
+class SecretsState:
+    """The secrets a proxy holds: names, whether their values are loaded, each value's keyed digest
+    (None from a proxy too old to give digests)."""
+
+    generation: int = 0
+    names: tuple[str, ...] = ()
+    loaded: bool | None = None
+    digests: Mapping[str, str] | None = None
+
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"generation": self.generation, "names": list(self.names), "loaded": self.loaded}
+        if self.digests is not None:
+            out["digests"] = dict(self.digests)
+        return out
+
+    @classmethod
+    def parse(cls, obj: object) -> SecretsState | None:
+        """None for anything but an object: a proxy from before secrets."""
+        if not isinstance(obj, dict):
+            return None
+        generation, loaded, digests = obj.get("generation"), obj.get("loaded"), obj.get("digests")
+        return cls(
+            generation if isinstance(generation, int) else 0,
+            tuple(sorted(str(name) for name in _items(obj.get("names")))),
+            loaded if isinstance(loaded, bool) else None,
+            {str(k): str(v) for k, v in digests.items()} if isinstance(digests, dict) else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayState:
+    """A hermetic proxy's recorded responses: how many it loaded, or why none."""
+
+    flows: int = 0
+    error: str | None = None
+
+    def to_json(self) -> JsonObject:
+        return {"flows": self.flows, "error": self.error}
+
+    @classmethod
+    def parse(cls, obj: object) -> ReplayState | None:
+        if not isinstance(obj, dict):
+            return None
+        flows, error = obj.get("flows"), obj.get("error")
+        return cls(flows if isinstance(flows, int) else 0, str(error) if error else None)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """An accepted message's answer (``ok``); each field present only where the message gives it: a
+    hello's ``role``; the policy (``allow``, ``mode``, ``generation``) and the chain ``head`` after a
+    policy change or a status; the ``secrets`` after a secrets change or a status; the rest a status's."""
+
+    role: str | None = None
+    session: str | None = None
+    allow: tuple[str, ...] | None = None
+    mode: str | None = None
+    generation: int | None = None
+    head: Head | None = None
+    records: int | None = None
+    actions: tuple[str, ...] | None = None
+    hermetic: bool | None = None
+    replay: ReplayState | None = None
+    responses: Mapping[str, int] | None = None
+    secrets: SecretsState | None = None
+
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"ok": True}
+        for name in (item.name for item in fields(self)):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, Head | SecretsState | ReplayState):
+                value = value.to_json()
+            elif isinstance(value, tuple):
+                value = list(value)
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            out[name] = value
+        return out
+
+    @classmethod
+    def parse(cls, obj: JsonObject, invalid: Invalid) -> Reply:
+        """An ``ok`` answer as the gateway reads it: what an older proxy leaves out is None; a field
+        of the wrong kind is ``invalid``."""
+        allow = obj.get("allow")
+        if allow is not None and not _strings(allow):
+            raise invalid(INVALID_FIELD, "'allow' must be a list of strings", "allow")
+        generation = obj.get("generation")
+        if generation is not None and (not isinstance(generation, int) or isinstance(generation, bool)):
+            raise invalid(INVALID_FIELD, "'generation' must be an integer", "generation")
+        mode, role, session = obj.get("mode"), obj.get("role"), obj.get("session")
+        records, hermetic = obj.get("records"), obj.get("hermetic")
+        return cls(
+            role=str(role) if role is not None else None,
+            session=str(session) if session is not None else None,
+            allow=tuple(_items(allow)) if allow is not None else None,
+            mode=str(mode) if mode is not None else None,
+            generation=generation,
+            head=Head.parse(obj.get("head")),
+            records=records if isinstance(records, int) else None,
+            actions=tuple(str(a) for a in _items(obj.get("actions"))) if "actions" in obj else None,
+            hermetic=hermetic if isinstance(hermetic, bool) else None,
+            replay=ReplayState.parse(obj.get("replay")),
+            responses=_counts(obj.get("responses")),
+            secrets=SecretsState.parse(obj.get("secrets")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A refused message's answer: ``code`` is one of corral.errors.ErrorCode's values (none for a
+    hello whose token is unknown), ``field`` the one to blame."""
+
+    error: str
+    code: str | None = None
+    field: str | None = None
+
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"ok": False}
+        if self.code is not None:
+            out["code"] = self.code
+        out["error"] = self.error
+        if self.field is not None:
+            out["field"] = self.field
+        return out
+
+
+Answer = Reply | Refusal
+
+
+def encode(item: Message | Answer | Mapping[str, object]) -> bytes:
+    """One line of the channel (a raw object: the controller's reports in corral.sandbox.egress, and
+    tests' stand-in peers). Not ASCII-escaped: a non-ASCII value takes its UTF-8 bytes (2-3), not a
+    \\uXXXX escape (6 or 12); each side reads a line as UTF-8 JSON."""
+    obj = dict(item) if isinstance(item, Mapping) else item.to_json()
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+# -- parsing ----------------------------------------------------------------------------------------
+
+
+def parse_object(line: bytes, invalid: Invalid) -> JsonObject:
+    """A line's JSON object; ``invalid`` for a line too long, not JSON, or not an object."""
+    if len(line) > MAX_LINE_BYTES:
+        raise invalid(MESSAGE_TOO_LARGE, f"message longer than {MAX_LINE_BYTES} bytes", None)
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        raise invalid(INVALID_JSON, "message is not JSON", None) from None
+    if not isinstance(obj, dict):
+        raise invalid(INVALID_JSON, "message must be a JSON object", None)
+    return obj
+
+
+def parse_message(line: bytes, invalid: Invalid) -> Message:
+    """One line of the channel as the proxy reads it; ``invalid`` names what is wrong."""
+    fields = _Fields(parse_object(line, invalid), invalid)
+    parser = _PARSERS.get(str(fields.obj.get("op")))
+    if parser is None:
+        raise invalid(INVALID_REQUEST, f"unknown op {fields.obj.get('op')!r}", "op")
+    return parser(fields)
+
+
+@dataclass(frozen=True, slots=True)
+class _Fields:
+    """A message's fields, each read with its check; ``invalid`` raises the first that fails."""
+
+    obj: JsonObject
+    invalid: Invalid
+
+    def text(self, key: str, max_len: int = 256) -> str:
+        value = self.obj.get(key)
+        if not isinstance(value, str) or not value or len(value) > max_len:
+            message = f"{key!r} must be a non-empty string of at most {max_len} characters"
+            raise self.invalid(INVALID_FIELD, message, key)
+        return value
+
+    def token(self, key: str) -> str:
+        """An id that lands in audit records: an action id's alphabet and length."""
+        value = self.obj.get(key)
+        # fullmatch, not match: "$" would let a trailing newline through.
+        if not isinstance(value, str) or ACTION_ID.fullmatch(value) is None:
+            message = f"{key!r} must be 1 to 64 characters from A-Z a-z 0-9 _ . : -"
+            raise self.invalid(INVALID_FIELD, message, key)
+        return value
+
+    def choice(self, key: str, choices: tuple[str, ...]) -> str:
+        value = self.obj.get(key)
+        if value not in choices:
+            raise self.invalid(INVALID_FIELD, f"{key!r} must be one of {', '.join(choices)}", key)
+        return str(value)
+
+    def actor(self) -> str:
+        return self.text("actor") if "actor" in self.obj else "gateway"
+
+
+def _policy(f: _Fields) -> SetPolicy:
+    allow = f.obj.get("allow")
+    if not _strings(allow):
+        raise f.invalid(INVALID_FIELD, "'allow' must be a list of strings", "allow")
+    mode = f.obj.get("mode", "enforce")
+    if mode not in MODES:
+        raise f.invalid(INVALID_FIELD, f"'mode' must be one of {', '.join(MODES)}", "mode")
+    return SetPolicy(tuple(_items(allow)), str(mode), f.actor())
+
+
+def _action(f: _Fields) -> ActionEvent:
+    phase = f.obj.get("phase")
+    if phase != "start" and phase != "end":
+        raise f.invalid(INVALID_FIELD, "'phase' must be 'start' or 'end'", "phase")
+    actor = f.token("actor") if f.obj.get("actor") is not None else None
+    return ActionEvent(f.token("id"), phase, bool(f.obj.get("ack", False)), actor)
+
+
+def _link(f: _Fields) -> LinkEvent:
+    expires_at = f.obj.get("expires_at")
+    if isinstance(expires_at, bool) or not isinstance(expires_at, int | float):
+        raise f.invalid(INVALID_FIELD, "'expires_at' must be a number (unix seconds)", "expires_at")
+    change, link = f.choice("change", LINK_CHANGES), f.token("link")
+    return LinkEvent(change, link, f.choice("mode", LINK_MODES), f.token("actor"), float(expires_at))
+
+
+def _put_secrets(f: _Fields) -> PutSecrets:
+    """The ``secrets`` list, every entry checked; ``invalid`` names the first bad field (never
+    quoting a value)."""
+    entries = f.obj.get("secrets")
+    if not isinstance(entries, list) or len(entries) > MAX_SECRETS:
+        message = f"'secrets' must be a list of at most {MAX_SECRETS} secrets"
+        raise f.invalid(INVALID_FIELD, message, "secrets")
+    parsed = tuple(_secret(entry, index, f.invalid) for index, entry in enumerate(entries))
+    _distinct(parsed, f.invalid)
+    return PutSecrets(parsed, f.actor())
+
+
+def _secret(entry: object, index: int, invalid: Invalid) -> SecretEntry:
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+        raise invalid(INVALID_FIELD, "each secret is an object with a 'name'", f"secrets[{index}]")
+    name = str(entry["name"])
+    where = f"secrets.{name}"
+    problem = name_problem(name)
+    if problem is not None:
+        raise invalid(INVALID_FIELD, problem, where)
+    placeholder = entry.get("placeholder")
+    if not isinstance(placeholder, str) or PLACEHOLDER.fullmatch(placeholder) is None:
+        raise invalid(INVALID_FIELD, "a placeholder is corral_secret_ and 32 hex digits", f"{where}.placeholder")
+    value = entry.get("value")  # none: the value the proxy holds stays
+    if value is not None:
+        problem = value_problem(value) if isinstance(value, str) else "a secret's value is a string"
+        if problem is not None:
+            raise invalid(INVALID_FIELD, problem, f"{where}.value")
+    locations = entry.get("in", list(DEFAULT_LOCATIONS))
+    if not isinstance(locations, list) or not locations or not set(locations) <= set(LOCATIONS):
+        raise invalid(INVALID_FIELD, f"'in' is a non-empty list of {', '.join(LOCATIONS)}", f"{where}.in")
+    allow = entry.get("allow")
+    if not _strings(allow) or not 0 < len(_items(allow)) <= MAX_BINDINGS:
+        raise invalid(INVALID_FIELD, f"'allow' is a list of 1 to {MAX_BINDINGS} rules", f"{where}.allow")
+    text = value if isinstance(value, str) else None
+    return SecretEntry(name, placeholder, text, tuple(_items(allow)), tuple(str(loc) for loc in locations))
+
+
+def _distinct(entries: tuple[SecretEntry, ...], invalid: Invalid) -> None:
+    """No two secrets share a name or a placeholder."""
+    for attribute in ("name", "placeholder"):
+        seen: set[str] = set()
+        for entry in entries:
+            if getattr(entry, attribute) in seen:
+                blame = f"secrets.{entry.name}" + (".placeholder" if attribute == "placeholder" else "")
+                raise invalid(INVALID_FIELD, f"two secrets have the same {attribute}", blame)
+            seen.add(getattr(entry, attribute))
+
+
+def _counts(value: object) -> dict[str, int] | None:
+    """A JSON object of counts (what is not a count left out); None for anything else."""
+    if not isinstance(value, dict):
+        return None
+    return {str(k): v for k, v in value.items() if isinstance(v, int)}
+
+
+def _strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _items(value: object) -> list[str]:
+    """The strings of a JSON list (nothing for anything else)."""
+    return [str(item) for item in value] if isinstance(value, list) else []
+
+
+_PARSERS: Final[Mapping[str, Callable[[_Fields], Message]]] = {
+    Hello.OP: lambda f: Hello(f.text("token")),
+    Status.OP: lambda f: Status(),
+    SetPolicy.OP: _policy,
+    PutSecrets.OP: _put_secrets,
+    ActionEvent.OP: _action,
+    LeaseEvent.OP: lambda f: LeaseEvent(f.choice("change", LEASE_CHANGES), f.token("holder"), f.token("previous")),
+    LinkEvent.OP: _link,
+}

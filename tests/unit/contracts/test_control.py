@@ -1,0 +1,75 @@
+"""The control channel's typed messages (corral.contracts.control): what one side encodes, the
+other parses back to the same message; answers keep to the wire's shape, and an older proxy's
+answer without generations, heads or secrets reads as None."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.contracts import control
+from corral.errors import InvalidMessage
+
+PLACEHOLDER = "corral_secret_" + "a" * 32
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        control.Hello("t0ken"),
+        control.SetPolicy(("a.test", "GET b.test/v1/"), "report", "api-key:owner"),
+        control.Status(),
+        control.ActionEvent("a1.beef", "start", ack=True, actor="human:lnk_x"),
+        control.ActionEvent("a1.beef", "end"),
+        control.LeaseEvent("taken", "human:lnk_x", "agent"),
+        control.LinkEvent("created", "lnk_x", "view", "api-key:owner", 1733000000.5),
+        control.PutSecrets(
+            (
+                control.SecretEntry("API_TOKEN", PLACEHOLDER, "tok-the-value-42", ("api.test",), ("header",)),
+                control.SecretEntry("OTHER", "corral_secret_" + "b" * 32, None, ("api.test",), ("query", "body")),
+            ),
+            "gateway:reassert",
+        ),
+    ],
+    ids=lambda message: type(message).__name__,
+)
+def test_what_one_side_encodes_the_other_parses_back(message: control.Message) -> None:
+    line = control.encode(message)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert control.parse_message(line, InvalidMessage) == message
+
+
+def test_a_secret_value_is_never_in_a_repr() -> None:
+    entry = control.SecretEntry("API_TOKEN", PLACEHOLDER, "tok-the-value-42", ("api.test",))
+    assert "tok-the-value-42" not in repr(control.PutSecrets((entry,)))
+    assert "t0ken" not in repr(control.Hello("t0ken"))
+
+
+def test_answers_keep_the_wire_s_shape_and_an_older_proxy_s_reads_as_none() -> None:
+    reply = control.Reply(
+        allow=("a.test",), mode="enforce", generation=2, head=control.Head(3, "h3"), actions=(), hermetic=False
+    )
+    wire = reply.to_json()
+    assert wire == {
+        "ok": True,
+        "allow": ["a.test"],
+        "mode": "enforce",
+        "generation": 2,
+        "head": {"seq": 3, "hash": "h3"},
+        "actions": [],
+        "hermetic": False,
+    }
+    assert control.Reply.parse(wire, InvalidMessage) == reply
+    older = control.Reply.parse({"ok": True, "allow": ["a.test"], "mode": "enforce"}, InvalidMessage)
+    assert (older.generation, older.head, older.secrets, older.replay) == (None, None, None, None)
+    assert control.Reply.parse({"ok": True, "head": {"seq": -1, "hash": "x"}}, InvalidMessage).head is None
+    with pytest.raises(InvalidMessage) as wrong:
+        control.Reply.parse({"ok": True, "generation": "2"}, InvalidMessage)
+    assert wrong.value.field == "generation"
+    refusal = control.Refusal("'mode' must be one of enforce, report", "invalid_field", "mode")
+    assert refusal.to_json() == {
+        "ok": False,
+        "code": "invalid_field",
+        "error": "'mode' must be one of enforce, report",
+        "field": "mode",
+    }
+    assert control.Refusal("unknown token").to_json() == {"ok": False, "error": "unknown token"}
