@@ -16,29 +16,29 @@ from fastapi.routing import APIRoute
 
 from corral.contracts.control import LinkEvent
 from corral.gateway import auth, keyids
-from corral.gateway.book import SessionBook
-from corral.gateway.brokering import SecretBroker
-from corral.gateway.claims import ClaimParts, Claims, OnClaim
-from corral.gateway.controllers import Controllers
 from corral.gateway.egress import EgressManager
-from corral.gateway.egressport import EgressPort, NullEgress
-from corral.gateway.endings import Endings
 from corral.gateway.limits import HostFacts, resolve
 from corral.gateway.links import LinkBook
-from corral.gateway.liveness import Liveness
 from corral.gateway.metrics import Metrics
-from corral.gateway.pool import WarmPool
-from corral.gateway.reaper import Archives, EgressWatch, Reaper, Round
 from corral.gateway.recording import RecordingLimits, RecordingManager
-from corral.gateway.recovery import Recovery
 from corral.gateway.replays import ReplayUploads
 from corral.gateway.routes import ROUTERS, errors
 from corral.gateway.routes.deps import body_model
 from corral.gateway.routes.live import AuthSlots
-from corral.gateway.sessionrecordings import SessionRecordings
 from corral.gateway.sessions import SessionManager, SessionParts
+from corral.gateway.sessions.book import SessionBook
+from corral.gateway.sessions.brokering import SecretBroker
+from corral.gateway.sessions.claims import ClaimParts, Claims, OnClaim
+from corral.gateway.sessions.controllers import Controllers
+from corral.gateway.sessions.egressport import EgressPort, NullEgress
+from corral.gateway.sessions.endings import Endings
+from corral.gateway.sessions.liveness import Liveness
+from corral.gateway.sessions.pool import WarmPool
+from corral.gateway.sessions.reaper import Archives, EgressWatch, Reaper, Round
+from corral.gateway.sessions.recovery import Recovery
+from corral.gateway.sessions.sessionrecordings import SessionRecordings
+from corral.gateway.sessions.starts import PairStarts, SandboxStarts, Specs, Starts
 from corral.gateway.settings import GatewaySettings
-from corral.gateway.starts import PairStarts, SandboxStarts, Specs, Starts
 from corral.gateway.store import SessionStore
 from corral.gateway.tickets import TicketSigner
 from corral.gateway.vitals import ControllerWatch

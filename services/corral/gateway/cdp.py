@@ -13,8 +13,8 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from corral.contracts.cdprules import CDP_MAX_COMMAND_BYTES
-from corral.gateway.records import Session
 from corral.gateway.relay import CLOSE_ENDED, cancel_all, raise_unexpected
+from corral.gateway.sessions.records import Session
 
 CLOSE_TOO_BIG = 1009  # RFC 6455: a message too big to process
 

@@ -2,7 +2,7 @@
 
 A link is made by its session's owner (``POST /v1/sessions/{id}/links``) and handed to a person as a
 URL whose secret (``crl_link_`` and 32 url-safe bytes) rides in the fragment. Only the secret's
-SHA-256 is kept, in the session's record (:class:`corral.gateway.records.SessionRecord`), so a
+SHA-256 is kept, in the session's record (:class:`corral.gateway.sessions.records.SessionRecord`), so a
 restarted gateway still knows its links; presented secrets are compared in constant time against
 every link of every live session, as session tokens are. A link never outlives its session: its
 expiry is capped at the session's, and it dies with the session's record.

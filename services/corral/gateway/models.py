@@ -136,7 +136,7 @@ SessionState = Literal["starting", "ready", "stopping"]
 
 
 # A session's fields, each declared once, in three layers: what its recording's manifest keeps, what
-# its owner sees, and (corral.gateway.records.SessionRecord) what the gateway keeps about it.
+# its owner sees, and (corral.gateway.sessions.records.SessionRecord) what the gateway keeps about it.
 
 
 class SessionSetup(BaseModel):

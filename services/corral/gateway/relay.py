@@ -22,7 +22,7 @@ from corral.errors import ErrorCode, UnprovenController
 from corral.frames import next_frame, over_limit
 from corral.gateway.controller import connect_ws
 from corral.gateway.metrics import Metrics
-from corral.gateway.records import Session
+from corral.gateway.sessions.records import Session
 from corral.protocol import reply
 
 # When each request in flight was sent, by its id's key (an agent may reuse an id: oldest first).

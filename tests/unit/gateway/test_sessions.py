@@ -17,7 +17,6 @@ import httpx
 import pytest
 
 from corral.errors import EgressUnavailable, SessionNotFound
-from corral.gateway import pool, reaper
 from corral.gateway.app import build_sessions
 from corral.gateway.egress import Egress, Ground
 from corral.gateway.grounds import GroundPool
@@ -30,6 +29,8 @@ from corral.gateway.sessions import (
     Session,
     SessionManager,
     SessionRecord,
+    pool,
+    reaper,
 )
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore

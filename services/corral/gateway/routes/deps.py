@@ -44,7 +44,7 @@ HttpDep = Annotated[httpx.AsyncClient, Depends(_state("http"))]
 
 def egress_archive(manager: ManagerDep) -> EgressManager | None:
     """The egress manager, whose archive (audit logs, anchors) the traffic routes read; None on a
-    gateway without egress control (its sessions' egress is corral.gateway.egressport.NullEgress)."""
+    gateway without egress control (its sessions' egress is corral.gateway.sessions.egressport.NullEgress)."""
     egress = manager.egress
     return egress if isinstance(egress, EgressManager) else None
 

@@ -46,8 +46,8 @@ from corral.errors import (
     UploadTooLarge,
 )
 from corral.gateway import controller
-from corral.gateway.records import Session
 from corral.gateway.routes.deps import HttpDep, LiveSessionDep, SettingsDep
+from corral.gateway.sessions.records import Session
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["files"])

@@ -10,9 +10,9 @@ from starlette.requests import HTTPConnection
 from corral.errors import SandboxError, SandboxStartFailed
 from corral.gateway.auth import OWNER_ACTOR
 from corral.gateway.models import CreatedSession, CreateSession, SessionOut, SessionTerms, UpdateSession
-from corral.gateway.records import Session
 from corral.gateway.routes.deps import CallerDep, JsonBody, KeyIdDep, LiveSessionDep, ManagerDep, body_of
 from corral.gateway.secrets import SecretSet
+from corral.gateway.sessions.records import Session
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 

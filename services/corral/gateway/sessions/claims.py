@@ -12,17 +12,17 @@ from pathlib import Path
 
 from corral.errors import CapacityError, InvalidRequest
 from corral.gateway import auth
-from corral.gateway.book import SessionBook
-from corral.gateway.brokering import SecretBroker
-from corral.gateway.egressport import EgressPort
 from corral.gateway.models import CreateSession
-from corral.gateway.pool import WarmPool
-from corral.gateway.records import Pair, Session, SessionRecord
 from corral.gateway.replays import ReplayUploads
 from corral.gateway.secrets import SecretSet, plan_create
-from corral.gateway.sessionrecordings import SessionRecordings
+from corral.gateway.sessions.book import SessionBook
+from corral.gateway.sessions.brokering import SecretBroker
+from corral.gateway.sessions.egressport import EgressPort
+from corral.gateway.sessions.pool import WarmPool
+from corral.gateway.sessions.records import Pair, Session, SessionRecord
+from corral.gateway.sessions.sessionrecordings import SessionRecordings
+from corral.gateway.sessions.starts import Starts
 from corral.gateway.settings import GatewaySettings
-from corral.gateway.starts import Starts
 from corral.gateway.threads import settle
 
 OnClaim = Callable[[str, float], None]  # (source "pool" | "cold", seconds), for the metrics

@@ -11,10 +11,10 @@ import time
 from typing import Any
 
 from corral.errors import SessionNotFound
-from corral.gateway.book import SessionBook
-from corral.gateway.egressport import EgressPort
-from corral.gateway.records import Session
-from corral.gateway.sessionrecordings import SessionRecordings
+from corral.gateway.sessions.book import SessionBook
+from corral.gateway.sessions.egressport import EgressPort
+from corral.gateway.sessions.records import Session
+from corral.gateway.sessions.sessionrecordings import SessionRecordings
 from corral.runtime import SandboxRuntime
 
 log = logging.getLogger(__name__)

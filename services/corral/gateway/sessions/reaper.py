@@ -12,17 +12,17 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from corral.gateway.book import SessionBook
 from corral.gateway.egress import Ground
-from corral.gateway.egressport import EgressPort
-from corral.gateway.endings import Endings
-from corral.gateway.liveness import Liveness
-from corral.gateway.pool import WarmPool
-from corral.gateway.records import Listing
 from corral.gateway.replays import ReplayUploads
-from corral.gateway.sessionrecordings import SessionRecordings
+from corral.gateway.sessions.book import SessionBook
+from corral.gateway.sessions.egressport import EgressPort
+from corral.gateway.sessions.endings import Endings
+from corral.gateway.sessions.liveness import Liveness
+from corral.gateway.sessions.pool import WarmPool
+from corral.gateway.sessions.records import Listing
+from corral.gateway.sessions.sessionrecordings import SessionRecordings
+from corral.gateway.sessions.starts import Specs, Starts
 from corral.gateway.settings import GatewaySettings
-from corral.gateway.starts import Specs, Starts
 from corral.runtime import ALIVE_STATES, SandboxRuntime, State
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ the session side never asks whether egress is on. A session's own pair says whet
 (``Pair.egress``, ``Session.egress``); only the wiring (corral.gateway.app) chooses the egress.
 
 :class:`~corral.gateway.egress.EgressManager` satisfies the port as it is; starting a pair (network,
-CA, proxy) is not in it: that is the pair starter's (corral.gateway.starts), which only a gateway with
+CA, proxy) is not in it: that is the pair starter's (corral.gateway.sessions.starts), which only a gateway with
 egress control has.
 """
 

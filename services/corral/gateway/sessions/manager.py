@@ -1,11 +1,11 @@
 """Session lifecycle, assembled: :class:`SessionManager` starts and stops the session side's parts
-(wired by corral.gateway.app's ``build_sessions``) and is what routes ask: create (corral.gateway.claims),
-get and list (corral.gateway.book), change egress and secrets (corral.gateway.brokering), end
-(corral.gateway.endings), a relay's lost sandbox (corral.gateway.liveness).
+(wired by corral.gateway.app's ``build_sessions``) and is what routes ask: create (``claims``), get and
+list (``book``), change egress and secrets (``brokering``), end (``endings``), a relay's lost sandbox
+(``liveness``), each a module of corral.gateway.sessions.
 
 Runtime calls block, so they run in threads; every background task is kept and cancelled on stop.
-Stopping leaves sessions' sandboxes running (a restarted gateway adopts them again, corral.gateway.recovery)
-and removes everything else it started: pooled pairs (corral.gateway.pool), and a pair half-started by a refill.
+Stopping leaves sessions' sandboxes running (a restarted gateway adopts them again: ``recovery``) and
+removes everything else it started: pooled pairs (``pool``), and a pair half-started by a refill.
 """
 
 from __future__ import annotations
@@ -15,22 +15,23 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from corral.gateway.book import SessionBook
-from corral.gateway.brokering import SecretBroker
-from corral.gateway.claims import Claims
-from corral.gateway.controllers import Controllers
 from corral.gateway.egress import Ground
-from corral.gateway.egressport import EgressPort
-from corral.gateway.endings import Endings
 from corral.gateway.grounds import GroundPool
 from corral.gateway.limits import Limits
 from corral.gateway.links import LinkBook
-from corral.gateway.liveness import Liveness
 from corral.gateway.models import CreateSession, UpdateSecrets
-from corral.gateway.pool import WarmPool
-from corral.gateway.reaper import Reaper
 from corral.gateway.recording import RecordingManager
-from corral.gateway.records import (
+from corral.gateway.replays import ReplayUploads
+from corral.gateway.sessions.book import SessionBook
+from corral.gateway.sessions.brokering import SecretBroker
+from corral.gateway.sessions.claims import Claims
+from corral.gateway.sessions.controllers import Controllers
+from corral.gateway.sessions.egressport import EgressPort
+from corral.gateway.sessions.endings import Endings
+from corral.gateway.sessions.liveness import Liveness
+from corral.gateway.sessions.pool import WarmPool
+from corral.gateway.sessions.reaper import Reaper
+from corral.gateway.sessions.records import (
     GATEWAY_LABEL,
     KIND_LABEL,
     SANDBOX_EXITED,
@@ -41,10 +42,9 @@ from corral.gateway.records import (
     describe_exit,
     new_session_id,
 )
-from corral.gateway.recovery import Recovery
-from corral.gateway.replays import ReplayUploads
-from corral.gateway.sessionrecordings import SessionRecordings
-from corral.gateway.starts import Starts
+from corral.gateway.sessions.recovery import Recovery
+from corral.gateway.sessions.sessionrecordings import SessionRecordings
+from corral.gateway.sessions.starts import Starts
 from corral.gateway.vitals import ControllerWatch
 from corral.runtime import SandboxRuntime
 

@@ -20,7 +20,7 @@ from corral.gateway.egress import Egress, EgressManager, Ground
 from corral.gateway.grounds import GroundPool
 from corral.gateway.limits import Limits
 from corral.gateway.models import CreateSession, Viewport
-from corral.gateway.records import GATEWAY_LABEL, KIND_LABEL, Pair, new_session_id
+from corral.gateway.sessions.records import GATEWAY_LABEL, KIND_LABEL, Pair, new_session_id
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.threads import in_thread, settle
 from corral.runtime import SandboxAddress, SandboxRuntime, SandboxSpec, SessionNetwork

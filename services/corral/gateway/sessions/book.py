@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from corral.errors import SessionNotFound
 from corral.gateway.links import LinkRecord
-from corral.gateway.records import Session, SessionRecord
+from corral.gateway.sessions.records import Session, SessionRecord
 from corral.gateway.store import SessionStore
 
 

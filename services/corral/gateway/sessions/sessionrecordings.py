@@ -8,10 +8,10 @@ import asyncio
 import contextlib
 import logging
 
-from corral.gateway.controllers import Controllers
-from corral.gateway.egressport import EgressPort
 from corral.gateway.recording import RecordingManager
-from corral.gateway.records import Session
+from corral.gateway.sessions.controllers import Controllers
+from corral.gateway.sessions.egressport import EgressPort
+from corral.gateway.sessions.records import Session
 
 log = logging.getLogger(__name__)
 

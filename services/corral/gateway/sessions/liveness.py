@@ -8,10 +8,10 @@ import asyncio
 import logging
 import time
 
-from corral.gateway.book import SessionBook
-from corral.gateway.controllers import Controllers
-from corral.gateway.endings import Endings
-from corral.gateway.records import SANDBOX_EXITED, Session, describe_exit
+from corral.gateway.sessions.book import SessionBook
+from corral.gateway.sessions.controllers import Controllers
+from corral.gateway.sessions.endings import Endings
+from corral.gateway.sessions.records import SANDBOX_EXITED, Session, describe_exit
 from corral.gateway.vitals import CONTROLLER_DEAD, ControllerWatch
 from corral.runtime import SandboxRuntime
 

@@ -9,11 +9,11 @@ import contextlib
 import logging
 import time
 
-from corral.gateway.book import SessionBook
-from corral.gateway.egressport import EgressPort
-from corral.gateway.records import Session, SessionRecord
-from corral.gateway.sessionrecordings import SessionRecordings
-from corral.gateway.starts import Specs, Starts
+from corral.gateway.sessions.book import SessionBook
+from corral.gateway.sessions.egressport import EgressPort
+from corral.gateway.sessions.records import Session, SessionRecord
+from corral.gateway.sessions.sessionrecordings import SessionRecordings
+from corral.gateway.sessions.starts import Specs, Starts
 from corral.runtime import SandboxInfo, SandboxRuntime
 
 log = logging.getLogger(__name__)

@@ -9,11 +9,11 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Mapping, Sequence
 
-from corral.gateway.controllers import Controllers
-from corral.gateway.egressport import EgressPort
 from corral.gateway.models import CreateSession, Viewport
-from corral.gateway.records import Pair
-from corral.gateway.starts import Starts
+from corral.gateway.sessions.controllers import Controllers
+from corral.gateway.sessions.egressport import EgressPort
+from corral.gateway.sessions.records import Pair
+from corral.gateway.sessions.starts import Starts
 from corral.gateway.threads import settle
 from corral.runtime import ALIVE_STATES, State
 

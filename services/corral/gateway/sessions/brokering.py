@@ -10,12 +10,12 @@ import logging
 from collections.abc import Awaitable, Sequence
 
 from corral.errors import EgressUnavailable, SandboxError
-from corral.gateway.book import SessionBook
-from corral.gateway.controllers import Controllers
-from corral.gateway.egressport import NO_EGRESS, EgressPort
 from corral.gateway.models import UpdateSecrets
-from corral.gateway.records import Listing, Pair, Session
 from corral.gateway.secrets import SecretSet, plan_update
+from corral.gateway.sessions.book import SessionBook
+from corral.gateway.sessions.controllers import Controllers
+from corral.gateway.sessions.egressport import NO_EGRESS, EgressPort
+from corral.gateway.sessions.records import Listing, Pair, Session
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,35 @@
+"""The session side of the gateway: :class:`SessionManager` (``manager``), what routes ask, and the
+parts it is made of, one job each: the live sessions and their records (``book``, ``records``),
+claims and cold starts (``claims``, ``starts``), the warm pool (``pool``), the reaper and liveness
+(``reaper``, ``liveness``), ends and recovery (``endings``, ``recovery``), secrets and policy
+changes (``brokering``), the recording wiring (``sessionrecordings``), the controllers' client
+(``controllers``) and what the session side asks of egress (``egressport``).
+Wired by corral.gateway.app's ``build_sessions``."""
+
+from corral.gateway.sessions.manager import (
+    GATEWAY_LABEL,
+    KIND_LABEL,
+    SANDBOX_EXITED,
+    Listing,
+    Pair,
+    Session,
+    SessionManager,
+    SessionParts,
+    SessionRecord,
+    describe_exit,
+    new_session_id,
+)
+
+__all__ = [
+    "GATEWAY_LABEL",
+    "KIND_LABEL",
+    "SANDBOX_EXITED",
+    "Listing",
+    "Pair",
+    "Session",
+    "SessionManager",
+    "SessionParts",
+    "SessionRecord",
+    "describe_exit",
+    "new_session_id",
+]
