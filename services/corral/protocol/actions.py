@@ -19,6 +19,7 @@ from pydantic_core import PydanticCustomError
 from corral.contracts.urls import REFUSED_WHY, cleaned, web_url
 from corral.errors import UnknownKeyError
 from corral.protocol import keys as keyparse
+from corral.protocol import results as r
 
 MAX_TYPE_CHARS = 20_000
 MAX_CLIPBOARD_CHARS = 1_000_000
@@ -105,6 +106,8 @@ class _Action(_Model):
     """The control lease's: never refused by the lease, and it answers a hand-back in its result."""
     human_input: ClassVar[bool] = False
     """A viewer holding the lease may send it (a paste is a ``type``), run through the same XTest path."""
+    result: ClassVar[type[BaseModel]]
+    """The model of what it answers (:mod:`corral.protocol.results`): a native reply's ``result``."""
 
     def points(self) -> Iterator[tuple[str, int, int]]:
         """(field, x, y) of every screen point the action names, for bounds checks."""
@@ -143,6 +146,7 @@ class _OptionalPointAction(_Action):
 
 
 class Screenshot(ScreenshotOptions, _Action):
+    result: ClassVar[type[BaseModel]] = r.Done
     type: Literal["screenshot"]
 
     def points(self) -> Iterator[tuple[str, int, int]]:
@@ -164,6 +168,8 @@ class Screenshot(ScreenshotOptions, _Action):
 class Zoom(_Action):
     """A region of the screen at full resolution (or resized to ``width``)."""
 
+    result: ClassVar[type[BaseModel]] = r.Done
+
     type: Literal["zoom"]
     region: Region
     format: ImageFormat = "png"
@@ -184,6 +190,7 @@ class Zoom(_Action):
 
 
 class Click(_OptionalPointAction):
+    result: ClassVar[type[BaseModel]] = r.Position
     human_input: ClassVar[bool] = True
 
     type: Literal["click"]
@@ -195,6 +202,7 @@ class Click(_OptionalPointAction):
 
 
 class MouseDown(_OptionalPointAction):
+    result: ClassVar[type[BaseModel]] = r.Position
     human_input: ClassVar[bool] = True
 
     type: Literal["mouse_down"]
@@ -202,6 +210,7 @@ class MouseDown(_OptionalPointAction):
 
 
 class MouseUp(_OptionalPointAction):
+    result: ClassVar[type[BaseModel]] = r.Position
     human_input: ClassVar[bool] = True
 
     type: Literal["mouse_up"]
@@ -209,6 +218,7 @@ class MouseUp(_OptionalPointAction):
 
 
 class Move(_Action):
+    result: ClassVar[type[BaseModel]] = r.Position
     human_input: ClassVar[bool] = True
 
     type: Literal["move"]
@@ -228,6 +238,8 @@ class Move(_Action):
 
 class Drag(_Action):
     """Press at ``path[0]``, move through every point, release at the last one."""
+
+    result: ClassVar[type[BaseModel]] = r.Position
 
     type: Literal["drag"]
     path: Annotated[list[Point], Field(min_length=2, max_length=MAX_PATH_POINTS)]
@@ -249,6 +261,8 @@ class Drag(_Action):
 
 class Scroll(_OptionalPointAction):
     """Scroll by wheel ``clicks`` in a ``direction``, or by ``dx``/``dy`` pixels (positive: right/down)."""
+
+    result: ClassVar[type[BaseModel]] = r.Scrolled
 
     human_input: ClassVar[bool] = True
     type: Literal["scroll"]
@@ -284,6 +298,8 @@ class Scroll(_OptionalPointAction):
 class Type(_Action):
     """Type any Unicode text as key events; long text goes in chunks."""
 
+    result: ClassVar[type[BaseModel]] = r.Typed
+
     human_input: ClassVar[bool] = True
     type: Literal["type"]
     text: str
@@ -311,6 +327,8 @@ class Type(_Action):
 class Key(_Action):
     """Press a key combo (xdotool syntax, space-separated for a sequence), optionally held."""
 
+    result: ClassVar[type[BaseModel]] = r.Done
+
     human_input: ClassVar[bool] = True
     type: Literal["key"]
     keys: Annotated[str, Field(min_length=1, max_length=1_000)]
@@ -331,19 +349,23 @@ class Key(_Action):
 
 
 class Wait(_Action):
+    result: ClassVar[type[BaseModel]] = r.Done
     type: Literal["wait"]
     ms: Annotated[int, Field(ge=0, le=MAX_WAIT_MS)] = 1_000
 
 
 class CursorPosition(_Action):
+    result: ClassVar[type[BaseModel]] = r.Position
     type: Literal["cursor_position"]
 
 
 class ClipboardGet(_Action):
+    result: ClassVar[type[BaseModel]] = r.ClipboardText
     type: Literal["clipboard_get"]
 
 
 class ClipboardSet(_Action):
+    result: ClassVar[type[BaseModel]] = r.Done
     type: Literal["clipboard_set"]
     text: Annotated[str, Field(max_length=MAX_CLIPBOARD_CHARS)]
 
@@ -364,6 +386,7 @@ def _web_page(url: str) -> str:
 
 
 class Navigate(_Action):
+    result: ClassVar[type[BaseModel]] = r.Navigated
     type: Literal["navigate"]
     url: Annotated[str, Field(min_length=1, max_length=65_536)]
     wait_until: WaitUntil = "load"
@@ -380,16 +403,19 @@ class Navigate(_Action):
 
 
 class Back(_Action):
+    result: ClassVar[type[BaseModel]] = r.PageShown
     type: Literal["back"]
     timeout_ms: Annotated[int, Field(ge=1, le=300_000)] = 30_000
 
 
 class Forward(_Action):
+    result: ClassVar[type[BaseModel]] = r.PageShown
     type: Literal["forward"]
     timeout_ms: Annotated[int, Field(ge=1, le=300_000)] = 30_000
 
 
 class Reload(_Action):
+    result: ClassVar[type[BaseModel]] = r.PageShown
     type: Literal["reload"]
     timeout_ms: Annotated[int, Field(ge=1, le=300_000)] = 30_000
 
@@ -397,10 +423,13 @@ class Reload(_Action):
 class PageInfo(_Action):
     """The active tab's URL and title."""
 
+    result: ClassVar[type[BaseModel]] = r.PageShown
+
     type: Literal["page_info"]
 
 
 class Tabs(_Action):
+    result: ClassVar[type[BaseModel]] = r.TabList
     type: Literal["tabs"]
 
 
@@ -408,6 +437,7 @@ TabRef = Annotated[str, Field(min_length=1, max_length=64)] | Annotated[int, Fie
 
 
 class TabNew(_Action):
+    result: ClassVar[type[BaseModel]] = r.TabShown
     type: Literal["tab_new"]
     url: Annotated[str, Field(max_length=65_536)] | None = None
 
@@ -418,11 +448,13 @@ class TabNew(_Action):
 
 
 class TabSwitch(_Action):
+    result: ClassVar[type[BaseModel]] = r.TabShown
     type: Literal["tab_switch"]
     tab: TabRef
 
 
 class TabClose(_Action):
+    result: ClassVar[type[BaseModel]] = r.TabClosed
     type: Literal["tab_close"]
     tab: TabRef | None = None
 
@@ -508,6 +540,7 @@ class _PathAction(_Action, OnePath):
 
 
 class FileRead(_PathAction):
+    result: ClassVar[type[BaseModel]] = r.FileContent
     runs_apart: ClassVar[bool] = True
 
     type: Literal["file_read"]
@@ -517,6 +550,7 @@ class FileRead(_PathAction):
 
 
 class FileWrite(_PathAction):
+    result: ClassVar[type[BaseModel]] = r.FileWritten
     runs_apart: ClassVar[bool] = True
 
     type: Literal["file_write"]
@@ -565,6 +599,7 @@ class FileWrite(_PathAction):
 
 
 class FileList(_PathAction):
+    result: ClassVar[type[BaseModel]] = r.FileListing
     runs_apart: ClassVar[bool] = True
 
     type: Literal["file_list"]
@@ -574,12 +609,14 @@ class FileList(_PathAction):
 
 
 class FileStat(_PathAction):
+    result: ClassVar[type[BaseModel]] = r.FileEntry
     runs_apart: ClassVar[bool] = True
 
     type: Literal["file_stat"]
 
 
 class FileRemove(_PathAction):
+    result: ClassVar[type[BaseModel]] = r.FileRemoved
     runs_apart: ClassVar[bool] = True
 
     type: Literal["file_remove"]
@@ -587,6 +624,7 @@ class FileRemove(_PathAction):
 
 
 class FileMove(_Action):
+    result: ClassVar[type[BaseModel]] = r.FileMoved
     runs_apart: ClassVar[bool] = True
 
     type: Literal["file_move"]
@@ -620,8 +658,8 @@ MAX_COMMAND_BYTES = 96 * 1024  # argv (or command), env and cwd together, as UTF
 MAX_STDIN_BYTES = 8 << 20
 MAX_PROCESS_TIMEOUT_MS = 24 * 3_600_000
 DEFAULT_WORKDIR = "/workspace"
-OutputEncoding = Literal["utf-8", "base64"]
-Stream = Literal["stdout", "stderr"]
+OutputEncoding = r.OutputEncoding
+Stream = r.Stream
 
 
 def _clean_text(value: str) -> str:
@@ -665,6 +703,8 @@ class PtySize(_Model):
 
 class Exec(_Action):
     """Run ``command`` (through ``bash -lc``) or ``argv`` as the agent; see docs/protocol.md, "Commands"."""
+
+    result: ClassVar[type[BaseModel]] = r.ExecResult
 
     runs_apart: ClassVar[bool] = True
     type: Literal["exec"]
@@ -710,12 +750,14 @@ class Exec(_Action):
 
 
 class ProcessList(_Action):
+    result: ClassVar[type[BaseModel]] = r.ProcessListing
     runs_apart: ClassVar[bool] = True
 
     type: Literal["process_list"]
 
 
 class ProcessWait(_Action):
+    result: ClassVar[type[BaseModel]] = r.ProcessWaited
     runs_apart: ClassVar[bool] = True
 
     type: Literal["process_wait"]
@@ -729,6 +771,8 @@ SignalName = Annotated[str, Field(pattern=r"^(SIG)?[A-Z0-9+-]{2,12}$")] | Annota
 class ProcessKill(_Action):
     """SIGKILL (the default) ends the whole tree; other signals go to the process's group."""
 
+    result: ClassVar[type[BaseModel]] = r.Signalled
+
     runs_apart: ClassVar[bool] = True
     type: Literal["process_kill"]
     pid: Pid
@@ -736,6 +780,7 @@ class ProcessKill(_Action):
 
 
 class ProcessWrite(_Action):
+    result: ClassVar[type[BaseModel]] = r.Written
     runs_apart: ClassVar[bool] = True
 
     type: Literal["process_write"]
@@ -759,6 +804,7 @@ class ProcessWrite(_Action):
 
 
 class ProcessOutput(_Action):
+    result: ClassVar[type[BaseModel]] = r.ProcessOutputSlice
     runs_apart: ClassVar[bool] = True
 
     type: Literal["process_output"]
@@ -770,6 +816,7 @@ class ProcessOutput(_Action):
 
 
 class ProcessResize(_Action):
+    result: ClassVar[type[BaseModel]] = r.Resized
     runs_apart: ClassVar[bool] = True
 
     type: Literal["process_resize"]
@@ -804,6 +851,8 @@ class Shell(_Action):
     terminal shows them. ``restart`` starts a fresh bash first (alone: only that). A command still
     running at ``timeout_ms`` fails with ``timeout``; its whole tree is killed and the shell restarted."""
 
+    result: ClassVar[type[BaseModel]] = r.ShellOutput
+
     runs_apart: ClassVar[bool] = True
     type: Literal["shell"]
     command: Annotated[CleanText, Field(min_length=1, max_length=MAX_COMMAND_BYTES)] | None = None
@@ -827,6 +876,8 @@ class Edit(_Action):
     ``create`` a file that does not exist, ``str_replace`` exactly one match (or every one with
     ``replace_all``), ``insert`` after a line (0: at the top), ``undo_edit`` the last edit of a path."""
 
+    result: ClassVar[type[BaseModel]] = r.ToolOutput
+
     runs_apart: ClassVar[bool] = True
     type: Literal["edit"]
     command: EditCommand
@@ -847,6 +898,8 @@ class ApplyPatch(_Action):
     """One file operation of a patch (OpenAI's ``apply_patch``): create a file, update one with a V4A
     diff, or delete one. All or nothing: a diff whose context is gone changes nothing."""
 
+    result: ClassVar[type[BaseModel]] = r.ToolOutput
+
     runs_apart: ClassVar[bool] = True
     type: Literal["apply_patch"]
     operation: PatchOperation
@@ -865,6 +918,8 @@ class ApplyPatch(_Action):
 class FileGlob(_Action):
     """Paths under ``path`` matching a doublestar pattern (``**/*.py``), newest first."""
 
+    result: ClassVar[type[BaseModel]] = r.GlobMatches
+
     runs_apart: ClassVar[bool] = True
     type: Literal["file_glob"]
     pattern: Annotated[CleanText, Field(min_length=1, max_length=1_000)]
@@ -874,6 +929,8 @@ class FileGlob(_Action):
 
 class FileGrep(_Action):
     """Lines matching a regular expression (ripgrep's syntax) in the files under ``path``."""
+
+    result: ClassVar[type[BaseModel]] = r.GrepMatches
 
     runs_apart: ClassVar[bool] = True
     type: Literal["file_grep"]
@@ -897,6 +954,8 @@ class Secrets(_Action):
     """The session's secret placeholders, name to placeholder, as every command's environment holds
     them (corral.sandbox.placeholders); the egress proxy puts each secret's value in its place."""
 
+    result: ClassVar[type[BaseModel]] = r.SecretPlaceholders
+
     runs_apart: ClassVar[bool] = True
     type: Literal["secrets"]
 
@@ -911,6 +970,8 @@ class Control(_Action):
     """Who holds the session's control lease, and the human's hand-back note if one waits for the
     agent; with ``wait_ms``, waits that long for a human (or an exclusive CDP client) to hand back."""
 
+    result: ClassVar[type[BaseModel]] = r.LeaseAnswer
+
     runs_apart: ClassVar[bool] = True
     lease: ClassVar[bool] = True
     type: Literal["control"]
@@ -920,6 +981,8 @@ class Control(_Action):
 class RequestControl(_Action):
     """Ask a human to step in (a login, a CAPTCHA): every viewer shows ``reason`` in a banner; waits
     up to ``wait_ms`` for a human to take control and hand it back, and returns their note."""
+
+    result: ClassVar[type[BaseModel]] = r.LeaseAnswer
 
     runs_apart: ClassVar[bool] = True
     lease: ClassVar[bool] = True
