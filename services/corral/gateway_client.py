@@ -340,7 +340,9 @@ class Gateway:
         self._http.close()
 
     def send(self, call: Call[T]) -> T:
-        return call.read(self._http.request(call.method, call.path, json=call.json, content=call.content, params=call.params))
+        return call.read(
+            self._http.request(call.method, call.path, json=call.json, content=call.content, params=call.params)
+        )
 
     def create_session(self, body: SessionBody) -> SessionInfo:
         return self.send(calls.create_session(body))
