@@ -285,13 +285,14 @@ def session_create(
         allow, (int(width), int(height)), timeout_s, idle_timeout_s, labels, egress_mode, secrets=secrets
     )
     with _gateway_call() as gateway:
-        created = gateway.create_session(body)
+        session = gateway.create_session(body)
+    created = session.wire()
     if as_json:
         out.print_json(json.dumps(created))
         return
     out.print(_session_table([created]))
-    out.print(f"token: {created['token']}\nws: {created['ws_url']}")
-    for name, placeholder in (created.get("secrets") or {}).items():
+    out.print(f"token: {session.token}\nws: {session.ws_url}")
+    for name, placeholder in session.secrets.items():
         out.print(f"secret {name}: {placeholder}")
 
 
@@ -331,7 +332,7 @@ def session_allow(
 ) -> None:
     """Replace a live session's allowlist (and mode); the change is written to its audit log."""
     with _gateway_call() as gateway:
-        updated = gateway.update_session(session_id, entries or [], egress_mode)
+        updated = gateway.update_session(session_id, entries or [], egress_mode).wire()
     if as_json:
         out.print_json(json.dumps(updated))
         return
@@ -342,7 +343,7 @@ def session_allow(
 def session_ls(as_json: JsonOpt = False) -> None:
     """The sessions of this API key."""
     with _gateway_call() as gateway:
-        rows = gateway.sessions()
+        rows = [row.wire() for row in gateway.sessions()]
     if as_json:
         out.print_json(json.dumps(rows))
     else:
@@ -352,7 +353,7 @@ def session_ls(as_json: JsonOpt = False) -> None:
 @session_app.command("show")
 def session_show(session_id: str, as_json: JsonOpt = False) -> None:
     with _gateway_call() as gateway:
-        row = gateway.session(session_id)
+        row = gateway.session(session_id).wire()
     if as_json:
         out.print_json(json.dumps(row))
     else:
@@ -597,7 +598,7 @@ def _upload(gateway: Gateway, local: Path, remote: transfer.Remote, parents: boo
     size = 0
     for path, into in plan:
         written = gateway.upload_file(remote.session_id, into, path, make_dirs=parents or local.is_dir())
-        size += int(written.get("size", 0))
+        size += written.size
     console.print(f"uploaded {len(plan)} file{'s' * (len(plan) != 1)} ({size} bytes) to {remote.session_id}:{target}")
 
 

@@ -19,7 +19,7 @@ class _Answer(BaseModel):
 
     def wire(self) -> dict[str, object]:
         """As the gateway sent it (for ``--json`` and the MCP tools' structured content)."""
-        return self.model_dump(mode="json", by_alias=True)
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
 class ViewportSize(_Answer):
@@ -50,9 +50,9 @@ class SessionInfo(_Answer):
     secrets: dict[str, str] = Field(default_factory=dict)  # name -> placeholder (never a value)
     token: str | None = None
 
-    def without_token(self) -> SessionInfo:
-        """The session less its credential: what a model (MCP) or a log may see."""
-        return self.model_copy(update={"token": None})
+    def shown(self) -> dict[str, object]:
+        """The session less its credential, as JSON: what a model (MCP) or a log may see."""
+        return self.model_dump(mode="json", by_alias=True, exclude={"token"}, exclude_unset=True)
 
 
 class TrafficRecord(_Answer):
@@ -61,7 +61,7 @@ class TrafficRecord(_Answer):
     are kept as extras, read as attributes or with :meth:`get`)."""
 
     seq: int = 0
-    time: str = ""
+    time: float = 0.0  # unix seconds
     session: str = ""
     event: str = ""
     prev: str = ""
