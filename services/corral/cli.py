@@ -24,7 +24,7 @@ from rich.text import Text
 from websockets.exceptions import ConnectionClosed, WebSocketException
 
 from corral import commands, gateway_client, images, progress, transfer
-from corral.client import SandboxClient, check_reply, image_bytes, is_reply
+from corral.client import Frame, SandboxClient, check_reply, image_bytes, is_reply
 from corral.commands import ExecResult, OutputChunk
 from corral.errors import ActionFailed, CorralError, ErrorCode, GatewayError
 from corral.gateway import keystrength
@@ -489,7 +489,7 @@ def _stdin_bytes(source: Path | None) -> bytes | None:
     return sys.stdin.buffer.read() if str(source) == "-" else source.read_bytes()
 
 
-def _print_output(frames: Iterable[dict[str, Any]]) -> ExecResult:
+def _print_output(frames: Iterable[Frame]) -> ExecResult:
     """Each chunk to this process's stdout or stderr as it comes; the command's result. Output that
     came only in the reply (none streamed on that stream) is printed from it."""
     streamed: set[str] = set()

@@ -217,7 +217,7 @@ class calls:  # a namespace of pure builders, read as calls.create_session(...)
         return Call("DELETE", f"/v1/sessions/{session_id}", _missing_ok if missing_ok else _nothing)
 
     @staticmethod
-    def act(session_id: str, message: dict[str, Any]) -> Call[dict[str, Any]]:
+    def act(session_id: str, message: Mapping[str, Any]) -> Call[dict[str, Any]]:
         return Call("POST", f"/v1/sessions/{session_id}/actions", _reply, json=message)
 
     @staticmethod
@@ -366,7 +366,7 @@ class Gateway:
     def delete_session(self, session_id: str, missing_ok: bool = False) -> None:
         self.send(calls.delete_session(session_id, missing_ok))
 
-    def act(self, session_id: str, message: dict[str, Any]) -> dict[str, Any]:
+    def act(self, session_id: str, message: Mapping[str, Any]) -> dict[str, Any]:
         """One message through ``POST /v1/sessions/{id}/actions``: the sandbox's reply, ``ok`` or not."""
         return self.send(calls.act(session_id, message))
 
@@ -476,7 +476,7 @@ class AsyncGateway:
     async def delete_session(self, session_id: str, missing_ok: bool = False) -> None:
         await self.send(calls.delete_session(session_id, missing_ok))
 
-    async def act(self, session_id: str, message: dict[str, Any]) -> dict[str, Any]:
+    async def act(self, session_id: str, message: Mapping[str, Any]) -> dict[str, Any]:
         return await self.send(calls.act(session_id, message))
 
     async def traffic(self, session_id: str, **filters: str) -> list[TrafficRecord]:

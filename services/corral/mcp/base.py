@@ -4,19 +4,22 @@ caller and turns a sandbox's reply into its answer (:class:`ToolBase`)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 import httpx
 from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult
-from pydantic import Field
+from pydantic import BaseModel, Field
 
+from corral.client import Frame, Request
 from corral.errors import CodedError, ErrorCode, RemoteError
 from corral.gateway_client import AsyncGateway
 from corral.mcp import results
 from corral.mcp.access import GatewayAccess
+from corral.sdk.messages import Message, reading
 
 Ctx = Context[Any, Any]
+T = TypeVar("T")
 
 SessionId = Annotated[
     str, Field(min_length=1, description="The session's id (ses_...), as create_session or list_sessions gives it.")
@@ -53,21 +56,26 @@ class ToolBase:
             return results.error(ErrorCode.HTTP_ERROR, f"no answer from the gateway: {exc}")
 
     async def _answer(
-        self, ctx: Ctx, session_id: str, body: dict[str, Any], answer: Callable[[dict[str, Any]], CallToolResult]
+        self, ctx: Ctx, session_id: str, message: Message[T], answer: Callable[[T, Frame], CallToolResult]
     ) -> CallToolResult:
-        """One message to the session: its reply as ``answer`` reads it, or the reply's error."""
+        """One message to the session: what its reply is read as, as ``answer`` gives it (the reply
+        beside it, for its screenshot), or the reply's error."""
 
         async def work(gateway: AsyncGateway) -> CallToolResult:
-            reply = await gateway.act(session_id, body)
+            # The gateway relays the sandbox's frame as it came (its route takes any message).
+            reply = cast(Frame, await gateway.act(session_id, message.body))
+            found = answer(message.read(reply), reply) if reply.get("ok") else results.reply_error(reply)
             # A human's hand-back note rides on one reply only: the model must read it there.
-            return results.with_hand_back(answer(reply) if reply.get("ok") else results.reply_error(reply), reply)
+            return results.with_hand_back(found, reply)
 
         return await self._call(ctx, work)
 
-    async def _act(self, ctx: Ctx, session_id: str, body: dict[str, Any], summary: str) -> CallToolResult:
-        """One message to the session: its ``result`` (and screenshot) or its error."""
+    async def _act(
+        self, ctx: Ctx, session_id: str, body: Request, model: type[BaseModel], summary: str
+    ) -> CallToolResult:
+        """One action: its result as ``model`` (and the screenshot its reply carries), or its error."""
 
-        def answer(reply: dict[str, Any]) -> CallToolResult:
-            return results.with_screenshot(reply.get("result") or {}, summary, reply)
+        def answer(result: BaseModel, reply: Frame) -> CallToolResult:
+            return results.with_screenshot(result, summary, reply)
 
-        return await self._answer(ctx, session_id, body, answer)
+        return await self._answer(ctx, session_id, Message(body, reading(model)), answer)

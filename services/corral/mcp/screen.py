@@ -10,6 +10,7 @@ from pydantic import Field
 
 from corral.mcp import results
 from corral.mcp.base import Button, Ctx, SessionId, TabRef, ToolBase, WithScreenshot, X, Y
+from corral.protocol import results as r
 from corral.sdk import messages
 
 
@@ -20,7 +21,9 @@ class ScreenTools(ToolBase):
 
     async def screenshot(self, ctx: Ctx, session_id: SessionId) -> CallToolResult:
         """A screenshot of the session's screen (PNG). Coordinates of the other tools are its pixels."""
-        return await self._answer(ctx, session_id, messages.screenshot("png", {}).body, results.image)
+        return await self._answer(
+            ctx, session_id, messages.screenshot("png", {}), lambda _, reply: results.image(reply)
+        )
 
     async def click(
         self,
@@ -33,8 +36,8 @@ class ScreenTools(ToolBase):
         screenshot: WithScreenshot = True,
     ) -> CallToolResult:
         """Click at (x, y)."""
-        body = {**messages.click(x, y, button, count, (), {}).body, "screenshot": screenshot}
-        return await self._act(ctx, session_id, body, f"clicked {button} x{count} at ({x}, {y})")
+        body = messages.click(x, y, button, count, (), {"screenshot": screenshot}).body
+        return await self._act(ctx, session_id, body, r.Position, f"clicked {button} x{count} at ({x}, {y})")
 
     async def type_text(
         self,
@@ -44,8 +47,8 @@ class ScreenTools(ToolBase):
         screenshot: WithScreenshot = True,
     ) -> CallToolResult:
         """Type text at the keyboard focus (click a field first)."""
-        body = {"action": {"type": "type", "text": text}, "screenshot": screenshot}
-        return await self._act(ctx, session_id, body, f"typed {len(text)} characters")
+        body = messages.type(text, {"screenshot": screenshot}).body
+        return await self._act(ctx, session_id, body, r.Typed, f"typed {len(text)} characters")
 
     async def press_key(
         self,
@@ -62,8 +65,8 @@ class ScreenTools(ToolBase):
         screenshot: WithScreenshot = True,
     ) -> CallToolResult:
         """Press a key or key combination."""
-        body = {**messages.key(keys, None, {}).body, "screenshot": screenshot}
-        return await self._act(ctx, session_id, body, f"pressed {keys}")
+        body = messages.key(keys, None, {"screenshot": screenshot}).body
+        return await self._act(ctx, session_id, body, r.Done, f"pressed {keys}")
 
     async def scroll(
         self,
@@ -76,15 +79,15 @@ class ScreenTools(ToolBase):
         screenshot: WithScreenshot = True,
     ) -> CallToolResult:
         """Scroll with the mouse wheel."""
-        body = {**messages.scroll(x, y, direction, clicks, None, None, {}).body, "screenshot": screenshot}
-        return await self._act(ctx, session_id, body, f"scrolled {direction} {clicks}")
+        body = messages.scroll(x, y, direction, clicks, None, None, {"screenshot": screenshot}).body
+        return await self._act(ctx, session_id, body, r.Scrolled, f"scrolled {direction} {clicks}")
 
     async def move_mouse(
         self, ctx: Ctx, session_id: SessionId, x: X, y: Y, screenshot: WithScreenshot = False
     ) -> CallToolResult:
         """Move the pointer to (x, y) without clicking (hover)."""
-        body = {"action": {"type": "move", "x": x, "y": y}, "screenshot": screenshot}
-        return await self._act(ctx, session_id, body, f"moved to ({x}, {y})")
+        body = messages.pointer("move", {"screenshot": screenshot}, x=x, y=y).body
+        return await self._act(ctx, session_id, body, r.Position, f"moved to ({x}, {y})")
 
     async def drag(
         self,
@@ -97,8 +100,8 @@ class ScreenTools(ToolBase):
         screenshot: WithScreenshot = True,
     ) -> CallToolResult:
         """Press the left button at (from_x, from_y), move to (to_x, to_y) and release there."""
-        body = {**messages.drag([(from_x, from_y), (to_x, to_y)], {}).body, "screenshot": screenshot}
-        return await self._act(ctx, session_id, body, f"dragged ({from_x}, {from_y}) to ({to_x}, {to_y})")
+        body = messages.drag([(from_x, from_y), (to_x, to_y)], {"screenshot": screenshot}).body
+        return await self._act(ctx, session_id, body, r.Position, f"dragged ({from_x}, {from_y}) to ({to_x}, {to_y})")
 
     async def wait(
         self,
@@ -108,12 +111,12 @@ class ScreenTools(ToolBase):
         screenshot: WithScreenshot = True,
     ) -> CallToolResult:
         """Wait (for a page to load, an animation to end), then look."""
-        body = {"action": {"type": "wait", "ms": ms}, "screenshot": screenshot}
-        return await self._act(ctx, session_id, body, f"waited {ms} ms")
+        body = messages.wait(ms, {"screenshot": screenshot}).body
+        return await self._act(ctx, session_id, body, r.Done, f"waited {ms} ms")
 
     async def cursor_position(self, ctx: Ctx, session_id: SessionId) -> CallToolResult:
         """Where the pointer is."""
-        return await self._act(ctx, session_id, messages.cursor_position().body, "the pointer's position")
+        return await self._act(ctx, session_id, messages.cursor_position().body, r.Position, "the pointer's position")
 
     # -- the browser's pages and tabs -------------------------------------------------------------------
 
@@ -126,12 +129,12 @@ class ScreenTools(ToolBase):
     ) -> CallToolResult:
         """Open an address in the current tab and wait for it to load. Only allowed hosts answer; only web
         pages open (http, https, data:, blob:, about:blank: not chrome://, file://...)."""
-        body = {"action": {"type": "navigate", "url": url}, "screenshot": screenshot}
-        return await self._act(ctx, session_id, body, f"opened {url}")
+        body = messages.navigate(url, {}, {"screenshot": screenshot}).body
+        return await self._act(ctx, session_id, body, r.Navigated, f"opened {url}")
 
     async def list_tabs(self, ctx: Ctx, session_id: SessionId) -> CallToolResult:
         """The browser's tabs: id, index, title, address, and which one is active."""
-        return await self._act(ctx, session_id, messages.tabs().body, "the browser's tabs")
+        return await self._act(ctx, session_id, messages.tabs().body, r.TabList, "the browser's tabs")
 
     async def new_tab(
         self,
@@ -140,11 +143,11 @@ class ScreenTools(ToolBase):
         url: Annotated[str | None, Field(description="What to open in it (default: a blank page).")] = None,
     ) -> CallToolResult:
         """Open a new tab (it becomes the active one)."""
-        return await self._act(ctx, session_id, {"action": {"type": "tab_new", "url": url}}, "opened a tab")
+        return await self._act(ctx, session_id, messages.tab_new(url).body, r.TabShown, "opened a tab")
 
     async def switch_tab(self, ctx: Ctx, session_id: SessionId, tab: TabRef) -> CallToolResult:
         """Make a tab the active one (what the screen shows and the other tools act on)."""
-        return await self._act(ctx, session_id, {"action": {"type": "tab_switch", "tab": tab}}, f"switched to {tab}")
+        return await self._act(ctx, session_id, messages.tab_switch(tab).body, r.TabShown, f"switched to {tab}")
 
     async def close_tab(
         self,
@@ -153,4 +156,4 @@ class ScreenTools(ToolBase):
         tab: Annotated[str | int | None, Field(description="The tab's id or index (default: the active one).")] = None,
     ) -> CallToolResult:
         """Close a tab."""
-        return await self._act(ctx, session_id, {"action": {"type": "tab_close", "tab": tab}}, "closed the tab")
+        return await self._act(ctx, session_id, messages.tab_close(tab).body, r.TabClosed, "closed the tab")

@@ -18,19 +18,22 @@ import base64
 import binascii
 import urllib.parse
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict
-from typing import Annotated, Any
+from dataclasses import asdict, dataclass
+from typing import Annotated, Literal
 
 from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from corral import commands
+from corral.client import Frame
 from corral.errors import ErrorCode
 from corral.gateway_client import AsyncGateway, session_body
 from corral.mcp import results
 from corral.mcp.base import MAX_CONTROL_WAIT_MS, Ctx, SessionId
 from corral.mcp.screen import ScreenTools
+from corral.protocol import results as r
 from corral.sdk import messages
+from corral.sdk.messages import Message, reading
 
 
 def _hints(read_only: bool, destructive: bool, idempotent: bool, open_world: bool) -> ToolAnnotations:
@@ -71,26 +74,33 @@ ANNOTATIONS: dict[str, ToolAnnotations] = {
 }
 
 
-def _file_text(content: bytes) -> dict[str, Any]:
-    """A file's bytes as text when they are UTF-8, else as base64."""
-    try:
-        return {"content": content.decode(), "encoding": "utf-8", "size": len(content)}
-    except UnicodeDecodeError:
-        return {"content": base64.b64encode(content).decode(), "encoding": "base64", "size": len(content)}
+@dataclass(frozen=True, slots=True)
+class FileText:
+    """A file's bytes for the model: its text when they are UTF-8, else base64."""
+
+    content: str
+    encoding: Literal["utf-8", "base64"]
+    size: int
+
+    @classmethod
+    def of(cls, content: bytes) -> FileText:
+        try:
+            return cls(content.decode(), "utf-8", len(content))
+        except UnicodeDecodeError:
+            return cls(base64.b64encode(content).decode(), "base64", len(content))
 
 
-def _exec_answer(reply: dict[str, Any]) -> CallToolResult:
-    """A command's ended reply as the tool's answer: its exit code, stdout and stderr."""
-    result = asdict(commands.ExecResult.from_result(reply.get("result") or {}))
-    return results.data(result, _exec_summary(result))
+def _exec_answer(result: commands.ExecResult, reply: Frame) -> CallToolResult:
+    """A command's end as the tool's answer: its exit code, stdout and stderr."""
+    return results.data(asdict(result), _exec_summary(result))
 
 
-def _exec_summary(result: dict[str, Any]) -> str:
-    ended = "timed out" if result.get("timed_out") else f"exit code {result.get('exit_code')}"
+def _exec_summary(result: commands.ExecResult) -> str:
+    ended = "timed out" if result.timed_out else f"exit code {result.exit_code}"
     parts = [ended]
-    for stream in ("stdout", "stderr"):
-        if result.get(stream):
-            parts.append(f"--- {stream} ---\n{result[stream]}")
+    for stream, text in (("stdout", result.stdout), ("stderr", result.stderr)):
+        if text:
+            parts.append(f"--- {stream} ---\n{text}")
     return "\n".join(parts)
 
 
@@ -162,7 +172,7 @@ class CorralTools(ScreenTools):
         """Run a command in the session as its agent user and answer its exit code, stdout and stderr.
         A non-zero exit code is an answer, not an error."""
         action = commands.exec_action(command, None, cwd=cwd, timeout_ms=timeout_ms)
-        return await self._answer(ctx, session_id, messages.exec(action).body, _exec_answer)
+        return await self._answer(ctx, session_id, messages.exec(action), _exec_answer)
 
     async def read_file(
         self,
@@ -172,15 +182,16 @@ class CorralTools(ScreenTools):
     ) -> CallToolResult:
         """A file's content: its text when it is UTF-8, else base64."""
 
-        def answer(reply: dict[str, Any]) -> CallToolResult:
+        def answer(read: r.FileContent, reply: Frame) -> CallToolResult:
             try:
-                content = commands.file_bytes(reply.get("result") or {})
+                content = commands.decode(read.content, read.encoding)
             except (binascii.Error, ValueError) as exc:
                 return results.error(ErrorCode.FILE_FAILED, f"the file's content could not be decoded: {exc}")
-            text = _file_text(content)
-            return results.data({"path": path, **text}, text["content"] if text["encoding"] == "utf-8" else None)
+            text = FileText.of(content)
+            return results.data({"path": path, **asdict(text)}, text.content if text.encoding == "utf-8" else None)
 
-        return await self._answer(ctx, session_id, messages.file_read(path, 0, None).body, answer)
+        message = Message(messages.file_read(path, 0, None).body, reading(r.FileContent))
+        return await self._answer(ctx, session_id, message, answer)
 
     async def write_file(
         self,
@@ -191,8 +202,8 @@ class CorralTools(ScreenTools):
         make_dirs: Annotated[bool, Field(description="Make missing parent directories.")] = True,
     ) -> CallToolResult:
         """Write a text file (created, or replaced whole)."""
-        action = commands.file_write_action(path, content, False, None, make_dirs)
-        return await self._act(ctx, session_id, {"action": action}, f"wrote {path}")
+        body = messages.file_write(path, content, False, None, make_dirs).body
+        return await self._act(ctx, session_id, body, r.FileWritten, f"wrote {path}")
 
     # -- the control lease (a human's takeover through a viewer link) ------------------------------------
 
@@ -211,7 +222,7 @@ class CorralTools(ScreenTools):
     ) -> CallToolResult:
         """Who controls the session now: the agent, or a human who took over through a viewer link (then
         every other tool answers control_taken). Answers the human's note once they handed control back."""
-        return await self._act(ctx, session_id, messages.control(wait_ms).body, "control of the session")
+        return await self._act(ctx, session_id, messages.control(wait_ms).body, r.LeaseAnswer, "control of the session")
 
     async def request_control(
         self,
@@ -234,7 +245,7 @@ class CorralTools(ScreenTools):
         reason; waits for one to take control and hand it back, and answers their note (handed_back is
         null when nobody came in time: ask again or go on)."""
         body = messages.request_control(reason, wait_ms).body
-        return await self._act(ctx, session_id, body, "asked for a human's help")
+        return await self._act(ctx, session_id, body, r.LeaseAnswer, "asked for a human's help")
 
     # -- the egress audit -------------------------------------------------------------------------------
 
@@ -250,11 +261,9 @@ class CorralTools(ScreenTools):
             except ValueError as exc:
                 return results.error(ErrorCode.AUDIT_LOG_UNREADABLE, str(exc))
             rows = summarize(records)
-            summary: dict[str, Any] = {"hosts": [asdict(row) for row in rows], "total": asdict(totals(rows))}
-            secrets = summarize_secrets(records)
-            if secrets:  # only in logs of sessions that used secrets
-                summary["secrets"] = [asdict(row) for row in secrets]
-            return results.data(summary)
+            secrets = summarize_secrets(records)  # only in logs of sessions that used secrets
+            used = {"secrets": [asdict(row) for row in secrets]} if secrets else {}
+            return results.data({"hosts": [asdict(row) for row in rows], "total": asdict(totals(rows)), **used})
 
         return await self._call(ctx, work)
 

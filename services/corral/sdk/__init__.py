@@ -47,12 +47,13 @@ awaited. The gateway's HTTP API is :mod:`corral.gateway_client`.
 
 from __future__ import annotations
 
+from corral.client import Envelope
 from corral.commands import ExecResult, OutputChunk
 from corral.errors import ActionFailed, CommandFailed, GatewayError
 from corral.gateway_client import AsyncGateway, Gateway, api_key, gateway_url
 from corral.gateway_models import SessionInfo, TrafficRecord, UploadedFile
 from corral.sdk.files import AsyncFiles, Files
-from corral.sdk.messages import Envelope, Message, messages
+from corral.sdk.messages import Message, messages
 from corral.sdk.processes import AsyncProcesses, Processes
 from corral.sdk.sandbox import AsyncSandbox, Sandbox
 from corral.sdk.streams import AsyncExecStream, ExecStream

@@ -4,9 +4,9 @@ reply comes back (blocking or awaited), with the control lease's hand-back heard
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from corral.client import AsyncSandboxClient, SandboxClient, is_reply
+from corral.client import AsyncSandboxClient, Frame, Request, SandboxClient, is_reply
 from corral.gateway_client import AsyncGateway, Gateway
 from corral.gateway_models import SessionInfo
 from corral.protocol.results import HandBack
@@ -15,13 +15,13 @@ from corral.sdk.messages import Message, model_of
 T = TypeVar("T")
 
 
-def waiting(body: dict[str, Any], wait_ms: int) -> dict[str, Any]:
+def waiting(body: Request, wait_ms: int) -> Request:
     """A message with the sandbox's wait for the control lease (``wait_for_control_ms``), unless it
     says its own."""
     return body if wait_ms <= 0 or "wait_for_control_ms" in body else {**body, "wait_for_control_ms": wait_ms}
 
 
-def hand_back(reply: dict[str, Any]) -> HandBack | None:
+def hand_back(reply: Frame) -> HandBack | None:
     """The reply's ``control`` member: a human handed the control lease back, else None."""
     handed = reply.get("control")
     return model_of(handed, HandBack) if isinstance(handed, dict) else None
@@ -42,10 +42,10 @@ class Connected:
         self._heard(reply)
         return message.read(reply)
 
-    def _heard(self, reply: dict[str, Any]) -> None:
+    def _heard(self, reply: Frame) -> None:
         self._handed_back = hand_back(reply)
 
-    def _hearing(self, frames: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    def _hearing(self, frames: Iterator[Frame]) -> Iterator[Frame]:
         for frame in frames:
             if is_reply(frame):
                 self._heard(frame)
@@ -67,10 +67,10 @@ class AsyncConnected:
         self._heard(reply)
         return message.read(reply)
 
-    def _heard(self, reply: dict[str, Any]) -> None:
+    def _heard(self, reply: Frame) -> None:
         self._handed_back = hand_back(reply)
 
-    async def _hearing(self, frames: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    async def _hearing(self, frames: AsyncIterator[Frame]) -> AsyncIterator[Frame]:
         async for frame in frames:
             if is_reply(frame):
                 self._heard(frame)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypedDict, TypeVar
+from typing import Any, Generic, Literal, TypedDict, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 
 from corral import commands, tool_calls
-from corral.client import check_reply, image_bytes
+from corral.client import Envelope, Frame, Request, check_reply, image_bytes, message, with_options
 from corral.commands import ExecResult
 from corral.errors import CorralError
 from corral.protocol import results as r
@@ -24,22 +24,6 @@ from corral.tool_calls import ModelReply, OnError, ToolCall, Vendored
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
-
-# A reply or a message as it goes on the wire: JSON whose keys depend on the action (open-ended here;
-# each reader below turns a reply into its action's model).
-Wire = dict[str, Any]
-
-
-class Envelope(TypedDict, total=False):
-    """A message's options besides its action (docs/protocol.md, "The envelope")."""
-
-    screenshot: bool | Mapping[str, object]  # a screenshot after the action (the reply carries it; see act)
-    wait_for: Literal["stable", "none"]
-    settle_timeout_ms: int
-    settle_quiet_ms: int
-    settle_min_ms: int
-    timeout_ms: int
-    wait_for_control_ms: int
 
 
 class ShotOptions(TypedDict, total=False):
@@ -71,8 +55,8 @@ class PageOptions(TypedDict, total=False):
 class Message(Generic[T]):
     """One message to the sandbox and how its reply is read."""
 
-    body: Wire
-    read: Callable[[Wire], T]
+    body: Request
+    read: Callable[[Frame], T]
 
 
 def model_of(result: object, model: type[M]) -> M:
@@ -84,48 +68,44 @@ def model_of(result: object, model: type[M]) -> M:
         raise CorralError(f"the sandbox's result is no {model.__name__} ({exc.error_count()} problems)") from None
 
 
-def reading(model: type[M]) -> Callable[[Wire], M]:
+def reading(model: type[M]) -> Callable[[Frame], M]:
     """The reader of an ``ok`` reply's ``result`` as ``model``."""
 
-    def read(reply: Wire) -> M:
+    def read(reply: Frame) -> M:
         return model_of(check_reply(reply).get("result"), model)
 
     return read
 
 
-def _then(model: type[M], pick: Callable[[M], T]) -> Callable[[Wire], T]:
+def _then(model: type[M], pick: Callable[[M], T]) -> Callable[[Frame], T]:
     """The reader of an ``ok`` reply's ``result`` as ``model``, then the one value the method gives."""
     read = reading(model)
     return lambda reply: pick(read(reply))
 
 
-def _same(reply: Wire) -> Wire:
-    return reply
-
-
-def _image(reply: Wire) -> bytes:
+def _image(reply: Frame) -> bytes:
     return image_bytes(check_reply(reply))
 
 
-def exec_result(reply: Wire) -> ExecResult:
+def exec_result(reply: Frame) -> ExecResult:
     result = check_reply(reply).get("result")
     return ExecResult.from_result(result if isinstance(result, Mapping) else {})
 
 
-def _vendor(key: str) -> Callable[[Wire], Any]:
+def _vendor(key: str) -> Callable[[Frame], Any]:
     """The reader of a computer-tool call's vendor JSON (``tool_result_content``, ``output``): open-ended."""
     return lambda reply: check_reply(reply)["result"][key]
 
 
-def _display(display: tuple[int, int] | None) -> Wire:
+def _display(display: tuple[int, int] | None) -> Request:
     return {} if display is None else {"display": {"width": display[0], "height": display[1]}}
 
 
-def _given(**fields: object) -> Wire:
+def _given(**fields: object) -> dict[str, object]:
     return {name: value for name, value in fields.items() if value is not None}
 
 
-def _call_envelope(call: ToolCall, display: tuple[int, int] | None, acknowledge: bool) -> Wire:
+def _call_envelope(call: ToolCall, display: tuple[int, int] | None, acknowledge: bool) -> Request:
     """A vendor call's envelope: the display the model was told, the safety checks acknowledged
     (OpenAI's only; sent when true, false being the default)."""
     envelope = _display(display)
@@ -134,8 +114,8 @@ def _call_envelope(call: ToolCall, display: tuple[int, int] | None, acknowledge:
     return envelope
 
 
-def _of(model: type[M], action: Wire, envelope: Envelope | None = None) -> Message[M]:
-    return Message({"action": action, **(envelope or {})}, reading(model))
+def _of(model: type[M], action: Mapping[str, object], envelope: Envelope | None = None) -> Message[M]:
+    return Message(message(action, envelope or {}), reading(model))
 
 
 class messages:  # a namespace of pure builders, read as messages.click(...)
@@ -144,48 +124,56 @@ class messages:  # a namespace of pure builders, read as messages.click(...)
     # -- the doors for any message, and the vendors' calls --------------------------------------------
 
     @staticmethod
-    def request(message: Wire) -> Message[Wire]:
-        return Message(message, _same)
+    def request(message: dict[str, Any]) -> Message[dict[str, Any]]:
+        """Any message as it is (the caller's keys, a malformed one too), its reply as it came."""
+        return Message(cast(Request, message), lambda reply: cast(dict[str, Any], reply))
 
     @staticmethod
-    def act(action: Wire, envelope: Envelope) -> Message[Wire]:
-        return Message({"action": action, **envelope}, check_reply)
+    def act(action: Mapping[str, Any], envelope: Envelope) -> Message[Frame]:
+        return Message(message(action, envelope), check_reply)
 
     @staticmethod
-    def anthropic(tool_input: Wire, display: tuple[int, int] | None) -> Message[list[Wire]]:
+    def anthropic(tool_input: Mapping[str, Any], display: tuple[int, int] | None) -> Message[list[dict[str, Any]]]:
         return Message({"anthropic": tool_input, **_display(display)}, _vendor("tool_result_content"))
 
     @staticmethod
-    def openai(action: Wire | list[Wire], display: tuple[int, int] | None) -> Message[Wire]:
+    def openai(
+        action: Mapping[str, Any] | list[Mapping[str, Any]], display: tuple[int, int] | None
+    ) -> Message[dict[str, Any]]:
         return Message({"openai": action, **_display(display)}, _vendor("output"))
 
     @staticmethod
     def anthropic_block(
         block: Vendored, display: tuple[int, int] | None, envelope: Envelope, on_error: OnError | None
-    ) -> Message[Wire]:
+    ) -> Message[dict[str, Any]]:
         call = tool_calls.anthropic_call(block)
-        return messages.tool_call(call, {**_call_envelope(call, display, False), **envelope}, on_error)
+        return messages.tool_call(call, with_options(_call_envelope(call, display, False), envelope), on_error)
 
     @staticmethod
     def openai_item(
         item: Vendored, display: tuple[int, int] | None, acknowledge: bool, envelope: Envelope, on_error: OnError | None
-    ) -> Message[Wire]:
+    ) -> Message[dict[str, Any]]:
         call = tool_calls.openai_call(item)
-        return messages.tool_call(call, {**_call_envelope(call, display, acknowledge), **envelope}, on_error)
+        return messages.tool_call(call, with_options(_call_envelope(call, display, acknowledge), envelope), on_error)
 
     @staticmethod
-    def tool_call(call: ToolCall, envelope: Wire, on_error: OnError | None) -> Message[Wire]:
+    def tool_call(call: ToolCall, envelope: Request, on_error: OnError | None) -> Message[dict[str, Any]]:
         """One vendor tool call; its reply read as the vendor's result (a failure's error form too)."""
 
-        def read(reply: Wire) -> Wire:
+        def read(reply: Frame) -> dict[str, Any]:
             return tool_calls.vendor_result(reply, call.result_key, on_error)
 
-        return Message({call.dialect: call.call, **envelope}, read)
+        body = envelope.copy()
+        if call.dialect == "anthropic":
+            body["anthropic"] = call.call
+        else:
+            body["openai"] = call.call
+        return Message(body, read)
 
     @staticmethod
     def tool_results(
         reply: ModelReply, display: tuple[int, int] | None, acknowledge: bool, on_error: OnError | None
-    ) -> list[Message[Wire]]:
+    ) -> list[Message[dict[str, Any]]]:
         """A message per tool call of a whole model reply, in order."""
         return [
             messages.tool_call(call, _call_envelope(call, display, acknowledge), on_error)
@@ -207,7 +195,7 @@ class messages:  # a namespace of pure builders, read as messages.click(...)
     def click(
         x: int | None, y: int | None, button: str, count: int, modifiers: Sequence[str], envelope: Envelope
     ) -> Message[r.Position]:
-        action: Wire = {"type": "click", "button": button, "count": count, "modifiers": list(modifiers)}
+        action: dict[str, object] = {"type": "click", "button": button, "count": count, "modifiers": list(modifiers)}
         if x is not None and y is not None:
             action.update(x=x, y=y)
         return _of(r.Position, action, envelope)
@@ -228,7 +216,7 @@ class messages:  # a namespace of pure builders, read as messages.click(...)
         envelope: Envelope,
     ) -> Message[r.ScrolledClicks | r.ScrolledPixels]:
         action = {"type": "scroll", **_given(x=x, y=y, direction=direction, clicks=clicks, dx=dx, dy=dy)}
-        return Message({"action": action, **envelope}, _then(r.Scrolled, lambda scrolled: scrolled.root))
+        return Message(message(action, envelope), _then(r.Scrolled, lambda scrolled: scrolled.root))
 
     @staticmethod
     def drag(path: Sequence[tuple[int, int]], envelope: Envelope) -> Message[r.Position]:
@@ -243,8 +231,8 @@ class messages:  # a namespace of pure builders, read as messages.click(...)
         return _of(r.Done, {"type": "key", "keys": keys, **_given(hold_ms=hold_ms)}, envelope)
 
     @staticmethod
-    def wait(ms: int) -> Message[r.Done]:
-        return _of(r.Done, {"type": "wait", "ms": ms})
+    def wait(ms: int, envelope: Envelope | None = None) -> Message[r.Done]:
+        return _of(r.Done, {"type": "wait", "ms": ms}, envelope)
 
     @staticmethod
     def cursor_position() -> Message[tuple[int, int]]:
@@ -261,8 +249,8 @@ class messages:  # a namespace of pure builders, read as messages.click(...)
     # -- the browser ------------------------------------------------------------------------------------
 
     @staticmethod
-    def navigate(url: str, options: PageOptions) -> Message[r.Navigated]:
-        return _of(r.Navigated, {"type": "navigate", "url": url, **options})
+    def navigate(url: str, options: PageOptions, envelope: Envelope | None = None) -> Message[r.Navigated]:
+        return _of(r.Navigated, {"type": "navigate", "url": url, **options}, envelope)
 
     @staticmethod
     def page(kind: Literal["back", "forward", "reload", "page_info"]) -> Message[r.PageShown]:
@@ -297,11 +285,11 @@ class messages:  # a namespace of pure builders, read as messages.click(...)
     # -- commands, processes, files ---------------------------------------------------------------------
 
     @staticmethod
-    def exec(action: Wire) -> Message[ExecResult]:
+    def exec(action: Mapping[str, object]) -> Message[ExecResult]:
         return Message({"action": action}, exec_result)
 
     @staticmethod
-    def start(action: Wire) -> Message[int]:
+    def start(action: Mapping[str, object]) -> Message[int]:
         return Message({"action": {**action, "background": True}}, _then(r.ExecStarted, lambda started: started.pid))
 
     @staticmethod

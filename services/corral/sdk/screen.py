@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Unpack
 
+from corral.client import Envelope
 from corral.protocol.results import Done, Position, ScrolledClicks, ScrolledPixels, Typed
 from corral.sdk.connection import AsyncConnected, Connected
-from corral.sdk.messages import Envelope, ShotOptions, ZoomOptions, messages
+from corral.sdk.messages import ShotOptions, ZoomOptions, messages
 
 
 class Screen(Connected):

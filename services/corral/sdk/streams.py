@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Generator, Iterator
 from typing import Any, Self
 
-from corral.client import is_reply
+from corral.client import Frame, is_reply
 from corral.commands import ExecResult, OutputChunk
 from corral.sdk.messages import exec_result
 
@@ -14,7 +14,7 @@ class ExecStream:
     """``for item in sb.exec_stream(...)``: :class:`OutputChunk` as the command prints, then its
     :class:`ExecResult` (last; also kept as :attr:`result`). The command starts when iteration does."""
 
-    def __init__(self, frames: Iterator[dict[str, Any]]) -> None:
+    def __init__(self, frames: Iterator[Frame]) -> None:
         self._frames = frames
         self.result: ExecResult | None = None
 
@@ -38,7 +38,7 @@ class AsyncExecStream:
     starts at the first item). ``await sb.exec_stream(...)`` gives the same stream, for code written
     when the method was a coroutine."""
 
-    def __init__(self, frames: AsyncIterator[dict[str, Any]]) -> None:
+    def __init__(self, frames: AsyncIterator[Frame]) -> None:
         self._frames = frames
         self.result: ExecResult | None = None
 

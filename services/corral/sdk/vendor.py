@@ -6,10 +6,12 @@ What these answer is the wire's JSON (``request``, ``act``: any message's reply)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Unpack
 
+from corral.client import Envelope, Frame
 from corral.sdk.connection import AsyncConnected, Connected
-from corral.sdk.messages import Envelope, messages
+from corral.sdk.messages import messages
 from corral.tool_calls import ModelReply, OnError, Vendored
 
 
@@ -21,17 +23,19 @@ class Vendor(Connected):
         """Any message; its reply as it came (``ok`` true or false)."""
         return self._send(messages.request(message))
 
-    def act(self, action: dict[str, Any], **envelope: Unpack[Envelope]) -> dict[str, Any]:
+    def act(self, action: Mapping[str, Any], **envelope: Unpack[Envelope]) -> Frame:
         """A native action; its whole reply (``result``, and the ``screenshot`` an envelope asked
         for); raises :class:`ActionFailed` on an error reply."""
         return self._send(messages.act(action, envelope))
 
-    def run_anthropic(self, tool_input: dict[str, Any], display: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+    def run_anthropic(
+        self, tool_input: Mapping[str, Any], display: tuple[int, int] | None = None
+    ) -> list[dict[str, Any]]:
         """The content of the ``tool_result`` for one computer-tool call."""
         return self._send(messages.anthropic(tool_input, display))
 
     def run_openai(
-        self, action: dict[str, Any] | list[dict[str, Any]], display: tuple[int, int] | None = None
+        self, action: Mapping[str, Any] | list[Mapping[str, Any]], display: tuple[int, int] | None = None
     ) -> dict[str, Any]:
         """The ``computer_call_output.output`` for one computer call (an action or a batch)."""
         return self._send(messages.openai(action, display))
@@ -86,19 +90,19 @@ class AsyncVendor(AsyncConnected):
         """Any message; its reply as it came (``ok`` true or false)."""
         return await self._send(messages.request(message))
 
-    async def act(self, action: dict[str, Any], **envelope: Unpack[Envelope]) -> dict[str, Any]:
+    async def act(self, action: Mapping[str, Any], **envelope: Unpack[Envelope]) -> Frame:
         """A native action; its whole reply (``result``, and the ``screenshot`` an envelope asked
         for); raises :class:`ActionFailed` on an error reply."""
         return await self._send(messages.act(action, envelope))
 
     async def run_anthropic(
-        self, tool_input: dict[str, Any], display: tuple[int, int] | None = None
+        self, tool_input: Mapping[str, Any], display: tuple[int, int] | None = None
     ) -> list[dict[str, Any]]:
         """The content of the ``tool_result`` for one computer-tool call."""
         return await self._send(messages.anthropic(tool_input, display))
 
     async def run_openai(
-        self, action: dict[str, Any] | list[dict[str, Any]], display: tuple[int, int] | None = None
+        self, action: Mapping[str, Any] | list[Mapping[str, Any]], display: tuple[int, int] | None = None
     ) -> dict[str, Any]:
         """The ``computer_call_output.output`` for one computer call (an action or a batch)."""
         return await self._send(messages.openai(action, display))
