@@ -50,8 +50,8 @@ def _counter_hits(upstream: Upstream, runtime: DockerHarness) -> int:
 
 def _wait_title(sb: Sandbox, title: str, timeout_s: float = 15.0) -> None:
     deadline = time.monotonic() + timeout_s
-    while sb.page_info()["title"] != title:
-        assert time.monotonic() < deadline, f"title is {sb.page_info()['title']!r}, not {title!r}"
+    while sb.page_info().title != title:
+        assert time.monotonic() < deadline, f"title is {sb.page_info().title!r}, not {title!r}"
         time.sleep(0.1)
 
 
