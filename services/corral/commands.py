@@ -179,17 +179,24 @@ def exec_action(
         action["max_output_bytes"] = max_output_bytes
     if output_encoding is not None:
         action["output_encoding"] = output_encoding
-    if isinstance(stdin, bytes):
-        action["stdin_base64"] = base64.b64encode(stdin).decode()
-    elif stdin is not None:
-        action["stdin"] = stdin
-    if stream:
-        action["stream"] = True
-    if background:
-        action["background"] = True
-    if pty is not None:
-        action["pty"] = {"rows": pty[0], "cols": pty[1]}
+    action.update(_how(stdin, stream, background, pty))
     return action
+
+
+def _how(stdin: str | bytes | None, stream: bool, background: bool, pty: tuple[int, int] | None) -> ExecAction:
+    """An ``exec``'s input and how it runs: only what differs from the sandbox's defaults."""
+    how: ExecAction = {}
+    if isinstance(stdin, bytes):
+        how["stdin_base64"] = base64.b64encode(stdin).decode()
+    elif stdin is not None:
+        how["stdin"] = stdin
+    if stream:
+        how["stream"] = True
+    if background:
+        how["background"] = True
+    if pty is not None:
+        how["pty"] = {"rows": pty[0], "cols": pty[1]}
+    return how
 
 
 def process_write_action(pid: int, data: str | bytes, eof: bool) -> ProcessWriteAction:
