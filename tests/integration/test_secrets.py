@@ -650,9 +650,7 @@ def _has(screen: Image.Image, colour: tuple[int, int, int]) -> bool:
 
 
 def _title(sb: Sandbox, until: Callable[[str], bool], timeout_s: float = 20.0) -> str:
-    return wait_for(lambda: t if until(t := str(sb.page_info().title)) else "", timeout_s) or str(
-        sb.page_info().title
-    )
+    return wait_for(lambda: t if until(t := str(sb.page_info().title)) else "", timeout_s) or str(sb.page_info().title)
 
 
 def log_in(sb: Sandbox, placeholder: str) -> str:

@@ -195,9 +195,8 @@ class messages:  # a namespace of pure builders, read as messages.click(...)
     def click(
         x: int | None, y: int | None, button: str, count: int, modifiers: Sequence[str], envelope: Envelope
     ) -> Message[r.Position]:
-        action: dict[str, object] = {"type": "click", "button": button, "count": count, "modifiers": list(modifiers)}
-        if x is not None and y is not None:
-            action.update(x=x, y=y)
+        at = {"x": x, "y": y} if x is not None and y is not None else {}
+        action = {"type": "click", "button": button, "count": count, "modifiers": list(modifiers), **at}
         return _of(r.Position, action, envelope)
 
     @staticmethod
@@ -285,11 +284,11 @@ class messages:  # a namespace of pure builders, read as messages.click(...)
     # -- commands, processes, files ---------------------------------------------------------------------
 
     @staticmethod
-    def exec(action: Mapping[str, object]) -> Message[ExecResult]:
+    def exec(action: commands.ExecAction) -> Message[ExecResult]:
         return Message({"action": action}, exec_result)
 
     @staticmethod
-    def start(action: Mapping[str, object]) -> Message[int]:
+    def start(action: commands.ExecAction) -> Message[int]:
         return Message({"action": {**action, "background": True}}, _then(r.ExecStarted, lambda started: started.pid))
 
     @staticmethod
