@@ -8,10 +8,12 @@ from typing import Annotated, Literal
 from mcp_types import CallToolResult
 from pydantic import Field
 
+from corral.client import check_reply
 from corral.mcp import results
 from corral.mcp.base import Button, Ctx, SessionId, TabRef, ToolBase, WithScreenshot, X, Y
 from corral.protocol import results as r
 from corral.sdk import messages
+from corral.sdk.messages import Message
 
 
 class ScreenTools(ToolBase):
@@ -21,9 +23,9 @@ class ScreenTools(ToolBase):
 
     async def screenshot(self, ctx: Ctx, session_id: SessionId) -> CallToolResult:
         """A screenshot of the session's screen (PNG). Coordinates of the other tools are its pixels."""
-        return await self._answer(
-            ctx, session_id, messages.screenshot("png", {}), lambda _, reply: results.image(reply)
-        )
+        # The image goes to the model as the reply has it (base64): not decoded on the way.
+        shot = Message(messages.screenshot("png", {}).body, check_reply)
+        return await self._answer(ctx, session_id, shot, lambda _, reply: results.image(reply))
 
     async def click(
         self,
