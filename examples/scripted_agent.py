@@ -96,7 +96,7 @@ def computer_loop(sb: Sandbox) -> None:
             tool_input = model.send(result)
         except StopIteration:
             break
-    print("page says:", sb.page_info()["title"])
+    print("page says:", sb.page_info().title)
 
 
 # -- 2. Claude's bash, text editors, computer toolset and agent toolset: whole replies ----------------------

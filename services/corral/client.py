@@ -18,9 +18,9 @@ import itertools
 import json
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Literal, Self, TypedDict, TypeVar, Unpack, cast
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
@@ -34,23 +34,112 @@ from corral.errors import ActionFailed, UnprovenController
 MAX_FRAME = 64 << 20
 
 
-def check_reply(reply: dict[str, Any]) -> dict[str, Any]:
+class Envelope(TypedDict, total=False):
+    """A message's options besides its action (docs/protocol.md, "The envelope")."""
+
+    screenshot: bool | Mapping[str, object]  # a screenshot after the action, in the reply
+    wait_for: Literal["stable", "none"]
+    settle_timeout_ms: int
+    settle_quiet_ms: int
+    settle_min_ms: int
+    timeout_ms: int
+    wait_for_control_ms: int
+
+
+class DisplaySize(TypedDict):
+    width: int
+    height: int
+
+
+class Request(Envelope, total=False):
+    """One message to the sandbox: a native ``action`` or a vendor's call (``anthropic``, ``openai``),
+    and its options. The action's fields depend on its ``type`` (fifty of them; the sandbox checks
+    them) and a vendor call is the vendor's own JSON: open-ended here."""
+
+    id: int | str
+    action: Mapping[str, Any]
+    anthropic: Mapping[str, Any]
+    openai: Mapping[str, Any] | list[Mapping[str, Any]]
+    display: DisplaySize
+    acknowledge_safety_checks: bool
+
+
+class Shot(TypedDict, total=False):
+    """A reply's screenshot (base64)."""
+
+    media_type: str
+    data: str
+    width: int
+    height: int
+
+
+class HandedBack(TypedDict):
+    """A reply's ``control`` member: a human handed the control lease back."""
+
+    by: str
+    note: str | None
+    at: float
+    left: bool
+
+
+class Frame(TypedDict, total=False):
+    """A frame from the sandbox: a request's reply (it has ``ok``), or an event before it (``event``:
+    a streamed command's output, with ``stream``, ``data``, ``encoding``). ``result`` is its action's
+    (read by the action's model, corral.protocol.results) or a vendor call's; ``error`` is what
+    :class:`ActionFailed` carries."""
+
+    id: int | str | None
+    ok: bool
+    result: Any
+    error: dict[str, Any]
+    screenshot: Shot
+    control: HandedBack
+    elapsed_ms: float
+    action_id: str
+    event: str
+    stream: str
+    data: str
+    encoding: str
+
+
+class DialOptions(TypedDict):
+    """How a connection is opened (``websockets``' ``connect`` keywords)."""
+
+    compression: None
+    max_size: int
+    open_timeout: float
+    additional_headers: dict[str, str] | None
+
+
+# A reply as this client reads it, or as a caller that relays it untyped holds it (the gateway's HTTP route).
+AnyReply = TypeVar("AnyReply", Frame, dict[str, Any])
+
+
+def check_reply(reply: AnyReply) -> AnyReply:
     """The reply itself if it is ``ok``; raises :class:`ActionFailed` with its error if not."""
     if not reply.get("ok"):
         raise ActionFailed(reply.get("error") or {})
     return reply
 
 
-def _dial(
-    secret: str | None, headers: dict[str, str] | None = None
-) -> tuple[dict[str, Any], auth.SignedRequest | None]:
+def message(action: Mapping[str, Any], envelope: Envelope) -> Request:
+    """A native action's message with its options."""
+    return with_options({"action": action}, envelope)
+
+
+def with_options(request: Request, envelope: Envelope) -> Request:
+    """``request`` with ``envelope``'s options (which win)."""
+    # Every key of an Envelope is one of a Request's; mypy cannot see it through ** (TypedDicts are open).
+    return cast(Request, {**request, **envelope})
+
+
+def _dial(secret: str | None, headers: dict[str, str] | None = None) -> tuple[DialOptions, auth.SignedRequest | None]:
     """The options of one connection (signed when straight to a controller; ``headers`` such as a
     gateway's ``Authorization``) and what it must prove. No per-message compression: it costs
     ~17 ms per screenshot frame for little gain."""
     signed = auth.sign(secret) if secret else None
-    options = {"compression": None, "max_size": MAX_FRAME, "open_timeout": 10}
     sent = {**(headers or {}), **(signed.headers if signed else {})}
-    return {**options, "additional_headers": sent or None}, signed
+    return DialOptions(compression=None, max_size=MAX_FRAME, open_timeout=10, additional_headers=sent or None), signed
 
 
 def _check_proof(secret: str | None, signed: auth.SignedRequest | None, response: Any) -> None:
@@ -60,12 +149,12 @@ def _check_proof(secret: str | None, signed: auth.SignedRequest | None, response
         raise UnprovenController("the sandbox's controller port answered without the controller's proof")
 
 
-def is_reply(frame: dict[str, Any]) -> bool:
+def is_reply(frame: Frame | dict[str, Any]) -> bool:
     """A request's final reply (it has ``ok``), not an event before it."""
     return "ok" in frame
 
 
-def image_bytes(reply: dict[str, Any]) -> bytes:
+def image_bytes(reply: Frame | dict[str, Any]) -> bytes:
     """The decoded screenshot of a native reply."""
     return base64.b64decode(reply["screenshot"]["data"])
 
@@ -91,7 +180,7 @@ class AsyncSandboxClient:
         self._secret = controller_secret
         self._ws: ClientConnection | None = None
         self._ids = itertools.count(1)
-        self._boxes: dict[Box, asyncio.Queue[dict[str, Any]]] = {}
+        self._boxes: dict[Box, asyncio.Queue[Frame]] = {}
         self._reader: asyncio.Task[None] | None = None
         self._lost: BaseException | None = None  # why the connection ended, once it did
 
@@ -119,7 +208,7 @@ class AsyncSandboxClient:
         dropped (a late reply to a request given up on)."""
         try:
             async for message in ws:
-                frame = json.loads(message)
+                frame: Frame = json.loads(message)
                 if not isinstance(frame, dict):
                     continue  # no reply nor event: nobody's
                 box = self._boxes.get(frame.get("id"), self._boxes.get(RAW))
@@ -133,9 +222,9 @@ class AsyncSandboxClient:
                 self._lost = ws.protocol.close_exc if closed else ConnectionClosed(None, None)
             for box in self._boxes.values():
                 if not box.full():  # a full box's waiter reads on, and meets the end when it is empty
-                    box.put_nowait({})  # wakes its waiter, which then raises what ended the connection
+                    box.put_nowait(Frame())  # wakes its waiter, which then raises what ended the connection
 
-    async def _next(self, box: Box) -> dict[str, Any]:
+    async def _next(self, box: Box) -> Frame:
         queue = self._boxes[box]
         if queue.empty() and self._lost is not None:
             raise self._lost
@@ -150,7 +239,7 @@ class AsyncSandboxClient:
         assert self._ws is not None, "use `async with`"
         if self._lost is not None:
             raise self._lost
-        self._boxes[box] = queue = asyncio.Queue[dict[str, Any]](maxsize=BOX_FRAMES)
+        self._boxes[box] = queue = asyncio.Queue[Frame](maxsize=BOX_FRAMES)
         try:
             await self._ws.send(message)
             yield
@@ -159,13 +248,13 @@ class AsyncSandboxClient:
             while not queue.empty():  # frees the reader, if it waits to put a frame nobody will read
                 queue.get_nowait()
 
-    async def send_raw(self, message: str | bytes) -> dict[str, Any]:
+    async def send_raw(self, message: str | bytes) -> Frame:
         """Send one frame as is and return the next frame no request in flight claims (for
         malformed-input tests)."""
         async with self._opened(RAW, message):
             return await self._next(RAW)
 
-    async def stream(self, payload: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, payload: Request) -> AsyncIterator[Frame]:
         """Send one message; yield its events as they come, then its reply (last)."""
         request_id = next(self._ids)
         async with self._opened(request_id, json.dumps({**payload, "id": request_id})):
@@ -175,7 +264,7 @@ class AsyncSandboxClient:
                 if is_reply(frame):
                     return
 
-    async def request(self, payload: dict[str, Any]) -> dict[str, Any]:
+    async def request(self, payload: Request) -> Frame:
         """Send one message and return its reply (events before it are passed over)."""
         request_id = next(self._ids)
         async with self._opened(request_id, json.dumps({**payload, "id": request_id})):
@@ -183,11 +272,11 @@ class AsyncSandboxClient:
                 pass
             return frame
 
-    async def act(self, action: dict[str, Any], **envelope: Any) -> dict[str, Any]:
+    async def act(self, action: Mapping[str, Any], **envelope: Unpack[Envelope]) -> Frame:
         """A native action; raises :class:`ActionFailed` on an error reply."""
-        return check_reply(await self.request({"action": action, **envelope}))
+        return check_reply(await self.request(message(action, envelope)))
 
-    async def screenshot(self, fmt: str = "png", **options: Any) -> bytes:
+    async def screenshot(self, fmt: str = "png", **options: object) -> bytes:
         return image_bytes(await self.act({"type": "screenshot", "format": fmt, **options}))
 
 
@@ -205,7 +294,7 @@ class SandboxClient:
         self._ws: SyncConnection | None = None
         self._stack = contextlib.ExitStack()
         self._ids = itertools.count(1)
-        self._boxes: dict[Box, deque[dict[str, Any]]] = {}
+        self._boxes: dict[Box, deque[Frame]] = {}
         self._turn = threading.Condition()  # guards the boxes; one caller reads the socket at a time
         self._reading = False
 
@@ -225,7 +314,7 @@ class SandboxClient:
     ) -> None:
         self._stack.close()
 
-    def _next(self, box: Box) -> dict[str, Any]:
+    def _next(self, box: Box) -> Frame:
         """The next frame of ``box``: taken if another caller read it already, else read here (frames
         for other boxes are filed on the way; one no box claims goes to a raw read, or is dropped)."""
         assert self._ws is not None, "use `with`"
@@ -237,7 +326,7 @@ class SandboxClient:
                 self._reading = True
                 self._turn.release()
                 try:
-                    frame = json.loads(self._ws.recv())
+                    frame: Frame = json.loads(self._ws.recv())
                 finally:
                     self._turn.acquire()
                     self._reading = False
@@ -261,11 +350,11 @@ class SandboxClient:
             with self._turn:
                 del self._boxes[box]
 
-    def send_raw(self, message: str | bytes) -> dict[str, Any]:
+    def send_raw(self, message: str | bytes) -> Frame:
         with self._opened(RAW, message):
             return self._next(RAW)
 
-    def stream(self, payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    def stream(self, payload: Request) -> Iterator[Frame]:
         """Send one message; yield its events as they come, then its reply (last)."""
         request_id = next(self._ids)
         with self._opened(request_id, json.dumps({**payload, "id": request_id})):
@@ -275,15 +364,15 @@ class SandboxClient:
                 if is_reply(frame):
                     return
 
-    def request(self, payload: dict[str, Any]) -> dict[str, Any]:
+    def request(self, payload: Request) -> Frame:
         request_id = next(self._ids)
         with self._opened(request_id, json.dumps({**payload, "id": request_id})):
             while not is_reply(frame := self._next(request_id)):
                 pass
             return frame
 
-    def act(self, action: dict[str, Any], **envelope: Any) -> dict[str, Any]:
-        return check_reply(self.request({"action": action, **envelope}))
+    def act(self, action: Mapping[str, Any], **envelope: Unpack[Envelope]) -> Frame:
+        return check_reply(self.request(message(action, envelope)))
 
-    def screenshot(self, fmt: str = "png", **options: Any) -> bytes:
+    def screenshot(self, fmt: str = "png", **options: object) -> bytes:
         return image_bytes(self.act({"type": "screenshot", "format": fmt, **options}))

@@ -11,15 +11,12 @@ import base64
 import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Self
+from typing import Any, Literal, Self, TypedDict
 
+from corral.client import Frame
 from corral.errors import CommandFailed, CorralError
 
 TIMEOUT_EXIT = 124  # what timeout(1) exits with; `corral exec` too, for a command that ran out of time
-
-
-def _given(**values: Any) -> dict[str, Any]:
-    return {name: value for name, value in values.items() if value is not None}
 
 
 def decode(data: str, encoding: str) -> bytes:
@@ -39,7 +36,7 @@ class OutputChunk:
     encoding: str = "utf-8"
 
     @classmethod
-    def from_event(cls, event: Mapping[str, Any]) -> OutputChunk:
+    def from_event(cls, event: Frame) -> OutputChunk:
         return cls(str(event.get("stream", "stdout")), str(event.get("data", "")), str(event.get("encoding", "utf-8")))
 
     @property
@@ -66,7 +63,8 @@ class ExecResult:
 
     @classmethod
     def from_result(cls, result: Mapping[str, Any]) -> ExecResult:
-        """The reply's ``result``; fields this client does not know are left out."""
+        """The reply's ``result``; fields this client does not know are left out (a newer sandbox's),
+        so this reads an ``exec``'s and a ``process_wait``'s alike."""
         known = {f.name for f in fields(cls)}
         return cls(**{name: value for name, value in result.items() if name in known})
 
@@ -107,6 +105,47 @@ def _signal_number(name: str | None) -> int:
 # -- the actions (pure) -----------------------------------------------------------------------------------
 
 
+class Terminal(TypedDict):
+    rows: int
+    cols: int
+
+
+class ExecAction(TypedDict, total=False):
+    """The ``exec`` action (docs/protocol.md): a command or an argv, and how it runs."""
+
+    type: Literal["exec"]
+    command: str
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    timeout_ms: int
+    max_output_bytes: int
+    output_encoding: str
+    stdin: str
+    stdin_base64: str
+    stream: bool
+    background: bool
+    pty: Terminal
+
+
+class ProcessWriteAction(TypedDict, total=False):
+    type: Literal["process_write"]
+    pid: int
+    eof: bool
+    data: str
+    data_base64: str
+
+
+class FileWriteAction(TypedDict, total=False):
+    type: Literal["file_write"]
+    path: str
+    append: bool
+    make_dirs: bool
+    content: str
+    content_base64: str
+    mode: int | str
+
+
 def exec_action(
     command: str | None,
     argv: Sequence[str] | None,
@@ -120,39 +159,48 @@ def exec_action(
     stream: bool = False,
     background: bool = False,
     pty: tuple[int, int] | None = None,
-) -> dict[str, Any]:
-    """The ``exec`` action: ``command`` (run by ``bash -lc``) or ``argv``, exactly one."""
+) -> ExecAction:
+    """The ``exec`` action: ``command`` (run by ``bash -lc``) or ``argv``, exactly one; what was not
+    given is left out (the sandbox has the defaults)."""
     if (command is None) == (argv is None):
         raise CorralError("give a command (a shell string) or argv (a list), not both or neither")
-    action: dict[str, Any] = {"type": "exec"}
+    action: ExecAction = {"type": "exec"}
     if command is not None:
         action["command"] = command
     else:
         action["argv"] = list(argv or [])
-    action.update(
-        _given(
-            cwd=cwd,
-            env=dict(env) if env is not None else None,
-            timeout_ms=timeout_ms,
-            max_output_bytes=max_output_bytes,
-            output_encoding=output_encoding,
-        )
-    )
-    if isinstance(stdin, bytes):
-        action["stdin_base64"] = base64.b64encode(stdin).decode()
-    elif stdin is not None:
-        action["stdin"] = stdin
-    if stream:
-        action["stream"] = True
-    if background:
-        action["background"] = True
-    if pty is not None:
-        action["pty"] = {"rows": pty[0], "cols": pty[1]}
+    if cwd is not None:
+        action["cwd"] = cwd
+    if env is not None:
+        action["env"] = dict(env)
+    if timeout_ms is not None:
+        action["timeout_ms"] = timeout_ms
+    if max_output_bytes is not None:
+        action["max_output_bytes"] = max_output_bytes
+    if output_encoding is not None:
+        action["output_encoding"] = output_encoding
+    action.update(_how(stdin, stream, background, pty))
     return action
 
 
-def process_write_action(pid: int, data: str | bytes, eof: bool) -> dict[str, Any]:
-    action: dict[str, Any] = {"type": "process_write", "pid": pid, "eof": eof}
+def _how(stdin: str | bytes | None, stream: bool, background: bool, pty: tuple[int, int] | None) -> ExecAction:
+    """An ``exec``'s input and how it runs: only what differs from the sandbox's defaults."""
+    how: ExecAction = {}
+    if isinstance(stdin, bytes):
+        how["stdin_base64"] = base64.b64encode(stdin).decode()
+    elif stdin is not None:
+        how["stdin"] = stdin
+    if stream:
+        how["stream"] = True
+    if background:
+        how["background"] = True
+    if pty is not None:
+        how["pty"] = {"rows": pty[0], "cols": pty[1]}
+    return how
+
+
+def process_write_action(pid: int, data: str | bytes, eof: bool) -> ProcessWriteAction:
+    action: ProcessWriteAction = {"type": "process_write", "pid": pid, "eof": eof}
     if isinstance(data, bytes):
         action["data_base64"] = base64.b64encode(data).decode()
     else:
@@ -162,8 +210,8 @@ def process_write_action(pid: int, data: str | bytes, eof: bool) -> dict[str, An
 
 def file_write_action(
     path: str, content: str | bytes, append: bool, mode: int | str | None, make_dirs: bool
-) -> dict[str, Any]:
-    action: dict[str, Any] = {"type": "file_write", "path": path, "append": append, "make_dirs": make_dirs}
+) -> FileWriteAction:
+    action: FileWriteAction = {"type": "file_write", "path": path, "append": append, "make_dirs": make_dirs}
     if isinstance(content, bytes):
         action["content_base64"] = base64.b64encode(content).decode()
     else:
@@ -173,18 +221,15 @@ def file_write_action(
     return action
 
 
-def file_bytes(result: Mapping[str, Any]) -> bytes:
-    """A ``file_read`` result's content as bytes."""
-    return decode(str(result["content"]), str(result.get("encoding", "utf-8")))
-
-
 __all__ = [
     "TIMEOUT_EXIT",
+    "ExecAction",
     "ExecResult",
+    "FileWriteAction",
     "OutputChunk",
+    "ProcessWriteAction",
     "decode",
     "exec_action",
-    "file_bytes",
     "file_write_action",
     "process_write_action",
 ]

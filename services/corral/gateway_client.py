@@ -21,6 +21,7 @@ from typing import IO, Any, Generic, Self, TypeVar
 import httpx
 
 from corral.errors import CorralError, GatewayError
+from corral.gateway_models import SecretChange, SessionBody, SessionInfo, TrafficRecord, UploadedFile
 
 T = TypeVar("T")
 
@@ -82,10 +83,24 @@ def _ignored(response: httpx.Response) -> None:
     """A clean-up whose failure changes nothing for the caller."""
 
 
-def _records(response: httpx.Response) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in _checked(response).text.splitlines() if line.strip()]
+def _records(response: httpx.Response) -> list[TrafficRecord]:
+    lines = _checked(response).text.splitlines()
+    return [TrafficRecord.model_validate(json.loads(line)) for line in lines if line.strip()]
 
 
+def _session(response: httpx.Response) -> SessionInfo:
+    return SessionInfo.model_validate(_json(response))
+
+
+def _sessions(response: httpx.Response) -> list[SessionInfo]:
+    return [SessionInfo.model_validate(row) for row in _json(response)]
+
+
+def _uploaded(response: httpx.Response) -> UploadedFile:
+    return UploadedFile.model_validate(_json(response))
+
+
+# A sandbox's reply relayed as it came: any message's (``ok`` true or false), read by whoever sent it.
 def _reply(response: httpx.Response) -> dict[str, Any]:
     """A sandbox's reply relayed over HTTP (``ok`` true or false), or the gateway's own refusal."""
     try:
@@ -108,12 +123,9 @@ class Call(Generic[T]):
     method: str
     path: str
     read: Callable[[httpx.Response], T]
-    json: Any = None
+    json: object = None  # the request's body, JSON
     content: bytes | None = None
     params: dict[str, str] | None = None
-
-    def options(self) -> dict[str, Any]:
-        return {"json": self.json, "content": self.content, "params": self.params}
 
 
 def session_body(
@@ -124,13 +136,13 @@ def session_body(
     labels: dict[str, str] | None = None,
     egress_mode: str | None = None,
     hermetic: str | None = None,
-    secrets: Mapping[str, Mapping[str, Any]] | None = None,
-) -> dict[str, Any]:
+    secrets: Mapping[str, SecretChange] | None = None,
+) -> SessionBody:
     """The body of ``POST /v1/sessions``: what was given, nothing else (the gateway has the defaults).
     ``secrets``: name -> ``{"value", "allow", "in"?}`` (docs/gateway.md)."""
-    body: dict[str, Any] = {"allow": list(allow or []), "labels": dict(labels or {})}
+    body: SessionBody = {"allow": list(allow or []), "labels": dict(labels or {})}
     if secrets:
-        body["secrets"] = {name: dict(spec) for name, spec in secrets.items()}
+        body["secrets"] = {name: SecretChange(**spec) for name, spec in secrets.items()}
     if egress_mode is not None:
         body["egress_mode"] = egress_mode
     if hermetic is not None:
@@ -146,10 +158,10 @@ def session_body(
 
 def secret_change(
     value: str | None = None, allow: Sequence[str] | None = None, in_: Sequence[str] | None = None
-) -> dict[str, Any]:
+) -> SecretChange:
     """One secret's entry in a PATCH's ``secrets``: what was given (a new secret needs value and
     allow; a rotation the value alone)."""
-    change: dict[str, Any] = {}
+    change: SecretChange = {}
     if value is not None:
         change["value"] = value
     if allow is not None:
@@ -172,29 +184,29 @@ class calls:  # a namespace of pure builders, read as calls.create_session(...)
     """Every request of the gateway's API, built without sending it."""
 
     @staticmethod
-    def create_session(body: dict[str, Any]) -> Call[dict[str, Any]]:
-        return Call("POST", "/v1/sessions", _json, json=body)
+    def create_session(body: SessionBody) -> Call[SessionInfo]:
+        return Call("POST", "/v1/sessions", _session, json=body)
 
     @staticmethod
-    def session(session_id: str) -> Call[dict[str, Any]]:
-        return Call("GET", f"/v1/sessions/{session_id}", _json)
+    def session(session_id: str) -> Call[SessionInfo]:
+        return Call("GET", f"/v1/sessions/{session_id}", _session)
 
     @staticmethod
-    def sessions() -> Call[list[dict[str, Any]]]:
-        return Call("GET", "/v1/sessions", _json)
+    def sessions() -> Call[list[SessionInfo]]:
+        return Call("GET", "/v1/sessions", _sessions)
 
     @staticmethod
-    def update_session(session_id: str, allow: Sequence[str], egress_mode: str | None = None) -> Call[dict[str, Any]]:
-        body: dict[str, Any] = {"allow": list(allow)}
+    def update_session(session_id: str, allow: Sequence[str], egress_mode: str | None = None) -> Call[SessionInfo]:
+        body: SessionBody = {"allow": list(allow)}
         if egress_mode is not None:
             body["egress_mode"] = egress_mode
-        return Call("PATCH", f"/v1/sessions/{session_id}", _json, json=body)
+        return Call("PATCH", f"/v1/sessions/{session_id}", _session, json=body)
 
     @staticmethod
-    def update_secrets(session_id: str, changes: Mapping[str, Mapping[str, Any] | None]) -> Call[dict[str, Any]]:
+    def update_secrets(session_id: str, changes: Mapping[str, SecretChange | None]) -> Call[SessionInfo]:
         """Add, change or (None) revoke secrets: the session as the gateway then shows it."""
         body = {"secrets": {name: None if change is None else dict(change) for name, change in changes.items()}}
-        return Call("PATCH", f"/v1/sessions/{session_id}", _json, json=body)
+        return Call("PATCH", f"/v1/sessions/{session_id}", _session, json=body)
 
     @staticmethod
     def secrets(session_id: str) -> Call[dict[str, str]]:
@@ -205,11 +217,11 @@ class calls:  # a namespace of pure builders, read as calls.create_session(...)
         return Call("DELETE", f"/v1/sessions/{session_id}", _missing_ok if missing_ok else _nothing)
 
     @staticmethod
-    def act(session_id: str, message: dict[str, Any]) -> Call[dict[str, Any]]:
+    def act(session_id: str, message: Mapping[str, Any]) -> Call[dict[str, Any]]:
         return Call("POST", f"/v1/sessions/{session_id}/actions", _reply, json=message)
 
     @staticmethod
-    def traffic(session_id: str, filters: dict[str, str]) -> Call[list[dict[str, Any]]]:
+    def traffic(session_id: str, filters: dict[str, str]) -> Call[list[TrafficRecord]]:
         return Call("GET", f"/v1/sessions/{session_id}/traffic", _records, params=filters)
 
     @staticmethod
@@ -299,12 +311,8 @@ def _cut_for_cap(response: httpx.Response, received: int) -> GatewayError | None
     return GatewayError(413, {"error": {"code": "too_large", "message": message, "field": "path"}})
 
 
-def _http_options(url: str | None, credential: str | None) -> dict[str, Any]:
-    return {
-        "base_url": gateway_url(url),
-        "timeout": TIMEOUT_S,
-        "headers": {"Authorization": f"Bearer {credential or api_key()}"},
-    }
+def _authorization(credential: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {credential or api_key()}"}
 
 
 class Gateway:
@@ -315,7 +323,9 @@ class Gateway:
     def __init__(
         self, url: str | None = None, credential: str | None = None, *, transport: httpx.BaseTransport | None = None
     ) -> None:
-        self._http = httpx.Client(**_http_options(url, credential), transport=transport)
+        self._http = httpx.Client(
+            base_url=gateway_url(url), timeout=TIMEOUT_S, headers=_authorization(credential), transport=transport
+        )
         self.url = str(self._http.base_url).rstrip("/")
 
     def __enter__(self) -> Self:
@@ -330,21 +340,23 @@ class Gateway:
         self._http.close()
 
     def send(self, call: Call[T]) -> T:
-        return call.read(self._http.request(call.method, call.path, **call.options()))
+        return call.read(
+            self._http.request(call.method, call.path, json=call.json, content=call.content, params=call.params)
+        )
 
-    def create_session(self, body: dict[str, Any]) -> dict[str, Any]:
+    def create_session(self, body: SessionBody) -> SessionInfo:
         return self.send(calls.create_session(body))
 
-    def session(self, session_id: str) -> dict[str, Any]:
+    def session(self, session_id: str) -> SessionInfo:
         return self.send(calls.session(session_id))
 
-    def sessions(self) -> list[dict[str, Any]]:
+    def sessions(self) -> list[SessionInfo]:
         return self.send(calls.sessions())
 
-    def update_session(self, session_id: str, allow: Sequence[str], egress_mode: str | None = None) -> dict[str, Any]:
+    def update_session(self, session_id: str, allow: Sequence[str], egress_mode: str | None = None) -> SessionInfo:
         return self.send(calls.update_session(session_id, allow, egress_mode))
 
-    def update_secrets(self, session_id: str, changes: Mapping[str, Mapping[str, Any] | None]) -> dict[str, Any]:
+    def update_secrets(self, session_id: str, changes: Mapping[str, SecretChange | None]) -> SessionInfo:
         return self.send(calls.update_secrets(session_id, changes))
 
     def secrets(self, session_id: str) -> dict[str, str]:
@@ -354,11 +366,11 @@ class Gateway:
     def delete_session(self, session_id: str, missing_ok: bool = False) -> None:
         self.send(calls.delete_session(session_id, missing_ok))
 
-    def act(self, session_id: str, message: dict[str, Any]) -> dict[str, Any]:
+    def act(self, session_id: str, message: Mapping[str, Any]) -> dict[str, Any]:
         """One message through ``POST /v1/sessions/{id}/actions``: the sandbox's reply, ``ok`` or not."""
         return self.send(calls.act(session_id, message))
 
-    def traffic(self, session_id: str, **filters: str) -> list[dict[str, Any]]:
+    def traffic(self, session_id: str, **filters: str) -> list[TrafficRecord]:
         return self.send(calls.traffic(session_id, filters))
 
     def upload_responses(self, data: bytes) -> str:
@@ -372,8 +384,8 @@ class Gateway:
 
     def upload_file(
         self, session_id: str, remote: str, local: str | Path, *, make_dirs: bool = False, mode: str | None = None
-    ) -> dict[str, Any]:
-        """``local`` written to ``remote`` in the session, streamed: ``{"ok", "path", "size", "sha256"}``."""
+    ) -> UploadedFile:
+        """``local`` written to ``remote`` in the session, streamed: its path, size and SHA-256."""
         with Path(local).open("rb") as source:
             response = self._http.put(
                 files_path(session_id),
@@ -381,8 +393,7 @@ class Gateway:
                 content=_chunks(source),
                 headers=_upload_headers(source),
             )
-        answer: dict[str, Any] = _json(response)
-        return answer
+        return _uploaded(response)
 
     def download(self, path: str, local: Path, params: dict[str, str] | None = None) -> tuple[int, str]:
         """GET ``path`` streamed into ``local`` (never held whole); returns its size and content type.
@@ -421,7 +432,9 @@ class AsyncGateway:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self._http = httpx.AsyncClient(**_http_options(url, credential), transport=transport)
+        self._http = httpx.AsyncClient(
+            base_url=gateway_url(url), timeout=TIMEOUT_S, headers=_authorization(credential), transport=transport
+        )
         self.url = str(self._http.base_url).rstrip("/")
 
     async def __aenter__(self) -> Self:
@@ -436,23 +449,25 @@ class AsyncGateway:
         await self._http.aclose()
 
     async def send(self, call: Call[T]) -> T:
-        return call.read(await self._http.request(call.method, call.path, **call.options()))
+        return call.read(
+            await self._http.request(call.method, call.path, json=call.json, content=call.content, params=call.params)
+        )
 
-    async def create_session(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def create_session(self, body: SessionBody) -> SessionInfo:
         return await self.send(calls.create_session(body))
 
-    async def session(self, session_id: str) -> dict[str, Any]:
+    async def session(self, session_id: str) -> SessionInfo:
         return await self.send(calls.session(session_id))
 
-    async def sessions(self) -> list[dict[str, Any]]:
+    async def sessions(self) -> list[SessionInfo]:
         return await self.send(calls.sessions())
 
     async def update_session(
         self, session_id: str, allow: Sequence[str], egress_mode: str | None = None
-    ) -> dict[str, Any]:
+    ) -> SessionInfo:
         return await self.send(calls.update_session(session_id, allow, egress_mode))
 
-    async def update_secrets(self, session_id: str, changes: Mapping[str, Mapping[str, Any] | None]) -> dict[str, Any]:
+    async def update_secrets(self, session_id: str, changes: Mapping[str, SecretChange | None]) -> SessionInfo:
         return await self.send(calls.update_secrets(session_id, changes))
 
     async def secrets(self, session_id: str) -> dict[str, str]:
@@ -461,10 +476,10 @@ class AsyncGateway:
     async def delete_session(self, session_id: str, missing_ok: bool = False) -> None:
         await self.send(calls.delete_session(session_id, missing_ok))
 
-    async def act(self, session_id: str, message: dict[str, Any]) -> dict[str, Any]:
+    async def act(self, session_id: str, message: Mapping[str, Any]) -> dict[str, Any]:
         return await self.send(calls.act(session_id, message))
 
-    async def traffic(self, session_id: str, **filters: str) -> list[dict[str, Any]]:
+    async def traffic(self, session_id: str, **filters: str) -> list[TrafficRecord]:
         return await self.send(calls.traffic(session_id, filters))
 
     async def upload_responses(self, data: bytes) -> str:
@@ -478,7 +493,7 @@ class AsyncGateway:
 
     async def upload_file(
         self, session_id: str, remote: str, local: str | Path, *, make_dirs: bool = False, mode: str | None = None
-    ) -> dict[str, Any]:
+    ) -> UploadedFile:
         with await asyncio.to_thread(Path(local).open, "rb") as source:
             response = await self._http.put(
                 files_path(session_id),
@@ -486,8 +501,7 @@ class AsyncGateway:
                 content=_async_chunks(source),
                 headers=_upload_headers(source),
             )
-        answer: dict[str, Any] = _json(response)
-        return answer
+        return _uploaded(response)
 
     async def download(self, path: str, local: Path, params: dict[str, str] | None = None) -> tuple[int, str]:
         async with self._http.stream("GET", path, params=params) as response:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from corral.client import Frame
 from corral.errors import ActionFailed, CorralError
 
 # The Responses API's output items Corral serves; a reply's other items (messages, reasoning,
@@ -108,7 +109,7 @@ def calls_of(reply: ModelReply) -> list[ToolCall]:
     return calls
 
 
-def vendor_result(reply: dict[str, Any], key: str, on_error: OnError | None = None) -> dict[str, Any]:
+def vendor_result(reply: Frame, key: str, on_error: OnError | None = None) -> dict[str, Any]:
     """The vendor's result in Corral's reply (``result.tool_result`` or ``result.item``), a failure's
     error form included: the model reads it. ``on_error`` hears Corral's structured error then.
     Raises :class:`ActionFailed` for a failure with no vendor result (the call could not be read)."""

@@ -18,7 +18,7 @@ from .gateway_fixtures import RunningGateway
 
 def bearer(sb: Sandbox) -> dict[str, str]:
     """The session's token as the header a CDP client sends."""
-    return {"Authorization": f"Bearer {sb.info['token']}"}
+    return {"Authorization": f"Bearer {sb.info.token}"}
 
 
 def cdp_socket(gw: RunningGateway, sb: Sandbox, path: str = "", **headers: str) -> ClientConnection:

@@ -46,7 +46,7 @@ def shows(sb: Sandbox, rgb: tuple[int, int, int]) -> bool:
 
 def open_bank(sb: Sandbox) -> None:
     sb.act({"type": "navigate", "url": BANK}, wait_for="stable")
-    assert sb.page_info()["title"] == "Real Bank"
+    assert sb.page_info().title == "Real Bank"
 
 
 def click_on(sb: Sandbox, rgb: tuple[int, int, int]) -> None:
@@ -55,15 +55,15 @@ def click_on(sb: Sandbox, rgb: tuple[int, int, int]) -> None:
 
 
 def active(sb: Sandbox) -> list[str]:
-    return [tab["title"] for tab in sb.tabs() if tab["active"]]
+    return [tab.title for tab in sb.tabs() if tab.active]
 
 
 def phish_in_front(sb: Sandbox) -> str:
     """Phish is on screen (its green band) and the agent is told so; else what the agent is told."""
     # Generous: the popup loads through the proxy, on a machine that may be loaded (a CI of many sessions).
     assert wait_for(lambda: shows(sb, GREEN), timeout_s=30), "Phish never came on screen"
-    told: str = wait_for(lambda: (t := sb.page_info()["title"]).startswith("Phish") and t, timeout_s=30)
-    return told or f"on screen: Phish; told: {sb.page_info()['title']}"
+    told: str = wait_for(lambda: (t := sb.page_info().title).startswith("Phish") and t, timeout_s=30)
+    return told or f"on screen: Phish; told: {sb.page_info().title}"
 
 
 def shot_event(gw: RunningGateway, session_id: str, tmp_path: Path) -> dict[str, Any]:
@@ -93,17 +93,17 @@ def test_a_popup_a_page_opens_is_the_tab_the_agent_reads_types_into_and_navigate
     assert phish_in_front(sb) == "Phish"
     # What the agent is told is what is on screen: Phish, not the opener.
     info = sb.page_info()
-    assert (info["title"], info["url"]) == ("Phish", PHISH)
+    assert (info.title, info.url) == ("Phish", PHISH)
     assert active(sb) == ["Phish"]
-    assert {tab["title"] for tab in sb.tabs()} == {"Real Bank", "Phish"}
+    assert {tab.title for tab in sb.tabs()} == {"Real Bank", "Phish"}
     # A screenshot's recorded event names the tab it shows.
     sb.act({"type": "screenshot", "format": "jpeg"})  # the one JPEG of the test: its event is told apart
     shot = shot_event(gw, sb.id, tmp_path)
     assert (shot["title"], shot["url"]) == ("Phish", PHISH)
     # Text off the X keymap goes over CDP into the focused tab: Phish's field, not the bank's.
     sb.act({"type": "type", "text": "pässword"})
-    assert wait_for(lambda: sb.page_info()["title"] == "Phish typed pässword", timeout_s=10)
-    assert sorted(tab["title"] for tab in sb.tabs()) == ["Phish typed pässword", "Real Bank"]
+    assert wait_for(lambda: sb.page_info().title == "Phish typed pässword", timeout_s=10)
+    assert sorted(tab.title for tab in sb.tabs()) == ["Phish typed pässword", "Real Bank"]
     # The next navigate loads in the tab on screen, not in the hidden opener.
     opened = sb.act({"type": "navigate", "url": BANK + "?again"}, wait_for="stable")["result"]
     assert opened["title"] == "Real Bank"
@@ -118,14 +118,14 @@ def test_a_target_blank_link_is_the_active_tab_and_closing_it_returns_to_the_ope
     assert active(sb) == ["Phish"]
     # tab_close without a tab closes the active one: the popup on screen, not the opener behind it.
     sb.act({"type": "tab_close"})
-    assert [tab["title"] for tab in sb.tabs()] == ["Real Bank"]
-    assert sb.page_info()["title"] == "Real Bank" and shows(sb, BLUE)
+    assert [tab.title for tab in sb.tabs()] == ["Real Bank"]
+    assert sb.page_info().title == "Real Bank" and shows(sb, BLUE)
     # The popup closing itself (window.close()) hands the front back to the opener, and the agent follows.
     click_on(sb, RED)
     assert phish_in_front(sb) == "Phish"
     click_on(sb, MAGENTA)
     assert wait_for(lambda: len(sb.tabs()) == 1, timeout_s=10)
-    assert sb.page_info()["title"] == "Real Bank" and active(sb) == ["Real Bank"]
+    assert sb.page_info().title == "Real Bank" and active(sb) == ["Real Bank"]
 
 
 def _page_targets(ws: Any, id: int) -> list[dict[str, Any]]:
@@ -145,16 +145,16 @@ def test_a_tab_the_agents_cdp_connection_opens_or_fronts_is_the_active_tab(gw: R
         behind = cdp_call(ws, 3, "Target.createTarget", {"url": BANK + "?behind", "background": True})
         assert "error" not in behind, behind
         assert wait_for(lambda: len(sb.tabs()) == 3, timeout_s=10)
-        assert sb.page_info()["title"] == "Phish" and active(sb) == ["Phish"]
+        assert sb.page_info().title == "Phish" and active(sb) == ["Phish"]
         # Brought to the front by the client: the bank is the active tab again.
         assert "error" not in cdp_call(ws, 4, "Target.activateTarget", {"targetId": bank})
-        assert wait_for(lambda: sb.page_info()["url"] == BANK, timeout_s=10)
+        assert wait_for(lambda: sb.page_info().url == BANK, timeout_s=10)
         assert shows(sb, BLUE) and active(sb) == ["Real Bank"]
         # The front tab closed by the client: the agent follows the tab Chromium shows next.
         assert "error" not in cdp_call(ws, 5, "Target.closeTarget", {"targetId": bank})
         assert wait_for(lambda: len(sb.tabs()) == 2, timeout_s=10)
         shown = "Phish" if shows(sb, GREEN) else "Real Bank"
-        assert sb.page_info()["title"] == shown and active(sb) == [shown]
+        assert sb.page_info().title == shown and active(sb) == [shown]
 
 
 ROUNDS = 6
@@ -191,7 +191,7 @@ def test_two_closes_at_once_native_and_cdp_leave_a_page(gw: RunningGateway, sb: 
             sb.act({"type": "tab_new", "url": theirs})
             tabs = sb.tabs()
             assert len(tabs) == 2, tabs
-            native_closes = next(t for t in tabs if t["url"] == mine)["id"]
+            native_closes = next(t for t in tabs if t.url == mine).id
             cdp_closes = next(t for t in _page_targets(ws, 100 + round_) if t["url"] == theirs)["targetId"]
             answers = _close_both_at_once(sb, ws, native_closes, cdp_closes, round_)
             assert set(answers) == {"native", "cdp"}, answers
@@ -220,7 +220,7 @@ def test_navigate_refuses_what_cdp_refuses(gw: RunningGateway, sb: Sandbox) -> N
             reply = sb.request({"action": action})
             assert reply["ok"] is False, (url, reply)
             assert (reply["error"]["code"], reply["error"]["field"]) == ("url_refused", "action.url"), reply
-    assert sb.page_info()["title"] == "Real Bank" and len(sb.tabs()) == 1
+    assert sb.page_info().title == "Real Bank" and len(sb.tabs()) == 1
     with cdp_socket(gw, sb) as ws:
         for n, url in enumerate(REFUSED):
             made = cdp_call(ws, 10 + n, "Target.createTarget", {"url": url})

@@ -54,10 +54,10 @@ def gw(
 
 def _title(sb: Sandbox, prefix: str, timeout_s: float) -> str:
     def current() -> str:
-        title = str(sb.page_info()["title"])
+        title = str(sb.page_info().title)
         return title if title.startswith(prefix) else ""
 
-    return str(wait_for(current, timeout_s) or sb.page_info()["title"])
+    return str(wait_for(current, timeout_s) or sb.page_info().title)
 
 
 def _raw_log(gw: RunningGateway, session_id: str) -> bytes:

@@ -99,7 +99,7 @@ def test_the_agents_processes_can_neither_read_nor_trace_nor_stop_the_browser(
     sb.navigate(TYPED_PAGE)
     sb.act({"type": "click", "x": 640, "y": 500})
     sb.act({"type": "type", "text": "hunter2-typed-by-a-person"})
-    assert wait_for(lambda: sb.page_info()["title"] == "hunter2-typed-by-a-person", timeout_s=10)
+    assert wait_for(lambda: sb.page_info().title == "hunter2-typed-by-a-person", timeout_s=10)
     chromium = pids_of(runtime, sb.container, "chromium")
     openbox = pids_of(runtime, sb.container, "openbox")
     run = sb.exec(argv=["python3", "-c", AGAINST_THE_BROWSER, *map(str, chromium + openbox)])
@@ -117,7 +117,7 @@ def test_the_agents_processes_can_neither_read_nor_trace_nor_stop_the_browser(
     _, out = runtime.exec(sb.container, ["ps", "-o", "stat=", "-p", ",".join(map(str, chromium))], user="root")
     assert "T" not in out, out
     sb.act({"type": "type", "text": "!"})
-    assert wait_for(lambda: sb.page_info()["title"] == "hunter2-typed-by-a-person!", timeout_s=10)
+    assert wait_for(lambda: sb.page_info().title == "hunter2-typed-by-a-person!", timeout_s=10)
 
 
 def test_what_the_agent_sees_of_the_browser_is_true(sb: Sandbox) -> None:
@@ -129,7 +129,7 @@ def test_what_the_agent_sees_of_the_browser_is_true(sb: Sandbox) -> None:
     # And the agent can kill none of them.
     killed = sb.exec(argv=["pkill", "-KILL", "-x", "chromium"])
     assert killed.exit_code != 0 and "not permitted" in killed.stderr.lower(), killed
-    assert sb.navigate("data:text/html,<title>still-here</title>")["title"] == "still-here"
+    assert sb.navigate("data:text/html,<title>still-here</title>").title == "still-here"
 
 
 def test_downloads_are_the_agents_to_read_and_remove_and_the_profile_is_not_its_to_write(sb: Sandbox) -> None:
@@ -175,7 +175,7 @@ def test_a_page_uploads_a_file_from_the_agents_home(gw: RunningGateway, sb: Sand
         given = {"files": [f"{HOME}/upload-me.txt"], "objectId": node}
         answer = cdp_call(ws, 4, "DOM.setFileInputFiles", given, sessionId=sid)
         assert "error" not in answer, answer
-    title = wait_for(lambda: (t := str(sb.page_info()["title"])).startswith("read ") and t, timeout_s=10)
+    title = wait_for(lambda: (t := str(sb.page_info().title)).startswith("read ") and t, timeout_s=10)
     assert title == "read the agent's own file"
 
 
@@ -194,9 +194,9 @@ def test_devtools_stays_closed_to_the_agent_and_the_browser_goes_out_through_the
     assert sb.exec(argv=["python3", "-c", CONNECT_9222]).stdout.strip() == "ConnectionRefusedError"
     # HTTPS through the session's proxy, its CA trusted in the browser's own NSS store.
     reply = sb.act({"type": "navigate", "url": "https://allowed.test/hello"})
-    assert wait_for(lambda: str(sb.page_info()["title"]) == "upstream allowed.test", timeout_s=20)
+    assert wait_for(lambda: str(sb.page_info().title) == "upstream allowed.test", timeout_s=20)
     records = traffic(gw, sb.id, host="allowed.test", event="request")
     page = next(r for r in records if r["url"].startswith("https://allowed.test/hello"))
     assert (page["status"], page["decision"], page["action"]) == (200, "allow", reply["action_id"])
     sb.navigate("https://other.test/secret")
-    assert wait_for(lambda: str(sb.page_info()["title"]) == "Blocked by Corral: other.test", timeout_s=20)
+    assert wait_for(lambda: str(sb.page_info().title) == "Blocked by Corral: other.test", timeout_s=20)

@@ -53,7 +53,7 @@ def sb(gw: RunningGateway) -> Iterator[Sandbox]:
 
 
 def _token(sb: Sandbox) -> str:
-    return str(sb.info["token"])
+    return str(sb.info.token)
 
 
 def _cdp_events(gw: RunningGateway, session_id: str, tmp_path: Path) -> list[dict[str, Any]]:
@@ -128,7 +128,7 @@ def test_methods_that_bypass_corral_are_refused_naming_the_rule(
         ("Target.createBrowserContext", "proxy_settings"),
         ("Tethering.bind", "network_bypass"),
     ]
-    assert sb.page_info()["url"]  # the agent's browser lives on
+    assert sb.page_info().url  # the agent's browser lives on
 
 
 def test_an_exclusive_connection_holds_the_lease_until_it_closes(gw: RunningGateway, sb: Sandbox) -> None:
@@ -268,7 +268,7 @@ def test_crashes_internal_pages_and_non_flat_sessions_are_refused(gw: RunningGat
         ws.send(b'{"id":52,"method":"Browser.close"}')
         assert json.loads(ws.recv(timeout=20))["error"]["code"] == -32600
         _alive(ws, 53)
-    assert sb.page_info()["url"]  # the agent's browser lives on
+    assert sb.page_info().url  # the agent's browser lives on
 
 
 def test_a_framework_sees_nothing_of_a_persons_turn_and_gets_its_pages_back(gw: RunningGateway, sb: Sandbox) -> None:

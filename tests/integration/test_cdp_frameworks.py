@@ -94,7 +94,7 @@ async def sb(gw: RunningGateway) -> AsyncIterator[Session]:
     """One session for the module's frameworks (each connects and goes; starting a sandbox is the slow part)."""
     sandbox = await AsyncSandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"])
     try:
-        yield Session(sandbox, sandbox.info["token"], f"{gw.url}/v1/sessions/{sandbox.id}/cdp")
+        yield Session(sandbox, sandbox.info.token, f"{gw.url}/v1/sessions/{sandbox.id}/cdp")
     finally:
         await sandbox.delete()
 
@@ -138,7 +138,7 @@ async def test_playwright_mcp_navigates_and_snapshots_through_the_gateway(
         await text_of(client, "browser_navigate", url="https://other.test/frameworks/denied")
         assert "Blocked by Corral" in await text_of(client, "browser_snapshot")
         # The same browser the agent drives: its tabs show the page Playwright MCP opened.
-        urls = [tab["url"] for tab in await sb.sandbox.tabs()]
+        urls = [tab.url for tab in await sb.sandbox.tabs()]
         assert "https://other.test/frameworks/denied" in urls, urls
         # Closing from Playwright MCP leaves the sandbox's browser running for the agent.
         await client.call_tool("browser_close", {})
@@ -199,7 +199,7 @@ async def test_puppeteer_connects_with_the_token_header_and_reads_the_page(
     assert read["version"].startswith(("Chrome/", "HeadlessChrome/"))
     assert "/frameworks/puppeteer" in [hit.get("path") for hit in upstream.hits(runtime)]
     # The agent's own browser, which Puppeteer's disconnect left running.
-    assert page in [tab["url"] for tab in await sb.sandbox.tabs()]
+    assert page in [tab.url for tab in await sb.sandbox.tabs()]
 
 
 @pytest.mark.usefixtures("frameworks")

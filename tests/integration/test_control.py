@@ -144,9 +144,9 @@ def test_the_sdk_through_the_gateway_and_a_bundle_with_control_events_replays(
     with Sandbox.create(url=gw.url, api_key=KEY_A) as sb:
         sb.wait_for_control_ms = 2000  # sent with each request; nobody holds the lease, so no wait
         held = sb.control()
-        assert held["holder"] == "agent" and held["since"] > 0 and held["help"] is None and held["handed_back"] is None
+        assert held.holder == "agent" and held.since > 0 and held.help is None and held.handed_back is None
         asked = sb.request_control("solve the CAPTCHA", wait_ms=200)
-        assert asked["handed_back"] is None and asked["help"] is None
+        assert asked.handed_back is None and asked.help is None
         sb.act({"type": "cursor_position"})
         assert sb.handed_back is None
         session_id = sb.id

@@ -106,10 +106,10 @@ def sb(gw: RunningGateway) -> Iterator[Sandbox]:
 
 def _title(sb: Sandbox, until: Any, timeout_s: float = 15.0) -> str:
     def current() -> str:
-        title = str(sb.page_info()["title"])
+        title = str(sb.page_info().title)
         return title if until(title) else ""
 
-    return str(wait_for(current, timeout_s) or sb.page_info()["title"])
+    return str(wait_for(current, timeout_s) or sb.page_info().title)
 
 
 def test_the_browser_reaches_an_allowed_host_over_intercepted_tls_and_it_is_logged(

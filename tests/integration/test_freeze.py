@@ -188,7 +188,7 @@ def test_the_agents_commands_file_actions_and_transfers_wait_or_are_refused_the_
     link = make_link(gw, sb.id, "control")
     human = f"human:{link['id']}"
     live = Live(gw, sb.id, secret_of(link))
-    token = sb.info["token"]
+    token = sb.info.token
     try:
         take(live)
         refused = http_action(gw, sb, {"type": "exec", "argv": ["true"]})

@@ -43,14 +43,14 @@ def gw(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iter
 
 def _wait_title(sb: Sandbox, expected: str, timeout_s: float = 5) -> str:
     deadline = time.monotonic() + timeout_s
-    while (title := sb.page_info()["title"]) != expected and time.monotonic() < deadline:
+    while (title := sb.page_info().title) != expected and time.monotonic() < deadline:
         time.sleep(0.05)
     return str(title)
 
 
 def test_create_act_screenshot_delete_with_the_sdk(gw: RunningGateway, runtime: DockerHarness) -> None:
     with Sandbox.create(allow=["example.test"], url=gw.url, api_key=KEY_A, labels={"suite": "it"}) as sb:
-        assert sb.info["allow"] == ["example.test"] and sb.info["labels"] == {"suite": "it"}
+        assert sb.info.allow == ["example.test"] and sb.info.labels == {"suite": "it"}
         sb.navigate(INPUT_PAGE)
         sb.click(640, 500, screenshot=True, wait_for="stable")
         sb.type("through the gateway")
@@ -66,7 +66,7 @@ def test_create_act_screenshot_delete_with_the_sdk(gw: RunningGateway, runtime: 
             assert c.get(f"/v1/sessions/{session_id}").json()["id"] == session_id
     with gw.client() as c:
         assert c.get(f"/v1/sessions/{session_id}").status_code == 404
-    assert runtime.find(sb.info["container"]) is None
+    assert runtime.find(sb.info.container) is None
 
 
 def test_async_sdk(gw: RunningGateway) -> None:
@@ -76,10 +76,10 @@ def test_async_sdk(gw: RunningGateway) -> None:
             await sb.click(640, 500, screenshot=True, wait_for="stable")
             await sb.type("async")
             for _ in range(100):
-                if (await sb.page_info())["title"] == "async":
+                if (await sb.page_info()).title == "async":
                     break
                 await asyncio.sleep(0.05)
-            return str((await sb.page_info())["title"])
+            return str((await sb.page_info()).title)
 
     assert asyncio.run(scenario()) == "async"
 
@@ -275,7 +275,7 @@ def test_eight_sessions_at_once_are_isolated(gw: RunningGateway) -> None:
             sb.type(text)
             seen = _wait_title(sb, text)
             time.sleep(1.0)  # let every other session type too before looking again
-            return index, seen, str(sb.page_info()["title"])
+            return index, seen, str(sb.page_info().title)
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(one, range(8)))

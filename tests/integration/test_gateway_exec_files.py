@@ -76,7 +76,7 @@ def test_exec_stream_sorts_output_to_its_command_while_other_requests_go_on(sb: 
     assert first == OutputChunk("stdout", "first\n")
     # The command sleeps: the same connection answers a screenshot and a file action meanwhile.
     assert sb.screenshot("jpeg").startswith(b"\xff\xd8")
-    assert sb.files.write("/workspace/meanwhile.txt", "x")["size"] == 1
+    assert sb.files.write("/workspace/meanwhile.txt", "x").size == 1
     rest = list(items)
     assert isinstance(rest[-1], ExecResult) and rest[-1].exit_code == 0
     chunks = [item for item in rest if isinstance(item, OutputChunk)]
@@ -87,11 +87,11 @@ def test_exec_stream_sorts_output_to_its_command_while_other_requests_go_on(sb: 
 
 def test_background_process_with_stdin_output_and_wait(sb: Sandbox) -> None:
     pid = sb.processes.start(argv=["cat"])
-    assert pid in [p["pid"] for p in sb.processes.list()]
+    assert pid in [p.pid for p in sb.processes.list()]
     assert sb.processes.write(pid, b"hello\n", eof=True) == 6
     ended = sb.processes.wait(pid, timeout_ms=10_000)
     assert (ended.exit_code, ended.running) == (0, False)
-    assert sb.processes.output(pid)["data"] == "hello\n"
+    assert sb.processes.output(pid).data == "hello\n"
     sleeper = sb.processes.start("sleep 600")
     assert sb.processes.wait(sleeper, timeout_ms=100).running is True
     sb.processes.kill(sleeper)
@@ -100,11 +100,11 @@ def test_background_process_with_stdin_output_and_wait(sb: Sandbox) -> None:
 
 def test_file_actions_through_the_sdk(sb: Sandbox) -> None:
     written = sb.files.write("/workspace/d/a.bin", b"\x00\xffdata", make_dirs=True)
-    assert written["size"] == 6 and written["sha256"] == hashlib.sha256(b"\x00\xffdata").hexdigest()
+    assert written.size == 6 and written.sha256 == hashlib.sha256(b"\x00\xffdata").hexdigest()
     assert sb.files.read("/workspace/d/a.bin") == b"\x00\xffdata"
-    assert sb.files.stat("/workspace/d/a.bin")["type"] == "file"
+    assert sb.files.stat("/workspace/d/a.bin").type == "file"
     sb.files.move("/workspace/d/a.bin", "/workspace/d/b.bin")
-    assert [e["name"] for e in sb.files.list("/workspace/d")["entries"]] == ["b.bin"]
+    assert [e.name for e in sb.files.list("/workspace/d").entries] == ["b.bin"]
     sb.files.remove("/workspace/d", recursive=True)
     with pytest.raises(ActionFailed) as gone:
         sb.files.stat("/workspace/d")
@@ -115,7 +115,7 @@ def test_upload_and_download_through_the_gateway(sb: Sandbox, tmp_path: Path) ->
     local = tmp_path / "blob.bin"
     digest = _write_random(local, 3 * MiB)
     [written] = sb.files.upload(local, "/workspace/up/blob.bin", make_dirs=True)
-    assert (written["size"], written["sha256"]) == (3 * MiB, digest)
+    assert (written.size, written.sha256) == (3 * MiB, digest)
     back = sb.files.download("/workspace/up/blob.bin", tmp_path / "back.bin")
     assert hashlib.sha256(back.read_bytes()).hexdigest() == digest
     with pytest.raises(GatewayError) as missing:
@@ -133,7 +133,7 @@ def test_a_directory_goes_up_file_by_file_and_comes_down_as_a_tar(sb: Sandbox, t
     (tree / "main.py").write_text("print('hi')\n")
     (tree / "pkg" / "data.bin").write_bytes(os.urandom(4096))
     written = sb.files.upload(tree, "/workspace/tree")
-    assert sorted(w["path"] for w in written) == ["/workspace/tree/main.py", "/workspace/tree/pkg/data.bin"]
+    assert sorted(w.path for w in written) == ["/workspace/tree/main.py", "/workspace/tree/pkg/data.bin"]
     assert sb.exec("python3 main.py", cwd="/workspace/tree").check().stdout == "hi\n"
     out = sb.files.download("/workspace/tree", tmp_path / "out")
     assert (out / "main.py").read_text() == "print('hi')\n"
@@ -188,7 +188,7 @@ def test_200_mib_up_and_down_through_the_gateway(sb: Sandbox, tmp_path: Path) ->
     local = tmp_path / "big.bin"
     digest = _write_random(local, 200 * MiB)
     [written] = sb.files.upload(local, "/workspace/big.bin")
-    assert (written["size"], written["sha256"]) == (200 * MiB, digest)
+    assert (written.size, written.sha256) == (200 * MiB, digest)
     local.unlink()
     back = sb.files.download("/workspace/big.bin", tmp_path / "back.bin")
     assert back.stat().st_size == 200 * MiB

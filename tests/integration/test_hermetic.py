@@ -50,8 +50,8 @@ def _counter_hits(upstream: Upstream, runtime: DockerHarness) -> int:
 
 def _wait_title(sb: Sandbox, title: str, timeout_s: float = 15.0) -> None:
     deadline = time.monotonic() + timeout_s
-    while sb.page_info()["title"] != title:
-        assert time.monotonic() < deadline, f"title is {sb.page_info()['title']!r}, not {title!r}"
+    while sb.page_info().title != title:
+        assert time.monotonic() < deadline, f"title is {sb.page_info().title!r}, not {title!r}"
         time.sleep(0.1)
 
 
@@ -116,7 +116,7 @@ def test_a_hermetic_session_has_no_way_out_and_says_what_was_not_recorded(
     responses = read_bundle(recorded).responses
     assert responses is not None
     with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"], hermetic_responses=responses) as sb:
-        assert sb.info["hermetic"] is True
+        assert sb.info.hermetic is True
         proxy = runtime.client.containers.get(f"corral-egress-{sb.id}")
         networks = set(proxy.attrs["NetworkSettings"]["Networks"])
         assert networks == {f"corral-net-{sb.id}"}  # not on the egress network: no route to any site

@@ -143,7 +143,7 @@ def loopback_refused(sb: Sandbox, page: str) -> dict[str, str]:
     """What a hostile page (upstream/pages/attack-*.html) reported in its title, once it has checked that
     every spelling of loopback refused it: the connection itself (the agent's uid may not connect)."""
     sb.navigate(page)
-    title = wait_for(lambda: (t := str(sb.page_info()["title"])).startswith("done") and t, timeout_s=40)
+    title = wait_for(lambda: (t := str(sb.page_info().title)).startswith("done") and t, timeout_s=40)
     assert title, sb.page_info()
     seen: dict[str, str] = json.loads(title.removeprefix("done "))
     for host in ("127.0.0.1", "localhost", "[::1]"):

@@ -394,7 +394,7 @@ print(json.dumps(out))
     reached = {k: v for k, v in seen.items() if not v.startswith("failed")}
     assert not reached, f"the agent's process reached: {reached}"
     # Nor can the agent's own session token take the lease on the live stream.
-    with _live(gw, sb.id, str(sb.info["token"])) as ws:
+    with _live(gw, sb.id, str(sb.info.token)) as ws:
         hello = _hello(ws)
         assert hello["viewer"] == "agent" and hello["mode"] == "view"
         ws.send(json.dumps({"type": "take", "seq": 1}))
@@ -430,7 +430,7 @@ def test_a_web_origin_with_a_stolen_session_token_cannot_drive_the_live_stream(g
         f"{gw.ws}/v1/sessions/{sb.id}/live", additional_headers={"Origin": "https://allowed.test"}, open_timeout=20
     ) as ws:
         try:
-            ws.send(json.dumps({"type": "auth", "credential": str(sb.info["token"])}))
+            ws.send(json.dumps({"type": "auth", "credential": str(sb.info.token)}))
             hello = _hello(ws)
         except ConnectionClosed as refused:
             assert refused.rcvd is not None and refused.rcvd.code == 4403, refused  # a foreign Origin: held
@@ -627,7 +627,7 @@ def test_a_viewer_that_never_reads_does_not_grow_the_gateway(gw: RunningGateway,
 
     async def play() -> tuple[float, float]:
         ws = await aconnect(f"{gw.ws}/v1/sessions/{fresh.id}/live", max_size=None, max_queue=1)
-        await ws.send(json.dumps({"type": "auth", "credential": str(fresh.info["token"])}))
+        await ws.send(json.dumps({"type": "auth", "credential": str(fresh.info.token)}))
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         # The screen keeps changing; the viewer never reads a frame.
         for n in range(40):

@@ -94,7 +94,7 @@ def test_a_password_typed_through_a_control_link_is_in_no_recording_anyone_reads
     needles = (password, password.rsplit("-", 1)[1], keyed, " ".join(keyed), typed)
     with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as sb:
         sb.act({"type": "navigate", "url": SIGNIN_PAGE}, wait_for="stable")
-        assert wait_for(lambda: sb.page_info()["title"] == "sign in", 30), sb.page_info()
+        assert wait_for(lambda: sb.page_info().title == "sign in", 30), sb.page_info()
         field = wait_for(lambda: field_on(sb), 30)
         assert field, "the sign-in field never showed"
         sb.act({"type": "click", "x": field[0], "y": field[1]})
@@ -128,7 +128,7 @@ def test_a_password_typed_through_a_control_link_is_in_no_recording_anyone_reads
             viewer.close()
 
         def settled() -> list[dict[str, Any]]:
-            events = events_read_by(gw, sb.id, sb.info["token"])
+            events = events_read_by(gw, sb.id, sb.info.token)
             inputs = [e for e in humans(events) if e["native"][0]["type"] in ("type", "key")]
             returned = any(e.get("event") == "control" and e.get("change") == "returned" for e in events)
             return events if len(inputs) >= 5 and returned else []  # ctrl+a, paste, typing, the keys, Return
@@ -138,7 +138,7 @@ def test_a_password_typed_through_a_control_link_is_in_no_recording_anyone_reads
 
         # The agent's own session token and a view link: the recording's events and the traffic log.
         view = make_link(gw, sb.id, "view")
-        for credential in (sb.info["token"], secret_of(view)):
+        for credential in (sb.info.token, secret_of(view)):
             read = text_read_by(gw, sb.id, credential)
             assert agent_text in read
             for secret in needles:
@@ -253,7 +253,7 @@ def test_nothing_the_agent_or_a_link_reads_holds_a_value_derived_from_the_api_ke
             assert changed.status_code == 200, changed.text
         view = make_link(gw, sb.id, "view")
         make_link(gw, sb.id, "control")
-        watching = Live(gw, sb.id, sb.info["token"])  # the agent's own stream: it sees the lease's holder
+        watching = Live(gw, sb.id, sb.info.token)  # the agent's own stream: it sees the lease's holder
         owner_live = Live(gw, sb.id, KEY_A)
         try:
             assert owner_live.ask({"type": "take"})["type"] == "ack"
@@ -266,12 +266,12 @@ def test_nothing_the_agent_or_a_link_reads_holds_a_value_derived_from_the_api_ke
         sb.act({"type": "navigate", "url": "https://allowed.test/page/takeover.html"}, wait_for="stable")
 
         def recorded() -> bool:
-            events = events_read_by(gw, sb.id, sb.info["token"])
+            events = events_read_by(gw, sb.id, sb.info.token)
             return any(e.get("event") == "control" and e.get("change") == "returned" for e in events)
 
         assert wait_for(recorded, 20)
         read = {
-            "the agent's token": readable_by(gw, sb.id, sb.info["token"]),
+            "the agent's token": readable_by(gw, sb.id, sb.info.token),
             "a view link": readable_by(gw, sb.id, secret_of(view)),
             "the agent's live stream": json.dumps(watching.messages),
             "the agent's control action": json.dumps(held),

@@ -650,9 +650,7 @@ def _has(screen: Image.Image, colour: tuple[int, int, int]) -> bool:
 
 
 def _title(sb: Sandbox, until: Callable[[str], bool], timeout_s: float = 20.0) -> str:
-    return wait_for(lambda: t if until(t := str(sb.page_info()["title"])) else "", timeout_s) or str(
-        sb.page_info()["title"]
-    )
+    return wait_for(lambda: t if until(t := str(sb.page_info().title)) else "", timeout_s) or str(sb.page_info().title)
 
 
 def log_in(sb: Sandbox, placeholder: str) -> str:
@@ -848,7 +846,7 @@ def test_a_hermetic_replay_of_the_session_works_with_placeholders(
         placeholder = finished.placeholders["LOGIN_PASSWORD"]
         assert log_in(sb, placeholder) == f"reflected password={placeholder}"
         records = sb.traffic()
-    post = next(r for r in records if r["event"] == "request" and r["url"] == "https://allowed.test/reflect")
-    assert (post["method"], post["status"], post["replayed"]) == ("POST", 200, True), post
-    assert not [r for r in records if r["event"] == "secret"]
+    post = next(r for r in records if r.event == "request" and r.url == "https://allowed.test/reflect")
+    assert (post.method, post.status, post.get("replayed")) == ("POST", 200, True), post
+    assert not [r for r in records if r.event == "secret"]
     assert len(upstream.hits(runtime)) == before  # answered from the recording alone

@@ -546,7 +546,7 @@ def test_the_agent_reaches_neither_the_proxy_control_channel_nor_the_controller(
 
 def test_a_session_token_cannot_read_another_session_s_placeholders(gw: RunningGateway, sb: Sandbox) -> None:
     with Sandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as other:
-        token = other.info["token"]
+        token = other.info.token
         with gw.client(None) as c:
             answer = c.get(f"/v1/sessions/{sb.id}/secrets", headers={"Authorization": f"Bearer {token}"})
     assert answer.status_code in (401, 403), answer.text
@@ -667,7 +667,7 @@ def test_zz_no_record_corral_writes_holds_the_value(
             continue
     check: dict[str, Callable[[], str]] = {
         "proxy's docker logs": lambda: runtime.logs(f"corral-egress-{sb.id}", 100_000),
-        "sandbox's docker logs": lambda: runtime.logs(sb.info["container"], 100_000),
+        "sandbox's docker logs": lambda: runtime.logs(sb.info.container, 100_000),
         "gateway log": lambda: "\n".join(gateway_log.lines),
     }
     for what, read in check.items():

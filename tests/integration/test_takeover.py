@@ -165,7 +165,7 @@ def refusal(gw: RunningGateway, session_id: str, credential: str) -> tuple[int, 
 
 
 def http_action(gw: RunningGateway, sb: Sandbox, action: dict[str, Any], **envelope: Any) -> httpx.Response:
-    with gw.client(sb.info["token"]) as c:
+    with gw.client(sb.info.token) as c:
         return c.post(f"/v1/sessions/{sb.id}/actions", json={"action": action, **envelope})
 
 
@@ -192,7 +192,7 @@ def screen_targets(sb: Sandbox) -> dict[str, tuple[int, int]]:
 
 def open_takeover_page(sb: Sandbox) -> dict[str, tuple[int, int]]:
     sb.act({"type": "navigate", "url": TAKEOVER_PAGE}, wait_for="stable")
-    assert sb.page_info()["title"] == "takeover"
+    assert sb.page_info().title == "takeover"
     return screen_targets(sb)
 
 
@@ -480,7 +480,7 @@ def test_an_expired_link_and_another_sessions_link_are_refused(gw: RunningGatewa
 
 
 def test_a_session_token_cannot_make_links_and_a_view_link_cannot_act(gw: RunningGateway, sb: Sandbox) -> None:
-    with gw.client(sb.info["token"]) as c:
+    with gw.client(sb.info.token) as c:
         made = c.post(f"/v1/sessions/{sb.id}/links", json={"mode": "control"})
     assert made.status_code == 403, made.text
     view = make_link(gw, sb.id, "view")
@@ -505,7 +505,7 @@ def test_a_session_token_cannot_make_links_and_a_view_link_cannot_act(gw: Runnin
         assert c.post(f"/v1/sessions/{sb.id}/links", json={"mode": "control"}).status_code in (401, 403)
         assert c.get(f"/v1/sessions/{sb.id}/cdp/json/version").status_code in (401, 403)
     # The agent's own token opens the stream as a viewer, never in control.
-    live = Live(gw, sb.id, sb.info["token"])
+    live = Live(gw, sb.id, sb.info.token)
     try:
         assert (live.hello["viewer"], live.hello["mode"]) == ("agent", "view")
         assert live.ask({"type": "take"})["error"]["code"] == "forbidden"
@@ -539,7 +539,7 @@ def test_a_humans_input_is_attributed_in_the_recording_and_the_audit(
             assert live.ask({"type": "release", "note": "done"})["type"] == "ack"
         finally:
             live.close()
-        assert wait_for(lambda: str(sb.page_info()["url"]).startswith("https://allowed.test/landing"))
+        assert wait_for(lambda: str(sb.page_info().url).startswith("https://allowed.test/landing"))
         revoke(gw, sb.id, link["id"])
         session_id = sb.id
 
@@ -609,7 +609,7 @@ def test_cdp_traffic_is_attributed_and_recorded(gw: RunningGateway, browser: Any
         sb.act({"type": "navigate", "url": "https://allowed.test/by-agent"})
         # The module's Playwright (one sync Playwright per thread) connects to the sandbox's browser.
         cdp = browser.browser_type.connect_over_cdp(
-            f"{gw.url}/v1/sessions/{sb.id}/cdp", headers={"Authorization": f"Bearer {sb.info['token']}"}
+            f"{gw.url}/v1/sessions/{sb.id}/cdp", headers={"Authorization": f"Bearer {sb.info.token}"}
         )
         try:
             page = cdp.contexts[0].pages[0]
@@ -689,7 +689,7 @@ def test_a_page_cannot_reach_the_gateways_cdp_or_live_endpoints(
     sb.set_allow(["allowed.test", network.gateway])
     query = urllib.parse.urlencode({"target": target, "session": sb.id})
     sb.navigate(f"https://allowed.test/page/attack-gateway.html?{query}")
-    title = wait_for(lambda: (t := str(sb.page_info()["title"])).startswith("done") and t, timeout_s=40)
+    title = wait_for(lambda: (t := str(sb.page_info().title)).startswith("done") and t, timeout_s=40)
     assert title, sb.page_info()
     seen = json.loads(title.removeprefix("done "))
     assert seen["cdp version"] in ("failed", "read 403 ") or seen["cdp version"].startswith("read 403"), seen

@@ -249,7 +249,7 @@ def test_tool_commands_go_out_only_through_the_proxy(sb: Sandbox, upstream: Upst
     out, action_id = _bash(sb, unset + " exit=$?")
     if "exit=0" in out:
         records = sb.traffic(action=action_id)
-        assert any(r["event"] == "request" and r["host"] == "allowed.test" for r in records), records
+        assert any(r.event == "request" and r.host == "allowed.test" for r in records), records
     refused = shell_call("curl -sS -w '\\nstatus=%{http_code}' https://other.test/private")
     assert item(_openai(sb, refused), refused)["output"][0]["stdout"].rstrip().endswith("status=403")
     paths = [str(hit.get("path")) for hit in upstream.hits(runtime)]
@@ -260,7 +260,7 @@ def test_tool_commands_go_out_only_through_the_proxy(sb: Sandbox, upstream: Upst
 def test_a_hostile_page_cannot_drive_the_new_tools(gw: RunningGateway, sb: Sandbox, runtime: DockerHarness) -> None:
     sb.navigate("https://allowed.test/page/attack-tools.html")
     deadline = time.monotonic() + 60
-    while not (title := str(sb.page_info()["title"])).startswith("done"):
+    while not (title := str(sb.page_info().title)).startswith("done"):
         assert time.monotonic() < deadline, title
         time.sleep(0.2)
     seen = json.loads(title.removeprefix("done "))

@@ -15,6 +15,7 @@ import pytest
 from corral import gateway_client
 from corral.errors import CorralError, GatewayError, error_body
 from corral.gateway_client import AsyncGateway, Gateway, calls
+from corral.gateway_models import TrafficRecord
 
 INFO = {"id": "ses_1", "ws_url": "ws://gateway.invalid/v1/sessions/ses_1/ws", "container": "corral-ses-1"}
 FAILED = {"ok": False, "id": 1, "error": {"code": "out_of_bounds", "message": "off the screen", "field": "action.x"}}
@@ -60,6 +61,8 @@ async def test_both_gateways_send_the_same_request(
 
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append(request)
+        if request.url.path == "/v1/sessions" and request.method == "GET":  # a listing: a list of sessions
+            return httpx.Response(200, json=[SESSION])
         return httpx.Response(200, json={"ok": True, **SESSION})
 
     sync, twin = _gateways(handler)
@@ -80,7 +83,7 @@ async def test_traffic_reads_json_lines_with_its_filters() -> None:
         return httpx.Response(200, text=lines)
 
     sync, twin = _gateways(handler)
-    expected = [{"seq": 1, "event": "proxy"}, {"seq": 2, "event": "request"}]
+    expected = [TrafficRecord(seq=1, event="proxy"), TrafficRecord(seq=2, event="request")]
     assert sync.traffic("ses_1", host="a.test") == await twin.traffic("ses_1", host="a.test") == expected
     assert [(r.url.path, dict(r.url.params)) for r in seen] == [("/v1/sessions/ses_1/traffic", {"host": "a.test"})] * 2
 
@@ -184,7 +187,8 @@ async def test_both_gateways_upload_a_local_file_sized_up_front(tmp_path: Path) 
     sync, twin = _gateways(handler)
     first = sync.upload_file("ses_1", "/w/d.bin", local, make_dirs=True, mode="0600")
     second = await twin.upload_file("ses_1", "/w/d.bin", str(local), make_dirs=True, mode="0600")
-    assert first == second == {"ok": True, "path": "/w/d.bin", "size": 5, "sha256": "ab"}
+    assert first == second
+    assert first.wire() == {"ok": True, "path": "/w/d.bin", "size": 5, "sha256": "ab"}
     for request, body in seen:
         assert (request.method, request.url.path) == ("PUT", "/v1/sessions/ses_1/files")
         assert dict(request.url.params) == {"path": "/w/d.bin", "make_dirs": "1", "mode": "0600"}

@@ -16,6 +16,8 @@ import pytest
 from corral.commands import ExecResult, OutputChunk
 from corral.errors import ActionFailed, CommandFailed, CorralError
 from corral.gateway_client import AsyncGateway, Download, Gateway
+from corral.gateway_models import SessionInfo, UploadedFile
+from corral.protocol import results as r
 from corral.sdk import AsyncExecStream, AsyncFiles, AsyncProcesses, AsyncSandbox, Files, Processes, Sandbox, messages
 
 # -- the twins ------------------------------------------------------------------------------------------
@@ -25,8 +27,10 @@ _ASYNC_NAME = {"__enter__": "__aenter__", "__exit__": "__aexit__"}
 
 
 def _surface(cls: type) -> dict[str, Any]:
-    names = {n for n in vars(cls) if not n.startswith("_")} | {"__init__", *_ASYNC_NAME, *_ASYNC_NAME.values()}
-    return {name: inspect.getattr_static(cls, name) for name in names if name in vars(cls)}
+    """Every public member the class defines or takes from its parts (its bases, ``object`` aside)."""
+    own = {name for part in cls.__mro__[:-1] for name in vars(part)}
+    names = {n for n in own if not n.startswith("_")} | {"__init__", *_ASYNC_NAME, *_ASYNC_NAME.values()}
+    return {name: inspect.getattr_static(cls, name) for name in names if name in own}
 
 
 # What the async twin gives to iterate with `async for` at once (no await), and the type it returns.
@@ -36,7 +40,7 @@ _ITERATED: dict[str, type] = {"exec_stream": AsyncExecStream}
 def _plain(annotation: Any) -> str:
     """An annotation (a string: the module has postponed annotations) with the twins' names made one."""
     text = str(annotation)
-    for name in ("Sandbox", "Gateway", "BaseTransport", "ExecStream", "Processes", "Files"):
+    for name in ("Sandbox", "Gateway", "BaseTransport", "ExecStream", "Processes", "Files", "Connected"):
         text = text.replace(f"Async{name}", name)
     return text
 
@@ -74,7 +78,7 @@ def test_the_surface_comparison_sees_a_missing_method_and_a_changed_default() ->
         async def key(self, keys: str, **envelope: Any) -> dict[str, Any]:  # no hold_ms, as AsyncSandbox once had
             raise NotImplementedError
 
-    assert _signature(vars(Short)["key"]) != _signature(vars(Sandbox)["key"])
+    assert _signature(vars(Short)["key"]) != _signature(_surface(Sandbox)["key"])
     assert set(_surface(Sandbox)) - {"__enter__", "__exit__"} > set(_surface(type("Empty", (), {})))
 
 
@@ -103,7 +107,7 @@ INFO = {"id": "ses_1", "ws_url": "ws://gateway.invalid/v1/sessions/ses_1/ws", "c
 
 def _sandbox(reply: dict[str, Any]) -> tuple[Sandbox, Recorder]:
     sandbox = Sandbox.__new__(Sandbox)  # no gateway, no WebSocket: only the message side is tested
-    sandbox.info, sandbox.id = INFO, "ses_1"
+    sandbox.info, sandbox.id = SessionInfo.model_validate(INFO), "ses_1"
     ws = Recorder(reply)
     sandbox._ws = ws  # type: ignore[assignment]
     return sandbox, ws
@@ -111,7 +115,7 @@ def _sandbox(reply: dict[str, Any]) -> tuple[Sandbox, Recorder]:
 
 def _async_sandbox(reply: dict[str, Any]) -> tuple[AsyncSandbox, Recorder]:
     sandbox = AsyncSandbox.__new__(AsyncSandbox)
-    sandbox.info, sandbox.id = INFO, "ses_1"
+    sandbox.info, sandbox.id = SessionInfo.model_validate(INFO), "ses_1"
     ws = AsyncRecorder(reply)
     sandbox._ws = ws  # type: ignore[assignment]
     return sandbox, ws
@@ -191,17 +195,35 @@ SENT: list[tuple[str, tuple[Any, ...], dict[str, Any], dict[str, Any]]] = [
 ]
 
 
+# What each action answers (its result model's wire shape), for the reply each method reads.
+PAGE = {"url": "https://example.test/", "title": "t"}
+LEASE = {"holder": "agent", "since": 1.0, "help": None, "handed_back": None}
+RESULT_OF: dict[str, dict[str, Any]] = {
+    "scroll": {"clicks": 2, "direction": "down"},
+    "type": {"typed": 2, "via": "x"},
+    "key": {},
+    "wait": {},
+    "navigate": {**PAGE, "status": 200},
+    **{kind: PAGE for kind in ("back", "forward", "reload", "page_info")},
+    **{kind: {"id": "t1", **PAGE} for kind in ("tab_new", "tab_switch")},
+    "tab_close": {"closed": "t2", "tabs": 1},
+    **{kind: LEASE for kind in ("control", "request_control")},
+}
+
+
 @pytest.mark.parametrize(("method", "args", "kwargs", "message"), SENT)
 async def test_both_twins_send_the_same_message(
     method: str, args: tuple[Any, ...], kwargs: dict[str, Any], message: dict[str, Any]
 ) -> None:
-    reply = {"ok": True, "id": 1, "result": {"x": 1, "y": 2}}
+    kind = message.get("action", {}).get("type")
+    reply = {"ok": True, "id": 1, "result": RESULT_OF.get(kind, {"x": 1, "y": 2})}
     sandbox, ws = _sandbox(reply)
     twin, twin_ws = _async_sandbox(reply)
     assert getattr(sandbox, method)(*args, **kwargs) == await getattr(twin, method)(*args, **kwargs)
     assert ws.sent == twin_ws.sent == [message]
 
 
+TAB = {"index": 0, "id": "t1", "active": True, "url": "about:blank", "title": ""}
 IMAGE = {"ok": True, "id": 1, "result": {}, "screenshot": {"data": "iVBORw=="}}
 
 
@@ -228,9 +250,9 @@ IMAGE = {"ok": True, "id": 1, "result": {}, "screenshot": {"data": "iVBORw=="}}
         ),
         (
             lambda s: s.tabs(),
-            {"ok": True, "result": {"tabs": [{"id": "t1"}]}},
+            {"ok": True, "result": {"tabs": [TAB]}},
             {"action": {"type": "tabs"}},
-            [{"id": "t1"}],
+            [r.Tab.model_validate(TAB)],
         ),
         (
             lambda s: s.clipboard_get(),
@@ -292,7 +314,7 @@ async def test_request_returns_a_failure_as_it_came() -> None:
 def test_messages_are_values() -> None:
     message = messages.key("Return", None, {"screenshot": True})
     assert message.body == {"action": {"type": "key", "keys": "Return"}, "screenshot": True}
-    assert message.read({"ok": True, "result": {}}) == {"ok": True, "result": {}}
+    assert message.read({"ok": True, "result": {}}) == r.Done()  # the result model, not the reply
     with pytest.raises(ActionFailed):
         message.read(FAILED)
 
@@ -313,6 +335,13 @@ EXEC_RESULT = {
     "encoding": "utf-8",
     "added_later": 1,  # a field this client does not know yet is passed over
 }
+PROCESS = {
+    **{"pid": 9, "command": None, "argv": ["top"], "cwd": "/workspace", "pty": True, "background": True},
+    **{"started": 1.0, "running": True, "exit_code": None, "signal": None, "action_id": "a1.1"},
+}
+SLICE = {"pid": 9, "stream": "stdout", "data": "ab", "encoding": "utf-8", "offset": 4, "next_offset": 6}
+SLICE |= {"dropped": 0, "running": True, "exit_code": None}
+STAT = {"path": "/a", "name": "a", "type": "file", "size": 1, "mode": "0644", "mtime": 1.0}
 ENDED = ExecResult(
     exit_code=3, stdout="out", stderr="err", pid=7, stderr_truncated=True, duration_ms=12.5, oom_killed=None
 )
@@ -346,7 +375,12 @@ ENDED = ExecResult(
             {"type": "exec", "argv": ["top"], "pty": {"rows": 24, "cols": 80}, "background": True},
             9,
         ),
-        (lambda s: s.processes.list(), {"processes": [{"pid": 9}]}, {"type": "process_list"}, [{"pid": 9}]),
+        (
+            lambda s: s.processes.list(),
+            {"processes": [PROCESS]},
+            {"type": "process_list"},
+            [r.ProcessInfo.model_validate(PROCESS)],
+        ),
         (
             lambda s: s.processes.wait(9, timeout_ms=10),
             {"pid": 9, "exit_code": None, "running": True, "timed_out": True},
@@ -357,7 +391,7 @@ ENDED = ExecResult(
             lambda s: s.processes.kill(9, "SIGTERM"),
             {"pid": 9, "signal": "SIGTERM"},
             {"type": "process_kill", "pid": 9, "signal": "SIGTERM"},
-            {"pid": 9, "signal": "SIGTERM"},
+            r.Signalled(pid=9, signal="SIGTERM"),
         ),
         (
             lambda s: s.processes.write(9, b"\x01", eof=True),
@@ -367,19 +401,19 @@ ENDED = ExecResult(
         ),
         (
             lambda s: s.processes.output(9, offset=4, max_bytes=2),
-            {"pid": 9, "data": "ab", "next_offset": 6},
+            SLICE,
             {"type": "process_output", "pid": 9, "stream": "stdout", "offset": 4, "max_bytes": 2},
-            {"pid": 9, "data": "ab", "next_offset": 6},
+            r.ProcessOutputSlice.model_validate(SLICE),
         ),
         (
             lambda s: s.processes.resize(9, 30, 100),
-            {},
+            {"pid": 9, "rows": 30, "cols": 100},
             {"type": "process_resize", "pid": 9, "rows": 30, "cols": 100},
-            None,
+            r.Resized(pid=9, rows=30, cols=100),
         ),
         (
             lambda s: s.files.read("/a", offset=1, length=2),
-            {"content": "/wA=", "encoding": "base64"},
+            {"path": "/a", "content": "/wA=", "encoding": "base64", "size": 3, "offset": 1, "length": 2, "eof": True},
             {"type": "file_read", "path": "/a", "offset": 1, "encoding": "base64", "length": 2},
             b"\xff\x00",
         ),
@@ -394,37 +428,37 @@ ENDED = ExecResult(
                 "content_base64": "AQ==",
                 "mode": "0600",
             },
-            {"path": "/a", "size": 1, "sha256": "4b"},
+            r.FileWritten(path="/a", size=1, sha256="4b"),
         ),
         (
             lambda s: s.files.write("/a", "text", append=True),
             {"path": "/a", "size": 8, "sha256": "4c"},
             {"type": "file_write", "path": "/a", "append": True, "make_dirs": False, "content": "text"},
-            {"path": "/a", "size": 8, "sha256": "4c"},
+            r.FileWritten(path="/a", size=8, sha256="4c"),
         ),
         (
             lambda s: s.files.list("/w", recursive=True, pattern="*.py"),
             {"path": "/w", "entries": [], "truncated": False},
             {"type": "file_list", "path": "/w", "recursive": True, "pattern": "*.py"},
-            {"path": "/w", "entries": [], "truncated": False},
+            r.FileListing(path="/w", entries=[], truncated=False),
         ),
         (
             lambda s: s.files.stat("/a"),
-            {"path": "/a", "type": "file"},
+            STAT,
             {"type": "file_stat", "path": "/a"},
-            {"path": "/a", "type": "file"},
+            r.FileEntry.model_validate(STAT),
         ),
         (
             lambda s: s.files.remove("/d", recursive=True),
-            {},
+            {"path": "/d", "type": "directory"},
             {"type": "file_remove", "path": "/d", "recursive": True},
-            None,
+            r.FileRemoved(path="/d", type="directory"),
         ),
         (
             lambda s: s.files.move("/a", "/b"),
-            {},
+            {"source": "/a", "destination": "/b"},
             {"type": "file_move", "source": "/a", "destination": "/b", "overwrite": False},
-            None,
+            r.FileMoved(source="/a", destination="/b"),
         ),
     ],
 )
@@ -520,9 +554,9 @@ class FilesGateway:
 
     def upload_file(
         self, session_id: str, remote: str, local: str | Path, *, make_dirs: bool = False, mode: str | None = None
-    ) -> dict[str, Any]:
+    ) -> UploadedFile:
         self.uploads.append((session_id, remote, Path(local), make_dirs))
-        return {"path": remote, "size": Path(local).stat().st_size}
+        return UploadedFile(path=remote, size=Path(local).stat().st_size, sha256="0" * 64)
 
     def download_file(self, session_id: str, remote: str, local: str | Path) -> Download:
         Path(local).write_bytes(self._download[0])
@@ -532,7 +566,7 @@ class FilesGateway:
 class AsyncFilesGateway(FilesGateway):
     async def upload_file(  # type: ignore[override]
         self, session_id: str, remote: str, local: str | Path, *, make_dirs: bool = False, mode: str | None = None
-    ) -> dict[str, Any]:
+    ) -> UploadedFile:
         return super().upload_file(session_id, remote, local, make_dirs=make_dirs, mode=mode)
 
     async def download_file(self, session_id: str, remote: str, local: str | Path) -> Download:  # type: ignore[override]
@@ -579,7 +613,8 @@ class StatRecorder(AsyncRecorder):
     def request(self, message: dict[str, Any]) -> Any:  # type: ignore[override]
         self.sent.append(message)
         if message["action"]["path"] == "/workspace":
-            return {"ok": True, "id": 1, "result": {"path": "/workspace", "type": "directory"}}
+            entry = {**STAT, "path": "/workspace", "name": "workspace", "type": "directory"}
+            return {"ok": True, "id": 1, "result": entry}
         return {"ok": False, "id": 1, "error": {"code": "no_such_file", "message": "no such file"}}
 
 
@@ -614,25 +649,25 @@ class SecretsGateway:
         self.changes: list[tuple[str, dict[str, Any]]] = []
         self.placeholders: dict[str, str] = {}
 
-    def update_secrets(self, session_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+    def update_secrets(self, session_id: str, changes: dict[str, Any]) -> SessionInfo:
         self.changes.append((session_id, changes))
         for name, change in changes.items():
             if change is None:
                 self.placeholders.pop(name)
             else:
                 self.placeholders.setdefault(name, f"corral_secret_{len(self.placeholders):032x}")
-        return {"id": session_id, "secrets": dict(self.placeholders)}
+        return SessionInfo(id=session_id, secrets=dict(self.placeholders))
 
 
 class AsyncSecretsGateway(SecretsGateway):
-    async def update_secrets(self, session_id: str, changes: dict[str, Any]) -> dict[str, Any]:  # type: ignore[override]
+    async def update_secrets(self, session_id: str, changes: dict[str, Any]) -> SessionInfo:  # type: ignore[override]
         return super().update_secrets(session_id, changes)
 
 
 async def test_secrets_are_set_and_revoked_alike_in_both_twins() -> None:
     sandbox, twin = Sandbox.__new__(Sandbox), AsyncSandbox.__new__(AsyncSandbox)
     sandbox.id = twin.id = "ses_1"
-    sandbox.info = twin.info = {"id": "ses_1", "secrets": {}}
+    sandbox.info = twin.info = SessionInfo(id="ses_1")
     sandbox._gateway, twin._gateway = SecretsGateway(), AsyncSecretsGateway()  # type: ignore[assignment]
     assert sandbox.secrets == twin.secrets == {}
     placeholder = sandbox.set_secret("TOKEN", "value-1234", allow=["a.test"], in_=["header", "query"])
@@ -660,7 +695,7 @@ async def test_the_last_replys_hand_back_is_read_in_both_twins() -> None:
     twin, twin_ws = _async_sandbox({"ok": True, "id": 1, "result": {"text": "x"}, "control": HANDED})
     assert sandbox.handed_back is None and twin.handed_back is None
     assert sandbox.clipboard_get() == await twin.clipboard_get() == "x"
-    assert sandbox.handed_back == twin.handed_back == HANDED
+    assert sandbox.handed_back == twin.handed_back == r.HandBack.model_validate(HANDED)
     ws.reply = twin_ws.reply = {"ok": True, "id": 2, "result": {"text": "y"}}
     sandbox.clipboard_get(), await twin.clipboard_get()
     assert sandbox.handed_back is None and twin.handed_back is None  # the next reply carried none
@@ -674,7 +709,7 @@ async def test_a_hand_back_on_a_failure_is_read_though_the_call_raises() -> None
         sandbox.click()
     with pytest.raises(ActionFailed):
         await twin.click()
-    assert sandbox.handed_back == twin.handed_back == HANDED
+    assert sandbox.handed_back == twin.handed_back == r.HandBack.model_validate(HANDED)
 
 
 async def test_the_sandboxs_wait_for_control_goes_with_every_message_unless_it_says_its_own() -> None:
@@ -699,4 +734,4 @@ async def test_an_exec_streams_reply_hands_back_too_in_both_twins() -> None:
     sandbox, twin = _sandbox({})[0], _async_sandbox({})[0]
     sandbox._ws, twin._ws = StreamRecorder(frames), AsyncStreamRecorder(frames)  # type: ignore[assignment]
     assert list(sandbox.exec_stream(argv=["make"]))[-1] == [item async for item in twin.exec_stream(argv=["make"])][-1]
-    assert sandbox.handed_back == twin.handed_back == HANDED
+    assert sandbox.handed_back == twin.handed_back == r.HandBack.model_validate(HANDED)

@@ -15,7 +15,7 @@ from websockets.exceptions import ConnectionClosed, WebSocketException
 
 from corral import commands
 from corral.cli import common
-from corral.client import check_reply, image_bytes, is_reply
+from corral.client import Frame, check_reply, image_bytes, is_reply
 from corral.commands import ExecResult, OutputChunk
 from corral.errors import ActionFailed, CorralError, ErrorCode
 
@@ -132,7 +132,7 @@ def _stdin_bytes(source: Path | None) -> bytes | None:
     return sys.stdin.buffer.read() if str(source) == "-" else source.read_bytes()
 
 
-def _print_output(frames: Iterable[dict[str, Any]]) -> ExecResult:
+def _print_output(frames: Iterable[Frame]) -> ExecResult:
     """Each chunk to this process's stdout or stderr as it comes; the command's result. Output that
     came only in the reply (none streamed on that stream) is printed from it."""
     streamed: set[str] = set()

@@ -50,7 +50,7 @@ def _upload(gateway: Gateway, local: Path, remote: transfer.Remote, parents: boo
     size = 0
     for path, into in plan:
         written = gateway.upload_file(remote.session_id, into, path, make_dirs=parents or local.is_dir())
-        size += int(written.get("size", 0))
+        size += written.size
     common.console.print(
         f"uploaded {len(plan)} file{'s' * (len(plan) != 1)} ({size} bytes) to {remote.session_id}:{target}"
     )

@@ -65,13 +65,14 @@ def session_create(
         allow, (int(width), int(height)), timeout_s, idle_timeout_s, labels, egress_mode, secrets=secrets
     )
     with common.gateway_call() as gateway:
-        created = gateway.create_session(body)
+        session = gateway.create_session(body)
+    created = session.wire()
     if as_json:
         common.out.print_json(json.dumps(created))
         return
     common.out.print(_session_table([created]))
-    common.out.print(f"token: {created['token']}\nws: {created['ws_url']}")
-    for name, placeholder in (created.get("secrets") or {}).items():
+    common.out.print(f"token: {session.token}\nws: {session.ws_url}")
+    for name, placeholder in session.secrets.items():
         common.out.print(f"secret {name}: {placeholder}")
 
 
@@ -111,7 +112,7 @@ def session_allow(
 ) -> None:
     """Replace a live session's allowlist (and mode); the change is written to its audit log."""
     with common.gateway_call() as gateway:
-        updated = gateway.update_session(session_id, entries or [], egress_mode)
+        updated = gateway.update_session(session_id, entries or [], egress_mode).wire()
     if as_json:
         common.out.print_json(json.dumps(updated))
         return
@@ -122,7 +123,7 @@ def session_allow(
 def session_ls(as_json: common.JsonOpt = False) -> None:
     """The sessions of this API key."""
     with common.gateway_call() as gateway:
-        rows = gateway.sessions()
+        rows = [row.wire() for row in gateway.sessions()]
     if as_json:
         common.out.print_json(json.dumps(rows))
     else:
@@ -132,7 +133,7 @@ def session_ls(as_json: common.JsonOpt = False) -> None:
 @session_app.command("show")
 def session_show(session_id: str, as_json: common.JsonOpt = False) -> None:
     with common.gateway_call() as gateway:
-        row = gateway.session(session_id)
+        row = gateway.session(session_id).wire()
     if as_json:
         common.out.print_json(json.dumps(row))
     else:

@@ -10,19 +10,22 @@ from collections.abc import Mapping
 from typing import Any
 
 from mcp_types import CallToolResult, ContentBlock, ImageContent, TextContent
+from pydantic import BaseModel
 
+from corral.client import Frame, Shot
 from corral.errors import ActionFailed, CodedError, ErrorCode, RemoteError
 
 
-def data(value: Mapping[str, Any], summary: str | None = None) -> CallToolResult:
+def data(value: Mapping[str, object], summary: str | None = None) -> CallToolResult:
     """A JSON result: ``summary`` (else the JSON itself) as text, the JSON as structured content."""
     text = summary if summary is not None else json.dumps(value, ensure_ascii=False, indent=1)
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=dict(value))
 
 
-def with_screenshot(value: Mapping[str, Any], summary: str, reply: Mapping[str, Any]) -> CallToolResult:
-    """An action's result (``summary``, then its JSON if it has any), and the screenshot its reply
-    carries (taken after the action), if any."""
+def with_screenshot(result: BaseModel, summary: str, reply: Frame) -> CallToolResult:
+    """An action's result model (``summary``, then its JSON if it has any), and the screenshot its
+    reply carries (taken after the action), if any."""
+    value: dict[str, object] = result.model_dump(mode="json")
     text = f"{summary}: {json.dumps(value, ensure_ascii=False)}" if value else summary
     result = data(value, text)
     image = screenshot_content(reply)
@@ -31,7 +34,7 @@ def with_screenshot(value: Mapping[str, Any], summary: str, reply: Mapping[str, 
     return result
 
 
-def with_hand_back(result: CallToolResult, reply: Mapping[str, Any]) -> CallToolResult:
+def with_hand_back(result: CallToolResult, reply: Frame) -> CallToolResult:
     """``result``, and the human's hand-back of the control lease if the reply carries one (its
     ``control`` member, sent once): a line for the model, ``control`` in the structured content."""
     handed = reply.get("control")
@@ -45,7 +48,7 @@ def with_hand_back(result: CallToolResult, reply: Mapping[str, Any]) -> CallTool
     return result
 
 
-def screenshot_content(reply: Mapping[str, Any]) -> ImageContent | None:
+def screenshot_content(reply: Frame) -> ImageContent | None:
     """The reply's screenshot as MCP image content (base64 as the reply has it)."""
     shot = reply.get("screenshot")
     if not isinstance(shot, Mapping) or not isinstance(shot.get("data"), str):
@@ -53,9 +56,9 @@ def screenshot_content(reply: Mapping[str, Any]) -> ImageContent | None:
     return ImageContent(type="image", data=shot["data"], mime_type=str(shot.get("media_type") or "image/png"))
 
 
-def image(reply: Mapping[str, Any]) -> CallToolResult:
+def image(reply: Frame) -> CallToolResult:
     """A screenshot's reply: the image, and its size as text and structured content."""
-    shot = reply.get("screenshot") or {}
+    shot = reply.get("screenshot") or Shot()
     size = {"width": shot.get("width"), "height": shot.get("height")}
     content: list[ContentBlock] = [TextContent(type="text", text=f"screenshot {size['width']}x{size['height']}")]
     picture = screenshot_content(reply)
@@ -66,7 +69,7 @@ def image(reply: Mapping[str, Any]) -> CallToolResult:
 
 def error(code: str, message: str, field: str | None = None) -> CallToolResult:
     """A tool error: ``code: message`` for the model, ``{"error": {...}}`` for programs."""
-    body: dict[str, Any] = {"code": code, "message": message}
+    body: dict[str, str] = {"code": code, "message": message}
     if field:
         body["field"] = field
     text = f"{code}: {message}" + (f" (field {field})" if field else "")
@@ -75,7 +78,7 @@ def error(code: str, message: str, field: str | None = None) -> CallToolResult:
     )
 
 
-def reply_error(reply: Mapping[str, Any]) -> CallToolResult:
+def reply_error(reply: Frame) -> CallToolResult:
     """A sandbox's ``ok: false`` reply as a tool error."""
     body = reply.get("error")
     body = body if isinstance(body, Mapping) else {}
@@ -87,7 +90,7 @@ def refusal(exc: CodedError | RemoteError) -> CallToolResult:
     """A refusal raised on the way (the gateway's 401/403/404..., a sandbox's error) as a tool error,
     with the refusal's own message (not the exception's text, which repeats the status and code)."""
     if isinstance(exc, ActionFailed):
-        return reply_error({"error": exc.error})
+        return reply_error(Frame(error=dict(exc.error)))
     if isinstance(exc, RemoteError):
         message = str(exc).split(": ", 1)[-1] if exc.code else str(exc)
         return error(exc.code or "internal", message, exc.field)

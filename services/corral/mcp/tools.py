@@ -18,36 +18,22 @@ import base64
 import binascii
 import urllib.parse
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict
-from typing import Annotated, Any, Literal
+from dataclasses import asdict, dataclass
+from typing import Annotated, Literal
 
-import httpx
-from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from corral import commands
-from corral.errors import CodedError, ErrorCode, RemoteError
+from corral.client import Frame
+from corral.errors import ErrorCode
 from corral.gateway_client import AsyncGateway, session_body
 from corral.mcp import results
-from corral.mcp.access import GatewayAccess
+from corral.mcp.base import MAX_CONTROL_WAIT_MS, Ctx, SessionId
+from corral.mcp.screen import ScreenTools
+from corral.protocol import results as r
 from corral.sdk import messages
-
-Ctx = Context[Any, Any]
-
-SessionId = Annotated[
-    str, Field(min_length=1, description="The session's id (ses_...), as create_session or list_sessions gives it.")
-]
-X = Annotated[int, Field(ge=0, description="Pixels from the screen's left edge, in the screenshot's coordinates.")]
-Y = Annotated[int, Field(ge=0, description="Pixels from the screen's top edge, in the screenshot's coordinates.")]
-WithScreenshot = Annotated[
-    bool, Field(description="Answer with a screenshot taken once the action settled (default true).")
-]
-Button = Literal["left", "right", "middle"]
-# Under the gateway client's own timeout (corral.gateway_client.TIMEOUT_S): a longer wait would be cut
-# there. The model may call again.
-MAX_CONTROL_WAIT_MS = 100_000
-TabRef = Annotated[str | int, Field(description="The tab: its id or its index, as list_tabs gives them.")]
+from corral.sdk.messages import Message, reading
 
 
 def _hints(read_only: bool, destructive: bool, idempotent: bool, open_world: bool) -> ToolAnnotations:
@@ -88,77 +74,42 @@ ANNOTATIONS: dict[str, ToolAnnotations] = {
 }
 
 
-def _session_info(info: dict[str, Any]) -> dict[str, Any]:
-    """A session as the gateway shows it, less its token: the model drives it through these tools,
-    and a credential in its context would only be one more place to leak from."""
-    return {name: value for name, value in info.items() if name != "token"}
+@dataclass(frozen=True, slots=True)
+class FileText:
+    """A file's bytes for the model: its text when they are UTF-8, else base64."""
+
+    content: str
+    encoding: Literal["utf-8", "base64"]
+    size: int
+
+    @classmethod
+    def of(cls, content: bytes) -> FileText:
+        try:
+            return cls(content.decode(), "utf-8", len(content))
+        except UnicodeDecodeError:
+            return cls(base64.b64encode(content).decode(), "base64", len(content))
 
 
-def _file_text(content: bytes) -> dict[str, Any]:
-    """A file's bytes as text when they are UTF-8, else as base64."""
-    try:
-        return {"content": content.decode(), "encoding": "utf-8", "size": len(content)}
-    except UnicodeDecodeError:
-        return {"content": base64.b64encode(content).decode(), "encoding": "base64", "size": len(content)}
+def _exec_answer(result: commands.ExecResult, reply: Frame) -> CallToolResult:
+    """A command's end as the tool's answer: its exit code, stdout and stderr."""
+    return results.data(asdict(result), _exec_summary(result))
 
 
-def _exec_answer(reply: dict[str, Any]) -> CallToolResult:
-    """A command's ended reply as the tool's answer: its exit code, stdout and stderr."""
-    result = asdict(commands.ExecResult.from_result(reply.get("result") or {}))
-    return results.data(result, _exec_summary(result))
-
-
-def _exec_summary(result: dict[str, Any]) -> str:
-    ended = "timed out" if result.get("timed_out") else f"exit code {result.get('exit_code')}"
+def _exec_summary(result: commands.ExecResult) -> str:
+    ended = "timed out" if result.timed_out else f"exit code {result.exit_code}"
     parts = [ended]
-    for stream in ("stdout", "stderr"):
-        if result.get(stream):
-            parts.append(f"--- {stream} ---\n{result[stream]}")
+    for stream, text in (("stdout", result.stdout), ("stderr", result.stderr)):
+        if text:
+            parts.append(f"--- {stream} ---\n{text}")
     return "\n".join(parts)
 
 
-class CorralTools:
+class CorralTools(ScreenTools):
     """The tools, bound to how they reach the gateway (:mod:`corral.mcp.access`)."""
-
-    def __init__(self, access: GatewayAccess) -> None:
-        self._access = access
 
     def tools(self) -> list[Callable[..., Awaitable[CallToolResult]]]:
         """Every tool, in the order of :data:`ANNOTATIONS` (its name is the method's)."""
         return [getattr(self, name) for name in ANNOTATIONS]
-
-    async def _call(self, ctx: Ctx, work: Callable[[AsyncGateway], Awaitable[CallToolResult]]) -> CallToolResult:
-        """``work`` with the caller's gateway client; a refusal on the way is a tool error."""
-        try:
-            gateway = self._access.gateway(ctx.request_context.request)
-            try:
-                return await work(gateway)
-            finally:
-                await gateway.close()
-        except (CodedError, RemoteError) as exc:
-            return results.refusal(exc)
-        except httpx.HTTPError as exc:
-            return results.error(ErrorCode.HTTP_ERROR, f"no answer from the gateway: {exc}")
-
-    async def _answer(
-        self, ctx: Ctx, session_id: str, body: dict[str, Any], answer: Callable[[dict[str, Any]], CallToolResult]
-    ) -> CallToolResult:
-        """One message to the session: its reply as ``answer`` reads it, or the reply's error."""
-
-        async def work(gateway: AsyncGateway) -> CallToolResult:
-            reply = await gateway.act(session_id, body)
-            # A human's hand-back note rides on one reply only: the model must read it there.
-            return results.with_hand_back(answer(reply) if reply.get("ok") else results.reply_error(reply), reply)
-
-        return await self._call(ctx, work)
-
-    async def _act(self, ctx: Ctx, session_id: str, body: dict[str, Any], summary: str) -> CallToolResult:
-        """One message to the session: its ``result`` (and screenshot) or its error."""
-
-        def answer(reply: dict[str, Any]) -> CallToolResult:
-            return results.with_screenshot(reply.get("result") or {}, summary, reply)
-
-        return await self._answer(ctx, session_id, body, answer)
 
     # -- sessions ---------------------------------------------------------------------------------------
 
@@ -181,7 +132,9 @@ class CorralTools:
         body = session_body(allow=allow, viewport=viewport, timeout_s=timeout_s, labels={"via": "mcp"})
 
         async def work(gateway: AsyncGateway) -> CallToolResult:
-            info = _session_info(await gateway.create_session(body))
+            # Less its token: the model drives it through these tools, and a credential in its context
+            # would only be one more place to leak from.
+            info = (await gateway.create_session(body)).shown()
             return results.data(info, f"session {info.get('id')} is {info.get('state')}")
 
         return await self._call(ctx, work)
@@ -190,7 +143,7 @@ class CorralTools:
         """The live sessions of this API key."""
 
         async def work(gateway: AsyncGateway) -> CallToolResult:
-            sessions = [_session_info(info) for info in await gateway.sessions()]
+            sessions = [info.shown() for info in await gateway.sessions()]
             return results.data({"sessions": sessions})
 
         return await self._call(ctx, work)
@@ -203,145 +156,6 @@ class CorralTools:
             return results.data({"id": session_id, "ended": True}, f"session {session_id} ended")
 
         return await self._call(ctx, work)
-
-    # -- the screen, pointer and keyboard ---------------------------------------------------------------
-
-    async def screenshot(self, ctx: Ctx, session_id: SessionId) -> CallToolResult:
-        """A screenshot of the session's screen (PNG). Coordinates of the other tools are its pixels."""
-        return await self._answer(ctx, session_id, messages.screenshot("png", {}).body, results.image)
-
-    async def click(
-        self,
-        ctx: Ctx,
-        session_id: SessionId,
-        x: X,
-        y: Y,
-        button: Annotated[Button, Field(description="The mouse button.")] = "left",
-        count: Annotated[int, Field(ge=1, le=3, description="2 for a double click, 3 for a triple click.")] = 1,
-        screenshot: WithScreenshot = True,
-    ) -> CallToolResult:
-        """Click at (x, y)."""
-        body = {**messages.click(x, y, button, count, (), {}).body, "screenshot": screenshot}
-        return await self._act(ctx, session_id, body, f"clicked {button} x{count} at ({x}, {y})")
-
-    async def type_text(
-        self,
-        ctx: Ctx,
-        session_id: SessionId,
-        text: Annotated[str, Field(min_length=1, description="The text to type, any Unicode; \\n presses Enter.")],
-        screenshot: WithScreenshot = True,
-    ) -> CallToolResult:
-        """Type text at the keyboard focus (click a field first)."""
-        body = {"action": {"type": "type", "text": text}, "screenshot": screenshot}
-        return await self._act(ctx, session_id, body, f"typed {len(text)} characters")
-
-    async def press_key(
-        self,
-        ctx: Ctx,
-        session_id: SessionId,
-        keys: Annotated[
-            str,
-            Field(
-                min_length=1,
-                description="A key or combination in xdotool syntax: Return, ctrl+a, alt+Left, ctrl+shift+t; "
-                "space-separated for a sequence.",
-            ),
-        ],
-        screenshot: WithScreenshot = True,
-    ) -> CallToolResult:
-        """Press a key or key combination."""
-        body = {**messages.key(keys, None, {}).body, "screenshot": screenshot}
-        return await self._act(ctx, session_id, body, f"pressed {keys}")
-
-    async def scroll(
-        self,
-        ctx: Ctx,
-        session_id: SessionId,
-        direction: Annotated[Literal["up", "down", "left", "right"], Field(description="Which way to scroll.")],
-        clicks: Annotated[int, Field(ge=1, le=200, description="How many wheel clicks.")] = 3,
-        x: Annotated[int | None, Field(ge=0, description="Where to scroll (default: where the pointer is).")] = None,
-        y: Annotated[int | None, Field(ge=0, description="Where to scroll (default: where the pointer is).")] = None,
-        screenshot: WithScreenshot = True,
-    ) -> CallToolResult:
-        """Scroll with the mouse wheel."""
-        body = {**messages.scroll(x, y, direction, clicks, None, None, {}).body, "screenshot": screenshot}
-        return await self._act(ctx, session_id, body, f"scrolled {direction} {clicks}")
-
-    async def move_mouse(
-        self, ctx: Ctx, session_id: SessionId, x: X, y: Y, screenshot: WithScreenshot = False
-    ) -> CallToolResult:
-        """Move the pointer to (x, y) without clicking (hover)."""
-        body = {"action": {"type": "move", "x": x, "y": y}, "screenshot": screenshot}
-        return await self._act(ctx, session_id, body, f"moved to ({x}, {y})")
-
-    async def drag(
-        self,
-        ctx: Ctx,
-        session_id: SessionId,
-        from_x: X,
-        from_y: Y,
-        to_x: X,
-        to_y: Y,
-        screenshot: WithScreenshot = True,
-    ) -> CallToolResult:
-        """Press the left button at (from_x, from_y), move to (to_x, to_y) and release there."""
-        body = {**messages.drag([(from_x, from_y), (to_x, to_y)], {}).body, "screenshot": screenshot}
-        return await self._act(ctx, session_id, body, f"dragged ({from_x}, {from_y}) to ({to_x}, {to_y})")
-
-    async def wait(
-        self,
-        ctx: Ctx,
-        session_id: SessionId,
-        ms: Annotated[int, Field(ge=0, le=60_000, description="How long to wait, in milliseconds.")] = 1_000,
-        screenshot: WithScreenshot = True,
-    ) -> CallToolResult:
-        """Wait (for a page to load, an animation to end), then look."""
-        body = {"action": {"type": "wait", "ms": ms}, "screenshot": screenshot}
-        return await self._act(ctx, session_id, body, f"waited {ms} ms")
-
-    async def cursor_position(self, ctx: Ctx, session_id: SessionId) -> CallToolResult:
-        """Where the pointer is."""
-        return await self._act(ctx, session_id, messages.cursor_position().body, "the pointer's position")
-
-    # -- the browser's pages and tabs -------------------------------------------------------------------
-
-    async def navigate(
-        self,
-        ctx: Ctx,
-        session_id: SessionId,
-        url: Annotated[str, Field(min_length=1, description="The address, with its scheme: https://example.com/")],
-        screenshot: WithScreenshot = True,
-    ) -> CallToolResult:
-        """Open an address in the current tab and wait for it to load. Only allowed hosts answer; only web
-        pages open (http, https, data:, blob:, about:blank: not chrome://, file://...)."""
-        body = {"action": {"type": "navigate", "url": url}, "screenshot": screenshot}
-        return await self._act(ctx, session_id, body, f"opened {url}")
-
-    async def list_tabs(self, ctx: Ctx, session_id: SessionId) -> CallToolResult:
-        """The browser's tabs: id, index, title, address, and which one is active."""
-        return await self._act(ctx, session_id, messages.tabs().body, "the browser's tabs")
-
-    async def new_tab(
-        self,
-        ctx: Ctx,
-        session_id: SessionId,
-        url: Annotated[str | None, Field(description="What to open in it (default: a blank page).")] = None,
-    ) -> CallToolResult:
-        """Open a new tab (it becomes the active one)."""
-        return await self._act(ctx, session_id, {"action": {"type": "tab_new", "url": url}}, "opened a tab")
-
-    async def switch_tab(self, ctx: Ctx, session_id: SessionId, tab: TabRef) -> CallToolResult:
-        """Make a tab the active one (what the screen shows and the other tools act on)."""
-        return await self._act(ctx, session_id, {"action": {"type": "tab_switch", "tab": tab}}, f"switched to {tab}")
-
-    async def close_tab(
-        self,
-        ctx: Ctx,
-        session_id: SessionId,
-        tab: Annotated[str | int | None, Field(description="The tab's id or index (default: the active one).")] = None,
-    ) -> CallToolResult:
-        """Close a tab."""
-        return await self._act(ctx, session_id, {"action": {"type": "tab_close", "tab": tab}}, "closed the tab")
 
     # -- commands and files -----------------------------------------------------------------------------
 
@@ -358,7 +172,7 @@ class CorralTools:
         """Run a command in the session as its agent user and answer its exit code, stdout and stderr.
         A non-zero exit code is an answer, not an error."""
         action = commands.exec_action(command, None, cwd=cwd, timeout_ms=timeout_ms)
-        return await self._answer(ctx, session_id, messages.exec(action).body, _exec_answer)
+        return await self._answer(ctx, session_id, messages.exec(action), _exec_answer)
 
     async def read_file(
         self,
@@ -368,15 +182,16 @@ class CorralTools:
     ) -> CallToolResult:
         """A file's content: its text when it is UTF-8, else base64."""
 
-        def answer(reply: dict[str, Any]) -> CallToolResult:
+        def answer(read: r.FileContent, reply: Frame) -> CallToolResult:
             try:
-                content = commands.file_bytes(reply.get("result") or {})
+                content = commands.decode(read.content, read.encoding)
             except (binascii.Error, ValueError) as exc:
                 return results.error(ErrorCode.FILE_FAILED, f"the file's content could not be decoded: {exc}")
-            text = _file_text(content)
-            return results.data({"path": path, **text}, text["content"] if text["encoding"] == "utf-8" else None)
+            text = FileText.of(content)
+            return results.data({"path": path, **asdict(text)}, text.content if text.encoding == "utf-8" else None)
 
-        return await self._answer(ctx, session_id, messages.file_read(path, 0, None).body, answer)
+        message = Message(messages.file_read(path, 0, None).body, reading(r.FileContent))
+        return await self._answer(ctx, session_id, message, answer)
 
     async def write_file(
         self,
@@ -387,8 +202,8 @@ class CorralTools:
         make_dirs: Annotated[bool, Field(description="Make missing parent directories.")] = True,
     ) -> CallToolResult:
         """Write a text file (created, or replaced whole)."""
-        action = commands.file_write_action(path, content, False, None, make_dirs)
-        return await self._act(ctx, session_id, {"action": action}, f"wrote {path}")
+        body = messages.file_write(path, content, False, None, make_dirs).body
+        return await self._act(ctx, session_id, body, r.FileWritten, f"wrote {path}")
 
     # -- the control lease (a human's takeover through a viewer link) ------------------------------------
 
@@ -407,7 +222,7 @@ class CorralTools:
     ) -> CallToolResult:
         """Who controls the session now: the agent, or a human who took over through a viewer link (then
         every other tool answers control_taken). Answers the human's note once they handed control back."""
-        return await self._act(ctx, session_id, messages.control(wait_ms).body, "control of the session")
+        return await self._act(ctx, session_id, messages.control(wait_ms).body, r.LeaseAnswer, "control of the session")
 
     async def request_control(
         self,
@@ -430,7 +245,7 @@ class CorralTools:
         reason; waits for one to take control and hand it back, and answers their note (handed_back is
         null when nobody came in time: ask again or go on)."""
         body = messages.request_control(reason, wait_ms).body
-        return await self._act(ctx, session_id, body, "asked for a human's help")
+        return await self._act(ctx, session_id, body, r.LeaseAnswer, "asked for a human's help")
 
     # -- the egress audit -------------------------------------------------------------------------------
 
@@ -446,11 +261,9 @@ class CorralTools:
             except ValueError as exc:
                 return results.error(ErrorCode.AUDIT_LOG_UNREADABLE, str(exc))
             rows = summarize(records)
-            summary: dict[str, Any] = {"hosts": [asdict(row) for row in rows], "total": asdict(totals(rows))}
-            secrets = summarize_secrets(records)
-            if secrets:  # only in logs of sessions that used secrets
-                summary["secrets"] = [asdict(row) for row in secrets]
-            return results.data(summary)
+            secrets = summarize_secrets(records)  # only in logs of sessions that used secrets
+            used = {"secrets": [asdict(row) for row in secrets]} if secrets else {}
+            return results.data({"hosts": [asdict(row) for row in rows], "total": asdict(totals(rows)), **used})
 
         return await self._call(ctx, work)
 

@@ -6,6 +6,7 @@ from mcp_types import ImageContent, TextContent
 
 from corral.errors import ActionFailed, GatewayError, NoSuchFile
 from corral.mcp import results
+from corral.protocol import results as r
 
 
 def test_data_is_text_and_structured_content() -> None:
@@ -17,13 +18,13 @@ def test_data_is_text_and_structured_content() -> None:
 
 def test_an_action_says_what_it_did_and_shows_the_screen_after() -> None:
     reply = {"ok": True, "screenshot": {"media_type": "image/jpeg", "width": 2, "height": 1, "data": "AAAA"}}
-    result = results.with_screenshot({}, "clicked", reply)
+    result = results.with_screenshot(r.Done(), "clicked", reply)
     assert result.content == [
         TextContent(type="text", text="clicked"),
         ImageContent(type="image", data="AAAA", mime_type="image/jpeg"),
     ]
-    with_result = results.with_screenshot({"x": 1}, "where", {"ok": True})
-    assert with_result.content == [TextContent(type="text", text='where: {"x": 1}')]
+    with_result = results.with_screenshot(r.Position(x=1, y=2), "where", {"ok": True})
+    assert with_result.content == [TextContent(type="text", text='where: {"x": 1, "y": 2}')]
 
 
 def test_refusals_keep_corrals_code_message_and_field() -> None:

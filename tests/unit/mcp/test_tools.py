@@ -62,6 +62,16 @@ def test_the_annotations_are_consistent() -> None:
     }
 
 
+# What each action answers (its result model's shape): the tools read the reply's result as it.
+POSITION = {"x": 1, "y": 2}
+RESULT_OF: dict[str, dict[str, Any]] = {
+    **{tool: POSITION for tool in ("click", "move_mouse", "drag")},
+    "type_text": {"typed": 6, "via": "x"},
+    "scroll": {"clicks": 3, "direction": "down"},
+    "navigate": {"url": "https://example.test/", "title": "", "status": 200},
+}
+
+
 @pytest.mark.parametrize(
     ("tool", "arguments", "action", "screenshot"),
     [
@@ -101,7 +111,7 @@ async def test_an_action_tool_sends_its_native_action(
     fake: FakeGateway, tool: str, arguments: dict[str, Any], action: dict[str, Any], screenshot: bool
 ) -> None:
     async with connect(fake) as client:
-        fake.answer = lambda request: reply({}, screenshot=SHOT)
+        fake.answer = lambda request: reply(RESULT_OF.get(tool, {}), screenshot=SHOT)
         result = await call(client, tool, session_id=S, **arguments)
         assert not result.is_error
         assert [(r.method, r.url.path) for r in fake.sent] == [("POST", f"/v1/sessions/{S}/actions")]
@@ -141,9 +151,10 @@ async def test_a_tool_sends_its_action(
 
 async def test_results_carry_the_reply_as_text_and_structured_content(fake: FakeGateway) -> None:
     async with connect(fake) as client:
-        fake.answer = lambda request: reply({"tabs": [{"id": "t-1", "title": "Example", "active": True}]})
+        tab = {"index": 0, "id": "t-1", "active": True, "url": "https://example.test/", "title": "Example"}
+        fake.answer = lambda request: reply({"tabs": [tab]})
         tabs = await call(client, "list_tabs", session_id=S)
-        assert tabs.structured_content == {"tabs": [{"id": "t-1", "title": "Example", "active": True}]}
+        assert tabs.structured_content == {"tabs": [tab]}
         assert isinstance(tabs.content[0], TextContent) and "Example" in tabs.content[0].text
 
         fake.answer = lambda request: reply({"exit_code": 3, "stdout": "out\n", "stderr": "", "duration_ms": 4.0})
@@ -159,7 +170,9 @@ async def test_results_carry_the_reply_as_text_and_structured_content(fake: Fake
         assert shot.structured_content == {"width": 1280, "height": 800}
         assert [block.data for block in shot.content if isinstance(block, ImageContent)] == [PNG]
 
-        fake.answer = lambda request: reply({"content": base64.b64encode(b"\xff\x00").decode(), "encoding": "base64"})
+        content = {"content": base64.b64encode(b"\xff\x00").decode(), "encoding": "base64"}
+        read = {"path": "/workspace/x.bin", "size": 2, "offset": 0, "length": 2, "eof": True, **content}
+        fake.answer = lambda request: reply(read)
         binary = await call(client, "read_file", session_id=S, path="x.bin")
         assert binary.structured_content == {"path": "x.bin", "content": "/wA=", "encoding": "base64", "size": 2}
 

@@ -1,0 +1,125 @@
+"""The gateway's HTTP answers and request bodies as the client side reads and writes them (pure):
+a session (:class:`SessionInfo`), an audit record (:class:`TrafficRecord`), a file written by an
+upload (:class:`UploadedFile`), and the bodies of a create and of a secret's change.
+
+The client's own models, not the gateway's (``corral.gateway.models`` is the server's and pulls
+its settings and the proxy's policy): an install for the SDK carries pydantic only. They keep
+what a newer gateway adds (``extra="allow"``), so ``corral session show --json`` prints it whole.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Answer(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="allow", populate_by_name=True)
+
+    def wire(self) -> dict[str, object]:
+        """As the gateway sent it (for ``--json`` and the MCP tools' structured content)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+class ViewportSize(_Answer):
+    width: int
+    height: int
+
+
+class SessionInfo(_Answer):
+    """A session as the gateway shows it to its owner (``GET /v1/sessions/{id}``, a listing's row, a
+    PATCH's answer); ``token`` only in the answer to its create (the session's credential, shown once)."""
+
+    id: str
+    state: str = "ready"  # starting, ready, stopping
+    container: str = ""  # the sandbox's name (docker exec, logs)
+    ws_url: str = ""
+    actions_url: str = ""
+    traffic_url: str = ""
+    allow: list[str] = Field(default_factory=list)
+    egress_mode: str | None = None
+    hermetic: bool = False
+    labels: dict[str, str] = Field(default_factory=dict)
+    viewport: ViewportSize | None = None
+    created_at: float = 0.0
+    expires_at: float = 0.0
+    idle_timeout_s: int = 0
+    last_activity_at: float = 0.0
+    from_pool: bool = False
+    secrets: dict[str, str] = Field(default_factory=dict)  # name -> placeholder (never a value)
+    token: str | None = None
+
+    def shown(self) -> dict[str, object]:
+        """The session less its credential, as JSON: what a model (MCP) or a log may see."""
+        return self.model_dump(mode="json", by_alias=True, exclude={"token"}, exclude_unset=True)
+
+
+class TrafficRecord(_Answer):
+    """One line of a session's egress audit log (``GET /v1/sessions/{id}/traffic``): the chain's
+    fields, then what its event carries (docs/egress.md has every event's fields; an event's others
+    are kept as extras, read as attributes or with :meth:`get`)."""
+
+    seq: int = 0
+    time: float = 0.0  # unix seconds
+    session: str = ""
+    event: str = ""
+    prev: str = ""
+    hash: str = ""
+    host: str | None = None
+    port: int | None = None
+    method: str | None = None
+    url: str | None = None
+    status: int | None = None
+    decision: str | None = None
+    rule: str | None = None
+    reason: str | None = None
+    action: str | None = None
+    actor: str | None = None
+
+    def get(self, name: str, default: object = None) -> object:
+        """A field by name, declared or extra, else ``default``."""
+        if name in type(self).model_fields:
+            return getattr(self, name)
+        return (self.model_extra or {}).get(name, default)
+
+
+class UploadedFile(_Answer):
+    """A file an upload wrote (``PUT /v1/sessions/{id}/files``)."""
+
+    path: str
+    size: int
+    sha256: str
+
+
+# A secret in a create's ``secrets``, or its change in a PATCH (what is given): its value, the hosts it
+# may go to, and where in a request (``in`` is a keyword: hence the functional form).
+SecretChange = TypedDict("SecretChange", {"value": str, "allow": list[str], "in": list[str]}, total=False)
+
+
+class ViewportBody(TypedDict):
+    width: int
+    height: int
+
+
+class SessionBody(TypedDict, total=False):
+    """The body of ``POST /v1/sessions``: what was given, nothing else (the gateway has the defaults)."""
+
+    allow: list[str]
+    labels: dict[str, str]
+    secrets: dict[str, SecretChange]
+    egress_mode: str
+    hermetic: str
+    viewport: ViewportBody
+    timeout_s: int
+    idle_timeout_s: int
+
+
+__all__ = [
+    "SecretChange",
+    "SessionBody",
+    "SessionInfo",
+    "TrafficRecord",
+    "UploadedFile",
+    "ViewportSize",
+]

@@ -1,0 +1,262 @@
+"""The twins, :class:`Sandbox` and :class:`AsyncSandbox`: a session's life (create, attach, close,
+delete) and its egress (allowlist, secrets, traffic); the vocabulary comes from their parts, one
+per concern (:mod:`corral.sdk.screen`, :mod:`~corral.sdk.browser`, :mod:`~corral.sdk.control`,
+:mod:`~corral.sdk.execs`, :mod:`~corral.sdk.vendor`), each a twin pair too."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Self
+
+import httpx
+
+from corral.client import AsyncSandboxClient, SandboxClient
+from corral.errors import GatewayError
+from corral.gateway_client import AsyncGateway, Gateway, secret_change, session_body
+from corral.gateway_models import SecretChange, SessionInfo, TrafficRecord
+from corral.sdk.browser import AsyncBrowser, Browser
+from corral.sdk.control import AsyncControl, Control
+from corral.sdk.execs import AsyncExecs, Execs
+from corral.sdk.screen import AsyncScreen, Screen
+from corral.sdk.vendor import AsyncVendor, Vendor
+
+
+class Sandbox(Vendor, Screen, Browser, Control, Execs):
+    """A session with its own WebSocket; deleted when the ``with`` block ends."""
+
+    def __init__(self, info: SessionInfo, token: str, gateway: Gateway) -> None:
+        self.info = info
+        self.id = info.id
+        self._gateway = gateway
+        self._ws = SandboxClient(f"{info.ws_url}?token={token}")
+        self._ws.__enter__()
+
+    @classmethod
+    def create(
+        cls,
+        allow: Sequence[str] | None = None,
+        *,
+        viewport: tuple[int, int] | None = None,
+        timeout_s: int | None = None,
+        idle_timeout_s: int | None = None,
+        labels: dict[str, str] | None = None,
+        egress_mode: str | None = None,
+        url: str | None = None,
+        api_key: str | None = None,
+        hermetic_responses: bytes | None = None,
+        secrets: Mapping[str, SecretChange] | None = None,
+    ) -> Sandbox:
+        """A new session. With ``hermetic_responses`` (a recording's ``responses.mitm``) its proxy
+        answers only from those and has no route out: a hermetic replay. ``secrets``: name ->
+        ``{"value": ..., "allow": [...], "in": [...]}``; the sandbox gets placeholders (:attr:`secrets`)
+        and its proxy puts the values into requests to the bound hosts."""
+        gateway = Gateway(url, api_key)
+        info: SessionInfo | None = None
+        try:
+            upload = None if hermetic_responses is None else gateway.upload_responses(hermetic_responses)
+            try:
+                body = session_body(allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets)
+                info = gateway.create_session(body)
+            finally:
+                if upload is not None:  # the session keeps its own copy
+                    with contextlib.suppress(httpx.HTTPError):
+                        gateway.delete_upload(upload)
+            return cls(info, info.token or "", gateway)
+        except BaseException:
+            if info is not None:  # created, but the WebSocket failed: do not leave it running
+                with contextlib.suppress(httpx.HTTPError, GatewayError):
+                    gateway.delete_session(info.id)
+            gateway.close()
+            raise
+
+    @classmethod
+    def attach(cls, session_id: str, token: str, *, url: str | None = None) -> Sandbox:
+        """Open an existing session with its token; :meth:`close` leaves it running."""
+        gateway = Gateway(url, token)
+        try:
+            return cls(gateway.session(session_id), token, gateway)
+        except BaseException:
+            gateway.close()
+            raise
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.delete()
+
+    def close(self) -> None:
+        """Drop the connection and keep the session running."""
+        self._ws.__exit__(None, None, None)
+        self._gateway.close()
+
+    def delete(self) -> None:
+        """End the session (its sandbox is removed) and drop the connection."""
+        self._ws.__exit__(None, None, None)
+        try:
+            self._gateway.delete_session(self.id, missing_ok=True)
+        finally:
+            self._gateway.close()
+
+    @property
+    def container(self) -> str:
+        """The sandbox container's name (for ``docker exec`` and logs)."""
+        return self.info.container
+
+    # -- egress ----------------------------------------------------------------------------------------
+
+    def set_allow(self, allow: Sequence[str], egress_mode: str | None = None) -> list[str]:
+        """Replace the live allowlist (logged in the audit log); returns it in canonical form."""
+        self.info = self._gateway.update_session(self.id, allow, egress_mode)
+        return list(self.info.allow)
+
+    @property
+    def secrets(self) -> dict[str, str]:
+        """The session's secrets as the sandbox holds them: name -> placeholder (never a value)."""
+        return dict(self.info.secrets)
+
+    def set_secret(
+        self,
+        name: str,
+        value: str | None = None,
+        *,
+        allow: Sequence[str] | None = None,
+        in_: Sequence[str] | None = None,
+    ) -> str:
+        """Add a secret (value and allow) or change one (what is given); needs the owner's API key.
+        Returns its placeholder, which stays the same for the session's life."""
+        self.info = self._gateway.update_secrets(self.id, {name: secret_change(value, allow, in_)})
+        return self.secrets[name]
+
+    def revoke_secret(self, name: str) -> None:
+        """The proxy stops putting the secret in; its placeholder is refused from then on."""
+        self.info = self._gateway.update_secrets(self.id, {name: None})
+
+    def traffic(self, **filters: str) -> list[TrafficRecord]:
+        """The session's audit records (filters: host, decision, event, action, since, until)."""
+        return self._gateway.traffic(self.id, **filters)
+
+
+class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncExecs):
+    """The async twin of :class:`Sandbox`: ``async with await AsyncSandbox.create(...) as sb``."""
+
+    def __init__(self, info: SessionInfo, token: str, gateway: AsyncGateway) -> None:
+        self.info = info
+        self.id = info.id
+        self._gateway = gateway
+        self._ws = AsyncSandboxClient(f"{info.ws_url}?token={token}")  # opened by create/attach
+
+    @classmethod
+    async def create(
+        cls,
+        allow: Sequence[str] | None = None,
+        *,
+        viewport: tuple[int, int] | None = None,
+        timeout_s: int | None = None,
+        idle_timeout_s: int | None = None,
+        labels: dict[str, str] | None = None,
+        egress_mode: str | None = None,
+        url: str | None = None,
+        api_key: str | None = None,
+        hermetic_responses: bytes | None = None,
+        secrets: Mapping[str, SecretChange] | None = None,
+    ) -> AsyncSandbox:
+        """A new session. With ``hermetic_responses`` (a recording's ``responses.mitm``) its proxy
+        answers only from those and has no route out: a hermetic replay. ``secrets``: name ->
+        ``{"value": ..., "allow": [...], "in": [...]}``; the sandbox gets placeholders (:attr:`secrets`)
+        and its proxy puts the values into requests to the bound hosts."""
+        gateway = AsyncGateway(url, api_key)
+        info: SessionInfo | None = None
+        try:
+            upload = None if hermetic_responses is None else await gateway.upload_responses(hermetic_responses)
+            try:
+                body = session_body(allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets)
+                info = await gateway.create_session(body)
+            finally:
+                if upload is not None:  # the session keeps its own copy
+                    with contextlib.suppress(httpx.HTTPError):
+                        await gateway.delete_upload(upload)
+            sandbox = cls(info, info.token or "", gateway)
+            await sandbox._ws.__aenter__()
+            return sandbox
+        except BaseException:
+            if info is not None:  # created, but the WebSocket failed: do not leave it running
+                with contextlib.suppress(httpx.HTTPError, GatewayError):
+                    await gateway.delete_session(info.id)
+            await gateway.close()
+            raise
+
+    @classmethod
+    async def attach(cls, session_id: str, token: str, *, url: str | None = None) -> AsyncSandbox:
+        """Open an existing session with its token; :meth:`close` leaves it running."""
+        gateway = AsyncGateway(url, token)
+        try:
+            sandbox = cls(await gateway.session(session_id), token, gateway)
+            await sandbox._ws.__aenter__()
+            return sandbox
+        except BaseException:
+            await gateway.close()
+            raise
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.delete()
+
+    async def close(self) -> None:
+        """Drop the connection and keep the session running."""
+        await self._ws.__aexit__(None, None, None)
+        await self._gateway.close()
+
+    async def delete(self) -> None:
+        """End the session (its sandbox is removed) and drop the connection."""
+        await self._ws.__aexit__(None, None, None)
+        try:
+            await self._gateway.delete_session(self.id, missing_ok=True)
+        finally:
+            await self._gateway.close()
+
+    @property
+    def container(self) -> str:
+        """The sandbox container's name (for ``docker exec`` and logs)."""
+        return self.info.container
+
+    # -- egress ----------------------------------------------------------------------------------------
+
+    async def set_allow(self, allow: Sequence[str], egress_mode: str | None = None) -> list[str]:
+        """Replace the live allowlist (logged in the audit log); returns it in canonical form."""
+        self.info = await self._gateway.update_session(self.id, allow, egress_mode)
+        return list(self.info.allow)
+
+    @property
+    def secrets(self) -> dict[str, str]:
+        """The session's secrets as the sandbox holds them: name -> placeholder (never a value)."""
+        return dict(self.info.secrets)
+
+    async def set_secret(
+        self,
+        name: str,
+        value: str | None = None,
+        *,
+        allow: Sequence[str] | None = None,
+        in_: Sequence[str] | None = None,
+    ) -> str:
+        """Add a secret (value and allow) or change one (what is given); needs the owner's API key.
+        Returns its placeholder, which stays the same for the session's life."""
+        self.info = await self._gateway.update_secrets(self.id, {name: secret_change(value, allow, in_)})
+        return self.secrets[name]
+
+    async def revoke_secret(self, name: str) -> None:
+        """The proxy stops putting the secret in; its placeholder is refused from then on."""
+        self.info = await self._gateway.update_secrets(self.id, {name: None})
+
+    async def traffic(self, **filters: str) -> list[TrafficRecord]:
+        """The session's audit records (filters: host, decision, event, action, since, until)."""
+        return await self._gateway.traffic(self.id, **filters)
