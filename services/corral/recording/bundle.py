@@ -26,12 +26,15 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Required, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Required, TypedDict, cast
 
 from corral.errors import BundleError as BundleError  # the format's error, kept importable from here
 from corral.errors import ErrorDetail
 from corral.proxy.flowfile import check
-from corral.recording.redact import Payload
+
+if TYPE_CHECKING:
+    # A type only: redact reads key names with protocol.keys (python-xlib), which a client install lacks.
+    from corral.recording.redact import Payload
 
 FORMAT = "corral-recording"
 VERSION = 1
