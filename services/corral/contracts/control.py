@@ -35,6 +35,9 @@ Role = Literal["gateway", "controller"]
 Phase = Literal["start", "end"]
 # Action ids land in every audit record, the HAR and the CLI's tables: a short token, no spaces, no
 # newlines or other control characters (the controller's are ``a<n>.<boot>``).
+# The user name a command's proxy URL carries, its action id the password (corral.sandbox.agent.agentenv
+# writes it, corral.proxy.attribution reads it).
+PROXY_USER: Final = "corral-action"
 ACTION_ID: Final = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 LEASE_CHANGES: Final = ("taken", "returned", "left", "requested", "request_ended")
 LINK_CHANGES: Final = ("created", "used", "revoked", "expired")

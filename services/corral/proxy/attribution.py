@@ -28,10 +28,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from corral.contracts.actors import is_human
+from corral.contracts.control import ACTION_ID, PROXY_USER
 from corral.proxy.audit import EventFields
-from corral.proxy.control import ACTION_ID
 
-PROXY_USER = "corral-action"  # corral.sandbox.agent.agentenv puts it in each command's proxy URL
 ActionSource = Literal["command", "controller"]
 
 

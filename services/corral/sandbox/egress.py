@@ -16,32 +16,13 @@ import contextlib
 import json
 import logging
 import time
-from typing import Literal, NotRequired, TypedDict
 
-from corral.proxy import control
+from corral.contracts.control import ActionEvent, Hello, LeaseEvent, encode
 
 log = logging.getLogger(__name__)
 
 ACK_TIMEOUT_S = 0.25
 RETRY_AFTER_S = 1.0
-
-
-class ActionMessage(TypedDict):
-    """An action's start or end (corral.proxy.control.ActionEvent reads it)."""
-
-    op: Literal["action"]
-    id: str
-    phase: Literal["start", "end"]
-    actor: NotRequired[str]  # who acted, when not the agent
-
-
-class LeaseMessage(TypedDict):
-    """A change of the control lease (corral.proxy.control.LeaseEvent reads it)."""
-
-    op: Literal["lease"]
-    change: str
-    holder: str
-    previous: str
 
 
 class ActionReporter:
@@ -72,7 +53,7 @@ class ActionReporter:
         try:
             async with asyncio.timeout(ACK_TIMEOUT_S):
                 reader, writer = await asyncio.open_connection(self._host, self._port)
-                writer.write(control.encode({"op": "hello", "token": self._token}))
+                writer.write(encode(Hello(self._token)))
                 hello = json.loads(await reader.readline() or b"{}")
         except (OSError, TimeoutError, ValueError) as exc:
             log.warning("egress proxy control channel not reachable: %s", exc or type(exc).__name__)
@@ -89,23 +70,25 @@ class ActionReporter:
             self._writer.close()
         self._reader = self._writer = None
 
-    async def _send(self, message: ActionMessage | LeaseMessage, ack: bool) -> None:
+    async def _send(self, message: ActionEvent | LeaseEvent) -> None:
         async with self._lock:
             kept = self._writer if self._open() else None
             if not await self._connect():
                 return
-            if await self._deliver(message, ack) or kept is None:
+            if await self._deliver(message) or kept is None:
                 return
             # The kept connection was closed under us (the proxy restarted since the last action):
             # once more on a fresh one at once, so the first action after a restart is reported.
             self._next_try = 0.0
             if await self._connect():
-                await self._deliver(message, ack)
+                await self._deliver(message)
 
-    async def _deliver(self, message: ActionMessage | LeaseMessage, ack: bool) -> bool:
+    async def _deliver(self, message: ActionEvent | LeaseEvent) -> bool:
+        """One message out; an action's start waits for the proxy's acknowledgement."""
+        ack = isinstance(message, ActionEvent) and message.ack
         assert self._writer is not None and self._reader is not None
         try:
-            self._writer.write(control.encode({**message, "ack": ack}))
+            self._writer.write(encode(message))
             if ack:
                 async with asyncio.timeout(ACK_TIMEOUT_S):
                     await self._writer.drain()
@@ -119,14 +102,14 @@ class ActionReporter:
 
     async def started(self, action_id: str, actor: str | None = None) -> None:
         """``actor``: who acted when not the agent (``human:<link id>``, ``cdp:<conn id>``)."""
-        await self._send(_action(action_id, "start", actor), ack=True)
+        await self._send(ActionEvent(action_id, "start", ack=True, actor=actor))
 
     async def ended(self, action_id: str, actor: str | None = None) -> None:
-        await self._send(_action(action_id, "end", actor), ack=False)
+        await self._send(ActionEvent(action_id, "end", actor=actor))
 
     async def lease_changed(self, change: str, holder: str, previous: str) -> None:
-        """A change of the control lease, for the audit log (corral.proxy.control.LeaseEvent)."""
-        await self._send(LeaseMessage(op="lease", change=change, holder=holder, previous=previous), ack=False)
+        """A change of the control lease, for the audit log (corral.contracts.control.LeaseEvent)."""
+        await self._send(LeaseEvent(change, holder, previous))
 
     async def close(self) -> None:
         async with self._lock:
@@ -135,10 +118,3 @@ class ActionReporter:
                 with contextlib.suppress(OSError):
                     await self._writer.wait_closed()
             self._reader = self._writer = None
-
-
-def _action(action_id: str, phase: Literal["start", "end"], actor: str | None) -> ActionMessage:
-    message = ActionMessage(op="action", id=action_id, phase=phase)
-    if actor is not None:
-        message["actor"] = actor
-    return message

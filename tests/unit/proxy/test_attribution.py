@@ -8,7 +8,8 @@ import base64
 import pytest
 
 from corral.contracts.actors import is_human
-from corral.proxy.attribution import PROXY_USER, Attribution, command_action, unvouched
+from corral.contracts.control import PROXY_USER
+from corral.proxy.attribution import Attribution, command_action, unvouched
 from corral.sandbox.agent.agentenv import command_environment
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import urllib.parse
 from collections.abc import Mapping
 
-from corral.proxy.attribution import PROXY_USER
+from corral.contracts.control import PROXY_USER
 from corral.sandbox.display import xaccess
 from corral.sandbox.startup import boot
 
