@@ -61,13 +61,15 @@ class ProxyState:
 
 class FakeControlProxy:
     """Every session's proxy at once, on one loopback port; ``refuse`` makes it refuse the next ops,
-    ``lose`` apply them and lose the answer, ``drop`` drop them unanswered."""
+    ``lose`` apply them and lose the answer, ``drop`` drop them unanswered, ``garble`` answer them
+    with a reply of the wrong shape."""
 
     def __init__(self) -> None:
         self.states: dict[str, ProxyState] = {}  # by the gateway's token
         self.refuse: set[str] = set()  # ops to refuse
         self.lose: set[str] = set()  # ops applied whose answer is lost (the connection closes first)
         self.drop: set[str] = set()  # ops dropped unapplied, unanswered
+        self.garble: set[str] = set()  # ops applied and answered with a reply of the wrong shape
         self.held: dict[str, asyncio.Event] = {}  # op -> set when ops of that kind may be applied
         self.holding = asyncio.Event()  # an op is waiting on ``held``
         self.server: asyncio.Server | None = None
@@ -122,6 +124,8 @@ class FakeControlProxy:
             await gate.wait()
         if message["op"] not in self.drop:
             answer = self._apply(self.state(hello["token"]), message)
+            if message["op"] in self.garble:
+                answer = {**answer, "generation": "not a number"}
             if message["op"] not in self.lose:
                 writer.write(control.encode(answer))
                 await writer.drain()

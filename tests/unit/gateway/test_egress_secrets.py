@@ -187,3 +187,14 @@ async def test_after_a_gateway_restart_a_change_sends_the_values_it_lacks_as_non
     assert "value" not in entry and entry["allow"] == ["GET api.example.test/v2/"]
     assert proxy.secrets["API_TOKEN"]["value"] == VALUE and proxy.loaded  # the proxy kept its value
     assert await restarted.check(egress) is True
+
+
+async def test_a_proxy_answer_of_the_wrong_shape_is_the_proxy_unusable_not_the_callers_fault(
+    world, server: FakeControlProxy
+) -> None:
+    """A reply the typed Reply cannot read: EgressUnavailable (a cold start's wait retries it, a PATCH
+    answers 503), never the caller's invalid_field."""
+    manager, _, egress = world
+    server.garble.add("policy")
+    with pytest.raises(EgressUnavailable, match="malformed answer"):
+        await manager.set_policy(egress, ["a.test"], "enforce", "api-key:k1")

@@ -11,7 +11,7 @@ import asyncio
 import logging
 
 from corral.contracts.control import LinkEvent, Message, Reply, SetPolicy, Status
-from corral.errors import ControlError, EgressUnavailable
+from corral.errors import ControlError, EgressUnavailable, InvalidMessage
 from corral.gateway.secrets import SecretSet, SecretVault
 from corral.proxy import control
 
@@ -39,6 +39,10 @@ class ProxyChannel:
             return await control.call(egress.proxy_address, self.control_port, token, message, timeout_s)
         except ControlError as exc:
             raise EgressUnavailable(str(exc)) from None
+        except InvalidMessage as exc:
+            # An answer the typed Reply cannot read is the proxy's fault, not the caller's request's:
+            # reported as the proxy being unusable (retried by wait_ready), never as invalid_field.
+            raise EgressUnavailable(f"egress proxy gave a malformed answer: {exc}") from None
 
     def lock(self, session_id: str) -> asyncio.Lock:
         return self._locks.setdefault(session_id, asyncio.Lock())
