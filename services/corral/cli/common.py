@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from corral import gateway_client
+from corral import envlines, gateway_client, images
 from corral.cli import extras
 from corral.client import SandboxClient
 from corral.errors import CorralError, GatewayError
@@ -69,7 +69,19 @@ def runtime() -> DockerRuntime:
         raise fail(str(exc)) from None
 
 
+def _file_settings() -> None:
+    """The gateway's port and key from ``corral.env`` at the checkout's root, where the shell sets
+    neither: `corral up` started the gateway from that file, so `status` and the client commands
+    find it there too."""
+    try:
+        root: Path | None = images.repo_root()
+    except CorralError:
+        root = None  # a client install from a wheel: no checkout, no corral.env of its own
+    envlines.take_client_settings(root)
+
+
 def url() -> str:
+    _file_settings()
     return gateway_client.gateway_url()
 
 
@@ -82,7 +94,9 @@ def _stored_key() -> str | None:
 
 
 def api_key() -> str:
-    """The SDK's key (``CORRAL_API_KEY``), else the one the compose gateway keeps in its container."""
+    """The SDK's key (``CORRAL_API_KEY``, from the shell or ``corral.env``), else the one the compose
+    gateway keeps in its container."""
+    _file_settings()
     try:
         return gateway_client.api_key(stored=_stored_key)
     except CorralError:

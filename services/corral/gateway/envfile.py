@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import re
 import tempfile
 from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
@@ -22,11 +21,11 @@ from typing import Annotated, Any, TypedDict
 from pydantic import TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
+from corral.envlines import DEFAULT_NAME, EnvLine, parse
 from corral.errors import SettingProblem, SettingsFileInvalid
 from corral.gateway import keystrength
 from corral.gateway.settings import ENV_PREFIX, GatewaySettings, env_name
 
-DEFAULT_NAME = "corral.env"
 # Where file settings appear inside the gateway's container (one file per setting, read-only).
 SETTINGS_DIR = PurePosixPath("/run/corral/settings")
 # Path settings that are not files to mount: compose.yaml mounts the data dir at its own path (the
@@ -34,18 +33,8 @@ SETTINGS_DIR = PurePosixPath("/run/corral/settings")
 SAME_PATH = frozenset({"data_dir"})
 # Image tags `corral up` builds from its own environment (corral.images reads them at import).
 BUILT_TAGS = frozenset({"CORRAL_IMAGE", "CORRAL_EGRESS_IMAGE"})
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Group and others: the file may hold CORRAL_API_KEY.
 _PRIVATE_MASK = 0o077
-
-
-@dataclass(frozen=True)
-class EnvLine:
-    """One ``NAME=VALUE`` line of the file, its value unquoted."""
-
-    number: int
-    name: str
-    value: str
 
 
 @dataclass(frozen=True)
@@ -100,41 +89,6 @@ def file_settings() -> frozenset[str]:
         for field, info in GatewaySettings.model_fields.items()
         if "Path" in str(info.annotation) and field not in SAME_PATH
     )
-
-
-def parse(text: str) -> tuple[list[EnvLine], list[SettingProblem]]:
-    """The file's ``NAME=VALUE`` lines and the lines that are not (named by number, never quoted:
-    a broken line may hold a secret). Blank lines and ``#`` comments are skipped."""
-    lines: list[EnvLine] = []
-    problems: list[SettingProblem] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        stripped = raw.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        name, equals, rest = stripped.partition("=")
-        name = name.strip()
-        value = _unquoted(rest.strip())
-        if not equals or not _NAME.fullmatch(name):
-            problems.append(SettingProblem(number, None, "not NAME=VALUE (a name, `=`, then the value)"))
-        elif value is None:
-            problems.append(SettingProblem(number, name, "a quote is not closed, or text follows the closing one"))
-        else:
-            lines.append(EnvLine(number, name, value))
-    return lines, problems
-
-
-def _unquoted(raw: str) -> str | None:
-    """A value as written: in matching quotes, what lies between them (taken as it is); else up to
-    a ``#`` that follows a space. None when a quote is left open or text follows the closing one."""
-    if raw[:1] in ("'", '"'):
-        quote = raw[0]
-        end = raw.find(quote, 1)
-        after = raw[end + 1 :].strip() if end > 0 else ""
-        if end < 0 or (after and not after.startswith("#")):
-            return None
-        return raw[1:end]
-    comment = re.search(r"\s#", raw)
-    return raw[: comment.start()].rstrip() if comment else raw
 
 
 def check(lines: list[EnvLine], path: Path, environ: Mapping[str, str]) -> tuple[GatewayEnv, list[SettingProblem]]:
