@@ -75,6 +75,16 @@ def client_settings(path: Path, environ: Mapping[str, str]) -> dict[str, str]:
     return {line.name: line.value for line in lines if line.name in CLIENT_NAMES and line.name not in environ}
 
 
+def checkout_root() -> Path | None:
+    """The source checkout this package runs from (the folder holding images/), or None for an
+    install from a wheel. Standard library only: corral.images, which also needs it, imports Docker."""
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "images" / "desktop" / "Dockerfile").is_file():
+            return parent
+    return None
+
+
 def take_client_settings(root: Path | None, environ: MutableMapping[str, str] = os.environ) -> None:
     """``corral.env`` at the checkout's ``root`` (if any) puts the client's names in ``environ``."""
     if root is not None and (root / DEFAULT_NAME).is_file():

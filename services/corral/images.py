@@ -24,6 +24,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Protocol
 
+from corral import envlines
 from corral.errors import ImageBuildError
 from corral.runtime.docker import DockerRuntime
 
@@ -52,10 +53,9 @@ class BuildTask(Protocol):
 
 def repo_root() -> Path:
     """The source tree holding images/ (the working copy this package was installed from)."""
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        if (parent / "images" / "desktop" / "Dockerfile").is_file():
-            return parent
+    root = envlines.checkout_root()
+    if root is not None:
+        return root
     raise ImageBuildError("images/desktop/Dockerfile not found; run from a Corral source checkout")
 
 

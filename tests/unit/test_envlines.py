@@ -40,3 +40,7 @@ def test_no_checkout_or_no_file_gives_nothing(tmp_path: Path) -> None:
     envlines.take_client_settings(None, environ)
     envlines.take_client_settings(tmp_path, environ)
     assert environ == {}
+
+
+def test_the_checkout_is_found_from_the_package_itself() -> None:
+    assert envlines.checkout_root() == Path(__file__).resolve().parents[2]

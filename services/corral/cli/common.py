@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from corral import envlines, gateway_client, images
+from corral import envlines, gateway_client
 from corral.cli import extras
 from corral.client import SandboxClient
 from corral.errors import CorralError, GatewayError
@@ -73,11 +73,7 @@ def _file_settings() -> None:
     """The gateway's port and key from ``corral.env`` at the checkout's root, where the shell sets
     neither: `corral up` started the gateway from that file, so `status` and the client commands
     find it there too."""
-    try:
-        root: Path | None = images.repo_root()
-    except CorralError:
-        root = None  # a client install from a wheel: no checkout, no corral.env of its own
-    envlines.take_client_settings(root)
+    envlines.take_client_settings(envlines.checkout_root())  # None from a wheel: the shell only
 
 
 def url() -> str:
