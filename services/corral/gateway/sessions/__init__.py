@@ -6,15 +6,14 @@ changes (``brokering``), the recording wiring (``sessionrecordings``), the contr
 (``controllers``) and what the session side asks of egress (``egressport``).
 Wired by corral.gateway.app's ``build_sessions``."""
 
-from corral.gateway.sessions.manager import (
+from corral.gateway.sessions.manager import SessionManager, SessionParts
+from corral.gateway.sessions.records import (
     GATEWAY_LABEL,
     KIND_LABEL,
     SANDBOX_EXITED,
     Listing,
     Pair,
     Session,
-    SessionManager,
-    SessionParts,
     SessionRecord,
     describe_exit,
     new_session_id,

@@ -31,36 +31,14 @@ from corral.gateway.sessions.endings import Endings
 from corral.gateway.sessions.liveness import Liveness
 from corral.gateway.sessions.pool import WarmPool
 from corral.gateway.sessions.reaper import Reaper
-from corral.gateway.sessions.records import (
-    GATEWAY_LABEL,
-    KIND_LABEL,
-    SANDBOX_EXITED,
-    Listing,
-    Pair,
-    Session,
-    SessionRecord,
-    describe_exit,
-    new_session_id,
-)
+from corral.gateway.sessions.records import Session
 from corral.gateway.sessions.recovery import Recovery
 from corral.gateway.sessions.sessionrecordings import SessionRecordings
 from corral.gateway.sessions.starts import Starts
 from corral.gateway.vitals import ControllerWatch
 from corral.runtime import SandboxRuntime
 
-__all__ = [
-    "GATEWAY_LABEL",
-    "KIND_LABEL",
-    "SANDBOX_EXITED",
-    "Listing",
-    "Pair",
-    "Session",
-    "SessionManager",
-    "SessionParts",
-    "SessionRecord",
-    "describe_exit",
-    "new_session_id",
-]
+__all__ = ["SessionManager", "SessionParts"]
 
 log = logging.getLogger(__name__)
 
