@@ -193,6 +193,11 @@ class Caller:
         if owner != key:
             raise Forbidden("this session belongs to another API key")
 
+    def change_lifetime(self) -> None:
+        """A session token is what the agent holds: it must not extend (or shorten) its own life."""
+        if self.key_id is None:
+            raise Forbidden("changing a session's timeout needs its owner's API key")
+
     def change_egress(self) -> None:
         """A session token is what the agent holds: it must not widen its own egress."""
         if self.key_id is None:

@@ -18,6 +18,7 @@ from corral.gateway.secrets import SecretSet, plan_create
 from corral.gateway.sessions.book import SessionBook
 from corral.gateway.sessions.brokering import SecretBroker
 from corral.gateway.sessions.egressport import EgressPort
+from corral.gateway.sessions.envs import SessionEnvs
 from corral.gateway.sessions.pool import WarmPool
 from corral.gateway.sessions.records import Pair, Session, SessionRecord
 from corral.gateway.sessions.sessionrecordings import SessionRecordings
@@ -61,7 +62,8 @@ class Claims:
             pair = pooled or await self._starts.start(
                 "session", req.viewport, req, list(req.allow), mode, replay, actor
             )
-            await self._claim(pair, secret_set, actor)
+            env = dict(req.env)  # a plain mapping: a template's env goes under it here ({**template, **req.env})
+            await self._claim(pair, secret_set, env, actor)
         finally:
             async with self._lock:
                 self._reserved[owner] -= 1
@@ -70,6 +72,7 @@ class Claims:
             self._pool.refill()
         token = auth.new_token()
         record = self._record(pair, owner, token, req, timeout_s, mode, pooled is not None, secret_set)
+        record = record.model_copy(update={"env": sorted(env), "env_values": env})
         session = Session(record, pair.sandbox)
         self._book.save(session)
         self._book.add(session)
@@ -135,14 +138,17 @@ class Claims:
             secrets=dict(secret_set.records),
         )
 
-    async def _claim(self, pair: Pair, secret_set: SecretSet, actor: str) -> None:
-        """Make a ready pair the session's: its secrets (its policy is in force already: a cold
-        proxy starts with it, a pooled one took it in :meth:`WarmPool.hand_out`). A pair that fails
-        this is removed: it is never handed out."""
-        if pair.egress is None or not secret_set.records:
+    async def _claim(self, pair: Pair, secret_set: SecretSet, env: dict[str, str], actor: str) -> None:
+        """Make a ready pair the session's: its env, then its secrets (its policy is in force already:
+        a cold proxy starts with it, a pooled one took it in :meth:`WarmPool.hand_out`). A pair that
+        fails this is removed: it is never handed out."""
+        secrets = pair.egress is not None and bool(secret_set.records)
+        if not env and not secrets:
             return
         try:
-            await self._parts.broker.give(pair, secret_set, SecretSet(), actor)
+            await self._parts.envs.give(pair.sandbox, env)
+            if secrets:
+                await self._parts.broker.give(pair, secret_set, SecretSet(), actor)
         except BaseException:
             await settle(asyncio.ensure_future(self._starts.remove(pair)))
             raise
@@ -151,9 +157,10 @@ class Claims:
 @dataclass(frozen=True, slots=True)
 class ClaimParts:
     """What a claim hands the new session to: its egress's archive, its secrets' broker, its recording,
-    the hermetic replays it may answer from."""
+    the hermetic replays it may answer from, its env's giver."""
 
     egress: EgressPort
     broker: SecretBroker
     recordings: SessionRecordings
     replays: ReplayUploads
+    envs: SessionEnvs
