@@ -111,7 +111,7 @@ def _env_set(env: dict[str, str]) -> dict[str, str]:
 
 
 # A session's environment variables (corral.contracts.envvars): in every command the agent runs, the
-# agent's to read; never a secret's value (CreateSession refuses one).
+# agent's to read; never a secret's value (the create refuses one: env_secret_problem).
 EnvVars = Annotated[
     dict[Annotated[str, AfterValidator(_env_name)], Annotated[str, AfterValidator(_env_value)]],
     Field(max_length=envvars.MAX_VARS),
@@ -165,16 +165,6 @@ class CreateSession(BaseModel):
     secrets: CreateSecrets = Field(default_factory=dict)
     # Environment variables in every command the agent runs (docs/environments.md); never a secret's value.
     env: EnvVars = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _env_holds_no_secret(self) -> CreateSession:
-        values = {name: spec.value.get_secret_value() for name, spec in self.secrets.items()}
-        problem = env_secret_problem(self.env, values)
-        if problem is not None:
-            raise PydanticCustomError(
-                "env_secret", "env.{name}: {message}", {"name": problem[0], "message": problem[1]}
-            )
-        return self
 
 
 class UpdateSession(BaseModel):

@@ -102,7 +102,7 @@ def refuse_secret_in_env(session: Session, changes: UpdateSecrets | None) -> Non
     values = {name: u.value.get_secret_value() for name, u in (changes or {}).items() if u and u.value}
     problem = env_secret_problem(session.record.env_values, values)
     if problem is not None:
-        raise InvalidRequest(f"env.{problem[0]}: {problem[1]}", field="secrets")
+        raise InvalidRequest(problem[1], field=f"env.{problem[0]}")
 
 
 @router.get("/{session_id}/secrets", response_model=dict[str, str])

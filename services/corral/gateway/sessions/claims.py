@@ -12,7 +12,7 @@ from pathlib import Path
 
 from corral.errors import CapacityError, InvalidRequest
 from corral.gateway import auth
-from corral.gateway.models import CreateSession
+from corral.gateway.models import CreateSession, env_secret_problem
 from corral.gateway.replays import ReplayUploads
 from corral.gateway.secrets import SecretSet, plan_create
 from corral.gateway.sessions.book import SessionBook
@@ -51,6 +51,7 @@ class Claims:
 
     async def create(self, owner: str, req: CreateSession) -> tuple[Session, str]:
         secret_set = plan_create(req.secrets, list(req.allow), req.hermetic is not None)  # checked whole, first
+        refuse_secrets_in_env(req)
         timeout_s, replay = self._admit(owner, req)
         pooled = await self._reserve(owner, req)
         started = time.monotonic()
@@ -152,6 +153,15 @@ class Claims:
         except BaseException:
             await settle(asyncio.ensure_future(self._starts.remove(pair)))
             raise
+
+
+def refuse_secrets_in_env(req: CreateSession) -> None:
+    """InvalidRequest (naming the variable, never a value) when the create's env would hand the agent
+    one of its brokered secrets: secrets stay brokered, env is the agent's to read."""
+    values = {name: spec.value.get_secret_value() for name, spec in req.secrets.items()}
+    problem = env_secret_problem(req.env, values)
+    if problem is not None:
+        raise InvalidRequest(problem[1], field=f"env.{problem[0]}")
 
 
 @dataclass(frozen=True, slots=True)
