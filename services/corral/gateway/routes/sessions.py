@@ -85,8 +85,10 @@ async def update_session(
     manager: ManagerDep,
     reading: Annotated[JsonBody[UpdateSession], body_of(UpdateSession)],
 ) -> SessionOut:
-    who.change_lifetime()  # a key, whatever the body: the agent's token changes nothing (read no body)
+    who.change_session()  # a key, whatever the body: the agent's token changes nothing (no body read)
     body = await reading.read()
+    if body.timeout_s is not None:
+        manager.check_timeout(body.timeout_s)  # over the maximum: refused before anything changes
     if body.changes_egress:
         who.change_egress()
         refuse_secret_in_env(session, body.secrets)

@@ -32,12 +32,17 @@ class Lifetimes:
         self._book, self._egress, self._max_timeout_s = book, egress, max_timeout_s
         self.clock = clock
 
-    async def set_timeout(self, session: Session, timeout_s: int, actor: str) -> float:
-        """The session now ends ``timeout_s`` from now; returns its new expiry. InvalidRequest (naming
-        the maximum) over ``max_timeout_s``, nothing changed; SessionNotFound for a session being ended."""
+    def check(self, timeout_s: int) -> None:
+        """InvalidRequest (naming the maximum) when ``timeout_s`` cannot be a new lifetime: a PATCH
+        asks this before it changes anything else."""
         problem = timeout_problem(timeout_s, self._max_timeout_s)
         if problem is not None:
             raise InvalidRequest(problem, field="timeout_s")
+
+    async def set_timeout(self, session: Session, timeout_s: int, actor: str) -> float:
+        """The session now ends ``timeout_s`` from now; returns its new expiry. InvalidRequest (naming
+        the maximum) over ``max_timeout_s``, nothing changed; SessionNotFound for a session being ended."""
+        self.check(timeout_s)
         async with session.changing:  # one change at a time, each sees the last
             self._book.still_live(session)
             previous = session.record.expires_at

@@ -162,6 +162,9 @@ class SessionManager:
     ) -> None:
         await self.broker.update(session, allow, mode, actor, secret_changes)
 
+    def check_timeout(self, timeout_s: int) -> None:
+        self.parts.lifetimes.check(timeout_s)
+
     async def set_timeout(self, session: Session, timeout_s: int, actor: str) -> float:
         return await self.parts.lifetimes.set_timeout(session, timeout_s, actor)
 

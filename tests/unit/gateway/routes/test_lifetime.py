@@ -296,3 +296,26 @@ async def test_a_lifetime_change_the_audit_chain_does_not_take_changes_nothing(w
         refused = await owner.patch(f"/v1/sessions/{created['id']}", json={"timeout_s": 60})
     assert refused.status_code >= 500, refused.text
     assert world.manager.get(created["id"]).record.expires_at == created["expires_at"]
+
+
+async def test_a_patch_of_egress_and_an_over_long_timeout_changes_neither(world: World) -> None:
+    created = (await _create(world)).json()
+    async with world.client() as owner:
+        body = {"allow": ["api.example.test", "other.example.test"], "timeout_s": MAX_TIMEOUT_S + 1}
+        refused = await owner.patch(f"/v1/sessions/{created['id']}", json=body)
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "timeout_s"
+    record = world.manager.get(created["id"]).record
+    assert record.allow == ["api.example.test"] and record.expires_at == created["expires_at"]
+    assert [m["op"] for m in world.proxy_of(created["id"]).messages if m["op"] != "policy"] == []
+    assert world.proxy_of(created["id"]).allow == ["api.example.test"]
+
+
+async def test_a_patch_of_egress_and_timeout_does_both(world: World) -> None:
+    created = (await _create(world)).json()
+    async with world.client() as owner:
+        body = {"allow": ["api.example.test", "other.example.test"], "timeout_s": 120}
+        changed = await owner.patch(f"/v1/sessions/{created['id']}", json=body)
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["allow"] == ["api.example.test", "other.example.test"]
+    assert changed.json()["expires_at"] == world.manager.get(created["id"]).record.expires_at
+    assert len(world.lifetime_ops(created["id"])) == 1
