@@ -181,7 +181,8 @@ class UpdateSession(BaseModel):
 
     @property
     def changes_egress(self) -> bool:
-        """Whether it changes the allowlist, mode or secrets (a PATCH of ``timeout_s`` alone does not)."""
+        """Whether it changes the allowlist, mode or secrets: a PATCH of ``timeout_s`` alone does not;
+        an empty one sets the policy again, as it did before ``timeout_s`` existed."""
         return (
             self.allow is not None
             or self.egress_mode is not None

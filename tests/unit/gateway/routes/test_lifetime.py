@@ -126,7 +126,9 @@ async def test_env_reaches_the_controller_before_the_token_and_answers_show_name
     stored = world.data_dir / "sessions" / f"{session['id']}.json"
     assert json.loads(stored.read_text())["env_values"] == ENV
     assert stored.stat().st_mode & 0o077 == 0
-    assert "staging" not in repr(world.manager.get(session["id"]).record)
+    record = world.manager.get(session["id"]).record
+    assert "staging" not in repr(record)
+    assert "env" not in record.manifest() and "staging" not in json.dumps(record.manifest())  # the recording's
 
 
 async def test_a_session_without_env_sends_none(world: World) -> None:
