@@ -137,10 +137,14 @@ def session_body(
     egress_mode: str | None = None,
     hermetic: str | None = None,
     secrets: Mapping[str, SecretChange] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> SessionBody:
     """The body of ``POST /v1/sessions``: what was given, nothing else (the gateway has the defaults).
-    ``secrets``: name -> ``{"value", "allow", "in"?}`` (docs/gateway.md)."""
+    ``secrets``: name -> ``{"value", "allow", "in"?}`` (docs/gateway.md); ``env``: name -> value, in
+    every command's environment (docs/environments.md)."""
     body: SessionBody = {"allow": list(allow or []), "labels": dict(labels or {})}
+    if env:
+        body["env"] = dict(env)
     if secrets:
         body["secrets"] = {name: SecretChange(**spec) for name, spec in secrets.items()}
     if egress_mode is not None:
@@ -207,6 +211,11 @@ class calls:  # a namespace of pure builders, read as calls.create_session(...)
         """Add, change or (None) revoke secrets: the session as the gateway then shows it."""
         body = {"secrets": {name: None if change is None else dict(change) for name, change in changes.items()}}
         return Call("PATCH", f"/v1/sessions/{session_id}", _session, json=body)
+
+    @staticmethod
+    def set_timeout(session_id: str, timeout_s: int) -> Call[SessionInfo]:
+        """The session now ends ``timeout_s`` from now (longer or shorter): the session with its new ``expires_at``."""
+        return Call("PATCH", f"/v1/sessions/{session_id}", _session, json={"timeout_s": timeout_s})
 
     @staticmethod
     def secrets(session_id: str) -> Call[dict[str, str]]:
@@ -359,6 +368,9 @@ class Gateway:
     def update_secrets(self, session_id: str, changes: Mapping[str, SecretChange | None]) -> SessionInfo:
         return self.send(calls.update_secrets(session_id, changes))
 
+    def set_timeout(self, session_id: str, timeout_s: int) -> SessionInfo:
+        return self.send(calls.set_timeout(session_id, timeout_s))
+
     def secrets(self, session_id: str) -> dict[str, str]:
         """The session's secrets' placeholders, by name (never a value)."""
         return self.send(calls.secrets(session_id))
@@ -469,6 +481,9 @@ class AsyncGateway:
 
     async def update_secrets(self, session_id: str, changes: Mapping[str, SecretChange | None]) -> SessionInfo:
         return await self.send(calls.update_secrets(session_id, changes))
+
+    async def set_timeout(self, session_id: str, timeout_s: int) -> SessionInfo:
+        return await self.send(calls.set_timeout(session_id, timeout_s))
 
     async def secrets(self, session_id: str) -> dict[str, str]:
         return await self.send(calls.secrets(session_id))

@@ -48,6 +48,7 @@ class SessionInfo(_Answer):
     last_activity_at: float = 0.0
     from_pool: bool = False
     secrets: dict[str, str] = Field(default_factory=dict)  # name -> placeholder (never a value)
+    env: list[str] = Field(default_factory=list)  # its environment variables' names (never their values)
     token: str | None = None
 
     def shown(self) -> dict[str, object]:
@@ -113,6 +114,7 @@ class SessionBody(TypedDict, total=False):
     viewport: ViewportBody
     timeout_s: int
     idle_timeout_s: int
+    env: dict[str, str]
 
 
 __all__ = [

@@ -46,6 +46,7 @@ SESSION = {"id": "ses_1", "token": "tok", "allow": ["example.test"], **INFO}
             {"allow": ["a.test"], "egress_mode": "report"},
         ),
         (lambda g: g.update_session("ses_1", []), "PATCH", "/v1/sessions/ses_1", {"allow": []}),
+        (lambda g: g.set_timeout("ses_1", 900), "PATCH", "/v1/sessions/ses_1", {"timeout_s": 900}),
         (
             lambda g: g.act("ses_1", {"action": {"type": "wait"}}),
             "POST",
@@ -259,3 +260,12 @@ async def test_both_gateways_change_and_read_secrets_alike() -> None:
         ("GET", "/v1/sessions/ses_1/secrets")
     ] * 2
     assert json.loads(seen[0].content) == json.loads(seen[1].content) == {"secrets": changes}
+
+
+def test_env_goes_in_the_body_only_when_given() -> None:
+    assert gateway_client.session_body(env={"APP_MODE": "staging"}) == {
+        "allow": [],
+        "labels": {},
+        "env": {"APP_MODE": "staging"},
+    }
+    assert gateway_client.session_body(env={}) == {"allow": [], "labels": {}}

@@ -685,6 +685,32 @@ async def test_secrets_are_set_and_revoked_alike_in_both_twins() -> None:
         ]
 
 
+class TimeoutGateway:
+    """Stands in for the gateway's PATCH of ``timeout_s``: keeps each, answers the new expiry."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, int]] = []
+
+    def set_timeout(self, session_id: str, timeout_s: int) -> SessionInfo:
+        self.asked.append((session_id, timeout_s))
+        return SessionInfo(id=session_id, expires_at=1000.0 + timeout_s)
+
+
+class AsyncTimeoutGateway(TimeoutGateway):
+    async def set_timeout(self, session_id: str, timeout_s: int) -> SessionInfo:  # type: ignore[override]
+        return super().set_timeout(session_id, timeout_s)
+
+
+async def test_set_timeout_is_the_same_in_both_twins_and_keeps_the_new_expiry() -> None:
+    sandbox, twin = Sandbox.__new__(Sandbox), AsyncSandbox.__new__(AsyncSandbox)
+    sandbox.id = twin.id = "ses_1"
+    sandbox.info = twin.info = SessionInfo(id="ses_1", expires_at=5.0)
+    sandbox._gateway, twin._gateway = TimeoutGateway(), AsyncTimeoutGateway()  # type: ignore[assignment]
+    assert sandbox.set_timeout(600) == await twin.set_timeout(600) == 1600.0
+    assert sandbox.info.expires_at == twin.info.expires_at == 1600.0
+    assert sandbox._gateway.asked == twin._gateway.asked == [("ses_1", 600)]  # type: ignore[attr-defined]
+
+
 # -- the control lease ------------------------------------------------------------------------------------
 
 HANDED = {"by": "human:lnk_3kq9x0a1b2c4", "note": "logged in", "at": 1733240170.2, "left": False}

@@ -49,7 +49,7 @@ def _secret_use(record: AuditRecord) -> str:
 def acted(record: AuditRecord) -> str | None:
     """The action a record is charged to, and who acted in it when not the agent (a human, CDP)."""
     action, actor = record.get("action"), record.get("actor")
-    if actor is None or record.get("event") in ("policy", "secrets", "link"):  # there: who made a change
+    if actor is None or record.get("event") in ("policy", "secrets", "link", "lifetime"):  # there: who made a change
         return action
     return f"{action} ({actor})"
 
@@ -71,6 +71,9 @@ def detail(record: AuditRecord) -> str:
         return f"by {record.get('actor') or '?'}: mode {record.get('mode')}, allow {allowed or 'nothing'}"
     if event == "link":
         return f"{record.get('mode')} link {record.get('link')} {record.get('change')} (made by {record.get('actor')})"
+    if event == "lifetime":
+        expiry, before = record.get("expires_at"), record.get("previous_expires_at")
+        return f"by {record.get('actor') or '?'}: the session expires at {expiry} (was {before})"
     if event == "control":
         return f"lease {record.get('change')}: {record.get('previous')} -> {record.get('holder')}"
     rule, reason = record.get("rule"), record.get("reason")

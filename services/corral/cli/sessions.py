@@ -53,6 +53,13 @@ def session_create(
             "the proxy puts the values in (never give a value on a command line).",
         ),
     ] = None,
+    env: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--env",
+            help="NAME=VALUE in every command's environment (repeat). The agent reads it: never a secret.",
+        ),
+    ] = None,
     as_json: common.JsonOpt = False,
 ) -> None:
     """Start a session; prints its id, token and WebSocket URL (and its secrets' placeholders)."""
@@ -62,7 +69,14 @@ def session_create(
     labels = dict(item.split("=", 1) for item in (label or []) if "=" in item)
     secrets = _secrets_file(secrets_file) if secrets_file is not None else None
     body = gateway_client.session_body(
-        allow, (int(width), int(height)), timeout_s, idle_timeout_s, labels, egress_mode, secrets=secrets
+        allow,
+        (int(width), int(height)),
+        timeout_s,
+        idle_timeout_s,
+        labels,
+        egress_mode,
+        secrets=secrets,
+        env=env_pairs(env or []),
     )
     with common.gateway_call() as gateway:
         session = gateway.create_session(body)
@@ -74,6 +88,33 @@ def session_create(
     common.out.print(f"token: {session.token}\nws: {session.ws_url}")
     for name, placeholder in session.secrets.items():
         common.out.print(f"secret {name}: {placeholder}")
+
+
+def env_pairs(items: list[str]) -> dict[str, str]:
+    """``--env NAME=VALUE`` options as a mapping (a later one of a name wins); exits 2 on a malformed
+    one without repeating it (its text may be sensitive)."""
+    env: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise common.fail("each --env is NAME=VALUE with a name (one is not; its text is not repeated here)", 2)
+        env[name] = value
+    return env
+
+
+@session_app.command("set-timeout")
+def session_set_timeout(
+    session_id: str,
+    seconds: Annotated[int, typer.Argument(help="The session's new remaining lifetime, from now.")],
+    as_json: common.JsonOpt = False,
+) -> None:
+    """End a live session SECONDS from now, longer or shorter than before (at most the gateway's maximum)."""
+    with common.gateway_call() as gateway:
+        updated = gateway.set_timeout(session_id, seconds).wire()
+    if as_json:
+        common.out.print_json(json.dumps(updated))
+        return
+    common.out.print(_session_table([updated]))
 
 
 def _secrets_file(path: Path) -> dict[str, Any]:

@@ -148,6 +148,24 @@ class LinkEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class LifetimeEvent:
+    """The gateway's report of a session's expiry changed by its owner (``PATCH timeout_s``)."""
+
+    OP: ClassVar = "lifetime"
+    actor: str
+    expires_at: float
+    previous_expires_at: float
+
+    def to_json(self) -> JsonObject:
+        return {
+            "op": self.OP,
+            "actor": self.actor,
+            "expires_at": self.expires_at,
+            "previous_expires_at": self.previous_expires_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class SecretEntry:
     """One brokered secret on the wire; ``value`` None: the proxy keeps the value it holds."""
 
@@ -176,7 +194,9 @@ class PutSecrets:
         return {"op": self.OP, "actor": self.actor, "secrets": [entry.to_json() for entry in self.secrets]}
 
 
-Message = Hello | SetPolicy | Status | ActionEvent | LeaseEvent | LinkEvent | PutSecrets
+Message = Hello | SetPolicy | Status | ActionEvent | LeaseEvent | LinkEvent | PutSecrets | LifetimeEvent
+# The gateway's own events about a session, reported into its audit chain.
+GatewayEvent = LinkEvent | LifetimeEvent
 
 
 # -- answers ----------------------------------------------------------------------------------------
@@ -427,6 +447,17 @@ def _link(f: _Fields) -> LinkEvent:
     return LinkEvent(change, link, f.choice("mode", LINK_MODES), f.token("actor"), float(expires_at))
 
 
+def _unix_time(f: _Fields, name: str) -> float:
+    value = f.obj.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise f.invalid(INVALID_FIELD, f"'{name}' must be a number (unix seconds)", name)
+    return float(value)
+
+
+def _lifetime(f: _Fields) -> LifetimeEvent:
+    return LifetimeEvent(f.token("actor"), _unix_time(f, "expires_at"), _unix_time(f, "previous_expires_at"))
+
+
 def _put_secrets(f: _Fields) -> PutSecrets:
     """The ``secrets`` list, every entry checked; ``invalid`` names the first bad field (never
     quoting a value)."""
@@ -500,4 +531,5 @@ _PARSERS: Final[Mapping[str, Callable[[_Fields], Message]]] = {
     ActionEvent.OP: _action,
     LeaseEvent.OP: lambda f: LeaseEvent(f.choice("change", LEASE_CHANGES), f.token("holder"), f.token("previous")),
     LinkEvent.OP: _link,
+    LifetimeEvent.OP: _lifetime,
 }

@@ -32,6 +32,8 @@ from corral.gateway.sessions.claims import ClaimParts, Claims, OnClaim
 from corral.gateway.sessions.controllers import Controllers
 from corral.gateway.sessions.egressport import EgressPort, NullEgress
 from corral.gateway.sessions.endings import Endings
+from corral.gateway.sessions.envs import SessionEnvs
+from corral.gateway.sessions.lifetime import Lifetimes
 from corral.gateway.sessions.liveness import Liveness
 from corral.gateway.sessions.pool import WarmPool
 from corral.gateway.sessions.reaper import Archives, EgressWatch, Reaper, Round
@@ -115,7 +117,10 @@ def build_sessions(
         reaper.add_rounds(
             Round("egress watchdog", watch.watch), Round("placeholder watchdog", broker.check_placeholders)
         )
-    claims = Claims(settings, book, pool, starts, ClaimParts(port, broker, recordings, replays), on_claim)
+    envs = SessionEnvs(book, controllers)
+    reaper.add_rounds(Round("env watchdog", envs.check))
+    claim_parts = ClaimParts(port, broker, recordings, replays, envs)
+    claims = Claims(settings, book, pool, starts, claim_parts, on_claim)
     recovery = Recovery(book, runtime, specs, starts, port, recordings)
     links = LinkBook(book.links_of, book.save_links, _link_reporter(book, port))
     grounds = pair_starts.grounds if pair_starts is not None else None
@@ -123,6 +128,7 @@ def build_sessions(
     parts = SessionParts(
         runtime, settings.network, settings.reap_interval_s, limits, book, port, grounds, starts, pool,
         claims, broker, endings, liveness, recovery, reaper, controllers, recordings, replays, links,
+        Lifetimes(book, port, settings.max_timeout_s),
     )
     # fmt: on
     return SessionManager(parts)

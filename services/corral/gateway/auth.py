@@ -193,6 +193,12 @@ class Caller:
         if owner != key:
             raise Forbidden("this session belongs to another API key")
 
+    def change_session(self) -> None:
+        """A session token is what the agent holds: it must not change its own session (widen its
+        egress, extend or shorten its life: docs/design/0341-lifetime-owner-only.md)."""
+        if self.key_id is None:
+            raise Forbidden("changing a session (its egress, secrets or timeout) needs its owner's API key")
+
     def change_egress(self) -> None:
         """A session token is what the agent holds: it must not widen its own egress."""
         if self.key_id is None:

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_core import PydanticCustomError
 
+from corral.contracts import envvars
 from corral.contracts.placeholders import (
     DEFAULT_LOCATIONS,
     MAX_BINDINGS,
@@ -88,6 +89,47 @@ CreateSecrets = Annotated[dict[SecretName, SecretSpec], Field(max_length=MAX_SEC
 UpdateSecrets = Annotated[dict[SecretName, SecretUpdate | None], Field(max_length=MAX_SECRETS)]
 
 
+def _env_name(name: str) -> str:
+    problem = envvars.name_problem(name)
+    if problem is not None:
+        raise PydanticCustomError("env_name", "{message}", {"message": problem})
+    return name
+
+
+def _env_value(value: str) -> str:
+    problem = envvars.value_problem(value)  # its words never quote the value
+    if problem is not None:
+        raise PydanticCustomError("env_value", "{message}", {"message": problem})
+    return value
+
+
+def _env_set(env: dict[str, str]) -> dict[str, str]:
+    problem = envvars.set_problem(env)  # the total size: each name and value passed already
+    if problem is not None:
+        raise PydanticCustomError("env_size", "{message}", {"message": problem[1]})
+    return env
+
+
+# A session's environment variables (corral.contracts.envvars): in every command the agent runs, the
+# agent's to read; never a secret's value (the create refuses one: env_secret_problem).
+EnvVars = Annotated[
+    dict[Annotated[str, AfterValidator(_env_name)], Annotated[str, AfterValidator(_env_value)]],
+    Field(max_length=envvars.MAX_VARS),
+    AfterValidator(_env_set),
+]
+
+
+def env_secret_problem(env: dict[str, str], secrets: dict[str, str]) -> tuple[str, str] | None:
+    """(name, words) when one of ``env`` would hand the agent a brokered secret (``secrets``: name ->
+    value): a variable named as a secret, or a value holding a secret's value. The words quote no value."""
+    for name, value in env.items():
+        if name in secrets:
+            return name, f"{name} is one of the session's secrets: a secret reaches commands as its placeholder"
+        if any(secret in value for secret in secrets.values()):
+            return name, "a value may not hold a secret's value: secrets stay brokered, env is the agent's to read"
+    return None
+
+
 class Viewport(BaseModel):
     model_config = ConfigDict(extra="forbid")
     width: Annotated[int, Field(ge=320, le=3840)] = 1280
@@ -121,15 +163,36 @@ class CreateSession(BaseModel):
     recording_mb: Annotated[int, Field(ge=1)] | None = None
     # Brokered secrets: the sandbox holds placeholders, the proxy puts the values in (docs/secrets.md).
     secrets: CreateSecrets = Field(default_factory=dict)
+    # Environment variables in every command the agent runs (docs/environments.md); never a secret's value.
+    env: EnvVars = Field(default_factory=dict)
 
 
 class UpdateSession(BaseModel):
-    """PATCH /v1/sessions/{id}: change the live allowlist, egress mode or secrets (each change is audited)."""
+    """PATCH /v1/sessions/{id}: change the live allowlist, egress mode or secrets, or the session's
+    remaining lifetime (each change is audited)."""
 
     model_config = ConfigDict(extra="forbid")
     allow: Annotated[list[HostPattern], Field(max_length=256)] | None = None
     egress_mode: EgressMode | None = None
     secrets: UpdateSecrets | None = None
+    # The session's new remaining lifetime, counted from now (E2B's set_timeout): at most
+    # CORRAL_MAX_TIMEOUT_S; it may extend the session or shorten it.
+    timeout_s: Annotated[int, Field(ge=1)] | None = None
+
+    @property
+    def changes_egress(self) -> bool:
+        """Whether it changes the allowlist, mode or secrets: a PATCH of ``timeout_s`` alone does not;
+        an empty one sets the policy again, as it did before ``timeout_s`` existed."""
+        return (
+            self.allow is not None
+            or self.egress_mode is not None
+            or self.secrets is not None
+            or not self.changes_lifetime
+        )
+
+    @property
+    def changes_lifetime(self) -> bool:
+        return self.timeout_s is not None
 
 
 SessionState = Literal["starting", "ready", "stopping"]
@@ -162,6 +225,8 @@ class SessionTerms(SessionSetup):
     expires_at: float
     idle_timeout_s: int
     from_pool: bool
+    # The names of its environment variables (``env`` at create); their values are never shown.
+    env: list[str] = Field(default_factory=list)
 
 
 class SessionOut(SessionTerms):

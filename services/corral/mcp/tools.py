@@ -50,6 +50,8 @@ ANNOTATIONS: dict[str, ToolAnnotations] = {
     "create_session": _hints(False, False, False, False),
     "list_sessions": _hints(True, False, True, False),
     "end_session": _hints(False, True, True, False),
+    # Not idempotent: the same seconds counted from a later now is a later expiry.
+    "set_session_timeout": _hints(False, False, False, False),
     "screenshot": _hints(True, False, True, False),
     "click": _hints(False, True, False, True),
     "type_text": _hints(False, True, False, True),
@@ -125,11 +127,15 @@ class CorralTools(ScreenTools):
         timeout_s: Annotated[
             int | None, Field(ge=1, description="End the session after this many seconds (the gateway's cap applies).")
         ] = None,
+        env: Annotated[
+            dict[str, str] | None,
+            Field(description="Environment variables for every command in the session, NAME -> value (no secrets)."),
+        ] = None,
     ) -> CallToolResult:
         """Start a new sandbox session: a desktop with Chromium, a shell and a /workspace, reaching only
         the allowed hosts. Needs an API key. Answers the session (its id is what every other tool takes)."""
         viewport = (viewport_width, viewport_height) if viewport_width and viewport_height else None
-        body = session_body(allow=allow, viewport=viewport, timeout_s=timeout_s, labels={"via": "mcp"})
+        body = session_body(allow=allow, viewport=viewport, timeout_s=timeout_s, labels={"via": "mcp"}, env=env)
 
         async def work(gateway: AsyncGateway) -> CallToolResult:
             # Less its token: the model drives it through these tools, and a credential in its context
@@ -154,6 +160,21 @@ class CorralTools(ScreenTools):
         async def work(gateway: AsyncGateway) -> CallToolResult:
             await gateway.delete_session(session_id)
             return results.data({"id": session_id, "ended": True}, f"session {session_id} ended")
+
+        return await self._call(ctx, work)
+
+    async def set_session_timeout(
+        self,
+        ctx: Ctx,
+        session_id: SessionId,
+        timeout_s: Annotated[int, Field(ge=1, description="The session's new remaining lifetime, from now.")],
+    ) -> CallToolResult:
+        """End a session this many seconds from now, longer or shorter than before (the gateway's cap
+        applies). API key only: a session's own token cannot change its lifetime."""
+
+        async def work(gateway: AsyncGateway) -> CallToolResult:
+            info = (await gateway.set_timeout(session_id, timeout_s)).shown()
+            return results.data(info, f"session {session_id} now expires at {info.get('expires_at')}")
 
         return await self._call(ctx, work)
 

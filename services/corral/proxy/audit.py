@@ -108,6 +108,7 @@ Event = Literal[
     "secrets",
     "secret",
     "link",
+    "lifetime",
     "control",
     "budget",
     "tally",
@@ -181,7 +182,8 @@ class EventFields(TypedDict, total=False):
     # link: a viewer link made, used, revoked or expired (the gateway's report); its ``actor`` is the owner's key
     link: str
     change: str  # link: created, used, revoked, expired; control: taken, returned, left, requested, request_ended
-    expires_at: float
+    expires_at: float  # link: its expiry; lifetime: the session's new expiry
+    previous_expires_at: float  # lifetime: the session's expiry before the change
     # control: a change of the session's control lease (the controller's report)
     holder: str
     previous: str
@@ -248,6 +250,7 @@ EVENT_FIELDS: Mapping[Event, frozenset[str]] = {
         }
     ),
     "link": frozenset({"link", "mode", "change", "actor", "expires_at"}),
+    "lifetime": frozenset({"actor", "expires_at", "previous_expires_at"}),
     "control": frozenset({"change", "holder", "previous"}),
     "budget": frozenset({"max_bytes"}),
     "tally": frozenset({"counts", "dropped"}),

@@ -5,7 +5,8 @@ Each connection opens with a :class:`Hello`; its token says who is speaking:
 
 - the gateway (``gateway`` role) sets the session's policy (:class:`SetPolicy`) and its brokered
   secrets (:class:`PutSecrets`: the whole live set each time, values included), reads the
-  :class:`Status` and reports viewer links (:class:`LinkEvent`);
+  :class:`Status` and reports viewer links (:class:`LinkEvent`) and a session's changed expiry
+  (:class:`LifetimeEvent`);
 - the controller inside the sandbox (``controller`` role) reports action start and end
   (:class:`ActionEvent`), so each audit record can name the agent action that caused it, and
   changes of the control lease (:class:`LeaseEvent`).
@@ -41,6 +42,7 @@ from corral.contracts.control import (
     Hello,
     JsonObject,
     LeaseEvent,
+    LifetimeEvent,
     LinkEvent,
     PutSecrets,
     Refusal,
@@ -81,7 +83,7 @@ class SetSecrets:
 
 
 # What the proxy acts on: the wire's messages, with the secrets resolved.
-Message = Hello | SetPolicy | Status | ActionEvent | SetSecrets | LeaseEvent | LinkEvent
+Message = Hello | SetPolicy | Status | ActionEvent | SetSecrets | LeaseEvent | LinkEvent | LifetimeEvent
 
 
 def parse_message(line: bytes) -> Message:
@@ -177,6 +179,7 @@ __all__ = [
     "ActionEvent",
     "Hello",
     "LeaseEvent",
+    "LifetimeEvent",
     "LinkEvent",
     "Message",
     "PutSecrets",

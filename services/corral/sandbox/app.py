@@ -39,6 +39,7 @@ from corral.sandbox.display import clipboard
 from corral.sandbox.guard import ControllerGuard
 from corral.sandbox.placeholders import placeholders_of
 from corral.sandbox.recorder import Recorder
+from corral.sandbox.sessionenv import env_of
 from corral.sandbox.settings import ControllerSettings
 from corral.sandbox.tools import transfer
 from corral.sandbox.tools.files import AgentFiles
@@ -305,6 +306,32 @@ async def put_secrets(request: Request) -> JSONResponse:
     return JSONResponse({"ok": True, "secrets": by_name})
 
 
+async def get_env(request: Request) -> JSONResponse:
+    """The session env this controller holds, for the gateway's watchdog: its names and one digest of
+    the set (corral.contracts.envvars.digest), never the values (a restarted controller holds none
+    until the gateway puts them again)."""
+    session_env = _desktop(request).session_env
+    return JSONResponse({"ok": True, "names": sorted(session_env.by_name), "digest": session_env.digest()})
+
+
+async def put_env(request: Request) -> JSONResponse:
+    """The session's environment variables, the whole set (``{"env": {"NAME": "value"}}``), from the
+    gateway: checked here again (corral.sandbox.sessionenv.env_of), a bad body changes nothing. The
+    answer and the log name the variables, never their values."""
+    limit = request.app.state.max_body
+    body = await read_capped(request, limit)
+    try:
+        if body is None:
+            raise ActionError(ErrorCode.MESSAGE_TOO_LARGE, f"the body is over {limit} bytes; at most {limit}")
+        by_name = env_of(decode(body, Limits(max_message_bytes=limit)))
+    except ActionError as exc:
+        return _error(exc)
+    session_env = _desktop(request).session_env
+    session_env.replace(by_name)
+    log.info("the session's environment variables: %s", ", ".join(sorted(by_name)) or "none")
+    return JSONResponse({"ok": True, "names": sorted(by_name), "digest": session_env.digest()})
+
+
 async def cdp_json(request: Request) -> Response:
     """Chromium's ``/json/version`` or ``/json/list``, unchanged."""
     which: str = request.path_params["which"]
@@ -332,6 +359,8 @@ ROUTES = [
     Route("/v1/files", get_file, methods=["GET"]),
     Route("/v1/secrets", put_secrets, methods=["PUT"]),
     Route("/v1/secrets", get_secrets, methods=["GET"]),
+    Route("/v1/env", put_env, methods=["PUT"]),
+    Route("/v1/env", get_env, methods=["GET"]),
     Route("/v1/cdp/json/{which}", cdp_json, methods=["GET"]),
     WebSocketRoute("/v1/ws", ws),
     WebSocketRoute("/v1/cdp", cdp_ws),

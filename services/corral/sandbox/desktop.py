@@ -24,6 +24,7 @@ from corral.sandbox.display.screen import Screen, Settled
 from corral.sandbox.display.xinput import XInput
 from corral.sandbox.hands import Hands
 from corral.sandbox.placeholders import Placeholders
+from corral.sandbox.sessionenv import SessionEnv
 from corral.sandbox.settings import ControllerSettings
 from corral.sandbox.tools.editor import Editor
 from corral.sandbox.tools.files import AgentFiles
@@ -79,6 +80,7 @@ class Desktop:
         search: Search | None = None,
         shell: PersistentShell | None = None,
         lock: ActionLock | None = None,
+        session_env: SessionEnv | None = None,
     ) -> None:
         self._settings = settings
         self.input = input
@@ -88,6 +90,8 @@ class Desktop:
         self.files = files
         # The session's secret placeholders (PUT /v1/secrets sets them; the process table reads them too).
         self.placeholders = Placeholders() if placeholders is None else placeholders
+        # The session's env (PUT /v1/env sets it; the process table reads it too).
+        self.session_env = SessionEnv() if session_env is None else session_env
         # The editor, patches and search (issue 13): over the agent's files and processes.
         self.editor = editor
         self.patcher = patcher
@@ -110,7 +114,8 @@ class Desktop:
         wait_for_display(settings.display)
         launcher = LauncherClient(settings.launcher_socket)
         placeholders = Placeholders()
-        processes = ProcessTable(launcher, settings.process_settings(), placeholders)
+        session_env = SessionEnv()
+        processes = ProcessTable(launcher, settings.process_settings(), placeholders, session_env)
         screen = Screen(settings.display)
         files = AgentFiles(launcher)
         editor = Editor(files, launcher)
@@ -136,6 +141,7 @@ class Desktop:
             search=Search(files, processes),
             shell=PersistentShell(processes),
             lock=lock,
+            session_env=session_env,
         )
 
     async def close(self) -> None:

@@ -47,17 +47,21 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs):
         api_key: str | None = None,
         hermetic_responses: bytes | None = None,
         secrets: Mapping[str, SecretChange] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> Sandbox:
         """A new session. With ``hermetic_responses`` (a recording's ``responses.mitm``) its proxy
         answers only from those and has no route out: a hermetic replay. ``secrets``: name ->
         ``{"value": ..., "allow": [...], "in": [...]}``; the sandbox gets placeholders (:attr:`secrets`)
-        and its proxy puts the values into requests to the bound hosts."""
+        and its proxy puts the values into requests to the bound hosts. ``env``: name -> value, in every
+        command's environment (the agent reads them: never a secret's value)."""
         gateway = Gateway(url, api_key)
         info: SessionInfo | None = None
         try:
             upload = None if hermetic_responses is None else gateway.upload_responses(hermetic_responses)
             try:
-                body = session_body(allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets)
+                body = session_body(
+                    allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets, env
+                )
                 info = gateway.create_session(body)
             finally:
                 if upload is not None:  # the session keeps its own copy
@@ -119,6 +123,14 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs):
         """The session's secrets as the sandbox holds them: name -> placeholder (never a value)."""
         return dict(self.info.secrets)
 
+    # -- lifetime --------------------------------------------------------------------------------------
+
+    def set_timeout(self, seconds: int) -> float:
+        """The session now ends ``seconds`` from now (longer or shorter than before; at most the
+        gateway's CORRAL_MAX_TIMEOUT_S): its new expiry, a Unix time (also in ``info.expires_at``)."""
+        self.info = self._gateway.set_timeout(self.id, seconds)
+        return self.info.expires_at
+
     def set_secret(
         self,
         name: str,
@@ -164,17 +176,21 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
         api_key: str | None = None,
         hermetic_responses: bytes | None = None,
         secrets: Mapping[str, SecretChange] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> AsyncSandbox:
         """A new session. With ``hermetic_responses`` (a recording's ``responses.mitm``) its proxy
         answers only from those and has no route out: a hermetic replay. ``secrets``: name ->
         ``{"value": ..., "allow": [...], "in": [...]}``; the sandbox gets placeholders (:attr:`secrets`)
-        and its proxy puts the values into requests to the bound hosts."""
+        and its proxy puts the values into requests to the bound hosts. ``env``: name -> value, in every
+        command's environment (the agent reads them: never a secret's value)."""
         gateway = AsyncGateway(url, api_key)
         info: SessionInfo | None = None
         try:
             upload = None if hermetic_responses is None else await gateway.upload_responses(hermetic_responses)
             try:
-                body = session_body(allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets)
+                body = session_body(
+                    allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets, env
+                )
                 info = await gateway.create_session(body)
             finally:
                 if upload is not None:  # the session keeps its own copy
@@ -239,6 +255,14 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
     def secrets(self) -> dict[str, str]:
         """The session's secrets as the sandbox holds them: name -> placeholder (never a value)."""
         return dict(self.info.secrets)
+
+    # -- lifetime --------------------------------------------------------------------------------------
+
+    async def set_timeout(self, seconds: int) -> float:
+        """The session now ends ``seconds`` from now (longer or shorter than before; at most the
+        gateway's CORRAL_MAX_TIMEOUT_S): its new expiry, a Unix time (also in ``info.expires_at``)."""
+        self.info = await self._gateway.set_timeout(self.id, seconds)
+        return self.info.expires_at
 
     async def set_secret(
         self,

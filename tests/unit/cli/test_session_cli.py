@@ -229,3 +229,27 @@ def test_do_writes_each_image_of_a_reply_to_its_own_file(
     assert [path.read_bytes() for path in paths] == pngs
     printed = json.loads(result.stdout)["result"]["tool_result"]["content"]
     assert [block["source"]["saved_to"] for block in printed] == [str(path) for path in paths]
+
+
+def test_create_takes_env_pairs_and_set_timeout_patches_timeout_s(
+    gateway: Callable[[Handler], list[httpx.Request]],
+) -> None:
+    seen = gateway(lambda request: httpx.Response(201 if request.method == "POST" else 200, json=SESSION))
+    runner = CliRunner()
+    args = ["session", "create", "--json", "--env", "APP_MODE=staging", "--env", "GREETING=a=b", "--env", "EMPTY="]
+    created = runner.invoke(app, args)
+    assert created.exit_code == 0, created.output
+    assert json.loads(seen[0].content)["env"] == {"APP_MODE": "staging", "GREETING": "a=b", "EMPTY": ""}
+    changed = runner.invoke(app, ["session", "set-timeout", "ses_1", "900", "--json"])
+    assert changed.exit_code == 0, changed.output
+    assert (seen[1].method, seen[1].url.path) == ("PATCH", "/v1/sessions/ses_1")
+    assert json.loads(seen[1].content) == {"timeout_s": 900}
+
+
+def test_a_malformed_env_option_fails_without_repeating_it(gateway: Callable[[Handler], list[httpx.Request]]) -> None:
+    seen = gateway(lambda request: httpx.Response(201, json=SESSION))
+    for bad in ("sk-live-no-equals-sign", "=value-without-a-name"):
+        result = CliRunner().invoke(app, ["session", "create", "--env", bad])
+        assert result.exit_code == 2 and "NAME=VALUE" in result.output
+        assert bad not in result.output
+    assert seen == []

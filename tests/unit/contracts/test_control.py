@@ -22,6 +22,7 @@ PLACEHOLDER = "corral_secret_" + "a" * 32
         control.ActionEvent("a1.beef", "end"),
         control.LeaseEvent("taken", "human:lnk_x", "agent"),
         control.LinkEvent("created", "lnk_x", "view", "api-key:owner", 1733000000.5),
+        control.LifetimeEvent("api-key:owner", 1733003600.25, 1733000000.5),
         control.PutSecrets(
             (
                 control.SecretEntry("API_TOKEN", PLACEHOLDER, "tok-the-value-42", ("api.test",), ("header",)),
@@ -73,3 +74,10 @@ def test_answers_keep_the_wire_s_shape_and_an_older_proxy_s_reads_as_none() -> N
         "field": "mode",
     }
     assert control.Refusal("unknown token").to_json() == {"ok": False, "error": "unknown token"}
+
+
+@pytest.mark.parametrize("times", [{"expires_at": "soon", "previous_expires_at": 1.0}, {"expires_at": 1.0}])
+def test_a_lifetime_report_without_its_times_is_refused(times: dict[str, object]) -> None:
+    line = control.encode({"op": "lifetime", "actor": "api-key:owner", **times})
+    with pytest.raises(InvalidMessage, match="unix seconds"):
+        control.parse_message(line, InvalidMessage)

@@ -26,7 +26,7 @@ class ProxyState:
     secrets: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> the op's entry, value included
     secrets_generation: int = 0
     revoked: set[str] = field(default_factory=set)  # placeholders of revoked secrets: never taken back
-    messages: list[dict[str, Any]] = field(default_factory=list)  # every policy and secrets op, in order
+    messages: list[dict[str, Any]] = field(default_factory=list)  # every policy, secrets and lifetime op, in order
 
     def secrets_ops(self) -> list[dict[str, Any]]:
         return [m for m in self.messages if m["op"] == "secrets"]
@@ -112,6 +112,8 @@ class FakeControlProxy:
                     entry["value"] = held[name]["value"]
             state.secrets_generation += 1
             state.seq += 1
+        elif op == "lifetime":
+            state.messages.append(message)
         return state.answer()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

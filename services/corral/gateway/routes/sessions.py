@@ -1,4 +1,4 @@
-"""``/v1/sessions``: make, list, show, change (egress, secrets) and end sessions."""
+"""``/v1/sessions``: make, list, show, change (egress, secrets, lifetime) and end sessions."""
 
 from __future__ import annotations
 
@@ -7,9 +7,17 @@ from typing import Annotated
 from fastapi import APIRouter, Request, Response
 from starlette.requests import HTTPConnection
 
-from corral.errors import SandboxError, SandboxStartFailed
+from corral.errors import InvalidRequest, SandboxError, SandboxStartFailed
 from corral.gateway.auth import OWNER_ACTOR
-from corral.gateway.models import CreatedSession, CreateSession, SessionOut, SessionTerms, UpdateSession
+from corral.gateway.models import (
+    CreatedSession,
+    CreateSession,
+    SessionOut,
+    SessionTerms,
+    UpdateSecrets,
+    UpdateSession,
+    env_secret_problem,
+)
 from corral.gateway.routes.deps import CallerDep, JsonBody, KeyIdDep, LiveSessionDep, ManagerDep, body_of
 from corral.gateway.secrets import SecretSet
 from corral.gateway.sessions.records import Session
@@ -77,10 +85,26 @@ async def update_session(
     manager: ManagerDep,
     reading: Annotated[JsonBody[UpdateSession], body_of(UpdateSession)],
 ) -> SessionOut:
-    who.change_egress()
+    who.change_session()  # a key, whatever the body: the agent's token changes nothing (no body read)
     body = await reading.read()
-    await manager.update_egress(session, body.allow, body.egress_mode, OWNER_ACTOR, body.secrets)
+    if body.timeout_s is not None:
+        manager.check_timeout(body.timeout_s)  # over the maximum: refused before anything changes
+    if body.changes_egress:
+        who.change_egress()
+        refuse_secret_in_env(session, body.secrets)
+        await manager.update_egress(session, body.allow, body.egress_mode, OWNER_ACTOR, body.secrets)
+    if body.timeout_s is not None:
+        await manager.set_timeout(session, body.timeout_s, OWNER_ACTOR)
     return session_out(request, session)
+
+
+def refuse_secret_in_env(session: Session, changes: UpdateSecrets | None) -> None:
+    """A new secret or value must not be one the agent reads already in the session's env (nor take an
+    env variable's name): secrets stay brokered. InvalidRequest, nothing changed."""
+    values = {name: u.value.get_secret_value() for name, u in (changes or {}).items() if u and u.value}
+    problem = env_secret_problem(session.record.env_values, values)
+    if problem is not None:
+        raise InvalidRequest(problem[1], field=f"env.{problem[0]}")
 
 
 @router.get("/{session_id}/secrets", response_model=dict[str, str])

@@ -12,12 +12,13 @@ from pathlib import Path
 
 from corral.errors import CapacityError, InvalidRequest
 from corral.gateway import auth
-from corral.gateway.models import CreateSession
+from corral.gateway.models import CreateSession, env_secret_problem
 from corral.gateway.replays import ReplayUploads
 from corral.gateway.secrets import SecretSet, plan_create
 from corral.gateway.sessions.book import SessionBook
 from corral.gateway.sessions.brokering import SecretBroker
 from corral.gateway.sessions.egressport import EgressPort
+from corral.gateway.sessions.envs import SessionEnvs
 from corral.gateway.sessions.pool import WarmPool
 from corral.gateway.sessions.records import Pair, Session, SessionRecord
 from corral.gateway.sessions.sessionrecordings import SessionRecordings
@@ -50,6 +51,7 @@ class Claims:
 
     async def create(self, owner: str, req: CreateSession) -> tuple[Session, str]:
         secret_set = plan_create(req.secrets, list(req.allow), req.hermetic is not None)  # checked whole, first
+        refuse_secrets_in_env(req)
         timeout_s, replay = self._admit(owner, req)
         pooled = await self._reserve(owner, req)
         started = time.monotonic()
@@ -61,7 +63,8 @@ class Claims:
             pair = pooled or await self._starts.start(
                 "session", req.viewport, req, list(req.allow), mode, replay, actor
             )
-            await self._claim(pair, secret_set, actor)
+            env = dict(req.env)  # a plain mapping: a template's env goes under it here ({**template, **req.env})
+            await self._claim(pair, secret_set, env, actor)
         finally:
             async with self._lock:
                 self._reserved[owner] -= 1
@@ -70,6 +73,7 @@ class Claims:
             self._pool.refill()
         token = auth.new_token()
         record = self._record(pair, owner, token, req, timeout_s, mode, pooled is not None, secret_set)
+        record = record.model_copy(update={"env": sorted(env), "env_values": env})
         session = Session(record, pair.sandbox)
         self._book.save(session)
         self._book.add(session)
@@ -135,25 +139,38 @@ class Claims:
             secrets=dict(secret_set.records),
         )
 
-    async def _claim(self, pair: Pair, secret_set: SecretSet, actor: str) -> None:
-        """Make a ready pair the session's: its secrets (its policy is in force already: a cold
-        proxy starts with it, a pooled one took it in :meth:`WarmPool.hand_out`). A pair that fails
-        this is removed: it is never handed out."""
-        if pair.egress is None or not secret_set.records:
+    async def _claim(self, pair: Pair, secret_set: SecretSet, env: dict[str, str], actor: str) -> None:
+        """Make a ready pair the session's: its env, then its secrets (its policy is in force already:
+        a cold proxy starts with it, a pooled one took it in :meth:`WarmPool.hand_out`). A pair that
+        fails this is removed: it is never handed out."""
+        secrets = pair.egress is not None and bool(secret_set.records)
+        if not env and not secrets:
             return
         try:
-            await self._parts.broker.give(pair, secret_set, SecretSet(), actor)
+            await self._parts.envs.give(pair.sandbox, env)
+            if secrets:
+                await self._parts.broker.give(pair, secret_set, SecretSet(), actor)
         except BaseException:
             await settle(asyncio.ensure_future(self._starts.remove(pair)))
             raise
 
 
+def refuse_secrets_in_env(req: CreateSession) -> None:
+    """InvalidRequest (naming the variable, never a value) when the create's env would hand the agent
+    one of its brokered secrets: secrets stay brokered, env is the agent's to read."""
+    values = {name: spec.value.get_secret_value() for name, spec in req.secrets.items()}
+    problem = env_secret_problem(req.env, values)
+    if problem is not None:
+        raise InvalidRequest(problem[1], field=f"env.{problem[0]}")
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimParts:
     """What a claim hands the new session to: its egress's archive, its secrets' broker, its recording,
-    the hermetic replays it may answer from."""
+    the hermetic replays it may answer from, its env's giver."""
 
     egress: EgressPort
     broker: SecretBroker
     recordings: SessionRecordings
     replays: ReplayUploads
+    envs: SessionEnvs

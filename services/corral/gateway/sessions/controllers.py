@@ -3,6 +3,8 @@ its secrets' placeholders, its boot id. Each call signed and its answer proven (
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import httpx
 
 from corral.errors import SandboxUnreachable
@@ -65,6 +67,32 @@ class Controllers:
             raise SandboxUnreachable(
                 f"the controller of {sandbox.name} refused its secrets' placeholders ({response.status_code})"
             )
+
+    async def put_env(self, sandbox: SandboxAddress, env: Mapping[str, str]) -> None:
+        """The session's environment variables, the whole set (the controller checks them again)."""
+        try:
+            response = await controller.request(
+                self.http, sandbox.base_url, sandbox.secret, "PUT", "/v1/env", json={"env": dict(env)}
+            )
+        except httpx.HTTPError as exc:
+            raise SandboxUnreachable(f"the controller of {sandbox.name} did not take its env: {exc}") from None
+        if response.status_code >= 300:
+            raise SandboxUnreachable(f"the controller of {sandbox.name} refused its env ({response.status_code})")
+
+    async def env_digest(self, sandbox: SandboxAddress) -> str | None:
+        """The digest of the env the controller holds (corral.contracts.envvars.digest); None when it
+        cannot say (an older image)."""
+        try:
+            response = await controller.request(
+                self.http, sandbox.base_url, sandbox.secret, "GET", "/v1/env", timeout=PLACEHOLDERS_TIMEOUT_S
+            )
+        except httpx.HTTPError as exc:
+            raise SandboxUnreachable(f"the controller of {sandbox.name} did not show its env: {exc}") from None
+        try:
+            held = response.json().get("digest") if response.status_code == 200 else None
+        except (ValueError, AttributeError):
+            held = None
+        return held if isinstance(held, str) else None
 
     async def placeholders(self, sandbox: SandboxAddress) -> dict[str, str] | None:
         """The placeholders the controller holds; None when it cannot say (an older image)."""

@@ -1,7 +1,7 @@
 """Session lifecycle, assembled: :class:`SessionManager` starts and stops the session side's parts
 (wired by corral.gateway.app's ``build_sessions``) and is what routes ask: create (``claims``), get and
-list (``book``), change egress and secrets (``brokering``), end (``endings``), a relay's lost sandbox
-(``liveness``), each a module of corral.gateway.sessions.
+list (``book``), change egress and secrets (``brokering``), change the lifetime (``lifetime``), end
+(``endings``), a relay's lost sandbox (``liveness``), each a module of corral.gateway.sessions.
 
 Runtime calls block, so they run in threads; every background task is kept and cancelled on stop.
 Stopping leaves sessions' sandboxes running (a restarted gateway adopts them again: ``recovery``) and
@@ -28,6 +28,7 @@ from corral.gateway.sessions.claims import Claims
 from corral.gateway.sessions.controllers import Controllers
 from corral.gateway.sessions.egressport import EgressPort
 from corral.gateway.sessions.endings import Endings
+from corral.gateway.sessions.lifetime import Lifetimes
 from corral.gateway.sessions.liveness import Liveness
 from corral.gateway.sessions.pool import WarmPool
 from corral.gateway.sessions.reaper import Reaper
@@ -66,6 +67,7 @@ class SessionParts:
     recordings: SessionRecordings
     replays: ReplayUploads
     links: LinkBook
+    lifetimes: Lifetimes
 
 
 class SessionManager:
@@ -159,6 +161,12 @@ class SessionManager:
         secret_changes: UpdateSecrets | None = None,
     ) -> None:
         await self.broker.update(session, allow, mode, actor, secret_changes)
+
+    def check_timeout(self, timeout_s: int) -> None:
+        self.parts.lifetimes.check(timeout_s)
+
+    async def set_timeout(self, session: Session, timeout_s: int, actor: str) -> float:
+        return await self.parts.lifetimes.set_timeout(session, timeout_s, actor)
 
     async def check_sandbox(self, session: Session, within_s: float = 1.0) -> None:
         await self.liveness.check_sandbox(session, within_s)

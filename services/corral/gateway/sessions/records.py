@@ -69,10 +69,14 @@ class SessionRecord(SessionTerms):
     secrets: dict[str, SecretRecord] = Field(default_factory=dict)
     # Its viewer links (corral.gateway.links), by id: their secrets' SHA-256 only.
     links: dict[str, LinkRecord] = Field(default_factory=dict)
+    # Its environment variables' values (``env`` holds their names): not secrets (the agent reads them),
+    # kept here, 0600 in the gateway's data dir, so that a controller restarted after a gateway
+    # restart gets them back (corral.gateway.sessions.envs). Never in an answer or a recording.
+    env_values: dict[str, str] = Field(default_factory=dict, repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        # A session without secrets or links is written as before they existed (an older gateway reads it alike).
-        unset = {name for name in ("secrets", "links") if not getattr(self, name)}
+        # A session without these is written as before they existed (an older gateway reads it alike).
+        unset = {name for name in ("secrets", "links", "env", "env_values") if not getattr(self, name)}
         return self.model_dump(mode="json", exclude=unset or None)
 
 

@@ -102,6 +102,8 @@ class ControlChannel:
             raise ValueError("only the gateway may do that")
         if isinstance(message, control.LinkEvent):
             return self._link(message)
+        if isinstance(message, control.LifetimeEvent):
+            return self._lifetime(message)
         if isinstance(message, control.SetPolicy):
             return self._set_policy(message)
         if isinstance(message, control.Status):
@@ -161,6 +163,16 @@ class ControlChannel:
             change=message.change,
             actor=message.actor,
             expires_at=message.expires_at,
+        )
+        return Reply(head=self._head())
+
+    def _lifetime(self, message: control.LifetimeEvent) -> Reply:
+        """A session's expiry changed by its owner, as the gateway reports it: its audit record."""
+        self.shared.journal.write(
+            "lifetime",
+            actor=message.actor,
+            expires_at=message.expires_at,
+            previous_expires_at=message.previous_expires_at,
         )
         return Reply(head=self._head())
 

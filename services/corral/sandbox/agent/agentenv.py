@@ -77,14 +77,20 @@ def proxy_url(proxy: str, action_id: str) -> str:
 
 
 def command_environment(
-    proxy: str | None, ca_bundle: str | None, action_id: str, placeholders: Mapping[str, str] | None = None
+    proxy: str | None,
+    ca_bundle: str | None,
+    action_id: str,
+    placeholders: Mapping[str, str] | None = None,
+    session_env: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The environment of a command the ``exec`` action ``action_id`` starts.
 
     ``proxy`` is the session proxy's ``host:port`` (None or empty: no egress control, no proxy
     variables); ``ca_bundle`` the file that trusts the session's CA (None: the tools' defaults);
     ``placeholders`` the session's secrets, name to placeholder (their names are never one of the
-    variables above: ``corral.contracts.placeholders.name_problem`` reserves those).
+    variables above: ``corral.contracts.placeholders.name_problem`` reserves those); ``session_env``
+    the session's own variables (``env`` at create, :mod:`corral.sandbox.sessionenv`: never one of the
+    variables above either, ``corral.contracts.envvars``), put before the placeholders, which win.
     Raises ValueError for a proxy that is not ``host:port``."""
     env = dict(BASE)
     if proxy:
@@ -96,6 +102,8 @@ def command_environment(
         env["GIT_HTTP_PROXY_AUTHMETHOD"] = "basic"
     if ca_bundle:
         env.update(dict.fromkeys(CA_VARIABLES, ca_bundle))
+    if session_env:
+        env.update(session_env)
     if placeholders:
         env.update(placeholders)
     return env

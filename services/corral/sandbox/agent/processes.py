@@ -37,6 +37,7 @@ from corral.sandbox.agent.process import (
 )
 from corral.sandbox.agent.spawn import ProcessSettings, Spawner
 from corral.sandbox.placeholders import Placeholders
+from corral.sandbox.sessionenv import SessionEnv
 
 __all__ = [
     "KILL_WAIT_S",
@@ -72,7 +73,11 @@ class ProcessTable:
     """The processes this controller started, and the actions on them."""
 
     def __init__(
-        self, launcher: LauncherClient, settings: ProcessSettings, placeholders: Placeholders | None = None
+        self,
+        launcher: LauncherClient,
+        settings: ProcessSettings,
+        placeholders: Placeholders | None = None,
+        session_env: SessionEnv | None = None,
     ) -> None:
         self._launcher = launcher
         self._settings = settings
@@ -80,7 +85,7 @@ class ProcessTable:
         self._rings = RingPool(settings.buffers_total_bytes)
         self._captures = Budget(settings.captures_total_bytes)
         placeholders = Placeholders() if placeholders is None else placeholders
-        self._spawner = Spawner(launcher, settings, placeholders, self._rings, self._captures)
+        self._spawner = Spawner(launcher, settings, placeholders, self._rings, self._captures, session_env)
         self._starting = 0  # starts under way: they count against max_processes already
 
     @property

@@ -21,6 +21,7 @@ from corral.sandbox.agent.launcher import messages as lm
 from corral.sandbox.agent.output import Budget, Capture, RingPool
 from corral.sandbox.agent.process import Output, Process, oom_kills, set_size
 from corral.sandbox.placeholders import Placeholders
+from corral.sandbox.sessionenv import SessionEnv
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,11 +54,14 @@ class Spawner:
         placeholders: Placeholders,
         rings: RingPool,
         captures: Budget,
+        session_env: SessionEnv | None = None,
     ) -> None:
         self._launcher = launcher
         self._settings = settings
         # The session's secret placeholders: each exec's environment gets those of the moment it starts.
         self._placeholders = placeholders
+        # The session's env (PUT /v1/env), likewise of the moment each exec starts.
+        self._session_env = SessionEnv() if session_env is None else session_env
         self._rings = rings
         self._captures = captures
 
@@ -76,9 +80,11 @@ class Spawner:
 
     def command_environment(self, action_id: str) -> dict[str, str]:
         """What every command the action ``action_id`` starts is told (agentenv), with the session's
-        placeholders of this moment."""
+        env and placeholders of this moment."""
         settings = self._settings
-        return agentenv.command_environment(settings.proxy, settings.ca_bundle, action_id, self._placeholders.by_name)
+        return agentenv.command_environment(
+            settings.proxy, settings.ca_bundle, action_id, self._placeholders.by_name, self._session_env.by_name
+        )
 
     def _environment(self, action: a.Exec, action_id: str) -> list[bytes]:
         env = self.command_environment(action_id)

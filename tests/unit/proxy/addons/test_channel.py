@@ -284,6 +284,23 @@ async def test_link_changes_are_link_records_from_the_gateway_only(egress) -> No
     }
 
 
+async def test_a_lifetime_change_is_a_lifetime_record_from_the_gateway_only(egress) -> None:
+    proxy, _, state = egress
+    changed = control.LifetimeEvent("api-key:owner", 1733003600.25, 1733000000.5)
+    with pytest.raises(ValueError, match="only the gateway"):
+        proxy.control("controller", changed)  # the sandbox's side may not move its own expiry in the log
+    reply = proxy.control("gateway", changed)
+    record = records(state)[-1]
+    assert reply == {"ok": True, "head": {"seq": record["seq"], "hash": record["hash"]}}
+    assert {k: record[k] for k in ("event", "actor", "expires_at", "previous_expires_at")} == {
+        "event": "lifetime",
+        "actor": "api-key:owner",
+        "expires_at": 1733003600.25,
+        "previous_expires_at": 1733000000.5,
+    }
+    assert verify(state / "audit.jsonl").ok
+
+
 async def test_a_wrong_role_s_report_is_refused_and_the_connection_carries_on(egress) -> None:
     proxy, _, state = egress
     port = await _serve(proxy)
