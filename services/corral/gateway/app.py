@@ -42,6 +42,7 @@ from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
 from corral.gateway.tickets import TicketSigner
 from corral.gateway.vitals import ControllerWatch
+from corral.gateway.volumes import VolumeLimits, Volumes
 from corral.runtime import SandboxRuntime, open_runtime
 
 
@@ -104,7 +105,8 @@ def build_sessions(
     book, controllers = SessionBook(store), Controllers(controller_transport)
     recordings = SessionRecordings(_recording_manager(settings), port, controllers)
     replays = ReplayUploads(settings.data_dir / "replay-responses", settings.replay_upload_max_mb << 20)
-    endings = Endings(book, runtime, port, recordings)
+    volumes = Volumes(settings.data_dir / "volumes", runtime, VolumeLimits.from_settings(settings))
+    endings = Endings(book, runtime, port, recordings, volumes)
     broker = SecretBroker(book, port, controllers, settings.egress_mode)
     pool = WarmPool(settings.pool_size, settings.egress_mode, starts, port, controllers)
     liveness = Liveness(book, runtime, endings, controllers, _vitals(settings), settings.controller_dead_after_s)
@@ -115,14 +117,14 @@ def build_sessions(
         reaper.add_rounds(
             Round("egress watchdog", watch.watch), Round("placeholder watchdog", broker.check_placeholders)
         )
-    claims = Claims(settings, book, pool, starts, ClaimParts(port, broker, recordings, replays), on_claim)
-    recovery = Recovery(book, runtime, specs, starts, port, recordings)
+    claims = Claims(settings, book, pool, starts, ClaimParts(port, broker, recordings, replays, volumes), on_claim)
+    recovery = Recovery(book, runtime, specs, starts, port, recordings, volumes)
     links = LinkBook(book.links_of, book.save_links, _link_reporter(book, port))
     grounds = pair_starts.grounds if pair_starts is not None else None
     # fmt: off
     parts = SessionParts(
         runtime, settings.network, settings.reap_interval_s, limits, book, port, grounds, starts, pool,
-        claims, broker, endings, liveness, recovery, reaper, controllers, recordings, replays, links,
+        claims, broker, endings, liveness, recovery, reaper, controllers, recordings, replays, links, volumes,
     )
     # fmt: on
     return SessionManager(parts)

@@ -24,6 +24,7 @@ from corral.gateway.sessions.sessionrecordings import SessionRecordings
 from corral.gateway.sessions.starts import Starts
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.threads import settle
+from corral.gateway.volumes import Claim, Volumes
 
 OnClaim = Callable[[str, float], None]  # (source "pool" | "cold", seconds), for the metrics
 
@@ -55,13 +56,21 @@ class Claims:
         started = time.monotonic()
         mode = req.egress_mode or self._settings.egress_mode
         actor = auth.OWNER_ACTOR  # the sandbox side reads it (audit records): never the key id
+        volume: Claim | None = None
         try:
+            # A volume first (404, 409 before any start); a pooled pair never fits one (WarmPool.fits).
+            volume = await self._parts.volumes.claim(owner, req.volume) if req.volume is not None else None
             if pooled is not None and not await self._pool.hand_out(pooled, req.allow, mode, actor):
                 pooled = None
+            workspace = volume.mountpoint if volume is not None else None
             pair = pooled or await self._starts.start(
-                "session", req.viewport, req, list(req.allow), mode, replay, actor
+                "session", req.viewport, req, list(req.allow), mode, replay, actor, workspace
             )
             await self._claim(pair, secret_set, actor)
+        except BaseException:
+            if volume is not None:  # the start removed its sandbox: nothing uses the mount
+                await settle(asyncio.ensure_future(self._parts.volumes.release(volume.token)))
+            raise
         finally:
             async with self._lock:
                 self._reserved[owner] -= 1
@@ -71,6 +80,8 @@ class Claims:
         token = auth.new_token()
         record = self._record(pair, owner, token, req, timeout_s, mode, pooled is not None, secret_set)
         session = Session(record, pair.sandbox)
+        if volume is not None:  # before its record: a gateway that dies between them releases it at start
+            await self._parts.volumes.bind(volume, session.id)
         self._book.save(session)
         self._book.add(session)
         if pair.egress is not None:
@@ -133,6 +144,7 @@ class Claims:
             egress_mode=mode if pair.egress is not None else None,
             hermetic=req.hermetic is not None,
             secrets=dict(secret_set.records),
+            volume=req.volume,
         )
 
     async def _claim(self, pair: Pair, secret_set: SecretSet, actor: str) -> None:
@@ -151,9 +163,10 @@ class Claims:
 @dataclass(frozen=True, slots=True)
 class ClaimParts:
     """What a claim hands the new session to: its egress's archive, its secrets' broker, its recording,
-    the hermetic replays it may answer from."""
+    the hermetic replays it may answer from, the workspace volumes it may hold."""
 
     egress: EgressPort
     broker: SecretBroker
     recordings: SessionRecordings
     replays: ReplayUploads
+    volumes: Volumes
