@@ -48,6 +48,7 @@ class SessionInfo(_Answer):
     last_activity_at: float = 0.0
     from_pool: bool = False
     secrets: dict[str, str] = Field(default_factory=dict)  # name -> placeholder (never a value)
+    volume: str | None = None  # the workspace volume it holds
     token: str | None = None
 
     def shown(self) -> dict[str, object]:
@@ -84,6 +85,16 @@ class TrafficRecord(_Answer):
         return (self.model_extra or {}).get(name, default)
 
 
+class VolumeInfo(_Answer):
+    """A workspace volume (``/v1/volumes``): its quota, what its filesystem uses, who holds it."""
+
+    name: str
+    size_mb: int
+    used_bytes: int = 0
+    in_use_by: str | None = None  # the session holding it, or None
+    created_at: float = 0.0
+
+
 class UploadedFile(_Answer):
     """A file an upload wrote (``PUT /v1/sessions/{id}/files``)."""
 
@@ -113,6 +124,7 @@ class SessionBody(TypedDict, total=False):
     viewport: ViewportBody
     timeout_s: int
     idle_timeout_s: int
+    volume: str
 
 
 __all__ = [
@@ -122,4 +134,5 @@ __all__ = [
     "TrafficRecord",
     "UploadedFile",
     "ViewportSize",
+    "VolumeInfo",
 ]
