@@ -153,7 +153,7 @@ class SandboxRuntime(Protocol):
         ...
 
     def volume_usage(self, mountpoint: Path) -> VolumeUsage:
-        """A mounted volume's usage by statfs."""
+        """A mounted volume's usage by statfs; OSError when nothing is mounted at ``mountpoint``."""
         ...
 
     def attached_volumes(self, images: Path) -> list[VolumeMount]:

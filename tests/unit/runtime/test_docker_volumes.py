@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from corral.runtime import SandboxSpec
 from corral.runtime.docker import agent_tmpfs_mib, sandbox_options
-from corral.runtime.docker.volumes import MOUNT_OPTIONS, mkfs_argv, mount_argv, parse_loops, parse_mounts
+from corral.runtime.docker.volumes import MOUNT_OPTIONS, mkfs_argv, mount_argv, parse_loops, parse_mounts, usage_of
 
 
 def test_a_volume_replaces_the_workspace_tmpfs_with_a_read_write_bind() -> None:
@@ -62,3 +64,9 @@ def test_mountinfo_is_read_by_source_with_its_escapes() -> None:
         "/dev/root": Path("/mnt1"),
         "/dev/loop3": Path("/data dir/volumes/mnt/vol_a"),
     }
+
+
+def test_usage_is_refused_where_nothing_is_mounted(tmp_path: Path) -> None:
+    """An empty mountpoint's statfs would be the data dir's filesystem: never taken for the volume's."""
+    with pytest.raises(FileNotFoundError):
+        usage_of(tmp_path)

@@ -110,6 +110,10 @@ def _run(argv: list[str]) -> str:
 
 
 def usage_of(mountpoint: Path) -> VolumeUsage:
+    """statfs of a mounted volume; OSError when nothing is mounted there (its directory's own figures
+    would be the data dir's filesystem's)."""
+    if not os.path.ismount(mountpoint):
+        raise FileNotFoundError(f"no volume is mounted at {mountpoint}")
     st = os.statvfs(mountpoint)
     return VolumeUsage(
         used_bytes=(st.f_blocks - st.f_bfree) * st.f_frsize,
