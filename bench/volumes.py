@@ -57,14 +57,14 @@ def main() -> None:
             plain: list[float] = []
             with_volume: list[float] = []
             released: list[float] = []
+            ended_plain: list[float] = []
             timed(client, "DELETE", f"/v1/sessions/{timed(client, 'POST', '/v1/sessions', json={})[1].json()['id']}")
             for _ in range(args.samples):
                 for body, into in (({}, plain), ({"volume": "v0"}, with_volume)):
                     seconds, reply = timed(client, "POST", "/v1/sessions", json=body)
                     into.append(seconds)
                     ended, _ = timed(client, "DELETE", f"/v1/sessions/{reply.json()['id']}")
-                    if body:
-                        released.append(ended)
+                    (released if body else ended_plain).append(ended)
             for i in range(3):
                 timed(client, "DELETE", f"/v1/volumes/v{i}")
 
@@ -74,6 +74,7 @@ def main() -> None:
 
     show("cold start, no volume", plain)
     show("cold start, with a volume", with_volume)
+    show("end of a session, no volume", ended_plain)
     show("end of a session with a volume", released)
     show("POST /v1/volumes (1 GiB)", made)
 

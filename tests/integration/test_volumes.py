@@ -6,6 +6,7 @@ gateway keeps a live session's hold. Every command in a sandbox runs as the agen
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import subprocess
@@ -17,7 +18,7 @@ import pytest
 
 from corral.gateway.sessions import GATEWAY_LABEL
 from corral.gateway_client import Gateway
-from corral.sdk import Sandbox
+from corral.sdk import AsyncSandbox, Sandbox
 
 from .dockerutil import DockerHarness
 from .gateway_fixtures import KEY_A, KEY_B, RunningGateway, gateway
@@ -101,8 +102,14 @@ def test_a_file_keeps_its_bytes_owner_and_modes_across_three_sessions(gw: Runnin
                 assert _run(later, "ls -A") == "d\nnotes.txt\nrun.sh\n"  # no lost+found: only the owner's files
         used = owner.volume("work").used_bytes
         assert 0 < used < 1 << 20
-        with Sandbox.create(url=gw.url, api_key=KEY_A, volume="work") as last:
-            assert _run(last, "cat notes.txt") == "one\n2\n3\n"
+        assert asyncio.run(_read_async(gw, "notes.txt")) == "one\n2\n3\n"  # the async SDK's create too
+
+
+async def _read_async(gw: RunningGateway, path: str) -> str:
+    async with await AsyncSandbox.create(url=gw.url, api_key=KEY_A, volume="work") as sb:
+        result = await sb.exec(argv=["cat", path], cwd="/workspace")
+        assert result.exit_code == 0, result.stderr
+        return result.stdout
 
 
 def test_the_quota_and_the_agents_tricks_stay_inside(gw: RunningGateway, data_dir: Path, tmp_path: Path) -> None:
