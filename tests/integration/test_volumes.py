@@ -21,7 +21,7 @@ from corral.gateway_client import Gateway
 from corral.sdk import AsyncSandbox, Sandbox
 
 from .dockerutil import DockerHarness
-from .gateway_fixtures import KEY_A, KEY_B, RunningGateway, gateway
+from .gateway_fixtures import KEY_A, KEY_B, RunningGateway, gateway, traffic
 
 pytestmark = pytest.mark.usefixtures("desktop_image")
 
@@ -180,5 +180,27 @@ def test_a_restarted_gateway_keeps_a_live_sessions_hold(tmp_path: Path, runtime:
             assert owner.volume("kept").in_use_by is None
             assert _loops_of(tmp_path / "volumes") == []
             owner.delete_volume("kept")
+    finally:
+        runtime.remove_all({GATEWAY_LABEL: instance})
+
+
+@pytest.mark.usefixtures("egress_image")
+def test_claim_and_release_are_records_of_the_sessions_audit_chain(tmp_path: Path, runtime: DockerHarness) -> None:
+    """With egress control (the default gateway): the claim and the release, with their sizes, are
+    records of the session's hash-chained audit log, beside the volume's own audit file."""
+    instance = f"volumes-audit-{time.time_ns()}"
+    try:
+        with gateway(tmp_path, instance, record=False) as served, Gateway(served.url, KEY_A) as owner:
+            owner.create_volume("audited", 16)
+            with Sandbox.create(url=served.url, api_key=KEY_A, volume="audited") as sb:
+                _run(sb, "head -c 65536 /dev/zero > f && sync")
+                session_id = sb.id
+            volume_records = traffic(served, session_id, event="volume")
+            assert [(r["change"], r["volume"], r["size_mb"]) for r in volume_records] == [
+                ("claimed", "audited", 16),
+                ("released", "audited", 16),
+            ]
+            assert volume_records[1]["used_bytes"] >= volume_records[0]["used_bytes"] + 65536
+            owner.delete_volume("audited")
     finally:
         runtime.remove_all({GATEWAY_LABEL: instance})

@@ -71,6 +71,10 @@ def detail(record: AuditRecord) -> str:
         return f"by {record.get('actor') or '?'}: mode {record.get('mode')}, allow {allowed or 'nothing'}"
     if event == "link":
         return f"{record.get('mode')} link {record.get('link')} {record.get('change')} (made by {record.get('actor')})"
+    if event == "volume":
+        used = record.get("used_bytes")
+        mib = f"{used / (1 << 20):.1f}" if isinstance(used, int) else "?"
+        return f"volume {record.get('volume')} {record.get('change')}: {mib} of {record.get('size_mb')} MiB used"
     if event == "control":
         return f"lease {record.get('change')}: {record.get('previous')} -> {record.get('holder')}"
     rule, reason = record.get("rule"), record.get("reason")

@@ -42,6 +42,7 @@ ACTION_ID: Final = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 LEASE_CHANGES: Final = ("taken", "returned", "left", "requested", "request_ended")
 LINK_CHANGES: Final = ("created", "used", "revoked", "expired")
 LINK_MODES: Final = ("view", "control")
+VOLUME_CHANGES: Final = ("claimed", "released")
 # corral.errors.ErrorCode's values for a refused line (this module may not import corral.errors).
 INVALID_JSON: Final = "invalid_json"
 INVALID_REQUEST: Final = "invalid_request"
@@ -148,6 +149,27 @@ class LinkEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class VolumeEvent:
+    """The gateway's report of the session's workspace volume claimed or released
+    (corral.gateway.volumes): its name and sizes, never what it holds."""
+
+    OP: ClassVar = "volume"
+    change: str  # one of VOLUME_CHANGES
+    volume: str
+    size_mb: int
+    used_bytes: int
+
+    def to_json(self) -> JsonObject:
+        return {
+            "op": self.OP,
+            "change": self.change,
+            "volume": self.volume,
+            "size_mb": self.size_mb,
+            "used_bytes": self.used_bytes,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class SecretEntry:
     """One brokered secret on the wire; ``value`` None: the proxy keeps the value it holds."""
 
@@ -176,7 +198,7 @@ class PutSecrets:
         return {"op": self.OP, "actor": self.actor, "secrets": [entry.to_json() for entry in self.secrets]}
 
 
-Message = Hello | SetPolicy | Status | ActionEvent | LeaseEvent | LinkEvent | PutSecrets
+Message = Hello | SetPolicy | Status | ActionEvent | LeaseEvent | LinkEvent | VolumeEvent | PutSecrets
 
 
 # -- answers ----------------------------------------------------------------------------------------
@@ -427,6 +449,16 @@ def _link(f: _Fields) -> LinkEvent:
     return LinkEvent(change, link, f.choice("mode", LINK_MODES), f.token("actor"), float(expires_at))
 
 
+def _volume(f: _Fields) -> VolumeEvent:
+    sizes = []
+    for key in ("size_mb", "used_bytes"):
+        value = f.obj.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise f.invalid(INVALID_FIELD, f"{key!r} must be a whole number, 0 or more", key)
+        sizes.append(value)
+    return VolumeEvent(f.choice("change", VOLUME_CHANGES), f.token("volume"), sizes[0], sizes[1])
+
+
 def _put_secrets(f: _Fields) -> PutSecrets:
     """The ``secrets`` list, every entry checked; ``invalid`` names the first bad field (never
     quoting a value)."""
@@ -500,4 +532,5 @@ _PARSERS: Final[Mapping[str, Callable[[_Fields], Message]]] = {
     ActionEvent.OP: _action,
     LeaseEvent.OP: lambda f: LeaseEvent(f.choice("change", LEASE_CHANGES), f.token("holder"), f.token("previous")),
     LinkEvent.OP: _link,
+    VolumeEvent.OP: _volume,
 }

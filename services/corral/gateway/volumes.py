@@ -19,11 +19,13 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from corral.contracts.control import VolumeEvent
 from corral.errors import InvalidRequest, TooManyVolumes, VolumeExists, VolumeInUse, VolumeNotFound
 from corral.gateway.models import VolumeOut
 from corral.gateway.settings import GatewaySettings
@@ -34,6 +36,17 @@ log = logging.getLogger(__name__)
 
 AUDIT_MAX_BYTES = 256 << 10  # a volume's audit file, past which its older half goes
 CLAIM_PREFIX = "claim_"  # a holder that is a claim whose session is still being made
+
+
+async def announce(events: list[VolumeEvent], report: Callable[[VolumeEvent], Awaitable[None]]) -> None:
+    """Each event into the session's egress audit chain (``report``: its proxy's channel). A proxy
+    that does not take one holds up neither the create nor the end: the volume's own audit file
+    has the record already, and the gateway's log says what the chain lacks."""
+    for event in events:
+        try:
+            await report(event)
+        except Exception as exc:
+            log.error("volume %s %s: not in the session's audit chain: %s", event.volume, event.change, exc)
 
 
 class VolumeRecord(BaseModel):
@@ -136,21 +149,28 @@ class Volumes:
             self._keep(record.model_copy(update={"holder": token, "device": mount.device}))
             return Claim(token, record.id, self._mountpoint(record))
 
-    async def bind(self, claim: Claim, session_id: str) -> None:
-        """The claim's session is made: it holds the volume from now until its end."""
+    async def bind(self, claim: Claim, session_id: str) -> VolumeEvent:
+        """The claim's session is made: it holds the volume from now until its end. Returns the
+        claim's record for the session's own audit chain."""
         async with self._lock:
             record = self._keep(self._records[claim.volume].model_copy(update={"holder": session_id}))
-            self._note(record, "claim", session=session_id, used_bytes=await self._used(record))
+            used = await self._used(record)
+            self._note(record, "claim", session=session_id, used_bytes=used)
+            return VolumeEvent("claimed", record.name, record.size_mb, used)
 
-    async def release(self, holder: str) -> None:
+    async def release(self, holder: str) -> list[VolumeEvent]:
         """Whatever ``holder`` (a session id or a claim's token) holds: unmounted, detached, let go.
-        Call it after the sandbox using it is removed."""
+        Call it after the sandbox using it is removed. Returns the releases' records for the
+        session's audit chain."""
+        events = []
         async with self._lock:
             for record in [r for r in self._records.values() if r.holder == holder]:
                 used = await self._detach(record)
                 record = self._keep(record.model_copy(update={"holder": None, "device": None, "used_bytes": used}))
                 if not holder.startswith(CLAIM_PREFIX):
                     self._note(record, "release", session=holder, used_bytes=used)
+                    events.append(VolumeEvent("released", record.name, record.size_mb, used))
+        return events
 
     async def suspend(self, holder: str) -> None:
         """Unmounted and detached, the hold kept (a paused session whose sandbox is gone meanwhile)."""

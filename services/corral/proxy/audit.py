@@ -108,6 +108,7 @@ Event = Literal[
     "secrets",
     "secret",
     "link",
+    "volume",
     "control",
     "budget",
     "tally",
@@ -182,6 +183,11 @@ class EventFields(TypedDict, total=False):
     link: str
     change: str  # link: created, used, revoked, expired; control: taken, returned, left, requested, request_ended
     expires_at: float
+    # volume: the session's workspace volume claimed or released (the gateway's report; ``change``:
+    # claimed, released); its name and sizes, never what it holds
+    volume: str
+    size_mb: int
+    used_bytes: int
     # control: a change of the session's control lease (the controller's report)
     holder: str
     previous: str
@@ -248,6 +254,7 @@ EVENT_FIELDS: Mapping[Event, frozenset[str]] = {
         }
     ),
     "link": frozenset({"link", "mode", "change", "actor", "expires_at"}),
+    "volume": frozenset({"volume", "change", "size_mb", "used_bytes"}),
     "control": frozenset({"change", "holder", "previous"}),
     "budget": frozenset({"max_bytes"}),
     "tally": frozenset({"counts", "dropped"}),

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import httpx
 from typer.testing import CliRunner
 
-from corral.cli import app
+from corral.cli import app, auditwords
 from corral.errors import error_body
 
 from .conftest import Handler
@@ -53,3 +53,8 @@ def test_session_create_names_its_volume(gateway: Callable[[Handler], list[httpx
     result = CliRunner().invoke(app, ["session", "create", "--volume", "work", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(seen[0].content)["volume"] == "work"
+
+
+def test_audit_show_says_a_volume_record_in_words() -> None:
+    record = {"event": "volume", "volume": "work", "change": "released", "size_mb": 64, "used_bytes": 3 << 20}
+    assert auditwords.detail(record) == "volume work released: 3.0 of 64 MiB used"  # type: ignore[arg-type]

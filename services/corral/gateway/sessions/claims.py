@@ -5,6 +5,7 @@ recording started; the session's token returned once its policy is in force."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from corral.gateway.sessions.sessionrecordings import SessionRecordings
 from corral.gateway.sessions.starts import Starts
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.threads import settle
-from corral.gateway.volumes import Claim, Volumes
+from corral.gateway.volumes import Claim, Volumes, announce
 
 OnClaim = Callable[[str, float], None]  # (source "pool" | "cold", seconds), for the metrics
 
@@ -80,10 +81,13 @@ class Claims:
         token = auth.new_token()
         record = self._record(pair, owner, token, req, timeout_s, mode, pooled is not None, secret_set)
         session = Session(record, pair.sandbox)
+        claimed = None
         if volume is not None:  # before its record: a gateway that dies between them releases it at start
-            await self._parts.volumes.bind(volume, session.id)
+            claimed = await self._parts.volumes.bind(volume, session.id)
         self._book.save(session)
         self._book.add(session)
+        if claimed is not None and pair.egress is not None:
+            await announce([claimed], functools.partial(self._parts.egress.report, pair.egress))
         if pair.egress is not None:
             self._parts.egress.write_meta(session.id, owner=owner, created_at=record.created_at, ended_at=None)
         self._parts.recordings.start(session, req.recording_mb)

@@ -6,6 +6,7 @@ by a kept task, so one slow removal never holds up the reaper."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from typing import Any
@@ -15,7 +16,7 @@ from corral.gateway.sessions.book import SessionBook
 from corral.gateway.sessions.egressport import EgressPort
 from corral.gateway.sessions.records import Session
 from corral.gateway.sessions.sessionrecordings import SessionRecordings
-from corral.gateway.volumes import Volumes
+from corral.gateway.volumes import Volumes, announce
 from corral.runtime import SandboxRuntime
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,9 @@ class Endings:
         try:
             await asyncio.to_thread(self._runtime.remove, session.sandbox.id)
             if self._volumes is not None:  # its sandbox is gone: nothing uses the mount now
-                await self._volumes.release(session_id)
+                released = await self._volumes.release(session_id)
+                if session.egress is not None:  # its proxy still runs: the release goes into its chain
+                    await announce(released, functools.partial(self._egress.report, session.egress))
             if session.egress is not None:
                 await self._end_egress(session)
         except Exception:

@@ -102,6 +102,8 @@ class ControlChannel:
             raise ValueError("only the gateway may do that")
         if isinstance(message, control.LinkEvent):
             return self._link(message)
+        if isinstance(message, control.VolumeEvent):
+            return self._volume(message)
         if isinstance(message, control.SetPolicy):
             return self._set_policy(message)
         if isinstance(message, control.Status):
@@ -161,6 +163,17 @@ class ControlChannel:
             change=message.change,
             actor=message.actor,
             expires_at=message.expires_at,
+        )
+        return Reply(head=self._head())
+
+    def _volume(self, message: control.VolumeEvent) -> Reply:
+        """The session's workspace volume claimed or released, as the gateway reports it: its audit record."""
+        self.shared.journal.write(
+            "volume",
+            volume=message.volume,
+            change=message.change,
+            size_mb=message.size_mb,
+            used_bytes=message.used_bytes,
         )
         return Reply(head=self._head())
 
