@@ -173,3 +173,18 @@ def test_recovery_keeps_live_holds_and_detaches_the_rest(tmp_path: Path) -> None
         assert not stray.exists()
 
     asyncio.run(scenario())
+
+
+def test_a_session_token_cannot_reach_the_keys_volumes(gw: tuple[TestClient, FailingStarts]) -> None:
+    """The agent holds its session's token: it must not list, make or delete its owner's volumes."""
+    client, _ = gw
+    client.post("/v1/volumes", json={"name": "work"}, headers=AUTH)
+    token = client.post("/v1/sessions", json={"volume": "work"}, headers=AUTH).json()["token"]
+    agent = {"authorization": f"Bearer {token}"}
+    refused = [
+        client.get("/v1/volumes", headers=agent),
+        client.post("/v1/volumes", json={"name": "mine"}, headers=agent),
+        client.delete("/v1/volumes/work", headers=agent),
+    ]
+    assert [(r.status_code, r.json()["error"]["code"]) for r in refused] == [(401, "unauthorized")] * 3
+    assert client.get("/v1/volumes/work", headers=AUTH).json()["in_use_by"] is not None  # untouched
