@@ -99,6 +99,9 @@ class ErrorCode(StrEnum):
     AUDIT_LOG_UNREADABLE = "audit_log_unreadable"
     AUDIT_ANCHORS_INVALID = "audit_anchors_invalid"
     IMAGE_BUILD_FAILED = "image_build_failed"
+    VOLUME_IN_USE = "volume_in_use"
+    VOLUME_EXISTS = "volume_exists"
+    TOO_MANY_VOLUMES = "too_many_volumes"
     # Reading a recording bundle (corral replay, corral export).
     BUNDLE_UNREADABLE = "bundle_unreadable"
 
@@ -413,11 +416,33 @@ class ReplayNotFound(NotFound):
     field: str | None = "hermetic"
 
 
+class VolumeNotFound(NotFound):
+    """No workspace volume by that name for this API key (another key's is not told apart)."""
+
+    field: str | None = "volume"
+
+
 # -- the gateway's sessions -------------------------------------------------------------------------------
 
 
 class CapacityError(CodedError, code=ErrorCode.TOO_MANY_SESSIONS):
     """Too many sessions, globally or for one key."""
+
+
+class VolumeInUse(CodedError, code=ErrorCode.VOLUME_IN_USE):
+    """A workspace volume held by another session (live, paused or being created): one at a time."""
+
+    field: str | None = "volume"
+
+
+class VolumeExists(CodedError, code=ErrorCode.VOLUME_EXISTS):
+    """A workspace volume of that name exists for this API key already."""
+
+    field: str | None = "name"
+
+
+class TooManyVolumes(CodedError, code=ErrorCode.TOO_MANY_VOLUMES):
+    """An API key at its count of workspace volumes (``CORRAL_MAX_VOLUMES_PER_KEY``)."""
 
 
 class HermeticUnavailable(CodedError, code=ErrorCode.EGRESS_OFF):

@@ -21,7 +21,7 @@ from typing import IO, Any, Generic, Self, TypeVar
 import httpx
 
 from corral.errors import CorralError, GatewayError
-from corral.gateway_models import SecretChange, SessionBody, SessionInfo, TrafficRecord, UploadedFile
+from corral.gateway_models import SecretChange, SessionBody, SessionInfo, TrafficRecord, UploadedFile, VolumeInfo
 
 T = TypeVar("T")
 
@@ -96,6 +96,14 @@ def _sessions(response: httpx.Response) -> list[SessionInfo]:
     return [SessionInfo.model_validate(row) for row in _json(response)]
 
 
+def _volume(response: httpx.Response) -> VolumeInfo:
+    return VolumeInfo.model_validate(_json(response))
+
+
+def _volumes(response: httpx.Response) -> list[VolumeInfo]:
+    return [VolumeInfo.model_validate(row) for row in _json(response)]
+
+
 def _uploaded(response: httpx.Response) -> UploadedFile:
     return UploadedFile.model_validate(_json(response))
 
@@ -138,6 +146,7 @@ def session_body(
     hermetic: str | None = None,
     secrets: Mapping[str, SecretChange] | None = None,
     env: Mapping[str, str] | None = None,
+    volume: str | None = None,
 ) -> SessionBody:
     """The body of ``POST /v1/sessions``: what was given, nothing else (the gateway has the defaults).
     ``secrets``: name -> ``{"value", "allow", "in"?}`` (docs/gateway.md); ``env``: name -> value, in
@@ -157,6 +166,8 @@ def session_body(
         body["timeout_s"] = timeout_s
     if idle_timeout_s is not None:
         body["idle_timeout_s"] = idle_timeout_s
+    if volume is not None:
+        body["volume"] = volume
     return body
 
 
@@ -244,6 +255,23 @@ class calls:  # a namespace of pure builders, read as calls.create_session(...)
     @staticmethod
     def get(path: str) -> Call[httpx.Response]:
         return Call("GET", path, _checked)
+
+    @staticmethod
+    def create_volume(name: str, size_mb: int | None = None) -> Call[VolumeInfo]:
+        body: dict[str, object] = {"name": name} | ({"size_mb": size_mb} if size_mb is not None else {})
+        return Call("POST", "/v1/volumes", _volume, json=body)
+
+    @staticmethod
+    def volumes() -> Call[list[VolumeInfo]]:
+        return Call("GET", "/v1/volumes", _volumes)
+
+    @staticmethod
+    def volume(name: str) -> Call[VolumeInfo]:
+        return Call("GET", f"/v1/volumes/{urllib.parse.quote(name, safe='')}", _volume)
+
+    @staticmethod
+    def delete_volume(name: str) -> Call[None]:
+        return Call("DELETE", f"/v1/volumes/{urllib.parse.quote(name, safe='')}", _nothing)
 
 
 # -- a session's files: streamed from and to local files, never held whole -------------------------------
@@ -394,6 +422,20 @@ class Gateway:
     def get(self, path: str) -> httpx.Response:
         return self.send(calls.get(path))
 
+    def create_volume(self, name: str, size_mb: int | None = None) -> VolumeInfo:
+        """A workspace volume of this key's, ``size_mb`` its quota (the gateway's default when None)."""
+        return self.send(calls.create_volume(name, size_mb))
+
+    def volumes(self) -> list[VolumeInfo]:
+        return self.send(calls.volumes())
+
+    def volume(self, name: str) -> VolumeInfo:
+        return self.send(calls.volume(name))
+
+    def delete_volume(self, name: str) -> None:
+        """Deleted with what it holds; GatewayError 409 ``volume_in_use`` while a session holds it."""
+        self.send(calls.delete_volume(name))
+
     def upload_file(
         self, session_id: str, remote: str, local: str | Path, *, make_dirs: bool = False, mode: str | None = None
     ) -> UploadedFile:
@@ -505,6 +547,18 @@ class AsyncGateway:
 
     async def get(self, path: str) -> httpx.Response:
         return await self.send(calls.get(path))
+
+    async def create_volume(self, name: str, size_mb: int | None = None) -> VolumeInfo:
+        return await self.send(calls.create_volume(name, size_mb))
+
+    async def volumes(self) -> list[VolumeInfo]:
+        return await self.send(calls.volumes())
+
+    async def volume(self, name: str) -> VolumeInfo:
+        return await self.send(calls.volume(name))
+
+    async def delete_volume(self, name: str) -> None:
+        await self.send(calls.delete_volume(name))
 
     async def upload_file(
         self, session_id: str, remote: str, local: str | Path, *, make_dirs: bool = False, mode: str | None = None

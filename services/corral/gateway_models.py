@@ -49,6 +49,7 @@ class SessionInfo(_Answer):
     from_pool: bool = False
     secrets: dict[str, str] = Field(default_factory=dict)  # name -> placeholder (never a value)
     env: list[str] = Field(default_factory=list)  # its environment variables' names (never their values)
+    volume: str | None = None  # the workspace volume it holds
     token: str | None = None
 
     def shown(self) -> dict[str, object]:
@@ -85,6 +86,16 @@ class TrafficRecord(_Answer):
         return (self.model_extra or {}).get(name, default)
 
 
+class VolumeInfo(_Answer):
+    """A workspace volume (``/v1/volumes``): its quota, what its filesystem uses, who holds it."""
+
+    name: str
+    size_mb: int
+    used_bytes: int = 0
+    in_use_by: str | None = None  # the session holding it, or None
+    created_at: float = 0.0
+
+
 class UploadedFile(_Answer):
     """A file an upload wrote (``PUT /v1/sessions/{id}/files``)."""
 
@@ -115,6 +126,7 @@ class SessionBody(TypedDict, total=False):
     timeout_s: int
     idle_timeout_s: int
     env: dict[str, str]
+    volume: str
 
 
 __all__ = [
@@ -124,4 +136,5 @@ __all__ = [
     "TrafficRecord",
     "UploadedFile",
     "ViewportSize",
+    "VolumeInfo",
 ]

@@ -14,7 +14,7 @@ import pytest
 
 from corral import gateway_client
 from corral.errors import CorralError, GatewayError, error_body
-from corral.gateway_client import AsyncGateway, Gateway, calls
+from corral.gateway_client import AsyncGateway, Gateway, calls, session_body
 from corral.gateway_models import TrafficRecord
 
 INFO = {"id": "ses_1", "ws_url": "ws://gateway.invalid/v1/sessions/ses_1/ws", "container": "corral-ses-1"}
@@ -269,3 +269,35 @@ def test_env_goes_in_the_body_only_when_given() -> None:
         "env": {"APP_MODE": "staging"},
     }
     assert gateway_client.session_body(env={}) == {"allow": [], "labels": {}}
+VOLUME = {"name": "work", "size_mb": 64, "used_bytes": 2048, "in_use_by": None, "created_at": 1.0}
+
+
+async def test_both_gateways_make_list_get_and_delete_volumes_alike() -> None:
+    seen: list[tuple[str, str, object]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.method, request.url.path, json.loads(request.content) if request.content else None))
+        if request.method == "DELETE":
+            return httpx.Response(204)
+        if request.url.path == "/v1/volumes" and request.method == "GET":
+            return httpx.Response(200, json=[VOLUME])
+        return httpx.Response(201 if request.method == "POST" else 200, json=VOLUME)
+
+    sync, twin = _gateways(handler)
+    made = sync.create_volume("work", 64)
+    assert made == await twin.create_volume("work", 64) and made.used_bytes == 2048
+    assert sync.volumes() == await twin.volumes() == [made]
+    assert sync.volume("work") == await twin.volume("work")
+    sync.delete_volume("work")
+    await twin.delete_volume("work")
+    assert seen == [
+        ("POST", "/v1/volumes", {"name": "work", "size_mb": 64}),
+        ("POST", "/v1/volumes", {"name": "work", "size_mb": 64}),
+        ("GET", "/v1/volumes", None),
+        ("GET", "/v1/volumes", None),
+        ("GET", "/v1/volumes/work", None),
+        ("GET", "/v1/volumes/work", None),
+        ("DELETE", "/v1/volumes/work", None),
+        ("DELETE", "/v1/volumes/work", None),
+    ]
+    assert session_body(volume="work") == {"allow": [], "labels": {}, "volume": "work"}

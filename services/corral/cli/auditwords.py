@@ -74,6 +74,10 @@ def detail(record: AuditRecord) -> str:
     if event == "lifetime":
         expiry, before = record.get("expires_at"), record.get("previous_expires_at")
         return f"by {record.get('actor') or '?'}: the session expires at {expiry} (was {before})"
+    if event == "volume":
+        used = record.get("used_bytes")
+        mib = f"{used / (1 << 20):.1f}" if isinstance(used, int) else "?"
+        return f"volume {record.get('volume')} {record.get('change')}: {mib} of {record.get('size_mb')} MiB used"
     if event == "control":
         return f"lease {record.get('change')}: {record.get('previous')} -> {record.get('holder')}"
     rule, reason = record.get("rule"), record.get("reason")

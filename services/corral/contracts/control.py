@@ -42,6 +42,7 @@ ACTION_ID: Final = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 LEASE_CHANGES: Final = ("taken", "returned", "left", "requested", "request_ended")
 LINK_CHANGES: Final = ("created", "used", "revoked", "expired")
 LINK_MODES: Final = ("view", "control")
+VOLUME_CHANGES: Final = ("claimed", "released")
 # corral.errors.ErrorCode's values for a refused line (this module may not import corral.errors).
 INVALID_JSON: Final = "invalid_json"
 INVALID_REQUEST: Final = "invalid_request"
@@ -166,6 +167,27 @@ class LifetimeEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class VolumeEvent:
+    """The gateway's report of the session's workspace volume claimed or released
+    (corral.gateway.volumes): its name and sizes, never what it holds."""
+
+    OP: ClassVar = "volume"
+    change: str  # one of VOLUME_CHANGES
+    volume: str
+    size_mb: int
+    used_bytes: int
+
+    def to_json(self) -> JsonObject:
+        return {
+            "op": self.OP,
+            "change": self.change,
+            "volume": self.volume,
+            "size_mb": self.size_mb,
+            "used_bytes": self.used_bytes,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class SecretEntry:
     """One brokered secret on the wire; ``value`` None: the proxy keeps the value it holds."""
 
@@ -194,9 +216,9 @@ class PutSecrets:
         return {"op": self.OP, "actor": self.actor, "secrets": [entry.to_json() for entry in self.secrets]}
 
 
-Message = Hello | SetPolicy | Status | ActionEvent | LeaseEvent | LinkEvent | PutSecrets | LifetimeEvent
 # The gateway's own events about a session, reported into its audit chain.
-GatewayEvent = LinkEvent | LifetimeEvent
+GatewayEvent = LinkEvent | LifetimeEvent | VolumeEvent
+Message = Hello | SetPolicy | Status | ActionEvent | LeaseEvent | PutSecrets | GatewayEvent
 
 
 # -- answers ----------------------------------------------------------------------------------------
@@ -458,6 +480,16 @@ def _lifetime(f: _Fields) -> LifetimeEvent:
     return LifetimeEvent(f.token("actor"), _unix_time(f, "expires_at"), _unix_time(f, "previous_expires_at"))
 
 
+def _volume(f: _Fields) -> VolumeEvent:
+    sizes = []
+    for key in ("size_mb", "used_bytes"):
+        value = f.obj.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise f.invalid(INVALID_FIELD, f"{key!r} must be a whole number, 0 or more", key)
+        sizes.append(value)
+    return VolumeEvent(f.choice("change", VOLUME_CHANGES), f.token("volume"), sizes[0], sizes[1])
+
+
 def _put_secrets(f: _Fields) -> PutSecrets:
     """The ``secrets`` list, every entry checked; ``invalid`` names the first bad field (never
     quoting a value)."""
@@ -532,4 +564,5 @@ _PARSERS: Final[Mapping[str, Callable[[_Fields], Message]]] = {
     LeaseEvent.OP: lambda f: LeaseEvent(f.choice("change", LEASE_CHANGES), f.token("holder"), f.token("previous")),
     LinkEvent.OP: _link,
     LifetimeEvent.OP: _lifetime,
+    VolumeEvent.OP: _volume,
 }

@@ -44,6 +44,7 @@ from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
 from corral.gateway.tickets import TicketSigner
 from corral.gateway.vitals import ControllerWatch
+from corral.gateway.volumes import VolumeLimits, Volumes
 from corral.runtime import SandboxRuntime, open_runtime
 
 
@@ -106,7 +107,8 @@ def build_sessions(
     book, controllers = SessionBook(store), Controllers(controller_transport)
     recordings = SessionRecordings(_recording_manager(settings), port, controllers)
     replays = ReplayUploads(settings.data_dir / "replay-responses", settings.replay_upload_max_mb << 20)
-    endings = Endings(book, runtime, port, recordings)
+    volumes = Volumes(settings.data_dir / "volumes", runtime, VolumeLimits.from_settings(settings))
+    endings = Endings(book, runtime, port, recordings, volumes)
     broker = SecretBroker(book, port, controllers, settings.egress_mode)
     pool = WarmPool(settings.pool_size, settings.egress_mode, starts, port, controllers)
     liveness = Liveness(book, runtime, endings, controllers, _vitals(settings), settings.controller_dead_after_s)
@@ -119,16 +121,21 @@ def build_sessions(
         )
     envs = SessionEnvs(book, controllers)
     reaper.add_rounds(Round("env watchdog", envs.check))
-    claim_parts = ClaimParts(port, broker, recordings, replays, envs)
+    claim_parts = ClaimParts(
+        egress=port, broker=broker, recordings=recordings, replays=replays, envs=envs, volumes=volumes
+    )
     claims = Claims(settings, book, pool, starts, claim_parts, on_claim)
-    recovery = Recovery(book, runtime, specs, starts, port, recordings)
+    recovery = Recovery(book, runtime, specs, starts, port, recordings, volumes)
     links = LinkBook(book.links_of, book.save_links, _link_reporter(book, port))
     grounds = pair_starts.grounds if pair_starts is not None else None
     # fmt: off
     parts = SessionParts(
-        runtime, settings.network, settings.reap_interval_s, limits, book, port, grounds, starts, pool,
-        claims, broker, endings, liveness, recovery, reaper, controllers, recordings, replays, links,
-        Lifetimes(book, port, settings.max_timeout_s),
+        runtime=runtime, network=settings.network, reap_interval_s=settings.reap_interval_s, limits=limits,
+        book=book, egress=port, grounds=grounds, starts=starts, pool=pool, claims=claims, broker=broker,
+        endings=endings, liveness=liveness, recovery=recovery, reaper=reaper, controllers=controllers,
+        recordings=recordings, replays=replays, links=links,
+        lifetimes=Lifetimes(book, port, settings.max_timeout_s),
+        volumes=volumes,
     )
     # fmt: on
     return SessionManager(parts)

@@ -143,6 +143,31 @@ class Resources(BaseModel):
     disk_mb: Annotated[int, Field(ge=64, le=65536)] | None = None
 
 
+# A workspace volume's name: what a path, a CLI argument and a URL segment can all carry unquoted.
+VolumeName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")]
+
+
+class CreateVolume(BaseModel):
+    """POST /v1/volumes: a named workspace volume for this API key; ``size_mb`` its quota
+    (CORRAL_VOLUME_DEFAULT_MB when unset, at most CORRAL_VOLUME_MAX_MB)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: VolumeName
+    size_mb: Annotated[int, Field(ge=16)] | None = None
+
+
+class VolumeOut(BaseModel):
+    """A workspace volume as the API answers it: ``used_bytes`` by statfs while a session holds it,
+    else as its last holder left it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str
+    size_mb: int
+    used_bytes: int
+    in_use_by: str | None  # the session holding it (live, paused or being created), or None
+    created_at: float
+
+
 class CreateSession(BaseModel):
     model_config = ConfigDict(extra="forbid")
     allow: Annotated[list[HostPattern], Field(max_length=256)] = Field(default_factory=list)
@@ -165,6 +190,8 @@ class CreateSession(BaseModel):
     secrets: CreateSecrets = Field(default_factory=dict)
     # Environment variables in every command the agent runs (docs/environments.md); never a secret's value.
     env: EnvVars = Field(default_factory=dict)
+    # A workspace volume of this key's (POST /v1/volumes), mounted at /workspace for this session alone.
+    volume: VolumeName | None = None
 
 
 class UpdateSession(BaseModel):
@@ -227,6 +254,7 @@ class SessionTerms(SessionSetup):
     from_pool: bool
     # The names of its environment variables (``env`` at create); their values are never shown.
     env: list[str] = Field(default_factory=list)
+    volume: str | None = None  # the workspace volume it holds (docs/environments.md)
 
 
 class SessionOut(SessionTerms):

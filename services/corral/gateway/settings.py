@@ -136,6 +136,17 @@ class GatewaySettings(BaseSettings):
             "Each sandbox's `/workspace`, the tmpfs the agent's commands start in (Docker's size syntax: `512m`, `1g`)."
         ),
     )
+    volume_default_mb: int = Field(
+        default=1024, ge=16, description="A workspace volume's size (its quota) when `POST /v1/volumes` asks for none."
+    )
+    volume_max_mb: int = Field(
+        default=10240,
+        ge=16,
+        description="The largest workspace volume a key may make (its space is reserved on the host when made).",
+    )
+    max_volumes_per_key: int = Field(
+        default=16, ge=0, description="Workspace volumes per API key (past it: 429 `too_many_volumes`)."
+    )
     max_body_kb: int = Field(
         default=1024,
         ge=1,

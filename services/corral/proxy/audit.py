@@ -109,6 +109,7 @@ Event = Literal[
     "secret",
     "link",
     "lifetime",
+    "volume",
     "control",
     "budget",
     "tally",
@@ -184,6 +185,11 @@ class EventFields(TypedDict, total=False):
     change: str  # link: created, used, revoked, expired; control: taken, returned, left, requested, request_ended
     expires_at: float  # link: its expiry; lifetime: the session's new expiry
     previous_expires_at: float  # lifetime: the session's expiry before the change
+    # volume: the session's workspace volume claimed or released (the gateway's report; ``change``:
+    # claimed, released); its name and sizes, never what it holds
+    volume: str
+    size_mb: int
+    used_bytes: int
     # control: a change of the session's control lease (the controller's report)
     holder: str
     previous: str
@@ -251,6 +257,7 @@ EVENT_FIELDS: Mapping[Event, frozenset[str]] = {
     ),
     "link": frozenset({"link", "mode", "change", "actor", "expires_at"}),
     "lifetime": frozenset({"actor", "expires_at", "previous_expires_at"}),
+    "volume": frozenset({"volume", "change", "size_mb", "used_bytes"}),
     "control": frozenset({"change", "holder", "previous"}),
     "budget": frozenset({"max_bytes"}),
     "tally": frozenset({"counts", "dropped"}),

@@ -5,8 +5,8 @@ Each connection opens with a :class:`Hello`; its token says who is speaking:
 
 - the gateway (``gateway`` role) sets the session's policy (:class:`SetPolicy`) and its brokered
   secrets (:class:`PutSecrets`: the whole live set each time, values included), reads the
-  :class:`Status` and reports viewer links (:class:`LinkEvent`) and a session's changed expiry
-  (:class:`LifetimeEvent`);
+  :class:`Status` and reports viewer links (:class:`LinkEvent`), a session's changed expiry
+  (:class:`LifetimeEvent`) and workspace volumes (:class:`VolumeEvent`);
 - the controller inside the sandbox (``controller`` role) reports action start and end
   (:class:`ActionEvent`), so each audit record can name the agent action that caused it, and
   changes of the control lease (:class:`LeaseEvent`).
@@ -39,6 +39,7 @@ from corral.contracts.control import (
     MAX_LINE_BYTES,
     MODES,
     ActionEvent,
+    GatewayEvent,
     Hello,
     JsonObject,
     LeaseEvent,
@@ -51,6 +52,7 @@ from corral.contracts.control import (
     SecretEntry,
     SetPolicy,
     Status,
+    VolumeEvent,
     encode,
 )
 from corral.errors import ControlError, ErrorCode, InvalidMessage
@@ -83,7 +85,7 @@ class SetSecrets:
 
 
 # What the proxy acts on: the wire's messages, with the secrets resolved.
-Message = Hello | SetPolicy | Status | ActionEvent | SetSecrets | LeaseEvent | LinkEvent | LifetimeEvent
+Message = Hello | SetPolicy | Status | ActionEvent | SetSecrets | LeaseEvent | GatewayEvent
 
 
 def parse_message(line: bytes) -> Message:
@@ -189,6 +191,7 @@ __all__ = [
     "SetPolicy",
     "SetSecrets",
     "Status",
+    "VolumeEvent",
     "call",
     "call_blocking",
     "encode",

@@ -7,6 +7,7 @@ talks to Docker. docs/kubernetes.md maps every operation onto Kubernetes objects
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Protocol
 
 from corral.errors import SandboxError
@@ -21,6 +22,8 @@ from corral.runtime.types import (
     SandboxSpec,
     SessionNetwork,
     State,
+    VolumeMount,
+    VolumeUsage,
 )
 
 __all__ = [
@@ -36,6 +39,8 @@ __all__ = [
     "SandboxSpec",
     "SessionNetwork",
     "State",
+    "VolumeMount",
+    "VolumeUsage",
     "open_runtime",
 ]
 
@@ -126,6 +131,33 @@ class SandboxRuntime(Protocol):
     def remove_egress(self, session_id: str, *, drain: bool = False) -> None:
         """A session's proxy (given a moment to write out what it holds when ``drain``), then its
         network and host guard; whatever of them exists. The proxy's state directory stays."""
+        ...
+
+    # -- workspace volumes -----------------------------------------------------------------------------
+    # A volume is an image file with a filesystem of its own (its size is its quota), attached and
+    # mounted on the host for one session at a time and mounted into its sandbox at /workspace
+    # (docs/design/0330-workspace-volumes.md). Nothing here reads what the sandbox wrote into it.
+
+    def make_volume(self, image: Path, size_mb: int) -> VolumeUsage:
+        """A new volume image of ``size_mb`` (its space reserved), its root the agent's; returns its
+        usage when empty. Raises SandboxError (and leaves no image) when it cannot be made."""
+        ...
+
+    def attach_volume(self, image: Path, mountpoint: Path) -> VolumeMount:
+        """The image attached and mounted at ``mountpoint`` (nosuid, nodev), ready to hand to
+        :attr:`SandboxSpec.workspace_mount`. Raises SandboxError, leaving nothing attached."""
+        ...
+
+    def detach_volume(self, mount: VolumeMount) -> None:
+        """Unmounted and detached (after the sandbox using it is removed); nothing when gone already."""
+        ...
+
+    def volume_usage(self, mountpoint: Path) -> VolumeUsage:
+        """A mounted volume's usage by statfs; OSError when nothing is mounted at ``mountpoint``."""
+        ...
+
+    def attached_volumes(self, images: Path) -> list[VolumeMount]:
+        """Every attached image under ``images`` (a restarted gateway's look for what nobody holds)."""
         ...
 
 

@@ -65,6 +65,9 @@ class SandboxSpec:
     tmp_size: str = "1g"
     # /workspace, the agent's commands' default directory: a tmpfs (programs may run from it), gone with it.
     workspace_size: str = "1g"
+    # A workspace volume's host mount (corral.runtime's attach_volume): bind-mounted read-write at
+    # /workspace in place of the tmpfs above, so what the agent writes there outlives the sandbox.
+    workspace_mount: str | None = None
     labels: Mapping[str, str] | None = None
     environment: Mapping[str, str] | None = None
     # On a shared network: reached at the sandbox's address there and nothing is published on the host.
@@ -124,3 +127,23 @@ class SandboxInfo:
     labels: Mapping[str, str]
     running: bool
     address: SandboxAddress | None
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeMount:
+    """A workspace volume's image attached on the host: its block device and where it is mounted
+    (None: attached but not mounted, as a crash can leave it)."""
+
+    image: Path
+    device: str
+    mountpoint: Path | None
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeUsage:
+    """A mounted volume's filesystem as statfs counts it (never a walk of what the sandbox wrote)."""
+
+    used_bytes: int
+    total_bytes: int
+    used_inodes: int
+    total_inodes: int

@@ -48,12 +48,15 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs):
         hermetic_responses: bytes | None = None,
         secrets: Mapping[str, SecretChange] | None = None,
         env: Mapping[str, str] | None = None,
+        volume: str | None = None,
     ) -> Sandbox:
         """A new session. With ``hermetic_responses`` (a recording's ``responses.mitm``) its proxy
         answers only from those and has no route out: a hermetic replay. ``secrets``: name ->
         ``{"value": ..., "allow": [...], "in": [...]}``; the sandbox gets placeholders (:attr:`secrets`)
         and its proxy puts the values into requests to the bound hosts. ``env``: name -> value, in every
         command's environment (the agent reads them: never a secret's value)."""
+        and its proxy puts the values into requests to the bound hosts. ``volume``: a workspace volume
+        of this key's (``Gateway.create_volume``), mounted at /workspace for this session alone."""
         gateway = Gateway(url, api_key)
         info: SessionInfo | None = None
         try:
@@ -61,6 +64,7 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs):
             try:
                 body = session_body(
                     allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets, env
+                    allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets, volume
                 )
                 info = gateway.create_session(body)
             finally:
@@ -177,12 +181,15 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
         hermetic_responses: bytes | None = None,
         secrets: Mapping[str, SecretChange] | None = None,
         env: Mapping[str, str] | None = None,
+        volume: str | None = None,
     ) -> AsyncSandbox:
         """A new session. With ``hermetic_responses`` (a recording's ``responses.mitm``) its proxy
         answers only from those and has no route out: a hermetic replay. ``secrets``: name ->
         ``{"value": ..., "allow": [...], "in": [...]}``; the sandbox gets placeholders (:attr:`secrets`)
         and its proxy puts the values into requests to the bound hosts. ``env``: name -> value, in every
         command's environment (the agent reads them: never a secret's value)."""
+        and its proxy puts the values into requests to the bound hosts. ``volume``: a workspace volume
+        of this key's (``Gateway.create_volume``), mounted at /workspace for this session alone."""
         gateway = AsyncGateway(url, api_key)
         info: SessionInfo | None = None
         try:
@@ -190,6 +197,7 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
             try:
                 body = session_body(
                     allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets, env
+                    allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets, volume
                 )
                 info = await gateway.create_session(body)
             finally:

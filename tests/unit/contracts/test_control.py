@@ -4,6 +4,8 @@ answer without generations, heads or secrets reads as None."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from corral.contracts import control
@@ -23,6 +25,7 @@ PLACEHOLDER = "corral_secret_" + "a" * 32
         control.LeaseEvent("taken", "human:lnk_x", "agent"),
         control.LinkEvent("created", "lnk_x", "view", "api-key:owner", 1733000000.5),
         control.LifetimeEvent("api-key:owner", 1733003600.25, 1733000000.5),
+        control.VolumeEvent("claimed", "work", 1024, 2048),
         control.PutSecrets(
             (
                 control.SecretEntry("API_TOKEN", PLACEHOLDER, "tok-the-value-42", ("api.test",), ("header",)),
@@ -81,3 +84,18 @@ def test_a_lifetime_report_without_its_times_is_refused(times: dict[str, object]
     line = control.encode({"op": "lifetime", "actor": "api-key:owner", **times})
     with pytest.raises(InvalidMessage, match="unix seconds"):
         control.parse_message(line, InvalidMessage)
+@pytest.mark.parametrize(
+    ("fields", "blamed"),
+    [
+        ({"change": "taken"}, "change"),
+        ({"volume": "a b"}, "volume"),
+        ({"size_mb": -1}, "size_mb"),
+        ({"used_bytes": True}, "used_bytes"),
+        ({"used_bytes": 1.5}, "used_bytes"),
+    ],
+)
+def test_a_volume_event_out_of_shape_is_refused_naming_its_field(fields: dict[str, object], blamed: str) -> None:
+    wire = {"op": "volume", "change": "released", "volume": "work", "size_mb": 64, "used_bytes": 0, **fields}
+    with pytest.raises(InvalidMessage) as refused:
+        control.parse_message(json.dumps(wire).encode(), InvalidMessage)
+    assert refused.value.field == blamed

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
+from pathlib import Path
 
 from corral.runtime import (
     ExitInfo,
@@ -17,6 +18,8 @@ from corral.runtime import (
     SandboxSpec,
     SessionNetwork,
     State,
+    VolumeMount,
+    VolumeUsage,
 )
 
 
@@ -33,6 +36,10 @@ class FakeRuntime:
         self.guarded: set[str] = set()  # the networks with a host guard
         self.proxies: dict[str, tuple[ProxyAddress, dict[str, str], State]] = {}  # by session id
         self.fail_remove = False
+        self.volumes: dict[Path, int] = {}  # image -> size in MiB
+        self.attached: dict[Path, VolumeMount] = {}  # image -> its mount
+        self.used: dict[Path, int] = {}  # image -> bytes a test says are used
+        self.specs: list[SandboxSpec] = []  # every spec started, in order
         self._n = 0
 
     # -- shared networks -------------------------------------------------------------------------------
@@ -69,6 +76,7 @@ class FakeRuntime:
 
     def start_sandbox(self, spec: SandboxSpec) -> SandboxAddress:
         self._n += 1
+        self.specs.append(spec)
         box = SandboxAddress(f"c{self._n}", spec.name or f"c{self._n}", f"10.99.0.{self._n + 1}", 8765)
         self.running[box.id] = (box, dict(spec.labels or {}))
         return box
@@ -121,6 +129,31 @@ class FakeRuntime:
     def remove_egress(self, session_id: str, *, drain: bool = False) -> None:
         self.proxies.pop(session_id, None)
         self.remove_session_network(SessionNetwork(f"net-{session_id}", "", ""))
+
+    # -- workspace volumes -----------------------------------------------------------------------------
+
+    def make_volume(self, image: Path, size_mb: int) -> VolumeUsage:
+        image.parent.mkdir(parents=True, exist_ok=True)
+        image.write_bytes(b"")  # the file stands for the image: the gateway deletes it
+        self.volumes[image] = size_mb
+        return VolumeUsage(0, size_mb << 20, 11, 1024)
+
+    def attach_volume(self, image: Path, mountpoint: Path) -> VolumeMount:
+        if image in self.attached:
+            raise AssertionError(f"{image} attached twice")
+        mount = VolumeMount(image, f"/dev/loop{len(self.attached)}", mountpoint)
+        self.attached[image] = mount
+        return mount
+
+    def detach_volume(self, mount: VolumeMount) -> None:
+        self.attached.pop(mount.image, None)
+
+    def volume_usage(self, mountpoint: Path) -> VolumeUsage:
+        image = next(m.image for m in self.attached.values() if m.mountpoint == mountpoint)
+        return VolumeUsage(self.used.get(image, 0), self.volumes[image] << 20, 11, 1024)
+
+    def attached_volumes(self, images: Path) -> list[VolumeMount]:
+        return [m for m in self.attached.values() if m.image.parent == images]
 
     # -- what tests do to it ---------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ recording started; the session's token returned once its policy is in force."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from corral.gateway.sessions.sessionrecordings import SessionRecordings
 from corral.gateway.sessions.starts import Starts
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.threads import settle
+from corral.gateway.volumes import Claim, Volumes, announce
 
 OnClaim = Callable[[str, float], None]  # (source "pool" | "cold", seconds), for the metrics
 
@@ -57,14 +59,22 @@ class Claims:
         started = time.monotonic()
         mode = req.egress_mode or self._settings.egress_mode
         actor = auth.OWNER_ACTOR  # the sandbox side reads it (audit records): never the key id
+        volume: Claim | None = None
         try:
+            # A volume first (404, 409 before any start); a pooled pair never fits one (WarmPool.fits).
+            volume = await self._parts.volumes.claim(owner, req.volume) if req.volume is not None else None
             if pooled is not None and not await self._pool.hand_out(pooled, req.allow, mode, actor):
                 pooled = None
+            workspace = volume.mountpoint if volume is not None else None
             pair = pooled or await self._starts.start(
-                "session", req.viewport, req, list(req.allow), mode, replay, actor
+                "session", req.viewport, req, list(req.allow), mode, replay, actor, workspace
             )
             env = dict(req.env)  # a plain mapping: a template's env goes under it here ({**template, **req.env})
             await self._claim(pair, secret_set, env, actor)
+        except BaseException:
+            if volume is not None:  # the start removed its sandbox: nothing uses the mount
+                await settle(asyncio.ensure_future(self._parts.volumes.release(volume.token)))
+            raise
         finally:
             async with self._lock:
                 self._reserved[owner] -= 1
@@ -75,8 +85,13 @@ class Claims:
         record = self._record(pair, owner, token, req, timeout_s, mode, pooled is not None, secret_set)
         record = record.model_copy(update={"env": sorted(env), "env_values": env})
         session = Session(record, pair.sandbox)
+        claimed = None
+        if volume is not None:  # before its record: a gateway that dies between them releases it at start
+            claimed = await self._parts.volumes.bind(volume, session.id)
         self._book.save(session)
         self._book.add(session)
+        if claimed is not None and pair.egress is not None:
+            await announce([claimed], functools.partial(self._parts.egress.report, pair.egress))
         if pair.egress is not None:
             self._parts.egress.write_meta(session.id, owner=owner, created_at=record.created_at, ended_at=None)
         self._parts.recordings.start(session, req.recording_mb)
@@ -137,6 +152,7 @@ class Claims:
             egress_mode=mode if pair.egress is not None else None,
             hermetic=req.hermetic is not None,
             secrets=dict(secret_set.records),
+            volume=req.volume,
         )
 
     async def _claim(self, pair: Pair, secret_set: SecretSet, env: dict[str, str], actor: str) -> None:
@@ -167,10 +183,11 @@ def refuse_secrets_in_env(req: CreateSession) -> None:
 @dataclass(frozen=True, slots=True)
 class ClaimParts:
     """What a claim hands the new session to: its egress's archive, its secrets' broker, its recording,
-    the hermetic replays it may answer from, its env's giver."""
+    the hermetic replays it may answer from, its env's giver, the workspace volumes it may hold."""
 
     egress: EgressPort
     broker: SecretBroker
     recordings: SessionRecordings
     replays: ReplayUploads
     envs: SessionEnvs
+    volumes: Volumes

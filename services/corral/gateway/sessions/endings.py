@@ -6,6 +6,7 @@ by a kept task, so one slow removal never holds up the reaper."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from typing import Any
@@ -15,6 +16,7 @@ from corral.gateway.sessions.book import SessionBook
 from corral.gateway.sessions.egressport import EgressPort
 from corral.gateway.sessions.records import Session
 from corral.gateway.sessions.sessionrecordings import SessionRecordings
+from corral.gateway.volumes import Volumes, announce
 from corral.runtime import SandboxRuntime
 
 log = logging.getLogger(__name__)
@@ -22,9 +24,15 @@ log = logging.getLogger(__name__)
 
 class Endings:
     def __init__(
-        self, book: SessionBook, runtime: SandboxRuntime, egress: EgressPort, recordings: SessionRecordings
+        self,
+        book: SessionBook,
+        runtime: SandboxRuntime,
+        egress: EgressPort,
+        recordings: SessionRecordings,
+        volumes: Volumes | None = None,
     ) -> None:
         self._book, self._runtime, self._egress, self._recordings = book, runtime, egress, recordings
+        self._volumes = volumes
         self._ends: set[asyncio.Task[None]] = set()  # sessions being ended in the background
 
     async def delete(self, session_id: str, reason: str = "deleted") -> None:
@@ -72,6 +80,10 @@ class Endings:
         await self._recordings.stop(session_id, reason, drain_s)
         try:
             await asyncio.to_thread(self._runtime.remove, session.sandbox.id)
+            if self._volumes is not None:  # its sandbox is gone: nothing uses the mount now
+                released = await self._volumes.release(session_id)
+                if session.egress is not None:  # its proxy still runs: the release goes into its chain
+                    await announce(released, functools.partial(self._egress.report, session.egress))
             if session.egress is not None:
                 await self._end_egress(session)
         except Exception:

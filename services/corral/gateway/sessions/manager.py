@@ -37,6 +37,7 @@ from corral.gateway.sessions.recovery import Recovery
 from corral.gateway.sessions.sessionrecordings import SessionRecordings
 from corral.gateway.sessions.starts import Starts
 from corral.gateway.vitals import ControllerWatch
+from corral.gateway.volumes import Volumes
 from corral.runtime import SandboxRuntime
 
 __all__ = ["SessionManager", "SessionParts"]
@@ -68,6 +69,7 @@ class SessionParts:
     replays: ReplayUploads
     links: LinkBook
     lifetimes: Lifetimes
+    volumes: Volumes
 
 
 class SessionManager:
@@ -76,6 +78,7 @@ class SessionManager:
         self.book, self.egress, self.grounds, self.pool = parts.book, parts.egress, parts.grounds, parts.pool
         self.limits, self.links, self.replays, self.reaper = parts.limits, parts.links, parts.replays, parts.reaper
         self.liveness, self.broker, self.endings = parts.liveness, parts.broker, parts.endings
+        self.volumes = parts.volumes
         self.host_guarded = False
         self._tasks: set[asyncio.Task[None]] = set()
 

@@ -50,7 +50,13 @@ class WarmPool:
 
     @staticmethod
     def fits(req: CreateSession) -> bool:
-        return req.viewport == Viewport() and req.resources.model_dump(exclude_none=True) == {} and req.hermetic is None
+        # A volume is mounted as its sandbox starts: a pooled sandbox started without one.
+        return (
+            req.viewport == Viewport()
+            and req.resources.model_dump(exclude_none=True) == {}
+            and req.hermetic is None
+            and req.volume is None
+        )
 
     def take(self, req: CreateSession) -> Pair | None:
         """The oldest pooled pair, if one fits the request (the caller holds the claims' lock)."""

@@ -77,6 +77,9 @@ class SessionRecord(SessionTerms):
     def to_json(self) -> dict[str, Any]:
         # A session without these is written as before they existed (an older gateway reads it alike).
         unset = {name for name in ("secrets", "links", "env", "env_values") if not getattr(self, name)}
+        # A session without secrets, links or a volume is written as before they existed (an older
+        # gateway reads it alike).
+        unset = {name for name in ("secrets", "links", "volume") if not getattr(self, name)}
         return self.model_dump(mode="json", exclude=unset or None)
 
 

@@ -14,6 +14,7 @@ from corral.gateway.sessions.egressport import EgressPort
 from corral.gateway.sessions.records import Session, SessionRecord
 from corral.gateway.sessions.sessionrecordings import SessionRecordings
 from corral.gateway.sessions.starts import Specs, Starts
+from corral.gateway.volumes import Volumes
 from corral.runtime import SandboxInfo, SandboxRuntime
 
 log = logging.getLogger(__name__)
@@ -28,12 +29,15 @@ class Recovery:
         starts: Starts,
         egress: EgressPort,
         recordings: SessionRecordings,
+        volumes: Volumes | None = None,
     ) -> None:
         self._book, self._runtime, self._specs, self._starts = book, runtime, specs, starts
-        self._egress, self._recordings = egress, recordings
+        self._egress, self._recordings, self._volumes = egress, recordings, volumes
 
     async def run(self) -> None:
         await self._recover()
+        if self._volumes is not None:  # after the unowned sandboxes went: only adopted ones use a mount
+            await self._volumes.recover({s.id for s in self._book.sessions()})
         await self._remove_orphan_networks()
         # Host guards of networks that went while no gateway watched (a crash, a kill).
         stale = await asyncio.to_thread(self._runtime.remove_stale_guards)

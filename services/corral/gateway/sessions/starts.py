@@ -50,6 +50,7 @@ class Specs:
         network: SessionNetwork | None = None,
         environment: dict[str, str] | None = None,
         files: dict[str, str] | None = None,
+        workspace: Path | None = None,
     ) -> SandboxSpec:
         s = self._settings
         res = req.resources if req is not None else None
@@ -66,6 +67,7 @@ class Specs:
             shm_size=f"{s.default_shm_mb}m",
             tmp_size=f"{disk}m",
             workspace_size=s.workspace_size,
+            workspace_mount=str(workspace) if workspace is not None else None,
             labels=self.labels(kind),
             network=s.network,
             session_network=network,
@@ -87,8 +89,10 @@ class Starts(Protocol):
         mode: str,
         replay: Path | None = None,
         actor: str = "gateway",
+        workspace: Path | None = None,
     ) -> Pair:
-        """A ready pair (its policy, if it has a proxy, in force), or raises having removed all of it."""
+        """A ready pair (its policy, if it has a proxy, in force), or raises having removed all of it.
+        ``workspace``: a volume's host mount, the sandbox's /workspace."""
 
     async def remove(self, pair: Pair, started: bool = True) -> None:
         """Remove a pair's containers and network; one that never ``started`` (it did not come up)
@@ -131,8 +135,9 @@ class SandboxStarts:
         mode: str,
         replay: Path | None = None,
         actor: str = "gateway",
+        workspace: Path | None = None,
     ) -> Pair:
-        spec = self._specs.sandbox(kind, viewport, req)
+        spec = self._specs.sandbox(kind, viewport, req, workspace=workspace)
         (started,), cancelled = await settle(in_thread(self._runtime.start_sandbox, spec))
         if isinstance(started, BaseException):
             raise started
@@ -222,9 +227,10 @@ class PairStarts:
         mode: str,
         replay: Path | None = None,
         actor: str = "gateway",
+        workspace: Path | None = None,
     ) -> Pair:
         try:
-            pair, egress, ahead = await self._start_pair(kind, viewport, req, allow, mode, replay)
+            pair, egress, ahead = await self._start_pair(kind, viewport, req, allow, mode, replay, workspace)
         except BaseException:
             self.grounds.refill()
             raise
@@ -257,6 +263,7 @@ class PairStarts:
         allow: Sequence[str],
         mode: str,
         replay: Path | None,
+        workspace: Path | None,
     ) -> tuple[Pair, Egress, bool]:
         """The pair, its egress, and whether its proxy was started ahead (its policy is still to be set)."""
         egress_manager = self._egress
@@ -271,7 +278,9 @@ class PairStarts:
         if cancelled:
             await settle(in_thread(egress_manager.discard_blocking, prepared))
             raise asyncio.CancelledError
-        spec = self._specs.sandbox(kind, viewport, req, prepared.network, prepared.sandbox_env, prepared.sandbox_files)
+        spec = self._specs.sandbox(
+            kind, viewport, req, prepared.network, prepared.sandbox_env, prepared.sandbox_files, workspace
+        )
         proxy_start: Awaitable[Egress] = (
             in_thread(egress_manager.start_proxy_blocking, prepared)
             if prepared.egress is None

@@ -104,6 +104,8 @@ class ControlChannel:
             return self._link(message)
         if isinstance(message, control.LifetimeEvent):
             return self._lifetime(message)
+        if isinstance(message, control.VolumeEvent):
+            return self._volume(message)
         if isinstance(message, control.SetPolicy):
             return self._set_policy(message)
         if isinstance(message, control.Status):
@@ -173,6 +175,17 @@ class ControlChannel:
             actor=message.actor,
             expires_at=message.expires_at,
             previous_expires_at=message.previous_expires_at,
+        )
+        return Reply(head=self._head())
+
+    def _volume(self, message: control.VolumeEvent) -> Reply:
+        """The session's workspace volume claimed or released, as the gateway reports it: its audit record."""
+        self.shared.journal.write(
+            "volume",
+            volume=message.volume,
+            change=message.change,
+            size_mb=message.size_mb,
+            used_bytes=message.used_bytes,
         )
         return Reply(head=self._head())
 

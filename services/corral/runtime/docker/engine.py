@@ -75,6 +75,8 @@ def agent_tmpfs_mib(spec: SandboxSpec) -> dict[str, int]:
     room = max(memory - max(MIN_HEADROOM_MIB, memory // 4), 4 * MIN_TMPFS_MIB)
     shm = max(MIN_TMPFS_MIB, min(mebibytes(spec.shm_size), room // 2, room - 3 * MIN_TMPFS_MIB))
     asked = {"/tmp": spec.tmp_size, "/home/agent": AGENT_HOME_SIZE, "/workspace": spec.workspace_size}
+    if spec.workspace_mount is not None:  # a volume's disk, not the sandbox's memory
+        del asked["/workspace"]
     wanted = {path: mebibytes(size) for path, size in asked.items()}
     left = room - shm
     total = sum(wanted.values())

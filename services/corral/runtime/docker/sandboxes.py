@@ -52,7 +52,6 @@ def sandbox_options(spec: SandboxSpec) -> dict[str, Any]:
     # and SETPCAP for the supervisor, which starts every child with none (corral.sandbox.startup.boot).
     caps = ["SETUID", "SETGID", "SETPCAP", "CHOWN", "NET_ADMIN", "NET_RAW"]
     network = spec.session_network.name if spec.session_network is not None else spec.network
-    agent_owned = f"uid={AGENT_UID},gid={AGENT_UID}"
     sizes = agent_tmpfs_mib(spec)
     placement: dict[str, Any] = (
         {"network": network} if network else {"ports": {f"{CONTROLLER_PORT}/tcp": ("127.0.0.1", spec.host_port)}}
@@ -73,17 +72,12 @@ def sandbox_options(spec: SandboxSpec) -> dict[str, Any]:
         "cap_add": caps,
         "security_opt": ["no-new-privileges"],
         "read_only": True,
-        "tmpfs": {
-            "/tmp": f"rw,nosuid,nodev,size={sizes['/tmp']}m,mode=1777",
-            "/home/corral": "rw,nosuid,nodev,size=64m,uid=1000,gid=1000,mode=0700",
-            # exec: what the agent installs there (pip's and npm's ~/.local/bin) must run. 0750: the
-            # browser (in the agent's group) saves downloads in it and reads what a page uploads.
-            "/home/agent": f"rw,nosuid,nodev,exec,size={sizes['/home/agent']}m,{agent_owned},mode=0750",
-            "/workspace": f"rw,nosuid,nodev,exec,size={sizes['/workspace']}m,{agent_owned},mode=0755",
-            "/run": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
-            "/etc/ssl/certs": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
+        "tmpfs": _tmpfs(sizes, spec.workspace_mount is None),
+        "volumes": {
+            **{host: {"bind": inside, "mode": "ro"} for host, inside in (spec.files or {}).items()},
+            # A volume: its host mount is nosuid,nodev already, and a bind keeps its mount's flags.
+            **({spec.workspace_mount: {"bind": "/workspace", "mode": "rw"}} if spec.workspace_mount else {}),
         },
-        "volumes": {host: {"bind": inside, "mode": "ro"} for host, inside in (spec.files or {}).items()},
         "shm_size": f"{sizes['/dev/shm']}m",
         "mem_limit": spec.memory,
         "memswap_limit": spec.memory,
@@ -96,6 +90,23 @@ def sandbox_options(spec: SandboxSpec) -> dict[str, Any]:
         "log_config": LOG_CONFIG,
         "runtime": spec.runtime,
     }
+
+
+def _tmpfs(sizes: Mapping[str, int], workspace: bool) -> dict[str, str]:
+    """The sandbox's tmpfs mounts; /workspace among them unless a volume takes its place."""
+    agent_owned = f"uid={AGENT_UID},gid={AGENT_UID}"
+    mounts = {
+        "/tmp": f"rw,nosuid,nodev,size={sizes['/tmp']}m,mode=1777",
+        "/home/corral": "rw,nosuid,nodev,size=64m,uid=1000,gid=1000,mode=0700",
+        # exec: what the agent installs there (pip's and npm's ~/.local/bin) must run. 0750: the
+        # browser (in the agent's group) saves downloads in it and reads what a page uploads.
+        "/home/agent": f"rw,nosuid,nodev,exec,size={sizes['/home/agent']}m,{agent_owned},mode=0750",
+        "/run": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
+        "/etc/ssl/certs": "rw,nosuid,nodev,noexec,size=8m,mode=0755",
+    }
+    if workspace:
+        mounts["/workspace"] = f"rw,nosuid,nodev,exec,size={sizes['/workspace']}m,{agent_owned},mode=0755"
+    return mounts
 
 
 def session_environment(network: SessionNetwork | None) -> dict[str, str]:

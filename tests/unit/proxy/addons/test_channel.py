@@ -297,6 +297,20 @@ async def test_a_lifetime_change_is_a_lifetime_record_from_the_gateway_only(egre
         "actor": "api-key:owner",
         "expires_at": 1733003600.25,
         "previous_expires_at": 1733000000.5,
+async def test_volume_claims_and_releases_are_volume_records_from_the_gateway_only(egress) -> None:
+    proxy, _, state = egress
+    released = control.VolumeEvent("released", "work", 64, 5 << 20)
+    with pytest.raises(ValueError, match="only the gateway"):
+        proxy.control("controller", released)
+    reply = proxy.control("gateway", released)
+    record = records(state)[-1]
+    assert reply == {"ok": True, "head": {"seq": record["seq"], "hash": record["hash"]}}
+    assert {k: record[k] for k in ("event", "volume", "change", "size_mb", "used_bytes")} == {
+        "event": "volume",
+        "volume": "work",
+        "change": "released",
+        "size_mb": 64,
+        "used_bytes": 5 << 20,
     }
     assert verify(state / "audit.jsonl").ok
 
