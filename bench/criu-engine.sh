@@ -89,17 +89,25 @@ for word in "$@"; do
 done
 [ -z "$verb" ] && exec /usr/sbin/runc --criu "$root/criu" "${args[@]}"
 # containerd unpacks a checkpoint to restore into a 0700 directory of root's (ctrd-checkpoint* under
-# $TMPDIR); the restored tasks open the images from inside the container's user namespace, where
-# that is "Unable to open tty-info.img: Permission denied". The namespace's root (the owner of the
-# uid map's first host uid) is given the directory, still 0700: no one else on the host reads it.
+# $TMPDIR); the restored tasks open the images (through a descriptor CRIU holds) from inside the
+# container's user namespace, as root there and then as the container's own uids, where that is
+# "Unable to open tty-info.img: Permission denied". The namespace's root is given the directory and
+# every uid the search bit on it (0711: no listing); the engine's TMPDIR is a 0700 directory of
+# root's, so no one else on the host gets to it by its path.
 if [ "$verb" = restore ] && [ -n "${images:-}" ] && [ -s "$root/images-owner" ]; then
   chown -R "$(cat "$root/images-owner")" "$images"
+  chmod 0711 "$images"
+  log_images=$(ls -ld "$images" "$(dirname "$images")" 2>&1)
 fi
 rc=0
+began=$(date +%s.%N)
 /usr/sbin/runc --criu "$root/criu" "${args[@]}" || rc=$?
+ended=$(date +%s.%N)
 if [ -n "$work" ]; then
   keep="$root/logs/$(date +%s.%N)-$verb-$rc"
   mkdir -p "$keep" && cp "$work"/*.log "$keep"/ 2>/dev/null
+  echo "${log_images:-}" > "$keep/images-dir"
+  echo "$began $ended" > "$keep/runc-seconds"
 fi
 exit $rc
 EOF
@@ -127,7 +135,9 @@ up() {
       first=$(awk -F: -v u="$user" '$1 == u {print $2; exit}' /etc/subuid)
       echo "$first:$first" > "$CRIU_ROOT/images-owner"
     fi
-    dockerd "${remap[@]}" --experimental --data-root "$DATA" --exec-root "$EXEC" --pidfile "$PIDFILE" \
+    # containerd unpacks a checkpoint to restore under $TMPDIR: a directory no one else can enter.
+    mkdir -p -m 0700 "$DATA/tmp"
+    TMPDIR=$DATA/tmp dockerd "${remap[@]}" --experimental --data-root "$DATA" --exec-root "$EXEC" --pidfile "$PIDFILE" \
       -H "unix://$SOCK" --bridge=none --iptables=false --ip-masq=false --ip-forward=false \
       --cgroup-parent /corral-criu --add-runtime "corral-criu=$CRIU_ROOT/runc" --default-runtime corral-criu \
       >"$LOG" 2>&1 &
