@@ -8,8 +8,7 @@
 # root and runs it with that Debian's loader; the host's packages are left as they are.
 #
 #   bench/criu-engine.sh install-criu   # CRIU 4.2 into $CRIU_ROOT (Debian's mirror, apt's own client)
-#   bench/criu-engine.sh up [IMAGE...]  # start the engine, copy the images into it from the main one,
-#                                       # and make IMAGE-nouvloop of each (see below)
+#   bench/criu-engine.sh up [IMAGE...]  # start the engine, copy the images into it from the main one
 #   bench/criu-engine.sh down           # stop it, remove its data root, exec root and socket
 #
 # Use it with DOCKER_HOST=unix:///var/run/docker-criu.sock (bench/snapshots.py does).
@@ -51,6 +50,12 @@ install_criu() {
   rm -rf "$CRIU_ROOT"
   mkdir -p "$CRIU_ROOT"
   for deb in "$APT_DIR"/debs/*.deb; do dpkg-deb -x "$deb" "$CRIU_ROOT"; done
+  write_wrappers
+  "$CRIU_ROOT/criu" --version
+  "$CRIU_ROOT/criu" check
+}
+
+write_wrappers() {
   local lib=$CRIU_ROOT/usr/lib/x86_64-linux-gnu
   cat > "$CRIU_ROOT/criu" <<EOF
 #!/bin/sh
@@ -114,12 +119,10 @@ EOF
   chmod 0755 "$CRIU_ROOT/criu" "$CRIU_ROOT/runc"
   mkdir -p "$CRIU_ROOT/logs"
   chmod 0700 "$CRIU_ROOT/logs"
-  "$CRIU_ROOT/criu" --version
-  "$CRIU_ROOT/criu" check
 }
 
 up() {
-  [ -x "$CRIU_ROOT/runc" ] || install_criu
+  if [ -x "$CRIU_ROOT/usr/sbin/criu" ]; then write_wrappers; else install_criu; fi
   if [ -S "$SOCK" ] && docker -H "unix://$SOCK" version >/dev/null 2>&1; then
     echo "$NAME already up"
   else
@@ -149,11 +152,6 @@ up() {
   fi
   for image in "$@"; do
     docker save "$image" | docker -H "unix://$SOCK" load
-    # The controller's uvicorn picks uvloop, whose libuv opens an io_uring for every loop (its epoll
-    # batching; UV_USE_IO_URING=0 does not stop that one), and CRIU cannot dump an io_uring mapping
-    # ("Unknown shit 600 (anon_inode:[io_uring])"). Without uvloop uvicorn runs on asyncio's loop.
-    printf 'FROM %s\nRUN /opt/corral/bin/pip uninstall -y uvloop\n' "$image" |
-      docker -H "unix://$SOCK" build -q -t "$image-nouvloop" -
   done
 }
 
@@ -162,6 +160,8 @@ down() {
     local pid
     pid=$(cat "$PIDFILE")
     docker -H "unix://$SOCK" ps -aq | xargs -r docker -H "unix://$SOCK" rm -f >/dev/null || true
+    # Its networks' bridges would outlive the daemon on the host.
+    docker -H "unix://$SOCK" network ls -q --filter type=custom | xargs -r docker -H "unix://$SOCK" network rm >/dev/null || true
     kill "$pid" 2>/dev/null || true
     for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
   fi
