@@ -214,6 +214,13 @@ class Engine:
         container.reload()
         return int(container.attrs["State"]["Pid"])
 
+    def address(self, container: Container) -> str | None:
+        """The container's address on its network (None on ``none``): a restore must give it back
+        for sockets bound to it."""
+        container.reload()
+        network = (container.attrs["NetworkSettings"].get("Networks") or {}).get(self.network) or {}
+        return str(network.get("IPAddress")) if network.get("IPAddress") else None
+
     def memory_mib(self, container: Container) -> float:
         """docker stats' figure: the cgroup's usage less its inactive file cache."""
         mem = self.client.api.stats(container.id, stream=False)["memory_stats"]
@@ -343,6 +350,7 @@ def one_round(engine: Engine, n: int) -> dict[str, Any]:
         secret = engine.secret(container)
         ctl = Controller(engine.pid(container), secret)
         out["cold_start_to_healthz_s"] = ctl.wait_healthy(120)
+        out["address"] = engine.address(container)
         ticker = prepare(ctl)
         before = observe(ctl)
         out["pause"] = pause_baseline(engine, container, ctl)
@@ -373,6 +381,7 @@ def one_round(engine: Engine, n: int) -> dict[str, Any]:
         out["same_container"] = compare(before, after, ticker)
         out["secret_unchanged"] = engine.secret(container) == secret
         out["memory_after_restore_mib"] = engine.memory_mib(container)
+        out["address_after_restore"] = engine.address(container)
 
         # A cold start from the snapshot: a new container (the same options), the first one gone.
         container.remove(force=True)
@@ -382,6 +391,7 @@ def one_round(engine: Engine, n: int) -> dict[str, Any]:
         shutil.move(str(spare), clone_dir / "stopped")
         ctl, out["clone_restore_api_s"], out["clone_restore_to_healthz_s"] = restored(engine, clone, secret, "stopped")
         out["new_container"] = compare(before, observe(ctl), ticker)
+        out["address_of_new_container"] = engine.address(clone)
     except Exception as exc:
         out["error"] = f"{type(exc).__name__}: {exc}"
         out["criu_errors"] = criu_errors(began)
@@ -398,7 +408,7 @@ def medians(rounds: list[dict[str, Any]]) -> dict[str, float]:
     keys = sorted({k for r in rounds for k, v in r.items() if isinstance(v, float)})
     nested = ("pause", "checkpoint_parts", "restore_parts")
     flat = [{**r, **{f"{n}.{k}": v for n in nested for k, v in r.get(n, {}).items()}} for r in rounds]
-    keys += sorted({k for r in flat for k in r if k.split(".")[0] in nested})
+    keys += sorted({k for r in flat for k in r if "." in k and k.split(".")[0] in nested})
     return {k: round(statistics.median(r[k] for r in flat if k in r), 3) for k in keys if any(k in r for r in flat)}
 
 
