@@ -260,21 +260,37 @@ def observe(ctl: Controller) -> State:
         path: ctl.act({"type": "file_read", "path": path})["result"]["content"]
         for path in ("/workspace/criu.txt", "/home/agent/criu.txt")
     }
-    ticks = len(ctl.act({"type": "file_read", "path": "/workspace/ticks"})["result"]["content"].splitlines())
+    ticked = ticks(ctl)
     running = [p["pid"] for p in ctl.act({"type": "process_list"})["result"]["processes"] if p["running"]]
     _, health = ctl.healthz()
     return State(
-        hashlib.sha256(base64.b64decode(shot)).hexdigest(), tabs, files, ticks, str(health.get("browser")), running
+        hashlib.sha256(base64.b64decode(shot)).hexdigest(), tabs, files, ticked, str(health.get("browser")), running
     )
 
 
-def compare(before: State, after: State, ticker: int) -> dict[str, bool]:
+def ticks(ctl: Controller) -> int:
+    return len(ctl.act({"type": "file_read", "path": "/workspace/ticks"})["result"]["content"].splitlines())
+
+
+def ticking(ctl: Controller, seen: int, within_s: float = 3.0) -> bool:
+    """Whether the ticker writes a line past ``seen`` within ``within_s`` (it ticks every 0.5 s): its
+    timer fires after the restore, not only before the checkpoint."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if ticks(ctl) > seen:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def compare(ctl: Controller, before: State, after: State, ticker: int) -> dict[str, bool]:
     return {
         "screenshot_identical": before.screenshot_sha == after.screenshot_sha,
         "tabs_same": before.tabs == after.tabs,
         "files_same": before.files == after.files,
         "ticker_running": ticker in after.processes,
-        "ticks_went_on": after.ticks > before.ticks,
+        "ticks_kept": after.ticks >= before.ticks,
+        "ticks_went_on": ticking(ctl, after.ticks),
         "devtools_connected": after.browser == "connected",
     }
 
@@ -361,7 +377,7 @@ def one_round(engine: Engine, n: int) -> dict[str, Any]:
         out["checkpoint_leave_running_s"] = engine.checkpoint(container, "live", leave_running=True)
         out["checkpoint_leave_running_mib"] = size_mib(directory / "live")
         ctl.wait_healthy(30)
-        out["after_leave_running"] = compare(before, observe(ctl), ticker)
+        out["after_leave_running"] = compare(ctl, before, observe(ctl), ticker)
         before = observe(ctl)
         mark = time.time()
         out["checkpoint_s"] = engine.checkpoint(container, "stopped", leave_running=False)
@@ -378,7 +394,7 @@ def one_round(engine: Engine, n: int) -> dict[str, Any]:
         ctl, out["restore_api_s"], out["restore_to_healthz_s"] = restored(engine, container, secret, "stopped")
         out["restore_parts"] = runc_share("restore", mark)
         after = observe(ctl)
-        out["same_container"] = compare(before, after, ticker)
+        out["same_container"] = compare(ctl, before, after, ticker)
         out["secret_unchanged"] = engine.secret(container) == secret
         out["memory_after_restore_mib"] = engine.memory_mib(container)
         out["address_after_restore"] = engine.address(container)
@@ -390,7 +406,7 @@ def one_round(engine: Engine, n: int) -> dict[str, Any]:
         clone_dir.mkdir(parents=True, exist_ok=True)
         shutil.move(str(spare), clone_dir / "stopped")
         ctl, out["clone_restore_api_s"], out["clone_restore_to_healthz_s"] = restored(engine, clone, secret, "stopped")
-        out["new_container"] = compare(before, observe(ctl), ticker)
+        out["new_container"] = compare(ctl, before, observe(ctl), ticker)
         out["address_of_new_container"] = engine.address(clone)
     except Exception as exc:
         out["error"] = f"{type(exc).__name__}: {exc}"
