@@ -10,6 +10,7 @@
 #   bench/criu-engine.sh install-criu   # CRIU 4.2 into $CRIU_ROOT (Debian's mirror, apt's own client)
 #   bench/criu-engine.sh up [IMAGE...]  # start the engine, copy the images into it from the main one
 #   bench/criu-engine.sh down           # stop it, remove its data root, exec root and socket
+#   bench/criu-engine.sh purge          # down, and remove the private CRIU and its downloads
 #
 # Use it with DOCKER_HOST=unix:///var/run/docker-criu.sock (bench/snapshots.py does).
 set -euo pipefail
@@ -181,5 +182,6 @@ case "${1:-}" in
   install-criu) install_criu ;;
   up) shift; up "$@" ;;
   down) down ;;
-  *) echo "usage: $0 install-criu | up [IMAGE...] | down" >&2; exit 2 ;;
+  purge) down; rm -rf "$CRIU_ROOT" "$APT_DIR"; echo "$CRIU_ROOT and $APT_DIR removed" ;;
+  *) echo "usage: $0 install-criu | up [IMAGE...] | down | purge" >&2; exit 2 ;;
 esac
