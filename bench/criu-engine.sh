@@ -20,6 +20,7 @@ DATA=/var/lib/$NAME
 EXEC=/var/run/$NAME
 SOCK=/var/run/$NAME.sock
 PIDFILE=/var/run/$NAME.pid
+BRIDGE=corral-criu0  # its own bridge (see up): never --bridge=none
 LOG=/var/log/$NAME.log
 # Debian's suite to take criu from. sid's 4.2: trixie's 4.1 dumps no TCP or UDP socket on a kernel
 # >= 6.16 ("sockets: Can't get 1:16 opt: Operation not supported": SO_PASSCRED is AF_UNIX's and
@@ -146,8 +147,15 @@ up() {
     fi
     # containerd unpacks a checkpoint to restore under $TMPDIR: a directory no one else can enter.
     mkdir -p -m 0700 "$DATA/tmp"
+    # A bridge of its own, never --bridge=none: a dockerd started with no bridge deletes the host's
+    # docker0 at its start (libnetwork's removeDefaultBridgeInterface), which breaks the main engine's
+    # default network (every image build's RUN steps) until that engine restarts. Nothing is routed
+    # through this one (no forwarding, no iptables); its sandboxes use --network none or internal networks.
+    ip link show "$BRIDGE" >/dev/null 2>&1 || {
+      ip link add "$BRIDGE" type bridge && ip addr add 192.0.2.1/24 dev "$BRIDGE" && ip link set "$BRIDGE" up
+    }
     TMPDIR=$DATA/tmp dockerd "${remap[@]}" --experimental --data-root "$DATA" --exec-root "$EXEC" --pidfile "$PIDFILE" \
-      -H "unix://$SOCK" --bridge=none --iptables=false --ip-masq=false --ip-forward=false \
+      -H "unix://$SOCK" --bridge="$BRIDGE" --iptables=false --ip-masq=false --ip-forward=false \
       --cgroup-parent /corral-criu --add-runtime "corral-criu=$CRIU_ROOT/runc" --default-runtime corral-criu \
       >"$LOG" 2>&1 &
     for _ in $(seq 1 100); do
@@ -174,6 +182,7 @@ down() {
   # The engine's own mounts (overlay layers, its containerd's shm) before its data goes.
   grep -E " ($DATA|$EXEC)" /proc/mounts | awk '{print $2}' | sort -r | xargs -r -n1 umount -l || true
   rm -rf "$DATA" "$EXEC" "$SOCK" "$PIDFILE"
+  ip link del "$BRIDGE" 2>/dev/null || true
   rmdir /sys/fs/cgroup/*/corral-criu 2>/dev/null || true
   echo "$NAME down, $DATA removed"
 }

@@ -269,6 +269,8 @@ def test_env_goes_in_the_body_only_when_given() -> None:
         "env": {"APP_MODE": "staging"},
     }
     assert gateway_client.session_body(env={}) == {"allow": [], "labels": {}}
+
+
 VOLUME = {"name": "work", "size_mb": 64, "used_bytes": 2048, "in_use_by": None, "created_at": 1.0}
 
 

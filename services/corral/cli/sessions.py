@@ -59,6 +59,7 @@ def session_create(
             "--env",
             help="NAME=VALUE in every command's environment (repeat). The agent reads it: never a secret.",
         ),
+    ] = None,
     volume: Annotated[
         str | None, typer.Option("--volume", help="A workspace volume (`corral volume create`) at /workspace.")
     ] = None,
@@ -79,7 +80,7 @@ def session_create(
         egress_mode,
         secrets=secrets,
         env=env_pairs(env or []),
-        allow, (int(width), int(height)), timeout_s, idle_timeout_s, labels, egress_mode, secrets=secrets, volume=volume
+        volume=volume,
     )
     with common.gateway_call() as gateway:
         session = gateway.create_session(body)

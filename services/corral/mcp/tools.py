@@ -130,6 +130,7 @@ class CorralTools(ScreenTools):
         env: Annotated[
             dict[str, str] | None,
             Field(description="Environment variables for every command in the session, NAME -> value (no secrets)."),
+        ] = None,
         volume: Annotated[
             str | None,
             Field(description="A workspace volume of the key's, mounted at /workspace: files kept across sessions."),
@@ -138,8 +139,9 @@ class CorralTools(ScreenTools):
         """Start a new sandbox session: a desktop with Chromium, a shell and a /workspace, reaching only
         the allowed hosts. Needs an API key. Answers the session (its id is what every other tool takes)."""
         viewport = (viewport_width, viewport_height) if viewport_width and viewport_height else None
-        body = session_body(allow=allow, viewport=viewport, timeout_s=timeout_s, labels={"via": "mcp"}, env=env)
-        body = session_body(allow=allow, viewport=viewport, timeout_s=timeout_s, labels={"via": "mcp"}, volume=volume)
+        body = session_body(
+            allow=allow, viewport=viewport, timeout_s=timeout_s, labels={"via": "mcp"}, env=env, volume=volume
+        )
 
         async def work(gateway: AsyncGateway) -> CallToolResult:
             # Less its token: the model drives it through these tools, and a credential in its context

@@ -54,17 +54,24 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs):
         answers only from those and has no route out: a hermetic replay. ``secrets``: name ->
         ``{"value": ..., "allow": [...], "in": [...]}``; the sandbox gets placeholders (:attr:`secrets`)
         and its proxy puts the values into requests to the bound hosts. ``env``: name -> value, in every
-        command's environment (the agent reads them: never a secret's value)."""
-        and its proxy puts the values into requests to the bound hosts. ``volume``: a workspace volume
-        of this key's (``Gateway.create_volume``), mounted at /workspace for this session alone."""
+        command's environment (the agent reads them: never a secret's value). ``volume``: a workspace
+        volume of this key's (``Gateway.create_volume``), mounted at /workspace for this session alone."""
         gateway = Gateway(url, api_key)
         info: SessionInfo | None = None
         try:
             upload = None if hermetic_responses is None else gateway.upload_responses(hermetic_responses)
             try:
                 body = session_body(
-                    allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets, env
-                    allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets, volume
+                    allow,
+                    viewport,
+                    timeout_s,
+                    idle_timeout_s,
+                    labels,
+                    egress_mode,
+                    upload,
+                    secrets,
+                    env=env,
+                    volume=volume,
                 )
                 info = gateway.create_session(body)
             finally:
@@ -187,17 +194,24 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
         answers only from those and has no route out: a hermetic replay. ``secrets``: name ->
         ``{"value": ..., "allow": [...], "in": [...]}``; the sandbox gets placeholders (:attr:`secrets`)
         and its proxy puts the values into requests to the bound hosts. ``env``: name -> value, in every
-        command's environment (the agent reads them: never a secret's value)."""
-        and its proxy puts the values into requests to the bound hosts. ``volume``: a workspace volume
-        of this key's (``Gateway.create_volume``), mounted at /workspace for this session alone."""
+        command's environment (the agent reads them: never a secret's value). ``volume``: a workspace
+        volume of this key's (``Gateway.create_volume``), mounted at /workspace for this session alone."""
         gateway = AsyncGateway(url, api_key)
         info: SessionInfo | None = None
         try:
             upload = None if hermetic_responses is None else await gateway.upload_responses(hermetic_responses)
             try:
                 body = session_body(
-                    allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets, env
-                    allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets, volume
+                    allow,
+                    viewport,
+                    timeout_s,
+                    idle_timeout_s,
+                    labels,
+                    egress_mode,
+                    upload,
+                    secrets,
+                    env=env,
+                    volume=volume,
                 )
                 info = await gateway.create_session(body)
             finally:

@@ -84,6 +84,8 @@ def test_a_lifetime_report_without_its_times_is_refused(times: dict[str, object]
     line = control.encode({"op": "lifetime", "actor": "api-key:owner", **times})
     with pytest.raises(InvalidMessage, match="unix seconds"):
         control.parse_message(line, InvalidMessage)
+
+
 @pytest.mark.parametrize(
     ("fields", "blamed"),
     [

@@ -55,6 +55,16 @@ class Pair:
     egress: Egress | None
 
 
+# The record's fields that a session without them leaves out of its file, one per line (each part adds its own).
+_OPTIONAL = (
+    "secrets",
+    "links",
+    "env",
+    "env_values",
+    "volume",
+)
+
+
 class SessionRecord(SessionTerms):
     """What the gateway keeps about a session, one JSON file each in its data dir (corral.gateway.store):
     with Docker's list of live sandboxes, what a restarted gateway adopts sessions from. Frozen: a
@@ -76,10 +86,7 @@ class SessionRecord(SessionTerms):
 
     def to_json(self) -> dict[str, Any]:
         # A session without these is written as before they existed (an older gateway reads it alike).
-        unset = {name for name in ("secrets", "links", "env", "env_values") if not getattr(self, name)}
-        # A session without secrets, links or a volume is written as before they existed (an older
-        # gateway reads it alike).
-        unset = {name for name in ("secrets", "links", "volume") if not getattr(self, name)}
+        unset = {name for name in _OPTIONAL if not getattr(self, name)}
         return self.model_dump(mode="json", exclude=unset or None)
 
 

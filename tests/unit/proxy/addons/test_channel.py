@@ -297,6 +297,9 @@ async def test_a_lifetime_change_is_a_lifetime_record_from_the_gateway_only(egre
         "actor": "api-key:owner",
         "expires_at": 1733003600.25,
         "previous_expires_at": 1733000000.5,
+    }
+
+
 async def test_volume_claims_and_releases_are_volume_records_from_the_gateway_only(egress) -> None:
     proxy, _, state = egress
     released = control.VolumeEvent("released", "work", 64, 5 << 20)
