@@ -60,6 +60,7 @@ class Spawner:
         self._placeholders = placeholders
         self._rings = rings
         self._captures = captures
+        self._template_env = agentenv.template_environment()  # read once: the image does not change
 
     def limits(self, action: a.Exec) -> tuple[int, int]:
         """The exec's timeout and output cap (its own or the defaults), refused over the caps."""
@@ -78,7 +79,9 @@ class Spawner:
         """What every command the action ``action_id`` starts is told (agentenv), with the session's
         placeholders of this moment."""
         settings = self._settings
-        return agentenv.command_environment(settings.proxy, settings.ca_bundle, action_id, self._placeholders.by_name)
+        return agentenv.command_environment(
+            settings.proxy, settings.ca_bundle, action_id, self._placeholders.by_name, self._template_env
+        )
 
     def _environment(self, action: a.Exec, action_id: str) -> list[bytes]:
         env = self.command_environment(action_id)
