@@ -4,7 +4,8 @@ proxies and the host guard on their bridges; the Docker driver of :class:`~corra
 Everything here goes through the docker SDK (no ``docker`` CLI strings), but for ``docker compose``.
 One module per concern, each a part of :class:`DockerRuntime`: :mod:`.engine` (the client, names,
 limits, pure helpers), :mod:`.images`, :mod:`.handover` (files to the controller, its secret back),
-:mod:`.sandboxes`, :mod:`.networks` and :mod:`.egress` (each session's proxy). Nothing outside this
+:mod:`.sandboxes`, :mod:`.networks`, :mod:`.egress` (each session's proxy) and :mod:`.templates`
+(template images: build, inspect, the check's looks). Nothing outside this
 package imports the docker SDK.
 """
 
@@ -37,6 +38,7 @@ from corral.runtime.docker.engine import (
 )
 from corral.runtime.docker.images import Images
 from corral.runtime.docker.sandboxes import Sandboxes, sandbox_options
+from corral.runtime.docker.templates import TemplateImages
 
 __all__ = [
     "AGENT_UID",
@@ -67,6 +69,6 @@ __all__ = [
 ]
 
 
-class DockerRuntime(Images, Sandboxes, Egress):
+class DockerRuntime(Images, TemplateImages, Sandboxes, Egress):
     """The Docker driver: a container per sandbox and per proxy, a bridge network per session, the
     host guard as iptables rules on the bridges. Its parts share one docker client (:class:`.engine.Engine`)."""
