@@ -48,6 +48,7 @@ class SessionInfo(_Answer):
     last_activity_at: float = 0.0
     from_pool: bool = False
     secrets: dict[str, str] = Field(default_factory=dict)  # name -> placeholder (never a value)
+    template: str | None = None  # NAME:VERSION it started from
     token: str | None = None
 
     def shown(self) -> dict[str, object]:
@@ -113,12 +114,43 @@ class SessionBody(TypedDict, total=False):
     viewport: ViewportBody
     timeout_s: int
     idle_timeout_s: int
+    template: str
+
+
+class TemplateVersionInfo(_Answer):
+    """One version of a template (``GET /v1/templates/{name}``'s ``versions``)."""
+
+    version: int
+    image: str
+    image_id: str = ""
+    created_at: float = 0.0
+    size: int = 0
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class TemplateInfo(_Answer):
+    """A template: every key may start sessions from it; ``mine``: this key built it (rebuilds, deletes)."""
+
+    name: str
+    latest: int
+    mine: bool = False
+    versions: list[TemplateVersionInfo] = Field(default_factory=list)
+
+
+class BuiltTemplate(TemplateVersionInfo):
+    """A build's last line: the version it made, or gave back from the cache (``cached``)."""
+
+    name: str
+    cached: bool = False
 
 
 __all__ = [
+    "BuiltTemplate",
     "SecretChange",
     "SessionBody",
     "SessionInfo",
+    "TemplateInfo",
+    "TemplateVersionInfo",
     "TrafficRecord",
     "UploadedFile",
     "ViewportSize",

@@ -53,6 +53,9 @@ def session_create(
             "the proxy puts the values in (never give a value on a command line).",
         ),
     ] = None,
+    template: Annotated[
+        str | None, typer.Option("--template", help="NAME or NAME:VERSION: a template to start from.")
+    ] = None,
     as_json: common.JsonOpt = False,
 ) -> None:
     """Start a session; prints its id, token and WebSocket URL (and its secrets' placeholders)."""
@@ -62,7 +65,14 @@ def session_create(
     labels = dict(item.split("=", 1) for item in (label or []) if "=" in item)
     secrets = _secrets_file(secrets_file) if secrets_file is not None else None
     body = gateway_client.session_body(
-        allow, (int(width), int(height)), timeout_s, idle_timeout_s, labels, egress_mode, secrets=secrets
+        allow,
+        (int(width), int(height)),
+        timeout_s,
+        idle_timeout_s,
+        labels,
+        egress_mode,
+        secrets=secrets,
+        template=template,
     )
     with common.gateway_call() as gateway:
         session = gateway.create_session(body)

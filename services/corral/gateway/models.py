@@ -121,6 +121,8 @@ class CreateSession(BaseModel):
     recording_mb: Annotated[int, Field(ge=1)] | None = None
     # Brokered secrets: the sandbox holds placeholders, the proxy puts the values in (docs/secrets.md).
     secrets: CreateSecrets = Field(default_factory=dict)
+    # A template to start from (docs/environments.md): NAME (its newest version) or NAME:VERSION.
+    template: Annotated[str, Field(min_length=1, max_length=64)] | None = None
 
 
 class UpdateSession(BaseModel):
@@ -162,6 +164,7 @@ class SessionTerms(SessionSetup):
     expires_at: float
     idle_timeout_s: int
     from_pool: bool
+    template: str | None = None  # NAME:VERSION, as resolved at create
 
 
 class SessionOut(SessionTerms):

@@ -47,17 +47,21 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs):
         api_key: str | None = None,
         hermetic_responses: bytes | None = None,
         secrets: Mapping[str, SecretChange] | None = None,
+        template: str | None = None,
     ) -> Sandbox:
         """A new session. With ``hermetic_responses`` (a recording's ``responses.mitm``) its proxy
         answers only from those and has no route out: a hermetic replay. ``secrets``: name ->
         ``{"value": ..., "allow": [...], "in": [...]}``; the sandbox gets placeholders (:attr:`secrets`)
-        and its proxy puts the values into requests to the bound hosts."""
+        and its proxy puts the values into requests to the bound hosts. ``template``: ``NAME`` or
+        ``NAME:VERSION``, a template to start from (docs/environments.md)."""
         gateway = Gateway(url, api_key)
         info: SessionInfo | None = None
         try:
             upload = None if hermetic_responses is None else gateway.upload_responses(hermetic_responses)
             try:
-                body = session_body(allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets)
+                body = session_body(
+                    allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets, template
+                )
                 info = gateway.create_session(body)
             finally:
                 if upload is not None:  # the session keeps its own copy
@@ -164,17 +168,21 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
         api_key: str | None = None,
         hermetic_responses: bytes | None = None,
         secrets: Mapping[str, SecretChange] | None = None,
+        template: str | None = None,
     ) -> AsyncSandbox:
         """A new session. With ``hermetic_responses`` (a recording's ``responses.mitm``) its proxy
         answers only from those and has no route out: a hermetic replay. ``secrets``: name ->
         ``{"value": ..., "allow": [...], "in": [...]}``; the sandbox gets placeholders (:attr:`secrets`)
-        and its proxy puts the values into requests to the bound hosts."""
+        and its proxy puts the values into requests to the bound hosts. ``template``: ``NAME`` or
+        ``NAME:VERSION``, a template to start from (docs/environments.md)."""
         gateway = AsyncGateway(url, api_key)
         info: SessionInfo | None = None
         try:
             upload = None if hermetic_responses is None else await gateway.upload_responses(hermetic_responses)
             try:
-                body = session_body(allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets)
+                body = session_body(
+                    allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets, template
+                )
                 info = await gateway.create_session(body)
             finally:
                 if upload is not None:  # the session keeps its own copy

@@ -165,7 +165,8 @@ class FakeRuntime:
 
     def remove_image(self, reference: str) -> None:
         image = self.images.pop(reference, None)
-        if image is not None and image not in self.images.values():
+        named = any(img.id == image.id for ref, img in self.images.items() if ref != image.id) if image else True
+        if image is not None and not named:  # its last name went: the image goes (an engine's rmi)
             self.images.pop(image.id, None)
 
     def forget_images(self, images: Sequence[str], keep: str = "") -> None:

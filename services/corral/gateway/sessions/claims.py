@@ -22,7 +22,9 @@ from corral.gateway.sessions.pool import WarmPool
 from corral.gateway.sessions.records import Pair, Session, SessionRecord
 from corral.gateway.sessions.sessionrecordings import SessionRecordings
 from corral.gateway.sessions.starts import Starts
+from corral.gateway.sessions.templatepools import TemplatePools
 from corral.gateway.settings import GatewaySettings
+from corral.gateway.templates.resolver import Resolved
 from corral.gateway.threads import settle
 
 OnClaim = Callable[[str, float], None]  # (source "pool" | "cold", seconds), for the metrics
@@ -44,6 +46,10 @@ class Claims:
         self._reserved: dict[str, int] = {}  # key id -> sessions being created
         self._lock = asyncio.Lock()
 
+    @property
+    def templates(self) -> TemplatePools:
+        return self._parts.templates
+
     def reserved(self) -> int:
         """Sessions being created."""
         return sum(self._reserved.values())
@@ -51,15 +57,18 @@ class Claims:
     async def create(self, owner: str, req: CreateSession) -> tuple[Session, str]:
         secret_set = plan_create(req.secrets, list(req.allow), req.hermetic is not None)  # checked whole, first
         timeout_s, replay = self._admit(owner, req)
-        pooled = await self._reserve(owner, req)
+        # The check at start: the template's checked image, on the current base (404 or 409 before a slot is held).
+        template = await asyncio.to_thread(self._parts.templates.resolve, req.template) if req.template else None
+        image = template.image_id if template is not None else None
+        pool, pooled = await self._reserve(owner, req, template)
         started = time.monotonic()
         mode = req.egress_mode or self._settings.egress_mode
         actor = auth.OWNER_ACTOR  # the sandbox side reads it (audit records): never the key id
         try:
-            if pooled is not None and not await self._pool.hand_out(pooled, req.allow, mode, actor):
+            if pooled is not None and not await pool.hand_out(pooled, req.allow, mode, actor):
                 pooled = None
             pair = pooled or await self._starts.start(
-                "session", req.viewport, req, list(req.allow), mode, replay, actor
+                "session", req.viewport, req, list(req.allow), mode, replay, actor, image=image
             )
             await self._claim(pair, secret_set, actor)
         finally:
@@ -67,9 +76,11 @@ class Claims:
                 self._reserved[owner] -= 1
         self._on_claim("pool" if pooled else "cold", time.monotonic() - started)
         if pooled:
-            self._pool.refill()
+            pool.refill()
         token = auth.new_token()
         record = self._record(pair, owner, token, req, timeout_s, mode, pooled is not None, secret_set)
+        if template is not None:  # what was asked, with its version resolved
+            record = record.model_copy(update={"template": template.ref})
         session = Session(record, pair.sandbox)
         self._book.save(session)
         self._book.add(session)
@@ -90,8 +101,9 @@ class Claims:
             return timeout_s, None
         return timeout_s, self._parts.replays.path_for(req.hermetic, owner)  # ReplayNotFound: not this key's upload
 
-    async def _reserve(self, owner: str, req: CreateSession) -> Pair | None:
-        """A slot within the caps (429 past them), held until the create ends; and a pooled pair, if one fits."""
+    async def _reserve(self, owner: str, req: CreateSession, template: Resolved | None) -> tuple[WarmPool, Pair | None]:
+        """A slot within the caps (429 past them), held until the create ends; and a pooled pair, if one
+        fits, from the base's pool or the template's."""
         s = self._settings
         async with self._lock:
             total = len(self._book) + self.reserved()
@@ -103,7 +115,12 @@ class Claims:
             if mine >= s.max_sessions_per_key:
                 raise CapacityError(f"this API key has {mine} sessions, its limit ({s.max_sessions_per_key})")
             self._reserved[owner] = self._reserved.get(owner, 0) + 1
-            return self._pool.take(req)
+            if template is None:
+                return self._pool, self._pool.take(req)
+            pool = self._parts.templates.pool_for(template.ref)
+            if pool is None:
+                return self._pool, None
+            return pool, pool.take(req, template.image_id)
 
     def _record(
         self,
@@ -151,9 +168,10 @@ class Claims:
 @dataclass(frozen=True, slots=True)
 class ClaimParts:
     """What a claim hands the new session to: its egress's archive, its secrets' broker, its recording,
-    the hermetic replays it may answer from."""
+    the hermetic replays it may answer from, the templates it may start from (and their pools)."""
 
     egress: EgressPort
     broker: SecretBroker
     recordings: SessionRecordings
     replays: ReplayUploads
+    templates: TemplatePools

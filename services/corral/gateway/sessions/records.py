@@ -71,8 +71,9 @@ class SessionRecord(SessionTerms):
     links: dict[str, LinkRecord] = Field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        # A session without secrets or links is written as before they existed (an older gateway reads it alike).
-        unset = {name for name in ("secrets", "links") if not getattr(self, name)}
+        # Without secrets, links or a template, a session is written as before they existed (an older
+        # gateway reads it alike).
+        unset = {name for name in ("secrets", "links", "template") if not getattr(self, name)}
         return self.model_dump(mode="json", exclude=unset or None)
 
 

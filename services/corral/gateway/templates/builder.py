@@ -17,9 +17,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from corral.errors import TemplateBuildFailed, TemplateRefused
+from corral.errors import SandboxError, TemplateBuildFailed, TemplateNotFound, TemplateRefused
 from corral.gateway.templates import check
-from corral.gateway.templates.catalog import TemplateCatalog, TemplateVersion, image_reference, now
+from corral.gateway.templates.catalog import TemplateCatalog, TemplateRecord, TemplateVersion, image_reference, now
 from corral.gateway.templates.context import Context, Member, read_context, write_context
 from corral.gateway.templates.dockerfile import (
     ENV_FILE,
@@ -55,6 +55,16 @@ class BaseFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class Prepared:
+    """A build asked for, read and parsed (what is wrong with it is said before a build starts)."""
+
+    owner: str
+    name: str
+    context: Context
+    template: TemplateSpec | DockerfileTemplate
+
+
+@dataclass(frozen=True, slots=True)
 class Built:
     version: TemplateVersion
     cached: bool  # the same template, context and base gave this version back without a build
@@ -76,12 +86,18 @@ class TemplateBuilder:
             raise TemplateBuildFailed(f"the base image {self._base_image} is not built: `corral images build`")
         return base
 
-    def build(self, owner: str, name: str, upload: bytes, file: str | None, sink: Sink) -> Built:
+    def prepare(self, owner: str, name: str, upload: bytes, file: str | None) -> Prepared:
+        """The context read and the template parsed; TemplateInvalid, TemplateRefused, or
+        TemplateNotFound for a name another key built (absent to this one)."""
         check_name(name)
+        self._catalog.owned(name, owner)
         context = read_context(upload, file)
-        template = parse_template(context.template, context.template_text)
+        return Prepared(owner, name, context, parse_template(context.template, context.template_text))
+
+    def build(self, prepared: Prepared, sink: Sink) -> Built:
+        owner, name, context, template = prepared.owner, prepared.name, prepared.context, prepared.template
         with self._lock:
-            self._catalog.owned(name, owner)  # another key's name: absent to this one
+            self._catalog.owned(name, owner)  # again: another key may have built it meanwhile
             base = self.base()
             key = hashlib.sha256(f"{FORMAT}\0{base.id}\0{context.template}\0{context.digest()}".encode()).hexdigest()
             cached = self._cached(name, key)
@@ -102,6 +118,37 @@ class TemplateBuilder:
             self._catalog.add(name, owner, record)
             sink(f"built {name}:{version}")
             return Built(record, False)
+
+    def listing(self) -> list[TemplateRecord]:
+        return self._catalog.all()
+
+    def show(self, name: str) -> TemplateRecord:
+        record = self._catalog.get(check_name(name))
+        if record is None or not record.versions:
+            raise TemplateNotFound(f"no template {name}")
+        return record
+
+    def delete(self, owner: str, name: str, version: int | None) -> None:
+        """All of ``name``'s versions, or ``version``; its builder's key only (to another: absent). An image
+        a session still runs from stays with the engine until that session ends; no start finds it."""
+        with self._lock:
+            record = self._catalog.owned(check_name(name), owner)
+            if record is None or (version is not None and record.version(version) is None):
+                raise TemplateNotFound(f"no template {name}" + (f":{version}" if version is not None else ""))
+            left = self._catalog.drop(name, version)
+            gone = [v for v in record.versions if left is None or v not in left.versions]
+            for old in gone:
+                self._forget(image_reference(name, old.version))
+            if left is None:
+                self._forget(image_reference(name))
+            else:
+                self._runtime.tag_image(left.latest.image_id, image_reference(name))
+
+    def _forget(self, reference: str) -> None:
+        try:
+            self._runtime.remove_image(reference)
+        except SandboxError as exc:  # a session still runs from it: it goes with the next delete or by hand
+            log.warning("template image %s kept: %s", reference, exc)
 
     def _cached(self, name: str, key: str) -> TemplateVersion | None:
         record = self._catalog.get(name)
