@@ -67,7 +67,9 @@ def create_app(settings: GatewaySettings | None = None, runtime: SandboxRuntime 
         sandboxes = runtime if runtime is not None else await asyncio.to_thread(default_runtime, settings)
         store = SessionStore(settings.data_dir)
         state.manager = build_sessions(settings, sandboxes, store, on_claim=state.metrics.claimed)
-        state.templates = TemplateBuilder(sandboxes, TemplateCatalog(settings.data_dir), settings.image)
+        state.templates = TemplateBuilder(
+            sandboxes, TemplateCatalog(settings.data_dir), settings.image, settings.network
+        )
         state.http = httpx.AsyncClient(timeout=httpx.Timeout(660.0, connect=10.0))
         await state.manager.start()
         try:

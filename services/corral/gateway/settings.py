@@ -73,7 +73,7 @@ class GatewaySettings(BaseSettings):
         default=1, ge=0, description="Sandboxes kept started and ready for the next session (the warm pool)."
     )
     pool: dict[str, int] = Field(
-        default_factory=dict,
+        default={},
         description=(
             "Warm pools of templates, beside `CORRAL_POOL_SIZE`'s of the base: a JSON object of template names to "
             'sizes, e.g. `{"py": 2}`; each pool holds its template\'s newest version '

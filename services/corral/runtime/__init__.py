@@ -133,9 +133,16 @@ class SandboxRuntime(Protocol):
     # -- template images -------------------------------------------------------------------------------
 
     def build_image(
-        self, context: bytes, tag: str, labels: Mapping[str, str], sink: Callable[[str], None], base_id: str
+        self,
+        context: bytes,
+        tag: str,
+        labels: Mapping[str, str],
+        sink: Callable[[str], None],
+        base_id: str,
+        network: str,
     ) -> str:
-        """An image built from ``context`` (a tar with its ``Dockerfile``), tagged ``tag``; its id. Each
+        """An image built from ``context`` (a tar with its ``Dockerfile``), tagged ``tag``, its ``RUN`` steps
+        on ``network`` (the guarded network of sandboxes without egress control); its id. Each
         output line goes to ``sink``. A failure raises TemplateBuildFailed (the step and its output)
         having removed what the build made (never ``base_id``)."""
         ...

@@ -46,6 +46,7 @@ class FakeRuntime:
         self.digests: dict[str, dict[str, str]] = {}  # image id -> path -> digest (default: the base's "same")
         self.setuid: dict[str, list[str]] = {}  # image id -> its setuid files (default none)
         self.forgotten: list[str] = []
+        self.build_networks: list[str] = []
         self.files: dict[str, dict[str, bytes]] = {}  # image id -> path -> bytes (default: base_files)
         self.base_files: dict[str, bytes] = {}
 
@@ -139,8 +140,15 @@ class FakeRuntime:
     # -- template images -------------------------------------------------------------------------------
 
     def build_image(
-        self, context: bytes, tag: str, labels: Mapping[str, str], sink: Callable[[str], None], base_id: str
+        self,
+        context: bytes,
+        tag: str,
+        labels: Mapping[str, str],
+        sink: Callable[[str], None],
+        base_id: str,
+        network: str,
     ) -> str:
+        self.build_networks.append(network)
         with tarfile.open(fileobj=io.BytesIO(context)) as archive:
             handle = archive.extractfile("Dockerfile")
             assert handle is not None

@@ -75,8 +75,9 @@ def _text(data: bytes | None) -> str:
 
 
 class TemplateBuilder:
-    def __init__(self, runtime: SandboxRuntime, catalog: TemplateCatalog, base_image: str) -> None:
+    def __init__(self, runtime: SandboxRuntime, catalog: TemplateCatalog, base_image: str, network: str) -> None:
         self._runtime, self._catalog, self._base_image = runtime, catalog, base_image
+        self._network = network  # where the RUN steps run: the sandboxes' shared network (guarded, no icc)
         self._lock = threading.Lock()
         self._facts: dict[str, BaseFacts] = {}
 
@@ -184,7 +185,7 @@ class TemplateBuilder:
             }
             sink("step 2/3: environment and seed")
             finish = write_context(finish_stage(first.id), {}, {ENV_FILE: env_file(env)})
-            final_id = self._runtime.build_image(finish, final_tag, labels, sink, first.id)
+            final_id = self._runtime.build_image(finish, final_tag, labels, sink, first.id, self._network)
             sink("step 3/3: checking what the template changed")
             final = self._checked(name, base, final_id)
             self._runtime.tag_image(final.id, image_reference(name, version))
@@ -214,7 +215,7 @@ class TemplateBuilder:
             built = write_context(dockerfile, wanted, extra)
         else:
             built = write_context(dockerfile_stage(template, base.id), files)
-        image_id = self._runtime.build_image(built, tag, {}, sink, base.id)
+        image_id = self._runtime.build_image(built, tag, {}, sink, base.id, self._network)
         info = self._runtime.image_info(image_id)
         if info is None:
             raise TemplateBuildFailed("the built image vanished", step="build")

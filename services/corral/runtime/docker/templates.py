@@ -93,7 +93,9 @@ class _BuildLog:
 class TemplateImages(Engine):
     """Template images: build, inspect, tag, remove; and what the check reads of one."""
 
-    def build_image(self, context: bytes, tag: str, labels: Mapping[str, str], sink: LineSink, base_id: str) -> str:
+    def build_image(
+        self, context: bytes, tag: str, labels: Mapping[str, str], sink: LineSink, base_id: str, network: str
+    ) -> str:
         """Built from ``context`` (a tar holding ``Dockerfile``) and tagged ``tag``; its id. A build that
         fails removes the images its steps made (never ``base_id``, never one another image stands on)
         and raises :class:`TemplateBuildFailed` with the step and its output's end."""
@@ -108,6 +110,9 @@ class TemplateImages(Engine):
                 rm=True,
                 forcerm=True,
                 pull=False,
+                # A network of Corral's (guarded, inter-container traffic off), never the engine's default
+                # bridge: a template's RUN steps are its author's code.
+                network_mode=network,
                 decode=True,
             )
             for chunk in stream:

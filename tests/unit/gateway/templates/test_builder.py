@@ -48,7 +48,7 @@ def _build(builder: TemplateBuilder, upload: bytes, owner: str = "key1", name: s
 
 def test_versions_the_cache_and_the_newest_name(tmp_path: Path) -> None:
     fake = _runtime()
-    builder = TemplateBuilder(fake, TemplateCatalog(tmp_path), BASE)
+    builder = TemplateBuilder(fake, TemplateCatalog(tmp_path), BASE, "corral-sandboxes")
     upload = _upload(b"apt: [make]\nfiles: [{src: a, dest: /usr/local/share/a}]\nenv: {X: y}\n", a=b"A")
     assert _build(builder, upload) == (1, False)
     assert len(fake.builds) == 2  # the template's stage and the finishing one
@@ -79,7 +79,7 @@ def _refused_by(fake: FakeRuntime, **change: object) -> None:
 )
 def test_a_weakening_template_is_refused_and_nothing_of_it_stays(tmp_path: Path, steer: str, reason: str) -> None:
     fake = _runtime()
-    builder = TemplateBuilder(fake, TemplateCatalog(tmp_path), BASE)
+    builder = TemplateBuilder(fake, TemplateCatalog(tmp_path), BASE, "corral-sandboxes")
     made: list[str] = []
 
     def build(dockerfile: str, image: ImageInfo) -> ImageInfo:
@@ -105,10 +105,12 @@ def test_a_failed_build_says_its_step_and_keeps_nothing(tmp_path: Path) -> None:
     fake = _runtime()
 
     def fail(dockerfile: str, image: ImageInfo) -> ImageInfo:
-        raise TemplateBuildFailed("Step 2/2 : RUN ...: exit 100", step="Step 2/2 : RUN", output="E: Unable to locate package nope")
+        raise TemplateBuildFailed(
+            "Step 2/2 : RUN ...: exit 100", step="Step 2/2 : RUN", output="E: Unable to locate package nope"
+        )
 
     fake.on_build = fail
-    builder = TemplateBuilder(fake, TemplateCatalog(tmp_path), BASE)
+    builder = TemplateBuilder(fake, TemplateCatalog(tmp_path), BASE, "corral-sandboxes")
     with pytest.raises(TemplateBuildFailed) as caught:
         _build(builder, _upload(b"apt: [nope]\n"))
     assert "Unable to locate package" in caught.value.output
@@ -118,7 +120,7 @@ def test_a_failed_build_says_its_step_and_keeps_nothing(tmp_path: Path) -> None:
 def test_only_its_builder_rebuilds_or_deletes_and_any_key_uses_it(tmp_path: Path) -> None:
     fake = _runtime()
     catalog = TemplateCatalog(tmp_path)
-    builder = TemplateBuilder(fake, catalog, BASE)
+    builder = TemplateBuilder(fake, catalog, BASE, "corral-sandboxes")
     _build(builder, _upload(b"apt: [make]\n"))
     with pytest.raises(TemplateNotFound):
         builder.prepare("key2", "tools", _upload(b"apt: [gcc]\n"), None)
@@ -139,7 +141,7 @@ def test_only_its_builder_rebuilds_or_deletes_and_any_key_uses_it(tmp_path: Path
 def test_a_start_believes_the_recorded_image_on_the_current_base_only(tmp_path: Path) -> None:
     fake = _runtime()
     catalog = TemplateCatalog(tmp_path)
-    _build(TemplateBuilder(fake, catalog, BASE), _upload(b"apt: [make]\n"))
+    _build(TemplateBuilder(fake, catalog, BASE, "corral-sandboxes"), _upload(b"apt: [make]\n"))
     resolver = TemplateResolver(fake, catalog, BASE)
     assert resolver.resolve("tools:1").image_id == catalog.get("tools").latest.image_id  # type: ignore[union-attr]
     with pytest.raises(TemplateNotFound, match="tools:2"):
@@ -156,7 +158,7 @@ def test_a_dockerfile_template_is_built_on_the_base_id_and_its_env_kept(tmp_path
         return replace(image, env=(*image.env, "TOOL_HOME=/opt/tool")) if "ENV TOOL_HOME" in dockerfile else image
 
     fake.on_build = build
-    builder = TemplateBuilder(fake, TemplateCatalog(tmp_path), BASE)
+    builder = TemplateBuilder(fake, TemplateCatalog(tmp_path), BASE, "corral-sandboxes")
     upload = _upload(b"FROM corral-desktop:latest\nENV TOOL_HOME=/opt/tool\n", name="Dockerfile")
     built = builder.build(builder.prepare("key1", "df", upload, None), lambda line: None)
     assert fake.builds[0].startswith("FROM sha256:base\n") and built.version.env == {"TOOL_HOME": "/opt/tool"}

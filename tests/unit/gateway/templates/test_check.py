@@ -36,7 +36,10 @@ def test_a_new_entrypoint_user_or_healthcheck_is_refused() -> None:
 def test_the_boots_environment_is_the_bases() -> None:
     assert check.env_refusals(BASE.env, ("PATH=/evil:/usr/bin", "DISPLAY=:0")) == ["it changes the base's PATH"]
     refused = check.env_refusals(BASE.env, (*BASE.env, "LD_PRELOAD=/x.so", "PYTHONPATH=/x", "OK=1"))
-    assert refused == ["its ENV sets LD_PRELOAD, which the sandbox's boot reads", "its ENV sets PYTHONPATH, which the sandbox's boot reads"]
+    assert refused == [
+        "its ENV sets LD_PRELOAD, which the sandbox's boot reads",
+        "its ENV sets PYTHONPATH, which the sandbox's boot reads",
+    ]
 
 
 def test_a_template_on_an_older_base_is_not_on_the_current_one() -> None:
@@ -45,13 +48,18 @@ def test_a_template_on_an_older_base_is_not_on_the_current_one() -> None:
 
 
 def test_paths_and_setuid_files() -> None:
-    assert check.path_refusals({"/opt/corral": "x"}, {"/opt/corral": "y"}) == ["it changes /opt/corral, which is the base's"]
+    assert check.path_refusals({"/opt/corral": "x"}, {"/opt/corral": "y"}) == [
+        "it changes /opt/corral, which is the base's"
+    ]
     assert check.setuid_refusals(["/usr/bin/su"], ["/usr/bin/su", "/usr/local/bin/x"]) == [
         "it adds the setuid or setgid file /usr/local/bin/x"
     ]
 
 
-PASSWD = "root:x:0:0:root:/root:/bin/bash\ncorral:x:1000:1000::/home/corral:/bin/sh\nagent:x:1100:1100::/home/agent:/bin/sh\nbrowser:x:1200:1200::/tmp:/usr/sbin/nologin\n"
+PASSWD = (
+    "root:x:0:0:root:/root:/bin/bash\ncorral:x:1000:1000::/home/corral:/bin/sh\n"
+    "agent:x:1100:1100::/home/agent:/bin/sh\nbrowser:x:1200:1200::/tmp:/usr/sbin/nologin\n"
+)
 GROUP = "root:x:0:\ncorral:x:1000:\nagent:x:1100:browser\nbrowser:x:1200:\n"
 
 
@@ -61,6 +69,8 @@ def test_the_uid_split_is_kept_and_system_users_may_come() -> None:
     agent_root = PASSWD.replace("agent:x:1100:1100", "agent:x:0:0")
     assert check.users_refusals(PASSWD, agent_root, GROUP, GROUP) == ["it changes the user agent"]
     twin = PASSWD + "twin:x:1000:1000::/:/bin/sh\n"
-    assert check.users_refusals(PASSWD, twin, GROUP, GROUP) == ["its new user twin takes the number 1000 of one of the base's"]
+    assert check.users_refusals(PASSWD, twin, GROUP, GROUP) == [
+        "its new user twin takes the number 1000 of one of the base's"
+    ]
     out_of_group = GROUP.replace("agent:x:1100:browser", "agent:x:1100:browser,mallory")
     assert check.users_refusals(PASSWD, PASSWD, GROUP, out_of_group) == ["it changes the group agent"]

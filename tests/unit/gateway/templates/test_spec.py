@@ -90,7 +90,7 @@ def test_a_dockerfile_on_the_base_is_taken_with_its_body() -> None:
         (b"FROM corral-desktop:latest\nFROM debian AS x\n", False, "one FROM"),
         (b'FROM corral-desktop:latest\nENTRYPOINT ["sh"]\n', True, "ENTRYPOINT"),
         (b"FROM corral-desktop:latest\nRUN true\nuser agent\n", True, "USER"),
-        (b"FROM corral-desktop:latest\nRUN true \\\n  && true\nCMD \\\n  [\"x\"]\n", True, "line 4: CMD"),
+        (b'FROM corral-desktop:latest\nRUN true \\\n  && true\nCMD \\\n  ["x"]\n', True, "line 4: CMD"),
         (b"FROM corral-desktop:latest\nHEALTHCHECK NONE\n", True, "HEALTHCHECK"),
     ],
 )
