@@ -10,6 +10,7 @@ import hashlib
 import io
 import logging
 import re
+import secrets
 import tarfile
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -27,6 +28,13 @@ OUTPUT_LINES = 40  # of a failed step's output, kept for its error
 MAX_DIGEST_BYTES = 2 << 30  # read of one path through the archive API, at most
 CHECK_TIMEOUT_S = 120
 MAX_CHECK_OUTPUT = 1 << 20
+CHECK_LABELS = {"corral.role": "check"}
+
+
+def _check_name() -> str:
+    return f"corral-template-check-{secrets.token_hex(4)}"
+
+
 _STEP = re.compile(r"^Step \d+/\d+ : ")
 _MADE = re.compile(r"^ ---> ([0-9a-f]{12,64})$")
 ABSENT = "absent"
@@ -157,7 +165,12 @@ class TemplateImages(Engine):
         except docker.errors.ImageNotFound:
             pass
         except docker.errors.APIError as exc:
-            raise SandboxError(f"cannot remove image {reference}: {exc.explanation or exc}") from None
+            if exc.status_code != 409 or "running container" not in str(exc.explanation or ""):
+                raise SandboxError(f"cannot remove image {reference}: {exc.explanation or exc}") from None
+            # A sandbox still runs from it: the name goes now (forced, the engine only untags an image
+            # a running container uses), the image once that container is removed.
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                self.client.images.remove(reference, force=True, noprune=False)
 
     def path_digests(self, image: str, paths: Sequence[str]) -> dict[str, str]:
         """Each path's digest (every entry's name, type, mode, owner, link and content, in the archive's
@@ -168,7 +181,8 @@ class TemplateImages(Engine):
             entrypoint=["/nonexistent"],
             network_mode="none",
             log_config=LOG_CONFIG,
-            labels={"corral.role": "check"},
+            labels=CHECK_LABELS,
+            name=_check_name(),
         )
         try:
             return {path: self._digest(container.id, path) for path in paths}
@@ -189,7 +203,8 @@ class TemplateImages(Engine):
             entrypoint=["/nonexistent"],
             network_mode="none",
             log_config=LOG_CONFIG,
-            labels={"corral.role": "check"},
+            labels=CHECK_LABELS,
+            name=_check_name(),
         )
         try:
             return {path: self._read(container.id, path, limit) for path in paths}
@@ -220,7 +235,8 @@ class TemplateImages(Engine):
             security_opt=["no-new-privileges"],
             read_only=True,
             log_config=LOG_CONFIG,
-            labels={"corral.role": "check"},
+            labels=CHECK_LABELS,
+            name=_check_name(),
         )
         try:
             container.start()
