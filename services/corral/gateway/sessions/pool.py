@@ -9,6 +9,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+from corral.errors import TemplateInvalid, TemplateNotFound, TemplateStale
 from corral.gateway.models import CreateSession, Viewport
 from corral.gateway.sessions.controllers import Controllers
 from corral.gateway.sessions.egressport import EgressPort
@@ -92,11 +93,19 @@ class WarmPool:
         while True:
             await self._refill.wait()
             self._refill.clear()
+            try:
+                image = await asyncio.to_thread(self._image_of)
+            except (TemplateNotFound, TemplateStale, TemplateInvalid) as exc:
+                # A template named in CORRAL_POOL not built yet, deleted, or built on an older base: its
+                # pool empties and waits for its next build (which refills it) rather than retry.
+                log.warning("a template's pool stays empty: %s", exc)
+                await self._drop(list(self._pairs), "is of no template now")
+                continue
+            # A new version (or a rebuilt base): the pairs of the image before go first.
+            await self._drop([p for p in self._pairs if self._images.get(p.session_id) != image], "is stale")
             while len(self._pairs) + self.starting < self._size:
                 self.starting += 1
                 try:
-                    image = await asyncio.to_thread(self._image_of)
-                    await self._drop([p for p in self._pairs if self._images.get(p.session_id) != image], "is stale")
                     pair = await self._starts.start("pool", Viewport(), None, [], self._mode, image=image)
                     self._images[pair.session_id] = image
                     self._pairs.append(pair)
