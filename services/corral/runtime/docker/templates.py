@@ -234,6 +234,7 @@ class TemplateImages(Engine):
             cap_add=["DAC_READ_SEARCH"],
             security_opt=["no-new-privileges"],
             read_only=True,
+            healthcheck={"test": ["NONE"]},  # the image's would poll a controller that is not there
             log_config=LOG_CONFIG,
             labels=CHECK_LABELS,
             name=_check_name(),
