@@ -262,7 +262,9 @@ def seed_agent_dirs(users: Users, seed: Path = SEED_DIR) -> None:
         source = seed / target.lstrip("/")
         if not source.is_dir():
             continue
-        argv = ["cp", "-R", "--no-dereference", "--preserve=mode,timestamps,links", f"{source}/.", f"{target}/"]
+        # --no-clobber: a file already there (a workspace volume's) is the owner's, never the template's to replace.
+        argv = ["cp", "-R", "--no-clobber", "--no-dereference", "--preserve=mode,timestamps,links"]
+        argv += [f"{source}/.", f"{target}/"]
         try:
             done = subprocess.run(
                 argv,

@@ -195,5 +195,8 @@ def test_a_templates_seed_is_copied_as_the_agent_and_the_base_has_none(
     (tmp_path / "seed" / "workspace").mkdir(parents=True)
     boot.seed_agent_dirs(users, tmp_path / "seed")
     ((argv, options),) = ran
-    assert argv[:3] == ["cp", "-R", "--no-dereference"] and argv[-2:] == [f"{tmp_path}/seed/workspace/.", "/workspace/"]
+    assert argv[:4] == ["cp", "-R", "--no-clobber", "--no-dereference"] and argv[-2:] == [
+        f"{tmp_path}/seed/workspace/.",
+        "/workspace/",
+    ]
     assert (options["user"], options["group"], options["extra_groups"]) == (1100, 1100, [])  # never root
