@@ -17,7 +17,7 @@ from corral.images import platform_tags
 
 IMAGE_PYTHON = "3.11"  # the desktop image's (bookworm)
 FETCH_TIMEOUT_S = 600
-MAX_FETCHED_BYTES = 1 << 30
+MAX_FETCHED_BYTES = 256 << 20  # the engine's context is assembled in the gateway's memory
 OUTPUT_TAIL = 3000
 
 Sink = Callable[[str], None]
