@@ -165,10 +165,10 @@ class TemplateImages(Engine):
         except docker.errors.ImageNotFound:
             pass
         except docker.errors.APIError as exc:
-            if exc.status_code != 409 or "running container" not in str(exc.explanation or ""):
+            if exc.status_code != 409:
                 raise SandboxError(f"cannot remove image {reference}: {exc.explanation or exc}") from None
-            # A sandbox still runs from it: the name goes now (forced, the engine only untags an image
-            # a running container uses), the image once that container is removed.
+            # A sandbox still runs from it ("container ... is using its referenced image"): the name goes
+            # now (forced: the engine only untags an image a running container uses), the image stays.
             with contextlib.suppress(docker.errors.ImageNotFound):
                 self.client.images.remove(reference, force=True, noprune=False)
 
