@@ -47,6 +47,8 @@ def gw(
             for template in gateway.templates():
                 if template.mine:
                     gateway.delete_template(template.name)
+        # Deleted while its pool's sandbox still ran from it: its names went all the same.
+        assert _leftovers(runtime, NAME) == []
 
 
 def _context(tmp: Path) -> Path:
