@@ -267,6 +267,10 @@ MAX_BUILD_LINE = 1 << 20  # a line of a build's answer, at most (the gateway cut
 Progress = Callable[[str], None]
 
 
+def ignore_progress(line: str) -> None:
+    """A build's progress, not wanted."""
+
+
 def _quoted(name: str) -> str:
     return urllib.parse.quote(name, safe="")
 
@@ -456,7 +460,7 @@ class Gateway:
         self.send(calls.delete_template(name, version))
 
     def build_template(
-        self, name: str, context: bytes, file: str | None = None, progress: Progress = lambda line: None
+        self, name: str, context: bytes, file: str | None = None, progress: Progress = ignore_progress
     ) -> BuiltTemplate:
         """Build template ``name`` from ``context`` (a tar: :func:`corral.templatecontext.pack`), each
         progress line to ``progress``; the version made (or given back from the cache)."""
@@ -594,7 +598,7 @@ class AsyncGateway:
         await self.send(calls.delete_template(name, version))
 
     async def build_template(
-        self, name: str, context: bytes, file: str | None = None, progress: Progress = lambda line: None
+        self, name: str, context: bytes, file: str | None = None, progress: Progress = ignore_progress
     ) -> BuiltTemplate:
         """As :meth:`Gateway.build_template`, awaited."""
         headers = {"content-type": "application/x-tar"}
