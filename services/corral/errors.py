@@ -102,6 +102,12 @@ class ErrorCode(StrEnum):
     VOLUME_IN_USE = "volume_in_use"
     VOLUME_EXISTS = "volume_exists"
     TOO_MANY_VOLUMES = "too_many_volumes"
+    # Templates (corral.gateway.templates): a file that is no template, a build that failed at a step,
+    # a template that would weaken the sandbox, one built on an older base.
+    TEMPLATE_INVALID = "template_invalid"
+    TEMPLATE_BUILD_FAILED = "template_build_failed"
+    TEMPLATE_REFUSED = "template_refused"
+    TEMPLATE_STALE = "template_stale"
     # Reading a recording bundle (corral replay, corral export).
     BUNDLE_UNREADABLE = "bundle_unreadable"
 
@@ -410,6 +416,13 @@ class SessionNotFound(NotFound):
     """No live session by that id (ended, timed out, deleted, or never made)."""
 
 
+class TemplateNotFound(NotFound):
+    """No template (or no such version of it) by that name: the ``template`` a session names, or one
+    another key built (rebuilding or deleting it is its builder's alone)."""
+
+    field: str | None = "template"
+
+
 class ReplayNotFound(NotFound):
     """No such upload of recorded responses for this API key: the ``hermetic`` a session names."""
 
@@ -509,6 +522,31 @@ class EgressUnavailable(SandboxError, code=ErrorCode.EGRESS_UNAVAILABLE):
 
 class ImageBuildError(SandboxError, code=ErrorCode.IMAGE_BUILD_FAILED):
     """Building an image (or its Debian base) failed."""
+
+
+class TemplateInvalid(CodedError, code=ErrorCode.TEMPLATE_INVALID):
+    """A template's build context or file that cannot be read as one (the field or line to blame)."""
+
+
+class TemplateBuildFailed(CodedError, code=ErrorCode.TEMPLATE_BUILD_FAILED):
+    """A template's build failed at a step: the step and the end of its output; nothing of it was kept."""
+
+    def __init__(self, message: str, step: str = "", output: str = "") -> None:
+        super().__init__(message)
+        self.step, self.output = step, output
+
+
+class TemplateRefused(CodedError, code=ErrorCode.TEMPLATE_REFUSED):
+    """A template that would weaken the sandbox (its boot, its controller, its users, a setuid binary,
+    its entrypoint): refused with the reason, at build or at start."""
+
+    field: str | None = "template"
+
+
+class TemplateStale(CodedError, code=ErrorCode.TEMPLATE_STALE):
+    """A template built on a base image that is no longer the gateway's: rebuild it."""
+
+    field: str | None = "template"
 
 
 # -- a session's files through the gateway (the controller's refusal, by its code) -----------------------

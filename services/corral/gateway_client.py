@@ -21,7 +21,16 @@ from typing import IO, Any, Generic, Self, TypeVar
 import httpx
 
 from corral.errors import CorralError, GatewayError
-from corral.gateway_models import SecretChange, SessionBody, SessionInfo, TrafficRecord, UploadedFile, VolumeInfo
+from corral.gateway_models import (
+    BuiltTemplate,
+    SecretChange,
+    SessionBody,
+    SessionInfo,
+    TemplateInfo,
+    TrafficRecord,
+    UploadedFile,
+    VolumeInfo,
+)
 
 T = TypeVar("T")
 
@@ -147,6 +156,7 @@ def session_body(
     secrets: Mapping[str, SecretChange] | None = None,
     env: Mapping[str, str] | None = None,
     volume: str | None = None,
+    template: str | None = None,
 ) -> SessionBody:
     """The body of ``POST /v1/sessions``: what was given, nothing else (the gateway has the defaults).
     ``secrets``: name -> ``{"value", "allow", "in"?}`` (docs/gateway.md); ``env``: name -> value, in
@@ -160,6 +170,8 @@ def session_body(
         body["egress_mode"] = egress_mode
     if hermetic is not None:
         body["hermetic"] = hermetic
+    if template is not None:
+        body["template"] = template
     if viewport is not None:
         body["viewport"] = {"width": viewport[0], "height": viewport[1]}
     if timeout_s is not None:
@@ -272,6 +284,63 @@ class calls:  # a namespace of pure builders, read as calls.create_session(...)
     @staticmethod
     def delete_volume(name: str) -> Call[None]:
         return Call("DELETE", f"/v1/volumes/{urllib.parse.quote(name, safe='')}", _nothing)
+
+    @staticmethod
+    def templates() -> Call[list[TemplateInfo]]:
+        return Call("GET", "/v1/templates", lambda r: [TemplateInfo.model_validate(t) for t in _json(r)])
+
+    @staticmethod
+    def template(name: str) -> Call[TemplateInfo]:
+        return Call("GET", f"/v1/templates/{_quoted(name)}", lambda r: TemplateInfo.model_validate(_json(r)))
+
+    @staticmethod
+    def delete_template(name: str, version: int | None = None) -> Call[None]:
+        params = {"version": str(version)} if version is not None else None
+        return Call("DELETE", f"/v1/templates/{_quoted(name)}", _nothing, params=params)
+
+
+# -- templates: a build's context sent, its NDJSON progress read to its last line --------------------------
+
+MAX_BUILD_LINE = 1 << 20  # a line of a build's answer, at most (the gateway cuts its own far shorter)
+Progress = Callable[[str], None]
+
+
+def ignore_progress(line: str) -> None:
+    """A build's progress, not wanted."""
+
+
+def _quoted(name: str) -> str:
+    return urllib.parse.quote(name, safe="")
+
+
+def build_params(name: str, file: str | None) -> dict[str, str]:
+    return {"name": name, **({"file": file} if file is not None else {})}
+
+
+def build_line(line: bytes, progress: Progress) -> BuiltTemplate | None:
+    """One line of a build's answer: progress (handed on), the template (the end), or the error (raised)."""
+    if len(line) > MAX_BUILD_LINE:
+        raise GatewayError(502, {"error": {"code": "http_error", "message": "a build's answer line is too long"}})
+    item = json.loads(line)
+    if "progress" in item:
+        progress(str(item["progress"]))
+        return None
+    if "template" in item:
+        return BuiltTemplate.model_validate(item["template"])
+    error = dict(item.get("error") or {"code": "http_error", "message": "the build's answer ended unread"})
+    if error.get("step") or error.get("output"):
+        error["message"] = f"{error.get('message')}\n--- {error.get('step')} ---\n{error.get('output', '')}"
+    return _raise(error)
+
+
+def _raise(error: dict[str, Any]) -> BuiltTemplate:
+    raise GatewayError(422, {"error": error})
+
+
+def _ended(built: BuiltTemplate | None) -> BuiltTemplate:
+    if built is None:
+        raise GatewayError(502, {"error": {"code": "http_error", "message": "the build's answer ended early"}})
+    return built
 
 
 # -- a session's files: streamed from and to local files, never held whole -------------------------------
@@ -436,6 +505,35 @@ class Gateway:
         """Deleted with what it holds; GatewayError 409 ``volume_in_use`` while a session holds it."""
         self.send(calls.delete_volume(name))
 
+    def templates(self) -> list[TemplateInfo]:
+        return self.send(calls.templates())
+
+    def template(self, name: str) -> TemplateInfo:
+        return self.send(calls.template(name))
+
+    def delete_template(self, name: str, version: int | None = None) -> None:
+        self.send(calls.delete_template(name, version))
+
+    def build_template(
+        self, name: str, context: bytes, file: str | None = None, progress: Progress = ignore_progress
+    ) -> BuiltTemplate:
+        """Build template ``name`` from ``context`` (a tar: :func:`corral.templatecontext.pack`), each
+        progress line to ``progress``; the version made (or given back from the cache)."""
+        headers = {"content-type": "application/x-tar"}
+        params = build_params(name, file)
+        timeout = httpx.Timeout(TIMEOUT_S, read=None)  # a build is as long as its packages take
+        with self._http.stream(
+            "POST", "/v1/templates", content=context, params=params, headers=headers, timeout=timeout
+        ) as response:
+            if response.status_code >= 400:
+                response.read()
+                _checked(response)
+            built: BuiltTemplate | None = None
+            for line in response.iter_lines():
+                if line.strip():
+                    built = build_line(line.encode(), progress) or built
+        return _ended(built)
+
     def upload_file(
         self, session_id: str, remote: str, local: str | Path, *, make_dirs: bool = False, mode: str | None = None
     ) -> UploadedFile:
@@ -559,6 +657,34 @@ class AsyncGateway:
 
     async def delete_volume(self, name: str) -> None:
         await self.send(calls.delete_volume(name))
+
+    async def templates(self) -> list[TemplateInfo]:
+        return await self.send(calls.templates())
+
+    async def template(self, name: str) -> TemplateInfo:
+        return await self.send(calls.template(name))
+
+    async def delete_template(self, name: str, version: int | None = None) -> None:
+        await self.send(calls.delete_template(name, version))
+
+    async def build_template(
+        self, name: str, context: bytes, file: str | None = None, progress: Progress = ignore_progress
+    ) -> BuiltTemplate:
+        """As :meth:`Gateway.build_template`, awaited."""
+        headers = {"content-type": "application/x-tar"}
+        params = build_params(name, file)
+        timeout = httpx.Timeout(TIMEOUT_S, read=None)
+        async with self._http.stream(
+            "POST", "/v1/templates", content=context, params=params, headers=headers, timeout=timeout
+        ) as response:
+            if response.status_code >= 400:
+                await response.aread()
+                _checked(response)
+            built: BuiltTemplate | None = None
+            async for line in response.aiter_lines():
+                if line.strip():
+                    built = build_line(line.encode(), progress) or built
+        return _ended(built)
 
     async def upload_file(
         self, session_id: str, remote: str, local: str | Path, *, make_dirs: bool = False, mode: str | None = None

@@ -50,6 +50,7 @@ class SessionInfo(_Answer):
     secrets: dict[str, str] = Field(default_factory=dict)  # name -> placeholder (never a value)
     env: list[str] = Field(default_factory=list)  # its environment variables' names (never their values)
     volume: str | None = None  # the workspace volume it holds
+    template: str | None = None  # NAME:VERSION it started from
     token: str | None = None
 
     def shown(self) -> dict[str, object]:
@@ -127,12 +128,43 @@ class SessionBody(TypedDict, total=False):
     idle_timeout_s: int
     env: dict[str, str]
     volume: str
+    template: str
+
+
+class TemplateVersionInfo(_Answer):
+    """One version of a template (``GET /v1/templates/{name}``'s ``versions``)."""
+
+    version: int
+    image: str
+    image_id: str = ""
+    created_at: float = 0.0
+    size: int = 0
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class TemplateInfo(_Answer):
+    """A template: every key may start sessions from it; ``mine``: this key built it (rebuilds, deletes)."""
+
+    name: str
+    latest: int
+    mine: bool = False
+    versions: list[TemplateVersionInfo] = Field(default_factory=list)
+
+
+class BuiltTemplate(TemplateVersionInfo):
+    """A build's last line: the version it made, or gave back from the cache (``cached``)."""
+
+    name: str
+    cached: bool = False
 
 
 __all__ = [
+    "BuiltTemplate",
     "SecretChange",
     "SessionBody",
     "SessionInfo",
+    "TemplateInfo",
+    "TemplateVersionInfo",
     "TrafficRecord",
     "UploadedFile",
     "ViewportSize",

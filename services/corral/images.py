@@ -139,7 +139,8 @@ def ensure_base_image(runtime: DockerRuntime, log: Log, suite: str = DEBIAN_SUIT
     return debootstrap_base(runtime, log, suite=suite)
 
 
-def _platform_tags(arch: str) -> list[str]:
+def platform_tags(arch: str) -> list[str]:
+    """pip's platform tags of a Linux image of ``arch`` (the newest manylinux first)."""
     machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
     return [f"manylinux_2_{minor}_{machine}" for minor in (36, 34, 28, 27, 24, 17)] + [
         f"manylinux2014_{machine}",
@@ -168,7 +169,7 @@ def build_wheelhouse(root: Path, arch: str, log: Log, image_dir: str = "images/d
         "--implementation",
         "cp",
     ]
-    for tag in _platform_tags(arch):
+    for tag in platform_tags(arch):
         cmd += ["--platform", tag]
     log(f"downloading {image_dir}'s wheels on the host (Python {python})")
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)

@@ -13,6 +13,7 @@ from corral.cli.audit import audit_app
 from corral.cli.images import images_app
 from corral.cli.recordings import export_app, recording_app
 from corral.cli.sessions import session_app
+from corral.cli.templates import template_app
 from corral.cli.volumes import volume_app
 
 app = typer.Typer(
@@ -33,6 +34,7 @@ app.command()(recordings.replay)
 app.add_typer(images_app, name="images")
 app.add_typer(session_app, name="session")
 app.add_typer(volume_app, name="volume")
+app.add_typer(template_app, name="template")
 app.add_typer(audit_app, name="audit")
 app.add_typer(recording_app, name="recording")
 app.add_typer(export_app, name="export")

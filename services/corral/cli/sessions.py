@@ -63,6 +63,9 @@ def session_create(
     volume: Annotated[
         str | None, typer.Option("--volume", help="A workspace volume (`corral volume create`) at /workspace.")
     ] = None,
+    template: Annotated[
+        str | None, typer.Option("--template", help="NAME or NAME:VERSION: a template to start from.")
+    ] = None,
     as_json: common.JsonOpt = False,
 ) -> None:
     """Start a session; prints its id, token and WebSocket URL (and its secrets' placeholders)."""
@@ -81,6 +84,7 @@ def session_create(
         secrets=secrets,
         env=env_pairs(env or []),
         volume=volume,
+        template=template,
     )
     with common.gateway_call() as gateway:
         session = gateway.create_session(body)

@@ -40,8 +40,12 @@ from corral.gateway.sessions.reaper import Archives, EgressWatch, Reaper, Round
 from corral.gateway.sessions.recovery import Recovery
 from corral.gateway.sessions.sessionrecordings import SessionRecordings
 from corral.gateway.sessions.starts import PairStarts, SandboxStarts, Specs, Starts
+from corral.gateway.sessions.templatepools import TemplatePools
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
+from corral.gateway.templates.builder import TemplateBuilder
+from corral.gateway.templates.catalog import TemplateCatalog
+from corral.gateway.templates.resolver import TemplateResolver
 from corral.gateway.tickets import TicketSigner
 from corral.gateway.vitals import ControllerWatch
 from corral.gateway.volumes import VolumeLimits, Volumes
@@ -66,11 +70,17 @@ def create_app(settings: GatewaySettings | None = None, runtime: SandboxRuntime 
         sandboxes = runtime if runtime is not None else await asyncio.to_thread(default_runtime, settings)
         store = SessionStore(settings.data_dir)
         state.manager = build_sessions(settings, sandboxes, store, on_claim=state.metrics.claimed)
+        state.templates = TemplateBuilder(
+            sandboxes, TemplateCatalog(settings.data_dir), settings.image, settings.network
+        )
         state.http = httpx.AsyncClient(timeout=httpx.Timeout(660.0, connect=10.0))
         await state.manager.start()
         try:
             yield
         finally:
+            for build in list(state.template_builds):  # its thread ends the build; its answer has no reader
+                build.cancel()
+            await asyncio.gather(*state.template_builds, return_exceptions=True)
             await state.manager.stop()
             await state.http.aclose()
 
@@ -78,6 +88,7 @@ def create_app(settings: GatewaySettings | None = None, runtime: SandboxRuntime 
     app.state.settings = settings
     app.state.cdp_tickets = TicketSigner(settings.data_dir)  # its key is made on first use
     app.state.live_auth_slots = AuthSlots()
+    app.state.template_builds = set()  # the builds' tasks (POST /v1/templates), kept
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
@@ -121,8 +132,20 @@ def build_sessions(
         )
     envs = SessionEnvs(book, controllers)
     reaper.add_rounds(Round("env watchdog", envs.check))
+    resolver = TemplateResolver(runtime, TemplateCatalog(settings.data_dir), settings.image)
+
+    def template_pool(image_of: Callable[[], str], size: int) -> WarmPool:
+        return WarmPool(size, settings.egress_mode, starts, port, controllers, image_of)
+
+    templates = TemplatePools(resolver, settings.pool, template_pool)
     claim_parts = ClaimParts(
-        egress=port, broker=broker, recordings=recordings, replays=replays, envs=envs, volumes=volumes
+        egress=port,
+        broker=broker,
+        recordings=recordings,
+        replays=replays,
+        envs=envs,
+        volumes=volumes,
+        templates=templates,
     )
     claims = Claims(settings, book, pool, starts, claim_parts, on_claim)
     recovery = Recovery(book, runtime, specs, starts, port, recordings, volumes)

@@ -192,6 +192,8 @@ class CreateSession(BaseModel):
     env: EnvVars = Field(default_factory=dict)
     # A workspace volume of this key's (POST /v1/volumes), mounted at /workspace for this session alone.
     volume: VolumeName | None = None
+    # A template to start from (docs/environments.md): NAME (its newest version) or NAME:VERSION.
+    template: Annotated[str, Field(min_length=1, max_length=64)] | None = None
 
 
 class UpdateSession(BaseModel):
@@ -255,6 +257,7 @@ class SessionTerms(SessionSetup):
     # The names of its environment variables (``env`` at create); their values are never shown.
     env: list[str] = Field(default_factory=list)
     volume: str | None = None  # the workspace volume it holds (docs/environments.md)
+    template: str | None = None  # NAME:VERSION, as resolved at create
 
 
 class SessionOut(SessionTerms):

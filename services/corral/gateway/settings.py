@@ -72,6 +72,17 @@ class GatewaySettings(BaseSettings):
     pool_size: int = Field(
         default=1, ge=0, description="Sandboxes kept started and ready for the next session (the warm pool)."
     )
+    pool: dict[str, int] = Field(
+        default={},
+        description=(
+            "Warm pools of templates, beside `CORRAL_POOL_SIZE`'s of the base: a JSON object of template names to "
+            'sizes, e.g. `{"py": 2}`; each pool holds its template\'s newest version '
+            "([environments.md](environments.md))."
+        ),
+    )
+    template_context_max_mb: int = Field(
+        default=64, ge=1, le=1024, description="A template's build context (`POST /v1/templates`), at most."
+    )
     ground_pool_size: int = Field(
         default=2,
         ge=0,

@@ -135,12 +135,22 @@ class CorralTools(ScreenTools):
             str | None,
             Field(description="A workspace volume of the key's, mounted at /workspace: files kept across sessions."),
         ] = None,
+        template: Annotated[
+            str | None,
+            Field(description="A template to start from (NAME or NAME:VERSION): the desktop plus its packages."),
+        ] = None,
     ) -> CallToolResult:
         """Start a new sandbox session: a desktop with Chromium, a shell and a /workspace, reaching only
         the allowed hosts. Needs an API key. Answers the session (its id is what every other tool takes)."""
         viewport = (viewport_width, viewport_height) if viewport_width and viewport_height else None
         body = session_body(
-            allow=allow, viewport=viewport, timeout_s=timeout_s, labels={"via": "mcp"}, env=env, volume=volume
+            allow=allow,
+            viewport=viewport,
+            timeout_s=timeout_s,
+            labels={"via": "mcp"},
+            env=env,
+            volume=volume,
+            template=template,
         )
 
         async def work(gateway: AsyncGateway) -> CallToolResult:

@@ -6,7 +6,7 @@ talks to Docker. docs/kubernetes.md maps every operation onto Kubernetes objects
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -15,6 +15,7 @@ from corral.runtime.types import (
     ALIVE_STATES,
     SESSION_LABEL,
     ExitInfo,
+    ImageInfo,
     ProxyAddress,
     ProxySpec,
     SandboxAddress,
@@ -31,6 +32,7 @@ __all__ = [
     "DRIVERS",
     "SESSION_LABEL",
     "ExitInfo",
+    "ImageInfo",
     "ProxyAddress",
     "ProxySpec",
     "SandboxAddress",
@@ -158,6 +160,51 @@ class SandboxRuntime(Protocol):
 
     def attached_volumes(self, images: Path) -> list[VolumeMount]:
         """Every attached image under ``images`` (a restarted gateway's look for what nobody holds)."""
+        ...
+
+    # -- template images -------------------------------------------------------------------------------
+
+    def build_image(
+        self,
+        context: bytes,
+        tag: str,
+        labels: Mapping[str, str],
+        sink: Callable[[str], None],
+        base_id: str,
+        network: str,
+    ) -> str:
+        """An image built from ``context`` (a tar with its ``Dockerfile``), tagged ``tag``, its ``RUN`` steps
+        on ``network`` (the guarded network of sandboxes without egress control); its id. Each
+        output line goes to ``sink``. A failure raises TemplateBuildFailed (the step and its output)
+        having removed what the build made (never ``base_id``)."""
+        ...
+
+    def image_info(self, name: str) -> ImageInfo | None:
+        """The image ``name`` (a reference or an id) as the engine has it; None if there is none."""
+        ...
+
+    def tag_image(self, image_id: str, reference: str) -> None:
+        """Name the image ``image_id`` ``reference`` (``repository:tag``) too."""
+        ...
+
+    def remove_image(self, reference: str) -> None:
+        """Drop the name ``reference``, and its image once nothing names it or stands on it; nothing if absent."""
+        ...
+
+    def forget_images(self, images: Sequence[str], keep: str = "") -> None:
+        """Remove images no name and no other image holds (a failed or refused build's), newest last."""
+        ...
+
+    def path_digests(self, image: str, paths: Sequence[str]) -> dict[str, str]:
+        """Each path's digest in ``image`` (entries, modes, owners, contents), read without running it."""
+        ...
+
+    def read_files(self, image: str, paths: Sequence[str], limit: int) -> dict[str, bytes | None]:
+        """Each file's first ``limit`` bytes in ``image`` (None: no such regular file), read without running it."""
+        ...
+
+    def setuid_files(self, image: str) -> list[str]:
+        """The setuid and setgid files of ``image``."""
         ...
 
 

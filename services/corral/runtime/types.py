@@ -147,3 +147,28 @@ class VolumeUsage:
     total_bytes: int
     used_inodes: int
     total_inodes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ImageInfo:
+    """An image as the engine describes it: its id, its layers (by content, oldest first) and what
+    its configuration says of how a container starts (what a template may not change)."""
+
+    id: str
+    layers: tuple[str, ...]
+    entrypoint: tuple[str, ...] | None
+    cmd: tuple[str, ...] | None
+    user: str
+    healthcheck: tuple[str, ...] | None
+    env: tuple[str, ...]
+    volumes: tuple[str, ...]
+    labels: Mapping[str, str]
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class BuildStep:
+    """Where a build failed: the step (its Dockerfile line) and the end of its output."""
+
+    step: str
+    output: str

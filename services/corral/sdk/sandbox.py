@@ -49,13 +49,15 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs):
         secrets: Mapping[str, SecretChange] | None = None,
         env: Mapping[str, str] | None = None,
         volume: str | None = None,
+        template: str | None = None,
     ) -> Sandbox:
         """A new session. With ``hermetic_responses`` (a recording's ``responses.mitm``) its proxy
         answers only from those and has no route out: a hermetic replay. ``secrets``: name ->
         ``{"value": ..., "allow": [...], "in": [...]}``; the sandbox gets placeholders (:attr:`secrets`)
         and its proxy puts the values into requests to the bound hosts. ``env``: name -> value, in every
         command's environment (the agent reads them: never a secret's value). ``volume``: a workspace
-        volume of this key's (``Gateway.create_volume``), mounted at /workspace for this session alone."""
+        volume of this key's (``Gateway.create_volume``), mounted at /workspace for this session alone.
+        ``template``: ``NAME`` or ``NAME:VERSION``, a template to start from (docs/environments.md)."""
         gateway = Gateway(url, api_key)
         info: SessionInfo | None = None
         try:
@@ -72,6 +74,7 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs):
                     secrets,
                     env=env,
                     volume=volume,
+                    template=template,
                 )
                 info = gateway.create_session(body)
             finally:
@@ -189,13 +192,15 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
         secrets: Mapping[str, SecretChange] | None = None,
         env: Mapping[str, str] | None = None,
         volume: str | None = None,
+        template: str | None = None,
     ) -> AsyncSandbox:
         """A new session. With ``hermetic_responses`` (a recording's ``responses.mitm``) its proxy
         answers only from those and has no route out: a hermetic replay. ``secrets``: name ->
         ``{"value": ..., "allow": [...], "in": [...]}``; the sandbox gets placeholders (:attr:`secrets`)
         and its proxy puts the values into requests to the bound hosts. ``env``: name -> value, in every
         command's environment (the agent reads them: never a secret's value). ``volume``: a workspace
-        volume of this key's (``Gateway.create_volume``), mounted at /workspace for this session alone."""
+        volume of this key's (``Gateway.create_volume``), mounted at /workspace for this session alone.
+        ``template``: ``NAME`` or ``NAME:VERSION``, a template to start from (docs/environments.md)."""
         gateway = AsyncGateway(url, api_key)
         info: SessionInfo | None = None
         try:
@@ -212,6 +217,7 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
                     secrets,
                     env=env,
                     volume=volume,
+                    template=template,
                 )
                 info = await gateway.create_session(body)
             finally:

@@ -4,12 +4,16 @@ The gateway's unit tests run their sessions on it; what they steer or inspect is
 
 from __future__ import annotations
 
+import io
 import ipaddress
-from collections.abc import Mapping
+import tarfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from corral.runtime import (
     ExitInfo,
+    ImageInfo,
     ProxyAddress,
     ProxySpec,
     SandboxAddress,
@@ -41,6 +45,17 @@ class FakeRuntime:
         self.used: dict[Path, int] = {}  # image -> bytes a test says are used
         self.specs: list[SandboxSpec] = []  # every spec started, in order
         self._n = 0
+        # Images by reference and by id; a build "runs" the Dockerfile's lines through ``on_build``
+        # (a test's: it may raise TemplateBuildFailed, or change the image the build makes).
+        self.images: dict[str, ImageInfo] = {}
+        self.builds: list[str] = []  # each build's Dockerfile, in order
+        self.on_build: Callable[[str, ImageInfo], ImageInfo] = lambda dockerfile, image: image
+        self.digests: dict[str, dict[str, str]] = {}  # image id -> path -> digest (default: the base's "same")
+        self.setuid: dict[str, list[str]] = {}  # image id -> its setuid files (default none)
+        self.forgotten: list[str] = []
+        self.build_networks: list[str] = []
+        self.files: dict[str, dict[str, bytes]] = {}  # image id -> path -> bytes (default: base_files)
+        self.base_files: dict[str, bytes] = {}
 
     # -- shared networks -------------------------------------------------------------------------------
 
@@ -154,6 +169,60 @@ class FakeRuntime:
 
     def attached_volumes(self, images: Path) -> list[VolumeMount]:
         return [m for m in self.attached.values() if m.image.parent == images]
+
+    # -- template images -------------------------------------------------------------------------------
+
+    def build_image(
+        self,
+        context: bytes,
+        tag: str,
+        labels: Mapping[str, str],
+        sink: Callable[[str], None],
+        base_id: str,
+        network: str,
+    ) -> str:
+        self.build_networks.append(network)
+        with tarfile.open(fileobj=io.BytesIO(context)) as archive:
+            handle = archive.extractfile("Dockerfile")
+            assert handle is not None
+            dockerfile = handle.read().decode()
+        self.builds.append(dockerfile)
+        base = self.images[base_id]
+        self._n += 1
+        made = replace(
+            base, id=f"sha256:img{self._n}", layers=(*base.layers, f"l{self._n}"), labels={**base.labels, **labels}
+        )
+        for line in dockerfile.splitlines():
+            sink(line)
+        made = self.on_build(dockerfile, made)
+        self.images[made.id] = self.images[tag] = made
+        return made.id
+
+    def image_info(self, name: str) -> ImageInfo | None:
+        return self.images.get(name)
+
+    def tag_image(self, image_id: str, reference: str) -> None:
+        self.images[reference] = self.images[image_id]
+
+    def remove_image(self, reference: str) -> None:
+        image = self.images.pop(reference, None)
+        named = any(img.id == image.id for ref, img in self.images.items() if ref != image.id) if image else True
+        if image is not None and not named:  # its last name went: the image goes (an engine's rmi)
+            self.images.pop(image.id, None)
+
+    def forget_images(self, images: Sequence[str], keep: str = "") -> None:
+        self.forgotten.extend(image for image in images if image != keep)
+
+    def path_digests(self, image: str, paths: Sequence[str]) -> dict[str, str]:
+        mine = self.digests.get(self.images[image].id, {})
+        return {path: mine.get(path, "same") for path in paths}
+
+    def read_files(self, image: str, paths: Sequence[str], limit: int) -> dict[str, bytes | None]:
+        mine = self.files.get(self.images[image].id, {})
+        return {path: (mine[path][:limit] if path in mine else self.base_files.get(path)) for path in paths}
+
+    def setuid_files(self, image: str) -> list[str]:
+        return list(self.setuid.get(self.images[image].id, []))
 
     # -- what tests do to it ---------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from corral.gateway.routes import (
     recordings,
     replays,
     sessions,
+    templates,
     traffic,
     volumes,
 )
@@ -30,6 +31,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     live.router,
     cdp.router,
     volumes.router,
+    templates.router,
 )
 
 __all__ = ["ROUTERS"]

@@ -24,7 +24,9 @@ from corral.gateway.sessions.pool import WarmPool
 from corral.gateway.sessions.records import Pair, Session, SessionRecord
 from corral.gateway.sessions.sessionrecordings import SessionRecordings
 from corral.gateway.sessions.starts import Starts
+from corral.gateway.sessions.templatepools import TemplatePools
 from corral.gateway.settings import GatewaySettings
+from corral.gateway.templates.resolver import Resolved
 from corral.gateway.threads import settle
 from corral.gateway.volumes import Claim, Volumes, announce
 
@@ -47,6 +49,10 @@ class Claims:
         self._reserved: dict[str, int] = {}  # key id -> sessions being created
         self._lock = asyncio.Lock()
 
+    @property
+    def templates(self) -> TemplatePools:
+        return self._parts.templates
+
     def reserved(self) -> int:
         """Sessions being created."""
         return sum(self._reserved.values())
@@ -55,7 +61,10 @@ class Claims:
         secret_set = plan_create(req.secrets, list(req.allow), req.hermetic is not None)  # checked whole, first
         refuse_secrets_in_env(req)
         timeout_s, replay = self._admit(owner, req)
-        pooled = await self._reserve(owner, req)
+        # The check at start: the template's checked image, on the current base (404 or 409 before a slot is held).
+        template = await asyncio.to_thread(self._parts.templates.resolve, req.template) if req.template else None
+        image = template.image_id if template is not None else None
+        pool, pooled = await self._reserve(owner, req, template)
         started = time.monotonic()
         mode = req.egress_mode or self._settings.egress_mode
         actor = auth.OWNER_ACTOR  # the sandbox side reads it (audit records): never the key id
@@ -63,13 +72,14 @@ class Claims:
         try:
             # A volume first (404, 409 before any start); a pooled pair never fits one (WarmPool.fits).
             volume = await self._parts.volumes.claim(owner, req.volume) if req.volume is not None else None
-            if pooled is not None and not await self._pool.hand_out(pooled, req.allow, mode, actor):
+            if pooled is not None and not await pool.hand_out(pooled, req.allow, mode, actor):
                 pooled = None
             workspace = volume.mountpoint if volume is not None else None
             pair = pooled or await self._starts.start(
-                "session", req.viewport, req, list(req.allow), mode, replay, actor, workspace
+                "session", req.viewport, req, list(req.allow), mode, replay, actor, workspace, image=image
             )
-            env = dict(req.env)  # a plain mapping: a template's env goes under it here ({**template, **req.env})
+            # The session's own; a template's is in its image, under this one (corral.sandbox.agent.agentenv).
+            env = dict(req.env)
             await self._claim(pair, secret_set, env, actor)
         except BaseException:
             if volume is not None:  # the start removed its sandbox: nothing uses the mount
@@ -80,10 +90,12 @@ class Claims:
                 self._reserved[owner] -= 1
         self._on_claim("pool" if pooled else "cold", time.monotonic() - started)
         if pooled:
-            self._pool.refill()
+            pool.refill()
         token = auth.new_token()
         record = self._record(pair, owner, token, req, timeout_s, mode, pooled is not None, secret_set)
         record = record.model_copy(update={"env": sorted(env), "env_values": env})
+        if template is not None:  # what was asked, with its version resolved
+            record = record.model_copy(update={"template": template.ref})
         session = Session(record, pair.sandbox)
         claimed = None
         if volume is not None:  # before its record: a gateway that dies between them releases it at start
@@ -109,8 +121,9 @@ class Claims:
             return timeout_s, None
         return timeout_s, self._parts.replays.path_for(req.hermetic, owner)  # ReplayNotFound: not this key's upload
 
-    async def _reserve(self, owner: str, req: CreateSession) -> Pair | None:
-        """A slot within the caps (429 past them), held until the create ends; and a pooled pair, if one fits."""
+    async def _reserve(self, owner: str, req: CreateSession, template: Resolved | None) -> tuple[WarmPool, Pair | None]:
+        """A slot within the caps (429 past them), held until the create ends; and a pooled pair, if one
+        fits, from the base's pool or the template's."""
         s = self._settings
         async with self._lock:
             total = len(self._book) + self.reserved()
@@ -122,7 +135,12 @@ class Claims:
             if mine >= s.max_sessions_per_key:
                 raise CapacityError(f"this API key has {mine} sessions, its limit ({s.max_sessions_per_key})")
             self._reserved[owner] = self._reserved.get(owner, 0) + 1
-            return self._pool.take(req)
+            if template is None:
+                return self._pool, self._pool.take(req)
+            pool = self._parts.templates.pool_for(template.ref)
+            if pool is None:
+                return self._pool, None
+            return pool, pool.take(req, template.image_id)
 
     def _record(
         self,
@@ -183,7 +201,8 @@ def refuse_secrets_in_env(req: CreateSession) -> None:
 @dataclass(frozen=True, slots=True)
 class ClaimParts:
     """What a claim hands the new session to: its egress's archive, its secrets' broker, its recording,
-    the hermetic replays it may answer from, its env's giver, the workspace volumes it may hold."""
+    the hermetic replays it may answer from, its env's giver, the workspace volumes it may hold, the
+    templates it may start from (and their pools)."""
 
     egress: EgressPort
     broker: SecretBroker
@@ -191,3 +210,4 @@ class ClaimParts:
     replays: ReplayUploads
     envs: SessionEnvs
     volumes: Volumes
+    templates: TemplatePools

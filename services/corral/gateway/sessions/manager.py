@@ -36,6 +36,7 @@ from corral.gateway.sessions.records import Session
 from corral.gateway.sessions.recovery import Recovery
 from corral.gateway.sessions.sessionrecordings import SessionRecordings
 from corral.gateway.sessions.starts import Starts
+from corral.gateway.sessions.templatepools import TemplatePools
 from corral.gateway.vitals import ControllerWatch
 from corral.gateway.volumes import Volumes
 from corral.runtime import SandboxRuntime
@@ -83,6 +84,10 @@ class SessionManager:
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
+    def templates(self) -> TemplatePools:
+        return self.parts.claims.templates
+
+    @property
     def recordings(self) -> RecordingManager | None:
         return self.parts.recordings.recordings
 
@@ -107,11 +112,13 @@ class SessionManager:
         for session in self.book.sessions():
             p.recordings.start(session)  # adopted sessions: their bundles carry on
         p.starts.open()  # after the orphan networks went: its networks are no orphans
-        for coro in (self.reaper.run(p.reap_interval_s), self.pool.run()):
+        pools = [self.pool, *self.templates.pools()]  # the base's, and one per template in CORRAL_POOL
+        for coro in (self.reaper.run(p.reap_interval_s), *(pool.run() for pool in pools)):
             task = asyncio.create_task(coro)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        self.pool.refill()
+        for pool in pools:
+            pool.refill()
 
     async def stop(self) -> None:
         p = self.parts
@@ -125,6 +132,8 @@ class SessionManager:
         # Pooled pairs are never adopted by the next start (a used sandbox must never reach another
         # key), so they go now rather than run on unowned.
         await self.pool.close()
+        for pool in self.templates.pools():
+            await pool.close()
         await p.starts.close()  # no session took the grounds: their networks and state go
         await p.recordings.stop_all()
         await p.controllers.close()
@@ -145,8 +154,8 @@ class SessionManager:
     def counts(self) -> dict[str, int]:
         return {
             "ready": len(self.book),
-            "pool": len(self.pool),
-            "starting": self.parts.claims.reserved() + self.pool.starting,
+            "pool": len(self.pool) + len(self.templates),
+            "starting": self.parts.claims.reserved() + self.pool.starting + self.templates.starting,
         }
 
     async def create(self, owner: str, req: CreateSession) -> tuple[Session, str]:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+from corral.errors import TemplateInvalid, TemplateNotFound, TemplateStale
 from corral.gateway.models import CreateSession, Viewport
 from corral.gateway.sessions.controllers import Controllers
 from corral.gateway.sessions.egressport import EgressPort
@@ -22,10 +23,27 @@ HAND_OUT_CHECK_S = 2.0  # the last look at a pooled sandbox before it is handed 
 REFILL_RETRY_S = 5.0
 
 
+def base_image() -> str | None:
+    return None  # the base's own pool: the gateway's image
+
+
 class WarmPool:
-    def __init__(self, size: int, mode: str, starts: Starts, egress: EgressPort, controllers: Controllers) -> None:
+    """One image's pool: the base's, or a template's (``image_of`` gives the image its pairs start
+    from now, a template's newest checked version; a pair of an older one is dropped at the refill)."""
+
+    def __init__(
+        self,
+        size: int,
+        mode: str,
+        starts: Starts,
+        egress: EgressPort,
+        controllers: Controllers,
+        image_of: Callable[[], str | None] = base_image,
+    ) -> None:
         self._size, self._mode = size, mode  # the pool's pairs start with the gateway's default egress mode
         self._starts, self._egress, self._controllers = starts, egress, controllers
+        self._image_of = image_of
+        self._images: dict[str, str | None] = {}  # pooled session id -> the image it started from
         self._pairs: list[Pair] = []
         self._refill = asyncio.Event()
         self.starting = 0  # pairs being started by the refill
@@ -44,6 +62,7 @@ class WarmPool:
 
     def replace(self, old: Pair, new: Pair) -> None:
         self._pairs[self._pairs.index(old)] = new
+        self._images[new.session_id] = self._images.pop(old.session_id, None)
 
     def refill(self) -> None:
         self._refill.set()
@@ -58,22 +77,44 @@ class WarmPool:
             and req.volume is None
         )
 
-    def take(self, req: CreateSession) -> Pair | None:
-        """The oldest pooled pair, if one fits the request (the caller holds the claims' lock)."""
-        if not self._pairs or not self.fits(req):
+    def take(self, req: CreateSession, image: str | None = None) -> Pair | None:
+        """The oldest pooled pair of ``image`` (None: the base), if one fits the request (the caller
+        holds the claims' lock)."""
+        if not self.fits(req):
+            return None
+        pair = next((p for p in self._pairs if self._images.get(p.session_id) == image), None)
+        if pair is None:
             return None
         self.filled.clear()
-        return self._pairs.pop(0)
+        self._pairs.remove(pair)
+        self._images.pop(pair.session_id, None)
+        return pair
+
+    def image_now(self) -> str | None:
+        """The image the pool fills with now; raises (a template gone or stale) when there is none."""
+        return self._image_of()
 
     async def run(self) -> None:
         """The refill loop: up to the pool's size, each time it is told to refill."""
         while True:
             await self._refill.wait()
             self._refill.clear()
+            try:
+                image = await asyncio.to_thread(self._image_of)
+            except (TemplateNotFound, TemplateStale, TemplateInvalid) as exc:
+                # A template named in CORRAL_POOL not built yet, deleted, or built on an older base: its
+                # pool empties and waits for its next build (which refills it) rather than retry.
+                log.warning("a template's pool stays empty: %s", exc)
+                await self._drop(list(self._pairs), "is of no template now")
+                continue
+            # A new version (or a rebuilt base): the pairs of the image before go first.
+            await self._drop([p for p in self._pairs if self._images.get(p.session_id) != image], "is stale")
             while len(self._pairs) + self.starting < self._size:
                 self.starting += 1
                 try:
-                    self._pairs.append(await self._starts.start("pool", Viewport(), None, [], self._mode))
+                    pair = await self._starts.start("pool", Viewport(), None, [], self._mode, image=image)
+                    self._images[pair.session_id] = image
+                    self._pairs.append(pair)
                 except Exception:
                     log.exception("could not start a pooled sandbox; retrying in %.0f s", REFILL_RETRY_S)
                     await asyncio.sleep(REFILL_RETRY_S)
@@ -146,6 +187,7 @@ class WarmPool:
         for pair in dead:
             self.filled.clear()
             self._pairs.remove(pair)
+            self._images.pop(pair.session_id, None)
             log.warning("pooled sandbox %s %s; removing it and starting one", pair.sandbox.name, why)
         if dead:
             self._refill.set()

@@ -62,6 +62,7 @@ _OPTIONAL = (
     "env",
     "env_values",
     "volume",
+    "template",
 )
 
 

@@ -51,6 +51,7 @@ class Specs:
         environment: dict[str, str] | None = None,
         files: dict[str, str] | None = None,
         workspace: Path | None = None,
+        image: str | None = None,
     ) -> SandboxSpec:
         s = self._settings
         res = req.resources if req is not None else None
@@ -58,7 +59,7 @@ class Specs:
         memory = min(res.memory_mb, s.max_memory_mb) if res and res.memory_mb else self._limits.memory_mb
         disk = min(res.disk_mb, s.max_disk_mb) if res and res.disk_mb else s.default_disk_mb
         return SandboxSpec(
-            image=s.image,
+            image=image or s.image,  # a template's checked image (by id), else the base
             screen=f"{viewport.width}x{viewport.height}",
             name=f"corral-{kind}-{secrets.token_hex(4)}",
             memory=f"{memory}m",
@@ -90,6 +91,7 @@ class Starts(Protocol):
         replay: Path | None = None,
         actor: str = "gateway",
         workspace: Path | None = None,
+        image: str | None = None,
     ) -> Pair:
         """A ready pair (its policy, if it has a proxy, in force), or raises having removed all of it.
         ``workspace``: a volume's host mount, the sandbox's /workspace."""
@@ -136,8 +138,9 @@ class SandboxStarts:
         replay: Path | None = None,
         actor: str = "gateway",
         workspace: Path | None = None,
+        image: str | None = None,
     ) -> Pair:
-        spec = self._specs.sandbox(kind, viewport, req, workspace=workspace)
+        spec = self._specs.sandbox(kind, viewport, req, workspace=workspace, image=image)
         (started,), cancelled = await settle(in_thread(self._runtime.start_sandbox, spec))
         if isinstance(started, BaseException):
             raise started
@@ -228,9 +231,10 @@ class PairStarts:
         replay: Path | None = None,
         actor: str = "gateway",
         workspace: Path | None = None,
+        image: str | None = None,
     ) -> Pair:
         try:
-            pair, egress, ahead = await self._start_pair(kind, viewport, req, allow, mode, replay, workspace)
+            pair, egress, ahead = await self._start_pair(kind, viewport, req, allow, mode, replay, workspace, image)
         except BaseException:
             self.grounds.refill()
             raise
@@ -264,6 +268,7 @@ class PairStarts:
         mode: str,
         replay: Path | None,
         workspace: Path | None,
+        image: str | None = None,
     ) -> tuple[Pair, Egress, bool]:
         """The pair, its egress, and whether its proxy was started ahead (its policy is still to be set)."""
         egress_manager = self._egress
@@ -279,7 +284,7 @@ class PairStarts:
             await settle(in_thread(egress_manager.discard_blocking, prepared))
             raise asyncio.CancelledError
         spec = self._specs.sandbox(
-            kind, viewport, req, prepared.network, prepared.sandbox_env, prepared.sandbox_files, workspace
+            kind, viewport, req, prepared.network, prepared.sandbox_env, prepared.sandbox_files, workspace, image
         )
         proxy_start: Awaitable[Egress] = (
             in_thread(egress_manager.start_proxy_blocking, prepared)

@@ -4,8 +4,9 @@ proxies and the host guard on their bridges; the Docker driver of :class:`~corra
 Everything here goes through the docker SDK (no ``docker`` CLI strings), but for ``docker compose``.
 One module per concern, each a part of :class:`DockerRuntime`: :mod:`.engine` (the client, names,
 limits, pure helpers), :mod:`.images`, :mod:`.handover` (files to the controller, its secret back),
-:mod:`.sandboxes`, :mod:`.networks`, :mod:`.egress` (each session's proxy) and :mod:`.volumes`
-(workspace volumes' images, loop devices and mounts). Nothing outside this
+:mod:`.sandboxes`, :mod:`.networks`, :mod:`.egress` (each session's proxy), :mod:`.volumes`
+(workspace volumes' images, loop devices and mounts) and :mod:`.templates` (template images: build,
+inspect, the check's looks). Nothing outside this
 package imports the docker SDK.
 """
 
@@ -38,6 +39,7 @@ from corral.runtime.docker.engine import (
 )
 from corral.runtime.docker.images import Images
 from corral.runtime.docker.sandboxes import Sandboxes, sandbox_options
+from corral.runtime.docker.templates import TemplateImages
 from corral.runtime.docker.volumes import Volumes
 
 __all__ = [
@@ -69,7 +71,7 @@ __all__ = [
 ]
 
 
-class DockerRuntime(Images, Sandboxes, Egress, Volumes):
+class DockerRuntime(Images, TemplateImages, Sandboxes, Egress, Volumes):
     """The Docker driver: a container per sandbox and per proxy, a bridge network per session, the
     host guard as iptables rules on the bridges, workspace volumes as loop-mounted images. Its parts
     share one docker client (:class:`.engine.Engine`)."""

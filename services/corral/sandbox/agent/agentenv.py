@@ -20,8 +20,11 @@ the request's own ``env``.
 
 from __future__ import annotations
 
+import json
+import re
 import urllib.parse
 from collections.abc import Mapping
+from pathlib import Path
 
 from corral.contracts.control import PROXY_USER
 from corral.sandbox.display import xaccess
@@ -69,6 +72,35 @@ BASE = {
 }
 
 
+# A template's environment (corral.gateway.templates), written into its image at build: under the
+# session's own variables (proxy, CA bundle, placeholders) and an exec's ``env``, over BASE.
+TEMPLATE_ENV_FILE = Path("/usr/share/corral/template-env.json")
+TEMPLATE_ENV_MAX_BYTES = 64 << 10
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def template_environment(path: Path = TEMPLATE_ENV_FILE) -> dict[str, str]:
+    """The template's variables (none for the base image, which has no file). Read bounded; a file
+    that is not a JSON object of names to strings gives none (the template's build wrote it, so
+    this never happens short of a hand-made image)."""
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(TEMPLATE_ENV_MAX_BYTES + 1)
+    except OSError:
+        return {}
+    try:
+        data = json.loads(raw) if len(raw) <= TEMPLATE_ENV_MAX_BYTES else None
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {
+        name: value
+        for name, value in data.items()
+        if isinstance(value, str) and _ENV_NAME.fullmatch(name) and "\0" not in value
+    }
+
+
 def proxy_url(proxy: str, action_id: str) -> str:
     """The proxy's URL with the action id as its password, percent-encoded: every client decodes
     user info before it sends ``Proxy-Authorization: Basic base64("corral-action:<id>")``."""
@@ -82,6 +114,7 @@ def command_environment(
     action_id: str,
     placeholders: Mapping[str, str] | None = None,
     session_env: Mapping[str, str] | None = None,
+    template: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The environment of a command the ``exec`` action ``action_id`` starts.
 
@@ -91,8 +124,11 @@ def command_environment(
     variables above: ``corral.contracts.placeholders.name_problem`` reserves those); ``session_env``
     the session's own variables (``env`` at create, :mod:`corral.sandbox.sessionenv`: never one of the
     variables above either, ``corral.contracts.envvars``), put before the placeholders, which win.
+    ``template`` is the template's environment (:func:`template_environment`): over BASE, under
+    the session's own variables.
     Raises ValueError for a proxy that is not ``host:port``."""
     env = dict(BASE)
+    env.update(template or {})
     if proxy:
         url = proxy_url(proxy, action_id)
         env.update(dict.fromkeys(PROXY_VARIABLES, url))

@@ -64,6 +64,7 @@ class Spawner:
         self._session_env = SessionEnv() if session_env is None else session_env
         self._rings = rings
         self._captures = captures
+        self._template_env = agentenv.template_environment()  # read once: the image does not change
 
     def limits(self, action: a.Exec) -> tuple[int, int]:
         """The exec's timeout and output cap (its own or the defaults), refused over the caps."""
@@ -83,7 +84,12 @@ class Spawner:
         env and placeholders of this moment."""
         settings = self._settings
         return agentenv.command_environment(
-            settings.proxy, settings.ca_bundle, action_id, self._placeholders.by_name, self._session_env.by_name
+            settings.proxy,
+            settings.ca_bundle,
+            action_id,
+            self._placeholders.by_name,
+            session_env=self._session_env.by_name,
+            template=self._template_env,
         )
 
     def _environment(self, action: a.Exec, action_id: str) -> list[bytes]:

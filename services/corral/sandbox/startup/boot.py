@@ -68,6 +68,11 @@ SYSTEM_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 PRISTINE_BUNDLE = Path("/usr/share/corral/ca-certificates.crt")  # Debian's, copied at image build
 CONTROLLER_PORT = 8765
 DEVTOOLS_PORT = 9222
+# What a template put under the agent's tmpfs mounts (its home, /workspace), moved aside at its build
+# (corral.gateway.templates.dockerfile): copied in at each boot, as the agent, modes kept.
+SEED_DIR = Path("/usr/share/corral/seed")
+SEEDED = ("/home/agent", "/workspace")
+SEED_TIMEOUT_S = 60
 DOWNLOADS = "/home/agent/Downloads"  # where the browser saves, and where file_list finds it
 
 
@@ -248,6 +253,36 @@ def lock_down(env: Mapping[str, str], users: Users) -> None:
         shutil.copyfile(PRISTINE_BUNDLE, SYSTEM_BUNDLE)
 
 
+def seed_agent_dirs(users: Users, seed: Path = SEED_DIR) -> None:
+    """A template's files into the agent's tmpfs mounts, copied by ``cp`` run as the agent (never as
+    root: a link in the seed reaches only what the agent could read anyway), modes and times kept.
+    Nothing to do, and no cost, for the base image, which has no seed. A copy that fails (a seed
+    larger than the mount) is logged and the sandbox starts with what fitted."""
+    for target in SEEDED:
+        source = seed / target.lstrip("/")
+        if not source.is_dir():
+            continue
+        # --no-clobber: a file already there (a workspace volume's) is the owner's, never the template's to replace.
+        argv = ["cp", "-R", "--no-clobber", "--no-dereference", "--preserve=mode,timestamps,links"]
+        argv += [f"{source}/.", f"{target}/"]
+        try:
+            done = subprocess.run(
+                argv,
+                user=users.agent_uid,
+                group=users.agent_uid,  # the agent's own group has its uid's number (the image's useradd)
+                extra_groups=[],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=SEED_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            log.warning("seeding %s from the template took over %d s; left as it got", target, SEED_TIMEOUT_S)
+            continue
+        if done.returncode != 0:
+            log.warning("seeding %s from the template failed: %s", target, done.stderr.strip()[-500:])
+
+
 def boundary_required(env: Mapping[str, str]) -> bool:
     """Corral's runtime asks for the whole inner boundary (``CORRAL_INNER_BOUNDARY=required``): a
     sandbox it starts never runs without it. By hand, a missing half is a warning."""
@@ -363,6 +398,7 @@ def main() -> int:
     try:
         users = Users.of_image()
         lock_down(os.environ, users)
+        seed_agent_dirs(users)
     except (RuntimeError, ValueError, OSError, KeyError) as exc:
         log.error("cannot lock the sandbox down, refusing to start: %s", exc)
         return 3

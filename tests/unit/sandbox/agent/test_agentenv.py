@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -101,3 +102,26 @@ def test_the_sessions_placeholders_come_after_the_proxy_and_ca_variables() -> No
 def test_without_placeholders_no_secret_variable() -> None:
     env = command_environment("corral-proxy:8080", BUNDLE, "a1.x", {})
     assert not any(value.startswith("corral_secret_") for value in env.values())
+
+
+def test_a_templates_environment_goes_over_the_base_and_under_the_sessions(tmp_path: Path) -> None:
+    path = tmp_path / "template-env.json"
+    path.write_text('{"PATH": "/opt/tool/bin:/usr/bin", "GREETING": "hi", "HTTP_PROXY": "http://elsewhere"}')
+    template = agentenv.template_environment(path)
+    session = {"GREETING": "hello", "MODE": "test"}
+    env = command_environment("corral-proxy:8080", None, "act_1", {"TOKEN": "corral_secret_x"}, session, template)
+    assert env["PATH"] == "/opt/tool/bin:/usr/bin" and env["GREETING"] == "hello"  # create's env over the template's
+    assert env["MODE"] == "test"
+    assert env["HTTP_PROXY"].startswith("http://corral-action:")  # the session's own wins
+    assert env["TOKEN"] == "corral_secret_x"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"not json", b"[1, 2]", b'{"A": 1}', b'{"bad name": "x"}', b'{"A": "' + b"x" * (64 << 10) + b'"}'],
+)
+def test_a_template_environment_that_is_not_one_gives_nothing_of_itself(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "template-env.json"
+    path.write_bytes(content)
+    assert agentenv.template_environment(path) == {}
+    assert agentenv.template_environment(tmp_path / "absent.json") == {}  # the base image has none

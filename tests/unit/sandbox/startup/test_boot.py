@@ -177,3 +177,26 @@ FENCED = boot.Fenced(1100, 1200)
 
 def _no_firewall(command: str, rules: str) -> None:
     raise RuntimeError(f"{command} failed: no NET_ADMIN here")
+
+
+def test_a_templates_seed_is_copied_as_the_agent_and_the_base_has_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    users = boot.Users(1000, 1000, "/home/corral", 1100, 1200, 1200)
+    ran: list[tuple[list[str], dict[str, object]]] = []
+
+    def run(argv: list[str], **options: object) -> object:
+        ran.append((argv, options))
+        return type("Done", (), {"returncode": 0, "stderr": ""})()
+
+    monkeypatch.setattr(boot.subprocess, "run", run)
+    boot.seed_agent_dirs(users, tmp_path / "seed")  # no seed: the base image
+    assert ran == []
+    (tmp_path / "seed" / "workspace").mkdir(parents=True)
+    boot.seed_agent_dirs(users, tmp_path / "seed")
+    ((argv, options),) = ran
+    assert argv[:4] == ["cp", "-R", "--no-clobber", "--no-dereference"] and argv[-2:] == [
+        f"{tmp_path}/seed/workspace/.",
+        "/workspace/",
+    ]
+    assert (options["user"], options["group"], options["extra_groups"]) == (1100, 1100, [])  # never root

@@ -1,0 +1,63 @@
+"""The build context read without extracting it, and the engine's context written anew."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+import pytest
+
+from corral.errors import TemplateInvalid
+from corral.gateway.templates.context import Member, read_context, write_context
+
+
+def _tar(*members: tuple[str, bytes | None, int], link: str | None = None) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as archive:
+        for name, data, mode in members:
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type, info.mode = tarfile.DIRTYPE, mode
+                archive.addfile(info)
+            else:
+                info.size, info.mode = len(data), mode
+                archive.addfile(info, io.BytesIO(data))
+        if link is not None:
+            info = tarfile.TarInfo("evil")
+            info.type, info.linkname = tarfile.SYMTYPE, link
+            archive.addfile(info)
+    return out.getvalue()
+
+
+def test_a_context_is_read_with_its_template_and_its_files() -> None:
+    upload = _tar(("corral.template.yaml", b"apt: [make]\n", 0o644), ("./d", None, 0o755), ("d/a", b"A", 0o640))
+    context = read_context(upload)
+    assert context.template == "corral.template.yaml" and context.template_text == b"apt: [make]\n"
+    assert context.under("d") == {"d/a": Member(b"A", 0o640)} and context.dirs == {"d"}
+    assert read_context(upload).digest() == context.digest()
+    changed = _tar(("corral.template.yaml", b"apt: [make]\n", 0o644), ("d/a", b"B", 0o640))
+    assert read_context(changed).digest() != context.digest()
+
+
+@pytest.mark.parametrize(
+    "upload",
+    [
+        _tar(("corral.template.yaml", b"", 0o644), link="/etc/shadow"),
+        _tar(("corral.template.yaml", b"", 0o644), ("../up", b"x", 0o644)),
+        _tar(("corral.template.yaml", b"", 0o644), ("/abs", b"x", 0o644)),
+        _tar(("corral.template.yaml", b"", 0o644), (".corral-template/x", b"x", 0o644)),
+        _tar(("other", b"", 0o644)),  # no template file
+        b"not a tar at all",
+    ],
+)
+def test_what_a_context_may_not_hold_is_refused(upload: bytes) -> None:
+    with pytest.raises(TemplateInvalid):
+        read_context(upload)
+
+
+def test_the_engines_context_drops_setuid_bits_and_owners() -> None:
+    written = write_context("FROM x\n", {"files/a": Member(b"A", 0o4755 & 0o777)}, {"w/x.whl": b"W"})
+    with tarfile.open(fileobj=io.BytesIO(written)) as archive:
+        members = {m.name: m for m in archive.getmembers()}
+    assert set(members) == {"Dockerfile", "files/a", "w/x.whl"}
+    assert members["files/a"].mode == 0o755 and members["files/a"].uid == 0
