@@ -10,6 +10,7 @@ package imports the docker SDK.
 
 from __future__ import annotations
 
+from corral.runtime.docker.browserstate import BrowserStates
 from corral.runtime.docker.egress import Egress, proxy_options
 from corral.runtime.docker.engine import (
     AGENT_UID,
@@ -67,6 +68,6 @@ __all__ = [
 ]
 
 
-class DockerRuntime(Images, Sandboxes, Egress):
+class DockerRuntime(Images, Sandboxes, Egress, BrowserStates):
     """The Docker driver: a container per sandbox and per proxy, a bridge network per session, the
     host guard as iptables rules on the bridges. Its parts share one docker client (:class:`.engine.Engine`)."""
