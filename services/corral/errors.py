@@ -99,6 +99,10 @@ class ErrorCode(StrEnum):
     AUDIT_LOG_UNREADABLE = "audit_log_unreadable"
     AUDIT_ANCHORS_INVALID = "audit_anchors_invalid"
     IMAGE_BUILD_FAILED = "image_build_failed"
+    # Browser profiles (corral.gateway.profiles): off without CORRAL_PROFILE_KEY, unreadable, refused by a sandbox.
+    PROFILES_OFF = "profiles_off"
+    PROFILE_UNREADABLE = "profile_unreadable"
+    PROFILE_REFUSED = "profile_refused"
     # Reading a recording bundle (corral replay, corral export).
     BUNDLE_UNREADABLE = "bundle_unreadable"
 
@@ -416,6 +420,22 @@ class ReplayNotFound(NotFound):
 # -- the gateway's sessions -------------------------------------------------------------------------------
 
 
+class ProfileNotFound(NotFound):
+    """No saved browser profile of that name for this API key (another key's is none too)."""
+
+
+class ProfilesOff(CodedError, code=ErrorCode.PROFILES_OFF):
+    """The gateway has no CORRAL_PROFILE_KEY: no profile is loaded or saved."""
+
+
+class ProfileTooLarge(CodedError, code=ErrorCode.TOO_LARGE):
+    """A browser profile over CORRAL_PROFILE_MAX_MB: not saved, the previous version kept."""
+
+
+class ProfileUnreadable(CodedError, code=ErrorCode.PROFILE_UNREADABLE):
+    """A saved profile that does not decrypt (another profile key, another key's or name's file, damage)."""
+
+
 class CapacityError(CodedError, code=ErrorCode.TOO_MANY_SESSIONS):
     """Too many sessions, globally or for one key."""
 
@@ -463,6 +483,11 @@ class WeakApiKey(CodedError, code=ErrorCode.INVALID_FIELD):
 
 class SandboxError(CodedError):
     """The host side could not build, start or reach a sandbox."""
+
+
+class ProfileRefused(SandboxError, code=ErrorCode.PROFILE_REFUSED):
+    """A sandbox refused a profile's archive (a link, a path outside the profile, too many bytes) or
+    could not export its browser's state; the reason, never a value."""
 
 
 class SandboxStartFailed(SandboxError, code=ErrorCode.SANDBOX_START_FAILED):

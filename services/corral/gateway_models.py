@@ -48,6 +48,7 @@ class SessionInfo(_Answer):
     last_activity_at: float = 0.0
     from_pool: bool = False
     secrets: dict[str, str] = Field(default_factory=dict)  # name -> placeholder (never a value)
+    profile: ProfileBody | None = None  # the browser profile it loaded, and whether it saves it
     token: str | None = None
 
     def shown(self) -> dict[str, object]:
@@ -102,6 +103,21 @@ class ViewportBody(TypedDict):
     height: int
 
 
+class ProfileBody(TypedDict):
+    """A create's ``profile``: the saved browser profile to load, and whether the session saves it."""
+
+    name: str
+    save: bool
+
+
+class ProfileInfo(_Answer):
+    """A saved browser profile (``GET /v1/profiles``): never its contents."""
+
+    name: str
+    size: int = 0  # the archive's bytes, before encryption
+    saved_at: float = 0.0
+
+
 class SessionBody(TypedDict, total=False):
     """The body of ``POST /v1/sessions``: what was given, nothing else (the gateway has the defaults)."""
 
@@ -113,9 +129,12 @@ class SessionBody(TypedDict, total=False):
     viewport: ViewportBody
     timeout_s: int
     idle_timeout_s: int
+    profile: ProfileBody
 
 
 __all__ = [
+    "ProfileBody",
+    "ProfileInfo",
     "SecretChange",
     "SessionBody",
     "SessionInfo",

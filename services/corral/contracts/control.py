@@ -42,6 +42,9 @@ ACTION_ID: Final = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 LEASE_CHANGES: Final = ("taken", "returned", "left", "requested", "request_ended")
 LINK_CHANGES: Final = ("created", "used", "revoked", "expired")
 LINK_MODES: Final = ("view", "control")
+# A browser profile loaded into a session, saved from it, or a load or save that failed (corral.gateway.profiles).
+PROFILE_CHANGES: Final = ("loaded", "saved", "failed")
+MAX_PROFILE_BYTES: Final = 1 << 40
 # corral.errors.ErrorCode's values for a refused line (this module may not import corral.errors).
 INVALID_JSON: Final = "invalid_json"
 INVALID_REQUEST: Final = "invalid_request"
@@ -148,6 +151,21 @@ class LinkEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class ProfileEvent:
+    """The gateway's report of a browser profile loaded into the session or saved from it (its name
+    and size, never its contents); ``failed``: a load or save that did not happen."""
+
+    OP: ClassVar = "profile"
+    change: str  # one of PROFILE_CHANGES
+    profile: str
+    size: int  # the archive's bytes (its record's ``bytes``)
+    actor: str
+
+    def to_json(self) -> JsonObject:
+        return {"op": self.OP, "change": self.change, "profile": self.profile, "bytes": self.size, "actor": self.actor}
+
+
+@dataclass(frozen=True, slots=True)
 class SecretEntry:
     """One brokered secret on the wire; ``value`` None: the proxy keeps the value it holds."""
 
@@ -176,7 +194,7 @@ class PutSecrets:
         return {"op": self.OP, "actor": self.actor, "secrets": [entry.to_json() for entry in self.secrets]}
 
 
-Message = Hello | SetPolicy | Status | ActionEvent | LeaseEvent | LinkEvent | PutSecrets
+Message = Hello | SetPolicy | Status | ActionEvent | LeaseEvent | LinkEvent | ProfileEvent | PutSecrets
 
 
 # -- answers ----------------------------------------------------------------------------------------
@@ -427,6 +445,13 @@ def _link(f: _Fields) -> LinkEvent:
     return LinkEvent(change, link, f.choice("mode", LINK_MODES), f.token("actor"), float(expires_at))
 
 
+def _profile(f: _Fields) -> ProfileEvent:
+    size = f.obj.get("bytes")
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_PROFILE_BYTES:
+        raise f.invalid(INVALID_FIELD, "'bytes' must be a non-negative integer", "bytes")
+    return ProfileEvent(f.choice("change", PROFILE_CHANGES), f.token("profile"), size, f.token("actor"))
+
+
 def _put_secrets(f: _Fields) -> PutSecrets:
     """The ``secrets`` list, every entry checked; ``invalid`` names the first bad field (never
     quoting a value)."""
@@ -500,4 +525,5 @@ _PARSERS: Final[Mapping[str, Callable[[_Fields], Message]]] = {
     ActionEvent.OP: _action,
     LeaseEvent.OP: lambda f: LeaseEvent(f.choice("change", LEASE_CHANGES), f.token("holder"), f.token("previous")),
     LinkEvent.OP: _link,
+    ProfileEvent.OP: _profile,
 }

@@ -101,6 +101,28 @@ class Resources(BaseModel):
     disk_mb: Annotated[int, Field(ge=64, le=65536)] | None = None
 
 
+class ProfileRef(BaseModel):
+    """A saved browser profile a session loads (``save``: and saves at its end, made empty when missing)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+    save: bool = False
+
+
+class ProfileOut(BaseModel):
+    """A saved browser profile as its owner sees it: never its contents."""
+
+    model_config = ConfigDict(frozen=True)
+    name: str
+    size: int  # the archive's bytes (cookies, local storage, IndexedDB), before encryption
+    saved_at: float
+
+
+class DeletedProfile(BaseModel):
+    name: str
+    deleted: bool = True
+
+
 class CreateSession(BaseModel):
     model_config = ConfigDict(extra="forbid")
     allow: Annotated[list[HostPattern], Field(max_length=256)] = Field(default_factory=list)
@@ -121,6 +143,8 @@ class CreateSession(BaseModel):
     recording_mb: Annotated[int, Field(ge=1)] | None = None
     # Brokered secrets: the sandbox holds placeholders, the proxy puts the values in (docs/secrets.md).
     secrets: CreateSecrets = Field(default_factory=dict)
+    # A saved browser profile loaded into the browser (docs/environments.md#browser-profiles).
+    profile: ProfileRef | None = None
 
 
 class UpdateSession(BaseModel):
@@ -162,6 +186,7 @@ class SessionTerms(SessionSetup):
     expires_at: float
     idle_timeout_s: int
     from_pool: bool
+    profile: ProfileRef | None = None  # the browser profile it loaded, and whether it saves it
 
 
 class SessionOut(SessionTerms):

@@ -108,6 +108,7 @@ Event = Literal[
     "secrets",
     "secret",
     "link",
+    "profile",
     "control",
     "budget",
     "tally",
@@ -182,6 +183,9 @@ class EventFields(TypedDict, total=False):
     link: str
     change: str  # link: created, used, revoked, expired; control: taken, returned, left, requested, request_ended
     expires_at: float
+    # profile: a browser profile loaded into the session or saved from it (the gateway's report; never contents)
+    profile: str
+    bytes: int
     # control: a change of the session's control lease (the controller's report)
     holder: str
     previous: str
@@ -248,6 +252,7 @@ EVENT_FIELDS: Mapping[Event, frozenset[str]] = {
         }
     ),
     "link": frozenset({"link", "mode", "change", "actor", "expires_at"}),
+    "profile": frozenset({"profile", "change", "bytes", "actor"}),
     "control": frozenset({"change", "holder", "previous"}),
     "budget": frozenset({"max_bytes"}),
     "tally": frozenset({"counts", "dropped"}),

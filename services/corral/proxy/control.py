@@ -42,6 +42,7 @@ from corral.contracts.control import (
     JsonObject,
     LeaseEvent,
     LinkEvent,
+    ProfileEvent,
     PutSecrets,
     Refusal,
     Reply,
@@ -81,7 +82,7 @@ class SetSecrets:
 
 
 # What the proxy acts on: the wire's messages, with the secrets resolved.
-Message = Hello | SetPolicy | Status | ActionEvent | SetSecrets | LeaseEvent | LinkEvent
+Message = Hello | SetPolicy | Status | ActionEvent | SetSecrets | LeaseEvent | LinkEvent | ProfileEvent
 
 
 def parse_message(line: bytes) -> Message:
@@ -179,6 +180,7 @@ __all__ = [
     "LeaseEvent",
     "LinkEvent",
     "Message",
+    "ProfileEvent",
     "PutSecrets",
     "Refusal",
     "Reply",

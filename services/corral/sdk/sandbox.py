@@ -15,7 +15,7 @@ import httpx
 from corral.client import AsyncSandboxClient, SandboxClient
 from corral.errors import GatewayError
 from corral.gateway_client import AsyncGateway, Gateway, secret_change, session_body
-from corral.gateway_models import SecretChange, SessionInfo, TrafficRecord
+from corral.gateway_models import ProfileInfo, SecretChange, SessionInfo, TrafficRecord
 from corral.sdk.browser import AsyncBrowser, Browser
 from corral.sdk.control import AsyncControl, Control
 from corral.sdk.execs import AsyncExecs, Execs
@@ -47,17 +47,32 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs):
         api_key: str | None = None,
         hermetic_responses: bytes | None = None,
         secrets: Mapping[str, SecretChange] | None = None,
+        profile: str | None = None,
+        save_profile: bool = False,
     ) -> Sandbox:
         """A new session. With ``hermetic_responses`` (a recording's ``responses.mitm``) its proxy
         answers only from those and has no route out: a hermetic replay. ``secrets``: name ->
         ``{"value": ..., "allow": [...], "in": [...]}``; the sandbox gets placeholders (:attr:`secrets`)
-        and its proxy puts the values into requests to the bound hosts."""
+        and its proxy puts the values into requests to the bound hosts. ``profile``: a saved browser
+        profile (cookies, local storage, IndexedDB) loaded into the browser; ``save_profile``: saved
+        again at the session's end (made at the first save when there is none yet)."""
         gateway = Gateway(url, api_key)
         info: SessionInfo | None = None
         try:
             upload = None if hermetic_responses is None else gateway.upload_responses(hermetic_responses)
             try:
-                body = session_body(allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets)
+                body = session_body(
+                    allow,
+                    viewport,
+                    timeout_s,
+                    idle_timeout_s,
+                    labels,
+                    egress_mode,
+                    upload,
+                    secrets,
+                    profile=profile,
+                    save_profile=save_profile,
+                )
                 info = gateway.create_session(body)
             finally:
                 if upload is not None:  # the session keeps its own copy
@@ -140,6 +155,11 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs):
         """The session's audit records (filters: host, decision, event, action, since, until)."""
         return self._gateway.traffic(self.id, **filters)
 
+    def save_profile(self) -> ProfileInfo:
+        """Save the browser's cookies, local storage and IndexedDB now under the profile the session
+        was created with (Chromium restarts for the copy: open pages are closed)."""
+        return self._gateway.save_profile(self.id)
+
 
 class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncExecs):
     """The async twin of :class:`Sandbox`: ``async with await AsyncSandbox.create(...) as sb``."""
@@ -164,17 +184,32 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
         api_key: str | None = None,
         hermetic_responses: bytes | None = None,
         secrets: Mapping[str, SecretChange] | None = None,
+        profile: str | None = None,
+        save_profile: bool = False,
     ) -> AsyncSandbox:
         """A new session. With ``hermetic_responses`` (a recording's ``responses.mitm``) its proxy
         answers only from those and has no route out: a hermetic replay. ``secrets``: name ->
         ``{"value": ..., "allow": [...], "in": [...]}``; the sandbox gets placeholders (:attr:`secrets`)
-        and its proxy puts the values into requests to the bound hosts."""
+        and its proxy puts the values into requests to the bound hosts. ``profile``: a saved browser
+        profile (cookies, local storage, IndexedDB) loaded into the browser; ``save_profile``: saved
+        again at the session's end (made at the first save when there is none yet)."""
         gateway = AsyncGateway(url, api_key)
         info: SessionInfo | None = None
         try:
             upload = None if hermetic_responses is None else await gateway.upload_responses(hermetic_responses)
             try:
-                body = session_body(allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets)
+                body = session_body(
+                    allow,
+                    viewport,
+                    timeout_s,
+                    idle_timeout_s,
+                    labels,
+                    egress_mode,
+                    upload,
+                    secrets,
+                    profile=profile,
+                    save_profile=save_profile,
+                )
                 info = await gateway.create_session(body)
             finally:
                 if upload is not None:  # the session keeps its own copy
@@ -260,3 +295,8 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
     async def traffic(self, **filters: str) -> list[TrafficRecord]:
         """The session's audit records (filters: host, decision, event, action, since, until)."""
         return await self._gateway.traffic(self.id, **filters)
+
+    async def save_profile(self) -> ProfileInfo:
+        """Save the browser's cookies, local storage and IndexedDB now under the profile the session
+        was created with (Chromium restarts for the copy: open pages are closed)."""
+        return await self._gateway.save_profile(self.id)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from corral.errors import ProfileRefused, ProfileTooLarge, SandboxError
 
+from corral.errors import ProfileRefused, ProfileTooLarge, SandboxError
 from corral.runtime import (
     ExitInfo,
     ProxyAddress,

@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from corral.contracts.control import LinkEvent, Reply
+from corral.contracts.control import LinkEvent, ProfileEvent, Reply
 from corral.errors import EgressUnavailable, ReplayUnreadable, SandboxError
 from corral.gateway.anchors import AnchorBook
 from corral.gateway.secrets import SecretSet, SecretVault
@@ -196,7 +196,7 @@ class EgressManager:
     async def status(self, egress: Egress, timeout_s: float = 5.0) -> Reply:
         return await self.channel.status(egress, timeout_s)
 
-    async def report(self, egress: Egress, message: LinkEvent) -> None:
+    async def report(self, egress: Egress, message: LinkEvent | ProfileEvent) -> None:
         await self.channel.report(egress, message)
 
     async def set_policy(self, egress: Egress, allow: list[str], mode: str, actor: str) -> Reply:

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from corral.gateway.routes import actions, cdp, files, health, links, live, recordings, replays, sessions, traffic
+from corral.gateway.routes import (
+    actions,
+    cdp,
+    files,
+    health,
+    links,
+    live,
+    profiles,
+    recordings,
+    replays,
+    sessions,
+    traffic,
+)
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
@@ -17,6 +29,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     links.router,
     live.router,
     cdp.router,
+    profiles.router,
 )
 
 __all__ = ["ROUTERS"]

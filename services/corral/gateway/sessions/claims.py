@@ -17,6 +17,7 @@ from corral.gateway.replays import ReplayUploads
 from corral.gateway.secrets import SecretSet, plan_create
 from corral.gateway.sessions.book import SessionBook
 from corral.gateway.sessions.brokering import SecretBroker
+from corral.gateway.sessions.browserprofiles import BrowserProfiles
 from corral.gateway.sessions.egressport import EgressPort
 from corral.gateway.sessions.pool import WarmPool
 from corral.gateway.sessions.records import Pair, Session, SessionRecord
@@ -51,6 +52,7 @@ class Claims:
     async def create(self, owner: str, req: CreateSession) -> tuple[Session, str]:
         secret_set = plan_create(req.secrets, list(req.allow), req.hermetic is not None)  # checked whole, first
         timeout_s, replay = self._admit(owner, req)
+        profile = await self._profile(owner, req)
         pooled = await self._reserve(owner, req)
         started = time.monotonic()
         mode = req.egress_mode or self._settings.egress_mode
@@ -62,6 +64,7 @@ class Claims:
                 "session", req.viewport, req, list(req.allow), mode, replay, actor
             )
             await self._claim(pair, secret_set, actor)
+            await self._load_profile(pair, req, profile)
         finally:
             async with self._lock:
                 self._reserved[owner] -= 1
@@ -77,6 +80,23 @@ class Claims:
             self._parts.egress.write_meta(session.id, owner=owner, created_at=record.created_at, ended_at=None)
         self._parts.recordings.start(session, req.recording_mb)
         return session, token
+
+    async def _profile(self, owner: str, req: CreateSession) -> bytes | None:
+        """The saved browser profile to load, read (and decrypted) before anything starts: a missing one
+        (404) or profiles off (409) refuse the create at once."""
+        if req.profile is None or self._parts.profiles is None:
+            return None
+        return await asyncio.to_thread(self._parts.profiles.prepare, owner, req.profile)
+
+    async def _load_profile(self, pair: Pair, req: CreateSession, archive: bytes | None) -> None:
+        """The profile into the claimed pair's browser; a pair that fails it is removed, never handed out."""
+        if req.profile is None or archive is None or self._parts.profiles is None:
+            return
+        try:
+            await self._parts.profiles.load(pair, req.profile, archive)
+        except BaseException:
+            await settle(asyncio.ensure_future(self._starts.remove(pair)))
+            raise
 
     def _admit(self, owner: str, req: CreateSession) -> tuple[int, Path | None]:
         """The session's wall-clock timeout and its hermetic replay's responses; or the refusal, naming
@@ -133,6 +153,7 @@ class Claims:
             egress_mode=mode if pair.egress is not None else None,
             hermetic=req.hermetic is not None,
             secrets=dict(secret_set.records),
+            profile=req.profile,
         )
 
     async def _claim(self, pair: Pair, secret_set: SecretSet, actor: str) -> None:
@@ -151,9 +172,10 @@ class Claims:
 @dataclass(frozen=True, slots=True)
 class ClaimParts:
     """What a claim hands the new session to: its egress's archive, its secrets' broker, its recording,
-    the hermetic replays it may answer from."""
+    the hermetic replays it may answer from, the browser profile it loads."""
 
     egress: EgressPort
     broker: SecretBroker
     recordings: SessionRecordings
     replays: ReplayUploads
+    profiles: BrowserProfiles | None = None  # saved browser profiles loaded at a create

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from corral.contracts.control import LinkEvent
+from corral.contracts.control import LinkEvent, ProfileEvent
 from corral.errors import EgressUnavailable
 from corral.gateway.egress import Egress
 from corral.gateway.secrets import SecretSet, SecretVault
@@ -43,7 +43,7 @@ class EgressPort(Protocol):
 
     async def set_secrets(self, egress: Egress, secret_set: SecretSet, actor: str) -> object: ...
 
-    async def report(self, egress: Egress, message: LinkEvent) -> None: ...
+    async def report(self, egress: Egress, message: LinkEvent | ProfileEvent) -> None: ...
 
     async def revive(
         self, egresses: list[Egress], states: Mapping[str, State] | None = None
@@ -84,7 +84,7 @@ class NullEgress:
     async def set_secrets(self, egress: Egress, secret_set: SecretSet, actor: str) -> object:
         raise EgressUnavailable(NO_EGRESS)
 
-    async def report(self, egress: Egress, message: LinkEvent) -> None:
+    async def report(self, egress: Egress, message: LinkEvent | ProfileEvent) -> None:
         return None  # no audit chain to report to
 
     async def revive(

@@ -1,5 +1,6 @@
 """A session's end: marked ended at once (its WebSockets close with 4000 and the reason), then its
-recording closed, its sandbox and proxy removed, its egress log marked ended, its record deleted.
+browser profile saved (when it asked), its recording closed, its sandbox and proxy removed, its egress
+log marked ended, its record deleted.
 Ended on request (``DELETE``) or from the background (the reaper, a relay that lost its sandbox),
 by a kept task, so one slow removal never holds up the reaper."""
 
@@ -12,6 +13,7 @@ from typing import Any
 
 from corral.errors import SessionNotFound
 from corral.gateway.sessions.book import SessionBook
+from corral.gateway.sessions.browserprofiles import BrowserProfiles
 from corral.gateway.sessions.egressport import EgressPort
 from corral.gateway.sessions.records import Session
 from corral.gateway.sessions.sessionrecordings import SessionRecordings
@@ -22,9 +24,15 @@ log = logging.getLogger(__name__)
 
 class Endings:
     def __init__(
-        self, book: SessionBook, runtime: SandboxRuntime, egress: EgressPort, recordings: SessionRecordings
+        self,
+        book: SessionBook,
+        runtime: SandboxRuntime,
+        egress: EgressPort,
+        recordings: SessionRecordings,
+        profiles: BrowserProfiles | None = None,
     ) -> None:
         self._book, self._runtime, self._egress, self._recordings = book, runtime, egress, recordings
+        self._profiles = profiles  # a session that asked for it saves its browser profile before it goes
         self._ends: set[asyncio.Task[None]] = set()  # sessions being ended in the background
 
     async def delete(self, session_id: str, reason: str = "deleted") -> None:
@@ -69,6 +77,8 @@ class Endings:
 
     async def _teardown(self, session: Session, drain_s: float) -> None:
         session_id, reason = session.id, session.end_reason
+        if self._profiles is not None and reason != "sandbox_exited":
+            await self._profiles.save_at_end(session)
         await self._recordings.stop(session_id, reason, drain_s)
         try:
             await asyncio.to_thread(self._runtime.remove, session.sandbox.id)

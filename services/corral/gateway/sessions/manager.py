@@ -24,6 +24,7 @@ from corral.gateway.recording import RecordingManager
 from corral.gateway.replays import ReplayUploads
 from corral.gateway.sessions.book import SessionBook
 from corral.gateway.sessions.brokering import SecretBroker
+from corral.gateway.sessions.browserprofiles import BrowserProfiles
 from corral.gateway.sessions.claims import Claims
 from corral.gateway.sessions.controllers import Controllers
 from corral.gateway.sessions.egressport import EgressPort
@@ -66,6 +67,7 @@ class SessionParts:
     recordings: SessionRecordings
     replays: ReplayUploads
     links: LinkBook
+    profiles: BrowserProfiles | None = None  # saved browser profiles (corral.gateway.sessions.browserprofiles)
 
 
 class SessionManager:
@@ -74,6 +76,7 @@ class SessionManager:
         self.book, self.egress, self.grounds, self.pool = parts.book, parts.egress, parts.grounds, parts.pool
         self.limits, self.links, self.replays, self.reaper = parts.limits, parts.links, parts.replays, parts.reaper
         self.liveness, self.broker, self.endings = parts.liveness, parts.broker, parts.endings
+        self.profiles = parts.profiles
         self.host_guarded = False
         self._tasks: set[asyncio.Task[None]] = set()
 

@@ -72,7 +72,7 @@ class SessionRecord(SessionTerms):
 
     def to_json(self) -> dict[str, Any]:
         # A session without secrets or links is written as before they existed (an older gateway reads it alike).
-        unset = {name for name in ("secrets", "links") if not getattr(self, name)}
+        unset = {name for name in ("secrets", "links", "profile") if not getattr(self, name)}
         return self.model_dump(mode="json", exclude=unset or None)
 
 

@@ -102,6 +102,8 @@ class ControlChannel:
             raise ValueError("only the gateway may do that")
         if isinstance(message, control.LinkEvent):
             return self._link(message)
+        if isinstance(message, control.ProfileEvent):
+            return self._profile(message)
         if isinstance(message, control.SetPolicy):
             return self._set_policy(message)
         if isinstance(message, control.Status):
@@ -161,6 +163,13 @@ class ControlChannel:
             change=message.change,
             actor=message.actor,
             expires_at=message.expires_at,
+        )
+        return Reply(head=self._head())
+
+    def _profile(self, message: control.ProfileEvent) -> Reply:
+        """A browser profile loaded or saved, as the gateway reports it: its audit record (name and size)."""
+        self.shared.journal.write(
+            "profile", profile=message.profile, change=message.change, bytes=message.size, actor=message.actor
         )
         return Reply(head=self._head())
 

@@ -10,6 +10,7 @@ import struct
 import time
 from typing import Any
 
+import docker
 import docker.errors
 
 from corral.errors import ProfileRefused, ProfileTooLarge, SandboxError

@@ -120,7 +120,7 @@ def unpack(data: bytes, staging: Path, max_bytes: int) -> int:
     staging.mkdir(mode=0o700)
     total = 0
     try:
-        archive = tarfile.open(fileobj=io.BytesIO(data), mode="r:gz")
+        archive = tarfile.open(fileobj=io.BytesIO(data), mode="r:gz")  # noqa: SIM115 (closed by the with below)
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise StateRefused(f"not a gzipped tar: {exc}") from None
     with archive:

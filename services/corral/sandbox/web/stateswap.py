@@ -13,6 +13,7 @@ Standard library only, started with ``python -P``: nothing it imports comes from
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -76,10 +77,8 @@ def stop_browser() -> None:
         quiet = 0 if pids else quiet + 1
         late = time.monotonic() > deadline
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL if late else signal.SIGTERM)
-            except ProcessLookupError:
-                pass
         if late and time.monotonic() > deadline + STOP_WAIT_S:
             raise BrowserStuck("Chromium did not stop")
         time.sleep(_POLL_S if pids else 0.1)
