@@ -11,17 +11,19 @@ each :class:`CodedError` with the HTTP status its table gives the class (corral.
     │   ├─ ActionError                      an action could not be carried out (the code per instance)
     │   ├─ InvalidRequest → InvalidCursor    a request the gateway refuses as written
     │   ├─ Unauthorized, Forbidden          credentials
-    │   ├─ NotFound → SessionNotFound, ReplayNotFound
+    │   ├─ NotFound → SessionNotFound, ReplayNotFound, ProfileNotFound
     │   ├─ MessageTooLarge, UploadTooLarge, DownloadTooLarge
     │   ├─ CapacityError, HermeticUnavailable, EgressOff, ReplayUnreadable
+    │   ├─ ProfilesOff, ProfileTooLarge, ProfileUnreadable   saved browser profiles (corral.gateway.profiles)
     │   ├─ AuditLogUnreadable, AuditAnchorsInvalid, TicketKeyUnusable, KeyIdKeyUnusable, WeakApiKey
     │   ├─ FileRefused → NoSuchFile, FileAccessDenied, NotADirectory, IsADirectory, InvalidPath, NoSpace
     │   ├─ BundleError                      not a readable recording
     │   └─ SandboxError                     the host side could not build, start or reach a sandbox
-    │       ├─ SandboxStartFailed, UnprovenController, SandboxUnreachable, EgressUnavailable
+    │       ├─ SandboxStartFailed, UnprovenController, SandboxUnreachable, EgressUnavailable, ProfileRefused
     │       └─ ImageBuildError
     ├─ CommandFailed                        a command's ExecResult.check(): non-zero, killed, or out of time
     ├─ SettingsFileInvalid                  `corral up`'s env file refused, every SettingProblem in it
+    ├─ StateRefused → StateTooLarge, BrowserStuck, StreamLimit   a browser state moved in or out of a sandbox
     ├─ RemoteError (code as received)       a peer answered with a structured error
     │   ├─ ActionFailed                     a sandbox's ok: false (the protocol clients)
     │   ├─ GatewayError                     the gateway's refusal (its client: the SDK and the CLI)
@@ -266,6 +268,23 @@ class ArchiveRefused(CorralError):
 class StreamAborted(CorralError):
     """What fed a streamed HTTP body failed after its first byte went (the program behind it exited
     badly): the body is aborted without its clean end, so the client sees it cut short."""
+
+
+class StateRefused(CorralError):
+    """Inside the sandbox: a browser state's archive refused (a link, a path outside the profile's
+    state, a corrupt stream; corral.sandbox.web.statearchive); the message says why, never a value."""
+
+
+class StateTooLarge(StateRefused):
+    """Inside the sandbox: a browser state over the cap it was given."""
+
+
+class BrowserStuck(CorralError):
+    """Inside the sandbox: Chromium would not stop for its state to be moved, or did not come back."""
+
+
+class StreamLimit(CorralError):
+    """An exec into a sandbox wrote more than it may (corral.runtime.docker.browserstate)."""
 
 
 class RemoteError(CorralError):

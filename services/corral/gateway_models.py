@@ -27,6 +27,13 @@ class ViewportSize(_Answer):
     height: int
 
 
+class SessionProfile(_Answer):
+    """The browser profile a session loaded, and whether it saves it at its end."""
+
+    name: str
+    save: bool = False
+
+
 class SessionInfo(_Answer):
     """A session as the gateway shows it to its owner (``GET /v1/sessions/{id}``, a listing's row, a
     PATCH's answer); ``token`` only in the answer to its create (the session's credential, shown once)."""
@@ -48,7 +55,7 @@ class SessionInfo(_Answer):
     last_activity_at: float = 0.0
     from_pool: bool = False
     secrets: dict[str, str] = Field(default_factory=dict)  # name -> placeholder (never a value)
-    profile: ProfileBody | None = None  # the browser profile it loaded, and whether it saves it
+    profile: SessionProfile | None = None  # the browser profile it loaded, and whether it saves it
     token: str | None = None
 
     def shown(self) -> dict[str, object]:
@@ -138,6 +145,7 @@ __all__ = [
     "SecretChange",
     "SessionBody",
     "SessionInfo",
+    "SessionProfile",
     "TrafficRecord",
     "UploadedFile",
     "ViewportSize",

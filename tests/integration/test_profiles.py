@@ -17,7 +17,7 @@ import pytest
 
 from corral.errors import ProfileRefused, ProfileTooLarge
 from corral.gateway import auth
-from corral.gateway.profiles import derive_key, seal
+from corral.gateway.profiles import derive_key, pack_state, seal
 from corral.sdk import Sandbox
 
 from .dockerutil import DockerHarness
@@ -195,7 +195,7 @@ def test_a_hostile_saved_profile_is_refused_at_create(gw: RunningGateway) -> Non
     owner = auth.key_id(KEY_A, auth.load_key_id_key(gw.settings.data_dir))
     folder = gw.settings.data_dir / "profiles" / owner
     folder.mkdir(parents=True, exist_ok=True)
-    sealed = seal(derive_key(PROFILE_KEY), owner, "evil", HOSTILE["a symbolic link"])
+    sealed = seal(derive_key(PROFILE_KEY), owner, "evil", pack_state(HOSTILE["a symbolic link"], b""))
     (folder / "evil.profile").write_bytes(sealed)
     with gw.client() as c:
         refused = c.post("/v1/sessions", json={"allow": ["allowed.test"], "profile": {"name": "evil"}})

@@ -69,6 +69,26 @@ def unseal(key: bytes, owner: str, name: str, sealed: bytes) -> bytes:
         ) from None
 
 
+STATE_MAGIC = b"corral-browser-state-v1\n"
+_LENGTH = 8
+
+
+def pack_state(archive: bytes, cookies: bytes) -> bytes:
+    """A browser's state as one value: the cookies CDP read (JSON) and the files' archive. Pure."""
+    return STATE_MAGIC + len(cookies).to_bytes(_LENGTH, "big") + cookies + archive
+
+
+def unpack_state(state: bytes) -> tuple[bytes, bytes]:
+    """(archive, cookies) of :func:`pack_state`'s value; :class:`ProfileUnreadable` for anything else. Pure."""
+    body = state.removeprefix(STATE_MAGIC)
+    if body is state or len(body) < _LENGTH:
+        raise ProfileUnreadable("a saved profile in a format this gateway does not read")
+    size = int.from_bytes(body[:_LENGTH], "big")
+    if size > len(body) - _LENGTH:
+        raise ProfileUnreadable("a saved profile cut short")
+    return body[_LENGTH + size :], body[_LENGTH : _LENGTH + size]
+
+
 def check_name(name: str) -> str:
     if NAME.fullmatch(name) is None:
         raise ProfileNotFound(f"no profile {name!r} (a name is 1-64 of letters, digits, '.', '_', '-')")

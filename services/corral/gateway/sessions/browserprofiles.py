@@ -16,7 +16,8 @@ from corral.contracts.control import ProfileEvent
 from corral.errors import EgressUnavailable, ProfileNotFound
 from corral.gateway import auth
 from corral.gateway.models import ProfileRef
-from corral.gateway.profiles import ProfileInfo, ProfileStore
+from corral.gateway.profiles import ProfileInfo, ProfileStore, pack_state, unpack_state
+from corral.gateway.sessions import browsercookies
 from corral.gateway.sessions.egressport import EgressPort
 from corral.gateway.sessions.records import Pair, Session
 from corral.runtime import SandboxAddress, SandboxRuntime
@@ -34,19 +35,24 @@ class BrowserProfiles:
     # -- the seam: a sandbox's browser state as bytes ---------------------------------------------------
 
     async def export_state(self, sandbox: SandboxAddress, max_bytes: int | None = None) -> bytes:
-        """The browser's cookies, local storage and IndexedDB as the sandbox archived them (Chromium
-        stopped for the copy, started again and answering when this returns)."""
+        """The browser's cookies (read over CDP while it runs) and its local storage and IndexedDB
+        (archived by the sandbox with Chromium stopped, started again and answering when this
+        returns), as one value (``profiles.pack_state``)."""
         cap = self.store.max_bytes if max_bytes is None else max_bytes
+        cookies = await browsercookies.read_cookies(sandbox, cap)
         archive = await asyncio.to_thread(self._runtime.export_browser_state, sandbox.id, cap, MOVE_S)
         await asyncio.to_thread(self._runtime.wait_ready, sandbox, READY_S)
-        return archive
+        return pack_state(archive, cookies)
 
-    async def import_state(self, sandbox: SandboxAddress, archive: bytes, max_bytes: int | None = None) -> int:
-        """``archive`` checked and unpacked by the sandbox, its browser restarted onto it and answering
-        when this returns; the bytes of files put in place."""
+    async def import_state(self, sandbox: SandboxAddress, state: bytes, max_bytes: int | None = None) -> int:
+        """:meth:`export_state`'s value into a running sandbox: the archive checked and unpacked by the
+        sandbox, its browser restarted onto it, then its cookies set over CDP; answering when this
+        returns. The bytes of files put in place."""
         cap = self.store.max_bytes if max_bytes is None else max_bytes
+        archive, cookies = unpack_state(state)
         written = await asyncio.to_thread(self._runtime.import_browser_state, sandbox.id, archive, cap, MOVE_S)
         await asyncio.to_thread(self._runtime.wait_ready, sandbox, READY_S)
+        await browsercookies.write_cookies(sandbox, cookies)
         return written
 
     # -- saved profiles ---------------------------------------------------------------------------------

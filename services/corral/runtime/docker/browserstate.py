@@ -13,7 +13,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from corral.errors import ProfileRefused, ProfileTooLarge, SandboxError
+from corral.errors import ProfileRefused, ProfileTooLarge, SandboxError, StreamLimit
 from corral.runtime.docker.engine import Engine
 
 BROWSER_USER = "browser"
@@ -22,10 +22,6 @@ STATESWAP = [PYTHON, "-P", "-m", "corral.sandbox.web.stateswap"]
 EXIT_TOO_LARGE, EXIT_REFUSED = 3, 4  # corral.sandbox.web.stateswap's
 STDERR_MAX = 8 << 10
 _HEADER = struct.Struct(">BxxxI")  # Docker's multiplexed stream: kind (1 out, 2 err), size
-
-
-class StreamLimit(Exception):
-    """An exec wrote more than it may."""
 
 
 def demultiplex(frames: bytes, out_max: int) -> tuple[bytes, bytes]:

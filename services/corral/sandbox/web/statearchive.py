@@ -4,8 +4,8 @@ no history, no preferences), packed from a user data dir and unpacked into a sta
 An archive to unpack was made by a sandbox, so it is an attacker's: every member is checked before a
 byte of it is written (a regular file or a directory, under one of :data:`KEPT` only, no absolute or
 ``..`` path, no link or device), the members' count and their sizes together are capped, and files
-are written by this code with ``O_EXCL|O_NOFOLLOW`` (never ``tarfile.extract``). Standard library only:
-it runs inside the sandbox as the browser's uid (corral.sandbox.web.stateswap)."""
+are written by this code with ``O_EXCL|O_NOFOLLOW`` (never ``tarfile.extract``). Standard library
+and corral.errors only: it runs inside the sandbox as the browser's uid (corral.sandbox.web.stateswap)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import stat
 import tarfile
 import zlib
 from pathlib import Path, PurePosixPath
+
+from corral.errors import StateRefused, StateTooLarge
 
 # What a profile keeps, relative to the user data dir: the cookie store, localStorage (a LevelDB),
 # IndexedDB and the storage buckets' databases (WebStorage, where newer Chromium keeps non-default
@@ -28,14 +30,6 @@ KEPT: tuple[str, ...] = (
 )
 MAX_MEMBERS = 20_000
 _CHUNK = 1 << 16
-
-
-class StateRefused(Exception):
-    """An archive or a profile this module will not handle; the message says why (never a value)."""
-
-
-class StateTooLarge(StateRefused):
-    """The state is over the cap it was given."""
 
 
 def member_problem(name: str, kind: str) -> str | None:

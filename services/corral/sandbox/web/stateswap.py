@@ -22,7 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-from corral.sandbox.web.statearchive import KEPT, StateRefused, StateTooLarge, pack, unpack
+from corral.errors import BrowserStuck, StateRefused, StateTooLarge
+from corral.sandbox.web.statearchive import KEPT, pack, unpack
 
 BROWSER_HOME = Path("/tmp/corral-browser")  # corral.sandbox.startup.boot.BROWSER_HOME
 USER_DATA_DIR = BROWSER_HOME / "profile"  # corral.sandbox.startup.init's --user-data-dir
@@ -36,10 +37,6 @@ EXIT_TOO_LARGE, EXIT_REFUSED, EXIT_BROWSER = 3, 4, 5
 STOP_WAIT_S = 15.0
 START_WAIT_S = 30.0
 _POLL_S = 0.05
-
-
-class BrowserStuck(Exception):
-    """Chromium would not stop, or did not come back."""
 
 
 def is_browser_main(argv: list[str]) -> bool:
@@ -68,17 +65,22 @@ def browser_pids() -> list[int]:
 
 
 def stop_browser() -> None:
-    """SIGTERM to Chromium, waited for; SIGKILL once ``STOP_WAIT_S`` passed. Two empty looks in a row:
-    one started by the init just before the lock was taken is stopped too."""
+    """SIGTERM to Chromium once (a second one during its shutdown kills it at once: Chromium puts the
+    default action back after the first, and its cookie store would not be written), waited for;
+    SIGKILL once ``STOP_WAIT_S`` passed. Two empty looks in a row: one the init started just before
+    the lock was taken is stopped too."""
     deadline = time.monotonic() + STOP_WAIT_S
+    asked: set[int] = set()
     quiet = 0
     while quiet < 2:
         pids = browser_pids()
         quiet = 0 if pids else quiet + 1
         late = time.monotonic() > deadline
         for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL if late else signal.SIGTERM)
+            if late or pid not in asked:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL if late else signal.SIGTERM)
+                asked.add(pid)
         if late and time.monotonic() > deadline + STOP_WAIT_S:
             raise BrowserStuck("Chromium did not stop")
         time.sleep(_POLL_S if pids else 0.1)
