@@ -14,12 +14,12 @@ each :class:`CodedError` with the HTTP status its table gives the class (corral.
     │   ├─ NotFound → SessionNotFound, ReplayNotFound, ProfileNotFound
     │   ├─ MessageTooLarge, UploadTooLarge, DownloadTooLarge
     │   ├─ CapacityError, HermeticUnavailable, EgressOff, ReplayUnreadable
-    │   ├─ ProfilesOff, ProfileTooLarge, ProfileUnreadable   saved browser profiles (corral.gateway.profiles)
+    │   ├─ ProfilesOff, ProfileTooLarge, ProfileUnreadable, ProfileRefused   saved browser profiles
     │   ├─ AuditLogUnreadable, AuditAnchorsInvalid, TicketKeyUnusable, KeyIdKeyUnusable, WeakApiKey
     │   ├─ FileRefused → NoSuchFile, FileAccessDenied, NotADirectory, IsADirectory, InvalidPath, NoSpace
     │   ├─ BundleError                      not a readable recording
     │   └─ SandboxError                     the host side could not build, start or reach a sandbox
-    │       ├─ SandboxStartFailed, UnprovenController, SandboxUnreachable, EgressUnavailable, ProfileRefused
+    │       ├─ SandboxStartFailed, UnprovenController, SandboxUnreachable, EgressUnavailable
     │       └─ ImageBuildError
     ├─ CommandFailed                        a command's ExecResult.check(): non-zero, killed, or out of time
     ├─ SettingsFileInvalid                  `corral up`'s env file refused, every SettingProblem in it
@@ -451,6 +451,11 @@ class ProfileTooLarge(CodedError, code=ErrorCode.TOO_LARGE):
     """A browser profile over CORRAL_PROFILE_MAX_MB: not saved, the previous version kept."""
 
 
+class ProfileRefused(CodedError, code=ErrorCode.PROFILE_REFUSED):
+    """A sandbox refused a profile's archive (a link, a path outside the profile, too many bytes) or
+    could not export its browser's state; the reason, never a value."""
+
+
 class ProfileUnreadable(CodedError, code=ErrorCode.PROFILE_UNREADABLE):
     """A saved profile that does not decrypt (another profile key, another key's or name's file, damage)."""
 
@@ -502,11 +507,6 @@ class WeakApiKey(CodedError, code=ErrorCode.INVALID_FIELD):
 
 class SandboxError(CodedError):
     """The host side could not build, start or reach a sandbox."""
-
-
-class ProfileRefused(SandboxError, code=ErrorCode.PROFILE_REFUSED):
-    """A sandbox refused a profile's archive (a link, a path outside the profile, too many bytes) or
-    could not export its browser's state; the reason, never a value."""
 
 
 class SandboxStartFailed(SandboxError, code=ErrorCode.SANDBOX_START_FAILED):

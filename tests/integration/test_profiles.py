@@ -107,7 +107,7 @@ def test_a_missing_profile_without_save_is_a_404_naming_it(gw: RunningGateway) -
 
 
 def test_save_now_and_a_save_over_the_cap_keeps_the_old_version(gw: RunningGateway) -> None:
-    with _create(gw, name="capped", save=False) as box:
+    with _create(gw, name="capped", save=True) as box:
         _title(box, "?set=small")
         with gw.client() as c:
             first = c.post(f"/v1/sessions/{box.id}/profile/save")
@@ -218,7 +218,7 @@ def test_the_agent_cannot_read_the_profile_or_hold_the_browser_lock(gw: RunningG
             code, out = runtime.exec(box.container, ["cat", path], user="agent")
             assert code != 0 and "Permission denied" in out, (path, out)
         done = box.exec(argv=["ls", "/tmp/corral-browser"])
-        assert done.root.exit_code != 0  # type: ignore[union-attr]
+        assert done.exit_code != 0
 
 
 def test_measure_profile_load_and_save(gw: RunningGateway, capsys: pytest.CaptureFixture[str]) -> None:

@@ -125,11 +125,25 @@ class CorralTools(ScreenTools):
         timeout_s: Annotated[
             int | None, Field(ge=1, description="End the session after this many seconds (the gateway's cap applies).")
         ] = None,
+        profile: Annotated[
+            str | None,
+            Field(description="A saved browser profile (a logged-in browser: cookies, local storage) to load."),
+        ] = None,
+        save_profile: Annotated[
+            bool, Field(description="Save the browser into that profile when the session ends (made if missing).")
+        ] = False,
     ) -> CallToolResult:
         """Start a new sandbox session: a desktop with Chromium, a shell and a /workspace, reaching only
         the allowed hosts. Needs an API key. Answers the session (its id is what every other tool takes)."""
         viewport = (viewport_width, viewport_height) if viewport_width and viewport_height else None
-        body = session_body(allow=allow, viewport=viewport, timeout_s=timeout_s, labels={"via": "mcp"})
+        body = session_body(
+            allow=allow,
+            viewport=viewport,
+            timeout_s=timeout_s,
+            labels={"via": "mcp"},
+            profile=profile,
+            save_profile=save_profile,
+        )
 
         async def work(gateway: AsyncGateway) -> CallToolResult:
             # Less its token: the model drives it through these tools, and a credential in its context
