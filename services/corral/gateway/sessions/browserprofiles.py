@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from corral.contracts.control import ProfileEvent
 from corral.errors import EgressUnavailable, ProfileNotFound
@@ -36,12 +37,24 @@ class BrowserProfiles:
 
     async def export_state(self, sandbox: SandboxAddress, max_bytes: int | None = None) -> bytes:
         """The browser's cookies (read over CDP while it runs) and its local storage and IndexedDB
-        (archived by the sandbox with Chromium stopped, started again and answering when this
-        returns), as one value (``profiles.pack_state``)."""
+        (archived by the sandbox with Chromium stopped, started again with its cookies set back and
+        answering when this returns), as one value (``profiles.pack_state``)."""
         cap = self.store.max_bytes if max_bytes is None else max_bytes
+        started = time.monotonic()
         cookies = await browsercookies.read_cookies(sandbox, cap)
+        read = time.monotonic()
         archive = await asyncio.to_thread(self._runtime.export_browser_state, sandbox.id, cap, MOVE_S)
+        exported = time.monotonic()
         await asyncio.to_thread(self._runtime.wait_ready, sandbox, READY_S)
+        # The restarted browser has only the cookies its store had written: the rest come back as read.
+        await browsercookies.write_cookies(sandbox, cookies)
+        log.info(
+            "browser state of %s: cookies read in %.2fs, files archived in %.2fs, browser back %.2fs later",
+            sandbox.name,
+            read - started,
+            exported - read,
+            time.monotonic() - exported,
+        )
         return pack_state(archive, cookies)
 
     async def import_state(self, sandbox: SandboxAddress, state: bytes, max_bytes: int | None = None) -> int:
@@ -50,9 +63,20 @@ class BrowserProfiles:
         returns. The bytes of files put in place."""
         cap = self.store.max_bytes if max_bytes is None else max_bytes
         archive, cookies = unpack_state(state)
+        started = time.monotonic()
         written = await asyncio.to_thread(self._runtime.import_browser_state, sandbox.id, archive, cap, MOVE_S)
+        swapped = time.monotonic()
         await asyncio.to_thread(self._runtime.wait_ready, sandbox, READY_S)
-        await browsercookies.write_cookies(sandbox, cookies)
+        ready = time.monotonic()
+        count = await browsercookies.write_cookies(sandbox, cookies)
+        log.info(
+            "browser state into %s: files swapped in %.2fs, browser ready %.2fs later, %d cookies set in %.2fs",
+            sandbox.name,
+            swapped - started,
+            ready - swapped,
+            count,
+            time.monotonic() - ready,
+        )
         return written
 
     # -- saved profiles ---------------------------------------------------------------------------------
