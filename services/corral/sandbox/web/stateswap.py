@@ -2,14 +2,16 @@
 browser's uid, the only one that may read its profile): ``export`` writes the state's archive to
 stdout, ``import`` reads one from stdin and puts it in place.
 
-Both stop Chromium gracefully first (SIGTERM: it flushes its cookie store and LevelDBs and exits) under
-an exclusive lock on :data:`LOCK_FILE`, which the init takes shared before it starts Chromium again
-(corral.sandbox.startup.init): the files are never read or replaced under a running Chromium, and the
-init brings it back onto the state once the lock is let go. The caller waits for Chromium to listen
-again (its ``SingletonLock``) before it answers. Exit codes: 0 done, 3 over the cap, 4 an
+Both stop Chromium first, under an exclusive lock on :data:`LOCK_FILE` which the init takes shared
+before it starts Chromium again (corral.sandbox.startup.init): an export by closing its windows (a
+full shutdown, which commits its cookie store and local storage), an import with one SIGTERM (the
+state it holds is being replaced). The files are never read or replaced under a running Chromium,
+and the init brings it back onto the state once the lock is let go; the caller waits for Chromium
+to start again (its ``SingletonLock``) before it answers. Exit codes: 0 done, 3 over the cap, 4 an
 archive refused, 5 Chromium would not stop or start; the reason on stderr's last line.
 
-Standard library only, started with ``python -P``: nothing it imports comes from a writable place."""
+Started with ``python -P``: nothing it imports comes from a writable place (the standard library,
+corral.errors, python-xlib)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from corral.errors import BrowserStuck, StateRefused, StateTooLarge
 from corral.sandbox.web.statearchive import KEPT, pack, unpack
+from corral.sandbox.web.windowclose import close_windows
 
 BROWSER_HOME = Path("/tmp/corral-browser")  # corral.sandbox.startup.boot.BROWSER_HOME
 USER_DATA_DIR = BROWSER_HOME / "profile"  # corral.sandbox.startup.init's --user-data-dir
@@ -35,6 +38,7 @@ LOCK_FILE = "/run/corral/browser.lock"  # boot makes it: the browser's, readable
 READY_FILE = "SingletonLock"
 EXIT_TOO_LARGE, EXIT_REFUSED, EXIT_BROWSER = 3, 4, 5
 STOP_WAIT_S = 15.0
+CLOSE_WAIT_S = 10.0
 START_WAIT_S = 30.0
 _POLL_S = 0.05
 
@@ -62,6 +66,18 @@ def browser_pids() -> list[int]:
         if state != "Z" and is_browser_main([arg.decode(errors="replace") for arg in argv if arg]):
             found.append(int(entry.name))
     return found
+
+
+def quit_browser() -> None:
+    """Chromium quit as a person quits it (its windows closed: a full shutdown that commits cookies and
+    local storage), waited for up to ``CLOSE_WAIT_S``; what is left (no window, a page holding its
+    window open with a beforeunload prompt) stopped by :func:`stop_browser`."""
+    pids = set(browser_pids())
+    if pids and close_windows(pids):
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        while set(browser_pids()) & pids and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+    stop_browser()
 
 
 def stop_browser() -> None:
@@ -104,7 +120,7 @@ def exclusive(lock_file: str) -> int:
 def export_state(user_data_dir: Path, max_bytes: int, lock_file: str) -> bytes:
     lock = exclusive(lock_file)
     try:
-        stop_browser()
+        quit_browser()
         (user_data_dir / READY_FILE).unlink(missing_ok=True)
         return pack(user_data_dir, max_bytes)
     finally:
@@ -119,7 +135,7 @@ def import_state(data: bytes, user_data_dir: Path, staging: Path, max_bytes: int
         written = unpack(data, staging, max_bytes)
         lock = exclusive(lock_file)
         try:
-            stop_browser()
+            stop_browser()  # the state it holds is about to be replaced: no need to commit it
             _swap(staging, user_data_dir)
             (user_data_dir / READY_FILE).unlink(missing_ok=True)
         finally:
