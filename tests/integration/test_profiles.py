@@ -120,6 +120,7 @@ def test_save_now_and_a_save_over_the_cap_keeps_the_old_version(gw: RunningGatew
             assert c.get("/v1/profiles/capped").json() == before
             failed = [r for r in traffic(gw, box.id, event="profile") if r["change"] == "failed"]
             assert failed and failed[0]["profile"] == "capped"
+            assert _title(box) == "cookie=small;ls=small"  # the session keeps its browser whole
     with _create(gw, name="capped") as again:
         assert _title(again) == "cookie=small;ls=small"
 

@@ -10,6 +10,7 @@ the browser ready again when they return; neither stores nor audits anything."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 
@@ -43,11 +44,15 @@ class BrowserProfiles:
         started = time.monotonic()
         cookies = await browsercookies.read_cookies(sandbox, cap)
         read = time.monotonic()
-        archive = await asyncio.to_thread(self._runtime.export_browser_state, sandbox.id, cap, MOVE_S)
+        try:
+            archive = await asyncio.to_thread(self._runtime.export_browser_state, sandbox.id, cap, MOVE_S)
+        except BaseException:
+            # Over the cap, or refused: Chromium was stopped all the same; the session gets it back whole.
+            with contextlib.suppress(Exception):
+                await self._back(sandbox, cookies)
+            raise
         exported = time.monotonic()
-        await asyncio.to_thread(self._runtime.wait_ready, sandbox, READY_S)
-        # The restarted browser has only the cookies its store had written: the rest come back as read.
-        await browsercookies.write_cookies(sandbox, cookies)
+        await self._back(sandbox, cookies)
         log.info(
             "browser state of %s: cookies read in %.2fs, files archived in %.2fs, browser back %.2fs later",
             sandbox.name,
@@ -56,6 +61,12 @@ class BrowserProfiles:
             time.monotonic() - exported,
         )
         return pack_state(archive, cookies)
+
+    async def _back(self, sandbox: SandboxAddress, cookies: bytes) -> None:
+        """After an export: the browser answering again, with the cookies it had (the restarted one
+        has only what its store had written)."""
+        await asyncio.to_thread(self._runtime.wait_ready, sandbox, READY_S)
+        await browsercookies.write_cookies(sandbox, cookies)
 
     async def import_state(self, sandbox: SandboxAddress, state: bytes, max_bytes: int | None = None) -> int:
         """:meth:`export_state`'s value into a running sandbox: the archive checked and unpacked by the
