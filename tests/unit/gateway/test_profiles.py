@@ -102,3 +102,22 @@ def test_the_key_comes_from_its_file_first_and_a_weak_one_stops_the_gateway(tmp_
         GatewaySettings(profile_key="short").profile_secret()
     with pytest.raises(InvalidRequest, match="repetitive"):
         GatewaySettings(profile_key="ab" * 20).profile_secret()
+
+
+def test_a_create_reads_its_profile_before_anything_starts(tmp_path: Path) -> None:
+    from corral.gateway.models import ProfileRef
+    from corral.gateway.sessions.browserprofiles import BrowserProfiles
+    from corral.gateway.sessions.egressport import NullEgress
+
+    from ..runtime.fake import FakeRuntime
+
+    profiles = BrowserProfiles(_store(tmp_path), FakeRuntime(), NullEgress())
+    assert profiles.prepare(OWNER, None) is None
+    assert profiles.prepare(OWNER, ProfileRef(name="new", save=True)) is None  # made at its first save
+    with pytest.raises(ProfileNotFound, match="'new'"):
+        profiles.prepare(OWNER, ProfileRef(name="new"))
+    profiles.store.save(OWNER, "new", b"state")
+    assert profiles.prepare(OWNER, ProfileRef(name="new")) == b"state"
+    off = BrowserProfiles(_store(tmp_path, key=None), FakeRuntime(), NullEgress())
+    with pytest.raises(ProfilesOff):
+        off.prepare(OWNER, ProfileRef(name="new", save=True))
