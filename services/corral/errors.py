@@ -11,9 +11,10 @@ each :class:`CodedError` with the HTTP status its table gives the class (corral.
     │   ├─ ActionError                      an action could not be carried out (the code per instance)
     │   ├─ InvalidRequest → InvalidCursor    a request the gateway refuses as written
     │   ├─ Unauthorized, Forbidden          credentials
-    │   ├─ NotFound → SessionNotFound, ReplayNotFound
+    │   ├─ NotFound → SessionNotFound, ReplayNotFound, ProfileNotFound
     │   ├─ MessageTooLarge, UploadTooLarge, DownloadTooLarge
     │   ├─ CapacityError, HermeticUnavailable, EgressOff, ReplayUnreadable
+    │   ├─ ProfilesOff, ProfileTooLarge, ProfileUnreadable, ProfileRefused   saved browser profiles
     │   ├─ AuditLogUnreadable, AuditAnchorsInvalid, TicketKeyUnusable, KeyIdKeyUnusable, WeakApiKey
     │   ├─ FileRefused → NoSuchFile, FileAccessDenied, NotADirectory, IsADirectory, InvalidPath, NoSpace
     │   ├─ BundleError                      not a readable recording
@@ -22,6 +23,7 @@ each :class:`CodedError` with the HTTP status its table gives the class (corral.
     │       └─ ImageBuildError
     ├─ CommandFailed                        a command's ExecResult.check(): non-zero, killed, or out of time
     ├─ SettingsFileInvalid                  `corral up`'s env file refused, every SettingProblem in it
+    ├─ StateRefused → StateTooLarge, BrowserStuck, StreamLimit   a browser state moved in or out of a sandbox
     ├─ RemoteError (code as received)       a peer answered with a structured error
     │   ├─ ActionFailed                     a sandbox's ok: false (the protocol clients)
     │   ├─ GatewayError                     the gateway's refusal (its client: the SDK and the CLI)
@@ -108,6 +110,10 @@ class ErrorCode(StrEnum):
     TEMPLATE_BUILD_FAILED = "template_build_failed"
     TEMPLATE_REFUSED = "template_refused"
     TEMPLATE_STALE = "template_stale"
+    # Browser profiles (corral.gateway.profiles): off without CORRAL_PROFILE_KEY, unreadable, refused by a sandbox.
+    PROFILES_OFF = "profiles_off"
+    PROFILE_UNREADABLE = "profile_unreadable"
+    PROFILE_REFUSED = "profile_refused"
     # Reading a recording bundle (corral replay, corral export).
     BUNDLE_UNREADABLE = "bundle_unreadable"
 
@@ -273,6 +279,23 @@ class StreamAborted(CorralError):
     badly): the body is aborted without its clean end, so the client sees it cut short."""
 
 
+class StateRefused(CorralError):
+    """Inside the sandbox: a browser state's archive refused (a link, a path outside the profile's
+    state, a corrupt stream; corral.sandbox.web.statearchive); the message says why, never a value."""
+
+
+class StateTooLarge(StateRefused):
+    """Inside the sandbox: a browser state over the cap it was given."""
+
+
+class BrowserStuck(CorralError):
+    """Inside the sandbox: Chromium would not stop for its state to be moved, or did not come back."""
+
+
+class StreamLimit(CorralError):
+    """An exec into a sandbox wrote more than it may (corral.runtime.docker.browserstate)."""
+
+
 class RemoteError(CorralError):
     """Another party of Corral (the gateway, a controller, a proxy) answered with a structured error.
 
@@ -436,6 +459,27 @@ class VolumeNotFound(NotFound):
 
 
 # -- the gateway's sessions -------------------------------------------------------------------------------
+
+
+class ProfileNotFound(NotFound):
+    """No saved browser profile of that name for this API key (another key's is none too)."""
+
+
+class ProfilesOff(CodedError, code=ErrorCode.PROFILES_OFF):
+    """The gateway has no CORRAL_PROFILE_KEY: no profile is loaded or saved."""
+
+
+class ProfileTooLarge(CodedError, code=ErrorCode.TOO_LARGE):
+    """A browser profile over CORRAL_PROFILE_MAX_MB: not saved, the previous version kept."""
+
+
+class ProfileRefused(CodedError, code=ErrorCode.PROFILE_REFUSED):
+    """A sandbox refused a profile's archive (a link, a path outside the profile, too many bytes) or
+    could not export its browser's state; the reason, never a value."""
+
+
+class ProfileUnreadable(CodedError, code=ErrorCode.PROFILE_UNREADABLE):
+    """A saved profile that does not decrypt (another profile key, another key's or name's file, damage)."""
 
 
 class CapacityError(CodedError, code=ErrorCode.TOO_MANY_SESSIONS):

@@ -23,6 +23,8 @@ import httpx
 from corral.errors import CorralError, GatewayError
 from corral.gateway_models import (
     BuiltTemplate,
+    ProfileBody,
+    ProfileInfo,
     SecretChange,
     SessionBody,
     SessionInfo,
@@ -113,6 +115,19 @@ def _volumes(response: httpx.Response) -> list[VolumeInfo]:
     return [VolumeInfo.model_validate(row) for row in _json(response)]
 
 
+def _profile(response: httpx.Response) -> ProfileInfo:
+    return ProfileInfo.model_validate(_json(response))
+
+
+def _profiles(response: httpx.Response) -> list[ProfileInfo]:
+    return [ProfileInfo.model_validate(row) for row in _json(response)]
+
+
+def _segment(name: str) -> str:
+    """A name as one path segment (a '/' or '..' in it cannot reach another route)."""
+    return urllib.parse.quote(name, safe="")
+
+
 def _uploaded(response: httpx.Response) -> UploadedFile:
     return UploadedFile.model_validate(_json(response))
 
@@ -157,13 +172,19 @@ def session_body(
     env: Mapping[str, str] | None = None,
     volume: str | None = None,
     template: str | None = None,
+    *,
+    profile: str | None = None,
+    save_profile: bool = False,
 ) -> SessionBody:
     """The body of ``POST /v1/sessions``: what was given, nothing else (the gateway has the defaults).
     ``secrets``: name -> ``{"value", "allow", "in"?}`` (docs/gateway.md); ``env``: name -> value, in
-    every command's environment (docs/environments.md)."""
+    every command's environment (docs/environments.md); ``profile``: a saved browser profile to load
+    (``save_profile``: saved at the session's end, made when missing)."""
     body: SessionBody = {"allow": list(allow or []), "labels": dict(labels or {})}
     if env:
         body["env"] = dict(env)
+    if profile is not None:
+        body["profile"] = ProfileBody(name=profile, save=save_profile)
     if secrets:
         body["secrets"] = {name: SecretChange(**spec) for name, spec in secrets.items()}
     if egress_mode is not None:
@@ -263,6 +284,22 @@ class calls:  # a namespace of pure builders, read as calls.create_session(...)
     @staticmethod
     def delete_upload(upload_id: str) -> Call[None]:
         return Call("DELETE", f"/v1/replay-responses/{upload_id}", _ignored)
+
+    @staticmethod
+    def profiles() -> Call[list[ProfileInfo]]:
+        return Call("GET", "/v1/profiles", _profiles)
+
+    @staticmethod
+    def profile(name: str) -> Call[ProfileInfo]:
+        return Call("GET", f"/v1/profiles/{_segment(name)}", _profile)
+
+    @staticmethod
+    def delete_profile(name: str) -> Call[None]:
+        return Call("DELETE", f"/v1/profiles/{_segment(name)}", _nothing)
+
+    @staticmethod
+    def save_profile(session_id: str) -> Call[ProfileInfo]:
+        return Call("POST", f"/v1/sessions/{session_id}/profile/save", _profile)
 
     @staticmethod
     def get(path: str) -> Call[httpx.Response]:
@@ -488,6 +525,20 @@ class Gateway:
     def delete_upload(self, upload_id: str) -> None:
         self.send(calls.delete_upload(upload_id))
 
+    def profiles(self) -> list[ProfileInfo]:
+        """This API key's saved browser profiles (name, size, when saved)."""
+        return self.send(calls.profiles())
+
+    def profile(self, name: str) -> ProfileInfo:
+        return self.send(calls.profile(name))
+
+    def delete_profile(self, name: str) -> None:
+        self.send(calls.delete_profile(name))
+
+    def save_profile(self, session_id: str) -> ProfileInfo:
+        """A live session's browser state saved now under the profile it was created with."""
+        return self.send(calls.save_profile(session_id))
+
     def get(self, path: str) -> httpx.Response:
         return self.send(calls.get(path))
 
@@ -642,6 +693,20 @@ class AsyncGateway:
 
     async def delete_upload(self, upload_id: str) -> None:
         await self.send(calls.delete_upload(upload_id))
+
+    async def profiles(self) -> list[ProfileInfo]:
+        """This API key's saved browser profiles (name, size, when saved)."""
+        return await self.send(calls.profiles())
+
+    async def profile(self, name: str) -> ProfileInfo:
+        return await self.send(calls.profile(name))
+
+    async def delete_profile(self, name: str) -> None:
+        await self.send(calls.delete_profile(name))
+
+    async def save_profile(self, session_id: str) -> ProfileInfo:
+        """A live session's browser state saved now under the profile it was created with."""
+        return await self.send(calls.save_profile(session_id))
 
     async def get(self, path: str) -> httpx.Response:
         return await self.send(calls.get(path))

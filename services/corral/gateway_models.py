@@ -27,6 +27,13 @@ class ViewportSize(_Answer):
     height: int
 
 
+class SessionProfile(_Answer):
+    """The browser profile a session loaded, and whether it saves it at its end."""
+
+    name: str
+    save: bool = False
+
+
 class SessionInfo(_Answer):
     """A session as the gateway shows it to its owner (``GET /v1/sessions/{id}``, a listing's row, a
     PATCH's answer); ``token`` only in the answer to its create (the session's credential, shown once)."""
@@ -51,6 +58,7 @@ class SessionInfo(_Answer):
     env: list[str] = Field(default_factory=list)  # its environment variables' names (never their values)
     volume: str | None = None  # the workspace volume it holds
     template: str | None = None  # NAME:VERSION it started from
+    profile: SessionProfile | None = None  # the browser profile it loaded, and whether it saves it
     token: str | None = None
 
     def shown(self) -> dict[str, object]:
@@ -115,6 +123,21 @@ class ViewportBody(TypedDict):
     height: int
 
 
+class ProfileBody(TypedDict):
+    """A create's ``profile``: the saved browser profile to load, and whether the session saves it."""
+
+    name: str
+    save: bool
+
+
+class ProfileInfo(_Answer):
+    """A saved browser profile (``GET /v1/profiles``): never its contents."""
+
+    name: str
+    size: int = 0  # the archive's bytes, before encryption
+    saved_at: float = 0.0
+
+
 class SessionBody(TypedDict, total=False):
     """The body of ``POST /v1/sessions``: what was given, nothing else (the gateway has the defaults)."""
 
@@ -129,6 +152,7 @@ class SessionBody(TypedDict, total=False):
     env: dict[str, str]
     volume: str
     template: str
+    profile: ProfileBody
 
 
 class TemplateVersionInfo(_Answer):
@@ -160,9 +184,12 @@ class BuiltTemplate(TemplateVersionInfo):
 
 __all__ = [
     "BuiltTemplate",
+    "ProfileBody",
+    "ProfileInfo",
     "SecretChange",
     "SessionBody",
     "SessionInfo",
+    "SessionProfile",
     "TemplateInfo",
     "TemplateVersionInfo",
     "TrafficRecord",

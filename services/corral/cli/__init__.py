@@ -11,6 +11,7 @@ import typer
 from corral.cli import actions, files, lifecycle, mcp, recordings
 from corral.cli.audit import audit_app
 from corral.cli.images import images_app
+from corral.cli.profiles import profile_app
 from corral.cli.recordings import export_app, recording_app
 from corral.cli.sessions import session_app
 from corral.cli.templates import template_app
@@ -38,6 +39,7 @@ app.add_typer(template_app, name="template")
 app.add_typer(audit_app, name="audit")
 app.add_typer(recording_app, name="recording")
 app.add_typer(export_app, name="export")
+app.add_typer(profile_app, name="profile")
 
 
 def main() -> None:

@@ -66,6 +66,14 @@ def session_create(
     template: Annotated[
         str | None, typer.Option("--template", help="NAME or NAME:VERSION: a template to start from.")
     ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            "--profile",
+            help="NAME or NAME:save: a saved browser profile (cookies, local storage) loaded into the browser; "
+            ":save saves it again at the session's end (and makes it when missing).",
+        ),
+    ] = None,
     as_json: common.JsonOpt = False,
 ) -> None:
     """Start a session; prints its id, token and WebSocket URL (and its secrets' placeholders)."""
@@ -74,6 +82,7 @@ def session_create(
         raise common.fail("viewport must look like 1280x800", 2)
     labels = dict(item.split("=", 1) for item in (label or []) if "=" in item)
     secrets = _secrets_file(secrets_file) if secrets_file is not None else None
+    profile_name, save_profile = _profile_option(profile)
     body = gateway_client.session_body(
         allow,
         (int(width), int(height)),
@@ -85,6 +94,8 @@ def session_create(
         env=env_pairs(env or []),
         volume=volume,
         template=template,
+        profile=profile_name,
+        save_profile=save_profile,
     )
     with common.gateway_call() as gateway:
         session = gateway.create_session(body)
@@ -123,6 +134,16 @@ def session_set_timeout(
         common.out.print_json(json.dumps(updated))
         return
     common.out.print(_session_table([updated]))
+
+
+def _profile_option(value: str | None) -> tuple[str | None, bool]:
+    """``--profile NAME`` or ``NAME:save`` as (name, save)."""
+    if value is None:
+        return None, False
+    name, _, suffix = value.partition(":")
+    if suffix not in ("", "save") or not name:
+        raise common.fail("--profile takes NAME or NAME:save", 2)
+    return name, suffix == "save"
 
 
 def _secrets_file(path: Path) -> dict[str, Any]:

@@ -43,6 +43,9 @@ LEASE_CHANGES: Final = ("taken", "returned", "left", "requested", "request_ended
 LINK_CHANGES: Final = ("created", "used", "revoked", "expired")
 LINK_MODES: Final = ("view", "control")
 VOLUME_CHANGES: Final = ("claimed", "released")
+# A browser profile loaded into a session, saved from it, or a load or save that failed (corral.gateway.profiles).
+PROFILE_CHANGES: Final = ("loaded", "saved", "failed")
+MAX_PROFILE_BYTES: Final = 1 << 40
 # corral.errors.ErrorCode's values for a refused line (this module may not import corral.errors).
 INVALID_JSON: Final = "invalid_json"
 INVALID_REQUEST: Final = "invalid_request"
@@ -188,6 +191,21 @@ class VolumeEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class ProfileEvent:
+    """The gateway's report of a browser profile loaded into the session or saved from it (its name
+    and size, never its contents); ``failed``: a load or save that did not happen."""
+
+    OP: ClassVar = "profile"
+    change: str  # one of PROFILE_CHANGES
+    profile: str
+    size: int  # the archive's bytes (its record's ``bytes``)
+    actor: str
+
+    def to_json(self) -> JsonObject:
+        return {"op": self.OP, "change": self.change, "profile": self.profile, "bytes": self.size, "actor": self.actor}
+
+
+@dataclass(frozen=True, slots=True)
 class SecretEntry:
     """One brokered secret on the wire; ``value`` None: the proxy keeps the value it holds."""
 
@@ -217,7 +235,7 @@ class PutSecrets:
 
 
 # The gateway's own events about a session, reported into its audit chain.
-GatewayEvent = LinkEvent | LifetimeEvent | VolumeEvent
+GatewayEvent = LinkEvent | LifetimeEvent | VolumeEvent | ProfileEvent
 Message = Hello | SetPolicy | Status | ActionEvent | LeaseEvent | PutSecrets | GatewayEvent
 
 
@@ -490,6 +508,13 @@ def _volume(f: _Fields) -> VolumeEvent:
     return VolumeEvent(f.choice("change", VOLUME_CHANGES), f.token("volume"), sizes[0], sizes[1])
 
 
+def _profile(f: _Fields) -> ProfileEvent:
+    size = f.obj.get("bytes")
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_PROFILE_BYTES:
+        raise f.invalid(INVALID_FIELD, "'bytes' must be a non-negative integer", "bytes")
+    return ProfileEvent(f.choice("change", PROFILE_CHANGES), f.token("profile"), size, f.token("actor"))
+
+
 def _put_secrets(f: _Fields) -> PutSecrets:
     """The ``secrets`` list, every entry checked; ``invalid`` names the first bad field (never
     quoting a value)."""
@@ -565,4 +590,5 @@ _PARSERS: Final[Mapping[str, Callable[[_Fields], Message]]] = {
     LinkEvent.OP: _link,
     LifetimeEvent.OP: _lifetime,
     VolumeEvent.OP: _volume,
+    ProfileEvent.OP: _profile,
 }

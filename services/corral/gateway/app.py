@@ -20,6 +20,7 @@ from corral.gateway.egress import EgressManager
 from corral.gateway.limits import HostFacts, resolve
 from corral.gateway.links import LinkBook
 from corral.gateway.metrics import Metrics
+from corral.gateway.profiles import ProfileStore, derive_key
 from corral.gateway.recording import RecordingLimits, RecordingManager
 from corral.gateway.replays import ReplayUploads
 from corral.gateway.routes import ROUTERS, errors
@@ -28,6 +29,7 @@ from corral.gateway.routes.live import AuthSlots
 from corral.gateway.sessions import SessionManager, SessionParts
 from corral.gateway.sessions.book import SessionBook
 from corral.gateway.sessions.brokering import SecretBroker
+from corral.gateway.sessions.browserprofiles import BrowserProfiles
 from corral.gateway.sessions.claims import ClaimParts, Claims, OnClaim
 from corral.gateway.sessions.controllers import Controllers
 from corral.gateway.sessions.egressport import EgressPort, NullEgress
@@ -119,7 +121,8 @@ def build_sessions(
     recordings = SessionRecordings(_recording_manager(settings), port, controllers)
     replays = ReplayUploads(settings.data_dir / "replay-responses", settings.replay_upload_max_mb << 20)
     volumes = Volumes(settings.data_dir / "volumes", runtime, VolumeLimits.from_settings(settings))
-    endings = Endings(book, runtime, port, recordings, volumes)
+    profiles = BrowserProfiles(_profile_store(settings), runtime, port)
+    endings = Endings(book, runtime, port, recordings, volumes=volumes, profiles=profiles)
     broker = SecretBroker(book, port, controllers, settings.egress_mode)
     pool = WarmPool(settings.pool_size, settings.egress_mode, starts, port, controllers)
     liveness = Liveness(book, runtime, endings, controllers, _vitals(settings), settings.controller_dead_after_s)
@@ -146,6 +149,7 @@ def build_sessions(
         envs=envs,
         volumes=volumes,
         templates=templates,
+        profiles=profiles,
     )
     claims = Claims(settings, book, pool, starts, claim_parts, on_claim)
     recovery = Recovery(book, runtime, specs, starts, port, recordings, volumes)
@@ -159,9 +163,17 @@ def build_sessions(
         recordings=recordings, replays=replays, links=links,
         lifetimes=Lifetimes(book, port, settings.max_timeout_s),
         volumes=volumes,
+        profiles=profiles,
     )
     # fmt: on
     return SessionManager(parts)
+
+
+def _profile_store(settings: GatewaySettings) -> ProfileStore:
+    """Saved browser profiles under the operator's key; without one, a store that says profiles are off."""
+    secret = settings.profile_secret()
+    key = derive_key(secret) if secret is not None else None
+    return ProfileStore(settings.data_dir / "profiles", key, settings.profile_max_mb << 20)
 
 
 def _vitals(settings: GatewaySettings) -> ControllerWatch:

@@ -168,6 +168,28 @@ class VolumeOut(BaseModel):
     created_at: float
 
 
+class ProfileRef(BaseModel):
+    """A saved browser profile a session loads (``save``: and saves at its end, made empty when missing)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+    save: bool = False
+
+
+class ProfileOut(BaseModel):
+    """A saved browser profile as its owner sees it: never its contents."""
+
+    model_config = ConfigDict(frozen=True)
+    name: str
+    size: int  # the archive's bytes (cookies, local storage, IndexedDB), before encryption
+    saved_at: float
+
+
+class DeletedProfile(BaseModel):
+    name: str
+    deleted: bool = True
+
+
 class CreateSession(BaseModel):
     model_config = ConfigDict(extra="forbid")
     allow: Annotated[list[HostPattern], Field(max_length=256)] = Field(default_factory=list)
@@ -194,6 +216,8 @@ class CreateSession(BaseModel):
     volume: VolumeName | None = None
     # A template to start from (docs/environments.md): NAME (its newest version) or NAME:VERSION.
     template: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    # A saved browser profile loaded into the browser (docs/environments.md#browser-profiles).
+    profile: ProfileRef | None = None
 
 
 class UpdateSession(BaseModel):
@@ -258,6 +282,7 @@ class SessionTerms(SessionSetup):
     env: list[str] = Field(default_factory=list)
     volume: str | None = None  # the workspace volume it holds (docs/environments.md)
     template: str | None = None  # NAME:VERSION, as resolved at create
+    profile: ProfileRef | None = None  # the browser profile it loaded, and whether it saves it
 
 
 class SessionOut(SessionTerms):

@@ -11,10 +11,20 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from corral.errors import WeakApiKey
+from corral.errors import InvalidRequest, WeakApiKey
 from corral.gateway import keystrength
 
 ENV_PREFIX = "CORRAL_"
+MIN_PROFILE_KEY_CHARS = 32
+
+
+def profile_key_problem(value: str) -> str | None:
+    """Why ``value`` will not do as the profile key (corral.gateway.profiles); None when it will. Pure."""
+    if len(value) < MIN_PROFILE_KEY_CHARS:
+        return f"must be at least {MIN_PROFILE_KEY_CHARS} characters (e.g. `openssl rand -hex 32`)"
+    if len(set(value)) < 8:
+        return "is too repetitive to be a key (e.g. `openssl rand -hex 32`)"
+    return None
 
 
 def env_name(field: str) -> str:
@@ -270,6 +280,30 @@ class GatewaySettings(BaseSettings):
         ),
     )
 
+    profile_key: str = Field(
+        default="",
+        description=(
+            "The secret (32 or more characters, e.g. `openssl rand -hex 32`) saved browser profiles are encrypted "
+            "under ([environments.md](environments.md#browser-profiles)); unset with no `CORRAL_PROFILE_KEY_FILE`: "
+            "no saved profiles. A secret in the environment: prefer the file form."
+        ),
+    )
+    profile_key_file: Path | None = Field(
+        default=None,
+        description=(
+            "A file (0600) holding the profile key, read at start: the form to use (`corral up` mounts it "
+            "read-only; nothing secret in the environment). Wins over `CORRAL_PROFILE_KEY`."
+        ),
+    )
+    profile_max_mb: int = Field(
+        default=64,
+        ge=1,
+        description=(
+            "A saved browser profile's size (its cookies, local storage and IndexedDB archived); a save over it "
+            "fails (413) and the saved version stays."
+        ),
+    )
+
     record: bool = Field(default=True, description="Every session is recorded ([recording.md](recording.md)).")
     recording_retention_days: float = Field(
         default=30.0, gt=0, description="Recordings outlive their sessions this long."
@@ -312,6 +346,23 @@ class GatewaySettings(BaseSettings):
     replay_upload_retention_hours: float = Field(
         default=24.0, gt=0, description="Uploaded recorded responses are kept this long."
     )
+
+    def profile_secret(self) -> str | None:
+        """The profile key: the file's (its text, stripped) when one is named, else the setting's;
+        None when neither is set. :class:`InvalidRequest` for a key too weak to hold (or a file that
+        cannot be read), which stops the gateway at start."""
+        value = self.profile_key
+        if self.profile_key_file is not None:
+            try:
+                value = self.profile_key_file.read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise InvalidRequest(f"cannot read it: {exc}", field="CORRAL_PROFILE_KEY_FILE") from None
+        if not value:
+            return None
+        trouble = profile_key_problem(value)
+        if trouble is not None:
+            raise InvalidRequest(trouble, field="CORRAL_PROFILE_KEY")
+        return value
 
     def api_keys(self) -> list[str]:
         """The keys of ``CORRAL_API_KEY``; :class:`WeakApiKey` when one is too short or too guessable

@@ -139,6 +139,13 @@ class CorralTools(ScreenTools):
             str | None,
             Field(description="A template to start from (NAME or NAME:VERSION): the desktop plus its packages."),
         ] = None,
+        profile: Annotated[
+            str | None,
+            Field(description="A saved browser profile (a logged-in browser: cookies, local storage) to load."),
+        ] = None,
+        save_profile: Annotated[
+            bool, Field(description="Save the browser into that profile when the session ends (made if missing).")
+        ] = False,
     ) -> CallToolResult:
         """Start a new sandbox session: a desktop with Chromium, a shell and a /workspace, reaching only
         the allowed hosts. Needs an API key. Answers the session (its id is what every other tool takes)."""
@@ -151,6 +158,8 @@ class CorralTools(ScreenTools):
             env=env,
             volume=volume,
             template=template,
+            profile=profile,
+            save_profile=save_profile,
         )
 
         async def work(gateway: AsyncGateway) -> CallToolResult:

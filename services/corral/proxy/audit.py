@@ -110,6 +110,7 @@ Event = Literal[
     "link",
     "lifetime",
     "volume",
+    "profile",
     "control",
     "budget",
     "tally",
@@ -190,6 +191,9 @@ class EventFields(TypedDict, total=False):
     volume: str
     size_mb: int
     used_bytes: int
+    # profile: a browser profile loaded into the session or saved from it (the gateway's report; never contents)
+    profile: str
+    bytes: int
     # control: a change of the session's control lease (the controller's report)
     holder: str
     previous: str
@@ -258,6 +262,7 @@ EVENT_FIELDS: Mapping[Event, frozenset[str]] = {
     "link": frozenset({"link", "mode", "change", "actor", "expires_at"}),
     "lifetime": frozenset({"actor", "expires_at", "previous_expires_at"}),
     "volume": frozenset({"volume", "change", "size_mb", "used_bytes"}),
+    "profile": frozenset({"profile", "change", "bytes", "actor"}),
     "control": frozenset({"change", "holder", "previous"}),
     "budget": frozenset({"max_bytes"}),
     "tally": frozenset({"counts", "dropped"}),

@@ -102,6 +102,20 @@ class SandboxRuntime(Protocol):
         """Remove a sandbox for good; nothing when it is gone already."""
         ...
 
+    # -- the browser's state ---------------------------------------------------------------------------
+
+    def export_browser_state(self, ident: str, max_bytes: int, timeout_s: float = 60.0) -> bytes:
+        """A running sandbox's browser state (cookies, local storage, IndexedDB) as the archive its
+        sandbox made (corral.sandbox.web.statearchive), Chromium stopped for the copy and started again;
+        ProfileTooLarge past ``max_bytes``, ProfileRefused when the sandbox could not make it."""
+        ...
+
+    def import_browser_state(self, ident: str, archive: bytes, max_bytes: int, timeout_s: float = 60.0) -> int:
+        """``archive`` checked and unpacked inside the sandbox and its browser restarted onto it (done
+        when Chromium listens again); the bytes of files put in place. ProfileRefused for an archive
+        the sandbox will not take (a link, a path outside the profile), ProfileTooLarge past ``max_bytes``."""
+        ...
+
     # -- liveness --------------------------------------------------------------------------------------
 
     def sandbox_states(self, labels: Mapping[str, str]) -> dict[str, State]:

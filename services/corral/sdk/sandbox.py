@@ -15,7 +15,7 @@ import httpx
 from corral.client import AsyncSandboxClient, SandboxClient
 from corral.errors import GatewayError
 from corral.gateway_client import AsyncGateway, Gateway, secret_change, session_body
-from corral.gateway_models import SecretChange, SessionInfo, TrafficRecord
+from corral.gateway_models import ProfileInfo, SecretChange, SessionInfo, TrafficRecord
 from corral.sdk.browser import AsyncBrowser, Browser
 from corral.sdk.control import AsyncControl, Control
 from corral.sdk.execs import AsyncExecs, Execs
@@ -50,6 +50,8 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs):
         env: Mapping[str, str] | None = None,
         volume: str | None = None,
         template: str | None = None,
+        profile: str | None = None,
+        save_profile: bool = False,
     ) -> Sandbox:
         """A new session. With ``hermetic_responses`` (a recording's ``responses.mitm``) its proxy
         answers only from those and has no route out: a hermetic replay. ``secrets``: name ->
@@ -57,7 +59,9 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs):
         and its proxy puts the values into requests to the bound hosts. ``env``: name -> value, in every
         command's environment (the agent reads them: never a secret's value). ``volume``: a workspace
         volume of this key's (``Gateway.create_volume``), mounted at /workspace for this session alone.
-        ``template``: ``NAME`` or ``NAME:VERSION``, a template to start from (docs/environments.md)."""
+        ``template``: ``NAME`` or ``NAME:VERSION``, a template to start from (docs/environments.md).
+        ``profile``: a saved browser profile (cookies, local storage, IndexedDB) loaded into the browser;
+        ``save_profile``: saved again at the session's end (made at the first save when there is none yet)."""
         gateway = Gateway(url, api_key)
         info: SessionInfo | None = None
         try:
@@ -75,6 +79,8 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs):
                     env=env,
                     volume=volume,
                     template=template,
+                    profile=profile,
+                    save_profile=save_profile,
                 )
                 info = gateway.create_session(body)
             finally:
@@ -166,6 +172,11 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs):
         """The session's audit records (filters: host, decision, event, action, since, until)."""
         return self._gateway.traffic(self.id, **filters)
 
+    def save_profile(self) -> ProfileInfo:
+        """Save the browser's cookies, local storage and IndexedDB now under the profile the session
+        was created with (Chromium restarts for the copy: open pages are closed)."""
+        return self._gateway.save_profile(self.id)
+
 
 class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncExecs):
     """The async twin of :class:`Sandbox`: ``async with await AsyncSandbox.create(...) as sb``."""
@@ -193,6 +204,8 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
         env: Mapping[str, str] | None = None,
         volume: str | None = None,
         template: str | None = None,
+        profile: str | None = None,
+        save_profile: bool = False,
     ) -> AsyncSandbox:
         """A new session. With ``hermetic_responses`` (a recording's ``responses.mitm``) its proxy
         answers only from those and has no route out: a hermetic replay. ``secrets``: name ->
@@ -200,7 +213,9 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
         and its proxy puts the values into requests to the bound hosts. ``env``: name -> value, in every
         command's environment (the agent reads them: never a secret's value). ``volume``: a workspace
         volume of this key's (``Gateway.create_volume``), mounted at /workspace for this session alone.
-        ``template``: ``NAME`` or ``NAME:VERSION``, a template to start from (docs/environments.md)."""
+        ``template``: ``NAME`` or ``NAME:VERSION``, a template to start from (docs/environments.md).
+        ``profile``: a saved browser profile (cookies, local storage, IndexedDB) loaded into the browser;
+        ``save_profile``: saved again at the session's end (made at the first save when there is none yet)."""
         gateway = AsyncGateway(url, api_key)
         info: SessionInfo | None = None
         try:
@@ -218,6 +233,8 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
                     env=env,
                     volume=volume,
                     template=template,
+                    profile=profile,
+                    save_profile=save_profile,
                 )
                 info = await gateway.create_session(body)
             finally:
@@ -312,3 +329,8 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
     async def traffic(self, **filters: str) -> list[TrafficRecord]:
         """The session's audit records (filters: host, decision, event, action, since, until)."""
         return await self._gateway.traffic(self.id, **filters)
+
+    async def save_profile(self) -> ProfileInfo:
+        """Save the browser's cookies, local storage and IndexedDB now under the profile the session
+        was created with (Chromium restarts for the copy: open pages are closed)."""
+        return await self._gateway.save_profile(self.id)

@@ -140,7 +140,7 @@ def test_the_environment_wins_and_its_value_is_checked(tmp_path: Path) -> None:
 
 
 def test_file_settings_are_found_from_the_model() -> None:
-    assert envfile.file_settings() == {"egress_upstream_ca"}  # data_dir is mounted at its own path
+    assert envfile.file_settings() == {"egress_upstream_ca", "profile_key_file"}  # data_dir: at its own path
 
 
 def test_a_file_setting_is_mounted_read_only_relative_to_the_env_file(tmp_path: Path) -> None:

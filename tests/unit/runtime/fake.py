@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from corral.errors import ProfileRefused, ProfileTooLarge, SandboxError
 from corral.runtime import (
     ExitInfo,
     ImageInfo,
@@ -35,6 +36,8 @@ class FakeRuntime:
     def __init__(self) -> None:
         self.running: dict[str, tuple[SandboxAddress, dict[str, str]]] = {}
         self.exited: dict[str, ExitInfo] = {}  # sandbox id -> how it died (still listed, not running)
+        self.browser_states: dict[str, bytes] = {}  # sandbox id -> its browser state's archive
+        self.refuse_import: str | None = None  # the reason every import is refused for
         self.networks: dict[str, SessionNetwork] = {}
         self.network_labels: dict[str, dict[str, str]] = {}
         self.guarded: set[str] = set()  # the networks with a host guard
@@ -108,6 +111,26 @@ class FakeRuntime:
             raise RuntimeError("the runtime said no")
         self.running.pop(ident, None)
         self.exited.pop(ident, None)
+
+    # -- the browser's state ---------------------------------------------------------------------------
+
+    def export_browser_state(self, ident: str, max_bytes: int, timeout_s: float = 60.0) -> bytes:
+        if ident not in self.running:
+            raise SandboxError(f"no sandbox {ident}")
+        state = self.browser_states.get(ident, b"")
+        if len(state) > max_bytes:
+            raise ProfileTooLarge(f"the browser's state is over {max_bytes} bytes")
+        return state
+
+    def import_browser_state(self, ident: str, archive: bytes, max_bytes: int, timeout_s: float = 60.0) -> int:
+        if ident not in self.running:
+            raise SandboxError(f"no sandbox {ident}")
+        if self.refuse_import is not None:
+            raise ProfileRefused(f"the sandbox refused the profile: {self.refuse_import}")
+        if len(archive) > max_bytes:
+            raise ProfileTooLarge(f"the archive is over {max_bytes} bytes")
+        self.browser_states[ident] = archive
+        return len(archive)
 
     # -- liveness --------------------------------------------------------------------------------------
 

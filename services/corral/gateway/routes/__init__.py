@@ -11,6 +11,7 @@ from corral.gateway.routes import (
     health,
     links,
     live,
+    profiles,
     recordings,
     replays,
     sessions,
@@ -32,6 +33,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     cdp.router,
     volumes.router,
     templates.router,
+    profiles.router,
 )
 
 __all__ = ["ROUTERS"]

@@ -18,6 +18,7 @@ from corral.gateway.replays import ReplayUploads
 from corral.gateway.secrets import SecretSet, plan_create
 from corral.gateway.sessions.book import SessionBook
 from corral.gateway.sessions.brokering import SecretBroker
+from corral.gateway.sessions.browserprofiles import BrowserProfiles
 from corral.gateway.sessions.egressport import EgressPort
 from corral.gateway.sessions.envs import SessionEnvs
 from corral.gateway.sessions.pool import WarmPool
@@ -61,6 +62,7 @@ class Claims:
         secret_set = plan_create(req.secrets, list(req.allow), req.hermetic is not None)  # checked whole, first
         refuse_secrets_in_env(req)
         timeout_s, replay = self._admit(owner, req)
+        profile = await self._profile(owner, req)
         # The check at start: the template's checked image, on the current base (404 or 409 before a slot is held).
         template = await asyncio.to_thread(self._parts.templates.resolve, req.template) if req.template else None
         image = template.image_id if template is not None else None
@@ -81,6 +83,7 @@ class Claims:
             # The session's own; a template's is in its image, under this one (corral.sandbox.agent.agentenv).
             env = dict(req.env)
             await self._claim(pair, secret_set, env, actor)
+            await self._load_profile(pair, req, profile)
         except BaseException:
             if volume is not None:  # the start removed its sandbox: nothing uses the mount
                 await settle(asyncio.ensure_future(self._parts.volumes.release(volume.token)))
@@ -108,6 +111,23 @@ class Claims:
             self._parts.egress.write_meta(session.id, owner=owner, created_at=record.created_at, ended_at=None)
         self._parts.recordings.start(session, req.recording_mb)
         return session, token
+
+    async def _profile(self, owner: str, req: CreateSession) -> bytes | None:
+        """The saved browser profile to load, read (and decrypted) before anything starts: a missing one
+        (404) or profiles off (409) refuse the create at once."""
+        if req.profile is None or self._parts.profiles is None:
+            return None
+        return await asyncio.to_thread(self._parts.profiles.prepare, owner, req.profile)
+
+    async def _load_profile(self, pair: Pair, req: CreateSession, archive: bytes | None) -> None:
+        """The profile into the claimed pair's browser; a pair that fails it is removed, never handed out."""
+        if req.profile is None or archive is None or self._parts.profiles is None:
+            return
+        try:
+            await self._parts.profiles.load(pair, req.profile, archive)
+        except BaseException:
+            await settle(asyncio.ensure_future(self._starts.remove(pair)))
+            raise
 
     def _admit(self, owner: str, req: CreateSession) -> tuple[int, Path | None]:
         """The session's wall-clock timeout and its hermetic replay's responses; or the refusal, naming
@@ -171,6 +191,7 @@ class Claims:
             hermetic=req.hermetic is not None,
             secrets=dict(secret_set.records),
             volume=req.volume,
+            profile=req.profile,
         )
 
     async def _claim(self, pair: Pair, secret_set: SecretSet, env: dict[str, str], actor: str) -> None:
@@ -202,7 +223,7 @@ def refuse_secrets_in_env(req: CreateSession) -> None:
 class ClaimParts:
     """What a claim hands the new session to: its egress's archive, its secrets' broker, its recording,
     the hermetic replays it may answer from, its env's giver, the workspace volumes it may hold, the
-    templates it may start from (and their pools)."""
+    templates it may start from (and their pools), the browser profile it loads."""
 
     egress: EgressPort
     broker: SecretBroker
@@ -211,3 +232,4 @@ class ClaimParts:
     envs: SessionEnvs
     volumes: Volumes
     templates: TemplatePools
+    profiles: BrowserProfiles | None = None  # saved browser profiles loaded at a create

@@ -1,5 +1,6 @@
 """A session's end: marked ended at once (its WebSockets close with 4000 and the reason), then its
-recording closed, its sandbox and proxy removed, its egress log marked ended, its record deleted.
+browser profile saved (when it asked), its recording closed, its sandbox and proxy removed, its egress
+log marked ended, its record deleted.
 Ended on request (``DELETE``) or from the background (the reaper, a relay that lost its sandbox),
 by a kept task, so one slow removal never holds up the reaper."""
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from corral.errors import SessionNotFound
 from corral.gateway.sessions.book import SessionBook
+from corral.gateway.sessions.browserprofiles import BrowserProfiles
 from corral.gateway.sessions.egressport import EgressPort
 from corral.gateway.sessions.records import Session
 from corral.gateway.sessions.sessionrecordings import SessionRecordings
@@ -30,9 +32,11 @@ class Endings:
         egress: EgressPort,
         recordings: SessionRecordings,
         volumes: Volumes | None = None,
+        profiles: BrowserProfiles | None = None,
     ) -> None:
         self._book, self._runtime, self._egress, self._recordings = book, runtime, egress, recordings
         self._volumes = volumes
+        self._profiles = profiles  # a session that asked for it saves its browser profile before it goes
         self._ends: set[asyncio.Task[None]] = set()  # sessions being ended in the background
 
     async def delete(self, session_id: str, reason: str = "deleted") -> None:
@@ -77,6 +81,8 @@ class Endings:
 
     async def _teardown(self, session: Session, drain_s: float) -> None:
         session_id, reason = session.id, session.end_reason
+        if self._profiles is not None and reason != "sandbox_exited":
+            await self._profiles.save_at_end(session)
         await self._recordings.stop(session_id, reason, drain_s)
         try:
             await asyncio.to_thread(self._runtime.remove, session.sandbox.id)

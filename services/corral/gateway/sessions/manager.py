@@ -24,6 +24,7 @@ from corral.gateway.recording import RecordingManager
 from corral.gateway.replays import ReplayUploads
 from corral.gateway.sessions.book import SessionBook
 from corral.gateway.sessions.brokering import SecretBroker
+from corral.gateway.sessions.browserprofiles import BrowserProfiles
 from corral.gateway.sessions.claims import Claims
 from corral.gateway.sessions.controllers import Controllers
 from corral.gateway.sessions.egressport import EgressPort
@@ -71,6 +72,7 @@ class SessionParts:
     links: LinkBook
     lifetimes: Lifetimes
     volumes: Volumes
+    profiles: BrowserProfiles | None = None  # saved browser profiles (corral.gateway.sessions.browserprofiles)
 
 
 class SessionManager:
@@ -80,6 +82,7 @@ class SessionManager:
         self.limits, self.links, self.replays, self.reaper = parts.limits, parts.links, parts.replays, parts.reaper
         self.liveness, self.broker, self.endings = parts.liveness, parts.broker, parts.endings
         self.volumes = parts.volumes
+        self.profiles = parts.profiles
         self.host_guarded = False
         self._tasks: set[asyncio.Task[None]] = set()
 

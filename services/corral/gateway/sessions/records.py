@@ -63,6 +63,7 @@ _OPTIONAL = (
     "env_values",
     "volume",
     "template",
+    "profile",
 )
 
 

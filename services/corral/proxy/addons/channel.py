@@ -106,6 +106,8 @@ class ControlChannel:
             return self._lifetime(message)
         if isinstance(message, control.VolumeEvent):
             return self._volume(message)
+        if isinstance(message, control.ProfileEvent):
+            return self._profile(message)
         if isinstance(message, control.SetPolicy):
             return self._set_policy(message)
         if isinstance(message, control.Status):
@@ -186,6 +188,13 @@ class ControlChannel:
             change=message.change,
             size_mb=message.size_mb,
             used_bytes=message.used_bytes,
+        )
+        return Reply(head=self._head())
+
+    def _profile(self, message: control.ProfileEvent) -> Reply:
+        """A browser profile loaded or saved, as the gateway reports it: its audit record (name and size)."""
+        self.shared.journal.write(
+            "profile", profile=message.profile, change=message.change, bytes=message.size, actor=message.actor
         )
         return Reply(head=self._head())
 

@@ -12,6 +12,7 @@ package imports the docker SDK.
 
 from __future__ import annotations
 
+from corral.runtime.docker.browserstate import BrowserStates
 from corral.runtime.docker.egress import Egress, proxy_options
 from corral.runtime.docker.engine import (
     AGENT_UID,
@@ -71,7 +72,7 @@ __all__ = [
 ]
 
 
-class DockerRuntime(Images, TemplateImages, Sandboxes, Egress, Volumes):
+class DockerRuntime(Images, TemplateImages, Sandboxes, Egress, Volumes, BrowserStates):
     """The Docker driver: a container per sandbox and per proxy, a bridge network per session, the
     host guard as iptables rules on the bridges, workspace volumes as loop-mounted images. Its parts
     share one docker client (:class:`.engine.Engine`)."""

@@ -61,6 +61,7 @@ X11_DIR = Path("/tmp/.X11-unix")
 SECRET_DIR = auth.SECRET_DIR
 RUN_DIR = Path("/run/corral")
 CHROMIUM_POLICY = RUN_DIR / "chromium-policy.json"
+BROWSER_LOCK = RUN_DIR / "browser.lock"  # corral.sandbox.web.stateswap holds it; the init waits on it
 CA_CERT = RUN_DIR / "session-ca.pem"
 XAUTH_DIR = Path(xaccess.XAUTH_DIR)  # the X server's cookies (corral.sandbox.display.xaccess)
 LAUNCHER_DIR = RUN_DIR / "launcher"  # the launcher's socket: corral's alone (corral.sandbox.agent.launcher)
@@ -240,6 +241,7 @@ def lock_down(env: Mapping[str, str], users: Users) -> None:
     write_xauthority(users, XAUTH_DIR, display_number(env.get("DISPLAY", ":0")), socket.gethostname())
     private_dir(LAUNCHER_DIR, users.controller_uid, users.controller_gid)
     private_dir(BROWSER_HOME, users.browser_uid, users.browser_gid)
+    browser_lock(BROWSER_LOCK, users)
     _x11_dir()
     CHROMIUM_POLICY.write_text(json.dumps(chromium_policy(proxy or None)))
     ca = env.get("CORRAL_CA_CERT", "")
@@ -342,6 +344,20 @@ def write_xauthority(users: Users, directory: Path, display: int, hostname: str)
     finally:
         os.close(fd)
     os.chown(directory, users.controller_uid, users.controller_gid)
+
+
+def browser_lock(path: Path, users: Users) -> None:
+    """The lock the browser's state is swapped under: the browser's (its export and import take it
+    exclusively), readable by the init's group (which waits on it, shared, before starting Chromium),
+    nothing for the agent (who could otherwise hold Chromium down)."""
+    # Made anew, mode first and then handed over (root holds no CAP_FOWNER to chmod another's file).
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, 0o640)
+        os.fchown(fd, users.browser_uid, users.controller_gid)
+    finally:
+        os.close(fd)
 
 
 def private_dir(directory: Path, uid: int, gid: int) -> None:

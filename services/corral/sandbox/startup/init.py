@@ -16,6 +16,7 @@ Chromium prints its DevTools URL once CDP listens.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shlex
 import signal
@@ -47,6 +48,32 @@ _CAP_SETUID, _CAP_SETGID, _CAP_SETPCAP = 7, 6, 8
 _NO_CAPS = ["--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all"]
 SESSION_CA = "/run/corral/session-ca.pem"  # written by corral.sandbox.startup.boot when the session has a proxy
 _BACKOFF_MAX_S = 5.0
+# Held exclusively while the browser's state is exported or imported (corral.sandbox.web.stateswap),
+# with Chromium stopped: a restart waits for it (boot makes it, the browser's, readable by this uid's group).
+BROWSER_LOCK = "/run/corral/browser.lock"
+BROWSER_LOCK_WAIT_S = 120.0
+
+
+def wait_unlocked(lock_file: str, wait_s: float) -> None:
+    """Until nobody holds ``lock_file`` exclusively (bounded: a holder that never lets go does not keep
+    Chromium down for good); nothing to wait for when it is not there (no uid split)."""
+    try:
+        fd = os.open(lock_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    log.warning("%s held for %.0fs; starting Chromium anyway", lock_file, wait_s)
+                    return
+                time.sleep(0.05)
+    finally:
+        os.close(fd)
 
 
 def screen_spec(value: str) -> tuple[int, int, int]:
@@ -264,8 +291,10 @@ class Child:
         ready_marker: bytes | None = None,
         env: dict[str, str] | None = None,
         umask: int = -1,
+        lock: str | None = None,
     ) -> None:
         self.name = name
+        self.lock = lock  # waited for (shared) before each start
         self.argv = argv
         self.ready_marker = ready_marker
         self.env = env  # the supervisor's own when None
@@ -319,6 +348,8 @@ class Supervisor:
 
     def spawn(self, child: Child) -> None:
         child.ready.clear()
+        if child.lock is not None:
+            wait_unlocked(child.lock, BROWSER_LOCK_WAIT_S)
         stderr = subprocess.PIPE if child.ready_marker else None
         env = self.env if child.env is None else child.env
         child.proc = subprocess.Popen(child.argv, env=env, stderr=stderr, stdin=subprocess.DEVNULL, umask=child.umask)
@@ -435,7 +466,9 @@ def main() -> int:
         trusting.join()
     chromium = browser(chromium_argv(width, height, profile, extra))
     umask = BROWSER_UMASK if split else -1
-    sup.spawn(Child("chromium", chromium, ready_marker=b"DevTools listening on", env=browser_env, umask=umask))
+    lock = BROWSER_LOCK if split else None
+    ready = b"DevTools listening on"
+    sup.spawn(Child("chromium", chromium, ready_marker=ready, env=browser_env, umask=umask, lock=lock))
     return sup.watch()
 
 
