@@ -33,9 +33,11 @@ from corral.gateway.sessions.controllers import Controllers
 from corral.gateway.sessions.egressport import EgressPort, NullEgress
 from corral.gateway.sessions.endings import Endings
 from corral.gateway.sessions.liveness import Liveness
+from corral.gateway.sessions.pausing import PauseParts, Pauses
 from corral.gateway.sessions.pool import WarmPool
 from corral.gateway.sessions.reaper import Archives, EgressWatch, Reaper, Round
 from corral.gateway.sessions.recovery import Recovery
+from corral.gateway.sessions.savedstate import NoBrowserState, SavedState
 from corral.gateway.sessions.sessionrecordings import SessionRecordings
 from corral.gateway.sessions.starts import PairStarts, SandboxStarts, Specs, Starts
 from corral.gateway.settings import GatewaySettings
@@ -119,10 +121,15 @@ def build_sessions(
     recovery = Recovery(book, runtime, specs, starts, port, recordings)
     links = LinkBook(book.links_of, book.save_links, _link_reporter(book, port))
     grounds = pair_starts.grounds if pair_starts is not None else None
+    saved = SavedState(settings.data_dir / "paused", controllers, settings.pause_archive_max_mb << 20)
+    # NoBrowserState: the seam where the browser-profiles part's export/import goes.
+    pause_parts = PauseParts(saved, NoBrowserState(), claims, broker, recordings)
+    pauses = Pauses(settings, book, runtime, port, specs, pause_parts)
+    reaper.pauses, endings.discard_saved = pauses, pauses.discard
     # fmt: off
     parts = SessionParts(
         runtime, settings.network, settings.reap_interval_s, limits, book, port, grounds, starts, pool,
-        claims, broker, endings, liveness, recovery, reaper, controllers, recordings, replays, links,
+        claims, broker, endings, liveness, recovery, reaper, controllers, recordings, replays, links, pauses,
     )
     # fmt: on
     return SessionManager(parts)

@@ -94,6 +94,9 @@ class Viewport(BaseModel):
     height: Annotated[int, Field(ge=240, le=2160)] = 800
 
 
+IdleAction = Literal["end", "pause"]
+
+
 class Resources(BaseModel):
     model_config = ConfigDict(extra="forbid")
     cpus: Annotated[float, Field(gt=0, le=64)] | None = None
@@ -121,6 +124,15 @@ class CreateSession(BaseModel):
     recording_mb: Annotated[int, Field(ge=1)] | None = None
     # Brokered secrets: the sandbox holds placeholders, the proxy puts the values in (docs/secrets.md).
     secrets: CreateSecrets = Field(default_factory=dict)
+    # What an idle timeout does: end the session, or pause it (resumed later by POST .../resume).
+    idle_action: IdleAction = "end"
+
+
+class ResumeSession(BaseModel):
+    """POST /v1/sessions/{id}/resume: nothing, or the secret values a restarted gateway no longer holds."""
+
+    model_config = ConfigDict(extra="forbid")
+    secrets: Annotated[dict[SecretName, SecretValue], Field(max_length=MAX_SECRETS)] = Field(default_factory=dict)
 
 
 class UpdateSession(BaseModel):
@@ -132,7 +144,8 @@ class UpdateSession(BaseModel):
     secrets: UpdateSecrets | None = None
 
 
-SessionState = Literal["starting", "ready", "stopping"]
+# pausing, paused, resuming: corral.gateway.sessions.pausing (docs/environments.md, "Pause and resume").
+SessionState = Literal["starting", "ready", "stopping", "pausing", "paused", "resuming"]
 
 
 # A session's fields, each declared once, in three layers: what its recording's manifest keeps, what
@@ -162,6 +175,8 @@ class SessionTerms(SessionSetup):
     expires_at: float
     idle_timeout_s: int
     from_pool: bool
+    idle_action: IdleAction = "end"
+    paused_at: float | None = None  # while paused: when; its remaining time does not run meanwhile
 
 
 class SessionOut(SessionTerms):

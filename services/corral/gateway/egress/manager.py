@@ -156,6 +156,18 @@ class EgressManager:
         self.ledger.forget(egress.session_id)
         self.channel.forget(egress.session_id)
 
+    def pause_blocking(self, egress: Egress) -> None:
+        """A paused session's proxy: its chain's head anchored, then stopped (container, network,
+        state and CA kept: :meth:`resume_blocking` starts it again and its chain carries on)."""
+        self.channel.anchor_end_blocking(egress)
+        self.provision.stop_blocking(egress.session_id)
+
+    def resume_blocking(self, egress: Egress) -> tuple[Egress, dict[str, str], dict[str, str]]:
+        """The paused session's proxy started again (its address as it is now), and what its new
+        sandbox is given: environment and files."""
+        env, files = self.provision.sandbox_side(egress.session_id)
+        return self.provision.restart_blocking(egress), env, files
+
     async def revive(
         self, egresses: list[Egress], states: Mapping[str, State] | None = None
     ) -> tuple[dict[str, Egress], list[str]]:

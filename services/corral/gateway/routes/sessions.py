@@ -9,7 +9,7 @@ from starlette.requests import HTTPConnection
 
 from corral.errors import SandboxError, SandboxStartFailed
 from corral.gateway.auth import OWNER_ACTOR
-from corral.gateway.models import CreatedSession, CreateSession, SessionOut, SessionTerms, UpdateSession
+from corral.gateway.models import CreatedSession, CreateSession, ResumeSession, SessionOut, SessionTerms, UpdateSession
 from corral.gateway.routes.deps import CallerDep, JsonBody, KeyIdDep, LiveSessionDep, ManagerDep, body_of
 from corral.gateway.secrets import SecretSet
 from corral.gateway.sessions.records import Session
@@ -80,6 +80,30 @@ async def update_session(
     who.change_egress()
     body = await reading.read()
     await manager.update_egress(session, body.allow, body.egress_mode, OWNER_ACTOR, body.secrets)
+    return session_out(request, session)
+
+
+@router.post("/{session_id}/pause", response_model=SessionOut)
+async def pause_session(request: Request, session: LiveSessionDep, manager: ManagerDep) -> SessionOut:
+    """Save its state, remove its sandbox, stop its proxy: its slot is free until it resumes."""
+    await manager.pause(session)
+    return session_out(request, session)
+
+
+@router.post("/{session_id}/resume", response_model=SessionOut)
+async def resume_session(
+    request: Request,
+    session: LiveSessionDep,
+    manager: ManagerDep,
+    reading: Annotated[JsonBody[ResumeSession], body_of(ResumeSession)],
+) -> SessionOut:
+    """A new sandbox for the same id and token, its state put back (the body: secret values a
+    restarted gateway no longer holds)."""
+    body = await reading.read()
+    try:
+        await manager.resume(session, body)
+    except SandboxError as exc:
+        raise SandboxStartFailed(str(exc)) from exc
     return session_out(request, session)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from corral.errors import CapacityError, InvalidRequest
 from corral.gateway import auth
-from corral.gateway.models import CreateSession
+from corral.gateway.models import CreateSession, Resources
 from corral.gateway.replays import ReplayUploads
 from corral.gateway.secrets import SecretSet, plan_create
 from corral.gateway.sessions.book import SessionBook
@@ -90,12 +90,13 @@ class Claims:
             return timeout_s, None
         return timeout_s, self._parts.replays.path_for(req.hermetic, owner)  # ReplayNotFound: not this key's upload
 
-    async def _reserve(self, owner: str, req: CreateSession) -> Pair | None:
+    async def _reserve(self, owner: str, req: CreateSession | None) -> Pair | None:
         """A slot within the caps (429 past them), held until the create ends; and a pooled pair, if one fits."""
         s = self._settings
         async with self._lock:
-            total = len(self._book) + self.reserved()
-            mine = len(self._book.sessions(owner)) + self._reserved.get(owner, 0)
+            # Paused sessions hold no slot: they have their own cap (corral.gateway.sessions.pausing).
+            total = len(self._book.running()) + self.reserved()
+            mine = len(self._book.running(owner)) + self._reserved.get(owner, 0)
             if total >= s.max_sessions:
                 raise CapacityError(
                     f"the gateway runs {total} sessions, its limit (CORRAL_MAX_SESSIONS={s.max_sessions})"
@@ -103,7 +104,15 @@ class Claims:
             if mine >= s.max_sessions_per_key:
                 raise CapacityError(f"this API key has {mine} sessions, its limit ({s.max_sessions_per_key})")
             self._reserved[owner] = self._reserved.get(owner, 0) + 1
-            return self._pool.take(req)
+            return self._pool.take(req) if req is not None else None
+
+    async def hold_slot(self, owner: str) -> None:
+        """A resume's slot within the caps (429 past them), held until :meth:`release_slot`."""
+        await self._reserve(owner, None)
+
+    async def release_slot(self, owner: str) -> None:
+        async with self._lock:
+            self._reserved[owner] -= 1
 
     def _record(
         self,
@@ -133,6 +142,8 @@ class Claims:
             egress_mode=mode if pair.egress is not None else None,
             hermetic=req.hermetic is not None,
             secrets=dict(secret_set.records),
+            resources=req.resources if req.resources != Resources() else None,
+            idle_action=req.idle_action,
         )
 
     async def _claim(self, pair: Pair, secret_set: SecretSet, actor: str) -> None:

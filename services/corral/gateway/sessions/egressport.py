@@ -37,6 +37,12 @@ class EgressPort(Protocol):
 
     def forget_blocking(self, session_id: str) -> None: ...
 
+    def pause_blocking(self, egress: Egress) -> None: ...
+
+    def resume_blocking(self, egress: Egress) -> tuple[Egress, dict[str, str], dict[str, str]]: ...
+
+    async def wait_ready(self, egress: Egress, timeout_s: float) -> None: ...
+
     def write_meta(self, session_id: str, **fields: object) -> None: ...
 
     async def set_policy(self, egress: Egress, allow: list[str], mode: str, actor: str) -> object: ...
@@ -77,6 +83,15 @@ class NullEgress:
 
     def write_meta(self, session_id: str, **fields: object) -> None:
         return None
+
+    def pause_blocking(self, egress: Egress) -> None:
+        return None  # no session of this gateway has a proxy
+
+    def resume_blocking(self, egress: Egress) -> tuple[Egress, dict[str, str], dict[str, str]]:
+        raise EgressUnavailable(NO_EGRESS)
+
+    async def wait_ready(self, egress: Egress, timeout_s: float) -> None:
+        raise EgressUnavailable(NO_EGRESS)
 
     async def set_policy(self, egress: Egress, allow: list[str], mode: str, actor: str) -> object:
         raise EgressUnavailable(NO_EGRESS)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from corral.errors import SessionNotFound
@@ -26,6 +27,8 @@ class Endings:
     ) -> None:
         self._book, self._runtime, self._egress, self._recordings = book, runtime, egress, recordings
         self._ends: set[asyncio.Task[None]] = set()  # sessions being ended in the background
+        # A paused session's saved state removed at its end (the wiring sets Pauses.discard here).
+        self.discard_saved: Callable[[str], None] = lambda session_id: None
 
     async def delete(self, session_id: str, reason: str = "deleted") -> None:
         session = self._book.find(session_id)
@@ -79,6 +82,7 @@ class Endings:
             session.state = "ready"
             raise
         self._book.remove(session_id)
+        self.discard_saved(session_id)
         session.removed.set()
         log.info("session %s ended: %s", session_id, reason)
 
