@@ -32,7 +32,7 @@ class SessionInfo(_Answer):
     PATCH's answer); ``token`` only in the answer to its create (the session's credential, shown once)."""
 
     id: str
-    state: str = "ready"  # starting, ready, stopping
+    state: str = "ready"  # starting, ready, stopping, pausing, paused, resuming
     container: str = ""  # the sandbox's name (docker exec, logs)
     ws_url: str = ""
     actions_url: str = ""
@@ -48,6 +48,8 @@ class SessionInfo(_Answer):
     last_activity_at: float = 0.0
     from_pool: bool = False
     secrets: dict[str, str] = Field(default_factory=dict)  # name -> placeholder (never a value)
+    idle_action: str = "end"  # what its idle timeout does: end or pause
+    paused_at: float | None = None  # while paused
     token: str | None = None
 
     def shown(self) -> dict[str, object]:
@@ -113,6 +115,7 @@ class SessionBody(TypedDict, total=False):
     viewport: ViewportBody
     timeout_s: int
     idle_timeout_s: int
+    idle_action: str
 
 
 __all__ = [

@@ -42,6 +42,8 @@ ACTION_ID: Final = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 LEASE_CHANGES: Final = ("taken", "returned", "left", "requested", "request_ended")
 LINK_CHANGES: Final = ("created", "used", "revoked", "expired")
 LINK_MODES: Final = ("view", "control")
+SESSION_CHANGES: Final = ("pause", "resume")  # a session's own changes the gateway reports (SessionEvent)
+MAX_SAVED_ENTRIES: Final = 8
 # corral.errors.ErrorCode's values for a refused line (this module may not import corral.errors).
 INVALID_JSON: Final = "invalid_json"
 INVALID_REQUEST: Final = "invalid_request"
@@ -148,6 +150,27 @@ class LinkEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionEvent:
+    """The gateway's report of a session paused or resumed (corral.gateway.sessions.pausing): what
+    was saved, by directory, in bytes, and how many tabs; never contents."""
+
+    OP: ClassVar = "session"
+    change: str  # one of SESSION_CHANGES
+    actor: str
+    saved: tuple[tuple[str, int], ...] = ()  # (directory, bytes)
+    tabs: int = 0
+
+    def to_json(self) -> JsonObject:
+        return {
+            "op": self.OP,
+            "change": self.change,
+            "actor": self.actor,
+            "saved": {path: size for path, size in self.saved},
+            "tabs": self.tabs,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class SecretEntry:
     """One brokered secret on the wire; ``value`` None: the proxy keeps the value it holds."""
 
@@ -176,7 +199,7 @@ class PutSecrets:
         return {"op": self.OP, "actor": self.actor, "secrets": [entry.to_json() for entry in self.secrets]}
 
 
-Message = Hello | SetPolicy | Status | ActionEvent | LeaseEvent | LinkEvent | PutSecrets
+Message = Hello | SetPolicy | Status | ActionEvent | LeaseEvent | LinkEvent | SessionEvent | PutSecrets
 
 
 # -- answers ----------------------------------------------------------------------------------------
@@ -427,6 +450,18 @@ def _link(f: _Fields) -> LinkEvent:
     return LinkEvent(change, link, f.choice("mode", LINK_MODES), f.token("actor"), float(expires_at))
 
 
+def _session(f: _Fields) -> SessionEvent:
+    saved, tabs = f.obj.get("saved", {}), f.obj.get("tabs", 0)
+    if not isinstance(saved, dict) or len(saved) > MAX_SAVED_ENTRIES:
+        raise f.invalid(INVALID_FIELD, f"'saved' must be an object of at most {MAX_SAVED_ENTRIES} entries", "saved")
+    for path, size in saved.items():
+        if len(path) > 256 or isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise f.invalid(INVALID_FIELD, "'saved' maps a path (at most 256 characters) to a byte count", "saved")
+    if isinstance(tabs, bool) or not isinstance(tabs, int) or not 0 <= tabs <= 10_000:
+        raise f.invalid(INVALID_FIELD, "'tabs' must be a count", "tabs")
+    return SessionEvent(f.choice("change", SESSION_CHANGES), f.token("actor"), tuple(saved.items()), tabs)
+
+
 def _put_secrets(f: _Fields) -> PutSecrets:
     """The ``secrets`` list, every entry checked; ``invalid`` names the first bad field (never
     quoting a value)."""
@@ -500,4 +535,5 @@ _PARSERS: Final[Mapping[str, Callable[[_Fields], Message]]] = {
     ActionEvent.OP: _action,
     LeaseEvent.OP: lambda f: LeaseEvent(f.choice("change", LEASE_CHANGES), f.token("holder"), f.token("previous")),
     LinkEvent.OP: _link,
+    SessionEvent.OP: _session,
 }

@@ -79,7 +79,7 @@ class GatewaySettings(BaseSettings):
         default=86400, ge=1, description="A session paused this long ends, its saved state removed."
     )
     pause_archive_max_mb: int = Field(
-        default=4096,
+        default=1024,
         ge=1,
         description="The most a pause saves of each of `/workspace` and `/home/agent` (past it the pause is refused).",
     )

@@ -50,6 +50,9 @@ ANNOTATIONS: dict[str, ToolAnnotations] = {
     "create_session": _hints(False, False, False, False),
     "list_sessions": _hints(True, False, True, False),
     "end_session": _hints(False, True, True, False),
+    # Destructive: a pause keeps files and tabs, not the running processes.
+    "pause_session": _hints(False, True, True, False),
+    "resume_session": _hints(False, False, True, False),
     "screenshot": _hints(True, False, True, False),
     "click": _hints(False, True, False, True),
     "type_text": _hints(False, True, False, True),
@@ -154,6 +157,26 @@ class CorralTools(ScreenTools):
         async def work(gateway: AsyncGateway) -> CallToolResult:
             await gateway.delete_session(session_id)
             return results.data({"id": session_id, "ended": True}, f"session {session_id} ended")
+
+        return await self._call(ctx, work)
+
+    async def pause_session(self, ctx: Ctx, session_id: SessionId) -> CallToolResult:
+        """Pause a session while waiting (for a person, for tomorrow): its files, installed tools and
+        open tabs are saved and its sandbox removed, so it holds no slot; running processes end.
+        Every other tool refuses it (session_paused) until resume_session."""
+
+        async def work(gateway: AsyncGateway) -> CallToolResult:
+            info = (await gateway.pause_session(session_id)).shown()
+            return results.data(info, f"session {session_id} is {info.get('state')}")
+
+        return await self._call(ctx, work)
+
+    async def resume_session(self, ctx: Ctx, session_id: SessionId) -> CallToolResult:
+        """Resume a paused session: the same id, its files, installed tools and tabs back."""
+
+        async def work(gateway: AsyncGateway) -> CallToolResult:
+            info = (await gateway.resume_session(session_id)).shown()
+            return results.data(info, f"session {session_id} is {info.get('state')}")
 
         return await self._call(ctx, work)
 

@@ -108,6 +108,7 @@ Event = Literal[
     "secrets",
     "secret",
     "link",
+    "session",
     "control",
     "budget",
     "tally",
@@ -180,8 +181,13 @@ class EventFields(TypedDict, total=False):
     exfiltration: bool  # a block: a placeholder or value headed where its secret is not bound
     # link: a viewer link made, used, revoked or expired (the gateway's report); its ``actor`` is the owner's key
     link: str
-    change: str  # link: created, used, revoked, expired; control: taken, returned, left, requested, request_ended
+    # change: link: created, used, revoked, expired; control: taken, returned, left, requested,
+    # request_ended; session: pause, resume
+    change: str
     expires_at: float
+    # session: the session paused or resumed (the gateway's report): its saved sizes, never contents
+    saved: dict[str, int]  # directory -> bytes
+    tabs: int
     # control: a change of the session's control lease (the controller's report)
     holder: str
     previous: str
@@ -248,6 +254,7 @@ EVENT_FIELDS: Mapping[Event, frozenset[str]] = {
         }
     ),
     "link": frozenset({"link", "mode", "change", "actor", "expires_at"}),
+    "session": frozenset({"change", "actor", "saved", "tabs"}),
     "control": frozenset({"change", "holder", "previous"}),
     "budget": frozenset({"max_bytes"}),
     "tally": frozenset({"counts", "dropped"}),

@@ -5,7 +5,7 @@ Each connection opens with a :class:`Hello`; its token says who is speaking:
 
 - the gateway (``gateway`` role) sets the session's policy (:class:`SetPolicy`) and its brokered
   secrets (:class:`PutSecrets`: the whole live set each time, values included), reads the
-  :class:`Status` and reports viewer links (:class:`LinkEvent`);
+  :class:`Status` and reports viewer links (:class:`LinkEvent`) and pauses and resumes (:class:`SessionEvent`);
 - the controller inside the sandbox (``controller`` role) reports action start and end
   (:class:`ActionEvent`), so each audit record can name the agent action that caused it, and
   changes of the control lease (:class:`LeaseEvent`).
@@ -47,6 +47,7 @@ from corral.contracts.control import (
     Reply,
     Role,
     SecretEntry,
+    SessionEvent,
     SetPolicy,
     Status,
     encode,
@@ -81,7 +82,7 @@ class SetSecrets:
 
 
 # What the proxy acts on: the wire's messages, with the secrets resolved.
-Message = Hello | SetPolicy | Status | ActionEvent | SetSecrets | LeaseEvent | LinkEvent
+Message = Hello | SetPolicy | Status | ActionEvent | SetSecrets | LeaseEvent | LinkEvent | SessionEvent
 
 
 def parse_message(line: bytes) -> Message:
@@ -183,6 +184,7 @@ __all__ = [
     "Refusal",
     "Reply",
     "Role",
+    "SessionEvent",
     "SetPolicy",
     "SetSecrets",
     "Status",

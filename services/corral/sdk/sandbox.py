@@ -30,6 +30,7 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs):
         self.info = info
         self.id = info.id
         self._gateway = gateway
+        self._token = token
         self._ws = SandboxClient(f"{info.ws_url}?token={token}")
         self._ws.__enter__()
 
@@ -47,17 +48,21 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs):
         api_key: str | None = None,
         hermetic_responses: bytes | None = None,
         secrets: Mapping[str, SecretChange] | None = None,
+        idle_action: str | None = None,
     ) -> Sandbox:
         """A new session. With ``hermetic_responses`` (a recording's ``responses.mitm``) its proxy
         answers only from those and has no route out: a hermetic replay. ``secrets``: name ->
         ``{"value": ..., "allow": [...], "in": [...]}``; the sandbox gets placeholders (:attr:`secrets`)
-        and its proxy puts the values into requests to the bound hosts."""
+        and its proxy puts the values into requests to the bound hosts. ``idle_action="pause"``: an
+        idle timeout pauses the session rather than ending it."""
         gateway = Gateway(url, api_key)
         info: SessionInfo | None = None
         try:
             upload = None if hermetic_responses is None else gateway.upload_responses(hermetic_responses)
             try:
-                body = session_body(allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets)
+                body = session_body(
+                    allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets, idle_action
+                )
                 info = gateway.create_session(body)
             finally:
                 if upload is not None:  # the session keeps its own copy
@@ -136,6 +141,21 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs):
         """The proxy stops putting the secret in; its placeholder is refused from then on."""
         self.info = self._gateway.update_secrets(self.id, {name: None})
 
+    def pause(self) -> SessionInfo:
+        """Pause the session (E2B's ``pause``): its tabs, ``/workspace`` and ``/home/agent`` saved, its
+        sandbox removed and its slot freed; the connection closes until :meth:`resume`."""
+        self._ws.__exit__(None, None, None)
+        self.info = self._gateway.pause_session(self.id)
+        return self.info
+
+    def resume(self, secrets: Mapping[str, str] | None = None) -> SessionInfo:
+        """Resume a paused session: the same id and token, its files and tabs back, connected again.
+        ``secrets``: values a restarted gateway no longer holds (it names them otherwise)."""
+        self.info = self._gateway.resume_session(self.id, secrets)
+        self._ws = SandboxClient(f"{self.info.ws_url}?token={self._token}")
+        self._ws.__enter__()
+        return self.info
+
     def traffic(self, **filters: str) -> list[TrafficRecord]:
         """The session's audit records (filters: host, decision, event, action, since, until)."""
         return self._gateway.traffic(self.id, **filters)
@@ -148,6 +168,7 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
         self.info = info
         self.id = info.id
         self._gateway = gateway
+        self._token = token
         self._ws = AsyncSandboxClient(f"{info.ws_url}?token={token}")  # opened by create/attach
 
     @classmethod
@@ -164,17 +185,21 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
         api_key: str | None = None,
         hermetic_responses: bytes | None = None,
         secrets: Mapping[str, SecretChange] | None = None,
+        idle_action: str | None = None,
     ) -> AsyncSandbox:
         """A new session. With ``hermetic_responses`` (a recording's ``responses.mitm``) its proxy
         answers only from those and has no route out: a hermetic replay. ``secrets``: name ->
         ``{"value": ..., "allow": [...], "in": [...]}``; the sandbox gets placeholders (:attr:`secrets`)
-        and its proxy puts the values into requests to the bound hosts."""
+        and its proxy puts the values into requests to the bound hosts. ``idle_action="pause"``: an
+        idle timeout pauses the session rather than ending it."""
         gateway = AsyncGateway(url, api_key)
         info: SessionInfo | None = None
         try:
             upload = None if hermetic_responses is None else await gateway.upload_responses(hermetic_responses)
             try:
-                body = session_body(allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets)
+                body = session_body(
+                    allow, viewport, timeout_s, idle_timeout_s, labels, egress_mode, upload, secrets, idle_action
+                )
                 info = await gateway.create_session(body)
             finally:
                 if upload is not None:  # the session keeps its own copy
@@ -256,6 +281,19 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
     async def revoke_secret(self, name: str) -> None:
         """The proxy stops putting the secret in; its placeholder is refused from then on."""
         self.info = await self._gateway.update_secrets(self.id, {name: None})
+
+    async def pause(self) -> SessionInfo:
+        """Pause the session (see :meth:`Sandbox.pause`)."""
+        await self._ws.__aexit__(None, None, None)
+        self.info = await self._gateway.pause_session(self.id)
+        return self.info
+
+    async def resume(self, secrets: Mapping[str, str] | None = None) -> SessionInfo:
+        """Resume a paused session (see :meth:`Sandbox.resume`)."""
+        self.info = await self._gateway.resume_session(self.id, secrets)
+        self._ws = AsyncSandboxClient(f"{self.info.ws_url}?token={self._token}")
+        await self._ws.__aenter__()
+        return self.info
 
     async def traffic(self, **filters: str) -> list[TrafficRecord]:
         """The session's audit records (filters: host, decision, event, action, since, until)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from corral.contracts.control import LinkEvent, Message, Reply, SetPolicy, Status
+from corral.contracts.control import LinkEvent, Message, Reply, SessionEvent, SetPolicy, Status
 from corral.errors import ControlError, EgressUnavailable, InvalidMessage
 from corral.gateway.secrets import SecretSet, SecretVault
 from corral.proxy import control
@@ -58,8 +58,8 @@ class ProxyChannel:
         self._ledger.observe(egress.session_id, reply, "poll")
         return reply
 
-    async def report(self, egress: Egress, message: LinkEvent) -> None:
-        """One of the gateway's own events (a viewer link made, used, revoked, expired) into the
+    async def report(self, egress: Egress, message: LinkEvent | SessionEvent) -> None:
+        """One of the gateway's own events (a viewer link made, used, revoked, expired; a pause or resume) into the
         session's audit chain; raises EgressUnavailable when the proxy did not take it."""
         reply = await self.call(egress, message)
         self._ledger.observe(egress.session_id, reply, "poll")

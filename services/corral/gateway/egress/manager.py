@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from corral.contracts.control import LinkEvent, Reply
+from corral.contracts.control import LinkEvent, Reply, SessionEvent
 from corral.errors import EgressUnavailable, ReplayUnreadable, SandboxError
 from corral.gateway.anchors import AnchorBook
 from corral.gateway.secrets import SecretSet, SecretVault
@@ -149,9 +149,11 @@ class EgressManager:
         self.provision.forget_blocking(session_id)
         self.channel.forget(session_id)
 
-    def teardown_blocking(self, egress: Egress) -> None:
-        """Remove the proxy and the network, its chain's head anchored first; the state (audit log) stays."""
-        self.channel.anchor_end_blocking(egress)
+    def teardown_blocking(self, egress: Egress, anchor: bool = True) -> None:
+        """Remove the proxy and the network, its chain's head anchored first (not ``anchor``: a paused
+        session's stopped proxy, anchored as it paused); the state (audit log) stays."""
+        if anchor:
+            self.channel.anchor_end_blocking(egress)
         self.provision.remove_blocking(egress)
         self.ledger.forget(egress.session_id)
         self.channel.forget(egress.session_id)
@@ -208,7 +210,7 @@ class EgressManager:
     async def status(self, egress: Egress, timeout_s: float = 5.0) -> Reply:
         return await self.channel.status(egress, timeout_s)
 
-    async def report(self, egress: Egress, message: LinkEvent) -> None:
+    async def report(self, egress: Egress, message: LinkEvent | SessionEvent) -> None:
         await self.channel.report(egress, message)
 
     async def set_policy(self, egress: Egress, allow: list[str], mode: str, actor: str) -> Reply:

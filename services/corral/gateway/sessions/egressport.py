@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from corral.contracts.control import LinkEvent
+from corral.contracts.control import LinkEvent, SessionEvent
 from corral.errors import EgressUnavailable
 from corral.gateway.egress import Egress
 from corral.gateway.secrets import SecretSet, SecretVault
@@ -33,7 +33,7 @@ class EgressPort(Protocol):
 
     def responses_path(self, session_id: str) -> Path | None: ...
 
-    def teardown_blocking(self, egress: Egress) -> None: ...
+    def teardown_blocking(self, egress: Egress, anchor: bool = True) -> None: ...
 
     def forget_blocking(self, session_id: str) -> None: ...
 
@@ -49,7 +49,7 @@ class EgressPort(Protocol):
 
     async def set_secrets(self, egress: Egress, secret_set: SecretSet, actor: str) -> object: ...
 
-    async def report(self, egress: Egress, message: LinkEvent) -> None: ...
+    async def report(self, egress: Egress, message: LinkEvent | SessionEvent) -> None: ...
 
     async def revive(
         self, egresses: list[Egress], states: Mapping[str, State] | None = None
@@ -75,7 +75,7 @@ class NullEgress:
     def responses_path(self, session_id: str) -> Path | None:
         return None
 
-    def teardown_blocking(self, egress: Egress) -> None:
+    def teardown_blocking(self, egress: Egress, anchor: bool = True) -> None:
         return None
 
     def forget_blocking(self, session_id: str) -> None:
@@ -99,7 +99,7 @@ class NullEgress:
     async def set_secrets(self, egress: Egress, secret_set: SecretSet, actor: str) -> object:
         raise EgressUnavailable(NO_EGRESS)
 
-    async def report(self, egress: Egress, message: LinkEvent) -> None:
+    async def report(self, egress: Egress, message: LinkEvent | SessionEvent) -> None:
         return None  # no audit chain to report to
 
     async def revive(

@@ -88,7 +88,8 @@ class Endings:
 
     async def _end_egress(self, session: Session) -> None:
         assert session.egress is not None
-        await asyncio.to_thread(self._egress.teardown_blocking, session.egress)
+        # A paused session's proxy is stopped: its chain's head was anchored as it paused.
+        await asyncio.to_thread(self._egress.teardown_blocking, session.egress, session.record.paused is None)
         ended: dict[str, Any] = {"ended_at": time.time(), "end_reason": session.end_reason}
         if session.end_detail:
             ended["end_detail"] = session.end_detail

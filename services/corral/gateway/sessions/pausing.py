@@ -15,7 +15,8 @@ import asyncio
 import logging
 import time
 
-from corral.errors import PausedCapacityError, SecretsMissing, SessionNotPaused
+from corral.contracts.control import SessionEvent
+from corral.errors import PausedCapacityError, SecretsMissing, SessionNotFound, SessionNotPaused
 from corral.gateway.models import CreateSession, ResumeSession
 from corral.gateway.secrets import SecretSet
 from corral.gateway.sessions.book import SessionBook
@@ -55,6 +56,8 @@ class Pauses:
     # -- pause -----------------------------------------------------------------------------------------
 
     def _admit_pause(self, session: Session) -> None:
+        if session.state == "stopping":
+            raise SessionNotFound(f"no session {session.id}")
         if session.state != "ready":
             raise SessionNotPaused(f"session {session.id} is {session.state}: only a running session pauses")
         s = self._settings
@@ -71,12 +74,13 @@ class Pauses:
 
     async def pause(self, session: Session) -> PausedState:
         async with session.changing:
+            self._admit_pause(session)  # before still_live, which takes any state but ready for gone
             self._book.still_live(session)
-            self._admit_pause(session)
             session.state = "pausing"
             session.ended.set()  # its WebSockets close now, with CLOSE_PAUSED and why
             try:
                 state = await self._save(session)
+                await self._audit(session, "pause", state)
             except BaseException:
                 self._saved.remove(session.id)
                 session.ended = asyncio.Event()
@@ -101,6 +105,12 @@ class Pauses:
         browser = await self._browser.export(session.id, sandbox)  # the browser-profiles seam
         remaining = max(0.0, session.record.expires_at - now)
         return PausedState(paused_at=now, remaining_s=remaining, tabs=tabs, archives=archives, browser_bytes=browser)
+
+    async def _audit(self, session: Session, change: str, state: PausedState) -> None:
+        """The pause into the session's audit chain, before its proxy stops (sizes, never contents).
+        A proxy that does not take it fails the pause: no pause goes unaudited."""
+        if session.egress is not None:
+            await self._egress.report(session.egress, session_event(change, state))
 
     @staticmethod
     def saved_dirs(session: Session) -> tuple[str, ...]:
@@ -172,6 +182,7 @@ class Pauses:
             if egress is not None:
                 await self._egress.wait_ready(egress, self._settings.start_timeout_s)
                 await self._egress.set_policy(egress, list(record.allow), record.egress_mode or "enforce", ACTOR)
+                await self._egress.report(egress, session_event("resume", state))
                 if secret_set.records:
                     await self._broker.give(pair, secret_set, SecretSet(), ACTOR)
             for path in self.saved_dirs(session):
@@ -217,6 +228,10 @@ class Pauses:
 
     async def settled(self) -> None:
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def session_event(change: str, state: PausedState) -> SessionEvent:
+    return SessionEvent(change, ACTOR, tuple(state.archives.items()), len(state.tabs))
 
 
 class PauseParts:

@@ -79,6 +79,8 @@ class SessionRecord(SessionTerms):
     def to_json(self) -> dict[str, Any]:
         # A session without secrets or links is written as before they existed (an older gateway reads it alike).
         unset = {name for name in ("secrets", "links", "resources", "paused", "paused_at") if not getattr(self, name)}
+        if self.idle_action == "end":  # the default, as a record before pause and resume was written
+            unset.add("idle_action")
         return self.model_dump(mode="json", exclude=unset or None)
 
 

@@ -102,6 +102,8 @@ class ControlChannel:
             raise ValueError("only the gateway may do that")
         if isinstance(message, control.LinkEvent):
             return self._link(message)
+        if isinstance(message, control.SessionEvent):
+            return self._session(message)
         if isinstance(message, control.SetPolicy):
             return self._set_policy(message)
         if isinstance(message, control.Status):
@@ -161,6 +163,13 @@ class ControlChannel:
             change=message.change,
             actor=message.actor,
             expires_at=message.expires_at,
+        )
+        return Reply(head=self._head())
+
+    def _session(self, message: control.SessionEvent) -> Reply:
+        """The session paused or resumed, as the gateway reports it: its audit record (sizes only)."""
+        self.shared.journal.write(
+            "session", change=message.change, actor=message.actor, saved=dict(message.saved), tabs=message.tabs
         )
         return Reply(head=self._head())
 
