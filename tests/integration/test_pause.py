@@ -78,13 +78,12 @@ def test_pause_and_resume_keep_the_token_files_and_tabs(
     first = next(t for t in sb.tabs() if t.url == BANK)
     sb.tab_switch(first.id)
     old_container = sb.info.container
-    ws = connect(f"{sb.info.ws_url}?token={token}")  # a second client, open as the session pauses
-
-    paused = sb.pause()
+    with connect(f"{sb.info.ws_url}?token={token}") as ws:  # a second client, open as the session pauses
+        paused = sb.pause()
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=30)
 
     assert paused.state == "paused" and paused.paused_at is not None
-    with pytest.raises(ConnectionClosed) as closed:
-        ws.recv(timeout=30)
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 4009
     assert "paused" in closed.value.rcvd.reason
     assert runtime.find(old_container) is None

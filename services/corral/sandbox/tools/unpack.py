@@ -17,12 +17,10 @@ import sys
 import tarfile
 from dataclasses import dataclass
 
+from corral.errors import ArchiveRefused as Refused
+
 EXIT_REFUSED = 2
 _MODE_BITS = 0o777  # setuid, setgid and sticky dropped
-
-
-class Refused(Exception):
-    """A member the restore will not write; its message names it and says why."""
 
 
 @dataclass(frozen=True, slots=True)
