@@ -46,7 +46,7 @@ def small_gw(
         max_sessions=1,
         max_sessions_per_key=1,
         max_paused=1,
-        paused_ttl_s=6,
+        paused_ttl_s=40,  # past a cold start under load (the create below), before the wait for it
     ) as running:
         yield running
     runtime.remove_all({"corral.gateway": instance})
@@ -156,7 +156,7 @@ def test_a_paused_session_frees_its_slot_and_expires(small_gw: RunningGateway, r
     saved = small_gw.settings.data_dir / "paused" / first["id"]
     assert sorted(p.name for p in saved.iterdir()) == ["home-agent.tar", "workspace.tar"]
     assert {p.stat().st_mode & 0o777 for p in saved.iterdir()} == {0o600}
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 90
     with small_gw.client() as c:
         while c.get(f"/v1/sessions/{first['id']}").status_code != 404:
             assert time.monotonic() < deadline, "the paused session did not expire"

@@ -22,6 +22,7 @@ PLACEHOLDER = "corral_secret_" + "a" * 32
         control.ActionEvent("a1.beef", "end"),
         control.LeaseEvent("taken", "human:lnk_x", "agent"),
         control.LinkEvent("created", "lnk_x", "view", "api-key:owner", 1733000000.5),
+        control.SessionEvent("pause", "owner", (("/workspace", 10240), ("/home/agent", 0)), 2),
         control.PutSecrets(
             (
                 control.SecretEntry("API_TOKEN", PLACEHOLDER, "tok-the-value-42", ("api.test",), ("header",)),
@@ -73,3 +74,23 @@ def test_answers_keep_the_wire_s_shape_and_an_older_proxy_s_reads_as_none() -> N
         "field": "mode",
     }
     assert control.Refusal("unknown token").to_json() == {"ok": False, "error": "unknown token"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "blamed"),
+    [
+        ({"change": "snapshot"}, "change"),
+        ({"saved": {"/w": -1}}, "saved"),
+        ({"saved": {"/w": True}}, "saved"),
+        ({"saved": {f"/d{i}": 1 for i in range(9)}}, "saved"),
+        ({"saved": {"/" + "x" * 300: 1}}, "saved"),
+        ({"tabs": "2"}, "tabs"),
+        ({"actor": "not an id"}, "actor"),
+    ],
+)
+def test_a_session_report_is_checked_field_by_field(fields: dict[str, object], blamed: str) -> None:
+    """What lands in the audit chain is bounded and typed: a change of the two, sizes as counts."""
+    message = {"op": "session", "change": "pause", "actor": "owner", "saved": {"/workspace": 1}, "tabs": 1, **fields}
+    with pytest.raises(InvalidMessage) as refused:
+        control.parse_message(control.encode(message), InvalidMessage)
+    assert refused.value.field == blamed

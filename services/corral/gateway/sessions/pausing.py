@@ -83,16 +83,16 @@ class Pauses:
                 await self._audit(session, "pause", state)
             except BaseException:
                 self._saved.remove(session.id)
-                session.ended = asyncio.Event()
-                session.state = "ready"
+                if _still_ours(session, "ready"):
+                    session.ended = asyncio.Event()
                 raise
             await self._recordings.pause(session.id, state)
             await asyncio.to_thread(self._runtime.remove, session.sandbox.id)
             if session.egress is not None:
                 await asyncio.to_thread(self._egress.pause_blocking, session.egress)
             session.record = session.record.model_copy(update={"paused": state, "paused_at": state.paused_at})
-            session.state = "paused"
-            self._book.save(session)
+            if _still_ours(session, "paused"):
+                self._book.save(session)
             log.info("session %s paused (%s)", session.id, state.archives)
             return state
 
@@ -144,7 +144,7 @@ class Pauses:
             try:
                 await self._restart(session, session.record.paused, secret_set)
             except BaseException:
-                session.state = "paused"
+                _still_ours(session, "paused")
                 raise
             finally:
                 await self._claims.release_slot(session.owner)
@@ -204,12 +204,14 @@ class Pauses:
                 "paused_at": None,
             }
         )
-        session.sandbox, session.ended = sandbox, asyncio.Event()
-        session.state = "ready"
-        session.touch()
-        self._book.save(session)
+        session.sandbox = sandbox  # an end that came meanwhile removes this one
         self._saved.remove(session.id)
         self._browser.discard(session.id)
+        if not _still_ours(session, "ready"):
+            return
+        session.ended = asyncio.Event()
+        session.touch()
+        self._book.save(session)
         self._recordings.resume(session, state)
         log.info("session %s resumed in %s", session.id, sandbox.name)
 
@@ -228,6 +230,15 @@ class Pauses:
 
     async def settled(self) -> None:
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _still_ours(session: Session, state: str) -> bool:
+    """The session turns ``state``, unless it was ended meanwhile (a DELETE, an expiry, waiting on
+    its lock): that end goes on, and the state it set stays."""
+    if session.state == "stopping":
+        return False
+    session.state = state
+    return True
 
 
 def session_event(change: str, state: PausedState) -> SessionEvent:
