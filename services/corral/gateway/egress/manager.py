@@ -164,11 +164,13 @@ class EgressManager:
         self.channel.anchor_end_blocking(egress)
         self.provision.stop_blocking(egress.session_id)
 
-    def resume_blocking(self, egress: Egress) -> tuple[Egress, dict[str, str], dict[str, str]]:
-        """The paused session's proxy started again (its address as it is now), and what its new
-        sandbox is given: environment and files."""
-        env, files = self.provision.sandbox_side(egress.session_id)
-        return self.provision.restart_blocking(egress), env, files
+    def resume_blocking(self, egress: Egress) -> Egress:
+        """The paused session's proxy started again: the pair with its address as it is now."""
+        return self.provision.restart_blocking(egress)
+
+    def sandbox_side(self, egress: Egress) -> tuple[dict[str, str], dict[str, str]]:
+        """What a new sandbox of this session is given: environment (its CA) and files (its token)."""
+        return self.provision.sandbox_side(egress.session_id)
 
     async def revive(
         self, egresses: list[Egress], states: Mapping[str, State] | None = None

@@ -39,7 +39,9 @@ class EgressPort(Protocol):
 
     def pause_blocking(self, egress: Egress) -> None: ...
 
-    def resume_blocking(self, egress: Egress) -> tuple[Egress, dict[str, str], dict[str, str]]: ...
+    def resume_blocking(self, egress: Egress) -> Egress: ...
+
+    def sandbox_side(self, egress: Egress) -> tuple[dict[str, str], dict[str, str]]: ...
 
     async def wait_ready(self, egress: Egress, timeout_s: float) -> None: ...
 
@@ -87,7 +89,10 @@ class NullEgress:
     def pause_blocking(self, egress: Egress) -> None:
         return None  # no session of this gateway has a proxy
 
-    def resume_blocking(self, egress: Egress) -> tuple[Egress, dict[str, str], dict[str, str]]:
+    def resume_blocking(self, egress: Egress) -> Egress:
+        raise EgressUnavailable(NO_EGRESS)
+
+    def sandbox_side(self, egress: Egress) -> tuple[dict[str, str], dict[str, str]]:
         raise EgressUnavailable(NO_EGRESS)
 
     async def wait_ready(self, egress: Egress, timeout_s: float) -> None:

@@ -17,6 +17,7 @@ import time
 
 from corral.contracts.control import SessionEvent
 from corral.errors import PausedCapacityError, SecretsMissing, SessionNotFound, SessionNotPaused
+from corral.gateway.egress import Egress
 from corral.gateway.models import CreateSession, ResumeSession
 from corral.gateway.secrets import SecretSet
 from corral.gateway.sessions.book import SessionBook
@@ -24,13 +25,13 @@ from corral.gateway.sessions.brokering import SecretBroker
 from corral.gateway.sessions.claims import Claims
 from corral.gateway.sessions.egressport import EgressPort
 from corral.gateway.sessions.pausedstate import PausedState
-from corral.gateway.sessions.records import Pair, Session
+from corral.gateway.sessions.records import Pair, Session, SessionRecord
 from corral.gateway.sessions.savedstate import BrowserState, SavedState
 from corral.gateway.sessions.sessionrecordings import SessionRecordings
 from corral.gateway.sessions.starts import Specs
 from corral.gateway.settings import GatewaySettings
-from corral.gateway.threads import settle
-from corral.runtime import SandboxRuntime, SessionNetwork
+from corral.gateway.threads import in_thread, settle
+from corral.runtime import SandboxAddress, SandboxRuntime, SessionNetwork
 
 log = logging.getLogger(__name__)
 
@@ -167,24 +168,46 @@ class Pauses:
             )
         return SecretSet(dict(records), values)
 
-    async def _restart(self, session: Session, state: PausedState, secret_set: SecretSet) -> None:
-        record, env, files = session.record, None, None
-        egress = record.egress
-        if egress is not None:
-            egress, env, files = await asyncio.to_thread(self._egress.resume_blocking, egress)
-        network = SessionNetwork(egress.network, egress.subnet, egress.gateway) if egress is not None else None
+    async def _start_pair(self, record: SessionRecord) -> Pair:
+        """Its proxy started again beside a new sandbox on its network, side by side as a cold start's
+        (the sandbox's firewall lets nothing out but to the proxy); whatever started is undone on failure."""
+        old, env, files = record.egress, None, None
+        if old is not None:
+            env, files = await asyncio.to_thread(self._egress.sandbox_side, old)
+        network = SessionNetwork(old.network, old.subnet, old.gateway) if old is not None else None
         asked = CreateSession(resources=record.resources) if record.resources is not None else None
         spec = self._specs.sandbox("session", record.viewport, asked, network, env, files)
-        sandbox = await asyncio.to_thread(self._runtime.start_sandbox, spec)
-        pair = Pair(session.id, sandbox, egress)
+        proxy = in_thread(self._egress.resume_blocking, old) if old is not None else _nothing()
+        (proxy_result, sandbox), cancelled = await settle(proxy, in_thread(self._runtime.start_sandbox, spec))
+        egress = proxy_result if isinstance(proxy_result, Egress) else None
+        failed = [r for r in (proxy_result, sandbox) if isinstance(r, BaseException)]
+        if not failed and isinstance(sandbox, SandboxAddress) and not cancelled:
+            return Pair(record.id, sandbox, egress)
+        if isinstance(sandbox, SandboxAddress):
+            await settle(in_thread(self._runtime.remove, sandbox.id))
+        if egress is not None:
+            await settle(in_thread(self._egress.pause_blocking, egress))
+        if cancelled or not failed:
+            raise asyncio.CancelledError
+        raise failed[0]
+
+    async def _egress_ready(self, record: SessionRecord, egress: Egress | None, state: PausedState) -> None:
+        """The restarted proxy answers, holds the session's policy, and has the resume in its chain."""
+        if egress is None:
+            return
+        await self._egress.wait_ready(egress, self._settings.start_timeout_s)
+        await self._egress.set_policy(egress, list(record.allow), record.egress_mode or "enforce", ACTOR)
+        await self._egress.report(egress, session_event("resume", state))
+
+    async def _restart(self, session: Session, state: PausedState, secret_set: SecretSet) -> None:
+        record = session.record
+        pair = await self._start_pair(record)
+        sandbox, egress = pair.sandbox, pair.egress
         try:
-            await asyncio.to_thread(self._runtime.wait_ready, sandbox, self._settings.start_timeout_s)
-            if egress is not None:
-                await self._egress.wait_ready(egress, self._settings.start_timeout_s)
-                await self._egress.set_policy(egress, list(record.allow), record.egress_mode or "enforce", ACTOR)
-                await self._egress.report(egress, session_event("resume", state))
-                if secret_set.records:
-                    await self._broker.give(pair, secret_set, SecretSet(), ACTOR)
+            sandbox_ready = asyncio.to_thread(self._runtime.wait_ready, sandbox, self._settings.start_timeout_s)
+            await asyncio.gather(sandbox_ready, self._egress_ready(record, egress, state))
+            if egress is not None and secret_set.records:
+                await self._broker.give(pair, secret_set, SecretSet(), ACTOR)  # placeholders to the controller
             for path in self.saved_dirs(session):
                 await self._saved.restore_dir(session.id, sandbox, path)
             await self._browser.restore(session.id, sandbox)  # the browser-profiles seam
@@ -230,6 +253,10 @@ class Pauses:
 
     async def settled(self) -> None:
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def _nothing() -> None:
+    return None
 
 
 def _still_ours(session: Session, state: str) -> bool:
