@@ -7,6 +7,7 @@ while paused, whose lost secret values a resume asks for by name."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -119,6 +120,11 @@ def test_pause_and_resume_keep_the_token_files_and_tabs(
         assert c.post("/v1/sessions/ses_0000000000000000/pause").status_code == 404
         audit = c.get(f"/v1/sessions/{sb.id}/traffic").text
     assert audit.count("allowed.test") >= 2  # before the pause and after it, one log
+    records = [json.loads(line) for line in audit.splitlines() if line]
+    assert [r["seq"] for r in records] == list(range(1, len(records) + 1))  # one chain, carried on
+    changes = [r for r in records if r["event"] == "session"]
+    assert [r["change"] for r in changes] == ["pause", "resume"]
+    assert set(changes[0]["saved"]) == {"/workspace", "/home/agent"} and changes[0]["tabs"] == 2
 
 
 def test_the_recording_carries_on_with_markers(gw: RunningGateway, sb: Sandbox, tmp_path: Path) -> None:
