@@ -199,6 +199,10 @@ class Pauses:
         await self._egress.set_policy(egress, list(record.allow), record.egress_mode or "enforce", ACTOR)
         await self._egress.report(egress, session_event("resume", state))
 
+    async def _restore_browser(self, session_id: str, sandbox: SandboxAddress, state: PausedState) -> None:
+        await self._browser.restore(session_id, sandbox)  # the browser-profiles seam: cookies before pages
+        await self._saved.open_tabs(sandbox, state.tabs)
+
     async def _restart(self, session: Session, state: PausedState, secret_set: SecretSet) -> None:
         record = session.record
         pair = await self._start_pair(record)
@@ -208,10 +212,9 @@ class Pauses:
             await asyncio.gather(sandbox_ready, self._egress_ready(record, egress, state))
             if egress is not None and secret_set.records:
                 await self._broker.give(pair, secret_set, SecretSet(), ACTOR)  # placeholders to the controller
-            for path in self.saved_dirs(session):
-                await self._saved.restore_dir(session.id, sandbox, path)
-            await self._browser.restore(session.id, sandbox)  # the browser-profiles seam
-            await self._saved.open_tabs(sandbox, state.tabs)
+            # Side by side: the files (an upload and a tar each) and the browser (its state, then its tabs).
+            restores = [self._saved.restore_dir(session.id, sandbox, path) for path in self.saved_dirs(session)]
+            await asyncio.gather(*restores, self._restore_browser(session.id, sandbox, state))
         except BaseException:
             await settle(asyncio.ensure_future(asyncio.to_thread(self._runtime.remove, sandbox.id)))
             if egress is not None:
