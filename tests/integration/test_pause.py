@@ -73,7 +73,10 @@ def test_pause_and_resume_keep_the_token_files_and_tabs(
     gw: RunningGateway, sb: Sandbox, runtime: DockerHarness
 ) -> None:
     token = sb._token
-    sb.exec("mkdir -p ~/.local/bin && printf 'echo tool' > ~/.local/bin/tool && echo kept > /workspace/notes.txt")
+    sb.exec(
+        "mkdir -p ~/.local/bin && printf 'echo tool' > ~/.local/bin/tool && echo kept > /workspace/notes.txt"
+        " && ln -s /usr/bin/python3 ~/.local/bin/py3"  # a link out, as a venv's bin/python: kept as a link
+    )
     sb.navigate(BANK)
     second = sb.tab_new(PHISH)
     first = next(t for t in sb.tabs() if t.url == BANK)
@@ -111,6 +114,7 @@ def test_pause_and_resume_keep_the_token_files_and_tabs(
     assert resumed.state == "ready" and resumed.id == paused.id and resumed.container != old_container
     assert sb.exec("cat /workspace/notes.txt").stdout == "kept\n"
     assert sb.exec("cat ~/.local/bin/tool; stat -c %U /workspace/notes.txt").stdout == "echo toolagent\n"
+    assert sb.exec("readlink ~/.local/bin/py3").stdout == "/usr/bin/python3\n"
     tabs = sb.tabs()
     assert [t.url for t in tabs] == [BANK, second.url]
     assert [t.url for t in tabs if t.active] == [BANK]

@@ -3,8 +3,10 @@ uploads the archive the old sandbox's tar made and runs ``python -I -m corral.sa
 ARCHIVE TARGET MAX_BYTES`` as the agent (the ``exec`` action). The archive came from the sandbox,
 so it is an attacker's: the host never extracts it, and here each member is checked before it is
 written: regular files, directories and links only (no devices, fifos or sockets), no absolute path,
-no ``..``, no link that resolves outside the target (checked against what is already on disk, as a
-chain of links resolves), no setuid/setgid bits, and a cap on the bytes written. The first refused
+no ``..``, nothing written through a link that resolves outside the target (each member's place
+resolved against the disk as it is then, as a chain of links resolves), no hard link to a file
+outside, no setuid/setgid bits, and a cap on the bytes written. Symbolic links themselves are made
+as they are, wherever they point: ``ln -s`` is the agent's own power. The first refused
 member stops the restore with its reason on stderr (exit 2); the archive is removed either way.
 
 Not ``tarfile``'s ``data`` filter: bookworm's Python 3.11.2 predates it."""
@@ -52,12 +54,10 @@ def check_member(member: tarfile.TarInfo, root: str) -> str:
     parent = os.path.realpath(os.path.dirname(os.path.join(root, relative))) if relative else root
     if not _inside(root, parent) or not _inside(root, destination):
         raise Refused(f"{member.name!r}: outside the target")
-    if member.issym():
-        if os.path.isabs(member.linkname):
-            raise Refused(f"{member.name!r}: a link to an absolute path")
-        pointed = os.path.realpath(os.path.join(parent, member.linkname))
-        if not _inside(root, pointed):
-            raise Refused(f"{member.name!r}: a link out of the target")
+    # A symbolic link is made as it is, wherever it points (a venv's bin/python -> /usr/bin/python3,
+    # node_modules/.bin): making one is what the agent can do itself with ln -s. What is refused is
+    # writing through one: every member's own place and its parent are resolved on disk above, so a
+    # later member under a link that leads out, or on a link's name, never lands outside.
     if member.islnk():
         pointed = os.path.realpath(os.path.join(root, check_name(member.linkname)))
         if not _inside(root, pointed):
