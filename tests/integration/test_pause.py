@@ -2,8 +2,8 @@
 tabs, /workspace and ~/.local saved, its sandbox removed, its proxy stopped, its slot freed) and
 resumed (the same id and token, the file, the tabs with the active one in front, the audit chain
 carried on, the recording marked); an idle pause; a paused session's expiry; actions, WebSockets
-and files on a paused session refused with 409 session_paused; bad input; and a gateway restart
-while paused, whose lost secret values a resume asks for by name."""
+and files on a paused session refused with 409 session_paused; bad input; a gateway restart
+while paused, whose lost secret values a resume asks for by name; and the async SDK's twins."""
 
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from corral.recording.bundle import Bundle, read_bundle
-from corral.sdk import Sandbox
+from corral.sdk import AsyncSandbox, Sandbox
 
 from .dockerutil import DockerHarness
 from .egress_fixtures import Upstream, gateway_to, session_fixtures
-from .gateway_fixtures import RunningGateway, unpack_recording
+from .gateway_fixtures import KEY_A, RunningGateway, unpack_recording
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
 
@@ -220,3 +220,11 @@ def test_a_restarted_gateway_finds_the_paused_session_and_asks_for_its_secrets(
             assert echo["result"]["stdout"].startswith("corral_secret_")  # the placeholder, never the value
     finally:
         runtime.remove_all({"corral.gateway": instance})
+
+
+async def test_the_async_sandbox_pauses_and_resumes(gw: RunningGateway) -> None:
+    async with await AsyncSandbox.create(url=gw.url, api_key=KEY_A, allow=["allowed.test"]) as box:
+        await box.exec("echo async > /workspace/a.txt")
+        assert (await box.pause()).state == "paused"
+        assert (await box.resume()).state == "ready"
+        assert (await box.exec("cat /workspace/a.txt")).stdout == "async\n"  # over the reopened WebSocket
