@@ -12,6 +12,7 @@ each :class:`CodedError` with the HTTP status its table gives the class (corral.
     │   ├─ InvalidRequest → InvalidCursor    a request the gateway refuses as written
     │   ├─ Unauthorized, Forbidden          credentials
     │   ├─ NotFound → SessionNotFound, ReplayNotFound, ProfileNotFound
+    │   ├─ SessionPaused, SessionNotPaused, PausedCapacityError, SecretsMissing   pause and resume
     │   ├─ MessageTooLarge, UploadTooLarge, DownloadTooLarge
     │   ├─ CapacityError, HermeticUnavailable, EgressOff, ReplayUnreadable
     │   ├─ ProfilesOff, ProfileTooLarge, ProfileUnreadable, ProfileRefused   saved browser profiles
@@ -93,6 +94,10 @@ class ErrorCode(StrEnum):
     TOO_LARGE = "too_large"
     TOO_MANY_SESSIONS = "too_many_sessions"
     EGRESS_OFF = "egress_off"
+    SESSION_PAUSED = "session_paused"  # a paused session: resume it first (POST .../resume)
+    SESSION_NOT_PAUSED = "session_not_paused"  # pause what runs, resume what is paused
+    TOO_MANY_PAUSED = "too_many_paused"
+    SECRETS_MISSING = "secrets_missing"  # a paused session's secret values are gone (a gateway restart)
     REPLAY_UNREADABLE = "replay_unreadable"
     SANDBOX_START_FAILED = "sandbox_start_failed"
     SANDBOX_UNREACHABLE = "sandbox_unreachable"
@@ -500,6 +505,25 @@ class VolumeExists(CodedError, code=ErrorCode.VOLUME_EXISTS):
 
 class TooManyVolumes(CodedError, code=ErrorCode.TOO_MANY_VOLUMES):
     """An API key at its count of workspace volumes (``CORRAL_MAX_VOLUMES_PER_KEY``)."""
+
+
+class SessionPaused(CodedError, code=ErrorCode.SESSION_PAUSED):
+    """The session is paused (or pausing, or resuming): it has no sandbox to act on until resumed."""
+
+
+class SessionNotPaused(CodedError, code=ErrorCode.SESSION_NOT_PAUSED):
+    """A resume of a session that is not paused, or a pause of one that is not running."""
+
+
+class PausedCapacityError(CodedError, code=ErrorCode.TOO_MANY_PAUSED):
+    """Too many paused sessions, globally or for one key (CORRAL_MAX_PAUSED, CORRAL_MAX_PAUSED_PER_KEY)."""
+
+
+class SecretsMissing(CodedError, code=ErrorCode.SECRETS_MISSING):
+    """A resume needs secret values the gateway no longer holds (held in memory only: a restart lost
+    them); the message names them, and the resume body may give them again."""
+
+    field: str | None = "secrets"
 
 
 class HermeticUnavailable(CodedError, code=ErrorCode.EGRESS_OFF):

@@ -172,6 +172,7 @@ def session_body(
     env: Mapping[str, str] | None = None,
     volume: str | None = None,
     template: str | None = None,
+    idle_action: str | None = None,
     *,
     profile: str | None = None,
     save_profile: bool = False,
@@ -201,6 +202,8 @@ def session_body(
         body["idle_timeout_s"] = idle_timeout_s
     if volume is not None:
         body["volume"] = volume
+    if idle_action is not None:
+        body["idle_action"] = idle_action
     return body
 
 
@@ -268,6 +271,15 @@ class calls:  # a namespace of pure builders, read as calls.create_session(...)
     @staticmethod
     def delete_session(session_id: str, missing_ok: bool = False) -> Call[None]:
         return Call("DELETE", f"/v1/sessions/{session_id}", _missing_ok if missing_ok else _nothing)
+
+    @staticmethod
+    def pause_session(session_id: str) -> Call[SessionInfo]:
+        return Call("POST", f"/v1/sessions/{session_id}/pause", _session)
+
+    @staticmethod
+    def resume_session(session_id: str, secrets: Mapping[str, str] | None = None) -> Call[SessionInfo]:
+        """``secrets``: values a restarted gateway no longer holds (its 409 ``secrets_missing`` names them)."""
+        return Call("POST", f"/v1/sessions/{session_id}/resume", _session, json={"secrets": dict(secrets or {})})
 
     @staticmethod
     def act(session_id: str, message: Mapping[str, Any]) -> Call[dict[str, Any]]:
@@ -512,6 +524,12 @@ class Gateway:
     def delete_session(self, session_id: str, missing_ok: bool = False) -> None:
         self.send(calls.delete_session(session_id, missing_ok))
 
+    def pause_session(self, session_id: str) -> SessionInfo:
+        return self.send(calls.pause_session(session_id))
+
+    def resume_session(self, session_id: str, secrets: Mapping[str, str] | None = None) -> SessionInfo:
+        return self.send(calls.resume_session(session_id, secrets))
+
     def act(self, session_id: str, message: Mapping[str, Any]) -> dict[str, Any]:
         """One message through ``POST /v1/sessions/{id}/actions``: the sandbox's reply, ``ok`` or not."""
         return self.send(calls.act(session_id, message))
@@ -681,6 +699,12 @@ class AsyncGateway:
 
     async def delete_session(self, session_id: str, missing_ok: bool = False) -> None:
         await self.send(calls.delete_session(session_id, missing_ok))
+
+    async def pause_session(self, session_id: str) -> SessionInfo:
+        return await self.send(calls.pause_session(session_id))
+
+    async def resume_session(self, session_id: str, secrets: Mapping[str, str] | None = None) -> SessionInfo:
+        return await self.send(calls.resume_session(session_id, secrets))
 
     async def act(self, session_id: str, message: Mapping[str, Any]) -> dict[str, Any]:
         return await self.send(calls.act(session_id, message))

@@ -39,7 +39,7 @@ class SessionInfo(_Answer):
     PATCH's answer); ``token`` only in the answer to its create (the session's credential, shown once)."""
 
     id: str
-    state: str = "ready"  # starting, ready, stopping
+    state: str = "ready"  # starting, ready, stopping, pausing, paused, resuming
     container: str = ""  # the sandbox's name (docker exec, logs)
     ws_url: str = ""
     actions_url: str = ""
@@ -59,6 +59,8 @@ class SessionInfo(_Answer):
     volume: str | None = None  # the workspace volume it holds
     template: str | None = None  # NAME:VERSION it started from
     profile: SessionProfile | None = None  # the browser profile it loaded, and whether it saves it
+    idle_action: str = "end"  # what its idle timeout does: end or pause
+    paused_at: float | None = None  # while paused
     token: str | None = None
 
     def shown(self) -> dict[str, object]:
@@ -153,6 +155,7 @@ class SessionBody(TypedDict, total=False):
     volume: str
     template: str
     profile: ProfileBody
+    idle_action: str
 
 
 class TemplateVersionInfo(_Answer):

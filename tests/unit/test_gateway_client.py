@@ -47,6 +47,14 @@ SESSION = {"id": "ses_1", "token": "tok", "allow": ["example.test"], **INFO}
         ),
         (lambda g: g.update_session("ses_1", []), "PATCH", "/v1/sessions/ses_1", {"allow": []}),
         (lambda g: g.set_timeout("ses_1", 900), "PATCH", "/v1/sessions/ses_1", {"timeout_s": 900}),
+        (lambda g: g.pause_session("ses_1"), "POST", "/v1/sessions/ses_1/pause", None),
+        (lambda g: g.resume_session("ses_1"), "POST", "/v1/sessions/ses_1/resume", {"secrets": {}}),
+        (
+            lambda g: g.resume_session("ses_1", {"API_TOKEN": "v" * 12}),
+            "POST",
+            "/v1/sessions/ses_1/resume",
+            {"secrets": {"API_TOKEN": "v" * 12}},
+        ),
         (
             lambda g: g.act("ses_1", {"action": {"type": "wait"}}),
             "POST",
@@ -144,6 +152,7 @@ def test_session_body_has_only_what_was_given() -> None:
         "egress_mode": "report",
         "hermetic": "up_1",
     }
+    assert gateway_client.session_body(idle_action="pause") == {"allow": [], "labels": {}, "idle_action": "pause"}
 
 
 # -- where the gateway is, and the key ----------------------------------------------------------------------

@@ -18,7 +18,7 @@ session_app = typer.Typer(
 )
 
 
-def _session_table(rows: list[dict[str, Any]]) -> Table:
+def _session_table(rows: list[dict[str, Any]]) -> Table:  # a paused session's "expires in" stands still
     table = Table("id", "state", "age", "expires in", "viewport", "allow", "labels")
     table.columns[0].no_wrap = True  # ids are copied from here
     now = time.time()
@@ -74,6 +74,9 @@ def session_create(
             ":save saves it again at the session's end (and makes it when missing).",
         ),
     ] = None,
+    idle_action: Annotated[
+        str | None, typer.Option("--idle-action", help="What the idle timeout does: end (default) or pause.")
+    ] = None,
     as_json: common.JsonOpt = False,
 ) -> None:
     """Start a session; prints its id, token and WebSocket URL (and its secrets' placeholders)."""
@@ -96,6 +99,7 @@ def session_create(
         template=template,
         profile=profile_name,
         save_profile=save_profile,
+        idle_action=idle_action,
     )
     with common.gateway_call() as gateway:
         session = gateway.create_session(body)
@@ -146,14 +150,27 @@ def _profile_option(value: str | None) -> tuple[str | None, bool]:
     return name, suffix == "save"
 
 
-def _secrets_file(path: Path) -> dict[str, Any]:
-    """The ``secrets`` of a create, from a JSON file; its words on failure never quote the file's content."""
+def _json_file(path: Path) -> object:
+    """A JSON file; its words on failure never quote the file's content (it holds secret values)."""
     try:
-        secrets = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except OSError as exc:
         raise common.fail(f"cannot read {path}: {exc.strerror}", 2) from None
     except ValueError:
         raise common.fail(f"{path} is not JSON", 2) from None
+
+
+def _values_file(path: Path) -> dict[str, str]:
+    """A resume's secret values, ``{"NAME": "value"}``, from a JSON file."""
+    values = _json_file(path)
+    if not isinstance(values, dict) or not all(isinstance(v, str) for v in values.values()):
+        raise common.fail(f'{path} must hold an object: {{"NAME": "value"}}', 2)
+    return {str(name): value for name, value in values.items()}
+
+
+def _secrets_file(path: Path) -> dict[str, Any]:
+    """The ``secrets`` of a create, from a JSON file."""
+    secrets = _json_file(path)
     if not isinstance(secrets, dict) or not all(isinstance(spec, dict) for spec in secrets.values()):
         raise common.fail(f'{path} must hold an object: {{"NAME": {{"value": ..., "allow": [...]}}}}', 2)
     return secrets
@@ -215,3 +232,37 @@ def session_rm(session_id: str) -> None:
     with common.gateway_call() as gateway:
         gateway.delete_session(session_id)
     common.console.print(f"removed {session_id}")
+
+
+@session_app.command("pause")
+def session_pause(session_id: str, as_json: common.JsonOpt = False) -> None:
+    """Pause a session: its tabs and files saved, its sandbox removed, its slot free until it resumes."""
+    with common.gateway_call() as gateway:
+        row = gateway.pause_session(session_id).wire()
+    if as_json:
+        common.out.print_json(json.dumps(row))
+    else:
+        common.out.print(_session_table([row]))
+
+
+@session_app.command("resume")
+def session_resume(
+    session_id: str,
+    secrets_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--secrets-file",
+            help='JSON: {"NAME": "value"}: the secret values a restarted gateway no longer holds '
+            "(it names them; never give a value on a command line).",
+        ),
+    ] = None,
+    as_json: common.JsonOpt = False,
+) -> None:
+    """Resume a paused session: the same id and token, its files and tabs back."""
+    values = _values_file(secrets_file) if secrets_file is not None else None
+    with common.gateway_call() as gateway:
+        row = gateway.resume_session(session_id, values).wire()
+    if as_json:
+        common.out.print_json(json.dumps(row))
+    else:
+        common.out.print(_session_table([row]))

@@ -46,6 +46,8 @@ VOLUME_CHANGES: Final = ("claimed", "released")
 # A browser profile loaded into a session, saved from it, or a load or save that failed (corral.gateway.profiles).
 PROFILE_CHANGES: Final = ("loaded", "saved", "failed")
 MAX_PROFILE_BYTES: Final = 1 << 40
+SESSION_CHANGES: Final = ("pause", "resume")  # a session's own changes the gateway reports (SessionEvent)
+MAX_SAVED_ENTRIES: Final = 8
 # corral.errors.ErrorCode's values for a refused line (this module may not import corral.errors).
 INVALID_JSON: Final = "invalid_json"
 INVALID_REQUEST: Final = "invalid_request"
@@ -206,6 +208,27 @@ class ProfileEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionEvent:
+    """The gateway's report of a session paused or resumed (corral.gateway.sessions.pausing): what
+    was saved, by directory, in bytes, and how many tabs; never contents."""
+
+    OP: ClassVar = "session"
+    change: str  # one of SESSION_CHANGES
+    actor: str
+    saved: tuple[tuple[str, int], ...] = ()  # (directory, bytes)
+    tabs: int = 0
+
+    def to_json(self) -> JsonObject:
+        return {
+            "op": self.OP,
+            "change": self.change,
+            "actor": self.actor,
+            "saved": {path: size for path, size in self.saved},
+            "tabs": self.tabs,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class SecretEntry:
     """One brokered secret on the wire; ``value`` None: the proxy keeps the value it holds."""
 
@@ -235,7 +258,7 @@ class PutSecrets:
 
 
 # The gateway's own events about a session, reported into its audit chain.
-GatewayEvent = LinkEvent | LifetimeEvent | VolumeEvent | ProfileEvent
+GatewayEvent = LinkEvent | LifetimeEvent | VolumeEvent | ProfileEvent | SessionEvent
 Message = Hello | SetPolicy | Status | ActionEvent | LeaseEvent | PutSecrets | GatewayEvent
 
 
@@ -515,6 +538,18 @@ def _profile(f: _Fields) -> ProfileEvent:
     return ProfileEvent(f.choice("change", PROFILE_CHANGES), f.token("profile"), size, f.token("actor"))
 
 
+def _session(f: _Fields) -> SessionEvent:
+    saved, tabs = f.obj.get("saved", {}), f.obj.get("tabs", 0)
+    if not isinstance(saved, dict) or len(saved) > MAX_SAVED_ENTRIES:
+        raise f.invalid(INVALID_FIELD, f"'saved' must be an object of at most {MAX_SAVED_ENTRIES} entries", "saved")
+    for path, size in saved.items():
+        if len(path) > 256 or isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise f.invalid(INVALID_FIELD, "'saved' maps a path (at most 256 characters) to a byte count", "saved")
+    if isinstance(tabs, bool) or not isinstance(tabs, int) or not 0 <= tabs <= 10_000:
+        raise f.invalid(INVALID_FIELD, "'tabs' must be a count", "tabs")
+    return SessionEvent(f.choice("change", SESSION_CHANGES), f.token("actor"), tuple(saved.items()), tabs)
+
+
 def _put_secrets(f: _Fields) -> PutSecrets:
     """The ``secrets`` list, every entry checked; ``invalid`` names the first bad field (never
     quoting a value)."""
@@ -591,4 +626,5 @@ _PARSERS: Final[Mapping[str, Callable[[_Fields], Message]]] = {
     LifetimeEvent.OP: _lifetime,
     VolumeEvent.OP: _volume,
     ProfileEvent.OP: _profile,
+    SessionEvent.OP: _session,
 }

@@ -37,9 +37,11 @@ from corral.gateway.sessions.endings import Endings
 from corral.gateway.sessions.envs import SessionEnvs
 from corral.gateway.sessions.lifetime import Lifetimes
 from corral.gateway.sessions.liveness import Liveness
+from corral.gateway.sessions.pausing import PauseParts, Pauses
 from corral.gateway.sessions.pool import WarmPool
 from corral.gateway.sessions.reaper import Archives, EgressWatch, Reaper, Round
 from corral.gateway.sessions.recovery import Recovery
+from corral.gateway.sessions.savedstate import NoBrowserState, SavedState
 from corral.gateway.sessions.sessionrecordings import SessionRecordings
 from corral.gateway.sessions.starts import PairStarts, SandboxStarts, Specs, Starts
 from corral.gateway.sessions.templatepools import TemplatePools
@@ -155,6 +157,11 @@ def build_sessions(
     recovery = Recovery(book, runtime, specs, starts, port, recordings, volumes)
     links = LinkBook(book.links_of, book.save_links, _link_reporter(book, port))
     grounds = pair_starts.grounds if pair_starts is not None else None
+    saved = SavedState(settings.data_dir / "paused", controllers, settings.pause_archive_max_mb << 20)
+    # NoBrowserState: the seam where the browser-profiles part's export/import goes.
+    pause_parts = PauseParts(saved, NoBrowserState(), claims, broker, recordings)
+    pauses = Pauses(settings, book, runtime, port, specs, pause_parts)
+    reaper.pauses, endings.discard_saved = pauses, pauses.discard
     # fmt: off
     parts = SessionParts(
         runtime=runtime, network=settings.network, reap_interval_s=settings.reap_interval_s, limits=limits,
@@ -164,6 +171,7 @@ def build_sessions(
         lifetimes=Lifetimes(book, port, settings.max_timeout_s),
         volumes=volumes,
         profiles=profiles,
+        pauses=pauses,
     )
     # fmt: on
     return SessionManager(parts)

@@ -13,7 +13,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from corral.contracts.cdprules import CDP_MAX_COMMAND_BYTES
-from corral.gateway.relay import CLOSE_ENDED, cancel_all, raise_unexpected
+from corral.gateway.relay import cancel_all, raise_unexpected
 from corral.gateway.sessions.records import Session
 
 CLOSE_TOO_BIG = 1009  # RFC 6455: a message too big to process
@@ -104,7 +104,7 @@ async def relay(client: WebSocket, upstream: ClientConnection, session: Session)
             await upstream.close()
         with contextlib.suppress(RuntimeError, WebSocketDisconnect):
             if session.ended.is_set():
-                await client.close(code=CLOSE_ENDED, reason=session.close_reason())
+                await client.close(code=session.close_code(), reason=session.close_reason())
             elif too_big:
                 await client.close(code=CLOSE_TOO_BIG, reason="a CDP command is at most 16 MiB")
             else:

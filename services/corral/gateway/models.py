@@ -136,6 +136,9 @@ class Viewport(BaseModel):
     height: Annotated[int, Field(ge=240, le=2160)] = 800
 
 
+IdleAction = Literal["end", "pause"]
+
+
 class Resources(BaseModel):
     model_config = ConfigDict(extra="forbid")
     cpus: Annotated[float, Field(gt=0, le=64)] | None = None
@@ -218,6 +221,15 @@ class CreateSession(BaseModel):
     template: Annotated[str, Field(min_length=1, max_length=64)] | None = None
     # A saved browser profile loaded into the browser (docs/environments.md#browser-profiles).
     profile: ProfileRef | None = None
+    # What an idle timeout does: end the session, or pause it (resumed later by POST .../resume).
+    idle_action: IdleAction = "end"
+
+
+class ResumeSession(BaseModel):
+    """POST /v1/sessions/{id}/resume: nothing, or the secret values a restarted gateway no longer holds."""
+
+    model_config = ConfigDict(extra="forbid")
+    secrets: Annotated[dict[SecretName, SecretValue], Field(max_length=MAX_SECRETS)] = Field(default_factory=dict)
 
 
 class UpdateSession(BaseModel):
@@ -248,7 +260,8 @@ class UpdateSession(BaseModel):
         return self.timeout_s is not None
 
 
-SessionState = Literal["starting", "ready", "stopping"]
+# pausing, paused, resuming: corral.gateway.sessions.pausing (docs/environments.md, "Pause and resume").
+SessionState = Literal["starting", "ready", "stopping", "pausing", "paused", "resuming"]
 
 
 # A session's fields, each declared once, in three layers: what its recording's manifest keeps, what
@@ -283,6 +296,8 @@ class SessionTerms(SessionSetup):
     volume: str | None = None  # the workspace volume it holds (docs/environments.md)
     template: str | None = None  # NAME:VERSION, as resolved at create
     profile: ProfileRef | None = None  # the browser profile it loaded, and whether it saves it
+    idle_action: IdleAction = "end"
+    paused_at: float | None = None  # while paused: when; its remaining time does not run meanwhile
 
 
 class SessionOut(SessionTerms):

@@ -429,8 +429,16 @@ class SessionRecorder:
             manifest["cut"] = {"reason": reason, "at": time.time(), "after_seq": after, "budget_bytes": self.budget}
             write_json(manifest_path, manifest, indent=2)
 
-    async def stop(self, reason: str, drain_s: float = DRAIN_S) -> None:
-        """Take what the controller still holds (for up to ``drain_s``), then close the bundle."""
+    def note(self, event: EventFields) -> None:
+        """One event of the gateway's own (a ``resume`` marker) into the bundle, unless it was cut."""
+        if self.cut is None:
+            self._write(event)
+
+    async def stop(
+        self, reason: str, drain_s: float = DRAIN_S, *, close: bool = True, marker: EventFields | None = None
+    ) -> None:
+        """Take what the controller still holds (for up to ``drain_s``), then close the bundle; or,
+        not ``close`` (a pause), write ``marker`` and leave it open for the next controller's events."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -450,8 +458,11 @@ class SessionRecorder:
                 # The event being written lands before the manifest says ended (ended means complete).
                 with contextlib.suppress(BaseException):
                     await asyncio.wait_for(asyncio.shield(self._writing), 5.0)
+            if marker is not None:
+                self.note(marker)
             # Closed whatever happened above, even when cancelled: an ended session's bundle says so.
-            close_manifest(self.directory, reason, self._written, self.used)
+            if close:
+                close_manifest(self.directory, reason, self._written, self.used)
 
 
 def close_manifest(directory: Path, reason: str, events: int | None = None, size: int | None = None) -> None:
@@ -563,6 +574,13 @@ class RecordingManager:
         if recorder is not None:
             await recorder.stop(reason, drain_s)
             await asyncio.to_thread(self.enforce_total)  # an ended bundle may now be pruned to fit
+
+    async def pause(self, session_id: str, marker: EventFields, drain_s: float = DRAIN_S) -> None:
+        """A paused session: its controller's last events taken, the ``pause`` marker written, the
+        bundle left open (:meth:`start` carries it on at the resume)."""
+        recorder = self._live.pop(session_id, None)
+        if recorder is not None:
+            await recorder.stop("paused", drain_s, close=False, marker=marker)
 
     def close_ended(self, session_id: str, reason: str, responses: Path | None) -> None:
         """A session that ended unseen (lost while the gateway was down): close its bundle."""

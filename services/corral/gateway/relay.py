@@ -100,6 +100,7 @@ class Stop:
     until: Callable[[], Awaitable[object]]
     code: int
     reason: Callable[[], str]
+    code_now: Callable[[], int] | None = None  # the code as it is when the close is sent (a pause's 4009)
 
 
 async def _client_to_upstream(client: WebSocket, upstream: ClientConnection, seen: Seen) -> None:
@@ -193,7 +194,7 @@ async def bridge(
     if upstream is None:
         return
     from_sandbox = asyncio.create_task(_upstream_to_client(upstream, client, to_client))
-    ended = Stop(session.ended.wait, CLOSE_ENDED, session.close_reason)
+    ended = Stop(session.ended.wait, CLOSE_ENDED, session.close_reason, session.close_code)
     stopping = {asyncio.ensure_future(stop.until()): stop for stop in (ended, *stops)}
     tasks = {asyncio.create_task(_client_to_upstream(client, upstream, to_upstream)), from_sandbox, *stopping}
     sandbox_closed = False
@@ -239,7 +240,8 @@ async def _close(client: WebSocket, stopped: Stop | None) -> None:
     handler returns (an ASGI app has no hold of the transport to abort it itself)."""
     with contextlib.suppress(RuntimeError, WebSocketDisconnect, TimeoutError):
         if stopped is not None:
-            await asyncio.wait_for(client.close(code=stopped.code, reason=stopped.reason()), CLOSE_WAIT_S)
+            code = stopped.code_now() if stopped.code_now is not None else stopped.code
+            await asyncio.wait_for(client.close(code=code, reason=stopped.reason()), CLOSE_WAIT_S)
         else:
             await asyncio.wait_for(client.close(), CLOSE_WAIT_S)
 

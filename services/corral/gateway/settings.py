@@ -79,6 +79,20 @@ class GatewaySettings(BaseSettings):
 
     max_sessions: int = Field(default=8, ge=1, description="Sessions at once, all keys together (past it: 429).")
     max_sessions_per_key: int = Field(default=8, ge=1, description="Sessions at once per API key (past it: 429).")
+    max_paused: int = Field(
+        default=16,
+        ge=0,
+        description="Paused sessions kept at once, all keys together (past it a pause is refused: 429).",
+    )
+    max_paused_per_key: int = Field(default=8, ge=0, description="Paused sessions kept at once per API key (429).")
+    paused_ttl_s: int = Field(
+        default=86400, ge=1, description="A session paused this long ends, its saved state removed."
+    )
+    pause_archive_max_mb: int = Field(
+        default=1024,
+        ge=1,
+        description="The most a pause saves of each of `/workspace` and `/home/agent` (past it the pause is refused).",
+    )
     pool_size: int = Field(
         default=1, ge=0, description="Sandboxes kept started and ready for the next session (the warm pool)."
     )

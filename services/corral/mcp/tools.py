@@ -52,6 +52,9 @@ ANNOTATIONS: dict[str, ToolAnnotations] = {
     "end_session": _hints(False, True, True, False),
     # Not idempotent: the same seconds counted from a later now is a later expiry.
     "set_session_timeout": _hints(False, False, False, False),
+    # Destructive: a pause keeps files and tabs, not the running processes.
+    "pause_session": _hints(False, True, True, False),
+    "resume_session": _hints(False, False, True, False),
     "screenshot": _hints(True, False, True, False),
     "click": _hints(False, True, False, True),
     "type_text": _hints(False, True, False, True),
@@ -200,6 +203,26 @@ class CorralTools(ScreenTools):
         async def work(gateway: AsyncGateway) -> CallToolResult:
             info = (await gateway.set_timeout(session_id, timeout_s)).shown()
             return results.data(info, f"session {session_id} now expires at {info.get('expires_at')}")
+
+        return await self._call(ctx, work)
+
+    async def pause_session(self, ctx: Ctx, session_id: SessionId) -> CallToolResult:
+        """Pause a session while waiting (for a person, for tomorrow): its files, installed tools and
+        open tabs are saved and its sandbox removed, so it holds no slot; running processes end.
+        Every other tool refuses it (session_paused) until resume_session."""
+
+        async def work(gateway: AsyncGateway) -> CallToolResult:
+            info = (await gateway.pause_session(session_id)).shown()
+            return results.data(info, f"session {session_id} is {info.get('state')}")
+
+        return await self._call(ctx, work)
+
+    async def resume_session(self, ctx: Ctx, session_id: SessionId) -> CallToolResult:
+        """Resume a paused session: the same id, its files, installed tools and tabs back."""
+
+        async def work(gateway: AsyncGateway) -> CallToolResult:
+            info = (await gateway.resume_session(session_id)).shown()
+            return results.data(info, f"session {session_id} is {info.get('state')}")
 
         return await self._call(ctx, work)
 

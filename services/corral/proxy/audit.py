@@ -111,6 +111,7 @@ Event = Literal[
     "lifetime",
     "volume",
     "profile",
+    "session",
     "control",
     "budget",
     "tally",
@@ -183,7 +184,9 @@ class EventFields(TypedDict, total=False):
     exfiltration: bool  # a block: a placeholder or value headed where its secret is not bound
     # link: a viewer link made, used, revoked or expired (the gateway's report); its ``actor`` is the owner's key
     link: str
-    change: str  # link: created, used, revoked, expired; control: taken, returned, left, requested, request_ended
+    # change: link: created, used, revoked, expired; control: taken, returned, left, requested,
+    # request_ended; volume: claimed, released; profile: loaded, saved, failed; session: pause, resume
+    change: str
     expires_at: float  # link: its expiry; lifetime: the session's new expiry
     previous_expires_at: float  # lifetime: the session's expiry before the change
     # volume: the session's workspace volume claimed or released (the gateway's report; ``change``:
@@ -194,6 +197,9 @@ class EventFields(TypedDict, total=False):
     # profile: a browser profile loaded into the session or saved from it (the gateway's report; never contents)
     profile: str
     bytes: int
+    # session: the session paused or resumed (the gateway's report): its saved sizes, never contents
+    saved: dict[str, int]  # directory -> bytes
+    tabs: int
     # control: a change of the session's control lease (the controller's report)
     holder: str
     previous: str
@@ -263,6 +269,7 @@ EVENT_FIELDS: Mapping[Event, frozenset[str]] = {
     "lifetime": frozenset({"actor", "expires_at", "previous_expires_at"}),
     "volume": frozenset({"volume", "change", "size_mb", "used_bytes"}),
     "profile": frozenset({"profile", "change", "bytes", "actor"}),
+    "session": frozenset({"change", "actor", "saved", "tabs"}),
     "control": frozenset({"change", "holder", "previous"}),
     "budget": frozenset({"max_bytes"}),
     "tally": frozenset({"counts", "dropped"}),

@@ -6,7 +6,8 @@ Each connection opens with a :class:`Hello`; its token says who is speaking:
 - the gateway (``gateway`` role) sets the session's policy (:class:`SetPolicy`) and its brokered
   secrets (:class:`PutSecrets`: the whole live set each time, values included), reads the
   :class:`Status` and reports viewer links (:class:`LinkEvent`), a session's changed expiry
-  (:class:`LifetimeEvent`) and workspace volumes (:class:`VolumeEvent`);
+  (:class:`LifetimeEvent`), workspace volumes (:class:`VolumeEvent`), browser profiles
+  (:class:`ProfileEvent`) and pauses and resumes (:class:`SessionEvent`);
 - the controller inside the sandbox (``controller`` role) reports action start and end
   (:class:`ActionEvent`), so each audit record can name the agent action that caused it, and
   changes of the control lease (:class:`LeaseEvent`).
@@ -51,6 +52,7 @@ from corral.contracts.control import (
     Reply,
     Role,
     SecretEntry,
+    SessionEvent,
     SetPolicy,
     Status,
     VolumeEvent,
@@ -190,6 +192,7 @@ __all__ = [
     "Refusal",
     "Reply",
     "Role",
+    "SessionEvent",
     "SetPolicy",
     "SetSecrets",
     "Status",

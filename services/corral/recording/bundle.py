@@ -81,7 +81,7 @@ class EventFields(TypedDict, total=False):
     """What one event of ``events.jsonl`` says (:class:`RecordedEvent` adds its number)."""
 
     time: float
-    event: str  # action (the controller leaves it out), gap, controller_restarted, budget, control
+    event: str  # action (the controller leaves it out), gap, controller_restarted, budget, control, pause, resume
     controller_seq: int
     controller_boot: str | None
     request_seq: int
@@ -114,6 +114,8 @@ class EventFields(TypedDict, total=False):
     previous: str
     note: str
     at: float
+    saved: dict[str, int]  # pause, resume: what was saved of the sandbox (directory -> bytes)
+    tabs: int  # pause, resume: the open tabs carried over
 
 
 class RecordedEvent(EventFields, total=False):

@@ -140,6 +140,11 @@ class SandboxRuntime(Protocol):
         """Start a session's stopped or dead proxy again; its address may have changed."""
         ...
 
+    def stop_proxy(self, session_id: str) -> None:
+        """Stop a session's proxy and keep its container (a paused session's: :meth:`restart_proxy`
+        starts it again with its state, chain and CA as they were)."""
+        ...
+
     def proxy_logs(self, session_id: str, tail: int = 100) -> str:
         """The last lines a session's proxy wrote (to say why it did not come up)."""
         ...

@@ -30,6 +30,7 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs):
         self.info = info
         self.id = info.id
         self._gateway = gateway
+        self._token = token
         self._ws = SandboxClient(f"{info.ws_url}?token={token}")
         self._ws.__enter__()
 
@@ -52,6 +53,7 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs):
         template: str | None = None,
         profile: str | None = None,
         save_profile: bool = False,
+        idle_action: str | None = None,
     ) -> Sandbox:
         """A new session. With ``hermetic_responses`` (a recording's ``responses.mitm``) its proxy
         answers only from those and has no route out: a hermetic replay. ``secrets``: name ->
@@ -61,7 +63,8 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs):
         volume of this key's (``Gateway.create_volume``), mounted at /workspace for this session alone.
         ``template``: ``NAME`` or ``NAME:VERSION``, a template to start from (docs/environments.md).
         ``profile``: a saved browser profile (cookies, local storage, IndexedDB) loaded into the browser;
-        ``save_profile``: saved again at the session's end (made at the first save when there is none yet)."""
+        ``save_profile``: saved again at the session's end (made at the first save when there is none yet).
+        ``idle_action="pause"``: an idle timeout pauses the session rather than ending it."""
         gateway = Gateway(url, api_key)
         info: SessionInfo | None = None
         try:
@@ -79,6 +82,7 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs):
                     env=env,
                     volume=volume,
                     template=template,
+                    idle_action=idle_action,
                     profile=profile,
                     save_profile=save_profile,
                 )
@@ -168,6 +172,21 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs):
         """The proxy stops putting the secret in; its placeholder is refused from then on."""
         self.info = self._gateway.update_secrets(self.id, {name: None})
 
+    def pause(self) -> SessionInfo:
+        """Pause the session (E2B's ``pause``): its tabs, ``/workspace`` and ``/home/agent`` saved, its
+        sandbox removed and its slot freed; the connection closes until :meth:`resume`."""
+        self._ws.__exit__(None, None, None)
+        self.info = self._gateway.pause_session(self.id)
+        return self.info
+
+    def resume(self, secrets: Mapping[str, str] | None = None) -> SessionInfo:
+        """Resume a paused session: the same id and token, its files and tabs back, connected again.
+        ``secrets``: values a restarted gateway no longer holds (it names them otherwise)."""
+        self.info = self._gateway.resume_session(self.id, secrets)
+        self._ws = SandboxClient(f"{self.info.ws_url}?token={self._token}")
+        self._ws.__enter__()
+        return self.info
+
     def traffic(self, **filters: str) -> list[TrafficRecord]:
         """The session's audit records (filters: host, decision, event, action, since, until)."""
         return self._gateway.traffic(self.id, **filters)
@@ -185,6 +204,7 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
         self.info = info
         self.id = info.id
         self._gateway = gateway
+        self._token = token
         self._ws = AsyncSandboxClient(f"{info.ws_url}?token={token}")  # opened by create/attach
 
     @classmethod
@@ -206,6 +226,7 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
         template: str | None = None,
         profile: str | None = None,
         save_profile: bool = False,
+        idle_action: str | None = None,
     ) -> AsyncSandbox:
         """A new session. With ``hermetic_responses`` (a recording's ``responses.mitm``) its proxy
         answers only from those and has no route out: a hermetic replay. ``secrets``: name ->
@@ -215,7 +236,8 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
         volume of this key's (``Gateway.create_volume``), mounted at /workspace for this session alone.
         ``template``: ``NAME`` or ``NAME:VERSION``, a template to start from (docs/environments.md).
         ``profile``: a saved browser profile (cookies, local storage, IndexedDB) loaded into the browser;
-        ``save_profile``: saved again at the session's end (made at the first save when there is none yet)."""
+        ``save_profile``: saved again at the session's end (made at the first save when there is none yet).
+        ``idle_action="pause"``: an idle timeout pauses the session rather than ending it."""
         gateway = AsyncGateway(url, api_key)
         info: SessionInfo | None = None
         try:
@@ -233,6 +255,7 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
                     env=env,
                     volume=volume,
                     template=template,
+                    idle_action=idle_action,
                     profile=profile,
                     save_profile=save_profile,
                 )
@@ -325,6 +348,19 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
     async def revoke_secret(self, name: str) -> None:
         """The proxy stops putting the secret in; its placeholder is refused from then on."""
         self.info = await self._gateway.update_secrets(self.id, {name: None})
+
+    async def pause(self) -> SessionInfo:
+        """Pause the session (see :meth:`Sandbox.pause`)."""
+        await self._ws.__aexit__(None, None, None)
+        self.info = await self._gateway.pause_session(self.id)
+        return self.info
+
+    async def resume(self, secrets: Mapping[str, str] | None = None) -> SessionInfo:
+        """Resume a paused session (see :meth:`Sandbox.resume`)."""
+        self.info = await self._gateway.resume_session(self.id, secrets)
+        self._ws = AsyncSandboxClient(f"{self.info.ws_url}?token={self._token}")
+        await self._ws.__aenter__()
+        return self.info
 
     async def traffic(self, **filters: str) -> list[TrafficRecord]:
         """The session's audit records (filters: host, decision, event, action, since, until)."""

@@ -253,3 +253,33 @@ def test_a_malformed_env_option_fails_without_repeating_it(gateway: Callable[[Ha
         assert result.exit_code == 2 and "NAME=VALUE" in result.output
         assert bad not in result.output
     assert seen == []
+
+
+def test_pause_and_resume_with_secret_values_from_a_file(
+    gateway: Callable[[Handler], list[httpx.Request]], tmp_path: Path
+) -> None:
+    seen = gateway(lambda request: httpx.Response(200, json={**SESSION, "state": "paused", "paused_at": 1.5}))
+    runner = CliRunner()
+    paused = runner.invoke(app, ["session", "pause", "ses_1", "--json"])
+    assert paused.exit_code == 0, paused.output
+    assert json.loads(paused.stdout)["state"] == "paused"
+    values = tmp_path / "values.json"
+    values.write_text(json.dumps({"API_TOKEN": "sk-value-never-printed"}))
+    resumed = runner.invoke(app, ["session", "resume", "ses_1", "--secrets-file", str(values)])
+    assert resumed.exit_code == 0, resumed.output
+    assert "sk-value-never-printed" not in resumed.output
+    assert [(r.method, r.url.path) for r in seen] == [
+        ("POST", "/v1/sessions/ses_1/pause"),
+        ("POST", "/v1/sessions/ses_1/resume"),
+    ]
+    assert json.loads(seen[1].content) == {"secrets": {"API_TOKEN": "sk-value-never-printed"}}
+    values.write_text(json.dumps({"API_TOKEN": {"value": "x"}}))
+    refused = runner.invoke(app, ["session", "resume", "ses_1", "--secrets-file", str(values)])
+    assert refused.exit_code == 2 and '{"NAME": "value"}' in refused.output
+
+
+def test_create_asks_for_an_idle_pause(gateway: Callable[[Handler], list[httpx.Request]]) -> None:
+    seen = gateway(lambda request: httpx.Response(201, json=SESSION))
+    result = CliRunner().invoke(app, ["session", "create", "--json", "--idle-action", "pause"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(seen[0].content)["idle_action"] == "pause"

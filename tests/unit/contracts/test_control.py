@@ -26,6 +26,7 @@ PLACEHOLDER = "corral_secret_" + "a" * 32
         control.LinkEvent("created", "lnk_x", "view", "api-key:owner", 1733000000.5),
         control.LifetimeEvent("api-key:owner", 1733003600.25, 1733000000.5),
         control.VolumeEvent("claimed", "work", 1024, 2048),
+        control.SessionEvent("pause", "owner", (("/workspace", 10240), ("/home/agent", 0)), 2),
         control.PutSecrets(
             (
                 control.SecretEntry("API_TOKEN", PLACEHOLDER, "tok-the-value-42", ("api.test",), ("header",)),
@@ -100,4 +101,23 @@ def test_a_volume_event_out_of_shape_is_refused_naming_its_field(fields: dict[st
     wire = {"op": "volume", "change": "released", "volume": "work", "size_mb": 64, "used_bytes": 0, **fields}
     with pytest.raises(InvalidMessage) as refused:
         control.parse_message(json.dumps(wire).encode(), InvalidMessage)
+    assert refused.value.field == blamed
+
+@pytest.mark.parametrize(
+    ("fields", "blamed"),
+    [
+        ({"change": "snapshot"}, "change"),
+        ({"saved": {"/w": -1}}, "saved"),
+        ({"saved": {"/w": True}}, "saved"),
+        ({"saved": {f"/d{i}": 1 for i in range(9)}}, "saved"),
+        ({"saved": {"/" + "x" * 300: 1}}, "saved"),
+        ({"tabs": "2"}, "tabs"),
+        ({"actor": "not an id"}, "actor"),
+    ],
+)
+def test_a_session_report_is_checked_field_by_field(fields: dict[str, object], blamed: str) -> None:
+    """What lands in the audit chain is bounded and typed: a change of the two, sizes as counts."""
+    message = {"op": "session", "change": "pause", "actor": "owner", "saved": {"/workspace": 1}, "tabs": 1, **fields}
+    with pytest.raises(InvalidMessage) as refused:
+        control.parse_message(control.encode(message), InvalidMessage)
     assert refused.value.field == blamed

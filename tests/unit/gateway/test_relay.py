@@ -96,6 +96,9 @@ class Session:
     def close_reason(self) -> str:
         return "deleted"
 
+    def close_code(self) -> int:
+        return 4000
+
 
 def errors(metrics: Metrics) -> dict[str, float]:
     """Error replies counted, by code."""

@@ -480,7 +480,7 @@ class PolicyEgress(FakeEgress):
     def write_meta(self, session_id: str, **fields: object) -> None:
         return None
 
-    def teardown_blocking(self, egress: Egress) -> None:
+    def teardown_blocking(self, egress: Egress, anchor: bool = True) -> None:
         self.torn_down.append(egress.session_id)
 
 

@@ -52,6 +52,7 @@ def test_the_annotations_are_consistent() -> None:
     }
     assert {name for name, hints in ANNOTATIONS.items() if hints.destructive_hint} == {
         "end_session",
+        "pause_session",
         "click",
         "type_text",
         "press_key",

@@ -161,6 +161,10 @@ class FakeRuntime:
         self.proxies[session_id] = (proxy, labels, "running")
         return proxy
 
+    def stop_proxy(self, session_id: str) -> None:
+        proxy, labels, _ = self.proxies[session_id]
+        self.proxies[session_id] = (proxy, labels, "exited")
+
     def proxy_logs(self, session_id: str, tail: int = 100) -> str:
         return ""
 

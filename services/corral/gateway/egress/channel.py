@@ -60,7 +60,7 @@ class ProxyChannel:
 
     async def report(self, egress: Egress, message: GatewayEvent) -> None:
         """One of the gateway's own events (a viewer link made, used, revoked, expired; a session's
-        expiry changed; a volume claimed or released; a browser profile loaded or saved) into the
+        expiry changed; a volume claimed or released; a browser profile loaded or saved; a pause or resume) into the
         session's audit chain; raises EgressUnavailable when the proxy did not take it."""
         reply = await self.call(egress, message)
         self._ledger.observe(egress.session_id, reply, "poll")

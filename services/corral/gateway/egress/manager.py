@@ -149,12 +149,28 @@ class EgressManager:
         self.provision.forget_blocking(session_id)
         self.channel.forget(session_id)
 
-    def teardown_blocking(self, egress: Egress) -> None:
-        """Remove the proxy and the network, its chain's head anchored first; the state (audit log) stays."""
-        self.channel.anchor_end_blocking(egress)
+    def teardown_blocking(self, egress: Egress, anchor: bool = True) -> None:
+        """Remove the proxy and the network, its chain's head anchored first (not ``anchor``: a paused
+        session's stopped proxy, anchored as it paused); the state (audit log) stays."""
+        if anchor:
+            self.channel.anchor_end_blocking(egress)
         self.provision.remove_blocking(egress)
         self.ledger.forget(egress.session_id)
         self.channel.forget(egress.session_id)
+
+    def pause_blocking(self, egress: Egress) -> None:
+        """A paused session's proxy: its chain's head anchored, then stopped (container, network,
+        state and CA kept: :meth:`resume_blocking` starts it again and its chain carries on)."""
+        self.channel.anchor_end_blocking(egress)
+        self.provision.stop_blocking(egress.session_id)
+
+    def resume_blocking(self, egress: Egress) -> Egress:
+        """The paused session's proxy started again: the pair with its address as it is now."""
+        return self.provision.restart_blocking(egress)
+
+    def sandbox_side(self, egress: Egress) -> tuple[dict[str, str], dict[str, str]]:
+        """What a new sandbox of this session is given: environment (its CA) and files (its token)."""
+        return self.provision.sandbox_side(egress.session_id)
 
     async def revive(
         self, egresses: list[Egress], states: Mapping[str, State] | None = None

@@ -16,7 +16,7 @@ from pathlib import Path
 from corral.contracts import auth as sandbox_auth
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import private_dir
-from corral.proxy import control
+from corral.proxy import ca, control
 from corral.proxy.control import AUDIT_FILE, REPLAY_FILE
 from corral.runtime import SESSION_LABEL, ProxySpec, SandboxRuntime, State, hostguard
 
@@ -223,6 +223,18 @@ class Provisioner:
         """The session's proxy restarted; the pair with its address as it is now."""
         proxy = self._runtime.restart_proxy(egress.session_id)
         return dataclasses.replace(egress, proxy_address=proxy.address or egress.proxy_address)
+
+    def stop_blocking(self, session_id: str) -> None:
+        """A paused session's proxy stopped, its container, network and state kept."""
+        self._runtime.stop_proxy(session_id)
+
+    def sandbox_side(self, session_id: str) -> tuple[dict[str, str], dict[str, str]]:
+        """What a new sandbox of this session is given (a resumed one): its environment (the CA it
+        trusts) and files (its copy of the proxy's controller token), as the first one was."""
+        ca_cert = (self._state.state_dir(session_id) / "ca" / ca.CERT_ONLY).read_text()
+        env = {"CORRAL_PROXY_CONTROL_PORT": str(control.CONTROL_PORT), "CORRAL_CA_CERT": ca_cert}
+        token_file = self._state.sandbox_secrets_dir(session_id) / PROXY_TOKEN_FILE
+        return env, {str(token_file): str(sandbox_auth.PROXY_TOKEN_FILE)}
 
     def proxy_states_blocking(self) -> Mapping[str, State]:
         """This instance's proxies, by session."""

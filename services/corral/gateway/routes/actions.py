@@ -14,7 +14,16 @@ from corral.contracts.limits import MAX_FRAME_BYTES
 from corral.errors import CodedError, MessageTooLarge, SandboxUnreachable
 from corral.gateway import controller
 from corral.gateway.relay import relay
-from corral.gateway.routes.deps import HttpDep, KeysDep, LiveSessionDep, ManagerDep, MetricsDep, caller, live_session
+from corral.gateway.routes.deps import (
+    HttpDep,
+    KeysDep,
+    ManagerDep,
+    MetricsDep,
+    RunningSessionDep,
+    caller,
+    live_session,
+    refuse_paused,
+)
 from corral.gateway.routes.errors import close_refused
 
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["actions"])
@@ -25,7 +34,7 @@ MAX_ACTION_BODY = MAX_FRAME_BYTES
 
 
 @router.post("/actions")
-async def session_action(request: Request, session: LiveSessionDep, m: MetricsDep, http: HttpDep) -> Response:
+async def session_action(request: Request, session: RunningSessionDep, m: MetricsDep, http: HttpDep) -> Response:
     body = await read_capped(request, MAX_ACTION_BODY)
     if body is None:
         raise MessageTooLarge(f"the body exceeds {MAX_ACTION_BODY} bytes")
@@ -57,7 +66,7 @@ async def session_action(request: Request, session: LiveSessionDep, m: MetricsDe
 @router.websocket("/ws")
 async def session_ws(websocket: WebSocket, session_id: str, keys: KeysDep, manager: ManagerDep, m: MetricsDep) -> None:
     try:
-        session = live_session(session_id, caller(websocket, keys, manager), manager)
+        session = refuse_paused(live_session(session_id, caller(websocket, keys, manager), manager))
     except CodedError as exc:
         # Accept only to close with the reason (closing before accepting would surface as a bare HTTP 403).
         await websocket.accept()

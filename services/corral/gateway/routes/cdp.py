@@ -29,12 +29,13 @@ from corral.gateway.routes.deps import (
     HttpDep,
     JsonBody,
     KeysDep,
-    LiveSessionDep,
     ManagerDep,
     MetricsDep,
+    RunningSessionDep,
     bearer,
     body_of,
     identify,
+    refuse_paused,
 )
 from corral.gateway.routes.deps import live_session as live_session_of
 from corral.gateway.routes.errors import close_refused
@@ -92,7 +93,7 @@ async def _json(
 def _json_endpoints(which: str) -> tuple[Callable[..., Awaitable[Response]], Callable[..., Awaitable[Response]]]:
     """The two endpoints of Chromium's ``/json/<which>``: with the session's credential, with a ticket."""
 
-    async def with_credential(request: Request, session: LiveSessionDep, http: HttpDep) -> Response:
+    async def with_credential(request: Request, session: RunningSessionDep, http: HttpDep) -> Response:
         return await _json(request, session, which, http, None)
 
     async def with_ticket(
@@ -114,7 +115,7 @@ for _suffix in ("json", "json/", *(f"json/{p}" for p in cdp.JSON_PATHS)):
 @router.post("/connect", dependencies=[Depends(refuse_browsers)])
 async def cdp_connect(
     request: Request,
-    session: LiveSessionDep,
+    session: RunningSessionDep,
     signer: TicketsDep,
     reading: Annotated[JsonBody[CdpConnect], body_of(CdpConnect)],
 ) -> JSONResponse:
@@ -184,7 +185,7 @@ async def _with_credential(
         refuse_browsers(websocket)
         # The Authorization header only: a ?token= in a CDP address would end up in clients' logs
         # (a client that cannot set a header asks for a connect ticket).
-        session = live_session_of(session_id, identify(bearer(websocket), keys, manager), manager)
+        session = refuse_paused(live_session_of(session_id, identify(bearer(websocket), keys, manager), manager))
     except CodedError as exc:
         await _refuse(websocket, exc)
         return
@@ -203,6 +204,7 @@ async def _with_ticket(
     try:
         refuse_browsers(websocket)
         session, signed = _ticket_session(session_id, ticket, signer, manager)
+        refuse_paused(session)
     except CodedError as exc:
         await _refuse(websocket, exc)
         return

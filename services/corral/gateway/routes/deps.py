@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import HTTPConnection
 
 from corral.bodies import read_capped
-from corral.errors import MessageTooLarge, SessionNotFound, Unauthorized
+from corral.errors import MessageTooLarge, SessionNotFound, SessionPaused, Unauthorized
 from corral.gateway import auth, links
 from corral.gateway.auth import Caller, KeyRing
 from corral.gateway.egress import EgressManager
@@ -147,7 +147,22 @@ def viewed_session(session_id: str, who: CallerDep, manager: ManagerDep) -> Sess
     return _opened(session_id, manager, who.open_view)
 
 
+def running_session(session_id: str, who: CallerDep, manager: ManagerDep) -> Session:
+    """The live session in the path, as :func:`live_session`, with its sandbox: a paused one (or one
+    pausing or resuming) is refused with SessionPaused (409)."""
+    return refuse_paused(live_session(session_id, who, manager))
+
+
+def refuse_paused(session: Session) -> Session:
+    if session.paused:
+        raise SessionPaused(
+            f"session {session.id} is {session.state}: resume it first (POST /v1/sessions/{session.id}/resume)"
+        )
+    return session
+
+
 KeyIdDep = Annotated[str, Depends(api_key_id)]
+RunningSessionDep = Annotated[Session, Depends(running_session)]
 LiveSessionDep = Annotated[Session, Depends(live_session)]
 ViewedSessionDep = Annotated[Session, Depends(viewed_session)]
 

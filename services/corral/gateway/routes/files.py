@@ -46,7 +46,7 @@ from corral.errors import (
     UploadTooLarge,
 )
 from corral.gateway import controller
-from corral.gateway.routes.deps import HttpDep, LiveSessionDep, SettingsDep
+from corral.gateway.routes.deps import HttpDep, RunningSessionDep, SettingsDep
 from corral.gateway.sessions.records import Session
 
 log = logging.getLogger(__name__)
@@ -158,7 +158,7 @@ async def _in_flight(session: Session) -> AsyncIterator[None]:
 
 @router.put("/files")
 async def upload_file(
-    request: Request, session: LiveSessionDep, settings: SettingsDep, http: HttpDep, path: str | None = None
+    request: Request, session: RunningSessionDep, settings: SettingsDep, http: HttpDep, path: str | None = None
 ) -> Response:
     """The raw body written to ``path`` in the sandbox (``make_dirs=1``, ``mode=0644`` optional).
     (``path`` is named here for the API's description; the query goes to the controller, which checks it.)"""
@@ -199,7 +199,7 @@ async def upload_file(
 
 @router.get("/files")
 async def download_file(
-    request: Request, session: LiveSessionDep, settings: SettingsDep, http: HttpDep, path: str | None = None
+    request: Request, session: RunningSessionDep, settings: SettingsDep, http: HttpDep, path: str | None = None
 ) -> Response:
     """The file's bytes, or a directory as a tar stream, as the controller sends them, up to
     ``CORRAL_MAX_DOWNLOAD_BYTES`` (refused over it when the size is known, else cut there)."""

@@ -29,7 +29,7 @@ from corral.gateway import controller
 from corral.gateway.links import EXPIRED, LinkBook, LinkStream
 from corral.gateway.metrics import Metrics
 from corral.gateway.relay import Stop, bridge
-from corral.gateway.routes.deps import KeysDep, ManagerDep, MetricsDep, identify, note_expiry
+from corral.gateway.routes.deps import KeysDep, ManagerDep, MetricsDep, identify, note_expiry, refuse_paused
 from corral.gateway.routes.errors import close_refused
 from corral.gateway.sessions import Session, SessionManager
 
@@ -88,6 +88,8 @@ async def session_live(
         note_expiry(who, manager)
         session = _session(manager, session_id)
         actor, mode = who.live_viewer(session_id, session.owner if session is not None else None)
+        if session is not None:
+            refuse_paused(session)
     except CodedError as exc:
         await close_refused(websocket, exc)
         return

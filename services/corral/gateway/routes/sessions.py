@@ -12,6 +12,7 @@ from corral.gateway.auth import OWNER_ACTOR
 from corral.gateway.models import (
     CreatedSession,
     CreateSession,
+    ResumeSession,
     SessionOut,
     SessionTerms,
     UpdateSecrets,
@@ -105,6 +106,30 @@ def refuse_secret_in_env(session: Session, changes: UpdateSecrets | None) -> Non
     problem = env_secret_problem(session.record.env_values, values)
     if problem is not None:
         raise InvalidRequest(problem[1], field=f"env.{problem[0]}")
+
+
+@router.post("/{session_id}/pause", response_model=SessionOut)
+async def pause_session(request: Request, session: LiveSessionDep, manager: ManagerDep) -> SessionOut:
+    """Save its state, remove its sandbox, stop its proxy: its slot is free until it resumes."""
+    await manager.pause(session)
+    return session_out(request, session)
+
+
+@router.post("/{session_id}/resume", response_model=SessionOut)
+async def resume_session(
+    request: Request,
+    session: LiveSessionDep,
+    manager: ManagerDep,
+    reading: Annotated[JsonBody[ResumeSession], body_of(ResumeSession)],
+) -> SessionOut:
+    """A new sandbox for the same id and token, its state put back (the body: secret values a
+    restarted gateway no longer holds)."""
+    body = await reading.read()
+    try:
+        await manager.resume(session, body)
+    except SandboxError as exc:
+        raise SandboxStartFailed(str(exc)) from exc
+    return session_out(request, session)
 
 
 @router.get("/{session_id}/secrets", response_model=dict[str, str])

@@ -2,8 +2,9 @@
 parts it is made of, one job each: the live sessions and their records (``book``, ``records``),
 claims and cold starts (``claims``, ``starts``), the warm pool (``pool``), the reaper and liveness
 (``reaper``, ``liveness``), ends and recovery (``endings``, ``recovery``), secrets and policy
-changes (``brokering``), the recording wiring (``sessionrecordings``), the controllers' client
-(``controllers``) and what the session side asks of egress (``egressport``).
+changes (``brokering``), pause and resume (``pausing``, ``savedstate``, ``pausedstate``), the
+recording wiring (``sessionrecordings``), the controllers' client (``controllers``) and what the
+session side asks of egress (``egressport``).
 Wired by corral.gateway.app's ``build_sessions``."""
 
 from corral.gateway.sessions.manager import SessionManager, SessionParts

@@ -39,6 +39,10 @@ class SessionBook:
     def sessions(self, owner: str | None = None) -> list[Session]:
         return [s for s in self._sessions.values() if owner is None or s.owner == owner]
 
+    def running(self, owner: str | None = None) -> list[Session]:
+        """The sessions that hold a slot: all but the paused ones (resuming ones hold theirs)."""
+        return [s for s in self.sessions(owner) if s.state not in ("pausing", "paused")]
+
     def ready(self) -> list[Session]:
         """The sessions not being ended."""
         return [s for s in self._sessions.values() if s.state == "ready"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from corral.errors import CapacityError, InvalidRequest
 from corral.gateway import auth
-from corral.gateway.models import CreateSession, env_secret_problem
+from corral.gateway.models import CreateSession, Resources, env_secret_problem
 from corral.gateway.replays import ReplayUploads
 from corral.gateway.secrets import SecretSet, plan_create
 from corral.gateway.sessions.book import SessionBook
@@ -141,13 +141,16 @@ class Claims:
             return timeout_s, None
         return timeout_s, self._parts.replays.path_for(req.hermetic, owner)  # ReplayNotFound: not this key's upload
 
-    async def _reserve(self, owner: str, req: CreateSession, template: Resolved | None) -> tuple[WarmPool, Pair | None]:
+    async def _reserve(
+        self, owner: str, req: CreateSession | None, template: Resolved | None = None
+    ) -> tuple[WarmPool, Pair | None]:
         """A slot within the caps (429 past them), held until the create ends; and a pooled pair, if one
-        fits, from the base's pool or the template's."""
+        fits, from the base's pool or the template's (none for a resume, ``req`` None)."""
         s = self._settings
         async with self._lock:
-            total = len(self._book) + self.reserved()
-            mine = len(self._book.sessions(owner)) + self._reserved.get(owner, 0)
+            # Paused sessions hold no slot: they have their own cap (corral.gateway.sessions.pausing).
+            total = len(self._book.running()) + self.reserved()
+            mine = len(self._book.running(owner)) + self._reserved.get(owner, 0)
             if total >= s.max_sessions:
                 raise CapacityError(
                     f"the gateway runs {total} sessions, its limit (CORRAL_MAX_SESSIONS={s.max_sessions})"
@@ -155,12 +158,22 @@ class Claims:
             if mine >= s.max_sessions_per_key:
                 raise CapacityError(f"this API key has {mine} sessions, its limit ({s.max_sessions_per_key})")
             self._reserved[owner] = self._reserved.get(owner, 0) + 1
+            if req is None:
+                return self._pool, None
             if template is None:
                 return self._pool, self._pool.take(req)
             pool = self._parts.templates.pool_for(template.ref)
             if pool is None:
                 return self._pool, None
             return pool, pool.take(req, template.image_id)
+
+    async def hold_slot(self, owner: str) -> None:
+        """A resume's slot within the caps (429 past them), held until :meth:`release_slot`."""
+        await self._reserve(owner, None)
+
+    async def release_slot(self, owner: str) -> None:
+        async with self._lock:
+            self._reserved[owner] -= 1
 
     def _record(
         self,
@@ -192,6 +205,8 @@ class Claims:
             secrets=dict(secret_set.records),
             volume=req.volume,
             profile=req.profile,
+            resources=req.resources if req.resources != Resources() else None,
+            idle_action=req.idle_action,
         )
 
     async def _claim(self, pair: Pair, secret_set: SecretSet, env: dict[str, str], actor: str) -> None:

@@ -33,9 +33,17 @@ class EgressPort(Protocol):
 
     def responses_path(self, session_id: str) -> Path | None: ...
 
-    def teardown_blocking(self, egress: Egress) -> None: ...
+    def teardown_blocking(self, egress: Egress, anchor: bool = True) -> None: ...
 
     def forget_blocking(self, session_id: str) -> None: ...
+
+    def pause_blocking(self, egress: Egress) -> None: ...
+
+    def resume_blocking(self, egress: Egress) -> Egress: ...
+
+    def sandbox_side(self, egress: Egress) -> tuple[dict[str, str], dict[str, str]]: ...
+
+    async def wait_ready(self, egress: Egress, timeout_s: float) -> None: ...
 
     def write_meta(self, session_id: str, **fields: object) -> None: ...
 
@@ -69,7 +77,7 @@ class NullEgress:
     def responses_path(self, session_id: str) -> Path | None:
         return None
 
-    def teardown_blocking(self, egress: Egress) -> None:
+    def teardown_blocking(self, egress: Egress, anchor: bool = True) -> None:
         return None
 
     def forget_blocking(self, session_id: str) -> None:
@@ -77,6 +85,18 @@ class NullEgress:
 
     def write_meta(self, session_id: str, **fields: object) -> None:
         return None
+
+    def pause_blocking(self, egress: Egress) -> None:
+        return None  # no session of this gateway has a proxy
+
+    def resume_blocking(self, egress: Egress) -> Egress:
+        raise EgressUnavailable(NO_EGRESS)
+
+    def sandbox_side(self, egress: Egress) -> tuple[dict[str, str], dict[str, str]]:
+        raise EgressUnavailable(NO_EGRESS)
+
+    async def wait_ready(self, egress: Egress, timeout_s: float) -> None:
+        raise EgressUnavailable(NO_EGRESS)
 
     async def set_policy(self, egress: Egress, allow: list[str], mode: str, actor: str) -> object:
         raise EgressUnavailable(NO_EGRESS)

@@ -10,6 +10,7 @@ import asyncio
 import functools
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from corral.errors import SessionNotFound
@@ -38,6 +39,8 @@ class Endings:
         self._volumes = volumes
         self._profiles = profiles  # a session that asked for it saves its browser profile before it goes
         self._ends: set[asyncio.Task[None]] = set()  # sessions being ended in the background
+        # A paused session's saved state removed at its end (the wiring sets Pauses.discard here).
+        self.discard_saved: Callable[[str], None] = lambda session_id: None
 
     async def delete(self, session_id: str, reason: str = "deleted") -> None:
         session = self._book.find(session_id)
@@ -97,12 +100,14 @@ class Endings:
             session.state = "ready"
             raise
         self._book.remove(session_id)
+        self.discard_saved(session_id)
         session.removed.set()
         log.info("session %s ended: %s", session_id, reason)
 
     async def _end_egress(self, session: Session) -> None:
         assert session.egress is not None
-        await asyncio.to_thread(self._egress.teardown_blocking, session.egress)
+        # A paused session's proxy is stopped: its chain's head was anchored as it paused.
+        await asyncio.to_thread(self._egress.teardown_blocking, session.egress, session.record.paused is None)
         ended: dict[str, Any] = {"ended_at": time.time(), "end_reason": session.end_reason}
         if session.end_detail:
             ended["end_detail"] = session.end_detail

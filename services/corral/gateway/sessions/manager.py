@@ -19,7 +19,7 @@ from corral.gateway.egress import Ground
 from corral.gateway.grounds import GroundPool
 from corral.gateway.limits import Limits
 from corral.gateway.links import LinkBook
-from corral.gateway.models import CreateSession, UpdateSecrets
+from corral.gateway.models import CreateSession, ResumeSession, UpdateSecrets
 from corral.gateway.recording import RecordingManager
 from corral.gateway.replays import ReplayUploads
 from corral.gateway.sessions.book import SessionBook
@@ -31,6 +31,7 @@ from corral.gateway.sessions.egressport import EgressPort
 from corral.gateway.sessions.endings import Endings
 from corral.gateway.sessions.lifetime import Lifetimes
 from corral.gateway.sessions.liveness import Liveness
+from corral.gateway.sessions.pausing import Pauses
 from corral.gateway.sessions.pool import WarmPool
 from corral.gateway.sessions.reaper import Reaper
 from corral.gateway.sessions.records import Session
@@ -73,6 +74,7 @@ class SessionParts:
     lifetimes: Lifetimes
     volumes: Volumes
     profiles: BrowserProfiles | None = None  # saved browser profiles (corral.gateway.sessions.browserprofiles)
+    pauses: Pauses | None = None  # pause and resume (corral.gateway.sessions.pausing)
 
 
 class SessionManager:
@@ -112,8 +114,8 @@ class SessionManager:
         self.host_guarded &= await p.egress.start()
         p.controllers.open()
         await p.recovery.run()
-        for session in self.book.sessions():
-            p.recordings.start(session)  # adopted sessions: their bundles carry on
+        for session in self.book.running():
+            p.recordings.start(session)  # adopted sessions: their bundles carry on (a paused one's at its resume)
         p.starts.open()  # after the orphan networks went: its networks are no orphans
         pools = [self.pool, *self.templates.pools()]  # the base's, and one per template in CORRAL_POOL
         for coro in (self.reaper.run(p.reap_interval_s), *(pool.run() for pool in pools)):
@@ -132,6 +134,8 @@ class SessionManager:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.liveness.close()
         await self.endings.settled()
+        if p.pauses is not None:
+            await p.pauses.settled()
         # Pooled pairs are never adopted by the next start (a used sandbox must never reach another
         # key), so they go now rather than run on unowned.
         await self.pool.close()
@@ -155,14 +159,24 @@ class SessionManager:
         return self.book.sessions(owner)
 
     def counts(self) -> dict[str, int]:
+        running = len(self.book.running())
         return {
-            "ready": len(self.book),
+            "ready": running,
+            "paused": len(self.book) - running,
             "pool": len(self.pool) + len(self.templates),
             "starting": self.parts.claims.reserved() + self.pool.starting + self.templates.starting,
         }
 
     async def create(self, owner: str, req: CreateSession) -> tuple[Session, str]:
         return await self.parts.claims.create(owner, req)
+
+    async def pause(self, session: Session) -> None:
+        assert self.parts.pauses is not None, "wired by build_sessions"
+        await self.parts.pauses.pause(session)
+
+    async def resume(self, session: Session, body: ResumeSession) -> None:
+        assert self.parts.pauses is not None, "wired by build_sessions"
+        await self.parts.pauses.resume(session, body)
 
     async def delete(self, session_id: str, reason: str = "deleted") -> None:
         await self.endings.delete(session_id, reason)

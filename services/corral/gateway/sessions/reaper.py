@@ -18,6 +18,7 @@ from corral.gateway.sessions.book import SessionBook
 from corral.gateway.sessions.egressport import EgressPort
 from corral.gateway.sessions.endings import Endings
 from corral.gateway.sessions.liveness import Liveness
+from corral.gateway.sessions.pausing import Pauses
 from corral.gateway.sessions.pool import WarmPool
 from corral.gateway.sessions.records import Listing
 from corral.gateway.sessions.sessionrecordings import SessionRecordings
@@ -92,6 +93,7 @@ class Reaper:
         self.clock: Callable[[], float] = time.monotonic  # when a listing was taken (a test moves it on)
         self.ticks = 0  # how many began (the unit tests count its work against them)
         self._last_prune = 0.0
+        self.pauses: Pauses | None = None  # the idle pause and the paused sessions' expiry (set by the wiring)
 
     def add_rounds(self, *rounds: Round) -> None:
         """Rounds each tick runs after its listing, in order (the wiring adds the egress ones)."""
@@ -137,9 +139,16 @@ class Reaper:
     def _time_out(self, now: float) -> None:
         for session in self._book.sessions():
             reason = None
+            if session.paused:  # its wall clock stands still; its own expiry (CORRAL_PAUSED_TTL_S) runs
+                if self.pauses is not None and self.pauses.expired(session, now):
+                    self._endings.end_soon(session, "paused_expired")
+                continue
             if now >= session.record.expires_at:
                 reason = "timeout"
             elif session.in_flight == 0 and now - session.last_activity_at >= session.record.idle_timeout_s:
+                if session.record.idle_action == "pause" and self.pauses is not None and session.state == "ready":
+                    self.pauses.pause_soon(session)
+                    continue
                 reason = "idle_timeout"
             if reason is not None:
                 self._endings.end_soon(session, reason)

@@ -14,13 +14,16 @@ from pydantic import ConfigDict, Field
 
 from corral.gateway.egress import Egress, Ground
 from corral.gateway.links import LinkRecord
-from corral.gateway.models import SessionTerms
+from corral.gateway.models import Resources, SessionTerms
 from corral.gateway.secrets import SecretRecord
+from corral.gateway.sessions.pausedstate import PausedState
 from corral.runtime import ExitInfo, SandboxAddress, State
 
 KIND_LABEL = "corral.kind"
 GATEWAY_LABEL = "corral.gateway"
 SANDBOX_EXITED = "sandbox_exited"  # the end reason of a session whose sandbox died under it
+PAUSE_STATES = frozenset({"pausing", "paused", "resuming"})
+CLOSE_PAUSED = 4009  # a WebSocket closed because its session paused (4000: it ended)
 
 
 def new_session_id() -> str:
@@ -64,6 +67,9 @@ _OPTIONAL = (
     "volume",
     "template",
     "profile",
+    "resources",
+    "paused",
+    "paused_at",
 )
 
 
@@ -85,10 +91,15 @@ class SessionRecord(SessionTerms):
     # kept here, 0600 in the gateway's data dir, so that a controller restarted after a gateway
     # restart gets them back (corral.gateway.sessions.envs). Never in an answer or a recording.
     env_values: dict[str, str] = Field(default_factory=dict, repr=False)
+    resources: Resources | None = None  # as asked at create: a resumed sandbox gets the same
+    # While paused: what was saved of it (corral.gateway.sessions.savedstate); None while it runs.
+    paused: PausedState | None = None
 
     def to_json(self) -> dict[str, Any]:
         # A session without these is written as before they existed (an older gateway reads it alike).
         unset = {name for name in _OPTIONAL if not getattr(self, name)}
+        if self.idle_action == "end":  # the default, as a record before pause and resume was written
+            unset.add("idle_action")
         return self.model_dump(mode="json", exclude=unset or None)
 
 
@@ -127,7 +138,18 @@ class Session:
     def touch(self) -> None:
         self.last_activity_at = time.time()
 
+    @property
+    def paused(self) -> bool:
+        """Without a sandbox (pausing, paused, resuming): nothing may reach it (SessionPaused)."""
+        return self.state in PAUSE_STATES
+
+    def close_code(self) -> int:
+        """The code its WebSockets are closed with: 4000 when it ends, CLOSE_PAUSED when it pauses."""
+        return CLOSE_PAUSED if self.paused else 4000
+
     def close_reason(self) -> str:
-        """The reason its WebSockets are closed with (code 4000); at most 123 bytes, as RFC 6455 allows."""
+        """The reason its WebSockets are closed with; at most 123 bytes, as RFC 6455 allows."""
+        if self.paused:
+            return "session paused: resume it with POST /v1/sessions/{id}/resume"
         text = f"session ended: {self.end_reason}" + (f" ({self.end_detail})" if self.end_detail else "")
         return text.encode()[:123].decode(errors="ignore")

@@ -15,7 +15,7 @@ from corral.gateway.sessions.records import Session, SessionRecord
 from corral.gateway.sessions.sessionrecordings import SessionRecordings
 from corral.gateway.sessions.starts import Specs, Starts
 from corral.gateway.volumes import Volumes
-from corral.runtime import SandboxInfo, SandboxRuntime
+from corral.runtime import SandboxAddress, SandboxInfo, SandboxRuntime
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,13 @@ class Recovery:
         alive = {info.id: info for info in infos if info.running and info.address is not None}
         claimed: set[str] = set()
         for record in self._book.stored_records():
+            if record.paused is not None:  # paused: no sandbox; its proxy stopped, kept
+                self._book.add(
+                    Session(record, SandboxAddress(record.container, record.container, "", 0), state="paused")
+                )
+                if record.egress is not None:
+                    self._egress.vault.adopt(record.id, record.secrets)  # values gone: a resume asks for them
+                continue
             info = alive.get(record.container)
             if info is None or info.address is None:
                 await self._lost(record)

@@ -7,11 +7,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
-from corral.gateway.recording import RecordingManager
+from corral.gateway.recording import RecordingManager, close_manifest
 from corral.gateway.sessions.controllers import Controllers
 from corral.gateway.sessions.egressport import EgressPort
+from corral.gateway.sessions.pausedstate import PausedState
 from corral.gateway.sessions.records import Session
+from corral.recording.bundle import EventFields
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,23 @@ class SessionRecordings:
         except OSError as exc:
             log.error("cannot record session %s: %s", session.id, exc)
 
+    async def pause(self, session_id: str, state: PausedState) -> None:
+        """Its recorder stopped with a ``pause`` marker (what was saved, the tabs), its bundle open."""
+        if self.recordings is not None:
+            marker: EventFields = {"event": "pause", "time": state.paused_at, "saved": dict(state.archives)}
+            marker["tabs"] = len(state.tabs)
+            with contextlib.suppress(Exception):
+                await self.recordings.pause(session_id, marker)
+
+    def resume(self, session: Session, state: PausedState) -> None:
+        """Its bundle carried on: a ``resume`` marker, then the new controller's events."""
+        self.start(session)
+        recorder = self.recordings.live(session.id) if self.recordings is not None else None
+        if recorder is not None:
+            recorder.note(
+                {"event": "resume", "time": time.time(), "saved": dict(state.archives), "tabs": len(state.tabs)}
+            )
+
     def close_lost(self, session_id: str, had_egress: bool) -> None:
         """A session that died while the gateway was down: its bundle ends where it stopped."""
         if self.recordings is None:
@@ -58,6 +78,8 @@ class SessionRecordings:
         closes the bundle even when that takes too long)."""
         if self.recordings is not None:
             with contextlib.suppress(Exception):
+                if self.recordings.live(session_id) is None:  # paused: no recorder, the bundle still open
+                    close_manifest(self.recordings.directory(session_id), reason)
                 await self.recordings.stop(session_id, reason, drain_s=drain_s)
 
     async def attach_responses(self, session: Session) -> None:

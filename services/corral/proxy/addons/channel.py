@@ -108,6 +108,8 @@ class ControlChannel:
             return self._volume(message)
         if isinstance(message, control.ProfileEvent):
             return self._profile(message)
+        if isinstance(message, control.SessionEvent):
+            return self._session(message)
         if isinstance(message, control.SetPolicy):
             return self._set_policy(message)
         if isinstance(message, control.Status):
@@ -195,6 +197,13 @@ class ControlChannel:
         """A browser profile loaded or saved, as the gateway reports it: its audit record (name and size)."""
         self.shared.journal.write(
             "profile", profile=message.profile, change=message.change, bytes=message.size, actor=message.actor
+        )
+        return Reply(head=self._head())
+
+    def _session(self, message: control.SessionEvent) -> Reply:
+        """The session paused or resumed, as the gateway reports it: its audit record (sizes only)."""
+        self.shared.journal.write(
+            "session", change=message.change, actor=message.actor, saved=dict(message.saved), tabs=message.tabs
         )
         return Reply(head=self._head())
 

@@ -121,6 +121,14 @@ class Egress(Networks):
             raise SandboxError(f"cannot restart {name}: {exc.explanation or exc}") from None
         return ProxyAddress(container.id, container.name, address_on(container, session_network_name(session_id)))
 
+    def stop_proxy(self, session_id: str) -> None:
+        name = proxy_name(session_id)
+        try:
+            # SIGTERM and a moment: mitmdump's shutdown writes out the responses still queued for the file.
+            self._container(name).stop(timeout=5)
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"cannot stop {name}: {exc.explanation or exc}") from None
+
     def proxy_logs(self, session_id: str, tail: int = 100) -> str:
         return self.logs(proxy_name(session_id), tail)
 

@@ -315,6 +315,22 @@ async def test_volume_claims_and_releases_are_volume_records_from_the_gateway_on
         "size_mb": 64,
         "used_bytes": 5 << 20,
     }
+
+async def test_a_pause_and_a_resume_are_session_records_from_the_gateway_only(egress) -> None:
+    proxy, _, state = egress
+    paused = control.SessionEvent("pause", "owner", (("/workspace", 20480), ("/home/agent", 10240)), 2)
+    with pytest.raises(ValueError, match="only the gateway"):
+        proxy.control("controller", paused)
+    reply = proxy.control("gateway", paused)
+    record = records(state)[-1]
+    assert reply == {"ok": True, "head": {"seq": record["seq"], "hash": record["hash"]}}
+    assert {k: record[k] for k in ("event", "change", "actor", "saved", "tabs")} == {
+        "event": "session",
+        "change": "pause",
+        "actor": "owner",
+        "saved": {"/workspace": 20480, "/home/agent": 10240},
+        "tabs": 2,
+    }
     assert verify(state / "audit.jsonl").ok
 
 
