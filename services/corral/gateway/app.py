@@ -37,11 +37,12 @@ from corral.gateway.sessions.endings import Endings
 from corral.gateway.sessions.envs import SessionEnvs
 from corral.gateway.sessions.lifetime import Lifetimes
 from corral.gateway.sessions.liveness import Liveness
+from corral.gateway.sessions.pausedbrowser import PausedBrowser
 from corral.gateway.sessions.pausing import PauseParts, Pauses
 from corral.gateway.sessions.pool import WarmPool
 from corral.gateway.sessions.reaper import Archives, EgressWatch, Reaper, Round
 from corral.gateway.sessions.recovery import Recovery
-from corral.gateway.sessions.savedstate import NoBrowserState, SavedState
+from corral.gateway.sessions.savedstate import BrowserState, SavedState
 from corral.gateway.sessions.sessionrecordings import SessionRecordings
 from corral.gateway.sessions.starts import PairStarts, SandboxStarts, Specs, Starts
 from corral.gateway.sessions.templatepools import TemplatePools
@@ -108,10 +109,11 @@ def build_sessions(
     host: HostFacts | None = None,
     controller_transport: httpx.AsyncBaseTransport | None = None,
     egress: EgressManager | None = None,
+    browser_state: BrowserState | None = None,
 ) -> SessionManager:
-    """The session side, wired: the one place that asks whether egress control is on. ``egress``
-    and ``controller_transport`` are a test's (None: the real egress manager when ``CORRAL_EGRESS``,
-    and the network)."""
+    """The session side, wired: the one place that asks whether egress control is on. ``egress``,
+    ``controller_transport`` and ``browser_state`` are a test's (None: the real egress manager when
+    ``CORRAL_EGRESS``, the network, and a paused browser's state through the browser-profiles seam)."""
     if egress is None and settings.egress:
         egress = EgressManager(settings, runtime)
     limits = resolve(settings, host or HostFacts.detect())
@@ -158,8 +160,18 @@ def build_sessions(
     links = LinkBook(book.links_of, book.save_links, _link_reporter(book, port))
     grounds = pair_starts.grounds if pair_starts is not None else None
     saved = SavedState(settings.data_dir / "paused", controllers, settings.pause_archive_max_mb << 20)
-    # NoBrowserState: the seam where the browser-profiles part's export/import goes.
-    pause_parts = PauseParts(saved, NoBrowserState(), claims, broker, recordings)
+    paused_browser = browser_state or PausedBrowser(profiles, saved.root, saved.max_bytes)
+    endings.paused_browser_state = paused_browser.state
+    pause_parts = PauseParts(
+        saved=saved,
+        browser=paused_browser,
+        claims=claims,
+        broker=broker,
+        recordings=recordings,
+        envs=envs,
+        templates=templates,
+        volumes=volumes,
+    )
     pauses = Pauses(settings, book, runtime, port, specs, pause_parts)
     reaper.pauses, endings.discard_saved = pauses, pauses.discard
     # fmt: off

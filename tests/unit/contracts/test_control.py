@@ -103,6 +103,7 @@ def test_a_volume_event_out_of_shape_is_refused_naming_its_field(fields: dict[st
         control.parse_message(json.dumps(wire).encode(), InvalidMessage)
     assert refused.value.field == blamed
 
+
 @pytest.mark.parametrize(
     ("fields", "blamed"),
     [

@@ -74,7 +74,33 @@ class Controller:
         return {"id": f"opened {action.get('url', '')}", "url": action.get("url", ""), "title": ""}
 
 
-def _manager(tmp_path: Path, controller: Controller, **settings: object) -> SessionManager:
+class BrowserStateSpy:
+    """The browser-profiles seam as pause and resume call it (BrowserState): what was asked, in order,
+    and the bytes an export kept (the real one moves cookies and storage: tests/integration/test_pause.py)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.kept: dict[str, bytes] = {}
+
+    async def export(self, session_id: str, sandbox: SandboxAddress) -> int | None:
+        self.calls.append(("export", sandbox.id))
+        self.kept[session_id] = b"cookies and storage"
+        return len(self.kept[session_id])
+
+    async def restore(self, session_id: str, sandbox: SandboxAddress) -> None:
+        self.calls.append(("restore", sandbox.id))
+
+    def discard(self, session_id: str) -> None:
+        self.calls.append(("discard", session_id))
+        self.kept.pop(session_id, None)
+
+    def state(self, session_id: str) -> bytes | None:
+        return self.kept.get(session_id)
+
+
+def _manager(
+    tmp_path: Path, controller: Controller, browser: BrowserStateSpy | None = None, **settings: object
+) -> SessionManager:
     values: dict[str, object] = {
         "data_dir": tmp_path,
         "instance": "t",
@@ -92,12 +118,13 @@ def _manager(tmp_path: Path, controller: Controller, **settings: object) -> Sess
         runtime,
         SessionStore(tmp_path),
         controller_transport=controller.transport(),
+        browser_state=browser or BrowserStateSpy(),
     )
 
 
 async def test_a_pause_frees_the_slot_and_a_resume_gives_the_session_back(tmp_path: Path) -> None:
-    controller = Controller()
-    manager = _manager(tmp_path, controller)
+    controller, browser = Controller(), BrowserStateSpy()
+    manager = _manager(tmp_path, controller, browser)
     await manager.start()
     try:
         session, _ = await manager.create("key-a", CreateSession(timeout_s=600))
@@ -108,6 +135,8 @@ async def test_a_pause_frees_the_slot_and_a_resume_gives_the_session_back(tmp_pa
         assert session.state == "paused" and session.record.paused is not None
         assert session.record.paused_at == session.record.paused.paused_at
         assert [t.url for t in session.record.paused.tabs] == [BANK, NEWS]
+        assert browser.calls == [("export", old.id)]  # the browser's own state, before the sandbox went
+        assert session.record.paused.browser_bytes == len(b"cookies and storage")
         saved = tmp_path / "paused" / session.id
         # Kept as the sandbox sent them, never opened: bytes in, the same bytes out.
         assert (saved / "workspace.tar").read_bytes() == b"tar of /workspace"
@@ -141,6 +170,9 @@ async def test_a_pause_frees_the_slot_and_a_resume_gives_the_session_back(tmp_pa
         assert switched == [{"type": "tab_switch", "tab": f"opened {BANK}"}]  # the one that was active
         closed = [a["tab"] for a in controller.actions if a["type"] == "tab_close"]
         assert closed == ["t0", "t1"]  # the new browser's own tabs (the stand-in lists the same two)
+        # Into the new sandbox, then dropped once it resumed (the other session's end dropped nothing of it).
+        mine = [call for call in browser.calls[1:] if call[1] in (session.sandbox.id, session.id)]
+        assert mine == [("restore", session.sandbox.id), ("discard", session.id)]
         assert not saved.exists()
     finally:
         await manager.stop()

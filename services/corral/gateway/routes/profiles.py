@@ -13,7 +13,7 @@ from corral.errors import Forbidden, ProfilesOff
 from corral.gateway import auth
 from corral.gateway.models import DeletedProfile, ProfileOut
 from corral.gateway.profiles import ProfileInfo, check_name
-from corral.gateway.routes.deps import CallerDep, KeyIdDep, LiveSessionDep, ManagerDep
+from corral.gateway.routes.deps import CallerDep, KeyIdDep, ManagerDep, RunningSessionDep
 from corral.gateway.sessions import SessionManager
 from corral.gateway.sessions.browserprofiles import BrowserProfiles
 
@@ -51,7 +51,7 @@ async def delete_profile(name: str, key_id: KeyIdDep, manager: ManagerDep) -> De
 
 
 @router.post("/v1/sessions/{session_id}/profile/save", response_model=ProfileOut)
-async def save_profile(session: LiveSessionDep, who: CallerDep, manager: ManagerDep) -> ProfileOut:
+async def save_profile(session: RunningSessionDep, who: CallerDep, manager: ManagerDep) -> ProfileOut:
     """The session's browser state saved now under the profile it was created with (Chromium is
     stopped for the copy and started again: open pages reload onto about:blank). The owner's key
     always; the session's own token only when its owner asked for the profile to be saved."""

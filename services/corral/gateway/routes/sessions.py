@@ -19,7 +19,15 @@ from corral.gateway.models import (
     UpdateSession,
     env_secret_problem,
 )
-from corral.gateway.routes.deps import CallerDep, JsonBody, KeyIdDep, LiveSessionDep, ManagerDep, body_of
+from corral.gateway.routes.deps import (
+    CallerDep,
+    JsonBody,
+    KeyIdDep,
+    LiveSessionDep,
+    ManagerDep,
+    RunningSessionDep,
+    body_of,
+)
 from corral.gateway.secrets import SecretSet
 from corral.gateway.sessions.records import Session
 
@@ -81,7 +89,7 @@ async def delete_session(session: LiveSessionDep, manager: ManagerDep) -> Respon
 @router.patch("/{session_id}", response_model=SessionOut)
 async def update_session(
     request: Request,
-    session: LiveSessionDep,
+    session: RunningSessionDep,  # a paused session's proxy is stopped: its changes wait for the resume (409)
     who: CallerDep,
     manager: ManagerDep,
     reading: Annotated[JsonBody[UpdateSession], body_of(UpdateSession)],

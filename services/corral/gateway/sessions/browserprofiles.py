@@ -117,16 +117,17 @@ class BrowserProfiles:
         if pair.egress is not None:
             await self._egress.report(pair.egress, ProfileEvent("loaded", ref.name, len(archive), auth.OWNER_ACTOR))
 
-    async def save(self, session: Session, actor: str = auth.OWNER_ACTOR) -> ProfileInfo:
+    async def save(self, session: Session, actor: str = auth.OWNER_ACTOR, state: bytes | None = None) -> ProfileInfo:
         """The session's browser state saved under its profile's name (the previous version kept when
-        this fails, and whatever fails reported to the audit chain)."""
+        this fails, and whatever fails reported to the audit chain); ``state``: that state already
+        exported (a paused session's, whose sandbox is gone), else exported from its sandbox now."""
         ref = session.record.profile
         if ref is None:
             raise ProfileNotFound(f"session {session.id} was not created with a profile")
         self.store.require()
         pair = Pair(session.id, session.sandbox, session.egress)
         try:
-            archive = await self.export_state(session.sandbox)
+            archive = state if state is not None else await self.export_state(session.sandbox)
             info = await asyncio.to_thread(self.store.save, session.record.owner, ref.name, archive)
         except Exception:
             await self._report_quietly(pair, ProfileEvent("failed", ref.name, 0, actor))
@@ -134,14 +135,20 @@ class BrowserProfiles:
         await self._report_quietly(pair, ProfileEvent("saved", ref.name, info.size, actor))
         return info
 
-    async def save_at_end(self, session: Session) -> None:
-        """At a session's end, before its sandbox goes: saved when the session asked for it; a failure
-        is logged (and audited), never in the way of the end."""
+    async def save_at_end(self, session: Session, paused_state: bytes | None = None) -> None:
+        """At a session's end, before its sandbox goes: saved when the session asked for it (a paused
+        one's from the state its pause exported, ``paused_state``); a failure is logged (and
+        audited), never in the way of the end."""
         ref = session.record.profile
         if ref is None or not ref.save or not self.store.enabled:
             return
+        if session.record.paused is not None and paused_state is None:
+            log.warning(
+                "session %s: profile %r not saved at its end: its paused browser state is gone", session.id, ref.name
+            )
+            return
         try:
-            info = await self.save(session)
+            info = await self.save(session, state=paused_state)
         except Exception as exc:
             log.warning("session %s: profile %r not saved at its end: %s", session.id, ref.name, exc)
             return

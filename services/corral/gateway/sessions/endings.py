@@ -41,6 +41,8 @@ class Endings:
         self._ends: set[asyncio.Task[None]] = set()  # sessions being ended in the background
         # A paused session's saved state removed at its end (the wiring sets Pauses.discard here).
         self.discard_saved: Callable[[str], None] = lambda session_id: None
+        # ... and its browser's state as its pause exported it (a profile it saves at its end is that).
+        self.paused_browser_state: Callable[[str], bytes | None] = lambda session_id: None
 
     async def delete(self, session_id: str, reason: str = "deleted") -> None:
         session = self._book.find(session_id)
@@ -85,7 +87,8 @@ class Endings:
     async def _teardown(self, session: Session, drain_s: float) -> None:
         session_id, reason = session.id, session.end_reason
         if self._profiles is not None and reason != "sandbox_exited":
-            await self._profiles.save_at_end(session)
+            paused = self.paused_browser_state(session_id) if session.record.paused is not None else None
+            await self._profiles.save_at_end(session, paused)
         await self._recordings.stop(session_id, reason, drain_s)
         try:
             await asyncio.to_thread(self._runtime.remove, session.sandbox.id)

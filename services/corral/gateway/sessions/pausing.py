@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 from corral.contracts.control import SessionEvent
 from corral.errors import PausedCapacityError, SecretsMissing, SessionNotFound, SessionNotPaused
@@ -24,13 +26,16 @@ from corral.gateway.sessions.book import SessionBook
 from corral.gateway.sessions.brokering import SecretBroker
 from corral.gateway.sessions.claims import Claims
 from corral.gateway.sessions.egressport import EgressPort
+from corral.gateway.sessions.envs import SessionEnvs
 from corral.gateway.sessions.pausedstate import PausedState
 from corral.gateway.sessions.records import Pair, Session, SessionRecord
 from corral.gateway.sessions.savedstate import BrowserState, SavedState
 from corral.gateway.sessions.sessionrecordings import SessionRecordings
 from corral.gateway.sessions.starts import Specs
+from corral.gateway.sessions.templatepools import TemplatePools
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.threads import in_thread, settle
+from corral.gateway.volumes import Volumes
 from corral.runtime import SandboxAddress, SandboxRuntime, SessionNetwork
 
 log = logging.getLogger(__name__)
@@ -52,6 +57,7 @@ class Pauses:
         self._settings, self._book, self._runtime, self._egress, self._specs = settings, book, runtime, egress, specs
         self._saved, self._browser, self._claims = parts.saved, parts.browser, parts.claims
         self._broker, self._recordings = parts.broker, parts.recordings
+        self._volumes, self._envs, self._templates = parts.volumes, parts.envs, parts.templates
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- pause -----------------------------------------------------------------------------------------
@@ -89,6 +95,8 @@ class Pauses:
                 raise
             await self._recordings.pause(session.id, state)
             await asyncio.to_thread(self._runtime.remove, session.sandbox.id)
+            if self._volumes is not None:  # its sandbox is gone: unmounted, still its session's
+                await self._volumes.suspend(session.id)
             if session.egress is not None:
                 await asyncio.to_thread(self._egress.pause_blocking, session.egress)
             session.record = session.record.model_copy(update={"paused": state, "paused_at": state.paused_at})
@@ -116,8 +124,7 @@ class Pauses:
     @staticmethod
     def saved_dirs(session: Session) -> tuple[str, ...]:
         # A session on a workspace volume keeps holding it while paused: its /workspace is not archived.
-        volume = getattr(session.record, "volume", None)
-        return tuple(d for d in SAVED_DIRS if not (volume and d == "/workspace"))
+        return tuple(d for d in SAVED_DIRS if not (session.record.volume and d == "/workspace"))
 
     def pause_soon(self, session: Session) -> None:
         """The idle timeout's pause (``idle_action: pause``), by a kept task; one that fails ends it."""
@@ -168,7 +175,14 @@ class Pauses:
             )
         return SecretSet(dict(records), values)
 
-    async def _start_pair(self, record: SessionRecord) -> Pair:
+    async def _image(self, record: SessionRecord) -> str | None:
+        """The checked image of the template it started from (None: the base): a template deleted or
+        rebuilt on another base meanwhile refuses the resume, naming it (TemplateNotFound, TemplateStale)."""
+        if record.template is None:
+            return None
+        return (await asyncio.to_thread(self._templates.resolve, record.template)).image_id
+
+    async def _start_pair(self, record: SessionRecord, image: str | None, workspace: Path | None) -> Pair:
         """Its proxy started again beside a new sandbox on its network, side by side as a cold start's
         (the sandbox's firewall lets nothing out but to the proxy); whatever started is undone on failure."""
         old, env, files = record.egress, None, None
@@ -176,7 +190,9 @@ class Pauses:
             env, files = await asyncio.to_thread(self._egress.sandbox_side, old)
         network = SessionNetwork(old.network, old.subnet, old.gateway) if old is not None else None
         asked = CreateSession(resources=record.resources) if record.resources is not None else None
-        spec = self._specs.sandbox("session", record.viewport, asked, network, env, files)
+        spec = self._specs.sandbox(
+            "session", record.viewport, asked, network, env, files, workspace=workspace, image=image
+        )
         proxy = in_thread(self._egress.resume_blocking, old) if old is not None else _nothing()
         (proxy_result, sandbox), cancelled = await settle(proxy, in_thread(self._runtime.start_sandbox, spec))
         egress = proxy_result if isinstance(proxy_result, Egress) else None
@@ -205,11 +221,20 @@ class Pauses:
 
     async def _restart(self, session: Session, state: PausedState, secret_set: SecretSet) -> None:
         record = session.record
-        pair = await self._start_pair(record)
+        image = await self._image(record)  # before anything starts: a missing template says so
+        workspace = await self._volumes.resume(session.id) if self._volumes is not None else None
+        try:
+            pair = await self._start_pair(record, image, workspace)
+        except BaseException:
+            if self._volumes is not None:
+                await settle(asyncio.ensure_future(self._volumes.suspend(session.id)))
+            raise
         sandbox, egress = pair.sandbox, pair.egress
         try:
             sandbox_ready = asyncio.to_thread(self._runtime.wait_ready, sandbox, self._settings.start_timeout_s)
             await asyncio.gather(sandbox_ready, self._egress_ready(record, egress, state))
+            if record.env_values:  # its env, as at its create (the new controller starts with none)
+                await self._envs.give(sandbox, record.env_values)
             if egress is not None and secret_set.records:
                 await self._broker.give(pair, secret_set, SecretSet(), ACTOR)  # placeholders to the controller
             # Side by side: the files (an upload and a tar each) and the browser (its state, then its tabs).
@@ -217,6 +242,8 @@ class Pauses:
             await asyncio.gather(*restores, self._restore_browser(session.id, sandbox, state))
         except BaseException:
             await settle(asyncio.ensure_future(asyncio.to_thread(self._runtime.remove, sandbox.id)))
+            if self._volumes is not None:
+                await settle(asyncio.ensure_future(self._volumes.suspend(session.id)))
             if egress is not None:
                 await settle(asyncio.ensure_future(asyncio.to_thread(self._egress.pause_blocking, egress)))
             raise
@@ -275,15 +302,17 @@ def session_event(change: str, state: PausedState) -> SessionEvent:
     return SessionEvent(change, ACTOR, tuple(state.archives.items()), len(state.tabs))
 
 
+@dataclass(frozen=True, slots=True)
 class PauseParts:
-    """What pause and resume hand work to."""
+    """What pause and resume hand work to: the saved files and tabs, the browser's state (the
+    browser-profiles seam), the slot, the secrets, the recording, the workspace volume it keeps
+    holding, its env given again, the template it resumes from."""
 
-    def __init__(
-        self,
-        saved: SavedState,
-        browser: BrowserState,
-        claims: Claims,
-        broker: SecretBroker,
-        recordings: SessionRecordings,
-    ) -> None:
-        self.saved, self.browser, self.claims, self.broker, self.recordings = saved, browser, claims, broker, recordings
+    saved: SavedState
+    browser: BrowserState
+    claims: Claims
+    broker: SecretBroker
+    recordings: SessionRecordings
+    envs: SessionEnvs
+    templates: TemplatePools
+    volumes: Volumes | None = None

@@ -4,8 +4,8 @@ its directories as tar archives made by tar run as the agent (``GET /v1/files`` 
 kept on the host as opaque blobs (0600 in a 0700 directory of the data dir) that the host never
 opens, put back by uploading the blob and unpacking it inside the new sandbox as the agent
 (corral.sandbox.tools.unpack, which refuses links out, absolute and ``..`` paths, devices, and more
-than the cap). The browser's own state (cookies, storage) goes through :class:`BrowserState`, the
-seam the browser-profiles part fills."""
+than the cap). The browser's own state (cookies, storage) goes through :class:`BrowserState`
+(corral.gateway.sessions.pausedbrowser, on the browser-profiles seam)."""
 
 from __future__ import annotations
 
@@ -44,18 +44,9 @@ class BrowserState(Protocol):
 
     def discard(self, session_id: str) -> None: ...
 
-
-class NoBrowserState:
-    """Until browser profiles are wired in: the tabs come back (their URLs), their cookies do not."""
-
-    async def export(self, session_id: str, sandbox: SandboxAddress) -> int | None:
-        return None
-
-    async def restore(self, session_id: str, sandbox: SandboxAddress) -> None:
-        return None
-
-    def discard(self, session_id: str) -> None:
-        return None
+    def state(self, session_id: str) -> bytes | None:
+        """What ``export`` kept (a profile saved at a paused session's end is that), or None."""
+        ...
 
 
 def blob_name(directory: str) -> str:

@@ -316,6 +316,7 @@ async def test_volume_claims_and_releases_are_volume_records_from_the_gateway_on
         "used_bytes": 5 << 20,
     }
 
+
 async def test_a_pause_and_a_resume_are_session_records_from_the_gateway_only(egress) -> None:
     proxy, _, state = egress
     paused = control.SessionEvent("pause", "owner", (("/workspace", 20480), ("/home/agent", 10240)), 2)
