@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pydantic.fields import FieldInfo
 
+from corral.gateway.environmentsettings import EnvironmentSettings
 from corral.gateway.settings import GatewaySettings, env_name
 
 BEGIN = "<!-- settings table: generated from corral.gateway.settings by `python -m corral.gateway.settingsdoc` -->"
@@ -36,9 +37,14 @@ def default_text(field: FieldInfo) -> str:
 
 
 def table() -> str:
-    """One row per setting, in the model's order."""
+    """One row per setting, in the order of the classes' declarations: the gateway's own, then what
+    may outlive a session (its base, :class:`EnvironmentSettings`, whose fields pydantic lists first)."""
     rows = ["| setting | default | meaning |", "| --- | --- | --- |"]
-    for name, field in GatewaySettings.model_fields.items():
+    fields = GatewaySettings.model_fields
+    inherited = set(EnvironmentSettings.model_fields)
+    ordered = [name for name in fields if name not in inherited] + [name for name in fields if name in inherited]
+    for name in ordered:
+        field = fields[name]
         meaning = (field.description or "").replace("|", "\\|")
         rows.append(f"| `{env_name(name)}` | {default_text(field)} | {meaning} |")
     return "\n".join(rows)
