@@ -33,6 +33,35 @@ def _ends_within(pid: int, timeout_s: float) -> bool:
         os.close(fd)
 
 
+def test_a_failed_unit_test_run_leaves_no_build_running(tmp_path: Path) -> None:
+    """The images and the frameworks build while the unit tests run: a red unit run stops both."""
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    shutil.copy(ROOT / "scripts" / "test", scripts / "test")
+    for name in ("ensure-docker", "bootstrap"):
+        _executable(scripts / name, "exit 0\n")
+    built, installed = tmp_path / "build.pid", tmp_path / "install.pid"
+    _executable(scripts / "bootstrap-frameworks", f"sleep 60 &\necho $! > {installed}\nwait\n")
+    _executable(tmp_path / ".venv" / "bin" / "corral", f"sleep 60 &\necho $! > {built}\nwait\n")
+    for tool in ("ruff", "mypy"):
+        _executable(tmp_path / ".venv" / "bin" / tool, "exit 0\n")
+    _executable(tmp_path / ".venv-proxy" / "bin" / "mypy", "exit 0\n")
+    _executable(tmp_path / ".venv-proxy" / "bin" / "pytest", "exit 0\n")
+    # The unit run fails once both builds are under way.
+    _executable(
+        tmp_path / ".venv" / "bin" / "pytest",
+        f"for _ in $(seq 100); do [ -s {built} ] && [ -s {installed} ] && exit 1; sleep 0.1; done\nexit 2\n",
+    )
+    done = subprocess.run(["bash", str(scripts / "test")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    for pidfile in (built, installed):
+        child = int(pidfile.read_text())
+        ended = _ends_within(child, 5)
+        if not ended:
+            os.kill(child, signal.SIGKILL)  # not left behind by a failing run
+        assert ended, pidfile.name
+
+
 def test_a_failed_image_build_leaves_no_framework_install_running(tmp_path: Path) -> None:
     shutil.copy(ROOT / "scripts" / "test", tmp_path / "test")
     scripts = tmp_path / "scripts"
