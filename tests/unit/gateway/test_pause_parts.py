@@ -77,7 +77,7 @@ async def test_a_resume_starts_from_the_template_and_refuses_one_deleted_naming_
         builder.delete("key-a", "tools", None)
         manager.templates.refill("tools")
         started = len(runtime.specs)
-        with pytest.raises(TemplateNotFound, match="tools") as refused:
+        with pytest.raises(TemplateNotFound, match=r"^no template tools:1$") as refused:
             await manager.resume(session, ResumeSession())
 
         assert answer_for(refused.value).status == 404
