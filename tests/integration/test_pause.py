@@ -1,7 +1,9 @@
 """Pause and resume against the real images and a real gateway with egress: a session paused (its
 tabs, /workspace and ~/.local saved, its sandbox removed, its proxy stopped, its slot freed) and
 resumed (the same id and token, the file, the tabs with the active one in front, the audit chain
-carried on, the recording marked); an idle pause; a paused session's expiry; actions, WebSockets
+carried on, the recording marked); the browser's cookies and local storage kept (held in memory, no
+profile key); a session on a workspace volume keeping it held (detached) while paused and remounted
+at its resume; an idle pause; a paused session's expiry; actions, WebSockets
 and files on a paused session refused with 409 session_paused; bad input; a gateway restart
 while paused, whose lost secret values a resume asks for by name; and the async SDK's twins."""
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +22,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
+from corral.gateway_client import Gateway
 from corral.recording.bundle import Bundle, read_bundle
 from corral.sdk import AsyncSandbox, Sandbox
 
@@ -30,6 +34,7 @@ pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
 
 BANK = "https://allowed.test/page/bank.html"
 PHISH = "https://allowed.test/page/phish.html"
+PROFILE_PAGE = "https://allowed.test/page/profile.html"  # its title says the cookie and localStorage item
 
 upstream, gw, sb = session_fixtures("pause", upstream_name="corral-pause-upstream")
 
@@ -129,6 +134,65 @@ def test_pause_and_resume_keep_the_token_files_and_tabs(
     changes = [r for r in records if r["event"] == "session"]
     assert [r["change"] for r in changes] == ["pause", "resume"]
     assert set(changes[0]["saved"]) == {"/workspace", "/home/agent"} and changes[0]["tabs"] == 2
+
+
+def test_the_browsers_cookie_and_local_storage_come_back(gw: RunningGateway, sb: Sandbox) -> None:
+    """No CORRAL_PROFILE_KEY here: the browser's state is held in the gateway's memory, nothing on disk."""
+    assert sb.navigate(PROFILE_PAGE + "?set=kept").title == "cookie=kept;ls=kept"
+    sb.navigate(BANK)  # the tab reopened at the resume must not set them again
+    assert sb.pause().state == "paused"
+    saved = gw.settings.data_dir / "paused" / sb.id
+    assert sorted(p.name for p in saved.iterdir()) == ["home-agent.tar", "workspace.tar"]  # no browser blob
+
+    sb.resume()
+
+    assert sb.navigate(PROFILE_PAGE).title == "cookie=kept;ls=kept"  # a new sandbox, a new Chromium
+    assert not saved.exists()
+    with gw.client() as c:
+        audit = [json.loads(line) for line in c.get(f"/v1/sessions/{sb.id}/traffic").text.splitlines() if line]
+    assert [r["change"] for r in audit if r["event"] == "session"] == ["pause", "resume"]
+
+
+def _loops_of(images: Path) -> list[str]:
+    listing = subprocess.run(["losetup", "--list", "--json"], capture_output=True, text=True, check=True).stdout
+    devices = json.loads(listing or '{"loopdevices": []}')["loopdevices"]
+    return [d["name"] for d in devices if str(d.get("back-file", "")).startswith(str(images))]
+
+
+def test_a_volume_stays_held_while_paused_and_is_remounted(gw: RunningGateway) -> None:
+    volumes = gw.settings.data_dir / "volumes"
+    with Gateway(gw.url, KEY_A) as owner:
+        owner.create_volume("paused-work", 16)
+        try:
+            with Sandbox.create(url=gw.url, api_key=KEY_A, volume="paused-work", allow=["allowed.test"]) as box:
+                box.exec("echo before > /workspace/kept.txt && sync")
+                assert len(_loops_of(volumes)) == 1
+                box.pause()
+
+                assert owner.volume("paused-work").in_use_by == box.id
+                with gw.client(KEY_A) as http:
+                    taken = http.post("/v1/sessions", json={"volume": "paused-work"})
+                    busy = http.delete("/v1/volumes/paused-work")
+                assert _code(taken) == (409, "volume_in_use") and box.id in taken.json()["error"]["message"]
+                assert _code(busy) == (409, "volume_in_use")
+                assert _loops_of(volumes) == []  # detached while its sandbox is gone
+                assert not (gw.settings.data_dir / "paused" / box.id / "workspace.tar").exists()  # on the volume
+
+                box.resume()
+
+                assert box.exec("cat /workspace/kept.txt").stdout == "before\n"
+                assert "nosuid" in box.exec("grep ' /workspace ' /proc/self/mountinfo").stdout  # the volume's mount
+                box.exec("echo after >> /workspace/kept.txt")
+                assert owner.volume("paused-work").in_use_by == box.id and len(_loops_of(volumes)) == 1
+            assert owner.volume("paused-work").in_use_by is None  # its end released it
+            assert _loops_of(volumes) == []
+            with Sandbox.create(url=gw.url, api_key=KEY_A, volume="paused-work") as later:
+                assert later.exec("cat /workspace/kept.txt").stdout == "before\nafter\n"
+                later.pause()  # and ended while paused (the block's delete)
+            assert owner.volume("paused-work").in_use_by is None  # a paused session's end releases it too
+            assert _loops_of(volumes) == []
+        finally:
+            owner.delete_volume("paused-work")
 
 
 def test_the_recording_carries_on_with_markers(gw: RunningGateway, sb: Sandbox, tmp_path: Path) -> None:

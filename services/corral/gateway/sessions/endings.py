@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from corral.errors import SessionNotFound
+from corral.errors import ProfileUnreadable, SessionNotFound
 from corral.gateway.sessions.book import SessionBook
 from corral.gateway.sessions.browserprofiles import BrowserProfiles
 from corral.gateway.sessions.egressport import EgressPort
@@ -87,8 +87,7 @@ class Endings:
     async def _teardown(self, session: Session, drain_s: float) -> None:
         session_id, reason = session.id, session.end_reason
         if self._profiles is not None and reason != "sandbox_exited":
-            paused = self.paused_browser_state(session_id) if session.record.paused is not None else None
-            await self._profiles.save_at_end(session, paused)
+            await self._profiles.save_at_end(session, self._paused_state(session))
         await self._recordings.stop(session_id, reason, drain_s)
         try:
             await asyncio.to_thread(self._runtime.remove, session.sandbox.id)
@@ -106,6 +105,20 @@ class Endings:
         self.discard_saved(session_id)
         session.removed.set()
         log.info("session %s ended: %s", session_id, reason)
+
+    def _paused_state(self, session: Session) -> bytes | None:
+        """A paused session's browser state as its pause exported it, opened only for a profile it saves
+        at its end (live credentials: not decrypted for nothing). One that no longer opens (sealed
+        under another CORRAL_PROFILE_KEY since, or damaged) is None: that profile is not saved
+        (save_at_end logs it), and nothing stands in the way of the end."""
+        ref = session.record.profile
+        if session.record.paused is None or ref is None or not ref.save:
+            return None
+        try:
+            return self.paused_browser_state(session.id)
+        except (ProfileUnreadable, OSError) as exc:
+            log.warning("session %s: its paused browser state does not open: %s", session.id, exc)
+            return None
 
     async def _end_egress(self, session: Session) -> None:
         assert session.egress is not None
