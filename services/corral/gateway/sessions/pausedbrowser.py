@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from corral.errors import ProfileUnreadable
 from corral.gateway.profiles import seal, unseal
 from corral.gateway.sessions.browserprofiles import BrowserProfiles
 from corral.gateway.store import private_dir, private_file
@@ -58,7 +59,14 @@ class PausedBrowser:
         return state
 
     async def restore(self, session_id: str, sandbox: SandboxAddress) -> None:
-        state = self.state(session_id)
+        """Into the resumed ``sandbox``. A state that is gone (a restarted gateway's memory) or does
+        not open (the profile key changed, the blob damaged or moved) is as lost: the session resumes
+        without it, its tabs logged out, and the log says why; never a session that cannot resume."""
+        try:
+            state = self.state(session_id)
+        except (ProfileUnreadable, OSError) as exc:
+            log.warning("session %s resumes without its browser's state: %s", session_id, exc)
+            return
         if state is None:
             log.warning("session %s resumes without its browser's state (the gateway restarted meanwhile)", session_id)
             return
