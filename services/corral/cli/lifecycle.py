@@ -14,7 +14,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from corral.cli import common
+from corral.cli import common, datadir
 from corral.cli.images import build_images, plain
 from corral.errors import CorralError
 from corral.gateway import keystrength
@@ -44,6 +44,8 @@ def up(
         refuse_a_weak_key()
         runtime = common.runtime()
     try:
+        for step in datadir.prepare(datadir.data_dir()):  # compose binds it rshared (workspace volumes)
+            plain(step)
         if build:
             build_images(runtime)
         if not common.console.is_terminal:
@@ -113,6 +115,8 @@ def down(env_file: EnvFileOpt = None) -> None:
         raise common.fail(str(exc)) from None
     # Sandboxes, their egress proxies and their session networks (audit logs stay in the data dir).
     runtime.remove_all({"corral.gateway": os.environ.get("CORRAL_INSTANCE", "default")})
+    for step in datadir.release(datadir.data_dir()):
+        plain(step)
     common.console.print("[green]gateway stopped[/green]")
 
 
