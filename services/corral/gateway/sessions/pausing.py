@@ -165,7 +165,8 @@ class Pauses:
             return SecretSet()
         held = self._egress.vault.get(session.id)
         values = {n: v for n, v in held.values.items() if n in records}
-        values.update({n: v for n, v in body.secrets.items() if n in records})
+        # Only what the vault lost: replacing a held value is PATCH's (audited as a change, owner only).
+        values.update({n: v for n, v in body.secrets.items() if n in records and n not in values})
         missing = sorted(set(records) - set(values))
         if missing:
             raise SecretsMissing(
