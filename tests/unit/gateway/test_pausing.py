@@ -275,3 +275,33 @@ async def test_a_restarted_gateway_finds_a_paused_session(tmp_path: Path) -> Non
         assert found.state == "ready"
     finally:
         await again.stop()
+
+
+async def test_a_create_with_a_volume_holds_its_slot_until_its_session_is_in_the_book(tmp_path: Path) -> None:
+    """The volume's bind (a lock and a statfs) runs while the create still holds its slot: a second
+    create by the same key meanwhile is refused (429), not let past the cap (review of issue 29)."""
+    import asyncio
+
+    manager = _manager(tmp_path, Controller())
+    await manager.start()
+    try:
+        await manager.volumes.create("key-a", "work", 16)
+        volumes = manager.volumes
+        binding, go_on = asyncio.Event(), asyncio.Event()
+        bind = volumes.bind
+
+        async def slow_bind(claim: Any, session_id: str) -> Any:
+            binding.set()
+            await go_on.wait()
+            return await bind(claim, session_id)
+
+        volumes.bind = slow_bind  # type: ignore[method-assign]
+        first = asyncio.create_task(manager.create("key-a", CreateSession(volume="work")))
+        await binding.wait()
+        with pytest.raises(CapacityError):
+            await manager.create("key-a", CreateSession())
+        go_on.set()
+        await first
+        assert len(manager.list("key-a")) == 1
+    finally:
+        await manager.stop()
