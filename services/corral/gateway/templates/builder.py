@@ -93,7 +93,10 @@ class TemplateBuilder:
         check_name(name)
         self._catalog.owned(name, owner)
         context = read_context(upload, file)
-        return Prepared(owner, name, context, parse_template(context.template, context.template_text))
+        template = parse_template(context.template, context.template_text)
+        if isinstance(template, DockerfileTemplate):  # said before a build starts (write_context refuses it too)
+            write_context("", {p: m for p, m in context.files.items() if p != context.template})
+        return Prepared(owner, name, context, template)
 
     def build(self, prepared: Prepared, sink: Sink) -> Built:
         owner, name, context, template = prepared.owner, prepared.name, prepared.context, prepared.template

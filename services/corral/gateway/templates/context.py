@@ -107,6 +107,14 @@ def _add(archive: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) ->
 def write_context(dockerfile: str, files: Mapping[str, Member], extra: Mapping[str, bytes] | None = None) -> bytes:
     """The engine's context: ``Dockerfile``, ``files`` under their own names (modes cut to the
     permission bits, owners root), ``extra`` (the gateway's: wheels, npm's cache) under theirs."""
+    # The engine builds an archive's last member of a name: a client's ``Dockerfile`` after the
+    # generated one would be built instead of it, unchecked (any FROM, a stage copying any image).
+    clash = sorted(name for name in (*files, *(extra or {})) if _clean(name) == "Dockerfile")
+    if clash:
+        raise TemplateInvalid(
+            "a Dockerfile template's context holds no other file named Dockerfile (the gateway writes it)",
+            field="context",
+        )
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w") as archive:
         _add(archive, "Dockerfile", dockerfile.encode())
