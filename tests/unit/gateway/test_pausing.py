@@ -305,3 +305,26 @@ async def test_a_create_with_a_volume_holds_its_slot_until_its_session_is_in_the
         assert len(manager.list("key-a")) == 1
     finally:
         await manager.stop()
+
+
+async def test_a_restarted_gateway_removes_saved_state_no_paused_session_owns(tmp_path: Path) -> None:
+    """A gateway that died mid-pause (the sandbox removed, the record not yet paused) loses the session
+    at its restart; the archives it had saved (the agent's files, its sealed browser state) must not
+    stay in the data dir for ever (review of issue 29)."""
+    controller = Controller()
+    manager = _manager(tmp_path, controller)
+    await manager.start()
+    session, _ = await manager.create("key-a", CreateSession())
+    await manager.pause(session)
+    await manager.stop()
+    orphan = tmp_path / "paused" / "ses_0123456789abcdef"
+    orphan.mkdir(mode=0o700)
+    (orphan / "home-agent.tar").write_bytes(b"the agent's files")
+
+    again = _manager(tmp_path, controller)
+    await again.start()
+    try:
+        assert not orphan.exists()
+        assert (tmp_path / "paused" / session.id / "workspace.tar").exists()  # a paused session's stays
+    finally:
+        await again.stop()

@@ -277,6 +277,12 @@ class Pauses:
             session.state == "paused" and paused is not None and now - paused.paused_at >= self._settings.paused_ttl_s
         )
 
+    def sweep(self) -> None:
+        """At a gateway's start, after the recovery: saved state no paused session owns removed."""
+        gone = self._saved.sweep({s.id for s in self._book.sessions() if s.record.paused is not None})
+        if gone:
+            log.info("removed the saved state of %d sessions no longer paused: %s", len(gone), ", ".join(gone))
+
     def discard(self, session_id: str) -> None:
         """A paused session's saved state, at its end."""
         self._saved.remove(session_id)
