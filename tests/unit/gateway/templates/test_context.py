@@ -87,3 +87,22 @@ def test_a_context_file_named_dockerfile_cannot_replace_the_generated_one() -> N
         write_context(dockerfile_stage(template, "sha256:base"), files)
     assert refused.value.field == "context" and "Dockerfile" in str(refused.value)
     assert write_context("FROM x\n", {"files/Dockerfile": Member(evil, 0o644)})  # a YAML template's file: no clash
+
+
+def test_a_compressed_context_is_bounded_as_it_unpacks_not_only_as_it_came() -> None:
+    """A gzip of zeros is a few KiB on the wire and any size in memory: the route's cap is on the
+    upload, so the context's files together are capped as they are read (review of issue 29)."""
+    import gzip
+
+    big = io.BytesIO()
+    with tarfile.open(fileobj=big, mode="w") as archive:
+        for name, size in (("corral.template.yaml", 0), ("zeros", 8 << 20)):
+            info = tarfile.TarInfo(name)
+            info.size = size
+            archive.addfile(info, io.BytesIO(bytes(size)))
+    upload = gzip.compress(big.getvalue())
+    assert len(upload) < 64 << 10
+    with pytest.raises(TemplateInvalid) as refused:
+        read_context(upload, None, max_bytes=1 << 20)
+    assert refused.value.field == "context" and "1 MiB" in str(refused.value)
+    assert read_context(upload, None, max_bytes=16 << 20).files["zeros"].data == bytes(8 << 20)
