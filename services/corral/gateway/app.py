@@ -76,7 +76,11 @@ def create_app(settings: GatewaySettings | None = None, runtime: SandboxRuntime 
         store = SessionStore(settings.data_dir)
         state.manager = build_sessions(settings, sandboxes, store, on_claim=state.metrics.claimed)
         state.templates = TemplateBuilder(
-            sandboxes, TemplateCatalog(settings.data_dir), settings.image, settings.network
+            sandboxes,
+            TemplateCatalog(settings.data_dir),
+            settings.image,
+            settings.network,
+            settings.template_context_max_mb << 20,
         )
         state.http = httpx.AsyncClient(timeout=httpx.Timeout(660.0, connect=10.0))
         await state.manager.start()

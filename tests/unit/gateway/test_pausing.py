@@ -163,7 +163,7 @@ async def test_a_pause_frees_the_slot_and_a_resume_gives_the_session_back(tmp_pa
         assert [argv[:4] for argv in unpacks] == [
             ["/opt/corral/bin/python", "-I", "-m", "corral.sandbox.tools.unpack"]
         ] * 2
-        assert [argv[5] for argv in unpacks] == ["/workspace", "/home/agent"]
+        assert sorted(argv[5] for argv in unpacks) == ["/home/agent", "/workspace"]  # restored side by side
         opened = [a["url"] for a in controller.actions if a["type"] == "tab_new"]
         assert opened == [BANK, NEWS]
         switched = [a for a in controller.actions if a["type"] == "tab_switch"]
@@ -273,5 +273,58 @@ async def test_a_restarted_gateway_finds_a_paused_session(tmp_path: Path) -> Non
         assert (tmp_path / "paused" / session.id / "workspace.tar").exists()
         await again.resume(found, ResumeSession())
         assert found.state == "ready"
+    finally:
+        await again.stop()
+
+
+async def test_a_create_with_a_volume_holds_its_slot_until_its_session_is_in_the_book(tmp_path: Path) -> None:
+    """The volume's bind (a lock and a statfs) runs while the create still holds its slot: a second
+    create by the same key meanwhile is refused (429), not let past the cap (review of issue 29)."""
+    import asyncio
+
+    manager = _manager(tmp_path, Controller())
+    await manager.start()
+    try:
+        await manager.volumes.create("key-a", "work", 16)
+        volumes = manager.volumes
+        binding, go_on = asyncio.Event(), asyncio.Event()
+        bind = volumes.bind
+
+        async def slow_bind(claim: Any, session_id: str) -> Any:
+            binding.set()
+            await go_on.wait()
+            return await bind(claim, session_id)
+
+        volumes.bind = slow_bind  # type: ignore[method-assign]
+        first = asyncio.create_task(manager.create("key-a", CreateSession(volume="work")))
+        await binding.wait()
+        with pytest.raises(CapacityError):
+            await manager.create("key-a", CreateSession())
+        go_on.set()
+        await first
+        assert len(manager.list("key-a")) == 1
+    finally:
+        await manager.stop()
+
+
+async def test_a_restarted_gateway_removes_saved_state_no_paused_session_owns(tmp_path: Path) -> None:
+    """A gateway that died mid-pause (the sandbox removed, the record not yet paused) loses the session
+    at its restart; the archives it had saved (the agent's files, its sealed browser state) must not
+    stay in the data dir for ever (review of issue 29)."""
+    controller = Controller()
+    manager = _manager(tmp_path, controller)
+    await manager.start()
+    session, _ = await manager.create("key-a", CreateSession())
+    await manager.pause(session)
+    await manager.stop()
+    orphan = tmp_path / "paused" / "ses_0123456789abcdef"
+    orphan.mkdir(mode=0o700)
+    (orphan / "home-agent.tar").write_bytes(b"the agent's files")
+
+    again = _manager(tmp_path, controller)
+    await again.start()
+    try:
+        assert not orphan.exists()
+        assert (tmp_path / "paused" / session.id / "workspace.tar").exists()  # a paused session's stays
     finally:
         await again.stop()

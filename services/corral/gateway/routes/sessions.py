@@ -127,12 +127,15 @@ async def pause_session(request: Request, session: LiveSessionDep, manager: Mana
 async def resume_session(
     request: Request,
     session: LiveSessionDep,
+    who: CallerDep,
     manager: ManagerDep,
     reading: Annotated[JsonBody[ResumeSession], body_of(ResumeSession)],
 ) -> SessionOut:
     """A new sandbox for the same id and token, its state put back (the body: secret values a
     restarted gateway no longer holds)."""
     body = await reading.read()
+    if body.secrets:  # what the proxy injects is the owner's to give: the agent's token never sets it
+        who.change_egress()
     try:
         await manager.resume(session, body)
     except SandboxError as exc:

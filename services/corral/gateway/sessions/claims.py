@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from corral.contracts.control import VolumeEvent
 from corral.errors import CapacityError, InvalidRequest
 from corral.gateway import auth
 from corral.gateway.models import CreateSession, Resources, env_secret_problem
@@ -84,6 +85,8 @@ class Claims:
             env = dict(req.env)
             await self._claim(pair, secret_set, env, actor)
             await self._load_profile(pair, req, profile)
+            # Within the slot: a bind (a lock, a statfs) outside it let another create past the caps.
+            claimed = await self._bind(volume, pair)
         except BaseException:
             if volume is not None:  # the start removed its sandbox: nothing uses the mount
                 await settle(asyncio.ensure_future(self._parts.volumes.release(volume.token)))
@@ -100,9 +103,6 @@ class Claims:
         if template is not None:  # what was asked, with its version resolved
             record = record.model_copy(update={"template": template.ref})
         session = Session(record, pair.sandbox)
-        claimed = None
-        if volume is not None:  # before its record: a gateway that dies between them releases it at start
-            claimed = await self._parts.volumes.bind(volume, session.id)
         self._book.save(session)
         self._book.add(session)
         if claimed is not None and pair.egress is not None:
@@ -118,6 +118,17 @@ class Claims:
         if req.profile is None or self._parts.profiles is None:
             return None
         return await asyncio.to_thread(self._parts.profiles.prepare, owner, req.profile)
+
+    async def _bind(self, volume: Claim | None, pair: Pair) -> VolumeEvent | None:
+        """The claimed volume now the session's, before its record (a gateway that dies between them
+        releases it at start); a pair whose bind fails is removed, never left running unowned."""
+        if volume is None:
+            return None
+        try:
+            return await self._parts.volumes.bind(volume, pair.session_id)
+        except BaseException:
+            await settle(asyncio.ensure_future(self._starts.remove(pair)))
+            raise
 
     async def _load_profile(self, pair: Pair, req: CreateSession, archive: bytes | None) -> None:
         """The profile into the claimed pair's browser; a pair that fails it is removed, never handed out."""

@@ -114,6 +114,8 @@ class SessionManager:
         self.host_guarded &= await p.egress.start()
         p.controllers.open()
         await p.recovery.run()
+        if p.pauses is not None:
+            p.pauses.sweep()
         for session in self.book.running():
             p.recordings.start(session)  # adopted sessions: their bundles carry on (a paused one's at its resume)
         p.starts.open()  # after the orphan networks went: its networks are no orphans

@@ -165,7 +165,8 @@ class Pauses:
             return SecretSet()
         held = self._egress.vault.get(session.id)
         values = {n: v for n, v in held.values.items() if n in records}
-        values.update({n: v for n, v in body.secrets.items() if n in records})
+        # Only what the vault lost: replacing a held value is PATCH's (audited as a change, owner only).
+        values.update({n: v for n, v in body.secrets.items() if n in records and n not in values})
         missing = sorted(set(records) - set(values))
         if missing:
             raise SecretsMissing(
@@ -275,6 +276,12 @@ class Pauses:
         return (
             session.state == "paused" and paused is not None and now - paused.paused_at >= self._settings.paused_ttl_s
         )
+
+    def sweep(self) -> None:
+        """At a gateway's start, after the recovery: saved state no paused session owns removed."""
+        gone = self._saved.sweep({s.id for s in self._book.sessions() if s.record.paused is not None})
+        if gone:
+            log.info("removed the saved state of %d sessions no longer paused: %s", len(gone), ", ".join(gone))
 
     def discard(self, session_id: str) -> None:
         """A paused session's saved state, at its end."""

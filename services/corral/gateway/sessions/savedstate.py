@@ -66,6 +66,16 @@ class SavedState:
     def remove(self, session_id: str) -> None:
         shutil.rmtree(self.directory(session_id), ignore_errors=True)
 
+    def sweep(self, paused: set[str]) -> list[str]:
+        """At a gateway's start: every directory no paused session owns (a gateway that died mid-pause
+        lost its session, not its archives) removed; the ids removed."""
+        if not self.root.is_dir():
+            return []
+        gone = [entry.name for entry in self.root.iterdir() if entry.name not in paused]
+        for name in gone:
+            self.remove(name)
+        return gone
+
     async def act(self, sandbox: SandboxAddress, action: dict[str, Any], timeout_s: float = 60.0) -> dict[str, Any]:
         """One native action on the controller; its result, or SandboxUnreachable saying why not."""
         try:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from corral.errors import SandboxError, TemplateBuildFailed, TemplateNotFound, TemplateRefused
 from corral.gateway.templates import check
 from corral.gateway.templates.catalog import TemplateCatalog, TemplateRecord, TemplateVersion, image_reference, now
+from corral.gateway.templates.context import MAX_BYTES as MAX_CONTEXT_BYTES
 from corral.gateway.templates.context import Context, Member, read_context, write_context
 from corral.gateway.templates.dockerfile import (
     ENV_FILE,
@@ -75,8 +76,16 @@ def _text(data: bytes | None) -> str:
 
 
 class TemplateBuilder:
-    def __init__(self, runtime: SandboxRuntime, catalog: TemplateCatalog, base_image: str, network: str) -> None:
+    def __init__(
+        self,
+        runtime: SandboxRuntime,
+        catalog: TemplateCatalog,
+        base_image: str,
+        network: str,
+        context_max_bytes: int = MAX_CONTEXT_BYTES,
+    ) -> None:
         self._runtime, self._catalog, self._base_image = runtime, catalog, base_image
+        self._context_max_bytes = context_max_bytes  # unpacked, as the upload's cap is packed
         self._network = network  # where the RUN steps run: the sandboxes' shared network (guarded, no icc)
         self._lock = threading.Lock()
         self._facts: dict[str, BaseFacts] = {}
@@ -92,8 +101,11 @@ class TemplateBuilder:
         TemplateNotFound for a name another key built (absent to this one)."""
         check_name(name)
         self._catalog.owned(name, owner)
-        context = read_context(upload, file)
-        return Prepared(owner, name, context, parse_template(context.template, context.template_text))
+        context = read_context(upload, file, self._context_max_bytes)
+        template = parse_template(context.template, context.template_text)
+        if isinstance(template, DockerfileTemplate):  # said before a build starts (write_context refuses it too)
+            write_context("", {p: m for p, m in context.files.items() if p != context.template})
+        return Prepared(owner, name, context, template)
 
     def build(self, prepared: Prepared, sink: Sink) -> Built:
         owner, name, context, template = prepared.owner, prepared.name, prepared.context, prepared.template

@@ -30,6 +30,16 @@ CHECKED = (
     "/usr/bin/python3.11",
     "/etc/python3.11",
     "/etc/ld.so.preload",
+    # What boot runs as root with NET_ADMIN and the supervisor with SETUID (by these paths, never by
+    # PATH: corral.sandbox.startup.boot.SYSTEM_PATH), each link of the chain to the program itself.
+    "/usr/bin/setpriv",
+    "/usr/sbin/iptables-restore",
+    "/usr/sbin/ip6tables-restore",
+    "/etc/alternatives/iptables-restore",
+    "/etc/alternatives/ip6tables-restore",
+    "/usr/sbin/iptables-nft-restore",
+    "/usr/sbin/ip6tables-nft-restore",
+    "/usr/sbin/xtables-nft-multi",
 )
 BASE_USERS = ("root", "corral", "agent", "browser")
 # Environment variables the boot or its Python, the loader, or the base's programs read: a template's

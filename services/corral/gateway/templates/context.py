@@ -16,6 +16,7 @@ from corral.errors import TemplateInvalid
 from corral.gateway.templates.spec import TEMPLATE_FILE
 
 MAX_MEMBERS = 10_000
+MAX_BYTES = 64 << 20  # the files of a context together, unpacked (CORRAL_TEMPLATE_CONTEXT_MAX_MB's default)
 GENERATED = ".corral-template"  # the gateway's own part of a context; a client's may not use the name
 
 
@@ -64,11 +65,13 @@ def _clean(name: str) -> str:
     return "/".join(parts)
 
 
-def read_context(upload: bytes, template: str | None = None) -> Context:
-    """The uploaded tar, read whole in memory (its size is the upload's, capped by the route).
-    ``template`` is the template file's path in it (default ``corral.template.yaml``, else ``Dockerfile``)."""
+def read_context(upload: bytes, template: str | None = None, max_bytes: int = MAX_BYTES) -> Context:
+    """The uploaded tar, read whole in memory: its files together at most ``max_bytes`` unpacked (a
+    gzip's are any size: the route's cap is on the upload only). ``template`` is the template file's
+    path in it (default ``corral.template.yaml``, else ``Dockerfile``)."""
     files: dict[str, Member] = {}
     dirs: set[str] = set()
+    total = 0
     try:
         with tarfile.open(fileobj=io.BytesIO(upload), mode="r:*") as archive:
             for count, member in enumerate(archive, 1):
@@ -82,6 +85,11 @@ def read_context(upload: bytes, template: str | None = None) -> Context:
                 if member.isdir():
                     dirs.add(name)
                 elif member.isfile():
+                    total += member.size  # the header's size, before a byte of it is read
+                    if total > max_bytes:
+                        raise TemplateInvalid(
+                            f"a build context's files hold at most {max_bytes >> 20} MiB unpacked", field="context"
+                        )
                     handle = archive.extractfile(member)
                     assert handle is not None  # a regular file always has its data
                     files[name] = Member(handle.read(), member.mode & 0o777)
@@ -107,6 +115,14 @@ def _add(archive: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) ->
 def write_context(dockerfile: str, files: Mapping[str, Member], extra: Mapping[str, bytes] | None = None) -> bytes:
     """The engine's context: ``Dockerfile``, ``files`` under their own names (modes cut to the
     permission bits, owners root), ``extra`` (the gateway's: wheels, npm's cache) under theirs."""
+    # The engine builds an archive's last member of a name: a client's ``Dockerfile`` after the
+    # generated one would be built instead of it, unchecked (any FROM, a stage copying any image).
+    clash = sorted(name for name in (*files, *(extra or {})) if _clean(name) == "Dockerfile")
+    if clash:
+        raise TemplateInvalid(
+            "a Dockerfile template's context holds no other file named Dockerfile (the gateway writes it)",
+            field="context",
+        )
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w") as archive:
         _add(archive, "Dockerfile", dockerfile.encode())

@@ -72,6 +72,11 @@ DEVTOOLS_PORT = 9222
 # What a template put under the agent's tmpfs mounts (its home, /workspace), moved aside at its build
 # (corral.gateway.templates.dockerfile): copied in at each boot, as the agent, modes kept.
 SEED_DIR = Path("/usr/share/corral/seed")
+# Where boot finds what it runs as root with NET_ADMIN: the base's own directories, never the image's
+# PATH, on which a template's /usr/local/sbin comes first (corral.gateway.templates.check keeps these
+# programs the base's).
+SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+SETPRIV = "/usr/bin/setpriv"  # by its path too (as corral.sandbox.startup.init's)
 SEEDED = ("/home/agent", "/workspace")
 SEED_TIMEOUT_S = 60
 DOWNLOADS = "/home/agent/Downloads"  # where the browser saves, and where file_list finds it
@@ -179,7 +184,7 @@ def chromium_policy(proxy: str | None) -> dict[str, object]:
 
 
 def _apply(command: str, rules: str) -> None:
-    binary = shutil.which(command)
+    binary = shutil.which(command, path=SYSTEM_PATH)  # never the image's PATH: see SYSTEM_PATH
     if binary is None:
         raise RuntimeError(f"{command} is missing from the image")
     done = subprocess.run([binary], input=rules.encode(), capture_output=True, check=False)
@@ -388,7 +393,7 @@ def drop_argv(target: list[str]) -> list[str]:
     capabilities the supervisor needs to start its children with none (see the module's text)."""
     keep = ",".join(f"+{cap}" for cap in SUPERVISOR_CAPS)
     return [
-        "setpriv",
+        SETPRIV,
         f"--reuid={USER}",
         f"--regid={USER}",
         "--clear-groups",

@@ -45,6 +45,9 @@ OPENBOX_RC = "/usr/share/corral/openbox/rc.xml"  # made at image build: no bindi
 # Chromium's files: its downloads 0660 (the agent's group by the folder's setgid bit), nothing for others.
 BROWSER_UMASK = 0o007
 _CAP_SETUID, _CAP_SETGID, _CAP_SETPCAP = 7, 6, 8
+# By its path, never by PATH: a template may put programs earlier on PATH (/usr/local/sbin), and
+# these run with capabilities (corral.gateway.templates.check keeps this file the base's).
+SETPRIV = "/usr/bin/setpriv"
 _NO_CAPS = ["--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all"]
 SESSION_CA = "/run/corral/session-ca.pem"  # written by corral.sandbox.startup.boot when the session has a proxy
 _BACKOFF_MAX_S = 5.0
@@ -113,20 +116,20 @@ def can_switch_users(caps: int) -> bool:
 
 def as_controller(argv: list[str]) -> list[str]:
     """Run as the supervisor's own uid with every capability set emptied."""
-    return ["setpriv", *_NO_CAPS, "--", *argv]
+    return [SETPRIV, *_NO_CAPS, "--", *argv]
 
 
 def as_launcher(argv: list[str]) -> list[str]:
     """The launcher (corral.sandbox.agent.launcher) keeps CAP_SETUID and CAP_SETGID, and nothing else in
     any set: enough to act as the agent, not to gain anything back (no SETPCAP)."""
     keep = "-all,+setuid,+setgid"
-    return ["setpriv", f"--inh-caps={keep}", f"--ambient-caps={keep}", f"--bounding-set={keep}", "--", *argv]
+    return [SETPRIV, f"--inh-caps={keep}", f"--ambient-caps={keep}", f"--bounding-set={keep}", "--", *argv]
 
 
 def as_agent(argv: list[str]) -> list[str]:
     """Run as ``agent``: another uid, no supplementary groups, no capabilities, no privilege gain."""
     return [
-        "setpriv",
+        SETPRIV,
         f"--reuid={AGENT_USER}",
         f"--regid={AGENT_USER}",
         "--clear-groups",
@@ -141,7 +144,7 @@ def as_browser(argv: list[str]) -> list[str]:
     """Run as ``browser``: its own uid and group, plus the agent's group (the image's /etc/group: for
     downloads and uploads), no capabilities, no privilege gain."""
     return [
-        "setpriv",
+        SETPRIV,
         f"--reuid={BROWSER_USER}",
         f"--regid={BROWSER_USER}",
         "--init-groups",

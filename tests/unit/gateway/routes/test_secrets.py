@@ -520,3 +520,24 @@ async def test_a_revocation_whose_answer_and_status_were_lost_is_taken_by_the_wa
     assert world.controller.puts[-1][1] == {"secrets": {"A": session["secrets"]["A"]}}
     later = await _patch(world, sid, {"secrets": {"C": GITHUB}})
     assert later.status_code == 200 and sorted(later.json()["secrets"]) == ["A", "C"]
+
+
+async def test_a_session_token_cannot_give_secret_values_at_a_resume(world: World) -> None:
+    """The agent's token may pause and resume its session, but never set what its proxy injects: a
+    resume body's secrets from it are refused (403), and an owner's only fill the values a restarted
+    gateway lost, never replace one the vault holds (that is PATCH's, audited as a change)."""
+    from corral.gateway.models import ResumeSession
+    from corral.gateway.sessions.pausedstate import PausedState
+
+    created = (await _create(world, secrets={"GITHUB_TOKEN": GITHUB})).json()
+    session = world.manager.get(created["id"])
+    session.state = "paused"
+    session.record = session.record.model_copy(update={"paused": PausedState(paused_at=0.0, remaining_s=60.0)})
+    async with world.client(created["token"]) as holder:
+        refused = await holder.post(f"/v1/sessions/{created['id']}/resume", json={"secrets": {"GITHUB_TOKEN": ROTATED}})
+    assert refused.status_code == 403, refused.text
+    assert session.state == "paused"
+    pauses = world.manager.parts.pauses
+    assert pauses is not None
+    kept = pauses._secrets(session, ResumeSession(secrets={"GITHUB_TOKEN": ROTATED}))
+    assert {n: v.get_secret_value() for n, v in kept.values.items()} == {"GITHUB_TOKEN": VALUE}

@@ -74,3 +74,17 @@ def test_the_uid_split_is_kept_and_system_users_may_come() -> None:
     ]
     out_of_group = GROUP.replace("agent:x:1100:browser", "agent:x:1100:browser,mallory")
     assert check.users_refusals(PASSWD, PASSWD, GROUP, out_of_group) == ["it changes the group agent"]
+
+
+def test_what_runs_with_capabilities_is_found_by_a_path_the_check_keeps_the_bases() -> None:
+    """A template once put /usr/local/sbin/setpriv (first on the image's PATH) and boot ran it as root
+    with NET_ADMIN, the check none the wiser (the review of issue 29 built it and saw uid 0, CapEff
+    0x31c1): boot and the supervisor now run these programs by the base's paths, and the check keeps them."""
+    from corral.sandbox.startup import boot, init
+
+    assert boot.SETPRIV == init.SETPRIV == "/usr/bin/setpriv" and boot.SETPRIV in check.CHECKED
+    assert "/usr/local" not in boot.SYSTEM_PATH
+    assert init.as_agent(["x"])[0] == init.as_controller(["x"])[0] == init.as_launcher(["x"])[0] == boot.SETPRIV
+    assert boot.drop_argv(["x"])[0] == boot.SETPRIV
+    for command in ("iptables-restore", "ip6tables-restore"):
+        assert any(path in check.CHECKED for path in (f"/usr/sbin/{command}", f"/sbin/{command}"))

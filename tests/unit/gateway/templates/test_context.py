@@ -61,3 +61,48 @@ def test_the_engines_context_drops_setuid_bits_and_owners() -> None:
         members = {m.name: m for m in archive.getmembers()}
     assert set(members) == {"Dockerfile", "files/a", "w/x.whl"}
     assert members["files/a"].mode == 0o755 and members["files/a"].uid == 0
+
+
+def test_a_context_file_named_dockerfile_cannot_replace_the_generated_one() -> None:
+    """A Dockerfile template chosen by another name (``file``) with a root ``Dockerfile`` beside it:
+    the engine's context held the generated Dockerfile, then the client's under the same name, and an
+    archive's later member wins, so the build ran the client's unchecked lines (any FROM, stages
+    copying from any image on the host). Refused (review of issue 29)."""
+    from corral.gateway.templates.dockerfile import dockerfile_stage
+    from corral.gateway.templates.spec import TemplateSpec, parse_template
+
+    raw = b"FROM corral-desktop:latest\nRUN true\n"
+    evil = b"FROM corral-egress:latest AS loot\nFROM corral-desktop:latest\nCOPY --from=loot / /loot\n"
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as archive:
+        for name, data in (("build.dockerfile", raw), ("Dockerfile", evil)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    context = read_context(out.getvalue(), "build.dockerfile")
+    template = parse_template(context.template, context.template_text)
+    assert not isinstance(template, TemplateSpec)
+    files = {p: m for p, m in context.files.items() if p != context.template}
+    with pytest.raises(TemplateInvalid) as refused:
+        write_context(dockerfile_stage(template, "sha256:base"), files)
+    assert refused.value.field == "context" and "Dockerfile" in str(refused.value)
+    assert write_context("FROM x\n", {"files/Dockerfile": Member(evil, 0o644)})  # a YAML template's file: no clash
+
+
+def test_a_compressed_context_is_bounded_as_it_unpacks_not_only_as_it_came() -> None:
+    """A gzip of zeros is a few KiB on the wire and any size in memory: the route's cap is on the
+    upload, so the context's files together are capped as they are read (review of issue 29)."""
+    import gzip
+
+    big = io.BytesIO()
+    with tarfile.open(fileobj=big, mode="w") as archive:
+        for name, size in (("corral.template.yaml", 0), ("zeros", 8 << 20)):
+            info = tarfile.TarInfo(name)
+            info.size = size
+            archive.addfile(info, io.BytesIO(bytes(size)))
+    upload = gzip.compress(big.getvalue())
+    assert len(upload) < 64 << 10
+    with pytest.raises(TemplateInvalid) as refused:
+        read_context(upload, None, max_bytes=1 << 20)
+    assert refused.value.field == "context" and "1 MiB" in str(refused.value)
+    assert read_context(upload, None, max_bytes=16 << 20).files["zeros"].data == bytes(8 << 20)

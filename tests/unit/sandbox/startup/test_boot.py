@@ -100,7 +100,7 @@ def test_the_agent_uid_is_kept_off_the_controller_devtools_and_the_control_chann
 
 def test_the_supervisor_keeps_only_what_starting_children_as_another_uid_takes() -> None:
     argv = boot.drop_argv(["/usr/bin/tini", "--", "python"])
-    assert argv[0] == "setpriv" and argv[-3:] == ["/usr/bin/tini", "--", "python"]
+    assert argv[0] == "/usr/bin/setpriv" and argv[-3:] == ["/usr/bin/tini", "--", "python"]
     for flag in ("--reuid=corral", "--regid=corral", "--clear-groups", "--no-new-privs"):
         assert flag in argv
     for kind in ("--bounding-set", "--inh-caps", "--ambient-caps"):

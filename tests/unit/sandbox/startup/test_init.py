@@ -120,10 +120,10 @@ def test_children_start_with_no_capability_and_the_agents_without_groups() -> No
     from corral.sandbox.startup.init import as_agent, as_controller, can_switch_users, effective_caps
 
     assert as_controller(["Xvfb"]) == [
-        "setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--", "Xvfb"
+        "/usr/bin/setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--", "Xvfb"
     ]  # fmt: skip
     agent = as_agent(["chromium"])
-    assert agent[:4] == ["setpriv", "--reuid=agent", "--regid=agent", "--clear-groups"]
+    assert agent[:4] == ["/usr/bin/setpriv", "--reuid=agent", "--regid=agent", "--clear-groups"]
     assert "--no-new-privs" in agent and "--bounding-set=-all" in agent and agent[-2:] == ["--", "chromium"]
     status = "Name:\tpython\nCapInh:\t00000000000001c0\nCapEff:\t00000000000001c0\n"
     assert effective_caps(status) == 0x1C0 and can_switch_users(0x1C0)
@@ -136,7 +136,7 @@ def test_the_launcher_keeps_setuid_and_setgid_and_nothing_else() -> None:
 
     keep = "-all,+setuid,+setgid"
     assert as_launcher(["python", "-m", "corral.sandbox.agent.launcher"]) == [
-        "setpriv", f"--inh-caps={keep}", f"--ambient-caps={keep}", f"--bounding-set={keep}",
+        "/usr/bin/setpriv", f"--inh-caps={keep}", f"--ambient-caps={keep}", f"--bounding-set={keep}",
         "--", "python", "-m", "corral.sandbox.agent.launcher",
     ]  # fmt: skip
 
@@ -196,7 +196,7 @@ def test_the_browser_runs_as_its_own_uid_in_the_agents_group_from_its_own_home()
     from corral.sandbox.startup.init import BROWSER_HOME, as_browser
 
     argv = as_browser(["openbox", "--sm-disable"])
-    assert argv[:4] == ["setpriv", "--reuid=browser", "--regid=browser", "--init-groups"]
+    assert argv[:4] == ["/usr/bin/setpriv", "--reuid=browser", "--regid=browser", "--init-groups"]
     assert "--no-new-privs" in argv and "--bounding-set=-all" in argv
     assert argv[argv.index("--") + 1 :] == ["env", f"--chdir={BROWSER_HOME}", "--", "openbox", "--sm-disable"]
 
