@@ -226,6 +226,10 @@ class SandboxRuntime(Protocol):
         """The setuid and setgid files of ``image``."""
         ...
 
+    def link_targets(self, image: str, paths: Sequence[str]) -> dict[str, str | None]:
+        """Where each path, a symbolic link, points in ``image`` (None: no link there), read without running it."""
+        ...
+
 
 def open_runtime(driver: str, *, proxy_uid: int | None = None) -> SandboxRuntime:
     """The runtime ``driver`` names (``CORRAL_RUNTIME``); ``proxy_uid`` is CORRAL_EGRESS_UID.

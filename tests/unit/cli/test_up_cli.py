@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from corral import cli, images
-from corral.cli import common, lifecycle
+from corral.cli import common, datadir, lifecycle
 
 
 class FakeRuntime:
@@ -56,6 +56,10 @@ def runtime(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeRuntime:
     monkeypatch.delenv("CORRAL_API_KEY", raising=False)  # the gateway makes its own
     monkeypatch.setattr(common, "runtime", lambda: fake)
     monkeypatch.setattr(lifecycle, "wait_for_gateway", lambda runtime: None)
+    # The host's mount table is datadir's own test's (tests/unit/cli/test_datadir.py): here only asked for.
+    fake.data_dirs = []  # type: ignore[attr-defined]
+    monkeypatch.setattr(datadir, "prepare", lambda path: fake.data_dirs.append(("prepare", path)) or [])  # type: ignore[attr-defined]
+    monkeypatch.setattr(datadir, "release", lambda path: fake.data_dirs.append(("release", path)) or [])  # type: ignore[attr-defined]
     monkeypatch.setattr(images, "build_all", lambda runtime, task: _builds(task))
     return fake
 
@@ -76,6 +80,7 @@ def test_up_off_a_terminal_prints_each_step_as_a_line(runtime: FakeRuntime, caps
         "gateway up on http://127.0.0.1:8700  (API key: `corral status`)",
     ]
     assert runtime.composed == [["up", "-d", "--no-build", "gateway"]]
+    assert runtime.data_dirs == [("prepare", Path("/var/lib/corral"))]  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(
@@ -193,3 +198,4 @@ def test_down_removes_the_sandboxes_of_the_env_files_instance(runtime: FakeRunti
     assert result.exit_code == 0, result.output
     assert runtime.composed == [["down"]]
     assert runtime.removed == [{"corral.gateway": "blue"}]
+    assert runtime.data_dirs == [("release", Path("/var/lib/corral"))]  # type: ignore[attr-defined]

@@ -27,6 +27,8 @@ from corral.runtime import (
     VolumeUsage,
 )
 
+from .ldcachefile import cache
+
 
 def _matches(labels: Mapping[str, str], wanted: Mapping[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in wanted.items())
@@ -55,10 +57,14 @@ class FakeRuntime:
         self.on_build: Callable[[str, ImageInfo], ImageInfo] = lambda dockerfile, image: image
         self.digests: dict[str, dict[str, str]] = {}  # image id -> path -> digest (default: the base's "same")
         self.setuid: dict[str, list[str]] = {}  # image id -> its setuid files (default none)
+        self.links: dict[str, str] = {}  # path -> where it links, the same in every image (default: no link)
         self.forgotten: list[str] = []
         self.build_networks: list[str] = []
         self.files: dict[str, dict[str, bytes]] = {}  # image id -> path -> bytes (default: base_files)
-        self.base_files: dict[str, bytes] = {}
+        # Every image's loader cache, unless a test says otherwise (a template's check reads it).
+        self.base_files: dict[str, bytes] = {
+            "/etc/ld.so.cache": cache([("libc.so.6", "/lib/x86_64-linux-gnu/libc.so.6")])
+        }
 
     # -- shared networks -------------------------------------------------------------------------------
 
@@ -250,6 +256,9 @@ class FakeRuntime:
 
     def setuid_files(self, image: str) -> list[str]:
         return list(self.setuid.get(self.images[image].id, []))
+
+    def link_targets(self, image: str, paths: Sequence[str]) -> dict[str, str | None]:
+        return {path: self.links.get(path) for path in paths}
 
     # -- what tests do to it ---------------------------------------------------------------------------
 

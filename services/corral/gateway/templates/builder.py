@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from corral.errors import SandboxError, TemplateBuildFailed, TemplateNotFound, TemplateRefused
-from corral.gateway.templates import check
+from corral.gateway.templates import check, ldcache
 from corral.gateway.templates.catalog import TemplateCatalog, TemplateRecord, TemplateVersion, image_reference, now
 from corral.gateway.templates.context import MAX_BYTES as MAX_CONTEXT_BYTES
 from corral.gateway.templates.context import Context, Member, read_context, write_context
@@ -33,6 +33,7 @@ from corral.gateway.templates.dockerfile import (
     first_stage,
 )
 from corral.gateway.templates.fetch import fetch_npm, fetch_wheels
+from corral.gateway.templates.libraries import Libraries, base_libraries, read_sonames
 from corral.gateway.templates.spec import DockerfileTemplate, TemplateSpec, check_name, parse_template
 from corral.runtime import ImageInfo, SandboxRuntime
 
@@ -53,6 +54,8 @@ class BaseFacts:
     setuid: list[str]
     passwd: str
     group: str
+    libraries: Libraries  # what the loader gives the base's programs (templates.libraries)
+    library_digests: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,19 +250,37 @@ class TemplateBuilder:
             facts.passwd, _text(users["/etc/passwd"]), facts.group, _text(users["/etc/group"])
         )
         refusals += check.setuid_refusals(facts.setuid, self._runtime.setuid_files(image.id))
+        refusals += self._loader_refusals(facts, image.id)
         if refusals:
             raise TemplateRefused(f"template {name} refused: " + "; ".join(refusals))
         return image
+
+    def _loader_refusals(self, facts: BaseFacts, image_id: str) -> list[str]:
+        """No soname of the base's resolving to another file, and none of those files (nor the links
+        to them, nor the loader) changed: a library the template adds under another name is its own."""
+        try:
+            sonames = read_sonames(self._runtime, image_id)
+        except ValueError as exc:
+            return [f"its loader cache cannot be read ({exc})"]
+        refusals = ldcache.shadowed(facts.libraries.sonames, sonames)
+        digests = self._runtime.path_digests(image_id, facts.libraries.files)
+        return refusals + check.path_refusals(facts.library_digests, digests)
 
     def _base_facts(self, base: ImageInfo) -> BaseFacts:
         facts = self._facts.get(base.id)
         if facts is None:
             users = self._runtime.read_files(base.id, USERS_FILES, MAX_USERS_FILE)
+            try:
+                libraries = base_libraries(self._runtime, base.id)
+            except ValueError as exc:
+                raise TemplateBuildFailed(f"the base's loader cache cannot be read: {exc}", step="check") from None
             facts = BaseFacts(
                 self._runtime.path_digests(base.id, check.CHECKED),
                 self._runtime.setuid_files(base.id),
                 _text(users["/etc/passwd"]),
                 _text(users["/etc/group"]),
+                libraries,
+                self._runtime.path_digests(base.id, libraries.files),
             )
             self._facts = {base.id: facts}  # one base at a time: an older one's facts go
         return facts

@@ -40,6 +40,20 @@ CHECKED = (
     "/usr/sbin/iptables-nft-restore",
     "/usr/sbin/ip6tables-nft-restore",
     "/usr/sbin/xtables-nft-multi",
+    # What the supervisor starts as corral and as browser, by these paths (never by PATH), and what
+    # Chromium's launcher script reads as it starts: a template's own may not stand in for them.
+    "/usr/bin/Xvfb",
+    "/usr/bin/openbox",
+    "/usr/bin/chromium",
+    "/usr/lib/chromium",
+    "/etc/chromium",
+    "/etc/chromium.d",
+    "/usr/bin/certutil",
+    "/usr/bin/mkdir",
+    "/usr/bin/xclip",
+    "/usr/bin/tini",
+    "/usr/bin/sh",
+    "/usr/bin/dash",
 )
 BASE_USERS = ("root", "corral", "agent", "browser")
 # Environment variables the boot or its Python, the loader, or the base's programs read: a template's

@@ -222,6 +222,32 @@ class TemplateImages(Engine):
                 return handle.read(limit) if handle is not None else None
         return None
 
+    def link_targets(self, image: str, paths: Sequence[str]) -> dict[str, str | None]:
+        """Where each path, a symbolic link, points in ``image`` (None: no link there), as the engine
+        archives it from a container made but never started."""
+        container = self.client.containers.create(
+            image,
+            entrypoint=["/nonexistent"],
+            network_mode="none",
+            log_config=LOG_CONFIG,
+            labels=CHECK_LABELS,
+            name=_check_name(),
+        )
+        try:
+            return {path: self._link(container.id, path) for path in paths}
+        finally:
+            container.remove(force=True)
+
+    def _link(self, ident: str, path: str) -> str | None:
+        try:
+            stream, _ = self.client.api.get_archive(ident, path)
+        except docker.errors.NotFound:
+            return None
+        with tarfile.open(fileobj=io.BufferedReader(_Chunks(stream), 1 << 16), mode="r|") as archive:
+            for member in archive:
+                return member.linkname if member.issym() else None
+        return None
+
     def setuid_files(self, image: str) -> list[str]:
         """The setuid and setgid files of ``image``, found by ``find`` in a check container: no network,
         no capability but reading every directory, read-only, for a bounded time and output."""

@@ -12,6 +12,9 @@ from Xlib.error import ConnectionClosedError, DisplayError, XError
 from corral.errors import ActionError, ErrorCode
 
 _TIMEOUT_S = 5.0
+# By the base's path: the controller's uid must never run a template's program (/usr/local/bin
+# comes first on PATH; corral.gateway.templates.check keeps this file the base's).
+XCLIP = "/usr/bin/xclip"
 _SELECTIONS = ("clipboard", "primary")
 _ATOMS = ("CLIPBOARD", "PRIMARY")
 SETTLE_S = 0.5  # how long the emptied selections must keep their owner before the agent runs again
@@ -23,7 +26,7 @@ async def _xclip(args: list[str], stdin: bytes | None, display: str) -> tuple[in
     # capture output only when reading.
     capture = asyncio.subprocess.PIPE if stdin is None else asyncio.subprocess.DEVNULL
     proc = await asyncio.create_subprocess_exec(
-        "xclip",
+        XCLIP,
         *args,
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=capture,

@@ -48,6 +48,12 @@ _CAP_SETUID, _CAP_SETGID, _CAP_SETPCAP = 7, 6, 8
 # By its path, never by PATH: a template may put programs earlier on PATH (/usr/local/sbin), and
 # these run with capabilities (corral.gateway.templates.check keeps this file the base's).
 SETPRIV = "/usr/bin/setpriv"
+# What runs as corral and as browser, by the base's paths, never by PATH, where a template's
+# /usr/local/bin comes first (corral.gateway.templates.check keeps these files the base's).
+XVFB = "/usr/bin/Xvfb"
+OPENBOX = "/usr/bin/openbox"
+CHROMIUM = "/usr/bin/chromium"
+CERTUTIL = "/usr/bin/certutil"
 _NO_CAPS = ["--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all"]
 SESSION_CA = "/run/corral/session-ca.pem"  # written by corral.sandbox.startup.boot when the session has a proxy
 _BACKOFF_MAX_S = 5.0
@@ -201,10 +207,10 @@ def trust_session_ca(home: str, cert: str, wrap: Callable[[list[str]], list[str]
     def run(argv: list[str]) -> None:
         subprocess.run(wrap(argv), check=True, capture_output=True, env=env)
 
-    run(["mkdir", "-p", "-m", "0700", nssdb])
+    run(["/usr/bin/mkdir", "-p", "-m", "0700", nssdb])
     if not os.path.exists(os.path.join(nssdb, "cert9.db")):
-        run(["certutil", "-N", "-d", database, "--empty-password"])
-    run(["certutil", "-A", "-d", database, "-n", "Corral session CA", "-t", "C,,", "-i", cert])
+        run([CERTUTIL, "-N", "-d", database, "--empty-password"])
+    run([CERTUTIL, "-A", "-d", database, "-n", "Corral session CA", "-t", "C,,", "-i", cert])
 
 
 # DnsOverHttps: names resolve at the proxy. The rest is memory for one tab's use, measured by
@@ -250,7 +256,7 @@ CONTROLLER_ENV = {"NODE_OPTIONS": DRIVER_NODE_OPTIONS, "MALLOC_ARENA_MAX": "2"}
 
 def chromium_argv(width: int, height: int, profile: str, extra: list[str]) -> list[str]:
     return [
-        "chromium",
+        CHROMIUM,
         f"--remote-debugging-port={CDP_PORT}",
         "--remote-debugging-address=127.0.0.1",
         f"--user-data-dir={profile}",
@@ -323,7 +329,7 @@ class Supervisor:
             os.chmod("/tmp/.X11-unix", 0o1777)
         read_fd, write_fd = os.pipe()
         argv = [
-            "Xvfb",
+            XVFB,
             self.display,
             "-screen",
             "0",
@@ -463,7 +469,7 @@ def main() -> int:
             log.error("cannot set who may use the X server (%s); stopping the sandbox", exc)
             sup.stop()
             return 3
-    openbox = ["openbox", "--sm-disable", *(["--config-file", OPENBOX_RC] if split else [])]
+    openbox = [OPENBOX, "--sm-disable", *(["--config-file", OPENBOX_RC] if split else [])]
     sup.spawn(Child("openbox", browser(openbox), env=browser_env))
     if trusting is not None:
         trusting.join()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import tarfile
 from dataclasses import replace
 from pathlib import Path
@@ -16,8 +17,12 @@ from corral.gateway.templates.resolver import TemplateResolver
 from corral.runtime import ImageInfo
 
 from ...runtime.fake import FakeRuntime
+from ...runtime.ldcachefile import cache
 
 BASE = "corral-desktop:test"
+LD_CACHE = "/etc/ld.so.cache"
+LIBC, LIBZ = "/lib/x86_64-linux-gnu/libc.so.6", "/lib/x86_64-linux-gnu/libz.so.1"
+BASE_LD_CACHE = cache([("libc.so.6", LIBC), ("libz.so.1", LIBZ)])
 PASSWD = b"root:x:0:0::/root:/bin/sh\nagent:x:1100:1100::/home/agent:/bin/sh\n"
 
 
@@ -25,7 +30,8 @@ def _runtime() -> FakeRuntime:
     fake = FakeRuntime()
     base = ImageInfo("sha256:base", ("a",), ("python",), None, "root", ("CMD", "x"), ("PATH=/usr/bin",), (), {}, 10)
     fake.images[BASE] = fake.images[base.id] = base
-    fake.base_files = {"/etc/passwd": PASSWD, "/etc/group": b"agent:x:1100:browser\n"}
+    fake.base_files = {"/etc/passwd": PASSWD, "/etc/group": b"agent:x:1100:browser\n", LD_CACHE: BASE_LD_CACHE}
+    fake.links = {"/lib/x86_64-linux-gnu/libz.so.1": "libz.so.1.2.13", "/lib": "usr/lib"}
     return fake
 
 
@@ -162,3 +168,43 @@ def test_a_dockerfile_template_is_built_on_the_base_id_and_its_env_kept(tmp_path
     upload = _upload(b"FROM corral-desktop:latest\nENV TOOL_HOME=/opt/tool\n", name="Dockerfile")
     built = builder.build(builder.prepare("key1", "df", upload, None), lambda line: None)
     assert fake.builds[0].startswith("FROM sha256:base\n") and built.version.env == {"TOOL_HOME": "/opt/tool"}
+
+
+def test_a_library_that_would_stand_in_for_the_bases_is_refused(tmp_path: Path) -> None:
+    """What the boot's Python (root) and the supervisor's children load is the base's: no soname of
+    the base's resolving elsewhere (a library in /usr/local/lib and an ldconfig), none of those files
+    changed, nor the file behind a link to one (libz.so.1 -> libz.so.1.2.13)."""
+    upload = _upload(b"apt: [make]\n")
+    fake = _runtime()
+    builder = TemplateBuilder(fake, TemplateCatalog(tmp_path), BASE, "corral-sandboxes")
+    shadowing = cache([("libc.so.6", "/usr/local/lib/libc.so.6"), ("libc.so.6", LIBC), ("libz.so.1", LIBZ)])
+
+    def shadow(dockerfile: str, made: ImageInfo) -> ImageInfo:
+        fake.files[made.id] = {LD_CACHE: shadowing}
+        return made
+
+    fake.on_build = shadow
+    with pytest.raises(TemplateRefused, match=re.escape("libc.so.6 from /usr/local/lib/libc.so.6")):
+        _build(builder, upload)
+
+    fake = _runtime()
+    builder = TemplateBuilder(fake, TemplateCatalog(tmp_path / "2"), BASE, "corral-sandboxes")
+
+    def replace_behind_the_link(dockerfile: str, made: ImageInfo) -> ImageInfo:
+        fake.digests[made.id] = {"/lib/x86_64-linux-gnu/libz.so.1.2.13": "another"}
+        return made
+
+    fake.on_build = replace_behind_the_link
+    with pytest.raises(TemplateRefused, match=re.escape("libz.so.1.2.13, which is the base's")):
+        _build(builder, upload)
+
+    fake = _runtime()
+    builder = TemplateBuilder(fake, TemplateCatalog(tmp_path / "3"), BASE, "corral-sandboxes")
+    adding = cache([("libc.so.6", LIBC), ("libz.so.1", LIBZ), ("libtool.so.1", "/usr/local/lib/libtool.so.1")])
+
+    def add_its_own(dockerfile: str, made: ImageInfo) -> ImageInfo:
+        fake.files[made.id] = {LD_CACHE: adding}
+        return made
+
+    fake.on_build = add_its_own
+    assert _build(builder, upload) == (1, False)  # a library of its own, under its own name: fine

@@ -62,7 +62,7 @@ def argv() -> list[str]:
 
 
 def test_chromium_argv_shape(argv: list[str]) -> None:
-    assert argv[0] == "chromium"
+    assert argv[0] == "/usr/bin/chromium"  # the base's, never by PATH
     assert argv[-1] == "about:blank"
     assert len(argv) == len(set(argv))
 
