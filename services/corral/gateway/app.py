@@ -178,6 +178,7 @@ def build_sessions(
     )
     pauses = Pauses(settings, book, runtime, port, specs, pause_parts)
     reaper.pauses, endings.discard_saved = pauses, pauses.discard
+    reaper.pools = lambda: [pool, *templates.pools()]
     # fmt: off
     parts = SessionParts(
         runtime=runtime, network=settings.network, reap_interval_s=settings.reap_interval_s, limits=limits,

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 
 from corral.contracts.control import LifetimeEvent
-from corral.errors import InvalidRequest
+from corral.errors import InvalidRequest, SessionPaused
 from corral.gateway.sessions.book import SessionBook
 from corral.gateway.sessions.egressport import EgressPort
 from corral.gateway.sessions.records import Session
@@ -45,6 +45,8 @@ class Lifetimes:
         self.check(timeout_s)
         async with session.changing:  # one change at a time, each sees the last
             self._book.still_live(session)
+            if session.paused:  # paused meanwhile (the route looked before the lock): its proxy is stopped
+                raise SessionPaused(f"session {session.id} is {session.state}: resume it first")
             previous = session.record.expires_at
             expires_at = self.clock() + timeout_s
             if session.egress is not None:

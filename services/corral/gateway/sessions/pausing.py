@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,20 +91,31 @@ class Pauses:
                 await self._audit(session, "pause", state)
             except BaseException:
                 self._saved.remove(session.id)
+                self._browser.discard(session.id)
                 if _still_ours(session, "ready"):
                     session.ended = asyncio.Event()
                 raise
-            await self._recordings.pause(session.id, state)
-            await asyncio.to_thread(self._runtime.remove, session.sandbox.id)
-            if self._volumes is not None:  # its sandbox is gone: unmounted, still its session's
-                await self._volumes.suspend(session.id)
-            if session.egress is not None:
-                await asyncio.to_thread(self._egress.pause_blocking, session.egress)
+            # Saved and audited: from here it is paused, whatever fails below (each step logged, none
+            # leaving it stuck "pausing": a sandbox not removed is an unowned one, which a restarted
+            # gateway removes; a proxy not stopped is stopped again by the resume's restart).
             session.record = session.record.model_copy(update={"paused": state, "paused_at": state.paused_at})
+            await self._quietly("its recording's pause event", self._recordings.pause(session.id, state))
+            await self._quietly("its sandbox's removal", asyncio.to_thread(self._runtime.remove, session.sandbox.id))
+            if self._volumes is not None:  # its sandbox is gone: unmounted, still its session's
+                await self._quietly("its volume's unmount", self._volumes.suspend(session.id))
+            if session.egress is not None:
+                await self._quietly("its proxy's stop", asyncio.to_thread(self._egress.pause_blocking, session.egress))
             if _still_ours(session, "paused"):
                 self._book.save(session)
             log.info("session %s paused (%s)", session.id, state.archives)
             return state
+
+    @staticmethod
+    async def _quietly(what: str, step: Awaitable[object]) -> None:
+        try:
+            await step
+        except Exception as exc:
+            log.warning("pause: %s failed: %s", what, exc)
 
     async def _save(self, session: Session) -> PausedState:
         sandbox, now = session.sandbox, time.time()

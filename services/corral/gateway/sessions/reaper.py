@@ -94,6 +94,8 @@ class Reaper:
         self.ticks = 0  # how many began (the unit tests count its work against them)
         self._last_prune = 0.0
         self.pauses: Pauses | None = None  # the idle pause and the paused sessions' expiry (set by the wiring)
+        # Every warm pool: the base's, and one per template in CORRAL_POOL (set by the wiring).
+        self.pools: Callable[[], list[WarmPool]] = lambda: [self._pool]
 
     def add_rounds(self, *rounds: Round) -> None:
         """Rounds each tick runs after its listing, in order (the wiring adds the egress ones)."""
@@ -128,7 +130,8 @@ class Reaper:
         if self.ticks % POOL_ANSWER_TICKS == 0:
             try:
                 # After the watchdog: a pooled controller that does not answer holds this up to 2 s.
-                await self._pool.check_answers()
+                for pool in self.pools():
+                    await pool.check_answers()
             except Exception:
                 log.exception("pool answer check failed")
         if now - self._last_prune > PRUNE_EVERY_S:
@@ -163,7 +166,8 @@ class Reaper:
         proxies' listing when one was made."""
         live = self._book.ready()
         # Before the listing: a pair that joins meanwhile may be missing from it.
-        pooled = self._pool.pairs() if live or pool_due else []
+        pools = self.pools() if live or pool_due else []
+        pooled = [pair for pool in pools for pair in pool.pairs()]
         grounds: tuple[Ground, ...] = ()
         if pool_due:
             grounds = tuple(g for g in self._starts.held_grounds() if g.egress is not None)
@@ -182,7 +186,10 @@ class Reaper:
         for session in live:
             if states.get(session.sandbox.id) not in ALIVE_STATES:
                 await self._liveness.end_if_dead(session)
-        await self._pool.check(pooled, states, listing.proxies if listing is not None else {})
+        listed = listing.proxies if listing is not None else {}
+        for pool in pools:
+            mine = {id(pair) for pair in pool.pairs()}
+            await pool.check([pair for pair in pooled if id(pair) in mine], states, listed)
         return listing
 
     def _check_grounds(self, listing: Listing | None) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import secrets
 import shutil
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,6 +33,8 @@ CONTROLLER_FILES = "/v1/files"
 UNPACKER = ["/opt/corral/bin/python", "-I", "-m", "corral.sandbox.tools.unpack"]
 CHUNK = 1 << 20
 ARCHIVE_TIMEOUT_S = 600.0
+TABS_DEADLINE_S = 60.0  # every saved tab reopened within this, together
+TAB_LOAD_S = 20.0  # one tab's load, at most
 
 
 class BrowserState(Protocol):
@@ -108,17 +111,28 @@ class SavedState:
             return
         before = (await self.act(sandbox, {"type": "tabs"})).get("tabs") or []
         opened: list[str] = []
-        for tab in tabs:
+        # One deadline for them all: a resume holds the session's lock (a DELETE waits on it) and a
+        # slot, and a page (an attacker's, too) may never finish loading; what is left past it stays shut.
+        deadline = time.monotonic() + TABS_DEADLINE_S
+        for index, tab in enumerate(tabs):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.warning(
+                    "resume: %d of %d tabs not reopened within %.0f s", len(tabs) - index, len(tabs), TABS_DEADLINE_S
+                )
+                break
             try:
-                shown = await self.act(sandbox, {"type": "tab_new", "url": tab.url})
+                shown = await self.act(sandbox, {"type": "tab_new", "url": tab.url}, min(left, TAB_LOAD_S))
             except SandboxUnreachable as exc:
                 log.warning("resume: tab %s did not load: %s", tab.url[:200], exc)
                 shown = await self.act(sandbox, {"type": "tab_new"})
             opened.append(str(shown.get("id", "")))
+        if not opened:
+            return
         for old in before:
             await self.act(sandbox, {"type": "tab_close", "tab": str(old.get("id"))})
         active = next((i for i, t in enumerate(tabs) if t.active), len(tabs) - 1)
-        await self.act(sandbox, {"type": "tab_switch", "tab": opened[active]})
+        await self.act(sandbox, {"type": "tab_switch", "tab": opened[min(active, len(opened) - 1)]})
 
     async def save_dir(self, session_id: str, sandbox: SandboxAddress, path: str) -> int:
         """``path`` as the tar the agent's tar makes, into the session's blob; its size. Past the cap
