@@ -6,7 +6,7 @@ talks to Docker. docs/kubernetes.md maps every operation onto Kubernetes objects
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -14,6 +14,7 @@ from corral.errors import SandboxError
 from corral.runtime.types import (
     ALIVE_STATES,
     SESSION_LABEL,
+    DirectoryEntry,
     ExitInfo,
     ImageInfo,
     ProxyAddress,
@@ -31,6 +32,7 @@ __all__ = [
     "ALIVE_STATES",
     "DRIVERS",
     "SESSION_LABEL",
+    "DirectoryEntry",
     "ExitInfo",
     "ImageInfo",
     "ProxyAddress",
@@ -228,6 +230,13 @@ class SandboxRuntime(Protocol):
 
     def link_targets(self, image: str, paths: Sequence[str]) -> dict[str, str | None]:
         """Where each path, a symbolic link, points in ``image`` (None: no link there), read without running it."""
+        ...
+
+    def directory_entries(
+        self, image: str, directory: str, digested: Collection[str] | None = None
+    ) -> dict[str, DirectoryEntry]:
+        """Every entry directly in ``directory`` of ``image``: its link target and digest (of the
+        ``digested`` names only, when given; the others' empty), read without running it."""
         ...
 
 

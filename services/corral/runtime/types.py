@@ -172,3 +172,12 @@ class BuildStep:
 
     step: str
     output: str
+
+
+@dataclass(frozen=True, slots=True)
+class DirectoryEntry:
+    """One entry of an image's directory as the template check reads it: where it links (None: no
+    link) and a digest of its type, mode, owner, link and content."""
+
+    link: str | None
+    digest: str

@@ -7,12 +7,13 @@ from __future__ import annotations
 import io
 import ipaddress
 import tarfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from corral.errors import ProfileRefused, ProfileTooLarge, SandboxError
 from corral.runtime import (
+    DirectoryEntry,
     ExitInfo,
     ImageInfo,
     ProxyAddress,
@@ -58,6 +59,7 @@ class FakeRuntime:
         self.digests: dict[str, dict[str, str]] = {}  # image id -> path -> digest (default: the base's "same")
         self.setuid: dict[str, list[str]] = {}  # image id -> its setuid files (default none)
         self.links: dict[str, str] = {}  # path -> where it links, the same in every image (default: no link)
+        self.library_paths: set[str] = {"/lib/x86_64-linux-gnu/libc.so.6"}  # files directory_entries lists
         self.forgotten: list[str] = []
         self.build_networks: list[str] = []
         self.files: dict[str, dict[str, bytes]] = {}  # image id -> path -> bytes (default: base_files)
@@ -259,6 +261,18 @@ class FakeRuntime:
 
     def link_targets(self, image: str, paths: Sequence[str]) -> dict[str, str | None]:
         return {path: self.links.get(path) for path in paths}
+
+    def directory_entries(
+        self, image: str, directory: str, digested: Collection[str] | None = None
+    ) -> dict[str, DirectoryEntry]:
+        """The entries the tests named under ``directory`` (in links, digests or the loader cache)."""
+        mine = self.digests.get(self.images[image].id, {})
+        named = {*self.links, *mine, *self.library_paths}
+        return {
+            path.rsplit("/", 1)[1]: DirectoryEntry(self.links.get(path), mine.get(path, "same"))
+            for path in named
+            if path.rsplit("/", 1)[0] == directory
+        }
 
     # -- what tests do to it ---------------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ from corral.gateway.templates.dockerfile import (
     first_stage,
 )
 from corral.gateway.templates.fetch import fetch_npm, fetch_wheels
-from corral.gateway.templates.libraries import Libraries, base_libraries, read_sonames
+from corral.gateway.templates.libraries import Libraries, base_libraries, image_digests, read_sonames
 from corral.gateway.templates.spec import DockerfileTemplate, TemplateSpec, check_name, parse_template
 from corral.runtime import ImageInfo, SandboxRuntime
 
@@ -55,7 +55,6 @@ class BaseFacts:
     passwd: str
     group: str
     libraries: Libraries  # what the loader gives the base's programs (templates.libraries)
-    library_digests: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,8 +262,8 @@ class TemplateBuilder:
         except ValueError as exc:
             return [f"its loader cache cannot be read ({exc})"]
         refusals = ldcache.shadowed(facts.libraries.sonames, sonames)
-        digests = self._runtime.path_digests(image_id, facts.libraries.files)
-        return refusals + check.path_refusals(facts.library_digests, digests)
+        digests = image_digests(self._runtime, image_id, facts.libraries.digests)
+        return refusals + check.path_refusals(facts.libraries.digests, digests)
 
     def _base_facts(self, base: ImageInfo) -> BaseFacts:
         facts = self._facts.get(base.id)
@@ -280,7 +279,6 @@ class TemplateBuilder:
                 _text(users["/etc/passwd"]),
                 _text(users["/etc/group"]),
                 libraries,
-                self._runtime.path_digests(base.id, libraries.files),
             )
             self._facts = {base.id: facts}  # one base at a time: an older one's facts go
         return facts

@@ -2,28 +2,29 @@
 soname's file (its ``/etc/ld.so.cache``), and the files behind them with every link on the way (a
 template that replaced ``libz.so.1.2.13`` behind the ``libz.so.1`` link would change no link). The
 check (corral.gateway.templates.check) then holds a template to the base's: no soname resolving
-elsewhere, none of those files changed."""
+elsewhere, none of those files changed. Each directory is read as one archive (hundreds of files)."""
 
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from corral.gateway.templates import ldcache
-from corral.runtime import SandboxRuntime
+from corral.runtime import DirectoryEntry, SandboxRuntime
 
 LD_CACHE = "/etc/ld.so.cache"
 MAX_LD_CACHE = 4 << 20
 # The loader itself, which every dynamic program names (PT_INTERP), and the top-level links of a
 # merged /usr, through which the cache's /lib paths go.
-LOADER_PATHS = ("/lib64/ld-linux-x86-64.so.2", "/lib64", "/lib", "/bin", "/sbin")
+LOADER_PATHS = ("/usr/lib64/ld-linux-x86-64.so.2", "/lib64", "/lib", "/bin", "/sbin")
 LINK_HOPS = 8
 
 
 @dataclass(frozen=True, slots=True)
 class Libraries:
     sonames: dict[str, str]  # soname -> file, as the loader takes it
-    files: tuple[str, ...]  # those files, their links' targets, the loader: what the check digests
+    digests: dict[str, str]  # those files, their links' targets, the loader -> digest: what the check compares
 
 
 def read_sonames(runtime: SandboxRuntime, image: str) -> dict[str, str]:
@@ -34,21 +35,48 @@ def read_sonames(runtime: SandboxRuntime, image: str) -> dict[str, str]:
     return ldcache.resolved(data)
 
 
+class _Listing:
+    """An image's directories, each read once, as the check asks for their entries."""
+
+    def __init__(self, runtime: SandboxRuntime, image: str, wanted: Iterable[str] = ()) -> None:
+        self._runtime, self._image = runtime, image
+        self._wanted: dict[str, set[str]] = {}  # directory -> the names to digest (None: all)
+        for path in wanted:
+            directory, name = posixpath.split(path)
+            self._wanted.setdefault(directory, set()).add(name)
+        self._directories: dict[str, dict[str, DirectoryEntry]] = {}
+
+    def entry(self, path: str) -> DirectoryEntry | None:
+        directory, name = posixpath.split(path)
+        if directory not in self._directories:
+            names = self._wanted.get(directory)
+            self._directories[directory] = self._runtime.directory_entries(self._image, directory, names)
+        return self._directories[directory].get(name)
+
+    def digests(self, paths: Iterable[str]) -> dict[str, str]:
+        return {path: entry.digest if (entry := self.entry(path)) is not None else "absent" for path in paths}
+
+
 def base_libraries(runtime: SandboxRuntime, base: str) -> Libraries:
     """The base's sonames, and every file and link they reach (followed within the base: trusted)."""
     sonames = read_sonames(runtime, base)
     files = set(sonames.values()) | set(LOADER_PATHS)
+    listing = _Listing(runtime, base)  # each directory read once, every entry digested
     pending = set(files)
     for _ in range(LINK_HOPS):
-        targets = runtime.link_targets(base, sorted(pending))
-        pending = set()
-        for path, target in targets.items():
-            if target is None:
-                continue
-            reached = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
-            if reached not in files:
-                files.add(reached)
-                pending.add(reached)
+        reached = set()
+        for path in sorted(pending):
+            entry = listing.entry(path)
+            if entry is not None and entry.link is not None:
+                reached.add(posixpath.normpath(posixpath.join(posixpath.dirname(path), entry.link)))
+        pending = reached - files
+        files |= pending
         if not pending:
             break
-    return Libraries(sonames, tuple(sorted(files)))
+    return Libraries(sonames, listing.digests(sorted(files)))
+
+
+def image_digests(runtime: SandboxRuntime, image: str, paths: Iterable[str]) -> dict[str, str]:
+    """The same paths' digests in another image (a template's), read the same way."""
+    wanted = list(paths)
+    return _Listing(runtime, image, wanted).digests(wanted)
