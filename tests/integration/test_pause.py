@@ -272,9 +272,11 @@ def test_a_restarted_gateway_finds_the_paused_session_and_asks_for_its_secrets(
                 assert _code(refused) == (409, "secrets_missing")
                 assert "API_TOKEN" in refused.json()["error"]["message"]
                 assert secret["value"] not in refused.text
-                resumed = agent.post(
-                    f"/v1/sessions/{session_id}/resume", json={"secrets": {"API_TOKEN": secret["value"]}}
-                )
+                # The values are the owner's to give: the session's own token may not set them.
+                given = {"secrets": {"API_TOKEN": secret["value"]}}
+                assert agent.post(f"/v1/sessions/{session_id}/resume", json=given).status_code == 403
+                with again.client() as owner:
+                    resumed = owner.post(f"/v1/sessions/{session_id}/resume", json=given)
                 assert resumed.status_code == 200, resumed.text
                 assert resumed.json()["secrets"]["API_TOKEN"].startswith("corral_secret_")
                 echo = agent.post(

@@ -33,7 +33,7 @@ files:
   - {src: greet.sh, dest: /usr/local/bin/greet, mode: "0755"}
   - {src: dotfiles, dest: /home/agent/.config/tool}
 env: {GREETING: hello-from-template}
-setup: "make --version | head -1 > /usr/local/share/make-version"
+setup: "make --version > /usr/local/share/make-version"  # no pipe: head would end it with SIGPIPE (141)
 """
 
 
