@@ -172,10 +172,10 @@ class TemplateImages(Engine):
             with contextlib.suppress(docker.errors.ImageNotFound):
                 self.client.images.remove(reference, force=True, noprune=False)
 
-    def path_digests(self, image: str, paths: Sequence[str]) -> dict[str, str]:
-        """Each path's digest (every entry's name, type, mode, owner, link and content, in the archive's
-        order) as the engine archives it from a container made but never started; ``absent`` where
-        there is none."""
+    @contextlib.contextmanager
+    def _unstarted(self, image: str) -> Iterator[str]:
+        """A container of ``image`` made but never started (no network, an entrypoint that is not
+        there): what the check reads files of through the archive API; removed after."""
         container = self.client.containers.create(
             image,
             entrypoint=["/nonexistent"],
@@ -185,9 +185,16 @@ class TemplateImages(Engine):
             name=_check_name(),
         )
         try:
-            return {path: self._digest(container.id, path) for path in paths}
+            yield str(container.id)
         finally:
             container.remove(force=True)
+
+    def path_digests(self, image: str, paths: Sequence[str]) -> dict[str, str]:
+        """Each path's digest (every entry's name, type, mode, owner, link and content, in the archive's
+        order) as the engine archives it from a container made but never started; ``absent`` where
+        there is none."""
+        with self._unstarted(image) as ident:
+            return {path: self._digest(ident, path) for path in paths}
 
     def _digest(self, ident: str, path: str) -> str:
         try:
@@ -198,18 +205,8 @@ class TemplateImages(Engine):
 
     def read_files(self, image: str, paths: Sequence[str], limit: int) -> dict[str, bytes | None]:
         """Each file's first ``limit`` bytes as the engine archives it (None: no such regular file)."""
-        container = self.client.containers.create(
-            image,
-            entrypoint=["/nonexistent"],
-            network_mode="none",
-            log_config=LOG_CONFIG,
-            labels=CHECK_LABELS,
-            name=_check_name(),
-        )
-        try:
-            return {path: self._read(container.id, path, limit) for path in paths}
-        finally:
-            container.remove(force=True)
+        with self._unstarted(image) as ident:
+            return {path: self._read(ident, path, limit) for path in paths}
 
     def _read(self, ident: str, path: str, limit: int) -> bytes | None:
         try:
@@ -225,18 +222,8 @@ class TemplateImages(Engine):
     def link_targets(self, image: str, paths: Sequence[str]) -> dict[str, str | None]:
         """Where each path, a symbolic link, points in ``image`` (None: no link there), as the engine
         archives it from a container made but never started."""
-        container = self.client.containers.create(
-            image,
-            entrypoint=["/nonexistent"],
-            network_mode="none",
-            log_config=LOG_CONFIG,
-            labels=CHECK_LABELS,
-            name=_check_name(),
-        )
-        try:
-            return {path: self._link(container.id, path) for path in paths}
-        finally:
-            container.remove(force=True)
+        with self._unstarted(image) as ident:
+            return {path: self._link(ident, path) for path in paths}
 
     def _link(self, ident: str, path: str) -> str | None:
         try:
@@ -254,22 +241,12 @@ class TemplateImages(Engine):
         """Every entry directly in ``directory`` of ``image`` (name -> its link target and digest), from
         one archive of it read as it streams (the check's libraries: hundreds of files in one request,
         where one request each took about a minute on a loaded host); nothing is run."""
-        container = self.client.containers.create(
-            image,
-            entrypoint=["/nonexistent"],
-            network_mode="none",
-            log_config=LOG_CONFIG,
-            labels=CHECK_LABELS,
-            name=_check_name(),
-        )
-        try:
+        with self._unstarted(image) as ident:
             try:
-                stream, _ = self.client.api.get_archive(container.id, directory)
+                stream, _ = self.client.api.get_archive(ident, directory)
             except docker.errors.NotFound:
                 return {}
             return entry_digests(_Chunks(stream), MAX_DIRECTORY_BYTES, digested)
-        finally:
-            container.remove(force=True)
 
     def setuid_files(self, image: str) -> list[str]:
         """The setuid and setgid files of ``image``, found by ``find`` in a check container: no network,
