@@ -6,11 +6,9 @@ the base's.
 
     flock /tmp/corral-bench.lock .venv/bin/python bench/templates.py --samples 5
 
-Figures on this shared 2-core machine (egress control on, pools 0), at load averages of 8 to 23 from
-other work: 7 pairs, p50 base 7222 ms against template 5795 ms (0.80x; pairs' ratios' median 1.02);
-5 pairs, 9569 against 12256 ms (1.28x; 1.19); 7 pairs, 3772 against 4151 ms (1.10x; 0.90). Single
-starts ranged 1.5 to 30.6 s: the host's load, not the image, decides these; on a quiet host the
-base's cold start is about 1.2 s (ARCHITECTURE.md).
+Figures on this 2-core machine, quiet (egress control on, pools 0): 5 pairs, p50 base 1123 ms
+against template 1126 ms (1.00x; the pairs' ratios' median 0.99x). Under other work's load (load
+averages 8 to 23) single starts ranged 1.5 to 30.6 s whichever the image: measure on a quiet host.
 """
 
 from __future__ import annotations
