@@ -22,9 +22,9 @@ from corral.errors import ActionError, ErrorCode
 FIELD = "secrets"
 
 
-class Placeholders:
-    """Names to placeholders, replaced whole by each ``PUT /v1/secrets``; read by each ``exec`` and
-    by the ``secrets`` action. One event loop reads and writes it: a replacement is one assignment."""
+class NamedValues:
+    """Names to values, replaced whole by each ``PUT`` of the gateway's; read by each ``exec``. One
+    event loop reads and writes it: a replacement is one assignment."""
 
     def __init__(self, by_name: Mapping[str, str] | None = None) -> None:
         self._by_name: Mapping[str, str] = MappingProxyType(dict(by_name or {}))
@@ -36,6 +36,11 @@ class Placeholders:
 
     def replace(self, by_name: Mapping[str, str]) -> None:
         self._by_name = MappingProxyType(dict(by_name))
+
+
+class Placeholders(NamedValues):
+    """Names to placeholders, replaced whole by each ``PUT /v1/secrets``; read by each ``exec`` and
+    by the ``secrets`` action."""
 
 
 def placeholders_of(body: Mapping[str, Any]) -> dict[str, str]:

@@ -12,29 +12,17 @@ memory only: a restarted controller has none until the gateway's watchdog puts t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Any
 
 from corral.contracts import envvars
 from corral.errors import ActionError, ErrorCode
+from corral.sandbox.placeholders import NamedValues
 
 FIELD = "env"
 
 
-class SessionEnv:
-    """Names to values, replaced whole by each ``PUT /v1/env``; read by each ``exec``. One event loop
-    reads and writes it: a replacement is one assignment."""
-
-    def __init__(self, by_name: Mapping[str, str] | None = None) -> None:
-        self._by_name: Mapping[str, str] = MappingProxyType(dict(by_name or {}))
-
-    @property
-    def by_name(self) -> Mapping[str, str]:
-        """The current set (read-only; a later replacement does not change what was handed out)."""
-        return self._by_name
-
-    def replace(self, by_name: Mapping[str, str]) -> None:
-        self._by_name = MappingProxyType(dict(by_name))
+class SessionEnv(NamedValues):
+    """Names to values, replaced whole by each ``PUT /v1/env``; read by each ``exec``."""
 
     def digest(self) -> str:
         return envvars.digest(self._by_name)

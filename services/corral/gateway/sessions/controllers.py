@@ -82,28 +82,24 @@ class Controllers:
     async def env_digest(self, sandbox: SandboxAddress) -> str | None:
         """The digest of the env the controller holds (corral.contracts.envvars.digest); None when it
         cannot say (an older image)."""
-        try:
-            response = await controller.request(
-                self.http, sandbox.base_url, sandbox.secret, "GET", "/v1/env", timeout=PLACEHOLDERS_TIMEOUT_S
-            )
-        except httpx.HTTPError as exc:
-            raise SandboxUnreachable(f"the controller of {sandbox.name} did not show its env: {exc}") from None
-        try:
-            held = response.json().get("digest") if response.status_code == 200 else None
-        except (ValueError, AttributeError):
-            held = None
+        held = await self._shown(sandbox, "/v1/env", "digest", "its env")
         return held if isinstance(held, str) else None
 
     async def placeholders(self, sandbox: SandboxAddress) -> dict[str, str] | None:
         """The placeholders the controller holds; None when it cannot say (an older image)."""
+        held = await self._shown(sandbox, "/v1/secrets", "secrets", "its secrets")
+        return {str(k): str(v) for k, v in held.items()} if isinstance(held, dict) else None
+
+    async def _shown(self, sandbox: SandboxAddress, path: str, field: str, what: str) -> object:
+        """One field of what a controller's ``GET path`` answers (None for anything but a 200 JSON
+        object); SandboxUnreachable when it does not answer."""
         try:
             response = await controller.request(
-                self.http, sandbox.base_url, sandbox.secret, "GET", "/v1/secrets", timeout=PLACEHOLDERS_TIMEOUT_S
+                self.http, sandbox.base_url, sandbox.secret, "GET", path, timeout=PLACEHOLDERS_TIMEOUT_S
             )
         except httpx.HTTPError as exc:
-            raise SandboxUnreachable(f"the controller of {sandbox.name} did not show its secrets: {exc}") from None
+            raise SandboxUnreachable(f"the controller of {sandbox.name} did not show {what}: {exc}") from None
         try:
-            held = response.json().get("secrets") if response.status_code == 200 else None
+            return response.json().get(field) if response.status_code == 200 else None
         except (ValueError, AttributeError):
-            held = None
-        return {str(k): str(v) for k, v in held.items()} if isinstance(held, dict) else None
+            return None
