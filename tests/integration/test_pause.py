@@ -266,17 +266,17 @@ def test_a_restarted_gateway_finds_the_paused_session_and_asks_for_its_secrets(
             session_id, token = made.json()["id"], made.json()["token"]
             assert c.post(f"/v1/sessions/{session_id}/pause").status_code == 200
         with gateway_to(upstream, tmp_path, instance) as again:
-            with again.client(token) as agent:  # the session's own token, read back from its record
+            with again.client(token) as agent, again.client() as owner:  # the token read back from its record
                 assert agent.get(f"/v1/sessions/{session_id}").json()["state"] == "paused"
-                refused = agent.post(f"/v1/sessions/{session_id}/resume", json={})
+                refused = owner.post(f"/v1/sessions/{session_id}/resume", json={})
                 assert _code(refused) == (409, "secrets_missing")
                 assert "API_TOKEN" in refused.json()["error"]["message"]
                 assert secret["value"] not in refused.text
-                # The values are the owner's to give: the session's own token may not set them.
+                # A resume, and the values, are the owner's: the session's own token may do neither.
                 given = {"secrets": {"API_TOKEN": secret["value"]}}
+                assert agent.post(f"/v1/sessions/{session_id}/resume", json={}).status_code == 403
                 assert agent.post(f"/v1/sessions/{session_id}/resume", json=given).status_code == 403
-                with again.client() as owner:
-                    resumed = owner.post(f"/v1/sessions/{session_id}/resume", json=given)
+                resumed = owner.post(f"/v1/sessions/{session_id}/resume", json=given)
                 assert resumed.status_code == 200, resumed.text
                 assert resumed.json()["secrets"]["API_TOKEN"].startswith("corral_secret_")
                 echo = agent.post(

@@ -117,8 +117,12 @@ def refuse_secret_in_env(session: Session, changes: UpdateSecrets | None) -> Non
 
 
 @router.post("/{session_id}/pause", response_model=SessionOut)
-async def pause_session(request: Request, session: LiveSessionDep, manager: ManagerDep) -> SessionOut:
-    """Save its state, remove its sandbox, stop its proxy: its slot is free until it resumes."""
+async def pause_session(request: Request, session: LiveSessionDep, who: CallerDep, manager: ManagerDep) -> SessionOut:
+    """Save its state, remove its sandbox, stop its proxy: its slot is free until it resumes. The
+    owner's key only: the agent's token must not end a person's turn on its screen (a pause closes
+    every live view) nor stop or restart its own session against the owner (its idle timeout
+    pauses it with ``idle_action: "pause"``)."""
+    who.change_session()
     await manager.pause(session)
     return session_out(request, session)
 
@@ -133,9 +137,8 @@ async def resume_session(
 ) -> SessionOut:
     """A new sandbox for the same id and token, its state put back (the body: secret values a
     restarted gateway no longer holds)."""
+    who.change_session()  # the owner's key only, as a pause (and the secret values are the owner's to give)
     body = await reading.read()
-    if body.secrets:  # what the proxy injects is the owner's to give: the agent's token never sets it
-        who.change_egress()
     try:
         await manager.resume(session, body)
     except SandboxError as exc:

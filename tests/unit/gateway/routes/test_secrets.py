@@ -523,9 +523,10 @@ async def test_a_revocation_whose_answer_and_status_were_lost_is_taken_by_the_wa
 
 
 async def test_a_session_token_cannot_give_secret_values_at_a_resume(world: World) -> None:
-    """The agent's token may pause and resume its session, but never set what its proxy injects: a
-    resume body's secrets from it are refused (403), and an owner's only fill the values a restarted
-    gateway lost, never replace one the vault holds (that is PATCH's, audited as a change)."""
+    """The agent's token may neither pause nor resume its session (the owner's key only), let alone
+    set what its proxy injects: a resume body's secrets from it are refused (403), and an owner's only
+    fill the values a restarted gateway lost, never replace one the vault holds (that is PATCH's,
+    audited as a change)."""
     from corral.gateway.models import ResumeSession
     from corral.gateway.sessions.pausedstate import PausedState
 
@@ -535,7 +536,10 @@ async def test_a_session_token_cannot_give_secret_values_at_a_resume(world: Worl
     session.record = session.record.model_copy(update={"paused": PausedState(paused_at=0.0, remaining_s=60.0)})
     async with world.client(created["token"]) as holder:
         refused = await holder.post(f"/v1/sessions/{created['id']}/resume", json={"secrets": {"GITHUB_TOKEN": ROTATED}})
+        bare = await holder.post(f"/v1/sessions/{created['id']}/resume", json={})
+        paused = await holder.post(f"/v1/sessions/{created['id']}/pause")
     assert refused.status_code == 403, refused.text
+    assert bare.status_code == 403 and paused.status_code == 403, (bare.text, paused.text)
     assert session.state == "paused"
     pauses = world.manager.parts.pauses
     assert pauses is not None
