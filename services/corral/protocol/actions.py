@@ -947,6 +947,71 @@ corral.sandbox.tools.patch, corral.sandbox.tools.search), outside the desktop's 
 TOOL_ACTIONS: tuple[type[_Action], ...] = get_args(ToolAction)
 
 
+# -- code (a Jupyter kernel per named context, as the agent: corral.sandbox.kernels) ---------------------
+
+MAX_CODE_BYTES = 1 << 20
+CodeLanguage = Literal["python"]
+ContextName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+DEFAULT_CODE_CONTEXT = "default"
+
+
+class RunCode(_Action):
+    """Run ``code`` in a kernel that keeps its state between calls (E2B's ``run_code``): one kernel
+    per ``context``, started on first use as the agent, with exec's limits, egress and process table.
+    At ``timeout_ms`` the cell is interrupted and the kernel kept; a kernel that ignores the interrupt
+    is restarted (``state_lost``). See docs/protocol.md, "Code"."""
+
+    result: ClassVar[type[BaseModel]] = r.CodeExecution
+
+    runs_apart: ClassVar[bool] = True
+    type: Literal["run_code"]
+    code: Annotated[Utf8Text, Field(max_length=MAX_CODE_BYTES)]
+    language: CodeLanguage = "python"
+    context: ContextName = DEFAULT_CODE_CONTEXT
+    timeout_ms: Annotated[int, Field(ge=1, le=MAX_PROCESS_TIMEOUT_MS)] | None = None
+    max_output_bytes: Annotated[int, Field(ge=0)] | None = None  # stdout and stderr together, as exec's
+    stream: bool = False  # output and result events before the reply
+
+    @field_validator("code")
+    @classmethod
+    def _bounded(cls, value: str) -> str:
+        if len(value.encode()) > MAX_CODE_BYTES:
+            raise PydanticCustomError("invalid_field", "code is at most {limit} bytes", {"limit": MAX_CODE_BYTES})
+        return value
+
+
+class ListCodeContexts(_Action):
+    result: ClassVar[type[BaseModel]] = r.CodeContextListing
+
+    runs_apart: ClassVar[bool] = True
+    type: Literal["list_code_contexts"]
+
+
+class RestartCodeContext(_Action):
+    """Start the context's kernel afresh (its variables gone); starts it if it was not running."""
+
+    result: ClassVar[type[BaseModel]] = r.CodeContextInfo
+
+    runs_apart: ClassVar[bool] = True
+    type: Literal["restart_code_context"]
+    context: ContextName = DEFAULT_CODE_CONTEXT
+
+
+class RemoveCodeContext(_Action):
+    """Stop the context's kernel and forget it (its memory freed)."""
+
+    result: ClassVar[type[BaseModel]] = r.CodeContextRemoved
+
+    runs_apart: ClassVar[bool] = True
+    type: Literal["remove_code_context"]
+    context: ContextName = DEFAULT_CODE_CONTEXT
+
+
+CodeAction = RunCode | ListCodeContexts | RestartCodeContext | RemoveCodeContext
+"""The code interpreter's actions (corral.sandbox.kernels), outside the desktop's lock. Not yet in
+AnyAction: the kernels' branch adds them there with their runner."""
+
+
 # -- the session's secrets (placeholders only: the sandbox never holds a value) ------------------------------
 
 

@@ -238,6 +238,90 @@ class OutputEvent(Result):
     encoding: OutputEncoding
 
 
+# -- code (run_code: a Jupyter kernel per context, run as the agent) ---------------------------------------
+
+CodeMime = Literal[
+    "text/plain",
+    "text/html",
+    "text/markdown",
+    "text/latex",
+    "image/png",
+    "image/jpeg",
+    "image/svg+xml",
+    "application/json",
+    "application/javascript",
+]
+"""The MIME types a ``run_code`` result carries (E2B's formats). Images are base64, everything else
+text; ``application/json`` is the JSON's text (parse it), so no result is open-ended JSON."""
+
+
+class CodeOutput(Result):
+    """One display or execute result of a cell, as its MIME bundle (Jupyter's ``data``)."""
+
+    data: dict[CodeMime, str]
+    is_main_result: bool  # the cell's value (execute_result), not a display() call
+    omitted: list[str] = Field(default_factory=list)  # MIME types left out: too large, or not one of CodeMime
+
+
+class CodeLogs(Result):
+    """What the cell printed, chunk by chunk as the kernel sent it (E2B's ``logs``)."""
+
+    stdout: list[str]
+    stderr: list[str]
+    truncated: bool  # past the call's max_output_bytes: later chunks were dropped
+
+
+class CodeError(Result):
+    """The cell's exception (E2B's ``ExecutionError``), or why the kernel could not run it."""
+
+    name: str  # e.g. ZeroDivisionError; KernelDied, KernelRestarted and Timeout are Corral's own
+    value: str
+    traceback: str  # as the kernel printed it, ANSI colours removed
+
+
+class CodeExecution(Result):
+    """``run_code``'s answer (E2B's ``Execution``): the cell's results, its logs, its error."""
+
+    context: str
+    language: Literal["python"]
+    results: list[CodeOutput]
+    logs: CodeLogs
+    error: CodeError | None
+    execution_count: int | None
+    timed_out: bool  # interrupted at timeout_ms; the kernel and its state are kept unless state_lost
+    state_lost: bool  # the context's kernel died or was restarted during this call: its variables are gone
+    duration_ms: float
+
+
+class CodeResultEvent(Result):
+    """An event frame of a streamed ``run_code`` (before its reply, with the request's ``id``): one
+    result as the kernel displayed it. Printed chunks come as :class:`OutputEvent` frames."""
+
+    id: str | int | None = None
+    event: Literal["result"] = "result"
+    result: CodeOutput
+
+
+class CodeContextInfo(Result):
+    """One code context: a named kernel whose state lasts between calls."""
+
+    name: str
+    language: Literal["python"]
+    state: Literal["idle", "busy"]
+    pid: int  # the kernel's process, in the process table like an exec's
+    execution_count: int
+    started: float  # unix seconds
+
+
+class CodeContextListing(Result):
+    contexts: list[CodeContextInfo]
+
+
+class CodeContextRemoved(Result):
+    name: str
+    removed: bool  # False: no such context was running
+
+
 class ProcessInfo(Result):
     pid: int
     command: str | None
