@@ -8,7 +8,6 @@ import asyncio
 
 from fastapi import APIRouter
 
-from corral.contracts import actors
 from corral.errors import Forbidden, ProfilesOff
 from corral.gateway import auth
 from corral.gateway.models import DeletedProfile, ProfileOut
@@ -54,13 +53,13 @@ async def delete_profile(name: str, key_id: KeyIdDep, manager: ManagerDep) -> De
 async def save_profile(session: RunningSessionDep, who: CallerDep, manager: ManagerDep) -> ProfileOut:
     """The session's browser state saved now under the profile it was created with (Chromium is
     stopped for the copy and started again: open pages reload onto about:blank). The owner's key
-    always; the session's own token only when its owner asked for the profile to be saved."""
-    ref = session.record.profile
-    if who.key_id is None and (ref is None or not ref.save):
+    only: a save restarts the browser, so the agent's token could close the pages of a person who
+    holds its screen (a profile made with ``save: true`` is still saved at the session's end)."""
+    if who.key_id is None:
         raise Forbidden(
-            "this session's profile is saved only with its owner's API key (it was created with save false)"
+            "a session's profile is saved now only with its owner's API key (saving restarts the browser);"
+            " one created with save true is saved at the session's end"
         )
-    actor = auth.OWNER_ACTOR if who.key_id is not None else actors.AGENT
     async with session.changing:
-        info = await _profiles(manager).save(session, actor)
+        info = await _profiles(manager).save(session, auth.OWNER_ACTOR)
     return _out(info)
