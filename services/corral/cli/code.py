@@ -16,7 +16,6 @@ from websockets.exceptions import ConnectionClosed, WebSocketException
 from corral.cli import common
 from corral.client import Frame, is_reply
 from corral.errors import ActionFailed, CorralError
-from corral.protocol.actions import DEFAULT_CODE_CONTEXT
 from corral.sdk.execution import Execution, OutputMessage, Result
 from corral.sdk.messages import Message, code_event, messages
 
@@ -25,6 +24,7 @@ code_app = typer.Typer(
 )
 
 T = TypeVar("T")
+DEFAULT_CODE_CONTEXT = "default"  # protocol.actions' (not imported: it needs the server's python-xlib)
 TIMED_OUT = 124  # as `corral exec` and timeout(1) give it
 
 
