@@ -26,7 +26,8 @@ from typing import Any, Literal
 
 from corral.protocol.actions import LEASE_TYPES
 from corral.recording.bundle import Bundle, RecordedEvent
-from corral.recording.imagediff import Mask, compare
+from corral.recording.imagediff import Mask as Mask  # `corral replay --mask` reads it here
+from corral.recording.imagediff import compare
 from corral.recording.judge import (
     EXPECTATIONS,
     STREAMS,
