@@ -1,0 +1,70 @@
+"""Running one cell, as a small state machine over a narrow seam (:class:`Link`: send a request,
+read the next message, interrupt): the request is sent, the kernel's messages are folded in until
+it is idle and has replied; at the timeout the cell is interrupted (SIGINT) and given
+``grace_s`` to come back idle. How it ended (:data:`Ending`) decides what the context does next
+(:mod:`corral.sandbox.kernels.contexts`): keep the kernel, or restart it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Literal, Protocol
+
+from corral.errors import KernelGone
+from corral.sandbox.kernels.collect import Cell, Event
+from corral.sandbox.kernels.wire import Message
+
+Ending = Literal["done", "timed_out", "hung", "died"]
+"""done: the cell ran to its end; timed_out: interrupted at the timeout, the kernel idle again;
+hung: still busy ``grace_s`` after the interrupt (the kernel must go); died: its process ended."""
+
+Emit = Callable[[Event], Awaitable[None]]
+
+
+class Link(Protocol):
+    """A running kernel, as a cell sees it (corral.sandbox.kernels.channels.KernelLink)."""
+
+    async def execute(self, code: str) -> str:
+        """Send an ``execute_request``; its msg_id."""
+        ...
+
+    async def next(self) -> Message:
+        """The next message from IOPub or the shell; KernelGone once the process ended and what it
+        sent before is read."""
+        ...
+
+    def interrupt(self) -> None:
+        """SIGINT to the kernel (as the agent, through the launcher)."""
+        ...
+
+
+async def run_cell(
+    link: Link, code: str, *, timeout_s: float, grace_s: float, max_output_bytes: int, emit: Emit | None = None
+) -> tuple[Cell, Ending]:
+    cell = Cell(await link.execute(code), max_output_bytes)
+    try:
+        async with asyncio.timeout(timeout_s):
+            await _until_done(link, cell, emit)
+        return cell, "done"
+    except TimeoutError:
+        pass
+    except KernelGone:
+        return cell, "died"
+    link.interrupt()
+    try:
+        async with asyncio.timeout(grace_s):
+            await _until_done(link, cell, emit)
+        return cell, "timed_out"
+    except TimeoutError:
+        return cell, "hung"
+    except KernelGone:
+        return cell, "died"
+
+
+async def _until_done(link: Link, cell: Cell, emit: Emit | None) -> None:
+    while not cell.done:
+        events = cell.take(await link.next())
+        if emit is not None:
+            for event in events:
+                await emit(event)
