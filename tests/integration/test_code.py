@@ -176,6 +176,24 @@ def test_a_result_too_big_for_the_reply_keeps_its_text(sb: Sandbox) -> None:
     assert out["data"] == {"text/plain": "big chart"} and out["omitted"] == ["image/png"]
 
 
+def test_a_kernel_that_sends_garbage_cannot_harm_the_controller(sb: Sandbox) -> None:
+    # The cell is the agent's code in the kernel, which holds the key: it can send anything on IOPub.
+    code = (
+        "k = get_ipython().kernel\n"
+        "session, sock, parent = k.session, k.iopub_socket, k.get_parent('shell')\n"
+        "sock.send_multipart([b'x', b'<IDS|MSG>', b'bad signature', b'{}', b'{}', b'{}', b'{}'])\n"
+        "session.send(sock, 'display_data', {'data': ['not', 'a', 'bundle']}, parent=parent)\n"
+        "session.send(sock, 'stream', {'name': 'stdout', 'text': 'y' * (30 << 20)}, parent=parent)\n"
+        "print('after')"
+    )
+    result = run(sb, code, context="hostile")
+    assert result["error"] is None and result["state_lost"] is False, result["error"]
+    assert [out["data"] for out in result["results"]] == [{}]  # the bundle that was not one: empty
+    assert all(len(chunk) < 1 << 20 for chunk in result["logs"]["stdout"])  # the 30 MiB frame was refused
+    assert main(run(sb, "1 + 1", context="hostile")) == {"text/plain": "2"}
+    act(sb, {"type": "remove_code_context", "context": "hostile"})
+
+
 def test_restart_and_remove_contexts(sb: Sandbox) -> None:
     run(sb, "y = 2", context="life")
     old = kernel_pid(sb, "life")
@@ -247,12 +265,16 @@ def test_a_streamed_call_sends_output_and_result_events_before_its_reply(sb: San
 
 
 def test_bad_input_is_a_clear_error(sb: Sandbox) -> None:
-    bad_language = sb.act({"type": "run_code", "code": "1", "language": "cobol"})
-    assert bad_language["ok"] is False and bad_language["error"]["field"] == "action.language"
-    bad_context = sb.act({"type": "run_code", "code": "1", "context": "../x"})
-    assert bad_context["ok"] is False and bad_context["error"]["code"] == "invalid_field"
-    too_long = sb.act({"type": "run_code", "code": "1", "timeout_ms": 10_000_000})
-    assert too_long["ok"] is False and too_long["error"]["field"] == "action.timeout_ms"
+    def refused(**fields: Any) -> dict[str, Any]:
+        reply = sb.request({"action": {"type": "run_code", "code": "1", **fields}})
+        assert reply["ok"] is False, reply
+        error: dict[str, Any] = reply["error"]
+        return error
+
+    assert refused(language="cobol")["field"] == "action.language"
+    assert refused(context="../x") == {**refused(context="../x"), "code": "invalid_field", "field": "action.context"}
+    assert refused(timeout_ms=10_000_000)["field"] == "action.timeout_ms"
+    assert refused(max_output_bytes=1 << 30)["field"] == "action.max_output_bytes"
     assert json.dumps(run(sb, "1 + 1")["results"]) == json.dumps(
         [{"data": {"text/plain": "2"}, "is_main_result": True, "omitted": []}]
     )

@@ -49,3 +49,10 @@ async def test_a_kernel_that_dies_after_the_interrupt_died() -> None:
     kernel = FakeKernel([], after_interrupt=[DIE])
     _, ending = await run_cell(kernel, "x", timeout_s=0, grace_s=60, max_output_bytes=100)
     assert ending == "died" and kernel.interrupts == 1
+
+
+async def test_a_reply_whose_idle_never_comes_still_ends_the_cell() -> None:
+    # A message over the frame cap drops IOPub's connection: what it carried (the idle too) is lost.
+    kernel = FakeKernel([msg("stream", name="stdout", text="a"), finished()[0]])
+    cell, ending = await run_cell(kernel, "x", timeout_s=60, grace_s=1, max_output_bytes=100, idle_after_reply_s=0)
+    assert ending == "done" and cell.replied and not cell.idle and cell.stdout == ["a"]

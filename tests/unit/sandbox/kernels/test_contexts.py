@@ -3,6 +3,8 @@ cell ends does to its kernel and its answer."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -181,3 +183,10 @@ async def test_close_stops_every_kernel() -> None:
     await run(contexts, context="two")
     await contexts.close()
     assert all(kernel.stopped for _, _, kernel in kernels.started)
+
+
+def test_the_controller_loads_no_zeromq_until_a_kernel_starts() -> None:
+    # A session that never runs code pays nothing for the kernels' wire (pyzmq and its library).
+    probe = "import sys, corral.sandbox.app; print(sorted(m for m in sys.modules if 'zmq' in m))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
