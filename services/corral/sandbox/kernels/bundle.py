@@ -16,6 +16,9 @@ MIME_TYPES: frozenset[str] = frozenset(get_args(r.CodeMime))
 # The MIME types kept whatever the budget (cut short if they must be): a result always says what it is.
 KEPT_TEXT = "text/plain"
 MAX_TEXT_PLAIN_BYTES = 64 << 10  # a result's text/plain past this is cut (a repr of a huge object)
+# What a result's text/plain may take even once the results' budget is spent (the frame has room for
+# collect.MAX_RESULTS of them): every result says what it is.
+TEXT_RESERVE = 256
 MAX_OMITTED = 32  # the names of left-out types kept per result
 MAX_MIME_NAME = 128
 MAX_ERROR_NAME = 256
@@ -37,6 +40,17 @@ def cut(text: str, limit: int) -> str:
     if len(data) <= limit:
         return text
     return data[: max(0, limit - len(CUT))].decode(errors="ignore") + CUT
+
+
+def fit_json(text: str, limit: int) -> str:
+    """``text`` cut so that its JSON (ASCII, as replies are written: ``é`` takes six bytes) takes at
+    most ``limit`` bytes, marked when cut."""
+    size = len(json.dumps(text))
+    while size > limit and text:
+        keep = max(0, len(text.encode()) * limit // size - len(CUT) - 8)
+        text = cut(text, keep) if keep else ""
+        size = len(json.dumps(text))
+    return text
 
 
 def _value(mime: str, value: object) -> str | None:
@@ -69,9 +83,9 @@ def output(data: object, *, main: bool, budget: int) -> tuple[r.CodeOutput, int]
             omitted.append(mime[:MAX_MIME_NAME])
             continue
         if mime == KEPT_TEXT:
-            text = cut(text, min(MAX_TEXT_PLAIN_BYTES, max(0, budget - used)))
+            text = fit_json(text, min(MAX_TEXT_PLAIN_BYTES, max(TEXT_RESERVE, budget - used)))
         size = len(json.dumps(text))
-        if used + size > budget:
+        if used + size > budget and mime != KEPT_TEXT:
             omitted.append(mime)
             continue
         kept[mime] = text  # type: ignore[index]  # mime is one of CodeMime's (checked above)

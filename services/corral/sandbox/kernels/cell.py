@@ -15,6 +15,11 @@ from corral.errors import KernelGone
 from corral.sandbox.kernels.collect import Cell, Event
 from corral.sandbox.kernels.wire import Message
 
+# After the shell's execute_reply, how long IOPub's idle may take before the cell counts as done
+# anyway: a message of the kernel's over the frame cap drops the IOPub connection (ZeroMQ reconnects),
+# losing what it carried, and the cell's end must not hang on it.
+IDLE_AFTER_REPLY_S = 2.0
+
 Ending = Literal["done", "timed_out", "hung", "died"]
 """done: the cell ran to its end; timed_out: interrupted at the timeout, the kernel idle again;
 hung: still busy ``grace_s`` after the interrupt (the kernel must go); died: its process ended."""
@@ -40,12 +45,35 @@ class Link(Protocol):
 
 
 async def run_cell(
-    link: Link, code: str, *, timeout_s: float, grace_s: float, max_output_bytes: int, emit: Emit | None = None
+    link: Link,
+    code: str,
+    *,
+    timeout_s: float,
+    grace_s: float,
+    max_output_bytes: int,
+    emit: Emit | None = None,
+    idle_after_reply_s: float = IDLE_AFTER_REPLY_S,
 ) -> tuple[Cell, Ending]:
     cell = Cell(await link.execute(code), max_output_bytes)
+
+    async def until_done() -> None:
+        while not cell.done:
+            if cell.replied:
+                try:
+                    async with asyncio.timeout(idle_after_reply_s):
+                        message = await link.next()
+                except TimeoutError:
+                    return  # replied, its idle lost on IOPub: done
+            else:
+                message = await link.next()
+            events = cell.take(message)
+            if emit is not None:
+                for event in events:
+                    await emit(event)
+
     try:
         async with asyncio.timeout(timeout_s):
-            await _until_done(link, cell, emit)
+            await until_done()
         return cell, "done"
     except TimeoutError:
         pass
@@ -54,17 +82,9 @@ async def run_cell(
     link.interrupt()
     try:
         async with asyncio.timeout(grace_s):
-            await _until_done(link, cell, emit)
+            await until_done()
         return cell, "timed_out"
     except TimeoutError:
         return cell, "hung"
     except KernelGone:
         return cell, "died"
-
-
-async def _until_done(link: Link, cell: Cell, emit: Emit | None) -> None:
-    while not cell.done:
-        events = cell.take(await link.next())
-        if emit is not None:
-            for event in events:
-                await emit(event)

@@ -160,7 +160,7 @@ class CodeContexts:
                     timeout_s=timeout_ms / 1000,
                     grace_s=self._settings.interrupt_grace_s,
                     max_output_bytes=output_bytes,
-                    emit=context.emit,
+                    emit=context.emit if action.stream else None,
                 )
             except BaseException:
                 # The caller went away mid-cell: the cell is interrupted, the kernel kept (as a timeout).
