@@ -170,3 +170,23 @@ async def test_the_contexts_in_both_twins() -> None:
     twin, twin_ws = _async_sandbox(_reply({"name": "other", "removed": False}))
     assert await twin.remove_code_context("other") == r.CodeContextRemoved(name="other", removed=False)
     assert twin_ws.sent == [{"action": {"type": "remove_code_context", "context": "other"}}]
+
+
+async def test_a_refused_streamed_cell_raises_in_both_twins_after_no_callback() -> None:
+    refused = {"ok": False, "id": 1, "error": {"code": "code_context_limit", "message": "8 contexts", "field": "x"}}
+    sandbox, twin = Sandbox.__new__(Sandbox), AsyncSandbox.__new__(AsyncSandbox)
+    sandbox._ws, twin._ws = StreamRecorder([refused]), AsyncStreamRecorder([refused])  # type: ignore[assignment]
+    heard: list[object] = []
+    with pytest.raises(ActionFailed) as failed:
+        sandbox.run_code("1", context="ninth", on_error=heard.append)
+    with pytest.raises(ActionFailed) as async_failed:
+        await twin.run_code("1", context="ninth", on_error=heard.append)
+    assert failed.value.code == async_failed.value.code == "code_context_limit" and heard == []
+
+
+def test_to_json_names_formats_as_e2b_does() -> None:
+    got = Execution.of(r.CodeExecution.model_validate(_run()))
+    encoded = json.loads(got.to_json())
+    assert encoded["results"][0] == {"text": CHART["data"]["text/plain"], "png": PNG}
+    assert encoded["results"][1] == {"text": "3", "json": {"a": [1, 2]}}  # parsed, as E2B's
+    assert encoded["logs"] == {"stdout": ["hi\n"], "stderr": ["warn\n"]} and encoded["error"] is None

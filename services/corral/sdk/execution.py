@@ -188,13 +188,21 @@ class Execution:
 
     def to_json(self) -> str:
         """E2B's ``to_json``: results by format name, logs, error."""
-        results = [{name: res.data[mime] for name, mime in FORMATS.items() if mime in res.data} for res in self.results]
+        results = [
+            {name: res.json if name == "json" else res.data[mime] for name, mime in _carried(res)}
+            for res in self.results
+        ]
         logs = {"stdout": self.logs.stdout, "stderr": self.logs.stderr}
         error = None if self.error is None else json.loads(self.error.to_json())
         return json.dumps({"results": results, "logs": logs, "error": error})
 
     def __repr__(self) -> str:
         return f"Execution(Results: {self.results}, Logs: {self.logs}, Error: {self.error})"
+
+
+def _carried(result: Result) -> list[tuple[str, str]]:
+    """The formats ``result`` carries: (E2B's name, its MIME type)."""
+    return [(name, mime) for name, mime in FORMATS.items() if mime in result.data]
 
 
 CodeEvent = OutputMessage | Result

@@ -155,3 +155,12 @@ def test_the_context_commands(gateway: Callable[[Any], list[httpx.Request]]) -> 
         {"type": "remove_code_context", "context": "other"},
     ]
     assert {r.url.path for r in seen} == {"/v1/sessions/ses_1/actions"}
+
+
+def test_an_svg_result_is_saved_as_svg_and_text_results_keep_their_order(session: Any, tmp_path: Path) -> None:
+    svg = {"data": {"image/svg+xml": "<svg/>", "text/plain": "<Figure>"}, "is_main_result": False}
+    markdown = {"data": {"text/markdown": "**bold**"}, "is_main_result": False}
+    session([{"id": 1, "event": "result", "result": svg}, {"id": 1, "event": "result", "result": markdown}, _reply()])
+    result = CliRunner().invoke(app, ["run-code", "ses_1", "show()", "--save-images", str(tmp_path)])
+    assert result.exit_code == 0 and result.stdout == "**bold**\n"
+    assert (tmp_path / "result-1.svg").read_text() == "<svg/>"
