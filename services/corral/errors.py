@@ -66,6 +66,9 @@ class ErrorCode(StrEnum):
     NO_SUCH_PROCESS = "no_such_process"
     PROCESS_LIMIT = "process_limit"
     EXEC_FAILED = "exec_failed"
+    # run_code (corral.sandbox.kernels): a kernel that could not start, a context past the cap.
+    KERNEL_FAILED = "kernel_failed"
+    CODE_CONTEXT_LIMIT = "code_context_limit"
     NO_SUCH_FILE = "no_such_file"
     PERMISSION_DENIED = "permission_denied"
     NOT_A_DIRECTORY = "not_a_directory"
@@ -277,6 +280,15 @@ class SettingsFileInvalid(CorralError):
 class ArchiveRefused(CorralError):
     """A downloaded directory's tar holds a member no honest ``tar -cf - .`` makes (an absolute or ``..``
     name, one twice, a hard link to no file before it), or ends early: nothing of it is unpacked."""
+
+
+class BadKernelMessage(CorralError):
+    """A Jupyter kernel (the agent's process) sent a message that is not one (corral.sandbox.kernels.wire):
+    it is dropped, never half-read."""
+
+
+class KernelGone(CorralError):
+    """The kernel's process ended while the controller waited on it (corral.sandbox.kernels)."""
 
 
 class StreamAborted(CorralError):

@@ -161,6 +161,7 @@ def build_wheelhouse(root: Path, arch: str, log: Log, image_dir: str = "images/d
         "--disable-pip-version-check",
         "-r",
         str(desktop / "requirements.txt"),
+        *_agent_requirements(desktop),
         "-d",
         str(desktop / "wheels"),
         "--only-binary=:all:",
@@ -175,6 +176,12 @@ def build_wheelhouse(root: Path, arch: str, log: Log, image_dir: str = "images/d
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise ImageBuildError(f"pip download failed:\n{result.stderr[-3000:]}")
+
+
+def _agent_requirements(image_dir: Path) -> list[str]:
+    """``-r`` of the image's agent-side packages (the desktop's: its kernels' Python), when it has them."""
+    agent = image_dir / "requirements-agent.txt"
+    return ["-r", str(agent)] if agent.is_file() else []
 
 
 def _wants_wheelhouse(wheelhouse: bool) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from corral.cli import actions, files, lifecycle, mcp, recordings
+from corral.cli import actions, code, files, lifecycle, mcp, recordings
 from corral.cli.audit import audit_app
 from corral.cli.images import images_app
 from corral.cli.profiles import profile_app
@@ -30,6 +30,7 @@ app.command("mcp")(mcp.mcp_stdio)
 app.command("do")(actions.do)
 app.command()(actions.screenshot)
 app.command("exec")(actions.exec_command)
+app.command("run-code")(code.run_code)
 app.command("cp")(files.cp)
 app.command()(recordings.replay)
 app.add_typer(images_app, name="images")
@@ -40,6 +41,7 @@ app.add_typer(audit_app, name="audit")
 app.add_typer(recording_app, name="recording")
 app.add_typer(export_app, name="export")
 app.add_typer(profile_app, name="profile")
+app.add_typer(code.code_app, name="code")
 
 
 def main() -> None:

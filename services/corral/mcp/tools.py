@@ -30,6 +30,7 @@ from corral.errors import ErrorCode
 from corral.gateway_client import AsyncGateway, session_body
 from corral.mcp import results
 from corral.mcp.base import MAX_CONTROL_WAIT_MS, Ctx, SessionId
+from corral.mcp.code import CodeTools
 from corral.mcp.screen import ScreenTools
 from corral.protocol import results as r
 from corral.sdk import messages
@@ -72,6 +73,9 @@ ANNOTATIONS: dict[str, ToolAnnotations] = {
     "exec": _hints(False, True, False, True),
     "read_file": _hints(True, False, True, False),
     "write_file": _hints(False, True, True, False),
+    # Open world and destructive as exec: a cell can do anything the agent can.
+    "run_code": _hints(False, True, False, True),
+    "restart_code_context": _hints(False, True, True, False),
     "audit_summary": _hints(True, False, True, False),
     # Not read-only: each takes the human's hand-back note, which the sandbox gives once.
     "control": _hints(False, False, False, False),
@@ -109,7 +113,7 @@ def _exec_summary(result: commands.ExecResult) -> str:
     return "\n".join(parts)
 
 
-class CorralTools(ScreenTools):
+class CorralTools(ScreenTools, CodeTools):
     """The tools, bound to how they reach the gateway (:mod:`corral.mcp.access`)."""
 
     def tools(self) -> list[Callable[..., Awaitable[CallToolResult]]]:

@@ -1008,8 +1008,8 @@ class RemoveCodeContext(_Action):
 
 
 CodeAction = RunCode | ListCodeContexts | RestartCodeContext | RemoveCodeContext
-"""The code interpreter's actions (corral.sandbox.kernels), outside the desktop's lock. Not yet in
-AnyAction: the kernels' branch adds them there with their runner."""
+"""The code interpreter's actions (corral.sandbox.kernels), outside the desktop's lock."""
+CODE_ACTIONS: tuple[type[_Action], ...] = get_args(CodeAction)
 
 
 # -- the session's secrets (placeholders only: the sandbox never holds a value) ------------------------------
@@ -1099,6 +1099,10 @@ AnyAction = (
     | FileGlob
     | FileGrep
     | Secrets
+    | RunCode
+    | ListCodeContexts
+    | RestartCodeContext
+    | RemoveCodeContext
     | Control
     | RequestControl
 )

@@ -490,6 +490,10 @@ AnyResult = (
     | GlobMatches
     | GrepMatches
     | SecretPlaceholders
+    | CodeExecution
+    | CodeContextListing
+    | CodeContextInfo
+    | CodeContextRemoved
     | LeaseAnswer
     | StepFailed
 )

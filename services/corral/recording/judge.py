@@ -4,7 +4,8 @@ An ``exec`` passes when its exit code (or, killed, its signal) matches the recor
 stderr are compared only when the step asks (``expect: {"stdout": "exact"}``), by sha256, so an
 output the recording kept only the start of still compares whole. ``file_write`` and ``file_read``
 compare the sha256 of the file written or the bytes read where the recording has one;
-``process_wait`` the exit code of a process that had ended. Process steps name a pid: the replay's
+``process_wait`` the exit code of a process that had ended; ``run_code`` its error, its results' texts
+and images, and its logs when asked (:mod:`corral.recording.codejudge`). Process steps name a pid: the replay's
 processes have other pids, so each recorded pid is mapped to the one the replay got for the same
 ``exec`` (:class:`PidMap`). The tools over commands and files (``shell``, ``edit``, ...) are judged by
 their result too; a vendor call (a ``tool_result`` or an output ``item`` in the reply) by its outcome: a
@@ -20,7 +21,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from corral.recording.redact import HIDDEN_FIELDS, INPUT_FIELDS, PAYLOADS, digest, is_hidden, vendor_exec
+from corral.recording.codejudge import code_checks
+from corral.recording.redact import (
+    CODE_FIELDS,
+    HIDDEN_FIELDS,
+    INPUT_FIELDS,
+    PAYLOADS,
+    digest,
+    is_hidden,
+    vendor_exec,
+)
 
 COMMAND_TYPES = frozenset(
     {"exec", "process_list", "process_wait", "process_kill", "process_write", "process_output", "process_resize"}
@@ -28,6 +38,8 @@ COMMAND_TYPES = frozenset(
 FILE_TYPES = frozenset({"file_read", "file_write", "file_list", "file_stat", "file_remove", "file_move"})
 # The tools over commands and files (what the vendors' shell, editor and patch tools become).
 TOOL_TYPES = frozenset({"shell", "edit", "apply_patch", "file_glob", "file_grep"})
+# The code interpreter's (corral.recording.codejudge judges run_code's outputs).
+CODE_TYPES = frozenset({"run_code", "list_code_contexts", "restart_code_context", "remove_code_context"})
 # Files moved over HTTP (PUT/GET /v1/files), recorded as steps of these types (corral.recording.transfers).
 UPLOAD, DOWNLOAD = "file_upload", "file_download"
 TRANSFER_TYPES = frozenset({UPLOAD, DOWNLOAD})
@@ -70,7 +82,7 @@ def action_type(event: Mapping[str, Any]) -> str | None:
 
 def judged_by_result(event: Mapping[str, Any]) -> bool:
     """A command or file step: its result is compared, never its screen."""
-    return action_type(event) in COMMAND_TYPES | FILE_TYPES | TOOL_TYPES | TRANSFER_TYPES
+    return action_type(event) in COMMAND_TYPES | FILE_TYPES | TOOL_TYPES | TRANSFER_TYPES | CODE_TYPES
 
 
 def cut_upload(event: Mapping[str, Any]) -> str | None:
@@ -283,6 +295,8 @@ def judge(event: Mapping[str, Any], reply: Mapping[str, Any], expect: Mapping[st
         checks = _exec_checks(event, reply, expect)
     elif kind == "process_wait":
         checks = _wait_checks(event, reply)
+    elif kind == "run_code":
+        checks = [Check(*check) for check in code_checks(event, reply, expect)]
     else:
         checks = _file_checks(kind, event, reply)
     failed = [check for check in checks if not check.passed]
@@ -295,4 +309,4 @@ def judge(event: Mapping[str, Any], reply: Mapping[str, Any], expect: Mapping[st
 
 def summary_fields(kind: str | None) -> frozenset[str]:
     """Fields of an action left out of a one-line summary: uploaded bytes say nothing there."""
-    return frozenset(INPUT_FIELDS.get(kind or "", ()))
+    return frozenset(INPUT_FIELDS.get(kind or "", ()) + CODE_FIELDS.get(kind or "", ()))

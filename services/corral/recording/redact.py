@@ -3,7 +3,10 @@
 Uploaded bytes (``file_write``'s ``content``/``content_base64``, ``process_write``'s
 ``data``/``data_base64``, ``exec``'s ``stdin``/``stdin_base64``) are kept only up to a short prefix
 (:data:`INPUT_PREFIX_BYTES`); outputs (``exec``'s ``stdout``/``stderr``, ``file_read``'s
-``content``, ``process_output``'s ``data``) share the event's output budget. Each such value, cut
+``content``, ``process_output``'s ``data``; ``run_code``'s printed logs, each result's formats and its
+traceback) share the event's output budget. A ``run_code``'s ``code`` is kept up to
+:data:`CODE_PREFIX_BYTES` (a replay runs it again: a cell cut is skipped), and its logs, printed in
+chunks whose boundaries are timing, are kept as one chunk per stream. Each such value, cut
 or not, gets an entry in the event's ``payloads``, keyed by its dotted path
 (``request.action.content``, ``native.0.content``, ``reply.result.stdout``): ``size`` and
 ``sha256`` of the bytes it stands for (base64 decoded; text as UTF-8) and ``truncated`` when only a
@@ -50,6 +53,11 @@ INPUT_FIELDS: dict[str, tuple[str, ...]] = {
     "process_write": ("data", "data_base64"),
     "exec": ("stdin", "stdin_base64"),
 }
+# Request fields kept whole up to a larger prefix than an upload's: what a replay must send again.
+CODE_FIELDS: dict[str, tuple[str, ...]] = {"run_code": ("code",)}
+CODE_PREFIX_BYTES = 16 << 10
+IMAGE_MIMES = frozenset({"image/png", "image/jpeg"})  # a run_code result's base64 formats
+
 # Request fields whose values are never kept (names stay; values become their size and sha256).
 HIDDEN_FIELDS: dict[str, tuple[str, ...]] = {"exec": ("env",)}
 # Result fields that carry what a command printed or a file held, by action type.
@@ -65,9 +73,9 @@ WITHHELD = "withheld: the message may quote the person's typed text"
 # Modifiers that still type a character (shift: capitals; AltGr: a layout's third level).
 _CHARACTER_MODIFIERS = frozenset({"Shift_L", "Shift_R", "ISO_Level3_Shift"})
 
-# Where a value sits: (the JSON object holding it, its key, its dotted path, whether it is base64).
-# The holders are the request's and the reply's own objects, each action's fields: open-ended.
-Slot = tuple[dict[str, Any], str, str, bool]
+# Where a value sits: (the JSON object or list holding it, its key or index, its dotted path, whether
+# it is base64). The holders are the request's and the reply's own objects, each action's fields: open-ended.
+Slot = tuple[Any, str | int, str, bool]
 Event = TypeVar("Event", bound=Mapping[str, Any])  # an event as the caller holds it, given back the same
 
 
@@ -138,8 +146,8 @@ def _action_type(value: Any) -> str | None:
     return value.get("type") if isinstance(value, dict) and isinstance(value.get("type"), str) else None
 
 
-def _inputs(action: Any, path: str) -> Iterator[Slot]:
-    for key in INPUT_FIELDS.get(_action_type(action) or "", ()):
+def _inputs(action: Any, path: str, fields: Mapping[str, tuple[str, ...]] = INPUT_FIELDS) -> Iterator[Slot]:
+    for key in fields.get(_action_type(action) or "", ()):
         if isinstance(action.get(key), str):
             yield action, key, f"{path}.{key}", key.endswith("_base64")
 
@@ -151,8 +159,47 @@ def _secrets(action: Any) -> Iterator[tuple[Any, str]]:
             yield action, key
 
 
+def _code_logs(result: Any) -> Iterator[tuple[dict[str, Any], str, list[str]]]:
+    """A ``run_code`` result's printed chunks, per stream: (the logs object, the stream, its chunks)."""
+    logs = result.get("logs") if isinstance(result, dict) else None
+    if not isinstance(logs, dict):
+        return
+    for stream in ("stdout", "stderr"):
+        chunks = logs.get(stream)
+        if isinstance(chunks, list) and chunks and all(isinstance(chunk, str) for chunk in chunks):
+            yield logs, stream, chunks
+
+
+def _join_code_logs(event: dict[str, Any]) -> None:
+    """A ``run_code`` reply's logs as one chunk per stream (in place, on redact's copy): the recording
+    keeps what was printed, not how the kernel happened to split it."""
+    reply = event.get("reply")
+    result = reply.get("result") if isinstance(reply, dict) else None
+    for logs, stream, chunks in _code_logs(result):
+        logs[stream] = ["".join(chunks)]
+
+
+def _code_outputs(result: dict[str, Any], path: str) -> Iterator[Slot]:
+    """A ``run_code`` result's texts: each log stream's first chunk (the only one, once joined), each
+    result's formats (images base64), the traceback."""
+    for _, stream, chunks in _code_logs(result):
+        yield chunks, 0, f"{path}.logs.{stream}", False
+    outputs = result.get("results")
+    for index, output in enumerate(outputs if isinstance(outputs, list) else []):
+        data = output.get("data") if isinstance(output, dict) else None
+        for mime, text in data.items() if isinstance(data, dict) else ():
+            if isinstance(text, str):
+                yield data, mime, f"{path}.results.{index}.data.{mime}", mime in IMAGE_MIMES
+    error = result.get("error")
+    if isinstance(error, dict) and isinstance(error.get("traceback"), str):
+        yield error, "traceback", f"{path}.error.traceback", False
+
+
 def _outputs(result: Any, kind: str | None, path: str) -> Iterator[Slot]:
     if not isinstance(result, dict):
+        return
+    if kind in CODE_FIELDS:
+        yield from _code_outputs(result, path)
         return
     is_base64 = result.get("encoding") == "base64"
     for key in OUTPUT_FIELDS.get(kind or "", ()):
@@ -196,18 +243,21 @@ def _actions(event: Mapping[str, Any]) -> list[Any]:
     return [action, vendor_exec(request), *(native if isinstance(native, list) else [])]
 
 
-def _slots(event: Mapping[str, Any]) -> tuple[list[Slot], list[Slot]]:
-    """Where the event holds uploaded bytes (request and native actions) and outputs (the result)."""
+def _slots(event: Mapping[str, Any]) -> tuple[list[Slot], list[Slot], list[Slot]]:
+    """Where the event holds uploaded bytes and code (request and native actions) and outputs (the result)."""
     request, native, reply = event.get("request"), event.get("native"), event.get("reply")
     action = request.get("action") if isinstance(request, dict) else None
     actions = native if isinstance(native, list) else []
     inputs = list(_inputs(action, "request.action"))
     for index, step in enumerate(actions):
         inputs += _inputs(step, f"native.{index}")
+    code = list(_inputs(action, "request.action", CODE_FIELDS))
+    for index, step in enumerate(actions):
+        code += _inputs(step, f"native.{index}", CODE_FIELDS)
     # A native reply's result is its last step's (a request that was not planned has no result).
     kind = _action_type(actions[-1] if actions else action)
     result = reply.get("result") if isinstance(reply, dict) else None
-    return inputs, list(_outputs(result, kind, "reply.result"))
+    return inputs, code, list(_outputs(result, kind, "reply.result"))
 
 
 def is_character_keysym(keysym: int) -> bool:
@@ -318,18 +368,20 @@ def redact(event: Event, output_budget: int = OUTPUT_BUDGET_BYTES) -> Event:
     A person's typed text is left out (:func:`redact_human`).
     The event given is left as it was; one with nothing of the kind comes back as it is."""
     event = redact_human(event)
-    inputs, outputs = _slots(event)
-    if not inputs and not outputs and not any(True for action in _actions(event) for _ in _secrets(action)):
+    if not any(_slots(event)) and not any(True for action in _actions(event) for _ in _secrets(action)):
         return event
     out = _copy(event)
+    _join_code_logs(out)
     for action in _actions(out):
         for holder, key in list(_secrets(action)):
             holder[key] = hide_values(holder[key])
-    inputs, outputs = _slots(out)
+    inputs, code, outputs = _slots(out)
     known = out.get(PAYLOADS)
     payloads: dict[str, Payload] = dict(known) if isinstance(known, dict) else {}
     for slot in inputs:
         _keep(slot, INPUT_PREFIX_BYTES, payloads)
+    for slot in code:
+        _keep(slot, CODE_PREFIX_BYTES, payloads)
     sizes = [len(holder[key].encode("utf-8", "surrogatepass")) for holder, key, _, _ in outputs]
     for slot, share in zip(outputs, _shares(sizes, output_budget), strict=True):
         _keep(slot, share, payloads)

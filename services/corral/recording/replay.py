@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import html
-import io
 import json
 import shlex
 import time
@@ -25,10 +24,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from PIL import Image, ImageChops, ImageFilter
-
 from corral.protocol.actions import LEASE_TYPES
 from corral.recording.bundle import Bundle, RecordedEvent
+from corral.recording.imagediff import Mask as Mask  # `corral replay --mask` reads it here
+from corral.recording.imagediff import compare
 from corral.recording.judge import (
     EXPECTATIONS,
     STREAMS,
@@ -45,32 +44,11 @@ from corral.recording.redact import redacted_length
 from corral.recording.transfers import is_transfer, replay_transfer
 
 FIND_PID_S, FIND_PID_POLL_S = 10.0, 0.05  # how long to look for the pid of an exec sent without waiting
-PIXEL_DELTA = 40  # a grey-level difference (0-255) a person would notice after the blur
 FRAME_REQUEST = {
     "action": {"type": "wait", "ms": 0},
     "wait_for": "stable",
     "screenshot": {"format": "webp", "width": 640, "quality": 60},
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Mask:
-    """A region to ignore, in the recorded frame's pixels: x, y, width, height."""
-
-    x: int
-    y: int
-    width: int
-    height: int
-
-    @classmethod
-    def parse(cls, text: str) -> Mask:
-        parts = text.split(",")
-        if len(parts) != 4 or not all(p.strip().isdigit() for p in parts):
-            raise ValueError(f"a mask is x,y,width,height in whole pixels, not {text!r}")
-        x, y, w, h = (int(p) for p in parts)
-        if w == 0 or h == 0:
-            raise ValueError(f"a mask needs a width and a height: {text!r}")
-        return cls(x, y, w, h)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +66,6 @@ class ReplayOptions:
     overrides: Mapping[int, StepOverride] = field(default_factory=dict)  # by step number, from 1
     recorded_timing: bool = False
     expect: Mapping[str, str] = field(default_factory=dict)  # for every exec step; a step's own wins
-
-
-@dataclass(frozen=True, slots=True)
-class Comparison:
-    score: float  # the share of pixels that differ visibly
-    diff_png: bytes
 
 
 StepStatus = Literal["passed", "diverged", "skipped"]
@@ -180,30 +152,6 @@ def parse_overrides(text: str) -> dict[int, StepOverride]:
             parse_expect(value.get("expect", {}), f"override {key}"),
         )
     return out
-
-
-def _prepared(data: bytes, size: tuple[int, int], masks: tuple[Mask, ...]) -> Image.Image:
-    image = Image.open(io.BytesIO(data)).convert("L")
-    if image.size != size:
-        image = image.resize(size)
-    for mask in masks:
-        image.paste(0, (mask.x, mask.y, mask.x + mask.width, mask.y + mask.height))
-    return image.filter(ImageFilter.BoxBlur(1))
-
-
-def compare(recorded: bytes, replayed: bytes, masks: tuple[Mask, ...] = ()) -> Comparison:
-    """The share of visibly different pixels, and a picture of where (red on the recorded frame)."""
-    base = Image.open(io.BytesIO(recorded)).convert("RGB")
-    a = _prepared(recorded, base.size, masks)
-    b = _prepared(replayed, base.size, masks)
-    delta = ImageChops.difference(a, b).point(lambda v: 255 if v > PIXEL_DELTA else 0)
-    changed = delta.histogram()[255]
-    score = changed / (base.width * base.height)
-    overlay = Image.blend(base, Image.new("RGB", base.size, (255, 255, 255)), 0.6)
-    overlay.paste((230, 0, 0), mask=delta)
-    out = io.BytesIO()
-    overlay.save(out, "PNG")
-    return Comparison(score, out.getvalue())
 
 
 def summarize(event: Mapping[str, Any]) -> str:

@@ -60,6 +60,8 @@ _STATUS: dict[str, int] = {
     ErrorCode.FILE_EXISTS: 409,
     ErrorCode.CONTROL_TAKEN: 409,
     ErrorCode.DIRECTORY_NOT_EMPTY: 409,
+    ErrorCode.CODE_CONTEXT_LIMIT: 409,
+    ErrorCode.KERNEL_FAILED: 500,
     ErrorCode.TOO_LARGE: 413,
     ErrorCode.NO_SPACE: 507,
     ErrorCode.FILE_FAILED: 500,
@@ -429,7 +431,7 @@ class Connection:
         _, frame = fitted(incoming, out)
         await self._send(frame)  # "ok" first: the gateway's relay reads only that
 
-    async def _event(self, event: r.OutputEvent) -> None:
+    async def _event(self, event: r.OutputEvent | r.CodeResultEvent) -> None:
         await self._send(json.dumps(event.wire(), separators=(",", ":")))
 
     async def _send(self, frame: str) -> None:

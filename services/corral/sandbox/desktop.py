@@ -23,6 +23,7 @@ from corral.sandbox.control.turns import ActionLock
 from corral.sandbox.display.screen import Screen, Settled
 from corral.sandbox.display.xinput import XInput
 from corral.sandbox.hands import Hands
+from corral.sandbox.kernels.contexts import CodeContexts
 from corral.sandbox.placeholders import Placeholders
 from corral.sandbox.sessionenv import SessionEnv
 from corral.sandbox.settings import ControllerSettings
@@ -81,6 +82,7 @@ class Desktop:
         shell: PersistentShell | None = None,
         lock: ActionLock | None = None,
         session_env: SessionEnv | None = None,
+        code: CodeContexts | None = None,
     ) -> None:
         self._settings = settings
         self.input = input
@@ -98,6 +100,8 @@ class Desktop:
         self.search = search
         # The session's one persistent bash (the shell action), a process of the table's.
         self.shell = shell
+        # run_code's kernels (corral.sandbox.kernels), processes of the table's, started on first use.
+        self.code = code
         self.size = Size(self.screen.width, self.screen.height)
         # The pointer, the keyboard and the clipboard (corral.sandbox.hands).
         self.hands = Hands(settings, input, browser)
@@ -142,9 +146,12 @@ class Desktop:
             shell=PersistentShell(processes),
             lock=lock,
             session_env=session_env,
+            code=CodeContexts.over(processes, settings.kernel_settings()),
         )
 
     async def close(self) -> None:
+        if self.code is not None:
+            await self.code.close()
         if self.processes is not None:
             await self.processes.close()
         await self.browser.close()
@@ -241,6 +248,8 @@ class Desktop:
                 return ActionResult(await self.files.run(action))
             case a.Shell() | a.Edit() | a.ApplyPatch() | a.FileGlob() | a.FileGrep() | a.Secrets():
                 return ActionResult(await self._tool(action, context))
+            case a.RunCode() | a.ListCodeContexts() | a.RestartCodeContext() | a.RemoveCodeContext():
+                return ActionResult(await _part(self.code, "code interpreter").run(action, context))
             case a.Control():
                 return ActionResult(await takeover.control(self.lease, action.wait_ms))
             case a.RequestControl():

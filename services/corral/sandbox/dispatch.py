@@ -346,7 +346,7 @@ def _with_id(emit: Emit | None, request_id: RequestId) -> Emit | None:
         return None
     send = emit
 
-    async def emit_for_request(event: r.OutputEvent) -> None:
+    async def emit_for_request(event: r.OutputEvent | r.CodeResultEvent) -> None:
         await send(event.model_copy(update={"id": request_id}))
 
     return emit_for_request

@@ -19,6 +19,7 @@ from corral.protocol.envelope import Limits
 from corral.sandbox.agent.launcher.messages import SOCKET_PATH
 from corral.sandbox.agent.processes import ProcessSettings
 from corral.sandbox.egress import ActionReporter
+from corral.sandbox.kernels.contexts import KernelSettings
 
 DEFAULT_LIMITS = Limits()
 
@@ -72,6 +73,12 @@ class ControllerSettings(BaseModel):
     process_buffers_total_bytes: int = 64 << 20  # all those rings together (the oldest bytes go first)
     process_captures_total_bytes: int = 64 << 20  # all running execs' stdout/stderr kept for their replies
     max_processes: int = 256
+    # run_code (corral.sandbox.kernels): kernels at once (each a Python process of its own), how long
+    # one may take to start, and how long a cell interrupted at its timeout has to stop before its
+    # kernel is killed and started afresh.
+    max_code_contexts: int = Field(default=8, ge=1, le=64)
+    kernel_start_timeout_s: float = Field(default=60.0, gt=0)
+    kernel_interrupt_grace_s: float = Field(default=3.0, gt=0)
     # What boot writes when the session has a proxy: the system CAs and the session's.
     ca_bundle: Path = Path("/etc/ssl/certs/ca-certificates.crt")
 
@@ -100,6 +107,18 @@ class ControllerSettings(BaseModel):
             max_processes=self.max_processes,
             proxy=self.proxy,
             ca_bundle=str(self.ca_bundle) if self.proxy else None,
+        )
+
+    def kernel_settings(self) -> KernelSettings:
+        processes = self.process_settings()
+        return KernelSettings(
+            max_contexts=self.max_code_contexts,
+            start_timeout_s=self.kernel_start_timeout_s,
+            interrupt_grace_s=self.kernel_interrupt_grace_s,
+            default_timeout_ms=processes.exec_timeout_ms,
+            max_timeout_ms=processes.max_timeout_ms,
+            output_bytes=processes.output_bytes,
+            max_output_bytes=processes.max_output_bytes,
         )
 
     def action_reporter(self) -> ActionReporter | None:

@@ -14,6 +14,12 @@ Commands and files too (docs/protocol.md):
         pid = sb.processes.start("python -m http.server")
         sb.files.write("/workspace/a.txt", "hi"); sb.files.upload("data.bin", "/workspace/data.bin")
 
+A code interpreter, as E2B's (docs/code.md): a kernel per context whose state lasts between calls.
+
+        sb.run_code("import pandas as pd; df = pd.DataFrame({'a': [1, 2]})")
+        execution = sb.run_code("df.a.sum()")  # execution.text == "3"
+        sb.run_code("df.plot()", on_result=lambda result: save(result.png))  # a chart as it comes
+
 The vendors' tool calls go in whole and come back as the whole result to send to the model
 (docs/protocol.md, "Vendor tools"): ``sb.anthropic(tool_use_block)`` gives the ``tool_result``,
 ``sb.openai(output_item)`` the ``*_output`` item, ``sb.tool_results(reply)`` every result of a whole
@@ -52,6 +58,7 @@ from corral.commands import ExecResult, OutputChunk
 from corral.errors import ActionFailed, CommandFailed, GatewayError
 from corral.gateway_client import AsyncGateway, Gateway, api_key, gateway_url
 from corral.gateway_models import SessionInfo, TrafficRecord, UploadedFile
+from corral.sdk.execution import Execution, ExecutionError, Logs, OutputMessage, Result
 from corral.sdk.files import AsyncFiles, Files
 from corral.sdk.messages import Message, messages
 from corral.sdk.processes import AsyncProcesses, Processes
@@ -69,12 +76,17 @@ __all__ = [
     "Envelope",
     "ExecResult",
     "ExecStream",
+    "Execution",
+    "ExecutionError",
     "Files",
     "Gateway",
     "GatewayError",
+    "Logs",
     "Message",
     "OutputChunk",
+    "OutputMessage",
     "Processes",
+    "Result",
     "Sandbox",
     "SessionInfo",
     "TrafficRecord",

@@ -9,6 +9,7 @@ back: they are the doors for any message, whose JSON is open-ended.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypedDict, TypeVar, cast
@@ -20,6 +21,7 @@ from corral.client import Envelope, Frame, Request, check_reply, image_bytes, me
 from corral.commands import ExecResult
 from corral.errors import CorralError
 from corral.protocol import results as r
+from corral.sdk.execution import CodeEvent, Execution, OutputMessage, Result
 from corral.tool_calls import ModelReply, OnError, ToolCall, Vendored
 
 T = TypeVar("T")
@@ -90,6 +92,21 @@ def _image(reply: Frame) -> bytes:
 def exec_result(reply: Frame) -> ExecResult:
     result = check_reply(reply).get("result")
     return ExecResult.from_result(result if isinstance(result, Mapping) else {})
+
+
+def code_event(frame: Frame) -> CodeEvent:
+    """A streamed ``run_code``'s event frame (before its reply), read as its model: a printed chunk
+    (:class:`~corral.protocol.results.OutputEvent`, as :class:`OutputMessage`) or a displayed result
+    (:class:`~corral.protocol.results.CodeResultEvent`, as :class:`Result`)."""
+    if frame.get("event") == "result":
+        return Result.of(model_of(frame, r.CodeResultEvent).result)
+    chunk = model_of(frame, r.OutputEvent)
+    line = (
+        chunk.data
+        if chunk.encoding == "utf-8"
+        else commands.decode(chunk.data, chunk.encoding).decode(errors="replace")
+    )
+    return OutputMessage(line, time.time_ns(), chunk.stream == "stderr")
 
 
 def _vendor(key: str) -> Callable[[Frame], Any]:
@@ -352,3 +369,27 @@ class messages:  # a namespace of pure builders, read as messages.click(...)
     def file_move(source: str, destination: str, overwrite: bool) -> Message[r.FileMoved]:
         action = {"type": "file_move", "source": source, "destination": destination, "overwrite": overwrite}
         return _of(r.FileMoved, action)
+
+    # -- the code interpreter ------------------------------------------------------------------------
+
+    @staticmethod
+    def run_code(code: str, language: str, context: str, timeout_ms: int | None, stream: bool) -> Message[Execution]:
+        """One cell; ``stream``: its output and results come as event frames before the reply
+        (:func:`code_event`)."""
+        options = _given(timeout_ms=timeout_ms, stream=stream or None)
+        action = {"type": "run_code", "code": code, "language": language, "context": context, **options}
+        return Message({"action": action}, _then(r.CodeExecution, Execution.of))
+
+    @staticmethod
+    def list_code_contexts() -> Message[list[r.CodeContextInfo]]:
+        return Message(
+            {"action": {"type": "list_code_contexts"}}, _then(r.CodeContextListing, lambda listed: listed.contexts)
+        )
+
+    @staticmethod
+    def restart_code_context(context: str) -> Message[r.CodeContextInfo]:
+        return _of(r.CodeContextInfo, {"type": "restart_code_context", "context": context})
+
+    @staticmethod
+    def remove_code_context(context: str) -> Message[r.CodeContextRemoved]:
+        return _of(r.CodeContextRemoved, {"type": "remove_code_context", "context": context})

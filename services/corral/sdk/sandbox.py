@@ -1,7 +1,7 @@
 """The twins, :class:`Sandbox` and :class:`AsyncSandbox`: a session's life (create, attach, close,
 delete) and its egress (allowlist, secrets, traffic); the vocabulary comes from their parts, one
 per concern (:mod:`corral.sdk.screen`, :mod:`~corral.sdk.browser`, :mod:`~corral.sdk.control`,
-:mod:`~corral.sdk.execs`, :mod:`~corral.sdk.vendor`), each a twin pair too."""
+:mod:`~corral.sdk.execs`, :mod:`~corral.sdk.code`, :mod:`~corral.sdk.vendor`), each a twin pair too."""
 
 from __future__ import annotations
 
@@ -17,13 +17,14 @@ from corral.errors import GatewayError
 from corral.gateway_client import AsyncGateway, Gateway, secret_change, session_body
 from corral.gateway_models import ProfileInfo, SecretChange, SessionInfo, TrafficRecord
 from corral.sdk.browser import AsyncBrowser, Browser
+from corral.sdk.code import AsyncCode, Code
 from corral.sdk.control import AsyncControl, Control
 from corral.sdk.execs import AsyncExecs, Execs
 from corral.sdk.screen import AsyncScreen, Screen
 from corral.sdk.vendor import AsyncVendor, Vendor
 
 
-class Sandbox(Vendor, Screen, Browser, Control, Execs):
+class Sandbox(Vendor, Screen, Browser, Control, Execs, Code):
     """A session with its own WebSocket; deleted when the ``with`` block ends."""
 
     def __init__(self, info: SessionInfo, token: str, gateway: Gateway) -> None:
@@ -197,7 +198,7 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs):
         return self._gateway.save_profile(self.id)
 
 
-class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncExecs):
+class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncExecs, AsyncCode):
     """The async twin of :class:`Sandbox`: ``async with await AsyncSandbox.create(...) as sb``."""
 
     def __init__(self, info: SessionInfo, token: str, gateway: AsyncGateway) -> None:

@@ -60,6 +60,8 @@ def test_the_annotations_are_consistent() -> None:
         "close_tab",
         "exec",
         "write_file",
+        "run_code",
+        "restart_code_context",
     }
 
 

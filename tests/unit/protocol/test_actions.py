@@ -84,6 +84,10 @@ MINIMAL: dict[str, dict[str, Any]] = {
     "apply_patch": {"operation": "delete_file", "path": "notes.txt"},
     "file_glob": {"pattern": "**/*.py"},
     "file_grep": {"pattern": "TODO"},
+    "run_code": {"code": "1 + 1"},
+    "list_code_contexts": {},
+    "restart_code_context": {},
+    "remove_code_context": {"context": "data"},
 }
 
 
@@ -575,7 +579,15 @@ def test_the_action_flags_follow_what_each_action_does() -> None:
     """The flags on the models are what the dispatcher, the viewers and replay read; each family's
     union says which actions never touch the screen, so a new action of it that forgot its flag fails."""
     every: tuple[type[a._Action], ...] = get_args(a.AnyAction)
-    beside = {*a.FILE_ACTIONS, *a.PROCESS_ACTIONS, *a.TOOL_ACTIONS, a.Secrets, a.Control, a.RequestControl}
+    beside = {
+        *a.FILE_ACTIONS,
+        *a.PROCESS_ACTIONS,
+        *a.TOOL_ACTIONS,
+        *a.CODE_ACTIONS,
+        a.Secrets,
+        a.Control,
+        a.RequestControl,
+    }
     assert {model for model in every if model.runs_apart} == beside
     assert {model for model in every if model.lease} == {a.Control, a.RequestControl}
     assert a.LEASE_TYPES == ("control", "request_control")

@@ -177,6 +177,56 @@ SENT: dict[str, list[dict[str, Any]]] = {
     "file_glob": [{"paths": ["/workspace/a.py"], "truncated": False}],
     "file_grep": [{"matches": [{"path": "/workspace/a.py", "line": 3, "text": "import os"}], "truncated": True}],
     "secrets": [{"secrets": {"TOKEN": "corral-placeholder-abc"}}, {"secrets": {}}],
+    "run_code": [
+        {
+            "context": "default",
+            "language": "python",
+            "results": [
+                {
+                    "data": {"text/plain": "<Figure>", "image/png": "iVBORw0KGgo="},
+                    "is_main_result": False,
+                    "omitted": [],
+                },
+                {"data": {"text/plain": "2"}, "is_main_result": True, "omitted": ["application/vnd.custom+json"]},
+            ],
+            "logs": {"stdout": ["hi\n"], "stderr": [], "truncated": False},
+            "error": None,
+            "execution_count": 3,
+            "timed_out": False,
+            "state_lost": False,
+            "duration_ms": 12.5,
+        },
+        {
+            "context": "data",
+            "language": "python",
+            "results": [],
+            "logs": {"stdout": [], "stderr": [], "truncated": True},
+            "error": {"name": "KernelDied", "value": "the kernel was killed by SIGKILL", "traceback": ""},
+            "execution_count": None,
+            "timed_out": False,
+            "state_lost": True,
+            "duration_ms": 3.0,
+        },
+    ],
+    "list_code_contexts": [
+        {
+            "contexts": [
+                {
+                    "name": "default",
+                    "language": "python",
+                    "state": "idle",
+                    "pid": 41,
+                    "execution_count": 2,
+                    "started": 1700000000.5,
+                }
+            ]
+        },
+        {"contexts": []},
+    ],
+    "restart_code_context": [
+        {"name": "default", "language": "python", "state": "idle", "pid": 42, "execution_count": 0, "started": 1.5}
+    ],
+    "remove_code_context": [{"name": "default", "removed": True}, {"name": "x", "removed": False}],
     "control": [
         _LEASE,
         {

@@ -141,6 +141,7 @@ def fake_desktop(parts: Parts, browser: type[FakeBrowser] = FakeBrowser) -> Desk
         patcher=FakeTool(parts, "patcher"),  # type: ignore[arg-type]
         search=FakeTool(parts, "search"),  # type: ignore[arg-type]
         shell=FakeTool(parts, "shell"),  # type: ignore[arg-type]
+        code=FakeTool(parts, "code"),  # type: ignore[arg-type]
     )
 
 

@@ -68,6 +68,10 @@ PART = {
     "file_grep": "search",
     "secrets": None,  # the desktop's placeholders, in memory
     "shell": "shell",
+    "run_code": "code",
+    "list_code_contexts": "code",
+    "restart_code_context": "code",
+    "remove_code_context": "code",
     "control": None,  # the desktop's lease, in memory
     "request_control": None,
 }

@@ -69,6 +69,8 @@ BASE = {
     # most allowlists, each an audit record.
     "NPM_CONFIG_UPDATE_NOTIFIER": "false",
     "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    # Matplotlib draws to files, never to a window (a run_code kernel uses its inline backend instead).
+    "MPLBACKEND": "Agg",
 }
 
 

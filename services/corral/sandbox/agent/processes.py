@@ -52,8 +52,9 @@ __all__ = [
     "signal_number",
 ]
 
-Emit = Callable[[r.OutputEvent], Awaitable[None]]
-"""Sends one event frame for the request being served (the caller adds the request's id)."""
+Emit = Callable[[r.OutputEvent | r.CodeResultEvent], Awaitable[None]]
+"""Sends one event frame for the request being served (the caller adds the request's id): an
+exec's or a cell's printed chunk, a cell's displayed result (corral.sandbox.kernels)."""
 
 ProcessResult = (
     r.ExecResult | r.ProcessListing | r.ProcessWaited | r.Signalled | r.StdinWritten | r.ProcessOutputSlice | r.Resized
