@@ -11,6 +11,7 @@ import typer
 from corral.cli import actions, files, lifecycle, mcp, recordings
 from corral.cli.audit import audit_app
 from corral.cli.images import images_app
+from corral.cli.previews import preview_app
 from corral.cli.profiles import profile_app
 from corral.cli.recordings import export_app, recording_app
 from corral.cli.sessions import session_app
@@ -40,6 +41,7 @@ app.add_typer(audit_app, name="audit")
 app.add_typer(recording_app, name="recording")
 app.add_typer(export_app, name="export")
 app.add_typer(profile_app, name="profile")
+app.add_typer(preview_app, name="preview")
 
 
 def main() -> None:
