@@ -28,6 +28,7 @@ from corral.frames import next_frame, over_limit
 from corral.protocol import reply
 from corral.protocol import results as r
 from corral.protocol.envelope import Limits, decode
+from corral.sandbox.agent.agentenv import AGENT_USER
 from corral.sandbox.agent.freezer import AgentFreezer
 from corral.sandbox.control.lease import ControlLease
 from corral.sandbox.control.live import LiveView, ThreadEncoder
@@ -38,6 +39,7 @@ from corral.sandbox.dispatch import Dispatcher, Incoming, fitted
 from corral.sandbox.display import clipboard
 from corral.sandbox.guard import ControllerGuard
 from corral.sandbox.placeholders import placeholders_of
+from corral.sandbox.previewdoor import open_door
 from corral.sandbox.recorder import Recorder
 from corral.sandbox.sessionenv import env_of
 from corral.sandbox.settings import ControllerSettings
@@ -145,11 +147,15 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
         live = LiveView(desktop.screen, encoder, busy=desktop.lock.locked, action_ended=desktop.lock.ended)
         viewers = Viewers(desktop, live, HumanInput(desktop, reporter, recorder, freezer))
         app.state.viewers = viewers
+        # The sandbox's own browser opens its previews here, on its own loopback (docs/previews.md).
+        door = await open_door(settings.preview_door_port, AGENT_USER)
         # No Playwright connection at boot: its driver (node, about 80 MiB) starts on the first browser
         # call and stops again when idle (corral.sandbox.web.browser), so an idle session holds none.
         try:
             yield
         finally:
+            if door is not None:
+                await door.close()
             await viewers.close()  # its viewers' detaching changes the lease: recorded and audited first
             await relays.close()  # as do exclusive CDP connections' detaching
             await freezer.close()  # the sandbox's own shutdown: the agent's processes continued

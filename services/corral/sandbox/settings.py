@@ -72,6 +72,9 @@ class ControllerSettings(BaseModel):
     process_buffers_total_bytes: int = 64 << 20  # all those rings together (the oldest bytes go first)
     process_captures_total_bytes: int = 64 << 20  # all running execs' stdout/stderr kept for their replies
     max_processes: int = 256
+    # The in-sandbox door to the agent's servers (corral.sandbox.previewdoor) on the sandbox's own
+    # loopback: 0 is off (a controller run outside the image); the image sets 8701.
+    preview_door_port: int = 0
     # What boot writes when the session has a proxy: the system CAs and the session's.
     ca_bundle: Path = Path("/etc/ssl/certs/ca-certificates.crt")
 
