@@ -200,7 +200,8 @@ class PreviewInfo(_Answer):
     expires_at: float = 0.0
     revoked_at: float | None = None
     last_used_at: float | None = None
-    connections: int = 0
+    connections: int = 0  # client connections opened through it in all
+    open_connections: int = 0  # of them open now
     bytes_in: int = 0
     bytes_out: int = 0
 
