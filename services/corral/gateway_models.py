@@ -13,6 +13,8 @@ from typing import TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from corral.contracts.previews import SANDBOX_PREVIEW_PORT
+
 
 class _Answer(BaseModel):
     model_config = ConfigDict(frozen=True, extra="allow", populate_by_name=True)
@@ -185,11 +187,6 @@ class BuiltTemplate(TemplateVersionInfo):
     cached: bool = False
 
 
-# The in-sandbox door of previews (corral.sandbox.previews): the sandbox's own browser opens
-# ``http://{port}-{session hex}.localhost:8701/`` on its own loopback, whatever the gateway's domain.
-SANDBOX_PREVIEW_PORT = 8701
-
-
 class PreviewInfo(_Answer):
     """A port preview as its listing shows it (``GET /v1/sessions/{id}/previews``): never its secret."""
 
@@ -241,13 +238,13 @@ class RevokedPreview(_Answer):
 
 def sandbox_url(host: str) -> str:
     """``{port}-{hex}.{domain}[:port]`` -> the same preview's address on the sandbox's own loopback
-    (``http://{port}-{hex}.localhost:8701/``): the first label of the gateway's host names it."""
+    (``http://{port}-{hex}.localhost:8701/``, corral.sandbox.previewdoor), whatever the gateway's
+    domain and port: the first label of the gateway's host names it."""
     label = host.split(".", 1)[0]
     return f"http://{label}.localhost:{SANDBOX_PREVIEW_PORT}/"
 
 
 __all__ = [
-    "SANDBOX_PREVIEW_PORT",
     "BuiltTemplate",
     "Preview",
     "PreviewInfo",

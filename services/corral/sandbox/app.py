@@ -1,6 +1,7 @@
 """The controller's HTTP and WebSocket surface: ``GET /healthz``, ``POST /v1/actions``, ``WS /v1/ws``,
 ``WS /v1/live`` (corral.sandbox.control.viewers), ``PUT``/``GET /v1/files``, the gateway's ``PUT``/``GET /v1/secrets``,
-and CDP (``GET /v1/cdp/json/version``, ``/v1/cdp/json/list``, ``WS /v1/cdp``: corral.sandbox.web.cdp)."""
+CDP (``GET /v1/cdp/json/version``, ``/v1/cdp/json/list``, ``WS /v1/cdp``: corral.sandbox.web.cdp), and port
+previews' ``WS /v1/tunnel/{port}`` (corral.sandbox.tunnel)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from corral.frames import next_frame, over_limit
 from corral.protocol import reply
 from corral.protocol import results as r
 from corral.protocol.envelope import Limits, decode
+from corral.sandbox import tunnel
 from corral.sandbox.agent.agentenv import AGENT_USER
 from corral.sandbox.agent.freezer import AgentFreezer
 from corral.sandbox.control.lease import ControlLease
@@ -357,6 +359,11 @@ async def cdp_ws(websocket: WebSocket) -> None:
     await cdp.serve(websocket, state.cdp_url, lease, state.reporter, state.recorder, state.cdp_relays)
 
 
+async def tunnel_ws(websocket: WebSocket) -> None:
+    """A port preview's bytes to and from ``127.0.0.1:{port}`` (corral.sandbox.tunnel)."""
+    await tunnel.serve(websocket, websocket.path_params["port"])
+
+
 ROUTES = [
     Route("/healthz", healthz, methods=["GET"]),
     Route("/v1/recording", recording, methods=["GET"]),
@@ -371,6 +378,7 @@ ROUTES = [
     WebSocketRoute("/v1/ws", ws),
     WebSocketRoute("/v1/cdp", cdp_ws),
     WebSocketRoute("/v1/live", live),
+    WebSocketRoute("/v1/tunnel/{port}", tunnel_ws),
 ]
 
 

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from corral.contracts.previews import RESERVED_PORTS, SANDBOX_PREVIEW_PORT, parse_host, port_problem
+
 log = logging.getLogger("corral.previewdoor")
 
-SANDBOX_PREVIEW_PORT: Final = 8701
 DOMAIN: Final = "localhost"  # the in-sandbox name, whatever the gateway's CORRAL_PREVIEW_DOMAIN
-RESERVED_PORTS: Final = frozenset({8765, 9222, SANDBOX_PREVIEW_PORT})
 MAX_HEAD_BYTES: Final = 16 << 10  # a request head longer than this is refused (431)
 HEAD_TIMEOUT_S: Final = 10.0  # the first request's head must come within this
 CONNECT_TIMEOUT_S: Final = 5.0
@@ -42,7 +42,6 @@ CHUNK: Final = 64 << 10
 TCP_TABLES: Final = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
 LISTEN: Final = "0A"  # a socket's state in /proc/net/tcp*
 
-_HOST = re.compile(r"(?P<port>[1-9][0-9]{0,4})-(?P<hex>[0-9a-f]{1,64})")
 _REQUEST_LINE = re.compile(rb"[A-Z]{1,16} \S{1,8192} HTTP/1\.[01]")
 _PHRASES: Final = {
     400: "Bad Request",
@@ -93,22 +92,17 @@ def host_header(head: bytes) -> str | Refusal:
 
 
 def port_of(host: str) -> int | Refusal:
-    """The port a ``{port}-{hex}.localhost[:port]`` name previews, or the refusal: another name, a port
-    out of range or reserved (the controller's, DevTools', this door's)."""
-    name = host.strip().lower()
-    if name.startswith("["):
-        return Refusal(404, "an address names no preview: open http://{port}-{session}.localhost:8701/")
-    name = name.rsplit(":", 1)[0].removesuffix(".")
-    label, _, domain = name.partition(".")
-    found = _HOST.fullmatch(label)
-    if domain != DOMAIN or found is None:
-        return Refusal(404, f"{name!r} names no preview: open http://{{port}}-{{session}}.localhost:8701/")
-    port = int(found["port"])
-    if port > 65535:
-        return Refusal(404, f"port {port} is not 1..65535")
-    if port in RESERVED_PORTS:
-        return Refusal(403, f"port {port} is reserved inside the sandbox (the controller's, DevTools' or this door's)")
-    return port
+    """The port a ``{port}-{hex}.localhost[:port]`` name previews (corral.contracts.previews' reading),
+    or the refusal: another name (404), a reserved port (403: the controller's, DevTools', this door's)."""
+    found = parse_host(host, DOMAIN)
+    if found is None:
+        return Refusal(
+            404, f"{host.strip()[:100]!r} names no preview: open http://{{port}}-{{session}}.localhost:8701/"
+        )
+    problem = port_problem(found.port)
+    if problem is not None:
+        return Refusal(403, problem)
+    return found.port
 
 
 def listener_uids(tables: Iterable[str], port: int) -> set[int]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+from corral.contracts.previews import host_name
 from corral.errors import InvalidRequest
 from corral.gateway_client import AsyncGateway, Gateway
 from corral.gateway_models import Preview, PreviewInfo, RevokedPreview
@@ -25,16 +26,11 @@ def checked_port(port: int) -> int:
     return port
 
 
-def session_hex(session_id: str) -> str:
-    """A session id's hex (``ses_0123abcd...`` -> ``0123abcd...``): ``_`` is no host-name character."""
-    return session_id.removeprefix("ses_")
-
-
 def preview_host(session_id: str, port: int, domain: str | None = None) -> str:
     """``{port}-{session hex}.{domain}``: the host name the gateway serves a preview of ``port`` on.
     ``domain``: else ``$CORRAL_PREVIEW_DOMAIN`` (the gateway's setting of that name), else ``localhost``."""
     where = domain or os.environ.get("CORRAL_PREVIEW_DOMAIN") or DEFAULT_DOMAIN
-    return f"{checked_port(port)}-{session_hex(session_id)}.{where.strip('.').lower()}"
+    return host_name(checked_port(port), session_id, where.strip(".").lower())
 
 
 class Previews:
@@ -81,4 +77,4 @@ class AsyncPreviews:
         return await self._gateway.revoke_preview(self._id, preview_id)
 
 
-__all__ = ["AsyncPreviews", "Previews", "checked_port", "preview_host", "session_hex"]
+__all__ = ["AsyncPreviews", "Previews", "checked_port", "preview_host"]
