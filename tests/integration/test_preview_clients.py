@@ -276,7 +276,8 @@ def test_a_preview_page_cannot_read_another_previews_page(opened: dict[str, Any]
         """(url) => new Promise((done) => {
             const frame = document.createElement('iframe');
             frame.onload = () => {
-                try { done('read ' + frame.contentDocument.title); } catch (e) { done('blocked ' + e.name); }
+                if (frame.contentDocument !== null) { done('read ' + frame.contentDocument.title); return; }
+                try { done('read ' + frame.contentWindow.document.title); } catch (e) { done('blocked ' + e.name); }
             };
             frame.src = url;
             document.body.appendChild(frame);
