@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import socket
@@ -86,10 +87,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("sec-websocket-accept", accept)
             self.end_headers()
             self.wfile.flush()
-            try:
+            with contextlib.suppress(ConnectionError, OSError):
                 ws_echo(self.connection)
-            except (ConnectionError, OSError):
-                pass
             self.close_connection = True
             return
         if url.path == "/headers":

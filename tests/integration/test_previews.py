@@ -131,7 +131,7 @@ def test_first_visit_sets_the_cookie_and_drops_the_token(gw: RunningGateway, ses
 
 
 def test_refused_without_the_secret_or_with_a_wrong_one(gw: RunningGateway, session: dict[str, Any]) -> None:
-    preview, secret = create(gw, session["id"])
+    preview, _ = create(gw, session["id"])
     with preview_client(gw, preview) as c:
         bare = c.get("/")
         wrong = c.get("/", headers={"x-corral-preview-token": "crl_prev_" + "A" * 43})
@@ -253,19 +253,22 @@ def test_the_sandbox_cannot_reach_the_preview_listener(gw: RunningGateway, sessi
     """As the agent: the preview port on the sandbox's gateway address (the host) and on every address
     the host has on the session network refuses or times out; the tunnel only runs the other way."""
     probe = (
-        "import socket, subprocess\n"
-        "gw = subprocess.run(['ip', 'route'], capture_output=True, text=True).stdout.split('default via ')[1].split()[0]\n"
-        f"s = socket.socket(); s.settimeout(3)\n"
-        f"try:\n    s.connect((gw, {gw.settings.preview_port})); print('CONNECTED')\n"
-        "except OSError as e:\n    print('refused', e)\n"
+        "import socket, struct\n"
+        "rows = [line.split() for line in open('/proc/net/route').read().splitlines()[1:]]\n"
+        "hexgw = next(r[2] for r in rows if r[1] == '00000000')\n"
+        "gw = socket.inet_ntoa(struct.pack('<L', int(hexgw, 16)))\n"
+        "s = socket.socket(); s.settimeout(3)\n"
+        "try:\n"
+        f"    s.connect((gw, {gw.settings.preview_port})); print('CONNECTED', gw)\n"
+        "except OSError as e:\n"
+        "    print('refused', gw, e)\n"
     )
     with gw.client() as c:
         ran = c.post(
             f"/v1/sessions/{session['id']}/actions", json={"action": {"type": "exec", "argv": ["python3", "-c", probe]}}
         )
     out = ran.json()["result"]
-    assert "CONNECTED" not in out["stdout"], out
-    assert "refused" in out["stdout"] or out["exit_code"] != 0, out
+    assert out["exit_code"] == 0 and out["stdout"].startswith("refused "), out
 
 
 def test_preview_records_in_the_audit_chain(gw: RunningGateway, session: dict[str, Any], tmp_path: Path) -> None:
