@@ -34,18 +34,18 @@ LOOPBACKS = ("127.0.0.1", "::1")
 
 
 async def open_local(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A connection to ``port`` on the sandbox's loopback, IPv4 first; OSError (ConnectionRefusedError
-    when nothing listens on either) otherwise."""
-    failure: OSError | None = None
+    """A connection to ``port`` on the sandbox's loopback, IPv4 first, then IPv6's; the first
+    failure otherwise (ConnectionRefusedError when nothing listens on IPv4 and none is made on
+    IPv6, whatever IPv6 said: a sandbox may have no ::1 at all)."""
+    failures: list[OSError] = []
     for host in LOOPBACKS:
         try:
             return await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
         except TimeoutError:
-            failure = OSError(f"port {port} did not accept a connection within {CONNECT_TIMEOUT_S:g} s")
+            failures.append(OSError(f"port {port} did not accept a connection within {CONNECT_TIMEOUT_S:g} s"))
         except OSError as exc:
-            failure = exc if failure is None or isinstance(failure, ConnectionRefusedError) else failure
-    assert failure is not None
-    raise failure
+            failures.append(exc)
+    raise failures[0]
 
 
 def refusal(port: int, exc: OSError) -> str:

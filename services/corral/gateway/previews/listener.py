@@ -215,7 +215,10 @@ class Handler:
                 sent += len(event.data)
                 if sent > max_body:
                     raise MessageTooLarge(f"the body exceeds {max_body} bytes (CORRAL_PREVIEW_MAX_BODY_MB)")
-                await upstream.send(h11.Data(data=event.data))
+                try:
+                    await upstream.send(h11.Data(data=event.data))
+                except PreviewUnreachable:
+                    return  # the server stopped reading (an early answer?): its answer, if any, is the client's
             elif isinstance(event, h11.EndOfMessage):
                 await upstream.send(h11.EndOfMessage())
                 return
