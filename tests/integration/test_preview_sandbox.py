@@ -100,7 +100,12 @@ def test_the_sandboxs_browser_opens_the_preview_address(sb: Sandbox) -> None:
     assert sb.navigate(f"http://3001-{_hex(sb)}.localhost:8701/").title == "preview-app 3001"
 
 
-def test_the_sandboxs_browser_reaches_it_directly_not_through_the_proxy(sb: Sandbox, gw: RunningGateway) -> None:
+def test_the_sandboxs_browser_reaches_it_directly_not_through_the_proxy(
+    sb: Sandbox, gw: RunningGateway, runtime: DockerHarness
+) -> None:
+    # The session's browser has the proxy set (egress control on), and yet the name went direct.
+    code, policy = runtime.exec(sb.container, ["cat", "/run/corral/chromium-policy.json"])
+    assert code == 0 and json.loads(policy)["ProxySettings"]["ProxyMode"] == "fixed_servers", policy
     sb.navigate(f"http://3000-{_hex(sb)}.localhost:8701/?proxy-check")
     with gw.client() as c:
         records = [json.loads(line) for line in c.get(f"/v1/sessions/{sb.id}/traffic").text.splitlines() if line]
