@@ -1,7 +1,7 @@
 """A small web app the agent serves inside the sandbox for the preview tests (standard library only:
 it runs on the image's own python3 as the agent): ``/`` a page titled ``preview-app <port>``,
 ``/cookie`` sets a cookie of the app's own, ``/ws`` a WebSocket that echoes each text message,
-``/wspage`` a page that opens it and shows the echo as its title.
+``/wspage`` a page that opens it and shows the echo as its title, ``/bytes/N`` N bytes.
 
     python3 app.py PORT
 """
@@ -61,6 +61,17 @@ class App(http.server.BaseHTTPRequestHandler):
                     return
                 self.wfile.write(_frame(b"echo:" + data, opcode))
                 self.wfile.flush()
+        if self.path.startswith("/bytes/"):  # N bytes, for throughput
+            size = int(self.path.rsplit("/", 1)[1])
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            block = b"x" * 65536
+            while size > 0:
+                self.wfile.write(block[: min(size, len(block))])
+                size -= len(block)
+            return
         seen = self.headers.get("cookie", "")
         body = (
             f"<!doctype html><title>preview-app {port}</title>"

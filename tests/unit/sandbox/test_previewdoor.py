@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
+import struct
 from collections.abc import AsyncIterator
 
 import pytest
@@ -14,9 +16,12 @@ from corral.sandbox.previewdoor import (
     RESERVED_PORTS,
     PreviewDoor,
     Refusal,
+    diag_listeners,
+    diag_request,
     host_header,
     listener_problem,
     listener_uids,
+    listening,
     open_door,
     port_of,
     route,
@@ -140,12 +145,62 @@ def test_only_a_port_the_agent_alone_listens_on_is_opened() -> None:
         assert refused is not None and refused.status == 403
 
 
+def _tables(port: int) -> set[int]:
+    return listener_uids([TCP, TCP6], port)
+
+
 def test_route_puts_the_rules_together() -> None:
-    assert route(_head(f"8080-{HEX}.localhost:8701"), AGENT, [TCP, TCP6]) == 8080
-    mixed = route(_head(f"3000-{HEX}.localhost:8701"), AGENT, [TCP, TCP6])  # the browser's on [::1]
+    assert route(_head(f"8080-{HEX}.localhost:8701"), AGENT, _tables) == 8080
+    mixed = route(_head(f"3000-{HEX}.localhost:8701"), AGENT, _tables)  # the browser's on [::1]
     assert isinstance(mixed, Refusal) and mixed.status == 403
-    reserved = route(_head(f"8765-{HEX}.localhost"), 999, [TCP])  # even were the controller "the agent"
+    reserved = route(_head(f"8765-{HEX}.localhost"), 999, _tables)  # even were the controller "the agent"
     assert isinstance(reserved, Refusal) and reserved.status == 403
+
+
+# -- sock_diag ---------------------------------------------------------------------------------------------
+
+_NL = struct.Struct("=IHHII")
+
+
+def _diag_msg(family: int, src: bytes, port: int, uid: int, state: int = 10) -> bytes:
+    sockid = struct.pack("!HH16s16sIII", port, 0, src.ljust(16, b"\0"), bytes(16), 0, 0, 0)
+    body = struct.pack("=BBBB48sIIIII", family, state, 0, 0, sockid, 0, 0, 0, uid, 77)
+    return _NL.pack(_NL.size + len(body), 20, 2, 1, 0) + body
+
+
+def test_the_diag_request_asks_for_tcp_listeners_on_one_port() -> None:
+    request = diag_request(socket.AF_INET6, 3000, seq=7)
+    length, kind, flags, seq, _ = _NL.unpack_from(request)
+    assert (length, kind, flags, seq) == (len(request), 20, 0x301, 7)
+    family, protocol, _, _, states = struct.unpack_from("=BBBBI", request, _NL.size)
+    assert (family, protocol, states) == (socket.AF_INET6, socket.IPPROTO_TCP, 1 << 10)
+    assert struct.unpack_from("!H", request, _NL.size + 8) == (3000,)
+
+
+def test_the_diag_answer_gives_the_loopback_listeners_uids() -> None:
+    done = _NL.pack(_NL.size + 4, 3, 2, 1, 0) + bytes(4)
+    answer = b"".join(
+        [
+            _diag_msg(socket.AF_INET, bytes([127, 0, 0, 1]), 3000, 1000),
+            _diag_msg(socket.AF_INET, bytes(4), 3000, 1001),  # 0.0.0.0
+            _diag_msg(socket.AF_INET, bytes([10, 0, 0, 5]), 3000, 1002),  # an interface's: not reached
+            _diag_msg(socket.AF_INET6, bytes(15) + b"\x01", 3000, 998),  # ::1
+            _diag_msg(socket.AF_INET6, bytes(10) + b"\xff\xff" + bytes([127, 0, 0, 1]), 3000, 997),
+            _diag_msg(socket.AF_INET, bytes([127, 0, 0, 1]), 3001, 996),  # another port
+            _diag_msg(socket.AF_INET, bytes([127, 0, 0, 1]), 3000, 995, state=1),  # not listening
+            done,
+        ]
+    )
+    assert diag_listeners(answer, 3000) == ({1000, 1001, 998, 997}, True)
+    assert diag_listeners(answer[: len(answer) - len(done)], 3000)[1] is False
+    error = _NL.pack(_NL.size + 4, 2, 0, 1, 0) + struct.pack("=i", -22)
+    with pytest.raises(OSError):
+        diag_listeners(error, 3000)
+    assert diag_listeners(b"\x05\x00", 3000) == (set(), False)  # cut short: nothing read, no crash
+
+
+async def test_listening_asks_this_kernel(echo_server: int) -> None:
+    assert listening(echo_server) == {os.getuid()}
 
 
 def test_a_refusal_is_a_whole_http_answer() -> None:
