@@ -138,6 +138,12 @@ class Handler:
 
     async def _request(self, request: h11.Request) -> bool:
         headers = list(request.headers)
+        # h11 caps a head that arrives in pieces; one that came whole in a read is measured here.
+        head = len(request.method) + len(request.target) + sum(len(k) + len(v) + 4 for k, v in headers)
+        if head > self._settings.preview_max_header_kb << 10:
+            raise HeadersTooLarge(
+                f"the request's head exceeds {self._settings.preview_max_header_kb} KiB (CORRAL_PREVIEW_MAX_HEADER_KB)"
+            )
         presented = wire.presented(request.target, headers)
         admitted = self._admit(wire.header(headers, b"host"), presented)
         admitted.session.touch()
