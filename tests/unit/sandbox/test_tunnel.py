@@ -62,9 +62,12 @@ def test_bytes_go_both_ways(upper_server: int) -> None:
 
 def test_nothing_listening_closes_with_4502_and_the_reason() -> None:
     port = free_port()
-    with TestClient(APP) as client, client.websocket_connect(f"/v1/tunnel/{port}") as ws:
-        with pytest.raises(WebSocketDisconnect) as closed:
-            ws.receive_bytes()
+    with (
+        TestClient(APP) as client,
+        client.websocket_connect(f"/v1/tunnel/{port}") as ws,
+        pytest.raises(WebSocketDisconnect) as closed,
+    ):
+        ws.receive_bytes()
     assert closed.value.code == CLOSE_NOTHING_LISTENS
     assert closed.value.reason == f"connection refused on port {port}"
 
@@ -73,7 +76,10 @@ def test_nothing_listening_closes_with_4502_and_the_reason() -> None:
                                             ("8701", CLOSE_RESERVED_PORT), ("0", CLOSE_BAD_PORT),
                                             ("70000", CLOSE_BAD_PORT), ("x1", CLOSE_BAD_PORT)])  # fmt: skip
 def test_a_port_no_preview_may_reach_is_never_connected_to(port: str, code: int) -> None:
-    with TestClient(APP) as client, client.websocket_connect(f"/v1/tunnel/{port}") as ws:
-        with pytest.raises(WebSocketDisconnect) as closed:
-            ws.receive_bytes()
+    with (
+        TestClient(APP) as client,
+        client.websocket_connect(f"/v1/tunnel/{port}") as ws,
+        pytest.raises(WebSocketDisconnect) as closed,
+    ):
+        ws.receive_bytes()
     assert closed.value.code == code
