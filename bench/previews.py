@@ -50,8 +50,13 @@ for _ in range(n):
     t = time.perf_counter(); get("/"); times.append(time.perf_counter() - t)
 t = time.perf_counter(); body = get(f"/big?n={size}"); big = time.perf_counter() - t
 assert len(body) == size
+block = b"u" * (1 << 20)
+t = time.perf_counter()
+c.putrequest("POST", "/echo"); c.putheader("content-length", str(size)); c.endheaders()
+for _ in range(size >> 20): c.send(block)
+r = c.getresponse(); r.read(); up = time.perf_counter() - t
 times.sort()
-print(statistics.median(times) * 1000, times[int(len(times) * 0.9)] * 1000, size / big / 1e6)
+print(statistics.median(times) * 1000, times[int(len(times) * 0.9)] * 1000, size / big / 1e6, size / up / 1e6)
 """
 
 
