@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,11 +32,20 @@ pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
 SERVER = Path(__file__).with_name("preview_server.py")
 PORT = 3000
 MAX_BODY_MB = 1
+MAX_CONNECTIONS = 4
+IDLE_S = 4.0
 
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[RunningGateway]:
-    with module_gateway(tmp_path_factory, runtime, "previews", preview_max_body_mb=MAX_BODY_MB) as running:
+    with module_gateway(
+        tmp_path_factory,
+        runtime,
+        "previews",
+        preview_max_body_mb=MAX_BODY_MB,
+        preview_max_connections=MAX_CONNECTIONS,
+        preview_idle_timeout_s=IDLE_S,
+    ) as running:
         yield running
 
 
@@ -293,3 +303,120 @@ def test_preview_records_in_the_audit_chain(gw: RunningGateway, session: dict[st
     closed = next(r for r in mine if r["change"] == "closed")
     assert closed["port"] == PORT and closed["bytes_out"] > 100000 and closed["remote"].startswith("127.0.0.1:")
     assert secret not in log.text
+
+
+def raw_get(gw: RunningGateway, host: str, secret: str, path: str = "/", extra: str = "") -> socket.socket:
+    """A connection to the preview listener with one keep-alive GET sent (its answer unread)."""
+    sock = socket.create_connection(("127.0.0.1", gw.settings.preview_port), timeout=10)
+    head = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nX-Corral-Preview-Token: {secret}\r\n{extra}\r\n"
+    sock.sendall(head.encode())
+    return sock
+
+
+def read_answer(sock: socket.socket) -> bytes:
+    """One whole answer (its head, and its body by its Content-Length)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        (int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")), 0
+    )
+    while len(body) < length and (chunk := sock.recv(65536)):
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+def test_one_connection_carries_many_requests(gw: RunningGateway, session: dict[str, Any]) -> None:
+    preview, secret = create(gw, session["id"])
+    with preview_client(gw, preview, secret) as c:
+        answers = [c.get("/", params={"n": str(i)}) for i in range(20)]
+    assert all(a.status_code == 200 and a.text == "hello from the sandbox" for a in answers)
+    with gw.client() as c:
+        listed = c.get(f"/v1/sessions/{session['id']}/previews").json()["previews"]
+    assert next(p for p in listed if p["id"] == preview["id"])["connections"] == 1
+
+
+def test_a_head_over_the_cap_is_431(gw: RunningGateway, session: dict[str, Any]) -> None:
+    preview, secret = create(gw, session["id"])
+    with preview_client(gw, preview, secret) as c:
+        answer = c.get("/", headers={"x-big": "b" * (40 << 10)})
+    assert answer.status_code == 431 and answer.json()["error"]["code"] == "headers_too_large"
+
+
+def test_connections_per_preview_are_capped(gw: RunningGateway, session: dict[str, Any]) -> None:
+    preview, secret = create(gw, session["id"])
+    host = f"{preview['host']}:{gw.settings.preview_port}"
+    held = [raw_get(gw, host, secret) for _ in range(MAX_CONNECTIONS)]
+    try:
+        assert all(read_answer(s).startswith(b"HTTP/1.1 200 ") for s in held)
+        refused = read_answer(raw_get(gw, host, secret))
+        assert refused.startswith(b"HTTP/1.1 429 ") and b"too_many_connections" in refused
+    finally:
+        for sock in held:
+            sock.close()
+    deadline = time.monotonic() + 5
+    while read_answer(raw_get(gw, host, secret)).startswith(b"HTTP/1.1 429 "):
+        assert time.monotonic() < deadline, "the closed connections were not let go"
+        time.sleep(0.1)
+
+
+def test_an_idle_connection_is_closed(gw: RunningGateway, session: dict[str, Any]) -> None:
+    preview, secret = create(gw, session["id"])
+    sock = raw_get(gw, f"{preview['host']}:{gw.settings.preview_port}", secret)
+    assert read_answer(sock).startswith(b"HTTP/1.1 200 ")
+    began = time.monotonic()
+    sock.settimeout(IDLE_S + 10)
+    assert sock.recv(1) == b""  # closed by the gateway, not by this side
+    assert IDLE_S - 1 <= time.monotonic() - began <= IDLE_S + 3
+    sock.close()
+
+
+def test_an_expired_preview_closes_its_websocket_and_opens_nothing(gw: RunningGateway, session: dict[str, Any]) -> None:
+    preview, secret = create(gw, session["id"], ttl_s=2)
+
+    async def scenario() -> None:
+        async with connect(
+            f"ws://{preview['host']}:{gw.settings.preview_port}/ws",
+            host="127.0.0.1",
+            port=gw.settings.preview_port,
+            additional_headers={"x-corral-preview-token": secret},
+        ) as ws:
+            await ws.send("still here")
+            assert await ws.recv() == "still here"
+            with pytest.raises(ConnectionClosed):
+                await asyncio.wait_for(ws.recv(), timeout=5)
+
+    asyncio.run(scenario())
+    with preview_client(gw, preview, secret) as c:
+        after = c.get("/")
+    assert after.status_code == 401 and after.json()["error"]["message"] == "preview expired"
+
+
+def test_a_session_s_end_closes_its_preview_websockets(gw: RunningGateway) -> None:
+    with gw.client() as c:
+        made = c.post("/v1/sessions", json={}).json()
+        run_server(c, made["id"])
+    preview, secret = create(gw, made["id"])
+
+    async def scenario() -> float:
+        async with connect(
+            f"ws://{preview['host']}:{gw.settings.preview_port}/ws",
+            host="127.0.0.1",
+            port=gw.settings.preview_port,
+            additional_headers={"x-corral-preview-token": secret},
+        ) as ws:
+            await ws.send("x")
+            assert await ws.recv() == "x"
+            async with httpx.AsyncClient(base_url=gw.url, headers={"Authorization": f"Bearer {KEY_A}"}) as api:
+                ended = await api.delete(f"/v1/sessions/{made['id']}")
+                assert ended.status_code == 204
+            began = time.monotonic()
+            with pytest.raises(ConnectionClosed):
+                await asyncio.wait_for(ws.recv(), timeout=10)
+            return time.monotonic() - began
+
+    assert asyncio.run(scenario()) < 2.0

@@ -38,7 +38,7 @@ SANDBOX_PREVIEW_PORT: Final = 8701
 RESERVED_PORTS: Final = frozenset({CONTROLLER_PORT, DEVTOOLS_PORT, SANDBOX_PREVIEW_PORT})
 
 TUNNEL_PATH: Final = "/v1/tunnel/{port}"
-TUNNEL_CHUNK_BYTES: Final = 64 << 10  # the largest binary frame either side of a tunnel sends
+TUNNEL_CHUNK_BYTES: Final = 256 << 10  # the largest binary frame either side of a tunnel sends
 
 _SESSION_HEX = re.compile(r"[0-9a-f]{1,64}")
 _HOST = re.compile(r"(?P<port>[1-9][0-9]{0,4})-(?P<hex>[0-9a-f]{1,64})")

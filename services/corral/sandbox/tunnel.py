@@ -2,7 +2,7 @@
 
 The gateway opens one tunnel per client connection; the controller connects, as itself, to
 ``127.0.0.1:{port}`` (``::1`` when nothing listens on IPv4) inside the sandbox and carries raw bytes
-both ways as binary frames of at most :data:`TUNNEL_CHUNK_BYTES`. Backpressure both ways: a frame
+both ways as binary frames of at most :data:`TUNNEL_CHUNK_BYTES` (256 KiB). Backpressure both ways: a frame
 is read from the gateway only once the last one is written to the server (uvicorn reads the socket
 again only when a frame was taken), and the server is read again only once the frame went out.
 Nothing listening: the WebSocket closes with 4502 and ``connection refused on port N``; a reserved
@@ -40,7 +40,9 @@ async def open_local(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWri
     failures: list[OSError] = []
     for host in LOOPBACKS:
         try:
-            return await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
+            return await asyncio.wait_for(
+                asyncio.open_connection(host, port, limit=TUNNEL_CHUNK_BYTES), CONNECT_TIMEOUT_S
+            )
         except TimeoutError:
             failures.append(OSError(f"port {port} did not accept a connection within {CONNECT_TIMEOUT_S:g} s"))
         except OSError as exc:

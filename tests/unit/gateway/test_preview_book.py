@@ -95,14 +95,19 @@ async def test_connections_are_counted_and_a_revoke_closes_them_at_once() -> Non
     book.book.opened(first, "ses_a", preview.id)
     book.book.opened(second, "ses_a", preview.id)
     first.bytes_in, first.bytes_out = 10, 2000
-    assert book.book.open_connections(preview.id) == 2 and book.book.live_bytes(preview.id) == (10, 2000)
+    assert book.book.open_connections(preview.id) == 2
+    seen = book.book.current(book.previews[preview.id])
+    assert (seen.connections, seen.bytes_in, seen.bytes_out, seen.last_used_at) == (2, 10, 2000, 1000.0)
     book.time = 1010.0
     book.book.closed(first)
-    stored = book.previews[preview.id]
-    assert (stored.connections, stored.bytes_in, stored.bytes_out, stored.last_used_at) == (2, 10, 2000, 1010.0)
+    assert book.previews[preview.id].connections == 0  # counted in memory: no record written per connection
+    seen = book.book.current(book.previews[preview.id])
+    assert (seen.connections, seen.bytes_in, seen.bytes_out, seen.last_used_at) == (2, 10, 2000, 1010.0)
     await book.book.drain()  # the connections' records go by kept tasks
     revoked = await book.book.revoke("ses_a", preview.id)
     assert revoked is not None and revoked.revoked_at == 1010.0
+    stored = book.previews[preview.id]  # the revoke's write carries the use counted so far
+    assert (stored.connections, stored.bytes_in, stored.bytes_out, stored.last_used_at) == (2, 10, 2000, 1010.0)
     assert second.closing.is_set() and second.reason == "preview revoked" and not first.closing.is_set()
     assert await book.book.revoke("ses_a", preview.id) == revoked  # twice: the same
     assert await book.book.revoke("ses_a", "prv_none") is None

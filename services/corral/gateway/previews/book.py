@@ -8,8 +8,10 @@ session: its expiry is capped at the session's, and it dies with the session's r
 
 :class:`PreviewBook` is the live part, as :class:`corral.gateway.links.LinkBook` is for links: it
 makes, lists and revokes previews (each change reported to the session's audit chain as op
-``preview``), holds the connections each has open (a revoke closes them at once) and their byte
-counts, folded into the record when a connection closes.
+``preview``), holds the connections each has open (a revoke closes them at once) and counts their
+use in memory (:class:`Usage`), folded into the record whenever the record is written anyway (a
+revoke, an expiry): a connection's open and close write no file on the event loop. A gateway
+restart loses the counts since the last write; the audit chain has every connection's.
 """
 
 from __future__ import annotations
@@ -134,6 +136,16 @@ def preview_event(change: PreviewChange, preview: PreviewRecord, conn: PreviewCo
     )
 
 
+@dataclass
+class Usage:
+    """A preview's use not yet in its record: connections opened, closed connections' bytes."""
+
+    connections: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    last_used_at: float | None = None
+
+
 SavePreviews = Callable[[str, Mapping[str, PreviewRecord]], None]
 ReportPreview = Callable[[str, PreviewEvent], Awaitable[None]]
 
@@ -157,6 +169,7 @@ class PreviewBook:
         self._report = report
         self._clock = clock
         self._open: dict[str, set[PreviewConnection]] = {}
+        self._usage: dict[str, Usage] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     def now(self) -> float:
@@ -180,10 +193,19 @@ class PreviewBook:
     def open_connections(self, preview_id: str) -> int:
         return len(self._open.get(preview_id, ()))
 
-    def live_bytes(self, preview_id: str) -> tuple[int, int]:
-        """Bytes in and out of its open connections (the record holds the closed ones')."""
-        conns = self._open.get(preview_id, ())
-        return sum(c.bytes_in for c in conns), sum(c.bytes_out for c in conns)
+    def current(self, preview: PreviewRecord) -> PreviewRecord:
+        """``preview`` with its use so far: its record's, what is not written yet, and its open
+        connections' bytes."""
+        usage = self._usage.get(preview.id, Usage())
+        conns = self._open.get(preview.id, ())
+        return preview.model_copy(
+            update={
+                "connections": preview.connections + usage.connections,
+                "bytes_in": preview.bytes_in + usage.bytes_in + sum(c.bytes_in for c in conns),
+                "bytes_out": preview.bytes_out + usage.bytes_out + sum(c.bytes_out for c in conns),
+                "last_used_at": usage.last_used_at or preview.last_used_at,
+            }
+        )
 
     async def revoke(self, session_id: str, preview_id: str) -> PreviewRecord | None:
         """Revoked at once (its connections told to close); a second revoke changes nothing. None: no such preview."""
@@ -192,8 +214,8 @@ class PreviewBook:
             return None
         if preview.revoked_at is not None:
             return preview
-        preview = preview.model_copy(update={"revoked_at": self._clock()})
-        self._put(session_id, preview)
+        self._put(session_id, preview.model_copy(update={"revoked_at": self._clock()}))
+        preview = self.get(session_id, preview_id) or preview  # as written: its use folded in
         for conn in list(self._open.get(preview_id, ())):
             conn.close(REVOKED)
         await self._tell(session_id, "revoked", preview)
@@ -208,21 +230,20 @@ class PreviewBook:
         self._keep(self._tell(session_id, "expired", current))
 
     def opened(self, conn: PreviewConnection, session_id: str, preview_id: str) -> None:
-        """A client connection authenticated with the preview: held (a revoke closes it), counted,
-        its use kept and its ``opened`` record (with the client's address) sent by a kept task.
-        Call it where :meth:`closed` follows whatever happens."""
+        """A client connection admitted to the preview: held (a revoke closes it), counted, its
+        ``opened`` record (with the client's address) sent by a kept task. Call it where
+        :meth:`closed` follows whatever happens."""
         conn.session_id, conn.preview_id = session_id, preview_id
-        self._open.setdefault(conn.preview_id, set()).add(conn)
-        preview = self.get(conn.session_id, conn.preview_id)
-        if preview is None:
-            return
-        update = {"last_used_at": self._clock(), "connections": preview.connections + 1}
-        preview = preview.model_copy(update=update)
-        self._put(conn.session_id, preview)
-        self._keep(self._tell(conn.session_id, "opened", preview, conn))
+        self._open.setdefault(preview_id, set()).add(conn)
+        usage = self._usage.setdefault(preview_id, Usage())
+        usage.connections += 1
+        usage.last_used_at = self._clock()
+        preview = self.get(session_id, preview_id)
+        if preview is not None:
+            self._keep(self._tell(session_id, "opened", preview, conn))
 
     def closed(self, conn: PreviewConnection) -> None:
-        """The connection ended: its bytes folded into the record and its ``closed`` record sent."""
+        """The connection ended: its bytes counted and its ``closed`` record sent."""
         if not conn.preview_id:
             return  # never admitted: nothing of a preview's to count
         held = self._open.get(conn.preview_id)
@@ -230,19 +251,17 @@ class PreviewBook:
             held.discard(conn)
             if not held:
                 del self._open[conn.preview_id]
+        usage = self._usage.setdefault(conn.preview_id, Usage())
+        usage.bytes_in += conn.bytes_in
+        usage.bytes_out += conn.bytes_out
+        usage.last_used_at = self._clock()
         try:
             preview = self.get(conn.session_id, conn.preview_id)
         except CodedError:
             preview = None  # the session ended meanwhile: its record is gone
         if preview is None:
+            self._usage.pop(conn.preview_id, None)
             return
-        update = {
-            "last_used_at": self._clock(),
-            "bytes_in": preview.bytes_in + conn.bytes_in,
-            "bytes_out": preview.bytes_out + conn.bytes_out,
-        }
-        preview = preview.model_copy(update=update)
-        self._put(conn.session_id, preview)
         self._keep(self._tell(conn.session_id, "closed", preview, conn))
 
     def close_session(self, session_id: str, reason: str) -> None:
@@ -262,6 +281,17 @@ class PreviewBook:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def _put(self, session_id: str, preview: PreviewRecord) -> None:
+        """The record written, with the use counted since its last write."""
+        usage = self._usage.pop(preview.id, None)
+        if usage is not None:
+            preview = preview.model_copy(
+                update={
+                    "connections": preview.connections + usage.connections,
+                    "bytes_in": preview.bytes_in + usage.bytes_in,
+                    "bytes_out": preview.bytes_out + usage.bytes_out,
+                    "last_used_at": usage.last_used_at or preview.last_used_at,
+                }
+            )
         self._save(session_id, {**self._previews_of(session_id), preview.id: preview})
 
     async def _tell(

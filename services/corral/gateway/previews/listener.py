@@ -42,6 +42,10 @@ from corral.gateway.settings import GatewaySettings
 log = logging.getLogger(__name__)
 
 SWITCHING = 101
+# A connection not admitted to a preview yet has this long from its first byte to send a whole
+# request: a trickle of bytes keeps no connection open that no secret opened (the idle timeout
+# restarts with every byte).
+UNADMITTED_S = 30.0
 
 
 class Handler:
@@ -63,6 +67,7 @@ class Handler:
         self._upstream: UpstreamSide | None = None
         self._bound: Admitted | None = None
         self._stop = asyncio.Event()
+        self._started = time.monotonic()
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def run(self) -> None:
@@ -94,7 +99,10 @@ class Handler:
     async def _idle(self) -> None:
         timeout = self._settings.preview_idle_timeout_s
         while True:  # a deadline that moves with every byte: re-armed, not an Event's wait
-            left = self.conn.last + timeout - time.monotonic()
+            if self._bound is None:
+                left = self._started + UNADMITTED_S - time.monotonic()
+            else:
+                left = self.conn.last + timeout - time.monotonic()
             if left <= 0:
                 return
             await asyncio.sleep(left)
@@ -138,6 +146,14 @@ class Handler:
 
     async def _request(self, request: h11.Request) -> bool:
         headers = list(request.headers)
+        # h11 caps a head that arrives in pieces; one that came whole in a read is measured here.
+        head = len(request.method) + len(request.target) + sum(len(k) + len(v) + 4 for k, v in headers)
+        if head > self._settings.preview_max_header_kb << 10:
+            raise HeadersTooLarge(
+                f"the request's head exceeds {self._settings.preview_max_header_kb} KiB (CORRAL_PREVIEW_MAX_HEADER_KB)"
+            )
+        if request.method == b"CONNECT":
+            raise InvalidRequest("CONNECT is no request for a preview")
         presented = wire.presented(request.target, headers)
         admitted = self._admit(wire.header(headers, b"host"), presented)
         admitted.session.touch()

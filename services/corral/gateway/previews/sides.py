@@ -12,7 +12,7 @@ import h11
 from corral.gateway.previews.book import PreviewConnection as Tally
 from corral.gateway.previews.tunnel import Tunnel
 
-READ_BYTES = 64 << 10
+READ_BYTES = 256 << 10
 MAX_RESPONSE_HEAD = 64 << 10  # the agent's server's status line and headers
 
 

@@ -16,7 +16,7 @@ from corral.runtime import SandboxAddress
 
 
 class Tunnel:
-    """Bytes to and from one connection to the previewed port, in chunks of at most 64 KiB."""
+    """Bytes to and from one connection to the previewed port, in chunks of at most TUNNEL_CHUNK_BYTES (256 KiB)."""
 
     def __init__(self, ws: ClientConnection, port: int) -> None:
         self._ws = ws

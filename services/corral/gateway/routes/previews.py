@@ -75,8 +75,8 @@ async def revoke_preview(
     return RevokedPreview(id=preview.id, revoked_at=preview.revoked_at)
 
 
-def _out(preview: PreviewRecord, session_id: str, book: PreviewBook, settings: GatewaySettings) -> PreviewOut:
-    live_in, live_out = book.live_bytes(preview.id)
+def _out(record: PreviewRecord, session_id: str, book: PreviewBook, settings: GatewaySettings) -> PreviewOut:
+    preview = book.current(record)
     return PreviewOut(
         id=preview.id,
         port=preview.port,
@@ -87,6 +87,6 @@ def _out(preview: PreviewRecord, session_id: str, book: PreviewBook, settings: G
         last_used_at=preview.last_used_at,
         connections=preview.connections,
         open_connections=book.open_connections(preview.id),
-        bytes_in=preview.bytes_in + live_in,
-        bytes_out=preview.bytes_out + live_out,
+        bytes_in=preview.bytes_in,
+        bytes_out=preview.bytes_out,
     )

@@ -104,3 +104,16 @@ async def test_previews_off_are_said_so(tmp_path: Path) -> None:
     finally:
         await app.state.manager.stop()
         await app.state.http.aclose()
+
+
+async def test_the_api_reads_no_cookie_whatever_it_holds(app: FastAPI) -> None:
+    """A page served on a preview's origin can make a browser send cookies, never headers, to the API:
+    the API takes its credentials from headers only, so a cookie holding a key opens nothing."""
+    session, token = await _session(app)
+    cookies = f"corral_preview_x={KEY}; token={token}; authorization=Bearer%20{KEY}; key={KEY}"
+    async with client_for(app) as browser:
+        listed = await browser.get("/v1/sessions", headers={"cookie": cookies})
+        made = await browser.post(
+            f"/v1/sessions/{session.id}/previews", json={"port": 3000}, headers={"cookie": cookies}
+        )
+    assert listed.status_code == 401 and made.status_code == 401
