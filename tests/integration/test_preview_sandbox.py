@@ -15,7 +15,7 @@ import pytest
 from corral.sdk import Sandbox
 
 from .dockerutil import DockerHarness
-from .gateway_fixtures import KEY_A, RunningGateway, module_gateway
+from .gateway_fixtures import KEY_A, RunningGateway, free_port, module_gateway
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
 
@@ -60,7 +60,9 @@ for port in map(int, sys.argv[1:]):
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[RunningGateway]:
-    with module_gateway(tmp_path_factory, runtime, "previewclient") as served:
+    # The gateway's own preview listener on a port of its own: 8701 on this host may be another gateway's
+    # (the sandbox's 8701 is its own loopback's, apart).
+    with module_gateway(tmp_path_factory, runtime, "previewclient", preview_port=free_port()) as served:
         yield served
 
 
