@@ -191,9 +191,10 @@ def run(api: httpx.Client, session_id: str, settings: GatewaySettings, host_port
     inside = api.post(
         actions, json={"action": {"type": "exec", "argv": ["python3", "-c", INSIDE, str(n), str(size)]}}
     ).json()
-    median, p90, down = (float(v) for v in inside["result"]["stdout"].split())
+    median, p90, down, up = (float(v) for v in inside["result"]["stdout"].split())
     print(
-        f"{'in-sandbox direct':<22} GET median {median:6.2f} ms  p90 {p90:6.2f} ms  down {down:7.1f} MB/s (http.client)"
+        f"{'in-sandbox direct':<22} GET median {median:6.2f} ms  p90 {p90:6.2f} ms  (http.client)"
+        f"{'':>24}down {down:7.1f} MB/s  up {up:7.1f} MB/s"
     )
 
 

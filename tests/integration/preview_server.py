@@ -2,8 +2,9 @@
 (standard library only, listening on 127.0.0.1 only: reached through the preview's tunnel or not at all).
 
 ``GET /`` a greeting, ``GET /headers`` what the server was sent (path and headers, as JSON),
-``GET /big?n=N`` N bytes, ``POST /echo`` the body's size and SHA-256, ``GET /ws`` a WebSocket echo
-(RFC 6455 by hand: text and binary messages sent back, a close answered).
+``GET /big?n=N`` N bytes, ``GET /bye`` an answer on a connection the server closes 0.2 s later,
+``POST /echo`` the body's size and SHA-256, ``GET /ws`` a WebSocket echo (RFC 6455 by hand: text
+and binary messages sent back, a close answered).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import socket
 import struct
 import sys
+import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
@@ -96,6 +98,10 @@ class Handler(BaseHTTPRequestHandler):
             with contextlib.suppress(ConnectionError, OSError):
                 ws_echo(self.connection)
             self.close_connection = True
+            return
+        if url.path == "/bye":  # answered kept alive, then closed 0.2 s later, as an idle server's timeout does
+            self._send(200, b"bye")
+            threading.Timer(0.2, self.connection.shutdown, [socket.SHUT_RDWR]).start()
             return
         if url.path == "/headers":
             seen = {"path": self.path, "headers": [[k.lower(), v] for k, v in self.headers.items()]}

@@ -340,6 +340,15 @@ def test_one_connection_carries_many_requests(gw: RunningGateway, session: dict[
     assert next(p for p in listed if p["id"] == preview["id"])["connections"] == 1
 
 
+def test_a_connection_the_server_closed_while_idle_is_reopened(gw: RunningGateway, session: dict[str, Any]) -> None:
+    preview, secret = create(gw, session["id"])
+    with preview_client(gw, preview, secret) as c:
+        assert c.get("/bye").text == "bye"
+        time.sleep(1.0)  # the server closes its end (and so the tunnel) after 0.2 s
+        again = c.get("/")
+    assert again.status_code == 200 and again.text == "hello from the sandbox"
+
+
 def test_a_head_over_the_cap_is_431(gw: RunningGateway, session: dict[str, Any]) -> None:
     preview, secret = create(gw, session["id"])
     with preview_client(gw, preview, secret) as c:

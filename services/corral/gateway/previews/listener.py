@@ -105,7 +105,7 @@ class Handler:
                 left = self.conn.last + timeout - time.monotonic()
             if left <= 0:
                 return
-            await asyncio.sleep(left)
+            await asyncio.sleep(min(left, timeout))  # an admission meanwhile changes the deadline
 
     async def _watch(self, admitted: Admitted) -> None:
         """Until the preview is revoked (``closing``), expires, or its session ends or pauses."""
@@ -218,6 +218,9 @@ class Handler:
         self._task(self._watch(admitted))
 
     async def _upstream_for(self, admitted: Admitted) -> UpstreamSide:
+        if self._upstream is not None and not self._upstream.tunnel.is_open:
+            await self._upstream.tunnel.close()
+            self._upstream = None
         if self._upstream is None:
             tunnel = await Tunnel.open(admitted.session.sandbox, admitted.preview.port)
             self._upstream = UpstreamSide(tunnel, self.conn)

@@ -8,6 +8,7 @@ import contextlib
 
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
+from websockets.protocol import State
 
 from corral.contracts.previews import CLOSE_NOTHING_LISTENS, TUNNEL_CHUNK_BYTES, TUNNEL_PATH
 from corral.errors import NothingListening, PreviewUnreachable, UnprovenController
@@ -33,21 +34,21 @@ class Tunnel:
             raise PreviewUnreachable(f"the sandbox's controller did not open a tunnel to port {port}: {exc}") from None
         return cls(ws, port)
 
+    @property
+    def is_open(self) -> bool:
+        """Whether the controller still holds it (a server that closed an idle kept-alive connection
+        closed its tunnel too: a new request needs a new one)."""
+        return self._ws.state is State.OPEN
+
     async def read(self) -> bytes:
         """The next bytes from the server; b"" once it closed its end. NothingListening when nothing
         listens on the port; PreviewUnreachable for any other failure."""
         try:
             frame = await self._ws.recv()
         except ConnectionClosed as exc:
-            code = exc.rcvd.code if exc.rcvd is not None else None
-            reason = exc.rcvd.reason if exc.rcvd is not None else ""
-            if code == CLOSE_NOTHING_LISTENS:
-                raise NothingListening(f"nothing listens on port {self.port} in the sandbox: {reason}") from None
-            if code == 1000:
+            if exc.rcvd is not None and exc.rcvd.code == 1000:
                 return b""
-            raise PreviewUnreachable(
-                f"the tunnel to port {self.port} closed ({code}{': ' + reason if reason else ''})"
-            ) from None
+            raise self._failure(exc) from None
         return frame.encode() if isinstance(frame, str) else frame
 
     async def write(self, data: bytes) -> None:
@@ -55,10 +56,16 @@ class Tunnel:
             for start in range(0, len(data), TUNNEL_CHUNK_BYTES):
                 await self._ws.send(data[start : start + TUNNEL_CHUNK_BYTES])
         except ConnectionClosed as exc:
-            code = exc.rcvd.code if exc.rcvd is not None else None
-            if code == CLOSE_NOTHING_LISTENS:
-                raise NothingListening(f"nothing listens on port {self.port} in the sandbox") from None
-            raise PreviewUnreachable(f"the tunnel to port {self.port} closed while sending") from None
+            raise self._failure(exc) from None
+
+    def _failure(self, exc: ConnectionClosed) -> NothingListening | PreviewUnreachable:
+        """What a tunnel closed by the controller says: nothing listening (4502, with its reason),
+        or another failure (its code and reason)."""
+        code = exc.rcvd.code if exc.rcvd is not None else None
+        reason = exc.rcvd.reason if exc.rcvd is not None else ""
+        if code == CLOSE_NOTHING_LISTENS:
+            return NothingListening(f"nothing listens on port {self.port} in the sandbox: {reason}")
+        return PreviewUnreachable(f"the tunnel to port {self.port} closed ({code}{': ' + reason if reason else ''})")
 
     async def close(self) -> None:
         with contextlib.suppress(ConnectionClosed, OSError):

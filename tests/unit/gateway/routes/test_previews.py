@@ -6,14 +6,16 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi import FastAPI
 
 from corral.gateway import auth
 from corral.gateway.models import CreateSession
+from corral.gateway.server import build_app, running
 from corral.gateway.sessions import Session, SessionManager
 
-from .conftest import KEY, KEY_ID_SECRET, OTHER_KEY, client_for, settings_for, wired
+from .conftest import KEY, KEY_ID_SECRET, OTHER_KEY, LoopbackRuntime, client_for, closed_port, settings_for, wired
 
 
 @pytest.fixture()
@@ -117,3 +119,20 @@ async def test_the_api_reads_no_cookie_whatever_it_holds(app: FastAPI) -> None:
             f"/v1/sessions/{session.id}/previews", json={"port": 3000}, headers={"cookie": cookies}
         )
     assert listed.status_code == 401 and made.status_code == 401
+
+
+def test_the_served_gateway_answers_previews_on_their_own_port_only(tmp_path: Path) -> None:
+    """The preview listener serves no API (whatever the credential), and the API's port no preview."""
+    settings = settings_for(tmp_path, port=closed_port(), preview_domain="localhost")
+    with running(settings, app=build_app(settings, runtime=LoopbackRuntime())) as url:
+        preview_base = f"http://127.0.0.1:{settings.preview_port}"
+        api = httpx.get(f"{url}/v1/health")
+        on_previews = httpx.get(f"{preview_base}/v1/health", headers={"authorization": f"Bearer {KEY}"})
+        unknown = httpx.get(f"{preview_base}/", headers={"host": "3000-0123abcd.localhost", "accept": "text/html"})
+        preview_on_api = httpx.get(f"{url}/", headers={"host": "3000-0123abcd.localhost"})
+    assert api.status_code == 200 and "sessions" in api.json()
+    assert on_previews.status_code == 404 and on_previews.json()["error"]["code"] == "not_found"
+    assert "no preview at" in on_previews.json()["error"]["message"]
+    assert unknown.status_code == 410 and unknown.headers["content-type"].startswith("text/html")
+    assert b"preview_gone" in unknown.content
+    assert preview_on_api.status_code == 404 and "3000" not in preview_on_api.text
