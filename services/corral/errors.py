@@ -124,6 +124,12 @@ class ErrorCode(StrEnum):
     PROFILE_REFUSED = "profile_refused"
     # Reading a recording bundle (corral replay, corral export).
     BUNDLE_UNREADABLE = "bundle_unreadable"
+    # Port previews (corral.gateway.previews, docs/previews.md).
+    NOTHING_LISTENING = "nothing_listening"  # no server on the previewed port inside the sandbox
+    PREVIEW_UNREACHABLE = "preview_unreachable"  # the tunnel or the server's answer failed
+    PREVIEW_GONE = "preview_gone"  # the preview's session ended: its previews with it
+    TOO_MANY_CONNECTIONS = "too_many_connections"  # a preview's connection cap
+    HEADERS_TOO_LARGE = "headers_too_large"
 
 
 class ErrorDetail(TypedDict):
@@ -476,6 +482,26 @@ class VolumeNotFound(NotFound):
 
 
 # -- the gateway's sessions -------------------------------------------------------------------------------
+
+
+class PreviewGone(CodedError, code=ErrorCode.PREVIEW_GONE):
+    """A preview's session ended (or was deleted): its previews ended with it."""
+
+
+class NothingListening(CodedError, code=ErrorCode.NOTHING_LISTENING):
+    """A preview's port has no server inside the sandbox (the controller's tunnel was refused)."""
+
+
+class PreviewUnreachable(CodedError, code=ErrorCode.PREVIEW_UNREACHABLE):
+    """The sandbox's controller did not open a preview's tunnel, or the server's answer was no HTTP."""
+
+
+class PreviewBusy(CodedError, code=ErrorCode.TOO_MANY_CONNECTIONS):
+    """A preview holds as many connections as ``CORRAL_PREVIEW_MAX_CONNECTIONS`` lets it."""
+
+
+class HeadersTooLarge(CodedError, code=ErrorCode.HEADERS_TOO_LARGE):
+    """A request's head (its line and headers) over the preview listener's cap."""
 
 
 class ProfileNotFound(NotFound):

@@ -23,8 +23,11 @@ import httpx
 from corral.errors import CorralError, GatewayError
 from corral.gateway_models import (
     BuiltTemplate,
+    Preview,
+    PreviewInfo,
     ProfileBody,
     ProfileInfo,
+    RevokedPreview,
     SecretChange,
     SessionBody,
     SessionInfo,
@@ -121,6 +124,21 @@ def _profile(response: httpx.Response) -> ProfileInfo:
 
 def _profiles(response: httpx.Response) -> list[ProfileInfo]:
     return [ProfileInfo.model_validate(row) for row in _json(response)]
+
+
+def _previews(response: httpx.Response) -> list[PreviewInfo]:
+    """``{"previews": [...]}``: the session's previews, never their secrets."""
+    return [PreviewInfo.model_validate(row) for row in _json(response)["previews"]]
+
+
+def previews_path(session_id: str) -> str:
+    return f"/v1/sessions/{_segment(session_id)}/previews"
+
+
+def preview_body(port: int, ttl_s: int | None) -> dict[str, int]:
+    """The body of a preview's create: the port, and its lifetime when given (the gateway's default
+    is an hour, capped at the session's end)."""
+    return {"port": port} | ({"ttl_s": ttl_s} if ttl_s is not None else {})
 
 
 def _segment(name: str) -> str:
@@ -312,6 +330,20 @@ class calls:  # a namespace of pure builders, read as calls.create_session(...)
     @staticmethod
     def save_profile(session_id: str) -> Call[ProfileInfo]:
         return Call("POST", f"/v1/sessions/{session_id}/profile/save", _profile)
+
+    @staticmethod
+    def create_preview(session_id: str, port: int, ttl_s: int | None = None) -> Call[Preview]:
+        body = preview_body(port, ttl_s)
+        return Call("POST", previews_path(session_id), lambda r: Preview.model_validate(_json(r)), json=body)
+
+    @staticmethod
+    def previews(session_id: str) -> Call[list[PreviewInfo]]:
+        return Call("GET", previews_path(session_id), _previews)
+
+    @staticmethod
+    def revoke_preview(session_id: str, preview_id: str) -> Call[RevokedPreview]:
+        path = f"{previews_path(session_id)}/{_segment(preview_id)}"
+        return Call("DELETE", path, lambda r: RevokedPreview.model_validate(_json(r)))
 
     @staticmethod
     def get(path: str) -> Call[httpx.Response]:
@@ -557,6 +589,16 @@ class Gateway:
         """A live session's browser state saved now under the profile it was created with."""
         return self.send(calls.save_profile(session_id))
 
+    def create_preview(self, session_id: str, port: int, ttl_s: int | None = None) -> Preview:
+        """A preview of ``port`` inside the session (the owner's API key): its URL with the secret."""
+        return self.send(calls.create_preview(session_id, port, ttl_s))
+
+    def previews(self, session_id: str) -> list[PreviewInfo]:
+        return self.send(calls.previews(session_id))
+
+    def revoke_preview(self, session_id: str, preview_id: str) -> RevokedPreview:
+        return self.send(calls.revoke_preview(session_id, preview_id))
+
     def get(self, path: str) -> httpx.Response:
         return self.send(calls.get(path))
 
@@ -731,6 +773,16 @@ class AsyncGateway:
     async def save_profile(self, session_id: str) -> ProfileInfo:
         """A live session's browser state saved now under the profile it was created with."""
         return await self.send(calls.save_profile(session_id))
+
+    async def create_preview(self, session_id: str, port: int, ttl_s: int | None = None) -> Preview:
+        """A preview of ``port`` inside the session (the owner's API key): its URL with the secret."""
+        return await self.send(calls.create_preview(session_id, port, ttl_s))
+
+    async def previews(self, session_id: str) -> list[PreviewInfo]:
+        return await self.send(calls.previews(session_id))
+
+    async def revoke_preview(self, session_id: str, preview_id: str) -> RevokedPreview:
+        return await self.send(calls.revoke_preview(session_id, preview_id))
 
     async def get(self, path: str) -> httpx.Response:
         return await self.send(calls.get(path))

@@ -1,6 +1,6 @@
 """The gateway's HTTP answers and request bodies as the client side reads and writes them (pure):
 a session (:class:`SessionInfo`), an audit record (:class:`TrafficRecord`), a file written by an
-upload (:class:`UploadedFile`), and the bodies of a create and of a secret's change.
+upload (:class:`UploadedFile`), a port preview (:class:`Preview`), and the bodies of a create and of a secret's change.
 
 The client's own models, not the gateway's (``corral.gateway.models`` is the server's and pulls
 its settings and the proxy's policy): an install for the SDK carries pydantic only. They keep
@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from corral.contracts.previews import SANDBOX_PREVIEW_PORT
 
 
 class _Answer(BaseModel):
@@ -185,10 +187,70 @@ class BuiltTemplate(TemplateVersionInfo):
     cached: bool = False
 
 
+class PreviewInfo(_Answer):
+    """A port preview as its listing shows it (``GET /v1/sessions/{id}/previews``): never its secret."""
+
+    id: str
+    port: int
+    host: str
+    created_at: float = 0.0
+    expires_at: float = 0.0
+    revoked_at: float | None = None
+    last_used_at: float | None = None
+    connections: int = 0  # client connections opened through it in all
+    open_connections: int = 0  # of them open now
+    bytes_in: int = 0
+    bytes_out: int = 0
+
+    @property
+    def sandbox_url(self) -> str:
+        """The address the sandbox's own browser opens (no secret asked there: docs/previews.md)."""
+        return sandbox_url(self.host)
+
+
+class Preview(_Answer):
+    """A preview just made (``POST /v1/sessions/{id}/previews``): ``url`` carries its secret, shown
+    this once (like a viewer link's); the listing never shows it again."""
+
+    id: str
+    port: int
+    host: str
+    url: str
+    created_at: float = 0.0
+    expires_at: float = 0.0
+
+    @property
+    def sandbox_url(self) -> str:
+        """The address the sandbox's own browser opens (no secret asked there: docs/previews.md)."""
+        return sandbox_url(self.host)
+
+    def shown(self) -> dict[str, object]:
+        """As the gateway sent it, with :attr:`sandbox_url` (the CLI's ``--json``, the MCP tool's answer)."""
+        return {**self.wire(), "sandbox_url": self.sandbox_url}
+
+
+class RevokedPreview(_Answer):
+    """A revoked preview (``DELETE /v1/sessions/{id}/previews/{preview_id}``): its open connections close."""
+
+    id: str
+    revoked_at: float = 0.0
+
+
+def sandbox_url(host: str) -> str:
+    """``{port}-{hex}.{domain}[:port]`` -> the same preview's address on the sandbox's own loopback
+    (``http://{port}-{hex}.localhost:8701/``, corral.sandbox.previewdoor), whatever the gateway's
+    domain and port: the first label of the gateway's host names it."""
+    label = host.split(".", 1)[0]
+    return f"http://{label}.localhost:{SANDBOX_PREVIEW_PORT}/"
+
+
 __all__ = [
     "BuiltTemplate",
+    "Preview",
+    "PreviewInfo",
     "ProfileBody",
     "ProfileInfo",
+    "RevokedPreview",
     "SecretChange",
     "SessionBody",
     "SessionInfo",
@@ -199,4 +261,5 @@ __all__ = [
     "UploadedFile",
     "ViewportSize",
     "VolumeInfo",
+    "sandbox_url",
 ]

@@ -56,6 +56,7 @@ def gateway(data_dir: Path, instance: str, **overrides: object) -> Iterator[Runn
     """Serve a gateway until the block ends; its sandboxes stay up (as after a real restart)."""
     values: dict[str, object] = {
         "port": free_port(),
+        "preview_port": free_port(),  # gateways side by side each have their own preview listener
         "data_dir": data_dir,
         "api_key": f"{KEY_A},{KEY_B}",
         "instance": instance,

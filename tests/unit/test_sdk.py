@@ -19,6 +19,7 @@ from corral.gateway_client import AsyncGateway, Download, Gateway
 from corral.gateway_models import SessionInfo, UploadedFile
 from corral.protocol import results as r
 from corral.sdk import AsyncExecStream, AsyncFiles, AsyncProcesses, AsyncSandbox, Files, Processes, Sandbox, messages
+from corral.sdk.previews import AsyncPreviews, Previews
 
 # -- the twins ------------------------------------------------------------------------------------------
 
@@ -35,12 +36,14 @@ def _surface(cls: type) -> dict[str, Any]:
 
 # What the async twin gives to iterate with `async for` at once (no await), and the type it returns.
 _ITERATED: dict[str, type] = {"exec_stream": AsyncExecStream}
+# What does no I/O in either twin (E2B's ``get_host`` is plain in its async SDK too).
+_PURE = {"get_host"}
 
 
 def _plain(annotation: Any) -> str:
     """An annotation (a string: the module has postponed annotations) with the twins' names made one."""
     text = str(annotation)
-    for name in ("Sandbox", "Gateway", "BaseTransport", "ExecStream", "Processes", "Files", "Connected"):
+    for name in ("Sandbox", "Gateway", "BaseTransport", "ExecStream", "Processes", "Files", "Connected", "Previews"):
         text = text.replace(f"Async{name}", name)
     return text
 
@@ -54,7 +57,13 @@ def _signature(member: Any) -> tuple[Any, ...]:
 
 @pytest.mark.parametrize(
     ("sync", "twin"),
-    [(Sandbox, AsyncSandbox), (Gateway, AsyncGateway), (Processes, AsyncProcesses), (Files, AsyncFiles)],
+    [
+        (Sandbox, AsyncSandbox),
+        (Gateway, AsyncGateway),
+        (Processes, AsyncProcesses),
+        (Files, AsyncFiles),
+        (Previews, AsyncPreviews),
+    ],
 )
 def test_the_async_twin_has_the_same_public_surface(sync: type, twin: type) -> None:
     mine, theirs = _surface(sync), _surface(twin)
@@ -66,7 +75,9 @@ def test_the_async_twin_has_the_same_public_surface(sync: type, twin: type) -> N
             # Every call that does I/O is awaited in the twin (a property reads what is already there),
             # but a stream, iterated with `async for` as its sync twin is with `for`.
             function = getattr(other, "__func__", other)
-            if name in _ITERATED:
+            if name in _PURE:
+                assert not inspect.iscoroutinefunction(function), f"{twin.__name__}.{name} does no I/O"
+            elif name in _ITERATED:
                 assert not inspect.iscoroutinefunction(function), f"{twin.__name__}.{name} is awaited"
                 assert "__aiter__" in vars(_ITERATED[name]), name
             else:

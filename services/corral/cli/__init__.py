@@ -11,6 +11,7 @@ import typer
 from corral.cli import actions, code, files, lifecycle, mcp, recordings
 from corral.cli.audit import audit_app
 from corral.cli.images import images_app
+from corral.cli.previews import preview_app
 from corral.cli.profiles import profile_app
 from corral.cli.recordings import export_app, recording_app
 from corral.cli.sessions import session_app
@@ -42,6 +43,7 @@ app.add_typer(recording_app, name="recording")
 app.add_typer(export_app, name="export")
 app.add_typer(profile_app, name="profile")
 app.add_typer(code.code_app, name="code")
+app.add_typer(preview_app, name="preview")
 
 
 def main() -> None:

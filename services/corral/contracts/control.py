@@ -46,6 +46,11 @@ VOLUME_CHANGES: Final = ("claimed", "released")
 # A browser profile loaded into a session, saved from it, or a load or save that failed (corral.gateway.profiles).
 PROFILE_CHANGES: Final = ("loaded", "saved", "failed")
 MAX_PROFILE_BYTES: Final = 1 << 40
+# A port preview made, revoked or expired (by its owner), a client connection through it opened or
+# closed (with the client's address, and the bytes each way once closed): corral.gateway.previews.
+PREVIEW_CHANGES: Final = ("created", "revoked", "expired", "opened", "closed")
+PreviewChange = Literal["created", "revoked", "expired", "opened", "closed"]
+MAX_PREVIEW_BYTES: Final = 1 << 50
 SESSION_CHANGES: Final = ("pause", "resume")  # a session's own changes the gateway reports (SessionEvent)
 MAX_SAVED_ENTRIES: Final = 8
 # corral.errors.ErrorCode's values for a refused line (this module may not import corral.errors).
@@ -154,6 +159,36 @@ class LinkEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class PreviewEvent:
+    """The gateway's report of a port preview's change or of a connection through it (corral.gateway.previews)."""
+
+    OP: ClassVar = "preview"
+    change: str  # one of PREVIEW_CHANGES
+    preview: str
+    port: int
+    actor: str
+    expires_at: float
+    remote: str = ""  # the client's address (host:port) of an opened or closed connection
+    bytes_in: int = 0  # a closed connection's bytes from the client
+    bytes_out: int = 0  # and to it
+
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {
+            "op": self.OP,
+            "change": self.change,
+            "preview": self.preview,
+            "port": self.port,
+            "actor": self.actor,
+            "expires_at": self.expires_at,
+        }
+        if self.remote:
+            out["remote"] = self.remote
+        if self.change == "closed":
+            out["bytes_in"], out["bytes_out"] = self.bytes_in, self.bytes_out
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class LifetimeEvent:
     """The gateway's report of a session's expiry changed by its owner (``PATCH timeout_s``)."""
 
@@ -258,7 +293,7 @@ class PutSecrets:
 
 
 # The gateway's own events about a session, reported into its audit chain.
-GatewayEvent = LinkEvent | LifetimeEvent | VolumeEvent | ProfileEvent | SessionEvent
+GatewayEvent = LinkEvent | LifetimeEvent | VolumeEvent | ProfileEvent | SessionEvent | PreviewEvent
 Message = Hello | SetPolicy | Status | ActionEvent | LeaseEvent | PutSecrets | GatewayEvent
 
 
@@ -510,6 +545,29 @@ def _link(f: _Fields) -> LinkEvent:
     return LinkEvent(change, link, f.choice("mode", LINK_MODES), f.token("actor"), float(expires_at))
 
 
+def _count(f: _Fields, key: str, top: int) -> int:
+    value = f.obj.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
+        raise f.invalid(INVALID_FIELD, f"{key!r} must be a whole number from 0 to {top}", key)
+    return value
+
+
+def _preview(f: _Fields) -> PreviewEvent:
+    remote = f.obj.get("remote", "")
+    if not isinstance(remote, str) or len(remote) > 64 or not remote.isprintable() or " " in remote:
+        raise f.invalid(INVALID_FIELD, "'remote' must be an address of at most 64 characters", "remote")
+    return PreviewEvent(
+        f.choice("change", PREVIEW_CHANGES),
+        f.token("preview"),
+        _count(f, "port", 65535),
+        f.token("actor"),
+        _unix_time(f, "expires_at"),
+        remote,
+        _count(f, "bytes_in", MAX_PREVIEW_BYTES),
+        _count(f, "bytes_out", MAX_PREVIEW_BYTES),
+    )
+
+
 def _unix_time(f: _Fields, name: str) -> float:
     value = f.obj.get(name)
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -627,4 +685,5 @@ _PARSERS: Final[Mapping[str, Callable[[_Fields], Message]]] = {
     VolumeEvent.OP: _volume,
     ProfileEvent.OP: _profile,
     SessionEvent.OP: _session,
+    PreviewEvent.OP: _preview,
 }

@@ -14,12 +14,14 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
-from corral.contracts.control import LinkEvent
+from corral.contracts.control import GatewayEvent
 from corral.gateway import auth, keyids
 from corral.gateway.egress import EgressManager
 from corral.gateway.limits import HostFacts, resolve
 from corral.gateway.links import LinkBook
 from corral.gateway.metrics import Metrics
+from corral.gateway.previews.book import PreviewBook
+from corral.gateway.previews.listener import PreviewListener
 from corral.gateway.profiles import ProfileStore, derive_key
 from corral.gateway.recording import RecordingLimits, RecordingManager
 from corral.gateway.replays import ReplayUploads
@@ -62,7 +64,11 @@ def default_runtime(settings: GatewaySettings) -> SandboxRuntime:
     return open_runtime(settings.runtime, proxy_uid=settings.egress_uid)
 
 
-def create_app(settings: GatewaySettings | None = None, runtime: SandboxRuntime | None = None) -> FastAPI:
+def create_app(
+    settings: GatewaySettings | None = None, runtime: SandboxRuntime | None = None, previews: bool = False
+) -> FastAPI:
+    """The API's app; ``previews``: its lifespan also runs the preview listener on
+    ``CORRAL_PREVIEW_PORT`` (the served gateway's: corral.gateway.server; a test's app binds no port)."""
     settings = settings or GatewaySettings()
 
     @asynccontextmanager
@@ -84,9 +90,15 @@ def create_app(settings: GatewaySettings | None = None, runtime: SandboxRuntime 
         )
         state.http = httpx.AsyncClient(timeout=httpx.Timeout(660.0, connect=10.0))
         await state.manager.start()
+        listener = PreviewListener(settings, lambda: state.manager) if previews and settings.preview_port else None
+        state.preview_listener = listener
         try:
+            if listener is not None:
+                await listener.start()
             yield
         finally:
+            if listener is not None:
+                await listener.stop()
             for build in list(state.template_builds):  # its thread ends the build; its answer has no reader
                 build.cancel()
             await asyncio.gather(*state.template_builds, return_exceptions=True)
@@ -161,7 +173,8 @@ def build_sessions(
     )
     claims = Claims(settings, book, pool, starts, claim_parts, on_claim)
     recovery = Recovery(book, runtime, specs, starts, port, recordings, volumes)
-    links = LinkBook(book.links_of, book.save_links, _link_reporter(book, port))
+    links = LinkBook(book.links_of, book.save_links, _reporter(book, port))
+    previews = PreviewBook(book.previews_of, book.save_previews, _reporter(book, port))
     grounds = pair_starts.grounds if pair_starts is not None else None
     saved = SavedState(settings.data_dir / "paused", controllers, settings.pause_archive_max_mb << 20)
     paused_browser = browser_state or PausedBrowser(profiles, saved.root, saved.max_bytes)
@@ -184,7 +197,7 @@ def build_sessions(
         runtime=runtime, network=settings.network, reap_interval_s=settings.reap_interval_s, limits=limits,
         book=book, egress=port, grounds=grounds, starts=starts, pool=pool, claims=claims, broker=broker,
         endings=endings, liveness=liveness, recovery=recovery, reaper=reaper, controllers=controllers,
-        recordings=recordings, replays=replays, links=links,
+        recordings=recordings, replays=replays, links=links, previews=previews,
         lifetimes=Lifetimes(book, port, settings.max_timeout_s),
         volumes=volumes,
         profiles=profiles,
@@ -207,9 +220,10 @@ def _vitals(settings: GatewaySettings) -> ControllerWatch:
     )
 
 
-def _link_reporter(book: SessionBook, egress: EgressPort) -> Callable[[str, LinkEvent], Awaitable[None]]:
-    async def report(session_id: str, message: LinkEvent) -> None:
-        """A link's change into the session's audit chain (none on a gateway without egress control)."""
+def _reporter(book: SessionBook, egress: EgressPort) -> Callable[[str, GatewayEvent], Awaitable[None]]:
+    async def report(session_id: str, message: GatewayEvent) -> None:
+        """A link's or preview's change into the session's audit chain (none on a gateway without
+        egress control)."""
         session = book.get(session_id)
         if session.egress is not None:
             await egress.report(session.egress, message)

@@ -173,6 +173,15 @@ class Caller:
             raise Forbidden("viewer links are made and revoked with the session owner's API key, not its token")
         return self.key_id
 
+    def grant_previews(self) -> str:
+        """The owner's key id, for making, listing or revoking port previews (after :meth:`open_live`):
+        the agent's token must not hand out its sandbox's servers to the world."""
+        if self.key_id is None:
+            raise Forbidden(
+                "port previews are made, listed and revoked with the session owner's API key, not its token"
+            )
+        return self.key_id
+
     def open_live(self, session_id: str, owner: str | None) -> None:
         """The live session ``session_id`` (``owner`` None: there is none): its owner's key or its own token."""
         self.known()

@@ -16,6 +16,7 @@ from corral.contracts.placeholders import (
     name_problem,
     value_problem,
 )
+from corral.contracts.previews import port_problem
 from corral.gateway.tickets import MAX_TTL_S
 from corral.proxy.policy import parse_rule
 
@@ -365,6 +366,61 @@ class CreatedLink(_Link):
 
 
 class RevokedLink(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    id: str
+    revoked_at: float
+
+
+def _previewable(port: int) -> int:
+    """A port a preview may reach (corral.contracts.previews.port_problem: not a reserved one)."""
+    problem = port_problem(port)
+    if problem is not None:
+        raise ValueError(problem)
+    return port
+
+
+class CreatePreview(BaseModel):
+    """POST /v1/sessions/{id}/previews: a URL for a server the agent runs on ``port`` in the sandbox."""
+
+    model_config = ConfigDict(extra="forbid")
+    port: Annotated[int, Field(ge=1, le=65535), AfterValidator(_previewable)]
+    ttl_s: Annotated[int, Field(ge=1, le=86400)] = 3600  # capped at the session's end
+
+
+class _Preview(BaseModel):
+    """What every answer about a port preview says of it (its fields first, in this order)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    id: str
+    port: int
+    host: str  # {port}-{session hex}.{CORRAL_PREVIEW_DOMAIN}:{CORRAL_PREVIEW_PORT}
+    created_at: float
+    expires_at: float
+
+
+class CreatedPreview(_Preview):
+    """A new preview: ``url`` holds its secret (``?corral_preview_token=crl_prev_...``), shown this once."""
+
+    url: str
+
+
+class PreviewOut(_Preview):
+    """A preview as its listing shows it (never its secret)."""
+
+    revoked_at: float | None
+    last_used_at: float | None
+    connections: int  # client connections opened through it in all
+    open_connections: int  # of them open now
+    bytes_in: int  # from clients to the sandbox's server
+    bytes_out: int  # from the server to clients
+
+
+class PreviewListing(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    previews: list[PreviewOut]
+
+
+class RevokedPreview(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     id: str
     revoked_at: float

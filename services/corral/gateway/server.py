@@ -110,7 +110,7 @@ def _quiet_per_request_loggers() -> None:
 def build_app(settings: GatewaySettings | None = None, runtime: SandboxRuntime | None = None) -> FastAPI:
     """The gateway as served: :func:`~corral.gateway.app.create_app`, with ``/mcp`` where the SDK is."""
     settings = settings or GatewaySettings()
-    app = create_app(settings, runtime)
+    app = create_app(settings, runtime, previews=True)
     add_mcp(app, settings)
     return app
 

@@ -1,5 +1,5 @@
 """Corral's MCP tools: sessions, the screen, the pointer and keyboard, the browser's pages and tabs,
-commands, files and the egress audit, each one call of the gateway's HTTP API as the caller.
+commands, files, the egress audit and port previews, each one call of the gateway's HTTP API as the caller.
 
 Small tools, one per thing to do, rather than one ``computer`` tool taking an ``action``: each has a
 flat schema with only its own fields, required where they are (a model fills ``click(x, y)`` right
@@ -31,6 +31,7 @@ from corral.gateway_client import AsyncGateway, session_body
 from corral.mcp import results
 from corral.mcp.base import MAX_CONTROL_WAIT_MS, Ctx, SessionId
 from corral.mcp.code import CodeTools
+from corral.mcp.previews import PreviewTools
 from corral.mcp.screen import ScreenTools
 from corral.protocol import results as r
 from corral.sdk import messages
@@ -80,6 +81,10 @@ ANNOTATIONS: dict[str, ToolAnnotations] = {
     # Not read-only: each takes the human's hand-back note, which the sandbox gives once.
     "control": _hints(False, False, False, False),
     "request_control": _hints(False, False, False, False),
+    # Each call makes another preview (another secret): not idempotent. A revoke closes open connections.
+    "preview_port": _hints(False, False, False, False),
+    "list_previews": _hints(True, False, True, False),
+    "revoke_preview": _hints(False, True, True, False),
 }
 
 
@@ -113,7 +118,7 @@ def _exec_summary(result: commands.ExecResult) -> str:
     return "\n".join(parts)
 
 
-class CorralTools(ScreenTools, CodeTools):
+class CorralTools(ScreenTools, CodeTools, PreviewTools):
     """The tools, bound to how they reach the gateway (:mod:`corral.mcp.access`)."""
 
     def tools(self) -> list[Callable[..., Awaitable[CallToolResult]]]:

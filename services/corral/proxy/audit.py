@@ -108,6 +108,7 @@ Event = Literal[
     "secrets",
     "secret",
     "link",
+    "preview",
     "lifetime",
     "volume",
     "profile",
@@ -184,6 +185,11 @@ class EventFields(TypedDict, total=False):
     exfiltration: bool  # a block: a placeholder or value headed where its secret is not bound
     # link: a viewer link made, used, revoked or expired (the gateway's report); its ``actor`` is the owner's key
     link: str
+    # preview: a port preview made, revoked, expired, or a connection through it opened or closed (the
+    # gateway's report): its id, the sandbox's ``port``, the client's ``remote`` address, and a closed
+    # connection's ``bytes_in`` (from the client) and ``bytes_out``
+    preview: str
+    remote: str
     # change: link: created, used, revoked, expired; control: taken, returned, left, requested,
     # request_ended; volume: claimed, released; profile: loaded, saved, failed; session: pause, resume
     change: str
@@ -266,6 +272,7 @@ EVENT_FIELDS: Mapping[Event, frozenset[str]] = {
         }
     ),
     "link": frozenset({"link", "mode", "change", "actor", "expires_at"}),
+    "preview": frozenset({"preview", "port", "change", "actor", "expires_at", "remote", "bytes_in", "bytes_out"}),
     "lifetime": frozenset({"actor", "expires_at", "previous_expires_at"}),
     "volume": frozenset({"volume", "change", "size_mb", "used_bytes"}),
     "profile": frozenset({"profile", "change", "bytes", "actor"}),

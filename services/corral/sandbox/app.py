@@ -1,6 +1,7 @@
 """The controller's HTTP and WebSocket surface: ``GET /healthz``, ``POST /v1/actions``, ``WS /v1/ws``,
 ``WS /v1/live`` (corral.sandbox.control.viewers), ``PUT``/``GET /v1/files``, the gateway's ``PUT``/``GET /v1/secrets``,
-and CDP (``GET /v1/cdp/json/version``, ``/v1/cdp/json/list``, ``WS /v1/cdp``: corral.sandbox.web.cdp)."""
+CDP (``GET /v1/cdp/json/version``, ``/v1/cdp/json/list``, ``WS /v1/cdp``: corral.sandbox.web.cdp), and port
+previews' ``WS /v1/tunnel/{port}`` (corral.sandbox.tunnel)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ from corral.frames import next_frame, over_limit
 from corral.protocol import reply
 from corral.protocol import results as r
 from corral.protocol.envelope import Limits, decode
+from corral.sandbox import tunnel
+from corral.sandbox.agent.agentenv import AGENT_USER
 from corral.sandbox.agent.freezer import AgentFreezer
 from corral.sandbox.control.lease import ControlLease
 from corral.sandbox.control.live import LiveView, ThreadEncoder
@@ -38,6 +41,7 @@ from corral.sandbox.dispatch import Dispatcher, Incoming, fitted
 from corral.sandbox.display import clipboard
 from corral.sandbox.guard import ControllerGuard
 from corral.sandbox.placeholders import placeholders_of
+from corral.sandbox.previewdoor import open_door
 from corral.sandbox.recorder import Recorder
 from corral.sandbox.sessionenv import env_of
 from corral.sandbox.settings import ControllerSettings
@@ -147,11 +151,15 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
         live = LiveView(desktop.screen, encoder, busy=desktop.lock.locked, action_ended=desktop.lock.ended)
         viewers = Viewers(desktop, live, HumanInput(desktop, reporter, recorder, freezer))
         app.state.viewers = viewers
+        # The sandbox's own browser opens its previews here, on its own loopback (docs/previews.md).
+        door = await open_door(settings.preview_door_port, AGENT_USER)
         # No Playwright connection at boot: its driver (node, about 80 MiB) starts on the first browser
         # call and stops again when idle (corral.sandbox.web.browser), so an idle session holds none.
         try:
             yield
         finally:
+            if door is not None:
+                await door.close()
             await viewers.close()  # its viewers' detaching changes the lease: recorded and audited first
             await relays.close()  # as do exclusive CDP connections' detaching
             await freezer.close()  # the sandbox's own shutdown: the agent's processes continued
@@ -353,6 +361,11 @@ async def cdp_ws(websocket: WebSocket) -> None:
     await cdp.serve(websocket, state.cdp_url, lease, state.reporter, state.recorder, state.cdp_relays)
 
 
+async def tunnel_ws(websocket: WebSocket) -> None:
+    """A port preview's bytes to and from ``127.0.0.1:{port}`` (corral.sandbox.tunnel)."""
+    await tunnel.serve(websocket, websocket.path_params["port"])
+
+
 ROUTES = [
     Route("/healthz", healthz, methods=["GET"]),
     Route("/v1/recording", recording, methods=["GET"]),
@@ -367,6 +380,7 @@ ROUTES = [
     WebSocketRoute("/v1/ws", ws),
     WebSocketRoute("/v1/cdp", cdp_ws),
     WebSocketRoute("/v1/live", live),
+    WebSocketRoute("/v1/tunnel/{port}", tunnel_ws),
 ]
 
 

@@ -79,6 +79,9 @@ class ControllerSettings(BaseModel):
     max_code_contexts: int = Field(default=8, ge=1, le=64)
     kernel_start_timeout_s: float = Field(default=60.0, gt=0)
     kernel_interrupt_grace_s: float = Field(default=3.0, gt=0)
+    # The in-sandbox door to the agent's servers (corral.sandbox.previewdoor) on the sandbox's own
+    # loopback: 0 is off (a controller run outside the image); the image sets 8701.
+    preview_door_port: int = 0
     # What boot writes when the session has a proxy: the system CAs and the session's.
     ca_bundle: Path = Path("/etc/ssl/certs/ca-certificates.crt")
 

@@ -20,6 +20,7 @@ from corral.sdk.browser import AsyncBrowser, Browser
 from corral.sdk.code import AsyncCode, Code
 from corral.sdk.control import AsyncControl, Control
 from corral.sdk.execs import AsyncExecs, Execs
+from corral.sdk.previews import AsyncPreviews, Previews, preview_host
 from corral.sdk.screen import AsyncScreen, Screen
 from corral.sdk.vendor import AsyncVendor, Vendor
 
@@ -197,6 +198,20 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs, Code):
         was created with (Chromium restarts for the copy: open pages are closed)."""
         return self._gateway.save_profile(self.id)
 
+    # -- port previews (docs/previews.md) -------------------------------------------------------------
+
+    @property
+    def previews(self) -> Previews:
+        """The session's port previews: ``create(port, ttl_s=...)`` (its URL with the secret, once),
+        ``list()``, ``revoke(id)``; the owner's API key only."""
+        return Previews(self._gateway, self.id)
+
+    def get_host(self, port: int) -> str:
+        """The host name a preview of ``port`` is served on (E2B's ``get_host``): ``{port}-{hex}.localhost``
+        (the domain: ``$CORRAL_PREVIEW_DOMAIN``), on the gateway's preview port. A name, not access:
+        the URL with its secret comes from ``previews.create(port)``."""
+        return preview_host(self.id, port)
+
 
 class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncExecs, AsyncCode):
     """The async twin of :class:`Sandbox`: ``async with await AsyncSandbox.create(...) as sb``."""
@@ -371,3 +386,14 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
         """Save the browser's cookies, local storage and IndexedDB now under the profile the session
         was created with (Chromium restarts for the copy: open pages are closed)."""
         return await self._gateway.save_profile(self.id)
+
+    # -- port previews (docs/previews.md) -------------------------------------------------------------
+
+    @property
+    def previews(self) -> AsyncPreviews:
+        """The session's port previews (see :attr:`Sandbox.previews`)."""
+        return AsyncPreviews(self._gateway, self.id)
+
+    def get_host(self, port: int) -> str:
+        """The host name a preview of ``port`` is served on (see :meth:`Sandbox.get_host`): no I/O."""
+        return preview_host(self.id, port)

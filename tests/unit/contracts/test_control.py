@@ -26,6 +26,9 @@ PLACEHOLDER = "corral_secret_" + "a" * 32
         control.LinkEvent("created", "lnk_x", "view", "api-key:owner", 1733000000.5),
         control.LifetimeEvent("api-key:owner", 1733003600.25, 1733000000.5),
         control.VolumeEvent("claimed", "work", 1024, 2048),
+        control.PreviewEvent("created", "prv_x", 3000, "api-key:owner", 1733000000.5),
+        control.PreviewEvent("opened", "prv_x", 3000, "preview", 1733000000.5, "127.0.0.1:50000"),
+        control.PreviewEvent("closed", "prv_x", 3000, "preview", 1733000000.5, "[::1]:50000", 10, 20),
         control.SessionEvent("pause", "owner", (("/workspace", 10240), ("/home/agent", 0)), 2),
         control.PutSecrets(
             (
@@ -122,3 +125,20 @@ def test_a_session_report_is_checked_field_by_field(fields: dict[str, object], b
     with pytest.raises(InvalidMessage) as refused:
         control.parse_message(control.encode(message), InvalidMessage)
     assert refused.value.field == blamed
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"change": "used"}, "change"),
+        ({"port": 70000}, "port"),
+        ({"remote": "1.2.3.4:5\nforged"}, "remote"),
+        ({"bytes_in": -1}, "bytes_in"),
+        ({"preview": "prv x"}, "preview"),
+    ],
+)
+def test_a_preview_event_s_fields_are_checked(change: dict[str, object], field: str) -> None:
+    good = control.PreviewEvent("closed", "prv_x", 3000, "preview", 1.0, "127.0.0.1:1", 1, 2).to_json()
+    with pytest.raises(InvalidMessage) as refused:
+        control.parse_message(json.dumps({**good, **change}).encode(), InvalidMessage)
+    assert refused.value.field == field

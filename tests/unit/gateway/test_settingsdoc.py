@@ -31,7 +31,7 @@ def test_the_table_has_one_row_per_setting_each_with_a_meaning() -> None:
     own = [field for field in GatewaySettings.model_fields if field not in inherited]
     assert [name for name, _, _ in rows] == [env_name(field) for field in [*own, *EnvironmentSettings.model_fields]]
     assert all(meaning.strip() for _, _, meaning in rows)
-    assert len(rows) == len(GatewaySettings.model_fields) == 72
+    assert len(rows) == len(GatewaySettings.model_fields) == 78
 
 
 def test_the_docs_hold_one_settings_table() -> None:

@@ -49,6 +49,7 @@ def test_the_annotations_are_consistent() -> None:
         "list_tabs",
         "read_file",
         "audit_summary",
+        "list_previews",
     }
     assert {name for name, hints in ANNOTATIONS.items() if hints.destructive_hint} == {
         "end_session",
@@ -62,6 +63,7 @@ def test_the_annotations_are_consistent() -> None:
         "write_file",
         "run_code",
         "restart_code_context",
+        "revoke_preview",
     }
 
 

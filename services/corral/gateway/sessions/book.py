@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 from corral.errors import SessionNotFound
 from corral.gateway.links import LinkRecord
+from corral.gateway.previews.book import PreviewRecord
 from corral.gateway.sessions.records import Session, SessionRecord
 from corral.gateway.store import SessionStore
 
@@ -74,5 +75,16 @@ class SessionBook:
     def save_links(self, session_id: str, links: Mapping[str, LinkRecord]) -> None:
         session = self.get(session_id)
         session.record = session.record.model_copy(update={"links": dict(links)})
+        if session.state == "ready":  # a session being ended keeps no record to write
+            self.save(session)
+
+    # -- port previews (corral.gateway.previews keeps them in the record) ------------------------------
+
+    def previews_of(self, session_id: str) -> dict[str, PreviewRecord]:
+        return self.get(session_id).record.previews
+
+    def save_previews(self, session_id: str, previews: Mapping[str, PreviewRecord]) -> None:
+        session = self.get(session_id)
+        session.record = session.record.model_copy(update={"previews": dict(previews)})
         if session.state == "ready":  # a session being ended keeps no record to write
             self.save(session)

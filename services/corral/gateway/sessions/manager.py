@@ -20,6 +20,7 @@ from corral.gateway.grounds import GroundPool
 from corral.gateway.limits import Limits
 from corral.gateway.links import LinkBook
 from corral.gateway.models import CreateSession, ResumeSession, UpdateSecrets
+from corral.gateway.previews.book import PreviewBook
 from corral.gateway.recording import RecordingManager
 from corral.gateway.replays import ReplayUploads
 from corral.gateway.sessions.book import SessionBook
@@ -71,6 +72,7 @@ class SessionParts:
     recordings: SessionRecordings
     replays: ReplayUploads
     links: LinkBook
+    previews: PreviewBook
     lifetimes: Lifetimes
     volumes: Volumes
     profiles: BrowserProfiles | None = None  # saved browser profiles (corral.gateway.sessions.browserprofiles)
@@ -85,6 +87,7 @@ class SessionManager:
         self.liveness, self.broker, self.endings = parts.liveness, parts.broker, parts.endings
         self.volumes = parts.volumes
         self.profiles = parts.profiles
+        self.previews = parts.previews
         self.host_guarded = False
         self._tasks: set[asyncio.Task[None]] = set()
 

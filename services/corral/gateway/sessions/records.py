@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field
 from corral.gateway.egress import Egress, Ground
 from corral.gateway.links import LinkRecord
 from corral.gateway.models import Resources, SessionTerms
+from corral.gateway.previews.book import PreviewRecord
 from corral.gateway.secrets import SecretRecord
 from corral.gateway.sessions.pausedstate import PausedState
 from corral.runtime import ExitInfo, SandboxAddress, State
@@ -62,6 +63,7 @@ class Pair:
 _OPTIONAL = (
     "secrets",
     "links",
+    "previews",
     "env",
     "env_values",
     "volume",
@@ -87,6 +89,8 @@ class SessionRecord(SessionTerms):
     secrets: dict[str, SecretRecord] = Field(default_factory=dict)
     # Its viewer links (corral.gateway.links), by id: their secrets' SHA-256 only.
     links: dict[str, LinkRecord] = Field(default_factory=dict)
+    # Its port previews (corral.gateway.previews), by id: their secrets' SHA-256 only.
+    previews: dict[str, PreviewRecord] = Field(default_factory=dict)
     # Its environment variables' values (``env`` holds their names): not secrets (the agent reads them),
     # kept here, 0600 in the gateway's data dir, so that a controller restarted after a gateway
     # restart gets them back (corral.gateway.sessions.envs). Never in an answer or a recording.

@@ -110,6 +110,8 @@ class ControlChannel:
             return self._profile(message)
         if isinstance(message, control.SessionEvent):
             return self._session(message)
+        if isinstance(message, control.PreviewEvent):
+            return self._preview(message)
         if isinstance(message, control.SetPolicy):
             return self._set_policy(message)
         if isinstance(message, control.Status):
@@ -204,6 +206,22 @@ class ControlChannel:
         """The session paused or resumed, as the gateway reports it: its audit record (sizes only)."""
         self.shared.journal.write(
             "session", change=message.change, actor=message.actor, saved=dict(message.saved), tabs=message.tabs
+        )
+        return Reply(head=self._head())
+
+    def _preview(self, message: control.PreviewEvent) -> Reply:
+        """A port preview made, revoked or expired, or a connection through it opened or closed, as the
+        gateway reports it: its audit record (the client's address, bytes each way; never a secret)."""
+        self.shared.journal.write(
+            "preview",
+            preview=message.preview,
+            port=message.port,
+            change=message.change,
+            actor=message.actor,
+            expires_at=message.expires_at,
+            remote=message.remote,
+            bytes_in=message.bytes_in,
+            bytes_out=message.bytes_out,
         )
         return Reply(head=self._head())
 

@@ -59,6 +59,7 @@ def settings_for(tmp_path: Path, **overrides: object) -> GatewaySettings:
         "record": False,
         "max_body_kb": 64,
         "instance": "unit",
+        "preview_port": closed_port(),  # a served app's preview listener: a port of its own, never 8701
     }
     values.update(overrides)
     return GatewaySettings(**values)
