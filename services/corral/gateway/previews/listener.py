@@ -84,12 +84,13 @@ class Handler:
             for task in self._tasks:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
-            if self._upstream is not None:
-                await self._upstream.tunnel.close()
+            # The client's end first: a revoke is seen at once, whatever the controller's close takes.
             self._writer.close()
+            self._manager.previews.closed(self.conn)
             with contextlib.suppress(OSError, ConnectionError):
                 await self._writer.wait_closed()
-            self._manager.previews.closed(self.conn)
+            if self._upstream is not None:
+                await self._upstream.tunnel.close()
 
     def _task(self, coro: Any) -> asyncio.Task[Any]:
         task: asyncio.Task[Any] = asyncio.create_task(coro)
