@@ -3,7 +3,7 @@ in the sandbox as the agent on 127.0.0.1 only, reached from the host through the
 (HTTP, a large body both ways, a WebSocket echo); the secret's ways in (header, first visit's
 cookie) and the server never seeing it; refusals (none, wrong, revoked, a session token making one,
 an ended session, nothing listening, a body over the cap, a reserved port); a revoke closing an open
-WebSocket within a second; the API and the previews on origins apart; the sandbox unable to reach
+WebSocket within a second; expiry, idleness, a session's end and its pause closing connections; the API and the previews on origins apart; the sandbox unable to reach
 the preview listener; the preview's records in the verified audit chain."""
 
 from __future__ import annotations
@@ -429,3 +429,45 @@ def test_a_session_s_end_closes_its_preview_websockets(gw: RunningGateway) -> No
             return time.monotonic() - began
 
     assert asyncio.run(scenario()) < 2.0
+
+
+def test_a_paused_session_s_preview_waits_for_its_resume(gw: RunningGateway) -> None:
+    """Paused: an open WebSocket closes, a request gets 409; resumed: the preview (kept in the
+    session's record) opens again, and says plainly that nothing listens until the agent starts its
+    server again (a pause ends the agent's processes)."""
+    with gw.client() as c:
+        made = c.post("/v1/sessions", json={}).json()
+        run_server(c, made["id"])
+        preview, secret = create(gw, made["id"])
+        try:
+
+            async def open_then_pause() -> None:
+                async with connect(
+                    f"ws://{preview['host']}:{gw.settings.preview_port}/ws",
+                    host="127.0.0.1",
+                    port=gw.settings.preview_port,
+                    additional_headers={"x-corral-preview-token": secret},
+                ) as ws:
+                    await ws.send("x")
+                    assert await ws.recv() == "x"
+                    async with httpx.AsyncClient(
+                        base_url=gw.url, headers={"Authorization": f"Bearer {KEY_A}"}, timeout=120
+                    ) as api:
+                        paused = await api.post(f"/v1/sessions/{made['id']}/pause")
+                        assert paused.status_code == 200, paused.text
+                    with pytest.raises(ConnectionClosed):
+                        await asyncio.wait_for(ws.recv(), timeout=5)
+
+            asyncio.run(open_then_pause())
+            with preview_client(gw, preview, secret) as p:
+                while_paused = p.get("/")
+            assert while_paused.status_code == 409 and while_paused.json()["error"]["code"] == "session_paused"
+            assert c.post(f"/v1/sessions/{made['id']}/resume", json={}).status_code == 200
+            with preview_client(gw, preview, secret) as p:
+                resumed = p.get("/")
+            assert resumed.status_code == 502 and resumed.json()["error"]["code"] == "nothing_listening"
+            run_server(c, made["id"])
+            with preview_client(gw, preview, secret) as p:
+                assert p.get("/").text == "hello from the sandbox"
+        finally:
+            c.delete(f"/v1/sessions/{made['id']}")

@@ -46,6 +46,9 @@ SWITCHING = 101
 # request: a trickle of bytes keeps no connection open that no secret opened (the idle timeout
 # restarts with every byte).
 UNADMITTED_S = 30.0
+# Connections the listener holds at once, all previews together (admitted or not): past it a new one
+# is closed at once, so a flood of idle sockets costs the gateway a bounded number of tasks.
+MAX_OPEN = 4096
 
 
 class Handler:
@@ -84,12 +87,13 @@ class Handler:
             for task in self._tasks:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
-            if self._upstream is not None:
-                await self._upstream.tunnel.close()
+            # The client's end first: a revoke is seen at once, whatever the controller's close takes.
             self._writer.close()
+            self._manager.previews.closed(self.conn)
             with contextlib.suppress(OSError, ConnectionError):
                 await self._writer.wait_closed()
-            self._manager.previews.closed(self.conn)
+            if self._upstream is not None:
+                await self._upstream.tunnel.close()
 
     def _task(self, coro: Any) -> asyncio.Task[Any]:
         task: asyncio.Task[Any] = asyncio.create_task(coro)
@@ -339,6 +343,9 @@ class PreviewListener:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if len(self._handlers) >= MAX_OPEN:
+            writer.close()
+            return
         self._handlers.add(task)
         try:
             await Handler(self._settings, self._manager(), reader, writer).run()
