@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from corral.sdk import Sandbox
@@ -141,6 +142,25 @@ def test_a_server_of_another_uid_is_never_lent(sb: Sandbox, runtime: DockerHarne
     answers = _ask_door(sb, [f"3100-{_hex(sb)}.localhost:8701"])
     assert next(iter(answers.values())).startswith("HTTP/1.1 403 Forbidden")
     assert "not the agent's server" in next(iter(answers.values()))
+
+
+def test_a_preview_from_outside_never_reaches_a_server_of_another_uid(
+    gw: RunningGateway, sb: Sandbox, runtime: DockerHarness
+) -> None:
+    # The same rule on the gateway's way in (the controller's tunnel connects as itself too): a
+    # preview of a port the controller's uid listens on is refused before any connection.
+    serve = "python3 -m http.server 3101 --bind 127.0.0.1 >/dev/null 2>&1 &"
+    code, output = runtime.exec(sb.container, ["sh", "-c", serve], user="corral")
+    assert code == 0, output
+    sb.exec(argv=["python3", "-c", WAIT_LISTENING, "3101"], timeout_ms=30_000).check()
+    preview = sb.previews.create(3101)
+    secret = preview.url.split("corral_preview_token=", 1)[1]
+    headers = {"host": f"{preview.host}:{gw.settings.preview_port}", "x-corral-preview-token": secret}
+    with httpx.Client(base_url=f"http://127.0.0.1:{gw.settings.preview_port}", headers=headers, timeout=30) as c:
+        answer = c.get("/")
+    assert answer.status_code == 502, answer.text
+    assert "port 3101 is not the agent's server" in answer.json()["error"]["message"]
+    assert "Directory listing" not in answer.text
 
 
 def test_nothing_listening_and_no_preview_name_are_clear_answers(sb: Sandbox) -> None:

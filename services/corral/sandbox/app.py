@@ -10,6 +10,7 @@ import contextlib
 import functools
 import json
 import logging
+import pwd
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -153,6 +154,7 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
         app.state.viewers = viewers
         # The sandbox's own browser opens its previews here, on its own loopback (docs/previews.md).
         door = await open_door(settings.preview_door_port, AGENT_USER)
+        app.state.agent_uid = _uid_of(AGENT_USER)
         # No Playwright connection at boot: its driver (node, about 80 MiB) starts on the first browser
         # call and stops again when idle (corral.sandbox.web.browser), so an idle session holds none.
         try:
@@ -361,9 +363,19 @@ async def cdp_ws(websocket: WebSocket) -> None:
     await cdp.serve(websocket, state.cdp_url, lease, state.reporter, state.recorder, state.cdp_relays)
 
 
+def _uid_of(user: str) -> int:
+    """``user``'s uid; -1 where there is none (a controller run outside the image): then no port is
+    the agent's and every tunnel is refused, never opened with the controller's own uid unchecked."""
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return -1
+
+
 async def tunnel_ws(websocket: WebSocket) -> None:
-    """A port preview's bytes to and from ``127.0.0.1:{port}`` (corral.sandbox.tunnel)."""
-    await tunnel.serve(websocket, websocket.path_params["port"])
+    """A port preview's bytes to and from ``127.0.0.1:{port}`` (corral.sandbox.tunnel), for the
+    agent's servers only."""
+    await tunnel.serve(websocket, websocket.path_params["port"], websocket.app.state.agent_uid)
 
 
 ROUTES = [

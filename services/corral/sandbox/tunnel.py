@@ -6,7 +6,10 @@ both ways as binary frames of at most :data:`TUNNEL_CHUNK_BYTES` (256 KiB). Back
 is read from the gateway only once the last one is written to the server (uvicorn reads the socket
 again only when a frame was taken), and the server is read again only once the frame went out.
 Nothing listening: the WebSocket closes with 4502 and ``connection refused on port N``; a reserved
-port (the controller's, DevTools', the in-sandbox preview listener's) is never connected to (4403).
+port (the controller's, DevTools', the in-sandbox preview listener's) is never connected to (4403),
+nor a port whose listener is not the agent's uid alone (4403: the controller connects as itself,
+which the sandbox's firewall does not fence, so it must never lend its uid to reach a server of
+root's, the browser's or its own: the same rule as the in-sandbox door, corral.sandbox.previewdoor).
 Either side's end ends the tunnel (HTTP has no use for half a connection here).
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
@@ -26,8 +30,11 @@ from corral.contracts.previews import (
     TUNNEL_CHUNK_BYTES,
     port_problem,
 )
+from corral.sandbox.previewdoor import listener_problem, listening
 
 log = logging.getLogger(__name__)
+
+Listeners = Callable[[int], set[int]]
 
 CONNECT_TIMEOUT_S = 5.0
 LOOPBACKS = ("127.0.0.1", "::1")
@@ -57,13 +64,19 @@ def refusal(port: int, exc: OSError) -> str:
     return f"no connection to port {port}: {exc.strerror or exc}"[:120]
 
 
-async def serve(websocket: WebSocket, port_text: str) -> None:
+async def serve(websocket: WebSocket, port_text: str, agent_uid: int, listeners: Listeners = listening) -> None:
+    """One tunnel to ``port_text`` for the agent's server there (``listeners(port)``: the uids that
+    listen on it, :func:`corral.sandbox.previewdoor.listening`)."""
     await websocket.accept()
     port = int(port_text) if port_text.isdigit() and len(port_text) <= 5 else 0
     problem = port_problem(port)
     if problem is not None:
         code = CLOSE_RESERVED_PORT if port in RESERVED_PORTS else CLOSE_BAD_PORT
         await websocket.close(code=code, reason=problem[:120])
+        return
+    foreign = listener_problem(port, await asyncio.to_thread(listeners, port), agent_uid)
+    if foreign is not None and foreign.status != 502:  # nothing listening: the connect below says so
+        await websocket.close(code=CLOSE_RESERVED_PORT, reason=foreign.reason[:120])
         return
     try:
         reader, writer = await open_local(port)

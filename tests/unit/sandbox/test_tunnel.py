@@ -1,8 +1,10 @@
 """The controller's side of a preview's tunnel (corral.sandbox.tunnel): bytes both ways to a server
-on the loopback, 4502 with the reason when nothing listens there, 4403 for a reserved port."""
+on the loopback, 4502 with the reason when nothing listens there, 4403 for a reserved port and for
+a port whose listener is not the agent's uid (here the test's own uid plays the agent)."""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -18,10 +20,15 @@ from corral.sandbox import tunnel
 
 
 async def route(websocket: WebSocket) -> None:
-    await tunnel.serve(websocket, websocket.path_params["port"])
+    await tunnel.serve(websocket, websocket.path_params["port"], os.getuid())
 
 
-APP = Starlette(routes=[WebSocketRoute("/v1/tunnel/{port}", route)])
+async def root_listens(websocket: WebSocket) -> None:
+    """The same tunnel, where the kernel says root listens on the port (the seam: listeners)."""
+    await tunnel.serve(websocket, websocket.path_params["port"], os.getuid() + 1, listeners=lambda port: {0})
+
+
+APP = Starlette(routes=[WebSocketRoute("/v1/tunnel/{port}", route), WebSocketRoute("/v1/foreign/{port}", root_listens)])
 
 
 @pytest.fixture()
@@ -83,3 +90,16 @@ def test_a_port_no_preview_may_reach_is_never_connected_to(port: str, code: int)
     ):
         ws.receive_bytes()
     assert closed.value.code == code
+
+
+def test_a_server_not_of_the_agents_uid_is_never_connected_to(upper_server: int) -> None:
+    """The controller connects as itself, which the firewall does not fence: a port root, the browser
+    or the controller listens on is refused before any connection, never lent the controller's uid."""
+    with (
+        TestClient(APP) as client,
+        client.websocket_connect(f"/v1/foreign/{upper_server}") as ws,
+        pytest.raises(WebSocketDisconnect) as closed,
+    ):
+        ws.receive_bytes()
+    assert closed.value.code == CLOSE_RESERVED_PORT
+    assert closed.value.reason == f"port {upper_server} is not the agent's server"
