@@ -74,6 +74,7 @@ class KernelLink:
 
     def __init__(self, ports: Ports, key: bytes, exited: asyncio.Event, interrupt: Callable[[], object]) -> None:
         self._key = key
+        self._ports = ports
         self._session = wire.new_key().decode()[:32]
         self._exited = exited
         self._interrupt = interrupt
@@ -127,6 +128,17 @@ class KernelLink:
                         log.warning("a message from a kernel was dropped: %s", exc)
             if self._exit_wait.done():
                 raise KernelGone("the kernel's process ended")
+
+    async def rejoin(self, timeout_s: float) -> None:
+        """A new IOPub socket in place of one whose connection was dropped (a message over the frame
+        cap: ZeroMQ does not reconnect after that), joined again as at the start."""
+        read = self._reads.pop("iopub", None)
+        if read is not None:
+            read.cancel()
+        self._iopub.close(linger=0)
+        self._iopub = self._socket(zmq.SUB, self._ports.iopub)
+        self._iopub.setsockopt(zmq.SUBSCRIBE, b"")
+        await self.ready(timeout_s)
 
     async def ready(self, timeout_s: float) -> None:
         """Until the kernel answers kernel_info on the shell and IOPub is seen to deliver (a SUB

@@ -34,6 +34,7 @@ KERNEL_ENV = {
     # debugpy (an ipykernel dependency) warns on every start about Python's frozen modules.
     "PYDEVD_DISABLE_FILE_VALIDATION": "1",
 }
+REJOIN_TIMEOUT_S = 10.0  # a running kernel answers kernel_info at once; past this it is restarted
 MAX_START_OUTPUT = 16 << 10  # what a starting kernel printed, kept to find its ports (and to explain a failure)
 
 
@@ -60,6 +61,9 @@ class Kernel:
 
     def interrupt(self) -> None:
         self.link.interrupt()
+
+    async def rejoin(self) -> None:
+        await self.link.rejoin(REJOIN_TIMEOUT_S)
 
     def info(self) -> r.CodeContextInfo:
         return r.CodeContextInfo(
