@@ -232,6 +232,35 @@ def test_the_kernel_is_the_agents_process_in_the_process_table(sb: Sandbox) -> N
     assert leftover == "0\n"
 
 
+FORGE = """
+import json, sys, time, zmq
+sock = zmq.Context().socket(zmq.DEALER)
+sock.connect(f"tcp://127.0.0.1:{sys.argv[1]}")
+header = json.dumps({"msg_id": "forged", "session": "s", "username": "x", "date": "", "msg_type": "execute_request",
+                     "version": "5.3"}).encode()
+code = "open('/tmp/forged-ran', 'w').write('yes')"
+content = json.dumps({"code": code, "silent": False, "store_history": False, "user_expressions": {},
+                      "allow_stdin": False}).encode()
+for signature in (b"", b"0" * 64):
+    sock.send_multipart([b"<IDS|MSG>", signature, header, b"{}", b"{}", content])
+time.sleep(1)
+print("replied" if sock.poll(500) else "no reply")
+"""
+
+
+def test_a_process_without_the_key_cannot_run_code_in_a_kernel(sb: Sandbox) -> None:
+    # Any process that can reach 127.0.0.1 (the agent's, the browser's) can reach the kernel's ports:
+    # its messages are signed with a key only the controller and the kernel hold.
+    port = main(
+        run(sb, "from ipykernel.kernelapp import IPKernelApp\nIPKernelApp.instance().shell_port", context="key")
+    )
+    forged = act(sb, {"type": "exec", "argv": ["python3", "-c", FORGE, port["text/plain"]], "timeout_ms": 30_000})
+    assert forged["exit_code"] == 0 and forged["stdout"] == "no reply\n", forged
+    assert act(sb, {"type": "exec", "command": "test -e /tmp/forged-ran; echo $?"})["stdout"] == "1\n"
+    assert main(run(sb, "2 * 3", context="key")) == {"text/plain": "6"}
+    act(sb, {"type": "remove_code_context", "context": "key"})
+
+
 def test_the_kernels_requests_go_through_the_sessions_proxy(sb: Sandbox) -> None:
     code = (
         "import json, urllib.request, urllib.error\n"

@@ -63,7 +63,10 @@ async def run_cell(
                     async with asyncio.timeout(idle_after_reply_s):
                         message = await link.next()
                 except TimeoutError:
-                    return  # replied, its idle lost on IOPub: done
+                    # Replied, its idle lost on IOPub: done, and IOPub must be joined again
+                    # (KernelLink.rejoin) before the next cell; what it lost, the logs may lack.
+                    cell.iopub_lost = cell.truncated = True
+                    return
             else:
                 message = await link.next()
             events = cell.take(message)

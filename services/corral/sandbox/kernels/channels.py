@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import zmq
@@ -23,6 +21,7 @@ import zmq.asyncio
 
 from corral.errors import BadKernelMessage, KernelGone
 from corral.sandbox.kernels import wire
+from corral.sandbox.kernels.ports import Ports
 from corral.sandbox.kernels.wire import Message
 
 if TYPE_CHECKING:
@@ -31,33 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 QUEUE_MESSAGES = 10_000  # each socket's receive high-water mark (ZeroMQ holds these, not Python)
-MAX_PORTS_LINE = 1024
 READY_POLL_S = 0.2  # how often a starting kernel is asked kernel_info until IOPub is seen to work
-
-
-@dataclass(frozen=True, slots=True)
-class Ports:
-    """Where a kernel listens on 127.0.0.1, as its boot printed them."""
-
-    shell: int
-    iopub: int
-    control: int
-
-    @classmethod
-    def parse(cls, line: bytes) -> Ports:
-        """The boot's first stdout line (:mod:`corral.sandbox.kernels.boot`), or ValueError."""
-        if len(line) > MAX_PORTS_LINE:
-            raise ValueError("the kernel's ports line is too long")
-        data = json.loads(line)
-        if not isinstance(data, dict):
-            raise ValueError("the kernel's ports are not a JSON object")
-        ports = [data.get(name) for name in ("shell", "iopub", "control")]
-        for port in ports:
-            if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
-                raise ValueError(f"not a port: {port!r}")
-        shell, iopub, control = ports
-        assert isinstance(shell, int) and isinstance(iopub, int) and isinstance(control, int)
-        return cls(shell, iopub, control)
 
 
 _CONTEXT: list[zmq.asyncio.Context] = []
@@ -74,6 +47,7 @@ class KernelLink:
 
     def __init__(self, ports: Ports, key: bytes, exited: asyncio.Event, interrupt: Callable[[], object]) -> None:
         self._key = key
+        self._ports = ports
         self._session = wire.new_key().decode()[:32]
         self._exited = exited
         self._interrupt = interrupt
@@ -127,6 +101,17 @@ class KernelLink:
                         log.warning("a message from a kernel was dropped: %s", exc)
             if self._exit_wait.done():
                 raise KernelGone("the kernel's process ended")
+
+    async def rejoin(self, timeout_s: float) -> None:
+        """A new IOPub socket in place of one whose connection was dropped (a message over the frame
+        cap: ZeroMQ does not reconnect after that), joined again as at the start."""
+        read = self._reads.pop("iopub", None)
+        if read is not None:
+            read.cancel()
+        self._iopub.close(linger=0)
+        self._iopub = self._socket(zmq.SUB, self._ports.iopub)
+        self._iopub.setsockopt(zmq.SUBSCRIBE, b"")
+        await self.ready(timeout_s)
 
     async def ready(self, timeout_s: float) -> None:
         """Until the kernel answers kernel_info on the shell and IOPub is seen to deliver (a SUB

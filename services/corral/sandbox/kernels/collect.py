@@ -41,6 +41,7 @@ class Cell:
     execution_count: int | None = None
     idle: bool = False  # IOPub said the kernel is idle after this request
     replied: bool = False  # the shell's execute_reply came
+    iopub_lost: bool = False  # replied, but IOPub's idle never came: its connection was dropped
 
     @property
     def done(self) -> bool:

@@ -16,13 +16,13 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol, assert_never
+from typing import Literal, Protocol, assert_never
 
-from corral.errors import ActionError, ErrorCode
+from corral.errors import ActionError, ErrorCode, KernelGone
 from corral.protocol import actions as a
 from corral.protocol import results as r
 from corral.sandbox.agent.processes import ProcessTable, RunContext
-from corral.sandbox.kernels.cell import Ending, Link, run_cell
+from corral.sandbox.kernels.cell import IDLE_AFTER_REPLY_S, Ending, Link, run_cell
 from corral.sandbox.kernels.collect import Cell
 
 
@@ -33,6 +33,7 @@ class KernelSettings:
     max_contexts: int = 8
     start_timeout_s: float = 60.0
     interrupt_grace_s: float = 3.0
+    idle_after_reply_s: float = IDLE_AFTER_REPLY_S
     default_timeout_ms: int = 60_000
     max_timeout_ms: int = 600_000
     output_bytes: int = 1 << 20
@@ -55,6 +56,14 @@ class Running(Link, Protocol):
 
     async def stop(self) -> None: ...
 
+    async def rejoin(self) -> None:
+        """IOPub joined again after its connection was dropped; TimeoutError or KernelGone if not."""
+        ...
+
+
+Outcome = Ending | Literal["unreadable"]
+"""How a cell ended for its kernel: a cell's :data:`Ending`, or ``unreadable``: its IOPub was
+dropped and could not be joined again."""
 
 Starter = Callable[[str, str], Awaitable[Running]]
 """Starts the kernel of a context: (context name, action id) -> its kernel, or ActionError."""
@@ -161,6 +170,7 @@ class CodeContexts:
                     grace_s=self._settings.interrupt_grace_s,
                     max_output_bytes=output_bytes,
                     emit=context.emit if action.stream else None,
+                    idle_after_reply_s=self._settings.idle_after_reply_s,
                 )
             except BaseException:
                 # The caller went away mid-cell: the cell is interrupted, the kernel kept (as a timeout).
@@ -171,7 +181,10 @@ class CodeContexts:
             kernel.busy = False
             if cell.execution_count is not None:
                 kernel.execution_count = cell.execution_count
-            error = await self._ended(ctx, kernel, ending, timeout_ms, context.action_id)
+            outcome: Outcome = ending
+            if ending == "done" and cell.iopub_lost and not await _rejoined(kernel):
+                outcome = "unreadable"
+            error = await self._ended(ctx, kernel, outcome, timeout_ms, context.action_id)
         return r.CodeExecution(
             context=ctx.name,
             language="python",
@@ -180,12 +193,12 @@ class CodeContexts:
             error=error or _timeout_error(ending, timeout_ms, cell) or cell.error,
             execution_count=cell.execution_count,
             timed_out=ending in ("timed_out", "hung"),
-            state_lost=state_lost or ending in ("hung", "died"),
+            state_lost=state_lost or outcome in ("hung", "died", "unreadable"),
             duration_ms=round((time.perf_counter() - began) * 1000, 2),
         )
 
     async def _ended(
-        self, ctx: _Context, kernel: Running, ending: Ending, timeout_ms: int, action_id: str
+        self, ctx: _Context, kernel: Running, ending: Outcome, timeout_ms: int, action_id: str
     ) -> r.CodeError | None:
         """What the kernel's end of a cell means: nothing, or the error that replaces the cell's."""
         if ending == "died":
@@ -196,13 +209,16 @@ class CodeContexts:
                 value=f"{kernel.death()}; its state is lost: the next call starts a new one",
                 traceback="",
             )
-        if ending == "hung":
+        if ending in ("hung", "unreadable"):
             ctx.kernel = None
             await kernel.stop()
             grace = self._settings.interrupt_grace_s
             value = (
                 f"the cell ran past timeout_ms ({timeout_ms} ms) and the kernel was still busy {grace:g} s after "
                 "its interrupt (SIGINT), so it was killed and started afresh: its state is lost"
+                if ending == "hung"
+                else "the kernel sent a message over the frame cap, which dropped its output channel (IOPub), and "
+                "the channel could not be joined again, so it was killed and started afresh: its state is lost"
             )
             ctx.kernel = await self._start(ctx.name, action_id)
             return r.CodeError(name="KernelRestarted", value=value, traceback="")
@@ -234,6 +250,15 @@ class CodeContexts:
         if kernel is not None:
             await kernel.stop()  # a cell running in it ends with KernelDied
         return r.CodeContextRemoved(name=name, removed=True)
+
+
+async def _rejoined(kernel: Running) -> bool:
+    """Whether IOPub, dropped during the cell, was joined again (else the kernel must be replaced)."""
+    try:
+        await kernel.rejoin()
+    except (TimeoutError, KernelGone):
+        return False
+    return True
 
 
 def _timeout_error(ending: Ending, timeout_ms: int, cell: Cell) -> r.CodeError | None:

@@ -22,7 +22,8 @@ from corral.protocol import actions as a
 from corral.protocol import results as r
 from corral.sandbox.agent.processes import KILL_WAIT_S, Process, ProcessTable, RunContext, signal_name
 from corral.sandbox.kernels import wire
-from corral.sandbox.kernels.channels import KernelLink, Ports
+from corral.sandbox.kernels.channels import KernelLink
+from corral.sandbox.kernels.ports import Ports, StartOutput
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ KERNEL_ENV = {
     # debugpy (an ipykernel dependency) warns on every start about Python's frozen modules.
     "PYDEVD_DISABLE_FILE_VALIDATION": "1",
 }
-MAX_START_OUTPUT = 16 << 10  # what a starting kernel printed, kept to find its ports (and to explain a failure)
+REJOIN_TIMEOUT_S = 10.0  # a running kernel answers kernel_info at once; past this it is restarted
 
 
 @dataclass(slots=True)
@@ -60,6 +61,9 @@ class Kernel:
 
     def interrupt(self) -> None:
         self.link.interrupt()
+
+    async def rejoin(self) -> None:
+        await self.link.rejoin(REJOIN_TIMEOUT_S)
 
     def info(self) -> r.CodeContextInfo:
         return r.CodeContextInfo(
@@ -95,30 +99,6 @@ class Kernel:
                 log.warning("the kernel %d's tree was not gone %.0f s after its kill", self.process.pid, KILL_WAIT_S)
 
 
-class _StartOutput:
-    """What a starting kernel prints (both streams, as the table's tap hands them), searched for
-    the boot's line: the tag, then the ports."""
-
-    def __init__(self, tag: str) -> None:
-        self._tag = b"\n" + tag.encode() + b" "
-        self.text = bytearray()
-        self.line: bytes | None = None
-        self.found = asyncio.Event()
-
-    def feed(self, chunk: bytes) -> None:
-        if self.line is not None or len(self.text) >= MAX_START_OUTPUT:
-            return
-        self.text += chunk[: MAX_START_OUTPUT - len(self.text)]
-        at = self.text.find(self._tag)
-        end = self.text.find(b"\n", at + len(self._tag)) if at >= 0 else -1
-        if end >= 0:
-            self.line = bytes(self.text[at + len(self._tag) : end])
-            self.found.set()
-
-    def tail(self, limit: int = 2000) -> str:
-        return bytes(self.text[-limit:]).decode(errors="replace").strip()
-
-
 async def start(processes: ProcessTable, name: str, action_id: str, timeout_s: float) -> Kernel:
     """A new kernel for the context ``name``, ready for its first cell; ``kernel_failed`` if it does
     not come up within ``timeout_s`` (its process is killed then)."""
@@ -126,7 +106,7 @@ async def start(processes: ProcessTable, name: str, action_id: str, timeout_s: f
     action = a.Exec(type="exec", argv=[AGENT_PYTHON, str(BOOT)], background=True, env=KERNEL_ENV)
     context = RunContext(action_id)
     started = await processes.start_private(action, context)
-    output = _StartOutput(tag)
+    output = StartOutput(tag)
     process = processes.watch(started.pid, output.feed)
     link: KernelLink | None = None
     try:
@@ -150,6 +130,12 @@ async def start(processes: ProcessTable, name: str, action_id: str, timeout_s: f
         raise ActionError(
             ErrorCode.KERNEL_FAILED, f"the {name!r} context's kernel did not start: {reason}{detail}"
         ) from None
+    except BaseException:
+        # The caller went away during the start: no context holds this kernel, so it must not run on.
+        if link is not None:
+            link.close()
+        process.kill_tree()
+        raise
     finally:
         process.tap = None
     return Kernel(name, process, link)

@@ -39,6 +39,8 @@ class FakeKernel:
         self.pid = pid
         self.execution_count = 0
         self.busy = False
+        self.rejoins = 0
+        self.rejoinable = True
 
     async def execute(self, code: str) -> str:
         self.codes.append(code)
@@ -73,3 +75,8 @@ class FakeKernel:
 
     async def stop(self) -> None:
         self.stopped = True
+
+    async def rejoin(self) -> None:
+        self.rejoins += 1
+        if not self.rejoinable:
+            raise TimeoutError

@@ -190,3 +190,26 @@ def test_the_controller_loads_no_zeromq_until_a_kernel_starts() -> None:
     probe = "import sys, corral.sandbox.app; print(sorted(m for m in sys.modules if 'zmq' in m))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+async def test_a_dropped_iopub_is_joined_again_and_the_kernel_kept() -> None:
+    lost_idle = [msg("stream", name="stdout", text="a"), finished()[0]]  # the reply, no idle
+    kernels = Kernels(lambda n: FakeKernel(lost_idle))
+    contexts = CodeContexts(kernels, KernelSettings(idle_after_reply_s=0))
+    result = await run(contexts)
+    assert result.error is None and not result.state_lost and result.logs.truncated
+    assert kernels.kernel(0).rejoins == 1 and not kernels.kernel(0).stopped and len(kernels.started) == 1
+
+
+async def test_a_kernel_whose_iopub_cannot_be_joined_again_is_replaced() -> None:
+    def make(n: int) -> FakeKernel:
+        kernel = FakeKernel([finished()[0]] if n == 0 else finished(), pid=100 + n)
+        kernel.rejoinable = n > 0
+        return kernel
+
+    kernels = Kernels(make)
+    contexts = CodeContexts(kernels, KernelSettings(idle_after_reply_s=0))
+    result = await run(contexts)
+    assert result.state_lost and not result.timed_out and result.error is not None
+    assert result.error.name == "KernelRestarted" and "IOPub" in result.error.value
+    assert kernels.kernel(0).stopped and len(kernels.started) == 2
