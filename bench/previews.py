@@ -10,7 +10,10 @@ The server is tests/integration/preview_server.py (standard library, threaded), 
   * in-sandbox direct: the same server in the sandbox fetched from inside by a Python http.client
     loop run with exec (another client, so read its numbers as the server's floor, not as the same
     measurement). The host cannot reach the container's address (the host guard), so no baseline
-    can be the very same client to the very same server without the preview.
+    can be the very same client to the very same server without the preview;
+  * the in-sandbox door (corral.sandbox.previewdoor), as the sandbox's own browser reaches a preview:
+    GETs each on a new connection, straight to the server and through the door on 127.0.0.1:8701
+    (its Host), alternated in one exec, and one large download each way.
 
 Measured: a small GET's round trip (median and p90 over ``--requests``, after 20 warm-ups), a new
 connection's first GET (the tunnel's WebSocket handshake to the controller included), a large
@@ -23,6 +26,7 @@ against 0.5-1.2 ms host direct; a new connection 13-58 ms against 3.3-5.2 ms; do
 from __future__ import annotations
 
 import argparse
+import json
 import socket
 import statistics
 import subprocess
@@ -126,6 +130,33 @@ def measure(name: str, make: Callable[[], httpx.Client], n: int, size: int) -> N
     )
 
 
+# Run by the agent: GETs each on a new connection, straight to the server and through the door (its
+# Host), alternated, then one large download each way: ms per request (median, p95) and MB/s.
+DOOR = """
+import http.client, json, statistics, sys, time
+host, port, n, big = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+def once(target, path, headers):
+    started = time.perf_counter()
+    conn = http.client.HTTPConnection("127.0.0.1", target, timeout=30)
+    conn.request("GET", path, headers=headers)
+    body = conn.getresponse().read()
+    conn.close()
+    return time.perf_counter() - started, len(body)
+ways = (("direct", port, {}), ("door", 8701, {"Host": host}))
+times = {name: [] for name, _, _ in ways}
+for _ in range(n):
+    for name, target, headers in ways:
+        times[name].append(once(target, "/", headers)[0] * 1000)
+out = {}
+for name, target, headers in ways:
+    seconds, size = once(target, f"/big?n={big}", headers)
+    assert size == big
+    ordered = sorted(times[name])
+    out[name] = {"median_ms": statistics.median(ordered), "p95_ms": ordered[int(n * 0.95)], "mb_s": big / seconds / 1e6}
+print(json.dumps(out))
+"""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=300)
@@ -199,6 +230,16 @@ def run(api: httpx.Client, session_id: str, settings: GatewaySettings, host_port
         f"{'in-sandbox direct':<22} GET median {median:6.2f} ms  p90 {p90:6.2f} ms  (http.client)"
         f"{'':>24}down {down:7.1f} MB/s  up {up:7.1f} MB/s"
     )
+    door_host = f"{PORT}-{session_id.removeprefix('ses_')}.localhost:8701"
+    argv = ["python3", "-c", DOOR, door_host, str(PORT), str(min(n, 200)), str(min(size, 64 << 20))]
+    door = api.post(actions, json={"action": {"type": "exec", "argv": argv, "timeout_ms": 300_000}}).json()
+    numbers = json.loads(door["result"]["stdout"])
+    for name in ("direct", "door"):
+        got = numbers[name]
+        print(
+            f"{'in-sandbox ' + name:<22} GET median {got['median_ms']:6.2f} ms  p95 {got['p95_ms']:6.2f} ms"
+            f"  (new connection each){'':>6}down {got['mb_s']:7.1f} MB/s"
+        )
 
 
 if __name__ == "__main__":

@@ -171,34 +171,3 @@ def test_nothing_listening_and_no_preview_name_are_clear_answers(sb: Sandbox) ->
     assert answers[hosts[2]].startswith("HTTP/1.1 404 Not Found")
     # The session goes on.
     assert sb.navigate(f"http://3000-{_hex(sb)}.localhost:8701/").title == "preview-app 3000"
-
-
-# Run by the agent: GETs each on a new connection, straight to the server and through the door (its
-# Host), then one large body each way: milliseconds per request (median, p95) and MB/s.
-MEASURE = """
-import http.client, json, statistics, sys, time
-host, port, n, big = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-def once(target, path, headers):
-    started = time.perf_counter()
-    conn = http.client.HTTPConnection("127.0.0.1", target, timeout=30)
-    conn.request("GET", path, headers=headers)
-    body = conn.getresponse().read()
-    conn.close()
-    return time.perf_counter() - started, len(body)
-out = {}
-for name, target, headers in (("direct", port, {}), ("door", 8701, {"Host": host})):
-    times = sorted(once(target, "/", headers)[0] * 1000 for _ in range(n))
-    seconds, size = once(target, f"/bytes/{big}", headers)
-    assert size == big
-    out[name] = {"median_ms": statistics.median(times), "p95_ms": times[int(n * 0.95)], "mb_s": big / seconds / 1e6}
-print(json.dumps(out))
-"""
-
-
-def test_measure_the_door_against_the_server_directly(sb: Sandbox, capsys: pytest.CaptureFixture[str]) -> None:
-    host = f"3000-{_hex(sb)}.localhost:8701"
-    done = sb.exec(argv=["python3", "-c", MEASURE, host, "3000", "200", str(64 << 20)], timeout_ms=120_000).check()
-    numbers = json.loads(done.stdout)
-    assert numbers["door"]["median_ms"] < 50 and numbers["door"]["mb_s"] > 10, numbers
-    with capsys.disabled():
-        print(f"\npreview door inside the sandbox (200 GETs, new connection each; 64 MiB body): {numbers}")
