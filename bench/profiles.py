@@ -19,6 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from corral.sdk import Sandbox
@@ -73,13 +74,15 @@ def main() -> int:
         key_file.chmod(0o600)
         (root / "upstream").mkdir()
         (root / "gw").mkdir()
-        upstream = start_upstream(runtime, root / "upstream", instance, name="corral-bench-profiles-upstream")
-        try:
-            with gateway_to(next(upstream), root / "gw", instance, profile_key_file=key_file) as gw:
-                samples = measure(gw, args.rounds)
-        finally:
-            runtime.remove_all({"corral.gateway": instance})
-            upstream.close()  # removes the upstream and its network
+        # The upstream and its network go when the block ends (start_upstream's own cleanup).
+        with contextmanager(start_upstream)(
+            runtime, root / "upstream", instance, name="corral-bench-profiles-upstream"
+        ) as upstream:
+            try:
+                with gateway_to(upstream, root / "gw", instance, profile_key_file=key_file) as gw:
+                    samples = measure(gw, args.rounds)
+            finally:
+                runtime.remove_all({"corral.gateway": instance})
     medians = {name: statistics.median(values) for name, values in samples.items()}
     print(f"medians over {args.rounds} rounds:")
     for name, value in medians.items():
