@@ -42,9 +42,9 @@ def test_processes_run_as_three_unprivileged_users(runtime: DockerHarness, sandb
     shepherds = set(_launchers(runtime, sandbox))
     assert {nice for pid, user, nice, _ in table if pid not in shepherds and user != "agent"} == {"0"}, out
     for pid, _, comm in rows:
-        _, status = runtime.exec(sandbox.id, ["grep", "CapEff", f"/proc/{pid}/status"], user="root")
-        if not status.strip():
-            continue  # gone meanwhile
+        found, status = runtime.exec(sandbox.id, ["grep", "CapEff", f"/proc/{pid}/status"], user="root")
+        if found != 0 or not status.strip():
+            continue  # gone meanwhile (grep's "No such file or directory": a live process always has CapEff)
         caps = status.split()[-1]
         if comm == "python" and caps == LAUNCHER_CAPS:
             # The launcher (and its shepherds, forks of it) act as the agent for the controller.
