@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import io
 import os
-import statistics
 import tarfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -220,32 +218,3 @@ def test_the_agent_cannot_read_the_profile_or_hold_the_browser_lock(gw: RunningG
             assert code != 0 and "Permission denied" in out, (path, out)
         done = box.exec(argv=["ls", "/tmp/corral-browser"])
         assert done.exit_code != 0
-
-
-def test_measure_profile_load_and_save(gw: RunningGateway, capsys: pytest.CaptureFixture[str]) -> None:
-    with _create(gw, name="bench", save=True) as box:
-        _title(box, "?set=b")
-        saves, sizes = [], []
-        with gw.client() as c:
-            for _ in range(3):
-                started = time.monotonic()
-                answer = c.post(f"/v1/sessions/{box.id}/profile/save")
-                saves.append(time.monotonic() - started)
-                sizes.append(answer.json()["size"])
-    loads, bare = [], []
-    for _ in range(3):
-        started = time.monotonic()
-        with gw.client() as c:
-            made = c.post("/v1/sessions", json={"allow": ["allowed.test"], "profile": {"name": "bench"}})
-            loads.append(time.monotonic() - started)
-            c.delete(f"/v1/sessions/{made.json()['id']}")
-            started = time.monotonic()
-            made = c.post("/v1/sessions", json={"allow": ["allowed.test"]})
-            bare.append(time.monotonic() - started)
-            c.delete(f"/v1/sessions/{made.json()['id']}")
-    with capsys.disabled():
-        print(
-            f"\nprofile: size {statistics.median(sizes)} B; save {statistics.median(saves):.2f}s; "
-            f"create with it {statistics.median(loads):.2f}s, without {statistics.median(bare):.2f}s (medians of 3)"
-        )
-    assert statistics.median(saves) < 15

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parents[2]
 
 
@@ -160,3 +162,61 @@ def test_bootstrap_for_the_tests_adds_the_dev_extras_and_the_proxy_venv(tmp_path
     before = calls.read_text()
     assert subprocess.run(["bash", str(bootstrap)], env=env, timeout=60).returncode == 0
     assert calls.read_text() == before
+
+
+def _test_tree(tmp_path: Path, pytest_body: str) -> Path:
+    """A tree with scripts/test, every step but .venv's pytest passing at once; pytest runs ``pytest_body``."""
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    shutil.copy(ROOT / "scripts" / "test", scripts / "test")
+    for name in ("ensure-docker", "bootstrap", "bootstrap-frameworks"):
+        _executable(scripts / name, "exit 0\n")
+    for tool in ("corral", "ruff", "mypy"):
+        _executable(tmp_path / ".venv" / "bin" / tool, "exit 0\n")
+    for tool in ("mypy", "pytest"):
+        _executable(tmp_path / ".venv-proxy" / "bin" / tool, "exit 0\n")
+    _executable(tmp_path / ".venv" / "bin" / "pytest", pytest_body)
+    return scripts / "test"
+
+
+def test_the_suite_runs_on_two_workers_and_the_alone_tests_after_them_by_themselves(tmp_path: Path) -> None:
+    calls = tmp_path / "pytest.log"
+    script = _test_tree(tmp_path, f'echo "$*" >> {calls}\nexit 0\n')
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert calls.read_text().splitlines() == [
+        "-q -p no:cacheprovider -n 2 tests/unit tests/packaging",
+        "-q -p no:cacheprovider -m not alone tests/integration",
+        "-q -p no:cacheprovider -m alone tests/integration",
+    ]
+    # Asked for, the integration tests go to two workers by file; the `alone` ones still after them.
+    calls.unlink()
+    env = {**os.environ, "CORRAL_IT_WORKERS": "2"}
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert calls.read_text().splitlines()[1:] == [
+        "-q -p no:cacheprovider -n 2 --dist loadfile -m not alone tests/integration",
+        "-q -p no:cacheprovider -m alone tests/integration",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("parallel", "alone", "code", "alone_runs"),
+    [
+        (0, 5, 0, True),  # a path with no `alone` test
+        (5, 0, 0, True),  # a path with `alone` tests only
+        (5, 5, 1, True),  # nothing collected at all: a failure
+        (1, 0, 1, False),  # a failure on the workers stops the run there
+        (0, 1, 1, True),  # a failure alone fails the run
+    ],
+)
+def test_an_integration_run_fails_when_either_part_fails_or_neither_collects(
+    tmp_path: Path, parallel: int, alone: int, code: int, alone_runs: bool
+) -> None:
+    ran_alone = tmp_path / "alone.ran"
+    body = f'case "$*" in *"-m alone"*) touch {ran_alone}; exit {alone} ;; *) exit {parallel} ;; esac\n'
+    script = _test_tree(tmp_path, body)
+    path = "tests/integration/test_x.py"
+    done = subprocess.run(["bash", str(script), path], capture_output=True, text=True, timeout=60)
+    assert done.returncode == code, done.stdout + done.stderr
+    assert ran_alone.exists() == alone_runs
