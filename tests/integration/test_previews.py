@@ -4,7 +4,8 @@ in the sandbox as the agent on 127.0.0.1 only, reached from the host through the
 cookie) and the server never seeing it; refusals (none, wrong, revoked, a session token making one,
 an ended session, nothing listening, a body over the cap, a reserved port); a revoke closing an open
 WebSocket within a second; expiry, idleness, a session's end and its pause closing connections;
-the API and the previews on origins apart; the sandbox unable to reach the preview listener; the preview's records in the verified audit chain."""
+the API and the previews on origins apart; the sandbox unable to reach the preview listener; the
+preview's records in the verified audit chain."""
 
 from __future__ import annotations
 
