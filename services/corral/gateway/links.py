@@ -15,20 +15,17 @@ has open, so a revoke closes them at once.
 from __future__ import annotations
 
 import asyncio
-import base64
-import hmac
 import logging
-import secrets
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict
+from typing import Any, ClassVar, Literal
 
 from corral.contracts.control import LinkEvent
 from corral.errors import CodedError
-from corral.gateway.auth import OWNER_ACTOR, LinkGrant, LinkMode, digest
+from corral.gateway import grants
+from corral.gateway.auth import OWNER_ACTOR, LinkGrant, LinkMode
+from corral.gateway.grants import GrantRecord
 
 __all__ = ["LinkBook", "LinkGrant", "LinkMode", "LinkRecord", "LinkStream", "match"]
 
@@ -45,39 +42,19 @@ REVOKED = "link revoked"
 EXPIRED = "link expired"
 
 
-class LinkRecord(BaseModel):
-    """One link as the session's record keeps it: never its secret, only the secret's SHA-256."""
+class LinkRecord(GrantRecord):
+    """One link as the session's record keeps it (:class:`corral.gateway.grants.GrantRecord`) and its mode."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
-    id: str
+    REVOKED: ClassVar[str] = REVOKED
+    EXPIRED: ClassVar[str] = EXPIRED
     mode: LinkMode
-    secret_sha256: str
-    created_by: str  # the owner's key id
-    created_at: float
-    expires_at: float
-    revoked_at: float | None = None
-    last_used_at: float | None = None
-    expiry_reported: bool = False  # its ``expired`` audit record is written (once)
-
-    def problem(self, now: float) -> str | None:
-        """Why it opens nothing at ``now`` (:data:`REVOKED`, :data:`EXPIRED`), or None while it is good."""
-        if self.revoked_at is not None:
-            return REVOKED
-        if now >= self.expires_at:
-            return EXPIRED
-        return None
 
     def grant(self, session_id: str) -> LinkGrant:
         return LinkGrant(session_id, self.id, self.mode)
 
 
-def new_link_id() -> str:
-    """``lnk_`` and 12 lowercase base32 characters (60 random bits)."""
-    return ID_PREFIX + base64.b32encode(secrets.token_bytes(10)).decode().lower()[:12]
-
-
 def new_secret() -> str:
-    return LINK_PREFIX + secrets.token_urlsafe(32)
+    return grants.new_secret(LINK_PREFIX)
 
 
 def looks_like_link(presented: str) -> bool:
@@ -86,26 +63,13 @@ def looks_like_link(presented: str) -> bool:
 
 def make(mode: LinkMode, ttl_s: int, owner: str, session_expires_at: float, now: float) -> tuple[LinkRecord, str]:
     """A new link and its secret (the only time the secret exists outside the holder's URL)."""
-    secret = new_secret()
-    record = LinkRecord(
-        id=new_link_id(),
-        mode=mode,
-        secret_sha256=digest(secret),
-        created_by=owner,
-        created_at=now,
-        expires_at=min(now + ttl_s, session_expires_at),
-    )
-    return record, secret
+    fields, secret = grants.issue(ID_PREFIX, LINK_PREFIX, ttl_s, owner, session_expires_at, now)
+    return LinkRecord(**fields, mode=mode), secret
 
 
 def match(presented: str, links: Iterable[LinkRecord]) -> LinkRecord | None:
     """The link whose secret ``presented`` is: every link compared, each in constant time."""
-    candidate = digest(presented)
-    found = None
-    for link in links:
-        if hmac.compare_digest(candidate, link.secret_sha256):
-            found = link
-    return found
+    return grants.match(presented, links)
 
 
 def link_event(change: LinkChange, link: LinkRecord) -> LinkEvent:

@@ -17,21 +17,18 @@ restart loses the counts since the last write; the audit chain has every connect
 from __future__ import annotations
 
 import asyncio
-import base64
-import hmac
 import logging
-import secrets
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict
+from typing import Any, ClassVar
 
 from corral.contracts.control import PreviewChange, PreviewEvent
 from corral.contracts.previews import ID_PREFIX, SECRET_PREFIX
 from corral.errors import CodedError
-from corral.gateway.auth import OWNER_ACTOR, digest
+from corral.gateway import grants
+from corral.gateway.auth import OWNER_ACTOR
+from corral.gateway.grants import GrantRecord
 
 log = logging.getLogger(__name__)
 
@@ -41,63 +38,27 @@ REVOKED = "preview revoked"
 EXPIRED = "preview expired"
 
 
-class PreviewRecord(BaseModel):
-    """One preview as the session's record keeps it: never its secret, only the secret's SHA-256."""
+class PreviewRecord(GrantRecord):
+    """One preview as the session's record keeps it (:class:`corral.gateway.grants.GrantRecord`): its
+    port and its use."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
-    id: str
+    REVOKED: ClassVar[str] = REVOKED
+    EXPIRED: ClassVar[str] = EXPIRED
     port: int
-    secret_sha256: str
-    created_by: str  # the owner's key id
-    created_at: float
-    expires_at: float
-    revoked_at: float | None = None
-    last_used_at: float | None = None
     connections: int = 0  # opened in all, closed ones' bytes below
     bytes_in: int = 0  # from clients to the sandbox's server
     bytes_out: int = 0  # from the server to clients
-    expiry_reported: bool = False
-
-    def problem(self, now: float) -> str | None:
-        """Why it opens nothing at ``now`` (:data:`REVOKED`, :data:`EXPIRED`), or None while it is good."""
-        if self.revoked_at is not None:
-            return REVOKED
-        if now >= self.expires_at:
-            return EXPIRED
-        return None
-
-
-def new_preview_id() -> str:
-    """``prv_`` and 12 lowercase base32 characters (60 random bits)."""
-    return ID_PREFIX + base64.b32encode(secrets.token_bytes(10)).decode().lower()[:12]
-
-
-def new_secret() -> str:
-    return SECRET_PREFIX + secrets.token_urlsafe(32)
 
 
 def make(port: int, ttl_s: int, owner: str, session_expires_at: float, now: float) -> tuple[PreviewRecord, str]:
     """A new preview and its secret (the only time the secret exists outside the holder's URL)."""
-    secret = new_secret()
-    record = PreviewRecord(
-        id=new_preview_id(),
-        port=port,
-        secret_sha256=digest(secret),
-        created_by=owner,
-        created_at=now,
-        expires_at=min(now + ttl_s, session_expires_at),
-    )
-    return record, secret
+    fields, secret = grants.issue(ID_PREFIX, SECRET_PREFIX, ttl_s, owner, session_expires_at, now)
+    return PreviewRecord(**fields, port=port), secret
 
 
 def match(presented: str, previews: Iterable[PreviewRecord]) -> PreviewRecord | None:
     """The preview whose secret ``presented`` is: every one compared, each in constant time."""
-    candidate = digest(presented)
-    found = None
-    for preview in previews:
-        if hmac.compare_digest(candidate, preview.secret_sha256):
-            found = preview
-    return found
+    return grants.match(presented, previews)
 
 
 @dataclass(eq=False)
