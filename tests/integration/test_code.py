@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -192,6 +193,52 @@ def test_a_kernel_that_sends_garbage_cannot_harm_the_controller(sb: Sandbox) -> 
     assert all(len(chunk) < 1 << 20 for chunk in result["logs"]["stdout"])  # the 30 MiB frame was refused
     assert main(run(sb, "1 + 1", context="hostile")) == {"text/plain": "2"}
     act(sb, {"type": "remove_code_context", "context": "hostile"})
+
+
+def controller_rss_mib(runtime: DockerHarness, container: str) -> float:
+    """The controller's resident memory (root reads it; it is the only python of corral's)."""
+    _, out = runtime.exec(container, ["ps", "-u", "corral", "-o", "rss=,args="], user="root")
+    rows = [line.split(None, 1) for line in out.splitlines() if "corral.sandbox.controller" in line]
+    return sum(int(rss) for rss, _ in rows) / 1024
+
+
+def container_of(runtime: DockerHarness, gw: RunningGateway, sb: Sandbox) -> str:
+    """The session's sandbox container: the one holding a file only its agent wrote."""
+    marker = f"/tmp/which-{os.getpid()}-{sb.id}"
+    act(sb, {"type": "exec", "argv": ["touch", marker]})
+    names = [c.name for c in runtime.client.containers.list(filters={"label": ["corral.role=sandbox"]})]
+    (name,) = [n for n in names if runtime.exec(n, ["test", "-e", marker], user="root")[0] == 0]
+    return name
+
+
+def test_a_kernel_publishing_between_cells_cannot_fill_the_controllers_memory(
+    sb: Sandbox, gw: RunningGateway, runtime: DockerHarness
+) -> None:
+    # The agent's code returns at once and leaves a thread publishing 4 MiB messages on IOPub while no
+    # cell runs: nobody reads them, so they wait in the controller's ZeroMQ queue (400 MiB of them
+    # here; with no bound on the queue's length, a sandbox's memory and an OOM kill of the controller).
+    container = container_of(runtime, gw, sb)
+    run(sb, "1", context="flooder")
+    before = controller_rss_mib(runtime, container)
+    code = (
+        "import threading, time\n"
+        "k = get_ipython().kernel\n"
+        "def flood():\n"
+        "    for _ in range(100):\n"
+        "        k.session.send(k.iopub_socket, 'stream', {'name': 'stdout', 'text': 'z' * (4 << 20)})\n"
+        "    open('/tmp/flood-sent', 'w').close()\n"
+        "threading.Thread(target=flood).start()\n"
+        "'started'"
+    )
+    assert main(run(sb, code, context="flooder")) == {"text/plain": "'started'"}
+    waited = run(sb, "import os, time\nwhile not os.path.exists('/tmp/flood-sent'): time.sleep(0.1)\n'sent'")
+    assert main(waited) == {"text/plain": "'sent'"}
+    time.sleep(2)  # what ZeroMQ takes in is taken in the background: let it settle before measuring
+    grown = controller_rss_mib(runtime, container) - before
+    assert grown < 100, f"the controller took {grown:.0f} MiB of messages nobody read"
+    # The kernel still works; the queued messages belong to no cell and are passed over.
+    assert main(run(sb, "2 + 2", context="flooder")) == {"text/plain": "4"}
+    act(sb, {"type": "remove_code_context", "context": "flooder"})
 
 
 def test_restart_and_remove_contexts(sb: Sandbox) -> None:
