@@ -2,9 +2,11 @@
 in the sandbox as the agent on 127.0.0.1 only, reached from the host through the preview listener
 (HTTP, a large body both ways, a WebSocket echo); the secret's ways in (header, first visit's
 cookie) and the server never seeing it; refusals (none, wrong, revoked, a session token making one,
-an ended session, nothing listening, a body over the cap, a reserved port); a revoke closing an open
-WebSocket within a second; expiry, idleness, a session's end and its pause closing connections; the API and the previews on origins apart; the sandbox unable to reach
-the preview listener; the preview's records in the verified audit chain."""
+an ended session, nothing listening, a body over the cap, a reserved port, another session's
+preview's page using the cookie); a revoke closing an open WebSocket within a second; expiry,
+idleness, a session's end and its pause closing connections; the API and the previews on origins
+apart; the sandbox unable to reach the preview listener; the preview's records in the verified
+audit chain."""
 
 from __future__ import annotations
 
@@ -138,6 +140,64 @@ def test_first_visit_sets_the_cookie_and_drops_the_token(gw: RunningGateway, ses
         seen = c.get("/headers?keep=me", headers={"cookie": f"other=1; {name}={value}"})
     assert seen.status_code == 200, seen.text
     assert secret not in seen.text and dict(seen.json()["headers"])["cookie"] == "other=1"
+
+
+def test_a_page_of_another_session_s_preview_cannot_use_this_preview_s_cookie(
+    gw: RunningGateway, session: dict[str, Any]
+) -> None:
+    # Every preview is under localhost, one site to the browser: SameSite=Lax lets a page served by
+    # another session's agent post to this preview, fetch it or frame it, and the browser sends this
+    # preview's cookie along. These are the headers Chromium sends for such a page's requests.
+    preview, secret = create(gw, session["id"])
+    port = gw.settings.preview_port
+    with preview_client(gw, preview) as c:
+        visit = c.get("/", params={"corral_preview_token": secret})
+        cookie = visit.headers["set-cookie"].split(";", 1)[0]
+        hostile = f"http://3000-{'ab' * 16}.localhost:{port}"
+        own = f"http://4000-{session['id'].removeprefix('ses_')}.localhost:{port}"
+        posted = c.post(
+            "/echo",
+            content=b"transfer all",
+            headers={"cookie": cookie, "origin": hostile, "sec-fetch-site": "same-site", "sec-fetch-mode": "cors"},
+        )
+        framed = c.get(
+            "/headers",
+            headers={
+                "cookie": cookie,
+                "referer": hostile + "/",
+                "sec-fetch-site": "same-site",
+                "sec-fetch-mode": "navigate",
+                "sec-fetch-dest": "iframe",
+            },
+        )
+        unknown = c.get(
+            "/headers", headers={"cookie": cookie, "sec-fetch-site": "same-site", "sec-fetch-mode": "no-cors"}
+        )
+        # What still works: a link followed from another site (Lax's own rule), a page of this
+        # session's other port (one agent's servers), the secret in the header (its holder's request).
+        followed = c.get(
+            "/",
+            headers={
+                "cookie": cookie,
+                "referer": hostile + "/",
+                "sec-fetch-site": "same-site",
+                "sec-fetch-mode": "navigate",
+                "sec-fetch-dest": "document",
+            },
+        )
+        sibling = c.post(
+            "/echo", content=b"ok", headers={"cookie": cookie, "origin": own, "sec-fetch-site": "same-site"}
+        )
+        holder = c.post(
+            "/echo",
+            content=b"ok",
+            headers={"x-corral-preview-token": secret, "origin": hostile, "sec-fetch-site": "same-site"},
+        )
+    for refused in (posted, framed, unknown):
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["error"]["code"] == "forbidden"
+    assert followed.status_code == 200 and followed.text == "hello from the sandbox"
+    assert sibling.status_code == 200 and holder.status_code == 200
 
 
 def test_refused_without_the_secret_or_with_a_wrong_one(gw: RunningGateway, session: dict[str, Any]) -> None:

@@ -31,7 +31,7 @@ from corral.errors import (
     PreviewUnreachable,
 )
 from corral.gateway.previews import wire
-from corral.gateway.previews.access import Admitted, admit, find_host, live_session
+from corral.gateway.previews.access import Admitted, admit, check_initiator, find_host, live_session
 from corral.gateway.previews.book import EXPIRED, PreviewConnection
 from corral.gateway.previews.sides import ClientSide, UpstreamSide
 from corral.gateway.previews.tunnel import Tunnel
@@ -160,6 +160,7 @@ class Handler:
             raise InvalidRequest("CONNECT is no request for a preview")
         presented = wire.presented(request.target, headers)
         admitted = self._admit(wire.header(headers, b"host"), presented)
+        check_initiator(admitted, request.method, headers, self._settings.preview_domain)
         admitted.session.touch()
         if admitted.via == "query" and request.method in (b"GET", b"HEAD"):
             await self._first_visit(admitted, presented.target)
