@@ -243,6 +243,42 @@ def test_nothing_listening_is_a_clear_502(gw: RunningGateway, session: dict[str,
     assert "connection refused on port 3999" in answer.json()["error"]["message"]
 
 
+HOSTILE_HEAD = """
+import socket
+server = socket.create_server(("127.0.0.1", 3100))
+while True:
+    conn, _ = server.accept()
+    conn.recv(65536)
+    conn.sendall(b"HTTP/1.1 200 OK\\r\\nX" + b"\\x01" * 60000 + b": y\\r\\n\\r\\n")
+    conn.close()
+"""
+
+
+def test_a_server_s_bad_answer_is_cut_in_the_error_and_the_log(
+    gw: RunningGateway, session: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    # The agent's server answers a head h11 refuses, 60 KB of control bytes in one header line: h11's
+    # message quotes the line (240 KB as its repr), and each request through the preview (the agent's
+    # page can make the viewer's browser send thousands) wrote it whole to the gateway's log.
+    with gw.client() as c:
+        started = c.post(
+            f"/v1/sessions/{session['id']}/actions",
+            json={"action": {"type": "exec", "argv": ["python3", "-c", HOSTILE_HEAD], "background": True}},
+        )
+        assert started.status_code == 200 and started.json()["ok"], started.text
+    preview, secret = create(gw, session["id"], port=3100)
+    caplog.set_level("INFO", logger="corral.gateway.previews.listener")
+    with preview_client(gw, preview, secret) as c:
+        deadline = time.monotonic() + 20
+        while (answer := c.get("/")).json()["error"]["code"] == "nothing_listening":
+            assert time.monotonic() < deadline, "the hostile server did not start"
+            time.sleep(0.2)
+    assert answer.status_code == 502 and answer.json()["error"]["code"] == "preview_unreachable"
+    assert len(answer.json()["error"]["message"]) < 1000, len(answer.json()["error"]["message"])
+    logged = [r.getMessage() for r in caplog.records if r.name == "corral.gateway.previews.listener"]
+    assert logged and all(len(line) < 1000 for line in logged), [len(line) for line in logged]
+
+
 def test_a_body_over_the_cap_is_413(gw: RunningGateway, session: dict[str, Any]) -> None:
     preview, secret = create(gw, session["id"])
     with preview_client(gw, preview, secret) as c:

@@ -49,6 +49,14 @@ UNADMITTED_S = 30.0
 # Connections the listener holds at once, all previews together (admitted or not): past it a new one
 # is closed at once, so a flood of idle sockets costs the gateway a bounded number of tasks.
 MAX_OPEN = 4096
+# What of h11's own words an error repeats: h11 quotes the offending line whole (a 60 KB header of
+# control bytes is 240 KB as its repr), and the agent's server, or a client, chooses that line.
+MAX_QUOTED = 200
+
+
+def _quoted(exc: h11.ProtocolError) -> str:
+    text = str(exc)
+    return text if len(text) <= MAX_QUOTED else text[:MAX_QUOTED] + f"... ({len(text)} characters)"
 
 
 class Handler:
@@ -256,7 +264,7 @@ class Handler:
                 event = await upstream.event()
             except h11.RemoteProtocolError as exc:
                 raise PreviewUnreachable(
-                    f"the server on port {upstream.tunnel.port} answered no HTTP/1.1: {exc}"
+                    f"the server on port {upstream.tunnel.port} answered no HTTP/1.1: {_quoted(exc)}"
                 ) from None
             if isinstance(event, h11.Response):
                 return event
@@ -320,7 +328,7 @@ class Handler:
                 HeadersTooLarge(f"the request's head exceeds {cap} KiB (CORRAL_PREVIEW_MAX_HEADER_KB)"), []
             )
         else:
-            await self._refuse(InvalidRequest(f"not an HTTP/1.1 request: {exc}"), [])
+            await self._refuse(InvalidRequest(f"not an HTTP/1.1 request: {_quoted(exc)}"), [])
 
 
 class PreviewListener:
