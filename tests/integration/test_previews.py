@@ -200,6 +200,26 @@ def test_a_page_of_another_session_s_preview_cannot_use_this_preview_s_cookie(
     assert sibling.status_code == 200 and holder.status_code == 200
 
 
+def test_the_first_visit_s_redirect_stays_on_the_preview_s_host(gw: RunningGateway, session: dict[str, Any]) -> None:
+    # A link to the preview with the secret whose path starts with // (or /\\, which browsers read the
+    # same): the 303 that takes the token out must not send the browser to another host.
+    preview, secret = create(gw, session["id"])
+    port = gw.settings.preview_port
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(
+            f"GET //evil.invalid/x?corral_preview_token={secret}&k=1 HTTP/1.1\r\n"
+            f"host: {preview['host']}\r\n\r\n".encode()
+        )
+        head = sock.recv(65536).decode("latin-1")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(
+            f"GET /\\evil.invalid/?corral_preview_token={secret} HTTP/1.1\r\nhost: {preview['host']}\r\n\r\n".encode()
+        )
+        backslash = sock.recv(65536).decode("latin-1")
+    assert head.startswith("HTTP/1.1 303") and "\r\nlocation: /x?k=1\r\n" in head, head
+    assert backslash.startswith("HTTP/1.1 303") and "\r\nlocation: /evil.invalid/\r\n" in backslash, backslash
+
+
 def test_refused_without_the_secret_or_with_a_wrong_one(gw: RunningGateway, session: dict[str, Any]) -> None:
     preview, _ = create(gw, session["id"])
     with preview_client(gw, preview) as c:

@@ -307,7 +307,7 @@ class Handler:
         """303 to the same address without the token, the secret in the preview's cookie."""
         max_age = int(admitted.preview.expires_at - self._manager.previews.now())
         cookie = wire.set_cookie(admitted.preview.id, admitted.secret, max_age)
-        await self._client.write_raw(wire.redirect(target, cookie))
+        await self._client.write_raw(wire.redirect(wire.same_host(target), cookie))
 
     async def _refuse(self, exc: CodedError, headers: list[tuple[bytes, bytes]]) -> None:
         if self._client.answering:
