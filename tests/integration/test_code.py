@@ -7,6 +7,7 @@ to the fake upstream (names under .test, on this machine only)."""
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import json
 import os
 import time
@@ -252,6 +253,25 @@ def test_restart_and_remove_contexts(sb: Sandbox) -> None:
     processes = act(sb, {"type": "process_list"})["processes"]
     assert next(p for p in processes if p["pid"] == info["pid"])["running"] is False
     assert act(sb, {"type": "remove_code_context", "context": "life"}) == {"name": "life", "removed": False}
+
+
+def test_a_call_queued_on_a_removed_context_starts_no_kernel_outside_the_contexts(sb: Sandbox) -> None:
+    # The agent's own calls: a long cell in "gone", a second call queued behind it, then the context
+    # removed. The queued call's kernel must be the (new) context's, listed and removable, never one
+    # running outside every context and past max_contexts.
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first = pool.submit(sb.act, {"type": "run_code", "code": "import time; time.sleep(20)", "context": "gone"})
+        time.sleep(3)  # the first cell is running
+        queued = pool.submit(sb.act, {"type": "run_code", "code": "import os; os.getpid()", "context": "gone"})
+        time.sleep(1)  # the second call waits for its turn
+        assert act(sb, {"type": "remove_code_context", "context": "gone"})["removed"] is True
+        assert first.result()["result"]["error"]["name"] == "KernelDied"
+        pid = int(main(queued.result()["result"])["text/plain"])
+    listed = {c["name"]: c["pid"] for c in act(sb, {"type": "list_code_contexts"})["contexts"]}
+    assert listed.get("gone") == pid, listed
+    assert act(sb, {"type": "remove_code_context", "context": "gone"})["removed"] is True
+    ps = act(sb, {"type": "exec", "argv": ["ps", "-o", "pid=", "-p", str(pid)]})
+    assert ps["exit_code"] != 0, "the queued call's kernel still runs after its context's removal"
 
 
 def test_two_contexts_are_independent(sb: Sandbox) -> None:
