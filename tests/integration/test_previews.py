@@ -220,6 +220,36 @@ def test_the_first_visit_s_redirect_stays_on_the_preview_s_host(gw: RunningGatew
     assert backslash.startswith("HTTP/1.1 303") and "\r\nlocation: /evil.invalid/\r\n" in backslash, backslash
 
 
+def test_a_request_pipelined_for_another_preview_is_not_carried_by_the_first(
+    gw: RunningGateway, session: dict[str, Any]
+) -> None:
+    # One connection, admitted to port 3000's preview; behind its request, in the same bytes, one for
+    # another preview's host (port 3999 of the same session, its own secret), and a third smuggled in
+    # a body framed both ways (Content-Length and chunked). Each request is routed by its own Host.
+    preview, secret = create(gw, session["id"])
+    other, other_secret = create(gw, session["id"], port=3999)
+    smuggled = "GET /headers HTTP/1.1\r\nhost: " + other["host"] + "\r\n\r\n"
+    raw = (
+        f"GET / HTTP/1.1\r\nhost: {preview['host']}\r\nx-corral-preview-token: {secret}\r\n\r\n"
+        f"POST /echo HTTP/1.1\r\nhost: {preview['host']}\r\nx-corral-preview-token: {secret}\r\n"
+        f"content-length: {len(smuggled) + 5}\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}"
+        f"GET / HTTP/1.1\r\nhost: {other['host']}\r\nx-corral-preview-token: {other_secret}\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", gw.settings.preview_port), timeout=20) as sock:
+        sock.sendall(raw.encode())
+        got = b""
+        while chunk := sock.recv(65536):
+            got += chunk
+    answers = got.decode("latin-1")
+    assert answers.startswith("HTTP/1.1 200"), answers[:300]
+    assert "hello from the sandbox" in answers
+    # The chunked body was empty: the smuggled request is the next one, for another host: refused, closed.
+    assert answers.count("HTTP/1.1 ") == 3, answers
+    second, third = answers.split("HTTP/1.1 ")[2:]
+    assert second.startswith("200") and '"size": 0' in second, second[:400]
+    assert third.startswith("422 Unprocessable Content") and "serves another preview" in third, third[:400]
+
+
 def test_refused_without_the_secret_or_with_a_wrong_one(gw: RunningGateway, session: dict[str, Any]) -> None:
     preview, _ = create(gw, session["id"])
     with preview_client(gw, preview) as c:

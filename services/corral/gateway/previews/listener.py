@@ -6,7 +6,7 @@ and admitted by that preview's secret (corral.gateway.previews.access), stripped
 (corral.gateway.previews.wire) and forwarded through one tunnel to the agent's server (kept across
 requests while both ends keep the connection alive), the answer streamed back as it comes. A
 WebSocket upgrade the server accepts (101) turns the connection into a byte pipe both ways. A
-connection is bound to the first preview it was admitted to (another host on it: 421), counted
+connection is bound to the first preview it was admitted to (another host on it: 422 invalid_request), counted
 against that preview's cap, and closed at once when the preview is revoked, expires or its
 session ends or pauses, or when no byte moved either way for ``CORRAL_PREVIEW_IDLE_TIMEOUT_S``.
 """

@@ -174,11 +174,13 @@ def redirect(location: bytes, cookie: bytes) -> bytes:
 REASONS = {
     400: "Bad Request",
     401: "Unauthorized",
+    403: "Forbidden",
     404: "Not Found",
     409: "Conflict",
     410: "Gone",
     413: "Content Too Large",
     421: "Misdirected Request",
+    422: "Unprocessable Content",
     429: "Too Many Requests",
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
