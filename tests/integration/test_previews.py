@@ -145,9 +145,10 @@ def test_first_visit_sets_the_cookie_and_drops_the_token(gw: RunningGateway, ses
 def test_a_page_of_another_session_s_preview_cannot_use_this_preview_s_cookie(
     gw: RunningGateway, session: dict[str, Any]
 ) -> None:
-    # Every preview is under localhost, one site to the browser: SameSite=Lax lets a page served by
-    # another session's agent post to this preview, fetch it or frame it, and the browser sends this
-    # preview's cookie along. These are the headers Chromium sends for such a page's requests.
+    # Under an operator's domain every preview is one site to the browser: SameSite=Lax lets a page
+    # served by another session's agent post to this preview, fetch it or frame it, and the browser
+    # sends this preview's cookie along. These are the headers Chromium sends for such a page's
+    # requests (test_preview_clients.py plays it in a real Chromium under preview.test).
     preview, secret = create(gw, session["id"])
     port = gw.settings.preview_port
     with preview_client(gw, preview) as c:

@@ -107,12 +107,13 @@ def _initiator(headers: Sequence[tuple[bytes, bytes]], domain: str) -> PreviewHo
 def check_initiator(admitted: Admitted, method: bytes, headers: Sequence[tuple[bytes, bytes]], domain: str) -> None:
     """Forbidden for a request a page of another site made with the preview's cookie.
 
-    Every preview is under one domain (``localhost`` by default), so to the browser all of them,
-    and any other server of the user's under it, are one site: ``SameSite=Lax`` keeps no page of
-    another session's preview from having the browser send this preview's cookie (a form posted,
-    a fetch, a frame). The browser says where a request comes from (``Sec-Fetch-Site``, then
-    ``Origin`` or ``Referer``): from another site than this session's previews, the cookie counts
-    only as ``SameSite=Lax`` lets it count across sites, for a top-level GET or HEAD navigation.
+    Under an operator's domain (``preview.example.com``) every preview, and any other server under
+    the registrable domain, is one site to the browser: ``SameSite=Lax`` keeps no page of another
+    session's preview from having the browser send this preview's cookie (a WebSocket, a form
+    posted, a fetch, a frame). Chromium takes each ``*.localhost`` name for a site of its own. The
+    browser says where a request comes from (``Sec-Fetch-Site``, then ``Origin`` or ``Referer``):
+    from another site than this session's previews, the cookie counts only as ``SameSite=Lax`` lets
+    it count across sites, for a top-level GET or HEAD navigation.
     The secret in the query or the header is presented by whoever holds it, and is not checked here."""
     site = header(headers, b"sec-fetch-site")
     if admitted.via != "cookie" or site not in (b"same-site", None):
