@@ -7,8 +7,10 @@ to the fake upstream (names under .test, on this machine only)."""
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import json
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -194,6 +196,52 @@ def test_a_kernel_that_sends_garbage_cannot_harm_the_controller(sb: Sandbox) -> 
     act(sb, {"type": "remove_code_context", "context": "hostile"})
 
 
+def controller_rss_mib(runtime: DockerHarness, container: str) -> float:
+    """The controller's resident memory (root reads it; it is the only python of corral's)."""
+    _, out = runtime.exec(container, ["ps", "-u", "corral", "-o", "rss=,args="], user="root")
+    rows = [line.split(None, 1) for line in out.splitlines() if "corral.sandbox.controller" in line]
+    return sum(int(rss) for rss, _ in rows) / 1024
+
+
+def container_of(runtime: DockerHarness, gw: RunningGateway, sb: Sandbox) -> str:
+    """The session's sandbox container: the one holding a file only its agent wrote."""
+    marker = f"/tmp/which-{os.getpid()}-{sb.id}"
+    act(sb, {"type": "exec", "argv": ["touch", marker]})
+    names = [c.name for c in runtime.client.containers.list(filters={"label": ["corral.role=sandbox"]})]
+    (name,) = [n for n in names if runtime.exec(n, ["test", "-e", marker], user="root")[0] == 0]
+    return name
+
+
+def test_a_kernel_publishing_between_cells_cannot_fill_the_controllers_memory(
+    sb: Sandbox, gw: RunningGateway, runtime: DockerHarness
+) -> None:
+    # The agent's code returns at once and leaves a thread publishing 4 MiB messages on IOPub while no
+    # cell runs: nobody reads them, so they wait in the controller's ZeroMQ queue (400 MiB of them
+    # here; with no bound on the queue's length, a sandbox's memory and an OOM kill of the controller).
+    container = container_of(runtime, gw, sb)
+    run(sb, "1", context="flooder")
+    before = controller_rss_mib(runtime, container)
+    code = (
+        "import threading, time\n"
+        "k = get_ipython().kernel\n"
+        "def flood():\n"
+        "    for _ in range(100):\n"
+        "        k.session.send(k.iopub_socket, 'stream', {'name': 'stdout', 'text': 'z' * (4 << 20)})\n"
+        "    open('/tmp/flood-sent', 'w').close()\n"
+        "threading.Thread(target=flood).start()\n"
+        "'started'"
+    )
+    assert main(run(sb, code, context="flooder")) == {"text/plain": "'started'"}
+    waited = run(sb, "import os, time\nwhile not os.path.exists('/tmp/flood-sent'): time.sleep(0.1)\n'sent'")
+    assert main(waited) == {"text/plain": "'sent'"}
+    time.sleep(2)  # what ZeroMQ takes in is taken in the background: let it settle before measuring
+    grown = controller_rss_mib(runtime, container) - before
+    assert grown < 100, f"the controller took {grown:.0f} MiB of messages nobody read"
+    # The kernel still works; the queued messages belong to no cell and are passed over.
+    assert main(run(sb, "2 + 2", context="flooder")) == {"text/plain": "4"}
+    act(sb, {"type": "remove_code_context", "context": "flooder"})
+
+
 def test_restart_and_remove_contexts(sb: Sandbox) -> None:
     run(sb, "y = 2", context="life")
     old = kernel_pid(sb, "life")
@@ -205,6 +253,25 @@ def test_restart_and_remove_contexts(sb: Sandbox) -> None:
     processes = act(sb, {"type": "process_list"})["processes"]
     assert next(p for p in processes if p["pid"] == info["pid"])["running"] is False
     assert act(sb, {"type": "remove_code_context", "context": "life"}) == {"name": "life", "removed": False}
+
+
+def test_a_call_queued_on_a_removed_context_starts_no_kernel_outside_the_contexts(sb: Sandbox) -> None:
+    # The agent's own calls: a long cell in "gone", a second call queued behind it, then the context
+    # removed. The queued call's kernel must be the (new) context's, listed and removable, never one
+    # running outside every context and past max_contexts.
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first = pool.submit(sb.act, {"type": "run_code", "code": "import time; time.sleep(20)", "context": "gone"})
+        time.sleep(3)  # the first cell is running
+        queued = pool.submit(sb.act, {"type": "run_code", "code": "import os; os.getpid()", "context": "gone"})
+        time.sleep(1)  # the second call waits for its turn
+        assert act(sb, {"type": "remove_code_context", "context": "gone"})["removed"] is True
+        assert first.result()["result"]["error"]["name"] == "KernelDied"
+        pid = int(main(queued.result()["result"])["text/plain"])
+    listed = {c["name"]: c["pid"] for c in act(sb, {"type": "list_code_contexts"})["contexts"]}
+    assert listed.get("gone") == pid, listed
+    assert act(sb, {"type": "remove_code_context", "context": "gone"})["removed"] is True
+    ps = act(sb, {"type": "exec", "argv": ["ps", "-o", "pid=", "-p", str(pid)]})
+    assert ps["exit_code"] != 0, "the queued call's kernel still runs after its context's removal"
 
 
 def test_two_contexts_are_independent(sb: Sandbox) -> None:

@@ -288,6 +288,59 @@ def test_a_preview_page_cannot_read_another_previews_page(opened: dict[str, Any]
     assert "corral_preview_" not in page.evaluate("document.cookie")
 
 
+HIJACK = """(url) => new Promise((done) => {
+    const ws = new WebSocket(url);
+    ws.onopen = () => ws.send('from the page of ' + location.host);
+    ws.onmessage = (e) => { done('read ' + e.data); ws.close(); };
+    ws.onerror = () => done('blocked');
+})"""
+
+
+def test_on_a_domain_of_its_own_another_sessions_page_cannot_use_this_previews_cookie(
+    tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness, browser: Any
+) -> None:
+    # A gateway whose previews are under a domain of the operator's (preview.test here, as a real
+    # deployment's preview.example.com): the browser takes every preview under it for one site, so
+    # SameSite=Lax lets a page of another session's preview (another agent's) open a WebSocket to
+    # this preview (CORS does not guard one) with this preview's cookie, and read its answers. The
+    # gateway must refuse that cookie from another session's page; a page of the same session's
+    # other port still may use it, and a link followed from anywhere is served.
+    from .conftest import CHROMIUM
+
+    domain = "preview.test"
+    with (
+        module_gateway(
+            tmp_path_factory, runtime, "previewsite", preview_port=free_port(), preview_domain=domain
+        ) as served,
+        Sandbox.create(url=served.url, api_key=KEY_A) as mine,
+        Sandbox.create(url=served.url, api_key=KEY_A) as theirs,
+    ):
+        _serving(mine, 3000, 3001)
+        _serving(theirs, 3000)
+        a, b, c = mine.previews.create(3000), mine.previews.create(3001), theirs.previews.create(3000)
+        # A browser of its own (the shared one's playwright), told that the domain's names are this host.
+        rules = f"--host-resolver-rules=MAP *.{domain} 127.0.0.1"
+        chromium = browser.browser_type.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", rules])
+        try:
+            page = chromium.new_context().new_page()
+            for made in (a, b, c):
+                response = page.goto(made.url)
+                assert response is not None and response.status == 200
+            target = _address(a).replace("http://", "ws://") + "ws"
+            page.goto(_address(c))
+            hijacked = page.evaluate(HIJACK, target)
+            page.goto(_address(b))
+            sibling = page.evaluate(HIJACK, target)
+            page.goto(_address(c))
+            page.evaluate("(url) => { location.href = url; }", _address(a))
+            followed = _wait_title(page, "preview-app 3000")
+        finally:
+            chromium.close()
+    assert hijacked == "blocked"
+    assert sibling.startswith(f"read echo:from the page of {b.host}:"), sibling
+    assert followed == "preview-app 3000"
+
+
 def test_a_websocket_echo_through_the_preview_from_the_browser(opened: dict[str, Any]) -> None:
     page = opened["page"]
     page.goto(_address(opened["c"]) + "wspage")

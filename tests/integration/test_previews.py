@@ -2,10 +2,11 @@
 in the sandbox as the agent on 127.0.0.1 only, reached from the host through the preview listener
 (HTTP, a large body both ways, a WebSocket echo); the secret's ways in (header, first visit's
 cookie) and the server never seeing it; refusals (none, wrong, revoked, a session token making one,
-an ended session, nothing listening, a body over the cap, a reserved port); a revoke closing an open
-WebSocket within a second; expiry, idleness, a session's end and its pause closing connections;
-the API and the previews on origins apart; the sandbox unable to reach the preview listener; the
-preview's records in the verified audit chain."""
+an ended session, nothing listening, a body over the cap, a reserved port, another session's
+preview's page using the cookie); a revoke closing an open WebSocket within a second; expiry,
+idleness, a session's end and its pause closing connections; the API and the previews on origins
+apart; the sandbox unable to reach the preview listener; the preview's records in the verified
+audit chain."""
 
 from __future__ import annotations
 
@@ -141,6 +142,115 @@ def test_first_visit_sets_the_cookie_and_drops_the_token(gw: RunningGateway, ses
     assert secret not in seen.text and dict(seen.json()["headers"])["cookie"] == "other=1"
 
 
+def test_a_page_of_another_session_s_preview_cannot_use_this_preview_s_cookie(
+    gw: RunningGateway, session: dict[str, Any]
+) -> None:
+    # Under an operator's domain every preview is one site to the browser: SameSite=Lax lets a page
+    # served by another session's agent post to this preview, fetch it or frame it, and the browser
+    # sends this preview's cookie along. These are the headers Chromium sends for such a page's
+    # requests (test_preview_clients.py plays it in a real Chromium under preview.test).
+    preview, secret = create(gw, session["id"])
+    port = gw.settings.preview_port
+    with preview_client(gw, preview) as c:
+        visit = c.get("/", params={"corral_preview_token": secret})
+        cookie = visit.headers["set-cookie"].split(";", 1)[0]
+        hostile = f"http://3000-{'ab' * 16}.localhost:{port}"
+        own = f"http://4000-{session['id'].removeprefix('ses_')}.localhost:{port}"
+        posted = c.post(
+            "/echo",
+            content=b"transfer all",
+            headers={"cookie": cookie, "origin": hostile, "sec-fetch-site": "same-site", "sec-fetch-mode": "cors"},
+        )
+        framed = c.get(
+            "/headers",
+            headers={
+                "cookie": cookie,
+                "referer": hostile + "/",
+                "sec-fetch-site": "same-site",
+                "sec-fetch-mode": "navigate",
+                "sec-fetch-dest": "iframe",
+            },
+        )
+        unknown = c.get(
+            "/headers", headers={"cookie": cookie, "sec-fetch-site": "same-site", "sec-fetch-mode": "no-cors"}
+        )
+        # What still works: a link followed from another site (Lax's own rule), a page of this
+        # session's other port (one agent's servers), the secret in the header (its holder's request).
+        followed = c.get(
+            "/",
+            headers={
+                "cookie": cookie,
+                "referer": hostile + "/",
+                "sec-fetch-site": "same-site",
+                "sec-fetch-mode": "navigate",
+                "sec-fetch-dest": "document",
+            },
+        )
+        sibling = c.post(
+            "/echo", content=b"ok", headers={"cookie": cookie, "origin": own, "sec-fetch-site": "same-site"}
+        )
+        holder = c.post(
+            "/echo",
+            content=b"ok",
+            headers={"x-corral-preview-token": secret, "origin": hostile, "sec-fetch-site": "same-site"},
+        )
+    for refused in (posted, framed, unknown):
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["error"]["code"] == "forbidden"
+    assert followed.status_code == 200 and followed.text == "hello from the sandbox"
+    assert sibling.status_code == 200 and holder.status_code == 200
+
+
+def test_the_first_visit_s_redirect_stays_on_the_preview_s_host(gw: RunningGateway, session: dict[str, Any]) -> None:
+    # A link to the preview with the secret whose path starts with // (or /\\, which browsers read the
+    # same): the 303 that takes the token out must not send the browser to another host.
+    preview, secret = create(gw, session["id"])
+    port = gw.settings.preview_port
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(
+            f"GET //evil.invalid/x?corral_preview_token={secret}&k=1 HTTP/1.1\r\n"
+            f"host: {preview['host']}\r\n\r\n".encode()
+        )
+        head = sock.recv(65536).decode("latin-1")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(
+            f"GET /\\evil.invalid/?corral_preview_token={secret} HTTP/1.1\r\nhost: {preview['host']}\r\n\r\n".encode()
+        )
+        backslash = sock.recv(65536).decode("latin-1")
+    assert head.startswith("HTTP/1.1 303") and "\r\nlocation: /x?k=1\r\n" in head, head
+    assert backslash.startswith("HTTP/1.1 303") and "\r\nlocation: /evil.invalid/\r\n" in backslash, backslash
+
+
+def test_a_request_pipelined_for_another_preview_is_not_carried_by_the_first(
+    gw: RunningGateway, session: dict[str, Any]
+) -> None:
+    # One connection, admitted to port 3000's preview; behind its request, in the same bytes, one for
+    # another preview's host (port 3999 of the same session, its own secret), and a third smuggled in
+    # a body framed both ways (Content-Length and chunked). Each request is routed by its own Host.
+    preview, secret = create(gw, session["id"])
+    other, other_secret = create(gw, session["id"], port=3999)
+    smuggled = "GET /headers HTTP/1.1\r\nhost: " + other["host"] + "\r\n\r\n"
+    raw = (
+        f"GET / HTTP/1.1\r\nhost: {preview['host']}\r\nx-corral-preview-token: {secret}\r\n\r\n"
+        f"POST /echo HTTP/1.1\r\nhost: {preview['host']}\r\nx-corral-preview-token: {secret}\r\n"
+        f"content-length: {len(smuggled) + 5}\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}"
+        f"GET / HTTP/1.1\r\nhost: {other['host']}\r\nx-corral-preview-token: {other_secret}\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", gw.settings.preview_port), timeout=20) as sock:
+        sock.sendall(raw.encode())
+        got = b""
+        while chunk := sock.recv(65536):
+            got += chunk
+    answers = got.decode("latin-1")
+    assert answers.startswith("HTTP/1.1 200"), answers[:300]
+    assert "hello from the sandbox" in answers
+    # The chunked body was empty: the smuggled request is the next one, for another host: refused, closed.
+    assert answers.count("HTTP/1.1 ") == 3, answers
+    second, third = answers.split("HTTP/1.1 ")[2:]
+    assert second.startswith("200") and '"size": 0' in second, second[:400]
+    assert third.startswith("422 Unprocessable Content") and "serves another preview" in third, third[:400]
+
+
 def test_refused_without_the_secret_or_with_a_wrong_one(gw: RunningGateway, session: dict[str, Any]) -> None:
     preview, _ = create(gw, session["id"])
     with preview_client(gw, preview) as c:
@@ -182,6 +292,42 @@ def test_nothing_listening_is_a_clear_502(gw: RunningGateway, session: dict[str,
     assert answer.status_code == 502, answer.text
     assert answer.json()["error"]["code"] == "nothing_listening"
     assert "connection refused on port 3999" in answer.json()["error"]["message"]
+
+
+HOSTILE_HEAD = """
+import socket
+server = socket.create_server(("127.0.0.1", 3100))
+while True:
+    conn, _ = server.accept()
+    conn.recv(65536)
+    conn.sendall(b"HTTP/1.1 200 OK\\r\\nX" + b"\\x01" * 60000 + b": y\\r\\n\\r\\n")
+    conn.close()
+"""
+
+
+def test_a_server_s_bad_answer_is_cut_in_the_error_and_the_log(
+    gw: RunningGateway, session: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    # The agent's server answers a head h11 refuses, 60 KB of control bytes in one header line: h11's
+    # message quotes the line (240 KB as its repr), and each request through the preview (the agent's
+    # page can make the viewer's browser send thousands) wrote it whole to the gateway's log.
+    with gw.client() as c:
+        started = c.post(
+            f"/v1/sessions/{session['id']}/actions",
+            json={"action": {"type": "exec", "argv": ["python3", "-c", HOSTILE_HEAD], "background": True}},
+        )
+        assert started.status_code == 200 and started.json()["ok"], started.text
+    preview, secret = create(gw, session["id"], port=3100)
+    caplog.set_level("INFO", logger="corral.gateway.previews.listener")
+    with preview_client(gw, preview, secret) as c:
+        deadline = time.monotonic() + 20
+        while (answer := c.get("/")).json()["error"]["code"] == "nothing_listening":
+            assert time.monotonic() < deadline, "the hostile server did not start"
+            time.sleep(0.2)
+    assert answer.status_code == 502 and answer.json()["error"]["code"] == "preview_unreachable"
+    assert len(answer.json()["error"]["message"]) < 1000, len(answer.json()["error"]["message"])
+    logged = [r.getMessage() for r in caplog.records if r.name == "corral.gateway.previews.listener"]
+    assert logged and all(len(line) < 1000 for line in logged), [len(line) for line in logged]
 
 
 def test_a_body_over_the_cap_is_413(gw: RunningGateway, session: dict[str, Any]) -> None:

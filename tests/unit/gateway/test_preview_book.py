@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from corral.contracts.control import PreviewEvent
-from corral.errors import EgressUnavailable, Unauthorized
+from corral.errors import EgressUnavailable, Forbidden, Unauthorized
 from corral.gateway.auth import digest
 from corral.gateway.previews import book as previews
-from corral.gateway.previews.access import NO_SECRET, WRONG_SECRET, admit
+from corral.gateway.previews.access import NO_SECRET, WRONG_SECRET, Admitted, admit, check_initiator
 from corral.gateway.previews.book import PreviewBook, PreviewConnection, PreviewRecord
 from corral.gateway.previews.wire import Presented
 
@@ -164,3 +164,29 @@ async def test_admit_takes_the_first_good_secret_and_says_why_otherwise() -> Non
         admit(presented(header=other_secret), session, 4000, book.book)
     await book.book.drain()
     assert book.changes()[-1] == "expired"
+
+
+def test_another_site_s_page_gets_only_lax_s_navigations_with_the_cookie() -> None:
+    record = PreviewRecord(id="prv_x", port=3000, secret_sha256="", created_by="k", created_at=0, expires_at=1e12)
+    session: Any = FakeSession()
+    cookie, header = Admitted(session, record, "s", "cookie"), Admitted(session, record, "s", "header")
+    stranger = [(b"sec-fetch-site", b"same-site"), (b"origin", b"http://3000-bb.localhost:8701")]
+    sibling = [(b"sec-fetch-site", b"same-site"), (b"referer", b"http://4000-a.localhost:8701/x")]
+    navigation = [*stranger, (b"sec-fetch-mode", b"navigate"), (b"sec-fetch-dest", b"document")]
+    framed = [*stranger, (b"sec-fetch-mode", b"navigate"), (b"sec-fetch-dest", b"iframe")]
+    for method, headers in [(b"POST", stranger), (b"GET", stranger), (b"POST", navigation), (b"GET", framed)]:
+        with pytest.raises(Forbidden):
+            check_initiator(cookie, method, headers, "localhost")
+    with pytest.raises(Forbidden):  # a same-site page that does not say which: not this session's
+        check_initiator(cookie, b"GET", [(b"sec-fetch-site", b"same-site")], "localhost")
+    with pytest.raises(Forbidden):  # a browser without Fetch Metadata still names the page's origin
+        check_initiator(cookie, b"POST", [(b"origin", b"http://3000-bb.localhost:8701")], "localhost")
+    for admitted, method, headers in [
+        (cookie, b"GET", navigation),  # a link followed: what Lax lets through from any site
+        (cookie, b"POST", sibling),  # a page of the same session's other port
+        (cookie, b"POST", [(b"sec-fetch-site", b"same-origin")]),
+        (cookie, b"POST", [(b"origin", b"http://4000-a.localhost:8701")]),  # no Fetch Metadata, its own session
+        (cookie, b"POST", [(b"origin", b"http://elsewhere.test")]),  # cross-site: Lax keeps the cookie back
+        (header, b"POST", stranger),  # the secret's holder sent it
+    ]:
+        check_initiator(admitted, method, headers, "localhost")

@@ -104,3 +104,11 @@ def test_errors_are_json_or_a_page_for_a_browser() -> None:
     assert b"text/html" in page and b"&lt;script&gt;" in page and b"<script>x" not in page
     assert wire.wants_html([(b"accept", b"text/html,application/xhtml+xml")])
     assert not wire.wants_html([(b"accept", b"application/json")])
+
+
+def test_the_first_visit_s_location_never_leaves_the_host() -> None:
+    assert wire.same_host(b"/a/b?keep=me") == b"/a/b?keep=me"
+    assert wire.same_host(b"//evil.invalid/x?k=1") == b"/x?k=1"  # protocol-relative to a browser
+    assert wire.same_host(b"/\\evil.invalid/") == b"/evil.invalid/"  # a backslash is read as a slash
+    assert wire.same_host(b"http://evil.invalid/x?y") == b"/x?y"  # absolute-form
+    assert wire.same_host(b"/a//b") == b"/a//b"

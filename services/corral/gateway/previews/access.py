@@ -4,14 +4,15 @@ by the secret it presents (query parameter, header or cookie), each check's refu
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import urllib.parse
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from corral.contracts.previews import PreviewHost, parse_host
-from corral.errors import NotFound, PreviewGone, SessionNotFound, SessionPaused, Unauthorized
+from corral.errors import Forbidden, NotFound, PreviewGone, SessionNotFound, SessionPaused, Unauthorized
 from corral.gateway.previews.book import EXPIRED, PreviewBook, PreviewRecord, match
-from corral.gateway.previews.wire import Presented
+from corral.gateway.previews.wire import Presented, header
 from corral.gateway.sessions import Session, SessionManager
 
 Via = Literal["query", "header", "cookie"]
@@ -85,3 +86,49 @@ def admit(presented: Presented, session: Session, port: int, book: PreviewBook) 
             book.expired(session.id, found.id)
         refusal = problem
     raise Unauthorized(refusal)
+
+
+STRANGER = (
+    "this preview's cookie is not sent on for a page of another site: another session's preview, or "
+    "another server under the same domain, is another site here (open the preview's own address)"
+)
+
+
+def _initiator(headers: Sequence[tuple[bytes, bytes]], domain: str) -> PreviewHost | None:
+    """The preview whose page made the request (its ``Origin``, else its ``Referer``), or None."""
+    for name in (b"origin", b"referer"):
+        value = header(headers, name)
+        if value:
+            netloc = urllib.parse.urlsplit(value.decode("latin-1")).netloc
+            return parse_host(netloc, domain) if netloc else None
+    return None
+
+
+def check_initiator(admitted: Admitted, method: bytes, headers: Sequence[tuple[bytes, bytes]], domain: str) -> None:
+    """Forbidden for a request a page of another site made with the preview's cookie.
+
+    Under an operator's domain (``preview.example.com``) every preview, and any other server under
+    the registrable domain, is one site to the browser: ``SameSite=Lax`` keeps no page of another
+    session's preview from having the browser send this preview's cookie (a WebSocket, a form
+    posted, a fetch, a frame). Chromium takes each ``*.localhost`` name for a site of its own. The
+    browser says where a request comes from (``Sec-Fetch-Site``, then ``Origin`` or ``Referer``):
+    from another site than this session's previews, the cookie counts only as ``SameSite=Lax`` lets
+    it count across sites, for a top-level GET or HEAD navigation.
+    The secret in the query or the header is presented by whoever holds it, and is not checked here."""
+    site = header(headers, b"sec-fetch-site")
+    if admitted.via != "cookie" or site not in (b"same-site", None):
+        return  # same-origin, a typed address (none), or cross-site (Lax kept the cookie back)
+    if site is None:  # a browser without Fetch Metadata, or none: only an Origin that names a stranger
+        origin = header(headers, b"origin")
+        netloc = urllib.parse.urlsplit(origin.decode("latin-1")).netloc if origin else ""
+        found = parse_host(netloc, domain) if netloc else None
+        if found is None or found.session_id == admitted.session.id:
+            return
+        raise Forbidden(STRANGER)  # sent with a form's POST or a fetch, never with a link's GET
+    initiator = _initiator(headers, domain)
+    if initiator is not None and initiator.session_id == admitted.session.id:
+        return  # another port of the same session's: one agent's servers, one site
+    navigation = header(headers, b"sec-fetch-mode") == b"navigate" and header(headers, b"sec-fetch-dest") == b"document"
+    if method in (b"GET", b"HEAD") and navigation:
+        return
+    raise Forbidden(STRANGER)

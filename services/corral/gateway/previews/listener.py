@@ -6,7 +6,7 @@ and admitted by that preview's secret (corral.gateway.previews.access), stripped
 (corral.gateway.previews.wire) and forwarded through one tunnel to the agent's server (kept across
 requests while both ends keep the connection alive), the answer streamed back as it comes. A
 WebSocket upgrade the server accepts (101) turns the connection into a byte pipe both ways. A
-connection is bound to the first preview it was admitted to (another host on it: 421), counted
+connection is bound to the first preview it was admitted to (another host on it: 422 invalid_request), counted
 against that preview's cap, and closed at once when the preview is revoked, expires or its
 session ends or pauses, or when no byte moved either way for ``CORRAL_PREVIEW_IDLE_TIMEOUT_S``.
 """
@@ -31,7 +31,7 @@ from corral.errors import (
     PreviewUnreachable,
 )
 from corral.gateway.previews import wire
-from corral.gateway.previews.access import Admitted, admit, find_host, live_session
+from corral.gateway.previews.access import Admitted, admit, check_initiator, find_host, live_session
 from corral.gateway.previews.book import EXPIRED, PreviewConnection
 from corral.gateway.previews.sides import ClientSide, UpstreamSide
 from corral.gateway.previews.tunnel import Tunnel
@@ -49,6 +49,14 @@ UNADMITTED_S = 30.0
 # Connections the listener holds at once, all previews together (admitted or not): past it a new one
 # is closed at once, so a flood of idle sockets costs the gateway a bounded number of tasks.
 MAX_OPEN = 4096
+# What of h11's own words an error repeats: h11 quotes the offending line whole (a 60 KB header of
+# control bytes is 240 KB as its repr), and the agent's server, or a client, chooses that line.
+MAX_QUOTED = 200
+
+
+def _quoted(exc: h11.ProtocolError) -> str:
+    text = str(exc)
+    return text if len(text) <= MAX_QUOTED else text[:MAX_QUOTED] + f"... ({len(text)} characters)"
 
 
 class Handler:
@@ -160,6 +168,7 @@ class Handler:
             raise InvalidRequest("CONNECT is no request for a preview")
         presented = wire.presented(request.target, headers)
         admitted = self._admit(wire.header(headers, b"host"), presented)
+        check_initiator(admitted, request.method, headers, self._settings.preview_domain)
         admitted.session.touch()
         if admitted.via == "query" and request.method in (b"GET", b"HEAD"):
             await self._first_visit(admitted, presented.target)
@@ -255,7 +264,7 @@ class Handler:
                 event = await upstream.event()
             except h11.RemoteProtocolError as exc:
                 raise PreviewUnreachable(
-                    f"the server on port {upstream.tunnel.port} answered no HTTP/1.1: {exc}"
+                    f"the server on port {upstream.tunnel.port} answered no HTTP/1.1: {_quoted(exc)}"
                 ) from None
             if isinstance(event, h11.Response):
                 return event
@@ -298,7 +307,7 @@ class Handler:
         """303 to the same address without the token, the secret in the preview's cookie."""
         max_age = int(admitted.preview.expires_at - self._manager.previews.now())
         cookie = wire.set_cookie(admitted.preview.id, admitted.secret, max_age)
-        await self._client.write_raw(wire.redirect(target, cookie))
+        await self._client.write_raw(wire.redirect(wire.same_host(target), cookie))
 
     async def _refuse(self, exc: CodedError, headers: list[tuple[bytes, bytes]]) -> None:
         if self._client.answering:
@@ -319,7 +328,7 @@ class Handler:
                 HeadersTooLarge(f"the request's head exceeds {cap} KiB (CORRAL_PREVIEW_MAX_HEADER_KB)"), []
             )
         else:
-            await self._refuse(InvalidRequest(f"not an HTTP/1.1 request: {exc}"), [])
+            await self._refuse(InvalidRequest(f"not an HTTP/1.1 request: {_quoted(exc)}"), [])
 
 
 class PreviewListener:

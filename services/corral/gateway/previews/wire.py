@@ -154,6 +154,15 @@ def answer(status: int, reason: str, headers: Headers, body: bytes) -> bytes:
     return b"\r\n".join(lines) + b"\r\n\r\n" + body
 
 
+def same_host(target: bytes) -> bytes:
+    """A request target as a redirect's ``Location`` on the same host: its path and query only.
+    ``//other/`` is a protocol-relative address to a browser (``/\\other/`` too: browsers read a
+    backslash as a slash), and an absolute-form target names its own host: neither may leave."""
+    parts = urllib.parse.urlsplit(target.decode("latin-1"))
+    path = "/" + parts.path.lstrip("/\\")
+    return (path + ("?" + parts.query if parts.query else "")).encode("latin-1")
+
+
 def redirect(location: bytes, cookie: bytes) -> bytes:
     """303 to ``location`` (the URL without the token), the cookie set: the token leaves the address
     bar and the history at once."""
@@ -165,11 +174,13 @@ def redirect(location: bytes, cookie: bytes) -> bytes:
 REASONS = {
     400: "Bad Request",
     401: "Unauthorized",
+    403: "Forbidden",
     404: "Not Found",
     409: "Conflict",
     410: "Gone",
     413: "Content Too Large",
     421: "Misdirected Request",
+    422: "Unprocessable Content",
     429: "Too Many Requests",
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",

@@ -5,7 +5,10 @@ never loads it.
 
 Bounded against a hostile kernel: each part at most :data:`wire.MAX_MESSAGE_BYTES` (ZeroMQ drops a
 peer that sends more), at most :data:`wire.MAX_PARTS` parts kept, at most :data:`QUEUE_MESSAGES`
-messages queued per socket; what fails its signature or shape is dropped and logged.
+messages queued per socket; what fails its signature or shape is dropped and logged. Nobody reads
+IOPub between cells, so whatever the kernel publishes then (a thread printing on after its cell)
+waits in ZeroMQ's queue in the controller's memory: that queue is kept short, and past it the
+kernel's own sending side holds or drops (its memory, not the controller's).
 """
 
 from __future__ import annotations
@@ -29,7 +32,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-QUEUE_MESSAGES = 10_000  # each socket's receive high-water mark (ZeroMQ holds these, not Python)
+# Each socket's receive high-water mark, in messages, held by ZeroMQ in the controller's memory: each
+# up to MAX_MESSAGE_BYTES a part, so 8 is up to 192 MiB of single-part messages (10,000 was 240 GB,
+# an OOM kill of the controller by a thread printing between cells). The controller reads IOPub
+# continuously while a cell runs: a short queue costs a flood's surplus only, cut anyway.
+QUEUE_MESSAGES = 8
 READY_POLL_S = 0.2  # how often a starting kernel is asked kernel_info until IOPub is seen to work
 
 

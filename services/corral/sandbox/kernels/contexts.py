@@ -13,8 +13,9 @@ the next call starts a new one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, assert_never
 
@@ -149,11 +150,22 @@ class CodeContexts:
         ctx = self._contexts[name] = _Context(name)
         return ctx
 
+    @contextlib.asynccontextmanager
+    async def _held(self, name: str) -> AsyncIterator[_Context]:
+        """The context ``name``, its turn held. One removed while the call waited for its turn is
+        not used: a kernel started in it would run outside the contexts (unlisted, past their cap,
+        never removed); the name is looked up again, as a call made after the removal would."""
+        while True:
+            ctx = self._context(name)
+            async with ctx.turn:
+                if self._contexts.get(name) is ctx:
+                    yield ctx
+                    return
+
     async def run_code(self, action: a.RunCode, context: RunContext) -> r.CodeExecution:
         timeout_ms, output_bytes = self._limits(action)
-        ctx = self._context(action.context)
         began = time.perf_counter()
-        async with ctx.turn:
+        async with self._held(action.context) as ctx:
             state_lost = False
             if ctx.kernel is not None and not ctx.kernel.alive:
                 await ctx.kernel.stop()  # died between calls: that call's answer did not say so
@@ -230,11 +242,10 @@ class CodeContexts:
     # -- the other actions -------------------------------------------------------------------------------
 
     async def restart(self, name: str, action_id: str) -> r.CodeContextInfo:
-        ctx = self._context(name)
-        old = ctx.kernel
+        old = self._context(name).kernel
         if old is not None and old.busy:
             old.interrupt()  # a running cell would hold the turn until its timeout
-        async with ctx.turn:
+        async with self._held(name) as ctx:
             if ctx.kernel is not None:
                 await ctx.kernel.stop()
                 ctx.kernel = None

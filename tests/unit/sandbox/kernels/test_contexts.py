@@ -3,6 +3,7 @@ cell ends does to its kernel and its answer."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from collections.abc import Callable
@@ -213,3 +214,34 @@ async def test_a_kernel_whose_iopub_cannot_be_joined_again_is_replaced() -> None
     assert result.state_lost and not result.timed_out and result.error is not None
     assert result.error.name == "KernelRestarted" and "IOPub" in result.error.value
     assert kernels.kernel(0).stopped and len(kernels.started) == 2
+
+
+class StoppedDies(FakeKernel):
+    """A kernel whose stop ends the cell running in it, as the real one's closed channels do."""
+
+    async def stop(self) -> None:
+        await super().stop()
+        self.queue.put_nowait(DIE)
+
+
+async def test_a_call_waiting_on_a_removed_context_starts_no_kernel_outside_the_contexts() -> None:
+    # The agent runs a long cell in "c", queues a second call on "c" and removes "c": the queued call
+    # must not start a kernel in the removed context (unlisted, uncounted, never removed), or any
+    # number of kernels would run past max_contexts.
+    kernels = Kernels(lambda n: StoppedDies([] if n == 0 else finished(), pid=100 + n))
+    contexts = CodeContexts(kernels, SETTINGS)
+    first = asyncio.ensure_future(run(contexts, context="c"))
+    await asyncio.sleep(0)
+    queued = asyncio.ensure_future(run(contexts, context="c"))
+    await asyncio.sleep(0)
+    assert (await contexts.remove("c")).removed is True
+    assert (await first).error is not None and (await first).error.name == "KernelDied"  # type: ignore[union-attr]
+    assert (await queued).error is None
+    listing = await contexts.run(a.ListCodeContexts(type="list_code_contexts"), RunContext(""))
+    assert isinstance(listing, r.CodeContextListing)
+    assert [c.pid for c in listing.contexts] == [101]  # the queued call's kernel is the context "c"'s
+    await run(contexts, context="d")
+    with pytest.raises(ActionError):  # two contexts, the cap: no kernel beyond it
+        await run(contexts, context="e")
+    await contexts.close()
+    assert all(kernel.stopped for _, _, kernel in kernels.started)
