@@ -182,7 +182,9 @@ def _test_tree(tmp_path: Path, pytest_body: str) -> Path:
 def test_the_suite_runs_on_two_workers_and_the_alone_tests_after_them_by_themselves(tmp_path: Path) -> None:
     calls = tmp_path / "pytest.log"
     script = _test_tree(tmp_path, f'echo "$*" >> {calls}\nexit 0\n')
-    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
+    # The default, whatever the shell running this suite asked for (scripts/test may run under it).
+    default = {name: value for name, value in os.environ.items() if name != "CORRAL_IT_WORKERS"}
+    done = subprocess.run(["bash", str(script)], env=default, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert calls.read_text().splitlines() == [
         "-q -p no:cacheprovider -n 2 tests/unit tests/packaging",
@@ -191,7 +193,7 @@ def test_the_suite_runs_on_two_workers_and_the_alone_tests_after_them_by_themsel
     ]
     # Asked for, the integration tests go to two workers by file; the `alone` ones still after them.
     calls.unlink()
-    env = {**os.environ, "CORRAL_IT_WORKERS": "2"}
+    env = {**default, "CORRAL_IT_WORKERS": "2"}
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert calls.read_text().splitlines()[1:] == [
