@@ -353,3 +353,24 @@ def test_what_the_person_copied_in_their_turn_is_not_the_agents_to_paste(
         read = sb.exec(argv=["xclip", "-o", "-selection", selection], timeout_ms=5000)
         assert secret not in read.stdout, (selection, read)
     assert secret not in sb.act({"type": "clipboard_get"})["result"]["text"]
+
+
+def test_a_cells_timeout_in_the_persons_turn_waits_for_it_and_keeps_the_kernel(gw: RunningGateway, sb: Sandbox) -> None:
+    # The kernel is frozen with the rest: interrupted during the turn, it could answer no SIGINT in
+    # its grace (3 s) and would be killed, the agent's variables lost for the person's turn.
+    assert sb.run_code("kept = 42").error is None
+    thread, out = in_thread(lambda: sb.run_code("import time\nwhile True:\n    time.sleep(0.05)", timeout_ms=1000))
+    time.sleep(0.5)  # the cell runs
+    link = make_link(gw, sb.id, "control")
+    live = Live(gw, sb.id, secret_of(link))
+    try:
+        take(live)
+        time.sleep(5)  # past the cell's timeout and the interrupt's grace, in the person's turn
+        assert thread.is_alive(), out
+        assert live.ask({"type": "release", "note": "done"})["type"] == "ack"
+    finally:
+        live.close()
+    thread.join(60)
+    (execution,) = out
+    assert execution.timed_out and not execution.state_lost, execution
+    assert sb.run_code("kept").text == "42"

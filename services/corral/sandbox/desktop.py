@@ -83,6 +83,7 @@ class Desktop:
         lock: ActionLock | None = None,
         session_env: SessionEnv | None = None,
         code: CodeContexts | None = None,
+        lease: ControlLease | None = None,
     ) -> None:
         self._settings = settings
         self.input = input
@@ -109,7 +110,7 @@ class Desktop:
             ActionLock() if lock is None else lock
         )  # the live view waits for its release (corral.sandbox.control.turns)
         # Who may drive this desktop now (the agent, a human with a control link, an exclusive CDP client).
-        self.lease = ControlLease()
+        self.lease = ControlLease() if lease is None else lease
 
     @classmethod
     def open(cls, settings: ControllerSettings) -> Desktop:
@@ -124,6 +125,7 @@ class Desktop:
         files = AgentFiles(launcher)
         editor = Editor(files, launcher)
         lock = ActionLock()
+        lease = ControlLease()
 
         def idle() -> None:
             """The session went idle (the driver's stop): the screen's segment and the freed heap go back."""
@@ -146,7 +148,9 @@ class Desktop:
             shell=PersistentShell(processes),
             lock=lock,
             session_env=session_env,
-            code=CodeContexts.over(processes, settings.kernel_settings()),
+            # A person's turn is no cell's timeout: the interrupt waits for its end (corral.sandbox.kernels.cell).
+            code=CodeContexts.over(processes, settings.kernel_settings(), turn_over=lease.no_human),
+            lease=lease,
         )
 
     async def close(self) -> None:

@@ -271,6 +271,11 @@ class ControlLease:
             await self._wait_until(lambda: self.holder.who == AGENT, wait_ms)
         return self.holder.who == AGENT
 
+    async def no_human(self) -> None:
+        """Returns once no person holds the lease (the agent's processes are thawed then)."""
+        while is_human(self.holder.who):
+            await self._wait_until(lambda: not is_human(self.holder.who), 3_600_000)
+
     def request_help(self, reason: str) -> HelpRequest:
         """The agent asks a human to step in (the viewers show ``reason``)."""
         self._help = HelpRequest(reason, self._clock())

@@ -53,7 +53,12 @@ async def run_cell(
     max_output_bytes: int,
     emit: Emit | None = None,
     idle_after_reply_s: float = IDLE_AFTER_REPLY_S,
+    turn_over: Callable[[], Awaitable[None]] | None = None,
 ) -> tuple[Cell, Ending]:
+    """``turn_over``: returns once no person holds the session's screen. A timeout that falls in a
+    person's turn waits for it before the interrupt: the kernel is frozen (every agent process is)
+    and could answer no SIGINT within ``grace_s``, so it would be killed and the agent's state lost
+    for the person's turn, not for anything the cell did."""
     cell = Cell(await link.execute(code), max_output_bytes)
 
     async def until_done() -> None:
@@ -82,6 +87,8 @@ async def run_cell(
         pass
     except KernelGone:
         return cell, "died"
+    if turn_over is not None:
+        await turn_over()
     link.interrupt()
     try:
         async with asyncio.timeout(grace_s):

@@ -83,13 +83,21 @@ Result = r.CodeExecution | r.CodeContextListing | r.CodeContextInfo | r.CodeCont
 class CodeContexts:
     """The contexts of this session, by name."""
 
-    def __init__(self, starter: Starter, settings: KernelSettings) -> None:
+    def __init__(
+        self, starter: Starter, settings: KernelSettings, turn_over: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        """``turn_over``: returns once no person holds the screen (the lease's
+        :meth:`~corral.sandbox.control.lease.ControlLease.no_human`); a cell's timeout that falls in a
+        person's turn waits for it before its interrupt."""
         self._starter = starter
         self._settings = settings
         self._contexts: dict[str, _Context] = {}
+        self._turn_over = turn_over
 
     @classmethod
-    def over(cls, processes: ProcessTable, settings: KernelSettings) -> CodeContexts:
+    def over(
+        cls, processes: ProcessTable, settings: KernelSettings, turn_over: Callable[[], Awaitable[None]] | None = None
+    ) -> CodeContexts:
         """Contexts whose kernels the process table starts (the real ones)."""
 
         async def starter(name: str, action_id: str) -> Running:
@@ -97,7 +105,7 @@ class CodeContexts:
 
             return await kernel.start(processes, name, action_id, settings.start_timeout_s)
 
-        return cls(starter, settings)
+        return cls(starter, settings, turn_over)
 
     async def run(self, action: a.CodeAction, context: RunContext) -> Result:
         match action:
@@ -183,6 +191,7 @@ class CodeContexts:
                     max_output_bytes=output_bytes,
                     emit=context.emit if action.stream else None,
                     idle_after_reply_s=self._settings.idle_after_reply_s,
+                    turn_over=self._turn_over,
                 )
             except BaseException:
                 # The caller went away mid-cell: the cell is interrupted, the kernel kept (as a timeout).

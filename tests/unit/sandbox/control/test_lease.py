@@ -271,3 +271,18 @@ async def test_a_listener_that_raises_neither_stops_the_others_nor_the_waiters()
     lease.release("human:a")
     await asyncio.wait_for(waiting, 5)
     assert [c.kind for c in changes] == ["taken", "returned"]
+
+
+async def test_no_human_returns_once_the_persons_turn_ends_and_not_for_a_cdp_client() -> None:
+    lease = ControlLease()
+    await lease.no_human()  # the agent holds it: at once
+    lease.take("cdp:c1")
+    await lease.no_human()  # an exclusive CDP client is the agent's: its processes are not frozen
+    lease.release("cdp:c1")
+    lease.take("human:lnk_a")
+    waiting = asyncio.create_task(lease.no_human())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not waiting.done()
+    lease.release("human:lnk_a")
+    await asyncio.wait_for(waiting, 1)

@@ -3,6 +3,8 @@ Timeouts of 0 expire at the first wait, so nothing sleeps."""
 
 from __future__ import annotations
 
+import asyncio
+
 from corral.protocol import results as r
 from corral.sandbox.kernels.cell import run_cell
 from corral.sandbox.kernels.collect import Event
@@ -56,3 +58,24 @@ async def test_a_reply_whose_idle_never_comes_still_ends_the_cell() -> None:
     kernel = FakeKernel([msg("stream", name="stdout", text="a"), finished()[0]])
     cell, ending = await run_cell(kernel, "x", timeout_s=60, grace_s=1, max_output_bytes=100, idle_after_reply_s=0)
     assert ending == "done" and cell.replied and not cell.idle and cell.stdout == ["a"]
+
+
+async def test_a_timeout_in_a_persons_turn_waits_for_its_end_before_the_interrupt() -> None:
+    # Frozen with every agent process, the kernel could answer no SIGINT in its grace: it would be
+    # killed for the person's turn. The interrupt waits for the turn's end, then the cell stops as ever.
+    interrupted = [msg("error", ename="KeyboardInterrupt", evalue="", traceback=["KeyboardInterrupt"]), *finished(2)]
+    kernel = FakeKernel([msg("stream", name="stdout", text="started")], after_interrupt=interrupted)
+    turn = asyncio.Event()
+
+    async def turn_over() -> None:
+        await turn.wait()
+
+    running = asyncio.create_task(
+        run_cell(kernel, "loop", timeout_s=0, grace_s=60, max_output_bytes=100, turn_over=turn_over)
+    )
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert kernel.interrupts == 0 and not running.done()
+    turn.set()
+    cell, ending = await running
+    assert ending == "timed_out" and kernel.interrupts == 1 and cell.stdout == ["started"]
