@@ -26,30 +26,19 @@ from corral.sdk.previews import AsyncPreviews
 
 from .dockerutil import DockerHarness
 from .gateway_fixtures import KEY_A, RunningGateway, free_port, module_gateway
+from .preview_fixtures import WAIT_LISTENING
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
 
 SERVICES = str(Path(__file__).resolve().parents[2] / "services")
 APP = (Path(__file__).parent / "preview_apps" / "app.py").read_text()
 TOKEN = "corral_preview_token="
-WAIT_LISTENING = """
-import socket, sys, time
-deadline = time.monotonic() + 20
-for port in map(int, sys.argv[1:]):
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline, f"nothing listens on {port}"
-            time.sleep(0.1)
-"""
 
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[RunningGateway]:
-    # A port of its own for the preview listener: 8701 on this host may be another gateway's.
-    with module_gateway(tmp_path_factory, runtime, "previewclients", preview_port=free_port()) as served:
+    # Each test gateway has a preview listener on a free port of its own (gateway_fixtures).
+    with module_gateway(tmp_path_factory, runtime, "previewclients") as served:
         yield served
 
 

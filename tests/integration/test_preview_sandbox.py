@@ -16,7 +16,8 @@ import pytest
 from corral.sdk import Sandbox
 
 from .dockerutil import DockerHarness
-from .gateway_fixtures import KEY_A, RunningGateway, free_port, module_gateway
+from .gateway_fixtures import KEY_A, RunningGateway, module_gateway
+from .preview_fixtures import WAIT_LISTENING
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
 
@@ -45,25 +46,12 @@ try:
 except OSError as exc:
     print(type(exc).__name__)
 """
-WAIT_LISTENING = """
-import socket, sys, time
-deadline = time.monotonic() + 20
-for port in map(int, sys.argv[1:]):
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline, f"nothing listens on {port}"
-            time.sleep(0.1)
-"""
 
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory, runtime: DockerHarness) -> Iterator[RunningGateway]:
-    # The gateway's own preview listener on a port of its own: 8701 on this host may be another gateway's
-    # (the sandbox's 8701 is its own loopback's, apart).
-    with module_gateway(tmp_path_factory, runtime, "previewclient", preview_port=free_port()) as served:
+    # Each test gateway has a preview listener on a free port of its own (gateway_fixtures).
+    with module_gateway(tmp_path_factory, runtime, "previewclient") as served:
         yield served
 
 
