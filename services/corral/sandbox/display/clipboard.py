@@ -19,6 +19,7 @@ _SELECTIONS = ("clipboard", "primary")
 _ATOMS = ("CLIPBOARD", "PRIMARY")
 SETTLE_S = 0.5  # how long the emptied selections must keep their owner before the agent runs again
 _CLEAR_ROUNDS = 5
+OWNER_POLL_S = 0.01
 
 
 async def _xclip(args: list[str], stdin: bytes | None, display: str) -> tuple[int, bytes, bytes]:
@@ -53,9 +54,18 @@ async def get_text(display: str) -> str:
 
 
 async def set_text(display: str, text: str) -> None:
+    """``text`` on the CLIPBOARD, answered once the X server names xclip's window its owner: xclip's
+    parent exits as its child takes the selection, and a read made before the child's request reached
+    the server found no owner (an empty clipboard, seen with the host under load)."""
+    before = (await asyncio.to_thread(_owners, display))[0]
     code, _, _ = await _xclip(["-selection", "clipboard", "-in"], text.encode(), display)
     if code != 0:
         raise ActionError(ErrorCode.CLIPBOARD_FAILED, f"xclip exited with {code}")
+    deadline = asyncio.get_running_loop().time() + _TIMEOUT_S
+    while (await asyncio.to_thread(_owners, display))[0] in (0, before):
+        if asyncio.get_running_loop().time() > deadline:
+            raise ActionError(ErrorCode.CLIPBOARD_FAILED, "xclip did not take the clipboard in time")
+        await asyncio.sleep(OWNER_POLL_S)
 
 
 async def clear(display: str) -> None:
