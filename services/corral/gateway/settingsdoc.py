@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic.fields import FieldInfo
 
 from corral.gateway.environmentsettings import EnvironmentSettings
+from corral.gateway.previewsettings import PreviewSettings
 from corral.gateway.settings import GatewaySettings, env_name
 
 BEGIN = "<!-- settings table: generated from corral.gateway.settings by `python -m corral.gateway.settingsdoc` -->"
@@ -38,10 +39,11 @@ def default_text(field: FieldInfo) -> str:
 
 def table() -> str:
     """One row per setting, in the order of the classes' declarations: the gateway's own, then what
-    may outlive a session (its base, :class:`EnvironmentSettings`, whose fields pydantic lists first)."""
+    may outlive a session and previews' (its bases, :class:`EnvironmentSettings` and
+    :class:`PreviewSettings`, whose fields pydantic lists first)."""
     rows = ["| setting | default | meaning |", "| --- | --- | --- |"]
     fields = GatewaySettings.model_fields
-    inherited = set(EnvironmentSettings.model_fields)
+    inherited = set(EnvironmentSettings.model_fields) | set(PreviewSettings.model_fields)
     ordered = [name for name in fields if name not in inherited] + [name for name in fields if name in inherited]
     for name in ordered:
         field = fields[name]
