@@ -5,11 +5,13 @@ Its expiry is capped at the session's; it dies with the session's record."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hmac
 import secrets
-from collections.abc import Iterable
-from typing import ClassVar, TypedDict, TypeVar
+import time
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from typing import Any, ClassVar, Generic, TypedDict, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -86,3 +88,42 @@ def match(presented: str, grants: Iterable[G]) -> G | None:
         if hmac.compare_digest(candidate, grant.secret_sha256):
             found = grant
     return found
+
+
+class GrantBook(Generic[G]):
+    """What a book of grants does alike (:class:`corral.gateway.links.LinkBook`,
+    :class:`corral.gateway.previews.book.PreviewBook`): over the session records that keep them
+    (``records_of`` reads a live session's, ``save`` writes them back), their listing and lookup,
+    and the audit reports sent by kept tasks."""
+
+    def __init__(
+        self,
+        records_of: Callable[[str], Mapping[str, G]],
+        save: Callable[[str, Mapping[str, G]], None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._records_of = records_of
+        self._save = save
+        self._clock = clock
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def now(self) -> float:
+        return self._clock()
+
+    def listing(self, session_id: str) -> list[G]:
+        return sorted(self._records_of(session_id).values(), key=lambda grant: grant.created_at)
+
+    def get(self, session_id: str, grant_id: str) -> G | None:
+        return self._records_of(session_id).get(grant_id)
+
+    def _store(self, session_id: str, grant: G) -> None:
+        self._save(session_id, {**self._records_of(session_id), grant.id: grant})
+
+    def _keep(self, report: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(report)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def drain(self) -> None:
+        """Wait for the audit records still being sent (a stopping gateway, a test)."""
+        await asyncio.gather(*self._tasks, return_exceptions=True)

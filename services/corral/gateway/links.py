@@ -17,15 +17,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from corral.contracts.control import LinkEvent
 from corral.errors import CodedError
 from corral.gateway import grants
 from corral.gateway.auth import OWNER_ACTOR, LinkGrant, LinkMode
-from corral.gateway.grants import GrantRecord
+from corral.gateway.grants import GrantBook, GrantRecord
 
 __all__ = ["LinkBook", "LinkGrant", "LinkMode", "LinkRecord", "LinkStream", "match"]
 
@@ -97,7 +97,7 @@ SaveLinks = Callable[[str, Mapping[str, LinkRecord]], None]
 ReportLink = Callable[[str, LinkEvent], Awaitable[None]]
 
 
-class LinkBook:
+class LinkBook(GrantBook[LinkRecord]):
     """The gateway's links, over the session records that keep them (``links`` of each session id).
 
     ``links_of`` reads a live session's links (from its record), ``save`` writes them back, ``report``
@@ -111,16 +111,10 @@ class LinkBook:
         report: ReportLink,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._links_of = links_of
-        self._save = save
+        super().__init__(links_of, save, clock)
         self._report = report
-        self._clock = clock
         self._streams: dict[str, set[LinkStream]] = {}
         self._use_reported: dict[str, float] = {}  # when each link's last ``used`` was reported
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def now(self) -> float:
-        return self._clock()
 
     async def create(
         self, session_id: str, mode: LinkMode, ttl_s: int, owner: str, session_expires_at: float
@@ -128,14 +122,8 @@ class LinkBook:
         """A new link, in the audit chain before it exists anywhere (a failed report makes none)."""
         link, secret = make(mode, ttl_s, owner, session_expires_at, self._clock())
         await self._report(session_id, link_event("created", link))
-        self._put(session_id, link)
+        self._store(session_id, link)
         return link, secret
-
-    def listing(self, session_id: str) -> list[LinkRecord]:
-        return sorted(self._links_of(session_id).values(), key=lambda link: link.created_at)
-
-    def get(self, session_id: str, link_id: str) -> LinkRecord | None:
-        return self._links_of(session_id).get(link_id)
 
     def streams(self, link_id: str) -> int:
         return len(self._streams.get(link_id, ()))
@@ -148,7 +136,7 @@ class LinkBook:
         if link.revoked_at is not None:
             return link
         link = link.model_copy(update={"revoked_at": self._clock()})
-        self._put(session_id, link)
+        self._store(session_id, link)
         for stream in list(self._streams.get(link_id, ())):
             stream.close(REVOKED)
         await self._tell(session_id, "revoked", link)
@@ -160,17 +148,8 @@ class LinkBook:
         current = self.get(session_id, link_id)
         if current is None or current.expiry_reported:
             return
-        self._put(session_id, current.model_copy(update={"expiry_reported": True}))
+        self._store(session_id, current.model_copy(update={"expiry_reported": True}))
         self._keep(self._tell(session_id, "expired", current))
-
-    def _keep(self, report: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(report)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def drain(self) -> None:
-        """Wait for the audit records still being sent (a stopping gateway, a test)."""
-        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def opened(self, session_id: str, stream: LinkStream) -> None:
         """A live stream opened with the link: counted (its revoke closes it from now on), its use
@@ -195,7 +174,7 @@ class LinkBook:
             return None
         now = self._clock()
         self._use_reported[link_id] = now
-        self._put(session_id, link.model_copy(update={"last_used_at": now}))
+        self._store(session_id, link.model_copy(update={"last_used_at": now}))
         return link
 
     def closed(self, stream: LinkStream) -> None:
@@ -204,9 +183,6 @@ class LinkBook:
             open_streams.discard(stream)
             if not open_streams:
                 del self._streams[stream.link_id]
-
-    def _put(self, session_id: str, link: LinkRecord) -> None:
-        self._save(session_id, {**self._links_of(session_id), link.id: link})
 
     async def _tell(self, session_id: str, change: LinkChange, link: LinkRecord) -> None:
         """A change already made: its audit record is sent, and a failure to send is logged (a

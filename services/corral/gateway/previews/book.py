@@ -19,16 +19,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from corral.contracts.control import PreviewChange, PreviewEvent
 from corral.contracts.previews import ID_PREFIX, SECRET_PREFIX
 from corral.errors import CodedError
 from corral.gateway import grants
 from corral.gateway.auth import OWNER_ACTOR
-from corral.gateway.grants import GrantRecord
+from corral.gateway.grants import GrantBook, GrantRecord
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ SavePreviews = Callable[[str, Mapping[str, PreviewRecord]], None]
 ReportPreview = Callable[[str, PreviewEvent], Awaitable[None]]
 
 
-class PreviewBook:
+class PreviewBook(GrantBook[PreviewRecord]):
     """The gateway's previews, over the session records that keep them (``previews`` of each session).
 
     ``previews_of`` reads a live session's previews, ``save`` writes them back, ``report`` sends a
@@ -125,16 +125,10 @@ class PreviewBook:
         report: ReportPreview,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._previews_of = previews_of
-        self._save = save
+        super().__init__(previews_of, save, clock)
         self._report = report
-        self._clock = clock
         self._open: dict[str, set[PreviewConnection]] = {}
         self._usage: dict[str, Usage] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def now(self) -> float:
-        return self._clock()
 
     async def create(
         self, session_id: str, port: int, ttl_s: int, owner: str, session_expires_at: float
@@ -144,12 +138,6 @@ class PreviewBook:
         await self._report(session_id, preview_event("created", preview))
         self._put(session_id, preview)
         return preview, secret
-
-    def listing(self, session_id: str) -> list[PreviewRecord]:
-        return sorted(self._previews_of(session_id).values(), key=lambda preview: preview.created_at)
-
-    def get(self, session_id: str, preview_id: str) -> PreviewRecord | None:
-        return self._previews_of(session_id).get(preview_id)
 
     def open_connections(self, preview_id: str) -> int:
         return len(self._open.get(preview_id, ()))
@@ -232,15 +220,6 @@ class PreviewBook:
                 if conn.session_id == session_id:
                     conn.close(reason)
 
-    def _keep(self, report: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(report)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def drain(self) -> None:
-        """Wait for the audit records still being sent (a stopping gateway, a test)."""
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
     def _put(self, session_id: str, preview: PreviewRecord) -> None:
         """The record written, with the use counted since its last write."""
         usage = self._usage.pop(preview.id, None)
@@ -253,7 +232,7 @@ class PreviewBook:
                     "last_used_at": usage.last_used_at or preview.last_used_at,
                 }
             )
-        self._save(session_id, {**self._previews_of(session_id), preview.id: preview})
+        self._store(session_id, preview)
 
     async def _tell(
         self, session_id: str, change: PreviewChange, preview: PreviewRecord, conn: PreviewConnection | None = None
