@@ -11,7 +11,7 @@ from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult
 from pydantic import BaseModel, Field
 
-from corral.client import Frame, Request
+from corral.client import Envelope, Frame, Request
 from corral.errors import CodedError, ErrorCode, RemoteError
 from corral.gateway_client import AsyncGateway
 from corral.mcp import results
@@ -33,6 +33,15 @@ Button = Literal["left", "right", "middle"]
 # Under the gateway client's own timeout (corral.gateway_client.TIMEOUT_S): a longer wait would be cut
 # there. The model may call again.
 MAX_CONTROL_WAIT_MS = 100_000
+
+
+def looked(screenshot: bool) -> Envelope:
+    """An action's envelope: with a screenshot, taken once the screen settled (the native
+    ``wait_for: "stable"``: no frame change for a while and the page done loading), so the model sees
+    what its action did, not the frame before it (a key that submits a form answers the next page)."""
+    return {"screenshot": True, "wait_for": "stable"} if screenshot else {"screenshot": False}
+
+
 TabRef = Annotated[str | int, Field(description="The tab: its id or its index, as list_tabs gives them.")]
 
 

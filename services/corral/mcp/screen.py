@@ -10,7 +10,7 @@ from pydantic import Field
 
 from corral.client import check_reply
 from corral.mcp import results
-from corral.mcp.base import Button, Ctx, SessionId, TabRef, ToolBase, WithScreenshot, X, Y
+from corral.mcp.base import Button, Ctx, SessionId, TabRef, ToolBase, WithScreenshot, X, Y, looked
 from corral.protocol import results as r
 from corral.sdk import messages
 from corral.sdk.messages import Message
@@ -38,7 +38,7 @@ class ScreenTools(ToolBase):
         screenshot: WithScreenshot = True,
     ) -> CallToolResult:
         """Click at (x, y)."""
-        body = messages.click(x, y, button, count, (), {"screenshot": screenshot}).body
+        body = messages.click(x, y, button, count, (), looked(screenshot)).body
         return await self._act(ctx, session_id, body, r.Position, f"clicked {button} x{count} at ({x}, {y})")
 
     async def type_text(
@@ -49,26 +49,26 @@ class ScreenTools(ToolBase):
         screenshot: WithScreenshot = True,
     ) -> CallToolResult:
         """Type text at the keyboard focus (click a field first)."""
-        body = messages.type(text, {"screenshot": screenshot}).body
+        body = messages.type(text, looked(screenshot)).body
         return await self._act(ctx, session_id, body, r.Typed, f"typed {len(text)} characters")
 
     async def press_key(
         self,
         ctx: Ctx,
         session_id: SessionId,
-        keys: Annotated[
+        key: Annotated[
             str,
             Field(
                 min_length=1,
-                description="A key or combination in xdotool syntax: Return, ctrl+a, alt+Left, ctrl+shift+t; "
-                "space-separated for a sequence.",
+                description="The key or key combination to press, in xdotool syntax: Return, Tab, Escape, ctrl+a, "
+                "alt+Left, ctrl+shift+t; several separated by spaces are pressed one after another.",
             ),
         ],
         screenshot: WithScreenshot = True,
     ) -> CallToolResult:
-        """Press a key or key combination."""
-        body = messages.key(keys, None, {"screenshot": screenshot}).body
-        return await self._act(ctx, session_id, body, r.Done, f"pressed {keys}")
+        """Press a key or key combination (Return submits a form, Tab moves the focus)."""
+        body = messages.key(key, None, looked(screenshot)).body
+        return await self._act(ctx, session_id, body, r.Done, f"pressed {key}")
 
     async def scroll(
         self,
@@ -81,14 +81,14 @@ class ScreenTools(ToolBase):
         screenshot: WithScreenshot = True,
     ) -> CallToolResult:
         """Scroll with the mouse wheel."""
-        body = messages.scroll(x, y, direction, clicks, None, None, {"screenshot": screenshot}).body
+        body = messages.scroll(x, y, direction, clicks, None, None, looked(screenshot)).body
         return await self._act(ctx, session_id, body, r.Scrolled, f"scrolled {direction} {clicks}")
 
     async def move_mouse(
         self, ctx: Ctx, session_id: SessionId, x: X, y: Y, screenshot: WithScreenshot = False
     ) -> CallToolResult:
         """Move the pointer to (x, y) without clicking (hover)."""
-        body = messages.pointer("move", {"screenshot": screenshot}, x=x, y=y).body
+        body = messages.pointer("move", looked(screenshot), x=x, y=y).body
         return await self._act(ctx, session_id, body, r.Position, f"moved to ({x}, {y})")
 
     async def drag(
@@ -102,7 +102,7 @@ class ScreenTools(ToolBase):
         screenshot: WithScreenshot = True,
     ) -> CallToolResult:
         """Press the left button at (from_x, from_y), move to (to_x, to_y) and release there."""
-        body = messages.drag([(from_x, from_y), (to_x, to_y)], {"screenshot": screenshot}).body
+        body = messages.drag([(from_x, from_y), (to_x, to_y)], looked(screenshot)).body
         return await self._act(ctx, session_id, body, r.Position, f"dragged ({from_x}, {from_y}) to ({to_x}, {to_y})")
 
     async def wait(
@@ -113,7 +113,7 @@ class ScreenTools(ToolBase):
         screenshot: WithScreenshot = True,
     ) -> CallToolResult:
         """Wait (for a page to load, an animation to end), then look."""
-        body = messages.wait(ms, {"screenshot": screenshot}).body
+        body = messages.wait(ms, looked(screenshot)).body
         return await self._act(ctx, session_id, body, r.Done, f"waited {ms} ms")
 
     async def cursor_position(self, ctx: Ctx, session_id: SessionId) -> CallToolResult:
@@ -131,7 +131,7 @@ class ScreenTools(ToolBase):
     ) -> CallToolResult:
         """Open an address in the current tab and wait for it to load. Only allowed hosts answer; only web
         pages open (http, https, data:, blob:, about:blank: not chrome://, file://...)."""
-        body = messages.navigate(url, {}, {"screenshot": screenshot}).body
+        body = messages.navigate(url, {}, looked(screenshot)).body
         return await self._act(ctx, session_id, body, r.Navigated, f"opened {url}")
 
     async def list_tabs(self, ctx: Ctx, session_id: SessionId) -> CallToolResult:

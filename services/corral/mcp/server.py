@@ -5,13 +5,15 @@ session) as the SDK does, over whichever transport runs it (corral.mcp.transport
 from __future__ import annotations
 
 import inspect
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mcp.server import ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.tools import Tool
 
-from corral.mcp import results
+from corral.mcp import arguments, results
 from corral.mcp.access import GatewayAccess
 from corral.mcp.tools import ANNOTATIONS, CorralTools
 
@@ -45,24 +47,46 @@ async def coded_refusals(ctx: ServerRequestContext[Any, Any], call_next: CallNex
     return result
 
 
+def checked_arguments(
+    tools: dict[str, Tool],
+) -> Callable[[ServerRequestContext[Any, Any], CallNext], Awaitable[HandlerResult]]:
+    """A middleware refusing a ``tools/call`` whose arguments its tool cannot take, before the SDK runs
+    it: every problem named, with what the tool expects (corral.mcp.arguments), not pydantic's text."""
+
+    async def check(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        params = ctx.params or {}
+        tool = tools.get(str(params.get("name", ""))) if ctx.method == "tools/call" else None
+        given = params.get("arguments") or {}
+        if tool is not None and isinstance(given, dict):
+            found = arguments.problems(tool, given)
+            if found:
+                return arguments.refusal(tool, found)
+        return await call_next(ctx)
+
+    return check
+
+
 def build_server(access: GatewayAccess) -> MCPServer[Any]:
     """A server whose tools reach the gateway through ``access``, as each request's caller."""
+    methods = CorralTools(access).tools()
+    tools = {
+        # The docstring without its indentation (the SDK would send it as written).
+        name: Tool.from_function(
+            tool, name, description=inspect.getdoc(tool), annotations=ANNOTATIONS[name], structured_output=False
+        )
+        for name, tool in zip(ANNOTATIONS, methods, strict=True)
+    }
     # The SDK configures the root logger when nothing has yet (logging.basicConfig): at WARNING, so a
     # stdio server does not fill its client's log with a line per HTTP request to the gateway.
-    server: MCPServer[Any] = MCPServer(
+    return MCPServer(
         NAME,
         title="Corral",
         instructions=INSTRUCTIONS,
         version=_version(),
         log_level="WARNING",
-        middleware=[coded_refusals],
+        tools=list(tools.values()),
+        middleware=[coded_refusals, checked_arguments(tools)],
     )
-    tools = CorralTools(access)
-    for name, tool in zip(ANNOTATIONS, tools.tools(), strict=True):
-        # The docstring without its indentation (the SDK would send it as written).
-        description = inspect.getdoc(tool)
-        server.add_tool(tool, name, description=description, annotations=ANNOTATIONS[name], structured_output=False)
-    return server
 
 
 __all__ = ["NAME", "build_server"]

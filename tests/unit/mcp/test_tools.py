@@ -93,7 +93,7 @@ RESULT_OF: dict[str, dict[str, Any]] = {
             False,
         ),
         ("type_text", {"text": "héllo\n"}, {"type": "type", "text": "héllo\n"}, True),
-        ("press_key", {"keys": "ctrl+a"}, {"type": "key", "keys": "ctrl+a"}, True),
+        ("press_key", {"key": "ctrl+a"}, {"type": "key", "keys": "ctrl+a"}, True),
         ("scroll", {"direction": "down"}, {"type": "scroll", "direction": "down", "clicks": 3}, True),
         (
             "scroll",
@@ -120,7 +120,9 @@ async def test_an_action_tool_sends_its_native_action(
         result = await call(client, tool, session_id=S, **arguments)
         assert not result.is_error
         assert [(r.method, r.url.path) for r in fake.sent] == [("POST", f"/v1/sessions/{S}/actions")]
-        assert fake.bodies() == [{"action": action, "screenshot": screenshot}]
+        # A screenshot is taken once the screen settled, as the native wait_for: "stable".
+        settled = {"wait_for": "stable"} if screenshot else {}
+        assert fake.bodies() == [{"action": action, "screenshot": screenshot, **settled}]
         assert fake.sent[0].headers["authorization"] == "Bearer unit-key"
         # The screenshot the reply carries comes back as image content, after the text.
         assert isinstance(result.content[0], TextContent)
@@ -289,8 +291,16 @@ async def test_arguments_off_the_schema_are_a_coded_tool_error_and_nothing_is_se
     async with connect(fake) as client:
         result = await call(client, "click", session_id=S, x=-1, y="here")
         error = error_of(result)
-        assert error["code"] == "invalid_request"
-        assert error["message"].startswith("2 validation errors for clickArguments\nx\n")
+        assert error["code"] == "invalid_request" and error["field"] == "x"
+        assert error["message"] == (
+            "x: Input should be greater than or equal to 0; "
+            "y: Input should be a valid integer, unable to parse string as an integer"
+        )
+        assert [(p["argument"], p["problem"]) for p in error["problems"]] == [("x", "invalid"), ("y", "invalid")]
+        assert error["problems"][0]["expected"] == (
+            "an integer, >= 0 (required): Pixels from the screen's left edge, in the screenshot's coordinates."
+        )
+        assert "clickArguments" not in str(result.content) and "pydantic" not in str(result.content)
         assert fake.sent == []
         assert error_of(await call(client, "format_disk")) == {
             "code": "unknown_tool",
@@ -298,6 +308,46 @@ async def test_arguments_off_the_schema_are_a_coded_tool_error_and_nothing_is_se
         }
         fake.answer = lambda request: reply({"x": 1, "y": 2})
         assert not (await call(client, "cursor_position", session_id=S)).is_error
+
+
+async def test_a_wrong_argument_name_is_named_with_the_one_meant_and_what_the_tool_takes(fake: FakeGateway) -> None:
+    async with connect(fake) as client:
+        result = await call(client, "press_key", session_id=S, keys="Return")
+        error = error_of(result)
+        assert error["code"] == "invalid_request"
+        assert error["message"] == "press_key has no argument keys (did you mean key?); key is required"
+        assert error["problems"] == [
+            {
+                "argument": "keys",
+                "problem": "unknown",
+                "detail": "press_key has no argument keys (did you mean key?)",
+                "expected": "one of session_id, key, screenshot",
+            },
+            {
+                "argument": "key",
+                "problem": "missing",
+                "detail": "key is required",
+                "expected": error["problems"][1]["expected"],
+            },
+        ]
+        assert error["problems"][1]["expected"].startswith("a string, length >= 1 (required): The key or key")
+        text = result.content[0]
+        assert isinstance(text, TextContent)
+        assert text.text.splitlines()[:3] == [
+            "invalid_request: press_key has no argument keys (did you mean key?); key is required",
+            "press_key takes:",
+            "- session_id: a string, length >= 1 (required): The session's id (ses_...), as create_session or "
+            "list_sessions gives it.",
+        ]
+        assert "- screenshot: true or false (default true): Answer with a screenshot" in text.text
+        assert fake.sent == []
+        # An unknown name alone is refused too (the SDK would drop it and run the tool).
+        extra = error_of(await call(client, "cursor_position", session_id=S, verbose=True))
+        assert [(p["argument"], p["problem"]) for p in extra["problems"]] == [("verbose", "unknown")]
+        assert fake.sent == []
+        fake.answer = lambda request: reply()
+        assert not (await call(client, "press_key", session_id=S, key="Return")).is_error
+        assert fake.bodies()[-1]["action"] == {"type": "key", "keys": "Return"}
 
 
 async def test_descriptions_are_the_docstrings_without_their_indentation(fake: FakeGateway) -> None:

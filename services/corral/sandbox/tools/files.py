@@ -285,7 +285,7 @@ class AgentFiles:
         if make_dirs:
             await self._mkdirs(directory)
         existing = await self._existing(target)
-        fd, temp = await self._fs.mkstemp(directory, TEMP_PREFIX)
+        fd, temp = await self._temp_in(directory, target)
         try:
             out = TempFile(fd)
             if keep and existing is not None:
@@ -315,6 +315,18 @@ class AgentFiles:
         if found.type == "directory":
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), target)
         return found
+
+    async def _temp_in(self, directory: str, target: str) -> tuple[int, str]:
+        """A temporary file in ``target``'s directory. Its failures name the user's path and what is
+        wrong with its directory, never the temporary file's own name (which the user never gave)."""
+        try:
+            return await self._fs.mkstemp(directory, TEMP_PREFIX)
+        except FileNotFoundError:
+            reason = f"its directory {directory} does not exist (make_dirs makes it)"
+            raise FileNotFoundError(errno.ENOENT, reason, target) from None
+        except PermissionError as exc:
+            reason = f"{os.strerror(exc.errno or errno.EACCES).lower()} in its directory {directory}"
+            raise PermissionError(exc.errno or errno.EACCES, reason, target) from None
 
     async def _mkdirs(self, directory: str) -> None:
         # A file in the way fails the mkstemp that follows, with ENOTDIR.

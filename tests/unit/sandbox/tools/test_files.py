@@ -171,12 +171,17 @@ async def test_append_copies_then_appends_then_renames(box: Box) -> None:
 async def test_make_dirs(box: Box) -> None:
     error = await box.fails({"type": "file_write", "path": "a/b/c.txt", "content": "x"})
     assert (error.code, error.field) == (ErrorCode.NO_SUCH_FILE, "action.path")
+    # The user's path, the directory missing and the option that makes it; never the temporary file.
+    target, directory = box.root / "a" / "b" / "c.txt", box.root / "a" / "b"
+    assert error.message == f"'{target}': its directory {directory} does not exist (make_dirs makes it)"
+    assert files.TEMP_PREFIX not in error.message
     await box.run({"type": "file_write", "path": "a/b/c.txt", "content": "x", "make_dirs": True})
     assert (box.root / "a" / "b" / "c.txt").read_text() == "x"
     await box.run({"type": "file_write", "path": "a/b/d.txt", "content": "y", "make_dirs": True})  # dirs exist
     (box.root / "plain").write_text("")
     error = await box.fails({"type": "file_write", "path": "plain/x", "content": "x", "make_dirs": True})
     assert error.code is ErrorCode.NOT_A_DIRECTORY
+    assert error.message == f"'{box.root / 'plain' / 'x'}': Not a directory"
 
 
 async def test_a_full_disk_leaves_nothing_half_written(box: Box) -> None:
