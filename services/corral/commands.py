@@ -147,7 +147,7 @@ class FileWriteAction(TypedDict, total=False):
 
 
 def exec_action(
-    command: str | None,
+    command: str | Sequence[str] | None,
     argv: Sequence[str] | None,
     *,
     cwd: str | None = None,
@@ -160,8 +160,10 @@ def exec_action(
     background: bool = False,
     pty: tuple[int, int] | None = None,
 ) -> ExecAction:
-    """The ``exec`` action: ``command`` (run by ``bash -lc``) or ``argv``, exactly one; what was not
-    given is left out (the sandbox has the defaults)."""
+    """The ``exec`` action: ``command`` (a string, run by ``bash -lc``; or a list, run as ``argv``) or
+    ``argv``, exactly one; what was not given is left out (the sandbox has the defaults)."""
+    if command is not None and not isinstance(command, str):
+        command, argv = None, _argv_of(command, argv)
     if (command is None) == (argv is None):
         raise CorralError("give a command (a shell string) or argv (a list), not both or neither")
     action: ExecAction = {"type": "exec"}
@@ -181,6 +183,19 @@ def exec_action(
         action["output_encoding"] = output_encoding
     action.update(_how(stdin, stream, background, pty))
     return action
+
+
+def _argv_of(command: object, argv: Sequence[str] | None) -> list[str]:
+    """A command given as a list: its argv (no shell), as ``subprocess.run`` takes one. Anything else
+    that is no string is refused, naming both forms."""
+    if argv is not None:
+        raise CorralError("give the command as a list or as argv=, not both")
+    if not isinstance(command, list | tuple) or not all(isinstance(part, str) for part in command):
+        raise CorralError(
+            f"a command is a string (run by bash -lc) or a list of strings (argv, no shell), not "
+            f"{type(command).__name__}"
+        )
+    return list(command)
 
 
 def _how(stdin: str | bytes | None, stream: bool, background: bool, pty: tuple[int, int] | None) -> ExecAction:

@@ -13,12 +13,14 @@ from typing import Any
 
 import pytest
 
+from corral import commands
 from corral.commands import ExecResult, OutputChunk
 from corral.errors import ActionFailed, CommandFailed, CorralError
 from corral.gateway_client import AsyncGateway, Download, Gateway
 from corral.gateway_models import SessionInfo, UploadedFile
 from corral.protocol import results as r
 from corral.sdk import AsyncExecStream, AsyncFiles, AsyncProcesses, AsyncSandbox, Files, Processes, Sandbox, messages
+from corral.sdk.pending import Pending
 from corral.sdk.previews import AsyncPreviews, Previews
 
 # -- the twins ------------------------------------------------------------------------------------------
@@ -36,13 +38,15 @@ def _surface(cls: type) -> dict[str, Any]:
 
 # What the async twin gives to iterate with `async for` at once (no await), and the type it returns.
 _ITERATED: dict[str, type] = {"exec_stream": AsyncExecStream}
+# What the async twin answers as a Pending (awaited, or entered with `async with`, as E2B's create).
+_PENDING = {"create", "attach"}
 # What does no I/O in either twin (E2B's ``get_host`` is plain in its async SDK too).
 _PURE = {"get_host"}
 
 
 def _plain(annotation: Any) -> str:
     """An annotation (a string: the module has postponed annotations) with the twins' names made one."""
-    text = str(annotation)
+    text = str(annotation).removeprefix("Pending[").removesuffix("]")
     for name in ("Sandbox", "Gateway", "BaseTransport", "ExecStream", "Processes", "Files", "Connected", "Previews"):
         text = text.replace(f"Async{name}", name)
     return text
@@ -77,6 +81,9 @@ def test_the_async_twin_has_the_same_public_surface(sync: type, twin: type) -> N
             function = getattr(other, "__func__", other)
             if name in _PURE:
                 assert not inspect.iscoroutinefunction(function), f"{twin.__name__}.{name} does no I/O"
+            elif name in _PENDING and twin is AsyncSandbox:
+                assert not inspect.iscoroutinefunction(function), f"{twin.__name__}.{name} is awaited"
+                assert str(inspect.signature(function).return_annotation).startswith("Pending["), name
             elif name in _ITERATED:
                 assert not inspect.iscoroutinefunction(function), f"{twin.__name__}.{name} is awaited"
                 assert "__aiter__" in vars(_ITERATED[name]), name
@@ -492,6 +499,52 @@ def test_exec_takes_a_command_or_argv_never_both() -> None:
     assert ws.sent == []
 
 
+async def test_exec_takes_a_list_as_argv_in_both_twins_and_names_both_forms_for_anything_else() -> None:
+    reply = {"ok": True, "id": 1, "result": EXEC_RESULT}
+    sandbox, ws = _sandbox(reply)
+    twin, twin_ws = _async_sandbox(reply)
+    sandbox.exec(["ls", "-la"])
+    await twin.exec(("ls", "-la"))
+    assert ws.sent == twin_ws.sent == [{"action": {"type": "exec", "argv": ["ls", "-la"]}}]
+    # processes.start and exec_stream build the same action.
+    assert commands.exec_action(["sleep", "1"], None, background=True) == {
+        "type": "exec",
+        "argv": ["sleep", "1"],
+        "background": True,
+    }
+    with pytest.raises(CorralError, match="as a list or as argv=, not both"):
+        sandbox.exec(["ls"], argv=["ls"])
+    with pytest.raises(
+        CorralError, match=r"a string \(run by bash -lc\) or a list of strings \(argv, no shell\), not int"
+    ):
+        sandbox.exec(7)  # type: ignore[arg-type]
+    with pytest.raises(CorralError, match="not list"):
+        sandbox.exec([["ls"]])  # type: ignore[list-item]
+    assert len(ws.sent) == 1
+
+
+async def test_files_read_gives_text_with_format_text_in_both_twins() -> None:
+    result = {"path": "/a", "content": "aMOp", "encoding": "base64", "size": 3, "offset": 0, "length": 3, "eof": True}
+    sandbox, ws = _sandbox({"ok": True, "id": 1, "result": result})
+    twin, twin_ws = _async_sandbox({"ok": True, "id": 1, "result": result})
+    assert sandbox.files.read("/a", format="text") == await twin.files.read("/a", format="text") == "hé"
+    assert sandbox.files.read("/a") == await twin.files.read("/a", format="bytes") == "hé".encode()
+    # The same action either way: the text is decoded here, strictly.
+    assert (
+        ws.sent
+        == twin_ws.sent
+        == [{"action": {"type": "file_read", "path": "/a", "offset": 0, "encoding": "base64"}}] * 2
+    )
+    with pytest.raises(CorralError, match="format is 'bytes' \\(the default\\) or 'text'"):
+        sandbox.files.read("/a", format="stream")  # type: ignore[call-overload]
+    binary = {**result, "content": "aP8=", "size": 2, "length": 2}
+    sandbox, _ = _sandbox({"ok": True, "id": 1, "result": binary})
+    with pytest.raises(
+        CorralError, match=r"^/a is not UTF-8 text \(byte 1 of what was read is not\): read it with format='bytes'$"
+    ):
+        sandbox.files.read("/a", format="text")
+
+
 def test_a_failed_command_is_a_result_and_check_raises_it() -> None:
     sandbox, _ = _sandbox({"ok": True, "id": 1, "result": EXEC_RESULT})
     result = sandbox.exec("false")
@@ -772,3 +825,41 @@ async def test_an_exec_streams_reply_hands_back_too_in_both_twins() -> None:
     sandbox._ws, twin._ws = StreamRecorder(frames), AsyncStreamRecorder(frames)  # type: ignore[assignment]
     assert list(sandbox.exec_stream(argv=["make"]))[-1] == [item async for item in twin.exec_stream(argv=["make"])][-1]
     assert sandbox.handed_back == twin.handed_back == r.HandBack.model_validate(HANDED)
+
+
+class _Box:
+    """A stand-in sandbox: counts its starts and ends."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.log.append("ended")
+
+
+async def test_a_pending_sandbox_is_awaited_or_entered_and_starts_once() -> None:
+    log: list[str] = []
+
+    async def start() -> _Box:
+        log.append("started")
+        return _Box(log)
+
+    Pending(start)  # never awaited nor entered: nothing starts
+    assert log == []
+    box = await Pending(start)
+    assert isinstance(box, _Box) and log == ["started"]
+    with pytest.raises(RuntimeError, match="boom"):
+        async with Pending(start) as entered:
+            assert isinstance(entered, _Box)
+            raise RuntimeError("boom")
+    assert log == ["started", "started", "ended"]  # the block's end ends it, an error or not
+    twice = Pending(start)
+    await twice
+    with pytest.raises(CorralError, match="already started"):
+        await twice
+
+
+def test_async_create_and_attach_answer_a_pending_without_starting() -> None:
+    # No gateway listens at this address: a Pending that is neither awaited nor entered never calls it.
+    assert isinstance(AsyncSandbox.create(url="http://gateway.invalid", api_key="k"), Pending)
+    assert isinstance(AsyncSandbox.attach("ses_1", "t", url="http://gateway.invalid"), Pending)

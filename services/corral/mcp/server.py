@@ -5,11 +5,10 @@ session) as the SDK does, over whichever transport runs it (corral.mcp.transport
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mcp.server import ServerRequestContext
-from mcp.server.context import CallNext, HandlerResult
+from mcp.server.context import CallNext, HandlerResult, ServerMiddleware
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools import Tool
 
@@ -47,9 +46,7 @@ async def coded_refusals(ctx: ServerRequestContext[Any, Any], call_next: CallNex
     return result
 
 
-def checked_arguments(
-    tools: dict[str, Tool],
-) -> Callable[[ServerRequestContext[Any, Any], CallNext], Awaitable[HandlerResult]]:
+def checked_arguments(tools: dict[str, Tool]) -> ServerMiddleware[Any]:
     """A middleware refusing a ``tools/call`` whose arguments its tool cannot take, before the SDK runs
     it: every problem named, with what the tool expects (corral.mcp.arguments), not pydantic's text."""
 

@@ -18,7 +18,7 @@ class Execs(Connected):
 
     def exec(
         self,
-        command: str | None = None,
+        command: str | Sequence[str] | None = None,
         *,
         argv: Sequence[str] | None = None,
         cwd: str | None = None,
@@ -28,8 +28,9 @@ class Execs(Connected):
         max_output_bytes: int | None = None,
         output_encoding: str | None = None,
     ) -> ExecResult:
-        """Run ``command`` (by ``bash -lc``) or ``argv`` as the agent and wait for it to end; a non-zero
-        exit is a result (``.check()`` raises on it), a timeout kills its whole tree (``timed_out``)."""
+        """Run ``command`` (a string, by ``bash -lc``; a list, as argv with no shell) or ``argv`` as the
+        agent and wait for it to end; a non-zero exit is a result (``.check()`` raises on it), a timeout
+        kills its whole tree (``timed_out``)."""
         action = commands.exec_action(
             command,
             argv,
@@ -44,7 +45,7 @@ class Execs(Connected):
 
     def exec_stream(
         self,
-        command: str | None = None,
+        command: str | Sequence[str] | None = None,
         *,
         argv: Sequence[str] | None = None,
         cwd: str | None = None,
@@ -84,7 +85,7 @@ class AsyncExecs(AsyncConnected):
 
     async def exec(
         self,
-        command: str | None = None,
+        command: str | Sequence[str] | None = None,
         *,
         argv: Sequence[str] | None = None,
         cwd: str | None = None,
@@ -94,8 +95,9 @@ class AsyncExecs(AsyncConnected):
         max_output_bytes: int | None = None,
         output_encoding: str | None = None,
     ) -> ExecResult:
-        """Run ``command`` (by ``bash -lc``) or ``argv`` as the agent and wait for it to end; a non-zero
-        exit is a result (``.check()`` raises on it), a timeout kills its whole tree (``timed_out``)."""
+        """Run ``command`` (a string, by ``bash -lc``; a list, as argv with no shell) or ``argv`` as the
+        agent and wait for it to end; a non-zero exit is a result (``.check()`` raises on it), a timeout
+        kills its whole tree (``timed_out``)."""
         action = commands.exec_action(
             command,
             argv,
@@ -110,7 +112,7 @@ class AsyncExecs(AsyncConnected):
 
     def exec_stream(
         self,
-        command: str | None = None,
+        command: str | Sequence[str] | None = None,
         *,
         argv: Sequence[str] | None = None,
         cwd: str | None = None,

@@ -8,17 +8,31 @@ import builtins
 import secrets
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, overload
 
 from corral import transfer
-from corral.errors import ActionFailed, ErrorCode
+from corral.errors import ActionFailed, CorralError, ErrorCode
 from corral.gateway_client import Download
 from corral.gateway_models import UploadedFile
 from corral.protocol.results import FileEntry, FileListing, FileMoved, FileRemoved, FileWritten
-from corral.sdk.messages import messages
+from corral.sdk.messages import Message, messages
 
 if TYPE_CHECKING:
     from corral.sdk.connection import AsyncConnected, Connected
+
+# What ``files.read`` answers: E2B's ``format`` names ("bytes", "text"); the default stays bytes.
+ReadFormat = Literal["bytes", "text"]
+
+
+def _reading(path: str, format: str, offset: int, length: int | None) -> Message[bytes | str]:
+    read: Message[bytes] | Message[str]
+    if format == "bytes":
+        read = messages.file_read(path, offset, length)
+    elif format == "text":
+        read = messages.file_read_text(path, offset, length)
+    else:
+        raise CorralError(f"format is 'bytes' (the default) or 'text' (UTF-8, as str), not {format!r}")
+    return Message(read.body, read.read)
 
 
 def _download_part(local: Path) -> Path:
@@ -40,8 +54,18 @@ class Files:
     def __init__(self, sandbox: Connected) -> None:
         self._sandbox = sandbox
 
-    def read(self, path: str, *, offset: int = 0, length: int | None = None) -> bytes:
-        return self._sandbox._send(messages.file_read(path, offset, length))
+    @overload
+    def read(
+        self, path: str, *, format: Literal["bytes"] = "bytes", offset: int = 0, length: int | None = None
+    ) -> bytes: ...
+    @overload
+    def read(self, path: str, *, format: Literal["text"], offset: int = 0, length: int | None = None) -> str: ...
+    def read(
+        self, path: str, *, format: ReadFormat = "bytes", offset: int = 0, length: int | None = None
+    ) -> bytes | str:
+        """The file's bytes, or with ``format="text"`` its text (UTF-8, strictly: other bytes raise
+        :class:`CorralError`); ``offset`` and ``length`` in bytes either way. The type follows ``format``."""
+        return self._sandbox._send(_reading(path, format, offset, length))
 
     def write(
         self,
@@ -107,8 +131,17 @@ class AsyncFiles:
     def __init__(self, sandbox: AsyncConnected) -> None:
         self._sandbox = sandbox
 
-    async def read(self, path: str, *, offset: int = 0, length: int | None = None) -> bytes:
-        return await self._sandbox._send(messages.file_read(path, offset, length))
+    @overload
+    async def read(
+        self, path: str, *, format: Literal["bytes"] = "bytes", offset: int = 0, length: int | None = None
+    ) -> bytes: ...
+    @overload
+    async def read(self, path: str, *, format: Literal["text"], offset: int = 0, length: int | None = None) -> str: ...
+    async def read(
+        self, path: str, *, format: ReadFormat = "bytes", offset: int = 0, length: int | None = None
+    ) -> bytes | str:
+        """The file's bytes, or with ``format="text"`` its text (see :meth:`Files.read`)."""
+        return await self._sandbox._send(_reading(path, format, offset, length))
 
     async def write(
         self,

@@ -61,6 +61,16 @@ class Message(Generic[T]):
     read: Callable[[Frame], T]
 
 
+def utf8_text(path: str, content: bytes) -> str:
+    """A file's bytes as text; the byte where they stop being UTF-8 and the way to read them otherwise."""
+    try:
+        return content.decode()
+    except UnicodeDecodeError as exc:
+        raise CorralError(
+            f"{path} is not UTF-8 text (byte {exc.start} of what was read is not): read it with format='bytes'"
+        ) from None
+
+
 def model_of(result: object, model: type[M]) -> M:
     """A reply's ``result`` as ``model``; a result this client cannot read is a :class:`CorralError`
     naming the model (a sandbox of another version), never pydantic's own error."""
@@ -345,6 +355,13 @@ class messages:  # a namespace of pure builders, read as messages.click(...)
         return Message(
             {"action": action}, _then(r.FileContent, lambda read: commands.decode(read.content, read.encoding))
         )
+
+    @staticmethod
+    def file_read_text(path: str, offset: int, length: int | None) -> Message[str]:
+        """A file read as UTF-8 text: its bytes, decoded here (not by the sandbox, which would cut a
+        window at a character's edge), strictly; anything that is not UTF-8 is a :class:`CorralError`."""
+        raw = messages.file_read(path, offset, length)
+        return Message(raw.body, lambda reply: utf8_text(path, raw.read(reply)))
 
     @staticmethod
     def file_write(

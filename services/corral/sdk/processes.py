@@ -23,7 +23,7 @@ class Processes:
 
     def start(
         self,
-        command: str | None = None,
+        command: str | Sequence[str] | None = None,
         *,
         argv: Sequence[str] | None = None,
         cwd: str | None = None,
@@ -74,7 +74,7 @@ class AsyncProcesses:
 
     async def start(
         self,
-        command: str | None = None,
+        command: str | Sequence[str] | None = None,
         *,
         argv: Sequence[str] | None = None,
         cwd: str | None = None,

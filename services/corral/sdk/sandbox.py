@@ -20,6 +20,7 @@ from corral.sdk.browser import AsyncBrowser, Browser
 from corral.sdk.code import AsyncCode, Code
 from corral.sdk.control import AsyncControl, Control
 from corral.sdk.execs import AsyncExecs, Execs
+from corral.sdk.pending import Pending
 from corral.sdk.previews import AsyncPreviews, Previews, preview_host
 from corral.sdk.screen import AsyncScreen, Screen
 from corral.sdk.vendor import AsyncVendor, Vendor
@@ -214,7 +215,7 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs, Code):
 
 
 class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncExecs, AsyncCode):
-    """The async twin of :class:`Sandbox`: ``async with await AsyncSandbox.create(...) as sb``."""
+    """The async twin of :class:`Sandbox`: ``async with AsyncSandbox.create(...) as sb``."""
 
     def __init__(self, info: SessionInfo, token: str, gateway: AsyncGateway) -> None:
         self.info = info
@@ -224,7 +225,7 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
         self._ws = AsyncSandboxClient(f"{info.ws_url}?token={token}")  # opened by create/attach
 
     @classmethod
-    async def create(
+    def create(
         cls,
         allow: Sequence[str] | None = None,
         *,
@@ -243,7 +244,7 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
         profile: str | None = None,
         save_profile: bool = False,
         idle_action: str | None = None,
-    ) -> AsyncSandbox:
+    ) -> Pending[AsyncSandbox]:
         """A new session. With ``hermetic_responses`` (a recording's ``responses.mitm``) its proxy
         answers only from those and has no route out: a hermetic replay. ``secrets``: name ->
         ``{"value": ..., "allow": [...], "in": [...]}``; the sandbox gets placeholders (:attr:`secrets`)
@@ -253,46 +254,58 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
         ``template``: ``NAME`` or ``NAME:VERSION``, a template to start from (docs/environments.md).
         ``profile``: a saved browser profile (cookies, local storage, IndexedDB) loaded into the browser;
         ``save_profile``: saved again at the session's end (made at the first save when there is none yet).
-        ``idle_action="pause"``: an idle timeout pauses the session rather than ending it."""
-        gateway = AsyncGateway(url, api_key)
-        info: SessionInfo | None = None
-        try:
-            upload = None if hermetic_responses is None else await gateway.upload_responses(hermetic_responses)
+        ``idle_action="pause"``: an idle timeout pauses the session rather than ending it.
+
+        Await it (``sb = await AsyncSandbox.create()``) or enter it (``async with AsyncSandbox.create()
+        as sb``: the session ends with the block), as E2B's; ``async with await`` works as before."""
+
+        async def start() -> AsyncSandbox:
+            gateway = AsyncGateway(url, api_key)
+            info: SessionInfo | None = None
             try:
-                body = session_body(
-                    allow,
-                    viewport,
-                    timeout_s,
-                    idle_timeout_s,
-                    labels,
-                    egress_mode,
-                    upload,
-                    secrets,
-                    env=env,
-                    volume=volume,
-                    template=template,
-                    idle_action=idle_action,
-                    profile=profile,
-                    save_profile=save_profile,
-                )
-                info = await gateway.create_session(body)
-            finally:
-                if upload is not None:  # the session keeps its own copy
-                    with contextlib.suppress(httpx.HTTPError):
-                        await gateway.delete_upload(upload)
-            sandbox = cls(info, info.token or "", gateway)
-            await sandbox._ws.__aenter__()
-            return sandbox
-        except BaseException:
-            if info is not None:  # created, but the WebSocket failed: do not leave it running
-                with contextlib.suppress(httpx.HTTPError, GatewayError):
-                    await gateway.delete_session(info.id)
-            await gateway.close()
-            raise
+                upload = None if hermetic_responses is None else await gateway.upload_responses(hermetic_responses)
+                try:
+                    body = session_body(
+                        allow,
+                        viewport,
+                        timeout_s,
+                        idle_timeout_s,
+                        labels,
+                        egress_mode,
+                        upload,
+                        secrets,
+                        env=env,
+                        volume=volume,
+                        template=template,
+                        idle_action=idle_action,
+                        profile=profile,
+                        save_profile=save_profile,
+                    )
+                    info = await gateway.create_session(body)
+                finally:
+                    if upload is not None:  # the session keeps its own copy
+                        with contextlib.suppress(httpx.HTTPError):
+                            await gateway.delete_upload(upload)
+                sandbox = cls(info, info.token or "", gateway)
+                await sandbox._ws.__aenter__()
+                return sandbox
+            except BaseException:
+                if info is not None:  # created, but the WebSocket failed: do not leave it running
+                    with contextlib.suppress(httpx.HTTPError, GatewayError):
+                        await gateway.delete_session(info.id)
+                await gateway.close()
+                raise
+
+        return Pending(start)
 
     @classmethod
-    async def attach(cls, session_id: str, token: str, *, url: str | None = None) -> AsyncSandbox:
-        """Open an existing session with its token; :meth:`close` leaves it running."""
+    def attach(cls, session_id: str, token: str, *, url: str | None = None) -> Pending[AsyncSandbox]:
+        """Open an existing session with its token; :meth:`close` leaves it running (leaving an
+        ``async with`` block ends it, as for :meth:`create`). Awaited or entered, as :meth:`create`."""
+        return Pending(lambda: cls._attach(session_id, token, url))
+
+    @classmethod
+    async def _attach(cls, session_id: str, token: str, url: str | None) -> AsyncSandbox:
         gateway = AsyncGateway(url, token)
         try:
             sandbox = cls(await gateway.session(session_id), token, gateway)

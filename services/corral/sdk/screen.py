@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Unpack
+from typing import Unpack, overload
 
 from corral.client import Envelope
 from corral.protocol.results import Done, Position, ScrolledClicks, ScrolledPixels, Typed
@@ -51,6 +51,20 @@ class Screen(Connected):
     def drag(self, path: Sequence[tuple[int, int]], **envelope: Unpack[Envelope]) -> Position:
         return self._send(messages.drag(path, envelope))
 
+    @overload
+    def scroll(
+        self,
+        x: int | None = None,
+        y: int | None = None,
+        *,
+        direction: str,
+        clicks: int | None = None,
+        **envelope: Unpack[Envelope],
+    ) -> ScrolledClicks: ...
+    @overload
+    def scroll(
+        self, x: int | None = None, y: int | None = None, *, dx: int, dy: int, **envelope: Unpack[Envelope]
+    ) -> ScrolledPixels: ...
     def scroll(
         self,
         x: int | None = None,
@@ -62,6 +76,8 @@ class Screen(Connected):
         dy: int | None = None,
         **envelope: Unpack[Envelope],
     ) -> ScrolledClicks | ScrolledPixels:
+        """By wheel clicks (``direction``, ``clicks``): :class:`ScrolledClicks`; by pixels (``dx``,
+        ``dy``): :class:`ScrolledPixels`. Each form has its own type (the overloads say which)."""
         return self._send(messages.scroll(x, y, direction, clicks, dx, dy, envelope))
 
     def type(self, text: str, **envelope: Unpack[Envelope]) -> Typed:
@@ -122,6 +138,20 @@ class AsyncScreen(AsyncConnected):
     async def drag(self, path: Sequence[tuple[int, int]], **envelope: Unpack[Envelope]) -> Position:
         return await self._send(messages.drag(path, envelope))
 
+    @overload
+    async def scroll(
+        self,
+        x: int | None = None,
+        y: int | None = None,
+        *,
+        direction: str,
+        clicks: int | None = None,
+        **envelope: Unpack[Envelope],
+    ) -> ScrolledClicks: ...
+    @overload
+    async def scroll(
+        self, x: int | None = None, y: int | None = None, *, dx: int, dy: int, **envelope: Unpack[Envelope]
+    ) -> ScrolledPixels: ...
     async def scroll(
         self,
         x: int | None = None,

@@ -30,7 +30,7 @@ def documented() -> list[tuple[str, tuple[bool, bool, bool, bool]]]:
 
 def test_the_tool_table_is_the_servers() -> None:
     served = [
-        (name, (h.read_only_hint is True, h.destructive_hint is True, h.idempotent_hint is True, h.open_world_hint is True))
+        (name, (h.read_only_hint is True, h.destructive_hint is True, h.idempotent_hint is True, h.open_world_hint))
         for name, h in ANNOTATIONS.items()
     ]
     assert documented() == served
