@@ -38,6 +38,7 @@ import sys
 import tarfile
 import tempfile
 import threading
+import time
 import urllib.parse
 import zipfile
 
@@ -290,6 +291,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
             payload, kind = LOGIN_PAGE, "text/html; charset=utf-8"
         elif self.path.startswith("/chat/"):
             payload, kind = CHAT_PAGE, "text/html; charset=utf-8"
+        elif self.path.startswith("/slow/"):
+            # A page that takes its time to come (``/slow/<ms>?tag``, at most 5 s): a form's next page,
+            # as a real site answers it. A screenshot taken before it arrived shows the page before.
+            delay_ms, _, tag = self.path[len("/slow/") :].partition("?")
+            time.sleep(min(int(delay_ms or 0), 5_000) / 1000)
+            payload = (
+                f"<!doctype html><html><head><title>moved {tag}</title></head>"
+                f"<body style='margin:0;background:#c03020'><h1 style='font-size:120px;color:#fff'>moved</h1>"
+                f"</body></html>"
+            ).encode()
+            kind = "text/html; charset=utf-8"
         elif self.path.startswith("/counter"):
             count = next(HITS)  # shown as a number on a background of its own colour: any change is plain
             payload = (
