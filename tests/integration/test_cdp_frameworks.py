@@ -188,18 +188,57 @@ async def test_browser_use_connects_navigates_and_reads_the_page(
     assert f"/frameworks/browser-use-{scheme}" in [hit.get("path") for hit in upstream.hits(runtime)]
 
 
+# docs/cdp.md's Puppeteer forms: 25.x (Node 22) with browserURL; 24.x, what npm installs on Node 20,
+# with browserWSEndpoint (its browserURL drops the path: 0395); each with the header or a ticket.
+PUPPETEER_FORMS = {
+    "25-browserURL": ("puppeteer-core", "http", True),
+    "25-browserWSEndpoint": ("puppeteer-core", "ws", True),
+    "24-browserWSEndpoint": ("puppeteer-core-24", "ws", True),
+    "24-ticket": ("puppeteer-core-24", "ws", False),
+}
+
+
 @pytest.mark.usefixtures("frameworks")
+@pytest.mark.parametrize("form", list(PUPPETEER_FORMS))
 async def test_puppeteer_connects_with_the_token_header_and_reads_the_page(
-    sb: Session, upstream: Upstream, runtime: DockerHarness, tmp_path: Path
+    sb: Session, upstream: Upstream, runtime: DockerHarness, tmp_path: Path, form: str
 ) -> None:
-    page = "https://allowed.test/frameworks/puppeteer"
-    read = await run_probe("node", str(PUPPETEER_PROBE), sb.cdp_url, sb.token, page, home=tmp_path)
+    module, scheme, header = PUPPETEER_FORMS[form]
+    page = f"https://allowed.test/frameworks/puppeteer-{form}"
+    if header:
+        endpoint, token = sb.cdp_url if scheme == "http" else sb.cdp_url.replace("http://", "ws://"), sb.token
+    else:
+        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {sb.token}"}) as http:
+            made = (await http.post(f"{sb.cdp_url}/connect", json={"ttl_s": 60})).json()
+        endpoint, token = made["url"], ""
+    read = await run_probe("node", str(PUPPETEER_PROBE), endpoint, token, page, module, home=tmp_path)
     assert (read["url"], read["status"], read["title"]) == (page, 200, "upstream allowed.test")
-    assert read["text"].split() == ["allowed.test", "/frameworks/puppeteer"]
+    assert read["text"].split() == ["allowed.test", f"/frameworks/puppeteer-{form}"]
     assert read["version"].startswith(("Chrome/", "HeadlessChrome/"))
-    assert "/frameworks/puppeteer" in [hit.get("path") for hit in upstream.hits(runtime)]
+    assert f"/frameworks/puppeteer-{form}" in [hit.get("path") for hit in upstream.hits(runtime)]
     # The agent's own browser, which Puppeteer's disconnect left running.
     assert page in [tab.url for tab in await sb.sandbox.tabs()]
+
+
+@pytest.mark.usefixtures("frameworks")
+async def test_puppeteer_24s_browser_url_asks_the_hosts_root_and_gets_a_404(sb: Session, tmp_path: Path) -> None:
+    """Why docs/cdp.md gives 24.x browserWSEndpoint: its browserURL drops the session's path."""
+    probe = await asyncio.create_subprocess_exec(
+        "node",
+        str(PUPPETEER_PROBE),
+        sb.cdp_url,
+        sb.token,
+        "https://allowed.test/",
+        "puppeteer-core-24",
+        env=quiet_env(tmp_path),
+        cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(probe.communicate(), timeout=60)
+    assert probe.returncode != 0
+    root = sb.cdp_url.split("/v1/")[0]
+    assert f"Failed to fetch browser webSocket URL from {root}/json/version: HTTP Not Found" in err.decode()
 
 
 @pytest.mark.usefixtures("frameworks")
@@ -223,7 +262,9 @@ async def test_playwright_mcp_on_an_exclusive_connection_holds_the_lease_while_i
 def test_the_frameworks_are_pinned() -> None:
     """What CI installs is what the lock says: exact versions, no ranges."""
     package = json.loads((FRAMEWORKS / "package.json").read_text())
-    assert all(version[0].isdigit() for version in package["dependencies"].values()), package
+    # An exact version, or an alias of one (npm:puppeteer-core@24.43.0).
+    assert all(version.rpartition("@")[2][0].isdigit() for version in package["dependencies"].values()), package
+    assert all("^" not in version and "~" not in version for version in package["dependencies"].values()), package
     lines = (FRAMEWORKS / "requirements-browser-use.txt").read_text().splitlines()
     pins = [line for line in lines if line and not line.startswith("#")]
     assert pins and all("==" in line for line in pins), pins
