@@ -37,7 +37,6 @@ pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
 
 ROOT = Path(__file__).resolve().parents[2]
 FRAMEWORKS = Path(__file__).parent / "frameworks"
-PLAYWRIGHT_MCP = FRAMEWORKS / "node_modules" / ".bin" / "playwright-mcp"
 BROWSER_USE_PYTHON = ROOT / ".venv-browser-use" / "bin" / "python"
 BROWSER_USE_PROBE = FRAMEWORKS / "browser_use_probe.py"
 PUPPETEER_PROBE = FRAMEWORKS / "puppeteer_probe.mjs"
@@ -106,11 +105,15 @@ def quiet_env(home: Path) -> dict[str, str]:
 
 @asynccontextmanager
 async def playwright_mcp(cdp_endpoint: str, *headers: str, home: Path) -> AsyncIterator[Client]:
-    """Playwright MCP on stdio, connected to ``cdp_endpoint`` (each of ``headers`` a ``--cdp-header``)."""
-    args = ["--cdp-endpoint", cdp_endpoint, "--output-dir", str(home / "out")]
+    """Playwright MCP on stdio, connected to ``cdp_endpoint`` (each of ``headers`` a ``--cdp-header``),
+    started as docs/cdp.md writes it: ``npx @playwright/mcp@<the pinned version>``, from the frameworks'
+    directory (npx finds the pinned install there; npm is told to stay offline)."""
+    version = json.loads((FRAMEWORKS / "package.json").read_text())["dependencies"]["@playwright/mcp"]
+    args = [f"@playwright/mcp@{version}", "--cdp-endpoint", cdp_endpoint, "--output-dir", str(home / "out")]
     for header in headers:
         args += ["--cdp-header", header]
-    server = StdioServerParameters(command=str(PLAYWRIGHT_MCP), args=args, env=quiet_env(home), cwd=str(home))
+    env = {**quiet_env(home), "npm_config_offline": "true", "npm_config_update_notifier": "false"}
+    server = StdioServerParameters(command="npx", args=args, env=env, cwd=str(FRAMEWORKS))
     async with Client(server) as client:
         yield client
 
