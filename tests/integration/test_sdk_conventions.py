@@ -61,6 +61,13 @@ def test_a_write_into_a_missing_directory_names_the_path_and_make_dirs(gw: Runni
             sb.files.upload(local, "/workspace/up/report.txt")
         assert upload.value.code == "no_such_file" and ".corral-write" not in str(upload.value)
         assert "its directory /workspace/up does not exist (make_dirs makes it)" in str(upload.value)
+        # A directory the agent may not write: the path and the directory, never the temporary file.
+        with pytest.raises(ActionFailed) as denied:
+            sb.files.write("/etc/corral-x", "x")
+        assert (denied.value.error["code"], denied.value.error["message"]) == (
+            "permission_denied",
+            "'/etc/corral-x': its directory /etc: Read-only file system",
+        )
         sb.files.upload(local, "/workspace/up/report.txt", make_dirs=True)
         assert sb.files.read("/workspace/up/report.txt", format="text") == "r"
         sb.files.write("bin.dat", b"\xff\xfe")

@@ -321,12 +321,14 @@ class AgentFiles:
         wrong with its directory, never the temporary file's own name (which the user never gave)."""
         try:
             return await self._fs.mkstemp(directory, TEMP_PREFIX)
-        except FileNotFoundError:
-            reason = f"its directory {directory} does not exist (make_dirs makes it)"
-            raise FileNotFoundError(errno.ENOENT, reason, target) from None
-        except PermissionError as exc:
-            reason = f"{os.strerror(exc.errno or errno.EACCES).lower()} in its directory {directory}"
-            raise PermissionError(exc.errno or errno.EACCES, reason, target) from None
+        except OSError as exc:
+            if exc.errno is None:  # no errno: the launcher did not answer (file_error says so)
+                raise
+            if exc.errno == errno.ENOENT:
+                reason = f"its directory {directory} does not exist (make_dirs makes it)"
+            else:  # EACCES, EROFS, ENOSPC...: the directory's, as the errno says
+                reason = f"its directory {directory}: {os.strerror(exc.errno)}"
+            raise OSError(exc.errno, reason, target) from None
 
     async def _mkdirs(self, directory: str) -> None:
         # A file in the way fails the mkstemp that follows, with ENOTDIR.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import hashlib
 import os
 import stat
@@ -389,3 +390,22 @@ async def test_a_cancelled_thread_job_is_waited_for_before_the_cancellation_pass
     with pytest.raises(asyncio.CancelledError):
         await task
     assert finished == [True]
+
+
+async def test_a_directory_the_agent_may_not_write_is_named_never_the_temporary_file(
+    box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def refused(directory: str, prefix: str) -> tuple[int, str]:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), f"{directory}/{prefix}abc123")
+
+    monkeypatch.setattr(box.fs, "mkstemp", refused)
+    error = await box.fails({"type": "file_write", "path": "x.txt", "content": "x"})
+    assert (error.code, error.field) == (ErrorCode.PERMISSION_DENIED, "action.path")
+    assert error.message == f"'{box.root / 'x.txt'}': its directory {box.root}: Read-only file system"
+
+    async def gone(directory: str, prefix: str) -> tuple[int, str]:
+        raise ConnectionError("the launcher closed its socket")
+
+    monkeypatch.setattr(box.fs, "mkstemp", gone)
+    error = await box.fails({"type": "file_write", "path": "x.txt", "content": "x"})
+    assert error.code is ErrorCode.FILE_FAILED and "cannot be reached" in error.message
