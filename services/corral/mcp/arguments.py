@@ -20,8 +20,10 @@ from pydantic import ValidationError
 
 from corral.errors import ErrorCode
 
-# A model's argument text is bounded in the error: the error must never be bigger than the call.
+# What a refusal repeats of the call is bounded: a name's first 64 characters, the first 20 problems
+# (a call with a thousand stray arguments is answered in a few kilobytes, not a thousand lines).
 _MAX_NAME = 64
+MAX_PROBLEMS = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +104,9 @@ def refusal(tool: Tool, found: list[Problem]) -> CallToolResult:
     problems, one object each, in ``structuredContent`` for programs."""
     properties: Mapping[str, Any] = tool.parameters.get("properties", {})
     required = set(tool.parameters.get("required", []))
-    message = "; ".join(problem.detail for problem in found)
+    more = len(found) - MAX_PROBLEMS
+    found = found[:MAX_PROBLEMS]
+    message = "; ".join(problem.detail for problem in found) + (f"; and {more} more" if more > 0 else "")
     lines = [f"{ErrorCode.INVALID_REQUEST}: {message}", f"{tool.name} takes:"]
     lines += [f"- {name}: {expected(spec, name in required)}" for name, spec in properties.items()]
     body = {

@@ -345,6 +345,10 @@ async def test_a_wrong_argument_name_is_named_with_the_one_meant_and_what_the_to
         extra = error_of(await call(client, "cursor_position", session_id=S, verbose=True))
         assert [(p["argument"], p["problem"]) for p in extra["problems"]] == [("verbose", "unknown")]
         assert fake.sent == []
+        # A flood of stray arguments is answered in bounded text: the first problems and a count.
+        flood = error_of(await call(client, "cursor_position", session_id=S, **{f"a{i}": 1 for i in range(500)}))
+        assert len(flood["problems"]) == 20 and flood["message"].endswith("; and 480 more")
+        assert len(flood["message"]) < 2_000
         fake.answer = lambda request: reply()
         assert not (await call(client, "press_key", session_id=S, key="Return")).is_error
         assert fake.bodies()[-1]["action"] == {"type": "key", "keys": "Return"}
