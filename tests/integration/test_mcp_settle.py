@@ -134,6 +134,12 @@ async def _wait(client: Client, sid: str) -> CallToolResult:
     return await timed(client, "wait", session_id=sid, ms=0)
 
 
+async def _look(client: Client, sid: str) -> CallToolResult:
+    # As _wait: the model's own look after an action it sent with screenshot false.
+    await ok(client, "click", session_id=sid, x=TARGET[0], y=TARGET[1], screenshot=False)
+    return await timed(client, "screenshot", session_id=sid)
+
+
 # tool -> (the page's ?on=, what makes it move, the tag its next page's title carries)
 CASES: dict[str, tuple[str, Act, str]] = {
     "type_text": ("type", _type, "type"),
@@ -143,6 +149,7 @@ CASES: dict[str, tuple[str, Act, str]] = {
     "scroll": ("scroll", _scroll, "scroll"),
     "drag": ("drag", _drag, "drag"),
     "wait": ("click", _wait, "click"),
+    "screenshot": ("click", _look, "click"),
 }
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from mcp_types import CallToolResult
 from pydantic import Field
 
-from corral.client import check_reply
+from corral.client import Request, check_reply
 from corral.mcp import results
 from corral.mcp.base import Button, Ctx, SessionId, TabRef, ToolBase, WithScreenshot, X, Y, looked
 from corral.protocol import results as r
@@ -22,9 +22,13 @@ class ScreenTools(ToolBase):
     # -- the screen, pointer and keyboard ---------------------------------------------------------------
 
     async def screenshot(self, ctx: Ctx, session_id: SessionId) -> CallToolResult:
-        """A screenshot of the session's screen (PNG). Coordinates of the other tools are its pixels."""
+        """A screenshot of the session's screen (PNG), once it settled. Coordinates of the other tools
+        are its pixels."""
+        # Settled as the actions' screenshots are: after an action sent with screenshot false, the
+        # page may still be moving (a form's next page on its way), and this is the model's look.
+        body: Request = {**messages.screenshot("png", {}).body, "wait_for": "stable"}
         # The image goes to the model as the reply has it (base64): not decoded on the way.
-        shot = Message(messages.screenshot("png", {}).body, check_reply)
+        shot = Message(body, check_reply)
         return await self._answer(ctx, session_id, shot, lambda _, reply: results.image(reply))
 
     async def click(

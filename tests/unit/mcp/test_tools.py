@@ -138,7 +138,6 @@ async def test_an_action_tool_sends_its_native_action(
         ("switch_tab", {"tab": 2}, {"type": "tab_switch", "tab": 2}),
         ("switch_tab", {"tab": "t-1"}, {"type": "tab_switch", "tab": "t-1"}),
         ("close_tab", {}, {"type": "tab_close", "tab": None}),
-        ("screenshot", {}, {"type": "screenshot", "format": "png"}),
         ("read_file", {"path": "a.txt"}, {"type": "file_read", "path": "a.txt", "offset": 0, "encoding": "base64"}),
         (
             "write_file",
@@ -154,6 +153,14 @@ async def test_a_tool_sends_its_action(
     async with connect(fake) as client:
         await call(client, tool, session_id=S, **arguments)
         assert fake.bodies() == [{"action": action}]
+
+
+async def test_the_screenshot_tool_looks_once_the_screen_settled(fake: FakeGateway) -> None:
+    async with connect(fake) as client:
+        fake.answer = lambda request: reply({}, screenshot=SHOT)
+        result = await call(client, "screenshot", session_id=S)
+        assert fake.bodies() == [{"action": {"type": "screenshot", "format": "png"}, "wait_for": "stable"}]
+        assert [block.data for block in result.content if isinstance(block, ImageContent)] == [PNG]
 
 
 async def test_results_carry_the_reply_as_text_and_structured_content(fake: FakeGateway) -> None:
