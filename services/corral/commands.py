@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal, Self, TypedDict
 
 from corral.client import Frame
-from corral.errors import CommandFailed, CorralError
+from corral.errors import CommandFailed, CorralError, InvalidRequest
 
 TIMEOUT_EXIT = 124  # what timeout(1) exits with; `corral exec` too, for a command that ran out of time
 
@@ -189,11 +189,12 @@ def _argv_of(command: object, argv: Sequence[str] | None) -> list[str]:
     """A command given as a list: its argv (no shell), as ``subprocess.run`` takes one. Anything else
     that is no string is refused, naming both forms."""
     if argv is not None:
-        raise CorralError("give the command as a list or as argv=, not both")
+        raise InvalidRequest("give the command as a list or as argv=, not both", "argv")
     if not isinstance(command, list | tuple) or not all(isinstance(part, str) for part in command):
-        raise CorralError(
+        raise InvalidRequest(
             f"a command is a string (run by bash -lc) or a list of strings (argv, no shell), not "
-            f"{type(command).__name__}"
+            f"{type(command).__name__}",
+            "command",
         )
     return list(command)
 

@@ -15,7 +15,7 @@ import pytest
 
 from corral import commands
 from corral.commands import ExecResult, OutputChunk
-from corral.errors import ActionFailed, CommandFailed, CorralError
+from corral.errors import ActionFailed, CommandFailed, CorralError, InvalidRequest
 from corral.gateway_client import AsyncGateway, Download, Gateway
 from corral.gateway_models import SessionInfo, UploadedFile
 from corral.protocol import results as r
@@ -512,8 +512,9 @@ async def test_exec_takes_a_list_as_argv_in_both_twins_and_names_both_forms_for_
         "argv": ["sleep", "1"],
         "background": True,
     }
-    with pytest.raises(CorralError, match="as a list or as argv=, not both"):
+    with pytest.raises(InvalidRequest, match="as a list or as argv=, not both") as both:
         sandbox.exec(["ls"], argv=["ls"])
+    assert (both.value.code, both.value.field) == ("invalid_request", "argv")
     with pytest.raises(
         CorralError, match=r"a string \(run by bash -lc\) or a list of strings \(argv, no shell\), not int"
     ):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, overload
 
 from corral import transfer
-from corral.errors import ActionFailed, CorralError, ErrorCode
+from corral.errors import ActionFailed, ErrorCode, InvalidRequest
 from corral.gateway_client import Download
 from corral.gateway_models import UploadedFile
 from corral.protocol.results import FileEntry, FileListing, FileMoved, FileRemoved, FileWritten
@@ -31,7 +31,7 @@ def _reading(path: str, format: str, offset: int, length: int | None) -> Message
     elif format == "text":
         read = messages.file_read_text(path, offset, length)
     else:
-        raise CorralError(f"format is 'bytes' (the default) or 'text' (UTF-8, as str), not {format!r}")
+        raise InvalidRequest(f"format is 'bytes' (the default) or 'text' (UTF-8, as str), not {format!r}", "format")
     return Message(read.body, read.read)
 
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from corral import commands, tool_calls
 from corral.client import Envelope, Frame, Request, check_reply, image_bytes, message, with_options
 from corral.commands import ExecResult
-from corral.errors import CorralError
+from corral.errors import CorralError, InvalidRequest
 from corral.protocol import results as r
 from corral.sdk.execution import CodeEvent, Execution, OutputMessage, Result
 from corral.tool_calls import ModelReply, OnError, ToolCall, Vendored
@@ -66,8 +66,9 @@ def utf8_text(path: str, content: bytes) -> str:
     try:
         return content.decode()
     except UnicodeDecodeError as exc:
-        raise CorralError(
-            f"{path} is not UTF-8 text (byte {exc.start} of what was read is not): read it with format='bytes'"
+        raise InvalidRequest(
+            f"{path} is not UTF-8 text (byte {exc.start} of what was read is not): read it with format='bytes'",
+            "format",
         ) from None
 
 
