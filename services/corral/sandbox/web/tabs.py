@@ -202,6 +202,12 @@ class LastPage:
                 self._closing.add(target)
             return True
 
+    async def pages_open(self) -> int:
+        """How many pages Chromium lists that are not closing (0 when DevTools cannot say); after a
+        :meth:`make_way` under way, its blank tab counted."""
+        async with self._lock:
+            return len(await self._open_pages() or ())
+
     async def _open_pages(self) -> set[str] | None:
         """The page targets not being closed (those gone forgotten); None when DevTools did not say."""
         try:
