@@ -66,6 +66,11 @@ RULES: Final[tuple[Rule, ...]] = (
 
 # A client's "close the browser": its connection ends, the browser stays (the relay answers it).
 ENDS_CONNECTION: Final = frozenset({"Browser.close"})
+# Commands of a page that only a shown tab answers: headful Chromium draws no frame for a tab behind
+# another, so a screenshot of it waits for ever (Playwright's timed out). The relay brings the tab to
+# the front first (Page.bringToFront in the same session), where the connection may act
+# (docs/design/0382-screenshots-of-background-tabs.md).
+BROUGHT_FORWARD: Final = frozenset({"Page.captureScreenshot"})
 _REFUSED_METHODS: Final[dict[str, Rule]] = {
     "Browser.crash": BROWSER_LIFECYCLE,
     "Browser.crashGpuProcess": BROWSER_LIFECYCLE,
@@ -310,6 +315,7 @@ def parse(message: Any) -> Command | str:
 
 
 __all__ = [
+    "BROUGHT_FORWARD",
     "CDP_MAX_COMMAND_BYTES",
     "CDP_MAX_FRAME_BYTES",
     "CONTROL_TAKEN_CODE",

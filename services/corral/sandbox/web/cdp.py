@@ -14,6 +14,9 @@ While a person holds the lease every other connection gets nothing of the person
 detached and its browser-level settings switched off, then set up again at the hand-back. A page
 socket, whose session cannot be detached, is closed with 4409 at the take.
 
+A screenshot of a tab behind another brings that tab to the front first (headful Chromium draws no
+frame for a hidden tab; cdprules.BROUGHT_FORWARD), where the connection may act.
+
 Attribution: the commands of one connection open an activity window, reported to the egress proxy
 as one action ``c<n>.<conn>`` of actor ``cdp:<conn>``, that ends :data:`WINDOW_S` after the last
 response (so a navigation's subresources are charged to it). The recording gets ``cdp`` events:
@@ -295,6 +298,10 @@ class CdpRelay:
             await self._window.command((checked.session_id, checked.id))
             if not self._turn.goes(checked):
                 continue  # a person took the lease meanwhile: answered control_taken, never sent
+            if checked.method in cdprules.BROUGHT_FORWARD and self._may_act():
+                # Its tab to the front first (a no-op for the front tab), in the same session so it is
+                # done before the command; its answer is the relay's own, dropped.
+                await self._send_own(upstream, [cdpturn.Own("Page.bringToFront", {}, checked.session_id)])
             # What was checked is what goes: never the client's bytes (a repeated key, odd spacing).
             await upstream.send(json.dumps(checked.wire(), separators=(",", ":")))
 
@@ -316,6 +323,10 @@ class CdpRelay:
         if taken:
             return cdprules.control_taken_reply(command.id, command.session_id, holder.who, holder.since)
         return None
+
+    def _may_act(self) -> bool:
+        """Whether this connection may act on the browser now (the agent's lease, or its own)."""
+        return self._lease.holder.who in (AGENT, self._query.actor)
 
     def _lease_changed(self, change: Change) -> None:
         """The lease's listener (synchronous, so nothing of the turn passes after it): muzzled from a

@@ -14,6 +14,7 @@ from starlette.datastructures import QueryParams
 from corral.contracts import cdprules
 from corral.errors import ActionError, ErrorCode
 from corral.sandbox.control.lease import ControlLease
+from corral.sandbox.web import cdpturn
 from corral.sandbox.web.cdp import ActivityWindow, CdpQuery, CdpRelay, LastPage, Relays, response_of
 
 
@@ -556,3 +557,38 @@ async def test_an_exclusive_holder_keeps_everything_while_it_holds_the_lease() -
     await client.incoming.put(None)
     await serving
     lease.detach(query.actor)
+
+
+class Compact(Chromium):
+    """Chromium's answers as Chromium writes them (no spaces, the session last), which the relay reads."""
+
+    async def send(self, frame: str | bytes) -> None:
+        command = json.loads(frame)
+        self.received.append(command)
+        answer = {
+            "id": command["id"],
+            "result": {},
+            **({"sessionId": command["sessionId"]} if "sessionId" in command else {}),
+        }
+        await self._answers.put(json.dumps(answer, separators=(",", ":")))
+
+
+async def test_a_screenshot_brings_its_tab_to_the_front_first_where_the_connection_may_act() -> None:
+    capture = {"id": 9, "method": "Page.captureScreenshot", "params": {"format": "png"}, "sessionId": "S"}
+    client = Client([json.dumps(capture)])
+    chromium = Compact(client, expected=2)
+    query = CdpQuery("cdp_00000014", False, None)
+    relay = CdpRelay(client, query, ControlLease(), None, None, ActivityWindow(None, query.conn, query.actor))  # type: ignore[arg-type]
+    await relay.serve(chromium)  # type: ignore[arg-type]
+    front, shot = chromium.received
+    assert (front["method"], front["sessionId"], front["params"]) == ("Page.bringToFront", "S", {})
+    assert front["id"] >= cdpturn.OWN_IDS and shot == capture
+    assert client.sent == [{"id": 9, "result": {}, "sessionId": "S"}]  # the relay's own answer is not the client's
+    # Another connection holds the lease: this one may read (the screenshot) but not act on the tabs.
+    lease = ControlLease()
+    lease.take("cdp:cdp_000000bb")
+    client = Client([json.dumps(capture)])
+    chromium = Chromium(client, expected=1)
+    relay = CdpRelay(client, query, lease, None, None, ActivityWindow(None, query.conn, query.actor))  # type: ignore[arg-type]
+    await relay.serve(chromium)  # type: ignore[arg-type]
+    assert chromium.received == [capture]
