@@ -328,16 +328,24 @@ def test_the_last_page_closes_and_a_blank_one_keeps_chromium_up(gw: RunningGatew
         for n, page in enumerate(pages):
             assert "error" not in cdp_call(ws, 10 + n, "Target.closeTarget", {"targetId": page["targetId"]})
         assert cdp_call(ws, 30, "Target.closeTarget", {"targetId": made}) == {"id": 30, "result": {"success": True}}
-        left = [t for t in cdp_call(ws, 31, "Target.getTargets")["result"]["targetInfos"] if t["type"] == "page"]
-        assert [t["url"] for t in left] == ["about:blank"] and left[0]["targetId"] != made
+        ids = iter(range(100, 200))
+
+        def pages_once_gone(gone: str) -> list[dict[str, Any]]:
+            """The page targets once ``gone`` is no longer listed (its close answers before it goes)."""
+            listed = cdp_call(ws, next(ids), "Target.getTargets")["result"]["targetInfos"]
+            pages = [t for t in listed if t["type"] == "page"]
+            return [] if any(t["targetId"] == gone for t in pages) else pages
+
+        left = wait_for(lambda: pages_once_gone(made))
+        assert [t["url"] for t in left] == ["about:blank"], left
         # Page.close in a session of the (new) last page: the same.
         attached = cdp_call(ws, 32, "Target.attachToTarget", {"targetId": left[0]["targetId"], "flatten": True})
         answer = cdp_call(ws, 33, "Page.close", {}, sessionId=attached["result"]["sessionId"])
         assert "error" not in answer, answer
         time.sleep(2)  # a browser that quit with its last page would be gone by now
         _alive(ws, 40)
-        after = [t for t in cdp_call(ws, 41, "Target.getTargets")["result"]["targetInfos"] if t["type"] == "page"]
-        assert len(after) == 1 and after[0]["targetId"] != left[0]["targetId"]
+        after = wait_for(lambda: pages_once_gone(left[0]["targetId"]))
+        assert [t["url"] for t in after] == ["about:blank"], after
         assert own.page_info().url == "about:blank"  # the agent's browser, on the blank tab
 
 
