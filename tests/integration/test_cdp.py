@@ -107,9 +107,9 @@ def test_methods_that_bypass_corral_are_refused_naming_the_rule(
     gw: RunningGateway, sb: Sandbox, tmp_path: Path
 ) -> None:
     with cdp_socket(gw, sb) as ws:
-        closed = cdp_call(ws, 1, "Browser.close")
+        closed = cdp_call(ws, 1, "Browser.crash")
         assert closed["error"]["code"] == -32000
-        assert closed["error"]["message"].startswith("corral refused Browser.close")
+        assert closed["error"]["message"].startswith("corral refused Browser.crash")
         assert closed["error"]["message"].endswith("(rule browser_lifecycle)")
         proxied = cdp_call(ws, 2, "Target.createBrowserContext", {"proxyServer": "http://elsewhere.test:3128"})
         assert proxied["error"]["message"].endswith("(rule proxy_settings)")
@@ -124,7 +124,7 @@ def test_methods_that_bypass_corral_are_refused_naming_the_rule(
         lambda: [e for e in _cdp_events(gw, sb.id, tmp_path) if e["change"] == "refused"][-3:], timeout_s=15
     )
     assert [(e["method"], e["rule"]) for e in refused] == [
-        ("Browser.close", "browser_lifecycle"),
+        ("Browser.crash", "browser_lifecycle"),
         ("Target.createBrowserContext", "proxy_settings"),
         ("Tethering.bind", "network_bypass"),
     ]
@@ -280,6 +280,7 @@ def test_a_framework_sees_nothing_of_a_persons_turn_and_gets_its_pages_back(gw: 
             context = browser.contexts[0]
             page = context.pages[0]
             assert page.evaluate("() => 6 * 7") == 42
+            persons = context.new_cdp_session(page).send("Target.getTargetInfo")["targetInfo"]["targetId"]
             human = Live(gw, sb.id, KEY_A)
             try:
                 with page.expect_event("close", timeout=15_000):
@@ -299,11 +300,15 @@ def test_a_framework_sees_nothing_of_a_persons_turn_and_gets_its_pages_back(gw: 
                             ),
                             ("Runtime.compileScript", {"expression": "1", "sourceURL": "", "persistScript": True}),
                             ("Page.stopLoading", {}),
+                            ("Target.closeTarget", {"targetId": persons}),  # nothing of the agent's closes it
                         ]
                     ):
                         taken = cdp_call(ws, 10 + n, method, params)
                         assert taken["error"]["code"] == -32001 and "held by human:" in taken["error"]["message"], taken
                     assert "Chrome" in cdp_call(ws, 20, "Browser.getVersion")["result"]["product"]
+                    # Browser.close lets go of everything and touches no page: its connection ends.
+                    assert cdp_call(ws, 21, "Browser.close") == {"id": 21, "result": {}}
+                    assert closed_with(ws) == 1000
                 with context.expect_page(timeout=15_000) as back:
                     assert human.ask({"type": "release"})["type"] == "ack"
             finally:
@@ -314,20 +319,40 @@ def test_a_framework_sees_nothing_of_a_persons_turn_and_gets_its_pages_back(gw: 
     assert wait_for(lambda: agent_acts(sb), timeout_s=10)
 
 
-def test_the_last_page_is_not_closed_for_chromium_quits_with_it(gw: RunningGateway) -> None:
-    """Headful Chromium on Linux quits when its last page closes (found for real: the socket closed)."""
+def test_the_last_page_closes_and_a_blank_one_keeps_chromium_up(gw: RunningGateway) -> None:
+    """Headful Chromium on Linux quits when its last page closes (found for real: the socket closed):
+    the relay opens a blank tab first, so the close answers and Chromium stays (record 0381)."""
     with Sandbox.create(url=gw.url, api_key=KEY_A, allow=[]) as own, cdp_socket(gw, own) as ws:
         pages = [t for t in cdp_call(ws, 1, "Target.getTargets")["result"]["targetInfos"] if t["type"] == "page"]
         made = cdp_call(ws, 2, "Target.createTarget", {"url": "about:blank"})["result"]["targetId"]
-        for n, page in enumerate(pages):  # every page but the new one: allowed
+        for n, page in enumerate(pages):
             assert "error" not in cdp_call(ws, 10 + n, "Target.closeTarget", {"targetId": page["targetId"]})
-        last = cdp_call(ws, 30, "Target.closeTarget", {"targetId": made})
-        assert last["error"]["message"].endswith("(rule browser_lifecycle)"), last
-        attached = cdp_call(ws, 31, "Target.attachToTarget", {"targetId": made, "flatten": True})["result"]["sessionId"]
-        ws.send(json.dumps({"id": 32, "method": "Page.close", "params": {}, "sessionId": attached}))
-        answer = json.loads(ws.recv(timeout=20))
-        while answer.get("id") != 32:
-            answer = json.loads(ws.recv(timeout=20))
-        assert answer["error"]["message"].endswith("(rule browser_lifecycle)"), answer
+        assert cdp_call(ws, 30, "Target.closeTarget", {"targetId": made}) == {"id": 30, "result": {"success": True}}
+        ids = iter(range(100, 200))
+
+        def pages_once_gone(gone: str) -> list[dict[str, Any]]:
+            """The page targets once ``gone`` is no longer listed (its close answers before it goes)."""
+            listed = cdp_call(ws, next(ids), "Target.getTargets")["result"]["targetInfos"]
+            pages = [t for t in listed if t["type"] == "page"]
+            return [] if any(t["targetId"] == gone for t in pages) else pages
+
+        left = wait_for(lambda: pages_once_gone(made))
+        assert [t["url"] for t in left] == ["about:blank"], left
+        # Page.close in a session of the (new) last page: the same.
+        attached = cdp_call(ws, 32, "Target.attachToTarget", {"targetId": left[0]["targetId"], "flatten": True})
+        answer = cdp_call(ws, 33, "Page.close", {}, sessionId=attached["result"]["sessionId"])
+        assert "error" not in answer, answer
         time.sleep(2)  # a browser that quit with its last page would be gone by now
         _alive(ws, 40)
+        after = wait_for(lambda: pages_once_gone(left[0]["targetId"]))
+        assert [t["url"] for t in after] == ["about:blank"], after
+        assert own.page_info().url == "about:blank"  # the agent's browser, on the blank tab
+
+
+def test_browser_close_ends_only_the_clients_connection(gw: RunningGateway, sb: Sandbox) -> None:
+    with cdp_socket(gw, sb) as ws:
+        assert cdp_call(ws, 1, "Browser.close") == {"id": 1, "result": {}}
+        assert closed_with(ws) == 1000
+    with cdp_socket(gw, sb) as again:
+        _alive(again, 2)  # Chromium is the session's: still there for the next client and the agent
+    assert sb.page_info().url

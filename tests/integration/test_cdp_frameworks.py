@@ -12,9 +12,11 @@ to anything but loopback: telemetry, cloud sync and version checks are off.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import subprocess
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -24,11 +26,13 @@ from typing import Any
 import httpx
 import pytest
 from mcp import Client, StdioServerParameters
-from mcp_types import CallToolResult, TextContent
+from mcp_types import CallToolResult, ImageContent, TextContent
+from playwright.async_api import async_playwright
 
 from corral.errors import ActionFailed
 from corral.sdk import AsyncSandbox
 
+from .conftest import decode_image, find_color
 from .dockerutil import DockerHarness
 from .egress_fixtures import Upstream, gateway_to, start_upstream
 from .gateway_fixtures import KEY_A, RunningGateway
@@ -260,6 +264,128 @@ async def test_playwright_mcp_on_an_exclusive_connection_holds_the_lease_while_i
     # Playwright MCP has gone and its connection with it: the lease is the agent's again.
     reply = await sb.sandbox.act({"type": "tabs"}, wait_for_control_ms=10_000)
     assert page in [tab["url"] for tab in reply["result"]["tabs"]]
+
+
+# Closing: each client closes what it opened, then every page left (the last one: Chromium quits with
+# it, so Corral opens a blank tab first), then the browser (its connection ends, Chromium stays: record
+# 0381). Each step must return; the bound is a guard against a hang (Playwright's driver once waited
+# for ever on a refused close), not a timing budget.
+STEP_LIMIT_S = 10.0
+
+
+async def step_s(name: str, run: Any) -> float:
+    """How long ``run`` (an awaitable) took, failing past STEP_LIMIT_S (printed: the note's table)."""
+    started = time.monotonic()
+    await asyncio.wait_for(run, STEP_LIMIT_S)
+    took = time.monotonic() - started
+    print(f"{name}: {took * 1000:.0f} ms")
+    return took
+
+
+async def browser_answers(sb: Session, page: str) -> None:
+    """The session's browser, after a client closed everything: a native navigate and screenshot."""
+    navigated = await sb.sandbox.navigate(page)
+    assert navigated.title == "upstream allowed.test", navigated
+    assert (await sb.sandbox.screenshot()).startswith(b"\x89PNG")
+
+
+def probe_steps(read: dict[str, Any]) -> list[str]:
+    """A probe's close steps, each checked: it returned, without error, within STEP_LIMIT_S."""
+    print(read["steps"])
+    for step in read["steps"]:
+        assert "error" not in step and step["ms"] < STEP_LIMIT_S * 1000, read
+    return [str(step["step"]) for step in read["steps"]]
+
+
+async def test_playwright_closes_what_it_opened_the_last_page_and_the_browser(sb: Session) -> None:
+    page = "https://allowed.test/frameworks/playwright-close"
+    async with async_playwright() as p:
+        browser = await p.chromium.connect_over_cdp(sb.cdp_url, headers={"Authorization": f"Bearer {sb.token}"})
+        context = browser.contexts[0]
+        opened = await context.new_page()
+        await opened.goto(page)
+        await step_s("playwright close_opened", opened.close())
+        left = list(context.pages)
+        assert left, "the session's own page is still there"
+        for each in left:
+            await step_s("playwright close_page", each.close())  # the last of them too
+        await step_s("playwright close_browser", browser.close())
+    await browser_answers(sb, page)
+
+
+@pytest.mark.usefixtures("frameworks")
+async def test_puppeteer_closes_what_it_opened_the_last_page_and_the_browser(sb: Session, tmp_path: Path) -> None:
+    page = "https://allowed.test/frameworks/puppeteer-close"
+    read = await run_probe("node", str(PUPPETEER_PROBE), sb.cdp_url, sb.token, page, "close", home=tmp_path)
+    steps = probe_steps(read)
+    assert steps == ["close_opened", *["close_page"] * read["pages_left"], "close_browser"] and read["pages_left"]
+    assert read["connected"] is False  # browser.close() ended Puppeteer's connection
+    await browser_answers(sb, page)
+
+
+@pytest.mark.usefixtures("frameworks")
+async def test_browser_use_closes_what_it_opened_the_last_page_and_the_browser(sb: Session, tmp_path: Path) -> None:
+    page = "https://allowed.test/frameworks/browser-use-close"
+    probe = (str(BROWSER_USE_PYTHON), str(BROWSER_USE_PROBE), sb.cdp_url, sb.token, page, "close")
+    read = await run_probe(*probe, home=tmp_path)
+    assert probe_steps(read) == ["close_opened", *["close_page"] * read["pages_left"], "close_browser"]
+    assert read["pages_left"]
+    await browser_answers(sb, page)
+
+
+@pytest.mark.usefixtures("frameworks")
+async def test_playwright_mcp_closes_its_tab_the_last_tab_and_the_browser(sb: Session, tmp_path: Path) -> None:
+    page = "https://allowed.test/frameworks/playwright-mcp-close"
+    async with playwright_mcp(sb.cdp_url, sb.header, home=tmp_path) as client:
+        await text_of(client, "browser_tabs", action="new", url=page)
+        listed = await text_of(client, "browser_tabs", action="list")
+        count = listed.count("- ")
+        assert count >= 2 and page in listed, listed
+        await step_s(
+            "mcp close_opened", text_of(client, "browser_tabs", action="close", index=count - 1)
+        )  # the one it opened
+        for index in reversed(range(count - 1)):
+            await step_s(
+                "mcp close_page", text_of(client, "browser_tabs", action="close", index=index)
+            )  # the last one too
+        await step_s("mcp close_browser", text_of(client, "browser_close"))
+    await browser_answers(sb, page)
+
+
+# Screenshots of a tab behind another: headful Chromium draws no frame for it, so Page.captureScreenshot
+# waited for ever (Playwright: "Timeout exceeded ... fonts loaded"; the window's switches that keep
+# background tabs rendering did not change that, measured in record 0382). Corral's relay brings the
+# tab to the front first. The back tab is the bank page: its red box (#c80000) is in the picture.
+BANK = "https://allowed.test/page/bank.html"
+BANK_RED = (200, 0, 0)
+
+
+async def test_playwright_screenshots_a_tab_behind_another(sb: Session) -> None:
+    async with async_playwright() as p:
+        browser = await p.chromium.connect_over_cdp(sb.cdp_url, headers={"Authorization": f"Bearer {sb.token}"})
+        context = browser.contexts[0]
+        back = await context.new_page()
+        await back.goto(BANK)
+        front = await context.new_page()  # opened in front of the bank
+        await front.goto("https://allowed.test/frameworks/front")
+        png = await asyncio.wait_for(back.screenshot(timeout=10_000), STEP_LIMIT_S + 5)
+        find_color(decode_image(base64.b64encode(png).decode()), BANK_RED)
+        # What a person watching sees (the screen, as the native screenshot takes it): that tab, in front.
+        find_color(decode_image(base64.b64encode(await sb.sandbox.screenshot()).decode()), BANK_RED)
+        await front.close()
+        await back.close()
+        await browser.close()
+
+
+@pytest.mark.usefixtures("frameworks")
+async def test_playwright_mcp_screenshots_its_tab_after_another_came_in_front(sb: Session, tmp_path: Path) -> None:
+    async with playwright_mcp(sb.cdp_url, sb.header, home=tmp_path) as client:
+        await text_of(client, "browser_tabs", action="new", url=BANK)  # Playwright MCP's current tab
+        await sb.sandbox.tab_new("https://allowed.test/frameworks/agent-in-front")  # the agent's, in front of it
+        result = await asyncio.wait_for(client.call_tool("browser_take_screenshot", {}), STEP_LIMIT_S + 5)
+        assert isinstance(result, CallToolResult) and not result.is_error, result
+        [image] = [block for block in result.content if isinstance(block, ImageContent)]
+        find_color(decode_image(image.data), BANK_RED)
 
 
 def test_the_frameworks_are_pinned() -> None:

@@ -157,25 +157,26 @@ def test_batches_binary_frames_and_odd_ids_are_not_relayed_as_refused_methods(
         assert "error" in json.loads(ws.recv(timeout=20))
         ws.send('{"id":true,"method":"Browser.close"}')
         assert "error" in json.loads(ws.recv(timeout=20))
-        ws.send('{"id":5,"method":"Browser.\\u0063lose"}')  # an escaped name is the same name
-        escaped = cdp_answer(ws, 5)
-        assert escaped["error"]["code"] == -32000
-        time.sleep(1.0)
-        assert _browser_lives(gw, fresh, ws)
+        ws.send('{"id":5,"method":"Browser.\\u0063lose"}')  # an escaped name is the same name:
+        assert cdp_answer(ws, 5) == {"id": 5, "result": {}}  # Browser.close ends this connection only
+        assert closed_with(ws) == 1000
+    time.sleep(1.0)
+    assert _browser_lives(gw, fresh)
 
 
 def test_flattened_browser_session_cannot_close_the_browser(gw: RunningGateway, fresh: Sandbox) -> None:
     with cdp_socket(gw, fresh) as ws:
         attached = cdp_call(ws, 1, "Target.attachToBrowserTarget")
         session = attached["result"]["sessionId"]
-        closed = cdp_call(ws, 2, "Browser.close", sessionId=session)
-        assert closed["error"]["code"] == -32000 and closed.get("sessionId") == session
         proxied = cdp_call(
             ws, 3, "Target.createBrowserContext", {"proxyServer": "http://evil.test:1"}, sessionId=session
         )
         assert proxied["error"]["code"] == -32000
-        time.sleep(1.0)
-        assert _browser_lives(gw, fresh, ws)
+        # Browser.close in the browser's own session ends this connection, never Chromium.
+        assert cdp_call(ws, 2, "Browser.close", sessionId=session) == {"id": 2, "sessionId": session, "result": {}}
+        assert closed_with(ws) == 1000
+    time.sleep(1.0)
+    assert _browser_lives(gw, fresh)
 
 
 def _wrapped(ws: ClientConnection, id: int, session: str, inner: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,10 @@ Pure: no I/O. The relay (corral.sandbox.web.cdp) asks :func:`refusal` of every c
 :func:`needs_lease` of the ones it lets through; a refused command is answered with
 :func:`refused_reply` or :func:`control_taken_reply` and never reaches Chromium.
 
+``Browser.close`` (:data:`ENDS_CONNECTION`) is answered here with success and ends that client's
+connection, as hosted browsers answer it: Chromium is the session's and keeps running
+(docs/design/0381-closing-the-last-page.md).
+
 Refused outright (whoever holds the lease), because each would take away a guarantee of Corral's:
 the browser's life (the init restarts Chromium, but a client that crashes it at will breaks the
 agent's session), the egress proxy (a browser context of its own proxy settings would bypass the
@@ -60,8 +64,14 @@ RULES: Final[tuple[Rule, ...]] = (
     INTERNAL_PAGES,
 )
 
+# A client's "close the browser": its connection ends, the browser stays (the relay answers it).
+ENDS_CONNECTION: Final = frozenset({"Browser.close"})
+# Commands of a page that only a shown tab answers: headful Chromium draws no frame for a tab behind
+# another, so a screenshot of it waits for ever (Playwright's timed out). The relay brings the tab to
+# the front first (Page.bringToFront in the same session), where the connection may act
+# (docs/design/0382-screenshots-of-background-tabs.md).
+BROUGHT_FORWARD: Final = frozenset({"Page.captureScreenshot"})
 _REFUSED_METHODS: Final[dict[str, Rule]] = {
-    "Browser.close": BROWSER_LIFECYCLE,
     "Browser.crash": BROWSER_LIFECYCLE,
     "Browser.crashGpuProcess": BROWSER_LIFECYCLE,
     "Page.crash": BROWSER_LIFECYCLE,
@@ -187,6 +197,14 @@ class CdpError(TypedDict):
     message: str
 
 
+class CdpOkReply(TypedDict):
+    """A success the relay answers itself (Browser.close: nothing to return)."""
+
+    id: int
+    sessionId: NotRequired[str]
+    result: dict[str, object]
+
+
 class CdpErrorReply(TypedDict):
     """An answer the relay gives itself, as Chromium answers a failed command."""
 
@@ -209,6 +227,13 @@ def _reply(message_id: int | None, session_id: str | None, code: int, text: str)
     if session_id is None:
         return {"id": message_id, "error": error}
     return {"id": message_id, "sessionId": session_id, "error": error}
+
+
+def ok_reply(message_id: int, session_id: str | None) -> CdpOkReply:
+    """An empty success, as Chromium answers a command that returns nothing."""
+    if session_id is None:
+        return {"id": message_id, "result": {}}
+    return {"id": message_id, "sessionId": session_id, "result": {}}
 
 
 def refused_reply(message_id: int | None, session_id: str | None, method: str, rule: Rule) -> CdpErrorReply:
@@ -290,9 +315,11 @@ def parse(message: Any) -> Command | str:
 
 
 __all__ = [
+    "BROUGHT_FORWARD",
     "CDP_MAX_COMMAND_BYTES",
     "CDP_MAX_FRAME_BYTES",
     "CONTROL_TAKEN_CODE",
+    "ENDS_CONNECTION",
     "PERSONS_TURN_EVENTS",
     "REFUSED_CODE",
     "RULES",
@@ -304,6 +331,7 @@ __all__ = [
     "invalid_reply",
     "loads",
     "needs_lease",
+    "ok_reply",
     "parse",
     "refusal",
     "refused_reply",

@@ -18,7 +18,6 @@ from corral.protocol.validation import validate
 @pytest.mark.parametrize(
     ("method", "params", "rule"),
     [
-        ("Browser.close", None, "browser_lifecycle"),
         ("Browser.crash", {}, "browser_lifecycle"),
         ("Browser.crashGpuProcess", None, "browser_lifecycle"),
         ("Target.createBrowserContext", {"proxyServer": "http://elsewhere.test:3128"}, "proxy_settings"),
@@ -33,6 +32,12 @@ from corral.protocol.validation import validate
 def test_refused_commands_name_their_rule(method: str, params: dict[str, Any] | None, rule: str) -> None:
     found = cdprules.refusal(method, params)
     assert found is not None and found.name == rule
+
+
+def test_browser_close_is_no_refusal_but_ends_the_connection() -> None:
+    assert cdprules.refusal("Browser.close", None) is None and "Browser.close" in cdprules.ENDS_CONNECTION
+    assert cdprules.ok_reply(4, None) == {"id": 4, "result": {}}
+    assert cdprules.ok_reply(5, "S") == {"id": 5, "sessionId": "S", "result": {}}
 
 
 @pytest.mark.parametrize(

@@ -240,6 +240,30 @@ ENABLED_FEATURES = ("NetworkServiceInProcess", "NetworkServiceInProcess2")
 # new renderer exec'd instead of forked), --enable-low-end-device-mode (no change), --disable-extensions,
 # --disable-crash-reporter and --js-flags=--max-semi-space-size=1 (10 MiB more together).
 ONE_TAB_FLAGS = ("--in-process-gpu",)
+# Chromium's own traffic, off (boot.QUIET_POLICY says the same as managed policy): what the policy
+# does not reach (the background fetches at start, domain reliability reports, field trials' config,
+# hyperlink auditing pings). Each is a switch this Chromium knows (its binary names it; Chromium 156
+# has no --disable-client-side-phishing-detection any more: safe browsing is off by policy instead).
+# Two services no switch or policy turns off (Chromium 156, read in its NetLog and verbose log): the
+# account list the sign-in code asks accounts.google.com for at start and on every google.com cookie
+# change (with sign-in disabled by policy and by the profile's prefs, and retried with back-off), and
+# the component updater's on-demand installs (the on-device model manifest, despite
+# --disable-component-update and ComponentUpdatesEnabled). Both are pointed at port 1, which Chromium
+# never connects to (an unsafe port: the request fails at once with ERR_UNSAFE_PORT, no socket, no
+# proxy, nothing another process could answer); Google's sites still load as any other site.
+INERT_URL = "http://127.0.0.1:1/"
+QUIET_FLAGS = (
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-domain-reliability",
+    "--disable-field-trial-config",
+    "--disable-breakpad",
+    "--no-pings",
+    "--metrics-recording-only",
+    f"--gaia-url={INERT_URL}",
+    f"--component-updater=url-source={INERT_URL}",
+)
 
 
 # The Playwright driver (node, started by the controller, which passes its environment on): V8's young
@@ -254,7 +278,17 @@ DRIVER_NODE_OPTIONS = "--max-semi-space-size=1"
 CONTROLLER_ENV = {"NODE_OPTIONS": DRIVER_NODE_OPTIONS, "MALLOC_ARENA_MAX": "2"}
 
 
+def _switch(flag: str) -> str:
+    return flag.partition("=")[0]
+
+
+QUIET_SWITCHES = frozenset(_switch(flag) for flag in QUIET_FLAGS)
+
+
 def chromium_argv(width: int, height: int, profile: str, extra: list[str]) -> list[str]:
+    """Chromium's command line; ``extra`` (the operator's CORRAL_CHROMIUM_FLAGS, the proxy's) goes last,
+    but never one of QUIET_FLAGS' switches: Chromium takes a switch's last value, and those stay Corral's."""
+    extra = [flag for flag in extra if _switch(flag) not in QUIET_SWITCHES]
     return [
         CHROMIUM,
         f"--remote-debugging-port={CDP_PORT}",
@@ -265,9 +299,7 @@ def chromium_argv(width: int, height: int, profile: str, extra: list[str]) -> li
         "--test-type",  # hides the --no-sandbox warning bar, which would shift the page
         "--no-first-run",
         "--no-default-browser-check",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
+        *QUIET_FLAGS,
         "--disable-default-apps",
         "--disable-quic",
         "--disable-dev-shm-usage",

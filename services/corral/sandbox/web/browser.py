@@ -28,7 +28,7 @@ from corral.sandbox.web import devtools, navigation
 from corral.sandbox.web.driver import Driver, pinned_endpoint
 from corral.sandbox.web.inflight import InFlight
 from corral.sandbox.web.navigation import Navigated, PageInfo
-from corral.sandbox.web.tabs import LastPage, page_targets
+from corral.sandbox.web.tabs import LastPage, open_blank, page_targets
 from corral.sandbox.web.tabset import TabClosed, TabList, TabSet, TabShown
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ class Browser:
             on_lost=self._lost,
         )
         # Shared with the CDP relays: a native close and a CDP close at once cannot close the last two.
-        last_page = LastPage(functools.partial(page_targets, cdp_url))
+        last_page = LastPage(functools.partial(page_targets, cdp_url), functools.partial(open_blank, cdp_url))
         self.tabset = TabSet(self._driver.connect, self._requests.track, _target_id, last_page)
 
     def _connected(self, browser: PWBrowser) -> None:

@@ -14,6 +14,9 @@ While a person holds the lease every other connection gets nothing of the person
 detached and its browser-level settings switched off, then set up again at the hand-back. A page
 socket, whose session cannot be detached, is closed with 4409 at the take.
 
+A screenshot of a tab behind another brings that tab to the front first (headful Chromium draws no
+frame for a hidden tab; cdprules.BROUGHT_FORWARD), where the connection may act.
+
 Attribution: the commands of one connection open an activity window, reported to the egress proxy
 as one action ``c<n>.<conn>`` of actor ``cdp:<conn>``, that ends :data:`WINDOW_S` after the last
 response (so a navigation's subresources are charged to it). The recording gets ``cdp`` events:
@@ -61,7 +64,7 @@ CLOSE_WAIT_S = 5.0  # how long the controller's shutdown waits for its CDP conne
 CLOSE_TOO_BIG = 1009  # RFC 6455: a message too big to process
 CLOSE_CONTROL_TAKEN = 4409  # a page socket at a person's take: 4000 + control_taken's HTTP status
 _DECODE_ON_LOOP = 1 << 20  # larger client frames are decoded in a thread
-_CLOSING = frozenset({"Target.closeTarget", "Page.close"})  # what may close Chromium's last page
+_CLOSING = frozenset({"Target.closeTarget", "Page.close"})  # what may close Chromium's last page (and so it)
 JSON_PATHS = frozenset({"version", "list"})
 _CONN_ID = re.compile(r"[A-Za-z0-9_]{1,32}")
 _TARGET_ID = re.compile(r"[A-Za-z0-9-]{1,64}")
@@ -279,9 +282,14 @@ class CdpRelay:
                 self._closing_code = CLOSE_TOO_BIG
                 return
             checked = await _decoded(frame)
+            if isinstance(checked, cdprules.Command) and checked.method in cdprules.ENDS_CONNECTION:
+                # Even in a person's turn: it lets go of everything and touches no page.
+                await self._reply(cdprules.ok_reply(checked.id, checked.session_id))
+                self._note("closed", method=checked.method)
+                return
             answer = self._answer_here(checked) if isinstance(checked, cdprules.Command) else checked
             if answer is None and isinstance(checked, cdprules.Command):
-                answer = await self._closing_last_page(checked)
+                answer = await self._making_way(checked)
             if answer is not None:
                 await self._reply(answer)
                 continue
@@ -290,6 +298,10 @@ class CdpRelay:
             await self._window.command((checked.session_id, checked.id))
             if not self._turn.goes(checked):
                 continue  # a person took the lease meanwhile: answered control_taken, never sent
+            if checked.method in cdprules.BROUGHT_FORWARD and self._may_act():
+                # Its tab to the front first (a no-op for the front tab), in the same session so it is
+                # done before the command; its answer is the relay's own, dropped.
+                await self._send_own(upstream, [cdpturn.Own("Page.bringToFront", {}, checked.session_id)])
             # What was checked is what goes: never the client's bytes (a repeated key, odd spacing).
             await upstream.send(json.dumps(checked.wire(), separators=(",", ":")))
 
@@ -311,6 +323,10 @@ class CdpRelay:
         if taken:
             return cdprules.control_taken_reply(command.id, command.session_id, holder.who, holder.since)
         return None
+
+    def _may_act(self) -> bool:
+        """Whether this connection may act on the browser now (the agent's lease, or its own)."""
+        return self._lease.holder.who in (AGENT, self._query.actor)
 
     def _lease_changed(self, change: Change) -> None:
         """The lease's listener (synchronous, so nothing of the turn passes after it): muzzled from a
@@ -347,16 +363,19 @@ class CdpRelay:
         for own in commands:
             await upstream.send(self._turn.own_wire(own))
 
-    async def _closing_last_page(self, command: cdprules.Command) -> cdprules.CdpErrorReply | None:
-        """The refusal of a command that would close Chromium's last page (so Chromium), or None."""
+    async def _making_way(self, command: cdprules.Command) -> cdprules.CdpErrorReply | None:
+        """For a command that may close Chromium's last page (so Chromium): a blank tab opened first
+        (:meth:`LastPage.make_way`), then None (it goes on); its refusal when that cannot be done."""
         if self._last_page is None or command.method not in _CLOSING:
             return None
         if command.method == "Target.closeTarget":
             target = (command.params or {}).get("targetId")
             named = target if isinstance(target, str) else None
-        else:  # Page.close: the page of the socket, or of a session the relay does not map
-            named = self._query.target if command.session_id is None else None
-        if not await self._last_page.refuses(named):
+        elif command.session_id is not None:  # Page.close in a flat session: the page it is attached to
+            named = self._turn.target_of(command.session_id)
+        else:  # Page.close on a page's own socket
+            named = self._query.target
+        if await self._last_page.make_way(named):
             return None
         rule = cdprules.BROWSER_LIFECYCLE
         self._note("refused", method=command.method, rule=rule.name)
@@ -377,7 +396,7 @@ class CdpRelay:
                     continue
             await self._send(frame)
 
-    async def _reply(self, answer: cdprules.CdpErrorReply) -> None:
+    async def _reply(self, answer: cdprules.CdpErrorReply | cdprules.CdpOkReply) -> None:
         await self._send(json.dumps(answer, separators=(",", ":")))
 
     async def _send(self, frame: str | bytes) -> None:

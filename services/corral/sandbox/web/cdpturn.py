@@ -78,6 +78,7 @@ class Turn:
     def __init__(self) -> None:
         self.muzzled = False
         self._sessions: set[str] = set()  # flat sessions Chromium attached it to
+        self._targets: dict[str, str] = {}  # ... and the target each is attached to (Page.close names none)
         # The browser level's settings as the client last gave them: the commands to send again.
         self._auto_attach: Own | None = None
         self._discover: Own | None = None
@@ -140,16 +141,23 @@ class Turn:
         (a session attached during the turn is let go at once)."""
         method = event_method(frame)
         if method in (_ATTACHED, _DETACHED):
-            session = _session_of(frame)
+            session, target = _session_of(frame)
             if session is not None and method == _ATTACHED:
                 self._sessions.add(session)
+                if target is not None:
+                    self._targets[session] = target
                 if self.muzzled:
                     return False, [Own("Target.detachFromTarget", {"sessionId": session})]
             elif session is not None:
                 self._sessions.discard(session)
+                self._targets.pop(session, None)
         if not self.muzzled:
             return True, []
         return method in cdprules.PERSONS_TURN_EVENTS, []
+
+    def target_of(self, session: str) -> str | None:
+        """The target Chromium attached this connection's ``session`` to, if it said."""
+        return self._targets.get(session)
 
     # -- the turn
 
@@ -208,14 +216,17 @@ def _default_downloads(context: str | None) -> dict[str, str]:
     return out
 
 
-def _session_of(frame: str | bytes) -> str | None:
-    """The attached (or detached) session an attach event names (a small frame: decoded whole)."""
+def _session_of(frame: str | bytes) -> tuple[str | None, str | None]:
+    """The session an attach (or detach) event names, and its target's id (a small frame: decoded whole)."""
     try:
         params = json.loads(frame).get("params") or {}
     except (ValueError, AttributeError):
-        return None
-    session = params.get("sessionId") if isinstance(params, dict) else None
-    return session if isinstance(session, str) else None
+        return None, None
+    if not isinstance(params, dict):
+        return None, None
+    session, info = params.get("sessionId"), params.get("targetInfo")
+    target = info.get("targetId") if isinstance(info, dict) else params.get("targetId")
+    return (session if isinstance(session, str) else None), (target if isinstance(target, str) else None)
 
 
 __all__ = ["OWN_IDS", "Own", "Pending", "Turn", "event_method"]

@@ -1,4 +1,4 @@
-"""GET on Chromium's DevTools HTTP endpoint (``/json/version``, ``/json/list``): one HTTP/1.1 request on
+"""Chromium's DevTools HTTP endpoint (``GET /json/version``, ``/json/list``, ``PUT /json/new``): one HTTP/1.1 request on
 a loopback connection, its answer read whole, bounded in size and time.
 
 Not httpx: the controller asks DevTools for a few hundred bytes of JSON, and httpx's import is about
@@ -20,6 +20,7 @@ from corral.errors import ActionError, ErrorCode
 
 MAX_HEAD_BYTES = 16 * 1024
 MAX_BODY_BYTES = 8 << 20  # /json/list of a hundred tabs is tens of KiB
+_METHODS = frozenset({"GET", "PUT"})
 
 
 def _unavailable(message: str) -> ActionError:
@@ -36,13 +37,14 @@ class Answer:
         return json.loads(self.body)
 
 
-async def get(base_url: str, path: str, timeout_s: float) -> Answer:
-    """``GET path`` on ``base_url`` (``http://host:port``); raises ActionError (browser_unavailable)."""
+async def get(base_url: str, path: str, timeout_s: float, method: str = "GET") -> Answer:
+    """``GET path`` (or ``method``: /json/new takes PUT only) on ``base_url`` (``http://host:port``);
+    raises ActionError (browser_unavailable)."""
     address = urllib.parse.urlsplit(base_url)
     host, port = address.hostname, address.port
-    if address.scheme != "http" or not host or port is None or not path.startswith("/"):
+    if address.scheme != "http" or not host or port is None or not path.startswith("/") or method not in _METHODS:
         raise _unavailable(f"not a DevTools address and path: {base_url!r} {path!r}")
-    request = f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: application/json\r\n\r\n"
+    request = f"{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: application/json\r\n\r\n"
     try:
         async with asyncio.timeout(timeout_s):
             reader, writer = await asyncio.open_connection(host, port, limit=MAX_HEAD_BYTES)

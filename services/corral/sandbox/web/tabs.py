@@ -6,10 +6,10 @@ cannot answer for it (they can redefine both in the page's own world). The answe
 because the controller's Playwright connects without its default overrides (``no_defaults``): its
 focus emulation counts every tab it attaches to as captured, so visible, and focused.
 
-The last page: Chromium (headful, on Linux) quits with its last page, so closing it is refused to a
-CDP client and made safe for the controller's own ``tab_close`` (a blank tab opened first); both ask
-one :class:`LastPage`, so a native close and a CDP close at once cannot both see two pages and close
-them both.
+The last page: Chromium (headful, on Linux) quits with its last page, so closing it opens a blank
+tab first, for a CDP client's close (docs/design/0381-closing-the-last-page.md) as for the
+controller's own ``tab_close``; both ask one :class:`LastPage`, so a native close and a CDP close at
+once cannot both see two pages and close them both.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from playwright._impl._errors import Error as PlaywrightError
 
-from corral.errors import ActionError
+from corral.errors import ActionError, ErrorCode
 from corral.sandbox.web import devtools
 
 if TYPE_CHECKING:
@@ -143,12 +143,23 @@ async def page_targets(cdp_url: str) -> Any:
     return (await devtools.get(cdp_url, "/json/list", 5.0)).json()
 
 
-class LastPage:
-    """Judges each closing of a page, one at a time: closing the last open one is refused (a page
-    already being closed no longer counts). Shared by the CDP relays and the controller's ``tab_close``."""
+async def open_blank(cdp_url: str) -> None:
+    """A new about:blank tab in Chromium's window (``PUT /json/new``); raises ActionError."""
+    answer = await devtools.get(cdp_url, "/json/new?about:blank", 5.0, method="PUT")
+    if answer.status != 200:
+        raise ActionError(ErrorCode.BROWSER_UNAVAILABLE, f"Chromium's DevTools did not open a tab ({answer.status})")
 
-    def __init__(self, list_targets: Callable[[], Awaitable[Any]]) -> None:
+
+class LastPage:
+    """Judges each closing of a page, one at a time: the last open one closes only once a blank tab
+    stands beside it (a page already being closed no longer counts). Shared by the CDP relays
+    (:meth:`make_way`) and the controller's ``tab_close`` (:meth:`refuses`, then a page of its own)."""
+
+    def __init__(
+        self, list_targets: Callable[[], Awaitable[Any]], open_blank: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         self._list_targets = list_targets
+        self._open_blank = open_blank
         self._lock = asyncio.Lock()
         self._closing: set[str] = set()
 
@@ -157,13 +168,9 @@ class LastPage:
         would close the last page; when not, ``target`` counts as closing from now on. Unknown
         (DevTools did not answer): refused."""
         async with self._lock:
-            try:
-                listed = await self._list_targets()
-                pages = {t["id"] for t in listed if isinstance(t, dict) and t.get("type") == "page"}
-            except (ActionError, ValueError, TypeError, KeyError):
+            open_pages = await self._open_pages()
+            if open_pages is None:
                 return True
-            self._closing &= pages  # those gone are forgotten
-            open_pages = pages - self._closing
             if target is not None and target not in open_pages:
                 return False  # no page (a worker, an iframe) or one already closing: Chromium answers
             if len(open_pages) <= 1:
@@ -171,6 +178,45 @@ class LastPage:
             if target is not None:
                 self._closing.add(target)
             return False
+
+    async def make_way(self, target: str | None) -> bool:
+        """Let ``target`` (None: a page the caller cannot name) close without Chromium: when it would
+        leave no open page, a blank tab is opened first, so the close goes on and the browser stays.
+        From then on ``target`` counts as closing. False when that cannot be done (DevTools did not
+        answer or opened nothing): the caller refuses the close."""
+        async with self._lock:
+            open_pages = await self._open_pages()
+            if open_pages is None:
+                return False
+            if target is not None and target not in open_pages:
+                return True  # no page (a worker, an iframe) or one already closing: Chromium answers
+            if len(open_pages) <= 1:
+                if self._open_blank is None:
+                    return False
+                try:
+                    await self._open_blank()
+                except ActionError as exc:
+                    log.warning("no blank tab opened before closing the last page: %s", exc)
+                    return False
+            if target is not None:
+                self._closing.add(target)
+            return True
+
+    async def pages_open(self) -> int:
+        """How many pages Chromium lists that are not closing (0 when DevTools cannot say); after a
+        :meth:`make_way` under way, its blank tab counted."""
+        async with self._lock:
+            return len(await self._open_pages() or ())
+
+    async def _open_pages(self) -> set[str] | None:
+        """The page targets not being closed (those gone forgotten); None when DevTools did not say."""
+        try:
+            listed = await self._list_targets()
+            pages = {t["id"] for t in listed if isinstance(t, dict) and t.get("type") == "page"}
+        except (ActionError, ValueError, TypeError, KeyError):
+            return None
+        self._closing &= pages
+        return pages - self._closing
 
     def closed(self, target: str) -> None:
         """``target`` is closed or did not close after all: it no longer counts as closing."""

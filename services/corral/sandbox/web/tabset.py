@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import sys
 from collections.abc import Awaitable, Callable
@@ -17,6 +18,14 @@ from corral.sandbox.web.tabs import FrontTab, LastPage
 if TYPE_CHECKING:
     from playwright.async_api import Browser as PWBrowser
     from playwright.async_api import BrowserContext, Page
+
+
+# How long a listing waits for a page Chromium has and this connection was not told of yet.
+CATCH_UP_S = 2.0
+
+
+def _open_pages(browser: PWBrowser) -> list[Page]:
+    return [page for context in browser.contexts for page in context.pages if not page.is_closed()]
 
 
 class Tab(PageInfo):
@@ -86,10 +95,34 @@ class TabSet:
         driver restart: a new connection lists its pages in the order Chromium reports its targets,
         which is not the old one's, and an agent's tab indexes must not move under it."""
         browser = await self._connect()
-        pages = [page for context in browser.contexts for page in context.pages if not page.is_closed()]
+        pages = _open_pages(browser)
+        if not pages and browser.contexts and await self.last_page.pages_open():
+            pages = await self._caught_up(browser)
         for page in pages:
             await self.tab_id(page)  # a tab not seen yet gets the next id, in the connection's order
         return sorted(pages, key=self.seen_at)
+
+    @staticmethod
+    async def _caught_up(browser: PWBrowser) -> list[Page]:
+        """The pages once this connection is told of the one Chromium lists (the blank tab a CDP
+        client's close of the last page opened a moment ago: LastPage.make_way), waited for briefly;
+        never a page of its own opened beside it."""
+        context = browser.contexts[0]
+        arrived = asyncio.Event()
+
+        def seen(_: Page) -> None:
+            arrived.set()
+
+        context.on("page", seen)
+        try:
+            if not _open_pages(browser):
+                async with asyncio.timeout(CATCH_UP_S):
+                    await arrived.wait()
+        except TimeoutError:
+            pass  # told of none: as before, the caller opens one
+        finally:
+            context.remove_listener("page", seen)
+        return _open_pages(browser)
 
     def seen_at(self, page: Page) -> int:
         """Where ``page`` sorts: last when its id is gone (the connection dropped meanwhile)."""

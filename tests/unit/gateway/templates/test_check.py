@@ -47,6 +47,16 @@ def test_a_template_on_an_older_base_is_not_on_the_current_one() -> None:
     assert not check.on_base(BASE, replace(BASE, layers=("a",)))
 
 
+def test_chromiums_policy_and_launcher_settings_stay_the_bases() -> None:
+    # Where a template could turn Chromium's own traffic back on: its managed policy, the launcher
+    # script's settings (it sources /etc/chromium.d), the binary; and CORRAL_CHROMIUM_FLAGS.
+    for path in ("/etc/chromium", "/etc/chromium.d", "/usr/lib/chromium", "/usr/bin/chromium"):
+        assert path in check.CHECKED
+    assert check.path_refusals({"/etc/chromium.d": "x"}, {"/etc/chromium.d": "y"})
+    refused = check.env_refusals(BASE.env, (*BASE.env, "CORRAL_CHROMIUM_FLAGS=--enable-sync"))
+    assert refused == ["its ENV sets CORRAL_CHROMIUM_FLAGS, which the sandbox's boot reads"]
+
+
 def test_paths_and_setuid_files() -> None:
     assert check.path_refusals({"/opt/corral": "x"}, {"/opt/corral": "y"}) == [
         "it changes /opt/corral, which is the base's"

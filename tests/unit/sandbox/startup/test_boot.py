@@ -60,6 +60,16 @@ def test_chromium_keeps_no_password_or_form_data_a_person_types() -> None:
     assert policy["AutofillAddressEnabled"] is False and policy["AutofillCreditCardEnabled"] is False
 
 
+def test_chromium_policy_turns_chromiums_own_traffic_off() -> None:
+    for proxy in ("corral-proxy:8080", None):
+        policy = boot.chromium_policy(proxy)
+        assert policy["BrowserSignin"] == 0 and policy["SyncDisabled"] is True
+        assert policy["ComponentUpdatesEnabled"] is False and policy["ChromeVariations"] == 2
+        assert policy["SafeBrowsingProtectionLevel"] == 0 and policy["MetricsReportingEnabled"] is False
+        assert policy["BrowserNetworkTimeQueriesEnabled"] is False and policy["DomainReliabilityAllowed"] is False
+        assert policy["SearchSuggestEnabled"] is False and policy["NetworkPredictionOptions"] == 2
+
+
 def test_chromium_flags_say_the_same() -> None:
     argv = chromium_argv(1280, 800, "/tmp/p", egress_flags("corral-proxy:8080"))
     assert "--proxy-server=http://corral-proxy:8080" in argv and "--disable-quic" in argv

@@ -111,6 +111,19 @@ def test_extra_flags_go_before_the_url() -> None:
     assert "--user-data-dir=/data/profile" in argv
 
 
+def test_chromiums_own_traffic_is_off_and_an_extra_flag_cannot_turn_it_back_on() -> None:
+    from corral.sandbox.startup.init import INERT_URL, QUIET_FLAGS
+
+    argv = chromium_argv(800, 600, "/p", ["--gaia-url=https://accounts.google.com", "--lang=de"])
+    for flag in ("--disable-background-networking", "--disable-component-update", "--disable-domain-reliability"):
+        assert flag in QUIET_FLAGS and flag in argv
+    # Sign-in's account list and the component updater's on-demand installs, at a port Chromium
+    # refuses to connect to: the extra's own gaia URL is dropped, Corral's stays the only one.
+    assert [f for f in argv if f.startswith("--gaia-url")] == [f"--gaia-url={INERT_URL}"]
+    assert f"--component-updater=url-source={INERT_URL}" in argv and INERT_URL == "http://127.0.0.1:1/"
+    assert argv[-2:] == ["--lang=de", "about:blank"]
+
+
 def test_disabled_features(argv: list[str]) -> None:
     [features] = [f for f in argv if f.startswith("--disable-features=")]
     assert set(features.split("=", 1)[1].split(",")) >= {"Translate", "MediaRouter"}

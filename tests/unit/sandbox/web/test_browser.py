@@ -3,6 +3,7 @@ the tabs keep their order across a new connection."""
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 
 import pytest
@@ -72,6 +73,49 @@ async def test_tabs_keep_their_order_across_a_new_connection() -> None:
 
 async def _no_targets() -> list[object]:
     return []
+
+
+class _Context:
+    """A browser context that is told of a page only when the test says (Playwright's page event)."""
+
+    def __init__(self) -> None:
+        self.pages: list[_Tab] = []
+        self.listeners: list[object] = []
+        self.listening = asyncio.Event()
+
+    def on(self, event: str, listener: object) -> None:
+        assert event == "page"
+        self.listeners.append(listener)
+        self.listening.set()
+
+    def remove_listener(self, event: str, listener: object) -> None:
+        self.listeners.remove(listener)
+
+    def told_of(self, page: _Tab) -> None:
+        self.pages.append(page)
+        for listener in list(self.listeners):
+            listener(page)  # type: ignore[operator]
+
+
+async def test_a_page_chromium_has_and_the_connection_was_not_told_of_yet_is_waited_for() -> None:
+    """A CDP client closed the last page: Corral opened a blank tab (PUT /json/new) that the
+    controller's own connection hears of a moment later; the agent's tab list waits for it."""
+    context = _Context()
+
+    async def connected() -> SimpleNamespace:
+        return SimpleNamespace(contexts=[context])
+
+    async def one_page() -> list[dict[str, str]]:
+        return [{"id": "B1", "type": "page"}]
+
+    async def target_of(page: _Tab) -> str:
+        return page.target
+
+    tabs = TabSet(connected, lambda context: None, target_of, LastPage(one_page))
+    listing = asyncio.create_task(tabs.pages())
+    await context.listening.wait()
+    context.told_of(_Tab("B1"))
+    assert [page.target for page in await listing] == ["B1"] and context.listeners == []
 
 
 def test_the_browser_wires_its_tabs_to_its_own_connection() -> None:

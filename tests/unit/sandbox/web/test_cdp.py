@@ -14,6 +14,7 @@ from starlette.datastructures import QueryParams
 from corral.contracts import cdprules
 from corral.errors import ActionError, ErrorCode
 from corral.sandbox.control.lease import ControlLease
+from corral.sandbox.web import cdpturn
 from corral.sandbox.web.cdp import ActivityWindow, CdpQuery, CdpRelay, LastPage, Relays, response_of
 
 
@@ -129,7 +130,7 @@ async def test_the_relay_answers_refusals_itself_and_passes_the_rest() -> None:
     lease = ControlLease(clock=lambda: 100.0)
     lease.take("cdp:cdp_000000aa")  # another connection's exclusive hold: this one reads
     messages = [
-        json.dumps({"id": 1, "method": "Browser.close"}),
+        json.dumps({"id": 1, "method": "Browser.crash"}),
         json.dumps({"id": 2, "method": "Page.navigate", "params": {"url": "https://a.test/"}, "sessionId": "S"}),
         json.dumps({"id": 3, "method": "Page.captureScreenshot", "sessionId": "S"}),
         "not json",
@@ -158,7 +159,7 @@ async def test_the_relay_answers_refusals_itself_and_passes_the_rest() -> None:
             "change": "refused",
             "conn": "cdp_0000000a",
             "exclusive": False,
-            "method": "Browser.close",
+            "method": "Browser.crash",
             "rule": "browser_lifecycle",
         },
         {"event": "cdp", "change": "disconnected", "conn": "cdp_0000000a", "exclusive": False},
@@ -337,17 +338,91 @@ async def test_the_last_page_is_refused_when_devtools_cannot_tell() -> None:
     assert await LastPage(silent).refuses("P1")
 
 
-async def test_the_relay_refuses_closing_the_last_page_naming_the_rule() -> None:
-    close = json.dumps({"id": 1, "method": "Target.closeTarget", "params": {"targetId": "P1"}})
-    client = Client([close, json.dumps({"id": 2, "method": "Target.closeTarget", "params": {"targetId": "P2"}})])
-    chromium = Chromium(client, expected=1)
+class Blank:
+    """DevTools' PUT /json/new: a blank page added to ``targets`` (or a failure)."""
+
+    def __init__(self, targets: Targets, fails: bool = False) -> None:
+        self.targets, self.fails, self.opened = targets, fails, 0
+
+    async def __call__(self) -> None:
+        if self.fails:
+            raise ActionError(ErrorCode.BROWSER_UNAVAILABLE, "no answer")
+        self.opened += 1
+        self.targets.pages.append(f"B{self.opened}")
+
+
+async def test_the_last_page_closes_once_a_blank_one_stands_beside_it() -> None:
+    targets = Targets("P1", "P2")
+    blank = Blank(targets)
+    last = LastPage(targets, blank)
+    assert await last.make_way("P1") and blank.opened == 0  # P2 stays
+    assert await last.make_way("P2") and blank.opened == 1  # P1 is closing: a blank tab first
+    assert targets.pages == ["P1", "P2", "B1"]
+    assert await last.make_way("W") and blank.opened == 1  # not a page: Chromium answers
+    targets.pages = ["B1"]
+    assert await last.make_way(None) and blank.opened == 2  # an unnamed page when one is left
+    assert not await LastPage(Targets("P1"), Blank(Targets(), fails=True)).make_way("P1")
+    assert not await LastPage(Targets("P1")).make_way("P1")  # nothing to open a tab with
+
+
+async def test_closing_the_last_page_opens_a_blank_one_then_lets_the_close_through() -> None:
+    closes = [
+        json.dumps({"id": n, "method": "Target.closeTarget", "params": {"targetId": p}})
+        for n, p in ((1, "P1"), (2, "P2"))
+    ]
+    client = Client(closes)
+    chromium = Chromium(client, expected=2)
     query = CdpQuery("cdp_00000011", False, None)
     window = ActivityWindow(None, query.conn, query.actor)
-    relay = CdpRelay(client, query, ControlLease(), None, None, window, LastPage(Targets("P1", "P2")))  # type: ignore[arg-type]
+    targets = Targets("P1", "P2")
+    blank = Blank(targets)
+    relay = CdpRelay(client, query, ControlLease(), None, None, window, LastPage(targets, blank))  # type: ignore[arg-type]
     await relay.serve(chromium)  # type: ignore[arg-type]
-    assert chromium.received == [json.loads(close)]
-    refused = next(m for m in client.sent if m["id"] == 2)
-    assert refused["error"]["message"].endswith("(rule browser_lifecycle)")
+    assert chromium.received == [json.loads(c) for c in closes] and blank.opened == 1
+    assert [m["id"] for m in client.sent if "result" in m] == [1, 2]
+
+
+async def test_page_close_in_a_session_names_the_page_that_session_is_attached_to() -> None:
+    client = Live()
+    chromium = Scripted()
+    query = CdpQuery("cdp_00000012", False, None)
+    window = ActivityWindow(None, query.conn, query.actor)
+    targets = Targets("P1", "P2")
+    last = LastPage(targets, Blank(targets))
+    relay = CdpRelay(client, query, ControlLease(), None, None, window, last)  # type: ignore[arg-type]
+    serving = asyncio.create_task(relay.serve(chromium))  # type: ignore[arg-type]
+    attached = {"sessionId": "S1", "targetInfo": {"targetId": "P1", "type": "page"}, "waitingForDebugger": False}
+    await chromium.frames.put(json.dumps({"method": "Target.attachedToTarget", "params": attached}))
+    await _until(lambda: client.sent)  # the event reached the client: the relay has read it
+    await client.incoming.put(json.dumps({"id": 7, "method": "Page.close", "sessionId": "S1"}))
+    await chromium.arrived.wait()
+    assert chromium.received == [{"id": 7, "method": "Page.close", "sessionId": "S1"}]
+    assert await last.make_way("P2")  # P1 counts as closing: P2 is the last, so a blank tab first
+    assert targets.pages == ["P1", "P2", "B1"]
+    await client.incoming.put(None)
+    await serving
+
+
+async def test_browser_close_answers_success_and_ends_only_that_connection() -> None:
+    lease = ControlLease(clock=lambda: 100.0)
+    lease.take("human:ops")  # even in a person's turn: it lets go of everything, touches no page
+    client = Client(
+        [json.dumps({"id": 4, "method": "Browser.close"}), json.dumps({"id": 5, "method": "Browser.getVersion"})]
+    )
+    chromium = Chromium(client, expected=99)
+    notes = Notes()
+    query = CdpQuery("cdp_00000013", False, None)
+    relay = CdpRelay(client, query, lease, None, notes, ActivityWindow(None, query.conn, query.actor))  # type: ignore[arg-type]
+    await relay.serve(chromium)  # type: ignore[arg-type]
+    assert chromium.received == []  # Chromium never heard of it, nor of what came after
+    assert client.sent == [{"id": 4, "result": {}}] and client.closed_with == 1000
+    assert {
+        "event": "cdp",
+        "change": "closed",
+        "conn": "cdp_00000013",
+        "exclusive": False,
+        "method": "Browser.close",
+    } in notes.events
 
 
 class Scripted:
@@ -482,3 +557,38 @@ async def test_an_exclusive_holder_keeps_everything_while_it_holds_the_lease() -
     await client.incoming.put(None)
     await serving
     lease.detach(query.actor)
+
+
+class Compact(Chromium):
+    """Chromium's answers as Chromium writes them (no spaces, the session last), which the relay reads."""
+
+    async def send(self, frame: str | bytes) -> None:
+        command = json.loads(frame)
+        self.received.append(command)
+        answer = {
+            "id": command["id"],
+            "result": {},
+            **({"sessionId": command["sessionId"]} if "sessionId" in command else {}),
+        }
+        await self._answers.put(json.dumps(answer, separators=(",", ":")))
+
+
+async def test_a_screenshot_brings_its_tab_to_the_front_first_where_the_connection_may_act() -> None:
+    capture = {"id": 9, "method": "Page.captureScreenshot", "params": {"format": "png"}, "sessionId": "S"}
+    client = Client([json.dumps(capture)])
+    chromium = Compact(client, expected=2)
+    query = CdpQuery("cdp_00000014", False, None)
+    relay = CdpRelay(client, query, ControlLease(), None, None, ActivityWindow(None, query.conn, query.actor))  # type: ignore[arg-type]
+    await relay.serve(chromium)  # type: ignore[arg-type]
+    front, shot = chromium.received
+    assert (front["method"], front["sessionId"], front["params"]) == ("Page.bringToFront", "S", {})
+    assert front["id"] >= cdpturn.OWN_IDS and shot == capture
+    assert client.sent == [{"id": 9, "result": {}, "sessionId": "S"}]  # the relay's own answer is not the client's
+    # Another connection holds the lease: this one may read (the screenshot) but not act on the tabs.
+    lease = ControlLease()
+    lease.take("cdp:cdp_000000bb")
+    client = Client([json.dumps(capture)])
+    chromium = Chromium(client, expected=1)
+    relay = CdpRelay(client, query, lease, None, None, ActivityWindow(None, query.conn, query.actor))  # type: ignore[arg-type]
+    await relay.serve(chromium)  # type: ignore[arg-type]
+    assert chromium.received == [capture]

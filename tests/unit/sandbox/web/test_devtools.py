@@ -107,3 +107,22 @@ async def test_nobody_listening_and_a_bad_address_are_errors() -> None:
         await devtools.get(f"http://127.0.0.1:{port}", "/json/version", 2.0)
     with pytest.raises(ActionError, match="not a DevTools address"):
         await devtools.get("ws://127.0.0.1:9222", "/json/version", 2.0)
+
+
+async def test_a_blank_tab_is_opened_with_put_as_chromium_asks() -> None:
+    from corral.sandbox.web.tabs import open_blank
+
+    seen: list[bytes] = []
+
+    def answer(head: bytes) -> bytes:
+        seen.append(head)
+        return ok(b'{"id": "B1", "type": "page", "url": "about:blank"}')
+
+    async with answering(answer) as url:
+        await open_blank(url)
+    assert seen[0].startswith(b"PUT /json/new?about:blank HTTP/1.1\r\n")
+    async with answering(lambda _: b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n") as url:
+        with pytest.raises(ActionError, match="did not open a tab"):
+            await open_blank(url)
+    with pytest.raises(ActionError):
+        await devtools.get("http://127.0.0.1:9222", "/json/close/X", 1.0, method="DELETE")
