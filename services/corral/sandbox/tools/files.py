@@ -276,15 +276,20 @@ class AgentFiles:
         make_dirs: bool = False,
         keep: bool = False,
         replace: bool = True,
+        as_writer: bool = True,
     ) -> Written:
         """``target`` replaced by what ``fill`` writes, all or nothing: a temporary file in the same
         directory, fsynced, given its mode (an existing file's unless ``mode``), renamed over it.
         ``keep``: the temporary file starts as a copy of the existing one (an append). ``replace=False``:
-        renamed with RENAME_NOREPLACE, so a target made meanwhile fails it (FileExistsError)."""
+        renamed with RENAME_NOREPLACE, so a target made meanwhile fails it (FileExistsError).
+        ``as_writer``: an existing target must be one the agent may write (:meth:`_writable`); a move
+        (which replaces a name, as ``mv`` does) passes False."""
         directory = os.path.dirname(target) or "/"
         if make_dirs:
             await self._mkdirs(directory)
         existing = await self._existing(target)
+        if existing is not None and existing.type == "file" and as_writer:
+            await self._writable(target)
         fd, temp = await self._fs.mkstemp(directory, TEMP_PREFIX)
         try:
             out = TempFile(fd)
@@ -315,6 +320,17 @@ class AgentFiles:
         if found.type == "directory":
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), target)
         return found
+
+    async def _writable(self, target: str) -> None:
+        """PermissionError unless the agent may write ``target`` itself: the rename below needs only
+        the directory, so a read-only file, or another uid's, would be replaced where the agent's own
+        ``echo >>`` is refused. The kernel decides, opening it for writing as the agent (its uid,
+        groups, ACLs; nothing is truncated or written); O_NOFOLLOW: the name was resolved already, a
+        symlink put there since is refused, not followed to some other file. What is checked can
+        change before the rename only by the file's owner (the agent, or root): the agent racing
+        itself gains nothing it could not do with ``chmod``."""
+        fd = await self._fs.open(target, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        os.close(fd)
 
     async def _mkdirs(self, directory: str) -> None:
         # A file in the way fails the mkstemp that follows, with ENOTDIR.
@@ -425,7 +441,7 @@ class AgentFiles:
             async def fill(out: TempFile) -> None:
                 await out.append_file(fd)
 
-            await self.write(destination, fill, mode=mode)
+            await self.write(destination, fill, mode=mode, as_writer=False)
         finally:
             os.close(fd)
         await self._fs.unlink(source)
