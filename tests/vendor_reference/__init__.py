@@ -10,6 +10,7 @@ tests/integration/test_vendor_reference.py (the file-touching cases in a real sa
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -46,6 +47,38 @@ def differences(suite: str) -> dict[str, str]:
     """The cases of ``suite`` that Corral deliberately does otherwise, each with the reason."""
     table: dict[str, dict[str, str]] = load("expected_differences.json")
     return table[suite]
+
+
+def holds(suite: str, case: str, matched: bool, detail: str) -> None:
+    """``matched`` (the reference's result) unless the table lists the case, then the opposite."""
+    reason = differences(suite).get(case)
+    if reason is None:
+        assert matched, f"{suite} {case} does not give the reference's result: {detail}"
+    else:
+        assert not matched, f"{suite} {case} now gives the reference's result: take it out of the table ({reason})"
+
+
+def prepared(patch: str, root: str) -> list[Operation]:
+    """``patch``'s operations with their paths under ``root`` (absolute as Corral takes them; a
+    relative ``*** Move to:`` too), every part read by Corral's parser first: a malformed one
+    raises (``PatchRefused`` or corral's ``ActionError``) and nothing is to be applied, as codex's
+    parser refuses the whole patch."""
+    from corral.protocol import v4a
+
+    operations = split_patch(patch.replace("{root}", root))
+    for operation in operations:
+        if operation.kind == "create_file":
+            v4a.parse_create(operation.diff)
+        elif operation.kind == "update_file":
+            v4a.parse_update_move(operation.diff)
+    return [
+        Operation(
+            operation.kind,
+            operation.path if operation.path.startswith("/") else f"{root}/{operation.path}",
+            re.sub(r"^(\*\*\* Move to: )(?!/)", rf"\g<1>{root}/", operation.diff),
+        )
+        for operation in operations
+    ]
 
 
 def split_patch(patch: str) -> list[Operation]:
