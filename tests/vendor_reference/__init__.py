@@ -10,7 +10,6 @@ tests/integration/test_vendor_reference.py (the file-touching cases in a real sa
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -59,8 +58,8 @@ def holds(suite: str, case: str, matched: bool, detail: str) -> None:
 
 
 def prepared(patch: str, root: str) -> list[Operation]:
-    """``patch``'s operations with their paths under ``root`` (absolute as Corral takes them; a
-    relative ``*** Move to:`` too), every part read by Corral's parser first: a malformed one
+    """``patch``'s operations with their paths under ``root`` (absolute, as Corral takes them), every
+    part read by Corral's parser first: a malformed one
     raises (``PatchRefused`` or corral's ``ActionError``) and nothing is to be applied, as codex's
     parser refuses the whole patch."""
     from corral.protocol import v4a
@@ -70,12 +69,12 @@ def prepared(patch: str, root: str) -> list[Operation]:
         if operation.kind == "create_file":
             v4a.parse_create(operation.diff)
         elif operation.kind == "update_file":
-            v4a.parse_update_move(operation.diff)
+            v4a.parse_update(operation.diff)
     return [
         Operation(
             operation.kind,
             operation.path if operation.path.startswith("/") else f"{root}/{operation.path}",
-            re.sub(r"^(\*\*\* Move to: )(?!/)", rf"\g<1>{root}/", operation.diff),
+            operation.diff,
         )
         for operation in operations
     ]

@@ -24,7 +24,8 @@ stands for the final newline (agents-python), not for one more empty line. Stack
 line already passed (a parent reused by the next chunk) narrows nothing and is not an error
 (agents-python); added lines after a header go right below its line, a headerless chunk of added
 lines at the end of the file (codex). An envelope's file header must be the operation's own (an
-``*** Add File:`` sent as ``update_file`` is refused, never read as lines to append).
+``*** Add File:`` sent as ``update_file`` is refused, never read as lines to append), and codex's
+``*** Move to:`` is refused: the call names one path, the one a caller approved.
 Finding is bounded: candidates come from the pattern's rarest line, each pass normalises the file
 once, and past :data:`MAX_COMPARISONS` line comparisons the diff is refused as too ambiguous.
 Failures are :class:`~corral.errors.ActionError`: ``invalid_field`` for a malformed diff,
@@ -104,12 +105,10 @@ def _diff_lines(diff: str, header: str) -> list[str]:
                 kind = given.split(":", 1)[0]
                 raise _malformed(f"line 2: {kind!r} does not fit this operation (it takes {header.strip()!r})")
             lines = lines[1:]
-    return lines
-
-
-def _no_move(lines: list[str], where: str) -> None:
     if lines and lines[0].startswith(MOVE_TO):
-        raise _malformed(f"line 1: {MOVE_TO.strip()!r} is not supported {where}")
+        # The operation names its one path (what a caller approved): a diff never reaches another.
+        raise _malformed(f"line 1: {MOVE_TO.strip()!r} is not supported here; delete the file and create the new one")
+    return lines
 
 
 def parse_create(diff: str) -> str:
@@ -118,7 +117,6 @@ def parse_create(diff: str) -> str:
     the line before it (agents-python's ``apply_diff``), not an empty line more."""
     newline = newline_of(diff)
     lines = _diff_lines(diff, FILE_HEADERS[1])
-    _no_move(lines, "in create_file (a new file is made where its path says)")
     if lines and lines[-1] == "+":
         lines.pop()
     out: list[str] = []
@@ -141,41 +139,25 @@ def newline_of(text: str) -> str:
 
 
 def parse_update(diff: str) -> list[Chunk]:
-    """The chunks of an ``update_file`` diff, in order (one that moves the file is refused: see
-    :func:`parse_update_move`)."""
-    lines = _diff_lines(diff, FILE_HEADERS[0])
-    _no_move(lines, "here")
-    return _chunks(lines)
+    """The chunks of an ``update_file`` diff, in order."""
+    return _chunks(_diff_lines(diff, FILE_HEADERS[0]))
 
 
-def parse_update_move(diff: str) -> tuple[str | None, list[Chunk]]:
-    """Where an ``update_file`` diff moves the file (codex's ``*** Move to: <path>``, its first line;
-    None: it stays), and its chunks."""
-    lines = _diff_lines(diff, FILE_HEADERS[0])
-    if not (lines and lines[0].startswith(MOVE_TO)):
-        return None, _chunks(lines)
-    destination = lines[0][len(MOVE_TO) :].strip()
-    if not destination:
-        raise _malformed(f"line 1: {MOVE_TO.strip()!r} names no path")
-    return destination, _chunks(lines[1:], skipped=1)
-
-
-def _chunks(lines: list[str], skipped: int = 0) -> list[Chunk]:
+def _chunks(lines: list[str]) -> list[Chunk]:
     chunks: list[Chunk] = []
     index = 0
     while index < len(lines):
         if lines[index].strip() == "" and (index + 1 == len(lines) or lines[index + 1].startswith("@@")):
             index += 1  # a blank line between chunks
             continue
-        chunk, index = _parse_chunk(lines, index, first=not chunks, skipped=skipped)
+        chunk, index = _parse_chunk(lines, index, first=not chunks)
         chunks.append(chunk)
     if not chunks:
         raise _malformed("the diff has no changes (give @@ chunks of ' ', '-' and '+' lines)")
     return chunks
 
 
-def _parse_chunk(lines: list[str], start: int, *, first: bool, skipped: int = 0) -> tuple[Chunk, int]:
-    """One chunk from ``lines[start]`` on; ``skipped``: diff lines before ``lines`` (for the numbers in errors)."""
+def _parse_chunk(lines: list[str], start: int, *, first: bool) -> tuple[Chunk, int]:
     headers: list[str] = []
     index = start
     while index < len(lines) and (lines[index].strip() == "@@" or lines[index].startswith("@@ ")):
@@ -183,7 +165,7 @@ def _parse_chunk(lines: list[str], start: int, *, first: bool, skipped: int = 0)
             headers.append(named)
         index += 1
     if index == start and not first:
-        raise _malformed(f"line {start + skipped + 1}: expected an @@ header, got {lines[start]!r}")
+        raise _malformed(f"line {start + 1}: expected an @@ header, got {lines[start]!r}")
     header = headers.pop() if headers else None
     old: list[str] = []
     new: list[str] = []
@@ -209,16 +191,16 @@ def _parse_chunk(lines: list[str], start: int, *, first: bool, skipped: int = 0)
             kept.append(None)
             new.append(text)
         elif line.startswith("***"):
-            raise _malformed(f"line {index + skipped + 1}: {line!r} is not allowed here (one file's changes per diff)")
+            raise _malformed(f"line {index + 1}: {line!r} is not allowed here (one file's changes per diff)")
         else:
             raise _malformed(
-                f"line {index + skipped + 1}: {line!r} does not start with ' ' (context), '-' (removed) or '+' (added)"
+                f"line {index + 1}: {line!r} does not start with ' ' (context), '-' (removed) or '+' (added)"
             )
         changed += 1
         index += 1
     if changed == 0:
-        raise _malformed(f"line {start + skipped + 1}: the chunk has no lines")
-    return Chunk(header, tuple(old), tuple(new), end_of_file, start + skipped + 1, tuple(kept), tuple(headers)), index
+        raise _malformed(f"line {start + 1}: the chunk has no lines")
+    return Chunk(header, tuple(old), tuple(new), end_of_file, start + 1, tuple(kept), tuple(headers)), index
 
 
 # -- finding and applying ------------------------------------------------------------------------------------

@@ -93,7 +93,6 @@ def _parsed(patch: str) -> list[dict[str, Any]] | str:
             elif operation.kind == "delete_file":
                 out.append({"op": "delete", "path": operation.path})
             else:
-                destination, parsed = v4a.parse_update_move(operation.diff)
                 chunks = [
                     {
                         "context": [*chunk.outer, *([] if chunk.header is None else [chunk.header])],
@@ -101,10 +100,9 @@ def _parsed(patch: str) -> list[dict[str, Any]] | str:
                         "new": list(chunk.new),
                         "eof": chunk.end_of_file,
                     }
-                    for chunk in parsed
+                    for chunk in v4a.parse_update(operation.diff)
                 ]
-                update = {"op": "update", "path": operation.path, "chunks": chunks}
-                out.append(update if destination is None else {**update, "move": destination})
+                out.append({"op": "update", "path": operation.path, "chunks": chunks})
         return out
     except (ref.PatchRefused, ActionError):
         return "error"

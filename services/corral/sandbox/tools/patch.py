@@ -2,8 +2,8 @@
 
 ``create_file`` writes a file (its parents are made; one already there is replaced, as codex's
 ``*** Add File:`` does), ``update_file`` applies a V4A diff (:mod:`corral.protocol.v4a`, pure) to a
-file that must exist (and moves it where a first ``*** Move to: <path>`` line says, as codex does),
-``delete_file`` removes one. All or nothing: the diff is applied in memory
+file that must exist, ``delete_file`` removes one. An operation touches its own ``path`` only (what
+a caller approved): codex's ``*** Move to:`` is refused. All or nothing: the diff is applied in memory
 first, and the new text is written to a temporary file renamed over the old one, so a diff whose
 context is gone changes nothing. Every step is the agent's: a file the agent may not write (read-only,
 another uid's) is refused as its own ``echo >>`` would be (:meth:`AgentFiles.write`).
@@ -48,7 +48,7 @@ class Patcher:
                 await self._editor.write(path, text, make_dirs=True)
                 return f"Created {path}" + (" (it replaced the file that was there)" if replaced else "")
             case "update_file":
-                destination, chunks = v4a.parse_update_move(action.diff or "")
+                chunks = v4a.parse_update(action.diff or "")
                 if not await lexists(self._fs, path):
                     raise ActionError(
                         ErrorCode.NO_SUCH_FILE, f"{path} does not exist; create it with create_file", "action.path"
@@ -56,16 +56,8 @@ class Patcher:
                 text = await self._editor.read(path)
                 # Off the event loop: bounded (v4a.MAX_COMPARISONS), but up to a second on a big file.
                 newline = v4a.newline_of(action.diff or "")
-                updated = await in_thread(v4a.apply_chunks, text, chunks, path, newline)
-                if destination is None:
-                    await self._editor.write(path, updated)
-                    return f"Updated {path}"
-                # codex's *** Move to: the new text where it says (a file there replaced), then the old name gone.
-                moved = destination if posixpath.isabs(destination) else posixpath.join(WORKSPACE, destination)
-                await self._editor.write(moved, updated, make_dirs=True)
-                if posixpath.normpath(moved) != posixpath.normpath(path):
-                    await self._fs.unlink(path)
-                return f"Updated {path} and moved it to {moved}"
+                await self._editor.write(path, await in_thread(v4a.apply_chunks, text, chunks, path, newline))
+                return f"Updated {path}"
             case "delete_file":
                 found = await self._fs.stat(path, follow_symlinks=False)
                 if found.type == "directory":
