@@ -325,11 +325,16 @@ class AgentFiles:
         """PermissionError unless the agent may write ``target`` itself: the rename below needs only
         the directory, so a read-only file, or another uid's, would be replaced where the agent's own
         ``echo >>`` is refused. The kernel decides, opening it for writing as the agent (its uid,
-        groups, ACLs; nothing is truncated or written); O_NOFOLLOW: the name was resolved already, a
-        symlink put there since is refused, not followed to some other file. What is checked can
-        change before the rename only by the file's owner (the agent, or root): the agent racing
-        itself gains nothing it could not do with ``chmod``."""
-        fd = await self._fs.open(target, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        groups, ACLs; nothing is truncated or written). O_NOFOLLOW: a symlink as the name (ELOOP) is
+        what the rename replaces, the link and not its target, as ``mv`` would: nothing to ask of the
+        target. What is checked can change before the rename only by the file's owner (the agent, or
+        root): the agent racing itself gains nothing it could not do with ``chmod``."""
+        try:
+            fd = await self._fs.open(target, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return
+            raise
         os.close(fd)
 
     async def _mkdirs(self, directory: str) -> None:

@@ -172,6 +172,11 @@ async def test_a_file_the_agent_may_not_write_is_refused_as_its_echo_would_be(bo
         assert (error.code, error.field) == (ErrorCode.PERMISSION_DENIED, "action.path")
         assert str(target) in error.message
     assert target.read_text() == "kept" and box.leftovers() == []
+    # A link as the name is what the rename replaces (the link, not its target): its target is not asked.
+    os.symlink("ro.txt", box.root / "link.txt")
+    await box.run({"type": "file_write", "path": "link.txt", "content": "own"})
+    assert not (box.root / "link.txt").is_symlink() and (box.root / "link.txt").read_text() == "own"
+    assert target.read_text() == "kept"
     # A move replaces a name, as mv does: the file's own mode is not asked.
     (box.root / "src.txt").write_text("moved")
     await box.run({"type": "file_move", "source": "src.txt", "destination": "ro.txt", "overwrite": True})
