@@ -278,8 +278,9 @@ def test_apply_patch_create_update_delete_and_all_or_nothing(
     assert hashlib.sha256(_sh(runtime, sandbox, f"cat {path}").encode()).hexdigest() == before
     assert _sh(runtime, sandbox, f"ls -A {workdir}/p") == "mod.py\n"  # no temporary file left
 
-    exists = _failed(client, {"type": "apply_patch", "operation": "create_file", "path": path, "diff": "+x"})
-    assert exists["code"] == "file_exists"
+    # create_file over an existing file replaces it (codex's *** Add File:); a directory there is refused.
+    directory = _failed(client, {"type": "apply_patch", "operation": "create_file", "path": workdir, "diff": "+x"})
+    assert directory["code"] == "is_a_directory"
     missing = _failed(
         client, {"type": "apply_patch", "operation": "update_file", "path": f"{workdir}/no.py", "diff": "@@\n-a\n+b"}
     )

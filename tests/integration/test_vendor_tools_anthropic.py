@@ -151,9 +151,11 @@ def test_the_toolset_screenshot_wait_and_zoom(sb: Sandbox) -> None:
 def test_bash_keeps_its_state_between_calls(sb: Sandbox) -> None:
     assert bash(sb, "mkdir -p /tmp/e2e-bash && cd /tmp/e2e-bash && export CORRAL_E2E=kept") == ""
     assert bash(sb, "pwd; echo $CORRAL_E2E; id -un").split() == ["/tmp/e2e-bash", "kept", "agent"]
-    # A non-zero exit is a result, not a failure; stderr comes with stdout.
-    out = bash(sb, "echo before; ls /no/such/dir; echo after")
-    assert "before" in out and "No such file or directory" in out and "after" in out
+    # A non-zero exit is a result, not a failure; a command that wrote to stderr is an is_error result
+    # (the reference bash tool's marking), its stdout first, then its stderr.
+    block = tool_use("bash", {"command": "echo before; ls /no/such/dir; echo after"})
+    out = text_of(tool_result(sb.request({"anthropic": block}), block, is_error=True))
+    assert out.startswith("before\nafter\n") and "No such file or directory" in out
     assert "kept" in bash(sb, "(exit 3); echo $CORRAL_E2E")
 
 

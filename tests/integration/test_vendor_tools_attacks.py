@@ -102,9 +102,8 @@ def test_tool_commands_run_as_the_agent_and_cannot_touch_the_controller(sb: Sand
         for port in ("connect 8765", "connect 9222", "connect control"):
             assert seen[port] == "ConnectionRefusedError", (tool, seen)
     # The same from the shell's own tools, and the controller lived through all of it.
-    out = text_of(
-        tool_result(_anthropic(sb, b := tool_use("bash", {"command": f"cat {SECRET}; kill -9 {controller}"})), b)
-    )
+    b = tool_use("bash", {"command": f"cat {SECRET}; kill -9 {controller}"})
+    out = text_of(tool_result(_anthropic(sb, b), b, is_error=True))  # both refusals went to stderr
     assert "Permission denied" in out and "Operation not permitted" in out, out
     assert _controller(runtime, sb) == controller
     assert sb.act({"type": "cursor_position"})["ok"] is True
@@ -230,7 +229,9 @@ def _bash(sb: Sandbox, command: str) -> tuple[str, str]:
     """A bash tool_use's text and the action id its requests are charged to."""
     block = tool_use("bash", {"command": command})
     reply = _anthropic(sb, block)
-    return text_of(tool_result(reply, block)), str(reply["action_id"])
+    # A command that wrote to stderr (curl's refusal) is an is_error result, as the reference bash marks it.
+    wrote_stderr = bool(reply.get("result", {}).get("tool_result", {}).get("is_error"))
+    return text_of(tool_result(reply, block, is_error=wrote_stderr)), str(reply["action_id"])
 
 
 def test_tool_commands_go_out_only_through_the_proxy(sb: Sandbox, upstream: Upstream, runtime: DockerHarness) -> None:

@@ -227,8 +227,11 @@ def test_apply_patch_failures_change_nothing(sb: Sandbox) -> None:
     half = "@@\n alpha\n-beta\n+BETA\n@@\n gamma\n-epsilon\n+EPSILON\n"
     failed(sb, apply_patch_call("update_file", "kept.txt", half), "patch_failed")
     assert cat(sb, "/workspace/kept.txt") == PLAN
-    _, exists_out = failed(sb, apply_patch_call("create_file", "kept.txt", "+new\n"), "file_exists")
-    assert exists_out["status"] == "failed" and cat(sb, "/workspace/kept.txt") == PLAN
+    # create_file over a file replaces it, as codex's *** Add File: and agents-python do.
+    replaced = run(sb, apply_patch_call("create_file", "kept.txt", "+new\n"))
+    assert replaced["output"] == "Created /workspace/kept.txt (it replaced the file that was there)", replaced
+    assert cat(sb, "/workspace/kept.txt") == "new\n"
+    sb.files.write("/workspace/kept.txt", PLAN)
     _, missing = failed(sb, apply_patch_call("update_file", "absent.txt", UPDATE), "no_such_file")
     assert missing["status"] == "failed"
     failed(sb, apply_patch_call("delete_file", "absent.txt"), "no_such_file")

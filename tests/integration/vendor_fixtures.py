@@ -149,9 +149,13 @@ def over_http(gw: RunningGateway, sb: Sandbox, message: dict[str, Any]) -> dict[
 # -- reading the replies ---------------------------------------------------------------------------------
 
 
-def tool_result(reply: dict[str, Any], block: dict[str, Any], *, ok: bool = True) -> dict[str, Any]:
+def tool_result(
+    reply: dict[str, Any], block: dict[str, Any], *, ok: bool = True, is_error: bool | None = None
+) -> dict[str, Any]:
     """The reply's ``tool_result``, checked: ``ok`` as expected, a valid ``BetaToolResultBlockParam``
-    for ``block`` (its id; its toolset_name echoed; ``is_error`` exactly when it failed)."""
+    for ``block`` (its id; its toolset_name echoed; ``is_error`` exactly when it failed, or, for a
+    bash command that ran, when ``is_error`` says: one that wrote to stderr, as the reference marks it)."""
+    marked = not ok if is_error is None else is_error
     assert next(iter(reply)) == "ok" and reply["ok"] is ok, reply
     if not ok:
         assert set(reply["error"]) <= {"code", "message", "field"} and reply["error"]["message"], reply
@@ -159,11 +163,11 @@ def tool_result(reply: dict[str, Any], block: dict[str, Any], *, ok: bool = True
     check_shape(BetaToolResultBlockParam, result)
     assert result["type"] == "tool_result" and result["tool_use_id"] == block["id"], result
     expected = {"type", "tool_use_id", "content"} | ({"toolset_name"} if "toolset_name" in block else set())
-    expected |= set() if ok else {"is_error"}
+    expected |= {"is_error"} if marked else set()
     assert set(result) == expected, result
     if "toolset_name" in block:
         assert result["toolset_name"] == block["toolset_name"]
-    if not ok:
+    if marked:
         assert result["is_error"] is True
     # The Messages API refuses an empty text block: no output is no block.
     assert all(b["text"] for b in result.get("content") or [] if isinstance(b, dict) and b["type"] == "text"), result

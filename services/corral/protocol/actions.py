@@ -848,8 +848,10 @@ TRUNCATED_NOTE = (
 class Shell(_Action):
     """A command in the session's one persistent bash, as the agent: its working directory, exported
     variables and functions survive between calls, and stdout and stderr come interleaved, as a
-    terminal shows them. ``restart`` starts a fresh bash first (alone: only that). A command still
-    running at ``timeout_ms`` fails with ``timeout``; its whole tree is killed and the shell restarted."""
+    terminal shows them (``split_stderr``: apart, stderr in the result's ``stderr``, as Anthropic's
+    reference bash tool keeps them). ``restart`` starts a fresh bash first (alone: only that). A
+    command still running at ``timeout_ms`` fails with ``timeout``; its whole tree is killed and the
+    shell restarted."""
 
     result: ClassVar[type[BaseModel]] = r.ShellOutput
 
@@ -859,6 +861,7 @@ class Shell(_Action):
     restart: bool = False
     timeout_ms: Annotated[int, Field(ge=1, le=MAX_PROCESS_TIMEOUT_MS)] = SHELL_TIMEOUT_MS
     max_output_chars: Annotated[int, Field(ge=0, le=1 << 24)] = MAX_TOOL_OUTPUT_CHARS
+    split_stderr: bool = False
 
     @model_validator(mode="after")
     def _command_or_restart(self) -> Self:

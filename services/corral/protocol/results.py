@@ -377,10 +377,17 @@ class Resized(Result):
 
 
 class ShellOutput(Result):
-    output: str  # stdout and stderr interleaved
+    output: str  # stdout and stderr interleaved (with ``split_stderr``: stdout alone)
     exit_code: int | None
     truncated: bool
     restarted: bool
+    stderr: str | None = None  # with ``split_stderr``: what the command wrote to stderr
+
+    def wire(self) -> dict[str, Any]:
+        data = super().wire()
+        if self.stderr is None:
+            del data["stderr"]  # a reply carries it only when asked for (split_stderr)
+        return data
 
 
 class ToolOutput(Result):

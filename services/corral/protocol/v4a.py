@@ -13,14 +13,19 @@ an empty line in a chunk is an empty context line, and lines are found by codex'
 with typographic dashes, quotes and odd spaces read as their ASCII forms). Strict where a wrong edit
 could follow: the chunks must be found in order, each below the previous one, and a chunk that is
 not found fails the whole diff (nothing is applied), its error naming the lines not found.
-Where the two references differ, ``apply_patch_call`` follows openai-agents-python's
-``apply_diff`` (src/agents/apply_diff.py, the helper the Responses tool documents): stacked ``@@``
-headers (``@@ class B:`` then ``@@     def f(self):``) are found in turn; an update keeps the file's
-ending (with or without a final newline; an empty file gets one); a file with CRLF line ends keeps
-them, and ``create_file`` writes the diff's own line ends; added lines after a header go right below
-its line. codex is followed for the envelope, the seek passes, and a headerless chunk of added
-lines (at the end of the file). An envelope's file header must be the operation's own (an
-``*** Add File:`` sent as ``update_file`` is refused, never read as lines to append).
+Where the two references differ, codex is followed (the model's own reference; docs/protocol.md,
+"apply_patch and codex", lists what is done otherwise): an update writes the file back with every
+line terminated (a file without a final newline gets one), each untouched line keeps its own line
+end, and the lines it writes take the file's first line end (the diff's own where the file has
+none: an empty file patched with a CRLF diff is CRLF, as in agents-python's ``apply_diff``);
+``create_file`` writes the diff's own line ends, every line terminated, and a final bare ``+``
+stands for the final newline (agents-python), not for one more empty line. Stacked ``@@`` headers
+(``@@ class B:`` then ``@@     def f(self):``) are found in turn; an outermost header that names a
+line already passed (a parent reused by the next chunk) narrows nothing and is not an error
+(agents-python); added lines after a header go right below its line, a headerless chunk of added
+lines at the end of the file (codex). An envelope's file header must be the operation's own (an
+``*** Add File:`` sent as ``update_file`` is refused, never read as lines to append), and codex's
+``*** Move to:`` is refused: the call names one path, the one a caller approved.
 Finding is bounded: candidates come from the pattern's rarest line, each pass normalises the file
 once, and past :data:`MAX_COMPARISONS` line comparisons the diff is refused as too ambiguous.
 Failures are :class:`~corral.errors.ActionError`: ``invalid_field`` for a malformed diff,
@@ -101,15 +106,21 @@ def _diff_lines(diff: str, header: str) -> list[str]:
                 raise _malformed(f"line 2: {kind!r} does not fit this operation (it takes {header.strip()!r})")
             lines = lines[1:]
     if lines and lines[0].startswith(MOVE_TO):
+        # The operation names its one path (what a caller approved): a diff never reaches another.
         raise _malformed(f"line 1: {MOVE_TO.strip()!r} is not supported here; delete the file and create the new one")
     return lines
 
 
 def parse_create(diff: str) -> str:
-    """The new file of a ``create_file`` diff: each line without its ``'+'``, each ending with a newline."""
-    newline = "\r\n" if "\r\n" in diff else "\n"  # the diff's own line ends (agents-python's apply_diff)
+    """The new file of a ``create_file`` diff: each line without its ``'+'``, each ending with a
+    newline (the diff's own line end). A last line that is a bare ``'+'`` is the final newline of
+    the line before it (agents-python's ``apply_diff``), not an empty line more."""
+    newline = newline_of(diff)
+    lines = _diff_lines(diff, FILE_HEADERS[1])
+    if lines and lines[-1] == "+":
+        lines.pop()
     out: list[str] = []
-    for number, line in enumerate(_diff_lines(diff, FILE_HEADERS[1]), 1):
+    for number, line in enumerate(lines, 1):
         if line.startswith("+"):
             out.append(line[1:] + newline)
         elif line == "":
@@ -121,9 +132,18 @@ def parse_create(diff: str) -> str:
     return "".join(out)
 
 
+def newline_of(text: str) -> str:
+    """The line end ``text`` uses: CRLF if its first line ends so, else LF."""
+    first = text.find("\n")
+    return "\r\n" if first > 0 and text[first - 1] == "\r" else "\n"
+
+
 def parse_update(diff: str) -> list[Chunk]:
     """The chunks of an ``update_file`` diff, in order."""
-    lines = _diff_lines(diff, FILE_HEADERS[0])
+    return _chunks(_diff_lines(diff, FILE_HEADERS[0]))
+
+
+def _chunks(lines: list[str]) -> list[Chunk]:
     chunks: list[Chunk] = []
     index = 0
     while index < len(lines):
@@ -270,14 +290,21 @@ def seek(lines: list[str] | Lines, pattern: tuple[str, ...], start: int, end_of_
     return None
 
 
-def _replacements(lines: list[str], chunks: list[Chunk], path: str) -> list[tuple[int, int, tuple[str, ...]]]:
-    out: list[tuple[int, int, tuple[str, ...]]] = []
+# One replacement: where in the file, how many of its lines, and the new lines, each its text and the
+# file line it keeps (a context line: None for an added line).
+Replacement = tuple[int, int, tuple[tuple[str, int | None], ...]]
+
+
+def _replacements(lines: list[str], chunks: list[Chunk], path: str) -> list[Replacement]:
+    out: list[Replacement] = []
     file = Lines(lines)
     cursor = 0
     for number, chunk in enumerate(chunks, 1):
         headers = (*chunk.outer, *(() if chunk.header is None else (chunk.header,)))
-        for header in headers:  # stacked headers: each in turn, below the one before (agents-python)
+        for depth, header in enumerate(headers):  # stacked headers: each in turn, below the one before
             found = seek(file, (header,), cursor)
+            if found is None and depth == 0 and cursor > 0 and seek(file, (header,), 0) is not None:
+                continue  # a parent already passed (the chunk before was inside it): agents-python's rule
             if found is None:
                 raise _not_found(
                     f"chunk {number} (diff line {chunk.line}): the line '@@ {header}' names was not found in "
@@ -288,7 +315,7 @@ def _replacements(lines: list[str], chunks: list[Chunk], path: str) -> list[tupl
             # Only added lines: at the end of the file when the chunk has no header (codex), else
             # right after the header's line (where agents-python's apply_diff puts them).
             at = cursor if chunk.header is not None and not chunk.end_of_file else len(lines)
-            out.append((at, 0, chunk.new))
+            out.append((at, 0, tuple((text, None) for text in chunk.new)))
             continue
         old, new = chunk.old, chunk.new
         found = seek(file, old, cursor, chunk.end_of_file)
@@ -305,32 +332,51 @@ def _replacements(lines: list[str], chunks: list[Chunk], path: str) -> list[tupl
                 + f":\n{shown}"
             )
         kept = chunk.kept or (None,) * len(new)
-        fresh = (text if k is None or k >= len(old) else lines[found + k] for text, k in zip(new, kept, strict=False))
-        out.append((found, len(old), tuple(fresh)))
+        fresh = tuple(
+            (text, None) if k is None or k >= len(old) else (lines[found + k], found + k)
+            for text, k in zip(new, kept, strict=False)
+        )
+        out.append((found, len(old), fresh))
         cursor = found + len(old)
     return sorted(out, key=lambda item: item[0])
 
 
-def apply_chunks(text: str, chunks: list[Chunk], path: str = "the file") -> str:
-    """``text`` with every chunk applied, or ``patch_failed`` (and nothing applied). A file without a
-    final newline is kept without one (agents-python's apply_diff); an empty one gets it (codex)."""
-    newline = "\r\n" if "\r\n" in text else "\n"
-    final = [""] if text == "" or text.endswith("\n") else []
-    lines = text.replace("\r\n", "\n").split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    result: list[str] = []
+def split_lines(text: str) -> tuple[list[str], list[str | None]]:
+    """``text``'s lines without their ends, and each one's end (``"\\n"``, ``"\\r\\n"``, or None for
+    a last line without one)."""
+    parts = text.split("\n")
+    last = parts.pop()
+    texts: list[str] = []
+    ends: list[str | None] = []
+    for part in parts:
+        crlf = part.endswith("\r")
+        texts.append(part[:-1] if crlf else part)
+        ends.append("\r\n" if crlf else "\n")
+    if last:
+        texts.append(last)
+        ends.append(None)
+    return texts, ends
+
+
+def apply_chunks(text: str, chunks: list[Chunk], path: str = "the file", newline: str = "\n") -> str:
+    """``text`` with every chunk applied, or ``patch_failed`` (and nothing applied), line ends as
+    codex keeps them (codex-rs/apply-patch, text_file.rs): a line left alone keeps its own end, a
+    line written takes the file's first line end (``newline``, the diff's, in a file that has none),
+    and every line ends with one (a file without a final newline gets it)."""
+    lines, ends = split_lines(text)
+    preferred = next((end for end in ends if end is not None), newline)
+    out: list[str] = []
     cursor = 0
     for at, length, new in _replacements(lines, chunks, path):
         if at < cursor:
             raise _not_found(f"two chunks change the same lines of {path} (near line {at + 1})")
-        result.extend(lines[cursor:at])
-        result.extend(new)
+        out.extend(line + (end or preferred) for line, end in zip(lines[cursor:at], ends[cursor:at], strict=True))
+        out.extend(line + ((ends[kept] if kept is not None else None) or preferred) for line, kept in new)
         cursor = at + length
-    result.extend(lines[cursor:])
-    return newline.join([*result, *final])
+    out.extend(line + (end or preferred) for line, end in zip(lines[cursor:], ends[cursor:], strict=True))
+    return "".join(out)
 
 
 def apply_update(text: str, diff: str, path: str = "the file") -> str:
     """``text`` with an ``update_file`` diff applied: ``invalid_field`` or ``patch_failed`` if not."""
-    return apply_chunks(text, parse_update(diff), path)
+    return apply_chunks(text, parse_update(diff), path, newline_of(diff))

@@ -159,12 +159,43 @@ def test_deletion_only() -> None:
     assert apply_update("line1\nline2\nline3\n", "@@\n line1\n-line2\n line3") == "line1\nline3\n"
 
 
-def test_a_file_without_a_final_newline_is_kept_without_one() -> None:
-    # agents-python's apply_diff (the reference for apply_patch_call) keeps the file's ending as it was.
+def test_a_file_without_a_final_newline_gets_one() -> None:
+    # codex (the model's own reference) terminates every line an update writes back.
     assert apply_update("no newline at end", "@@\n-no newline at end\n+first line\n+second line") == (
-        "first line\nsecond line"
+        "first line\nsecond line\n"
     )
-    assert apply_update("a\nb", "@@\n a\n-b\n+c") == "a\nc"
+    assert apply_update("a\nb", "@@\n a\n-b\n+c") == "a\nc\n"
+
+
+def test_each_untouched_line_keeps_its_own_end_and_new_lines_take_the_first() -> None:
+    # codex's text_file.rs: a mixed file stays mixed; what is written takes the first line's end.
+    assert apply_update("a\r\nb\nc\r\n", "@@\n a\n b\n-c\n+C\n+D") == "a\r\nb\nC\r\nD\r\n"
+    assert apply_update("a\nb\r\n", "@@\n-a\n+A") == "A\nb\r\n"
+
+
+def test_an_empty_file_takes_the_diffs_line_ends() -> None:
+    assert apply_update("", "@@\r\n+hello\r\n+world") == "hello\r\nworld\r\n"
+    assert apply_update("", "@@\n+hello\n+world") == "hello\nworld\n"
+
+
+def test_a_final_bare_plus_in_a_create_diff_is_the_final_newline() -> None:
+    assert parse_create("+hello\n+world\n+") == "hello\nworld\n"
+    assert parse_create("+hello\r\n+world\r\n+") == "hello\r\nworld\r\n"
+    assert parse_create("+a\n+\n+") == "a\n\n"
+
+
+def test_a_reused_parent_header_narrows_nothing() -> None:
+    source = "class T\n    def first():\n        pass\n\n    def second():\n        pass\n"
+    diff = (
+        "@@ class T\n@@     def first():\n-        pass\n+        return 1\n"
+        "@@ class T\n@@     def second():\n-        pass\n+        return 2"
+    )
+    assert apply_update(source, diff) == source.replace("pass", "return 1", 1).replace("pass", "return 2")
+
+
+def test_a_header_never_in_the_file_still_fails() -> None:
+    with pytest.raises(ActionError, match="'@@ nope'"):
+        apply_update("a\nb\n", "@@ nope\n-b\n+B")
 
 
 def test_an_empty_file_gets_a_final_newline() -> None:

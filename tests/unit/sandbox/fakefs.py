@@ -31,11 +31,13 @@ def _stat(path: str, follow_symlinks: bool) -> FileStat:
 
 
 class FakeAgentFs:
-    """``denied``: paths that answer EACCES; ``full``: writes to a new temporary file fail with
-    ENOSPC (its fd is /dev/full's); ``cross_device``: every rename answers EXDEV."""
+    """``denied``: paths that answer EACCES; ``read_only``: paths that answer EACCES to an open for
+    writing (the tests run as root, whom a file's mode does not stop); ``full``: writes to a new
+    temporary file fail with ENOSPC (its fd is /dev/full's); ``cross_device``: every rename answers EXDEV."""
 
     def __init__(self) -> None:
         self.denied: set[str] = set()
+        self.read_only: set[str] = set()
         self.full = False
         self.cross_device = False
         self.calls: list[str] = []
@@ -48,6 +50,8 @@ class FakeAgentFs:
     async def open(self, path: str, flags: int, mode: int = 0o644) -> int:
         self.calls.append("open")
         self._check(path)
+        if path in self.read_only and flags & (os.O_WRONLY | os.O_RDWR):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
         return os.open(path, flags, mode)
 
     async def stat(self, path: str, *, follow_symlinks: bool = True) -> FileStat:

@@ -34,6 +34,7 @@ class ShellArgs(TypedDict):
 
     type: Literal["shell"]
     restart: bool
+    split_stderr: bool
     command: NotRequired[str]
     timeout_ms: NotRequired[int]
 
@@ -269,7 +270,10 @@ def _fill_budget(action: a.NativeAction, display: Size) -> a.NativeAction:
 
 def _bash(block: ToolUseBlock, field: str) -> a.NativeAction:
     inp = validate(TypeAdapter(BashInput), block.input, field)
-    data: ShellArgs = {"type": "shell", "restart": bool(inp.restart)}
+    if inp.command is None and not inp.restart:
+        raise ActionError(ErrorCode.MISSING_FIELD, "no command provided.", field)  # the reference's words
+    # stderr apart, as the reference bash tool keeps it: a command that wrote to it is an is_error result.
+    data: ShellArgs = {"type": "shell", "restart": bool(inp.restart), "split_stderr": True}
     if inp.command is not None:
         data["command"] = inp.command
     if inp.timeout_ms:
@@ -392,6 +396,14 @@ def result_text(action: a.NativeAction, result: ActionResult) -> str:
     return str(data.get("output") or "")
 
 
+def _shell_text(output: str, stderr: str) -> str:
+    """A bash result's text: stdout, then stderr (the reference shows stderr alone when there is any;
+    Corral keeps the output too, so the model loses nothing)."""
+    if output and stderr and not output.endswith("\n"):
+        return f"{output}\n{stderr}"
+    return output + stderr
+
+
 def success(
     call: VendorCall,
     steps: tuple[Step, ...],
@@ -403,10 +415,14 @@ def success(
     last_action, last = steps[-1].action, results[-1]
     if call.computer:
         return tool_result(call, anthropic.tool_result_content(last_action, last, image, scale))
-    content = _text(result_text(last_action, last))
+    stderr = str(last.data.get("stderr") or "") if isinstance(last_action, a.Shell) else ""
+    # The reference bash tool's marking: a command that wrote to stderr is an error (computer_use_demo
+    # loop.py's _make_api_tool_result: is_error when the result has an error); its exit code is not.
+    text = _shell_text(result_text(last_action, last), stderr) if stderr else result_text(last_action, last)
+    content = _text(text)
     if image is not None:  # asked for with the envelope's ``screenshot``
         content.append(anthropic.image_block(image))
-    return tool_result(call, content)
+    return tool_result(call, content, is_error=bool(stderr))
 
 
 def failure(call: VendorCall, error: ActionError) -> ToolResultBlock:

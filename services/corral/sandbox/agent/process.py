@@ -27,7 +27,7 @@ from corral.sandbox.agent.output import Capture, Ring, fit
 
 log = logging.getLogger(__name__)
 
-Tap = Callable[[bytes], None]
+Tap = Callable[[str, bytes], None]  # the stream's name ("stdout", "stderr") and what it read
 """Given every chunk a process prints, of any stream, in the order the chunks are read (the shell's reader)."""
 
 READ_CHUNK = 64 * 1024
@@ -222,7 +222,7 @@ class Process:
         if output.capture is not None:
             output.capture.add(chunk)
         if self.tap is not None:
-            self.tap(chunk)
+            self.tap(output.name, chunk)
         if self.stream is not None:
             self.stream.put_nowait((output.name, chunk))
             self.queued += len(chunk)

@@ -12,7 +12,11 @@ lines, and programs see what an ``exec`` shows them):
 
 1. the command's stdout and stderr are the one output pipe as kept at a descriptor bash picked at
    start (``__corral_out``, read-only), set for the command alone: one that closed or moved its
-   stdout (``exec 1>&-``) does not take the end marker, or the next commands' output, with it;
+   stdout (``exec 1>&-``) does not take the end marker, or the next commands' output, with it.
+   With ``split_stderr`` its stderr is bash's own stderr pipe instead, kept at ``__corral_err``
+   (read-only too), and the sentinel below is printed there as well, so the controller knows it
+   has all of both (the order between the two pipes is lost: the reference bash tool keeps them
+   apart the same way);
 2. the per-action part of the environment is exported: the proxy variables with *this* action's
    proxy credentials, so the egress audit charges each command's requests to the action that ran it
    (not to the one that started the shell), the CA bundle variables and the secrets' placeholders
@@ -51,14 +55,15 @@ from corral.errors import ActionError, ErrorCode
 from corral.protocol import actions as a
 from corral.protocol import results as r
 from corral.sandbox.agent import agentenv
-from corral.sandbox.agent.output import fit
+from corral.sandbox.agent.output import fit, json_size
 from corral.sandbox.agent.processes import KILL_WAIT_S, REPLY_TEXT_BYTES, Process, ProcessTable, RunContext
 
 log = logging.getLogger(__name__)
 
 SHELL_ARGV = ("bash", "--login", "-s")  # a login shell, as ``exec``'s ``bash -lc``, reading its stdin
-# Run once, first: stderr joins stdout (one pipe, in order), and a copy of that pipe is kept aside.
-STARTUP = "exec 2>&1 {__corral_out}>&1; readonly __corral_out\n"
+# Run once, first: the stderr pipe kept aside (for split_stderr), stderr joined to stdout (one pipe,
+# in order), and a copy of that pipe kept aside.
+STARTUP = "exec {__corral_err}>&2 2>&1 {__corral_out}>&1; readonly __corral_out __corral_err\n"
 TRUNCATED_NOTE = a.TRUNCATED_NOTE  # after a cut output, as the reference bash tool's
 RESTARTED = "tool has been restarted."  # the reference bash tool's answer to restart
 SENTINEL_WINDOW = 4096  # the newest bytes kept past the cap: the sentinel line is always among them
@@ -149,20 +154,25 @@ def _is_control(char: str) -> bool:
     return ord(char) < 0x20 or ord(char) == 0x7F
 
 
-def script(command: str, token: str, exports: Mapping[str, str], unset: Iterable[str] = ()) -> str:
+def script(
+    command: str, token: str, exports: Mapping[str, str], unset: Iterable[str] = (), *, split_stderr: bool = False
+) -> str:
     """What bash reads to run ``command`` and then say it ended (see the module's docstring): one line,
     so bash has read all of it (the token too) before the command starts, and none of it waits in
     the pipe for another process to take."""
     half = len(token) // 2
+    end = f"builtin printf '\\n%s%s:%s\\n' {token[:half]} {token[half:]} \"$__corral_status\""
+    stderr = '2>&"$__corral_err"' if split_stderr else "2>&1"
     # The command's own redirections (``exec 1>&-``) end with the group; ``builtin``: a function the
     # agent named printf (or eval, export) does not stand in for them.
     parts = [
         *(f"builtin unset -v {name}" for name in sorted(unset)),
         *(f"builtin export {name}={ansi_c_quoted(value)}" for name, value in exports.items()),
         f"__corral_command={ansi_c_quoted(command)}",
-        '{ builtin eval -- "$__corral_command" </dev/null; } 1>&"$__corral_out" 2>&1',
+        f'{{ builtin eval -- "$__corral_command" </dev/null; }} 1>&"$__corral_out" {stderr}',
         "__corral_status=$?",
-        f'builtin printf \'\\n%s%s:%s\\n\' {token[:half]} {token[half:]} "$__corral_status" 1>&"$__corral_out"',
+        *([f'{end} 1>&"$__corral_err"'] if split_stderr else []),
+        f'{end} 1>&"$__corral_out"',
     ]
     return "; ".join(parts) + "\n"
 
@@ -174,9 +184,10 @@ def per_action(environment: Mapping[str, str]) -> dict[str, str]:
     return {name: value for name, value in environment.items() if name not in agentenv.BASE}
 
 
-def render(end: End, max_chars: int) -> tuple[str, bool]:
-    """The output text cut to ``max_chars`` with the reference's note, and whether it was cut."""
-    text, used = fit(end.output, "utf-8", REPLY_TEXT_BYTES)
+def render(end: End, max_chars: int, budget: int = REPLY_TEXT_BYTES) -> tuple[str, bool]:
+    """The output text cut to ``max_chars`` (and its JSON to ``budget`` bytes) with the reference's
+    note, and whether it was cut."""
+    text, used = fit(end.output, "utf-8", budget)
     truncated = not end.complete or used < len(end.output) or len(text) > max_chars
     return (text[:max_chars] + TRUNCATED_NOTE, True) if truncated else (text, False)
 
@@ -212,6 +223,8 @@ class PersistentShell:
         self._lock = asyncio.Lock()
         self._process: Process | None = None
         self._transcript = Transcript()
+        self._errors = Transcript()  # bash's stderr pipe: a split_stderr command's stderr
+        self._split = False  # whether the running command's stderr is apart
         self._ended = asyncio.Event()
         self._exported: set[str] = set()  # the per-action names the shell has now (a secret's, once gone, is unset)
         self._preempted: Process | None = None  # the shell a restart killed under a running command
@@ -246,24 +259,28 @@ class PersistentShell:
             a.Exec(type="exec", argv=list(SHELL_ARGV), background=True), context
         )
         self._transcript = Transcript()
+        self._errors = Transcript()
         self._exported = set(per_action(self._processes.command_environment(action_id)))  # as it started
         self._process = self._processes.watch(started.pid, self._tap)
         # Written before any command (not as the exec's stdin, which a task feeds: a command could pass it).
         await self._processes.run(a.ProcessWrite(type="process_write", pid=started.pid, data=STARTUP), context)
         return self._process
 
-    def _tap(self, chunk: bytes) -> None:
-        self._transcript.feed(chunk)
-        if self._transcript.end is not None:
+    def _tap(self, stream: str, chunk: bytes) -> None:
+        (self._errors if stream == "stderr" else self._transcript).feed(chunk)
+        if self._transcript.end is not None and (not self._split or self._errors.end is not None):
             self._ended.set()
 
     async def _command(self, process: Process, action: a.Shell, action_id: str) -> r.ShellOutput:
         token = sentinel()
+        self._split = action.split_stderr
         self._transcript.expect(token, keep_bytes(action.max_output_chars))
+        if self._split:
+            self._errors.expect(token, keep_bytes(action.max_output_chars))
         self._ended.clear()
         exports = per_action(self._processes.command_environment(action_id))
         gone, self._exported = self._exported - exports.keys(), set(exports)
-        text = script(action.command or "", token, exports, unset=gone)
+        text = script(action.command or "", token, exports, unset=gone, split_stderr=action.split_stderr)
         write = a.ProcessWrite(type="process_write", pid=process.pid, data=text)
         try:
             # The write is within the timeout: bash may not be reading (a profile that blocks, a command
@@ -293,15 +310,29 @@ class PersistentShell:
         if end is not None:
             self._transcript.end = None
             output, truncated = render(end, max_chars)
-            return r.ShellOutput(output=output, exit_code=end.status, truncated=truncated, restarted=restarted)
+            stderr, cut = self._stderr(max_chars, output)
+            return r.ShellOutput(
+                output=output, exit_code=end.status, truncated=truncated or cut, restarted=restarted, stderr=stderr
+            )
         # bash itself exited (``exit``, ``set -e``): what it printed, its status, and a fresh shell next time.
         status = exit_status(process)
         output, truncated = render(self._transcript.take(), max_chars)
+        stderr, cut = self._stderr(max_chars, output)
         await self._stop()  # what is left of its tree (a job it put in the background) goes with it
         note = f"\nbash has exited with returncode {status}; the next command starts a fresh shell."
         if self._preempted is process:
             note = "\nthe shell was restarted (a call with restart: true): its processes were killed."
-        return r.ShellOutput(output=output + note, exit_code=status, truncated=truncated, restarted=restarted)
+        return r.ShellOutput(
+            output=output + note, exit_code=status, truncated=truncated or cut, restarted=restarted, stderr=stderr
+        )
+
+    def _stderr(self, max_chars: int, output: str) -> tuple[str | None, bool]:
+        """A split_stderr command's stderr (None for one whose stderr joined its output), cut so that
+        it and ``output`` fit one reply together; and whether it was cut."""
+        if not self._split:
+            return None, False
+        end, self._errors.end = self._errors.end or self._errors.take(), None
+        return render(end, max_chars, max(0, REPLY_TEXT_BYTES - json_size(output)))
 
     async def _preempt(self) -> None:
         """A restart kills the running shell's tree at once, not behind the lock: the command it runs
@@ -325,3 +356,4 @@ class PersistentShell:
             except TimeoutError:
                 log.warning("the shell %d's tree was not gone %.0f s after its kill", process.pid, KILL_WAIT_S)
         self._transcript = Transcript()
+        self._errors = Transcript()

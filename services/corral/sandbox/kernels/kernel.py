@@ -107,7 +107,7 @@ async def start(processes: ProcessTable, name: str, action_id: str, timeout_s: f
     context = RunContext(action_id)
     started = await processes.start_private(action, context)
     output = StartOutput(tag)
-    process = processes.watch(started.pid, output.feed)
+    process = processes.watch(started.pid, lambda _stream, chunk: output.feed(chunk))  # both streams, as printed
     link: KernelLink | None = None
     try:
         async with asyncio.timeout(timeout_s):

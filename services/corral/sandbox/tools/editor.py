@@ -469,7 +469,10 @@ class Editor:
         async def fill(out: TempFile) -> None:
             await out.write(data)
 
-        await self._files.write(target, fill, make_dirs=make_dirs, replace=replace)
+        try:
+            await self._files.write(target, fill, make_dirs=make_dirs, replace=replace)
+        except PermissionError as exc:
+            raise _denied(path, target, exc) from None
 
     async def target_of(self, path: str) -> str:
         """Where a write to ``path`` lands: a symlink as the last component is followed (as the agent
@@ -483,6 +486,24 @@ class Editor:
                 return path
             path = posixpath.normpath(posixpath.join(posixpath.dirname(path), found.target))
         raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+
+
+def _denied(path: str, target: str, exc: PermissionError) -> ActionError:
+    """A write the agent's uid may not make, said as what stopped it: the file itself (read-only,
+    another uid's) or its directory (where the new text is written first, then renamed over it)."""
+    named = os.fsdecode(exc.filename) if exc.filename is not None else target
+    directory = posixpath.dirname(target) or "/"
+    reason = os.strerror(exc.errno) if exc.errno else (exc.strerror or "Permission denied")
+    at_fault = os.fsdecode(exc.filename2) if exc.filename2 is not None else None
+    if at_fault == directory:  # the temporary file could not be made (AgentFiles names the directory)
+        why = f"the agent may not create files in {directory}, where the new text is written before it replaces {path}"
+    elif named == target:
+        why = "the agent may not write this file (its mode, or its owner), so the editor does not either"
+    elif named == directory or posixpath.dirname(named) == directory:
+        why = f"the agent may not create files in {directory}, where the new text is written before it replaces {path}"
+    else:
+        why = f"the agent may not write {named}"
+    return _failed(ErrorCode.PERMISSION_DENIED, f"{path}: {reason}: {why}")
 
 
 def _exists_message(path: str) -> str:

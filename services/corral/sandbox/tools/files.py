@@ -276,15 +276,20 @@ class AgentFiles:
         make_dirs: bool = False,
         keep: bool = False,
         replace: bool = True,
+        as_writer: bool = True,
     ) -> Written:
         """``target`` replaced by what ``fill`` writes, all or nothing: a temporary file in the same
         directory, fsynced, given its mode (an existing file's unless ``mode``), renamed over it.
         ``keep``: the temporary file starts as a copy of the existing one (an append). ``replace=False``:
-        renamed with RENAME_NOREPLACE, so a target made meanwhile fails it (FileExistsError)."""
+        renamed with RENAME_NOREPLACE, so a target made meanwhile fails it (FileExistsError).
+        ``as_writer``: an existing target must be one the agent may write (:meth:`_writable`); a move
+        (which replaces a name, as ``mv`` does) passes False."""
         directory = os.path.dirname(target) or "/"
         if make_dirs:
             await self._mkdirs(directory)
         existing = await self._existing(target)
+        if existing is not None and existing.type == "file" and as_writer:
+            await self._writable(target)
         fd, temp = await self._temp_in(directory, target)
         try:
             out = TempFile(fd)
@@ -328,7 +333,24 @@ class AgentFiles:
                 reason = f"its directory {directory} does not exist (make_dirs makes it)"
             else:  # EACCES, EROFS, ENOSPC...: the directory's, as the errno says
                 reason = f"its directory {directory}: {os.strerror(exc.errno)}"
-            raise OSError(exc.errno, reason, target) from None
+            # filename2: the directory at fault, for a caller that words it its own way (the editor)
+            raise OSError(exc.errno, reason, target, None, directory) from None
+
+    async def _writable(self, target: str) -> None:
+        """PermissionError unless the agent may write ``target`` itself: the rename below needs only
+        the directory, so a read-only file, or another uid's, would be replaced where the agent's own
+        ``echo >>`` is refused. The kernel decides, opening it for writing as the agent (its uid,
+        groups, ACLs; nothing is truncated or written). O_NOFOLLOW: a symlink as the name (ELOOP) is
+        what the rename replaces, the link and not its target, as ``mv`` would: nothing to ask of the
+        target. What is checked can change before the rename only by the file's owner (the agent, or
+        root): the agent racing itself gains nothing it could not do with ``chmod``."""
+        try:
+            fd = await self._fs.open(target, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return
+            raise
+        os.close(fd)
 
     async def _mkdirs(self, directory: str) -> None:
         # A file in the way fails the mkstemp that follows, with ENOTDIR.
@@ -439,7 +461,7 @@ class AgentFiles:
             async def fill(out: TempFile) -> None:
                 await out.append_file(fd)
 
-            await self.write(destination, fill, mode=mode)
+            await self.write(destination, fill, mode=mode, as_writer=False)
         finally:
             os.close(fd)
         await self._fs.unlink(source)

@@ -1,9 +1,12 @@
 """The ``apply_patch`` action: one file operation of OpenAI's ``apply_patch`` tool, as the agent.
 
-``create_file`` writes a file that must not exist yet (its parents are made), ``update_file``
-applies a V4A diff (:mod:`corral.protocol.v4a`, pure) to a file that must exist, ``delete_file``
-removes one. All or nothing: the diff is applied in memory first, and the new text is written to a
-temporary file renamed over the old one, so a diff whose context is gone changes nothing.
+``create_file`` writes a file (its parents are made; one already there is replaced, as codex's
+``*** Add File:`` does), ``update_file`` applies a V4A diff (:mod:`corral.protocol.v4a`, pure) to a
+file that must exist, ``delete_file`` removes one. An operation touches its own ``path`` only (what
+a caller approved): codex's ``*** Move to:`` is refused. All or nothing: the diff is applied in memory
+first, and the new text is written to a temporary file renamed over the old one, so a diff whose
+context is gone changes nothing. Every step is the agent's: a file the agent may not write (read-only,
+another uid's) is refused as its own ``echo >>`` would be (:meth:`AgentFiles.write`).
 """
 
 from __future__ import annotations
@@ -41,17 +44,9 @@ class Patcher:
         match action.operation:
             case "create_file":
                 text = v4a.parse_create(action.diff or "")
-                if await lexists(self._fs, path):
-                    raise ActionError(
-                        ErrorCode.FILE_EXISTS, f"{path} already exists; update it or delete it first", "action.path"
-                    )
-                try:
-                    await self._editor.write(path, text, make_dirs=True, replace=False)
-                except FileExistsError:  # made since it was looked for: the rename does not replace it
-                    raise ActionError(
-                        ErrorCode.FILE_EXISTS, f"{path} already exists; update it or delete it first", "action.path"
-                    ) from None
-                return f"Created {path}"
+                replaced = await lexists(self._fs, path)  # a directory there fails the write (is_a_directory)
+                await self._editor.write(path, text, make_dirs=True)
+                return f"Created {path}" + (" (it replaced the file that was there)" if replaced else "")
             case "update_file":
                 chunks = v4a.parse_update(action.diff or "")
                 if not await lexists(self._fs, path):
@@ -60,7 +55,8 @@ class Patcher:
                     )
                 text = await self._editor.read(path)
                 # Off the event loop: bounded (v4a.MAX_COMPARISONS), but up to a second on a big file.
-                await self._editor.write(path, await in_thread(v4a.apply_chunks, text, chunks, path))
+                newline = v4a.newline_of(action.diff or "")
+                await self._editor.write(path, await in_thread(v4a.apply_chunks, text, chunks, path, newline))
                 return f"Updated {path}"
             case "delete_file":
                 found = await self._fs.stat(path, follow_symlinks=False)

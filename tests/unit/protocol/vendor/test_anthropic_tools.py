@@ -147,17 +147,19 @@ def test_a_tool_corral_does_not_serve(fail: FailFn, raw: dict[str, Any]) -> None
 
 def test_bash(plan: PlanFn) -> None:
     p = plan({"anthropic": block("bash", {"command": "cd /tmp && ls"})})
-    assert natives(p) == [{"type": "shell", "command": "cd /tmp && ls"}]
+    # stderr apart: the reference bash tool marks a result that has any as an error.
+    assert natives(p) == [{"type": "shell", "command": "cd /tmp && ls", "split_stderr": True}]
     assert p.call is not None and not p.call.computer
     assert p.after.screenshot is None and not p.after.wait_for_stable
-    assert natives(plan({"anthropic": block("bash", {"restart": True})})) == [{"type": "shell", "restart": True}]
+    restart = natives(plan({"anthropic": block("bash", {"restart": True})}))
+    assert restart == [{"type": "shell", "restart": True, "split_stderr": True}]
     # agent_toolset_20260401's bash: timeout_ms, where 0 is the default.
     timed = plan(
         {"anthropic": block("bash", {"command": "make", "timeout_ms": 5000}, toolset="agent_toolset_20260401")}
     )
-    assert natives(timed) == [{"type": "shell", "command": "make", "timeout_ms": 5000}]
+    assert natives(timed) == [{"type": "shell", "command": "make", "timeout_ms": 5000, "split_stderr": True}]
     default = plan({"anthropic": block("bash", {"command": "make", "timeout_ms": 0})})
-    assert natives(default) == [{"type": "shell", "command": "make"}]
+    assert natives(default) == [{"type": "shell", "command": "make", "split_stderr": True}]
 
 
 def test_bash_asked_for_a_screenshot_gets_one(plan: PlanFn) -> None:
@@ -177,6 +179,29 @@ def test_bash_asked_for_a_screenshot_gets_one(plan: PlanFn) -> None:
 def test_bash_with_the_wrong_input(fail: FailFn, inp: dict[str, Any], code: ErrorCode, field: str) -> None:
     error = fail({"anthropic": block("bash", inp)})
     assert (error.code, error.field) == (code, field)
+
+
+def test_bash_without_a_command_says_so_in_the_references_words(fail: FailFn) -> None:
+    assert fail({"anthropic": block("bash", {})}).message == "no command provided."
+
+
+@pytest.mark.parametrize(
+    ("data", "text", "is_error"),
+    [
+        ({"output": "", "stderr": "bash: nope: command not found\n"}, "bash: nope: command not found\n", True),
+        ({"output": "made", "stderr": "warning: x\n"}, "made\nwarning: x\n", True),  # stdout kept before it
+        ({"output": "a\n", "stderr": ""}, "a\n", False),
+        ({"output": "", "stderr": "", "exit_code": 1}, None, False),  # a non-zero exit alone is no error
+    ],
+)
+def test_a_bash_result_with_stderr_is_an_error_as_the_reference_marks_it(
+    plan: PlanFn, data: dict[str, Any], text: str | None, is_error: bool
+) -> None:
+    p = plan({"anthropic": block("bash", {"command": "x"})})
+    full = {"exit_code": 0, "truncated": False, "restarted": False, **data}
+    out = result_for(p, [result_of(full)])
+    assert out["content"] == ([{"type": "text", "text": text}] if text else [])
+    assert out.get("is_error", False) is is_error
 
 
 EDITS: list[tuple[dict[str, Any], dict[str, Any]]] = [

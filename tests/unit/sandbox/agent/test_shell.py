@@ -206,6 +206,28 @@ async def test_stderr_comes_interleaved_in_order_and_the_status_is_the_commands(
     assert (await run(sh, "printf 'no newline'"))["output"] == "no newline"
 
 
+async def test_split_stderr_keeps_stderr_apart_and_whole(shell: Any) -> None:
+    # Anthropic's reference bash tool keeps the two apart (and marks a result with stderr an error).
+    sh, _, _ = shell
+    result = await run(sh, "echo one; echo two >&2; echo three; nope_not_a_command; (exit 7)", split_stderr=True)
+    assert result["output"] == "one\nthree\n" and result["exit_code"] == 7
+    assert result["stderr"].startswith("two\n") and "nope_not_a_command: command not found" in result["stderr"]
+    quiet = await run(sh, "echo only out", split_stderr=True)
+    assert (quiet["output"], quiet["stderr"]) == ("only out\n", "")
+    # The next command without it: one stream again, and no stderr key in the reply.
+    back = await run(sh, "echo back >&2")
+    assert back == {"output": "back\n", "exit_code": 0, "truncated": False, "restarted": False}
+    # A command that ends bash: what each stream had, and the note.
+    ended = await run(sh, "echo bye >&2; exit 3", split_stderr=True)
+    assert ended["stderr"] == "bye\n" and ended["exit_code"] == 3
+
+
+async def test_split_stderr_over_the_cap_is_cut_with_the_note(shell: Any) -> None:
+    sh, _, _ = shell
+    result = await run(sh, "seq 1 2000 >&2", split_stderr=True, max_output_chars=10)
+    assert result["stderr"] == "1\n2\n3\n4\n5\n" + TRUNCATED_NOTE and result["truncated"] is True
+
+
 @pytest.mark.parametrize(
     "command",
     [
@@ -322,6 +344,12 @@ async def test_a_secret_removed_mid_session_is_unset_in_the_shell(tmp_path: Path
     finally:
         await table.close()
         await launcher.clean_up()
+
+
+def test_the_script_with_split_stderr_ends_both_streams() -> None:
+    text = script("echo hi >&2", TOKEN, {}, split_stderr=True)
+    assert '1>&"$__corral_out" 2>&"$__corral_err"' in text and text.count('1>&"$__corral_err"') == 1
+    assert "2>&1" not in text and TOKEN not in text
 
 
 def test_the_script_unsets_the_names_it_is_given() -> None:

@@ -294,6 +294,25 @@ async def test_a_path_the_agent_may_not_touch_is_permission_denied(box: Box) -> 
     assert (error.code, error.field) == (ErrorCode.PERMISSION_DENIED, "action.path")
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"command": "str_replace", "old_str": "x", "new_str": "y"},
+        {"command": "insert", "insert_line": 1, "new_str": "y"},
+    ],
+)
+async def test_a_read_only_file_is_refused_and_kept(box: Box, fields: dict[str, Any]) -> None:
+    # Through a symlink too: the file checked is the one that would be replaced.
+    (box.root / "f.txt").write_text("x\n")
+    os.symlink("f.txt", box.root / "link.txt")
+    box.fs.read_only.add(f"{box.root}/f.txt")
+    for name in ("f.txt", "link.txt"):
+        error = await box.fails(path=f"{box.root}/{name}", **fields)
+        assert (error.code, error.field) == (ErrorCode.PERMISSION_DENIED, "action.path")
+        assert error.message.startswith(f"{box.root}/{name}: Permission denied: the agent may not write this file")
+    assert (box.root / "f.txt").read_text() == "x\n" and len(box.editor.history) == 0
+
+
 async def test_max_characters_cuts_the_view(box: Box) -> None:
     (box.root / "long.txt").write_text("y" * 100)
     out = (await box.edit(command="view", path=f"{box.root}/long.txt", max_characters=20))["output"]

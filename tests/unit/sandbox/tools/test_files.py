@@ -160,6 +160,30 @@ async def test_write_replaces_whole_and_keeps_the_mode_of_the_file_it_replaces(b
     assert box.fs.calls[-2:] == ["chmod", "rename"]
 
 
+async def test_a_file_the_agent_may_not_write_is_refused_as_its_echo_would_be(box: Box) -> None:
+    # The rename needs only the directory: the file is opened for writing as the agent first.
+    target = box.root / "ro.txt"
+    target.write_text("kept")
+    box.fs.read_only.add(str(target))
+    for action in (
+        {"type": "file_write", "path": "ro.txt", "content": "new"},
+        {"type": "file_write", "path": "ro.txt", "content": "more", "append": True},
+    ):
+        error = await box.fails(action)
+        assert (error.code, error.field) == (ErrorCode.PERMISSION_DENIED, "action.path")
+        assert str(target) in error.message
+    assert target.read_text() == "kept" and box.leftovers() == []
+    # A link as the name is what the rename replaces (the link, not its target): its target is not asked.
+    os.symlink("ro.txt", box.root / "link.txt")
+    await box.run({"type": "file_write", "path": "link.txt", "content": "own"})
+    assert not (box.root / "link.txt").is_symlink() and (box.root / "link.txt").read_text() == "own"
+    assert target.read_text() == "kept"
+    # A move replaces a name, as mv does: the file's own mode is not asked.
+    (box.root / "src.txt").write_text("moved")
+    await box.run({"type": "file_move", "source": "src.txt", "destination": "ro.txt", "overwrite": True})
+    assert target.read_text() == "moved"
+
+
 async def test_append_copies_then_appends_then_renames(box: Box) -> None:
     (box.root / "log").write_text("one\n")
     out = await box.run({"type": "file_write", "path": "log", "content": "two\n", "append": True})

@@ -75,10 +75,14 @@ async def test_malformed_diff_is_an_invalid_field(box: Box) -> None:
     assert error.message.startswith("invalid diff: line 3")
 
 
-async def test_create_on_an_existing_file_and_update_of_a_missing_one(box: Box) -> None:
-    (box.root / "f.txt").write_text("keep\n")
-    exists = await box.fails("create_file", f"{box.root}/f.txt", "+new\n")
-    assert exists.code == ErrorCode.FILE_EXISTS and (box.root / "f.txt").read_text() == "keep\n"
+async def test_create_on_an_existing_file_replaces_it_and_update_of_a_missing_one_fails(box: Box) -> None:
+    # codex's *** Add File: (scenario 011_add_overwrites_existing_file) and agents-python both overwrite.
+    (box.root / "f.txt").write_text("old\n")
+    created = await box.patch("create_file", f"{box.root}/f.txt", "+new\n")
+    assert created["output"] == f"Created {box.root}/f.txt (it replaced the file that was there)"
+    assert (box.root / "f.txt").read_text() == "new\n"
+    (box.root / "dir").mkdir()
+    assert (await box.fails("create_file", f"{box.root}/dir", "+x\n")).code == ErrorCode.IS_A_DIRECTORY
     missing = await box.fails("update_file", f"{box.root}/nope.txt", "@@\n-a\n+b\n")
     assert missing.code == ErrorCode.NO_SUCH_FILE
     assert (await box.fails("delete_file", f"{box.root}/nope.txt")).code == ErrorCode.NO_SUCH_FILE
@@ -95,17 +99,25 @@ async def test_a_file_the_agent_may_not_write_is_refused_and_unchanged(box: Box)
     assert target.read_text() == "a\n"
 
 
-async def test_create_file_does_not_replace_a_file_made_after_the_check(
-    box: Box, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    file = box.root / "raced.py"
-    mkstemp = box.fs.mkstemp
+@pytest.mark.parametrize("operation", ["update_file", "create_file"])
+async def test_a_read_only_file_is_refused_as_the_agent_would_be(box: Box, operation: str) -> None:
+    target = box.root / "ro.txt"
+    target.write_text("a\n")
+    box.fs.read_only.add(str(target))
+    diff = "@@\n-a\n+b\n" if operation == "update_file" else "+b\n"
+    error = await box.fails(operation, str(target), diff)
+    assert (error.code, error.field) == (ErrorCode.PERMISSION_DENIED, "action.path")
+    assert error.message == (
+        f"{target}: Permission denied: the agent may not write this file (its mode, or its owner), "
+        "so the editor does not either"
+    )
+    assert target.read_text() == "a\n" and [p.name for p in box.root.iterdir()] == ["ro.txt"]
 
-    async def racing(directory: str, prefix: str) -> tuple[int, str]:
-        file.write_text("theirs")  # another writer, between the existence check and the rename
-        return await mkstemp(directory, prefix)
 
-    monkeypatch.setattr(box.fs, "mkstemp", racing)
-    error = await box.fails("create_file", str(file), "+mine\n")
-    assert (error.code, error.field) == (ErrorCode.FILE_EXISTS, "action.path")
-    assert file.read_text() == "theirs"
+async def test_a_read_only_directory_is_named_in_the_error(box: Box) -> None:
+    target = box.root / "f.txt"
+    target.write_text("a\n")
+    box.fs.denied.add(str(box.root))
+    error = await box.fails("update_file", str(target), "@@\n-a\n+b\n")
+    assert error.code == ErrorCode.PERMISSION_DENIED
+    assert f"the agent may not create files in {box.root}, where the new text is written" in error.message
