@@ -32,6 +32,16 @@ pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
 upstream, gw, sb = session_fixtures("downloads")
 FRAMEWORKS = Path(__file__).parent / "frameworks"
 PUPPETEER_DOWNLOAD = FRAMEWORKS / "puppeteer_download.mjs"
+BROWSER_USE_PYTHON = Path(__file__).resolve().parents[2] / ".venv-browser-use" / "bin" / "python"
+BROWSER_USE_DOWNLOAD = FRAMEWORKS / "browser_use_download.py"
+# browser-use's telemetry, cloud sync, version check and hints off (as test_cdp_frameworks.py runs it).
+QUIET = {
+    "ANONYMIZED_TELEMETRY": "false",
+    "BROWSER_USE_CLOUD_SYNC": "false",
+    "BROWSER_USE_VERSION_CHECK": "false",
+    "BROWSER_USE_CLOUD_HINTS": "false",
+    "BROWSER_USE_LOGGING_LEVEL": "warning",
+}
 
 
 def expected(name: str) -> bytes:
@@ -136,9 +146,32 @@ def test_puppeteer_download_behaviour_lands_in_corrals_place(gw: RunningGateway,
     assert not (tmp_path / "x").exists()
 
 
+def test_browser_use_s_download_is_fetched_by_the_guid_it_reports(
+    gw: RunningGateway, sb: Sandbox, tmp_path: Path
+) -> None:
+    """browser-use (0.13) reports a download of a remote browser at a path on this machine with no
+    bytes there; its event's GUID is the download's id in Corral, whose API has the bytes."""
+    if not BROWSER_USE_PYTHON.exists():
+        pytest.skip(".venv-browser-use is not installed (scripts/bootstrap-frameworks)")
+    cdp_url = f"{gw.url}/v1/sessions/{sb.id}/cdp"
+    page = "https://allowed.test/page/download-link.html"
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config"), **QUIET}
+    argv = [str(BROWSER_USE_PYTHON), str(BROWSER_USE_DOWNLOAD), cdp_url, sb.info.token or ""]
+    event = asyncio.run(_run(*argv, page, str(tmp_path / "dl"), env=env))
+    assert event["url"] == "https://allowed.test/download/clicked-report.bin", event
+    found = sb.downloads.get(event["guid"])
+    assert found.state == "completed" and found.cause.kind == "cdp"
+    assert sb.downloads.read(found.id) == expected("clicked-report.bin")
+    assert not (tmp_path / "dl" / "clicked-report.bin").exists()  # nothing reached this machine's folder
+
+
 async def _run_node(*argv: str) -> dict[str, Any]:
+    return await _run("node", *argv)
+
+
+async def _run(*argv: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     probe = await asyncio.create_subprocess_exec(
-        "node", *argv, cwd=FRAMEWORKS, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        *argv, cwd=FRAMEWORKS, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
     out, err = await asyncio.wait_for(probe.communicate(), timeout=120)
     assert probe.returncode == 0, (out + err).decode()

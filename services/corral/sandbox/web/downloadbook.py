@@ -52,8 +52,10 @@ class Acts:
         self._native: _Act | None = None
         self._cdp: dict[str, _Act] = {}
 
-    def native_started(self, action_id: str, action: str) -> None:
-        self._native = _Act(DownloadCause(kind="action", action_id=action_id, action=action[:64]), float("inf"))
+    def native_started(self, action_id: str, action: str, actor: str | None = None) -> None:
+        """A native action runs (``actor``: a person's ``human:<link id>``; None: the agent's)."""
+        cause = DownloadCause(kind="action", action_id=action_id, action=action[:64], actor=actor)
+        self._native = _Act(cause, float("inf"))
 
     def native_ended(self, action_id: str) -> None:
         if self._native is not None and self._native.cause.action_id == action_id:
