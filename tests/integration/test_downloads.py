@@ -149,8 +149,9 @@ def test_puppeteer_download_behaviour_lands_in_corrals_place(gw: RunningGateway,
 def test_browser_use_s_download_is_fetched_by_the_guid_it_reports(
     gw: RunningGateway, sb: Sandbox, tmp_path: Path
 ) -> None:
-    """browser-use (0.13) reports a download of a remote browser at a path on this machine with no
-    bytes there; its event's GUID is the download's id in Corral, whose API has the bytes."""
+    """browser-use (0.13) reports a remote browser's download at a path on this machine with
+    ``file_size`` 0 (the issue's "0 bytes"); its event's GUID is the download's id in Corral, whose API
+    has the bytes."""
     if not BROWSER_USE_PYTHON.exists():
         pytest.skip(".venv-browser-use is not installed (scripts/bootstrap-frameworks)")
     cdp_url = f"{gw.url}/v1/sessions/{sb.id}/cdp"
@@ -159,10 +160,10 @@ def test_browser_use_s_download_is_fetched_by_the_guid_it_reports(
     argv = [str(BROWSER_USE_PYTHON), str(BROWSER_USE_DOWNLOAD), cdp_url, sb.info.token or ""]
     event = asyncio.run(_run(*argv, page, str(tmp_path / "dl"), env=env))
     assert event["url"] == "https://allowed.test/download/clicked-report.bin", event
+    assert event["file_size"] == 0 and event["path"].endswith("clicked-report.bin")
     found = sb.downloads.get(event["guid"])
     assert found.state == "completed" and found.cause.kind == "cdp"
     assert sb.downloads.read(found.id) == expected("clicked-report.bin")
-    assert not (tmp_path / "dl" / "clicked-report.bin").exists()  # nothing reached this machine's folder
 
 
 async def _run_node(*argv: str) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """browser-use's browser layer (no agent, no model) downloading through Corral: connect with
 ``cdp_url`` and ``headers`` and a downloads folder of this machine, open a page, click its download
-link, and print the ``FileDownloadedEvent`` browser-use dispatched (its GUID, the path it reports on
+link, and print the ``FileDownloadedEvent`` browser-use dispatched for Chromium's download (its GUID, the path it reports on
 this machine, the size it saw) as one JSON line. The file itself is fetched through Corral's
 downloads API by its GUID. Run by tests/integration/test_downloads.py in .venv-browser-use:
 
@@ -24,7 +24,9 @@ async def probe(cdp_url: str, token: str, url: str, folder: str) -> dict[str, ob
     seen: asyncio.Future[FileDownloadedEvent] = asyncio.get_running_loop().create_future()
 
     def downloaded(event: FileDownloadedEvent) -> None:
-        if not seen.done():
+        # The report of Chromium's download carries its GUID; browser-use's own second fetch of an
+        # attachment it saw on the network (its "auto download") carries none.
+        if event.guid and not seen.done():
             seen.set_result(event)
 
     session.event_bus.on(FileDownloadedEvent, downloaded)

@@ -79,6 +79,8 @@ class DownloadWatch:
             except (OSError, TimeoutError, InvalidHandshake, ConnectionClosed, ActionError, ValueError) as exc:
                 if self._reached:  # at boot Chromium is not up yet: quiet until it was reached once
                     log.warning("the downloads watch lost Chromium (%r); trying again", exc)
+            except Exception:  # a bug must not end the watch for the session's life
+                log.exception("the downloads watch failed; trying again")
             self.watching.clear()
             if self._reached:
                 for record in self._book.listing().downloads:
