@@ -126,6 +126,25 @@ def test_playwright_over_cdp_gets_the_download_event_and_the_file_through_the_ap
     assert found.cause.kind == "cdp" and (found.cause.actor or "").startswith("cdp:")
 
 
+def test_a_download_in_a_context_playwright_made_lands_in_corrals_place_too(gw: RunningGateway, sb: Sandbox) -> None:
+    with sync_playwright() as p:
+        browser = p.chromium.connect_over_cdp(f"{gw.url}/v1/sessions/{sb.id}/cdp", headers=bearer(sb), timeout=30_000)
+        try:
+            context = browser.new_context()
+            page = context.new_page()
+            page.goto("https://allowed.test/page/download-link.html")
+            with page.expect_download(timeout=20_000) as info:
+                page.click("#get")
+            download = info.value
+            assert download.failure() is None
+            found = sb.downloads.wait(url=download.url, since=time.time() - 30)
+            context.close()
+        finally:
+            browser.close()
+    assert found.state == "completed" and found.cause.kind == "cdp"
+    assert sb.downloads.read(found.id) == expected("clicked-report.bin")
+
+
 @pytest.fixture(scope="module")
 def frameworks() -> None:
     if not (FRAMEWORKS / "node_modules" / "puppeteer-core").is_dir():

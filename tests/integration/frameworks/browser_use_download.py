@@ -1,8 +1,8 @@
 """browser-use's browser layer (no agent, no model) downloading through Corral: connect with
 ``cdp_url`` and ``headers`` and a downloads folder of this machine, open a page, click its download
-link, and print the ``FileDownloadedEvent`` browser-use dispatched for Chromium's download (its GUID, the path it reports on
-this machine, the size it saw) as one JSON line. The file itself is fetched through Corral's
-downloads API by its GUID. Run by tests/integration/test_downloads.py in .venv-browser-use:
+link, and print the ``FileDownloadedEvent`` browser-use dispatched for Chromium's download (its
+GUID, the path it reports on this machine, the size it saw) as one JSON line. The file itself is
+fetched through Corral's downloads API by its GUID. Run by tests/integration/test_downloads.py in .venv-browser-use:
 
     python browser_use_download.py <cdp url> <session token> <page url> <downloads folder>
 """
