@@ -234,11 +234,13 @@ def test_bad_ids_and_credentials(gw: RunningGateway, sb: Sandbox) -> None:
     token = sb.info.token or ""
     with httpx.Client(base_url=gw.url, headers={"Authorization": f"Bearer {token}"}) as own:
         assert own.get(f"/v1/sessions/{sb.id}/downloads").status_code == 200  # the session's own token
-    with Sandbox.create(url=gw.url, api_key=KEY_A) as other:
-        other_token = other.info.token or ""
-    with httpx.Client(base_url=gw.url, headers={"Authorization": f"Bearer {other_token}"}) as stranger:
-        refused = stranger.get(f"/v1/sessions/{sb.id}/downloads")
-    assert refused.status_code in (401, 403, 404), refused.text
+    with Sandbox.create(url=gw.url, api_key=KEY_A) as other:  # live: its token is a good one, for its session
+        bearer_other = {"Authorization": f"Bearer {other.info.token or ''}"}
+        with httpx.Client(base_url=gw.url, headers=bearer_other) as stranger:
+            refused = stranger.get(f"/v1/sessions/{sb.id}/downloads")
+            refused_bytes = stranger.get(f"/v1/sessions/{sb.id}/downloads/{'0' * 36}")
+    assert refused_bytes.status_code == 403
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "forbidden", refused.text
     with gw.client(KEY_B) as another_key:
         assert another_key.get(f"/v1/sessions/{sb.id}/downloads").status_code in (403, 404)
 
