@@ -10,7 +10,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from corral.cli import app
+from corral.cli import app, common
 
 from .conftest import Handler
 
@@ -39,9 +39,12 @@ def _handler(request: httpx.Request) -> httpx.Response:
     return httpx.Response(200, json=LISTED)
 
 
-def test_list_as_a_table_and_as_json(gateway: Callable[[Handler], list[httpx.Request]]) -> None:
+def test_list_as_a_table_and_as_json(
+    gateway: Callable[[Handler], list[httpx.Request]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     seen = gateway(_handler)
-    table = CliRunner().invoke(app, ["downloads", "list", S], env={"COLUMNS": "400"})
+    monkeypatch.setattr(common.out, "width", 400)  # the table's cells whole, whatever the terminal
+    table = CliRunner().invoke(app, ["downloads", "list", S])
     assert table.exit_code == 0, table.output
     assert GUID in table.stdout and "report.pdf" in table.stdout and "navigate a3.beef" in table.stdout
     as_json = CliRunner().invoke(app, ["downloads", "list", S, "--json"])
