@@ -130,6 +130,10 @@ class ErrorCode(StrEnum):
     PREVIEW_GONE = "preview_gone"  # the preview's session ended: its previews with it
     TOO_MANY_CONNECTIONS = "too_many_connections"  # a preview's connection cap
     HEADERS_TOO_LARGE = "headers_too_large"
+    # The browser's downloads (docs/downloads.md): no download by that id (or its file is gone), one
+    # that has no whole file to give (still coming, cancelled, capped, or its file replaced).
+    NO_SUCH_DOWNLOAD = "no_such_download"
+    DOWNLOAD_UNAVAILABLE = "download_unavailable"
 
 
 class ErrorDetail(TypedDict):
@@ -502,6 +506,23 @@ class PreviewBusy(CodedError, code=ErrorCode.TOO_MANY_CONNECTIONS):
 
 class HeadersTooLarge(CodedError, code=ErrorCode.HEADERS_TOO_LARGE):
     """A request's head (its line and headers) over the preview listener's cap."""
+
+
+class DownloadNotFound(CodedError, code=ErrorCode.NO_SUCH_DOWNLOAD):
+    """No download of the session by that id (a malformed id too), or its file is no longer there."""
+
+    field: str | None = "download_id"
+
+
+class DownloadUnavailable(CodedError, code=ErrorCode.DOWNLOAD_UNAVAILABLE):
+    """A download with no whole file to give: still in progress, cancelled, capped, interrupted, or its
+    file replaced by something the browser did not save (a link, another owner's file)."""
+
+    field: str | None = "download_id"
+
+
+class DownloadWaitTimedOut(CodedError, code=ErrorCode.TIMEOUT):
+    """The SDK's ``downloads.wait``: no download that matches ended within its timeout."""
 
 
 class ProfileNotFound(NotFound):

@@ -36,6 +36,7 @@ from corral.gateway_models import (
     UploadedFile,
     VolumeInfo,
 )
+from corral.protocol.downloads import DownloadList
 
 T = TypeVar("T")
 
@@ -129,6 +130,16 @@ def _profiles(response: httpx.Response) -> list[ProfileInfo]:
 def _previews(response: httpx.Response) -> list[PreviewInfo]:
     """``{"previews": [...]}``: the session's previews, never their secrets."""
     return [PreviewInfo.model_validate(row) for row in _json(response)["previews"]]
+
+
+def _downloads(response: httpx.Response) -> DownloadList:
+    return DownloadList.model_validate(_json(response))
+
+
+def downloads_path(session_id: str, download_id: str | None = None) -> str:
+    """``/v1/sessions/{id}/downloads``, or one download's bytes under it."""
+    path = f"/v1/sessions/{_segment(session_id)}/downloads"
+    return path if download_id is None else f"{path}/{_segment(download_id)}"
 
 
 def previews_path(session_id: str) -> str:
@@ -344,6 +355,14 @@ class calls:  # a namespace of pure builders, read as calls.create_session(...)
     def revoke_preview(session_id: str, preview_id: str) -> Call[RevokedPreview]:
         path = f"{previews_path(session_id)}/{_segment(preview_id)}"
         return Call("DELETE", path, lambda r: RevokedPreview.model_validate(_json(r)))
+
+    @staticmethod
+    def downloads(session_id: str) -> Call[DownloadList]:
+        return Call("GET", downloads_path(session_id), _downloads)
+
+    @staticmethod
+    def download_bytes(session_id: str, download_id: str) -> Call[bytes]:
+        return Call("GET", downloads_path(session_id, download_id), lambda r: _checked(r).content)
 
     @staticmethod
     def get(path: str) -> Call[httpx.Response]:
@@ -602,6 +621,25 @@ class Gateway:
     def get(self, path: str) -> httpx.Response:
         return self.send(calls.get(path))
 
+    def downloads(self, session_id: str) -> DownloadList:
+        """The session's browser downloads and their caps (docs/downloads.md)."""
+        return self.send(calls.downloads(session_id))
+
+    def download_bytes(self, session_id: str, download_id: str) -> bytes:
+        """One download's bytes, read whole (at most the gateway's CORRAL_DOWNLOAD_MAX_FILE_MB)."""
+        return self.send(calls.download_bytes(session_id, download_id))
+
+    def save_download(self, session_id: str, download_id: str, local: str | Path) -> Download:
+        """One download's bytes streamed to ``local``, which appears only once it is complete."""
+        target = Path(local)
+        part = _part(target)
+        try:
+            size, content_type = self.download(downloads_path(session_id, download_id), part)
+            part.replace(target)
+        finally:
+            part.unlink(missing_ok=True)
+        return Download(target, size, content_type)
+
     def create_volume(self, name: str, size_mb: int | None = None) -> VolumeInfo:
         """A workspace volume of this key's, ``size_mb`` its quota (the gateway's default when None)."""
         return self.send(calls.create_volume(name, size_mb))
@@ -850,6 +888,22 @@ class AsyncGateway:
                 except _CUT as exc:
                     raise _cut_for_cap(response, size) or exc from None
         return size, response.headers.get("content-type", "application/octet-stream")
+
+    async def downloads(self, session_id: str) -> DownloadList:
+        return await self.send(calls.downloads(session_id))
+
+    async def download_bytes(self, session_id: str, download_id: str) -> bytes:
+        return await self.send(calls.download_bytes(session_id, download_id))
+
+    async def save_download(self, session_id: str, download_id: str, local: str | Path) -> Download:
+        target = Path(local)
+        part = _part(target)
+        try:
+            size, content_type = await self.download(downloads_path(session_id, download_id), part)
+            await asyncio.to_thread(part.replace, target)
+        finally:
+            part.unlink(missing_ok=True)
+        return Download(target, size, content_type)
 
     async def download_file(self, session_id: str, remote: str, local: str | Path) -> Download:
         target = Path(local)

@@ -20,6 +20,7 @@ from corral.gateway_client import AsyncGateway, Download, Gateway
 from corral.gateway_models import SessionInfo, UploadedFile
 from corral.protocol import results as r
 from corral.sdk import AsyncExecStream, AsyncFiles, AsyncProcesses, AsyncSandbox, Files, Processes, Sandbox, messages
+from corral.sdk.downloads import AsyncDownloads, Downloads
 from corral.sdk.pending import Pending
 from corral.sdk.previews import AsyncPreviews, Previews
 
@@ -47,7 +48,17 @@ _PURE = {"get_host"}
 def _plain(annotation: Any) -> str:
     """An annotation (a string: the module has postponed annotations) with the twins' names made one."""
     text = str(annotation).removeprefix("Pending[").removesuffix("]")
-    for name in ("Sandbox", "Gateway", "BaseTransport", "ExecStream", "Processes", "Files", "Connected", "Previews"):
+    for name in (
+        "Sandbox",
+        "Gateway",
+        "BaseTransport",
+        "ExecStream",
+        "Processes",
+        "Files",
+        "Connected",
+        "Previews",
+        "Downloads",
+    ):
         text = text.replace(f"Async{name}", name)
     return text
 
@@ -67,6 +78,7 @@ def _signature(member: Any) -> tuple[Any, ...]:
         (Processes, AsyncProcesses),
         (Files, AsyncFiles),
         (Previews, AsyncPreviews),
+        (Downloads, AsyncDownloads),
     ],
 )
 def test_the_async_twin_has_the_same_public_surface(sync: type, twin: type) -> None:

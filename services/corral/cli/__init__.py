@@ -10,6 +10,7 @@ import typer
 
 from corral.cli import actions, code, files, lifecycle, mcp, recordings
 from corral.cli.audit import audit_app
+from corral.cli.downloads import downloads_app
 from corral.cli.images import images_app
 from corral.cli.previews import preview_app
 from corral.cli.profiles import profile_app
@@ -44,6 +45,7 @@ app.add_typer(export_app, name="export")
 app.add_typer(profile_app, name="profile")
 app.add_typer(code.code_app, name="code")
 app.add_typer(preview_app, name="preview")
+app.add_typer(downloads_app, name="downloads")
 
 
 def main() -> None:

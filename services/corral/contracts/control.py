@@ -51,6 +51,10 @@ MAX_PROFILE_BYTES: Final = 1 << 40
 PREVIEW_CHANGES: Final = ("created", "revoked", "expired", "opened", "closed")
 PreviewChange = Literal["created", "revoked", "expired", "opened", "closed"]
 MAX_PREVIEW_BYTES: Final = 1 << 50
+# A download begun, ended (completed, canceled, capped by Corral, interrupted) in the sandbox's browser
+# (the controller's report), or fetched through the gateway (the gateway's): corral.contracts.downloads.
+DOWNLOAD_CHANGES: Final = ("started", "completed", "canceled", "capped", "interrupted", "fetched")
+MAX_DOWNLOAD_BYTES: Final = 1 << 50
 SESSION_CHANGES: Final = ("pause", "resume")  # a session's own changes the gateway reports (SessionEvent)
 MAX_SAVED_ENTRIES: Final = 8
 # corral.errors.ErrorCode's values for a refused line (this module may not import corral.errors).
@@ -189,6 +193,36 @@ class PreviewEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class DownloadEvent:
+    """A download's change: ``started`` and how it ended, reported by the controller (``action``: the
+    native action or CDP window that caused it, ``actor`` who), ``fetched`` by the gateway (``actor``:
+    the caller's key or token id, ``bytes`` sent). Its name and URL only as far as the audit's caps."""
+
+    OP: ClassVar = "download"
+    change: str  # one of DOWNLOAD_CHANGES
+    download: str
+    name: str
+    url: str
+    size: int
+    actor: str
+    action: str | None = None
+
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {
+            "op": self.OP,
+            "change": self.change,
+            "download": self.download,
+            "name": self.name,
+            "url": self.url,
+            "bytes": self.size,
+            "actor": self.actor,
+        }
+        if self.action is not None:
+            out["action"] = self.action
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class LifetimeEvent:
     """The gateway's report of a session's expiry changed by its owner (``PATCH timeout_s``)."""
 
@@ -293,7 +327,8 @@ class PutSecrets:
 
 
 # The gateway's own events about a session, reported into its audit chain.
-GatewayEvent = LinkEvent | LifetimeEvent | VolumeEvent | ProfileEvent | SessionEvent | PreviewEvent
+# DownloadEvent: the controller's too (a download's life), the gateway's a fetch.
+GatewayEvent = LinkEvent | LifetimeEvent | VolumeEvent | ProfileEvent | SessionEvent | PreviewEvent | DownloadEvent
 Message = Hello | SetPolicy | Status | ActionEvent | LeaseEvent | PutSecrets | GatewayEvent
 
 
@@ -568,6 +603,22 @@ def _preview(f: _Fields) -> PreviewEvent:
     )
 
 
+def _download(f: _Fields) -> DownloadEvent:
+    url = f.obj.get("url", "")
+    if not isinstance(url, str) or len(url) > 4096:
+        raise f.invalid(INVALID_FIELD, "'url' must be a string of at most 4096 characters", "url")
+    action = f.token("action") if f.obj.get("action") is not None else None
+    return DownloadEvent(
+        f.choice("change", DOWNLOAD_CHANGES),
+        f.token("download"),
+        f.text("name", 256),
+        url,
+        _count(f, "bytes", MAX_DOWNLOAD_BYTES),
+        f.token("actor"),
+        action,
+    )
+
+
 def _unix_time(f: _Fields, name: str) -> float:
     value = f.obj.get(name)
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -686,4 +737,5 @@ _PARSERS: Final[Mapping[str, Callable[[_Fields], Message]]] = {
     ProfileEvent.OP: _profile,
     SessionEvent.OP: _session,
     PreviewEvent.OP: _preview,
+    DownloadEvent.OP: _download,
 }

@@ -13,6 +13,7 @@ from pydantic_settings import SettingsConfigDict
 
 from corral.errors import WeakApiKey
 from corral.gateway import keystrength
+from corral.gateway.downloadsettings import DownloadSettings
 from corral.gateway.environmentsettings import EnvironmentSettings
 from corral.gateway.previewsettings import PreviewSettings
 
@@ -24,7 +25,7 @@ def env_name(field: str) -> str:
     return f"{ENV_PREFIX}{field.upper()}"
 
 
-class GatewaySettings(EnvironmentSettings, PreviewSettings):
+class GatewaySettings(EnvironmentSettings, PreviewSettings, DownloadSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
     host: str = Field(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pydantic.fields import FieldInfo
 
+from corral.gateway.downloadsettings import DownloadSettings
 from corral.gateway.environmentsettings import EnvironmentSettings
 from corral.gateway.previewsettings import PreviewSettings
 from corral.gateway.settings import GatewaySettings, env_name
@@ -43,7 +44,7 @@ def table() -> str:
     :class:`PreviewSettings`, whose fields pydantic lists first)."""
     rows = ["| setting | default | meaning |", "| --- | --- | --- |"]
     fields = GatewaySettings.model_fields
-    inherited = set(EnvironmentSettings.model_fields) | set(PreviewSettings.model_fields)
+    inherited = {*EnvironmentSettings.model_fields, *PreviewSettings.model_fields, *DownloadSettings.model_fields}
     ordered = [name for name in fields if name not in inherited] + [name for name in fields if name in inherited]
     for name in ordered:
         field = fields[name]

@@ -31,6 +31,7 @@ from corral.gateway_client import AsyncGateway, session_body
 from corral.mcp import results
 from corral.mcp.base import MAX_CONTROL_WAIT_MS, Ctx, SessionId
 from corral.mcp.code import CodeTools
+from corral.mcp.downloads import DownloadTools
 from corral.mcp.previews import PreviewTools
 from corral.mcp.screen import ScreenTools
 from corral.protocol import results as r
@@ -85,6 +86,8 @@ ANNOTATIONS: dict[str, ToolAnnotations] = {
     "preview_port": _hints(False, False, False, False),
     "list_previews": _hints(True, False, True, False),
     "revoke_preview": _hints(False, True, True, False),
+    "list_downloads": _hints(True, False, True, False),
+    "read_download": _hints(True, False, True, False),
 }
 
 
@@ -118,7 +121,7 @@ def _exec_summary(result: commands.ExecResult) -> str:
     return "\n".join(parts)
 
 
-class CorralTools(ScreenTools, CodeTools, PreviewTools):
+class CorralTools(ScreenTools, CodeTools, PreviewTools, DownloadTools):
     """The tools, bound to how they reach the gateway (:mod:`corral.mcp.access`)."""
 
     def tools(self) -> list[Callable[..., Awaitable[CallToolResult]]]:

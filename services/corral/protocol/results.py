@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
+from corral.protocol.downloads import Download
+
 OutputEncoding = Literal["utf-8", "base64"]
 Stream = Literal["stdout", "stderr"]
 FileType = Literal["file", "directory", "symlink", "other"]
@@ -107,6 +109,8 @@ class PageShown(Result):
 
 class Navigated(PageShown):
     status: int | None  # the main document's HTTP status; None when there was no response (same-document)
+    # The URL was an attachment: the download it became (the page stays as it was); absent otherwise.
+    download: Download | None = omitted()
 
 
 class TabShown(Result):

@@ -109,6 +109,7 @@ Event = Literal[
     "secret",
     "link",
     "preview",
+    "download",
     "lifetime",
     "volume",
     "profile",
@@ -190,6 +191,11 @@ class EventFields(TypedDict, total=False):
     # connection's ``bytes_in`` (from the client) and ``bytes_out``
     preview: str
     remote: str
+    # download: a download begun or ended in the sandbox's browser (the controller's report: its
+    # ``action`` and ``actor``, the bytes it holds) or fetched through the gateway (the gateway's: the
+    # caller as ``actor``, the bytes sent); its id (Chromium's GUID), its file ``name`` and ``url``
+    download: str
+    name: str
     # change: link: created, used, revoked, expired; control: taken, returned, left, requested,
     # request_ended; volume: claimed, released; profile: loaded, saved, failed; session: pause, resume
     change: str
@@ -273,6 +279,7 @@ EVENT_FIELDS: Mapping[Event, frozenset[str]] = {
     ),
     "link": frozenset({"link", "mode", "change", "actor", "expires_at"}),
     "preview": frozenset({"preview", "port", "change", "actor", "expires_at", "remote", "bytes_in", "bytes_out"}),
+    "download": frozenset({"download", "name", "url", "change", "bytes", "actor", "action"}),
     "lifetime": frozenset({"actor", "expires_at", "previous_expires_at"}),
     "volume": frozenset({"volume", "change", "size_mb", "used_bytes"}),
     "profile": frozenset({"profile", "change", "bytes", "actor"}),

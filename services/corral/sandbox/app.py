@@ -30,7 +30,7 @@ from corral.frames import next_frame, over_limit
 from corral.protocol import reply
 from corral.protocol import results as r
 from corral.protocol.envelope import Limits, decode
-from corral.sandbox import tunnel
+from corral.sandbox import downloads, tunnel
 from corral.sandbox.agent.agentenv import AGENT_USER
 from corral.sandbox.agent.freezer import AgentFreezer
 from corral.sandbox.control.lease import ControlLease
@@ -50,6 +50,7 @@ from corral.sandbox.tools import transfer
 from corral.sandbox.tools.files import AgentFiles
 from corral.sandbox.tools.transfer_record import Sent, Tallied, Transfer
 from corral.sandbox.web import cdp
+from corral.sandbox.web.downloadwatch import DownloadWatch
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,8 @@ _STATUS: dict[str, int] = {
     ErrorCode.CLIPBOARD_FAILED: 502,
     ErrorCode.NO_SUCH_TAB: 404,
     ErrorCode.NO_SUCH_FILE: 404,
+    ErrorCode.NO_SUCH_DOWNLOAD: 404,
+    ErrorCode.DOWNLOAD_UNAVAILABLE: 409,
     ErrorCode.PERMISSION_DENIED: 403,
     ErrorCode.FILE_EXISTS: 409,
     ErrorCode.CONTROL_TAKEN: 409,
@@ -144,7 +147,7 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
             before_thaw=functools.partial(clipboard.clear, settings.display),
         )
         freezer.start()
-        relays = cdp.Relays(desktop.browser.last_page)
+        relays = cdp.Relays(desktop.browser.last_page, desktop.browser.downloads.acts)
         app.state.cdp_relays = relays
         app.state.max_body = settings.max_message_bytes
         # WS /v1/live: frames grabbed and encoded only while a stream is open.
@@ -155,11 +158,16 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
         # The sandbox's own browser opens its previews here, on its own loopback (docs/previews.md).
         door = await open_door(settings.preview_door_port, AGENT_USER)
         app.state.agent_uid = _uid_of(AGENT_USER)
+        # Every download of the browser, whoever started it (docs/downloads.md): watched in the background.
+        app.state.browser_uid = downloads.browser_uid()
+        watch = DownloadWatch(settings.cdp_url, desktop.browser.downloads, reporter, recorder)
+        watch.start()
         # No Playwright connection at boot: its driver (node, about 80 MiB) starts on the first browser
         # call and stops again when idle (corral.sandbox.web.browser), so an idle session holds none.
         try:
             yield
         finally:
+            await watch.close()
             if door is not None:
                 await door.close()
             await viewers.close()  # its viewers' detaching changes the lease: recorded and audited first
@@ -188,6 +196,7 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
     app.state.cdp_url = settings.cdp_url
     app.state.cdp_relays = cdp.Relays()  # the lifespan's, which closes them at shutdown
     app.state.max_frame = settings.ws_max_frame_bytes
+    app.state.browser_uid = None  # Chromium's uid: every download's file is its own
     app.add_middleware(ControllerGuard, verifier=lambda: app.state.verifier)
     return app
 
@@ -293,6 +302,19 @@ async def get_file(request: Request) -> Response:
     return ClosingStream(body, body.aclose, media_type=download.media_type, headers=headers)
 
 
+async def download_list(request: Request) -> JSONResponse:
+    """Every download of the browser (corral.sandbox.downloads)."""
+    return await downloads.listing(request)
+
+
+async def download_fetch(request: Request) -> Response:
+    """One download's bytes, or its error body (corral.sandbox.downloads)."""
+    try:
+        return await downloads.fetch(request)
+    except ActionError as exc:
+        return _error(exc)
+
+
 async def get_secrets(request: Request) -> JSONResponse:
     """The placeholders this controller holds, for the gateway's watchdog: a controller restarted
     inside its container holds none until the gateway puts them again. Placeholders only; no values.
@@ -389,6 +411,8 @@ ROUTES = [
     Route("/v1/env", put_env, methods=["PUT"]),
     Route("/v1/env", get_env, methods=["GET"]),
     Route("/v1/cdp/json/{which}", cdp_json, methods=["GET"]),
+    Route("/v1/downloads", download_list, methods=["GET"]),
+    Route("/v1/downloads/{download_id}", download_fetch, methods=["GET"]),
     WebSocketRoute("/v1/ws", ws),
     WebSocketRoute("/v1/cdp", cdp_ws),
     WebSocketRoute("/v1/live", live),

@@ -33,6 +33,7 @@ from corral.sandbox.tools.patch import Patcher
 from corral.sandbox.tools.search import Search
 from corral.sandbox.trim import release_memory
 from corral.sandbox.web.browser import Browser
+from corral.sandbox.web.downloadbook import DownloadBook
 
 # Input that may make the page load or change: what the settle after it waits on (Browser.loading).
 _MAY_LOAD = (a.Click, a.MouseDown, a.MouseUp, a.Drag, a.Scroll, a.Type, a.Key)
@@ -133,7 +134,14 @@ class Desktop:
             release_memory()
 
         # Never stopped under an action: a long navigation outlasts the idle time and still owns the driver.
-        browser = Browser(settings.cdp_url, idle_stop_s=settings.browser_idle_stop_s, busy=lock.locked, stopped=idle)
+        downloads = DownloadBook(settings.download_max_file_bytes, settings.download_max_session_bytes)
+        browser = Browser(
+            settings.cdp_url,
+            idle_stop_s=settings.browser_idle_stop_s,
+            busy=lock.locked,
+            stopped=idle,
+            downloads=downloads,
+        )
         return cls(
             settings,
             XInput(settings.display),

@@ -250,10 +250,14 @@ class Dispatcher:
                     self._desktop.lease.check(AGENT)
                     if self._reporter is not None:
                         await self._reporter.started(action_id)
+                    # A download that begins now is this action's (corral.sandbox.web.downloadbook).
+                    acts = self._desktop.browser.downloads.acts
+                    acts.native_started(action_id, "+".join(dict.fromkeys(step.action.type for step in plan.steps)))
                     try:
                         results, image = await self._execute(plan)
                         url = self._desktop.browser.current_url()
                     finally:
+                        acts.native_ended(action_id)
                         if self._reporter is not None:
                             await self._reporter.ended(action_id)
         except TimeoutError:

@@ -17,7 +17,7 @@ import json
 import logging
 import time
 
-from corral.contracts.control import ActionEvent, Hello, LeaseEvent, encode
+from corral.contracts.control import ActionEvent, DownloadEvent, Hello, LeaseEvent, encode
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class ActionReporter:
             self._writer.close()
         self._reader = self._writer = None
 
-    async def _send(self, message: ActionEvent | LeaseEvent) -> None:
+    async def _send(self, message: ActionEvent | LeaseEvent | DownloadEvent) -> None:
         async with self._lock:
             kept = self._writer if self._open() else None
             if not await self._connect():
@@ -83,7 +83,7 @@ class ActionReporter:
             if await self._connect():
                 await self._deliver(message)
 
-    async def _deliver(self, message: ActionEvent | LeaseEvent) -> bool:
+    async def _deliver(self, message: ActionEvent | LeaseEvent | DownloadEvent) -> bool:
         """One message out; an action's start waits for the proxy's acknowledgement."""
         ack = isinstance(message, ActionEvent) and message.ack
         assert self._writer is not None and self._reader is not None
@@ -110,6 +110,10 @@ class ActionReporter:
     async def lease_changed(self, change: str, holder: str, previous: str) -> None:
         """A change of the control lease, for the audit log (corral.contracts.control.LeaseEvent)."""
         await self._send(LeaseEvent(change, holder, previous))
+
+    async def download_changed(self, event: DownloadEvent) -> None:
+        """A download begun or ended, for the audit log (corral.contracts.control.DownloadEvent)."""
+        await self._send(event)
 
     async def close(self) -> None:
         async with self._lock:

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from corral.contracts import auth
+from corral.contracts.downloads import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_SESSION_BYTES
 from corral.contracts.limits import MAX_FRAME_BYTES
 from corral.protocol.envelope import Limits
 from corral.sandbox.agent.launcher.messages import SOCKET_PATH
@@ -65,6 +66,11 @@ class ControllerSettings(BaseModel):
     # GET /v1/files: the largest file or directory sent (413 too_large above it) unless the gateway's
     # request names its own cap (max_bytes, its CORRAL_MAX_DOWNLOAD_BYTES).
     max_download_bytes: int = 1 << 30
+    # The browser's downloads (corral.sandbox.web.downloadbook): one past this, or one that takes the
+    # session's downloads past the second, is cancelled and marked ``capped`` (the gateway's
+    # CORRAL_DOWNLOAD_MAX_FILE_MB and CORRAL_DOWNLOAD_MAX_SESSION_MB, handed on at the sandbox's start).
+    download_max_file_bytes: int = Field(default=DEFAULT_MAX_FILE_BYTES, ge=0)
+    download_max_session_bytes: int = Field(default=DEFAULT_MAX_SESSION_BYTES, ge=0)
     # Commands and processes (corral.sandbox.agent.processes), run as the agent through the launcher.
     launcher_socket: Path = Path(SOCKET_PATH)
     exec_timeout_ms: int = 60_000

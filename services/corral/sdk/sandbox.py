@@ -19,6 +19,7 @@ from corral.gateway_models import ProfileInfo, SecretChange, SessionInfo, Traffi
 from corral.sdk.browser import AsyncBrowser, Browser
 from corral.sdk.code import AsyncCode, Code
 from corral.sdk.control import AsyncControl, Control
+from corral.sdk.downloads import AsyncDownloads, Downloads
 from corral.sdk.execs import AsyncExecs, Execs
 from corral.sdk.pending import Pending
 from corral.sdk.previews import AsyncPreviews, Previews, preview_host
@@ -206,6 +207,12 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs, Code):
         """The session's port previews: ``create(port, ttl_s=...)`` (its URL with the secret, once),
         ``list()``, ``revoke(id)``; the owner's API key only."""
         return Previews(self._gateway, self.id)
+
+    @property
+    def downloads(self) -> Downloads:
+        """What the session's browser downloaded, whoever started it (docs/downloads.md): ``list()``,
+        ``get(id)``, ``read(id)``, ``save(id, path)``, ``wait(url=..., name=..., since=...)``."""
+        return Downloads(self._gateway, self.id)
 
     def get_host(self, port: int) -> str:
         """The host name a preview of ``port`` is served on (E2B's ``get_host``): ``{port}-{hex}.localhost``
@@ -406,6 +413,11 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
     def previews(self) -> AsyncPreviews:
         """The session's port previews (see :attr:`Sandbox.previews`)."""
         return AsyncPreviews(self._gateway, self.id)
+
+    @property
+    def downloads(self) -> AsyncDownloads:
+        """What the session's browser downloaded (see :attr:`Sandbox.downloads`)."""
+        return AsyncDownloads(self._gateway, self.id)
 
     def get_host(self, port: int) -> str:
         """The host name a preview of ``port`` is served on (see :meth:`Sandbox.get_host`): no I/O."""

@@ -318,8 +318,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             kind = "text/javascript; charset=utf-8" if script else "text/html; charset=utf-8"
         elif self.path.startswith("/download/"):
             # A file the browser saves rather than shows (the files tests find it in ~/Downloads).
-            name = self.path[len("/download/") :].split("?")[0]
+            name, _, query = self.path[len("/download/") :].partition("?")
             payload = ("corral download " + name + "\n").encode() * 64
+            size = urllib.parse.parse_qs(query).get("bytes", [""])[0]
+            if size.isdigit():  # ?bytes=N: a file of N bytes (the downloads tests' caps)
+                payload = (payload * (int(size) // len(payload) + 1))[: int(size)]
             kind = "application/octet-stream"
             self.send_response(200)
             self.send_header("content-disposition", f'attachment; filename="{name}"')

@@ -30,6 +30,8 @@ PLACEHOLDER = "corral_secret_" + "a" * 32
         control.PreviewEvent("opened", "prv_x", 3000, "preview", 1733000000.5, "127.0.0.1:50000"),
         control.PreviewEvent("closed", "prv_x", 3000, "preview", 1733000000.5, "[::1]:50000", 10, 20),
         control.SessionEvent("pause", "owner", (("/workspace", 10240), ("/home/agent", 0)), 2),
+        control.DownloadEvent("started", "c341624d-6c3a", "a.pdf", "https://x.test/a.pdf", 0, "agent", "a3.beef"),
+        control.DownloadEvent("fetched", "c341624d-6c3a", "a.pdf", "https://x.test/a.pdf", 1664, "api-key:owner"),
         control.PutSecrets(
             (
                 control.SecretEntry("API_TOKEN", PLACEHOLDER, "tok-the-value-42", ("api.test",), ("header",)),
@@ -139,6 +141,24 @@ def test_a_session_report_is_checked_field_by_field(fields: dict[str, object], b
 )
 def test_a_preview_event_s_fields_are_checked(change: dict[str, object], field: str) -> None:
     good = control.PreviewEvent("closed", "prv_x", 3000, "preview", 1.0, "127.0.0.1:1", 1, 2).to_json()
+    with pytest.raises(InvalidMessage) as refused:
+        control.parse_message(json.dumps({**good, **change}).encode(), InvalidMessage)
+    assert refused.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"change": "saved"}, "change"),
+        ({"download": "../etc"}, "download"),
+        ({"bytes": -1}, "bytes"),
+        ({"url": "x" * 5000}, "url"),
+        ({"action": "a b"}, "action"),
+        ({"name": ""}, "name"),
+    ],
+)
+def test_a_download_event_s_fields_are_checked(change: dict[str, object], field: str) -> None:
+    good = control.DownloadEvent("completed", "guid-1", "a.bin", "https://x.test/a", 3, "cdp:c1", "c1.c1").to_json()
     with pytest.raises(InvalidMessage) as refused:
         control.parse_message(json.dumps({**good, **change}).encode(), InvalidMessage)
     assert refused.value.field == field

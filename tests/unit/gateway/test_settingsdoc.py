@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from corral.gateway import settingsdoc
+from corral.gateway.downloadsettings import DownloadSettings
 from corral.gateway.environmentsettings import EnvironmentSettings
 from corral.gateway.previewsettings import PreviewSettings
 from corral.gateway.settings import GatewaySettings, env_name
@@ -28,13 +29,13 @@ def test_the_docs_table_is_the_one_the_model_generates() -> None:
 def test_the_table_has_one_row_per_setting_each_with_a_meaning() -> None:
     rows = re.findall(r"^\| `(CORRAL_[A-Z0-9_]+)` \| (.+?) \| (.+) \|$", settingsdoc.table(), re.MULTILINE)
     # The gateway's own settings in their order, then its bases' (what may outlive a session, previews).
-    inherited = set(EnvironmentSettings.model_fields) | set(PreviewSettings.model_fields)
+    inherited = {*EnvironmentSettings.model_fields, *PreviewSettings.model_fields, *DownloadSettings.model_fields}
     own = [field for field in GatewaySettings.model_fields if field not in inherited]
     based = [field for field in GatewaySettings.model_fields if field in inherited]
     assert set(based) == inherited
     assert [name for name, _, _ in rows] == [env_name(field) for field in [*own, *based]]
     assert all(meaning.strip() for _, _, meaning in rows)
-    assert len(rows) == len(GatewaySettings.model_fields) == 78
+    assert len(rows) == len(GatewaySettings.model_fields) == 80
 
 
 def test_the_docs_hold_one_settings_table() -> None:

@@ -50,6 +50,8 @@ def test_the_annotations_are_consistent() -> None:
         "read_file",
         "audit_summary",
         "list_previews",
+        "list_downloads",
+        "read_download",
     }
     assert {name for name, hints in ANNOTATIONS.items() if hints.destructive_hint} == {
         "end_session",

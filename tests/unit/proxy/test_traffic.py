@@ -323,8 +323,8 @@ def test_a_filter_on_a_field_skips_records_without_it() -> None:
         ({"decision": "maybe"}, "decision must be one of allow, deny, report, not 'maybe'"),
         (
             {"event": "requests"},
-            "event must be one of block, budget, connect, control, error, lifetime, link, policy, preview, profile, "
-            "proxy, request",
+            "event must be one of block, budget, connect, control, download, error, lifetime, link, policy, preview, "
+            "profile, proxy, request",
         ),
         ({"since": "tomorrow"}, "since: not unix seconds or an ISO 8601 time: 'tomorrow'"),
         ({"until": "nan"}, "until: not a finite number"),

@@ -10,6 +10,7 @@ from corral.protocol import results as r
 from corral.protocol.plan import EncodedImage
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.settings import ControllerSettings
+from corral.sandbox.web.downloadbook import DownloadBook
 
 IMAGE = EncodedImage("image/png", b"\x89PNG-fake", 1280, 800)
 STARTED = r.ExecResult(r.ExecStarted(pid=7, background=True))  # what the stand-in process table answers
@@ -71,6 +72,7 @@ class FakeBrowser:
 
     def __init__(self, parts: Parts) -> None:
         self._parts = parts
+        self.downloads = DownloadBook()
 
     def current_url(self) -> str:
         return "https://page.test/"

@@ -7,6 +7,7 @@ from fastapi import APIRouter
 from corral.gateway.routes import (
     actions,
     cdp,
+    downloads,
     files,
     health,
     links,
@@ -26,6 +27,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     sessions.router,
     actions.router,
     files.router,
+    downloads.router,
     traffic.router,
     recordings.router,
     replays.router,

@@ -72,7 +72,7 @@ class Specs:
             labels=self.labels(kind),
             network=s.network,
             session_network=network,
-            environment=environment,
+            environment={**s.download_environment(), **(environment or {})},
             files=files,
         )
 

@@ -98,6 +98,8 @@ class ControlChannel:
                 "control", change=message.change, holder=message.holder, previous=message.previous
             )
             return None  # reported without an ack: the lease never waits on the audit
+        if isinstance(message, control.DownloadEvent):
+            return self._download(role, message)
         if role != "gateway":
             raise ValueError("only the gateway may do that")
         if isinstance(message, control.LinkEvent):
@@ -224,6 +226,24 @@ class ControlChannel:
             bytes_out=message.bytes_out,
         )
         return Reply(head=self._head())
+
+    def _download(self, role: control.Role, message: control.DownloadEvent) -> Reply | None:
+        """A download begun or ended in the sandbox's browser (the controller's report, no ack: a
+        download never waits on the audit), or fetched through the gateway (the gateway's, answered
+        with the chain's head): its audit record."""
+        if (message.change == "fetched") != (role == "gateway"):
+            raise ValueError("the gateway reports fetches, the controller the rest of a download's life")
+        self.shared.journal.write(
+            "download",
+            download=message.download,
+            name=message.name,
+            url=message.url,
+            change=message.change,
+            bytes=message.size,
+            actor=message.actor,
+            action=message.action,
+        )
+        return Reply(head=self._head()) if role == "gateway" else None
 
     def _set_policy(self, message: control.SetPolicy) -> Reply:
         live = self.shared.policy

@@ -287,9 +287,12 @@ class HumanInput:
                     return (await self._desktop.run(action, After())).result
                 if self._reporter is not None:
                     await self._reporter.started(action_id, actor=viewer)
+                acts = self._desktop.browser.downloads.acts  # a download that begins now is this person's
+                acts.native_started(action_id, action.type, actor=viewer)
                 try:
                     return (await self._desktop.run(action, After())).result
                 finally:
+                    acts.native_ended(action_id)
                     await self._end_later(action_id, viewer)
         except TimeoutError:
             raise ActionError(ErrorCode.TIMEOUT, f"the input did not run within {HUMAN_TIMEOUT_S:.0f} s") from None

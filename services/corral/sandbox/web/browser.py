@@ -25,6 +25,7 @@ from playwright._impl._errors import Error as PlaywrightError
 
 from corral.errors import ActionError, ErrorCode
 from corral.sandbox.web import devtools, navigation
+from corral.sandbox.web.downloadbook import DownloadBook
 from corral.sandbox.web.driver import Driver, pinned_endpoint
 from corral.sandbox.web.inflight import InFlight
 from corral.sandbox.web.navigation import Navigated, PageInfo
@@ -56,8 +57,12 @@ class Browser:
         idle_stop_s: float = 0.0,
         busy: Callable[[], bool] = lambda: False,
         stopped: Callable[[], None] = lambda: None,
+        downloads: DownloadBook | None = None,
     ) -> None:
         self._cdp_url = cdp_url
+        # Every download of the session (corral.sandbox.web.downloadwatch fills it): a navigation to
+        # an attachment answers with its download.
+        self.downloads = downloads or DownloadBook()
         self._requests = InFlight()
         self._driver = Driver(
             cdp_url,
@@ -128,7 +133,7 @@ class Browser:
         return active.url if active is not None else None
 
     async def navigate(self, url: str, wait_until: str, timeout_ms: int) -> Navigated:
-        return await navigation.navigate(await self.page(), url, wait_until, timeout_ms)
+        return await navigation.navigate_or_download(await self.page(), url, wait_until, timeout_ms, self.downloads)
 
     async def history(self, direction: str, timeout_ms: int) -> PageInfo:
         return await navigation.history(await self.page(), direction, timeout_ms)

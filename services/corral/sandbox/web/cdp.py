@@ -50,6 +50,7 @@ from corral.sandbox.control.lease import Change, ControlLease
 from corral.sandbox.egress import ActionReporter
 from corral.sandbox.recorder import Recorder
 from corral.sandbox.web import cdpturn, devtools
+from corral.sandbox.web.downloadbook import Acts
 from corral.sandbox.web.driver import pinned_endpoint
 from corral.sandbox.web.tabs import LastPage, page_targets
 
@@ -225,9 +226,11 @@ class CdpRelay:
         recorder: Recorder | None,
         window: ActivityWindow | None = None,
         last_page: LastPage | None = None,
+        acts: Acts | None = None,
     ) -> None:
         self._client, self._query, self._lease, self._recorder = client, query, lease, recorder
         self._last_page = last_page
+        self._acts = acts
         self._window = window or ActivityWindow(reporter, query.conn, query.actor)
         self._sending = asyncio.Lock()
         self._stopping = asyncio.Event()
@@ -294,8 +297,11 @@ class CdpRelay:
                 await self._reply(answer)
                 continue
             assert isinstance(checked, cdprules.Command)
+            checked = cdpturn.downloads_in_place(checked)  # a client's download path: Corral's place
             self._turn.sent(checked)
             await self._window.command((checked.session_id, checked.id))
+            if self._acts is not None:  # a download that begins now is this connection's
+                self._acts.cdp_command(self._query.actor, self._window.action_id)
             if not self._turn.goes(checked):
                 continue  # a person took the lease meanwhile: answered control_taken, never sent
             if checked.method in cdprules.BROUGHT_FORWARD and self._may_act():
@@ -436,10 +442,11 @@ class Relays:
     """The controller's open CDP connections. Its shutdown ends them (an exclusive one detaches its
     lease) before the lease's log stops listening, so that detach is recorded and audited."""
 
-    def __init__(self, last_page: LastPage | None = None) -> None:
+    def __init__(self, last_page: LastPage | None = None, acts: Acts | None = None) -> None:
         self._open: dict[CdpRelay, asyncio.Event] = {}
         self._closed = False
         self.last_page = last_page
+        self.acts = acts  # who acts on the browser, for the downloads' causes
 
     @property
     def closed(self) -> bool:
@@ -494,7 +501,7 @@ async def serve(
     if relays.closed:
         await _deny(client, ActionError(ErrorCode.BROWSER_UNAVAILABLE, "the controller is shutting down"), 503)
         return
-    relay = CdpRelay(client, query, lease, reporter, recorder, last_page=relays.last_page)
+    relay = CdpRelay(client, query, lease, reporter, recorder, last_page=relays.last_page, acts=relays.acts)
     with relays.tracking(relay):
         if query.exclusive:
             try:

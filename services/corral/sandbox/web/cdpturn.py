@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, NotRequired, TypedDict
 
 from corral.contracts import cdprules
@@ -118,7 +118,9 @@ class Turn:
             case "Browser.setDownloadBehavior":
                 context = params.get("browserContextId")
                 key = context if isinstance(context, str) else None
-                if params.get("behavior") == "default":
+                # Corral's own place with events on (downloads_in_place) is still the client's setting:
+                # its events go at the take and come back at the hand-back.
+                if params.get("behavior") == "default" and params.get("eventsEnabled") is not True:
                     self._downloads.pop(key, None)
                 else:
                     self._downloads[key] = Own(command.method, dict(params))
@@ -209,6 +211,28 @@ class Turn:
         return json.dumps(out, separators=(",", ":"))
 
 
+# What a client may ask for that saves files where it says: Corral saves them in its own place instead.
+_SAVING = frozenset({"allow", "allowAndName"})
+_DOWNLOAD_BEHAVIOUR = frozenset({"Browser.setDownloadBehavior", "Page.setDownloadBehavior"})
+
+
+def downloads_in_place(command: cdprules.Command) -> cdprules.Command:
+    """``command`` as it goes to Chromium: a client's download behaviour that saves (``allow``,
+    ``allowAndName``, with a ``downloadPath`` of the client's machine, which is no path in the sandbox)
+    becomes Chromium's ``default`` (the managed policy's ``~/Downloads``, where Corral lists and serves
+    every download: docs/downloads.md), keeping the client's context and ``eventsEnabled``, so it still
+    gets ``Browser.downloadWillBegin`` and ``downloadProgress`` with their GUIDs. ``deny`` and
+    ``default`` go as they came; any other command unchanged."""
+    params = command.params or {}
+    if command.method not in _DOWNLOAD_BEHAVIOUR or params.get("behavior") not in _SAVING:
+        return command
+    kept: dict[str, object] = {"behavior": "default"}
+    for name in ("browserContextId", "eventsEnabled"):
+        if name in params and command.method == "Browser.setDownloadBehavior":
+            kept[name] = params[name]
+    return replace(command, params=kept)
+
+
 def _default_downloads(context: str | None) -> dict[str, str]:
     out = {"behavior": "default"}
     if context is not None:
@@ -229,4 +253,4 @@ def _session_of(frame: str | bytes) -> tuple[str | None, str | None]:
     return (session if isinstance(session, str) else None), (target if isinstance(target, str) else None)
 
 
-__all__ = ["OWN_IDS", "Own", "Pending", "Turn", "event_method"]
+__all__ = ["OWN_IDS", "Own", "Pending", "Turn", "downloads_in_place", "event_method"]

@@ -6,12 +6,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, TypedDict
+import time
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from playwright._impl._errors import Error as PlaywrightError
 from playwright._impl._errors import TimeoutError as PlaywrightTimeout
 
+from corral.contracts.downloads import FINISHED
 from corral.errors import ActionError, ErrorCode
+from corral.protocol.downloads import Download
+from corral.sandbox.web.downloadbook import DownloadBook
 
 if TYPE_CHECKING:
     from playwright.async_api import Page, Response
@@ -38,6 +42,7 @@ class Navigated(PageInfo):
     a navigation within the document)."""
 
     status: int | None
+    download: NotRequired[Download]  # the URL was an attachment: what the browser saved instead
 
 
 async def info_of(page: Page) -> PageInfo:
@@ -72,6 +77,42 @@ async def navigate(page: Page, url: str, wait_until: str, timeout_ms: int) -> Na
     await painted(page)
     info = await info_of(page)
     return Navigated(url=info["url"], title=info["title"], status=None if response is None else response.status)
+
+
+# Playwright's words when the URL answered with an attachment: the browser saves it instead of showing it.
+DOWNLOAD_STARTING = "Download is starting"
+# How long a navigation that became a download waits for Chromium's report of it (on the downloads
+# watch's own socket, so it may come after Playwright's error).
+_BEGIN_WAIT_S = 10.0
+
+
+async def navigate_or_download(
+    page: Page, url: str, wait_until: str, timeout_ms: int, downloads: DownloadBook
+) -> Navigated:
+    """:func:`navigate`, and when the URL is an attachment, the download it became (waited for until
+    it ends, within ``timeout_ms``) on the tab's page as it stayed, instead of a failure."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    known = {record.id for record in downloads.listing().downloads}
+    try:
+        return await navigate(page, url, wait_until, timeout_ms)
+    except ActionError as exc:
+        if exc.code != ErrorCode.NAVIGATION_FAILED or DOWNLOAD_STARTING not in exc.message:
+            raise
+        failure = exc
+    # A download of this navigation: one that began since it started (a redirect may change its URL).
+    found = await downloads.wait_for(lambda d: d.id not in known, min(_BEGIN_WAIT_S, _left(deadline)))
+    if found is None:
+        failure.message += " (the browser downloads it: see the session's downloads)"
+        raise failure
+    ended = await downloads.wait_for(lambda d: d.id == found.id and d.state in FINISHED, _left(deadline))
+    info = await info_of(page)
+    return Navigated(
+        url=info["url"], title=info["title"], status=None, download=ended or downloads.get(found.id) or found
+    )
+
+
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
 
 
 async def _goto(page: Page, url: str, wait_until: str, timeout_ms: int) -> Response | None:

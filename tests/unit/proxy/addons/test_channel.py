@@ -353,3 +353,29 @@ async def test_a_wrong_role_s_report_is_refused_and_the_connection_carries_on(eg
     assert accepted == {"ok": True}
     assert proxy.shared.actions.actor("h1.beef") == "human:lnk_x"
     assert all(r["event"] != "link" for r in records(state))
+
+
+async def test_a_download_s_life_is_the_controller_s_to_report_and_a_fetch_the_gateway_s(egress) -> None:
+    proxy, _, state = egress
+    began = control.DownloadEvent("started", "guid-1", "r.pdf", "https://x.test/r.pdf", 0, "agent", "a3.beef")
+    fetched = control.DownloadEvent("fetched", "guid-1", "r.pdf", "https://x.test/r.pdf", 5, "api-key:owner")
+    with pytest.raises(ValueError, match="the gateway reports fetches"):
+        proxy.control("gateway", began)  # the gateway may not say what the browser did
+    with pytest.raises(ValueError, match="the gateway reports fetches"):
+        proxy.control("controller", fetched)  # nor the sandbox that someone fetched its file
+    assert proxy.control("controller", began) is None  # no ack: a download never waits on the audit
+    reply = proxy.control("gateway", fetched)
+    started, sent = records(state)[-2:]
+    assert reply == {"ok": True, "head": {"seq": sent["seq"], "hash": sent["hash"]}}
+    assert {k: started[k] for k in ("event", "download", "name", "url", "change", "bytes", "actor", "action")} == {
+        "event": "download",
+        "download": "guid-1",
+        "name": "r.pdf",
+        "url": "https://x.test/r.pdf",
+        "change": "started",
+        "bytes": 0,
+        "actor": "agent",
+        "action": "a3.beef",
+    }
+    assert (sent["change"], sent["bytes"], sent["actor"]) == ("fetched", 5, "api-key:owner")
+    assert verify(state / "audit.jsonl").ok

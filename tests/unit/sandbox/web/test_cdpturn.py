@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from corral.contracts.cdprules import Command
-from corral.sandbox.web.cdpturn import OWN_IDS, Own, Turn, event_method
+from corral.sandbox.web.cdpturn import OWN_IDS, Own, Turn, downloads_in_place, event_method
 
 
 def _sent(turn: Turn, id: int, method: str, params: dict[str, Any] | None = None, session: str | None = None) -> None:
@@ -135,3 +137,46 @@ def test_a_command_a_take_cut_on_its_way_never_goes_nor_is_set_up_again() -> Non
     assert turn.begin() == [(None, 1)]  # taken between the check and the send
     assert not turn.goes(command)
     assert turn.let_go() == [] and turn.end() == []
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "goes"),
+    [
+        # Playwright's and Puppeteer's own folders, which are no paths in the sandbox: Corral's place,
+        # the client's context and events kept.
+        (
+            "Browser.setDownloadBehavior",
+            {"behavior": "allowAndName", "downloadPath": "/tmp/pw-artifacts", "eventsEnabled": True},
+            {"behavior": "default", "eventsEnabled": True},
+        ),
+        (
+            "Browser.setDownloadBehavior",
+            {"behavior": "allow", "downloadPath": "/Users/me/Downloads", "browserContextId": "CTX"},
+            {"behavior": "default", "browserContextId": "CTX"},
+        ),
+        ("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": "/tmp/x"}, {"behavior": "default"}),
+        # What saves nothing, or saves where the policy says, goes as it came.
+        ("Browser.setDownloadBehavior", {"behavior": "deny"}, {"behavior": "deny"}),
+        ("Browser.setDownloadBehavior", {"behavior": "default"}, {"behavior": "default"}),
+        (
+            "Page.navigate",
+            {"url": "https://x.test/", "behavior": "allow"},
+            {"url": "https://x.test/", "behavior": "allow"},
+        ),
+    ],
+)
+def test_a_client_s_download_folder_becomes_corral_s_place(
+    method: str, params: dict[str, Any], goes: dict[str, Any]
+) -> None:
+    command = Command(7, method, params, None)
+    assert downloads_in_place(command) == Command(7, method, goes, None)
+
+
+def test_a_client_s_download_events_go_at_the_take_and_come_back_at_the_hand_back() -> None:
+    turn = Turn()
+    command = downloads_in_place(Command(3, "Browser.setDownloadBehavior", DOWNLOADS, None))
+    turn.sent(command)
+    assert turn.goes(command)
+    turn.begin()
+    assert Own("Browser.setDownloadBehavior", {"behavior": "default"}) in turn.let_go()
+    assert Own("Browser.setDownloadBehavior", {"behavior": "default", "eventsEnabled": True}) in turn.end()
