@@ -95,6 +95,10 @@ class DownloadBook:
         self._clock = clock
         self.acts = acts or Acts()
         self._records: dict[str, Download] = {}
+        # The bytes of completed downloads whose records went (MAX_DOWNLOADS): their files stay in
+        # ~/Downloads, so they still count against the session's cap (else a page that makes a
+        # thousand small downloads frees the cap of its big ones and fills the disk past it).
+        self._forgotten_bytes = 0
         self._changed = asyncio.Event()
 
     # -- what Chromium reports
@@ -170,8 +174,9 @@ class DownloadBook:
 
     def total_bytes(self) -> int:
         """The bytes the session's downloads hold: completed and in-progress ones (a cancelled or capped
-        one's partial file is deleted by Chromium)."""
-        return sum(r.size for r in self._records.values() if r.state in ("completed", "in_progress"))
+        one's partial file is deleted by Chromium), those no longer listed included."""
+        listed = sum(r.size for r in self._records.values() if r.state in ("completed", "in_progress"))
+        return self._forgotten_bytes + listed
 
     async def wait_for(self, found: Callable[[Download], bool], timeout_s: float) -> Download | None:
         """The newest record ``found`` accepts, waiting up to ``timeout_s`` for one; None if none came."""
@@ -197,7 +202,9 @@ class DownloadBook:
             oldest = next((k for k, r in self._records.items() if r.state in dl.FINISHED), None)
             if oldest is None:
                 break
-            del self._records[oldest]
+            gone = self._records.pop(oldest)
+            if gone.state == "completed":
+                self._forgotten_bytes += gone.size
         # Waiters wake on the old event; the next wait takes the new one.
         self._changed.set()
         self._changed = asyncio.Event()

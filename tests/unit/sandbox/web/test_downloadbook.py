@@ -152,3 +152,22 @@ def test_only_so_many_records_are_kept_the_oldest_finished_going_first() -> None
             downloads.progressed(f"g{n}", 1, 1, "completed", None)
     kept = [r.id for r in downloads.listing().downloads]
     assert len(kept) == 1000 and kept[0] == "g0" and "g1" not in kept and kept[-1] == "g1002"
+
+
+def test_a_record_that_goes_keeps_its_bytes_against_the_session_cap() -> None:
+    # The attack: a page fills the cap with big downloads, then makes a thousand small ones so the big
+    # ones' records go; their files are still on disk, so the cap must still count them.
+    downloads, _ = book(max_file=1000, max_session=2500)
+    for n in range(2):
+        downloads.began(f"big{n}", "u", "a.bin")
+        assert downloads.progressed(f"big{n}", 1000, 1000, "completed", None) is None
+    for n in range(1000):
+        downloads.began(f"small{n}", "u", "a.bin")
+        downloads.progressed(f"small{n}", 0, 0, "completed", None)
+    kept = {r.id for r in downloads.listing().downloads}
+    assert "big0" not in kept and "big1" not in kept
+    assert downloads.listing().total_bytes == 2000
+    downloads.began("big2", "u", "a.bin")
+    cancel = downloads.progressed("big2", 1000, 1000, "inProgress", None)
+    assert isinstance(cancel, Cancel) and "session" in cancel.why
+    assert downloads.listing().total_bytes == 2000
