@@ -20,7 +20,7 @@ from typing import IO, Any, Generic, Self, TypeVar
 
 import httpx
 
-from corral.errors import CorralError, GatewayError
+from corral.errors import CorralError, DownloadTooLarge, GatewayError
 from corral.gateway_models import (
     BuiltTemplate,
     Preview,
@@ -499,6 +499,19 @@ def _download_failed(response: httpx.Response, body: bytes) -> None:
         _checked(httpx.Response(response.status_code, headers=response.headers, content=body))
 
 
+class _Held:
+    """A download's bytes read into memory up to ``max_bytes``: DownloadTooLarge past them."""
+
+    def __init__(self, download_id: str, max_bytes: int) -> None:
+        self.data = bytearray()
+        self._id, self._max = download_id, max_bytes
+
+    def add(self, chunk: bytes) -> None:
+        if len(self.data) + len(chunk) > self._max:
+            raise DownloadTooLarge(f"download {self._id} is over {self._max} bytes", "download_id")
+        self.data += chunk
+
+
 # The gateway names its download cap in this header; a stream cut once that many bytes came was cut for it.
 MAX_DOWNLOAD_HEADER = "x-corral-max-download-bytes"
 _CUT = (httpx.RemoteProtocolError, httpx.ReadError)
@@ -625,9 +638,18 @@ class Gateway:
         """The session's browser downloads and their caps (docs/downloads.md)."""
         return self.send(calls.downloads(session_id))
 
-    def download_bytes(self, session_id: str, download_id: str) -> bytes:
-        """One download's bytes, read whole (at most the gateway's CORRAL_DOWNLOAD_MAX_FILE_MB)."""
-        return self.send(calls.download_bytes(session_id, download_id))
+    def download_bytes(self, session_id: str, download_id: str, max_bytes: int | None = None) -> bytes:
+        """One download's bytes, read whole (at most the gateway's CORRAL_DOWNLOAD_MAX_FILE_MB); with
+        ``max_bytes``, DownloadTooLarge the moment more come (a size listed before the read is no
+        bound: the sandbox's download may be another by then), never more held."""
+        if max_bytes is None:
+            return self.send(calls.download_bytes(session_id, download_id))
+        with self._http.stream("GET", downloads_path(session_id, download_id)) as response:
+            _download_failed(response, response.read() if response.status_code >= 400 else b"")
+            held = _Held(download_id, max_bytes)
+            for chunk in response.iter_bytes(CHUNK):
+                held.add(chunk)
+        return bytes(held.data)
 
     def save_download(self, session_id: str, download_id: str, local: str | Path) -> Download:
         """One download's bytes streamed to ``local``, which appears only once it is complete."""
@@ -892,8 +914,15 @@ class AsyncGateway:
     async def downloads(self, session_id: str) -> DownloadList:
         return await self.send(calls.downloads(session_id))
 
-    async def download_bytes(self, session_id: str, download_id: str) -> bytes:
-        return await self.send(calls.download_bytes(session_id, download_id))
+    async def download_bytes(self, session_id: str, download_id: str, max_bytes: int | None = None) -> bytes:
+        if max_bytes is None:
+            return await self.send(calls.download_bytes(session_id, download_id))
+        async with self._http.stream("GET", downloads_path(session_id, download_id)) as response:
+            _download_failed(response, await response.aread() if response.status_code >= 400 else b"")
+            held = _Held(download_id, max_bytes)
+            async for chunk in response.aiter_bytes(CHUNK):
+                held.add(chunk)
+        return bytes(held.data)
 
     async def save_download(self, session_id: str, download_id: str, local: str | Path) -> Download:
         target = Path(local)

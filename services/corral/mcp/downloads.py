@@ -10,7 +10,7 @@ from typing import Annotated, Final
 from mcp_types import CallToolResult
 from pydantic import Field
 
-from corral.errors import ErrorCode
+from corral.errors import DownloadTooLarge, ErrorCode
 from corral.gateway_client import AsyncGateway
 from corral.mcp import results
 from corral.mcp.base import Ctx, SessionId, ToolBase
@@ -47,7 +47,11 @@ class DownloadTools(ToolBase):
             if row is not None and row.size > MAX_TOOL_BYTES:
                 message = f"download {download_id} is {row.size} bytes; a tool reads at most {MAX_TOOL_BYTES}"
                 return results.error(ErrorCode.TOO_LARGE, message, "download_id")
-            content = await gateway.download_bytes(session_id, download_id)
+            try:  # listed small is no bound: it may have grown (or been another) by the read
+                content = await gateway.download_bytes(session_id, download_id, MAX_TOOL_BYTES)
+            except DownloadTooLarge:
+                message = f"download {download_id} is over {MAX_TOOL_BYTES} bytes; a tool reads at most that"
+                return results.error(ErrorCode.TOO_LARGE, message, "download_id")
             try:
                 text, encoding = content.decode(), "utf-8"
             except UnicodeDecodeError:

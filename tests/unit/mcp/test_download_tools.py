@@ -65,3 +65,15 @@ async def test_a_download_too_big_for_a_tool_is_a_tool_error_and_never_read(fake
     assert result.is_error and result.structured_content is not None
     assert result.structured_content["error"]["code"] == "too_large"
     assert [r.url.path for r in fake.sent] == [f"/v1/sessions/{S}/downloads"]
+
+
+async def test_a_download_bigger_than_its_listed_size_is_cut_at_the_tools_bound(fake: FakeGateway) -> None:
+    # The sandbox's list is its word: a row listed at 3 bytes whose fetch brings more than a tool may
+    # hold is refused once the bound passes, not read whole into the server's memory.
+    from corral.mcp.downloads import MAX_TOOL_BYTES
+
+    fake.answer = _answer(3, b"x" * (MAX_TOOL_BYTES + 1))  # type: ignore[assignment]
+    async with connect(fake) as client:
+        result = await call(client, "read_download", session_id=S, download_id=GUID)
+    assert result.is_error and result.structured_content is not None
+    assert result.structured_content["error"]["code"] == "too_large"
