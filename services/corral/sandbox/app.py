@@ -131,7 +131,6 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
         app.state.files = desktop.files
         if desktop.processes is not None:
             app.state.agent_command = transfer.LauncherCommand(desktop.processes.launcher)
-        app.state.dispatcher = Dispatcher(desktop, settings.limits(), reporter, recorder)
         # Every change of the control lease: a recording event and an audit record.
         lease_log = LeaseLog(desktop.lease, recorder, reporter)
         # The agent's processes stopped while a human holds the lease (and continued at start: a
@@ -144,6 +143,9 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
             before_thaw=functools.partial(clipboard.clear, settings.display),
         )
         freezer.start()
+        app.state.dispatcher = Dispatcher(
+            desktop, settings.limits(), reporter, recorder, turn_over=freezer.thawed_for_agent
+        )
         relays = cdp.Relays(desktop.browser.last_page)
         app.state.cdp_relays = relays
         app.state.max_body = settings.max_message_bytes
