@@ -358,6 +358,19 @@ async def cdp_json(request: Request) -> Response:
     return Response(answer.body, status_code=answer.status, media_type="application/json")
 
 
+async def cdp_close(request: Request) -> JSONResponse:
+    """The session's end, from the gateway before its last read of the recording: every CDP
+    connection ended (its ``disconnected`` and an exclusive one's hand-back of the lease recorded)
+    and none accepted any more; answered once they ended, or after ``wait_ms``. The gateway's door
+    closing a connection reaches the relay only later, after the gateway's last read had been."""
+    try:
+        wait_ms = _int_query(request, "wait_ms")
+    except ActionError as exc:
+        return _error(exc)
+    await request.app.state.cdp_relays.close(max(0, min(wait_ms, 30_000)) / 1000)
+    return JSONResponse({"ok": True})
+
+
 async def cdp_ws(websocket: WebSocket) -> None:
     """A CDP client's connection through the gateway (corral.sandbox.web.cdp)."""
     state = websocket.app.state
@@ -391,6 +404,7 @@ ROUTES = [
     Route("/v1/env", put_env, methods=["PUT"]),
     Route("/v1/env", get_env, methods=["GET"]),
     Route("/v1/cdp/json/{which}", cdp_json, methods=["GET"]),
+    Route("/v1/cdp/close", cdp_close, methods=["POST"]),
     WebSocketRoute("/v1/ws", ws),
     WebSocketRoute("/v1/cdp", cdp_ws),
     WebSocketRoute("/v1/live", live),
