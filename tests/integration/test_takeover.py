@@ -636,26 +636,25 @@ def test_a_cdp_connection_open_when_its_session_ends_is_recorded_to_its_end(gw: 
     # The session ends with the client still connected: the gateway closes its door, the controller's
     # relay ends after that, and its ``disconnected`` is in the bundle the end closed (not lost to the
     # recorder's last read, which came first).
-    for _ in range(3):
-        sb = Sandbox.create(url=gw.url, api_key=KEY_A)
-        session_id = sb.id
-        door = f"{gw.url.replace('http', 'ws', 1)}/v1/sessions/{session_id}/cdp"
-        with connect(door, additional_headers={"Authorization": f"Bearer {sb.info.token}"}) as client:
-            client.send(json.dumps({"id": 1, "method": "Browser.getVersion"}))
-            assert json.loads(client.recv(timeout=10))["id"] == 1
-            sb.delete()
-            with pytest.raises(ConnectionClosed):
-                client.recv(timeout=10)
-        with gw.client(KEY_A) as c:
-            response = c.get(f"/v1/sessions/{session_id}/recording")
-        assert response.status_code == 200, response.text
-        (tmp_path / "bundle.zip").write_bytes(response.content)
-        with zipfile.ZipFile(tmp_path / "bundle.zip") as archive:
-            archive.extractall(tmp_path)
-        bundle = read_bundle(tmp_path / session_id)
-        assert bundle.manifest.get("end_reason") == "deleted", bundle.manifest
-        changes = [e["change"] for e in bundle.events if e.get("event") == "cdp"]
-        assert changes == ["connected", "disconnected"], changes
+    sb = Sandbox.create(url=gw.url, api_key=KEY_A)
+    session_id = sb.id
+    door = f"{gw.url.replace('http', 'ws', 1)}/v1/sessions/{session_id}/cdp"
+    with connect(door, additional_headers={"Authorization": f"Bearer {sb.info.token}"}) as client:
+        client.send(json.dumps({"id": 1, "method": "Browser.getVersion"}))
+        assert json.loads(client.recv(timeout=10))["id"] == 1
+        sb.delete()
+        with pytest.raises(ConnectionClosed):
+            client.recv(timeout=10)
+    with gw.client(KEY_A) as c:
+        response = c.get(f"/v1/sessions/{session_id}/recording")
+    assert response.status_code == 200, response.text
+    (tmp_path / "bundle.zip").write_bytes(response.content)
+    with zipfile.ZipFile(tmp_path / "bundle.zip") as archive:
+        archive.extractall(tmp_path)
+    bundle = read_bundle(tmp_path / session_id)
+    assert bundle.manifest.get("end_reason") == "deleted", bundle.manifest
+    changes = [e["change"] for e in bundle.events if e.get("event") == "cdp"]
+    assert changes == ["connected", "disconnected"], changes
 
 
 def upstream_saw(upstream: Upstream, runtime: DockerHarness, path: str) -> bool:
