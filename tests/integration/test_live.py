@@ -209,3 +209,20 @@ async def test_the_agent_gets_no_control_stream_and_an_oversized_message_closes_
             assert closed.rcvd is not None and closed.rcvd.code == 1009
     reply = await asyncio.to_thread(client.act, {"type": "cursor_position"})
     assert reply["ok"] is True and "control" not in reply
+
+
+async def test_the_agents_clipboard_set_right_after_a_hand_back_is_kept(
+    sandbox: SandboxAddress, client: SandboxClient
+) -> None:
+    # The selections are emptied between a person's hand-back and the agent's thaw
+    # (corral.sandbox.agent.freezer): the agent's first requests after the hand-back wait for that, or
+    # its own clipboard_set, landing while the emptying settles, was emptied with the person's copy.
+    for round_ in range(3):
+        async with holding(sandbox) as stream:
+            assert (await stream.send({"type": "release"}))["type"] == "ack"
+        text = f"the agent's own {round_}"
+        await asyncio.to_thread(client.act, {"type": "clipboard_set", "text": text})
+        assert (await asyncio.to_thread(client.act, {"type": "clipboard_get"}))["result"]["text"] == text
+        # Still there once the emptying's settle time (0.5 s) has surely passed.
+        await asyncio.sleep(1.0)
+        assert (await asyncio.to_thread(client.act, {"type": "clipboard_get"}))["result"]["text"] == text

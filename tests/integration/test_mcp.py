@@ -6,9 +6,11 @@ token does what its session may and nothing more; ``/mcp`` without a credential 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -95,9 +97,16 @@ def images(result: CallToolResult) -> list[bytes]:
     return [base64.b64decode(block.data) for block in result.content if isinstance(block, ImageContent)]
 
 
-async def title(client: Client, session_id: str) -> str:
-    tabs = (await ok(client, "list_tabs", session_id=session_id))["tabs"]
-    return str(next(tab for tab in tabs if tab.get("active"))["title"])
+async def title(client: Client, session_id: str, expected: str | None = None, timeout_s: float = 15.0) -> str:
+    """The active tab's title; with ``expected``, once it is that (or the last one read at the timeout):
+    typed keys reach the page after the tool answered (as conftest.await_title waits for them)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        tabs = (await ok(client, "list_tabs", session_id=session_id))["tabs"]
+        current = str(next(tab for tab in tabs if tab.get("active"))["title"])
+        if expected is None or current == expected or time.monotonic() > deadline:
+            return current
+        await asyncio.sleep(0.05)
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http-2025", "http-2026"])
@@ -124,7 +133,7 @@ async def test_a_session_from_start_to_end(gw: RunningGateway, transport: str) -
             await ok(client, "click", session_id=session_id, x=200, y=200, screenshot=False)
             typed = await call(client, "type_text", session_id=session_id, text="hi mcp")
             assert not typed.is_error and images(typed)
-            assert await title(client, session_id) == "typed:hi mcp"
+            assert await title(client, session_id, "typed:hi mcp") == "typed:hi mcp"
 
             ran = await ok(client, "exec", session_id=session_id, command="echo out; echo err >&2; exit 3")
             assert (ran["exit_code"], ran["stdout"], ran["stderr"]) == (3, "out\n", "err\n")

@@ -17,6 +17,7 @@ import threading
 import time
 import urllib.parse
 import xml.etree.ElementTree as ET
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -623,14 +624,37 @@ def test_cdp_traffic_is_attributed_and_recorded(gw: RunningGateway, browser: Any
         agents = [r for r in traffic(gw, sb.id, event="request") if "/by-agent" in r["url"]]
         assert agents and "actor" not in agents[0], agents
         session_id = sb.id
-    bundle = read_bundle(
-        unpack_recording(
-            gw, session_id, tmp_path, ready=lambda b: any(e.get("change") == "disconnected" for e in b.events)
-        )
-    )
+    # Complete once the session's end answered: the controller ended its CDP connections (this one's
+    # end recorded) before the gateway's last read of its recording.
+    bundle = read_bundle(unpack_recording(gw, session_id, tmp_path))
     cdp_events = [(e["change"], e["conn"]) for e in bundle.events if e.get("event") == "cdp"]
     assert ("connected", conn) in cdp_events and ("disconnected", conn) in cdp_events, cdp_events
     assert all("frame" not in e or e["frame"] is None for e in bundle.events if e.get("event") == "cdp")
+
+
+def test_a_cdp_connection_open_when_its_session_ends_is_recorded_to_its_end(gw: RunningGateway, tmp_path: Path) -> None:
+    # The session ends with the client still connected: the gateway closes its door, the controller's
+    # relay ends after that, and its ``disconnected`` is in the bundle the end closed (not lost to the
+    # recorder's last read, which came first).
+    sb = Sandbox.create(url=gw.url, api_key=KEY_A)
+    session_id = sb.id
+    door = f"{gw.url.replace('http', 'ws', 1)}/v1/sessions/{session_id}/cdp"
+    with connect(door, additional_headers={"Authorization": f"Bearer {sb.info.token}"}) as client:
+        client.send(json.dumps({"id": 1, "method": "Browser.getVersion"}))
+        assert json.loads(client.recv(timeout=10))["id"] == 1
+        sb.delete()
+        with pytest.raises(ConnectionClosed):
+            client.recv(timeout=10)
+    with gw.client(KEY_A) as c:
+        response = c.get(f"/v1/sessions/{session_id}/recording")
+    assert response.status_code == 200, response.text
+    (tmp_path / "bundle.zip").write_bytes(response.content)
+    with zipfile.ZipFile(tmp_path / "bundle.zip") as archive:
+        archive.extractall(tmp_path)
+    bundle = read_bundle(tmp_path / session_id)
+    assert bundle.manifest.get("end_reason") == "deleted", bundle.manifest
+    changes = [e["change"] for e in bundle.events if e.get("event") == "cdp"]
+    assert changes == ["connected", "disconnected"], changes
 
 
 def upstream_saw(upstream: Upstream, runtime: DockerHarness, path: str) -> bool:

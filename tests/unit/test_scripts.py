@@ -188,16 +188,16 @@ def test_the_suite_runs_on_two_workers_and_the_alone_tests_after_them_by_themsel
     assert done.returncode == 0, done.stderr
     assert calls.read_text().splitlines() == [
         "-q -p no:cacheprovider -n 2 tests/unit tests/packaging",
-        "-q -p no:cacheprovider -m not alone tests/integration",
+        "-q -p no:cacheprovider -n 2 --dist loadfile -m not alone tests/integration",
         "-q -p no:cacheprovider -m alone tests/integration",
     ]
-    # Asked for, the integration tests go to two workers by file; the `alone` ones still after them.
+    # One worker when asked (no xdist at all); the `alone` ones still after them.
     calls.unlink()
-    env = {**default, "CORRAL_IT_WORKERS": "2"}
+    env = {**default, "CORRAL_IT_WORKERS": "1"}
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert calls.read_text().splitlines()[1:] == [
-        "-q -p no:cacheprovider -n 2 --dist loadfile -m not alone tests/integration",
+        "-q -p no:cacheprovider -m not alone tests/integration",
         "-q -p no:cacheprovider -m alone tests/integration",
     ]
 

@@ -434,6 +434,22 @@ class SessionRecorder:
         if self.cut is None:
             self._write(event)
 
+    async def _end_connections(self, wait_s: float) -> None:
+        """The controller's CDP connections ended before the last read (for up to ``wait_s``): their
+        ``disconnected`` comes once the relay has ended, which is after the gateway's door closed,
+        and the read came first. A controller that cannot (an older one, gone) is drained as it is."""
+        with contextlib.suppress(httpx.HTTPError, UnprovenController):
+            await controller.request(
+                self._http,
+                self._base_url,
+                self._secret,
+                "POST",
+                "/v1/cdp/close",
+                params={"wait_ms": int(wait_s * 1000)},
+                json={},
+                timeout=wait_s + 1,
+            )
+
     async def stop(
         self, reason: str, drain_s: float = DRAIN_S, *, close: bool = True, marker: EventFields | None = None
     ) -> None:
@@ -448,6 +464,7 @@ class SessionRecorder:
             # The last frames may still be settling in the controller: wait for them, briefly.
             async with asyncio.timeout(drain_s):
                 deadline = time.monotonic() + drain_s
+                await self._end_connections(drain_s / 2)
                 await self.fetch(0)
                 while self.cut is None and self._after < self._controller_last:
                     await self.fetch(int(max(0.0, deadline - time.monotonic()) * 1000))

@@ -134,7 +134,6 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
         app.state.files = desktop.files
         if desktop.processes is not None:
             app.state.agent_command = transfer.LauncherCommand(desktop.processes.launcher)
-        app.state.dispatcher = Dispatcher(desktop, settings.limits(), reporter, recorder)
         # Every change of the control lease: a recording event and an audit record.
         lease_log = LeaseLog(desktop.lease, recorder, reporter)
         # The agent's processes stopped while a human holds the lease (and continued at start: a
@@ -147,6 +146,9 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
             before_thaw=functools.partial(clipboard.clear, settings.display),
         )
         freezer.start()
+        app.state.dispatcher = Dispatcher(
+            desktop, settings.limits(), reporter, recorder, turn_over=freezer.thawed_for_agent
+        )
         relays = cdp.Relays(desktop.browser.last_page, desktop.browser.downloads.acts)
         app.state.cdp_relays = relays
         app.state.max_body = settings.max_message_bytes
@@ -378,6 +380,19 @@ async def cdp_json(request: Request) -> Response:
     return Response(answer.body, status_code=answer.status, media_type="application/json")
 
 
+async def cdp_close(request: Request) -> JSONResponse:
+    """The session's end, from the gateway before its last read of the recording: every CDP
+    connection ended (its ``disconnected`` and an exclusive one's hand-back of the lease recorded)
+    and none accepted any more; answered once they ended, or after ``wait_ms``. The gateway's door
+    closing a connection reaches the relay only later, after the gateway's last read had been."""
+    try:
+        wait_ms = _int_query(request, "wait_ms")
+    except ActionError as exc:
+        return _error(exc)
+    await request.app.state.cdp_relays.close(max(0, min(wait_ms, 30_000)) / 1000)
+    return JSONResponse({"ok": True})
+
+
 async def cdp_ws(websocket: WebSocket) -> None:
     """A CDP client's connection through the gateway (corral.sandbox.web.cdp)."""
     state = websocket.app.state
@@ -413,6 +428,7 @@ ROUTES = [
     Route("/v1/cdp/json/{which}", cdp_json, methods=["GET"]),
     Route("/v1/downloads", download_list, methods=["GET"]),
     Route("/v1/downloads/{download_id}", download_fetch, methods=["GET"]),
+    Route("/v1/cdp/close", cdp_close, methods=["POST"]),
     WebSocketRoute("/v1/ws", ws),
     WebSocketRoute("/v1/cdp", cdp_ws),
     WebSocketRoute("/v1/live", live),

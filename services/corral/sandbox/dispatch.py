@@ -6,7 +6,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from corral.contracts.actors import AGENT
@@ -105,8 +105,13 @@ class Dispatcher:
         limits: Limits,
         reporter: ActionReporter | None = None,
         recorder: Recorder | None = None,
+        turn_over: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._desktop = desktop
+        # What the agent's requests wait for once the lease is theirs: the end of a person's turn done
+        # (corral.sandbox.agent.freezer.AgentFreezer.thawed_for_agent: the selections emptied, the agent's
+        # processes continued), or the emptying would land on what the agent's first requests do.
+        self._turn_over = turn_over
         self._limits = limits
         self._reporter = reporter  # tells the egress proxy which action is in flight
         self._recorder = recorder  # keeps each request, its reply and a frame for the session recording
@@ -195,6 +200,8 @@ class Dispatcher:
                 # Before the desktop's lock and before any apart action: a command drives X as well.
                 # Checked again once the lock is held (_run, _run_apart): a human may take it meanwhile.
                 await self._desktop.lease.agent_may_act(0 if incoming.control_waited else plan.wait_for_control_ms)
+                if self._turn_over is not None:
+                    await self._turn_over()
             if incoming.apart:
                 ran = await self._run_apart(plan, RunContext(planned.action_id, _with_id(emit, plan.request_id)))
             else:

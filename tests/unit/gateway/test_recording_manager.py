@@ -99,6 +99,29 @@ async def test_stopping_closes_the_manifest_even_when_the_controller_is_gone(tmp
     assert manifest["end_reason"] == "deleted" and manifest["ended_at"]
 
 
+async def test_stopping_ends_the_controllers_cdp_connections_before_its_last_read(tmp_path: Path) -> None:
+    # A CDP connection's end is recorded once its relay ended, which the gateway's door closing only
+    # starts: the controller ends them all (and answers once they did) before the last read.
+    directory = tmp_path / "ses_0123456789abcdef"
+    controller, asked = Controller("boot-1"), []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append((request.method, request.url.path, dict(request.url.params)))
+        if request.url.path == "/v1/cdp/close":
+            controller.events.append({"seq": len(controller.events) + 1, "event": "cdp", "change": "disconnected"})
+            return httpx.Response(200, json={"ok": True})
+        return controller.handler(request)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(proving(handler)))
+    recorder = SessionRecorder(directory, "http://sandbox", None, client, SECRET)
+    recorder.start({"session": directory.name}, "key-a")
+    assert recorder.stop_polling() is not None
+    await recorder.stop("deleted", drain_s=2.0)
+    assert asked[0] == ("POST", "/v1/cdp/close", {"wait_ms": "1000"})
+    assert [path for _, path, _ in asked[1:]] == ["/v1/recording"]
+    assert [e.get("change") for e in _events(directory)] == ["disconnected"]
+
+
 async def test_the_zip_stores_frames_and_holds_whole_flows_of_the_live_responses(tmp_path: Path) -> None:
     manager = RecordingManager(tmp_path / "recordings")
     responses = tmp_path / "responses.mitm"

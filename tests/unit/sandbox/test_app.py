@@ -27,6 +27,7 @@ with warnings.catch_warnings():
     from starlette.testclient import TestClient
 
 SECRET = auth.new_secret()
+JSON = {"content-type": "application/json"}
 
 
 def test_a_controller_that_does_not_record_says_so_in_the_one_error_body() -> None:
@@ -69,8 +70,30 @@ def test_the_recording_route_reads_whole_numbers_and_names_a_bad_one() -> None:
     assert recorder.asked == [(7, 30_000)]  # the long poll is capped; the bad request asked nothing
 
 
+class _Relays:
+    def __init__(self) -> None:
+        self.closed: list[float] = []
+
+    async def close(self, timeout_s: float) -> None:
+        self.closed.append(timeout_s)
+
+
+def test_the_sessions_end_closes_the_cdp_connections_and_answers_once_they_ended() -> None:
+    app = create_app(ControllerSettings(record=False))
+    app.state.verifier = auth.RequestVerifier(SECRET)
+    relays = _Relays()
+    app.state.cdp_relays = relays
+    client = TestClient(app)
+    headers = {**auth.sign(SECRET).headers, **JSON}
+    assert client.post("/v1/cdp/close?wait_ms=99999", headers=headers, json={}).json() == {"ok": True}
+    bad = client.post("/v1/cdp/close?wait_ms=soon", headers={**auth.sign(SECRET).headers, **JSON}, json={})
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "wait_ms"
+    unsigned = client.post("/v1/cdp/close", headers=JSON, json={})  # the agent has no controller secret
+    assert unsigned.status_code == 401
+    assert relays.closed == [30.0]  # capped; the refused requests closed nothing
+
+
 TOKEN = new_placeholder()
-JSON = {"content-type": "application/json"}
 
 
 def _controller() -> tuple[TestClient, Desktop]:

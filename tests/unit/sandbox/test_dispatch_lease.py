@@ -178,3 +178,26 @@ async def test_a_commands_screenshot_is_not_taken_once_a_human_holds_the_lease()
     reply = await asyncio.wait_for(waiting, 5)
     assert (reply["ok"], reply["error"]["code"]) == (False, "control_taken")
     assert parts.methods("processes") == ["exec"] and not parts.methods("screen")
+
+
+async def test_an_action_after_a_hand_back_runs_once_the_turn_is_over() -> None:
+    # The freezer's end of a person's turn (the selections emptied, the agent thawed) comes after the
+    # lease is the agent's again: the agent's action waits for it, whichever transport it came by.
+    parts, reporter, recorder = Parts(), Reporter(), Recorder()
+    desktop = fake_desktop(parts)
+    over, asked = asyncio.Event(), asyncio.Event()
+
+    async def turn_over() -> None:
+        asked.set()
+        await over.wait()
+
+    dispatcher = Dispatcher(desktop, Limits(), reporter, recorder, turn_over=turn_over)  # type: ignore[arg-type]
+    waiting = asyncio.create_task(_send(dispatcher, CLICK))
+    await asked.wait()
+    assert parts.calls == [] and reporter.seen == []  # nothing ran yet
+    over.set()
+    assert (await waiting)["ok"] is True and parts.methods("input")
+    # Refused by the lease: no wait for a turn's end that is not the agent's.
+    desktop.lease.take(HUMAN)
+    asked.clear()
+    assert (await _send(dispatcher, CLICK))["error"]["code"] == "control_taken" and not asked.is_set()

@@ -122,6 +122,15 @@ class AgentFreezer:
         except (OSError, ActionError) as exc:
             log.error("what the person's turn left behind could not be dropped before the thaw: %s", exc)
 
+    async def thawed_for_agent(self) -> None:
+        """Returns once a person's hand-back is done with (the selections emptied, the agent's processes
+        continued): the agent's requests wait for it (corral.sandbox.dispatch), as its processes do. The
+        lease is the agent's from the hand-back on, and a request of its own that ran meanwhile (a
+        ``clipboard_set``) was emptied with what the person copied. Nothing to wait for otherwise; a
+        thaw that failed is the worker's to try again, not each request's."""
+        if self._sweeps is not None and self._applied is True and not self._want:
+            await self.settle()
+
     async def frozen_for_human(self) -> None:
         """Returns once the agent's processes are stopped for the human holding the lease; raises
         :class:`ActionError` (``timeout``) when they could not all be stopped."""

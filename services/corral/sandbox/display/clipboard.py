@@ -54,17 +54,24 @@ async def get_text(display: str) -> str:
 
 
 async def set_text(display: str, text: str) -> None:
-    """``text`` on the CLIPBOARD, answered once the X server names xclip's window its owner: xclip's
-    parent exits as its child takes the selection, and a read made before the child's request reached
-    the server found no owner (an empty clipboard, seen with the host under load)."""
-    before = (await asyncio.to_thread(_owners, display))[0]
-    code, _, _ = await _xclip(["-selection", "clipboard", "-in"], text.encode(), display)
+    """``text`` on the CLIPBOARD, answered once the X server names xclip's window its owner."""
+    await _take(display, 0, text.encode())
+
+
+async def _take(display: str, index: int, data: bytes) -> None:
+    """``data`` on the selection ``_SELECTIONS[index]``, returned once the X server names xclip's window
+    its owner: xclip's parent exits as its child takes the selection, and a read made before the child's
+    request reached the server found the owner before it (or none: an empty clipboard, seen with the
+    host under load)."""
+    selection = _SELECTIONS[index]
+    before = (await asyncio.to_thread(_owners, display))[index]
+    code, _, _ = await _xclip(["-selection", selection, "-in"], data, display)
     if code != 0:
-        raise ActionError(ErrorCode.CLIPBOARD_FAILED, f"xclip exited with {code}")
+        raise ActionError(ErrorCode.CLIPBOARD_FAILED, f"xclip could not take {selection} ({code})")
     deadline = asyncio.get_running_loop().time() + _TIMEOUT_S
-    while (await asyncio.to_thread(_owners, display))[0] in (0, before):
+    while (await asyncio.to_thread(_owners, display))[index] in (0, before):
         if asyncio.get_running_loop().time() > deadline:
-            raise ActionError(ErrorCode.CLIPBOARD_FAILED, "xclip did not take the clipboard in time")
+            raise ActionError(ErrorCode.CLIPBOARD_FAILED, f"xclip did not take {selection} in time")
         await asyncio.sleep(OWNER_POLL_S)
 
 
@@ -76,10 +83,10 @@ async def clear(display: str) -> None:
     the page answered), so the owners must hold still for :data:`SETTLE_S` after the emptying, which is
     done again when they did not."""
     for _ in range(_CLEAR_ROUNDS):
-        for selection in _SELECTIONS:
-            code, _, _ = await _xclip(["-selection", selection, "-in"], b"", display)
-            if code != 0:
-                raise ActionError(ErrorCode.CLIPBOARD_FAILED, f"xclip could not empty {selection} ({code})")
+        # Each emptying's owner named before the settle starts: read earlier, a selection still on its
+        # way to xclip's child looked like one changing hands and the emptying ran again.
+        for index in range(len(_SELECTIONS)):
+            await _take(display, index, b"")
         emptied = await asyncio.to_thread(_owners, display)
         await asyncio.sleep(SETTLE_S)
         if await asyncio.to_thread(_owners, display) == emptied:

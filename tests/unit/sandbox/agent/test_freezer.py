@@ -172,3 +172,43 @@ async def test_selections_that_cannot_be_emptied_do_not_keep_the_agent_frozen() 
     lease.release(HUMAN)
     await freezer.settle()
     assert not freezer.frozen and sweeps.calls == ["freeze", "thaw"]
+
+
+async def test_the_agents_request_after_a_hand_back_waits_for_the_emptying_and_the_thaw() -> None:
+    lease, sweeps = ControlLease(), Sweeps()
+    emptying = asyncio.Event()
+    calls = sweeps.calls
+
+    async def forget() -> None:
+        calls.append("forget")
+        await emptying.wait()
+
+    freezer = AgentFreezer(lease, sweeps, before_thaw=forget)
+    freezer.start()
+    await settled(freezer)
+    await freezer.thawed_for_agent()  # nothing of a person's to wait for: answers at once
+    lease.take(HUMAN)
+    await freezer.frozen_for_human()
+    lease.release(HUMAN)
+    # The lease is the agent's at once; its request waits while the worker empties the selections.
+    waiting = asyncio.create_task(freezer.thawed_for_agent())
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert calls == ["thaw", "freeze", "forget"] and not waiting.done()
+    emptying.set()
+    await waiting
+    assert calls == ["thaw", "freeze", "forget", "thaw"] and not freezer.frozen
+    await freezer.close()
+
+
+async def test_a_failed_thaw_does_not_hold_the_agents_requests() -> None:
+    lease, sweeps = ControlLease(), Sweeps()
+    freezer = AgentFreezer(lease, sweeps)
+    lease.take(HUMAN)
+    await freezer.frozen_for_human()
+    lease.release(HUMAN)
+    sweeps.fail_thaw = 1
+    await freezer.thawed_for_agent()  # the one attempt, failed: the worker tries again, not each request
+    assert sweeps.calls == ["freeze", "thaw"]
+    await freezer.thawed_for_agent()
+    assert sweeps.calls == ["freeze", "thaw"]
