@@ -51,6 +51,8 @@ from corral.sandbox.tools.files import AgentFiles
 from corral.sandbox.tools.transfer_record import Sent, Tallied, Transfer
 from corral.sandbox.web import cdp
 from corral.sandbox.web.downloadwatch import DownloadWatch
+from corral.sandbox.web.pagekeeper import PageKeeper
+from corral.sandbox.web.tabs import open_blank
 
 log = logging.getLogger(__name__)
 
@@ -164,12 +166,17 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
         app.state.browser_uid = downloads.browser_uid()
         watch = DownloadWatch(settings.cdp_url, desktop.browser.downloads, reporter, recorder)
         watch.start()
+        # Chromium runs on without a window; the controller keeps a page open in it (docs/design/0384).
+        keeper = PageKeeper(settings.cdp_url, functools.partial(open_blank, settings.cdp_url))
+        keeper.start()
+        app.state.page_keeper = keeper
         # No Playwright connection at boot: its driver (node, about 80 MiB) starts on the first browser
         # call and stops again when idle (corral.sandbox.web.browser), so an idle session holds none.
         try:
             yield
         finally:
             await watch.close()
+            await keeper.close()
             if door is not None:
                 await door.close()
             await viewers.close()  # its viewers' detaching changes the lease: recorded and audited first
@@ -227,6 +234,10 @@ async def healthz(request: Request) -> JSONResponse:
     # the first browser action waits for it if it must.
     if not (desktop.browser.connected or await desktop.browser.devtools_answer()):
         return JSONResponse({"ok": False, **checks, "error": "browser: DevTools not answering"}, status_code=503)
+    # And once it has a page: the controller opens the first one (Chromium starts without a window).
+    keeper = getattr(request.app.state, "page_keeper", None)
+    if keeper is not None and not keeper.kept.is_set():
+        return JSONResponse({"ok": False, **checks, "error": "browser: no page open yet"}, status_code=503)
     return JSONResponse({"ok": True, **checks, "browser": "connected" if desktop.browser.connected else "up"})
 
 

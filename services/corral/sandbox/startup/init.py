@@ -320,7 +320,10 @@ def chromium_argv(width: int, height: int, profile: str, extra: list[str]) -> li
         f"--window-size={width},{height}",
         "--start-maximized",
         *extra,
-        "about:blank",
+        # No window at start, and Chromium kept running without one (with the debugging port it holds
+        # itself alive until Browser.close): no page can quit it by closing the last tab. The
+        # controller opens the first page and a blank one whenever the last closes (docs/design/0384).
+        "--no-startup-window",
     ]
 
 

@@ -71,7 +71,9 @@ def browser_pids() -> list[int]:
 def quit_browser() -> None:
     """Chromium quit as a person quits it (its windows closed: a full shutdown that commits cookies and
     local storage), waited for up to ``CLOSE_WAIT_S``; what is left (no window, a page holding its
-    window open with a beforeunload prompt) stopped by :func:`stop_browser`."""
+    window open with a beforeunload prompt) stopped by :func:`stop_browser`. Chromium runs on without
+    a window (docs/design/0384): its last page gone while this holds the lock, the controller's page
+    keeper sends it ``Browser.close`` (the same full shutdown), which this uid cannot reach."""
     pids = set(browser_pids())
     if pids and close_windows(pids):
         deadline = time.monotonic() + CLOSE_WAIT_S

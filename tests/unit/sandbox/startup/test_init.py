@@ -63,7 +63,11 @@ def argv() -> list[str]:
 
 def test_chromium_argv_shape(argv: list[str]) -> None:
     assert argv[0] == "/usr/bin/chromium"  # the base's, never by PATH
-    assert argv[-1] == "about:blank"
+    # No window and no URL at start: Chromium runs on without a window (it keeps itself alive with the
+    # debugging port), and the controller opens the first page (corral.sandbox.web.pagekeeper).
+    assert argv[-1] == "--no-startup-window"
+    assert f"--remote-debugging-port={CDP_PORT}" in argv
+    assert not any(arg.startswith(("about:", "http")) for arg in argv)
     assert len(argv) == len(set(argv))
 
 
@@ -105,9 +109,9 @@ def test_chromium_window_size_follows_the_screen(width: int, height: int) -> Non
     assert sizes == [f"--window-size={width},{height}"]
 
 
-def test_extra_flags_go_before_the_url() -> None:
+def test_extra_flags_go_before_no_startup_window() -> None:
     argv = chromium_argv(800, 600, "/data/profile", ["--lang=de", "--incognito"])
-    assert argv[-3:] == ["--lang=de", "--incognito", "about:blank"]
+    assert argv[-3:] == ["--lang=de", "--incognito", "--no-startup-window"]
     assert "--user-data-dir=/data/profile" in argv
 
 
@@ -121,7 +125,7 @@ def test_chromiums_own_traffic_is_off_and_an_extra_flag_cannot_turn_it_back_on()
     # refuses to connect to: the extra's own gaia URL is dropped, Corral's stays the only one.
     assert [f for f in argv if f.startswith("--gaia-url")] == [f"--gaia-url={INERT_URL}"]
     assert f"--component-updater=url-source={INERT_URL}" in argv and INERT_URL == "http://127.0.0.1:1/"
-    assert argv[-2:] == ["--lang=de", "about:blank"]
+    assert argv[-2:] == ["--lang=de", "--no-startup-window"]
 
 
 def test_disabled_features(argv: list[str]) -> None:
