@@ -23,6 +23,7 @@ import fcntl
 import json
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final
 
@@ -147,9 +148,9 @@ class PageKeeper:
             return
         self.kept.clear()
         if self._opening is None or self._opening.done():
-            self._opening = asyncio.create_task(self._reopen(ws))
+            self._opening = asyncio.create_task(self._reopen(ws, time.monotonic()))
 
-    async def _reopen(self, ws: ClientConnection) -> None:
+    async def _reopen(self, ws: ClientConnection, since: float) -> None:
         if self._swapping():
             log.info("the last page closed during a state export: Chromium asked to close")
             with contextlib.suppress(Exception):
@@ -158,6 +159,7 @@ class PageKeeper:
         try:
             await self._open_blank()
             self.opened += 1
+            log.info("no page was open: a blank one opened in %.0f ms", (time.monotonic() - since) * 1000)
         except ActionError as exc:
             log.warning("no page opened after the last one closed: %s", exc)
 
