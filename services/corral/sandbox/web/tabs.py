@@ -6,10 +6,11 @@ cannot answer for it (they can redefine both in the page's own world). The answe
 because the controller's Playwright connects without its default overrides (``no_defaults``): its
 focus emulation counts every tab it attaches to as captured, so visible, and focused.
 
-The last page: Chromium (headful, on Linux) quits with its last page, so closing it opens a blank
-tab first, for a CDP client's close (docs/design/0381-closing-the-last-page.md) as for the
-controller's own ``tab_close``; both ask one :class:`LastPage`, so a native close and a CDP close at
-once cannot both see two pages and close them both.
+The last page: closing it opens a blank tab first, for a CDP client's close
+(docs/design/0381-closing-the-last-page.md) as for the controller's own ``tab_close``; both ask one
+:class:`LastPage`, so a native close and a CDP close at once cannot both see two pages and close them
+both. Chromium no longer quits with its last page (it runs on without a window: docs/design/0384,
+corral.sandbox.web.pagekeeper), but the blank tab first leaves no moment without a page.
 """
 
 from __future__ import annotations
