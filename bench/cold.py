@@ -172,6 +172,7 @@ def gateway_settings(name: str, image: str, grounds: int, ground_proxies: bool =
     return GatewaySettings(
         ground_proxies=ground_proxies,
         port=free_port(),
+        preview_port=free_port(),  # gateways side by side: each its own preview listener
         data_dir=Path(tempfile.mkdtemp(prefix="corral-bench-")),
         api_key=KEY,
         instance=f"bench-cold-{name}-{os.getpid()}",

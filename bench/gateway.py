@@ -87,6 +87,7 @@ def bench_gateway(runtime: DockerHarness, max_sessions: int) -> Iterator[tuple[G
     benches often would run out of Docker's address pools otherwise."""
     settings = GatewaySettings(
         port=free_port(),
+        preview_port=free_port(),  # gateways side by side: each its own preview listener
         data_dir=Path(tempfile.mkdtemp(prefix="corral-bench-")),
         api_key=KEY,
         instance=f"bench-{os.getpid()}",

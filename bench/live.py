@@ -308,6 +308,7 @@ def change_to_pixels_through_gateway(runtime: DockerHarness, samples: int) -> li
     instance = f"bench-live-{os.getpid()}"
     settings = GatewaySettings(
         port=_free_port(),
+        preview_port=_free_port(),  # not 8701: a gateway already running holds it
         data_dir=Path(tempfile.mkdtemp(prefix="corral-bench-live-")),
         api_key=KEY,
         instance=instance,

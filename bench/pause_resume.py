@@ -131,6 +131,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="corral-bench-pause-") as data_dir:
         settings = GatewaySettings(  # type: ignore[call-arg]
             port=free_port(),
+            preview_port=free_port(),  # not 8701: a gateway already running holds it
             data_dir=Path(data_dir),
             api_key=KEY,
             instance=instance,

@@ -79,6 +79,7 @@ def main() -> int:
     runtime = DockerHarness()
     settings = GatewaySettings(
         port=free_port(),
+        preview_port=free_port(),  # not 8701: a gateway already running holds it
         data_dir=Path(tempfile.mkdtemp(prefix="corral-bench-tpl-")),
         api_key=KEY,
         instance=f"bench-tpl-{os.getpid()}",
