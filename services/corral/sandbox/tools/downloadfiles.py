@@ -13,16 +13,13 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import BinaryIO
 
 from corral.contracts.downloads import file_in_downloads
 from corral.errors import ActionError, ErrorCode
 from corral.protocol.downloads import Download
 from corral.sandbox.tools.agentfs import AgentFs
-from corral.sandbox.tools.files import CHUNK_BYTES, in_thread
-from corral.sandbox.tools.transfer import Body
+from corral.sandbox.tools.transfer import Body, read_file
 
 _FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK | os.O_NOFOLLOW  # a FIFO must not block
 
@@ -72,20 +69,7 @@ def body(opened: Opened) -> Body:
     """The file's first ``opened.length`` bytes as a response body (the fd closed at its end, or when
     the response is closed before it began)."""
     reading = os.fdopen(opened.fd, "rb", buffering=0)
-    return Body(_chunks(reading, opened.length), reading.close)
-
-
-async def _chunks(reading: BinaryIO, length: int) -> AsyncGenerator[bytes, None]:
-    try:
-        sent = 0
-        while sent < length:
-            chunk = await in_thread(reading.read, min(CHUNK_BYTES, length - sent))
-            if not chunk:
-                break  # it shrank meanwhile: the client sees fewer bytes than the length promised
-            sent += len(chunk)
-            yield chunk
-    finally:
-        reading.close()
+    return Body(read_file(reading, opened.length), reading.close)
 
 
 __all__ = ["Opened", "body", "open_download", "unavailable"]

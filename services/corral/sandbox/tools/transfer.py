@@ -255,10 +255,10 @@ async def send(files: AgentFiles, command: AgentCommand | None, query: FileQuery
     if size > limit:  # the apparent size: a sparse file's holes count, and are never streamed
         opened.close()
         raise too_large(f"the file {path}", size, limit, query.field())
-    return Download(RAW_MEDIA, size, Body(_read_file(opened, size), opened.close))
+    return Download(RAW_MEDIA, size, Body(read_file(opened, size), opened.close))
 
 
-async def _read_file(opened: BinaryIO, size: int) -> AsyncGenerator[bytes, None]:
+async def read_file(opened: BinaryIO, size: int) -> AsyncGenerator[bytes, None]:
     """``size`` bytes of ``opened`` (what the file held when asked; a file that grows is cut there), then closes it."""
     try:
         sent = 0
