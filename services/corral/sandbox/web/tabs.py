@@ -169,16 +169,7 @@ class LastPage:
         would close the last page; when not, ``target`` counts as closing from now on. Unknown
         (DevTools did not answer): refused."""
         async with self._lock:
-            open_pages = await self._open_pages()
-            if open_pages is None:
-                return True
-            if target is not None and target not in open_pages:
-                return False  # no page (a worker, an iframe) or one already closing: Chromium answers
-            if len(open_pages) <= 1:
-                return True
-            if target is not None:
-                self._closing.add(target)
-            return False
+            return not await self._let_through(target, None)
 
     async def make_way(self, target: str | None) -> bool:
         """Let ``target`` (None: a page the caller cannot name) close without Chromium: when it would
@@ -186,22 +177,28 @@ class LastPage:
         From then on ``target`` counts as closing. False when that cannot be done (DevTools did not
         answer or opened nothing): the caller refuses the close."""
         async with self._lock:
-            open_pages = await self._open_pages()
-            if open_pages is None:
+            return await self._let_through(target, self._open_blank)
+
+    async def _let_through(self, target: str | None, open_blank: Callable[[], Awaitable[None]] | None) -> bool:
+        """One judgement for both (under the lock): True when ``target`` may close (from then on it
+        counts as closing), a blank tab opened first by ``open_blank`` when it is the last page; False
+        when DevTools cannot say, or it is the last page and no blank tab was opened."""
+        open_pages = await self._open_pages()
+        if open_pages is None:
+            return False
+        if target is not None and target not in open_pages:
+            return True  # no page (a worker, an iframe) or one already closing: Chromium answers
+        if len(open_pages) <= 1:
+            if open_blank is None:
                 return False
-            if target is not None and target not in open_pages:
-                return True  # no page (a worker, an iframe) or one already closing: Chromium answers
-            if len(open_pages) <= 1:
-                if self._open_blank is None:
-                    return False
-                try:
-                    await self._open_blank()
-                except ActionError as exc:
-                    log.warning("no blank tab opened before closing the last page: %s", exc)
-                    return False
-            if target is not None:
-                self._closing.add(target)
-            return True
+            try:
+                await open_blank()
+            except ActionError as exc:
+                log.warning("no blank tab opened before closing the last page: %s", exc)
+                return False
+        if target is not None:
+            self._closing.add(target)
+        return True
 
     async def pages_open(self) -> int:
         """How many pages Chromium lists that are not closing (0 when DevTools cannot say); after a
