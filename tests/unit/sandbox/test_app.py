@@ -431,3 +431,14 @@ async def test_an_http_request_waiting_for_the_lease_is_dropped_when_its_client_
     assert not parts.methods("input")  # the click never runs after the hand-back
     handed = lease.take_hand_back()
     assert handed is not None and handed.note == "done"
+
+
+def test_the_downloads_routes_answer_only_the_signed_gateway() -> None:
+    """An agent-uid process reaches the controller's port but holds no controller secret: the list of
+    downloads and their bytes are the gateway's to ask for (it passes them on under its own auth)."""
+    app = create_app(ControllerSettings(record=False))
+    app.state.verifier = auth.RequestVerifier(SECRET)
+    client = TestClient(app)
+    for path in ("/v1/downloads", "/v1/downloads/0123456789abcdef0123456789abcdef"):
+        answer = client.get(path)
+        assert answer.status_code == 401 and answer.json()["error"]["code"] == "unauthorized"
