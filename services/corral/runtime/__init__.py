@@ -13,6 +13,7 @@ from typing import Protocol
 from corral.errors import SandboxError
 from corral.runtime.types import (
     ALIVE_STATES,
+    NODE_LOST,
     SESSION_LABEL,
     DirectoryEntry,
     ExitInfo,
@@ -31,6 +32,7 @@ from corral.runtime.types import (
 __all__ = [
     "ALIVE_STATES",
     "DRIVERS",
+    "NODE_LOST",
     "SESSION_LABEL",
     "DirectoryEntry",
     "ExitInfo",

@@ -16,6 +16,9 @@ SESSION_LABEL = "corral.session"
 # A sandbox's or a proxy's state as a runtime reports it (Docker's words, which Kubernetes' pod
 # phases and container states map onto: docs/kubernetes.md).
 State = Literal["created", "running", "paused", "restarting", "removing", "exited", "dead"]
+# ExitInfo.state of a sandbox whose machine left the cluster or was cut off from it (a multi-node
+# runtime's: the session ends with reason ``node_lost``); its processes may still run there, unreachable.
+NODE_LOST = "node_lost"
 # A sandbox in one of these still counts as alive: its session goes on.
 ALIVE_STATES: frozenset[State] = frozenset({"running", "paused", "restarting", "created"})
 
@@ -29,6 +32,8 @@ class SandboxAddress:
     host: str
     port: int
     secret: str = field(default="", repr=False)
+    # The machine it runs on, as its runtime names it (a Swarm node's host name; "" on one host).
+    node: str = ""
 
     @property
     def base_url(self) -> str:
@@ -113,9 +118,10 @@ class ProxyAddress:
 class ExitInfo:
     """How a sandbox that no longer runs ended: what a session whose sandbox died reports."""
 
-    state: str  # "exited", "dead", or "gone" (it no longer exists)
+    state: str  # "exited", "dead", "gone" (it no longer exists), or NODE_LOST (its machine left or was cut off)
     exit_code: int | None
     oom_killed: bool  # the kernel's OOM killer struck inside it
+    node: str = ""  # where it ran ("" on one host)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +133,7 @@ class SandboxInfo:
     labels: Mapping[str, str]
     running: bool
     address: SandboxAddress | None
+    node: str = ""  # where it runs or ran ("" on one host)
 
 
 @dataclass(frozen=True, slots=True)
