@@ -265,3 +265,9 @@ def test_single_host_operations_are_refused_naming_the_driver(tmp_path: Path) ->
     with pytest.raises(SandboxError, match="template builds: not on the swarm driver"):
         runtime.build_image(b"", "t", {}, print, "", "n")
     assert runtime.attached_volumes(tmp_path) == []
+
+
+def test_the_seed_names_the_cas_files_as_the_gateway_writes_them() -> None:
+    from corral.proxy import ca
+
+    assert (seed.KEY_AND_CERT, seed.CERT_ONLY) == (ca.KEY_AND_CERT, ca.CERT_ONLY)
