@@ -33,6 +33,14 @@ def _task_node(swarm: Swarm, service_name: str) -> str:
     return str(node.attrs["Description"]["Hostname"])
 
 
+def _record(swarm: Swarm, session_id: str) -> dict[str, Any]:
+    with swarm.client() as c:
+        response = c.get(f"/v1/sessions/{session_id}")
+    assert response.status_code == 200, response.text
+    record: dict[str, Any] = response.json()
+    return record
+
+
 def test_a_session_runs_on_a_node_of_the_swarm_and_the_agents_command_runs(swarm: Swarm, session: Sandbox) -> None:
     result = session.exec(
         ["sh", "-c", "id -un; cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max"]
@@ -40,13 +48,10 @@ def test_a_session_runs_on_a_node_of_the_swarm_and_the_agents_command_runs(swarm
     assert result.exit_code == 0, result
     user, pids = result.stdout.split()
     assert user == "agent" and pids.isdigit()  # the agent's uid, and a pids limit (the service's) rather than "max"
-    with swarm.client() as c:
-        record = c.get(f"/v1/sessions/{session.id}").json()
-    sandbox_name = str(record.get("sandbox", {}).get("name") or "") if isinstance(record.get("sandbox"), dict) else ""
-    names = {s.name for s in swarm.manager.services.list(filters={"label": "corral.role=sandbox"})}
-    assert names, "no sandbox service on the swarm"
-    node = _task_node(swarm, sandbox_name or sorted(names)[0])
-    assert node in swarm.nodes()
+    sandbox = _record(swarm, session.id)["container"]
+    labels = swarm.manager.services.get(sandbox).attrs["Spec"]["Labels"]
+    assert labels["corral.role"] == "sandbox"
+    assert _task_node(swarm, sandbox) in swarm.nodes()
 
 
 def test_the_screen_is_read_through_the_gateway(session: Sandbox) -> None:
@@ -74,42 +79,52 @@ def test_the_controllers_secret_is_none_of_the_agents(session: Sandbox) -> None:
     assert result.stdout.count("\n") <= 3  # nothing of the secret itself
 
 
-def _traffic(swarm: Swarm, session_id: str) -> list[dict[str, Any]]:
-    with swarm.client() as c:
-        response = c.get(f"/v1/sessions/{session_id}/traffic")
-    assert response.status_code == 200, response.text
-    return [json.loads(line) for line in response.text.splitlines() if line]
+def test_egress_reaches_an_allowed_upstream_on_the_swarm_and_refuses_another(session: Sandbox) -> None:
+    """Through the session's proxy (a service on some node) to the fake upstream (a service on the
+    egress overlay), over TLS the session's CA vouches for; refused with the proxy's 403 page."""
+    allowed = session.exec("curl -sS --fail --max-time 30 https://allowed.test/json?via=swarm")
+    assert allowed.exit_code == 0, allowed
+    answer = json.loads(allowed.stdout.strip().splitlines()[-1])
+    assert (answer["host"], answer["tls"], answer["path"]) == ("allowed.test", True, "/json?via=swarm")
+    refused = session.exec("curl -sS --max-time 30 -w '\\nstatus=%{http_code}' https://other.test/private")
+    assert refused.exit_code == 0, refused
+    assert refused.stdout.rstrip().endswith("status=403") and "other.test" in refused.stdout
+    around = session.exec("curl -sS --max-time 5 --noproxy '*' https://allowed.test/ ; echo exit=$?")
+    assert "exit=0" not in around.stdout  # nothing around the proxy: the sandbox's firewall holds on the node
 
 
-def test_egress_reaches_an_allowed_upstream_on_the_swarm_and_refuses_another(swarm: Swarm, session: Sandbox) -> None:
-    allowed = session.exec(["curl", "-sS", "--max-time", "20", "https://allowed.test/hello"])
-    assert allowed.exit_code == 0 and "allowed.test" in allowed.stdout, allowed
-    refused = session.exec(
-        ["curl", "-sS", "--max-time", "20", "-o", "/dev/null", "-w", "%{http_code}", "https://other.test/"]
-    )
-    assert refused.stdout != "200", refused
+@pytest.mark.xfail(
+    strict=True, reason="the gateway's mirror of a proxy's audit log (issue 30's state part) is not on this branch"
+)
+def test_the_proxys_audit_reaches_the_gateway(swarm: Swarm, session: Sandbox) -> None:
+    session.exec("curl -sS --max-time 30 https://allowed.test/audited")
     deadline = time.monotonic() + 20
     while True:
-        records = _traffic(swarm, session.id)
-        hosts = {(r.get("host"), r.get("decision")) for r in records}
-        if ("allowed.test", "allow") in hosts and ("other.test", "block") in hosts:
+        with swarm.client() as c:
+            response = c.get(f"/v1/sessions/{session.id}/traffic")
+        records = [json.loads(line) for line in response.text.splitlines() if line]
+        if any(r.get("url") == "https://allowed.test/audited" for r in records):
             break
         assert time.monotonic() < deadline, records
         time.sleep(0.5)
-    request = next(r for r in records if r.get("host") == "allowed.test" and r.get("event") == "request")
-    assert request["ip"] == swarm.upstream_address and request["status"] == 200
+    request = next(r for r in records if r.get("url") == "https://allowed.test/audited")
+    assert request["ip"] == swarm.upstream_address and request["decision"] == "allow"
 
 
 def test_an_ended_session_leaves_no_service_network_or_secret(swarm: Swarm) -> None:
     with Sandbox.create(url=swarm.url, api_key=swarm.api_key, allow=[]) as box:
-        session_id = box.id
-        assert len(_services(swarm, session_id)) == 1  # its proxy (the sandbox is labelled by the gateway's specs)
+        session_id, sandbox = box.id, _record(swarm, box.id)["container"]
+        [proxy] = _services(swarm, session_id)
+        names = {sandbox, proxy.name}
+        assert {
+            s.name for s in swarm.manager.secrets.list() if s.name.startswith(tuple(names))
+        }  # theirs, while they run
     deadline = time.monotonic() + 30
     while True:
         left = (
-            _services(swarm, session_id),
+            [s.name for s in swarm.manager.services.list() if s.name in names],
             swarm.manager.networks.list(filters={"label": f"corral.session={session_id}"}),
-            [s for s in swarm.manager.secrets.list() if session_id in s.name],
+            [s.name for s in swarm.manager.secrets.list() if s.name.startswith(tuple(names))],
         )
         if left == ([], [], []):
             break
