@@ -105,7 +105,8 @@ def _start_upstream(manager: docker.DockerClient, directory: Path, image: str) -
 
 
 @pytest.fixture(scope="session")
-def swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Swarm]:
+def swarm(tmp_path_factory: pytest.TempPathFactory, desktop_image: str, egress_image: str) -> Iterator[Swarm]:
+    """``desktop_image`` and ``egress_image``: built on the host (unless CORRAL_SKIP_BUILD=1), then pushed."""
     env = _swarm_env()
     keep = os.environ.get("CORRAL_SWARM_KEEP") == "1"
     directory = Path(env["CORRAL_SWARM_DIR"])
