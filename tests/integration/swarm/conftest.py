@@ -125,7 +125,7 @@ def swarm(tmp_path_factory: pytest.TempPathFactory, desktop_image: str, egress_i
     keep = os.environ.get("CORRAL_SWARM_KEEP") == "1"
     directory = Path(env["CORRAL_SWARM_DIR"])
     if not (keep and (directory / "1" / "docker.sock").exists()):
-        _run(env, "down", timeout=180)
+        _run(env, "down", timeout=600)
         _run(env, "up", "--images", timeout=900)
     manager = docker.DockerClient(base_url=f"unix://{directory}/1/docker.sock", timeout=120)
     try:
@@ -150,4 +150,4 @@ def swarm(tmp_path_factory: pytest.TempPathFactory, desktop_image: str, egress_i
     finally:
         manager.close()
         if not keep:
-            _run(env, "down", timeout=300)
+            _run(env, "down", timeout=600)

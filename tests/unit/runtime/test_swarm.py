@@ -10,7 +10,7 @@ import docker.errors
 import pytest
 
 from corral.contracts import auth
-from corral.errors import SandboxError
+from corral.errors import SandboxError, SeedTooLarge
 from corral.proxy import seed
 from corral.runtime import NODE_LOST, ExitInfo, SandboxSpec, SessionNetwork, SwarmOptions
 from corral.runtime.swarm import SwarmRuntime
@@ -149,7 +149,7 @@ def test_the_seed_holds_the_files_a_proxy_starts_from_and_plants_them_once(tmp_p
 
 def test_a_seed_file_past_a_secrets_size_is_refused(tmp_path: Path) -> None:
     (tmp_path / "replay.mitm").write_bytes(b"x" * (seed.MAX_ENTRY_BYTES + 1))
-    with pytest.raises(seed.SeedTooLarge, match=r"replay\.mitm"):
+    with pytest.raises(SeedTooLarge, match=r"replay\.mitm"):
         seed.seed_entries(tmp_path)
 
 

@@ -14,8 +14,8 @@ import docker
 import docker.errors
 import docker.types
 
-from corral.errors import NotOnThisRuntime, SandboxError
-from corral.proxy.seed import SeedTooLarge, seed_entries
+from corral.errors import NotOnThisRuntime, SandboxError, SeedTooLarge
+from corral.proxy.seed import seed_entries
 from corral.proxy.sidecar import PROXY_ALIAS
 from corral.runtime.docker.engine import (
     EGRESS_ROLE,
