@@ -30,10 +30,15 @@ ROOT = Path(__file__).resolve().parents[3]
 SWARM = ROOT / "scripts" / "swarm"
 EGRESS_NETWORK = "corral-egress"  # the gateway's default: its proxies' way out
 UPSTREAM = "corral-swarm-upstream"
+SETUP_TIMEOUT_S = 1500  # up with images (~3 min idle, over 5 loaded), the gateway, the upstream
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if os.environ.get("CORRAL_SWARM_TESTS") == "1":
+        # The first test's setup brings the swarm up with its images (minutes on a loaded host).
+        for item in items:
+            if "tests/integration/swarm/" in str(item.fspath):
+                item.add_marker(pytest.mark.timeout(SETUP_TIMEOUT_S))
         return
     skip = pytest.mark.skip(
         reason="the swarm tests run with CORRAL_SWARM_TESTS=1 (a swarm of their own, minutes to start)"
