@@ -629,6 +629,26 @@ def bounded_lines(
         yield line
 
 
+def next_link(line: bytes, seq: int, prev: str) -> tuple[int, str] | str:
+    """The ``seq`` and ``hash`` of ``line`` when it is the record that follows the one whose are
+    given (a whole line, hashed as the writer hashes it); else why it is not."""
+    if len(line) > MAX_LINE_BYTES or not line.endswith(b"\n"):
+        return "not a whole record"
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return "not valid JSON"
+    if not isinstance(record, dict) or "hash" not in record or "prev" not in record:
+        return "not an audit record"
+    if record["prev"] != prev:
+        return "does not follow the record before it"
+    if record["hash"] != _digest(record):
+        return "its content was changed"
+    if record.get("seq") != seq + 1:
+        return f"sequence number {record.get('seq')} where {seq + 1} was due"
+    return seq + 1, str(record["hash"])
+
+
 @dataclass(frozen=True, slots=True)
 class Verification:
     ok: bool

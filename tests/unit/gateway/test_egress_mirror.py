@@ -1,0 +1,198 @@
+"""The gateway's mirror of a proxy's state (corral.gateway.egress.mirror), where the runtime shares no
+directory with the proxy: the copy grows only by what the proxy's chain holds, bounded, and carries
+on across a gateway restart. The proxy's side of a read is the real one (its file, its refusals);
+only the socket is left out (``control.call_blocking``, the narrow seam). The real channel, over
+real proxies: tests/integration/test_unshared_state.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from corral.contracts.control import ReadState, Reply
+from corral.errors import ControlError, InvalidMessage
+from corral.gateway.egress import mirror as mirror_module
+from corral.gateway.egress.mirror import AuditCopy, StateMirror
+from corral.gateway.egress.pairs import Egress
+from corral.gateway.egress.state import ProxyTokens
+from corral.gateway.settings import GatewaySettings
+from corral.proxy import audit
+from corral.proxy.control import AUDIT_FILE, RESPONSES_FILE
+
+SID = "ses_0123456789abcdef"
+
+
+class ProxyFiles:
+    """A proxy's own state directory as its channel reads it: at most ``chunk`` bytes a read (to cut
+    records across reads), an offset past a file's end refused by field, as the addon refuses it."""
+
+    def __init__(self, root: Path, chunk: int = 97) -> None:
+        self.root = root
+        self.chunk = chunk
+        self.reads: list[ReadState] = []
+        root.mkdir(parents=True, exist_ok=True)
+
+    def call(self, host: str, port: int, token: str, message: object, timeout_s: float = 5.0) -> Reply:
+        from corral.contracts.control import FileChunk
+
+        assert isinstance(message, ReadState)
+        self.reads.append(message)
+        path = self.root / (AUDIT_FILE if message.file == "audit" else RESPONSES_FILE)
+        data = path.read_bytes() if path.exists() else b""
+        if message.offset > len(data):
+            error = InvalidMessage("invalid_field", f"offset {message.offset} is past the end", "offset")
+            raise ControlError(str(error), error.code, error.field)
+        piece = data[message.offset : message.offset + min(self.chunk, message.limit)]
+        return Reply(chunk=FileChunk(message.file, message.offset, piece, len(data)))
+
+
+@pytest.fixture
+def proxy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ProxyFiles:
+    files = ProxyFiles(tmp_path / "proxy")
+    monkeypatch.setattr(mirror_module.control, "call_blocking", files.call)
+    return files
+
+
+def _mirror(tmp_path: Path, active: bool = True) -> tuple[StateMirror, Egress]:
+    settings = GatewaySettings(data_dir=tmp_path / "gw", egress_upstream_ca=None)
+    channel = type("Channel", (), {"control_port": 8081})()
+    state = tmp_path / "gw" / "egress" / SID
+    state.mkdir(parents=True, exist_ok=True)
+    egress = Egress(SID, "net", "10.213.0.0/28", "10.213.0.1", "c1", "corral-egress-x", "10.213.0.2", str(state))
+    return StateMirror(settings, ProxyTokens(tmp_path / "gw"), channel, active), egress  # type: ignore[arg-type]
+
+
+def _write(log: audit.AuditLog, n: int) -> None:
+    for i in range(n):
+        log.write("request", host=f"h{i}.test", url=f"https://h{i}.test/{'x' * i}")
+
+
+def test_the_copy_is_the_proxys_log_byte_for_byte_and_its_chain_verifies(tmp_path: Path, proxy: ProxyFiles) -> None:
+    log = audit.AuditLog(proxy.root / AUDIT_FILE, SID)
+    _write(log, 12)
+    mirror, egress = _mirror(tmp_path)
+    mirror.follow_blocking(egress, final=True)
+    copy = Path(egress.state_dir) / AUDIT_FILE
+    assert copy.read_bytes() == (proxy.root / AUDIT_FILE).read_bytes()
+    assert audit.verify(copy).ok and audit.verify(copy).records == 12
+    assert copy.stat().st_mode & 0o777 == 0o600
+    _write(log, 5)
+    mirror.follow_blocking(egress, final=True)
+    assert copy.read_bytes() == (proxy.root / AUDIT_FILE).read_bytes() and audit.verify(copy).records == 17
+
+
+def test_a_pass_from_the_tick_is_bounded_and_the_next_carries_on(
+    tmp_path: Path, proxy: ProxyFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mirror_module, "CHUNKS_PER_PASS", 3)
+    _write(audit.AuditLog(proxy.root / AUDIT_FILE, SID), 20)
+    mirror, egress = _mirror(tmp_path)
+    mirror.follow_blocking(egress)
+    assert len(proxy.reads) == 3 + 1  # three of the audit, one of the (absent) responses
+    copy = Path(egress.state_dir) / AUDIT_FILE
+    assert 0 < copy.stat().st_size < (proxy.root / AUDIT_FILE).stat().st_size
+    for _ in range(40):
+        mirror.follow_blocking(egress)
+    assert copy.read_bytes() == (proxy.root / AUDIT_FILE).read_bytes()
+
+
+def test_a_line_the_chain_does_not_hold_is_never_appended_nor_anything_after_it(
+    tmp_path: Path, proxy: ProxyFiles, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The proxy's side (every process of its uid) writes a record of its own into the log: the copy
+    keeps the chain up to it, and no more, ever."""
+    log = audit.AuditLog(proxy.root / AUDIT_FILE, SID)
+    _write(log, 3)
+    head = log.head
+    forged = {"seq": head["seq"] + 1, "event": "request", "host": "forged.test", "prev": head["hash"], "hash": "0" * 64}
+    with (proxy.root / AUDIT_FILE).open("ab") as out:
+        out.write(json.dumps(forged).encode() + b"\n")
+    _write(audit.AuditLog(proxy.root / AUDIT_FILE, SID), 2)  # the proxy, reopened, chains on past it
+    mirror, egress = _mirror(tmp_path)
+    with caplog.at_level(logging.ERROR):
+        mirror.follow_blocking(egress, final=True)
+        mirror.follow_blocking(egress, final=True)
+    copy = Path(egress.state_dir) / AUDIT_FILE
+    assert audit.verify(copy).ok and audit.verify(copy).records == 3
+    assert b"forged.test" not in copy.read_bytes()
+    assert [r.message for r in caplog.records].count(
+        f"egress audit of {SID} is mirrored no further: the proxy's record after seq 3 its content was changed"
+    ) == 1
+
+
+def test_a_proxy_that_rewrote_what_was_copied_changes_nothing_in_the_copy(tmp_path: Path, proxy: ProxyFiles) -> None:
+    _write(audit.AuditLog(proxy.root / AUDIT_FILE, SID), 6)
+    mirror, egress = _mirror(tmp_path)
+    mirror.follow_blocking(egress, final=True)
+    copy = Path(egress.state_dir) / AUDIT_FILE
+    kept = copy.read_bytes()
+    (proxy.root / AUDIT_FILE).unlink()
+    _write(audit.AuditLog(proxy.root / AUDIT_FILE, SID), 2)  # a shorter history of its own making
+    mirror.follow_blocking(egress, final=True)  # refused (offset past its end): said, not raised
+    (proxy.root / AUDIT_FILE).unlink()
+    _write(audit.AuditLog(proxy.root / AUDIT_FILE, SID), 9)  # a longer one: it does not follow the copy
+    mirror.follow_blocking(egress, final=True)
+    assert copy.read_bytes() == kept and audit.verify(copy).records == 6
+
+
+def test_a_line_longer_than_any_record_stops_the_copy_without_holding_it(tmp_path: Path, proxy: ProxyFiles) -> None:
+    proxy.chunk = 256 << 10
+    _write(audit.AuditLog(proxy.root / AUDIT_FILE, SID), 1)
+    with (proxy.root / AUDIT_FILE).open("ab") as out:
+        out.write(b"x" * (audit.MAX_LINE_BYTES + 10))
+    mirror, egress = _mirror(tmp_path)
+    mirror.follow_blocking(egress, final=True)
+    copies = mirror._copies[SID]
+    assert copies.audit.broken is not None and "longer than any audit record" in copies.audit.broken
+    assert copies.audit.pending == b"" and audit.verify(Path(egress.state_dir) / AUDIT_FILE).records == 1
+
+
+def test_the_copy_stops_at_its_bound(tmp_path: Path, proxy: ProxyFiles) -> None:
+    _write(audit.AuditLog(proxy.root / AUDIT_FILE, SID), 30)
+    mirror, egress = _mirror(tmp_path)
+    mirror._audit_cap = 1000
+    mirror.follow_blocking(egress, final=True)
+    size = (Path(egress.state_dir) / AUDIT_FILE).stat().st_size
+    assert 0 < size <= 1000 and mirror._copies[SID].audit.broken == "the proxy's audit log is past 1000 bytes"
+
+
+def test_a_restarted_gateway_carries_on_from_its_copy(tmp_path: Path, proxy: ProxyFiles) -> None:
+    log = audit.AuditLog(proxy.root / AUDIT_FILE, SID)
+    _write(log, 4)
+    mirror, egress = _mirror(tmp_path)
+    mirror.follow_blocking(egress, final=True)
+    _write(log, 3)
+    again, _ = _mirror(tmp_path)  # a new process: nothing in memory, the copy on disk
+    assert (again._of(egress).audit.seq, again._of(egress).audit.hash) == (4, mirror._copies[SID].audit.hash)
+    again.follow_blocking(egress, final=True)
+    assert (Path(egress.state_dir) / AUDIT_FILE).read_bytes() == (proxy.root / AUDIT_FILE).read_bytes()
+
+
+def test_responses_are_appended_and_a_proxy_started_afresh_is_followed_after_the_copy(
+    tmp_path: Path, proxy: ProxyFiles
+) -> None:
+    (proxy.root / RESPONSES_FILE).write_bytes(b"first flows " * 30)
+    mirror, egress = _mirror(tmp_path)
+    mirror.follow_blocking(egress, final=True)
+    copy = Path(egress.state_dir) / RESPONSES_FILE
+    assert copy.read_bytes() == b"first flows " * 30
+    (proxy.root / RESPONSES_FILE).write_bytes(b"after a restart")  # a new proxy's file of its own
+    mirror.follow_blocking(egress, final=True)
+    assert copy.read_bytes() == b"first flows " * 30 + b"after a restart"
+
+
+def test_a_runtime_that_shares_the_directory_is_never_read(tmp_path: Path, proxy: ProxyFiles) -> None:
+    _write(audit.AuditLog(proxy.root / AUDIT_FILE, SID), 2)
+    mirror, egress = _mirror(tmp_path, active=False)
+    mirror.follow_blocking(egress, final=True)
+    assert proxy.reads == [] and not (Path(egress.state_dir) / AUDIT_FILE).exists()
+
+
+def test_a_copy_on_disk_that_is_no_chain_is_followed_no_further(tmp_path: Path) -> None:
+    path = tmp_path / AUDIT_FILE
+    path.write_bytes(b'{"seq": 1, "prev": "x", "hash": "y"}\n')
+    copy = AuditCopy.of(path)
+    assert copy.broken is not None and "no chain at seq 1" in copy.broken
