@@ -38,7 +38,7 @@ import re
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, Literal, Required, TypedDict, TypeGuard, Unpack, cast
@@ -629,24 +629,31 @@ def bounded_lines(
         yield line
 
 
-def next_link(line: bytes, seq: int, prev: str) -> tuple[int, str] | str:
-    """The ``seq`` and ``hash`` of ``line`` when it is the record that follows the one whose are
-    given (a whole line, hashed as the writer hashes it); else why it is not."""
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One whole record line as a link of a chain: its ``seq``, the ``prev`` it names, its own ``hash``."""
+
+    seq: int
+    prev: str
+    hash: str
+    line: bytes = field(repr=False)
+
+
+def link_of(line: bytes) -> Link | None:
+    """``line`` as a link when it is a whole record whose hash is its content's (what the writer
+    wrote, or a forger who hashed it: which chain it belongs to is the reader's to judge); else None."""
     if len(line) > MAX_LINE_BYTES or not line.endswith(b"\n"):
-        return "not a whole record"
+        return None
     try:
         record = json.loads(line)
     except ValueError:
-        return "not valid JSON"
-    if not isinstance(record, dict) or "hash" not in record or "prev" not in record:
-        return "not an audit record"
-    if record["prev"] != prev:
-        return "does not follow the record before it"
-    if record["hash"] != _digest(record):
-        return "its content was changed"
-    if record.get("seq") != seq + 1:
-        return f"sequence number {record.get('seq')} where {seq + 1} was due"
-    return seq + 1, str(record["hash"])
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("prev"), str):
+        return None
+    seq = record.get("seq")
+    if not isinstance(seq, int) or isinstance(seq, bool) or record.get("hash") != _digest(record):
+        return None
+    return Link(seq, record["prev"], record["hash"], line)
 
 
 @dataclass(frozen=True, slots=True)

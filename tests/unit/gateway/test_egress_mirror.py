@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.contracts.control import ReadState, Reply
+from corral.contracts.control import Head, ReadState, Reply
 from corral.errors import ControlError, InvalidMessage
 from corral.gateway.egress import mirror as mirror_module
 from corral.gateway.egress.mirror import AuditCopy, StateMirror
@@ -33,12 +33,20 @@ class ProxyFiles:
         self.root = root
         self.chunk = chunk
         self.reads: list[ReadState] = []
+        self.log: audit.AuditLog | None = None  # the proxy's own writer: its head is its memory's
         root.mkdir(parents=True, exist_ok=True)
 
+    def open_log(self) -> audit.AuditLog:
+        self.log = audit.AuditLog(self.root / AUDIT_FILE, SID)
+        return self.log
+
     def call(self, host: str, port: int, token: str, message: object, timeout_s: float = 5.0) -> Reply:
-        from corral.contracts.control import FileChunk
+        from corral.contracts.control import FileChunk, Head
 
         assert isinstance(message, ReadState)
+        head = None
+        if message.file == "audit" and self.log is not None:
+            head = Head(self.log.head["seq"], self.log.head["hash"])
         self.reads.append(message)
         path = self.root / (AUDIT_FILE if message.file == "audit" else RESPONSES_FILE)
         data = path.read_bytes() if path.exists() else b""
@@ -46,7 +54,7 @@ class ProxyFiles:
             error = InvalidMessage("invalid_field", f"offset {message.offset} is past the end", "offset")
             raise ControlError(str(error), error.code, error.field)
         piece = data[message.offset : message.offset + min(self.chunk, message.limit)]
-        return Reply(chunk=FileChunk(message.file, message.offset, piece, len(data)))
+        return Reply(chunk=FileChunk(message.file, message.offset, piece, len(data)), head=head)
 
 
 @pytest.fixture
@@ -71,7 +79,7 @@ def _write(log: audit.AuditLog, n: int) -> None:
 
 
 def test_the_copy_is_the_proxys_log_byte_for_byte_and_its_chain_verifies(tmp_path: Path, proxy: ProxyFiles) -> None:
-    log = audit.AuditLog(proxy.root / AUDIT_FILE, SID)
+    log = proxy.open_log()
     _write(log, 12)
     mirror, egress = _mirror(tmp_path)
     mirror.follow_blocking(egress, final=True)
@@ -88,70 +96,84 @@ def test_a_pass_from_the_tick_is_bounded_and_the_next_carries_on(
     tmp_path: Path, proxy: ProxyFiles, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(mirror_module, "CHUNKS_PER_PASS", 3)
-    _write(audit.AuditLog(proxy.root / AUDIT_FILE, SID), 20)
+    _write(proxy.open_log(), 20)
     mirror, egress = _mirror(tmp_path)
     mirror.follow_blocking(egress)
     assert len(proxy.reads) == 3 + 1  # three of the audit, one of the (absent) responses
     copy = Path(egress.state_dir) / AUDIT_FILE
-    assert 0 < copy.stat().st_size < (proxy.root / AUDIT_FILE).stat().st_size
+    assert mirror._copies[SID].audit.remote == 3 * proxy.chunk  # read so far, held until its head is read
     for _ in range(40):
         mirror.follow_blocking(egress)
     assert copy.read_bytes() == (proxy.root / AUDIT_FILE).read_bytes()
 
 
-def test_a_line_the_chain_does_not_hold_is_never_appended_nor_anything_after_it(
-    tmp_path: Path, proxy: ProxyFiles, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The proxy's side (every process of its uid) writes a record of its own into the log: the copy
-    keeps the chain up to it, and no more, ever."""
-    log = audit.AuditLog(proxy.root / AUDIT_FILE, SID)
-    _write(log, 3)
-    head = log.head
-    forged = {"seq": head["seq"] + 1, "event": "request", "host": "forged.test", "prev": head["hash"], "hash": "0" * 64}
+def _forge(proxy: ProxyFiles, host: str, chaining: bool) -> None:
+    """A record of the proxy uid's own making appended to the proxy's log: one that follows the head
+    as the writer would write it (``chaining``: seq, prev and its hash right), or garbage."""
+    assert proxy.log is not None
+    head = proxy.log.head
+    if chaining:
+        body = {"seq": head["seq"] + 1, "event": "request", "host": host, "prev": head["hash"], "session": SID}
+        line = json.dumps({**body, "hash": audit._digest(body)}).encode()
+    else:
+        line = json.dumps({"seq": head["seq"] + 1, "host": host, "prev": head["hash"], "hash": "0" * 64}).encode()
     with (proxy.root / AUDIT_FILE).open("ab") as out:
-        out.write(json.dumps(forged).encode() + b"\n")
-    _write(audit.AuditLog(proxy.root / AUDIT_FILE, SID), 2)  # the proxy, reopened, chains on past it
+        out.write(line + b"\n")
+
+
+@pytest.mark.parametrize("chaining", [False, True])
+def test_a_record_the_proxys_chain_does_not_hold_is_never_copied_and_the_copy_carries_on(
+    tmp_path: Path, proxy: ProxyFiles, caplog: pytest.LogCaptureFixture, chaining: bool
+) -> None:
+    """A process of the proxy's uid writes a record of its own into the log (a well-made one too):
+    the copy takes only the chain that leads to the head the proxy's memory vouches for."""
+    log = proxy.open_log()
+    _write(log, 3)
+    _forge(proxy, "forged.test", chaining)
+    _write(log, 2)  # the proxy's own records go on from its own head
     mirror, egress = _mirror(tmp_path)
     with caplog.at_level(logging.ERROR):
         mirror.follow_blocking(egress, final=True)
-        mirror.follow_blocking(egress, final=True)
     copy = Path(egress.state_dir) / AUDIT_FILE
-    assert audit.verify(copy).ok and audit.verify(copy).records == 3
+    assert audit.verify(copy).ok and audit.verify(copy).records == 5
     assert b"forged.test" not in copy.read_bytes()
-    assert [r.message for r in caplog.records].count(
-        f"egress audit of {SID} is mirrored no further: the proxy's record after seq 3 its content was changed"
-    ) == 1
+    assert (mirror._copies[SID].audit.seq, mirror._copies[SID].audit.hash) == (5, log.head["hash"])
+    assert f"egress audit of {SID}: 1 lines that are no records of its chain were left out" in caplog.messages
+    _write(log, 1)
+    mirror.follow_blocking(egress, final=True)
+    assert audit.verify(copy).records == 6
 
 
 def test_a_proxy_that_rewrote_what_was_copied_changes_nothing_in_the_copy(tmp_path: Path, proxy: ProxyFiles) -> None:
-    _write(audit.AuditLog(proxy.root / AUDIT_FILE, SID), 6)
+    _write(proxy.open_log(), 6)
     mirror, egress = _mirror(tmp_path)
     mirror.follow_blocking(egress, final=True)
     copy = Path(egress.state_dir) / AUDIT_FILE
     kept = copy.read_bytes()
     (proxy.root / AUDIT_FILE).unlink()
-    _write(audit.AuditLog(proxy.root / AUDIT_FILE, SID), 2)  # a shorter history of its own making
+    _write(proxy.open_log(), 2)  # a shorter history of its own making
     mirror.follow_blocking(egress, final=True)  # refused (offset past its end): said, not raised
     (proxy.root / AUDIT_FILE).unlink()
-    _write(audit.AuditLog(proxy.root / AUDIT_FILE, SID), 9)  # a longer one: it does not follow the copy
+    _write(proxy.open_log(), 9)  # a longer one: its head does not follow the copy's
     mirror.follow_blocking(egress, final=True)
     assert copy.read_bytes() == kept and audit.verify(copy).records == 6
+    assert mirror._copies[SID].audit.broken == "the proxy's head (seq 9) does not follow the copy's (seq 6)"
 
 
 def test_a_line_longer_than_any_record_stops_the_copy_without_holding_it(tmp_path: Path, proxy: ProxyFiles) -> None:
     proxy.chunk = 256 << 10
-    _write(audit.AuditLog(proxy.root / AUDIT_FILE, SID), 1)
+    _write(proxy.open_log(), 1)
     with (proxy.root / AUDIT_FILE).open("ab") as out:
         out.write(b"x" * (audit.MAX_LINE_BYTES + 10))
     mirror, egress = _mirror(tmp_path)
     mirror.follow_blocking(egress, final=True)
     copies = mirror._copies[SID]
     assert copies.audit.broken is not None and "longer than any audit record" in copies.audit.broken
-    assert copies.audit.pending == b"" and audit.verify(Path(egress.state_dir) / AUDIT_FILE).records == 1
+    assert copies.audit.partial == b"" and audit.verify(Path(egress.state_dir) / AUDIT_FILE).records == 1
 
 
 def test_the_copy_stops_at_its_bound(tmp_path: Path, proxy: ProxyFiles) -> None:
-    _write(audit.AuditLog(proxy.root / AUDIT_FILE, SID), 30)
+    _write(proxy.open_log(), 30)
     mirror, egress = _mirror(tmp_path)
     mirror._audit_cap = 1000
     mirror.follow_blocking(egress, final=True)
@@ -160,7 +182,7 @@ def test_the_copy_stops_at_its_bound(tmp_path: Path, proxy: ProxyFiles) -> None:
 
 
 def test_a_restarted_gateway_carries_on_from_its_copy(tmp_path: Path, proxy: ProxyFiles) -> None:
-    log = audit.AuditLog(proxy.root / AUDIT_FILE, SID)
+    log = proxy.open_log()
     _write(log, 4)
     mirror, egress = _mirror(tmp_path)
     mirror.follow_blocking(egress, final=True)
@@ -185,7 +207,7 @@ def test_responses_are_appended_and_a_proxy_started_afresh_is_followed_after_the
 
 
 def test_a_runtime_that_shares_the_directory_is_never_read(tmp_path: Path, proxy: ProxyFiles) -> None:
-    _write(audit.AuditLog(proxy.root / AUDIT_FILE, SID), 2)
+    _write(proxy.open_log(), 2)
     mirror, egress = _mirror(tmp_path, active=False)
     mirror.follow_blocking(egress, final=True)
     assert proxy.reads == [] and not (Path(egress.state_dir) / AUDIT_FILE).exists()
@@ -195,4 +217,20 @@ def test_a_copy_on_disk_that_is_no_chain_is_followed_no_further(tmp_path: Path) 
     path = tmp_path / AUDIT_FILE
     path.write_bytes(b'{"seq": 1, "prev": "x", "hash": "y"}\n')
     copy = AuditCopy.of(path)
-    assert copy.broken is not None and "no chain at seq 1" in copy.broken
+    assert copy.broken == "the gateway's copy is no chain at seq 1"
+
+
+def test_lines_no_head_vouches_for_are_held_bounded(tmp_path: Path) -> None:
+    copy = AuditCopy(tmp_path / AUDIT_FILE)
+    other = audit.AuditLog(tmp_path / "other.jsonl", SID)
+    _write(other, 3)
+    lines = (tmp_path / "other.jsonl").read_bytes()
+    assert copy.take(lines, None) == b"" and len(copy.held) == 3  # read, not vouched for yet: held
+    assert copy.take(b"", Head(3, other.head["hash"])) == lines and copy.held == []
+    mirror_module.MAX_HELD_BYTES, kept = 10, mirror_module.MAX_HELD_BYTES
+    try:
+        _write(other, 1)
+        last = (tmp_path / "other.jsonl").read_bytes()[len(lines) :]
+        assert copy.take(last, None) == b"" and copy.broken is not None and "vouch" in copy.broken
+    finally:
+        mirror_module.MAX_HELD_BYTES = kept

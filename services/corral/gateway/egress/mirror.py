@@ -25,11 +25,11 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from corral.contracts.control import FileChunk, ReadState, StateFile
+from corral.contracts.control import FileChunk, Head, ReadState, StateFile
 from corral.errors import ControlError
 from corral.gateway.settings import GatewaySettings
 from corral.proxy import audit, control
-from corral.proxy.audit import GENESIS, bounded_lines, next_link
+from corral.proxy.audit import GENESIS, Link, bounded_lines, link_of
 from corral.proxy.control import AUDIT_FILE, RESPONSES_FILE
 
 from .channel import ProxyChannel
@@ -42,63 +42,100 @@ log = logging.getLogger(__name__)
 CHUNKS_PER_PASS = 32
 # Past the audit's budget a proxy still writes its budget record and tallies: room for them.
 AUDIT_MARGIN_BYTES = 16 << 20
+# Whole lines read that no head vouched for yet (a proxy's head is read with each chunk, so only a
+# writer beside the proxy makes these many).
+MAX_HELD_BYTES = 16 << 20
 
 
 @dataclass(slots=True)
 class AuditCopy:
-    """The gateway's copy of a proxy's audit log: where it ends, and a line begun but not yet whole."""
+    """The gateway's copy of a proxy's audit log: where its chain ends (``seq``, ``hash``), where the
+    next read starts in the proxy's file (``remote``), the whole lines read and not yet vouched for
+    (``held``), a line begun (``partial``), and the last head the proxy vouched for from its memory."""
 
     path: Path
     size: int = 0
     seq: int = 0
     hash: str = GENESIS
-    pending: bytes = b""
+    remote: int = 0
+    partial: bytes = b""
+    held: list[Link] = field(default_factory=list)
+    vouched: Head | None = None
+    dropped: int = 0  # lines read that were no link of the vouched chain (a forger's, or garbage)
     broken: str | None = None
 
     @classmethod
     def of(cls, path: Path) -> AuditCopy:
-        """The copy as it is on disk (its chain walked once; a copy that is not one is followed no further)."""
+        """The copy as it is on disk (its chain walked once; a copy that is not one is followed no
+        further). The next read starts at its size: lines read again are no links past its head."""
         copy = cls(path)
         try:
             with path.open("rb") as existing:
                 for line in bounded_lines(existing, lenient=True):
                     copy.size += len(line)
-                    if line.strip() and copy.broken is None:
-                        link = next_link(line, copy.seq, copy.hash)
-                        if isinstance(link, str):
-                            copy.broken = f"the gateway's copy is no chain at seq {copy.seq + 1}: {link}"
-                        else:
-                            copy.seq, copy.hash = link
+                    link = link_of(line)
+                    if copy.broken is None and (link is None or (link.seq, link.prev) != (copy.seq + 1, copy.hash)):
+                        copy.broken = f"the gateway's copy is no chain at seq {copy.seq + 1}"
+                    elif link is not None and copy.broken is None:
+                        copy.seq, copy.hash = link.seq, link.hash
         except FileNotFoundError:
             pass
+        copy.remote = copy.size
         return copy
 
-    @property
-    def remote(self) -> int:
-        """Where the next read starts in the proxy's file (the copy is its prefix, byte for byte)."""
-        return self.size + len(self.pending)
-
-    def take(self, data: bytes) -> bytes:
-        """``data``, read at :attr:`remote`: the whole lines of it that follow the chain, to append
-        (pure); the first that does not breaks the copy, and nothing after it is taken."""
-        buffer = self.pending + data
+    def take(self, data: bytes, head: Head | None) -> bytes:
+        """``data``, read at :attr:`remote`, and the head the proxy's memory held as it read it: the
+        lines to append (pure). Only the chain that leads from the copy's head to a vouched head is
+        taken, in its order; a line of no such chain (another writer's) is dropped, never appended."""
+        buffer = self.partial + data
         cut = buffer.rfind(b"\n") + 1
-        whole, self.pending = buffer[:cut], buffer[cut:]
-        taken = bytearray()
+        whole, self.partial = buffer[:cut], buffer[cut:]
+        self.remote += len(data)
         for line in whole.splitlines(keepends=True):
-            if line.strip():
-                link = next_link(line, self.seq, self.hash)
-                if isinstance(link, str):
-                    self.broken = f"the proxy's record after seq {self.seq} {link}"
-                    break
-                self.seq, self.hash = link
-            taken += line
-        if self.broken is None and len(self.pending) > audit.MAX_LINE_BYTES:
+            link = link_of(line)
+            if link is None:
+                self.dropped += bool(line.strip())
+            elif link.seq > self.seq:
+                self.held.append(link)
+        if head is not None and head.seq > self.seq:
+            self.vouched = head
+        taken = self._vouched_chain()
+        if len(self.partial) > audit.MAX_LINE_BYTES:
             self.broken = f"the proxy's record after seq {self.seq} is longer than any audit record"
+        elif sum(len(link.line) for link in self.held) > MAX_HELD_BYTES:
+            self.broken = f"the proxy wrote more than {MAX_HELD_BYTES} bytes its head does not vouch for"
         if self.broken is not None:
-            self.pending = b""
+            self.partial, self.held = b"", []
+        return taken
+
+    def _vouched_chain(self) -> bytes:
+        """The held links from the copy's head to the vouched one, walked back by ``prev``."""
+        vouched = self.vouched
+        at = next(
+            (i for i in range(len(self.held) - 1, -1, -1) if self.held[i].hash == getattr(vouched, "hash", "")), -1
+        )
+        if vouched is None or at < 0:
+            return b""  # not read yet: held until it is
+        by_hash = {link.hash: link for link in self.held[: at + 1]}
+        chain: list[Link] = []
+        wanted = vouched.hash
+        while wanted != self.hash:
+            link = by_hash.get(wanted)
+            if link is None or len(chain) > len(by_hash):
+                self.broken = f"the proxy's head (seq {vouched.seq}) does not follow the copy's (seq {self.seq})"
+                return b""
+            chain.append(link)
+            wanted = link.prev
+        chain.reverse()
+        if [link.seq for link in chain] != list(range(self.seq + 1, vouched.seq + 1)):
+            self.broken = f"the proxy's chain to seq {vouched.seq} skips or repeats a sequence number"
+            return b""
+        self.dropped += at + 1 - len(chain)
+        self.held, self.vouched = self.held[at + 1 :], None
+        self.seq, self.hash = vouched.seq, vouched.hash
+        taken = b"".join(link.line for link in chain)
         self.size += len(taken)
-        return bytes(taken)
+        return taken
 
 
 @dataclass(slots=True)
@@ -180,13 +217,19 @@ class StateMirror:
 
     def _follow_audit(self, egress: Egress, copy: AuditCopy, chunks: int | None) -> None:
         while copy.broken is None and (chunks is None or chunks > 0):
-            chunk = self._read(egress, "audit", copy.remote)
-            taken = copy.take(chunk.data)
-            if copy.size > self._audit_cap:  # none of this read, then: the copy never passes its bound
+            chunk, head = self._read(egress, "audit", copy.remote)
+            dropped = copy.dropped
+            taken = copy.take(chunk.data, head)
+            if copy.size > self._audit_cap:  # the records that fit, then no more: the copy keeps its bound
                 copy.broken = f"the proxy's audit log is past {self._audit_cap} bytes"
-                copy.size -= len(taken)
-                taken = b""
+                taken = _lines_within(taken, self._audit_cap - (copy.size - len(taken)))
             _append(copy.path, taken)
+            if copy.dropped > dropped:
+                log.error(
+                    "egress audit of %s: %d lines that are no records of its chain were left out",
+                    egress.session_id,
+                    copy.dropped - dropped,
+                )
             if copy.broken is not None:
                 log.error("egress audit of %s is mirrored no further: %s", egress.session_id, copy.broken)
             if not chunk.data or copy.remote >= chunk.size:
@@ -196,7 +239,7 @@ class StateMirror:
     def _follow_responses(self, egress: Egress, copy: ResponsesCopy, chunks: int | None) -> None:
         while copy.broken is None and (chunks is None or chunks > 0):
             try:
-                chunk = self._read(egress, "responses", copy.remote)
+                chunk, _ = self._read(egress, "responses", copy.remote)
             except ControlError as exc:
                 if exc.field != "offset" or copy.remote == 0:
                     raise
@@ -217,7 +260,8 @@ class StateMirror:
                 return
             chunks = None if chunks is None else chunks - 1
 
-    def _read(self, egress: Egress, file: StateFile, offset: int) -> FileChunk:
+    def _read(self, egress: Egress, file: StateFile, offset: int) -> tuple[FileChunk, Head | None]:
+        """A chunk of the proxy's file, and (the audit's) the chain's head its memory held as it read it."""
         token = self._tokens.token(egress.session_id)
         message = ReadState(file, offset)
         try:
@@ -229,7 +273,12 @@ class StateMirror:
         chunk = reply.chunk
         if chunk is None or chunk.file != file or chunk.offset != offset:
             raise ControlError(f"egress proxy answered a read of its {file} at {offset} with something else")
-        return chunk
+        return chunk, reply.head
+
+
+def _lines_within(data: bytes, room: int) -> bytes:
+    """The whole lines at the start of ``data`` that fit in ``room`` bytes."""
+    return data[: data.rfind(b"\n", 0, max(room, 0)) + 1]
 
 
 def _append(path: Path, data: bytes) -> None:

@@ -291,7 +291,10 @@ class ControlChannel:
             raise ValueError("this proxy keeps no state files")
         if message.file == "responses" and self.shared.responses is not None:
             self.shared.responses.flush()  # the last second's answers too
-        return read_state(Path(ctx.options.corral_state_dir), message)
+        # The audit's head from memory, taken before the read (so a read to the end holds it): the
+        # gateway copies only the chain that leads to it, whatever else the file holds.
+        head = self._head() if message.file == "audit" else None
+        return dataclasses.replace(read_state(Path(ctx.options.corral_state_dir), message), head=head)
 
     def _status(self) -> Reply:
         shared = self.shared

@@ -391,6 +391,8 @@ async def test_the_gateway_reads_the_audit_log_from_an_offset_in_bounded_chunks(
     chunk = first["chunk"]
     assert (chunk["file"], chunk["offset"], chunk["size"]) == ("audit", 0, len(whole))
     assert base64.b64decode(chunk["data"]) == whole[:10]
+    last = records(state)[-1]
+    assert first["head"] == {"seq": last["seq"], "hash": last["hash"]}  # the memory's, for the gateway's copy
     rest = proxy.control("gateway", control.ReadState("audit", 10))
     assert rest is not None and base64.b64decode(rest["chunk"]["data"]) == whole[10:]
     at_end = proxy.control("gateway", control.ReadState("audit", len(whole)))
@@ -407,7 +409,7 @@ async def test_a_read_of_the_state_is_the_gateway_s_alone_and_bounded_to_its_fil
     assert getattr(refused.value, "field", None) == "offset"
     # Nothing recorded yet: the responses read as empty, not as an error.
     empty = proxy.control("gateway", control.ReadState("responses", 0))
-    assert empty is not None and empty["chunk"]["size"] == 0
+    assert empty is not None and empty["chunk"]["size"] == 0 and "head" not in empty
     port = await _serve(proxy)
     hello = {"op": "hello", "token": "gw-token"}
     replies = await _exchange(
