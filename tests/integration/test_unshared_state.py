@@ -88,7 +88,10 @@ def test_a_proxy_without_the_gateways_directory_starts_from_its_seed_and_its_aud
     assert anchors[-1]["reason"] == "end"
     whole = verify_anchored(state / "audit.jsonl", anchors)
     assert whole.status == "intact" and whole.proven == anchors[-1]["seq"], whole.message
-    responses = (state / "responses.mitm").read_bytes()  # recorded answers, mirrored before the proxy went
+    # The recorded answers, mirrored before the proxy went, moved into the session's recording.
+    bundled = gw.settings.data_dir / "recordings" / sid / "responses.mitm"
+    assert wait_for(bundled.exists, 30), "the mirrored responses never reached the recording"
+    responses = bundled.read_bytes()
     checked = flowfile.check(responses)
     assert checked.complete == len(responses) and checked.flows >= 1
     assert not state.with_name(state.name + ".seed").exists()  # the seed went with the proxy
