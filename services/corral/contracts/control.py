@@ -63,6 +63,7 @@ STATE_FILES: Final = ("audit", "responses")
 StateFile = Literal["audit", "responses"]
 MAX_READ_BYTES: Final = 256 * 1024
 MAX_STATE_OFFSET: Final = 1 << 50
+MAX_MARKS: Final = 64  # marks of the audit chain a read's answer carries at most
 SESSION_CHANGES: Final = ("pause", "resume")  # a session's own changes the gateway reports (SessionEvent)
 MAX_SAVED_ENTRIES: Final = 8
 # corral.errors.ErrorCode's values for a refused line (this module may not import corral.errors).
@@ -337,15 +338,20 @@ class PutSecrets:
 @dataclass(frozen=True, slots=True)
 class ReadState:
     """The gateway reads one of the proxy's state files (STATE_FILES) from ``offset``, at most
-    ``limit`` bytes (the gateway role only): its mirror, where it shares no directory with the proxy."""
+    ``limit`` bytes (the gateway role only): its mirror, where it shares no directory with the proxy.
+    ``after``: the seq of the gateway's copy, whose chain's marks past it the answer carries."""
 
     OP: ClassVar = "read"
     file: StateFile
     offset: int
     limit: int = MAX_READ_BYTES
+    after: int = 0
 
     def to_json(self) -> JsonObject:
-        return {"op": self.OP, "file": self.file, "offset": self.offset, "limit": self.limit}
+        out: JsonObject = {"op": self.OP, "file": self.file, "offset": self.offset, "limit": self.limit}
+        if self.after:
+            out["after"] = self.after
+        return out
 
 
 # The gateway's own events about a session, reported into its audit chain.
@@ -483,6 +489,7 @@ class Reply:
     responses: Mapping[str, int] | None = None
     secrets: SecretsState | None = None
     chunk: FileChunk | None = None  # a ReadState's
+    marks: tuple[Head, ...] | None = None  # a ReadState's of the audit: the chain's marks past its ``after``
 
     def to_json(self) -> JsonObject:
         out: JsonObject = {"ok": True}
@@ -493,7 +500,7 @@ class Reply:
             if isinstance(value, Head | SecretsState | ReplayState | FileChunk):
                 value = value.to_json()
             elif isinstance(value, tuple):
-                value = list(value)
+                value = [item.to_json() if isinstance(item, Head) else item for item in value]
             elif isinstance(value, Mapping):
                 value = dict(value)
             out[name] = value
@@ -525,6 +532,7 @@ class Reply:
             responses=_counts(obj.get("responses")),
             secrets=SecretsState.parse(obj.get("secrets")),
             chunk=FileChunk.parse(obj.get("chunk"), invalid),
+            marks=_marks(obj.get("marks"), invalid),
         )
 
 
@@ -726,7 +734,8 @@ def _read_state(f: _Fields) -> ReadState:
     limit = _count(f, "limit", MAX_READ_BYTES) if "limit" in f.obj else MAX_READ_BYTES
     if limit == 0:
         raise f.invalid(INVALID_FIELD, f"'limit' must be a whole number from 1 to {MAX_READ_BYTES}", "limit")
-    return ReadState("audit" if file == "audit" else "responses", _count(f, "offset", MAX_STATE_OFFSET), limit)
+    offset, after = _count(f, "offset", MAX_STATE_OFFSET), _count(f, "after", MAX_STATE_OFFSET)
+    return ReadState("audit" if file == "audit" else "responses", offset, limit, after)
 
 
 def _put_secrets(f: _Fields) -> PutSecrets:
@@ -776,6 +785,16 @@ def _distinct(entries: tuple[SecretEntry, ...], invalid: Invalid) -> None:
                 blame = f"secrets.{entry.name}" + (".placeholder" if attribute == "placeholder" else "")
                 raise invalid(INVALID_FIELD, f"two secrets have the same {attribute}", blame)
             seen.add(getattr(entry, attribute))
+
+
+def _marks(value: object, invalid: Invalid) -> tuple[Head, ...] | None:
+    """A read's marks of the audit chain (at most MAX_MARKS, each a Head); None when there are none."""
+    if value is None:
+        return None
+    marks = tuple(Head.parse(item) for item in value) if isinstance(value, list) else None
+    if marks is None or len(marks) > MAX_MARKS or any(mark is None for mark in marks):
+        raise invalid(INVALID_FIELD, f"'marks' must be a list of at most {MAX_MARKS} chain heads", "marks")
+    return tuple(mark for mark in marks if mark is not None)
 
 
 def _counts(value: object) -> dict[str, int] | None:

@@ -169,8 +169,13 @@ def test_a_read_of_the_state_and_its_chunk_cross_the_wire_whole() -> None:
     assert control.parse_message(control.encode(message), InvalidMessage) == message
     default = control.parse_message(b'{"op":"read","file":"audit","offset":0}', InvalidMessage)
     assert default == control.ReadState("audit", 0, control.MAX_READ_BYTES)
-    reply = control.Reply(chunk=control.FileChunk("audit", 5, b"\x00\xffline\n", 12))
+    reply = control.Reply(chunk=control.FileChunk("audit", 5, b"\x00\xffline\n", 12), marks=(control.Head(256, "ab"),))
     assert control.Reply.parse(json.loads(control.encode(reply)), InvalidMessage) == reply
+    after = control.ReadState("audit", 10, 100, after=512)
+    assert control.parse_message(control.encode(after), InvalidMessage) == after
+    for marks in ([{"seq": -1, "hash": "x"}], "x", [{"seq": 1, "hash": "x"}] * (control.MAX_MARKS + 1)):
+        with pytest.raises(InvalidMessage, match="'marks' must be"):
+            control.Reply.parse({"ok": True, "marks": marks}, InvalidMessage)
 
 
 @pytest.mark.parametrize(

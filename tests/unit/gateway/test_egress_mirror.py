@@ -54,7 +54,10 @@ class ProxyFiles:
             error = InvalidMessage("invalid_field", f"offset {message.offset} is past the end", "offset")
             raise ControlError(str(error), error.code, error.field)
         piece = data[message.offset : message.offset + min(self.chunk, message.limit)]
-        return Reply(chunk=FileChunk(message.file, message.offset, piece, len(data)), head=head)
+        marks = None
+        if message.file == "audit" and self.log is not None:
+            marks = tuple(Head(m["seq"], m["hash"]) for m in self.log.marks_after(message.after, 64))
+        return Reply(chunk=FileChunk(message.file, message.offset, piece, len(data)), head=head, marks=marks)
 
 
 @pytest.fixture
@@ -234,3 +237,22 @@ def test_lines_no_head_vouches_for_are_held_bounded(tmp_path: Path) -> None:
         assert copy.take(last, None) == b"" and copy.broken is not None and "vouch" in copy.broken
     finally:
         mirror_module.MAX_HELD_BYTES = kept
+
+
+def test_a_backlog_past_what_may_be_held_is_caught_up_mark_by_mark(
+    tmp_path: Path, proxy: ProxyFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gateway back after a while (a restart, a partition) finds more than it may hold unvouched:
+    the chain's marks, every MARK_EVERY records from the proxy's memory, vouch for it a stretch at a time."""
+    proxy.chunk = 8192
+    log = proxy.open_log()
+    for i in range(3 * audit.MARK_EVERY + 5):
+        log.write("request", host="even.test", url=f"https://even.test/{i:06d}")  # records of one size
+    stretch = (proxy.root / AUDIT_FILE).stat().st_size // 3
+    monkeypatch.setattr(mirror_module, "MAX_HELD_BYTES", stretch + 2 * proxy.chunk)  # less than the backlog
+    mirror, egress = _mirror(tmp_path)
+    mirror.follow_blocking(egress, final=True)
+    copy = mirror._copies[SID].audit
+    assert copy.broken is None and copy.seq == log.seq
+    assert (Path(egress.state_dir) / AUDIT_FILE).read_bytes() == (proxy.root / AUDIT_FILE).read_bytes()
+    assert any(read.after == audit.MARK_EVERY for read in proxy.reads)  # the copy said how far it was

@@ -25,7 +25,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from corral.contracts.control import FileChunk, Head, ReadState, StateFile
+from corral.contracts.control import FileChunk, Head, ReadState, Reply, StateFile
 from corral.errors import ControlError
 from corral.gateway.settings import GatewaySettings
 from corral.proxy import audit, control
@@ -45,6 +45,7 @@ AUDIT_MARGIN_BYTES = 16 << 20
 # Whole lines read that no head vouched for yet (a proxy's head is read with each chunk, so only a
 # writer beside the proxy makes these many).
 MAX_HELD_BYTES = 16 << 20
+MAX_VOUCHED = 1024  # heads and marks past the copy, kept until the copy reaches them
 
 
 @dataclass(slots=True)
@@ -60,7 +61,7 @@ class AuditCopy:
     remote: int = 0
     partial: bytes = b""
     held: list[Link] = field(default_factory=list)
-    vouched: Head | None = None
+    vouched: dict[str, int] = field(default_factory=dict)  # hash -> seq of heads and marks past the copy
     dropped: int = 0  # lines read that were no link of the vouched chain (a forger's, or garbage)
     broken: str | None = None
 
@@ -83,10 +84,11 @@ class AuditCopy:
         copy.remote = copy.size
         return copy
 
-    def take(self, data: bytes, head: Head | None) -> bytes:
-        """``data``, read at :attr:`remote`, and the head the proxy's memory held as it read it: the
-        lines to append (pure). Only the chain that leads from the copy's head to a vouched head is
-        taken, in its order; a line of no such chain (another writer's) is dropped, never appended."""
+    def take(self, data: bytes, head: Head | None, marks: tuple[Head, ...] = ()) -> bytes:
+        """``data``, read at :attr:`remote`, with the head the proxy's memory held as it read it and
+        its marks past the copy's seq: the lines to append (pure). Only the chain that leads from the
+        copy's head to the furthest vouched one held is taken, in its order; a line of no such chain
+        (another writer's) is dropped, never appended."""
         buffer = self.partial + data
         cut = buffer.rfind(b"\n") + 1
         whole, self.partial = buffer[:cut], buffer[cut:]
@@ -97,8 +99,9 @@ class AuditCopy:
                 self.dropped += bool(line.strip())
             elif link.seq > self.seq:
                 self.held.append(link)
-        if head is not None and head.seq > self.seq:
-            self.vouched = head
+        for vouched in (*marks, *((head,) if head is not None else ())):
+            if vouched.seq > self.seq and len(self.vouched) < MAX_VOUCHED:
+                self.vouched[vouched.hash] = vouched.seq
         taken = self._vouched_chain()
         if len(self.partial) > audit.MAX_LINE_BYTES:
             self.broken = f"the proxy's record after seq {self.seq} is longer than any audit record"
@@ -109,30 +112,29 @@ class AuditCopy:
         return taken
 
     def _vouched_chain(self) -> bytes:
-        """The held links from the copy's head to the vouched one, walked back by ``prev``."""
-        vouched = self.vouched
-        at = next(
-            (i for i in range(len(self.held) - 1, -1, -1) if self.held[i].hash == getattr(vouched, "hash", "")), -1
-        )
-        if vouched is None or at < 0:
-            return b""  # not read yet: held until it is
+        """The held links from the copy's head to the furthest vouched one held, walked back by ``prev``."""
+        at = next((i for i in range(len(self.held) - 1, -1, -1) if self.held[i].hash in self.vouched), -1)
+        if at < 0:
+            return b""  # none read yet: held until one is
+        target = Head(self.vouched[self.held[at].hash], self.held[at].hash)
         by_hash = {link.hash: link for link in self.held[: at + 1]}
         chain: list[Link] = []
-        wanted = vouched.hash
+        wanted = target.hash
         while wanted != self.hash:
             link = by_hash.get(wanted)
             if link is None or len(chain) > len(by_hash):
-                self.broken = f"the proxy's head (seq {vouched.seq}) does not follow the copy's (seq {self.seq})"
+                self.broken = f"the proxy's head (seq {target.seq}) does not follow the copy's (seq {self.seq})"
                 return b""
             chain.append(link)
             wanted = link.prev
         chain.reverse()
-        if [link.seq for link in chain] != list(range(self.seq + 1, vouched.seq + 1)):
-            self.broken = f"the proxy's chain to seq {vouched.seq} skips or repeats a sequence number"
+        if [link.seq for link in chain] != list(range(self.seq + 1, target.seq + 1)):
+            self.broken = f"the proxy's chain to seq {target.seq} skips or repeats a sequence number"
             return b""
         self.dropped += at + 1 - len(chain)
-        self.held, self.vouched = self.held[at + 1 :], None
-        self.seq, self.hash = vouched.seq, vouched.hash
+        self.held = self.held[at + 1 :]
+        self.seq, self.hash = target.seq, target.hash
+        self.vouched = {h: seq for h, seq in self.vouched.items() if seq > self.seq}
         taken = b"".join(link.line for link in chain)
         self.size += len(taken)
         return taken
@@ -217,9 +219,9 @@ class StateMirror:
 
     def _follow_audit(self, egress: Egress, copy: AuditCopy, chunks: int | None) -> None:
         while copy.broken is None and (chunks is None or chunks > 0):
-            chunk, head = self._read(egress, "audit", copy.remote)
+            chunk, reply = self._read(egress, "audit", copy.remote, copy.seq)
             dropped = copy.dropped
-            taken = copy.take(chunk.data, head)
+            taken = copy.take(chunk.data, reply.head, reply.marks or ())
             if copy.size > self._audit_cap:  # the records that fit, then no more: the copy keeps its bound
                 copy.broken = f"the proxy's audit log is past {self._audit_cap} bytes"
                 taken = _lines_within(taken, self._audit_cap - (copy.size - len(taken)))
@@ -260,10 +262,11 @@ class StateMirror:
                 return
             chunks = None if chunks is None else chunks - 1
 
-    def _read(self, egress: Egress, file: StateFile, offset: int) -> tuple[FileChunk, Head | None]:
-        """A chunk of the proxy's file, and (the audit's) the chain's head its memory held as it read it."""
+    def _read(self, egress: Egress, file: StateFile, offset: int, after: int = 0) -> tuple[FileChunk, Reply]:
+        """A chunk of the proxy's file, and its answer (the audit's: the chain's head and its marks
+        past ``after``, from the proxy's memory)."""
         token = self._tokens.token(egress.session_id)
-        message = ReadState(file, offset)
+        message = ReadState(file, offset, after=after)
         try:
             reply = control.call_blocking(
                 egress.proxy_address, self._channel.control_port, token, message, POLL_TIMEOUT_S
@@ -273,7 +276,7 @@ class StateMirror:
         chunk = reply.chunk
         if chunk is None or chunk.file != file or chunk.offset != offset:
             raise ControlError(f"egress proxy answered a read of its {file} at {offset} with something else")
-        return chunk, reply.head
+        return chunk, reply
 
 
 def _lines_within(data: bytes, room: int) -> bytes:

@@ -18,7 +18,7 @@ from pathlib import Path
 from mitmproxy import ctx, exceptions
 from mitmproxy.addonmanager import Loader
 
-from corral.contracts.control import FileChunk, Head, Refusal, ReplayState, Reply, SecretsState
+from corral.contracts.control import MAX_MARKS, FileChunk, Head, Refusal, ReplayState, Reply, SecretsState
 from corral.errors import InvalidMessage
 from corral.proxy import control
 from corral.proxy.addons.state import Shared
@@ -293,8 +293,13 @@ class ControlChannel:
             self.shared.responses.flush()  # the last second's answers too
         # The audit's head from memory, taken before the read (so a read to the end holds it): the
         # gateway copies only the chain that leads to it, whatever else the file holds.
-        head = self._head() if message.file == "audit" else None
-        return dataclasses.replace(read_state(Path(ctx.options.corral_state_dir), message), head=head)
+        if message.file != "audit":
+            return read_state(Path(ctx.options.corral_state_dir), message)
+        head = self._head()
+        marks = tuple(
+            Head(int(m["seq"]), str(m["hash"])) for m in self.shared.journal.marks_after(message.after, MAX_MARKS)
+        )
+        return dataclasses.replace(read_state(Path(ctx.options.corral_state_dir), message), head=head, marks=marks)
 
     def _status(self) -> Reply:
         shared = self.shared

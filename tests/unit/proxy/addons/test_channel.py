@@ -393,6 +393,7 @@ async def test_the_gateway_reads_the_audit_log_from_an_offset_in_bounded_chunks(
     assert base64.b64decode(chunk["data"]) == whole[:10]
     last = records(state)[-1]
     assert first["head"] == {"seq": last["seq"], "hash": last["hash"]}  # the memory's, for the gateway's copy
+    assert first["marks"] == []  # every 256th record's: none yet
     rest = proxy.control("gateway", control.ReadState("audit", 10))
     assert rest is not None and base64.b64decode(rest["chunk"]["data"]) == whole[10:]
     at_end = proxy.control("gateway", control.ReadState("audit", len(whole)))
@@ -439,3 +440,17 @@ async def test_a_read_of_the_responses_writes_out_what_the_store_still_buffers(r
     data = base64.b64decode(reply["chunk"]["data"])
     assert len(data) == reply["chunk"]["size"] > buffered
     assert data == (state / "responses.mitm").read_bytes() and b"first answer" in data
+
+
+async def test_a_read_of_the_audit_carries_the_chains_marks_past_the_copys_seq(egress) -> None:
+    from corral.proxy.audit import MARK_EVERY
+
+    proxy, _, state = egress
+    for n in range(2 * MARK_EVERY):
+        proxy.control("gateway", control.LifetimeEvent("key-0123456789ab", float(n), 0.0))
+    by_seq = {r["seq"]: r["hash"] for r in records(state)}
+    reply = proxy.control("gateway", control.ReadState("audit", 0, 10, after=MARK_EVERY - 1))
+    assert reply is not None
+    assert reply["marks"] == [{"seq": s, "hash": by_seq[s]} for s in (MARK_EVERY, 2 * MARK_EVERY) if s in by_seq]
+    past = proxy.control("gateway", control.ReadState("audit", 0, 10, after=MARK_EVERY))
+    assert past is not None and all(m["seq"] > MARK_EVERY for m in past["marks"])
