@@ -416,6 +416,11 @@ class InvalidMessage(CorralError, ValueError):
         return out
 
 
+class SeedRefused(CorralError, ValueError):
+    """A proxy's seed (corral.proxy.seed) that cannot be made or planted: too large, unreadable, or
+    not what its manifest says."""
+
+
 class ReplyTooLarge(CorralError, ValueError):
     """A controller answered more than the gateway's recorder may hold in one fetch."""
 

@@ -17,9 +17,10 @@ from typing import Any
 import httpx
 import pytest
 
-from corral.gateway.server import running
+from corral.gateway.server import build_app, running
 from corral.gateway.settings import GatewaySettings
 from corral.recording.bundle import Bundle, read_bundle
+from corral.runtime import SandboxRuntime
 
 from .dockerutil import DockerHarness
 
@@ -52,8 +53,11 @@ class RunningGateway:
 
 
 @contextmanager
-def gateway(data_dir: Path, instance: str, **overrides: object) -> Iterator[RunningGateway]:
-    """Serve a gateway until the block ends; its sandboxes stay up (as after a real restart)."""
+def gateway(
+    data_dir: Path, instance: str, runtime: SandboxRuntime | None = None, **overrides: object
+) -> Iterator[RunningGateway]:
+    """Serve a gateway until the block ends; its sandboxes stay up (as after a real restart).
+    ``runtime``: the one it runs on (default: the driver its settings name)."""
     values: dict[str, object] = {
         "port": free_port(),
         "preview_port": free_port(),  # gateways side by side each have their own preview listener
@@ -69,7 +73,7 @@ def gateway(data_dir: Path, instance: str, **overrides: object) -> Iterator[Runn
     }
     values.update(overrides)
     settings = GatewaySettings(**values)  # type: ignore[arg-type]
-    with running(settings):
+    with running(settings, app=build_app(settings, runtime) if runtime is not None else None):
         yield RunningGateway(settings)
 
 

@@ -11,6 +11,8 @@ stays in ``corral.errors``.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -55,6 +57,13 @@ MAX_PREVIEW_BYTES: Final = 1 << 50
 # (the controller's report), or fetched through the gateway (the gateway's): corral.contracts.downloads.
 DOWNLOAD_CHANGES: Final = ("started", "completed", "canceled", "capped", "interrupted", "fetched")
 MAX_DOWNLOAD_BYTES: Final = 1 << 50
+# The proxy's state files the gateway mirrors where it shares no directory with the proxy (ReadState):
+# named, never a path; a read answers at most MAX_READ_BYTES (base64 in one line under MAX_LINE_BYTES).
+STATE_FILES: Final = ("audit", "responses")
+StateFile = Literal["audit", "responses"]
+MAX_READ_BYTES: Final = 256 * 1024
+MAX_STATE_OFFSET: Final = 1 << 50
+MAX_MARKS: Final = 64  # marks of the audit chain a read's answer carries at most
 SESSION_CHANGES: Final = ("pause", "resume")  # a session's own changes the gateway reports (SessionEvent)
 MAX_SAVED_ENTRIES: Final = 8
 # corral.errors.ErrorCode's values for a refused line (this module may not import corral.errors).
@@ -326,10 +335,29 @@ class PutSecrets:
         return {"op": self.OP, "actor": self.actor, "secrets": [entry.to_json() for entry in self.secrets]}
 
 
+@dataclass(frozen=True, slots=True)
+class ReadState:
+    """The gateway reads one of the proxy's state files (STATE_FILES) from ``offset``, at most
+    ``limit`` bytes (the gateway role only): its mirror, where it shares no directory with the proxy.
+    ``after``: the seq of the gateway's copy, whose chain's marks past it the answer carries."""
+
+    OP: ClassVar = "read"
+    file: StateFile
+    offset: int
+    limit: int = MAX_READ_BYTES
+    after: int = 0
+
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"op": self.OP, "file": self.file, "offset": self.offset, "limit": self.limit}
+        if self.after:
+            out["after"] = self.after
+        return out
+
+
 # The gateway's own events about a session, reported into its audit chain.
 # DownloadEvent: the controller's too (a download's life), the gateway's a fetch.
 GatewayEvent = LinkEvent | LifetimeEvent | VolumeEvent | ProfileEvent | SessionEvent | PreviewEvent | DownloadEvent
-Message = Hello | SetPolicy | Status | ActionEvent | LeaseEvent | PutSecrets | GatewayEvent
+Message = Hello | SetPolicy | Status | ActionEvent | LeaseEvent | PutSecrets | ReadState | GatewayEvent
 
 
 # -- answers ----------------------------------------------------------------------------------------
@@ -405,6 +433,44 @@ class ReplayState:
 
 
 @dataclass(frozen=True, slots=True)
+class FileChunk:
+    """A :class:`ReadState`'s answer: ``data`` read at ``offset`` of the file, whose ``size`` was
+    this when it was read (``data`` empty at its end). ``data`` is base64 on the wire."""
+
+    file: str
+    offset: int
+    data: bytes = field(repr=False)
+    size: int
+
+    def to_json(self) -> JsonObject:
+        encoded = base64.b64encode(self.data).decode()
+        return {"file": self.file, "offset": self.offset, "data": encoded, "size": self.size}
+
+    @classmethod
+    def parse(cls, obj: object, invalid: Invalid) -> FileChunk | None:
+        """None when there is none; ``invalid`` for one that is not whole or not within its file."""
+        if obj is None:
+            return None
+        if not isinstance(obj, dict) or obj.get("file") not in STATE_FILES or not isinstance(obj.get("data"), str):
+            raise invalid(INVALID_FIELD, "'chunk' must name a state file and carry its data", "chunk")
+        offset, size = obj.get("offset"), obj.get("size")
+        if not all(
+            isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_STATE_OFFSET for n in (offset, size)
+        ):
+            raise invalid(INVALID_FIELD, "'chunk' needs a whole offset and size", "chunk")
+        if len(obj["data"]) > 4 * (MAX_READ_BYTES // 3 + 1):
+            raise invalid(INVALID_FIELD, f"'chunk' carries more than {MAX_READ_BYTES} bytes", "chunk.data")
+        try:
+            data = base64.b64decode(obj["data"], validate=True)
+        except (binascii.Error, ValueError):
+            raise invalid(INVALID_FIELD, "'chunk.data' is not base64", "chunk.data") from None
+        assert isinstance(offset, int) and isinstance(size, int)  # checked above; for mypy
+        if offset + len(data) > size:
+            raise invalid(INVALID_FIELD, "'chunk' ends past its file's size", "chunk")
+        return cls(str(obj["file"]), offset, data, size)
+
+
+@dataclass(frozen=True, slots=True)
 class Reply:
     """An accepted message's answer (``ok``); each field present only where the message gives it: a
     hello's ``role``; the policy (``allow``, ``mode``, ``generation``) and the chain ``head`` after a
@@ -422,6 +488,8 @@ class Reply:
     replay: ReplayState | None = None
     responses: Mapping[str, int] | None = None
     secrets: SecretsState | None = None
+    chunk: FileChunk | None = None  # a ReadState's
+    marks: tuple[Head, ...] | None = None  # a ReadState's of the audit: the chain's marks past its ``after``
 
     def to_json(self) -> JsonObject:
         out: JsonObject = {"ok": True}
@@ -429,10 +497,10 @@ class Reply:
             value = getattr(self, name)
             if value is None:
                 continue
-            if isinstance(value, Head | SecretsState | ReplayState):
+            if isinstance(value, Head | SecretsState | ReplayState | FileChunk):
                 value = value.to_json()
             elif isinstance(value, tuple):
-                value = list(value)
+                value = [item.to_json() if isinstance(item, Head) else item for item in value]
             elif isinstance(value, Mapping):
                 value = dict(value)
             out[name] = value
@@ -463,6 +531,8 @@ class Reply:
             replay=ReplayState.parse(obj.get("replay")),
             responses=_counts(obj.get("responses")),
             secrets=SecretsState.parse(obj.get("secrets")),
+            chunk=FileChunk.parse(obj.get("chunk"), invalid),
+            marks=_marks(obj.get("marks"), invalid),
         )
 
 
@@ -659,6 +729,15 @@ def _session(f: _Fields) -> SessionEvent:
     return SessionEvent(f.choice("change", SESSION_CHANGES), f.token("actor"), tuple(saved.items()), tabs)
 
 
+def _read_state(f: _Fields) -> ReadState:
+    file = f.choice("file", STATE_FILES)
+    limit = _count(f, "limit", MAX_READ_BYTES) if "limit" in f.obj else MAX_READ_BYTES
+    if limit == 0:
+        raise f.invalid(INVALID_FIELD, f"'limit' must be a whole number from 1 to {MAX_READ_BYTES}", "limit")
+    offset, after = _count(f, "offset", MAX_STATE_OFFSET), _count(f, "after", MAX_STATE_OFFSET)
+    return ReadState("audit" if file == "audit" else "responses", offset, limit, after)
+
+
 def _put_secrets(f: _Fields) -> PutSecrets:
     """The ``secrets`` list, every entry checked; ``invalid`` names the first bad field (never
     quoting a value)."""
@@ -708,6 +787,16 @@ def _distinct(entries: tuple[SecretEntry, ...], invalid: Invalid) -> None:
             seen.add(getattr(entry, attribute))
 
 
+def _marks(value: object, invalid: Invalid) -> tuple[Head, ...] | None:
+    """A read's marks of the audit chain (at most MAX_MARKS, each a Head); None when there are none."""
+    if value is None:
+        return None
+    marks = tuple(Head.parse(item) for item in value) if isinstance(value, list) else None
+    if marks is None or len(marks) > MAX_MARKS or any(mark is None for mark in marks):
+        raise invalid(INVALID_FIELD, f"'marks' must be a list of at most {MAX_MARKS} chain heads", "marks")
+    return tuple(mark for mark in marks if mark is not None)
+
+
 def _counts(value: object) -> dict[str, int] | None:
     """A JSON object of counts (what is not a count left out); None for anything else."""
     if not isinstance(value, dict):
@@ -738,4 +827,5 @@ _PARSERS: Final[Mapping[str, Callable[[_Fields], Message]]] = {
     SessionEvent.OP: _session,
     PreviewEvent.OP: _preview,
     DownloadEvent.OP: _download,
+    ReadState.OP: _read_state,
 }

@@ -37,8 +37,9 @@ import os
 import re
 import time
 import urllib.parse
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, Literal, Required, TypedDict, TypeGuard, Unpack, cast
@@ -493,6 +494,13 @@ def _digest(record: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+# Every MARK_EVERY-th record's seq and hash stay in the writer's memory (the last MAX_MARKS of them):
+# what a reader of the file that trusts the writer's memory, not the file (the gateway's mirror),
+# walks the chain back from, a stretch at a time.
+MARK_EVERY = 256
+MAX_MARKS = 8192
+
+
 class AuditLog:
     """Appends records for one session; reopening a log continues its chain (and its budget's counts).
 
@@ -506,6 +514,7 @@ class AuditLog:
         self._seq = 0
         self._prev = GENESIS
         self.budget = LogBudget(max_bytes, clock=clock) if max_bytes is not None else None
+        self.marks: deque[tuple[int, str]] = deque(maxlen=MAX_MARKS)  # (seq, hash) every MARK_EVERY records
         damaged = 0
         ends_cleanly = True
         if path.exists():
@@ -517,6 +526,7 @@ class AuditLog:
                     try:
                         record = json.loads(line)
                         self._seq, self._prev = int(record["seq"]), str(record["hash"])
+                        self._mark()
                     except (ValueError, KeyError, TypeError):
                         damaged += 1  # kept in place: verify will name it
                         continue
@@ -590,7 +600,16 @@ class AuditLog:
         # One write of a whole line: a reader never sees half a record, a kill loses none already written.
         self._append(f'{text[:-1]},"hash":"{digest}"}}\n'.encode())
         self._prev = digest
+        self._mark()
         return {**body, "hash": digest}
+
+    def _mark(self) -> None:
+        if self._seq % MARK_EVERY == 0:
+            self.marks.append((self._seq, self._prev))
+
+    def marks_after(self, seq: int, limit: int) -> list[ChainHead]:
+        """The first ``limit`` marks past ``seq``, oldest first."""
+        return [ChainHead(seq=s, hash=h) for s, h in self.marks if s > seq][:limit]
 
     def close(self) -> None:
         self.flush_tally(final=True)
@@ -627,6 +646,33 @@ def bounded_lines(
             yield b"\x00\n"
             continue
         yield line
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One whole record line as a link of a chain: its ``seq``, the ``prev`` it names, its own ``hash``."""
+
+    seq: int
+    prev: str
+    hash: str
+    line: bytes = field(repr=False)
+
+
+def link_of(line: bytes) -> Link | None:
+    """``line`` as a link when it is a whole record whose hash is its content's (what the writer
+    wrote, or a forger who hashed it: which chain it belongs to is the reader's to judge); else None."""
+    if len(line) > MAX_LINE_BYTES or not line.endswith(b"\n"):
+        return None
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("prev"), str):
+        return None
+    seq = record.get("seq")
+    if not isinstance(seq, int) or isinstance(seq, bool) or record.get("hash") != _digest(record):
+        return None
+    return Link(seq, record["prev"], record["hash"], line)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,9 @@ Each connection opens with a :class:`Hello`; its token says who is speaking:
   secrets (:class:`PutSecrets`: the whole live set each time, values included), reads the
   :class:`Status` and reports viewer links (:class:`LinkEvent`), a session's changed expiry
   (:class:`LifetimeEvent`), workspace volumes (:class:`VolumeEvent`), browser profiles
-  (:class:`ProfileEvent`) and pauses and resumes (:class:`SessionEvent`);
+  (:class:`ProfileEvent`) and pauses and resumes (:class:`SessionEvent`), and reads the audit log and
+  the recorded responses from an offset (:class:`ReadState`: the gateway's mirror where the runtime
+  shares no directory with the proxy);
 - the controller inside the sandbox (``controller`` role) reports action start and end
   (:class:`ActionEvent`), so each audit record can name the agent action that caused it, and
   changes of the control lease (:class:`LeaseEvent`).
@@ -38,6 +40,7 @@ from corral.contracts.control import (
     LINK_CHANGES,
     LINK_MODES,
     MAX_LINE_BYTES,
+    MAX_READ_BYTES,
     MODES,
     ActionEvent,
     DownloadEvent,
@@ -50,6 +53,7 @@ from corral.contracts.control import (
     PreviewEvent,
     ProfileEvent,
     PutSecrets,
+    ReadState,
     Refusal,
     Reply,
     Role,
@@ -90,7 +94,7 @@ class SetSecrets:
 
 
 # What the proxy acts on: the wire's messages, with the secrets resolved.
-Message = Hello | SetPolicy | Status | ActionEvent | SetSecrets | LeaseEvent | GatewayEvent
+Message = Hello | SetPolicy | Status | ActionEvent | SetSecrets | LeaseEvent | ReadState | GatewayEvent
 
 
 def parse_message(line: bytes) -> Message:
@@ -141,7 +145,8 @@ async def call(host: str, port: int, token: str, message: contract.Message, time
     """One request on a fresh connection (the gateway's way: rare, and never in the hot path)."""
     try:
         async with asyncio.timeout(timeout_s):
-            reader, writer = await asyncio.open_connection(host, port)
+            # A line as long as the channel allows (a ReadState's chunk), not asyncio's 64 KiB.
+            reader, writer = await asyncio.open_connection(host, port, limit=MAX_LINE_BYTES + 1)
             try:
                 writer.write(encode(Hello(token)) + encode(message))
                 await writer.drain()
@@ -179,6 +184,7 @@ __all__ = [
     "LINK_CHANGES",
     "LINK_MODES",
     "MAX_LINE_BYTES",
+    "MAX_READ_BYTES",
     "MODES",
     "POLICY_FILE",
     "REPLAY_FILE",
@@ -193,6 +199,7 @@ __all__ = [
     "PreviewEvent",
     "ProfileEvent",
     "PutSecrets",
+    "ReadState",
     "Refusal",
     "Reply",
     "Role",

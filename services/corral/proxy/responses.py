@@ -193,6 +193,10 @@ class ResponseStore:
             return  # not on an event loop (tests): flushed at the next write or at close
         self._flush_later = loop.call_later(FLUSH_EVERY_S, self._flush)
 
+    def flush(self) -> None:
+        """What is buffered written out now (before the gateway reads the file through the channel)."""
+        self._flush()
+
     def _flush(self) -> None:
         """What a killed proxy loses: at most the last second's flows."""
         if self._flush_later is not None:

@@ -17,8 +17,10 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from corral.errors import SeedRefused
 from corral.proxy.control import CONTROL_PORT
 from corral.proxy.hosts import own_addresses
+from corral.proxy.seed import SEED_DIR_VARIABLE, plant
 
 log = logging.getLogger("corral.proxy.sidecar")
 
@@ -26,6 +28,7 @@ PROXY_PORT = 8080
 PROXY_ALIAS = "corral-proxy"  # the proxy's name on every session network
 TOKENS_FILE = Path("/tmp/corral-tokens.json")  # the proxy container's own tmpfs, 0600
 TOKEN_VARIABLES = ("CORRAL_GATEWAY_TOKEN", "CORRAL_CONTROLLER_TOKEN")
+DEFAULT_STATE_DIR = "/var/lib/corral-egress"
 
 
 def write_tokens(env: Mapping[str, str], path: Path = TOKENS_FILE) -> dict[str, str]:
@@ -36,6 +39,17 @@ def write_tokens(env: Mapping[str, str], path: Path = TOKENS_FILE) -> dict[str, 
     with os.fdopen(fd, "w") as out:
         json.dump({"gateway": env.get(TOKEN_VARIABLES[0], ""), "controller": env.get(TOKEN_VARIABLES[1], "")}, out)
     return {k: v for k, v in env.items() if k not in TOKEN_VARIABLES}
+
+
+def plant_seed(env: Mapping[str, str]) -> list[str]:
+    """The state the runtime seeded (``CORRAL_SEED_DIR``: a runtime that shares no directory with the
+    gateway) planted into the proxy's own state directory, when that is empty: a proxy whose state
+    is there already (the gateway's own, bind-mounted) starts from it as it is."""
+    seed = env.get(SEED_DIR_VARIABLE, "")
+    state = Path(env.get("CORRAL_STATE_DIR", DEFAULT_STATE_DIR))
+    if not seed or (state.is_dir() and any(state.iterdir())):
+        return []
+    return plant(Path(seed), state)
 
 
 def address_in(network: str, timeout_s: float = 10.0) -> str:
@@ -52,7 +66,7 @@ def address_in(network: str, timeout_s: float = 10.0) -> str:
 
 
 def mitmdump_argv(env: Mapping[str, str], listen: str, addon: str) -> list[str]:
-    state = Path(env.get("CORRAL_STATE_DIR", "/var/lib/corral-egress"))
+    state = Path(env.get("CORRAL_STATE_DIR", DEFAULT_STATE_DIR))
     options = {
         "confdir": str(state / "ca"),
         "connection_strategy": "eager",
@@ -108,12 +122,13 @@ def main() -> int:
     if spec is None or spec.origin is None:
         log.error("corral.proxy.load is not installed")
         return 2
-    seeds = os.environ.get("CORRAL_SEED_DIR", "")
-    if seeds:  # a proxy that shares no directory with its gateway (the swarm driver) starts from its seed
-        from corral.proxy.seed import plant
-
-        state = Path(os.environ.get("CORRAL_STATE_DIR", "/var/lib/corral-egress"))
-        log.info("state planted from %s: %s", seeds, ", ".join(plant(Path(seeds), state)) or "nothing")
+    try:
+        planted = plant_seed(os.environ)
+    except SeedRefused as exc:
+        log.error("cannot start from the seeded state: %s", exc)
+        return 2
+    if planted:
+        log.info("state planted from the seed: %s", ", ".join(planted))
     listen = address_in(network)
     argv = mitmdump_argv(os.environ, listen, spec.origin)
     env = write_tokens(os.environ)

@@ -59,6 +59,12 @@ class SandboxRuntime(Protocol):
     """What the control plane calls, and all of it (tests/unit/runtime/fake.py implements exactly
     this). Every method blocks: the gateway runs them in threads."""
 
+    # Whether a proxy writes into ``ProxySpec.state_dir`` itself (the docker driver's bind mount).
+    # False (a proxy on another node: the swarm driver): the runtime seeds the proxy from that
+    # directory (corral.proxy.seed) and the gateway mirrors the proxy's audit log and recorded
+    # responses back into it over the control channel (corral.gateway.egress.mirror).
+    shares_proxy_state: bool
+
     # -- shared networks -------------------------------------------------------------------------------
 
     def ensure_sandbox_network(self, name: str) -> bool:

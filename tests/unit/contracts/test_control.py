@@ -162,3 +162,38 @@ def test_a_download_event_s_fields_are_checked(change: dict[str, object], field:
     with pytest.raises(InvalidMessage) as refused:
         control.parse_message(json.dumps({**good, **change}).encode(), InvalidMessage)
     assert refused.value.field == field
+
+
+def test_a_read_of_the_state_and_its_chunk_cross_the_wire_whole() -> None:
+    message = control.ReadState("responses", 1 << 40, 4096)
+    assert control.parse_message(control.encode(message), InvalidMessage) == message
+    default = control.parse_message(b'{"op":"read","file":"audit","offset":0}', InvalidMessage)
+    assert default == control.ReadState("audit", 0, control.MAX_READ_BYTES)
+    reply = control.Reply(chunk=control.FileChunk("audit", 5, b"\x00\xffline\n", 12), marks=(control.Head(256, "ab"),))
+    assert control.Reply.parse(json.loads(control.encode(reply)), InvalidMessage) == reply
+    after = control.ReadState("audit", 10, 100, after=512)
+    assert control.parse_message(control.encode(after), InvalidMessage) == after
+    for marks in ([{"seq": -1, "hash": "x"}], "x", [{"seq": 1, "hash": "x"}] * (control.MAX_MARKS + 1)):
+        with pytest.raises(InvalidMessage, match="'marks' must be"):
+            control.Reply.parse({"ok": True, "marks": marks}, InvalidMessage)
+
+
+@pytest.mark.parametrize(
+    ("chunk", "blamed"),
+    [
+        ({"file": "policy", "offset": 0, "data": "", "size": 0}, "chunk"),
+        ({"file": "audit", "offset": -1, "data": "", "size": 0}, "chunk"),
+        ({"file": "audit", "offset": True, "data": "", "size": 0}, "chunk"),
+        ({"file": "audit", "offset": 0, "data": "not base64!", "size": 20}, "chunk.data"),
+        ({"file": "audit", "offset": 0, "data": "QUJD", "size": 2}, "chunk"),  # 3 bytes past a size of 2
+        (
+            {"file": "audit", "offset": 0, "data": "QUJD" * (control.MAX_READ_BYTES // 3 + 2), "size": 1 << 30},
+            "chunk.data",
+        ),
+        ("audit", "chunk"),
+    ],
+)
+def test_a_chunk_that_is_not_whole_or_not_within_its_file_is_refused(chunk: object, blamed: str) -> None:
+    with pytest.raises(InvalidMessage) as refused:
+        control.Reply.parse({"ok": True, "chunk": chunk}, InvalidMessage)
+    assert refused.value.field == blamed and refused.value.code == "invalid_field"

@@ -37,6 +37,7 @@ def _matches(labels: Mapping[str, str], wanted: Mapping[str, str]) -> bool:
 
 class FakeRuntime:
     def __init__(self) -> None:
+        self.shares_proxy_state = True  # a test sets False to have the gateway mirror the proxy's state
         self.running: dict[str, tuple[SandboxAddress, dict[str, str]]] = {}
         self.exited: dict[str, ExitInfo] = {}  # sandbox id -> how it died (still listed, not running)
         self.browser_states: dict[str, bytes] = {}  # sandbox id -> its browser state's archive

@@ -15,6 +15,7 @@ import pytest
 
 from corral.gateway.egress import EgressManager
 from corral.gateway.settings import GatewaySettings
+from corral.proxy.seed import parse_manifest
 from corral.runtime import ProxySpec, SandboxSpec, SessionNetwork
 from corral.runtime.docker import (
     CONTROLLER_UID,
@@ -244,3 +245,25 @@ def test_removing_a_network_already_gone_still_drops_the_guards_left_on_no_inter
     monkeypatch.setattr("corral.runtime.hostguard.remove_stale", lambda: swept.append(True) or ["br-gone"])
     DockerRuntime(GoneNetworks()).remove_network(NETWORK.name)  # type: ignore[arg-type]
     assert swept == [True]
+
+
+def test_an_unshared_proxy_gets_its_seed_read_only_and_its_state_on_its_own_tmpfs(tmp_path: Path) -> None:
+    """The tests' stand-in for the swarm: the gateway's state directory is never mounted, and stays
+    the gateway's; the proxy starts from a seed of it."""
+    if os.geteuid() != 0:
+        pytest.skip("handing files to another uid needs root")
+    manager = EgressManager(GatewaySettings(data_dir=tmp_path, egress_upstream_ca=None), runtime=None)  # type: ignore[arg-type]
+    state, _ = manager.state.ground_state(SID)
+    manager.state.claim_ground(state, ["example.test"], "enforce", None)
+    client = FakeClient()
+    runtime = DockerRuntime(client, proxy_uid=4321, shares_proxy_state=False)  # type: ignore[arg-type]
+    runtime.start_proxy(ProxySpec(SID, NETWORK, state, "corral-egress"))
+    seed_dir = state.with_name(state.name + ".seed")
+    assert client.created["volumes"] == {str(seed_dir): {"bind": "/run/corral-seed", "mode": "ro"}}
+    assert client.created["tmpfs"]["/var/lib/corral-egress"].endswith("mode=0700,uid=4321,gid=4321")
+    assert client.created["environment"]["CORRAL_SEED_DIR"] == "/run/corral-seed"
+    assert {p.stat().st_uid for p in [state, *state.rglob("*")]} == {os.geteuid()}  # the gateway's still
+    assert {p.stat().st_uid for p in [seed_dir, *seed_dir.rglob("*")]} == {4321}
+    assert runtime.shares_proxy_state is False and DockerRuntime(FakeClient()).shares_proxy_state is True  # type: ignore[arg-type]
+    manifest = {f.path for f in parse_manifest((seed_dir / "corral-seed.json").read_bytes())}
+    assert manifest == {"ca/mitmproxy-ca.pem", "ca/mitmproxy-ca-cert.pem", "policy.json"}

@@ -29,6 +29,7 @@ from corral.runtime import SandboxRuntime, State
 from .archive import AuditLogEntry, EgressArchive, SessionMeta
 from .channel import ProxyChannel
 from .ledger import PolicyLedger
+from .mirror import StateMirror
 from .pairs import PROXY_BUSY_STATES, Egress, Ground, PolicyView, Prepared
 from .provision import Provisioner
 from .state import EgressState, ProxyTokens
@@ -51,6 +52,9 @@ class EgressManager:
         self.channel = ProxyChannel(self.tokens, self.ledger, self.vault)
         self.watch = ProxyWatch(self.channel, self.ledger, self.vault, self.tokens)
         self.archive = EgressArchive(self.state, self.ledger)
+        # A runtime whose proxies write into no directory of the gateway's: their state mirrored.
+        unshared = not getattr(runtime, "shares_proxy_state", True)  # None in tests of the state alone
+        self.mirror = StateMirror(settings, self.tokens, self.channel, active=unshared)
 
     @property
     def control_port(self) -> int:
@@ -84,6 +88,7 @@ class EgressManager:
     def drop_ground_blocking(self, ground: Ground) -> None:
         self.provision.drop_ground_blocking(ground)
         self.channel.forget(ground.session_id)
+        self.mirror.forget(ground.session_id)
 
     def unclaimed_grounds(self) -> list[str]:
         return self.state.unclaimed_grounds()
@@ -148,20 +153,24 @@ class EgressManager:
         returned, so nobody can ask for its log). Its proxy and network must be gone already."""
         self.provision.forget_blocking(session_id)
         self.channel.forget(session_id)
+        self.mirror.forget(session_id)
 
     def teardown_blocking(self, egress: Egress, anchor: bool = True) -> None:
         """Remove the proxy and the network, its chain's head anchored first (not ``anchor``: a paused
         session's stopped proxy, anchored as it paused); the state (audit log) stays."""
         if anchor:
             self.channel.anchor_end_blocking(egress)
+            self.mirror.follow_blocking(egress, final=True)  # up to the anchored head, before the proxy goes
         self.provision.remove_blocking(egress)
         self.ledger.forget(egress.session_id)
         self.channel.forget(egress.session_id)
+        self.mirror.forget(egress.session_id)
 
     def pause_blocking(self, egress: Egress) -> None:
         """A paused session's proxy: its chain's head anchored, then stopped (container, network,
         state and CA kept: :meth:`resume_blocking` starts it again and its chain carries on)."""
         self.channel.anchor_end_blocking(egress)
+        self.mirror.follow_blocking(egress, final=True)  # a stopped proxy's tmpfs is gone at its start
         self.provision.stop_blocking(egress.session_id)
 
     def resume_blocking(self, egress: Egress) -> Egress:
@@ -188,8 +197,10 @@ class EgressManager:
             return {}, []
         if states is None:
             states = await asyncio.to_thread(self.provision.proxy_states_blocking)
-        # The running ones: policy checked, chain head anchored (all at once, each with a short timeout).
-        await asyncio.gather(*(self.watch.check_quietly(e) for e in egresses if states.get(e.session_id) == "running"))
+        # The running ones: policy checked, chain head anchored, state mirrored (all at once, each
+        # with a short timeout).
+        running = [e for e in egresses if states.get(e.session_id) == "running"]
+        await asyncio.gather(*(self.watch.check_quietly(e) for e in running), *(self.mirror.follow(e) for e in running))
         revived: dict[str, Egress] = {}
         gone: list[str] = []
         for egress in egresses:
@@ -229,6 +240,12 @@ class EgressManager:
 
     async def check(self, egress: Egress) -> bool:
         return await self.watch.check(egress)
+
+    async def mirror_now(self, session_id: str, egress: Egress | None) -> None:
+        """Before a read of the session's audit log: the proxy's records so far copied in, where the
+        runtime shares no directory with it (nothing otherwise, or for a session without a proxy)."""
+        if egress is not None and egress.session_id == session_id:
+            await self.mirror.follow(egress, wait=True)
 
     # -- archive --------------------------------------------------------------------------------------
 

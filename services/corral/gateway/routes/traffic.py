@@ -40,15 +40,26 @@ CHUNK_BYTES = 64 << 10
 LINK_EVENTS = frozenset({"connect", "request", "block", "error", "secret"})
 
 
-def audit_log(session_id: str, who: CallerDep, manager: ManagerDep, egress: EgressArchiveDep) -> Path:
-    return _audit_log(session_id, who, manager, egress, viewer=False)
+async def audit_log(session_id: str, who: CallerDep, manager: ManagerDep, egress: EgressArchiveDep) -> Path:
+    path = _audit_log(session_id, who, manager, egress, viewer=False)
+    await _mirrored(session_id, manager, egress)
+    return path
 
 
 async def viewer_audit_log(session_id: str, who: CallerDep, manager: ManagerDep, egress: EgressArchiveDep) -> Path:
     note_expiry(who, manager)
     path = _audit_log(session_id, who, manager, egress, viewer=True)
     note_use(who, manager)
+    await _mirrored(session_id, manager, egress)
     return path
+
+
+async def _mirrored(session_id: str, manager: SessionManager, egress: EgressManager | None) -> None:
+    """A live session's proxy state copied in first, where the runtime shares none with its proxy
+    (egress.mirror): the log read is the proxy's as of this request."""
+    session = manager.book.find(session_id)
+    if egress is not None and session is not None:
+        await egress.mirror_now(session_id, session.egress)
 
 
 def _audit_log(

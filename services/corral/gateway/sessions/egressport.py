@@ -59,6 +59,8 @@ class EgressPort(Protocol):
 
     def prune(self, retention_s: float, live: set[str]) -> int: ...
 
+    async def mirror_now(self, session_id: str, egress: Egress | None) -> None: ...
+
 
 class NullEgress:
     """No egress control: no proxies, no archive, no secrets. What would change a proxy raises
@@ -114,3 +116,6 @@ class NullEgress:
 
     def prune(self, retention_s: float, live: set[str]) -> int:
         return 0
+
+    async def mirror_now(self, session_id: str, egress: Egress | None) -> None:
+        return None  # no proxy state to copy

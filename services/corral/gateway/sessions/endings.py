@@ -88,6 +88,9 @@ class Endings:
         session_id, reason = session.id, session.end_reason
         if self._profiles is not None and reason != "sandbox_exited":
             await self._profiles.save_at_end(session, self._paused_state(session))
+        if session.record.paused is None:
+            # Where the runtime shares no directory with the proxy: its audit so far, for the recording.
+            await self._egress.mirror_now(session_id, session.egress)
         await self._recordings.stop(session_id, reason, drain_s)
         try:
             await asyncio.to_thread(self._runtime.remove, session.sandbox.id)

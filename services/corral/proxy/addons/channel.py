@@ -12,16 +12,17 @@ import asyncio
 import dataclasses
 import hmac
 import json
+import os
 from pathlib import Path
 
 from mitmproxy import ctx, exceptions
 from mitmproxy.addonmanager import Loader
 
-from corral.contracts.control import Head, Refusal, ReplayState, Reply, SecretsState
+from corral.contracts.control import MAX_MARKS, FileChunk, Head, Refusal, ReplayState, Reply, SecretsState
 from corral.errors import InvalidMessage
 from corral.proxy import control
 from corral.proxy.addons.state import Shared
-from corral.proxy.control import POLICY_FILE
+from corral.proxy.control import AUDIT_FILE, POLICY_FILE, RESPONSES_FILE
 from corral.proxy.secrets import SECRETS_FILE
 
 
@@ -120,6 +121,8 @@ class ControlChannel:
             return self._status()
         if isinstance(message, control.SetSecrets):
             return self._set_secrets(message)
+        if isinstance(message, control.ReadState):
+            return self._read_state(message)
         raise ValueError("unexpected message")
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -283,6 +286,21 @@ class ControlChannel:
         book.apply(change)
         return Reply(secrets=self._secrets_state(), head=self._head())
 
+    def _read_state(self, message: control.ReadState) -> Reply:
+        if not ctx.options.corral_state_dir:
+            raise ValueError("this proxy keeps no state files")
+        if message.file == "responses" and self.shared.responses is not None:
+            self.shared.responses.flush()  # the last second's answers too
+        # The audit's head from memory, taken before the read (so a read to the end holds it): the
+        # gateway copies only the chain that leads to it, whatever else the file holds.
+        if message.file != "audit":
+            return read_state(Path(ctx.options.corral_state_dir), message)
+        head = self._head()
+        marks = tuple(
+            Head(int(m["seq"]), str(m["hash"])) for m in self.shared.journal.marks_after(message.after, MAX_MARKS)
+        )
+        return dataclasses.replace(read_state(Path(ctx.options.corral_state_dir), message), head=head, marks=marks)
+
     def _status(self) -> Reply:
         shared = self.shared
         hermetic = shared.policy.hermetic
@@ -308,3 +326,26 @@ class ControlChannel:
 
     def _secrets_state(self) -> SecretsState | None:
         return SecretsState.parse(self.shared.secrets.state(self._gateway_token()))
+
+
+def read_state(state_dir: Path, message: control.ReadState) -> Reply:
+    """Up to ``limit`` bytes of the audit log or the recorded responses from ``offset``: what the
+    gateway mirrors into its own state directory where it shares none with the proxy. A file not
+    made yet reads as empty; an offset past its end is refused (the gateway's copy is not this
+    file's)."""
+    name = AUDIT_FILE if message.file == "audit" else RESPONSES_FILE
+    try:
+        with (state_dir / name).open("rb") as source:
+            size = os.fstat(source.fileno()).st_size
+            if message.offset > size:
+                problem = f"offset {message.offset} is past the end of {name} ({size} bytes)"
+                raise InvalidMessage(control.INVALID_FIELD, problem, "offset")
+            source.seek(message.offset)
+            data = source.read(min(message.limit, size - message.offset))
+    except FileNotFoundError:
+        if message.offset:
+            raise InvalidMessage(
+                control.INVALID_FIELD, f"offset {message.offset}: there is no {name}", "offset"
+            ) from None
+        data, size = b"", 0
+    return Reply(chunk=FileChunk(message.file, message.offset, data, size))

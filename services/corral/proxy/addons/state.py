@@ -149,6 +149,10 @@ class Journal:
         self.log.flush_tally()
         return self.log.head
 
+    def marks_after(self, seq: int, limit: int) -> list[ChainHead]:
+        """The chain's marks (every few hundred records' seq and hash, from memory) past ``seq``."""
+        return self.log.marks_after(seq, limit) if self.log is not None else []
+
     @property
     def records(self) -> int:
         return self.log.seq if self.log is not None else 0

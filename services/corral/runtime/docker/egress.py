@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -14,7 +16,8 @@ import docker.errors
 import docker.types
 from docker.models.containers import Container
 
-from corral.errors import SandboxError
+from corral.errors import SandboxError, SeedRefused
+from corral.proxy import seed
 from corral.proxy.sidecar import PROXY_ALIAS
 from corral.runtime.docker.engine import (
     EGRESS_ROLE,
@@ -36,6 +39,21 @@ from corral.runtime.types import (
 )
 
 log = logging.getLogger(__name__)
+
+SEED_MOUNT = "/run/corral-seed"  # where an unshared proxy finds its seed (a Swarm secret's place, here a bind mount)
+UNSHARED_STATE_MIB = 512  # an unshared proxy's tmpfs state: the audit log and the responses, within their budgets
+
+
+def unshared_options(options: dict[str, Any], seed_dir: Path, uid: int) -> dict[str, Any]:
+    """``options`` of a proxy that shares no directory with the gateway: its state on a tmpfs of its
+    own (its uid's, 0700), planted at start from the seed mounted read-only (CORRAL_SEED_DIR)."""
+    tmpfs = {
+        **options["tmpfs"],
+        EGRESS_STATE: f"rw,nosuid,nodev,size={UNSHARED_STATE_MIB}m,mode=0700,uid={uid},gid={uid}",
+    }
+    environment = {**options["environment"], seed.SEED_DIR_VARIABLE: SEED_MOUNT}
+    volumes = {str(seed_dir): {"bind": SEED_MOUNT, "mode": "ro"}}
+    return {**options, "tmpfs": tmpfs, "environment": environment, "volumes": volumes}
 
 
 def proxy_options(spec: ProxySpec, name: str, uid: int, endpoint: Any) -> dict[str, Any]:
@@ -76,15 +94,17 @@ class Egress(Networks):
 
     def start_proxy(self, spec: ProxySpec) -> ProxyAddress:
         """Start a session's proxy on the egress network and its session network (alias corral-proxy);
-        without an egress network, on the session network alone. Its state directory becomes its uid's."""
+        without an egress network, on the session network alone. Its state directory becomes its uid's
+        (not shared: its seed, made from the directory, does)."""
         spec.state_dir.mkdir(parents=True, exist_ok=True)
-        if self.host_root + self.proxy_uid != os.geteuid():
-            hand_over(spec.state_dir, self.host_root + self.proxy_uid)
-        name, session_net = proxy_name(spec.session_id), spec.network.name
+        options = proxy_options(spec, name := proxy_name(spec.session_id), self.proxy_uid, self._proxy_endpoint(spec))
+        if self.shares_proxy_state:
+            self._hand_to_proxy(spec.state_dir)
+        else:
+            options = unshared_options(options, self._seed(spec.session_id, spec.state_dir), self.proxy_uid)
+        session_net = spec.network.name
         try:
-            container: Container = self.client.containers.create(
-                spec.image, **proxy_options(spec, name, self.proxy_uid, self._proxy_endpoint(spec))
-            )
+            container: Container = self.client.containers.create(spec.image, **options)
             if spec.egress_network:
                 self.client.networks.get(session_net).connect(container, aliases=[PROXY_ALIAS])
             container.start()
@@ -100,6 +120,22 @@ class Egress(Networks):
             raise SandboxError(f"egress proxy {name} has no address on {session_net}")
         return ProxyAddress(container.id, container.name, address)
 
+    def _hand_to_proxy(self, path: Path) -> None:
+        if self.host_root + self.proxy_uid != os.geteuid():
+            hand_over(path, self.host_root + self.proxy_uid)
+
+    def _seed(self, session_id: str, state_dir: Path) -> Path:
+        """The proxy's seed, made now from the gateway's ``state_dir`` (beside it, 0700, the proxy's)."""
+        seed_dir = state_dir.with_name(state_dir.name + ".seed")
+        shutil.rmtree(seed_dir, ignore_errors=True)
+        try:
+            seed.write_state(seed_dir, seed.seed_entries(state_dir))
+        except SeedRefused as exc:
+            raise SandboxError(f"cannot seed the egress proxy of {session_id}: {exc}") from None
+        self._hand_to_proxy(seed_dir)
+        self._seeds[session_id] = seed_dir
+        return seed_dir
+
     def proxy_states(self, labels: Mapping[str, str]) -> dict[str, State]:
         """Session id -> state of every proxy with ``labels``, from one listing."""
         wanted = {SANDBOX_LABEL: EGRESS_ROLE, **labels}
@@ -113,6 +149,10 @@ class Egress(Networks):
 
     def restart_proxy(self, session_id: str) -> ProxyAddress:
         name = proxy_name(session_id)
+        seeded = self._seeds.get(session_id)
+        if seeded is not None:
+            # Its tmpfs starts empty again: seeded afresh from the gateway's state (the mirror's copy).
+            self._seed(session_id, seeded.with_name(seeded.name.removesuffix(".seed")))
         try:
             container = self._container(name)
             container.restart(timeout=2)
@@ -140,6 +180,9 @@ class Egress(Networks):
                 self._container(name).stop(timeout=1)
         self.remove(name)
         self.remove_network(session_network_name(session_id))
+        seeded = self._seeds.pop(session_id, None)
+        if seeded is not None:
+            shutil.rmtree(seeded, ignore_errors=True)
 
     def remove_all(self, labels: Mapping[str, str]) -> None:
         """Every container, then every network, carrying ``labels``."""

@@ -147,8 +147,19 @@ class Engine:
     """The docker client (one per runtime), where a container's uid is on the host, and the look-ups
     of one container that every part shares."""
 
-    def __init__(self, client: docker.DockerClient | None = None, *, proxy_uid: int | None = None) -> None:
+    def __init__(
+        self,
+        client: docker.DockerClient | None = None,
+        *,
+        proxy_uid: int | None = None,
+        shares_proxy_state: bool = True,
+    ) -> None:
         self.proxy_uid = default_proxy_uid(proxy_uid, os.geteuid())
+        # False for tests only: each proxy keeps its state on a tmpfs of its own, seeded from the
+        # gateway's directory as the swarm driver seeds it, and the gateway mirrors it back (the
+        # swarm's way, on one host: tests/integration/test_unshared_state.py).
+        self.shares_proxy_state = shares_proxy_state
+        self._seeds: dict[str, Path] = {}  # session id -> its unshared proxy's seed directory
         try:
             self.client = client or docker.from_env()
             # What a container's uid is on the host: the same number, or shifted by userns-remap

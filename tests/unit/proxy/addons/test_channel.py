@@ -3,6 +3,7 @@ recorded before it takes effect) and reads the status; the controller reports ag
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from pathlib import Path
@@ -379,3 +380,77 @@ async def test_a_download_s_life_is_the_controller_s_to_report_and_a_fetch_the_g
     }
     assert (sent["change"], sent["bytes"], sent["actor"]) == ("fetched", 5, "api-key:owner")
     assert verify(state / "audit.jsonl").ok
+
+
+async def test_the_gateway_reads_the_audit_log_from_an_offset_in_bounded_chunks(egress) -> None:
+    proxy, _, state = egress
+    proxy.control("gateway", control.LinkEvent("created", "lnk_3kq9x0a1b2c4", "view", "key-0123456789ab", 1.0))
+    whole = (state / "audit.jsonl").read_bytes()
+    first = proxy.control("gateway", control.ReadState("audit", 0, 10))
+    assert first is not None
+    chunk = first["chunk"]
+    assert (chunk["file"], chunk["offset"], chunk["size"]) == ("audit", 0, len(whole))
+    assert base64.b64decode(chunk["data"]) == whole[:10]
+    last = records(state)[-1]
+    assert first["head"] == {"seq": last["seq"], "hash": last["hash"]}  # the memory's, for the gateway's copy
+    assert first["marks"] == []  # every 256th record's: none yet
+    rest = proxy.control("gateway", control.ReadState("audit", 10))
+    assert rest is not None and base64.b64decode(rest["chunk"]["data"]) == whole[10:]
+    at_end = proxy.control("gateway", control.ReadState("audit", len(whole)))
+    assert at_end is not None and at_end["chunk"]["data"] == "" and at_end["chunk"]["size"] == len(whole)
+
+
+async def test_a_read_of_the_state_is_the_gateway_s_alone_and_bounded_to_its_files(egress) -> None:
+    proxy, _, state = egress
+    with pytest.raises(ValueError, match="only the gateway"):
+        proxy.control("controller", control.ReadState("audit", 0))
+    size = (state / "audit.jsonl").stat().st_size
+    with pytest.raises(ValueError, match=r"offset \d+ is past the end of audit.jsonl") as refused:
+        proxy.control("gateway", control.ReadState("audit", size + 1))
+    assert getattr(refused.value, "field", None) == "offset"
+    # Nothing recorded yet: the responses read as empty, not as an error.
+    empty = proxy.control("gateway", control.ReadState("responses", 0))
+    assert empty is not None and empty["chunk"]["size"] == 0 and "head" not in empty
+    port = await _serve(proxy)
+    hello = {"op": "hello", "token": "gw-token"}
+    replies = await _exchange(
+        port,
+        hello,
+        {"op": "read", "file": "../policy.json", "offset": 0},
+        {"op": "read", "file": "audit", "offset": -1},
+        {"op": "read", "file": "audit", "offset": 0, "limit": control.MAX_READ_BYTES + 1},
+        {"op": "read", "file": "audit", "offset": 0, "limit": 0},
+    )
+    assert [(r.get("code"), r.get("field")) for r in replies[1:]] == [
+        ("invalid_field", "file"),
+        ("invalid_field", "offset"),
+        ("invalid_field", "limit"),
+        ("invalid_field", "limit"),
+    ]
+
+
+async def test_a_read_of_the_responses_writes_out_what_the_store_still_buffers(recording) -> None:
+    from .harness import record_visit
+
+    proxy, _, state = recording
+    await record_visit(proxy, "/one", b"first answer")
+    buffered = (state / "responses.mitm").stat().st_size if (state / "responses.mitm").exists() else 0
+    reply = proxy.control("gateway", control.ReadState("responses", 0))
+    assert reply is not None
+    data = base64.b64decode(reply["chunk"]["data"])
+    assert len(data) == reply["chunk"]["size"] > buffered
+    assert data == (state / "responses.mitm").read_bytes() and b"first answer" in data
+
+
+async def test_a_read_of_the_audit_carries_the_chains_marks_past_the_copys_seq(egress) -> None:
+    from corral.proxy.audit import MARK_EVERY
+
+    proxy, _, state = egress
+    for n in range(2 * MARK_EVERY):
+        proxy.control("gateway", control.LifetimeEvent("key-0123456789ab", float(n), 0.0))
+    by_seq = {r["seq"]: r["hash"] for r in records(state)}
+    reply = proxy.control("gateway", control.ReadState("audit", 0, 10, after=MARK_EVERY - 1))
+    assert reply is not None
+    assert reply["marks"] == [{"seq": s, "hash": by_seq[s]} for s in (MARK_EVERY, 2 * MARK_EVERY) if s in by_seq]
+    past = proxy.control("gateway", control.ReadState("audit", 0, 10, after=MARK_EVERY))
+    assert past is not None and all(m["seq"] > MARK_EVERY for m in past["marks"])
