@@ -5,9 +5,11 @@ no directory is shared across nodes. Removal takes the service, its secrets and 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -37,6 +39,9 @@ SEED_DIR = "/run/corral-seed"  # where a proxy's seed appears (its uid's, 0400),
 PROXY_STATE = f"{EGRESS_STATE}/state"  # the proxy's state directory, inside its tmpfs (0700, its own)
 STATE_TMPFS_MB = 256  # audit log and recorded responses on the proxy's node, charged to its memory
 _TASK_EVERY_S = 0.25
+# The gateway's state directory of the session, on the proxy's service: a restart seeds the new task
+# from the gateway's copy as it is then (corral.gateway.egress.mirror), so the chain goes on from it.
+STATE_DIR_LABEL = "corral.state-dir"
 
 
 def proxy_service(
@@ -44,6 +49,7 @@ def proxy_service(
 ) -> dict[str, Any]:
     """``create_service``'s arguments for a proxy (the docker driver's options where Swarm has them)."""
     labels = {SANDBOX_LABEL: EGRESS_ROLE, **(spec.labels or {}), SESSION_LABEL: spec.session_id}
+    service_labels = {**labels, STATE_DIR_LABEL: str(spec.state_dir)}
     env = {
         "CORRAL_SESSION_NET": spec.network.subnet,
         "CORRAL_STATE_DIR": PROXY_STATE,
@@ -82,7 +88,7 @@ def proxy_service(
     return {
         "task_template": template,
         "name": proxy_name(spec.session_id),
-        "labels": labels,
+        "labels": service_labels,
         "endpoint_spec": docker.types.EndpointSpec(mode="dnsrr"),
     }
 
@@ -92,15 +98,19 @@ class SwarmEgress(SwarmSandboxes, SwarmNetworks):
 
     proxy_uid = 1001  # the egress image's own user (its files are its; no host directory to own)
 
-    def start_proxy(self, spec: ProxySpec) -> ProxyAddress:
-        name = proxy_name(spec.session_id)
+    def _seed(self, name: str, state_dir: Path) -> list[docker.types.SecretReference]:
+        """The proxy's seed from the gateway's state directory, as secrets of the service ``name``."""
         try:
-            entries = seed_entries(spec.state_dir)
+            entries = seed_entries(state_dir)
         except (SeedTooLarge, OSError) as exc:
             raise SandboxError(f"swarm driver: cannot seed the egress proxy: {exc}") from None
-        refs = self._give(
+        return self._give(
             name, [GivenFile(f"{SEED_DIR}/{flat}", data, self.proxy_uid) for flat, data in entries.items()]
         )
+
+    def start_proxy(self, spec: ProxySpec) -> ProxyAddress:
+        name = proxy_name(spec.session_id)
+        refs = self._seed(name, spec.state_dir)
         try:
             created = self.client.api.create_service(
                 **proxy_service(spec, self.proxy_uid, refs, self.options.constraints)
@@ -149,13 +159,22 @@ class SwarmEgress(SwarmSandboxes, SwarmNetworks):
         return states
 
     def restart_proxy(self, session_id: str) -> ProxyAddress:
-        """A new task (Swarm's forced update) from the same seed; its address may change."""
+        """A new task (Swarm's forced update) seeded afresh from the gateway's state directory as it is
+        now (the mirrored audit log among it: the new proxy's chain goes on from the copy's head); the
+        old seed's secrets go once it runs. Its address may change."""
         name = proxy_name(session_id)
         try:
             service = self.client.api.inspect_service(name)
-            spec = service["Spec"]
-            template = spec["TaskTemplate"]
-            template["ForceUpdate"] = int(template.get("ForceUpdate", 0)) + 1
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"cannot restart {name}: {exc.explanation or exc}") from None
+        spec = service["Spec"]
+        template = spec["TaskTemplate"]
+        state_dir = (spec.get("Labels") or {}).get(STATE_DIR_LABEL)
+        old = [str(ref.get("SecretID", "")) for ref in template["ContainerSpec"].get("Secrets") or []]
+        if state_dir:
+            template["ContainerSpec"]["Secrets"] = self._seed(name, Path(state_dir))
+        template["ForceUpdate"] = int(template.get("ForceUpdate", 0)) + 1
+        try:
             self.client.api.update_service(
                 name,
                 version=service["Version"]["Index"],
@@ -169,6 +188,10 @@ class SwarmEgress(SwarmSandboxes, SwarmNetworks):
             raise SandboxError(f"cannot restart {name}: {exc.explanation or exc}") from None
         time.sleep(_TASK_EVERY_S)
         address = self._await_proxy(str(service["ID"]), name, session_network_name(session_id))
+        if state_dir:
+            for secret_id in old:
+                with contextlib.suppress(docker.errors.APIError):
+                    self.client.api.remove_secret(secret_id)
         return ProxyAddress(str(service["ID"]), name, address)
 
     def stop_proxy(self, session_id: str) -> None:
