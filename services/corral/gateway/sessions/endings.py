@@ -17,7 +17,7 @@ from corral.errors import ProfileUnreadable, SessionNotFound
 from corral.gateway.sessions.book import SessionBook
 from corral.gateway.sessions.browserprofiles import BrowserProfiles
 from corral.gateway.sessions.egressport import EgressPort
-from corral.gateway.sessions.records import Session
+from corral.gateway.sessions.records import SANDBOX_GONE_REASONS, Session
 from corral.gateway.sessions.sessionrecordings import SessionRecordings
 from corral.gateway.volumes import Volumes, announce
 from corral.runtime import SandboxRuntime
@@ -86,7 +86,7 @@ class Endings:
 
     async def _teardown(self, session: Session, drain_s: float) -> None:
         session_id, reason = session.id, session.end_reason
-        if self._profiles is not None and reason != "sandbox_exited":
+        if self._profiles is not None and reason not in SANDBOX_GONE_REASONS:
             await self._profiles.save_at_end(session, self._paused_state(session))
         await self._recordings.stop(session_id, reason, drain_s)
         try:
@@ -127,5 +127,7 @@ class Endings:
         ended: dict[str, Any] = {"ended_at": time.time(), "end_reason": session.end_reason}
         if session.end_detail:
             ended["end_detail"] = session.end_detail
+        if session.sandbox.node:  # where it ran: an audit of a multi-node gateway names the machine
+            ended["node"] = session.sandbox.node
         self._egress.write_meta(session.id, **ended)
         await self._recordings.attach_responses(session)
