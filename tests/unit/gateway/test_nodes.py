@@ -279,3 +279,25 @@ async def _manager_closing(tmp_path: Path, runtime: FakeRuntime, closed: list[tu
 )
 def test_an_exit_gives_the_end_reason_and_its_words(info: ExitInfo, reason: str, detail: str) -> None:
     assert (end_reason_of(info), describe_exit(info)) == (reason, detail)
+
+
+async def test_an_end_retried_after_a_failed_teardown_keeps_its_first_reason(tmp_path: Path) -> None:
+    runtime = _runtime()
+    manager = await _manager(tmp_path, runtime)
+    try:
+        session, _ = await manager.create("key-a", CreateSession())
+        runtime.drain_node(session.sandbox.node)
+        runtime.fail_remove = True  # the first teardown fails (Swarm still holds the network)
+        await _ticks(manager, 1)
+        await manager.parts.endings.settled()
+        assert session.state == "ready" and session.end_reason == NODE_DRAINED_REASON  # kept for the retry
+        runtime.fail_remove = False
+        runtime.die(session.sandbox.id, ExitInfo("gone", None, False))  # the service went meanwhile
+        await _ticks(manager, 1)
+        await asyncio.wait_for(session.removed.wait(), timeout=5)
+        assert (session.end_reason, session.close_reason()) == (
+            NODE_DRAINED_REASON,
+            "session ended: node_drained (node-1 was drained: its sandboxes were stopped)",
+        )
+    finally:
+        await manager.stop()

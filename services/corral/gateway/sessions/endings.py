@@ -53,9 +53,13 @@ class Endings:
 
     @staticmethod
     def mark_ended(session: Session, reason: str, detail: str = "") -> None:
-        """From here the session is over for its clients: its WebSockets close (4000) at once."""
+        """From here the session is over for its clients: its WebSockets close (4000) at once. A
+        session whose teardown failed keeps the reason it ended for (its clients were told it; the
+        retry, by the reaper or a DELETE, would otherwise say ``sandbox_exited`` of a sandbox a lost
+        or drained node took with it)."""
         session.state = "stopping"
-        session.end_reason, session.end_detail = reason, detail
+        if not session.end_reason:
+            session.end_reason, session.end_detail = reason, detail
         session.ended.set()
 
     def end_soon(self, session: Session, reason: str, detail: str = "", drain_s: float = 5.0) -> None:

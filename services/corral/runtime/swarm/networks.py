@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import logging
+import secrets
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -102,7 +103,12 @@ class SwarmNetworks(SwarmEngine):
         ``subnets``, with the gateway's container joined at :func:`gateway_address`."""
         name = session_network_name(session_id)
         used = self._used_subnets()
-        for candidate in ipaddress.ip_network(subnets).subnets(new_prefix=prefix):
+        candidates = list(ipaddress.ip_network(subnets).subnets(new_prefix=prefix))
+        # From a random place in the pool, not its first free one: a node drops a removed overlay a
+        # moment after the manager does, and a task on a subnet given again meanwhile is rejected
+        # there ("Pool overlaps with other one on this address space", seen on the test swarm).
+        start = secrets.randbelow(len(candidates))
+        for candidate in candidates[start:] + candidates[:start]:
             if any(candidate.overlaps(other) for other in used):
                 continue
             ipam = docker.types.IPAMConfig(
@@ -154,7 +160,9 @@ class SwarmNetworks(SwarmEngine):
             except docker.errors.NotFound:
                 return
             except docker.errors.APIError as exc:
-                if "active endpoints" not in str(exc.explanation or exc):
+                # A task still shutting down holds it: "active endpoints" (its endpoint), or Swarm's
+                # "is in use by task" (the task not yet gone from the manager).
+                if not any(held in str(exc.explanation or exc) for held in ("active endpoints", "in use by task")):
                     raise SandboxError(f"swarm driver: cannot remove {name}: {exc.explanation or exc}") from None
             self._pause(0.2)
         raise SandboxError(f"swarm driver: {name} still has endpoints after 10 s")
