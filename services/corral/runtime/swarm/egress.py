@@ -14,7 +14,7 @@ import docker
 import docker.errors
 import docker.types
 
-from corral.errors import SandboxError
+from corral.errors import NotOnThisRuntime, SandboxError
 from corral.proxy.seed import SeedTooLarge, seed_entries
 from corral.proxy.sidecar import PROXY_ALIAS
 from corral.runtime.docker.engine import (
@@ -72,8 +72,9 @@ def proxy_service(
     template = docker.types.TaskTemplate(
         container,
         resources=resources,
-        # A crashed proxy comes back (the docker driver's on-failure); its state starts again from the seed.
-        restart_policy=docker.types.RestartPolicy(condition="on-failure", delay=500_000_000, max_attempts=5),
+        # None, as the design asks of both halves: a task Swarm restarted by itself would come back at a
+        # new address the gateway does not know; the gateway's watchdog restarts it (restart_proxy).
+        restart_policy=docker.types.RestartPolicy(condition="none"),
         placement=docker.types.Placement(constraints=list(constraints)) if constraints else None,
         log_driver=LOG_DRIVER,
         networks=networks,
@@ -171,7 +172,7 @@ class SwarmEgress(SwarmSandboxes, SwarmNetworks):
         return ProxyAddress(str(service["ID"]), name, address)
 
     def stop_proxy(self, session_id: str) -> None:
-        raise SandboxError("swarm driver: a proxy cannot be stopped and kept (pausing a session is a single host's)")
+        raise NotOnThisRuntime("a proxy stopped and kept (pause): not on the swarm driver (CORRAL_RUNTIME=swarm)")
 
     def proxy_logs(self, session_id: str, tail: int = 100) -> str:
         return self._service_logs(proxy_name(session_id), tail)

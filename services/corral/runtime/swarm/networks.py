@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import logging
-import secrets
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -24,6 +23,7 @@ from corral.runtime.types import SESSION_LABEL, SessionNetwork
 log = logging.getLogger(__name__)
 
 OVERLAY = "overlay"
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 def gateway_address(subnet: str) -> str:
@@ -40,8 +40,20 @@ def session_network_of(attrs: Mapping[str, Any]) -> SessionNetwork:
     return SessionNetwork(str(attrs["Name"]), subnet, gateway_address(subnet) if subnet else "")
 
 
+def rotated(candidates: list[IPNetwork], last: IPNetwork | None) -> list[IPNetwork]:
+    """The pool's subnets from the one after ``last`` round to it: a subnet just freed is the last to
+    be taken again. A node drops a removed overlay's namespace lazily, and a task placed there on a new
+    overlay of the same subnet is rejected ("Pool overlaps with other one on this address space")."""
+    if last is None or last not in candidates:
+        return candidates
+    after = candidates.index(last) + 1
+    return candidates[after:] + candidates[:after]
+
+
 class SwarmNetworks(SwarmEngine):
     """Overlays, and the gateway's container on each session's."""
+
+    _subnet_cursor: IPNetwork | None = None  # the last subnet this runtime took
 
     def _overlay_exists(self, name: str) -> bool:
         return any(network.get("Name") == name for network in self.client.api.networks(names=[name]))
@@ -103,12 +115,7 @@ class SwarmNetworks(SwarmEngine):
         ``subnets``, with the gateway's container joined at :func:`gateway_address`."""
         name = session_network_name(session_id)
         used = self._used_subnets()
-        candidates = list(ipaddress.ip_network(subnets).subnets(new_prefix=prefix))
-        # From a random place in the pool, not its first free one: a node drops a removed overlay a
-        # moment after the manager does, and a task on a subnet given again meanwhile is rejected
-        # there ("Pool overlaps with other one on this address space", seen on the test swarm).
-        start = secrets.randbelow(len(candidates))
-        for candidate in candidates[start:] + candidates[:start]:
+        for candidate in rotated(list(ipaddress.ip_network(subnets).subnets(new_prefix=prefix)), self._subnet_cursor):
             if any(candidate.overlaps(other) for other in used):
                 continue
             ipam = docker.types.IPAMConfig(
@@ -128,6 +135,7 @@ class SwarmNetworks(SwarmEngine):
                     used.append(candidate)
                     continue
                 raise SandboxError(f"swarm driver: cannot create overlay {name}: {exc.explanation or exc}") from None
+            self._subnet_cursor = candidate
             network = SessionNetwork(name, str(candidate), gateway_address(str(candidate)))
             try:
                 self._join(str(created["Id"]), network.gateway)
@@ -160,12 +168,12 @@ class SwarmNetworks(SwarmEngine):
             except docker.errors.NotFound:
                 return
             except docker.errors.APIError as exc:
-                # A task still shutting down holds it: "active endpoints" (its endpoint), or Swarm's
-                # "is in use by task" (the task not yet gone from the manager).
-                if not any(held in str(exc.explanation or exc) for held in ("active endpoints", "in use by task")):
+                text = str(exc.explanation or exc)
+                # A task still shutting down holds it: "has active endpoints", "is in use by task".
+                if "active endpoints" not in text and "in use by task" not in text:
                     raise SandboxError(f"swarm driver: cannot remove {name}: {exc.explanation or exc}") from None
             self._pause(0.2)
-        raise SandboxError(f"swarm driver: {name} still has endpoints after 10 s")
+        raise SandboxError(f"swarm driver: {name} still in use after 10 s")
 
     def _pause(self, seconds: float) -> None:
         time.sleep(seconds)  # a wait on the swarm, never a unit test's: they replace this method
