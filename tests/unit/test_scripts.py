@@ -190,7 +190,7 @@ def test_the_suite_runs_on_two_workers_and_the_alone_tests_after_them_by_themsel
         "-q -p no:cacheprovider -n 2 tests/unit tests/packaging",
         "-q -p no:cacheprovider -n 2 --dist loadfile -m not alone and not swarm tests/integration",
         "-q -p no:cacheprovider -m alone and not swarm tests/integration",
-        "-q -p no:cacheprovider -m swarm tests/integration",  # one process: one swarm for all of them
+        "-q -p no:cacheprovider -p no:xdist -m swarm tests/integration",  # one process: one swarm for all of them
     ]
     # One worker when asked (no xdist at all); the `alone` ones still after them.
     calls.unlink()
@@ -200,7 +200,7 @@ def test_the_suite_runs_on_two_workers_and_the_alone_tests_after_them_by_themsel
     assert calls.read_text().splitlines()[1:] == [
         "-q -p no:cacheprovider -m not alone and not swarm tests/integration",
         "-q -p no:cacheprovider -m alone and not swarm tests/integration",
-        "-q -p no:cacheprovider -m swarm tests/integration",
+        "-q -p no:cacheprovider -p no:xdist -m swarm tests/integration",
     ]
 
 
