@@ -141,31 +141,43 @@ def _traffic(api: httpx.Client, session_id: str, **params: str) -> list[dict[str
     return [json.loads(line) for line in reply.text.splitlines() if line]
 
 
-def test_egress_is_enforced_and_audited_on_every_node(api: httpx.Client, nodes: SwarmNodes) -> None:
+def test_egress_is_enforced_on_every_node_and_an_allowlist_change_reaches_a_proxy_on_a_worker(
+    api: httpx.Client, nodes: SwarmNodes
+) -> None:
     made = _on_workers(api, nodes, 3, allow=["allowed.test"])
     try:
         for session in made:
             assert _fetch(api, session, "allowed.test") == 200, session["node"]
             assert _fetch(api, session, "other.test") == 403, session["node"]
-            # Both in its audit log, read through the gateway from wherever its proxy runs.
-            seen = {(r.get("event"), r.get("host"), r.get("decision")) for r in _traffic(api, session["id"])}
-            assert {("request", "allowed.test", "allow"), ("connect", "other.test", "deny")} <= seen, seen
-    finally:
-        _delete(api, *made)
-
-
-def test_an_allowlist_change_reaches_a_proxy_on_a_worker(api: httpx.Client, nodes: SwarmNodes) -> None:
-    made = _on_workers(api, nodes, 3, allow=["allowed.test"])
-    on_worker = next(s for s in made if s["node"] != nodes.host(1) and nodes.host(1) not in nodes.placed(s["id"]))
-    try:
-        assert _fetch(api, on_worker, "other.test") == 403
+        on_worker = next(
+            (s for s in made if s["node"] != nodes.host(1) and nodes.host(1) not in nodes.placed(s["id"])), None
+        )
+        assert on_worker is not None, "no session with its sandbox and proxy on the workers"
         patched = api.patch(f"/v1/sessions/{on_worker['id']}", json={"allow": ["allowed.test", "other.test"]})
         assert patched.status_code == 200, patched.text
         assert _fetch(api, on_worker, "other.test") == 200
         assert api.patch(f"/v1/sessions/{on_worker['id']}", json={"allow": []}).status_code == 200
-        assert _fetch(api, on_worker, "other.test") == 403
-        changes = _traffic(api, on_worker["id"], event="policy")
-        assert [c["allow"] for c in changes[-2:]] == [["allowed.test", "other.test"], []]
+        assert _fetch(api, on_worker, "allowed.test") == 403
+    finally:
+        _delete(api, *made)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the audit reaches a swarm gateway through the state part's mirror (shares_proxy_state=False): "
+    "not merged on this branch; strict, so this fails once it is and the mark must go",
+)
+def test_egress_is_audited_on_every_node(api: httpx.Client, nodes: SwarmNodes) -> None:
+    made = _on_workers(api, nodes, 3, allow=["allowed.test"])
+    try:
+        for session in made:
+            assert _fetch(api, session, "allowed.test") == 200
+            assert _fetch(api, session, "other.test") == 403
+            assert api.patch(f"/v1/sessions/{session['id']}", json={"allow": []}).status_code == 200
+            # All of it in its audit log, read through the gateway from wherever its proxy runs.
+            seen = {(r.get("event"), r.get("host"), r.get("decision")) for r in _traffic(api, session["id"])}
+            assert {("request", "allowed.test", "allow"), ("connect", "other.test", "deny")} <= seen, seen
+            assert [r["allow"] for r in _traffic(api, session["id"], event="policy")][-1] == []
     finally:
         _delete(api, *made)
 
@@ -190,10 +202,9 @@ def test_a_worker_cut_off_mid_session_ends_its_sessions_node_lost_and_the_rest_g
         assert reason.startswith(f"session ended: node_lost ({lost_host}"), reason
         print(f"worker cut off: its session's WebSocket closed {closed_s:.1f} s after the cut ({reason})")
         wait_until(lambda: api.get(f"/v1/sessions/{lost['id']}").status_code == 404, 30, "the lost session gone")
-        # Its recording and its audit are kept, ended with the reason.
+        # Its recording is kept, ended with the reason (its audit up to the last record received: the
+        # state part's mirror, test_egress_is_audited_on_every_node).
         assert _manifest(api, lost["id"])["end_reason"] == "node_lost"
-        traffic = api.get(f"/v1/sessions/{lost['id']}/traffic")
-        assert traffic.status_code == 200 and b'"event":"proxy"' in traffic.content
         # The ones with nothing on the lost node go on, and a new session starts on a node that is left.
         for session in apart:
             assert _exec(api, session, ["true"])["exit_code"] == 0
