@@ -73,7 +73,8 @@ class SwarmNodes:
         return [line for line in out.splitlines() if line.strip()]
 
     def placed(self, session_id: str) -> set[str]:
-        """The nodes a session's services (its sandbox, its proxy) were placed on."""
+        """The nodes the services labelled with the session were placed on (its proxy; its sandbox
+        too unless it came from the pool)."""
         hosts: set[str] = set()
         for service in self.services(session_id):
             out = self.docker(1, "service", "ps", "--format", "{{.Node}}", service)

@@ -68,8 +68,9 @@ def _on_workers(api: httpx.Client, nodes: SwarmNodes, count: int, **body: Any) -
 
 
 def _apart_from(nodes: SwarmNodes, sessions: list[dict[str, Any]], host: str) -> list[dict[str, Any]]:
-    """The sessions of which nothing (neither sandbox nor proxy) runs on ``host``."""
-    return [s for s in sessions if host not in nodes.placed(s["id"])]
+    """The sessions of which nothing runs on ``host``: their sandbox (the record's node: a sandbox
+    from the pool carries no session label) nor their proxy."""
+    return [s for s in sessions if s["node"] != host and host not in nodes.placed(s["id"])]
 
 
 @contextmanager
