@@ -118,7 +118,11 @@ def test_sessions_land_on_more_than_one_node_and_each_names_its_own(api: httpx.C
             assert shown["node"] == session["node"]
             # The node it names runs its sandbox: that node's own engine holds the container.
             held = nodes.docker(
-                nodes.index(session["node"]), "ps", "-q", "--filter", f"label=corral.session={session['id']}"
+                nodes.index(session["node"]),
+                "ps",
+                "-q",
+                "--filter",
+                f"label=com.docker.swarm.service.name={session['container']}",
             )
             assert held.strip(), f"{session['node']} runs nothing of {session['id']}"
             assert _exec(api, session, ["true"])["exit_code"] == 0
@@ -219,8 +223,10 @@ def test_a_worker_cut_off_mid_session_ends_its_sessions_node_lost_and_the_rest_g
         nodes.await_node(lost_host, "ready", within_s=90)
         _delete(api, *kept)
     # Back, the node runs nothing of the lost session (its engine stopped what Swarm no longer wants).
+    sandbox = f"label=com.docker.swarm.service.name={lost['container']}"
+    proxy = f"label=corral.session={lost['id']}"
     wait_until(
-        lambda: not nodes.docker(3, "ps", "-q", "--filter", f"label=corral.session={lost['id']}").strip(),
+        lambda: not any(nodes.docker(3, "ps", "-q", "--filter", f).strip() for f in (sandbox, proxy)),
         60,
         "the lost session's containers gone from the node once it is back",
     )
