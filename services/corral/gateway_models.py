@@ -43,6 +43,7 @@ class SessionInfo(_Answer):
     id: str
     state: str = "ready"  # starting, ready, stopping, pausing, paused, resuming
     container: str = ""  # the sandbox's name (docker exec, logs)
+    node: str = ""  # the machine it runs on (a Swarm node's host name; "" on a single-host gateway)
     ws_url: str = ""
     actions_url: str = ""
     traffic_url: str = ""

@@ -188,8 +188,9 @@ def test_the_suite_runs_on_two_workers_and_the_alone_tests_after_them_by_themsel
     assert done.returncode == 0, done.stderr
     assert calls.read_text().splitlines() == [
         "-q -p no:cacheprovider -n 2 tests/unit tests/packaging",
-        "-q -p no:cacheprovider -n 2 --dist loadfile -m not alone tests/integration",
-        "-q -p no:cacheprovider -m alone tests/integration",
+        "-q -p no:cacheprovider -n 2 --dist loadfile -m not alone and not swarm tests/integration",
+        "-q -p no:cacheprovider -m alone and not swarm tests/integration",
+        "-q -p no:cacheprovider -p no:xdist -m swarm tests/integration",  # one process: one swarm for all of them
     ]
     # One worker when asked (no xdist at all); the `alone` ones still after them.
     calls.unlink()
@@ -197,28 +198,34 @@ def test_the_suite_runs_on_two_workers_and_the_alone_tests_after_them_by_themsel
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert calls.read_text().splitlines()[1:] == [
-        "-q -p no:cacheprovider -m not alone tests/integration",
-        "-q -p no:cacheprovider -m alone tests/integration",
+        "-q -p no:cacheprovider -m not alone and not swarm tests/integration",
+        "-q -p no:cacheprovider -m alone and not swarm tests/integration",
+        "-q -p no:cacheprovider -p no:xdist -m swarm tests/integration",
     ]
 
 
 @pytest.mark.parametrize(
-    ("parallel", "alone", "code", "alone_runs"),
+    ("parallel", "alone", "swarm", "code", "runs"),
     [
-        (0, 5, 0, True),  # a path with no `alone` test
-        (5, 0, 0, True),  # a path with `alone` tests only
-        (5, 5, 1, True),  # nothing collected at all: a failure
-        (1, 0, 1, False),  # a failure on the workers stops the run there
-        (0, 1, 1, True),  # a failure alone fails the run
+        (0, 5, 5, 0, "alone swarm"),  # a path with neither `alone` nor `swarm` tests
+        (5, 0, 5, 0, "alone swarm"),  # a path with `alone` tests only
+        (5, 5, 0, 0, "alone swarm"),  # a path with `swarm` tests only
+        (5, 5, 5, 1, "alone swarm"),  # nothing collected at all: a failure
+        (1, 0, 0, 1, ""),  # a failure on the workers stops the run there
+        (0, 1, 0, 1, "alone"),  # a failure alone fails the run, before the swarm starts
+        (0, 0, 1, 1, "alone swarm"),  # a failure on the swarm fails the run
     ],
 )
-def test_an_integration_run_fails_when_either_part_fails_or_neither_collects(
-    tmp_path: Path, parallel: int, alone: int, code: int, alone_runs: bool
+def test_an_integration_run_fails_when_any_part_fails_or_none_collects(
+    tmp_path: Path, parallel: int, alone: int, swarm: int, code: int, runs: str
 ) -> None:
-    ran_alone = tmp_path / "alone.ran"
-    body = f'case "$*" in *"-m alone"*) touch {ran_alone}; exit {alone} ;; *) exit {parallel} ;; esac\n'
+    ran = tmp_path / "ran"
+    body = (
+        f'case "$*" in *"-m alone"*) echo alone >> {ran}; exit {alone} ;;'
+        f' *"-m swarm"*) echo swarm >> {ran}; exit {swarm} ;; *) exit {parallel} ;; esac\n'
+    )
     script = _test_tree(tmp_path, body)
     path = "tests/integration/test_x.py"
     done = subprocess.run(["bash", str(script), path], capture_output=True, text=True, timeout=60)
     assert done.returncode == code, done.stdout + done.stderr
-    assert ran_alone.exists() == alone_runs
+    assert (ran.read_text().split() if ran.exists() else []) == runs.split()

@@ -19,13 +19,16 @@ session_app = typer.Typer(
 
 
 def _session_table(rows: list[dict[str, Any]]) -> Table:  # a paused session's "expires in" stands still
-    table = Table("id", "state", "age", "expires in", "viewport", "allow", "labels")
+    # The node column only from a gateway of several machines (a single host names none).
+    nodes = any(s.get("node") for s in rows)
+    table = Table("id", "state", *(["node"] if nodes else []), "age", "expires in", "viewport", "allow", "labels")
     table.columns[0].no_wrap = True  # ids are copied from here
     now = time.time()
     for s in rows:
         table.add_row(
             s["id"],
             s["state"],
+            *([s.get("node") or "-"] if nodes else []),
             f"{now - s['created_at']:.0f}s",
             f"{s['expires_at'] - now:.0f}s",
             f"{s['viewport']['width']}x{s['viewport']['height']}",

@@ -308,6 +308,9 @@ class SessionOut(SessionTerms):
     state: SessionState
     last_activity_at: float
     container: str  # the sandbox's name
+    # The machine its sandbox runs on, as the runtime names it (a Swarm node's host name; "" on a
+    # single-host runtime, and while paused: no sandbox).
+    node: str = ""
     ws_url: str
     actions_url: str
     traffic_url: str

@@ -13,11 +13,14 @@ from typing import Protocol
 from corral.errors import SandboxError
 from corral.runtime.types import (
     ALIVE_STATES,
+    NODE_DRAINED,
     NODE_LOST,
     SESSION_LABEL,
     DirectoryEntry,
     ExitInfo,
     ImageInfo,
+    NodeAvailability,
+    NodeInfo,
     ProxyAddress,
     ProxySpec,
     SandboxAddress,
@@ -33,11 +36,14 @@ from corral.runtime.types import (
 __all__ = [
     "ALIVE_STATES",
     "DRIVERS",
+    "NODE_DRAINED",
     "NODE_LOST",
     "SESSION_LABEL",
     "DirectoryEntry",
     "ExitInfo",
     "ImageInfo",
+    "NodeAvailability",
+    "NodeInfo",
     "ProxyAddress",
     "ProxySpec",
     "SandboxAddress",
@@ -135,7 +141,14 @@ class SandboxRuntime(Protocol):
         ...
 
     def exit_info(self, ident: str) -> ExitInfo | None:
-        """None while the sandbox lives; else how it ended."""
+        """None while the sandbox lives; else how it ended (NODE_LOST: its machine is down or cut off,
+        NODE_DRAINED: its machine was drained; sandbox_states then no longer counts it alive)."""
+        ...
+
+    def nodes(self) -> list[NodeInfo]:
+        """The machines sandboxes run on, from one listing (the reaper asks with the pool's check, to
+        replace pooled sandboxes on a machine that takes no new ones); [] for a runtime of one machine,
+        which always takes them."""
         ...
 
     # -- egress pairs ----------------------------------------------------------------------------------

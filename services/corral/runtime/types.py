@@ -19,6 +19,12 @@ State = Literal["created", "running", "paused", "restarting", "removing", "exite
 # ExitInfo.state of a sandbox whose machine left the cluster or was cut off from it (a multi-node
 # runtime's: the session ends with reason ``node_lost``); its processes may still run there, unreachable.
 NODE_LOST = "node_lost"
+# ExitInfo.state of a sandbox its cluster stopped because its machine was drained (Swarm's
+# ``--availability drain`` stops a node's tasks): the session ends with reason ``node_drained``.
+NODE_DRAINED = "node_drained"
+# Whether a machine takes new sandboxes (Swarm's words): ``pause`` keeps its running ones and takes
+# no new ones (draining it for Corral), ``drain`` stops its running ones too.
+NodeAvailability = Literal["active", "pause", "drain"]
 # A sandbox in one of these still counts as alive: its session goes on.
 ALIVE_STATES: frozenset[State] = frozenset({"running", "paused", "restarting", "created"})
 
@@ -42,6 +48,20 @@ class SandboxAddress:
     @property
     def ws_url(self) -> str:
         return f"ws://{self.host}:{self.port}/v1/ws"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """A machine sandboxes run on, as its runtime sees it now."""
+
+    name: str  # as SandboxAddress.node names it
+    ready: bool  # it answers its cluster (False: down, gone, or cut off)
+    availability: NodeAvailability
+
+    @property
+    def takes_sessions(self) -> bool:
+        """A new sandbox may start, and a pooled one may wait, here."""
+        return self.ready and self.availability == "active"
 
 
 @dataclass(frozen=True, slots=True)

@@ -139,6 +139,11 @@ class Sandbox(Vendor, Screen, Browser, Control, Execs, Code):
         """The sandbox container's name (for ``docker exec`` and logs)."""
         return self.info.container
 
+    @property
+    def node(self) -> str:
+        """The machine the sandbox runs on (a Swarm node's host name; "" on a single-host gateway)."""
+        return self.info.node
+
     # -- egress ----------------------------------------------------------------------------------------
 
     def set_allow(self, allow: Sequence[str], egress_mode: str | None = None) -> list[str]:
@@ -347,6 +352,11 @@ class AsyncSandbox(AsyncVendor, AsyncScreen, AsyncBrowser, AsyncControl, AsyncEx
     def container(self) -> str:
         """The sandbox container's name (for ``docker exec`` and logs)."""
         return self.info.container
+
+    @property
+    def node(self) -> str:
+        """The machine the sandbox runs on (a Swarm node's host name; "" on a single-host gateway)."""
+        return self.info.node
 
     # -- egress ----------------------------------------------------------------------------------------
 

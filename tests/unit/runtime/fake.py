@@ -13,9 +13,12 @@ from pathlib import Path
 
 from corral.errors import ProfileRefused, ProfileTooLarge, SandboxError
 from corral.runtime import (
+    NODE_DRAINED,
+    NODE_LOST,
     DirectoryEntry,
     ExitInfo,
     ImageInfo,
+    NodeInfo,
     ProxyAddress,
     ProxySpec,
     SandboxAddress,
@@ -51,6 +54,9 @@ class FakeRuntime:
         self.attached: dict[Path, VolumeMount] = {}  # image -> its mount
         self.used: dict[Path, int] = {}  # image -> bytes a test says are used
         self.specs: list[SandboxSpec] = []  # every spec started, in order
+        # The machines, as a multi-node runtime lists them ([]: one host). A sandbox starts on the one
+        # that takes sessions with the fewest sandboxes, as Swarm's spread places tasks.
+        self.node_list: list[NodeInfo] = []
         self._n = 0
         # Images by reference and by id; a build "runs" the Dockerfile's lines through ``on_build``
         # (a test's: it may raise TemplateBuildFailed, or change the image the build makes).
@@ -104,16 +110,33 @@ class FakeRuntime:
     def start_sandbox(self, spec: SandboxSpec) -> SandboxAddress:
         self._n += 1
         self.specs.append(spec)
-        box = SandboxAddress(f"c{self._n}", spec.name or f"c{self._n}", f"10.99.0.{self._n + 1}", 8765)
+        node = self._place()
+        box = SandboxAddress(f"c{self._n}", spec.name or f"c{self._n}", f"10.99.0.{self._n + 1}", 8765, node=node)
         self.running[box.id] = (box, dict(spec.labels or {}))
         return box
+
+    def _place(self) -> str:
+        if not self.node_list:
+            return ""
+        open_ = [n.name for n in self.node_list if n.takes_sessions]
+        if not open_:
+            raise SandboxError("no node takes new sandboxes (every one is paused, drained or down)")
+        load = {name: 0 for name in open_}
+        for box, _ in self.running.values():
+            if box.node in load and box.id not in self.exited:
+                load[box.node] += 1
+        return min(open_, key=lambda name: load[name])
 
     def wait_ready(self, sandbox: SandboxAddress, timeout_s: float = 60.0) -> float:
         return 0.0
 
     def list_sandboxes(self, labels: Mapping[str, str] | None = None) -> list[SandboxInfo]:
         wanted = dict(labels or {})
-        return [SandboxInfo(b.id, b.name, lab, True, b) for b, lab in self.running.values() if _matches(lab, wanted)]
+        return [
+            SandboxInfo(b.id, b.name, lab, b.id not in self.exited, b, node=b.node)
+            for b, lab in self.running.values()
+            if _matches(lab, wanted)
+        ]
 
     def remove(self, ident: str) -> None:
         if self.fail_remove:
@@ -154,6 +177,9 @@ class FakeRuntime:
         if ident not in self.running:
             return ExitInfo("gone", None, False)
         return self.exited.get(ident)
+
+    def nodes(self) -> list[NodeInfo]:
+        return list(self.node_list)
 
     # -- egress pairs ----------------------------------------------------------------------------------
 
@@ -279,6 +305,20 @@ class FakeRuntime:
 
     def die(self, ident: str, info: ExitInfo) -> None:
         self.exited[ident] = info
+
+    def lose_node(self, name: str) -> None:
+        """The machine goes down or is cut off: every sandbox on it reads NODE_LOST."""
+        self._set_node(name, NodeInfo(name, False, "active"), NODE_LOST)
+
+    def drain_node(self, name: str) -> None:
+        """The machine is drained (Swarm's ``drain``): every sandbox on it is stopped, NODE_DRAINED."""
+        self._set_node(name, NodeInfo(name, True, "drain"), NODE_DRAINED)
+
+    def _set_node(self, name: str, node: NodeInfo, state: str) -> None:
+        self.node_list = [node if n.name == name else n for n in self.node_list]
+        for box, _ in self.running.values():
+            if box.node == name:
+                self.exited.setdefault(box.id, ExitInfo(state, None, False, node=name))
 
 
 def as_runtime(fake: FakeRuntime) -> SandboxRuntime:

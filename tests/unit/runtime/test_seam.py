@@ -25,7 +25,7 @@ from corral.runtime import DRIVERS, SandboxRuntime, open_runtime
 from ..gateway.proxy_fake import FakeControlProxy
 from .fake import FakeRuntime, as_runtime
 
-TEST_CONTROLS = {"die"}  # what tests do to the fake; never called by the gateway
+TEST_CONTROLS = {"die", "lose_node", "drain_node"}  # what tests do to the fake; never called by the gateway
 
 
 def _operations(cls: type) -> set[str]:

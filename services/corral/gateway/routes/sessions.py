@@ -43,6 +43,7 @@ def session_out(conn: HTTPConnection, session: Session) -> SessionOut:
         state=session.state,
         last_activity_at=session.last_activity_at,
         container=session.sandbox.name,
+        node=session.sandbox.node,
         ws_url=f"{ws_base}/v1/sessions/{session.id}/ws",
         actions_url=f"{base}/v1/sessions/{session.id}/actions",
         traffic_url=f"{base}/v1/sessions/{session.id}/traffic",

@@ -11,18 +11,23 @@ from corral.gateway.sessions.manager import SessionManager, SessionParts
 from corral.gateway.sessions.records import (
     GATEWAY_LABEL,
     KIND_LABEL,
+    NODE_DRAINED_REASON,
+    NODE_LOST_REASON,
     SANDBOX_EXITED,
     Listing,
     Pair,
     Session,
     SessionRecord,
     describe_exit,
+    end_reason_of,
     new_session_id,
 )
 
 __all__ = [
     "GATEWAY_LABEL",
     "KIND_LABEL",
+    "NODE_DRAINED_REASON",
+    "NODE_LOST_REASON",
     "SANDBOX_EXITED",
     "Listing",
     "Pair",
@@ -31,5 +36,6 @@ __all__ = [
     "SessionParts",
     "SessionRecord",
     "describe_exit",
+    "end_reason_of",
     "new_session_id",
 ]

@@ -17,7 +17,7 @@ from corral.errors import ProfileUnreadable, SessionNotFound
 from corral.gateway.sessions.book import SessionBook
 from corral.gateway.sessions.browserprofiles import BrowserProfiles
 from corral.gateway.sessions.egressport import EgressPort
-from corral.gateway.sessions.records import Session
+from corral.gateway.sessions.records import SANDBOX_GONE_REASONS, Session
 from corral.gateway.sessions.sessionrecordings import SessionRecordings
 from corral.gateway.volumes import Volumes, announce
 from corral.runtime import SandboxRuntime
@@ -53,9 +53,13 @@ class Endings:
 
     @staticmethod
     def mark_ended(session: Session, reason: str, detail: str = "") -> None:
-        """From here the session is over for its clients: its WebSockets close (4000) at once."""
+        """From here the session is over for its clients: its WebSockets close (4000) at once. A
+        session whose teardown failed keeps the reason it ended for (its clients were told it; the
+        retry, by the reaper or a DELETE, would otherwise say ``sandbox_exited`` of a sandbox a lost
+        or drained node took with it)."""
         session.state = "stopping"
-        session.end_reason, session.end_detail = reason, detail
+        if not session.end_reason:
+            session.end_reason, session.end_detail = reason, detail
         session.ended.set()
 
     def end_soon(self, session: Session, reason: str, detail: str = "", drain_s: float = 5.0) -> None:
@@ -86,7 +90,7 @@ class Endings:
 
     async def _teardown(self, session: Session, drain_s: float) -> None:
         session_id, reason = session.id, session.end_reason
-        if self._profiles is not None and reason != "sandbox_exited":
+        if self._profiles is not None and reason not in SANDBOX_GONE_REASONS:
             await self._profiles.save_at_end(session, self._paused_state(session))
         if session.record.paused is None:
             # Where the runtime shares no directory with the proxy: its audit so far, for the recording.
@@ -130,5 +134,7 @@ class Endings:
         ended: dict[str, Any] = {"ended_at": time.time(), "end_reason": session.end_reason}
         if session.end_detail:
             ended["end_detail"] = session.end_detail
+        if session.sandbox.node:  # where it ran: an audit of a multi-node gateway names the machine
+            ended["node"] = session.sandbox.node
         self._egress.write_meta(session.id, **ended)
         await self._recordings.attach_responses(session)

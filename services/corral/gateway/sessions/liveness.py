@@ -1,5 +1,6 @@
 """Whether a live session's sandbox and controller still live: a dead sandbox ends its session with
-``sandbox_exited``, a controller that cannot stay up (corral.gateway.vitals) with ``controller_dead``.
+``sandbox_exited`` (``node_lost`` or ``node_drained`` when its machine went or was drained), a
+controller that cannot stay up (corral.gateway.vitals) with ``controller_dead``.
 Asked by the reaper every tick and by a relay that lost its sandbox connection."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import time
 from corral.gateway.sessions.book import SessionBook
 from corral.gateway.sessions.controllers import Controllers
 from corral.gateway.sessions.endings import Endings
-from corral.gateway.sessions.records import SANDBOX_EXITED, Session, describe_exit
+from corral.gateway.sessions.records import Session, describe_exit, end_reason_of
 from corral.gateway.vitals import CONTROLLER_DEAD, ControllerWatch
 from corral.runtime import SandboxRuntime
 
@@ -39,10 +40,10 @@ class Liveness:
         info = await asyncio.to_thread(self._runtime.exit_info, session.sandbox.id)
         if info is None or session.state != "ready":
             return False
-        detail = describe_exit(info)
-        log.warning("session %s: its sandbox %s died (%s); ending it", session.id, session.sandbox.name, detail)
-        # Nothing left to drain from a dead controller: the bundle closes at once.
-        self._endings.end_soon(session, SANDBOX_EXITED, detail, drain_s=0.0)
+        reason, detail = end_reason_of(info), describe_exit(info)
+        log.warning("session %s: its sandbox %s ended, %s (%s)", session.id, session.sandbox.name, reason, detail)
+        # Nothing left to drain from a dead or unreachable controller: the bundle closes at once.
+        self._endings.end_soon(session, reason, detail, drain_s=0.0)
         return True
 
     def probe(self) -> None:

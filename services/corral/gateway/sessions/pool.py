@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 
 from corral.errors import TemplateInvalid, TemplateNotFound, TemplateStale
 from corral.gateway.models import CreateSession, Viewport
@@ -156,21 +156,29 @@ class WarmPool:
             raise failure  # a KeyboardInterrupt, a SystemExit: not the pair's fault, not to be swallowed
         return False
 
-    async def check(self, pooled: Sequence[Pair], states: Mapping[str, State], proxies: Mapping[str, State]) -> None:
+    async def check(
+        self,
+        pooled: Sequence[Pair],
+        states: Mapping[str, State],
+        proxies: Mapping[str, State],
+        closed_nodes: Collection[str] = (),
+    ) -> None:
         """The ``pooled`` pairs whose sandbox (from the reaper's listing, ``states``) or proxy (its
         listing, ``proxies``, by session) stopped running leave the pool ahead of any claim, and the
         pool refills: a claim then rarely meets a dead one (its own last look, :meth:`hand_out`,
-        still stands behind this)."""
+        still stands behind this). So do the ones on a machine that takes no new sessions
+        (``closed_nodes``: paused, drained, down): a session claimed from the pool is a new session
+        there, and the refill's start lands where the runtime places it, on a machine that does."""
+        taken = [pair for pair in pooled if pair in self._pairs]  # a claim may have taken one meanwhile
         dead = [
             pair
-            for pair in pooled
-            if pair in self._pairs  # a claim may have taken it meanwhile
-            and (
-                states.get(pair.sandbox.id) not in ALIVE_STATES
-                or (pair.egress is not None and proxies.get(pair.session_id) != "running")
-            )
+            for pair in taken
+            if states.get(pair.sandbox.id) not in ALIVE_STATES
+            or (pair.egress is not None and proxies.get(pair.session_id) != "running")
         ]
         await self._drop(dead, "stopped running")
+        closed = [pair for pair in taken if pair not in dead and pair.sandbox.node in closed_nodes]
+        await self._drop(closed, "is on a node that takes no new sessions")
 
     async def check_answers(self) -> None:
         """Every pooled sandbox's controller answers (the claim's own look, all at once); one that

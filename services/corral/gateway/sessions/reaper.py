@@ -1,6 +1,7 @@
 """The reaper: every ``reap_interval_s`` one tick ends the sessions past their timeout or idle too long,
 and the ones whose sandbox died (one listing of the sandboxes a tick and one of the proxies, shared
-with the egress rounds and the pool's check; an idle pool alone every POOL_CHECK_TICKS ticks), retires
+with the egress rounds and the pool's check; an idle pool alone every POOL_CHECK_TICKS ticks, when
+pooled pairs on a machine that takes no new sessions are replaced too), retires
 held grounds whose proxy stopped, asks the controllers who they are (beside the loop), and prunes the
 archives hourly. A tick can be driven directly (:meth:`Reaper.tick`), its clock injected."""
 
@@ -187,10 +188,21 @@ class Reaper:
             if states.get(session.sandbox.id) not in ALIVE_STATES:
                 await self._liveness.end_if_dead(session)
         listed = listing.proxies if listing is not None else {}
+        closed = await self._closed_nodes() if pooled and pool_due else frozenset[str]()
         for pool in pools:
             mine = {id(pair) for pair in pool.pairs()}
-            await pool.check([pair for pair in pooled if id(pair) in mine], states, listed)
+            await pool.check([pair for pair in pooled if id(pair) in mine], states, listed, closed)
         return listing
+
+    async def _closed_nodes(self) -> frozenset[str]:
+        """The machines that take no new sessions (paused, drained, down): their pooled pairs are
+        replaced. One listing, with the pool's check; nothing on a runtime of one machine."""
+        try:
+            nodes = await asyncio.to_thread(self._runtime.nodes)
+        except Exception:  # the pool's own check goes on: a pooled pair on a closed machine waits a round
+            log.exception("listing the nodes failed")
+            return frozenset()
+        return frozenset(node.name for node in nodes if not node.takes_sessions)
 
     def _check_grounds(self, listing: Listing | None) -> None:
         """Held grounds whose proxy, started ahead, stopped running leave the pool and are made again,

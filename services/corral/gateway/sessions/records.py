@@ -18,11 +18,16 @@ from corral.gateway.models import Resources, SessionTerms
 from corral.gateway.previews.book import PreviewRecord
 from corral.gateway.secrets import SecretRecord
 from corral.gateway.sessions.pausedstate import PausedState
-from corral.runtime import ExitInfo, SandboxAddress, State
+from corral.runtime import NODE_DRAINED, NODE_LOST, ExitInfo, SandboxAddress, State
 
 KIND_LABEL = "corral.kind"
 GATEWAY_LABEL = "corral.gateway"
 SANDBOX_EXITED = "sandbox_exited"  # the end reason of a session whose sandbox died under it
+# ... whose sandbox's machine went down or was cut off, or was drained (a multi-node runtime's).
+NODE_LOST_REASON = "node_lost"
+NODE_DRAINED_REASON = "node_drained"
+# The end reasons of a session whose sandbox is gone or out of reach: nothing to save from it at its end.
+SANDBOX_GONE_REASONS = frozenset({SANDBOX_EXITED, NODE_LOST_REASON, NODE_DRAINED_REASON})
 PAUSE_STATES = frozenset({"pausing", "paused", "resuming"})
 CLOSE_PAUSED = 4009  # a WebSocket closed because its session paused (4000: it ended)
 
@@ -31,8 +36,22 @@ def new_session_id() -> str:
     return "ses_" + secrets.token_hex(8)
 
 
+def end_reason_of(info: ExitInfo) -> str:
+    """The end reason of a session whose sandbox ended as ``info`` says."""
+    if info.state == NODE_LOST:
+        return NODE_LOST_REASON
+    if info.state == NODE_DRAINED:
+        return NODE_DRAINED_REASON
+    return SANDBOX_EXITED
+
+
 def describe_exit(info: ExitInfo) -> str:
     """What ended a sandbox, in words (the WebSocket close reason and the log carry it)."""
+    node = info.node or "its node"
+    if info.state == NODE_LOST:
+        return f"{node} is down or cut off from the cluster"
+    if info.state == NODE_DRAINED:
+        return f"{node} was drained: its sandboxes were stopped"
     if info.state == "gone":
         return "its container was removed"
     code = f"exit code {info.exit_code}" if info.exit_code is not None else f"state {info.state}"
@@ -118,7 +137,8 @@ class Session:
     in_flight: int = 0  # HTTP actions under way: a long one is activity, not idleness
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     removed: asyncio.Event = field(default_factory=asyncio.Event)  # its sandbox and record are gone: its slot is free
-    # A stable code: deleted, timeout, idle_timeout, sandbox_exited, controller_dead, egress_proxy_gone.
+    # A stable code: deleted, timeout, idle_timeout, sandbox_exited, node_lost, node_drained,
+    # controller_dead, egress_proxy_gone.
     end_reason: str = ""
     end_detail: str = ""  # what the code alone does not say (a dead sandbox: OOM-killed, its exit code)
     changing: asyncio.Lock = field(default_factory=asyncio.Lock)  # one PATCH at a time: each sees the last

@@ -11,7 +11,7 @@ import time
 
 from corral.gateway.sessions.book import SessionBook
 from corral.gateway.sessions.egressport import EgressPort
-from corral.gateway.sessions.records import Session, SessionRecord
+from corral.gateway.sessions.records import SANDBOX_EXITED, Session, SessionRecord, end_reason_of
 from corral.gateway.sessions.sessionrecordings import SessionRecordings
 from corral.gateway.sessions.starts import Specs, Starts
 from corral.gateway.volumes import Volumes
@@ -70,14 +70,25 @@ class Recovery:
         log.info("recovered %d sessions (pooled sandboxes are never adopted)", len(self._book))
 
     async def _lost(self, record: SessionRecord) -> None:
-        """Its sandbox died while the gateway was down: the log is kept, as ended."""
+        """Its sandbox died while the gateway was down: the log is kept, as ended (``lost``, or
+        ``node_lost`` / ``node_drained`` when its machine went: the runtime says so)."""
+        reason = await self._lost_reason(record.container)
         if record.egress is not None:
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self._egress.teardown_blocking, record.egress)
             with contextlib.suppress(OSError, ValueError):
-                self._egress.write_meta(record.id, ended_at=time.time(), end_reason="lost")
-        self._recordings.close_lost(record.id, record.egress is not None)
+                self._egress.write_meta(record.id, ended_at=time.time(), end_reason=reason)
+        self._recordings.close_lost(record.id, record.egress is not None, reason)
         self._book.store.delete(record.id)
+
+    async def _lost_reason(self, sandbox_id: str) -> str:
+        try:
+            info = await asyncio.to_thread(self._runtime.exit_info, sandbox_id)
+        except Exception:  # the reason is a detail: the session is closed all the same
+            log.exception("cannot inspect the lost sandbox %s", sandbox_id)
+            return "lost"
+        reason = end_reason_of(info) if info is not None else SANDBOX_EXITED
+        return reason if reason != SANDBOX_EXITED else "lost"
 
     async def _remove_unclaimed(self, infos: list[SandboxInfo], claimed: set[str]) -> None:
         for info in infos:

@@ -65,13 +65,14 @@ class SessionRecordings:
                 {"event": "resume", "time": time.time(), "saved": dict(state.archives), "tabs": len(state.tabs)}
             )
 
-    def close_lost(self, session_id: str, had_egress: bool) -> None:
-        """A session that died while the gateway was down: its bundle ends where it stopped."""
+    def close_lost(self, session_id: str, had_egress: bool, reason: str = "lost") -> None:
+        """A session that died while the gateway was down: its bundle ends where it stopped (``reason``:
+        ``lost``, or ``node_lost`` / ``node_drained`` when the runtime says its machine went)."""
         if self.recordings is None:
             return
         responses = self._egress.responses_path(session_id) if had_egress else None
         with contextlib.suppress(OSError, ValueError):
-            self.recordings.close_ended(session_id, "lost", responses)
+            self.recordings.close_ended(session_id, reason, responses)
 
     async def stop(self, session_id: str, reason: str, drain_s: float) -> None:
         """Before the sandbox goes: the recorder takes the events its controller still holds (and

@@ -42,6 +42,7 @@ from corral.runtime.docker.images import Images
 from corral.runtime.docker.sandboxes import Sandboxes, sandbox_options
 from corral.runtime.docker.templates import TemplateImages
 from corral.runtime.docker.volumes import Volumes
+from corral.runtime.types import NodeInfo
 
 __all__ = [
     "AGENT_UID",
@@ -76,3 +77,7 @@ class DockerRuntime(Images, TemplateImages, Sandboxes, Egress, Volumes, BrowserS
     """The Docker driver: a container per sandbox and per proxy, a bridge network per session, the
     host guard as iptables rules on the bridges, workspace volumes as loop-mounted images. Its parts
     share one docker client (:class:`.engine.Engine`)."""
+
+    def nodes(self) -> list[NodeInfo]:
+        """One machine, which always takes sandboxes: nothing to list (SandboxRuntime.nodes)."""
+        return []

@@ -7,18 +7,20 @@ secrets (docs/design/0413-swarm-driver.md).
 
 One module per concern, each a part of :class:`SwarmRuntime`: :mod:`.engine` (the client, options,
 the readings of tasks and nodes), :mod:`.secrets`, :mod:`.networks`, :mod:`.sandboxes`,
-:mod:`.egress` and :mod:`.refusals` (what a swarm cannot do here, refused by name)."""
+:mod:`.egress`, :mod:`.nodes` (the machines, and a sandbox Swarm's drain stopped) and
+:mod:`.refusals` (what a swarm cannot do here, refused by name)."""
 
 from __future__ import annotations
 
 from corral.runtime.swarm.egress import SwarmEgress
 from corral.runtime.swarm.engine import DRIVER
+from corral.runtime.swarm.nodes import SwarmNodes
 from corral.runtime.swarm.refusals import SwarmRefusals
 from corral.runtime.types import SwarmOptions
 
 __all__ = ["DRIVER", "SwarmOptions", "SwarmRuntime"]
 
 
-class SwarmRuntime(SwarmEgress, SwarmRefusals):
+class SwarmRuntime(SwarmNodes, SwarmEgress, SwarmRefusals):
     """The swarm driver: services for sandboxes and proxies, overlays for sessions, Swarm secrets
     for what a task is given. Its parts share one client of the manager (:class:`.engine.SwarmEngine`)."""

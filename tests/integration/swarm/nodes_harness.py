@@ -1,0 +1,103 @@
+"""What the node tests do to the test swarm (scripts/swarm, docs/design/0410) besides asking its
+gateway: each node's engine by its own socket, Swarm's availability, a worker's link to the LAN cut
+and mended in the swarm's LAN namespace. Every command an argument list; nothing on the host's own
+engine or network."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+NODE_DOWN_WITHIN_S = 45.0  # Swarm marks a cut-off node down 12-13 s after its link went (0425); margin
+SWARM_SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "swarm"
+
+
+@dataclass(frozen=True)
+class SwarmNodes:
+    """The test swarm as scripts/swarm's variables name it: node N is NAME-N on NET.N."""
+
+    name: str = os.environ.get("CORRAL_SWARM_NAME", "corral-swarm")
+    directory: Path = Path(os.environ.get("CORRAL_SWARM_DIR", "/var/lib/corral-swarm"))
+    veth: str = os.environ.get("CORRAL_SWARM_VETH", "crlsw")
+
+    def host(self, index: int) -> str:
+        return f"{self.name}-{index}"
+
+    def index(self, host: str) -> int:
+        prefix = f"{self.name}-"
+        assert host.startswith(prefix), f"{host} is no node of {self.name}"
+        return int(host[len(prefix) :])
+
+    def docker(self, index: int, *argv: str, check: bool = True) -> str:
+        """The docker CLI on node ``index``'s own engine (1: the manager)."""
+        sock = self.directory / str(index) / "docker.sock"
+        done = subprocess.run(
+            ["docker", "-H", f"unix://{sock}", *argv], capture_output=True, text=True, timeout=120, check=False
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"docker {' '.join(argv)}: {done.stderr.strip()}")
+        return done.stdout
+
+    def nodes(self) -> dict[str, tuple[str, str]]:
+        """Host name -> (state, availability), as the manager sees them."""
+        out = self.docker(1, "node", "ls", "--format", "{{json .}}")
+        rows = [json.loads(line) for line in out.splitlines() if line.strip()]
+        return {r["Hostname"]: (str(r["Status"]).lower(), str(r["Availability"]).lower()) for r in rows}
+
+    def set_availability(self, host: str, availability: str) -> None:
+        self.docker(1, "node", "update", "--availability", availability, host)
+
+    def cut(self, host: str) -> None:
+        """The node's link to the LAN down, on the LAN's side: the node runs on, unreachable."""
+        self._link(host, "down")
+
+    def mend(self, host: str) -> None:
+        self._link(host, "up")
+
+    def _link(self, host: str, how: str) -> None:
+        veth = f"{self.veth}{self.index(host)}-lan"
+        subprocess.run(["ip", "-n", f"{self.name}-lan", "link", "set", veth, how], check=True, timeout=10)
+
+    def await_node(self, host: str, state: str, within_s: float = NODE_DOWN_WITHIN_S) -> float:
+        """Seconds until the manager reports ``host`` in ``state`` (ready, down)."""
+        return wait_until(lambda: self.nodes().get(host, ("gone", ""))[0] == state, within_s, f"{host} {state}")
+
+    def services(self, session_id: str) -> list[str]:
+        """The services Swarm holds for a session (its sandbox, its proxy): none once it ended."""
+        out = self.docker(1, "service", "ls", "--filter", f"label=corral.session={session_id}", "--format", "{{.Name}}")
+        return [line for line in out.splitlines() if line.strip()]
+
+    def placed(self, session_id: str) -> set[str]:
+        """The nodes the services labelled with the session were placed on (its proxy; its sandbox
+        too unless it came from the pool)."""
+        hosts: set[str] = set()
+        for service in self.services(session_id):
+            out = self.docker(1, "service", "ps", "--format", "{{.Node}}", service)
+            hosts |= {line.strip() for line in out.splitlines() if line.strip()}
+        return hosts
+
+    def session_objects(self, session_id: str) -> list[str]:
+        """Everything of a session on the manager: services, networks, secrets."""
+        found = self.services(session_id)
+        for kind in ("network", "secret"):
+            out = self.docker(1, kind, "ls", "--filter", f"label=corral.session={session_id}", "--format", "{{.Name}}")
+            found += [f"{kind} {line}" for line in out.splitlines() if line.strip()]
+        return found
+
+    def restart_gateway(self) -> None:
+        """The gateway's container restarted on the manager (its data dir kept), as a crash and its
+        restart policy would: its sessions run on meanwhile."""
+        self.docker(1, "restart", "--time", "10", f"{self.name}-gateway")
+
+
+def wait_until(ok: Callable[[], bool], within_s: float, what: str, every_s: float = 0.25) -> float:
+    started = time.monotonic()
+    while not ok():
+        assert time.monotonic() - started < within_s, f"not within {within_s:.0f} s: {what}"
+        time.sleep(every_s)
+    return time.monotonic() - started
