@@ -210,3 +210,33 @@ def test_a_guard_is_everywhere_only_when_no_ready_node_lacks_one() -> None:
     assert guardservice.GuardState(frozenset({"n1", "n2"}), frozenset()).everywhere
     assert not guardservice.GuardState(frozenset({"n1"}), frozenset({"n3"})).everywhere
     assert not guardservice.GuardState(frozenset(), frozenset()).everywhere
+
+
+def test_the_keeper_refreshes_at_most_every_interval_and_survives_a_silent_manager(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [100.0]
+    calls: list[str] = []
+    answers: list[guardservice.GuardState | Exception] = [
+        guardservice.GuardState(frozenset({"n1"}), frozenset({"n2"})),
+        guardservice.GuardState(frozenset({"n1", "n2"}), frozenset()),
+        guardservice.docker.errors.APIError("manager gone"),
+    ]
+
+    def ensure(client: object, image: str, registry: str | None, labels: object) -> guardservice.GuardState:
+        calls.append(image)
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(guardservice, "ensure", ensure)
+    keeper = guardservice.GuardKeeper(object(), "reg.test:5000/corral-desktop:x", every_s=30, clock=lambda: now[0])  # type: ignore[arg-type]
+    assert not keeper.ensure().everywhere  # n2's guard not up yet: n2 stays unlabelled
+    now[0] += 10
+    assert keeper.refresh() is None and len(calls) == 1  # not due
+    now[0] += 25
+    assert keeper.refresh() == guardservice.GuardState(frozenset({"n1", "n2"}), frozenset())
+    now[0] += 31
+    assert keeper.refresh() is None  # the manager did not answer: logged, labels left as they were
+    assert keeper.state.everywhere and len(calls) == 3

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,8 @@ PLACEMENT = f"node.labels.{NODE_LABEL}==on"
 READY_FILE = "/tmp/corral-nodeguard.ok"
 ROLE_LABEL = "corral.role"
 _SECOND_NS = 1_000_000_000
+# How often a runtime looks again (a node joined or left: the list every guard drops changes).
+REFRESH_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -179,3 +182,45 @@ def ensure(
     """The whole step a swarm runtime takes at start and on each reconcile: the service as it
     should be, the nodes labelled, where it holds."""
     return mark_nodes(client, ensure_service(client, image, registry, labels))
+
+
+class GuardKeeper:
+    """What a swarm runtime holds: ``ensure`` at start, ``refresh`` from any frequent round (it acts at
+    most every ``every_s``), so a node that joins is labelled and blocked by every other node's guard
+    within that time. A node not yet labelled takes no session meanwhile: late, never unguarded."""
+
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        image: str,
+        registry: str | None = None,
+        *,
+        labels: Mapping[str, str] | None = None,
+        every_s: float = REFRESH_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client, self.image, self.registry, self.labels = client, image, registry, dict(labels or {})
+        self.every_s, self.clock = every_s, clock
+        self.state = GuardState(frozenset(), frozenset())
+        self._last: float | None = None
+
+    def ensure(self) -> GuardState:
+        self._last = self.clock()
+        self.state = ensure(self.client, self.image, self.registry, self.labels)
+        if not self.state.everywhere:
+            log.warning(
+                "the host guard is not running on %s yet: no session is placed there until it is",
+                ", ".join(sorted(self.state.unguarded)) or "any node",
+            )
+        return self.state
+
+    def refresh(self) -> GuardState | None:
+        """``ensure`` when it is due; None when it is not. A manager that does not answer is logged,
+        not raised: the labels stay as they were, which places nothing on an unguarded node."""
+        if self._last is not None and self.clock() - self._last < self.every_s:
+            return None
+        try:
+            return self.ensure()
+        except docker.errors.DockerException as exc:
+            log.error("cannot refresh the host guard: %s", exc)
+            return None
