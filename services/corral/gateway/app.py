@@ -56,12 +56,22 @@ from corral.gateway.templates.resolver import TemplateResolver
 from corral.gateway.tickets import TicketSigner
 from corral.gateway.vitals import ControllerWatch
 from corral.gateway.volumes import VolumeLimits, Volumes
-from corral.runtime import SandboxRuntime, open_runtime
+from corral.runtime import SandboxRuntime, SwarmOptions, open_runtime
 
 
 def default_runtime(settings: GatewaySettings) -> SandboxRuntime:
     """The runtime a gateway uses when it is given none: the driver ``CORRAL_RUNTIME`` names."""
-    return open_runtime(settings.runtime, proxy_uid=settings.egress_uid)
+    return open_runtime(settings.runtime, proxy_uid=settings.egress_uid, swarm=swarm_options(settings))
+
+
+def swarm_options(settings: GatewaySettings) -> SwarmOptions:
+    """The swarm driver's options from ``CORRAL_SWARM_*`` (its controllers' secrets kept in the data dir)."""
+    return SwarmOptions(
+        gateway_container=settings.swarm_gateway_container,
+        constraints=tuple(c.strip() for c in settings.swarm_constraints.split(",") if c.strip()),
+        start_timeout_s=settings.swarm_start_timeout_s,
+        secrets_dir=settings.data_dir / "swarm-secrets",
+    )
 
 
 def create_app(

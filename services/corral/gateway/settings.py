@@ -54,11 +54,31 @@ class GatewaySettings(EnvironmentSettings, PreviewSettings, DownloadSettings):
     runtime: str = Field(
         default="docker",
         description=(
-            "Where sandboxes run: the runtime driver (`corral.runtime.open_runtime`); `docker` is the one there is, "
-            "any other value stops the gateway at start ([kubernetes.md](kubernetes.md))."
+            "Where sandboxes run: the runtime driver (`corral.runtime.open_runtime`): `docker` (one host) or `swarm` "
+            "(a Docker Swarm through its manager at `DOCKER_HOST`, [swarm.md](swarm.md)); any other value stops the "
+            "gateway at start ([kubernetes.md](kubernetes.md))."
         ),
     )
     image: str = Field(default="corral-desktop:latest", description="The sandboxes' image.")
+    swarm_gateway_container: str = Field(
+        default="",
+        description=(
+            "With `CORRAL_RUNTIME=swarm`: the container this gateway runs in, joined to each session's overlay "
+            "(empty: this process's host name, Docker's default for a container's)."
+        ),
+    )
+    swarm_constraints: str = Field(
+        default="",
+        description=(
+            "With `CORRAL_RUNTIME=swarm`: placement constraints for every sandbox and proxy, comma-separated "
+            "(`node.labels.corral==yes`)."
+        ),
+    )
+    swarm_start_timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="With `CORRAL_RUNTIME=swarm`: how long a task may take to be placed, pull its image and run.",
+    )
     network: str = Field(
         default="corral-sandboxes", description="The shared Docker network of sandboxes without egress control."
     )

@@ -108,6 +108,12 @@ def main() -> int:
     if spec is None or spec.origin is None:
         log.error("corral.proxy.load is not installed")
         return 2
+    seeds = os.environ.get("CORRAL_SEED_DIR", "")
+    if seeds:  # a proxy that shares no directory with its gateway (the swarm driver) starts from its seed
+        from corral.proxy.seed import plant
+
+        state = Path(os.environ.get("CORRAL_STATE_DIR", "/var/lib/corral-egress"))
+        log.info("state planted from %s: %s", seeds, ", ".join(plant(Path(seeds), state)) or "nothing")
     listen = address_in(network)
     argv = mitmdump_argv(os.environ, listen, spec.origin)
     env = write_tokens(os.environ)

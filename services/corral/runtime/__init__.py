@@ -1,8 +1,8 @@
 """Where and how sandboxes run. :class:`SandboxRuntime` is everything the control plane asks of a
 runtime: networks and their naming, sandboxes, each session's egress pair (sandbox and proxy), the
 host guard, the ownership of what it mounts, liveness. :func:`open_runtime` picks the driver named
-by ``CORRAL_RUNTIME``; :mod:`corral.runtime.docker` is the one there is, and the only module that
-talks to Docker. docs/kubernetes.md maps every operation onto Kubernetes objects."""
+by ``CORRAL_RUNTIME``: :mod:`corral.runtime.docker` (one host) or :mod:`corral.runtime.swarm` (a Docker
+Swarm), the only modules that talk to Docker. docs/kubernetes.md maps every operation onto Kubernetes objects."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from corral.runtime.types import (
     SandboxSpec,
     SessionNetwork,
     State,
+    SwarmOptions,
     VolumeMount,
     VolumeUsage,
 )
@@ -45,12 +46,13 @@ __all__ = [
     "SandboxSpec",
     "SessionNetwork",
     "State",
+    "SwarmOptions",
     "VolumeMount",
     "VolumeUsage",
     "open_runtime",
 ]
 
-DRIVERS = ("docker",)  # the values CORRAL_RUNTIME takes
+DRIVERS = ("docker", "swarm")  # the values CORRAL_RUNTIME takes
 
 
 class SandboxRuntime(Protocol):
@@ -242,12 +244,17 @@ class SandboxRuntime(Protocol):
         ...
 
 
-def open_runtime(driver: str, *, proxy_uid: int | None = None) -> SandboxRuntime:
-    """The runtime ``driver`` names (``CORRAL_RUNTIME``); ``proxy_uid`` is CORRAL_EGRESS_UID.
+def open_runtime(driver: str, *, proxy_uid: int | None = None, swarm: SwarmOptions | None = None) -> SandboxRuntime:
+    """The runtime ``driver`` names (``CORRAL_RUNTIME``); ``proxy_uid`` is CORRAL_EGRESS_UID, ``swarm``
+    the swarm driver's ``CORRAL_SWARM_*``.
 
     Raises SandboxError for a driver there is none of, or when its engine cannot be reached."""
     if driver == "docker":
         from corral.runtime.docker import DockerRuntime  # imported here: the docker SDK only when chosen
 
         return DockerRuntime(proxy_uid=proxy_uid)
+    if driver == "swarm":
+        from corral.runtime.swarm import SwarmRuntime
+
+        return SwarmRuntime(options=swarm)
     raise SandboxError(f"CORRAL_RUNTIME={driver!r}: no such runtime driver (there is {', '.join(DRIVERS)})")

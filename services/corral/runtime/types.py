@@ -188,3 +188,20 @@ class DirectoryEntry:
 
     link: str | None
     digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class SwarmOptions:
+    """What the swarm driver is told (``CORRAL_SWARM_*``, corral.gateway.settings)."""
+
+    # The container the gateway runs in: connected to each session's overlay (a process in a node's
+    # own namespace cannot reach overlay addresses). "": this process's host name, Docker's default
+    # for a container's (its short id).
+    gateway_container: str = ""
+    # Placement constraints every sandbox and proxy service gets (``node.labels.corral==yes``).
+    constraints: tuple[str, ...] = ()
+    # How long a task may take to be placed, pull its image and run.
+    start_timeout_s: float = 120.0
+    # Where the controllers' secrets are kept for a restarted gateway (0700; None: not kept, and a
+    # restarted gateway cannot drive the sandboxes it finds).
+    secrets_dir: Path | None = None

@@ -33,6 +33,7 @@ each child with nothing: ``agent`` and ``browser`` children through setpriv with
 
 from __future__ import annotations
 
+import ctypes
 import ipaddress
 import json
 import logging
@@ -41,6 +42,7 @@ import pwd
 import secrets
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -80,6 +82,14 @@ SETPRIV = "/usr/bin/setpriv"  # by its path too (as corral.sandbox.startup.init'
 SEEDED = ("/home/agent", "/workspace")
 SEED_TIMEOUT_S = 60
 DOWNLOADS = "/home/agent/Downloads"  # where the browser saves, and where file_list finds it
+# "1": the runtime gave the controller's secret as a file already at auth.SECRET_FILE (the swarm
+# driver's Swarm secret, the controller's uid's, 0400): no ``docker exec`` on another node reads a
+# secret boot makes, so boot makes none and checks the one it is given.
+SECRET_GIVEN = "CORRAL_SECRET_GIVEN"
+# tmpfs mounts -> (user) owner: a Swarm service's tmpfs takes a mode but no uid, so boot hands each
+# to its user itself (a no-op where the runtime mounted them owned already, as the docker driver does).
+TMPFS_OWNERS = {"/home/corral": USER, "/home/agent": AGENT_USER, "/workspace": AGENT_USER}
+PR_SET_NO_NEW_PRIVS = 38
 
 
 def proxy_address(value: str) -> tuple[str, int]:
@@ -273,7 +283,10 @@ def lock_down(env: Mapping[str, str], users: Users) -> None:
             # controller, but the agent's uid is not kept off its port. Corral's runtime always grants it.
             log.warning("no firewall for the agent's uid (%s); the controller's secret still guards it", exc)
     # Only once the firewall holds: a sandbox that cannot be locked down never has a usable secret.
-    write_secret(users, SECRET_DIR)
+    if env.get(SECRET_GIVEN) == "1":
+        given_secret(users, SECRET_DIR)
+    else:
+        write_secret(users, SECRET_DIR)
     log.info(auth.SECRET_WRITTEN)
     write_xauthority(users, XAUTH_DIR, display_number(env.get("DISPLAY", ":0")), socket.gethostname())
     private_dir(LAUNCHER_DIR, users.controller_uid, users.controller_gid)
@@ -354,6 +367,39 @@ def write_secret(users: Users, directory: Path) -> None:
     finally:
         os.close(fd)
     os.chown(directory, users.controller_uid, users.controller_gid)
+
+
+def given_secret(users: Users, directory: Path) -> None:
+    """The secret the runtime mounted checked (a regular file of ``corral``'s that no other uid can
+    read) and its directory made ``corral``'s alone, as :func:`write_secret` leaves it."""
+    path = directory / auth.SECRET_FILE.name
+    info = path.lstat()
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != users.controller_uid or info.st_mode & 0o077:
+        raise RuntimeError(f"the given controller secret {path} must be a file of uid {users.controller_uid}, 0400")
+    os.chown(directory, os.getuid(), os.getgid())
+    directory.chmod(0o700)
+    os.chown(directory, users.controller_uid, users.controller_gid)
+
+
+def own_tmpfs_mounts(owners: Mapping[str, str]) -> list[str]:
+    """Each mount point in ``owners`` handed to its user (and group) when it is a mount still root's;
+    returns what was handed over. Never follows a link: these are made before anything of the agent's runs."""
+    handed = []
+    for path, user in owners.items():
+        if not os.path.ismount(path) or os.lstat(path).st_uid != 0:
+            continue
+        entry = pwd.getpwnam(user)
+        os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
+        handed.append(path)
+    return handed
+
+
+def no_new_privileges() -> None:
+    """PR_SET_NO_NEW_PRIVS for boot and all it starts (inherited, never undone): what Docker's
+    ``no-new-privileges`` gives a container, which a Swarm service cannot ask for on Docker 20.10."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
 
 
 def display_number(display: str) -> int:
@@ -449,7 +495,9 @@ def main() -> int:
         log.error("the sandbox must start as root (it drops to its users itself): run it with --user root")
         return 3
     try:
+        no_new_privileges()
         users = Users.of_image()
+        own_tmpfs_mounts(TMPFS_OWNERS)
         lock_down(os.environ, users)
         seed_agent_dirs(users)
     except (RuntimeError, ValueError, OSError, KeyError) as exc:

@@ -210,3 +210,78 @@ def test_a_templates_seed_is_copied_as_the_agent_and_the_base_has_none(
         "/workspace/",
     ]
     assert (options["user"], options["group"], options["extra_groups"]) == (1100, 1100, [])  # never root
+
+
+def _users_of_this_process() -> boot.Users:
+    uid, gid = os.getuid(), os.getgid()
+    return boot.Users(uid, gid, "/", uid + 1, uid + 2, gid)
+
+
+def test_a_given_secret_is_kept_and_its_directory_made_the_controllers_alone(tmp_path: Path) -> None:
+    """The swarm driver's secret (a Swarm secret file of the controller's, 0400) is used as it is."""
+    directory = tmp_path / "controller"
+    directory.mkdir(mode=0o755)
+    secret = directory / auth.SECRET_FILE.name
+    secret.write_text("given\n")
+    secret.chmod(0o400)
+    boot.given_secret(_users_of_this_process(), directory)
+    assert secret.read_text() == "given\n"
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize("mode", [0o440, 0o404, 0o600 | 0o004])
+def test_a_given_secret_another_uid_could_read_is_refused(tmp_path: Path, mode: int) -> None:
+    directory = tmp_path / "controller"
+    directory.mkdir()
+    secret = directory / auth.SECRET_FILE.name
+    secret.write_text("given\n")
+    secret.chmod(mode)
+    with pytest.raises(RuntimeError, match="0400"):
+        boot.given_secret(_users_of_this_process(), directory)
+
+
+def test_a_missing_given_secret_stops_boot(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        boot.given_secret(_users_of_this_process(), tmp_path)
+
+
+def test_lock_down_takes_the_given_secret_instead_of_making_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[str] = []
+    monkeypatch.setattr(boot, "write_secret", lambda users, directory: made.append("made"))
+    monkeypatch.setattr(boot, "given_secret", lambda users, directory: made.append("given"))
+    monkeypatch.setattr(boot, "_apply", lambda command, rules: None)
+    for name in ("RUN_DIR", "CHROMIUM_POLICY", "CA_CERT", "XAUTH_DIR", "LAUNCHER_DIR", "BROWSER_LOCK"):
+        monkeypatch.setattr(boot, name, tmp_path / name.lower())
+    monkeypatch.setattr(boot, "BROWSER_HOME", tmp_path / "browser")
+    monkeypatch.setattr(boot, "X11_DIR", tmp_path / "x11")
+    monkeypatch.setattr(boot, "PRISTINE_BUNDLE", tmp_path / "none")
+    boot.lock_down({boot.SECRET_GIVEN: "1"}, _users_of_this_process())
+    boot.lock_down({}, _users_of_this_process())
+    assert made == ["given", "made"]
+
+
+def test_tmpfs_mounts_still_roots_are_handed_to_their_users(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Swarm tmpfs takes no uid: boot chowns the mount point; one owned already, or no mount, is left."""
+    chowned: list[tuple[str, int, int]] = []
+    owners = {"/m/agent": 0, "/m/corral": 1000, "/m/plain": 0}
+    monkeypatch.setattr(boot.os.path, "ismount", lambda path: path != "/m/plain")
+    monkeypatch.setattr(boot.os, "lstat", lambda path: os.stat_result((0o40755, 0, 0, 0, owners[path], 0, 0, 0, 0, 0)))
+    monkeypatch.setattr(boot.os, "chown", lambda path, uid, gid, follow_symlinks: chowned.append((path, uid, gid)))
+    entries = {"agent": (1100, 1100), "corral": (1000, 1000)}
+    monkeypatch.setattr(
+        boot.pwd, "getpwnam", lambda user: type("E", (), {"pw_uid": entries[user][0], "pw_gid": entries[user][1]})
+    )
+    handed = boot.own_tmpfs_mounts({"/m/agent": "agent", "/m/corral": "corral", "/m/plain": "agent"})
+    assert handed == ["/m/agent"] and chowned == [("/m/agent", 1100, 1100)]
+
+
+def test_no_new_privileges_holds_for_this_process_and_its_children() -> None:
+    """Run in a child (the flag is never undone): its status then says NoNewPrivs 1."""
+    import subprocess
+    import sys
+
+    code = "from corral.sandbox.startup import boot; boot.no_new_privileges(); print(open('/proc/self/status').read())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "NoNewPrivs:\t1" in done.stdout

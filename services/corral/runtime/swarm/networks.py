@@ -1,0 +1,163 @@
+"""Overlay networks: the shared ones (sandboxes without egress control, the proxies' way out) and each
+session's internal one from the pool of small subnets, the gateway's container joined to it at a
+fixed address (the one the sandbox's firewall lets in), and left when it goes."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import docker
+import docker.errors
+import docker.types
+
+from corral.errors import SandboxError
+from corral.runtime.docker.engine import NETWORK_ROLE, SANDBOX_LABEL, session_network_name
+from corral.runtime.swarm.engine import SwarmEngine, label_filters
+from corral.runtime.types import SESSION_LABEL, SessionNetwork
+
+log = logging.getLogger(__name__)
+
+OVERLAY = "overlay"
+
+
+def gateway_address(subnet: str) -> str:
+    """Where the gateway's container sits on a session's overlay: its last host address (Swarm hands
+    tasks the lowest free ones; .1 is the overlay's own bridge). The sandbox's firewall lets the
+    controller's port be reached from it alone."""
+    hosts = list(ipaddress.ip_network(subnet).hosts())
+    return str(hosts[-1])
+
+
+def session_network_of(attrs: Mapping[str, Any]) -> SessionNetwork:
+    config = ((attrs.get("IPAM") or {}).get("Config") or [{}])[0]
+    subnet = str(config.get("Subnet", ""))
+    return SessionNetwork(str(attrs["Name"]), subnet, gateway_address(subnet) if subnet else "")
+
+
+class SwarmNetworks(SwarmEngine):
+    """Overlays, and the gateway's container on each session's."""
+
+    def _overlay_exists(self, name: str) -> bool:
+        return any(network.get("Name") == name for network in self.client.api.networks(names=[name]))
+
+    def _ensure_overlay(self, name: str, internal: bool) -> None:
+        if self._overlay_exists(name):
+            return
+        try:
+            self.client.api.create_network(
+                name, driver=OVERLAY, attachable=True, internal=internal, labels={SANDBOX_LABEL: NETWORK_ROLE}
+            )
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:
+                raise SandboxError(f"swarm driver: cannot create overlay {name}: {exc.explanation or exc}") from None
+
+    def ensure_sandbox_network(self, name: str) -> bool:
+        """An attachable overlay for sandboxes without egress control, the gateway's container on it.
+        No host guard from here: on a swarm it is a global service (docs/swarm.md); False says so."""
+        self._ensure_overlay(name, internal=False)
+        self._join(name, None)
+        return False
+
+    def ensure_egress_network(self, name: str) -> bool:
+        """The attachable overlay proxies reach upstreams through (Swarm's gateway bridge NATs it out)."""
+        self._ensure_overlay(name, internal=False)
+        return False
+
+    def remove_stale_guards(self) -> list[str]:
+        return []  # no rules of the gateway's own on a swarm: the host guard is a global service
+
+    def _join(self, network: str, address: str | None) -> None:
+        """The gateway's container on ``network`` (at ``address``); nothing when it is there already."""
+        try:
+            self.client.api.connect_container_to_network(self.gateway_container, network, ipv4_address=address)
+        except docker.errors.APIError as exc:
+            text = str(exc.explanation or exc)
+            if "already exists" in text or "already attached" in text:
+                return
+            raise SandboxError(
+                f"swarm driver: cannot join the gateway's container {self.gateway_container} to {network}: {text}"
+            ) from None
+
+    def _leave(self, network: str) -> None:
+        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+            self.client.api.disconnect_container_from_network(self.gateway_container, network, force=True)
+
+    def _used_subnets(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+        used = []
+        for network in self.client.api.networks():
+            for config in (network.get("IPAM") or {}).get("Config") or []:
+                with contextlib.suppress(ValueError, TypeError):
+                    used.append(ipaddress.ip_network(config.get("Subnet", ""), strict=False))
+        return used
+
+    def create_session_network(
+        self, session_id: str, labels: Mapping[str, str], subnets: str = "10.213.0.0/16", prefix: int = 28
+    ) -> SessionNetwork:
+        """An internal attachable overlay (no route out) for one sandbox and its proxy, a /28 of
+        ``subnets``, with the gateway's container joined at :func:`gateway_address`."""
+        name = session_network_name(session_id)
+        used = self._used_subnets()
+        for candidate in ipaddress.ip_network(subnets).subnets(new_prefix=prefix):
+            if any(candidate.overlaps(other) for other in used):
+                continue
+            ipam = docker.types.IPAMConfig(
+                pool_configs=[docker.types.IPAMPool(subnet=str(candidate), gateway=str(candidate[1]))]
+            )
+            try:
+                created = self.client.api.create_network(
+                    name,
+                    driver=OVERLAY,
+                    internal=True,
+                    attachable=True,
+                    ipam=ipam,
+                    labels={SANDBOX_LABEL: NETWORK_ROLE, **labels, SESSION_LABEL: session_id},
+                )
+            except docker.errors.APIError as exc:
+                if "overlap" in str(exc.explanation or exc).lower():
+                    used.append(candidate)
+                    continue
+                raise SandboxError(f"swarm driver: cannot create overlay {name}: {exc.explanation or exc}") from None
+            network = SessionNetwork(name, str(candidate), gateway_address(str(candidate)))
+            try:
+                self._join(str(created["Id"]), network.gateway)
+            except SandboxError:
+                self._drop_network(str(created["Id"]))
+                raise
+            return network
+        raise SandboxError(f"no free /{prefix} left in the session network pool {subnets} (CORRAL_SESSION_SUBNETS)")
+
+    def session_networks(self, labels: Mapping[str, str]) -> list[SessionNetwork]:
+        wanted = {SANDBOX_LABEL: NETWORK_ROLE, **labels}
+        out = []
+        for attrs in self.client.api.networks(filters=label_filters(wanted)):
+            with contextlib.suppress(KeyError, IndexError, TypeError, ValueError):
+                if attrs.get("Driver") == OVERLAY:
+                    out.append(session_network_of(attrs))
+        return out
+
+    def remove_session_network(self, network: SessionNetwork) -> None:
+        self._drop_network(network.name)
+
+    def _drop_network(self, name: str) -> None:
+        """The gateway's container off it, then the overlay; nothing when it is gone already. A task
+        still shutting down holds its endpoint a moment: the removal is tried until it lets go."""
+        self._leave(name)
+        for _ in range(50):
+            try:
+                self.client.api.remove_network(name)
+                return
+            except docker.errors.NotFound:
+                return
+            except docker.errors.APIError as exc:
+                if "active endpoints" not in str(exc.explanation or exc):
+                    raise SandboxError(f"swarm driver: cannot remove {name}: {exc.explanation or exc}") from None
+            self._pause(0.2)
+        raise SandboxError(f"swarm driver: {name} still has endpoints after 10 s")
+
+    def _pause(self, seconds: float) -> None:
+        time.sleep(seconds)  # a wait on the swarm, never a unit test's: they replace this method

@@ -1,0 +1,267 @@
+"""The swarm driver's pure parts (task and node readings, service specs, addresses, the proxy's
+seed) and its behaviour against a narrow fake of the Docker API (what it leaves behind on a failure)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+import pytest
+
+from corral.contracts import auth
+from corral.errors import SandboxError
+from corral.proxy import seed
+from corral.runtime import NODE_LOST, ExitInfo, SandboxSpec, SessionNetwork, SwarmOptions
+from corral.runtime.swarm import SwarmRuntime
+from corral.runtime.swarm.engine import exit_of, newest_task, runtime_state, task_address
+from corral.runtime.swarm.networks import gateway_address
+from corral.runtime.swarm.sandboxes import sandbox_service
+
+
+def _task(
+    state: str, *, code: int | None = None, err: str = "", created: str = "2026-01-01", node: str = "n1"
+) -> dict[str, Any]:
+    status: dict[str, Any] = {"State": state, "Err": err}
+    if code is not None:
+        status["ContainerStatus"] = {"ExitCode": code}
+    return {"Status": status, "CreatedAt": created, "NodeID": node, "ID": f"t-{state}-{created}"}
+
+
+@pytest.mark.parametrize(
+    ("state", "expected"),
+    [
+        ("pending", "created"),
+        ("preparing", "created"),
+        ("running", "running"),
+        ("complete", "exited"),
+        ("shutdown", "exited"),
+        ("failed", "dead"),
+        ("rejected", "dead"),
+        ("orphaned", "dead"),
+    ],
+)
+def test_a_tasks_state_as_the_runtimes(state: str, expected: str) -> None:
+    assert runtime_state(_task(state), node_down=False) == expected
+
+
+def test_a_running_task_on_a_node_that_is_gone_is_dead_and_ended_by_node_lost() -> None:
+    task = _task("running")
+    assert runtime_state(task, node_down=True) == "dead"
+    assert exit_of(task, "crl-d-2", node_down=True) == ExitInfo(NODE_LOST, None, False, "crl-d-2")
+    assert exit_of(_task("orphaned"), "crl-d-3", node_down=False) == ExitInfo(NODE_LOST, None, False, "crl-d-3")
+
+
+def test_how_a_task_ended() -> None:
+    assert exit_of(_task("running"), "n", node_down=False) is None
+    assert exit_of(_task("complete", code=0), "n", node_down=False) == ExitInfo("exited", 0, False, "n")
+    assert exit_of(_task("failed", code=137, err="OOMKilled"), "n", False) == ExitInfo("dead", 137, True, "n")
+    assert exit_of(None, "", node_down=False) == ExitInfo("gone", None, False, "")
+    # An ended task's node going afterwards changes nothing: it ended as it did.
+    assert exit_of(_task("failed", code=3), "n", node_down=True) == ExitInfo("dead", 3, False, "n")
+
+
+def test_the_newest_task_is_the_services() -> None:
+    old, new = _task("failed", created="2026-01-01T00:00:01"), _task("running", created="2026-01-01T00:00:02")
+    assert newest_task([new, old]) is new and newest_task([]) is None
+
+
+def test_a_tasks_address_on_a_network() -> None:
+    task = {
+        "NetworksAttachments": [
+            {"Network": {"Spec": {"Name": "ingress"}}, "Addresses": ["10.0.0.5/24"]},
+            {"Network": {"Spec": {"Name": "corral-net-s1"}}, "Addresses": ["10.213.0.2/28"]},
+        ]
+    }
+    assert task_address(task, "corral-net-s1") == "10.213.0.2"
+    assert task_address(task, "other") == ""
+
+
+def test_the_gateway_sits_on_the_last_address_of_a_sessions_overlay() -> None:
+    assert gateway_address("10.213.0.16/28") == "10.213.0.30"
+
+
+SESSION = SessionNetwork("corral-net-s1", "10.213.0.0/28", "10.213.0.14")
+
+
+def test_a_sandbox_service_keeps_the_docker_drivers_hardening() -> None:
+    spec = SandboxSpec(image="reg:5000/corral-desktop:latest", session_network=SESSION, memory="2g", cpus=1.5, pids=512)
+    args = sandbox_service(spec, "corral-sandbox-x", [], ("node.role==worker",))
+    template = args["task_template"]
+    container = template["ContainerSpec"]
+    assert container["User"] == "root" and container["ReadOnly"] is True
+    assert container["CapabilityDrop"] == ["ALL"]
+    assert set(container["CapabilityAdd"]) == {
+        "CAP_SETUID",
+        "CAP_SETGID",
+        "CAP_SETPCAP",
+        "CAP_CHOWN",
+        "CAP_NET_ADMIN",
+        "CAP_NET_RAW",
+    }
+    assert container["Healthcheck"]["Test"] == ["NONE"]
+    env = dict(item.split("=", 1) for item in container["Env"])
+    assert env["CORRAL_SECRET_GIVEN"] == "1" and env["CORRAL_INNER_BOUNDARY"] == "required"
+    assert env["CORRAL_SESSION_GATEWAY"] == "10.213.0.14" and env["CORRAL_PROXY"] == "corral-proxy:8080"
+    assert template["RestartPolicy"]["Condition"] == "none"
+    assert template["Resources"]["Limits"] == {"NanoCPUs": 1_500_000_000, "MemoryBytes": 2 << 30, "Pids": 512}
+    assert template["Placement"]["Constraints"] == ["node.role==worker"]
+    assert [n["Target"] for n in template["Networks"]] == ["corral-net-s1"]
+    assert args["endpoint_spec"]["Mode"] == "dnsrr"
+    mounts = {m["Target"]: m for m in container["Mounts"]}
+    agent = mounts["/home/agent"]["VolumeOptions"]["DriverConfig"]["Options"]["o"]
+    assert "uid=1100" in agent and "exec" in agent.split(",") and "nosuid" in agent
+    assert "noexec" in mounts["/run"]["VolumeOptions"]["DriverConfig"]["Options"]["o"]
+    assert mounts["/dev/shm"]["Type"] == "tmpfs" and mounts["/dev/shm"]["TmpfsOptions"]["SizeBytes"] == 256 << 20
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (SandboxSpec(), "needs a network"),
+        (SandboxSpec(network="n", workspace_mount="/mnt/v"), "workspace volumes"),
+        (SandboxSpec(network="n", runtime="runsc"), "OCI runtime"),
+    ],
+)
+def test_what_a_swarm_cannot_give_a_sandbox_is_refused_by_name(spec: SandboxSpec, message: str) -> None:
+    with pytest.raises(SandboxError, match=message):
+        sandbox_service(spec, "s", [], ())
+
+
+def test_the_seed_holds_the_files_a_proxy_starts_from_and_plants_them_once(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    (state / "ca").mkdir(parents=True)
+    (state / "ca" / "mitmproxy-ca.pem").write_bytes(b"KEY")
+    (state / "policy.json").write_bytes(b"{}")
+    (state / "audit.jsonl").write_bytes(b"not seeded")
+    entries = seed.seed_entries(state)
+    assert entries == {"ca-key-and-cert.pem": b"KEY", "policy.json": b"{}"}
+    given = tmp_path / "given"
+    given.mkdir()
+    for name, data in entries.items():
+        (given / name).write_bytes(data)
+    planted = tmp_path / "proxy"
+    assert seed.plant(given, planted) == ["ca/mitmproxy-ca.pem", "policy.json"]
+    assert (planted / "ca" / "mitmproxy-ca.pem").read_bytes() == b"KEY"
+    assert (planted / "policy.json").stat().st_mode & 0o777 == 0o600
+    assert seed.plant(given, planted) == []  # a state there already is the proxy's own
+
+
+def test_a_seed_file_past_a_secrets_size_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "replay.mitm").write_bytes(b"x" * (seed.MAX_ENTRY_BYTES + 1))
+    with pytest.raises(seed.SeedTooLarge, match=r"replay\.mitm"):
+        seed.seed_entries(tmp_path)
+
+
+class FakeApi:
+    """The few Docker API calls of a sandbox's start, recording what was made and removed."""
+
+    def __init__(self, *, refuse_service: bool = False, task: dict[str, Any] | None = None) -> None:
+        self.refuse_service, self.task = refuse_service, task
+        self.made: dict[str, dict[str, Any]] = {}
+        self.services: dict[str, dict[str, Any]] = {}
+
+    def info(self) -> dict[str, Any]:
+        return {"Swarm": {"LocalNodeState": "active", "ControlAvailable": True}}
+
+    def create_secret(self, name: str, data: bytes, labels: dict[str, str]) -> dict[str, str]:
+        self.made[name] = {"ID": name, "Spec": {"Name": name, "Labels": labels}, "data": data}
+        return {"ID": name}
+
+    def secrets(self, filters: dict[str, list[str]]) -> list[dict[str, Any]]:
+        wanted = dict(f.split("=", 1) for f in filters["label"])
+        return [s for s in self.made.values() if all(s["Spec"]["Labels"].get(k) == v for k, v in wanted.items())]
+
+    def remove_secret(self, ident: str) -> None:
+        del self.made[ident]
+
+    def create_service(self, task_template: Any, name: str, **_: Any) -> dict[str, str]:
+        if self.refuse_service:
+            raise docker.errors.APIError("refused", explanation="no such network")
+        self.services[name] = {"ID": name, "Spec": {"Name": name}, "template": task_template}
+        return {"ID": name}
+
+    def inspect_service(self, ident: str) -> dict[str, Any]:
+        if ident not in self.services:
+            raise docker.errors.NotFound("gone")
+        return self.services[ident]
+
+    def remove_service(self, ident: str) -> None:
+        self.services.pop(ident, None)
+
+    def tasks(self, filters: dict[str, Any]) -> list[dict[str, Any]]:
+        return [self.task] if self.task is not None else []
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return [{"ID": "n1", "Description": {"Hostname": "crl-d-2"}, "Status": {"State": "ready"}}]
+
+
+class FakeClient:
+    def __init__(self, api: FakeApi) -> None:
+        self.api = api
+
+    def info(self) -> dict[str, Any]:
+        return self.api.info()
+
+
+def _runtime(api: FakeApi, tmp_path: Path) -> SwarmRuntime:
+    options = SwarmOptions(gateway_container="gw", start_timeout_s=5, secrets_dir=tmp_path / "kept")
+    return SwarmRuntime(client=FakeClient(api), options=options)  # type: ignore[arg-type]
+
+
+def test_a_sandbox_starts_with_its_secret_given_to_the_controller_and_kept_for_a_restart(tmp_path: Path) -> None:
+    running = _task("running") | {
+        "NetworksAttachments": [{"Network": {"Spec": {"Name": SESSION.name}}, "Addresses": ["10.213.0.2/28"]}]
+    }
+    api = FakeApi(task=running)
+    address = _runtime(api, tmp_path).start_sandbox(SandboxSpec(name="sbx", session_network=SESSION))
+    assert (address.host, address.port, address.node) == ("10.213.0.2", 8765, "crl-d-2")
+    [given] = api.made.values()
+    assert given["data"] == address.secret.encode() + b"\n"
+    [ref] = api.services["sbx"]["template"]["ContainerSpec"]["Secrets"]
+    assert ref["File"] == {"Name": str(auth.SECRET_FILE), "UID": "1000", "GID": "1000", "Mode": 0o400}
+    assert (tmp_path / "kept" / "sbx").read_text() == address.secret
+    _runtime(api, tmp_path).remove("sbx")
+    assert api.services == {} and api.made == {} and not (tmp_path / "kept" / "sbx").exists()
+
+
+@pytest.mark.parametrize(
+    ("api", "message"),
+    [
+        (FakeApi(refuse_service=True), "no such network"),
+        (FakeApi(task=_task("rejected", err="No such image: reg:5000/corral-desktop:latest")), "No such image"),
+    ],
+)
+def test_a_sandbox_that_cannot_start_leaves_no_service_and_no_secret(
+    api: FakeApi, message: str, tmp_path: Path
+) -> None:
+    with pytest.raises(SandboxError, match=message):
+        _runtime(api, tmp_path).start_sandbox(SandboxSpec(name="sbx", session_network=SESSION))
+    assert api.services == {} and api.made == {}
+
+
+def test_a_node_that_leaves_during_a_start_is_named_and_nothing_is_left(tmp_path: Path) -> None:
+    api = FakeApi(task=_task("starting", node="n-gone"))
+    with pytest.raises(SandboxError, match="node n-gone left while sandbox sbx was starting"):
+        _runtime(api, tmp_path).start_sandbox(SandboxSpec(name="sbx", session_network=SESSION))
+    assert api.services == {} and api.made == {}
+
+
+def test_an_engine_that_is_no_swarm_manager_is_refused(tmp_path: Path) -> None:
+    api = FakeApi()
+    api.info = lambda: {"Swarm": {"LocalNodeState": "inactive"}}  # type: ignore[method-assign]
+    with pytest.raises(SandboxError, match="no swarm manager"):
+        _runtime(api, tmp_path)
+
+
+def test_single_host_operations_are_refused_naming_the_driver(tmp_path: Path) -> None:
+    runtime = _runtime(FakeApi(), tmp_path)
+    with pytest.raises(
+        SandboxError, match=r"a browser state's export: not on the swarm driver \(CORRAL_RUNTIME=swarm\)"
+    ):
+        runtime.export_browser_state("x", 1)
+    with pytest.raises(SandboxError, match="workspace volumes: not on the swarm driver"):
+        runtime.make_volume(tmp_path / "v.img", 10)
+    with pytest.raises(SandboxError, match="template builds: not on the swarm driver"):
+        runtime.build_image(b"", "t", {}, print, "", "n")
+    assert runtime.attached_volumes(tmp_path) == []
