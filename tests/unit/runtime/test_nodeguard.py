@@ -9,12 +9,15 @@ import shlex
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from corral.runtime import nodeguard
+from corral.runtime import SandboxSpec, SwarmOptions, nodeguard
 from corral.runtime.nodeguard import COMMENT, Guard, Rule, blocked_networks, parse_rules, plan
-from corral.runtime.swarm import guardservice
+from corral.runtime.swarm import SwarmRuntime, guardservice
+
+from . import test_swarm as swarm_fakes  # the driver's narrow fake of the Docker API
 
 # What `iptables -S DOCKER-USER` prints on a node (Docker's own return, someone else's rule, ours).
 NOT_A_REPLY = "-m conntrack ! --ctstate RELATED,ESTABLISHED"
@@ -240,3 +243,41 @@ def test_the_keeper_refreshes_at_most_every_interval_and_survives_a_silent_manag
     now[0] += 31
     assert keeper.refresh() is None  # the manager did not answer: logged, labels left as they were
     assert keeper.state.everywhere and len(calls) == 3
+
+
+# The swarm driver with a guard: sessions only on guarded nodes, and the health's host_guard from it.
+
+
+def _guarded_runtime(api: Any, monkeypatch: pytest.MonkeyPatch, state: guardservice.GuardState) -> SwarmRuntime:
+    monkeypatch.setattr(guardservice, "ensure", lambda client, image, registry, labels: state)
+    options = SwarmOptions(gateway_container="gw", start_timeout_s=5, guard_image="reg.test:5000/corral-desktop:x")
+    return SwarmRuntime(client=swarm_fakes.FakeClient(api), options=options)  # type: ignore[arg-type]
+
+
+def test_a_swarm_runtime_with_a_guard_places_sandboxes_on_guarded_nodes_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    running = swarm_fakes._task("running") | {
+        "NetworksAttachments": [
+            {"Network": {"Spec": {"Name": swarm_fakes.SESSION.name}}, "Addresses": ["10.213.0.2/28"]}
+        ]
+    }
+    api = swarm_fakes.FakeApi(task=running)
+    runtime = _guarded_runtime(api, monkeypatch, guardservice.GuardState(frozenset({"crl-d-2"}), frozenset()))
+    runtime.start_sandbox(SandboxSpec(name="sbx", session_network=swarm_fakes.SESSION))
+    assert guardservice.PLACEMENT in api.services["sbx"]["template"]["Placement"]["Constraints"]
+
+
+def test_the_host_guard_is_reported_only_when_it_runs_on_every_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    half = guardservice.GuardState(frozenset({"crl-d-1"}), frozenset({"crl-d-2"}))
+    assert not _guarded_runtime(swarm_fakes.FakeApi(), monkeypatch, half).guard_everywhere()
+    whole = guardservice.GuardState(frozenset({"crl-d-1", "crl-d-2"}), frozenset())
+    assert _guarded_runtime(swarm_fakes.FakeApi(), monkeypatch, whole).guard_everywhere()
+
+    def silent(client: object, image: str, registry: str | None, labels: object) -> guardservice.GuardState:
+        raise guardservice.docker.errors.APIError("no such image")
+
+    monkeypatch.setattr(guardservice, "ensure", silent)
+    options = SwarmOptions(guard_image="reg.test:5000/corral-desktop:x")
+    runtime = SwarmRuntime(client=swarm_fakes.FakeClient(swarm_fakes.FakeApi()), options=options)  # type: ignore[arg-type]
+    assert runtime.guard_everywhere() is False  # logged; nothing is placed until it runs
