@@ -250,6 +250,7 @@ def test_the_keeper_refreshes_at_most_every_interval_and_survives_a_silent_manag
 
 def _guarded_runtime(api: Any, monkeypatch: pytest.MonkeyPatch, state: guardservice.GuardState) -> SwarmRuntime:
     monkeypatch.setattr(guardservice, "ensure", lambda client, image, registry, labels: state)
+    monkeypatch.setattr(guardservice, "SETTLE_S", 0.0)  # no waiting for a guard that is not everywhere
     options = SwarmOptions(gateway_container="gw", start_timeout_s=5, guard_image="reg.test:5000/corral-desktop:x")
     return SwarmRuntime(client=swarm_fakes.FakeClient(api), options=options)  # type: ignore[arg-type]
 
@@ -278,6 +279,26 @@ def test_the_host_guard_is_reported_only_when_it_runs_on_every_node(monkeypatch:
         raise guardservice.docker.errors.APIError("no such image")
 
     monkeypatch.setattr(guardservice, "ensure", silent)
+    monkeypatch.setattr(guardservice, "SETTLE_S", 0.0)
     options = SwarmOptions(guard_image="reg.test:5000/corral-desktop:x")
     runtime = SwarmRuntime(client=swarm_fakes.FakeClient(swarm_fakes.FakeApi()), options=options)  # type: ignore[arg-type]
     assert runtime.guard_everywhere() is False  # logged; nothing is placed until it runs
+
+
+def test_a_starting_runtime_waits_a_bounded_time_for_the_guard_on_every_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [0.0]
+    states = [
+        guardservice.GuardState(frozenset(), frozenset({"n1", "n2"})),
+        guardservice.GuardState(frozenset({"n1"}), frozenset({"n2"})),
+        guardservice.GuardState(frozenset({"n1", "n2"}), frozenset()),
+    ]
+    monkeypatch.setattr(guardservice, "ensure", lambda *args: states.pop(0) if len(states) > 1 else states[0])
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    keeper = guardservice.GuardKeeper(object(), "x", clock=lambda: now[0], sleep=sleep)  # type: ignore[arg-type]
+    assert keeper.settle(limit_s=60).everywhere and now[0] == 2.0
+    stuck = guardservice.GuardState(frozenset({"n1"}), frozenset({"n2"}))
+    monkeypatch.setattr(guardservice, "ensure", lambda *args: stuck)
+    assert not keeper.settle(limit_s=5).everywhere and now[0] == 7.0  # gave up after its bound

@@ -126,7 +126,7 @@ class SwarmEngine:
         if self.guard is None:
             return False
         try:
-            return self.guard.ensure().everywhere
+            return self.guard.settle().everywhere
         except docker.errors.DockerException as exc:
             log.error("swarm driver: cannot start the host guard (%s): no session is placed until it runs", exc)
             return False

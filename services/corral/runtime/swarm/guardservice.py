@@ -38,6 +38,9 @@ ROLE_LABEL = "corral.role"
 _SECOND_NS = 1_000_000_000
 # How often a runtime looks again (a node joined or left: the list every guard drops changes).
 REFRESH_S = 30.0
+# How long a starting gateway waits for the guard on every node (made or updated: each task's first
+# pass and health check, one node after another), before it reports the guard as not everywhere.
+SETTLE_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -198,15 +201,26 @@ class GuardKeeper:
         labels: Mapping[str, str] | None = None,
         every_s: float = REFRESH_S,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.client, self.image, self.registry, self.labels = client, image, registry, dict(labels or {})
-        self.every_s, self.clock = every_s, clock
+        self.every_s, self.clock, self.sleep = every_s, clock, sleep
         self.state = GuardState(frozenset(), frozenset())
         self._last: float | None = None
 
     def ensure(self) -> GuardState:
         self._last = self.clock()
         self.state = ensure(self.client, self.image, self.registry, self.labels)
+        return self.state
+
+    def settle(self, limit_s: float | None = None) -> GuardState:
+        """``ensure``, then again each second until the guard runs on every ready node or
+        ``limit_s`` passed (a fresh or updated guard takes a few seconds per node)."""
+        deadline = self.clock() + (SETTLE_S if limit_s is None else limit_s)
+        self.ensure()
+        while not self.state.everywhere and self.clock() < deadline:
+            self.sleep(1.0)
+            self.ensure()
         if not self.state.everywhere:
             log.warning(
                 "the host guard is not running on %s yet: no session is placed there until it is",
