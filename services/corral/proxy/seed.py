@@ -9,8 +9,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from corral.proxy.ca import CERT_ONLY, KEY_AND_CERT
 from corral.proxy.control import POLICY_FILE, REPLAY_FILE
+
+# corral.proxy.ca's file names, spelt here: the egress image carries no ca module (the gateway makes the CA).
+KEY_AND_CERT = "mitmproxy-ca.pem"
+CERT_ONLY = "mitmproxy-ca-cert.pem"
 
 # Relative path in the state directory -> the flat name it travels under (a Swarm secret's name
 # allows no slash). Only these: nothing else of the state directory is a proxy's to start from.

@@ -50,7 +50,9 @@ def test_the_gateway_imports_no_driver() -> None:
 
 
 def test_an_unknown_driver_is_refused_by_name() -> None:
-    with pytest.raises(SandboxError, match=r"CORRAL_RUNTIME='kubernetes': no such runtime driver \(there is docker, swarm\)"):
+    with pytest.raises(
+        SandboxError, match=r"CORRAL_RUNTIME='kubernetes': no such runtime driver \(there is docker, swarm\)"
+    ):
         open_runtime("kubernetes")
     assert DRIVERS == ("docker", "swarm")
 

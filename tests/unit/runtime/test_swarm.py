@@ -265,3 +265,57 @@ def test_single_host_operations_are_refused_naming_the_driver(tmp_path: Path) ->
     with pytest.raises(SandboxError, match="template builds: not on the swarm driver"):
         runtime.build_image(b"", "t", {}, print, "", "n")
     assert runtime.attached_volumes(tmp_path) == []
+
+
+def test_the_seed_names_the_cas_files_as_the_gateway_writes_them() -> None:
+    from corral.proxy import ca
+
+    assert (seed.KEY_AND_CERT, seed.CERT_ONLY) == (ca.KEY_AND_CERT, ca.CERT_ONLY)
+
+
+class NetworkApi(FakeApi):
+    """The network calls: what was made, joined, left and removed, in order."""
+
+    def __init__(self, *, taken: list[str] | None = None, busy: int = 0) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, ...]] = []
+        self.taken = [{"IPAM": {"Config": [{"Subnet": subnet}]}} for subnet in taken or []]
+        self.busy = busy  # removals refused as "in use by task" before one succeeds
+
+    def networks(self, names: list[str] | None = None, filters: Any = None) -> list[dict[str, Any]]:
+        return self.taken
+
+    def create_network(self, name: str, **options: Any) -> dict[str, str]:
+        assert options["driver"] == "overlay" and options["internal"] and options["attachable"]
+        self.calls.append(("create", name, options["ipam"]["Config"][0]["Subnet"]))
+        return {"Id": f"id-{name}"}
+
+    def connect_container_to_network(self, container: str, network: str, ipv4_address: str | None = None) -> None:
+        self.calls.append(("join", container, network, str(ipv4_address)))
+
+    def disconnect_container_from_network(self, container: str, network: str, force: bool = False) -> None:
+        self.calls.append(("leave", container, network))
+
+    def remove_network(self, name: str) -> None:
+        if self.busy:
+            self.busy -= 1
+            raise docker.errors.APIError("busy", explanation=f"network {name} is in use by task t1")
+        self.calls.append(("remove", name))
+
+
+def test_a_sessions_overlay_takes_a_free_subnet_and_the_gateway_joins_it_at_its_last_address(tmp_path: Path) -> None:
+    api = NetworkApi(taken=["10.213.0.0/28"])
+    network = _runtime(api, tmp_path).create_session_network("s1", {"corral.gateway": "g"}, "10.213.0.0/24")
+    assert network == SessionNetwork("corral-net-s1", "10.213.0.16/28", "10.213.0.30")
+    assert api.calls == [
+        ("create", "corral-net-s1", "10.213.0.16/28"),
+        ("join", "gw", "id-corral-net-s1", "10.213.0.30"),
+    ]
+
+
+def test_the_gateway_leaves_an_overlay_before_it_goes_and_a_task_still_on_it_is_waited_for(tmp_path: Path) -> None:
+    api = NetworkApi(busy=2)
+    runtime = _runtime(api, tmp_path)
+    runtime._pause = lambda seconds: None  # type: ignore[method-assign]
+    runtime.remove_session_network(SessionNetwork("corral-net-s1", "10.213.0.0/28", "10.213.0.14"))
+    assert api.calls == [("leave", "gw", "corral-net-s1"), ("remove", "corral-net-s1")]

@@ -72,8 +72,9 @@ def proxy_service(
     template = docker.types.TaskTemplate(
         container,
         resources=resources,
-        # A crashed proxy comes back (the docker driver's on-failure); its state starts again from the seed.
-        restart_policy=docker.types.RestartPolicy(condition="on-failure", delay=500_000_000, max_attempts=5),
+        # None, as the design asks of both halves: a task Swarm restarted by itself would come back at a
+        # new address the gateway does not know; the gateway's watchdog restarts it (restart_proxy).
+        restart_policy=docker.types.RestartPolicy(condition="none"),
         placement=docker.types.Placement(constraints=list(constraints)) if constraints else None,
         log_driver=LOG_DRIVER,
         networks=networks,
