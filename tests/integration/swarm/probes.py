@@ -10,13 +10,11 @@ refuses was reached.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 
 import docker
 from docker.types import EndpointSpec, Healthcheck, RestartPolicy, ServiceMode
@@ -46,18 +44,6 @@ async def main():
     print("PROBE " + json.dumps(dict(zip(targets, results))), flush=True)
 asyncio.run(main())
 """
-
-
-def swarm_dir() -> Path:
-    return Path(os.environ.get("CORRAL_SWARM_DIR", "/var/lib/corral-swarm"))
-
-
-def swarm_net() -> str:
-    return os.environ.get("CORRAL_SWARM_NET", "10.231.0")
-
-
-def manager() -> docker.DockerClient:
-    return docker.DockerClient(base_url=f"unix://{swarm_dir() / '1' / 'docker.sock'}", timeout=60)
 
 
 def suffix() -> str:
@@ -97,7 +83,7 @@ def probe(
         image,
         command=["python", "-I", "-c", PROBE],
         args=[str(PROBE_S), *targets],
-        name=f"crl-b-probe-{suffix()}",
+        name=f"crl-guard-probe-{suffix()}",
         networks=[network],
         user=user,
         constraints=[f"node.hostname=={node}"],
@@ -120,7 +106,7 @@ def probe(
 @contextmanager
 def listener(client: docker.DockerClient, image: str, network: str, port: int) -> Iterator[str]:
     """A plain TCP listener on ``network`` (the control a probe must reach): its service name."""
-    name = f"crl-b-listen-{suffix()}"
+    name = f"crl-guard-listen-{suffix()}"
     service = client.services.create(
         image,
         command=["python", "-I", "-m", "http.server", str(port), "--bind", "0.0.0.0"],
@@ -177,3 +163,29 @@ def bridge_address(namespace: str, interface: str = "docker_gwbridge") -> str | 
     )
     words = shown.stdout.split()
     return words[words.index("inet") + 1].split("/")[0] if "inet" in words else None
+
+
+def labels_of(client: docker.DockerClient, node: str) -> dict[str, str]:
+    [found] = [n for n in client.nodes.list() if n.attrs["Description"]["Hostname"] == node]
+    return dict(found.attrs["Spec"].get("Labels") or {})
+
+
+def remove_guard(client: docker.DockerClient, image: str, node: str) -> None:
+    """``nodeguard --remove`` on ``node`` (its own namespace, as the guard runs): its rules gone."""
+    service = client.services.create(
+        image,
+        command=["python", "-P", "-m", "corral.runtime.nodeguard", "--remove"],
+        name=f"crl-guard-remove-{suffix()}",
+        networks=["host"],
+        user="root",
+        cap_add=["CAP_NET_ADMIN", "CAP_NET_RAW"],
+        constraints=[f"node.hostname=={node}"],
+        restart_policy=RestartPolicy(condition="none"),
+        healthcheck=Healthcheck(test=["NONE"]),
+        labels={"corral.test": "remove-guard"},
+    )
+    try:
+        status = _wait_done(client, service.id, 120)
+        assert status["State"] == "complete", status
+    finally:
+        service.remove()

@@ -163,10 +163,10 @@ def _set_label(node: Node, on: bool) -> None:
     node.update(spec)
 
 
-def mark_nodes(client: docker.DockerClient, service: Service) -> GuardState:
+def mark_nodes(client: docker.DockerClient, service: Service | None) -> GuardState:
     """Label each ready node by whether its guard task runs (a node without one takes no session)
-    and say where the guard is in force."""
-    running = _running_nodes(service)
+    and say where the guard is in force; without the service (removed by hand) no node is guarded."""
+    running = _running_nodes(service) if service is not None else set()
     guarded: set[str] = set()
     unguarded: set[str] = set()
     for node in client.nodes.list():
@@ -177,6 +177,15 @@ def mark_nodes(client: docker.DockerClient, service: Service) -> GuardState:
         _set_label(node, on)
         (guarded if on else unguarded).add(name)
     return GuardState(frozenset(guarded), frozenset(unguarded))
+
+
+def relabel(client: docker.DockerClient) -> GuardState:
+    """The nodes labelled by the guard tasks running now (none when the service was removed by hand)."""
+    try:
+        service: Service | None = client.services.get(SERVICE)
+    except docker.errors.NotFound:
+        service = None
+    return mark_nodes(client, service)
 
 
 def ensure(
