@@ -189,3 +189,16 @@ def remove_guard(client: docker.DockerClient, image: str, node: str) -> None:
         assert status["State"] == "complete", status
     finally:
         service.remove()
+
+
+def wait_no_task_of(service_name: str, node_socket: str, limit_s: float = 60) -> None:
+    """Until no container of ``service_name`` runs on the node behind ``node_socket`` (a removed
+    service's task stops a moment after the service is gone)."""
+    engine = docker.DockerClient(base_url=f"unix://{node_socket}", timeout=30)
+    try:
+        deadline = time.monotonic() + limit_s
+        while engine.containers.list(filters={"label": f"com.docker.swarm.service.name={service_name}"}):
+            assert time.monotonic() < deadline, f"{service_name} still runs behind {node_socket}"
+            time.sleep(0.5)
+    finally:
+        engine.close()

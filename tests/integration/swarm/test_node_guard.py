@@ -88,6 +88,7 @@ def guarded(client: docker.DockerClient, image: str) -> guardservice.GuardState:
 
 
 def test_a_node_without_its_guard_is_open_to_a_proxy_and_takes_no_session(
+    swarm: Swarm,
     client: docker.DockerClient,
     image: str,
     net: str,
@@ -101,6 +102,8 @@ def test_a_node_without_its_guard_is_open_to_a_proxy_and_takes_no_session(
     worker = nodes[-1]
     client.services.get(guardservice.SERVICE).remove()
     try:
+        node_socket = Path(swarm.env["CORRAL_SWARM_DIR"]) / worker.rsplit("-", 1)[1] / "docker.sock"
+        probes.wait_no_task_of(guardservice.SERVICE, str(node_socket))  # else it syncs its rules back
         probes.remove_guard(client, image, worker)
         state = guardservice.relabel(client)
         assert worker in state.unguarded and guardservice.NODE_LABEL not in probes.labels_of(client, worker)
