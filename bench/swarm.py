@@ -69,16 +69,20 @@ def interleaved(
     return ones, swarms
 
 
-def spread(http: httpx.Client, count: int) -> dict[str, int]:
-    """``count`` sessions at once, then the node each reports; all deleted afterwards."""
+def spread(http: httpx.Client, count: int) -> dict[str, Any]:
+    """Up to ``count`` sessions at once, then the node each reports (and the gateway's answer to the
+    first it refused, if it did); all deleted afterwards."""
     created: list[dict[str, Any]] = []
+    refused = ""
     try:
         for _ in range(count):
             answer = http.post("/v1/sessions", json={})
-            answer.raise_for_status()
+            if answer.status_code != 201 and answer.status_code != 200:
+                refused = f"{answer.status_code} {answer.text[:300]}"
+                break
             created.append(answer.json())
         nodes = [str(http.get(f"/v1/sessions/{item['id']}").json().get("node") or "?") for item in created]
-        return dict(Counter(nodes))
+        return {"nodes": dict(Counter(nodes)), "sessions": len(created), "refused": refused}
     finally:
         for item in created:
             http.delete(f"/v1/sessions/{item['id']}")
@@ -150,8 +154,10 @@ def main() -> int:
                 "single_host": [round(v, 1) for v in one],
                 "swarm": [round(v, 1) for v in many],
             }
+        print(json.dumps(result), flush=True)  # what is measured so far, should a later part fail
         if args.spread:
             result["sessions_per_node"] = spread(swarm, args.spread)
+            print(json.dumps(result["sessions_per_node"]), flush=True)
         if args.lost:
             result["lost_node"] = lost_node(
                 swarm, os.environ.get("CORRAL_SWARM_NAME", "corral-swarm"), os.environ.get("CORRAL_SWARM_VETH", "crlsw")
