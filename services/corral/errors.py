@@ -106,6 +106,7 @@ class ErrorCode(StrEnum):
     SANDBOX_UNREACHABLE = "sandbox_unreachable"
     CONTROLLER_UNPROVEN = "controller_unproven"
     EGRESS_UNAVAILABLE = "egress_unavailable"
+    NOT_ON_THIS_RUNTIME = "not_on_this_runtime"  # an operation the runtime driver does not offer (swarm: volumes, ...)
     AUDIT_LOG_UNREADABLE = "audit_log_unreadable"
     AUDIT_ANCHORS_INVALID = "audit_anchors_invalid"
     IMAGE_BUILD_FAILED = "image_build_failed"
@@ -378,6 +379,10 @@ class ControlError(RemoteError):
 # -- what a pure parser refuses (a ValueError too, for callers that only know that) ------------------------
 
 
+class SeedTooLarge(CorralError, ValueError):
+    """A proxy's seed file (corral.proxy.seed) larger than an entry may be (a Swarm secret's 500 KiB)."""
+
+
 class UnknownKeyError(CorralError, ValueError):
     """A key name that is no keysym, alias or single character (corral.protocol.keys)."""
 
@@ -637,6 +642,11 @@ class SandboxStartFailed(SandboxError, code=ErrorCode.SANDBOX_START_FAILED):
 class UnprovenController(SandboxError, code=ErrorCode.CONTROLLER_UNPROVEN):
     """What answered on a sandbox's controller port could not prove the controller's per-boot secret:
     not one byte of its answer is believed (an impostor bound to the port, or a controller of another boot)."""
+
+
+class NotOnThisRuntime(SandboxError, code=ErrorCode.NOT_ON_THIS_RUNTIME):
+    """An operation the runtime driver does not offer (the swarm driver: workspace volumes, template
+    builds, a browser state's export and import, pause); the message names the driver."""
 
 
 class SandboxUnreachable(SandboxError, code=ErrorCode.SANDBOX_UNREACHABLE):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from corral.errors import SeedTooLarge
 from corral.proxy.control import POLICY_FILE, REPLAY_FILE
 
 # corral.proxy.ca's file names, spelt here: the egress image carries no ca module (the gateway makes the CA).
@@ -26,10 +27,6 @@ SEEDED: dict[str, str] = {
 }
 # A Swarm secret holds at most 500 KiB.
 MAX_ENTRY_BYTES = 500 * 1024
-
-
-class SeedTooLarge(ValueError):
-    """A state file larger than an entry may be."""
 
 
 def seed_entries(state_dir: Path) -> dict[str, bytes]:

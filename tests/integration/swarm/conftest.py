@@ -3,7 +3,10 @@ prefix), the images pushed to its registry and pulled on every node, a fake upst
 the egress overlay, and the gateway as a container on the manager (CORRAL_RUNTIME=swarm) reached at
 127.0.0.1 through the swarm's relay. Up once per run, down at the end (nothing of it left).
 
-``CORRAL_SWARM_KEEP=1`` leaves a swarm that is up as it is (a developer's, reused; not taken down)."""
+They run only with ``CORRAL_SWARM_TESTS=1``, in one process (``-p no:xdist``): one swarm per run,
+not one per worker, and the rest of the integration suite does not wait minutes for it (scripts/test
+runs them as a step of their own). ``CORRAL_SWARM_KEEP=1`` leaves a swarm that is up as it is (a
+developer's, reused; not taken down)."""
 
 from __future__ import annotations
 
@@ -27,6 +30,17 @@ ROOT = Path(__file__).resolve().parents[3]
 SWARM = ROOT / "scripts" / "swarm"
 EGRESS_NETWORK = "corral-egress"  # the gateway's default: its proxies' way out
 UPSTREAM = "corral-swarm-upstream"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("CORRAL_SWARM_TESTS") == "1":
+        return
+    skip = pytest.mark.skip(
+        reason="the swarm tests run with CORRAL_SWARM_TESTS=1 (a swarm of their own, minutes to start)"
+    )
+    for item in items:
+        if "tests/integration/swarm/" in str(item.fspath):
+            item.add_marker(skip)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,12 +119,13 @@ def _start_upstream(manager: docker.DockerClient, directory: Path, image: str) -
 
 
 @pytest.fixture(scope="session")
-def swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Swarm]:
+def swarm(tmp_path_factory: pytest.TempPathFactory, desktop_image: str, egress_image: str) -> Iterator[Swarm]:
+    """``desktop_image`` and ``egress_image``: built on the host (unless CORRAL_SKIP_BUILD=1), then pushed."""
     env = _swarm_env()
     keep = os.environ.get("CORRAL_SWARM_KEEP") == "1"
     directory = Path(env["CORRAL_SWARM_DIR"])
     if not (keep and (directory / "1" / "docker.sock").exists()):
-        _run(env, "down", timeout=180)
+        _run(env, "down", timeout=600)
         _run(env, "up", "--images", timeout=900)
     manager = docker.DockerClient(base_url=f"unix://{directory}/1/docker.sock", timeout=120)
     try:
@@ -135,4 +150,4 @@ def swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Swarm]:
     finally:
         manager.close()
         if not keep:
-            _run(env, "down", timeout=300)
+            _run(env, "down", timeout=600)

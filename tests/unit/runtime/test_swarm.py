@@ -10,7 +10,7 @@ import docker.errors
 import pytest
 
 from corral.contracts import auth
-from corral.errors import SandboxError
+from corral.errors import SandboxError, SeedTooLarge
 from corral.proxy import seed
 from corral.runtime import NODE_LOST, ExitInfo, SandboxSpec, SessionNetwork, SwarmOptions
 from corral.runtime.swarm import SwarmRuntime
@@ -149,7 +149,7 @@ def test_the_seed_holds_the_files_a_proxy_starts_from_and_plants_them_once(tmp_p
 
 def test_a_seed_file_past_a_secrets_size_is_refused(tmp_path: Path) -> None:
     (tmp_path / "replay.mitm").write_bytes(b"x" * (seed.MAX_ENTRY_BYTES + 1))
-    with pytest.raises(seed.SeedTooLarge, match=r"replay\.mitm"):
+    with pytest.raises(SeedTooLarge, match=r"replay\.mitm"):
         seed.seed_entries(tmp_path)
 
 
@@ -319,3 +319,21 @@ def test_the_gateway_leaves_an_overlay_before_it_goes_and_a_task_still_on_it_is_
     runtime._pause = lambda seconds: None  # type: ignore[method-assign]
     runtime.remove_session_network(SessionNetwork("corral-net-s1", "10.213.0.0/28", "10.213.0.14"))
     assert api.calls == [("leave", "gw", "corral-net-s1"), ("remove", "corral-net-s1")]
+
+
+def test_a_subnet_just_freed_is_the_last_taken_again() -> None:
+    from ipaddress import ip_network
+
+    from corral.runtime.swarm.networks import rotated
+
+    pool = list(ip_network("10.213.0.0/26").subnets(new_prefix=28))
+    assert rotated(pool, None) == pool
+    assert rotated(pool, pool[1]) == [pool[2], pool[3], pool[0], pool[1]]
+
+
+def test_overlays_made_one_after_another_take_the_next_free_subnet(tmp_path: Path) -> None:
+    api = NetworkApi()
+    runtime = _runtime(api, tmp_path)
+    first = runtime.create_session_network("s1", {}, "10.213.0.0/26")
+    second = runtime.create_session_network("s2", {}, "10.213.0.0/26")  # s1's freed meanwhile (the fake lists none)
+    assert (first.subnet, second.subnet) == ("10.213.0.0/28", "10.213.0.16/28")

@@ -14,8 +14,8 @@ import docker
 import docker.errors
 import docker.types
 
-from corral.errors import SandboxError
-from corral.proxy.seed import SeedTooLarge, seed_entries
+from corral.errors import NotOnThisRuntime, SandboxError, SeedTooLarge
+from corral.proxy.seed import seed_entries
 from corral.proxy.sidecar import PROXY_ALIAS
 from corral.runtime.docker.engine import (
     EGRESS_ROLE,
@@ -172,7 +172,7 @@ class SwarmEgress(SwarmSandboxes, SwarmNetworks):
         return ProxyAddress(str(service["ID"]), name, address)
 
     def stop_proxy(self, session_id: str) -> None:
-        raise SandboxError("swarm driver: a proxy cannot be stopped and kept (pausing a session is a single host's)")
+        raise NotOnThisRuntime("a proxy stopped and kept (pause): not on the swarm driver (CORRAL_RUNTIME=swarm)")
 
     def proxy_logs(self, session_id: str, tail: int = 100) -> str:
         return self._service_logs(proxy_name(session_id), tail)

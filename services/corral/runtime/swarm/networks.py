@@ -23,6 +23,7 @@ from corral.runtime.types import SESSION_LABEL, SessionNetwork
 log = logging.getLogger(__name__)
 
 OVERLAY = "overlay"
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 def gateway_address(subnet: str) -> str:
@@ -39,8 +40,20 @@ def session_network_of(attrs: Mapping[str, Any]) -> SessionNetwork:
     return SessionNetwork(str(attrs["Name"]), subnet, gateway_address(subnet) if subnet else "")
 
 
+def rotated(candidates: list[IPNetwork], last: IPNetwork | None) -> list[IPNetwork]:
+    """The pool's subnets from the one after ``last`` round to it: a subnet just freed is the last to
+    be taken again. A node drops a removed overlay's namespace lazily, and a task placed there on a new
+    overlay of the same subnet is rejected ("Pool overlaps with other one on this address space")."""
+    if last is None or last not in candidates:
+        return candidates
+    after = candidates.index(last) + 1
+    return candidates[after:] + candidates[:after]
+
+
 class SwarmNetworks(SwarmEngine):
     """Overlays, and the gateway's container on each session's."""
+
+    _subnet_cursor: IPNetwork | None = None  # the last subnet this runtime took
 
     def _overlay_exists(self, name: str) -> bool:
         return any(network.get("Name") == name for network in self.client.api.networks(names=[name]))
@@ -103,7 +116,7 @@ class SwarmNetworks(SwarmEngine):
         ``subnets``, with the gateway's container joined at :func:`gateway_address`."""
         name = session_network_name(session_id)
         used = self._used_subnets()
-        for candidate in ipaddress.ip_network(subnets).subnets(new_prefix=prefix):
+        for candidate in rotated(list(ipaddress.ip_network(subnets).subnets(new_prefix=prefix)), self._subnet_cursor):
             if any(candidate.overlaps(other) for other in used):
                 continue
             ipam = docker.types.IPAMConfig(
@@ -123,6 +136,7 @@ class SwarmNetworks(SwarmEngine):
                     used.append(candidate)
                     continue
                 raise SandboxError(f"swarm driver: cannot create overlay {name}: {exc.explanation or exc}") from None
+            self._subnet_cursor = candidate
             network = SessionNetwork(name, str(candidate), gateway_address(str(candidate)))
             try:
                 self._join(str(created["Id"]), network.gateway)

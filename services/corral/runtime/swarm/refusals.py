@@ -11,13 +11,13 @@ from typing import NoReturn
 
 import docker.errors
 
-from corral.errors import SandboxError
+from corral.errors import NotOnThisRuntime, SandboxError
 from corral.runtime.swarm.engine import SwarmEngine
 from corral.runtime.types import DirectoryEntry, ImageInfo, VolumeMount, VolumeUsage
 
 
 def refuse(what: str) -> NoReturn:
-    raise SandboxError(f"{what}: not on the swarm driver (CORRAL_RUNTIME=swarm); see docs/swarm.md")
+    raise NotOnThisRuntime(f"{what}: not on the swarm driver (CORRAL_RUNTIME=swarm); see docs/swarm.md")
 
 
 class SwarmRefusals(SwarmEngine):

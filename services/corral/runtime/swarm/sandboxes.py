@@ -18,7 +18,7 @@ import docker.errors
 import docker.types
 
 from corral.contracts import auth
-from corral.errors import SandboxError
+from corral.errors import NotOnThisRuntime, SandboxError
 from corral.runtime.docker.engine import (
     AGENT_UID,
     CONTROLLER_PORT,
@@ -65,7 +65,9 @@ def sandbox_mounts(spec: SandboxSpec) -> list[docker.types.Mount]:
     """The docker driver's tmpfs mounts (corral.runtime.docker.sandboxes._tmpfs), their sizes as it
     sizes them, and /dev/shm sized as its ``shm_size`` (a service has no shm size on Docker 20.10)."""
     if spec.workspace_mount is not None:
-        raise SandboxError("swarm driver: workspace volumes are a single host's (loop devices); not on a swarm")
+        raise NotOnThisRuntime(
+            "workspace volumes: not on the swarm driver (CORRAL_RUNTIME=swarm): loop devices of one host"
+        )
     sizes = agent_tmpfs_mib(spec)
     agent = f"uid={AGENT_UID},gid={AGENT_UID}"
     return [
@@ -93,7 +95,9 @@ def sandbox_service(
     if not network:
         raise SandboxError("swarm driver: a sandbox needs a network (it publishes no port on a node)")
     if spec.runtime:
-        raise SandboxError(f"swarm driver: an OCI runtime of its own ({spec.runtime}) is not on a swarm")
+        raise NotOnThisRuntime(
+            f"an OCI runtime of its own ({spec.runtime}): not on the swarm driver (CORRAL_RUNTIME=swarm)"
+        )
     env = {
         "CORRAL_SCREEN": spec.screen,
         "CORRAL_INNER_BOUNDARY": "required",
