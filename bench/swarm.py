@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import docker
 import httpx
 import websockets
 
@@ -69,6 +70,20 @@ def interleaved(
     return ones, swarms
 
 
+def node_of(http: httpx.Client, session_id: str) -> str:
+    """The session record's ``node``; where the gateway does not give it yet, its sandbox service's
+    task's node, asked of the manager (DOCKER_HOST, as scripts/swarm env says)."""
+    record = http.get(f"/v1/sessions/{session_id}").json()
+    if record.get("node"):
+        return str(record["node"])
+    manager = docker.from_env()
+    try:
+        [task] = manager.api.tasks(filters={"service": record["container"], "desired-state": "running"})
+        return str(manager.nodes.get(task["NodeID"]).attrs["Description"]["Hostname"])
+    finally:
+        manager.close()
+
+
 def spread(http: httpx.Client, count: int) -> dict[str, Any]:
     """Up to ``count`` sessions at once, then the node each reports (and the gateway's answer to the
     first it refused, if it did); all deleted afterwards."""
@@ -81,7 +96,7 @@ def spread(http: httpx.Client, count: int) -> dict[str, Any]:
                 refused = f"{answer.status_code} {answer.text[:300]}"
                 break
             created.append(answer.json())
-        nodes = [str(http.get(f"/v1/sessions/{item['id']}").json().get("node") or "?") for item in created]
+        nodes = [node_of(http, item["id"]) for item in created]
         return {"nodes": dict(Counter(nodes)), "sessions": len(created), "refused": refused}
     finally:
         for item in created:
@@ -112,7 +127,7 @@ def lost_node(http: httpx.Client, name: str, veth: str) -> dict[str, Any]:
     session's WebSocket closes, and its code and reason. The link goes back up whatever happened."""
     for _ in range(6):
         created = http.post("/v1/sessions", json={}).json()
-        node = str(http.get(f"/v1/sessions/{created['id']}").json().get("node") or "")
+        node = node_of(http, created["id"])
         if node and not node.endswith("-1"):
             break
         http.delete(f"/v1/sessions/{created['id']}")
@@ -141,8 +156,12 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--spread", type=int, default=6, help="sessions at once for sessions per node (0: skip)")
     parser.add_argument("--lost", action="store_true", help="also time a worker cut off")
+    parser.add_argument("--swarm-only", action="store_true", help="no single-host comparison: spread and lost only")
     args = parser.parse_args()
     result: dict[str, Any] = {"samples": args.samples}
+    if args.swarm_only:
+        with swarm_gateway() as swarm:
+            return report(swarm_parts(swarm, args, result))
     with bench_gateway(DockerHarness(), max_sessions=max(4, args.spread)) as (_, single), swarm_gateway() as swarm:
         claims = interleaved(args.samples, claim_times, single, swarm)
         colds = interleaved(args.samples, cold_start_times, single, swarm)
@@ -155,13 +174,22 @@ def main() -> int:
                 "swarm": [round(v, 1) for v in many],
             }
         print(json.dumps(result), flush=True)  # what is measured so far, should a later part fail
-        if args.spread:
-            result["sessions_per_node"] = spread(swarm, args.spread)
-            print(json.dumps(result["sessions_per_node"]), flush=True)
-        if args.lost:
-            result["lost_node"] = lost_node(
-                swarm, os.environ.get("CORRAL_SWARM_NAME", "corral-swarm"), os.environ.get("CORRAL_SWARM_VETH", "crlsw")
-            )
+        swarm_parts(swarm, args, result)
+    return report(result)
+
+
+def swarm_parts(swarm: httpx.Client, args: argparse.Namespace, result: dict[str, Any]) -> dict[str, Any]:
+    if args.spread:
+        result["sessions_per_node"] = spread(swarm, args.spread)
+        print(json.dumps(result["sessions_per_node"]), flush=True)
+    if args.lost:
+        result["lost_node"] = lost_node(
+            swarm, os.environ.get("CORRAL_SWARM_NAME", "corral-swarm"), os.environ.get("CORRAL_SWARM_VETH", "crlsw")
+        )
+    return result
+
+
+def report(result: dict[str, Any]) -> int:
     print(json.dumps(result, indent=2))
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "swarm.json").write_text(json.dumps(result, indent=2) + "\n")
