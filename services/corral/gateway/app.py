@@ -71,6 +71,7 @@ def swarm_options(settings: GatewaySettings) -> SwarmOptions:
         constraints=tuple(c.strip() for c in settings.swarm_constraints.split(",") if c.strip()),
         start_timeout_s=settings.swarm_start_timeout_s,
         secrets_dir=settings.data_dir / "swarm-secrets",
+        guard_image=settings.image,
     )
 
 

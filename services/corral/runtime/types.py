@@ -225,3 +225,6 @@ class SwarmOptions:
     # Where the controllers' secrets are kept for a restarted gateway (0700; None: not kept, and a
     # restarted gateway cannot drive the sandboxes it finds).
     secrets_dir: Path | None = None
+    # The image the host guard runs on every node (runtime/swarm/guardservice.py): the sandboxes'
+    # registry reference. "": no guard, sessions placed anywhere, and /v1/health's host_guard false.
+    guard_image: str = ""

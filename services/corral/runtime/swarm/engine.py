@@ -5,6 +5,7 @@ look-ups every part of :class:`~corral.runtime.swarm.SwarmRuntime` shares."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import ipaddress
 import logging
 import socket
@@ -16,6 +17,7 @@ import docker.errors
 import requests.exceptions
 
 from corral.errors import SandboxError
+from corral.runtime.swarm import guardservice
 from corral.runtime.types import NODE_LOST, ExitInfo, State, SwarmOptions
 
 log = logging.getLogger(__name__)
@@ -101,7 +103,11 @@ class SwarmEngine:
     shares_proxy_state = False  # a proxy's state is its own (a tmpfs on its node), seeded and mirrored
 
     def __init__(self, client: docker.DockerClient | None = None, options: SwarmOptions | None = None) -> None:
-        self.options = options or SwarmOptions()
+        options = options or SwarmOptions()
+        if options.guard_image:
+            # Only nodes whose host guard is in force take a sandbox or a proxy (docs/design/0430).
+            options = dataclasses.replace(options, constraints=(*options.constraints, guardservice.PLACEMENT))
+        self.options = options
         try:
             self.client = client or docker.from_env()
             info = self.client.info()
@@ -113,6 +119,17 @@ class SwarmEngine:
                 f"swarm driver: the engine at DOCKER_HOST is no swarm manager (swarm state "
                 f"{swarm.get('LocalNodeState')!r}, manager: {bool(swarm.get('ControlAvailable'))})"
             )
+        self.guard = guardservice.GuardKeeper(self.client, options.guard_image) if options.guard_image else None
+
+    def guard_everywhere(self) -> bool:
+        """The host guard made as it should be now, and whether it runs on every ready node."""
+        if self.guard is None:
+            return False
+        try:
+            return self.guard.settle().everywhere
+        except docker.errors.DockerException as exc:
+            log.error("swarm driver: cannot start the host guard (%s): no session is placed until it runs", exc)
+            return False
 
     @property
     def gateway_container(self) -> str:

@@ -70,16 +70,17 @@ class SwarmNetworks(SwarmEngine):
                 raise SandboxError(f"swarm driver: cannot create overlay {name}: {exc.explanation or exc}") from None
 
     def ensure_sandbox_network(self, name: str) -> bool:
-        """An attachable overlay for sandboxes without egress control, the gateway's container on it.
-        No host guard from here: on a swarm it is a global service (docs/swarm.md); False says so."""
+        """An attachable overlay for sandboxes without egress control, the gateway's container on it;
+        whether the host guard (a global service, docs/swarm.md) runs on every node."""
         self._ensure_overlay(name, internal=False)
         self._join(name, None)
-        return False
+        return self.guard_everywhere()
 
     def ensure_egress_network(self, name: str) -> bool:
-        """The attachable overlay proxies reach upstreams through (Swarm's gateway bridge NATs it out)."""
+        """The attachable overlay proxies reach upstreams through (Swarm's gateway bridge NATs it out);
+        whether the host guard runs on every node (it closes that bridge's way to the nodes)."""
         self._ensure_overlay(name, internal=False)
-        return False
+        return self.guard_everywhere()
 
     def remove_stale_guards(self) -> list[str]:
         return []  # no rules of the gateway's own on a swarm: the host guard is a global service

@@ -194,6 +194,8 @@ class SwarmSandboxes(SwarmSecrets):
     def sandbox_states(self, labels: Mapping[str, str]) -> dict[str, State]:
         """Service id -> state of every sandbox with ``labels``: one listing of services, one of their
         tasks, one of the nodes."""
+        if self.guard is not None:
+            self.guard.refresh()  # the reaper's round: a node that joined gets labelled and blocked (30 s at most)
         services = self._services({SANDBOX_LABEL: SANDBOX_ROLE, **labels})
         if not services:
             return {}
