@@ -29,6 +29,7 @@ from corral.recording.redact import redact
 from corral.sandbox.desktop import Desktop
 from corral.sandbox.display import encode as enc
 from corral.sandbox.display.xcapture import Frame
+from corral.sandbox.web.tabs import PICK_BOUND_S
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,11 @@ FRAME_WIDTH = 640
 FRAME_QUALITY = 60
 SETTLE_QUIET_MS, SETTLE_TIMEOUT_MS, SETTLE_POLL_MS = 120, 1500, 15
 SKIP_WITHIN_MS = 100
+# How long an event waits for the page's URL and title: the active tab's choice (its questions bounded
+# by PICK_BOUND_S) and the title read, on a machine that may be loaded. Only this event's publication
+# waits (each event completes in a task of its own), never an action. At 1 s, a choice between two tabs
+# on a loaded machine was cut short and the event lost its title (docs/design/0411).
+PAGE_READ_S = PICK_BOUND_S + 3.0
 BUFFER = 512  # events kept for the gateway; older ones are dropped (the gateway notes the gap)
 BUFFER_BYTES = 32 << 20  # and at most this much of their frames and text, whichever is reached first
 
@@ -229,7 +235,7 @@ class Recorder:
             # Read once the action is done; on a page that changes its title late, it may be that later one.
             # From what is at hand: a click's event must not start the Playwright driver just for this.
             try:
-                info = await asyncio.wait_for(self._desktop.browser.info_at_hand(), 1.0)
+                info = await asyncio.wait_for(self._desktop.browser.info_at_hand(), PAGE_READ_S)
                 # Both from the one read: the URL at the action's end may be another tab's (a popup it opened).
                 event["title"] = info.get("title")
                 event["url"] = info.get("url") or event.get("url")

@@ -43,7 +43,11 @@ _STATE = "[document.visibilityState === 'visible', document.hasFocus()]"
 _ASK = f"globalThis.__corralFront === '{_MARK}' ? {_STATE} : null"
 _MARK_AND_ASK = f"(globalThis.__corralFront = '{_MARK}', {_STATE})"
 # How long a tab may take to answer: a tab whose script never yields must not hold up every browser call.
+# A tab that did not answer in time is unknown, not hidden (docs/design/0411): on a loaded machine a
+# healthy tab can take this long.
 ASK_TIMEOUT_S = 1.0
+# The most a choice of the active tab waits on questions: the tab named last, then all others at once.
+PICK_BOUND_S = 2 * ASK_TIMEOUT_S
 
 
 class Shown(NamedTuple):
@@ -65,13 +69,20 @@ class FrontTab:
 
     def __init__(self) -> None:
         self._sessions: dict[Page, _Asking] = {}
+        self._detaching: set[asyncio.Task[None]] = set()
 
     def forget(self, page: Page | None = None) -> None:
-        """Drop one tab's session (it closed), or all of them (the connection went)."""
+        """Drop all sessions (the connection went, and they with it), or one tab's (it closed, or its
+        session failed), detached in the background: a session left attached would keep itself and
+        an isolated world in the tab for the tab's life."""
         if page is None:
             self._sessions.clear()
-        else:
-            self._sessions.pop(page, None)
+            return
+        asking = self._sessions.pop(page, None)
+        if asking is not None:
+            task = asyncio.create_task(_detach(asking.session))
+            self._detaching.add(task)
+            task.add_done_callback(self._detaching.discard)
 
     async def _asking(self, page: Page) -> _Asking:
         known = self._sessions.get(page)
@@ -105,7 +116,12 @@ class FrontTab:
         try:
             async with asyncio.timeout(ASK_TIMEOUT_S):
                 value = await self._answer(page)
-        except (PlaywrightError, TimeoutError, KeyError, TypeError, ValueError) as exc:
+        except TimeoutError:
+            # Slow, not broken (a loaded machine, a busy page): its session and world stay for the next
+            # question, which then costs one round trip, not the four of a new session.
+            log.debug("a tab did not say within %.1f s whether it is shown", ASK_TIMEOUT_S)
+            return None
+        except (PlaywrightError, KeyError, TypeError, ValueError) as exc:
             log.debug("a tab could not say whether it is shown: %r", exc)
             self.forget(page)
             return None
@@ -115,28 +131,42 @@ class FrontTab:
 
     async def pick(self, pages: Sequence[Page], known: Page | None) -> Page:
         """The tab on screen among ``pages`` (in the order first seen): ``known`` (the one named active
-        last) when it is still shown with the focus, else the newest shown tab with the focus, else
-        ``known`` if still shown, else the newest shown one (another window's), else ``known`` or the
-        first. One question when nothing changed."""
+        last) when it is still shown with the focus; else, the others asked at once, the newest shown
+        tab with the focus, else ``known`` if still shown, else the newest shown one (another
+        window's). A tab that did not answer is unknown, never taken for hidden: then ``known`` if it
+        did not answer either, else the newest tab that did not answer, before any tab that said it is
+        hidden (``known``, else the first). One question when nothing changed."""
         for gone in self._sessions.keys() - set(pages):  # closed by a page, a person or a client
-            del self._sessions[gone]
+            self.forget(gone)
         known = known if known in pages else None
         first = await self.shown(known) if known is not None else None
         if known is not None and first == Shown(True, True):
             return known
-        shown: Page | None = None
-        for page in reversed(pages):
-            if page is known:
-                continue
-            answer = await self.shown(page)
-            if answer is None or not answer.visible:
-                continue
-            if answer.focused:
-                return page
-            shown = shown or page
-        if known is not None and first is not None and first.visible:
-            return known
-        return shown or known or pages[0]
+        others = [page for page in reversed(pages) if page is not known]
+        answers = await asyncio.gather(*(self.shown(page) for page in others))
+        return _chosen(known, first, list(zip(others, answers, strict=True))) or known or pages[0]
+
+
+def _chosen(known: Page | None, first: Shown | None, answers: list[tuple[Page, Shown | None]]) -> Page | None:
+    """The choice of :meth:`FrontTab.pick` from the answers (newest tab first); None: every tab
+    answered and none is shown."""
+    shown = [page for page, answer in answers if answer is not None and answer.visible]
+    focused = [page for page, answer in answers if answer is not None and answer.visible and answer.focused]
+    if focused:
+        return focused[0]
+    if known is not None and first is not None and first.visible:
+        return known
+    if shown:
+        return shown[0]
+    if known is not None and first is None:
+        return known  # it did not answer, no other is shown: still the best guess
+    return next((page for page, answer in answers if answer is None), None)
+
+
+async def _detach(session: CDPSession) -> None:
+    with contextlib.suppress(PlaywrightError, TimeoutError):  # the tab or the connection is gone: so is it
+        async with asyncio.timeout(ASK_TIMEOUT_S):
+            await session.detach()
 
 
 async def page_targets(cdp_url: str) -> Any:
