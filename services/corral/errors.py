@@ -379,10 +379,6 @@ class ControlError(RemoteError):
 # -- what a pure parser refuses (a ValueError too, for callers that only know that) ------------------------
 
 
-class SeedTooLarge(CorralError, ValueError):
-    """A proxy's seed file (corral.proxy.seed) larger than an entry may be (a Swarm secret's 500 KiB)."""
-
-
 class UnknownKeyError(CorralError, ValueError):
     """A key name that is no keysym, alias or single character (corral.protocol.keys)."""
 

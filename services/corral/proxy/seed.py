@@ -27,9 +27,6 @@ from typing import Final
 
 from corral.errors import SeedRefused
 
-# The name the swarm driver's first, minimal copy of this module gave its refusal (i30-driver imports it).
-SeedTooLarge = SeedRefused
-
 # The names of the entries: secret names and file targets at once (a Swarm secret's name allows
 # [a-zA-Z0-9-_.]); the runtime prefixes them with the session to make them unique in the swarm.
 MANIFEST: Final = "corral-seed.json"
@@ -203,7 +200,6 @@ __all__ = [
     "SEED_FILES",
     "SeedFile",
     "SeedRefused",
-    "SeedTooLarge",
     "parse_manifest",
     "plant",
     "seed_entries",

@@ -167,11 +167,6 @@ def test_egress_is_enforced_on_every_node_and_an_allowlist_change_reaches_a_prox
         _delete(api, *made)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the audit reaches a swarm gateway through the state part's mirror (shares_proxy_state=False): "
-    "not merged on this branch; strict, so this fails once it is and the mark must go",
-)
 def test_egress_is_audited_on_every_node(api: httpx.Client, nodes: SwarmNodes) -> None:
     made = _on_workers(api, nodes, 3, allow=["allowed.test"])
     try:
@@ -197,6 +192,16 @@ def test_a_worker_cut_off_mid_session_ends_its_sessions_node_lost_and_the_rest_g
     assert apart, "every session had something on the node to cut"
     kept = [s for s in made if s is not lost]
     _exec(api, lost, ["sh", "-c", "echo before-the-cut"])  # something in its recording
+    # Something in its audit log, received by the gateway (its mirror) before the cut.
+    assert _fetch(api, lost, "other.test") == 403
+    wait_until(
+        lambda: (
+            ("connect", "other.test", "deny")
+            in {(r.get("event"), r.get("host"), r.get("decision")) for r in _traffic(api, lost["id"])}
+        ),
+        30,
+        "the refused request in the gateway's copy of the audit log",
+    )
     try:
         with _open_ws(lost) as ws:
             cut_at = time.monotonic()
@@ -210,6 +215,8 @@ def test_a_worker_cut_off_mid_session_ends_its_sessions_node_lost_and_the_rest_g
         # Its recording is kept, ended with the reason (its audit up to the last record received: the
         # state part's mirror, test_egress_is_audited_on_every_node).
         assert _manifest(api, lost["id"])["end_reason"] == "node_lost"
+        kept_audit = {(r.get("event"), r.get("host"), r.get("decision")) for r in _traffic(api, lost["id"])}
+        assert ("connect", "other.test", "deny") in kept_audit, kept_audit
         # The ones with nothing on the lost node go on, and a new session starts on a node that is left.
         for session in apart:
             assert _exec(api, session, ["true"])["exit_code"] == 0

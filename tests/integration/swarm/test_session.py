@@ -93,9 +93,6 @@ def test_egress_reaches_an_allowed_upstream_on_the_swarm_and_refuses_another(ses
     assert "exit=0" not in around.stdout  # nothing around the proxy: the sandbox's firewall holds on the node
 
 
-@pytest.mark.xfail(
-    strict=True, reason="the gateway's mirror of a proxy's audit log (issue 30's state part) is not on this branch"
-)
 def test_the_proxys_audit_reaches_the_gateway(swarm: Swarm, session: Sandbox) -> None:
     session.exec("curl -sS --max-time 30 https://allowed.test/audited")
     deadline = time.monotonic() + 20

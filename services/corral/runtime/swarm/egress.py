@@ -16,7 +16,7 @@ import docker
 import docker.errors
 import docker.types
 
-from corral.errors import NotOnThisRuntime, SandboxError, SeedTooLarge
+from corral.errors import NotOnThisRuntime, SandboxError, SeedRefused
 from corral.proxy.seed import seed_entries
 from corral.proxy.sidecar import PROXY_ALIAS
 from corral.runtime.docker.engine import (
@@ -102,7 +102,7 @@ class SwarmEgress(SwarmSandboxes, SwarmNetworks):
         """The proxy's seed from the gateway's state directory, as secrets of the service ``name``."""
         try:
             entries = seed_entries(state_dir)
-        except (SeedTooLarge, OSError) as exc:
+        except (SeedRefused, OSError) as exc:
             raise SandboxError(f"swarm driver: cannot seed the egress proxy: {exc}") from None
         return self._give(
             name, [GivenFile(f"{SEED_DIR}/{flat}", data, self.proxy_uid) for flat, data in entries.items()]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import logging
+import random
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -116,7 +117,12 @@ class SwarmNetworks(SwarmEngine):
         ``subnets``, with the gateway's container joined at :func:`gateway_address`."""
         name = session_network_name(session_id)
         used = self._used_subnets()
-        for candidate in rotated(list(ipaddress.ip_network(subnets).subnets(new_prefix=prefix)), self._subnet_cursor):
+        candidates = list(ipaddress.ip_network(subnets).subnets(new_prefix=prefix))
+        if self._subnet_cursor is None:
+            # A gateway that starts (or restarts) knows nothing of the subnets just freed: it starts at a
+            # random place in the pool rather than its head, where the last run's freed ones lie.
+            self._subnet_cursor = random.choice(candidates)
+        for candidate in rotated(candidates, self._subnet_cursor):
             if any(candidate.overlaps(other) for other in used):
                 continue
             ipam = docker.types.IPAMConfig(
