@@ -117,7 +117,7 @@ class SwarmNetworks(SwarmEngine):
         ``subnets``, with the gateway's container joined at :func:`gateway_address`."""
         name = session_network_name(session_id)
         used = self._used_subnets()
-        candidates = list(ipaddress.ip_network(subnets).subnets(new_prefix=prefix))
+        candidates: list[IPNetwork] = list(ipaddress.ip_network(subnets).subnets(new_prefix=prefix))
         if self._subnet_cursor is None:
             # A gateway that starts (or restarts) knows nothing of the subnets just freed: it starts at a
             # random place in the pool rather than its head, where the last run's freed ones lie.
