@@ -34,6 +34,9 @@ SETUP_TIMEOUT_S = 1500  # up with images (~3 min idle, over 5 loaded), the gatew
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/integration/swarm/" in str(item.fspath):
+            item.add_marker(pytest.mark.swarm)  # scripts/test's swarm step selects them all by it
     if os.environ.get("CORRAL_SWARM_TESTS") == "1":
         # The first test's setup brings the swarm up with its images (minutes on a loaded host).
         for item in items:
