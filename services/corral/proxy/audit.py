@@ -665,7 +665,7 @@ def link_of(line: bytes) -> Link | None:
         return None
     try:
         record = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # nesting past the parser's depth is garbage too, never a raise
         return None
     if not isinstance(record, dict) or not isinstance(record.get("prev"), str):
         return None

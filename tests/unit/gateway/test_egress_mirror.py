@@ -256,3 +256,69 @@ def test_a_backlog_past_what_may_be_held_is_caught_up_mark_by_mark(
     assert copy.broken is None and copy.seq == log.seq
     assert (Path(egress.state_dir) / AUDIT_FILE).read_bytes() == (proxy.root / AUDIT_FILE).read_bytes()
     assert any(read.after == audit.MARK_EVERY for read in proxy.reads)  # the copy said how far it was
+
+
+def test_a_deeply_nested_line_from_the_proxys_uid_is_dropped_not_raised(tmp_path: Path, proxy: ProxyFiles) -> None:
+    """A process of the proxy's uid appends a line json cannot parse without recursing past Python's
+    limit: it is garbage like any other (dropped), never an exception out of the mirror (which would
+    fail the egress round of every session each tick and leave the proxy behind at teardown)."""
+    proxy.chunk = 256 << 10
+    log = proxy.open_log()
+    _write(log, 2)
+    with (proxy.root / AUDIT_FILE).open("ab") as out:
+        out.write(b"[" * 100_000 + b"]" * 100_000 + b"\n")
+    _write(log, 1)
+    mirror, egress = _mirror(tmp_path)
+    mirror.follow_blocking(egress, final=True)
+    assert audit.verify(Path(egress.state_dir) / AUDIT_FILE).records == 3
+    assert mirror._copies[SID].audit.dropped == 1
+
+
+class EndlessProxy:
+    """A compromised proxy that answers every read with a little garbage and a file size far past it:
+    a copy that believed it would read forever."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def call(self, host: str, port: int, token: str, message: object, timeout_s: float = 5.0) -> Reply:
+        from corral.contracts.control import FileChunk
+
+        assert isinstance(message, ReadState)
+        self.reads += 1
+        if self.reads > 100_000:
+            raise AssertionError("the mirror never stops reading")
+        return Reply(chunk=FileChunk(message.file, message.offset, b"x\n", 1 << 49))
+
+
+def test_a_final_pass_against_a_proxy_that_never_ends_its_file_is_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    endless = EndlessProxy()
+    monkeypatch.setattr(mirror_module.control, "call_blocking", endless.call)
+    mirror, egress = _mirror(tmp_path)
+    mirror.follow_blocking(egress, final=True)  # the teardown's: it must come back
+    bound = mirror.final_chunks(mirror._audit_cap + mirror_module.MAX_HELD_BYTES)
+    assert endless.reads <= bound + mirror.final_chunks(mirror._responses_cap)
+    assert not (Path(egress.state_dir) / AUDIT_FILE).exists()
+
+
+def test_a_pass_against_a_proxy_that_answers_slowly_ends_at_its_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each read answered just inside its own timeout: the pass (the tick's egress round waits on
+    it) still ends at its time, not after every read it may take."""
+    endless = EndlessProxy()
+    now = [0.0]
+
+    def slow(*args: object, **kwargs: object) -> Reply:
+        now[0] += 1.9  # just inside POLL_TIMEOUT_S
+        return endless.call(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(mirror_module.control, "call_blocking", slow)
+    mirror, egress = _mirror(tmp_path)
+    mirror._clock = lambda: now[0]
+    mirror.follow_blocking(egress)
+    assert now[0] <= mirror_module.PASS_S + 2
+    mirror.follow_blocking(egress, final=True)
+    assert now[0] <= mirror_module.PASS_S + mirror_module.FINAL_PASS_S + 4
