@@ -322,3 +322,40 @@ def test_a_pass_against_a_proxy_that_answers_slowly_ends_at_its_time(
     assert now[0] <= mirror_module.PASS_S + 2
     mirror.follow_blocking(egress, final=True)
     assert now[0] <= mirror_module.PASS_S + mirror_module.FINAL_PASS_S + 4
+
+
+def test_a_proxy_restarted_from_the_copy_is_followed_on_from_the_copy(tmp_path: Path, proxy: ProxyFiles) -> None:
+    """The watchdog restarts a dead proxy seeded from the gateway's copy (runtime.swarm's
+    restart_proxy): its file is the copy, shorter than where the old proxy's reads had got to when
+    the old one's last lines were read and not yet vouched (or dropped as forged). The mirror takes
+    the new proxy's records from the copy's end, not from the old offset (refused: past the end, or
+    mid-record), or the audit of the rest of the session would never reach the gateway."""
+    log = proxy.open_log()
+    _write(log, 4)
+    _forge(proxy, "unvouched.test", chaining=True)  # read, held, never vouched: the offset runs ahead
+    mirror, egress = _mirror(tmp_path)
+    mirror.follow_blocking(egress, final=True)
+    copy = Path(egress.state_dir) / AUDIT_FILE
+    assert audit.verify(copy).records == 4
+    (proxy.root / AUDIT_FILE).write_bytes(copy.read_bytes())  # the new task, planted from the seed
+    log = proxy.open_log()
+    _write(log, 3)
+    mirror.restarted(SID)  # what EgressManager does once the runtime restarted the proxy
+    mirror.follow_blocking(egress, final=True)
+    assert audit.verify(copy).ok and audit.verify(copy).records == 7
+    assert copy.read_bytes() == (proxy.root / AUDIT_FILE).read_bytes()
+
+
+async def test_the_watchdogs_restart_has_the_mirror_follow_on_from_the_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from corral.gateway.egress.manager import EgressManager
+
+    manager = EgressManager(GatewaySettings(data_dir=tmp_path / "data"), runtime=None)  # type: ignore[arg-type]
+    _, egress = _mirror(tmp_path)
+    manager.mirror.active = True
+    manager.mirror._of(egress).audit.remote = 12_345  # where the dead proxy's reads had got to
+    monkeypatch.setattr(manager.provision, "restart_blocking", lambda e: e)
+    revived, gone = await manager.revive([egress], {SID: "exited"})
+    assert revived == {SID: egress} and gone == []
+    assert manager.mirror._of(egress).audit.remote == 0  # the copy on disk (none yet), not the old offset

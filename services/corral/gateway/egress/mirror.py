@@ -225,6 +225,13 @@ class StateMirror:
         with self._guard:
             self._copies.pop(session_id, None)
 
+    def restarted(self, session_id: str) -> None:
+        """The session's proxy started again, seeded from the copy (its audit file is the copy's
+        bytes, its responses a file of its own): followed on from the copy as it is on disk, never
+        from where the old proxy's reads had got to (past the copy when its last lines were read and
+        not vouched, or dropped: the new file is refused there, or cut mid-record)."""
+        self.forget(session_id)
+
     def _of(self, egress: Egress) -> Copies:
         with self._guard:
             copies = self._copies.get(egress.session_id)
