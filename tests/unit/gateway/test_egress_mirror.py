@@ -359,3 +359,23 @@ async def test_the_watchdogs_restart_has_the_mirror_follow_on_from_the_copy(
     revived, gone = await manager.revive([egress], {SID: "exited"})
     assert revived == {SID: egress} and gone == []
     assert manager.mirror._of(egress).audit.remote == 0  # the copy on disk (none yet), not the old offset
+
+
+def test_a_record_respelled_by_the_proxys_uid_is_not_what_the_copy_takes(tmp_path: Path, proxy: ProxyFiles) -> None:
+    """A process of the proxy's uid appends the proxy's own last record spelled another way: the
+    same fields once parsed (a key given twice, the last one the real value), so the same hash, but
+    other bytes, which a reader that keeps the first of two keys, or greps the file, reads as the
+    forger wrote them. The copy holds the writer's bytes only."""
+    proxy.chunk = 256 << 10  # both spellings in one read, as a real read of 256 KiB takes them
+    log = proxy.open_log()
+    _write(log, 2)
+    real = (proxy.root / AUDIT_FILE).read_bytes().splitlines(keepends=True)[-1]
+    respelled = real.replace(b'"host":', b'"host":"forged.test","host":', 1)
+    assert audit.link_of(real) is not None
+    with (proxy.root / AUDIT_FILE).open("ab") as out:
+        out.write(respelled)
+    mirror, egress = _mirror(tmp_path)
+    mirror.follow_blocking(egress, final=True)
+    copy = Path(egress.state_dir) / AUDIT_FILE
+    assert b"forged.test" not in copy.read_bytes()
+    assert audit.verify(copy).records == 2
