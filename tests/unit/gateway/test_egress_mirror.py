@@ -379,3 +379,48 @@ def test_a_record_respelled_by_the_proxys_uid_is_not_what_the_copy_takes(tmp_pat
     copy = Path(egress.state_dir) / AUDIT_FILE
     assert b"forged.test" not in copy.read_bytes()
     assert audit.verify(copy).records == 2
+
+
+async def test_reads_waiting_on_a_slow_pass_hold_no_worker_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reads of the audit (each waits for a pass first) while a proxy answers slowly, or a node is
+    cut off: the waiting is the event loop's, not a worker thread each (the default pool has a few:
+    a few reads polling one session would stall every runtime call of the gateway)."""
+    import asyncio
+    import threading
+
+    release = threading.Event()
+    inside = threading.Semaphore(0)
+    threads: list[int] = []
+    most = [0]
+
+    def slow(*args: object, **kwargs: object) -> Reply:
+        inside.release()
+        release.wait(timeout=30)
+        raise ControlError("no answer")
+
+    monkeypatch.setattr(mirror_module.control, "call_blocking", slow)
+    mirror, egress = _mirror(tmp_path)
+    real = mirror.follow_blocking
+
+    def counted(*args: object, **kwargs: object) -> None:
+        threads.append(1)
+        most[0] = max(most[0], len(threads))
+        try:
+            real(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            threads.pop()
+
+    monkeypatch.setattr(mirror, "follow_blocking", counted)
+    reads = [asyncio.create_task(mirror.follow(egress, wait=True)) for _ in range(5)]
+    try:
+        await asyncio.to_thread(inside.acquire, True, 30)  # the first pass is in its read
+        for _ in range(20):
+            await asyncio.sleep(0)  # every other read has had its turn to start waiting
+        await asyncio.to_thread(lambda: None)  # and any thread it handed to has started
+        assert most[0] == 1
+    finally:
+        release.set()
+        await asyncio.gather(*reads)
+    assert most[0] == 1  # each waiting read then had its own pass, one at a time

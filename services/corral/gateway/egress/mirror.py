@@ -186,6 +186,7 @@ class StateMirror:
         self._copies: dict[str, Copies] = {}
         self._guard = threading.Lock()  # over _copies (passes run in worker threads)
         self._clock: Callable[[], float] = time.monotonic
+        self._gates: dict[str, asyncio.Lock] = {}  # the event loop's passes, one per session at a time
 
     def final_chunks(self, cap: int) -> int:
         """The reads a final pass of a file bounded by ``cap`` takes at most."""
@@ -193,8 +194,15 @@ class StateMirror:
 
     async def follow(self, egress: Egress, wait: bool = False) -> None:
         """One pass: from a tick (a pass already under way for the proxy stands for it) or, ``wait``,
-        before a read (after the pass under way, if any)."""
-        if self.active:
+        before a read (after the pass under way, if any). The waiting is the event loop's: a worker
+        thread is taken only for a pass that runs (reads polling a session whose proxy is slow, or
+        whose node is cut off, would otherwise hold every thread of the gateway's pool)."""
+        if not self.active:
+            return
+        gate = self._gates.setdefault(egress.session_id, asyncio.Lock())
+        if gate.locked() and not wait:
+            return
+        async with gate:
             await asyncio.to_thread(self.follow_blocking, egress, False, wait)
 
     def follow_blocking(self, egress: Egress, final: bool = False, wait: bool = False) -> None:
@@ -224,6 +232,7 @@ class StateMirror:
     def forget(self, session_id: str) -> None:
         with self._guard:
             self._copies.pop(session_id, None)
+            self._gates.pop(session_id, None)
 
     def restarted(self, session_id: str) -> None:
         """The session's proxy started again, seeded from the copy (its audit file is the copy's
