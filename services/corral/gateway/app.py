@@ -72,6 +72,7 @@ def swarm_options(settings: GatewaySettings) -> SwarmOptions:
         start_timeout_s=settings.swarm_start_timeout_s,
         secrets_dir=settings.data_dir / "swarm-secrets",
         guard_image=settings.image,
+        encrypted_overlays=settings.swarm_encrypted_overlays,
     )
 
 

@@ -79,6 +79,14 @@ class GatewaySettings(EnvironmentSettings, PreviewSettings, DownloadSettings):
         gt=0,
         description="With `CORRAL_RUNTIME=swarm`: how long a task may take to be placed, pull its image and run.",
     )
+    swarm_encrypted_overlays: bool = Field(
+        default=False,
+        description=(
+            "With `CORRAL_RUNTIME=swarm`: every overlay Corral makes is encrypted (IPsec between nodes; open IP "
+            "protocol 50 between them). Without it, a session's traffic between nodes, the brokered secrets' values "
+            "to its proxy among it, crosses the nodes' LAN in the clear ([swarm.md](swarm.md))."
+        ),
+    )
     network: str = Field(
         default="corral-sandboxes", description="The shared Docker network of sandboxes without egress control."
     )

@@ -665,14 +665,25 @@ def link_of(line: bytes) -> Link | None:
         return None
     try:
         record = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # nesting past the parser's depth is garbage too, never a raise
         return None
     if not isinstance(record, dict) or not isinstance(record.get("prev"), str):
         return None
     seq = record.get("seq")
     if not isinstance(seq, int) or isinstance(seq, bool) or record.get("hash") != _digest(record):
         return None
+    # Only the writer's own spelling of it (AuditLog._record's): the same fields spelled otherwise (a
+    # key given twice, other spacing or escapes) hash the same, and a reader of other bytes (another
+    # JSON parser, a grep) may read other fields there.
+    if line != _spelled(record):
+        return None
     return Link(seq, record["prev"], record["hash"], line)
+
+
+def _spelled(record: Mapping[str, Any]) -> bytes:
+    """``record``'s line as :meth:`AuditLog._record` writes it: its canonical text, the hash last."""
+    body = json.dumps({k: v for k, v in record.items() if k != "hash"}, sort_keys=True, separators=(",", ":"))
+    return f'{body[:-1]},"hash":"{record["hash"]}"}}\n'.encode()
 
 
 @dataclass(frozen=True, slots=True)

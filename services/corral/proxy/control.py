@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import json
 import socket
+import time
 from dataclasses import dataclass
 
 import corral.contracts.control as contract
@@ -162,16 +163,44 @@ async def call(host: str, port: int, token: str, message: contract.Message, time
 
 
 def call_blocking(host: str, port: int, token: str, message: contract.Message, timeout_s: float = 5.0) -> Reply:
-    """:func:`call` for code that runs in a worker thread (the gateway's teardown)."""
+    """:func:`call` for code that runs in a worker thread (the gateway's teardown and its mirror):
+    ``timeout_s`` bounds the whole call, as :func:`call`'s does, not each receive (a proxy that
+    answers a byte at a time would hold the thread for as long as it liked)."""
+    deadline = time.monotonic() + timeout_s
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as sock:
             sock.sendall(encode(Hello(token)) + encode(message))
-            with sock.makefile("rb") as lines:
-                hello = lines.readline(MAX_LINE_BYTES)
-                answer = _answer(hello, lines.readline(MAX_LINE_BYTES) if hello else b"")
+            lines = _LineReader(sock, deadline)
+            hello = lines.readline()
+            answer = _answer(hello, lines.readline() if hello else b"")
     except (OSError, ValueError) as exc:
         raise _unreachable(host, port, exc) from None
     return _reply(answer)
+
+
+class _LineReader:
+    """Lines of at most MAX_LINE_BYTES from a socket, every receive within one deadline."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+        self._buffer = b""
+
+    def readline(self) -> bytes:
+        """The next line with its newline; at most MAX_LINE_BYTES of one without (a refusal's to
+        parse); what is left at the end of the stream."""
+        while (end := self._buffer.find(b"\n", 0, MAX_LINE_BYTES) + 1) == 0 and len(self._buffer) < MAX_LINE_BYTES:
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the proxy did not answer in time")
+            self._sock.settimeout(left)
+            data = self._sock.recv(1 << 16)
+            if not data:
+                break
+            self._buffer += data
+        end = end or min(len(self._buffer), MAX_LINE_BYTES)
+        line, self._buffer = self._buffer[:end], self._buffer[end:]
+        return line
 
 
 __all__ = [

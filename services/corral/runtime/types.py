@@ -228,3 +228,7 @@ class SwarmOptions:
     # The image the host guard runs on every node (runtime/swarm/guardservice.py): the sandboxes'
     # registry reference. "": no guard, sessions placed anywhere, and /v1/health's host_guard false.
     guard_image: str = ""
+    # Every overlay the driver makes encrypted (Swarm's IPsec between nodes, IP protocol 50 open between
+    # them): what crosses a node's LAN on a session's overlay (the brokered secrets' values to its proxy,
+    # the gateway's token, the controller's answers) is readable there otherwise.
+    encrypted_overlays: bool = False

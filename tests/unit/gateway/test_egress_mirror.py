@@ -256,3 +256,171 @@ def test_a_backlog_past_what_may_be_held_is_caught_up_mark_by_mark(
     assert copy.broken is None and copy.seq == log.seq
     assert (Path(egress.state_dir) / AUDIT_FILE).read_bytes() == (proxy.root / AUDIT_FILE).read_bytes()
     assert any(read.after == audit.MARK_EVERY for read in proxy.reads)  # the copy said how far it was
+
+
+def test_a_deeply_nested_line_from_the_proxys_uid_is_dropped_not_raised(tmp_path: Path, proxy: ProxyFiles) -> None:
+    """A process of the proxy's uid appends a line json cannot parse without recursing past Python's
+    limit: it is garbage like any other (dropped), never an exception out of the mirror (which would
+    fail the egress round of every session each tick and leave the proxy behind at teardown)."""
+    proxy.chunk = 256 << 10
+    log = proxy.open_log()
+    _write(log, 2)
+    with (proxy.root / AUDIT_FILE).open("ab") as out:
+        out.write(b"[" * 100_000 + b"]" * 100_000 + b"\n")
+    _write(log, 1)
+    mirror, egress = _mirror(tmp_path)
+    mirror.follow_blocking(egress, final=True)
+    assert audit.verify(Path(egress.state_dir) / AUDIT_FILE).records == 3
+    assert mirror._copies[SID].audit.dropped == 1
+
+
+class EndlessProxy:
+    """A compromised proxy that answers every read with a little garbage and a file size far past it:
+    a copy that believed it would read forever."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def call(self, host: str, port: int, token: str, message: object, timeout_s: float = 5.0) -> Reply:
+        from corral.contracts.control import FileChunk
+
+        assert isinstance(message, ReadState)
+        self.reads += 1
+        if self.reads > 100_000:
+            raise AssertionError("the mirror never stops reading")
+        return Reply(chunk=FileChunk(message.file, message.offset, b"x\n", 1 << 49))
+
+
+def test_a_final_pass_against_a_proxy_that_never_ends_its_file_is_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    endless = EndlessProxy()
+    monkeypatch.setattr(mirror_module.control, "call_blocking", endless.call)
+    mirror, egress = _mirror(tmp_path)
+    mirror.follow_blocking(egress, final=True)  # the teardown's: it must come back
+    bound = mirror.final_chunks(mirror._audit_cap + mirror_module.MAX_HELD_BYTES)
+    assert endless.reads <= bound + mirror.final_chunks(mirror._responses_cap)
+    assert not (Path(egress.state_dir) / AUDIT_FILE).exists()
+
+
+def test_a_pass_against_a_proxy_that_answers_slowly_ends_at_its_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each read answered just inside its own timeout: the pass (the tick's egress round waits on
+    it) still ends at its time, not after every read it may take."""
+    endless = EndlessProxy()
+    now = [0.0]
+
+    def slow(*args: object, **kwargs: object) -> Reply:
+        now[0] += 1.9  # just inside POLL_TIMEOUT_S
+        return endless.call(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(mirror_module.control, "call_blocking", slow)
+    mirror, egress = _mirror(tmp_path)
+    mirror._clock = lambda: now[0]
+    mirror.follow_blocking(egress)
+    assert now[0] <= mirror_module.PASS_S + 2
+    mirror.follow_blocking(egress, final=True)
+    assert now[0] <= mirror_module.PASS_S + mirror_module.FINAL_PASS_S + 4
+
+
+def test_a_proxy_restarted_from_the_copy_is_followed_on_from_the_copy(tmp_path: Path, proxy: ProxyFiles) -> None:
+    """The watchdog restarts a dead proxy seeded from the gateway's copy (runtime.swarm's
+    restart_proxy): its file is the copy, shorter than where the old proxy's reads had got to when
+    the old one's last lines were read and not yet vouched (or dropped as forged). The mirror takes
+    the new proxy's records from the copy's end, not from the old offset (refused: past the end, or
+    mid-record), or the audit of the rest of the session would never reach the gateway."""
+    log = proxy.open_log()
+    _write(log, 4)
+    _forge(proxy, "unvouched.test", chaining=True)  # read, held, never vouched: the offset runs ahead
+    mirror, egress = _mirror(tmp_path)
+    mirror.follow_blocking(egress, final=True)
+    copy = Path(egress.state_dir) / AUDIT_FILE
+    assert audit.verify(copy).records == 4
+    (proxy.root / AUDIT_FILE).write_bytes(copy.read_bytes())  # the new task, planted from the seed
+    log = proxy.open_log()
+    _write(log, 3)
+    mirror.restarted(SID)  # what EgressManager does once the runtime restarted the proxy
+    mirror.follow_blocking(egress, final=True)
+    assert audit.verify(copy).ok and audit.verify(copy).records == 7
+    assert copy.read_bytes() == (proxy.root / AUDIT_FILE).read_bytes()
+
+
+async def test_the_watchdogs_restart_has_the_mirror_follow_on_from_the_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from corral.gateway.egress.manager import EgressManager
+
+    manager = EgressManager(GatewaySettings(data_dir=tmp_path / "data"), runtime=None)  # type: ignore[arg-type]
+    _, egress = _mirror(tmp_path)
+    manager.mirror.active = True
+    manager.mirror._of(egress).audit.remote = 12_345  # where the dead proxy's reads had got to
+    monkeypatch.setattr(manager.provision, "restart_blocking", lambda e: e)
+    revived, gone = await manager.revive([egress], {SID: "exited"})
+    assert revived == {SID: egress} and gone == []
+    assert manager.mirror._of(egress).audit.remote == 0  # the copy on disk (none yet), not the old offset
+
+
+def test_a_record_respelled_by_the_proxys_uid_is_not_what_the_copy_takes(tmp_path: Path, proxy: ProxyFiles) -> None:
+    """A process of the proxy's uid appends the proxy's own last record spelled another way: the
+    same fields once parsed (a key given twice, the last one the real value), so the same hash, but
+    other bytes, which a reader that keeps the first of two keys, or greps the file, reads as the
+    forger wrote them. The copy holds the writer's bytes only."""
+    proxy.chunk = 256 << 10  # both spellings in one read, as a real read of 256 KiB takes them
+    log = proxy.open_log()
+    _write(log, 2)
+    real = (proxy.root / AUDIT_FILE).read_bytes().splitlines(keepends=True)[-1]
+    respelled = real.replace(b'"host":', b'"host":"forged.test","host":', 1)
+    assert audit.link_of(real) is not None
+    with (proxy.root / AUDIT_FILE).open("ab") as out:
+        out.write(respelled)
+    mirror, egress = _mirror(tmp_path)
+    mirror.follow_blocking(egress, final=True)
+    copy = Path(egress.state_dir) / AUDIT_FILE
+    assert b"forged.test" not in copy.read_bytes()
+    assert audit.verify(copy).records == 2
+
+
+async def test_reads_waiting_on_a_slow_pass_hold_no_worker_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reads of the audit (each waits for a pass first) while a proxy answers slowly, or a node is
+    cut off: the waiting is the event loop's, not a worker thread each (the default pool has a few:
+    a few reads polling one session would stall every runtime call of the gateway)."""
+    import asyncio
+    import threading
+
+    release = threading.Event()
+    inside = threading.Semaphore(0)
+    threads: list[int] = []
+    most = [0]
+
+    def slow(*args: object, **kwargs: object) -> Reply:
+        inside.release()
+        release.wait(timeout=30)
+        raise ControlError("no answer")
+
+    monkeypatch.setattr(mirror_module.control, "call_blocking", slow)
+    mirror, egress = _mirror(tmp_path)
+    real = mirror.follow_blocking
+
+    def counted(*args: object, **kwargs: object) -> None:
+        threads.append(1)
+        most[0] = max(most[0], len(threads))
+        try:
+            real(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            threads.pop()
+
+    monkeypatch.setattr(mirror, "follow_blocking", counted)
+    reads = [asyncio.create_task(mirror.follow(egress, wait=True)) for _ in range(5)]
+    try:
+        await asyncio.to_thread(inside.acquire, True, 30)  # the first pass is in its read
+        for _ in range(20):
+            await asyncio.sleep(0)  # every other read has had its turn to start waiting
+        await asyncio.to_thread(lambda: None)  # and any thread it handed to has started
+        assert most[0] == 1
+    finally:
+        release.set()
+        await asyncio.gather(*reads)
+    assert most[0] == 1  # each waiting read then had its own pass, one at a time

@@ -35,7 +35,7 @@ def test_the_table_has_one_row_per_setting_each_with_a_meaning() -> None:
     assert set(based) == inherited
     assert [name for name, _, _ in rows] == [env_name(field) for field in [*own, *based]]
     assert all(meaning.strip() for _, _, meaning in rows)
-    assert len(rows) == len(GatewaySettings.model_fields) == 83
+    assert len(rows) == len(GatewaySettings.model_fields) == 84
 
 
 def test_the_docs_hold_one_settings_table() -> None:

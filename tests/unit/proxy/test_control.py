@@ -186,3 +186,48 @@ def test_a_non_ascii_value_is_sent_as_utf8_and_parsed_back() -> None:
     assert len(line) < 4096 + 512 and b"\\u20ac" not in line
     message = control.parse_message(line.rstrip(b"\n"))
     assert isinstance(message, control.SetSecrets) and message.secrets[0].value == value.encode()
+
+
+class _TrickleSocket:
+    """A proxy that answers a byte at a time, each just inside the socket's own timeout (the clock
+    moved on by the fake, never slept): a per-receive timeout would wait for all of it."""
+
+    def __init__(self, answer: bytes, clock: list[float]) -> None:
+        self._answer = answer
+        self._clock = clock
+        self.timeouts: list[float | None] = []
+
+    def __enter__(self) -> _TrickleSocket:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def sendall(self, data: bytes) -> None:
+        return None
+
+    def settimeout(self, value: float | None) -> None:
+        self.timeouts.append(value)
+
+    def recv(self, size: int) -> bytes:
+        self._clock[0] += 0.9
+        byte, self._answer = self._answer[:1], self._answer[1:]
+        return byte
+
+
+def test_a_blocking_call_is_bounded_as_a_whole_not_by_each_receive(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [0.0]
+    trickle = _TrickleSocket(b'{"ok":true,"role":"gateway"}\n{"ok":true,"generation":2}\n', clock)
+    monkeypatch.setattr(control.socket, "create_connection", lambda *args, **kwargs: trickle)
+    monkeypatch.setattr(control.time, "monotonic", lambda: clock[0])
+    with pytest.raises(ControlError, match="not reachable"):
+        control.call_blocking("127.0.0.1", 1, "token", control.Status(), timeout_s=2.0)
+    assert clock[0] <= 3.0
+
+
+def test_a_blocking_call_reads_both_lines_of_a_prompt_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [0.0]
+    trickle = _TrickleSocket(b'{"ok":true,"role":"gateway"}\n{"ok":true,"generation":2}\n', clock)
+    monkeypatch.setattr(control.socket, "create_connection", lambda *args, **kwargs: trickle)
+    monkeypatch.setattr(control.time, "monotonic", lambda: 0.0)  # every byte in time
+    assert control.call_blocking("127.0.0.1", 1, "token", control.Status()).to_json() == {"ok": True, "generation": 2}

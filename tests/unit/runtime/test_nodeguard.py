@@ -302,3 +302,35 @@ def test_a_starting_runtime_waits_a_bounded_time_for_the_guard_on_every_node(mon
     stuck = guardservice.GuardState(frozenset({"n1"}), frozenset({"n2"}))
     monkeypatch.setattr(guardservice, "ensure", lambda *args: stuck)
     assert not keeper.settle(limit_s=5).everywhere and now[0] == 7.0  # gave up after its bound
+
+
+class _Node:
+    """A node of the manager's list as docker's model shows it: its record and its spec's updates."""
+
+    def __init__(self, ident: str, state: str, labels: dict[str, str]) -> None:
+        self.id = ident
+        self.attrs: dict[str, Any] = {
+            "ID": ident,
+            "Status": {"State": state},
+            "Description": {"Hostname": ident},
+            "Spec": {"Labels": dict(labels), "Role": "worker", "Availability": "active"},
+        }
+
+    def update(self, spec: dict[str, Any]) -> None:
+        self.attrs["Spec"] = spec
+
+    @property
+    def labelled(self) -> bool:
+        return self.attrs["Spec"]["Labels"].get(guardservice.NODE_LABEL) == "on"
+
+
+def test_a_node_that_went_down_loses_its_guard_label_and_comes_back_unlabelled() -> None:
+    """A node that went down (a reboot, a cut) comes back with none of the guard's iptables rules:
+    its label must not outlive it, or Swarm places a session there before its guard's first pass."""
+    up = _Node("n1", "ready", {guardservice.NODE_LABEL: "on"})
+    down = _Node("n2", "down", {guardservice.NODE_LABEL: "on"})
+    client = type("Client", (), {"nodes": type("Nodes", (), {"list": staticmethod(lambda: [up, down])})()})()
+    service = type("Service", (), {"tasks": lambda self, filters: [{"NodeID": "n1", "Status": {"State": "running"}}]})()
+    state = guardservice.mark_nodes(client, service)  # type: ignore[arg-type]
+    assert up.labelled and not down.labelled
+    assert state == guardservice.GuardState(frozenset({"n1"}), frozenset())

@@ -256,6 +256,7 @@ class NetworkApi(FakeApi):
         self.calls: list[tuple[str, ...]] = []
         self.taken = [{"IPAM": {"Config": [{"Subnet": subnet}]}} for subnet in taken or []]
         self.busy = busy  # removals refused as "in use by task" before one succeeds
+        self.driver_options: dict[str, str] | None = None  # the overlay driver's options of the last made
 
     def networks(self, names: list[str] | None = None, filters: Any = None) -> list[dict[str, Any]]:
         return self.taken
@@ -263,6 +264,7 @@ class NetworkApi(FakeApi):
     def create_network(self, name: str, **options: Any) -> dict[str, str]:
         assert options["driver"] == "overlay" and options["internal"] and options["attachable"]
         self.calls.append(("create", name, options["ipam"]["Config"][0]["Subnet"]))
+        self.driver_options = options.get("options")
         return {"Id": f"id-{name}"}
 
     def connect_container_to_network(self, container: str, network: str, ipv4_address: str | None = None) -> None:
@@ -319,3 +321,23 @@ def test_overlays_made_one_after_another_take_the_next_free_subnet(
     first = runtime.create_session_network("s1", {}, "10.213.0.0/26")
     second = runtime.create_session_network("s2", {}, "10.213.0.0/26")  # s1's freed meanwhile (the fake lists none)
     assert (first.subnet, second.subnet) == ("10.213.0.0/28", "10.213.0.16/28")
+
+
+@pytest.mark.parametrize(("encrypted", "driver_options"), [(False, None), (True, {"encrypted": ""})])
+def test_a_sessions_overlay_is_encrypted_when_the_operator_asks(
+    tmp_path: Path, encrypted: bool, driver_options: dict[str, str] | None
+) -> None:
+    """docs/swarm.md tells an operator on a LAN they do not trust to use encrypted overlays: the
+    driver makes the sessions' overlays itself, so the setting must reach it."""
+    api = NetworkApi()
+    options = SwarmOptions(gateway_container="gw", encrypted_overlays=encrypted)
+    SwarmRuntime(client=FakeClient(api), options=options).create_session_network("s1", {}, "10.213.0.0/24")  # type: ignore[arg-type]
+    assert api.driver_options == driver_options
+
+
+def test_the_gateways_setting_reaches_the_swarm_driver(tmp_path: Path) -> None:
+    from corral.gateway.app import swarm_options
+    from corral.gateway.settings import GatewaySettings
+
+    settings = GatewaySettings(data_dir=tmp_path, swarm_encrypted_overlays=True, egress_upstream_ca=None)
+    assert swarm_options(settings).encrypted_overlays is True

@@ -175,7 +175,9 @@ class EgressManager:
 
     def resume_blocking(self, egress: Egress) -> Egress:
         """The paused session's proxy started again: the pair with its address as it is now."""
-        return self.provision.restart_blocking(egress)
+        restarted = self.provision.restart_blocking(egress)
+        self.mirror.restarted(egress.session_id)  # its state is the copy's now: followed on from it
+        return restarted
 
     def sandbox_side(self, egress: Egress) -> tuple[dict[str, str], dict[str, str]]:
         """What a new sandbox of this session is given: environment (its CA) and files (its token)."""
@@ -214,6 +216,7 @@ class EgressManager:
             log.warning("egress proxy %s is %s; restarting it", egress.proxy_name, state)
             try:
                 revived[egress.session_id] = await asyncio.to_thread(self.provision.restart_blocking, egress)
+                self.mirror.restarted(egress.session_id)  # seeded from the copy: followed on from it
             except SandboxError as exc:
                 log.error("cannot restart egress proxy %s: %s", egress.proxy_name, exc)
         return revived, gone

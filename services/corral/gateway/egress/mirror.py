@@ -22,10 +22,12 @@ import asyncio
 import logging
 import os
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from corral.contracts.control import FileChunk, Head, ReadState, Reply, StateFile
+from corral.contracts.control import MAX_READ_BYTES, FileChunk, Head, ReadState, Reply, StateFile
 from corral.errors import ControlError
 from corral.gateway.settings import GatewaySettings
 from corral.proxy import audit, control
@@ -38,8 +40,14 @@ from .state import ProxyTokens
 
 log = logging.getLogger(__name__)
 
-# Reads a pass takes at most (8 MiB): a tick never waits long on one proxy; a final pass takes all.
+# Reads a pass takes at most (8 MiB): a tick never waits long on one proxy; a final pass takes all
+# there can be (the copies' bounds in whole reads, twice over), never more: the proxy says how long
+# its file is, and a compromised one says it never ends.
 CHUNKS_PER_PASS = 32
+# A pass's time, whatever the proxy does (answers slowly, a byte at a time): the tick's egress round
+# waits on its passes, a teardown on its final one.
+PASS_S = 10.0
+FINAL_PASS_S = 120.0
 # Past the audit's budget a proxy still writes its budget record and tallies: room for them.
 AUDIT_MARGIN_BYTES = 16 << 20
 # Whole lines read that no head vouched for yet (a proxy's head is read with each chunk, so only a
@@ -177,11 +185,24 @@ class StateMirror:
         self._responses_cap = (settings.responses_max_total_mb + settings.responses_max_body_mb) << 20
         self._copies: dict[str, Copies] = {}
         self._guard = threading.Lock()  # over _copies (passes run in worker threads)
+        self._clock: Callable[[], float] = time.monotonic
+        self._gates: dict[str, asyncio.Lock] = {}  # the event loop's passes, one per session at a time
+
+    def final_chunks(self, cap: int) -> int:
+        """The reads a final pass of a file bounded by ``cap`` takes at most."""
+        return 2 * (cap // MAX_READ_BYTES + 1) + CHUNKS_PER_PASS
 
     async def follow(self, egress: Egress, wait: bool = False) -> None:
         """One pass: from a tick (a pass already under way for the proxy stands for it) or, ``wait``,
-        before a read (after the pass under way, if any)."""
-        if self.active:
+        before a read (after the pass under way, if any). The waiting is the event loop's: a worker
+        thread is taken only for a pass that runs (reads polling a session whose proxy is slow, or
+        whose node is cut off, would otherwise hold every thread of the gateway's pool)."""
+        if not self.active:
+            return
+        gate = self._gates.setdefault(egress.session_id, asyncio.Lock())
+        if gate.locked() and not wait:
+            return
+        async with gate:
             await asyncio.to_thread(self.follow_blocking, egress, False, wait)
 
     def follow_blocking(self, egress: Egress, final: bool = False, wait: bool = False) -> None:
@@ -193,20 +214,32 @@ class StateMirror:
         copies = self._of(egress)
         if not copies.lock.acquire(blocking=final or wait):
             return
+        deadline = self._clock() + (FINAL_PASS_S if final else PASS_S)
         try:
-            chunks = None if final else CHUNKS_PER_PASS
-            self._follow_audit(egress, copies.audit, chunks)
+            chunks = self.final_chunks(self._audit_cap + MAX_HELD_BYTES) if final else CHUNKS_PER_PASS
+            self._follow_audit(egress, copies.audit, chunks, deadline)
             # A hermetic proxy keeps none: its file reads as empty.
-            self._follow_responses(egress, copies.responses, chunks)
+            chunks = self.final_chunks(self._responses_cap) if final else CHUNKS_PER_PASS
+            self._follow_responses(egress, copies.responses, chunks, deadline)
         except ControlError as exc:
             level = logging.WARNING if final else logging.DEBUG
             log.log(level, "cannot mirror the egress state of %s: %s", egress.session_id, exc)
+        except Exception:  # what the proxy sent that no check foresaw: the teardown and the round go on
+            log.exception("mirroring the egress state of %s failed", egress.session_id)
         finally:
             copies.lock.release()
 
     def forget(self, session_id: str) -> None:
         with self._guard:
             self._copies.pop(session_id, None)
+            self._gates.pop(session_id, None)
+
+    def restarted(self, session_id: str) -> None:
+        """The session's proxy started again, seeded from the copy (its audit file is the copy's
+        bytes, its responses a file of its own): followed on from the copy as it is on disk, never
+        from where the old proxy's reads had got to (past the copy when its last lines were read and
+        not vouched, or dropped: the new file is refused there, or cut mid-record)."""
+        self.forget(session_id)
 
     def _of(self, egress: Egress) -> Copies:
         with self._guard:
@@ -217,8 +250,12 @@ class StateMirror:
                 self._copies[egress.session_id] = copies
             return copies
 
-    def _follow_audit(self, egress: Egress, copy: AuditCopy, chunks: int | None) -> None:
-        while copy.broken is None and (chunks is None or chunks > 0):
+    def _follow_audit(self, egress: Egress, copy: AuditCopy, chunks: int, deadline: float) -> None:
+        while copy.broken is None and chunks > 0 and self._clock() < deadline:
+            if copy.remote > self._audit_cap + MAX_HELD_BYTES:
+                copy.broken = f"the proxy's audit file is past {self._audit_cap + MAX_HELD_BYTES} bytes"
+                log.error("egress audit of %s is mirrored no further: %s", egress.session_id, copy.broken)
+                return
             chunk, reply = self._read(egress, "audit", copy.remote, copy.seq)
             dropped = copy.dropped
             taken = copy.take(chunk.data, reply.head, reply.marks or ())
@@ -236,10 +273,11 @@ class StateMirror:
                 log.error("egress audit of %s is mirrored no further: %s", egress.session_id, copy.broken)
             if not chunk.data or copy.remote >= chunk.size:
                 return
-            chunks = None if chunks is None else chunks - 1
+            chunks -= 1
 
-    def _follow_responses(self, egress: Egress, copy: ResponsesCopy, chunks: int | None) -> None:
-        while copy.broken is None and (chunks is None or chunks > 0):
+    def _follow_responses(self, egress: Egress, copy: ResponsesCopy, chunks: int, deadline: float) -> None:
+        while copy.broken is None and chunks > 0 and self._clock() < deadline:
+            chunks -= 1
             try:
                 chunk, _ = self._read(egress, "responses", copy.remote)
             except ControlError as exc:
@@ -260,7 +298,6 @@ class StateMirror:
             copy.remote += len(chunk.data)
             if not chunk.data or copy.remote >= chunk.size:
                 return
-            chunks = None if chunks is None else chunks - 1
 
     def _read(self, egress: Egress, file: StateFile, offset: int, after: int = 0) -> tuple[FileChunk, Reply]:
         """A chunk of the proxy's file, and its answer (the audit's: the chain's head and its marks

@@ -164,13 +164,21 @@ def _set_label(node: Node, on: bool) -> None:
 
 
 def mark_nodes(client: docker.DockerClient, service: Service | None) -> GuardState:
-    """Label each ready node by whether its guard task runs (a node without one takes no session)
-    and say where the guard is in force; without the service (removed by hand) no node is guarded."""
+    """Label each ready node by whether its guard task runs (a node without one, or not ready, takes
+    no session) and say where the guard is in force; without the service (removed by hand) no node
+    is guarded."""
     running = _running_nodes(service) if service is not None else set()
     guarded: set[str] = set()
     unguarded: set[str] = set()
     for node in client.nodes.list():
         if node.attrs.get("Status", {}).get("State") != "ready":
+            # A node that is not there may come back without the guard's rules (a reboot): it takes
+            # no session until its guard runs again and labels it anew (a manager that refuses the
+            # update now is asked again next round: the others are labelled meanwhile).
+            try:
+                _set_label(node, False)
+            except docker.errors.APIError as exc:
+                log.warning("cannot take the guard's label off node %s: %s", node.id, exc)
             continue
         name = node.attrs.get("Description", {}).get("Hostname", node.id)
         on = node.id in running

@@ -56,6 +56,11 @@ class SwarmNetworks(SwarmEngine):
 
     _subnet_cursor: IPNetwork | None = None  # the last subnet this runtime took
 
+    def _overlay_options(self) -> dict[str, str] | None:
+        """The overlay driver's options: ``encrypted`` (``docker network create --opt encrypted``) when
+        the operator asked for it (SwarmOptions.encrypted_overlays)."""
+        return {"encrypted": ""} if self.options.encrypted_overlays else None
+
     def _overlay_exists(self, name: str) -> bool:
         return any(network.get("Name") == name for network in self.client.api.networks(names=[name]))
 
@@ -64,7 +69,12 @@ class SwarmNetworks(SwarmEngine):
             return
         try:
             self.client.api.create_network(
-                name, driver=OVERLAY, attachable=True, internal=internal, labels={SANDBOX_LABEL: NETWORK_ROLE}
+                name,
+                driver=OVERLAY,
+                attachable=True,
+                internal=internal,
+                labels={SANDBOX_LABEL: NETWORK_ROLE},
+                options=self._overlay_options(),
             )
         except docker.errors.APIError as exc:
             if exc.status_code != 409:
@@ -136,6 +146,7 @@ class SwarmNetworks(SwarmEngine):
                     attachable=True,
                     ipam=ipam,
                     labels={SANDBOX_LABEL: NETWORK_ROLE, **labels, SESSION_LABEL: session_id},
+                    options=self._overlay_options(),
                 )
             except docker.errors.APIError as exc:
                 if "overlap" in str(exc.explanation or exc).lower():
