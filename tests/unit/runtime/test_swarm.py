@@ -341,3 +341,11 @@ def test_the_gateways_setting_reaches_the_swarm_driver(tmp_path: Path) -> None:
 
     settings = GatewaySettings(data_dir=tmp_path, swarm_encrypted_overlays=True, egress_upstream_ca=None)
     assert swarm_options(settings).encrypted_overlays is True
+
+
+def test_a_gateway_container_made_anew_joins_the_session_overlays_it_finds_again(tmp_path: Path) -> None:
+    api = NetworkApi()
+    api.taken = [{"Name": "corral-net-s1", "Driver": "overlay", "IPAM": {"Config": [{"Subnet": "10.213.0.16/28"}]}}]
+    _runtime(api, tmp_path).rejoin_session_networks({"corral.gateway": "g"})
+    # At the address the sandbox's firewall lets reach the controller (its overlay's last host address).
+    assert api.calls == [("join", "gw", "corral-net-s1", "10.213.0.30")]

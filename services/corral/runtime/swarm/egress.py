@@ -31,7 +31,7 @@ from corral.runtime.swarm.engine import newest_task, runtime_state, task_address
 from corral.runtime.swarm.networks import SwarmNetworks
 from corral.runtime.swarm.sandboxes import LOG_DRIVER, SwarmSandboxes
 from corral.runtime.swarm.secrets import OWNER_LABEL, GivenFile
-from corral.runtime.types import SESSION_LABEL, ProxyAddress, ProxySpec, State
+from corral.runtime.types import SESSION_LABEL, ProxyAddress, ProxySpec, SandboxInfo, State
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +142,12 @@ class SwarmEgress(SwarmSandboxes, SwarmNetworks):
                     f"swarm driver: egress proxy {name} not running after {self.options.start_timeout_s:.0f} s"
                 )
             time.sleep(_TASK_EVERY_S)
+
+    def list_sandboxes(self, labels: Mapping[str, str] | None = None) -> list[SandboxInfo]:
+        """As :meth:`SwarmSandboxes.list_sandboxes`, the gateway's container first joined to the session
+        overlays again (the gateway's reconcile on start lists them: a recreated container is on none)."""
+        self.rejoin_session_networks({k: v for k, v in (labels or {}).items() if k != SANDBOX_LABEL})
+        return super().list_sandboxes(labels)
 
     def proxy_states(self, labels: Mapping[str, str]) -> dict[str, State]:
         services = self._services({SANDBOX_LABEL: EGRESS_ROLE, **labels})

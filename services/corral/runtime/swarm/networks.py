@@ -172,6 +172,16 @@ class SwarmNetworks(SwarmEngine):
                     out.append(session_network_of(attrs))
         return out
 
+    def rejoin_session_networks(self, labels: Mapping[str, str]) -> None:
+        """The gateway's container on every session overlay carrying ``labels``, at its address there:
+        a gateway container made anew (a new image: ``docker compose up -d``) is on none of them, and
+        cannot reach the controllers and proxies it finds until it is. Nothing for one joined already."""
+        for network in self.session_networks(labels):
+            try:
+                self._join(network.name, network.gateway)
+            except SandboxError as exc:
+                log.warning("%s", exc)  # its sessions are found unreachable and closed as lost
+
     def remove_session_network(self, network: SessionNetwork) -> None:
         self._drop_network(network.name)
 
