@@ -7,7 +7,7 @@ import contextlib
 import ipaddress
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import docker
@@ -35,6 +35,22 @@ def session_network_of(attrs: Mapping[str, Any]) -> SessionNetwork:
     """A session network from Docker's inspect of it: its name, subnet and gateway."""
     config = ((attrs.get("IPAM") or {}).get("Config") or [{}])[0]
     return SessionNetwork(str(attrs["Name"]), str(config.get("Subnet", "")), str(config.get("Gateway", "")))
+
+
+def subnets_in_use(networks: Iterable[Mapping[str, Any]]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """Every subnet of the networks (Docker's inspect of each) that a new session network must not
+    overlap; entries that are no subnet are skipped (the swarm driver's overlays too)."""
+    used = []
+    for attrs in networks:
+        for config in (attrs.get("IPAM") or {}).get("Config") or []:
+            with contextlib.suppress(ValueError, TypeError):
+                used.append(ipaddress.ip_network(config.get("Subnet", ""), strict=False))
+    return used
+
+
+def pool_ipam(subnet: ipaddress.IPv4Network | ipaddress.IPv6Network) -> docker.types.IPAMConfig:
+    """A session network's IPAM: the subnet, its first address as the network's gateway."""
+    return docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=str(subnet), gateway=str(subnet[1]))])
 
 
 class Networks(Engine):
@@ -99,12 +115,7 @@ class Networks(Engine):
         hostguard.remove(bridge_interface(network.attrs))
 
     def _used_subnets(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
-        used = []
-        for network in self.client.networks.list():
-            for config in (network.attrs.get("IPAM") or {}).get("Config") or []:
-                with contextlib.suppress(ValueError, TypeError):
-                    used.append(ipaddress.ip_network(config.get("Subnet", ""), strict=False))
-        return used
+        return subnets_in_use(network.attrs for network in self.client.networks.list())
 
     def create_session_network(
         self, session_id: str, labels: Mapping[str, str], subnets: str = "10.213.0.0/16", prefix: int = 28
@@ -119,9 +130,7 @@ class Networks(Engine):
         for candidate in ipaddress.ip_network(subnets).subnets(new_prefix=prefix):
             if any(candidate.overlaps(other) for other in used):
                 continue
-            ipam = docker.types.IPAMConfig(
-                pool_configs=[docker.types.IPAMPool(subnet=str(candidate), gateway=str(candidate[1]))]
-            )
+            ipam = pool_ipam(candidate)
             try:
                 network = self.client.networks.create(
                     name,

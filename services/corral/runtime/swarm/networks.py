@@ -18,6 +18,7 @@ import docker.types
 
 from corral.errors import SandboxError
 from corral.runtime.docker.engine import NETWORK_ROLE, SANDBOX_LABEL, session_network_name
+from corral.runtime.docker.networks import pool_ipam, subnets_in_use
 from corral.runtime.swarm.engine import SwarmEngine, label_filters
 from corral.runtime.types import SESSION_LABEL, SessionNetwork
 
@@ -113,12 +114,7 @@ class SwarmNetworks(SwarmEngine):
             self.client.api.disconnect_container_from_network(self.gateway_container, network, force=True)
 
     def _used_subnets(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
-        used = []
-        for network in self.client.api.networks():
-            for config in (network.get("IPAM") or {}).get("Config") or []:
-                with contextlib.suppress(ValueError, TypeError):
-                    used.append(ipaddress.ip_network(config.get("Subnet", ""), strict=False))
-        return used
+        return subnets_in_use(self.client.api.networks())
 
     def create_session_network(
         self, session_id: str, labels: Mapping[str, str], subnets: str = "10.213.0.0/16", prefix: int = 28
@@ -135,9 +131,7 @@ class SwarmNetworks(SwarmEngine):
         for candidate in rotated(candidates, self._subnet_cursor):
             if any(candidate.overlaps(other) for other in used):
                 continue
-            ipam = docker.types.IPAMConfig(
-                pool_configs=[docker.types.IPAMPool(subnet=str(candidate), gateway=str(candidate[1]))]
-            )
+            ipam = pool_ipam(candidate)
             try:
                 created = self.client.api.create_network(
                     name,
