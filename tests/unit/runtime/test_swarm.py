@@ -349,3 +349,29 @@ def test_a_gateway_container_made_anew_joins_the_session_overlays_it_finds_again
     _runtime(api, tmp_path).rejoin_session_networks({"corral.gateway": "g"})
     # At the address the sandbox's firewall lets reach the controller (its overlay's last host address).
     assert api.calls == [("join", "gw", "corral-net-s1", "10.213.0.30")]
+
+
+class SlowManagerApi(NetworkApi):
+    """A manager that times out allocating the gateway's attachment ``timeouts`` times first."""
+
+    def __init__(self, timeouts: int) -> None:
+        super().__init__()
+        self.timeouts = timeouts
+
+    def connect_container_to_network(self, container: str, network: str, ipv4_address: str | None = None) -> None:
+        if self.timeouts:
+            self.timeouts -= 1
+            self.calls.append(("timed out", network))
+            raise docker.errors.APIError("500", explanation="attaching to network failed: context deadline exceeded")
+        super().connect_container_to_network(container, network, ipv4_address)
+
+
+def test_a_join_the_manager_timed_out_is_asked_again_and_a_third_timeout_fails_the_start(tmp_path: Path) -> None:
+    api = SlowManagerApi(timeouts=2)
+    network = _runtime(api, tmp_path).create_session_network("s1", {}, "10.213.0.0/28")
+    assert api.calls[-1] == ("join", "gw", "id-corral-net-s1", network.gateway)
+    assert [c for c in api.calls if c[0] == "timed out"] == [("timed out", "id-corral-net-s1")] * 2
+    failing = SlowManagerApi(timeouts=3)
+    with pytest.raises(SandboxError, match="context deadline exceeded"):
+        _runtime(failing, tmp_path).create_session_network("s2", {}, "10.213.0.0/28")
+    assert ("remove", "id-corral-net-s2") in failing.calls  # nothing left: the overlay goes with the failed join

@@ -25,6 +25,7 @@ from corral.runtime.types import SESSION_LABEL, SessionNetwork
 log = logging.getLogger(__name__)
 
 OVERLAY = "overlay"
+JOIN_ATTEMPTS = 3  # a manager that timed out allocating the gateway's attachment is asked again
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
@@ -98,16 +99,25 @@ class SwarmNetworks(SwarmEngine):
         return []  # no rules of the gateway's own on a swarm: the host guard is a global service
 
     def _join(self, network: str, address: str | None) -> None:
-        """The gateway's container on ``network`` (at ``address``); nothing when it is there already."""
-        try:
-            self.client.api.connect_container_to_network(self.gateway_container, network, ipv4_address=address)
-        except docker.errors.APIError as exc:
-            text = str(exc.explanation or exc)
-            if "already exists" in text or "already attached" in text:
+        """The gateway's container on ``network`` (at ``address``); nothing when it is there already.
+
+        A plain container's join of an overlay waits for the manager to allocate its attachment; a
+        busy manager answers "context deadline exceeded" having allocated nothing, and the join is
+        asked again (JOIN_ATTEMPTS in all), as the engine's own `docker run --network` would be rerun."""
+        for attempt in range(1, JOIN_ATTEMPTS + 1):
+            try:
+                self.client.api.connect_container_to_network(self.gateway_container, network, ipv4_address=address)
                 return
-            raise SandboxError(
-                f"swarm driver: cannot join the gateway's container {self.gateway_container} to {network}: {text}"
-            ) from None
+            except docker.errors.APIError as exc:
+                text = str(exc.explanation or exc)
+                if "already exists" in text or "already attached" in text:
+                    return
+                if "context deadline exceeded" in text and attempt < JOIN_ATTEMPTS:
+                    log.warning("joining %s timed out at the manager (attempt %d): again", network, attempt)
+                    continue
+                raise SandboxError(
+                    f"swarm driver: cannot join the gateway's container {self.gateway_container} to {network}: {text}"
+                ) from None
 
     def _leave(self, network: str) -> None:
         with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
