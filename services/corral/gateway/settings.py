@@ -16,6 +16,7 @@ from corral.gateway import keystrength
 from corral.gateway.downloadsettings import DownloadSettings
 from corral.gateway.environmentsettings import EnvironmentSettings
 from corral.gateway.previewsettings import PreviewSettings
+from corral.gateway.swarmsettings import SwarmSettings
 
 ENV_PREFIX = "CORRAL_"
 
@@ -25,7 +26,7 @@ def env_name(field: str) -> str:
     return f"{ENV_PREFIX}{field.upper()}"
 
 
-class GatewaySettings(EnvironmentSettings, PreviewSettings, DownloadSettings):
+class GatewaySettings(EnvironmentSettings, PreviewSettings, DownloadSettings, SwarmSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
     host: str = Field(
@@ -60,33 +61,6 @@ class GatewaySettings(EnvironmentSettings, PreviewSettings, DownloadSettings):
         ),
     )
     image: str = Field(default="corral-desktop:latest", description="The sandboxes' image.")
-    swarm_gateway_container: str = Field(
-        default="",
-        description=(
-            "With `CORRAL_RUNTIME=swarm`: the container this gateway runs in, joined to each session's overlay "
-            "(empty: this process's host name, Docker's default for a container's)."
-        ),
-    )
-    swarm_constraints: str = Field(
-        default="",
-        description=(
-            "With `CORRAL_RUNTIME=swarm`: placement constraints for every sandbox and proxy, comma-separated "
-            "(`node.labels.corral==yes`)."
-        ),
-    )
-    swarm_start_timeout_s: float = Field(
-        default=120.0,
-        gt=0,
-        description="With `CORRAL_RUNTIME=swarm`: how long a task may take to be placed, pull its image and run.",
-    )
-    swarm_encrypted_overlays: bool = Field(
-        default=False,
-        description=(
-            "With `CORRAL_RUNTIME=swarm`: every overlay Corral makes is encrypted (IPsec between nodes; open IP "
-            "protocol 50 between them). Without it, a session's traffic between nodes, the brokered secrets' values "
-            "to its proxy among it, crosses the nodes' LAN in the clear ([swarm.md](swarm.md))."
-        ),
-    )
     network: str = Field(
         default="corral-sandboxes", description="The shared Docker network of sandboxes without egress control."
     )
