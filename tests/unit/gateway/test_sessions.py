@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from corral.errors import EgressUnavailable, SessionNotFound
+from corral.errors import EgressUnavailable, SandboxError, SessionNotFound
 from corral.gateway.app import build_sessions
 from corral.gateway.egress import Egress, Ground
 from corral.gateway.grounds import GroundPool
@@ -241,6 +241,46 @@ async def test_stopping_mid_refill_leaves_nothing_of_the_pool(tmp_path: Path) ->
     await stopping
     # The refill's thread returned before the stop did: no sandbox of it can appear later.
     assert runtime.returned.is_set() and runtime.running == {}
+
+
+class EndpointRuntime(GatedRuntime):
+    """Docker's networks: one cannot be removed while a container is on it ("has active endpoints"),
+    and a sandbox being removed is still on it until its removal returns (it is killed first); here
+    that removal lasts until a network's removal was tried (or half a second)."""
+
+    def __init__(self, gate_from: int | None = None) -> None:
+        super().__init__(gate_from)
+        self.on_network: dict[str, str] = {}  # sandbox id -> its session network
+        self.network_removal_tried = threading.Event()
+
+    def start_sandbox(self, spec: SandboxSpec) -> SandboxAddress:
+        box = super().start_sandbox(spec)
+        if spec.session_network is not None:
+            self.on_network[box.id] = spec.session_network.name
+        return box
+
+    def remove(self, ident: str) -> None:
+        self.network_removal_tried.wait(0.5)
+        super().remove(ident)
+        self.on_network.pop(ident, None)
+
+    def remove_session_network(self, network: SessionNetwork) -> None:
+        self.network_removal_tried.set()
+        if network.name in self.on_network.values():
+            raise SandboxError(f"network {network.name} has active endpoints")
+        super().remove_session_network(network)
+
+
+async def test_stopping_while_the_refill_starts_its_pair_leaves_no_network(tmp_path: Path) -> None:
+    runtime = EndpointRuntime(gate_from=1)
+    manager = _manager(tmp_path, runtime, egress=True, ground_pool_size=0, pool_size=1)
+    await manager.start()
+    assert await _until(runtime.entered)  # the pooled pair's network is made, its sandbox starting
+    stopping = asyncio.ensure_future(manager.stop())
+    asyncio.get_running_loop().call_soon(runtime.release.set)  # after the stop cancelled the refill
+    await asyncio.wait_for(stopping, timeout=10)
+    # The undone start removed its sandbox before its network: the network had no endpoint left.
+    assert (runtime.running, runtime.proxies, runtime.networks) == ({}, {}, {})
 
 
 async def test_a_dead_sandbox_ends_its_session_and_frees_its_slot(tmp_path: Path) -> None:

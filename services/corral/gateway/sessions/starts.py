@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from corral.errors import EgressOff, HermeticUnavailable
-from corral.gateway.egress import Egress, EgressManager, Ground
+from corral.gateway.egress import Egress, EgressManager, Ground, Prepared
 from corral.gateway.grounds import GroundPool
 from corral.gateway.limits import Limits
 from corral.gateway.models import CreateSession, Viewport
@@ -294,15 +294,27 @@ class PairStarts:
         (egress, started), cancelled = await settle(proxy_start, in_thread(self._runtime.start_sandbox, spec))
         if isinstance(egress, Egress) and isinstance(started, SandboxAddress) and not cancelled:
             return Pair(session_id, started, egress), egress, prepared.egress is not None
-        undo = [in_thread(egress_manager.discard_blocking, prepared)]  # the proxy (by name) and the network
-        if isinstance(started, SandboxAddress):
-            undo.append(in_thread(self._runtime.remove, started.id))
-        await settle(*undo)
+        sandbox = started if isinstance(started, SandboxAddress) else None
+        (undone,), _ = await settle(asyncio.ensure_future(self._undo(prepared, sandbox)))
+        if isinstance(undone, BaseException):
+            # Said here: nothing else would (a refill stopped midway once left its network behind unseen).
+            log.error("could not remove what the start of %s made: %s", session_id, undone)
         if cancelled:
             raise asyncio.CancelledError
         failure = egress if isinstance(egress, BaseException) else started
         assert isinstance(failure, BaseException)  # not both started, not cancelled: one of them failed
         raise failure
+
+    async def _undo(self, prepared: Prepared, sandbox: SandboxAddress | None) -> None:
+        """What :meth:`_start_pair` made, for a start that failed or was cancelled: the sandbox first,
+        then the proxy (by name) and the network. Not side by side: Docker refuses to remove a network
+        a container is still on ("has active endpoints"), and a sandbox being removed still is until
+        its removal returns, so a stop in the middle of a refill once left the refill's network."""
+        try:
+            if sandbox is not None:
+                await asyncio.to_thread(self._runtime.remove, sandbox.id)
+        finally:
+            await asyncio.to_thread(self._egress.discard_blocking, prepared)
 
     async def remove(self, pair: Pair, started: bool = True) -> None:
         await asyncio.to_thread(self._runtime.remove, pair.sandbox.id)
