@@ -35,7 +35,7 @@ from corral.gateway.sessions import (
 from corral.gateway.settings import GatewaySettings
 from corral.gateway.store import SessionStore
 from corral.gateway.vitals import CONTROLLER_DEAD
-from corral.runtime import ExitInfo, ProxyAddress, SandboxAddress, SandboxSpec, SessionNetwork
+from corral.runtime import ExitInfo, ProxyAddress, ProxySpec, SandboxAddress, SandboxSpec, SessionNetwork
 
 from ..runtime.fake import FakeRuntime
 from .controller_fake import SECRET, proving
@@ -280,6 +280,35 @@ async def test_stopping_while_the_refill_starts_its_pair_leaves_no_network(tmp_p
     asyncio.get_running_loop().call_soon(runtime.release.set)  # after the stop cancelled the refill
     await asyncio.wait_for(stopping, timeout=10)
     # The undone start removed its sandbox before its network: the network had no endpoint left.
+    assert (runtime.running, runtime.proxies, runtime.networks) == ({}, {}, {})
+
+
+class FailingProxyRuntime(FakeRuntime):
+    """Every proxy fails to start; a sandbox's removal lasts until released (a slow Docker)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.removing, self.release = threading.Event(), threading.Event()
+
+    def start_proxy(self, spec: ProxySpec) -> ProxyAddress:
+        raise SandboxError("cannot start the egress proxy")
+
+    def remove(self, ident: str) -> None:
+        self.removing.set()
+        assert self.release.wait(10), "never released"
+        super().remove(ident)
+
+
+async def test_a_stop_while_a_failed_refill_is_undone_ends_the_refill(tmp_path: Path) -> None:
+    runtime = FailingProxyRuntime()
+    manager = _manager(tmp_path, runtime, egress=True, ground_pool_size=0, pool_size=1)
+    await manager.start()
+    assert await _until(runtime.removing)  # the pooled pair's proxy failed: its sandbox is being removed
+    stopping = asyncio.ensure_future(manager.stop())
+    asyncio.get_running_loop().call_soon(runtime.release.set)  # after the stop cancelled the refill
+    # The cancellation came while the failed start was undone: it ends the refill loop then (it is
+    # not taken for the failure, whose retry would start another pair and keep the stop waiting).
+    await asyncio.wait_for(stopping, timeout=3)
     assert (runtime.running, runtime.proxies, runtime.networks) == ({}, {}, {})
 
 

@@ -151,7 +151,9 @@ class SandboxStarts:
         try:
             await asyncio.to_thread(self._runtime.wait_ready, pair.sandbox, self._settings.start_timeout_s)
         except BaseException:
-            await settle(asyncio.ensure_future(self.remove(pair, started=False)))
+            _, stopped = await settle(asyncio.ensure_future(self.remove(pair, started=False)))
+            if stopped:
+                raise asyncio.CancelledError from None  # came during the removal: see PairStarts._start_pair
             raise
         return pair
 
@@ -251,7 +253,9 @@ class PairStarts:
             if replay is not None:
                 await self._egress.check_replay(egress)  # a hermetic session that cannot answer fails here
         except BaseException:
-            await settle(asyncio.ensure_future(self.remove(pair, started=False)))
+            _, stopped = await settle(asyncio.ensure_future(self.remove(pair, started=False)))
+            if stopped:
+                raise asyncio.CancelledError from None  # came during the removal: see _start_pair
             raise
         finally:
             # After a start, not during it: making a network is Docker's work, and Docker and the CPUs
@@ -295,11 +299,13 @@ class PairStarts:
         if isinstance(egress, Egress) and isinstance(started, SandboxAddress) and not cancelled:
             return Pair(session_id, started, egress), egress, prepared.egress is not None
         sandbox = started if isinstance(started, SandboxAddress) else None
-        (undone,), _ = await settle(asyncio.ensure_future(self._undo(prepared, sandbox)))
+        (undone,), stopped = await settle(asyncio.ensure_future(self._undo(prepared, sandbox)))
         if isinstance(undone, BaseException):
             # Said here: nothing else would (a refill stopped midway once left its network behind unseen).
             log.error("could not remove what the start of %s made: %s", session_id, undone)
-        if cancelled:
+        if cancelled or stopped:
+            # A cancellation during the undo of a failed start too (settle took it): raised as the
+            # failure instead, it was lost, and a stopping gateway's refill loop retried the start.
             raise asyncio.CancelledError
         failure = egress if isinstance(egress, BaseException) else started
         assert isinstance(failure, BaseException)  # not both started, not cancelled: one of them failed
