@@ -375,3 +375,25 @@ def test_a_join_the_manager_timed_out_is_asked_again_and_a_third_timeout_fails_t
     with pytest.raises(SandboxError, match="context deadline exceeded"):
         _runtime(failing, tmp_path).create_session_network("s2", {}, "10.213.0.0/28")
     assert ("remove", "id-corral-net-s2") in failing.calls  # nothing left: the overlay goes with the failed join
+
+
+def test_a_proxy_service_is_one_task_of_its_own_uid_on_its_session_and_egress_overlays(tmp_path: Path) -> None:
+    from corral.runtime import ProxySpec
+    from corral.runtime.swarm.egress import SEED_DIR, STATE_DIR_LABEL, proxy_service
+
+    network = SessionNetwork("corral-net-s1", "10.213.0.16/28", "10.213.0.30")
+    spec = ProxySpec("s1", network, tmp_path / "state", "corral-egress", memory="512m", cpus=1.0, pids=256)
+    args = proxy_service(spec, 1001, [], ("node.labels.corral.hostguard==on",))
+    template = args["task_template"]
+    assert template["RestartPolicy"]["Condition"] == "none"  # the gateway's watchdog restarts it, reseeded
+    assert template["Resources"]["Limits"] == {"NanoCPUs": 1_000_000_000, "MemoryBytes": 512 << 20, "Pids": 256}
+    assert template["Placement"]["Constraints"] == ["node.labels.corral.hostguard==on"]
+    assert template["LogDriver"]["Name"] == "json-file"
+    assert [(n["Target"], n.get("Aliases")) for n in template["Networks"]] == [
+        ("corral-net-s1", ["corral-proxy"]),
+        ("corral-egress", None),
+    ]
+    container = template["ContainerSpec"]
+    assert container["User"] == "1001:1001" and container["ReadOnly"] is True
+    assert container["Env"] and f"CORRAL_SEED_DIR={SEED_DIR}" in container["Env"]
+    assert args["labels"][STATE_DIR_LABEL] == str(tmp_path / "state")

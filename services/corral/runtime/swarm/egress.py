@@ -23,13 +23,12 @@ from corral.runtime.docker.engine import (
     EGRESS_ROLE,
     EGRESS_STATE,
     SANDBOX_LABEL,
-    mebibytes,
     proxy_name,
     session_network_name,
 )
 from corral.runtime.swarm.engine import newest_task, runtime_state, task_address, task_error, task_state
 from corral.runtime.swarm.networks import SwarmNetworks
-from corral.runtime.swarm.sandboxes import LOG_DRIVER, SwarmSandboxes
+from corral.runtime.swarm.sandboxes import SwarmSandboxes, one_task
 from corral.runtime.swarm.secrets import OWNER_LABEL, GivenFile
 from corral.runtime.types import SESSION_LABEL, ProxyAddress, ProxySpec, SandboxInfo, State
 
@@ -70,21 +69,10 @@ def proxy_service(
         cap_drop=["ALL"],
         stop_grace_period=5_000_000_000,  # SIGTERM and a moment: mitmdump writes out what it holds
     )
-    resources = docker.types.Resources(cpu_limit=int(spec.cpus * 1e9), mem_limit=mebibytes(spec.memory) << 20)
-    resources["Limits"]["Pids"] = spec.pids
     networks = [docker.types.NetworkAttachmentConfig(spec.network.name, aliases=[PROXY_ALIAS])]
     if spec.egress_network:
         networks.append(docker.types.NetworkAttachmentConfig(spec.egress_network))
-    template = docker.types.TaskTemplate(
-        container,
-        resources=resources,
-        # None, as the design asks of both halves: a task Swarm restarted by itself would come back at a
-        # new address the gateway does not know; the gateway's watchdog restarts it (restart_proxy).
-        restart_policy=docker.types.RestartPolicy(condition="none"),
-        placement=docker.types.Placement(constraints=list(constraints)) if constraints else None,
-        log_driver=LOG_DRIVER,
-        networks=networks,
-    )
+    template = one_task(container, spec.cpus, spec.memory, spec.pids, constraints, networks)
     return {
         "task_template": template,
         "name": proxy_name(spec.session_id),

@@ -10,7 +10,7 @@ import secrets
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import docker
@@ -45,6 +45,32 @@ log = logging.getLogger(__name__)
 # What boot needs as root, as the docker driver grants it (corral.runtime.docker.sandboxes).
 CAPABILITIES = ["CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_CHOWN", "CAP_NET_ADMIN", "CAP_NET_RAW"]
 LOG_DRIVER = docker.types.DriverConfig("json-file", {"max-size": "10m", "max-file": "3"})
+
+
+def one_task(
+    container: docker.types.ContainerSpec,
+    cpus: float,
+    memory: str,
+    pids: int,
+    constraints: Sequence[str],
+    networks: list[docker.types.NetworkAttachmentConfig],
+) -> docker.types.TaskTemplate:
+    """The task of a sandbox's or a proxy's service: its limits (CPU, memory, pids), its placement,
+    capped json-file logs, and restart condition none: a task Swarm restarted by itself would come
+    back at an address the gateway does not know (a sandbox as a new, empty desktop); the gateway ends
+    the session or, for a proxy, restarts it itself (restart_proxy)."""
+    resources = docker.types.Resources(cpu_limit=int(cpus * 1e9), mem_limit=mebibytes(memory) << 20)
+    resources["Limits"]["Pids"] = pids
+    return docker.types.TaskTemplate(
+        container,
+        resources=resources,
+        restart_policy=docker.types.RestartPolicy(condition="none"),
+        placement=docker.types.Placement(constraints=list(constraints)) if constraints else None,
+        log_driver=LOG_DRIVER,
+        networks=networks,
+    )
+
+
 _TASK_EVERY_S = 0.25
 _REFUSED_EVERY_S = 0.05
 
@@ -119,15 +145,8 @@ def sandbox_service(
         cap_drop=["ALL"],
         stop_grace_period=2_000_000_000,
     )
-    resources = docker.types.Resources(cpu_limit=int(spec.cpus * 1e9), mem_limit=mebibytes(spec.memory) << 20)
-    resources["Limits"]["Pids"] = spec.pids
-    template = docker.types.TaskTemplate(
-        container,
-        resources=resources,
-        restart_policy=docker.types.RestartPolicy(condition="none"),
-        placement=docker.types.Placement(constraints=list(constraints)) if constraints else None,
-        log_driver=LOG_DRIVER,
-        networks=[docker.types.NetworkAttachmentConfig(network)],
+    template = one_task(
+        container, spec.cpus, spec.memory, spec.pids, constraints, [docker.types.NetworkAttachmentConfig(network)]
     )
     return {
         "task_template": template,
