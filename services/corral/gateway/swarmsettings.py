@@ -13,8 +13,9 @@ class SwarmSettings(BaseSettings):
     swarm_gateway_container: str = Field(
         default="",
         description=(
-            "With `CORRAL_RUNTIME=swarm`: the container this gateway runs in, joined to each session's overlay "
-            "(empty: this process's host name, Docker's default for a container's)."
+            "With `CORRAL_RUNTIME=swarm`: the container joined to each session's overlay, the one whose network "
+            "namespace this gateway runs in (deploy/swarm/gateway.yaml: `corral-gateway-net`; empty: this "
+            "process's host name, Docker's default for a container's)."
         ),
     )
     swarm_constraints: str = Field(

@@ -67,6 +67,21 @@ class SwarmNodes:
         """Seconds until the manager reports ``host`` in ``state`` (ready, down)."""
         return wait_until(lambda: self.nodes().get(host, ("gone", ""))[0] == state, within_s, f"{host} {state}")
 
+    def guarded(self) -> set[str]:
+        """The nodes whose host guard task runs (a drained node's was stopped with its other tasks;
+        made active again, Swarm starts it anew and the runtime labels the node once it passed)."""
+        out = self.docker(
+            1,
+            "service",
+            "ps",
+            "corral-hostguard",
+            "--filter",
+            "desired-state=running",
+            "--format",
+            "{{.Node}} {{.CurrentState}}",
+        )
+        return {line.split()[0] for line in out.splitlines() if line.split()[1:2] == ["Running"]}
+
     def services(self, session_id: str) -> list[str]:
         """The services Swarm holds for a session (its sandbox, its proxy): none once it ended."""
         out = self.docker(1, "service", "ls", "--filter", f"label=corral.session={session_id}", "--format", "{{.Name}}")
@@ -88,6 +103,19 @@ class SwarmNodes:
             out = self.docker(1, kind, "ls", "--filter", f"label=corral.session={session_id}", "--format", "{{.Name}}")
             found += [f"{kind} {line}" for line in out.splitlines() if line.strip()]
         return found
+
+    def gateway_log(self, lines: int = 80) -> str:
+        """The gateway container's last lines (it logs to stderr: both streams, as they came)."""
+        sock = self.directory / "1" / "docker.sock"
+        done = subprocess.run(
+            ["docker", "-H", f"unix://{sock}", "logs", "--tail", str(lines), f"{self.name}-gateway"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        return done.stdout
 
     def restart_gateway(self) -> None:
         """The gateway's container restarted on the manager (its data dir kept), as a crash and its
