@@ -46,10 +46,12 @@ def without_addon_index() -> None:
 
 
 class CorralAddons:
-    """Corral's egress addons as one addon with children, as mitmdump's script loader registers
-    ``-s load.py``: every option of theirs is declared before any of them is configured."""
+    """Addons as one with children (mitmproxy calls each hook on the children in order): the place
+    of Corral's in the chain, and the egress addons themselves, registered together as mitmdump's
+    script loader registers ``-s load.py``: every option of theirs declared before any is configured."""
 
-    def __init__(self, addons: list[object]) -> None:
+    def __init__(self, name: str, addons: list[object]) -> None:
+        self.name = name  # mitmproxy's name for it (each addon's is unique)
         self.addons = addons
 
 
@@ -93,28 +95,34 @@ def build(pairs: Sequence[str]) -> master.Master:
     opts = options.Options()
     running = master.Master(opts, with_termlog=True)
     chain: Any = running.addons  # mitmproxy's AddonManager is untyped
+    # Made first (its log handler goes in when made): an error logged while Corral's addons load and
+    # configure below ends the start, as in mitmdump, where it is made before the script loads.
+    errors = errorcheck.ErrorCheck()
+    corral = CorralAddons("corral", [])
     chain.add(
         core.Core(),
         block.Block(),
         strip_dns_https_records.StripDnsHttpsRecords(),
         disable_h2c.DisableH2C(),
         proxyserver.Proxyserver(),  # type: ignore[no-untyped-call,unused-ignore]
-    )
-    # Deferred, as mitmdump sets them: Corral's options are declared once its addons load below.
-    opts.set(*pairs, defer=True)
-    corral = CorralAddons(compose(Shared()))
-    chain.add(corral)
-    keys: Any = opts.keys  # untyped in mitmproxy
-    chain.invoke_addon_sync(corral, hooks.ConfigureHook(set(keys())))
-    chain.add(
+        corral,  # where mitmdump's script loader stands
         dns_resolver.DnsResolver(),
         next_layer.NextLayer(),
         # Declares the server_replay_* options the hermetic playback reads; it replays nothing itself.
         serverplayback.ServerPlayback(),  # type: ignore[no-untyped-call,unused-ignore]
         tlsconfig.TlsConfig(),
         update_alt_svc.UpdateAltSvc(),
-        errorcheck.ErrorCheck(),
+        errors,
     )
+    # As mitmdump's script loader loads ``-s load.py`` once every addon of the chain is in: the
+    # settings deferred (Corral's options are not declared yet), the addons registered together
+    # (each option declared, then the deferred values set), then one configure with every key.
+    opts.set(*pairs, defer=True)
+    loaded = CorralAddons("corral.load", compose(Shared()))
+    chain.register(loaded)
+    corral.addons.append(loaded)
+    keys: Any = opts.keys  # untyped in mitmproxy
+    chain.invoke_addon_sync(loaded, hooks.ConfigureHook(set(keys())))
     if opts.deferred:
         raise SystemExit(f"unknown options: {', '.join(sorted(opts.deferred))}")
     return running
