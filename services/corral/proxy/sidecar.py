@@ -1,5 +1,6 @@
 """The sidecar's entry point: find this container's address on the session network, then exec
-``mitmdump`` with Corral's addon, listening (proxy and control channel) on that address only.
+mitmproxy with Corral's addons (corral.proxy.leanmaster: mitmdump's chain without the addons Corral
+does not use), listening (proxy and control channel) on that address only.
 
 Settings come from the environment the gateway sets (``CORRAL_*``); the CA the gateway made for
 the session is read from ``$CORRAL_STATE_DIR/ca`` (mitmproxy's confdir).
@@ -7,7 +8,6 @@ the session is read from ``$CORRAL_STATE_DIR/ca`` (mitmproxy's confdir).
 
 from __future__ import annotations
 
-import importlib.util
 import ipaddress
 import json
 import logging
@@ -65,15 +65,17 @@ def address_in(network: str, timeout_s: float = 10.0) -> str:
         time.sleep(0.05)
 
 
-def mitmdump_argv(env: Mapping[str, str], listen: str, addon: str) -> list[str]:
+def proxy_argv(env: Mapping[str, str], listen: str) -> list[str]:
+    """corral.proxy.leanmaster's command line: every setting a ``--set`` option, as mitmdump takes them."""
     state = Path(env.get("CORRAL_STATE_DIR", DEFAULT_STATE_DIR))
     options = {
+        "listen_host": listen,
+        "listen_port": env.get("CORRAL_PROXY_PORT", str(PROXY_PORT)),
         "confdir": str(state / "ca"),
         "connection_strategy": "eager",
         "http3": "false",  # no QUIC from the proxy either
         "rawtcp": "false",  # inside a tunnel everything is parsed as HTTP, so every request meets the checks
         "termlog_verbosity": "warn",
-        "flow_detail": "0",
         "corral_session": env.get("CORRAL_SESSION", ""),
         "corral_state_dir": str(state),
         "corral_mode": env.get("CORRAL_EGRESS_MODE", "enforce"),
@@ -100,8 +102,8 @@ def mitmdump_argv(env: Mapping[str, str], listen: str, addon: str) -> list[str]:
     upstream_ca = state / "upstream-ca.pem"
     if upstream_ca.exists():
         options["ssl_verify_upstream_trusted_ca"] = str(upstream_ca)
-    argv = ["mitmdump", "--listen-host", listen, "--listen-port", env.get("CORRAL_PROXY_PORT", str(PROXY_PORT))]
-    argv += ["-s", addon]
+    # The image's Python by its path (this one), never by PATH.
+    argv = [sys.executable, "-m", "corral.proxy.leanmaster"]
     for name, value in options.items():
         argv += ["--set", f"{name}={value}"]
     return argv
@@ -118,10 +120,6 @@ def main() -> int:
     if not network:
         log.error("CORRAL_SESSION_NET is not set: refusing to listen on every interface")
         return 2
-    spec = importlib.util.find_spec("corral.proxy.load")
-    if spec is None or spec.origin is None:
-        log.error("corral.proxy.load is not installed")
-        return 2
     try:
         planted = plant_seed(os.environ)
     except SeedRefused as exc:
@@ -130,7 +128,7 @@ def main() -> int:
     if planted:
         log.info("state planted from the seed: %s", ", ".join(planted))
     listen = address_in(network)
-    argv = mitmdump_argv(os.environ, listen, spec.origin)
+    argv = proxy_argv(os.environ, listen)
     env = write_tokens(os.environ)
     log.info("egress proxy for %s on %s", os.environ.get("CORRAL_SESSION", "?"), listen)
     os.execvpe(argv[0], argv, env)

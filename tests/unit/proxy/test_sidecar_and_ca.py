@@ -1,22 +1,23 @@
-"""The sidecar's mitmdump command line and the per-session CA."""
+"""The sidecar's mitmproxy command line and the per-session CA."""
 
 from __future__ import annotations
 
 import json
 import stat
+import sys
 from pathlib import Path
 
 from cryptography import x509
 
 from corral.proxy import ca
-from corral.proxy.sidecar import mitmdump_argv, write_tokens
+from corral.proxy.sidecar import proxy_argv, write_tokens
 
 
 def _options(argv: list[str]) -> dict[str, str]:
     return dict(argv[i + 1].split("=", 1) for i, arg in enumerate(argv) if arg == "--set")
 
 
-def test_mitmdump_listens_on_the_session_address_only_with_the_addon(tmp_path: Path) -> None:
+def test_the_proxy_listens_on_the_session_address_only_with_the_addons(tmp_path: Path) -> None:
     env = {
         "CORRAL_SESSION": "ses_1",
         "CORRAL_STATE_DIR": str(tmp_path),
@@ -24,10 +25,11 @@ def test_mitmdump_listens_on_the_session_address_only_with_the_addon(tmp_path: P
         "CORRAL_CONTROLLER_TOKEN": "c",
         "CORRAL_TRUSTED_NETWORKS": "10.9.0.0/16",
     }
-    argv = mitmdump_argv(env, "172.30.0.2", "/lib/corral/proxy/load.py")
-    assert argv[:5] == ["mitmdump", "--listen-host", "172.30.0.2", "--listen-port", "8080"]
-    assert argv[argv.index("-s") + 1] == "/lib/corral/proxy/load.py"
+    argv = proxy_argv(env, "172.30.0.2")
+    assert argv[:3] == [sys.executable, "-m", "corral.proxy.leanmaster"]
     options = _options(argv)
+    assert (options["listen_host"], options["listen_port"]) == ("172.30.0.2", "8080")
+    assert len(argv) == 3 + 2 * len(options)  # nothing but --set pairs after the module
     assert options["corral_control_host"] == "172.30.0.2"
     assert options["confdir"] == str(tmp_path / "ca")
     assert options["http3"] == "false" and options["connection_strategy"] == "eager"
@@ -44,17 +46,17 @@ def test_mitmdump_listens_on_the_session_address_only_with_the_addon(tmp_path: P
     assert "CORRAL_GATEWAY_TOKEN" not in left and "CORRAL_CONTROLLER_TOKEN" not in left
     assert left["CORRAL_SESSION"] == "ses_1"
     (tmp_path / "upstream-ca.pem").write_text("x")
-    assert _options(mitmdump_argv(env, "172.30.0.2", "x"))["ssl_verify_upstream_trusted_ca"].endswith("upstream-ca.pem")
+    assert _options(proxy_argv(env, "172.30.0.2"))["ssl_verify_upstream_trusted_ca"].endswith("upstream-ca.pem")
 
 
 def test_responses_are_kept_unless_turned_off_and_a_hermetic_proxy_never_dials(tmp_path: Path) -> None:
     env = {"CORRAL_STATE_DIR": str(tmp_path), "CORRAL_RESPONSES_MAX_BODY": "1000"}
-    options = _options(mitmdump_argv(env, "172.30.0.2", "x"))
+    options = _options(proxy_argv(env, "172.30.0.2"))
     assert (options["corral_keep_responses"], options.get("corral_hermetic")) == ("true", None)
     assert options["corral_responses_max_body"] == "1000"
-    off = _options(mitmdump_argv({**env, "CORRAL_RECORD_RESPONSES": "0"}, "h", "x"))
+    off = _options(proxy_argv({**env, "CORRAL_RECORD_RESPONSES": "0"}, "h"))
     assert off["corral_keep_responses"] == "false"
-    hermetic = _options(mitmdump_argv({**env, "CORRAL_HERMETIC": "1"}, "h", "x"))
+    hermetic = _options(proxy_argv({**env, "CORRAL_HERMETIC": "1"}, "h"))
     assert (hermetic["corral_hermetic"], hermetic["connection_strategy"], hermetic["corral_keep_responses"]) == (
         "true",
         "lazy",
@@ -76,5 +78,5 @@ def test_a_session_ca_is_a_ca_with_its_key_kept_private(tmp_path: Path) -> None:
 
 def test_the_audit_budget_the_gateway_sets_reaches_the_proxy_s_options(tmp_path: Path) -> None:
     env = {"CORRAL_STATE_DIR": str(tmp_path), "CORRAL_AUDIT_MAX_BYTES": "65536"}
-    assert _options(mitmdump_argv(env, "172.30.0.2", "x"))["corral_audit_max_bytes"] == "65536"
-    assert "corral_audit_max_bytes" not in _options(mitmdump_argv({**env, "CORRAL_AUDIT_MAX_BYTES": "-1"}, "h", "x"))
+    assert _options(proxy_argv(env, "172.30.0.2"))["corral_audit_max_bytes"] == "65536"
+    assert "corral_audit_max_bytes" not in _options(proxy_argv({**env, "CORRAL_AUDIT_MAX_BYTES": "-1"}, "h"))
