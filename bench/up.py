@@ -164,7 +164,7 @@ def _start_machine(tree: Path) -> None:
         "--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE",
         "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
         "--security-opt", "systempaths=unconfined", "--device-cgroup-rule", "a *:* rwm", "--cgroupns", "private",
-        "--tmpfs", "/run", "--tmpfs", "/tmp",
+        "--tmpfs", "/run", "--tmpfs", "/tmp", *_loop_devices(),
         "-v", f"{MACHINE_VOLUME}:/var/lib/docker", "-v", f"{tree}:{TREE_IN_MACHINE}",
         "-v", f"{resolv}:/etc/resolv.conf:ro",
         MACHINE_IMAGE,
@@ -175,6 +175,12 @@ def _start_machine(tree: Path) -> None:
             return
         time.sleep(0.1)
     raise RuntimeError(f"the fresh machine did not boot: {_docker('logs', MACHINE).stderr[-1000:]}")
+
+
+def _loop_devices() -> list[str]:
+    """The loop devices' control node, as a machine has it: the gateway's compose service asks for it
+    (workspace volumes), and its engine refuses to start the gateway without it."""
+    return ["--device", "/dev/loop-control"] if Path("/dev/loop-control").exists() else []
 
 
 def _cgroup2() -> bool:
