@@ -212,7 +212,9 @@ def fresh_machine(tree: Path, keep_image: bool) -> Iterator[None]:
         yield
     finally:
         if _exists("container", MACHINE):
-            _docker("exec", "-w", TREE_IN_MACHINE, MACHINE, "scripts/corral", "down")
+            # The virtualenv's corral, not scripts/corral: a run that failed early must not install it now.
+            if (tree / ".venv" / "bin" / "corral").exists():
+                _docker("exec", "-w", TREE_IN_MACHINE, MACHINE, ".venv/bin/corral", "down")
             _stop_engine()
         _docker("rm", "-f", "-v", MACHINE)
         _docker("volume", "rm", MACHINE_VOLUME)
