@@ -150,10 +150,14 @@ def find_limit(http: httpx.Client, limit: int) -> dict[str, Any]:
             # The burst measures the sessions held, not a sandbox booting beside them: each claim
             # starts the pool's refill (seconds of both cores), which the cold start's row times alone.
             wait_pool(http, 1)
-            shooter.add(f"{info['ws_url']}?token={info['token']}")
-            cpu0 = cpu_s()
-            latencies = shooter.burst()
-            gateway_cpu_ms = (cpu_s() - cpu0) * 1000
+            try:
+                shooter.add(f"{info['ws_url']}?token={info['token']}")
+                cpu0 = cpu_s()
+                latencies = shooter.burst()
+                gateway_cpu_ms = (cpu_s() - cpu0) * 1000
+            except Exception as exc:  # a session that does not answer is the limit too: said, not raised
+                why = f"session {len(sessions)} or a screenshot failed: {exc!r}"[:300]
+                break
             rss, uss = memory_mib()
             worst = max(latencies)
             steps.append(
