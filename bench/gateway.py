@@ -16,7 +16,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from corral.gateway.settings import GatewaySettings
 from corral.sandbox.settings import ControllerSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for what the bench does to Docker beside the runtime
+from bench.density import DENSITY_BUDGET, find_limit, print_result
 from tests.integration.dockerutil import DockerHarness
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -71,7 +71,6 @@ SIDECAR_PSS_BUDGET_MIB = 50.0
 # An idle session: one whose Playwright driver has stopped (the controller stops it after this long
 # without a browser call; corral.sandbox.web.browser), measured a few seconds after that.
 IDLE_AFTER_S = ControllerSettings.model_fields["browser_idle_stop_s"].default + 3
-DENSITY_BUDGET = 24
 SIDECAR_ROW = "egress sidecar (beside, not in the total)"
 
 
@@ -244,56 +243,10 @@ def idle_pss(http: httpx.Client, runtime: DockerHarness, instance: str, network:
     return {k: round(v, 1) for k, v in groups.items()}
 
 
-def concurrency(http: httpx.Client, limit: int) -> tuple[int, list[dict[str, Any]]]:
-    """Add sessions one at a time; after each, every session takes a screenshot at once."""
-    sessions: list[dict[str, Any]] = []
-    clients: list[SandboxClient] = []
-    steps = []
-    held = 0
-    try:
-        while len(sessions) < limit:
-            created = http.post("/v1/sessions", json={})
-            if created.status_code != 201:
-                break
-            info = created.json()
-            sessions.append(info)
-            # The burst measures the sessions held, not a sandbox booting beside them: with a pool, each
-            # claim starts a refill (seconds of both cores), which cold start's row times on its own.
-            wait_pool(http, 1)
-            client = SandboxClient(f"{info['ws_url']}?token={info['token']}")
-            client.__enter__()
-            clients.append(client)
-
-            def shot(c: SandboxClient) -> float:
-                start = time.perf_counter()
-                c.act({"type": "screenshot", "format": "jpeg"})
-                return (time.perf_counter() - start) * 1000
-
-            with ThreadPoolExecutor(max_workers=len(clients)) as pool:
-                latencies = list(pool.map(shot, clients))
-            worst = max(latencies)
-            steps.append(
-                {
-                    "sessions": len(sessions),
-                    "worst_ms": round(worst, 1),
-                    "median_ms": round(statistics.median(latencies), 1),
-                }
-            )
-            if worst > 1000:
-                break
-            held = len(sessions)
-    finally:
-        for client in clients:
-            client.__exit__(None, None, None)
-        for info in sessions:
-            http.delete(f"/v1/sessions/{info['id']}")
-    return held, steps
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=5)
-    parser.add_argument("--max-concurrent", type=int, default=26)
+    parser.add_argument("--max-concurrent", type=int, default=60, help="the density search's ceiling")
     parser.add_argument("--idle-only", action="store_true", help="only the idle session's memory and CPU")
     args = parser.parse_args()
     runtime = DockerHarness()
@@ -308,7 +261,8 @@ def main() -> int:
         claims = claim_times(http, args.samples)
         colds = cold_start_times(http, args.samples)
         pss = idle_pss(http, runtime, settings.instance, settings.network)
-        held, steps = concurrency(http, args.max_concurrent)
+        print("Density: sessions added one at a time, a burst of screenshots after each", flush=True)
+        density = find_limit(http, args.max_concurrent)
 
     claim_p50, cold_p50 = statistics.median(claims), statistics.median(colds)
     print(f"{'Control plane':<56}{'p50 ms':>10}{'max ms':>10}{'n':>5}")
@@ -323,11 +277,7 @@ def main() -> int:
     for name, mib in pss.items():
         print(f"  {name:<54}{mib:>10.1f}")
     print(f"  {'idle CPU per session':<54}{pss['idle CPU, % of one core']:>9.2f}% of one core (stated)")
-    print(f"\nConcurrent sessions answering a screenshot within 1 s: {held} (tried up to {args.max_concurrent})")
-    for step in steps:
-        print(
-            f"  {step['sessions']:>3} sessions: worst {step['worst_ms']:>7.1f} ms, median {step['median_ms']:>6.1f} ms"
-        )
+    print_result(density, args.max_concurrent)
     # Issue 16's wanted figures, never loosened: the claim's was 3.1 ms before egress, 123 ms after.
     budgets = {
         "claim from the warm pool p50": (claim_p50, 20.0),
@@ -337,7 +287,7 @@ def main() -> int:
     timing_ok = [budget_line(name, value, "ms", "<=", budget) for name, (value, budget) in budgets.items()]
     density_ok = [
         *memory_budgets(pss),
-        budget_line("sessions answering a screenshot within 1 s", held, "", ">=", DENSITY_BUDGET),
+        budget_line("sessions answering a screenshot within 1 s", density["held"], "", ">=", DENSITY_BUDGET),
     ]
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "gateway.json").write_text(
@@ -346,8 +296,8 @@ def main() -> int:
                 "claim_ms": claims,
                 "cold_start_ms": colds,
                 "idle_pss_mib": pss,
-                "concurrent_within_1s": held,
-                "steps": steps,
+                "concurrent_within_1s": density["held"],
+                "density": density,
                 "budgets": {k: {"p50_ms": round(v, 1), "budget_ms": b} for k, (v, b) in budgets.items()},
             },
             indent=2,

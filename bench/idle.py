@@ -1,7 +1,8 @@
 """Idle cost of the control plane: the gateway's own CPU and Docker's (dockerd and its containerd) while
-N sessions sit idle, per session, beside the same window with none (the warm pool alone), and the
-egress proxies' CPU over the same window. What the gateway's reaper and watchdog cost each second is
-what limits density on a small machine once the sessions themselves are quiet.
+N sessions sit idle, per session, beside the same window with none (the warm pool alone), the
+egress proxies' and the sandboxes' CPU over the same window, and the gateway's memory (RSS, USS).
+What the gateway's reaper and watchdog cost each second is what limits density on a small machine
+once the sessions themselves are quiet.
 
     python bench/idle.py [--sessions 8] [--window 30]
 
@@ -24,6 +25,7 @@ import httpx
 from corral.runtime.docker import DockerRuntime
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.density import memory_mib
 from bench.gateway import bench_gateway, wait_pool
 from tests.integration.dockerutil import DockerHarness
 
@@ -76,30 +78,37 @@ def self_cpu() -> float:
     return times.user + times.system
 
 
-def proxies_cpu(runtime: DockerHarness, instance: str) -> float:
-    """The CPU seconds every egress proxy of ``instance`` used so far (docker stats' counter)."""
-    total = 0.0
+def containers_cpu(runtime: DockerHarness, instance: str) -> tuple[float, float]:
+    """The CPU seconds every egress proxy and every sandbox (the pool's among them) of ``instance``
+    used so far (docker stats' counter)."""
+    proxies = sandboxes = 0.0
     for container in runtime.client.containers.list(filters={"label": f"corral.gateway={instance}"}):
         if "egress" in (container.name or ""):
-            total += runtime.cpu_seconds(container.id)
-    return total
+            proxies += runtime.cpu_seconds(container.id)
+        else:
+            sandboxes += runtime.cpu_seconds(container.id)
+    return proxies, sandboxes
 
 
 def window(runtime: DockerHarness, instance: str, seconds: float) -> dict[str, float]:
     """CPU seconds per minute of the gateway, Docker and the proxies over ``seconds`` of idleness."""
     dockers = docker_pids()
-    proxies0 = proxies_cpu(runtime, instance)
+    proxies0, sandboxes0 = containers_cpu(runtime, instance)
     calls0 = sum(CALLS.values())
     gateway0, docker0 = self_cpu(), sum(_proc_cpu(pid) for pid in dockers)
     time.sleep(seconds)
     gateway1, docker1 = self_cpu(), sum(_proc_cpu(pid) for pid in dockers)
     calls1 = sum(CALLS.values())
-    proxies1 = proxies_cpu(runtime, instance)
+    proxies1, sandboxes1 = containers_cpu(runtime, instance)
+    rss, uss = memory_mib()
     per_min = 60.0 / seconds
     return {
         "gateway_s_per_min": round((gateway1 - gateway0) * per_min, 3),
         "docker_s_per_min": round((docker1 - docker0) * per_min, 3),
         "proxies_s_per_min": round((proxies1 - proxies0) * per_min, 3),
+        "sandboxes_s_per_min": round((sandboxes1 - sandboxes0) * per_min, 3),
+        "gateway_rss_mib": round(rss, 1),
+        "gateway_uss_mib": round(uss, 1),
         "docker_calls_per_min": round((calls1 - calls0) * per_min, 1),
     }
 
@@ -130,12 +139,23 @@ def print_rows(result: dict[str, Any]) -> None:
         ("gateway_s_per_min", "gateway process (reaper, watchdog, server)"),
         ("docker_s_per_min", "dockerd + containerd"),
         ("proxies_s_per_min", "egress proxies (all of them)"),
+        ("sandboxes_s_per_min", "sandboxes (all of them, the pool's too)"),
         ("docker_calls_per_min", "the gateway's Docker calls per minute (not CPU)"),
     ):
         row = (result["none"][key], result["idle"][key], result["per_session"][key])
         print(f"  {label:<54}{row[0]:>10.3f}{row[1]:>10.3f}{row[2]:>10.4f}")
-    gw = result["per_session"]["gateway_s_per_min"] + result["per_session"]["docker_s_per_min"]
+    print(f"{'Gateway memory, MiB':<56}")
+    for key, label in (
+        ("gateway_rss_mib", "gateway process RSS"),
+        ("gateway_uss_mib", "gateway process USS (private)"),
+    ):
+        row = (result["none"][key], result["idle"][key], result["per_session"][key])
+        print(f"  {label:<54}{row[0]:>10.1f}{row[1]:>10.1f}{row[2]:>10.2f}")
+    per = result["per_session"]
+    gw = per["gateway_s_per_min"] + per["docker_s_per_min"]
     print(f"  {'gateway + Docker per idle session, % of one core':<54}{gw / 60 * 100:>29.3f}% (stated)")
+    whole = gw + per["proxies_s_per_min"] + per["sandboxes_s_per_min"]
+    print(f"  {'all of it per idle session (sandbox and proxy too)':<54}{whole / 60 * 100:>29.3f}% (stated)")
 
 
 def main() -> int:

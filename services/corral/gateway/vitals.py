@@ -1,6 +1,7 @@
 """Whether a session's controller stays up, for the reaper: a sandbox whose container runs but whose
 controller the init keeps restarting (killed again and again, OOM-killed as the agent fills memory)
-serves no one, and would hold its slot until its timeout. Each reaper tick asks every live session's
+serves no one, and would hold its slot until its timeout. Every few reaper ticks
+(corral.gateway.sessions.reaper.CONTROLLER_PROBE_TICKS) the reaper asks every live session's
 controller who it is (``GET /v1/secrets`` names its process's ``boot``); a controller that restarted
 more than ``max_restarts`` times within ``window_s`` (its boot changed), or that has not answered for
 ``dead_after_s`` (the same process twice: one that answers once and dies again does not count as up),

@@ -401,7 +401,7 @@ async def test_the_reaper_ends_a_session_whose_controller_restarts_too_often(tmp
         boots[steady.sandbox.host] = "steady"
         for n in range(4):  # each a new controller process: restarted three times
             boots[session.sandbox.host] = f"b{n}"
-            await _ticks(manager, 2)
+            await _ticks(manager, reaper.CONTROLLER_PROBE_TICKS)  # each boot seen by one probe round
         await asyncio.wait_for(session.ended.wait(), 5)
         assert (session.end_reason, session.end_detail) == (CONTROLLER_DEAD, "restarted 3 times in 300 s")
         assert not steady.ended.is_set() and steady.state == "ready"  # one that stays up lives on

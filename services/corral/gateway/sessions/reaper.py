@@ -2,7 +2,8 @@
 and the ones whose sandbox died (one listing of the sandboxes a tick and one of the proxies, shared
 with the egress rounds and the pool's check; an idle pool alone every POOL_CHECK_TICKS ticks, when
 pooled pairs on a machine that takes no new sessions are replaced too), retires
-held grounds whose proxy stopped, asks the controllers who they are (beside the loop), and prunes the
+held grounds whose proxy stopped, asks the controllers who they are (beside the loop, every
+CONTROLLER_PROBE_TICKS ticks), and prunes the
 archives hourly. A tick can be driven directly (:meth:`Reaper.tick`), its clock injected."""
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ POOL_CHECK_TICKS = 5
 # container that stopped, not a controller that hangs in a running one, which a claim would otherwise
 # find by waiting HAND_OUT_CHECK_S for it before it starts one cold).
 POOL_ANSWER_TICKS = 30
+# Every this many ticks each live session's controller is asked who it is (corral.gateway.vitals): its
+# verdicts are counted in tens of seconds (no answer for controller_dead_after_s, 60 s; more than
+# controller_max_restarts new boots in 300 s), so a look a second cost each idle session a signed
+# request on both sides for nothing those verdicts need (docs/design/0445). A relay that lost its
+# controller still looks at once (Liveness.check_sandbox).
+CONTROLLER_PROBE_TICKS = 5
 PRUNE_EVERY_S = 3600.0
 
 
@@ -127,7 +134,8 @@ class Reaper:
         # After the watchdog (its listing must be fresh), and beside the loop rather than in it: a
         # controller that does not answer holds its probe up to vitals.PROBE_TIMEOUT_S, which must not
         # hold up the next tick's liveness check (a dead sandbox is found within a tick).
-        self._liveness.probe()
+        if self.ticks % CONTROLLER_PROBE_TICKS == 0:
+            self._liveness.probe()
         if self.ticks % POOL_ANSWER_TICKS == 0:
             try:
                 # After the watchdog: a pooled controller that does not answer holds this up to 2 s.
