@@ -56,7 +56,6 @@ class XInput:
         self._asker = self._root.create_window(-1, -1, 1, 1, 0, X.CopyFromParent, X.InputOutput, X.CopyFromParent)
         self._question = self._display.intern_atom("_NET_REQUEST_FRAME_EXTENTS")
         self._answer = self._display.intern_atom("_NET_FRAME_EXTENTS")
-        self._ask_window_manager()  # its first answer takes openbox tens of ms; later ones about 1 ms
 
     def _load_keymap(self) -> None:
         count = self._max_keycode - self._min_keycode + 1
@@ -129,7 +128,9 @@ class XInput:
 
     def _ask_window_manager(self) -> None:
         """_NET_REQUEST_FRAME_EXTENTS for our own window: the window manager answers by setting the
-        window's _NET_FRAME_EXTENTS (the old answer is deleted first), after the events before it."""
+        window's _NET_FRAME_EXTENTS (the old answer is deleted first), after the events before it.
+        Asked only after a press and waited for (an answer to an earlier question, still on its way,
+        would pass for this one's): a first answer takes openbox tens of ms, later ones about 1 ms."""
         self._asker.delete_property(self._answer)
         question = ClientMessage(window=self._asker, client_type=self._question, data=(32, [0, 0, 0, 0, 0]))
         self._root.send_event(question, event_mask=X.SubstructureRedirectMask | X.SubstructureNotifyMask)
