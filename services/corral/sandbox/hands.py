@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
+import time
 from collections.abc import Iterator
 from typing import assert_never
 
@@ -20,7 +22,16 @@ from corral.sandbox.display.xinput import XInput
 from corral.sandbox.settings import ControllerSettings
 from corral.sandbox.web.browser import Browser
 
+log = logging.getLogger(__name__)
+
 MULTI_CLICK_GAP_S = 0.02
+# How long a press or release may take to reach its window (XInput.delivered). openbox replays a grabbed
+# click within a millisecond or two, but on two loaded cores it waited past the old 0.2 s bound, and the
+# keys sent then overtook the click (MCP's click-then-type kept its title "ready"). The first few ms are
+# polled at once (a click stays about a millisecond); after that the wait lets the event loop run.
+DELIVERY_FAST_S = 0.005
+DELIVERY_WAIT_S = 5.0
+DELIVERY_POLL_S = 0.002
 WHEEL_CLICK_PX = 53  # a wheel click scrolls about this far in Chromium and most toolkits
 # CDP's modifier bits (Input.dispatchMouseEvent) for the modifier keysyms.
 _CDP_MODIFIERS = {
@@ -76,11 +87,12 @@ class Hands:
                         if index:
                             # X timestamps are in ms and Chromium drops a repeat click with the same stamp.
                             await asyncio.sleep(MULTI_CLICK_GAP_S)
-                        self.input.click(action.button)
+                        await self._button(action.button, down=True)
+                        await self._button(action.button, down=False)
                 return self.position()
             case a.MouseDown() | a.MouseUp():
                 self._move_if(action.x, action.y)
-                self.input.button(action.button, down=isinstance(action, a.MouseDown))
+                await self._button(action.button, down=isinstance(action, a.MouseDown), bare=True)
                 return self.position()
             case a.Move():
                 with self._held(action.modifiers):
@@ -124,6 +136,20 @@ class Hands:
             if keys:
                 self.input.key_up(keys)
 
+    async def _button(self, button: str, *, down: bool, bare: bool = False) -> None:
+        """Press or release ``button``, then wait until its window has it (XInput.delivered): input sent
+        after this action then comes after it."""
+        self.input.button(button, down, bare=bare)
+        deadline = time.monotonic() + DELIVERY_WAIT_S
+        if self.input.delivered(button, down, bare=bare, within_s=DELIVERY_FAST_S):
+            return
+        while not self.input.delivered(button, down, bare=bare):
+            if time.monotonic() >= deadline:
+                what = "press" if down else "release"
+                log.warning("a %s of %s did not reach its window within %.0f s", what, button, DELIVERY_WAIT_S)
+                return
+            await asyncio.sleep(DELIVERY_POLL_S)
+
     def _move_if(self, x: int | None, y: int | None) -> None:
         if x is not None and y is not None:
             self.input.move(x, y)
@@ -132,7 +158,7 @@ class Hands:
         first = action.path[0]
         with self._held(action.modifiers):
             self.input.move(first.x, first.y)
-            self.input.button(action.button, down=True)
+            await self._button(action.button, down=True, bare=True)
             try:
                 x, y = first.x, first.y
                 for point in action.path[1:]:
@@ -144,7 +170,7 @@ class Hands:
                         await asyncio.sleep(action.step_ms / 1000)
                     x, y = point.x, point.y
             finally:
-                self.input.button(action.button, down=False)
+                await self._button(action.button, down=False)
 
     async def _scroll(self, action: a.Scroll) -> r.ScrolledClicks | r.ScrolledPixels:
         self._move_if(action.x, action.y)

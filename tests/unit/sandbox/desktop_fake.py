@@ -41,7 +41,8 @@ class FakeInput:
             self._parts.log("input", method, *args, *options.values())
             if method == "move":
                 self._position = (args[0], args[1])
-            return {"spare_keycodes": 8, "on_keymap": True, "bind_for": False, "focused_wm_class": "xterm"}.get(method)
+            answers = {"spare_keycodes": 8, "on_keymap": True, "bind_for": False, "focused_wm_class": "xterm"}
+            return {**answers, "delivered": True}.get(method)
 
         return call
 

@@ -95,9 +95,11 @@ class Screen:
                 activity = now
             if (now - last_change) * 1000 >= quiet_ms and (now - activity) * 1000 >= min_ms:
                 return Settled(last, (now - start) * 1000, True)
-            if (now - start) * 1000 >= timeout_ms:
+            left_ms = timeout_ms - (now - start) * 1000
+            if left_ms <= 0:
                 return Settled(last, (now - start) * 1000, False)
-            await asyncio.sleep(poll_ms / 1000)
+            # Never sleep past the cap: the answer comes at most one grab after timeout_ms.
+            await asyncio.sleep(min(poll_ms, left_ms) / 1000)
             frame = await self.grab()
             if frame.data != last.data:
                 last, last_change = frame, time.monotonic()

@@ -16,15 +16,13 @@ from dataclasses import dataclass
 from Xlib import XK, X
 from Xlib.display import Display
 from Xlib.ext import xtest
+from Xlib.protocol.event import ClientMessage
 
 from corral.protocol.keys import Key, KeyCombo, keysym_for_char
 
 BUTTONS: dict[str, int] = {"left": 1, "middle": 2, "right": 3, "back": 8, "forward": 9}
 SCROLL_BUTTONS: dict[str, int] = {"up": 4, "down": 5, "left": 6, "right": 7}
 
-# How long a click waits for the server to have processed it (see XInput._processed); a window manager
-# replays a grabbed click within a millisecond or two.
-_PROCESSED_WAIT_S = 0.2
 
 # A spare keycode just rebound may still be read by a client with the old binding;
 # only reuse one that has been idle at least this long.
@@ -54,6 +52,10 @@ class XInput:
         self._spare: OrderedDict[int, float] = OrderedDict()  # keycode -> last use, least recent first
         self._bound: dict[int, int] = {}  # keysym -> spare keycode bound to it
         self._load_keymap()
+        # A window of our own, never mapped, that the window manager is asked about (_ask_window_manager).
+        self._asker = self._root.create_window(-1, -1, 1, 1, 0, X.CopyFromParent, X.InputOutput, X.CopyFromParent)
+        self._question = self._display.intern_atom("_NET_REQUEST_FRAME_EXTENTS")
+        self._answer = self._display.intern_atom("_NET_FRAME_EXTENTS")
 
     def _load_keymap(self) -> None:
         count = self._max_keycode - self._min_keycode + 1
@@ -87,36 +89,51 @@ class XInput:
         xtest.fake_input(self._display, X.MotionNotify, x=x, y=y)
         self._display.sync()
 
-    def button(self, button: str, down: bool) -> None:
-        code = BUTTONS[button]
-        xtest.fake_input(self._display, X.ButtonPress if down else X.ButtonRelease, code)
+    def button(self, button: str, down: bool, *, bare: bool = False) -> None:
+        """Press or release ``button``; whether the window it lands on has it yet is :meth:`delivered`.
+        A ``bare`` press (no release follows at once: mouse_down, a drag) also asks the window manager a
+        question, answered once it has dealt with the press (see :meth:`delivered`)."""
+        xtest.fake_input(self._display, X.ButtonPress if down else X.ButtonRelease, BUTTONS[button])
+        if down and bare:
+            self._ask_window_manager()
         self._display.sync()
-        self._processed(code, down)
 
-    def click(self, button: str) -> None:
-        code = BUTTONS[button]
-        xtest.fake_input(self._display, X.ButtonPress, code)
-        self._display.sync()
-        self._processed(code, True)
-        xtest.fake_input(self._display, X.ButtonRelease, code)
-        self._display.sync()
-        self._processed(code, False)
-
-    def _processed(self, code: int, down: bool) -> None:
-        """Wait (briefly, polling) until the server has processed button ``code`` going ``down`` or up.
+    def delivered(self, button: str, down: bool, *, bare: bool = False, within_s: float = 0.0) -> bool:
+        """Whether the server has handed ``button``'s last press (``down``) or release on to the window,
+        asked again for up to ``within_s`` (polling: a replay normally takes a millisecond or two).
 
         openbox grabs a press synchronously, to focus the window it lands on, then replays it: until then
-        the pointer's events wait in the server while the keyboard's do not, so a key sent right after a
-        click reached the page before the click and its focus did (the first letter typed was lost). The
-        pointer's logical state (QueryPointer's mask) lags while its events wait: once the release shows,
-        the press has gone to the window. Buttons past 5 have no mask bit and are not waited for.
+        the pointer's events wait in the server while the keyboard's do not, so a key sent meanwhile
+        reaches the page before the click and its focus do. The pointer's logical state (QueryPointer's
+        mask) shows a press as soon as the grab took it, and a release only once it left the queue, so
+        a release that shows means its press has gone to the window. A ``bare`` press has no release to
+        show it: the question :meth:`button` asked after it reaches openbox after the press, and openbox
+        answers it only once it has dealt with the press (replayed it). Buttons past 5 have no mask bit
+        and are not waited for.
         """
-        if code > 5:
-            return
-        mask = X.Button1Mask << (code - 1)
-        deadline = time.monotonic() + _PROCESSED_WAIT_S
-        while bool(self._root.query_pointer().mask & mask) != down and time.monotonic() < deadline:
+        code = BUTTONS[button]
+        deadline = time.monotonic() + within_s
+        while not self._delivered(code, down, bare):
+            if time.monotonic() >= deadline:
+                return False
             time.sleep(0.0002)
+        return True
+
+    def _delivered(self, code: int, down: bool, bare: bool) -> bool:
+        if code > 5:
+            return True
+        if bool(self._root.query_pointer().mask & (X.Button1Mask << (code - 1))) != down:
+            return False
+        return not (down and bare) or self._asker.get_property(self._answer, X.AnyPropertyType, 0, 4) is not None
+
+    def _ask_window_manager(self) -> None:
+        """_NET_REQUEST_FRAME_EXTENTS for our own window: the window manager answers by setting the
+        window's _NET_FRAME_EXTENTS (the old answer is deleted first), after the events before it.
+        Asked only after a press and waited for (an answer to an earlier question, still on its way,
+        would pass for this one's): a first answer takes openbox tens of ms, later ones about 1 ms."""
+        self._asker.delete_property(self._answer)
+        question = ClientMessage(window=self._asker, client_type=self._question, data=(32, [0, 0, 0, 0, 0]))
+        self._root.send_event(question, event_mask=X.SubstructureRedirectMask | X.SubstructureNotifyMask)
 
     def scroll(self, direction: str, clicks: int) -> None:
         code = SCROLL_BUTTONS[direction]

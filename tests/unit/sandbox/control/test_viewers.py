@@ -205,7 +205,7 @@ def test_view_mode_refuses_take_and_input() -> None:
         ws.send_json({"type": "input", "seq": 2, "action": {"type": "click", "x": 5, "y": 5}})
         refused = ws.receive_json()
         assert refused["type"] == "error" and refused["seq"] == 2 and refused["error"]["code"] == "forbidden"
-    assert desktop.lease.holder.who == "agent" and "click" not in parts.methods("input")
+    assert desktop.lease.holder.who == "agent" and "button" not in parts.methods("input")
 
 
 def test_control_mode_takes_sends_input_and_hands_back_with_a_note() -> None:
@@ -226,7 +226,7 @@ def test_control_mode_takes_sends_input_and_hands_back_with_a_note() -> None:
         ws.send_json({"type": "release", "seq": 5, "note": "solved the captcha"})
         assert ws.receive_json()["lease"]["holder"] == "agent"
         assert ws.receive_json() == {"type": "ack", "seq": 5}
-    assert "click" in parts.methods("input") and ("input", "move", (7, 8)) in parts.calls
+    assert ("input", "button", ("left", True, False)) in parts.calls and ("input", "move", (7, 8)) in parts.calls
     handed = desktop.lease.take_hand_back()
     assert handed is not None and handed.by == VIEWER and handed.note == "solved the captcha" and not handed.left
     # Reported to the proxy with the viewer as actor and recorded, the move left out of both.
