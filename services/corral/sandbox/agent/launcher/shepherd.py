@@ -153,7 +153,6 @@ def _child(job: socket.socket, report: int, shepherd: int, agent: Ids) -> NoRetu
         for number in _RESET_SIGNALS:
             signal.signal(number, signal.SIG_DFL)
         os.setsid()
-        os.nice(NICE)
         # The launcher turned undumpable when it last acted as the agent, which makes /proc/self
         # root's; as its own uid again, this child may own it back to set its OOM score.
         prctl(PR_SET_DUMPABLE, 1)
@@ -172,6 +171,10 @@ def _child(job: socket.socket, report: int, shepherd: int, agent: Ids) -> NoRetu
             os.dup2(fd, target)
         if spawn["pty"]:
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        # Lowered here, not while the spare waits: its wake-up and the job's reading are the
+        # launcher's code on a command's way, and at nice 10 a loaded machine gives them a tenth of
+        # a core. Still before become: nothing of the agent's ever runs above nice 10.
+        os.nice(NICE)
         become(agent)
         normal_scheduling()
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
