@@ -3,13 +3,21 @@ stdout streaming throughput (``head -c 200M /dev/zero``), and a 200 MiB upload a
 the gateway's HTTP routes with the gateway's RSS growth (the gateway in a process of its own, its
 VmRSS sampled every 20 ms while the bytes move).
 
-    .venv/bin/python bench/files.py
+The round trips are taken in rounds, each a few of every kind in turn (``exec``, ``cursor_position``,
+``docker exec``), so that a machine whose load changes during the run weighs on all of them alike.
+``--before IMAGE`` adds a second gateway (``--before-services DIR``: another tree's code for it, such
+as main's) whose sandbox runs the older image, its ``exec`` taken in the same rounds: before and after
+side by side, in one run.
+
+    flock /tmp/corral-bench.lock .venv/bin/python bench/files.py \\
+        [--before corral-desktop:latest --before-services ../main/services]
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -61,11 +69,15 @@ def rss_bytes(pid: int) -> int:
 
 
 @contextmanager
-def gateway_process(instance: str, data_dir: Path) -> Iterator[tuple[str, int]]:
-    """``python -m corral.gateway.server`` in a process of its own (its RSS is the gateway's alone)."""
+def gateway_process(
+    instance: str, data_dir: Path, network: str, extra: dict[str, str] | None = None
+) -> Iterator[tuple[str, int]]:
+    """``python -m corral.gateway.server`` in a process of its own (its RSS is the gateway's alone);
+    ``extra``: environment of its own (another image, another tree's code)."""
     port = free_port()
     env = {
         **os.environ,
+        **(extra or {}),
         "CORRAL_PORT": str(port),
         "CORRAL_DATA_DIR": str(data_dir),
         "CORRAL_API_KEY": KEY,
@@ -73,7 +85,7 @@ def gateway_process(instance: str, data_dir: Path) -> Iterator[tuple[str, int]]:
         "CORRAL_POOL_SIZE": "0",
         "CORRAL_EGRESS": "0",
         "CORRAL_RECORD": "0",
-        "CORRAL_NETWORK": f"corral-bench-files-{os.getpid()}",
+        "CORRAL_NETWORK": network,
     }
     server = subprocess.Popen(
         [sys.executable, "-m", "corral.gateway.server"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
@@ -118,6 +130,19 @@ def peak_growth(pid: int, work: Callable[[], None]) -> tuple[float, int]:
         done.set()
         sampler.join()
     return elapsed, max(0, peak - before)
+
+
+Measure = Callable[[int], list[float]]  # n round trips of one kind, in ms
+
+
+def interleaved(kinds: dict[str, Measure], samples: dict[str, int], rounds: int) -> dict[str, list[float]]:
+    """Each kind's round trips, ``samples[kind]`` in all, taken a share at a time in every round."""
+    out: dict[str, list[float]] = {kind: [] for kind in kinds}
+    for n in range(rounds):
+        for kind, measure in kinds.items():
+            share = samples[kind] * (n + 1) // rounds - samples[kind] * n // rounds
+            out[kind] += measure(share)
+    return out
 
 
 def exec_round_trips(sb: Sandbox, samples: int) -> list[float]:
@@ -165,9 +190,13 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--docker-samples", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--before", metavar="IMAGE", help="a second sandbox of this image, its exec side by side")
+    parser.add_argument("--before-services", metavar="DIR", help="the code the --before gateway runs (PYTHONPATH)")
     args = parser.parse_args()
     runtime = DockerHarness()
     instance = f"bench-files-{os.getpid()}"
+    network = f"corral-bench-files-{os.getpid()}"
     scratch = Path(tempfile.mkdtemp(prefix="corral-bench-files-"))
     local = scratch / "up.bin"
     block = os.urandom(MiB)
@@ -178,11 +207,29 @@ def main() -> int:
             digest.update(block)
     results: dict[str, Any] = {}
     try:
-        with gateway_process(instance, scratch / "data") as (url, pid), Sandbox.create(url=url, api_key=KEY) as sb:
+        with contextlib.ExitStack() as stack:
+            url, pid = stack.enter_context(gateway_process(instance, scratch / "data", network))
+            sb = stack.enter_context(Sandbox.create(url=url, api_key=KEY))
+            kinds: dict[str, Measure] = {
+                "exec": lambda n: exec_round_trips(sb, n),
+                "cursor": lambda n: cursor_round_trips(sb, n),
+                "docker": lambda n: docker_exec_round_trips(sb.container, n),
+            }
+            samples = {"exec": args.samples, "cursor": args.samples, "docker": args.docker_samples}
+            if args.before:
+                extra = {"CORRAL_IMAGE": args.before}
+                if args.before_services:
+                    extra["PYTHONPATH"] = str(Path(args.before_services).resolve())
+                old_url, _ = stack.enter_context(
+                    gateway_process(f"{instance}-before", scratch / "before", f"{network}-before", extra)
+                )
+                old = stack.enter_context(Sandbox.create(url=old_url, api_key=KEY))
+                old.exec(argv=["true"])
+                kinds["before"] = lambda n: exec_round_trips(old, n)
+                samples["before"] = args.samples
             sb.exec(argv=["true"])  # warm: the first exec connects the launcher
-            exec_ms = exec_round_trips(sb, args.samples)
-            cursor_ms = cursor_round_trips(sb, args.samples)
-            docker_ms = docker_exec_round_trips(sb.container, args.docker_samples)
+            taken = interleaved(kinds, samples, args.rounds)
+            exec_ms, cursor_ms, docker_ms = taken["exec"], taken["cursor"], taken["docker"]
             mbps, streamed = stream_throughput(sb)
             # Warm both routes with a small file, so the growth measured is the transfer's own.
             (scratch / "small.bin").write_bytes(block)
@@ -196,6 +243,19 @@ def main() -> int:
             back.unlink()
             results = {
                 "exec_true_ms": {"p50": statistics.median(exec_ms), "p95": _p95(exec_ms), "n": len(exec_ms)},
+                **(
+                    {
+                        "before": {
+                            "image": args.before,
+                            "services": args.before_services,
+                            "p50": statistics.median(taken["before"]),
+                            "p95": _p95(taken["before"]),
+                            "n": len(taken["before"]),
+                        }
+                    }
+                    if "before" in taken
+                    else {}
+                ),
                 "cursor_position_ms": {
                     "p50": statistics.median(cursor_ms),
                     "p95": _p95(cursor_ms),
@@ -223,7 +283,10 @@ def main() -> int:
             }
     finally:
         runtime.remove_all({"corral.gateway": instance})
-        runtime.remove_network(f"corral-bench-files-{os.getpid()}")
+        runtime.remove_network(network)
+        if args.before:
+            runtime.remove_all({"corral.gateway": f"{instance}-before"})
+            runtime.remove_network(f"{network}-before")
     exec_p50, docker_p50 = results["exec_true_ms"]["p50"], results["docker_exec_true_ms"]["p50"]
     measured = {
         "exec true p50 (ms)": exec_p50,
@@ -237,6 +300,11 @@ def main() -> int:
     cursor = results["cursor_position_ms"]
     print(f"  {'cursor_position, same path, no command (ms)':<42}{cursor['p50']:>10.2f}{cursor['p95']:>10.2f}")
     print(f"  {'docker exec SANDBOX true (ms)':<42}{docker_p50:>10.2f}{results['docker_exec_true_ms']['p95']:>10.2f}")
+    if "before" in results:
+        before = results["before"]
+        print(f"  {'exec true, before (' + before['image'] + ')':<42}{before['p50']:>10.2f}{before['p95']:>10.2f}")
+        ratio, old_x = exec_p50 / before["p50"], docker_p50 / before["p50"]
+        print(f"  after/before p50: {ratio:.2f}; before vs docker exec: {old_x:.1f}x")
     print(f"\n  stdout streaming: {results['stdout_stream']['mb_per_s']:.1f} MB/s ({streamed} bytes)")
     for way in ("upload", "download"):
         r = results[way]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import time
 
 import pytest
@@ -367,6 +368,8 @@ for key in ("Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapAmb", "NoN
 seen["nice"] = os.nice(0)
 seen["oom_score_adj"] = open("/proc/self/oom_score_adj").read().strip()
 seen["sid_is_pid"] = os.getsid(0) == os.getpid()
+seen["policy"] = os.sched_getscheduler(0)
+seen["shepherd policy"] = os.sched_getscheduler(os.getppid())
 print(json.dumps(seen))
 """
 
@@ -396,6 +399,9 @@ async def test_the_agent_cannot_reach_the_launcher_or_the_processes_that_hold_pr
         assert {seen[k][0] for k in ("CapInh", "CapPrm", "CapEff", "CapAmb")} == {"0000000000000000"}
         assert seen["NoNewPrivs"] == ["1"]
         assert seen["nice"] == 10 and seen["oom_score_adj"] == "1000" and seen["sid_is_pid"] is True
+        # The agent's program runs SCHED_OTHER as ever; its shepherd SCHED_BATCH (no wake-up of its
+        # preempts the controller: docs/design/0450).
+        assert (seen["policy"], seen["shepherd policy"]) == (os.SCHED_OTHER, os.SCHED_BATCH), seen
         # The launcher and the shepherd hold only SETUID/SETGID; every process the agent runs shows uid 1100.
         shown = await w.result({"type": "exec", "command": "sleep 5 & ps -o user=,pid= --ppid $$; kill %1"})
         assert shown["exit_code"] == 0 and all(line.split()[0] == "agent" for line in shown["stdout"].splitlines())

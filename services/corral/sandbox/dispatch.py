@@ -245,7 +245,10 @@ class Dispatcher:
         return Planned(
             action_id=f"a{self._seq}.{self._boot}",
             dialect=plan.dialect.value,
-            native=[step.action.model_dump(mode="json", exclude_none=True) for step in plan.steps],
+            # Only a recording keeps the steps as JSON: without one, no request pays for the dump.
+            native=[step.action.model_dump(mode="json", exclude_none=True) for step in plan.steps]
+            if self._recorder is not None
+            else [],
         )
 
     async def _run(self, plan: Plan, action_id: str) -> Ran:

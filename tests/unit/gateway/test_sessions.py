@@ -91,6 +91,22 @@ def test_a_failed_removal_keeps_the_session_and_its_record(tmp_path: Path) -> No
     asyncio.run(scenario())
 
 
+@pytest.mark.parametrize("record", [False, True])
+def test_a_sandbox_records_only_for_a_gateway_that_does(tmp_path: Path, record: bool) -> None:
+    runtime = FakeRuntime()
+
+    async def scenario() -> None:
+        manager = _manager(tmp_path, runtime, record=record)
+        await manager.start()
+        await manager.create("key-a", CreateSession())
+        await manager.stop()
+
+    asyncio.run(scenario())
+    (spec,) = runtime.specs
+    environment = spec.environment or {}
+    assert environment.get("CORRAL_RECORD") == (None if record else "0")
+
+
 def test_recovery_never_hands_out_an_unowned_container(tmp_path: Path) -> None:
     runtime = FakeRuntime()
     # A pool container whose session record was lost: it may hold another key's cookies.

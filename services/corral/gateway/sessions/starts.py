@@ -72,9 +72,15 @@ class Specs:
             labels=self.labels(kind),
             network=s.network,
             session_network=network,
-            environment={**s.download_environment(), **(environment or {})},
+            environment={**s.download_environment(), **self.recording_environment(), **(environment or {})},
             files=files,
         )
+
+    def recording_environment(self) -> dict[str, str]:
+        """A gateway that does not record tells its sandboxes so: their controllers keep no events
+        (a redaction, a frame task and a DevTools read of the page's title after every request, for
+        nobody to fetch: docs/design/0451)."""
+        return {} if self._settings.record else {"CORRAL_RECORD": "0"}
 
 
 class Starts(Protocol):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import socket
 from dataclasses import dataclass
@@ -102,8 +101,7 @@ class Spawner:
         """What the launcher's one message must hold (base64 and JSON grow it, the session's
         environment adds to it), checked here so the agent hears which field is too big."""
         argv = [os.fsencode(arg) for arg in action.program()]
-        env = self._environment(action, action_id)
-        size = len(json.dumps(lm.request("spawn", 0, argv=argv, env=env, cwd=os.fsencode(action.cwd), pty=False)))
+        size = lm.job_size(argv, self._environment(action, action_id), os.fsencode(action.cwd))
         if size <= lm.MAX_MESSAGE:
             return
         env_size = sum(len(f"{name}={value}".encode()) for name, value in action.env.items())

@@ -251,6 +251,22 @@ def job(fields: Fields) -> bytes:
     return encode(request("spawn", 0, argv=fields["argv"], env=fields["env"], cwd=fields["cwd"], pty=fields["pty"]))
 
 
+def job_size(argv: list[bytes], env: list[bytes], cwd: bytes) -> int:
+    """The length of :func:`job`'s message for these fields (a terminal or not: ``false`` is the longer),
+    counted rather than encoded: base64 text needs no JSON escape, so each value is its quotes and
+    ``4 * ceil(n / 3)`` characters. What a command's check of its size costs (once per ``exec``)."""
+
+    def listed(values: list[bytes]) -> int:
+        return sum(_b64_size(len(value)) + 2 for value in values) + max(0, len(values) - 1)
+
+    fixed = len('{"id":0,"op":"spawn","argv":[],"env":[],"cwd":"","pty":false}')
+    return fixed + listed(argv) + listed(env) + _b64_size(len(cwd))
+
+
+def _b64_size(length: int) -> int:
+    return 4 * ((length + 2) // 3)
+
+
 def parse_job(data: bytes) -> Fields:
     """The child's side of :func:`job`: checked here too, since a reserved shepherd's child takes it
     from the controller directly. Raises ValueError."""

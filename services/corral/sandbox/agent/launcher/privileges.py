@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import os
 from collections.abc import Iterator
 from typing import NamedTuple
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+# By its soname, as ctypes.util.find_library("c") answers on glibc: that lookup runs ``ldconfig -p``
+# in a subprocess at every launcher start and imports subprocess, threading, random and more into
+# the process every shepherd and command child is forked from (each fork copies its page tables,
+# each exec tears them down).
+_libc = ctypes.CDLL("libc.so.6", use_errno=True)
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4

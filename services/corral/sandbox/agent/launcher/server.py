@@ -40,7 +40,7 @@ from corral.sandbox.agent.launcher import fsops, sweep
 from corral.sandbox.agent.launcher import messages as m
 from corral.sandbox.agent.launcher.messages import SOCKET_PATH, SPARE_IDLE_S
 from corral.sandbox.agent.launcher.privileges import Ids, become
-from corral.sandbox.agent.launcher.shepherd import Ready, Shepherd, Spawn, prepare, reserved
+from corral.sandbox.agent.launcher.shepherd import Ready, Shepherd, Spawn, batch_scheduling, prepare, reserved
 from corral.sandbox.startup.stderrlog import StderrLog
 
 # Not the logging module: corral.sandbox.startup.stderrlog says why.
@@ -156,6 +156,7 @@ class Launcher:
         # the collector's sight, so a child's collection does not write to those pages and copy them:
         # they stay shared with the launcher (bench/gateway.py's idle session counts each copy).
         gc.freeze()
+        batch_scheduling()
         self.fork_spare()
         while True:
             for key, _ in self.selector.select(self.timeout()):

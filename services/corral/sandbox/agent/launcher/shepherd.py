@@ -47,6 +47,24 @@ MAX_KILL_ROUNDS = 10_000
 _RESET_SIGNALS = (signal.SIGCHLD, signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGXFSZ, signal.SIGHUP)
 
 
+def batch_scheduling() -> None:
+    """The launcher and what it forks (shepherds, a command's child until its exec) run SCHED_BATCH:
+    the same share of the CPU as before, but a wake-up of theirs never preempts the task that woke
+    them. The controller wakes the launcher (a ``reserve``) and a spare's child (a job) with a
+    message and goes on to its reply; as SCHED_OTHER, each woke on the controller's CPU and took it
+    at once, so a fork sat on every reply's way (docs/design/0450). Best effort: the policy is
+    about latency, nothing depends on it."""
+    with contextlib.suppress(OSError):
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+
+
+def normal_scheduling() -> None:
+    """The agent's program runs SCHED_OTHER at :data:`NICE`, as any process of the sandbox would
+    (a process may leave SCHED_BATCH for SCHED_OTHER without a privilege)."""
+    with contextlib.suppress(OSError):
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+
+
 class Spawn(NamedTuple):
     """What the agent's process is to be: argv, environment, working directory, stdio, a PTY or not."""
 
@@ -135,7 +153,6 @@ def _child(job: socket.socket, report: int, shepherd: int, agent: Ids) -> NoRetu
         for number in _RESET_SIGNALS:
             signal.signal(number, signal.SIG_DFL)
         os.setsid()
-        os.nice(NICE)
         # The launcher turned undumpable when it last acted as the agent, which makes /proc/self
         # root's; as its own uid again, this child may own it back to set its OOM score.
         prctl(PR_SET_DUMPABLE, 1)
@@ -154,7 +171,12 @@ def _child(job: socket.socket, report: int, shepherd: int, agent: Ids) -> NoRetu
             os.dup2(fd, target)
         if spawn["pty"]:
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        # Lowered here, not while the spare waits: its wake-up and the job's reading are the
+        # launcher's code on a command's way, and at nice 10 a loaded machine gives them a tenth of
+        # a core. Still before become: nothing of the agent's ever runs above nice 10.
+        os.nice(NICE)
         become(agent)
+        normal_scheduling()
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != shepherd:
             os._exit(137)

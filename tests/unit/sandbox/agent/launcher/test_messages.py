@@ -129,3 +129,16 @@ def test_a_reserve_brings_no_fields_and_no_descriptors() -> None:
 def test_a_reserved_child_checks_the_job_the_controller_sends_it(obj: dict[str, Any], reason: str) -> None:
     with pytest.raises(ValueError, match=reason):
         m.parse_job(json.dumps(obj).encode())
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "cwd"),
+    [
+        ([b"true"], [], b"/"),
+        ([b"sh", b"-c", b"echo \xff\"'\\\n"], [b"A=1", b"B=" + bytes(range(256)), b"C="], b"/workspace/d\xc3\xa9j\xe0"),
+        ([b"x" * n for n in range(7)], [b"E" * n for n in range(1, 8)], b""),
+    ],
+)
+def test_a_jobs_size_is_counted_as_it_would_be_encoded(argv: list[bytes], env: list[bytes], cwd: bytes) -> None:
+    fields: m.Fields = {"argv": argv, "env": env, "cwd": cwd, "pty": False}
+    assert m.job_size(argv, env, cwd) == len(m.job(fields))
