@@ -42,6 +42,7 @@ from corral.runtime.types import (
 )
 
 log = logging.getLogger(__name__)
+_HEALTHZ_WAIT_MS = 1000  # within urlopen's 2 s timeout below
 
 
 def sandbox_options(spec: SandboxSpec) -> dict[str, Any]:
@@ -202,7 +203,9 @@ class Sandboxes(Handover):
     def wait_ready(self, sandbox: SandboxAddress, timeout_s: float = 60.0) -> float:
         """Block until the controller's /healthz answers 200; returns the seconds it took."""
         start = time.monotonic()
-        url = f"{sandbox.base_url}/healthz"
+        # Held by the controller until its first page is open (a controller of an older image answers
+        # at once, and is polled as before).
+        url = f"{sandbox.base_url}/healthz?wait_ms={_HEALTHZ_WAIT_MS}"
         looked = start  # when the container's state was last read
         while True:
             signed = auth.sign(sandbox.secret) if sandbox.secret else None
