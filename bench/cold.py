@@ -151,8 +151,9 @@ def wait_settled(http: httpx.Client, timeout_s: float = 120) -> None:
         time.sleep(0.1)
 
 
-def one_cold_start(http: httpx.Client, runtime: DockerHarness) -> dict[str, tuple[float, float]]:
+def one_cold_start(http: httpx.Client, runtime: DockerHarness, settle_s: float = 0.0) -> dict[str, tuple[float, float]]:
     wait_settled(http)
+    time.sleep(settle_s)  # a gateway that does not say when its grounds are made (an older tree's)
     PHASES.take()
     start = time.time()
     created = http.post("/v1/sessions", json={"viewport": {"width": 1280, "height": 720}}).json()
@@ -262,6 +263,12 @@ def main() -> int:
         help="an image to compare with, side by side in this run (a gateway like the other's, on that image)",
     )
     parser.add_argument(
+        "--settle-s",
+        type=float,
+        default=0.0,
+        help="a pause before each start too, for a tree whose /v1/health does not say when its grounds are made",
+    )
+    parser.add_argument(
         "--before-secret-by-exec",
         action="store_true",
         help="compare with a gateway on the same image whose runtime reads the controller's secret by docker exec",
@@ -304,7 +311,7 @@ def main() -> int:
                 one_cold_start(http, runtime)  # a first start warms the page cache and Docker: not counted
             for _ in range(args.samples):  # interleaved: the machine's load falls on both alike
                 for name, http in clients.items():
-                    runs[name].append(one_cold_start(http, runtime))
+                    runs[name].append(one_cold_start(http, runtime, args.settle_s))
                 floors.append(docker_floor(runtime, after.image, floor_network, len(floors)))
     finally:
         runtime.remove_network(floor_network)
