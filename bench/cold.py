@@ -31,7 +31,7 @@ import httpx
 
 from corral.client import SandboxClient
 from corral.gateway import egress as gateway_egress
-from corral.gateway.server import build_app, running
+from corral.gateway.server import running
 from corral.gateway.settings import GatewaySettings
 from corral.proxy import ca
 from corral.runtime import docker as runtime_docker
@@ -235,14 +235,6 @@ def report(title: str, runs: list[dict[str, tuple[float, float]]]) -> dict[str, 
     return {"phases_ms": table, "total_ms": total}
 
 
-def app_for(name: str, settings: GatewaySettings, args: argparse.Namespace) -> Any:
-    """The gateway's app; for ``--before-secret-by-exec``'s before, on a runtime given no directory to
-    hand a secret over through, which reads the one boot makes with ``docker exec`` (as before 0435)."""
-    if name == "before" and args.before_secret_by_exec:
-        return build_app(settings, runtime_docker.DockerRuntime(proxy_uid=settings.egress_uid))
-    return None
-
-
 def floor_report(title: str, floors: list[dict[str, tuple[float, float]]]) -> dict[str, float]:
     print(f"{title:<52}{'p50':>8}{'max':>8}")
     table = {}
@@ -269,11 +261,6 @@ def main() -> int:
         help="a pause before each start too, for a tree whose /v1/health does not say when its grounds are made",
     )
     parser.add_argument(
-        "--before-secret-by-exec",
-        action="store_true",
-        help="compare with a gateway on the same image whose runtime reads the controller's secret by docker exec",
-    )
-    parser.add_argument(
         "--before-without-ground-proxies",
         action="store_true",
         help="compare with a gateway on the same image whose grounds start no proxy ahead (CORRAL_GROUND_PROXIES=0)",
@@ -286,8 +273,6 @@ def main() -> int:
     if args.before:
         # The same gateway (this tree's) and grounds: only the image differs.
         setups = {"before": gateway_settings("before", args.before, after.ground_pool_size), **setups}
-    elif args.before_secret_by_exec:
-        setups = {"before": gateway_settings("before", after.image, after.ground_pool_size), **setups}
     elif args.before_without_ground_proxies:
         before = gateway_settings("before", after.image, after.ground_pool_size, ground_proxies=False)
         setups = {"before": before, **setups}
@@ -300,7 +285,7 @@ def main() -> int:
             clients = {
                 name: stack.enter_context(
                     httpx.Client(
-                        base_url=stack.enter_context(running(settings, app=app_for(name, settings, args))),
+                        base_url=stack.enter_context(running(settings)),
                         timeout=120,
                         headers={"Authorization": f"Bearer {KEY}"},
                     )
