@@ -41,7 +41,6 @@ class GroundPool(Generic[T]):
         self._held: list[T] = []
         self._stale: list[T] = []  # taken out for being stale, to be dropped by the refill task
         self._wanted = asyncio.Event()
-        self._later: asyncio.TimerHandle | None = None  # a refill asked for after a while
         self._task: asyncio.Task[None] | None = None
         self.filled = asyncio.Event()  # set whenever the pool is full (tests and the bench wait on it)
 
@@ -77,18 +76,11 @@ class GroundPool(Generic[T]):
         """What the pool holds now (not to be taken: for the owner's bookkeeping)."""
         return list(self._held)
 
-    def refill(self, after_s: float = 0.0) -> None:
-        """Make what was taken again: now, or ``after_s`` from now (a refill asked for sooner meanwhile
-        is not put off)."""
-        if after_s <= 0:
-            self._wanted.set()
-        elif self._later is None or self._later.cancelled() or self._later.when() <= asyncio.get_running_loop().time():
-            self._later = asyncio.get_running_loop().call_later(after_s, self._wanted.set)
+    def refill(self) -> None:
+        self._wanted.set()
 
     async def close(self) -> None:
         """Stop refilling (a make under way finishes and is dropped) and drop everything held."""
-        if self._later is not None:
-            self._later.cancel()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)

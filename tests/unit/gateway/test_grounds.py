@@ -126,21 +126,3 @@ async def test_closing_as_a_refill_is_asked_for_still_closes() -> None:
     pool.refill()
     await asyncio.wait_for(pool.close(), 5)
     assert maker.dropped == [1]
-
-
-async def test_a_refill_put_off_waits_and_a_close_cancels_it() -> None:
-    maker = Maker()
-    pool = GroundPool(maker.make, maker.drop, size=1)
-    pool.start()
-    await asyncio.wait_for(pool.filled.wait(), 10)
-    assert pool.take() == 1
-    pool.refill(after_s=3600)  # after a start: its session's first moments come first
-    for _ in range(20):
-        await asyncio.sleep(0)
-    assert maker.made == [1] and len(pool) == 0
-    pool.refill(after_s=3600)  # asked again meanwhile: still one timer, not two
-    pool.refill()  # asked for now (a failed start): made at once, the timer notwithstanding
-    await asyncio.wait_for(pool.filled.wait(), 10)
-    assert maker.made == [1, 2]
-    await pool.close()  # the timer cancelled: nothing made after the close
-    assert pool._later is not None and pool._later.cancelled()

@@ -26,9 +26,6 @@ from corral.gateway.threads import in_thread, settle
 from corral.runtime import SandboxAddress, SandboxRuntime, SandboxSpec, SessionNetwork
 
 log = logging.getLogger(__name__)
-# How long after a cold start its ground is made again (corral.gateway.grounds): its session's first
-# actions come first.
-GROUND_REFILL_AFTER_S = 1.0
 
 
 class Specs:
@@ -256,16 +253,14 @@ class PairStarts:
             if replay is not None:
                 await self._egress.check_replay(egress)  # a hermetic session that cannot answer fails here
         except BaseException:
-            self.grounds.refill()
             _, stopped = await settle(asyncio.ensure_future(self.remove(pair, started=False)))
             if stopped:
                 raise asyncio.CancelledError from None  # came during the removal: see _start_pair
             raise
-        # After a start, not during it: making a network is Docker's work, and Docker and the CPUs are
-        # busy with the start's containers until the sandbox answers; nor in the moments after, when
-        # its client connects and takes its first screenshot (a ground's proxy booting is about a
-        # second of CPU: docs/design/0436).
-        self.grounds.refill(after_s=GROUND_REFILL_AFTER_S)
+        finally:
+            # After a start, not during it: making a network is Docker's work, and Docker and the CPUs
+            # are busy with the start's containers until the sandbox answers.
+            self.grounds.refill()
         return pair
 
     async def _start_pair(
