@@ -138,12 +138,14 @@ class Sandboxes(Handover):
 
     def start_sandbox(self, spec: SandboxSpec) -> SandboxAddress:
         self._hand_to_controller(spec.files or {})
-        try:
-            container: Container = self.client.containers.run(spec.image, detach=True, **sandbox_options(spec))
-        except docker.errors.ImageNotFound:
-            raise SandboxError(f"image {spec.image} not found; build it with `corral images build`") from None
-        except docker.errors.APIError as exc:
-            raise SandboxError(f"cannot start a sandbox: {exc.explanation or exc}") from None
+        with self._given_secret() as given:
+            options = sandbox_options(spec) if given is None else given.options(sandbox_options(spec))
+            try:
+                container: Container = self.client.containers.run(spec.image, detach=True, **options)
+            except docker.errors.ImageNotFound:
+                raise SandboxError(f"image {spec.image} not found; build it with `corral images build`") from None
+            except docker.errors.APIError as exc:
+                raise SandboxError(f"cannot start a sandbox: {exc.explanation or exc}") from None
         try:
             container.reload()
         except docker.errors.APIError:
@@ -153,6 +155,8 @@ class Sandboxes(Handover):
         if address is None:
             container.remove(force=True)
             raise SandboxError(f"sandbox {container.name} started without a reachable address")
+        if given is not None:  # boot checks it, and the controller answers /healthz only once it runs
+            return SandboxAddress(address.id, address.name, address.host, address.port, given.secret)
         try:
             return self.read_secret(address, SECRET_WAIT_S)
         except SandboxError:
