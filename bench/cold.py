@@ -35,6 +35,8 @@ from corral.gateway.server import running
 from corral.gateway.settings import GatewaySettings
 from corral.proxy import ca
 from corral.runtime import docker as runtime_docker
+from corral.runtime.docker.sandboxes import sandbox_options
+from corral.runtime.types import SandboxSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.integration.dockerutil import DockerHarness
@@ -135,7 +137,23 @@ def sandbox_marks(runtime: DockerHarness, container: str) -> dict[str, float]:
     return marks
 
 
-def one_cold_start(http: httpx.Client, runtime: DockerHarness) -> dict[str, tuple[float, float]]:
+def wait_settled(http: httpx.Client, timeout_s: float = 120) -> None:
+    """Until the gateway's pool and grounds are made again after the last start: a start timed beside
+    their refill (a proxy booting: about a second of CPU) times two starts sharing the cores."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        health = http.get("/v1/health").json()
+        grounds = health.get("grounds", {"held": 0, "target": 0})
+        if health["sessions"]["pool"] >= health["pool_target"] and grounds["held"] >= grounds["target"]:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the gateway did not settle: {health}")
+        time.sleep(0.1)
+
+
+def one_cold_start(http: httpx.Client, runtime: DockerHarness, settle_s: float = 0.0) -> dict[str, tuple[float, float]]:
+    wait_settled(http)
+    time.sleep(settle_s)  # a gateway that does not say when its grounds are made (an older tree's)
     PHASES.take()
     start = time.time()
     created = http.post("/v1/sessions", json={"viewport": {"width": 1280, "height": 720}}).json()
@@ -160,6 +178,24 @@ def one_cold_start(http: httpx.Client, runtime: DockerHarness) -> dict[str, tupl
             spans[name + " (ms of CPU in 'took')"] = (0.0, used)
     http.delete(f"/v1/sessions/{created['id']}")
     return spans
+
+
+def docker_floor(runtime: DockerHarness, image: str, network: str, n: int) -> dict[str, tuple[float, float]]:
+    """Docker's own start, the floor under any cold start: a bare container of the sandbox's image with
+    a sandbox's options (hardening, tmpfs mounts, limits, an internal network) running ``true`` instead
+    of boot, from the create through run's return to its exit seen by ``wait``."""
+    spec = SandboxSpec(image=image, screen="1280x720", name=f"corral-bench-floor-{os.getpid()}-{n}", network=network)
+    options = {**sandbox_options(spec), "entrypoint": ["/bin/true"], "labels": {"corral.bench": "floor"}}
+    start = time.time()
+    container = runtime.client.containers.run(image, detach=True, **options)
+    running = time.time()
+    container.wait(timeout=60)
+    exited = time.time()
+    container.remove(force=True)
+    return {
+        "docker floor: bare container run (create + start)": (0.0, running - start),
+        "docker floor: bare container run to its exit": (0.0, exited - start),
+    }
 
 
 def free_port() -> int:
@@ -199,6 +235,17 @@ def report(title: str, runs: list[dict[str, tuple[float, float]]]) -> dict[str, 
     return {"phases_ms": table, "total_ms": total}
 
 
+def floor_report(title: str, floors: list[dict[str, tuple[float, float]]]) -> dict[str, float]:
+    print(f"{title:<52}{'p50':>8}{'max':>8}")
+    table = {}
+    for name in floors[0] if floors else {}:
+        took = [floor[name][1] * 1000 for floor in floors]
+        table[name] = statistics.median(took)
+        print(f"  {name:<50}{table[name]:>8.0f}{max(took):>8.0f}")
+    print()
+    return table
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=5)
@@ -206,6 +253,12 @@ def main() -> int:
         "--before",
         default="",
         help="an image to compare with, side by side in this run (a gateway like the other's, on that image)",
+    )
+    parser.add_argument(
+        "--settle-s",
+        type=float,
+        default=0.0,
+        help="a pause before each start too, for a tree whose /v1/health does not say when its grounds are made",
     )
     parser.add_argument(
         "--before-without-ground-proxies",
@@ -224,6 +277,9 @@ def main() -> int:
         before = gateway_settings("before", after.image, after.ground_pool_size, ground_proxies=False)
         setups = {"before": before, **setups}
     runs: dict[str, list[dict[str, tuple[float, float]]]] = {name: [] for name in setups}
+    floors: list[dict[str, tuple[float, float]]] = []
+    floor_network = f"corral-bench-floor-{os.getpid()}"
+    runtime.client.networks.create(floor_network, driver="bridge", internal=True, labels={"corral.bench": "floor"})
     try:
         with contextlib.ExitStack() as stack:
             clients = {
@@ -240,8 +296,10 @@ def main() -> int:
                 one_cold_start(http, runtime)  # a first start warms the page cache and Docker: not counted
             for _ in range(args.samples):  # interleaved: the machine's load falls on both alike
                 for name, http in clients.items():
-                    runs[name].append(one_cold_start(http, runtime))
+                    runs[name].append(one_cold_start(http, runtime, args.settle_s))
+                floors.append(docker_floor(runtime, after.image, floor_network, len(floors)))
     finally:
+        runtime.remove_network(floor_network)
         for settings in setups.values():
             runtime.remove_all({"corral.gateway": settings.instance})
             runtime.remove_network(settings.network)
@@ -255,6 +313,7 @@ def main() -> int:
         title = f"{name}: {settings.image}, grounds {settings.ground_pool_size}"
         title += f", proxies ahead {settings.ground_proxies}"
         out[name].update(report(f"{title} (ms)", runs[name]))
+    out["docker_floor"] = floor_report(f"Docker's own start, {after.image}, a bare container (ms)", floors)
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / "cold.json"
     path.write_text(json.dumps(out, indent=2))

@@ -65,7 +65,8 @@ print(json.dumps(out))
 """
 
 
-# Issue 31's budgets (300 MiB a session and no sidecar budget before it).
+# Issue 31's budgets (issue 16's: a cold start 1,500 ms, 300 MiB a session and no sidecar budget).
+COLD_START_BUDGET_MS = 1000.0
 IDLE_PSS_BUDGET_MIB = 250.0
 SIDECAR_PSS_BUDGET_MIB = 50.0
 # An idle session: one whose Playwright driver has stopped (the controller stops it after this long
@@ -143,19 +144,42 @@ def claim_times(http: httpx.Client, samples: int) -> list[float]:
     return out
 
 
-def cold_start_times(http: httpx.Client, samples: int) -> list[float]:
-    """Create (a viewport the pool does not hold, so always cold) through the first screenshot."""
+def wait_grounds(http: httpx.Client, timeout_s: float = 120) -> None:
+    """Until the grounds a cold start takes (its network, CA and proxy, made ahead) are made again."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        grounds = http.get("/v1/health").json().get("grounds", {"held": 0, "target": 0})
+        if grounds["held"] >= grounds["target"]:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the grounds were not made again: {grounds}")
+        time.sleep(0.1)
+
+
+def one_cold_start(http: httpx.Client) -> float:
+    """Create (a viewport the pool does not hold, so always cold) through the first screenshot (ms)."""
+    start = time.perf_counter()
+    created = http.post("/v1/sessions", json={"viewport": {"width": 1280, "height": 720}}).json()
+    with SandboxClient(f"{created['ws_url']}?token={created['token']}") as sb:
+        sb.screenshot("jpeg")
+    took = (time.perf_counter() - start) * 1000
+    http.delete(f"/v1/sessions/{created['id']}")
+    return took
+
+
+def cold_start_times(http: httpx.Client, samples: int, back_to_back: list[float] | None = None) -> list[float]:
+    """Cold starts on a settled gateway; with ``back_to_back``, each followed at once by another,
+    appended there (the first's ground, and its pool's, still being made again)."""
     out = []
     for _ in range(samples):
-        # Not while the pool refills after the claims (or the last sample): that would time two boots
-        # sharing the CPUs, not one cold start.
+        # Not while the pool refills after the claims (or the last sample), nor while the last start's
+        # ground is made again (a proxy booting): that would time two boots sharing the CPUs, not one
+        # cold start.
         wait_pool(http, 1)
-        start = time.perf_counter()
-        created = http.post("/v1/sessions", json={"viewport": {"width": 1280, "height": 720}}).json()
-        with SandboxClient(f"{created['ws_url']}?token={created['token']}") as sb:
-            sb.screenshot("jpeg")
-        out.append((time.perf_counter() - start) * 1000)
-        http.delete(f"/v1/sessions/{created['id']}")
+        wait_grounds(http)
+        out.append(one_cold_start(http))
+        if back_to_back is not None:
+            back_to_back.append(one_cold_start(http))
     return out
 
 
@@ -243,11 +267,29 @@ def idle_pss(http: httpx.Client, runtime: DockerHarness, instance: str, network:
     return {k: round(v, 1) for k, v in groups.items()}
 
 
+def cold_rows(claims: list[float], colds: list[float], back_to_back: list[float]) -> int:
+    """The claim's and the cold start's rows beside their budgets (``--cold-only``), and the cold
+    start right after another one (stated, not budgeted: two boots sharing the cores)."""
+    claim_p50, cold_p50 = statistics.median(claims), statistics.median(colds)
+    print(f"{'Control plane':<56}{'p50 ms':>10}{'max ms':>10}{'n':>5}")
+    print(f"  {'claim from the warm pool':<54}{claim_p50:>10.1f}{max(claims):>10.1f}{len(claims):>5}")
+    print(f"  {'cold start to first screenshot, with egress':<54}{cold_p50:>10.1f}{max(colds):>10.1f}{len(colds):>5}")
+    b2b, n = statistics.median(back_to_back), len(back_to_back)
+    print(f"  {'  the same, right after another (stated)':<54}{b2b:>10.1f}{max(back_to_back):>10.1f}{n:>5}")
+    print("\nBudgets")
+    ok = [
+        budget_line("claim from the warm pool p50", claim_p50, "ms", "<=", 20.0),
+        budget_line("cold start to first screenshot with egress p50", cold_p50, "ms", "<=", COLD_START_BUDGET_MS),
+    ]
+    return 0 if all(ok) else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--max-concurrent", type=int, default=60, help="the density search's ceiling")
     parser.add_argument("--idle-only", action="store_true", help="only the idle session's memory and CPU")
+    parser.add_argument("--cold-only", action="store_true", help="only the claim and the cold start rows")
     args = parser.parse_args()
     runtime = DockerHarness()
     with bench_gateway(runtime, args.max_concurrent + 2) as (settings, http):
@@ -259,6 +301,10 @@ def main() -> int:
             print("\nBudgets")
             return 0 if all(memory_budgets(pss)) else 1
         claims = claim_times(http, args.samples)
+        if args.cold_only:
+            back_to_back: list[float] = []
+            colds = cold_start_times(http, args.samples, back_to_back)
+            return cold_rows(claims, colds, back_to_back)
         colds = cold_start_times(http, args.samples)
         pss = idle_pss(http, runtime, settings.instance, settings.network)
         print("Density: sessions added one at a time, a burst of screenshots after each", flush=True)
@@ -281,7 +327,7 @@ def main() -> int:
     # Issue 16's wanted figures, never loosened: the claim's was 3.1 ms before egress, 123 ms after.
     budgets = {
         "claim from the warm pool p50": (claim_p50, 20.0),
-        "cold start to first screenshot with egress p50": (cold_p50, 1500.0),
+        "cold start to first screenshot with egress p50": (cold_p50, COLD_START_BUDGET_MS),
     }
     print("\nBudgets")
     timing_ok = [budget_line(name, value, "ms", "<=", budget) for name, (value, budget) in budgets.items()]

@@ -61,7 +61,13 @@ from corral.runtime import SandboxRuntime, SwarmOptions, open_runtime
 
 def default_runtime(settings: GatewaySettings) -> SandboxRuntime:
     """The runtime a gateway uses when it is given none: the driver ``CORRAL_RUNTIME`` names."""
-    return open_runtime(settings.runtime, proxy_uid=settings.egress_uid, swarm=swarm_options(settings))
+    return open_runtime(
+        settings.runtime,
+        proxy_uid=settings.egress_uid,
+        swarm=swarm_options(settings),
+        # Each sandbox's controller secret written here for its start: none read back by an exec.
+        handover_dir=settings.data_dir / "handover",
+    )
 
 
 def swarm_options(settings: GatewaySettings) -> SwarmOptions:

@@ -263,15 +263,22 @@ class SandboxRuntime(Protocol):
         ...
 
 
-def open_runtime(driver: str, *, proxy_uid: int | None = None, swarm: SwarmOptions | None = None) -> SandboxRuntime:
+def open_runtime(
+    driver: str,
+    *,
+    proxy_uid: int | None = None,
+    swarm: SwarmOptions | None = None,
+    handover_dir: Path | None = None,
+) -> SandboxRuntime:
     """The runtime ``driver`` names (``CORRAL_RUNTIME``); ``proxy_uid`` is CORRAL_EGRESS_UID, ``swarm``
-    the swarm driver's ``CORRAL_SWARM_*``.
+    the swarm driver's ``CORRAL_SWARM_*``, ``handover_dir`` where the docker driver writes each sandbox's
+    controller secret for its start (a directory the engine sees at the same path).
 
     Raises SandboxError for a driver there is none of, or when its engine cannot be reached."""
     if driver == "docker":
         from corral.runtime.docker import DockerRuntime  # imported here: the docker SDK only when chosen
 
-        return DockerRuntime(proxy_uid=proxy_uid)
+        return DockerRuntime(proxy_uid=proxy_uid, handover_dir=handover_dir)
     if driver == "swarm":
         from corral.runtime.swarm import SwarmRuntime
 

@@ -222,8 +222,22 @@ async def recording(request: Request) -> JSONResponse:
     return JSONResponse(await recorder.after(after, max(0, min(wait_ms, 30_000))))
 
 
+# The longest ``GET /healthz?wait_ms=`` is held for the first page (the gateway's wait at a start).
+HEALTHZ_WAIT_MAX_MS = 2000
+
+
 async def healthz(request: Request) -> JSONResponse:
     desktop = _desktop(request)
+    keeper = getattr(request.app.state, "page_keeper", None)
+    try:
+        wait_ms = min(max(_int_query(request, "wait_ms"), 0), HEALTHZ_WAIT_MAX_MS)
+    except ActionError as exc:
+        return _error(exc)
+    if keeper is not None and wait_ms:
+        # Held until the first page is open rather than answered "not yet": a start's wait learns of
+        # it the moment it comes, not at its next poll (and its polls cost no screen grabs meanwhile).
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(keeper.kept.wait(), wait_ms / 1000)
     checks = {"screen": f"{desktop.size}"}
     try:
         await asyncio.wait_for(desktop.screen.grab(), 2)
@@ -235,7 +249,6 @@ async def healthz(request: Request) -> JSONResponse:
     if not (desktop.browser.connected or await desktop.browser.devtools_answer()):
         return JSONResponse({"ok": False, **checks, "error": "browser: DevTools not answering"}, status_code=503)
     # And once it has a page: the controller opens the first one (Chromium starts without a window).
-    keeper = getattr(request.app.state, "page_keeper", None)
     if keeper is not None and not keeper.kept.is_set():
         return JSONResponse({"ok": False, **checks, "error": "browser: no page open yet"}, status_code=503)
     return JSONResponse({"ok": True, **checks, "browser": "connected" if desktop.browser.connected else "up"})

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from corral.contracts import auth
 from corral.gateway.egress import EgressManager
 from corral.gateway.settings import GatewaySettings
 from corral.proxy.seed import parse_manifest
@@ -198,6 +199,54 @@ def test_a_sandbox_behind_a_proxy_is_told_where_it_is_and_its_token_is_the_contr
     assert (environment["CORRAL_SESSION_NET"], environment["CORRAL_SESSION_GATEWAY"]) == ("10.213.0.0/28", "10.213.0.1")
     assert client.created["volumes"] == {str(token): {"bind": "/run/corral/proxy-token", "mode": "ro"}}
     assert (token.stat().st_uid, _mode(token)) == (CONTROLLER_UID, 0o600)
+
+
+class MountingClient(FakeClient):
+    """What Docker would find at each bound host path when it starts the container: read at ``run``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: dict[str, tuple[bytes, int, int]] = {}
+        self.execs = 0
+
+    def run(self, image: str, **kwargs: Any) -> FakeContainer:
+        for host in kwargs["volumes"]:
+            info = os.stat(host)
+            self.found[host] = (Path(host).read_bytes(), info.st_uid, _mode(Path(host)))
+        container = self.create(image, **kwargs)
+        client = self
+
+        def no_exec(argv: list[str], **_: Any) -> tuple[int, bytes]:
+            client.execs += 1
+            return 1, b""
+
+        container.exec_run = no_exec  # type: ignore[method-assign]
+        return container
+
+
+def test_a_sandboxs_secret_is_made_for_its_start_and_mounted_for_the_controller_with_no_exec(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("handing a file to another uid needs root")
+    client = MountingClient()
+    runtime = DockerRuntime(client, handover_dir=tmp_path / "handover")  # type: ignore[arg-type]
+    sandbox = runtime.start_sandbox(SandboxSpec(name="corral-session-2", session_network=NETWORK))
+    assert client.created["environment"]["CORRAL_SECRET_GIVEN"] == "1"
+    [(host, mount)] = client.created["volumes"].items()
+    assert mount == {"bind": str(auth.SECRET_FILE), "mode": "ro"}
+    content, uid, mode = client.found[host]
+    assert (content, uid, mode) == (sandbox.secret.encode() + b"\n", CONTROLLER_UID, 0o400)
+    assert len(sandbox.secret) >= 32
+    assert client.execs == 0  # nothing read back from inside
+    # On the host only while Docker mounts it: the start done, neither the file nor its directory stays.
+    assert not Path(host).exists() and list((tmp_path / "handover").iterdir()) == []
+    again = runtime.start_sandbox(SandboxSpec(name="corral-session-3", session_network=NETWORK))
+    assert again.secret != sandbox.secret  # one per start
+
+
+def test_without_a_directory_to_hand_it_over_the_secret_boot_made_is_read_back() -> None:
+    client = FakeClient()
+    sandbox = DockerRuntime(client).start_sandbox(SandboxSpec(name="corral-session-4", session_network=NETWORK))  # type: ignore[arg-type]
+    assert sandbox.secret == "s3cret" and "CORRAL_SECRET_GIVEN" not in client.created["environment"]
 
 
 @pytest.mark.parametrize("memory", ["256m", "512m", "768m", "1024m", "1536m", "2g", "4g", "16g"])

@@ -61,7 +61,7 @@ def test_docker_is_opened_with_the_proxies_uid(monkeypatch: pytest.MonkeyPatch) 
     opened: list[int | None] = []
 
     class Opened(FakeRuntime):
-        def __init__(self, *, proxy_uid: int | None = None) -> None:
+        def __init__(self, *, proxy_uid: int | None = None, handover_dir: Path | None = None) -> None:
             super().__init__()
             opened.append(proxy_uid)
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import warnings
+from types import SimpleNamespace
 from typing import Any
 
+import httpx
 import pytest
 
 from corral.contracts import auth
@@ -442,3 +444,23 @@ def test_the_downloads_routes_answer_only_the_signed_gateway() -> None:
     for path in ("/v1/downloads", "/v1/downloads/0123456789abcdef0123456789abcdef"):
         answer = client.get(path)
         assert answer.status_code == 401 and answer.json()["error"]["code"] == "unauthorized"
+
+
+async def test_a_starts_wait_on_healthz_is_answered_the_moment_the_first_page_opens() -> None:
+    app = create_app(ControllerSettings(record=False))
+    app.state.desktop = fake_desktop(Parts())
+    kept = asyncio.Event()
+    app.state.page_keeper = SimpleNamespace(kept=kept)  # the page keeper's readiness, nothing more
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://controller") as client:
+        at_once = await client.get("/healthz")  # asked without a wait: "not yet" at once, as before
+        assert at_once.status_code == 503 and "no page open yet" in at_once.json()["error"]
+        held = asyncio.ensure_future(client.get("/healthz?wait_ms=2000"))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert not held.done()  # held, not answered "not yet"
+        kept.set()
+        answer = await asyncio.wait_for(held, 10)
+        assert answer.status_code == 200 and answer.json()["ok"] is True
+        bad = await client.get("/healthz?wait_ms=soon")
+        assert bad.status_code == 400 and bad.json()["error"]["field"] == "wait_ms"

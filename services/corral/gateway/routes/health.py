@@ -22,6 +22,8 @@ async def health(manager: ManagerDep, settings: SettingsDep, egress_manager: Egr
         "ok": True,
         "sessions": manager.counts(),
         "pool_target": settings.pool_size,
+        # Made ahead for cold starts with egress control: a bench waits for them before timing one.
+        "grounds": {"held": manager.grounds_held(), "target": settings.ground_pool_size if egress_manager else 0},
         "host_guard": manager.host_guarded,
         "limits": manager.limits.health(),
         "egress": egress,

@@ -172,6 +172,10 @@ class SessionManager:
             "starting": self.parts.claims.reserved() + self.pool.starting + self.templates.starting,
         }
 
+    def grounds_held(self) -> int:
+        """Cold starts' groundwork made ahead and held now (corral.gateway.grounds)."""
+        return len(self.parts.starts.held_grounds())
+
     async def create(self, owner: str, req: CreateSession) -> tuple[Session, str]:
         return await self.parts.claims.create(owner, req)
 

@@ -153,8 +153,12 @@ class Engine:
         *,
         proxy_uid: int | None = None,
         shares_proxy_state: bool = True,
+        handover_dir: Path | None = None,
     ) -> None:
         self.proxy_uid = default_proxy_uid(proxy_uid, os.geteuid())
+        # Where a sandbox's controller secret is written for its start (the gateway's data dir, at the
+        # same path for the engine): None, and the runtime reads the secret boot makes with an exec.
+        self.handover_dir = handover_dir
         # False for tests only: each proxy keeps its state on a tmpfs of its own, seeded from the
         # gateway's directory as the swarm driver seeds it, and the gateway mirrors it back (the
         # swarm's way, on one host: tests/integration/test_unshared_state.py).

@@ -1,6 +1,8 @@
 """What a sandbox's controller is handed and what is read back from it: the files mounted for it
-(its uid's to read), and its per-boot secret, read as its uid with one bounded exec once boot's log
-says it is written."""
+(its uid's to read), and its per-boot secret: made here for each start and mounted for its uid (the
+swarm driver's way: no exec on the start's path, docs/design/0435), or, where the runtime has no
+directory to hand it over through, read as its uid with one bounded exec once boot's log says it is
+written (and so for a sandbox adopted after a gateway's restart)."""
 
 from __future__ import annotations
 
@@ -8,9 +10,13 @@ import contextlib
 import logging
 import os
 import queue
+import shutil
+import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -30,6 +36,25 @@ from corral.runtime.types import (
 )
 
 log = logging.getLogger(__name__)
+
+# Boot's word for "the runtime mounted the controller's secret at auth.SECRET_FILE: check it, make
+# none" (corral.sandbox.startup.boot.SECRET_GIVEN; the swarm driver sets it too).
+SECRET_GIVEN_ENV = "CORRAL_SECRET_GIVEN"
+
+
+@dataclass(frozen=True, slots=True)
+class GivenSecret:
+    """A controller secret made for one start, in a host file of the controller's uid (0400) alone in
+    a directory of root's (0700), mounted read-only at :data:`auth.SECRET_FILE`."""
+
+    secret: str
+    host_file: Path
+
+    def options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """``containers.run``'s options with the file mounted and boot told so."""
+        volumes = {**options["volumes"], str(self.host_file): {"bind": str(auth.SECRET_FILE), "mode": "ro"}}
+        environment = {**options["environment"], SECRET_GIVEN_ENV: "1"}
+        return {**options, "volumes": volumes, "environment": environment}
 
 
 class _LogWatch:
@@ -95,6 +120,31 @@ class Handover(Engine):
         for host in files:
             owner = self.host_root + CONTROLLER_UID
             os.chown(host, owner, owner, follow_symlinks=False)
+
+    @contextlib.contextmanager
+    def _given_secret(self) -> Iterator[GivenSecret | None]:
+        """A fresh secret for one start's mount, its file removed once the start is done (the mount
+        keeps what it mounted; nothing restarts a sandbox): on the host only while Docker mounts it.
+        None where it cannot be given: no directory to give it through, or a gateway not root, which
+        cannot hand a file to the controller's uid."""
+        if self.handover_dir is None or os.geteuid() != 0:
+            yield None
+            return
+        self.handover_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        directory = Path(tempfile.mkdtemp(prefix="secret-", dir=self.handover_dir))  # 0700, root's
+        try:
+            secret = auth.new_secret()
+            host_file = directory / auth.SECRET_FILE.name
+            fd = os.open(host_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o400)
+            try:
+                os.write(fd, secret.encode() + b"\n")
+                owner = self.host_root + CONTROLLER_UID
+                os.fchown(fd, owner, owner)
+            finally:
+                os.close(fd)
+            yield GivenSecret(secret, host_file)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
 
     def read_secret(self, address: SandboxAddress, wait_s: float) -> SandboxAddress:
         """The address with its controller's per-boot secret, read inside the container as the

@@ -42,6 +42,7 @@ from corral.runtime.types import (
 )
 
 log = logging.getLogger(__name__)
+_HEALTHZ_WAIT_MS = 1000  # within urlopen's 2 s timeout below
 
 
 def sandbox_options(spec: SandboxSpec) -> dict[str, Any]:
@@ -137,12 +138,14 @@ class Sandboxes(Handover):
 
     def start_sandbox(self, spec: SandboxSpec) -> SandboxAddress:
         self._hand_to_controller(spec.files or {})
-        try:
-            container: Container = self.client.containers.run(spec.image, detach=True, **sandbox_options(spec))
-        except docker.errors.ImageNotFound:
-            raise SandboxError(f"image {spec.image} not found; build it with `corral images build`") from None
-        except docker.errors.APIError as exc:
-            raise SandboxError(f"cannot start a sandbox: {exc.explanation or exc}") from None
+        with self._given_secret() as given:
+            options = sandbox_options(spec) if given is None else given.options(sandbox_options(spec))
+            try:
+                container: Container = self.client.containers.run(spec.image, detach=True, **options)
+            except docker.errors.ImageNotFound:
+                raise SandboxError(f"image {spec.image} not found; build it with `corral images build`") from None
+            except docker.errors.APIError as exc:
+                raise SandboxError(f"cannot start a sandbox: {exc.explanation or exc}") from None
         try:
             container.reload()
         except docker.errors.APIError:
@@ -152,6 +155,8 @@ class Sandboxes(Handover):
         if address is None:
             container.remove(force=True)
             raise SandboxError(f"sandbox {container.name} started without a reachable address")
+        if given is not None:  # boot checks it, and the controller answers /healthz only once it runs
+            return SandboxAddress(address.id, address.name, address.host, address.port, given.secret)
         try:
             return self.read_secret(address, SECRET_WAIT_S)
         except SandboxError:
@@ -198,7 +203,9 @@ class Sandboxes(Handover):
     def wait_ready(self, sandbox: SandboxAddress, timeout_s: float = 60.0) -> float:
         """Block until the controller's /healthz answers 200; returns the seconds it took."""
         start = time.monotonic()
-        url = f"{sandbox.base_url}/healthz"
+        # Held by the controller until its first page is open (a controller of an older image answers
+        # at once, and is polled as before).
+        url = f"{sandbox.base_url}/healthz?wait_ms={_HEALTHZ_WAIT_MS}"
         looked = start  # when the container's state was last read
         while True:
             signed = auth.sign(sandbox.secret) if sandbox.secret else None

@@ -45,6 +45,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -269,13 +270,11 @@ def lock_down(env: Mapping[str, str], users: Users) -> None:
         network, gateway = env.get("CORRAL_SESSION_NET", ""), env.get("CORRAL_SESSION_GATEWAY", "")
         if not network or not gateway:
             raise RuntimeError("CORRAL_PROXY needs CORRAL_SESSION_NET and CORRAL_SESSION_GATEWAY")
-        _apply("iptables-restore", firewall_rules(network, gateway, [port, control_port], fenced))
-        _apply_ipv6(ipv6_rules(fenced, proxied=True))
+        _apply_both(firewall_rules(network, gateway, [port, control_port], fenced), ipv6_rules(fenced, proxied=True))
         log.info("egress locked to the proxy at %s (session network %s)", proxy, network)
     else:
         try:
-            _apply("iptables-restore", open_rules(fenced))
-            _apply_ipv6(ipv6_rules(fenced, proxied=False))
+            _apply_both(open_rules(fenced), ipv6_rules(fenced, proxied=False))
         except RuntimeError as exc:
             if boundary_required(env):
                 raise RuntimeError(f"the agent's uid cannot be kept off the controller: {exc}") from None
@@ -339,6 +338,27 @@ def boundary_required(env: Mapping[str, str]) -> bool:
     """Corral's runtime asks for the whole inner boundary (``CORRAL_INNER_BOUNDARY=required``): a
     sandbox it starts never runs without it. By hand, a missing half is a warning."""
     return env.get("CORRAL_INNER_BOUNDARY", "") == "required"
+
+
+def _apply_both(ipv4: str, ipv6: str) -> None:
+    """IPv4's rules and IPv6's at once: two processes on a sandbox whose cores nothing else uses yet,
+    and boot is every cold start's first step. Raises (IPv4's failure first) once both have ended."""
+    failures: list[BaseException] = []
+
+    def six() -> None:
+        try:
+            _apply_ipv6(ipv6)
+        except BaseException as exc:  # handed to the caller below, after IPv4's
+            failures.append(exc)
+
+    thread = threading.Thread(target=six, name="ip6tables")
+    thread.start()
+    try:
+        _apply("iptables-restore", ipv4)
+    finally:
+        thread.join()
+    if failures:
+        raise failures[0]
 
 
 def _apply_ipv6(rules: str) -> None:

@@ -35,7 +35,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RETRY_S: Final = 0.5  # between attempts to reach Chromium (booting, restarting)
+RETRY_S: Final = 0.5  # between attempts to reach Chromium (booting, restarting), at most
+# The first retry after Chromium was last reached (or at boot), doubled up to RETRY_S: the controller
+# may come up before Chromium's DevTools listen, and /healthz waits for this watch's first page, so a
+# whole RETRY_S slept there was added to a cold start. A refused connection on loopback costs nothing.
+FIRST_RETRY_S: Final = 0.025
 MAX_EVENT_BYTES: Final = 1 << 20
 BROWSER_LOCK: Final = "/run/corral/browser.lock"  # corral.sandbox.web.stateswap's LOCK_FILE
 _DISCOVER = {"discover": True}
@@ -80,6 +84,12 @@ def swap_under_way(lock_file: str = BROWSER_LOCK) -> bool:
     return False
 
 
+def next_retry(last_s: float, reached: bool, first_s: float = FIRST_RETRY_S, most_s: float = RETRY_S) -> float:
+    """The pause before the next attempt: ``first_s`` after a connection that was made (Chromium
+    restarting) or the first failure, else twice the last, up to ``most_s``."""
+    return first_s if reached else min(max(last_s * 2, first_s), most_s)
+
+
 class PageKeeper:
     """The watch's task (:meth:`start`, :meth:`close`); ``kept`` is set while Chromium has a page."""
 
@@ -94,6 +104,7 @@ class PageKeeper:
         self._task: asyncio.Task[None] | None = None
         self._opening: asyncio.Task[None] | None = None
         self._count = PageCount()
+        self._reached = False  # the current attempt connected to Chromium
         self.kept = asyncio.Event()
         self.opened = 0  # blank pages opened so far (logs, tests)
 
@@ -110,6 +121,7 @@ class PageKeeper:
     async def _run(self) -> None:
         from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
+        pause = 0.0
         while True:
             try:
                 await self._follow()
@@ -118,13 +130,16 @@ class PageKeeper:
             except Exception:  # a bug must not end the watch for the session's life
                 log.exception("the page keeper failed; trying again")
             self.kept.clear()
-            await asyncio.sleep(self._retry_s)
+            pause = next_retry(pause, self._reached, min(FIRST_RETRY_S, self._retry_s), self._retry_s)
+            self._reached = False
+            await asyncio.sleep(pause)
 
     async def _follow(self) -> None:
         from websockets.asyncio.client import connect
 
         url = await cdp.upstream_url(self._cdp_url, None)
         async with connect(url, compression=None, max_size=MAX_EVENT_BYTES, ping_interval=None, open_timeout=10) as ws:
+            self._reached = True
             self._count = PageCount()
             # Chromium reports the targets there are (targetCreated each) before it answers.
             await ws.send(json.dumps({"id": 1, "method": "Target.setDiscoverTargets", "params": _DISCOVER}))
@@ -164,4 +179,4 @@ class PageKeeper:
             log.warning("no page opened after the last one closed: %s", exc)
 
 
-__all__ = ["PageCount", "PageKeeper", "swap_under_way"]
+__all__ = ["PageCount", "PageKeeper", "next_retry", "swap_under_way"]

@@ -21,6 +21,7 @@ def test_health_shows_the_limits(live: tuple[TestClient, str, str]) -> None:
     assert json.dumps(limits)
     assert health["ok"] is True and health["sessions"]["ready"] == 1
     assert health["egress"] == {"enabled": False} and health["pool_target"] == 1
+    assert health["grounds"] == {"held": 0, "target": 0}  # no egress control: no groundwork made ahead
 
 
 async def test_metrics_count_refusals_by_code(client: Client) -> None:

@@ -285,3 +285,26 @@ def test_no_new_privileges_holds_for_this_process_and_its_children() -> None:
     code = "from corral.sandbox.startup import boot; boot.no_new_privileges(); print(open('/proc/self/status').read())"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "NoNewPrivs:\t1" in done.stdout
+
+
+def test_both_families_rules_are_applied_and_a_failure_of_either_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    applied: list[tuple[str, str]] = []
+    broken: set[str] = set()
+
+    def apply(command: str, rules: str) -> None:
+        applied.append((command, rules))
+        if command in broken:
+            raise RuntimeError(f"{command} failed")
+
+    monkeypatch.setattr(boot, "_apply", apply)
+    monkeypatch.setattr(boot, "_apply_ipv6", lambda rules: apply("ip6tables-restore", rules))
+    boot._apply_both("four", "six")
+    assert sorted(applied) == [("ip6tables-restore", "six"), ("iptables-restore", "four")]
+    broken.add("ip6tables-restore")
+    with pytest.raises(RuntimeError, match="ip6tables-restore failed"):
+        boot._apply_both("four", "six")
+    broken.add("iptables-restore")  # both: IPv4's said first, and only once IPv6's has ended too
+    applied.clear()
+    with pytest.raises(RuntimeError, match=r"^iptables-restore failed"):
+        boot._apply_both("four", "six")
+    assert len(applied) == 2

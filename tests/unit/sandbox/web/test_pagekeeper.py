@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from corral.errors import ActionError, ErrorCode
-from corral.sandbox.web.pagekeeper import PageCount, PageKeeper, swap_under_way
+from corral.sandbox.web.pagekeeper import FIRST_RETRY_S, RETRY_S, PageCount, PageKeeper, next_retry, swap_under_way
 
 
 def _created(target: str, kind: str = "page") -> tuple[str, dict[str, object]]:
@@ -104,3 +104,15 @@ async def test_a_blank_page_that_cannot_open_is_logged_not_raised() -> None:
     keeper._settle(_Socket())  # type: ignore[arg-type]
     await asyncio.gather(*[t for t in [keeper._opening] if t is not None])
     assert opened == [] and keeper.opened == 0
+
+
+def test_chromium_not_up_yet_is_tried_again_soon_then_less_often() -> None:
+    pauses = [next_retry(0.0, reached=False)]
+    while pauses[-1] < RETRY_S:
+        pauses.append(next_retry(pauses[-1], reached=False))
+    # At boot the controller may answer before Chromium's DevTools listen: the first retries come
+    # within tens of ms (the health check waits for the page this watch opens), then back off.
+    assert pauses[0] == FIRST_RETRY_S and pauses == sorted(pauses) and pauses[-1] == RETRY_S
+    assert sum(pauses[:4]) < RETRY_S  # four tries in the time one took before
+    assert next_retry(RETRY_S, reached=False) == RETRY_S
+    assert next_retry(RETRY_S, reached=True) == FIRST_RETRY_S  # lost after it was reached: soon again
