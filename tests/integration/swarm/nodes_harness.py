@@ -82,6 +82,20 @@ class SwarmNodes:
         )
         return {line.split()[0] for line in out.splitlines() if line.split()[1:2] == ["Running"]}
 
+    def labelled(self) -> set[str]:
+        """The nodes the runtime labelled guarded (corral.hostguard=on): the only ones it places
+        sessions on. A node back from down gets it again on the runtime's next look (30 s at most)."""
+        ids = self.docker(1, "node", "ls", "-q").split()
+        out = self.docker(
+            1,
+            "node",
+            "inspect",
+            "--format",
+            '{{.Description.Hostname}} {{index .Spec.Labels "corral.hostguard"}}',
+            *ids,
+        )
+        return {line.split()[0] for line in out.splitlines() if line.split()[1:2] == ["on"]}
+
     def services(self, session_id: str) -> list[str]:
         """The services Swarm holds for a session (its sandbox, its proxy): none once it ended."""
         out = self.docker(1, "service", "ls", "--filter", f"label=corral.session={session_id}", "--format", "{{.Name}}")

@@ -45,8 +45,8 @@ def api(swarm: Swarm) -> Iterator[httpx.Client]:
 
 @pytest.fixture(autouse=True)
 def swarm_as_found(api: httpx.Client, nodes: SwarmNodes) -> Iterator[None]:
-    """Each test leaves the swarm as it found it, whatever it failed on: every node linked, active and
-    ready, and none of its sessions left (one left over would count against the key's limit of the
+    """Each test leaves the swarm as it found it, whatever it failed on: every node linked, active,
+    ready and guarded, and none of its sessions left (one left over would count against the key's limit of the
     next test, and a node left down or paused would take its sessions). The gateway's last lines are
     printed here, so a failure's report shows them (its log lives on the manager, gone after down)."""
     yield
@@ -57,6 +57,7 @@ def swarm_as_found(api: httpx.Client, nodes: SwarmNodes) -> Iterator[None]:
     for host in nodes.nodes():
         nodes.await_node(host, "ready", within_s=90)
     wait_until(lambda: nodes.guarded() == set(nodes.nodes()), 120, "the host guard running on every node")
+    wait_until(lambda: nodes.labelled() == set(nodes.nodes()), 120, "every node labelled guarded again")
     for session in api.get("/v1/sessions").json():
         _delete(api, session)
 

@@ -232,6 +232,31 @@ async def test_a_node_listing_that_fails_does_not_stop_the_pools_own_check(tmp_p
         await manager.stop()
 
 
+async def test_an_idle_gateway_still_looks_at_its_nodes_every_few_ticks(tmp_path: Path) -> None:
+    """No session, no pool: nothing lists the sandboxes, and the nodes are looked at all the same
+    (the swarm runtime's look keeps each node's guard label true: a node back from down is labelled
+    again though no session started meanwhile)."""
+
+    class Counted(FakeRuntime):
+        looks = 0
+
+        def nodes(self) -> list[NodeInfo]:
+            self.looks += 1
+            return super().nodes()
+
+    runtime = Counted()
+    manager = await _manager(tmp_path, runtime)
+    try:
+        await _ticks(manager, reaper.POOL_CHECK_TICKS - 1)
+        before = runtime.looks
+        await _ticks(manager, 1)
+        assert runtime.looks == before + 1
+        await _ticks(manager, reaper.POOL_CHECK_TICKS * 2)
+        assert runtime.looks == before + 3  # once every POOL_CHECK_TICKS ticks, no more
+    finally:
+        await manager.stop()
+
+
 async def test_a_restarted_gateway_closes_a_session_lost_with_its_node_as_node_lost(tmp_path: Path) -> None:
     runtime = _runtime()
     manager = await _manager(tmp_path, runtime)

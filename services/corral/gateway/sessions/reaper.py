@@ -180,6 +180,11 @@ class Reaper:
         grounds: tuple[Ground, ...] = ()
         if pool_due:
             grounds = tuple(g for g in self._starts.held_grounds() if g.egress is not None)
+        if pool_due and not live and not pooled:
+            # Nothing lists the sandboxes this tick; the machines are looked at all the same: on a
+            # swarm that is what keeps each node's guard label true while the gateway is idle (a node
+            # down loses it, one back gets it again: 0430). A single host's look asks Docker nothing.
+            await self._closed_nodes()
         if not live and not pooled and not grounds:
             return None
         labels = self._specs.instance_labels()

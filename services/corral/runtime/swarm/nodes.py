@@ -39,6 +39,11 @@ def drained_exit(info: ExitInfo | None, task: Mapping[str, Any] | None, node: No
 
 class SwarmNodes(SwarmSandboxes):
     def nodes(self) -> list[NodeInfo]:
+        if self.guard is not None:
+            # The gateway looks at the nodes every few ticks, sessions or none (the reaper): each
+            # node's guard label follows its guard then (a node down loses it, one back gets it
+            # within guardservice.REFRESH_S), not only while sandboxes are listed.
+            self.guard.refresh()
         try:
             listed = self.client.api.nodes()
         except docker.errors.APIError as exc:
