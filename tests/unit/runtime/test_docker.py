@@ -30,6 +30,7 @@ from corral.runtime.docker import (
     sandbox_options,
     session_network_name,
 )
+from corral.runtime.docker.handover import GivenSecret
 
 SID = "ses_0123456789abcdef"
 NETWORK = SessionNetwork(session_network_name(SID), "10.213.0.0/28", "10.213.0.1")
@@ -241,6 +242,23 @@ def test_a_sandboxs_secret_is_made_for_its_start_and_mounted_for_the_controller_
     assert not Path(host).exists() and list((tmp_path / "handover").iterdir()) == []
     again = runtime.start_sandbox(SandboxSpec(name="corral-session-3", session_network=NETWORK))
     assert again.secret != sandbox.secret  # one per start
+
+
+def test_a_given_secret_is_kept_out_of_its_repr(tmp_path: Path) -> None:
+    given = GivenSecret("s3cret-given-at-start", tmp_path / "secret")
+    assert "s3cret-given-at-start" not in repr(given) and "s3cret-given-at-start" not in str(given)
+
+
+def test_a_restarted_gateway_removes_the_secrets_a_start_it_did_not_finish_left(tmp_path: Path) -> None:
+    # A gateway killed between writing a start's secret and Docker's mount (SIGKILL, the OOM killer, a
+    # power cut) never ran the start's clean-up: the next one removes what it left.
+    handover = tmp_path / "handover"
+    left = handover / "secret-abc123"
+    left.mkdir(parents=True)
+    (left / "secret").write_text("a sandbox's controller secret\n")
+    (handover / "other").write_text("not a start's")
+    DockerRuntime(FakeClient(), handover_dir=handover)  # type: ignore[arg-type]
+    assert sorted(p.name for p in handover.iterdir()) == ["other"]
 
 
 def test_without_a_directory_to_hand_it_over_the_secret_boot_made_is_read_back() -> None:

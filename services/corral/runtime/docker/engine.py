@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path, PurePath
 from typing import Any, get_args
@@ -143,6 +144,31 @@ def bridge_interface(attrs: Mapping[str, Any]) -> str:
     return str(options.get("com.docker.network.bridge.name") or f"br-{str(attrs['Id'])[:12]}")
 
 
+# Each start's secret is written in a directory of this prefix under the handover directory.
+GIVEN_SECRET_PREFIX = "secret-"
+
+
+def sweep_given_secrets(handover_dir: Path) -> list[str]:
+    """Remove the secrets' directories a start left in ``handover_dir``: only a gateway killed between
+    writing one and Docker's mount leaves any (its clean-up never ran), and they hold the controller
+    secret of a sandbox that may still run. Called once, when the runtime is made: a gateway's data dir
+    is its own, so no start is under way then. Returns what was removed."""
+    try:
+        entries = list(handover_dir.iterdir())
+    except FileNotFoundError:
+        return []
+    removed: list[str] = []
+    for entry in entries:
+        if entry.name.startswith(GIVEN_SECRET_PREFIX) and entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry.name)
+    if removed:
+        log.warning(
+            "removed %d controller secret(s) a start before a restart left: %s", len(removed), ", ".join(removed)
+        )
+    return removed
+
+
 class Engine:
     """The docker client (one per runtime), where a container's uid is on the host, and the look-ups
     of one container that every part shares."""
@@ -159,6 +185,8 @@ class Engine:
         # Where a sandbox's controller secret is written for its start (the gateway's data dir, at the
         # same path for the engine): None, and the runtime reads the secret boot makes with an exec.
         self.handover_dir = handover_dir
+        if handover_dir is not None:
+            sweep_given_secrets(handover_dir)
         # False for tests only: each proxy keeps its state on a tmpfs of its own, seeded from the
         # gateway's directory as the swarm driver seeds it, and the gateway mirrors it back (the
         # swarm's way, on one host: tests/integration/test_unshared_state.py).

@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from corral.runtime.docker.engine import (
     _INIT_LOGS,
     CONTROLLER_UID,
     CONTROLLER_USER,
+    GIVEN_SECRET_PREFIX,
     Engine,
 )
 from corral.runtime.types import (
@@ -47,7 +48,7 @@ class GivenSecret:
     """A controller secret made for one start, in a host file of the controller's uid (0400) alone in
     a directory of root's (0700), mounted read-only at :data:`auth.SECRET_FILE`."""
 
-    secret: str
+    secret: str = field(repr=False)  # as SandboxAddress's: never in a log or a traceback's repr
     host_file: Path
 
     def options(self, options: dict[str, Any]) -> dict[str, Any]:
@@ -131,7 +132,7 @@ class Handover(Engine):
             yield None
             return
         self.handover_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        directory = Path(tempfile.mkdtemp(prefix="secret-", dir=self.handover_dir))  # 0700, root's
+        directory = Path(tempfile.mkdtemp(prefix=GIVEN_SECRET_PREFIX, dir=self.handover_dir))  # 0700, root's
         try:
             secret = auth.new_secret()
             host_file = directory / auth.SECRET_FILE.name
@@ -145,6 +146,10 @@ class Handover(Engine):
             yield GivenSecret(secret, host_file)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
+            if directory.exists():  # said, not silent: it holds a live sandbox's secret until removed
+                log.error(
+                    "could not remove %s, a start's controller secret; the next start of the gateway will", directory
+                )
 
     def read_secret(self, address: SandboxAddress, wait_s: float) -> SandboxAddress:
         """The address with its controller's per-boot secret, read inside the container as the
