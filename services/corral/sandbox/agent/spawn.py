@@ -101,7 +101,7 @@ class Spawner:
         """What the launcher's one message must hold (base64 and JSON grow it, the session's
         environment adds to it), checked here so the agent hears which field is too big."""
         argv = [os.fsencode(arg) for arg in action.program()]
-        size = lm.job_size(argv, self._environment(action, action_id), os.fsencode(action.cwd))
+        size = lm.spawn_size(argv, self._environment(action, action_id), os.fsencode(action.cwd))
         if size <= lm.MAX_MESSAGE:
             return
         env_size = sum(len(f"{name}={value}".encode()) for name, value in action.env.items())

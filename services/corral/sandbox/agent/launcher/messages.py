@@ -263,6 +263,18 @@ def job_size(argv: list[bytes], env: list[bytes], cwd: bytes) -> int:
     return fixed + listed(argv) + listed(env) + _b64_size(len(cwd))
 
 
+# The most digits a launcher request's id has beyond job()'s "0": a connection's count of its calls
+# (corral.sandbox.agent.launcher.connection), which no sandbox takes past 2**63.
+_REQUEST_ID_ROOM = len(str(2**63)) - 1
+
+
+def spawn_size(argv: list[bytes], env: list[bytes], cwd: bytes) -> int:
+    """The most bytes a command of these fields takes on either way it goes: :func:`job` to a spare
+    shepherd, or the launcher's own ``spawn`` request (no spare ready), whose id is its connection's
+    next, not 0. What a command's size is checked against, so that both ways take what it admits."""
+    return job_size(argv, env, cwd) + _REQUEST_ID_ROOM
+
+
 def _b64_size(length: int) -> int:
     return 4 * ((length + 2) // 3)
 

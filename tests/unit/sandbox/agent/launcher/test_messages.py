@@ -4,6 +4,7 @@ launcher refuses."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -142,3 +143,31 @@ def test_a_reserved_child_checks_the_job_the_controller_sends_it(obj: dict[str, 
 def test_a_jobs_size_is_counted_as_it_would_be_encoded(argv: list[bytes], env: list[bytes], cwd: bytes) -> None:
     fields: m.Fields = {"argv": argv, "env": env, "cwd": cwd, "pty": False}
     assert m.job_size(argv, env, cwd) == len(m.job(fields))
+
+
+def _longest_padding(size: Callable[[list[bytes], list[bytes], bytes], int], argv: list[bytes], cwd: bytes) -> int:
+    """The longest value of an env entry ``P=...`` that ``size`` counts within MAX_MESSAGE."""
+    low, high = 0, m.MAX_MESSAGE
+    while low < high:
+        middle = (low + high + 1) // 2
+        if size(argv, [b"P=" + b"x" * middle], cwd) <= m.MAX_MESSAGE:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def test_what_a_commands_size_check_admits_fits_the_launchers_request_whatever_its_id() -> None:
+    # With no spare shepherd the controller sends a command to the launcher itself, as a request
+    # with its connection's next id (one more for every call of the sandbox's life), not job()'s 0:
+    # what the check admits must fit there too, or the agent hears a ValueError, not the field.
+    argv, cwd = [b"true"], b"/"
+    env = [b"P=" + b"x" * _longest_padding(m.spawn_size, argv, cwd)]
+    assert m.spawn_size(argv, env, cwd) > m.MAX_MESSAGE - 4  # the largest the check admits
+    m.job({"argv": argv, "env": env, "cwd": cwd, "pty": False})
+    for request_id in (1, 12_345, 10**12, 2**63 - 1):
+        m.encode(m.request("spawn", request_id, argv=argv, env=env, cwd=cwd, pty=False))
+    # job()'s own length, what the check counted before, admits a message the launcher's way refuses.
+    longest = [b"P=" + b"x" * _longest_padding(m.job_size, argv, cwd)]
+    with pytest.raises(ValueError, match="at most"):
+        m.encode(m.request("spawn", 12_345, argv=argv, env=longest, cwd=cwd, pty=False))
