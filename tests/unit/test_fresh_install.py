@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -68,6 +69,50 @@ def test_a_failed_virtualenv_waits_for_the_engines_install_to_end(tmp_path: Path
     done = subprocess.run([str(corral), "up"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 5
     assert engine_done.exists()
+    assert not (tmp_path / "ran").exists()
+
+
+def test_an_interrupted_up_waits_for_the_engines_install_to_end(tmp_path: Path) -> None:
+    """^C while both run: the virtualenv's install stops, the engine's is waited for, as for a failure.
+    A background job of a script ignores ^C, so apt and dpkg run on, and `up` must not return the
+    prompt (or let a second `up` find dpkg's lock held) while they do."""
+    venv_pid, venv_started, engine_started = (
+        tmp_path / "venv.pid",
+        tmp_path / "venv.started",
+        tmp_path / "engine.started",
+    )
+    seen = tmp_path / "engine.saw"
+    corral, env = _corral_tree(
+        tmp_path,
+        # Once the virtualenv's install is gone (reaped), whether `up` is still there to wait for it.
+        engine=f"touch {engine_started}\n"
+        + _waits_for(venv_pid)
+        + f"for _ in $(seq {MEET_S * 20}); do kill -0 $(cat {venv_pid}) 2>/dev/null || break; sleep 0.05; done\n"
+        + f'if kill -0 "$PPID" 2>/dev/null; then echo waited > {seen}; else echo left > {seen}; fi\n',
+        venv=f"echo $$ > {venv_pid}\ntouch {venv_started}\n" + _waits_for(tmp_path / "never"),
+    )
+    running = subprocess.Popen([str(corral), "up"], env=env, start_new_session=True, stderr=subprocess.PIPE, text=True)
+    try:
+        for mark in (venv_started, engine_started):
+            for _ in range(MEET_S * 20):
+                if mark.exists() or running.poll() is not None:
+                    break
+                subprocess.run(["sleep", "0.05"], check=True)
+            assert mark.exists(), running.stderr.read() if running.poll() is not None else mark
+        os.killpg(running.pid, signal.SIGINT)  # what a terminal's ^C does: the whole foreground group
+        running.wait(timeout=MEET_S * 2)
+    finally:
+        if running.poll() is None:
+            os.killpg(running.pid, signal.SIGKILL)
+            running.wait()
+        if running.stderr is not None:
+            running.stderr.close()
+    assert running.returncode == 130
+    for _ in range(MEET_S * 20):  # the engine's fake writes its verdict as it ends
+        if seen.exists():
+            break
+        subprocess.run(["sleep", "0.05"], check=True)
+    assert seen.read_text() == "waited\n"
     assert not (tmp_path / "ran").exists()
 
 
