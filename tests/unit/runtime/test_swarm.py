@@ -397,3 +397,20 @@ def test_a_proxy_service_is_one_task_of_its_own_uid_on_its_session_and_egress_ov
     assert container["User"] == "1001:1001" and container["ReadOnly"] is True
     assert container["Env"] and f"CORRAL_SEED_DIR={SEED_DIR}" in container["Env"]
     assert args["labels"][STATE_DIR_LABEL] == str(tmp_path / "state")
+
+
+def test_each_look_at_the_nodes_refreshes_the_host_guard(tmp_path: Path) -> None:
+    # The reaper looks at the nodes every few ticks, sessions or none: that look keeps each node's
+    # guard label true (a node back from down labelled again), not only a listing of sandboxes.
+    class Guard:
+        refreshed = 0
+
+        def refresh(self) -> None:
+            self.refreshed += 1
+
+    runtime = _runtime(FakeApi(), tmp_path)
+    guard = Guard()
+    runtime.guard = guard  # type: ignore[assignment]
+    runtime.nodes()
+    runtime.nodes()
+    assert guard.refreshed == 2
