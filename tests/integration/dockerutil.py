@@ -82,7 +82,10 @@ class DockerHarness(DockerRuntime):
     def container_states(self, labels: Mapping[str, str]) -> dict[str, str]:
         """Name -> state ("running", "exited", "restarting", ...) of every container with ``labels``."""
         filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
-        return {c.name: c.status for c in self.client.containers.list(all=True, filters=filters)}
+        # One listing, no inspect per container: a container removed between the two (a session's
+        # teardown meanwhile) made the high-level list raise NotFound.
+        listed = self.client.api.containers(all=True, filters=filters)
+        return {str(c["Names"][0]).lstrip("/"): str(c["State"]) for c in listed}
 
     def address_on(self, ident: str, network: str) -> str | None:
         """A container's address on one network (None when it has none there)."""

@@ -15,6 +15,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from corral import AsyncSandbox, Sandbox
+from corral.contracts import auth
 from corral.runtime import SandboxSpec
 from corral.runtime.docker import agent_tmpfs_mib
 
@@ -387,8 +388,11 @@ def test_limits_and_hardening_are_applied(gw: RunningGateway, runtime: DockerHar
             # process then runs with all-zero capability sets but the supervisor's (test_egress checks each).
             assert host["CapDrop"] == ["ALL"]
             assert sorted(host["CapAdd"]) == ["CHOWN", "NET_ADMIN", "NET_RAW", "SETGID", "SETPCAP", "SETUID"]
-            # No secret in the container's environment, which every `docker exec` inherits.
-            assert not [e for e in attrs["Config"]["Env"] if "TOKEN" in e or "SECRET" in e], attrs["Config"]["Env"]
+            # No secret in the container's environment, which every `docker exec` inherits: the one name
+            # with SECRET in it is boot's flag that the controller's secret is a mounted file (0435).
+            env = [e for e in attrs["Config"]["Env"] if e != "CORRAL_SECRET_GIVEN=1"]
+            assert not [e for e in env if "TOKEN" in e or "SECRET" in e], attrs["Config"]["Env"]
+            assert str(auth.SECRET_FILE) in {m["Destination"] for m in attrs["Mounts"]}
             assert "no-new-privileges" in host["SecurityOpt"]
             assert host["Privileged"] is False
             assert not host.get("PortBindings")  # nothing published on the host
