@@ -25,7 +25,7 @@ import httpx
 from corral.runtime.docker import DockerRuntime
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.density import memory_mib
+from bench.density import cpu_s, memory_mib
 from bench.gateway import bench_gateway, wait_pool
 from tests.integration.dockerutil import DockerHarness
 
@@ -73,11 +73,6 @@ def count_docker_calls() -> None:
         setattr(DockerRuntime, name, counted)
 
 
-def self_cpu() -> float:
-    times = os.times()
-    return times.user + times.system
-
-
 def containers_cpu(runtime: DockerHarness, instance: str) -> tuple[float, float]:
     """The CPU seconds every egress proxy and every sandbox (the pool's among them) of ``instance``
     used so far (docker stats' counter)."""
@@ -95,9 +90,9 @@ def window(runtime: DockerHarness, instance: str, seconds: float) -> dict[str, f
     dockers = docker_pids()
     proxies0, sandboxes0 = containers_cpu(runtime, instance)
     calls0 = sum(CALLS.values())
-    gateway0, docker0 = self_cpu(), sum(_proc_cpu(pid) for pid in dockers)
+    gateway0, docker0 = cpu_s(), sum(_proc_cpu(pid) for pid in dockers)
     time.sleep(seconds)
-    gateway1, docker1 = self_cpu(), sum(_proc_cpu(pid) for pid in dockers)
+    gateway1, docker1 = cpu_s(), sum(_proc_cpu(pid) for pid in dockers)
     calls1 = sum(CALLS.values())
     proxies1, sandboxes1 = containers_cpu(runtime, instance)
     rss, uss = memory_mib()

@@ -33,13 +33,19 @@ class SwarmNodes:
         assert host.startswith(prefix), f"{host} is no node of {self.name}"
         return int(host[len(prefix) :])
 
-    def docker(self, index: int, *argv: str, check: bool = True) -> str:
-        """The docker CLI on node ``index``'s own engine (1: the manager)."""
+    def docker(self, index: int, *argv: str, check: bool = True, merged: bool = False) -> str:
+        """The docker CLI on node ``index``'s own engine (1: the manager): its output, with its
+        errors interleaved as they came when ``merged`` (unchecked then: they are the output)."""
         sock = self.directory / str(index) / "docker.sock"
         done = subprocess.run(
-            ["docker", "-H", f"unix://{sock}", *argv], capture_output=True, text=True, timeout=120, check=False
+            ["docker", "-H", f"unix://{sock}", *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merged else subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
         )
-        if check and done.returncode != 0:
+        if check and not merged and done.returncode != 0:
             raise AssertionError(f"docker {' '.join(argv)}: {done.stderr.strip()}")
         return done.stdout
 
@@ -120,16 +126,7 @@ class SwarmNodes:
 
     def gateway_log(self, lines: int = 80) -> str:
         """The gateway container's last lines (it logs to stderr: both streams, as they came)."""
-        sock = self.directory / "1" / "docker.sock"
-        done = subprocess.run(
-            ["docker", "-H", f"unix://{sock}", "logs", "--tail", str(lines), f"{self.name}-gateway"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        return done.stdout
+        return self.docker(1, "logs", "--tail", str(lines), f"{self.name}-gateway", merged=True)
 
     def restart_gateway(self) -> None:
         """The gateway's container restarted on the manager (its data dir kept), as a crash and its
