@@ -11,7 +11,7 @@
 - :class:`ResponseRecorder`: upstream answers kept for hermetic replays.
 
 They share one :class:`Shared` object; :mod:`corral.proxy.load` composes them in that order.
-Loaded by ``mitmdump -s`` in the sidecar (mitmproxy 12 on Python 3.13); they also run on
+Loaded by the sidecar's master (corral.proxy.leanmaster, mitmproxy 12 on Python 3.13); they also run on
 mitmproxy 11.0 (Python 3.11), where the unit tests use them.
 """
 

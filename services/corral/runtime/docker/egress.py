@@ -164,7 +164,7 @@ class Egress(Networks):
     def stop_proxy(self, session_id: str) -> None:
         name = proxy_name(session_id)
         try:
-            # SIGTERM and a moment: mitmdump's shutdown writes out the responses still queued for the file.
+            # SIGTERM and a moment: the proxy's shutdown writes out the responses still queued for the file.
             self._container(name).stop(timeout=5)
         except docker.errors.APIError as exc:
             raise SandboxError(f"cannot stop {name}: {exc.explanation or exc}") from None
@@ -175,7 +175,7 @@ class Egress(Networks):
     def remove_egress(self, session_id: str, *, drain: bool = False) -> None:
         name = proxy_name(session_id)
         if drain:
-            # SIGTERM first: mitmdump's shutdown writes out the responses still queued for the file.
+            # SIGTERM first: the proxy's shutdown writes out the responses still queued for the file.
             with contextlib.suppress(SandboxError, docker.errors.APIError):
                 self._container(name).stop(timeout=1)
         self.remove(name)

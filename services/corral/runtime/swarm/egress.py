@@ -67,7 +67,7 @@ def proxy_service(
         secrets=refs,
         read_only=True,
         cap_drop=["ALL"],
-        stop_grace_period=5_000_000_000,  # SIGTERM and a moment: mitmdump writes out what it holds
+        stop_grace_period=5_000_000_000,  # SIGTERM and a moment: the proxy writes out what it holds
     )
     networks = [docker.types.NetworkAttachmentConfig(spec.network.name, aliases=[PROXY_ALIAS])]
     if spec.egress_network:
