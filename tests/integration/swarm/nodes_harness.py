@@ -28,6 +28,10 @@ class SwarmNodes:
     def host(self, index: int) -> str:
         return f"{self.name}-{index}"
 
+    def workers(self) -> list[str]:
+        """The nodes sessions run on: scripts/swarm's gateway places them on the workers only."""
+        return [host for host in self.nodes() if host != self.host(1)]
+
     def index(self, host: str) -> int:
         prefix = f"{self.name}-"
         assert host.startswith(prefix), f"{host} is no node of {self.name}"

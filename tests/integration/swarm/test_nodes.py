@@ -1,5 +1,5 @@
 """Sessions across the nodes of a real swarm (scripts/swarm: three engines, the gateway on the
-manager with CORRAL_RUNTIME=swarm): they land on more than one node and each names its own; a
+manager with CORRAL_RUNTIME=swarm, sessions on the two workers): they run on each and each names its own; a
 worker cut off mid-session ends its sessions ``node_lost`` (WebSocket 4000, recording and audit
 kept) while the others go on and new ones start on the nodes left; a node paused for Corral keeps
 its sessions and takes no new ones, one drained by Swarm ends its sessions ``node_drained``; a
@@ -29,6 +29,7 @@ from .nodes_harness import NODE_DOWN_WITHIN_S, SwarmNodes, wait_until
 pytestmark = pytest.mark.swarm
 
 SESSION_ENDS_AFTER_NODE_DOWN_S = 15.0  # the reaper's listing sees the node down within a tick or two
+GROUNDS_AHEAD = 2  # the gateway's CORRAL_GROUND_POOL_SIZE, which scripts/swarm leaves at its default
 
 
 @pytest.fixture(scope="module")
@@ -75,14 +76,16 @@ def _delete(api: httpx.Client, *sessions: dict[str, Any]) -> None:
         assert api.delete(f"/v1/sessions/{session['id']}").status_code in (204, 404)
 
 
-def _on_workers(api: httpx.Client, nodes: SwarmNodes, count: int, **body: Any) -> list[dict[str, Any]]:
-    """At least ``count`` sessions, with one on each worker (Swarm spreads them over the three nodes;
-    a few more are made when its spread left a worker out)."""
-    made = [_create(api, **body) for _ in range(count)]
-    workers = {nodes.host(2), nodes.host(3)}
-    while not workers <= {s["node"] for s in made} and len(made) < count + 3:
-        made.append(_create(api, **body))
-    assert workers <= {s["node"] for s in made}, [s["node"] for s in made]
+def _on_workers(api: httpx.Client, nodes: SwarmNodes, **body: Any) -> list[dict[str, Any]]:
+    """One session with its sandbox on each worker, in the nodes' order (Swarm's spread alone once
+    left a worker out): each made while the other workers are paused, so Swarm has one place for it
+    (scripts/swarm's gateway places on the workers only, and keeps no pool: each sandbox starts on
+    the request's path)."""
+    made: list[dict[str, Any]] = []
+    for host in nodes.workers():
+        with _paused(nodes, *(h for h in nodes.workers() if h != host)):
+            made.append(_create(api, **body))
+        assert made[-1]["node"] == host, (host, made[-1]["node"])
     return made
 
 
@@ -92,15 +95,40 @@ def _apart_from(nodes: SwarmNodes, sessions: list[dict[str, Any]], host: str) ->
     return [s for s in sessions if s["node"] != host and host not in nodes.placed(s["id"])]
 
 
-def _one_apart(api: httpx.Client, nodes: SwarmNodes, made: list[dict[str, Any]], host: str) -> list[dict[str, Any]]:
-    """The sessions apart from ``host``, a few more made (into ``made``) while there is none: Swarm
-    places a session's sandbox and its proxy each on its own, so some runs hold all of them on it."""
+def _one_apart(
+    api: httpx.Client, nodes: SwarmNodes, made: list[dict[str, Any]], host: str, **body: Any
+) -> list[dict[str, Any]]:
+    """The sessions apart from ``host``, one more made (into ``made``) when there is none: Swarm
+    places a session's sandbox and its proxy each on its own, so a run may hold all of them on it.
+    It is made while ``host`` is paused, so its sandbox lands elsewhere; its proxy may come from a
+    ground held from before (started ahead, wherever Swarm put it), so up to GROUNDS_AHEAD + 1 are
+    made: the grounds' refills after each start are placed while it is paused too."""
     apart = _apart_from(nodes, made, host)
-    while not apart and len(made) < 7:  # the key's limit is 8
-        made.append(_create(api))
-        apart = _apart_from(nodes, made[-1:], host)
+    if apart:
+        return apart
+    with _paused(nodes, host):
+        for _ in range(GROUNDS_AHEAD + 1):
+            made.append(_create(api, **body))
+            apart = _apart_from(nodes, made[-1:], host)
+            if apart:
+                break
     assert apart, f"every session had something on {host}"
     return apart
+
+
+@contextmanager
+def _paused(nodes: SwarmNodes, *hosts: str) -> Iterator[None]:
+    """``hosts`` (workers) paused for Swarm, which places no new task there; active again after.
+    Never the manager: its gateway joins each new session's overlay through a task on its node, which
+    a paused node does not take (docs/design/0466)."""
+    assert nodes.host(1) not in hosts, "the manager paused: no session could start"
+    for host in hosts:
+        nodes.set_availability(host, "pause")
+    try:
+        yield
+    finally:
+        for host in hosts:
+            nodes.set_availability(host, "active")
 
 
 @contextmanager
@@ -137,12 +165,10 @@ def _manifest(api: httpx.Client, session_id: str) -> dict[str, Any]:
         return dict(read_bundle(path).manifest)
 
 
-def test_sessions_land_on_more_than_one_node_and_each_names_its_own(api: httpx.Client, nodes: SwarmNodes) -> None:
-    made = [_create(api) for _ in range(3)]
+def test_sessions_run_on_every_worker_and_each_names_its_own(api: httpx.Client, nodes: SwarmNodes) -> None:
+    made = _on_workers(api, nodes)
     try:
-        hosts = {s["node"] for s in made}
-        assert len(hosts) >= 2, hosts
-        assert hosts <= set(nodes.nodes())
+        assert {s["node"] for s in made} == set(nodes.workers())
         for session in made:
             shown = api.get(f"/v1/sessions/{session['id']}").json()
             assert shown["node"] == session["node"]
@@ -179,15 +205,13 @@ def _traffic(api: httpx.Client, session_id: str, **params: str) -> list[dict[str
 def test_egress_is_enforced_on_every_node_and_an_allowlist_change_reaches_a_proxy_on_a_worker(
     api: httpx.Client, nodes: SwarmNodes
 ) -> None:
-    made = _on_workers(api, nodes, 3, allow=["allowed.test"])
+    made = _on_workers(api, nodes, allow=["allowed.test"])
     try:
+        # Its sandbox and its proxy on the workers (where the test swarm places every session).
+        on_worker = next(s for s in made if nodes.host(1) not in nodes.placed(s["id"]))
         for session in made:
             assert _fetch(api, session, "allowed.test") == 200, session["node"]
             assert _fetch(api, session, "other.test") == 403, session["node"]
-        on_worker = next(
-            (s for s in made if s["node"] != nodes.host(1) and nodes.host(1) not in nodes.placed(s["id"])), None
-        )
-        assert on_worker is not None, "no session with its sandbox and proxy on the workers"
         patched = api.patch(f"/v1/sessions/{on_worker['id']}", json={"allow": ["allowed.test", "other.test"]})
         assert patched.status_code == 200, patched.text
         assert _fetch(api, on_worker, "other.test") == 200
@@ -198,7 +222,7 @@ def test_egress_is_enforced_on_every_node_and_an_allowlist_change_reaches_a_prox
 
 
 def test_egress_is_audited_on_every_node(api: httpx.Client, nodes: SwarmNodes) -> None:
-    made = _on_workers(api, nodes, 3, allow=["allowed.test"])
+    made = _on_workers(api, nodes, allow=["allowed.test"])
     try:
         for session in made:
             assert _fetch(api, session, "allowed.test") == 200
@@ -215,7 +239,7 @@ def test_egress_is_audited_on_every_node(api: httpx.Client, nodes: SwarmNodes) -
 def test_a_worker_cut_off_mid_session_ends_its_sessions_node_lost_and_the_rest_go_on(
     api: httpx.Client, nodes: SwarmNodes
 ) -> None:
-    made = _on_workers(api, nodes, 4)
+    made = _on_workers(api, nodes)
     lost_host = nodes.host(3)
     lost = next(s for s in made if s["node"] == lost_host)
     apart = _one_apart(api, nodes, made, lost_host)
@@ -269,13 +293,13 @@ def test_a_worker_cut_off_mid_session_ends_its_sessions_node_lost_and_the_rest_g
 
 
 def test_a_paused_node_keeps_its_sessions_and_takes_no_new_ones(api: httpx.Client, nodes: SwarmNodes) -> None:
-    made = _on_workers(api, nodes, 3)
+    made = _on_workers(api, nodes)
     paused_host = nodes.host(2)
     on_paused = next(s for s in made if s["node"] == paused_host)
     nodes.set_availability(paused_host, "pause")
     later: list[dict[str, Any]] = []
     try:
-        later = [_create(api) for _ in range(2)]  # _on_workers made up to 6: the key's limit is 8
+        later = [_create(api) for _ in range(2)]
         assert paused_host not in {s["node"] for s in later}
         time.sleep(3)  # a few reaper ticks: a paused node's session is not ended
         assert api.get(f"/v1/sessions/{on_paused['id']}").json()["state"] == "ready"
@@ -286,7 +310,7 @@ def test_a_paused_node_keeps_its_sessions_and_takes_no_new_ones(api: httpx.Clien
 
 
 def test_a_node_drained_by_swarm_ends_its_sessions_node_drained(api: httpx.Client, nodes: SwarmNodes) -> None:
-    made = _on_workers(api, nodes, 3)
+    made = _on_workers(api, nodes)
     drained_host = nodes.host(2)
     drained = next(s for s in made if s["node"] == drained_host)
     apart = _one_apart(api, nodes, made, drained_host)
@@ -307,7 +331,7 @@ def test_a_node_drained_by_swarm_ends_its_sessions_node_drained(api: httpx.Clien
 
 
 def test_a_restarted_gateway_finds_its_sessions_on_their_nodes(api: httpx.Client, nodes: SwarmNodes) -> None:
-    made = _on_workers(api, nodes, 3)
+    made = _on_workers(api, nodes)
     try:
         nodes.restart_gateway()
         wait_until(lambda: _answers(api), 120, "the gateway back")

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 # A pool with no live session beside it is listed every this many reaper ticks (beside live sessions,
 # every tick: the same listing covers both). A dead pooled pair is then out of the pool within
 # POOL_CHECK_TICKS * reap_interval_s; a claim's own last look stands behind that. The held grounds'
-# proxies are judged from the same listing, on the same ticks.
+# proxies are judged from every listing of the proxies: beside live sessions every tick, else on these.
 POOL_CHECK_TICKS = 5
 # Every this many ticks each pooled sandbox's controller is asked to answer too (the listing sees only a
 # container that stopped, not a controller that hangs in a running one, which a claim would otherwise
@@ -177,9 +177,8 @@ class Reaper:
         # Before the listing: a pair that joins meanwhile may be missing from it.
         pools = self.pools() if live or pool_due else []
         pooled = [pair for pool in pools for pair in pool.pairs()]
-        grounds: tuple[Ground, ...] = ()
-        if pool_due:
-            grounds = tuple(g for g in self._starts.held_grounds() if g.egress is not None)
+        held = tuple(g for g in self._starts.held_grounds() if g.egress is not None)
+        grounds = held if pool_due else ()  # what makes a listing of its own: every few ticks
         if pool_due and not live and not pooled:
             # Nothing lists the sandboxes this tick; the machines are looked at all the same: on a
             # swarm that is what keeps each node's guard label true while the gateway is idle (a node
@@ -196,7 +195,11 @@ class Reaper:
             # Snapshot first, as above: only these sessions' proxies are sure to be in the listing.
             watched = frozenset(s.id for s in live if s.egress is not None)
             proxies = await asyncio.to_thread(self._runtime.proxy_states, labels)
-            listing = Listing(watched, proxies, grounds, self.clock())
+            # Every held ground is judged from any listing made, not only on the few ticks that make
+            # one for them: it costs nothing more, and a ground whose proxy ran on a machine just lost
+            # leaves in the tick that ends the sessions there (a cold start right after took it and
+            # waited minutes for a proxy that never answers: docs/design/0465).
+            listing = Listing(watched, proxies, held, self.clock())
         for session in live:
             if states.get(session.sandbox.id) not in ALIVE_STATES:
                 await self._liveness.end_if_dead(session)
@@ -219,8 +222,9 @@ class Reaper:
 
     def _check_grounds(self, listing: Listing | None) -> None:
         """Held grounds whose proxy, started ahead, stopped running leave the pool and are made again,
-        judged from the tick's own listing (every POOL_CHECK_TICKS ticks, with the pool's): only the
-        grounds held before it was made, and still held (a cold start may have taken one meanwhile)."""
+        judged from the tick's own listing (every tick that lists the proxies; every POOL_CHECK_TICKS
+        ticks at least): only the grounds held before it was made, and still held (a cold start may
+        have taken one meanwhile)."""
         if listing is None or not listing.grounds:
             return
         held = self._starts.held_grounds()
