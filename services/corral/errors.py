@@ -658,6 +658,11 @@ class EgressUnavailable(SandboxError, code=ErrorCode.EGRESS_UNAVAILABLE):
     """The session's proxy does not answer; its sandbox has no egress meanwhile."""
 
 
+class GroundProxyLost(EgressUnavailable):
+    """The proxy a ground started ahead does not answer at the start that took it (the start is made
+    again without a ground: corral.gateway.sessions.starts; no caller sees this one)."""
+
+
 class ImageBuildError(SandboxError, code=ErrorCode.IMAGE_BUILD_FAILED):
     """Building an image (or its Debian base) failed."""
 

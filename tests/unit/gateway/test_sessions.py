@@ -961,6 +961,36 @@ async def test_held_grounds_proxies_are_judged_from_the_ticks_one_listing(tmp_pa
         await manager.stop()
 
 
+async def test_a_ground_whose_proxy_never_answers_costs_the_start_nothing(tmp_path: Path) -> None:
+    runtime = CountingRuntime()
+    manager = await _egress_manager(tmp_path, runtime, ground_pool_size=2)
+    assert manager.egress is not None and manager.grounds is not None
+    await asyncio.wait_for(manager.grounds.filled.wait(), 10)
+    lost = manager.grounds.held()[0]  # the next one taken: its proxy went with its machine, unseen yet
+    asked: list[str] = []
+
+    async def policy_set(egress: Egress, allow: object, mode: object, actor: object, timeout_s: float) -> None:
+        asked.append(egress.session_id)
+        if egress.session_id == lost.session_id:
+            raise EgressUnavailable(f"egress proxy {egress.proxy_name} did not come up")
+
+    manager.egress.set_start_policy = policy_set  # type: ignore[method-assign]
+    try:
+        session, _ = await manager.create("key-a", COLD)
+        assert session.state == "ready" and session.egress is not None
+        # Started again with a proxy of its own (not the next ground's: the start takes none again).
+        held = {g.session_id for g in manager.grounds.held()}
+        assert asked == [lost.session_id] and session.id != lost.session_id and session.id not in held
+        assert session.id in runtime.proxies and session.egress.session_id == session.id
+        # Nothing of the lost ground is left, and its first sandbox is gone.
+        assert lost.session_id not in runtime.proxies and lost.network.name not in runtime.networks
+        assert [s for s in runtime.list_sandboxes() if s.id != session.sandbox.id] == []
+        assert lost.session_id not in manager.egress.unclaimed_grounds()
+        assert not lost.state_dir.exists()
+    finally:
+        await manager.stop()
+
+
 async def test_an_idle_pool_alone_is_listed_every_few_ticks(tmp_path: Path) -> None:
     runtime, answered = CountingRuntime(), Answered()
     manager = await _pool_manager(tmp_path, runtime, answered)

@@ -14,7 +14,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from corral.gateway.egress import Ground
 from corral.gateway.replays import ReplayUploads
 from corral.gateway.sessions.book import SessionBook
 from corral.gateway.sessions.egressport import EgressPort

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from corral.errors import EgressOff, HermeticUnavailable
+from corral.errors import EgressOff, EgressUnavailable, GroundProxyLost, HermeticUnavailable
 from corral.gateway.egress import Egress, EgressManager, Ground, Prepared
 from corral.gateway.grounds import GroundPool
 from corral.gateway.limits import Limits
@@ -241,8 +241,34 @@ class PairStarts:
         workspace: Path | None = None,
         image: str | None = None,
     ) -> Pair:
+        args = (kind, viewport, req, allow, mode, replay, actor, workspace, image)
         try:
-            pair, egress, ahead = await self._start_pair(kind, viewport, req, allow, mode, replay, workspace, image)
+            return await self._start_once(*args, take_ground=True)
+        except GroundProxyLost as lost:
+            # A ground is a head start, never a reason to fail: its proxy, started ahead, went with its
+            # machine (a swarm node lost before the reaper's listing saw it) or stopped answering.
+            # What the start made is gone (_start_once removed it); the session starts again with a
+            # proxy of its own, on a machine that takes sessions now (docs/design/0465).
+            log.warning("%s; starting the session with a proxy of its own", lost)
+            return await self._start_once(*args, take_ground=False)
+
+    async def _start_once(
+        self,
+        kind: str,
+        viewport: Viewport,
+        req: CreateSession | None,
+        allow: Sequence[str],
+        mode: str,
+        replay: Path | None,
+        actor: str,
+        workspace: Path | None,
+        image: str | None,
+        take_ground: bool,
+    ) -> Pair:
+        try:
+            pair, egress, ahead = await self._start_pair(
+                kind, viewport, req, allow, mode, replay, workspace, image, take_ground
+            )
         except BaseException:
             self.grounds.refill()
             raise
@@ -251,7 +277,7 @@ class PairStarts:
             sandbox_ready = asyncio.to_thread(self._runtime.wait_ready, pair.sandbox, timeout_s)
             # Either way the session's policy is in force before this returns (and the token with it).
             proxy_ready = (
-                self._egress.set_start_policy(egress, [*allow], mode, actor, timeout_s)
+                self._ground_policy(egress, [*allow], mode, actor, timeout_s)
                 if ahead
                 else self._egress.wait_ready(egress, timeout_s)
             )
@@ -269,6 +295,15 @@ class PairStarts:
             self.grounds.refill()
         return pair
 
+    async def _ground_policy(self, egress: Egress, allow: list[str], mode: str, actor: str, timeout_s: float) -> None:
+        """The session's policy on its ground's proxy; GroundProxyLost when that proxy never answers."""
+        try:
+            await self._egress.set_start_policy(egress, allow, mode, actor, timeout_s)
+        except EgressUnavailable as exc:
+            raise GroundProxyLost(
+                f"the proxy started ahead for ground {egress.session_id} does not answer: {exc}"
+            ) from exc
+
     async def _start_pair(
         self,
         kind: str,
@@ -279,10 +314,11 @@ class PairStarts:
         replay: Path | None,
         workspace: Path | None,
         image: str | None = None,
+        take_ground: bool = True,
     ) -> tuple[Pair, Egress, bool]:
         """The pair, its egress, and whether its proxy was started ahead (its policy is still to be set)."""
         egress_manager = self._egress
-        ground = self.grounds.take()
+        ground = self.grounds.take() if take_ground else None
         session_id = ground.session_id if ground is not None else new_session_id()
         labels = self._specs.labels(kind)
         (prepared,), cancelled = await settle(
