@@ -302,6 +302,29 @@ def test_the_gateway_leaves_an_overlay_before_it_goes_and_a_task_still_on_it_is_
     assert api.calls == [("leave", "gw", "corral-net-s1"), ("remove", "corral-net-s1")]
 
 
+def test_an_overlay_gone_between_its_lookup_and_its_removal_counts_as_removed(tmp_path: Path) -> None:
+    """Two removals of one session's overlay (its pair's, the orphans' sweep at start): the manager
+    answers the second with a 500 that names the network's id, not a 404."""
+
+    class GoneApi(NetworkApi):
+        def remove_network(self, name: str) -> None:
+            self.calls.append(("remove", name))
+            raise docker.errors.APIError("500", explanation="network pwdr7fbbst3wj2jnsm8wklbk8 not found")
+
+    api = GoneApi()
+    _runtime(api, tmp_path).remove_session_network(SessionNetwork("corral-net-s1", "10.213.0.0/28", "10.213.0.14"))
+    assert api.calls == [("leave", "gw", "corral-net-s1"), ("remove", "corral-net-s1")]
+
+
+def test_any_other_refusal_of_an_overlays_removal_is_said(tmp_path: Path) -> None:
+    class RefusingApi(NetworkApi):
+        def remove_network(self, name: str) -> None:
+            raise docker.errors.APIError("500", explanation="rpc error: the manager is not the leader")
+
+    with pytest.raises(SandboxError, match="cannot remove corral-net-s1: rpc error"):
+        _runtime(RefusingApi(), tmp_path).remove_session_network(SessionNetwork("corral-net-s1", "", ""))
+
+
 def test_a_subnet_just_freed_is_the_last_taken_again() -> None:
     from ipaddress import ip_network
 

@@ -8,6 +8,7 @@ import contextlib
 import ipaddress
 import logging
 import random
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -25,6 +26,8 @@ from corral.runtime.types import SESSION_LABEL, SessionNetwork
 log = logging.getLogger(__name__)
 
 OVERLAY = "overlay"
+# The manager's answer (a 500) to the removal of a network that went after its name was looked up.
+NETWORK_GONE = re.compile(r"network \S+ not found")
 JOIN_ATTEMPTS = 3  # a manager that timed out allocating the gateway's attachment is asked again
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -201,6 +204,10 @@ class SwarmNetworks(SwarmEngine):
                 return
             except docker.errors.APIError as exc:
                 text = str(exc.explanation or exc)
+                if NETWORK_GONE.fullmatch(text.strip()):
+                    # Gone between the name's lookup and its removal (another removal of the same
+                    # session's pair just took it): the manager answers 500, not 404.
+                    return
                 # A task still shutting down holds it: "has active endpoints", "is in use by task".
                 if "active endpoints" not in text and "in use by task" not in text:
                     raise SandboxError(f"swarm driver: cannot remove {name}: {exc.explanation or exc}") from None
