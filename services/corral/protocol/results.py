@@ -36,7 +36,9 @@ def omitted(default: None = None) -> Any:
 class Result(BaseModel):
     """Base of every action's result model."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Each built when first made or dumped (a session answers with a handful of the fifty), not at
+    # import, where it costs a cold start CPU Chromium is starting on (docs/design/0470).
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     def wire(self) -> dict[str, Any]:
         """The result as JSON-ready data, exactly as the reply carries it."""
@@ -46,7 +48,7 @@ class Result(BaseModel):
 class _RootResult(RootModel[Any]):
     """Base of a result with more than one shape (the union is its ``root``)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     def wire(self) -> dict[str, Any]:
         dumped: dict[str, Any] = self.model_dump(mode="json")
