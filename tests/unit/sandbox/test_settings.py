@@ -63,14 +63,16 @@ def test_the_controller_imports_playwrights_api_and_a_websocket_client_only_when
     assert out.strip() == "[]"
 
 
-def test_the_controller_serves_before_building_the_dialects_vendors_or_action_validators() -> None:
+def test_the_controller_serves_before_loading_the_dialects_vendors_or_tools_or_building_action_models() -> None:
     # About 110 ms of CPU on every cold start's path, beside Chromium's (docs/design/0470): the dialects'
-    # and vendors' translators load on a request that speaks them, the action models and their one
-    # union validator are built on first use (the lifespan's warm-up, in the app).
+    # and vendors' translators load on a request that speaks them, the agent's editor, patches, search
+    # and shell on the first tool action, the action models and their one union validator on first
+    # use (the lifespan's warm-up, in the app).
     lazy = (
         "{'corral.protocol.anthropic', 'corral.protocol.openai', 'corral.protocol.vendor.steps',"
         " 'corral.protocol.vendor.replies', 'corral.protocol.vendor.anthropic_tools',"
-        " 'corral.protocol.vendor.openai_tools'}"
+        " 'corral.protocol.vendor.openai_tools', 'corral.sandbox.tools.editor', 'corral.sandbox.tools.patch',"
+        " 'corral.sandbox.tools.search', 'corral.sandbox.agent.shell'}"
     )
     built = "actions.native_action.cache_info().currsize, actions.Click.__pydantic_complete__"
     probe = (
