@@ -5,8 +5,10 @@ the screen depends on the screen, so :mod:`corral.protocol.geometry` checks
 that once the size is known.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: pydantic would evaluate every field's annotation
+# from its string when the class is made (a compile and an eval each), about 40 ms of the
+# controller's cold start over these models; written plainly they are evaluated as the class body
+# runs (docs/design/0470).
 import base64
 import binascii
 import functools
@@ -77,7 +79,7 @@ class Region(_Model):
     width: Annotated[int, Field(ge=1, le=100_000)]
     height: Annotated[int, Field(ge=1, le=100_000)]
 
-    def mapped(self, fn: PointMapper) -> Region:
+    def mapped(self, fn: PointMapper) -> "Region":
         x, y = fn.point(self.x, self.y)
         width, height = fn.vector(self.width, self.height)
         return Region(x=x, y=y, width=max(1, width), height=max(1, height))
