@@ -5,15 +5,18 @@ the screen depends on the screen, so :mod:`corral.protocol.geometry` checks
 that once the size is known.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: pydantic would evaluate every field's annotation
+# from its string when the class is made (a compile and an eval each), about 40 ms of the
+# controller's cold start over these models; written plainly they are evaluated as the class body
+# runs (docs/design/0470).
 import base64
 import binascii
+import functools
 import os
 from collections.abc import Iterator
 from typing import Annotated, ClassVar, Literal, Protocol, Self, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from corral.contracts.urls import REFUSED_WHY, cleaned, web_url
@@ -57,7 +60,10 @@ def _check_modifiers(value: list[str]) -> list[str]:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    # Built on first use, not at import: the sixty models' validators cost the controller's cold
+    # start about 30 ms of CPU it spends beside Chromium's, and a session uses a few of them; the one
+    # union every request is validated against is built once (native_action) (docs/design/0470).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False, defer_build=True)
 
 
 class Point(_Model):
@@ -73,7 +79,7 @@ class Region(_Model):
     width: Annotated[int, Field(ge=1, le=100_000)]
     height: Annotated[int, Field(ge=1, le=100_000)]
 
-    def mapped(self, fn: PointMapper) -> Region:
+    def mapped(self, fn: PointMapper) -> "Region":
         x, y = fn.point(self.x, self.y)
         width, height = fn.vector(self.width, self.height)
         return Region(x=x, y=y, width=max(1, width), height=max(1, height))
@@ -1114,6 +1120,13 @@ validation (:data:`NativeAction`), the registry (:data:`ACTIONS`) and, through `
 demand for its case in :meth:`corral.sandbox.desktop.Desktop.run`."""
 
 NativeAction = Annotated[AnyAction, Field(discriminator="type")]
+
+
+@functools.cache
+def native_action() -> TypeAdapter[NativeAction]:
+    """The one validator of :data:`NativeAction`, shared by the envelope, the dialects, the vendors' tools
+    and the live view: built on first use (or by the controller's warm-up once it serves), once."""
+    return TypeAdapter(NativeAction)
 
 
 def _type_of(model: type[BaseModel]) -> str:

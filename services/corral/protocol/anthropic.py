@@ -56,7 +56,6 @@ class AnthropicInput(BaseModel):
 
 
 _INPUT = TypeAdapter(AnthropicInput)
-_ACTION: TypeAdapter[a.NativeAction] = TypeAdapter(a.NativeAction)
 
 _CLICKS: dict[str, tuple[a.Button, int]] = {
     "left_click": ("left", 1),
@@ -107,7 +106,7 @@ def blame_source(exc: ActionError, field: str, held: str = "text") -> None:
 
 def _native(data: dict[str, Any], field: str, held: str = "text") -> a.NativeAction:
     try:
-        return validate(_ACTION, data, field, tagged=True)
+        return validate(a.native_action(), data, field, tagged=True)
     except ActionError as exc:
         blame_source(exc, field, held)
         raise

@@ -11,10 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from corral.errors import ActionError, ErrorCode
 from corral.protocol import actions as a
-from corral.protocol import anthropic, openai, vendor
 from corral.protocol.geometry import Scale, Size, check_bounds
 from corral.protocol.plan import After, Dialect, Plan, RequestId, Step
 from corral.protocol.validation import validate
+from corral.protocol.vendor.calls import call_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,6 @@ class Envelope(BaseModel):
 
 
 _ENVELOPE = TypeAdapter(Envelope)
-_ACTION: TypeAdapter[a.NativeAction] = TypeAdapter(a.NativeAction)
 _PAYLOADS = ("action", "anthropic", "openai")
 
 
@@ -128,24 +127,36 @@ def _encodable(text: str) -> bool:
     return True
 
 
+# The dialects and the vendors' tools are imported where a request first speaks them: a session
+# whose client speaks native actions never builds their models (docs/design/0470).
+
+
 def _vendor_form(env: Envelope, dialect: Dialect) -> bool:
     """A whole tool_use block or output item, rather than today's computer input, action or batch."""
+    from corral.protocol import vendor
+
     if dialect is Dialect.ANTHROPIC:
         return vendor.is_block(env.anthropic)
     return dialect is Dialect.OPENAI and vendor.is_item(env.openai)
 
 
 def _steps(env: Envelope, dialect: Dialect, display: Size) -> list[Step]:
+    if dialect is Dialect.NATIVE:
+        return [Step(validate(a.native_action(), env.action, "action", tagged=True), "action")]
+    from corral.protocol import anthropic, openai, vendor
+
     if _vendor_form(env, dialect):
         return vendor.translate(dialect.value, getattr(env, dialect.value), display)
-    if dialect is Dialect.NATIVE:
-        return [Step(validate(_ACTION, env.action, "action", tagged=True), "action")]
     if dialect is Dialect.ANTHROPIC:
         return [Step(action, "anthropic") for action in anthropic.translate(env.anthropic, "anthropic")]
     return [Step(action, field) for action, field in openai.translate(env.openai, "openai")]
 
 
 def _default_screenshot(env: Envelope, dialect: Dialect) -> bool:
+    if dialect is Dialect.NATIVE:
+        return False
+    from corral.protocol import anthropic, vendor
+
     if _vendor_form(env, dialect):
         return vendor.default_screenshot(dialect.value, getattr(env, dialect.value))
     if dialect is Dialect.ANTHROPIC:
@@ -198,6 +209,8 @@ def _planned_steps(env: Envelope, dialect: Dialect, display: Size, scale: Scale 
             check_bounds(step.action, display, step.field)
         except ActionError as exc:
             if dialect is Dialect.ANTHROPIC:
+                from corral.protocol import anthropic
+
                 anthropic.blame_source(exc, step.field)
             raise
         action = step.action if scale is None else step.action.map_points(scale)
@@ -239,7 +252,7 @@ def plan_request(obj: dict[str, Any], screen: Size, limits: Limits) -> Plan:
 
     display = Size(env.display.width, env.display.height) if env.display else screen
     scale = None if display == screen else Scale(screen=screen, display=display)
-    call = vendor.call_of(obj) if _vendor_form(env, dialect) else None
+    call = call_of(obj) if _vendor_form(env, dialect) else None
     if call is not None and call.tool == "computer_call" and env.screenshot is False:
         # Its only output is the screen: a success without one would leave nothing to send back.
         raise ActionError(

@@ -93,7 +93,6 @@ OpenAIAction = Annotated[
     Field(discriminator="type"),
 ]
 _INPUT: TypeAdapter[OpenAIAction] = TypeAdapter(OpenAIAction)
-_ACTION: TypeAdapter[a.NativeAction] = TypeAdapter(a.NativeAction)
 _BUTTONS: dict[str, a.Button] = {
     "left": "left",
     "right": "right",
@@ -123,7 +122,7 @@ def _modifiers(keys: list[str] | None, field: str) -> list[str]:
 
 
 def _native(data: dict[str, Any], field: str) -> a.NativeAction:
-    return validate(_ACTION, data, field, tagged=True)
+    return validate(a.native_action(), data, field, tagged=True)
 
 
 def translate_one(raw: Any, field: str) -> a.NativeAction:

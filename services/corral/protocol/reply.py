@@ -12,9 +12,11 @@ from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
 from corral.errors import ActionError
-from corral.protocol import anthropic, openai, vendor
 from corral.protocol.plan import ActionResult, Dialect, EncodedImage, Plan, RequestId
-from corral.protocol.vendor import VendorCall
+from corral.protocol.vendor.calls import VendorCall
+
+# The dialects' and the vendors' reply builders are imported in the branch that needs them: a native
+# session never builds their models (docs/design/0470).
 
 
 class ImageBlock(TypedDict):
@@ -65,16 +67,22 @@ def success(plan: Plan, results: list[ActionResult], image: EncodedImage | None,
     """
     reply = Reply(ok=True, id=plan.request_id)
     if plan.call is not None:
-        result, error = vendor.success_result(plan.call, plan.steps, results, image, plan.scale)
+        from corral.protocol.vendor.replies import success_result
+
+        result, error = success_result(plan.call, plan.steps, results, image, plan.scale)
         reply["result"] = result
         if error is not None:
             reply = Reply(ok=False, id=plan.request_id, error=error.to_dict(), result=result)
     elif plan.dialect is Dialect.NATIVE:
         reply["result"] = results[-1].data
     elif plan.dialect is Dialect.ANTHROPIC:
+        from corral.protocol import anthropic
+
         content = anthropic.tool_result_content(plan.steps[-1].action, results[-1], image, plan.scale)
         reply["result"] = {"tool_result_content": content}
     else:
+        from corral.protocol import openai
+
         reply["result"] = {"output": openai.call_output(image)} if image is not None else {}
     if image is not None:
         in_result = plan.dialect is not Dialect.NATIVE and (plan.call is None or plan.call.holds_images)
@@ -89,7 +97,11 @@ def failure(
     """The ``ok: false`` reply; for a vendor call also its ``result`` in the vendor's own error form
     (``image``: a computer_call's current screenshot, the only output that call can have)."""
     reply = Reply(ok=False, id=request_id, error=error.to_dict())
-    result = vendor.failure_result(call, error, image) if call is not None else None
+    if call is None:
+        return reply
+    from corral.protocol.vendor.replies import failure_result
+
+    result = failure_result(call, error, image)
     if result is not None:
         reply["result"] = result
     return reply

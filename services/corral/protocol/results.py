@@ -11,8 +11,10 @@ No result is open-ended JSON: ``secrets`` is a map of names to placeholders, eve
 fixed keys.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: pydantic would evaluate every field's annotation
+# from its string when the class is made (a compile and an eval each), about 40 ms of the
+# controller's cold start over these models; written plainly they are evaluated as the class body
+# runs (docs/design/0470).
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
@@ -36,7 +38,9 @@ def omitted(default: None = None) -> Any:
 class Result(BaseModel):
     """Base of every action's result model."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Each built when first made or dumped (a session answers with a handful of the fifty), not at
+    # import, where it costs a cold start CPU Chromium is starting on (docs/design/0470).
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     def wire(self) -> dict[str, Any]:
         """The result as JSON-ready data, exactly as the reply carries it."""
@@ -46,7 +50,7 @@ class Result(BaseModel):
 class _RootResult(RootModel[Any]):
     """Base of a result with more than one shape (the union is its ``root``)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     def wire(self) -> dict[str, Any]:
         dumped: dict[str, Any] = self.model_dump(mode="json")

@@ -29,6 +29,7 @@ from corral.errors import ActionError, ErrorCode, error_body
 from corral.frames import next_frame, over_limit
 from corral.protocol import reply
 from corral.protocol import results as r
+from corral.protocol.actions import native_action
 from corral.protocol.envelope import Limits, decode
 from corral.sandbox import downloads, tunnel
 from corral.sandbox.agent.agentenv import AGENT_USER
@@ -172,6 +173,9 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
         app.state.page_keeper = keeper
         # No Playwright connection at boot: its driver (node, about 80 MiB) starts on the first browser
         # call and stops again when idle (corral.sandbox.web.browser), so an idle session holds none.
+        # What the first action needs and the import left unbuilt, built while the start waits for
+        # Chromium's first page rather than inside that action (docs/design/0470).
+        warm = asyncio.create_task(asyncio.to_thread(_warm_up))
         try:
             yield
         finally:
@@ -189,6 +193,7 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
             if recorder is not None:
                 await recorder.close()
             await desktop.close()
+            await warm  # a thread: not cancellable, and done long before any shutdown
 
     # Starlette, not FastAPI: nine routes need no OpenAPI or dependency injection, and FastAPI's
     # import is about 6 MiB of every idle sandbox's memory (bench/gateway.py's idle session).
@@ -208,6 +213,12 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
     app.state.browser_uid = None  # Chromium's uid: every download's file is its own
     app.add_middleware(ControllerGuard, verifier=lambda: app.state.verifier)
     return app
+
+
+def _warm_up() -> None:
+    """Build the validator every request's action goes through and the result a screenshot answers."""
+    native_action()
+    r.Done().wire()
 
 
 async def recording(request: Request) -> JSONResponse:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import TypeVar, assert_never
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar, assert_never
 
 from playwright._impl._errors import Error as PlaywrightError
 from Xlib.display import Display
@@ -16,7 +17,6 @@ from corral.protocol.geometry import Size
 from corral.protocol.plan import ActionResult, After
 from corral.sandbox.agent.launcher import LauncherClient
 from corral.sandbox.agent.processes import ProcessTable, RunContext
-from corral.sandbox.agent.shell import PersistentShell
 from corral.sandbox.control import takeover
 from corral.sandbox.control.lease import ControlLease
 from corral.sandbox.control.turns import ActionLock
@@ -27,13 +27,18 @@ from corral.sandbox.kernels.contexts import CodeContexts
 from corral.sandbox.placeholders import Placeholders
 from corral.sandbox.sessionenv import SessionEnv
 from corral.sandbox.settings import ControllerSettings
-from corral.sandbox.tools.editor import Editor
 from corral.sandbox.tools.files import AgentFiles
-from corral.sandbox.tools.patch import Patcher
-from corral.sandbox.tools.search import Search
 from corral.sandbox.trim import release_memory
 from corral.sandbox.web.browser import Browser
 from corral.sandbox.web.downloadbook import DownloadBook
+
+if TYPE_CHECKING:
+    from corral.sandbox.agent.shell import PersistentShell
+    from corral.sandbox.tools.editor import Editor
+    from corral.sandbox.tools.patch import Patcher
+    from corral.sandbox.tools.search import Search
+
+AgentTools = tuple["Editor", "Patcher", "Search", "PersistentShell"]
 
 # Input that may make the page load or change: what the settle after it waits on (Browser.loading).
 _MAY_LOAD = (a.Click, a.MouseDown, a.MouseUp, a.Drag, a.Scroll, a.Type, a.Key)
@@ -85,6 +90,7 @@ class Desktop:
         session_env: SessionEnv | None = None,
         code: CodeContexts | None = None,
         lease: ControlLease | None = None,
+        tools: Callable[[], AgentTools] | None = None,
     ) -> None:
         self._settings = settings
         self.input = input
@@ -102,6 +108,9 @@ class Desktop:
         self.search = search
         # The session's one persistent bash (the shell action), a process of the table's.
         self.shell = shell
+        # Or all four built by ``tools`` on the first tool action: their modules are no part of a
+        # cold start's path to its first screenshot (docs/design/0470).
+        self._tools = tools
         # run_code's kernels (corral.sandbox.kernels), processes of the table's, started on first use.
         self.code = code
         self.size = Size(self.screen.width, self.screen.height)
@@ -124,7 +133,6 @@ class Desktop:
         processes = ProcessTable(launcher, settings.process_settings(), placeholders, session_env)
         screen = Screen(settings.display)
         files = AgentFiles(launcher)
-        editor = Editor(files, launcher)
         lock = ActionLock()
         lease = ControlLease()
 
@@ -150,10 +158,7 @@ class Desktop:
             processes,
             files,
             placeholders,
-            editor=editor,
-            patcher=Patcher(editor, launcher),
-            search=Search(files, processes),
-            shell=PersistentShell(processes),
+            tools=lambda: _agent_tools(files, launcher, processes),
             lock=lock,
             session_env=session_env,
             # A person's turn is no cell's timeout: the interrupt waits for its end (corral.sandbox.kernels.cell).
@@ -271,6 +276,9 @@ class Desktop:
                 assert_never(action)
 
     async def _tool(self, action: a.ToolAction | a.Secrets, context: RunContext) -> ToolResult:
+        if self._tools is not None:
+            self.editor, self.patcher, self.search, self.shell = self._tools()
+            self._tools = None
         match action:
             case a.Shell():
                 return await _part(self.shell, "persistent shell").run(action, context)
@@ -284,6 +292,17 @@ class Desktop:
                 return r.SecretPlaceholders(secrets=dict(self.placeholders.by_name))
             case _:
                 assert_never(action)
+
+
+def _agent_tools(files: AgentFiles, launcher: LauncherClient, processes: ProcessTable) -> AgentTools:
+    """The editor, patches, search and the persistent shell over the agent's files and processes."""
+    from corral.sandbox.agent.shell import PersistentShell
+    from corral.sandbox.tools.editor import Editor
+    from corral.sandbox.tools.patch import Patcher
+    from corral.sandbox.tools.search import Search
+
+    editor = Editor(files, launcher)
+    return editor, Patcher(editor, launcher), Search(files, processes), PersistentShell(processes)
 
 
 BrowserAction = a.Navigate | a.Back | a.Forward | a.Reload | a.PageInfo | a.Tabs | a.TabNew | a.TabSwitch | a.TabClose

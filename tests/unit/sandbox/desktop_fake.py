@@ -132,7 +132,16 @@ class FakeTool:
         return r.ToolOutput(output="", path="/workspace/x")
 
 
-def fake_desktop(parts: Parts, browser: type[FakeBrowser] = FakeBrowser) -> Desktop:
+def fake_tools(parts: Parts) -> Any:
+    """The editor, the patcher, the search and the shell, as Desktop.open's ``tools`` builds them."""
+    return tuple(FakeTool(parts, part) for part in ("editor", "patcher", "search", "shell"))
+
+
+def fake_desktop(
+    parts: Parts, browser: type[FakeBrowser] = FakeBrowser, tools: Callable[[], Any] | None = None
+) -> Desktop:
+    """A desktop of stand-in parts; with ``tools``, its tools are built by it on first use (as Desktop.open's)."""
+    editor, patcher, search, shell = fake_tools(parts) if tools is None else (None, None, None, None)
     return Desktop(
         ControllerSettings(),
         FakeInput(parts),  # type: ignore[arg-type]
@@ -140,11 +149,12 @@ def fake_desktop(parts: Parts, browser: type[FakeBrowser] = FakeBrowser) -> Desk
         browser(parts),  # type: ignore[arg-type]
         FakeProcesses(parts),  # type: ignore[arg-type]
         FakeFiles(parts),  # type: ignore[arg-type]
-        editor=FakeTool(parts, "editor"),  # type: ignore[arg-type]
-        patcher=FakeTool(parts, "patcher"),  # type: ignore[arg-type]
-        search=FakeTool(parts, "search"),  # type: ignore[arg-type]
-        shell=FakeTool(parts, "shell"),  # type: ignore[arg-type]
+        editor=editor,
+        patcher=patcher,
+        search=search,
+        shell=shell,
         code=FakeTool(parts, "code"),  # type: ignore[arg-type]
+        tools=tools,
     )
 
 

@@ -14,8 +14,10 @@ import pytest
 from corral.contracts import auth
 from corral.contracts.placeholders import new_placeholder
 from corral.errors import error_body
+from corral.protocol import actions
 from corral.protocol import results as r
 from corral.protocol.envelope import Limits
+from corral.sandbox import app as controller_app
 from corral.sandbox.app import Connection, create_app
 from corral.sandbox.control.lease import ControlLease
 from corral.sandbox.desktop import Desktop
@@ -464,3 +466,10 @@ async def test_a_starts_wait_on_healthz_is_answered_the_moment_the_first_page_op
         assert answer.status_code == 200 and answer.json()["ok"] is True
         bad = await client.get("/healthz?wait_ms=soon")
         assert bad.status_code == 400 and bad.json()["error"]["field"] == "wait_ms"
+
+
+def test_the_warm_up_builds_the_validator_every_action_goes_through() -> None:
+    # The lifespan runs it in a thread while the start waits for Chromium (docs/design/0470).
+    actions.native_action.cache_clear()
+    controller_app._warm_up()
+    assert actions.native_action.cache_info().currsize == 1

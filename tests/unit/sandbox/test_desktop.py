@@ -13,7 +13,7 @@ from corral.protocol.plan import ActionResult, After
 from corral.sandbox.display import clipboard
 
 from ..protocol.test_actions import MINIMAL
-from .desktop_fake import IMAGE, Parts, fake_desktop
+from .desktop_fake import IMAGE, Parts, fake_desktop, fake_tools
 
 # The minimal examples, without the waits (a wait's default is a second; a drag is paced; a help
 # request waits five minutes for a human by default).
@@ -119,3 +119,23 @@ async def test_looking_and_commands_leave_the_browser_driver_stopped(kind: str) 
     action: Any = ACTIONS[kind].model_validate({"type": kind, **EXAMPLES[kind]})
     await fake_desktop(parts).run(action, After())
     assert parts.wanted == 0
+
+
+async def test_the_agents_tools_are_built_by_the_first_tool_action_once() -> None:
+    # Their modules are off a cold start's path to its first screenshot (docs/design/0470).
+    parts = Parts()
+    built: list[str] = []
+
+    def tools() -> Any:
+        built.append("tools")
+        return fake_tools(parts)
+
+    desktop = fake_desktop(parts, tools=tools)
+    screenshot: Any = ACTIONS["screenshot"].model_validate({"type": "screenshot"})
+    await desktop.run(screenshot, After())
+    assert built == []
+    for kind in ("edit", "file_glob", "shell"):
+        action: Any = ACTIONS[kind].model_validate({"type": kind, **EXAMPLES[kind]})
+        await desktop.run(action, After())
+    assert built == ["tools"]
+    assert [part for part, _, _ in parts.calls if part != "screen"] == ["editor", "search", "shell"]

@@ -63,6 +63,26 @@ def test_the_controller_imports_playwrights_api_and_a_websocket_client_only_when
     assert out.strip() == "[]"
 
 
+def test_the_controller_serves_before_loading_the_dialects_vendors_or_tools_or_building_action_models() -> None:
+    # About 110 ms of CPU on every cold start's path, beside Chromium's (docs/design/0470): the dialects'
+    # and vendors' translators load on a request that speaks them, the agent's editor, patches, search
+    # and shell on the first tool action, the action models and their one union validator on first
+    # use (the lifespan's warm-up, in the app).
+    lazy = (
+        "{'corral.protocol.anthropic', 'corral.protocol.openai', 'corral.protocol.vendor.steps',"
+        " 'corral.protocol.vendor.replies', 'corral.protocol.vendor.anthropic_tools',"
+        " 'corral.protocol.vendor.openai_tools', 'corral.sandbox.tools.editor', 'corral.sandbox.tools.patch',"
+        " 'corral.sandbox.tools.search', 'corral.sandbox.agent.shell'}"
+    )
+    built = "actions.native_action.cache_info().currsize, actions.Click.__pydantic_complete__"
+    probe = (
+        f"import sys, {CONTROLLER_IMPORTS}; from corral.protocol import actions;"
+        f" print(sorted({lazy} & set(sys.modules)), {built})"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[] 0 False"
+
+
 def test_the_errors_the_controller_catches_before_playwrights_api_loads_are_the_ones_it_raises() -> None:
     # corral.sandbox.web's modules and desktop import them from Playwright's private module (its public one
     # loads the whole API): a Playwright that moved them would fail here, not in a sandbox.

@@ -149,7 +149,6 @@ class AgentSearchInput(_Input):
 
 
 _BLOCK = TypeAdapter(ToolUseBlock)
-_ACTION: TypeAdapter[a.NativeAction] = TypeAdapter(a.NativeAction)
 
 # Each computer toolset member's input fields (anthropic.types.beta.BetaComputer*Input).
 _POINTER = frozenset({"coordinate", "text"})
@@ -182,7 +181,7 @@ def read_block(raw: Any, field: str = "anthropic") -> ToolUseBlock:
 def _native(data: NativeArgs, field: str, sources: dict[str, str] | None = None) -> a.NativeAction:
     """A native action; an error names the tool-input field it came from (``sources``: native -> input)."""
     try:
-        return validate(_ACTION, data, field, tagged=True)
+        return validate(a.native_action(), data, field, tagged=True)
     except ActionError as exc:
         if sources and exc.field is not None and exc.field.startswith(field + "."):
             leaf = exc.field[len(field) + 1 :].split(".")[0].split("[")[0]

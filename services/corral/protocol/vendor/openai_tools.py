@@ -158,7 +158,6 @@ class ApplyPatchCall(_Item):
 
 OutputItem = Annotated[ComputerCall | ShellCall | LocalShellCall | ApplyPatchCall, Field(discriminator="type")]
 _ITEM: TypeAdapter[OutputItem] = TypeAdapter(OutputItem)
-_ACTION: TypeAdapter[a.NativeAction] = TypeAdapter(a.NativeAction)
 
 
 # What a model may ask of a command, clamped rather than refused (a model picks these numbers; the
@@ -200,7 +199,7 @@ def read_item(raw: Any, field: str = "openai") -> OutputItem:
 
 
 def _native(data: ExecArgs | PatchArgs, field: str) -> a.NativeAction:
-    return validate(_ACTION, data, field, tagged=True)
+    return validate(a.native_action(), data, field, tagged=True)
 
 
 def _set(action: dict[str, Any]) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic import BaseModel, ConfigDict
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from corral.contracts.actors import AGENT, is_human
@@ -75,8 +75,6 @@ MAX_PENDING = 256  # a viewer's messages waiting to run
 # for a burst of input answered while the viewer reads on (a few thousand), not for one that never reads.
 MAX_OUTBOX = 4096
 DIALECT = "human"
-
-_ACTION: TypeAdapter[a.NativeAction] = TypeAdapter(a.NativeAction)
 
 
 # -- the wire, viewer to controller (pure)
@@ -156,7 +154,7 @@ def human_action(value: object, screen: Size) -> a.NativeAction:
     """A viewer's ``action``: a native action a human may send, on the screen; fields under ``action.``."""
     if value is None:
         raise ActionError(ErrorCode.MISSING_FIELD, "an input carries an 'action'", field="action")
-    action = validate(_ACTION, value, "action", tagged=True)
+    action = validate(a.native_action(), value, "action", tagged=True)
     if not isinstance(action, a.HUMAN_INPUT):
         raise ActionError(
             ErrorCode.FORBIDDEN, f"a viewer sends pointer and key input, not {action.type!r}", field="action.type"
