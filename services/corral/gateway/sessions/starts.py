@@ -157,7 +157,10 @@ class SandboxStarts:
         try:
             await asyncio.to_thread(self._runtime.wait_ready, pair.sandbox, self._settings.start_timeout_s)
         except BaseException:
-            _, stopped = await settle(asyncio.ensure_future(self.remove(pair, started=False)))
+            (removed,), stopped = await settle(asyncio.ensure_future(self.remove(pair, started=False)))
+            if isinstance(removed, BaseException):
+                # Said here: nothing else would (only a gateway's restart removes what is left unowned).
+                log.error("could not remove what the start of %s made: %s", pair.session_id, removed)
             if stopped:
                 raise asyncio.CancelledError from None  # came during the removal: see PairStarts._start_pair
             raise
@@ -285,7 +288,10 @@ class PairStarts:
             if replay is not None:
                 await self._egress.check_replay(egress)  # a hermetic session that cannot answer fails here
         except BaseException:
-            _, stopped = await settle(asyncio.ensure_future(self.remove(pair, started=False)))
+            (removed,), stopped = await settle(asyncio.ensure_future(self.remove(pair, started=False)))
+            if isinstance(removed, BaseException):
+                # Said here: nothing else would, and a lost ground's retry starts another pair anyway.
+                log.error("could not remove what the start of %s made: %s", pair.session_id, removed)
             if stopped:
                 raise asyncio.CancelledError from None  # came during the removal: see _start_pair
             raise
@@ -367,7 +373,9 @@ class PairStarts:
     async def remove(self, pair: Pair, started: bool = True) -> None:
         await asyncio.to_thread(self._runtime.remove, pair.sandbox.id)
         if pair.egress is not None:  # a pooled pair of an older start may have none
-            await asyncio.to_thread(self._egress.teardown_blocking, pair.egress)
+            # A start that failed anchors nothing: its state goes next, and its proxy (a lost ground's)
+            # may not answer, which the anchor and the final mirror pass would each wait out.
+            await asyncio.to_thread(self._egress.teardown_blocking, pair.egress, started)
             if not started:
                 await asyncio.to_thread(self._egress.forget_blocking, pair.session_id)
 
