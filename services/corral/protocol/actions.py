@@ -13,6 +13,7 @@ import base64
 import binascii
 import functools
 import os
+import threading
 from collections.abc import Iterator
 from typing import Annotated, ClassVar, Literal, Protocol, Self, get_args
 
@@ -1122,10 +1123,21 @@ demand for its case in :meth:`corral.sandbox.desktop.Desktop.run`."""
 NativeAction = Annotated[AnyAction, Field(discriminator="type")]
 
 
+# functools.cache does not hold other callers while it computes: a first request that came during
+# the warm-up built the union a second time in the event loop (twice the CPU, beside Chromium's).
+_NATIVE_BUILD = threading.Lock()
+
+
 @functools.cache
 def native_action() -> TypeAdapter[NativeAction]:
     """The one validator of :data:`NativeAction`, shared by the envelope, the dialects, the vendors' tools
     and the live view: built on first use (or by the controller's warm-up once it serves), once."""
+    with _NATIVE_BUILD:  # a caller that comes during the build waits for it rather than building its own
+        return _native_action()
+
+
+@functools.cache
+def _native_action() -> TypeAdapter[NativeAction]:
     return TypeAdapter(NativeAction)
 
 

@@ -27,3 +27,24 @@ def test_every_deferred_model_builds(model: type[BaseModel]) -> None:
     model.model_rebuild(force=True)  # raises what the first use would
     assert model.__pydantic_complete__
     model.model_json_schema()
+
+
+def test_callers_that_come_during_the_unions_build_share_it() -> None:
+    # The controller's warm-up builds it in a thread; a first request may ask meanwhile (0470).
+    import threading
+
+    actions.native_action.cache_clear()
+    actions._native_action.cache_clear()
+    got: list[object] = []
+    start = threading.Barrier(2)
+
+    def ask() -> None:
+        start.wait()
+        got.append(actions.native_action())
+
+    threads = [threading.Thread(target=ask) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert got[0] is got[1]
