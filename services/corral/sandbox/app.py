@@ -216,9 +216,14 @@ def create_app(settings: ControllerSettings | None = None) -> Starlette:
 
 
 def _warm_up() -> None:
-    """Build the validator every request's action goes through and the result a screenshot answers."""
-    native_action()
-    r.Done().wire()
+    """Build the validator every request's action goes through and the result a screenshot answers.
+    Only a head start: a failure is said now (its task is awaited at shutdown only), and the first
+    request builds them instead."""
+    try:
+        native_action()
+        r.Done().wire()
+    except Exception:
+        log.exception("the controller's warm-up failed; the first action builds what it needs")
 
 
 async def recording(request: Request) -> JSONResponse:

@@ -473,3 +473,15 @@ def test_the_warm_up_builds_the_validator_every_action_goes_through() -> None:
     actions.native_action.cache_clear()
     controller_app._warm_up()
     assert actions.native_action.cache_info().currsize == 1
+
+
+def test_a_warm_up_that_fails_is_said_at_once_and_costs_nothing_else(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken() -> None:
+        raise RuntimeError("a model that does not build")
+
+    monkeypatch.setattr(controller_app, "native_action", broken)
+    with caplog.at_level("ERROR", logger=controller_app.__name__):
+        controller_app._warm_up()  # no raise: it is a head start, the first action builds instead
+    assert "the controller's warm-up failed" in caplog.text and "a model that does not build" in caplog.text
