@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -26,6 +27,22 @@ from corral.gateway.threads import in_thread, settle
 from corral.runtime import SandboxAddress, SandboxRuntime, SandboxSpec, SessionNetwork
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class StartAsk:
+    """What one cold start of a pair was asked for (:meth:`PairStarts.start`'s arguments, kept for
+    its retry without a ground)."""
+
+    kind: str
+    viewport: Viewport
+    req: CreateSession | None
+    allow: tuple[str, ...]
+    mode: str
+    replay: Path | None
+    actor: str
+    workspace: Path | None
+    image: str | None
 
 
 class Specs:
@@ -122,6 +139,18 @@ class Starts(Protocol):
         """Held grounds found broken: dropped and made again."""
 
 
+async def remove_failed_start(remove: Callable[[Pair, bool], Awaitable[None]], pair: Pair) -> None:
+    """What a start that failed made, removed before its failure goes on (``remove(pair, started=False)``).
+    A removal that fails is said here: nothing else would (only a gateway's restart removes what is
+    left unowned), and a lost ground's retry starts another pair anyway. A cancellation that comes
+    during the removal is raised once it is done (see PairStarts._start_pair)."""
+    (removed,), stopped = await settle(asyncio.ensure_future(remove(pair, False)))
+    if isinstance(removed, BaseException):
+        log.error("could not remove what the start of %s made: %s", pair.session_id, removed)
+    if stopped:
+        raise asyncio.CancelledError from None
+
+
 class SandboxStarts:
     """A sandbox alone: no proxy, no network of its own."""
 
@@ -157,12 +186,7 @@ class SandboxStarts:
         try:
             await asyncio.to_thread(self._runtime.wait_ready, pair.sandbox, self._settings.start_timeout_s)
         except BaseException:
-            (removed,), stopped = await settle(asyncio.ensure_future(self.remove(pair, started=False)))
-            if isinstance(removed, BaseException):
-                # Said here: nothing else would (only a gateway's restart removes what is left unowned).
-                log.error("could not remove what the start of %s made: %s", pair.session_id, removed)
-            if stopped:
-                raise asyncio.CancelledError from None  # came during the removal: see PairStarts._start_pair
+            await remove_failed_start(self.remove, pair)
             raise
         return pair
 
@@ -244,34 +268,21 @@ class PairStarts:
         workspace: Path | None = None,
         image: str | None = None,
     ) -> Pair:
-        args = (kind, viewport, req, allow, mode, replay, actor, workspace, image)
+        ask = StartAsk(kind, viewport, req, tuple(allow), mode, replay, actor, workspace, image)
         try:
-            return await self._start_once(*args, take_ground=True)
+            return await self._start_once(ask, take_ground=True)
         except GroundProxyLost as lost:
             # A ground is a head start, never a reason to fail: its proxy, started ahead, went with its
             # machine (a swarm node lost before the reaper's listing saw it) or stopped answering.
             # What the start made is gone (_start_once removed it); the session starts again with a
             # proxy of its own, on a machine that takes sessions now (docs/design/0465).
             log.warning("%s; starting the session with a proxy of its own", lost)
-            return await self._start_once(*args, take_ground=False)
+            return await self._start_once(ask, take_ground=False)
 
-    async def _start_once(
-        self,
-        kind: str,
-        viewport: Viewport,
-        req: CreateSession | None,
-        allow: Sequence[str],
-        mode: str,
-        replay: Path | None,
-        actor: str,
-        workspace: Path | None,
-        image: str | None,
-        take_ground: bool,
-    ) -> Pair:
+    async def _start_once(self, ask: StartAsk, take_ground: bool) -> Pair:
+        allow, mode, replay = ask.allow, ask.mode, ask.replay
         try:
-            pair, egress, ahead = await self._start_pair(
-                kind, viewport, req, allow, mode, replay, workspace, image, take_ground
-            )
+            pair, egress, ahead = await self._start_pair(ask, take_ground)
         except BaseException:
             self.grounds.refill()
             raise
@@ -280,7 +291,7 @@ class PairStarts:
             sandbox_ready = asyncio.to_thread(self._runtime.wait_ready, pair.sandbox, timeout_s)
             # Either way the session's policy is in force before this returns (and the token with it).
             proxy_ready = (
-                self._ground_policy(egress, [*allow], mode, actor, timeout_s)
+                self._ground_policy(egress, [*allow], mode, ask.actor, timeout_s)
                 if ahead
                 else self._egress.wait_ready(egress, timeout_s)
             )
@@ -288,12 +299,7 @@ class PairStarts:
             if replay is not None:
                 await self._egress.check_replay(egress)  # a hermetic session that cannot answer fails here
         except BaseException:
-            (removed,), stopped = await settle(asyncio.ensure_future(self.remove(pair, started=False)))
-            if isinstance(removed, BaseException):
-                # Said here: nothing else would, and a lost ground's retry starts another pair anyway.
-                log.error("could not remove what the start of %s made: %s", pair.session_id, removed)
-            if stopped:
-                raise asyncio.CancelledError from None  # came during the removal: see _start_pair
+            await remove_failed_start(self.remove, pair)
             raise
         finally:
             # After a start, not during it: making a network is Docker's work, and Docker and the CPUs
@@ -310,19 +316,9 @@ class PairStarts:
                 f"the proxy started ahead for ground {egress.session_id} does not answer: {exc}"
             ) from exc
 
-    async def _start_pair(
-        self,
-        kind: str,
-        viewport: Viewport,
-        req: CreateSession | None,
-        allow: Sequence[str],
-        mode: str,
-        replay: Path | None,
-        workspace: Path | None,
-        image: str | None = None,
-        take_ground: bool = True,
-    ) -> tuple[Pair, Egress, bool]:
+    async def _start_pair(self, ask: StartAsk, take_ground: bool) -> tuple[Pair, Egress, bool]:
         """The pair, its egress, and whether its proxy was started ahead (its policy is still to be set)."""
+        kind, allow, mode, replay = ask.kind, ask.allow, ask.mode, ask.replay
         egress_manager = self._egress
         ground = self.grounds.take() if take_ground else None
         session_id = ground.session_id if ground is not None else new_session_id()
@@ -336,7 +332,14 @@ class PairStarts:
             await settle(in_thread(egress_manager.discard_blocking, prepared))
             raise asyncio.CancelledError
         spec = self._specs.sandbox(
-            kind, viewport, req, prepared.network, prepared.sandbox_env, prepared.sandbox_files, workspace, image
+            kind,
+            ask.viewport,
+            ask.req,
+            prepared.network,
+            prepared.sandbox_env,
+            prepared.sandbox_files,
+            ask.workspace,
+            ask.image,
         )
         proxy_start: Awaitable[Egress] = (
             in_thread(egress_manager.start_proxy_blocking, prepared)
