@@ -316,6 +316,26 @@ def test_an_overlay_gone_between_its_lookup_and_its_removal_counts_as_removed(tm
     assert api.calls == [("leave", "gw", "corral-net-s1"), ("remove", "corral-net-s1")]
 
 
+def test_a_join_the_engine_answers_not_found_is_asked_again(tmp_path: Path) -> None:
+    """Right after a node rejoined: the join after a timed-out one was answered "network <id> not
+    found" for an overlay the manager had just made; asked again, it joined."""
+
+    answers = ["context deadline exceeded", "network 3o2xsw6n5j96cmy85beuik4ca not found"]
+
+    class LateApi(NetworkApi):
+        def connect_container_to_network(self, container: str, network: str, ipv4_address: str | None = None) -> None:
+            if answers:
+                raise docker.errors.APIError("500", explanation=answers.pop(0))
+            super().connect_container_to_network(container, network, ipv4_address=ipv4_address)
+
+    api = LateApi()
+    runtime = _runtime(api, tmp_path)
+    pauses: list[float] = []
+    runtime._pause = pauses.append  # type: ignore[method-assign]
+    runtime.create_session_network("s1", {}, "10.213.0.0/26")
+    assert [c[0] for c in api.calls] == ["create", "join"] and pauses == [1.0]
+
+
 def test_any_other_refusal_of_an_overlays_removal_is_said(tmp_path: Path) -> None:
     class RefusingApi(NetworkApi):
         def remove_network(self, name: str) -> None:

@@ -118,6 +118,12 @@ class SwarmNetworks(SwarmEngine):
                 if "context deadline exceeded" in text and attempt < JOIN_ATTEMPTS:
                     log.warning("joining %s timed out at the manager (attempt %d): again", network, attempt)
                     continue
+                if NETWORK_GONE.fullmatch(text.strip()) and attempt < JOIN_ATTEMPTS:
+                    # Just made at the manager, yet not found by the engine: seen right after a node
+                    # rejoined, the attempt after a timed-out one (the manager still reconciling).
+                    log.warning("joining %s: not found by the engine yet (attempt %d): again", network, attempt)
+                    self._pause(1.0)
+                    continue
                 raise SandboxError(
                     f"swarm driver: cannot join the gateway's container {self.gateway_container} to {network}: {text}"
                 ) from None
