@@ -26,7 +26,8 @@ from corral.runtime.types import SESSION_LABEL, SessionNetwork
 log = logging.getLogger(__name__)
 
 OVERLAY = "overlay"
-# The manager's answer (a 500) to the removal of a network that went after its name was looked up.
+# A 500 naming a network the engine does not find: to a removal, the network went after its name
+# was looked up; to a join, the overlay was just made and a node just rejoined (asked again).
 NETWORK_GONE = re.compile(r"network \S+ not found")
 JOIN_ATTEMPTS = 3  # a manager that timed out allocating the gateway's attachment is asked again
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
