@@ -474,7 +474,8 @@ class SessionRecorder:
             if self._writing is not None:
                 # The event being written lands before the manifest says ended (ended means complete).
                 with contextlib.suppress(BaseException):
-                    await asyncio.wait_for(asyncio.shield(self._writing), 5.0)
+                    async with asyncio.timeout(5.0):
+                        await asyncio.shield(self._writing)
             if marker is not None:
                 self.note(marker)
             # Closed whatever happened above, even when cancelled: an ended session's bundle says so.

@@ -241,14 +241,17 @@ async def _close(client: WebSocket, stopped: Stop | None) -> None:
     with contextlib.suppress(RuntimeError, WebSocketDisconnect, TimeoutError):
         if stopped is not None:
             code = stopped.code_now() if stopped.code_now is not None else stopped.code
-            await asyncio.wait_for(client.close(code=code, reason=stopped.reason()), CLOSE_WAIT_S)
+            async with asyncio.timeout(CLOSE_WAIT_S):
+                await client.close(code=code, reason=stopped.reason())
         else:
-            await asyncio.wait_for(client.close(), CLOSE_WAIT_S)
+            async with asyncio.timeout(CLOSE_WAIT_S):
+                await client.close()
 
 
 async def _close_upstream(upstream: ClientConnection) -> None:
     """The controller's side closed within :data:`CLOSE_WAIT_S`, else its transport aborted."""
     try:
-        await asyncio.wait_for(upstream.close(), CLOSE_WAIT_S)
+        async with asyncio.timeout(CLOSE_WAIT_S):
+            await upstream.close()
     except TimeoutError:
         upstream.transport.abort()

@@ -253,10 +253,12 @@ async def healthz(request: Request) -> JSONResponse:
         # Held until the first page is open rather than answered "not yet": a start's wait learns of
         # it the moment it comes, not at its next poll (and its polls cost no screen grabs meanwhile).
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(keeper.kept.wait(), wait_ms / 1000)
+            async with asyncio.timeout(wait_ms / 1000):
+                await keeper.kept.wait()
     checks = {"screen": f"{desktop.size}"}
     try:
-        await asyncio.wait_for(desktop.screen.grab(), 2)
+        async with asyncio.timeout(2):
+            await desktop.screen.grab()
     except (TimeoutError, OSError) as exc:
         checks["error"] = f"screen: {exc or type(exc).__name__}"
         return JSONResponse({"ok": False, **checks}, status_code=503)

@@ -254,7 +254,8 @@ class _Splice:
     async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
         while True:
             try:
-                chunk = await asyncio.wait_for(source.read(CHUNK), self._idle_s)
+                async with asyncio.timeout(self._idle_s):
+                    chunk = await source.read(CHUNK)
             except TimeoutError:
                 if time.monotonic() - self._moved < self._idle_s:
                     continue  # the other way is busy: a quiet side of a live connection
@@ -335,7 +336,8 @@ class PreviewDoor:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
+            async with asyncio.timeout(HEAD_TIMEOUT_S):
+                head = await reader.readuntil(b"\r\n\r\n")
         except asyncio.LimitOverrunError:
             await _answer(writer, Refusal(431, f"a request head over {MAX_HEAD_BYTES} bytes"))
             return
@@ -348,10 +350,12 @@ class PreviewDoor:
             await _answer(writer, decided)
             return
         try:
-            upstream = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", decided), CONNECT_TIMEOUT_S)
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                upstream = await asyncio.open_connection("127.0.0.1", decided)
         except OSError:
             try:
-                upstream = await asyncio.wait_for(asyncio.open_connection("::1", decided), CONNECT_TIMEOUT_S)
+                async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                    upstream = await asyncio.open_connection("::1", decided)
             except OSError as exc:
                 await _answer(writer, Refusal(502, f"port {decided} refused the connection ({exc.strerror})"))
                 return

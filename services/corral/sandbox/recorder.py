@@ -157,7 +157,8 @@ class Recorder:
             return await screen.grab(), True
         with contextlib.suppress(TimeoutError):
             # Nothing is grabbed (no CPU, no GIL) until the session has paused for a moment.
-            await asyncio.wait_for(interrupt.wait(), SKIP_WITHIN_MS / 1000)
+            async with asyncio.timeout(SKIP_WITHIN_MS / 1000):
+                await interrupt.wait()
         if interrupt.is_set():
             return None, False
         start = last_change = time.monotonic()
@@ -169,7 +170,8 @@ class Recorder:
             if (now - start) * 1000 >= SETTLE_TIMEOUT_MS or interrupt.is_set():
                 return last, False
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(interrupt.wait(), SETTLE_POLL_MS / 1000)
+                async with asyncio.timeout(SETTLE_POLL_MS / 1000):
+                    await interrupt.wait()
             if interrupt.is_set():
                 return last, False
             frame = await screen.grab()
@@ -235,7 +237,8 @@ class Recorder:
             # Read once the action is done; on a page that changes its title late, it may be that later one.
             # From what is at hand: a click's event must not start the Playwright driver just for this.
             try:
-                info = await asyncio.wait_for(self._desktop.browser.info_at_hand(), PAGE_READ_S)
+                async with asyncio.timeout(PAGE_READ_S):
+                    info = await self._desktop.browser.info_at_hand()
                 # Both from the one read: the URL at the action's end may be another tab's (a popup it opened).
                 event["title"] = info.get("title")
                 event["url"] = info.get("url") or event.get("url")
@@ -255,9 +258,8 @@ class Recorder:
         async with self._changed:
             if not any(e["seq"] > seq for e in self._events) and wait_ms > 0:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(
-                        self._changed.wait_for(lambda: any(e["seq"] > seq for e in self._events)), wait_ms / 1000
-                    )
+                    async with asyncio.timeout(wait_ms / 1000):
+                        await self._changed.wait_for(lambda: any(e["seq"] > seq for e in self._events))
             events = sorted((e for e in self._events if e["seq"] > seq), key=lambda e: e["seq"])
             oldest = self._events[0]["seq"] if self._events else self._seq + 1
         return RecordingPage(events=events, oldest=oldest, last=self._seq, boot=self.boot)

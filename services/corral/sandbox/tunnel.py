@@ -47,9 +47,8 @@ async def open_local(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWri
     failures: list[OSError] = []
     for host in LOOPBACKS:
         try:
-            return await asyncio.wait_for(
-                asyncio.open_connection(host, port, limit=TUNNEL_CHUNK_BYTES), CONNECT_TIMEOUT_S
-            )
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                return await asyncio.open_connection(host, port, limit=TUNNEL_CHUNK_BYTES)
         except TimeoutError:
             failures.append(OSError(f"port {port} did not accept a connection within {CONNECT_TIMEOUT_S:g} s"))
         except OSError as exc:

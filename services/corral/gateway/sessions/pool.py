@@ -139,7 +139,7 @@ class WarmPool:
             # Bounded like the controller's look (the control call's own bound is 5 s): a proxy that
             # hangs fails the pair, and the claim goes cold at once rather than wait on it.
             policy = self._egress.set_policy(pair.egress, list(allow), mode, actor)
-            checks.append(asyncio.wait_for(policy, HAND_OUT_CHECK_S))
+            checks.append(_within(policy, HAND_OUT_CHECK_S))
         results, cancelled = await settle(*checks)
         failure = next((r for r in results if isinstance(r, BaseException)), None)
         if failure is None and not cancelled:
@@ -204,3 +204,10 @@ class WarmPool:
                 # A stop came while the removals ran: they are done, and the reaper ends with the stop
                 # (swallowed here, the cancellation left the loop ticking and the stop waiting on it).
                 raise asyncio.CancelledError
+
+
+async def _within(work: Awaitable[object], seconds: float) -> object:
+    """``work``'s result, or TimeoutError past ``seconds`` (asyncio.timeout, not wait_for: pyproject's
+    ruff ban says why)."""
+    async with asyncio.timeout(seconds):
+        return await work

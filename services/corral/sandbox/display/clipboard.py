@@ -36,7 +36,8 @@ async def _xclip(args: list[str], stdin: bytes | None, display: str) -> tuple[in
         env={"DISPLAY": display, **{k: v for k, v in os.environ.items() if k == "XAUTHORITY"}},
     )
     try:
-        out, err = await asyncio.wait_for(proc.communicate(stdin), _TIMEOUT_S)
+        async with asyncio.timeout(_TIMEOUT_S):
+            out, err = await proc.communicate(stdin)
     except TimeoutError:
         proc.kill()
         await proc.wait()

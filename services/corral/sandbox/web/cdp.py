@@ -197,7 +197,8 @@ class ActivityWindow:
                 break
             self._answered.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._answered.wait(), until - now)
+                async with asyncio.timeout(until - now):
+                    await self._answered.wait()
         await self._end()
 
     async def _end(self) -> None:

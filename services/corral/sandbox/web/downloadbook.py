@@ -190,7 +190,8 @@ class DownloadBook:
                 return None
             changed = self._changed
             try:
-                await asyncio.wait_for(changed.wait(), left)
+                async with asyncio.timeout(left):
+                    await changed.wait()
             except TimeoutError:
                 return None
 

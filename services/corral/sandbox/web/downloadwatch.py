@@ -176,7 +176,8 @@ class DownloadWatch:
         self._calls[call_id] = waiting
         try:
             await ws.send(json.dumps({"id": call_id, "method": method, "params": params}))
-            return await asyncio.wait_for(waiting, _CALL_TIMEOUT_S)
+            async with asyncio.timeout(_CALL_TIMEOUT_S):
+                return await waiting
         except TimeoutError:
             return {"error": {"message": f"{method} got no answer"}}
         finally:

@@ -57,7 +57,8 @@ async def painted(page: Page) -> None:
     """Wait until the page has produced a frame: input sent before that can be dropped by Chromium."""
     with contextlib.suppress(PlaywrightError):
         try:
-            await asyncio.wait_for(page.evaluate(_TWO_FRAMES_JS), PAINT_TIMEOUT_S)
+            async with asyncio.timeout(PAINT_TIMEOUT_S):
+                await page.evaluate(_TWO_FRAMES_JS)
         except TimeoutError:
             log.warning("%s made no frame within %.0f s: input sent now may be lost", page.url, PAINT_TIMEOUT_S)
 
