@@ -136,6 +136,7 @@ def test_the_supervisor_is_at_home_as_corral() -> None:
 
 def test_lock_down_writes_policy_and_bundle_and_refuses_a_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(boot, "RUN_DIR", tmp_path / "run")
+    monkeypatch.setattr(boot, "BROWSER_LOCK", tmp_path / "run" / "browser.lock")  # RUN_DIR's, bound at import
     monkeypatch.setattr(boot, "CHROMIUM_POLICY", tmp_path / "run" / "policy.json")
     monkeypatch.setattr(boot, "CA_CERT", tmp_path / "run" / "ca.pem")
     certs = tmp_path / "certs"
