@@ -40,6 +40,9 @@ HEAD_TIMEOUT_S: Final = 10.0  # the first request's head must come within this
 CONNECT_TIMEOUT_S: Final = 5.0
 IDLE_TIMEOUT_S: Final = 600.0  # no byte either way for this long closes the connection
 MAX_CONNECTIONS: Final = 256  # open at once; past it, 503
+# A closing socket's buffer gets this long to drain: a peer that stopped reading (the agent's own
+# server, say) would otherwise hold the door's close, and with it the controller's shutdown, for ever.
+CLOSE_WAIT_S: Final = 1.0
 CHUNK: Final = 64 << 10
 TCP_TABLES: Final = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
 LISTEN: Final = "0A"  # a socket's state in /proc/net/tcp*
@@ -330,9 +333,7 @@ class PreviewDoor:
             pass  # the door closing (its own close cancels): asyncio's server callback wants no error
         finally:
             self._connections.discard(task)
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
+            await closed(writer)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -364,9 +365,7 @@ class PreviewDoor:
             up_writer.write(head)
             await _Splice(self._idle_s).run((reader, writer), (up_reader, up_writer))
         finally:
-            up_writer.close()
-            with contextlib.suppress(OSError):
-                await up_writer.wait_closed()
+            await closed(up_writer)
 
 
 def route(head: bytes, agent_uid: int, listeners: Callable[[int], set[int]]) -> int | Refusal:
@@ -418,3 +417,19 @@ __all__ = [
     "port_of",
     "route",
 ]
+
+
+async def closed(writer: asyncio.StreamWriter) -> None:
+    """``writer`` closed: its buffer flushed within :data:`CLOSE_WAIT_S`, else its transport aborted.
+    ``asyncio.wait``'s timeout, not ``asyncio.timeout``: this runs in ``finally`` blocks of cancelled
+    tasks, where Python 3.11.2's timeout raises CancelledError rather than TimeoutError when it expires
+    (docs/design/0475), and the abort would be skipped."""
+    writer.close()
+    closing = asyncio.ensure_future(writer.wait_closed())
+    try:
+        await asyncio.wait({closing}, timeout=CLOSE_WAIT_S)
+    finally:
+        if not closing.done():
+            writer.transport.abort()
+        with contextlib.suppress(OSError):
+            await closing
