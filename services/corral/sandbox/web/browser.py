@@ -133,7 +133,7 @@ class Browser:
         return active.url if active is not None else None
 
     async def navigate(self, url: str, wait_until: str, timeout_ms: int) -> Navigated:
-        return await navigation.navigate_or_download(await self.page(), url, wait_until, timeout_ms, self.downloads)
+        return await navigation.navigate_tab(self.page, url, wait_until, timeout_ms, self.downloads)
 
     async def history(self, direction: str, timeout_ms: int) -> PageInfo:
         return await navigation.history(await self.page(), direction, timeout_ms)

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from playwright._impl._errors import Error as PlaywrightError
@@ -110,6 +111,36 @@ async def navigate_or_download(
     return Navigated(
         url=info["url"], title=info["title"], status=None, download=ended or downloads.get(found.id) or found
     )
+
+
+# Playwright's words (TargetClosedError's) when the page closed under a call.
+TARGET_CLOSED = "Target page, context or browser has been closed"
+# How long a call's failure on a closing page waits for Playwright's close event, which may follow it.
+_CLOSE_EVENT_WAIT_MS = 1_000
+
+
+async def navigate_tab(
+    pick: Callable[[], Awaitable[Page]], url: str, wait_until: str, timeout_ms: int, downloads: DownloadBook
+) -> Navigated:
+    """:func:`navigate_or_download` on the tab ``pick`` gives, and once more on the next one when that
+    tab closed under it: a CDP client (Puppeteer closing its pages) closed it a moment before Playwright
+    told this connection, which still listed it. The agent's active tab is then the one left on screen."""
+    page = await pick()
+    try:
+        return await navigate_or_download(page, url, wait_until, timeout_ms, downloads)
+    except ActionError as exc:
+        if exc.code != ErrorCode.NAVIGATION_FAILED or TARGET_CLOSED not in exc.message or not await _closed(page):
+            raise
+    log.info("the active tab closed under a navigation to %s: it goes to the tab now on screen", url)
+    return await navigate_or_download(await pick(), url, wait_until, timeout_ms, downloads)
+
+
+async def _closed(page: Page) -> bool:
+    """Whether ``page`` closed, its close event waited for briefly."""
+    if not page.is_closed():
+        with contextlib.suppress(PlaywrightError):  # Playwright's TimeoutError is one too
+            await page.wait_for_event("close", timeout=_CLOSE_EVENT_WAIT_MS)
+    return page.is_closed()
 
 
 def _left(deadline: float) -> float:
