@@ -402,23 +402,6 @@ async def open_door(port: int, agent_user: str) -> PreviewDoor | None:
     return door
 
 
-__all__ = [
-    "RESERVED_PORTS",
-    "SANDBOX_PREVIEW_PORT",
-    "PreviewDoor",
-    "Refusal",
-    "diag_listeners",
-    "diag_request",
-    "host_header",
-    "listener_problem",
-    "listener_uids",
-    "listening",
-    "open_door",
-    "port_of",
-    "route",
-]
-
-
 async def closed(writer: asyncio.StreamWriter) -> None:
     """``writer`` closed: its buffer flushed within :data:`CLOSE_WAIT_S`, else its transport aborted.
     ``asyncio.wait``'s timeout, not ``asyncio.timeout``: this runs in ``finally`` blocks of cancelled
@@ -433,3 +416,21 @@ async def closed(writer: asyncio.StreamWriter) -> None:
             writer.transport.abort()
         with contextlib.suppress(OSError):
             await closing
+
+
+__all__ = [
+    "RESERVED_PORTS",
+    "SANDBOX_PREVIEW_PORT",
+    "PreviewDoor",
+    "Refusal",
+    "closed",
+    "diag_listeners",
+    "diag_request",
+    "host_header",
+    "listener_problem",
+    "listener_uids",
+    "listening",
+    "open_door",
+    "port_of",
+    "route",
+]

@@ -131,7 +131,7 @@ async def navigate_tab(
     except ActionError as exc:
         if exc.code != ErrorCode.NAVIGATION_FAILED or TARGET_CLOSED not in exc.message or not await _closed(page):
             raise
-    log.info("the active tab closed under a navigation to %s: it goes to the tab now on screen", url)
+    log.info("the active tab closed under a navigation: it goes to the tab now on screen")
     return await navigate_or_download(await pick(), url, wait_until, timeout_ms, downloads)
 
 
