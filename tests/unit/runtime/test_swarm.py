@@ -395,28 +395,43 @@ def test_a_gateway_container_made_anew_joins_the_session_overlays_it_finds_again
 
 
 class SlowManagerApi(NetworkApi):
-    """A manager that times out allocating the gateway's attachment ``timeouts`` times first."""
+    """A manager that times out allocating the gateway's attachment ``timeouts`` times first, each
+    after ``attempt_s`` of the clock (about 20 s on the test swarm)."""
 
-    def __init__(self, timeouts: int) -> None:
+    def __init__(self, timeouts: int, attempt_s: float = 20.0) -> None:
         super().__init__()
-        self.timeouts = timeouts
+        self.timeouts, self.attempt_s = timeouts, attempt_s
+        self.clock = 0.0
 
     def connect_container_to_network(self, container: str, network: str, ipv4_address: str | None = None) -> None:
         if self.timeouts:
             self.timeouts -= 1
+            self.clock += self.attempt_s
             self.calls.append(("timed out", network))
             raise docker.errors.APIError("500", explanation="attaching to network failed: context deadline exceeded")
         super().connect_container_to_network(container, network, ipv4_address)
 
 
-def test_a_join_the_manager_timed_out_is_asked_again_and_a_third_timeout_fails_the_start(tmp_path: Path) -> None:
-    api = SlowManagerApi(timeouts=2)
-    network = _runtime(api, tmp_path).create_session_network("s1", {}, "10.213.0.0/28")
+def _on_the_managers_clock(api: SlowManagerApi, tmp_path: Path) -> SwarmRuntime:
+    runtime = _runtime(api, tmp_path)
+    runtime._now = lambda: api.clock  # type: ignore[method-assign]
+    runtime._pause = lambda seconds: None  # type: ignore[method-assign]
+    return runtime
+
+
+def test_a_join_the_manager_timed_out_is_asked_again_within_the_patience(tmp_path: Path) -> None:
+    """Seen right after a cut worker rejoined: three timeouts in a row (42 s), then the start failed."""
+    from corral.runtime.swarm.networks import JOIN_PATIENCE_S
+
+    api = SlowManagerApi(timeouts=5)  # 100 s of timeouts: still within the patience
+    network = _on_the_managers_clock(api, tmp_path).create_session_network("s1", {}, "10.213.0.0/28")
     assert api.calls[-1] == ("join", "gw", "id-corral-net-s1", network.gateway)
-    assert [c for c in api.calls if c[0] == "timed out"] == [("timed out", "id-corral-net-s1")] * 2
-    failing = SlowManagerApi(timeouts=3)
+    assert [c for c in api.calls if c[0] == "timed out"] == [("timed out", "id-corral-net-s1")] * 5
+    failing = SlowManagerApi(timeouts=100)
     with pytest.raises(SandboxError, match="context deadline exceeded"):
-        _runtime(failing, tmp_path).create_session_network("s2", {}, "10.213.0.0/28")
+        _on_the_managers_clock(failing, tmp_path).create_session_network("s2", {}, "10.213.0.0/28")
+    # Asked until the patience ran out (the attempt that crossed it is the last), not for ever.
+    assert len([c for c in failing.calls if c[0] == "timed out"]) == JOIN_PATIENCE_S // failing.attempt_s
     assert ("remove", "id-corral-net-s2") in failing.calls  # nothing left: the overlay goes with the failed join
 
 

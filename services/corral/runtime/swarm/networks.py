@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import itertools
 import logging
 import random
 import re
@@ -29,7 +30,10 @@ OVERLAY = "overlay"
 # A 500 naming a network the engine does not find: to a removal, the network went after its name
 # was looked up; to a join, the overlay was just made and a node just rejoined (asked again).
 NETWORK_GONE = re.compile(r"network \S+ not found")
-JOIN_ATTEMPTS = 3  # a manager that timed out allocating the gateway's attachment is asked again
+# How long a join is asked again while the manager times out allocating the gateway's attachment
+# (about 20 s an attempt) or the engine does not know the new overlay yet. Seen: three attempts in
+# 42 s all refused right after a cut worker rejoined, the manager still busy with it.
+JOIN_PATIENCE_S = 120.0
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
@@ -107,8 +111,10 @@ class SwarmNetworks(SwarmEngine):
 
         A plain container's join of an overlay waits for the manager to allocate its attachment; a
         busy manager answers "context deadline exceeded" having allocated nothing, and the join is
-        asked again (JOIN_ATTEMPTS in all), as the engine's own `docker run --network` would be rerun."""
-        for attempt in range(1, JOIN_ATTEMPTS + 1):
+        asked again (for up to JOIN_PATIENCE_S), as the engine's own `docker run --network` would be
+        rerun."""
+        give_up_at = self._now() + JOIN_PATIENCE_S
+        for attempt in itertools.count(1):
             try:
                 self.client.api.connect_container_to_network(self.gateway_container, network, ipv4_address=address)
                 return
@@ -116,10 +122,11 @@ class SwarmNetworks(SwarmEngine):
                 text = str(exc.explanation or exc)
                 if "already exists" in text or "already attached" in text:
                     return
-                if "context deadline exceeded" in text and attempt < JOIN_ATTEMPTS:
+                patient = self._now() < give_up_at
+                if "context deadline exceeded" in text and patient:
                     log.warning("joining %s timed out at the manager (attempt %d): again", network, attempt)
                     continue
-                if NETWORK_GONE.fullmatch(text.strip()) and attempt < JOIN_ATTEMPTS:
+                if NETWORK_GONE.fullmatch(text.strip()) and patient:
                     # Just made at the manager, yet not found by the engine: seen right after a node
                     # rejoined, the attempt after a timed-out one (the manager still reconciling).
                     log.warning("joining %s: not found by the engine yet (attempt %d): again", network, attempt)
@@ -223,3 +230,6 @@ class SwarmNetworks(SwarmEngine):
 
     def _pause(self, seconds: float) -> None:
         time.sleep(seconds)  # a wait on the swarm, never a unit test's: they replace this method
+
+    def _now(self) -> float:
+        return time.monotonic()  # a unit test's fake manager replaces this clock with its own
