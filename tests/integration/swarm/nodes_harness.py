@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 NODE_DOWN_WITHIN_S = 45.0  # Swarm marks a cut-off node down 12-13 s after its link went (0425); margin
+OUT_OF_SEQUENCE_TRIES = 10  # a node update refused as out of sequence is made again on the new version
 SWARM_SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "swarm"
 
 
@@ -60,7 +61,18 @@ class SwarmNodes:
         return {r["Hostname"]: (str(r["Status"]).lower(), str(r["Availability"]).lower()) for r in rows}
 
     def set_availability(self, host: str, availability: str) -> None:
-        self.docker(1, "node", "update", "--availability", availability, host)
+        """The node's availability set. Swarm's updates are versioned: the CLI reads the node's version
+        and writes against it, and a change of the manager's own in between (the node's status, after
+        a pause or a rejoin) refuses the write with "update out of sequence", to be made again on the
+        new version. Seen on the test swarm, the drain right after a worker was paused and resumed."""
+        for attempt in range(1, OUT_OF_SEQUENCE_TRIES + 1):
+            try:
+                self.docker(1, "node", "update", "--availability", availability, host)
+                return
+            except AssertionError as exc:
+                if "update out of sequence" not in str(exc) or attempt == OUT_OF_SEQUENCE_TRIES:
+                    raise
+            time.sleep(0.2)
 
     def cut(self, host: str) -> None:
         """The node's link to the LAN down, on the LAN's side: the node runs on, unreachable."""
