@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Final
 
 from corral.contracts.previews import RESERVED_PORTS, SANDBOX_PREVIEW_PORT, parse_host, port_problem
+from corral.streams import closed
 
 log = logging.getLogger("corral.previewdoor")
 
@@ -40,9 +41,6 @@ HEAD_TIMEOUT_S: Final = 10.0  # the first request's head must come within this
 CONNECT_TIMEOUT_S: Final = 5.0
 IDLE_TIMEOUT_S: Final = 600.0  # no byte either way for this long closes the connection
 MAX_CONNECTIONS: Final = 256  # open at once; past it, 503
-# A closing socket's buffer gets this long to drain: a peer that stopped reading (the agent's own
-# server, say) would otherwise hold the door's close, and with it the controller's shutdown, for ever.
-CLOSE_WAIT_S: Final = 1.0
 CHUNK: Final = 64 << 10
 TCP_TABLES: Final = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
 LISTEN: Final = "0A"  # a socket's state in /proc/net/tcp*
@@ -402,28 +400,11 @@ async def open_door(port: int, agent_user: str) -> PreviewDoor | None:
     return door
 
 
-async def closed(writer: asyncio.StreamWriter) -> None:
-    """``writer`` closed: its buffer flushed within :data:`CLOSE_WAIT_S`, else its transport aborted.
-    ``asyncio.wait``'s timeout, not ``asyncio.timeout``: this runs in ``finally`` blocks of cancelled
-    tasks, where Python 3.11.2's timeout raises CancelledError rather than TimeoutError when it expires
-    (docs/design/0475), and the abort would be skipped."""
-    writer.close()
-    closing = asyncio.ensure_future(writer.wait_closed())
-    try:
-        await asyncio.wait({closing}, timeout=CLOSE_WAIT_S)
-    finally:
-        if not closing.done():
-            writer.transport.abort()
-        with contextlib.suppress(OSError):
-            await closing
-
-
 __all__ = [
     "RESERVED_PORTS",
     "SANDBOX_PREVIEW_PORT",
     "PreviewDoor",
     "Refusal",
-    "closed",
     "diag_listeners",
     "diag_request",
     "host_header",

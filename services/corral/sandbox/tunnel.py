@@ -31,6 +31,7 @@ from corral.contracts.previews import (
     port_problem,
 )
 from corral.sandbox.previewdoor import listener_problem, listening
+from corral.streams import closed
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +86,7 @@ async def serve(websocket: WebSocket, port_text: str, agent_uid: int, listeners:
     try:
         await _pump(websocket, reader, writer)
     finally:
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
+        await closed(writer)  # bounded: the agent's server may have stopped reading
 
 
 async def _to_server(websocket: WebSocket, writer: asyncio.StreamWriter) -> None:

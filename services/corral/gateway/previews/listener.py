@@ -38,6 +38,7 @@ from corral.gateway.previews.tunnel import Tunnel
 from corral.gateway.routes.errors import answer_for, public_error
 from corral.gateway.sessions import SessionManager
 from corral.gateway.settings import GatewaySettings
+from corral.streams import closed
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +99,7 @@ class Handler:
             # The client's end first: a revoke is seen at once, whatever the controller's close takes.
             self._writer.close()
             self._manager.previews.closed(self.conn)
-            with contextlib.suppress(OSError, ConnectionError):
-                await self._writer.wait_closed()
+            await closed(self._writer)  # bounded: a client that stopped reading holds no close
             if self._upstream is not None:
                 await self._upstream.tunnel.close()
 
