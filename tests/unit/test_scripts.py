@@ -229,7 +229,7 @@ def test_the_whole_suite_starts_the_swarm_beside_the_integration_tests_and_its_t
     script = _test_tree(tmp_path, _pytest_logging_calls(tmp_path))
     done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    unit, parallel, alone, swarm = (line.split("|") for line in calls.read_text().splitlines())
+    _unit, parallel, alone, swarm = (line.split("|") for line in calls.read_text().splitlines())
     assert parallel[1] == "" and alone[1] == ""  # the others are not told of it
     assert alone[3] == "up"  # its start over before the tests that load the host on purpose
     assert swarm[1:] == ["1", "crl-t", "up"]  # the tests' names (swarm.env), adopted
