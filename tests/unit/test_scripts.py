@@ -176,37 +176,17 @@ def _test_tree(tmp_path: Path, pytest_body: str) -> Path:
     for tool in ("mypy", "pytest"):
         _executable(tmp_path / ".venv-proxy" / "bin" / tool, "exit 0\n")
     _executable(tmp_path / ".venv" / "bin" / "pytest", pytest_body)
-    swarm_env = tmp_path / "tests" / "integration" / "swarm" / "swarm.env"
-    swarm_env.parent.mkdir(parents=True)
-    shutil.copy(ROOT / swarm_env.relative_to(tmp_path), swarm_env)
-    # scripts/swarm: each call logged; `up` ends after a while (its images) with the state "up", or
-    # fails as FAKE_SWARM_UP says; `down` leaves "down".
-    _executable(
-        scripts / "swarm",
-        f'echo "$* $CORRAL_SWARM_NAME" >> {tmp_path}/swarm.log\n'
-        f'case "$1" in up) sleep 0.5; [ -z "${{FAKE_SWARM_UP:-}}" ] || {{ echo "$FAKE_SWARM_UP" >&2; exit 1; }};'
-        f" echo up > {tmp_path}/swarm.state ;; down) echo down > {tmp_path}/swarm.state ;; esac\n",
-    )
     return scripts / "test"
-
-
-def _pytest_logging_calls(tmp_path: Path) -> str:
-    """A fake pytest: each call's arguments, whether the swarm's tests were told it was started for
-    them and under which name, and the swarm's state then."""
-    return (
-        f'echo "$*|${{CORRAL_SWARM_STARTED:-}}|${{CORRAL_SWARM_NAME:-}}|$(cat {tmp_path}/swarm.state 2>/dev/null)"'
-        f" >> {tmp_path}/pytest.log\nexit 0\n"
-    )
 
 
 def test_the_suite_runs_on_two_workers_and_the_alone_tests_after_them_by_themselves(tmp_path: Path) -> None:
     calls = tmp_path / "pytest.log"
-    script = _test_tree(tmp_path, _pytest_logging_calls(tmp_path))
+    script = _test_tree(tmp_path, f'echo "$*" >> {calls}\nexit 0\n')
     # The default, whatever the shell running this suite asked for (scripts/test may run under it).
     default = {name: value for name, value in os.environ.items() if name != "CORRAL_IT_WORKERS"}
     done = subprocess.run(["bash", str(script)], env=default, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert [line.split("|")[0] for line in calls.read_text().splitlines()] == [
+    assert calls.read_text().splitlines() == [
         "-q -p no:cacheprovider -n 2 tests/unit tests/packaging",
         "-q -p no:cacheprovider -n 2 --dist loadfile -m not alone and not swarm tests/integration",
         "-q -p no:cacheprovider -m alone and not swarm tests/integration",
@@ -217,46 +197,10 @@ def test_the_suite_runs_on_two_workers_and_the_alone_tests_after_them_by_themsel
     env = {**default, "CORRAL_IT_WORKERS": "1"}
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert [line.split("|")[0] for line in calls.read_text().splitlines()][1:] == [
+    assert calls.read_text().splitlines()[1:] == [
         "-q -p no:cacheprovider -m not alone and not swarm tests/integration",
         "-q -p no:cacheprovider -m alone and not swarm tests/integration",
         "-q -p no:cacheprovider -p no:xdist -m swarm tests/integration",
-    ]
-
-
-def test_the_whole_suite_starts_the_swarm_beside_the_integration_tests_and_its_tests_adopt_it(tmp_path: Path) -> None:
-    calls = tmp_path / "pytest.log"
-    script = _test_tree(tmp_path, _pytest_logging_calls(tmp_path))
-    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    _unit, parallel, alone, swarm = (line.split("|") for line in calls.read_text().splitlines())
-    assert parallel[1] == "" and alone[1] == ""  # the others are not told of it
-    assert alone[3] == "up"  # its start over before the tests that load the host on purpose
-    assert swarm[1:] == ["1", "crl-t", "up"]  # the tests' names (swarm.env), adopted
-    # Brought down before its start (a run cut short before), and at the end whatever the tests did.
-    assert (tmp_path / "swarm.log").read_text().splitlines() == ["down crl-t", "up --images crl-t", "down crl-t"]
-
-
-def test_a_swarm_that_did_not_start_fails_the_run_with_its_log_and_is_taken_down(tmp_path: Path) -> None:
-    calls = tmp_path / "pytest.log"
-    script = _test_tree(tmp_path, _pytest_logging_calls(tmp_path))
-    env = {**os.environ, "FAKE_SWARM_UP": "[swarm] node 2's engine: not within 60 s"}
-    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1
-    assert "the swarm did not start" in done.stderr and "node 2's engine: not within 60 s" in done.stderr
-    assert "-m swarm" not in calls.read_text()
-    assert (tmp_path / "swarm.log").read_text().splitlines()[-1] == "down crl-t"
-
-
-def test_a_run_of_some_paths_starts_no_swarm_of_its_own(tmp_path: Path) -> None:
-    calls = tmp_path / "pytest.log"
-    script = _test_tree(tmp_path, _pytest_logging_calls(tmp_path))
-    done = subprocess.run(["bash", str(script), "tests/integration/swarm"], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert not (tmp_path / "swarm.log").exists()  # the swarm's tests start it themselves
-    assert calls.read_text().splitlines()[-1].split("|")[:2] == [
-        "-q -p no:cacheprovider -p no:xdist -m swarm tests/integration/swarm",
-        "",
     ]
 
 

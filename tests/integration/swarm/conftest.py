@@ -6,8 +6,7 @@ the egress overlay, and the gateway as a container on the manager (CORRAL_RUNTIM
 They run only with ``CORRAL_SWARM_TESTS=1``, in one process (``-p no:xdist``): one swarm per run,
 not one per worker, and the rest of the integration suite does not wait minutes for it (scripts/test
 runs them as a step of their own). ``CORRAL_SWARM_KEEP=1`` leaves a swarm that is up as it is (a
-developer's, reused; not taken down); ``CORRAL_SWARM_STARTED=1`` adopts one that scripts/test
-started for this run (taken down at the end as any other)."""
+developer's, reused; not taken down)."""
 
 from __future__ import annotations
 
@@ -29,7 +28,6 @@ from ..gateway_fixtures import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 SWARM = ROOT / "scripts" / "swarm"
-SWARM_ENV = Path(__file__).with_name("swarm.env")
 EGRESS_NETWORK = "corral-egress"  # the gateway's default: its proxies' way out
 UPSTREAM = "corral-swarm-upstream"
 SETUP_TIMEOUT_S = 1500  # up with images (~3 min idle, over 5 loaded), the gateway, the upstream
@@ -71,11 +69,13 @@ class Swarm:
 
 
 def _swarm_env() -> dict[str, str]:
-    """The run's own swarm: distinct from a developer's default one (swarm.env, which scripts/test
-    reads too) unless the environment names another (a helper's own, beside this one)."""
-    defaults = dict(
-        line.split("=", 1) for line in SWARM_ENV.read_text().splitlines() if line and not line.startswith("#")
-    )
+    """The run's own swarm: distinct from a developer's default one and from other helpers' swarms."""
+    defaults = {
+        "CORRAL_SWARM_NAME": "crl-t",
+        "CORRAL_SWARM_NET": "10.239.0",
+        "CORRAL_SWARM_DIR": "/var/lib/crl-t",
+        "CORRAL_SWARM_VETH": "cst",
+    }
     env = {**os.environ}
     for key, value in defaults.items():
         env.setdefault(key, value)
@@ -131,11 +131,8 @@ def swarm(tmp_path_factory: pytest.TempPathFactory, desktop_image: str, egress_i
     """``desktop_image`` and ``egress_image``: built on the host (unless CORRAL_SKIP_BUILD=1), then pushed."""
     env = _swarm_env()
     keep = os.environ.get("CORRAL_SWARM_KEEP") == "1"
-    # Started for this run already: scripts/test brings it up with its images beside the other
-    # integration tests (3 minutes off the run) and says so once `scripts/swarm up` succeeded.
-    started = os.environ.get("CORRAL_SWARM_STARTED") == "1"
     directory = Path(env["CORRAL_SWARM_DIR"])
-    if not ((keep or started) and (directory / "1" / "docker.sock").exists()):
+    if not (keep and (directory / "1" / "docker.sock").exists()):
         _run(env, "down", timeout=600)
         _run(env, "up", "--images", timeout=900)
     manager = docker.DockerClient(base_url=f"unix://{directory}/1/docker.sock", timeout=120)

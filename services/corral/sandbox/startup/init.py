@@ -54,6 +54,13 @@ XVFB = "/usr/bin/Xvfb"
 OPENBOX = "/usr/bin/openbox"
 CHROMIUM = "/usr/bin/chromium"
 CERTUTIL = "/usr/bin/certutil"
+# openbox runs this once it has announced itself (_NET_SUPPORTING_WM_CHECK and its name set on the root
+# window), and its line on openbox's stderr tells the init so (the shell by the base's path, as above).
+OPENBOX_READY = b"corral: openbox ready"
+OPENBOX_STARTUP = f"/usr/bin/sh -c 'echo {OPENBOX_READY.decode()} >&2'"
+# Chromium starts once openbox has announced itself, or after this long without it (a window manager
+# that never comes up must not keep the browser down; its windows then get openbox's title bar later).
+OPENBOX_READY_WAIT_S = 10.0
 _NO_CAPS = ["--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all"]
 SESSION_CA = "/run/corral/session-ca.pem"  # written by corral.sandbox.startup.boot when the session has a proxy
 _BACKOFF_MAX_S = 5.0
@@ -285,6 +292,12 @@ def _switch(flag: str) -> str:
 QUIET_SWITCHES = frozenset(_switch(flag) for flag in QUIET_FLAGS)
 
 
+def openbox_argv(config: str | None) -> list[str]:
+    """openbox's command line: with the locked-down configuration (no binding starts a program) where
+    given, and the start-up line that says it has announced itself (the init's, run once per start)."""
+    return [OPENBOX, "--sm-disable", *(["--config-file", config] if config else []), "--startup", OPENBOX_STARTUP]
+
+
 def chromium_argv(width: int, height: int, profile: str, extra: list[str]) -> list[str]:
     """Chromium's command line; ``extra`` (the operator's CORRAL_CHROMIUM_FLAGS, the proxy's) goes last,
     but never one of QUIET_FLAGS' switches: Chromium takes a switch's last value, and those stay Corral's."""
@@ -504,16 +517,36 @@ def main() -> int:
             log.error("cannot set who may use the X server (%s); stopping the sandbox", exc)
             sup.stop()
             return 3
-    openbox = [OPENBOX, "--sm-disable", *(["--config-file", OPENBOX_RC] if split else [])]
-    sup.spawn(Child("openbox", browser(openbox), env=browser_env))
+    openbox_args = browser(openbox_argv(OPENBOX_RC if split else None))
+    openbox = Child("openbox", openbox_args, ready_marker=OPENBOX_READY, env=browser_env)
+    sup.spawn(openbox)
     if trusting is not None:
         trusting.join()
     chromium = browser(chromium_argv(width, height, profile, extra))
     umask = BROWSER_UMASK if split else -1
     lock = BROWSER_LOCK if split else None
     ready = b"DevTools listening on"
-    sup.spawn(Child("chromium", chromium, ready_marker=ready, env=browser_env, umask=umask, lock=lock))
+    start_after(sup, openbox, Child("chromium", chromium, ready_marker=ready, env=browser_env, umask=umask, lock=lock))
     return sup.watch()
+
+
+def start_after(sup: Supervisor, window_manager: Child, browser: Child, wait_s: float = OPENBOX_READY_WAIT_S) -> None:
+    """Start the browser once the window manager has announced itself (bounded: one that never does
+    must not keep the browser down).
+
+    Chromium picks its window frame once, at start, from the window manager it finds: its own (tabs in
+    the title bar) when openbox has announced itself, openbox's title bar above the tabs when none has.
+    Started before openbox was up, as a loaded host made it, every screen of the session was 20 pixels
+    lower than another session's, and a recording made in one failed every step of its replay in the
+    other (docs/design/0477)."""
+    if not window_manager.ready.wait(wait_s):
+        log.warning(
+            "%s did not announce itself within %.0f s: %s starts all the same",
+            window_manager.name,
+            wait_s,
+            browser.name,
+        )
+    sup.spawn(browser)
 
 
 if __name__ == "__main__":

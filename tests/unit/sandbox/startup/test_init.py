@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
-from corral.sandbox.startup.init import CDP_PORT, chromium_argv, screen_spec
+from corral.sandbox.startup.init import CDP_PORT, Child, chromium_argv, screen_spec, start_after
 
 
 @pytest.mark.parametrize(
@@ -223,3 +226,51 @@ def test_xvfb_takes_only_the_cookie_and_never_resets() -> None:
 
     # A reset (its last client gone) would forget the browser's uid and the agent's untrusted cookie.
     assert xvfb_auth_flags("/run/corral/x11/controller") == ["-auth", "/run/corral/x11/controller", "-noreset"]
+
+
+def test_openbox_says_on_its_stderr_when_it_has_announced_itself() -> None:
+    from corral.sandbox.startup.init import OPENBOX_RC, OPENBOX_READY, openbox_argv
+
+    argv = openbox_argv(OPENBOX_RC)
+    assert argv[:4] == ["/usr/bin/openbox", "--sm-disable", "--config-file", OPENBOX_RC]
+    assert openbox_argv(None)[:2] == ["/usr/bin/openbox", "--sm-disable"] and "--config-file" not in openbox_argv(None)
+    # openbox splits its --startup command as a shell would and runs it; here, the same split, run.
+    startup = shlex.split(argv[argv.index("--startup") + 1])
+    assert startup[0] == "/usr/bin/sh"  # by the base's path, never by PATH
+    done = subprocess.run(startup, capture_output=True, timeout=10, check=True)
+    assert OPENBOX_READY in done.stderr and done.stdout == b""
+
+
+class _Spawns:
+    def __init__(self) -> None:
+        self.started: list[tuple[str, float]] = []
+
+    def spawn(self, child: Child) -> None:
+        self.started.append((child.name, time.monotonic()))
+
+
+def test_chromium_starts_only_once_openbox_has_announced_itself() -> None:
+    sup, openbox, chromium = _Spawns(), Child("openbox", ["openbox"]), Child("chromium", ["chromium"])
+    announced_at: list[float] = []
+
+    def announce() -> None:
+        time.sleep(0.3)
+        announced_at.append(time.monotonic())
+        openbox.ready.set()
+
+    announcer = threading.Thread(target=announce)
+    announcer.start()
+    start_after(sup, openbox, chromium, wait_s=10)  # type: ignore[arg-type]
+    announcer.join()
+    assert [name for name, _ in sup.started] == ["chromium"] and sup.started[0][1] >= announced_at[0]
+
+
+def test_a_window_manager_that_never_comes_up_delays_chromium_only_by_the_bound(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sup, openbox, chromium = _Spawns(), Child("openbox", ["openbox"]), Child("chromium", ["chromium"])
+    started = time.monotonic()
+    start_after(sup, openbox, chromium, wait_s=0.2)  # type: ignore[arg-type]
+    assert [name for name, _ in sup.started] == ["chromium"] and 0.2 <= time.monotonic() - started < 5
+    warning = "WARNING corral.init: openbox did not announce itself within 0 s: chromium starts all the same"
+    assert warning in capsys.readouterr().err
