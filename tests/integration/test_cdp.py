@@ -97,7 +97,7 @@ def test_playwright_navigates_evaluates_and_screenshots_through_the_proxy(
     blocks = wait_for(
         lambda: [r for r in traffic(gw, sb.id, host="other.test", event="block") if "/secret" in r.get("url", "")]
     )
-    assert blocks and blocks[-1].get("actor", "").startswith("cdp:cdp_"), blocks
+    assert blocks and str(blocks[-1].get("actor") or "").startswith("cdp:cdp_"), blocks
     # The connection is in the recording, from its start to its end.
     events = wait_for(lambda: [e for e in _cdp_events(gw, sb.id, tmp_path) if e["conn"] == found.group(1)])
     changes = [e["change"] for e in events]

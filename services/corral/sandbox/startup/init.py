@@ -7,15 +7,18 @@ nor read their memory), in the agent's group: Chromium saves downloads into the 
 folder (made here as the agent, setgid and group-writable, with Chromium's umask leaving its files
 readable and removable by the agent) and reads a file a page uploads from the agent's home. openbox
 runs with a configuration that starts no program (images/desktop/openbox_rc.py): whoever drives the
-screen cannot start one as the browser's uid.
+screen cannot start one as the browser's uid. Its one start-up command is this init's, fixed
+(:data:`OPENBOX_STARTUP`): a line on its stderr once it has announced itself.
 
 Runs under tini (PID 1 reaps orphans). Readiness is signalled, not slept on:
-Xvfb writes its display number to ``-displayfd`` once it accepts clients and
-Chromium prints its DevTools URL once CDP listens.
+Xvfb writes its display number to ``-displayfd`` once it accepts clients, openbox's start-up
+command prints its line once openbox is the window manager, and Chromium prints its DevTools URL
+once CDP listens.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shlex
@@ -57,10 +60,11 @@ CERTUTIL = "/usr/bin/certutil"
 # openbox runs this once it has announced itself (_NET_SUPPORTING_WM_CHECK and its name set on the root
 # window), and its line on openbox's stderr tells the init so (the shell by the base's path, as above).
 OPENBOX_READY = b"corral: openbox ready"
-OPENBOX_STARTUP = f"/usr/bin/sh -c 'echo {OPENBOX_READY.decode()} >&2'"
+OPENBOX_STARTUP = shlex.join(["/usr/bin/sh", "-c", f"echo {OPENBOX_READY.decode()} >&2"])
 # Chromium starts once openbox has announced itself, or after this long without it (a window manager
 # that never comes up must not keep the browser down; its windows then get openbox's title bar later).
 OPENBOX_READY_WAIT_S = 10.0
+_READY_POLL_S = 0.1  # how often that wait looks whether the sandbox is stopping
 _NO_CAPS = ["--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all"]
 SESSION_CA = "/run/corral/session-ca.pem"  # written by corral.sandbox.startup.boot when the session has a proxy
 _BACKOFF_MAX_S = 5.0
@@ -417,13 +421,16 @@ class Supervisor:
             self.children.append(child)
 
     def _pump(self, child: Child, stream: object) -> None:
-        # Forward the child's stderr and notice its readiness line.
+        # Forward the child's stderr and notice its readiness line. The pipe is read to its end
+        # whatever happens to our own stderr: a child blocked on a full pipe would hang (openbox
+        # holds every click until it has replayed it).
         for line in iter(stream.readline, b""):  # type: ignore[attr-defined]
             if child.ready_marker and child.ready_marker in line:
                 child.ready.set()
                 log.info("%s ready: %s", child.name, line.decode(errors="replace").strip())
-            sys.stderr.buffer.write(line)
-            sys.stderr.flush()
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.buffer.write(line)
+                sys.stderr.flush()
 
     def stop(self, *_args: object) -> None:
         self.stopping = True
@@ -538,15 +545,25 @@ def start_after(sup: Supervisor, window_manager: Child, browser: Child, wait_s: 
     the title bar) when openbox has announced itself, openbox's title bar above the tabs when none has.
     Started before openbox was up, as a loaded host made it, every screen of the session was 20 pixels
     lower than another session's, and a recording made in one failed every step of its replay in the
-    other (docs/design/0477)."""
-    if not window_manager.ready.wait(wait_s):
-        log.warning(
-            "%s did not announce itself within %.0f s: %s starts all the same",
-            window_manager.name,
-            wait_s,
-            browser.name,
-        )
-    sup.spawn(browser)
+    other (docs/design/0477). Only the first start waits: a restarted Chromium finds openbox's
+    announcement on the root window (it stays there while openbox runs, even stopped)."""
+    # Polled in short waits rather than one: a stop meanwhile (SIGTERM) ends the wait, and nothing
+    # more is started. Never by Popen.poll, which would reap an exited window manager that the
+    # supervisor's os.wait must see to restart it.
+    deadline = time.monotonic() + wait_s
+    while not window_manager.ready.is_set() and not sup.stopping:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            log.warning(
+                "%s did not announce itself within %.0f s: %s starts all the same",
+                window_manager.name,
+                wait_s,
+                browser.name,
+            )
+            break
+        window_manager.ready.wait(min(_READY_POLL_S, left))
+    if not sup.stopping:
+        sup.spawn(browser)
 
 
 if __name__ == "__main__":

@@ -244,12 +244,13 @@ def test_openbox_says_on_its_stderr_when_it_has_announced_itself() -> None:
 class _Spawns:
     def __init__(self) -> None:
         self.started: list[tuple[str, float]] = []
+        self.stopping = False
 
     def spawn(self, child: Child) -> None:
         self.started.append((child.name, time.monotonic()))
 
 
-def test_chromium_starts_only_once_openbox_has_announced_itself() -> None:
+def test_chromium_starts_only_once_openbox_has_announced_itself(capsys: pytest.CaptureFixture[str]) -> None:
     sup, openbox, chromium = _Spawns(), Child("openbox", ["openbox"]), Child("chromium", ["chromium"])
     announced_at: list[float] = []
 
@@ -263,6 +264,16 @@ def test_chromium_starts_only_once_openbox_has_announced_itself() -> None:
     start_after(sup, openbox, chromium, wait_s=10)  # type: ignore[arg-type]
     announcer.join()
     assert [name for name, _ in sup.started] == ["chromium"] and sup.started[0][1] >= announced_at[0]
+    assert sup.started[0][1] - announced_at[0] < 2  # at its announcement, not at the bound
+    assert "did not announce" not in capsys.readouterr().err
+
+
+def test_a_stop_while_openbox_is_awaited_starts_no_chromium() -> None:
+    sup, openbox, chromium = _Spawns(), Child("openbox", ["openbox"]), Child("chromium", ["chromium"])
+    threading.Timer(0.2, lambda: setattr(sup, "stopping", True)).start()
+    started = time.monotonic()
+    start_after(sup, openbox, chromium, wait_s=10)  # type: ignore[arg-type]
+    assert sup.started == [] and time.monotonic() - started < 2
 
 
 def test_a_window_manager_that_never_comes_up_delays_chromium_only_by_the_bound(
