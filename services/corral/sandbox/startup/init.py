@@ -543,7 +543,7 @@ def start_after(sup: Supervisor, window_manager: Child, browser: Child, wait_s: 
 
     Chromium picks its window frame once, at start, from the window manager it finds: its own (tabs in
     the title bar) when openbox has announced itself, openbox's title bar above the tabs when none has.
-    Started before openbox was up, as a loaded host made it, every screen of the session was 20 pixels
+    Started before openbox was up, as a loaded host made it, every screen of the session was 22 pixels
     lower than another session's, and a recording made in one failed every step of its replay in the
     other (docs/design/0477). Only the first start waits: a restarted Chromium finds openbox's
     announcement on the root window (it stays there while openbox runs, even stopped)."""
