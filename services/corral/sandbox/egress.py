@@ -12,12 +12,12 @@ finds its kept connection closed is sent again on a fresh one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
 
 from corral.contracts.control import ActionEvent, DownloadEvent, Hello, LeaseEvent, encode
+from corral.streams import closed
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,5 @@ class ActionReporter:
     async def close(self) -> None:
         async with self._lock:
             if self._writer is not None:
-                self._writer.close()
-                with contextlib.suppress(OSError):
-                    await self._writer.wait_closed()
+                await closed(self._writer)  # bounded, as every close of a stream a peer may stop reading
             self._reader = self._writer = None
