@@ -174,6 +174,12 @@ def _nothing_left(gw: RunningGateway, runtime: DockerHarness, name: str) -> None
             {"corral.template.yaml": b"setup: 'echo import os > /opt/corral/lib/evil.py'\n"},
             "changes /opt/corral",
         ),
+        (
+            # The directory the loader's /lib64 link names, read by itself (not with all of /usr).
+            "loader",
+            {"corral.template.yaml": b"setup: 'chmod 0777 /usr/lib64'\n"},
+            "changes /usr/lib64",
+        ),
         ("entry", {"Dockerfile": b'FROM corral-desktop:latest\nRUN true\nENTRYPOINT ["/bin/sh"]\n'}, "ENTRYPOINT"),
         ("preload", {"Dockerfile": b"FROM corral-desktop:latest\nENV LD_PRELOAD=/tmp/x.so\n"}, "LD_PRELOAD"),
     ],

@@ -262,6 +262,11 @@ class SandboxRuntime(Protocol):
         ``digested`` names only, when given; the others' empty), read without running it."""
         ...
 
+    def path_entries(self, image: str, paths: Sequence[str]) -> dict[str, DirectoryEntry | None]:
+        """Each path's own entry in ``image`` (None: nothing there), its link target and digest as
+        ``directory_entries`` gives them (a directory's, without what it holds), read without running it."""
+        ...
+
 
 def open_runtime(
     driver: str,

@@ -301,6 +301,15 @@ class FakeRuntime:
             if path.rsplit("/", 1)[0] == directory
         }
 
+    def path_entries(self, image: str, paths: Sequence[str]) -> dict[str, DirectoryEntry | None]:
+        """The entries the tests named (in links, digests or the loader cache); None for the rest."""
+        mine = self.digests.get(self.images[image].id, {})
+        named = {*self.links, *mine, *self.library_paths}
+        return {
+            path: DirectoryEntry(self.links.get(path), mine.get(path, "same")) if path in named else None
+            for path in paths
+        }
+
     # -- what tests do to it ---------------------------------------------------------------------------
 
     def die(self, ident: str, info: ExitInfo) -> None:

@@ -2,7 +2,8 @@
 soname's file (its ``/etc/ld.so.cache``), and the files behind them with every link on the way (a
 template that replaced ``libz.so.1.2.13`` behind the ``libz.so.1`` link would change no link). The
 check (corral.gateway.templates.check) then holds a template to the base's: no soname resolving
-elsewhere, none of those files changed. Each directory is read as one archive (hundreds of files)."""
+elsewhere, none of those files changed. A directory holding many of them is read as one archive
+(hundreds of files); the few elsewhere (the links of a merged /usr) each by itself."""
 
 from __future__ import annotations
 
@@ -35,38 +36,60 @@ def read_sonames(runtime: SandboxRuntime, image: str) -> dict[str, str]:
     return ldcache.resolved(data)
 
 
-class _Listing:
-    """An image's directories, each read once, as the check asks for their entries."""
+# A directory is read as one archive when it holds at least this many of the paths asked for (the
+# libraries' own: hundreds of files in one request, where one request each took about a minute on a
+# loaded host); any other path by an archive of its own, read to its first entry. Reading ``/`` and
+# ``/usr`` whole for the four links of a merged /usr streamed the whole image twice (about 7 s each).
+BULK_NAMES = 16
 
-    def __init__(self, runtime: SandboxRuntime, image: str, wanted: Iterable[str] = ()) -> None:
+
+class _Listing:
+    """An image's entries as the check asks for them: the directories that hold many of them each read
+    once, every other path by itself (those of one round in one request)."""
+
+    def __init__(self, runtime: SandboxRuntime, image: str, wanted: Iterable[str], *, digest_all: bool = False) -> None:
         self._runtime, self._image = runtime, image
-        self._wanted: dict[str, set[str]] = {}  # directory -> the names to digest (None: all)
+        names: dict[str, set[str]] = {}
         for path in wanted:
             directory, name = posixpath.split(path)
-            self._wanted.setdefault(directory, set()).add(name)
+            names.setdefault(directory, set()).add(name)
+        # directory -> the names to digest (None: every entry, for paths a link reaches later)
+        self._bulk: dict[str, set[str] | None] = {
+            directory: None if digest_all else found for directory, found in names.items() if len(found) >= BULK_NAMES
+        }
         self._directories: dict[str, dict[str, DirectoryEntry]] = {}
+        self._paths: dict[str, DirectoryEntry | None] = {}
 
-    def entry(self, path: str) -> DirectoryEntry | None:
+    def entries(self, paths: Iterable[str]) -> dict[str, DirectoryEntry | None]:
+        wanted = list(paths)
+        single = [path for path in wanted if posixpath.dirname(path) not in self._bulk and path not in self._paths]
+        if single:
+            self._paths.update(self._runtime.path_entries(self._image, single))
+        return {path: self._entry(path) for path in wanted}
+
+    def _entry(self, path: str) -> DirectoryEntry | None:
         directory, name = posixpath.split(path)
+        if directory not in self._bulk:
+            return self._paths[path]
         if directory not in self._directories:
-            names = self._wanted.get(directory)
-            self._directories[directory] = self._runtime.directory_entries(self._image, directory, names)
+            self._directories[directory] = self._runtime.directory_entries(
+                self._image, directory, self._bulk[directory]
+            )
         return self._directories[directory].get(name)
 
     def digests(self, paths: Iterable[str]) -> dict[str, str]:
-        return {path: entry.digest if (entry := self.entry(path)) is not None else "absent" for path in paths}
+        return {path: entry.digest if entry is not None else "absent" for path, entry in self.entries(paths).items()}
 
 
 def base_libraries(runtime: SandboxRuntime, base: str) -> Libraries:
     """The base's sonames, and every file and link they reach (followed within the base: trusted)."""
     sonames = read_sonames(runtime, base)
     files = set(sonames.values()) | set(LOADER_PATHS)
-    listing = _Listing(runtime, base)  # each directory read once, every entry digested
+    listing = _Listing(runtime, base, files, digest_all=True)
     pending = set(files)
     for _ in range(LINK_HOPS):
         reached = set()
-        for path in sorted(pending):
-            entry = listing.entry(path)
+        for path, entry in listing.entries(sorted(pending)).items():
             if entry is not None and entry.link is not None:
                 reached.add(posixpath.normpath(posixpath.join(posixpath.dirname(path), entry.link)))
         pending = reached - files

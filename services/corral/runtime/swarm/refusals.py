@@ -109,3 +109,6 @@ class SwarmRefusals(SwarmEngine):
         self, image: str, directory: str, digested: Collection[str] | None = None
     ) -> dict[str, DirectoryEntry]:
         refuse("template checks")
+
+    def path_entries(self, image: str, paths: Sequence[str]) -> dict[str, DirectoryEntry | None]:
+        refuse("template checks")
