@@ -18,7 +18,7 @@ from .gateway_fixtures import KEY_A, RunningGateway, traffic
 
 pytestmark = pytest.mark.usefixtures("desktop_image", "egress_image")
 
-upstream, gw, _ = session_fixtures("chatter")  # each test makes its own session
+upstream, gw, _ = session_fixtures("chatter")  # the module makes its own two sessions (``watched``)
 
 # How long to idle: Chromium's own requests come at start and then on timers. Before Corral turned
 # them off (Chromium 156, this image) an idle session logged, in 30 s: the account list
@@ -61,6 +61,8 @@ def test_an_idle_session_logs_no_request_of_chromiums_own(watched: Watched) -> N
     records = watched.idle
     print(f"\nidle session, {IDLE_S:.0f} s: {len(records)} records, unasked {unasked(records)}")
     assert unasked(records) == []
+    # Nor anything charged to an action: it took none (the other session's navigation is not its own).
+    assert [r for r in records if r.get("host")] == []
 
 
 def test_a_session_that_only_navigates_logs_only_what_its_navigation_asked_for(watched: Watched) -> None:

@@ -175,6 +175,14 @@ def _nothing_left(gw: RunningGateway, runtime: DockerHarness, name: str) -> None
             "changes /opt/corral",
         ),
         (
+            # A directory on the way to a checked path turned into a link to a copy (elsewhere: the
+            # attack's copy sits under a mount its author fills): every file read through it is the
+            # base's, the directory's own entry is not.
+            "relink",
+            {"corral.template.yaml": b"setup: 'cp -a /etc/xdg /etc/x && rm -r /etc/xdg && ln -s x /etc/xdg'\n"},
+            "changes /etc/xdg, which",
+        ),
+        (
             # The directory the loader's /lib64 link names, read by itself (not with all of /usr).
             "loader",
             {"corral.template.yaml": b"setup: 'chmod 0777 /usr/lib64'\n"},

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import io
 import tarfile
-from typing import Any
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any, cast
 
+import docker
+import docker.errors
 import pytest
 
 from corral.errors import SandboxError
-from corral.runtime.docker.templates import entry_digests, first_entry
+from corral.runtime.docker.templates import TemplateImages, entry_digests, first_entry
 
 
 def test_a_directorys_entries_by_one_archive_each_with_its_link_and_digest() -> None:
@@ -70,12 +74,18 @@ def test_a_paths_own_entry_is_digested_as_its_directorys_archive_digests_it() ->
         ("usr/lib/deeper.so", b"x", ""),
     )
     whole = entry_digests(io.BytesIO(directory), 1 << 20)
-    assert first_entry(io.BytesIO(_archive(("libz.so.1.2.13", b"zlib", ""))), 1 << 20) == whole["libz.so.1.2.13"]
-    assert first_entry(io.BytesIO(_archive(("libz.so.1", None, "libz.so.1.2.13"))), 1 << 20) == whole["libz.so.1"]
+    own = _archive(("libz.so.1.2.13", b"zlib", ""))
+    assert first_entry(io.BytesIO(own), 1 << 20, "libz.so.1.2.13") == whole["libz.so.1.2.13"]
+    link = _archive(("libz.so.1", None, "libz.so.1.2.13"))
+    assert first_entry(io.BytesIO(link), 1 << 20, "libz.so.1") == whole["libz.so.1"]
     # A directory's archive is its tree: its entry is the first, and what it holds changes nothing.
     tree = _archive(("lib", None, ""), ("lib/deeper.so", b"other", ""))
-    assert first_entry(io.BytesIO(tree), 1 << 20) == whole["lib"]
-    assert first_entry(io.BytesIO(_archive(("libz.so.1.2.13", b"evil", ""))), 1 << 20) != whole["libz.so.1.2.13"]
+    assert first_entry(io.BytesIO(tree), 1 << 20, "lib") == whole["lib"]
+    evil = _archive(("libz.so.1.2.13", b"evil", ""))
+    assert first_entry(io.BytesIO(evil), 1 << 20, "libz.so.1.2.13") != whole["libz.so.1.2.13"]
+    # An archive that does not begin with the path itself (the engine skipped it): no entry taken.
+    with pytest.raises(SandboxError, match="begins with"):
+        first_entry(io.BytesIO(_archive(("lib/deeper.so", b"x", ""))), 1 << 20, "lib")
 
 
 def test_a_paths_own_entry_reads_nothing_past_it_and_is_bounded() -> None:
@@ -96,8 +106,66 @@ def test_a_paths_own_entry_reads_nothing_past_it_and_is_bounded() -> None:
 
     big = _archive(("usr", None, ""), *((f"usr/f{i}", b"x" * 100_000, "") for i in range(40)))
     stream = Counted(big)
-    assert first_entry(stream, 1 << 20) is not None
+    assert first_entry(stream, 1 << 20, "usr") is not None
     assert stream.read_bytes < 100_000 < len(big)  # the tree behind the directory's entry stays unread
-    assert first_entry(io.BytesIO(b"\0" * 1024), 1 << 20) is None  # an empty archive: nothing there
+    assert first_entry(io.BytesIO(b"\0" * 1024), 1 << 20, "usr") is None  # an empty archive: nothing there
     with pytest.raises(SandboxError, match="over"):
-        first_entry(io.BytesIO(_archive(("big", b"x" * 5000, ""))), 4096)
+        first_entry(io.BytesIO(_archive(("big", b"x" * 5000, ""))), 4096, "big")
+
+
+class _Response:
+    """A streamed archive response as requests gives it: its status, its body in chunks, closed or not."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        self.status_code, self.body, self.closed, self.read_bytes = status, body, False, 0
+
+    def iter_content(self, size: int) -> Iterator[bytes]:
+        for start in range(0, len(self.body), size):
+            self.read_bytes += len(self.body[start : start + size])
+            yield self.body[start : start + size]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _Api:
+    """The low-level calls ``path_entries`` makes: the archive's GET (recorded) and the status check."""
+
+    def __init__(self, responses: dict[str, _Response]) -> None:
+        self.responses, self.asked = responses, []
+
+    def _url(self, template: str, ident: str) -> str:
+        return template.format(ident)
+
+    def _get(self, url: str, params: dict[str, str], stream: bool, headers: dict[str, str]) -> _Response:
+        self.asked.append((url, params["path"], stream, headers.get("Accept-Encoding")))
+        return self.responses[params["path"]]
+
+    def _raise_for_status(self, response: _Response) -> None:
+        if response.status_code >= 400:
+            raise docker.errors.APIError("500 Server Error", explanation="not a directory")
+
+
+def test_a_paths_entry_is_asked_for_unencoded_and_its_response_closed_whatever_it_held() -> None:
+    """The engine holds the container's lock until the archive is read or its connection closed:
+    every response is closed, read or not, found or not, refused or not."""
+    tree = _archive(("usr", None, ""), *((f"usr/f{i}", b"x" * 100_000, "") for i in range(40)))
+    responses = {
+        "/usr": _Response(200, tree),
+        "/nope": _Response(404, b""),
+        "/usr/lib64/x": _Response(500, b""),
+        "/other": _Response(200, _archive(("else", b"x", ""))),
+    }
+    api = _Api(responses)
+    images = TemplateImages(client=cast(docker.DockerClient, SimpleNamespace(api=api, info=dict)))
+    entry = images._entry("c1", "/usr")
+    assert entry is not None and entry.link is None
+    assert responses["/usr"].closed and responses["/usr"].read_bytes < len(tree) // 2  # the tree unread
+    assert images._entry("c1", "/nope") is None and responses["/nope"].closed
+    with pytest.raises(SandboxError, match="cannot read /usr/lib64/x in the image: not a directory"):
+        images._entry("c1", "/usr/lib64/x")
+    assert responses["/usr/lib64/x"].closed
+    with pytest.raises(SandboxError, match="begins with"):
+        images._entry("c1", "/other")
+    assert responses["/other"].closed
+    assert api.asked[0] == ("/containers/c1/archive", "/usr", True, "identity")

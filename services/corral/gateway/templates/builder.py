@@ -33,7 +33,7 @@ from corral.gateway.templates.dockerfile import (
     first_stage,
 )
 from corral.gateway.templates.fetch import fetch_npm, fetch_wheels
-from corral.gateway.templates.libraries import Libraries, base_libraries, image_digests, read_sonames
+from corral.gateway.templates.libraries import Libraries, base_libraries, digests_of, image_digests, read_sonames
 from corral.gateway.templates.spec import DockerfileTemplate, TemplateSpec, check_name, parse_template
 from corral.runtime import ImageInfo, SandboxRuntime
 
@@ -243,7 +243,7 @@ class TemplateBuilder:
         refusals = check.config_refusals(base, image)
         if not check.on_base(base, image):
             refusals.append("it is not built on the base's layers")
-        refusals += check.path_refusals(facts.digests, self._runtime.path_digests(image.id, check.CHECKED))
+        refusals += check.path_refusals(facts.digests, self._checked_digests(image.id))
         users = self._runtime.read_files(image.id, USERS_FILES, MAX_USERS_FILE)
         refusals += check.users_refusals(
             facts.passwd, _text(users["/etc/passwd"]), facts.group, _text(users["/etc/group"])
@@ -254,6 +254,11 @@ class TemplateBuilder:
             raise TemplateRefused(f"template {name} refused: " + "; ".join(refusals))
         return image
 
+    def _checked_digests(self, image_id: str) -> dict[str, str]:
+        """The checked paths' digests, and the directories on the way to them by their own entries."""
+        parents = digests_of(self._runtime.path_entries(image_id, check.CHECKED_PARENTS))
+        return {**self._runtime.path_digests(image_id, check.CHECKED), **parents}
+
     def _loader_refusals(self, facts: BaseFacts, image_id: str) -> list[str]:
         """No soname of the base's resolving to another file, and none of those files (nor the links
         to them, nor the loader) changed: a library the template adds under another name is its own."""
@@ -262,7 +267,7 @@ class TemplateBuilder:
         except ValueError as exc:
             return [f"its loader cache cannot be read ({exc})"]
         refusals = ldcache.shadowed(facts.libraries.sonames, sonames)
-        digests = image_digests(self._runtime, image_id, facts.libraries.digests)
+        digests = image_digests(self._runtime, image_id, facts.libraries)
         return refusals + check.path_refusals(facts.libraries.digests, digests)
 
     def _base_facts(self, base: ImageInfo) -> BaseFacts:
@@ -274,7 +279,7 @@ class TemplateBuilder:
             except ValueError as exc:
                 raise TemplateBuildFailed(f"the base's loader cache cannot be read: {exc}", step="check") from None
             facts = BaseFacts(
-                self._runtime.path_digests(base.id, check.CHECKED),
+                self._checked_digests(base.id),
                 self._runtime.setuid_files(base.id),
                 _text(users["/etc/passwd"]),
                 _text(users["/etc/group"]),

@@ -14,8 +14,9 @@ sandbox. Pure judges of what the runtime read of the template's image and of its
 
 from __future__ import annotations
 
+import posixpath
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from corral.gateway.templates.spec import PROTECTED
 from corral.runtime import ImageInfo
@@ -55,6 +56,25 @@ CHECKED = (
     "/usr/bin/sh",
     "/usr/bin/dash",
 )
+
+
+def ancestors(paths: Iterable[str]) -> set[str]:
+    """Every directory above each path but ``/``. The engine follows links in a path's directories
+    (the path's own last part it does not): a read of ``/usr/lib64/x`` goes through a ``/usr`` that a
+    template turned into a link to a copy elsewhere, and finds the copy. So these are compared too,
+    each by its own entry, which a link shows as one (docs/design/0479)."""
+    found: set[str] = set()
+    for path in paths:
+        directory = posixpath.dirname(path)
+        while directory not in ("/", ""):
+            found.add(directory)
+            directory = posixpath.dirname(directory)
+    return found
+
+
+# The directories on the way to each checked path, each compared by its own entry (``ancestors``; a
+# checked path's own digest already shows it as a link).
+CHECKED_PARENTS = tuple(sorted(ancestors(CHECKED) - set(CHECKED)))
 BASE_USERS = ("root", "corral", "agent", "browser")
 # Environment variables the boot or its Python, the loader, or the base's programs read: a template's
 # image may not set them (commands get a template's environment from its file, not from the image's).

@@ -8,10 +8,12 @@ elsewhere, none of those files changed. A directory holding many of them is read
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from corral.gateway.templates import ldcache
+from corral.gateway.templates.check import ancestors
 from corral.runtime import DirectoryEntry, SandboxRuntime
 
 LD_CACHE = "/etc/ld.so.cache"
@@ -25,7 +27,10 @@ LINK_HOPS = 8
 @dataclass(frozen=True, slots=True)
 class Libraries:
     sonames: dict[str, str]  # soname -> file, as the loader takes it
-    digests: dict[str, str]  # those files, their links' targets, the loader -> digest: what the check compares
+    # Those files, their links' targets, the loader, and every directory on the way to each (the
+    # directories' own entries: none of them turned into a link) -> digest: what the check compares.
+    digests: dict[str, str]
+    bulk: frozenset[str]  # the directories read as one archive each: a template's are read the same way
 
 
 def read_sonames(runtime: SandboxRuntime, image: str) -> dict[str, str]:
@@ -43,20 +48,24 @@ def read_sonames(runtime: SandboxRuntime, image: str) -> dict[str, str]:
 BULK_NAMES = 16
 
 
-class _Listing:
-    """An image's entries as the check asks for them: the directories that hold many of them each read
-    once, every other path by itself (those of one round in one request)."""
+def bulk_directories(paths: Iterable[str]) -> frozenset[str]:
+    """The directories holding at least ``BULK_NAMES`` of ``paths``."""
+    counts = Counter(posixpath.dirname(path) for path in paths)
+    return frozenset(directory for directory, count in counts.items() if count >= BULK_NAMES)
 
-    def __init__(self, runtime: SandboxRuntime, image: str, wanted: Iterable[str], *, digest_all: bool = False) -> None:
-        self._runtime, self._image = runtime, image
-        names: dict[str, set[str]] = {}
-        for path in wanted:
-            directory, name = posixpath.split(path)
-            names.setdefault(directory, set()).add(name)
-        # directory -> the names to digest (None: every entry, for paths a link reaches later)
-        self._bulk: dict[str, set[str] | None] = {
-            directory: None if digest_all else found for directory, found in names.items() if len(found) >= BULK_NAMES
-        }
+
+def digests_of(entries: Mapping[str, DirectoryEntry | None]) -> dict[str, str]:
+    """Each path's digest, ``absent`` where there is nothing."""
+    return {path: entry.digest if entry is not None else "absent" for path, entry in entries.items()}
+
+
+class _Listing:
+    """An image's entries as the check asks for them: the ``bulk`` directories each read once (the
+    names to digest in each; None: every entry, for paths a link reaches later), every other path by
+    itself (those of one round in one request)."""
+
+    def __init__(self, runtime: SandboxRuntime, image: str, bulk: Mapping[str, Collection[str] | None]) -> None:
+        self._runtime, self._image, self._bulk = runtime, image, dict(bulk)
         self._directories: dict[str, dict[str, DirectoryEntry]] = {}
         self._paths: dict[str, DirectoryEntry | None] = {}
 
@@ -77,29 +86,34 @@ class _Listing:
             )
         return self._directories[directory].get(name)
 
-    def digests(self, paths: Iterable[str]) -> dict[str, str]:
-        return {path: entry.digest if entry is not None else "absent" for path, entry in self.entries(paths).items()}
-
 
 def base_libraries(runtime: SandboxRuntime, base: str) -> Libraries:
-    """The base's sonames, and every file and link they reach (followed within the base: trusted)."""
+    """The base's sonames, and every file and link they reach (followed within the base: trusted),
+    with the directories on the way to each."""
     sonames = read_sonames(runtime, base)
     files = set(sonames.values()) | set(LOADER_PATHS)
-    listing = _Listing(runtime, base, files, digest_all=True)
+    bulk = bulk_directories(files)
+    listing = _Listing(runtime, base, dict.fromkeys(bulk))
+    files |= ancestors(files)
     pending = set(files)
     for _ in range(LINK_HOPS):
         reached = set()
         for path, entry in listing.entries(sorted(pending)).items():
             if entry is not None and entry.link is not None:
                 reached.add(posixpath.normpath(posixpath.join(posixpath.dirname(path), entry.link)))
+        reached |= ancestors(reached)
         pending = reached - files
         files |= pending
         if not pending:
             break
-    return Libraries(sonames, listing.digests(sorted(files)))
+    return Libraries(sonames, digests_of(listing.entries(sorted(files))), bulk)
 
 
-def image_digests(runtime: SandboxRuntime, image: str, paths: Iterable[str]) -> dict[str, str]:
-    """The same paths' digests in another image (a template's), read the same way."""
-    wanted = list(paths)
-    return _Listing(runtime, image, wanted).digests(wanted)
+def image_digests(runtime: SandboxRuntime, image: str, base: Libraries) -> dict[str, str]:
+    """The base's paths' digests in another image (a template's), each read as the base's was."""
+    names: dict[str, set[str]] = {directory: set() for directory in base.bulk}
+    for path in base.digests:
+        directory, name = posixpath.split(path)
+        if directory in names:
+            names[directory].add(name)
+    return digests_of(_Listing(runtime, image, names).entries(base.digests))

@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import io
 import logging
+import posixpath
 import re
 import secrets
 import tarfile
@@ -258,7 +259,8 @@ class TemplateImages(Engine):
     def _entry(self, ident: str, path: str) -> DirectoryEntry | None:
         # docker-py's get_archive gives a generator over the response, which it never closes: the
         # engine holds the container's lock until the archive is read or its connection closed, and
-        # the container's removal waits on that lock. So the request is made here, and closed here.
+        # the container's removal waits on that lock. So the request is made here, and closed here
+        # (docs/design/0479).
         api = self.client.api
         response = api._get(
             api._url("/containers/{0}/archive", ident),
@@ -269,8 +271,11 @@ class TemplateImages(Engine):
         with contextlib.closing(response):
             if response.status_code == 404:
                 return None
-            api._raise_for_status(response)
-            return first_entry(_Chunks(response.iter_content(1 << 16)), MAX_DIGEST_BYTES)
+            try:
+                api._raise_for_status(response)
+            except docker.errors.APIError as exc:  # a directory on the way that is a file, a link loop
+                raise SandboxError(f"cannot read {path} in the image: {exc.explanation or exc}") from None
+            return first_entry(_Chunks(response.iter_content(1 << 16)), MAX_DIGEST_BYTES, posixpath.basename(path))
 
     def setuid_files(self, image: str) -> list[str]:
         """The setuid and setgid files of ``image``, found by ``find`` in a check container: no network,
@@ -370,12 +375,15 @@ def entry_digests(
     return entries
 
 
-def first_entry(stream: io.RawIOBase, limit: int) -> DirectoryEntry | None:
-    """The first entry of an archive (a path's own: the file, the link, or the directory before what
-    it holds), digested as :func:`entry_digests` digests an entry; the rest is never read. None for an
-    empty archive; a file past ``limit`` bytes, an error."""
+def first_entry(stream: io.RawIOBase, limit: int, name: str) -> DirectoryEntry | None:
+    """The first entry of an archive of the path ``.../name``: the path's own (the file, the link, or
+    the directory before what it holds), digested as :func:`entry_digests` digests an entry; the rest
+    is never read. None for an empty archive; a first entry of another name (the engine skips an entry
+    it cannot add and goes on with what it holds) or a file past ``limit`` bytes, an error."""
     with tarfile.open(fileobj=io.BufferedReader(stream, 1 << 16), mode="r|") as archive:
         for member in archive:
+            if member.name.rstrip("/") != name:
+                raise SandboxError(f"the archive of {name} begins with {member.name!r}, not {name} itself")
             if member.isfile() and member.size > limit:
                 raise SandboxError(f"a checked file holds over {limit >> 20} MiB")
             return _member_entry(archive, member)

@@ -79,6 +79,8 @@ def _refused_by(fake: FakeRuntime, **change: object) -> None:
     [
         ("setuid", "setuid or setgid file /usr/local/bin/x"),
         ("opt", "changes /opt/corral"),
+        # /opt a link to a copy: /opt/corral reads the same through it; /opt's own entry does not.
+        ("opt-link", "changes /opt,"),
         ("entrypoint", "changes ENTRYPOINT"),
         ("passwd", "changes the user agent"),
     ],
@@ -95,6 +97,8 @@ def test_a_weakening_template_is_refused_and_nothing_of_it_stays(tmp_path: Path,
             fake.setuid[image.id] = ["/usr/local/bin/x"]
         if steer == "opt" and final:
             fake.digests[image.id] = {"/opt/corral": "changed"}
+        if steer == "opt-link" and final:
+            fake.digests[image.id] = {"/opt": "a link"}
         if steer == "passwd" and final:
             fake.files[image.id] = {"/etc/passwd": PASSWD.replace(b"1100:1100", b"0:0")}
         return replace(image, entrypoint=("sh",)) if steer == "entrypoint" else image

@@ -8,6 +8,7 @@ from collections.abc import Collection, Sequence
 from typing import cast
 
 from corral.gateway.templates import libraries
+from corral.gateway.templates.check import CHECKED, CHECKED_PARENTS, ancestors
 from corral.gateway.templates.libraries import LD_CACHE, base_libraries, image_digests
 from corral.runtime import DirectoryEntry, SandboxRuntime
 
@@ -16,6 +17,8 @@ from ...runtime.ldcachefile import cache
 LIBS = "/lib/x86_64-linux-gnu"
 # A merged /usr: the top-level links, the loader behind /lib64, and the libraries (one link, many files).
 TREE: dict[str, DirectoryEntry] = {
+    "/usr": DirectoryEntry(None, "d-usr"),
+    LIBS: DirectoryEntry(None, "d-libs"),
     "/lib": DirectoryEntry("usr/lib", "d-lib"),
     "/lib64": DirectoryEntry("usr/lib64", "d-lib64"),
     "/bin": DirectoryEntry("usr/bin", "d-bin"),
@@ -30,7 +33,10 @@ TREE: dict[str, DirectoryEntry] = {
     f"{LIBS}/libz.so.1.2.13": DirectoryEntry(None, "d-libz"),
     **{f"{LIBS}/lib{i}.so.1": DirectoryEntry(None, f"d-lib{i}") for i in range(libraries.BULK_NAMES)},
 }
-SONAMES = [("libz.so.1", f"{LIBS}/libz.so.1"), *((f"lib{i}.so.1", f"{LIBS}/lib{i}.so.1") for i in range(16))]
+SONAMES = [
+    ("libz.so.1", f"{LIBS}/libz.so.1"),
+    *((f"lib{i}.so.1", f"{LIBS}/lib{i}.so.1") for i in range(libraries.BULK_NAMES)),
+]
 
 
 class Image:
@@ -71,6 +77,9 @@ def test_the_libraries_directory_is_read_whole_and_the_merged_usr_links_each_by_
     assert found.digests[f"{LIBS}/ld-linux-x86-64.so.2"] == "d-ld"
     assert found.digests[f"{LIBS}/libz.so.1.2.13"] == "d-libz"
     assert found.digests["/usr/lib"] == "d-usr-lib"
+    # And every directory on the way to each, by its own entry: /usr, the libraries' directory.
+    assert found.digests["/usr"] == "d-usr" and found.digests[LIBS] == "d-libs"
+    assert ancestors(found.digests) <= set(found.digests)
     # Never / or /usr as a directory (each is the whole image's tree); the libraries' directory once.
     assert image.directories == [LIBS]
     assert all(posixpath.dirname(path) != LIBS for call in image.paths for path in call)
@@ -80,17 +89,34 @@ def test_the_libraries_directory_is_read_whole_and_the_merged_usr_links_each_by_
 def test_a_templates_digests_match_the_bases_and_a_change_on_either_route_shows() -> None:
     base = base_libraries(cast(SandboxRuntime, Image(TREE)), "base")
     same = Image(TREE)
-    assert image_digests(cast(SandboxRuntime, same), "template", base.digests) == base.digests
+    assert image_digests(cast(SandboxRuntime, same), "template", base) == base.digests
     assert same.directories == [LIBS]
     changed = {
         **TREE,
         "/usr/lib64": DirectoryEntry(None, "loosened"),  # read by itself
         f"{LIBS}/libz.so.1.2.13": DirectoryEntry(None, "replaced"),  # read with its directory
     }
-    digests = image_digests(cast(SandboxRuntime, Image(changed)), "template", base.digests)
+    digests = image_digests(cast(SandboxRuntime, Image(changed)), "template", base)
     assert {path for path in base.digests if digests[path] != base.digests[path]} == {
         "/usr/lib64",
         f"{LIBS}/libz.so.1.2.13",
     }
     gone = {path: entry for path, entry in TREE.items() if path != "/lib64"}
-    assert image_digests(cast(SandboxRuntime, Image(gone)), "template", base.digests)["/lib64"] == "absent"
+    assert image_digests(cast(SandboxRuntime, Image(gone)), "template", base)["/lib64"] == "absent"
+
+
+def test_a_directory_on_the_way_turned_into_a_link_is_seen() -> None:
+    """The engine follows the links in a path's directories: with /usr a link to a copy (under a
+    mount the template's author fills), every file read through it is the base's. /usr's own entry
+    shows the link."""
+    base = base_libraries(cast(SandboxRuntime, Image(TREE)), "base")
+    relinked = {**TREE, "/usr": DirectoryEntry("workspace/usr", "d-usr-link")}
+    digests = image_digests(cast(SandboxRuntime, Image(relinked)), "template", base)
+    assert {path for path in base.digests if digests[path] != base.digests[path]} == {"/usr"}
+
+
+def test_the_checked_paths_directories_are_compared_by_their_own_entries() -> None:
+    """/opt (for /opt/corral), /etc (for the preload list), /usr: each checked path's directories."""
+    assert {"/opt", "/etc", "/usr", "/usr/bin", "/usr/share/corral"} <= set(CHECKED_PARENTS)
+    assert ancestors(CHECKED) <= set(CHECKED_PARENTS) | set(CHECKED)
+    assert "/" not in CHECKED_PARENTS
