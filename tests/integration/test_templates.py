@@ -8,6 +8,7 @@ show (an image ENV the boot reads), refused by the check; a missing template at 
 from __future__ import annotations
 
 import io
+import json
 import os
 import tarfile
 import time
@@ -198,6 +199,24 @@ def test_a_template_that_would_weaken_the_sandbox_is_refused_with_the_reason(
     name = f"{NAME}-{suffix}"
     error = _build_error(gw, name, **files)
     assert error.code == "template_refused" and reason in str(error), str(error)
+    _nothing_left(gw, runtime, name)
+
+
+def test_a_template_that_reroutes_what_the_boot_loads_is_refused_naming_each(
+    gw: RunningGateway, runtime: DockerHarness
+) -> None:
+    """What the boot (root) loads besides the files it names: the link its venv's interpreter goes
+    through, a zip Python reads its standard library from before /usr/lib/python3.11, and the modules
+    the C library loads to look its users up. Each is the base's, or the template is refused."""
+    name = f"{NAME}-reroute"
+    setup = (
+        "ln -sf /usr/bin/python3.11 /usr/bin/python3 && touch /usr/lib/python311.zip"
+        " && sed -i 's/^passwd:.*/passwd: evil files/' /etc/nsswitch.conf"
+    )
+    error = _build_error(gw, name, **{"corral.template.yaml": f"setup: {json.dumps(setup)}\n".encode()})
+    assert error.code == "template_refused", str(error)
+    for path in ("/usr/bin/python3", "/usr/lib/python311.zip", "/etc/nsswitch.conf"):
+        assert f"it changes {path}, which is the base's" in str(error), str(error)
     _nothing_left(gw, runtime, name)
 
 

@@ -33,7 +33,14 @@ from corral.gateway.templates.dockerfile import (
     first_stage,
 )
 from corral.gateway.templates.fetch import fetch_npm, fetch_wheels
-from corral.gateway.templates.libraries import Libraries, base_libraries, digests_of, image_digests, read_sonames
+from corral.gateway.templates.libraries import (
+    Libraries,
+    base_libraries,
+    digests_of,
+    first_files,
+    image_digests,
+    read_cache,
+)
 from corral.gateway.templates.spec import DockerfileTemplate, TemplateSpec, check_name, parse_template
 from corral.runtime import ImageInfo, SandboxRuntime
 
@@ -263,10 +270,11 @@ class TemplateBuilder:
         """No soname of the base's resolving to another file, and none of those files (nor the links
         to them, nor the loader) changed: a library the template adds under another name is its own."""
         try:
-            sonames = read_sonames(self._runtime, image_id)
+            cache = read_cache(self._runtime, image_id)
         except ValueError as exc:
             return [f"its loader cache cannot be read ({exc})"]
-        refusals = ldcache.shadowed(facts.libraries.sonames, sonames)
+        refusals = ldcache.shadowed(facts.libraries.sonames, first_files(cache))
+        refusals += ldcache.changed(facts.libraries.cache, cache)
         digests = image_digests(self._runtime, image_id, facts.libraries)
         return refusals + check.path_refusals(facts.libraries.digests, digests)
 

@@ -29,8 +29,23 @@ CHECKED = (
     "/usr/share/corral/openbox",
     "/usr/lib/python3.11",
     "/usr/bin/python3.11",
+    # The venv's interpreter is a chain of links: /opt/corral/bin/python -> python3 -> /usr/bin/python3
+    # -> python3.11. Each link of it, or the boot (root) runs whatever the template points it at.
+    "/usr/bin/python3",
+    # Where Python looks for its standard library before /usr/lib/python3.11 (its zip, a build tree's
+    # marker and directories): absent in the base, absent in a template, or a file there is imported
+    # as root before anything else (encodings), whatever flags the boot's Python runs with.
+    "/usr/lib/python311.zip",
+    "/usr/bin/pybuilddir.txt",
+    "/usr/bin/Modules",
+    "/usr/bin/Lib",
+    "/usr/Lib",
+    "/Lib",
     "/etc/python3.11",
     "/etc/ld.so.preload",
+    # Which modules the C library loads to look a user up (the boot does, as root, before it drops):
+    # a template's line naming its own module there would run it.
+    "/etc/nsswitch.conf",
     # What boot runs as root with NET_ADMIN and the supervisor with SETUID (by these paths, never by
     # PATH: corral.sandbox.startup.boot.SYSTEM_PATH), each link of the chain to the program itself.
     "/usr/bin/setpriv",
@@ -44,12 +59,19 @@ CHECKED = (
     # What the supervisor starts as corral and as browser, by these paths (never by PATH), and what
     # Chromium's launcher script reads as it starts: a template's own may not stand in for them.
     "/usr/bin/Xvfb",
+    "/usr/bin/xkbcomp",  # Xvfb runs it (through /bin/sh) as it starts, as corral
     "/usr/bin/openbox",
     "/usr/bin/chromium",
     "/usr/lib/chromium",
     "/etc/chromium",
     "/etc/chromium.d",
     "/usr/bin/certutil",
+    # The modules certutil and Chromium's NSS open by path (softoken, freebl, the built-in roots), as
+    # the browser: the loader cache need not list them.
+    "/usr/lib/x86_64-linux-gnu/libsoftokn3.so",
+    "/usr/lib/x86_64-linux-gnu/libfreeblpriv3.so",
+    "/usr/lib/x86_64-linux-gnu/libfreebl3.so",
+    "/usr/lib/x86_64-linux-gnu/libnssckbi.so",
     "/usr/bin/mkdir",
     "/usr/bin/xclip",
     "/usr/bin/tini",

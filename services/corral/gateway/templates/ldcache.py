@@ -22,20 +22,44 @@ def _string(data: bytes, start: int, offset: int) -> str:
     return data[at:end].decode("utf-8", "replace")
 
 
-def resolved(data: bytes) -> dict[str, str]:
-    """Each soname's file, the first entry of its name as the loader takes it; ValueError for what is
-    not a loader cache of this format."""
+# One entry of a soname: its flags (the ABI and the architecture it is for), its file, the OS
+# version and the hardware capabilities it asks for.
+Entry = tuple[int, str, int, int]
+
+
+def entries(data: bytes) -> dict[str, tuple[Entry, ...]]:
+    """Every entry of each soname, in the cache's order; ValueError for what is not a loader cache of
+    this format. The loader takes the first entry whose flags and hardware capabilities fit the
+    machine, which need not be the first of the name: an entry for another architecture before the
+    base's hides nothing from it."""
     start = data.find(MAGIC)
     if start < 0 or len(data) < start + _HEADER.size:
         raise ValueError("not a glibc ld.so.cache (format 1.1)")
     _, count, _, _, _ = _HEADER.unpack_from(data, start)
     if count > MAX_ENTRIES or start + _HEADER.size + count * _ENTRY.size > len(data):
         raise ValueError("a loader cache whose entries do not fit it")
-    names: dict[str, str] = {}
+    found: dict[str, list[Entry]] = {}
     for index in range(count):
-        _, key, value, _, _ = _ENTRY.unpack_from(data, start + _HEADER.size + index * _ENTRY.size)
-        names.setdefault(_string(data, start, key), _string(data, start, value))
-    return names
+        flags, key, value, osversion, hwcap = _ENTRY.unpack_from(data, start + _HEADER.size + index * _ENTRY.size)
+        found.setdefault(_string(data, start, key), []).append((flags, _string(data, start, value), osversion, hwcap))
+    return {name: tuple(listed) for name, listed in found.items()}
+
+
+def resolved(data: bytes) -> dict[str, str]:
+    """Each soname's file, the first entry of its name; ValueError for what is not a loader cache of
+    this format."""
+    return {name: listed[0][1] for name, listed in entries(data).items()}
+
+
+def changed(base: Mapping[str, tuple[Entry, ...]], image: Mapping[str, tuple[Entry, ...]]) -> list[str]:
+    """The base's sonames whose entries (each one's flags, file, OS version and hardware capabilities,
+    in order) the image changes while the first file stays the base's (``shadowed`` says the rest), as
+    refusals: the loader may take another of them on this machine."""
+    return [
+        f"it changes the loader cache's entries for {name} (which file the loader takes for it)"
+        for name, listed in sorted(base.items())
+        if image.get(name) != listed and image.get(name, ((0, "", 0, 0),))[0][1] == listed[0][1]
+    ]
 
 
 def shadowed(base: Mapping[str, str], image: Mapping[str, str]) -> list[str]:

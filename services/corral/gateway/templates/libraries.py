@@ -31,14 +31,20 @@ class Libraries:
     # directories' own entries: none of them turned into a link) -> digest: what the check compares.
     digests: dict[str, str]
     bulk: frozenset[str]  # the directories read as one archive each: a template's are read the same way
+    cache: dict[str, tuple[ldcache.Entry, ...]]  # every entry of each soname in the base's loader cache
 
 
-def read_sonames(runtime: SandboxRuntime, image: str) -> dict[str, str]:
-    """``image``'s loader cache, soname -> file; ValueError for one that is missing or unreadable."""
+def read_cache(runtime: SandboxRuntime, image: str) -> dict[str, tuple[ldcache.Entry, ...]]:
+    """``image``'s loader cache, soname -> its entries; ValueError for one that is missing or unreadable."""
     data = runtime.read_files(image, [LD_CACHE], MAX_LD_CACHE)[LD_CACHE]
     if data is None:
         raise ValueError(f"{LD_CACHE} is missing")
-    return ldcache.resolved(data)
+    return ldcache.entries(data)
+
+
+def first_files(cache: Mapping[str, tuple[ldcache.Entry, ...]]) -> dict[str, str]:
+    """Each soname's first file."""
+    return {name: listed[0][1] for name, listed in cache.items()}
 
 
 # A directory is read as one archive when it holds at least this many of the paths asked for (the
@@ -90,8 +96,9 @@ class _Listing:
 def base_libraries(runtime: SandboxRuntime, base: str) -> Libraries:
     """The base's sonames, and every file and link they reach (followed within the base: trusted),
     with the directories on the way to each."""
-    sonames = read_sonames(runtime, base)
-    files = set(sonames.values()) | set(LOADER_PATHS)
+    cache = read_cache(runtime, base)
+    # Every entry's file, not only the first of each name: the loader takes the first that fits.
+    files = {path for listed in cache.values() for _, path, _, _ in listed} | set(LOADER_PATHS)
     bulk = bulk_directories(files)
     listing = _Listing(runtime, base, dict.fromkeys(bulk))
     files |= ancestors(files)
@@ -106,7 +113,7 @@ def base_libraries(runtime: SandboxRuntime, base: str) -> Libraries:
         files |= pending
         if not pending:
             break
-    return Libraries(sonames, digests_of(listing.entries(sorted(files))), bulk)
+    return Libraries(first_files(cache), digests_of(listing.entries(sorted(files))), bulk, cache)
 
 
 def image_digests(runtime: SandboxRuntime, image: str, base: Libraries) -> dict[str, str]:

@@ -212,3 +212,17 @@ def test_a_library_that_would_stand_in_for_the_bases_is_refused(tmp_path: Path) 
 
     fake.on_build = add_its_own
     assert _build(builder, upload) == (1, False)  # a library of its own, under its own name: fine
+
+    # The base's file first, but for another architecture (flags an x86-64 loader skips), then the
+    # template's: the loader takes the template's. The first file alone would look like the base's.
+    fake = _runtime()
+    builder = TemplateBuilder(fake, TemplateCatalog(tmp_path / "4"), BASE, "corral-sandboxes")
+    skipped = cache([("libc.so.6", LIBC), ("libz.so.1", LIBZ), ("libz.so.1", "/usr/local/lib/libz.so.1")], {1: 0x3})
+
+    def hide_behind_another_arch(dockerfile: str, made: ImageInfo) -> ImageInfo:
+        fake.files[made.id] = {LD_CACHE: skipped}
+        return made
+
+    fake.on_build = hide_behind_another_arch
+    with pytest.raises(TemplateRefused, match=re.escape("changes the loader cache's entries for libz.so.1")):
+        _build(builder, upload)
