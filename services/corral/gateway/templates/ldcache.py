@@ -45,12 +45,6 @@ def entries(data: bytes) -> dict[str, tuple[Entry, ...]]:
     return {name: tuple(listed) for name, listed in found.items()}
 
 
-def resolved(data: bytes) -> dict[str, str]:
-    """Each soname's file, the first entry of its name; ValueError for what is not a loader cache of
-    this format."""
-    return {name: listed[0][1] for name, listed in entries(data).items()}
-
-
 def changed(base: Mapping[str, tuple[Entry, ...]], image: Mapping[str, tuple[Entry, ...]]) -> list[str]:
     """The base's sonames whose entries (each one's flags, file, OS version and hardware capabilities,
     in order) the image changes while the first file stays the base's (``shadowed`` says the rest), as

@@ -174,20 +174,26 @@ def test_a_dockerfile_template_is_built_on_the_base_id_and_its_env_kept(tmp_path
     assert fake.builds[0].startswith("FROM sha256:base\n") and built.version.env == {"TOOL_HOME": "/opt/tool"}
 
 
+def _with_cache(tmp_path: Path, data: bytes) -> tuple[FakeRuntime, TemplateBuilder]:
+    """A builder whose template's image has ``data`` for its loader cache."""
+    fake = _runtime()
+    builder = TemplateBuilder(fake, TemplateCatalog(tmp_path), BASE, "corral-sandboxes")
+
+    def with_cache(dockerfile: str, made: ImageInfo) -> ImageInfo:
+        fake.files[made.id] = {LD_CACHE: data}
+        return made
+
+    fake.on_build = with_cache
+    return fake, builder
+
+
 def test_a_library_that_would_stand_in_for_the_bases_is_refused(tmp_path: Path) -> None:
     """What the boot's Python (root) and the supervisor's children load is the base's: no soname of
     the base's resolving elsewhere (a library in /usr/local/lib and an ldconfig), none of those files
     changed, nor the file behind a link to one (libz.so.1 -> libz.so.1.2.13)."""
     upload = _upload(b"apt: [make]\n")
-    fake = _runtime()
-    builder = TemplateBuilder(fake, TemplateCatalog(tmp_path), BASE, "corral-sandboxes")
     shadowing = cache([("libc.so.6", "/usr/local/lib/libc.so.6"), ("libc.so.6", LIBC), ("libz.so.1", LIBZ)])
-
-    def shadow(dockerfile: str, made: ImageInfo) -> ImageInfo:
-        fake.files[made.id] = {LD_CACHE: shadowing}
-        return made
-
-    fake.on_build = shadow
+    _, builder = _with_cache(tmp_path / "1", shadowing)
     with pytest.raises(TemplateRefused, match=re.escape("libc.so.6 from /usr/local/lib/libc.so.6")):
         _build(builder, upload)
 
@@ -202,27 +208,13 @@ def test_a_library_that_would_stand_in_for_the_bases_is_refused(tmp_path: Path) 
     with pytest.raises(TemplateRefused, match=re.escape("libz.so.1.2.13, which is the base's")):
         _build(builder, upload)
 
-    fake = _runtime()
-    builder = TemplateBuilder(fake, TemplateCatalog(tmp_path / "3"), BASE, "corral-sandboxes")
     adding = cache([("libc.so.6", LIBC), ("libz.so.1", LIBZ), ("libtool.so.1", "/usr/local/lib/libtool.so.1")])
-
-    def add_its_own(dockerfile: str, made: ImageInfo) -> ImageInfo:
-        fake.files[made.id] = {LD_CACHE: adding}
-        return made
-
-    fake.on_build = add_its_own
+    _, builder = _with_cache(tmp_path / "3", adding)
     assert _build(builder, upload) == (1, False)  # a library of its own, under its own name: fine
 
     # The base's file first, but for another architecture (flags an x86-64 loader skips), then the
     # template's: the loader takes the template's. The first file alone would look like the base's.
-    fake = _runtime()
-    builder = TemplateBuilder(fake, TemplateCatalog(tmp_path / "4"), BASE, "corral-sandboxes")
     skipped = cache([("libc.so.6", LIBC), ("libz.so.1", LIBZ), ("libz.so.1", "/usr/local/lib/libz.so.1")], {1: 0x3})
-
-    def hide_behind_another_arch(dockerfile: str, made: ImageInfo) -> ImageInfo:
-        fake.files[made.id] = {LD_CACHE: skipped}
-        return made
-
-    fake.on_build = hide_behind_another_arch
+    _, builder = _with_cache(tmp_path / "4", skipped)
     with pytest.raises(TemplateRefused, match=re.escape("changes the loader cache's entries for libz.so.1")):
         _build(builder, upload)
