@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import docker.errors
 import pytest
 
 from corral.sdk import Sandbox
@@ -207,9 +208,19 @@ def container_of(runtime: DockerHarness, gw: RunningGateway, sb: Sandbox) -> str
     """The session's sandbox container: the one holding a file only its agent wrote."""
     marker = f"/tmp/which-{os.getpid()}-{sb.id}"
     act(sb, {"type": "exec", "argv": ["touch", marker]})
-    names = [c.name for c in runtime.client.containers.list(filters={"label": ["corral.role=sandbox"]})]
-    (name,) = [n for n in names if runtime.exec(n, ["test", "-e", marker], user="root")[0] == 0]
+    # This gateway's sandboxes only: the other worker's tests start and stop theirs meanwhile, and an
+    # exec in one that stopped since the listing is the engine's 409 (seen in a rehearsal).
+    labels = ["corral.role=sandbox", f"corral.gateway={gw.settings.instance}"]
+    names = [c.name for c in runtime.client.containers.list(filters={"label": labels})]
+    (name,) = [n for n in names if _holds(runtime, n, marker)]
     return name
+
+
+def _holds(runtime: DockerHarness, container: str, path: str) -> bool:
+    try:
+        return runtime.exec(container, ["test", "-e", path], user="root")[0] == 0
+    except docker.errors.APIError:  # stopped since it was listed (a pool's sandbox replaced): not it
+        return False
 
 
 def test_a_kernel_publishing_between_cells_cannot_fill_the_controllers_memory(
