@@ -18,6 +18,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import docker.errors
+from docker.constants import DEFAULT_DATA_CHUNK_SIZE
 
 from corral.errors import SandboxError, TemplateBuildFailed
 from corral.runtime.docker.engine import LOG_CONFIG, Engine, LineSink
@@ -190,77 +191,13 @@ class TemplateImages(Engine):
         finally:
             container.remove(force=True)
 
-    def path_digests(self, image: str, paths: Sequence[str]) -> dict[str, str]:
-        """Each path's digest (every entry's name, type, mode, owner, link and content, in the archive's
-        order) as the engine archives it from a container made but never started; ``absent`` where
-        there is none."""
-        with self._unstarted(image) as ident:
-            return {path: self._digest(ident, path) for path in paths}
-
-    def _digest(self, ident: str, path: str) -> str:
-        try:
-            stream, _ = self.client.api.get_archive(ident, path)
-        except docker.errors.NotFound:
-            return ABSENT
-        return archive_digest(_Chunks(stream), MAX_DIGEST_BYTES)
-
-    def read_files(self, image: str, paths: Sequence[str], limit: int) -> dict[str, bytes | None]:
-        """Each file's first ``limit`` bytes as the engine archives it (None: no such regular file)."""
-        with self._unstarted(image) as ident:
-            return {path: self._read(ident, path, limit) for path in paths}
-
-    def _read(self, ident: str, path: str, limit: int) -> bytes | None:
-        try:
-            stream, _ = self.client.api.get_archive(ident, path)
-        except docker.errors.NotFound:
-            return None
-        with tarfile.open(fileobj=io.BufferedReader(_Chunks(stream), 1 << 16), mode="r|") as archive:
-            for member in archive:
-                handle = archive.extractfile(member) if member.isfile() else None
-                return handle.read(limit) if handle is not None else None
-        return None
-
-    def link_targets(self, image: str, paths: Sequence[str]) -> dict[str, str | None]:
-        """Where each path, a symbolic link, points in ``image`` (None: no link there), as the engine
-        archives it from a container made but never started."""
-        with self._unstarted(image) as ident:
-            return {path: self._link(ident, path) for path in paths}
-
-    def _link(self, ident: str, path: str) -> str | None:
-        try:
-            stream, _ = self.client.api.get_archive(ident, path)
-        except docker.errors.NotFound:
-            return None
-        with tarfile.open(fileobj=io.BufferedReader(_Chunks(stream), 1 << 16), mode="r|") as archive:
-            for member in archive:
-                return member.linkname if member.issym() else None
-        return None
-
-    def directory_entries(
-        self, image: str, directory: str, digested: Collection[str] | None = None
-    ) -> dict[str, DirectoryEntry]:
-        """Every entry directly in ``directory`` of ``image`` (name -> its link target and digest), from
-        one archive of it read as it streams (the check's libraries: hundreds of files in one request,
-        where one request each took about a minute on a loaded host); nothing is run."""
-        with self._unstarted(image) as ident:
-            try:
-                stream, _ = self.client.api.get_archive(ident, directory)
-            except docker.errors.NotFound:
-                return {}
-            return entry_digests(_Chunks(stream), MAX_DIRECTORY_BYTES, digested)
-
-    def path_entries(self, image: str, paths: Sequence[str]) -> dict[str, DirectoryEntry | None]:
-        """Each path's own entry (None: nothing there), from an archive of the path read to its first
-        entry, all in one container made but never started. A directory's archive holds its whole tree
-        behind that entry (``/``: the whole image, about 7 s to stream): the response is closed unread."""
-        with self._unstarted(image) as ident:
-            return {path: self._entry(ident, path) for path in paths}
-
-    def _entry(self, ident: str, path: str) -> DirectoryEntry | None:
-        # docker-py's get_archive gives a generator over the response, which it never closes: the
-        # engine holds the container's lock until the archive is read or its connection closed, and
-        # the container's removal waits on that lock. So the request is made here, and closed here
-        # (docs/design/0479).
+    @contextlib.contextmanager
+    def _archive(self, ident: str, path: str, chunk: int = DEFAULT_DATA_CHUNK_SIZE) -> Iterator[io.RawIOBase | None]:
+        """The engine's archive of ``path`` as a stream read as it comes (None: nothing there), its
+        response closed on the way out, read to its end or not. Not docker-py's get_archive: it gives
+        a generator over the response that it never closes, and the engine holds the container's lock
+        until an archive is read or its connection closed; the container's removal waits on that lock
+        (a read cut short, a path's first entry or a cap passed, held it: docs/design/0479)."""
         api = self.client.api
         response = api._get(
             api._url("/containers/{0}/archive", ident),
@@ -270,12 +207,76 @@ class TemplateImages(Engine):
         )
         with contextlib.closing(response):
             if response.status_code == 404:
+                yield None
+                return
+            api._raise_for_status(response)
+            yield _Chunks(response.iter_content(chunk))
+
+    def path_digests(self, image: str, paths: Sequence[str]) -> dict[str, str]:
+        """Each path's digest (every entry's name, type, mode, owner, link and content, in the archive's
+        order) as the engine archives it from a container made but never started; ``absent`` where
+        there is none."""
+        with self._unstarted(image) as ident:
+            return {path: self._digest(ident, path) for path in paths}
+
+    def _digest(self, ident: str, path: str) -> str:
+        with self._archive(ident, path) as stream:
+            return ABSENT if stream is None else archive_digest(stream, MAX_DIGEST_BYTES)
+
+    def read_files(self, image: str, paths: Sequence[str], limit: int) -> dict[str, bytes | None]:
+        """Each file's first ``limit`` bytes as the engine archives it (None: no such regular file)."""
+        with self._unstarted(image) as ident:
+            return {path: self._read(ident, path, limit) for path in paths}
+
+    def _read(self, ident: str, path: str, limit: int) -> bytes | None:
+        with self._archive(ident, path) as stream:
+            if stream is None:
                 return None
-            try:
-                api._raise_for_status(response)
-            except docker.errors.APIError as exc:  # a directory on the way that is a file, a link loop
-                raise SandboxError(f"cannot read {path} in the image: {exc.explanation or exc}") from None
-            return first_entry(_Chunks(response.iter_content(1 << 16)), MAX_DIGEST_BYTES, posixpath.basename(path))
+            with tarfile.open(fileobj=io.BufferedReader(stream, 1 << 16), mode="r|") as archive:
+                for member in archive:
+                    handle = archive.extractfile(member) if member.isfile() else None
+                    return handle.read(limit) if handle is not None else None
+        return None
+
+    def link_targets(self, image: str, paths: Sequence[str]) -> dict[str, str | None]:
+        """Where each path, a symbolic link, points in ``image`` (None: no link there), as the engine
+        archives it from a container made but never started."""
+        with self._unstarted(image) as ident:
+            return {path: self._link(ident, path) for path in paths}
+
+    def _link(self, ident: str, path: str) -> str | None:
+        with self._archive(ident, path) as stream:
+            if stream is None:
+                return None
+            with tarfile.open(fileobj=io.BufferedReader(stream, 1 << 16), mode="r|") as archive:
+                for member in archive:
+                    return member.linkname if member.issym() else None
+        return None
+
+    def directory_entries(
+        self, image: str, directory: str, digested: Collection[str] | None = None
+    ) -> dict[str, DirectoryEntry]:
+        """Every entry directly in ``directory`` of ``image`` (name -> its link target and digest), from
+        one archive of it read as it streams (the check's libraries: hundreds of files in one request,
+        where one request each took about a minute on a loaded host); nothing is run."""
+        with self._unstarted(image) as ident, self._archive(ident, directory) as stream:
+            return {} if stream is None else entry_digests(stream, MAX_DIRECTORY_BYTES, digested)
+
+    def path_entries(self, image: str, paths: Sequence[str]) -> dict[str, DirectoryEntry | None]:
+        """Each path's own entry (None: nothing there), from an archive of the path read to its first
+        entry, all in one container made but never started. A directory's archive holds its whole tree
+        behind that entry (``/``: the whole image, about 7 s to stream): the response is closed unread."""
+        with self._unstarted(image) as ident:
+            return {path: self._entry(ident, path) for path in paths}
+
+    def _entry(self, ident: str, path: str) -> DirectoryEntry | None:
+        try:
+            with self._archive(ident, path, 1 << 16) as stream:
+                if stream is None:
+                    return None
+                return first_entry(stream, MAX_DIGEST_BYTES, posixpath.basename(path))
+        except docker.errors.APIError as exc:  # a directory on the way that is a file, a link loop
+            raise SandboxError(f"cannot read {path} in the image: {exc.explanation or exc}") from None
 
     def setuid_files(self, image: str) -> list[str]:
         """The setuid and setgid files of ``image``, found by ``find`` in a check container: no network,
